@@ -1,0 +1,11 @@
+"""traceread: why is the GPU underfed? Offline analysis of torch.profiler and nsys traces."""
+from __future__ import annotations
+
+from .errors import TraceError
+from .readers import read as load
+from .table import COLUMNS, KINDS, SCHEMA, Trace, TraceMeta, read_parquet
+
+__version__ = "0.1.0"
+
+__all__ = ["load", "Trace", "TraceMeta", "TraceError", "KINDS", "COLUMNS", "SCHEMA",
+           "read_parquet", "__version__"]

@@ -1,0 +1,24 @@
+"""``traceread info``: what is in a trace file."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from . import main
+from ._common import emit, format_option, load_trace, output_option
+from ..passes.info import trace_info
+from ..render.text import render_info
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@format_option
+@output_option
+def info(traces, fmt, out):
+    """Format, version, rank, devices, event counts by kind and time span."""
+    results = [trace_info(load_trace(t)) for t in traces]
+    if fmt == "json":
+        emit(json.dumps(results if len(results) > 1 else results[0], indent=2), out)
+    else:
+        emit("\n\n".join(render_info(r) for r in results), out)

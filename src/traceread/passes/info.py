@@ -1,0 +1,34 @@
+"""What is in a trace: format, rank, devices, counts by kind, time span."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..table import Trace
+
+
+def trace_info(trace: Trace) -> dict[str, Any]:
+    ev = trace.events
+    m = trace.meta
+    counts = ev["kind"].value_counts(sort=False)
+    counts = {str(k): int(v) for k, v in counts.items() if v}
+    if len(ev):
+        start = int(ev["ts"].min())
+        end = int((ev["ts"] + ev["dur"]).max())
+    else:
+        start = end = 0
+    gpu = ev[ev["device"] >= 0]
+    return {
+        "path": m.path,
+        "format": m.format,
+        "format_version": m.format_version,
+        "producer": m.producer,
+        "rank": m.rank,
+        "world_size": m.world_size,
+        "devices": sorted(int(d) for d in gpu["device"].unique()),
+        "device_names": {str(d.get("device")): d.get("name", "") for d in m.devices},
+        "events": int(len(ev)),
+        "by_kind": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        "start_ns": start,
+        "end_ns": end,
+        "span_ns": end - start,
+    }

@@ -1,0 +1,213 @@
+"""The event table: one columnar schema shared by every reader.
+
+Every reader (Kineto JSON, nsys SQLite, generic Chrome JSON) produces a
+``pyarrow.Table`` with exactly the columns of ``SCHEMA``, sorted by ``ts``.
+Passes read it as a pandas DataFrame (``Trace.events``). The meaning of each
+column is documented in ``docs/event-table.md``; keep the two in step.
+
+Integer columns use ``-1`` for "not known / not applicable" rather than nulls:
+sentinel integers keep numpy fast paths (no masked arrays) in every pass.
+String columns are dictionary-encoded and may be null.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# The closed set of event kinds. Readers map every source category onto one.
+KINDS = (
+    "cpu_op",          # framework operator on a host thread (aten::mm, autograd nodes)
+    "python",          # python function frame (with_stack / python tracer)
+    "annotation",      # host range: record_function, ProfilerStep#N, NVTX push/pop or start/end
+    "runtime",         # CUDA/HIP runtime API call (cudaLaunchKernel, hipMemcpyAsync, ...)
+    "driver",          # CUDA driver API call (cuLaunchKernel, ...)
+    "kernel",          # GPU kernel execution
+    "memcpy",          # GPU memory copy
+    "memset",          # GPU memory set
+    "gpu_annotation",  # range projected onto a GPU stream (Kineto gpu_user_annotation)
+    "sync",            # synchronization record (Kineto cuda_sync, nsys SYNCHRONIZATION)
+    "osrt",            # OS runtime call (nsys OSRT_API: poll, ioctl, sem_wait, ...)
+    "instant",         # zero-duration marker ('i' phase: [memory], overhead markers)
+    "other",           # anything else (trace spans, generic Chrome events)
+)
+GPU_OP_KINDS = ("kernel", "memcpy", "memset")
+HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
+
+_STR = pa.dictionary(pa.int32(), pa.string())
+
+# (column, arrow type, description) -- the single source of truth for the schema.
+COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
+    ("ts", pa.int64(), "start, integer ns on the trace clock (see TraceMeta.clock)"),
+    ("dur", pa.int64(), "duration in ns; 0 for instants"),
+    ("kind", _STR, "one of KINDS"),
+    ("name", _STR, "event name (kernel demangled name, op name, API name without _vNNNN)"),
+    ("cat", _STR, "source category (Kineto 'cat', or nsys table name)"),
+    ("pid", pa.int64(), "host process id (for GPU ops: the launching process if known)"),
+    ("tid", pa.int64(), "host thread id; -1 for GPU ops"),
+    ("device", pa.int32(), "GPU device index; -1 on host"),
+    ("stream", pa.int64(), "GPU stream id; -1 on host"),
+    ("correlation", pa.int64(), "links a runtime/driver call to its GPU op; -1 if none"),
+    ("external_id", pa.int64(), "links a cpu_op to the runtime calls it issued; -1 if none"),
+    ("bytes", pa.int64(), "memcpy/memset size in bytes; -1 if none"),
+    ("copy_kind", _STR, "memcpy direction: HtoD, DtoH, DtoD, HtoH, PtoP, ..."),
+    ("collective", _STR, "collective type: all_reduce, all_gather, reduce_scatter, ..."),
+    ("msg_nelems", pa.int64(), "collective message element count; -1 if unknown"),
+    ("msg_bytes", pa.int64(), "collective message size in bytes; -1 if unknown"),
+    ("dtype", _STR, "collective element dtype"),
+    ("group_size", pa.int32(), "collective process-group size; -1 if unknown"),
+    ("process_group", _STR, "collective process-group name/description"),
+    ("seq", pa.int64(), "collective sequence number within its process group; -1 if unknown"),
+    ("domain", _STR, "NVTX domain of an nsys annotation (e.g. NCCL); null otherwise"),
+    ("short_name", _STR, "nsys kernel short name; null otherwise"),
+)
+SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
+INT_COLUMNS = tuple(n for n, t, _ in COLUMNS if pa.types.is_integer(t))
+STR_COLUMNS = tuple(n for n, t, _ in COLUMNS if pa.types.is_dictionary(t))
+
+
+@dataclass
+class TraceMeta:
+    """Per-trace facts that are not events."""
+
+    path: str = ""
+    format: str = ""            # "kineto", "nsys", "chrome" (generic Chrome trace)
+    format_version: str = ""    # Kineto schemaVersion / nsys export schema version
+    producer: str = ""          # e.g. "PyTorch 2.4" when known
+    clock: str = ""             # "epoch_ns" (Kineto) or "session_ns" (nsys)
+    epoch_offset_ns: int = 0    # add to ts to get UTC epoch ns, 0 if ts already is / unknown
+    rank: int = -1
+    world_size: int = -1
+    rank_source: str = ""       # "distributedInfo", "file name", "" (unknown)
+    distributed: dict = field(default_factory=dict)
+    devices: list = field(default_factory=list)   # [{"device": i, "name": ..., ...}]
+    processes: dict = field(default_factory=dict)  # pid -> name
+    threads: dict = field(default_factory=dict)    # tid -> name
+    extra: dict = field(default_factory=dict)      # reader-specific leftovers
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def empty_columns(n: int) -> dict[str, Any]:
+    """Default-filled column arrays for ``n`` events (ints -1, strings null)."""
+    cols: dict[str, Any] = {}
+    for name, typ, _ in COLUMNS:
+        if pa.types.is_integer(typ):
+            cols[name] = np.full(n, -1, dtype=typ.to_pandas_dtype())
+        else:
+            cols[name] = None
+    return cols
+
+
+def build_table(cols: dict[str, Any], n: int) -> pa.Table:
+    """Assemble a schema-conformant table from per-column arrays, sorted by ts.
+
+    ``cols`` maps column name to a numpy array, list, pyarrow array or None
+    (None: all defaults). Missing columns get defaults. String columns may be
+    given as plain strings or dictionary arrays.
+    """
+    arrays = []
+    defaults = empty_columns(n)
+    for name, typ, _ in COLUMNS:
+        val = cols.get(name, defaults[name])
+        if val is None:
+            val = defaults[name]
+        arrays.append(_to_arrow(val, typ, n))
+    table = pa.Table.from_arrays(arrays, schema=SCHEMA)
+    if n > 1:
+        order = np.argsort(table.column("ts").to_numpy(), kind="stable")
+        if not np.all(order[1:] > order[:-1]):
+            table = table.take(pa.array(order))
+    return table
+
+
+def _to_arrow(val: Any, typ: pa.DataType, n: int) -> pa.Array:
+    if val is None and pa.types.is_dictionary(typ):
+        return pa.nulls(n, typ)
+    if pa.types.is_dictionary(typ):
+        if isinstance(val, pa.ChunkedArray):
+            val = val.combine_chunks()
+        if isinstance(val, pa.Array):
+            if pa.types.is_dictionary(val.type):
+                if val.type != typ:
+                    val = pa.DictionaryArray.from_arrays(
+                        val.indices.cast(pa.int32()), val.dictionary.cast(pa.string()))
+                return val
+            return val.cast(pa.string()).dictionary_encode().cast(typ)
+        if isinstance(val, pd.Categorical):
+            return pa.array(val).cast(typ)
+        return pa.array(val, type=pa.string()).dictionary_encode().cast(typ)
+    if isinstance(val, (pa.Array, pa.ChunkedArray)):
+        return val.cast(typ)
+    return pa.array(np.asarray(val, dtype=typ.to_pandas_dtype()), type=typ)
+
+
+def empty_table() -> pa.Table:
+    return build_table({}, 0)
+
+
+class Trace:
+    """A loaded trace: the event table plus its metadata.
+
+    ``trace.table`` is the Arrow table, ``trace.events`` the same as a pandas
+    DataFrame (string columns as ``category``), computed once.
+    """
+
+    def __init__(self, table: pa.Table, meta: TraceMeta):
+        if table.schema != SCHEMA:
+            raise ValueError("event table does not match traceread.table.SCHEMA")
+        self.table = table
+        self.meta = meta
+        self._events: pd.DataFrame | None = None
+
+    @property
+    def events(self) -> pd.DataFrame:
+        if self._events is None:
+            self._events = table_to_pandas(self.table)
+        return self._events
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __repr__(self) -> str:
+        return f"<Trace {self.meta.format} {self.meta.path!r}: {len(self)} events>"
+
+    def to_parquet(self, path: str | Path) -> None:
+        """Write the event table (with metadata) to Parquet."""
+        write_parquet(self, path)
+
+
+def table_to_pandas(table: pa.Table) -> pd.DataFrame:
+    return table.to_pandas(types_mapper=None, ignore_metadata=True)
+
+
+_META_KEY = b"traceread.meta"
+
+
+def write_parquet(trace: Trace, path: str | Path) -> None:
+    import json
+
+    meta = json.dumps(trace.meta.to_dict(), default=str).encode()
+    schema_meta = dict(trace.table.schema.metadata or {})
+    schema_meta[_META_KEY] = meta
+    pq.write_table(trace.table.replace_schema_metadata(schema_meta), str(path))
+
+
+def read_parquet(path: str | Path) -> Trace:
+    """Load a table written by ``Trace.to_parquet``."""
+    import json
+
+    table = pq.read_table(str(path))
+    raw = (table.schema.metadata or {}).get(_META_KEY)
+    meta = TraceMeta(**json.loads(raw)) if raw else TraceMeta(path=str(path))
+    table = table.replace_schema_metadata(None)
+    if table.schema != SCHEMA:
+        table = table.select([n for n, _, _ in COLUMNS]).cast(SCHEMA)
+    return Trace(table, meta)
