@@ -1,0 +1,97 @@
+"""Vectorised interval algebra on half-open integer intervals [start, end).
+
+Every pass that asks "when was the GPU busy / idle / communicating" reduces to
+unions, intersections and differences of interval sets. All functions take and
+return numpy int64 arrays and run in O(n log n) with no per-interval Python.
+A "set" here is a pair (starts, ends); results are always sorted, disjoint and
+non-touching (adjacent pieces are merged), with zero-length pieces dropped.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+def _arr(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64)
+
+
+def union(starts, ends) -> Intervals:
+    """Merge possibly overlapping intervals into a sorted disjoint set."""
+    s, e = _arr(starts), _arr(ends)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if len(s) == 0:
+        return _EMPTY, _EMPTY
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    # A new piece starts where an interval begins strictly after everything before it ended.
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], reach[last]
+
+
+def total(iv: Intervals) -> int:
+    """Total length of a disjoint set."""
+    s, e = iv
+    return int((e - s).sum()) if len(s) else 0
+
+
+def _sweep(a: Intervals, b: Intervals, want) -> Intervals:
+    """Pieces of the line where want(in_a, in_b) holds (inputs may overlap)."""
+    a_s, a_e = _arr(a[0]), _arr(a[1])
+    b_s, b_e = _arr(b[0]), _arr(b[1])
+    pos = np.concatenate([a_s, a_e, b_s, b_e])
+    if len(pos) == 0:
+        return _EMPTY, _EMPTY
+    na, nb = len(a_s), len(b_s)
+    da = np.concatenate([np.ones(na, np.int64), -np.ones(na, np.int64), np.zeros(2 * nb, np.int64)])
+    db = np.concatenate([np.zeros(2 * na, np.int64), np.ones(nb, np.int64), -np.ones(nb, np.int64)])
+    order = np.argsort(pos, kind="stable")
+    pos, da, db = pos[order], da[order], db[order]
+    uniq, first = np.unique(pos, return_index=True)
+    in_a = np.add.reduceat(da, first).cumsum()[:-1] > 0
+    in_b = np.add.reduceat(db, first).cumsum()[:-1] > 0
+    keep = want(in_a, in_b)
+    return union(uniq[:-1][keep], uniq[1:][keep])
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Points covered by both sets."""
+    return _sweep(a, b, lambda x, y: x & y)
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """Points covered by a but not by b."""
+    return _sweep(a, b, lambda x, y: x & ~y)
+
+
+def complement(iv: Intervals, lo: int, hi: int) -> Intervals:
+    """The holes of a set inside the window [lo, hi)."""
+    return subtract((_arr([lo]), _arr([hi])), iv)
+
+
+def covered_before(iv: Intervals, x) -> np.ndarray:
+    """For each point x, the length of the disjoint set lying before x."""
+    s, e = iv
+    x = _arr(x)
+    if len(s) == 0:
+        return np.zeros(len(x), dtype=np.int64)
+    prefix = np.concatenate([[0], np.cumsum(e - s)])
+    k = np.searchsorted(s, x, side="right") - 1
+    kk = np.clip(k, 0, len(s) - 1)
+    inside = np.clip(x - s[kk], 0, e[kk] - s[kk])
+    return np.where(k >= 0, prefix[kk] + inside, 0)
+
+
+def overlap(iv: Intervals, qs, qe) -> np.ndarray:
+    """For each query interval [qs, qe), how much of it the disjoint set covers."""
+    qs, qe = _arr(qs), _arr(qe)
+    return np.maximum(covered_before(iv, qe) - covered_before(iv, qs), 0)
