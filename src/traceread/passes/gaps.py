@@ -1,0 +1,115 @@
+"""When was each GPU busy, and where are the idle holes (``nsys stats`` ``gpu_gaps``)?
+
+``gpu_busy`` is the union of GPU operations (kernel, memcpy, memset -- never
+sync records or annotations) per (pid, device). ``gpu_gaps`` lists the idle
+holes between the first and last GPU operation of each (pid, device), with
+the same rule as Nsight Systems' ``gpu_gaps`` report:
+
+* the GPU operations of one process on one device are pooled (all streams and
+  contexts); a hole is an instant covered by none of them;
+* CUDA profiling overheads recorded by nsys (``PROFILER_OVERHEAD`` rows named
+  "CUDA profiling data flush overhead", "CUDA profiling stop overhead" or
+  "CUDA profiling overhead") count as busy for every device of their process,
+  but only when they lie strictly inside that device's first..last span --
+  the user cannot do anything about those gaps;
+* on an nsys trace, operations that start at or before time 0 (session
+  relative: recorded before the session/profiler start) are ignored;
+* a gap is reported when its duration is strictly greater than ``min_gap_ns``.
+
+nsys pairs the j-th smallest end with the (j+1)-th smallest start; that is the
+hole set of the union, except that a zero-length operation inside a hole
+splits it in two. We compute it the same way so the rows match exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..table import GPU_OP_KINDS, Trace
+from . import intervals
+
+# PROFILER_OVERHEAD names nsys counts as GPU-busy time (gpustats.py in nsys reports).
+NSYS_GPU_OVERHEADS = ("CUDA profiling data flush overhead", "CUDA profiling stop overhead",
+                      "CUDA profiling overhead")
+OVERHEAD_CAT = "PROFILER_OVERHEAD"
+
+GAP_COLUMNS = ("start", "end", "duration", "pid", "device")
+
+
+def _events(trace_or_events) -> pd.DataFrame:
+    return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
+
+
+def _gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
+    ops = ev[ev["kind"].isin(GPU_OP_KINDS)]
+    return ops[["ts", "dur", "pid", "device"]]
+
+
+def gpu_busy(events_df) -> dict[tuple[int, int], intervals.Intervals]:
+    """(pid, device) -> (starts, ends): disjoint union of kernel/memcpy/memset time."""
+    ops = _gpu_ops(_events(events_df))
+    out: dict[tuple[int, int], intervals.Intervals] = {}
+    for (pid, dev), g in ops.groupby(["pid", "device"], sort=True, observed=True):
+        s = g["ts"].to_numpy(np.int64)
+        out[(int(pid), int(dev))] = intervals.union(s, s + g["dur"].to_numpy(np.int64))
+    return out
+
+
+def gpu_gaps(trace_or_events, min_gap_ns: int = 0, *, skip_nonpositive: bool | None = None,
+             overheads: bool = True) -> pd.DataFrame:
+    """Idle holes of each (pid, device) longer than ``min_gap_ns``, sorted by start.
+
+    Columns: start, end, duration (int64 ns), pid, device.
+    ``skip_nonpositive`` (default: True for nsys traces) ignores operations
+    starting at ts <= 0; ``overheads`` counts nsys CUDA profiling overheads as busy.
+    """
+    ev = _events(trace_or_events)
+    if skip_nonpositive is None:
+        skip_nonpositive = isinstance(trace_or_events, Trace) and trace_or_events.meta.format == "nsys"
+    ops = _gpu_ops(ev)
+    if skip_nonpositive:
+        ops = ops[ops["ts"] > 0]
+    ov = _overheads(ev) if overheads else None
+    parts = []
+    for (pid, dev), g in ops.groupby(["pid", "device"], sort=True, observed=True):
+        s = g["ts"].to_numpy(np.int64)
+        e = s + g["dur"].to_numpy(np.int64)
+        if ov is not None and len(ov):
+            mine = ov[ov["pid"].to_numpy() == pid]
+            os_ = mine["ts"].to_numpy(np.int64)
+            oe = os_ + mine["dur"].to_numpy(np.int64)
+            inside = (os_ > s.min()) & (oe < e.max())
+            s = np.concatenate([s, os_[inside]])
+            e = np.concatenate([e, oe[inside]])
+        gs, ge = _holes(s, e)
+        keep = (ge - gs) > min_gap_ns
+        if keep.any():
+            parts.append(pd.DataFrame({
+                "start": gs[keep], "end": ge[keep], "duration": (ge - gs)[keep],
+                "pid": np.full(int(keep.sum()), pid, np.int64),
+                "device": np.full(int(keep.sum()), dev, np.int64)}))
+    if not parts:
+        return pd.DataFrame({c: np.empty(0, np.int64) for c in GAP_COLUMNS})
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+
+
+def _holes(s: np.ndarray, e: np.ndarray) -> intervals.Intervals:
+    """nsys's hole rule: j-th smallest end paired with the (j+1)-th smallest start."""
+    s, e = np.sort(s), np.sort(e)
+    gs, ge = e[:-1], s[1:]
+    keep = gs < ge
+    return gs[keep], ge[keep]
+
+
+def _overheads(ev: pd.DataFrame) -> pd.DataFrame:
+    if "cat" not in ev or not len(ev):
+        return ev.iloc[:0]
+    m = (ev["cat"] == OVERHEAD_CAT) & ev["name"].isin(NSYS_GPU_OVERHEADS)
+    return ev.loc[m, ["ts", "dur", "pid"]]
+
+
+def nsys_order(gaps: pd.DataFrame) -> pd.DataFrame:
+    """The row order of ``nsys stats -r gpu_gaps``: longest first, then by start."""
+    return gaps.sort_values(["duration", "start"], ascending=[False, True],
+                            kind="stable").reset_index(drop=True)
