@@ -33,11 +33,12 @@ def events_of(trace_or_events) -> pd.DataFrame:
     return trace_or_events
 
 
-def summarize(names, durs) -> pd.DataFrame:
+def summarize(names, durs, display=None) -> pd.DataFrame:
     """Group ``durs`` (int ns) by ``names``; one row per name, nsys order.
 
     Columns: total_ns, instances, min_ns, max_ns (int64); avg_ns, med_ns,
-    stddev_ns, pct (float64, unrounded); name (str).
+    stddev_ns, pct (float64, unrounded); name (str). ``display`` optionally
+    maps each group key to the name shown (two keys may show the same name).
     """
     names = pd.Series(np.asarray(names, dtype=object)).astype(str).to_numpy()
     d = np.asarray(durs, dtype=np.int64)
@@ -69,7 +70,8 @@ def summarize(names, durs) -> pd.DataFrame:
         "max_ns": ds[start + n - 1].astype(np.int64),
         "stddev_ns": std,
         "pct": total * 100.0 / grand if grand else np.zeros(len(uniq)),
-        "name": uniq.astype(object),
+        "name": uniq.astype(object) if display is None else
+                np.array([display(k) for k in uniq], dtype=object),
     })
     # nsys: ORDER BY total DESC, instances, name
     out = out.sort_values(["total_ns", "instances", "name"], ascending=[False, True, True],
@@ -126,11 +128,14 @@ def render_csv(headers, rows) -> str:
     return buf.getvalue()
 
 
-def render_text(headers, rows, numeric_cols: int | None = None) -> str:
-    """An aligned table like ``nsys stats`` prints to the terminal."""
+def render_text(headers, rows, numeric_cols: int | None = None, plain=()) -> str:
+    """An aligned table like ``nsys stats`` prints to the terminal: the first
+    ``numeric_cols`` columns right-aligned with thousands separators (except
+    the column indexes in ``plain``)."""
     if numeric_cols is None:
         numeric_cols = len(headers) - 1
-    shown = [[_thousands(v) if j < numeric_cols else v for j, v in enumerate(r)] for r in rows]
+    shown = [[_thousands(v) if j < numeric_cols and j not in plain else v
+              for j, v in enumerate(r)] for r in rows]
     widths = [max([len(h)] + [len(r[j]) for r in shown]) for j, h in enumerate(headers)]
     def line(cells):
         out = []

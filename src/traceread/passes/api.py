@@ -1,0 +1,50 @@
+"""CUDA API summary, the ``nsys stats`` ``cuda_api_sum`` way.
+
+What nsys 2023.4 does, and so what we reproduce by default (``nsys_compat``):
+
+* it summarises every row of ``CUPTI_ACTIVITY_KIND_RUNTIME`` -- runtime calls,
+  the driver calls nsys records there (eventClass 1, e.g. ``cuModuleGetLoadingMode``)
+  and also the "CUDA backtrace" duplicates (eventClass 67) that nsys writes
+  when backtraces are collected. Those duplicates enclose a real call and are
+  named without the version suffix, so nsys reports e.g. two ``cudaMalloc``
+  rows with slightly different times: the call is counted twice.
+* it groups by the recorded name id, then shows the name with a 6-character
+  ``_vNNNN`` suffix removed (``cudaMalloc_v3020`` -> ``cudaMalloc``) but keeps
+  longer ones (``cudaStreamIsCapturing_v10000`` stays as is).
+
+With ``nsys_compat=False`` the backtrace duplicates are left out (each call
+counted once) and names are the table's normalised ``name``. On Kineto traces
+both modes summarise the runtime/driver events by name.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .kernels import events_of, render_summary, summarize
+
+API_KINDS = ("runtime", "driver")
+_NSYS_API_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
+
+
+def nsys_api_name(raw: str) -> str:
+    """nsys stats' display name: drop a trailing ``_vNNNN`` of exactly 6 characters."""
+    return raw[:-6] if len(raw) > 6 and raw[-6:-4] == "_v" else raw
+
+
+def api_summary(trace_or_events, nsys_compat: bool = True) -> pd.DataFrame:
+    """One row per API: total_ns, instances (calls), avg/med/min/max/stddev, pct, name."""
+    ev = events_of(trace_or_events)
+    sel = ev["kind"].isin(API_KINDS)
+    if nsys_compat:
+        sel |= (ev["kind"] == "other") & ev["cat"].isin(_NSYS_API_TABLES)
+    a = ev[sel]
+    names = a["name"].astype(object)
+    if not nsys_compat:
+        return summarize(names.fillna(""), a["dur"].to_numpy())
+    raw = a["raw_name"].astype(object)
+    keys = raw.where(raw.notna(), names).fillna("")
+    return summarize(keys, a["dur"].to_numpy(), display=nsys_api_name)
+
+
+def render_api(summary: pd.DataFrame, fmt: str = "csv") -> str:
+    return render_summary(summary, fmt, count_header="Num Calls")

@@ -1,0 +1,160 @@
+"""Low-level access to an nsys SQLite export: read-only connection, schema
+probing (tables and columns come and go between export versions), bulk
+column fetches into numpy, and the StringIds dictionary.
+"""
+from __future__ import annotations
+
+import sqlite3
+import urllib.parse
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import TraceError
+
+# Tables whose presence (with StringIds) marks a file as an nsys export.
+NSYS_MARKERS = (
+    "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_DRIVER", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "NVTX_EVENTS", "OSRT_API", "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME",
+    "META_DATA_EXPORT", "EXPORT_META_DATA", "ThreadNames", "PROFILER_OVERHEAD",
+)
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open read-only through a URI, so nothing can ever be written to the file."""
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as e:
+        raise TraceError(path, f"cannot open SQLite database: {e}") from None
+    con.text_factory = bytes  # StringIds may hold non-UTF-8 bytes; decode ourselves
+    return con
+
+
+def text(v) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
+class Db:
+    """Schema-aware view of one export."""
+
+    def __init__(self, con: sqlite3.Connection, path: Path):
+        self.con = con
+        self.path = path
+        rows = con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+        self.tables = {text(r[0]) for r in rows}
+        self._cols: dict[str, set[str]] = {}
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def columns(self, table: str) -> set[str]:
+        if table not in self._cols:
+            rows = self.con.execute(f'PRAGMA table_info("{table}")').fetchall()
+            self._cols[table] = {text(r[1]) for r in rows}
+        return self._cols[table]
+
+    def is_nsys(self) -> bool:
+        return "StringIds" in self.tables and any(t in self.tables for t in NSYS_MARKERS)
+
+    def fetch(self, table: str, ints: dict[str, str | None], texts: dict[str, str | None] | None = None,
+              where: str = "") -> dict[str, np.ndarray | list]:
+        """Fetch columns of ``table``: ``ints`` maps output name -> SQL column (or
+        expression over present columns); None or a missing column gives -1s.
+        ``texts`` likewise for text columns (decoded, None when missing)."""
+        texts = texts or {}
+        have = self.columns(table)
+        exprs = []
+        for col in ints.values():
+            if col is not None and col in have:
+                exprs.append(f'COALESCE(CAST("{col}" AS INTEGER), -1)')
+            else:
+                exprs.append("-1")
+        for col in texts.values():
+            exprs.append(f'"{col}"' if col is not None and col in have else "NULL")
+        sql = f'SELECT {", ".join(exprs)} FROM "{table}"'
+        if where:
+            sql += f" WHERE {where}"
+        rows = self.con.execute(sql).fetchall()
+        out: dict[str, np.ndarray | list] = {}
+        ni = len(ints)
+        if rows:
+            cols = list(zip(*rows))
+        else:
+            cols = [()] * (ni + len(texts))
+        for j, name in enumerate(ints):
+            out[name] = np.asarray(cols[j], dtype=np.int64) if rows else np.empty(0, np.int64)
+        for j, name in enumerate(texts):
+            out[name] = [text(v) for v in cols[ni + j]]
+        return out
+
+    def scalar_map(self, table: str, key: str, value: str) -> dict:
+        """{key: value} for two columns of a small table (missing -> {})."""
+        if not self.has(table) or not {key, value} <= self.columns(table):
+            return {}
+        rows = self.con.execute(f'SELECT "{key}", "{value}" FROM "{table}"')
+        return {text(k) if isinstance(k, bytes) else k: text(v) for k, v in rows}
+
+
+class Strings:
+    """StringIds as a vectorised id -> string lookup."""
+
+    def __init__(self, db: Db):
+        if db.has("StringIds") and {"id", "value"} <= db.columns("StringIds"):
+            rows = db.con.execute("SELECT id, value FROM StringIds ORDER BY id").fetchall()
+        else:
+            rows = []
+        self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        self.values = np.array([text(r[1]) or "" for r in rows], dtype=object)
+
+    def get(self, i: int) -> str | None:
+        k = int(np.searchsorted(self.ids, i))
+        if k < len(self.ids) and self.ids[k] == i:
+            return self.values[k]
+        return None
+
+    def positions(self, ids: np.ndarray) -> np.ndarray:
+        """Index into ``values`` for each id; -1 where the id is unknown."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(self.ids) == 0:
+            return np.full(len(ids), -1, np.int64)
+        k = np.clip(np.searchsorted(self.ids, ids), 0, len(self.ids) - 1)
+        return np.where(self.ids[k] == ids, k, -1)
+
+    def lookup(self, ids: np.ndarray) -> pa.DictionaryArray:
+        """Dictionary array of the strings (null for unknown ids), compact dictionary."""
+        return dict_array(self.positions(ids), self.values)
+
+
+def dict_array(pos: np.ndarray, values: np.ndarray) -> pa.DictionaryArray:
+    """Dictionary array from positions into ``values`` (-1 = null), keeping only used values."""
+    pos = np.asarray(pos, dtype=np.int64)
+    used, inv = np.unique(pos, return_inverse=True)
+    null_code = used[0] == -1 if len(used) else False
+    dictionary = values[used[1:]] if null_code else values[used]
+    codes = inv.astype(np.int32) - (1 if null_code else 0)
+    mask = pos < 0
+    return pa.DictionaryArray.from_arrays(
+        pa.array(codes, type=pa.int32(), mask=mask),
+        pa.array(list(dictionary), type=pa.string()))
+
+
+def concat_dict(parts: list) -> pa.Array:
+    """Concatenate string columns given as DictionaryArrays, lists or None (with lengths)."""
+    arrays = []
+    for part, n in parts:
+        if part is None:
+            arrays.append(pa.nulls(n, pa.string()))
+        elif isinstance(part, pa.DictionaryArray):
+            arrays.append(part.cast(pa.string()))
+        else:
+            arrays.append(pa.array(part, type=pa.string()))
+    if not arrays:
+        return pa.array([], type=pa.string())
+    return pa.concat_arrays(arrays).dictionary_encode()

@@ -1,0 +1,467 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``) -> the event table.
+
+Only the stdlib ``sqlite3`` module, read-only (``file:...?mode=ro``). Every
+table and column is optional: nsys creates tables lazily and the schema drifts
+between versions (2.9.1 ``EXPORT_META_DATA``, 3.x ``META_DATA_EXPORT``, pre-2.x
+exports without metadata), so each table is probed before it is read.
+
+Mapping (see docs/event-table.md, "Nsight Systems"):
+
+==================================  ==========  ===========================================
+table                               kind        notes
+==================================  ==========  ===========================================
+CUPTI_ACTIVITY_KIND_KERNEL          kernel      name = demangledName, short_name = shortName
+CUPTI_ACTIVITY_KIND_MEMCPY          memcpy      bytes, copy_kind; name "[CUDA memcpy X-to-Y]"
+CUPTI_ACTIVITY_KIND_MEMSET          memset      bytes; name "[CUDA memset]"
+CUPTI_ACTIVITY_KIND_RUNTIME         runtime     eventClass 1 rows -> driver; 67-69 (backtrace
+                                                duplicates of real calls) -> other
+CUPTI_ACTIVITY_KIND_DRIVER          driver
+CUPTI_ACTIVITY_KIND_SYNCHRONIZATION sync        host thread via the runtime call's correlation
+NVTX_EVENTS                         annotation  push/pop + start/end ranges, domain column
+                                    instant     marks
+OSRT_API                            osrt
+PROFILER_OVERHEAD                   other       cat "PROFILER_OVERHEAD" (used by gpu_gaps)
+==================================  ==========  ===========================================
+
+GPU ops: pid = (globalPid >> 24) & 0xFFFFFF, tid = -1. Host events: pid from
+globalTid the same way, tid = globalTid & 0xFFFFFF. ts stays session-relative
+ns (meta.clock "session_ns"); meta.epoch_offset_ns is the UTC session start.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import TraceError
+from ..table import Trace, TraceMeta, build_table
+from ._nsys_db import Db, Strings, concat_dict, connect, dict_array, text
+
+K = "CUPTI_ACTIVITY_KIND_"
+_API_SUFFIX = re.compile(r"_v\d+$")
+# ENUM_NSYS_EVENT_CLASS: 0 CUDA runtime, 1 CUDA driver, 67..69 CUDA backtrace (duplicates
+# of real calls, written when backtraces are collected).
+_EC_DRIVER = 1
+_EC_BACKTRACE = (67, 68, 69)
+# ENUM_NSYS_EVENT_TYPE values in NVTX_EVENTS.
+_NVTX_MARKS = (34, 65)
+_NVTX_RANGES = (59, 60, 70, 71)      # push/pop and start/end ranges (NVTX and NVTXT)
+_NVTX_DOMAIN_CREATE = 75
+# CUPTI memcpy kinds: (nsys label, short copy_kind)
+_MEMCPY_KINDS = {
+    0: ("Unknown", "Unknown"), 1: ("Host-to-Device", "HtoD"), 2: ("Device-to-Host", "DtoH"),
+    3: ("Host-to-Array", "HtoA"), 4: ("Array-to-Host", "AtoH"), 5: ("Array-to-Array", "AtoA"),
+    6: ("Array-to-Device", "AtoD"), 7: ("Device-to-Array", "DtoA"),
+    8: ("Device-to-Device", "DtoD"), 9: ("Host-to-Host", "HtoH"), 10: ("Peer-to-Peer", "PtoP"),
+    11: ("Unified Host-to-Device", "HtoD"), 12: ("Unified Device-to-Host", "DtoH"),
+    13: ("Unified Device-to-Device", "DtoD"),
+}
+_SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
+               4: "Context sync"}
+
+_INT_OUT = ("ts", "dur", "pid", "tid", "device", "stream", "correlation", "bytes")
+_STR_OUT = ("kind", "name", "cat", "copy_kind", "collective", "domain", "short_name", "raw_name")
+
+
+def read_nsys(path: str | os.PathLike, progress: bool = False) -> Trace:
+    """Load an nsys SQLite export; TraceError for anything that is not one."""
+    p = Path(path)
+    con = connect(p)
+    try:
+        db = Db(con, p)
+        if not db.is_nsys():
+            raise TraceError(p, "SQLite database but not an Nsight Systems export "
+                                "(no StringIds/CUPTI/NVTX tables)")
+        return _read(db)
+    except sqlite3.DatabaseError as e:
+        raise TraceError(p, f"corrupt or unreadable SQLite database: {e}") from None
+    except (ValueError, TypeError, OverflowError) as e:
+        raise TraceError(p, f"unexpected content in nsys export: {e}") from None
+    finally:
+        con.close()
+
+
+# ------------------------------------------------------------------ blocks
+
+def _block(n: int, cat: str, kind, **cols) -> dict:
+    b = {"n": n, "cat": [cat] * n if n else [], "kind": kind}
+    b.update(cols)
+    return b
+
+
+def _pid(g: np.ndarray) -> np.ndarray:
+    return np.where(g >= 0, (g >> 24) & 0xFFFFFF, -1)
+
+
+def _tid(g: np.ndarray) -> np.ndarray:
+    return np.where(g >= 0, g & 0xFFFFFF, -1)
+
+
+def _const(n: int, v: str) -> list:
+    return [v] * n
+
+
+def _kernels(db: Db, s: Strings) -> dict | None:
+    t = K + "KERNEL"
+    if not db.has(t):
+        return None
+    c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
+                     "corr": "correlationId", "gpid": "globalPid", "dname": "demangledName",
+                     "sname": "shortName"})
+    n = len(c["start"])
+    pos = s.positions(c["dname"])
+    spos = s.positions(c["sname"])
+    name_pos = np.where(pos >= 0, pos, spos)  # fall back to shortName when demangled is absent
+    names = dict_array(name_pos, s.values)
+    return _block(n, t, _const(n, "kernel"), ts=c["start"], dur=c["end"] - c["start"],
+                  pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
+                  correlation=c["corr"], name=names, short_name=dict_array(spos, s.values),
+                  collective=_collectives(names))
+
+
+def _collectives(names: pa.DictionaryArray) -> pa.DictionaryArray | None:
+    """NCCL collective type per kernel, computed once per distinct name."""
+    from ..collectives import collective_from_kernel
+
+    coll = np.array([collective_from_kernel(x) for x in names.dictionary.to_pylist()], dtype=object)
+    if not any(c is not None for c in coll):
+        return None
+    valid = np.array([c is not None for c in coll], dtype=bool)
+    idx = _codes(names)
+    pos = np.where((idx >= 0) & valid[np.clip(idx, 0, None)], idx, -1)
+    return dict_array(pos, coll)
+
+
+def _codes(arr: pa.DictionaryArray) -> np.ndarray:
+    """Dictionary codes as int64, -1 for nulls."""
+    return arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _memcpy_labels(db: Db) -> dict[int, tuple[str, str]]:
+    labels = dict(_MEMCPY_KINDS)
+    enum = db.scalar_map("ENUM_CUDA_MEMCPY_OPER", "id", "label")
+    for k, v in enum.items():
+        if v and k not in labels:
+            labels[k] = (v, v)
+    return labels
+
+
+def _memcpy(db: Db) -> dict | None:
+    t = K + "MEMCPY"
+    if not db.has(t):
+        return None
+    c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
+                     "corr": "correlationId", "gpid": "globalPid", "bytes": "bytes",
+                     "ck": "copyKind"})
+    n = len(c["start"])
+    labels = _memcpy_labels(db)
+    kinds = np.unique(c["ck"])
+    long_v = np.array([f"[CUDA memcpy {labels.get(int(k), ('Unknown',))[0]}]" for k in kinds],
+                      dtype=object)
+    short_v = np.array([labels.get(int(k), ("", "Unknown"))[1] for k in kinds], dtype=object)
+    pos = np.searchsorted(kinds, c["ck"])
+    return _block(n, t, _const(n, "memcpy"), ts=c["start"], dur=c["end"] - c["start"],
+                  pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
+                  correlation=c["corr"], bytes=c["bytes"], name=dict_array(pos, long_v),
+                  copy_kind=dict_array(pos, short_v))
+
+
+def _memset(db: Db) -> dict | None:
+    t = K + "MEMSET"
+    if not db.has(t):
+        return None
+    c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
+                     "corr": "correlationId", "gpid": "globalPid", "bytes": "bytes"})
+    n = len(c["start"])
+    return _block(n, t, _const(n, "memset"), ts=c["start"], dur=c["end"] - c["start"],
+                  pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
+                  correlation=c["corr"], bytes=c["bytes"], name=_const(n, "[CUDA memset]"))
+
+
+def _api(db: Db, s: Strings, table: str, default_kind: str, notes: list) -> dict | None:
+    if not db.has(table):
+        return None
+    c = db.fetch(table, {"start": "start", "end": "end", "gtid": "globalTid",
+                         "corr": "correlationId", "name_id": "nameId", "ec": "eventClass"},
+                 texts={"tname": "name"})
+    keep = np.ones(len(c["start"]), dtype=bool)
+    dup = np.isin(c["ec"], _EC_BACKTRACE)
+    if dup.any():
+        notes.append(f"{table}: {int(dup.sum())} CUDA backtrace duplicate rows (eventClass 67-69) "
+                     "kept as kind 'other', not as API calls")
+    pos = s.positions(c["name_id"][keep])
+    raw = s.values
+    tname = [v for v, k in zip(c["tname"], keep) if k] if c["tname"] else []
+    if tname and any(v is not None for v in tname):
+        # schema 2.9.1 has a `name` column; use it where nameId did not resolve
+        extra = np.array([v or "" for v in tname], dtype=object)
+        raw = np.concatenate([s.values, extra])
+        pos = np.where(pos >= 0, pos, np.where([v is not None for v in tname],
+                                               len(s.values) + np.arange(len(tname)), -1))
+    raw_names = dict_array(pos, raw)
+    clean = np.array([_API_SUFFIX.sub("", x) for x in raw_names.dictionary.to_pylist()], dtype=object)
+    names = _remap(raw_names, clean)
+    n = int(keep.sum())
+    ec = c["ec"][keep]
+    kind = np.where(ec == _EC_DRIVER, "driver", default_kind) if default_kind == "runtime" \
+        else np.full(n, default_kind)
+    kind = np.where(np.isin(ec, _EC_BACKTRACE), "other", kind)
+    g = c["gtid"][keep]
+    return _block(n, table, list(kind), ts=c["start"][keep], dur=(c["end"] - c["start"])[keep],
+                  pid=_pid(g), tid=_tid(g), correlation=c["corr"][keep], name=names,
+                  raw_name=raw_names)
+
+
+def _remap(arr: pa.DictionaryArray, new_values: np.ndarray) -> pa.DictionaryArray:
+    """Same rows, dictionary values replaced (and deduplicated)."""
+    if len(new_values) == 0:
+        return dict_array(np.full(len(arr), -1), np.empty(0, object))
+    uniq, inv = np.unique(new_values.astype(str), return_inverse=True)
+    codes = _codes(arr)
+    pos = np.where(codes >= 0, inv[np.clip(codes, 0, None)], -1)
+    return dict_array(pos, uniq.astype(object))
+
+
+def _sync(db: Db, api: dict | None) -> dict | None:
+    t = K + "SYNCHRONIZATION"
+    if not db.has(t):
+        return None
+    c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
+                     "corr": "correlationId", "gpid": "globalPid", "st": "syncType"})
+    n = len(c["start"])
+    pid = _pid(c["gpid"])
+    tid = np.full(n, -1, np.int64)
+    if api is not None and api["n"] and n:
+        tid = _link_tid(pid, c["corr"], api)
+    types = np.unique(c["st"])
+    vals = np.array([_SYNC_TYPES.get(int(x), f"sync type {int(x)}") for x in types], dtype=object)
+    return _block(n, t, _const(n, "sync"), ts=c["start"], dur=c["end"] - c["start"], pid=pid,
+                  tid=tid, device=c["device"], stream=c["stream"], correlation=c["corr"],
+                  name=dict_array(np.searchsorted(types, c["st"]), vals))
+
+
+def _link_tid(pid: np.ndarray, corr: np.ndarray, api: dict) -> np.ndarray:
+    """Host thread of the API call with the same (process, correlation id)."""
+    key_api = (api["pid"].astype(np.int64) << 32) | (api["correlation"] & 0xFFFFFFFF)
+    order = np.argsort(key_api, kind="stable")
+    ks, ts = key_api[order], api["tid"][order]
+    key = (pid.astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
+    k = np.clip(np.searchsorted(ks, key), 0, max(len(ks) - 1, 0))
+    hit = (ks[k] == key) & (corr >= 0)
+    return np.where(hit, ts[k], -1)
+
+
+def _nvtx(db: Db, s: Strings) -> dict | None:
+    t = "NVTX_EVENTS"
+    if not db.has(t):
+        return None
+    c = db.fetch(t, {"start": "start", "end": "end", "type": "eventType", "gtid": "globalTid",
+                     "text_id": "textId", "domain": "domainId"}, texts={"text": "text"})
+    et = c["type"]
+    texts = np.array(c["text"], dtype=object) if c["text"] else np.full(len(et), None, object)
+    # Domain names come from NvtxDomainCreate rows (text or textId keyed by domainId).
+    dom_rows = et == _NVTX_DOMAIN_CREATE
+    dom_names = {}
+    for d, tx, tid in zip(c["domain"][dom_rows], texts[dom_rows], c["text_id"][dom_rows]):
+        dom_names[int(d)] = tx if tx is not None else s.get(int(tid))
+    keep = np.isin(et, _NVTX_RANGES + _NVTX_MARKS)
+    n = int(keep.sum())
+    start, end = c["start"][keep], c["end"][keep]
+    mark = np.isin(et[keep], _NVTX_MARKS)
+    open_range = (end < 0) & ~mark  # unterminated range (end NULL): zero duration
+    dur = np.where(mark | open_range, 0, end - start)
+    # Text: inline `text` or a StringIds id.
+    tx = texts[keep]
+    id_names = s.positions(c["text_id"][keep])
+    inline = np.array([v is not None for v in tx], dtype=bool)
+    values = np.concatenate([s.values, np.array([v for v in tx[inline]], dtype=object)])
+    pos = id_names.copy()
+    pos[inline] = len(s.values) + np.arange(int(inline.sum()))
+    doms = c["domain"][keep]
+    udom = np.unique(doms)
+    dvals = np.array([dom_names.get(int(d)) for d in udom], dtype=object)
+    named = np.array([v is not None for v in dvals], dtype=bool)
+    dpos = np.searchsorted(udom, doms)
+    dpos = np.where(named[dpos], dpos, -1) if len(udom) else dpos
+    g = c["gtid"][keep]
+    return _block(n, t, list(np.where(mark, "instant", "annotation")), ts=start, dur=dur,
+                  pid=_pid(g), tid=_tid(g), name=dict_array(pos, values),
+                  domain=dict_array(dpos, dvals),
+                  open_ranges=int(open_range.sum()))
+
+
+def _host_table(db: Db, s: Strings, table: str, kind: str) -> dict | None:
+    if not db.has(table):
+        return None
+    c = db.fetch(table, {"start": "start", "end": "end", "gtid": "globalTid", "name_id": "nameId"})
+    n = len(c["start"])
+    g = c["gtid"]
+    return _block(n, table, _const(n, kind), ts=c["start"], dur=c["end"] - c["start"],
+                  pid=_pid(g), tid=_tid(g), name=s.lookup(c["name_id"]))
+
+
+# ------------------------------------------------------------------ assembly
+
+def _read(db: Db) -> Trace:
+    s = Strings(db)
+    notes: list[str] = []
+    runtime = _api(db, s, K + "RUNTIME", "runtime", notes)
+    driver = _api(db, s, K + "DRIVER", "driver", notes)
+    api_all = _merge_api(runtime, driver)
+    kernels = _kernels(db, s)
+    gpu = [kernels, _memcpy(db), _memset(db)]
+    for b in gpu:
+        if b is not None:
+            _fill_missing_pid(b, api_all)
+    nvtx = _nvtx(db, s)
+    blocks = [b for b in gpu + [runtime, driver, _sync(db, api_all), nvtx,
+                                 _host_table(db, s, "OSRT_API", "osrt"),
+                                 _host_table(db, s, "PROFILER_OVERHEAD", "other")] if b is not None]
+    n = sum(b["n"] for b in blocks)
+    cols: dict = {}
+    for name in _INT_OUT:
+        parts = [np.asarray(b[name], np.int64) if name in b else np.full(b["n"], -1, np.int64)
+                 for b in blocks]
+        cols[name] = np.concatenate(parts) if parts else np.empty(0, np.int64)
+    for name in _STR_OUT:
+        if any(b.get(name) is not None for b in blocks):
+            cols[name] = concat_dict([(b.get(name), b["n"]) for b in blocks])
+    table = build_table(cols, n)
+    if nvtx is not None and nvtx["open_ranges"]:
+        notes.append(f"NVTX_EVENTS: {nvtx['open_ranges']} unterminated ranges kept with dur 0")
+    neg = int((cols["ts"] < 0).sum()) if n else 0
+    if neg:
+        notes.append(f"{neg} events start before time 0 (before the session/profiler start)")
+    return Trace(table, _meta(db, s, cols, blocks, notes))
+
+
+def _merge_api(*blocks) -> dict | None:
+    blocks = [b for b in blocks if b is not None and b["n"]]
+    if not blocks:
+        return None
+    return {"n": sum(b["n"] for b in blocks),
+            **{k: np.concatenate([b[k] for b in blocks]) for k in ("pid", "tid", "correlation")}}
+
+
+def _fill_missing_pid(block: dict, api: dict | None) -> None:
+    """Exports without globalPid on GPU tables: take the pid of the launching API call,
+    when its correlation id is unambiguous."""
+    if api is None or not block["n"] or (block["pid"] >= 0).all():
+        return
+    corr = api["correlation"]
+    ids, counts = np.unique(corr, return_counts=True)
+    uniq = ids[counts == 1]
+    order = np.argsort(corr, kind="stable")
+    cs, ps = corr[order], api["pid"][order]
+    k = np.clip(np.searchsorted(cs, block["correlation"]), 0, max(len(cs) - 1, 0))
+    hit = (cs[k] == block["correlation"]) & np.isin(block["correlation"], uniq)
+    block["pid"] = np.where((block["pid"] < 0) & hit, ps[k], block["pid"])
+
+
+def _meta(db: Db, s: Strings, cols: dict, blocks: list, notes: list) -> TraceMeta:
+    m = TraceMeta(path=str(db.path), format="nsys", clock="session_ns")
+    info = {}
+    for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if db.has(t):
+            info = db.scalar_map(t, "name", "value")
+            m.extra["metadata_table"] = t
+            break
+    if not info:
+        notes.append("no export metadata table (pre-2.x export)")
+    m.format_version = info.get("EXPORT_SCHEMA_VERSION") or ""
+    if info.get("EXPORT_PRODUCT_VERSION"):
+        m.producer = f"Nsight Systems {info['EXPORT_PRODUCT_VERSION']}"
+    if db.has("TARGET_INFO_SESSION_START_TIME") and "utcEpochNs" in db.columns(
+            "TARGET_INFO_SESSION_START_TIME"):
+        row = db.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        if row and row[0] is not None:
+            m.epoch_offset_ns = int(row[0])
+    m.devices = _devices(db)
+    pids = set(np.unique(cols["pid"]).tolist()) - {-1}
+    tids = set(np.unique(cols["tid"]).tolist()) - {-1}
+    m.processes = {p: n for p, n in _processes(db).items() if p in pids}
+    m.threads = {t: n for t, n in _threads(db, s).items() if t in tids}
+    m.extra["gpu_contexts"] = _contexts(db)
+    extra_tables = sorted(t for t in db.tables if t and not _known_prefix(t))
+    if extra_tables:
+        m.extra["foreign_tables"] = extra_tables
+        notes.append("tables added by other tools: " + ", ".join(extra_tables))
+    m.extra["notes"] = notes
+    return m
+
+
+_NSYS_PREFIXES = ("CUPTI_", "NVTX_", "OSRT_", "TARGET_INFO_", "ENUM_", "META_DATA_", "EXPORT_",
+                  "CUDA_", "CUDNN_", "CUBLAS_", "OPENGL_", "OPENACC", "OPENMP_", "VULKAN_", "DX1",
+                  "D3D1", "WDDM_", "GPU_", "SCHED_", "SAMPLING_", "COMPOSITE_", "PROFILER_",
+                  "ANALYSIS_", "DIAGNOSTIC_", "MPI_", "UCP_", "NVSHMEM_", "SLI_", "NVVIDEO_",
+                  "NIC_", "IB_", "NET_", "PMU_", "MEMORY_", "DEMOTED_", "TOTAL_BYTES_", "KHR_",
+                  "NV_", "ETW_", "SYSCALL", "UNCORE_", "PERF_", "GENERIC_", "LLM_", "POWER_",
+                  "DX12", "NVDRIVER_", "NVTX", "OSRT", "UnwindMethodType", "StringIds",
+                  "ThreadNames", "ProcessStreams", "PROCESSES", "FECS_", "GR_", "OPENXR_",
+                  "PYTHON_", "NVVIDEO", "SQLITE_", "TEGRA_", "JIT_", "DRIVER_", "NVENC", "NVDEC",
+                  "NVJPEG", "CUPTI")
+
+
+def _known_prefix(t: str) -> bool:
+    return t.startswith(_NSYS_PREFIXES)
+
+
+def _devices(db: Db) -> list[dict]:
+    out = []
+    if db.has("TARGET_INFO_GPU"):
+        have = db.columns("TARGET_INFO_GPU")
+        # 3.x: id (+ cuDevice); pre-2.x exports key the table by deviceId.
+        key = "cuDevice" if "cuDevice" in have else ("deviceId" if "deviceId" in have else "id")
+        fields = [f for f in ("name", "busLocation", "totalMemory", "smCount", "computeMajor",
+                              "computeMinor", "id") if f in have]
+        if key in have:
+            sel = ", ".join(f'"{f}"' for f in [key] + fields)
+            for row in db.con.execute(f'SELECT {sel} FROM TARGET_INFO_GPU'):
+                d = {"device": int(row[0]) if row[0] is not None else -1}
+                for f, v in zip(fields, row[1:]):
+                    d[f if f != "id" else "gpu_id"] = text(v) if isinstance(v, bytes) else v
+                out.append(d)
+    if not out and db.has("TARGET_INFO_CUDA_GPU") and {"deviceId", "name"} <= db.columns(
+            "TARGET_INFO_CUDA_GPU"):
+        for d, name in db.con.execute('SELECT DISTINCT deviceId, name FROM TARGET_INFO_CUDA_GPU'):
+            out.append({"device": int(d), "name": text(name)})
+    seen, uniq = set(), []
+    for d in out:  # one GPU per device index (vmId variants repeat it)
+        if d["device"] not in seen:
+            seen.add(d["device"])
+            uniq.append(d)
+    return sorted(uniq, key=lambda d: d["device"])
+
+
+def _processes(db: Db) -> dict[int, str]:
+    if not db.has("PROCESSES") or not {"pid", "name"} <= db.columns("PROCESSES"):
+        return {}
+    return {int(p): text(n) or "" for p, n in db.con.execute("SELECT pid, name FROM PROCESSES")
+            if p is not None}
+
+
+def _threads(db: Db, s: Strings) -> dict[int, str]:
+    if not db.has("ThreadNames") or not {"nameId", "globalTid"} <= db.columns("ThreadNames"):
+        return {}
+    out = {}
+    for name_id, g in db.con.execute("SELECT nameId, globalTid FROM ThreadNames"):
+        if g is not None and name_id is not None:
+            out[int(g) & 0xFFFFFF] = s.get(int(name_id)) or ""
+    return out
+
+
+def _contexts(db: Db) -> dict[str, int]:
+    """"pid/device" -> CUDA context id, when a process uses one context per device."""
+    seen: dict[str, set] = {}
+    for t in (K + "KERNEL", K + "MEMCPY", K + "MEMSET"):
+        if db.has(t) and {"globalPid", "deviceId", "contextId"} <= db.columns(t):
+            q = f'SELECT DISTINCT globalPid, deviceId, contextId FROM "{t}"'
+            for g, d, ctx in db.con.execute(q):
+                if g is None or d is None or ctx is None:
+                    continue
+                seen.setdefault(f"{(int(g) >> 24) & 0xFFFFFF}/{int(d)}", set()).add(int(ctx))
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
