@@ -1,0 +1,321 @@
+"""Collective communication: how much NCCL/RCCL time the GPU spent, and how much was hidden.
+
+Definitions (see docs/nccl-and-compile.md):
+
+* communication = GPU kernels whose name is an NCCL/RCCL kernel
+  (``collectives.is_comm_kernel``: ``ncclKernel_*``, ``ncclDevKernel_*``, ``rccl*``);
+* compute = every *other* kernel. memcpy/memset operations are neither: a
+  copy does not hide communication the way a GEMM does, and counting copies
+  as compute would report bucket-flattening copies as "overlap";
+* per (pid, device), over all streams: comm = union of comm kernels,
+  compute = union of compute kernels, overlap = |comm ∩ compute|,
+  exposed = |comm − compute|, overlap_pct = 100 · overlap / comm.
+  NCCL kernels run on their own stream, so overlap with compute on other
+  streams is the normal case, not an error.
+
+Bandwidths follow nccl-tests (doc/PERFORMANCE.md): algbw = S / t with S the
+message size in bytes as nccl-tests defines it (the full array: for
+all_gather / reduce_scatter that is the per-rank count × ranks) and t the
+kernel time; busbw = algbw × factor(n) with factor 2(n−1)/n for all_reduce,
+(n−1)/n for all_gather, reduce_scatter and all_to_all, 1 for broadcast,
+reduce, send, recv.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
+from ..table import Trace
+from . import intervals
+
+INSTANCE_COLUMNS = ("ts", "dur", "pid", "device", "stream", "name", "collective", "msg_nelems",
+                    "msg_bytes", "dtype", "group_size", "process_group", "seq", "exposed_ns")
+OVERLAP_COLUMNS = ("pid", "device", "comm_ns", "compute_ns", "overlap_ns", "exposed_ns",
+                   "overlap_pct", "comm_kernels", "compute_kernels")
+SUMMARY_COLUMNS = ("collective", "count", "total_ns", "exposed_ns", "avg_ns", "msg_bytes",
+                   "sized", "avg_msg_bytes", "algbw_gbps", "busbw_gbps", "group_size")
+
+_STRIP = re.compile(r"^\s*(void\s+)?")
+
+# Fields copied onto a comm kernel from the host op that launched it, when the kernel lacks them.
+_INFO_STR = ("collective", "dtype", "process_group")
+_INFO_INT = ("msg_nelems", "msg_bytes", "group_size", "seq")
+
+
+def _events(trace_or_events) -> pd.DataFrame:
+    return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
+
+
+def _name_map(names: pd.Series, fn) -> np.ndarray:
+    """Apply ``fn`` once per distinct name (names are categorical)."""
+    cat = names.astype("category") if names.dtype != "category" else names
+    lut = np.array([fn(str(n)) for n in cat.cat.categories] + [fn("")], dtype=object)
+    codes = cat.cat.codes.to_numpy()
+    return lut[np.where(codes < 0, len(lut) - 1, codes)]
+
+
+def comm_mask(ev: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of the NCCL/RCCL kernels in an events frame."""
+    is_kernel = (ev["kind"] == "kernel").to_numpy()
+    if not is_kernel.any():
+        return is_kernel
+    comm = _name_map(ev["name"], lambda n: is_comm_kernel(_STRIP.sub("", n))).astype(bool)
+    return is_kernel & comm
+
+
+def _by_device(ev: pd.DataFrame, mask: np.ndarray) -> dict[tuple[int, int], intervals.Intervals]:
+    sub = ev.loc[mask, ["ts", "dur", "pid", "device"]]
+    out = {}
+    for (pid, dev), g in sub.groupby(["pid", "device"], sort=True, observed=True):
+        s = g["ts"].to_numpy(np.int64)
+        out[(int(pid), int(dev))] = intervals.union(s, s + g["dur"].to_numpy(np.int64))
+    return out
+
+
+def _split(ev: pd.DataFrame):
+    comm = comm_mask(ev)
+    compute = (ev["kind"] == "kernel").to_numpy() & ~comm
+    return comm, compute
+
+
+def comm_overlap(events) -> pd.DataFrame:
+    """One row per (pid, device) that ran kernels: comm/compute/overlap/exposed ns, overlap %.
+
+    overlap_pct is 0.0 on a device without communication.
+    """
+    ev = _events(events)
+    comm, compute = _split(ev)
+    comm_iv, comp_iv = _by_device(ev, comm), _by_device(ev, compute)
+    keys = sorted(set(comm_iv) | set(comp_iv))
+    n_comm = ev.loc[comm].groupby(["pid", "device"], observed=True).size()
+    n_comp = ev.loc[compute].groupby(["pid", "device"], observed=True).size()
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    rows = []
+    for key in keys:
+        c, k = comm_iv.get(key, empty), comp_iv.get(key, empty)
+        comm_ns = intervals.total(c)
+        overlap_ns = intervals.total(intervals.intersect(c, k))
+        rows.append((key[0], key[1], comm_ns, intervals.total(k), overlap_ns, comm_ns - overlap_ns,
+                     100.0 * overlap_ns / comm_ns if comm_ns else 0.0,
+                     int(n_comm.get(key, 0)), int(n_comp.get(key, 0))))
+    out = pd.DataFrame(rows, columns=list(OVERLAP_COLUMNS))
+    for col in OVERLAP_COLUMNS:
+        if col != "overlap_pct":
+            out[col] = out[col].astype(np.int64)
+    return out
+
+
+def collective_instances(events) -> pd.DataFrame:
+    """One row per NCCL/RCCL kernel, in time order, with its collective and message facts.
+
+    The collective type comes from the kernel row itself (reader-filled), else
+    from the kernel name (``ncclKernel_AllReduce_...``), else from the host op
+    that launched it (``record_param_comms``, ``nccl:all_reduce`` or an NVTX
+    NCCL range enclosing the launch call); message size, dtype, group size,
+    process group and sequence number likewise. exposed_ns is the part of the
+    kernel not covered by any compute kernel on its (pid, device).
+    """
+    ev = _events(events)
+    comm, compute = _split(ev)
+    k = ev.loc[comm]
+    n = len(k)
+    out = {
+        "ts": k["ts"].to_numpy(np.int64), "dur": k["dur"].to_numpy(np.int64),
+        "pid": k["pid"].to_numpy(np.int64), "device": k["device"].to_numpy(np.int64),
+        "stream": k["stream"].to_numpy(np.int64), "name": k["name"].astype(object).to_numpy(),
+    }
+    for c in _INFO_STR:
+        out[c] = (np.array(k[c].astype(object).where(k[c].notna(), None), dtype=object)
+                  if c in k else np.full(n, None, object))
+    for c in _INFO_INT:
+        out[c] = k[c].to_numpy(np.int64).copy() if c in k else np.full(n, -1, np.int64)
+    # Normalise reader-provided spellings; fall back to the kernel name.
+    coll = np.array([normalize_collective(x) if x is not None else None for x in out["collective"]],
+                    dtype=object)
+    from_name = _name_map(k["name"], lambda s: collective_from_kernel(_STRIP.sub("", s)))
+    out["collective"] = np.where(pd.isna(coll), from_name, coll)
+    if n:
+        _fill_from_launcher(ev, k, out)
+    out["collective"] = np.where(pd.isna(out["collective"]), "unknown", out["collective"])
+    # Exposed part of each kernel.
+    exposed = out["dur"].copy()
+    comp_iv = _by_device(ev, compute)
+    for key, iv in comp_iv.items():
+        m = (out["pid"] == key[0]) & (out["device"] == key[1])
+        if m.any():
+            s = out["ts"][m]
+            exposed[m] = out["dur"][m] - intervals.overlap(iv, s, s + out["dur"][m])
+    out["exposed_ns"] = exposed
+    df = pd.DataFrame(out, columns=list(INSTANCE_COLUMNS))
+    return df.sort_values(["ts", "device", "stream"], kind="stable").reset_index(drop=True)
+
+
+def _fill_from_launcher(ev: pd.DataFrame, k: pd.DataFrame, out: dict) -> None:
+    """Copy collective facts from the innermost host op enclosing each kernel's launch call.
+
+    Kernel -> launch: the runtime/driver call with the same pid and correlation id.
+    Launch -> op: host events on the same (pid, tid) that carry a collective
+    (reader-filled column, or a name like ``nccl:all_reduce`` / ``c10d::allreduce_``
+    / an NVTX range in the NCCL domain) and enclose the launch call.
+    """
+    need = pd.isna(out["collective"]) | (out["msg_bytes"] < 0) | (out["group_size"] < 0)
+    if not need.any() or "correlation" not in ev:
+        return
+    rt = ev[ev["kind"].isin(("runtime", "driver")) & (ev["correlation"] >= 0)]
+    if not len(rt):
+        return
+    launch = pd.DataFrame({"i": np.flatnonzero(need), "pid": out["pid"][need],
+                           "correlation": k["correlation"].to_numpy(np.int64)[need]})
+    launch = launch[launch["correlation"] >= 0]
+    rt = rt[["pid", "tid", "ts", "dur", "correlation"]].drop_duplicates(["pid", "correlation"])
+    launch = launch.merge(rt, on=["pid", "correlation"], how="inner")
+    if not len(launch):
+        return
+    hosts = _collective_host_ops(ev)
+    if not len(hosts):
+        return
+    for (pid, tid), lg in launch.groupby(["pid", "tid"], sort=False):
+        hg = hosts[(hosts["pid"] == pid) & (hosts["tid"] == tid)]
+        if not len(hg):
+            continue
+        hs = hg["ts"].to_numpy(np.int64)
+        he = hs + hg["dur"].to_numpy(np.int64)
+        ls = lg["ts"].to_numpy(np.int64)
+        le = ls + lg["dur"].to_numpy(np.int64)
+        idx = lg["i"].to_numpy()
+        # Walk outward from the latest op starting before the launch: nesting is shallow
+        # (record_param_comms > nccl:all_reduce), so a few steps reach every encloser.
+        j = np.searchsorted(hs, ls, side="right") - 1
+        for _ in range(6):
+            ok = j >= 0
+            jj = np.clip(j, 0, len(hs) - 1)
+            enc = ok & (he[jj] >= le)
+            if enc.any():
+                _take(out, idx[enc], hg, jj[enc])
+            j = j - 1
+            if not (j >= 0).any():
+                break
+
+
+def _take(out: dict, rows: np.ndarray, hosts: pd.DataFrame, pick: np.ndarray) -> None:
+    """Fill still-unknown fields of kernels ``rows`` from host ops ``pick`` (innermost first)."""
+    for c in ("collective",) + _INFO_STR[1:]:
+        vals = hosts[c].to_numpy(dtype=object)[pick] if c != "collective" else hosts["_coll"].to_numpy(dtype=object)[pick]
+        cur = out[c][rows]
+        fill = pd.isna(cur) & ~pd.isna(vals)
+        out[c][rows[fill]] = vals[fill]
+    for c in _INFO_INT:
+        vals = hosts[c].to_numpy(np.int64)[pick]
+        cur = out[c][rows]
+        fill = (cur < 0) & (vals >= 0)
+        out[c][rows[fill]] = vals[fill]
+
+
+def _collective_host_ops(ev: pd.DataFrame) -> pd.DataFrame:
+    host = ev[ev["kind"].isin(("cpu_op", "annotation")) & (ev["tid"] >= 0)]
+    coll = host["collective"].astype(object).where(host["collective"].notna(), None).to_numpy()
+    coll = np.array([normalize_collective(c) if c is not None else None for c in coll], dtype=object)
+
+    def by_name(s: str):
+        low = s.lower()
+        if low.startswith(("nccl", "rccl", "c10d::")):
+            return normalize_collective(s)
+        return None
+
+    named = _name_map(host["name"], by_name)
+    if "domain" in host:
+        dom = host["domain"].astype(object).to_numpy()
+        in_nccl = np.array([isinstance(d, str) and d.upper() == "NCCL" for d in dom])
+        named = np.where(in_nccl & pd.isna(named),
+                         _name_map(host["name"], normalize_collective), named)
+    coll = np.where(pd.isna(coll), named, coll)
+    keep = ~pd.isna(coll)
+    cols = ["pid", "tid", "ts", "dur"] + list(_INFO_STR[1:]) + list(_INFO_INT)
+    h = host.loc[keep, cols].copy()
+    h["_coll"] = coll[keep]
+    for c in _INFO_STR[1:]:
+        h[c] = h[c].astype(object).where(h[c].notna(), None)
+    return h.sort_values(["pid", "tid", "ts"], kind="stable").reset_index(drop=True)
+
+
+def busbw_factor(collective: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth correction factor for ``n`` ranks (NaN if n unknown)."""
+    if collective in ("broadcast", "reduce", "send", "recv", "send_recv"):
+        return 1.0
+    if n is None or n < 1:
+        return float("nan")
+    if collective == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return float("nan")
+
+
+def collective_summary(events) -> pd.DataFrame:
+    """Per collective type: count, total_ns, exposed_ns, message bytes and bandwidths.
+
+    total_ns / exposed_ns sum kernel time (not a union). msg_bytes sums the
+    instances with a known size (``sized`` of ``count``); algbw_gbps =
+    Σbytes / Σtime over those instances (bytes per ns = GB/s); busbw_gbps =
+    Σ(bytes · factor(n)) / Σtime over sized instances with a known group size.
+    NaN where sizes or group sizes are unknown. group_size: the most common
+    known group size (-1 if none).
+    """
+    inst = collective_instances(events) if not _is_instances(events) else events
+    rows = []
+    for coll, g in inst.groupby("collective", sort=True):
+        dur = g["dur"].to_numpy(np.int64)
+        b = g["msg_bytes"].to_numpy(np.int64)
+        n = g["group_size"].to_numpy(np.int64)
+        sized = b >= 0
+        t_sized = int(dur[sized].sum())
+        bytes_sum = int(b[sized].sum())
+        algbw = bytes_sum / t_sized if t_sized > 0 else float("nan")
+        fac = np.array([busbw_factor(coll, int(x)) for x in n], dtype=float)
+        bb = sized & ~np.isnan(fac)
+        t_bb = int(dur[bb].sum())
+        busbw = float((b[bb] * fac[bb]).sum() / t_bb) if t_bb > 0 else float("nan")
+        known_n = n[n > 0]
+        gs = int(pd.Series(known_n).mode().iloc[0]) if len(known_n) else -1
+        rows.append((str(coll), len(g), int(dur.sum()), int(g["exposed_ns"].sum()),
+                     float(dur.mean()), bytes_sum if sized.any() else -1, int(sized.sum()),
+                     bytes_sum / sized.sum() if sized.any() else float("nan"), algbw, busbw, gs))
+    out = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    return out.sort_values(["total_ns", "collective"], ascending=[False, True],
+                           kind="stable").reset_index(drop=True)
+
+
+def _is_instances(x) -> bool:
+    return isinstance(x, pd.DataFrame) and "exposed_ns" in x.columns and "kind" not in x.columns
+
+
+def nccl_report(events) -> dict:
+    """Everything above as plain JSON-able data (for the CLI and analyze())."""
+    ev = _events(events)
+    ov = comm_overlap(ev)
+    summ = collective_summary(collective_instances(ev))
+    comm = int(ov["comm_ns"].sum()) if len(ov) else 0
+    overlap = int(ov["overlap_ns"].sum()) if len(ov) else 0
+    return {
+        "comm_ns": comm,
+        "exposed_ns": comm - overlap,
+        "overlap_pct": 100.0 * overlap / comm if comm else 0.0,
+        "devices": _records(ov),
+        "collectives": _records(summ),
+    }
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    recs = df.to_dict(orient="records")
+    for r in recs:
+        for key, v in r.items():
+            if isinstance(v, float) and np.isnan(v):
+                r[key] = None
+            elif isinstance(v, np.integer):
+                r[key] = int(v)
+            elif isinstance(v, np.floating):
+                r[key] = float(v)
+    return recs
