@@ -16,6 +16,7 @@ from ._common import emit, load_trace, output_option
 from ..passes.api import api_summary, render_api
 from ..passes.gaps import gpu_gaps, nsys_order
 from ..passes.kernels import kernel_summary, render_csv, render_summary, render_text
+from ..render.text import fmt_ns
 from ..table import Trace
 
 stats_format_option = click.option(
@@ -92,5 +93,5 @@ def render_gaps(t: Trace, min_gap_ns: int, fmt: str) -> str:
                 for r in rows]
         return json.dumps(recs, indent=2)
     if not rows:
-        return f"no GPU gaps longer than {min_gap_ns} ns"
+        return f"no GPU gaps longer than {fmt_ns(min_gap_ns)}"
     return render_text(GAP_HEADERS, rows, numeric_cols=len(GAP_HEADERS), plain=(0, 3, 4, 5))

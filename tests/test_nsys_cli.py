@@ -1,0 +1,114 @@
+"""The kernels / gaps / api commands, info and analyze on nsys exports; exit codes."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from traceread.cli import main
+from traceread.cli.nsys_stats import parse_duration
+from traceread.synth.nsys import write_planted
+
+FIX = Path(__file__).parent / "fixtures" / "nsys"
+GOLD = FIX / "golden"
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    return str(write_planted(tmp_path_factory.mktemp("cli") / "planted.sqlite"))
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_kernels_csv(planted):
+    r = run("kernels", planted, "--format", "csv")
+    assert r.exit_code == 0
+    lines = r.output.splitlines()
+    assert lines[0].startswith("Time (%),Total Time (ns),Instances,")
+    assert lines[1] == "54.9,9000,3,3000.0,3000.0,1000,5000,2000.0,\"void gemm_kernel<float>(float *, int)\""
+
+
+def test_gaps_csv(planted):
+    r = run("gaps", planted, "--min-gap", "1us", "--format", "csv")
+    assert r.exit_code == 0
+    assert r.output.splitlines() == [
+        "Row#,Duration (ns),Start (ns),PID,Device ID,Context ID",
+        "1,16000,4000,200,1,1", "2,7000,13000,100,0,1", "3,5000,5000,100,0,1",
+        "4,5000,25000,100,0,1"]
+
+
+def test_api_csv_and_real_calls_only(planted):
+    r = run("api", planted, "--format", "csv")
+    assert r.exit_code == 0
+    names = [line.rsplit(",", 1)[1] for line in r.output.splitlines()[1:]]
+    assert names == ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemcpyAsync",
+                     "cudaStreamSynchronize", "cudaStreamIsCapturing_v10000"]
+    r2 = run("api", planted, "--real-calls-only", "--format", "json")
+    recs = json.loads(r2.output)
+    assert [(x["Name"], x["Num Calls"], x["Total Time (ns)"]) for x in recs] == [
+        ("cudaLaunchKernel", 6, 3000), ("cudaMemcpyAsync", 1, 600),
+        ("cudaStreamSynchronize", 1, 100), ("cudaStreamIsCapturing", 1, 50)]
+
+
+def test_text_outputs(planted):
+    for args in (("kernels",), ("gaps", "--min-gap", "1us"), ("api",)):
+        r = run(*args, planted)
+        assert r.exit_code == 0 and "----" in r.output
+    r = run("gaps", planted)
+    assert r.exit_code == 0 and r.output.strip() == "no GPU gaps longer than 1 ms"
+
+
+def test_info_and_analyze(planted):
+    r = run("info", planted, "--format", "json")
+    assert r.exit_code == 0
+    info = json.loads(r.output)
+    assert info["format"] == "nsys" and info["devices"] == [0, 1]
+    assert info["by_kind"]["kernel"] == 7
+    r = run("analyze", planted)
+    assert r.exit_code == 0 and "nsys" in r.output
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in GOLD.iterdir()) if GOLD.exists() else [])
+def test_fixture_goldens_byte_for_byte(name):
+    sqlite = FIX / f"{name}.sqlite"
+    for cmd, golden, extra in (("kernels", "cuda_gpu_kern_sum.csv", ()),
+                               ("api", "cuda_api_sum.csv", ()),
+                               ("gaps", "gpu_gaps_gap1ms.csv", ("--min-gap", "1ms"))):
+        g = GOLD / name / golden
+        if g.exists():
+            r = run(cmd, sqlite, "--format", "csv", *extra)
+            assert r.exit_code == 0
+            assert r.output == g.read_text(), f"{cmd} on {name}"
+
+
+def test_bad_inputs_exit_1_one_line(tmp_path):
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (a)")
+    con.commit()
+    con.close()
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"SQLite format 3\x00" + b"\x00\x01" * 600)
+    for p in (other, empty, junk, tmp_path / "missing.sqlite"):
+        for cmd in ("kernels", "gaps", "api", "info"):
+            r = run(cmd, p)
+            assert r.exit_code == 1, (cmd, p, r.output)
+            err = r.output.strip()  # CliRunner mixes stderr in
+            assert err.startswith("traceread: error: ") and "\n" not in err
+            assert "Traceback" not in err
+
+
+def test_bad_min_gap(planted):
+    assert run("gaps", planted, "--min-gap", "soon").exit_code == 2
+
+
+def test_parse_duration():
+    assert [parse_duration(x) for x in ("1ms", "500us", "2s", "1.5ms", "250", "7ns")] == [
+        1_000_000, 500_000, 2_000_000_000, 1_500_000, 250, 7]
