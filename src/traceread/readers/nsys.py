@@ -125,8 +125,10 @@ def _kernels(db: Db, s: Strings) -> dict | None:
 
 def _collectives(names: pa.DictionaryArray) -> pa.DictionaryArray | None:
     """NCCL collective type per kernel, computed once per distinct name."""
-    from ..collectives import collective_from_kernel
-
+    try:
+        from ..collectives import collective_from_kernel
+    except ImportError:  # shared vocabulary not installed yet: leave `collective` empty
+        return None
     coll = np.array([collective_from_kernel(x) for x in names.dictionary.to_pylist()], dtype=object)
     if not any(c is not None for c in coll):
         return None
