@@ -1,0 +1,148 @@
+"""Planted-truth multi-rank jobs: one Kineto trace per rank, one rank made slow.
+
+Every step on every rank: a ``ProfilerStep#N`` range, a compute kernel, then an
+all_reduce (record_param_comms on the host, an NCCL kernel on the comm stream). The
+slow rank sleeps ``delay_ns`` on the host before each all_reduce, so its NCCL kernel
+starts that much later; every rank's all_reduce ends together, ``transfer_ns`` after
+the last arrival. Truth, per all_reduce instance:
+
+* transfer = ``transfer_ns``; rank r waits ``arrival_max - arrival_r``;
+* the slow rank is last every time and holds the next-latest rank back by
+  ``delay_ns + jitter[slow] - max(jitter[others])`` (``delay_ns`` when no jitter);
+* step N on rank r lasts ``step_ns + r * step_skew_ns``.
+
+``make_job`` returns the ``Trace`` objects; ``write_job`` writes them with the
+Kineto writer (``synth.kineto.write_kineto``) as ``rank-<r>.json.gz``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..table import Trace, TraceMeta, build_table
+
+NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+COMPUTE_KERNEL = "ampere_sgemm_128x64_tn"
+BASE_TS = 1_700_000_000_000_000_000  # epoch ns
+US = 1_000
+
+
+@dataclass
+class JobSpec:
+    ranks: int = 4
+    steps: int = 5
+    slow_rank: int = 2
+    delay_ns: int = 3_000 * US        # host sleep before each all_reduce on the slow rank
+    transfer_ns: int = 800 * US       # all_reduce time once everybody has arrived
+    compute_ns: int = 5_000 * US
+    step_ns: int = 20_000 * US        # ProfilerStep length on rank 0
+    step_skew_ns: int = 0             # rank r's steps are r * step_skew_ns longer
+    jitter_ns: list[int] = field(default_factory=list)  # extra arrival delay per rank
+    msg_bytes: int = 4 * 1024 * 1024
+    with_seq: bool = True             # record process group + sequence numbers
+    drop: dict[int, list[int]] = field(default_factory=dict)  # rank -> steps whose NCCL kernel is missing
+    clock_offset_ns: list[int] = field(default_factory=list)  # per-rank clock error (host clocks disagree)
+
+    def jitter(self, r: int) -> int:
+        return int(self.jitter_ns[r]) if self.jitter_ns else 0
+
+    def offset(self, r: int) -> int:
+        return int(self.clock_offset_ns[r]) if self.clock_offset_ns else 0
+
+    def arrival(self, r: int) -> int:
+        """NCCL kernel start relative to the step start (true clock)."""
+        return 50 * US + self.compute_ns + 100 * US + self.jitter(r) + (self.delay_ns if r == self.slow_rank else 0)
+
+    def truth(self) -> dict:
+        arr = {r: self.arrival(r) for r in range(self.ranks)}
+        last = max(arr.values())
+        others = [a for r, a in arr.items() if r != self.slow_rank]
+        return {
+            "transfer_ns": self.transfer_ns,
+            "wait_ns": {r: last - a for r, a in arr.items()},
+            "dur_ns": {r: last - a + self.transfer_ns for r, a in arr.items()},
+            "straggler": self.slow_rank,
+            "delay_ns": arr[self.slow_rank] - max(others),
+            "step_ns": {r: self.step_ns + r * self.step_skew_ns for r in range(self.ranks)},
+        }
+
+
+def make_job(spec: JobSpec | None = None) -> list[Trace]:
+    spec = spec or JobSpec()
+    return [_rank_trace(spec, r) for r in range(spec.ranks)]
+
+
+def _rank_trace(spec: JobSpec, r: int) -> Trace:
+    pid, tid = 1000 + r, 1000 + r
+    period = spec.step_ns + (spec.ranks - 1) * spec.step_skew_ns + 10_000 * US
+    last_arrival = max(spec.arrival(q) for q in range(spec.ranks))
+    rows: dict[str, list] = {c: [] for c in ("ts", "dur", "kind", "name", "cat", "pid", "tid", "device",
+                                              "stream", "correlation", "external_id", "collective",
+                                              "msg_bytes", "msg_nelems", "dtype", "group_size",
+                                              "process_group", "seq")}
+
+    def add(**kw):
+        for c in rows:
+            rows[c].append(kw.get(c, None if c in ("collective", "dtype", "process_group", "cat") else -1))
+
+    corr = 1
+    for s in range(spec.steps):
+        t0 = BASE_TS + s * period + spec.offset(r)
+        step = s + 1
+        add(ts=t0, dur=spec.step_ns + r * spec.step_skew_ns, kind="annotation", name=f"ProfilerStep#{step}",
+            cat="user_annotation", pid=pid, tid=tid)
+        # compute: aten::mm -> cudaLaunchKernel -> gemm kernel
+        add(ts=t0 + 10 * US, dur=30 * US, kind="cpu_op", name="aten::mm", cat="cpu_op", pid=pid, tid=tid,
+            external_id=corr)
+        add(ts=t0 + 20 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
+            pid=pid, tid=tid, correlation=corr, external_id=corr)
+        add(ts=t0 + 50 * US, dur=spec.compute_ns, kind="kernel", name=COMPUTE_KERNEL, cat="kernel", pid=pid,
+            device=r, stream=7, correlation=corr, external_id=corr)
+        corr += 1
+        if step in spec.drop.get(r, []):
+            continue
+        # all_reduce: record_param_comms -> cudaLaunchKernel -> NCCL kernel (launched just in time)
+        arrive = t0 + spec.arrival(r)
+        end = t0 + last_arrival + spec.transfer_ns
+        coll = dict(collective="all_reduce", msg_bytes=spec.msg_bytes, msg_nelems=spec.msg_bytes // 4,
+                    dtype="Float", group_size=spec.ranks,
+                    process_group="0" if spec.with_seq else None, seq=s if spec.with_seq else -1)
+        add(ts=arrive - 40 * US, dur=35 * US, kind="cpu_op", name="record_param_comms", cat="cpu_op",
+            pid=pid, tid=tid, external_id=corr, **coll)
+        add(ts=arrive - 30 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
+            pid=pid, tid=tid, correlation=corr, external_id=corr)
+        add(ts=arrive, dur=end - arrive, kind="kernel", name=NCCL_KERNEL, cat="kernel", pid=pid, device=r,
+            stream=20, correlation=corr, external_id=corr, **coll)
+        corr += 1
+    n = len(rows["ts"])
+    cols = {c: (np.asarray(v, dtype=np.int64) if c not in ("kind", "name", "cat", "collective", "dtype",
+                                                         "process_group") else v)
+            for c, v in rows.items()}
+    table = build_table(cols, n)
+    meta = TraceMeta(path=f"rank-{r}.json.gz", format="kineto", format_version="1.0.1",
+                     producer="traceread.synth.multirank", clock="epoch_ns", rank=r, world_size=spec.ranks,
+                     rank_source="distributedInfo",
+                     distributed={"backend": "nccl", "rank": r, "world_size": spec.ranks},
+                     devices=[{"device": r, "name": "Synthetic GPU"}],
+                     processes={pid: f"rank{r}"}, threads={tid: "main"})
+    return Trace(table, meta)
+
+
+def write_job(out_dir: str | Path, spec: JobSpec | None = None, name: str = "rank-{rank}.json.gz") -> list[Path]:
+    """Write one Kineto trace per rank into ``out_dir``; returns the paths."""
+    from .kineto import write_kineto
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for t in make_job(spec):
+        p = out / name.format(rank=t.meta.rank)
+        t.meta.path = str(p)
+        write_kineto(t, p)
+        paths.append(p)
+    return paths
+
+
+__all__ = ["JobSpec", "make_job", "write_job"]
