@@ -1,0 +1,317 @@
+"""Training steps: where they are on the host, which GPU work each one launched.
+
+A step comes from a host range whose name matches the step pattern:
+``ProfilerStep#N`` (torch.profiler's ``prof.step()``) by default, else an
+NVTX/record_function range such as ``step 12``, ``iteration_3``, ``train_step 7``
+(``FALLBACK_STEP_PATTERN``), or whatever ``--step-pattern`` says.
+
+Real traces repeat a step's range: once per thread, or nested twice on the
+same thread (old Kineto wrote ``ProfilerStep#N`` both as an operator and a
+user annotation). Ranges of one process that carry the same number and
+overlap are merged into one step (earliest start, latest end); unnumbered
+ranges nested inside one another are merged the same way. A step's CPU span
+is then clipped to the start of the next step of its process, so the steps of
+one process never overlap.
+
+The GPU work of a step is the GPU operations *launched* during its CPU span:
+each op is linked to its runtime/driver launch call through the correlation
+id, and the launch timestamp decides the step. Ops without a launch record
+(GPU-only traces, lost correlation) fall back to their own start time.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..table import GPU_OP_KINDS
+
+DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
+FALLBACK_STEP_PATTERN = r"(?i)^(?:train[_ ]?)?(?:step|iter|iteration|batch)[\s_#:=-]*\d+$"
+STEP_KINDS = ("annotation", "cpu_op", "python")
+LAUNCH_KINDS = ("runtime", "driver")
+
+STEP_COLUMNS = ("index", "step", "name", "pid", "tid", "start", "end", "dur")
+
+
+def name_mask(ev: pd.DataFrame, pattern: str, kinds=None) -> np.ndarray:
+    """Rows whose name matches ``pattern`` (regex searched once per distinct name)."""
+    names = ev["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    rx = re.compile(pattern)
+    cats = names.cat.categories
+    hit = np.fromiter((bool(rx.search(str(c))) for c in cats), bool, len(cats))
+    codes = names.cat.codes.to_numpy()
+    m = np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
+    if kinds is not None:
+        m &= ev["kind"].isin(kinds).to_numpy()
+    return m
+
+
+def find_steps(ev: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataFrame, str]:
+    """Steps of every process, sorted by (pid, start), and the pattern that found them.
+
+    Columns: index (0..n-1), step (the number in the name, or the ordinal when
+    names carry none), name, pid, tid, start, end, dur (int ns). With no
+    ``pattern``, ``DEFAULT_STEP_PATTERN`` is tried, then ``FALLBACK_STEP_PATTERN``.
+    """
+    patterns = [pattern] if pattern else [DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN]
+    for pat in patterns:
+        m = name_mask(ev, pat, STEP_KINDS) & (ev["dur"].to_numpy() > 0)
+        if m.any():
+            return _merge_ranges(ev[m]), pat
+    return _empty_steps(), patterns[0]
+
+
+def _empty_steps() -> pd.DataFrame:
+    cols = {c: np.empty(0, np.int64) for c in STEP_COLUMNS}
+    cols["name"] = np.empty(0, object)
+    return pd.DataFrame(cols)
+
+
+def _merge_ranges(c: pd.DataFrame) -> pd.DataFrame:
+    names = c["name"].astype(str)
+    num = names.str.extract(r"(\d+)\D*$", expand=False)
+    df = pd.DataFrame({
+        "pid": c["pid"].to_numpy(np.int64),
+        "tid": c["tid"].to_numpy(np.int64),
+        "num": pd.to_numeric(num, errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
+        "name": names.to_numpy(object),
+        "start": c["ts"].to_numpy(np.int64),
+        "end": (c["ts"] + c["dur"]).to_numpy(np.int64),
+    })
+    df = df.sort_values(["pid", "num", "start"], kind="stable").reset_index(drop=True)
+    # A new step begins where a range starts after everything of its (pid, num) so far
+    # ended. Integer arithmetic throughout: epoch-ns timestamps do not survive float64.
+    pid, num = df["pid"].to_numpy(), df["num"].to_numpy()
+    first = np.r_[True, (pid[1:] != pid[:-1]) | (num[1:] != num[:-1])]
+    reach = _group_cummax(first, df["end"].to_numpy(np.int64))
+    start = df["start"].to_numpy(np.int64)
+    new = first | (start >= np.r_[0, reach[:-1]])
+    df["occ"] = np.cumsum(new)
+    g = df.groupby("occ", sort=False)
+    out = pd.DataFrame({
+        "step": g["num"].first(), "name": g["name"].first(), "pid": g["pid"].first(),
+        "tid": g["tid"].first(), "start": g["start"].min(), "end": g["end"].max()})
+    out = out.sort_values(["pid", "start"], kind="stable").reset_index(drop=True)
+    # Unnumbered ranges: number them in time order within their process.
+    unnumbered = out["step"].to_numpy() < 0
+    if unnumbered.any():
+        ordinal = out.groupby("pid").cumcount().to_numpy()
+        out.loc[unnumbered, "step"] = ordinal[unnumbered]
+    # Clip each step at the start of the next one of its process.
+    pid = out["pid"].to_numpy()
+    start = out["start"].to_numpy(np.int64)
+    end = out["end"].to_numpy(np.int64)
+    has_next = np.r_[pid[1:] == pid[:-1], False]
+    nxt = np.r_[start[1:], 0]
+    out["end"] = np.where(has_next, np.minimum(end, nxt), end).astype(np.int64)
+    out["dur"] = out["end"] - out["start"]
+    out.insert(0, "index", np.arange(len(out), dtype=np.int64))
+    return out[list(STEP_COLUMNS)]
+
+
+def _group_cummax(first: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Running maximum of ``x`` restarting where ``first`` is True (int64, no floats)."""
+    out = x.copy()
+    bounds = np.flatnonzero(first).tolist() + [len(x)]
+    if len(bounds) - 1 > 64:  # many groups: offset trick keeps it vectorised
+        g = np.cumsum(first) - 1
+        lo = int(x.min()) if len(x) else 0
+        span = int(x.max()) - lo + 1 if len(x) else 1
+        if span * (int(g.max()) + 1) < 2**62:
+            off = g * span - lo
+            return np.maximum.accumulate(x + off) - off
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        out[a:b] = np.maximum.accumulate(x[a:b])
+    return out
+
+
+def whole_trace_window(ev: pd.DataFrame) -> pd.DataFrame:
+    """One pseudo-step covering the whole trace (for traces without step ranges)."""
+    if len(ev):
+        lo = int(ev["ts"].min())
+        hi = int((ev["ts"] + ev["dur"]).max())
+    else:
+        lo = hi = 0
+    return pd.DataFrame({"index": [0], "step": [-1], "name": ["whole trace"], "pid": [-1],
+                         "tid": [-1], "start": [lo], "end": [hi], "dur": [hi - lo]})
+
+
+def gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
+    """Kernels, memcpys and memsets with their launch call's time, pid and tid.
+
+    Adds ``launch_ts`` / ``launch_pid`` / ``launch_tid`` (-1 when no runtime or
+    driver call with the same correlation id exists) and ``end``.
+    """
+    ops = ev.loc[ev["kind"].isin(GPU_OP_KINDS),
+                 ["ts", "dur", "kind", "name", "pid", "device", "stream", "correlation"]]
+    ops = ops.reset_index(drop=True)
+    ops["end"] = ops["ts"] + ops["dur"]
+    ops["launch_ts"] = np.int64(-1)
+    ops["launch_pid"] = np.int64(-1)
+    ops["launch_tid"] = np.int64(-1)
+    if not len(ops):
+        return ops
+    rt = ev.loc[ev["kind"].isin(LAUNCH_KINDS) & (ev["correlation"] >= 0),
+                ["ts", "pid", "tid", "correlation"]]
+    if not len(rt):
+        return ops
+    corr = ops["correlation"].to_numpy(np.int64)
+    # Correlation ids are unique per process; match on (pid, id), or on the id
+    # alone when GPU ops carry no launching pid (older Kineto: pid = device).
+    for keys in (["pid", "correlation"], ["correlation"]):
+        todo = (ops["launch_ts"].to_numpy() < 0) & (corr >= 0)
+        if not todo.any():
+            break
+        r = rt.drop_duplicates(["pid", "correlation"], keep="first")
+        if keys == ["correlation"]:  # ambiguous across processes: use only unique ids
+            r = r.drop_duplicates("correlation", keep=False)
+        r = r.rename(columns={"ts": "lts", "tid": "ltid"}).assign(lpid=r["pid"])
+        if "pid" not in keys:
+            r = r.drop(columns="pid")
+        hit = ops.loc[todo, keys].reset_index().merge(r, on=keys, how="inner")
+        if len(hit):
+            idx = hit["index"].to_numpy()
+            ops.loc[idx, "launch_ts"] = hit["lts"].to_numpy(np.int64)
+            ops.loc[idx, "launch_pid"] = hit["lpid"].to_numpy(np.int64)
+            ops.loc[idx, "launch_tid"] = hit["ltid"].to_numpy(np.int64)
+    return ops
+
+
+def assign_steps(steps: pd.DataFrame, pid: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Index of the step whose span [start, end) contains ``ts`` in process ``pid``; -1 if none.
+
+    A pseudo-step with pid -1 matches every process.
+    """
+    pid = np.asarray(pid, np.int64)
+    ts = np.asarray(ts, np.int64)
+    out = np.full(len(ts), -1, np.int64)
+    if not len(steps) or not len(ts):
+        return out
+    any_pid = steps["pid"].to_numpy() < 0
+    groups = [(None, steps[any_pid])] if any_pid.any() else []
+    groups += [(p, g) for p, g in steps[~any_pid].groupby("pid", sort=False)]
+    unknown = pid < 0
+    for p, g in groups:
+        s = g["start"].to_numpy(np.int64)
+        e = g["end"].to_numpy(np.int64)
+        idx = g["index"].to_numpy(np.int64)
+        # Ops with no known pid can only be placed when one process has steps.
+        sel = (out < 0) & ((pid == p) | (unknown & (len(groups) == 1))) if p is not None \
+            else (out < 0)
+        if not sel.any():
+            continue
+        k = np.searchsorted(s, ts[sel], side="right") - 1
+        kk = np.clip(k, 0, len(s) - 1)
+        ok = (k >= 0) & (ts[sel] < e[kk])
+        out[np.flatnonzero(sel)[ok]] = idx[kk[ok]]
+    return out
+
+
+def step_of_gpu_ops(steps: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Step index of each GPU op: by its launch call when known, else by its start."""
+    linked = ops["launch_ts"].to_numpy() >= 0
+    ts = np.where(linked, ops["launch_ts"].to_numpy(np.int64), ops["ts"].to_numpy(np.int64))
+    pid = np.where(linked, ops["launch_pid"].to_numpy(np.int64), ops["pid"].to_numpy(np.int64))
+    return assign_steps(steps, pid, ts)
+
+
+def grouped_union_total(group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                        n_groups: int) -> np.ndarray:
+    """Length of the union of the intervals of each group (groups 0..n_groups-1)."""
+    out = np.zeros(n_groups, np.int64)
+    keep = (group >= 0) & (ends > starts)
+    if not keep.any():
+        return out
+    g, s, e = group[keep], starts[keep], ends[keep]
+    order = np.lexsort((s, g))
+    g, s, e = g[order], s[order], e[order]
+    first = np.r_[True, g[1:] != g[:-1]]
+    # Running reach within each group: shift every group onto its own stretch of the line.
+    lo = s.min()
+    span = int(e.max() - lo) + 1
+    if span * (int(g.max()) + 1) < 2**62:
+        off = g * span - lo
+        reach = np.maximum.accumulate(e + off) - off
+    else:  # enormous spans: per-group fallback
+        reach = np.empty_like(e)
+        bounds = np.flatnonzero(first).tolist() + [len(g)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            reach[a:b] = np.maximum.accumulate(e[a:b])
+    prev_reach = np.r_[0, reach[:-1]]
+    new = first | (s > prev_reach)
+    # Each piece contributes its reach minus its start; a piece ends where the next begins.
+    piece_start = s[new]
+    last = np.r_[np.flatnonzero(new)[1:] - 1, len(s) - 1]
+    piece_len = reach[last] - piece_start
+    np.add.at(out, g[new], piece_len)
+    return out
+
+
+def step_table(steps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> pd.DataFrame:
+    """Per step: CPU span plus the GPU span, op count and busy time of the work it launched.
+
+    ``busy_ns`` is the union over each device of the step's own GPU ops, summed over devices.
+    """
+    n = len(steps)
+    out = steps.copy()
+    gpu_start = np.full(n, -1, np.int64)
+    gpu_end = np.full(n, -1, np.int64)
+    count = np.zeros(n, np.int64)
+    busy = np.zeros(n, np.int64)
+    if len(ops) and n:
+        st = op_step
+        m = st >= 0
+        if m.any():
+            s = ops["ts"].to_numpy(np.int64)[m]
+            e = ops["end"].to_numpy(np.int64)[m]
+            k = st[m]
+            count = np.bincount(k, minlength=n).astype(np.int64)
+            has = count > 0
+            mn = np.full(n, np.iinfo(np.int64).max, np.int64)
+            mx = np.full(n, np.iinfo(np.int64).min, np.int64)
+            np.minimum.at(mn, k, s)
+            np.maximum.at(mx, k, e)
+            gpu_start = np.where(has, mn, -1)
+            gpu_end = np.where(has, mx, -1)
+            dev = ops["device"].to_numpy(np.int64)[m]
+            dev_codes, dev_idx = np.unique(dev, return_inverse=True)
+            grp = k * len(dev_codes) + dev_idx
+            per = grouped_union_total(grp, s, e, n * len(dev_codes))
+            busy = per.reshape(n, len(dev_codes)).sum(axis=1)
+    out["gpu_start"] = gpu_start
+    out["gpu_end"] = gpu_end
+    out["gpu_ops"] = count
+    out["busy_ns"] = busy
+    return out
+
+
+def step_stats(durs, bursty_cv: float = 0.25, bursty_max_ratio: float = 2.0) -> dict | None:
+    """mean, median, p90, min, max, stddev (population), cv; bursty flag.
+
+    ``bursty``: at least 3 steps and (cv > ``bursty_cv`` or the slowest step takes
+    more than ``bursty_max_ratio`` times the median).
+    """
+    d = np.asarray(durs, np.int64)
+    if not len(d):
+        return None
+    mean = float(d.mean())
+    med = float(np.median(d))
+    std = float(d.std())
+    cv = std / mean if mean > 0 else 0.0
+    bursty = bool(len(d) >= 3 and (cv > bursty_cv or d.max() > bursty_max_ratio * med))
+    return {
+        "count": int(len(d)),
+        "total_ns": int(d.sum()),
+        "mean_ns": int(round(mean)),
+        "median_ns": int(round(med)),
+        "p90_ns": int(round(float(np.percentile(d, 90)))),
+        "min_ns": int(d.min()),
+        "max_ns": int(d.max()),
+        "stddev_ns": int(round(std)),
+        "cv": round(cv, 4),
+        "bursty": bursty,
+    }
