@@ -1,0 +1,278 @@
+"""torch.compile: when the host was compiling, what it compiled, and what it cost the GPU.
+
+Real torch.profiler traces (torch 2.13, also older releases) contain:
+
+* compile spans -- ``cpu_op`` ranges written by ``dynamo_timed``: a phase name
+  (``dynamo``, ``entire_frame_compile``, ``backend_compile``,
+  ``inductor_compile``, ``compile_file``, ``compile_attempt_0`` ...) and the
+  same phase again with a `` (dynamo_timed)`` suffix, nested;
+* compile-id markers -- ``user_annotation`` ranges ``<phase>_data: compile_id=F/N``
+  (torch >= 2.6) inside the spans of one compile;
+* compiled-region runs -- ``Torch-Compiled Region: F/N`` (frame F, its N-th
+  compile; N >= 1 is a recompile; ``!A/F/N`` or ``!A`` ids are compiled autograd);
+* guard evaluation -- ``TorchDynamo Cache Lookup`` before every call.
+
+A *compile* here is one episode: a connected stretch of nested compile spans
+on one host thread. Its compile id comes from the first ``compile_id=``
+marker inside it; without markers (older torch) from the first
+``Torch-Compiled Region`` that starts on the same thread after the episode
+ends (the code that was just compiled running for the first time).
+Times are unions (nested spans never double count).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..table import GPU_OP_KINDS, Trace
+from . import intervals
+
+# Phase names dynamo_timed writes without the " (dynamo_timed)" suffix.
+COMPILE_PHASES = frozenset((
+    "dynamo", "entire_frame_compile", "backend_compile", "inductor_compile", "code_gen",
+    "compile_file", "fx_codegen_and_compile", "create_aot_dispatcher_function",
+    "aot_collect_metadata", "aot_trace_joint_graph", "async_compile.wait",
+    "GraphLowering.compile_to_fn", "PyCodeCache.load_by_key_path", "compile_fx_inner",
+    "CacheBase.get_system.triton_key", "inductor_codecache_torch_key",
+    "compile_fx.<locals>.fw_compiler_base", "compile_fx.<locals>.bw_compiler",
+    "OutputGraph.call_user_compiler", "_compile.compile_inner",
+))
+_PHASE_RE = re.compile(r"^compile_attempt_\d+$|\(dynamo_timed\)$")
+_MARKER_RE = re.compile(r"_data: .*compile_id=(![0-9]+(?:/[0-9]+/[0-9]+)?|[0-9]+/[0-9]+)")
+_REGION_RE = re.compile(r"^Torch-Compiled Region: (\S+)$")
+CACHE_LOOKUP = "TorchDynamo Cache Lookup"
+_HOST_KINDS = ("cpu_op", "annotation")
+
+EVENT_COLUMNS = ("compile_id", "frame", "attempt", "recompile", "compiled_autograd", "ts", "end",
+                 "dur", "compile_ns", "pid", "tid", "step", "name", "id_source")
+
+
+def _events(trace_or_events) -> pd.DataFrame:
+    return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
+
+
+def _per_name(names: pd.Series, fn) -> np.ndarray:
+    cat = names.astype("category") if names.dtype != "category" else names
+    lut = np.array([fn(str(c)) for c in cat.cat.categories] + [fn("")], dtype=object)
+    codes = cat.cat.codes.to_numpy()
+    return lut[np.where(codes < 0, len(lut) - 1, codes)]
+
+
+def _is_compile_name(s: str) -> bool:
+    return s in COMPILE_PHASES or bool(_PHASE_RE.search(s)) or bool(_MARKER_RE.search(s))
+
+
+def _marker_id(s: str):
+    m = _MARKER_RE.search(s)
+    return m.group(1) if m else None
+
+
+def _region_id(s: str):
+    m = _REGION_RE.match(s)
+    return m.group(1) if m else None
+
+
+def parse_compile_id(cid: str | None) -> tuple[str | None, int, bool]:
+    """``"0/1"`` -> (frame "0", attempt 1, False); ``"!2/0/3"`` -> ("!2/0", 3, True); ``"!2"`` -> ("!2", 0, True)."""
+    if not cid:
+        return None, -1, False
+    ca = cid.startswith("!")
+    parts = cid.split("/")
+    if len(parts) == 1:
+        return cid, 0, ca
+    return "/".join(parts[:-1]), int(parts[-1]), ca
+
+
+def _host(ev: pd.DataFrame, fn) -> pd.DataFrame:
+    host = ev[ev["kind"].isin(_HOST_KINDS)]
+    val = _per_name(host["name"], fn)
+    keep = ~pd.isna(val) & (val != False)  # noqa: E712 -- object array of bool/str/None
+    out = host.loc[keep, ["ts", "dur", "pid", "tid", "name"]].copy()
+    out["val"] = val[keep]
+    return out
+
+
+def compile_spans(events) -> pd.DataFrame:
+    """Every compile span (phases, ``(dynamo_timed)`` ranges, compile-id markers)."""
+    return _host(_events(events), lambda s: True if _is_compile_name(s) else None)
+
+
+def _step_of(pid: np.ndarray, ts: np.ndarray, steps: pd.DataFrame | None) -> np.ndarray:
+    """Step number containing each (pid, ts), -1 outside every step."""
+    out = np.full(len(ts), -1, np.int64)
+    if steps is None or not len(steps) or not len(ts):
+        return out
+    st = steps
+    if "start" not in st.columns and "ts" in st.columns:
+        st = st.assign(start=st["ts"], end=st["ts"] + st["dur"])
+    has_pid = "pid" in st.columns
+    groups = st.groupby("pid", sort=False) if has_pid else [(None, st)]
+    for p, g in groups:
+        g = g.sort_values("start", kind="stable")
+        s = g["start"].to_numpy(np.int64)
+        e = g["end"].to_numpy(np.int64)
+        num = g["step"].to_numpy(np.int64)
+        m = (pid == p) if has_pid else np.ones(len(ts), bool)
+        j = np.searchsorted(s, ts[m], side="right") - 1
+        jj = np.clip(j, 0, len(s) - 1)
+        inside = (j >= 0) & (ts[m] < e[jj])
+        out[np.flatnonzero(m)[inside]] = num[jj[inside]]
+    return out
+
+
+def _default_steps(ev: pd.DataFrame) -> pd.DataFrame | None:
+    from .steps import find_steps
+
+    st, _ = find_steps(ev)
+    return st if len(st) else None
+
+
+def compile_events(events, steps=None) -> pd.DataFrame:
+    """One row per compile episode (see module docstring), in time order.
+
+    Columns: compile_id (str or None), frame, attempt (N of F/N, -1 unknown),
+    recompile (attempt >= 1), compiled_autograd, ts, end, dur (episode span),
+    compile_ns (union of its spans; equals dur for one thread), pid, tid,
+    step (-1 when outside every step or no steps), name (outermost span),
+    id_source ("marker", "region" or "").
+    ``steps``: a DataFrame with step, start, end (and pid), e.g.
+    ``passes.steps.find_steps(ev)[0]``; default: found in the trace.
+    """
+    ev = _events(events)
+    spans = compile_spans(ev)
+    if not len(spans):
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in EVENT_COLUMNS})
+    if steps is None:
+        steps = _default_steps(ev)
+    markers = _host(ev, _marker_id)
+    regions = _host(ev, _region_id)
+    rows = []
+    for (pid, tid), g in spans.groupby(["pid", "tid"], sort=False):
+        s = g["ts"].to_numpy(np.int64)
+        e = s + g["dur"].to_numpy(np.int64)
+        us, ue = intervals.union(s, e)
+        # Outermost span name: the earliest-starting, longest span of each episode.
+        order = np.lexsort((-(e - s), s))
+        first_in = np.searchsorted(s[order], us, side="left")
+        names = g["name"].astype(str).to_numpy()[order][first_in]
+        mk = markers[(markers["pid"] == pid) & (markers["tid"] == tid)].sort_values("ts")
+        rg = regions[(regions["pid"] == pid) & (regions["tid"] == tid)].sort_values("ts")
+        mk_ts = mk["ts"].to_numpy(np.int64)
+        rg_ts = rg["ts"].to_numpy(np.int64)
+        # First marker inside [us, ue); first region starting at/after ue.
+        mi = np.searchsorted(mk_ts, us, side="left")
+        m_ok = (mi < len(mk_ts)) & (mk_ts[np.clip(mi, 0, max(len(mk_ts) - 1, 0))] < ue) if len(mk_ts) \
+            else np.zeros(len(us), bool)
+        ri = np.searchsorted(rg_ts, ue, side="left")
+        r_ok = ri < len(rg_ts)
+        mvals = mk["val"].to_numpy(dtype=object)
+        rvals = rg["val"].to_numpy(dtype=object)
+        for k in range(len(us)):
+            if m_ok[k]:
+                cid, src = mvals[mi[k]], "marker"
+            elif r_ok[k]:
+                cid, src = rvals[ri[k]], "region"
+            else:
+                cid, src = None, ""
+            frame, attempt, ca = parse_compile_id(cid)
+            rows.append((cid, frame, attempt, attempt >= 1, ca, int(us[k]), int(ue[k]),
+                         int(ue[k] - us[k]), int(ue[k] - us[k]), int(pid), int(tid), -1,
+                         names[k], src))
+    out = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+    out["step"] = _step_of(out["pid"].to_numpy(np.int64), out["ts"].to_numpy(np.int64), steps)
+    return out.sort_values(["ts", "pid", "tid"], kind="stable").reset_index(drop=True)
+
+
+def _idle(ev: pd.DataFrame, gaps: pd.DataFrame | None) -> tuple[intervals.Intervals, bool]:
+    """Time when no GPU of the trace was busy, and whether the trace has GPU ops at all.
+
+    With ``gaps`` (``passes.gaps.gpu_gaps``): the instants idle on every
+    (pid, device) that has gaps rows -- each device's holes between its first and
+    last op. Without: the complement of all GPU ops inside the whole trace span
+    (a compile before the first kernel also starves the GPU).
+    """
+    gpu = ev[ev["kind"].isin(GPU_OP_KINDS)]
+    if not len(gpu):
+        return (np.empty(0, np.int64), np.empty(0, np.int64)), False
+    if gaps is not None:
+        result = None
+        keys = ["pid", "device"] if {"pid", "device"} <= set(gaps.columns) else None
+        groups = gaps.groupby(keys, sort=True) if keys else [(None, gaps)]
+        for _, g in groups:
+            iv = intervals.union(g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64))
+            result = iv if result is None else intervals.intersect(result, iv)
+        if result is None:
+            result = (np.empty(0, np.int64), np.empty(0, np.int64))
+        return result, True
+    s = gpu["ts"].to_numpy(np.int64)
+    busy = intervals.union(s, s + gpu["dur"].to_numpy(np.int64))
+    lo = int(ev["ts"].min())
+    hi = int((ev["ts"] + ev["dur"]).max())
+    return intervals.complement(busy, lo, hi), True
+
+
+def compile_summary(events, gaps=None, steps=None) -> dict:
+    """Compile counts and costs.
+
+    Keys: compiles (distinct compile ids, plus episodes without one),
+    recompiles (those with attempt >= 1), compile_ns (union of all compile
+    spans), cache_lookup_ns / cache_lookups (``TorchDynamo Cache Lookup``),
+    idle_overlap_ns (compile time during which no GPU was busy; 0 without GPU
+    ops, see ``gpu_ops``), episodes, compiled_region_calls, frames (list of
+    dicts: frame, compiles, recompiles, compile_ns, steps, compile_ids,
+    compiled_autograd, regions_seen -- compile ids seen *running*, which
+    reveals recompiles that happened before the trace started).
+    """
+    ev = _events(events)
+    ce = compile_events(ev, steps=steps)
+    spans = compile_spans(ev)
+    s = spans["ts"].to_numpy(np.int64)
+    comp_iv = intervals.union(s, s + spans["dur"].to_numpy(np.int64))
+    look = ev[(ev["name"] == CACHE_LOOKUP) & ev["kind"].isin(_HOST_KINDS)]
+    ls = look["ts"].to_numpy(np.int64)
+    look_iv = intervals.union(ls, ls + look["dur"].to_numpy(np.int64))
+    idle, has_gpu = _idle(ev, gaps)
+    idle_overlap = intervals.total(intervals.intersect(comp_iv, idle)) if has_gpu else 0
+    regions = _host(ev, _region_id)
+
+    ids = ce["compile_id"]
+    known = ce[ids.notna()]
+    distinct = known.drop_duplicates("compile_id")
+    n_unknown = int(ids.isna().sum())
+    frames = []
+    frame_keys = sorted(set(known["frame"].astype(str)) | set(
+        parse_compile_id(v)[0] for v in regions["val"].unique()), key=_frame_sort)
+    for f in frame_keys:
+        fc = known[known["frame"] == f]
+        fd = fc.drop_duplicates("compile_id")
+        seen = sorted(set(regions["val"][[parse_compile_id(v)[0] == f for v in regions["val"]]]),
+                      key=_frame_sort) if len(regions) else []
+        frames.append({
+            "frame": f,
+            "compiles": int(len(fd)),
+            "recompiles": int(fd["recompile"].sum()),
+            "compile_ns": int(fc["compile_ns"].sum()),
+            "steps": sorted({int(x) for x in fc["step"] if x >= 0}),
+            "compile_ids": list(fd["compile_id"]),
+            "compiled_autograd": f.startswith("!"),
+            "regions_seen": seen,
+        })
+    return {
+        "compiles": int(len(distinct)) + n_unknown,
+        "recompiles": int(distinct["recompile"].sum()),
+        "compile_ns": intervals.total(comp_iv),
+        "cache_lookup_ns": intervals.total(look_iv),
+        "cache_lookups": int(len(look)),
+        "idle_overlap_ns": int(idle_overlap),
+        "gpu_ops": bool(has_gpu),
+        "episodes": int(len(ce)),
+        "compiled_region_calls": int(len(regions)),
+        "frames": frames,
+    }
+
+
+def _frame_sort(key: str):
+    parts = re.findall(r"\d+", key)
+    return (key.startswith("!"), [int(p) for p in parts], key)

@@ -1,0 +1,89 @@
+"""A real torch.compile trace (torch 2.13, CPU): the recompile is found, in the right step.
+
+The trace is recorded in a subprocess (keeps dynamo/inductor state and threads
+out of the test process): a tiny module under ``torch.compile(dynamic=False)``,
+four profiler steps, the input shape changes in step 2 -> recompile 0/1.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import traceread
+from traceread.passes.compile import compile_events, compile_summary
+
+torch = pytest.importorskip("torch")
+
+RECORD = textwrap.dedent("""
+    import sys, torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+    backend, out = sys.argv[1], sys.argv[2]
+    lin = torch.nn.Linear(8, 8)
+    def f(x):
+        return torch.relu(lin(x)).sum(1)
+    cf = torch.compile(f, backend=backend, dynamic=False)
+    shapes = [4, 4, 6, 6]
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU],
+                                  schedule=schedule(wait=0, warmup=0, active=len(shapes) + 1)) as prof:
+        for n in shapes:
+            cf(torch.randn(n, 8))
+            prof.step()
+    prof.export_chrome_trace(out)
+""")
+
+
+def _record(tmp_path, backend):
+    out = tmp_path / f"{backend}.json"
+    # A fresh Inductor cache: a warm one turns compiles into cache loads (other events).
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-cache"))
+    proc = subprocess.run([sys.executable, "-c", RECORD, backend, str(out)],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return traceread.load(str(out))
+
+
+def _check(trace):
+    ce = compile_events(trace)
+    assert list(ce["compile_id"]) == ["0/0", "0/1"]
+    assert list(ce["step"]) == [0, 2]          # first compile in step 0, recompile in step 2
+    assert list(ce["recompile"]) == [False, True]
+    assert set(ce["id_source"]) == {"marker"}
+    s = compile_summary(trace)
+    assert s["compiles"] == 2 and s["recompiles"] == 1
+    (frame,) = s["frames"]
+    assert frame["frame"] == "0" and frame["steps"] == [0, 2]
+    assert frame["regions_seen"] == ["0/0", "0/1"]
+    assert s["compiled_region_calls"] == 4
+    # The union of nested spans: no more than the outer episodes, no less than any one span.
+    assert s["compile_ns"] == int(ce["compile_ns"].sum()) > 0
+    ev = trace.events
+    assert s["compile_ns"] >= int(ev.loc[ev["name"] == "entire_frame_compile", "dur"].sum())
+    # Guards evaluated on calls 2..4 (an empty cache is not looked up).
+    assert s["cache_lookups"] >= 2 and s["cache_lookup_ns"] > 0
+    # CPU-only trace: no GPU, nothing to starve.
+    assert s["gpu_ops"] is False and s["idle_overlap_ns"] == 0
+    return ce, s
+
+
+def test_aot_eager_recompile_found_in_step(tmp_path):
+    _check(_record(tmp_path, "aot_eager"))
+
+
+def test_inductor_recompile_found_in_step(tmp_path):
+    trace = _record(tmp_path, "inductor")
+    ce, s = _check(trace)
+    names = set(trace.events["name"].astype(str))
+    # Inductor's own phases are inside the compile episodes.
+    assert {"dynamo", "entire_frame_compile", "backend_compile", "inductor_compile",
+            "compile_file"} <= names
+    # Every inductor_compile span lies inside one of the two compile episodes.
+    ev = trace.events
+    ind = ev[ev["name"] == "inductor_compile"]
+    assert len(ind) == 2
+    for ts, end in zip(ind["ts"], ind["ts"] + ind["dur"]):
+        assert ((ce["ts"] <= ts) & (end <= ce["end"])).sum() == 1
+
