@@ -1,0 +1,135 @@
+"""Collective-communication names and element sizes, shared by every reader and the NCCL pass.
+
+Three sources name the same collective differently:
+
+* c10d's ``record_param_comms`` args (``Collective name``): ``allreduce``,
+  ``_allgather_base``, ``allgather_into_tensor_coalesced``, ``_reduce_scatter_base``,
+  ``reduce_scatter_tensor_coalesced``, ``alltoall_base``, ``send``, ``recv``, ...
+* NCCL / RCCL kernel names: ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``,
+  ``ncclKernel_AllGather_RING_LL_Sum_int8_t``, ``ncclDevKernel_SendRecv``, ...
+* NVTX ranges (nsys) and ``nccl:all_reduce`` user annotations.
+
+All of them map onto one closed vocabulary, ``COLLECTIVES``.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+COLLECTIVES = (
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
+    "send", "recv", "send_recv", "reduce", "gather", "scatter", "barrier",
+)
+
+# Squashed spelling (lower case, no '_', no digits-only suffixes) -> canonical name.
+_SQUASHED = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "allgatherintotensor": "all_gather",
+    "allgatherbase": "all_gather",
+    "allgathercoalesced": "all_gather",
+    "allgatherintotensorcoalesced": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "reducescattertensor": "reduce_scatter",
+    "reducescatterbase": "reduce_scatter",
+    "reducescattertensorcoalesced": "reduce_scatter",
+    "reducescattercoalesced": "reduce_scatter",
+    "allreducecoalesced": "all_reduce",
+    "broadcast": "broadcast",
+    "bcast": "broadcast",
+    "alltoall": "all_to_all",
+    "alltoallbase": "all_to_all",
+    "alltoallv": "all_to_all",
+    "alltoallsingle": "all_to_all",
+    "send": "send",
+    "recv": "recv",
+    "recvanysource": "recv",
+    "sendrecv": "send_recv",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
+}
+
+# NCCL kernel name stems after the ncclKernel_/ncclDevKernel_ prefix.
+_KERNEL_RE = re.compile(r"^_*(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+_COMM_KERNEL_RE = re.compile(r"^_*(?:nccl|rccl)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=4096)
+def normalize_collective(name: str | None) -> str | None:
+    """Canonical collective name for any spelling, or None if not a collective.
+
+    >>> normalize_collective("_allgather_base"), normalize_collective("nccl:all_reduce")
+    ('all_gather', 'all_reduce')
+    """
+    if not name:
+        return None
+    s = str(name).strip()
+    if ":" in s:  # "nccl:all_reduce", "c10d::allreduce_"
+        s = s.rsplit(":", 1)[1]
+    s = re.sub(r"[^a-z]", "", s.lower())
+    if s in _SQUASHED:
+        return _SQUASHED[s]
+    # Strip common wrappers: "ncclallreduce", "allreduceop", "allreduceasync".
+    for prefix in ("nccl", "rccl", "c10d", "gloo"):
+        if s.startswith(prefix) and s[len(prefix):] in _SQUASHED:
+            return _SQUASHED[s[len(prefix):]]
+    return None
+
+
+@lru_cache(maxsize=4096)
+def collective_from_kernel(name: str | None) -> str | None:
+    """Collective type encoded in an NCCL/RCCL kernel name, else None.
+
+    ``ncclDevKernel_Generic`` (NCCL >= 2.19 generic kernel) carries no type: None.
+    """
+    if not name:
+        return None
+    m = _KERNEL_RE.match(str(name))
+    if not m:
+        return None
+    return normalize_collective(m.group(1))
+
+
+def is_comm_kernel(name: str | None) -> bool:
+    """True for NCCL / RCCL device kernels (any ``nccl*``/``rccl*`` kernel name)."""
+    return bool(name) and _COMM_KERNEL_RE.match(str(name)) is not None
+
+
+# Element sizes in bytes. Keys are lower-cased with '_', ' ' and '.' removed, so the
+# c10 ScalarType names ("Float", "BFloat16"), torch dtypes ("torch.float32"),
+# NCCL enums ("ncclFloat32") and kernel-name suffixes ("f32", "bf16", "int8_t") all hit.
+_DTYPE_SIZES = {
+    "float": 4, "float32": 4, "f32": 4, "fp32": 4,
+    "double": 8, "float64": 8, "f64": 8, "fp64": 8,
+    "half": 2, "float16": 2, "f16": 2, "fp16": 2,
+    "bfloat16": 2, "bf16": 2, "nvbfloat16": 2,
+    "float8e4m3fn": 1, "float8e5m2": 1, "float8e4m3fnuz": 1, "float8e5m2fnuz": 1,
+    "float8e4m3": 1, "float8e5m2e": 1, "fp8e4m3": 1, "fp8e5m2": 1, "f8e4m3": 1, "f8e5m2": 1,
+    "long": 8, "int64": 8, "i64": 8, "int64t": 8,
+    "int": 4, "int32": 4, "i32": 4, "int32t": 4,
+    "short": 2, "int16": 2, "i16": 2,
+    "char": 1, "int8": 1, "i8": 1, "int8t": 1,
+    "byte": 1, "uint8": 1, "u8": 1, "uint8t": 1,
+    "uint32": 4, "u32": 4, "uint32t": 4, "uint64": 8, "u64": 8, "uint64t": 8,
+    "bool": 1,
+    "complexhalf": 4, "complexfloat": 8, "complex64": 8, "complexdouble": 16, "complex128": 16,
+}
+
+
+@lru_cache(maxsize=1024)
+def dtype_size(dtype: str | None) -> int:
+    """Bytes per element for a dtype spelling; -1 if unknown."""
+    if not dtype:
+        return -1
+    s = str(dtype).strip().lower()
+    for prefix in ("torch.", "nccl", "c10::", "at::", "__"):
+        if s.startswith(prefix):
+            s = s[len(prefix):]
+    s = s.replace("_", "").replace(" ", "").replace(".", "")
+    return _DTYPE_SIZES.get(s, -1)
+
+
+__all__ = ["COLLECTIVES", "normalize_collective", "collective_from_kernel", "is_comm_kernel",
+           "dtype_size"]

@@ -1,0 +1,308 @@
+"""Typed, columnar decoding of Chrome-trace events (Kineto and generic).
+
+Two steps, independent of where the bytes come from, so a later reader can
+stream a file in chunks:
+
+1. ``decode_events(buf)`` / msgspec: JSON array of events -> list of ``Event``
+   structs holding only the fields we use (unknown fields are skipped by the
+   decoder, never materialised).
+2. ``events_to_batch(events)`` -> ``Batch``: numpy / list columns for the
+   events that become table rows, plus the metadata ('M') events.
+
+``concat_batches`` joins batches. Trace-wide work (time base, GPU pid join,
+kind mapping) happens in ``readers/kineto.py`` on the concatenated batch.
+"""
+from __future__ import annotations
+
+import decimal
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from itertools import compress, repeat
+from operator import attrgetter, is_not
+from typing import Any, Union
+
+import msgspec
+import numpy as np
+
+# Numbers in args are usually ints but some producers write floats or strings.
+Num = Union[int, float, str, None]
+
+
+class Args(msgspec.Struct, gc=False):
+    """The ``args`` keys we read; every other key is skipped by the decoder."""
+
+    external_id: Num = msgspec.field(default=-1, name="External id")
+    external_id_old: Num = msgspec.field(default=-1, name="external id")  # PyTorch 1.8-1.9
+    correlation: Num = -1
+    device: Num = -1
+    stream: Num = -1
+    bytes: Num = None
+    size: Num = None                 # MTIA dma_request size
+    kind: Any = None               # ROCm memcpy/memset kind ("DtoD"); kernels: "Dispatch Kernel"
+    direction: Any = None          # MTIA dma direction ("DEVICE_TO_HOST")
+    coll_name: Any = msgspec.field(default=None, name="Collective name")  # None: not a collective
+    in_nelems: Num = msgspec.field(default=-1, name="In msg nelems")
+    out_nelems: Num = msgspec.field(default=-1, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Num = msgspec.field(default=-1, name="Group size")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    pg_id: Num = msgspec.field(default=-1, name="Process Group ID")  # PyTorch 2.2-2.3
+    name: Any = None               # 'M' events: process/thread name
+    labels: Any = None             # 'M' process_labels
+
+
+def _event_type(ts_type: Any) -> type:
+    """The Event struct, with ``ts`` decoded as float (fast) or Decimal (exact)."""
+    return msgspec.defstruct("Event", [
+        ("ph", Any, None),
+        ("name", Any, ""),
+        ("cat", Any, None),
+        ("pid", Num, -1),
+        ("tid", Num, -1),
+        ("ts", ts_type, None),
+        ("dur", Union[float, None], 0.0),
+        ("args", Args, msgspec.field(default_factory=Args)),
+    ], gc=False)
+
+
+Event = _event_type(Union[float, None])
+ExactEvent = _event_type(Union[Decimal, None])
+
+# Phases that become table rows. 'C' counters, 's'/'f'/'t' flows and unknown
+# phases are not events; 'M' metadata is collected separately.
+ROW_PHASES = frozenset(("X", "i", "I", "B", "E"))
+_META = frozenset(("M",))
+
+_get = {f: attrgetter(f) for f in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "args")}
+# Present on most rows: extracted column-wise with C-level map().
+DENSE_INT_FIELDS = ("external_id", "external_id_old", "correlation", "device", "stream")
+# Present on few rows: found through one sentinel field, then read row by row.
+COPY_INT_FIELDS = ("bytes", "size")
+COPY_STR_FIELDS = ("kind", "direction")
+COLL_INT_FIELDS = ("in_nelems", "out_nelems", "group_size", "pg_id")
+COLL_STR_FIELDS = ("coll_name", "dtype", "pg_name", "pg_desc")
+ARG_INT_FIELDS = DENSE_INT_FIELDS + COPY_INT_FIELDS + COLL_INT_FIELDS
+ARG_STR_FIELDS = COPY_STR_FIELDS + COLL_STR_FIELDS
+_aget = {f: attrgetter(f) for f in ARG_INT_FIELDS + ARG_STR_FIELDS}
+
+
+@dataclass
+class Batch:
+    """Column arrays for one batch of decoded events (rows only, file order)."""
+
+    n: int
+    ph: list
+    name: list
+    cat: list
+    pid: np.ndarray
+    tid: np.ndarray
+    pid_str: dict          # row -> non-numeric pid string ("Spans", "CPU functions")
+    tid_str: dict          # row -> non-numeric tid string ("stream 7")
+    ts_ns: np.ndarray      # int64: ts as written (µs) converted to ns, no time base added
+    dur_ns: np.ndarray
+    ts_lossy: bool         # float ts too large to hold ns: re-decode with ExactEvent
+    ints: dict             # arg field -> int64 array (-1 unknown)
+    strs: dict             # arg field -> list of str/None
+    meta_events: list = field(default_factory=list)  # (name, pid, tid, args.name, args.labels)
+
+
+def decode_events(buf: bytes | memoryview, exact: bool = False) -> list:
+    """JSON array of event objects -> list of Event structs (msgspec errors propagate)."""
+    return msgspec.json.decode(buf, type=list[ExactEvent if exact else Event])
+
+
+def events_to_batch(events: list) -> Batch:
+    """Turn decoded events into column arrays. Pure function of the events."""
+    n_all = len(events)
+    ph_all = list(map(_get["ph"], events))
+    keep = np.fromiter(map(ROW_PHASES.__contains__, ph_all), dtype=bool, count=n_all)
+    meta_idx = np.flatnonzero(np.fromiter(map(_META.__contains__, ph_all), dtype=bool,
+                                          count=n_all)).tolist()
+    meta_events = [(e.name, e.pid, e.tid, e.args.name, e.args.labels)
+                   for e in map(events.__getitem__, meta_idx)]
+    if keep.all():
+        rows = events
+        ph = ph_all
+    else:
+        idx = np.flatnonzero(keep).tolist()
+        rows = list(map(events.__getitem__, idx))
+        ph = list(map(ph_all.__getitem__, idx))
+    n = len(rows)
+    pid, pid_str = int_column(list(map(_get["pid"], rows)))
+    tid, tid_str = int_column(list(map(_get["tid"], rows)))
+    ts_vals = list(map(_get["ts"], rows))
+    if n and isinstance(rows[0], ExactEvent):
+        ts_ns, lossy = exact_us_to_ns(ts_vals), False
+    else:
+        ts_ns, lossy = us_to_ns(float_column(ts_vals))
+    dur_ns, _ = us_to_ns(float_column(list(map(_get["dur"], rows)), fill=0.0))
+    args = list(map(_get["args"], rows))
+    ints = {f: int_column(list(map(_aget[f], args)))[0] for f in DENSE_INT_FIELDS}
+    strs: dict = {}
+    _sparse(args, n, ("bytes", "size"), COPY_INT_FIELDS, COPY_STR_FIELDS, ints, strs)
+    _sparse(args, n, ("coll_name",), COLL_INT_FIELDS, COLL_STR_FIELDS, ints, strs)
+    return Batch(n=n, ph=ph, name=list(map(_get["name"], rows)), cat=list(map(_get["cat"], rows)),
+                 pid=pid, tid=tid, pid_str=pid_str, tid_str=tid_str, ts_ns=ts_ns, dur_ns=dur_ns,
+                 ts_lossy=lossy, ints=ints, strs=strs, meta_events=meta_events)
+
+
+def _sparse(args: list, n: int, sentinels: tuple, int_fields: tuple, str_fields: tuple,
+            ints: dict, strs: dict) -> None:
+    """Fill sparse arg columns: only rows where a sentinel field is present are read."""
+    mask = np.zeros(n, dtype=bool)
+    for f in sentinels:
+        mask |= np.fromiter(map(is_not, map(_aget[f], args), repeat(None)), dtype=bool, count=n)
+    rows = np.flatnonzero(mask).tolist()
+    sub = [args[i] for i in rows]
+    for f in int_fields:
+        col = np.full(n, -1, dtype=np.int64)
+        if rows:
+            col[rows] = int_column(list(map(_aget[f], sub)))[0]
+        ints[f] = col
+    for f in str_fields:
+        col = [None] * n
+        for i, v in zip(rows, map(_aget[f], sub)):
+            col[i] = v
+        strs[f] = col
+
+
+def concat_batches(batches: list[Batch]) -> Batch:
+    """Join batches in order (row numbers in pid_str/tid_str are shifted)."""
+    if len(batches) == 1:
+        return batches[0]
+    offs = np.cumsum([0] + [b.n for b in batches])
+    pid_str, tid_str = {}, {}
+    for off, b in zip(offs, batches):
+        pid_str.update({int(off) + k: v for k, v in b.pid_str.items()})
+        tid_str.update({int(off) + k: v for k, v in b.tid_str.items()})
+    cat = lambda attr: [x for b in batches for x in getattr(b, attr)]  # noqa: E731
+    return Batch(
+        n=int(offs[-1]), ph=cat("ph"), name=cat("name"), cat=cat("cat"),
+        pid=np.concatenate([b.pid for b in batches]), tid=np.concatenate([b.tid for b in batches]),
+        pid_str=pid_str, tid_str=tid_str,
+        ts_ns=np.concatenate([b.ts_ns for b in batches]),
+        dur_ns=np.concatenate([b.dur_ns for b in batches]),
+        ts_lossy=any(b.ts_lossy for b in batches),
+        ints={f: np.concatenate([b.ints[f] for b in batches]) for f in ARG_INT_FIELDS},
+        strs={f: [x for b in batches for x in b.strs[f]] for f in ARG_STR_FIELDS},
+        meta_events=cat("meta_events"))
+
+
+# --- scalar columns -----------------------------------------------------------
+
+_INT_RE = re.compile(r"^\s*-?\d+\s*$")
+_STREAM_RE = re.compile(r"^\s*stream\s+(-?\d+)", re.IGNORECASE)
+
+
+_INT_TYPES = frozenset((int,))
+
+
+def int_column(values: list) -> tuple[np.ndarray, dict]:
+    """int64 array from ints (fast path) or mixed values; -1 where unknown.
+
+    Returns the array and ``{row: string}`` for strings that are not numbers.
+    """
+    n = len(values)
+    try:
+        return np.fromiter(values, dtype=np.int64, count=n), {}
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = np.full(n, -1, dtype=np.int64)
+    is_int = np.fromiter(map(_INT_TYPES.__contains__, map(type, values)), dtype=bool, count=n)
+    try:
+        out[is_int] = np.fromiter(compress(values, is_int), dtype=np.int64, count=int(is_int.sum()))
+        todo = np.flatnonzero(~is_int).tolist()
+    except OverflowError:  # ints beyond int64 (e.g. hashed ids): -1
+        todo = range(n)
+    strings: dict = {}
+    for i in todo:
+        v = values[i]
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            out[i] = int(v)
+        elif isinstance(v, int):
+            if -2**63 <= v < 2**63:
+                out[i] = v
+        elif isinstance(v, float):
+            if v == v and abs(v) < 9.2e18:
+                out[i] = int(v)
+        elif isinstance(v, str):
+            if _INT_RE.match(v):
+                iv = int(v)
+                if -2**63 <= iv < 2**63:
+                    out[i] = iv
+            else:
+                strings[i] = v
+    return out, strings
+
+
+def float_column(values: list, fill: float = np.nan) -> np.ndarray:
+    n = len(values)
+    try:
+        return np.fromiter(values, dtype=np.float64, count=n)
+    except (TypeError, ValueError):
+        pass
+    out = np.full(n, fill, dtype=np.float64)
+    for i, v in enumerate(values):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[i] = v
+        elif isinstance(v, str):
+            try:
+                out[i] = float(v)
+            except ValueError:
+                pass
+    return out
+
+
+# float64 holds every multiple of 1 ns exactly below 2**43 µs (ulp < 1 ns there;
+# the integer/fraction split below keeps the *1000 from adding error).
+EXACT_US_LIMIT = float(2 ** 43)
+NS_MISSING = np.iinfo(np.int64).min  # ts that was null/absent; such rows are dropped
+
+
+def us_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Microseconds (float64) -> int64 ns, rounding to the nearest ns.
+
+    Exact for every value written with <= 3 decimals below 2**43 µs and for
+    integral values up to 2**53. ``lossy`` is True when some value is above the
+    limit with a fraction: the parsed float may be off by up to 0.25 µs and the
+    caller must re-decode those timestamps exactly.
+    """
+    missing = np.isnan(us)
+    if missing.any():
+        us = np.where(missing, 0.0, us)
+    ip = np.floor(us)
+    frac = us - ip
+    ns = ip.astype(np.int64) * 1000 + np.rint(frac * 1000.0).astype(np.int64)
+    big = np.abs(us) >= EXACT_US_LIMIT
+    lossy = bool(big.any() and (frac[big] != 0).any())
+    if missing.any():
+        ns[missing] = NS_MISSING
+    return ns, lossy
+
+
+def exact_us_to_ns(values: list) -> np.ndarray:
+    """Decimal / int / str microseconds -> int64 ns, exact (round half to even)."""
+    out = np.empty(len(values), dtype=np.int64)
+    q = Decimal(1)
+    ctx = decimal.Context(prec=40, rounding=decimal.ROUND_HALF_EVEN)
+    for i, v in enumerate(values):
+        if v is None:
+            out[i] = NS_MISSING
+            continue
+        d = v if isinstance(v, Decimal) else Decimal(str(v))
+        out[i] = int((d * 1000).quantize(q, context=ctx))
+    return out
+
+
+def stream_from_tid(tid_str: dict) -> dict:
+    """{row: stream} for "stream 7" style tids (PyTorch 1.8-1.9 GPU rows)."""
+    out = {}
+    for i, s in tid_str.items():
+        m = _STREAM_RE.match(s)
+        if m:
+            out[i] = int(m.group(1))
+    return out

@@ -1,0 +1,672 @@
+"""Reader for torch.profiler (Kineto) Chrome-JSON traces, ``.json`` or ``.json.gz``.
+
+Also loads the old autograd-profiler export (a top-level JSON array) and generic
+Chrome traces from other tools (TensorFlow, Horovod timelines) as format
+"chrome" with kind ``other`` rows. See ``docs/event-table.md`` for the mapping
+of every column.
+
+Pipeline: bytes (gunzip) -> msgspec typed decode (``_kineto_decode``) ->
+column batch -> trace-wide fix-ups here (time base, kinds, GPU pid join,
+memcpy / collective fields) -> ``build_table``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from contextlib import contextmanager
+from itertools import repeat
+from operator import is_not
+from pathlib import Path
+from typing import Any, Union
+
+import msgspec
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..collectives import collective_from_kernel, dtype_size, is_comm_kernel, normalize_collective
+from ..detect import sniff
+from ..errors import TraceError
+from ..table import KINDS, Trace, TraceMeta, build_table
+from . import _kineto_decode as dec
+
+try:  # isal's zlib is ~3x faster at inflate; the "fast" extra installs it
+    from isal import isal_zlib as _zlib
+except ImportError:  # pragma: no cover - depends on the environment
+    _zlib = zlib
+
+# --- category -> kind ---------------------------------------------------------
+
+# Keys are lower-cased Kineto 'cat' values, all eras. Anything else -> "other".
+CAT_KIND = {
+    "cpu_op": "cpu_op", "operator": "cpu_op",
+    "python_function": "python",
+    "user_annotation": "annotation",
+    "gpu_user_annotation": "gpu_annotation",
+    "cuda_runtime": "runtime", "runtime": "runtime", "mtia_runtime": "runtime",
+    "xpu_runtime": "runtime", "privateuse1_runtime": "runtime",
+    "cuda_driver": "driver", "privateuse1_driver": "driver",
+    "kernel": "kernel", "mtia_ccp_events": "kernel",
+    "gpu_memcpy": "memcpy", "memcpy": "memcpy",
+    "gpu_memset": "memset", "memset": "memset",
+    "cuda_sync": "sync",
+    "cpu_instant_event": "instant",
+}
+# MTIA command-processor events are device-side; most are compute, these are not.
+MTIA_CCP_KIND = {"event_wait": "sync", "event_record": "sync", "dma_request": "memcpy"}
+KINETO_CATS = frozenset(CAT_KIND) | {"trace", "ac2g", "async", "async_gpu", "async_cpu_to_gpu",
+                                     "fwdbwd", "overhead", "cuda_profiler_range"}
+_K = {k: i for i, k in enumerate(KINDS)}
+_DEVICE_KINDS = np.array([_K["kernel"], _K["memcpy"], _K["memset"], _K["gpu_annotation"]])
+_HOST_KINDS = np.array([_K[k] for k in ("cpu_op", "python", "annotation", "runtime", "driver")])
+
+# Top-level keys copied to TraceMeta.extra when present.
+EXTRA_KEYS = ("trace_id", "traceName", "displayTimeUnit", "baseTimeNanoseconds", "cupti_version",
+              "cuda_runtime_version", "cuda_driver_version", "hip_runtime_version",
+              "hip_driver_version", "roctracer_version", "record_shapes", "with_stack",
+              "profile_memory", "with_flops", "with_modules", "group_trace_id")
+
+PROGRESS_MIN_BYTES = 32 << 20  # ~1 s of work: show a progress bar above this (uncompressed)
+_GZ_CHUNK = 4 << 20
+
+
+_DOC_META_FIELDS = ("schemaVersion", "deviceProperties", "computeProperties", "distributedInfo",
+                    "baseTimeNanoseconds", "traceName", "displayTimeUnit", "trace_id",
+                    "group_trace_id", "cupti_version", "cuda_runtime_version",
+                    "cuda_driver_version", "hip_runtime_version", "hip_driver_version",
+                    "roctracer_version", "record_shapes", "with_stack", "profile_memory",
+                    "with_flops", "with_modules")
+
+
+def _doc_type(event: type) -> type:
+    """Top-level object: the events plus the header keys we keep (others skipped)."""
+    return msgspec.defstruct(
+        "Doc", [("traceEvents", Union[list[event], None], None)]
+        + [(f, Any, None) for f in _DOC_META_FIELDS], gc=False)
+
+
+_Doc = _doc_type(dec.Event)
+_ExactDoc = _doc_type(dec.ExactEvent)
+_DOC_TYPE = Union[_Doc, list[dec.Event]]
+_EXACT_DOC_TYPE = Union[_ExactDoc, list[dec.ExactEvent]]
+
+
+# --- entry point --------------------------------------------------------------
+
+def read_kineto(path: str | os.PathLike, progress: bool = False) -> Trace:
+    """Load a Kineto / Chrome JSON trace (optionally gzipped) into a ``Trace``."""
+    p = Path(path)
+    fmt = sniff(p)
+    if fmt == "sqlite":
+        raise TraceError(p, "is an SQLite database, not a JSON trace")
+    with _progress(p, progress) as tick:
+        buf = _read_bytes(p, fmt, tick)
+        tick("parse")
+        doc, events, lenient = _decode(p, buf)
+        tick("columns")
+        batch = dec.events_to_batch(events)
+        if batch.ts_lossy:
+            # Float epoch µs (PyTorch 2.0-2.3) cannot hold ns: re-read ts exactly.
+            doc, events, lenient = _decode(p, buf, exact=True)
+            batch = dec.events_to_batch(events)
+        del buf
+        tick("table")
+        header = _header(doc)
+        fmt_name = _format_name(header, batch, isinstance(doc, list))
+        meta = _meta(p, header, batch, fmt_name)
+        if lenient:
+            meta.extra["lenient_decode"] = True
+        meta.extra["exact_ts_decode"] = _used_exact(events)
+        cols, n = _columns(batch, fmt_name, header, meta)
+        table = build_table(cols, n)
+        tick("done")
+    return Trace(table, meta)
+
+
+def _used_exact(events: list) -> bool:
+    return bool(events) and isinstance(events[0], dec.ExactEvent)
+
+
+# --- bytes --------------------------------------------------------------------
+
+def _read_bytes(p: Path, fmt: str, tick) -> bytes:
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise TraceError(p, f"cannot read: {e.strerror or e}") from None
+    if fmt == "json.gz":
+        data = _gunzip(p, data, tick)
+        if not data.strip():
+            raise TraceError(p, "empty after gunzip")
+    return data
+
+
+def _gunzip(p: Path, data: bytes, tick) -> bytes:
+    """Inflate all gzip members, with progress; clean errors for bad input."""
+    parts = []
+    pos, n = 0, len(data)
+    view = memoryview(data)
+    try:
+        while pos < n:
+            d = _zlib.decompressobj(31)
+            while not d.eof:
+                if pos >= n:
+                    raise TraceError(p, f"truncated gzip: compressed data ends at byte {n}")
+                chunk = view[pos:pos + _GZ_CHUNK]
+                parts.append(d.decompress(chunk))
+                pos += len(chunk) - len(d.unused_data)
+                tick("gunzip", pos / n)
+            parts.append(d.flush())
+            if pos < n and data[pos:pos + 2] != b"\x1f\x8b":
+                if data[pos:].strip(b"\x00"):
+                    raise TraceError(p, f"corrupt gzip: trailing garbage at byte {pos}")
+                break
+    except (zlib.error, getattr(_zlib, "error", zlib.error)) as e:
+        raise TraceError(p, f"corrupt gzip: {e}") from None
+    return b"".join(parts)
+
+
+# --- decode -------------------------------------------------------------------
+
+def _decode(p: Path, buf: bytes, exact: bool = False):
+    """-> (doc struct or list, events, lenient?)."""
+    try:
+        doc = msgspec.json.decode(buf, type=_EXACT_DOC_TYPE if exact else _DOC_TYPE)
+    except msgspec.ValidationError:
+        return _decode_lenient(p, buf, exact)
+    except msgspec.DecodeError as e:
+        raise TraceError(p, _json_error(e, len(buf))) from None
+    if isinstance(doc, list):
+        return doc, doc, False
+    if doc.traceEvents is None:
+        raise TraceError(p, _not_a_trace(buf))
+    return doc, doc.traceEvents, False
+
+
+def _json_error(e: Exception, size: int) -> str:
+    msg = str(e)
+    if "truncated" in msg:
+        return f"truncated JSON at byte {size} (file cut short?)"
+    m = re.search(r"\(byte (\d+)\)", msg)
+    if m:
+        return f"invalid JSON at byte {m.group(1)}: {msg.split(':', 1)[-1].split('(byte')[0].strip()}"
+    return f"invalid JSON: {msg}"
+
+
+def _not_a_trace(buf: bytes) -> str:
+    try:
+        keys = list(msgspec.json.decode(buf, type=dict[str, msgspec.Raw]))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return "JSON but not a trace (no traceEvents)"
+    if "nodes" in keys:
+        return "PyTorch execution trace (has 'nodes'), not a profiler timeline: no traceEvents"
+    if any(k.startswith("rocprofiler") for k in keys):
+        return "rocprofiler results file, not a Chrome/Kineto trace: no traceEvents"
+    shown = ", ".join(keys[:6]) + (", ..." if len(keys) > 6 else "")
+    return f"JSON object without traceEvents (keys: {shown}): not a trace"
+
+
+def _decode_lenient(p: Path, buf: bytes, exact: bool):
+    """Odd but valid JSON (nulls, wrong arg types): decode generically, coerce per event."""
+    try:
+        obj = msgspec.json.Decoder(float_hook=dec.Decimal if exact else None).decode(buf)
+    except msgspec.DecodeError as e:
+        raise TraceError(p, _json_error(e, len(buf))) from None
+    if isinstance(obj, dict):
+        events = obj.get("traceEvents")
+        if events is None:
+            raise TraceError(p, _not_a_trace(buf))
+        doc = msgspec.convert({k: v for k, v in obj.items() if k != "traceEvents"},
+                              _ExactDoc if exact else _Doc, strict=False)
+    else:
+        events, doc = obj, obj
+    if not isinstance(events, list):
+        raise TraceError(p, "traceEvents is not a JSON array: not a trace")
+    if events and not any(isinstance(e, dict) for e in events[:100]):
+        raise TraceError(p, "JSON array without event objects (e.g. a memory_timeline export): "
+                         "not a trace")
+    etype = dec.ExactEvent if exact else dec.Event
+    out = []
+    for e in events:
+        ev = _coerce_event(e, etype)
+        if ev is not None:
+            out.append(ev)
+    if isinstance(doc, list):
+        doc = out
+    return doc, out, True
+
+
+_SCALARS = (int, float, str, dec.Decimal, type(None))
+
+
+def _coerce_event(e: Any, etype: type):
+    if not isinstance(e, dict):
+        return None
+    try:
+        return msgspec.convert(e, etype, strict=False)
+    except msgspec.ValidationError:
+        pass
+    clean = {k: v for k, v in e.items() if k != "args" and isinstance(v, _SCALARS)}
+    args = e.get("args")
+    if isinstance(args, dict):
+        clean["args"] = {k: v for k, v in args.items() if isinstance(v, _SCALARS)}
+    for key in ("ts", "dur"):
+        if isinstance(clean.get(key), str):
+            try:
+                clean[key] = float(clean[key])
+            except ValueError:
+                clean.pop(key)
+    try:
+        return msgspec.convert(clean, etype, strict=False)
+    except msgspec.ValidationError:
+        return None
+
+
+# --- metadata -----------------------------------------------------------------
+
+def _header(doc: Any) -> dict:
+    if isinstance(doc, list):
+        return {}
+    return {f: getattr(doc, f) for f in doc.__struct_fields__
+            if f != "traceEvents" and getattr(doc, f) is not None}
+
+
+_AUTOGRAD_PIDS = frozenset(("CPU functions", "CUDA functions"))
+
+
+def _format_name(header: dict, batch: dec.Batch, top_list: bool) -> str:
+    """"kineto" for torch.profiler output (any era), else "chrome"."""
+    if any(k in header for k in ("schemaVersion", "deviceProperties", "distributedInfo",
+                                 "baseTimeNanoseconds", "computeProperties")):
+        return "kineto"
+    if top_list and any(v in _AUTOGRAD_PIDS for v in batch.pid_str.values()):
+        return "kineto"  # old torch.autograd.profiler export_chrome_trace
+    cats = {c.lower() for c in set(batch.cat) if isinstance(c, str)}
+    return "kineto" if cats & set(CAT_KIND) else "chrome"
+
+
+_RANK_RE = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+
+
+def rank_from_filename(name: str) -> int:
+    """``rank-3``, ``rank3``, ``rank_3``, ``worker3`` in a file name -> 3; else -1."""
+    m = _RANK_RE.search(name)
+    return int(m.group(1)) if m else -1
+
+
+def _as_int(v: Any, default: int = -1) -> int:
+    if isinstance(v, bool):
+        return default
+    if isinstance(v, int):
+        return v
+    if isinstance(v, (float, dec.Decimal)) and v == int(v):
+        return int(v)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return default
+
+
+def _meta(p: Path, header: dict, batch: dec.Batch, fmt_name: str) -> TraceMeta:
+    meta = TraceMeta(path=str(p), format=fmt_name)
+    if "schemaVersion" in header:
+        meta.format_version = str(header["schemaVersion"])
+    dist = header.get("distributedInfo")
+    if isinstance(dist, dict):
+        meta.distributed = dist
+        meta.world_size = _as_int(dist.get("world_size"))
+        r = _as_int(dist.get("rank"))
+        if r >= 0:
+            meta.rank, meta.rank_source = r, "distributedInfo"
+    if meta.rank < 0:
+        r = rank_from_filename(p.name)
+        if r >= 0:
+            meta.rank, meta.rank_source = r, "file name"
+    props = header.get("deviceProperties") or header.get("computeProperties") or []
+    if isinstance(props, list):
+        for d in props:
+            if isinstance(d, dict):
+                meta.devices.append({"device": _as_int(d.get("id")), **d})
+    for name, pid, tid, arg_name, labels in batch.meta_events:
+        if name == "process_name" and arg_name is not None:
+            meta.processes[pid] = str(arg_name)
+        elif name == "thread_name" and arg_name is not None:
+            meta.threads[_as_int(tid, tid)] = str(arg_name)
+        elif name == "process_labels" and labels is not None:
+            meta.extra.setdefault("process_labels", {})[pid] = str(labels)
+    meta.producer = _producer(header, fmt_name)
+    for k in EXTRA_KEYS:
+        if k in header:
+            meta.extra[k] = header[k]
+    return meta
+
+
+def _producer(header: dict, fmt_name: str) -> str:
+    if fmt_name != "kineto":
+        return ""
+    parts = []
+    if "cuda_runtime_version" in header:
+        v = _as_int(header["cuda_runtime_version"])
+        parts.append(f"CUDA {v // 1000}.{v % 1000 // 10}" if v > 0 else "CUDA")
+    if "cupti_version" in header:
+        parts.append(f"CUPTI {header['cupti_version']}")
+    if "hip_runtime_version" in header or "roctracer_version" in header:
+        parts.append("ROCm")
+    return "torch.profiler" + (f" ({', '.join(parts)})" if parts else "")
+
+
+# --- columns ------------------------------------------------------------------
+
+def _str_list(values: list) -> list:
+    return [v if v is None or isinstance(v, str) else str(v) for v in values]
+
+
+def _dict_encode(values: list) -> pa.DictionaryArray:
+    """Dictionary-encode via pandas' hash factorize (far cheaper than arrow from str lists)."""
+    codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
+    uniq = [u if isinstance(u, str) else str(u) for u in uniques]
+    if len(set(uniq)) != len(uniq):  # e.g. 1 and "1" both present: merge
+        remap, uniq = pd.factorize(np.array(uniq, dtype=object))
+        codes = np.where(codes >= 0, remap[codes], -1)
+        uniq = list(uniq)
+    idx = pa.array(codes.astype(np.int32), mask=codes < 0)
+    return pa.DictionaryArray.from_arrays(idx, pa.array(uniq, type=pa.string()))
+
+
+def _codes(d: pa.DictionaryArray) -> np.ndarray:
+    """Dictionary indices as int64 numpy, -1 for null."""
+    return d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _per_unique(d: pa.DictionaryArray, fn, dtype=object, null=None) -> np.ndarray:
+    """fn(value) for each dictionary value, broadcast to rows (null rows -> ``null``)."""
+    vals = d.dictionary.to_pylist()
+    table = np.array([fn(v) for v in vals] + [null], dtype=dtype)
+    return table[_codes(d)]  # code -1 picks the trailing null entry
+
+
+def _kinds(batch: dec.Batch, cat_d: pa.DictionaryArray, name_d: pa.DictionaryArray,
+           fmt_name: str) -> np.ndarray:
+    other = _K["other"]
+    if fmt_name == "chrome":
+        kind = np.full(batch.n, other, dtype=np.int32)
+    else:
+        kind = _per_unique(cat_d, lambda c: _K[CAT_KIND.get(c.lower(), "other")], np.int32, other)
+        cat_l = np.array([str(c).lower() for c in cat_d.dictionary.to_pylist()] + [""])[_codes(cat_d)]
+        mtia = cat_l == "mtia_ccp_events"
+        if mtia.any():
+            mk = _per_unique(name_d, lambda nm: _K[MTIA_CCP_KIND.get(nm, "kernel")], np.int32, other)
+            kind[mtia] = mk[mtia]
+        step = _per_unique(name_d, lambda nm: nm.startswith("ProfilerStep#"), bool, False)
+        kind[step & (kind == _K["cpu_op"])] = _K["annotation"]  # 1.8-1.9 logged steps as Operator
+        for i, s in batch.pid_str.items():  # old autograd-profiler export
+            if s == "CPU functions":
+                kind[i] = _K["cpu_op"]
+            elif s == "CUDA functions":
+                kind[i] = _K["kernel"]
+    inst = np.fromiter(map(frozenset(("i", "I")).__contains__, batch.ph), dtype=bool, count=batch.n)
+    kind[inst] = _K["instant"]
+    return kind
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """values[first i with keys[i] == q] for each q, -1 when absent (vectorised join)."""
+    out = np.full(len(query), -1, dtype=np.int64)
+    ok = keys >= 0
+    keys, values = keys[ok], values[ok]
+    if not len(keys) or not len(query):
+        return out
+    order = np.argsort(keys, kind="stable")
+    ks, vs = keys[order], values[order]
+    pos = np.searchsorted(ks, query)
+    pos_c = np.minimum(pos, len(ks) - 1)
+    hit = (query >= 0) & (ks[pos_c] == query)
+    out[hit] = vs[pos_c[hit]]
+    return out
+
+
+_MEMCPY_RE = re.compile(r"memcpy\s+([A-Za-z]+)", re.IGNORECASE)
+_DIRECTION = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD",
+              "HOST_TO_HOST": "HtoH"}
+
+
+def _copy_kind_from_name(name: str) -> str | None:
+    m = _MEMCPY_RE.search(name)
+    return m.group(1) if m else None
+
+
+def _columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
+    n = batch.n
+    ints = batch.ints
+    name_d = _dict_encode(batch.name)
+    cat_d = _dict_encode(batch.cat)
+    kind = _kinds(batch, cat_d, name_d, fmt_name)
+
+    # Rows to keep: drop missing-ts rows and 'E' rows (folded into their 'B').
+    ts = batch.ts_ns.copy()
+    dur = batch.dur_ns.copy()
+    keep = ts != dec.NS_MISSING
+    _pair_begin_end(batch, ts, dur, keep, meta)
+
+    pid = batch.pid.copy()
+    tid = batch.tid.copy()
+    for i in batch.pid_str:
+        pid[i] = -1
+    tid_stream = dec.stream_from_tid(batch.tid_str)
+
+    # Device-side rows: GPU ops, GPU annotations, syncs placed on a device timeline.
+    cat_l = np.array([str(c).lower() for c in cat_d.dictionary.to_pylist()] + [""])[_codes(cat_d)]
+    device_side = np.isin(kind, _DEVICE_KINDS) | (cat_l == "mtia_ccp_events")
+    device_side |= (kind == _K["sync"]) & (ints["device"] >= 0)
+    device = np.where(ints["device"] >= 0, ints["device"], pid).astype(np.int64)
+    device[~device_side] = -1
+    stream = ints["stream"].copy()
+    if tid_stream:
+        rows = np.fromiter(tid_stream.keys(), dtype=np.int64)
+        tstr = np.fromiter(tid_stream.values(), dtype=np.int64)
+        tid[rows] = tstr
+    stream = np.where(stream >= 0, stream, tid)
+    for i, s in batch.pid_str.items():
+        if s == "CUDA functions":  # old autograd export: tid is the device, no stream
+            device[i], stream[i] = tid[i], -1
+    stream[~device_side] = -1
+
+    correlation = ints["correlation"]
+    external_id = np.where(ints["external_id"] >= 0, ints["external_id"], ints["external_id_old"])
+
+    # Host pid of device rows: the runtime call with the same correlation, else the
+    # host op with the same external id, else the only host process.
+    is_host = np.isin(kind, _HOST_KINDS) & (pid >= 0) & ~device_side
+    is_launch = is_host & ((kind == _K["runtime"]) | (kind == _K["driver"]))
+    host_pid = _lookup(np.where(is_launch, correlation, -1), pid, np.where(device_side, correlation, -1))
+    miss = device_side & (host_pid < 0)
+    if miss.any():
+        host_pid[miss] = _lookup(np.where(is_host, external_id, -1), pid,
+                                 np.where(miss, external_id, -1))[miss]
+        miss = device_side & (host_pid < 0)
+        if miss.any():
+            host_pid[miss] = _main_pid(pid, is_launch, is_host)
+    pid = np.where(device_side, host_pid, pid)
+    tid[device_side] = -1
+    for i in batch.tid_str:
+        if i not in tid_stream:
+            tid[i] = -1
+
+    # memcpy / memset
+    is_copy = kind == _K["memcpy"]
+    is_set = kind == _K["memset"]
+    nbytes = np.where(ints["bytes"] >= 0, ints["bytes"], ints["size"])
+    nbytes = np.where(is_copy | is_set, nbytes, -1)
+    copy_kind = np.full(n, None, dtype=object)
+    if is_copy.any():
+        from_name = _per_unique(name_d, _copy_kind_from_name)
+        for i in np.flatnonzero(is_copy).tolist():
+            # Name ("Memcpy HtoD (Pageable -> Device)"), else ROCm 'kind', else MTIA 'direction'.
+            d = batch.strs["direction"][i]
+            k = batch.strs["kind"][i]
+            copy_kind[i] = from_name[i] or (k if isinstance(k, str) else None) or (
+                _DIRECTION.get(d) if isinstance(d, str) else None)
+
+    coll = _collective_columns(batch, name_d, kind, n)
+
+    cols = {
+        "ts": ts + _as_int(header.get("baseTimeNanoseconds"), 0),
+        "dur": dur,
+        "kind": pa.DictionaryArray.from_arrays(pa.array(kind, pa.int32()), pa.array(KINDS)),
+        "name": name_d, "cat": cat_d,
+        "pid": pid, "tid": tid, "device": device, "stream": stream,
+        "correlation": correlation, "external_id": external_id,
+        "bytes": nbytes, "copy_kind": copy_kind.tolist(),
+        **coll,
+    }
+    meta.clock = _clock(fmt_name, header, cols["ts"][keep])
+    if not keep.all():
+        idx = pa.array(np.flatnonzero(keep))
+        cols = {k: _take(v, idx, keep) for k, v in cols.items()}
+    return cols, int(keep.sum())
+
+
+def _main_pid(pid: np.ndarray, is_launch: np.ndarray, is_host: np.ndarray) -> int:
+    """The process that launched most GPU work (else with most host rows); -1 if none.
+
+    Used for device rows whose launch is outside the trace window (kernels
+    queued before profiling started) -- in practice one process drives a GPU.
+    """
+    for mask in (is_launch, is_host):
+        if mask.any():
+            vals, counts = np.unique(pid[mask], return_counts=True)
+            return int(vals[np.argmax(counts)])
+    return -1
+
+
+def _take(v, idx: pa.Array, keep: np.ndarray):
+    if isinstance(v, pa.Array):
+        return v.take(idx)
+    if isinstance(v, list):
+        return [x for x, k in zip(v, keep) if k]
+    return v[keep]
+
+
+def _clock(fmt_name: str, header: dict, ts: np.ndarray) -> str:
+    if "baseTimeNanoseconds" in header:
+        return "epoch_ns"
+    # µs since 1970: anything after 2001 is > 1e18 ns; relative clocks are far smaller.
+    if fmt_name == "kineto" and len(ts) and ts.min() > 10**18:
+        return "epoch_ns"
+    return "trace_ns"
+
+
+def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.ndarray, n: int):
+    ints, strs = batch.ints, batch.strs
+    coll_raw = strs["coll_name"]
+    has_args = np.fromiter(map(is_not, coll_raw, repeat(None)), dtype=bool, count=n)
+    collective = np.full(n, None, dtype=object)
+    if has_args.any():
+        rows = np.flatnonzero(has_args)
+        collective[rows] = [_collective_name(coll_raw[i]) for i in rows]
+    is_kernel = kind == _K["kernel"]
+    if is_kernel.any():
+        from_name = _per_unique(name_d, collective_from_kernel)
+        fill = is_kernel & ~has_args & (from_name != None)  # noqa: E711
+        collective[fill] = from_name[fill]
+    in_n, out_n = ints["in_nelems"], ints["out_nelems"]
+    # nccl-tests convention: the larger buffer (all_gather output, reduce_scatter input).
+    nelems = np.where(has_args, np.maximum(in_n, out_n), -1)
+    dtype = np.full(n, None, dtype=object)
+    msg_bytes = np.full(n, -1, dtype=np.int64)
+    if has_args.any():
+        rows = np.flatnonzero(has_args)
+        dts = [strs["dtype"][i] if isinstance(strs["dtype"][i], str) else None for i in rows]
+        dtype[rows] = dts
+        size = np.array([dtype_size(d) for d in dts], dtype=np.int64)
+        ok = (size > 0) & (nelems[rows] >= 0)
+        msg_bytes[rows[ok]] = nelems[rows[ok]] * size[ok]
+    pg = np.full(n, None, dtype=object)
+    if has_args.any():
+        rows = np.flatnonzero(has_args)
+        pg[rows] = [_pg_name(strs["pg_name"][i], ints["pg_id"][i], strs["pg_desc"][i]) for i in rows]
+    group_size = np.where(has_args, ints["group_size"], -1)
+    return {"collective": collective.tolist(), "msg_nelems": nelems, "msg_bytes": msg_bytes,
+            "dtype": dtype.tolist(), "group_size": group_size, "process_group": pg.tolist()}
+
+
+def _collective_name(raw: Any) -> str | None:
+    """Canonical name; unknown spellings kept as written; ``wait`` (work.wait) is none."""
+    raw = str(raw)
+    if raw.strip().lower() in ("wait", ""):
+        return None
+    return normalize_collective(raw) or raw
+
+
+def _pg_name(name: Any, pg_id: int, desc: Any) -> str | None:
+    if name is not None and name != "":
+        return str(name)
+    if pg_id >= 0:
+        return str(pg_id)
+    return str(desc) if desc not in (None, "") else None
+
+
+_BE = frozenset(("B", "E"))
+
+
+def _pair_begin_end(batch: dec.Batch, ts: np.ndarray, dur: np.ndarray, keep: np.ndarray,
+                    meta: TraceMeta) -> None:
+    """Fold 'B'/'E' pairs (per pid, tid stack) into one row with a duration."""
+    be = np.flatnonzero(np.fromiter(map(_BE.__contains__, batch.ph), dtype=bool,
+                                    count=batch.n)).tolist()
+    if not be:
+        return
+    stacks: dict = {}
+    unmatched = 0
+    order = sorted(be, key=lambda i: (ts[i], 0 if batch.ph[i] == "E" else 1))
+    for i in order:
+        key = (batch.pid[i], batch.pid_str.get(i), batch.tid[i], batch.tid_str.get(i))
+        if batch.ph[i] == "B":
+            stacks.setdefault(key, []).append(i)
+            dur[i] = 0
+        else:
+            keep[i] = False
+            st = stacks.get(key)
+            if st:
+                b = st.pop()
+                dur[b] = ts[i] - ts[b]
+    unmatched = sum(len(s) for s in stacks.values())
+    if unmatched:
+        meta.extra["unmatched_begin_events"] = unmatched
+
+
+# --- progress -----------------------------------------------------------------
+
+@contextmanager
+def _progress(p: Path, enabled: bool):
+    """Yield ``tick(stage, fraction=None)``; draws a rich bar on stderr for big files."""
+    size = 0
+    if enabled:
+        try:
+            size = p.stat().st_size
+            with open(p, "rb") as f:
+                if f.read(2) == b"\x1f\x8b":
+                    size *= 10  # typical Kineto gzip ratio
+        except OSError:
+            size = 0
+    if not enabled or size < PROGRESS_MIN_BYTES:
+        yield lambda stage, frac=None: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    stages = {"gunzip": (0, 25), "parse": (25, 60), "columns": (60, 85), "table": (85, 100),
+              "done": (100, 100)}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"loading {p.name}", total=100)
+
+        def tick(stage: str, frac: float | None = None) -> None:
+            lo, hi = stages.get(stage, (0, 0))
+            bar.update(task, completed=lo + (hi - lo) * (frac or 0.0),
+                       description=f"{stage} {p.name}")
+
+        yield tick
+
+
+__all__ = ["read_kineto", "rank_from_filename", "CAT_KIND"]
