@@ -1,4 +1,4 @@
-"""``traceread analyze``: the report."""
+"""``traceread analyze`` (the report), ``traceread steps`` and ``traceread idle``."""
 from __future__ import annotations
 
 import json
@@ -7,18 +7,113 @@ import click
 
 from . import main
 from ._common import emit, format_option, load_trace, output_option
-from ..passes.info import trace_info
-from ..render.text import render_info
+from ..analysis import analyze as run_analysis
+from ..render.json import gap_records
+from ..render.report import render_report
+from ..render.text import fmt_ns
+
+_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def _duration(ctx, param, value) -> int:
+    """'500us', '1.5ms', '2s' or plain ns."""
+    if value is None:
+        return 0
+    v = str(value).strip().lower()
+    for unit in ("ns", "us", "ms", "s"):
+        if v.endswith(unit):
+            num = v[: -len(unit)]
+            break
+    else:
+        num, unit = v, "ns"
+    try:
+        ns = float(num) * _UNITS[unit]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 500us, 1ms, 2s)")
+    if ns < 0:
+        raise click.BadParameter("must not be negative")
+    return int(round(ns))
+
+
+min_gap_option = click.option(
+    "--min-gap", "min_gap", default=None, callback=_duration, metavar="DURATION",
+    help="List only gaps longer than this (e.g. 100us, 1ms); totals always count every gap.")
+step_pattern_option = click.option(
+    "--step-pattern", default=None, metavar="REGEX",
+    help="Regex for step ranges (default: ProfilerStep#N, then names like 'step 12' / 'iteration_3').")
+
+
+def _analyses(traces, step_pattern, min_gap):
+    for t in traces:
+        yield run_analysis(load_trace(t), step_pattern=step_pattern, min_gap_ns=min_gap)
 
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @format_option
 @output_option
-def analyze(traces, fmt, out):
-    """Why is the GPU underfed? Report for each TRACE."""
-    results = [trace_info(load_trace(t)) for t in traces]
+@min_gap_option
+@step_pattern_option
+def analyze(traces, fmt, out, min_gap, step_pattern):
+    """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
+    results = list(_analyses(traces, step_pattern, min_gap))
     if fmt == "json":
-        emit(json.dumps(results if len(results) > 1 else results[0], indent=2), out)
+        docs = [a.to_dict() for a in results]
+        emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
     else:
-        emit("\n\n".join(render_info(r) for r in results), out)
+        emit("\n\n".join(render_report(a) for a in results), out)
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@format_option
+@output_option
+@step_pattern_option
+def steps(traces, fmt, out, step_pattern):
+    """Per-step host time, GPU busy/idle and idle causes for each TRACE."""
+    results = list(_analyses(traces, step_pattern, 0))
+    if fmt == "json":
+        docs = [{"trace": a.meta.path, **a.to_dict()["steps"]} for a in results]
+        emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
+        return
+    blocks = []
+    for a in results:
+        st = a.steps
+        lines = [a.meta.path, f"  {'step':>6}  {'start':>10}  {'host time':>10}  {'GPU busy':>10}  "
+                 f"{'GPU idle':>10}  {'gaps':>6}  {'GPU ops':>8}"]
+        t0 = int(st["start"].min()) if len(st) else 0
+        for r in st.to_dict(orient="records"):
+            lines.append(f"  {'#' + str(r['step']):>6}  {'+' + fmt_ns(r['start'] - t0):>10}  "
+                         f"{fmt_ns(r['dur']):>10}  {fmt_ns(r['busy_ns']):>10}  "
+                         f"{fmt_ns(r['idle_ns']):>10}  {r['gaps']:>6,}  {r['gpu_ops']:>8,}")
+        blocks.append("\n".join(lines))
+    emit("\n\n".join(blocks), out)
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@format_option
+@output_option
+@min_gap_option
+@step_pattern_option
+def idle(traces, fmt, out, min_gap, step_pattern):
+    """Every GPU idle gap of each TRACE with its step, drain cause and host activity."""
+    results = list(_analyses(traces, step_pattern, min_gap))
+    if fmt == "json":
+        docs = [{"trace": a.meta.path, "min_gap_ns": a.min_gap_ns,
+                 "gaps": gap_records(a.listed_gaps())} for a in results]
+        emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
+        return
+    blocks = []
+    for a in results:
+        g = a.listed_gaps()
+        lines = [a.meta.path, f"  {'start (ns)':>20}  {'duration':>10}  {'pid':>8}  {'dev':>3}  "
+                 f"{'step':>6}  {'drain':<28}  host"]
+        for r in gap_records(g):
+            drain = r["drain"] + (f" {r['drain_op']}" if r["drain_op"] else "")
+            host = ", ".join(f"{k} {fmt_ns(v)}" for k, v in
+                             sorted(r["by_cpu"].items(), key=lambda kv: -kv[1]))
+            lines.append(f"  {r['start_ns']:>20}  {fmt_ns(r['duration_ns']):>10}  {r['pid']:>8}  "
+                         f"{r['device']:>3}  {r['step']:>6}  {drain[:28]:<28}  {host}")
+        blocks.append("\n".join(lines))
+    emit("\n\n".join(blocks), out)

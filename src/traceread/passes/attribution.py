@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals
+from .compile import _is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -92,7 +93,7 @@ def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarr
     def by_name(n: str) -> int:
         if any(r.search(n) for r in step_rx):
             return -2
-        if COMPILE_RX.search(n):
+        if COMPILE_RX.search(n) or _is_compile_name(n):
             return cat["compile"]
         if DATALOADER_RX.search(n):
             return cat["dataloader"]

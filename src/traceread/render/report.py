@@ -1,0 +1,235 @@
+"""The text report of ``traceread analyze``: verdict first, then the figures behind it."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..passes.attribution import CPU_CATEGORIES
+from .text import fmt_ns
+
+BOUND_TITLE = {
+    "data": "input-bound: the GPU waits for the DataLoader",
+    "sync": "sync-bound: blocking host syncs drain the GPU queue",
+    "launch": "launch-bound: the host cannot issue work as fast as the GPU runs it",
+    "comms": "communication-bound: collectives are exposed or the host waits on them",
+    "compile": "compile-bound: the host compiles (dynamo/inductor) while the GPU idles",
+    "gpu": "GPU-bound: the GPU is densely busy; make the kernels cheaper",
+    "mixed": "mixed: no single cause dominates the idle GPU time",
+    "unknown": "unknown: the GPU idles while the host is not traced",
+    "cpu_only": "CPU-only trace: no GPU activity recorded",
+}
+STEP_ROWS = 12
+GAP_ROWS = 8
+OP_ROWS = 8
+KERNEL_ROWS = 8
+NAME_W = 60
+
+
+def _short(name: str, w: int = NAME_W) -> str:
+    name = " ".join(str(name).split())
+    return name if len(name) <= w else name[: w - 1] + "…"
+
+
+def _pct(a, b) -> str:
+    return f"{100.0 * a / b:5.1f}%" if b else "    -"
+
+
+def _bar(frac: float, width: int = 24) -> str:
+    n = int(round(max(0.0, min(1.0, frac)) * width))
+    return "█" * n
+
+
+def render_report(a) -> str:
+    out: list[str] = []
+    out += _header(a)
+    out += _verdict(a)
+    if len(a.devices):
+        out += _devices(a)
+        out += _attribution(a)
+    out += _steps(a)
+    if len(a.gaps):
+        out += _gaps(a)
+        out += _top_ops(a)
+    out += _comms(a)
+    out += _compile(a)
+    out += _kernels(a)
+    if a.missing:
+        out += ["", f"(passes not available in this install: {', '.join(a.missing)})"]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _header(a) -> list[str]:
+    m = a.meta
+    bits = [m.format or "trace"]
+    if m.format_version:
+        bits[0] += f" (schema {m.format_version})"
+    if m.producer:
+        bits.append(m.producer)
+    if m.rank >= 0:
+        bits.append(f"rank {m.rank}" + (f" of {m.world_size}" if m.world_size > 0 else ""))
+    bits.append(f"{a.events:,} events")
+    bits.append(f"span {fmt_ns(a.span_ns)}")
+    return [f"{m.path}", "  " + " · ".join(bits)]
+
+
+def _verdict(a) -> list[str]:
+    v = a.verdict
+    lines = ["", f"VERDICT  {v['bound'].upper()} — {BOUND_TITLE.get(v['bound'], v['bound'])}",
+             f"  {v['summary']}"]
+    ev = v["evidence"]
+    facts = []
+    if "lost_pct" in ev and ev.get("exposed_comm_ns"):
+        facts.append(f"exposed communication {ev['exposed_comm_pct']:.1f}% of the window")
+    if ev.get("top_sync_op") and v["bound"] in ("sync", "mixed"):
+        facts.append(f"queue drained by {ev['top_sync_op']} in {ev['top_sync_op_gaps']} gaps")
+    if ev.get("bursty"):
+        facts.append(f"step times are bursty (cv {ev['step_cv']:.2f})")
+    if ev.get("recompiles"):
+        facts.append(f"{ev['recompiles']} recompiles")
+    if v["bound"] == "gpu" and ev.get("top_kernel"):
+        facts.append(f"top kernel {ev['top_kernel_pct']:.1f}% of GPU time: "
+                     f"{_short(ev['top_kernel'], 50)}")
+    for f in facts:
+        lines.append(f"  {f}")
+    lines += ["", "  Levers, cheapest first:"]
+    lines += [f"    {i}. {lv}" for i, lv in enumerate(v["levers"], 1)]
+    return lines
+
+
+def _devices(a) -> list[str]:
+    lines = ["", "GPU activity (first to last GPU op of each device)",
+             f"  {'device':<14}{'window':>10}  {'busy':>18}  {'idle':>18}  {'gaps':>7}"]
+    for r in a.devices.itertuples():
+        name = f"{r.device}" + (f" pid {r.pid}" if a.devices["pid"].nunique() > 1 else "")
+        lines.append(f"  {name:<14}{fmt_ns(r.window_ns):>10}  "
+                     f"{fmt_ns(r.busy_ns):>9} {_pct(r.busy_ns, r.window_ns):>8}  "
+                     f"{fmt_ns(r.idle_ns):>9} {_pct(r.idle_ns, r.window_ns):>8}  {r.gaps:>7,}")
+    return lines
+
+
+def _attribution(a) -> list[str]:
+    s = a.attribution
+    idle = sum(s["by_cpu"].values())
+    if not idle:
+        return ["", "No idle time inside the GPU's active window."]
+    lines = ["", f"Where the idle GPU time went ({fmt_ns(idle)}): what the launching host "
+             "threads were doing"]
+    for c in sorted(CPU_CATEGORIES, key=lambda c: -s["by_cpu"][c]):
+        ns = s["by_cpu"][c]
+        if not ns:
+            continue
+        lines.append(f"  {c:<11}{fmt_ns(ns):>10} {_pct(ns, idle)}  {_bar(ns / idle)}")
+    d = s["by_drain"]
+    lines.append(f"  queue drained by a blocking sync: {fmt_ns(d['sync'])} {_pct(d['sync'], idle).strip()}"
+                 f"; host simply late (starved): {fmt_ns(d['starved'])} "
+                 f"{_pct(d['starved'], idle).strip()}")
+    for op, v in sorted(s["by_sync_op"].items(), key=lambda kv: -kv[1]["ns"])[:4]:
+        lines.append(f"    after {op}: {fmt_ns(v['ns'])} in {v['gaps']:,} gaps")
+    return lines
+
+
+def _steps(a) -> list[str]:
+    st = a.steps
+    if a.step_source == "whole_trace":
+        return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
+                "trace is one window (use --step-pattern REGEX)"]
+    s = a.step_stats
+    steady = "BURSTY" if s["bursty"] else "steady"
+    lines = ["", f"Steps: {s['count']} ({_short(st['name'].iloc[0], 30)} …), mean "
+             f"{fmt_ns(s['mean_ns'])}, median {fmt_ns(s['median_ns'])}, p90 {fmt_ns(s['p90_ns'])}, "
+             f"cv {s['cv']:.2f} ({steady})",
+             f"  {'step':>6}  {'host time':>10}  {'GPU busy':>10}  {'GPU idle':>10}  "
+             f"{'gaps':>6}  main idle cause"]
+    rows = st
+    if len(st) > STEP_ROWS:  # the slowest steps matter most
+        rows = st.sort_values("dur", ascending=False, kind="stable").head(STEP_ROWS).sort_values(
+            "start", kind="stable")
+        lines[-2] += f"; showing the {STEP_ROWS} slowest"
+    cat_cols = [f"idle_{c}" for c in CPU_CATEGORIES]
+    for r in rows.to_dict(orient="records"):
+        vals = np.array([r[c] for c in cat_cols])
+        cause = ""
+        if r["idle_ns"]:
+            j = int(vals.argmax())
+            cause = f"{CPU_CATEGORIES[j]} {fmt_ns(vals[j])}"
+        lines.append(f"  {'#' + str(r['step']):>6}  {fmt_ns(r['dur']):>10}  {fmt_ns(r['busy_ns']):>10}  "
+                     f"{fmt_ns(r['idle_ns']):>10}  {r['gaps']:>6,}  {cause}")
+    return lines
+
+
+def _gaps(a) -> list[str]:
+    g = a.listed_gaps()
+    total = int(a.gaps["duration"].sum())
+    title = f"Largest idle gaps (of {len(a.gaps):,}, {fmt_ns(total)} in total"
+    if a.min_gap_ns:
+        title += f"; {len(g):,} longer than {fmt_ns(a.min_gap_ns)}"
+    lines = ["", title + ")",
+             f"  {'at':>10}  {'duration':>10}  {'dev':>3}  {'step':>6}  {'drained by':<22}  host was in"]
+    if not len(g):
+        return lines[:2]
+    w0 = dict(zip(zip(a.devices["pid"], a.devices["device"]), a.devices["window_start"]))
+    top = g.sort_values(["duration", "start"], ascending=[False, True], kind="stable").head(GAP_ROWS)
+    for r in top.to_dict(orient="records"):
+        at = r["start"] - w0.get((r["pid"], r["device"]), r["start"])
+        parts = sorted(((r[f"cpu_{c}"], c) for c in CPU_CATEGORIES if r[f"cpu_{c}"]), reverse=True)
+        host = ", ".join(f"{c} {fmt_ns(ns)}" for ns, c in parts[:3])
+        drain = "sync " + r["drain_op"] if r["drain"] == "sync" else "starved"
+        step = "#" + str(r["step"]) if r["step"] >= 0 else "-"
+        lines.append(f"  {'+' + fmt_ns(at):>10}  {fmt_ns(r['duration']):>10}  {r['device']:>3}  "
+                     f"{step:>6}  {_short(drain, 22):<22}  {host}")
+    return lines
+
+
+def _top_ops(a) -> list[str]:
+    t = a.top_ops
+    if not len(t):
+        return []
+    lines = ["", "Host ops running during the gaps (inclusive time inside gaps)"]
+    for r in t.head(OP_ROWS).itertuples():
+        lines.append(f"  {fmt_ns(r.ns):>10}  {r.count:>7,}x  {r.category:<10}  {_short(r.name)}")
+    return lines
+
+
+def _comms(a) -> list[str]:
+    n = a.nccl
+    if n is None or not len(n) or not int(n["comm_ns"].sum()):
+        return []
+    comm, exposed, ov = int(n["comm_ns"].sum()), int(n["exposed_ns"].sum()), int(n["overlap_ns"].sum())
+    lines = ["", f"Communication: {fmt_ns(comm)} of comm kernels, {fmt_ns(exposed)} exposed, "
+             f"{100.0 * ov / comm:.1f}% overlapped with compute"]
+    c = a.collectives
+    if c is not None and len(c):
+        for r in c.head(6).to_dict(orient="records"):
+            bw = r.get("busbw_gbps")
+            bw = f", busbw {bw:.1f} GB/s" if isinstance(bw, float) and bw == bw else ""
+            lines.append(f"  {str(r['collective']):<16}{r['count']:>7,}x  {fmt_ns(r['total_ns']):>10}"
+                         f"  exposed {fmt_ns(r['exposed_ns'])}{bw}")
+    return lines
+
+
+def _compile(a) -> list[str]:
+    c = a.compile
+    if not c or not (c.get("compiles") or c.get("compile_ns") or c.get("cache_lookup_ns")):
+        return []
+    line = (f"torch.compile: {c.get('compiles', 0)} compiles ({c.get('recompiles', 0)} recompiles), "
+            f"{fmt_ns(c.get('compile_ns', 0))} compiling")
+    if c.get("idle_overlap_ns"):
+        line += f" ({fmt_ns(c['idle_overlap_ns'])} while the GPU idled)"
+    if c.get("cache_lookup_ns"):
+        line += f", guard checks {fmt_ns(c['cache_lookup_ns'])}"
+    return ["", line]
+
+
+def _kernels(a) -> list[str]:
+    k = a.kernels
+    if k is None or not len(k):
+        return []
+    lines = ["", f"Top kernels ({len(k):,} distinct)",
+             f"  {'time':>6}  {'total':>10}  {'count':>7}  {'avg':>9}  name"]
+    for r in k.head(KERNEL_ROWS).itertuples():
+        lines.append(f"  {r.pct:5.1f}%  {fmt_ns(r.total_ns):>10}  {r.instances:>7,}  "
+                     f"{fmt_ns(r.avg_ns):>9}  {_short(r.name)}")
+    kc = a.kernel_classes
+    if kc is not None and len(kc):
+        lines.append("  by class: " + ", ".join(
+            f"{r['class']} {r['pct']:.0f}%" for r in kc.head(6).to_dict(orient="records")))
+    return lines
