@@ -1,0 +1,73 @@
+"""``traceread batch``: every trace of a directory, one table back, cross-rank summary."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from . import main
+
+
+@main.command()
+@click.argument("directory")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Worker processes (default: number of CPUs).")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="traceread-batch",
+              show_default=True, help="Output directory.")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="Run on this existing Dask distributed scheduler instead of local processes.")
+@click.option("--step-pattern", default=None, help="Regex naming the step ranges (default ProfilerStep#N).")
+@click.pass_context
+def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
+    """Analyse every trace under DIRECTORY (recursively, found by content).
+
+    Writes OUT/summary.parquet and summary.csv (one row per file; a file that fails is
+    a row with its error), OUT/tables/<table>/trace_id=<id>/ (per-trace gaps, kernels,
+    collectives, steps... as a hive-partitioned Parquet dataset), OUT/ranks.parquet and
+    OUT/matches.parquet (cross-rank results of multi-rank jobs) and OUT/jobs.json.
+    DIRECTORY may be an fsspec URL (s3://...) readable by the workers. Exit status 1
+    when any file failed.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .. import batch as b
+
+    paths, skipped = b.discover(directory)
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console,
+                  disable=not console.is_terminal, transient=True) as progress:
+        task = progress.add_task("analysing", total=len(paths), last="")
+
+        def tick(res):
+            progress.update(task, advance=1, last=os.path.basename(res["row"]["file"]))
+
+        res = b.run(directory, jobs=jobs, scheduler=scheduler, step_pattern=step_pattern,
+                    on_result=tick, paths=paths)
+    res.skipped = skipped
+    out = b.write(res, out_dir)
+    click.echo(render_summary(res, str(out)))
+    if res.failed:
+        ctx.exit(1)
+
+
+def render_summary(res, out: str) -> str:
+    from ..multirank import render_text
+
+    s = res.summary
+    ok = s[s["error"].isna()]
+    lines = [f"{len(s)} files: {len(ok)} analysed, {res.failed} failed"
+             + (f", {len(res.skipped)} skipped (not traces by content or name)" if res.skipped else "")]
+    if len(ok):
+        verdicts = ok["verdict"].fillna("?").value_counts()
+        lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
+    for r in s[s["error"].notna()].itertuples():
+        lines.append(f"  failed: {r.file}: {r.error}")
+    if res.jobs:
+        lines.append("")
+        lines.append(render_text(res.jobs))
+    lines.append("")
+    lines.append(f"wrote {out}/summary.parquet, summary.csv, ranks.parquet, tables/")
+    return "\n".join(lines)
