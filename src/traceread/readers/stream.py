@@ -1,0 +1,501 @@
+"""Streaming, multi-process ingest of big Kineto / Chrome JSON traces.
+
+The small-file path (``kineto.read_kineto``) reads the whole file, decodes it
+in one msgspec call and turns the events into column arrays. That holds the
+raw bytes *and* every decoded event at once. Here, instead:
+
+1. The ``traceEvents`` array is cut into chunks of ~``CHUNK_BYTES`` at event
+   boundaries (``},`` + ``{``). A plain file is memory-mapped (never read
+   whole); a gzip file is inflated as one stream (gzip is not splittable)
+   with the fastest inflater available (python-isal, else stdlib).
+2. Each chunk is decoded in a worker process with the same functions the
+   small path uses (``_kineto_decode.decode_events`` + ``events_to_batch``);
+   the worker de-duplicates the string columns so only column arrays and one
+   object per distinct string travel back.
+3. The batches are joined in file order (``concat_batches``) and finished by
+   the very same trace-wide code as the small path (``kineto._columns``,
+   ``_meta``, ``build_table``), so both paths give the same table bit for bit.
+
+A boundary found by the byte scan may, in theory, sit inside a JSON string or
+a nested object. Such a cut always makes the chunk before it invalid JSON (it
+starts at a true boundary and ends inside a string or an open object), so a
+chunk that fails to decode is merged with the next one and decoded again;
+only a failure that merging cannot fix is reported as bad input.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import mmap
+import multiprocessing as mp
+import os
+import re
+import zlib
+from collections import deque
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from ..detect import sniff
+from ..errors import TraceError
+from ..table import Trace, build_table
+from . import _kineto_decode as dec
+
+CHUNK_BYTES = 32 << 20          # decoded per task; ~0.5 s of work, ~150 MB peak per worker
+STREAM_MIN_BYTES = 96 << 20     # read() streams files at least this big (uncompressed estimate)
+GZ_RATIO_GUESS = 10             # typical Kineto gzip ratio, for the size estimate only
+_TAIL_SCAN = 4 << 20            # the closing ']' of traceEvents is searched in the last 4 MB
+_HEAD_SCAN = 64 << 20           # "traceEvents" key must start within the first 64 MB
+
+# Event boundary "}" "," "{". A newline inside the gap proves we are not inside a
+# JSON string (strings cannot hold raw newlines); Kineto writes one there.
+_BOUNDARY_NL = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{|\}[ \t\r]*\n[ \t\r\n]*,[ \t\r\n]*\{")
+_BOUNDARY_ANY = re.compile(rb"\}\s*,\s*\{")
+_MAX_MERGES = 3  # a mis-cut heals after one merge; more means the JSON itself is bad
+_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+try:  # python-isal inflates ~3x faster than stdlib zlib (see docs/performance.md)
+    from isal import igzip as _gzip
+except ImportError:  # pragma: no cover - depends on the environment
+    import gzip as _gzip
+
+
+def estimated_raw_size(path: str | os.PathLike) -> int:
+    """Uncompressed size estimate used to choose the streaming path."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            return size * GZ_RATIO_GUESS
+    return size
+
+
+# --- worker side ----------------------------------------------------------------
+
+def _dedupe(values: list) -> list:
+    """Same values, one object per distinct string (pickles and stores compactly).
+
+    Only lists of str/None are touched; anything else is returned unchanged.
+    """
+    if not values:
+        return values
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    try:
+        codes, uniques = pd.factorize(arr, use_na_sentinel=True)
+    except TypeError:  # unhashable oddities
+        return values
+    if not all(type(u) is str for u in uniques) or int((codes < 0).sum()) != values.count(None):
+        return values
+    table = np.empty(len(uniques) + 1, dtype=object)
+    table[:-1] = uniques
+    table[-1] = None
+    return table[codes].tolist()
+
+
+def _compact(batch: dec.Batch) -> dec.Batch:
+    batch.name = _dedupe(batch.name)
+    batch.cat = _dedupe(batch.cat)
+    batch.ph = _dedupe(batch.ph)
+    batch.strs = {k: _dedupe(v) for k, v in batch.strs.items()}
+    return batch
+
+
+def decode_chunk(buf, exact: bool = False, lenient: bool = False) -> dec.Batch:
+    """``[`` + events + ``]`` bytes -> compact Batch. Raises msgspec errors."""
+    if lenient:
+        from .kineto import _coerce_event
+
+        etype = dec.ExactEvent if exact else dec.Event
+        raw = msgspec.json.Decoder(float_hook=dec.Decimal if exact else None).decode(buf)
+        if not isinstance(raw, list):
+            raise msgspec.DecodeError("chunk is not an array")
+        events = [e for e in (_coerce_event(x, etype) for x in raw) if e is not None]
+    else:
+        events = dec.decode_events(buf, exact=exact)
+    batch = dec.events_to_batch(events)
+    del events
+    return _compact(batch)
+
+
+def _wrap(view) -> bytearray:
+    buf = bytearray(len(view) + 2)
+    buf[0] = 0x5B  # [
+    buf[1:-1] = view
+    buf[-1] = 0x5D  # ]
+    return buf
+
+
+def _decode_range(path: str, start: int, end: int, exact: bool, lenient: bool):
+    """Worker task for a memory-mapped plain file: bytes [start, end) are events."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        buf = _wrap(memoryview(mm)[start:end])
+    return _decode_guarded(buf, exact, lenient)
+
+
+def _decode_range_item(path: str, exact: bool, lenient: bool, r: tuple):
+    return _decode_range(path, r[0], r[1], exact, lenient)
+
+
+def _decode_bytes_item(exact: bool, lenient: bool, buf: bytes):
+    return _decode_bytes(buf, exact, lenient)
+
+
+def _decode_bytes(buf: bytes, exact: bool, lenient: bool):
+    return _decode_guarded(_wrap(buf), exact, lenient)
+
+
+def _decode_guarded(buf, exact: bool, lenient: bool):
+    """-> ("ok", batch) | ("invalid", message) | ("types", message) (pickle-safe)."""
+    try:
+        return "ok", decode_chunk(buf, exact, lenient)
+    except msgspec.ValidationError as e:
+        return "types", str(e)
+    except msgspec.DecodeError as e:
+        return "invalid", str(e)
+
+
+# --- boundaries ------------------------------------------------------------------
+
+def find_boundary(buf, pos: int, end: int) -> int:
+    """First event boundary at or after ``pos``: index just past the ``}``; -1 if none.
+
+    Prefers a boundary with a newline in the gap (provably outside strings).
+    """
+    window = 1 << 20
+    while pos < end:
+        hi = min(end, pos + window)
+        m = _BOUNDARY_NL.search(buf, pos, hi)
+        if m is None:
+            m = _BOUNDARY_ANY.search(buf, pos, hi)
+        if m is not None:
+            return m.start() + 1
+        if hi >= end:
+            return -1
+        pos = hi - 64  # overlap so a boundary straddling windows is seen
+    return -1
+
+
+def _next_start(buf, cut: int) -> int:
+    """Index of the ``{`` that starts the event after a boundary ending at ``cut``."""
+    m = re.compile(rb"\s*,\s*").match(buf, cut)
+    return m.end()
+
+
+def _last_boundary(buf, lo: int, hi: int) -> int:
+    """Last event boundary in buf[lo:hi]; index just past the ``}``; -1 if none."""
+    last = -1
+    for pat in (_BOUNDARY_NL, _BOUNDARY_ANY):
+        for m in pat.finditer(buf, lo, hi):
+            last = m.start() + 1
+        if last >= 0:
+            return last
+    return -1
+
+
+def find_array_start(head) -> int:
+    """Index just past the ``[`` that opens traceEvents (or the top-level array)."""
+    i = 0
+    n = len(head)
+    while i < n and head[i] in b" \t\r\n\xef\xbb\xbf":
+        i += 1
+    if i < n and head[i:i + 1] == b"[":
+        return i + 1
+    m = _KEY_RE.search(head)
+    return m.end() if m else -1
+
+
+def _events_like(buf) -> bool:
+    """True when ``buf`` (a JSON array text) holds event objects (each has "ph")."""
+    try:
+        items = msgspec.json.decode(buf)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(items, list) and all(isinstance(e, dict) and "ph" in e for e in items)
+
+
+def find_array_end(buf, lo: int, prefix: bytes) -> int:
+    """Index of the ``]`` closing traceEvents, searched backwards from the end of ``buf``.
+
+    A candidate is accepted when (a) ``prefix + "[]" + rest`` is valid JSON and
+    (b) the last item before it is an event object -- this skips arrays in
+    keys written after traceEvents (newer Kineto puts deviceProperties there).
+    """
+    n = len(buf)
+    lo = max(lo, n - _TAIL_SCAN)
+    p = n
+    while True:
+        p = buf.rfind(b"]", lo, p)
+        if p < 0:
+            return -1
+        rest = bytes(buf[p + 1:])
+        try:
+            msgspec.json.decode(prefix + b"[]" + rest)
+        except msgspec.DecodeError:
+            continue
+        before = bytes(buf[max(lo, p - (1 << 20)):p]).rstrip()
+        if before.endswith(b"["):  # empty array
+            return p
+        # the last event: after the last boundary, or the whole tail window
+        b = _last_boundary(before, 0, len(before))
+        last = before[_next_start(before, b):] if b >= 0 else None
+        if last is not None and _events_like(b"[" + last + b"]"):
+            return p
+        if b < 0 and _events_like(b"[" + before[before.find(b"{"):] + b"]"):
+            return p
+
+
+# --- drivers -----------------------------------------------------------------------
+
+def _pool(workers: int):
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+class _Bad(Exception):
+    """A chunk decode problem the driver handles (retry exact / lenient / merge)."""
+
+    def __init__(self, kind: str, msg: str):
+        self.kind, self.msg = kind, msg
+
+
+def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | None = None,
+                chunk_bytes: int = CHUNK_BYTES) -> Trace:
+    """Streaming equivalent of ``read_kineto``: same ``Trace``, bounded memory."""
+    p = Path(path)
+    fmt = sniff(p)
+    if fmt == "sqlite":
+        raise TraceError(p, "is an SQLite database, not a JSON trace")
+    workers = workers or default_workers()
+    exact = lenient = False
+    while True:  # at most three passes: float ts, then exact ts, then lenient types
+        try:
+            if fmt == "json.gz":
+                prefix, suffix, batches = _gz_batches(p, workers, chunk_bytes, exact, lenient)
+            else:
+                prefix, suffix, batches = _mmap_batches(p, workers, chunk_bytes, exact, lenient)
+        except _Bad as bad:
+            if bad.kind == "lossy" and not exact:
+                exact = True
+                continue
+            if bad.kind == "types" and not lenient:
+                lenient = True
+                continue
+            raise TraceError(p, bad.msg) from None
+        break
+    return _finish(p, prefix, suffix, batches, exact, lenient)
+
+
+def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
+            lenient: bool) -> Trace:
+    from . import kineto as K
+
+    top_list = not prefix.strip().startswith(b"{")
+    if top_list:
+        doc = []
+    else:
+        skeleton = prefix + b"[]" + suffix
+        try:
+            doc = msgspec.json.decode(skeleton, type=K._EXACT_DOC_TYPE if exact else K._DOC_TYPE)
+        except msgspec.ValidationError:
+            doc, _, _ = K._decode_lenient(p, skeleton, exact)
+        except msgspec.DecodeError as e:
+            raise TraceError(p, K._json_error(e, len(skeleton))) from None
+    batch = dec.concat_batches(batches) if batches else dec.events_to_batch([])
+    batches.clear()
+    header = K._header(doc)
+    fmt_name = K._format_name(header, batch, top_list)
+    meta = K._meta(p, header, batch, fmt_name)
+    if lenient:
+        meta.extra["lenient_decode"] = True
+    meta.extra["exact_ts_decode"] = bool(exact and batch.n)
+    cols, n = K._columns(batch, fmt_name, header, meta)
+    del batch
+    return Trace(build_table(cols, n), meta)
+
+
+def _check(result, batches: list, where: str = "") -> None:
+    status, val = result
+    if status == "types":
+        raise _Bad("types", val)
+    if status != "ok":
+        raise _Bad("invalid", _chunk_error(val, where))
+    if val.ts_lossy:
+        raise _Bad("lossy", "")
+    batches.append(val)
+
+
+def _chunk_error(msg: str, where: str) -> str:
+    if "truncated" in msg.lower():
+        return f"truncated JSON{where} (file cut short?)"
+    return f"invalid JSON{where}: {msg}"
+
+
+def _map_ordered(fn, items, workers: int):
+    """Yield (item, fn(item)) in order; fn runs on a process pool when workers > 1.
+
+    At most ``workers + 1`` tasks are in flight, so memory stays flat while the
+    producer (mmap splitter or gzip inflater) runs ahead in this process.
+    """
+    if workers <= 1:
+        for it in items:
+            yield it, fn(it)
+        return
+    with _pool(workers) as pool:
+        futs: deque = deque()
+        try:
+            for it in items:
+                futs.append((it, pool.submit(fn, it)))
+                if len(futs) > workers:
+                    it0, fut = futs.popleft()
+                    yield it0, fut.result()
+            while futs:
+                it0, fut = futs.popleft()
+                yield it0, fut.result()
+        finally:
+            for _, fut in futs:
+                fut.cancel()
+
+
+def _collect(pairs, fn, merge, where) -> list:
+    """Check results in order; a chunk that is not valid JSON is merged with the next."""
+    batches: list = []
+    held, merges = None, 0
+    for item, res in pairs:
+        if held is not None:
+            item = merge(held, item)
+            res = fn(item)
+            merges += 1
+        if res[0] == "invalid" and merges < _MAX_MERGES:
+            held, held_res = item, res
+            continue
+        held, merges = None, 0
+        _check(res, batches, where(item))
+    if held is not None:
+        _check(held_res, batches, where(held))
+    return batches
+
+
+def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: bool):
+    try:
+        f = open(p, "rb")
+    except OSError as e:
+        raise TraceError(p, f"cannot read: {e.strerror or e}") from None
+    with f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        size = len(mm)
+        start = find_array_start(memoryview(mm)[:min(size, _HEAD_SCAN)])
+        if start < 0:
+            raise _Bad("invalid", "JSON but no traceEvents array near the start: not a trace")
+        prefix = bytes(mm[:start - 1])
+        end = find_array_end(mm, start, prefix)
+        if end < 0:
+            raise _Bad("invalid", f"truncated JSON at byte {size} (traceEvents array never "
+                                  "closed; file cut short?)")
+        suffix = bytes(mm[end + 1:])
+        ranges = _split(mm, start, end, chunk_bytes)
+    fn = functools.partial(_decode_range_item, str(p), exact, lenient)
+    batches = _collect(_map_ordered(fn, ranges, min(workers, len(ranges))), fn,
+                       lambda a, b: (a[0], b[1]), lambda r: f" in bytes {r[0]}-{r[1]}")
+    return prefix, suffix, batches
+
+
+def _split(buf, start: int, end: int, chunk_bytes: int) -> list[tuple[int, int]]:
+    """Cut buf[start:end] (the array body) into event-aligned ranges."""
+    ranges = []
+    a = start
+    while a < end:
+        if end - a <= chunk_bytes * 3 // 2:
+            ranges.append((a, end))
+            break
+        cut = find_boundary(buf, a + chunk_bytes, end)
+        if cut < 0:
+            ranges.append((a, end))
+            break
+        ranges.append((a, cut))
+        a = _next_start(buf, cut)
+    return ranges
+
+
+class _GzChunks:
+    """Iterate event-aligned chunks of an inflating gzip stream; sets prefix/suffix."""
+
+    def __init__(self, p: Path, chunk_bytes: int):
+        self.p, self.chunk_bytes = p, chunk_bytes
+        self.prefix = self.suffix = b""
+        self.inflated = 0
+
+    def __iter__(self):
+        try:
+            f = _gzip.open(self.p, "rb")
+        except OSError as e:
+            raise TraceError(self.p, f"cannot read: {e.strerror or e}") from None
+        with f:
+            yield from self._chunks(f)
+
+    def _read(self, f) -> bytes:
+        try:
+            b = f.read(self.chunk_bytes)
+        except EOFError:
+            raise _Bad("invalid", "truncated gzip: compressed data ends early") from None
+        except (OSError, zlib.error) as e:
+            raise _Bad("invalid", f"corrupt gzip: {e}") from None
+        self.inflated += len(b)
+        return b
+
+    def _chunks(self, f):
+        buf = bytearray()
+        start = -1
+        while start < 0:
+            block = self._read(f)
+            if not block:
+                break
+            buf += block
+            start = find_array_start(buf)
+            if start < 0 and len(buf) > _HEAD_SCAN:
+                break
+        if start < 0:
+            if not buf.strip():
+                raise _Bad("invalid", "empty after gunzip")
+            raise _Bad("invalid", "JSON but no traceEvents array near the start: not a trace")
+        self.prefix = bytes(buf[:start - 1])
+        del buf[:start]
+        while True:
+            block = self._read(f)
+            if not block:
+                break
+            buf += block
+            if len(buf) < self.chunk_bytes:
+                continue
+            cut = _last_boundary(buf, max(0, len(buf) - (1 << 20)), len(buf))
+            if cut < 0:
+                continue
+            chunk = bytes(buf[:cut])
+            del buf[:_next_start(buf, cut)]
+            yield chunk
+        end = find_array_end(buf, 0, self.prefix)
+        if end < 0:
+            raise _Bad("invalid", f"truncated JSON at byte {self.inflated} of the inflated data "
+                                  "(traceEvents array never closed; file cut short?)")
+        self.suffix = bytes(buf[end + 1:])
+        last = bytes(buf[:end]).strip()
+        del buf
+        if last:
+            yield last
+
+
+def _gz_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: bool):
+    """Inflate here (one stream: gzip is not splittable); decode chunks in workers."""
+    chunks = _GzChunks(p, chunk_bytes)
+    fn = functools.partial(_decode_bytes_item, exact, lenient)
+    batches = _collect(_map_ordered(fn, chunks, workers), fn, lambda a, b: a + b"," + b,
+                       lambda d: " in the inflated data")
+    return chunks.prefix, chunks.suffix, batches
+
+
+__all__ = ["read_stream", "decode_chunk", "find_boundary", "find_array_start", "find_array_end",
+           "estimated_raw_size", "STREAM_MIN_BYTES", "CHUNK_BYTES"]
