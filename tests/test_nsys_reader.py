@@ -231,3 +231,16 @@ def test_detected_by_content_not_extension(tmp_path):
 def test_writer_rejects_unknown_schema(tmp_path):
     with pytest.raises(ValueError):
         NsysWriter(tmp_path / "x.sqlite", schema="9.9")
+
+
+def test_291_inline_runtime_name(tmp_path):
+    """Schema 2.9.1 runtime rows may carry the API name in a `name` column."""
+    p = write_planted(tmp_path / "p291.sqlite", "2.9.1")
+    con = sqlite3.connect(p)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 99999, name = 'cudaFoo_v1234' "
+                "WHERE start = 36000")
+    con.commit()
+    con.close()
+    ev = traceread.load(p).events
+    row = ev[(ev["ts"] == 36000) & (ev["kind"] == "runtime")].iloc[0]
+    assert (row["name"], row["raw_name"]) == ("cudaFoo", "cudaFoo_v1234")

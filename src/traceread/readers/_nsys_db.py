@@ -67,9 +67,11 @@ class Db:
               where: str = "") -> dict[str, np.ndarray | list]:
         """Fetch columns of ``table``: ``ints`` maps output name -> SQL column (or
         expression over present columns); None or a missing column gives -1s.
-        ``texts`` likewise for text columns (decoded, None when missing)."""
-        texts = texts or {}
+        ``texts`` likewise for text columns (decoded lists; None when the column is absent)."""
         have = self.columns(table)
+        # Text columns the table lacks come back as None (not a list of Nones).
+        missing = [k for k, col in (texts or {}).items() if col is None or col not in have]
+        texts = {k: col for k, col in (texts or {}).items() if k not in missing}
         exprs = []
         for col in ints.values():
             if col is not None and col in have:
@@ -77,7 +79,7 @@ class Db:
             else:
                 exprs.append("-1")
         for col in texts.values():
-            exprs.append(f'"{col}"' if col is not None and col in have else "NULL")
+            exprs.append(f'"{col}"')
         sql = f'SELECT {", ".join(exprs)} FROM "{table}"'
         if where:
             sql += f" WHERE {where}"
@@ -92,6 +94,8 @@ class Db:
             out[name] = np.asarray(cols[j], dtype=np.int64) if rows else np.empty(0, np.int64)
         for j, name in enumerate(texts):
             out[name] = [text(v) for v in cols[ni + j]]
+        for name in missing:
+            out[name] = None
         return out
 
     def scalar_map(self, table: str, key: str, value: str) -> dict:

@@ -190,31 +190,29 @@ def _api(db: Db, s: Strings, table: str, default_kind: str, notes: list) -> dict
     c = db.fetch(table, {"start": "start", "end": "end", "gtid": "globalTid",
                          "corr": "correlationId", "name_id": "nameId", "ec": "eventClass"},
                  texts={"tname": "name"})
-    keep = np.ones(len(c["start"]), dtype=bool)
-    dup = np.isin(c["ec"], _EC_BACKTRACE)
+    n = len(c["start"])
+    ec = c["ec"]
+    dup = np.isin(ec, _EC_BACKTRACE)
     if dup.any():
         notes.append(f"{table}: {int(dup.sum())} CUDA backtrace duplicate rows (eventClass 67-69) "
                      "kept as kind 'other', not as API calls")
-    pos = s.positions(c["name_id"][keep])
+    pos = s.positions(c["name_id"])
     raw = s.values
-    tname = [v for v, k in zip(c["tname"], keep) if k] if c["tname"] else []
-    if tname and any(v is not None for v in tname):
-        # schema 2.9.1 has a `name` column; use it where nameId did not resolve
-        extra = np.array([v or "" for v in tname], dtype=object)
-        raw = np.concatenate([s.values, extra])
-        pos = np.where(pos >= 0, pos, np.where([v is not None for v in tname],
-                                               len(s.values) + np.arange(len(tname)), -1))
+    tname = c["tname"]
+    if tname is not None and any(v is not None for v in tname):
+        # schema 2.9.1 has a `name` column; use it where nameId does not resolve
+        inline = np.array([v is not None for v in tname], dtype=bool)
+        raw = np.concatenate([s.values, np.array([v or "" for v in tname], dtype=object)])
+        pos = np.where((pos < 0) & inline, len(s.values) + np.arange(n), pos)
     raw_names = dict_array(pos, raw)
     clean = np.array([_API_SUFFIX.sub("", x) for x in raw_names.dictionary.to_pylist()], dtype=object)
-    names = _remap(raw_names, clean)
-    n = int(keep.sum())
-    ec = c["ec"][keep]
-    kind = np.where(ec == _EC_DRIVER, "driver", default_kind) if default_kind == "runtime" \
-        else np.full(n, default_kind)
-    kind = np.where(np.isin(ec, _EC_BACKTRACE), "other", kind)
-    g = c["gtid"][keep]
-    return _block(n, table, list(kind), ts=c["start"][keep], dur=(c["end"] - c["start"])[keep],
-                  pid=_pid(g), tid=_tid(g), correlation=c["corr"][keep], name=names,
+    kind = np.full(n, default_kind, dtype=object)
+    if default_kind == "runtime":
+        kind[ec == _EC_DRIVER] = "driver"
+    kind[dup] = "other"
+    g = c["gtid"]
+    return _block(n, table, list(kind), ts=c["start"], dur=c["end"] - c["start"],
+                  pid=_pid(g), tid=_tid(g), correlation=c["corr"], name=_remap(raw_names, clean),
                   raw_name=raw_names)
 
 
@@ -264,7 +262,7 @@ def _nvtx(db: Db, s: Strings) -> dict | None:
     c = db.fetch(t, {"start": "start", "end": "end", "type": "eventType", "gtid": "globalTid",
                      "text_id": "textId", "domain": "domainId"}, texts={"text": "text"})
     et = c["type"]
-    texts = np.array(c["text"], dtype=object) if c["text"] else np.full(len(et), None, object)
+    texts = np.array(c["text"], dtype=object) if c["text"] is not None else np.full(len(et), None, object)
     # Domain names come from NvtxDomainCreate rows (text or textId keyed by domainId).
     dom_rows = et == _NVTX_DOMAIN_CREATE
     dom_names = {}
