@@ -127,7 +127,9 @@ def sync_calls(ev: pd.DataFrame) -> np.ndarray:
     kind = ev["kind"].astype(str).to_numpy() if len(ev) else np.empty(0, object)
     api = _by_name(ev, lambda n: 1 if SYNC_API_RX.match(n) else 0) == 1
     op = _by_name(ev, lambda n: 1 if n in SYNC_OPS else 0) == 1
-    return (((kind == "runtime") | (kind == "driver")) & api) | ((kind == "cpu_op") & op)
+    # aten::item as an operator (Kineto) or as an NVTX range (nsys, emit_nvtx)
+    return (((kind == "runtime") | (kind == "driver")) & api) | (
+        ((kind == "cpu_op") | (kind == "annotation")) & op)
 
 
 def launch_threads(ev: pd.DataFrame, ops: pd.DataFrame, pid: int, device: int) -> set:

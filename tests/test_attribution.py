@@ -1,0 +1,174 @@
+"""Gap attribution: exact planted splits, priority carving, drain tolerance, thread choice."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from traceread.analysis import analyze
+from traceread.passes import attribution as A
+from traceread.synth import scenarios as sc
+from traceread.synth.scenarios import MS, US, TraceBuilder
+
+
+@pytest.mark.parametrize("name", sorted(sc.SCENARIOS))
+def test_planted_idle_and_split_exact(name):
+    trace, truth = sc.SCENARIOS[name]()
+    a = analyze(trace)
+    d = a.devices.iloc[0]
+    assert int(d["window_ns"]) == truth["window_ns"]
+    assert int(d["busy_ns"]) == truth["busy_ns"]
+    assert int(d["idle_ns"]) == truth["idle_ns"]
+    assert len(a.gaps) == truth["gap_count"]
+    by_cpu = {k: v for k, v in a.attribution["by_cpu"].items() if v}
+    assert by_cpu == truth["by_cpu"]
+    assert a.attribution["by_drain"] == truth["by_drain"]
+    # every gap is split exactly
+    cols = [f"cpu_{c}" for c in A.CPU_CATEGORIES]
+    assert (a.gaps[cols].sum(axis=1) == a.gaps["duration"]).all()
+    if "drain_op" in truth:
+        assert set(a.attribution["by_sync_op"]) == {truth["drain_op"]}
+
+
+def test_priority_carving_on_overlapping_activity():
+    b = TraceBuilder()
+    b.launch(0, 10, 0, 100)                       # GPU busy [0, 100)
+    b.launch(20, 10, 1000, 100)                   # GPU busy [1000, 1100): gap [100, 1000)
+    b.cpu("aten::add", 100, 900)                  # cpu_op over the whole gap
+    b.cpu(sc.DATALOADER_OP, 200, 300)             # dataloader [200, 500) beats cpu_op
+    b.runtime("cudaLaunchKernel", 450, 100)       # launch [450, 550): dataloader wins to 500
+    b.cpu("torch/_dynamo/convert_frame.py(1): _compile", 700, 50, kind="python")  # compile
+    b.cpu("foo.py(3): bar", 600, 300, kind="python")  # python below cpu_op: gets nothing
+    a = analyze(b.build())
+    g = a.gaps.iloc[0]
+    assert (int(g["start"]), int(g["end"])) == (100, 1000)
+    got = {c: int(g[f"cpu_{c}"]) for c in A.CPU_CATEGORIES if g[f"cpu_{c}"]}
+    assert got == {"dataloader": 300, "launch": 50, "compile": 50, "cpu_op": 500}
+    assert g["cpu"] == "cpu_op"
+
+
+def test_untraced_and_python_fill_the_rest():
+    b = TraceBuilder()
+    b.launch(0, 10, 0, 100)
+    b.launch(20, 10, 1000, 100)
+    b.cpu("train.py(10): loop", 400, 200, kind="python")
+    a = analyze(b.build())
+    g = a.gaps.iloc[0]
+    assert int(g["cpu_python"]) == 200 and int(g["cpu_untraced"]) == 700
+
+
+def _sync_gap(sync_start, sync_end, name="cudaStreamSynchronize", kind="runtime"):
+    b = TraceBuilder()
+    b.launch(0, 10, 1000, 100 * US)               # GPU busy until 1000 + 100us
+    b.launch(20, 10, 1000 + 400 * US, 100 * US)   # next op: gap of 300us
+    gs = 1000 + 100 * US
+    if kind == "runtime":
+        b.runtime(name, gs + sync_start, sync_end - sync_start)
+    else:
+        b.cpu(name, gs + sync_start, sync_end - sync_start)
+    return analyze(b.build()).gaps.iloc[0]
+
+
+@pytest.mark.parametrize("start,end,drained", [
+    (-50 * US, 3 * US, True),                  # returned 3us after the GPU drained
+    (-50 * US, A.SYNC_TOLERANCE_NS, True),     # at the tolerance limit
+    (-50 * US, A.SYNC_TOLERANCE_NS + 1, False),  # too late: it was waiting for something else
+    (-50 * US, -A.SKEW_NS, True),              # clock skew: returns just before
+    (-50 * US, -A.SKEW_NS - 1, False),         # returned well before the GPU drained
+    (A.SKEW_NS + 1, 20 * US, False),           # began after the drain: did not cause it
+])
+def test_sync_drain_tolerance(start, end, drained):
+    g = _sync_gap(start, end)
+    assert (g["drain"] == "sync") is drained
+    assert g["drain_op"] == ("cudaStreamSynchronize" if drained else "")
+
+
+def test_sync_names_prefer_aten_item_and_accept_sync_memcpy():
+    assert _sync_gap(-50 * US, 2 * US, "cudaMemcpy")["drain_op"] == "cudaMemcpy"
+    assert _sync_gap(-50 * US, 2 * US, "cudaMemcpyAsync")["drain"] == "starved"
+    assert _sync_gap(-50 * US, 2 * US, "hipDeviceSynchronize")["drain"] == "sync"
+    assert _sync_gap(-50 * US, 2 * US, "aten::item", kind="cpu_op")["drain_op"] == "aten::item"
+
+
+def test_only_launch_threads_count_and_fallbacks():
+    # side thread activity must be ignored when the launching thread is known
+    b = TraceBuilder()
+    b.launch(0, 10, 0, 100)
+    b.launch(20, 10, 1000, 100)
+    b.cpu("aten::mm", 0, 2000, tid=99)
+    g = analyze(b.build()).gaps.iloc[0]
+    assert int(g["cpu_untraced"]) == 900
+    # no correlation at all: the threads that made runtime calls are used
+    b = TraceBuilder()
+    b.gpu("k", 0, 100)
+    b.gpu("k", 1000, 100)
+    b.runtime("cudaLaunchKernel", 100, 900)
+    b.cpu("aten::mm", 0, 2000, tid=99)
+    g = analyze(b.build()).gaps.iloc[0]
+    assert int(g["cpu_launch"]) == 900
+    # no runtime calls either: every host thread of the process
+    b = TraceBuilder()
+    b.gpu("k", 0, 100)
+    b.gpu("k", 1000, 100)
+    b.cpu("aten::mm", 0, 2000, tid=99)
+    g = analyze(b.build()).gaps.iloc[0]
+    assert int(g["cpu_cpu_op"]) == 900
+
+
+def test_step_ranges_and_generic_spans_never_count():
+    b = TraceBuilder()
+    b.step(0, 0, 5000)
+    b.add("other", "PyTorch Profiler (0)", 0, 5000, pid=b.pid, tid=b.tid)
+    b.launch(0, 10, 0, 100)
+    b.launch(20, 10, 1000, 100)
+    g = analyze(b.build()).gaps.iloc[0]
+    assert int(g["cpu_untraced"]) == 900
+
+
+def test_comm_wait_category_and_nccl_nvtx_domain():
+    b = TraceBuilder()
+    b.launch(0, 10, 0, 100)
+    b.launch(20, 10, 1000, 100)
+    b.cpu("c10d::allreduce_", 100, 300)
+    b.cpu("ncclAllReduce", 400, 300, kind="annotation", domain="NCCL")
+    g = analyze(b.build()).gaps.iloc[0]
+    assert int(g["cpu_comm_wait"]) == 600 and int(g["cpu_untraced"]) == 300
+
+
+def test_two_devices_are_attributed_separately():
+    b = TraceBuilder()
+    b.launch(0, 10, 0, 100, device=0)
+    b.launch(20, 10, 1000, 100, device=0)
+    b.launch(30, 10, 0, 500, device=1, tid=2)
+    b.launch(40, 10, 700, 100, device=1, tid=2)
+    b.cpu(sc.DATALOADER_OP, 100, 900)                 # main thread feeds device 0
+    b.cpu("aten::mm", 500, 200, tid=2)                # thread 2 feeds device 1
+    a = analyze(b.build())
+    g = a.gaps.set_index("device")
+    assert int(g.loc[0, "cpu_dataloader"]) == 900
+    assert int(g.loc[1, "cpu_cpu_op"]) == 200
+    devs = {d["device"]: d for d in a.to_dict()["attribution"]["devices"]}
+    assert devs[0]["by_cpu"]["dataloader"] == 900 and devs[1]["idle_ns"] == 200
+
+
+def test_top_ops_inclusive_time_inside_gaps():
+    trace, truth = sc.dataloader_bound()
+    top = analyze(trace).top_ops
+    row = top[top["name"] == sc.DATALOADER_OP].iloc[0]
+    assert int(row["ns"]) == truth["by_cpu"]["dataloader"] and row["category"] == "dataloader"
+    assert "aten::pin_memory" not in set(top["name"])  # side thread
+
+
+def test_classify_host_categories():
+    b = TraceBuilder()
+    names = [("cpu_op", "aten::item"), ("cpu_op", "entire_frame_compile (dynamo_timed)"),
+             ("cpu_op", "nccl:all_reduce"), ("runtime", "cudaLaunchKernel"),
+             ("runtime", "cudaEventSynchronize"), ("python", "torch/utils/data/dataloader.py(1): __next__"),
+             ("annotation", "ProfilerStep#3"), ("cpu_op", "Torch-Compiled Region: 0/0"),
+             ("osrt", "poll"), ("kernel", "k")]
+    for i, (k, n) in enumerate(names):
+        b.add(k, n, i, 1, pid=1, tid=1)
+    ev = b.build().events.sort_values("ts")
+    got = [A.CPU_CATEGORIES[c] if c >= 0 else None for c in A.classify_host(ev)]
+    assert got == ["sync", "compile", "comm_wait", "launch", "sync", "dataloader", None,
+                   "cpu_op", "cpu_op", None]

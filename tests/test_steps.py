@@ -1,0 +1,131 @@
+"""Step detection, GPU-op-to-step linkage and step statistics."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from traceread.passes import steps as S
+from traceread.synth.scenarios import MS, US, TraceBuilder
+
+
+def _ev(b: TraceBuilder) -> pd.DataFrame:
+    return b.build().events
+
+
+def test_duplicated_and_nested_profiler_steps_merge():
+    b = TraceBuilder()
+    for k, t in enumerate((0, 10 * MS, 20 * MS)):
+        b.step(k, t, 10 * MS)                                   # annotation, main thread
+        b.cpu(f"ProfilerStep#{k}", t + 1 * US, 10 * MS - 2 * US)  # nested operator copy
+        b.step(k, t + 5 * US, 9 * MS, tid=77)                   # copy on another thread
+    st, pat = S.find_steps(_ev(b))
+    assert pat == S.DEFAULT_STEP_PATTERN
+    assert st["step"].tolist() == [0, 1, 2]
+    assert st["start"].tolist() == [0, 10 * MS, 20 * MS]
+    assert st["dur"].tolist() == [10 * MS] * 3
+
+
+def test_overlapping_steps_are_clipped_to_the_next_start():
+    b = TraceBuilder()
+    b.step(1, 0, 12 * MS)
+    b.step(2, 10 * MS, 10 * MS)
+    st, _ = S.find_steps(_ev(b))
+    assert st["end"].tolist() == [10 * MS, 20 * MS]
+
+
+def test_fallback_and_custom_patterns_unnumbered_ranges():
+    b = TraceBuilder()
+    b.cpu("step 7", 0, 5 * MS, kind="annotation")
+    b.cpu("step 8", 5 * MS, 5 * MS, kind="annotation")
+    st, pat = S.find_steps(_ev(b))
+    assert pat == S.FALLBACK_STEP_PATTERN and st["step"].tolist() == [7, 8]
+
+    b = TraceBuilder()
+    for t in (0, 4 * MS, 8 * MS):
+        b.cpu("train_batch", t, 4 * MS, kind="annotation")
+        b.cpu("train_batch", t + 1 * US, 3 * MS, kind="annotation")  # nested repeat
+    st, pat = S.find_steps(_ev(b), r"^train_batch$")
+    assert st["step"].tolist() == [0, 1, 2]
+    assert st["dur"].tolist() == [4 * MS] * 3
+
+
+def test_recurring_step_numbers_stay_separate_when_disjoint():
+    b = TraceBuilder()
+    b.cpu("iter 0", 0, 1 * MS, kind="annotation")
+    b.cpu("iter 1", 1 * MS, 1 * MS, kind="annotation")
+    b.cpu("iter 0", 5 * MS, 1 * MS, kind="annotation")
+    st, _ = S.find_steps(_ev(b))
+    assert st["start"].tolist() == [0, 1 * MS, 5 * MS]
+    assert st["dur"].tolist() == [1 * MS] * 3
+
+
+def test_no_steps_gives_empty_and_whole_window():
+    b = TraceBuilder()
+    b.cpu("aten::mm", 100, 50)
+    ev = _ev(b)
+    st, _ = S.find_steps(ev)
+    assert len(st) == 0
+    w = S.whole_trace_window(ev)
+    assert (int(w["start"][0]), int(w["end"][0])) == (100, 150)
+
+
+def test_gpu_ops_belong_to_the_step_that_launched_them():
+    b = TraceBuilder()
+    b.step(0, 0, 10 * MS)
+    b.step(1, 10 * MS, 10 * MS)
+    # launched late in step 0, runs entirely inside step 1's host time
+    b.launch(9 * MS, 10 * US, 12 * MS, 3 * MS)
+    # launched in step 1
+    b.launch(11 * MS, 10 * US, 15 * MS, 1 * MS)
+    # a GPU op with no launch record: placed by its own start (step 1)
+    b.gpu("orphan", 16 * MS, 1 * MS)
+    ev = _ev(b)
+    st, _ = S.find_steps(ev)
+    ops = S.gpu_ops(ev)
+    k = S.step_of_gpu_ops(st, ops)
+    assert ops["launch_ts"].tolist() == [9 * MS, 11 * MS, -1]
+    assert k.tolist() == [0, 1, 1]
+    tab = S.step_table(st, ops, k)
+    assert tab["gpu_ops"].tolist() == [1, 2]
+    # step 1: ops [15, 16) and [16, 17) ms touch -> union 2 ms
+    assert tab["busy_ns"].tolist() == [3 * MS, 2 * MS]
+    assert tab["gpu_start"].tolist() == [12 * MS, 15 * MS]
+    assert tab["gpu_end"].tolist() == [15 * MS, 17 * MS]
+
+
+def test_correlation_ids_are_matched_per_process():
+    b = TraceBuilder()
+    b.runtime("cudaLaunchKernel", 100, 10, pid=1, correlation=5)
+    b.runtime("cudaLaunchKernel", 300, 10, pid=2, correlation=5)
+    b.gpu("k", 400, 10, pid=2, correlation=5)
+    b.gpu("k", 200, 10, pid=1, correlation=5)
+    ops = S.gpu_ops(_ev(b))
+    assert ops.sort_values("ts")["launch_ts"].tolist() == [100, 300]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_grouped_union_total_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n, groups = 300, 7
+    g = rng.integers(0, groups, n)
+    s = rng.integers(0, 1000, n)
+    e = s + rng.integers(0, 60, n)
+    got = S.grouped_union_total(g, s, e, groups)
+    for k in range(groups):
+        cover = np.zeros(1100, bool)
+        for a, z in zip(s[g == k], e[g == k]):
+            cover[a:z] = True
+        assert got[k] == cover.sum()
+
+
+def test_step_stats_and_bursty_flag():
+    st = S.step_stats([10, 10, 10, 40])
+    assert st["mean_ns"] == 18 and st["median_ns"] == 10  # 17.5 rounds to even
+    assert st["p90_ns"] == 31 and st["min_ns"] == 10 and st["max_ns"] == 40
+    assert st["cv"] == round(np.std([10, 10, 10, 40]) / 17.5, 4)
+    assert st["bursty"] is True
+    steady = S.step_stats([100, 101, 99, 100])
+    assert steady["bursty"] is False and steady["cv"] < 0.01
+    assert S.step_stats([]) is None
+    assert S.step_stats([5, 50])["bursty"] is False  # fewer than 3 steps: never bursty
