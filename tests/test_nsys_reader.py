@@ -244,3 +244,19 @@ def test_291_inline_runtime_name(tmp_path):
     ev = traceread.load(p).events
     row = ev[(ev["ts"] == 36000) & (ev["kind"] == "runtime")].iloc[0]
     assert (row["name"], row["raw_name"]) == ("cudaFoo", "cudaFoo_v1234")
+
+
+def test_cuda_device_index_from_target_info_cuda_device(tmp_path):
+    """TARGET_INFO_GPU without cuDevice: TARGET_INFO_CUDA_DEVICE maps gpuId -> cudaId."""
+    p = write_planted(tmp_path / "p.sqlite")
+    con = sqlite3.connect(p)
+    con.execute("DROP TABLE TARGET_INFO_GPU")
+    con.execute("CREATE TABLE TARGET_INFO_GPU (vmId INTEGER, id INTEGER, name TEXT)")
+    con.execute("INSERT INTO TARGET_INFO_GPU VALUES (0, 5, 'GPU five'), (0, 6, 'GPU six')")
+    con.execute("CREATE TABLE TARGET_INFO_CUDA_DEVICE (gpuId INTEGER, cudaId INTEGER, pid INTEGER)")
+    con.execute("INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (5, 1, 100), (6, 0, 100)")
+    con.commit()
+    con.close()
+    devs = traceread.load(p).meta.devices
+    assert [(d["device"], d["name"], d["gpu_id"]) for d in devs] == [(0, "GPU six", 6),
+                                                                      (1, "GPU five", 5)]

@@ -418,10 +418,13 @@ def _devices(db: Db) -> list[dict]:
         key = "cuDevice" if "cuDevice" in have else ("deviceId" if "deviceId" in have else "id")
         fields = [f for f in ("name", "busLocation", "totalMemory", "smCount", "computeMajor",
                               "computeMinor", "id") if f in have]
+        # Without cuDevice, TARGET_INFO_CUDA_DEVICE maps the GPU id to the CUDA device index.
+        cuda_of = {} if key != "id" else db.scalar_map("TARGET_INFO_CUDA_DEVICE", "gpuId", "cudaId")
         if key in have:
             sel = ", ".join(f'"{f}"' for f in [key] + fields)
             for row in db.con.execute(f'SELECT {sel} FROM TARGET_INFO_GPU'):
-                d = {"device": int(row[0]) if row[0] is not None else -1}
+                dev = cuda_of.get(row[0], row[0])
+                d = {"device": int(dev) if dev is not None else -1}
                 for f, v in zip(fields, row[1:]):
                     d[f if f != "id" else "gpu_id"] = text(v) if isinstance(v, bytes) else v
                 out.append(d)
