@@ -77,7 +77,7 @@ def read_nsys(path: str | os.PathLike, progress: bool = False) -> Trace:
             raise TraceError(p, "SQLite database but not an Nsight Systems export "
                                 "(no StringIds/CUPTI/NVTX tables)")
         return _read(db)
-    except sqlite3.DatabaseError as e:
+    except sqlite3.Error as e:
         raise TraceError(p, f"corrupt or unreadable SQLite database: {e}") from None
     except (ValueError, TypeError, OverflowError) as e:
         raise TraceError(p, f"unexpected content in nsys export: {e}") from None
