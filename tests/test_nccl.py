@@ -179,3 +179,8 @@ def test_real_sampled_ranks(rank):
     assert (ov["overlap_ns"] + ov["exposed_ns"] == ov["comm_ns"]).all()
     inst = collective_instances(trace)
     assert (inst["exposed_ns"] <= inst["dur"]).all() and (inst["exposed_ns"] >= 0).all()
+    if rank == 0:
+        # NCCL runs these as SendRecv kernels; the c10d names (nccl:all_to_all ...) win.
+        assert set(inst["name"].str.slice(0, 19)) == {"ncclKernel_SendRecv"}
+        assert inst["collective"].value_counts().to_dict() == {
+            "all_to_all": 4, "all_reduce": 4, "all_gather": 2}

@@ -111,11 +111,13 @@ def comm_overlap(events) -> pd.DataFrame:
 def collective_instances(events) -> pd.DataFrame:
     """One row per NCCL/RCCL kernel, in time order, with its collective and message facts.
 
-    The collective type comes from the kernel row itself (reader-filled), else
-    from the kernel name (``ncclKernel_AllReduce_...``), else from the host op
-    that launched it (``record_param_comms``, ``nccl:all_reduce`` or an NVTX
-    NCCL range enclosing the launch call); message size, dtype, group size,
-    process group and sequence number likewise. exposed_ns is the part of the
+    The collective type comes from the host op that launched the kernel
+    (``record_param_comms``, ``nccl:all_reduce`` or an NVTX NCCL range enclosing
+    the launch call) -- c10d's name is the user's collective, while NCCL runs
+    all_to_all as ``SendRecv`` kernels -- else from the kernel row itself
+    (reader-filled from its args or name), else "unknown". Message size, dtype,
+    group size, process group and sequence number: the kernel's own values,
+    else the launching op's. exposed_ns is the part of the
     kernel not covered by any compute kernel on its (pid, device).
     """
     ev = _events(events)
@@ -136,9 +138,12 @@ def collective_instances(events) -> pd.DataFrame:
     coll = np.array([normalize_collective(x) if x is not None else None for x in out["collective"]],
                     dtype=object)
     from_name = _name_map(k["name"], lambda s: collective_from_kernel(_STRIP.sub("", s)))
-    out["collective"] = np.where(pd.isna(coll), from_name, coll)
+    own = np.where(pd.isna(coll), from_name, coll)
+    # The launching op's collective wins: c10d says all_to_all where NCCL runs SendRecv kernels.
+    out["collective"] = np.full(n, None, dtype=object)
     if n:
         _fill_from_launcher(ev, k, out)
+    out["collective"] = np.where(pd.isna(out["collective"]), own, out["collective"])
     out["collective"] = np.where(pd.isna(out["collective"]), "unknown", out["collective"])
     # Exposed part of each kernel.
     exposed = out["dur"].copy()
@@ -161,8 +166,8 @@ def _fill_from_launcher(ev: pd.DataFrame, k: pd.DataFrame, out: dict) -> None:
     (reader-filled column, or a name like ``nccl:all_reduce`` / ``c10d::allreduce_``
     / an NVTX range in the NCCL domain) and enclose the launch call.
     """
-    need = pd.isna(out["collective"]) | (out["msg_bytes"] < 0) | (out["group_size"] < 0)
-    if not need.any() or "correlation" not in ev:
+    need = np.ones(len(out["ts"]), bool)
+    if "correlation" not in ev:
         return
     rt = ev[ev["kind"].isin(("runtime", "driver")) & (ev["correlation"] >= 0)]
     if not len(rt):
