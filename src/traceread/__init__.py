@@ -4,8 +4,9 @@ from __future__ import annotations
 from .errors import TraceError
 from .readers import read as load
 from .table import COLUMNS, KINDS, SCHEMA, Trace, TraceMeta, read_parquet
+from .analysis import Analysis, analyze
 
 __version__ = "0.1.0"
 
 __all__ = ["load", "Trace", "TraceMeta", "TraceError", "KINDS", "COLUMNS", "SCHEMA",
-           "read_parquet", "__version__"]
+           "read_parquet", "analyze", "Analysis", "__version__"]
