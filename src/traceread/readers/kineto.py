@@ -350,7 +350,10 @@ def _producer(header: dict, fmt_name: str) -> str:
         parts.append(f"CUDA {v // 1000}.{v % 1000 // 10}" if v > 0 else "CUDA")
     if "cupti_version" in header:
         parts.append(f"CUPTI {header['cupti_version']}")
-    if "hip_runtime_version" in header or "roctracer_version" in header:
+    names = " ".join(str(d.get("name", "")) for d in header.get("deviceProperties") or []
+                     if isinstance(d, dict))
+    if ("hip_runtime_version" in header or "roctracer_version" in header
+            or any(w in names for w in ("AMD", "Radeon", "Instinct"))):
         parts.append("ROCm")
     return "torch.profiler" + (f" ({', '.join(parts)})" if parts else "")
 
