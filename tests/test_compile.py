@@ -106,3 +106,18 @@ def test_real_compiled_runs_without_compiles(rel, regions):
     assert s["compiles"] == 0 and s["compile_ns"] == 0 and s["idle_overlap_ns"] == 0
     assert [f["regions_seen"] for f in s["frames"]] == [regions]
     assert s["cache_lookups"] >= 1 and s["cache_lookup_ns"] > 0
+
+
+@pytest.mark.corpus
+def test_real_cudagraph_record_is_not_a_compile():
+    path = CORPUS / ("AMD-AGI__TraceLens/tests/traces/inference/xdit_flux.1/capture_traces/"
+                     "capture_trace_rank_0.json.gz")
+    if not path.exists():
+        pytest.skip("corpus absent")
+    trace = traceread.load(str(path))
+    s = compile_summary(trace)
+    ev = trace.events
+    rec = ev[ev["name"] == "CUDAGraphNode.record (dynamo_timed)"]
+    assert len(rec) == 1
+    assert s["compiles"] == 0 and s["compile_ns"] == 0
+    assert s["cudagraph_record_ns"] == int(rec["dur"].iloc[0])

@@ -60,8 +60,19 @@ def _per_name(names: pd.Series, fn) -> np.ndarray:
     return lut[np.where(codes < 0, len(lut) - 1, codes)]
 
 
+# dynamo_timed also wraps run-time work that is not compilation: CUDA-graph recording
+# (``CUDAGraphNode.record (dynamo_timed)``, mode="reduce-overhead"), reported apart.
+_CUDAGRAPH_RE = re.compile(r"^CUDAGraph|cudagraph", re.I)
+
+
 def _is_compile_name(s: str) -> bool:
+    if _CUDAGRAPH_RE.search(s):
+        return False
     return s in COMPILE_PHASES or bool(_PHASE_RE.search(s)) or bool(_MARKER_RE.search(s))
+
+
+def _is_cudagraph_record(s: str) -> bool:
+    return bool(_CUDAGRAPH_RE.search(s)) and s.endswith("(dynamo_timed)")
 
 
 def _marker_id(s: str):
@@ -220,7 +231,8 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
     recompiles (those with attempt >= 1), compile_ns (union of all compile
     spans), cache_lookup_ns / cache_lookups (``TorchDynamo Cache Lookup``),
     idle_overlap_ns (compile time during which no GPU was busy; 0 without GPU
-    ops, see ``gpu_ops``), episodes, compiled_region_calls, frames (list of
+    ops, see ``gpu_ops``), episodes, compiled_region_calls, cudagraph_record_ns
+    (``CUDAGraphNode.record`` time: not compilation, kept apart), frames (list of
     dicts: frame, compiles, recompiles, compile_ns, steps, compile_ids,
     compiled_autograd, regions_seen -- compile ids seen *running*, which
     reveals recompiles that happened before the trace started).
@@ -236,6 +248,9 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
     idle, has_gpu = _idle(ev, gaps)
     idle_overlap = intervals.total(intervals.intersect(comp_iv, idle)) if has_gpu else 0
     regions = _host(ev, _region_id)
+    cg = _host(ev, lambda n: True if _is_cudagraph_record(n) else None)
+    cs = cg["ts"].to_numpy(np.int64)
+    cg_ns = intervals.total(intervals.union(cs, cs + cg["dur"].to_numpy(np.int64)))
 
     ids = ce["compile_id"]
     known = ce[ids.notna()]
@@ -269,6 +284,7 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
         "gpu_ops": bool(has_gpu),
         "episodes": int(len(ce)),
         "compiled_region_calls": int(len(regions)),
+        "cudagraph_record_ns": int(cg_ns),
         "frames": frames,
     }
 
