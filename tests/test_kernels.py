@@ -89,3 +89,17 @@ def test_planted_nsys_kernel_summary(tmp_path):
     got = [(r.name, r.total_ns, r.instances, r.avg_ns, r.med_ns, r.min_ns, r.max_ns,
             r.stddev_ns) for r in s.itertuples()]
     assert got == PLANTED["kernels"]
+
+
+def test_summary_huge_durations_fall_back_to_lexsort():
+    big = 2**61
+    s = summarize(["a", "b", "c", "a"], [big, 1, 2, 0]).set_index("name")
+    assert s.loc["a", "total_ns"] == big and s.loc["a", "min_ns"] == 0
+    assert s.loc["a", "max_ns"] == big and s.loc["a", "med_ns"] == big / 2
+
+
+def test_summary_categorical_with_missing_names():
+    import pandas as pd
+    names = pd.Series(pd.Categorical(["x", None, "x", "unused"], categories=["x", "unused", "zz"]))
+    s = summarize(names, [1, 2, 3, 4])
+    assert sorted(zip(s["name"], s["instances"])) == [("", 1), ("unused", 1), ("x", 2)]

@@ -37,13 +37,13 @@ def api_summary(trace_or_events, nsys_compat: bool = True) -> pd.DataFrame:
     sel = ev["kind"].isin(API_KINDS)
     if nsys_compat:
         sel |= (ev["kind"] == "other") & ev["cat"].isin(_NSYS_API_TABLES)
-    a = ev[sel]
-    names = a["name"].astype(object)
+    a = ev.loc[sel.to_numpy(), ["name", "raw_name", "dur"]]
     if not nsys_compat:
-        return summarize(names.fillna(""), a["dur"].to_numpy())
-    raw = a["raw_name"].astype(object)
-    keys = raw.where(raw.notna(), names).fillna("")
-    return summarize(keys, a["dur"].to_numpy(), display=nsys_api_name)
+        return summarize(a["name"], a["dur"].to_numpy())
+    raw = a["raw_name"]
+    if raw.isna().any():  # Kineto: no raw names; nsys always has them on API rows
+        raw = raw.astype(object).where(raw.notna(), a["name"].astype(object))
+    return summarize(raw, a["dur"].to_numpy(), display=nsys_api_name)
 
 
 def render_api(summary: pd.DataFrame, fmt: str = "csv") -> str:

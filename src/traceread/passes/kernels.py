@@ -40,12 +40,11 @@ def summarize(names, durs, display=None) -> pd.DataFrame:
     stddev_ns, pct (float64, unrounded); name (str). ``display`` optionally
     maps each group key to the name shown (two keys may show the same name).
     """
-    names = pd.Series(np.asarray(names, dtype=object)).astype(str).to_numpy()
     d = np.asarray(durs, dtype=np.int64)
     if len(d) == 0:
         return _empty()
-    uniq, codes = np.unique(names, return_inverse=True)
-    order = np.lexsort((d, codes))            # by group, then duration
+    uniq, codes = _group_codes(names)
+    order = _group_sort(codes, d, len(uniq))  # by group, then duration
     c, ds = codes[order], d[order]
     n = np.bincount(c, minlength=len(uniq))
     start = np.concatenate([[0], np.cumsum(n)[:-1]])
@@ -79,6 +78,30 @@ def summarize(names, durs, display=None) -> pd.DataFrame:
     return out
 
 
+def _group_sort(codes: np.ndarray, d: np.ndarray, ngroups: int) -> np.ndarray:
+    """Order rows by (group, duration); one integer key when it fits in int64."""
+    lo = int(d.min())
+    span = int(d.max()) - lo + 1
+    if ngroups * span < 2**62:
+        return np.argsort(codes.astype(np.int64) * span + (d - lo))
+    return np.lexsort((d, codes))
+
+
+def _group_codes(names) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct keys, per-row group index). Categorical input is grouped on its
+    integer codes (no string sorting); missing names become ""."""
+    if isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype):
+        cats = np.asarray(names.cat.categories, dtype=object).astype(str).astype(object)
+        codes = names.cat.codes.to_numpy().astype(np.int64)
+        if (codes < 0).any():
+            cats = np.append(cats, "")
+            codes = np.where(codes < 0, len(cats) - 1, codes)
+        used, inv = np.unique(codes, return_inverse=True)
+        return cats[used], inv
+    arr = pd.Series(np.asarray(names, dtype=object)).fillna("").astype(str).to_numpy()
+    return np.unique(arr, return_inverse=True)
+
+
 def _empty() -> pd.DataFrame:
     return pd.DataFrame({
         "total_ns": np.empty(0, np.int64), "instances": np.empty(0, np.int64),
@@ -90,8 +113,8 @@ def _empty() -> pd.DataFrame:
 def kernel_summary(trace_or_events) -> pd.DataFrame:
     """``cuda_gpu_kern_sum``: GPU kernels grouped by (demangled) name."""
     ev = events_of(trace_or_events)
-    k = ev[ev["kind"] == "kernel"]
-    return summarize(k["name"].astype(object).fillna(""), k["dur"].to_numpy())
+    k = ev.loc[(ev["kind"] == "kernel").to_numpy(), ["name", "dur"]]
+    return summarize(k["name"], k["dur"].to_numpy())
 
 
 # ---------------------------------------------------------------- rendering
