@@ -118,6 +118,6 @@ def test_real_cudagraph_record_is_not_a_compile():
     s = compile_summary(trace)
     ev = trace.events
     rec = ev[ev["name"] == "CUDAGraphNode.record (dynamo_timed)"]
-    assert len(rec) == 1
+    assert len(rec) == 2  # the second, 10.9 µs, is nested inside the 243 ms recording
     assert s["compiles"] == 0 and s["compile_ns"] == 0
-    assert s["cudagraph_record_ns"] == int(rec["dur"].iloc[0])
+    assert s["cudagraph_record_ns"] == int(rec["dur"].max()) == 243_303_732
