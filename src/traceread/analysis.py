@@ -20,7 +20,7 @@ from .passes import steps as steps_mod
 from .passes import verdict as verdict_mod
 from .passes.gaps import gpu_gaps
 from .passes.kernels import kernel_summary
-from .table import Trace, TraceMeta
+from .table import GPU_OP_KINDS, Trace, TraceMeta
 
 LARGEST_GAPS = 20
 TOP_KERNELS = 20
@@ -215,7 +215,11 @@ def _classes(ev: pd.DataFrame, missing: list) -> pd.DataFrame:
     if fn is None:
         missing.append("kernel_classes")
         return pd.DataFrame()
-    return fn(ev)
+    # Only GPU ops, with only their own names: the classifier runs once per category.
+    gpu = ev[ev["kind"].isin(GPU_OP_KINDS)].copy()
+    if isinstance(gpu["name"].dtype, pd.CategoricalDtype):
+        gpu["name"] = gpu["name"].cat.remove_unused_categories()
+    return fn(gpu)
 
 
 def _evidence(stats, summary, top_ops, kernels, comp) -> dict:

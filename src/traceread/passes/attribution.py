@@ -67,17 +67,26 @@ COMM_RX = re.compile(
 HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
 
 
-def _by_name(ev: pd.DataFrame, fn) -> np.ndarray:
-    """Apply ``fn(name) -> int`` once per distinct name, broadcast to rows."""
+def _by_name(ev: pd.DataFrame, fn, rows: np.ndarray | None = None) -> np.ndarray:
+    """Apply ``fn(name) -> int`` once per distinct name used by ``ev[rows]``; -1 elsewhere."""
     names = ev["name"]
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
-    cats = names.cat.categories
-    vals = np.fromiter((fn(str(c)) for c in cats), np.int64, len(cats))
     codes = names.cat.codes.to_numpy()
-    if not len(vals):
-        return np.full(len(ev), -1, np.int64)
-    return np.where(codes >= 0, vals[np.maximum(codes, 0)], -1)
+    out = np.full(len(ev), -1, np.int64)
+    if not len(ev):
+        return out
+    sel = codes >= 0
+    if rows is not None:
+        sel &= rows
+    used = np.unique(codes[sel])
+    # nsys traces carry tens of thousands of distinct NVTX texts: never touch unused ones
+    texts = names.cat.categories.take(used).astype(str).tolist()
+    vals = np.fromiter((fn(t) for t in texts), np.int64, len(texts))
+    lut = np.full(len(names.cat.categories), -1, np.int64)
+    lut[used] = vals
+    out[sel] = lut[codes[sel]]
+    return out
 
 
 def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarray:
@@ -107,10 +116,10 @@ def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarr
         return cat["sync"] if SYNC_API_RX.match(n) else cat["launch"]
 
     kind = ev["kind"].astype(str).to_numpy() if len(ev) else np.empty(0, object)
-    named = _by_name(ev, by_name)
-    api_cat = _by_name(ev, api)
-    out = np.full(len(ev), -1, np.int64)
     is_api = (kind == "runtime") | (kind == "driver")
+    named = _by_name(ev, by_name, ~is_api)
+    api_cat = _by_name(ev, api, is_api)
+    out = np.full(len(ev), -1, np.int64)
     out[is_api] = api_cat[is_api]
     for k, default in (("cpu_op", cat["cpu_op"]), ("annotation", cat["cpu_op"]),
                        ("osrt", cat["cpu_op"]), ("python", cat["python"])):
@@ -125,11 +134,12 @@ def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarr
 def sync_calls(ev: pd.DataFrame) -> np.ndarray:
     """Rows that are blocking host syncs (runtime/driver sync APIs, aten::item)."""
     kind = ev["kind"].astype(str).to_numpy() if len(ev) else np.empty(0, object)
-    api = _by_name(ev, lambda n: 1 if SYNC_API_RX.match(n) else 0) == 1
-    op = _by_name(ev, lambda n: 1 if n in SYNC_OPS else 0) == 1
+    is_api = (kind == "runtime") | (kind == "driver")
     # aten::item as an operator (Kineto) or as an NVTX range (nsys, emit_nvtx)
-    return (((kind == "runtime") | (kind == "driver")) & api) | (
-        ((kind == "cpu_op") | (kind == "annotation")) & op)
+    is_op = (kind == "cpu_op") | (kind == "annotation")
+    api = _by_name(ev, lambda n: 1 if SYNC_API_RX.match(n) else 0, is_api) == 1
+    op = _by_name(ev, lambda n: 1 if n in SYNC_OPS else 0, is_op) == 1
+    return (is_api & api) | (is_op & op)
 
 
 def launch_threads(ev: pd.DataFrame, ops: pd.DataFrame, pid: int, device: int) -> set:
@@ -252,11 +262,21 @@ def _top_ops(host, cats, hs, he, gs, ge) -> pd.DataFrame:
         return pd.DataFrame({"name": [], "category": [], "ns": [], "count": []})
     ov = intervals.overlap(intervals.union(gs, ge), hs[m], he[m])
     hit = ov > 0
-    df = pd.DataFrame({"name": host["name"].astype(str).to_numpy()[m][hit],
-                       "category": np.array(CPU_CATEGORIES, object)[cats[m][hit]],
-                       "ns": ov[hit]})
-    return df.groupby(["name", "category"], as_index=False, sort=False).agg(
-        ns=("ns", "sum"), count=("ns", "size"))
+    names = host["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    codes = names.cat.codes.to_numpy().astype(np.int64)[m][hit]
+    ncat = len(CPU_CATEGORIES)
+    key = codes * ncat + cats[m][hit]
+    uniq, inv = np.unique(key, return_inverse=True)
+    ns = np.zeros(len(uniq), np.int64)
+    np.add.at(ns, inv, ov[hit])
+    text = names.cat.categories.astype(str).to_numpy(object)
+    name_codes = uniq // ncat
+    return pd.DataFrame({
+        "name": np.where(name_codes >= 0, text[np.maximum(name_codes, 0)] if len(text) else "", ""),
+        "category": np.array(CPU_CATEGORIES, object)[uniq % ncat],
+        "ns": ns, "count": np.bincount(inv, minlength=len(uniq)).astype(np.int64)})
 
 
 def _merge_top(parts, top: int) -> pd.DataFrame:

@@ -36,17 +36,25 @@ STEP_COLUMNS = ("index", "step", "name", "pid", "tid", "start", "end", "dur")
 
 
 def name_mask(ev: pd.DataFrame, pattern: str, kinds=None) -> np.ndarray:
-    """Rows whose name matches ``pattern`` (regex searched once per distinct name)."""
+    """Rows whose name matches ``pattern`` (regex searched once per distinct name used)."""
     names = ev["name"]
+    if kinds is not None:
+        keep = ev["kind"].isin(kinds).to_numpy()
+    else:
+        keep = np.ones(len(ev), bool)
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
-    rx = re.compile(pattern)
-    cats = names.cat.categories
-    hit = np.fromiter((bool(rx.search(str(c))) for c in cats), bool, len(cats))
     codes = names.cat.codes.to_numpy()
-    m = np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
-    if kinds is not None:
-        m &= ev["kind"].isin(kinds).to_numpy()
+    m = np.zeros(len(ev), bool)
+    sel = keep & (codes >= 0)
+    if not sel.any():
+        return m
+    used = np.unique(codes[sel])
+    rx = re.compile(pattern)
+    texts = names.cat.categories.take(used).astype(str).tolist()
+    lut = np.zeros(len(names.cat.categories), bool)
+    lut[used] = [bool(rx.search(t)) for t in texts]
+    m[sel] = lut[codes[sel]]
     return m
 
 
