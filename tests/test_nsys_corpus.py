@@ -74,3 +74,19 @@ def test_corpus_golden(rel):
     else:
         mine = gaps_csv(t, 1_000_000)
     assert mine == golden.read_text()
+
+
+@pytest.mark.parametrize("rel", _nsys_files() or ["<no corpus>"])
+def test_corpus_nsys_cli_info_analyze(rel):
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    path = CORPUS / rel
+    _need(path)
+    for cmd in ("info", "analyze"):
+        r = CliRunner().invoke(main, [cmd, str(path)])
+        assert r.exit_code in (0, 1), (cmd, r.output)
+        assert "Traceback" not in r.output and "internal error" not in r.output
+        if r.exit_code == 1:
+            assert r.output.startswith("traceread: error: ") and r.output.count("\n") == 1
