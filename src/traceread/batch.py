@@ -247,7 +247,7 @@ def run_dask(paths: list[str], scheduler: str, step_pattern: str | None = None,
     with Client(scheduler, set_as_default=False) as client:
         futs = client.map(analyze_file, paths, step_pattern=step_pattern, pure=False)
         index = {f.key: i for i, f in enumerate(futs)}
-        for fut in as_completed(futs):
+        for fut in as_completed(futs, loop=client.loop):
             i = index[fut.key]
             try:
                 results[i] = fut.result()
@@ -288,8 +288,12 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
     rows = [r["row"] for r in results]
     width = max(5, len(str(max(len(rows) - 1, 0))))
     for i, row in enumerate(rows):
-        row["trace_id"] = f"{i:0{width}d}"
+        row["trace_id"] = f"t{i:0{width}d}"
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    for c in ("rank", "world_size", "events", "steps", "recompiles"):
+        summary[c] = summary[c].astype("Int64")
+    for c in ("step_mean_ms", "idle_pct", "top_drain_pct", "top_cpu_pct", "comm_ms", "exposed_comm_pct", "seconds"):
+        summary[c] = summary[c].astype("float64")
     inputs = [(i, r["rank_input"]) for i, r in enumerate(results) if r["rank_input"] is not None]
     jobs = multirank.analyze_inputs([ri for _, ri in inputs])
     job_of = {}
