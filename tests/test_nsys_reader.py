@@ -260,3 +260,21 @@ def test_cuda_device_index_from_target_info_cuda_device(tmp_path):
     devs = traceread.load(p).meta.devices
     assert [(d["device"], d["name"], d["gpu_id"]) for d in devs] == [(0, "GPU six", 6),
                                                                       (1, "GPU five", 5)]
+
+
+def test_unnamed_nccl_domain_from_payload_schemas(tmp_path):
+    """Time-sliced exports lose NvtxDomainCreate; NCCL's payload schemas still name it."""
+    w = NsysWriter(tmp_path / "sliced.sqlite")
+    w.nvtx_range(10, 20, "ncclAllReduce", 1, 2, domain_id=3)
+    w.nvtx_range(30, 40, "other", 1, 2, domain_id=4)
+    w.con.execute("CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (domainId INTEGER, schemaId INTEGER, "
+                  "idx INTEGER, flags INTEGER, type INTEGER, name TEXT, description TEXT, "
+                  "arrayOrUnionDetail INTEGER, offset INTEGER)")
+    w.con.execute("INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES "
+                  "(3, 16777223, 1, NULL, 22, 'Message size [bytes]', NULL, NULL, 8), "
+                  "(3, 16777223, 0, NULL, 18, 'NCCL communicator ID', NULL, NULL, NULL)")
+    t = traceread.load(w.close())
+    ev = t.events.set_index("name")
+    assert ev.loc["ncclAllReduce", "domain"] == "NCCL"
+    assert str(ev.loc["other", "domain"]) == "nan"
+    assert any("domain 4 has no name" in n for n in t.meta.extra["notes"])

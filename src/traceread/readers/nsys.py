@@ -255,7 +255,16 @@ def _link_tid(pid: np.ndarray, corr: np.ndarray, api: dict) -> np.ndarray:
     return np.where(hit, ts[k], -1)
 
 
-def _nvtx(db: Db, s: Strings) -> dict | None:
+def _nccl_schema_domains(db: Db) -> set[int]:
+    """NVTX domain ids whose payload schemas are NCCL's ("NCCL communicator ID", ...)."""
+    t = "NVTX_PAYLOAD_SCHEMA_ENTRIES"
+    if not db.has(t) or not {"domainId", "name"} <= db.columns(t):
+        return set()
+    rows = db.con.execute(f"SELECT DISTINCT domainId FROM {t} WHERE CAST(name AS TEXT) LIKE 'NCCL %'")
+    return {int(r[0]) for r in rows if r[0] is not None}
+
+
+def _nvtx(db: Db, s: Strings, notes: list) -> dict | None:
     t = "NVTX_EVENTS"
     if not db.has(t):
         return None
@@ -268,6 +277,15 @@ def _nvtx(db: Db, s: Strings) -> dict | None:
     dom_names = {}
     for d, tx, tid in zip(c["domain"][dom_rows], texts[dom_rows], c["text_id"][dom_rows]):
         dom_names[int(d)] = tx if tx is not None else s.get(int(tid))
+    # Time-sliced exports can lose the NvtxDomainCreate row; NCCL's domain is still
+    # recognisable by the payload schemas NCCL registers in it.
+    for d in sorted(set(np.unique(c["domain"]).tolist()) - set(dom_names) - {0, -1}):
+        if d in _nccl_schema_domains(db):
+            dom_names[d] = "NCCL"
+            notes.append(f"NVTX domain {d} has no name in this export; named NCCL from its "
+                         "NCCL payload schemas")
+        else:
+            notes.append(f"NVTX domain {d} has no name in this export (domain column left null)")
     keep = np.isin(et, _NVTX_RANGES + _NVTX_MARKS)
     n = int(keep.sum())
     start, end = c["start"][keep], c["end"][keep]
@@ -317,7 +335,7 @@ def _read(db: Db) -> Trace:
     for b in gpu:
         if b is not None:
             _fill_missing_pid(b, api_all)
-    nvtx = _nvtx(db, s)
+    nvtx = _nvtx(db, s, notes)
     blocks = [b for b in gpu + [runtime, driver, _sync(db, api_all), nvtx,
                                  _host_table(db, s, "OSRT_API", "osrt"),
                                  _host_table(db, s, "PROFILER_OVERHEAD", "other")] if b is not None]
