@@ -1,6 +1,7 @@
 """Small helpers shared by the subcommands."""
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 
@@ -10,9 +11,31 @@ from .. import load as _load
 from ..table import Trace
 
 
+_USE_CACHE = {"on": True}
+
+
 def load_trace(path: str) -> Trace:
-    """Load with a progress indicator on stderr for slow files (tty only)."""
-    return _load(path, progress=sys.stderr.isatty())
+    """Load with a progress indicator on stderr for slow files (tty only).
+
+    Big traces go through the event-table cache (``traceread.cache``) unless
+    ``--no-cache`` was given or ``TRACEREAD_NO_CACHE`` is set.
+    """
+    from ..cache import worth_caching
+
+    use = _USE_CACHE["on"] and not os.environ.get("TRACEREAD_NO_CACHE")
+    return _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path))
+
+
+def _set_no_cache(ctx, param, value):
+    _USE_CACHE["on"] = not value  # click calls this on every run, flag given or not
+    return value
+
+
+# Add to a command to offer --no-cache; it needs no parameter in the function.
+no_cache_option = click.option(
+    "--no-cache", is_flag=True, expose_value=False, is_eager=True, callback=_set_no_cache,
+    help="Parse the file again instead of reusing the cached event table "
+         "(cache: $TRACEREAD_CACHE_DIR or ~/.cache/traceread).")
 
 
 @contextmanager

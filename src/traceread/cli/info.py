@@ -6,7 +6,7 @@ import json
 import click
 
 from . import main
-from ._common import emit, format_option, load_trace, output_option
+from ._common import emit, format_option, load_trace, no_cache_option, output_option
 from ..passes.info import trace_info
 from ..render.text import render_info
 
@@ -15,6 +15,7 @@ from ..render.text import render_info
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @format_option
 @output_option
+@no_cache_option
 def info(traces, fmt, out):
     """Format, version, rank, devices, event counts by kind and time span."""
     results = [trace_info(load_trace(t)) for t in traces]

@@ -53,7 +53,9 @@ _HEAD_SCAN = 64 << 20           # "traceEvents" key must start within the first 
 # JSON string (strings cannot hold raw newlines); Kineto writes one there.
 _BOUNDARY_NL = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{|\}[ \t\r]*\n[ \t\r\n]*,[ \t\r\n]*\{")
 _BOUNDARY_ANY = re.compile(rb"\}\s*,\s*\{")
-_MAX_MERGES = 3  # a mis-cut heals after one merge; more means the JSON itself is bad
+# A mis-cut heals after one merge; a chunk still invalid at this many chunk sizes
+# (or 1 MB) is bad JSON, reported as such -- memory stays bounded either way.
+_MERGE_CHUNKS = 4
 _KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 try:  # python-isal inflates ~3x faster than stdlib zlib (see docs/performance.md)
@@ -138,8 +140,8 @@ def _decode_range_item(path: str, exact: bool, lenient: bool, r: tuple):
     return _decode_range(path, r[0], r[1], exact, lenient)
 
 
-def _decode_bytes_item(exact: bool, lenient: bool, buf: bytes):
-    return _decode_bytes(buf, exact, lenient)
+def _decode_bytes_item(exact: bool, lenient: bool, item: tuple):
+    return _decode_bytes(item[0], exact, lenient)
 
 
 def _decode_bytes(buf: bytes, exact: bool, lenient: bool):
@@ -206,6 +208,20 @@ def find_array_start(head) -> int:
     return m.end() if m else -1
 
 
+def _no_events(buf, whole: bool) -> str:
+    """Reason for a document without traceEvents (the small path's wording if we can)."""
+    if whole:
+        from .kineto import _json_error, _not_a_trace
+
+        data = bytes(buf)
+        try:
+            msgspec.json.decode(data)
+        except msgspec.DecodeError as e:
+            return _json_error(e, len(data))
+        return _not_a_trace(data)
+    return "JSON but no traceEvents array in the first 64 MB: not a trace"
+
+
 def _events_like(buf) -> bool:
     """True when ``buf`` (a JSON array text) holds event objects (each has "ph")."""
     try:
@@ -234,16 +250,25 @@ def find_array_end(buf, lo: int, prefix: bytes) -> int:
             msgspec.json.decode(prefix + b"[]" + rest)
         except msgspec.DecodeError:
             continue
-        before = bytes(buf[max(lo, p - (1 << 20)):p]).rstrip()
-        if before.endswith(b"["):  # empty array
+        w0 = max(lo, p - (1 << 20))
+        before = bytes(buf[w0:p]).rstrip()
+        if before.endswith(b"[") or _last_item_is_event(before, whole=(w0 == lo)):
             return p
-        # the last event: after the last boundary, or the whole tail window
-        b = _last_boundary(before, 0, len(before))
-        last = before[_next_start(before, b):] if b >= 0 else None
-        if last is not None and _events_like(b"[" + last + b"]"):
-            return p
-        if b < 0 and _events_like(b"[" + before[before.find(b"{"):] + b"]"):
-            return p
+
+
+def _last_item_is_event(body: bytes, whole: bool) -> bool:
+    """Is the text after the last real event boundary in ``body`` one event object?
+
+    Boundary candidates are tried from the end (a candidate may sit inside a
+    string or nested object; the decode check rejects those).
+    """
+    starts = [_next_start(body, m.start() + 1) for m in _BOUNDARY_ANY.finditer(body)]
+    if whole:
+        starts.insert(0, len(body) - len(body.lstrip()))
+    for s in reversed(starts[-64:]):
+        if _events_like(b"[" + body[s:] + b"]"):
+            return True
+    return False
 
 
 # --- drivers -----------------------------------------------------------------------
@@ -362,19 +387,18 @@ def _map_ordered(fn, items, workers: int):
                 fut.cancel()
 
 
-def _collect(pairs, fn, merge, where) -> list:
+def _collect(pairs, fn, merge, where, size, merge_cap: int) -> list:
     """Check results in order; a chunk that is not valid JSON is merged with the next."""
     batches: list = []
-    held, merges = None, 0
+    held = None
     for item, res in pairs:
         if held is not None:
             item = merge(held, item)
             res = fn(item)
-            merges += 1
-        if res[0] == "invalid" and merges < _MAX_MERGES:
+        if res[0] == "invalid" and size(item) < merge_cap:
             held, held_res = item, res
             continue
-        held, merges = None, 0
+        held = None
         _check(res, batches, where(item))
     if held is not None:
         _check(held_res, batches, where(held))
@@ -390,7 +414,7 @@ def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient:
         size = len(mm)
         start = find_array_start(memoryview(mm)[:min(size, _HEAD_SCAN)])
         if start < 0:
-            raise _Bad("invalid", "JSON but no traceEvents array near the start: not a trace")
+            raise _Bad("invalid", _no_events(mm, size <= _HEAD_SCAN))
         prefix = bytes(mm[:start - 1])
         end = find_array_end(mm, start, prefix)
         if end < 0:
@@ -400,7 +424,8 @@ def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient:
         ranges = _split(mm, start, end, chunk_bytes)
     fn = functools.partial(_decode_range_item, str(p), exact, lenient)
     batches = _collect(_map_ordered(fn, ranges, min(workers, len(ranges))), fn,
-                       lambda a, b: (a[0], b[1]), lambda r: f" in bytes {r[0]}-{r[1]}")
+                       lambda a, b: (a[0], b[1]), lambda r: f" in bytes {r[0]}-{r[1]}",
+                       lambda r: r[1] - r[0], max(_MERGE_CHUNKS * chunk_bytes, 1 << 20))
     return prefix, suffix, batches
 
 
@@ -461,7 +486,7 @@ class _GzChunks:
         if start < 0:
             if not buf.strip():
                 raise _Bad("invalid", "empty after gunzip")
-            raise _Bad("invalid", "JSON but no traceEvents array near the start: not a trace")
+            raise _Bad("invalid", _no_events(buf, len(buf) <= _HEAD_SCAN))
         self.prefix = bytes(buf[:start - 1])
         del buf[:start]
         while True:
@@ -469,14 +494,19 @@ class _GzChunks:
             if not block:
                 break
             buf += block
-            if len(buf) < self.chunk_bytes:
+            # keep a tail of whole events back: at EOF the closing "]" is found by
+            # checking that the item before it is an event, which needs one intact
+            keep = min(4 * self.chunk_bytes, 1 << 20)
+            if len(buf) < self.chunk_bytes + keep:
                 continue
-            cut = _last_boundary(buf, max(0, len(buf) - (1 << 20)), len(buf))
+            hi = len(buf) - keep
+            cut = _last_boundary(buf, max(0, hi - (1 << 20)), hi)
             if cut < 0:
                 continue
-            chunk = bytes(buf[:cut])
-            del buf[:_next_start(buf, cut)]
-            yield chunk
+            nxt = _next_start(buf, cut)
+            item = (bytes(buf[:cut]), bytes(buf[cut:nxt]))  # events, separator after them
+            del buf[:nxt]
+            yield item
         end = find_array_end(buf, 0, self.prefix)
         if end < 0:
             raise _Bad("invalid", f"truncated JSON at byte {self.inflated} of the inflated data "
@@ -485,15 +515,18 @@ class _GzChunks:
         last = bytes(buf[:end]).strip()
         del buf
         if last:
-            yield last
+            yield last, b""
 
 
 def _gz_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: bool):
     """Inflate here (one stream: gzip is not splittable); decode chunks in workers."""
     chunks = _GzChunks(p, chunk_bytes)
     fn = functools.partial(_decode_bytes_item, exact, lenient)
-    batches = _collect(_map_ordered(fn, chunks, workers), fn, lambda a, b: a + b"," + b,
-                       lambda d: " in the inflated data")
+    # a merge keeps the original separator bytes: a mis-cut may sit inside a string
+    batches = _collect(_map_ordered(fn, chunks, workers), fn,
+                       lambda a, b: (a[0] + a[1] + b[0], b[1]),
+                       lambda d: " in the inflated data", lambda d: len(d[0]),
+                       max(_MERGE_CHUNKS * chunk_bytes, 1 << 20))
     return chunks.prefix, chunks.suffix, batches
 
 

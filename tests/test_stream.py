@@ -1,0 +1,206 @@
+"""Streaming ingest (readers/stream.py) gives the small-file table bit for bit.
+
+Tiny chunk sizes force many chunks (and the worker pool) on small files, so
+every boundary case a 10 GB file meets is exercised here in milliseconds.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, corpus_or_skip
+from traceread import TraceError
+from traceread.readers import read
+from traceread.readers import stream as S
+from traceread.readers.kineto import read_kineto
+from traceread.synth.kineto import ERAS, write_kineto
+from traceread.synth.scenarios import launch_bound
+
+KINETO_FIXTURES = sorted(p for p in (FIXTURES / "kineto").glob("*.json*"))
+
+
+def assert_same(path, **kw):
+    try:
+        small = read_kineto(path)
+    except TraceError as e:  # not a trace: the streaming path must say so too
+        with pytest.raises(TraceError) as err:
+            S.read_stream(path, **kw)
+        assert str(err.value) == str(e)
+        return None
+    big = S.read_stream(path, **kw)
+    assert big.meta == small.meta
+    for name in small.table.column_names:
+        assert big.table.column(name).equals(small.table.column(name)), name
+    assert big.table.equals(small.table)
+    return big
+
+
+@pytest.mark.parametrize("path", KINETO_FIXTURES, ids=lambda p: p.name)
+def test_fixtures_stream_equals_small_path(path):
+    assert_same(path, chunk_bytes=2048, workers=1)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_process_pool_equals_small_path(tmp_path, gz):
+    src = FIXTURES / "kineto" / "tracelens_b200_eager_trace.json.gz"
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    raw = gzip.decompress(src.read_bytes())
+    path.write_bytes(gzip.compress(raw, 1) if gz else raw)
+    t = assert_same(path, chunk_bytes=256 << 10, workers=2)
+    assert len(t) > 20_000
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_every_synthetic_era(tmp_path, era, gz):
+    trace, _ = launch_bound(steps=3, ops_per_step=40)
+    path = write_kineto(trace, tmp_path / f"e{era}.json{'.gz' if gz else ''}", era=era)
+    assert_same(path, chunk_bytes=512, workers=1)
+
+
+def _doc(events, **head):
+    return {"schemaVersion": 1, **head, "traceEvents": events}
+
+
+def _ev(i, name="aten::mm", **kw):
+    e = {"ph": "X", "cat": "cpu_op", "name": name, "pid": 7, "tid": 8, "ts": 1000 + i,
+         "dur": 1, "args": {"External id": i}}
+    e.update(kw)
+    return e
+
+
+def test_cuts_inside_strings_and_nested_objects_heal(tmp_path):
+    # Compact single-line JSON: every "}, {" / "},{" is a boundary candidate,
+    # including those inside names and inside nested arg lists of objects.
+    tricky = 'x}, {"ph": "X"}, {y'
+    events = []
+    for i in range(400):
+        args = {"External id": i, "nested": [{"a": 1}, {"b": [{"c": "}, {"}]}]}
+        events.append(_ev(i, name=f"{tricky} {i % 7}", args=args))
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_doc(events), separators=(",", ":")))
+    for chunk in (64, 200, 1000):
+        t = assert_same(path, chunk_bytes=chunk, workers=1)
+        assert len(t) == 400
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert_same(gz, chunk_bytes=100, workers=1)
+
+
+def test_keys_after_trace_events_and_top_level_list(tmp_path):
+    events = [_ev(i) for i in range(50)]
+    doc = {"schemaVersion": 1, "traceEvents": events,
+           "deviceProperties": [{"id": 0, "name": "GPU A"}, {"id": 1, "name": "GPU B"}],
+           "distributedInfo": {"rank": 3, "world_size": 8}, "traceName": "x]y"}
+    path = tmp_path / "after.json"
+    path.write_text(json.dumps(doc, indent=2))
+    t = assert_same(path, chunk_bytes=300, workers=1)
+    assert [d["name"] for d in t.meta.devices] == ["GPU A", "GPU B"] and t.meta.rank == 3
+    lst = tmp_path / "list.json"
+    lst.write_text(json.dumps(events))
+    assert len(assert_same(lst, chunk_bytes=300, workers=1)) == 50
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps(_doc([])))
+    assert len(assert_same(empty, chunk_bytes=300, workers=1)) == 0
+
+
+def test_lossy_float_timestamps_take_the_exact_path(tmp_path):
+    # 2.0-era: float epoch µs with ns decimals, beyond float64's ns precision.
+    # (.377 parses to a float with a visible fraction, which is what triggers the
+    # exact re-decode; see the report on fractions that round to .0.)
+    events = [_ev(i, ts=f"1700000000{i:06d}.377") for i in range(300)]
+    text = json.dumps(_doc(events), indent=1).replace('"1700000000', "1700000000")
+    text = text.replace('.377"', ".377")
+    path = tmp_path / "lossy.json"
+    path.write_text(text)
+    t = assert_same(path, chunk_bytes=1000, workers=1)
+    assert t.meta.extra["exact_ts_decode"] is True
+    assert t.table.column("ts")[0].as_py() % 1000 == 377
+
+
+def test_odd_types_take_the_lenient_path(tmp_path):
+    events = [_ev(i) for i in range(200)]
+    events[150]["args"] = ["not", "an", "object"]  # ValidationError in the typed decode
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(_doc(events), indent=1))
+    t = assert_same(path, chunk_bytes=1000, workers=1)
+    assert t.meta.extra.get("lenient_decode") is True
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_truncated_file_is_a_trace_error(tmp_path, gz):
+    text = json.dumps(_doc([_ev(i) for i in range(500)]), indent=1).encode()
+    cut = text[: len(text) * 2 // 3]
+    path = tmp_path / ("cut.json.gz" if gz else "cut.json")
+    path.write_bytes(gzip.compress(cut) if gz else cut)
+    with pytest.raises(TraceError, match="truncated"):
+        S.read_stream(path, chunk_bytes=1000, workers=1)
+
+
+def test_truncated_gzip_stream_is_a_trace_error(tmp_path):
+    data = gzip.compress(json.dumps(_doc([_ev(i) for i in range(2000)])).encode())
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceError, match="gzip|truncated"):
+        S.read_stream(path, chunk_bytes=1000, workers=1)
+
+
+def test_corrupt_middle_is_a_trace_error(tmp_path):
+    text = json.dumps(_doc([_ev(i) for i in range(500)]), indent=1)
+    mid = len(text) // 2
+    path = tmp_path / "bad.json"
+    path.write_text(text[:mid] + "@@@" + text[mid:])
+    with pytest.raises(TraceError, match="invalid JSON"):
+        S.read_stream(path, chunk_bytes=1000, workers=1)
+
+
+def test_not_a_trace(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"nodes": [1, 2, 3]}))
+    with pytest.raises(TraceError, match="no traceEvents"):
+        S.read_stream(path, workers=1)
+
+
+def test_read_dispatch_forces_and_thresholds(tmp_path, monkeypatch):
+    path = FIXTURES / "kineto" / "hta_sampled_rank-1.json.gz"
+    calls = []
+    real = S.read_stream
+    monkeypatch.setattr(S, "read_stream", lambda p, **kw: calls.append(p) or real(p, **kw))
+    assert read(path, stream=True).table.equals(read(path, stream=False).table)
+    assert len(calls) == 1
+    read(path)  # small: the small-file path
+    assert len(calls) == 1
+    monkeypatch.setattr(S, "STREAM_MIN_BYTES", 1)
+    read(path)
+    assert len(calls) == 2
+
+
+def test_find_boundary_prefers_newline_gaps():
+    buf = b'{"a": "}, {"}, {"b": 1},\n  {"c": 2}'
+    cut = S.find_boundary(buf, 0, len(buf))
+    assert buf[:cut].endswith(b'{"b": 1}')
+
+
+# Real traces of every era in the corpus: plain JSON and gzip, many chunks.
+CORPUS_PICKS = (
+    "pytorch__kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff/control/control.json.gz",
+    "AMD-AGI__TraceLens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
+    "AMD-AGI__TraceLens/tests/traces/mi300/resnet_act_checkpoint.json.gz",
+    "facebookresearch__HolisticTraceAnalysis/tests/data/mtia_trace_single_rank/mtia_rank_0.json.gz",
+)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("rel", CORPUS_PICKS, ids=lambda r: Path(r).name[:40])
+def test_corpus_stream_equals_small_path(tmp_path, rel):
+    src = corpus_or_skip() / rel
+    if not src.is_file():
+        pytest.skip(f"{rel} not in this corpus")
+    assert_same(src, chunk_bytes=4 << 20, workers=2)
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    assert_same(plain, chunk_bytes=4 << 20, workers=2)
