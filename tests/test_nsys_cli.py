@@ -112,3 +112,25 @@ def test_bad_min_gap(planted):
 def test_parse_duration():
     assert [parse_duration(x) for x in ("1ms", "500us", "2s", "1.5ms", "250", "7ns")] == [
         1_000_000, 500_000, 2_000_000_000, 1_500_000, 250, 7]
+
+
+def test_same_commands_on_kineto_trace():
+    """kernels / api / gaps read only the event table, so they work on Kineto too."""
+    import traceread
+
+    path = Path(__file__).parent / "fixtures" / "kineto" / "hta_sampled_rank-1.json.gz"
+    if not path.exists():
+        pytest.skip("kineto fixture not present")
+    ev = traceread.load(path).events
+    r = run("kernels", path, "--format", "json")
+    assert r.exit_code == 0
+    recs = json.loads(r.output)
+    assert sum(x["Instances"] for x in recs) == int((ev["kind"] == "kernel").sum()) > 0
+    r = run("api", path, "--format", "json")
+    assert r.exit_code == 0
+    assert sum(x["Num Calls"] for x in json.loads(r.output)) == int(
+        ev["kind"].isin(["runtime", "driver"]).sum())
+    r = run("gaps", path, "--min-gap", "0", "--format", "csv")
+    assert r.exit_code == 0
+    rows = r.output.splitlines()[1:]
+    assert rows and all(row.endswith(",") for row in rows)  # no CUDA context id on Kineto
