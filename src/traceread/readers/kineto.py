@@ -102,26 +102,33 @@ def read_kineto(path: str | os.PathLike, progress: bool = False) -> Trace:
         raise TraceError(p, "is an SQLite database, not a JSON trace")
     with _progress(p, progress) as tick:
         buf = _read_bytes(p, fmt, tick)
-        tick("parse")
-        doc, events, lenient = _decode(p, buf)
-        tick("columns")
-        batch = dec.events_to_batch(events)
-        if batch.ts_lossy:
-            # Float epoch µs (PyTorch 2.0-2.3) cannot hold ns: re-read ts exactly.
-            doc, events, lenient = _decode(p, buf, exact=True)
-            batch = dec.events_to_batch(events)
-        del buf
-        tick("table")
-        header = _header(doc)
-        fmt_name = _format_name(header, batch, isinstance(doc, list))
-        meta = _meta(p, header, batch, fmt_name)
-        if lenient:
-            meta.extra["lenient_decode"] = True
-        meta.extra["exact_ts_decode"] = _used_exact(events)
-        cols, n = _columns(batch, fmt_name, header, meta)
-        table = build_table(cols, n)
+        trace = ingest(buf, p, tick)
         tick("done")
-    return Trace(table, meta)
+    return trace
+
+
+def ingest(buf: bytes, path: str | os.PathLike = "", tick=None) -> Trace:
+    """Decoded JSON bytes (already gunzipped) -> Trace. ``path`` is for messages/meta."""
+    p = Path(path)
+    tick = tick or (lambda stage, frac=None: None)
+    tick("parse")
+    doc, events, lenient = _decode(p, buf)
+    tick("columns")
+    batch = dec.events_to_batch(events)
+    if batch.ts_lossy:
+        # Float epoch µs (PyTorch 2.0-2.3) cannot hold ns: re-read ts exactly.
+        doc, events, lenient = _decode(p, buf, exact=True)
+        batch = dec.events_to_batch(events)
+    tick("table")
+    header = _header(doc)
+    fmt_name = _format_name(header, batch, isinstance(doc, list))
+    meta = _meta(p, header, batch, fmt_name)
+    if lenient:
+        meta.extra["lenient_decode"] = True
+    meta.extra["exact_ts_decode"] = _used_exact(events)
+    del doc, events
+    cols, n = _columns(batch, fmt_name, header, meta)
+    return Trace(build_table(cols, n), meta)
 
 
 def _used_exact(events: list) -> bool:
@@ -672,4 +679,4 @@ def _progress(p: Path, enabled: bool):
         yield tick
 
 
-__all__ = ["read_kineto", "rank_from_filename", "CAT_KIND"]
+__all__ = ["read_kineto", "ingest", "rank_from_filename", "CAT_KIND"]

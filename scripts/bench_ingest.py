@@ -1,0 +1,89 @@
+"""Kineto ingest speed against the baseline of merely parsing the JSON with orjson.
+
+Usage: python scripts/bench_ingest.py TRACE[.json|.json.gz] [--repeat N]
+(needs the bench extra: pip install -e '.[bench]')
+
+Both sides start from the same decompressed JSON bytes, read from a temp file:
+
+* baseline  -- ``orjson.loads(data)``: a dict per event, nothing else;
+* traceread -- ``readers.kineto.ingest(data)``: typed decode, columns, GPU pid
+  join, collective fields, the finished Arrow table.
+
+Each side runs in its own subprocess (so peak RSS is its own) and reports the
+best of N repeats. Prints both times, the ratio (traceread / orjson; <= 1.0 means
+a finished table costs no more than the bare parse) and the peak RSS of each.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import json, resource, sys, time
+kind, path, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data = open(path, "rb").read()
+if kind == "orjson":
+    import orjson
+    run = lambda: orjson.loads(data)
+else:
+    from traceread.readers.kineto import ingest
+    run = lambda: ingest(data, path)
+best = float("inf")
+rows = None
+for _ in range(repeat):
+    t = time.perf_counter()
+    out = run()
+    best = min(best, time.perf_counter() - t)
+    rows = len(out) if kind != "orjson" else len(out.get("traceEvents", out) if isinstance(out, dict) else out)
+    del out
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+print(json.dumps({"seconds": best, "peak_rss": peak, "rows": rows}))
+"""
+
+
+def _measure(kind: str, path: Path, repeat: int) -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD, kind, str(path), str(repeat)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{kind} run failed:\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _decompressed(trace: Path, tmp: Path) -> Path:
+    raw = trace.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        import gzip
+
+        raw = gzip.decompress(raw)
+    out = tmp / "trace.json"
+    out.write_bytes(raw)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        path = _decompressed(args.trace, Path(d))
+        size = os.path.getsize(path)
+        base = _measure("orjson", path, args.repeat)
+        ours = _measure("traceread", path, args.repeat)
+    mib = 1 << 20
+    print(f"trace            {args.trace} ({size / mib:.1f} MiB JSON)")
+    print(f"orjson.loads     {base['seconds']:.3f} s   peak RSS {base['peak_rss'] / mib:7.0f} MiB"
+          f"   ({base['rows']:,} events, dicts only)")
+    print(f"traceread ingest {ours['seconds']:.3f} s   peak RSS {ours['peak_rss'] / mib:7.0f} MiB"
+          f"   ({ours['rows']:,} table rows)")
+    print(f"ratio            {ours['seconds'] / base['seconds']:.2f}x orjson time, "
+          f"{ours['peak_rss'] / base['peak_rss']:.2f}x its peak RSS")
+
+
+if __name__ == "__main__":
+    main()
