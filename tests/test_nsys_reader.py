@@ -278,3 +278,17 @@ def test_unnamed_nccl_domain_from_payload_schemas(tmp_path):
     assert ev.loc["ncclAllReduce", "domain"] == "NCCL"
     assert str(ev.loc["other", "domain"]) == "nan"
     assert any("domain 4 has no name" in n for n in t.meta.extra["notes"])
+
+
+def test_missing_globalpid_only_filled_when_unambiguous(tmp_path):
+    p = write_planted(tmp_path / "p.sqlite")
+    con = sqlite3.connect(p)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL")
+    con.commit()
+    con.close()
+    k = traceread.load(p).events
+    k = k[k["kind"] == "kernel"].set_index("ts")
+    # correlation 1, 2 and 3 exist in both processes: ambiguous -> unknown
+    assert k.loc[1000, "pid"].tolist() == [-1, -1]
+    # correlation 5 only in pid 100 (its backtrace duplicate shares the pid)
+    assert k.loc[30000, "pid"] == 100

@@ -354,7 +354,7 @@ def _read(db: Db) -> Trace:
     neg = int((cols["ts"] < 0).sum()) if n else 0
     if neg:
         notes.append(f"{neg} events start before time 0 (before the session/profiler start)")
-    return Trace(table, _meta(db, s, cols, blocks, notes))
+    return Trace(table, _meta(db, s, cols, notes))
 
 
 def _merge_api(*blocks) -> dict | None:
@@ -366,21 +366,21 @@ def _merge_api(*blocks) -> dict | None:
 
 
 def _fill_missing_pid(block: dict, api: dict | None) -> None:
-    """Exports without globalPid on GPU tables: take the pid of the launching API call,
-    when its correlation id is unambiguous."""
+    """Exports without globalPid on GPU tables: take the pid of the launching API
+    call, when every API row with that correlation id belongs to one process."""
     if api is None or not block["n"] or (block["pid"] >= 0).all():
         return
-    corr = api["correlation"]
-    ids, counts = np.unique(corr, return_counts=True)
-    uniq = ids[counts == 1]
-    order = np.argsort(corr, kind="stable")
-    cs, ps = corr[order], api["pid"][order]
-    k = np.clip(np.searchsorted(cs, block["correlation"]), 0, max(len(cs) - 1, 0))
-    hit = (cs[k] == block["correlation"]) & np.isin(block["correlation"], uniq)
-    block["pid"] = np.where((block["pid"] < 0) & hit, ps[k], block["pid"])
+    order = np.argsort(api["correlation"], kind="stable")
+    cs, ps = api["correlation"][order], api["pid"][order]
+    ids, first = np.unique(cs, return_index=True)
+    lo, hi = np.minimum.reduceat(ps, first), np.maximum.reduceat(ps, first)
+    corr = block["correlation"]
+    k = np.clip(np.searchsorted(ids, corr), 0, len(ids) - 1)
+    hit = (ids[k] == corr) & (lo[k] == hi[k])
+    block["pid"] = np.where((block["pid"] < 0) & hit, lo[k], block["pid"])
 
 
-def _meta(db: Db, s: Strings, cols: dict, blocks: list, notes: list) -> TraceMeta:
+def _meta(db: Db, s: Strings, cols: dict, notes: list) -> TraceMeta:
     m = TraceMeta(path=str(db.path), format="nsys", clock="session_ns")
     info = {}
     for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
