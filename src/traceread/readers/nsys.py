@@ -412,6 +412,8 @@ def _meta(db: Db, s: Strings, cols: dict, notes: list) -> TraceMeta:
     return m
 
 
+# Table-name prefixes nsys itself writes (2.x .. 3.25). Anything else was added by
+# another tool (e.g. Extra-P's EXTRAP_*); only reported in meta, never read.
 _NSYS_PREFIXES = ("CUPTI_", "NVTX_", "OSRT_", "TARGET_INFO_", "ENUM_", "META_DATA_", "EXPORT_",
                   "CUDA_", "CUDNN_", "CUBLAS_", "OPENGL_", "OPENACC", "OPENMP_", "VULKAN_", "DX1",
                   "D3D1", "WDDM_", "GPU_", "SCHED_", "SAMPLING_", "COMPOSITE_", "PROFILER_",
