@@ -8,5 +8,13 @@ from .analysis import Analysis, analyze
 
 __version__ = "0.1.0"
 
+
+def analyze_dir(path, **kwargs):
+    """One summary row per trace under ``path`` (see ``traceread.batch.analyze_dir``)."""
+    from .batch import analyze_dir as _analyze_dir
+
+    return _analyze_dir(path, **kwargs)
+
+
 __all__ = ["load", "Trace", "TraceMeta", "TraceError", "KINDS", "COLUMNS", "SCHEMA",
-           "read_parquet", "analyze", "Analysis", "__version__"]
+           "read_parquet", "analyze", "Analysis", "analyze_dir", "__version__"]
