@@ -172,3 +172,8 @@ def test_classify_host_categories():
     got = [A.CPU_CATEGORIES[c] if c >= 0 else None for c in A.classify_host(ev)]
     assert got == ["sync", "compile", "comm_wait", "launch", "sync", "dataloader", None,
                    "cpu_op", "cpu_op", None]
+
+
+def test_emit_nvtx_operator_names_are_recognised():
+    g = _sync_gap(-50 * US, 2 * US, "aten::item, seq = 12, op_id = 7", kind="cpu_op")
+    assert g["drain"] == "sync" and g["drain_op"] == "aten::item"

@@ -51,6 +51,11 @@ SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 # Preference when several sync calls drained the same gap: the framework op the user wrote.
 SYNC_NAME_RANK = {"aten::item": 0, "aten::_local_scalar_dense": 1}
 
+
+def _op_base(name: str) -> str:
+    """``aten::item, seq = 12, op_id = 3`` (nsys emit_nvtx) -> ``aten::item``."""
+    return name.split(",", 1)[0].strip()
+
 COMPILE_RX = re.compile(
     r"\(dynamo_timed\)|entire_frame_compile|compile_inner|_compile\.compile|compile_fx"
     r"|fx_codegen_and_compile|inductor_compile|call_user_compiler|backend_compile"
@@ -108,7 +113,7 @@ def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarr
             return cat["dataloader"]
         if COMM_RX.search(n):
             return cat["comm_wait"]
-        if n in SYNC_OPS:
+        if _op_base(n) in SYNC_OPS:
             return cat["sync"]
         return -1
 
@@ -138,7 +143,7 @@ def sync_calls(ev: pd.DataFrame) -> np.ndarray:
     # aten::item as an operator (Kineto) or as an NVTX range (nsys, emit_nvtx)
     is_op = (kind == "cpu_op") | (kind == "annotation")
     api = _by_name(ev, lambda n: 1 if SYNC_API_RX.match(n) else 0, is_api) == 1
-    op = _by_name(ev, lambda n: 1 if n in SYNC_OPS else 0, is_op) == 1
+    op = _by_name(ev, lambda n: 1 if _op_base(n) in SYNC_OPS else 0, is_op) == 1
     return (is_api & api) | (is_op & op)
 
 
@@ -194,7 +199,9 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         ge = gaps["end"].to_numpy(np.int64)[idx]
         on = _thread_mask(host, launch_threads(ev, ops, int(pid), int(dev)))
         split[idx] = _carve(gs, ge, cats[on], hs[on], he[on])
-        d, dop = _drain(gs, ge, host.loc[on & is_sync, "name"].astype(str).to_numpy(object),
+        sync_names = np.array([_op_base(n) for n in host.loc[on & is_sync, "name"].astype(str)],
+                              object)
+        d, dop = _drain(gs, ge, sync_names,
                         hs[on & is_sync], he[on & is_sync])
         drain[idx], drain_op[idx] = d, dop
         top_parts.append(_top_ops(host[on], cats[on], hs[on], he[on], gs, ge))
