@@ -121,3 +121,23 @@ def test_real_cudagraph_record_is_not_a_compile():
     assert len(rec) == 2  # the second, 10.9 µs, is nested inside the 243 ms recording
     assert s["compiles"] == 0 and s["compile_ns"] == 0
     assert s["cudagraph_record_ns"] == int(rec["dur"].max()) == 243_303_732
+
+
+def test_cli_compile(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    write_kineto = pytest.importorskip("traceread.synth.kineto").write_kineto
+    trace, truth = recompile_storm()
+    path = write_kineto(trace, tmp_path / "storm.json")
+    r = CliRunner().invoke(main, ["compile", str(path), "--format", "json", "--events"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert (doc["compiles"], doc["recompiles"], doc["compile_ns"]) == (6, 4, truth["compile_ns"])
+    assert [e["compile_id"] for e in doc["events"]] == [ep[0] for ep in truth["episodes"]]
+    r = CliRunner().invoke(main, ["compile", str(path)])
+    assert r.exit_code == 0 and "compiles 6 (recompiles 4)" in r.output
+    assert "frame 0: compiles 4, recompiles 3" in r.output and "steps 0,2,3,5" in r.output

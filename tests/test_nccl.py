@@ -184,3 +184,22 @@ def test_real_sampled_ranks(rank):
         assert set(inst["name"].str.slice(0, 19)) == {"ncclKernel_SendRecv"}
         assert inst["collective"].value_counts().to_dict() == {
             "all_to_all": 4, "all_reduce": 4, "all_gather": 2}
+
+
+def test_cli_nccl_json_and_text(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    write_kineto = pytest.importorskip("traceread.synth.kineto").write_kineto
+    trace, truth = ddp_overlap()
+    path = write_kineto(trace, tmp_path / "ddp.json")
+    r = CliRunner().invoke(main, ["nccl", str(path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["comm_ns"] == truth["comm_ns"] and doc["exposed_ns"] == truth["exposed_ns"]
+    assert {c["collective"]: c["count"] for c in doc["collectives"]} == {"all_reduce": 6, "broadcast": 1}
+    r = CliRunner().invoke(main, ["nccl", str(path)])
+    assert r.exit_code == 0 and "all_reduce" in r.output and "58.4%" in r.output
