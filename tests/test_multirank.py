@@ -121,3 +121,19 @@ def test_hta_sampled_pair():
     assert s["rank"] == 1 and s["times_last"] == 4
     assert s["median_delay_ns"] == 4_108_000
     assert np.array_equal(res[0].steps["step"], [551, 552])
+
+
+def test_analyze_cli_cross_rank_section():
+    """`traceread analyze rank0 rank1` appends the cross-rank section (bundled HTA pair)."""
+    from click.testing import CliRunner
+
+    from traceread import examples
+    from traceread.cli import main
+
+    r1 = Path(__file__).resolve().parent / "fixtures" / "kineto" / "hta_sampled_rank-1.json.gz"
+    res = CliRunner().invoke(main, ["analyze", str(examples.path()), str(r1)])
+    assert res.exit_code == 0, res.output
+    assert "Cross-rank (job0: ranks 0, 1 of 128)" in res.output
+    assert "rank 1: last in 4/5 (80%), holds others back by 4.11 ms" in res.output
+    single = CliRunner().invoke(main, ["analyze", str(r1)])
+    assert single.exit_code == 0 and "Cross-rank" not in single.output

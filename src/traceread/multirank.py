@@ -482,6 +482,30 @@ def analyze_inputs(inputs: list[RankInput]) -> list[JobResult]:
     return out
 
 
+def cross_rank_section(analyses: list, paths: list) -> str:
+    """Text appended to ``traceread analyze`` when several traces form a job ("" if none).
+
+    Groups by the analyses' metadata first, so only traces that belong to a job are
+    read again (for their collective instances).
+    """
+    if len(analyses) < 2:
+        return ""
+    from .readers import read
+
+    info = pd.DataFrame({
+        "path": [str(p) for p in paths],
+        "rank": [a.meta.rank if a.meta.rank >= 0 else rank_from_name(str(p)) for a, p in zip(analyses, paths)],
+        "world_size": [a.meta.world_size for a in analyses],
+        "backend": [str((a.meta.distributed or {}).get("backend") or "") for a in analyses],
+        "start_ns": -1, "end_ns": -1})
+    jobs = group_jobs(info)
+    members = [i for i in range(len(paths)) if jobs.iloc[i] is not None]
+    if not members:
+        return ""
+    results = analyze_traces([read(paths[i]) for i in members])
+    return ("\n\n" + render_text(results)) if results else ""
+
+
 def render_text(results: list[JobResult]) -> str:
     """The cross-rank section of ``traceread analyze`` for several traces."""
     from .render.text import fmt_ns
@@ -517,6 +541,6 @@ def render_text(results: list[JobResult]) -> str:
     return "\n".join(lines).rstrip("\n")
 
 
-__all__ = ["RankInput", "JobResult", "step_table", "collective_table", "rank_input", "group_jobs",
+__all__ = ["RankInput", "JobResult", "cross_rank_section", "step_table", "collective_table", "rank_input", "group_jobs",
            "match_collectives", "step_skew", "analyze_job", "analyze_traces", "analyze_inputs",
            "render_text", "rank_from_name"]

@@ -61,7 +61,9 @@ def analyze(traces, fmt, out, min_gap, step_pattern):
         docs = [a.to_dict() for a in results]
         emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
     else:
-        emit("\n\n".join(render_report(a) for a in results), out)
+        from ..multirank import cross_rank_section  # several ranks of one job: cross-rank section
+
+        emit("\n\n".join(render_report(a) for a in results) + cross_rank_section(results, traces), out)
 
 
 @main.command()
