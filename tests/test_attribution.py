@@ -1,14 +1,12 @@
 """Gap attribution: exact planted splits, priority carving, drain tolerance, thread choice."""
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from traceread.analysis import analyze
 from traceread.passes import attribution as A
 from traceread.synth import scenarios as sc
-from traceread.synth.scenarios import MS, US, TraceBuilder
+from traceread.synth.scenarios import US, TraceBuilder
 
 
 @pytest.mark.parametrize("name", sorted(sc.SCENARIOS))
@@ -177,3 +175,13 @@ def test_classify_host_categories():
 def test_emit_nvtx_operator_names_are_recognised():
     g = _sync_gap(-50 * US, 2 * US, "aten::item, seq = 12, op_id = 7", kind="cpu_op")
     assert g["drain"] == "sync" and g["drain_op"] == "aten::item"
+
+
+def test_top_ops_pool_emit_nvtx_suffixes():
+    b = TraceBuilder()
+    b.launch(0, 10, 0, 100)
+    b.launch(20, 10, 1000, 100)
+    b.cpu("aten::add, seq = 1, op_id = 2", 100, 300, kind="annotation")
+    b.cpu("aten::add, seq = 3, op_id = 4", 500, 300, kind="annotation")
+    top = analyze(b.build()).top_ops
+    assert top[["name", "ns", "count"]].values.tolist() == [["aten::add", 600, 2]]

@@ -20,7 +20,7 @@ from .passes import steps as steps_mod
 from .passes import verdict as verdict_mod
 from .passes.gaps import gpu_gaps
 from .passes.kernels import kernel_summary
-from .table import GPU_OP_KINDS, Trace, TraceMeta
+from .table import GPU_OP_KINDS, TraceMeta
 
 LARGEST_GAPS = 20
 TOP_KERNELS = 20

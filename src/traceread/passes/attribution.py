@@ -52,6 +52,9 @@ SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 SYNC_NAME_RANK = {"aten::item": 0, "aten::_local_scalar_dense": 1}
 
 
+_NVTX_SUFFIX = r", (?:seq|op_id|sizes|input_op_ids|stream) = .*$"
+
+
 def _op_base(name: str) -> str:
     """``aten::item, seq = 12, op_id = 3`` (nsys emit_nvtx) -> ``aten::item``."""
     return name.split(",", 1)[0].strip()
@@ -294,6 +297,8 @@ def _merge_top(parts, top: int) -> pd.DataFrame:
                              "ns": pd.Series([], dtype=np.int64),
                              "count": pd.Series([], dtype=np.int64)})
     df = pd.concat(parts, ignore_index=True)
+    # emit_nvtx ranges carry per-call suffixes ("aten::add, seq = 12, op_id = 7"): pool them
+    df["name"] = df["name"].astype(str).str.replace(_NVTX_SUFFIX, "", regex=True)
     df = df.groupby(["name", "category"], as_index=False, sort=False).agg(
         ns=("ns", "sum"), count=("count", "sum"))
     df["ns"] = df["ns"].astype(np.int64)
