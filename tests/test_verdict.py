@@ -94,3 +94,9 @@ def test_empty_trace():
     a = analyze(TraceBuilder().build())
     assert a.verdict["bound"] == "cpu_only"
     assert a.to_dict()["steps"]["source"] == "whole_trace"
+
+
+def test_a_clear_cause_beats_untraced_time():
+    # 55% untraced, but exposed communication explains 40% with no rival
+    v = _decide(100, _attr(starved={"untraced": 55, "launch": 5}), exposed=40)
+    assert v["bound"] == "comms"

@@ -16,8 +16,9 @@ gets a score in ns, from the gap attribution (drain x cpu cross-table):
 Rules (thresholds below, documented in docs/analysis.md):
 1. no GPU operations at all -> ``cpu_only``;
 2. lost time < ``GPU_BOUND_LOST`` of the active window -> ``gpu``;
-3. untraced starved time >= ``UNKNOWN_SHARE`` of the lost time -> ``unknown``
-   (the host was not traced: nothing to blame);
+3. untraced starved time >= ``UNKNOWN_SHARE`` of the lost time and no score
+   reaches ``LEAD_SHARE`` of it -> ``unknown`` (the host was not traced: nothing
+   to blame);
 4. the best score >= ``DOMINANT_SHARE`` of the lost time, or >= ``LEAD_SHARE``
    of it and ``LEAD_RATIO`` x the runner-up -> that bound;
 5. otherwise ``mixed`` (levers of the two largest scores).
@@ -127,7 +128,7 @@ def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, attr: dict | None,
     (top, top_ns), (second, second_ns) = ranked[0], ranked[1]
     ev["dominant"] = top
     ev["dominant_pct"] = _pct(top_ns, lost)
-    if unexplained >= UNKNOWN_SHARE * lost and unexplained > top_ns:
+    if unexplained >= UNKNOWN_SHARE * lost and top_ns < LEAD_SHARE * lost:
         return _out("unknown", f"GPU idle {ev['idle_pct']:.1f}% while the host was not traced", ev)
     if top_ns >= DOMINANT_SHARE * lost or (top_ns >= LEAD_SHARE * lost
                                            and top_ns >= LEAD_RATIO * second_ns):
