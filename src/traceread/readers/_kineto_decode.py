@@ -132,20 +132,33 @@ def events_to_batch(events: list) -> Batch:
     n = len(rows)
     pid, pid_str = int_column(list(map(_get["pid"], rows)))
     tid, tid_str = int_column(list(map(_get["tid"], rows)))
-    ts_vals = list(map(_get["ts"], rows))
     if n and isinstance(rows[0], ExactEvent):
-        ts_ns, lossy = exact_us_to_ns(ts_vals), False
+        ts_ns, lossy = exact_us_to_ns(list(map(_get["ts"], rows))), False
     else:
-        ts_ns, lossy = us_to_ns(float_column(ts_vals))
-    dur_ns, _ = us_to_ns(float_column(list(map(_get["dur"], rows)), fill=0.0))
+        ts_ns, lossy = us_to_ns(_floats(rows, _get["ts"], np.nan))
+    dur_ns, _ = us_to_ns(_floats(rows, _get["dur"], 0.0))
     args = list(map(_get["args"], rows))
-    ints = {f: int_column(list(map(_aget[f], args)))[0] for f in DENSE_INT_FIELDS}
+    ints = {f: _ints(args, _aget[f]) for f in DENSE_INT_FIELDS}
     strs: dict = {}
     _sparse(args, n, ("bytes", "size"), COPY_INT_FIELDS, COPY_STR_FIELDS, ints, strs)
     _sparse(args, n, ("coll_name",), COLL_INT_FIELDS, COLL_STR_FIELDS, ints, strs)
     return Batch(n=n, ph=ph, name=list(map(_get["name"], rows)), cat=list(map(_get["cat"], rows)),
                  pid=pid, tid=tid, pid_str=pid_str, tid_str=tid_str, ts_ns=ts_ns, dur_ns=dur_ns,
                  ts_lossy=lossy, ints=ints, strs=strs, meta_events=meta_events)
+
+
+def _floats(items: list, getter, fill: float) -> np.ndarray:
+    try:  # no intermediate list in the common all-numbers case
+        return np.fromiter(map(getter, items), dtype=np.float64, count=len(items))
+    except (TypeError, ValueError):
+        return float_column(list(map(getter, items)), fill=fill)
+
+
+def _ints(items: list, getter) -> np.ndarray:
+    try:
+        return np.fromiter(map(getter, items), dtype=np.int64, count=len(items))
+    except (TypeError, ValueError, OverflowError):
+        return int_column(list(map(getter, items)))[0]
 
 
 def _sparse(args: list, n: int, sentinels: tuple, int_fields: tuple, str_fields: tuple,

@@ -395,6 +395,11 @@ def _per_unique(d: pa.DictionaryArray, fn, dtype=object, null=None) -> np.ndarra
     return table[_codes(d)]  # code -1 picks the trailing null entry
 
 
+def _is_mtia(cat_d: pa.DictionaryArray) -> np.ndarray:
+    """Rows of MTIA command-processor events (device-side)."""
+    return _per_unique(cat_d, lambda c: c.lower() == "mtia_ccp_events", bool, False)
+
+
 def _kinds(batch: dec.Batch, cat_d: pa.DictionaryArray, name_d: pa.DictionaryArray,
            fmt_name: str) -> np.ndarray:
     other = _K["other"]
@@ -402,8 +407,7 @@ def _kinds(batch: dec.Batch, cat_d: pa.DictionaryArray, name_d: pa.DictionaryArr
         kind = np.full(batch.n, other, dtype=np.int32)
     else:
         kind = _per_unique(cat_d, lambda c: _K[CAT_KIND.get(c.lower(), "other")], np.int32, other)
-        cat_l = np.array([str(c).lower() for c in cat_d.dictionary.to_pylist()] + [""])[_codes(cat_d)]
-        mtia = cat_l == "mtia_ccp_events"
+        mtia = _is_mtia(cat_d)
         if mtia.any():
             mk = _per_unique(name_d, lambda nm: _K[MTIA_CCP_KIND.get(nm, "kernel")], np.int32, other)
             kind[mtia] = mk[mtia]
@@ -465,8 +469,7 @@ def _columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
     tid_stream = dec.stream_from_tid(batch.tid_str)
 
     # Device-side rows: GPU ops, GPU annotations, syncs placed on a device timeline.
-    cat_l = np.array([str(c).lower() for c in cat_d.dictionary.to_pylist()] + [""])[_codes(cat_d)]
-    device_side = np.isin(kind, _DEVICE_KINDS) | (cat_l == "mtia_ccp_events")
+    device_side = np.isin(kind, _DEVICE_KINDS) | _is_mtia(cat_d)
     device_side |= (kind == _K["sync"]) & (ints["device"] >= 0)
     device = np.where(ints["device"] >= 0, ints["device"], pid).astype(np.int64)
     device[~device_side] = -1
