@@ -35,6 +35,10 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
     from .. import batch as b
 
     paths, skipped = b.discover(directory)
+    if not paths:
+        from ..errors import TraceError
+
+        raise TraceError(directory, f"no trace files found ({len(skipped)} other files)")
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console,
