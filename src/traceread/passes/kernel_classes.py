@@ -86,7 +86,8 @@ def _classify_one(name: str) -> str:
 def classify_kernels(names) -> pd.Series:
     """Class of each kernel name (see module docstring), same index as ``names``."""
     s = names if isinstance(names, pd.Series) else pd.Series(names)
-    cat = s.astype("category") if s.dtype != "category" else s
+    # Only the names present: an event table's category holds every host op name too.
+    cat = s.astype("category") if s.dtype != "category" else s.cat.remove_unused_categories()
     cats = cat.cat.categories
     lut = np.array([_classify_one(str(n)) for n in cats] + ["other"], dtype=object)
     codes = cat.cat.codes.to_numpy()
