@@ -73,6 +73,7 @@ def test_aot_eager_recompile_found_in_step(tmp_path):
     _check(_record(tmp_path, "aot_eager"))
 
 
+@pytest.mark.slow  # ~30 s on a quiet 2-core machine (two C++ compiles with gcc)
 def test_inductor_recompile_found_in_step(tmp_path):
     trace = _record(tmp_path, "inductor")
     ce, s = _check(trace)
