@@ -66,8 +66,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("seq", pa.int64(), "collective sequence number within its process group; -1 if unknown"),
     ("domain", _STR, "NVTX domain of an nsys annotation (e.g. NCCL); null otherwise"),
     ("short_name", _STR, "nsys kernel short name; null otherwise"),
-    ("raw_name", _STR, "name exactly as the source recorded it when `name` was normalised "
-                       "(nsys API name with its _vNNNN suffix); null otherwise"),
+    ("raw_name", _STR, "name exactly as the source recorded it, for rows whose `name` a reader "
+                       "normalises (nsys API calls: with any _vNNNN suffix); null otherwise"),
 )
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 INT_COLUMNS = tuple(n for n, t, _ in COLUMNS if pa.types.is_integer(t))
