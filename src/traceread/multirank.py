@@ -83,20 +83,28 @@ def collective_table(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def _normalise_collectives(coll: pd.DataFrame) -> pd.DataFrame:
-    out = pd.DataFrame(index=range(len(coll)))
+    """Just the matching columns: ints (-1 unknown), strings as object (None unknown)."""
+    if coll.attrs.get("traceread.multirank"):
+        return coll
+    n = len(coll)
+    cols: dict[str, np.ndarray] = {}
     for c in COLL_COLUMNS:
-        if c in coll.columns:
-            out[c] = coll[c].to_numpy()
-        elif c in ("collective", "process_group"):
-            out[c] = None
+        if c in ("collective", "process_group"):
+            if c in coll.columns:
+                v = coll[c].astype(object).to_numpy()
+                bad = pd.isna(v) | (v == "unknown")
+                v = np.where(bad, None, v.astype(str)).astype(object)
+            else:
+                v = np.full(n, None, dtype=object)
+        elif c in coll.columns:
+            v = pd.to_numeric(coll[c], errors="coerce").fillna(-1).to_numpy(np.int64)
         else:
-            out[c] = -1
-    for c in ("ts", "dur", "device", "stream", "msg_bytes", "group_size", "seq"):
-        out[c] = pd.to_numeric(out[c], errors="coerce").fillna(-1).astype("int64")
-    for c in ("collective", "process_group"):
-        out[c] = out[c].astype("object").where(out[c].notna(), None)
-        out[c] = out[c].map(lambda v: None if v is None or str(v) == "unknown" else str(v))
-    return out.sort_values("ts", kind="stable").reset_index(drop=True)
+            v = np.full(n, -1, dtype=np.int64)
+        cols[c] = v
+    order = np.argsort(cols["ts"], kind="stable")
+    out = pd.DataFrame({c: v[order] for c, v in cols.items()})
+    out.attrs["traceread.multirank"] = True
+    return out
 
 
 def rank_from_name(path: str) -> int:
@@ -320,10 +328,15 @@ def match_collectives(per_rank: dict[int, pd.DataFrame], clocks_comparable: bool
     m["transfer_ns"] = g["dur"].transform("min")
     m["wait_ns"] = m["dur"] - m["transfer_ns"]
     # Last arrival: the unique shortest kernel; ties mean nobody waited on anybody.
-    n_min = g["wait_ns"].transform(lambda w: int((w == 0).sum()))
-    m["last"] = (m["wait_ns"] == 0) & (n_min == 1)
-    second = g["dur"].transform(lambda d: np.partition(d.to_numpy(), 1)[1])
-    m["lateness_ns"] = np.where(m["last"], second - m["dur"], 0)
+    fastest = m["wait_ns"] == 0
+    n_min = fastest.groupby([m["lane"], m["key"]], sort=False).transform("sum")
+    m["last"] = fastest & (n_min == 1)
+    # Second-shortest duration of each instance (groups have >= 2 rows).
+    by_dur = m.sort_values("dur", kind="stable")
+    nth = by_dur.groupby(["lane", "key"], sort=False)["dur"].nth(1)
+    second = by_dur.loc[nth.index, ["lane", "key"]].assign(second=nth.to_numpy())
+    second = m[["lane", "key"]].merge(second, on=["lane", "key"], how="left")["second"].to_numpy()
+    m["lateness_ns"] = np.where(m["last"], second - m["dur"].to_numpy(), 0)
     first_ts = g["ts"].transform("min")
     m = m.assign(_first=first_ts).sort_values(["_first", "lane", "key", "rank"], kind="stable")
     m["instance"] = m.groupby(["lane", "key"], sort=False).ngroup()
