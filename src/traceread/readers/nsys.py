@@ -353,7 +353,7 @@ def _read(db: Db) -> Trace:
         notes.append(f"NVTX_EVENTS: {nvtx['open_ranges']} unterminated ranges kept with dur 0")
     neg = int((cols["ts"] < 0).sum()) if n else 0
     if neg:
-        notes.append(f"{neg} events start before time 0 (before the session/profiler start)")
+        notes.append(f"{neg} event(s) start before time 0 (before the session/profiler start)")
     return Trace(table, _meta(db, s, cols, notes))
 
 
