@@ -18,12 +18,13 @@ import decimal
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from itertools import compress, repeat
+from itertools import repeat
 from operator import attrgetter, is_not
 from typing import Any, Union
 
 import msgspec
 import numpy as np
+import pandas as pd
 
 # Numbers in args are usually ints but some producers write floats or strings.
 Num = Union[int, float, str, None]
@@ -209,47 +210,39 @@ _INT_RE = re.compile(r"^\s*-?\d+\s*$")
 _STREAM_RE = re.compile(r"^\s*stream\s+(-?\d+)", re.IGNORECASE)
 
 
-_INT_TYPES = frozenset((int,))
-
-
 def int_column(values: list) -> tuple[np.ndarray, dict]:
     """int64 array from ints (fast path) or mixed values; -1 where unknown.
 
-    Returns the array and ``{row: string}`` for strings that are not numbers.
+    Returns the array and ``{row: string}`` for strings that are not numbers
+    (``"Spans"``, ``"stream 7"``). Mixed columns (pid/tid) hold few distinct
+    values, so they are converted per distinct value after a hash factorize.
     """
     n = len(values)
     try:
         return np.fromiter(values, dtype=np.int64, count=n), {}
     except (TypeError, ValueError, OverflowError):
         pass
-    out = np.full(n, -1, dtype=np.int64)
-    is_int = np.fromiter(map(_INT_TYPES.__contains__, map(type, values)), dtype=bool, count=n)
-    try:
-        out[is_int] = np.fromiter(compress(values, is_int), dtype=np.int64, count=int(is_int.sum()))
-        todo = np.flatnonzero(~is_int).tolist()
-    except OverflowError:  # ints beyond int64 (e.g. hashed ids): -1
-        todo = range(n)
+    codes, uniq = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
+    conv = np.array([_to_int(u) for u in uniq] + [-1], dtype=np.int64)
+    out = conv[codes]  # code -1 (None) picks the trailing -1
     strings: dict = {}
-    for i in todo:
-        v = values[i]
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            out[i] = int(v)
-        elif isinstance(v, int):
-            if -2**63 <= v < 2**63:
-                out[i] = v
-        elif isinstance(v, float):
-            if v == v and abs(v) < 9.2e18:
-                out[i] = int(v)
-        elif isinstance(v, str):
-            if _INT_RE.match(v):
-                iv = int(v)
-                if -2**63 <= iv < 2**63:
-                    out[i] = iv
-            else:
-                strings[i] = v
+    for k, u in enumerate(uniq):
+        if isinstance(u, str) and not _INT_RE.match(u):
+            strings.update(dict.fromkeys(np.flatnonzero(codes == k).tolist(), u))
     return out, strings
+
+
+def _to_int(v: Any) -> int:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v if -2**63 <= v < 2**63 else -1
+    if isinstance(v, float):
+        return int(v) if v == v and abs(v) < 9.2e18 else -1
+    if isinstance(v, str) and _INT_RE.match(v):
+        iv = int(v)
+        return iv if -2**63 <= iv < 2**63 else -1
+    return -1
 
 
 def float_column(values: list, fill: float = np.nan) -> np.ndarray:
