@@ -204,3 +204,16 @@ def test_corpus_stream_equals_small_path(tmp_path, rel):
     plain = tmp_path / "plain.json"
     plain.write_bytes(gzip.decompress(src.read_bytes()))
     assert_same(plain, chunk_bytes=4 << 20, workers=2)
+
+
+def test_sparse_column_behaves_like_the_list():
+    import numpy as np
+
+    vals = [None, "a", None, None, 3, None, "b"]
+    rows = np.array([i for i, v in enumerate(vals) if v is not None], dtype=np.int64)
+    col = S.SparseColumn(len(vals), rows, [v for v in vals if v is not None])
+    assert list(col) == vals and len(col) == len(vals)
+    assert [col[i] for i in range(len(vals))] == vals and col[-1] == "b"
+    assert col[1:4] == vals[1:4]
+    with pytest.raises(IndexError):
+        col[len(vals)]

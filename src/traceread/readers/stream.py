@@ -32,6 +32,9 @@ import os
 import re
 import zlib
 from collections import deque
+from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import is_not
 from pathlib import Path
 
 import msgspec
@@ -75,13 +78,29 @@ def estimated_raw_size(path: str | os.PathLike) -> int:
 
 # --- worker side ----------------------------------------------------------------
 
-def _dedupe(values: list) -> list:
-    """Same values, one object per distinct string (pickles and stores compactly).
+STR_LISTS = ("ph", "name", "cat")
 
-    Only lists of str/None are touched; anything else is returned unchanged.
+
+@dataclass
+class Chunk:
+    """A decoded chunk in transport form: numpy arrays, dictionary-coded strings.
+
+    Per row it costs ~130 bytes (vs ~190 for a ``Batch`` with Python lists);
+    the parent keeps these until the end and builds one ``Batch`` from them.
     """
-    if not values:
-        return values
+
+    n: int
+    strs_coded: dict      # "ph"/"name"/"cat" -> (int32 codes, uniques list) or a plain list
+    sparse: dict          # arg string field -> (int64 rows, values) of the non-None entries
+    arrays: dict          # pid, tid, ts_ns, dur_ns and every ARG_INT_FIELDS column
+    pid_str: dict
+    tid_str: dict
+    ts_lossy: bool
+    meta_events: list
+
+
+def _code(values: list):
+    """(codes, uniques) for a list of str/None; the list itself if it holds anything else."""
     arr = np.empty(len(values), dtype=object)
     arr[:] = values
     try:
@@ -89,23 +108,105 @@ def _dedupe(values: list) -> list:
     except TypeError:  # unhashable oddities
         return values
     if not all(type(u) is str for u in uniques) or int((codes < 0).sum()) != values.count(None):
-        return values
+        return values  # ints/floats/bools: keep the exact objects
+    return codes.astype(np.int32), list(uniques)
+
+
+def _uncode(coded) -> list:
+    if isinstance(coded, list):
+        return coded
+    codes, uniques = coded
     table = np.empty(len(uniques) + 1, dtype=object)
     table[:-1] = uniques
-    table[-1] = None
+    table[-1] = None  # code -1
     return table[codes].tolist()
 
 
-def _compact(batch: dec.Batch) -> dec.Batch:
-    batch.name = _dedupe(batch.name)
-    batch.cat = _dedupe(batch.cat)
-    batch.ph = _dedupe(batch.ph)
-    batch.strs = {k: _dedupe(v) for k, v in batch.strs.items()}
-    return batch
+def _to_chunk(batch: dec.Batch) -> Chunk:
+    arrays = {"pid": batch.pid, "tid": batch.tid, "ts_ns": batch.ts_ns, "dur_ns": batch.dur_ns}
+    arrays.update(batch.ints)
+    sparse = {}
+    for f, vals in batch.strs.items():
+        rows = np.flatnonzero(np.fromiter(map(is_not, vals, repeat(None)), dtype=bool,
+                                          count=len(vals)))
+        sparse[f] = (rows, [vals[i] for i in rows.tolist()])
+    return Chunk(n=batch.n, strs_coded={k: _code(getattr(batch, k)) for k in STR_LISTS},
+                 sparse=sparse, arrays=arrays, pid_str=batch.pid_str, tid_str=batch.tid_str,
+                 ts_lossy=batch.ts_lossy, meta_events=batch.meta_events)
 
 
-def decode_chunk(buf, exact: bool = False, lenient: bool = False) -> dec.Batch:
-    """``[`` + events + ``]`` bytes -> compact Batch. Raises msgspec errors."""
+class SparseColumn:
+    """Read-only list stand-in for a mostly-None column: len, [i], iteration.
+
+    Collective / memcpy-direction args exist on a handful of rows; a real list
+    would cost 8 bytes per row per field (6 fields) for Nones.
+    """
+
+    def __init__(self, n: int, rows: np.ndarray, values: list):
+        self.n = n
+        self.rows = rows
+        self.values = values
+        self.index = dict(zip(rows.tolist(), values))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.n))]
+        i = int(i)
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.index.get(i)
+
+    def __iter__(self):
+        segs = []
+        prev = 0
+        for r, v in zip(self.rows.tolist(), self.values):
+            segs.append(repeat(None, r - prev))
+            segs.append((v,))
+            prev = r + 1
+        segs.append(repeat(None, self.n - prev))
+        return chain.from_iterable(segs)
+
+
+def chunks_to_batch(chunks: list) -> dec.Batch:
+    """Join chunks (file order) into one ``Batch``, freeing each part as it is used."""
+    n_all = sum(c.n for c in chunks)
+    offs = np.cumsum([0] + [c.n for c in chunks])
+    lists = {}
+    for k in STR_LISTS:
+        out: list = []
+        for c in chunks:
+            out.extend(_uncode(c.strs_coded.pop(k)))
+        lists[k] = out
+    arrays = {}
+    for k in ("pid", "tid", "ts_ns", "dur_ns") + dec.ARG_INT_FIELDS:
+        parts = [c.arrays.pop(k) for c in chunks]
+        arrays[k] = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        del parts
+    strs = {}
+    for f in dec.ARG_STR_FIELDS:
+        rows = [c.sparse[f][0] + off for c, off in zip(chunks, offs)]
+        vals = [v for c in chunks for v in c.sparse[f][1]]
+        strs[f] = SparseColumn(n_all, np.concatenate(rows) if rows else np.empty(0, np.int64),
+                               vals)
+    pid_str, tid_str = {}, {}
+    for c, off in zip(chunks, offs.tolist()):
+        pid_str.update({off + k: v for k, v in c.pid_str.items()})
+        tid_str.update({off + k: v for k, v in c.tid_str.items()})
+    return dec.Batch(n=n_all, ph=lists["ph"], name=lists["name"], cat=lists["cat"],
+                     pid=arrays["pid"], tid=arrays["tid"], pid_str=pid_str, tid_str=tid_str,
+                     ts_ns=arrays["ts_ns"], dur_ns=arrays["dur_ns"],
+                     ts_lossy=any(c.ts_lossy for c in chunks),
+                     ints={f: arrays[f] for f in dec.ARG_INT_FIELDS}, strs=strs,
+                     meta_events=[m for c in chunks for m in c.meta_events])
+
+
+def decode_chunk(buf, exact: bool = False, lenient: bool = False) -> Chunk:
+    """``[`` + events + ``]`` bytes -> Chunk. Raises msgspec errors."""
     if lenient:
         from .kineto import _coerce_event
 
@@ -118,7 +219,7 @@ def decode_chunk(buf, exact: bool = False, lenient: bool = False) -> dec.Batch:
         events = dec.decode_events(buf, exact=exact)
     batch = dec.events_to_batch(events)
     del events
-    return _compact(batch)
+    return _to_chunk(batch)
 
 
 def _wrap(view) -> bytearray:
@@ -331,7 +432,7 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
             doc, _, _ = K._decode_lenient(p, skeleton, exact)
         except msgspec.DecodeError as e:
             raise TraceError(p, K._json_error(e, len(skeleton))) from None
-    batch = dec.concat_batches(batches) if batches else dec.events_to_batch([])
+    batch = chunks_to_batch(batches) if batches else dec.events_to_batch([])
     batches.clear()
     header = K._header(doc)
     fmt_name = K._format_name(header, batch, top_list)
