@@ -97,6 +97,15 @@ def _by_name(ev: pd.DataFrame, fn, rows: np.ndarray | None = None) -> np.ndarray
     return out
 
 
+def _strings(col: pd.Series) -> np.ndarray:
+    """A string column as an object array, via its categories (no per-row conversion)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = np.asarray(col.cat.categories.astype(str).tolist() + [""], dtype=object)
+        codes = col.cat.codes.to_numpy()
+        return cats[np.where(codes < 0, len(cats) - 1, codes)]
+    return col.astype(str).to_numpy(object)
+
+
 def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarray:
     """CPU category index (into CPU_CATEGORIES) of every row; -1 for rows that never count.
 
@@ -123,7 +132,7 @@ def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarr
     def api(n: str) -> int:
         return cat["sync"] if SYNC_API_RX.match(n) else cat["launch"]
 
-    kind = ev["kind"].astype(str).to_numpy() if len(ev) else np.empty(0, object)
+    kind = _strings(ev["kind"])
     is_api = (kind == "runtime") | (kind == "driver")
     named = _by_name(ev, by_name, ~is_api)
     api_cat = _by_name(ev, api, is_api)
@@ -134,14 +143,14 @@ def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarr
         m = kind == k
         out[m] = np.where(named[m] >= 0, named[m], np.where(named[m] == -2, -1, default))
     if "domain" in ev and len(ev):
-        nccl = (kind == "annotation") & (ev["domain"].astype(str).to_numpy() == "NCCL")
+        nccl = (kind == "annotation") & (_strings(ev["domain"]) == "NCCL")
         out[nccl] = cat["comm_wait"]
     return out
 
 
 def sync_calls(ev: pd.DataFrame) -> np.ndarray:
     """Rows that are blocking host syncs (runtime/driver sync APIs, aten::item)."""
-    kind = ev["kind"].astype(str).to_numpy() if len(ev) else np.empty(0, object)
+    kind = _strings(ev["kind"])
     is_api = (kind == "runtime") | (kind == "driver")
     # aten::item as an operator (Kineto) or as an NVTX range (nsys, emit_nvtx)
     is_op = (kind == "cpu_op") | (kind == "annotation")
@@ -191,7 +200,9 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     drain = np.full(n, "starved", object)
     drain_op = np.full(n, "", object)
     host_mask = ev["kind"].isin(HOST_KINDS).to_numpy()
-    host = ev[host_mask]
+    cols = [c for c in ("ts", "dur", "kind", "name", "pid", "tid", "domain") if c in ev]
+    host = ev.loc[host_mask, cols]
+    host_names = _strings(host["name"])
     cats = classify_host(host, step_pattern)
     is_sync = sync_calls(host)
     hs = host["ts"].to_numpy(np.int64)
@@ -202,7 +213,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         ge = gaps["end"].to_numpy(np.int64)[idx]
         on = _thread_mask(host, launch_threads(ev, ops, int(pid), int(dev)))
         split[idx] = _carve(gs, ge, cats[on], hs[on], he[on])
-        sync_names = np.array([_op_base(n) for n in host.loc[on & is_sync, "name"].astype(str)],
+        sync_names = np.array([_op_base(n) for n in host_names[on & is_sync]],
                               object)
         d, dop = _drain(gs, ge, sync_names,
                         hs[on & is_sync], he[on & is_sync])
@@ -266,7 +277,7 @@ def _drain(gs, ge, names, ss, se) -> tuple[np.ndarray, np.ndarray]:
 
 def _top_ops(host, cats, hs, he, gs, ge) -> pd.DataFrame:
     """Inclusive time each host op/call spends inside the gaps (python frames excluded)."""
-    kinds = host["kind"].astype(str).to_numpy()
+    kinds = _strings(host["kind"])
     m = (cats >= 0) & (kinds != "python")
     if not m.any():
         return pd.DataFrame({"name": [], "category": [], "ns": [], "count": []})
