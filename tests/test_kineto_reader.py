@@ -352,3 +352,12 @@ def test_not_a_trace(tmp_path):
     assert "without traceEvents (keys: foo, bar)" in msg
     assert "invalid JSON at byte" in _refused(_write(tmp_path, b'{"traceEvents": [1 2]}', "bad.json"))
     assert "no such file" in _refused(tmp_path / "missing.json")
+
+
+def test_bom_and_empty_event_lists(tmp_path):
+    body = json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1,
+                                        "tid": 1, "ts": 5, "dur": 1}]}).encode()
+    assert load(_write(tmp_path, b"\xef\xbb\xbf" + body, "bom.json")).events.kind.tolist() == ["cpu_op"]
+    t = load(_write(tmp_path, {"schemaVersion": 1, "traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "py"}}]}, "m.json"))
+    assert len(t) == 0 and t.meta.processes == {1: "py"} and t.meta.format == "kineto"

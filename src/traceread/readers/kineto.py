@@ -111,6 +111,8 @@ def ingest(buf: bytes, path: str | os.PathLike = "", tick=None) -> Trace:
     """Decoded JSON bytes (already gunzipped) -> Trace. ``path`` is for messages/meta."""
     p = Path(path)
     tick = tick or (lambda stage, frac=None: None)
+    if buf[:3] == b"\xef\xbb\xbf":  # UTF-8 BOM (some Windows tools write one)
+        buf = memoryview(buf)[3:]
     tick("parse")
     doc, events, lenient = _decode(p, buf)
     tick("columns")
