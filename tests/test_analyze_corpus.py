@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from functools import lru_cache
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from traceread import TraceError, load
 from traceread.analysis import analyze
 from traceread.passes.attribution import CPU_CATEGORIES
+from traceread.render.report import render_report
 
 from conftest import corpus_or_skip
 
@@ -34,6 +36,8 @@ def _analysis(rel: str):
 
 def _check(a):
     d = a.to_dict()
+    json.dumps(d)
+    assert render_report(a).splitlines()[3].startswith("VERDICT")
     assert d["verdict"]["bound"] in ("data", "sync", "launch", "comms", "compile", "gpu", "mixed",
                                      "unknown", "cpu_only")
     for dev in d["attribution"]["devices"]:   # the split is exact on real data too
