@@ -88,3 +88,46 @@ def test_inductor_recompile_found_in_step(tmp_path):
     for ts, end in zip(ind["ts"], ind["ts"] + ind["dur"]):
         assert ((ce["ts"] <= ts) & (end <= ce["end"])).sum() == 1
 
+
+
+TRAIN = textwrap.dedent("""
+    import sys, torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+    out = sys.argv[1]
+    lin = torch.nn.Linear(8, 8)
+    def f(x):
+        y = torch.relu(lin(x))
+        print("graph break")  # frame 0 stops here; its resume function is frame 1
+        return (y * 2).sum()
+    cf = torch.compile(f, backend="aot_eager", dynamic=False)
+    shapes = [4, 4, 6, 6]
+    with profile(activities=[ProfilerActivity.CPU],
+                 schedule=schedule(wait=0, warmup=0, active=len(shapes) + 1)) as prof:
+        for n in shapes:
+            cf(torch.randn(n, 8)).backward()
+            prof.step()
+    prof.export_chrome_trace(out)
+""")
+
+
+def test_training_graph_break_and_lazy_backward_compile(tmp_path):
+    """Two frames (graph break), each recompiled in step 2; backward graphs compile lazily,
+    at the first backward call, under the forward's compile id (entire_backward_compile)."""
+    out = tmp_path / "train.json"
+    proc = subprocess.run([sys.executable, "-c", TRAIN, str(out)], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    trace = traceread.load(str(out))
+    ce = compile_events(trace)
+    fwd = ce[ce["name"] == "dynamo"]
+    bwd = ce[ce["name"] == "entire_backward_compile"]
+    assert list(fwd["compile_id"]) == ["0/0", "1/0", "0/1", "1/1"]
+    assert list(fwd["step"]) == [0, 0, 2, 2]
+    assert sorted(bwd["compile_id"]) == ["0/0", "0/1", "1/0", "1/1"]
+    assert sorted(bwd["step"]) == [0, 0, 2, 2]
+    assert len(ce) == 8 and set(ce["id_source"]) == {"marker"}
+    s = compile_summary(trace)
+    assert s["compiles"] == 4 and s["recompiles"] == 2
+    assert [(f["frame"], f["compiles"], f["recompiles"], f["steps"]) for f in s["frames"]] == [
+        ("0", 2, 1, [0, 2]), ("1", 2, 1, [0, 2])]
+    assert sum(f["compile_ns"] for f in s["frames"]) == int(ce["compile_ns"].sum())

@@ -105,9 +105,26 @@ def _host(ev: pd.DataFrame, fn) -> pd.DataFrame:
     return out
 
 
+_MARKER_PREFIX_RE = re.compile(r"^(.+?)_data: ")
+
+
 def compile_spans(events) -> pd.DataFrame:
-    """Every compile span (phases, ``(dynamo_timed)`` ranges, compile-id markers)."""
-    return _host(_events(events), lambda s: True if _is_compile_name(s) else None)
+    """Every compile span: known phases, ``(dynamo_timed)`` ranges, compile-id markers,
+    and any phase a marker names (``entire_backward_compile_data: ...`` makes
+    ``entire_backward_compile`` a phase -- new torch releases add phases)."""
+    ev = _events(events)
+    host = ev[ev["kind"].isin(_HOST_KINDS)]
+    names = host["name"]
+    cats = names.cat.categories if names.dtype == "category" else pd.Index(names.unique())
+    marked = set()
+    for c in cats:
+        c = str(c)
+        if _MARKER_RE.search(c):
+            m = _MARKER_PREFIX_RE.match(c)
+            if m:
+                marked.add(m.group(1))
+    return _host(ev, lambda s: True if (_is_compile_name(s) or (s in marked and not _CUDAGRAPH_RE.search(s)))
+                 else None)
 
 
 def _step_of(pid: np.ndarray, ts: np.ndarray, steps: pd.DataFrame | None) -> np.ndarray:
