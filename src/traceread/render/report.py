@@ -33,6 +33,10 @@ def _pct(a, b) -> str:
     return f"{100.0 * a / b:5.1f}%" if b else "    -"
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
+
+
 def _bar(frac: float, width: int = 24) -> str:
     n = int(round(max(0.0, min(1.0, frac)) * width))
     return "█" * n
@@ -80,7 +84,7 @@ def _verdict(a) -> list[str]:
     if "lost_pct" in ev and ev.get("exposed_comm_ns"):
         facts.append(f"exposed communication {ev['exposed_comm_pct']:.1f}% of the window")
     if ev.get("top_sync_op") and v["bound"] in ("sync", "mixed"):
-        facts.append(f"queue drained by {ev['top_sync_op']} in {ev['top_sync_op_gaps']} gaps")
+        facts.append(f"queue drained by {ev['top_sync_op']} in {_n(ev['top_sync_op_gaps'], 'gap')}")
     if ev.get("bursty"):
         facts.append(f"step times are bursty (cv {ev['step_cv']:.2f})")
     if ev.get("recompiles"):
@@ -123,7 +127,7 @@ def _attribution(a) -> list[str]:
                  f"; host simply late (starved): {fmt_ns(d['starved'])} "
                  f"{_pct(d['starved'], idle).strip()}")
     for op, v in sorted(s["by_sync_op"].items(), key=lambda kv: -kv[1]["ns"])[:4]:
-        lines.append(f"    after {op}: {fmt_ns(v['ns'])} in {v['gaps']:,} gaps")
+        lines.append(f"    after {op}: {fmt_ns(v['ns'])} in {_n(v['gaps'], 'gap')}")
     return lines
 
 
