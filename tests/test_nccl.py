@@ -203,3 +203,18 @@ def test_cli_nccl_json_and_text(tmp_path):
     assert {c["collective"]: c["count"] for c in doc["collectives"]} == {"all_reduce": 6, "broadcast": 1}
     r = CliRunner().invoke(main, ["nccl", str(path)])
     assert r.exit_code == 0 and "all_reduce" in r.output and "58.4%" in r.output
+
+
+@pytest.mark.corpus
+def test_real_nsys_sendrecv():
+    """nsys export with NCCL NVTX ranges (ncclSend/ncclRecv inside ncclGroupStart/End)."""
+    path = CORPUS / "GindaChen__nsys-ai" / "tests" / "fixtures" / "mfu_2gpu_before.sqlite"
+    if not path.exists():
+        pytest.skip("corpus absent")
+    trace = traceread.load(str(path))
+    ov = comm_overlap(trace)
+    assert list(ov["device"]) == [0, 1] and list(ov["comm_kernels"]) == [33, 33]
+    assert (ov["overlap_ns"] + ov["exposed_ns"] == ov["comm_ns"]).all()
+    inst = collective_instances(trace)
+    # ncclGroupStart/End and ncclCommCount name no collective: the kernel name decides.
+    assert set(inst["collective"]) == {"send_recv"} and (inst["msg_bytes"] == -1).all()
