@@ -184,3 +184,8 @@ def test_cli_bad_file_is_one_line_error(tmp_path):
     r = CliRunner().invoke(main, ["analyze", str(p)])
     assert r.exit_code == 1
     assert r.output.count("\n") == 1 and "traceread: error:" in r.output
+
+
+def test_cli_bad_step_pattern(files):
+    r = _run("analyze", files["data"][0], "--step-pattern", "ProfilerStep#(")
+    assert r.exit_code == 2 and "not a regular expression" in r.output

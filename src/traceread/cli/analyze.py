@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import click
 
@@ -35,11 +36,21 @@ def _duration(ctx, param, value) -> int:
     return int(round(ns))
 
 
+def _regex(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise click.BadParameter(f"not a regular expression: {e}")
+    return value
+
+
 min_gap_option = click.option(
     "--min-gap", "min_gap", default=None, callback=_duration, metavar="DURATION",
     help="List only gaps longer than this (e.g. 100us, 1ms); totals always count every gap.")
 step_pattern_option = click.option(
-    "--step-pattern", default=None, metavar="REGEX",
+    "--step-pattern", default=None, metavar="REGEX", callback=_regex,
     help="Regex for step ranges (default: ProfilerStep#N, then names like 'step 12' / 'iteration_3').")
 
 
