@@ -98,6 +98,7 @@ def test_cli_outputs(job_dir, tmp_path):
         assert dset.to_table().num_rows == len(df)
     coll = pd.read_parquet(out / "tables" / "collectives")
     assert len(coll) == 12 and set(coll["collective"]) == {"all_reduce"}
+    assert {"exposed_ns", "process_group", "msg_bytes", "stream"} <= set(coll.columns)
 
 
 def test_cli_all_good_exits_zero(ok_dir, tmp_path):

@@ -126,8 +126,9 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         a = analyze(trace, step_pattern=step_pattern)
         row.update(summary_fields(a))
         from . import multirank
+        from .passes.nccl import collective_instances
 
-        coll = multirank.collective_table(trace.events)
+        coll = collective_instances(trace.events)
         rank_input = multirank.rank_input(trace, collectives=coll)
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
