@@ -7,9 +7,8 @@ attribution, communication overlap, compilation, kernels -- and returns an
 """
 from __future__ import annotations
 
-import importlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,8 +17,11 @@ import pandas as pd
 from .passes import attribution as attr_mod
 from .passes import steps as steps_mod
 from .passes import verdict as verdict_mod
+from .passes.compile import compile_summary
 from .passes.gaps import gpu_gaps
+from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
+from .passes.nccl import collective_summary, comm_overlap
 from .table import GPU_OP_KINDS, TraceMeta
 
 LARGEST_GAPS = 20
@@ -48,7 +50,6 @@ class Analysis:
     kernel_classes: pd.DataFrame
     verdict: dict
     min_gap_ns: int = 0
-    missing: list = field(default_factory=list)   # passes not available in this install
 
     def listed_gaps(self) -> pd.DataFrame:
         """Gaps longer than ``min_gap_ns`` (the listing filter; totals never use it)."""
@@ -58,17 +59,6 @@ class Analysis:
         from .render.json import analysis_to_dict
 
         return analysis_to_dict(self)
-
-
-def _optional(module: str, name: str):
-    """A pass from a sibling module, or None while that module is not installed."""
-    try:
-        mod = importlib.import_module(f"traceread.passes.{module}")
-    except ModuleNotFoundError as e:
-        if e.name == f"traceread.passes.{module}":
-            return None
-        raise
-    return getattr(mod, name, None)
 
 
 def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int = 0) -> Analysis:
@@ -81,7 +71,6 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
         trace = trace_or_path
     ev = trace.events
     is_nsys = trace.meta.format == "nsys"
-    missing: list[str] = []
 
     steps, pattern = steps_mod.find_steps(ev, step_pattern)
     if len(steps):
@@ -105,10 +94,10 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                             if len(step_tab) else -1, -1)
     devices = _devices(ops, gaps, trace.meta)
 
-    nccl, collectives = _comms(ev, missing)
-    comp = _compile(ev, gaps, missing)
+    nccl, collectives = comm_overlap(ev), collective_summary(ev)
+    comp = compile_summary(ev, gaps=gaps)
     kernels = kernel_summary(ev)
-    classes = _classes(ev, missing)
+    classes = _classes(ev)
 
     exposed = int(nccl["exposed_ns"].sum()) if len(nccl) and "exposed_ns" in nccl else 0
     window = int(devices["window_ns"].sum()) if len(devices) else 0
@@ -126,8 +115,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
                     gaps=gaps, attribution=summary, top_ops=att["top_ops"], nccl=nccl,
                     collectives=collectives, compile=comp, kernels=kernels,
-                    kernel_classes=classes, verdict=verdict, min_gap_ns=int(min_gap_ns),
-                    missing=missing)
+                    kernel_classes=classes, verdict=verdict, min_gap_ns=int(min_gap_ns))
 
 
 def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> np.ndarray:
@@ -193,33 +181,12 @@ def _devices(ops: pd.DataFrame, gaps: pd.DataFrame, meta: TraceMeta) -> pd.DataF
     return d[cols]
 
 
-def _comms(ev: pd.DataFrame, missing: list) -> tuple[pd.DataFrame, pd.DataFrame]:
-    overlap = _optional("nccl", "comm_overlap")
-    summary = _optional("nccl", "collective_summary")
-    if overlap is None or summary is None:
-        missing.append("nccl")
-        return pd.DataFrame(), pd.DataFrame()
-    return overlap(ev), summary(ev)
-
-
-def _compile(ev: pd.DataFrame, gaps: pd.DataFrame, missing: list) -> dict:
-    fn = _optional("compile", "compile_summary")
-    if fn is None:
-        missing.append("compile")
-        return {}
-    return fn(ev, gaps=gaps)
-
-
-def _classes(ev: pd.DataFrame, missing: list) -> pd.DataFrame:
-    fn = _optional("kernel_classes", "time_by_class")
-    if fn is None:
-        missing.append("kernel_classes")
-        return pd.DataFrame()
+def _classes(ev: pd.DataFrame) -> pd.DataFrame:
     # Only GPU ops, with only their own names: the classifier runs once per category.
     gpu = ev[ev["kind"].isin(GPU_OP_KINDS)].copy()
     if isinstance(gpu["name"].dtype, pd.CategoricalDtype):
         gpu["name"] = gpu["name"].cat.remove_unused_categories()
-    return fn(gpu)
+    return time_by_class(gpu)
 
 
 def _evidence(stats, summary, top_ops, kernels, comp) -> dict:

@@ -56,7 +56,6 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "kernels": _records(a.kernels.head(20), ("avg_ns", "med_ns", "stddev_ns")),
         "kernel_classes": _records(a.kernel_classes),
         "verdict": _py(a.verdict),
-        "missing_passes": list(a.missing),
     }
 
 

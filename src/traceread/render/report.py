@@ -56,8 +56,6 @@ def render_report(a) -> str:
     out += _comms(a)
     out += _compile(a)
     out += _kernels(a)
-    if a.missing:
-        out += ["", f"(passes not available in this install: {', '.join(a.missing)})"]
     return "\n".join(out).rstrip() + "\n"
 
 
