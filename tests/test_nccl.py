@@ -73,7 +73,7 @@ def test_planted_ddp_kineto_roundtrip(tmp_path):
     write_kineto = pytest.importorskip("traceread.synth.kineto").write_kineto
     for generic in (False, True):
         trace, truth = ddp_overlap(generic=generic)
-        for era in ("2.0", "2.4"):
+        for era in ("1.8", "2.0", "2.4"):
             path = write_kineto(trace, tmp_path / f"ddp-{era}-{generic}.json.gz", era=era)
             back = traceread.load(str(path))
             _check_overlap(back, truth)
