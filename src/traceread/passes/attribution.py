@@ -53,6 +53,14 @@ SYNC_NAME_RANK = {"aten::item": 0, "aten::_local_scalar_dense": 1}
 
 
 _NVTX_SUFFIX = r", (?:seq|op_id|sizes|input_op_ids|stream) = .*$"
+_NVTX_SUFFIX_RX = re.compile(_NVTX_SUFFIX)
+
+
+def _memo(memo: dict, fn, key: str) -> int:
+    v = memo.get(key)
+    if v is None:
+        v = memo[key] = fn(key)
+    return v
 
 
 def _op_base(name: str) -> str:
@@ -90,7 +98,11 @@ def _by_name(ev: pd.DataFrame, fn, rows: np.ndarray | None = None) -> np.ndarray
     used = np.unique(codes[sel])
     # nsys traces carry tens of thousands of distinct NVTX texts: never touch unused ones
     texts = names.cat.categories.take(used).astype(str).tolist()
-    vals = np.fromiter((fn(t) for t in texts), np.int64, len(texts))
+    # emit_nvtx makes every call a distinct name ("aten::add, seq = 12, op_id = 7"):
+    # classify each base name once
+    memo: dict[str, int] = {}
+    vals = np.fromiter((_memo(memo, fn, _NVTX_SUFFIX_RX.sub("", t)) for t in texts), np.int64,
+                       len(texts))
     lut = np.full(len(names.cat.categories), -1, np.int64)
     lut[used] = vals
     out[sel] = lut[codes[sel]]
