@@ -157,8 +157,43 @@ def table(results: list[dict], have_hta: bool) -> str:
     return "\n".join(rows)
 
 
+INFLATE = """
+import sys, time, importlib
+mod = importlib.import_module(sys.argv[2])
+t = time.perf_counter(); n = 0
+with mod.open(sys.argv[1], 'rb') as f:
+    while True:
+        b = f.read(1 << 24)
+        if not b:
+            break
+        n += len(b)
+print('RESULT', time.perf_counter() - t, n)
+"""
+INFLATERS = (("stdlib gzip", "gzip"), ("python-isal igzip", "isal.igzip"),
+             ("zlib-ng gzip_ng", "zlib_ng.gzip_ng"))
+
+
+def bench_inflate(path: Path) -> int:
+    """Streaming gunzip throughput of each inflater (separate processes), vs stdlib."""
+    rows = ["| inflater | seconds | MB/s (inflated) | vs stdlib |", "|---|---|---|---|"]
+    base = None
+    for label, module in INFLATERS:
+        r = run([sys.executable, "-c", INFLATE, str(path), module])
+        if not r["ok"] or not r["result"]:
+            rows.append(f"| {label} | unavailable | — | — |")
+            continue
+        dt, n = r["result"]
+        base = base or dt
+        rows.append(f"| {label} | {dt:.2f} | {n / 1e6 / dt:,.0f} | {base / dt:.2f}× |")
+    print(f"{path.name}: {path.stat().st_size / 1e6:,.0f} MB compressed\n")
+    print("\n".join(rows))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--inflate", type=Path, metavar="FILE.gz",
+                    help="only compare gzip inflaters on this file and exit")
     ap.add_argument("--src", type=Path, default=DEFAULT_SRC, help="real Kineto trace to tile")
     ap.add_argument("--sizes", default="50MB,500MB,2GB")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "traceread-bench")
@@ -172,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep generated traces")
     ap.add_argument("--json", type=Path, help="also write raw results here")
     args = ap.parse_args(argv)
+    if args.inflate:
+        return bench_inflate(args.inflate)
     if not args.src.is_file():
         print(f"source trace {args.src} not found (pass --src)", file=sys.stderr)
         return 2
