@@ -34,16 +34,17 @@ if kind == "orjson":
 else:
     from traceread.readers.kineto import ingest
     run = lambda: ingest(data, path)
-best = float("inf")
+best = cpu = float("inf")
 rows = None
 for _ in range(repeat):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     out = run()
     best = min(best, time.perf_counter() - t)
+    cpu = min(cpu, time.process_time() - c)
     rows = len(out) if kind != "orjson" else len(out.get("traceEvents", out) if isinstance(out, dict) else out)
     del out
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-print(json.dumps({"seconds": best, "peak_rss": peak, "rows": rows}))
+print(json.dumps({"seconds": best, "cpu": cpu, "peak_rss": peak, "rows": rows}))
 """
 
 
@@ -56,7 +57,7 @@ def _measure(kind: str, path: Path, repeat: int) -> dict:
 
 
 def _best(results: list) -> dict:
-    return {"seconds": min(r["seconds"] for r in results),
+    return {"seconds": min(r["seconds"] for r in results), "cpu": min(r["cpu"] for r in results),
             "peak_rss": max(r["peak_rss"] for r in results), "rows": results[0]["rows"]}
 
 
@@ -89,13 +90,15 @@ def main() -> None:
         base, ours = (_best(runs[k]) for k in ("orjson", "traceread"))
     mib = 1 << 20
     print(f"trace            {args.trace} ({size / mib:.1f} MiB JSON)")
-    print(f"orjson.loads     {base['seconds']:.3f} s   peak RSS {base['peak_rss'] / mib:7.0f} MiB"
-          f"   ({base['rows']:,} events, dicts only)")
-    print(f"traceread ingest {ours['seconds']:.3f} s   peak RSS {ours['peak_rss'] / mib:7.0f} MiB"
-          f"   ({ours['rows']:,} table rows)")
-    print(f"ratio            {ours['seconds'] / base['seconds']:.2f}x orjson time, "
+    for label, r, what in (("orjson.loads", base, "events, dicts only"),
+                           ("traceread ingest", ours, "table rows")):
+        print(f"{label:<17}{r['seconds']:.3f} s wall, {r['cpu']:.3f} s CPU   "
+              f"peak RSS {r['peak_rss'] / mib:5.0f} MiB   ({r['rows']:,} {what})")
+    print(f"ratio            {ours['seconds'] / base['seconds']:.2f}x orjson wall time, "
+          f"{ours['cpu'] / base['cpu']:.2f}x its CPU time, "
           f"{ours['peak_rss'] / base['peak_rss']:.2f}x its peak RSS")
-
+    print(f"load average     {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+          f"on {os.cpu_count()} CPUs (wall times are only comparable on an idle machine)")
 
 if __name__ == "__main__":
     main()

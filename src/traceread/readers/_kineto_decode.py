@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import repeat
-from operator import attrgetter, is_not
+from operator import attrgetter, is_, is_not
 from typing import Any, Union
 
 import msgspec
@@ -54,27 +54,51 @@ class Args(msgspec.Struct, gc=False):
     labels: Any = None             # 'M' process_labels
 
 
-def _event_type(ts_type: Any) -> type:
-    """The Event struct, with ``ts`` decoded as float (fast) or Decimal (exact)."""
-    return msgspec.defstruct("Event", [
-        ("ph", Any, None),
+# Phases that become table rows. 'C' counters, 's'/'f'/'t' flows and the other
+# Chrome phases are not events; 'M' metadata is collected separately.
+ROW_PHASES = frozenset(("X", "i", "I", "B", "E"))
+_META = frozenset(("M",))
+# Every other phase of the Chrome trace-event format: decoded as empty structs
+# (their content is skipped by the decoder, never materialised).
+SKIP_PHASES = tuple("CbneSTpFstfPNODVvRc()")
+
+
+def _event_type(ts_type: Any, label: str) -> Any:
+    """A msgspec tagged union on ``ph``: one struct per phase.
+
+    Row and 'M' structs hold the fields we use (``ts`` as float for the fast
+    path or Decimal for the exact one); flows, counters etc. hold nothing. The
+    phase is a class attribute, so ``event.ph`` still works. An event without
+    ``ph`` or with an unknown phase fails validation and the document goes
+    through the lenient path.
+    """
+    fields = [
         ("name", Any, ""),
         ("cat", Any, None),
         ("pid", Num, -1),
         ("tid", Num, -1),
         ("ts", ts_type, None),
         ("dur", Union[float, None], 0.0),
-        ("args", Args, msgspec.field(default_factory=Args)),
-    ], gc=False)
+        ("args", Union[Args, None], None),  # None: no Args object for argument-less events
+    ]
+    kw = dict(tag_field="ph", gc=False)
+    classes = [msgspec.defstruct(f"{label}_{p}", fields, tag=p, namespace={"ph": p}, **kw)
+               for p in sorted(ROW_PHASES | _META)]
+    classes += [msgspec.defstruct(f"{label}Skip_{ord(p)}", [], tag=p, namespace={"ph": p}, **kw)
+                for p in SKIP_PHASES]
+    return Union[tuple(classes)]
 
 
-Event = _event_type(Union[float, None])
-ExactEvent = _event_type(Union[Decimal, None])
+_NO_ARGS = Args()
+Event = _event_type(Union[float, None], "Event")
+ExactEvent = _event_type(Union[Decimal, None], "ExactEvent")
+_EXACT_CLASSES = frozenset(ExactEvent.__args__)
 
-# Phases that become table rows. 'C' counters, 's'/'f'/'t' flows and unknown
-# phases are not events; 'M' metadata is collected separately.
-ROW_PHASES = frozenset(("X", "i", "I", "B", "E"))
-_META = frozenset(("M",))
+
+def is_exact(events: list) -> bool:
+    """True when the events were decoded with exact (Decimal) timestamps."""
+    return bool(events) and type(events[0]) in _EXACT_CLASSES
+
 
 _get = {f: attrgetter(f) for f in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "args")}
 # Present on most rows: extracted column-wise with C-level map().
@@ -118,11 +142,12 @@ def events_to_batch(events: list) -> Batch:
     """Turn decoded events into column arrays. Pure function of the events."""
     n_all = len(events)
     ph_all = list(map(_get["ph"], events))
-    keep = np.fromiter(map(ROW_PHASES.__contains__, ph_all), dtype=bool, count=n_all)
-    meta_idx = np.flatnonzero(np.fromiter(map(_META.__contains__, ph_all), dtype=bool,
-                                          count=n_all)).tolist()
-    meta_events = [(e.name, e.pid, e.tid, e.args.name, e.args.labels)
-                   for e in map(events.__getitem__, meta_idx)]
+    masks = phase_masks(ph_all, (ROW_PHASES, _META))
+    keep = masks[0]
+    meta_idx = np.flatnonzero(masks[1]).tolist()
+    meta_events = [(e.name, e.pid, e.tid, a.name, a.labels)
+                   for e in map(events.__getitem__, meta_idx)
+                   for a in (_NO_ARGS if e.args is None else e.args,)]
     if keep.all():
         rows = events
         ph = ph_all
@@ -131,14 +156,18 @@ def events_to_batch(events: list) -> Batch:
         rows = list(map(events.__getitem__, idx))
         ph = list(map(ph_all.__getitem__, idx))
     n = len(rows)
-    pid, pid_str = int_column(list(map(_get["pid"], rows)))
-    tid, tid_str = int_column(list(map(_get["tid"], rows)))
-    if n and isinstance(rows[0], ExactEvent):
+    # Nearly every Kineto trace has string pids/tids ("Spans", "stream 7"): skip the fast try.
+    pid, pid_str = int_column(list(map(_get["pid"], rows)), mixed=True)
+    tid, tid_str = int_column(list(map(_get["tid"], rows)), mixed=True)
+    if n and is_exact(rows):
         ts_ns, lossy = exact_us_to_ns(list(map(_get["ts"], rows))), False
     else:
         ts_ns, lossy = us_to_ns(_floats(rows, _get["ts"], np.nan))
     dur_ns, _ = us_to_ns(_floats(rows, _get["dur"], 0.0))
     args = list(map(_get["args"], rows))
+    no_args = np.flatnonzero(np.fromiter(map(is_, args, repeat(None)), dtype=bool, count=n))
+    for i in no_args.tolist():
+        args[i] = _NO_ARGS
     ints = {f: _ints(args, _aget[f]) for f in DENSE_INT_FIELDS}
     strs: dict = {}
     _sparse(args, n, ("bytes", "size"), COPY_INT_FIELDS, COPY_STR_FIELDS, ints, strs)
@@ -146,6 +175,12 @@ def events_to_batch(events: list) -> Batch:
     return Batch(n=n, ph=ph, name=list(map(_get["name"], rows)), cat=list(map(_get["cat"], rows)),
                  pid=pid, tid=tid, pid_str=pid_str, tid_str=tid_str, ts_ns=ts_ns, dur_ns=dur_ns,
                  ts_lossy=lossy, ints=ints, strs=strs, meta_events=meta_events)
+
+
+def phase_masks(ph: list, sets: tuple) -> list:
+    """One boolean row mask per set of phases, from a single hash factorize of ``ph``."""
+    codes, uniq = pd.factorize(np.array(ph, dtype=object), use_na_sentinel=True)
+    return [np.array([u in s for u in uniq] + [False], dtype=bool)[codes] for s in sets]
 
 
 def _floats(items: list, getter, fill: float) -> np.ndarray:
@@ -210,7 +245,7 @@ _INT_RE = re.compile(r"^\s*-?\d+\s*$")
 _STREAM_RE = re.compile(r"^\s*stream\s+(-?\d+)", re.IGNORECASE)
 
 
-def int_column(values: list) -> tuple[np.ndarray, dict]:
+def int_column(values: list, mixed: bool = False) -> tuple[np.ndarray, dict]:
     """int64 array from ints (fast path) or mixed values; -1 where unknown.
 
     Returns the array and ``{row: string}`` for strings that are not numbers
@@ -218,10 +253,11 @@ def int_column(values: list) -> tuple[np.ndarray, dict]:
     values, so they are converted per distinct value after a hash factorize.
     """
     n = len(values)
-    try:
-        return np.fromiter(values, dtype=np.int64, count=n), {}
-    except (TypeError, ValueError, OverflowError):
-        pass
+    if not mixed:
+        try:
+            return np.fromiter(values, dtype=np.int64, count=n), {}
+        except (TypeError, ValueError, OverflowError):
+            pass
     codes, uniq = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
     conv = np.array([_to_int(u) for u in uniq] + [-1], dtype=np.int64)
     out = conv[codes]  # code -1 (None) picks the trailing -1

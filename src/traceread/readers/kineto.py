@@ -134,7 +134,7 @@ def ingest(buf: bytes, path: str | os.PathLike = "", tick=None) -> Trace:
 
 
 def _used_exact(events: list) -> bool:
-    return bool(events) and isinstance(events[0], dec.ExactEvent)
+    return dec.is_exact(events)
 
 
 # --- bytes --------------------------------------------------------------------
@@ -385,6 +385,19 @@ def _dict_encode(values: list) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(idx, pa.array(uniq, type=pa.string()))
 
 
+def _sparse_strings(values: np.ndarray) -> pa.DictionaryArray:
+    """Object array, mostly None -> dictionary array, touching only the set rows."""
+    rows = np.flatnonzero(values != None)  # noqa: E711 - elementwise
+    codes = np.full(len(values), -1, dtype=np.int32)
+    uniq: list = []
+    if len(rows):
+        c, u = pd.factorize(values[rows].astype(str))
+        codes[rows] = c
+        uniq = list(u)
+    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0),
+                                          pa.array(uniq, type=pa.string()))
+
+
 def _codes(d: pa.DictionaryArray) -> np.ndarray:
     """Dictionary indices as int64 numpy, -1 for null."""
     return d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -420,8 +433,7 @@ def _kinds(batch: dec.Batch, cat_d: pa.DictionaryArray, name_d: pa.DictionaryArr
                 kind[i] = _K["cpu_op"]
             elif s == "CUDA functions":
                 kind[i] = _K["kernel"]
-    inst = np.fromiter(map(frozenset(("i", "I")).__contains__, batch.ph), dtype=bool, count=batch.n)
-    kind[inst] = _K["instant"]
+    kind[dec.phase_masks(batch.ph, (_INSTANT,))[0]] = _K["instant"]
     return kind
 
 
@@ -531,14 +543,16 @@ def _columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
         "name": name_d, "cat": cat_d,
         "pid": pid, "tid": tid, "device": device, "stream": stream,
         "correlation": correlation, "external_id": external_id,
-        "bytes": nbytes, "copy_kind": copy_kind.tolist(),
+        "bytes": nbytes, "copy_kind": _sparse_strings(copy_kind),
         **coll,
     }
     meta.clock = _clock(fmt_name, header, cols["ts"][keep])
-    if not keep.all():
-        idx = pa.array(np.flatnonzero(keep))
-        cols = {k: _take(v, idx, keep) for k, v in cols.items()}
-    return cols, int(keep.sum())
+    # Kept rows in ts order (stable): Kineto appends GPU rows after host rows.
+    sel = np.flatnonzero(keep)
+    order = sel[np.argsort(cols["ts"][sel], kind="stable")]
+    if len(order) != n or not np.all(order[1:] > order[:-1]):
+        cols = {k: _take(v, order) for k, v in cols.items()}
+    return cols, len(order)
 
 
 def _main_pid(pid: np.ndarray, is_launch: np.ndarray, is_host: np.ndarray) -> int:
@@ -554,12 +568,16 @@ def _main_pid(pid: np.ndarray, is_launch: np.ndarray, is_host: np.ndarray) -> in
     return -1
 
 
-def _take(v, idx: pa.Array, keep: np.ndarray):
+def _take(v, order: np.ndarray):
+    if isinstance(v, pa.DictionaryArray):
+        idx = v.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        valid = v.indices.is_valid().to_numpy(zero_copy_only=False)[order]
+        return pa.DictionaryArray.from_arrays(pa.array(idx[order], mask=~valid), v.dictionary)
     if isinstance(v, pa.Array):
-        return v.take(idx)
+        return v.take(pa.array(order))
     if isinstance(v, list):
-        return [x for x, k in zip(v, keep) if k]
-    return v[keep]
+        return [v[i] for i in order.tolist()]
+    return v[order]
 
 
 def _clock(fmt_name: str, header: dict, ts: np.ndarray) -> str:
@@ -601,8 +619,9 @@ def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.n
         rows = np.flatnonzero(has_args)
         pg[rows] = [_pg_name(strs["pg_name"][i], ints["pg_id"][i], strs["pg_desc"][i]) for i in rows]
     group_size = np.where(has_args, ints["group_size"], -1)
-    return {"collective": collective.tolist(), "msg_nelems": nelems, "msg_bytes": msg_bytes,
-            "dtype": dtype.tolist(), "group_size": group_size, "process_group": pg.tolist()}
+    return {"collective": _sparse_strings(collective), "msg_nelems": nelems,
+            "msg_bytes": msg_bytes, "dtype": _sparse_strings(dtype), "group_size": group_size,
+            "process_group": _sparse_strings(pg)}
 
 
 def _collective_name(raw: Any) -> str | None:
@@ -622,13 +641,15 @@ def _pg_name(name: Any, pg_id: int, desc: Any) -> str | None:
 
 
 _BE = frozenset(("B", "E"))
+_INSTANT = frozenset(("i", "I"))
 
 
 def _pair_begin_end(batch: dec.Batch, ts: np.ndarray, dur: np.ndarray, keep: np.ndarray,
                     meta: TraceMeta) -> None:
     """Fold 'B'/'E' pairs (per pid, tid stack) into one row with a duration."""
-    be = np.flatnonzero(np.fromiter(map(_BE.__contains__, batch.ph), dtype=bool,
-                                    count=batch.n)).tolist()
+    if not any(p in _BE for p in set(batch.ph)):
+        return
+    be = np.flatnonzero(dec.phase_masks(batch.ph, (_BE,))[0]).tolist()
     if not be:
         return
     stacks: dict = {}
