@@ -361,3 +361,12 @@ def test_bom_and_empty_event_lists(tmp_path):
     t = load(_write(tmp_path, {"schemaVersion": 1, "traceEvents": [
         {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "py"}}]}, "m.json"))
     assert len(t) == 0 and t.meta.processes == {1: "py"} and t.meta.format == "kineto"
+
+
+def test_exact_ts_through_the_lenient_path(tmp_path):
+    ev = ('{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1695835535123456.789,"dur":1,'
+          '"args":["odd"]},'
+          '{"ph":"X","cat":"cpu_op","name":"b","pid":null,"tid":1,"ts":1695835535123457.001,"dur":1}')
+    t = read_kineto(_write(tmp_path, _raw_trace(ev)))
+    assert t.events["ts"].tolist() == [1695835535123456789, 1695835535123457001]
+    assert t.meta.extra["exact_ts_decode"] is True and t.meta.extra["lenient_decode"] is True

@@ -328,16 +328,37 @@ def us_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
 
 def exact_us_to_ns(values: list) -> np.ndarray:
     """Decimal / int / str microseconds -> int64 ns, exact (round half to even)."""
-    out = np.empty(len(values), dtype=np.int64)
-    q = Decimal(1)
     ctx = decimal.Context(prec=40, rounding=decimal.ROUND_HALF_EVEN)
-    for i, v in enumerate(values):
-        if v is None:
-            out[i] = NS_MISSING
-            continue
-        d = v if isinstance(v, Decimal) else Decimal(str(v))
-        out[i] = int((d * 1000).quantize(q, context=ctx))
-    return out
+    scale, to_int = ctx.scaleb, ctx.to_integral_value
+    three = Decimal(3)
+    out = [NS_MISSING if v is None else
+           int(to_int(scale(v if isinstance(v, Decimal) else Decimal(str(v)), three)))
+           for v in values]
+    return np.array(out, dtype=np.int64)
+
+
+def _ts_only_type() -> tuple:
+    """Tagged union decoding nothing but an exact ``ts`` of row events."""
+    kw = dict(tag_field="ph", gc=False)
+    rows = [msgspec.defstruct(f"ExactTs_{p}", [("ts", Union[Decimal, None], None)], tag=p,
+                              namespace={"ph": p}, **kw) for p in sorted(ROW_PHASES)]
+    skip = [msgspec.defstruct(f"ExactTsSkip_{ord(p)}", [], tag=p, namespace={"ph": p}, **kw)
+            for p in SKIP_PHASES + ("M",)]
+    return Union[tuple(rows + skip)], frozenset(rows)
+
+
+TsOnlyEvent, _TS_ROW_CLASSES = _ts_only_type()
+_TsDoc = msgspec.defstruct("TsDoc", [("traceEvents", Union[list[TsOnlyEvent], None], None)])
+TS_ONLY_DOC = Union[_TsDoc, list[TsOnlyEvent]]
+
+
+def exact_row_ts(doc: Any) -> np.ndarray:
+    """Exact ns ts of the row events of a ``TS_ONLY_DOC`` decode, in file order."""
+    events = doc if isinstance(doc, list) else (doc.traceEvents or [])
+    keep = np.fromiter(map(_TS_ROW_CLASSES.__contains__, map(type, events)), dtype=bool,
+                       count=len(events))
+    rows = list(map(events.__getitem__, np.flatnonzero(keep).tolist()))
+    return exact_us_to_ns(list(map(_get["ts"], rows)))
 
 
 def stream_from_tid(tid_str: dict) -> dict:

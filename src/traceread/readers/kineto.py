@@ -117,20 +117,35 @@ def ingest(buf: bytes, path: str | os.PathLike = "", tick=None) -> Trace:
     doc, events, lenient = _decode(p, buf)
     tick("columns")
     batch = dec.events_to_batch(events)
+    exact = False
     if batch.ts_lossy:
-        # Float epoch µs (PyTorch 2.0-2.3) cannot hold ns: re-read ts exactly.
-        doc, events, lenient = _decode(p, buf, exact=True)
-        batch = dec.events_to_batch(events)
+        # Float epoch µs (PyTorch 2.0-2.3) cannot hold ns: read ts again, exactly.
+        exact = True
+        ts = None if lenient else _exact_ts(buf, batch.n)
+        if ts is not None:
+            batch.ts_ns, batch.ts_lossy = ts, False
+        else:
+            doc, events, lenient = _decode(p, buf, exact=True)
+            batch = dec.events_to_batch(events)
     tick("table")
     header = _header(doc)
     fmt_name = _format_name(header, batch, isinstance(doc, list))
     meta = _meta(p, header, batch, fmt_name)
     if lenient:
         meta.extra["lenient_decode"] = True
-    meta.extra["exact_ts_decode"] = _used_exact(events)
+    meta.extra["exact_ts_decode"] = exact
     del doc, events
     cols, n = _columns(batch, fmt_name, header, meta)
     return Trace(build_table(cols, n), meta)
+
+
+def _exact_ts(buf: bytes, n: int) -> np.ndarray | None:
+    """Second, ts-only decode with Decimal timestamps; None if it does not line up."""
+    try:
+        ts = dec.exact_row_ts(msgspec.json.decode(buf, type=dec.TS_ONLY_DOC))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    return ts if len(ts) == n else None
 
 
 def _used_exact(events: list) -> bool:
