@@ -71,8 +71,10 @@ print('RESULT', t_load, time.perf_counter() - t)
 def run(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> dict:
     """Run a process; wall time, peak RSS of its whole tree, and its RESULT line."""
     t0 = time.perf_counter()
+    # measure this checkout, whatever traceread the environment has installed
+    pypath = os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, "PYTHONPATH": pypath, **(env or {})})
     ps = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:

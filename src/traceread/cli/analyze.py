@@ -7,7 +7,7 @@ import re
 import click
 
 from . import main
-from ._common import emit, format_option, load_trace, output_option
+from ._common import emit, format_option, load_trace, no_cache_option, output_option
 from ..analysis import analyze as run_analysis
 from ..render.json import gap_records
 from ..render.report import render_report
@@ -65,6 +65,7 @@ def _analyses(traces, step_pattern, min_gap):
 @output_option
 @min_gap_option
 @step_pattern_option
+@no_cache_option
 def analyze(traces, fmt, out, min_gap, step_pattern):
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
     results = list(_analyses(traces, step_pattern, min_gap))

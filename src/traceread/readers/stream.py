@@ -30,6 +30,7 @@ import mmap
 import multiprocessing as mp
 import os
 import re
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
@@ -387,12 +388,33 @@ def default_workers() -> int:
     with no idle core the chunks are decoded in this process.
     """
     cores = os.cpu_count() or 1
+    if cores == 1:
+        return 1
+    idle = _idle_cores(cores)
+    return max(1, min(int(idle + 0.5), cores, 8))
+
+
+def _idle_cores(cores: int, interval: float = 0.1) -> float:
+    """Idle cores over a short sample of /proc/stat (Linux); load average elsewhere.
+
+    The 1-minute load average lags (it still counts a process that just ended),
+    so the direct sample is preferred.
+    """
+    def sample():
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+        return vals[3] + (vals[4] if len(vals) > 4 else 0), sum(vals)
+
     try:
-        busy = os.getloadavg()[0]
-    except OSError:  # not available on this platform
-        busy = 0.0
-    idle = int(cores - busy + 0.5)
-    return max(1, min(idle, cores, 8))
+        i0, t0 = sample()
+        time.sleep(interval)
+        i1, t1 = sample()
+        return cores * (i1 - i0) / max(1, t1 - t0)
+    except (OSError, ValueError, IndexError):
+        try:
+            return cores - os.getloadavg()[0]
+        except OSError:
+            return float(cores)
 
 
 class _Bad(Exception):
