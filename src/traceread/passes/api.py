@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .kernels import events_of, render_summary, summarize
+from ._common import events_of
+from .kernels import render_summary, summarize
 
 API_KINDS = ("runtime", "driver")
 _NSYS_API_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")

@@ -26,8 +26,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..table import GPU_OP_KINDS, Trace
+from ..table import GPU_OP_KINDS
 from . import intervals
+from ._common import events_of, map_names
 
 # Phase names dynamo_timed writes without the " (dynamo_timed)" suffix.
 COMPILE_PHASES = frozenset((
@@ -49,15 +50,8 @@ EVENT_COLUMNS = ("compile_id", "frame", "attempt", "recompile", "compiled_autogr
                  "dur", "compile_ns", "pid", "tid", "step", "name", "id_source")
 
 
-def _events(trace_or_events) -> pd.DataFrame:
-    return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
 
 
-def _per_name(names: pd.Series, fn) -> np.ndarray:
-    cat = names.astype("category") if names.dtype != "category" else names
-    lut = np.array([fn(str(c)) for c in cat.cat.categories] + [fn("")], dtype=object)
-    codes = cat.cat.codes.to_numpy()
-    return lut[np.where(codes < 0, len(lut) - 1, codes)]
 
 
 # dynamo_timed also wraps run-time work that is not compilation: CUDA-graph recording
@@ -98,7 +92,7 @@ def parse_compile_id(cid: str | None) -> tuple[str | None, int, bool]:
 
 def _host(ev: pd.DataFrame, fn) -> pd.DataFrame:
     host = ev[ev["kind"].isin(_HOST_KINDS)]
-    val = _per_name(host["name"], fn)
+    val = map_names(host["name"], fn)
     keep = ~pd.isna(val) & (val != False)  # noqa: E712 -- object array of bool/str/None
     out = host.loc[keep, ["ts", "dur", "pid", "tid", "name"]].copy()
     out["val"] = val[keep]
@@ -112,7 +106,7 @@ def compile_spans(events) -> pd.DataFrame:
     """Every compile span: known phases, ``(dynamo_timed)`` ranges, compile-id markers,
     and any phase a marker names (``entire_backward_compile_data: ...`` makes
     ``entire_backward_compile`` a phase -- new torch releases add phases)."""
-    ev = _events(events)
+    ev = events_of(events)
     host = ev[ev["kind"].isin(_HOST_KINDS)]
     names = host["name"]
     cats = names.cat.categories if names.dtype == "category" else pd.Index(names.unique())
@@ -168,7 +162,7 @@ def compile_events(events, steps=None) -> pd.DataFrame:
     ``steps``: a DataFrame with step, start, end (and pid), e.g.
     ``passes.steps.find_steps(ev)[0]``; default: found in the trace.
     """
-    ev = _events(events)
+    ev = events_of(events)
     spans = compile_spans(ev)
     if not len(spans):
         return pd.DataFrame({c: pd.Series(dtype=object) for c in EVENT_COLUMNS})
@@ -254,7 +248,7 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
     compiled_autograd, regions_seen -- compile ids seen *running*, which
     reveals recompiles that happened before the trace started).
     """
-    ev = _events(events)
+    ev = events_of(events)
     ce = compile_events(ev, steps=steps)
     spans = compile_spans(ev)
     s = spans["ts"].to_numpy(np.int64)

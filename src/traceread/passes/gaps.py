@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS, Trace
 from . import intervals
+from ._common import events_of
 
 # PROFILER_OVERHEAD names nsys counts as GPU-busy time (gpustats.py in nsys reports).
 NSYS_GPU_OVERHEADS = ("CUDA profiling data flush overhead", "CUDA profiling stop overhead",
@@ -36,8 +37,6 @@ OVERHEAD_CAT = "PROFILER_OVERHEAD"
 GAP_COLUMNS = ("start", "end", "duration", "pid", "device")
 
 
-def _events(trace_or_events) -> pd.DataFrame:
-    return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
 
 
 def _gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
@@ -47,7 +46,7 @@ def _gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
 
 def gpu_busy(events_df) -> dict[tuple[int, int], intervals.Intervals]:
     """(pid, device) -> (starts, ends): disjoint union of kernel/memcpy/memset time."""
-    ops = _gpu_ops(_events(events_df))
+    ops = _gpu_ops(events_of(events_df))
     out: dict[tuple[int, int], intervals.Intervals] = {}
     for (pid, dev), g in ops.groupby(["pid", "device"], sort=True, observed=True):
         s = g["ts"].to_numpy(np.int64)
@@ -63,7 +62,7 @@ def gpu_gaps(trace_or_events, min_gap_ns: int = 0, *, skip_nonpositive: bool | N
     ``skip_nonpositive`` (default: True for nsys traces) ignores operations
     starting at ts <= 0; ``overheads`` counts nsys CUDA profiling overheads as busy.
     """
-    ev = _events(trace_or_events)
+    ev = events_of(trace_or_events)
     if skip_nonpositive is None:
         skip_nonpositive = isinstance(trace_or_events, Trace) and trace_or_events.meta.format == "nsys"
     ops = _gpu_ops(ev)

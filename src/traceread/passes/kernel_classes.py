@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 
 from ..collectives import is_comm_kernel
-from ..table import GPU_OP_KINDS, Trace
+from ..table import GPU_OP_KINDS
+from ._common import events_of
 
 CLASSES = ("gemm", "attention", "elementwise", "reduction", "triton", "nccl",
            "memcpy", "memset", "other")
@@ -96,8 +97,6 @@ def classify_kernels(names) -> pd.Series:
     return pd.Series(out, index=s.index, name="class")
 
 
-def _events(trace_or_events) -> pd.DataFrame:
-    return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
 
 
 def time_by_class(events) -> pd.DataFrame:
@@ -107,7 +106,7 @@ def time_by_class(events) -> pd.DataFrame:
     both count, the way ``nsys stats`` and kernel tables count. memcpy/memset
     events recorded as their own kinds are classed by kind, not by name.
     """
-    ev = _events(events)
+    ev = events_of(events)
     gpu = ev[ev["kind"].isin(GPU_OP_KINDS)]
     cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
     kind = gpu["kind"].astype(str).to_numpy()

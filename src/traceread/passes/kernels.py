@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..table import Trace
+from ._common import events_of
 
 SUMMARY_COLUMNS = ("total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns",
                    "stddev_ns", "pct", "name")
@@ -24,13 +24,6 @@ SUMMARY_COLUMNS = ("total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_n
 # nsys column headers, in order, for the kernel summary.
 KERN_SUM_HEADERS = ("Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)",
                     "Min (ns)", "Max (ns)", "StdDev (ns)", "Name")
-
-
-def events_of(trace_or_events) -> pd.DataFrame:
-    """The events DataFrame of a Trace, or the DataFrame itself."""
-    if isinstance(trace_or_events, Trace):
-        return trace_or_events.events
-    return trace_or_events
 
 
 def summarize(names, durs, display=None) -> pd.DataFrame:

@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
-from ..table import Trace
 from . import intervals
+from ._common import events_of, map_names
 
 INSTANCE_COLUMNS = ("ts", "dur", "pid", "device", "stream", "name", "collective", "msg_nelems",
                     "msg_bytes", "dtype", "group_size", "process_group", "seq", "exposed_ns")
@@ -45,16 +45,8 @@ _INFO_STR = ("collective", "dtype", "process_group")
 _INFO_INT = ("msg_nelems", "msg_bytes", "group_size", "seq")
 
 
-def _events(trace_or_events) -> pd.DataFrame:
-    return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
 
 
-def _name_map(names: pd.Series, fn) -> np.ndarray:
-    """Apply ``fn`` once per distinct name (names are categorical)."""
-    cat = names.astype("category") if names.dtype != "category" else names
-    lut = np.array([fn(str(n)) for n in cat.cat.categories] + [fn("")], dtype=object)
-    codes = cat.cat.codes.to_numpy()
-    return lut[np.where(codes < 0, len(lut) - 1, codes)]
 
 
 def comm_mask(ev: pd.DataFrame) -> np.ndarray:
@@ -62,7 +54,7 @@ def comm_mask(ev: pd.DataFrame) -> np.ndarray:
     is_kernel = (ev["kind"] == "kernel").to_numpy()
     if not is_kernel.any():
         return is_kernel
-    comm = _name_map(ev["name"], lambda n: is_comm_kernel(_STRIP.sub("", n))).astype(bool)
+    comm = map_names(ev["name"], lambda n: is_comm_kernel(_STRIP.sub("", n))).astype(bool)
     return is_kernel & comm
 
 
@@ -86,7 +78,7 @@ def comm_overlap(events) -> pd.DataFrame:
 
     overlap_pct is 0.0 on a device without communication.
     """
-    ev = _events(events)
+    ev = events_of(events)
     comm, compute = _split(ev)
     comm_iv, comp_iv = _by_device(ev, comm), _by_device(ev, compute)
     keys = sorted(set(comm_iv) | set(comp_iv))
@@ -120,7 +112,7 @@ def collective_instances(events) -> pd.DataFrame:
     else the launching op's. exposed_ns is the part of the
     kernel not covered by any compute kernel on its (pid, device).
     """
-    ev = _events(events)
+    ev = events_of(events)
     comm, compute = _split(ev)
     k = ev.loc[comm]
     n = len(k)
@@ -137,7 +129,7 @@ def collective_instances(events) -> pd.DataFrame:
     # Normalise reader-provided spellings; fall back to the kernel name.
     coll = np.array([normalize_collective(x) if x is not None else None for x in out["collective"]],
                     dtype=object)
-    from_name = _name_map(k["name"], lambda s: collective_from_kernel(_STRIP.sub("", s)))
+    from_name = map_names(k["name"], lambda s: collective_from_kernel(_STRIP.sub("", s)))
     own = np.where(pd.isna(coll), from_name, coll)
     # The launching op's collective wins: c10d says all_to_all where NCCL runs SendRecv kernels.
     out["collective"] = np.full(n, None, dtype=object)
@@ -230,12 +222,12 @@ def _collective_host_ops(ev: pd.DataFrame) -> pd.DataFrame:
             return normalize_collective(s)
         return None
 
-    named = _name_map(host["name"], by_name)
+    named = map_names(host["name"], by_name)
     if "domain" in host:
         dom = host["domain"].astype(object).to_numpy()
         in_nccl = np.array([isinstance(d, str) and d.upper() == "NCCL" for d in dom])
         named = np.where(in_nccl & pd.isna(named),
-                         _name_map(host["name"], normalize_collective), named)
+                         map_names(host["name"], normalize_collective), named)
     coll = np.where(pd.isna(coll), named, coll)
     keep = ~pd.isna(coll)
     cols = ["pid", "tid", "ts", "dur"] + list(_INFO_STR[1:]) + list(_INFO_INT)
@@ -299,7 +291,7 @@ def _is_instances(x) -> bool:
 
 def nccl_report(events) -> dict:
     """Everything above as plain JSON-able data (for the CLI and analyze())."""
-    ev = _events(events)
+    ev = events_of(events)
     ov = comm_overlap(ev)
     summ = collective_summary(collective_instances(ev))
     comm = int(ov["comm_ns"].sum()) if len(ov) else 0
