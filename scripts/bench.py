@@ -136,7 +136,7 @@ def bench_one(path: Path, args, cache_dir: str, have_hta: bool) -> dict:
 
 
 def table(results: list[dict], have_hta: bool) -> str:
-    rows = ["| trace (raw JSON) | events | orjson.loads | traceread read | traceread analyze "
+    rows = ["| trace (raw JSON) | table rows | orjson.loads | traceread read | traceread analyze "
             "| analyze (cached) | HTA load | HTA analyses | HTA load / analyze | orjson / read "
             "| peak RSS: orjson | read | analyze | HTA | analyze RSS / raw |",
             "|" + "---|" * 15]
