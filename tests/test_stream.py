@@ -217,3 +217,93 @@ def test_sparse_column_behaves_like_the_list():
     assert col[1:4] == vals[1:4]
     with pytest.raises(IndexError):
         col[len(vals)]
+
+
+# --- the trace scaler (scripts/make_big_trace.py) ------------------------------
+
+def _scaler():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "make_big_trace.py"
+    spec = importlib.util.spec_from_file_location("make_big_trace", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _once_rows(mk, src, tmp_path) -> int:
+    """Table rows made by the events the scaler writes only once (spans, markers)."""
+    import msgspec
+
+    tiler = mk.Tiler(mk.load_source(src)["traceEvents"])
+    doc = {"schemaVersion": 1, "traceEvents": tiler.once}
+    path = tmp_path / "once.json"
+    path.write_bytes(msgspec.json.Encoder(decimal_format="number").encode(doc))
+    return len(read_kineto(path))
+
+
+@pytest.mark.parametrize("out_name", ["big.json", "big.json.gz"])
+def test_scaler_tiles_steps_with_consistent_ids(tmp_path, out_name):
+    src = FIXTURES / "kineto" / "hta_sampled_rank-1.json.gz"
+    src_trace = read_kineto(src)
+    one = src_trace.events
+    mk = _scaler()
+    raw = len(gzip.decompress(src.read_bytes()))
+    info = mk.make(src, 3 * raw, tmp_path / out_name, quiet=True)
+    k = info["copies"]
+    assert k >= 2
+    big = read_kineto(tmp_path / out_name)
+    ev = big.events
+    once = _once_rows(mk, src, tmp_path)
+    assert len(ev) == k * (len(one) - once) + once
+    for kind in ("kernel", "runtime", "cpu_op", "memcpy"):
+        assert int((ev.kind == kind).sum()) == k * int((one.kind == kind).sum()), kind
+    # every launch still finds its kernel: GPU rows keep a host pid via correlation
+    gpu = ev[ev.kind.isin(["kernel", "memcpy", "memset"])]
+    assert (gpu.pid >= 0).all()
+    corr = gpu.correlation[gpu.correlation >= 0]
+    assert corr.is_unique and len(corr) == k * int((one.kind.isin(["kernel", "memcpy", "memset"])
+                                                    & (one.correlation >= 0)).sum())
+    steps = ev[ev.name.astype(str).str.startswith("ProfilerStep#")].name.astype(str)
+    assert steps.is_unique and len(steps) == 2 * k
+    # copies follow each other in time, never overlap
+    span = one.ts.max() - one.ts.min()
+    assert ev.ts.max() - ev.ts.min() > (k - 1) * span
+    for field in ("rank", "world_size", "devices", "processes", "threads", "format_version"):
+        assert getattr(big.meta, field) == getattr(src_trace.meta, field), field
+    # and the streaming path reads the scaled file to the same table
+    assert_same(tmp_path / out_name, chunk_bytes=64 << 10, workers=2)
+
+
+@pytest.mark.slow
+def test_one_gigabyte_gzip_streams_in_bounded_memory(tmp_path):
+    """~1 GB raw scaled trace as .json.gz: streaming read in a subprocess,
+    row counts from the tiling, peak RSS of the process tree under 2.5x raw."""
+    import subprocess
+    import sys
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    src = FIXTURES / "kineto" / "tracelens_b200_eager_trace.json.gz"
+    out = tmp_path / "big.json.gz"
+    mk = _scaler()
+    info = mk.make(src, 1_000_000_000, out, quiet=True)
+    one = read_kineto(src)
+    once = _once_rows(mk, src, tmp_path)
+    code = ("import sys, traceread; t = traceread.load(sys.argv[1]); "
+            "print(len(t), int((t.events.kind == 'kernel').sum()))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE,
+                            text=True)
+    ps, peak = psutil.Process(proc.pid), 0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, sum(p.memory_info().rss for p in [ps] + ps.children(recursive=True)))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    rows, kernels = map(int, proc.stdout.read().split())
+    assert proc.returncode == 0
+    assert rows == info["copies"] * (len(one) - once) + once
+    assert kernels == info["copies"] * int((one.events.kind == "kernel").sum())
+    print(f"1 GB gzip: {rows:,} rows, peak RSS {peak / 1e6:,.0f} MB = {peak / info['raw_bytes']:.2f}x raw")
+    assert peak < 2.5 * info["raw_bytes"], peak
