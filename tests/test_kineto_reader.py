@@ -47,6 +47,24 @@ def test_epoch_float_us_with_ns_fraction_is_exact(tmp_path):
     assert t.meta.clock == "epoch_ns"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_epoch_float_whose_fraction_parses_to_zero_is_exact(tmp_path, stream):
+    # ...456.123 parses to exactly ...456.0: a zero parsed fraction must not hide the lost 123 ns.
+    assert float("1695835535123456.123") == 1695835535123456.0
+    ev = ('{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1695835535123456.123,"dur":1},'
+          '{"ph":"X","cat":"cpu_op","name":"b","pid":1,"tid":1,"ts":1695835535123458,"dur":2}')
+    t = load(_write(tmp_path, _raw_trace(ev)), stream=stream)
+    assert t.events["ts"].tolist() == [1695835535123456123, 1695835535123458000]
+    assert t.meta.extra["exact_ts_decode"] is True
+
+
+def test_integer_epoch_us_stays_on_the_fast_path(tmp_path):
+    ev = '{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1695835535123456,"dur":1}'
+    t = read_kineto(_write(tmp_path, _raw_trace(ev)))
+    assert t.events["ts"].tolist() == [1695835535123456000]
+    assert t.meta.extra["exact_ts_decode"] is False
+
+
 def test_base_relative_float_us_fast_path_is_exact(tmp_path):
     base = 1735632360000000000
     vals = ["4203669603018.756", "4203669613175.703", "8796093022207.999", "0.001", "12.5"]

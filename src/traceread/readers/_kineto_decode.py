@@ -90,7 +90,8 @@ def _event_type(ts_type: Any, label: str) -> Any:
 
 
 _NO_ARGS = Args()
-Event = _event_type(Union[float, None], "Event")
+# int | float keeps integer tokens apart: only float tokens can have lost a fraction.
+Event = _event_type(Union[int, float, None], "Event")
 ExactEvent = _event_type(Union[Decimal, None], "ExactEvent")
 _EXACT_CLASSES = frozenset(ExactEvent.__args__)
 
@@ -162,7 +163,9 @@ def events_to_batch(events: list) -> Batch:
     if n and is_exact(rows):
         ts_ns, lossy = exact_us_to_ns(list(map(_get["ts"], rows))), False
     else:
-        ts_ns, lossy = us_to_ns(_floats(rows, _get["ts"], np.nan))
+        ts_us = _floats(rows, _get["ts"], np.nan)
+        ts_ns, lossy = us_to_ns(ts_us)
+        lossy = lossy or _big_float_token(rows, ts_us)
     dur_ns, _ = us_to_ns(_floats(rows, _get["dur"], 0.0))
     args = list(map(_get["args"], rows))
     no_args = np.flatnonzero(np.fromiter(map(is_, args, repeat(None)), dtype=bool, count=n))
@@ -188,6 +191,17 @@ def _floats(items: list, getter, fill: float) -> np.ndarray:
         return np.fromiter(map(getter, items), dtype=np.float64, count=len(items))
     except (TypeError, ValueError):
         return float_column(list(map(getter, items)), fill=fill)
+
+
+def _big_float_token(rows: list, us: np.ndarray) -> bool:
+    """True when a ts above EXACT_US_LIMIT was written as a float.
+
+    Its parsed value may have lost the fraction entirely (``...456.123`` parses
+    to ``...456.0``), so a zero fraction after parsing proves nothing.
+    """
+    big = np.flatnonzero(np.abs(us) >= EXACT_US_LIMIT)
+    get = _get["ts"]
+    return any(type(get(rows[i])) is float for i in big.tolist())
 
 
 def _ints(items: list, getter) -> np.ndarray:
