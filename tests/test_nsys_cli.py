@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from traceread.cli import main
-from traceread.cli.nsys_stats import parse_duration
+from traceread.cli._common import parse_duration
 from traceread.synth.nsys import write_planted
 
 FIX = Path(__file__).parent / "fixtures" / "nsys"

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import json
+import re
 import sys
 from contextlib import contextmanager
 
@@ -61,3 +63,25 @@ format_option = click.option(
 output_option = click.option(
     "-o", "--output", "out", type=click.Path(dir_okay=False), default=None,
     help="Write to this file instead of stdout.")
+
+
+_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def parse_duration(text) -> int:
+    """'1ms', '500us', '2s', '1.5ms' or a bare number of ns -> integer ns."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s)?\s*", str(text).lower())
+    if not m:
+        raise click.BadParameter(f"{text!r} is not a duration (e.g. 1ms, 500us, 2s)")
+    return int(round(float(m.group(1)) * _UNITS[m.group(2) or "ns"]))
+
+
+def duration_callback(ctx, param, value) -> int:
+    """click callback: a duration option, 0 when absent."""
+    return 0 if value is None else parse_duration(value)
+
+
+def emit_json(docs: list, out: str | None) -> None:
+    """One document as an object, several as a list."""
+    emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
+

@@ -1,40 +1,17 @@
 """``traceread analyze`` (the report), ``traceread steps`` and ``traceread idle``."""
 from __future__ import annotations
 
-import json
 import re
 
 import click
 
 from . import main
-from ._common import emit, format_option, load_trace, no_cache_option, output_option
+from ._common import (duration_callback, emit, emit_json, format_option, load_trace,
+                      no_cache_option, output_option)
 from ..analysis import analyze as run_analysis
 from ..render.json import gap_records
 from ..render.report import render_report
 from ..render.text import fmt_ns
-
-_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-
-
-def _duration(ctx, param, value) -> int:
-    """'500us', '1.5ms', '2s' or plain ns."""
-    if value is None:
-        return 0
-    v = str(value).strip().lower()
-    for unit in ("ns", "us", "ms", "s"):
-        if v.endswith(unit):
-            num = v[: -len(unit)]
-            break
-    else:
-        num, unit = v, "ns"
-    try:
-        ns = float(num) * _UNITS[unit]
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a duration (e.g. 500us, 1ms, 2s)")
-    if ns < 0:
-        raise click.BadParameter("must not be negative")
-    return int(round(ns))
-
 
 def _regex(ctx, param, value):
     if value is None:
@@ -47,7 +24,7 @@ def _regex(ctx, param, value):
 
 
 min_gap_option = click.option(
-    "--min-gap", "min_gap", default=None, callback=_duration, metavar="DURATION",
+    "--min-gap", "min_gap", default=None, callback=duration_callback, metavar="DURATION",
     help="List only gaps longer than this (e.g. 100us, 1ms); totals always count every gap.")
 step_pattern_option = click.option(
     "--step-pattern", default=None, metavar="REGEX", callback=_regex,
@@ -71,7 +48,7 @@ def analyze(traces, fmt, out, min_gap, step_pattern):
     results = list(_analyses(traces, step_pattern, min_gap))
     if fmt == "json":
         docs = [a.to_dict() for a in results]
-        emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
+        emit_json(docs, out)
     else:
         from ..multirank import cross_rank_section  # several ranks of one job: cross-rank section
 
@@ -88,7 +65,7 @@ def steps(traces, fmt, out, step_pattern):
     results = list(_analyses(traces, step_pattern, 0))
     if fmt == "json":
         docs = [{"trace": a.meta.path, **a.to_dict()["steps"]} for a in results]
-        emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
+        emit_json(docs, out)
         return
     blocks = []
     for a in results:
@@ -116,7 +93,7 @@ def idle(traces, fmt, out, min_gap, step_pattern):
     if fmt == "json":
         docs = [{"trace": a.meta.path, "min_gap_ns": a.min_gap_ns,
                  "gaps": gap_records(a.listed_gaps())} for a in results]
-        emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
+        emit_json(docs, out)
         return
     blocks = []
     for a in results:

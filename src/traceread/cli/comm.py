@@ -7,7 +7,7 @@ import math
 import click
 
 from . import main
-from ._common import emit, format_option, load_trace, output_option
+from ._common import emit, emit_json, format_option, load_trace, output_option
 from ..passes.compile import compile_events, compile_summary
 from ..passes.nccl import collective_summary, comm_overlap, nccl_report
 from ..render.text import fmt_ns
@@ -92,7 +92,7 @@ def compile_cmd(traces, show_events, fmt, out):
         res.append((p, s))
     if fmt == "json":
         docs = [dict(path=p, **s) for p, s in res]
-        emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
+        emit_json(docs, out)
     else:
         parts = []
         for p, s in res:

@@ -1,12 +1,11 @@
 """``traceread info``: what is in a trace file."""
 from __future__ import annotations
 
-import json
 
 import click
 
 from . import main
-from ._common import emit, format_option, load_trace, no_cache_option, output_option
+from ._common import emit_json, emit, format_option, load_trace, no_cache_option, output_option
 from ..passes.info import trace_info
 from ..render.text import render_info
 
@@ -20,6 +19,6 @@ def info(traces, fmt, out):
     """Format, version, rank, devices, event counts by kind and time span."""
     results = [trace_info(load_trace(t)) for t in traces]
     if fmt == "json":
-        emit(json.dumps(results if len(results) > 1 else results[0], indent=2), out)
+        emit_json(results, out)
     else:
         emit("\n\n".join(render_info(r) for r in results), out)

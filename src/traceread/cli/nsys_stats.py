@@ -7,12 +7,11 @@ table; ``--format csv`` prints exactly what ``nsys stats --format csv`` prints
 from __future__ import annotations
 
 import json
-import re
 
 import click
 
 from . import main
-from ._common import emit, load_trace, output_option
+from ._common import emit, load_trace, output_option, parse_duration
 from ..passes.api import api_summary, render_api
 from ..passes.gaps import gpu_gaps, nsys_order
 from ..passes.kernels import kernel_summary, render_csv, render_summary, render_text
@@ -24,17 +23,6 @@ stats_format_option = click.option(
     show_default=True, help="Output format (csv is byte-identical to nsys stats).")
 
 GAP_HEADERS = ("Row#", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID")
-
-_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-
-
-def parse_duration(text: str) -> int:
-    """'1ms', '500us', '2s', '1.5ms' or a bare number of ns -> integer ns."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s)?\s*", str(text))
-    if not m:
-        raise click.BadParameter(f"{text!r} is not a duration (e.g. 1ms, 500us, 2s)")
-    return int(round(float(m.group(1)) * _UNITS[m.group(2) or "ns"]))
-
 
 @main.command()
 @click.argument("trace", type=click.Path())
