@@ -185,3 +185,23 @@ def test_top_ops_pool_emit_nvtx_suffixes():
     b.cpu("aten::add, seq = 3, op_id = 4", 500, 300, kind="annotation")
     top = analyze(b.build()).top_ops
     assert top[["name", "ns", "count"]].values.tolist() == [["aten::add", 600, 2]]
+
+
+def test_allocator_calls_are_alloc_not_launch_and_lead_the_levers():
+    # Two steps' kernels with a 2 ms hipFree between them: the host is stuck freeing memory.
+    b = TraceBuilder()
+    b.launch(0, 10 * US, 0, 100 * US)
+    b.runtime("hipFree", 100 * US, 2000 * US)
+    b.runtime("hipLaunchKernel", 2100 * US, 10 * US)
+    b.launch(2100 * US, 10 * US, 2110 * US, 100 * US)
+    a = analyze(b.build())
+    g = a.gaps.iloc[0]
+    assert (int(g["start"]), int(g["end"])) == (100 * US, 2110 * US)
+    assert int(g["cpu_alloc"]) == 2000 * US
+    assert int(g["cpu_launch"]) == 10 * US
+    assert int(g["cpu_untraced"]) == 0
+    assert g["drain"] == "starved"
+    v = a.verdict
+    assert v["bound"] == "launch"
+    assert v["evidence"]["host_top_category"] == "alloc"
+    assert "empty_cache" in v["levers"][0]

@@ -32,8 +32,8 @@ from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-CPU_CATEGORIES = ("compile", "dataloader", "comm_wait", "sync", "launch", "cpu_op", "python",
-                  "untraced")
+CPU_CATEGORIES = ("compile", "dataloader", "comm_wait", "sync", "alloc", "launch", "cpu_op",
+                  "python", "untraced")
 DRAINS = ("sync", "starved")
 
 # A sync call "ended at the gap's start" when it was already running when the GPU
@@ -47,6 +47,14 @@ SYNC_API_RX = re.compile(
     r"^(?:(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize"
     r"|(?:cuda|hip)Memcpy(?:2D|3D|Peer|FromSymbol|ToSymbol|DtoH|HtoD|DtoD)?"
     r"|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer|AtoH|HtoA)?)(?:_v\d+)?(?:_ptsz|_ptds)?$")
+# Device-memory allocation and release: not launches. cudaFree/hipFree block until the
+# device is idle and can take ms each (allocator churn, torch.cuda.empty_cache()).
+ALLOC_API_RX = re.compile(
+    r"^(?:(?:cuda|hip)(?:Malloc|Free)(?:Async|Host|Managed|Pitch|Array|3D|3DArray)?"
+    r"|(?:cuda|hip)(?:HostAlloc|HostFree|FreeHost|MallocHost)"
+    r"|cuMem(?:Alloc|Free)(?:Async|Host|Managed|Pitch)?(?:_v\d+)?"
+    r"|cuMem(?:Create|Release|Map|Unmap|AddressReserve|AddressFree)"
+    r"|hipExtMallocWithFlags)(?:_v\d+)?$")
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 # Preference when several sync calls drained the same gap: the framework op the user wrote.
 SYNC_NAME_RANK = {"aten::item": 0, "aten::_local_scalar_dense": 1}
@@ -142,7 +150,9 @@ def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarr
         return -1
 
     def api(n: str) -> int:
-        return cat["sync"] if SYNC_API_RX.match(n) else cat["launch"]
+        if SYNC_API_RX.match(n):
+            return cat["sync"]
+        return cat["alloc"] if ALLOC_API_RX.match(n) else cat["launch"]
 
     kind = _strings(ev["kind"])
     is_api = (kind == "runtime") | (kind == "driver")

@@ -32,7 +32,7 @@ LEAD_RATIO = 1.5
 UNKNOWN_SHARE = 0.50
 
 BOUNDS = ("data", "sync", "launch", "comms", "compile")
-HOST_OVERHEAD = ("sync", "launch", "cpu_op", "python")
+HOST_OVERHEAD = ("sync", "alloc", "launch", "cpu_op", "python")
 
 LEVERS = {
     "data": [
@@ -132,11 +132,31 @@ def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, attr: dict | None,
         return _out("unknown", f"GPU idle {ev['idle_pct']:.1f}% while the host was not traced", ev)
     if top_ns >= DOMINANT_SHARE * lost or (top_ns >= LEAD_SHARE * lost
                                            and top_ns >= LEAD_RATIO * second_ns):
-        return _out(top, _summary(top, ev), ev)
+        levers = _host_levers(top, attr, ev)
+        return _out(top, _summary(top, ev), ev, levers=levers)
     ev["runner_up"] = second
     return _out("mixed", f"no single cause: {top} {ev['share_pct'][top]:.0f}%, "
                 f"{second} {ev['share_pct'][second]:.0f}% of lost GPU time", ev,
                 levers=LEVERS[top][:2] + LEVERS[second][:2])
+
+
+ALLOC_LEVERS = [
+    "stop device-memory churn: remove torch.cuda.empty_cache() from the loop; "
+    "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF=expandable_segments:True",
+    "keep shapes stable (pad or bucket) so the caching allocator can reuse blocks",
+]
+
+
+def _host_levers(bound: str, attr: dict | None, ev: dict) -> list | None:
+    """Allocator levers first when malloc/free calls are the biggest share of host overhead."""
+    if bound not in ("launch", "sync") or not attr:
+        return None
+    drain = "starved" if bound == "launch" else "sync"
+    parts = {c: attr["drain_x_cpu"][drain][c] for c in HOST_OVERHEAD}
+    ev["host_top_category"] = max(parts, key=lambda c: (parts[c], -HOST_OVERHEAD.index(c)))
+    if ev["host_top_category"] != "alloc":
+        return None
+    return ALLOC_LEVERS + LEVERS[bound]
 
 
 def _summary(bound: str, ev: dict) -> str:
@@ -148,6 +168,8 @@ def _summary(bound: str, ev: dict) -> str:
         "comms": "in exposed or blocking communication",
         "compile": "while the host compiled (dynamo/inductor)",
     }[bound]
+    if ev.get("host_top_category") == "alloc":
+        what += ", mostly device-memory malloc/free calls"
     return (f"GPU idle {ev['idle_pct']:.1f}% of its active time; {share:.0f}% of the lost "
             f"time is {what}")
 
