@@ -97,6 +97,30 @@ class TraceMeta:
         return dataclasses.asdict(self)
 
 
+def _libc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_MALLOC_TRIM = _libc_trim()
+
+
+def release_heap() -> None:
+    """Give freed heap pages back to the OS (glibc ``malloc_trim``; no-op elsewhere).
+
+    numpy arrays of a few to 32 MB (a column of a few million rows) live on the
+    glibc heap, whose free pages are not returned on their own: after a big read
+    the process kept ~2.5x the table size resident (measured: 1.2 GB resident,
+    0.47 GB after a trim, for a 1 GB trace).
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def empty_columns(n: int) -> dict[str, Any]:
     """Default-filled column arrays for ``n`` events (ints -1, strings null)."""
     cols: dict[str, Any] = {}
@@ -116,18 +140,22 @@ def build_table(cols: dict[str, Any], n: int) -> pa.Table:
     given as plain strings or dictionary arrays.
     """
     arrays = []
-    defaults = empty_columns(n)
     for name, typ, _ in COLUMNS:
-        val = cols.get(name, defaults[name])
-        if val is None:
-            val = defaults[name]
+        val = cols.get(name)
+        if val is None:  # defaults made one at a time: all of them at once cost ~80 B/row
+            val = np.full(n, -1, dtype=typ.to_pandas_dtype()) if pa.types.is_integer(typ) else None
         arrays.append(_to_arrow(val, typ, n))
-    table = pa.Table.from_arrays(arrays, schema=SCHEMA)
+        del val
     if n > 1:
-        order = np.argsort(table.column("ts").to_numpy(), kind="stable")
+        order = np.argsort(arrays[0].to_numpy(), kind="stable")
         if not np.all(order[1:] > order[:-1]):
-            table = table.take(pa.array(order))
-    return table
+            # column by column, each unsorted column dropped as soon as it is taken
+            # (a whole-table take holds both copies of every column at once)
+            idx = pa.array(order)
+            del order
+            for i in range(len(arrays)):
+                arrays[i] = arrays[i].take(idx)
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
 def _to_arrow(val: Any, typ: pa.DataType, n: int) -> pa.Array:
@@ -173,6 +201,7 @@ class Trace:
     def events(self) -> pd.DataFrame:
         if self._events is None:
             self._events = table_to_pandas(self.table)
+            release_heap()
         return self._events
 
     def __len__(self) -> int:

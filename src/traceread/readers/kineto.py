@@ -28,7 +28,7 @@ import pyarrow as pa
 from ..collectives import collective_from_kernel, dtype_size, is_comm_kernel, normalize_collective
 from ..detect import sniff
 from ..errors import TraceError
-from ..table import KINDS, Trace, TraceMeta, build_table
+from ..table import KINDS, Trace, TraceMeta, build_table, release_heap
 from . import _kineto_decode as dec
 
 try:  # isal's zlib is ~3x faster at inflate; the "fast" extra installs it
@@ -136,7 +136,11 @@ def ingest(buf: bytes, path: str | os.PathLike = "", tick=None) -> Trace:
     meta.extra["exact_ts_decode"] = exact
     del doc, events
     cols, n = _columns(batch, fmt_name, header, meta)
-    return Trace(build_table(cols, n), meta)
+    del batch
+    table = build_table(cols, n)
+    del cols
+    release_heap()
+    return Trace(table, meta)
 
 
 def _exact_ts(buf: bytes, n: int) -> np.ndarray | None:
@@ -479,6 +483,35 @@ def _copy_kind_from_name(name: str) -> str | None:
 
 
 def _columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
+    """Table columns of the kept rows in ts order. Consumes ``batch`` (its arrays are dropped).
+
+    Memory: the batch is released as soon as the unsorted columns exist, and the
+    sort takes one column at a time, dropping each unsorted column as it goes
+    (a whole-table take would hold both copies at once).
+    """
+    cols, keep = _unsorted_columns(batch, fmt_name, header, meta)
+    _release(batch)
+    release_heap()
+    meta.clock = _clock(fmt_name, header, cols["ts"][keep])
+    # Kept rows in ts order (stable): Kineto appends GPU rows after host rows.
+    sel = np.flatnonzero(keep)
+    del keep
+    order = sel[np.argsort(cols["ts"][sel], kind="stable")]
+    del sel
+    if len(order) != len(cols["ts"]) or not np.all(order[1:] > order[:-1]):
+        for k in list(cols):
+            cols[k] = _take(cols.pop(k), order)
+    return cols, len(order)
+
+
+def _release(batch: dec.Batch) -> None:
+    """Drop the batch's row arrays/lists (the caller keeps only n and the small dicts)."""
+    batch.ph = batch.name = batch.cat = []
+    batch.pid = batch.tid = batch.ts_ns = batch.dur_ns = None
+    batch.ints, batch.strs = {}, {}
+
+
+def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
     n = batch.n
     ints = batch.ints
     name_d = _dict_encode(batch.name)
@@ -561,13 +594,7 @@ def _columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
         "bytes": nbytes, "copy_kind": _sparse_strings(copy_kind),
         **coll,
     }
-    meta.clock = _clock(fmt_name, header, cols["ts"][keep])
-    # Kept rows in ts order (stable): Kineto appends GPU rows after host rows.
-    sel = np.flatnonzero(keep)
-    order = sel[np.argsort(cols["ts"][sel], kind="stable")]
-    if len(order) != n or not np.all(order[1:] > order[:-1]):
-        cols = {k: _take(v, order) for k, v in cols.items()}
-    return cols, len(order)
+    return cols, keep
 
 
 def _main_pid(pid: np.ndarray, is_launch: np.ndarray, is_host: np.ndarray) -> int:

@@ -44,7 +44,7 @@ import pandas as pd
 
 from ..detect import sniff
 from ..errors import TraceError
-from ..table import Trace, build_table
+from ..table import Trace, build_table, release_heap
 from . import _kineto_decode as dec
 
 CHUNK_BYTES = 32 << 20          # decoded per task; ~0.5 s of work, ~150 MB peak per worker
@@ -477,6 +477,7 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
             raise TraceError(p, K._json_error(e, len(skeleton))) from None
     batch = chunks_to_batch(batches) if batches else dec.events_to_batch([])
     batches.clear()
+    release_heap()
     header = K._header(doc)
     fmt_name = K._format_name(header, batch, top_list)
     meta = K._meta(p, header, batch, fmt_name)
@@ -485,7 +486,10 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
     meta.extra["exact_ts_decode"] = bool(exact and batch.n)
     cols, n = K._columns(batch, fmt_name, header, meta)
     del batch
-    return Trace(build_table(cols, n), meta)
+    table = build_table(cols, n)
+    del cols
+    release_heap()
+    return Trace(table, meta)
 
 
 def _check(result, batches: list, where: str = "") -> None:
