@@ -65,3 +65,13 @@ def test_bad_input_subprocess_has_no_traceback(tmp_path):
     assert p.returncode == 1 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("traceread: error: ")
     assert "truncated gzip" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("command", ["analyze", "info", "steps", "idle", "nccl", "compile"])
+def test_one_bad_file_does_not_lose_the_others(tmp_path, command):
+    bad = tmp_path / "notes.json"
+    bad.write_text("hello")
+    r = CliRunner().invoke(main, [command, str(bad), str(TRACE)])
+    assert r.exit_code == 1
+    assert r.stderr.splitlines() == [f"traceread: error: {bad}: unknown format (not JSON, gzip or SQLite)"]
+    assert str(TRACE) in r.stdout  # the good trace's report is still printed

@@ -8,7 +8,7 @@ attribution, communication overlap, compilation, kernels -- and returns an
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from .passes.gaps import gpu_gaps
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
-from .table import GPU_OP_KINDS, TraceMeta
+from .table import GPU_OP_KINDS, Trace, TraceMeta
 
 LARGEST_GAPS = 20
 TOP_KERNELS = 20
@@ -50,6 +50,7 @@ class Analysis:
     kernel_classes: pd.DataFrame
     verdict: dict
     min_gap_ns: int = 0
+    trace: Trace | None = field(default=None, repr=False)  # the analysed trace, for follow-ups
 
     def listed_gaps(self) -> pd.DataFrame:
         """Gaps longer than ``min_gap_ns`` (the listing filter; totals never use it)."""
@@ -115,7 +116,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
                     gaps=gaps, attribution=summary, top_ops=att["top_ops"], nccl=nccl,
                     collectives=collectives, compile=comp, kernels=kernels,
-                    kernel_classes=classes, verdict=verdict, min_gap_ns=int(min_gap_ns))
+                    kernel_classes=classes, verdict=verdict, min_gap_ns=int(min_gap_ns),
+                    trace=trace)
 
 
 def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> np.ndarray:

@@ -515,7 +515,8 @@ def cross_rank_section(analyses: list, paths: list) -> str:
     members = [i for i in range(len(paths)) if jobs.iloc[i] is not None]
     if not members:
         return ""
-    results = analyze_traces([read(paths[i]) for i in members])
+    traces = [analyses[i].trace if analyses[i].trace is not None else read(paths[i]) for i in members]
+    results = analyze_traces(traces)
     return ("\n\n" + render_text(results)) if results else ""
 
 

@@ -85,3 +85,27 @@ def emit_json(docs: list, out: str | None) -> None:
     """One document as an object, several as a list."""
     emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
 
+
+def each_trace(paths, fn) -> tuple[list, int]:
+    """``fn(path, trace)`` for every path. A bad file costs one error line, not the others.
+
+    Returns (results of the files that worked, number that failed); exits 1 at once
+    when none worked. After printing the results, ``exit_if_failed(n)``.
+    """
+    from ..errors import TraceError
+
+    results, failed = [], 0
+    for p in paths:
+        try:
+            results.append(fn(p, load_trace(p)))
+        except TraceError as e:
+            click.echo(f"traceread: error: {e}", err=True)
+            failed += 1
+    if not results:
+        sys.exit(1)
+    return results, failed
+
+
+def exit_if_failed(failed: int) -> None:
+    if failed:
+        sys.exit(1)

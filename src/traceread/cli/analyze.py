@@ -6,8 +6,8 @@ import re
 import click
 
 from . import main
-from ._common import (duration_callback, emit, emit_json, format_option, load_trace,
-                      no_cache_option, output_option)
+from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_failed,
+                      format_option, no_cache_option, output_option)
 from ..analysis import analyze as run_analysis
 from ..render.json import gap_records
 from ..render.report import render_report
@@ -32,8 +32,9 @@ step_pattern_option = click.option(
 
 
 def _analyses(traces, step_pattern, min_gap):
-    for t in traces:
-        yield run_analysis(load_trace(t), step_pattern=step_pattern, min_gap_ns=min_gap)
+    """(analyses of the traces that loaded, number that failed)."""
+    return each_trace(traces, lambda p, t: run_analysis(t, step_pattern=step_pattern,
+                                                        min_gap_ns=min_gap))
 
 
 @main.command()
@@ -45,14 +46,16 @@ def _analyses(traces, step_pattern, min_gap):
 @no_cache_option
 def analyze(traces, fmt, out, min_gap, step_pattern):
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
-    results = list(_analyses(traces, step_pattern, min_gap))
+    results, failed = _analyses(traces, step_pattern, min_gap)
     if fmt == "json":
         docs = [a.to_dict() for a in results]
         emit_json(docs, out)
     else:
         from ..multirank import cross_rank_section  # several ranks of one job: cross-rank section
 
-        emit("\n\n".join(render_report(a) for a in results) + cross_rank_section(results, traces), out)
+        paths = [a.meta.path for a in results]
+        emit("\n\n".join(render_report(a) for a in results) + cross_rank_section(results, paths), out)
+    exit_if_failed(failed)
 
 
 @main.command()
@@ -62,10 +65,11 @@ def analyze(traces, fmt, out, min_gap, step_pattern):
 @step_pattern_option
 def steps(traces, fmt, out, step_pattern):
     """Per-step host time, GPU busy/idle and idle causes for each TRACE."""
-    results = list(_analyses(traces, step_pattern, 0))
+    results, failed = _analyses(traces, step_pattern, 0)
     if fmt == "json":
         docs = [{"trace": a.meta.path, **a.to_dict()["steps"]} for a in results]
         emit_json(docs, out)
+        exit_if_failed(failed)
         return
     blocks = []
     for a in results:
@@ -79,6 +83,7 @@ def steps(traces, fmt, out, step_pattern):
                          f"{fmt_ns(r['idle_ns']):>10}  {r['gaps']:>6,}  {r['gpu_ops']:>8,}")
         blocks.append("\n".join(lines))
     emit("\n\n".join(blocks), out)
+    exit_if_failed(failed)
 
 
 @main.command()
@@ -89,11 +94,12 @@ def steps(traces, fmt, out, step_pattern):
 @step_pattern_option
 def idle(traces, fmt, out, min_gap, step_pattern):
     """Every GPU idle gap of each TRACE with its step, drain cause and host activity."""
-    results = list(_analyses(traces, step_pattern, min_gap))
+    results, failed = _analyses(traces, step_pattern, min_gap)
     if fmt == "json":
         docs = [{"trace": a.meta.path, "min_gap_ns": a.min_gap_ns,
                  "gaps": gap_records(a.listed_gaps())} for a in results]
         emit_json(docs, out)
+        exit_if_failed(failed)
         return
     blocks = []
     for a in results:
@@ -108,3 +114,4 @@ def idle(traces, fmt, out, min_gap, step_pattern):
                          f"{r['device']:>3}  {r['step']:>6}  {drain[:28]:<28}  {host}")
         blocks.append("\n".join(lines))
     emit("\n\n".join(blocks), out)
+    exit_if_failed(failed)

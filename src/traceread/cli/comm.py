@@ -7,7 +7,7 @@ import math
 import click
 
 from . import main
-from ._common import emit, emit_json, format_option, load_trace, output_option
+from ._common import each_trace, emit, emit_json, exit_if_failed, format_option, output_option
 from ..passes.compile import compile_events, compile_summary
 from ..passes.nccl import collective_summary, comm_overlap, nccl_report
 from ..render.text import fmt_ns
@@ -48,12 +48,13 @@ def _nccl_text(path: str, trace) -> str:
 @output_option
 def nccl(traces, fmt, out):
     """Communication vs compute overlap and per-collective bandwidth for each TRACE."""
-    loaded = [(t, load_trace(t)) for t in traces]
     if fmt == "json":
-        res = [dict(path=p, **nccl_report(tr)) for p, tr in loaded]
-        emit(json.dumps(res if len(res) > 1 else res[0], indent=2), out)
+        res, failed = each_trace(traces, lambda p, tr: dict(path=p, **nccl_report(tr)))
+        emit_json(res, out)
     else:
-        emit("\n\n".join(_nccl_text(p, tr) for p, tr in loaded), out)
+        res, failed = each_trace(traces, _nccl_text)
+        emit("\n\n".join(res), out)
+    exit_if_failed(failed)
 
 
 def _compile_text(path: str, s: dict) -> str:
@@ -82,14 +83,13 @@ def _compile_text(path: str, s: dict) -> str:
 @output_option
 def compile_cmd(traces, show_events, fmt, out):
     """torch.compile: compiles, recompiles per frame and step, compile time, GPU idle while compiling."""
-    res = []
-    for p in traces:
-        tr = load_trace(p)
+    def one(p, tr):
         s = compile_summary(tr)
         if show_events:
-            ev = compile_events(tr)
-            s["events"] = json.loads(ev.to_json(orient="records"))
-        res.append((p, s))
+            s["events"] = json.loads(compile_events(tr).to_json(orient="records"))
+        return p, s
+
+    res, failed = each_trace(traces, one)
     if fmt == "json":
         docs = [dict(path=p, **s) for p, s in res]
         emit_json(docs, out)
@@ -102,3 +102,4 @@ def compile_cmd(traces, show_events, fmt, out):
                          f"{fmt_ns(e['dur'])} ({e['name']})")
             parts.append(text)
         emit("\n\n".join(parts), out)
+    exit_if_failed(failed)

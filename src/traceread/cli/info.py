@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from . import main
-from ._common import emit_json, emit, format_option, load_trace, no_cache_option, output_option
+from ._common import (each_trace, emit, emit_json, exit_if_failed, format_option,
+                      no_cache_option, output_option)
 from ..passes.info import trace_info
 from ..render.text import render_info
 
@@ -17,8 +18,9 @@ from ..render.text import render_info
 @no_cache_option
 def info(traces, fmt, out):
     """Format, version, rank, devices, event counts by kind and time span."""
-    results = [trace_info(load_trace(t)) for t in traces]
+    results, failed = each_trace(traces, lambda p, t: trace_info(t))
     if fmt == "json":
         emit_json(results, out)
     else:
         emit("\n\n".join(render_info(r) for r in results), out)
+    exit_if_failed(failed)
