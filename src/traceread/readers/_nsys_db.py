@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import sqlite3
 import urllib.parse
+from operator import itemgetter
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from ..errors import TraceError
@@ -20,6 +23,31 @@ NSYS_MARKERS = (
     "NVTX_EVENTS", "OSRT_API", "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME",
     "META_DATA_EXPORT", "EXPORT_META_DATA", "ThreadNames", "PROFILER_OVERHEAD",
 )
+
+
+# Rows per fetchmany(): ~20 MB of row tuples in flight, whatever the table size.
+BATCH_ROWS = 1 << 18
+
+
+class Coded(NamedTuple):
+    """A text column as integer codes (-1 = NULL) into ``values`` (decoded str)."""
+    codes: np.ndarray
+    values: np.ndarray
+
+
+class _Coder:
+    """Dictionary-encodes text cells batch by batch; one decode per distinct value."""
+
+    def __init__(self):
+        self.ids: dict = {}
+
+    def encode(self, cells, m: int) -> np.ndarray:
+        codes, uniq = pd.factorize(np.fromiter(cells, object, m), use_na_sentinel=True)
+        ids = np.array([self.ids.setdefault(u, len(self.ids)) for u in uniq], np.int64)
+        return np.where(codes >= 0, ids[np.clip(codes, 0, None)] if len(ids) else -1, -1)
+
+    def values(self) -> np.ndarray:
+        return np.array([text(v) for v in self.ids], dtype=object)
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -64,12 +92,17 @@ class Db:
         return "StringIds" in self.tables and any(t in self.tables for t in NSYS_MARKERS)
 
     def fetch(self, table: str, ints: dict[str, str | None], texts: dict[str, str | None] | None = None,
-              where: str = "") -> dict[str, np.ndarray | list]:
+              where: str = "", batch: int | None = None) -> dict[str, np.ndarray | Coded | None]:
         """Fetch columns of ``table``: ``ints`` maps output name -> SQL column (or
         expression over present columns); None or a missing column gives -1s.
-        ``texts`` likewise for text columns (decoded lists; None when the column is absent)."""
+        ``texts`` likewise for text columns, returned as ``Coded`` (None when the
+        column is absent).
+
+        Rows are pulled ``batch`` at a time and written straight into preallocated
+        numpy columns, so no Python copy of the whole table ever exists (a 500 MB
+        export would otherwise cost several GB of row tuples)."""
         have = self.columns(table)
-        # Text columns the table lacks come back as None (not a list of Nones).
+        # Text columns the table lacks come back as None (not a column of nulls).
         missing = [k for k, col in (texts or {}).items() if col is None or col not in have]
         texts = {k: col for k, col in (texts or {}).items() if k not in missing}
         exprs = []
@@ -80,20 +113,31 @@ class Db:
                 exprs.append("-1")
         for col in texts.values():
             exprs.append(f'"{col}"')
-        sql = f'SELECT {", ".join(exprs)} FROM "{table}"'
-        if where:
-            sql += f" WHERE {where}"
-        rows = self.con.execute(sql).fetchall()
-        out: dict[str, np.ndarray | list] = {}
-        ni = len(ints)
-        if rows:
-            cols = list(zip(*rows))
-        else:
-            cols = [()] * (ni + len(texts))
+        tail = f'FROM "{table}"' + (f" WHERE {where}" if where else "")
+        n = self.con.execute(f"SELECT COUNT(*) {tail}").fetchone()[0]
+        cols = [np.empty(n, np.int64) for _ in range(len(ints) + len(texts))]
+        coders = [_Coder() for _ in texts]
+        cur = self.con.execute(f'SELECT {", ".join(exprs)} {tail}')
+        size = batch or BATCH_ROWS
+        filled = 0
+        while rows := cur.fetchmany(size):
+            m = len(rows)
+            if filled + m > len(cols[0]):  # the count was stale: grow
+                cols = [np.concatenate([c, np.empty(filled + m - len(c), np.int64)]) for c in cols]
+            for j, col in enumerate(cols):
+                get = map(itemgetter(j), rows)
+                if j < len(ints):
+                    col[filled:filled + m] = np.fromiter(get, np.int64, m)
+                else:
+                    col[filled:filled + m] = coders[j - len(ints)].encode(get, m)
+            filled += m
+            del rows
+        out: dict[str, np.ndarray | Coded | None] = {}
         for j, name in enumerate(ints):
-            out[name] = np.asarray(cols[j], dtype=np.int64) if rows else np.empty(0, np.int64)
+            out[name] = cols[j][:filled] if filled < len(cols[j]) else cols[j]
         for j, name in enumerate(texts):
-            out[name] = [text(v) for v in cols[ni + j]]
+            col = cols[len(ints) + j]
+            out[name] = Coded(col[:filled] if filled < len(col) else col, coders[j].values())
         for name in missing:
             out[name] = None
         return out
@@ -150,15 +194,30 @@ def dict_array(pos: np.ndarray, values: np.ndarray) -> pa.DictionaryArray:
 
 
 def concat_dict(parts: list) -> pa.Array:
-    """Concatenate string columns given as DictionaryArrays, lists or None (with lengths)."""
-    arrays = []
+    """Concatenate string columns given as (part, length) pairs; a part is a
+    DictionaryArray, a str (that value on every row), a list, or None (nulls).
+
+    Works on dictionary codes only (no string per row is ever materialised); the
+    result's dictionary is in order of first appearance, as ``dictionary_encode``
+    of the concatenated strings would give."""
+    if not parts:
+        return pa.array([], type=pa.string())
+    index: dict[str, int] = {}
+    codes = []
     for part, n in parts:
         if part is None:
-            arrays.append(pa.nulls(n, pa.string()))
-        elif isinstance(part, pa.DictionaryArray):
-            arrays.append(part.cast(pa.string()))
-        else:
-            arrays.append(pa.array(part, type=pa.string()))
-    if not arrays:
-        return pa.array([], type=pa.string())
-    return pa.concat_arrays(arrays).dictionary_encode()
+            codes.append(np.full(n, -1, np.int32))
+            continue
+        if isinstance(part, str):
+            part = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([part]))
+        elif not isinstance(part, pa.DictionaryArray):
+            part = pa.array(part, type=pa.string()).dictionary_encode()
+        remap = np.array([-1 if v is None else index.setdefault(v, len(index))
+                          for v in part.dictionary.cast(pa.string()).to_pylist()] + [-1], np.int32)
+        idx = part.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        codes.append(remap[idx])  # -1 (null) picks the trailing -1
+    allc = np.concatenate(codes)
+    del codes
+    enc = pa.array(allc, mask=allc < 0).dictionary_encode()
+    values = pa.array(list(index), type=pa.string())
+    return pa.DictionaryArray.from_arrays(enc.indices, values.take(enc.dictionary))

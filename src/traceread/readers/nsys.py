@@ -63,6 +63,8 @@ _MEMCPY_KINDS = {
 _SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
                4: "Context sync"}
 
+_API_KINDS = np.array(["runtime", "driver", "other"], dtype=object)
+_NVTX_KINDS = np.array(["annotation", "instant"], dtype=object)
 _INT_OUT = ("ts", "dur", "pid", "tid", "device", "stream", "correlation", "bytes")
 _STR_OUT = ("kind", "name", "cat", "copy_kind", "collective", "domain", "short_name", "raw_name")
 
@@ -88,7 +90,7 @@ def read_nsys(path: str | os.PathLike, progress: bool = False) -> Trace:
 # ------------------------------------------------------------------ blocks
 
 def _block(n: int, cat: str, kind, **cols) -> dict:
-    b = {"n": n, "cat": [cat] * n if n else [], "kind": kind}
+    b = {"n": n, "cat": cat, "kind": kind}  # str: that value on every row (see concat_dict)
     b.update(cols)
     return b
 
@@ -101,8 +103,8 @@ def _tid(g: np.ndarray) -> np.ndarray:
     return np.where(g >= 0, g & 0xFFFFFF, -1)
 
 
-def _const(n: int, v: str) -> list:
-    return [v] * n
+def _const(n: int, v: str) -> str:
+    return v  # concat_dict expands a str to n rows as dictionary codes
 
 
 def _kernels(db: Db, s: Strings) -> dict | None:
@@ -199,19 +201,18 @@ def _api(db: Db, s: Strings, table: str, default_kind: str, notes: list) -> dict
     pos = s.positions(c["name_id"])
     raw = s.values
     tname = c["tname"]
-    if tname is not None and any(v is not None for v in tname):
+    if tname is not None and (tname.codes >= 0).any():
         # schema 2.9.1 has a `name` column; use it where nameId does not resolve
-        inline = np.array([v is not None for v in tname], dtype=bool)
-        raw = np.concatenate([s.values, np.array([v or "" for v in tname], dtype=object)])
-        pos = np.where((pos < 0) & inline, len(s.values) + np.arange(n), pos)
+        raw = np.concatenate([s.values, tname.values])
+        pos = np.where((pos < 0) & (tname.codes >= 0), len(s.values) + tname.codes, pos)
     raw_names = dict_array(pos, raw)
     clean = np.array([_API_SUFFIX.sub("", x) for x in raw_names.dictionary.to_pylist()], dtype=object)
-    kind = np.full(n, default_kind, dtype=object)
+    kind = np.full(n, 0 if default_kind == "runtime" else 1, np.int64)  # codes into _API_KINDS
     if default_kind == "runtime":
-        kind[ec == _EC_DRIVER] = "driver"
-    kind[dup] = "other"
+        kind[ec == _EC_DRIVER] = 1
+    kind[dup] = 2
     g = c["gtid"]
-    return _block(n, table, list(kind), ts=c["start"], dur=c["end"] - c["start"],
+    return _block(n, table, dict_array(kind, _API_KINDS), ts=c["start"], dur=c["end"] - c["start"],
                   pid=_pid(g), tid=_tid(g), correlation=c["corr"], name=_remap(raw_names, clean),
                   raw_name=raw_names)
 
@@ -271,12 +272,14 @@ def _nvtx(db: Db, s: Strings, notes: list) -> dict | None:
     c = db.fetch(t, {"start": "start", "end": "end", "type": "eventType", "gtid": "globalTid",
                      "text_id": "textId", "domain": "domainId"}, texts={"text": "text"})
     et = c["type"]
-    texts = np.array(c["text"], dtype=object) if c["text"] is not None else np.full(len(et), None, object)
+    # Inline text as codes into tvals (-1: none, use textId).
+    tcodes, tvals = c["text"] if c["text"] is not None else (np.full(len(et), -1, np.int64),
+                                                              np.empty(0, object))
     # Domain names come from NvtxDomainCreate rows (text or textId keyed by domainId).
     dom_rows = et == _NVTX_DOMAIN_CREATE
     dom_names = {}
-    for d, tx, tid in zip(c["domain"][dom_rows], texts[dom_rows], c["text_id"][dom_rows]):
-        dom_names[int(d)] = tx if tx is not None else s.get(int(tid))
+    for d, code, tid in zip(c["domain"][dom_rows], tcodes[dom_rows], c["text_id"][dom_rows]):
+        dom_names[int(d)] = tvals[code] if code >= 0 else s.get(int(tid))
     # Time-sliced exports can lose the NvtxDomainCreate row; NCCL's domain is still
     # recognisable by the payload schemas NCCL registers in it.
     for d in sorted(set(np.unique(c["domain"]).tolist()) - set(dom_names) - {0, -1}):
@@ -293,12 +296,9 @@ def _nvtx(db: Db, s: Strings, notes: list) -> dict | None:
     open_range = (end < 0) & ~mark  # unterminated range (end NULL): zero duration
     dur = np.where(mark | open_range, 0, end - start)
     # Text: inline `text` or a StringIds id.
-    tx = texts[keep]
-    id_names = s.positions(c["text_id"][keep])
-    inline = np.array([v is not None for v in tx], dtype=bool)
-    values = np.concatenate([s.values, np.array([v for v in tx[inline]], dtype=object)])
-    pos = id_names.copy()
-    pos[inline] = len(s.values) + np.arange(int(inline.sum()))
+    tx = tcodes[keep]
+    values = np.concatenate([s.values, tvals])
+    pos = np.where(tx >= 0, len(s.values) + tx, s.positions(c["text_id"][keep]))
     doms = c["domain"][keep]
     udom = np.unique(doms)
     dvals = np.array([dom_names.get(int(d)) for d in udom], dtype=object)
@@ -306,7 +306,7 @@ def _nvtx(db: Db, s: Strings, notes: list) -> dict | None:
     dpos = np.searchsorted(udom, doms)
     dpos = np.where(named[dpos], dpos, -1) if len(udom) else dpos
     g = c["gtid"][keep]
-    return _block(n, t, list(np.where(mark, "instant", "annotation")), ts=start, dur=dur,
+    return _block(n, t, dict_array(mark.astype(np.int64), _NVTX_KINDS), ts=start, dur=dur,
                   pid=_pid(g), tid=_tid(g), name=dict_array(pos, values),
                   domain=dict_array(dpos, dvals),
                   open_ranges=int(open_range.sum()))
@@ -339,22 +339,43 @@ def _read(db: Db) -> Trace:
     blocks = [b for b in gpu + [runtime, driver, _sync(db, api_all), nvtx,
                                  _host_table(db, s, "OSRT_API", "osrt"),
                                  _host_table(db, s, "PROFILER_OVERHEAD", "other")] if b is not None]
+    open_ranges = nvtx["open_ranges"] if nvtx is not None else 0
+    del runtime, driver, api_all, kernels, gpu, nvtx  # blocks own the columns now
     n = sum(b["n"] for b in blocks)
     cols: dict = {}
+    # pop each block's column as it is concatenated, so it is freed right away
     for name in _INT_OUT:
-        parts = [np.asarray(b[name], np.int64) if name in b else np.full(b["n"], -1, np.int64)
+        parts = [np.asarray(b.pop(name), np.int64) if name in b else np.full(b["n"], -1, np.int64)
                  for b in blocks]
         cols[name] = np.concatenate(parts) if parts else np.empty(0, np.int64)
+        del parts
     for name in _STR_OUT:
-        if any(b.get(name) is not None for b in blocks):
-            cols[name] = concat_dict([(b.get(name), b["n"]) for b in blocks])
+        parts = [(b.pop(name, None), b["n"]) for b in blocks]
+        if any(p is not None for p, _ in parts):
+            cols[name] = concat_dict(parts)
+        del parts
+    del blocks
+    _sort_by_ts(cols, n)
     table = build_table(cols, n)
-    if nvtx is not None and nvtx["open_ranges"]:
-        notes.append(f"NVTX_EVENTS: {nvtx['open_ranges']} unterminated ranges kept with dur 0")
+    if open_ranges:
+        notes.append(f"NVTX_EVENTS: {open_ranges} unterminated ranges kept with dur 0")
     neg = int((cols["ts"] < 0).sum()) if n else 0
     if neg:
         notes.append(f"{neg} event(s) start before time 0 (before the session/profiler start)")
     return Trace(table, _meta(db, s, cols, notes))
+
+
+def _sort_by_ts(cols: dict, n: int) -> None:
+    """Stable sort by ts, one column at a time, so build_table (which sorts the
+    same way) finds the rows in order and needs no second copy of the table."""
+    if n < 2:
+        return
+    order = np.argsort(cols["ts"], kind="stable")
+    if np.all(order[1:] > order[:-1]):
+        return
+    take = pa.array(order)
+    for k, v in cols.items():
+        cols[k] = v[order] if isinstance(v, np.ndarray) else v.take(take)
 
 
 def _merge_api(*blocks) -> dict | None:
