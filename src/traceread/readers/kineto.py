@@ -512,20 +512,24 @@ def _release(batch: dec.Batch) -> None:
 
 
 def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
+    """Columns in file order. The batch's arrays are reused in place and its lists
+    and arg columns dropped as soon as they are used (the caller consumes it)."""
     n = batch.n
     ints = batch.ints
     name_d = _dict_encode(batch.name)
     cat_d = _dict_encode(batch.cat)
+    batch.name = batch.cat = []
     kind = _kinds(batch, cat_d, name_d, fmt_name)
 
     # Rows to keep: drop missing-ts rows and 'E' rows (folded into their 'B').
-    ts = batch.ts_ns.copy()
-    dur = batch.dur_ns.copy()
+    ts = batch.ts_ns
+    dur = batch.dur_ns
     keep = ts != dec.NS_MISSING
     _pair_begin_end(batch, ts, dur, keep, meta)
+    batch.ph = []
 
-    pid = batch.pid.copy()
-    tid = batch.tid.copy()
+    pid = batch.pid
+    tid = batch.tid
     for i in batch.pid_str:
         pid[i] = -1
     tid_stream = dec.stream_from_tid(batch.tid_str)
@@ -534,8 +538,9 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     device_side = np.isin(kind, _DEVICE_KINDS) | _is_mtia(cat_d)
     device_side |= (kind == _K["sync"]) & (ints["device"] >= 0)
     device = np.where(ints["device"] >= 0, ints["device"], pid).astype(np.int64)
+    del ints["device"]
     device[~device_side] = -1
-    stream = ints["stream"].copy()
+    stream = ints.pop("stream")
     if tid_stream:
         rows = np.fromiter(tid_stream.keys(), dtype=np.int64)
         tstr = np.fromiter(tid_stream.values(), dtype=np.int64)
@@ -548,6 +553,7 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
 
     correlation = ints["correlation"]
     external_id = np.where(ints["external_id"] >= 0, ints["external_id"], ints["external_id_old"])
+    del ints["external_id"], ints["external_id_old"]
 
     # Host pid of device rows: the runtime call with the same correlation, else the
     # host op with the same external id, else the only host process.
@@ -571,7 +577,8 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     is_copy = kind == _K["memcpy"]
     is_set = kind == _K["memset"]
     nbytes = np.where(ints["bytes"] >= 0, ints["bytes"], ints["size"])
-    nbytes = np.where(is_copy | is_set, nbytes, -1)
+    del ints["bytes"], ints["size"]
+    nbytes[~(is_copy | is_set)] = -1
     copy_kind = np.full(n, None, dtype=object)
     if is_copy.any():
         from_name = _per_unique(name_d, _copy_kind_from_name)
@@ -584,8 +591,11 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
 
     coll = _collective_columns(batch, name_d, kind, n)
 
+    base = _as_int(header.get("baseTimeNanoseconds"), 0)
+    if base:
+        ts += base
     cols = {
-        "ts": ts + _as_int(header.get("baseTimeNanoseconds"), 0),
+        "ts": ts,
         "dur": dur,
         "kind": pa.DictionaryArray.from_arrays(pa.array(kind, pa.int32()), pa.array(KINDS)),
         "name": name_d, "cat": cat_d,

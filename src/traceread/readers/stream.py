@@ -124,9 +124,30 @@ def _uncode(coded) -> list:
     return table[codes].tolist()
 
 
+def _pack_ints(a: np.ndarray):
+    """A mostly -1 int64 column as (int32 rows, values); the array itself otherwise.
+
+    Copy / collective args, the 1.8-era external id and the device / stream of
+    GPU rows are -1 on most rows: stored sparse the parent holds ~70 B/row less.
+    """
+    rows = np.flatnonzero(a != -1)
+    if len(rows) * 3 > len(a) or len(a) >= 2**31:
+        return a
+    return rows.astype(np.int32), a[rows]
+
+
+def _unpack_into(out: np.ndarray, off: int, n: int, packed) -> None:
+    if isinstance(packed, tuple):
+        rows, vals = packed
+        out[off + rows.astype(np.int64)] = vals
+    else:
+        out[off:off + n] = packed
+
+
 def _to_chunk(batch: dec.Batch) -> Chunk:
     arrays = {"pid": batch.pid, "tid": batch.tid, "ts_ns": batch.ts_ns, "dur_ns": batch.dur_ns}
     arrays.update(batch.ints)
+    arrays = {k: _pack_ints(a) for k, a in arrays.items()}
     sparse = {}
     for f, vals in batch.strs.items():
         rows = np.flatnonzero(np.fromiter(map(is_not, vals, repeat(None)), dtype=bool,
@@ -186,9 +207,10 @@ def chunks_to_batch(chunks: list) -> dec.Batch:
         lists[k] = out
     arrays = {}
     for k in ("pid", "tid", "ts_ns", "dur_ns") + dec.ARG_INT_FIELDS:
-        parts = [c.arrays.pop(k) for c in chunks]
-        arrays[k] = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-        del parts
+        out = np.full(n_all, -1, dtype=np.int64)
+        for c, off in zip(chunks, offs.tolist()):
+            _unpack_into(out, off, c.n, c.arrays.pop(k))
+        arrays[k] = out
     strs = {}
     for f in dec.ARG_STR_FIELDS:
         rows = [c.sparse[f][0] + off for c, off in zip(chunks, offs)]
