@@ -404,15 +404,21 @@ def _dict_encode(values: list) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(idx, pa.array(uniq, type=pa.string()))
 
 
-def _sparse_strings(values: np.ndarray) -> pa.DictionaryArray:
-    """Object array, mostly None -> dictionary array, touching only the set rows."""
-    rows = np.flatnonzero(values != None)  # noqa: E711 - elementwise
-    codes = np.full(len(values), -1, dtype=np.int32)
-    uniq: list = []
+def _sparse_strings_at(n: int, at: np.ndarray, vals: np.ndarray) -> pa.DictionaryArray:
+    """Dictionary array of ``n`` rows, ``vals`` (object, str/None) at rows ``at`` (ascending).
+
+    No n-sized object array: the set rows are few (copies, collectives).
+    """
+    vals = np.asarray(vals, dtype=object)
+    set_ = vals != None  # noqa: E711 - elementwise
+    rows, vals = np.asarray(at, dtype=np.int64)[set_], vals[set_]
+    codes = np.full(n, -1, dtype=np.int32)
     if len(rows):
-        c, u = pd.factorize(values[rows].astype(str))
+        c, u = pd.factorize(vals.astype(str))
         codes[rows] = c
         uniq = list(u)
+    else:
+        uniq = []
     return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0),
                                           pa.array(uniq, type=pa.string()))
 
@@ -427,6 +433,15 @@ def _per_unique(d: pa.DictionaryArray, fn, dtype=object, null=None) -> np.ndarra
     vals = d.dictionary.to_pylist()
     table = np.array([fn(v) for v in vals] + [null], dtype=dtype)
     return table[_codes(d)]  # code -1 picks the trailing null entry
+
+
+def _per_unique_at(d: pa.DictionaryArray, fn, rows: np.ndarray, dtype=object,
+                   null=None) -> np.ndarray:
+    """``_per_unique`` for the given rows only (no n-sized temporaries)."""
+    vals = d.dictionary.to_pylist()
+    table = np.array([fn(v) for v in vals] + [null], dtype=dtype)
+    codes = d.indices.take(pa.array(rows, pa.int64())).fill_null(-1)
+    return table[codes.to_numpy(zero_copy_only=False).astype(np.int64)]
 
 
 def _is_mtia(cat_d: pa.DictionaryArray) -> np.ndarray:
@@ -559,15 +574,21 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     # host op with the same external id, else the only host process.
     is_host = np.isin(kind, _HOST_KINDS) & (pid >= 0) & ~device_side
     is_launch = is_host & ((kind == _K["runtime"]) | (kind == _K["driver"]))
-    host_pid = _lookup(np.where(is_launch, correlation, -1), pid, np.where(device_side, correlation, -1))
-    miss = device_side & (host_pid < 0)
+    # (joins on the row subsets only: no n-sized key/query temporaries)
+    dev = np.flatnonzero(device_side)
+    launch = np.flatnonzero(is_launch)
+    host_pid = _lookup(correlation[launch], pid[launch], correlation[dev])
+    del launch
+    miss = host_pid < 0
     if miss.any():
-        host_pid[miss] = _lookup(np.where(is_host, external_id, -1), pid,
-                                 np.where(miss, external_id, -1))[miss]
-        miss = device_side & (host_pid < 0)
+        host = np.flatnonzero(is_host)
+        host_pid[miss] = _lookup(external_id[host], pid[host], external_id[dev[miss]])
+        del host
+        miss = host_pid < 0
         if miss.any():
             host_pid[miss] = _main_pid(pid, is_launch, is_host)
-    pid = np.where(device_side, host_pid, pid)
+    pid[dev] = host_pid
+    del dev, host_pid, miss, is_launch, is_host
     tid[device_side] = -1
     for i in batch.tid_str:
         if i not in tid_stream:
@@ -579,14 +600,15 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     nbytes = np.where(ints["bytes"] >= 0, ints["bytes"], ints["size"])
     del ints["bytes"], ints["size"]
     nbytes[~(is_copy | is_set)] = -1
-    copy_kind = np.full(n, None, dtype=object)
-    if is_copy.any():
-        from_name = _per_unique(name_d, _copy_kind_from_name)
-        for i in np.flatnonzero(is_copy).tolist():
+    copy_rows = np.flatnonzero(is_copy)
+    copy_kind = np.full(len(copy_rows), None, dtype=object)
+    if len(copy_rows):
+        from_name = _per_unique_at(name_d, _copy_kind_from_name, copy_rows)
+        for j, i in enumerate(copy_rows.tolist()):
             # Name ("Memcpy HtoD (Pageable -> Device)"), else ROCm 'kind', else MTIA 'direction'.
             d = batch.strs["direction"][i]
             k = batch.strs["kind"][i]
-            copy_kind[i] = from_name[i] or (k if isinstance(k, str) else None) or (
+            copy_kind[j] = from_name[j] or (k if isinstance(k, str) else None) or (
                 _DIRECTION.get(d) if isinstance(d, str) else None)
 
     coll = _collective_columns(batch, name_d, kind, n)
@@ -601,7 +623,7 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
         "name": name_d, "cat": cat_d,
         "pid": pid, "tid": tid, "device": device, "stream": stream,
         "correlation": correlation, "external_id": external_id,
-        "bytes": nbytes, "copy_kind": _sparse_strings(copy_kind),
+        "bytes": nbytes, "copy_kind": _sparse_strings_at(n, copy_rows, copy_kind),
         **coll,
     }
     return cols, keep
@@ -645,35 +667,36 @@ def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.n
     ints, strs = batch.ints, batch.strs
     coll_raw = strs["coll_name"]
     has_args = np.fromiter(map(is_not, coll_raw, repeat(None)), dtype=bool, count=n)
-    collective = np.full(n, None, dtype=object)
-    if has_args.any():
-        rows = np.flatnonzero(has_args)
-        collective[rows] = [_collective_name(coll_raw[i]) for i in rows]
-    is_kernel = kind == _K["kernel"]
-    if is_kernel.any():
-        from_name = _per_unique(name_d, collective_from_kernel)
-        fill = is_kernel & ~has_args & (from_name != None)  # noqa: E711
-        collective[fill] = from_name[fill]
+    arg_rows = np.flatnonzero(has_args)
+    coll_rows = arg_rows
+    collective = np.array([_collective_name(coll_raw[i]) for i in arg_rows.tolist()] or [],
+                          dtype=object)
+    kernel_rows = np.flatnonzero((kind == _K["kernel"]) & ~has_args)
+    if len(kernel_rows):
+        from_name = _per_unique_at(name_d, collective_from_kernel, kernel_rows)
+        hit = from_name != None  # noqa: E711
+        if hit.any():  # merge the two row sets, keeping row order
+            coll_rows = np.concatenate([arg_rows, kernel_rows[hit]])
+            order = np.argsort(coll_rows, kind="stable")
+            coll_rows = coll_rows[order]
+            collective = np.concatenate([collective, from_name[hit]])[order]
     in_n, out_n = ints["in_nelems"], ints["out_nelems"]
     # nccl-tests convention: the larger buffer (all_gather output, reduce_scatter input).
     nelems = np.where(has_args, np.maximum(in_n, out_n), -1)
-    dtype = np.full(n, None, dtype=object)
     msg_bytes = np.full(n, -1, dtype=np.int64)
-    if has_args.any():
-        rows = np.flatnonzero(has_args)
-        dts = [strs["dtype"][i] if isinstance(strs["dtype"][i], str) else None for i in rows]
-        dtype[rows] = dts
+    rows = arg_rows
+    dts = [strs["dtype"][i] if isinstance(strs["dtype"][i], str) else None for i in rows.tolist()]
+    dtype = np.array(dts, dtype=object)
+    if len(rows):
         size = np.array([dtype_size(d) for d in dts], dtype=np.int64)
         ok = (size > 0) & (nelems[rows] >= 0)
         msg_bytes[rows[ok]] = nelems[rows[ok]] * size[ok]
-    pg = np.full(n, None, dtype=object)
-    if has_args.any():
-        rows = np.flatnonzero(has_args)
-        pg[rows] = [_pg_name(strs["pg_name"][i], ints["pg_id"][i], strs["pg_desc"][i]) for i in rows]
+    pg = np.array([_pg_name(strs["pg_name"][i], ints["pg_id"][i], strs["pg_desc"][i])
+                   for i in rows.tolist()], dtype=object)
     group_size = np.where(has_args, ints["group_size"], -1)
-    return {"collective": _sparse_strings(collective), "msg_nelems": nelems,
-            "msg_bytes": msg_bytes, "dtype": _sparse_strings(dtype), "group_size": group_size,
-            "process_group": _sparse_strings(pg)}
+    return {"collective": _sparse_strings_at(n, coll_rows, collective), "msg_nelems": nelems,
+            "msg_bytes": msg_bytes, "dtype": _sparse_strings_at(n, rows, dtype),
+            "group_size": group_size, "process_group": _sparse_strings_at(n, rows, pg)}
 
 
 def _collective_name(raw: Any) -> str | None:
