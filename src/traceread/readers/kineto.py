@@ -310,7 +310,9 @@ def _format_name(header: dict, batch: dec.Batch, top_list: bool) -> str:
         return "kineto"
     if top_list and any(v in _AUTOGRAD_PIDS for v in batch.pid_str.values()):
         return "kineto"  # old torch.autograd.profiler export_chrome_trace
-    cats = {c.lower() for c in set(batch.cat) if isinstance(c, str)}
+    distinct = (batch.cat.dictionary.to_pylist() if isinstance(batch.cat, pa.DictionaryArray)
+                else set(batch.cat))
+    cats = {c.lower() for c in distinct if isinstance(c, str)}
     return "kineto" if cats & set(CAT_KIND) else "chrome"
 
 
@@ -392,8 +394,14 @@ def _str_list(values: list) -> list:
     return [v if v is None or isinstance(v, str) else str(v) for v in values]
 
 
-def _dict_encode(values: list) -> pa.DictionaryArray:
-    """Dictionary-encode via pandas' hash factorize (far cheaper than arrow from str lists)."""
+def _dict_encode(values) -> pa.DictionaryArray:
+    """Dictionary-encode via pandas' hash factorize (far cheaper than arrow from str lists).
+
+    A dictionary array (the streaming path joins its chunks' codes into one, in
+    first-appearance order, exactly what the factorize below gives) passes through.
+    """
+    if isinstance(values, pa.DictionaryArray):
+        return values
     codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
     uniq = [u if isinstance(u, str) else str(u) for u in uniques]
     if len(set(uniq)) != len(uniq):  # e.g. 1 and "1" both present: merge

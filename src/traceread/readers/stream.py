@@ -41,13 +41,14 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..detect import sniff
 from ..errors import TraceError
 from ..table import Trace, build_table, release_heap
 from . import _kineto_decode as dec
 
-CHUNK_BYTES = 32 << 20          # decoded per task; ~0.5 s of work, ~150 MB peak per worker
+CHUNK_BYTES = 16 << 20          # decoded per task; ~0.25 s of work, ~80 MB peak per worker
 STREAM_MIN_BYTES = 32 << 20     # read() streams files at least this big (uncompressed estimate);
                                 # at 61 MB both paths take ~1.5 s, streaming peaks at 215 vs 347 MB
 GZ_RATIO_GUESS = 10             # typical Kineto gzip ratio, for the size estimate only
@@ -158,6 +159,27 @@ def _to_chunk(batch: dec.Batch) -> Chunk:
                  ts_lossy=batch.ts_lossy, meta_events=batch.meta_events)
 
 
+def _join_codes(parts: list, n_all: int):
+    """Chunks' (codes, uniques) -> one dictionary array with a running global dictionary.
+
+    Dictionary in first-appearance order over the whole file and int32 codes,
+    i.e. what ``kineto._dict_encode`` gives for the joined list -- without the
+    list (8 B/row) or its object-array copy. None when a chunk kept a plain list.
+    """
+    if any(isinstance(p, list) for p in parts):
+        return None
+    index: dict = {}
+    codes = np.empty(n_all, dtype=np.int32)
+    pos = 0
+    for c, uniques in parts:
+        remap = np.array([index.setdefault(u, len(index)) for u in uniques] + [-1],
+                         dtype=np.int32)
+        codes[pos:pos + len(c)] = remap[c]  # code -1 picks the trailing -1
+        pos += len(c)
+    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0),
+                                          pa.array(list(index), type=pa.string()))
+
+
 class SparseColumn:
     """Read-only list stand-in for a mostly-None column: len, [i], iteration.
 
@@ -201,16 +223,21 @@ def chunks_to_batch(chunks: list) -> dec.Batch:
     offs = np.cumsum([0] + [c.n for c in chunks])
     lists = {}
     for k in STR_LISTS:
-        out: list = []
-        for c in chunks:
-            out.extend(_uncode(c.strs_coded.pop(k)))
-        lists[k] = out
+        parts = [c.strs_coded.pop(k) for c in chunks]
+        joined = _join_codes(parts, n_all) if k != "ph" else None
+        if joined is None:  # ph (a few distinct values), or a chunk with non-str values
+            joined = []
+            for part in parts:
+                joined.extend(_uncode(part))
+        lists[k] = joined
+        del parts
     arrays = {}
     for k in ("pid", "tid", "ts_ns", "dur_ns") + dec.ARG_INT_FIELDS:
         out = np.full(n_all, -1, dtype=np.int64)
         for c, off in zip(chunks, offs.tolist()):
             _unpack_into(out, off, c.n, c.arrays.pop(k))
         arrays[k] = out
+        release_heap()  # the chunks' parts are small heap blocks: hand them back now
     strs = {}
     for f in dec.ARG_STR_FIELDS:
         rows = [c.sparse[f][0] + off for c, off in zip(chunks, offs)]
