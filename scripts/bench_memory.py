@@ -8,7 +8,7 @@ directory (the work tree is not touched); both versions then run, each in its
 own process, in this one run:
 
 * ``read``    -- ``traceread.load(path)`` (no cache), from ``import`` to finished table
-* ``analyze`` -- ``python -m traceread.cli analyze --no-cache --format json``, end to end
+* ``analyze`` -- ``traceread analyze --no-cache --format json``, end to end (imports included)
 
 Peak RSS is the peak of the *sum* over the process tree (worker processes
 included), sampled every 20 ms (``bench.run``). Prints one Markdown table with
@@ -30,6 +30,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from bench import READ, fmt_mb, fmt_s, run  # noqa: E402
+
+
+# the CLI of the checkout on PYTHONPATH (the installed ``traceread`` script may be another)
+CLI = "import sys; from traceread.cli import main; sys.argv[0] = 'traceread'; main()"
 
 
 def export_src(ref: str, dest: Path) -> Path:
@@ -59,7 +63,7 @@ def measure(path: Path, src: Path) -> dict:
     py = sys.executable
     return {
         "read": run([py, "-c", READ, str(path)], env=env),
-        "analyze": run([py, "-m", "traceread.cli", "analyze", "--no-cache", "--format", "json",
+        "analyze": run([py, "-c", CLI, "analyze", "--no-cache", "--format", "json",
                         "-o", os.devnull, str(path)], env=env),
     }
 
