@@ -278,7 +278,8 @@ def test_scaler_tiles_steps_with_consistent_ids(tmp_path, out_name):
 @pytest.mark.slow
 def test_one_gigabyte_gzip_streams_in_bounded_memory(tmp_path):
     """~1 GB raw scaled trace as .json.gz: streaming read in a subprocess,
-    row counts from the tiling, peak RSS of the process tree under 2.5x raw."""
+    row counts from the tiling, peak RSS of the process tree under 1.2x raw
+    (measured 0.82x; 1.77x before the finish released its temporaries)."""
     import subprocess
     import sys
     import time
@@ -306,4 +307,4 @@ def test_one_gigabyte_gzip_streams_in_bounded_memory(tmp_path):
     assert rows == info["copies"] * (len(one) - once) + once
     assert kernels == info["copies"] * int((one.events.kind == "kernel").sum())
     print(f"1 GB gzip: {rows:,} rows, peak RSS {peak / 1e6:,.0f} MB = {peak / info['raw_bytes']:.2f}x raw")
-    assert peak < 2.5 * info["raw_bytes"], peak
+    assert peak < 1.2 * info["raw_bytes"], peak
