@@ -141,7 +141,6 @@ def decode_events(buf: bytes | memoryview, exact: bool = False) -> list:
 
 def events_to_batch(events: list) -> Batch:
     """Turn decoded events into column arrays. Pure function of the events."""
-    n_all = len(events)
     ph_all = list(map(_get["ph"], events))
     masks = phase_masks(ph_all, (ROW_PHASES, _META))
     keep = masks[0]

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..collectives import collective_from_kernel, dtype_size, is_comm_kernel, normalize_collective
+from ..collectives import collective_from_kernel, dtype_size, normalize_collective
 from ..detect import sniff
 from ..errors import TraceError
 from ..table import KINDS, Trace, TraceMeta, build_table, release_heap
