@@ -22,7 +22,7 @@ from .passes.gaps import gpu_gaps
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
-from .table import GPU_OP_KINDS, Trace, TraceMeta
+from .table import GPU_OP_KINDS, Trace, TraceMeta, release_heap
 
 LARGEST_GAPS = 20
 TOP_KERNELS = 20
@@ -81,12 +81,15 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     ops = steps_mod.gpu_ops(ev)
     if is_nsys:  # the gap pass ignores ops recorded before the session start; so do we
         ops = ops[ops["ts"] > 0].reset_index(drop=True)
+    release_heap()  # each pass frees its temporaries; hand the pages back before the next
     op_step = steps_mod.step_of_gpu_ops(steps, ops)
     step_tab = steps_mod.step_table(steps, ops, op_step)
 
     gaps = gpu_gaps(trace, 0)
     gaps["step_index"] = _step_of_gaps(gaps, ops, op_step)
+    release_heap()
     att = attr_mod.attribute(ev, gaps, ops, pattern)
+    release_heap()
     gaps = att["gaps"]
     summary = attr_mod.summarize(gaps)
     step_tab = _step_idle(step_tab, gaps)
@@ -96,9 +99,11 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     devices = _devices(ops, gaps, trace.meta)
 
     nccl, collectives = comm_overlap(ev), collective_summary(ev)
+    release_heap()
     comp = compile_summary(ev, gaps=gaps)
     kernels = kernel_summary(ev)
     classes = _classes(ev)
+    release_heap()
 
     exposed = int(nccl["exposed_ns"].sum()) if len(nccl) and "exposed_ns" in nccl else 0
     window = int(devices["window_ns"].sum()) if len(devices) else 0
@@ -185,7 +190,7 @@ def _devices(ops: pd.DataFrame, gaps: pd.DataFrame, meta: TraceMeta) -> pd.DataF
 
 def _classes(ev: pd.DataFrame) -> pd.DataFrame:
     # Only GPU ops, with only their own names: the classifier runs once per category.
-    gpu = ev[ev["kind"].isin(GPU_OP_KINDS)].copy()
+    gpu = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(), ["kind", "name", "dur"]]
     if isinstance(gpu["name"].dtype, pd.CategoricalDtype):
         gpu["name"] = gpu["name"].cat.remove_unused_categories()
     return time_by_class(gpu)

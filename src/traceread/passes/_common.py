@@ -18,3 +18,10 @@ def map_names(names: pd.Series, fn) -> np.ndarray:
     lut = np.array([fn(str(n)) for n in cat.cat.categories] + [fn("")], dtype=object)
     codes = cat.cat.codes.to_numpy()
     return lut[np.where(codes < 0, len(lut) - 1, codes)]
+
+
+def map_names_at(names: pd.Series, rows: np.ndarray, fn) -> np.ndarray:
+    """``map_names(names.iloc[rows], fn)`` without copying the column or the other rows."""
+    cat = names.astype("category") if names.dtype != "category" else names
+    lut = np.array([fn(str(n)) for n in cat.cat.categories] + [fn("")], dtype=object)
+    return lut[cat.cat.codes.to_numpy()[rows]]   # code -1 (null) reads the last slot

@@ -89,49 +89,52 @@ COMM_RX = re.compile(
     r"^(?:c10d::|c10d_|nccl:|record_param_comms|ProcessGroup|gloo:|mpi:|aten::wait"
     r"|torch\.distributed)|ProcessGroupNCCL::wait|Work(?:NCCL)?::wait|torch/distributed/")
 HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
+_SLICE = 1 << 18   # host rows per slice of the top-ops overlap
 
 
-def _by_name(ev: pd.DataFrame, fn, rows: np.ndarray | None = None) -> np.ndarray:
-    """Apply ``fn(name) -> int`` once per distinct name used by ``ev[rows]``; -1 elsewhere."""
-    names = ev["name"]
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names.astype("category")
-    codes = names.cat.codes.to_numpy()
-    out = np.full(len(ev), -1, np.int64)
-    if not len(ev):
-        return out
-    sel = codes >= 0
-    if rows is not None:
-        sel &= rows
-    used = np.unique(codes[sel])
+def _codes(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """Category codes (-1 = null) and categories of a string column."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype("category")
+    return col.cat.codes.to_numpy(), col.cat.categories
+
+
+def _name_lut(cats: pd.Index, codes: np.ndarray, fn, dtype=np.int64, default=-1) -> np.ndarray:
+    """``fn(name)`` per category used by ``codes``, ``default`` elsewhere.
+
+    One slot more than there are categories: index -1 (a null name) reads the
+    last slot, which stays ``default``.
+    """
+    lut = np.full(len(cats) + 1, default, dtype)
+    used = np.flatnonzero(np.bincount(codes[codes >= 0].astype(np.intp), minlength=len(cats)))
     # nsys traces carry tens of thousands of distinct NVTX texts: never touch unused ones
-    texts = names.cat.categories.take(used).astype(str).tolist()
+    texts = cats.take(used).astype(str).tolist()
     # emit_nvtx makes every call a distinct name ("aten::add, seq = 12, op_id = 7"):
     # classify each base name once
-    memo: dict[str, int] = {}
-    vals = np.fromiter((_memo(memo, fn, _NVTX_SUFFIX_RX.sub("", t)) for t in texts), np.int64,
-                       len(texts))
-    lut = np.full(len(names.cat.categories), -1, np.int64)
-    lut[used] = vals
-    out[sel] = lut[codes[sel]]
-    return out
+    memo: dict = {}
+    lut[used] = [_memo(memo, fn, _NVTX_SUFFIX_RX.sub("", t)) for t in texts]
+    return lut
 
 
-def _strings(col: pd.Series) -> np.ndarray:
-    """A string column as an object array, via its categories (no per-row conversion)."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = np.asarray(col.cat.categories.astype(str).tolist() + [""], dtype=object)
-        codes = col.cat.codes.to_numpy()
-        return cats[np.where(codes < 0, len(cats) - 1, codes)]
-    return col.astype(str).to_numpy(object)
+def _kind_index(ev: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
+    """Position of each row's kind in HOST_KINDS (int8), -1 for every other kind."""
+    codes, cats = _codes(ev["kind"])
+    lut = np.array([HOST_KINDS.index(c) if c in HOST_KINDS else -1
+                    for c in cats.astype(str)] + [-1], np.int8)
+    return lut[codes if rows is None else codes[rows]]
 
 
-def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarray:
-    """CPU category index (into CPU_CATEGORIES) of every row; -1 for rows that never count.
+_API = (HOST_KINDS.index("runtime"), HOST_KINDS.index("driver"))
+_OPS = (HOST_KINDS.index("cpu_op"), HOST_KINDS.index("annotation"))
 
-    Never counted: GPU-side rows, instants, generic spans, and the step ranges
-    themselves (they cover everything and say nothing).
-    """
+
+def _is_api(kind: np.ndarray) -> np.ndarray:
+    return (kind == _API[0]) | (kind == _API[1])
+
+
+def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
+              nccl: np.ndarray | None, step_pattern: str | None) -> np.ndarray:
+    """CPU category (int8) of rows given their HOST_KINDS index and name codes."""
     cat = {c: i for i, c in enumerate(CPU_CATEGORIES)}
     step_rx = [re.compile(p) for p in ([step_pattern] if step_pattern
                                        else [DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN])]
@@ -154,54 +157,89 @@ def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarr
             return cat["sync"]
         return cat["alloc"] if ALLOC_API_RX.match(n) else cat["launch"]
 
-    kind = _strings(ev["kind"])
-    is_api = (kind == "runtime") | (kind == "driver")
-    named = _by_name(ev, by_name, ~is_api)
-    api_cat = _by_name(ev, api, is_api)
-    out = np.full(len(ev), -1, np.int64)
-    out[is_api] = api_cat[is_api]
+    is_api = _is_api(kind)
+    out = np.full(len(kind), -1, np.int8)
+    api_lut = _name_lut(name_cats, name[is_api], api, np.int8)
+    out[is_api] = api_lut[name[is_api]]
+    del is_api
+    other = kind >= 0
+    other &= ~_is_api(kind)
+    named_lut = _name_lut(name_cats, name[other], by_name, np.int8)
+    del other
     for k, default in (("cpu_op", cat["cpu_op"]), ("annotation", cat["cpu_op"]),
                        ("osrt", cat["cpu_op"]), ("python", cat["python"])):
-        m = kind == k
-        out[m] = np.where(named[m] >= 0, named[m], np.where(named[m] == -2, -1, default))
-    if "domain" in ev and len(ev):
-        nccl = (kind == "annotation") & (_strings(ev["domain"]) == "NCCL")
-        out[nccl] = cat["comm_wait"]
+        m = kind == HOST_KINDS.index(k)
+        named = named_lut[name[m]]
+        out[m] = np.where(named >= 0, named, np.where(named == -2, -1, default))
+    if nccl is not None:
+        out[nccl & (kind == HOST_KINDS.index("annotation"))] = cat["comm_wait"]
     return out
+
+
+def _nccl_domain(ev: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray | None:
+    if "domain" not in ev or not len(ev):
+        return None
+    codes, cats = _codes(ev["domain"])
+    lut = np.array([str(c) == "NCCL" for c in cats] + [False], bool)
+    return lut[codes if rows is None else codes[rows]]
+
+
+def _sync(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index) -> np.ndarray:
+    """Rows that are blocking host syncs, from their HOST_KINDS index and name codes."""
+    is_api = _is_api(kind)
+    # aten::item as an operator (Kineto) or as an NVTX range (nsys, emit_nvtx)
+    is_op = (kind == _OPS[0]) | (kind == _OPS[1])
+    api = _name_lut(name_cats, name[is_api], lambda n: bool(SYNC_API_RX.match(n)), bool, False)
+    op = _name_lut(name_cats, name[is_op], lambda n: _op_base(n) in SYNC_OPS, bool, False)
+    out = np.zeros(len(kind), bool)
+    out[is_api] = api[name[is_api]]
+    out[is_op] = op[name[is_op]]
+    return out
+
+
+def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarray:
+    """CPU category index (into CPU_CATEGORIES) of every row; -1 for rows that never count.
+
+    Never counted: GPU-side rows, instants, generic spans, and the step ranges
+    themselves (they cover everything and say nothing).
+    """
+    name, cats = _codes(ev["name"])
+    return _classify(_kind_index(ev), name, cats, _nccl_domain(ev), step_pattern).astype(np.int64)
 
 
 def sync_calls(ev: pd.DataFrame) -> np.ndarray:
     """Rows that are blocking host syncs (runtime/driver sync APIs, aten::item)."""
-    kind = _strings(ev["kind"])
-    is_api = (kind == "runtime") | (kind == "driver")
-    # aten::item as an operator (Kineto) or as an NVTX range (nsys, emit_nvtx)
-    is_op = (kind == "cpu_op") | (kind == "annotation")
-    api = _by_name(ev, lambda n: 1 if SYNC_API_RX.match(n) else 0, is_api) == 1
-    op = _by_name(ev, lambda n: 1 if _op_base(n) in SYNC_OPS else 0, is_op) == 1
-    return (is_api & api) | (is_op & op)
+    name, cats = _codes(ev["name"])
+    return _sync(_kind_index(ev), name, cats)
+
+
+def _pairs(pid: np.ndarray, tid: np.ndarray) -> set:
+    d = pd.DataFrame({"pid": pid, "tid": tid}).drop_duplicates()
+    return set(zip(d["pid"].tolist(), d["tid"].tolist()))
 
 
 def launch_threads(ev: pd.DataFrame, ops: pd.DataFrame, pid: int, device: int) -> set:
     """(pid, tid) pairs of the host threads that feed (pid, device); see module doc."""
-    mine = ops[(ops["pid"].to_numpy() == pid) & (ops["device"].to_numpy() == device)]
-    linked = mine[mine["launch_tid"].to_numpy() >= 0]
-    if len(linked):
-        return set(zip(linked["launch_pid"].tolist(), linked["launch_tid"].tolist()))
-    host = ev[ev["kind"].isin(("runtime", "driver"))]
-    for sel in (host[host["pid"] == pid], host):
-        if len(sel):
-            return set(zip(sel["pid"].tolist(), sel["tid"].tolist()))
-    host = ev[ev["kind"].isin(("cpu_op", "python", "annotation"))]
-    for sel in (host[host["pid"] == pid], host):
-        if len(sel):
-            return set(zip(sel["pid"].tolist(), sel["tid"].tolist()))
+    mine = (ops["pid"].to_numpy() == pid) & (ops["device"].to_numpy() == device)
+    linked = mine & (ops["launch_tid"].to_numpy() >= 0)
+    if linked.any():
+        return _pairs(ops["launch_pid"].to_numpy()[linked], ops["launch_tid"].to_numpy()[linked])
+    epid, etid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    for kinds in (("runtime", "driver"), ("cpu_op", "python", "annotation")):
+        host = ev["kind"].isin(kinds).to_numpy()
+        for sel in (host & (epid == pid), host):
+            if sel.any():
+                return _pairs(epid[sel], etid[sel])
     return set()
 
 
-def _thread_mask(ev: pd.DataFrame, threads: set) -> np.ndarray:
+def _thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    return pid.astype(np.int64) * (1 << 32) + (tid.astype(np.int64) & 0xFFFFFFFF)
+
+
+def _thread_mask(key: np.ndarray, threads: set) -> np.ndarray:
     if not threads:
-        return np.zeros(len(ev), bool)
-    key = ev["pid"].to_numpy(np.int64) * (1 << 32) + (ev["tid"].to_numpy(np.int64) & 0xFFFFFFFF)
+        return np.zeros(len(key), bool)
     want = np.array([p * (1 << 32) + (t & 0xFFFFFFFF) for p, t in threads], np.int64)
     return np.isin(key, want)
 
@@ -216,31 +254,40 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     ``cpu_<category>`` ns column per category; "top_ops": DataFrame name,
     category, ns (inclusive time inside gaps), count}.
     """
-    gaps = gaps.reset_index(drop=True).copy()
+    gaps = gaps.reset_index(drop=True)   # a new frame: the columns added below stay ours
     n = len(gaps)
     split = np.zeros((n, len(CPU_CATEGORIES)), np.int64)
     drain = np.full(n, "starved", object)
     drain_op = np.full(n, "", object)
-    host_mask = ev["kind"].isin(HOST_KINDS).to_numpy()
-    cols = [c for c in ("ts", "dur", "kind", "name", "pid", "tid", "domain") if c in ev]
-    host = ev.loc[host_mask, cols]
-    host_names = _strings(host["name"])
-    cats = classify_host(host, step_pattern)
-    is_sync = sync_calls(host)
-    hs = host["ts"].to_numpy(np.int64)
-    he = hs + host["dur"].to_numpy(np.int64)
+    # Host rows as plain arrays (row indices, codes), never a copied frame or per-row strings.
+    rows = np.flatnonzero(_kind_index(ev) >= 0)
+    kind = _kind_index(ev, rows)
+    all_names, name_cats = _codes(ev["name"])
+    name = all_names[rows]
+    cats = _classify(kind, name, name_cats, _nccl_domain(ev, rows), step_pattern)
+    is_sync = _sync(kind, name, name_cats)
+    hs = ev["ts"].to_numpy(np.int64)[rows]
+    he = hs + ev["dur"].to_numpy(np.int64)[rows]
+    key = _thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
+    del rows
     top_parts = []
     for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
         gs = gaps["start"].to_numpy(np.int64)[idx]
         ge = gaps["end"].to_numpy(np.int64)[idx]
-        on = _thread_mask(host, launch_threads(ev, ops, int(pid), int(dev)))
-        split[idx] = _carve(gs, ge, cats[on], hs[on], he[on])
-        sync_names = np.array([_op_base(n) for n in host_names[on & is_sync]],
-                              object)
-        d, dop = _drain(gs, ge, sync_names,
-                        hs[on & is_sync], he[on & is_sync])
+        on = _thread_mask(key, launch_threads(ev, ops, int(pid), int(dev)))
+        if on.all():   # one device fed by every host thread: no copies
+            c_on, s_on, e_on, k_on, n_on = cats, hs, he, kind, name
+        else:
+            c_on, s_on, e_on, k_on, n_on = cats[on], hs[on], he[on], kind[on], name[on]
+        if len(idx) == n:   # one (pid, device): carve straight into the result
+            _carve(gs, ge, c_on, s_on, e_on, split)
+        else:
+            split[idx] = _carve(gs, ge, c_on, s_on, e_on)
+        sy = on & is_sync
+        d, dop = _drain(gs, ge, _sync_names(name_cats, name[sy]), hs[sy], he[sy])
         drain[idx], drain_op[idx] = d, dop
-        top_parts.append(_top_ops(host[on], cats[on], hs[on], he[on], gs, ge))
+        top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gs, ge))
+        del on, c_on, s_on, e_on, k_on, n_on, sy
     for j, c in enumerate(CPU_CATEGORIES):
         gaps[f"cpu_{c}"] = split[:, j]
     gaps["cpu"] = np.array(CPU_CATEGORIES, object)[split.argmax(axis=1)] if n else \
@@ -250,20 +297,69 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top)}
 
 
-def _carve(gs, ge, cats, hs, he) -> np.ndarray:
-    """ns of each gap per category, by priority; the remainder is untraced."""
-    out = np.zeros((len(gs), len(CPU_CATEGORIES)), np.int64)
+def _sync_names(cats: pd.Index, codes: np.ndarray) -> np.ndarray:
+    """Base names (``_op_base``) of the given name codes, as an object array."""
+    used = np.unique(codes)
+    lut = np.array([_op_base(str(cats[c])) if c >= 0 else "" for c in used.tolist()],
+                   dtype=object)
+    return lut[np.searchsorted(used, codes)] if len(codes) else np.empty(0, object)
+
+
+def _carve(gs, ge, cats, hs, he, out: np.ndarray | None = None) -> np.ndarray:
+    """ns of each gap per category, by priority; the remainder is untraced.
+
+    ``out``: a zeroed (gaps, categories) array to fill, else a new one.
+    """
+    if out is None:
+        out = np.zeros((len(gs), len(CPU_CATEGORIES)), np.int64)
     remaining = intervals.union(gs, ge)
     for j, _ in enumerate(CPU_CATEGORIES[:-1]):
         m = cats == j
         if not m.any() or not len(remaining[0]):
             continue
         cover = intervals.union(hs[m], he[m])
-        piece = intervals.intersect(remaining, cover)
+        piece = _intersect_sets(remaining, cover)
         out[:, j] = intervals.overlap(piece, gs, ge)
-        remaining = intervals.subtract(remaining, piece)
+        remaining = _subtract_sets(remaining, piece)
     out[:, -1] = intervals.overlap(remaining, gs, ge)
     return out
+
+
+def _intersect_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals.Intervals:
+    """``intervals.intersect`` for two disjoint sorted sets, in O(pieces) memory.
+
+    The general sweep allocates ~10 int64 arrays of 4 x (|a| + |b|) events. Here
+    each b interval is paired with the a intervals it overlaps (at most |a| + |b|
+    pairs); both sets being sorted, disjoint and non-touching, the clipped pairs
+    come out sorted, non-empty and non-touching: already the normal form.
+    """
+    (a_s, a_e), (b_s, b_e) = a, b
+    if not len(a_s) or not len(b_s):
+        return a_s[:0].astype(np.int64), a_e[:0].astype(np.int64)
+    lo = np.searchsorted(a_e, b_s, side="right")   # first a ending after b starts
+    cnt = np.searchsorted(a_s, b_e, side="left")   # a intervals starting before b ends
+    cnt -= lo
+    np.maximum(cnt, 0, out=cnt)
+    j = np.repeat(np.arange(len(b_s)), cnt)
+    i = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
+    del lo, cnt
+    i += np.arange(len(j))
+    start = np.maximum(a_s[i], b_s[j])
+    end = np.minimum(a_e[i], b_e[j])
+    return start, end
+
+
+def _subtract_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals.Intervals:
+    """``intervals.subtract`` for two disjoint sorted sets: a intersected with b's holes."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    if not len(a_s) or not len(b_s):
+        return intervals.union(a_s, a_e)
+    lo = min(int(a_s[0]), int(b_s[0]))
+    hi = max(int(a_e[-1]), int(b_e[-1]))
+    hs = np.concatenate(([lo], b_e))
+    he = np.concatenate((b_s, [hi]))
+    keep = he > hs
+    return _intersect_sets(a, (hs[keep], he[keep]))
 
 
 def _drain(gs, ge, names, ss, se) -> tuple[np.ndarray, np.ndarray]:
@@ -297,27 +393,30 @@ def _drain(gs, ge, names, ss, se) -> tuple[np.ndarray, np.ndarray]:
     return drain, which
 
 
-def _top_ops(host, cats, hs, he, gs, ge) -> pd.DataFrame:
+def _top_ops(kind, name, name_cats, cats, hs, he, gs, ge) -> pd.DataFrame:
     """Inclusive time each host op/call spends inside the gaps (python frames excluded)."""
-    kinds = _strings(host["kind"])
-    m = (cats >= 0) & (kinds != "python")
-    if not m.any():
+    sel = np.flatnonzero((cats >= 0) & (kind != HOST_KINDS.index("python")))
+    if not len(sel):
         return pd.DataFrame({"name": [], "category": [], "ns": [], "count": []})
-    ov = intervals.overlap(intervals.union(gs, ge), hs[m], he[m])
+    gaps_iv = intervals.union(gs, ge)
+    ov = np.empty(len(sel), np.int64)
+    # in slices: the overlap's temporaries are ~10 int64 arrays of the rows it is given
+    for a in range(0, len(sel), _SLICE):
+        r = sel[a:a + _SLICE]
+        ov[a:a + _SLICE] = intervals.overlap(gaps_iv, hs[r], he[r])
     hit = ov > 0
-    names = host["name"]
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names.astype("category")
-    codes = names.cat.codes.to_numpy().astype(np.int64)[m][hit]
+    sel, ov = sel[hit], ov[hit]
+    codes = name[sel].astype(np.int64)
     ncat = len(CPU_CATEGORIES)
-    key = codes * ncat + cats[m][hit]
+    key = codes * ncat + cats[sel].astype(np.int64)
     uniq, inv = np.unique(key, return_inverse=True)
     ns = np.zeros(len(uniq), np.int64)
-    np.add.at(ns, inv, ov[hit])
-    text = names.cat.categories.astype(str).to_numpy(object)
+    np.add.at(ns, inv, ov)
     name_codes = uniq // ncat
+    text = name_cats.take(np.maximum(name_codes, 0)).astype(str).to_numpy(object) \
+        if len(name_cats) else ""
     return pd.DataFrame({
-        "name": np.where(name_codes >= 0, text[np.maximum(name_codes, 0)] if len(text) else "", ""),
+        "name": np.where(name_codes >= 0, text, ""),
         "category": np.array(CPU_CATEGORIES, object)[uniq % ncat],
         "ns": ns, "count": np.bincount(inv, minlength=len(uniq)).astype(np.int64)})
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS
 from . import intervals
-from ._common import events_of, map_names
+from ._common import events_of, map_names_at
 
 # Phase names dynamo_timed writes without the " (dynamo_timed)" suffix.
 COMPILE_PHASES = frozenset((
@@ -90,11 +90,17 @@ def parse_compile_id(cid: str | None) -> tuple[str | None, int, bool]:
     return "/".join(parts[:-1]), int(parts[-1]), ca
 
 
+def _host_rows(ev: pd.DataFrame) -> np.ndarray:
+    return np.flatnonzero(ev["kind"].isin(_HOST_KINDS).to_numpy())
+
+
 def _host(ev: pd.DataFrame, fn) -> pd.DataFrame:
-    host = ev[ev["kind"].isin(_HOST_KINDS)]
-    val = map_names(host["name"], fn)
+    # Row positions and one name lookup: never a copy of every host row's columns.
+    rows = _host_rows(ev)
+    val = map_names_at(ev["name"], rows, fn)
     keep = ~pd.isna(val) & (val != False)  # noqa: E712 -- object array of bool/str/None
-    out = host.loc[keep, ["ts", "dur", "pid", "tid", "name"]].copy()
+    cols = [ev.columns.get_loc(c) for c in ("ts", "dur", "pid", "tid", "name")]
+    out = ev.iloc[rows[keep], cols].copy()
     out["val"] = val[keep]
     return out
 
@@ -107,9 +113,10 @@ def compile_spans(events) -> pd.DataFrame:
     and any phase a marker names (``entire_backward_compile_data: ...`` makes
     ``entire_backward_compile`` a phase -- new torch releases add phases)."""
     ev = events_of(events)
-    host = ev[ev["kind"].isin(_HOST_KINDS)]
-    names = host["name"]
-    cats = names.cat.categories if names.dtype == "category" else pd.Index(names.unique())
+    names = ev["name"]
+    # a row subset keeps every category: the host rows' categories are the column's
+    cats = names.cat.categories if names.dtype == "category" else \
+        pd.Index(names.iloc[_host_rows(ev)].unique())
     marked = set()
     for c in cats:
         c = str(c)
@@ -215,8 +222,8 @@ def _idle(ev: pd.DataFrame, gaps: pd.DataFrame | None) -> tuple[intervals.Interv
     last op. Without: the complement of all GPU ops inside the whole trace span
     (a compile before the first kernel also starves the GPU).
     """
-    gpu = ev[ev["kind"].isin(GPU_OP_KINDS)]
-    if not len(gpu):
+    is_gpu = ev["kind"].isin(GPU_OP_KINDS).to_numpy()
+    if not is_gpu.any():
         return (np.empty(0, np.int64), np.empty(0, np.int64)), False
     if gaps is not None:
         result = None
@@ -228,8 +235,8 @@ def _idle(ev: pd.DataFrame, gaps: pd.DataFrame | None) -> tuple[intervals.Interv
         if result is None:
             result = (np.empty(0, np.int64), np.empty(0, np.int64))
         return result, True
-    s = gpu["ts"].to_numpy(np.int64)
-    busy = intervals.union(s, s + gpu["dur"].to_numpy(np.int64))
+    s = ev["ts"].to_numpy(np.int64)[is_gpu]
+    busy = intervals.union(s, s + ev["dur"].to_numpy(np.int64)[is_gpu])
     lo = int(ev["ts"].min())
     hi = int((ev["ts"] + ev["dur"]).max())
     return intervals.complement(busy, lo, hi), True

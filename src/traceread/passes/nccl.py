@@ -29,7 +29,7 @@ import pandas as pd
 
 from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
 from . import intervals
-from ._common import events_of, map_names
+from ._common import events_of, map_names, map_names_at
 
 INSTANCE_COLUMNS = ("ts", "dur", "pid", "device", "stream", "name", "collective", "msg_nelems",
                     "msg_bytes", "dtype", "group_size", "process_group", "seq", "exposed_ns")
@@ -161,13 +161,15 @@ def _fill_from_launcher(ev: pd.DataFrame, k: pd.DataFrame, out: dict) -> None:
     need = np.ones(len(out["ts"]), bool)
     if "correlation" not in ev:
         return
-    rt = ev[ev["kind"].isin(("runtime", "driver")) & (ev["correlation"] >= 0)]
+    # only the five columns used below, not a copy of every column of every launch call
+    rt = ev.loc[(ev["kind"].isin(("runtime", "driver")) & (ev["correlation"] >= 0)).to_numpy(),
+                ["pid", "tid", "ts", "dur", "correlation"]]
     if not len(rt):
         return
     launch = pd.DataFrame({"i": np.flatnonzero(need), "pid": out["pid"][need],
                            "correlation": k["correlation"].to_numpy(np.int64)[need]})
     launch = launch[launch["correlation"] >= 0]
-    rt = rt[["pid", "tid", "ts", "dur", "correlation"]].drop_duplicates(["pid", "correlation"])
+    rt = rt.drop_duplicates(["pid", "correlation"])
     launch = launch.merge(rt, on=["pid", "correlation"], how="inner")
     if not len(launch):
         return
@@ -211,10 +213,19 @@ def _take(out: dict, rows: np.ndarray, hosts: pd.DataFrame, pick: np.ndarray) ->
         out[c][rows[fill]] = vals[fill]
 
 
+def _category_map(col: pd.Series, rows: np.ndarray, fn) -> np.ndarray:
+    """``fn(value)`` of a string column at ``rows`` (None for nulls), once per category."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype("category")
+    lut = np.array([fn(c) for c in col.cat.categories] + [None], dtype=object)
+    return lut[col.cat.codes.to_numpy()[rows]]
+
+
 def _collective_host_ops(ev: pd.DataFrame) -> pd.DataFrame:
-    host = ev[ev["kind"].isin(("cpu_op", "annotation")) & (ev["tid"] >= 0)]
-    coll = host["collective"].astype(object).where(host["collective"].notna(), None).to_numpy()
-    coll = np.array([normalize_collective(c) if c is not None else None for c in coll], dtype=object)
+    # Row positions and per-category lookups: never a copy of every host op's columns.
+    rows = np.flatnonzero((ev["kind"].isin(("cpu_op", "annotation")) & (ev["tid"] >= 0))
+                          .to_numpy())
+    coll = _category_map(ev["collective"], rows, normalize_collective)
 
     def by_name(s: str):
         low = s.lower()
@@ -222,16 +233,17 @@ def _collective_host_ops(ev: pd.DataFrame) -> pd.DataFrame:
             return normalize_collective(s)
         return None
 
-    named = map_names(host["name"], by_name)
-    if "domain" in host:
-        dom = host["domain"].astype(object).to_numpy()
-        in_nccl = np.array([isinstance(d, str) and d.upper() == "NCCL" for d in dom])
+    named = map_names_at(ev["name"], rows, by_name)
+    if "domain" in ev:
+        in_nccl = _category_map(ev["domain"], rows,
+                                lambda d: isinstance(d, str) and d.upper() == "NCCL")
+        in_nccl = in_nccl == True  # noqa: E712 -- object array of bool/None
         named = np.where(in_nccl & pd.isna(named),
-                         map_names(host["name"], normalize_collective), named)
+                         map_names_at(ev["name"], rows, normalize_collective), named)
     coll = np.where(pd.isna(coll), named, coll)
     keep = ~pd.isna(coll)
     cols = ["pid", "tid", "ts", "dur"] + list(_INFO_STR[1:]) + list(_INFO_INT)
-    h = host.loc[keep, cols].copy()
+    h = ev.iloc[rows[keep], [ev.columns.get_loc(c) for c in cols]].copy()
     h["_coll"] = coll[keep]
     for c in _INFO_STR[1:]:
         h[c] = h[c].astype(object).where(h[c].notna(), None)
