@@ -90,6 +90,7 @@ COMM_RX = re.compile(
     r"|torch\.distributed)|ProcessGroupNCCL::wait|Work(?:NCCL)?::wait|torch/distributed/")
 HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
 _SLICE = 1 << 18   # host rows per slice of the top-ops overlap
+_DENSE_KEYS = 1 << 22   # (name, category) keys counted in a dense table up to this many
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
@@ -234,14 +235,25 @@ def launch_threads(ev: pd.DataFrame, ops: pd.DataFrame, pid: int, device: int) -
 
 
 def _thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    return pid.astype(np.int64) * (1 << 32) + (tid.astype(np.int64) & 0xFFFFFFFF)
+    """pid * 2**32 + (tid & 0xFFFFFFFF) as int64; consumes both arrays (fresh copies)."""
+    key = pid.astype(np.int64, copy=False)
+    key *= 1 << 32
+    tid = tid.astype(np.int64, copy=False)
+    tid &= 0xFFFFFFFF
+    key += tid
+    return key
 
 
 def _thread_mask(key: np.ndarray, threads: set) -> np.ndarray:
     if not threads:
         return np.zeros(len(key), bool)
     want = np.array([p * (1 << 32) + (t & 0xFFFFFFFF) for p, t in threads], np.int64)
-    return np.isin(key, want)
+    if len(want) > 16:
+        return np.isin(key, want)
+    on = key == want[0]   # a few threads: compares, not isin's sort of every row
+    for w in want[1:]:
+        on |= key == w
+    return on
 
 
 def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
@@ -267,7 +279,8 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     cats = _classify(kind, name, name_cats, _nccl_domain(ev, rows), step_pattern)
     is_sync = _sync(kind, name, name_cats)
     hs = ev["ts"].to_numpy(np.int64)[rows]
-    he = hs + ev["dur"].to_numpy(np.int64)[rows]
+    he = ev["dur"].to_numpy(np.int64)[rows]
+    he += hs
     key = _thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
     del rows
     top_parts = []
@@ -317,12 +330,31 @@ def _carve(gs, ge, cats, hs, he, out: np.ndarray | None = None) -> np.ndarray:
         m = cats == j
         if not m.any() or not len(remaining[0]):
             continue
-        cover = intervals.union(hs[m], he[m])
+        cover = _union(hs[m], he[m])
         piece = _intersect_sets(remaining, cover)
         out[:, j] = intervals.overlap(piece, gs, ge)
         remaining = _subtract_sets(remaining, piece)
     out[:, -1] = intervals.overlap(remaining, gs, ge)
     return out
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> intervals.Intervals:
+    """``intervals.union`` without its argsort when the starts are in order already
+    (host rows come ts-sorted, so their starts always are)."""
+    if len(s) > 1 and not (s[1:] >= s[:-1]).all():
+        return intervals.union(s, e)
+    keep = e > s
+    if not keep.all():
+        s, e = s[keep], e[keep]
+    if not len(s):
+        return intervals.union(s, e)
+    reach = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.greater(s[1:], reach[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], reach[last]
 
 
 def _intersect_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals.Intervals:
@@ -406,19 +438,33 @@ def _top_ops(kind, name, name_cats, cats, hs, he, gs, ge) -> pd.DataFrame:
         ov[a:a + _SLICE] = intervals.overlap(gaps_iv, hs[r], he[r])
     hit = ov > 0
     sel, ov = sel[hit], ov[hit]
-    codes = name[sel].astype(np.int64)
     ncat = len(CPU_CATEGORIES)
-    key = codes * ncat + cats[sel].astype(np.int64)
-    uniq, inv = np.unique(key, return_inverse=True)
-    ns = np.zeros(len(uniq), np.int64)
-    np.add.at(ns, inv, ov)
+    # (name, category) key, shifted by ncat so a null name (code -1) stays >= 0
+    key = name[sel].astype(np.int64)
+    key += 1
+    key *= ncat
+    key += cats[sel]
+    del sel
+    size = (len(name_cats) + 1) * ncat
+    if size <= _DENSE_KEYS:   # a dense table per key: no sort of the hits
+        ns = np.zeros(size, np.int64)
+        np.add.at(ns, key, ov)
+        count = np.bincount(key, minlength=size)
+        uniq = np.flatnonzero(count)
+        ns, count = ns[uniq], count[uniq].astype(np.int64)
+    else:
+        uniq, inv = np.unique(key, return_inverse=True)
+        ns = np.zeros(len(uniq), np.int64)
+        np.add.at(ns, inv, ov)
+        count = np.bincount(inv, minlength=len(uniq)).astype(np.int64)
+    uniq -= ncat
     name_codes = uniq // ncat
     text = name_cats.take(np.maximum(name_codes, 0)).astype(str).to_numpy(object) \
         if len(name_cats) else ""
     return pd.DataFrame({
         "name": np.where(name_codes >= 0, text, ""),
         "category": np.array(CPU_CATEGORIES, object)[uniq % ncat],
-        "ns": ns, "count": np.bincount(inv, minlength=len(uniq)).astype(np.int64)})
+        "ns": ns, "count": count})
 
 
 def _merge_top(parts, top: int) -> pd.DataFrame:
