@@ -237,7 +237,7 @@ def _collective_host_ops(ev: pd.DataFrame) -> pd.DataFrame:
     if "domain" in ev:
         in_nccl = _category_map(ev["domain"], rows,
                                 lambda d: isinstance(d, str) and d.upper() == "NCCL")
-        in_nccl = in_nccl == True  # noqa: E712 -- object array of bool/None
+        in_nccl = in_nccl == True  # object array of bool / None
         named = np.where(in_nccl & pd.isna(named),
                          map_names_at(ev["name"], rows, normalize_collective), named)
     coll = np.where(pd.isna(coll), named, coll)
