@@ -31,19 +31,25 @@ step_pattern_option = click.option(
     help="Regex for step ranges (default: ProfilerStep#N, then names like 'step 12' / 'iteration_3').")
 
 
+def _trace_command(*extra):
+    """A subcommand over TRACE... with the shared options, plus ``extra`` before --step-pattern."""
+    shared = (click.argument("traces", nargs=-1, required=True, type=click.Path()),
+              format_option, output_option, *extra, step_pattern_option, no_cache_option)
+
+    def wrap(fn):
+        for option in reversed(shared):
+            fn = option(fn)
+        return main.command()(fn)
+    return wrap
+
+
 def _analyses(traces, step_pattern, min_gap):
     """(analyses of the traces that loaded, number that failed)."""
     return each_trace(traces, lambda p, t: run_analysis(t, step_pattern=step_pattern,
                                                         min_gap_ns=min_gap))
 
 
-@main.command()
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
-@format_option
-@output_option
-@min_gap_option
-@step_pattern_option
-@no_cache_option
+@_trace_command(min_gap_option)
 def analyze(traces, fmt, out, min_gap, step_pattern):
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
     results, failed = _analyses(traces, step_pattern, min_gap)
@@ -58,11 +64,7 @@ def analyze(traces, fmt, out, min_gap, step_pattern):
     exit_if_failed(failed)
 
 
-@main.command()
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
-@format_option
-@output_option
-@step_pattern_option
+@_trace_command()
 def steps(traces, fmt, out, step_pattern):
     """Per-step host time, GPU busy/idle and idle causes for each TRACE."""
     results, failed = _analyses(traces, step_pattern, 0)
@@ -86,12 +88,7 @@ def steps(traces, fmt, out, step_pattern):
     exit_if_failed(failed)
 
 
-@main.command()
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
-@format_option
-@output_option
-@min_gap_option
-@step_pattern_option
+@_trace_command(min_gap_option)
 def idle(traces, fmt, out, min_gap, step_pattern):
     """Every GPU idle gap of each TRACE with its step, drain cause and host activity."""
     results, failed = _analyses(traces, step_pattern, min_gap)
