@@ -30,6 +30,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from .readers.kineto import rank_from_filename
 from .table import Trace
 
 # Columns of a collective-instance table that matching uses (passes.nccl contract).
@@ -108,9 +109,8 @@ def _normalise_collectives(coll: pd.DataFrame) -> pd.DataFrame:
 
 
 def rank_from_name(path: str) -> int:
-    """Rank encoded in a file name (``rank-3``, ``rank_3``, ``rank3``), else -1."""
-    m = re.search(r"rank[-_]?(\d+)", os.path.basename(str(path)), re.IGNORECASE)
-    return int(m.group(1)) if m else -1
+    """Rank encoded in a file name, by the readers' rule (``rank-3``, ``worker3``...), else -1."""
+    return rank_from_filename(os.path.basename(str(path)))
 
 
 def rank_input(trace: Trace, collectives: pd.DataFrame | None = None) -> RankInput:
