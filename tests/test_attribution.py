@@ -205,3 +205,18 @@ def test_allocator_calls_are_alloc_not_launch_and_lead_the_levers():
     assert v["bound"] == "launch"
     assert v["evidence"]["host_top_category"] == "alloc"
     assert "empty_cache" in v["levers"][0]
+
+
+def test_hip_memcpy_with_stream_is_a_blocking_sync():
+    # PyTorch on ROCm copies synchronously with hipMemcpyWithStream (seen in TraceLens sglang traces).
+    assert A.SYNC_API_RX.match("hipMemcpyWithStream")
+    assert not A.SYNC_API_RX.match("hipMemcpyAsync")
+    b = TraceBuilder()
+    b.launch(0, 10 * US, 0, 100 * US)
+    b.runtime("hipMemcpyWithStream", 100 * US, 500 * US)
+    b.launch(600 * US, 10 * US, 610 * US, 100 * US)
+    g = analyze(b.build()).gaps.iloc[0]
+    assert int(g["cpu_sync"]) == 500 * US and int(g["cpu_launch"]) == 10 * US
+    v = analyze(b.build()).verdict
+    assert v["bound"] == "launch" and v["evidence"]["host_top_category"] == "sync"
+    assert v["levers"][0].startswith("remove per-step host syncs")

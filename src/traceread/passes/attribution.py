@@ -45,7 +45,7 @@ SKEW_NS = 5_000
 
 SYNC_API_RX = re.compile(
     r"^(?:(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize"
-    r"|(?:cuda|hip)Memcpy(?:2D|3D|Peer|FromSymbol|ToSymbol|DtoH|HtoD|DtoD)?"
+    r"|(?:cuda|hip)Memcpy(?:2D|3D|Peer|FromSymbol|ToSymbol|DtoH|HtoD|DtoD|WithStream)?"
     r"|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer|AtoH|HtoA)?)(?:_v\d+)?(?:_ptsz|_ptds)?$")
 # Device-memory allocation and release: not launches. cudaFree/hipFree block until the
 # device is idle and can take ms each (allocator churn, torch.cuda.empty_cache()).

@@ -147,16 +147,24 @@ ALLOC_LEVERS = [
 ]
 
 
+# Host-overhead time dominated by one kind of call: its levers lead, its name is in the summary.
+HOST_DETAIL = {"alloc": "mostly device-memory malloc/free calls",
+               "sync": "mostly blocked in synchronous host calls (sync, blocking memcpy)"}
+
+
 def _host_levers(bound: str, attr: dict | None, ev: dict) -> list | None:
-    """Allocator levers first when malloc/free calls are the biggest share of host overhead."""
+    """Levers for the biggest host category first, when it is allocation or a blocking call."""
     if bound not in ("launch", "sync") or not attr:
         return None
     drain = "starved" if bound == "launch" else "sync"
     parts = {c: attr["drain_x_cpu"][drain][c] for c in HOST_OVERHEAD}
-    ev["host_top_category"] = max(parts, key=lambda c: (parts[c], -HOST_OVERHEAD.index(c)))
-    if ev["host_top_category"] != "alloc":
-        return None
-    return ALLOC_LEVERS + LEVERS[bound]
+    top = max(parts, key=lambda c: (parts[c], -HOST_OVERHEAD.index(c)))
+    ev["host_top_category"] = top
+    if top == "alloc":
+        return ALLOC_LEVERS + LEVERS[bound]
+    if top == "sync" and bound == "launch":
+        return LEVERS["sync"] + LEVERS["launch"]
+    return None
 
 
 def _summary(bound: str, ev: dict) -> str:
@@ -168,8 +176,9 @@ def _summary(bound: str, ev: dict) -> str:
         "comms": "in exposed or blocking communication",
         "compile": "while the host compiled (dynamo/inductor)",
     }[bound]
-    if ev.get("host_top_category") == "alloc":
-        what += ", mostly device-memory malloc/free calls"
+    detail = HOST_DETAIL.get(ev.get("host_top_category"))
+    if detail and not (bound == "sync" and ev["host_top_category"] == "sync"):
+        what += f", {detail}"
     return (f"GPU idle {ev['idle_pct']:.1f}% of its active time; {share:.0f}% of the lost "
             f"time is {what}")
 
