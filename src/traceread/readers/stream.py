@@ -47,6 +47,7 @@ from ..detect import sniff
 from ..errors import TraceError
 from ..table import Trace, build_table, release_heap
 from . import _kineto_decode as dec
+from . import _native
 
 CHUNK_BYTES = 16 << 20          # decoded per task; ~0.25 s of work, ~80 MB peak per worker
 STREAM_MIN_BYTES = 32 << 20     # read() streams files at least this big (uncompressed estimate);
@@ -258,6 +259,10 @@ def chunks_to_batch(chunks: list) -> dec.Batch:
 
 def decode_chunk(buf, exact: bool = False, lenient: bool = False) -> Chunk:
     """``[`` + events + ``]`` bytes -> Chunk. Raises msgspec errors."""
+    if not lenient:  # native decoder when built; it declines odd chunks (None)
+        chunk = _native.decode(buf, exact)
+        if chunk is not None:
+            return chunk
     if lenient:
         from .kineto import _coerce_event
 

@@ -1,0 +1,1520 @@
+/* Native per-chunk decoder for Chrome-trace (Kineto) JSON events.
+ *
+ * scan(buf, exact) takes the bytes of one chunk -- "[" event, event, ... "]" --
+ * and returns the columns that readers/stream.py builds a Chunk from, equal
+ * bit for bit to the msgspec decode + _kineto_decode.events_to_batch path.
+ *
+ * It returns None ("decode this chunk in Python") for anything outside the
+ * common shape: invalid JSON, wrong value types, escaped keys, duplicate
+ * keys, very long numbers, non-string names, ... The Python path then gives
+ * the result or the exact error message it always gave, so this file only
+ * has to be right for the inputs it accepts. Every read is bounds-checked.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NS_MISSING INT64_MIN
+#define EXACT_US_LIMIT 8796093022208.0     /* 2**43 */
+#define FLOAT_INT_LIMIT 9007199254740992.0 /* 2**53: beyond, leave it to Python */
+#define MAX_DEPTH 512
+
+enum { T_MISSING = 0, T_NULL, T_TRUE, T_FALSE, T_INT, T_FLOAT, T_STR, T_OBJ, T_ARR };
+
+typedef struct {
+    const unsigned char *s; /* STR: first byte after the quote; other: token start */
+    Py_ssize_t len;
+    unsigned char type;
+    unsigned char esc;      /* STR holds a backslash escape */
+} Tok;
+
+/* event keys */
+enum { K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ARGS, K_N };
+/* args keys (the fields of _kineto_decode.Args) */
+enum {
+    A_EXT, A_EXT_OLD, A_CORR, A_DEVICE, A_STREAM, A_BYTES, A_SIZE, A_IN, A_OUT, A_GROUP,
+    A_PGID, /* Num fields above, Any fields below */
+    A_KIND, A_DIRECTION, A_COLL, A_DTYPE, A_PGNAME, A_PGDESC, A_NAME, A_LABELS, A_N
+};
+#define A_FIRST_ANY A_KIND
+
+/* output int64 columns: pid, tid, ts_ns, dur_ns, then ARG_INT_FIELDS in order */
+enum { C_PID, C_TID, C_TS, C_DUR, C_ARG0 };
+#define N_ICOLS (C_ARG0 + A_FIRST_ANY)
+/* sparse string fields, ARG_STR_FIELDS order */
+static const int STR_FIELDS[6] = {A_KIND, A_DIRECTION, A_COLL, A_DTYPE, A_PGNAME, A_PGDESC};
+#define N_SCOLS 6
+
+typedef struct {
+    Tok ev[K_N];
+    Tok arg[A_N];
+} Ev;
+
+/* --- growable buffers ----------------------------------------------------- */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *d = (char *)PyMem_Realloc(b->data, (size_t)cap);
+    if (!d) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+static void buf_free(Buf *b)
+{
+    PyMem_Free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+/* --- interning: decoded string bytes -> code (first-appearance order) ------- */
+
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t off, len; /* into arena */
+    int32_t code;
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    Py_ssize_t mask, used;
+    Buf arena;
+    PyObject *uniques; /* list of str */
+    Buf num;           /* per code, for pid/tid: int64 value, then flag byte (numeric) */
+} Interner;
+
+static uint64_t hash_bytes(const unsigned char *s, Py_ssize_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, (size_t)n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 29;
+    return h;
+}
+
+static int intern_init(Interner *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->mask = 1023;
+    t->slots = (Slot *)PyMem_Calloc((size_t)t->mask + 1, sizeof(Slot));
+    t->uniques = PyList_New(0);
+    if (!t->slots || !t->uniques) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void intern_free(Interner *t)
+{
+    PyMem_Free(t->slots);
+    t->slots = NULL;
+    buf_free(&t->arena);
+    buf_free(&t->num);
+    Py_CLEAR(t->uniques);
+}
+
+static int intern_grow(Interner *t)
+{
+    Py_ssize_t ncap = (t->mask + 1) * 2;
+    Slot *ns = (Slot *)PyMem_Calloc((size_t)ncap, sizeof(Slot));
+    if (!ns) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i <= t->mask; i++) {
+        Slot *s = &t->slots[i];
+        if (s->code == 0)
+            continue;
+        Py_ssize_t j = (Py_ssize_t)(s->hash & (uint64_t)(ncap - 1));
+        while (ns[j].code != 0)
+            j = (j + 1) & (ncap - 1);
+        ns[j] = *s;
+    }
+    PyMem_Free(t->slots);
+    t->slots = ns;
+    t->mask = ncap - 1;
+    return 0;
+}
+
+/* Slot.code holds code + 1 (0 = empty). Returns the code, -1 on a Python error,
+ * -2 when the bytes are not valid UTF-8 (hand the chunk to Python). */
+static int32_t intern(Interner *t, const unsigned char *s, Py_ssize_t n, int *is_new)
+{
+    uint64_t h = hash_bytes(s, n);
+    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)t->mask);
+    *is_new = 0;
+    while (t->slots[j].code != 0) {
+        Slot *sl = &t->slots[j];
+        if (sl->hash == h && sl->len == n && memcmp(t->arena.data + sl->off, s, (size_t)n) == 0)
+            return sl->code - 1;
+        j = (j + 1) & t->mask;
+    }
+    PyObject *u = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    if (!u) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            return -2;
+        }
+        return -1;
+    }
+    int rc = PyList_Append(t->uniques, u);
+    Py_DECREF(u);
+    if (rc < 0 || buf_reserve(&t->arena, n) < 0)
+        return -1;
+    memcpy(t->arena.data + t->arena.len, s, (size_t)n);
+    int32_t code = (int32_t)(PyList_GET_SIZE(t->uniques) - 1);
+    Slot *sl = &t->slots[j];
+    sl->hash = h;
+    sl->off = t->arena.len;
+    sl->len = n;
+    sl->code = code + 1;
+    t->arena.len += n;
+    *is_new = 1;
+    if (++t->used * 2 > t->mask && intern_grow(t) < 0)
+        return -1;
+    return code;
+}
+
+/* --- the scanner ---------------------------------------------------------- */
+
+typedef struct {
+    const unsigned char *p, *end;
+    Buf scratch; /* decoded escaped strings */
+} P;
+
+/* Result codes of the scanning functions. */
+#define OK 0
+#define BAD (-1)  /* hand the chunk to Python */
+#define ERR (-2)  /* Python exception set (memory) */
+
+static unsigned char WS[256];
+static unsigned char STR_STOP[256]; /* '"', '\\', control chars */
+
+static inline void skip_ws(P *p)
+{
+    while (p->p < p->end && WS[*p->p])
+        p->p++;
+}
+
+static inline int peek(P *p) { return p->p < p->end ? *p->p : -1; }
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int read_u4(const unsigned char *s, const unsigned char *end, unsigned *out)
+{
+    if (end - s < 4)
+        return BAD;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(s[i]);
+        if (h < 0)
+            return BAD;
+        v = v * 16 + (unsigned)h;
+    }
+    *out = v;
+    return OK;
+}
+
+/* p at '"'. Validates escapes (surrogates must pair) and control chars. */
+static int scan_string(P *p, Tok *t)
+{
+    const unsigned char *s = ++p->p, *end = p->end;
+    int esc = 0;
+    for (;;) {
+        while (s + 8 <= end) { /* unrolled fast path over plain bytes */
+            if (STR_STOP[s[0]]) break;
+            if (STR_STOP[s[1]]) { s += 1; break; }
+            if (STR_STOP[s[2]]) { s += 2; break; }
+            if (STR_STOP[s[3]]) { s += 3; break; }
+            if (STR_STOP[s[4]]) { s += 4; break; }
+            if (STR_STOP[s[5]]) { s += 5; break; }
+            if (STR_STOP[s[6]]) { s += 6; break; }
+            if (STR_STOP[s[7]]) { s += 7; break; }
+            s += 8;
+        }
+        while (s < end && !STR_STOP[*s])
+            s++;
+        if (s >= end)
+            return BAD;
+        if (*s == '"')
+            break;
+        if (*s != '\\')
+            return BAD; /* raw control character */
+        esc = 1;
+        if (s + 1 >= end)
+            return BAD;
+        unsigned char c = s[1];
+        if (c == 'u') {
+            unsigned u;
+            if (read_u4(s + 2, end, &u) < 0)
+                return BAD;
+            s += 6;
+            if (u >= 0xDC00 && u <= 0xDFFF)
+                return BAD;
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                unsigned lo;
+                if (end - s < 6 || s[0] != '\\' || s[1] != 'u' || read_u4(s + 2, end, &lo) < 0
+                    || lo < 0xDC00 || lo > 0xDFFF)
+                    return BAD;
+                s += 6;
+            }
+        }
+        else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
+                 c == 'r' || c == 't')
+            s += 2;
+        else
+            return BAD;
+    }
+    if (t) {
+        t->type = T_STR;
+        t->s = p->p;
+        t->len = s - p->p;
+        t->esc = (unsigned char)esc;
+    }
+    p->p = s + 1;
+    return OK;
+}
+
+/* p at '-' or a digit: JSON number grammar, strict. */
+static int scan_number(P *p, Tok *t)
+{
+    const unsigned char *s = p->p, *end = p->end;
+    int is_float = 0;
+    if (s < end && *s == '-')
+        s++;
+    if (s >= end)
+        return BAD;
+    if (*s == '0')
+        s++;
+    else if (*s >= '1' && *s <= '9')
+        while (s < end && *s >= '0' && *s <= '9')
+            s++;
+    else
+        return BAD;
+    if (s < end && *s == '.') {
+        is_float = 1;
+        s++;
+        if (s >= end || !(*s >= '0' && *s <= '9'))
+            return BAD;
+        while (s < end && *s >= '0' && *s <= '9')
+            s++;
+    }
+    if (s < end && (*s == 'e' || *s == 'E')) {
+        is_float = 1;
+        s++;
+        if (s < end && (*s == '+' || *s == '-'))
+            s++;
+        if (s >= end || !(*s >= '0' && *s <= '9'))
+            return BAD;
+        while (s < end && *s >= '0' && *s <= '9')
+            s++;
+    }
+    if (t) {
+        t->type = is_float ? T_FLOAT : T_INT;
+        t->s = p->p;
+        t->len = s - p->p;
+        t->esc = 0;
+    }
+    p->p = s;
+    return OK;
+}
+
+static int scan_literal(P *p, const char *lit, Py_ssize_t n)
+{
+    if (p->end - p->p < n || memcmp(p->p, lit, (size_t)n) != 0)
+        return BAD;
+    p->p += n;
+    return OK;
+}
+
+/* A scalar value into t (NULL: just validate). Containers: BAD (caller skips them). */
+static int scan_scalar(P *p, Tok *t)
+{
+    int c = peek(p);
+    const unsigned char *s0 = p->p;
+    int type;
+    switch (c) {
+    case '"':
+        return scan_string(p, t);
+    case 't': type = T_TRUE; if (scan_literal(p, "true", 4)) return BAD; break;
+    case 'f': type = T_FALSE; if (scan_literal(p, "false", 5)) return BAD; break;
+    case 'n': type = T_NULL; if (scan_literal(p, "null", 4)) return BAD; break;
+    default:
+        if (c == '-' || (c >= '0' && c <= '9'))
+            return scan_number(p, t);
+        return BAD;
+    }
+    if (t) {
+        t->type = (unsigned char)type;
+        t->s = s0;
+        t->len = p->p - s0;
+        t->esc = 0;
+    }
+    return OK;
+}
+
+/* Skip any JSON value (validated), iteratively: no recursion on deep nesting. */
+static int skip_value(P *p)
+{
+    unsigned char stack[MAX_DEPTH]; /* '{' or '[' */
+    int depth = 0;
+    int c;
+value:
+    c = peek(p);
+    if (c == '{' || c == '[') {
+        if (depth >= MAX_DEPTH)
+            return BAD;
+        stack[depth++] = (unsigned char)c;
+        p->p++;
+        skip_ws(p);
+        if (peek(p) == (c == '{' ? '}' : ']')) {
+            p->p++;
+            depth--;
+            goto after;
+        }
+        if (c == '{')
+            goto key;
+        goto value;
+    }
+    if (scan_scalar(p, NULL) < 0)
+        return BAD;
+after:
+    if (depth == 0)
+        return OK;
+    skip_ws(p);
+    c = peek(p);
+    if (c == ',') {
+        p->p++;
+        skip_ws(p);
+        if (stack[depth - 1] == '{')
+            goto key;
+        goto value;
+    }
+    if (c == (stack[depth - 1] == '{' ? '}' : ']')) {
+        p->p++;
+        depth--;
+        goto after;
+    }
+    return BAD;
+key:
+    if (peek(p) != '"' || scan_string(p, NULL) < 0)
+        return BAD;
+    skip_ws(p);
+    if (peek(p) != ':')
+        return BAD;
+    p->p++;
+    skip_ws(p);
+    goto value;
+}
+
+/* A value for a known key: scalars are recorded, containers skipped and typed. */
+static int scan_known(P *p, Tok *t)
+{
+    int c = peek(p);
+    if (c == '{' || c == '[') {
+        t->type = c == '{' ? T_OBJ : T_ARR;
+        t->s = p->p;
+        if (skip_value(p) < 0)
+            return BAD;
+        t->len = p->p - t->s;
+        return OK;
+    }
+    return scan_scalar(p, t);
+}
+
+#define KEY(lit) (n == (Py_ssize_t)sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
+
+static int event_key(const unsigned char *k, Py_ssize_t n)
+{
+    switch (n) {
+    case 2:
+        if (KEY("ph")) return K_PH;
+        if (KEY("ts")) return K_TS;
+        break;
+    case 3:
+        if (KEY("cat")) return K_CAT;
+        if (KEY("pid")) return K_PID;
+        if (KEY("tid")) return K_TID;
+        if (KEY("dur")) return K_DUR;
+        break;
+    case 4:
+        if (KEY("name")) return K_NAME;
+        if (KEY("args")) return K_ARGS;
+        break;
+    }
+    return -1;
+}
+
+static int arg_key(const unsigned char *k, Py_ssize_t n)
+{
+    switch (n) {
+    case 4:
+        if (KEY("size")) return A_SIZE;
+        if (KEY("kind")) return A_KIND;
+        if (KEY("name")) return A_NAME;
+        break;
+    case 5:
+        if (KEY("bytes")) return A_BYTES;
+        if (KEY("dtype")) return A_DTYPE;
+        break;
+    case 6:
+        if (KEY("device")) return A_DEVICE;
+        if (KEY("stream")) return A_STREAM;
+        if (KEY("labels")) return A_LABELS;
+        break;
+    case 9:
+        if (KEY("direction")) return A_DIRECTION;
+        break;
+    case 10:
+        if (KEY("Group size")) return A_GROUP;
+        break;
+    case 11:
+        if (KEY("External id")) return A_EXT;
+        if (KEY("external id")) return A_EXT_OLD;
+        if (KEY("correlation")) return A_CORR;
+        break;
+    case 13:
+        if (KEY("In msg nelems")) return A_IN;
+        break;
+    case 14:
+        if (KEY("Out msg nelems")) return A_OUT;
+        break;
+    case 15:
+        if (KEY("Collective name")) return A_COLL;
+        break;
+    case 16:
+        if (KEY("Process Group ID")) return A_PGID;
+        break;
+    case 18:
+        if (KEY("Process Group Name")) return A_PGNAME;
+        break;
+    case 25:
+        if (KEY("Process Group Description")) return A_PGDESC;
+        break;
+    }
+    return -1;
+}
+
+/* Object members: known keys (by lookup) into toks, others skipped. p at '{'.
+ * Escaped or duplicate known keys: BAD. For the event level, an "args" object
+ * is parsed into argtoks. */
+static int scan_object(P *p, Tok *toks, int (*lookup)(const unsigned char *, Py_ssize_t),
+                       int args_key, Tok *argtoks)
+{
+    p->p++;
+    skip_ws(p);
+    if (peek(p) == '}') {
+        p->p++;
+        return OK;
+    }
+    for (;;) {
+        Tok key;
+        if (peek(p) != '"' || scan_string(p, &key) < 0 || key.esc)
+            return BAD;
+        skip_ws(p);
+        if (peek(p) != ':')
+            return BAD;
+        p->p++;
+        skip_ws(p);
+        int k = lookup(key.s, key.len);
+        if (k < 0) {
+            if (skip_value(p) < 0)
+                return BAD;
+        }
+        else if (toks[k].type != T_MISSING)
+            return BAD;
+        else if (k == args_key && peek(p) == '{') {
+            toks[k].type = T_OBJ;
+            toks[k].s = p->p;
+            if (scan_object(p, argtoks, arg_key, -1, NULL) < 0)
+                return BAD;
+            toks[k].len = p->p - toks[k].s;
+        }
+        else if (scan_known(p, &toks[k]) < 0)
+            return BAD;
+        skip_ws(p);
+        int c = peek(p);
+        if (c == ',') {
+            p->p++;
+            skip_ws(p);
+            continue;
+        }
+        if (c == '}') {
+            p->p++;
+            return OK;
+        }
+        return BAD;
+    }
+}
+
+/* --- strings and numbers out of tokens ------------------------------------ */
+
+static int put_utf8(Buf *b, unsigned cp)
+{
+    if (buf_reserve(b, 4) < 0)
+        return ERR;
+    unsigned char *o = (unsigned char *)b->data + b->len;
+    if (cp < 0x80) { o[0] = (unsigned char)cp; b->len += 1; }
+    else if (cp < 0x800) {
+        o[0] = (unsigned char)(0xC0 | (cp >> 6));
+        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        b->len += 2;
+    }
+    else if (cp < 0x10000) {
+        o[0] = (unsigned char)(0xE0 | (cp >> 12));
+        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        b->len += 3;
+    }
+    else {
+        o[0] = (unsigned char)(0xF0 | (cp >> 18));
+        o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+        o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        o[3] = (unsigned char)(0x80 | (cp & 0x3F));
+        b->len += 4;
+    }
+    return OK;
+}
+
+/* Decoded bytes of a STR token (escapes resolved into p->scratch when present).
+ * The token was validated by scan_string. */
+static int str_bytes(P *p, const Tok *t, const unsigned char **out, Py_ssize_t *n)
+{
+    if (!t->esc) {
+        *out = t->s;
+        *n = t->len;
+        return OK;
+    }
+    Buf *b = &p->scratch;
+    b->len = 0;
+    const unsigned char *s = t->s, *e = t->s + t->len;
+    while (s < e) {
+        if (*s != '\\') {
+            const unsigned char *r = s;
+            while (r < e && *r != '\\')
+                r++;
+            if (buf_reserve(b, r - s) < 0)
+                return ERR;
+            memcpy(b->data + b->len, s, (size_t)(r - s));
+            b->len += r - s;
+            s = r;
+            continue;
+        }
+        unsigned char c = s[1];
+        unsigned cp;
+        switch (c) {
+        case 'b': cp = '\b'; s += 2; break;
+        case 'f': cp = '\f'; s += 2; break;
+        case 'n': cp = '\n'; s += 2; break;
+        case 'r': cp = '\r'; s += 2; break;
+        case 't': cp = '\t'; s += 2; break;
+        case 'u': {
+            read_u4(s + 2, e, &cp);
+            s += 6;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                unsigned lo = 0;
+                read_u4(s + 2, e, &lo);
+                s += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            break;
+        }
+        default: cp = c; s += 2; break; /* '"' '\\' '/' */
+        }
+        if (put_utf8(b, cp) < 0)
+            return ERR;
+    }
+    *out = (const unsigned char *)b->data;
+    *n = b->len;
+    return OK;
+}
+
+/* Strict UTF-8 check (what Python's decoder accepts). */
+static int utf8_ok(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) { i++; continue; }
+        int k;
+        unsigned cp;
+        if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; }
+        else return 0;
+        if (i + k >= n) return 0;
+        for (int j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + j] & 0x3F);
+        }
+        if ((k == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* Known STR slot that is not materialised: msgspec still builds a str from it,
+ * so bytes Python would reject must send the chunk to Python. */
+static int str_tok_ok(P *p, const Tok *t)
+{
+    if (t->type != T_STR)
+        return OK;
+    const unsigned char *s;
+    Py_ssize_t n;
+    if (str_bytes(p, t, &s, &n) < 0)
+        return ERR;
+    return utf8_ok(s, n) ? OK : BAD;
+}
+
+/* Float tokens msgspec might reject as out of range (or that are absurdly long). */
+static int float_sane(const Tok *t)
+{
+    if (t->type != T_FLOAT)
+        return 1;
+    if (t->len > 64)
+        return 0;
+    for (Py_ssize_t i = 0; i < t->len; i++) {
+        unsigned char c = t->s[i];
+        if (c == 'e' || c == 'E') {
+            const unsigned char *e = t->s + i + 1, *end = t->s + t->len;
+            if (e < end && (*e == '+' || *e == '-'))
+                e++;
+            while (e < end && *e == '0')
+                e++;
+            return end - e <= 2; /* |exponent| < 100 */
+        }
+    }
+    return 1;
+}
+
+static int tok_double(const Tok *t, double *out)
+{
+    char tmp[80];
+    if (t->len >= (Py_ssize_t)sizeof(tmp))
+        return BAD;
+    memcpy(tmp, t->s, (size_t)t->len);
+    tmp[t->len] = 0;
+    char *endp = NULL;
+    double d = PyOS_string_to_double(tmp, &endp, NULL);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return BAD;
+    }
+    if (endp != tmp + t->len || !isfinite(d))
+        return BAD;
+    *out = d;
+    return OK;
+}
+
+/* INT token -> int64, at most 18 digits (longer: Python). */
+static int tok_i64(const Tok *t, int64_t *out)
+{
+    const unsigned char *s = t->s, *e = t->s + t->len;
+    int neg = 0;
+    if (s < e && *s == '-') { neg = 1; s++; }
+    if (e - s > 18 || e == s)
+        return BAD;
+    int64_t v = 0;
+    for (; s < e; s++)
+        v = v * 10 + (*s - '0');
+    *out = neg ? -v : v;
+    return OK;
+}
+
+/* Decimal parts of a number token: digits (leading zeros dropped), exponent. */
+typedef struct {
+    int neg;
+    uint64_t mant;
+    int ndig;     /* significant digits in mant */
+    int exp10;    /* value = mant * 10**exp10 */
+    int nfrac;    /* digits written after the point */
+    int has_exp;
+} Dec;
+
+static int tok_dec(const Tok *t, Dec *d)
+{
+    const unsigned char *s = t->s, *e = t->s + t->len;
+    memset(d, 0, sizeof(*d));
+    if (s < e && *s == '-') { d->neg = 1; s++; }
+    int frac = 0;
+    for (; s < e; s++) {
+        unsigned char c = *s;
+        if (c == '.') { frac = 1; continue; }
+        if (c == 'e' || c == 'E') break;
+        if (frac) { d->nfrac++; d->exp10--; }
+        if (d->ndig == 0 && c == '0')
+            continue;
+        if (d->ndig >= 19)
+            return BAD;
+        d->mant = d->mant * 10 + (uint64_t)(c - '0');
+        d->ndig++;
+    }
+    if (s < e) {
+        d->has_exp = 1;
+        s++;
+        int eneg = 0;
+        if (*s == '+' || *s == '-') { eneg = *s == '-'; s++; }
+        int ev = 0;
+        for (; s < e; s++) {
+            if (ev > 100000)
+                return BAD;
+            ev = ev * 10 + (*s - '0');
+        }
+        d->exp10 += eneg ? -ev : ev;
+    }
+    return OK;
+}
+
+/* What numpy does in _kineto_decode.us_to_ns for one float64. */
+static int64_t double_us_to_ns(double us)
+{
+    double ip = floor(us);
+    double frac = us - ip;
+    return (int64_t)ip * 1000 + (int64_t)rint(frac * 1000.0);
+}
+
+/* ts / dur number token -> ns as the float path computes it; *lossy as
+ * events_to_batch flags it (float token at or above 2**43 µs). */
+static int us_float_path(const Tok *t, int64_t *ns, int *lossy)
+{
+    Dec d;
+    if (tok_dec(t, &d) == OK && !d.has_exp && d.ndig <= 15 && d.nfrac <= 3) {
+        /* mant * 10**exp10 exactly; below 2**43 the double path gives the same */
+        int64_t v = (int64_t)d.mant;
+        for (int i = d.exp10 + 3; i > 0; i--)
+            v *= 10;
+        int64_t limit_ns = (int64_t)8796093022208LL * 1000;
+        if (t->type == T_INT || v < limit_ns) {
+            *ns = d.neg ? -v : v;
+            return OK;
+        }
+    }
+    double us;
+    if (tok_double(t, &us) < 0 || fabs(us) >= FLOAT_INT_LIMIT)
+        return BAD;
+    if (t->type == T_FLOAT && fabs(us) >= EXACT_US_LIMIT)
+        *lossy = 1;
+    *ns = double_us_to_ns(us);
+    return OK;
+}
+
+/* ts token -> ns exactly, round half to even (exact_us_to_ns on the Decimal). */
+static int us_exact(const Tok *t, int64_t *ns)
+{
+    Dec d;
+    if (tok_dec(t, &d) < 0)
+        return BAD;
+    int s = d.exp10 + 3;
+    __int128 v = (__int128)d.mant;
+    if (d.mant == 0) {
+        *ns = 0;
+        return OK;
+    }
+    if (s >= 0) {
+        if (s > 19)
+            return BAD;
+        for (int i = 0; i < s; i++)
+            v *= 10;
+    }
+    else {
+        if (-s > 38) {
+            *ns = 0; /* mant < 10**19: below half a ns */
+            return OK;
+        }
+        __int128 q = 1;
+        for (int i = 0; i < -s; i++)
+            q *= 10;
+        __int128 r = v % q, half = q / 2;
+        v = v / q;
+        if (r > half || (r == half && (v & 1)))
+            v += 1;
+    }
+    if (v > (__int128)INT64_MAX)
+        return BAD;
+    *ns = d.neg ? -(int64_t)v : (int64_t)v;
+    return OK;
+}
+
+/* A scalar token as the Python object msgspec gives for an Any / Num field. */
+static PyObject *tok_object(P *p, const Tok *t, int *rc)
+{
+    *rc = OK;
+    switch (t->type) {
+    case T_NULL: Py_RETURN_NONE;
+    case T_TRUE: Py_RETURN_TRUE;
+    case T_FALSE: Py_RETURN_FALSE;
+    case T_INT: {
+        char tmp[80];
+        if (t->len >= (Py_ssize_t)sizeof(tmp)) {
+            *rc = BAD;
+            return NULL;
+        }
+        memcpy(tmp, t->s, (size_t)t->len);
+        tmp[t->len] = 0;
+        PyObject *o = PyLong_FromString(tmp, NULL, 10);
+        if (!o)
+            *rc = ERR;
+        return o;
+    }
+    case T_FLOAT: {
+        double d;
+        if (!float_sane(t) || tok_double(t, &d) < 0) {
+            *rc = BAD;
+            return NULL;
+        }
+        PyObject *o = PyFloat_FromDouble(d);
+        if (!o)
+            *rc = ERR;
+        return o;
+    }
+    case T_STR: {
+        const unsigned char *s;
+        Py_ssize_t n;
+        if (str_bytes(p, t, &s, &n) < 0) {
+            *rc = ERR;
+            return NULL;
+        }
+        PyObject *o = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+        if (!o) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                *rc = BAD;
+            }
+            else
+                *rc = ERR;
+        }
+        return o;
+    }
+    default:
+        *rc = BAD; /* containers: Python builds those */
+        return NULL;
+    }
+}
+
+/* --- per-chunk state and row handling ------------------------------------- */
+
+typedef struct {
+    P p;
+    int exact;
+    Py_ssize_t n, cap;
+    int64_t *icol[N_ICOLS];
+    int32_t *ph, *name, *cat, *pidc, *tidc; /* codes; pidc/tidc: str code or -1 */
+    Interner names, cats, pids, tids;
+    int32_t ph_code[128];
+    PyObject *ph_uniques;
+    PyObject *srows[N_SCOLS], *svals[N_SCOLS];
+    PyObject *meta;
+    int lossy;
+} S;
+
+static int grow_rows(S *st)
+{
+    if (st->n < st->cap)
+        return OK;
+    Py_ssize_t cap = st->cap ? st->cap * 2 : 4096;
+    for (int c = 0; c < N_ICOLS; c++) {
+        int64_t *a = (int64_t *)PyMem_Realloc(st->icol[c], (size_t)cap * sizeof(int64_t));
+        if (!a) { PyErr_NoMemory(); return ERR; }
+        st->icol[c] = a;
+    }
+    int32_t **cc[5] = {&st->ph, &st->name, &st->cat, &st->pidc, &st->tidc};
+    for (int c = 0; c < 5; c++) {
+        int32_t *a = (int32_t *)PyMem_Realloc(*cc[c], (size_t)cap * sizeof(int32_t));
+        if (!a) { PyErr_NoMemory(); return ERR; }
+        *cc[c] = a;
+    }
+    st->cap = cap;
+    return OK;
+}
+
+/* Python's str.isspace() for ASCII (int() and the \s of _INT_RE). */
+static int py_space(unsigned char c) { return c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F); }
+
+/* _kineto_decode._INT_RE + _to_int on decoded string bytes: 1 numeric (value in
+ * *v, -1 when out of int64), 0 not numeric, BAD when Python's answer depends on
+ * more than this string. pid / tid (int_column mixed) only use the regex; arg
+ * columns first try np.fromiter, i.e. int(), which also takes "+5", "5_0" and
+ * Unicode digits -- those strings go to Python. */
+static int numeric_str(const unsigned char *s, Py_ssize_t n, int64_t *v, int arg_column)
+{
+    int maybe = 0; /* non-ASCII, or '+' / '_' */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c >= 0x80)
+            maybe = 1;
+        else if (c == '+' || c == '_') {
+            if (!arg_column)
+                return 0;
+            maybe = 1;
+        }
+        else if (!(py_space(c) || c == '-' || (c >= '0' && c <= '9')))
+            return 0;
+    }
+    if (maybe)
+        return BAD;
+    Py_ssize_t i = 0;
+    while (i < n && py_space(s[i])) i++;
+    int neg = 0;
+    if (i < n && s[i] == '-') { neg = 1; i++; }
+    Py_ssize_t d0 = i;
+    uint64_t acc = 0;
+    int over = 0;
+    while (i < n && s[i] >= '0' && s[i] <= '9') {
+        if (acc > (UINT64_MAX - 9) / 10) over = 1;
+        else acc = acc * 10 + (uint64_t)(s[i] - '0');
+        i++;
+    }
+    if (i == d0)
+        return 0;
+    while (i < n && py_space(s[i])) i++;
+    if (i != n)
+        return 0;
+    if (over || acc > (neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX))
+        *v = -1;
+    else
+        *v = neg ? (int64_t)(0 - acc) : (int64_t)acc;
+    return 1;
+}
+
+/* pid / tid of a row: int64 value, and the str code when it is not numeric. */
+static int pid_value(S *st, Interner *it, const Tok *t, int64_t *v, int32_t *code)
+{
+    *code = -1;
+    switch (t->type) {
+    case T_MISSING:
+    case T_NULL: *v = -1; return OK;
+    case T_INT: return tok_i64(t, v);
+    case T_FLOAT: {
+        double d;
+        if (tok_double(t, &d) < 0)
+            return BAD;
+        *v = fabs(d) < 9.2e18 ? (int64_t)d : -1;
+        return OK;
+    }
+    case T_STR: break;
+    default: return BAD;
+    }
+    const unsigned char *s;
+    Py_ssize_t n;
+    if (str_bytes(&st->p, t, &s, &n) < 0)
+        return ERR;
+    int is_new;
+    int32_t c = intern(it, s, n, &is_new);
+    if (c < 0)
+        return c == -2 ? BAD : ERR;
+    if (is_new) {
+        int64_t val = -1;
+        int num = numeric_str(s, n, &val, 0);
+        if (num < 0)
+            return BAD;
+        if (buf_reserve(&it->num, 9) < 0)
+            return ERR;
+        memcpy(it->num.data + it->num.len, &val, 8);
+        it->num.data[it->num.len + 8] = (char)num;
+        it->num.len += 9;
+    }
+    const char *rec = it->num.data + (Py_ssize_t)c * 9;
+    memcpy(v, rec, 8);
+    if (!rec[8])
+        *code = c;
+    return OK;
+}
+
+static int str_code(S *st, Interner *it, const Tok *t, int missing_is_empty, int32_t *code)
+{
+    if (t->type == T_MISSING && missing_is_empty) {
+        int is_new;
+        *code = intern(it, (const unsigned char *)"", 0, &is_new);
+        return *code < 0 ? ERR : OK;
+    }
+    if (t->type == T_MISSING || t->type == T_NULL) {
+        *code = -1;
+        return OK;
+    }
+    if (t->type != T_STR)
+        return BAD; /* a non-string name / cat: Python keeps the objects */
+    const unsigned char *s;
+    Py_ssize_t n;
+    if (str_bytes(&st->p, t, &s, &n) < 0)
+        return ERR;
+    int is_new;
+    int32_t c = intern(it, s, n, &is_new);
+    if (c < 0)
+        return c == -2 ? BAD : ERR;
+    *code = c;
+    return OK;
+}
+
+static int is_num_type(int type)
+{
+    return type == T_MISSING || type == T_NULL || type == T_INT || type == T_FLOAT ||
+           type == T_STR;
+}
+
+/* The type checks msgspec makes on a row / 'M' event; BAD where it would fail. */
+static int validate(P *p, Ev *ev)
+{
+    Tok *e = ev->ev;
+    if (!is_num_type(e[K_PID].type) || !is_num_type(e[K_TID].type))
+        return BAD;
+    for (int k = K_TS; k <= K_DUR; k++)
+        if (!(e[k].type == T_MISSING || e[k].type == T_NULL || e[k].type == T_INT ||
+              e[k].type == T_FLOAT))
+            return BAD;
+    if (!(e[K_ARGS].type == T_MISSING || e[K_ARGS].type == T_NULL || e[K_ARGS].type == T_OBJ))
+        return BAD;
+    /* event-level strings are all materialised (decoding checks them) */
+    for (int k = 0; k < K_N; k++) {
+        if (k == K_ARGS)
+            continue;
+        if (e[k].type == T_OBJ || e[k].type == T_ARR || !float_sane(&e[k]))
+            return BAD;
+    }
+    for (int a = 0; a < A_N; a++) {
+        Tok *t = &ev->arg[a];
+        if (a < A_FIRST_ANY && !is_num_type(t->type))
+            return BAD;
+        if (t->type == T_OBJ || t->type == T_ARR || !float_sane(t))
+            return BAD;
+        int rc = str_tok_ok(p, t);
+        if (rc)
+            return rc;
+    }
+    return OK;
+}
+
+/* An int arg column value as _ints / int_column give it (-1 when unknown). */
+static int arg_int(S *st, const Tok *t, int64_t *v)
+{
+    switch (t->type) {
+    case T_MISSING:
+    case T_NULL: *v = -1; return OK;
+    case T_INT: return tok_i64(t, v);
+    case T_FLOAT: {
+        double d;
+        if (tok_double(t, &d) < 0 || fabs(d) >= 9.2e18)
+            return BAD;
+        *v = (int64_t)d; /* int(): toward zero */
+        return OK;
+    }
+    case T_STR: {
+        const unsigned char *s;
+        Py_ssize_t n;
+        if (str_bytes(&st->p, t, &s, &n) < 0)
+            return ERR;
+        int num = numeric_str(s, n, v, 1);
+        if (num < 0)
+            return BAD;
+        if (!num)
+            *v = -1;
+        return OK;
+    }
+    default: return BAD;
+    }
+}
+
+static int present(const Tok *t) { return t->type != T_MISSING && t->type != T_NULL; }
+
+static int sparse_str(S *st, int col, Py_ssize_t row, const Tok *t)
+{
+    if (!present(t))
+        return OK;
+    int rc;
+    PyObject *v = tok_object(&st->p, t, &rc);
+    if (!v)
+        return rc;
+    PyObject *r = PyLong_FromSsize_t(row);
+    if (!r || PyList_Append(st->srows[col], r) < 0 || PyList_Append(st->svals[col], v) < 0) {
+        Py_XDECREF(r);
+        Py_DECREF(v);
+        return ERR;
+    }
+    Py_DECREF(r);
+    Py_DECREF(v);
+    return OK;
+}
+
+static int add_row(S *st, Ev *ev, int ph)
+{
+    int rc;
+    if ((rc = grow_rows(st)))
+        return rc;
+    Py_ssize_t i = st->n;
+    Tok *e = ev->ev, *a = ev->arg;
+    if (st->ph_code[ph] < 0) {
+        char c = (char)ph;
+        PyObject *u = PyUnicode_FromStringAndSize(&c, 1);
+        if (!u || PyList_Append(st->ph_uniques, u) < 0) {
+            Py_XDECREF(u);
+            return ERR;
+        }
+        Py_DECREF(u);
+        st->ph_code[ph] = (int32_t)(PyList_GET_SIZE(st->ph_uniques) - 1);
+    }
+    st->ph[i] = st->ph_code[ph];
+    if ((rc = str_code(st, &st->names, &e[K_NAME], 1, &st->name[i])) ||
+        (rc = str_code(st, &st->cats, &e[K_CAT], 0, &st->cat[i])) ||
+        (rc = pid_value(st, &st->pids, &e[K_PID], &st->icol[C_PID][i], &st->pidc[i])) ||
+        (rc = pid_value(st, &st->tids, &e[K_TID], &st->icol[C_TID][i], &st->tidc[i])))
+        return rc;
+    int64_t *ts = &st->icol[C_TS][i], *dur = &st->icol[C_DUR][i];
+    if (!present(&e[K_TS]))
+        *ts = NS_MISSING;
+    else if ((rc = st->exact ? us_exact(&e[K_TS], ts) : us_float_path(&e[K_TS], ts, &st->lossy)))
+        return rc;
+    int ignored = 0;
+    if (!present(&e[K_DUR]))
+        *dur = 0;
+    else if ((rc = us_float_path(&e[K_DUR], dur, &ignored)))
+        return rc;
+    for (int f = 0; f < A_FIRST_ANY; f++)
+        st->icol[C_ARG0 + f][i] = -1;
+    for (int f = A_EXT; f <= A_STREAM; f++)
+        if ((rc = arg_int(st, &a[f], &st->icol[C_ARG0 + f][i])))
+            return rc;
+    if (present(&a[A_BYTES]) || present(&a[A_SIZE])) {
+        if ((rc = arg_int(st, &a[A_BYTES], &st->icol[C_ARG0 + A_BYTES][i])) ||
+            (rc = arg_int(st, &a[A_SIZE], &st->icol[C_ARG0 + A_SIZE][i])) ||
+            (rc = sparse_str(st, 0, i, &a[A_KIND])) ||
+            (rc = sparse_str(st, 1, i, &a[A_DIRECTION])))
+            return rc;
+    }
+    if (present(&a[A_COLL])) {
+        for (int f = A_IN; f <= A_PGID; f++)
+            if ((rc = arg_int(st, &a[f], &st->icol[C_ARG0 + f][i])))
+                return rc;
+        for (int c = 2; c < N_SCOLS; c++)
+            if ((rc = sparse_str(st, c, i, &a[STR_FIELDS[c]])))
+                return rc;
+    }
+    st->n++;
+    return OK;
+}
+
+/* 'M' event -> (name, pid, tid, args.name, args.labels), as msgspec gives them. */
+static int add_meta(S *st, Ev *ev)
+{
+    Tok *e = ev->ev;
+    PyObject *o[5] = {NULL, NULL, NULL, NULL, NULL};
+    int rc = OK;
+    if (e[K_NAME].type == T_MISSING)
+        o[0] = PyUnicode_FromStringAndSize("", 0);
+    else
+        o[0] = tok_object(&st->p, &e[K_NAME], &rc);
+    for (int k = 0; k < 2 && !rc; k++) {
+        Tok *t = &e[k == 0 ? K_PID : K_TID];
+        o[1 + k] = t->type == T_MISSING ? PyLong_FromLong(-1) : tok_object(&st->p, t, &rc);
+    }
+    for (int k = 0; k < 2 && !rc; k++) {
+        Tok *t = &ev->arg[k == 0 ? A_NAME : A_LABELS];
+        if (t->type == T_MISSING) {
+            Py_INCREF(Py_None);
+            o[3 + k] = Py_None;
+        }
+        else
+            o[3 + k] = tok_object(&st->p, t, &rc);
+    }
+    PyObject *tup = NULL;
+    if (!rc) {
+        for (int k = 0; k < 5; k++)
+            if (!o[k])
+                rc = ERR;
+    }
+    if (!rc) {
+        tup = PyTuple_Pack(5, o[0], o[1], o[2], o[3], o[4]);
+        if (!tup || PyList_Append(st->meta, tup) < 0)
+            rc = ERR;
+    }
+    Py_XDECREF(tup);
+    for (int k = 0; k < 5; k++)
+        Py_XDECREF(o[k]);
+    return rc;
+}
+
+static const char ROW_PHASES[] = "XiIBE";
+static const char SKIP_PHASES[] = "CbneSTpFstfPNODVvRc()";
+
+static int one_event(S *st)
+{
+    Ev ev;
+    memset(&ev, 0, sizeof(ev));
+    P *p = &st->p;
+    if (peek(p) != '{')
+        return BAD; /* not an object: msgspec's ValidationError */
+    if (scan_object(p, ev.ev, event_key, K_ARGS, ev.arg) < 0)
+        return BAD;
+    Tok *ph = &ev.ev[K_PH];
+    if (ph->type != T_STR || ph->esc || ph->len != 1)
+        return BAD;
+    int c = ph->s[0];
+    if (c == 'M' || strchr(ROW_PHASES, c)) {
+        int rc = validate(p, &ev);
+        if (rc)
+            return rc;
+        return c == 'M' ? add_meta(st, &ev) : add_row(st, &ev, c);
+    }
+    if (c && strchr(SKIP_PHASES, c))
+        return OK;
+    return BAD;
+}
+
+static int scan_all(S *st)
+{
+    P *p = &st->p;
+    skip_ws(p);
+    if (peek(p) != '[')
+        return BAD;
+    p->p++;
+    skip_ws(p);
+    if (peek(p) == ']') {
+        p->p++;
+    }
+    else {
+        for (;;) {
+            int rc = one_event(st);
+            if (rc)
+                return rc;
+            skip_ws(p);
+            int c = peek(p);
+            if (c == ',') {
+                p->p++;
+                skip_ws(p);
+                continue;
+            }
+            if (c == ']') {
+                p->p++;
+                break;
+            }
+            return BAD;
+        }
+    }
+    skip_ws(p);
+    return p->p == p->end ? OK : BAD;
+}
+
+/* --- results ---------------------------------------------------------------- */
+
+static PyObject *as_bytes(const void *data, Py_ssize_t nbytes)
+{
+    return PyByteArray_FromStringAndSize(nbytes ? (const char *)data : "", nbytes);
+}
+
+/* {row: str} of the non-numeric string pids / tids, in the order the Python
+ * path's dict has (unique by unique in first-appearance order, rows ascending). */
+static PyObject *str_dict(S *st, const int32_t *codes, Interner *it)
+{
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    Py_ssize_t k = PyList_GET_SIZE(it->uniques);
+    if (k == 0)
+        return d;
+    Py_ssize_t *start = (Py_ssize_t *)PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    Py_ssize_t *rows = (Py_ssize_t *)PyMem_Malloc((size_t)(st->n ? st->n : 1) * sizeof(Py_ssize_t));
+    if (!start || !rows) {
+        PyMem_Free(start);
+        PyMem_Free(rows);
+        Py_DECREF(d);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < st->n; i++)
+        if (codes[i] >= 0)
+            start[codes[i] + 1]++;
+    for (Py_ssize_t c = 0; c < k; c++)
+        start[c + 1] += start[c];
+    for (Py_ssize_t i = 0; i < st->n; i++)
+        if (codes[i] >= 0)
+            rows[start[codes[i]]++] = i;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t c = 0; c < k; c++) {
+        PyObject *u = PyList_GET_ITEM(it->uniques, c);
+        for (; pos < start[c]; pos++) {
+            PyObject *key = PyLong_FromSsize_t(rows[pos]);
+            if (!key || PyDict_SetItem(d, key, u) < 0) {
+                Py_XDECREF(key);
+                Py_CLEAR(d);
+                goto done;
+            }
+            Py_DECREF(key);
+        }
+    }
+done:
+    PyMem_Free(start);
+    PyMem_Free(rows);
+    return d;
+}
+
+static PyObject *build_result(S *st)
+{
+    PyObject *ints = PyList_New(N_ICOLS);
+    if (!ints)
+        return NULL;
+    for (int c = 0; c < N_ICOLS; c++) {
+        PyObject *b = as_bytes(st->icol[c], st->n * 8);
+        if (!b) {
+            Py_DECREF(ints);
+            return NULL;
+        }
+        PyList_SET_ITEM(ints, c, b);
+    }
+    PyObject *sparse = PyList_New(N_SCOLS);
+    if (!sparse) {
+        Py_DECREF(ints);
+        return NULL;
+    }
+    for (int c = 0; c < N_SCOLS; c++)
+        PyList_SET_ITEM(sparse, c, PyTuple_Pack(2, st->srows[c], st->svals[c]));
+    PyObject *pid_str = str_dict(st, st->pidc, &st->pids);
+    PyObject *tid_str = pid_str ? str_dict(st, st->tidc, &st->tids) : NULL;
+    PyObject *r = NULL;
+    if (pid_str && tid_str)
+        r = Py_BuildValue("nNONONOOOOOOO", st->n,
+                          as_bytes(st->ph, st->n * 4), st->ph_uniques,
+                          as_bytes(st->name, st->n * 4), st->names.uniques,
+                          as_bytes(st->cat, st->n * 4), st->cats.uniques,
+                          ints, sparse, pid_str, tid_str,
+                          st->lossy ? Py_True : Py_False, st->meta);
+    Py_XDECREF(pid_str);
+    Py_XDECREF(tid_str);
+    Py_DECREF(ints);
+    Py_DECREF(sparse);
+    return r;
+}
+
+static void state_free(S *st)
+{
+    for (int c = 0; c < N_ICOLS; c++)
+        PyMem_Free(st->icol[c]);
+    PyMem_Free(st->ph);
+    PyMem_Free(st->name);
+    PyMem_Free(st->cat);
+    PyMem_Free(st->pidc);
+    PyMem_Free(st->tidc);
+    intern_free(&st->names);
+    intern_free(&st->cats);
+    intern_free(&st->pids);
+    intern_free(&st->tids);
+    Py_XDECREF(st->ph_uniques);
+    for (int c = 0; c < N_SCOLS; c++) {
+        Py_XDECREF(st->srows[c]);
+        Py_XDECREF(st->svals[c]);
+    }
+    Py_XDECREF(st->meta);
+    buf_free(&st->p.scratch);
+}
+
+static Py_ssize_t last_decline = -1; /* byte offset of the last declined chunk's stop */
+
+static PyObject *declined_at(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromSsize_t(last_decline);
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(buf, exact=False) -> tuple | None\n\n"
+"Decode one chunk ('[' events ']') into column data; None when the chunk\n"
+"needs the Python decoder (odd types, invalid JSON, ...).");
+
+static PyObject *scan(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    int exact = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &exact))
+        return NULL;
+    S st;
+    memset(&st, 0, sizeof(st));
+    st.exact = exact;
+    st.p.p = (const unsigned char *)view.buf;
+    st.p.end = st.p.p + view.len;
+    for (int c = 0; c < 128; c++)
+        st.ph_code[c] = -1;
+    PyObject *result = NULL;
+    int rc = ERR;
+    if (intern_init(&st.names) == 0 && intern_init(&st.cats) == 0 &&
+        intern_init(&st.pids) == 0 && intern_init(&st.tids) == 0 &&
+        (st.ph_uniques = PyList_New(0)) && (st.meta = PyList_New(0))) {
+        rc = OK;
+        for (int c = 0; c < N_SCOLS && rc == OK; c++) {
+            st.srows[c] = PyList_New(0);
+            st.svals[c] = PyList_New(0);
+            if (!st.srows[c] || !st.svals[c])
+                rc = ERR;
+        }
+        if (rc == OK) {
+            rc = scan_all(&st);
+        }
+    }
+    if (rc == OK)
+        result = build_result(&st);
+    else if (rc == BAD) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError))
+            PyErr_Clear();
+        if (!PyErr_Occurred()) {
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
+    }
+    last_decline = rc == BAD ? (Py_ssize_t)(st.p.p - (const unsigned char *)view.buf) : -1;
+    state_free(&st);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, scan_doc},
+    {"declined_at", declined_at, METH_NOARGS,
+     "Byte offset where the last declined chunk stopped (debugging aid); -1 if none."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cscan",
+    "Native Chrome-trace chunk decoder (see readers/_cscan.c).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__cscan(void)
+{
+    for (int c = 0; c < 256; c++) {
+        WS[c] = c == ' ' || c == '\t' || c == '\n' || c == '\r';
+        STR_STOP[c] = c == '"' || c == '\\' || c < 0x20;
+    }
+    return PyModule_Create(&module);
+}
