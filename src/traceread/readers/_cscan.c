@@ -16,6 +16,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define NS_MISSING INT64_MIN
 #define EXACT_US_LIMIT 8796093022208.0     /* 2**43 */
@@ -219,8 +222,18 @@ static unsigned char STR_STOP[256]; /* '"', '\\', control chars */
 
 static inline void skip_ws(P *p)
 {
-    while (p->p < p->end && WS[*p->p])
-        p->p++;
+    const unsigned char *s = p->p, *end = p->end;
+    /* Kineto indents with runs of spaces: step over 8 at a time */
+    while (end - s >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        if (w != 0x2020202020202020ULL)
+            break;
+        s += 8;
+    }
+    while (s < end && WS[*s])
+        s++;
+    p->p = s;
 }
 
 static inline int peek(P *p) { return p->p < p->end ? *p->p : -1; }
@@ -254,6 +267,25 @@ static int scan_string(P *p, Tok *t)
     const unsigned char *s = ++p->p, *end = p->end;
     int esc = 0;
     for (;;) {
+#ifdef __SSE2__
+        /* 16 bytes at a time: stop at '"', '\\' or a control char */
+        const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+        const __m128i ctl = _mm_set1_epi8(0x1F), flip = _mm_set1_epi8((char)0x80);
+        while (end - s >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)s);
+            /* unsigned c <= 0x1F via signed compare after flipping the top bit */
+            __m128i lo = _mm_cmpgt_epi8(_mm_xor_si128(ctl, flip), _mm_xor_si128(v, flip));
+            __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote),
+                                                    _mm_cmpeq_epi8(v, bslash)),
+                                       _mm_or_si128(lo, _mm_cmpeq_epi8(v, ctl)));
+            int mask = _mm_movemask_epi8(hit);
+            if (mask) {
+                s += __builtin_ctz((unsigned)mask);
+                break;
+            }
+            s += 16;
+        }
+#endif
         while (s + 8 <= end) { /* unrolled fast path over plain bytes */
             if (STR_STOP[s[0]]) break;
             if (STR_STOP[s[1]]) { s += 1; break; }
@@ -813,14 +845,26 @@ static int64_t double_us_to_ns(double us)
 static int us_float_path(const Tok *t, int64_t *ns, int *lossy)
 {
     Dec d;
-    if (tok_dec(t, &d) == OK && !d.has_exp && d.ndig <= 15 && d.nfrac <= 3) {
-        /* mant * 10**exp10 exactly; below 2**43 the double path gives the same */
-        int64_t v = (int64_t)d.mant;
-        for (int i = d.exp10 + 3; i > 0; i--)
-            v *= 10;
-        int64_t limit_ns = (int64_t)8796093022208LL * 1000;
-        if (t->type == T_INT || v < limit_ns) {
-            *ns = d.neg ? -v : v;
+    if (tok_dec(t, &d) == OK && !d.has_exp && d.ndig <= 18 && d.nfrac <= 3) {
+        /* The exact value, where the float64 path of us_to_ns gives the same
+         * ns: ints below 2**53 (float(v) is exact), floats with <= 3 decimals
+         * below 2**43 µs (ulp < 1 ns, see _kineto_decode.EXACT_US_LIMIT). */
+        const uint64_t limit_ns = 8796093022208ULL * 1000;
+        uint64_t m = d.mant, v = 0;
+        int ok = 0;
+        if (t->type == T_INT) {
+            ok = m < 9007199254740992ULL;
+            v = m * 1000;
+        }
+        else {
+            uint64_t scale = d.nfrac == 0 ? 1000 : d.nfrac == 1 ? 100 : d.nfrac == 2 ? 10 : 1;
+            if (m <= limit_ns / scale) {
+                v = m * scale;
+                ok = v < limit_ns;
+            }
+        }
+        if (ok) {
+            *ns = d.neg ? -(int64_t)v : (int64_t)v;
             return OK;
         }
     }
