@@ -986,11 +986,11 @@ typedef struct {
     int lossy;
 } S;
 
-static int grow_rows(S *st)
+static int grow_rows(S *st, Py_ssize_t want)
 {
     if (st->n < st->cap)
         return OK;
-    Py_ssize_t cap = st->cap ? st->cap * 2 : 4096;
+    Py_ssize_t cap = st->cap ? st->cap * 2 : want;
     for (int c = 0; c < N_ICOLS; c++) {
         int64_t *a = (int64_t *)PyMem_Realloc(st->icol[c], (size_t)cap * sizeof(int64_t));
         if (!a) { PyErr_NoMemory(); return ERR; }
@@ -1216,7 +1216,7 @@ static int sparse_str(S *st, int col, Py_ssize_t row, const Tok *t)
 static int add_row(S *st, Ev *ev, int ph)
 {
     int rc;
-    if ((rc = grow_rows(st)))
+    if ((rc = grow_rows(st, 4096)))
         return rc;
     Py_ssize_t i = st->n;
     Tok *e = ev->ev, *a = ev->arg;
@@ -1242,8 +1242,10 @@ static int add_row(S *st, Ev *ev, int ph)
     else if ((rc = st->exact ? us_exact(&e[K_TS], ts) : us_float_path(&e[K_TS], ts, &st->lossy)))
         return rc;
     int ignored = 0;
-    if (!present(&e[K_DUR]))
-        *dur = 0;
+    if (e[K_DUR].type == T_MISSING)
+        *dur = 0;              /* the struct default, 0.0 */
+    else if (e[K_DUR].type == T_NULL)
+        *dur = NS_MISSING;     /* np.fromiter makes None a NaN */
     else if ((rc = us_float_path(&e[K_DUR], dur, &ignored)))
         return rc;
     for (int f = 0; f < A_FIRST_ANY; f++)
@@ -1522,10 +1524,13 @@ static PyObject *scan(PyObject *self, PyObject *args)
             if (!st.srows[c] || !st.svals[c])
                 rc = ERR;
         }
-        if (rc == OK) {
-            rc = scan_all(&st);
-        }
     }
+    /* rows are >= ~150 bytes of JSON: this is one allocation per chunk; the
+     * pages of an over-estimate are never touched */
+    if (rc == OK)
+        rc = grow_rows(&st, 1024 + view.len / 128);
+    if (rc == OK)
+        rc = scan_all(&st);
     if (rc == OK)
         result = build_result(&st);
     else if (rc == BAD) {
