@@ -348,3 +348,36 @@ def test_native_required_but_missing_is_an_error(use, monkeypatch):
         _native.wanted()
     monkeypatch.setenv(_native.ENV, "")
     assert _native.decoder_name().startswith("python")
+
+
+def test_version_names_the_decoder(use):
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    use("python")
+    out = CliRunner().invoke(main, ["--version"]).output
+    assert "traceread, version" in out and "decoder: python" in out
+
+
+def test_read_streams_smaller_files_with_the_native_decoder(use):
+    use("python")
+    assert S.stream_min_bytes() == S.STREAM_MIN_BYTES
+    if _native.available():
+        use("native")
+        assert S.stream_min_bytes() == S.STREAM_MIN_BYTES_NATIVE < S.STREAM_MIN_BYTES
+
+
+@native
+@pytest.mark.parametrize("body", [b"", b"  \n", b'{"ph":"X","ts":1}', b' {"ph":"X","ts":1} ,\n{"ph":"i"} '])
+def test_bare_scan_equals_bracketed(body):
+    a = _native._cscan.scan(b"[" + body + b"]", False)
+    b = _native._cscan.scan(body, False, True)
+    assert a is not None and b is not None and a[0] == b[0]
+    _same(_native._chunk(a).arrays, _native._chunk(b).arrays)
+
+
+@native
+@pytest.mark.parametrize("body", [b",", b'{"ph":"X"},', b'[{"ph":"X"}]', b'{"ph":"X"}]'])
+def test_bare_scan_declines_what_the_brackets_make_invalid(body):
+    assert _native._cscan.scan(body, False, True) is None

@@ -38,7 +38,7 @@ def _read_uncached(path, fmt: str, progress: bool, stream: bool | None) -> Trace
     from . import stream as _stream
 
     if stream is None:
-        stream = _stream.estimated_raw_size(path) >= _stream.STREAM_MIN_BYTES
+        stream = _stream.estimated_raw_size(path) >= _stream.stream_min_bytes()
     if stream:
         return _stream.read_stream(path, progress=progress)
     from .kineto import read_kineto
@@ -46,4 +46,11 @@ def _read_uncached(path, fmt: str, progress: bool, stream: bool | None) -> Trace
     return read_kineto(path, progress=progress)
 
 
-__all__ = ["read", "TraceError"]
+def decoder_name() -> str:
+    """Which chunk decoder the streaming JSON reader uses: native C or msgspec."""
+    from ._native import decoder_name as name
+
+    return name()
+
+
+__all__ = ["read", "TraceError", "decoder_name"]

@@ -1339,16 +1339,21 @@ static int one_event(S *st)
     return BAD;
 }
 
-static int scan_all(S *st)
+/* The events of "[" ... "]"; bare: the text between the brackets only. */
+static int scan_all(S *st, int bare)
 {
     P *p = &st->p;
     skip_ws(p);
-    if (peek(p) != '[')
-        return BAD;
-    p->p++;
-    skip_ws(p);
-    if (peek(p) == ']') {
+    if (!bare) {
+        if (peek(p) != '[')
+            return BAD;
         p->p++;
+        skip_ws(p);
+    }
+    int close = bare ? -1 : ']'; /* bare: the events end where the buffer does */
+    if (peek(p) == close) {
+        if (!bare)
+            p->p++;
     }
     else {
         for (;;) {
@@ -1362,8 +1367,9 @@ static int scan_all(S *st)
                 skip_ws(p);
                 continue;
             }
-            if (c == ']') {
-                p->p++;
+            if (c == close) {
+                if (!bare)
+                    p->p++;
                 break;
             }
             return BAD;
@@ -1494,16 +1500,17 @@ static PyObject *declined_at(PyObject *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(buf, exact=False) -> tuple | None\n\n"
-"Decode one chunk ('[' events ']') into column data; None when the chunk\n"
-"needs the Python decoder (odd types, invalid JSON, ...).");
+"scan(buf, exact=False, bare=False) -> tuple | None\n\n"
+"Decode one chunk ('[' events ']'; bare: the events without the brackets)\n"
+"into column data; None when the chunk needs the Python decoder (odd types,\n"
+"invalid JSON, ...).");
 
 static PyObject *scan(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer view;
-    int exact = 0;
-    if (!PyArg_ParseTuple(args, "y*|p", &view, &exact))
+    int exact = 0, bare = 0;
+    if (!PyArg_ParseTuple(args, "y*|pp", &view, &exact, &bare))
         return NULL;
     S st;
     memset(&st, 0, sizeof(st));
@@ -1530,7 +1537,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
     if (rc == OK)
         rc = grow_rows(&st, 1024 + view.len / 128);
     if (rc == OK)
-        rc = scan_all(&st);
+        rc = scan_all(&st, bare);
     if (rc == OK)
         result = build_result(&st);
     else if (rc == BAD) {

@@ -52,11 +52,15 @@ def decoder_name() -> str:
     return f"python (msgspec; forced by {ENV})"
 
 
-def decode(buf, exact: bool):
-    """``[`` + events + ``]`` bytes -> stream.Chunk, or None to use the msgspec path."""
+def decode(buf, exact: bool, bare: bool = False):
+    """``[`` + events + ``]`` bytes -> stream.Chunk, or None to use the msgspec path.
+
+    ``bare``: buf holds the events without the brackets (a view into the
+    file: no copy).
+    """
     if not wanted():
         return None
-    res = _cscan.scan(buf, exact)
+    res = _cscan.scan(buf, exact, bare)
     if res is None:
         stats["python"] += 1
         return None
