@@ -223,14 +223,29 @@ static unsigned char STR_STOP[256]; /* '"', '\\', control chars */
 static inline void skip_ws(P *p)
 {
     const unsigned char *s = p->p, *end = p->end;
-    /* Kineto indents with runs of spaces: step over 8 at a time */
-    while (end - s >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        if (w != 0x2020202020202020ULL)
-            break;
-        s += 8;
+    /* most gaps are empty or one space: decide those without a loop */
+    if (s >= end || !WS[*s])
+        return;
+    if (s + 1 < end && !WS[s[1]]) {
+        p->p = s + 1;
+        return;
     }
+#ifdef __SSE2__
+    /* Kineto's indented layout: newline + a run of spaces, 16 bytes at a time */
+    const __m128i sp = _mm_set1_epi8(' '), nl = _mm_set1_epi8('\n');
+    const __m128i cr = _mm_set1_epi8('\r'), tab = _mm_set1_epi8('\t');
+    while (end - s >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)s);
+        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sp), _mm_cmpeq_epi8(v, nl)),
+                                  _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, tab)));
+        unsigned mask = (unsigned)_mm_movemask_epi8(ws) ^ 0xFFFFu;
+        if (mask) {
+            p->p = s + __builtin_ctz(mask);
+            return;
+        }
+        s += 16;
+    }
+#endif
     while (s < end && WS[*s])
         s++;
     p->p = s;
@@ -976,8 +991,12 @@ typedef struct {
     P p;
     int exact;
     Py_ssize_t n, cap;
+    /* output columns live in the bytearrays returned to Python (no copy at
+     * the end: every byte is written once; pages past the rows are never touched) */
+    PyObject *iobj[N_ICOLS], *cobj[3];
     int64_t *icol[N_ICOLS];
-    int32_t *ph, *name, *cat, *pidc, *tidc; /* codes; pidc/tidc: str code or -1 */
+    int32_t *ph, *name, *cat;
+    int32_t *pidc, *tidc; /* str code or -1 */
     Interner names, cats, pids, tids;
     int32_t ph_code[128];
     PyObject *ph_uniques;
@@ -986,18 +1005,40 @@ typedef struct {
     int lossy;
 } S;
 
+static int resize_col(PyObject **obj, Py_ssize_t nbytes, void **ptr)
+{
+    if (!*obj) {
+        *obj = PyByteArray_FromStringAndSize(NULL, nbytes);
+        if (!*obj)
+            return ERR;
+    }
+    else if (PyByteArray_Resize(*obj, nbytes) < 0)
+        return ERR;
+    *ptr = PyByteArray_AS_STRING(*obj);
+    return OK;
+}
+
+static int size_cols(S *st, Py_ssize_t rows)
+{
+    for (int c = 0; c < N_ICOLS; c++)
+        if (resize_col(&st->iobj[c], rows * 8, (void **)&st->icol[c]))
+            return ERR;
+    int32_t **cc[3] = {&st->ph, &st->name, &st->cat};
+    for (int c = 0; c < 3; c++)
+        if (resize_col(&st->cobj[c], rows * 4, (void **)cc[c]))
+            return ERR;
+    return OK;
+}
+
 static int grow_rows(S *st, Py_ssize_t want)
 {
     if (st->n < st->cap)
         return OK;
     Py_ssize_t cap = st->cap ? st->cap * 2 : want;
-    for (int c = 0; c < N_ICOLS; c++) {
-        int64_t *a = (int64_t *)PyMem_Realloc(st->icol[c], (size_t)cap * sizeof(int64_t));
-        if (!a) { PyErr_NoMemory(); return ERR; }
-        st->icol[c] = a;
-    }
-    int32_t **cc[5] = {&st->ph, &st->name, &st->cat, &st->pidc, &st->tidc};
-    for (int c = 0; c < 5; c++) {
+    if (size_cols(st, cap))
+        return ERR;
+    int32_t **cc[2] = {&st->pidc, &st->tidc};
+    for (int c = 0; c < 2; c++) {
         int32_t *a = (int32_t *)PyMem_Realloc(*cc[c], (size_t)cap * sizeof(int32_t));
         if (!a) { PyErr_NoMemory(); return ERR; }
         *cc[c] = a;
@@ -1381,11 +1422,6 @@ static int scan_all(S *st, int bare)
 
 /* --- results ---------------------------------------------------------------- */
 
-static PyObject *as_bytes(const void *data, Py_ssize_t nbytes)
-{
-    return PyByteArray_FromStringAndSize(nbytes ? (const char *)data : "", nbytes);
-}
-
 /* {row: str} of the non-numeric string pids / tids, in the order the Python
  * path's dict has (unique by unique in first-appearance order, rows ascending). */
 static PyObject *str_dict(S *st, const int32_t *codes, Interner *it)
@@ -1433,16 +1469,14 @@ done:
 
 static PyObject *build_result(S *st)
 {
+    if (size_cols(st, st->n))
+        return NULL;
     PyObject *ints = PyList_New(N_ICOLS);
     if (!ints)
         return NULL;
     for (int c = 0; c < N_ICOLS; c++) {
-        PyObject *b = as_bytes(st->icol[c], st->n * 8);
-        if (!b) {
-            Py_DECREF(ints);
-            return NULL;
-        }
-        PyList_SET_ITEM(ints, c, b);
+        Py_INCREF(st->iobj[c]);
+        PyList_SET_ITEM(ints, c, st->iobj[c]);
     }
     PyObject *sparse = PyList_New(N_SCOLS);
     if (!sparse) {
@@ -1455,10 +1489,8 @@ static PyObject *build_result(S *st)
     PyObject *tid_str = pid_str ? str_dict(st, st->tidc, &st->tids) : NULL;
     PyObject *r = NULL;
     if (pid_str && tid_str)
-        r = Py_BuildValue("nNONONOOOOOOO", st->n,
-                          as_bytes(st->ph, st->n * 4), st->ph_uniques,
-                          as_bytes(st->name, st->n * 4), st->names.uniques,
-                          as_bytes(st->cat, st->n * 4), st->cats.uniques,
+        r = Py_BuildValue("nOOOOOOOOOOOO", st->n, st->cobj[0], st->ph_uniques,
+                          st->cobj[1], st->names.uniques, st->cobj[2], st->cats.uniques,
                           ints, sparse, pid_str, tid_str,
                           st->lossy ? Py_True : Py_False, st->meta);
     Py_XDECREF(pid_str);
@@ -1471,10 +1503,9 @@ static PyObject *build_result(S *st)
 static void state_free(S *st)
 {
     for (int c = 0; c < N_ICOLS; c++)
-        PyMem_Free(st->icol[c]);
-    PyMem_Free(st->ph);
-    PyMem_Free(st->name);
-    PyMem_Free(st->cat);
+        Py_XDECREF(st->iobj[c]);
+    for (int c = 0; c < 3; c++)
+        Py_XDECREF(st->cobj[c]);
     PyMem_Free(st->pidc);
     PyMem_Free(st->tidc);
     intern_free(&st->names);
