@@ -33,7 +33,7 @@ class OptionalBuildExt(build_ext):
 
 setup(
     ext_modules=[Extension("traceread.readers._cscan", ["src/traceread/readers/_cscan.c"],
-                           extra_compile_args=["-O2", "-std=c99", "-fno-strict-aliasing"],
+                           extra_compile_args=["-std=c99", "-fno-strict-aliasing"],
                            optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
 )
