@@ -23,13 +23,58 @@ except ImportError:  # no compiler at install time: the Python decoder only
     _cscan = None
 
 ENV = "TRACEREAD_DECODER"
-INT_COLUMNS = ("pid", "tid", "ts_ns", "dur_ns") + dec.ARG_INT_FIELDS
+# What _cscan.c reads and returns, in its order. When _kineto_decode or the
+# Chunk gains a field (a new arg column, say), the scanner would silently
+# miss it: it is switched off (Python decodes everything) until updated.
+SCANNED = {
+    "event fields": ("name", "cat", "pid", "tid", "ts", "dur", "args"),
+    "args keys": ("External id", "external id", "correlation", "device", "stream", "bytes",
+                  "size", "kind", "direction", "Collective name", "In msg nelems",
+                  "Out msg nelems", "dtype", "Group size", "Process Group Name",
+                  "Process Group Description", "Process Group ID", "name", "labels"),
+    "int arg columns": ("external_id", "external_id_old", "correlation", "device", "stream",
+                        "bytes", "size", "in_nelems", "out_nelems", "group_size", "pg_id"),
+    "str arg columns": ("kind", "direction", "coll_name", "dtype", "pg_name", "pg_desc"),
+    "row phases": ("B", "E", "I", "X", "i"),
+    "other phases": tuple("CbneSTpFstfPNODVvRc()"),
+    "chunk fields": ("n", "strs_coded", "sparse", "arrays", "pid_str", "tid_str", "ts_lossy",
+                     "meta_events"),
+}
+INT_COLUMNS = ("pid", "tid", "ts_ns", "dur_ns") + SCANNED["int arg columns"]
 # chunks each decoder produced in this process (workers count their own)
 stats = {"native": 0, "python": 0}
 
 
+def stale() -> str:
+    """'' when the scanner covers what the Python decode reads, else what differs."""
+    import dataclasses
+
+    from .stream import Chunk
+
+    event = dec.Event.__args__[0]
+    now = {
+        "event fields": event.__struct_fields__,
+        "args keys": dec.Args.__struct_encode_fields__,
+        "int arg columns": dec.ARG_INT_FIELDS,
+        "str arg columns": dec.ARG_STR_FIELDS,
+        "row phases": tuple(sorted(dec.ROW_PHASES)),
+        "other phases": dec.SKIP_PHASES,
+        "chunk fields": tuple(f.name for f in dataclasses.fields(Chunk)),
+    }
+    return ", ".join(k for k, v in SCANNED.items() if now[k] != v)
+
+
 def available() -> bool:
-    return _cscan is not None
+    return _cscan is not None and not _stale()
+
+
+_STALE: list = []
+
+
+def _stale() -> str:
+    if not _STALE:  # computed once, on first use (stream imports this module)
+        _STALE.append(stale())
+    return _STALE[0]
 
 
 def wanted() -> bool:
@@ -37,19 +82,22 @@ def wanted() -> bool:
     choice = os.environ.get(ENV, "").strip().lower()
     if choice == "python":
         return False
-    if choice == "native" and _cscan is None:
-        raise RuntimeError(f"{ENV}=native but the native decoder is not built "
-                           "(reinstall with a C compiler)")
-    return _cscan is not None
+    if choice == "native" and not available():
+        raise RuntimeError(f"{ENV}=native but the native decoder is "
+                           + (f"out of date ({_stale()} changed)" if _cscan else
+                              "not built (reinstall with a C compiler)"))
+    return available()
 
 
 def decoder_name() -> str:
     """Which chunk decoder the streaming reader uses here, in words."""
-    if wanted():
-        return "native (C, readers/_cscan.c; msgspec for chunks it declines)"
+    if os.environ.get(ENV, "").strip().lower() == "python":
+        return f"python (msgspec; forced by {ENV})"
     if _cscan is None:
         return "python (msgspec; native decoder not built)"
-    return f"python (msgspec; forced by {ENV})"
+    if _stale():
+        return f"python (msgspec; native decoder out of date: {_stale()} changed)"
+    return "native (C, readers/_cscan.c; msgspec for chunks it declines)"
 
 
 def decode(buf, exact: bool, bare: bool = False):
