@@ -62,6 +62,24 @@ w = int(sys.argv[2]) if len(sys.argv) > 2 else None
 tr = S.read_stream(sys.argv[1], workers=w) if w else traceread.load(sys.argv[1])
 print('RESULT', time.perf_counter() - t, len(tr))
 """
+STAGES = """
+import sys, time
+c0 = time.process_time()
+import traceread
+from traceread.readers import stream as S
+c1 = time.process_time()
+fin = [0.0]
+finish = S._finish
+def timed(*a, **kw):
+    c = time.process_time(); r = finish(*a, **kw); fin[0] += time.process_time() - c
+    return r
+S._finish = timed
+tr = S.read_stream(sys.argv[1], workers=1)
+c2 = time.process_time()
+traceread.analyze(tr)
+c3 = time.process_time()
+print('RESULT', c1 - c0, c2 - c1 - fin[0], fin[0], c3 - c2)
+"""
 HTA = """
 import sys, time, logging, warnings
 warnings.filterwarnings('ignore'); logging.disable(logging.WARNING)
@@ -126,8 +144,8 @@ def table(results: list[dict]) -> str:
     rows = ["| trace | raw JSON | rows | decode msgspec | decode native | decode ratio "
             "| ingest msgspec | ingest native | ingest ratio | analyze msgspec | analyze native "
             "| analyze ratio | analyze CPU msgspec / native | analyze peak RSS (native) "
-            "| HTA load + temporal | HTA / analyze native |",
-            "|" + "---|" * 16]
+            "| HTA load + temporal | HTA / analyze native | HTA CPU / analyze native CPU |",
+            "|" + "---|" * 17]
     for r in results:
         dp, dn = _t(r["decode/python"]), _t(r["decode/native"])
         rp, rn = _t(r["read/python"]), _t(r["read/native"])
@@ -143,7 +161,22 @@ def table(results: list[dict]) -> str:
             f"| {fmt_s(_cpu(r['analyze/python']))} / {fmt_s(_cpu(r['analyze/native']))} "
             f"= {_ratio(_cpu(r['analyze/python']), _cpu(r['analyze/native']))} "
             f"| {fmt_mb(r['analyze/native']['peak'])} "
-            f"| {fmt_s(hta)} | {_ratio(hta, an) if hta else 'not run'} |")
+            f"| {fmt_s(hta)} | {_ratio(hta, an) if hta else 'not run'} "
+            f"| {_ratio(_cpu(r.get('hta')), _cpu(r['analyze/native'])) if hta else 'not run'} |")
+    return "\n".join(rows)
+
+
+def stages(path: Path, cache: str) -> str:
+    """CPU seconds by stage, one process, one worker: where the time goes after the decode."""
+    rows = ["| decoder | imports | split + decode | finish (join chunks, columns, sort, table) "
+            "| analysis passes | total |", "|---|---|---|---|---|---|"]
+    for d in DECODERS:
+        r = run([sys.executable, "-c", STAGES, str(path)], env=_env(d, cache))
+        if not r["ok"] or not r["result"]:
+            rows.append(f"| {d} | failed | | | | |")
+            continue
+        rows.append(f"| {d} | " + " | ".join(fmt_s(x) for x in r["result"])
+                    + f" | {fmt_s(sum(r['result']))} |")
     return "\n".join(rows)
 
 
@@ -197,6 +230,7 @@ def main(argv=None) -> int:
         for p in inputs:
             print(f"benchmarking {p.name} ...", file=sys.stderr)
             results.append(bench_file(p, cache, args))
+        stage_tables = [(p, stages(p, cache)) for p in inputs[1:]]
         curve = workers_curve(big, cache, [int(w) for w in args.workers.split(",")]) if big else ""
         load1 = os.getloadavg()
     finally:
@@ -207,6 +241,9 @@ def main(argv=None) -> int:
           f"{' / '.join(f'{x:.1f}' for x in load0)} -> {' / '.join(f'{x:.1f}' for x in load1)}; "
           f"HTA: {'run' if args.have_hta else 'not installed'}\n")
     print(table(results))
+    for p, t in stage_tables:
+        print(f"\nCPU time by stage, {p.name} (one process, 1 worker):\n")
+        print(t)
     if curve:
         print(f"\nIngest of {big.name} by worker count (streaming reader, wall time):\n")
         print(curve)
