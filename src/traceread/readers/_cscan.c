@@ -212,6 +212,13 @@ typedef struct {
     Buf scratch; /* decoded escaped strings */
 } P;
 
+/* The per-token scanners are forced inline: ~10% of the scan time was calls. */
+#if defined(__GNUC__)
+#define HOT static inline __attribute__((always_inline))
+#else
+#define HOT static inline
+#endif
+
 /* Result codes of the scanning functions. */
 #define OK 0
 #define BAD (-1)  /* hand the chunk to Python */
@@ -277,7 +284,7 @@ static int read_u4(const unsigned char *s, const unsigned char *end, unsigned *o
 }
 
 /* p at '"'. Validates escapes (surrogates must pair) and control chars. */
-static int scan_string(P *p, Tok *t)
+HOT int scan_string(P *p, Tok *t)
 {
     const unsigned char *s = ++p->p, *end = p->end;
     int esc = 0;
@@ -356,7 +363,7 @@ static int scan_string(P *p, Tok *t)
 }
 
 /* p at '-' or a digit: JSON number grammar, strict. */
-static int scan_number(P *p, Tok *t)
+HOT int scan_number(P *p, Tok *t)
 {
     const unsigned char *s = p->p, *end = p->end;
     int is_float = 0;
@@ -408,7 +415,7 @@ static int scan_literal(P *p, const char *lit, Py_ssize_t n)
 }
 
 /* A scalar value into t (NULL: just validate). Containers: BAD (caller skips them). */
-static int scan_scalar(P *p, Tok *t)
+HOT int scan_scalar(P *p, Tok *t)
 {
     int c = peek(p);
     const unsigned char *s0 = p->p;
@@ -504,7 +511,7 @@ static int scan_known(P *p, Tok *t)
 
 #define KEY(lit) (n == (Py_ssize_t)sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
 
-static int event_key(const unsigned char *k, Py_ssize_t n)
+HOT int event_key(const unsigned char *k, Py_ssize_t n)
 {
     switch (n) {
     case 2:
@@ -525,7 +532,7 @@ static int event_key(const unsigned char *k, Py_ssize_t n)
     return -1;
 }
 
-static int arg_key(const unsigned char *k, Py_ssize_t n)
+HOT int arg_key(const unsigned char *k, Py_ssize_t n)
 {
     switch (n) {
     case 4:
@@ -681,7 +688,7 @@ static int str_bytes(P *p, const Tok *t, const unsigned char **out, Py_ssize_t *
             continue;
         }
         unsigned char c = s[1];
-        unsigned cp;
+        unsigned cp = 0;
         switch (c) {
         case 'b': cp = '\b'; s += 2; break;
         case 'f': cp = '\f'; s += 2; break;
