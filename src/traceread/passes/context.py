@@ -96,8 +96,9 @@ def sync_caller(ev: pd.DataFrame, sync_name: str, limit: int = 200) -> str:
             if not cand:
                 continue
             kinds = ev["kind"].iloc[[j for j, _ in cand]].astype(str).tolist()
+            # the user's own line: not torch internals, not a C builtin
             py = [c for c, k_ in zip(cand, kinds) if k_ == "python" and ".py(" in c[1]
-                  and "torch/" not in c[1]]
+                  and "torch/" not in c[1] and not c[1].startswith("<built-in")]
             ann = [c for c, k_ in zip(cand, kinds) if k_ == "annotation"]
             pool = py or ann or cand
             j, n = min(pool, key=lambda c: te[c[0]] - ts[c[0]])
