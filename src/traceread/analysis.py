@@ -256,7 +256,7 @@ def _missing(meta: TraceMeta, ev: pd.DataFrame, ctx: dict) -> list[str]:
         out.append("no NVTX ranges or OS-runtime calls: DataLoader waits, .item() calls and "
                    "framework ops are invisible -- record with nsys profile "
                    "--trace=cuda,nvtx,osrt --pytorch=autograd-nvtx, or use torch.profiler")
-    elif meta.format == "nsys" and not (ev["kind"] == "cpu_op").any():
+    elif meta.format == "nsys" and not context_mod._has_non_step_ranges(ev):
         out.append("no framework operators: the DataLoader and .item() show only through "
                    "NVTX; nsys profile --pytorch=autograd-nvtx names them")
     return out
