@@ -143,7 +143,7 @@ def _ratio(a, b) -> str:
 def table(results: list[dict]) -> str:
     rows = ["| trace | raw JSON | rows | decode msgspec | decode native | decode ratio "
             "| ingest msgspec | ingest native | ingest ratio | analyze msgspec | analyze native "
-            "| analyze ratio | analyze CPU msgspec / native | analyze peak RSS (native) "
+            "| analyze ratio | analyze CPU msgspec / native | analyze peak RSS msgspec / native "
             "| HTA load + temporal | HTA / analyze native | HTA CPU / analyze native CPU |",
             "|" + "---|" * 17]
     for r in results:
@@ -160,7 +160,7 @@ def table(results: list[dict]) -> str:
             f"| {fmt_s(an)} | {_ratio(ap, an)} "
             f"| {fmt_s(_cpu(r['analyze/python']))} / {fmt_s(_cpu(r['analyze/native']))} "
             f"= {_ratio(_cpu(r['analyze/python']), _cpu(r['analyze/native']))} "
-            f"| {fmt_mb(r['analyze/native']['peak'])} "
+            f"| {fmt_mb(r['analyze/python']['peak'])} / {fmt_mb(r['analyze/native']['peak'])} "
             f"| {fmt_s(hta)} | {_ratio(hta, an) if hta else 'not run'} "
             f"| {_ratio(_cpu(r.get('hta')), _cpu(r['analyze/native'])) if hta else 'not run'} |")
     return "\n".join(rows)
