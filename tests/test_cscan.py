@@ -61,11 +61,11 @@ def compare(buf, exact: bool = False) -> str:
         want, err = _python(buf, exact), None
     except Exception as e:  # noqa: BLE001 - whatever Python raises, C must decline
         want, err = None, e
-    res = _native._cscan.scan(buf, exact)
+    res = _native._cscan.scan(buf, exact, False, _native._ext())
     if res is None:
         return "declined"
     assert err is None, f"scanner accepted input Python rejects: {err!r}"
-    got = _native._chunk(res)
+    got = _native._chunk(res, _native._ext())
     for f in FIELDS:
         _same(getattr(want, f), getattr(got, f), f)
     return "native"

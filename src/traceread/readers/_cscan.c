@@ -36,20 +36,36 @@ typedef struct {
 
 /* event keys */
 enum { K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ARGS, K_N };
-/* args keys (the fields of _kineto_decode.Args) */
+/* args keys (the fields of _kineto_decode.Args). Two shapes of Args exist
+ * (see _native.SCANNED): the base one, and "ext", which adds the
+ * record_shapes / kernel launch / memory args; in the base shape their keys
+ * are unknown keys (skipped). */
 enum {
-    A_EXT, A_EXT_OLD, A_CORR, A_DEVICE, A_STREAM, A_BYTES, A_SIZE, A_IN, A_OUT, A_GROUP,
-    A_PGID, /* Num fields above, Any fields below */
-    A_KIND, A_DIRECTION, A_COLL, A_DTYPE, A_PGNAME, A_PGDESC, A_NAME, A_LABELS, A_N
+    A_EXT, A_EXT_OLD, A_CORR, A_DEVICE, A_STREAM, A_BYTES, A_SIZE, A_IN, A_OUT, A_GROUP, A_PGID,
+    A_FLOPS, A_REGS, A_SHMEM, A_OCC, A_MEM_BYTES, A_MEM_ALLOC, A_MEM_RESV, A_MEM_DEV, /* ext */
+    A_FLOPS_CAP, /* ext; Num fields above: all but this one are int columns, in order */
+    A_KIND, A_DIRECTION, A_COLL, A_DTYPE, A_PGNAME, A_PGDESC, A_NAME, A_LABELS, /* Any */
+    A_IN_DIMS, A_IN_TYPE, A_CONCRETE, A_GRID, A_BLOCK, /* ext, msgspec.Raw: the JSON text */
+    A_N
 };
+#define A_BASE_INTS (A_PGID + 1)
+#define A_EXT_INTS (A_MEM_DEV + 1)
 #define A_FIRST_ANY A_KIND
+#define A_FIRST_RAW A_IN_DIMS
+#define IS_EXT_KEY(a) (((a) >= A_FLOPS && (a) <= A_FLOPS_CAP) || (a) >= A_FIRST_RAW)
 
 /* output int64 columns: pid, tid, ts_ns, dur_ns, then ARG_INT_FIELDS in order */
 enum { C_PID, C_TID, C_TS, C_DUR, C_ARG0 };
-#define N_ICOLS (C_ARG0 + A_FIRST_ANY)
+#define N_ICOLS (C_ARG0 + A_EXT_INTS)
 /* sparse string fields, ARG_STR_FIELDS order */
 static const int STR_FIELDS[6] = {A_KIND, A_DIRECTION, A_COLL, A_DTYPE, A_PGNAME, A_PGDESC};
 #define N_SCOLS 6
+/* ext: Raw text fields, shipped dictionary-coded (DENSE_STR_FIELDS order) */
+static const int RAW_FIELDS[5] = {A_IN_DIMS, A_IN_TYPE, A_CONCRETE, A_GRID, A_BLOCK};
+#define N_RCOLS 5
+
+/* Which Args shape this scan follows (set per call; the GIL is held throughout). */
+static int ext_mode;
 
 typedef struct {
     Tok ev[K_N];
@@ -532,17 +548,22 @@ HOT int event_key(const unsigned char *k, Py_ssize_t n)
     return -1;
 }
 
-HOT int arg_key(const unsigned char *k, Py_ssize_t n)
+static int arg_key_any(const unsigned char *k, Py_ssize_t n)
 {
     switch (n) {
     case 4:
         if (KEY("size")) return A_SIZE;
         if (KEY("kind")) return A_KIND;
         if (KEY("name")) return A_NAME;
+        if (KEY("grid")) return A_GRID;
         break;
     case 5:
         if (KEY("bytes")) return A_BYTES;
         if (KEY("dtype")) return A_DTYPE;
+        if (KEY("flops")) return A_FLOPS;
+        if (KEY("Flops")) return A_FLOPS_CAP;
+        if (KEY("block")) return A_BLOCK;
+        if (KEY("Bytes")) return A_MEM_BYTES;
         break;
     case 6:
         if (KEY("device")) return A_DEVICE;
@@ -551,9 +572,12 @@ HOT int arg_key(const unsigned char *k, Py_ssize_t n)
         break;
     case 9:
         if (KEY("direction")) return A_DIRECTION;
+        if (KEY("Device Id")) return A_MEM_DEV;
         break;
     case 10:
         if (KEY("Group size")) return A_GROUP;
+        if (KEY("Input Dims")) return A_IN_DIMS;
+        if (KEY("Input type")) return A_IN_TYPE;
         break;
     case 11:
         if (KEY("External id")) return A_EXT;
@@ -562,12 +586,16 @@ HOT int arg_key(const unsigned char *k, Py_ssize_t n)
         break;
     case 13:
         if (KEY("In msg nelems")) return A_IN;
+        if (KEY("shared memory")) return A_SHMEM;
         break;
     case 14:
         if (KEY("Out msg nelems")) return A_OUT;
+        if (KEY("Total Reserved")) return A_MEM_RESV;
         break;
     case 15:
         if (KEY("Collective name")) return A_COLL;
+        if (KEY("Concrete Inputs")) return A_CONCRETE;
+        if (KEY("Total Allocated")) return A_MEM_ALLOC;
         break;
     case 16:
         if (KEY("Process Group ID")) return A_PGID;
@@ -575,11 +603,21 @@ HOT int arg_key(const unsigned char *k, Py_ssize_t n)
     case 18:
         if (KEY("Process Group Name")) return A_PGNAME;
         break;
+    case 20:
+        if (KEY("registers per thread")) return A_REGS;
+        break;
     case 25:
         if (KEY("Process Group Description")) return A_PGDESC;
+        if (KEY("est. achieved occupancy %")) return A_OCC;
         break;
     }
     return -1;
+}
+
+HOT int arg_key(const unsigned char *k, Py_ssize_t n)
+{
+    int a = arg_key_any(k, n);
+    return a >= 0 && !ext_mode && IS_EXT_KEY(a) ? -1 : a;
 }
 
 /* Object members: known keys (by lookup) into toks, others skipped. p at '{'.
@@ -1008,8 +1046,12 @@ typedef struct {
     int32_t ph_code[128];
     PyObject *ph_uniques;
     PyObject *srows[N_SCOLS], *svals[N_SCOLS];
+    /* ext: Raw text columns, as (rows int64, codes int32, dictionary) */
+    Buf rrows[N_RCOLS], rcodes[N_RCOLS];
+    Interner raws[N_RCOLS];
     PyObject *meta;
     int lossy;
+    int n_icols; /* int columns of this shape */
 } S;
 
 static int resize_col(PyObject **obj, Py_ssize_t nbytes, void **ptr)
@@ -1027,7 +1069,7 @@ static int resize_col(PyObject **obj, Py_ssize_t nbytes, void **ptr)
 
 static int size_cols(S *st, Py_ssize_t rows)
 {
-    for (int c = 0; c < N_ICOLS; c++)
+    for (int c = 0; c < st->n_icols; c++)
         if (resize_col(&st->iobj[c], rows * 8, (void **)&st->icol[c]))
             return ERR;
     int32_t **cc[3] = {&st->ph, &st->name, &st->cat};
@@ -1197,7 +1239,7 @@ static int validate(P *p, Ev *ev)
         if (e[k].type == T_OBJ || e[k].type == T_ARR || !float_sane(&e[k]))
             return BAD;
     }
-    for (int a = 0; a < A_N; a++) {
+    for (int a = 0; a < A_FIRST_RAW; a++) { /* Raw fields take any value as it is */
         Tok *t = &ev->arg[a];
         if (a < A_FIRST_ANY && !is_num_type(t->type))
             return BAD;
@@ -1261,6 +1303,63 @@ static int sparse_str(S *st, int col, Py_ssize_t row, const Tok *t)
     return OK;
 }
 
+/* A Raw field of a sentinel row: its JSON text as written (``str(raw)``),
+ * dictionary-coded; absent or ``null``: no entry (None). */
+static int raw_str(S *st, int col, Py_ssize_t row, const Tok *t)
+{
+    if (t->type == T_MISSING || t->type == T_NULL)
+        return OK;
+    const unsigned char *s = t->s;
+    Py_ssize_t n = t->len;
+    if (t->type == T_STR) { /* the token, quotes included */
+        s -= 1;
+        n += 2;
+    }
+    int is_new;
+    int32_t code = intern(&st->raws[col], s, n, &is_new);
+    if (code < 0)
+        return code == -2 ? BAD : ERR;
+    Buf *r = &st->rrows[col], *c = &st->rcodes[col];
+    if (buf_reserve(r, 8) < 0 || buf_reserve(c, 4) < 0)
+        return ERR;
+    int64_t row64 = row;
+    memcpy(r->data + r->len, &row64, 8);
+    memcpy(c->data + c->len, &code, 4);
+    r->len += 8;
+    c->len += 4;
+    return OK;
+}
+
+/* ext: shape args (sentinel "Input Dims"), launch args ("grid"), memory
+ * instants ("Bytes"), as _kineto_decode._sparse reads them. */
+static int ext_groups(S *st, Tok *a, Py_ssize_t i)
+{
+    int rc;
+    if (a[A_IN_DIMS].type != T_MISSING) { /* a Raw null is present too */
+        int64_t flops, cap;
+        if ((rc = arg_int(st, &a[A_FLOPS], &flops)) || (rc = arg_int(st, &a[A_FLOPS_CAP], &cap)))
+            return rc;
+        st->icol[C_ARG0 + A_FLOPS][i] = flops >= 0 ? flops : cap;
+        for (int c = 0; c < 3; c++)
+            if ((rc = raw_str(st, c, i, &a[RAW_FIELDS[c]])))
+                return rc;
+    }
+    if (a[A_GRID].type != T_MISSING) {
+        for (int f = A_REGS; f <= A_OCC; f++)
+            if ((rc = arg_int(st, &a[f], &st->icol[C_ARG0 + f][i])))
+                return rc;
+        for (int c = 3; c < N_RCOLS; c++)
+            if ((rc = raw_str(st, c, i, &a[RAW_FIELDS[c]])))
+                return rc;
+    }
+    if (present(&a[A_MEM_BYTES])) {
+        for (int f = A_MEM_BYTES; f <= A_MEM_DEV; f++)
+            if ((rc = arg_int(st, &a[f], &st->icol[C_ARG0 + f][i])))
+                return rc;
+    }
+    return OK;
+}
+
 static int add_row(S *st, Ev *ev, int ph)
 {
     int rc;
@@ -1296,7 +1395,7 @@ static int add_row(S *st, Ev *ev, int ph)
         *dur = NS_MISSING;     /* np.fromiter makes None a NaN */
     else if ((rc = us_float_path(&e[K_DUR], dur, &ignored)))
         return rc;
-    for (int f = 0; f < A_FIRST_ANY; f++)
+    for (int f = 0; f < st->n_icols - C_ARG0; f++)
         st->icol[C_ARG0 + f][i] = -1;
     for (int f = A_EXT; f <= A_STREAM; f++)
         if ((rc = arg_int(st, &a[f], &st->icol[C_ARG0 + f][i])))
@@ -1316,6 +1415,8 @@ static int add_row(S *st, Ev *ev, int ph)
             if ((rc = sparse_str(st, c, i, &a[STR_FIELDS[c]])))
                 return rc;
     }
+    if (ext_mode && (rc = ext_groups(st, a, i)))
+        return rc;
     st->n++;
     return OK;
 }
@@ -1478,20 +1579,28 @@ static PyObject *build_result(S *st)
 {
     if (size_cols(st, st->n))
         return NULL;
-    PyObject *ints = PyList_New(N_ICOLS);
+    PyObject *ints = PyList_New(st->n_icols);
     if (!ints)
         return NULL;
-    for (int c = 0; c < N_ICOLS; c++) {
+    for (int c = 0; c < st->n_icols; c++) {
         Py_INCREF(st->iobj[c]);
         PyList_SET_ITEM(ints, c, st->iobj[c]);
     }
-    PyObject *sparse = PyList_New(N_SCOLS);
+    int n_rcols = ext_mode ? N_RCOLS : 0;
+    PyObject *sparse = PyList_New(N_SCOLS + n_rcols);
     if (!sparse) {
         Py_DECREF(ints);
         return NULL;
     }
     for (int c = 0; c < N_SCOLS; c++)
         PyList_SET_ITEM(sparse, c, PyTuple_Pack(2, st->srows[c], st->svals[c]));
+    for (int c = 0; c < n_rcols; c++)
+        PyList_SET_ITEM(sparse, N_SCOLS + c,
+                        Py_BuildValue("NNO", PyByteArray_FromStringAndSize(st->rrows[c].data,
+                                                                           st->rrows[c].len),
+                                      PyByteArray_FromStringAndSize(st->rcodes[c].data,
+                                                                    st->rcodes[c].len),
+                                      st->raws[c].uniques));
     PyObject *pid_str = str_dict(st, st->pidc, &st->pids);
     PyObject *tid_str = pid_str ? str_dict(st, st->tidc, &st->tids) : NULL;
     PyObject *r = NULL;
@@ -1524,6 +1633,11 @@ static void state_free(S *st)
         Py_XDECREF(st->srows[c]);
         Py_XDECREF(st->svals[c]);
     }
+    for (int c = 0; c < N_RCOLS; c++) {
+        buf_free(&st->rrows[c]);
+        buf_free(&st->rcodes[c]);
+        intern_free(&st->raws[c]);
+    }
     Py_XDECREF(st->meta);
     buf_free(&st->p.scratch);
 }
@@ -1538,21 +1652,23 @@ static PyObject *declined_at(PyObject *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(buf, exact=False, bare=False) -> tuple | None\n\n"
+"scan(buf, exact=False, bare=False, ext=False) -> tuple | None\n\n"
 "Decode one chunk ('[' events ']'; bare: the events without the brackets)\n"
 "into column data; None when the chunk needs the Python decoder (odd types,\n"
-"invalid JSON, ...).");
+"invalid JSON, ...). ext: the Args shape with shape / launch / memory args.");
 
 static PyObject *scan(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer view;
-    int exact = 0, bare = 0;
-    if (!PyArg_ParseTuple(args, "y*|pp", &view, &exact, &bare))
+    int exact = 0, bare = 0, ext = 0;
+    if (!PyArg_ParseTuple(args, "y*|ppp", &view, &exact, &bare, &ext))
         return NULL;
     S st;
     memset(&st, 0, sizeof(st));
     st.exact = exact;
+    ext_mode = ext;
+    st.n_icols = C_ARG0 + (ext ? A_EXT_INTS : A_BASE_INTS);
     st.p.p = (const unsigned char *)view.buf;
     st.p.end = st.p.p + view.len;
     for (int c = 0; c < 128; c++)
@@ -1569,6 +1685,9 @@ static PyObject *scan(PyObject *self, PyObject *args)
             if (!st.srows[c] || !st.svals[c])
                 rc = ERR;
         }
+        for (int c = 0; c < N_RCOLS && rc == OK && ext; c++)
+            if (intern_init(&st.raws[c]) < 0)
+                rc = ERR;
     }
     /* rows are >= ~150 bytes of JSON: this is one allocation per chunk; the
      * pages of an over-estimate are never touched */

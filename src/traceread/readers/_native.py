@@ -40,13 +40,34 @@ SCANNED = {
     "chunk fields": ("n", "strs_coded", "sparse", "arrays", "pid_str", "tid_str", "ts_lossy",
                      "meta_events"),
 }
-INT_COLUMNS = ("pid", "tid", "ts_ns", "dur_ns") + SCANNED["int arg columns"]
+# The "ext" shape of Args: shapes (record_shapes / with_flops), kernel launch
+# configuration and [memory] instants; Raw fields come back as JSON text,
+# dictionary-coded (DENSE_STR_FIELDS).
+EXT_RAW = ("input_dims", "input_type", "concrete_inputs", "grid", "block")
+SCANNED_EXT = {
+    **SCANNED,
+    "args keys": SCANNED["args keys"] + (
+        "Input Dims", "Input type", "Concrete Inputs", "flops", "Flops", "grid", "block",
+        "registers per thread", "shared memory", "est. achieved occupancy %", "Bytes",
+        "Total Allocated", "Total Reserved", "Device Id"),
+    "int arg columns": SCANNED["int arg columns"] + (
+        "flops", "registers", "shared_mem", "occupancy", "mem_bytes", "mem_allocated",
+        "mem_reserved", "mem_device"),
+    "str arg columns": SCANNED["str arg columns"] + EXT_RAW,
+    "dense str columns": EXT_RAW,
+}
+SCANNED["dense str columns"] = ()
 # chunks each decoder produced in this process (workers count their own)
 stats = {"native": 0, "python": 0}
 
 
 def stale() -> str:
     """'' when the scanner covers what the Python decode reads, else what differs."""
+    return _shape()[1]
+
+
+def _shape() -> tuple[dict | None, str]:
+    """(the SCANNED table _kineto_decode matches, '') or (None, what differs)."""
     import dataclasses
 
     from .stream import Chunk
@@ -60,8 +81,12 @@ def stale() -> str:
         "row phases": tuple(sorted(dec.ROW_PHASES)),
         "other phases": dec.SKIP_PHASES,
         "chunk fields": tuple(f.name for f in dataclasses.fields(Chunk)),
+        "dense str columns": tuple(getattr(dec, "DENSE_STR_FIELDS", ())),
     }
-    return ", ".join(k for k, v in SCANNED.items() if now[k] != v)
+    for shape in (SCANNED, SCANNED_EXT):
+        if all(now[k] == v for k, v in shape.items()):
+            return shape, ""
+    return None, ", ".join(k for k, v in SCANNED.items() if now[k] != v)
 
 
 def available() -> bool:
@@ -73,8 +98,14 @@ _STALE: list = []
 
 def _stale() -> str:
     if not _STALE:  # computed once, on first use (stream imports this module)
-        _STALE.append(stale())
+        shape, why = _shape()
+        _STALE.extend([why, shape is SCANNED_EXT])
     return _STALE[0]
+
+
+def _ext() -> bool:
+    _stale()
+    return bool(_STALE[1:] and _STALE[1])
 
 
 def wanted() -> bool:
@@ -108,23 +139,34 @@ def decode(buf, exact: bool, bare: bool = False):
     """
     if not wanted():
         return None
-    res = _cscan.scan(buf, exact, bare)
+    ext = _ext()
+    res = _cscan.scan(buf, exact, bare, ext)
     if res is None:
         stats["python"] += 1
         return None
     stats["native"] += 1
-    return _chunk(res)
+    return _chunk(res, ext)
 
 
-def _chunk(res: tuple):
+def _chunk(res: tuple, ext: bool = False):
     from .stream import Chunk, _pack_ints
 
     (n, ph, ph_u, name, name_u, cat, cat_u, ints, sparse, pid_str, tid_str, lossy,
      meta) = res
-    arrays = {k: _pack_ints(np.frombuffer(b, dtype=np.int64)) for k, b in zip(INT_COLUMNS, ints)}
+    shape = SCANNED_EXT if ext else SCANNED
+    int_columns = ("pid", "tid", "ts_ns", "dur_ns") + shape["int arg columns"]
+    arrays = {k: _pack_ints(np.frombuffer(b, dtype=np.int64)) for k, b in zip(int_columns, ints)}
     coded = {k: (np.frombuffer(b, dtype=np.int32), u)
              for k, b, u in (("ph", ph, ph_u), ("name", name, name_u), ("cat", cat, cat_u))}
-    sparse = {f: (np.array(rows, dtype=np.int64), vals)
-              for f, (rows, vals) in zip(dec.ARG_STR_FIELDS, sparse)}
+    sparse = {f: _sparse(v) for f, v in zip(shape["str arg columns"], sparse)}
     return Chunk(n=n, strs_coded=coded, sparse=sparse, arrays=arrays, pid_str=pid_str,
                  tid_str=tid_str, ts_lossy=lossy, meta_events=meta)
+
+
+def _sparse(v: tuple) -> tuple:
+    """(rows, values), or for Raw text columns (rows, (codes, dictionary))."""
+    if len(v) == 2:
+        rows, vals = v
+        return np.array(rows, dtype=np.int64), vals
+    rows, codes, uniques = v
+    return np.frombuffer(rows, dtype=np.int64), (np.frombuffer(codes, dtype=np.int32), uniques)
