@@ -228,6 +228,16 @@ ACCEPTED = [
     '{"ph":"B","ts":9007199254740991,"cat":null}',
     '{"ph":"E","ts":0.000,"name":""}',
     '{"ph":"X","cat":"c","unknown":{"deep":[[[[{"x":"\\u0000"}]]]]},"ts":2}',
+    # issue 12's argument columns (decoded when _kineto_decode has them, else skipped)
+    '{"ph":"X","ts":3,"args":{"Input Dims":[[2, 3], []],"Input type":["float", "Sc\\u00e4lar"],'
+    '"Concrete Inputs":["", "1"],"flops":120}}',
+    '{"ph":"X","ts":3,"args":{"Input Dims":null,"Flops":7.0,"Input type":"x"}}',
+    '{"ph":"X","ts":3,"args":{"Input Dims":[],"flops":null,"Flops":"12"}}',
+    '{"ph":"X","ts":3,"args":{"grid":[1, 2, 3],"block":[128,1,1],"registers per thread":32,'
+    '"shared memory":0,"est. achieved occupancy %":12.5}}',
+    '{"ph":"i","ts":3,"args":{"Bytes":-512,"Total Allocated":1024,"Total Reserved":2048,'
+    '"Device Id":0}}',
+    '{"ph":"i","ts":3,"args":{"Bytes":null,"Total Allocated":1024}}',
 ]
 
 DECLINED = [
