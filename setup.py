@@ -33,6 +33,8 @@ class OptionalBuildExt(build_ext):
 
 setup(
     ext_modules=[Extension("traceread.readers._cscan", ["src/traceread/readers/_cscan.c"],
+                           depends=[f"src/traceread/readers/_cscan_{h}.h"
+                                    for h in ("intern", "json", "values")],
                            extra_compile_args=["-std=c99", "-fno-strict-aliasing"],
                            optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
