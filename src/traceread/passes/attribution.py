@@ -28,12 +28,15 @@ import pandas as pd
 
 from . import intervals
 from .compile import _is_compile_name
+from .graphs import is_graph_recording
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-CPU_CATEGORIES = ("compile", "dataloader", "comm_wait", "sync", "alloc", "launch", "cpu_op",
-                  "python", "untraced")
+# graph_record: CUDA-graph capture / instantiation (CUDAGraphNode.record is a
+# dynamo_timed span but records a graph, it compiles nothing).
+CPU_CATEGORIES = ("compile", "graph_record", "dataloader", "comm_wait", "sync", "alloc", "launch",
+                  "cpu_op", "python", "untraced")
 DRAINS = ("sync", "starved")
 
 # A sync call "ended at the gap's start" when it was already running when the GPU
@@ -143,6 +146,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
     def by_name(n: str) -> int:
         if any(r.search(n) for r in step_rx):
             return -2
+        if is_graph_recording(n):
+            return cat["graph_record"]
         if COMPILE_RX.search(n) or _is_compile_name(n):
             return cat["compile"]
         if DATALOADER_RX.search(n):
@@ -154,6 +159,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
         return -1
 
     def api(n: str) -> int:
+        if is_graph_recording(n):   # stream capture, graph instantiation
+            return cat["graph_record"]
         if SYNC_API_RX.match(n):
             return cat["sync"]
         return cat["alloc"] if ALLOC_API_RX.match(n) else cat["launch"]
