@@ -19,6 +19,7 @@ from .passes import steps as steps_mod
 from .passes import verdict as verdict_mod
 from .passes.compile import compile_summary
 from .passes.gaps import gpu_gaps
+from .passes.graphs import graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
@@ -49,6 +50,7 @@ class Analysis:
     kernels: pd.DataFrame
     kernel_classes: pd.DataFrame
     verdict: dict
+    graphs: dict = field(default_factory=dict)   # passes.graphs.graph_summary
     min_gap_ns: int = 0
     trace: Trace | None = field(default=None, repr=False)  # the analysed trace, for follow-ups
 
@@ -121,7 +123,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
                     gaps=gaps, attribution=summary, top_ops=att["top_ops"], nccl=nccl,
                     collectives=collectives, compile=comp, kernels=kernels,
-                    kernel_classes=classes, verdict=verdict, min_gap_ns=int(min_gap_ns),
+                    kernel_classes=classes, verdict=verdict, graphs=graph_summary(ev),
+                    min_gap_ns=int(min_gap_ns),
                     trace=trace)
 
 

@@ -34,8 +34,9 @@ from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
 # graph_record: CUDA-graph capture / instantiation (CUDAGraphNode.record is a
-# dynamo_timed span but records a graph, it compiles nothing).
-CPU_CATEGORIES = ("compile", "graph_record", "dataloader", "comm_wait", "sync", "alloc", "launch",
+# dynamo_timed span but records a graph, it compiles nothing); first, as the more
+# specific span when a compile-looking frame encloses it.
+CPU_CATEGORIES = ("graph_record", "compile", "dataloader", "comm_wait", "sync", "alloc", "launch",
                   "cpu_op", "python", "untraced")
 DRAINS = ("sync", "starved")
 
@@ -85,6 +86,11 @@ COMPILE_RX = re.compile(
     r"|autotune_select_algorithm|benchmark_all_configs"
     r"|torch/_dynamo/(?:convert_frame|symbolic_convert|output_graph)\.py"
     r"|torch/_inductor/(?:compile_fx|graph|scheduler|codecache|select_algorithm)\.py")
+# Frames of compile_fx.py that run compiled code (the call wrapper, cudagraphify),
+# not the compiler: torch 2.x wraps every compiled-graph call in compile_fx.py's `run`.
+COMPILED_RUN_RX = re.compile(
+    r"torch/_inductor/compile_fx\.py\(\d+\): (?:run|static_input|cudagraphify\w*|wrapper"
+    r"|__call__|align_inputs\w*|copy_misaligned_inputs)$")
 DATALOADER_RX = re.compile(
     r"(?i)enumerate\(DataLoader\)|DataLoader|data_loader|data loading|_next_data"
     r"|torch/utils/data/")
@@ -148,6 +154,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
             return -2
         if is_graph_recording(n):
             return cat["graph_record"]
+        if COMPILED_RUN_RX.search(n):
+            return -1
         if COMPILE_RX.search(n) or _is_compile_name(n):
             return cat["compile"]
         if DATALOADER_RX.search(n):

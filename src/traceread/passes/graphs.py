@@ -185,6 +185,7 @@ def _per_graph(replays: pd.DataFrame) -> list[dict]:
     for (gid, launch), r in g:
         out.append({"graph_id": int(gid), "launch": str(launch), "replays": int(len(r)),
                     "gpu_ns": int(r["gpu_ns"].sum()), "mean_ns": int(round(r["gpu_ns"].mean())),
+                    "nodes": int(r["nodes"].sum()),
                     "nodes_per_replay": round(float(r["nodes"].mean()), 2)})
     return sorted(out, key=lambda d: (-d["gpu_ns"], d["graph_id"]))
 

@@ -55,6 +55,7 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "compile": _py(a.compile) if a.compile else _empty_compile(),
         "kernels": _records(a.kernels.head(20), ("avg_ns", "med_ns", "stddev_ns")),
         "kernel_classes": _records(a.kernel_classes),
+        "graphs": _py(a.graphs),
         "verdict": _py(a.verdict),
     }
 
