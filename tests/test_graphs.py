@@ -258,3 +258,42 @@ def test_corpus_capture_trace_records_not_compiles():
     assert a.compile["compiles"] == 0
     assert a.verdict["bound"] != "compile"
     assert a.graphs["recording"]["ns"] >= 243_000_000
+
+
+def test_stream_capture_region_is_graph_record():
+    """torch.cuda.graph capture (no cudagraph-trees span): the launches between
+    BeginCapture and EndCapture are recorded, not run; that idle time is graph_record."""
+    from traceread.synth.scenarios import MS, T0, US, TraceBuilder
+
+    b = TraceBuilder()
+    b.launch(T0, 5 * US, T0 + 10 * US, 1 * MS)                     # eager warm-up
+    b.runtime("cudaStreamBeginCapture", T0 + 2 * MS, 10 * US)
+    for j in range(50):                                            # captured: no GPU rows
+        b.cpu("aten::mm", T0 + 2 * MS + 20 * US + j * 100 * US, 80 * US)
+        b.runtime("cudaLaunchKernel", T0 + 2 * MS + 50 * US + j * 100 * US, 20 * US)
+    b.runtime("cudaStreamEndCapture", T0 + 7 * MS, 10 * US)
+    b.runtime("cudaGraphInstantiate", T0 + 7 * MS + 20 * US, 980 * US)
+    b.launch(T0 + 8 * MS, 20 * US, T0 + 8 * MS + 50 * US, 1 * MS, api="cudaGraphLaunch")
+    t = b.build()
+    gaps = gpu_gaps(t)
+    assert gaps["duration"].tolist() == [8 * MS + 40 * US - 1 * MS]
+    att = summarize(attribute(t.events, gaps, steps_mod.gpu_ops(t.events))["gaps"])
+    by = att["by_cpu"]
+    # capture [2ms, 7.01ms) plus instantiate [7.02ms, 8ms)
+    assert by["graph_record"] == (5 * MS + 10 * US) + 980 * US
+    assert by["launch"] == 20 * US          # the cudaGraphLaunch call, before its replay
+    assert by["cpu_op"] == 0
+    s = graph_summary(t)
+    assert s["recording"]["captures"] == 1 and s["uses_cuda_graphs"]
+    assert s["recording"]["ns"] == (5 * MS + 10 * US) + 980 * US
+
+
+def test_corpus_vllm_capture_trace_is_graph_recording():
+    path = corpus_or_skip() / _TL / ("vllm_decode_full/capture_traces/"
+                                     "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz")
+    a = analyze(path)
+    by = a.attribution["by_cpu"]
+    assert by["graph_record"] > 0.9 * sum(by.values())
+    assert a.graphs["uses_cuda_graphs"] and a.graphs["replays"] == 0
+    assert a.graphs["recording"]["captures"] == 1
+    assert a.verdict["bound"] not in ("launch", "compile")

@@ -28,7 +28,7 @@ import pandas as pd
 
 from . import intervals
 from .compile import _is_compile_name
-from .graphs import is_graph_recording
+from .graphs import capture_regions, is_graph_recording
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -298,6 +298,10 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he += hs
     key = _thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
     del rows
+    cap = capture_regions(ev)
+    if len(cap):
+        kind, name, cats, is_sync, hs, he, key = _with_captures(
+            cap, kind, name, cats, is_sync, hs, he, key)
     top_parts = []
     for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
         gs = gaps["start"].to_numpy(np.int64)[idx]
@@ -323,6 +327,21 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     gaps["drain"] = drain
     gaps["drain_op"] = drain_op
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top)}
+
+
+def _with_captures(cap: pd.DataFrame, kind, name, cats, is_sync, hs, he, key) -> tuple:
+    """Host rows plus one graph_record row per stream capture (BeginCapture..EndCapture):
+    what the host launches inside is recorded into a graph, not run. The rows have no
+    name and a python kind, so they never show among the top ops."""
+    m = len(cap)
+    return (np.concatenate([kind, np.full(m, HOST_KINDS.index("python"), kind.dtype)]),
+            np.concatenate([name, np.full(m, -1, name.dtype)]),
+            np.concatenate([cats, np.full(m, CPU_CATEGORIES.index("graph_record"), cats.dtype)]),
+            np.concatenate([is_sync, np.zeros(m, bool)]),
+            np.concatenate([hs, cap["start"].to_numpy(np.int64)]),
+            np.concatenate([he, cap["end"].to_numpy(np.int64)]),
+            np.concatenate([key, _thread_key(cap["pid"].to_numpy(np.int64, copy=True),
+                                             cap["tid"].to_numpy(np.int64, copy=True))]))
 
 
 def _sync_names(cats: pd.Index, codes: np.ndarray) -> np.ndarray:

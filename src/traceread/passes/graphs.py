@@ -158,6 +158,14 @@ def recording_intervals(ev: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([out, _captures(api)], ignore_index=True)
 
 
+def capture_regions(ev: pd.DataFrame) -> pd.DataFrame:
+    """Stream captures (pid, tid, start, end, name "stream capture"): the host launches
+    into a graph being recorded, so nothing it launches runs on the GPU meanwhile."""
+    rows = _rows(ev, _API_KINDS)
+    rows = rows[_name_mask(ev, rows, lambda n: bool(_BEGIN_RX.match(n) or _END_RX.match(n)))]
+    return _captures(ev.iloc[rows][["ts", "dur", "pid", "tid", "name"]])
+
+
 def _captures(api: pd.DataFrame) -> pd.DataFrame:
     """BeginCapture .. EndCapture regions, paired in time order per thread."""
     parts = []
@@ -214,7 +222,8 @@ def _mode(ops: pd.DataFrame) -> str | None:
 def graph_summary(events) -> dict:
     """CUDA-graph replays and recording (see the module doc). All times in ns.
 
-    Keys: uses_cuda_graphs, launches, replays, mode ("graph": one row per replay,
+    Keys: uses_cuda_graphs (graph launches, replays or recording: the program already
+    uses CUDA graphs), launches, replays, mode ("graph": one row per replay,
     "node": per-kernel rows, "mixed", None), replay_gpu_ns (union over each device of
     every replay's GPU time), gpu_busy_ns (union of all GPU ops), replay_share_pct,
     graphs (per graph id and launch call: replays, gpu_ns, mean_ns, nodes_per_replay),
@@ -229,7 +238,7 @@ def graph_summary(events) -> dict:
     busy = _union_by_device(ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(),
                                    ["ts", "dur", "pid", "device"]])
     return {
-        "uses_cuda_graphs": bool(len(replays) or len(launches)),
+        "uses_cuda_graphs": bool(len(replays) or len(launches) or len(rec)),
         "launches": int(len(launches)),
         "replays": int(len(replays)),
         "mode": _mode(ops),
