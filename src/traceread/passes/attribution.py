@@ -28,15 +28,14 @@ import pandas as pd
 
 from . import intervals
 from .compile import _is_compile_name
-from .graphs import capture_regions, is_graph_recording
+from .graphs import GRAPH_RECORD_RX, capture_regions, is_graph_recording  # noqa: F401 (window.py)
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-# graph_record: CUDA-graph capture / instantiation (CUDAGraphNode.record is a
-# dynamo_timed span but records a graph, it compiles nothing); first, as the more
-# specific span when a compile-looking frame encloses it.
-CPU_CATEGORIES = ("graph_record", "compile", "dataloader", "comm_wait", "sync", "alloc", "launch",
+# graph_capture: CUDA-graph recording (stream capture, instantiation, cudagraph trees'
+# CUDAGraphNode.record -- a dynamo_timed span that compiles nothing), see passes/graphs.py.
+CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch",
                   "cpu_op", "python", "untraced")
 DRAINS = ("sync", "starved")
 
@@ -152,8 +151,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
     def by_name(n: str) -> int:
         if any(r.search(n) for r in step_rx):
             return -2
-        if is_graph_recording(n):
-            return cat["graph_record"]
+        if is_graph_recording(n):   # before compile: CUDAGraphNode.record is dynamo_timed
+            return cat["graph_capture"]
         if COMPILED_RUN_RX.search(n):
             return -1
         if COMPILE_RX.search(n) or _is_compile_name(n):
@@ -168,7 +167,7 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
 
     def api(n: str) -> int:
         if is_graph_recording(n):   # stream capture, graph instantiation
-            return cat["graph_record"]
+            return cat["graph_capture"]
         if SYNC_API_RX.match(n):
             return cat["sync"]
         return cat["alloc"] if ALLOC_API_RX.match(n) else cat["launch"]
@@ -330,13 +329,13 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
 
 
 def _with_captures(cap: pd.DataFrame, kind, name, cats, is_sync, hs, he, key) -> tuple:
-    """Host rows plus one graph_record row per stream capture (BeginCapture..EndCapture):
+    """Host rows plus one graph_capture row per stream capture (BeginCapture..EndCapture):
     what the host launches inside is recorded into a graph, not run. The rows have no
     name and a python kind, so they never show among the top ops."""
     m = len(cap)
     return (np.concatenate([kind, np.full(m, HOST_KINDS.index("python"), kind.dtype)]),
             np.concatenate([name, np.full(m, -1, name.dtype)]),
-            np.concatenate([cats, np.full(m, CPU_CATEGORIES.index("graph_record"), cats.dtype)]),
+            np.concatenate([cats, np.full(m, CPU_CATEGORIES.index("graph_capture"), cats.dtype)]),
             np.concatenate([is_sync, np.zeros(m, bool)]),
             np.concatenate([hs, cap["start"].to_numpy(np.int64)]),
             np.concatenate([he, cap["end"].to_numpy(np.int64)]),

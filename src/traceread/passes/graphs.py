@@ -212,6 +212,11 @@ def _recording(rec: pd.DataFrame) -> dict:
                     for k, v in by.iterrows()]}
 
 
+def graph_recording(events) -> dict:
+    """Recording only (the ``recording`` entry of ``graph_summary``)."""
+    return _recording(recording_intervals(events_of(events)))
+
+
 def _mode(ops: pd.DataFrame) -> str | None:
     if not len(ops):
         return None
