@@ -20,7 +20,7 @@ from traceread.passes.kernels import kernel_summary
 from traceread.passes.nccl import comm_overlap
 from traceread.synth.graphs import EAGER_KERNEL, graph_replay, write_nsys_graphs
 from traceread.synth.kineto import write_kineto
-from traceread.synth.nsys import NsysWriter
+from traceread.synth.nsys import NsysWriter, gpid
 from traceread.synth.scenarios import gpu_bound
 
 from conftest import corpus_or_skip
@@ -92,16 +92,18 @@ def test_nsys_node_mode_kernels_carry_graph_id(planted, tmp_path):
 def test_nsys_replay_with_node_rows_is_not_counted_twice(planted, tmp_path):
     trace, truth = planted
     path = write_nsys_graphs(trace, tmp_path / "both.sqlite", mode="node")
-    con = sqlite3.connect(path)
     ev = traceread.load(path).events
     launches = ev[ev["name"] == "cudaGraphLaunch"].sort_values("ts")
-    w = NsysWriter.__new__(NsysWriter)   # append GRAPH_TRACE rows to the existing export
-    w.con, w._has_graph_trace = con, False
-    kern = ev[ev["graph_id"] == 1]
-    for corr, g in kern.groupby("correlation"):
-        w.graph_trace(int(g["ts"].min()), int((g["ts"] + g["dur"]).max()), 4242, 1,
-                      corr=int(corr))
-    w.graph_trace(10**9, 10**9 + 5000, 4242, 2, corr=999)   # a replay with no node rows
+    ev_gpid = gpid(4242)
+    rows = [(int(g["ts"].min()), int((g["ts"] + g["dur"]).max()), int(corr), ev_gpid, 1)
+            for corr, g in ev[ev["graph_id"] == 1].groupby("correlation")]
+    rows.append((10**9, 10**9 + 5000, 999, ev_gpid, 2))   # a replay with no node rows
+    con = sqlite3.connect(path)   # the same replays also as GRAPH_TRACE rows
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER, end INTEGER, "
+                "deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, "
+                "graphId INTEGER)")
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 7, ?, ?, ?)",
+                    rows)
     con.commit()
     con.close()
     t = traceread.load(path)
