@@ -304,3 +304,17 @@ def test_corpus_vllm_capture_trace_is_graph_recording():
     assert a.graphs["uses_cuda_graphs"] and a.graphs["replays"] == 0
     assert a.graphs["recording"]["captures"] == 1
     assert a.verdict["bound"] not in ("launch", "compile")
+
+
+@pytest.mark.parametrize("rel", [
+    _TL + "sglang_decode/sglang_Qwen3-8B_decode.json.gz",
+    _TL + "xdit_flux.1/split_traces/profile_trace_rank_0_annotation_iteration_0_execute_"
+          "diffusion_1_256x256.json.gz",
+    "facebookresearch__HolisticTraceAnalysis/tests/data/negative_queue_length_values_check/"
+    "rank0.json.gz",
+])
+def test_corpus_graph_replays_get_no_capture_advice(rel):
+    a = analyze(corpus_or_skip() / rel)
+    assert a.graphs["uses_cuda_graphs"] and a.context["uses_cuda_graphs"]
+    levers = [lv if isinstance(lv, str) else str(lv) for lv in a.verdict["levers"]]
+    assert not any("capture the step with CUDA graphs" in lv for lv in levers)
