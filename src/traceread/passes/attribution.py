@@ -28,15 +28,12 @@ import pandas as pd
 
 from . import intervals
 from .compile import _is_compile_name
-from .graphs import GRAPH_RECORD_RX, capture_regions, is_graph_recording  # noqa: F401 (window.py)
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-# graph_capture: CUDA-graph recording (stream capture, instantiation, cudagraph trees'
-# CUDAGraphNode.record -- a dynamo_timed span that compiles nothing), see passes/graphs.py.
-CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch",
-                  "cpu_op", "python", "untraced")
+CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch", "cpu_op",
+                  "python", "untraced")
 DRAINS = ("sync", "starved")
 
 # A sync call "ended at the gap's start" when it was already running when the GPU
@@ -79,17 +76,20 @@ def _op_base(name: str) -> str:
     return name.split(",", 1)[0].strip()
 
 COMPILE_RX = re.compile(
-    r"\(dynamo_timed\)|entire_frame_compile|compile_inner|_compile\.compile|compile_fx"
+    r"\(dynamo_timed\)|entire_frame_compile|compile_inner|_compile\.compile|compile_fx(?!\.py)"
     r"|fx_codegen_and_compile|inductor_compile|call_user_compiler|backend_compile"
     r"|create_aot_dispatcher_function|aot_compile|async_compile|PT2 Compile|CompilationMetrics"
     r"|autotune_select_algorithm|benchmark_all_configs"
     r"|torch/_dynamo/(?:convert_frame|symbolic_convert|output_graph)\.py"
-    r"|torch/_inductor/(?:compile_fx|graph|scheduler|codecache|select_algorithm)\.py")
-# Frames of compile_fx.py that run compiled code (the call wrapper, cudagraphify),
-# not the compiler: torch 2.x wraps every compiled-graph call in compile_fx.py's `run`.
-COMPILED_RUN_RX = re.compile(
-    r"torch/_inductor/compile_fx\.py\(\d+\): (?:run|static_input|cudagraphify\w*|wrapper"
-    r"|__call__|align_inputs\w*|copy_misaligned_inputs)$")
+    r"|torch/_inductor/(?:graph|scheduler|codecache|select_algorithm)\.py"
+    # compile_fx.py also holds the compiled graph's run-time wrappers (run, static_input)
+    r"|torch/_inductor/compile_fx\.py\(\d+\): \w*(?:compile|codegen)")
+# CUDA-graph recording: one-time work like compilation, but not a dynamo/inductor compile
+# (``CUDAGraphNode.record (dynamo_timed)`` must not read as a compile).
+GRAPH_RECORD_RX = re.compile(
+    r"CUDAGraphNode\.record|CUDAGraph\.capture|cudagraph_trees\.py\(\d+\): \w*record"
+    r"|capture_begin|capture_end|cudagraphify"
+    r"|^(?:cuda|hip|cu)(?:StreamBeginCapture|StreamEndCapture|GraphInstantiate)\w*")
 DATALOADER_RX = re.compile(
     r"(?i)enumerate\(DataLoader\)|DataLoader|data_loader|data loading|_next_data"
     r"|torch/utils/data/")
@@ -151,10 +151,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
     def by_name(n: str) -> int:
         if any(r.search(n) for r in step_rx):
             return -2
-        if is_graph_recording(n):   # before compile: CUDAGraphNode.record is dynamo_timed
+        if GRAPH_RECORD_RX.search(n):
             return cat["graph_capture"]
-        if COMPILED_RUN_RX.search(n):
-            return -1
         if COMPILE_RX.search(n) or _is_compile_name(n):
             return cat["compile"]
         if DATALOADER_RX.search(n):
@@ -166,7 +164,7 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
         return -1
 
     def api(n: str) -> int:
-        if is_graph_recording(n):   # stream capture, graph instantiation
+        if GRAPH_RECORD_RX.search(n):
             return cat["graph_capture"]
         if SYNC_API_RX.match(n):
             return cat["sync"]
@@ -297,10 +295,14 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he += hs
     key = _thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
     del rows
-    cap = capture_regions(ev)
-    if len(cap):
-        kind, name, cats, is_sync, hs, he, key = _with_captures(
-            cap, kind, name, cats, is_sync, hs, he, key)
+    cap = _capture_regions(kind, name, name_cats, hs, he, key)
+    if cap is not None:   # stream-capture regions: everything inside records a CUDA graph
+        cs, ce, ck, cn, ckind = cap
+        hs, he, key = np.concatenate([hs, cs]), np.concatenate([he, ce]), np.concatenate([key, ck])
+        name, kind = np.concatenate([name, cn]), np.concatenate([kind, ckind])
+        cats = np.concatenate([cats, np.full(len(cs), CPU_CATEGORIES.index("graph_capture"),
+                                             cats.dtype)])
+        is_sync = np.concatenate([is_sync, np.zeros(len(cs), bool)])
     top_parts = []
     for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
         gs = gaps["start"].to_numpy(np.int64)[idx]
@@ -328,19 +330,37 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top)}
 
 
-def _with_captures(cap: pd.DataFrame, kind, name, cats, is_sync, hs, he, key) -> tuple:
-    """Host rows plus one graph_capture row per stream capture (BeginCapture..EndCapture):
-    what the host launches inside is recorded into a graph, not run. The rows have no
-    name and a python kind, so they never show among the top ops."""
-    m = len(cap)
-    return (np.concatenate([kind, np.full(m, HOST_KINDS.index("python"), kind.dtype)]),
-            np.concatenate([name, np.full(m, -1, name.dtype)]),
-            np.concatenate([cats, np.full(m, CPU_CATEGORIES.index("graph_capture"), cats.dtype)]),
-            np.concatenate([is_sync, np.zeros(m, bool)]),
-            np.concatenate([hs, cap["start"].to_numpy(np.int64)]),
-            np.concatenate([he, cap["end"].to_numpy(np.int64)]),
-            np.concatenate([key, _thread_key(cap["pid"].to_numpy(np.int64, copy=True),
-                                             cap["tid"].to_numpy(np.int64, copy=True))]))
+CAPTURE_BEGIN_RX = re.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture")
+CAPTURE_END_RX = re.compile(r"capture_end|^(?:cuda|hip|cu)StreamEndCapture")
+
+
+def _capture_regions(kind, name, name_cats, hs, he, key):
+    """[begin, end) of each stream capture per thread: a ``capture_begin`` frame (or a
+    StreamBeginCapture call) to the end of the next ``capture_end`` on the same thread.
+
+    During capture, launches are recorded, not run: the GPU idles by design, and the
+    operators inside are the graph's recording cost, not host overhead.
+    """
+    begin = _name_lut(name_cats, name, lambda n: bool(CAPTURE_BEGIN_RX.search(n)), bool, False)[name]
+    if not begin.any():
+        return None
+    end = _name_lut(name_cats, name, lambda n: bool(CAPTURE_END_RX.search(n)), bool, False)[name]
+    out = []
+    for k in np.unique(key[begin]).tolist():
+        b = np.flatnonzero(begin & (key == k))
+        e = np.flatnonzero(end & (key == k))
+        if not len(e):
+            continue
+        ends = np.sort(he[e])
+        for i in b.tolist():
+            j = np.searchsorted(ends, hs[i], side="right")
+            if j < len(ends):
+                out.append((hs[i], ends[j], k, name[i], kind[i]))
+    if not out:
+        return None
+    s, e, k, n, kd = (np.array(c) for c in zip(*out))
+    return (s.astype(np.int64), e.astype(np.int64), k.astype(np.int64), n.astype(name.dtype),
+            kd.astype(kind.dtype))
 
 
 def _sync_names(cats: pd.Index, codes: np.ndarray) -> np.ndarray:

@@ -19,8 +19,8 @@ call name instead.
 captured work does not run), instantiation (``cudaGraphInstantiate*``, upload),
 torch's ``CUDAGraph.capture_begin/end`` and torch.compile's cudagraph trees
 (``CUDAGraphNode.record (dynamo_timed)``). It is not dynamo/inductor
-compilation; ``is_graph_recording`` is the one name rule the attribution and
-compile passes share.
+compilation. The gap attribution's ``graph_capture`` category uses its own,
+matching rule (``attribution.GRAPH_RECORD_RX``, capture regions included).
 """
 from __future__ import annotations
 
