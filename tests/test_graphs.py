@@ -318,3 +318,13 @@ def test_corpus_graph_replays_get_no_capture_advice(rel):
     assert a.graphs["uses_cuda_graphs"] and a.context["uses_cuda_graphs"]
     levers = [lv if isinstance(lv, str) else str(lv) for lv in a.verdict["levers"]]
     assert not any("capture the step with CUDA graphs" in lv for lv in levers)
+
+
+def test_corpus_steady_replays_are_not_graph_capture():
+    """cudagraph-tree frames that run on every replay (in_recording, exceed_rerecord_limit,
+    deferred_cudagraphify) are not recording."""
+    path = corpus_or_skip() / _TL / ("xdit_flux.1/split_traces/profile_trace_rank_0_annotation_"
+                                     "iteration_0_execute_diffusion_1_256x256.json.gz")
+    a = analyze(path)
+    assert a.graphs["replays"] == 4 and a.graphs["recording"]["ns"] == 0
+    assert a.attribution["by_cpu"]["graph_capture"] == 0
