@@ -244,8 +244,12 @@ def _culprits(ev, gaps, summary, top_ops, copies, collectives, comp, kernels, pa
     if collectives is not None and len(collectives) and "exposed_ns" in collectives:
         c = collectives.sort_values("exposed_ns", ascending=False).iloc[0]
         out["comms"] = f"{c['collective']} ×{int(c['count'])}, exposed {_ms(int(c['exposed_ns']))}"
+    for cause, cat in (("compile", "compile"), ("graph_capture", "graph_capture")):
+        top = top_ops[top_ops["category"] == cat] if len(top_ops) else top_ops
+        if len(top):
+            out[cause] = f"{top['name'].iloc[0]} {_ms(int(top['ns'].iloc[0]))} inside gaps"
     if comp and comp.get("recompiles"):
-        out["compile"] = f"{comp['recompiles']} recompiles"
+        out["compile"] = f"{comp['recompiles']} recompiles; " + out.get("compile", "")
     if len(kernels):
         short = kernels[kernels["avg_ns"] < 10_000] if "avg_ns" in kernels else kernels.iloc[:0]
         n = int(kernels["instances"].sum())
@@ -276,8 +280,8 @@ def _bytes(n: int) -> str:
 
 
 def _ms(ns: int) -> str:
-    if ns >= 10_000_000_000:
-        return f"{ns / 1e9:.1f} s"
+    if ns >= 1_000_000_000:
+        return f"{ns / 1e9:.2f} s"
     return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{ns / 1e3:.0f} us"
 
 
