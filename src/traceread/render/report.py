@@ -47,6 +47,7 @@ def render_report(a) -> str:
         out += _top_ops(a)
     out += _comms(a)
     out += _compile(a)
+    out += _graphs(a)
     out += _kernels(a)
     return "\n".join(out).rstrip() + "\n"
 
@@ -264,6 +265,21 @@ def _compile(a) -> list[str]:
     if c.get("cache_lookup_ns"):
         line += f", guard checks {fmt_ns(c['cache_lookup_ns'])}"
     return ["", line]
+
+
+def _graphs(a) -> list[str]:
+    g = getattr(a, "graphs", None) or {}
+    rec = (g.get("recording") or {}).get("ns", 0)
+    if not g.get("replays") and not rec:
+        return []
+    parts = []
+    if g.get("replays"):
+        parts.append(f"{_n(g['replays'], 'replay')} of {_n(len(g.get('graphs', [])), 'graph')}, "
+                     f"{fmt_ns(g.get('replay_gpu_ns', 0))} on the GPU "
+                     f"({g.get('replay_share_pct', 0):.1f}% of busy time)")
+    if rec:
+        parts.append(f"recording {fmt_ns(rec)}")
+    return ["", "CUDA graphs: " + "; ".join(parts)]
 
 
 def _kernels(a) -> list[str]:
