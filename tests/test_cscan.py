@@ -406,3 +406,13 @@ def test_a_stale_scanner_switches_itself_off(monkeypatch):
     monkeypatch.delenv(_native.ENV, raising=False)
     assert not _native.wanted() and not _native.available()
     assert "out of date" in _native.decoder_name() or "not built" in _native.decoder_name()
+
+
+def test_chunk_fields_with_defaults_do_not_stale_the_scanner(monkeypatch):
+    base = [(f.name, f.type) for f in dataclasses.fields(S.Chunk)]
+    flagged = dataclasses.make_dataclass("Chunk", base + [("python_only_flag", bool, False)])
+    monkeypatch.setattr(S, "Chunk", flagged)
+    assert _native.stale() == ""
+    required = dataclasses.make_dataclass("Chunk", base + [("new_column", dict)])
+    monkeypatch.setattr(S, "Chunk", required)
+    assert "chunk fields" in _native.stale()

@@ -80,7 +80,11 @@ def _shape() -> tuple[dict | None, str]:
         "str arg columns": dec.ARG_STR_FIELDS,
         "row phases": tuple(sorted(dec.ROW_PHASES)),
         "other phases": dec.SKIP_PHASES,
-        "chunk fields": tuple(f.name for f in dataclasses.fields(Chunk)),
+        # fields with a default (a flag only the Python path sets, such as a
+        # repaired-UTF-8 mark) are left at it by the scanner
+        "chunk fields": tuple(f.name for f in dataclasses.fields(Chunk)
+                              if f.default is dataclasses.MISSING
+                              and f.default_factory is dataclasses.MISSING),
         "dense str columns": tuple(getattr(dec, "DENSE_STR_FIELDS", ())),
     }
     for shape in (SCANNED, SCANNED_EXT):
