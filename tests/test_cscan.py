@@ -225,7 +225,7 @@ ACCEPTED = [
     '{"ph":"M","name":null}',
     '{"ph":"s","id":1,"args":[1,{"a":[]}],"pid":true,"ts":"x"}',
     '{"ph":"X","args":{"Input Dims":[[1,2],[3]],"Input type":["float",""]},"ts":1}',
-    '{"ph":"B","ts":9007199254740991,"cat":null}',
+    '{"ph":"B","ts":4599999999999999,"cat":null,"dur":-4599999999999.999}',
     '{"ph":"E","ts":0.000,"name":""}',
     '{"ph":"X","cat":"c","unknown":{"deep":[[[[{"x":"\\u0000"}]]]]},"ts":2}',
     # issue 12's argument columns (decoded when _kineto_decode has them, else skipped)
@@ -252,6 +252,8 @@ DECLINED = [
     '{"ph":"X","\\u0070id":3}',                     # escaped key
     '{"ph":"X","pid":123456789012345678901}',       # big int
     '{"ph":"X","ts":1e400}',
+    '{"ph":"X","ts":4611686018427388}',             # beyond +-2**62 ns: Python's call
+    '{"ph":"X","ts":1,"dur":-4.7e15}',
     '{"ph":"X","args":{"External id":"+5"}}',       # int() vs the regex
     '{"ph":"X","pid":"\u0663"}',                    # a Unicode digit
     '{"ph":"X","args":{"kind":[1]},"ts":1}',

@@ -26,7 +26,9 @@
 
 #define NS_MISSING INT64_MIN
 #define EXACT_US_LIMIT 8796093022208.0     /* 2**43 */
-#define FLOAT_INT_LIMIT 9007199254740992.0 /* 2**53: beyond, leave it to Python */
+/* |ts| / |dur| at or beyond this many µs go to Python: it refuses values past
+ * +-2**62 ns (4.61e15 µs) or, in older code, handles the float64 overflow */
+#define US_LIMIT 4.6e15
 #define MAX_DEPTH 512
 
 enum { T_MISSING = 0, T_NULL, T_TRUE, T_FALSE, T_INT, T_FLOAT, T_STR, T_OBJ, T_ARR };

@@ -238,13 +238,13 @@ static int us_float_path(const Tok *t, int64_t *ns, int *lossy)
     Dec d;
     if (tok_dec(t, &d) == OK && !d.has_exp && d.ndig <= 18 && d.nfrac <= 3) {
         /* The exact value, where the float64 path of us_to_ns gives the same
-         * ns: ints below 2**53 (float(v) is exact), floats with <= 3 decimals
+         * ns: ints below US_LIMIT (< 2**53: float(v) is exact), floats with <= 3 decimals
          * below 2**43 µs (ulp < 1 ns, see _kineto_decode.EXACT_US_LIMIT). */
         const uint64_t limit_ns = 8796093022208ULL * 1000;
         uint64_t m = d.mant, v = 0;
         int ok = 0;
         if (t->type == T_INT) {
-            ok = m < 9007199254740992ULL;
+            ok = m < 4600000000000000ULL; /* US_LIMIT */
             v = m * 1000;
         }
         else {
@@ -260,7 +260,7 @@ static int us_float_path(const Tok *t, int64_t *ns, int *lossy)
         }
     }
     double us;
-    if (tok_double(t, &us) < 0 || fabs(us) >= FLOAT_INT_LIMIT)
+    if (tok_double(t, &us) < 0 || fabs(us) >= US_LIMIT)
         return BAD;
     if (t->type == T_FLOAT && fabs(us) >= EXACT_US_LIMIT)
         *lossy = 1;
@@ -299,7 +299,7 @@ static int us_exact(const Tok *t, int64_t *ns)
         if (r > half || (r == half && (v & 1)))
             v += 1;
     }
-    if (v > (__int128)INT64_MAX)
+    if (v >= (__int128)(US_LIMIT * 1000))
         return BAD;
     *ns = d.neg ? -(int64_t)v : (int64_t)v;
     return OK;
