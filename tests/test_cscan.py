@@ -411,10 +411,11 @@ def test_a_stale_scanner_switches_itself_off(monkeypatch):
 
 
 def test_chunk_fields_with_defaults_do_not_stale_the_scanner(monkeypatch):
-    base = [(f.name, f.type) for f in dataclasses.fields(S.Chunk)]
-    flagged = dataclasses.make_dataclass("Chunk", base + [("python_only_flag", bool, False)])
+    flagged = dataclasses.make_dataclass("Chunk", [("python_only_flag", bool, False)],
+                                         bases=(S.Chunk,))
     monkeypatch.setattr(S, "Chunk", flagged)
     assert _native.stale() == ""
-    required = dataclasses.make_dataclass("Chunk", base + [("new_column", dict)])
+    required = dataclasses.make_dataclass("Chunk", [("new_column", dict)], bases=(S.Chunk,),
+                                          kw_only=True)
     monkeypatch.setattr(S, "Chunk", required)
     assert "chunk fields" in _native.stale()
