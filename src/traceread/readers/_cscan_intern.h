@@ -107,7 +107,8 @@ static int32_t intern(Interner *t, const unsigned char *s, Py_ssize_t n, int *is
     Py_DECREF(u);
     if (rc < 0 || buf_reserve(&t->arena, n) < 0)
         return -1;
-    memcpy(t->arena.data + t->arena.len, s, (size_t)n);
+    if (n) /* the arena is still NULL when "" comes first */
+        memcpy(t->arena.data + t->arena.len, s, (size_t)n);
     int32_t code = (int32_t)(PyList_GET_SIZE(t->uniques) - 1);
     Slot *sl = &t->slots[j];
     sl->hash = h;
