@@ -68,6 +68,19 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("short_name", _STR, "nsys kernel short name; null otherwise"),
     ("raw_name", _STR, "name exactly as the source recorded it, for rows whose `name` a reader "
                        "normalises (nsys API calls: with any _vNNNN suffix); null otherwise"),
+    ("input_dims", _STR, "cpu_op input shapes as JSON text, e.g. [[8, 64], [64, 32], []] "
+                         "(Kineto 'Input Dims', record_shapes=True); null otherwise"),
+    ("input_type", _STR, "cpu_op input dtypes as JSON text, e.g. [\"c10::BFloat16\", \"Scalar\"]"),
+    ("flops", pa.int64(), "FLOPs torch estimated for the op (Kineto 'flops', with_flops); -1"),
+    ("grid", _STR, "kernel grid as JSON text, e.g. [132, 1, 1]; null otherwise"),
+    ("block", _STR, "kernel block as JSON text, e.g. [384, 1, 1]; null otherwise"),
+    ("registers", pa.int32(), "kernel registers per thread; -1 if unknown"),
+    ("shared_mem", pa.int32(), "kernel shared memory per block in bytes; -1 if unknown"),
+    ("occupancy", pa.int32(), "kernel est. achieved occupancy in percent; -1 if unknown"),
+    ("mem_bytes", pa.int64(), "[memory] instant: bytes allocated (> 0) or freed (< 0); -1 else"),
+    ("mem_allocated", pa.int64(), "[memory] instant: allocator total allocated bytes after it"),
+    ("mem_reserved", pa.int64(), "[memory] instant: allocator total reserved bytes after it"),
+    ("mem_device", pa.int32(), "[memory] instant: device index; -1 for host memory / unknown"),
 )
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 INT_COLUMNS = tuple(n for n, t, _ in COLUMNS if pa.types.is_integer(t))
