@@ -71,6 +71,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("input_dims", _STR, "cpu_op input shapes as JSON text, e.g. [[8, 64], [64, 32], []] "
                          "(Kineto 'Input Dims', record_shapes=True); null otherwise"),
     ("input_type", _STR, "cpu_op input dtypes as JSON text, e.g. [\"c10::BFloat16\", \"Scalar\"]"),
+    ("concrete_inputs", _STR, "cpu_op scalar/list argument values as JSON text, e.g. "
+                              "[\"\",\"\",\"[2, 2]\"] (Kineto 'Concrete Inputs'); null otherwise"),
     ("flops", pa.int64(), "FLOPs torch estimated for the op (Kineto 'flops', with_flops); -1"),
     ("grid", _STR, "kernel grid as JSON text, e.g. [132, 1, 1]; null otherwise"),
     ("block", _STR, "kernel block as JSON text, e.g. [384, 1, 1]; null otherwise"),

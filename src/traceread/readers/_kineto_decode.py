@@ -58,6 +58,7 @@ class Args(msgspec.Struct, gc=False):
     # cpu_ops recorded with record_shapes / with_flops
     input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
     flops: Num = -1
     flops_cap: Num = msgspec.field(default=-1, name="Flops")  # spelling of some exporters
     # kernels: CUPTI launch configuration
@@ -129,7 +130,7 @@ COPY_STR_FIELDS = ("kind", "direction")
 COLL_INT_FIELDS = ("in_nelems", "out_nelems", "group_size", "pg_id")
 COLL_STR_FIELDS = ("coll_name", "dtype", "pg_name", "pg_desc")
 SHAPE_INT_FIELDS = ("flops", "flops_cap")
-SHAPE_STR_FIELDS = ("input_dims", "input_type")   # JSON text (Raw in the struct)
+SHAPE_STR_FIELDS = ("input_dims", "input_type", "concrete_inputs")  # JSON text (Raw)
 LAUNCH_INT_FIELDS = ("registers", "shared_mem", "occupancy")
 LAUNCH_STR_FIELDS = ("grid", "block")             # JSON text (Raw in the struct)
 MEM_INT_FIELDS = ("mem_bytes", "mem_allocated", "mem_reserved", "mem_device")

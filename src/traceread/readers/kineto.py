@@ -269,7 +269,7 @@ _SCALARS = (int, float, str, dec.Decimal, type(None))
 
 
 # args the typed decode keeps as raw JSON text (shapes, grid/block)
-_RAW_ARG_KEYS = frozenset(("Input Dims", "Input type", "grid", "block"))
+_RAW_ARG_KEYS = frozenset(("Input Dims", "Input type", "Concrete Inputs", "grid", "block"))
 _JSON_OUT = msgspec.json.Encoder(decimal_format="number")
 
 
