@@ -226,8 +226,6 @@ def has_shapes(trace_or_events) -> bool:
     return "input_dims" in ev and bool(ev["input_dims"].notna().any())
 
 
-_TF32_KERNEL = re.compile(r"tf32|s1688|s16816|xmma_gemm_f32f32|tensorop_s", re.I)
-
 
 # ---------------------------------------------------------------- achieved FLOP/s and MFU
 
@@ -236,7 +234,9 @@ def _tf32_used(ev: pd.DataFrame) -> bool:
     k = ev.loc[(ev["kind"] == "kernel").to_numpy(), "name"]
     names = k.cat.remove_unused_categories().cat.categories if isinstance(
         k.dtype, pd.CategoricalDtype) else pd.unique(k.astype(str))
-    return any(_TF32_KERNEL.search(str(n)) for n in names)
+    from .busy import is_tf32_kernel
+
+    return any(is_tf32_kernel(str(n)) for n in names)
 
 
 def _window(ev: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
