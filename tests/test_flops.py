@@ -124,3 +124,21 @@ def test_real_transformer_step_matches_hand_count(tmp_path, dtype):
     assert set(ops["dtype"]) == {dtype}
     s = mfu_summary(t)
     assert s["flops"] == hand and s["tflops_wall"] > 0
+
+
+def test_analyze_reports_gpu_use_section_and_json(tmp_path):
+    from traceread.analysis import analyze
+    from traceread.render.report import render_report
+
+    m, k, n = 10_000, 10_000, 5_000
+    t = _table([(0, 10_000_000, "annotation", "ProfilerStep#1", None, None, 1),
+                (1000, 100, "cpu_op", "aten::mm", f"[[{m},{k}],[{k},{n}]]", BF, 1),
+                (2000, 5_000_000, "kernel", "sm90_xmma_gemm_bf16bf16", None, None, -1)],
+               devices=[{"device": 0, "name": "NVIDIA H100 80GB HBM3"}])
+    a = analyze(t, peak_tflops=500)
+    u = a.to_dict()["utilization"]
+    assert u["mfu"]["mfu"] == pytest.approx(100.0 / 500)
+    assert u["mfu"]["steps"][0]["flops"] == 10**12
+    assert u["busy"]["classes"][0]["class"] == "gemm_tensor"
+    assert "MFU 20.0%" in render_report(a)
+    json.dumps(u)  # plain JSON

@@ -16,6 +16,7 @@ import pandas as pd
 
 from .passes import attribution as attr_mod
 from .passes import steps as steps_mod
+from .passes import utilization as util_mod
 from .passes import verdict as verdict_mod
 from .passes.compile import compile_summary
 from .passes.gaps import gpu_gaps
@@ -51,6 +52,7 @@ class Analysis:
     verdict: dict
     min_gap_ns: int = 0
     trace: Trace | None = field(default=None, repr=False)  # the analysed trace, for follow-ups
+    utilization: dict | None = None  # passes/utilization.py: MFU, busy classes + levers, memory
 
     def listed_gaps(self) -> pd.DataFrame:
         """Gaps longer than ``min_gap_ns`` (the listing filter; totals never use it)."""
@@ -62,7 +64,8 @@ class Analysis:
         return analysis_to_dict(self)
 
 
-def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int = 0) -> Analysis:
+def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int = 0,
+            peak_tflops: float | None = None) -> Analysis:
     """Run every pass over a Trace (or a path, loaded with ``traceread.load``)."""
     if isinstance(trace_or_path, (str, os.PathLike)):
         from .readers import read
@@ -122,7 +125,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     gaps=gaps, attribution=summary, top_ops=att["top_ops"], nccl=nccl,
                     collectives=collectives, compile=comp, kernels=kernels,
                     kernel_classes=classes, verdict=verdict, min_gap_ns=int(min_gap_ns),
-                    trace=trace)
+                    trace=trace,
+                    utilization=util_mod.utilization(trace, step_tab, peak_tflops))
 
 
 def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> np.ndarray:

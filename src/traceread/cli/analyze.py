@@ -26,6 +26,9 @@ def _regex(ctx, param, value):
 min_gap_option = click.option(
     "--min-gap", "min_gap", default=None, callback=duration_callback, metavar="DURATION",
     help="List only gaps longer than this (e.g. 100us, 1ms); totals always count every gap.")
+peak_option = click.option(
+    "--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+    metavar="TFLOPS", help="Peak dense TFLOP/s per GPU for MFU (default: looked up from the device).")
 step_pattern_option = click.option(
     "--step-pattern", default=None, metavar="REGEX", callback=_regex,
     help="Regex for step ranges (default: ProfilerStep#N, then names like 'step 12' / 'iteration_3').")
@@ -43,16 +46,17 @@ def _trace_command(*extra):
     return wrap
 
 
-def _analyses(traces, step_pattern, min_gap):
+def _analyses(traces, step_pattern, min_gap, peak_tflops=None):
     """(analyses of the traces that loaded, number that failed)."""
     return each_trace(traces, lambda p, t: run_analysis(t, step_pattern=step_pattern,
-                                                        min_gap_ns=min_gap))
+                                                        min_gap_ns=min_gap,
+                                                        peak_tflops=peak_tflops))
 
 
-@_trace_command(min_gap_option)
-def analyze(traces, fmt, out, min_gap, step_pattern):
+@_trace_command(min_gap_option, peak_option)
+def analyze(traces, fmt, out, min_gap, peak_tflops, step_pattern):
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
-    results, failed = _analyses(traces, step_pattern, min_gap)
+    results, failed = _analyses(traces, step_pattern, min_gap, peak_tflops)
     if fmt == "json":
         docs = [a.to_dict() for a in results]
         emit_json(docs, out)

@@ -26,7 +26,6 @@ are counted is still right).
 from __future__ import annotations
 
 import math
-import re
 from functools import lru_cache
 
 import msgspec

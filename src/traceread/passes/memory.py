@@ -87,14 +87,23 @@ def _per_device(mem: pd.DataFrame, caps: dict) -> list[dict]:
     out = []
     for dev, g in mem.groupby("mem_device", sort=True):
         b = g["mem_bytes"].to_numpy(np.int64)
-        peak_a, peak_r = int(g["mem_allocated"].max()), int(g["mem_reserved"].max())
+        peak_a, peak_r = _peak(g["mem_allocated"]), _peak(g["mem_reserved"])
         rec = {"device": int(dev), "peak_allocated": peak_a, "peak_reserved": peak_r,
+               # PyTorch < 1.10 writes no totals: the running sum of the sizes instead
+               "peak_growth": int(np.cumsum(b).max(initial=0)),
                "allocs": int((b > 0).sum()), "frees": int((b < 0).sum()),
                "alloc_bytes": int(b[b > 0].sum()),
-               "unused_reserved_at_peak": int(peak_r - peak_a) if peak_r > 0 else 0,
+               "unused_reserved_at_peak": int(peak_r - peak_a) if peak_r and peak_a is not None
+               else None,
                "capacity": caps.get(int(dev))}
         out.append(rec)
     return out
+
+
+def _peak(col: pd.Series) -> int | None:
+    """Max of an allocator total; None when the trace does not record it (-1 everywhere)."""
+    v = int(col.max()) if len(col) else -1
+    return v if v >= 0 else None
 
 
 def _per_step(mem: pd.DataFrame, k: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
@@ -106,8 +115,8 @@ def _per_step(mem: pd.DataFrame, k: np.ndarray, steps: pd.DataFrame) -> pd.DataF
     for (ki, dev), g in m.groupby(["_k", "mem_device"], sort=True):
         b = g["mem_bytes"].to_numpy(np.int64)
         rows.append({"step": int(step_no[pos.get(int(ki), 0)]), "device": int(dev),
-                     "peak_allocated": int(g["mem_allocated"].max()),
-                     "peak_reserved": int(g["mem_reserved"].max()),
+                     "peak_allocated": _peak(g["mem_allocated"]),
+                     "peak_reserved": _peak(g["mem_reserved"]),
                      "allocs": int((b > 0).sum()), "alloc_bytes": int(b[b > 0].sum())})
     return pd.DataFrame(rows, columns=["step", "device", "peak_allocated", "peak_reserved",
                                        "allocs", "alloc_bytes"])
@@ -151,6 +160,8 @@ def _levers(s: dict) -> list[dict]:
                           "shapes or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"})
     for d in s["devices"]:
         cap, r, a = d.get("capacity"), d["peak_reserved"], d["peak_allocated"]
+        if not r or a is None:
+            continue
         if r > 0 and d["device"] >= 0 and (r - a) > 0.25 * r and (late or {}).get("count"):
             levers.append({
                 "lever": "expandable_segments",
@@ -158,7 +169,7 @@ def _levers(s: dict) -> list[dict]:
                        "at the peak while the allocator still calls the driver (fragmentation)",
                 "saving_ns": 0,
                 "advice": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"})
-        if cap and r > 0.9 * cap:
+        if cap and r > 0.9 * cap and (late or {}).get("count"):  # vLLM reserves 90% by design
             levers.append({
                 "lever": "near_capacity",
                 "why": f"device {d['device']}: reserved peak {r / 2**30:.1f} GiB of "

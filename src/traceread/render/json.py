@@ -56,7 +56,22 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "kernels": _records(a.kernels.head(20), ("avg_ns", "med_ns", "stddev_ns")),
         "kernel_classes": _records(a.kernel_classes),
         "verdict": _py(a.verdict),
+        "utilization": utilization_dict(getattr(a, "utilization", None)),
     }
+
+
+def utilization_dict(u: dict | None) -> dict | None:
+    """MFU, busy classes + levers, memory (passes/utilization.py); step tables as records."""
+    if not u:
+        return None
+    out = {}
+    for key, part in u.items():
+        part = dict(part)
+        steps = part.get("steps")
+        if isinstance(steps, pd.DataFrame):
+            part["steps"] = _records(steps)
+        out[key] = _py(part)
+    return out
 
 
 def _trace(a) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
-from .text import fmt_ns
+from .text import fmt_ns, utilization_lines
 
 BOUND_TITLE = {
     "data": "input-bound: the GPU waits for the DataLoader",
@@ -56,6 +56,7 @@ def render_report(a) -> str:
     out += _comms(a)
     out += _compile(a)
     out += _kernels(a)
+    out += utilization_lines(getattr(a, "utilization", None))
     return "\n".join(out).rstrip() + "\n"
 
 
