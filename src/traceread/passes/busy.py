@@ -90,7 +90,8 @@ def _gpu_rows(ev: pd.DataFrame, window: tuple[int, int] | None) -> pd.DataFrame:
     return g
 
 
-def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None) -> dict:
+def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
+                   meta=None) -> dict:
     """Busy time by class, short kernels, copy bandwidth and levers with savings.
 
     ``window``: (start, end) ns on the trace clock (ops starting inside count);
@@ -116,7 +117,7 @@ def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None)
                             "pct_of_busy": 100.0 * dur[small].sum() / total}
     out["copies"] = copy_bandwidth(g)
     names = g["name"].astype(str).to_numpy()
-    meta = getattr(trace, "meta", None)
+    meta = meta if meta is not None else getattr(trace, "meta", None)
     out["levers"] = _levers(cls, dur, names, total, meta, op_dtypes)
     return out
 

@@ -272,7 +272,7 @@ def _gpus(ev: pd.DataFrame) -> int:
 
 
 def mfu_summary(trace, steps: pd.DataFrame | None = None,
-                peak_tflops: float | None = None) -> dict:
+                peak_tflops: float | None = None, meta=None) -> dict:
     """Achieved TFLOP/s (over wall and over GPU-busy time) and MFU, per step and in total.
 
     ``steps``: rows with start/end/dur (and busy_ns) -- the analysis window; the
@@ -283,7 +283,7 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     from .steps import assign_steps
 
     ev = events_of(trace)
-    meta = getattr(trace, "meta", None)
+    meta = meta if meta is not None else getattr(trace, "meta", None)
     name = device_name(meta) if meta is not None else ""
     out: dict = {"has_shapes": has_shapes(ev), "device": name, "note": None}
     if not out["has_shapes"]:

@@ -49,7 +49,7 @@ def alloc_calls(ev: pd.DataFrame) -> pd.DataFrame:
     return a.reset_index(drop=True)
 
 
-def memory_summary(trace, steps: pd.DataFrame | None = None) -> dict:
+def memory_summary(trace, steps: pd.DataFrame | None = None, meta=None) -> dict:
     """Allocator peaks/churn per device and step, allocation API cost, and the levers."""
     from .steps import assign_steps
 
@@ -59,7 +59,8 @@ def memory_summary(trace, steps: pd.DataFrame | None = None) -> dict:
                  "steps": None, "api": None, "levers": []}
     have_steps = steps is not None and len(steps) > 0 and "start" in steps
     if len(mem):
-        out["devices"] = _per_device(mem, _capacity(trace))
+        out["devices"] = _per_device(mem, _capacity(meta if meta is not None else
+                                                   getattr(trace, "meta", None)))
         if have_steps:
             k = assign_steps(steps, mem["pid"].to_numpy(), mem["ts"].to_numpy())
             out["steps"] = _per_step(mem, k, steps)
@@ -72,8 +73,7 @@ def memory_summary(trace, steps: pd.DataFrame | None = None) -> dict:
     return out
 
 
-def _capacity(trace) -> dict[int, int]:
-    meta = getattr(trace, "meta", None)
+def _capacity(meta) -> dict[int, int]:
     caps = {}
     for d in getattr(meta, "devices", None) or []:
         if isinstance(d, dict):
