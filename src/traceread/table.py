@@ -74,15 +74,12 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("concrete_inputs", _STR, "cpu_op scalar/list argument values as JSON text, e.g. "
                               "[\"\",\"\",\"[2, 2]\"] (Kineto 'Concrete Inputs'); null otherwise"),
     ("flops", pa.int64(), "FLOPs torch estimated for the op (Kineto 'flops', with_flops); -1"),
-    ("grid", _STR, "kernel grid as JSON text, e.g. [132, 1, 1]; null otherwise"),
-    ("block", _STR, "kernel block as JSON text, e.g. [384, 1, 1]; null otherwise"),
-    ("registers", pa.int32(), "kernel registers per thread; -1 if unknown"),
-    ("shared_mem", pa.int32(), "kernel shared memory per block in bytes; -1 if unknown"),
-    ("occupancy", pa.int32(), "kernel est. achieved occupancy in percent; -1 if unknown"),
     ("mem_bytes", pa.int64(), "[memory] instant: bytes allocated (> 0) or freed (< 0); -1 else"),
     ("mem_allocated", pa.int64(), "[memory] instant: allocator total allocated bytes after it"),
     ("mem_reserved", pa.int64(), "[memory] instant: allocator total reserved bytes after it"),
     ("mem_device", pa.int32(), "[memory] instant: device index; -1 for host memory / unknown"),
+    ("launch", _STR, "kernel launch configuration as a compact JSON object: grid, block, "
+                     "registers (per thread), shared_mem (bytes per block), occupancy (%)"),
 )
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 INT_COLUMNS = tuple(n for n, t, _ in COLUMNS if pa.types.is_integer(t))

@@ -129,7 +129,7 @@ COPY_INT_FIELDS = ("bytes", "size")
 COPY_STR_FIELDS = ("kind", "direction")
 COLL_INT_FIELDS = ("in_nelems", "out_nelems", "group_size", "pg_id")
 COLL_STR_FIELDS = ("coll_name", "dtype", "pg_name", "pg_desc")
-SHAPE_INT_FIELDS = ("flops", "flops_cap")
+SHAPE_INT_FIELDS = ("flops",)    # args.flops, else args.Flops (merged at decode)
 SHAPE_STR_FIELDS = ("input_dims", "input_type", "concrete_inputs")  # JSON text (Raw)
 LAUNCH_INT_FIELDS = ("registers", "shared_mem", "occupancy")
 LAUNCH_STR_FIELDS = ("grid", "block")             # JSON text (Raw in the struct)
@@ -137,12 +137,16 @@ MEM_INT_FIELDS = ("mem_bytes", "mem_allocated", "mem_reserved", "mem_device")
 ARG_INT_FIELDS = (DENSE_INT_FIELDS + COPY_INT_FIELDS + COLL_INT_FIELDS + SHAPE_INT_FIELDS
                   + LAUNCH_INT_FIELDS + MEM_INT_FIELDS)
 ARG_STR_FIELDS = COPY_STR_FIELDS + COLL_STR_FIELDS + SHAPE_STR_FIELDS + LAUNCH_STR_FIELDS
+# Int args on few rows (ops with shapes, kernels, [memory] instants): the streaming
+# path may hand them over as (rows, values) instead of a dense column; the reader
+# expands them one at a time (``dense_ints``).
+SPARSE_INT_FIELDS = SHAPE_INT_FIELDS + LAUNCH_INT_FIELDS + MEM_INT_FIELDS
 # Fields whose absent value is the shared NO_RAW instance, not None.
 RAW_FIELDS = frozenset(SHAPE_STR_FIELDS + LAUNCH_STR_FIELDS)
 # String args present on many rows (every cpu_op / kernel): the streaming path
 # ships them dictionary-coded rather than as one object per row.
 DENSE_STR_FIELDS = SHAPE_STR_FIELDS + LAUNCH_STR_FIELDS
-_aget = {f: attrgetter(f) for f in ARG_INT_FIELDS + ARG_STR_FIELDS}
+_aget = {f: attrgetter(f) for f in ARG_INT_FIELDS + ARG_STR_FIELDS + ("flops_cap",)}
 
 
 @dataclass
@@ -207,7 +211,10 @@ def events_to_batch(events: list) -> Batch:
     _sparse(args, n, ("coll_name",), COLL_INT_FIELDS, COLL_STR_FIELDS, ints, strs)
     # one sentinel per group: torch writes Input Dims on every op when shapes are
     # recorded (with_flops implies them), and grid on every kernel
-    _sparse(args, n, ("input_dims",), SHAPE_INT_FIELDS, SHAPE_STR_FIELDS, ints, strs)
+    _sparse(args, n, ("input_dims",), SHAPE_INT_FIELDS + ("flops_cap",), SHAPE_STR_FIELDS,
+            ints, strs)
+    cap = ints.pop("flops_cap")
+    ints["flops"] = np.where(ints["flops"] >= 0, ints["flops"], cap)
     _sparse(args, n, ("grid",), LAUNCH_INT_FIELDS, LAUNCH_STR_FIELDS, ints, strs)
     _sparse(args, n, ("mem_bytes",), MEM_INT_FIELDS, (), ints, strs)
     return Batch(n=n, ph=ph, name=list(map(_get["name"], rows)), cat=list(map(_get["cat"], rows)),
@@ -278,6 +285,16 @@ def _raw_texts(raws: list) -> list:
     return out
 
 
+def dense_ints(v, n: int) -> np.ndarray:
+    """An int arg column: a dense int64 array, or (rows, values) expanded to one (-1 elsewhere)."""
+    if isinstance(v, tuple):
+        rows, vals = v
+        out = np.full(n, -1, dtype=np.int64)
+        out[rows] = vals
+        return out
+    return v
+
+
 def concat_batches(batches: list[Batch]) -> Batch:
     """Join batches in order (row numbers in pid_str/tid_str are shifted)."""
     if len(batches) == 1:
@@ -295,7 +312,8 @@ def concat_batches(batches: list[Batch]) -> Batch:
         ts_ns=np.concatenate([b.ts_ns for b in batches]),
         dur_ns=np.concatenate([b.dur_ns for b in batches]),
         ts_lossy=any(b.ts_lossy for b in batches),
-        ints={f: np.concatenate([b.ints[f] for b in batches]) for f in ARG_INT_FIELDS},
+        ints={f: np.concatenate([dense_ints(b.ints[f], b.n) for b in batches])
+              for f in ARG_INT_FIELDS},
         strs={f: [x for b in batches for x in b.strs[f]] for f in ARG_STR_FIELDS},
         meta_events=cat("meta_events"))
 

@@ -654,21 +654,57 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
 
 
 # Batch arg fields that become event-table columns of the same name.
-ARG_COLUMNS = ("flops",) + dec.SHAPE_STR_FIELDS + dec.LAUNCH_INT_FIELDS \
-    + dec.LAUNCH_STR_FIELDS + dec.MEM_INT_FIELDS
+ARG_COLUMNS = dec.SHAPE_INT_FIELDS + dec.SHAPE_STR_FIELDS + dec.MEM_INT_FIELDS
+LAUNCH_KEYS = dec.LAUNCH_STR_FIELDS + dec.LAUNCH_INT_FIELDS   # key order in `launch`
 
 
 def _arg_columns(batch: dec.Batch) -> dict:
-    """Args carried as written: shapes/dtypes (JSON text), FLOPs, launch config, memory."""
+    """Args carried as written: shapes/dtypes (JSON text), FLOPs, memory, launch config."""
     out = {}
-    ints = batch.ints
-    ints["flops"] = np.where(ints["flops"] >= 0, ints["flops"], ints.pop("flops_cap"))
     for f in ARG_COLUMNS:
         if f in batch.strs:
             out[f] = _compact_json(_dict_encode(batch.strs.pop(f)))
         else:
-            out[f] = batch.ints.pop(f)
+            out[f] = dec.dense_ints(batch.ints.pop(f), batch.n)
+    out["launch"] = _launch_column(batch)
     return out
+
+
+def _launch_column(batch: dec.Batch) -> pa.DictionaryArray:
+    """Kernel launch configuration as one compact JSON object per distinct configuration:
+    ``{"grid":[132,1,1],"block":[384,1,1],"registers":168,"shared_mem":231424,"occupancy":12}``
+    (one dictionary-encoded column instead of five: kernels share few configurations)."""
+    strs = [_compact_json(_dict_encode(batch.strs.pop(f))) for f in dec.LAUNCH_STR_FIELDS]
+    n = batch.n
+    ints = [dec.dense_ints(batch.ints.pop(f), n) for f in dec.LAUNCH_INT_FIELDS]
+    codes = [_codes(d) for d in strs]
+    has = np.zeros(n, bool)
+    for c in codes:
+        has |= c >= 0
+    for v in ints:
+        has |= v >= 0
+    rows = np.flatnonzero(has)
+    out = np.full(n, -1, np.int32)
+    if not len(rows):
+        return pa.DictionaryArray.from_arrays(pa.array(out, mask=out < 0), pa.array([], pa.string()))
+    key = np.stack([c[rows] for c in codes] + [v[rows] for v in ints], axis=1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    texts = [d.dictionary.to_pylist() for d in strs]
+    values = []
+    for u in uniq.tolist():
+        parts = [f'"{k}":{texts[i][u[i]]}' for i, k in enumerate(dec.LAUNCH_STR_FIELDS) if u[i] >= 0]
+        m = len(dec.LAUNCH_STR_FIELDS)
+        parts += [f'"{k}":{u[m + i]}' for i, k in enumerate(dec.LAUNCH_INT_FIELDS) if u[m + i] >= 0]
+        values.append("{" + ",".join(parts) + "}")
+    # first-appearance order, as every other dictionary of the table
+    first = np.full(len(uniq), n, np.int64)
+    np.minimum.at(first, inv.ravel(), rows)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    out[rows] = rank[inv.ravel()]
+    return pa.DictionaryArray.from_arrays(pa.array(out, mask=out < 0),
+                                          pa.array([values[k] for k in order], pa.string()))
 
 
 def _compact_json(d: pa.DictionaryArray) -> pa.DictionaryArray:

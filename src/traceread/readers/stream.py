@@ -182,6 +182,23 @@ def _join_codes(parts: list, n_all: int):
                                           pa.array(list(index), type=pa.string()))
 
 
+def _join_sparse_ints(parts: list, offs: np.ndarray) -> tuple:
+    """Chunks' packed int columns (see ``_pack_ints``) -> global (rows, values)."""
+    rows, vals = [], []
+    for p, off in zip(parts, offs.tolist()):
+        if isinstance(p, tuple):
+            r, v = p
+            r = r.astype(np.int64)
+        else:
+            r = np.flatnonzero(p != -1)
+            v = p[r]
+        rows.append(r + off)
+        vals.append(v)
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(rows), np.concatenate(vals).astype(np.int64)
+
+
 def _join_sparse_codes(parts: list, offs: np.ndarray, n_all: int) -> pa.DictionaryArray:
     """Chunks' (rows, (codes, uniques)) -> one dictionary array, null where absent.
 
@@ -250,7 +267,11 @@ def chunks_to_batch(chunks: list) -> dec.Batch:
         lists[k] = joined
         del parts
     arrays = {}
+    for k in dec.SPARSE_INT_FIELDS:  # stay (rows, values): the reader expands one at a time
+        arrays[k] = _join_sparse_ints([c.arrays.pop(k) for c in chunks], offs)
     for k in ("pid", "tid", "ts_ns", "dur_ns") + dec.ARG_INT_FIELDS:
+        if k in arrays:
+            continue
         out = np.full(n_all, -1, dtype=np.int64)
         for c, off in zip(chunks, offs.tolist()):
             _unpack_into(out, off, c.n, c.arrays.pop(k))
