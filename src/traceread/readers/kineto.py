@@ -673,38 +673,50 @@ def _arg_columns(batch: dec.Batch) -> dict:
 def _launch_column(batch: dec.Batch) -> pa.DictionaryArray:
     """Kernel launch configuration as one compact JSON object per distinct configuration:
     ``{"grid":[132,1,1],"block":[384,1,1],"registers":168,"shared_mem":231424,"occupancy":12}``
-    (one dictionary-encoded column instead of five: kernels share few configurations)."""
-    strs = [_compact_json(_dict_encode(batch.strs.pop(f))) for f in dec.LAUNCH_STR_FIELDS]
+    (one dictionary-encoded column instead of five: kernels share few configurations).
+    Works on the rows that have any of the five args only (no n-sized temporaries)."""
     n = batch.n
-    ints = [dec.dense_ints(batch.ints.pop(f), n) for f in dec.LAUNCH_INT_FIELDS]
-    codes = [_codes(d) for d in strs]
-    has = np.zeros(n, bool)
-    for c in codes:
-        has |= c >= 0
-    for v in ints:
-        has |= v >= 0
-    rows = np.flatnonzero(has)
+    strs = [_compact_json(_dict_encode(batch.strs.pop(f))) for f in dec.LAUNCH_STR_FIELDS]
+    ints = [_sparse_ints(batch.ints.pop(f)) for f in dec.LAUNCH_INT_FIELDS]
+    valid = [np.flatnonzero(d.indices.is_valid().to_numpy(zero_copy_only=False)) for d in strs]
+    rows = np.unique(np.concatenate(valid + [r for r, _ in ints]))
     out = np.full(n, -1, np.int32)
     if not len(rows):
         return pa.DictionaryArray.from_arrays(pa.array(out, mask=out < 0), pa.array([], pa.string()))
-    key = np.stack([c[rows] for c in codes] + [v[rows] for v in ints], axis=1)
-    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    cols = [d.indices.take(pa.array(rows)).fill_null(-1).to_numpy(zero_copy_only=False)
+            .astype(np.int64) for d in strs]
+    for r, v in ints:
+        col = np.full(len(rows), -1, np.int64)
+        col[np.searchsorted(rows, r)] = v
+        cols.append(col)
+    uniq, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    inv = inv.ravel()
     texts = [d.dictionary.to_pylist() for d in strs]
+    m = len(dec.LAUNCH_STR_FIELDS)
     values = []
     for u in uniq.tolist():
         parts = [f'"{k}":{texts[i][u[i]]}' for i, k in enumerate(dec.LAUNCH_STR_FIELDS) if u[i] >= 0]
-        m = len(dec.LAUNCH_STR_FIELDS)
         parts += [f'"{k}":{u[m + i]}' for i, k in enumerate(dec.LAUNCH_INT_FIELDS) if u[m + i] >= 0]
         values.append("{" + ",".join(parts) + "}")
     # first-appearance order, as every other dictionary of the table
     first = np.full(len(uniq), n, np.int64)
-    np.minimum.at(first, inv.ravel(), rows)
+    np.minimum.at(first, inv, rows)
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
-    out[rows] = rank[inv.ravel()]
+    out[rows] = rank[inv]
     return pa.DictionaryArray.from_arrays(pa.array(out, mask=out < 0),
                                           pa.array([values[k] for k in order], pa.string()))
+
+
+def _sparse_ints(v) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, values) of an int arg column given dense (-1 = absent) or already sparse."""
+    if isinstance(v, tuple):
+        rows, vals = v
+        keep = vals != -1
+        return rows[keep].astype(np.int64), vals[keep]
+    rows = np.flatnonzero(v != -1)
+    return rows, v[rows]
 
 
 def _compact_json(d: pa.DictionaryArray) -> pa.DictionaryArray:
