@@ -60,13 +60,24 @@ def _classes(gpu: pd.DataFrame) -> np.ndarray:
     cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
     kind = gpu["kind"].astype(str).to_numpy()
     cls = np.where(kind == "memcpy", "memcpy", np.where(kind == "memset", "memset", cls))
-    names = gpu["name"].astype(str).to_numpy()
     gemm = cls == "gemm"
-    if gemm.any():
-        uniq, inv = np.unique(names[gemm], return_inverse=True)
-        simt = np.array([_is_simt(n) for n in uniq])[inv]
+    if gemm.any():  # SIMT or tensor core: decided once per distinct name
+        names = gpu["name"].astype("category")
+        cats = names.cat.categories
+        codes = names.cat.codes.to_numpy()[gemm]
+        simt = np.array([_is_simt(str(n)) for n in cats] + [False])[codes]
         cls[np.flatnonzero(gemm)] = np.where(simt, "gemm_simt", "gemm_tensor")
     return cls
+
+
+def _by_name(g: pd.DataFrame, cls: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
+    """Summed time per (distinct name, class): the levers look at names once each."""
+    names = g["name"].astype("category")
+    df = pd.DataFrame({"code": names.cat.codes.to_numpy(), "cls": cls, "dur": dur})
+    agg = df.groupby(["code", "cls"], sort=False)["dur"].sum().reset_index()
+    cats = np.append(np.asarray(names.cat.categories, dtype=object).astype(str), "")
+    agg["name"] = cats[agg["code"].to_numpy()]
+    return agg
 
 
 def _is_simt(name: str) -> bool:
@@ -116,9 +127,8 @@ def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
                             "of_kernels": int(kern.sum()), "ns": int(dur[small].sum()),
                             "pct_of_busy": 100.0 * dur[small].sum() / total}
     out["copies"] = copy_bandwidth(g)
-    names = g["name"].astype(str).to_numpy()
     meta = meta if meta is not None else getattr(trace, "meta", None)
-    out["levers"] = _levers(cls, dur, names, total, meta, op_dtypes)
+    out["levers"] = _levers(_by_name(g, cls, dur), total, meta, op_dtypes)
     return out
 
 
@@ -152,8 +162,10 @@ def _lever(name: str, why: str, saving: float, total: int, assumption: str) -> d
             "saving_pct_of_busy": 100.0 * saving / total, "assumption": assumption}
 
 
-def _levers(cls, dur, names, total: int, meta, op_dtypes) -> list[dict]:
-    t = {c: int(dur[cls == c].sum()) for c in BUSY_CLASSES}
+def _levers(by_name: pd.DataFrame, total: int, meta, op_dtypes) -> list[dict]:
+    t = by_name.groupby("cls")["dur"].sum().to_dict()
+    t = {c: int(t.get(c, 0)) for c in BUSY_CLASSES}
+    names, dur, cls = (by_name[c].to_numpy() for c in ("name", "dur", "cls"))
     p, src = _precisions(meta)
     levers = []
     simt = t["gemm_simt"]
