@@ -111,7 +111,8 @@ def _num(v: str):
 @output_option
 def nvtx(trace, fmt, out):
     """NVTX range summary of TRACE (nsys stats nvtx_sum; Kineto: user annotations)."""
-    emit(reports.render_nvtx(reports.nvtx_summary(load_trace(trace)), fmt), out)
+    s = reports.nvtx_summary(load_trace(trace))
+    emit(reports.render_nvtx(s, fmt) if len(s) or fmt != "text" else "no NVTX ranges", out)
 
 
 @main.command()
@@ -124,7 +125,8 @@ def memcpy(trace, by, fmt, out):
     """GPU memcpy/memset summary of TRACE by operation (nsys stats cuda_gpu_mem_*_sum)."""
     t = load_trace(trace)
     s = reports.memop_time_summary(t) if by == "time" else reports.memop_size_summary(t)
-    emit(reports.render_memops(s, by, fmt), out)
+    emit(reports.render_memops(s, by, fmt) if len(s) or fmt != "text" else "no GPU memcpy/memset",
+         out)
 
 
 @main.command()
@@ -133,7 +135,8 @@ def memcpy(trace, by, fmt, out):
 @output_option
 def osrt(trace, fmt, out):
     """OS runtime call summary of TRACE (nsys stats osrt_sum; nsys exports only)."""
-    emit(reports.render_osrt(reports.osrt_summary(load_trace(trace)), fmt), out)
+    s = reports.osrt_summary(load_trace(trace))
+    emit(reports.render_osrt(s, fmt) if len(s) or fmt != "text" else "no OS runtime calls", out)
 
 
 @main.command()
