@@ -201,8 +201,9 @@ def _ranked_levers(actions: list[dict]) -> list[str]:
     flat.sort(key=lambda x: (-x[0], x[1], x[2], x[3]))
     seen, out = set(), []
     for *_, text in flat:
-        if text not in seen:
-            seen.add(text)
+        key = text[:33]   # two causes may offer the same lever in other words (CUDA graphs)
+        if key not in seen:
+            seen.add(key)
             out.append(text)
     return out[:MAX_LEVERS]
 
