@@ -142,3 +142,23 @@ def test_analyze_reports_gpu_use_section_and_json(tmp_path):
     assert u["busy"]["classes"][0]["class"] == "gemm_tensor"
     assert "MFU 20.0%" in render_report(a)
     json.dumps(u)  # plain JSON
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("gpu", ["h100", "mi300"])
+def test_real_qwen_trace_matches_the_model_config(gpu):
+    """Qwen1.5-0.5B bf16 prefill, batch 16 x 559 tokens (TraceLens corpus): hidden 1024,
+    MLP 2816, 16 heads of 64, 24 layers -- every counted FLOP from the config by hand."""
+    from pathlib import Path
+
+    path = (Path(__file__).resolve().parents[2] / "shared" / "corpus" / "AMD-AGI__TraceLens" /
+            "tests" / "traces" / gpu / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    if not path.exists():
+        pytest.skip("shared corpus not available")
+    ops = op_flops(traceread.load(path))
+    by = ops.groupby("name")["flops"].sum()
+    t, layers = 16 * 559, 24
+    assert by["aten::addmm"] == 3 * 1024 * 1024 * 2 * t * layers            # q, k, v (+bias)
+    assert by["aten::mm"] == (1024 * 1024 + 3 * 1024 * 2816) * 2 * t * layers  # o, gate, up, down
+    assert by["aten::_scaled_dot_product_flash_attention"] == 4 * 16 * 16 * 559 * 559 * 64 * layers
+    assert set(ops.loc[ops["name"] != "aten::bmm", "dtype"]) == {"bf16"}
