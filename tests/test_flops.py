@@ -162,3 +162,16 @@ def test_real_qwen_trace_matches_the_model_config(gpu):
     assert by["aten::mm"] == (1024 * 1024 + 3 * 1024 * 2816) * 2 * t * layers  # o, gate, up, down
     assert by["aten::_scaled_dot_product_flash_attention"] == 4 * 16 * 16 * 559 * 559 * 64 * layers
     assert set(ops.loc[ops["name"] != "aten::bmm", "dtype"]) == {"bf16"}
+
+
+def test_ops_captured_into_a_cuda_graph_are_not_counted_and_replays_are_flagged():
+    mm = ("aten::mm", "[[8,64],[64,32]]", BF)
+    t = _table([(5, 1, "runtime", "cudaStreamBeginCapture", None, None, 1),
+                (10, 5, "cpu_op", *mm, 1),
+                (20, 1, "runtime", "cudaStreamEndCapture", None, None, 1),
+                (30, 5, "cpu_op", *mm, 1),
+                (40, 5, "cpu_op", *mm, 2),
+                (50, 1, "runtime", "cudaGraphLaunch", None, None, 1)])
+    ops = op_flops(t)
+    assert ops["ts"].tolist() == [30, 40]
+    assert "CUDA graphs" in mfu_summary(t)["note"]

@@ -17,6 +17,10 @@ and scaling are not counted; attention backward = 2x forward):
   ``_backward``: twice that
 * a ``flops`` arg written by the profiler wins over the formula.
 
+Operators recorded while their thread captures a CUDA graph
+(``cudaStreamBeginCapture`` .. ``EndCapture``) are left out: their kernels
+only run at replay, where no operator is recorded.
+
 Composite operators (``aten::linear``, ``matmul``, ``conv2d``,
 ``scaled_dot_product_attention``) dispatch to the ones above, which are
 recorded as their children: only the innermost counted operator of a nesting
@@ -26,6 +30,7 @@ are counted is still right).
 from __future__ import annotations
 
 import math
+import re
 from functools import lru_cache
 
 import msgspec
@@ -199,7 +204,31 @@ def op_flops(trace_or_events) -> pd.DataFrame:
                         "name": c["name"].astype(str).to_numpy(), "flops": fl,
                         "dtype": [dtype_of(t) for t in types]})
     out = out[out["flops"] >= 0]
+    out = out[~_in_capture(ev, out)]
     return _innermost(out).reset_index(drop=True)
+
+
+_CAPTURE = re.compile(r"^(?:cuda|hip)StreamBeginCapture|^cuStreamBeginCapture")
+_CAPTURE_END = re.compile(r"^(?:cuda|hip)StreamEndCapture|^cuStreamEndCapture")
+
+
+def _in_capture(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Ops recorded while their thread captured a CUDA graph: their kernels did not run then."""
+    hit = np.zeros(len(ops), bool)
+    api = ev.loc[ev["kind"].isin(("runtime", "driver")).to_numpy(), ["ts", "pid", "tid", "name"]]
+    names = api["name"].astype(str)
+    begin = api[names.str.match(_CAPTURE).to_numpy()]
+    if not len(begin):
+        return hit
+    end = api[names.str.match(_CAPTURE_END).to_numpy()]
+    pid, tid, ts = (ops[c].to_numpy() for c in ("pid", "tid", "ts"))
+    for (p, t), b in begin.groupby(["pid", "tid"]):
+        e = end[(end["pid"] == p) & (end["tid"] == t)]["ts"].to_numpy()
+        for start in b["ts"].to_numpy():
+            later = e[e > start]
+            stop = later.min() if len(later) else np.iinfo(np.int64).max
+            hit |= (pid == p) & (tid == t) & (ts >= start) & (ts < stop)
+    return hit
 
 
 def _innermost(ops: pd.DataFrame) -> pd.DataFrame:
@@ -333,7 +362,23 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
                     for nm, r in calls.head(5).iterrows()],
         "steps": per_step,
     })
+    notes = []
     if peak is None and not peak_tflops:
-        out["note"] = (f"no peak known for device {name!r}: pass --peak-tflops for MFU"
-                       if name else "no device name in the trace: pass --peak-tflops for MFU")
+        notes.append(f"no peak known for device {name!r}: pass --peak-tflops for MFU"
+                     if name else "no device name in the trace: pass --peak-tflops for MFU")
+    if _graph_replays(ev):
+        notes.append("kernels replayed from CUDA graphs have no recorded operator shapes: their "
+                     "FLOPs are not counted, so achieved FLOP/s and MFU are lower bounds")
+    out["note"] = "; ".join(notes) or None
     return out
+
+
+def _graph_replays(ev: pd.DataFrame) -> bool:
+    from .context import GRAPH_LAUNCH_RX
+
+    if bool((ev["kind"] == "graph").any()):
+        return True
+    api = ev.loc[ev["kind"].isin(("runtime", "driver")).to_numpy(), "name"]
+    names = api.cat.remove_unused_categories().cat.categories if isinstance(
+        api.dtype, pd.CategoricalDtype) else pd.unique(api.astype(str))
+    return any(GRAPH_LAUNCH_RX.match(str(n)) for n in names)
