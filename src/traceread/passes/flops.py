@@ -366,6 +366,9 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     if peak is None and not peak_tflops:
         notes.append(f"no peak known for device {name!r}: pass --peak-tflops for MFU"
                      if name else "no device name in the trace: pass --peak-tflops for MFU")
+    if peak and out.get("tflops_gpu") and out["tflops_gpu"] > 1.05 * peak * gpus:
+        notes.append("FLOP/s over GPU-busy time exceeds the peak: the counted operators' "
+                     "kernels are not all in the window (partial trace?)")
     if _graph_replays(ev):
         notes.append("kernels replayed from CUDA graphs have no recorded operator shapes: their "
                      "FLOPs are not counted, so achieved FLOP/s and MFU are lower bounds")
