@@ -363,9 +363,13 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
         "steps": per_step,
     })
     notes = []
-    if peak is None and not peak_tflops:
+    if not len(ops):
+        notes.append("no matmul, convolution or attention operator with shapes in the window")
+    elif table is None and not peak_tflops:
         notes.append(f"no peak known for device {name!r}: pass --peak-tflops for MFU"
                      if name else "no device name in the trace: pass --peak-tflops for MFU")
+    elif peak is None and not peak_tflops:
+        notes.append(f"no {dominant} peak listed for {name!r}: pass --peak-tflops for MFU")
     if peak and out.get("tflops_gpu") and out["tflops_gpu"] > 1.05 * peak * gpus:
         notes.append("FLOP/s over GPU-busy time exceeds the peak: the counted operators' "
                      "kernels are not all in the window (partial trace?)")
