@@ -69,6 +69,9 @@ def utilization_dict(u: dict | None) -> dict | None:
         return None
     out = {}
     for key, part in u.items():
+        if not isinstance(part, dict):
+            out[key] = _py(part)
+            continue
         part = dict(part)
         steps = part.get("steps")
         if isinstance(steps, pd.DataFrame):
