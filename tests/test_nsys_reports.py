@@ -58,11 +58,17 @@ def test_cli_csv_equals_golden():
     sqlite = CORPUS / (rel + ".sqlite")
     if not sqlite.exists():
         pytest.skip("shared corpus not available")
-    for args, gold in ((["memcpy", "--by", "size"], "cuda_gpu_mem_size_sum.csv"),
-                       (["memcpy"], "cuda_gpu_mem_time_sum.csv"), (["osrt"], "osrt_sum.csv")):
-        r = CliRunner().invoke(main, args + [str(sqlite), "--format", "csv"])
+    saxpy = "hpcgroup__pipit/pipit/tests/data/saxpy-mpi-cuda_nsys_perlmutter0"
+    for db, args, gold in (
+            (rel, ["memcpy", "--by", "size"], "cuda_gpu_mem_size_sum.csv"),
+            (rel, ["memcpy"], "cuda_gpu_mem_time_sum.csv"), (rel, ["osrt"], "osrt_sum.csv"),
+            (saxpy, ["nvtx"], "nvtx_sum.csv"), (saxpy, ["util"], "gpu_time_util.csv")):
+        path = CORPUS / (db + ".sqlite")
+        if not path.exists():
+            continue
+        r = CliRunner().invoke(main, args + [str(path), "--format", "csv"])
         assert r.exit_code == 0, r.output
-        assert r.output.rstrip("\n") == (GOLDEN / rel / gold).read_text().rstrip("\n")
+        assert r.output.rstrip("\n") == (GOLDEN / db / gold).read_text().rstrip("\n")
 
 
 def _ops(rows, fmt="nsys"):
