@@ -41,7 +41,7 @@ from .peaks import device_name, device_peaks
 
 SMALL_KERNEL_NS = 5_000
 BUSY_CLASSES = ("gemm_tensor", "gemm_simt", "attention", "elementwise", "reduction", "triton",
-                "nccl", "memcpy", "memset", "other")
+                "nccl", "memcpy", "memset", "graph", "other")
 
 _SIMT = re.compile(r"sgemm|_ffma|simt|gemv|gemmSN|scudnn|implicit_convolve_sgemm|dgemm|dot_kernel",
                    re.I)
@@ -60,6 +60,7 @@ def _classes(gpu: pd.DataFrame) -> np.ndarray:
     cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
     kind = gpu["kind"].astype(str).to_numpy()
     cls = np.where(kind == "memcpy", "memcpy", np.where(kind == "memset", "memset", cls))
+    cls = np.where(kind == "graph", "graph", cls)  # a replay whose kernels were not recorded
     gemm = cls == "gemm"
     if gemm.any():  # SIMT or tensor core: decided once per distinct name
         names = gpu["name"].astype("category")

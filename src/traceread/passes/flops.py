@@ -345,7 +345,7 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     with np.errstate(divide="ignore", invalid="ignore"):
         per_step["tflops_wall"] = np.where(wall > 0, flops / wall / 1e3, np.nan)
         per_step["tflops_gpu"] = np.where(busy > 0, flops / busy / 1e3, np.nan)
-        per_step["mfu"] = np.where((wall > 0) & bool(peaks), ideal / (wall * gpus), np.nan)
+        per_step["mfu"] = np.where((wall > 0) & bool(peak), ideal / (wall * gpus), np.nan)
     tot_f, tot_w, tot_b = float(flops.sum()), int(wall.sum()), int(busy.sum())
     calls = ops.groupby("name")["flops"].agg(["sum", "size"]).sort_values("sum", ascending=False)
     out.update({
@@ -356,7 +356,7 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
         "window_ns": tot_w, "gpu_busy_ns": tot_b,
         "tflops_wall": tot_f / tot_w / 1e3 if tot_w else None,
         "tflops_gpu": tot_f / tot_b / 1e3 if tot_b else None,
-        "mfu": float(ideal.sum() / (tot_w * gpus)) if tot_w and peaks else None,
+        "mfu": float(ideal.sum() / (tot_w * gpus)) if tot_w and peak else None,
         "top_ops": [{"name": str(nm), "flops": int(r["sum"]), "calls": int(r["size"]),
                      "pct": 100.0 * float(r["sum"]) / tot_f if tot_f else 0.0}
                     for nm, r in calls.head(5).iterrows()],

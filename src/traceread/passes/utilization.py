@@ -37,7 +37,7 @@ def headline(u: dict) -> str:
     """One sentence for a GPU-bound verdict: how well the GPU is used and the top lever."""
     bits = []
     m = u.get("mfu") or {}
-    if m.get("mfu") is not None:
+    if m.get("mfu") is not None and m.get("peak_tflops") and m.get("flops"):
         bits.append(f"MFU {100 * m['mfu']:.1f}% of {m['peak_tflops']:g} TFLOP/s {m['dtype']}"
                     + (f" ({m['device']})" if m.get("device") else ""))
     elif m.get("has_shapes") is False:
