@@ -9,7 +9,7 @@ from . import main
 from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_failed,
                       format_option, no_cache_option, output_option)
 from ..analysis import analyze as run_analysis
-from ..render.json import gap_records
+from ..render.json import dumps, gap_records
 from ..render.report import render_report
 from ..render.text import fmt_ns
 
@@ -49,18 +49,35 @@ def _analyses(traces, step_pattern, min_gap):
                                                         min_gap_ns=min_gap))
 
 
-@_trace_command(min_gap_option)
-def analyze(traces, fmt, out, min_gap, step_pattern):
-    """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
+link_gbps_option = click.option(
+    "--link-gbps", "link_gbps", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GB/S",
+    help="Interconnect peak in GB/s: multi-rank jobs report collective bus bandwidth as a % of it.")
+
+
+@_trace_command(min_gap_option, link_gbps_option)
+def analyze(traces, fmt, out, min_gap, link_gbps, step_pattern):
+    """Why is the GPU underfed? Verdict, levers and evidence for each TRACE.
+
+    Several TRACEs of one distributed job (one per rank) are also analysed as a job:
+    the job verdict (straggler, delay, cause) comes first.
+    """
+    from .. import multirank
+
     results, failed = _analyses(traces, step_pattern, min_gap)
+    jobs = multirank.jobs_of_analyses(results, link_gbps)
+    multirank.apply_job_verdicts(results, jobs)
     if fmt == "json":
         docs = [a.to_dict() for a in results]
-        emit_json(docs, out)
+        if jobs:
+            emit(dumps({"cross_rank": [j.to_dict() for j in jobs], "traces": docs}), out)
+        else:
+            emit_json(docs, out)
     else:
-        from ..multirank import cross_rank_section  # several ranks of one job: cross-rank section
+        from ..render.cross_rank import render_detail, render_summary
 
-        paths = [a.meta.path for a in results]
-        emit("\n\n".join(render_report(a) for a in results) + cross_rank_section(results, paths), out)
+        parts = ([render_summary(jobs)] if jobs else []) + [render_report(a) for a in results]
+        parts += [render_detail(jobs)] if jobs else []
+        emit("\n\n".join(parts), out)
     exit_if_failed(failed)
 
 
