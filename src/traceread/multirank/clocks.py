@@ -69,6 +69,39 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
     return out
 
 
+VOTE_MAX_INSTANCES = 2000
+
+
+def vote_offsets(per_rank: dict[int, pd.DataFrame], tol_ns: int) -> dict[int, int]:
+    """Offsets when instances cannot be paired yet: the shift that makes the most end
+    times of a rank coincide (within ``tol_ns``) with the reference rank's.
+
+    Every pairwise end difference votes; the densest ``tol_ns`` window wins (its
+    median). A shift by one step period also lines up most instances, so this is
+    right when the true offset wins by at least one instance -- the usual case,
+    since the aliased shift loses the first or last step.
+    """
+    ranks = sorted(per_rank)
+    ref = ranks[0]
+    e_ref = _ends(per_rank[ref])
+    out = {ref: 0}
+    for r in ranks[1:]:
+        e = _ends(per_rank[r])
+        if not len(e) or not len(e_ref):
+            out[r] = 0
+            continue
+        d = np.sort((e_ref[:, None] - e[None, :]).ravel())
+        count = np.searchsorted(d, d + tol_ns, side="right") - np.arange(len(d))
+        k = int(np.argmax(count))
+        out[r] = int(np.median(d[k:k + count[k]]))
+    return out
+
+
+def _ends(df: pd.DataFrame) -> np.ndarray:
+    e = (df["ts"] + df["dur"]).to_numpy(np.int64)
+    return e[:VOTE_MAX_INSTANCES]
+
+
 def _ms(ns: int) -> str:
     return f"{ns / 1e6:g} ms"
 

@@ -28,7 +28,7 @@ from ..table import Trace
 from . import clocks, metrics
 from .grouping import group_jobs
 from .inputs import RankInput, rank_input
-from .match import disagreements, match_rows
+from .match import END_TOL_NS, disagreements, match_rows
 from .why import explain, late_windows
 
 MATCH_COLUMNS = ["lane", "key", "instance", "method", "collective", "rank", "ts", "dur", "arrival_ns",
@@ -200,10 +200,10 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
         est.update(clocks.estimate_offsets(rows, ranks, source, shared))
         return clocks.applied(est)
 
-    rows, unmatched, info = match_rows({i.rank: i.collectives for i in inputs}, offsets_for)
-    if not est:
-        offsets_for(rows)
-    matches = score(rows, info["offsets"] if info["offsets"] else clocks.applied(est), source)
+    tol = clocks.HOST_END_SKEW_NS if source == "host" else END_TOL_NS
+    rows, unmatched, info = match_rows({i.rank: i.collectives for i in inputs}, offsets_for, tol)
+    offsets = offsets_for(rows)  # final estimate from every matched instance
+    matches = score(rows, offsets, source)
     strag = straggler_of(matches)
     by_rank = {i.rank: i for i in inputs}
     if strag["rank"] >= 0:

@@ -9,7 +9,7 @@ collectives deadlock-free -- so, per lane:
 2. ``order``: by position when every rank issued the same sequence of
    (collective, message size) tokens;
 3. ``align``: otherwise each rank's token sequence is aligned to the rank with the
-   most instances (longest common subsequence, ``difflib``), so a rank that issued
+   most instances (longest common subsequence, Myers' diff), so a rank that issued
    one extra collective (a logging all_gather, a barrier) or lost one (a sampled
    trace) does not shift every later pair. Unaligned instances are reported with
    the reason (extra on a rank, missing on a rank, type or size differs);
@@ -85,46 +85,106 @@ def match_lane(lane: dict[int, pd.DataFrame]) -> tuple[pd.DataFrame, str, list[d
     for r in ranks:
         if r == ref:
             continue
-        sm = difflib.SequenceMatcher(None, toks[ref], toks[r], autojunk=False)
         keys = np.full(len(toks[r]), -1, np.int64)
-        for op, i1, i2, j1, j2 in sm.get_opcodes():
+        for op, i1, i2, j1, j2 in opcodes(toks[ref], toks[r]):
             if op == "equal":
                 keys[j1:j2] = np.arange(i1, i2)
                 continue
             ambiguous |= _in_run(toks[ref], i1, i2) or _in_run(toks[r], j1, j2)
-            unmatched += _why(op, toks[ref][i1:i2], toks[r][j1:j2], ref, r)
+            unmatched += _why(op, toks[ref][i1:i2], toks[r][j1:j2], ref, r, i1, j1)
         ok = keys >= 0
         rows.append(lane[r][ok].assign(rank=r, key=keys[ok]))
     return pd.concat(rows, ignore_index=True), "align", unmatched, ambiguous
 
 
+MAX_EDITS = 512
+
+
+def opcodes(a: list, b: list) -> list[tuple]:
+    """difflib-style opcodes of a longest common subsequence of ``a`` and ``b``.
+
+    ``difflib.SequenceMatcher`` is not an LCS (it grows the longest *contiguous*
+    block first: one extra all_gather between all_reduces can unpair the one before
+    it); Myers' O((n + m) D) diff is, and D -- the number of unaligned instances --
+    is small. Beyond ``MAX_EDITS`` it falls back to difflib.
+    """
+    pairs = _myers(a, b)
+    if pairs is None:
+        return difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    out = []
+    pi = pj = 0
+    for i, j in pairs + [(len(a), len(b))]:
+        if i > pi or j > pj:
+            op = "replace" if i > pi and j > pj else ("delete" if i > pi else "insert")
+            out.append((op, pi, i, pj, j))
+        if i < len(a):
+            out.append(("equal", i, i + 1, j, j + 1))
+        pi, pj = i + 1, j + 1
+    return out
+
+
+def _myers(a: list, b: list) -> list[tuple[int, int]] | None:
+    """Matched (i, j) pairs of an LCS, in order; None past MAX_EDITS edits."""
+    n, m = len(a), len(b)
+    v = {1: 0}
+    trace = []
+    for d in range(min(n + m, MAX_EDITS) + 1):
+        trace.append(dict(v))
+        for k in range(-d, d + 1, 2):
+            x = v[k + 1] if k == -d or (k != d and v[k - 1] < v[k + 1]) else v[k - 1] + 1
+            y = x - k
+            while x < n and y < m and a[x] == b[y]:
+                x += 1
+                y += 1
+            v[k] = x
+            if x >= n and y >= m:
+                return _backtrack(trace, n, m)
+    return None
+
+
+def _backtrack(trace: list[dict], x: int, y: int) -> list[tuple[int, int]]:
+    pairs = []
+    for d in range(len(trace) - 1, -1, -1):
+        v = trace[d]
+        k = x - y
+        prev_k = k + 1 if k == -d or (k != d and v.get(k - 1, -1) < v.get(k + 1, -1)) else k - 1
+        prev_x = v.get(prev_k, 0)
+        prev_y = prev_x - prev_k
+        while x > prev_x and y > prev_y:
+            x, y = x - 1, y - 1
+            pairs.append((x, y))
+        x, y = prev_x, prev_y
+    return pairs[::-1]
+
+
 def _in_run(tok: list, a: int, b: int) -> bool:
     """An unaligned stretch [a, b) touching an identical neighbour: its position is a guess."""
-    if a >= b:  # insertion point: ambiguous when the neighbours on both sides are equal
-        return 0 < a < len(tok) and tok[a - 1] == tok[a]
+    if a >= b:  # nothing unaligned on this side
+        return False
     return (a > 0 and tok[a - 1] == tok[a]) or (b < len(tok) and tok[b] == tok[b - 1])
 
 
-def _why(op: str, ref_tok: list, tok: list, ref: int, rank: int) -> list[dict]:
+def _why(op: str, ref_tok: list, tok: list, ref: int, rank: int, i0: int, j0: int) -> list[dict]:
     out = []
     if op == "replace" and len(ref_tok) == len(tok):
-        for a, b in zip(ref_tok, tok):
+        for k, (a, b) in enumerate(zip(ref_tok, tok)):
             what = "type differs" if a[0] != b[0] else "size differs"
             out.append({"rank": rank, "collective": b[0], "msg_bytes": int(b[1]), "ref_rank": ref,
-                        "reason": f"{what} from rank {ref} ({a[0]}, {a[1]} B)"})
+                        "index": j0 + k, "reason": f"{what} from rank {ref} ({a[0]}, {a[1]} B)"})
         return out
-    for b in tok:
+    for k, b in enumerate(tok):
         out.append({"rank": rank, "collective": b[0], "msg_bytes": int(b[1]), "ref_rank": ref,
-                    "reason": f"not issued by rank {ref}"})
-    for a in ref_tok:
+                    "index": j0 + k, "reason": f"not issued by rank {ref}"})
+    for k, a in enumerate(ref_tok):
         out.append({"rank": ref, "collective": a[0], "msg_bytes": int(a[1]), "ref_rank": rank,
-                    "reason": f"not issued by rank {rank}"})
+                    "index": i0 + k, "reason": f"not issued by rank {rank}"})
     return out
 
 
 # ----------------------------------------------------------------------------- pass 2: by end time
 
-def match_by_end(lane: dict[int, pd.DataFrame], offsets: dict[int, int]) -> tuple[pd.DataFrame, list[dict]]:
+def match_by_end(lane: dict[int, pd.DataFrame], offsets: dict[int, int],
+                 tol_ns: int = END_TOL_NS) -> tuple[pd.DataFrame, list[dict]]:
     """Mutual-nearest end times (clock-corrected) against the rank with most instances,
     within tolerance, overlapping in time and naming the same collective."""
     ranks = sorted(lane)
@@ -145,7 +205,7 @@ def match_by_end(lane: dict[int, pd.DataFrame], offsets: dict[int, int]) -> tupl
         o_order = np.argsort(end, kind="stable")
         back = o_order[_nearest(end[o_order], ref_end[cand])]
         ok = back == np.arange(len(o))
-        ok &= np.abs(end - ref_end[cand]) <= _end_tol(o["dur"].to_numpy(), ref["dur"].to_numpy()[cand])
+        ok &= np.abs(end - ref_end[cand]) <= _end_tol(o["dur"].to_numpy(), ref["dur"].to_numpy()[cand], tol_ns)
         ok &= (ts < ref_end[cand]) & (ref_ts[cand] < end)
         rc = ref["collective"].to_numpy(dtype=object)[cand]
         oc = o["collective"].to_numpy(dtype=object)
@@ -154,11 +214,16 @@ def match_by_end(lane: dict[int, pd.DataFrame], offsets: dict[int, int]) -> tupl
         for c in o.loc[~ok, "collective"]:
             unmatched.append({"rank": r, "collective": c, "msg_bytes": -1, "ref_rank": ref_rank,
                               "reason": f"no instance of rank {ref_rank} ends at the same time"})
+    paired = set(np.concatenate([p["key"].to_numpy() for p in rows[1:]])) if len(rows) > 1 else set()
+    for k, c in enumerate(ref["collective"]):
+        if k not in paired:
+            unmatched.append({"rank": ref_rank, "collective": c, "msg_bytes": -1, "ref_rank": -1,
+                              "reason": "no other rank's instance ends at the same time"})
     return pd.concat(rows, ignore_index=True), unmatched
 
 
-def _end_tol(dur_a: np.ndarray, dur_b: np.ndarray) -> np.ndarray:
-    return np.maximum(END_TOL_NS, END_TOL_FRAC * np.minimum(dur_a, dur_b))
+def _end_tol(dur_a: np.ndarray, dur_b: np.ndarray, tol_ns: int = END_TOL_NS) -> np.ndarray:
+    return np.maximum(tol_ns, END_TOL_FRAC * np.minimum(dur_a, dur_b))
 
 
 def _nearest(sorted_vals: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -171,7 +236,8 @@ def _nearest(sorted_vals: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- driver
 
-def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None) -> tuple[pd.DataFrame, list[dict], dict]:
+def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
+               end_tol_ns: int = END_TOL_NS) -> tuple[pd.DataFrame, list[dict], dict]:
     """Match every lane. ``offsets_for(rows) -> {rank: ns}`` estimates clock offsets from
     the token-matched rows; ambiguous lanes are then matched by corrected end time.
 
@@ -197,15 +263,34 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None) -> tuple[pd.
         unmatched += [dict(u, lane=lane) for u in um]
         methods[lane] = method
     offsets = offsets_for(_finish(parts)) if offsets_for else {}
-    if redo and offsets_for and not parts:  # nothing unambiguous: estimate from the guesses
-        guesses = [match_lane(m)[0].assign(method="align") for _, m in redo]
-        offsets = offsets_for(_finish(guesses))
+    if redo and not parts:  # nothing paired yet: let the end times vote
+        from .clocks import vote_offsets
+
+        offsets = vote_offsets({r: pd.concat([m[r] for _, m in redo if r in m]) for r in per_rank},
+                               end_tol_ns)
     for lane, members in redo:
-        rows, um = match_by_end(members, offsets)
+        rows, um = match_by_end(members, offsets, end_tol_ns)
         parts.append(rows.assign(method="end"))
         unmatched += [dict(u, lane=lane) for u in um]
         methods[lane] = "end"
-    return _finish(parts), unmatched, {"offsets": offsets, "methods": methods}
+    return _finish(parts), _dedupe(unmatched), {"offsets": offsets, "methods": methods}
+
+
+def _dedupe(unmatched: list[dict]) -> list[dict]:
+    """One record per unmatched instance: "not issued by rank a", "... rank b" merge."""
+    out: dict = {}
+    for u in unmatched:
+        k = (u.get("lane"), u["rank"], u.get("index", id(u)))
+        if k in out and u["reason"].startswith("not issued by") and \
+                out[k]["reason"].startswith("not issued by"):
+            out[k]["missing_on"].append(u["ref_rank"])
+            continue
+        out.setdefault(k, dict(u, missing_on=[u["ref_rank"]] if u["reason"].startswith("not issued by") else []))
+    for u in out.values():
+        if len(u["missing_on"]) > 1:
+            u["reason"] = f"not issued by {len(u['missing_on'])} ranks"
+        u.pop("index", None)
+    return list(out.values())
 
 
 def _finish(parts: list[pd.DataFrame]) -> pd.DataFrame:

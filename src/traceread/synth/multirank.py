@@ -24,6 +24,7 @@ import numpy as np
 from ..table import Trace, TraceMeta, build_table
 
 NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+GATHER_KERNEL = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 COMPUTE_KERNEL = "ampere_sgemm_128x64_tn"
 BASE_TS = 1_700_000_000_000_000_000  # epoch ns
 US = 1_000
@@ -44,6 +45,9 @@ class JobSpec:
     with_seq: bool = True             # record process group + sequence numbers
     drop: dict[int, list[int]] = field(default_factory=dict)  # rank -> steps whose NCCL kernel is missing
     clock_offset_ns: list[int] = field(default_factory=list)  # per-rank clock error (host clocks disagree)
+    cause: str = "untraced"           # what the slow rank does while late (see module doc)
+    extra: dict[int, list[int]] = field(default_factory=dict)  # rank -> steps with an extra all_gather
+    pid_base: int = 1000
 
     def jitter(self, r: int) -> int:
         return int(self.jitter_ns[r]) if self.jitter_ns else 0
@@ -74,8 +78,14 @@ def make_job(spec: JobSpec | None = None) -> list[Trace]:
     return [_rank_trace(spec, r) for r in range(spec.ranks)]
 
 
+CAUSES = ("untraced", "dataloader", "cpu_op", "gpu_compute")
+DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
 def _rank_trace(spec: JobSpec, r: int) -> Trace:
-    pid, tid = 1000 + r, 1000 + r
+    if spec.cause not in CAUSES:
+        raise ValueError(f"cause must be one of {CAUSES}")
+    pid, tid = spec.pid_base + r, spec.pid_base + r
     period = spec.step_ns + (spec.ranks - 1) * spec.step_skew_ns + 10_000 * US
     last_arrival = max(spec.arrival(q) for q in range(spec.ranks))
     rows: dict[str, list] = {c: [] for c in ("ts", "dur", "kind", "name", "cat", "pid", "tid", "device",
@@ -98,13 +108,31 @@ def _rank_trace(spec: JobSpec, r: int) -> Trace:
             external_id=corr)
         add(ts=t0 + 20 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
             pid=pid, tid=tid, correlation=corr, external_id=corr)
-        add(ts=t0 + 50 * US, dur=spec.compute_ns, kind="kernel", name=COMPUTE_KERNEL, cat="kernel", pid=pid,
-            device=r, stream=7, correlation=corr, external_id=corr)
+        slow = r == spec.slow_rank
+        longer = spec.delay_ns if slow and spec.cause == "gpu_compute" else 0
+        add(ts=t0 + 50 * US, dur=spec.compute_ns + longer, kind="kernel", name=COMPUTE_KERNEL, cat="kernel",
+            pid=pid, device=r, stream=7, correlation=corr, external_id=corr)
         corr += 1
+        arrive = t0 + spec.arrival(r)
+        if slow and spec.cause in ("dataloader", "cpu_op"):
+            name, kind = (DATALOADER, "annotation") if spec.cause == "dataloader" else ("aten::nonzero", "cpu_op")
+            add(ts=arrive - 40 * US - spec.delay_ns, dur=spec.delay_ns, kind=kind, name=name,
+                cat="user_annotation" if kind == "annotation" else "cpu_op", pid=pid, tid=tid)
+        if slow and spec.cause == "gpu_compute":  # the host waits for its GPU
+            add(ts=t0 + 60 * US, dur=arrive - 60 * US - 45 * US - t0, kind="runtime", name="cudaStreamSynchronize",
+                cat="cuda_runtime", pid=pid, tid=tid)
+        if step in spec.extra.get(r, []):  # a small all_gather only this rank issues, before the all_reduce
+            g0 = t0 + 50 * US + 20 * US
+            info = dict(collective="all_gather", msg_bytes=64, msg_nelems=16, dtype="Float",
+                        group_size=spec.ranks)
+            add(ts=g0 - 30 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
+                pid=pid, tid=tid, correlation=corr, external_id=corr)
+            add(ts=g0, dur=30 * US, kind="kernel", name=GATHER_KERNEL, cat="kernel", pid=pid, device=r,
+                stream=20, correlation=corr, external_id=corr, **info)
+            corr += 1
         if step in spec.drop.get(r, []):
             continue
         # all_reduce: record_param_comms -> cudaLaunchKernel -> NCCL kernel (launched just in time)
-        arrive = t0 + spec.arrival(r)
         end = t0 + last_arrival + spec.transfer_ns
         coll = dict(collective="all_reduce", msg_bytes=spec.msg_bytes, msg_nelems=spec.msg_bytes // 4,
                     dtype="Float", group_size=spec.ranks,
