@@ -90,6 +90,9 @@ def test_cli_outputs(job_dir, tmp_path):
     summary = pd.read_parquet(out / "summary.parquet")
     assert len(summary) == 5 and len(pd.read_csv(out / "summary.csv")) == 5
     assert set(pd.read_parquet(out / "ranks.parquet")["rank"]) == {0, 1, 2}
+    jobs = pd.read_parquet(out / "jobs.parquet")
+    assert len(jobs) == 1 and jobs["straggler_rank"].tolist() == [1] and jobs["ranks"].tolist() == [3]
+    assert jobs["late_by_ns"].tolist() == [2_500_000] and jobs["straggler_collective"].tolist() == ["all_reduce"]
     ok_ids = set(summary.loc[summary["error"].isna(), "trace_id"])
     for table in ("gaps", "kernels", "collectives", "steps"):
         df = pd.read_parquet(out / "tables" / table)

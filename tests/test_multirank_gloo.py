@@ -175,3 +175,18 @@ def test_record_gloo_2_ranks_live(tmp_path):
 @pytest.mark.slow
 def test_record_gloo_4_ranks_live(tmp_path):
     _record_and_check(tmp_path, 4, 3)
+
+
+def test_gloo_batch_jobs_parquet(tmp_path):
+    import pandas as pd
+
+    from traceread import batch
+
+    res = batch.run(GLOO, jobs=1)
+    assert res.failed == 0 and len(res.jobs) == 2
+    batch.write(res, tmp_path)
+    jobs = pd.read_parquet(tmp_path / "jobs.parquet").sort_values("ranks")
+    assert jobs["ranks"].tolist() == [2, 4] and jobs["straggler_rank"].tolist() == [1, 2]
+    assert jobs["cause"].tolist() == ["untraced", "untraced"]
+    assert (jobs["times_late"] == 6).all() and (jobs["straggler_collective"] == "all_reduce").all()
+    assert ((jobs["late_by_ns"] > 25 * MS) & (jobs["late_by_ns"] < 32 * MS)).all()

@@ -329,7 +329,7 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
 # ----------------------------------------------------------------------------- writing
 
 def write(result: BatchResult, out_dir: str | os.PathLike) -> Path:
-    """summary.parquet/.csv, ranks.parquet, matches.parquet, jobs.json and
+    """summary.parquet/.csv, ranks.parquet, jobs.parquet, matches.parquet, jobs.json and
     tables/<name>/trace_id=<id>/*.parquet (hive-partitioned, one dataset per table)."""
     import json
 
@@ -342,6 +342,9 @@ def write(result: BatchResult, out_dir: str | os.PathLike) -> Path:
     result.summary.to_csv(out / "summary.csv", index=False)
     pq.write_table(_to_arrow(result.ranks), out / "ranks.parquet")
     pq.write_table(_to_arrow(result.matches), out / "matches.parquet")
+    from .multirank import jobs_table  # one row per multi-rank job: its verdict in columns
+
+    pq.write_table(_to_arrow(jobs_table(result.jobs)), out / "jobs.parquet")
     (out / "jobs.json").write_text(json.dumps([j.to_dict() for j in result.jobs], indent=2, default=str))
     tables_dir = out / "tables"
     if tables_dir.exists():

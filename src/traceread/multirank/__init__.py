@@ -32,6 +32,37 @@ def apply_job_verdicts(analyses: list, jobs: list[JobResult]) -> None:
             a.verdict = new[r]
 
 
+JOB_COLUMNS = ["job", "world_size", "ranks", "backend", "source", "matched_instances", "unmatched",
+               "mismatched", "straggler_rank", "straggler_collective", "late_by_ns", "times_late",
+               "instances", "cause", "cause_ns_per_collective", "locality", "step_time_spread_pct",
+               "max_clock_offset_ns", "max_clock_spread_ns", "summary"]
+
+
+def jobs_table(results: list[JobResult]):
+    """One row per job (``batch``'s ``jobs.parquet``): the job verdict in columns."""
+    import pandas as pd
+
+    rows = []
+    for res in results:
+        jv = res.verdict()
+        s = res.straggler
+        rec = s.get("by_collective", {}).get(jv.get("collective") or "", {})
+        why = rec.get("why") or s.get("why") or {}
+        rows.append({
+            "job": res.job, "world_size": res.world_size, "ranks": len(res.ranks), "backend": res.backend,
+            "source": res.source, "matched_instances": int(res.matches["instance"].nunique()) if len(res.matches) else 0,
+            "unmatched": len(res.unmatched), "mismatched": int(res.mismatched),
+            "straggler_rank": jv["straggler_rank"], "straggler_collective": jv.get("collective"),
+            "late_by_ns": jv["late_by_ns"], "times_late": rec.get("times_late", 0),
+            "instances": rec.get("instances", 0), "cause": jv["cause"],
+            "cause_ns_per_collective": int(why.get("cause_ns", 0) // max(why.get("windows", 0), 1)),
+            "locality": jv["locality"], "step_time_spread_pct": (res.seed or {}).get("step_time_spread_pct"),
+            "max_clock_offset_ns": max((abs(o["offset_ns"]) for o in res.clock.values()), default=0),
+            "max_clock_spread_ns": max((o["spread_ns"] for o in res.clock.values()), default=0),
+            "summary": jv["summary"]})
+    return pd.DataFrame(rows, columns=JOB_COLUMNS)
+
+
 def render_text(results: list[JobResult]) -> str:
     from ..render.cross_rank import render_text as _render
 
@@ -41,4 +72,4 @@ def render_text(results: list[JobResult]) -> str:
 __all__ = ["RankInput", "JobResult", "step_table", "collective_table", "rank_input", "group_jobs",
            "match_collectives", "step_skew", "analyze_job", "analyze_traces", "analyze_inputs",
            "render_text", "rank_from_name", "jobs_of_analyses", "apply_job_verdicts",
-           "adjust_rank_verdicts", "job_verdict"]
+           "adjust_rank_verdicts", "job_verdict", "jobs_table", "JOB_COLUMNS"]
