@@ -182,10 +182,14 @@ def test_gloo_batch_jobs_parquet(tmp_path):
 
     from traceread import batch
 
-    res = batch.run(GLOO, jobs=1)
+    src = tmp_path / "in"
+    for f in GLOO.glob("ddp*/rank-*.json.gz"):   # not truth.json: JSON, so a candidate that fails
+        (src / f.parent.name).mkdir(parents=True, exist_ok=True)
+        (src / f.parent.name / f.name).symlink_to(f)
+    res = batch.run(src, jobs=1)
     assert res.failed == 0 and len(res.jobs) == 2
-    batch.write(res, tmp_path)
-    jobs = pd.read_parquet(tmp_path / "jobs.parquet").sort_values("ranks")
+    batch.write(res, tmp_path / "out")
+    jobs = pd.read_parquet(tmp_path / "out" / "jobs.parquet").sort_values("ranks")
     assert jobs["ranks"].tolist() == [2, 4] and jobs["straggler_rank"].tolist() == [1, 2]
     assert jobs["cause"].tolist() == ["untraced", "untraced"]
     assert (jobs["times_late"] == 6).all() and (jobs["straggler_collective"] == "all_reduce").all()
