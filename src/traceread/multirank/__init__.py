@@ -16,10 +16,19 @@ from .verdicts import adjust_rank_verdicts, job_verdict
 
 
 def jobs_of_analyses(analyses: list, link_gbps: float | None = None) -> list[JobResult]:
-    """Jobs formed by the traces of ``analyses`` (``Analysis`` objects holding their trace)."""
-    if len(analyses) < 2:
-        return []
-    return analyze_traces([a.trace for a in analyses if a.trace is not None], link_gbps)
+    """Jobs formed by the traces of ``analyses`` (``Analysis`` objects holding their trace):
+    several traces of one job, and each nsys export holding several GPU processes."""
+    from .nsys_split import split_processes
+
+    traces = [a.trace for a in analyses if a.trace is not None]
+    jobs = analyze_traces(traces, link_gbps) if len(traces) >= 2 else []
+    for t in traces:
+        parts = split_processes(t)
+        if parts:
+            for res in analyze_traces(parts, link_gbps):
+                res.job = f"job{len(jobs)}"
+                jobs.append(res)
+    return jobs
 
 
 def apply_job_verdicts(analyses: list, jobs: list[JobResult]) -> None:

@@ -173,4 +173,32 @@ def write_job(out_dir: str | Path, spec: JobSpec | None = None, name: str = "ran
     return paths
 
 
-__all__ = ["JobSpec", "make_job", "write_job"]
+def write_nsys_job(path: str | Path, spec: JobSpec | None = None) -> Path:
+    """The whole job as ONE nsys SQLite export (``nsys profile torchrun``): one process
+    per rank (pid ``pid_base + r``, GPU ``r``), one session clock (``clock_offset_ns``
+    is ignored). Host ranges become NVTX ranges, so no collective sizes."""
+    from .nsys import NsysWriter
+
+    spec = spec or JobSpec()
+    shift = BASE_TS - 1_000 * US
+    w = NsysWriter(path)
+    w.session_start(BASE_TS)
+    for t in make_job(JobSpec(**{**spec.__dict__, "clock_offset_ns": []})):
+        r = t.meta.rank
+        pid = tid = spec.pid_base + r
+        w.process(pid, "python3")
+        w.thread(pid, tid, "python3")
+        w.gpu(r, "Synthetic GPU")
+        ev = t.events
+        for row in ev.itertuples(index=False):
+            a, b = int(row.ts) - shift, int(row.ts + row.dur) - shift
+            if row.kind == "kernel":
+                w.kernel(a, b, str(row.name), pid, int(row.device), int(row.stream), corr=int(row.correlation))
+            elif row.kind == "runtime":
+                w.runtime(a, b, f"{row.name}_v7000", pid, tid, corr=int(row.correlation))
+            elif row.kind in ("annotation", "cpu_op"):
+                w.nvtx_range(a, b, str(row.name), pid, tid)
+    return w.close()
+
+
+__all__ = ["JobSpec", "make_job", "write_job", "write_nsys_job"]
