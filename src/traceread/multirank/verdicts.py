@@ -6,7 +6,8 @@ are exposed. Across ranks we know better, so ``adjust_rank_verdicts`` post-adjus
 the per-rank verdict dicts:
 
 * the straggler's verdict names its own cause (from its late windows), never
-  ``comms``: a ``comms`` bound is replaced by the bound of that cause;
+  ``comms``: a ``comms`` bound (or ``unknown``, when the cause is known) is replaced
+  by the bound of that cause;
 * a waiting rank's ``comms`` verdict names the rank it waits for, by how much and
   why, and leads its levers with fixing that rank;
 * every rank's verdict gains a ``job`` entry (its role in the job).
@@ -104,7 +105,8 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
         elif rank == s:
             v["job"] = {"job": res.job, "role": "straggler", "late_by_ns": jv["late_by_ns"],
                         "cause": jv["cause"], "summary": jv["summary"]}
-            if v.get("bound") == "comms":
+            # its own trace blames communication, or cannot tell: the job knows its cause
+            if v.get("bound") == "comms" or (v.get("bound") == "unknown" and jv["bound"] not in (None, "unknown")):
                 _straggler_not_comms(v, jv, s)
         else:
             w = waits.get(rank, {})
@@ -119,7 +121,7 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
 
 
 def _straggler_not_comms(v: dict, jv: dict, s: int) -> None:
-    v.setdefault("evidence", {})["bound_before_job"] = "comms"
+    v.setdefault("evidence", {})["bound_before_job"] = v.get("bound")
     v["bound"] = jv["bound"] or "unknown"
     v["summary"] = f"straggler of the job: {jv['summary']}"
     v["levers"] = [_lever(jv, s)] + list(verdict_mod.LEVERS.get(v["bound"], []))
