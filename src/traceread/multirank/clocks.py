@@ -38,16 +38,20 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
     base = int(rows["ts"].min())
     end = rows.assign(end=(rows["ts"] - base) + rows["dur"]).pivot_table(
         index=["lane", "key"], columns="rank", values="end", aggfunc="first")
+    col = {r: i for i, r in enumerate(end.columns)}
+    vals = end.to_numpy(np.float64)
+    have = ~np.isnan(vals)
     done = {ref: 0}
     todo = [r for r in ranks if r != ref]
     while todo:
         progress = False
         for r in list(todo):
-            via = next((q for q in done if q in end and r in end
-                        and end[[q, r]].notna().all(axis=1).any()), None)
+            via = next((q for q in done if q in col and r in col
+                        and (have[:, col[q]] & have[:, col[r]]).any()), None)
             if via is None:
                 continue
-            d = (end[via] - end[r]).dropna().to_numpy(np.float64)
+            both = have[:, col[via]] & have[:, col[r]]
+            d = vals[both, col[via]] - vals[both, col[r]]
             est = int(round(float(np.median(d)))) + done[via]
             spread = int(np.median(np.abs(d - np.median(d))))
             floor = FLOOR_NS.get(source, 0)
