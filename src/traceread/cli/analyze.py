@@ -64,8 +64,13 @@ def analyze(traces, fmt, out, min_gap, link_gbps, step_pattern):
     from .. import multirank
 
     results, failed = _analyses(traces, step_pattern, min_gap)
-    jobs = multirank.jobs_of_analyses(results, link_gbps)
-    multirank.apply_job_verdicts(results, jobs)
+    try:
+        jobs = multirank.jobs_of_analyses(results, link_gbps)
+        multirank.apply_job_verdicts(results, jobs)
+    except Exception as e:  # the per-rank reports still print; the run fails
+        click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {' '.join(str(e).split())}",
+                   err=True)
+        jobs, failed = [], failed + 1
     if fmt == "json":
         docs = [a.to_dict() for a in results]
         if jobs:

@@ -27,7 +27,7 @@ import pandas as pd
 from ..table import Trace
 from . import clocks, metrics
 from .grouping import group_jobs
-from .inputs import RankInput, rank_input
+from .inputs import RankInput, rank_from_name, rank_input
 from .match import END_TOL_NS, disagreements, match_rows
 from .why import explain, late_windows
 
@@ -253,16 +253,45 @@ def _per_rank(inputs: list[RankInput], m: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- entry points
 
 def analyze_traces(traces: list[Trace], link_gbps: float | None = None) -> list[JobResult]:
-    """Group loaded traces into jobs and analyse each job with >= 2 ranks."""
-    return analyze_inputs([rank_input(t) for t in traces], link_gbps)
+    """Group loaded traces into jobs and analyse each job with >= 2 ranks.
+
+    Grouping needs only metadata and time spans: per-rank inputs are built for the
+    members of a job only.
+    """
+    heads = [RankInput(path=t.meta.path, rank=int(t.meta.rank if t.meta.rank >= 0 else
+                                                  rank_from_name(t.meta.path)),
+                       world_size=int(t.meta.world_size), backend=_backend(t),
+                       start_ns=_span(t)[0], end_ns=_span(t)[1]) for t in traces]
+    jobs = group_jobs(_info(heads))
+    out = []
+    for job in sorted(jobs.dropna().unique(), key=lambda j: int(j[3:])):
+        members = [rank_input(traces[i]) for i in np.flatnonzero((jobs == job).to_numpy())]
+        out.append(analyze_job(members, job=job, link_gbps=link_gbps))
+    return out
 
 
-def analyze_inputs(inputs: list[RankInput], link_gbps: float | None = None) -> list[JobResult]:
-    info = pd.DataFrame({
+def _backend(t: Trace) -> str:
+    return str((t.meta.distributed or {}).get("backend") or "")
+
+
+def _span(t: Trace) -> tuple[int, int]:
+    ev = t.events
+    if not len(ev) or t.meta.clock == "session_ns":
+        return -1, -1
+    off = int(t.meta.epoch_offset_ns or 0)
+    return int(ev["ts"].min()) + off, int((ev["ts"] + ev["dur"]).max()) + off
+
+
+def _info(inputs: list[RankInput]) -> pd.DataFrame:
+    return pd.DataFrame({
         "path": [i.path for i in inputs], "rank": [i.rank for i in inputs],
         "world_size": [i.world_size for i in inputs], "backend": [i.backend for i in inputs],
         "start_ns": [i.start_ns for i in inputs], "end_ns": [i.end_ns for i in inputs]})
-    jobs = group_jobs(info)
+
+
+def analyze_inputs(inputs: list[RankInput], link_gbps: float | None = None) -> list[JobResult]:
+    """Group per-rank inputs into jobs and analyse each job with >= 2 ranks."""
+    jobs = group_jobs(_info(inputs))
     out = []
     for job in sorted(jobs.dropna().unique(), key=lambda j: int(j[3:])):
         members = [inputs[i] for i in np.flatnonzero((jobs == job).to_numpy())]
