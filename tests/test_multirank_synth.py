@@ -119,6 +119,11 @@ def test_job_verdicts_adjust_rank_verdicts():
     assert out[0]["bound"] == "comms" and out[0]["job"]["waits_for"] == 2
     assert "it waits for rank 2" in out[0]["summary"] and out[0]["levers"][0].startswith("make rank 2 arrive")
     assert comms["bound"] == "comms" and "job" not in comms          # inputs untouched
+    mixed = {"bound": "mixed", "summary": "no single cause: host 53%, comms 46%", "levers": [],
+             "evidence": {"dominant": "host", "runner_up": "comms"}}
+    out = mr.adjust_rank_verdicts({0: mixed, 2: dict(mixed, evidence={"dominant": "comms", "runner_up": "host"})}, res)
+    assert "it waits for rank 2" in out[0]["summary"]
+    assert out[2]["bound"] == "data" and out[2]["evidence"]["bound_before_job"] == "mixed"
 
 
 def test_no_straggler_when_nobody_is_late():

@@ -8,22 +8,22 @@ the per-rank verdict dicts:
 * the straggler's verdict names its own cause (from its late windows), never
   ``comms``: a ``comms`` bound (or ``unknown``, when the cause is known) is replaced
   by the bound of that cause;
-* a waiting rank's ``comms`` verdict names the rank it waits for, by how much and
-  why, and leads its levers with fixing that rank;
+* a waiting rank's ``comms`` verdict (or ``mixed`` naming comms) names the rank it
+  waits for, by how much and why, and leads its levers with fixing that rank;
 * every rank's verdict gains a ``job`` entry (its role in the job).
 """
 from __future__ import annotations
 
 import copy
 
-from ..passes import verdict as verdict_mod
+from ..passes import bounds
 from ..render.text import fmt_ns
 from .why import CAUSE_TEXT
 
 # Cause of the straggler's late windows -> the verdict bound that names it.
-CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "sync": "sync", "launch": "launch",
+CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "graph_capture", "sync": "sync",
+               "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host",
                "gpu_compute": "gpu", "comm_wait": "mixed"}
-HOST_CAUSES = ("alloc", "cpu_op", "python", "untraced")
 STRAGGLER_LEVERS = {
     "untraced": "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
                 "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)",
@@ -34,12 +34,9 @@ STRAGGLER_LEVERS = {
 
 
 def cause_bound(cause: str | None) -> str:
-    if cause in CAUSE_BOUND:
-        return CAUSE_BOUND[cause]
-    if cause in HOST_CAUSES:
-        # the host side of the rank is slow; newer verdicts have a "host" bound
-        return "host" if "host" in verdict_mod.BOUNDS else ("launch" if cause != "untraced" else "unknown")
-    return "unknown"
+    """The verdict bound naming a late-window cause (``passes/bounds.py`` vocabulary)."""
+    b = CAUSE_BOUND.get(cause or "", "unknown")
+    return b if b in bounds.VERDICTS else "unknown"
 
 
 def _plural(n: int, word: str) -> str:
@@ -106,13 +103,13 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
             v["job"] = {"job": res.job, "role": "straggler", "late_by_ns": jv["late_by_ns"],
                         "cause": jv["cause"], "summary": jv["summary"]}
             # its own trace blames communication, or cannot tell: the job knows its cause
-            if v.get("bound") == "comms" or (v.get("bound") == "unknown" and jv["bound"] not in (None, "unknown")):
+            if _blames_comms(v) or (v.get("bound") == "unknown" and jv["bound"] not in (None, "unknown")):
                 _straggler_not_comms(v, jv, s)
         else:
             w = waits.get(rank, {})
             v["job"] = {"job": res.job, "role": "waiting", "waits_for": s,
                         "wait_ns": w.get("wait_ns", 0), "summary": jv["summary"]}
-            if v.get("bound") == "comms":
+            if _blames_comms(v):
                 v["summary"] = (f"{v.get('summary', '')}; it waits for rank {s} "
                                 f"({fmt_ns(w.get('wait_per_collective_ns', 0))} per collective): {jv['summary']}")
                 v["levers"] = [f"make rank {s} arrive on time: {_lever(jv, s)}"] + list(v.get("levers", []))
@@ -120,18 +117,27 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
     return out
 
 
+def _blames_comms(v: dict) -> bool:
+    """``comms``, or ``mixed`` with communication as one of its two causes."""
+    ev = v.get("evidence") or {}
+    return v.get("bound") == "comms" or (v.get("bound") == "mixed" and "comms" in (ev.get("dominant"),
+                                                                                    ev.get("runner_up")))
+
+
 def _straggler_not_comms(v: dict, jv: dict, s: int) -> None:
     v.setdefault("evidence", {})["bound_before_job"] = v.get("bound")
     v["bound"] = jv["bound"] or "unknown"
+    v["title"] = bounds.TITLE.get(v["bound"], v.get("title", ""))
     v["summary"] = f"straggler of the job: {jv['summary']}"
-    v["levers"] = [_lever(jv, s)] + list(verdict_mod.LEVERS.get(v["bound"], []))
+    v["levers"] = [_lever(jv, s)] + (bounds.lever_texts(v["bound"]) if v["bound"] in bounds.LEVERS else [])
 
 
 def _lever(jv: dict, s: int) -> str:
     cause = jv.get("cause")
     if cause in STRAGGLER_LEVERS:
         return STRAGGLER_LEVERS[cause].format(r=s)
-    levers = verdict_mod.LEVERS.get(cause_bound(cause), [])
+    b = cause_bound(cause)
+    levers = bounds.lever_texts(b) if b in bounds.LEVERS else []
     return levers[0] if levers else f"profile rank {s} to see why it is late"
 
 
