@@ -194,3 +194,24 @@ def test_gloo_batch_jobs_parquet(tmp_path):
     assert jobs["cause"].tolist() == ["untraced", "untraced"]
     assert (jobs["times_late"] == 6).all() and (jobs["straggler_collective"] == "all_reduce").all()
     assert ((jobs["late_by_ns"] > 25 * MS) & (jobs["late_by_ns"] < 32 * MS)).all()
+
+
+def test_gloo_issue_ops_only():
+    """Without gloo's execution ranges (other CPU backends, filtered traces) the issuing
+    c10d ops still say who arrived last; durations and clock estimates are not used."""
+    import pyarrow.compute as pc
+
+    from traceread.table import Trace
+
+    truth, traces = _load(GLOO / "ddp2")
+    cut = []
+    for t in traces:
+        keep = pc.invert(pc.starts_with(pc.cast(t.table.column("name"), "string"), "gloo:"))
+        cut.append(Trace(t.table.filter(keep), t.meta))
+    res = mr.analyze_traces(cut)[0]
+    assert res.source == "issue" and res.methods == {"pg:default": "order"}
+    assert res.clock[1]["reason"] == "only issue times recorded"
+    s = res.straggler
+    assert s["rank"] == 1 and s["by_collective"]["all_reduce"]["times_late"] == 6
+    for g, arr in zip(_all_reduces(res), _truth_arrivals(truth)):
+        assert abs(int(g.loc[1, "lateness_ns"]) - (arr[1] - arr[0])) < 1 * MS

@@ -178,3 +178,24 @@ def test_alignment_is_a_longest_common_subsequence():
             assert (i1, j1) == (ia, ja) and (op != "equal" or a[i1:i2] == b[j1:j2])
             ia, ja = i2, j2
         assert (ia, ja) == (len(a), len(b))
+
+
+def test_analyze_link_gbps_option(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+    from traceread.synth.multirank import write_job
+
+    paths = write_job(tmp_path, JobSpec(ranks=2, slow_rank=1, with_seq=False, transfer_ns=1 * MS))
+    out = CliRunner().invoke(main, ["analyze", "--format", "json", "--link-gbps", "50", *map(str, paths)])
+    assert out.exit_code == 0, out.output
+    m = json.loads(out.output)["cross_rank"][0]["metrics"]
+    bw = m["bandwidth"][0]
+    assert m["link_gbps"] == 50 and bw["collective"] == "all_reduce"
+    assert bw["link_pct"] == round(100 * bw["busbw_gbps"] / 50, 1)
+    text = CliRunner().invoke(main, ["analyze", "--link-gbps", "50", *map(str, paths)]).output
+    assert f"bus bandwidth         all_reduce: {bw['busbw_gbps']:.2f} GB/s ({bw['link_pct']:.0f}% of 50 GB/s)" in text
+    bad = CliRunner().invoke(main, ["analyze", "--link-gbps", "-1", *map(str, paths)])
+    assert bad.exit_code != 0
