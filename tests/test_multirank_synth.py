@@ -199,3 +199,33 @@ def test_analyze_link_gbps_option(tmp_path):
     assert f"bus bandwidth         all_reduce: {bw['busbw_gbps']:.2f} GB/s ({bw['link_pct']:.0f}% of 50 GB/s)" in text
     bad = CliRunner().invoke(main, ["analyze", "--link-gbps", "-1", *map(str, paths)])
     assert bad.exit_code != 0
+
+
+def test_batch_verdicts_match_analyze(tmp_path, monkeypatch):
+    """batch's summary ``verdict`` of job members is the job-adjusted one, as in analyze."""
+    import json
+
+    from click.testing import CliRunner
+
+    from traceread import batch
+    from traceread.cli import main
+    from traceread.multirank import verdicts
+    from traceread.synth.multirank import write_job
+
+    paths = write_job(tmp_path / "job", JobSpec(ranks=3, slow_rank=2, with_seq=False, cause="dataloader",
+                                                delay_ns=8 * MS))
+    # make every rank's own verdict "comms" so the job must change the straggler's
+    real = verdicts.adjust_rank_verdicts
+
+    def as_comms(vs, res):
+        return real({r: dict(v, bound="comms") for r, v in vs.items()}, res)
+
+    monkeypatch.setattr("traceread.multirank.adjust_rank_verdicts", as_comms)
+    res = batch.run(tmp_path / "job", jobs=1)
+    got = dict(zip(res.summary["rank"], res.summary["verdict"]))
+    assert got == {0: "comms", 1: "comms", 2: "data"}
+    monkeypatch.undo()
+    out = json.loads(CliRunner().invoke(main, ["analyze", "--format", "json", *map(str, paths)]).output)
+    res = batch.run(tmp_path / "job", jobs=1)
+    assert dict(zip(res.summary["rank"], res.summary["verdict"])) == \
+        {t["trace"]["rank"]: t["verdict"]["bound"] for t in out["traces"]}
