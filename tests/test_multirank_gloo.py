@@ -215,3 +215,16 @@ def test_gloo_issue_ops_only():
     assert s["rank"] == 1 and s["by_collective"]["all_reduce"]["times_late"] == 6
     for g, arr in zip(_all_reduces(res), _truth_arrivals(truth)):
         assert abs(int(g.loc[1, "lateness_ns"]) - (arr[1] - arr[0])) < 1 * MS
+
+
+def test_gloo_job_uses_the_analysis_window():
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    files = [str(GLOO / "ddp2" / f"rank-{r}.json.gz") for r in (0, 1)]
+    out = CliRunner().invoke(main, ["analyze", "--format", "json", "--steps", "4:5", *files])
+    assert out.exit_code == 0, out.output
+    cr = json.loads(out.output)["cross_rank"][0]
+    assert cr["matched_instances"] == 4 and cr["step_skew"]["steps"] == 2   # steps 4 and 5 only
+    assert cr["straggler"]["by_collective"]["all_reduce"]["times_late"] == 2

@@ -130,7 +130,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         from .passes.nccl import collective_instances
 
         coll = collective_instances(trace.events)
-        rank_input = multirank.rank_input(trace, collectives=coll)
+        rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a))
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
         for name in TABLES:

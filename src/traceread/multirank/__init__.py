@@ -20,15 +20,25 @@ def jobs_of_analyses(analyses: list, link_gbps: float | None = None) -> list[Job
     several traces of one job, and each nsys export holding several GPU processes."""
     from .nsys_split import split_processes
 
-    traces = [a.trace for a in analyses if a.trace is not None]
-    jobs = analyze_traces(traces, link_gbps) if len(traces) >= 2 else []
-    for t in traces:
+    have = [a for a in analyses if a.trace is not None]
+    traces = [a.trace for a in have]
+    jobs = analyze_traces(traces, link_gbps, [analysis_window(a) for a in have]) if len(traces) >= 2 else []
+    for a, t in zip(have, traces):
         parts = split_processes(t)
         if parts:
-            for res in analyze_traces(parts, link_gbps):
+            for res in analyze_traces(parts, link_gbps, [analysis_window(a)] * len(parts)):
                 res.job = f"job{len(jobs)}"
                 jobs.append(res)
     return jobs
+
+
+def analysis_window(a) -> tuple[int, int] | None:
+    """The [start, end) an ``Analysis`` analysed (None: the whole trace): the job uses the
+    same steady-state steps as the per-rank reports."""
+    win = getattr(a, "window", None)
+    if win is None or getattr(win, "mode", "whole_trace") == "whole_trace":
+        return None
+    return int(win.start), int(win.end)
 
 
 def apply_job_verdicts(analyses: list, jobs: list[JobResult]) -> None:
@@ -81,4 +91,4 @@ def render_text(results: list[JobResult]) -> str:
 __all__ = ["RankInput", "JobResult", "step_table", "collective_table", "rank_input", "group_jobs",
            "match_collectives", "step_skew", "analyze_job", "analyze_traces", "analyze_inputs",
            "render_text", "rank_from_name", "jobs_of_analyses", "apply_job_verdicts",
-           "adjust_rank_verdicts", "job_verdict", "jobs_table", "JOB_COLUMNS"]
+           "adjust_rank_verdicts", "job_verdict", "jobs_table", "JOB_COLUMNS", "analysis_window"]

@@ -242,8 +242,13 @@ def rank_from_name(path: str) -> int:
     return rank_from_filename(os.path.basename(str(path)))
 
 
-def rank_input(trace: Trace, collectives: pd.DataFrame | None = None) -> RankInput:
-    """Per-rank input from a loaded trace (``collectives``: NCCL instances already computed)."""
+def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
+               window: tuple[int, int] | None = None) -> RankInput:
+    """Per-rank input from a loaded trace (``collectives``: NCCL instances already computed).
+
+    ``window``: [start, end) on the trace clock (the analysis window): only collectives
+    and steps starting inside it are kept.
+    """
     m = trace.meta
     ev = trace.events
     rank = m.rank if m.rank >= 0 else rank_from_name(m.path)
@@ -257,15 +262,26 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None) -> RankInp
     if coll is None:
         coll = collective_table(ev)
     source = coll.attrs.get("source", "")
+    steps = step_table(ev)
+    if window is not None:
+        coll = _within(coll, window)
+        steps = _within(steps, window)
     thread = issuing_thread(ev)
     activity, span = host_activity(ev, thread)
     compute = gpu_compute(ev)
-    steps = step_busy(step_table(ev), coll, compute, activity, source)
+    steps = step_busy(steps, coll, compute, activity, source)
     return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),
                      backend=str((m.distributed or {}).get("backend") or ""), clock=m.clock,
                      start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
                      clock_domain=str(m.extra.get("clock_domain", "")) if m.extra else "",
                      activity=activity, activity_span=span, gpu_compute=compute, thread=thread)
+
+
+def _within(df: pd.DataFrame, window: tuple[int, int]) -> pd.DataFrame:
+    keep = (df["ts"] >= window[0]) & (df["ts"] < window[1])
+    out = df[keep.to_numpy()].reset_index(drop=True)
+    out.attrs.update(df.attrs)
+    return out
 
 
 __all__ = ["RankInput", "COLL_COLUMNS", "step_table", "collective_table", "rank_input",

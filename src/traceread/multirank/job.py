@@ -252,12 +252,15 @@ def _per_rank(inputs: list[RankInput], m: pd.DataFrame) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- entry points
 
-def analyze_traces(traces: list[Trace], link_gbps: float | None = None) -> list[JobResult]:
+def analyze_traces(traces: list[Trace], link_gbps: float | None = None,
+                   windows: list | None = None) -> list[JobResult]:
     """Group loaded traces into jobs and analyse each job with >= 2 ranks.
 
     Grouping needs only metadata and time spans: per-rank inputs are built for the
-    members of a job only.
+    members of a job only. ``windows``: per trace, None or the [start, end) its
+    collectives and steps must start in (the analysis window).
     """
+    windows = windows or [None] * len(traces)
     heads = [RankInput(path=t.meta.path, rank=int(t.meta.rank if t.meta.rank >= 0 else
                                                   rank_from_name(t.meta.path)),
                        world_size=int(t.meta.world_size), backend=_backend(t),
@@ -265,7 +268,7 @@ def analyze_traces(traces: list[Trace], link_gbps: float | None = None) -> list[
     jobs = group_jobs(_info(heads))
     out = []
     for job in sorted(jobs.dropna().unique(), key=lambda j: int(j[3:])):
-        members = [rank_input(traces[i]) for i in np.flatnonzero((jobs == job).to_numpy())]
+        members = [rank_input(traces[i], window=windows[i]) for i in np.flatnonzero((jobs == job).to_numpy())]
         out.append(analyze_job(members, job=job, link_gbps=link_gbps))
     return out
 
