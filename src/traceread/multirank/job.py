@@ -115,7 +115,7 @@ def straggler_of(m: pd.DataFrame) -> dict[str, Any]:
 
     An instance is *late* when its last rank arrived >= ``LATE_MIN_NS`` after the
     next-latest (below that, someone is always last by noise). The straggler is the
-    rank late most often (ties: the larger total lateness); it is ``significant``
+    rank whose late arrivals held the others back longest in total; it is ``significant``
     when it is late in >= ``STRAGGLER_MIN_SHARE`` of all late instances and its
     median lateness is >= ``LATE_MIN_NS``. Without any late instance, the rank last
     most often is reported, not significant.
@@ -130,7 +130,7 @@ def straggler_of(m: pd.DataFrame) -> dict[str, Any]:
     late = last[last["lateness_ns"] >= LATE_MIN_NS]
     pool = late if len(late) else last
     score = pool.groupby("rank").agg(count=("lateness_ns", "size"), total=("lateness_ns", "sum"))
-    top = int(score.sort_values(["count", "total"], ascending=False).index[0])
+    top = int(score.sort_values(["total", "count"], ascending=False).index[0])
     mine = pool[pool["rank"] == top]
     colls = m["collective"].fillna("unknown")
     by_coll = {}
