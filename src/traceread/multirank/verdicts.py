@@ -74,13 +74,14 @@ def job_verdict(res) -> dict:
     return {"straggler_rank": r, "late_by_ns": int(rec["median_delay_ns"]), "collective": main,
             "cause": why.get("cause"),
             "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
-            "headline": text, "because": because, "waiting": _waiting(res, r), "locality": loc}
+            "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
 
 
-def _waiting(res, r: int) -> list[dict]:
-    """How long each other rank waited, at the instances where ``r`` was late."""
+def _waiting(res, r: int, collective: str) -> list[dict]:
+    """How long each other rank waited, at the ``collective`` instances where ``r`` was late."""
     m = res.matches
-    late = m.loc[(m["rank"] == r) & m["last"] & (m["lateness_ns"] > 0), "instance"]
+    late = m.loc[(m["rank"] == r) & m["last"] & (m["lateness_ns"] > 0)
+                 & (m["collective"].fillna("unknown") == collective), "instance"]
     sub = m[m["instance"].isin(late) & (m["rank"] != r)]
     out = []
     for q, g in sub.groupby("rank"):

@@ -94,7 +94,7 @@ def render_summary(results: list) -> str:
             w = sorted(jv["waiting"], key=lambda x: -x["wait_ns"])
             parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}" for x in w[:6])
             more = f" (+{len(w) - 6} more)" if len(w) > 6 else ""
-            lines.append(f"  waiting    at each of them: {parts}{more}")
+            lines.append(f"  waiting    at each of those {jv['collective']}s: {parts}{more}")
         loc = (res.seed or {}).get("slowdown", {})
         if loc.get("locality"):
             work = loc.get("work_ns", {})
