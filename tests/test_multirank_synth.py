@@ -229,3 +229,15 @@ def test_batch_verdicts_match_analyze(tmp_path, monkeypatch):
     res = batch.run(tmp_path / "job", jobs=1)
     assert dict(zip(res.summary["rank"], res.summary["verdict"])) == \
         {t["trace"]["rank"]: t["verdict"]["bound"] for t in out["traces"]}
+
+
+@pytest.mark.parametrize("kernel", [
+    "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",                   # older NCCL, no host info
+    "rcclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"])
+def test_older_nccl_and_rccl_kernels(kernel):
+    spec = JobSpec(ranks=4, slow_rank=3, with_seq=False, host_info=False, kernel=kernel,
+                   clock_offset_ns=_offsets(4))
+    res = mr.analyze_traces(make_job(spec))[0]
+    assert set(res.methods.values()) == {"order"} and res.source == "kernel"
+    assert set(res.matches["collective"]) == {"all_reduce"}     # from the kernel name
+    _check(res, spec)

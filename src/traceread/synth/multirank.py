@@ -48,6 +48,8 @@ class JobSpec:
     cause: str = "untraced"           # what the slow rank does while late (see module doc)
     extra: dict[int, list[int]] = field(default_factory=dict)  # rank -> steps with an extra all_gather
     pid_base: int = 1000
+    kernel: str = NCCL_KERNEL         # the all_reduce kernel's name (RCCL: "rccl..."/"ncclDevKernel...")
+    host_info: bool = True            # False: older traces, no record_param_comms and no kernel args
 
     def jitter(self, r: int) -> int:
         return int(self.jitter_ns[r]) if self.jitter_ns else 0
@@ -137,12 +139,14 @@ def _rank_trace(spec: JobSpec, r: int) -> Trace:
         coll = dict(collective="all_reduce", msg_bytes=spec.msg_bytes, msg_nelems=spec.msg_bytes // 4,
                     dtype="Float", group_size=spec.ranks,
                     process_group="0" if spec.with_seq else None, seq=s if spec.with_seq else -1)
-        add(ts=arrive - 40 * US, dur=35 * US, kind="cpu_op", name="record_param_comms", cat="cpu_op",
-            pid=pid, tid=tid, external_id=corr, **coll)
-        add(ts=arrive - 30 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
+        if spec.host_info:
+            add(ts=arrive - 40 * US, dur=35 * US, kind="cpu_op", name="record_param_comms", cat="cpu_op",
+                pid=pid, tid=tid, external_id=corr, **coll)
+        launch = "hipLaunchKernel" if spec.kernel.startswith("rccl") else "cudaLaunchKernel"
+        add(ts=arrive - 30 * US, dur=10 * US, kind="runtime", name=launch, cat="cuda_runtime",
             pid=pid, tid=tid, correlation=corr, external_id=corr)
-        add(ts=arrive, dur=end - arrive, kind="kernel", name=NCCL_KERNEL, cat="kernel", pid=pid, device=r,
-            stream=20, correlation=corr, external_id=corr, **coll)
+        add(ts=arrive, dur=end - arrive, kind="kernel", name=spec.kernel, cat="kernel", pid=pid, device=r,
+            stream=20, correlation=corr, external_id=corr, **(coll if spec.host_info else {}))
         corr += 1
     n = len(rows["ts"])
     cols = {c: (np.asarray(v, dtype=np.int64) if c not in ("kind", "name", "cat", "collective", "dtype",
