@@ -241,3 +241,18 @@ def test_older_nccl_and_rccl_kernels(kernel):
     assert set(res.methods.values()) == {"order"} and res.source == "kernel"
     assert set(res.matches["collective"]) == {"all_reduce"}     # from the kernel name
     _check(res, spec)
+
+
+def test_seq_matched_instances_that_disagree_are_counted():
+    from traceread.multirank.inputs import rank_input
+
+    spec = JobSpec(ranks=3, slow_rank=1, with_seq=True, steps=4)
+    inputs = [rank_input(t) for t in make_job(spec)]
+    c = inputs[2].collectives.copy()
+    c.loc[1, "msg_bytes"] = 1024          # same seq, different size on rank 2
+    c.loc[2, "dtype"] = "BFloat16"        # same seq, different dtype
+    c.attrs.update(inputs[2].collectives.attrs)
+    inputs[2].collectives = c
+    res = mr.analyze_job(inputs)
+    assert set(res.methods.values()) == {"seq"} and res.mismatched == 2
+    assert res.to_dict()["mismatched"] == 2
