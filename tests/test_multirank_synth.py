@@ -256,3 +256,11 @@ def test_seq_matched_instances_that_disagree_are_counted():
     res = mr.analyze_job(inputs)
     assert set(res.methods.values()) == {"seq"} and res.mismatched == 2
     assert res.to_dict()["mismatched"] == 2
+
+
+def test_rank_without_collectives_is_reported():
+    spec = JobSpec(ranks=3, slow_rank=1, with_seq=False, steps=4, drop={2: [1, 2, 3, 4]})
+    res = mr.analyze_traces(make_job(spec))[0]
+    assert res.straggler["rank"] == 1 and res.matches["rank"].nunique() == 2
+    assert [(u["rank"], u["reason"]) for u in res.unmatched] == \
+        [(2, "issued none of this lane's collectives (4 on other ranks)")]

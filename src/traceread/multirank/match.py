@@ -255,6 +255,10 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
                 unmatched += [{"rank": r, "collective": c, "msg_bytes": -1, "ref_rank": -1, "lane": lane,
                                "reason": "lane seen on one rank only"} for c in d["collective"]]
             continue
+        for r in sorted(set(per_rank) - set(members)):
+            n = max(len(d) for d in members.values())
+            unmatched.append({"rank": r, "collective": None, "msg_bytes": -1, "ref_rank": -1, "lane": lane,
+                              "reason": f"issued none of this lane's collectives ({n} on other ranks)"})
         rows, method, um, ambiguous = match_lane(members)
         if ambiguous:
             redo.append((lane, members))
