@@ -264,3 +264,21 @@ def test_rank_without_collectives_is_reported():
     assert res.straggler["rank"] == 1 and res.matches["rank"].nunique() == 2
     assert [(u["rank"], u["reason"]) for u in res.unmatched] == \
         [(2, "issued none of this lane's collectives (4 on other ranks)")]
+
+
+def test_cross_rank_failure_is_one_error_line(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+    from traceread.synth.multirank import write_job
+
+    paths = write_job(tmp_path, JobSpec(ranks=2, slow_rank=1))
+
+    def boom(a, with_input=True):
+        raise RuntimeError("planted\nfailure")
+
+    monkeypatch.setattr("traceread.multirank.prepare", boom)
+    out = CliRunner().invoke(main, ["analyze", *map(str, paths)])
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert "traceread: error: cross-rank analysis: RuntimeError: planted failure" in out.output
+    assert out.output.count("VERDICT") == 2          # both ranks' own reports still print

@@ -77,16 +77,20 @@ def _trace_command(*extra):
     return wrap
 
 
-def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None):
-    """(analyses of the traces that loaded, number that failed)."""
+def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, after=None):
+    """(analyses of the traces that loaded, number that failed); ``after(analysis)`` runs
+    on each as soon as it is made."""
     from ..errors import TraceError
 
     def one(path, trace):
         try:
-            return run_analysis(trace, step_pattern=step_pattern, min_gap_ns=min_gap,
-                                steps=steps_spec, window=window)
+            a = run_analysis(trace, step_pattern=step_pattern, min_gap_ns=min_gap,
+                             steps=steps_spec, window=window)
         except ValueError as e:   # --steps names no step of this trace
             raise TraceError(path, str(e)) from None
+        if after is not None:
+            after(a)
+        return a
     return each_trace(traces, one)
 
 
@@ -104,9 +108,22 @@ def analyze(traces, fmt, out, min_gap, link_gbps, step_pattern, steps_spec, wind
     """
     from .. import multirank
 
-    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window)
+    prepared: list = []
+    errors: list = []
+
+    def keep_rank_input(a):  # then drop the event table: memory stays bounded on big jobs
+        try:
+            prepared.append(multirank.prepare(a, with_input=len(traces) >= 2))
+        except Exception as e:  # reported below; the trace's own report still prints
+            errors.append(e)
+        finally:
+            a.trace = None
+
+    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input)
     try:
-        jobs = multirank.jobs_of_analyses(results, link_gbps)
+        if errors:
+            raise errors[0]
+        jobs = multirank.jobs_of_prepared(prepared, link_gbps)
         multirank.apply_job_verdicts(results, jobs)
     except Exception as e:  # the per-rank reports still print; the run fails
         click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {' '.join(str(e).split())}",

@@ -32,6 +32,30 @@ def jobs_of_analyses(analyses: list, link_gbps: float | None = None) -> list[Job
     return jobs
 
 
+def prepare(a, with_input: bool = True) -> dict:
+    """What the job analysis needs of one ``Analysis`` -- its ``RankInput`` and, for an
+    nsys export of several GPU processes, one per process -- so the caller can drop the
+    trace at once (``analyze`` of 64 ranks keeps 64 small inputs, not 64 event tables)."""
+    from .nsys_split import split_processes
+
+    win = analysis_window(a)
+    parts = split_processes(a.trace)
+    return {"path": a.meta.path, "input": rank_input(a.trace, window=win) if with_input else None,
+            "split": [rank_input(p, window=win) for p in parts]}
+
+
+def jobs_of_prepared(prepared: list[dict], link_gbps: float | None = None) -> list[JobResult]:
+    """``jobs_of_analyses`` from ``prepare`` outputs."""
+    inputs = [p["input"] for p in prepared if p["input"] is not None]
+    jobs = analyze_inputs(inputs, link_gbps) if len(inputs) >= 2 else []
+    for p in prepared:
+        if p["split"]:
+            for res in analyze_inputs(p["split"], link_gbps):
+                res.job = f"job{len(jobs)}"
+                jobs.append(res)
+    return jobs
+
+
 def analysis_window(a) -> tuple[int, int] | None:
     """The [start, end) an ``Analysis`` analysed (None: the whole trace): the job uses the
     same steady-state steps as the per-rank reports."""
@@ -91,4 +115,5 @@ def render_text(results: list[JobResult]) -> str:
 __all__ = ["RankInput", "JobResult", "step_table", "collective_table", "rank_input", "group_jobs",
            "match_collectives", "step_skew", "analyze_job", "analyze_traces", "analyze_inputs",
            "render_text", "rank_from_name", "jobs_of_analyses", "apply_job_verdicts",
-           "adjust_rank_verdicts", "job_verdict", "jobs_table", "JOB_COLUMNS", "analysis_window"]
+           "adjust_rank_verdicts", "job_verdict", "jobs_table", "JOB_COLUMNS", "analysis_window",
+           "prepare", "jobs_of_prepared"]
