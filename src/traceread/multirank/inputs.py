@@ -98,12 +98,18 @@ def _with_source(df: pd.DataFrame, source: str) -> pd.DataFrame:
     return df
 
 
+def _name_matches(names: pd.Series, rx: re.Pattern) -> np.ndarray:
+    """``rx.search`` per row, evaluated once per distinct name (names are categorical)."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    hit = np.array([bool(rx.search(str(c))) for c in names.cat.categories] + [False])
+    return hit[names.cat.codes.to_numpy()]
+
+
 def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
     host = events[events["kind"].isin(("cpu_op", "annotation")).to_numpy()]
-    names = host["name"].astype(str)
-    sel = names.str.contains(rx).to_numpy()
-    h = host[sel]
-    coll = np.array([normalize_collective(n) for n in names[sel]], dtype=object)
+    h = host[_name_matches(host["name"], rx)]
+    coll = np.array([normalize_collective(str(n)) for n in h["name"]], dtype=object)
     if "collective" in h:  # reader-filled (record_param_comms args) wins
         own = h["collective"].astype(object).to_numpy()
         own = np.array([normalize_collective(x) if isinstance(x, str) else None for x in own], object)
@@ -162,7 +168,7 @@ def _normalise_collectives(coll: pd.DataFrame) -> pd.DataFrame:
 def issuing_thread(ev: pd.DataFrame) -> tuple[int, int]:
     """The thread that drives the training loop: the one with ProfilerStep ranges, else
     the one with most launch calls, else the one with most operators; (-1, -1) if none."""
-    for sel in ((ev["kind"] == "annotation") & ev["name"].astype(str).str.match(STEP_RE),
+    for sel in ((ev["kind"] == "annotation") & _name_matches(ev["name"], STEP_RE),
                 ev["kind"].isin(("runtime", "driver")),
                 ev["kind"] == "cpu_op"):
         sel = sel.to_numpy()
@@ -185,9 +191,10 @@ def host_activity(ev: pd.DataFrame, thread: tuple[int, int]) -> tuple[dict, tupl
         return {}, (-1, -1)
     lo, hi = int(ev["ts"].min()), int((ev["ts"] + ev["dur"]).max())
     on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy()
-    cats = classify_host(ev)[on]
-    s = ev["ts"].to_numpy(np.int64)[on]
-    e = s + ev["dur"].to_numpy(np.int64)[on]
+    mine = ev[on]
+    cats = classify_host(mine)   # only this thread's rows: one pass over a few % of the trace
+    s = mine["ts"].to_numpy(np.int64)
+    e = s + mine["dur"].to_numpy(np.int64)
     remaining = (np.array([lo], np.int64), np.array([hi], np.int64))
     out = {}
     for j, name in enumerate(CPU_CATEGORIES[:-1]):
