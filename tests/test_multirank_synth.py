@@ -63,6 +63,12 @@ def test_straggler_cause(cause, expect, bound):
     jv = res.verdict()
     if bound:
         assert jv["bound"] == bound
+    if cause == "gpu_compute":   # which kernels: the compute kernel runs 4 ms longer per step
+        assert why["kernels"][0] == {"name": "ampere_sgemm_128x64_tn", "ns_per_step": 9 * MS,
+                                     "others_ns_per_step": 5 * MS, "excess_ns_per_step": 4 * MS}
+        assert jv["because"].endswith("its GPU spends 4 ms more per step than the others in ampere_sgemm_128x64_tn")
+    else:
+        assert why["kernels"] == []
 
 
 def test_rank_with_extra_collectives_is_not_mismatched():

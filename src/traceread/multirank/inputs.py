@@ -57,6 +57,7 @@ class RankInput:
     activity_span: tuple = (-1, -1)
     gpu_compute: tuple = (np.empty(0, np.int64), np.empty(0, np.int64))  # union of compute kernels
     thread: tuple = (-1, -1)    # (pid, tid) of the issuing thread
+    kernel_ns: dict = field(default_factory=dict)   # compute kernel name -> GPU ns (top KERNEL_TOP)
 
 
 # ----------------------------------------------------------------------------- steps
@@ -217,6 +218,20 @@ def gpu_compute(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return intervals.union(s, s + ev["dur"].to_numpy(np.int64)[k])
 
 
+KERNEL_TOP = 30
+
+
+def kernel_time(ev: pd.DataFrame) -> dict[str, int]:
+    """GPU time of the ``KERNEL_TOP`` costliest compute kernel names (communication excluded)."""
+    from ..passes.nccl import comm_mask
+
+    k = ((ev["kind"] == "kernel").to_numpy()) & ~comm_mask(ev)
+    if not k.any():
+        return {}
+    t = ev.loc[k, ["name", "dur"]].groupby("name", observed=True)["dur"].sum()
+    return {str(n): int(v) for n, v in t.nlargest(KERNEL_TOP).items()}
+
+
 def step_busy(steps: pd.DataFrame, coll: pd.DataFrame, compute: tuple, activity: dict,
               source: str) -> pd.DataFrame:
     """Per step: compute_ns and comm_ns (union time inside the step) for overlap efficiency.
@@ -277,11 +292,14 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     activity, span = host_activity(ev, thread)
     compute = gpu_compute(ev)
     steps = step_busy(steps, coll, compute, activity, source)
+    kernels = kernel_time(ev if window is None else ev[(ev["ts"] >= window[0]).to_numpy()
+                                                      & (ev["ts"] < window[1]).to_numpy()])
     return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),
                      backend=str((m.distributed or {}).get("backend") or ""), clock=m.clock,
                      start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
                      clock_domain=str(m.extra.get("clock_domain", "")) if m.extra else "",
-                     activity=activity, activity_span=span, gpu_compute=compute, thread=thread)
+                     activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
+                     kernel_ns=kernels)
 
 
 def _within(df: pd.DataFrame, window: tuple[int, int]) -> pd.DataFrame:

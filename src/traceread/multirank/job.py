@@ -29,7 +29,7 @@ from . import clocks, metrics
 from .grouping import group_jobs
 from .inputs import RankInput, rank_from_name, rank_input
 from .match import END_TOL_NS, disagreements, match_rows
-from .why import explain, late_windows
+from .why import explain, kernel_excess, late_windows
 
 MATCH_COLUMNS = ["lane", "key", "instance", "method", "collective", "rank", "ts", "dur", "arrival_ns",
                  "transfer_ns", "wait_ns", "ranks", "last", "lateness_ns", "msg_bytes"]
@@ -211,6 +211,7 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
         off = est.get(s, {}).get("offset_ns", 0)
         floor = LATE_MIN_NS if strag["times_late"] else 0
         strag["why"] = explain(by_rank[s], *late_windows(matches, s, off, floor))
+        strag["why"]["kernels"] = kernel_excess(inputs, s)
         for coll, rec in strag["by_collective"].items():
             sub = matches[matches["collective"].fillna("unknown") == coll]
             rec["why"] = explain(by_rank[s], *late_windows(sub, s, off, floor))

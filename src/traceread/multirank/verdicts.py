@@ -71,10 +71,18 @@ def job_verdict(res) -> dict:
         where = "" if why["cause"] == "gpu_compute" else "its issuing thread was in "
         because = (f"in that time {where}{CAUSE_TEXT[why['cause']]}: "
                    f"{fmt_ns(why['cause_ns'] // n)} of {fmt_ns(why['window_ns'] // n)} per {main}")
+        k = (s.get("why") or {}).get("kernels") or []
+        if why["cause"] == "gpu_compute" and k:
+            because += (f"; its GPU spends {fmt_ns(k[0]['excess_ns_per_step'])} more per step than the"
+                        f" others in {_short(k[0]['name'])}")
     return {"straggler_rank": r, "late_by_ns": int(rec["median_delay_ns"]), "collective": main,
             "cause": why.get("cause"),
             "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
             "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def _waiting(res, r: int, collective: str) -> list[dict]:

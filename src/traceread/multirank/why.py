@@ -73,4 +73,25 @@ def explain(ri: RankInput, starts: np.ndarray, ends: np.ndarray) -> dict:
             "text": CAUSE_TEXT.get(cause, "") if cause else ""}
 
 
-__all__ = ["late_windows", "explain", "CAUSE_TEXT"]
+def kernel_excess(inputs: list[RankInput], rank: int, top: int = 3) -> list[dict]:
+    """Compute kernels the straggler spends more GPU time in per step than the other ranks'
+    median (``different kernels`` / longer GPU compute): [{name, ns_per_step, others_ns_per_step,
+    excess_ns_per_step}], largest excess first."""
+    def per_step(ri: RankInput) -> dict[str, float]:
+        n = max(len(ri.steps), 1)
+        return {k: v / n for k, v in ri.kernel_ns.items()}
+
+    mine = next((per_step(i) for i in inputs if i.rank == rank), {})
+    others = [per_step(i) for i in inputs if i.rank != rank]
+    if not mine or not others:
+        return []
+    out = []
+    for name, ns in mine.items():
+        ref = float(np.median([o.get(name, 0.0) for o in others]))
+        if ns > ref:
+            out.append({"name": name, "ns_per_step": int(ns), "others_ns_per_step": int(ref),
+                        "excess_ns_per_step": int(ns - ref)})
+    return sorted(out, key=lambda d: -d["excess_ns_per_step"])[:top]
+
+
+__all__ = ["late_windows", "explain", "kernel_excess", "CAUSE_TEXT"]
