@@ -135,6 +135,8 @@ def test_gloo_rank_verdicts_and_cli(tmp_path):
     assert lines[1].startswith("  STRAGGLER  rank 1 arrives 30.") and "6/6 all_reduces" in lines[1]
     assert lines[2].startswith("  why        in that time its issuing thread was in untraced Python")
     assert "Cross-rank (job0: ranks 0, 1 of 2)" in out.output
+    assert "  job0: this rank is the straggler, 30." in out.output          # rank 1's own report
+    assert "  job0: waits " in out.output and " in all for rank 1, the straggler" in out.output
     js = CliRunner().invoke(main, ["analyze", "--format", "json", *files])
     assert js.exit_code == 0
     doc = json.loads(js.output)
