@@ -73,7 +73,7 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
     return out
 
 
-VOTE_MAX_INSTANCES = 2000
+VOTE_MAX_INSTANCES = 500  # pairwise differences: 500 x 500 per rank
 
 
 def vote_offsets(per_rank: dict[int, pd.DataFrame], tol_ns: int) -> dict[int, int]:
