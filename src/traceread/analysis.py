@@ -23,6 +23,7 @@ from .passes.compile import compile_summary
 from .passes.context import trace_context
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
+from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
@@ -53,6 +54,7 @@ class Analysis:
     kernels: pd.DataFrame
     kernel_classes: pd.DataFrame
     verdict: dict
+    graphs: dict = field(default_factory=dict)   # passes.graphs.graph_summary
     min_gap_ns: int = 0
     trace: Trace | None = field(default=None, repr=False)  # the analysed trace, for follow-ups
     window: Any = None               # passes.window.Window: what was analysed and excluded
@@ -128,6 +130,9 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     copies = copy_summary(ev, [str(d.get("name", "")) for d in trace.meta.devices
                                if isinstance(d, dict)])
     ctx = trace_context(ev)
+    graphs = _graphs(ev, all_ev)
+    # a program that records or replays graphs anywhere already uses them
+    ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]
     release_heap()
 
     exposed = int(nccl["exposed_ns"].sum()) if len(nccl) and "exposed_ns" in nccl else 0
@@ -149,8 +154,9 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
                     gaps=gaps, attribution=summary, top_ops=att["top_ops"], nccl=nccl,
                     collectives=collectives, compile=comp, kernels=kernels,
-                    kernel_classes=classes, verdict=verdict, min_gap_ns=int(min_gap_ns),
-                    trace=trace, window=win, copies=copies, context=ctx)
+                    kernel_classes=classes, verdict=verdict, graphs=graphs,
+                    min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
+                    context=ctx)
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
@@ -277,6 +283,17 @@ def _ms(ns: int) -> str:
     if ns >= 1_000_000_000:
         return f"{ns / 1e9:.2f} s"
     return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{ns / 1e3:.0f} us"
+
+
+def _graphs(ev: pd.DataFrame, all_ev: pd.DataFrame) -> dict:
+    """Graph replays of the window; recording (usually start-up) of the whole trace too."""
+    g = graph_summary(ev)
+    if ev is not all_ev:
+        rec = graph_recording(all_ev)
+        g["recording_whole_trace"] = rec
+        g["uses_cuda_graphs"] = g["uses_cuda_graphs"] or rec["spans"] > 0 or \
+            bool(graph_launches(all_ev).shape[0])
+    return g
 
 
 def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> np.ndarray:
