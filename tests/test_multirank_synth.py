@@ -288,3 +288,12 @@ def test_cross_rank_failure_is_one_error_line(tmp_path, monkeypatch):
     assert out.exit_code == 1 and "Traceback" not in out.output
     assert "traceread: error: cross-rank analysis: RuntimeError: planted failure" in out.output
     assert out.output.count("VERDICT") == 2          # both ranks' own reports still print
+
+
+def test_every_attribution_category_has_a_cause_text_and_bound():
+    from traceread.multirank.verdicts import CAUSE_BOUND
+    from traceread.multirank.why import CAUSE_TEXT
+    from traceread.passes.attribution import CPU_CATEGORIES
+
+    assert set(CPU_CATEGORIES) <= set(CAUSE_TEXT)
+    assert set(CPU_CATEGORIES) <= set(CAUSE_BOUND)

@@ -69,7 +69,7 @@ def job_verdict(res) -> dict:
     if why.get("cause"):
         n = max(why["windows"], 1)
         where = "" if why["cause"] == "gpu_compute" else "its issuing thread was in "
-        because = (f"in that time {where}{CAUSE_TEXT[why['cause']]}: "
+        because = (f"in that time {where}{CAUSE_TEXT.get(why['cause'], why['cause'])}: "
                    f"{fmt_ns(why['cause_ns'] // n)} of {fmt_ns(why['window_ns'] // n)} per {main}")
         k = (s.get("why") or {}).get("kernels") or []
         if why["cause"] == "gpu_compute" and k:

@@ -28,6 +28,7 @@ CAUSE_TEXT = {
     "sync": "blocking syncs",
     "dataloader": "the DataLoader",
     "compile": "torch.compile compilation",
+    "graph_capture": "recording CUDA graphs",
     "comm_wait": "another collective (it was itself waiting)",
     "gpu_compute": "longer GPU compute (its GPU was still busy with compute kernels)",
 }
