@@ -5,7 +5,7 @@ import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
 from ..passes.bounds import TITLE
-from .text import fmt_ns
+from .text import fmt_ns, utilization_lines
 
 BOUND_TITLE = TITLE
 STEP_ROWS = 12
@@ -49,6 +49,7 @@ def render_report(a) -> str:
     out += _compile(a)
     out += _graphs(a)
     out += _kernels(a)
+    out += utilization_lines(getattr(a, "utilization", None))
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -107,6 +108,7 @@ def _verdict(a) -> list[str]:
     if v["bound"] == "gpu" and ev.get("top_kernel"):
         facts.append(f"top kernel {ev['top_kernel_pct']:.1f}% of GPU time: "
                      f"{_short(ev['top_kernel'], 50)}")
+    facts += _job_role(v.get("job"))
     for f in facts:
         lines.append(f"  {f}")
     for m in v.get("missing", []):
@@ -117,6 +119,15 @@ def _verdict(a) -> list[str]:
     lines += ["", f"  {title}"]
     lines += [f"    {i}. {lv}" for i, lv in enumerate(v["levers"], 1)]
     return lines
+
+
+def _job_role(job: dict | None) -> list[str]:
+    """This rank's role in its multi-rank job (``multirank.adjust_rank_verdicts``)."""
+    if not job or job.get("role") not in ("straggler", "waiting"):
+        return []
+    if job["role"] == "straggler":
+        return [f"{job['job']}: this rank is the straggler, {fmt_ns(job['late_by_ns'])} late (median)"]
+    return [f"{job['job']}: waits {fmt_ns(job['wait_ns'])} in all for rank {job['waits_for']}, the straggler"]
 
 
 def _savings(v) -> list[str]:
