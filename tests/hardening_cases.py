@@ -305,6 +305,6 @@ CASES = [
     Case("nsys_valid", nsys_valid, "ok"),
     Case("nsys_wal", nsys_wal, "ok"),
     Case("nsys_recursive_view", nsys_recursive_view, "error", "view"),
-    Case("nsys_recursive_view_other", nsys_recursive_view_other, "ok"),
+    Case("nsys_recursive_view_other", nsys_recursive_view_other, "error", "view"),
     Case("nsys_garbage", nsys_garbage, "error", ""),
 ]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .detect import GZIP_MAGIC, SQLITE_MAGIC
+from .detect import GZIP_MAGIC, SQLITE_MAGIC, read_head
 from .errors import TraceError
 
 SUMMARY_COLUMNS = [
@@ -58,25 +58,36 @@ def discover(root: str | os.PathLike) -> tuple[list[str], list[str]]:
     if is_url(root):
         return _discover_url(str(root))
     root = Path(root)
-    if root.is_file():
-        return [str(root)], []
-    if not root.is_dir():
+    if not root.exists():
         raise TraceError(root, "no such file or directory")
+    if not root.is_dir():
+        return [str(root)], []  # one file; a FIFO or device is refused by the worker
     found, skipped = [], []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
-            try:
-                with open(p, "rb") as f:
-                    head = f.read(64)
-            except OSError:
-                head = b""
-            if _looks_like_trace(head) or name.lower().endswith(TRACE_SUFFIXES):
+            if _is_candidate(p, name):
                 found.append(p)
             else:
                 skipped.append(p)
     return found, skipped
+
+
+def _is_candidate(p: str, name: str) -> bool:
+    """Trace by name, or a regular file whose first bytes look like one.
+
+    Special files (FIFOs, devices, sockets) are never opened here: a FIFO
+    without a writer would hang the whole batch. One named like a trace is
+    kept, so that its row says why it was refused.
+    """
+    if name.lower().endswith(TRACE_SUFFIXES):
+        return True
+    try:
+        head = read_head(p, 64)
+    except TraceError:
+        return False
+    return _looks_like_trace(head)
 
 
 def _discover_url(url: str) -> tuple[list[str], list[str]]:

@@ -22,6 +22,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .errors import TraceError
 from .table import SCHEMA, Trace, TraceMeta
 
 _META_KEY = b"traceread.meta.msgpack"
@@ -50,7 +51,7 @@ def worth_caching(path: str | os.PathLike) -> bool:
         from .readers.stream import estimated_raw_size
 
         return estimated_raw_size(path) >= MIN_BYTES
-    except OSError:
+    except (OSError, TraceError):
         return False
 
 

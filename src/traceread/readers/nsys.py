@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from ..errors import TraceError
 from ..table import Trace, TraceMeta, build_table
-from ._nsys_db import Db, Strings, concat_dict, connect, dict_array, text
+from ._nsys_db import Db, Strings, budget_spent, concat_dict, connect, dict_array, text
 
 K = "CUPTI_ACTIVITY_KIND_"
 _API_SUFFIX = re.compile(r"_v\d+$")
@@ -80,6 +80,9 @@ def read_nsys(path: str | os.PathLike, progress: bool = False) -> Trace:
                                 "(no StringIds/CUPTI/NVTX tables)")
         return _read(db)
     except sqlite3.Error as e:
+        if budget_spent(con):
+            raise TraceError(p, "reading the database did not finish within its work budget "
+                                "(a pathological schema or query?)") from None
         raise TraceError(p, f"corrupt or unreadable SQLite database: {e}") from None
     except (ValueError, TypeError, OverflowError) as e:
         raise TraceError(p, f"unexpected content in nsys export: {e}") from None

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..detect import sniff
+from ..detect import read_head, sniff
 from ..errors import TraceError
 from ..table import Trace, build_table, release_heap
 from . import _kineto_decode as dec
@@ -73,9 +73,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 def estimated_raw_size(path: str | os.PathLike) -> int:
     """Uncompressed size estimate used to choose the streaming path."""
     size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        if f.read(2) == b"\x1f\x8b":
-            return size * GZ_RATIO_GUESS
+    if read_head(path, 2) == b"\x1f\x8b":  # read_head: a FIFO is refused, never waited on
+        return size * GZ_RATIO_GUESS
     return size
 
 
