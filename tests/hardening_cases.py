@@ -145,6 +145,10 @@ def ts_base_overflow(d):
     return write(d, "base_ovf.json", doc_bytes(evs, tail={"baseTimeNanoseconds": 2 ** 63 - 10}))
 
 
+def ts_plus_base_overflow(d):
+    return write(d, "base_ts_ovf.json", doc_bytes(events(20), tail={"baseTimeNanoseconds": 2 ** 62 - 100}))
+
+
 def truncated(d):
     data = doc_bytes(events(200))
     return write(d, "cut.json", data[: len(data) * 2 // 3])
@@ -288,6 +292,7 @@ CASES = [
     Case("ts_near_int64", ts_near_int64, "error", "out of range"),
     Case("ts_1e308", ts_1e308, "error", "out of range"),
     Case("ts_base_overflow", ts_base_overflow, "error", "out of range"),
+    Case("ts_plus_base_overflow", ts_plus_base_overflow, "error", "timestamp out of range at event"),
     Case("truncated", truncated, "partial", "truncated"),
     Case("truncated_gz", truncated_gz, "partial", "truncated"),
     Case("truncated_after_brace", truncated_after_brace, "partial", "truncated"),

@@ -7,7 +7,7 @@ import click
 
 from . import main
 from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_failed,
-                      format_option, no_cache_option, output_option)
+                      format_option, no_cache_option, output_option, strict_option)
 from ..analysis import analyze as run_analysis
 from ..render.json import gap_records
 from ..render.report import render_report
@@ -34,7 +34,8 @@ step_pattern_option = click.option(
 def _trace_command(*extra):
     """A subcommand over TRACE... with the shared options, plus ``extra`` before --step-pattern."""
     shared = (click.argument("traces", nargs=-1, required=True, type=click.Path()),
-              format_option, output_option, *extra, step_pattern_option, no_cache_option)
+              format_option, output_option, *extra, step_pattern_option, no_cache_option,
+              strict_option)
 
     def wrap(fn):
         for option in reversed(shared):

@@ -134,9 +134,74 @@ class Batch:
     meta_events: list = field(default_factory=list)  # (name, pid, tid, args.name, args.labels)
 
 
+class BadEvent(ValueError):
+    """An event whose content cannot become a row; ``str()`` is the one-line reason."""
+
+
+# Timestamps and ends must stay within +-2**62 ns so that any difference or sum of
+# two of them fits in int64 (spans, gaps, busy time); that is +-146 years.
+TS_NS_LIMIT = 2 ** 62
+TS_US_LIMIT = TS_NS_LIMIT / 1000.0
+MAX_DEPTH = 256
+_TOKEN_RE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def nesting_reason(buf) -> str:
+    """Reason for a document too deeply nested to decode (after a RecursionError)."""
+    depth = 0
+    for m in _TOKEN_RE.finditer(buf):
+        c = buf[m.start()]
+        if c in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > MAX_DEPTH:
+                return f"nesting deeper than {MAX_DEPTH} at byte {m.start():,}"
+        elif c in (0x5D, 0x7D):
+            depth -= 1
+    return f"nesting too deep to decode (deeper than {MAX_DEPTH})"
+
+
+def utf8_repaired(buf) -> bytes:
+    """``buf`` with every invalid UTF-8 sequence replaced by U+FFFD.
+
+    Real traces carry such bytes in names (truncated multi-byte characters in
+    kernel or op names); they are decoded with replacement, not refused.
+    """
+    return bytes(buf).decode("utf-8", "replace").encode("utf-8")
+
+
 def decode_events(buf: bytes | memoryview, exact: bool = False) -> list:
     """JSON array of event objects -> list of Event structs (msgspec errors propagate)."""
     return msgspec.json.decode(buf, type=list[ExactEvent if exact else Event])
+
+
+def _event_no(i: int, idx: list | None) -> int:
+    return idx[i] if idx is not None else i
+
+
+def check_strings(values: list, field: str, idx: list | None = None) -> None:
+    """BadEvent when a name / cat is a JSON object or array (it has no string form)."""
+    kinds = set(map(type, values))
+    if not kinds & {dict, list}:
+        return
+    i = next(k for k, v in enumerate(values) if isinstance(v, (dict, list)))
+    what = "an object" if isinstance(values[i], dict) else "an array"
+    raise BadEvent(f"{field} is not a string at event {_event_no(i, idx):,} (it is {what})")
+
+
+def check_ts_range(us: np.ndarray, rows: list, field: str, idx: list | None = None) -> None:
+    """BadEvent naming the first event whose ``field`` (µs) is beyond +-2**62 ns."""
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(np.abs(us) > TS_US_LIMIT)
+    if len(bad):
+        i = int(bad[0])
+        raise BadEvent(f"timestamp out of range at event {_event_no(i, idx):,} "
+                       f"({_label(rows[i])}, {field} {us[i]:g} µs: beyond ±2^62 ns)")
+
+
+def _label(e) -> str:
+    name = getattr(e, "name", "")
+    name = name if isinstance(name, str) else str(name)
+    return repr(name[:60] + ("..." if len(name) > 60 else ""))
 
 
 def events_to_batch(events: list) -> Batch:
@@ -148,6 +213,7 @@ def events_to_batch(events: list) -> Batch:
     meta_events = [(e.name, e.pid, e.tid, a.name, a.labels)
                    for e in map(events.__getitem__, meta_idx)
                    for a in (_NO_ARGS if e.args is None else e.args,)]
+    idx = None
     if keep.all():
         rows = events
         ph = ph_all
@@ -156,16 +222,23 @@ def events_to_batch(events: list) -> Batch:
         rows = list(map(events.__getitem__, idx))
         ph = list(map(ph_all.__getitem__, idx))
     n = len(rows)
+    names = list(map(_get["name"], rows))
+    cats = list(map(_get["cat"], rows))
+    check_strings(names, "name", idx)
+    check_strings(cats, "cat", idx)
     # Nearly every Kineto trace has string pids/tids ("Spans", "stream 7"): skip the fast try.
     pid, pid_str = int_column(list(map(_get["pid"], rows)), mixed=True)
     tid, tid_str = int_column(list(map(_get["tid"], rows)), mixed=True)
+    ts_us = _floats(rows, _get["ts"], np.nan)
+    check_ts_range(ts_us, rows, "ts", idx)
     if n and is_exact(rows):
         ts_ns, lossy = exact_us_to_ns(list(map(_get["ts"], rows))), False
     else:
-        ts_us = _floats(rows, _get["ts"], np.nan)
         ts_ns, lossy = us_to_ns(ts_us)
         lossy = lossy or _big_float_token(rows, ts_us)
-    dur_ns, _ = us_to_ns(_floats(rows, _get["dur"], 0.0))
+    dur_us = _floats(rows, _get["dur"], 0.0)
+    check_ts_range(dur_us, rows, "dur", idx)
+    dur_ns, _ = us_to_ns(dur_us)
     args = list(map(_get["args"], rows))
     no_args = np.flatnonzero(np.fromiter(map(is_, args, repeat(None)), dtype=bool, count=n))
     for i in no_args.tolist():
@@ -174,7 +247,7 @@ def events_to_batch(events: list) -> Batch:
     strs: dict = {}
     _sparse(args, n, ("bytes", "size"), COPY_INT_FIELDS, COPY_STR_FIELDS, ints, strs)
     _sparse(args, n, ("coll_name",), COLL_INT_FIELDS, COLL_STR_FIELDS, ints, strs)
-    return Batch(n=n, ph=ph, name=list(map(_get["name"], rows)), cat=list(map(_get["cat"], rows)),
+    return Batch(n=n, ph=ph, name=names, cat=cats,
                  pid=pid, tid=tid, pid_str=pid_str, tid_str=tid_str, ts_ns=ts_ns, dur_ns=dur_ns,
                  ts_lossy=lossy, ints=ints, strs=strs, meta_events=meta_events)
 
@@ -302,7 +375,7 @@ def float_column(values: list, fill: float = np.nan) -> np.ndarray:
         pass
     out = np.full(n, fill, dtype=np.float64)
     for i, v in enumerate(values):
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool):
             out[i] = v
         elif isinstance(v, str):
             try:

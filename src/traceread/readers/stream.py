@@ -99,6 +99,7 @@ class Chunk:
     tid_str: dict
     ts_lossy: bool
     meta_events: list
+    utf8_repaired: bool = False
 
 
 def _code(values: list):
@@ -300,13 +301,31 @@ def _decode_bytes(buf: bytes, exact: bool, lenient: bool):
 
 
 def _decode_guarded(buf, exact: bool, lenient: bool):
-    """-> ("ok", batch) | ("invalid", message) | ("types", message) (pickle-safe)."""
+    """-> ("ok", chunk) | ("invalid" | "types" | "bad", message) (pickle-safe).
+
+    "bad" is content no retry can fix (a name that is an object, a timestamp
+    out of range, nesting too deep); invalid UTF-8 is repaired, not refused.
+    """
     try:
-        return "ok", decode_chunk(buf, exact, lenient)
+        return "ok", _decode_repairing(buf, exact, lenient)
     except msgspec.ValidationError as e:
         return "types", str(e)
     except msgspec.DecodeError as e:
         return "invalid", str(e)
+    except dec.BadEvent as e:
+        return "bad", str(e)
+    except RecursionError:
+        return "bad", dec.nesting_reason(buf)
+
+
+def _decode_repairing(buf, exact: bool, lenient: bool) -> Chunk:
+    """``decode_chunk``, again with U+FFFD for invalid UTF-8 if the bytes need it."""
+    try:
+        return decode_chunk(buf, exact, lenient)
+    except UnicodeDecodeError:
+        chunk = decode_chunk(dec.utf8_repaired(buf), exact, lenient)
+        chunk.utf8_repaired = True
+        return chunk
 
 
 # --- boundaries ------------------------------------------------------------------
@@ -382,44 +401,170 @@ def _events_like(buf) -> bool:
     return isinstance(items, list) and all(isinstance(e, dict) and "ph" in e for e in items)
 
 
+# A "]" that can close traceEvents: then only "," / "}" (object document) or the
+# end (top-level array) may follow. A flood of "]" is skipped without a decode.
+_END_OBJ = re.compile(rb"\][ \t\r\n]*[,}]")
+_END_LIST = re.compile(rb"\][ \t\r\n]*\Z")
+_END_CANDIDATES = 64     # decoded "]" candidates; real trailers hold a handful of arrays
+_MAX_LAST_EVENT = 64 << 20  # the last event is looked for this far back (big args)
+
+
 def find_array_end(buf, lo: int, prefix: bytes) -> int:
     """Index of the ``]`` closing traceEvents, searched backwards from the end of ``buf``.
 
-    A candidate is accepted when (a) ``prefix + "[]" + rest`` is valid JSON and
-    (b) the last item before it is an event object -- this skips arrays in
-    keys written after traceEvents (newer Kineto puts deviceProperties there).
+    ``buf[lo:]`` starts at the first event. A candidate is accepted when (a)
+    ``prefix + "[]" + rest`` is valid JSON and (b) the last item before it is an
+    event object -- this skips arrays in keys written after traceEvents (newer
+    Kineto puts deviceProperties there). Bounded work on any input: candidates
+    are pre-filtered by what follows them and at most ``_END_CANDIDATES`` are
+    decoded (a flood of closing brackets used to take quadratic time).
     """
     n = len(buf)
-    lo = max(lo, n - _TAIL_SCAN)
-    p = n
-    while True:
-        p = buf.rfind(b"]", lo, p)
-        if p < 0:
-            return -1
-        rest = bytes(buf[p + 1:])
+    scan_lo = max(lo, n - _TAIL_SCAN)
+    top_list = not prefix.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
+    pat = _END_LIST if top_list else _END_OBJ
+    cands = [m.start() for m in pat.finditer(buf, scan_lo)]
+    for p in reversed(cands[-_END_CANDIDATES:]):
         try:
-            msgspec.json.decode(prefix + b"[]" + rest)
+            msgspec.json.decode(prefix + b"[]" + bytes(buf[p + 1:]))
         except msgspec.DecodeError:
             continue
-        w0 = max(lo, p - (1 << 20))
-        before = bytes(buf[w0:p]).rstrip()
-        if before.endswith(b"[") or _last_item_is_event(before, whole=(w0 == lo)):
+        if _ends_with_event(buf, lo, p):
             return p
+    return -1
 
 
-def _last_item_is_event(body: bytes, whole: bool) -> bool:
+def _ends_with_event(buf, lo: int, p: int) -> bool:
+    """Is the item just before ``buf[p]`` an event (or the array empty)?
+
+    Looked for in a 1 MB window, widened while the window holds no event
+    boundary at all (one last event bigger than the window: big args).
+    """
+    w = 1 << 20
+    while True:
+        w0 = max(lo, p - w)
+        before = bytes(buf[w0:p]).rstrip()
+        if before.endswith(b"["):
+            return True
+        found = _last_item_is_event(before, whole=(w0 == lo))
+        if found is not None:
+            return found
+        if w0 == lo or w >= _MAX_LAST_EVENT:
+            return False
+        w *= 4
+
+
+def _last_item_is_event(body: bytes, whole: bool) -> bool | None:
     """Is the text after the last real event boundary in ``body`` one event object?
 
     Boundary candidates are tried from the end (a candidate may sit inside a
-    string or nested object; the decode check rejects those).
+    string or nested object; the decode check rejects those). None when
+    ``body`` holds no boundary and is not the whole array: undecided.
     """
     starts = [_next_start(body, m.start() + 1) for m in _BOUNDARY_ANY.finditer(body)]
     if whole:
         starts.insert(0, len(body) - len(body.lstrip()))
+    elif not starts:
+        return None
     for s in reversed(starts[-64:]):
         if _events_like(b"[" + body[s:] + b"]"):
             return True
     return False
+
+
+# --- truncation recovery (a killed run, a full disk) -------------------------------
+#
+# A trace cut short has no closing "]": every complete event before the cut is
+# recovered and analysed, and the Trace says so (meta.extra["truncated"]).
+# A document that is closed but malformed after its events (e.g. a flood of
+# "]") is not a cut: it stays invalid JSON.
+
+_RECOVER_TRIES = 4096   # "}" candidates tried backwards from the cut
+
+
+class Truncated(Exception):
+    """The document ends inside traceEvents (a cut file); ``str()`` is the reason."""
+
+
+def last_complete_event(buf, lo: int) -> tuple[int, int]:
+    """(end, start) of the last complete event in ``buf[lo:]``; (lo, -1) if none.
+
+    ``end`` is just past its ``}``. Bounded: at most ``_RECOVER_TRIES`` closing
+    braces within ``_MAX_LAST_EVENT`` of the end are tried.
+    """
+    n = len(buf)
+    floor = max(lo, n - _MAX_LAST_EVENT)
+    p = n
+    for _ in range(_RECOVER_TRIES):
+        p = buf.rfind(b"}", floor, p)
+        if p < 0:
+            break
+        s = _event_ending_at(buf, lo, p + 1)
+        if s >= 0:
+            return p + 1, s
+    return lo, -1
+
+
+def _event_ending_at(buf, lo: int, end: int) -> int:
+    """Start of the event object that ends just before ``end``, or -1."""
+    w = 1 << 16
+    while True:
+        w0 = max(lo, end - w)
+        body = bytes(buf[w0:end])
+        starts = [_next_start(body, m.start() + 1) for m in _BOUNDARY_ANY.finditer(body)]
+        if w0 == lo:
+            starts.insert(0, len(body) - len(body.lstrip()))
+        for s in reversed(starts[-64:]):
+            if _events_like(b"[" + body[s:] + b"]"):
+                return w0 + s
+        if starts or w0 == lo or w >= _MAX_LAST_EVENT:
+            return -1
+        w *= 4
+
+
+def check_cut(buf, lo: int, item_start: int, prefix: bytes) -> None:
+    """Raise ``Truncated`` when ``buf`` is a document cut short after ``item_start``
+    (the start of its last complete event, or ``lo``); return when it is not
+    (then it is malformed, and the caller reports invalid JSON)."""
+    tail = bytes(buf[item_start if item_start >= 0 else lo:])
+    try:
+        msgspec.json.decode(prefix + b"[" + tail)
+    except msgspec.DecodeError as e:
+        if "truncated" in str(e).lower():
+            raise Truncated(f"truncated JSON at byte {len(buf):,} "
+                            "(traceEvents array never closed; file cut short?)") from None
+    except RecursionError:
+        pass
+
+
+def truncation_info(at_byte: int, recovered_bytes: int, total: int, **extra) -> dict:
+    """The ``meta.extra["truncated"]`` record (events_recovered is set by the caller)."""
+    return {"truncated_at_byte": int(at_byte), "bytes_recovered": int(recovered_bytes),
+            "share_of_file": round(recovered_bytes / max(1, total), 4), **extra}
+
+
+def recover_cut(buf, lo: int, prefix: bytes, where: str = "") -> int:
+    """End of the recoverable events of a document whose traceEvents never close.
+
+    Raises ``_Bad`` when the document is malformed rather than cut, or cut
+    before its first complete event; ``Truncated`` is left to the caller.
+    """
+    end, start = last_complete_event(buf, lo)
+    try:
+        check_cut(buf, lo, start, prefix)
+    except Truncated:
+        if start < 0:
+            raise _Bad("invalid", f"truncated JSON at byte {len(buf):,}{where} before the first "
+                                  "complete event (file cut short?)") from None
+        return end
+    raise _Bad("invalid", f"invalid JSON after the last event{where}: the traceEvents array "
+                          "is not closed properly (malformed end of document)")
+
+
+def close_document(buf: bytes, prefix_end: int, cut: int) -> bytes:
+    """The recovered document: text up to ``cut`` with traceEvents (and the object) closed."""
+    top_list = not bytes(buf[:prefix_end]).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
+    return bytes(buf[:cut]) + (b"\n]" if top_list else b"\n]}")
 
 
 # --- drivers -----------------------------------------------------------------------
@@ -474,8 +619,11 @@ class _Bad(Exception):
 
 
 def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | None = None,
-                chunk_bytes: int = CHUNK_BYTES) -> Trace:
-    """Streaming equivalent of ``read_kineto``: same ``Trace``, bounded memory."""
+                chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> Trace:
+    """Streaming equivalent of ``read_kineto``: same ``Trace``, bounded memory.
+
+    A file cut short is read up to its last complete event (``strict``: refused).
+    """
     p = Path(path)
     fmt = sniff(p)
     if fmt == "sqlite":
@@ -487,12 +635,13 @@ def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | 
     with _progress(p, progress) as tick:
         while True:  # at most three passes: float ts, then exact ts, then lenient types
             try:
+                cut: dict = {}
                 if fmt == "json.gz":
                     prefix, suffix, batches = _gz_batches(p, workers, chunk_bytes, exact,
-                                                          lenient, tick)
+                                                          lenient, tick, cut, strict)
                 else:
                     prefix, suffix, batches = _mmap_batches(p, workers, chunk_bytes, exact,
-                                                            lenient, tick)
+                                                            lenient, tick, cut, strict)
             except _Bad as bad:
                 if bad.kind == "lossy" and not exact:
                     exact = True
@@ -504,8 +653,15 @@ def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | 
             break
         tick("table")
         trace = _finish(p, prefix, suffix, batches, exact, lenient)
+        if cut:
+            mark_truncated(trace, cut)
         tick("done")
     return trace
+
+
+def mark_truncated(trace: Trace, info: dict) -> None:
+    """Record a recovered cut in the trace's meta (rows of the table = events recovered)."""
+    trace.meta.extra["truncated"] = {**info, "events_recovered": len(trace)}
 
 
 def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
@@ -523,6 +679,7 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
             doc, _, _ = K._decode_lenient(p, skeleton, exact)
         except msgspec.DecodeError as e:
             raise TraceError(p, K._json_error(e, len(skeleton))) from None
+    repaired = any(c.utf8_repaired for c in batches)
     batch = chunks_to_batch(batches) if batches else dec.events_to_batch([])
     batches.clear()
     release_heap()
@@ -531,8 +688,13 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
     meta = K._meta(p, header, batch, fmt_name)
     if lenient:
         meta.extra["lenient_decode"] = True
+    if repaired:
+        meta.extra["invalid_utf8_replaced"] = True
     meta.extra["exact_ts_decode"] = bool(exact and batch.n)
-    cols, n = K._columns(batch, fmt_name, header, meta)
+    try:
+        cols, n = K._columns(batch, fmt_name, header, meta)
+    except dec.BadEvent as e:
+        raise TraceError(p, str(e)) from None
     del batch
     table = build_table(cols, n)
     del cols
@@ -544,6 +706,8 @@ def _check(result, batches: list, where: str = "") -> None:
     status, val = result
     if status == "types":
         raise _Bad("types", val)
+    if status == "bad":
+        raise _Bad("bad", f"{val}{where}")
     if status != "ok":
         raise _Bad("invalid", _chunk_error(val, where))
     if val.ts_lossy:
@@ -604,7 +768,7 @@ def _collect(pairs, fn, merge, where, size, merge_cap: int, tick=None, done=None
 
 
 def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: bool,
-                  tick=None):
+                  tick=None, cut: dict | None = None, strict: bool = False):
     try:
         f = open(p, "rb")
     except OSError as e:
@@ -616,10 +780,10 @@ def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient:
             raise _Bad("invalid", _no_events(mm, size <= _HEAD_SCAN))
         prefix = bytes(mm[:start - 1])
         end = find_array_end(mm, start, prefix)
-        if end < 0:
-            raise _Bad("invalid", f"truncated JSON at byte {size} (traceEvents array never "
-                                  "closed; file cut short?)")
-        suffix = bytes(mm[end + 1:])
+        if end >= 0:
+            suffix = bytes(mm[end + 1:])
+        else:
+            end, suffix = _recover_mmap(mm, start, prefix, strict, cut)
         ranges = _split(mm, start, end, chunk_bytes)
     fn = functools.partial(_decode_range_item, str(p), exact, lenient)
     batches = _collect(_map_ordered(fn, ranges, min(workers, len(ranges))), fn,
@@ -627,6 +791,18 @@ def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient:
                        lambda r: r[1] - r[0], max(_MERGE_CHUNKS * chunk_bytes, 1 << 20),
                        tick, lambda r: r[1] / max(1, size))
     return prefix, suffix, batches
+
+
+def _recover_mmap(mm, start: int, prefix: bytes, strict: bool, cut: dict | None):
+    """(end of the recovered events, skeleton suffix) of a plain file cut short."""
+    end = recover_cut(mm, start, prefix)
+    if strict:
+        raise _Bad("invalid", f"truncated JSON at byte {len(mm)} (traceEvents array never "
+                              "closed; file cut short?)")
+    if cut is not None:
+        cut.update(truncation_info(len(mm), end, len(mm)))
+    top_list = not prefix.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
+    return end, (b"" if top_list else b"}")
 
 
 def _split(buf, start: int, end: int, chunk_bytes: int) -> list[tuple[int, int]]:
@@ -649,10 +825,12 @@ def _split(buf, start: int, end: int, chunk_bytes: int) -> list[tuple[int, int]]
 class _GzChunks:
     """Iterate event-aligned chunks of an inflating gzip stream; sets prefix/suffix."""
 
-    def __init__(self, p: Path, chunk_bytes: int):
-        self.p, self.chunk_bytes = p, chunk_bytes
+    def __init__(self, p: Path, chunk_bytes: int, strict: bool = False):
+        self.p, self.chunk_bytes, self.strict = p, chunk_bytes, strict
         self.prefix = self.suffix = b""
         self.inflated = 0
+        self.gz_cut = False   # the compressed stream ended early (not strict: read on)
+        self.cut: dict = {}   # truncation_info when the JSON was cut short
 
     def __iter__(self):
         try:
@@ -663,10 +841,15 @@ class _GzChunks:
             yield from self._chunks(f)
 
     def _read(self, f) -> bytes:
+        if self.gz_cut:
+            return b""
         try:
             b = f.read(self.chunk_bytes)
         except EOFError:
-            raise _Bad("invalid", "truncated gzip: compressed data ends early") from None
+            if self.strict:
+                raise _Bad("invalid", "truncated gzip: compressed data ends early") from None
+            self.gz_cut = True  # everything inflated so far is kept; the cut is handled below
+            return b""
         except (OSError, zlib.error) as e:
             raise _Bad("invalid", f"corrupt gzip: {e}") from None
         self.inflated += len(b)
@@ -708,20 +891,35 @@ class _GzChunks:
             del buf[:nxt]
             yield item
         end = find_array_end(buf, 0, self.prefix)
-        if end < 0:
-            raise _Bad("invalid", f"truncated JSON at byte {self.inflated} of the inflated data "
-                                  "(traceEvents array never closed; file cut short?)")
-        self.suffix = bytes(buf[end + 1:])
+        if end >= 0:
+            self.suffix = bytes(buf[end + 1:])
+        else:
+            end = self._recover(buf)
         last = bytes(buf[:end]).strip()
         del buf
         if last:
             yield last, b""
 
 
+    def _recover(self, buf) -> int:
+        """End of the recoverable events in the unyielded tail ``buf`` of a cut stream."""
+        where = " of the inflated data"
+        end = recover_cut(buf, 0, self.prefix, where)
+        if self.strict:
+            raise _Bad("invalid", f"truncated JSON at byte {self.inflated}{where} "
+                                  "(traceEvents array never closed; file cut short?)")
+        top_list = not self.prefix.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
+        self.suffix = b"" if top_list else b"}"
+        base = self.inflated - len(buf)  # inflated offset of buf[0]
+        self.cut = truncation_info(self.inflated, base + end, self.inflated,
+                                   gzip_stream_cut=self.gz_cut)
+        return end
+
+
 def _gz_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: bool,
-                tick=None):
+                tick=None, cut: dict | None = None, strict: bool = False):
     """Inflate here (one stream: gzip is not splittable); decode chunks in workers."""
-    chunks = _GzChunks(p, chunk_bytes)
+    chunks = _GzChunks(p, chunk_bytes, strict)
     guess = max(1, estimated_raw_size(p))
     fn = functools.partial(_decode_bytes_item, exact, lenient)
     # a merge keeps the original separator bytes: a mis-cut may sit inside a string
@@ -730,6 +928,12 @@ def _gz_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: b
                        lambda d: " in the inflated data", lambda d: len(d[0]),
                        max(_MERGE_CHUNKS * chunk_bytes, 1 << 20),
                        tick, lambda d: min(0.99, chunks.inflated / guess))
+    if cut is not None:
+        if chunks.cut:
+            cut.update(chunks.cut)
+        elif chunks.gz_cut:  # the JSON happened to be complete: nothing lost but the trailer
+            cut.update(truncation_info(chunks.inflated, chunks.inflated, chunks.inflated,
+                                       gzip_stream_cut=True))
     return chunks.prefix, chunks.suffix, batches
 
 
