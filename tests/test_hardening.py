@@ -59,6 +59,27 @@ def check_run(r, case: H.Case, json_out: bool = False) -> None:
             json.loads(r.stdout)
 
 
+class _Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def run_inprocess(*args, cwd: Path):
+    """The CLI in this process (fast); only for cases that cannot hang."""
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    env = {"TRACEREAD_CACHE_DIR": str(cwd / ".cache"), "TRACEREAD_DEBUG": None}
+    try:
+        r = CliRunner(mix_stderr=False).invoke(main, [str(a) for a in args], env=env)
+    except TypeError:  # click >= 8.2: stderr is always separate
+        r = CliRunner().invoke(main, [str(a) for a in args], env=env)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return _Result(r.exit_code, r.stdout, r.stderr)
+
+
 def _params():
     for c in H.CASES:
         marks = [pytest.mark.slow] if c.slow else []
@@ -73,8 +94,174 @@ def test_case(case: H.Case, tmp_path: Path):
     work.mkdir()
     path = case.build(work)
     before = snapshot(work) if path.parent == work else None
-    for args in (["analyze"], ["analyze", "--format", "json"], ["info"]):
-        r = run_cli(*args, path, cwd=tmp_path)
+    runs = ([["analyze", "--format", "json"]] if case.hang else
+            [["analyze"], ["analyze", "--format", "json"], ["info"]])
+    for args in runs:
+        if case.hang or case.slow:
+            r = run_cli(*args, path, cwd=tmp_path)
+        else:
+            r = run_inprocess(*args, path, cwd=tmp_path)
         check_run(r, case, json_out="--format" in args)
         if before is not None:
             assert snapshot(work) == before, f"{args}: input dir changed"
+
+
+# ------------------------------------------------------------------ streaming reader
+
+STREAM_CASES = [c for c in H.CASES if not c.slow and not c.name.startswith("nsys")
+                and c.name not in ("fifo", "unreadable")]
+
+
+@pytest.mark.parametrize("case", STREAM_CASES, ids=[c.name for c in STREAM_CASES])
+def test_stream_reader_agrees(case: H.Case, tmp_path: Path):
+    """The streaming reader (small chunks) gives the small path's outcome on every case."""
+    from traceread.errors import TraceError
+    from traceread.readers.kineto import read_kineto
+    from traceread.readers.stream import read_stream
+
+    path = case.build(tmp_path)
+    outcomes = []
+    for read in (read_kineto, lambda p: read_stream(p, workers=1, chunk_bytes=4096)):
+        try:
+            t = read(path)
+            outcomes.append(("ok", len(t), bool(t.meta.extra.get("truncated"))))
+        except TraceError as e:
+            assert "internal error" not in e.reason
+            outcomes.append(("error", case.phrase.lower() in e.reason.lower()))
+    small, streamed = outcomes
+    assert small == streamed or (small[0] == streamed[0] == "ok" and case.expect == "partial"
+                                 and "gz" in case.name), outcomes
+    assert small[0] == ("error" if case.expect == "error" else "ok")
+    if case.expect == "error":
+        assert small[1], f"phrase {case.phrase!r} missing"
+
+
+# ------------------------------------------------------------------ truncated traces
+
+def _cut_file(tmp_path: Path, frac: float, gz: bool = False) -> tuple[Path, int]:
+    evs = H.events(300)
+    data = H.doc_bytes(evs)
+    cut = int(len(data) * frac)
+    # complete events before the cut: count the ones whose text ends before it
+    complete = sum(1 for line in data[:cut].split(b"\n") if line.rstrip(b",").endswith(b"}}"))
+    if gz:
+        import gzip
+
+        data = gzip.compress(data)
+        cut = int(len(data) * frac)
+    p = tmp_path / ("cut.json.gz" if gz else "cut.json")
+    p.write_bytes(data[:cut])
+    return p, complete
+
+
+@pytest.mark.parametrize("frac", [0.1, 0.37, 0.5, 0.93, 0.999])
+@pytest.mark.parametrize("stream", [False, True])
+def test_truncated_recovers_every_complete_event(tmp_path, frac, stream):
+    from traceread.readers import read
+
+    p, complete = _cut_file(tmp_path, frac)
+    t = read(p, stream=stream)
+    cut = t.meta.extra["truncated"]
+    assert len(t) == cut["events_recovered"] == complete
+    assert cut["truncated_at_byte"] == p.stat().st_size
+    assert 0 < cut["share_of_file"] <= 1
+
+
+def test_truncated_strict_refuses(tmp_path):
+    p, _ = _cut_file(tmp_path, 0.5)
+    r = run_inprocess("analyze", "--strict", p, cwd=tmp_path)
+    assert r.returncode == 1 and "truncated JSON" in r.stderr and "file cut short" in r.stderr
+
+
+def test_truncated_json_output_says_so(tmp_path):
+    p, complete = _cut_file(tmp_path, 0.5)
+    r = run_inprocess("analyze", "--format", "json", p, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    cut = doc["trace"]["truncated"]
+    assert cut["events_recovered"] == complete and cut["truncated_at_byte"] == p.stat().st_size
+    assert r.stderr.startswith("traceread: warning:") and "truncated at byte" in r.stderr
+
+
+def test_truncated_gzip_both_paths_recover(tmp_path):
+    from traceread.readers import read
+
+    p, _ = _cut_file(tmp_path, 0.6, gz=True)
+    small, streamed = read(p, stream=False), read(p, stream=True)
+    assert small.meta.extra["truncated"]["gzip_stream_cut"]
+    assert len(small) > 100 and len(streamed) == len(small)
+
+
+def test_valid_trace_with_huge_last_event_streams(tmp_path):
+    """A last event of ~2 MB (big args) was refused as 'never closed' by the streaming reader."""
+    from traceread.readers import read
+
+    for gz in (False, True):
+        data = H.big_last_event(tmp_path).read_bytes()
+        p = tmp_path / ("big.json.gz" if gz else "big.json")
+        if gz:
+            import gzip
+
+            data = gzip.compress(data)
+        p.write_bytes(data)
+        t = read(p, stream=True)
+        assert "truncated" not in t.meta.extra and len(t) == len(read(p, stream=False))
+
+
+# ------------------------------------------------------------------ output paths
+
+def test_output_onto_input_refused(tmp_path):
+    p = H.valid(tmp_path)
+    before = p.read_bytes()
+    r = run_inprocess("analyze", p, "-o", p, cwd=tmp_path)
+    assert r.returncode == 1 and "is an input" in r.stderr
+    assert p.read_bytes() == before
+
+
+def test_output_missing_dir_and_full_disk(tmp_path):
+    p = H.valid(tmp_path)
+    r = run_inprocess("analyze", p, "-o", tmp_path / "nope" / "out.txt", cwd=tmp_path)
+    assert r.returncode == 1 and "does not exist" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    if os.path.exists("/dev/full"):
+        r = run_inprocess("analyze", p, "-o", "/dev/full", cwd=tmp_path)
+        assert r.returncode == 1 and "disk full" in r.stderr, r.stderr
+
+
+def test_failed_export_keeps_existing_target(tmp_path):
+    bad = H.name_is_object(tmp_path)
+    target = tmp_path / "out.parquet"
+    target.write_bytes(b"precious")
+    r = run_inprocess("export", bad, "-o", target, cwd=tmp_path)
+    assert r.returncode == 1 and target.read_bytes() == b"precious"
+    assert [x.name for x in tmp_path.iterdir() if x.name.startswith(".")] in ([], [".cache"])
+
+
+def test_multi_file_keeps_good_output_on_unexpected_error(tmp_path, monkeypatch):
+    """One file failing with a non-TraceError loses nothing of the others."""
+    import traceread.cli._common as C
+
+    good, other = H.valid(tmp_path), H.nsys_valid(tmp_path)
+    real = C._load
+
+    def flaky(path, **kw):
+        if str(path) == str(other):
+            raise ValueError("boom")
+        return real(path, **kw)
+
+    monkeypatch.setattr(C, "_load", flaky)
+    r = run_inprocess("info", "--format", "json", good, other, cwd=tmp_path)
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["path"] == str(good)
+    assert r.stderr.count("traceread: error:") == 1
+
+
+def test_nsys_budget_stops_runaway_query(tmp_path):
+    from traceread.readers import _nsys_db as D
+
+    con = D.connect(H.nsys_valid(tmp_path))
+    D._set_budget(con, 1_000_000)
+    with pytest.raises(Exception):
+        con.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                    "SELECT count(*) FROM c").fetchone()
+    assert D.budget_spent(con)

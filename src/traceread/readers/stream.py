@@ -65,9 +65,9 @@ _MERGE_CHUNKS = 4
 _KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 try:  # python-isal inflates ~3x faster than stdlib zlib (see docs/performance.md)
-    from isal import igzip as _gzip
+    from isal import isal_zlib as _zlib
 except ImportError:  # pragma: no cover - depends on the environment
-    import gzip as _gzip
+    _zlib = zlib
 
 
 def estimated_raw_size(path: str | os.PathLike) -> int:
@@ -531,7 +531,7 @@ def check_cut(buf, lo: int, item_start: int, prefix: bytes) -> None:
         msgspec.json.decode(prefix + b"[" + tail)
     except msgspec.DecodeError as e:
         if "truncated" in str(e).lower():
-            raise Truncated(f"truncated JSON at byte {len(buf):,} "
+            raise Truncated(f"truncated JSON at byte {len(buf)} "
                             "(traceEvents array never closed; file cut short?)") from None
     except RecursionError:
         pass
@@ -554,7 +554,7 @@ def recover_cut(buf, lo: int, prefix: bytes, where: str = "") -> int:
         check_cut(buf, lo, start, prefix)
     except Truncated:
         if start < 0:
-            raise _Bad("invalid", f"truncated JSON at byte {len(buf):,}{where} before the first "
+            raise _Bad("invalid", f"truncated JSON at byte {len(buf)}{where} before the first "
                                   "complete event (file cut short?)") from None
         return end
     raise _Bad("invalid", f"invalid JSON after the last event{where}: the traceEvents array "
@@ -822,6 +822,53 @@ def _split(buf, start: int, end: int, chunk_bytes: int) -> list[tuple[int, int]]
     return ranges
 
 
+class _Inflater:
+    """``read(n)`` over the inflated content of a (multi-member) gzip file.
+
+    Unlike ``gzip.GzipFile`` it hands out every byte inflated before a cut
+    (a killed writer) and only then raises EOFError, and it never inflates
+    more than ``n`` bytes per call (a gzip bomb stays bounded per read).
+    """
+
+    def __init__(self, f, block: int = 1 << 20):
+        self.f, self.block = f, block
+        self.d = _zlib.decompressobj(31)
+        self.pending = b""
+        self.done = self.cut = False
+
+    def read(self, n: int) -> bytes:
+        out = []
+        size = 0
+        while size < n and not self.done:
+            if not self.pending:
+                self.pending = self.f.read(self.block)
+                if not self.pending:  # end of file inside a member: a cut
+                    out.append(self.d.flush())
+                    self.done = self.cut = True
+                    break
+            b = self.d.decompress(self.pending, n - size)
+            self.pending = self.d.unconsumed_tail
+            out.append(b)
+            size += len(b)
+            if self.d.eof:
+                self._next_member()
+        data = b"".join(out)
+        if not data and self.cut:
+            raise EOFError("compressed data ends early")
+        return data
+
+    def _next_member(self) -> None:
+        rest = self.d.unused_data + self.pending
+        if not rest:
+            rest = self.f.read(self.block)
+        if rest[:2] == b"\x1f\x8b":
+            self.d, self.pending = _zlib.decompressobj(31), rest
+        elif rest.strip(b"\x00"):
+            raise zlib.error("trailing garbage after the gzip stream")
+        else:
+            self.done, self.pending = True, b""
+
+
 class _GzChunks:
     """Iterate event-aligned chunks of an inflating gzip stream; sets prefix/suffix."""
 
@@ -834,11 +881,11 @@ class _GzChunks:
 
     def __iter__(self):
         try:
-            f = _gzip.open(self.p, "rb")
+            f = open(self.p, "rb")
         except OSError as e:
             raise TraceError(self.p, f"cannot read: {e.strerror or e}") from None
         with f:
-            yield from self._chunks(f)
+            yield from self._chunks(_Inflater(f))
 
     def _read(self, f) -> bytes:
         if self.gz_cut:
@@ -850,7 +897,7 @@ class _GzChunks:
                 raise _Bad("invalid", "truncated gzip: compressed data ends early") from None
             self.gz_cut = True  # everything inflated so far is kept; the cut is handled below
             return b""
-        except (OSError, zlib.error) as e:
+        except (OSError, zlib.error, getattr(_zlib, "error", zlib.error)) as e:
             raise _Bad("invalid", f"corrupt gzip: {e}") from None
         self.inflated += len(b)
         return b
