@@ -69,7 +69,8 @@ class Case:
     expect: str                 # "error" | "ok" | "partial"
     phrase: str = ""            # must appear in the error / warning line
     slow: bool = False
-    hang: bool = False          # could hang or blow up: run in a subprocess under a timeout
+    hang: bool = False          # could hang or blow up: run in a subprocess under a timeout,
+                                # with its peak RSS checked
 
 
 # ----------------------------------------------------------------- builders
@@ -184,8 +185,8 @@ def pathological_name(d):
 
 
 def unmatched_b(d, n=200_000):
-    evs = events(20) + [{"ph": "B", "name": "b", "pid": 1, "tid": 1, "ts": 2000 + i, "cat": "x"}
-                        for i in range(n)]
+    evs = events(20) + [{"ph": "B", "name": f"b{i % 50}", "pid": 1, "tid": 1, "ts": 2000 + i,
+                         "cat": "cpu_op"} for i in range(n)]
     return write(d, "unmatched_b.json", doc_bytes(evs))
 
 
@@ -300,8 +301,9 @@ CASES = [
     Case("truncated_in_header", truncated_in_header, "error", "truncated"),
     Case("big_last_event", big_last_event, "ok"),
     Case("pathological_name", pathological_name, "ok", hang=True),
-    Case("unmatched_b", unmatched_b, "ok", slow=True),
-    Case("many_names_one_long", many_names_one_long, "ok"),
+    Case("unmatched_b", unmatched_b, "ok", slow=True, hang=True),
+    Case("many_names_one_long", many_names_one_long, "ok", hang=True),
+    Case("huge_name", lambda d: huge_name(d, 8 << 20), "ok", hang=True),
     Case("fifo", fifo, "error", "FIFO", hang=True),
     Case("dev_null", dev_null, "error", "not a regular file"),
     Case("dev_zero", dev_zero, "error", "not a regular file", hang=True),
@@ -314,3 +316,9 @@ CASES = [
     Case("nsys_recursive_view_other", nsys_recursive_view_other, "error", "view", hang=True),
     Case("nsys_garbage", nsys_garbage, "error", ""),
 ]
+
+
+def huge_name(d, size=50 << 20):
+    evs = events(20)
+    evs[3]["name"] = "N" * size
+    return write(d, "hugename.json", doc_bytes(evs))

@@ -22,12 +22,29 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 TIMEOUT = 60
 
 
+# The CLI in a child that reports its own peak RSS (kB) into $RSS_OUT at exit.
+_DRIVER = ("import atexit, os, resource\n"
+           "atexit.register(lambda: open(os.environ['RSS_OUT'], 'w').write(\n"
+           "    str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
+           "from traceread.cli import main\n"
+           "main(prog_name='traceread')\n")
+RSS_BASE_MB = 700      # interpreter + numpy/pandas/pyarrow + a small analysis
+RSS_PER_INPUT = 12     # and at most this multiple of the input on top
+
+
 def run_cli(*args, cwd=None, timeout=TIMEOUT, env=None):
-    e = dict(os.environ, PYTHONPATH=str(SRC), TRACEREAD_CACHE_DIR=str(Path(cwd or ".") / ".cache"))
+    cwd = Path(cwd or ".")
+    e = dict(os.environ, PYTHONPATH=str(SRC), TRACEREAD_CACHE_DIR=str(cwd / ".cache"),
+             RSS_OUT=str(cwd / ".rss"))
     e.pop("TRACEREAD_DEBUG", None)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "traceread.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd, env=e)
+    r = subprocess.run([sys.executable, "-c", _DRIVER, *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout, cwd=cwd, env=e)
+    try:
+        r.peak_mb = int((cwd / ".rss").read_text()) / 1024
+    except (OSError, ValueError):
+        r.peak_mb = None
+    return r
 
 
 def snapshot(d: Path) -> dict:
@@ -99,6 +116,9 @@ def test_case(case: H.Case, tmp_path: Path):
     for args in runs:
         if case.hang or case.slow:
             r = run_cli(*args, path, cwd=tmp_path)
+            size_mb = path.stat().st_size / 2**20 if path.is_file() else 0
+            assert r.peak_mb is not None
+            assert r.peak_mb < RSS_BASE_MB + RSS_PER_INPUT * size_mb, (r.peak_mb, size_mb)
         else:
             r = run_inprocess(*args, path, cwd=tmp_path)
         check_run(r, case, json_out="--format" in args)

@@ -490,6 +490,33 @@ def _dict_encode(values) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(idx, pa.array(uniq, type=pa.string()))
 
 
+MAX_NAME_CHARS = 1 << 16  # longer names are clipped: no real op or kernel name comes close
+
+
+def _clip_long(d: pa.DictionaryArray) -> tuple[pa.DictionaryArray, int]:
+    """Names longer than MAX_NAME_CHARS clipped (with a marker); (array, how many).
+
+    Every pass runs its name patterns over each distinct name: one name of
+    200 MB made the analysis take minutes and gigabytes.
+    """
+    import pyarrow.compute as pc
+
+    if not len(d.dictionary):
+        return d, 0
+    lengths = pc.utf8_length(d.dictionary)
+    if pc.max(lengths).as_py() <= MAX_NAME_CHARS:
+        return d, 0
+    vals = d.dictionary.to_pylist()
+    n = sum(len(v) > MAX_NAME_CHARS for v in vals)
+    vals = [v if len(v) <= MAX_NAME_CHARS else
+            f"{v[:MAX_NAME_CHARS]}...[{len(v) - MAX_NAME_CHARS:,} more chars]" for v in vals]
+    codes = _codes(d)
+    remap, uniq = pd.factorize(np.array(vals, dtype=object))  # clipping may merge two names
+    new = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1)
+    return pa.DictionaryArray.from_arrays(pa.array(new.astype(np.int32), mask=new < 0),
+                                          pa.array(list(uniq), type=pa.string())), n
+
+
 def _sparse_strings_at(n: int, at: np.ndarray, vals: np.ndarray) -> pa.DictionaryArray:
     """Dictionary array of ``n`` rows, ``vals`` (object, str/None) at rows ``at`` (ascending).
 
@@ -500,7 +527,7 @@ def _sparse_strings_at(n: int, at: np.ndarray, vals: np.ndarray) -> pa.Dictionar
     rows, vals = np.asarray(at, dtype=np.int64)[set_], vals[set_]
     codes = np.full(n, -1, dtype=np.int32)
     if len(rows):
-        c, u = pd.factorize(vals.astype(str))
+        c, u = pd.factorize(np.array([str(v) for v in vals], dtype=object))  # not fixed-width
         codes[rows] = c
         uniq = list(u)
     else:
@@ -617,8 +644,10 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     and arg columns dropped as soon as they are used (the caller consumes it)."""
     n = batch.n
     ints = batch.ints
-    name_d = _dict_encode(batch.name)
-    cat_d = _dict_encode(batch.cat)
+    name_d, clipped = _clip_long(_dict_encode(batch.name))
+    cat_d, clipped_cat = _clip_long(_dict_encode(batch.cat))
+    if clipped or clipped_cat:
+        meta.extra["long_names_clipped"] = clipped + clipped_cat
     batch.name = batch.cat = []
     kind = _kinds(batch, cat_d, name_d, fmt_name)
 

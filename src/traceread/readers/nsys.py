@@ -224,7 +224,9 @@ def _remap(arr: pa.DictionaryArray, new_values: np.ndarray) -> pa.DictionaryArra
     """Same rows, dictionary values replaced (and deduplicated)."""
     if len(new_values) == 0:
         return dict_array(np.full(len(arr), -1), np.empty(0, object))
-    uniq, inv = np.unique(new_values.astype(str), return_inverse=True)
+    # object array of str, never the fixed-width "U" dtype (padded to the longest name)
+    uniq, inv = np.unique(np.array([str(v) for v in new_values], dtype=object),
+                          return_inverse=True)
     codes = _codes(arr)
     pos = np.where(codes >= 0, inv[np.clip(codes, 0, None)], -1)
     return dict_array(pos, uniq.astype(object))
