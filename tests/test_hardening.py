@@ -285,3 +285,115 @@ def test_nsys_budget_stops_runaway_query(tmp_path):
         con.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                     "SELECT count(*) FROM c").fetchone()
     assert D.budget_spent(con)
+
+
+# ------------------------------------------------------------------ batch
+
+def _batch_dir(tmp_path: Path, n: int = 4) -> Path:
+    d = tmp_path / "traces"
+    d.mkdir()
+    for i in range(n):
+        (d / f"t{i}.json").write_bytes(H.doc_bytes(H.events(20 + i)))
+    return d
+
+
+def test_batch_with_fifo_finishes_and_reports_it(tmp_path):
+    d = _batch_dir(tmp_path, 2)
+    os.mkfifo(d / "pipe.json")
+    os.mkfifo(d / "other")
+    r = run_cli("batch", d, "-o", tmp_path / "out", "-j", "2", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    import pandas as pd
+
+    s = pd.read_parquet(tmp_path / "out" / "summary.parquet").set_index("file")
+    assert s["error"].isna().sum() == 2
+    assert "FIFO" in s.loc[str(d / "pipe.json"), "error"]
+    assert not (tmp_path / "out" / "summary.partial.csv").exists()
+
+
+def test_batch_killed_worker_costs_one_row(tmp_path, monkeypatch):
+    """A worker killed from outside (the OOM killer) is that file's error row only."""
+    import signal
+
+    from traceread import batch
+
+    d = _batch_dir(tmp_path, 5)
+    victim = str(d / "t2.json")
+    real_init = batch._Worker.__init__
+
+    def init(self, ctx, i, path, step_pattern):
+        real_init(self, ctx, i, path, step_pattern)
+        if path == victim:
+            os.kill(self.proc.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(batch._Worker, "__init__", init)
+    res = batch.run(d, jobs=2)
+    s = res.summary.set_index("file")
+    assert s["error"].notna().sum() == 1
+    assert "SIGKILL" in s.loc[victim, "error"]
+    assert s.drop(victim)["verdict"].notna().all()
+
+
+def test_batch_limits_make_error_rows(tmp_path, monkeypatch):
+    from traceread import batch
+
+    d = _batch_dir(tmp_path, 3)
+    slow, fat = str(d / "t0.json"), str(d / "t1.json")
+    monkeypatch.setattr(batch, "time_limit", lambda p: -1 if p == slow else 600)
+    monkeypatch.setattr(batch, "memory_limit", lambda p: 1 if p == fat else 1 << 40)
+    s = batch.run(d, jobs=2).summary.set_index("file")
+    assert "timed out" in s.loc[slow, "error"]
+    assert "out of memory" in s.loc[fat, "error"]
+    assert s.loc[str(d / "t2.json"), "error"] is None or pd_isna(s.loc[str(d / "t2.json"), "error"])
+
+
+def pd_isna(v) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(v))
+
+
+def test_batch_out_dir_never_deletes_inputs(tmp_path):
+    d = tmp_path / "run"
+    (d / "tables").mkdir(parents=True)
+    keep = d / "tables" / "rank0.json"
+    keep.write_bytes(H.doc_bytes(H.events(10)))
+    before = keep.read_bytes()
+    r = run_inprocess("batch", d, "-o", d, cwd=tmp_path)
+    assert r.returncode == 1 and "would be overwritten or deleted" in r.stderr
+    assert keep.read_bytes() == before
+    # a foreign tables/ directory is not replaced either
+    other = tmp_path / "other"
+    (other / "tables").mkdir(parents=True)
+    (other / "tables" / "mine.parquet").write_bytes(b"PAR1")
+    r = run_inprocess("batch", _batch_dir(tmp_path, 1), "-o", other, cwd=tmp_path)
+    assert r.returncode == 1 and "not written by traceread batch" in r.stderr
+    assert (other / "tables" / "mine.parquet").read_bytes() == b"PAR1"
+
+
+def test_batch_rerun_into_same_out_dir(tmp_path):
+    d = _batch_dir(tmp_path, 2)
+    for _ in range(2):
+        r = run_inprocess("batch", d, "-o", tmp_path / "out", "-j", "1", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "tables" / ".traceread-batch").exists()
+
+
+def test_batch_partial_summary_grows_per_file(tmp_path):
+    import csv
+
+    from traceread import batch
+
+    d = _batch_dir(tmp_path, 3)
+    out = tmp_path / "out"
+    partial = batch.PartialSummary(out)
+    seen = []
+
+    def add(res):
+        partial.add(res)
+        with open(out / batch.PARTIAL_SUMMARY) as f:
+            seen.append(len(list(csv.reader(f))) - 1)
+
+    batch.run(d, jobs=1, on_result=add)
+    partial.close()
+    assert seen == [1, 2, 3]
