@@ -397,3 +397,118 @@ def test_batch_partial_summary_grows_per_file(tmp_path):
     batch.run(d, jobs=1, on_result=add)
     partial.close()
     assert seen == [1, 2, 3]
+
+
+# ------------------------------------------------------------------ cache
+
+@pytest.fixture
+def cached_trace(tmp_path, monkeypatch):
+    from traceread import cache
+
+    monkeypatch.setenv("TRACEREAD_CACHE_DIR", str(tmp_path / "cache"))
+    p = tmp_path / "in" / "t.json"
+    p.parent.mkdir()
+    p.write_bytes(H.doc_bytes(H.events(200)))
+    return p, cache
+
+
+def _edit_same_size_same_mtime(p: Path) -> None:
+    st = p.stat()
+    data = bytearray(p.read_bytes())
+    i = data.index(b"aten::op1")
+    data[i:i + 9] = b"aten::opX"
+    with open(p, "r+b") as f:  # in place: same inode, same size
+        f.write(data)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert p.stat().st_size == st.st_size and p.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_cache_in_place_edit_same_size_same_mtime_misses(cached_trace):
+    from traceread.readers import read
+
+    p, cache = cached_trace
+    first = read(p, cache=True)
+    assert cache.load(p) is not None
+    _edit_same_size_same_mtime(p)
+    assert cache.load(p) is None
+    again = read(p, cache=True)
+    assert "aten::opX" in set(again.events["name"].astype(str))
+    assert "aten::opX" not in set(first.events["name"].astype(str))
+
+
+def test_cache_coarse_timestamps_checked_by_content(cached_trace, monkeypatch):
+    """Where ctime does not move (coarse clocks), a racy entry is checked by content."""
+    p, cache = cached_trace
+    from traceread.readers import read
+
+    monkeypatch.setattr(cache, "_identity", lambda st: [st.st_size, st.st_mtime_ns])
+    read(p, cache=True)  # just written: racy, so the entry records a content hash
+    assert cache.load(p) is not None
+    _edit_same_size_same_mtime(p)
+    assert cache.load(p) is None
+
+
+def test_cache_dir_private_and_prunes_only_its_own(cached_trace):
+    from traceread.readers import read
+
+    p, cache = cached_trace
+    d = cache.cache_dir()
+    d.mkdir(mode=0o777)
+    os.chmod(d, 0o777)
+    mine = [d / f"user{i}.parquet" for i in range(cache.MAX_ENTRIES + 5)]
+    for f in mine:
+        f.write_bytes(b"PAR1 not ours")
+    read(p, cache=True)
+    assert (d.stat().st_mode & 0o777) == 0o700
+    assert all(f.exists() for f in mine)
+    assert len(cache._entries(d)) == 1
+    assert cache.clear() == 1 and all(f.exists() for f in mine)
+
+
+def test_cache_corrupt_or_foreign_entry_is_rebuilt_never_served(cached_trace):
+    from traceread.readers import read
+
+    p, cache = cached_trace
+    fresh = read(p, cache=True)
+    entry = cache.entry_path(p)
+    data = bytearray(entry.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    assert cache.load(p) is None
+    # a planted entry: a valid Parquet table of another trace under this key's name
+    other = read(H.valid(p.parent))
+    planted = entry.with_name(f"{cache.cache_key(p)}.{'0' * 32}.parquet")
+    other.to_parquet(planted)
+    assert cache.load(p) is None
+    again = read(p, cache=True)
+    assert again.table.equals(fresh.table) and cache.load(p).table.equals(fresh.table)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another user")
+def test_cache_of_another_user_is_not_used(cached_trace):
+    from traceread.readers import read
+
+    p, cache = cached_trace
+    read(p, cache=True)
+    d = cache.cache_dir()
+    os.chown(d, 65534, 65534)
+    assert cache.load(p) is None
+    assert cache.store(p, read(p)) is None
+    os.chown(d, 0, 0)
+    entry = cache.entry_path(p)
+    os.chown(entry, 65534, 65534)
+    assert cache.load(p) is None
+
+
+def test_cache_concurrent_runs_on_one_new_file(cached_trace, tmp_path):
+    p, cache = cached_trace
+    code = ("import sys; from traceread.readers import read; "
+            "t = read(sys.argv[1], cache=True); print(len(t))")
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(p)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outs = [pr.communicate(timeout=120) for pr in procs]
+    assert all(pr.returncode == 0 for pr in procs), outs
+    assert len({o for o, _ in outs}) == 1
+    assert cache.load(p) is not None and len(cache._entries(cache.cache_dir())) == 1

@@ -13,7 +13,7 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
     """Load any supported trace file, detecting the format by content.
 
     ``cache=True`` reuses (or stores) the finished event table in the user cache
-    dir, keyed by path + size + mtime (``traceread.cache``). ``stream`` picks
+    dir, keyed by the file's identity (``traceread.cache``). ``stream`` picks
     the JSON ingest path: None = streaming for big files (``readers/stream.py``),
     True / False = force it on / off (both give the same table).
 
@@ -28,9 +28,10 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
         hit = _cache.load(path)
         if hit is not None and not (strict and "truncated" in hit.meta.extra):
             return hit
+        before = os.stat(path)  # a file changed while being read is not cached
     trace = _read_uncached(path, fmt, progress, stream, strict)
     if cache:
-        _cache.store(path, trace)
+        _cache.store(path, trace, before=before)
     return trace
 
 
