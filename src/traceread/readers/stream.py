@@ -392,13 +392,15 @@ def _no_events(buf, whole: bool) -> str:
     return "JSON but no traceEvents array in the first 64 MB: not a trace"
 
 
-def _events_like(buf) -> bool:
-    """True when ``buf`` (a JSON array text) holds event objects (each has "ph")."""
+def _events_like(buf, need_ph: bool = True) -> bool:
+    """True when ``buf`` (a JSON array text) holds event objects (each has "ph",
+    or is any object when not ``need_ph``)."""
     try:
         items = msgspec.json.decode(buf)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False
-    return isinstance(items, list) and all(isinstance(e, dict) and "ph" in e for e in items)
+    return isinstance(items, list) and all(isinstance(e, dict) and (not need_ph or "ph" in e)
+                                           for e in items)
 
 
 # A "]" that can close traceEvents: then only "," / "}" (object document) or the
@@ -424,17 +426,20 @@ def find_array_end(buf, lo: int, prefix: bytes) -> int:
     top_list = not prefix.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
     pat = _END_LIST if top_list else _END_OBJ
     cands = [m.start() for m in pat.finditer(buf, scan_lo)]
+    loose = -1  # earliest candidate after a plain object (an event without "ph")
     for p in reversed(cands[-_END_CANDIDATES:]):
         try:
             msgspec.json.decode(prefix + b"[]" + bytes(buf[p + 1:]))
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             continue
         if _ends_with_event(buf, lo, p):
             return p
-    return -1
+        if _ends_with_event(buf, lo, p, need_ph=False):
+            loose = p
+    return loose
 
 
-def _ends_with_event(buf, lo: int, p: int) -> bool:
+def _ends_with_event(buf, lo: int, p: int, need_ph: bool = True) -> bool:
     """Is the item just before ``buf[p]`` an event (or the array empty)?
 
     Looked for in a 1 MB window, widened while the window holds no event
@@ -446,7 +451,7 @@ def _ends_with_event(buf, lo: int, p: int) -> bool:
         before = bytes(buf[w0:p]).rstrip()
         if before.endswith(b"["):
             return True
-        found = _last_item_is_event(before, whole=(w0 == lo))
+        found = _last_item_is_event(before, whole=(w0 == lo), need_ph=need_ph)
         if found is not None:
             return found
         if w0 == lo or w >= _MAX_LAST_EVENT:
@@ -454,7 +459,7 @@ def _ends_with_event(buf, lo: int, p: int) -> bool:
         w *= 4
 
 
-def _last_item_is_event(body: bytes, whole: bool) -> bool | None:
+def _last_item_is_event(body: bytes, whole: bool, need_ph: bool = True) -> bool | None:
     """Is the text after the last real event boundary in ``body`` one event object?
 
     Boundary candidates are tried from the end (a candidate may sit inside a
@@ -467,7 +472,7 @@ def _last_item_is_event(body: bytes, whole: bool) -> bool | None:
     elif not starts:
         return None
     for s in reversed(starts[-64:]):
-        if _events_like(b"[" + body[s:] + b"]"):
+        if _events_like(b"[" + body[s:] + b"]", need_ph):
             return True
     return False
 
