@@ -408,7 +408,6 @@ def _events_like(buf, need_ph: bool = True) -> bool:
 _END_OBJ = re.compile(rb"\][ \t\r\n]*[,}]")
 _END_LIST = re.compile(rb"\][ \t\r\n]*\Z")
 _END_CANDIDATES = 64     # decoded "]" candidates; real trailers hold a handful of arrays
-_MAX_LAST_EVENT = 64 << 20  # the last event is looked for this far back (big args)
 
 
 def find_array_end(buf, lo: int, prefix: bytes) -> int:
@@ -425,7 +424,7 @@ def find_array_end(buf, lo: int, prefix: bytes) -> int:
     scan_lo = max(lo, n - _TAIL_SCAN)
     top_list = not prefix.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
     pat = _END_LIST if top_list else _END_OBJ
-    cands = [m.start() for m in pat.finditer(buf, scan_lo)]
+    cands = _end_candidates(buf, scan_lo, pat)
     loose = -1  # earliest candidate after a plain object (an event without "ph")
     for p in reversed(cands[-_END_CANDIDATES:]):
         try:
@@ -439,40 +438,40 @@ def find_array_end(buf, lo: int, prefix: bytes) -> int:
     return loose
 
 
-def _ends_with_event(buf, lo: int, p: int, need_ph: bool = True) -> bool:
-    """Is the item just before ``buf[p]`` an event (or the array empty)?
+def _end_candidates(buf, scan_lo: int, pat) -> list[int]:
+    """The last ``_END_CANDIDATES`` matches of ``pat`` in ``buf[scan_lo:]``, in order.
 
-    Looked for in a 1 MB window, widened while the window holds no event
-    boundary at all (one last event bigger than the window: big args).
+    Searched in windows growing from the end, so a tail full of candidates
+    (a flood of "]}") costs only the window that holds the last few.
     """
-    w = 1 << 20
+    n = len(buf)
+    w = 1 << 16
     while True:
-        w0 = max(lo, p - w)
-        before = bytes(buf[w0:p]).rstrip()
-        if before.endswith(b"["):
-            return True
-        found = _last_item_is_event(before, whole=(w0 == lo), need_ph=need_ph)
-        if found is not None:
-            return found
-        if w0 == lo or w >= _MAX_LAST_EVENT:
-            return False
+        w0 = max(scan_lo, n - w)
+        found = [m.start() for m in pat.finditer(buf, w0)]
+        if len(found) >= _END_CANDIDATES or w0 == scan_lo:
+            return found[-_END_CANDIDATES:]
         w *= 4
 
 
-def _last_item_is_event(body: bytes, whole: bool, need_ph: bool = True) -> bool | None:
-    """Is the text after the last real event boundary in ``body`` one event object?
+def _ends_with_event(buf, lo: int, p: int, need_ph: bool = True) -> bool:
+    """Is the item just before ``buf[p]`` an event object (or the array empty)?
 
-    Boundary candidates are tried from the end (a candidate may sit inside a
-    string or nested object; the decode check rejects those). None when
-    ``body`` holds no boundary and is not the whole array: undecided.
+    The item's start is one of the last event boundaries before it (or the
+    array start); the decoder says where the object at a start ends, so each
+    try is one zero-copy decode, whatever the size of the item.
     """
-    starts = [_next_start(body, m.start() + 1) for m in _BOUNDARY_ANY.finditer(body)]
-    if whole:
-        starts.insert(0, len(body) - len(body.lstrip()))
-    elif not starts:
-        return None
-    for s in reversed(starts[-64:]):
-        if _events_like(b"[" + body[s:] + b"]", need_ph):
+    q = p
+    while q > lo and buf[q - 1] in b" \t\r\n":
+        q -= 1
+    if q == lo:
+        return True  # empty array
+    if buf[q - 1] != 0x7D:  # "}"
+        return False
+    for tries, start in enumerate(_starts_backwards(buf, lo, q)):
+        if tries >= _RECOVER_TRIES:
+            break
+        if _object_end(buf, start, need_ph) == q:
             return True
     return False
 
@@ -484,7 +483,6 @@ def _last_item_is_event(body: bytes, whole: bool, need_ph: bool = True) -> bool 
 # A document that is closed but malformed after its events (e.g. a flood of
 # "]") is not a cut: it stays invalid JSON.
 
-_RECOVER_TRIES = 4096   # "}" candidates tried backwards from the cut
 
 
 class Truncated(Exception):
@@ -494,37 +492,67 @@ class Truncated(Exception):
 def last_complete_event(buf, lo: int) -> tuple[int, int]:
     """(end, start) of the last complete event in ``buf[lo:]``; (lo, -1) if none.
 
-    ``end`` is just past its ``}``. Bounded: at most ``_RECOVER_TRIES`` closing
-    braces within ``_MAX_LAST_EVENT`` of the end are tried.
+    ``end`` is just past its ``}``. Event starts are tried backwards from the
+    last boundary; the decoder itself says where the value at a start ends
+    ("trailing characters (byte N)") or that it is cut ("truncated"), so each
+    try is one zero-copy decode. At most ``_RECOVER_TRIES`` starts are tried.
     """
-    n = len(buf)
-    floor = max(lo, n - _MAX_LAST_EVENT)
-    p = n
-    for _ in range(_RECOVER_TRIES):
-        p = buf.rfind(b"}", floor, p)
-        if p < 0:
+    for tries, start in enumerate(_starts_backwards(buf, lo)):
+        if tries >= _RECOVER_TRIES:
             break
-        s = _event_ending_at(buf, lo, p + 1)
-        if s >= 0:
-            return p + 1, s
+        end = _object_end(buf, start)
+        if end > 0:
+            return end, start
     return lo, -1
 
 
-def _event_ending_at(buf, lo: int, end: int) -> int:
-    """Start of the event object that ends just before ``end``, or -1."""
-    w = 1 << 16
-    while True:
-        w0 = max(lo, end - w)
-        body = bytes(buf[w0:end])
-        starts = [_next_start(body, m.start() + 1) for m in _BOUNDARY_ANY.finditer(body)]
+def _starts_backwards(buf, lo: int, hi: int | None = None):
+    """Candidate event starts before ``hi``, last first: after each boundary, then
+    the first event."""
+    hi = len(buf) if hi is None else hi
+    window = 1 << 20
+    while hi > lo:
+        w0 = max(lo, hi - window)
+        found = [m.start() + 1 for m in _BOUNDARY_ANY.finditer(buf, w0, hi)]
+        for cut in reversed(found):
+            yield _next_start(buf, cut)
         if w0 == lo:
-            starts.insert(0, len(body) - len(body.lstrip()))
-        for s in reversed(starts[-64:]):
-            if _events_like(b"[" + body[s:] + b"]"):
-                return w0 + s
-        if starts or w0 == lo or w >= _MAX_LAST_EVENT:
+            break
+        # the next window overlaps this one by 64 bytes (a boundary across the
+        # edge) but stops before the first boundary already yielded
+        hi = min(w0 + 64, found[0] - 1) if found else w0 + 64
+    head = bytes(buf[lo:lo + 4096])
+    yield lo + len(head) - len(head.lstrip())
+
+
+_TRAILING_RE = re.compile(r"trailing characters \(byte (\d+)\)")
+_RECOVER_TRIES = 64
+
+
+def _object_end(buf, start: int, need_ph: bool = True) -> int:
+    """End of the complete event object at ``buf[start]``, or -1 (cut, or no event;
+    any object counts when not ``need_ph``)."""
+    view = memoryview(buf)[start:]
+    try:
+        obj = msgspec.json.decode(view)
+        n = len(view)
+        while n and view[n - 1] in b" \t\r\n":  # the rest is this value + whitespace
+            n -= 1
+    except msgspec.DecodeError as e:
+        m = _TRAILING_RE.search(str(e))
+        if m is None:
             return -1
-        w *= 4
+        # msgspec reports the byte just past the first trailing character
+        n = len(bytes(view[:int(m.group(1)) - 1]).rstrip())
+        try:
+            obj = msgspec.json.decode(view[:n])
+        except (msgspec.DecodeError, RecursionError):
+            return -1
+    except RecursionError:
+        return -1
+    if not (isinstance(obj, dict) and (not need_ph or "ph" in obj)):
+        return -1
+    return start + n
 
 
 def check_cut(buf, lo: int, item_start: int, prefix: bytes) -> None:
