@@ -512,3 +512,20 @@ def test_cache_concurrent_runs_on_one_new_file(cached_trace, tmp_path):
     assert all(pr.returncode == 0 for pr in procs), outs
     assert len({o for o, _ in outs}) == 1
     assert cache.load(p) is not None and len(cache._entries(cache.cache_dir())) == 1
+
+
+def test_unreadable_file_is_one_line_exit_1(tmp_path, monkeypatch):
+    """Permission denied: exit 1 with one error line (not click's usage text, exit 2)."""
+    import traceread.detect as D
+
+    p = H.valid(tmp_path)
+    real_open = os.open
+
+    def deny(path, *a, **kw):
+        if str(path) == str(p):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(D.os, "open", deny)
+    r = run_inprocess("analyze", p, cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.strip() == f"traceread: error: {p}: permission denied"
