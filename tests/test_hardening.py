@@ -339,6 +339,8 @@ def test_batch_limits_make_error_rows(tmp_path, monkeypatch):
 
     d = _batch_dir(tmp_path, 3)
     slow, fat = str(d / "t0.json"), str(d / "t1.json")
+    for p in (slow, fat):  # big enough that the worker is still running at the first check
+        Path(p).write_bytes(H.doc_bytes(H.events(30_000)))
     monkeypatch.setattr(batch, "time_limit", lambda p: -1 if p == slow else 600)
     monkeypatch.setattr(batch, "memory_limit", lambda p: 1 if p == fat else 1 << 40)
     s = batch.run(d, jobs=2).summary.set_index("file")

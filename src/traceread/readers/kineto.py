@@ -179,8 +179,8 @@ def _recover(p: Path, buf) -> tuple[bytes, dict]:
                             "(file cut short?)")
     try:
         end = S.recover_cut(buf, start, bytes(buf[:start - 1]))
-    except S._Bad as e:
-        raise TraceError(p, e.msg) from None
+    except S.NotRecoverable as e:
+        raise TraceError(p, str(e)) from None
     return S.close_document(buf, start, end), S.truncation_info(len(buf), end, len(buf))
 
 
