@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     _zlib = zlib
 
 _TAIL_SCAN = 4 << 20            # the closing ']' of traceEvents is searched in the last 4 MB
+_HEAD_SCAN = 64 << 20           # "traceEvents" key must start within the first 64 MB
 # Event boundary "}" "," "{". A newline inside the gap proves we are not inside a
 # JSON string (strings cannot hold raw newlines); Kineto writes one there.
 _BOUNDARY_NL = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{|\}[ \t\r]*\n[ \t\r\n]*,[ \t\r\n]*\{")
@@ -287,6 +288,17 @@ def recover_cut(buf, lo: int, prefix: bytes, where: str = "") -> int:
         return end
     raise NotRecoverable(f"invalid JSON after the last event{where}: the traceEvents array "
                          "is not closed properly (malformed end of document)")
+
+
+def recover_document(buf) -> tuple[bytes, dict]:
+    """A whole JSON text cut short -> (the document closed after its last complete
+    event, its truncation info). NotRecoverable when there is nothing to recover."""
+    start = find_array_start(memoryview(buf)[:_HEAD_SCAN])
+    if start < 0:
+        raise NotRecoverable(f"truncated JSON at byte {len(buf)} before traceEvents "
+                             "(file cut short?)")
+    end = recover_cut(buf, start, bytes(buf[:start - 1]))
+    return close_document(buf, start, end), truncation_info(len(buf), end, len(buf))
 
 
 def close_document(buf: bytes, prefix_end: int, cut: int) -> bytes:

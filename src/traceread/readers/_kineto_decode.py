@@ -25,6 +25,7 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 # Numbers in args are usually ints but some producers write floats or strings.
 Num = Union[int, float, str, None]
@@ -455,3 +456,62 @@ def stream_from_tid(tid_str: dict) -> dict:
         if m:
             out[i] = int(m.group(1))
     return out
+
+
+# --- trace-wide checks on the columns (readers/kineto.py) ----------------------
+
+def add_base(ts: np.ndarray, dur: np.ndarray, keep: np.ndarray, base: int,
+              name_d: pa.DictionaryArray) -> None:
+    """ts += baseTimeNanoseconds, refusing any start or end beyond +-2**62 ns.
+
+    numpy would wrap silently past int64 (negative spans and busy times).
+    """
+    lim = TS_NS_LIMIT
+    if not -lim <= base <= lim:
+        raise BadEvent(f"baseTimeNanoseconds {base} out of range (beyond ±2^62 ns)")
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return
+    t, d = ts[rows], dur[rows]
+    # in Python ints: the sums below must not wrap while being checked
+    lo = int(t.min()) + base + min(0, int(d.min()))
+    hi = int(t.max()) + base + max(0, int(d.max()))
+    if -lim <= lo and hi <= lim:
+        if base:
+            ts += base
+        return
+    t = t.astype(object) + base
+    end = t + d.astype(object)
+    i = int(np.flatnonzero((t < -lim) | (t > lim) | (end < -lim) | (end > lim))[0])
+    name = name_d[int(rows[i])].as_py()
+    raise BadEvent(f"timestamp out of range at event {int(rows[i]):,} ({name!r}, "
+                       f"ts {t[i]} ns, end {end[i]} ns"
+                       + (f" with baseTimeNanoseconds {base}" if base else "")
+                       + ": beyond ±2^62 ns)")
+
+
+MAX_NAME_CHARS = 1 << 16  # longer names are clipped: no real op or kernel name comes close
+
+
+def clip_long(d: pa.DictionaryArray) -> tuple[pa.DictionaryArray, int]:
+    """Names longer than MAX_NAME_CHARS clipped (with a marker); (array, how many).
+
+    Every pass runs its name patterns over each distinct name: one name of
+    200 MB made the analysis take minutes and gigabytes.
+    """
+    import pyarrow.compute as pc
+
+    if not len(d.dictionary):
+        return d, 0
+    lengths = pc.utf8_length(d.dictionary)
+    if pc.max(lengths).as_py() <= MAX_NAME_CHARS:
+        return d, 0
+    vals = d.dictionary.to_pylist()
+    n = sum(len(v) > MAX_NAME_CHARS for v in vals)
+    vals = [v if len(v) <= MAX_NAME_CHARS else
+            f"{v[:MAX_NAME_CHARS]}...[{len(v) - MAX_NAME_CHARS:,} more chars]" for v in vals]
+    codes = d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    remap, uniq = pd.factorize(np.array(vals, dtype=object))  # clipping may merge two names
+    new = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1)
+    return pa.DictionaryArray.from_arrays(pa.array(new.astype(np.int32), mask=new < 0),
+                                          pa.array(list(uniq), type=pa.string())), n

@@ -171,17 +171,12 @@ class _Cut(Exception):
 
 def _recover(p: Path, buf) -> tuple[bytes, dict]:
     """(the document closed after its last complete event, truncation info)."""
-    from . import stream as S
+    from ._json_edges import NotRecoverable, recover_document
 
-    start = S.find_array_start(memoryview(buf)[:S._HEAD_SCAN])
-    if start < 0:
-        raise TraceError(p, f"truncated JSON at byte {len(buf)} before traceEvents "
-                            "(file cut short?)")
     try:
-        end = S.recover_cut(buf, start, bytes(buf[:start - 1]))
-    except S.NotRecoverable as e:
+        return recover_document(buf)
+    except NotRecoverable as e:
         raise TraceError(p, str(e)) from None
-    return S.close_document(buf, start, end), S.truncation_info(len(buf), end, len(buf))
 
 
 def _decode_batch(p: Path, buf, tick):
@@ -490,33 +485,6 @@ def _dict_encode(values) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(idx, pa.array(uniq, type=pa.string()))
 
 
-MAX_NAME_CHARS = 1 << 16  # longer names are clipped: no real op or kernel name comes close
-
-
-def _clip_long(d: pa.DictionaryArray) -> tuple[pa.DictionaryArray, int]:
-    """Names longer than MAX_NAME_CHARS clipped (with a marker); (array, how many).
-
-    Every pass runs its name patterns over each distinct name: one name of
-    200 MB made the analysis take minutes and gigabytes.
-    """
-    import pyarrow.compute as pc
-
-    if not len(d.dictionary):
-        return d, 0
-    lengths = pc.utf8_length(d.dictionary)
-    if pc.max(lengths).as_py() <= MAX_NAME_CHARS:
-        return d, 0
-    vals = d.dictionary.to_pylist()
-    n = sum(len(v) > MAX_NAME_CHARS for v in vals)
-    vals = [v if len(v) <= MAX_NAME_CHARS else
-            f"{v[:MAX_NAME_CHARS]}...[{len(v) - MAX_NAME_CHARS:,} more chars]" for v in vals]
-    codes = _codes(d)
-    remap, uniq = pd.factorize(np.array(vals, dtype=object))  # clipping may merge two names
-    new = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1)
-    return pa.DictionaryArray.from_arrays(pa.array(new.astype(np.int32), mask=new < 0),
-                                          pa.array(list(uniq), type=pa.string())), n
-
-
 def _sparse_strings_at(n: int, at: np.ndarray, vals: np.ndarray) -> pa.DictionaryArray:
     """Dictionary array of ``n`` rows, ``vals`` (object, str/None) at rows ``at`` (ascending).
 
@@ -644,8 +612,8 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     and arg columns dropped as soon as they are used (the caller consumes it)."""
     n = batch.n
     ints = batch.ints
-    name_d, clipped = _clip_long(_dict_encode(batch.name))
-    cat_d, clipped_cat = _clip_long(_dict_encode(batch.cat))
+    name_d, clipped = dec.clip_long(_dict_encode(batch.name))
+    cat_d, clipped_cat = dec.clip_long(_dict_encode(batch.cat))
     if clipped or clipped_cat:
         meta.extra["long_names_clipped"] = clipped + clipped_cat
     batch.name = batch.cat = []
@@ -728,7 +696,7 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
 
     coll = _collective_columns(batch, name_d, kind, n)
 
-    _add_base(ts, dur, keep, _as_int(header.get("baseTimeNanoseconds"), 0), name_d)
+    dec.add_base(ts, dur, keep, _as_int(header.get("baseTimeNanoseconds"), 0), name_d)
     cols = {
         "ts": ts,
         "dur": dur,
@@ -740,36 +708,6 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
         **coll,
     }
     return cols, keep
-
-
-def _add_base(ts: np.ndarray, dur: np.ndarray, keep: np.ndarray, base: int,
-              name_d: pa.DictionaryArray) -> None:
-    """ts += baseTimeNanoseconds, refusing any start or end beyond +-2**62 ns.
-
-    numpy would wrap silently past int64 (negative spans and busy times).
-    """
-    lim = dec.TS_NS_LIMIT
-    if not -lim <= base <= lim:
-        raise dec.BadEvent(f"baseTimeNanoseconds {base} out of range (beyond ±2^62 ns)")
-    rows = np.flatnonzero(keep)
-    if not len(rows):
-        return
-    t, d = ts[rows], dur[rows]
-    # in Python ints: the sums below must not wrap while being checked
-    lo = int(t.min()) + base + min(0, int(d.min()))
-    hi = int(t.max()) + base + max(0, int(d.max()))
-    if -lim <= lo and hi <= lim:
-        if base:
-            ts += base
-        return
-    t = t.astype(object) + base
-    end = t + d.astype(object)
-    i = int(np.flatnonzero((t < -lim) | (t > lim) | (end < -lim) | (end > lim))[0])
-    name = name_d[int(rows[i])].as_py()
-    raise dec.BadEvent(f"timestamp out of range at event {int(rows[i]):,} ({name!r}, "
-                       f"ts {t[i]} ns, end {end[i]} ns"
-                       + (f" with baseTimeNanoseconds {base}" if base else "")
-                       + ": beyond ±2^62 ns)")
 
 
 def _main_pid(pid: np.ndarray, is_launch: np.ndarray, is_host: np.ndarray) -> int:

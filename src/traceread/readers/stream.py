@@ -47,7 +47,7 @@ from ..errors import TraceError
 from ..table import Trace, build_table, release_heap
 from . import _kineto_decode as dec
 # (re-exported: the byte-level helpers lived here before; tests and callers use them)
-from ._json_edges import (_BOUNDARY_ANY, _BOUNDARY_NL, _KEY_RE, _TAIL_SCAN,  # noqa: F401
+from ._json_edges import (_BOUNDARY_ANY, _BOUNDARY_NL, _HEAD_SCAN, _KEY_RE, _TAIL_SCAN,  # noqa: F401
                           Inflater, NotRecoverable, Truncated, _last_boundary, _next_start,
                           _zlib, check_cut, close_document, find_array_end, find_array_start,
                           find_boundary, last_complete_event, recover_cut, truncation_info)
@@ -56,7 +56,6 @@ CHUNK_BYTES = 16 << 20          # decoded per task; ~0.25 s of work, ~80 MB peak
 STREAM_MIN_BYTES = 32 << 20     # read() streams files at least this big (uncompressed estimate);
                                 # at 61 MB both paths take ~1.5 s, streaming peaks at 215 vs 347 MB
 GZ_RATIO_GUESS = 10             # typical Kineto gzip ratio, for the size estimate only
-_HEAD_SCAN = 64 << 20           # "traceEvents" key must start within the first 64 MB
 
 # A mis-cut heals after one merge; a chunk still invalid at this many chunk sizes
 # (or 1 MB) is bad JSON, reported as such -- memory stays bounded either way.
