@@ -527,9 +527,25 @@ def check_out_dir(out: str | os.PathLike, inputs: Iterable[str]) -> None:
         if rp in owned or tables in rp.parents:
             raise TraceError(out, f"input {p} would be overwritten or deleted by writing the "
                                   "results here: choose another output directory")
-    if tables.is_dir() and any(tables.iterdir()) and not (tables / TABLES_MARKER).exists():
+    if tables.is_dir() and not _ours(tables):
         raise TraceError(out, f"{tables} exists and was not written by traceread batch: "
                               "not replacing it (choose another output directory)")
+
+
+def _ours(tables: Path) -> bool:
+    """A tables/ directory written by traceread batch: our marker, or (older
+    versions, no marker) nothing but <table>/trace_id=<id>/*.parquet."""
+    if (tables / TABLES_MARKER).exists():
+        return True
+    for dirpath, dirnames, filenames in os.walk(tables):
+        rel = Path(dirpath).relative_to(tables).parts
+        if len(rel) == 0 and (filenames or not set(dirnames) <= set(TABLES)):
+            return False
+        if len(rel) == 1 and (filenames or not all(d.startswith("trace_id=") for d in dirnames)):
+            return False
+        if len(rel) == 2 and (dirnames or not all(f.endswith(".parquet") for f in filenames)):
+            return False
+    return True
 
 
 class PartialSummary:
