@@ -7,9 +7,10 @@ import click
 
 from . import main
 from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_failed,
-                      format_option, no_cache_option, output_option, strict_option)
+                      format_option, no_cache_option, output_option, parse_duration,
+                      strict_option)
 from ..analysis import analyze as run_analysis
-from ..render.json import gap_records
+from ..render.json import dumps, gap_records
 from ..render.report import render_report
 from ..render.text import fmt_ns
 
@@ -23,6 +24,39 @@ def _regex(ctx, param, value):
     return value
 
 
+def _steps_spec(ctx, param, value):
+    from ..passes.window import parse_steps
+
+    try:
+        parse_steps(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e))
+    return value
+
+
+def _window(ctx, param, value):
+    """START:END after the trace's first event (durations; either side may be empty)."""
+    if value is None:
+        return None
+    if ":" not in value:
+        raise click.BadParameter(f"{value!r} is not START:END (e.g. 5s:9s, 2.5s:, :800ms)")
+    a, b = value.split(":", 1)
+    lo = parse_duration(a) if a.strip() else 0
+    hi = parse_duration(b) if b.strip() else None
+    if hi is not None and hi <= lo:
+        raise click.BadParameter(f"{value!r}: END must come after START")
+    return (lo, hi)
+
+
+steps_option = click.option(
+    "--steps", "steps_spec", default="auto", show_default=True, callback=_steps_spec,
+    metavar="auto|all|N:M",
+    help="Which steps to analyse: auto (steady state: leading warm-up steps and start-up "
+         "excluded), all, or the steps numbered N..M (inclusive; N: or :M).")
+window_option = click.option(
+    "--window", "window", default=None, callback=_window, metavar="START:END",
+    help="Analyse only this stretch, as times after the trace's first event "
+         "(e.g. 5.4s:9s); overrides --steps.")
 min_gap_option = click.option(
     "--min-gap", "min_gap", default=None, callback=duration_callback, metavar="DURATION",
     help="List only gaps longer than this (e.g. 100us, 1ms); totals always count every gap.")
@@ -34,8 +68,8 @@ step_pattern_option = click.option(
 def _trace_command(*extra):
     """A subcommand over TRACE... with the shared options, plus ``extra`` before --step-pattern."""
     shared = (click.argument("traces", nargs=-1, required=True, type=click.Path()),
-              format_option, output_option, *extra, step_pattern_option, no_cache_option,
-              strict_option)
+              format_option, output_option, *extra, step_pattern_option, steps_option,
+              window_option, no_cache_option, strict_option)
 
     def wrap(fn):
         for option in reversed(shared):
@@ -44,31 +78,77 @@ def _trace_command(*extra):
     return wrap
 
 
-def _analyses(traces, step_pattern, min_gap):
-    """(analyses of the traces that loaded, number that failed)."""
-    return each_trace(traces, lambda p, t: run_analysis(t, step_pattern=step_pattern,
-                                                        min_gap_ns=min_gap))
+def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, after=None):
+    """(analyses of the traces that loaded, number that failed); ``after(analysis)`` runs
+    on each as soon as it is made."""
+    from ..errors import TraceError
+
+    def one(path, trace):
+        try:
+            a = run_analysis(trace, step_pattern=step_pattern, min_gap_ns=min_gap,
+                             steps=steps_spec, window=window)
+        except ValueError as e:   # --steps names no step of this trace
+            raise TraceError(path, str(e)) from None
+        if after is not None:
+            after(a)
+        return a
+    return each_trace(traces, one)
 
 
-@_trace_command(min_gap_option)
-def analyze(traces, fmt, out, min_gap, step_pattern):
-    """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
-    results, failed = _analyses(traces, step_pattern, min_gap)
+link_gbps_option = click.option(
+    "--link-gbps", "link_gbps", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GB/S",
+    help="Interconnect peak in GB/s: multi-rank jobs report collective bus bandwidth as a % of it.")
+
+
+@_trace_command(min_gap_option, link_gbps_option)
+def analyze(traces, fmt, out, min_gap, link_gbps, step_pattern, steps_spec, window):
+    """Why is the GPU underfed? Verdict, levers and evidence for each TRACE.
+
+    Several TRACEs of one distributed job (one per rank) are also analysed as a job:
+    the job verdict (straggler, delay, cause) comes first.
+    """
+    from .. import multirank
+
+    prepared: list = []
+    errors: list = []
+
+    def keep_rank_input(a):  # then drop the event table: memory stays bounded on big jobs
+        try:
+            prepared.append(multirank.prepare(a, with_input=len(traces) >= 2))
+        except Exception as e:  # reported below; the trace's own report still prints
+            errors.append(e)
+        finally:
+            a.trace = None
+
+    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input)
+    try:
+        if errors:
+            raise errors[0]
+        jobs = multirank.jobs_of_prepared(prepared, link_gbps)
+        multirank.apply_job_verdicts(results, jobs)
+    except Exception as e:  # the per-rank reports still print; the run fails
+        click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {' '.join(str(e).split())}",
+                   err=True)
+        jobs, failed = [], failed + 1
     if fmt == "json":
         docs = [a.to_dict() for a in results]
-        emit_json(docs, out)
+        if jobs:
+            emit(dumps({"cross_rank": [j.to_dict() for j in jobs], "traces": docs}), out)
+        else:
+            emit_json(docs, out)
     else:
-        from ..multirank import cross_rank_section  # several ranks of one job: cross-rank section
+        from ..render.cross_rank import render_detail, render_summary
 
-        paths = [a.meta.path for a in results]
-        emit("\n\n".join(render_report(a) for a in results) + cross_rank_section(results, paths), out)
+        parts = ([render_summary(jobs)] if jobs else []) + [render_report(a) for a in results]
+        parts += [render_detail(jobs)] if jobs else []
+        emit("\n\n".join(parts), out)
     exit_if_failed(failed)
 
 
 @_trace_command()
-def steps(traces, fmt, out, step_pattern):
+def steps(traces, fmt, out, step_pattern, steps_spec, window):
     """Per-step host time, GPU busy/idle and idle causes for each TRACE."""
-    results, failed = _analyses(traces, step_pattern, 0)
+    results, failed = _analyses(traces, step_pattern, 0, steps_spec, window)
     if fmt == "json":
         docs = [{"trace": a.meta.path, **a.to_dict()["steps"]} for a in results]
         emit_json(docs, out)
@@ -90,9 +170,9 @@ def steps(traces, fmt, out, step_pattern):
 
 
 @_trace_command(min_gap_option)
-def idle(traces, fmt, out, min_gap, step_pattern):
+def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
     """Every GPU idle gap of each TRACE with its step, drain cause and host activity."""
-    results, failed = _analyses(traces, step_pattern, min_gap)
+    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window)
     if fmt == "json":
         docs = [{"trace": a.meta.path, "min_gap_ns": a.min_gap_ns,
                  "gaps": gap_records(a.listed_gaps())} for a in results]

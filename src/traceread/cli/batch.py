@@ -84,5 +84,5 @@ def render_summary(res, out: str) -> str:
         lines.append("")
         lines.append(render_text(res.jobs))
     lines.append("")
-    lines.append(f"wrote {out}/summary.parquet, summary.csv, ranks.parquet, tables/")
+    lines.append(f"wrote {out}/summary.parquet, summary.csv, ranks.parquet, jobs.parquet, tables/")
     return "\n".join(lines)

@@ -32,7 +32,7 @@ from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-CPU_CATEGORIES = ("compile", "dataloader", "comm_wait", "sync", "alloc", "launch", "cpu_op",
+CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch", "cpu_op",
                   "python", "untraced")
 DRAINS = ("sync", "starved")
 
@@ -76,12 +76,23 @@ def _op_base(name: str) -> str:
     return name.split(",", 1)[0].strip()
 
 COMPILE_RX = re.compile(
-    r"\(dynamo_timed\)|entire_frame_compile|compile_inner|_compile\.compile|compile_fx"
+    r"\(dynamo_timed\)|entire_frame_compile|compile_inner|_compile\.compile|compile_fx(?!\.py)"
     r"|fx_codegen_and_compile|inductor_compile|call_user_compiler|backend_compile"
     r"|create_aot_dispatcher_function|aot_compile|async_compile|PT2 Compile|CompilationMetrics"
     r"|autotune_select_algorithm|benchmark_all_configs"
     r"|torch/_dynamo/(?:convert_frame|symbolic_convert|output_graph)\.py"
-    r"|torch/_inductor/(?:compile_fx|graph|scheduler|codecache|select_algorithm)\.py")
+    r"|torch/_inductor/(?:graph|scheduler|codecache|select_algorithm)\.py"
+    # compile_fx.py also holds the compiled graph's run-time wrappers (run, static_input)
+    r"|torch/_inductor/compile_fx\.py\(\d+\): \w*(?:compile|codegen)")
+# CUDA-graph recording: one-time work like compilation, but not a dynamo/inductor compile
+# (``CUDAGraphNode.record (dynamo_timed)`` must not read as a compile).
+GRAPH_RECORD_RX = re.compile(
+    # cudagraph trees: the record frames only -- in_recording, exceed_rerecord_limit and
+    # deferred_cudagraphify run on every replay (xdit_flux.1 steady-state profile traces)
+    r"CUDAGraphNode\.record|CUDAGraph\.capture"
+    r"|cudagraph_trees\.py\(\d+\): (?:record_function|_record|record)$"
+    r"|capture_begin|capture_end|(?<!deferred_)cudagraphify"
+    r"|^(?:cuda|hip|cu)(?:StreamBeginCapture|StreamEndCapture|GraphInstantiate)\w*")
 DATALOADER_RX = re.compile(
     r"(?i)enumerate\(DataLoader\)|DataLoader|data_loader|data loading|_next_data"
     r"|torch/utils/data/")
@@ -143,6 +154,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
     def by_name(n: str) -> int:
         if any(r.search(n) for r in step_rx):
             return -2
+        if GRAPH_RECORD_RX.search(n):
+            return cat["graph_capture"]
         if COMPILE_RX.search(n) or _is_compile_name(n):
             return cat["compile"]
         if DATALOADER_RX.search(n):
@@ -154,6 +167,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
         return -1
 
     def api(n: str) -> int:
+        if GRAPH_RECORD_RX.search(n):
+            return cat["graph_capture"]
         if SYNC_API_RX.match(n):
             return cat["sync"]
         return cat["alloc"] if ALLOC_API_RX.match(n) else cat["launch"]
@@ -283,6 +298,14 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he += hs
     key = _thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
     del rows
+    cap = _capture_regions(kind, name, name_cats, hs, he, key)
+    if cap is not None:   # stream-capture regions: everything inside records a CUDA graph
+        cs, ce, ck, cn, ckind = cap
+        hs, he, key = np.concatenate([hs, cs]), np.concatenate([he, ce]), np.concatenate([key, ck])
+        name, kind = np.concatenate([name, cn]), np.concatenate([kind, ckind])
+        cats = np.concatenate([cats, np.full(len(cs), CPU_CATEGORIES.index("graph_capture"),
+                                             cats.dtype)])
+        is_sync = np.concatenate([is_sync, np.zeros(len(cs), bool)])
     top_parts = []
     for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
         gs = gaps["start"].to_numpy(np.int64)[idx]
@@ -308,6 +331,39 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     gaps["drain"] = drain
     gaps["drain_op"] = drain_op
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top)}
+
+
+CAPTURE_BEGIN_RX = re.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture")
+CAPTURE_END_RX = re.compile(r"capture_end|^(?:cuda|hip|cu)StreamEndCapture")
+
+
+def _capture_regions(kind, name, name_cats, hs, he, key):
+    """[begin, end) of each stream capture per thread: a ``capture_begin`` frame (or a
+    StreamBeginCapture call) to the end of the next ``capture_end`` on the same thread.
+
+    During capture, launches are recorded, not run: the GPU idles by design, and the
+    operators inside are the graph's recording cost, not host overhead.
+    """
+    begin = _name_lut(name_cats, name, lambda n: bool(CAPTURE_BEGIN_RX.search(n)), bool, False)[name]
+    if not begin.any():
+        return None
+    end = _name_lut(name_cats, name, lambda n: bool(CAPTURE_END_RX.search(n)), bool, False)[name]
+    out = []
+    for k in np.unique(key[begin]).tolist():
+        b = np.flatnonzero(begin & (key == k))
+        e = np.flatnonzero(end & (key == k))
+        if not len(e):
+            continue
+        ends = np.sort(he[e])
+        for i in b.tolist():
+            j = np.searchsorted(ends, hs[i], side="right")
+            if j < len(ends):
+                out.append((hs[i], ends[j], k, name[i], kind[i]))
+    if not out:
+        return None
+    s, e, k, n, kd = (np.array(c) for c in zip(*out))
+    return (s.astype(np.int64), e.astype(np.int64), k.astype(np.int64), n.astype(name.dtype),
+            kd.astype(kind.dtype))
 
 
 def _sync_names(cats: pd.Index, codes: np.ndarray) -> np.ndarray:
