@@ -23,12 +23,18 @@ TIMEOUT = 60
 
 
 # The CLI in a child that reports its own peak RSS (kB) into $RSS_OUT at exit.
-_DRIVER = ("import atexit, os, resource\n"
-           "atexit.register(lambda: open(os.environ['RSS_OUT'], 'w').write(\n"
-           "    str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent
+# (pytest, often 700 MB) across exec, while VmHWM belongs to the new image.
+_DRIVER = ("import atexit, os, re, resource\n"
+           "def peak():\n"
+           "    try:\n"
+           "        return re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)\n"
+           "    except (OSError, AttributeError):\n"
+           "        return str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+           "atexit.register(lambda: open(os.environ['RSS_OUT'], 'w').write(peak()))\n"
            "from traceread.cli import main\n"
            "main(prog_name='traceread')\n")
-RSS_BASE_MB = 700      # interpreter + numpy/pandas/pyarrow + a small analysis
+RSS_BASE_MB = 400      # interpreter + numpy/pandas/pyarrow (~115 MB) + a small analysis
 RSS_PER_INPUT = 12     # and at most this multiple of the input on top
 
 
