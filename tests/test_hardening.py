@@ -57,7 +57,14 @@ def snapshot(d: Path) -> dict:
     """name -> bytes of every entry directly in ``d`` (special files by type only)."""
     out = {}
     for p in sorted(d.iterdir()):
-        out[p.name] = p.read_bytes() if p.is_file() else ("dir" if p.is_dir() else "special")
+        if p.is_file():
+            try:
+                out[p.name] = p.read_bytes()
+            except PermissionError:  # the unreadable case (not root): its stat then
+                st = p.stat()
+                out[p.name] = ("unreadable", st.st_size, st.st_mtime_ns, st.st_mode)
+        else:
+            out[p.name] = "dir" if p.is_dir() else "special"
     return out
 
 
