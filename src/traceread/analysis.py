@@ -18,6 +18,7 @@ from .passes import attribution as attr_mod
 from .passes import context as context_mod
 from .passes import window as window_mod
 from .passes import steps as steps_mod
+from .passes import utilization as util_mod
 from .passes import verdict as verdict_mod
 from .passes.compile import compile_summary
 from .passes.context import trace_context
@@ -60,6 +61,7 @@ class Analysis:
     window: Any = None               # passes.window.Window: what was analysed and excluded
     copies: dict = field(default_factory=dict)    # host<->device copies (passes.copies)
     context: dict = field(default_factory=dict)   # what the trace already does
+    utilization: dict | None = None  # passes/utilization.py: MFU, busy classes + levers, memory
 
     def listed_gaps(self) -> pd.DataFrame:
         """Gaps longer than ``min_gap_ns`` (the listing filter; totals never use it)."""
@@ -72,11 +74,13 @@ class Analysis:
 
 
 def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int = 0,
-            steps: str | None = "auto", window: tuple | None = None) -> Analysis:
+            steps: str | None = "auto", window: tuple | None = None,
+            peak_tflops: float | None = None) -> Analysis:
     """Run every pass over a Trace (or a path, loaded with ``traceread.load``).
 
     ``steps``: ``auto`` (steady-state steps, the default), ``all`` or ``N:M``;
-    ``window``: (start, end) ns after the trace's first event, overriding ``steps``.
+    ``window``: (start, end) ns after the trace's first event, overriding ``steps``;
+    ``peak_tflops``: per-GPU dense peak for MFU (default: looked up from the device).
     """
     if isinstance(trace_or_path, (str, os.PathLike)):
         from .readers import read
@@ -149,6 +153,9 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)
     verdict["missing"] = _missing(trace.meta, ev, ctx)
+    utilization = util_mod.utilization(trace, step_tab, peak_tflops, events=ev)
+    if verdict["bound"] == "gpu":
+        _gpu_verdict_detail(verdict, utilization)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -156,7 +163,29 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     collectives=collectives, compile=comp, kernels=kernels,
                     kernel_classes=classes, verdict=verdict, graphs=graphs,
                     min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
-                    context=ctx)
+                    context=ctx, utilization=utilization)
+
+
+def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
+    """A GPU-bound verdict says how well the busy time is used and which kernel lever pays."""
+    from .passes.bounds import GPU_LEVER_TEXT
+
+    u = utilization or {}
+    if u.get("headline"):
+        verdict["summary"] += f"; {u['headline']}"
+    busy = [lv for lv in (u.get("busy") or {}).get("levers", []) if lv.get("lever") in GPU_LEVER_TEXT]
+    if not busy:
+        return
+    busy.sort(key=lambda lv: -lv.get("saving_ns", 0))
+    texts = [f"{GPU_LEVER_TEXT[lv['lever']]} -- {lv['why']}" for lv in busy]
+    # evidence-based levers only: the generic list would suggest bf16 to a bf16 model
+    verdict["levers"] = texts
+    verdict["actions"] = [{"cause": "gpu", "saves_ns": int(lv.get("saving_ns", 0)),
+                           "saves_pct": None, "saves_per_step_ns": None,
+                           "projected_step_ns": None, "culprit": lv["why"],
+                           "levers": [{"lever": GPU_LEVER_TEXT[lv["lever"]], "cost": "code",
+                                       "saves_ns": int(lv.get("saving_ns", 0))}]}
+                          for lv in busy] + verdict["actions"]
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
