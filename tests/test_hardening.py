@@ -547,3 +547,15 @@ def test_unreadable_file_is_one_line_exit_1(tmp_path, monkeypatch):
     monkeypatch.setattr(D.os, "open", deny)
     r = run_inprocess("analyze", p, cwd=tmp_path)
     assert r.returncode == 1 and r.stderr.strip() == f"traceread: error: {p}: permission denied"
+
+
+def test_batch_row_says_truncated(tmp_path):
+    from traceread import batch
+
+    d = _batch_dir(tmp_path, 2)
+    data = (d / "t0.json").read_bytes()
+    (d / "t0.json").write_bytes(data[: len(data) // 2])
+    s = batch.run(d, jobs=1).summary.set_index("file")
+    row = s.loc[str(d / "t0.json")]
+    assert pd_isna(row["error"]) and row["truncated_at_byte"] == len(data) // 2
+    assert pd_isna(s.loc[str(d / "t1.json"), "truncated_at_byte"])

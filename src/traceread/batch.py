@@ -28,7 +28,7 @@ from .errors import TraceError
 SUMMARY_COLUMNS = [
     "file", "trace_id", "format", "rank", "world_size", "job", "events", "steps", "step_mean_ms",
     "idle_pct", "top_drain", "top_drain_pct", "top_cpu", "top_cpu_pct", "comm_ms", "exposed_comm_pct",
-    "recompiles", "verdict", "error", "seconds",
+    "recompiles", "verdict", "error", "seconds", "truncated_at_byte",
 ]
 # Per-trace tables written to the partitioned dataset (Analysis attribute or "collectives").
 TABLES = ("steps", "gaps", "kernels", "collectives", "devices", "top_ops")
@@ -132,6 +132,9 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
             trace.meta.path = str(path)
         row.update(format=trace.meta.format, rank=int(trace.meta.rank),
                    world_size=int(trace.meta.world_size), events=len(trace))
+        cut = trace.meta.extra.get("truncated")  # a file cut short: analysed up to the cut
+        if cut:
+            row["truncated_at_byte"] = int(cut["truncated_at_byte"])
         from .analysis import analyze
 
         a = analyze(trace, step_pattern=step_pattern)
@@ -439,7 +442,7 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
     for i, row in enumerate(rows):
         row["trace_id"] = f"t{i:0{width}d}"
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    for c in ("rank", "world_size", "events", "steps", "recompiles"):
+    for c in ("rank", "world_size", "events", "steps", "recompiles", "truncated_at_byte"):
         summary[c] = summary[c].astype("Int64")
     for c in ("step_mean_ms", "idle_pct", "top_drain_pct", "top_cpu_pct", "comm_ms", "exposed_comm_pct", "seconds"):
         summary[c] = summary[c].astype("float64")

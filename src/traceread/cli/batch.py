@@ -80,6 +80,10 @@ def render_summary(res, out: str) -> str:
         lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
     for r in s[s["error"].notna()].itertuples():
         lines.append(f"  failed: {r.file}: {r.error}")
+    if "truncated_at_byte" in s:
+        for r in s[s["truncated_at_byte"].notna() & s["error"].isna()].itertuples():
+            lines.append(f"  truncated: {r.file}: cut at byte {r.truncated_at_byte:,}, "
+                         f"analysed the {r.events:,} events before the cut")
     if res.jobs:
         lines.append("")
         lines.append(render_text(res.jobs))
