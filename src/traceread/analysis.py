@@ -237,15 +237,17 @@ def _edge_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, win) -> pd.DataFrame:
     return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
 
 
-def _host_culprit(ev, gaps, summary, parts) -> str:
+def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
     """The deepest frame or op behind the host-bound time, or the untraced share."""
     long_ = gaps[(gaps["drain"] != "sync") & (gaps["duration"] > verdict_mod.SHORT_GAP_NS)]
     by = {c: int(long_[f"cpu_{c}"].sum()) for c in ("python", "cpu_op", "alloc", "untraced")}
     top = max(by, key=by.get) if any(by.values()) else ""
     if top == "untraced" and parts.get("host_untraced"):
         return f"untraced time on the launching thread (Python?): {_ms(by['untraced'])}"
-    kinds = {"python": ("python",), "cpu_op": ("cpu_op", "annotation", "osrt"),
-             "alloc": ("runtime", "driver")}.get(top)
+    if top == "alloc":   # the allocator call itself, not whatever API call is innermost
+        al = top_ops[top_ops["category"] == "alloc"] if len(top_ops) else top_ops
+        return f"{al['name'].iloc[0]}: {_ms(int(al['ns'].iloc[0]))} inside gaps" if len(al) else ""
+    kinds = {"python": ("python",), "cpu_op": ("cpu_op", "annotation", "osrt")}.get(top)
     if not kinds:
         return ""
     name, ns = context_mod.innermost_in_gaps(ev, long_, kinds)
@@ -265,7 +267,7 @@ def _culprits(ev, gaps, summary, top_ops, copies, collectives, comp, kernels, pa
         rate = f" at {big['gbps']:.1f} GB/s" if big.get("gbps") else ""
         out["copy"] = (f"{_bytes(big['bytes'])} {big['direction']} {kind} copy "
                        f"×{big['count']}{rate}")
-    out["host"] = _host_culprit(ev, gaps, summary, parts)
+    out["host"] = _host_culprit(ev, gaps, summary, parts, top_ops)
     data = top_ops[top_ops["category"] == "dataloader"] if len(top_ops) else top_ops
     if len(data):
         out["data"] = str(data["name"].iloc[0]) + (

@@ -182,9 +182,10 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
     if cause == "launch" and ctx.get("fused_optimizer"):
         items = [x for x in items if not x[0].startswith("fused optimizers")]
     out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items]
-    if cause == "host" and parts.get("alloc", 0) * 2 >= parts.get("host", 0) > 0:
-        out = [{"lever": t, "cost": c, "saves_ns": int(parts["alloc"])}
-               for t, c in LEVERS["alloc"]] + out
+    alloc = int(parts.get("alloc", 0)) if cause == "host" else 0
+    if alloc:   # allocator time is saved by allocator levers, the rest by the host levers
+        out = [{"lever": t, "cost": c, "saves_ns": alloc} for t, c in LEVERS["alloc"]] + \
+              [dict(lv, saves_ns=max(0, lv["saves_ns"] - alloc)) for lv in out]
     if cause == "copy" and out:
         out[0]["saves_ns"] = int(copy.get("pin_saves_ns", 0))
         if not copy.get("pageable_ns"):
