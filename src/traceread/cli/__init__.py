@@ -47,7 +47,7 @@ def main() -> None:
 def _register() -> None:
     # Imported for their side effect: each module adds its commands to `main`.
     from . import info, export, analyze  # noqa: F401
-    for optional in ("nsys_stats", "batch", "comm", "overlay"):
+    for optional in ("nsys_stats", "batch", "comm", "overlay", "diff"):
         try:
             __import__(f"{__name__}.{optional}")
         except ModuleNotFoundError as e:
