@@ -31,10 +31,15 @@ step_pattern_option = click.option(
     help="Regex for step ranges (default: ProfilerStep#N, then names like 'step 12' / 'iteration_3').")
 
 
-def _trace_command(*extra):
+html_format_option = click.option(
+    "--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
+    show_default=True, help="Output format (html: one self-contained page, needs -o).")
+
+
+def _trace_command(*extra, fmt_option=format_option):
     """A subcommand over TRACE... with the shared options, plus ``extra`` before --step-pattern."""
     shared = (click.argument("traces", nargs=-1, required=True, type=click.Path()),
-              format_option, output_option, *extra, step_pattern_option, no_cache_option)
+              fmt_option, output_option, *extra, step_pattern_option, no_cache_option)
 
     def wrap(fn):
         for option in reversed(shared):
@@ -49,11 +54,17 @@ def _analyses(traces, step_pattern, min_gap):
                                                         min_gap_ns=min_gap))
 
 
-@_trace_command(min_gap_option)
+@_trace_command(min_gap_option, fmt_option=html_format_option)
 def analyze(traces, fmt, out, min_gap, step_pattern):
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
+    if fmt == "html" and (out is None or len(traces) != 1):
+        raise click.UsageError("--format html takes one TRACE and -o FILE.html")
     results, failed = _analyses(traces, step_pattern, min_gap)
-    if fmt == "json":
+    if fmt == "html":
+        from ..render.base import get_renderer
+
+        emit(get_renderer("html").render(results[0]), out)
+    elif fmt == "json":
         docs = [a.to_dict() for a in results]
         emit_json(docs, out)
     else:
