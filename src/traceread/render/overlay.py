@@ -66,9 +66,8 @@ def write_overlay(a, path: str) -> int:
     added = overlay_events(a)
     if a.trace is None and not _spliceable(a):
         raise TraceError(a.meta.path, "the analysis holds no trace to overlay")
-    opener = gzip.open if str(path).endswith(".gz") else open
     try:
-        with opener(path, "wb") as out:
+        with _open_out(path) as out:
             if _spliceable(a):
                 with _open_source(a.meta.path) as src:
                     _splice(src, out, added)
@@ -78,6 +77,18 @@ def write_overlay(a, path: str) -> int:
     except OSError as e:
         raise TraceError(path, f"cannot write: {e.strerror or e}") from None
     return len(added)
+
+
+def _open_out(path: str):
+    """gzip level 3 for .gz (a 1 GB trace: level 9 spends minutes for ~25% less size)."""
+    if not str(path).endswith(".gz"):
+        return open(path, "wb")
+    try:  # isal's gzip is several times faster; the "fast" extra installs it
+        from isal import igzip
+
+        return igzip.open(path, "wb", compresslevel=2)
+    except ImportError:
+        return gzip.open(path, "wb", compresslevel=3)
 
 
 # --- the added events ------------------------------------------------------------
