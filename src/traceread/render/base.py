@@ -62,12 +62,14 @@ class TextRenderer(Renderer):
 
 
 class JsonRenderer(Renderer):
-    """The JSON contract: ``result.to_dict()`` (docs/analysis.md, docs/schema/)."""
+    """The JSON contract: ``result.to_dict()`` plus ``schema_version`` (docs/schema/)."""
 
     output_file_extension = "json"
 
     def render(self, result) -> str:
-        return json.dumps(result.to_dict(), indent=2)
+        from ..schema import versioned
+
+        return json.dumps(versioned(result.to_dict()), indent=2)
 
 
 def _is_diff(result) -> bool:

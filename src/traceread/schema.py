@@ -1,0 +1,479 @@
+"""The JSON contract of every command, as msgspec structs: the single source of the schema.
+
+``docs/schema/<command>.schema.json`` is generated from these structs
+(``python -m traceread.schema docs/schema``); the tests check that the files are
+current and validate every command's JSON output against them. Each object
+document carries ``schema_version`` (``SCHEMA_VERSION``; bump the minor for
+added keys, the major for removed or changed ones).
+
+``kernels``, ``api`` and ``gaps`` print what ``nsys stats --format json`` prints
+(a list of rows keyed by nsys's column names), so they are lists and carry no
+version; the same figures appear in ``analyze`` under snake_case keys.
+
+Structs forbid unknown fields: a key added to an output without adding it here
+fails the schema tests, so the published schema cannot drift from the code.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import msgspec
+from msgspec import Struct, field
+
+SCHEMA_VERSION = "1.0"
+
+
+class _S(Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+IntMap = dict[str, int]
+
+
+# --- analyze -------------------------------------------------------------------------
+
+
+class TraceInfo(_S):
+    path: str
+    format: str
+    format_version: str
+    producer: str
+    rank: int
+    world_size: int
+    events: int
+    span_ns: int
+    devices: list[dict[str, Any]]
+
+
+class StepStats(_S):
+    count: int
+    total_ns: int
+    mean_ns: int
+    median_ns: int
+    p90_ns: int
+    min_ns: int
+    max_ns: int
+    stddev_ns: int
+    cv: float
+    bursty: bool
+
+
+class StepItem(_S):
+    step: int
+    name: str
+    pid: int
+    tid: int
+    start_ns: int
+    end_ns: int
+    dur_ns: int
+    gpu_start_ns: int
+    gpu_end_ns: int
+    gpu_ops: int
+    busy_ns: int
+    idle_ns: int
+    gaps: int
+    idle_by_cpu: IntMap
+
+
+class Steps(_S):
+    source: str
+    pattern: str
+    count: int
+    stats: Optional[StepStats]
+    items: list[StepItem]
+
+
+class Device(_S):
+    pid: int
+    device: int
+    name: str
+    window_start_ns: int
+    window_end_ns: int
+    window_ns: int
+    busy_ns: int
+    idle_ns: int
+    idle_pct: float
+    gaps: int
+
+
+class Gap(_S):
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    pid: int
+    device: int
+    step: int
+    drain: str
+    drain_op: Optional[str]
+    cpu: str
+    by_cpu: IntMap
+
+
+class Gaps(_S):
+    total_idle_ns: int
+    count: int
+    min_gap_ns: int
+    listed: int
+    listed_ns: int
+    largest: list[Gap]
+
+
+class SyncOp(_S):
+    ns: int
+    gaps: int
+
+
+class DeviceAttribution(_S):
+    pid: int
+    device: int
+    idle_ns: int
+    by_cpu: IntMap
+    by_drain: IntMap
+
+
+class TopOp(_S):
+    name: str
+    category: str
+    ns: int
+    count: int
+
+
+class Attribution(_S):
+    by_cpu: IntMap
+    by_drain: IntMap
+    drain_x_cpu: dict[str, IntMap]
+    by_sync_op: dict[str, SyncOp]
+    devices: list[DeviceAttribution]
+    top_ops: list[TopOp]
+
+
+class CommDevice(_S):
+    pid: int
+    device: int
+    comm_ns: int
+    compute_ns: int
+    overlap_ns: int
+    exposed_ns: int
+    overlap_pct: float
+    comm_kernels: int
+    compute_kernels: int
+
+
+class Collective(_S):
+    collective: str
+    count: int
+    total_ns: int
+    exposed_ns: int
+    avg_ns: Optional[float]
+    msg_bytes: int
+    sized: int
+    avg_msg_bytes: Optional[float]
+    algbw_gbps: Optional[float]
+    busbw_gbps: Optional[float]
+    group_size: int
+
+
+class Nccl(_S):
+    comm_ns: int
+    exposed_ns: int
+    overlap_ns: int
+    overlap_pct: float
+    devices: list[CommDevice]
+    by_collective: list[Collective]
+
+
+class CompileFrame(_S):
+    frame: str
+    compiles: int
+    recompiles: int
+    compile_ns: int
+    steps: list[int]
+    compile_ids: list[str]
+    compiled_autograd: bool
+    regions_seen: list[str]
+
+
+class Compile(_S):
+    compiles: int
+    recompiles: int
+    compile_ns: int
+    cache_lookup_ns: int
+    frames: list[CompileFrame]
+    cache_lookups: int = 0
+    idle_overlap_ns: int = 0
+    gpu_ops: bool = False
+    episodes: int = 0
+    compiled_region_calls: int = 0
+    cudagraph_record_ns: int = 0
+
+
+class Kernel(_S):
+    name: str
+    total_ns: int
+    instances: int
+    avg_ns: int
+    med_ns: int
+    min_ns: int
+    max_ns: int
+    stddev_ns: int
+    pct: float
+
+
+class KernelClass(_S):
+    cls: str = field(name="class")
+    total_ns: int
+    pct: float
+    instances: int
+
+
+class Verdict(_S):
+    bound: str
+    summary: str
+    evidence: dict[str, Any]
+    levers: list[Any]
+
+
+class Analyze(_S):
+    """``traceread analyze --format json`` (one object per trace; several: a list)."""
+
+    schema_version: str
+    trace: TraceInfo
+    steps: Steps
+    devices: list[Device]
+    gaps: Gaps
+    attribution: Attribution
+    nccl: Nccl
+    compile: Compile
+    kernels: list[Kernel]
+    kernel_classes: list[KernelClass]
+    verdict: Verdict
+
+
+# --- steps, idle, nccl, compile, info --------------------------------------------------
+
+
+class StepsDoc(Steps, kw_only=True):
+    """``traceread steps --format json``."""
+
+    schema_version: str
+    trace: str
+
+
+class IdleDoc(_S):
+    """``traceread idle --format json``."""
+
+    schema_version: str
+    trace: str
+    min_gap_ns: int
+    gaps: list[Gap]
+
+
+class NcclDoc(_S):
+    """``traceread nccl --format json``."""
+
+    schema_version: str
+    path: str
+    comm_ns: int
+    exposed_ns: int
+    overlap_pct: float
+    devices: list[CommDevice]
+    collectives: list[Collective]
+
+
+class CompileDoc(Compile, kw_only=True):
+    """``traceread compile --format json`` (``events`` with ``--events``)."""
+
+    schema_version: str
+    path: str
+    events: Optional[list[dict[str, Any]]] = None
+
+
+class InfoDoc(_S):
+    """``traceread info --format json``."""
+
+    schema_version: str
+    path: str
+    format: str
+    format_version: str
+    producer: str
+    rank: int
+    world_size: int
+    devices: list[int]
+    device_names: dict[str, str]
+    events: int
+    by_kind: IntMap
+    start_ns: int
+    end_ns: int
+    span_ns: int
+
+
+# --- diff ------------------------------------------------------------------------------
+
+
+class DiffSide(_S):
+    path: str
+    format: str
+    steps: int
+    unit: str
+    step_mean_ns: Optional[int]
+    step_median_ns: Optional[int]
+    gpu_window_ns: int
+    gpu_busy_ns: int
+    gpu_idle_ns: int
+    gpu_idle_pct: float
+    idle_by_cpu: IntMap
+    comm_ns: int
+    exposed_comm_ns: int
+    compiles: int
+    recompiles: int
+    verdict: Optional[str]
+    verdict_summary: str
+    promised_saving_ns: Optional[int]
+
+
+class Delta(_S):
+    before: Optional[float]
+    after: Optional[float]
+    delta: Optional[float]
+    pct: Optional[float]
+
+
+class KernelChange(_S):
+    name: str
+    before_ns: int
+    after_ns: int
+    delta_ns: int
+    pct: Optional[float]
+    before_instances: int
+    after_instances: int
+
+
+class KernelChanges(_S):
+    matched: int
+    before_count: int
+    after_count: int
+    slower_count: int
+    faster_count: int
+    new_count: int
+    gone_count: int
+    slower: list[KernelChange]
+    faster: list[KernelChange]
+    new: list[KernelChange]
+    gone: list[KernelChange]
+
+
+class VerdictChange(_S):
+    before: Optional[str]
+    after: Optional[str]
+    changed: bool
+
+
+class Saving(_S):
+    realised_ns: Optional[int]
+    promised_ns: Optional[int]
+
+
+class DiffPair(_S):
+    unit: str
+    before: DiffSide
+    after: DiffSide
+    change: dict[str, Any]
+    slower_pct: Optional[float]
+    verdict: VerdictChange
+    saving: Saving
+    kernels: KernelChanges
+
+
+class Diff(DiffPair, kw_only=True):
+    """``traceread diff --format json``."""
+
+    schema_version: str
+    pairs: Optional[list[DiffPair]] = None
+
+
+# --- nsys-stats compatible lists -------------------------------------------------------
+
+
+class KernelRow(_S):
+    pct: float = field(name="Time (%)")
+    total_ns: int = field(name="Total Time (ns)")
+    instances: int = field(name="Instances")
+    avg_ns: float = field(name="Avg (ns)")
+    med_ns: float = field(name="Med (ns)")
+    min_ns: int = field(name="Min (ns)")
+    max_ns: int = field(name="Max (ns)")
+    stddev_ns: float = field(name="StdDev (ns)")
+    name: str = field(name="Name")
+
+
+class ApiRow(_S):
+    pct: float = field(name="Time (%)")
+    total_ns: int = field(name="Total Time (ns)")
+    calls: int = field(name="Num Calls")
+    avg_ns: float = field(name="Avg (ns)")
+    med_ns: float = field(name="Med (ns)")
+    min_ns: int = field(name="Min (ns)")
+    max_ns: int = field(name="Max (ns)")
+    stddev_ns: float = field(name="StdDev (ns)")
+    name: str = field(name="Name")
+
+
+class GapRow(_S):
+    row: int = field(name="Row#")
+    duration_ns: int = field(name="Duration (ns)")
+    start_ns: int = field(name="Start (ns)")
+    pid: Optional[int] = field(name="PID")
+    device: Optional[int] = field(name="Device ID")
+    context: Optional[int] = field(name="Context ID")
+
+
+DOCUMENTS: dict[str, Any] = {
+    "analyze": Analyze, "steps": StepsDoc, "idle": IdleDoc, "nccl": NcclDoc,
+    "compile": CompileDoc, "info": InfoDoc, "diff": Diff,
+    "kernels": list[KernelRow], "api": list[ApiRow], "gaps": list[GapRow],
+}
+# Commands that print one object per input (a list for several inputs).
+PER_TRACE = ("analyze", "steps", "idle", "nccl", "compile", "info")
+
+
+def versioned(doc: dict) -> dict:
+    """``doc`` with ``schema_version`` first."""
+    return {"schema_version": SCHEMA_VERSION, **{k: v for k, v in doc.items() if k != "schema_version"}}
+
+
+def json_schema(command: str) -> dict:
+    """The JSON Schema of ``command``'s output; per-trace commands accept one object or a list."""
+    t = DOCUMENTS[command]
+    if command in PER_TRACE:
+        t = t | list[t]  # type: ignore[operator]
+    s = msgspec.json.schema(t)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"traceread/{command}.schema.json", "title": f"traceread {command} --format json",
+            "x-schema-version": SCHEMA_VERSION, **s}
+
+
+def write_all(out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in DOCUMENTS:
+        p = out / f"{name}.schema.json"
+        p.write_text(json.dumps(json_schema(name), indent=2, sort_keys=True) + "\n")
+        paths.append(p)
+    return paths
+
+
+def check(command: str, doc: Any) -> None:
+    """Raise ``msgspec.ValidationError`` when ``doc`` does not match ``command``'s schema."""
+    t = DOCUMENTS[command]
+    if command in PER_TRACE and isinstance(doc, list):
+        t = list[t]
+    msgspec.convert(doc, type=t, strict=False)
+
+
+if __name__ == "__main__":  # python -m traceread.schema docs/schema
+    for p in write_all(sys.argv[1] if len(sys.argv) > 1 else "docs/schema"):
+        print(p)
