@@ -26,6 +26,7 @@ import json
 import re
 from typing import Iterable, Iterator
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -35,6 +36,8 @@ from ..passes.attribution import CPU_CATEGORIES
 from .base import Renderer
 
 CAT = "traceread"
+CAT_HEAD = {"ph": "X", "cat": CAT}
+_ENC = msgspec.json.Encoder(enc_hook=lambda x: x.item() if isinstance(x, np.generic) else str(x)).encode
 PID_BASE = 0x54524400  # "TRD\0": far above real pids and device indices
 _CHUNK = 4 << 20
 _PREFIX_MAX = 64 << 20
@@ -164,10 +167,9 @@ def _meta(pid: int, tid: int, name: str, args: dict) -> str:
 
 
 def _slice(clock: _Clock, pid: int, tid: int, name: str, start: int, end: int, args: dict) -> str:
-    head = json.dumps({"ph": "X", "cat": CAT, "name": name, "pid": pid, "tid": tid},
-                      separators=(",", ":"))[:-1]
+    head = _ENC(CAT_HEAD | {"name": name, "pid": pid, "tid": tid})[:-1].decode()
     return (f'{head},"ts":{clock.us(start)},"dur":{_us(max(int(end) - int(start), 0))},'
-            f'"args":{json.dumps(args, separators=(",", ":"), default=_plain)}}}')
+            f'"args":{_ENC(args).decode()}}}')
 
 
 def _plain(x):
@@ -195,15 +197,19 @@ def _gap_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
     if g is None or not len(g):
         return []
     out = []
-    cols = ["start", "end", "duration", "pid", "device", "step", "drain", "drain_op", "cpu"]
     cpu_cols = [f"cpu_{c}" for c in CPU_CATEGORIES]
-    for r in g[cols + cpu_cols].to_dict(orient="records"):
-        pid, tid = tracks.tid("traceread · GPU idle gaps", _device_label(a, r["pid"], r["device"]))
-        args = {"duration_ns": int(r["duration"]), "step": int(r["step"]), "drain": r["drain"],
-                "host_ns": {c: int(r[f"cpu_{c}"]) for c in CPU_CATEGORIES if r[f"cpu_{c}"]}}
-        if r["drain_op"]:
-            args["drain_op"] = r["drain_op"]
-        out.append(_slice(clock, pid, tid, gap_cause(r), r["start"], r["end"], args))
+    for (p, d), part in g.groupby(["pid", "device"], sort=True):
+        pid, tid = tracks.tid("traceread · GPU idle gaps", _device_label(a, p, d))
+        host = part[cpu_cols].to_numpy(np.int64)
+        cols = zip(part["start"].tolist(), part["end"].tolist(), part["step"].tolist(),
+                   part["drain"].tolist(), part["drain_op"].tolist(), part["cpu"].tolist(), host)
+        for start, end, step, drain, op, cpu, h in cols:
+            args = {"duration_ns": end - start, "step": step, "drain": drain,
+                    "host_ns": {c: int(v) for c, v in zip(CPU_CATEGORIES, h) if v}}
+            if op:
+                args["drain_op"] = op
+            name = gap_cause({"drain": drain, "drain_op": op, "cpu": cpu})
+            out.append(_slice(clock, pid, tid, name, start, end, args))
     return out
 
 
