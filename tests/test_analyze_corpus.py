@@ -10,6 +10,7 @@ import pytest
 from traceread import TraceError, load
 from traceread.analysis import analyze
 from traceread.passes.attribution import CPU_CATEGORIES
+from traceread.passes.bounds import VERDICTS
 from traceread.render.report import render_report
 
 from conftest import corpus_or_skip
@@ -38,8 +39,7 @@ def _check(a):
     d = a.to_dict()
     json.dumps(d)
     assert render_report(a).splitlines()[3].startswith("VERDICT")
-    assert d["verdict"]["bound"] in ("data", "sync", "launch", "comms", "compile", "gpu", "mixed",
-                                     "unknown", "cpu_only")
+    assert d["verdict"]["bound"] in VERDICTS
     for dev in d["attribution"]["devices"]:   # the split is exact on real data too
         assert sum(dev["by_cpu"].values()) == dev["idle_ns"]
         assert sum(dev["by_drain"].values()) == dev["idle_ns"]

@@ -202,8 +202,9 @@ def test_allocator_calls_are_alloc_not_launch_and_lead_the_levers():
     assert int(g["cpu_untraced"]) == 0
     assert g["drain"] == "starved"
     v = a.verdict
-    assert v["bound"] == "launch"
-    assert v["evidence"]["host_top_category"] == "alloc"
+    # a 2 ms gap is not launch overhead: the launching thread was busy freeing memory
+    assert v["bound"] == "host"
+    assert "hipFree" in v["summary"]
     assert "empty_cache" in v["levers"][0]
 
 
@@ -218,5 +219,6 @@ def test_hip_memcpy_with_stream_is_a_blocking_sync():
     g = analyze(b.build()).gaps.iloc[0]
     assert int(g["cpu_sync"]) == 500 * US and int(g["cpu_launch"]) == 10 * US
     v = analyze(b.build()).verdict
-    assert v["bound"] == "launch" and v["evidence"]["host_top_category"] == "sync"
+    # the host sat in a blocking copy while the GPU idled: that is a sync, not a launch
+    assert v["bound"] == "sync"
     assert v["levers"][0].startswith("remove per-step host syncs")

@@ -15,9 +15,13 @@ import numpy as np
 import pandas as pd
 
 from .passes import attribution as attr_mod
+from .passes import context as context_mod
+from .passes import window as window_mod
 from .passes import steps as steps_mod
 from .passes import verdict as verdict_mod
 from .passes.compile import compile_summary
+from .passes.context import trace_context
+from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
@@ -51,6 +55,9 @@ class Analysis:
     verdict: dict
     min_gap_ns: int = 0
     trace: Trace | None = field(default=None, repr=False)  # the analysed trace, for follow-ups
+    window: Any = None               # passes.window.Window: what was analysed and excluded
+    copies: dict = field(default_factory=dict)    # host<->device copies (passes.copies)
+    context: dict = field(default_factory=dict)   # what the trace already does
 
     def listed_gaps(self) -> pd.DataFrame:
         """Gaps longer than ``min_gap_ns`` (the listing filter; totals never use it)."""
@@ -62,30 +69,39 @@ class Analysis:
         return analysis_to_dict(self)
 
 
-def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int = 0) -> Analysis:
-    """Run every pass over a Trace (or a path, loaded with ``traceread.load``)."""
+def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int = 0,
+            steps: str | None = "auto", window: tuple | None = None) -> Analysis:
+    """Run every pass over a Trace (or a path, loaded with ``traceread.load``).
+
+    ``steps``: ``auto`` (steady-state steps, the default), ``all`` or ``N:M``;
+    ``window``: (start, end) ns after the trace's first event, overriding ``steps``.
+    """
     if isinstance(trace_or_path, (str, os.PathLike)):
         from .readers import read
 
         trace = read(trace_or_path)
     else:
         trace = trace_or_path
-    ev = trace.events
     is_nsys = trace.meta.format == "nsys"
-
-    steps, pattern = steps_mod.find_steps(ev, step_pattern)
-    if len(steps):
+    all_ev = trace.events
+    all_steps, pattern = steps_mod.find_steps(all_ev, step_pattern)
+    win = window_mod.choose(all_ev, all_steps, _gpu_ops(all_ev, is_nsys), steps_spec=steps,
+                            window=window)
+    ev = window_mod.slice_events(all_ev, win.start, win.end) if win.mode != "whole_trace" \
+        else all_ev
+    step_rows = _window_steps(all_steps, win)
+    if len(step_rows):
         source = "ProfilerStep" if pattern == steps_mod.DEFAULT_STEP_PATTERN else "pattern"
     else:
-        steps, source = steps_mod.whole_trace_window(ev), "whole_trace"
-    ops = steps_mod.gpu_ops(ev)
-    if is_nsys:  # the gap pass ignores ops recorded before the session start; so do we
-        ops = ops[ops["ts"] > 0].reset_index(drop=True)
+        step_rows, source = steps_mod.whole_trace_window(ev), "whole_trace"
+    ops = _gpu_ops(ev, is_nsys)
     release_heap()  # each pass frees its temporaries; hand the pages back before the next
-    op_step = steps_mod.step_of_gpu_ops(steps, ops)
-    step_tab = steps_mod.step_table(steps, ops, op_step)
+    op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
+    step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
-    gaps = gpu_gaps(trace, 0)
+    gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
+    if win.mode != "whole_trace":
+        gaps = _edge_gaps(gaps, ops, win)
     gaps["step_index"] = _step_of_gaps(gaps, ops, op_step)
     release_heap()
     att = attr_mod.attribute(ev, gaps, ops, pattern)
@@ -96,33 +112,157 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     gaps["step"] = np.where(gaps["step_index"] >= 0,
                             step_tab["step"].to_numpy()[np.maximum(gaps["step_index"], 0)]
                             if len(step_tab) else -1, -1)
-    devices = _devices(ops, gaps, trace.meta)
+    devices = _devices(ops, gaps, trace.meta, win)
 
     nccl, collectives = comm_overlap(ev), collective_summary(ev)
     release_heap()
     comp = compile_summary(ev, gaps=gaps)
     kernels = kernel_summary(ev)
     classes = _classes(ev)
+    copies = copy_summary(ev, [str(d.get("name", "")) for d in trace.meta.devices
+                               if isinstance(d, dict)])
+    ctx = trace_context(ev)
     release_heap()
 
     exposed = int(nccl["exposed_ns"].sum()) if len(nccl) and "exposed_ns" in nccl else 0
-    window = int(devices["window_ns"].sum()) if len(devices) else 0
+    window_ns = int(devices["window_ns"].sum()) if len(devices) else 0
     idle = int(devices["idle_ns"].sum()) if len(devices) else 0
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
     extra = _evidence(stats, summary, att["top_ops"], kernels, comp)
-    verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window, idle_ns=idle,
-                                 attr=summary if len(ops) else None, exposed_comm_ns=exposed,
-                                 extra_evidence=extra)
-    if len(ev):
-        span = int((ev["ts"] + ev["dur"]).max() - ev["ts"].min())
-    else:
-        span = 0
-    return Analysis(meta=trace.meta, events=len(ev), span_ns=span, step_source=source,
+    parts = verdict_mod.cause_parts(gaps, ctx["host_traced"], ctx["api_traced"])
+    vctx = dict(ctx, steps=stats["count"] if stats else 0,
+                step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
+                culprits=_culprits(ev, gaps, summary, att["top_ops"], copies, collectives, comp,
+                                   kernels, parts, ctx))
+    verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
+                                 parts=parts if len(ops) else None, exposed_comm_ns=exposed,
+                                 copy=copies, ctx=vctx, extra_evidence=extra)
+    verdict["missing"] = _missing(trace.meta, ev, ctx)
+    span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
+    return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
                     gaps=gaps, attribution=summary, top_ops=att["top_ops"], nccl=nccl,
                     collectives=collectives, compile=comp, kernels=kernels,
                     kernel_classes=classes, verdict=verdict, min_gap_ns=int(min_gap_ns),
-                    trace=trace)
+                    trace=trace, window=win, copies=copies, context=ctx)
+
+
+def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
+    ops = steps_mod.gpu_ops(ev)
+    if is_nsys:  # the gap pass ignores ops recorded before the session start; so do we
+        ops = ops[ops["ts"] > 0].reset_index(drop=True)
+    return ops
+
+
+def _window_steps(all_steps: pd.DataFrame, win) -> pd.DataFrame:
+    """The analysed steps: the window's own, plus other processes' steps inside it."""
+    if win.mode == "whole_trace" or not len(all_steps):
+        return all_steps.iloc[:0] if win.mode != "whole_trace" else all_steps
+    main_pid = int(win.steps["pid"].iloc[0]) if len(win.steps) else None
+    s, e = all_steps["start"].to_numpy(np.int64), all_steps["end"].to_numpy(np.int64)
+    other = (all_steps["pid"].to_numpy() != main_pid) & (s < win.end) & (e > win.start)
+    parts = [win.steps, all_steps[other]] if len(win.steps) else [all_steps[other]]
+    out = pd.concat(parts, ignore_index=True)
+    out["start"] = np.maximum(out["start"].to_numpy(np.int64), win.start)
+    out["end"] = np.minimum(out["end"].to_numpy(np.int64), win.end)
+    out["dur"] = out["end"] - out["start"]
+    out = out.sort_values(["pid", "start"], kind="stable").reset_index(drop=True)
+    out["index"] = np.arange(len(out), dtype=np.int64)
+    return out
+
+
+def _edge_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, win) -> pd.DataFrame:
+    """Idle time between the window's edges and each device's first / last op.
+
+    Inside a step window the GPU is idle from the step's start until its first op
+    runs (the host was fetching data, say): that time is lost too.
+    """
+    if not len(ops):
+        return gaps
+    g = ops.groupby(["pid", "device"], sort=True).agg(first=("ts", "min"), last=("end", "max"))
+    rows = []
+    for (pid, dev), r in g.iterrows():
+        if r["first"] > win.start:
+            rows.append((win.start, int(r["first"]), int(pid), int(dev)))
+        if r["last"] < win.end:
+            rows.append((int(r["last"]), win.end, int(pid), int(dev)))
+    if not rows:
+        return gaps
+    edge = pd.DataFrame(rows, columns=["start", "end", "pid", "device"])
+    edge["duration"] = edge["end"] - edge["start"]
+    out = pd.concat([gaps, edge[list(gaps.columns)].astype(np.int64)], ignore_index=True)
+    return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+
+
+def _host_culprit(ev, gaps, summary, parts) -> str:
+    """The deepest frame or op behind the host-bound time, or the untraced share."""
+    long_ = gaps[(gaps["drain"] != "sync") & (gaps["duration"] > verdict_mod.SHORT_GAP_NS)]
+    by = {c: int(long_[f"cpu_{c}"].sum()) for c in ("python", "cpu_op", "alloc", "untraced")}
+    top = max(by, key=by.get) if any(by.values()) else ""
+    if top == "untraced" and parts.get("host_untraced"):
+        return f"untraced time on the launching thread (Python?): {_ms(by['untraced'])}"
+    kinds = {"python": ("python",), "cpu_op": ("cpu_op", "annotation", "osrt"),
+             "alloc": ("runtime", "driver")}.get(top)
+    if not kinds:
+        return ""
+    name, ns = context_mod.innermost_in_gaps(ev, long_, kinds)
+    return f"{name}: {_ms(ns)} of idle GPU time" if name else ""
+
+
+def _culprits(ev, gaps, summary, top_ops, copies, collectives, comp, kernels, parts, ctx) -> dict:
+    """The concrete thing behind each cause, named for the report."""
+    out: dict[str, str] = {}
+    if summary["by_sync_op"]:
+        op, v = max(summary["by_sync_op"].items(), key=lambda kv: kv[1]["ns"])
+        caller = context_mod.sync_caller(ev, op)
+        out["sync"] = f"{op} in {v['gaps']} gaps" + (f", called from {caller}" if caller else "")
+    big = copies.get("largest")
+    if big:
+        kind = "pageable" if big["pageable"] else "pinned"
+        rate = f" at {big['gbps']:.1f} GB/s" if big.get("gbps") else ""
+        out["copy"] = (f"{_bytes(big['bytes'])} {big['direction']} {kind} copy "
+                       f"×{big['count']}{rate}")
+    out["host"] = _host_culprit(ev, gaps, summary, parts)
+    data = top_ops[top_ops["category"] == "dataloader"] if len(top_ops) else top_ops
+    if len(data):
+        out["data"] = str(data["name"].iloc[0]) + (
+            " (num_workers=0)" if ctx.get("dataloader_single") else "")
+    if collectives is not None and len(collectives) and "exposed_ns" in collectives:
+        c = collectives.sort_values("exposed_ns", ascending=False).iloc[0]
+        out["comms"] = f"{c['collective']} ×{int(c['count'])}, exposed {_ms(int(c['exposed_ns']))}"
+    if comp and comp.get("recompiles"):
+        out["compile"] = f"{comp['recompiles']} recompiles"
+    if len(kernels):
+        short = kernels[kernels["avg_ns"] < 10_000] if "avg_ns" in kernels else kernels.iloc[:0]
+        n = int(kernels["instances"].sum())
+        ns = int(short["instances"].sum()) if len(short) else 0
+        if n:
+            out["launch"] = f"{100 * ns / n:.0f}% of {n:,} kernels average under 10 us"
+    return out
+
+
+def _missing(meta: TraceMeta, ev: pd.DataFrame, ctx: dict) -> list[str]:
+    """What this capture cannot show, and how to record it."""
+    out = []
+    if meta.format == "nsys" and not ctx["host_traced"]:
+        out.append("no NVTX ranges or OS-runtime calls: DataLoader waits, .item() calls and "
+                   "framework ops are invisible -- record with nsys profile "
+                   "--trace=cuda,nvtx,osrt --pytorch=autograd-nvtx, or use torch.profiler")
+    elif meta.format == "nsys" and not (ev["kind"] == "cpu_op").any():
+        out.append("no framework operators: the DataLoader and .item() show only through "
+                   "NVTX; nsys profile --pytorch=autograd-nvtx names them")
+    return out
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{ns / 1e3:.0f} us"
 
 
 def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> np.ndarray:
@@ -160,8 +300,12 @@ def _sum_by(k: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _devices(ops: pd.DataFrame, gaps: pd.DataFrame, meta: TraceMeta) -> pd.DataFrame:
-    """Per (pid, device): active window (first to last GPU op), busy and idle ns."""
+def _devices(ops: pd.DataFrame, gaps: pd.DataFrame, meta: TraceMeta, win=None) -> pd.DataFrame:
+    """Per (pid, device): its window, busy and idle ns.
+
+    The window is the analysis window when it comes from steps (or --window), else
+    the device's active span (first to last GPU op).
+    """
     cols = ["pid", "device", "window_start", "window_end", "window_ns", "busy_ns", "idle_ns",
             "gaps", "name"]
     if not len(ops):
@@ -169,6 +313,9 @@ def _devices(ops: pd.DataFrame, gaps: pd.DataFrame, meta: TraceMeta) -> pd.DataF
                              for c in cols})
     g = ops.groupby(["pid", "device"], sort=True)
     d = pd.DataFrame({"window_start": g["ts"].min(), "window_end": g["end"].max()}).reset_index()
+    if win is not None and win.mode != "whole_trace":
+        d["window_start"] = np.minimum(d["window_start"].to_numpy(np.int64), win.start)
+        d["window_end"] = np.maximum(d["window_end"].to_numpy(np.int64), win.end)
     d["window_ns"] = d["window_end"] - d["window_start"]
     if len(gaps):
         idle = gaps.groupby(["pid", "device"])["duration"].agg(["sum", "size"]).reset_index()

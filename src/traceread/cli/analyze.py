@@ -7,7 +7,7 @@ import click
 
 from . import main
 from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_failed,
-                      format_option, no_cache_option, output_option)
+                      format_option, no_cache_option, output_option, parse_duration)
 from ..analysis import analyze as run_analysis
 from ..render.json import gap_records
 from ..render.report import render_report
@@ -23,6 +23,39 @@ def _regex(ctx, param, value):
     return value
 
 
+def _steps_spec(ctx, param, value):
+    from ..passes.window import parse_steps
+
+    try:
+        parse_steps(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e))
+    return value
+
+
+def _window(ctx, param, value):
+    """START:END after the trace's first event (durations; either side may be empty)."""
+    if value is None:
+        return None
+    if ":" not in value:
+        raise click.BadParameter(f"{value!r} is not START:END (e.g. 5s:9s, 2.5s:, :800ms)")
+    a, b = value.split(":", 1)
+    lo = parse_duration(a) if a.strip() else 0
+    hi = parse_duration(b) if b.strip() else None
+    if hi is not None and hi <= lo:
+        raise click.BadParameter(f"{value!r}: END must come after START")
+    return (lo, hi)
+
+
+steps_option = click.option(
+    "--steps", "steps_spec", default="auto", show_default=True, callback=_steps_spec,
+    metavar="auto|all|N:M",
+    help="Which steps to analyse: auto (steady state: leading warm-up steps and start-up "
+         "excluded), all, or the steps numbered N..M (inclusive; N: or :M).")
+window_option = click.option(
+    "--window", "window", default=None, callback=_window, metavar="START:END",
+    help="Analyse only this stretch, as times after the trace's first event "
+         "(e.g. 5.4s:9s); overrides --steps.")
 min_gap_option = click.option(
     "--min-gap", "min_gap", default=None, callback=duration_callback, metavar="DURATION",
     help="List only gaps longer than this (e.g. 100us, 1ms); totals always count every gap.")
@@ -39,7 +72,8 @@ html_format_option = click.option(
 def _trace_command(*extra, fmt_option=format_option):
     """A subcommand over TRACE... with the shared options, plus ``extra`` before --step-pattern."""
     shared = (click.argument("traces", nargs=-1, required=True, type=click.Path()),
-              fmt_option, output_option, *extra, step_pattern_option, no_cache_option)
+              fmt_option, output_option, *extra, step_pattern_option, steps_option,
+              window_option, no_cache_option)
 
     def wrap(fn):
         for option in reversed(shared):
@@ -48,18 +82,25 @@ def _trace_command(*extra, fmt_option=format_option):
     return wrap
 
 
-def _analyses(traces, step_pattern, min_gap):
+def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None):
     """(analyses of the traces that loaded, number that failed)."""
-    return each_trace(traces, lambda p, t: run_analysis(t, step_pattern=step_pattern,
-                                                        min_gap_ns=min_gap))
+    from ..errors import TraceError
+
+    def one(path, trace):
+        try:
+            return run_analysis(trace, step_pattern=step_pattern, min_gap_ns=min_gap,
+                                steps=steps_spec, window=window)
+        except ValueError as e:   # --steps names no step of this trace
+            raise TraceError(path, str(e)) from None
+    return each_trace(traces, one)
 
 
 @_trace_command(min_gap_option, fmt_option=html_format_option)
-def analyze(traces, fmt, out, min_gap, step_pattern):
+def analyze(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
     if fmt == "html" and (out is None or len(traces) != 1):
         raise click.UsageError("--format html takes one TRACE and -o FILE.html")
-    results, failed = _analyses(traces, step_pattern, min_gap)
+    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window)
     if fmt == "html":
         from ..render.base import get_renderer
 
@@ -76,9 +117,9 @@ def analyze(traces, fmt, out, min_gap, step_pattern):
 
 
 @_trace_command()
-def steps(traces, fmt, out, step_pattern):
+def steps(traces, fmt, out, step_pattern, steps_spec, window):
     """Per-step host time, GPU busy/idle and idle causes for each TRACE."""
-    results, failed = _analyses(traces, step_pattern, 0)
+    results, failed = _analyses(traces, step_pattern, 0, steps_spec, window)
     if fmt == "json":
         docs = [{"trace": a.meta.path, **a.to_dict()["steps"]} for a in results]
         emit_json(docs, out)
@@ -100,9 +141,9 @@ def steps(traces, fmt, out, step_pattern):
 
 
 @_trace_command(min_gap_option)
-def idle(traces, fmt, out, min_gap, step_pattern):
+def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
     """Every GPU idle gap of each TRACE with its step, drain cause and host activity."""
-    results, failed = _analyses(traces, step_pattern, min_gap)
+    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window)
     if fmt == "json":
         docs = [{"trace": a.meta.path, "min_gap_ns": a.min_gap_ns,
                  "gaps": gap_records(a.listed_gaps())} for a in results]

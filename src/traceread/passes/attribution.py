@@ -32,7 +32,7 @@ from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-CPU_CATEGORIES = ("compile", "dataloader", "comm_wait", "sync", "alloc", "launch", "cpu_op",
+CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch", "cpu_op",
                   "python", "untraced")
 DRAINS = ("sync", "starved")
 
@@ -82,6 +82,12 @@ COMPILE_RX = re.compile(
     r"|autotune_select_algorithm|benchmark_all_configs"
     r"|torch/_dynamo/(?:convert_frame|symbolic_convert|output_graph)\.py"
     r"|torch/_inductor/(?:compile_fx|graph|scheduler|codecache|select_algorithm)\.py")
+# CUDA-graph recording: one-time work like compilation, but not a dynamo/inductor compile
+# (``CUDAGraphNode.record (dynamo_timed)`` must not read as a compile).
+GRAPH_RECORD_RX = re.compile(
+    r"CUDAGraphNode\.record|CUDAGraphTreeManager|cudagraph_trees|CUDAGraph\.capture"
+    r"|capture_begin|capture_end|cudagraphify"
+    r"|^(?:cuda|hip|cu)(?:StreamBeginCapture|StreamEndCapture|GraphInstantiate)\w*")
 DATALOADER_RX = re.compile(
     r"(?i)enumerate\(DataLoader\)|DataLoader|data_loader|data loading|_next_data"
     r"|torch/utils/data/")
@@ -143,6 +149,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
     def by_name(n: str) -> int:
         if any(r.search(n) for r in step_rx):
             return -2
+        if GRAPH_RECORD_RX.search(n):
+            return cat["graph_capture"]
         if COMPILE_RX.search(n) or _is_compile_name(n):
             return cat["compile"]
         if DATALOADER_RX.search(n):
@@ -154,6 +162,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
         return -1
 
     def api(n: str) -> int:
+        if GRAPH_RECORD_RX.search(n):
+            return cat["graph_capture"]
         if SYNC_API_RX.match(n):
             return cat["sync"]
         return cat["alloc"] if ALLOC_API_RX.match(n) else cat["launch"]

@@ -1,191 +1,228 @@
-"""The verdict: which bound is the GPU under, and which levers to pull (cheapest first).
+"""The verdict: which bound is the GPU under, which levers to pull, and what each saves.
 
-Time the GPU loses = idle time inside its active windows + exposed
-communication (comm kernels running with no compute beside them). Each bound
-gets a score in ns, from the gap attribution (drain x cpu cross-table):
+Lost GPU time = idle time in the analysed window + exposed communication (comm
+kernels with no compute beside them) + exposed copies (host<->device memcpy with
+no compute beside them). Each cause gets a score in ns (``cause_parts``):
 
 * ``data``    -- idle time the launch threads spent in the DataLoader;
 * ``compile`` -- idle time inside dynamo/inductor compilation;
+* ``graph_capture`` -- idle time while CUDA graphs were recorded;
 * ``comms``   -- idle time blocked in collectives + exposed communication;
+* ``copy``    -- exposed host<->device copy time;
 * ``sync``    -- the rest of every gap drained by a blocking sync (the host
-  waited, then had to refill an empty queue): its sync, launch, operator,
-  python and untraced time;
-* ``launch``  -- the host-overhead time (launch calls, operators, python, syncs)
-  of the gaps where the host simply had not launched the next op yet.
+  waited, then had to refill an empty queue), plus time blocked in a sync call
+  while the GPU idled;
+* ``launch``  -- host time of short starved gaps (<= ``SHORT_GAP_NS``: the
+  dispatch cost between back-to-back kernels) and launch-API time of longer ones;
+* ``host``    -- operator / python / allocator / OS time of longer starved gaps,
+  and their untraced time when the host was traced at all (untraced Python).
 
-Rules (thresholds below, documented in docs/analysis.md):
+Rules (documented in docs/analysis.md):
 1. no GPU operations at all -> ``cpu_only``;
-2. lost time < ``GPU_BOUND_LOST`` of the active window -> ``gpu``;
-3. untraced starved time >= ``UNKNOWN_SHARE`` of the lost time and no score
-   reaches ``LEAD_SHARE`` of it -> ``unknown`` (the host was not traced: nothing
-   to blame);
-4. the best score >= ``DOMINANT_SHARE`` of the lost time, or >= ``LEAD_SHARE``
-   of it and ``LEAD_RATIO`` x the runner-up -> that bound;
-5. otherwise ``mixed`` (levers of the two largest scores).
+2. lost time < ``GPU_BOUND_LOST`` of the window -> ``gpu``;
+3. unexplained (untraced, host not traced) >= ``UNKNOWN_SHARE`` of the lost time
+   and no score reaches ``LEAD_SHARE`` of it -> ``unknown``;
+4. the best score >= ``LEAD_SHARE`` of the lost time and >= ``LEAD_RATIO`` x the
+   runner-up -> that bound;
+5. otherwise ``mixed``, naming the two largest causes with their levers.
+
+Savings (the what-if model): fixing a cause gives back at most the lost time it
+explains, assuming the GPU's own work is unchanged -- an upper bound. The copy
+cause's "pin" lever saves only the time beyond pinned bandwidth.
 """
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
+from .bounds import CAUSES, COST_ORDER, LEVERS, TITLE, WHAT, lever_texts  # noqa: F401
+
 GPU_BOUND_LOST = 0.10
-DOMINANT_SHARE = 0.50
 LEAD_SHARE = 0.30
 LEAD_RATIO = 1.5
 UNKNOWN_SHARE = 0.50
+SHORT_GAP_NS = 100_000
+MIN_ACTION_SHARE = 0.01       # causes worth < 1% of the window get no lever of their own
+MAX_LEVERS = 8
 
-BOUNDS = ("data", "sync", "launch", "comms", "compile")
-HOST_OVERHEAD = ("sync", "alloc", "launch", "cpu_op", "python")
-
-LEVERS = {
-    "data": [
-        "DataLoader(num_workers=N): load batches in worker processes, off the training thread",
-        "DataLoader(pin_memory=True) and .to(device, non_blocking=True) for the batch copy",
-        "persistent_workers=True: do not restart workers every epoch",
-        "raise prefetch_factor so batches are ready before the step needs them",
-        "faster storage / decoding: local SSD, pre-decoded or packed datasets, GPU decoding (DALI)",
-    ],
-    "sync": [
-        "remove per-step host syncs: .item(), .cpu(), .tolist(), print(tensor), "
-        "torch.cuda.synchronize() -- log every N steps, or accumulate metrics on the GPU",
-        "avoid data-dependent shapes that force a sync (torch.nonzero, boolean masks, "
-        "tensor-valued Python conditions)",
-        "copy results with .to('cpu', non_blocking=True) into pinned memory and read them "
-        "one step later",
-    ],
-    "launch": [
-        "capture the step with CUDA graphs: torch.compile(mode=\"reduce-overhead\") "
-        "or torch.cuda.graphs",
-        "torch.compile to fuse small elementwise kernels (fewer launches)",
-        "larger micro-batch: more work per kernel for the same launch cost",
-        "fused optimizers (foreach=True / fused=True) and fused layers",
-    ],
-    "comms": [
-        "overlap communication with compute: DDP bucket_cap_mb, gradient_as_bucket_view=True",
-        "FSDP: forward/backward prefetch, limit_all_gathers, larger wrap units",
-        "gradient accumulation with no_sync(): communicate once every N micro-batches",
-        "check the interconnect: NCCL_DEBUG=INFO, topology, NVLink/IB placement",
-    ],
-    "compile": [
-        "torch._dynamo.mark_dynamic / dynamic=True for the dimensions that vary",
-        "pad inputs to a few fixed shapes (bucketing) to stop recompiles",
-        "TORCH_LOGS=recompiles to see which guard fails; raise "
-        "torch._dynamo.config.cache_size_limit only if recompiles are legitimate",
-        "warm up (compile) before profiling; enable the inductor FX graph cache",
-    ],
-    "gpu": [
-        "bf16/fp16 autocast (torch.autocast) for matmul- and conv-heavy models",
-        "enable TF32: torch.backends.cuda.matmul.allow_tf32 = True "
-        "(torch.set_float32_matmul_precision('high'))",
-        "fused attention: F.scaled_dot_product_attention (flash / memory-efficient kernels)",
-        "torch.compile for kernel fusion; channels_last for convolutions",
-    ],
-    "cpu_only": [
-        "this trace has no GPU activity: profile with ProfilerActivity.CUDA "
-        "(torch.profiler) or nsys --trace=cuda to see the GPU side",
-    ],
-    "unknown": [
-        "host activity was not traced while the GPU idled: record CPU activities "
-        "(ProfilerActivity.CPU, with_stack=True) or nsys --trace=cuda,nvtx,osrt",
-    ],
-}
+HOST_PARTS = ("cpu_op", "python", "alloc")
 
 
-def scores(attr: dict, exposed_comm_ns: int = 0) -> dict:
-    """ns of lost time explained by each bound, from ``attribution.summarize`` output."""
-    x = attr["drain_x_cpu"]
-    by_cpu = attr["by_cpu"]
-    return {
-        "data": by_cpu["dataloader"],
-        "sync": sum(x["sync"][c] for c in HOST_OVERHEAD + ("untraced",)),
-        "launch": sum(x["starved"][c] for c in HOST_OVERHEAD),
-        "comms": by_cpu["comm_wait"] + int(exposed_comm_ns),
-        "compile": by_cpu["compile"],
-    }
+def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool = True) -> dict:
+    """ns of idle time per cause (+ ``unexplained``, ``alloc``) from the labelled gaps.
+
+    Untraced time counts as launch overhead in short gaps when launch calls were
+    traced, and as host work in long gaps when host activity was traced; else it
+    is unexplained.
+    """
+    def col(c, m=None):
+        v = gaps[f"cpu_{c}"].to_numpy(np.int64) if f"cpu_{c}" in gaps else np.zeros(len(gaps),
+                                                                                   np.int64)
+        return int(v[m].sum()) if m is not None else int(v.sum())
+
+    out = {c: 0 for c in CAUSES}
+    out.update(unexplained=0, alloc=0)
+    if not len(gaps):
+        return out
+    dur = gaps["duration"].to_numpy(np.int64)
+    sync = gaps["drain"].to_numpy() == "sync"
+    short = ~sync & (dur <= SHORT_GAP_NS)
+    long_ = ~sync & ~short
+    out["data"] = col("dataloader")
+    out["compile"] = col("compile")
+    out["graph_capture"] = col("graph_capture")
+    out["comms"] = col("comm_wait")
+    host_all = ("sync", "alloc", "launch", "cpu_op", "python", "untraced")
+    out["sync"] = sum(col(c, sync) for c in host_all) + col("sync", ~sync)
+    out["launch"] = sum(col(c, short) for c in ("alloc", "launch", "cpu_op", "python")) \
+        + col("launch", long_)
+    if api_traced:
+        out["launch"] += col("untraced", short)
+    else:
+        out["unexplained"] += col("untraced", short)
+    out["host"] = sum(col(c, long_) for c in HOST_PARTS)
+    out["alloc"] = col("alloc", long_)
+    untraced = col("untraced", long_)
+    if host_traced:
+        out["host"] += untraced
+        out["host_untraced"] = untraced
+    else:
+        out["unexplained"] += untraced
+    return out
 
 
-def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, attr: dict | None,
-           exposed_comm_ns: int = 0, extra_evidence: dict | None = None) -> dict:
-    """{"bound", "summary", "evidence", "levers"} from the analysis figures."""
+def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
+           exposed_comm_ns: int = 0, copy: dict | None = None, ctx: dict | None = None,
+           extra_evidence: dict | None = None) -> dict:
+    """{"bound", "summary", "evidence", "levers", "actions"} from the analysis figures.
+
+    ``parts``: ``cause_parts`` output; ``copy``: ``copies.copy_summary`` output;
+    ``ctx``: what the trace already does (``context``) and the step figures.
+    """
     ev = dict(extra_evidence or {})
+    ctx = dict(ctx or {})
     if not has_gpu:
-        return _out("cpu_only", "no GPU operations in this trace", ev)
-    lost = int(idle_ns) + int(exposed_comm_ns)
+        return _out("cpu_only", "no GPU operations in this trace", ev, _levers_of("cpu_only"))
+    copy = copy or {}
+    exposed_copy = int(copy.get("exposed_ns", 0))
+    lost = int(idle_ns) + int(exposed_comm_ns) + exposed_copy
+    sc = {c: int((parts or {}).get(c, 0)) for c in CAUSES}
+    sc["comms"] += int(exposed_comm_ns)
+    sc["copy"] += exposed_copy
+    unexplained = int((parts or {}).get("unexplained", 0))
     ev.update({
         "window_ns": int(window_ns), "idle_ns": int(idle_ns),
-        "busy_ns": int(window_ns) - int(idle_ns),
-        "idle_pct": _pct(idle_ns, window_ns),
+        "busy_ns": int(window_ns) - int(idle_ns), "idle_pct": _pct(idle_ns, window_ns),
         "exposed_comm_ns": int(exposed_comm_ns),
         "exposed_comm_pct": _pct(exposed_comm_ns, window_ns),
+        "exposed_copy_ns": exposed_copy, "exposed_copy_pct": _pct(exposed_copy, window_ns),
         "lost_ns": lost, "lost_pct": _pct(lost, window_ns),
+        "scores_ns": sc, "share_pct": {k: _pct(v, lost) for k, v in sc.items()},
+        "unexplained_ns": unexplained, "unexplained_pct": _pct(unexplained, lost),
     })
-    sc = scores(attr, exposed_comm_ns) if attr else {b: 0 for b in BOUNDS}
-    unexplained = attr["drain_x_cpu"]["starved"]["untraced"] if attr else 0
-    ev["scores_ns"] = sc
-    ev["share_pct"] = {k: _pct(v, lost) for k, v in sc.items()}
-    ev["unexplained_ns"] = int(unexplained)
-    ev["unexplained_pct"] = _pct(unexplained, lost)
+    actions = _actions(sc, parts or {}, copy, ctx, window_ns)
+    what_if = {a["cause"]: {k: a[k] for k in ("saves_ns", "saves_pct", "saves_per_step_ns",
+                                               "projected_step_ns")} for a in actions}
     if lost < GPU_BOUND_LOST * window_ns or lost == 0:
-        return _out("gpu", f"GPU busy {100 - ev['lost_pct']:.1f}% of its active time", ev)
-    ranked = sorted(sc.items(), key=lambda kv: (-kv[1], BOUNDS.index(kv[0])))
+        return _out("gpu", f"GPU busy {100 - ev['lost_pct']:.1f}% of the analysed window", ev,
+                    _levers_of("gpu"), actions, what_if)
+    ranked = sorted(sc.items(), key=lambda kv: (-kv[1], CAUSES.index(kv[0])))
     (top, top_ns), (second, second_ns) = ranked[0], ranked[1]
-    ev["dominant"] = top
-    ev["dominant_pct"] = _pct(top_ns, lost)
+    ev["dominant"], ev["dominant_pct"] = top, _pct(top_ns, lost)
+    ev["runner_up"], ev["runner_up_pct"] = second, _pct(second_ns, lost)
     if unexplained >= UNKNOWN_SHARE * lost and top_ns < LEAD_SHARE * lost:
-        return _out("unknown", f"GPU idle {ev['idle_pct']:.1f}% while the host was not traced", ev)
-    if top_ns >= DOMINANT_SHARE * lost or (top_ns >= LEAD_SHARE * lost
-                                           and top_ns >= LEAD_RATIO * second_ns):
-        levers = _host_levers(top, attr, ev)
-        return _out(top, _summary(top, ev), ev, levers=levers)
-    ev["runner_up"] = second
+        return _out("unknown", f"GPU idle {ev['idle_pct']:.1f}% of the analysed window while "
+                    "the host was not traced", ev, _levers_of("unknown"), actions, what_if)
+    levers = _ranked_levers(actions)
+    if top_ns >= LEAD_SHARE * lost and top_ns >= LEAD_RATIO * second_ns:
+        return _out(top, _summary(top, ev, ctx), ev, levers, actions, what_if)
+    mixed = [a for a in actions if a["cause"] in (top, second)] or actions
     return _out("mixed", f"no single cause: {top} {ev['share_pct'][top]:.0f}%, "
                 f"{second} {ev['share_pct'][second]:.0f}% of lost GPU time", ev,
-                levers=LEVERS[top][:2] + LEVERS[second][:2])
+                _ranked_levers(mixed) + [x for x in levers if x not in _ranked_levers(mixed)],
+                actions, what_if)
 
 
-ALLOC_LEVERS = [
-    "stop device-memory churn: remove torch.cuda.empty_cache() from the loop; "
-    "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF=expandable_segments:True",
-    "keep shapes stable (pad or bucket) so the caching allocator can reuse blocks",
-]
+def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> list[dict]:
+    """One entry per cause worth >= MIN_ACTION_SHARE of the window: its levers and saving."""
+    out = []
+    steps = int(ctx.get("steps") or 0)
+    mean_step = int(ctx.get("step_mean_ns") or 0)
+    for cause, ns in sc.items():
+        if ns <= 0 or ns < MIN_ACTION_SHARE * window_ns:
+            continue
+        pct = _pct(ns, window_ns)
+        per_step = int(round(ns / steps / max(1, int(ctx.get("devices") or 1)))) if steps else None
+        out.append({
+            "cause": cause, "saves_ns": int(ns), "saves_pct": pct,
+            "saves_per_step_ns": per_step,
+            "projected_step_ns": int(round(mean_step * (1 - pct / 100))) if mean_step else None,
+            "culprit": ctx.get("culprits", {}).get(cause, ""),
+            "levers": [lv for lv in _levers_for(cause, ns, parts, copy, ctx)
+                       if lv["saves_ns"] >= MIN_ACTION_SHARE * window_ns],
+        })
+    out.sort(key=lambda a: (-a["saves_ns"], min((COST_ORDER[lv["cost"]] for lv in a["levers"]),
+                                                default=9), CAUSES.index(a["cause"])))
+    return out
 
 
-# Host-overhead time dominated by one kind of call: its levers lead, its name is in the summary.
-HOST_DETAIL = {"alloc": "mostly device-memory malloc/free calls",
-               "sync": "mostly blocked in synchronous host calls (sync, blocking memcpy)"}
+def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list[dict]:
+    """The levers that fit what the trace already does, each with the ns it would save."""
+    key = cause
+    if cause == "data" and ctx.get("dataloader_workers"):
+        key = "data_workers"
+    if cause == "launch" and ctx.get("uses_cuda_graphs"):
+        key = "launch_graphs"
+    items = list(LEVERS[key])
+    if cause == "host" and ctx.get("uses_cuda_graphs"):
+        items = [x for x in items if "CUDA graphs" not in x[0]]
+    if cause == "launch" and not ctx.get("training", True):
+        items = [x for x in items if "optimizer" not in x[0] and "micro-batch" not in x[0]]
+    if cause == "launch" and ctx.get("fused_optimizer"):
+        items = [x for x in items if "fused optimizers" not in x[0]]
+    out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items]
+    if cause == "host" and parts.get("alloc", 0) * 2 >= parts.get("host", 0) > 0:
+        out = [{"lever": t, "cost": c, "saves_ns": int(parts["alloc"])}
+               for t, c in LEVERS["alloc"]] + out
+    if cause == "copy" and out:
+        out[0]["saves_ns"] = int(copy.get("pin_saves_ns", 0))
+        if not copy.get("pageable_ns"):
+            out = out[1:]   # nothing pageable: pinning is not the lever
+    # free knobs first among levers that save the same
+    out.sort(key=lambda lv: (-lv["saves_ns"], COST_ORDER[lv["cost"]]))
+    return out[:4]
 
 
-def _host_levers(bound: str, attr: dict | None, ev: dict) -> list | None:
-    """Levers for the biggest host category first, when it is allocation or a blocking call."""
-    if bound not in ("launch", "sync") or not attr:
-        return None
-    drain = "starved" if bound == "launch" else "sync"
-    parts = {c: attr["drain_x_cpu"][drain][c] for c in HOST_OVERHEAD}
-    top = max(parts, key=lambda c: (parts[c], -HOST_OVERHEAD.index(c)))
-    ev["host_top_category"] = top
-    if top == "alloc":
-        return ALLOC_LEVERS + LEVERS[bound]
-    if top == "sync" and bound == "launch":
-        return LEVERS["sync"] + LEVERS["launch"]
-    return None
+def _ranked_levers(actions: list[dict]) -> list[str]:
+    """Lever texts in the order of the time they save, free knobs first on a tie."""
+    flat = [(lv["saves_ns"], COST_ORDER[lv["cost"]], i, j, lv["lever"])
+            for i, a in enumerate(actions) for j, lv in enumerate(a["levers"][:3])]
+    flat.sort(key=lambda x: (-x[0], x[1], x[2], x[3]))
+    seen, out = set(), []
+    for *_, text in flat:
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out[:MAX_LEVERS]
 
 
-def _summary(bound: str, ev: dict) -> str:
+def _levers_of(key: str) -> list[str]:
+    return lever_texts(key)
+
+
+def _summary(bound: str, ev: dict, ctx: dict) -> str:
     share = ev["share_pct"][bound]
-    what = {
-        "data": "waiting for the DataLoader",
-        "sync": "refilling the queue after blocking host syncs",
-        "launch": "waiting for the host to launch work (host overhead)",
-        "comms": "in exposed or blocking communication",
-        "compile": "while the host compiled (dynamo/inductor)",
-    }[bound]
-    detail = HOST_DETAIL.get(ev.get("host_top_category"))
-    if detail and not (bound == "sync" and ev["host_top_category"] == "sync"):
-        what += f", {detail}"
-    return (f"GPU idle {ev['idle_pct']:.1f}% of its active time; {share:.0f}% of the lost "
+    what = WHAT[bound]
+    culprit = ctx.get("culprits", {}).get(bound)
+    text = (f"GPU idle {ev['idle_pct']:.1f}% of the analysed window; {share:.0f}% of the lost "
             f"time is {what}")
+    return text + (f" ({culprit})" if culprit else "")
 
 
-def _out(bound: str, summary: str, ev: dict, levers=None) -> dict:
-    return {"bound": bound, "summary": summary, "evidence": ev,
-            "levers": list(levers if levers is not None else LEVERS[bound])}
+def _out(bound: str, summary: str, ev: dict, levers: list, actions=None, what_if=None) -> dict:
+    return {"bound": bound, "title": TITLE[bound], "summary": summary, "evidence": ev,
+            "levers": list(levers), "actions": list(actions or []),
+            "what_if": dict(what_if or {})}
 
 
 def _pct(a, b) -> float:

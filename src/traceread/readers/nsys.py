@@ -160,18 +160,45 @@ def _memcpy(db: Db) -> dict | None:
         return None
     c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
                      "corr": "correlationId", "gpid": "globalPid", "bytes": "bytes",
-                     "ck": "copyKind"})
+                     "ck": "copyKind", "src": "srcKind", "dst": "dstKind"})
     n = len(c["start"])
     labels = _memcpy_labels(db)
+    raw = _memcpy_raw_names(db, c, labels)
     kinds = np.unique(c["ck"])
     long_v = np.array([f"[CUDA memcpy {labels.get(int(k), ('Unknown',))[0]}]" for k in kinds],
                       dtype=object)
     short_v = np.array([labels.get(int(k), ("", "Unknown"))[1] for k in kinds], dtype=object)
     pos = np.searchsorted(kinds, c["ck"])
+    extra = {"raw_name": raw} if raw is not None else {}
     return _block(n, t, _const(n, "memcpy"), ts=c["start"], dur=c["end"] - c["start"],
                   pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
                   correlation=c["corr"], bytes=c["bytes"], name=dict_array(pos, long_v),
-                  copy_kind=dict_array(pos, short_v))
+                  copy_kind=dict_array(pos, short_v), **extra)
+
+
+_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
+              5: "Device Static", 6: "Managed Static"}
+
+
+def _memcpy_raw_names(db: Db, c: dict, labels: dict):
+    """Kineto-style names that keep the memory kinds: ``Memcpy HtoD (Pageable -> Device)``.
+
+    nsys keeps pageable vs pinned in srcKind/dstKind (ENUM_CUDA_MEM_KIND); the copy
+    pass reads it from here. None where the export has no srcKind column.
+    """
+    if (c["src"] < 0).all():
+        return None
+    kinds = dict(_MEM_KINDS)
+    kinds.update({k: v for k, v in db.scalar_map("ENUM_CUDA_MEM_KIND", "id", "label").items()
+                  if v})
+    key = (c["ck"] * 64 + np.clip(c["src"], -1, 62) + 1) * 64 + np.clip(c["dst"], -1, 62) + 1
+    uniq, pos = np.unique(key, return_inverse=True)
+    vals = []
+    for k in uniq.tolist():
+        ck, src, dst = k // 4096, (k // 64) % 64 - 1, k % 64 - 1
+        short = labels.get(int(ck), ("", "Unknown"))[1]
+        vals.append(f"Memcpy {short} ({kinds.get(src, 'Unknown')} -> {kinds.get(dst, 'Unknown')})")
+    return dict_array(pos, np.array(vals, dtype=object))
 
 
 def _memset(db: Db) -> dict | None:

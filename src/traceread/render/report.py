@@ -4,19 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
+from ..passes.bounds import TITLE
 from .text import fmt_ns
 
-BOUND_TITLE = {
-    "data": "input-bound: the GPU waits for the DataLoader",
-    "sync": "sync-bound: blocking host syncs drain the GPU queue",
-    "launch": "launch-bound: the host cannot issue work as fast as the GPU runs it",
-    "comms": "communication-bound: collectives are exposed or the host waits on them",
-    "compile": "compile-bound: the host compiles (dynamo/inductor) while the GPU idles",
-    "gpu": "GPU-bound: the GPU is densely busy; make the kernels cheaper",
-    "mixed": "mixed: no single cause dominates the idle GPU time",
-    "unknown": "unknown: the GPU idles while the host is not traced",
-    "cpu_only": "CPU-only trace: no GPU activity recorded",
-}
+BOUND_TITLE = TITLE
 STEP_ROWS = 12
 GAP_ROWS = 8
 OP_ROWS = 8
@@ -45,6 +36,7 @@ def _bar(frac: float, width: int = 24) -> str:
 def render_report(a) -> str:
     out: list[str] = []
     out += _header(a)
+    out += _window(a)
     out += _verdict(a)
     if len(a.devices):
         out += _devices(a)
@@ -73,6 +65,27 @@ def _header(a) -> list[str]:
     return [f"{m.path}", "  " + " · ".join(bits)]
 
 
+def _window(a) -> list[str]:
+    w = getattr(a, "window", None)
+    if w is None:
+        return []
+    d = w.to_dict()
+    if d["mode"] == "whole_trace":
+        return [f"  analysed: the whole trace ({d['note']}; mark steps with "
+                "torch.profiler's prof.step() or NVTX ranges named step_N, or use --window)"]
+    what = (f"steps #{d['first_step']}–#{d['last_step']} ({d['steps_analysed']} of "
+            f"{d['steps_total']})" if d["steps_analysed"] else "an explicit window")
+    line = f"  analysed: {what}, {fmt_ns(d['dur_ns'])} from +{fmt_ns(d['offset_ns'])}"
+    if d["mode"] == "explicit":
+        line += " (--window)"
+    lines = [line]
+    for x in d["excluded"]:
+        detail = f" ({x['detail']})" if x.get("detail") else ""
+        reason = "" if x["reason"] == x["what"] else f": {x['reason']}"
+        lines.append(f"    excluded {fmt_ns(x['ns'])} {x['what']}{reason}{detail}")
+    return lines
+
+
 def _verdict(a) -> list[str]:
     v = a.verdict
     lines = ["", f"VERDICT  {v['bound'].upper()} — {BOUND_TITLE.get(v['bound'], v['bound'])}",
@@ -81,6 +94,8 @@ def _verdict(a) -> list[str]:
     facts = []
     if "lost_pct" in ev and ev.get("exposed_comm_ns"):
         facts.append(f"exposed communication {ev['exposed_comm_pct']:.1f}% of the window")
+    if ev.get("exposed_copy_pct", 0) >= 0.5:
+        facts.append(f"exposed host<->device copies {ev['exposed_copy_pct']:.1f}% of the window")
     if ev.get("top_sync_op") and v["bound"] in ("sync", "mixed"):
         facts.append(f"queue drained by {ev['top_sync_op']} in {_n(ev['top_sync_op_gaps'], 'gap')}")
     if ev.get("bursty"):
@@ -92,13 +107,42 @@ def _verdict(a) -> list[str]:
                      f"{_short(ev['top_kernel'], 50)}")
     for f in facts:
         lines.append(f"  {f}")
-    lines += ["", "  Levers, cheapest first:"]
+    for m in v.get("missing", []):
+        lines.append(f"  missing: {m}")
+    lines += _savings(v)
+    title = "Levers, largest saving first:" if v.get("actions") and v["bound"] != "gpu" \
+        else "Levers:"
+    lines += ["", f"  {title}"]
     lines += [f"    {i}. {lv}" for i, lv in enumerate(v["levers"], 1)]
     return lines
 
 
+def _savings(v) -> list[str]:
+    """What fixing each cause would give back (the what-if model; see docs/analysis.md)."""
+    acts = [x for x in v.get("actions", []) if x["saves_ns"]]
+    if not acts or v["bound"] in ("gpu", "cpu_only"):
+        return []
+    per_step = any(x["saves_per_step_ns"] is not None for x in acts)
+    head = f"    {'cause':<14}{'saves':>10} {'of window':>10}"
+    if per_step:
+        head += f" {'per step':>10} {'step if fixed':>14}"
+    lines = ["", "  What fixing each cause would save (upper bound: the GPU's own work unchanged)",
+             head + "  culprit"]
+    for x in acts[:6]:
+        row = f"    {x['cause']:<14}{fmt_ns(x['saves_ns']):>10} {x['saves_pct']:>9.1f}%"
+        if per_step:
+            ps = x["saves_per_step_ns"]
+            proj = x["projected_step_ns"]
+            row += f" {fmt_ns(ps) if ps is not None else '-':>10} " \
+                   f"{fmt_ns(proj) if proj is not None else '-':>14}"
+        lines.append(row + (f"  {_short(x['culprit'], 70)}" if x.get("culprit") else ""))
+    return lines
+
+
 def _devices(a) -> list[str]:
-    lines = ["", "GPU activity (first to last GPU op of each device)",
+    whole = getattr(a, "window", None) is None or a.window.mode == "whole_trace"
+    lines = ["", "GPU activity (" + ("first to last GPU op of each device)" if whole
+                                    else "in the analysed window)"),
              f"  {'device':<14}{'window':>10}  {'busy':>18}  {'idle':>18}  {'gaps':>7}"]
     for r in a.devices.itertuples():
         name = f"{r.device}" + (f" pid {r.pid}" if a.devices["pid"].nunique() > 1 else "")

@@ -143,17 +143,19 @@ def dataloader_bound(steps: int = 5, period: int = 50 * MS, fetch: int = 30 * MS
     gap = period - busy_per_step
     tail = period - (fetch + 100 * US + busy_per_step)  # host untraced after launching
     n_gaps = steps - 1
+    # The window is the steps' span: every step contributes the same idle time --
+    # the first fetch (a leading edge gap) and the last tail (a trailing one) included.
     truth = {
         "steps": steps,
         "step_dur": period,
-        "window_ns": (steps - 1) * period + busy_per_step,
+        "window_ns": steps * period,
         "busy_ns": steps * busy_per_step,
-        "idle_ns": n_gaps * gap,
-        "gap_count": n_gaps,
+        "idle_ns": steps * gap,
+        "gap_count": n_gaps + 2,
         "gap_ns": gap,
-        "by_cpu": {"dataloader": n_gaps * fetch, "untraced": n_gaps * tail,
-                   "cpu_op": n_gaps * 80 * US, "launch": n_gaps * 20 * US},
-        "by_drain": {"starved": n_gaps * gap, "sync": 0},
+        "by_cpu": {"dataloader": steps * fetch, "untraced": steps * tail,
+                   "cpu_op": steps * 80 * US, "launch": steps * 20 * US},
+        "by_drain": {"starved": steps * gap, "sync": 0},
         "bound": "data",
     }
     return b.build(), truth
@@ -197,20 +199,23 @@ def item_sync_bound(steps: int = 6, kernels: int = 20, kernel_dur: int = 250 * U
         s = end
     n_gaps = steps - 1
     step_dur = 100 * US + K + 10 * US + 20 * US + host_after
+    # Window = the steps' span: a leading edge gap (the first step's 100us of ops,
+    # starved) and a trailing one (after the last drain: 20us + host_after, sync).
     truth = {
         "steps": steps,
         "step_dur": step_dur,
         "busy_ns": steps * (K + 10 * US),
-        "idle_ns": n_gaps * gap,
-        "gap_count": n_gaps,
-        "window_ns": steps * (K + 10 * US) + n_gaps * gap,
-        # per gap: 20us inside aten::item after the GPU drained (sync),
+        "idle_ns": n_gaps * gap + 100 * US + 20 * US + host_after,
+        "gap_count": n_gaps + 2,
+        "window_ns": steps * step_dur,
+        # per step: 20us inside aten::item after the GPU drained (sync),
         # host_after/2 python, host_after/2 + 80us cpu_op, 20us launch.
-        "by_cpu": {"sync": n_gaps * 20 * US,
-                   "python": n_gaps * (host_after // 2),
-                   "cpu_op": n_gaps * (host_after - host_after // 2 + 80 * US),
-                   "launch": n_gaps * 20 * US},
-        "by_drain": {"sync": n_gaps * gap, "starved": 0},
+        "by_cpu": {"sync": steps * 20 * US,
+                   "python": steps * (host_after // 2),
+                   "cpu_op": steps * (host_after - host_after // 2 + 80 * US),
+                   "launch": steps * 20 * US},
+        "by_drain": {"sync": steps * (20 * US + host_after) + n_gaps * 100 * US,
+                     "starved": 100 * US},
         "drain_op": "aten::item",
         "bound": "sync",
     }
@@ -240,15 +245,17 @@ def launch_bound(steps: int = 3, ops_per_step: int = 100, op_dur: int = 40 * US,
     n = steps * ops_per_step
     n_gaps = n - 1
     gap = op_dur - kernel_dur
+    lead = api_off + api_dur + lat   # the first op's host time before its kernel (edge gap)
     truth = {
         "steps": steps,
         "step_dur": ops_per_step * op_dur,
         "busy_ns": n * kernel_dur,
-        "idle_ns": n_gaps * gap,
-        "gap_count": n_gaps,
-        "window_ns": n_gaps * op_dur + kernel_dur,
-        "by_cpu": {"launch": n_gaps * api_dur, "cpu_op": n_gaps * (gap - api_dur)},
-        "by_drain": {"starved": n_gaps * gap, "sync": 0},
+        "idle_ns": n_gaps * gap + lead,
+        "gap_count": n_gaps + 1,
+        "window_ns": n_gaps * op_dur + lead + kernel_dur,
+        "by_cpu": {"launch": (n_gaps + 1) * api_dur,
+                   "cpu_op": n_gaps * (gap - api_dur) + lead - api_dur},
+        "by_drain": {"starved": n_gaps * gap + lead, "sync": 0},
         "bound": "launch",
     }
     return b.build(), truth
@@ -284,13 +291,16 @@ def gpu_bound(steps: int = 4, kernels: int = 50, kernel_dur: int = 2 * MS, bubbl
         s = g_end + 3 * US
         g0 = g_end + relaunch
     n_gaps_bubbles = steps * (kernels - 2)
+    # Window = the steps' span: a leading edge gap (the first ``relaunch`` of ops,
+    # starved) and a trailing one (3us until cudaDeviceSynchronize returns, sync).
     truth = {
         "steps": steps,
         "busy_ns": steps * (kernels * kernel_dur + bubble),
-        "idle_ns": n_gaps_bubbles * bubble + (steps - 1) * relaunch,
-        "gap_count": n_gaps_bubbles + steps - 1,
-        "window_ns": steps * per_step_kernels + (steps - 1) * relaunch,
-        "by_drain": {"sync": (steps - 1) * relaunch, "starved": n_gaps_bubbles * bubble},
+        "idle_ns": n_gaps_bubbles * bubble + steps * relaunch + 3 * US,
+        "gap_count": n_gaps_bubbles + steps + 1,
+        "window_ns": steps * (per_step_kernels + relaunch) + 3 * US,
+        "by_drain": {"sync": (steps - 1) * relaunch + 3 * US,
+                     "starved": n_gaps_bubbles * bubble + relaunch},
         "by_cpu": _gpu_bound_cpu(steps, n_gaps_bubbles * bubble, relaunch),
         "drain_op": "cudaDeviceSynchronize",
         "bound": "gpu",
@@ -301,10 +311,16 @@ def gpu_bound(steps: int = 4, kernels: int = 50, kernel_dur: int = 2 * MS, bubbl
 def _gpu_bound_cpu(steps: int, bubbles_ns: int, relaunch: int) -> dict:
     # Bubbles fall inside cudaDeviceSynchronize; each step-boundary gap is 3us of
     # the sync tail, then ops of 20us (5us operator, 10us launch, 5us operator).
-    r = relaunch - 3 * US
-    launch = (r // (20 * US)) * 10 * US + min(max(r % (20 * US) - 5 * US, 0), 10 * US)
+    # The leading edge is ``relaunch`` of such ops; the trailing one 3us of sync.
+    def ops_split(r):
+        launch = (r // (20 * US)) * 10 * US + min(max(r % (20 * US) - 5 * US, 0), 10 * US)
+        return launch, r - launch
+
     n = steps - 1
-    return {"sync": bubbles_ns + n * 3 * US, "launch": n * launch, "cpu_op": n * (r - launch)}
+    mid_launch, mid_op = ops_split(relaunch - 3 * US)
+    lead_launch, lead_op = ops_split(relaunch)
+    return {"sync": bubbles_ns + n * 3 * US + 3 * US, "launch": n * mid_launch + lead_launch,
+            "cpu_op": n * mid_op + lead_op}
 
 
 SCENARIOS = {

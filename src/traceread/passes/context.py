@@ -1,0 +1,136 @@
+"""What the trace already does, so the levers never suggest it again.
+
+* ``uses_cuda_graphs``: graph launches (``cudaGraphLaunch``, ``hipGraphLaunch``,
+  ``cuGraphLaunch``) or graph-replay rows in the window;
+* ``training``: backward or optimizer work (an inference trace gets no optimizer
+  or micro-batch advice);
+* ``fused_optimizer``: fused optimizer kernels/ops (``_fused_adam(w)``, ``_fused_sgd``);
+* ``dataloader_workers``: the DataLoader iterator is the multi-process one
+  (``_MultiProcessingDataLoaderIter``), so ``num_workers`` is already > 0;
+* ``host_traced``: the host threads carry operators, ranges, python frames or OS
+  calls -- untraced time on them is then Python the profiler did not record.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
+TRAINING_RX = re.compile(r"(?i)backward|Optimizer\.(?:step|zero_grad)|autograd::engine"
+                         r"|_fused_adam|_fused_sgd|_foreach_add|optimizer")
+FUSED_OPT_RX = re.compile(r"_fused_adamw?_?|_fused_sgd|fused_adam|FusedAdam|multi_tensor_adam")
+MULTI_WORKER_RX = re.compile(r"_MultiProcessingDataLoaderIter")
+SINGLE_WORKER_RX = re.compile(r"_SingleProcessDataLoaderIter")
+HOST_DETAIL_KINDS = ("cpu_op", "python", "osrt")
+LOOK_BACK = 4000   # host rows scanned back from a sync call for its caller
+
+
+def _names_of(ev: pd.DataFrame, kinds) -> list[str]:
+    m = ev["kind"].isin(kinds).to_numpy()
+    if not m.any():
+        return []
+    col = ev["name"]
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy()[m]
+        used = np.unique(codes[codes >= 0])
+        return col.cat.categories.take(used).astype(str).tolist()
+    return [str(x) for x in pd.unique(col[m].dropna())]
+
+
+def trace_context(ev: pd.DataFrame) -> dict:
+    """Flags describing what the analysed window already does (see module doc)."""
+    api = _names_of(ev, ("runtime", "driver"))
+    host = _names_of(ev, ("cpu_op", "annotation", "python"))
+    kernels = _names_of(ev, ("kernel",))
+    graph_rows = bool((ev["kind"] == "graph").any()) if len(ev) else False
+    return {
+        "uses_cuda_graphs": graph_rows or any(GRAPH_LAUNCH_RX.match(n) for n in api),
+        "training": any(TRAINING_RX.search(n) for n in host + kernels),
+        "fused_optimizer": any(FUSED_OPT_RX.search(n) for n in host + kernels),
+        "dataloader_workers": any(MULTI_WORKER_RX.search(n) for n in host)
+        and not any(SINGLE_WORKER_RX.search(n) for n in host),
+        "dataloader_single": any(SINGLE_WORKER_RX.search(n) for n in host),
+        "api_traced": bool(len(api)),
+        "host_traced": bool(ev["kind"].isin(HOST_DETAIL_KINDS).any()
+                            or _has_non_step_ranges(ev)),
+    }
+
+
+def _has_non_step_ranges(ev: pd.DataFrame) -> bool:
+    """NVTX/record_function ranges other than step markers show the host was traced."""
+    names = _names_of(ev, ("annotation",))
+    step = re.compile(r"(?i)^(?:ProfilerStep#\d+|(?:train[_ ]?)?(?:step|iter|iteration|batch)"
+                      r"[\s_#:=-]*\d+)$")
+    return any(not step.match(n) for n in names)
+
+
+def sync_caller(ev: pd.DataFrame, sync_name: str, limit: int = 200) -> str:
+    """The most frequent innermost enclosing frame/op of ``sync_name`` calls ("" if none).
+
+    A python frame (``file.py(line): fn``) is preferred, then a user range, then an operator.
+    """
+    names = ev["name"].astype(str) if not isinstance(ev["name"].dtype, pd.CategoricalDtype) \
+        else ev["name"]
+    hit = np.flatnonzero((names == sync_name).to_numpy())[:limit]
+    if not len(hit):
+        return ""
+    host = ev["kind"].isin(("cpu_op", "annotation", "python")).to_numpy()
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    step = re.compile(r"^ProfilerStep#\d+$")
+    votes: dict[str, int] = {}
+    for (p, t), idx in pd.DataFrame({"p": pid[hit], "t": tid[hit]}).groupby(
+            ["p", "t"]).indices.items():
+        rows = np.flatnonzero(host & (pid == p) & (tid == t))   # ts-sorted (table order)
+        for i in hit[idx].tolist():
+            k = int(np.searchsorted(ts[rows], ts[i], side="right"))
+            back = rows[max(0, k - LOOK_BACK):k]   # enclosing frames start shortly before
+            back = back[(te[back] >= te[i]) & (back != i)]
+            label = ev["name"].iloc[back].astype(str).to_numpy() if len(back) else []
+            cand = [(j, n) for j, n in zip(back.tolist(), label)
+                    if n != sync_name and not step.match(n)
+                    and not n.startswith("aten::_local_scalar")]
+            if not cand:
+                continue
+            kinds = ev["kind"].iloc[[j for j, _ in cand]].astype(str).tolist()
+            py = [c for c, k_ in zip(cand, kinds) if k_ == "python" and ".py(" in c[1]
+                  and "torch/" not in c[1]]
+            ann = [c for c, k_ in zip(cand, kinds) if k_ == "annotation"]
+            pool = py or ann or cand
+            j, n = min(pool, key=lambda c: te[c[0]] - ts[c[0]])
+            votes[n] = votes.get(n, 0) + 1
+    return max(votes, key=votes.get) if votes else ""
+
+
+def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, kinds=("python", "cpu_op"),
+                      share: float = 0.5) -> tuple[str, int]:
+    """The deepest host frame/op that still explains most of the idle time it sits in.
+
+    Inclusive time favours outer frames (``<module>``, ``train_step``); exclusive
+    time scatters. Among the rows whose time inside gaps is at least ``share`` of
+    the largest such row, the shortest one is the most specific culprit.
+    """
+    from . import intervals
+
+    m = ev["kind"].isin(kinds).to_numpy()
+    if not m.any() or not len(gaps):
+        return "", 0
+    step = re.compile(r"^ProfilerStep#\d+$")
+    s = ev["ts"].to_numpy(np.int64)[m]
+    e = s + ev["dur"].to_numpy(np.int64)[m]
+    iv = intervals.union(gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64))
+    ov = intervals.overlap(iv, s, e)
+    if not ov.any():
+        return "", 0
+    rows = np.flatnonzero(m)
+    names = ev["name"].iloc[rows].astype(str).to_numpy()
+    ok = np.array([not step.match(n) for n in names]) & (ov > 0)
+    if not ok.any():
+        return "", 0
+    best = ov[ok].max()
+    cand = np.flatnonzero(ok & (ov >= share * best))
+    j = cand[np.argmin((e - s)[cand])]
+    return str(names[j]), int(ov[j])

@@ -1,0 +1,303 @@
+"""The analysis window: which stretch of the trace the verdict is about.
+
+A whole-program capture (``nsys profile python train.py``, torch.profiler with
+no schedule) opens with CUDA context creation, lazy module loading, library
+initialisation, compilation and warm-up steps. None of that is the steady state
+the user wants explained, and a few seconds of it drown every later step.
+
+``auto`` (the default): when steps exist, analyse the steady-state steps --
+leading steps are dropped while they are warm-up (see ``warmup_reason``); the
+window runs from the first kept step's start to the end of the last kept step
+(or of the GPU work it launched, whichever is later). Without steps the window
+is the whole trace, and the report says so. ``--steps N:M`` keeps the steps
+numbered N..M (inclusive, either side optional); ``--steps all`` keeps every
+step; ``--window START:END`` (times after the trace's first event) overrides
+both.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .attribution import COMPILE_RX, GRAPH_RECORD_RX
+from .compile import _is_compile_name
+from .steps import assign_steps
+
+# One-time start-up work: context and module loading, library handles, NCCL init.
+STARTUP_RX = re.compile(
+    r"^(?:cu(?:Library|Module)(?:Load|GetModule|GetFunction|GetKernel)\w*"
+    r"|cu(?:Init|CtxCreate|DevicePrimaryCtxRetain|DevicePrimaryCtxSetFlags)\w*"
+    r"|(?:cuda|hip)(?:SetDevice|GetDeviceProperties|DeviceGetAttribute|FuncGetAttributes)\w*"
+    r"|hip(?:ModuleLoad|ModuleGetFunction|Init)\w*"
+    r"|(?:cublas|cublasLt|cudnn|hipblas|hipblasLt|miopen|rocblas|cusparse|cufft)Create\w*"
+    r"|ncclCommInit\w*|nccl:comm_init\w*|__cudaRegister\w*)$")
+ALLOC_RX = re.compile(r"^(?:cuda|hip|cu)(?:Mem)?(?:Malloc|Alloc)\w*")
+
+WARMUP_OUTLIER = 1.5          # a leading step slower than 1.5x the median of the later ones
+WARMUP_OUTLIER_MIN_NS = 1_000_000   # ... by at least 1 ms
+STARTUP_SHARE = 0.01          # start-up calls >= 1% of a step make it warm-up
+STARTUP_MIN_NS = 1_000_000    # ... and >= 1 ms
+
+
+@dataclass
+class Window:
+    """What was analysed: [start, end) on the trace clock, and why."""
+
+    mode: str                       # "steps" (auto), "all_steps", "steps N:M", "explicit", "whole_trace"
+    start: int
+    end: int
+    steps: pd.DataFrame             # the analysed steps (empty for whole_trace)
+    total_steps: int = 0
+    trace_start: int = 0
+    trace_end: int = 0
+    excluded: list = field(default_factory=list)   # [{"what", "ns", "reason", "detail"}]
+    note: str = ""
+
+    @property
+    def dur(self) -> int:
+        return max(0, self.end - self.start)
+
+    def to_dict(self) -> dict:
+        first = int(self.steps["step"].iloc[0]) if len(self.steps) else None
+        last = int(self.steps["step"].iloc[-1]) if len(self.steps) else None
+        return {"mode": self.mode, "start_ns": int(self.start), "end_ns": int(self.end),
+                "dur_ns": int(self.dur), "offset_ns": int(self.start - self.trace_start),
+                "trace_start_ns": int(self.trace_start), "trace_end_ns": int(self.trace_end),
+                "steps_analysed": len(self.steps), "steps_total": int(self.total_steps),
+                "first_step": first, "last_step": last,
+                "excluded": self.excluded, "note": self.note}
+
+
+def trace_span(ev: pd.DataFrame) -> tuple[int, int]:
+    if not len(ev):
+        return 0, 0
+    return int(ev["ts"].min()), int((ev["ts"] + ev["dur"]).max())
+
+
+def parse_steps(spec: str | None) -> tuple[str, int | None, int | None]:
+    """``auto`` | ``all`` | ``N:M`` | ``N`` -> (mode, lo, hi); raises ValueError."""
+    s = (spec or "auto").strip().lower()
+    if s in ("auto", "all"):
+        return s, None, None
+    m = re.fullmatch(r"(-?\d*)\s*:\s*(-?\d*)|(\d+)", s)
+    if not m:
+        raise ValueError(f"--steps must be auto, all, N:M or N, not {spec!r}")
+    if m.group(3) is not None:
+        n = int(m.group(3))
+        return "range", n, n
+    lo = int(m.group(1)) if m.group(1) else None
+    hi = int(m.group(2)) if m.group(2) else None
+    if lo is not None and hi is not None and hi < lo:
+        raise ValueError(f"--steps {spec}: the last step comes before the first")
+    return "range", lo, hi
+
+
+def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
+           steps_spec: str | None = None, window: tuple[int, int] | None = None) -> Window:
+    """The analysis window for a trace (see module doc).
+
+    ``steps``: ``steps.find_steps`` output; ``ops``: ``steps.gpu_ops`` output;
+    ``window``: (start, end) offsets in ns after the trace's first event.
+    """
+    t0, t1 = trace_span(ev)
+    if window is not None:
+        lo = t0 + max(0, int(window[0]))
+        hi = t1 if window[1] is None else min(t1, t0 + int(window[1]))
+        kept = _steps_inside(steps, lo, hi)
+        w = Window("explicit", lo, max(lo, hi), kept, len(steps), t0, t1)
+        w.excluded = _edges(ev, w, "before the window", "after the window")
+        return w
+    if not len(steps):
+        return Window("whole_trace", t0, t1, steps, 0, t0, t1,
+                      note="no steps found: the whole trace is analysed (start-up included)")
+    main = _main_steps(steps)
+    mode, lo, hi = parse_steps(steps_spec)
+    excluded: list = []
+    if mode == "range":
+        num = main["step"].to_numpy(np.int64)
+        keep = np.ones(len(main), bool)
+        if lo is not None:
+            keep &= num >= lo
+        if hi is not None:
+            keep &= num <= hi
+        if not keep.any():
+            raise ValueError(f"--steps {steps_spec}: no step numbered in that range "
+                             f"(steps #{int(num.min())}..#{int(num.max())})")
+        kept = main[keep]
+        label = f"steps {steps_spec}"
+        for r in main[~keep].itertuples():
+            excluded.append(_step_item(r, "not selected (--steps)", ""))
+    elif mode == "all":
+        kept, label = main, "all_steps"
+    else:
+        kept, warm = _drop_warmup(ev, main, ops)
+        label = "steps"
+        excluded += warm
+    start = int(kept["start"].min())
+    end = max(int(kept["end"].max()), _gpu_end_of(kept, ops))
+    w = Window(label, start, end, kept.reset_index(drop=True), len(main), t0, t1)
+    w.excluded = _edges(ev, w, "start-up before the first analysed step",
+                        "after the last analysed step") + excluded
+    w.excluded.sort(key=lambda x: x.get("start_ns", 0))
+    return w
+
+
+def _main_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Steps of the process with the most steps: a window is chosen on one timeline."""
+    counts = steps["pid"].value_counts()
+    pid = counts.index[0]
+    return steps[steps["pid"] == pid].sort_values("start", kind="stable").reset_index(drop=True)
+
+
+def _steps_inside(steps: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    if not len(steps):
+        return steps
+    m = (steps["start"].to_numpy() >= lo) & (steps["end"].to_numpy() <= hi)
+    return steps[m].reset_index(drop=True)
+
+
+def _gpu_end_of(kept: pd.DataFrame, ops: pd.DataFrame) -> int:
+    """End of the last GPU op launched by the kept steps (their tail runs past the host)."""
+    if not len(ops):
+        return 0
+    linked = ops["launch_ts"].to_numpy() >= 0
+    ts = np.where(linked, ops["launch_ts"].to_numpy(np.int64), ops["ts"].to_numpy(np.int64))
+    pid = np.where(linked, ops["launch_pid"].to_numpy(np.int64), ops["pid"].to_numpy(np.int64))
+    k = assign_steps(kept.assign(index=np.arange(len(kept))), pid, ts)
+    if not (k >= 0).any():
+        return 0
+    return int(ops["end"].to_numpy(np.int64)[k >= 0].max())
+
+
+def _host_rows(ev: pd.DataFrame, pid: int) -> pd.DataFrame:
+    host = ev["kind"].isin(("runtime", "driver", "cpu_op", "annotation", "python", "osrt"))
+    return ev.loc[host.to_numpy() & (ev["pid"].to_numpy() == pid), ["ts", "dur", "name"]]
+
+
+def _name_flags(names: pd.Series, rx) -> np.ndarray:
+    cat = names.astype("category") if not isinstance(names.dtype, pd.CategoricalDtype) else names
+    lut = np.array([bool(rx.search(str(c))) for c in cat.cat.categories] + [False], bool)
+    return lut[cat.cat.codes.to_numpy()]
+
+
+def _time_in(rows: pd.DataFrame, flags: np.ndarray, lo: int, hi: int) -> int:
+    """Clipped time of flagged rows inside [lo, hi)."""
+    s = rows["ts"].to_numpy(np.int64)[flags]
+    e = s + rows["dur"].to_numpy(np.int64)[flags]
+    return int(np.maximum(0, np.minimum(e, hi) - np.maximum(s, lo)).sum())
+
+
+def warmup_reason(ev_host: pd.DataFrame, flags: dict, start: int, end: int,
+                  ref_ns: float | None, alloc_ref: float) -> str:
+    """Why a leading step is warm-up ("" when it is steady state)."""
+    dur = end - start
+    for what, key in (("compiles", "compile"), ("records CUDA graphs", "graph"),
+                      ("runs start-up work", "startup")):
+        t = _time_in(ev_host, flags[key], start, end)
+        if t >= STARTUP_MIN_NS and t >= STARTUP_SHARE * dur:
+            return f"warm-up: {what} ({_ms(t)})"
+    t = _time_in(ev_host, flags["alloc"], start, end)
+    if t >= STARTUP_MIN_NS and t >= 0.1 * dur and t > 10 * alloc_ref:
+        return f"warm-up: grows the allocator ({_ms(t)} in allocations)"
+    if ref_ns and dur > WARMUP_OUTLIER * ref_ns and dur - ref_ns > WARMUP_OUTLIER_MIN_NS:
+        return f"warm-up: {dur / ref_ns:.1f}x the median of the later steps"
+    return ""
+
+
+def _flags(rows: pd.DataFrame) -> dict:
+    names = rows["name"]
+    comp = _name_flags(names, COMPILE_RX)
+    cat = names.astype("category") if not isinstance(names.dtype, pd.CategoricalDtype) else names
+    lut = np.array([_is_compile_name(str(c)) for c in cat.cat.categories] + [False], bool)
+    comp |= lut[cat.cat.codes.to_numpy()]
+    graph = _name_flags(names, GRAPH_RECORD_RX)
+    return {"compile": comp & ~graph, "graph": graph, "startup": _name_flags(names, STARTUP_RX),
+            "alloc": _name_flags(names, ALLOC_RX)}
+
+
+def _drop_warmup(ev: pd.DataFrame, main: pd.DataFrame, ops: pd.DataFrame):
+    """Leading warm-up steps dropped (at least one step always stays)."""
+    rows = _host_rows(ev, int(main["pid"].iloc[0]))
+    flags = _flags(rows)
+    start = main["start"].to_numpy(np.int64)
+    end = main["end"].to_numpy(np.int64)
+    dur = end - start
+    n = len(main)
+    allocs = [_time_in(rows, flags["alloc"], int(a), int(b)) for a, b in zip(start, end)]
+    excluded = []
+    first = 0
+    while first < n - 1:
+        later = dur[first + 1:]
+        ref = float(np.median(later)) if len(later) else None
+        alloc_ref = float(np.median(allocs[first + 1:])) if first + 1 < n else 0.0
+        why = warmup_reason(rows, flags, int(start[first]), int(end[first]), ref, alloc_ref)
+        if not why:
+            break
+        r = main.iloc[first]
+        excluded.append(_step_item(r, why, _top_names(rows, flags, int(start[first]),
+                                                      int(end[first]))))
+        first += 1
+    return main.iloc[first:], excluded
+
+
+def _step_item(r, reason: str, detail: str) -> dict:
+    get = (lambda k: r[k]) if isinstance(r, pd.Series) else (lambda k: getattr(r, k))
+    return {"what": f"step #{int(get('step'))}", "step": int(get("step")),
+            "start_ns": int(get("start")), "ns": int(get("dur")), "reason": reason,
+            "detail": detail}
+
+
+def _top_names(rows: pd.DataFrame, flags: dict, lo: int, hi: int, k: int = 3) -> str:
+    """The largest start-up / compile / graph-recording calls inside [lo, hi)."""
+    m = flags["startup"] | flags["compile"] | flags["graph"]
+    s = rows["ts"].to_numpy(np.int64)
+    e = s + rows["dur"].to_numpy(np.int64)
+    inside = m & (e > lo) & (s < hi)
+    if not inside.any():
+        return ""
+    clip = np.minimum(e[inside], hi) - np.maximum(s[inside], lo)
+    df = pd.DataFrame({"name": rows["name"].astype(str).to_numpy()[inside], "ns": clip})
+    top = df.groupby("name")["ns"].agg(["sum", "size"]).sort_values("sum", ascending=False)
+    return ", ".join(f"{n} {_ms(int(r['sum']))}" + (f" ×{int(r['size'])}" if r["size"] > 1 else "")
+                     for n, r in top.head(k).iterrows())
+
+
+def _edges(ev: pd.DataFrame, w: Window, before: str, after: str) -> list:
+    out = []
+    if w.start > w.trace_start:
+        rows = ev.loc[ev["ts"].to_numpy() < w.start]
+        rows = rows.loc[rows["kind"].isin(("runtime", "driver", "cpu_op", "annotation",
+                                           "python", "osrt")).to_numpy(), ["ts", "dur", "name"]]
+        detail = _top_names(rows, _flags(rows), w.trace_start, w.start) if len(rows) else ""
+        out.append({"what": before, "start_ns": int(w.trace_start),
+                    "ns": int(w.start - w.trace_start), "reason": before, "detail": detail})
+    if w.trace_end > w.end:
+        out.append({"what": after, "start_ns": int(w.end), "ns": int(w.trace_end - w.end),
+                    "reason": after, "detail": ""})
+    return out
+
+
+def slice_events(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
+    """Events overlapping [start, end), clipped to it (instants: start <= ts < end)."""
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    m = (ts < end) & ((te > start) | ((ev["dur"].to_numpy() == 0) & (ts >= start)))
+    if m.all() and ts.min(initial=start) >= start and te.max(initial=end) <= end:
+        return ev
+    out = ev.loc[m].copy()
+    s = np.maximum(out["ts"].to_numpy(np.int64), start)
+    e = np.minimum(out["ts"].to_numpy(np.int64) + out["dur"].to_numpy(np.int64), end)
+    out["ts"] = s
+    out["dur"] = np.maximum(e - s, 0)
+    return out.reset_index(drop=True)
+
+
+def _ms(ns: int) -> str:
+    if ns >= 1_000_000_000:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1_000_000:
+        return f"{ns / 1e6:.1f} ms"
+    return f"{ns / 1e3:.0f} us"
