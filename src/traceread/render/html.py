@@ -26,7 +26,7 @@ COLUMNS = 800          # timeline resolution (SVG columns per device lane)
 MAX_LANES = 8
 MAX_STEPS = 60
 TABLE_ROWS = 20
-COLORS = {"busy": "#3b6ea8", "compile": "#9467bd", "dataloader": "#ff7f0e", "comm_wait": "#17becf",
+COLORS = {"busy": "#3b6ea8", "compile": "#9467bd", "graph_capture": "#c5b0d5", "dataloader": "#ff7f0e", "comm_wait": "#17becf",
           "sync": "#d62728", "alloc": "#8c564b", "launch": "#e377c2", "cpu_op": "#bcbd22",
           "python": "#2ca02c", "untraced": "#9e9e9e", "exposed": "#006d77", "hidden": "#83c5be"}
 CSS = """
@@ -65,7 +65,7 @@ def page(title: str, body: str) -> str:
 
 def analysis_body(a) -> str:
     d = a.to_dict()
-    parts = [_header(d), _verdict(d), _timeline_section(a), _steps_section(d), _idle_section(d),
+    parts = [_header(d), _verdict(a, d), _timeline_section(a), _steps_section(d), _idle_section(d),
              _gaps_section(a, d), _kernels_section(d), _comm_section(d), _compile_section(a, d)]
     return "\n".join(p for p in parts if p)
 
@@ -83,29 +83,57 @@ def _header(d: dict) -> str:
             f'{escape(" · ".join(b for b in bits if b))}</div>')
 
 
-def _lever_text(lv) -> str:
-    if isinstance(lv, dict):  # levers with estimated savings (when the analysis has them)
-        text = str(lv.get("lever") or lv.get("text") or lv.get("name") or lv)
-        saving = lv.get("saving_ns", lv.get("savings_ns"))
-        return escape(text) + (f" <b>(saves up to {fmt_ns(saving)})</b>" if saving else "")
-    return escape(str(lv))
-
-
-def _verdict(d: dict) -> str:
+def _verdict(a, d: dict) -> str:
     from .report import BOUND_TITLE
 
     v = d.get("verdict") or {}
     bound = str(v.get("bound", "unknown"))
-    levers = "".join(f"<li>{_lever_text(lv)}</li>" for lv in v.get("levers", []))
-    win = d.get("window")
-    win_html = ""
-    if isinstance(win, dict) and win:
-        keys = ", ".join(f"{escape(str(k))} {escape(_val(k, x))}" for k, x in win.items()
-                         if isinstance(x, (int, float, str)))
-        win_html = f'<div class="meta">analysis window: {keys}</div>'
+    title = v.get("title") or BOUND_TITLE.get(bound, bound)
+    missing = "".join(f"<li>{escape(str(m))}</li>" for m in v.get("missing") or [])
     return (f'<div class="verdict" id="verdict"><div class="bound">VERDICT {escape(bound.upper())}</div>'
-            f"<div>{escape(BOUND_TITLE.get(bound, bound))}</div><p>{escape(str(v.get('summary', '')))}</p>"
-            f"{win_html}<b>Levers, cheapest first</b><ol>{levers}</ol></div>")
+            f"<div>{escape(str(title))}</div><p>{escape(str(v.get('summary', '')))}</p>"
+            f"{_window_line(a, d)}{_actions(v)}"
+            + (f"<b>Not in this trace</b><ul>{missing}</ul>" if missing else "") + "</div>")
+
+
+def _actions(v: dict) -> str:
+    """The causes worth fixing with their estimated savings, else the plain lever list."""
+    acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
+    if not acts:
+        levers = "".join(f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", []))
+        return f"<b>Levers, cheapest first</b><ol>{levers}</ol>"
+    out = ["<b>What to fix, largest saving first</b><ol>"]
+    for x in acts:
+        per = x.get("saves_per_step_ns")
+        gain = f"saves {fmt_ns(per)} per step" if per else f"saves {fmt_ns(x.get('saves_ns', 0))}"
+        gain += f" ({x.get('saves_pct', 0):.1f}% of the window)"
+        if x.get("projected_step_ns"):
+            gain += f", step → {fmt_ns(x['projected_step_ns'])}"
+        culprit = f"<br><span class='meta'>{escape(str(x['culprit']))}</span>" if x.get("culprit") else ""
+        levers = "".join(f"<li>{escape(str(lv.get('lever', '')))} <span class='meta'>"
+                         f"[{escape(str(lv.get('cost', '')))}]</span></li>"
+                         for lv in x.get("levers") or [] if isinstance(lv, dict))
+        out.append(f"<li><b>{escape(str(x.get('cause', '?')))}</b>: {escape(gain)}{culprit}"
+                   f"<ul>{levers}</ul></li>")
+    return "".join(out) + "</ol>"
+
+
+def _window_line(a, d: dict) -> str:
+    w = getattr(a, "window", None)
+    w = w.to_dict() if hasattr(w, "to_dict") else d.get("window")
+    if not isinstance(w, dict) or not w.get("mode"):
+        return ""
+    text = f"analysis window: {w['mode']}"
+    if w.get("steps_analysed"):
+        text += (f", steps #{w.get('first_step')}–#{w.get('last_step')} "
+                 f"({w['steps_analysed']} of {w.get('steps_total')})")
+    if w.get("dur_ns"):
+        text += f", {fmt_ns(w['dur_ns'])} from +{fmt_ns(w.get('offset_ns', 0))}"
+    excluded = [f"{x.get('what', '')} ({fmt_ns(x.get('ns', 0))})"
+                for x in w.get("excluded") or [] if isinstance(x, dict)]
+    if excluded:
+        text += "; excluded: " + "; ".join(excluded)
+    return f'<p class="meta">{escape(text)}</p>'
 
 
 def _val(key: str, x) -> str:
@@ -114,7 +142,7 @@ def _val(key: str, x) -> str:
 
 def _legend(keys) -> str:
     return '<div class="legend">' + "".join(
-        f'<span><i style="background:{COLORS[k]}"></i>{escape(k)}</span>' for k in keys) + "</div>"
+        f'<span><i style="background:{COLORS.get(k, "#777777")}"></i>{escape(k)}</span>' for k in keys) + "</div>"
 
 
 def _rect(x, y, w, h, color, title="") -> str:
@@ -224,7 +252,7 @@ def _lane(a, r: dict, x0: int, y: int, h: int) -> list[str]:
         for c in CPU_CATEGORIES:  # idle stacks from the top; what is left below is busy
             hh = h * min(idle[c][col] / col_ns, 1.0)
             if hh >= 0.05:
-                out.append(_rect(x0 + col, yy, 1.0, hh, COLORS[c]))
+                out.append(_rect(x0 + col, yy, 1.0, hh, COLORS.get(c, "#777777")))
                 yy += hh
     return out
 
@@ -264,7 +292,7 @@ def _steps_section(d: dict) -> str:
             ns = (it.get("idle_by_cpu") or {}).get(c, 0)
             if ns:
                 w = bar_w * ns / top
-                inner.append(_rect(x, y, w, row_h, COLORS[c], f"step {it['step']}: {c} {fmt_ns(ns)}"))
+                inner.append(_rect(x, y, w, row_h, COLORS.get(c, "#777777"), f"step {it['step']}: {c} {fmt_ns(ns)}"))
                 x += w
         inner.append(f'<text x="{x + 4:.0f}" y="{y + 12}">{fmt_ns(it["dur_ns"])} host</text>')
     s = st.get("stats") or {}
@@ -295,7 +323,7 @@ def _idle_section(d: dict) -> str:
     idle = sum(by.values())
     if not idle:
         return ""
-    rows = [(c, by[c], f"{fmt_ns(by[c])} ({100 * by[c] / idle:.1f}%)", COLORS[c])
+    rows = [(c, by[c], f"{fmt_ns(by[c])} ({100 * by[c] / idle:.1f}%)", COLORS.get(c, "#777777"))
             for c in sorted(CPU_CATEGORIES, key=lambda c: -by.get(c, 0)) if by.get(c)]
     dr = att.get("by_drain") or {}
     drain = (f"<p>queue drained by a blocking sync: {fmt_ns(dr.get('sync', 0))}; host simply late "

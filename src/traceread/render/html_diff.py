@@ -71,7 +71,7 @@ def _paired_bars(b: dict, a: dict) -> str:
         for j, (side, v) in enumerate((("before", b.get(c, 0)), ("after", a.get(c, 0)))):
             w = 520 * v / top
             op = "0.5" if side == "before" else "1"
-            inner.append(f'<rect x="110" y="{y + j * 14}" width="{w:.2f}" height="12" fill="{COLORS[c]}" '
+            inner.append(f'<rect x="110" y="{y + j * 14}" width="{w:.2f}" height="12" fill="{COLORS.get(c, "#777777")}" '
                          f'fill-opacity="{op}"><title>{side}: {fmt_ns(v)}</title></rect>')
             inner.append(f'<text x="{116 + w:.0f}" y="{y + j * 14 + 10}">{side} {fmt_ns(v)}</text>')
     return _svg(800, max(len(cats) * 34, 10), inner, "idle by cause, before and after")

@@ -233,6 +233,8 @@ def _step_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
 def analysis_window(a):
     """(start_ns, end_ns, args) of the steady-state analysis window when the analysis has one."""
     w = getattr(a, "window", None)
+    if hasattr(w, "to_dict"):
+        w = w.to_dict()
     if not isinstance(w, dict):
         return None
     start = w.get("start_ns", w.get("start"))
