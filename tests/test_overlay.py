@@ -133,3 +133,14 @@ def test_real_corpus_nsys_pair_overlays(tmp_path, corpus_dir):
     exposed = [e for e in _doc(out)["traceEvents"] if e.get("name") == "exposed comm"]
     total = sum(round(e["dur"] * 1000) for e in exposed)
     assert total == int(a.nccl["exposed_ns"].sum())
+
+
+def test_bad_input_and_unwritable_output_are_one_error_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"traceEvents": [')
+    r = CliRunner().invoke(main, ["overlay", str(bad), "-o", str(tmp_path / "o.json")])
+    assert r.exit_code == 1 and r.stderr.startswith("traceread: error: ") and "Traceback" not in r.output
+    src = FIXTURES / "kineto" / "hta_sampled_rank-1.json.gz"
+    r = CliRunner().invoke(main, ["overlay", str(src), "-o", str(tmp_path / "no" / "such" / "o.json")])
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "cannot write" in r.stderr
