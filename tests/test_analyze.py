@@ -151,7 +151,8 @@ def test_cli_text_report(files):
     r = _run("analyze", files["data"][0])
     assert r.exit_code == 0, r.output
     first = [line for line in r.output.splitlines() if line.strip()]
-    assert first[2].startswith("VERDICT  DATA")
+    assert first[2].startswith("  analysed: steps #0–#4 (5 of 5)")   # what the verdict covers
+    assert first[3].startswith("VERDICT  DATA")
     assert "num_workers" in r.output and "dataloader" in r.output
 
 

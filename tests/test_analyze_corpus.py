@@ -38,7 +38,9 @@ def _analysis(rel: str):
 def _check(a):
     d = a.to_dict()
     json.dumps(d)
-    assert render_report(a).splitlines()[3].startswith("VERDICT")
+    lines = render_report(a).splitlines()
+    assert lines[2].startswith("  analysed: ")
+    assert any(x.startswith("VERDICT") for x in lines[3:12])
     assert d["verdict"]["bound"] in VERDICTS
     for dev in d["attribution"]["devices"]:   # the split is exact on real data too
         assert sum(dev["by_cpu"].values()) == dev["idle_ns"]

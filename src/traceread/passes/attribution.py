@@ -293,6 +293,14 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he += hs
     key = _thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
     del rows
+    cap = _capture_regions(kind, name, name_cats, hs, he, key)
+    if cap is not None:   # stream-capture regions: everything inside records a CUDA graph
+        cs, ce, ck, cn, ckind = cap
+        hs, he, key = np.concatenate([hs, cs]), np.concatenate([he, ce]), np.concatenate([key, ck])
+        name, kind = np.concatenate([name, cn]), np.concatenate([kind, ckind])
+        cats = np.concatenate([cats, np.full(len(cs), CPU_CATEGORIES.index("graph_capture"),
+                                             cats.dtype)])
+        is_sync = np.concatenate([is_sync, np.zeros(len(cs), bool)])
     top_parts = []
     for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
         gs = gaps["start"].to_numpy(np.int64)[idx]
@@ -318,6 +326,39 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     gaps["drain"] = drain
     gaps["drain_op"] = drain_op
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top)}
+
+
+CAPTURE_BEGIN_RX = re.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture")
+CAPTURE_END_RX = re.compile(r"capture_end|^(?:cuda|hip|cu)StreamEndCapture")
+
+
+def _capture_regions(kind, name, name_cats, hs, he, key):
+    """[begin, end) of each stream capture per thread: a ``capture_begin`` frame (or a
+    StreamBeginCapture call) to the end of the next ``capture_end`` on the same thread.
+
+    During capture, launches are recorded, not run: the GPU idles by design, and the
+    operators inside are the graph's recording cost, not host overhead.
+    """
+    begin = _name_lut(name_cats, name, lambda n: bool(CAPTURE_BEGIN_RX.search(n)), bool, False)[name]
+    if not begin.any():
+        return None
+    end = _name_lut(name_cats, name, lambda n: bool(CAPTURE_END_RX.search(n)), bool, False)[name]
+    out = []
+    for k in np.unique(key[begin]).tolist():
+        b = np.flatnonzero(begin & (key == k))
+        e = np.flatnonzero(end & (key == k))
+        if not len(e):
+            continue
+        ends = np.sort(he[e])
+        for i in b.tolist():
+            j = np.searchsorted(ends, hs[i], side="right")
+            if j < len(ends):
+                out.append((hs[i], ends[j], k, name[i], kind[i]))
+    if not out:
+        return None
+    s, e, k, n, kd = (np.array(c) for c in zip(*out))
+    return (s.astype(np.int64), e.astype(np.int64), k.astype(np.int64), n.astype(name.dtype),
+            kd.astype(kind.dtype))
 
 
 def _sync_names(cats: pd.Index, codes: np.ndarray) -> np.ndarray:

@@ -156,7 +156,8 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> li
         out.append({
             "cause": cause, "saves_ns": int(ns), "saves_pct": pct,
             "saves_per_step_ns": per_step,
-            "projected_step_ns": int(round(mean_step * (1 - pct / 100))) if mean_step else None,
+            "projected_step_ns": max(0, mean_step - per_step) if mean_step and per_step is not None
+            else None,
             "culprit": ctx.get("culprits", {}).get(cause, ""),
             "levers": [lv for lv in _levers_for(cause, ns, parts, copy, ctx)
                        if lv["saves_ns"] >= MIN_ACTION_SHARE * window_ns],
@@ -176,10 +177,10 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
     items = list(LEVERS[key])
     if cause == "host" and ctx.get("uses_cuda_graphs"):
         items = [x for x in items if "CUDA graphs" not in x[0]]
-    if cause == "launch" and not ctx.get("training", True):
-        items = [x for x in items if "optimizer" not in x[0] and "micro-batch" not in x[0]]
+    if cause == "launch" and not ctx.get("training", True):   # inference: no optimizer
+        items = [x for x in items if not x[0].startswith(("fused optimizers", "larger micro"))]
     if cause == "launch" and ctx.get("fused_optimizer"):
-        items = [x for x in items if "fused optimizers" not in x[0]]
+        items = [x for x in items if not x[0].startswith("fused optimizers")]
     out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items]
     if cause == "host" and parts.get("alloc", 0) * 2 >= parts.get("host", 0) > 0:
         out = [{"lever": t, "cost": c, "saves_ns": int(parts["alloc"])}
@@ -200,8 +201,9 @@ def _ranked_levers(actions: list[dict]) -> list[str]:
     flat.sort(key=lambda x: (-x[0], x[1], x[2], x[3]))
     seen, out = set(), []
     for *_, text in flat:
-        if text not in seen:
-            seen.add(text)
+        key = text[:33]   # two causes may offer the same lever in other words (CUDA graphs)
+        if key not in seen:
+            seen.add(key)
             out.append(text)
     return out[:MAX_LEVERS]
 

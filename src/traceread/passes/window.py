@@ -139,8 +139,9 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
     start = int(kept["start"].min())
     end = max(int(kept["end"].max()), _gpu_end_of(kept, ops))
     w = Window(label, start, end, kept.reset_index(drop=True), len(main), t0, t1)
-    w.excluded = _edges(ev, w, "start-up before the first analysed step",
-                        "after the last analysed step") + excluded
+    # excluded steps are listed on their own: the leading edge stops at the first step
+    w.excluded = _edges(ev, w, "before the first step", "after the last analysed step",
+                        before_end=int(main["start"].iloc[0]) if excluded else None) + excluded
     w.excluded.sort(key=lambda x: x.get("start_ns", 0))
     return w
 
@@ -265,15 +266,18 @@ def _top_names(rows: pd.DataFrame, flags: dict, lo: int, hi: int, k: int = 3) ->
                      for n, r in top.head(k).iterrows())
 
 
-def _edges(ev: pd.DataFrame, w: Window, before: str, after: str) -> list:
+def _edges(ev: pd.DataFrame, w: Window, before: str, after: str,
+           before_end: int | None = None) -> list:
     out = []
-    if w.start > w.trace_start:
-        rows = ev.loc[ev["ts"].to_numpy() < w.start]
+    stop = min(w.start, before_end) if before_end is not None else w.start
+    if stop > w.trace_start:
+        rows = ev.loc[ev["ts"].to_numpy() < stop]
         rows = rows.loc[rows["kind"].isin(("runtime", "driver", "cpu_op", "annotation",
                                            "python", "osrt")).to_numpy(), ["ts", "dur", "name"]]
-        detail = _top_names(rows, _flags(rows), w.trace_start, w.start) if len(rows) else ""
+        detail = _top_names(rows, _flags(rows), w.trace_start, stop) if len(rows) else ""
+        reason = "start-up" if detail else before
         out.append({"what": before, "start_ns": int(w.trace_start),
-                    "ns": int(w.start - w.trace_start), "reason": before, "detail": detail})
+                    "ns": int(stop - w.trace_start), "reason": reason, "detail": detail})
     if w.trace_end > w.end:
         out.append({"what": after, "start_ns": int(w.end), "ns": int(w.trace_end - w.end),
                     "reason": after, "detail": ""})

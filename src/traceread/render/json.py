@@ -47,6 +47,7 @@ def _records(df: pd.DataFrame, int_ns: tuple = ()) -> list[dict]:
 def analysis_to_dict(a) -> dict[str, Any]:
     return {
         "trace": _trace(a),
+        "window": _py(a.window.to_dict()) if getattr(a, "window", None) is not None else None,
         "steps": _steps(a),
         "devices": _devices(a),
         "gaps": _gaps(a),
@@ -55,6 +56,8 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "compile": _py(a.compile) if a.compile else _empty_compile(),
         "kernels": _records(a.kernels.head(20), ("avg_ns", "med_ns", "stddev_ns")),
         "kernel_classes": _records(a.kernel_classes),
+        "copies": _py(getattr(a, "copies", None) or {}),
+        "context": _py(getattr(a, "context", None) or {}),
         "verdict": _py(a.verdict),
     }
 

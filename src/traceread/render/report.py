@@ -71,8 +71,9 @@ def _window(a) -> list[str]:
         return []
     d = w.to_dict()
     if d["mode"] == "whole_trace":
-        return [f"  analysed: the whole trace ({d['note']}; mark steps with "
-                "torch.profiler's prof.step() or NVTX ranges named step_N, or use --window)"]
+        return ["  analysed: the whole trace -- no steps found, so any start-up and warm-up is "
+                "included (mark steps with torch.profiler's prof.step() or NVTX ranges named "
+                "step_N, or pass --window)"]
     what = (f"steps #{d['first_step']}–#{d['last_step']} ({d['steps_analysed']} of "
             f"{d['steps_total']})" if d["steps_analysed"] else "an explicit window")
     line = f"  analysed: {what}, {fmt_ns(d['dur_ns'])} from +{fmt_ns(d['offset_ns'])}"

@@ -118,9 +118,17 @@ class NsysWriter:
                          (start, end, device, ctx, stream, corr, gpid(pid), self.sid(name),
                           self.sid(short or name.split("(")[0]), None, 1, 128))
 
-    def memcpy(self, start, end, nbytes, copy_kind, pid, device=0, stream=7, corr=0, ctx=1):
+    # nsys memory kinds (ENUM_CUDA_MEM_KIND): 0 pageable, 1 pinned, 2 device
+    _MEM = {1: (1, 2), 2: (2, 1), 8: (2, 2)}
+
+    def memcpy(self, start, end, nbytes, copy_kind, pid, device=0, stream=7, corr=0, ctx=1,
+               pageable=False):
+        src, dst = self._MEM.get(copy_kind, (2, 2))
+        if pageable:
+            src, dst = (0, dst) if copy_kind == 1 else (src, 0)
         self.con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                         (start, end, device, ctx, stream, corr, gpid(pid), nbytes, copy_kind, 0, 0))
+                         (start, end, device, ctx, stream, corr, gpid(pid), nbytes, copy_kind,
+                          src, dst))
 
     def memset(self, start, end, nbytes, pid, device=0, stream=7, corr=0, ctx=1):
         self.con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?,?,?,?,?,?,?,?,?)",

@@ -348,8 +348,10 @@ def write_nsys(trace: Trace, path, schema: str = "3.x", start_ns: int = 1 * MS):
     pids = sorted(int(p) for p in ev["pid"].unique() if p >= 0)
     for p in pids:
         w.process(p, "python")
+    names = {int(x.get("device", -1)): str(x.get("name", "")) for x in trace.meta.devices
+             if isinstance(x, dict)}
     for d in sorted(int(d) for d in ev["device"].unique() if d >= 0):
-        w.gpu(d, "NVIDIA H100")
+        w.gpu(d, names.get(d) or "NVIDIA H100")
     copy = {"HtoD": 1, "DtoH": 2, "DtoD": 8}
     for r in ev.itertuples(index=False):
         s, e = int(r.ts) - shift, int(r.ts + r.dur) - shift
@@ -359,7 +361,7 @@ def write_nsys(trace: Trace, path, schema: str = "3.x", start_ns: int = 1 * MS):
             w.kernel(s, e, name, int(r.pid), int(r.device), int(r.stream), corr=corr)
         elif kind == "memcpy":
             w.memcpy(s, e, max(int(r.bytes), 0), copy.get(str(r.copy_kind), 8), int(r.pid),
-                     int(r.device), int(r.stream), corr=corr)
+                     int(r.device), int(r.stream), corr=corr, pageable="Pageable" in name)
         elif kind == "memset":
             w.memset(s, e, max(int(r.bytes), 0), int(r.pid), int(r.device), int(r.stream),
                      corr=corr)

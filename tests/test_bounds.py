@@ -1,0 +1,126 @@
+"""Every bound and the analysis window on planted traces, through the table, Kineto JSON
+and an nsys export: the verdict, the window, the savings and the levers, exactly."""
+from __future__ import annotations
+
+import pytest
+
+from traceread import load
+from traceread.analysis import analyze
+from traceread.synth import scenarios as sc
+from traceread.synth import scenarios_bounds as sb
+from traceread.synth.kineto import write_kineto
+
+PATHS = ("table", "kineto-2.4", "nsys")
+
+
+def _load(trace, how, tmp_path, name):
+    if how == "table":
+        return trace
+    if how.startswith("kineto"):
+        p = tmp_path / f"{name}.json"
+        write_kineto(trace, p, era=how.split("-")[1])
+    else:
+        p = tmp_path / f"{name}.sqlite"
+        sc.write_nsys(trace, p)
+    return load(p)
+
+
+@pytest.mark.parametrize("how", PATHS)
+def test_host_bound_names_the_python_frame(how, tmp_path):
+    trace, truth = sb.host_bound()
+    a = analyze(_load(trace, how, tmp_path, "host"))
+    v, d = a.verdict, a.devices.iloc[0]
+    assert v["bound"] == "host"
+    assert (int(d["window_ns"]), int(d["busy_ns"]), int(d["idle_ns"])) == \
+        (truth["window_ns"], truth["busy_ns"], truth["idle_ns"])
+    assert v["evidence"]["scores_ns"]["host"] == truth["scores"]["host"]
+    assert v["evidence"]["scores_ns"]["launch"] == truth["scores"]["launch"]
+    assert truth["culprit"] in v["summary"]
+    act = v["actions"][0]
+    assert act["cause"] == "host" and act["saves_ns"] == truth["scores"]["host"]
+    assert act["saves_per_step_ns"] == truth["scores"]["host"] // truth["steps"]
+    assert act["projected_step_ns"] == truth["step_dur"] - truth["scores"]["host"] // truth["steps"]
+    assert not any("CUDA graphs: torch.compile(mode" in lv and "capture the step" in lv
+                   for lv in v["levers"][:1])
+
+
+@pytest.mark.parametrize("how", PATHS)
+def test_close_call_is_mixed_and_lists_num_workers(how, tmp_path):
+    trace, truth = sb.mixed_data_host()
+    a = analyze(_load(trace, how, tmp_path, "mixed"))
+    v = a.verdict
+    assert v["bound"] == "mixed" and v["evidence"]["runner_up"] == "data"
+    assert [x["cause"] for x in v["actions"][:2]] == ["host", "data"]
+    assert v["evidence"]["scores_ns"]["data"] == truth["scores"]["data"]
+    if how != "nsys":   # the iterator's class name says num_workers=0
+        assert any(lv.startswith("DataLoader(num_workers=N)") for lv in v["levers"])
+
+
+@pytest.mark.parametrize("how", PATHS)
+def test_pageable_copies_are_copy_bound_not_gpu_bound(how, tmp_path):
+    trace, truth = sb.copy_bound()
+    a = analyze(_load(trace, how, tmp_path, "copy"))
+    v = a.verdict
+    d = a.devices.iloc[0]
+    assert int(d["busy_ns"]) == truth["busy_ns"] and int(d["idle_ns"]) == truth["idle_ns"]
+    assert v["bound"] == "copy"
+    assert a.copies["exposed_ns"] == truth["exposed_copy_ns"]
+    assert a.copies["pageable_ns"] == truth["exposed_copy_ns"]
+    assert a.copies["pin_saves_ns"] == truth["pin_saves_ns"]
+    assert a.copies["largest"]["gbps"] == truth["gbps"]
+    assert "2.00 GiB HtoD pageable" in v["summary"]
+    pin = [lv for x in v["actions"] for lv in x["levers"] if lv["lever"].startswith("pin the host")]
+    assert pin and pin[0]["saves_ns"] == truth["pin_saves_ns"]
+
+
+@pytest.mark.parametrize("how", PATHS)
+def test_whole_program_window_excludes_startup_and_warmup(how, tmp_path):
+    trace, truth = sb.whole_program()
+    t = _load(trace, how, tmp_path, "whole")
+    a = analyze(t)
+    w = a.window.to_dict()
+    assert a.verdict["bound"] == "gpu"
+    assert (w["steps_analysed"], w["first_step"], w["dur_ns"]) == \
+        (truth["steps_analysed"], truth["first_step"], truth["window_ns"])
+    d = a.devices.iloc[0]
+    assert (int(d["busy_ns"]), int(d["idle_ns"])) == (truth["busy_ns"], truth["idle_ns"])
+    before, step0 = w["excluded"][0], w["excluded"][1]
+    assert before["ns"] == truth["before_ns"] and before["reason"] == "start-up"
+    for name in truth["startup_detail"]:
+        assert name in before["detail"]
+    assert step0["step"] == 0 and step0["ns"] == truth["step0_ns"]
+    assert step0["reason"].startswith("warm-up: compiles")
+    # every step, warm-up included: the compile dominates
+    assert analyze(t, steps="all").verdict["bound"] == truth["all_steps_bound"]
+    # an explicit selection and an explicit window
+    assert analyze(t, steps="2:3").window.to_dict()["steps_analysed"] == 2
+    off = w["offset_ns"]
+    ex = analyze(t, window=(off, off + 200_000_000))
+    assert ex.window.mode == "explicit" and ex.window.dur == 200_000_000
+    assert ex.verdict["bound"] == "gpu"
+
+
+def test_steps_selection_that_names_no_step_is_an_error():
+    trace, _ = sb.whole_program()
+    with pytest.raises(ValueError, match="no step numbered"):
+        analyze(trace, steps="40:50")
+
+
+@pytest.mark.parametrize("how", ("table", "kineto-2.4"))
+def test_graph_replay_is_never_told_to_use_cuda_graphs(how, tmp_path):
+    trace, truth = sb.graph_replay()
+    a = analyze(_load(trace, how, tmp_path, "graphs"))
+    assert a.context["uses_cuda_graphs"] is True
+    assert a.verdict["bound"] == "launch"
+    assert a.verdict["levers"][0].startswith("the step already replays CUDA graphs")
+    assert not any(lv.startswith("capture the step with CUDA graphs") for lv in a.verdict["levers"])
+
+
+@pytest.mark.parametrize("how", PATHS)
+def test_graph_recording_is_not_a_compile(how, tmp_path):
+    trace, truth = sb.graph_recording()
+    a = analyze(_load(trace, how, tmp_path, "record"))
+    assert a.verdict["bound"] == "graph_capture"
+    assert a.compile.get("compiles", 0) == 0
+    assert a.attribution["by_cpu"]["graph_capture"] == truth["record_ns"]
+    assert a.attribution["by_cpu"]["compile"] == 0
