@@ -265,11 +265,73 @@ class Verdict(_S):
     missing: list[str]
 
 
+class Excluded(_S):
+    """A part of the trace left out of the analysis window, and why."""
+
+    what: str
+    start_ns: int
+    ns: int
+    reason: str
+    detail: str
+    step: Optional[int] = None
+
+
+class Window(_S):
+    mode: str
+    start_ns: int
+    end_ns: int
+    dur_ns: int
+    offset_ns: int
+    trace_start_ns: int
+    trace_end_ns: int
+    steps_analysed: int
+    steps_total: int
+    first_step: Optional[int]
+    last_step: Optional[int]
+    excluded: list[Excluded]
+    note: str
+
+
+class CopyDirection(_S):
+    direction: str
+    count: int
+    bytes: int
+    copy_ns: int
+    exposed_ns: int
+    gbps: Optional[float]
+    pageable: int
+
+
+class CopyLargest(_S):
+    direction: str
+    bytes: int
+    count: int
+    dur_ns: int
+    gbps: Optional[float]
+    pageable: bool
+
+
+class Copies(_S):
+    """Host<->device copies (``passes/copies.py``); every key defaults for a trace without them."""
+
+    exposed_ns: int = 0
+    copy_ns: int = 0
+    bytes: int = 0
+    count: int = 0
+    pageable_ns: int = 0
+    pin_saves_ns: int = 0
+    pinned_gbps: Optional[float] = None
+    by_direction: list[CopyDirection] = []
+    largest: Optional[CopyLargest] = None
+    pageable_inferred: bool = False
+
+
 class Analyze(_S):
     """``traceread analyze --format json`` (one object per trace; several: a list)."""
 
     schema_version: str
     trace: TraceInfo
+    window: Optional[Window]
     steps: Steps
     devices: list[Device]
     gaps: Gaps
@@ -278,6 +340,8 @@ class Analyze(_S):
     compile: Compile
     kernels: list[Kernel]
     kernel_classes: list[KernelClass]
+    copies: Copies
+    context: dict[str, Any]      # what the trace already does (passes/context.py): flags
     verdict: Verdict
 
 
