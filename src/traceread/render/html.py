@@ -66,7 +66,8 @@ def page(title: str, body: str) -> str:
 def analysis_body(a) -> str:
     d = a.to_dict()
     parts = [_header(d), _verdict(a, d), _timeline_section(a), _steps_section(d), _idle_section(d),
-             _gaps_section(a, d), _kernels_section(d), _comm_section(d), _compile_section(a, d)]
+             _gaps_section(a, d), _kernels_section(d), _comm_section(d), _copies_section(d),
+             _compile_section(a, d)]
     return "\n".join(p for p in parts if p)
 
 
@@ -404,6 +405,22 @@ def _comm_section(d: dict) -> str:
             f"behind compute</h2>" + bars
             + table(["collective", "count", "total", "exposed", "overlapped", "busbw GB/s"], rows,
                     {1, 2, 3, 4, 5}))
+
+
+def _copies_section(d: dict) -> str:
+    c = d.get("copies") or {}
+    if not c.get("count"):
+        return ""
+    rows = [[escape(str(x.get("direction"))), f"{x.get('count', 0):,}", f"{x.get('bytes', 0) / 2**20:.1f} MiB",
+             fmt_ns(x.get("copy_ns", 0)), fmt_ns(x.get("exposed_ns", 0)),
+             f"{x['gbps']:.2f}" if isinstance(x.get("gbps"), (int, float)) else "-",
+             f"{x.get('pageable', 0):,}"] for x in c.get("by_direction") or []]
+    pin = (f"; pinning the pageable ones would save about {fmt_ns(c['pin_saves_ns'])}"
+           if c.get("pin_saves_ns") else "")
+    return (f"<h2>Host↔device copies: {fmt_ns(c.get('copy_ns', 0))}, {fmt_ns(c.get('exposed_ns', 0))} "
+            f"with no kernel running{pin}</h2>"
+            + table(["direction", "count", "bytes", "time", "exposed", "GB/s", "pageable"], rows,
+                    {1, 2, 3, 4, 5, 6}))
 
 
 def _compile_section(a, d: dict) -> str:
