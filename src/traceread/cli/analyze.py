@@ -98,13 +98,13 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None):
 @_trace_command(min_gap_option, fmt_option=html_format_option)
 def analyze(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
-    if fmt == "html" and (out is None or len(traces) != 1):
-        raise click.UsageError("--format html takes one TRACE and -o FILE.html")
+    if fmt == "html" and out is None:
+        raise click.UsageError("--format html needs -o FILE.html")
     results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window)
     if fmt == "html":
         from ..render.base import get_renderer
 
-        emit(get_renderer("html").render(results[0]), out)
+        emit(get_renderer("html").render(results if len(results) > 1 else results[0]), out)
     elif fmt == "json":
         docs = [a.to_dict() for a in results]
         emit_json(docs, out)

@@ -51,6 +51,8 @@ class HtmlRenderer(Renderer):
             from .html_diff import diff_body
 
             title, body = "traceread diff", diff_body(result)
+        elif isinstance(result, (list, tuple)):  # several traces (ranks of a job): one page
+            title, body = f"traceread: {len(result)} traces", job_body(list(result))
         else:
             title, body = f"traceread: {result.meta.path}", analysis_body(result)
         return page(title, body)
@@ -69,6 +71,36 @@ def analysis_body(a) -> str:
              _gaps_section(a, d), _kernels_section(d), _comm_section(d), _copies_section(d),
              _compile_section(a, d)]
     return "\n".join(p for p in parts if p)
+
+
+def job_body(analyses: list) -> str:
+    """Several traces: a per-trace overview, the cross-rank section, then each trace's report."""
+    if len(analyses) == 1:
+        return analysis_body(analyses[0])
+    from ..multirank import cross_rank_section
+
+    rows, bars = [], []
+    palette = [c for k, c in COLORS.items() if k not in ("busy", "untraced")]
+    for i, a in enumerate(sorted(analyses, key=lambda a: (a.meta.rank, a.meta.path))):
+        stats = a.step_stats or {}
+        dev = a.devices
+        window = int(dev["window_ns"].sum()) if len(dev) else 0
+        idle = int(dev["idle_ns"].sum()) if len(dev) else 0
+        label = f"rank {a.meta.rank}" if a.meta.rank >= 0 else a.meta.path.rsplit("/", 1)[-1]
+        rows.append([f'<a href="#t{i}">{escape(label)}</a>', escape(str(a.verdict.get("bound", "")).upper()),
+                     fmt_ns(stats["mean_ns"]) if stats.get("mean_ns") else "-",
+                     f"{100 * idle / window:.1f}%" if window else "-", escape(a.meta.path)])
+        bars.append((label, stats.get("mean_ns") or window, fmt_ns(stats.get("mean_ns") or window),
+                     palette[i % len(palette)]))
+    cross = cross_rank_section(analyses, [a.meta.path for a in analyses]).strip()
+    parts = [f"<h1>{len(analyses)} traces</h1>",
+             table(["trace", "verdict", "step (mean)", "GPU idle", "file"], rows, {2, 3}),
+             "<h2>Step time per trace</h2>", _hbars(bars)]
+    if cross:
+        parts.append(f"<h2>Across ranks</h2><pre>{escape(cross)}</pre>")
+    for i, a in enumerate(sorted(analyses, key=lambda a: (a.meta.rank, a.meta.path))):
+        parts.append(f'<hr id="t{i}">' + analysis_body(a))
+    return "\n".join(parts)
 
 
 # --- pieces ------------------------------------------------------------------------
