@@ -260,18 +260,22 @@ def render_text(d: TraceDiff) -> str:
             ("GPU window" + per, "gpu_window_ns"), ("GPU busy" + per, "gpu_busy_ns"),
             ("GPU idle" + per, "gpu_idle_ns"), ("exposed comm" + per, "exposed_comm_ns")]
     for label, key in rows:
+        if not b.get(key) and not a.get(key) and not key.startswith("step"):
+            continue  # e.g. no GPU in either trace, no communication
         if b.get(key) is None and a.get(key) is None:
             continue
         lines.append(_row(label, b.get(key), a.get(key), fmt_ns))
-    lines.append(f"  {'GPU idle %':<26}{b['gpu_idle_pct']:>11.1f}%{a['gpu_idle_pct']:>11.1f}%"
-                 f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:>+9.1f} pts")
+    if b["gpu_window_ns"] or a["gpu_window_ns"]:
+        lines.append(f"  {'GPU idle %':<26}{b['gpu_idle_pct']:>11.1f}%{a['gpu_idle_pct']:>11.1f}%"
+                     f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:>+9.1f} pts")
     if b["compiles"] or a["compiles"]:
         lines.append(f"  {'recompiles':<26}{b['recompiles']:>12}{a['recompiles']:>12}"
                      f"{a['recompiles'] - b['recompiles']:>+12}")
     changed = "" if b["verdict"] == a["verdict"] else "  (changed)"
     lines += [f"  {'verdict':<26}{str(b['verdict']).upper():>12}{str(a['verdict']).upper():>12}{changed}"]
     lines += _saving_lines(d, fmt_ns)
-    lines += ["", f"Idle by cause{per} (what the host was doing while the GPU idled)"]
+    if any(b["idle_by_cpu"].values()) or any(a["idle_by_cpu"].values()):
+        lines += ["", f"Idle by cause{per} (what the host was doing while the GPU idled)"]
     for c in sorted(CPU_CATEGORIES, key=lambda c: -max(b["idle_by_cpu"].get(c, 0),
                                                        a["idle_by_cpu"].get(c, 0))):
         x, y = b["idle_by_cpu"].get(c, 0), a["idle_by_cpu"].get(c, 0)
