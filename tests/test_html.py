@@ -158,3 +158,24 @@ def test_report_in_headless_chromium(tmp_path):
 def _rgb(hex_colour: str) -> tuple[int, int, int]:
     h = hex_colour.lstrip("#")
     return tuple(int(h[i:i + 2], 16) for i in (0, 2, 4))
+
+
+def test_batch_writes_a_self_contained_job_summary(tmp_path):
+    import shutil as sh
+
+    from traceread.examples import path as example
+
+    src = tmp_path / "in"
+    src.mkdir()
+    sh.copy(example(), src / "hta_sampled_rank-0.json.gz")
+    sh.copy(TRACE, src / "hta_sampled_rank-1.json.gz")
+    (src / "bad.json").write_text("garbage")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["batch", str(src), "-o", str(out), "-j", "1"])
+    assert r.exit_code == 1  # one file failed; the others' results are kept
+    html = (out / "report.html").read_text()
+    p = _parse(html)
+    _assert_self_contained(html, p)
+    text = " ".join(p.text)
+    assert "3 traces: 2 analysed, 1 failed" in text and "bad.json" in text
+    assert "Across ranks" in text and "straggler" in text and p.tags["svg"] == 2
