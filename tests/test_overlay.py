@@ -119,7 +119,10 @@ def test_nsys_overlay_is_a_chrome_trace_with_the_same_gpu_ops(tmp_path):
     assert len(added) == len(a.gaps)
     # every GPU op sits on a device process with a stream thread, as Perfetto expects
     k = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
-    assert k and all(isinstance(e["pid"], int) and str(e["tid"]).startswith("stream ") for e in k)
+    assert k and all(isinstance(e["pid"], int) and e["tid"] == e["args"]["stream"] for e in k)
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+             if e.get("ph") == "M" and e["name"] == "thread_name"}
+    assert all(names[(e["pid"], e["tid"])] == f"stream {e['tid']}" for e in k)
 
 
 def test_real_corpus_nsys_pair_overlays(tmp_path, corpus_dir):

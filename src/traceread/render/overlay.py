@@ -396,7 +396,10 @@ _GPU = ("kernel", "memcpy", "memset", "gpu_annotation")
 
 
 def _table_document(trace, added: list[str]) -> Iterator[str]:
-    """A Kineto-style document (schemaVersion 1) holding every row of the table, then ``added``."""
+    """A Kineto-style document (schemaVersion 1) holding every row of the table, then ``added``.
+
+    GPU ops go on pid = device, tid = stream (with ``thread_name`` "stream N"), as
+    modern Kineto writes them; host rows keep their pid/tid."""
     m = trace.meta
     head = {"schemaVersion": 1, "traceName": m.path, "displayTimeUnit": "ms",
             "deviceProperties": [{"id": int(d.get("device", i)), "name": str(d.get("name", ""))}
@@ -418,6 +421,9 @@ def _process_names(trace) -> list[str]:
     gpu = ev[ev["kind"].isin(_GPU).to_numpy()]
     for d in sorted(set(gpu["device"].astype(int).tolist())):
         out.append(_meta(d, 0, "process_name", {"name": f"GPU {d}"}))
+    pairs = gpu[["device", "stream"]].drop_duplicates().astype(int).itertuples(index=False)
+    for d, st in sorted(pairs):
+        out.append(_meta(d, st, "thread_name", {"name": f"stream {st}"}))
     return out
 
 
@@ -451,7 +457,7 @@ def _table_events(ev: pd.DataFrame) -> Iterable[str]:
         if ext[i] >= 0:
             args["External id"] = int(ext[i])
         if k in _GPU:
-            p, t = int(device[i]), f'"stream {int(stream[i])}"'
+            p, t = int(device[i]), str(int(stream[i]))  # modern Kineto: tid = stream
             args["device"], args["stream"] = int(device[i]), int(stream[i])
             if nbytes[i] >= 0:
                 args["bytes"] = int(nbytes[i])
