@@ -207,6 +207,9 @@ def match_dirs(before: str, after: str) -> list[tuple[str, str]]:
     from .errors import TraceError
 
     bs, as_ = discover(before)[0], discover(after)[0]
+    for d, found in ((before, bs), (after, as_)):
+        if not found:
+            raise TraceError(d, "no trace files found")
     rel_b = {os.path.relpath(p, before): p for p in bs}
     rel_a = {os.path.relpath(p, after): p for p in as_}
     common = sorted(set(rel_b) & set(rel_a))
