@@ -124,3 +124,20 @@ def test_graph_recording_is_not_a_compile(how, tmp_path):
     assert a.compile.get("compiles", 0) == 0
     assert a.attribution["by_cpu"]["graph_capture"] == truth["record_ns"]
     assert a.attribution["by_cpu"]["compile"] == 0
+
+
+@pytest.mark.parametrize("how", ("table", "nsys"))
+def test_unnumbered_nvtx_step_ranges_are_steps(how, tmp_path):
+    # `with nvtx.range("train_step"):` every iteration, no index: still steps, in time order
+    b = sc.TraceBuilder()
+    for k in range(4):
+        s = k * 10 * sc.MS
+        b.cpu("train_step", s, 10 * sc.MS, kind="annotation")
+        b.launch(s + 10 * sc.US, 10 * sc.US, s + 50 * sc.US, 9 * sc.MS)
+    a = analyze(_load(b.build(), how, tmp_path, "nvtx"))
+    assert a.step_source == "pattern" and list(a.steps["step"]) == [0, 1, 2, 3]
+    # a lone unnumbered range is not a step loop
+    one = sc.TraceBuilder()
+    one.cpu("train_step", 0, 10 * sc.MS, kind="annotation")
+    one.launch(10 * sc.US, 10 * sc.US, 50 * sc.US, 9 * sc.MS)
+    assert analyze(one.build()).step_source == "whole_trace"

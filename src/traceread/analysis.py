@@ -85,8 +85,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     is_nsys = trace.meta.format == "nsys"
     all_ev = trace.events
     all_steps, pattern = steps_mod.find_steps(all_ev, step_pattern)
-    win = window_mod.choose(all_ev, all_steps, _gpu_ops(all_ev, is_nsys), steps_spec=steps,
-                            window=window)
+    all_ops = _gpu_ops(all_ev, is_nsys)
+    win = window_mod.choose(all_ev, all_steps, all_ops, steps_spec=steps, window=window)
     ev = window_mod.slice_events(all_ev, win.start, win.end) if win.mode != "whole_trace" \
         else all_ev
     step_rows = _window_steps(all_steps, win)
@@ -94,7 +94,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
         source = "ProfilerStep" if pattern == steps_mod.DEFAULT_STEP_PATTERN else "pattern"
     else:
         step_rows, source = steps_mod.whole_trace_window(ev), "whole_trace"
-    ops = _gpu_ops(ev, is_nsys)
+    ops = all_ops if ev is all_ev else _gpu_ops(ev, is_nsys)
+    del all_ops
     release_heap()  # each pass frees its temporaries; hand the pages back before the next
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
@@ -103,6 +104,11 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     if win.mode != "whole_trace":
         gaps = _edge_gaps(gaps, ops, win)
     gaps["step_index"] = _step_of_gaps(gaps, ops, op_step)
+    if source != "whole_trace":   # a gap whose closing op no step launched: the step it lies in
+        lost = gaps["step_index"].to_numpy() < 0
+        if lost.any():
+            gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
+                step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
     release_heap()
     att = attr_mod.attribute(ev, gaps, ops, pattern)
     release_heap()
@@ -180,15 +186,17 @@ def _edge_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, win) -> pd.DataFrame:
     if not len(ops):
         return gaps
     g = ops.groupby(["pid", "device"], sort=True).agg(first=("ts", "min"), last=("end", "max"))
-    rows = []
-    for (pid, dev), r in g.iterrows():
-        if r["first"] > win.start:
-            rows.append((win.start, int(r["first"]), int(pid), int(dev)))
-        if r["last"] < win.end:
-            rows.append((int(r["last"]), win.end, int(pid), int(dev)))
-    if not rows:
+    pid = g.index.get_level_values(0).to_numpy(np.int64)
+    dev = g.index.get_level_values(1).to_numpy(np.int64)
+    first, last = g["first"].to_numpy(np.int64), g["last"].to_numpy(np.int64)
+    lead, tail = first > win.start, last < win.end
+    edge = pd.DataFrame({
+        "start": np.concatenate([np.full(lead.sum(), win.start, np.int64), last[tail]]),
+        "end": np.concatenate([first[lead], np.full(tail.sum(), win.end, np.int64)]),
+        "pid": np.concatenate([pid[lead], pid[tail]]),
+        "device": np.concatenate([dev[lead], dev[tail]])})
+    if not len(edge):
         return gaps
-    edge = pd.DataFrame(rows, columns=["start", "end", "pid", "device"])
     edge["duration"] = edge["end"] - edge["start"]
     out = pd.concat([gaps, edge[list(gaps.columns)].astype(np.int64)], ignore_index=True)
     return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
@@ -248,7 +256,7 @@ def _missing(meta: TraceMeta, ev: pd.DataFrame, ctx: dict) -> list[str]:
         out.append("no NVTX ranges or OS-runtime calls: DataLoader waits, .item() calls and "
                    "framework ops are invisible -- record with nsys profile "
                    "--trace=cuda,nvtx,osrt --pytorch=autograd-nvtx, or use torch.profiler")
-    elif meta.format == "nsys" and not (ev["kind"] == "cpu_op").any():
+    elif meta.format == "nsys" and not context_mod._has_non_step_ranges(ev):
         out.append("no framework operators: the DataLoader and .item() show only through "
                    "NVTX; nsys profile --pytorch=autograd-nvtx names them")
     return out
@@ -262,6 +270,8 @@ def _bytes(n: int) -> str:
 
 
 def _ms(ns: int) -> str:
+    if ns >= 10_000_000_000:
+        return f"{ns / 1e9:.1f} s"
     return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{ns / 1e3:.0f} us"
 
 

@@ -76,16 +76,18 @@ def _op_base(name: str) -> str:
     return name.split(",", 1)[0].strip()
 
 COMPILE_RX = re.compile(
-    r"\(dynamo_timed\)|entire_frame_compile|compile_inner|_compile\.compile|compile_fx"
+    r"\(dynamo_timed\)|entire_frame_compile|compile_inner|_compile\.compile|compile_fx(?!\.py)"
     r"|fx_codegen_and_compile|inductor_compile|call_user_compiler|backend_compile"
     r"|create_aot_dispatcher_function|aot_compile|async_compile|PT2 Compile|CompilationMetrics"
     r"|autotune_select_algorithm|benchmark_all_configs"
     r"|torch/_dynamo/(?:convert_frame|symbolic_convert|output_graph)\.py"
-    r"|torch/_inductor/(?:compile_fx|graph|scheduler|codecache|select_algorithm)\.py")
+    r"|torch/_inductor/(?:graph|scheduler|codecache|select_algorithm)\.py"
+    # compile_fx.py also holds the compiled graph's run-time wrappers (run, static_input)
+    r"|torch/_inductor/compile_fx\.py\(\d+\): \w*(?:compile|codegen)")
 # CUDA-graph recording: one-time work like compilation, but not a dynamo/inductor compile
 # (``CUDAGraphNode.record (dynamo_timed)`` must not read as a compile).
 GRAPH_RECORD_RX = re.compile(
-    r"CUDAGraphNode\.record|CUDAGraphTreeManager|cudagraph_trees|CUDAGraph\.capture"
+    r"CUDAGraphNode\.record|CUDAGraph\.capture|cudagraph_trees\.py\(\d+\): \w*record"
     r"|capture_begin|capture_end|cudagraphify"
     r"|^(?:cuda|hip|cu)(?:StreamBeginCapture|StreamEndCapture|GraphInstantiate)\w*")
 DATALOADER_RX = re.compile(

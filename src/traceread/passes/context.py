@@ -17,6 +17,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN
+
 GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 TRAINING_RX = re.compile(r"(?i)backward|Optimizer\.(?:step|zero_grad)|autograd::engine"
                          r"|_fused_adam|_fused_sgd|_foreach_add|optimizer")
@@ -96,8 +98,9 @@ def sync_caller(ev: pd.DataFrame, sync_name: str, limit: int = 200) -> str:
             if not cand:
                 continue
             kinds = ev["kind"].iloc[[j for j, _ in cand]].astype(str).tolist()
+            # the user's own line: not torch internals, not a C builtin
             py = [c for c, k_ in zip(cand, kinds) if k_ == "python" and ".py(" in c[1]
-                  and "torch/" not in c[1]]
+                  and "torch/" not in c[1] and not c[1].startswith("<built-in")]
             ann = [c for c, k_ in zip(cand, kinds) if k_ == "annotation"]
             pool = py or ann or cand
             j, n = min(pool, key=lambda c: te[c[0]] - ts[c[0]])
@@ -118,19 +121,27 @@ def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, kinds=("python", "cp
     m = ev["kind"].isin(kinds).to_numpy()
     if not m.any() or not len(gaps):
         return "", 0
-    step = re.compile(r"^ProfilerStep#\d+$")
+    rx = [re.compile(p) for p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
+                                  UNNUMBERED_STEP_PATTERN)]
     s = ev["ts"].to_numpy(np.int64)[m]
     e = s + ev["dur"].to_numpy(np.int64)[m]
     iv = intervals.union(gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64))
     ov = intervals.overlap(iv, s, e)
     if not ov.any():
         return "", 0
-    rows = np.flatnonzero(m)
-    names = ev["name"].iloc[rows].astype(str).to_numpy()
-    ok = np.array([not step.match(n) for n in names]) & (ov > 0)
+    hit = ov > 0
+    rows, ov, dur = np.flatnonzero(m)[hit], ov[hit], (e - s)[hit]
+    col = ev["name"]
+    cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+    codes = cat.cat.codes.to_numpy()[rows]
+    used = np.unique(codes[codes >= 0])
+    is_step = np.zeros(len(cat.cat.categories) + 1, bool)
+    is_step[used] = [any(r.match(str(n)) for r in rx) for n in cat.cat.categories.take(used)]
+    ok = ~is_step[codes]
     if not ok.any():
         return "", 0
     best = ov[ok].max()
     cand = np.flatnonzero(ok & (ov >= share * best))
-    j = cand[np.argmin((e - s)[cand])]
-    return str(names[j]), int(ov[j])
+    j = cand[np.argmin(dur[cand])]
+    name = cat.cat.categories[codes[j]] if codes[j] >= 0 else ""
+    return str(name), int(ov[j])

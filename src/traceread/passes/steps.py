@@ -3,7 +3,8 @@
 A step comes from a host range whose name matches the step pattern:
 ``ProfilerStep#N`` (torch.profiler's ``prof.step()``) by default, else an
 NVTX/record_function range such as ``step 12``, ``iteration_3``, ``train_step 7``
-(``FALLBACK_STEP_PATTERN``), or whatever ``--step-pattern`` says.
+(``FALLBACK_STEP_PATTERN``), else a range that repeats with no index (``train_step``,
+``iteration``; ``UNNUMBERED_STEP_PATTERN``), or whatever ``--step-pattern`` says.
 
 Real traces repeat a step's range: once per thread, or nested twice on the
 same thread (old Kineto wrote ``ProfilerStep#N`` both as an operator and a
@@ -28,7 +29,11 @@ import pandas as pd
 from ..table import GPU_OP_KINDS
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
-FALLBACK_STEP_PATTERN = r"(?i)^(?:train[_ ]?)?(?:step|iter|iteration|batch)[\s_#:=-]*\d+$"
+FALLBACK_STEP_PATTERN = (r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration|batch)"
+                         r"[\s_#:=-]*\d+$")
+# NVTX ranges that repeat with no index ("train_step" pushed every iteration): steps too,
+# numbered in time order, when at least two of them exist.
+UNNUMBERED_STEP_PATTERN = r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration)$"
 STEP_KINDS = ("annotation", "cpu_op", "python")
 LAUNCH_KINDS = ("runtime", "driver")
 
@@ -65,11 +70,15 @@ def find_steps(ev: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataFra
     names carry none), name, pid, tid, start, end, dur (int ns). With no
     ``pattern``, ``DEFAULT_STEP_PATTERN`` is tried, then ``FALLBACK_STEP_PATTERN``.
     """
-    patterns = [pattern] if pattern else [DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN]
+    patterns = [pattern] if pattern else [DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
+                                          UNNUMBERED_STEP_PATTERN]
     for pat in patterns:
         m = name_mask(ev, pat, STEP_KINDS) & (ev["dur"].to_numpy() > 0)
         if m.any():
-            return _merge_ranges(ev[m]), pat
+            steps = _merge_ranges(ev[m])
+            if pat == UNNUMBERED_STEP_PATTERN and len(steps) < 2:
+                continue
+            return steps, pat
     return _empty_steps(), patterns[0]
 
 
