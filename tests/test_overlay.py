@@ -147,3 +147,21 @@ def test_bad_input_and_unwritable_output_are_one_error_line(tmp_path):
     r = CliRunner().invoke(main, ["overlay", str(src), "-o", str(tmp_path / "no" / "such" / "o.json")])
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
     assert "cannot write" in r.stderr
+
+
+def test_ranks_of_a_job_get_their_straggler_waits(tmp_path):
+    from traceread.examples import path as example
+    from traceread.multirank import analyze_traces
+
+    paths = [str(example()), str(FIXTURES / "kineto" / "hta_sampled_rank-1.json.gz")]
+    out = tmp_path / "ov"
+    r = CliRunner().invoke(main, ["overlay", *paths, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    (job,) = analyze_traces([traceread.load(p) for p in paths])
+    wait = dict(zip(job.per_rank["rank"], job.per_rank["wait_ns"]))
+    for rank in (0, 1):
+        doc = _doc(out / f"hta_sampled_rank-{rank}.overlay.json.gz")
+        slices = [e for e in doc["traceEvents"] if e.get("cat") == CAT
+                  and e["name"].startswith("wait for rank")]
+        assert slices and sum(e["args"]["wait_ns"] for e in slices) == wait[rank]
+        assert {e["name"] for e in slices} == {f"wait for rank {1 - rank}"}

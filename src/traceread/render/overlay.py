@@ -8,6 +8,8 @@ overlay is the input trace with extra processes (``traceread · …``) holding:
 * the steps (and the analysis window when the analysis has one);
 * exposed communication: NCCL/RCCL kernel time with no compute kernel beside it;
 * torch.compile compile/recompile episodes;
+* for several ranks of one job: the straggler waits (the part of each matched
+  collective a rank spent waiting for the last rank to arrive, ``multirank.py``);
 * the verdict, as a global instant at the start of the GPU window.
 
 Kineto / Chrome JSON input is copied byte for byte and the added events are
@@ -64,9 +66,9 @@ class OverlayRenderer(Renderer):
         return write_overlay(result, path)
 
 
-def write_overlay(a, path: str) -> int:
+def write_overlay(a, path: str, waits: pd.DataFrame | None = None) -> int:
     """Write the overlay of analysis ``a`` to ``path`` (.gz: gzip). Returns events added."""
-    added = overlay_events(a)
+    added = overlay_events(a, waits)
     if a.trace is None and not _spliceable(a):
         raise TraceError(a.meta.path, "the analysis holds no trace to overlay")
     try:
@@ -97,17 +99,50 @@ def _open_out(path: str):
 # --- the added events ------------------------------------------------------------
 
 
-def overlay_events(a) -> list[str]:
-    """The added events as JSON texts (timestamps in the source file's microseconds)."""
+def overlay_events(a, waits: pd.DataFrame | None = None) -> list[str]:
+    """The added events as JSON texts (timestamps in the source file's microseconds).
+
+    ``waits``: this rank's straggler waits (``straggler_waits``), for ranks of a job."""
     clock = _Clock(a)
     tracks = _Tracks(a)
     out: list[str] = []
     out += _gap_events(a, clock, tracks)
     out += _step_events(a, clock, tracks)
     out += _comm_events(a, clock, tracks)
+    out += _wait_events(waits, clock, tracks)
     out += _compile_events(a, clock, tracks)
     out += _verdict_event(a, clock, tracks)
     return tracks.metadata() + out
+
+
+def straggler_waits(jobs) -> dict[str, pd.DataFrame]:
+    """Per trace path: the matched collectives in which that rank waited for a later rank.
+
+    ``jobs``: ``multirank.JobResult``s. Rows: ts, wait_ns, collective, instance, last_rank
+    (the rank that arrived last, i.e. the one waited for)."""
+    out = {}
+    for job in jobs:
+        m = job.matches
+        if m is None or not len(m):
+            continue
+        last = m[m["last"].astype(bool)].groupby("instance")["rank"].first()
+        for rank, path in job.paths.items():
+            w = m[(m["rank"] == rank) & (m["wait_ns"] > 0)].copy()
+            w["last_rank"] = w["instance"].map(last).fillna(-1).astype(int)
+            out[path] = w[["ts", "wait_ns", "collective", "instance", "last_rank"]]
+    return out
+
+
+def _wait_events(waits: pd.DataFrame | None, clock: _Clock, tracks: _Tracks) -> list[str]:
+    if waits is None or not len(waits):
+        return []
+    pid, tid = tracks.tid("traceread · straggler waits", "waiting for another rank")
+    out = []
+    for ts, wait, coll, inst, last in waits.itertuples(index=False):
+        name = f"wait for rank {last}" if last >= 0 else "wait for other ranks"
+        out.append(_slice(clock, pid, tid, name, int(ts), int(ts) + int(wait),
+                          {"collective": str(coll), "wait_ns": int(wait), "instance": int(inst)}))
+    return out
 
 
 class _Clock:
