@@ -31,7 +31,7 @@ COLORS = {"busy": "#3b6ea8", "compile": "#9467bd", "graph_capture": "#c5b0d5", "
           "python": "#2ca02c", "untraced": "#9e9e9e", "exposed": "#006d77", "hidden": "#83c5be"}
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
-color:#222;padding:0 16px}h1{font-size:20px;margin:0}h2{font-size:16px;margin:28px 0 8px;
+color:#222;padding:0 16px}h1{font-size:20px;margin:0;overflow-wrap:anywhere}h2{font-size:16px;margin:28px 0 8px;
 border-bottom:1px solid #ddd;padding-bottom:4px}.meta{color:#666}.verdict{border-left:6px solid #d62728;
 background:#fbf3f3;padding:10px 16px;margin:16px 0}.verdict .bound{font-size:22px;font-weight:700}
 table{border-collapse:collapse;font-size:13px}td,th{padding:3px 10px;white-space:nowrap;text-align:left;

@@ -58,7 +58,15 @@ def _headline(d) -> str:
     if pct is None:
         return "no step time to compare"
     word = "slower" if pct > 0 else "faster"
-    return escape(f"AFTER is {abs(pct):.1f}% {word} ({'step time' if d.unit == 'step' else 'GPU window'})")
+    text = f"AFTER is {abs(pct):.1f}% {word} ({'step time' if d.unit == 'step' else 'GPU window'})"
+    s = d.saving()
+    if s["realised_ns"] is not None:
+        r = s["realised_ns"]
+        text += (f"; saving realised per step {fmt_ns(r)}" if r >= 0 else
+                 f"; each step {fmt_ns(-r)} slower")
+        if s["promised_ns"] is not None:
+            text += f" (the before-verdict's top action promised {fmt_ns(s['promised_ns'])})"
+    return escape(text)
 
 
 def _paired_bars(b: dict, a: dict) -> str:
