@@ -49,6 +49,7 @@ def summarize(a) -> dict[str, Any]:
         "verdict": verdict.get("bound"), "verdict_summary": verdict.get("summary", ""),
         "promised_saving_ns": promised_saving(verdict),
         "kernels": _kernel_table(a.kernels, per),
+        "kernel_classes": _class_times(a.kernel_classes, per),
     }
 
 
@@ -60,6 +61,14 @@ def promised_saving(verdict: dict) -> int | None:
         if isinstance(v, (int, float)):
             return int(v)
     return None
+
+
+def _class_times(kc: pd.DataFrame, per: int) -> dict[str, int]:
+    """Kernel time per class (gemm, attention, nccl, ...): comparable when names are not
+    (another GPU, another library version)."""
+    if kc is None or not len(kc):
+        return {}
+    return {str(c): int(ns) // per for c, ns in zip(kc["class"], kc["total_ns"])}
 
 
 def _kernel_table(k: pd.DataFrame, per: int) -> pd.DataFrame:
@@ -127,6 +136,9 @@ def _changes(b: dict, a: dict) -> dict[str, Any]:
         out[k] = _delta(b.get(k), a.get(k))
     out["idle_by_cpu"] = {c: _delta(b["idle_by_cpu"].get(c, 0), a["idle_by_cpu"].get(c, 0))
                           for c in CPU_CATEGORIES}
+    classes = sorted(set(b.get("kernel_classes", {})) | set(a.get("kernel_classes", {})))
+    out["kernel_classes"] = {c: _delta(b["kernel_classes"].get(c, 0), a["kernel_classes"].get(c, 0))
+                             for c in classes}
     return out
 
 
@@ -186,6 +198,7 @@ def _per_trace(analysis, s: dict) -> dict:
         out[k] = s[k] * n
     out["idle_by_cpu"] = {c: v * n for c, v in s["idle_by_cpu"].items()}
     out["kernels"] = _kernel_table(analysis.kernels, 1)
+    out["kernel_classes"] = _class_times(analysis.kernel_classes, 1)
     return out
 
 
@@ -284,8 +297,19 @@ def render_text(d: TraceDiff) -> str:
         x, y = b["idle_by_cpu"].get(c, 0), a["idle_by_cpu"].get(c, 0)
         if x or y:
             lines.append(_row(c, x, y, fmt_ns))
+    lines += _class_lines(b, a, per, fmt_ns)
     lines += _kernel_lines(d.kernels, per, fmt_ns)
     return "\n".join(lines) + "\n"
+
+
+def _class_lines(b: dict, a: dict, per: str, fmt) -> list[str]:
+    bc, ac = b.get("kernel_classes") or {}, a.get("kernel_classes") or {}
+    if not bc and not ac:
+        return []
+    lines = ["", f"Kernel time by class{per}"]
+    for c in sorted(set(bc) | set(ac), key=lambda c: -max(bc.get(c, 0), ac.get(c, 0))):
+        lines.append(_row(c, bc.get(c, 0), ac.get(c, 0), fmt))
+    return lines
 
 
 def _steps(s: dict) -> str:

@@ -425,6 +425,7 @@ class DiffSide(_S):
     verdict: Optional[str]
     verdict_summary: str
     promised_saving_ns: Optional[int]
+    kernel_classes: IntMap
 
 
 class Delta(_S):

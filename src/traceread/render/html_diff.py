@@ -41,6 +41,12 @@ def _one(d) -> str:
            f'{escape(str(a["verdict"]).upper())}</div><p>{_headline(d)}</p></div>',
            f"<h2>Figures ({per})</h2>", table(["", "before", "after", "change"], rows, {1, 2, 3}),
            f"<h2>Idle by cause ({per})</h2>", _paired_bars(b["idle_by_cpu"], a["idle_by_cpu"])]
+    bc, ac = b.get("kernel_classes") or {}, a.get("kernel_classes") or {}
+    if bc or ac:
+        crow = [[escape(c), fmt_ns(bc.get(c, 0)), fmt_ns(ac.get(c, 0)), _change(bc.get(c, 0), ac.get(c, 0))]
+                for c in sorted(set(bc) | set(ac), key=lambda c: -max(bc.get(c, 0), ac.get(c, 0)))]
+        out += [f"<h2>Kernel time by class ({per})</h2>",
+                table(["class", "before", "after", "change"], crow, {1, 2, 3})]
     for key in ("slower", "faster", "new", "gone"):
         ks = d.kernels.get(key) or []
         if ks:
