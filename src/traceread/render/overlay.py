@@ -85,7 +85,7 @@ def write_overlay(a, path: str, waits: pd.DataFrame | None = None) -> int:
 
 
 def _open_out(path: str):
-    """gzip level 3 for .gz (a 1 GB trace: level 9 spends minutes for ~25% less size)."""
+    """gzip level 3 for .gz (1 GB trace: 13 s, 65 MB; level 9: 97 s, 44 MB; bench_render.py)."""
     if not str(path).endswith(".gz"):
         return open(path, "wb")
     try:  # isal's gzip is several times faster; the "fast" extra installs it
