@@ -165,3 +165,27 @@ def test_ranks_of_a_job_get_their_straggler_waits(tmp_path):
                   and e["name"].startswith("wait for rank")]
         assert slices and sum(e["args"]["wait_ns"] for e in slices) == wait[rank]
         assert {e["name"] for e in slices} == {f"wait for rank {1 - rank}"}
+
+
+@pytest.mark.slow
+def test_every_corpus_trace_overlays_and_reads_back(corpus_dir, tmp_path):
+    """Kineto overlays of the whole corpus re-analyse to the same verdict and idle time."""
+    import csv
+
+    from traceread.errors import TraceError
+
+    rows = list(csv.DictReader((corpus_dir / "MANIFEST.tsv").open(), delimiter="\t"))
+    out, checked = tmp_path / "o.json.gz", 0
+    for r in rows:
+        if not r["kind"].startswith("kineto") or int(r["bytes"] or 0) > 200 << 20:
+            continue
+        try:
+            a = traceread.analyze(str(corpus_dir / r["local_path"]))
+        except TraceError:
+            continue
+        write_overlay(a, str(out))
+        b = traceread.analyze(str(out))
+        assert b.verdict["bound"] == a.verdict["bound"], r["local_path"]
+        assert int(b.devices["idle_ns"].sum()) == int(a.devices["idle_ns"].sum()), r["local_path"]
+        checked += 1
+    assert checked > 20
