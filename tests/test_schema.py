@@ -64,6 +64,16 @@ def test_several_traces_give_a_list_that_validates():
     _validator("analyze").validate(doc)
 
 
+def test_ranks_of_a_job_validate():
+    from traceread.examples import path as example
+
+    doc = _run(*COMMANDS["analyze"], example(), TRACES[0])  # ranks 0 and 1 of one job
+    assert doc["schema_version"] == schema.SCHEMA_VERSION and doc["cross_rank"]
+    assert len(doc["traces"]) == 2
+    _validator("analyze").validate(doc)
+    schema.check("analyze", doc)
+
+
 def test_planted_scenarios_validate(tmp_path):
     v = _validator("analyze")
     for make in (dataloader_bound, item_sync_bound):

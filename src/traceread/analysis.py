@@ -23,6 +23,7 @@ from .passes.compile import compile_summary
 from .passes.context import trace_context
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
+from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
@@ -53,6 +54,7 @@ class Analysis:
     kernels: pd.DataFrame
     kernel_classes: pd.DataFrame
     verdict: dict
+    graphs: dict = field(default_factory=dict)   # passes.graphs.graph_summary
     min_gap_ns: int = 0
     trace: Trace | None = field(default=None, repr=False)  # the analysed trace, for follow-ups
     window: Any = None               # passes.window.Window: what was analysed and excluded
@@ -128,6 +130,9 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     copies = copy_summary(ev, [str(d.get("name", "")) for d in trace.meta.devices
                                if isinstance(d, dict)])
     ctx = trace_context(ev)
+    graphs = _graphs(ev, all_ev)
+    # a program that records or replays graphs anywhere already uses them
+    ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]
     release_heap()
 
     exposed = int(nccl["exposed_ns"].sum()) if len(nccl) and "exposed_ns" in nccl else 0
@@ -149,8 +154,9 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
                     gaps=gaps, attribution=summary, top_ops=att["top_ops"], nccl=nccl,
                     collectives=collectives, compile=comp, kernels=kernels,
-                    kernel_classes=classes, verdict=verdict, min_gap_ns=int(min_gap_ns),
-                    trace=trace, window=win, copies=copies, context=ctx)
+                    kernel_classes=classes, verdict=verdict, graphs=graphs,
+                    min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
+                    context=ctx)
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
@@ -238,8 +244,12 @@ def _culprits(ev, gaps, summary, top_ops, copies, collectives, comp, kernels, pa
     if collectives is not None and len(collectives) and "exposed_ns" in collectives:
         c = collectives.sort_values("exposed_ns", ascending=False).iloc[0]
         out["comms"] = f"{c['collective']} ×{int(c['count'])}, exposed {_ms(int(c['exposed_ns']))}"
+    for cause, cat in (("compile", "compile"), ("graph_capture", "graph_capture")):
+        top = top_ops[top_ops["category"] == cat] if len(top_ops) else top_ops
+        if len(top):
+            out[cause] = f"{top['name'].iloc[0]} {_ms(int(top['ns'].iloc[0]))} inside gaps"
     if comp and comp.get("recompiles"):
-        out["compile"] = f"{comp['recompiles']} recompiles"
+        out["compile"] = f"{comp['recompiles']} recompiles; " + out.get("compile", "")
     if len(kernels):
         short = kernels[kernels["avg_ns"] < 10_000] if "avg_ns" in kernels else kernels.iloc[:0]
         n = int(kernels["instances"].sum())
@@ -270,9 +280,20 @@ def _bytes(n: int) -> str:
 
 
 def _ms(ns: int) -> str:
-    if ns >= 10_000_000_000:
-        return f"{ns / 1e9:.1f} s"
+    if ns >= 1_000_000_000:
+        return f"{ns / 1e9:.2f} s"
     return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{ns / 1e3:.0f} us"
+
+
+def _graphs(ev: pd.DataFrame, all_ev: pd.DataFrame) -> dict:
+    """Graph replays of the window; recording (usually start-up) of the whole trace too."""
+    g = graph_summary(ev)
+    if ev is not all_ev:
+        rec = graph_recording(all_ev)
+        g["recording_whole_trace"] = rec
+        g["uses_cuda_graphs"] = g["uses_cuda_graphs"] or rec["spans"] > 0 or \
+            bool(graph_launches(all_ev).shape[0])
+    return g
 
 
 def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> np.ndarray:

@@ -112,7 +112,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {c: None for c in SUMMARY_COLUMNS}
     row.update(file=str(path), rank=-1, world_size=-1)
     tables: dict[str, pd.DataFrame] = {}
-    rank_input = None
+    rank_input = verdict = None
     try:
         with _local_copy(path) as local:
             from .readers import read
@@ -125,11 +125,12 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
 
         a = analyze(trace, step_pattern=step_pattern)
         row.update(summary_fields(a))
+        verdict = a.verdict  # the job may adjust it (multirank.adjust_rank_verdicts)
         from . import multirank
         from .passes.nccl import collective_instances
 
         coll = collective_instances(trace.events)
-        rank_input = multirank.rank_input(trace, collectives=coll)
+        rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a))
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
         for name in TABLES:
@@ -144,7 +145,8 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         row["error"] = f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"
     row["seconds"] = round(time.perf_counter() - t0, 3)
     return {"row": row, "tables": tables if row["error"] is None else {},
-            "rank_input": rank_input if row["error"] is None else None}
+            "rank_input": rank_input if row["error"] is None else None,
+            "verdict": verdict if row["error"] is None else None}
 
 
 class _local_copy:
@@ -310,6 +312,7 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
         ranks.append(pr)
         matches.append(job.matches.assign(job=job.job))
     summary["job"] = [job_of.get(f) for f in summary["file"]]
+    _job_verdicts(summary, results, jobs)
     tables: dict[str, list] = {}
     for i, r in enumerate(results):
         for name, df in r["tables"].items():
@@ -326,10 +329,23 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
                        jobs=jobs, skipped=list(skipped))
 
 
+def _job_verdicts(summary: pd.DataFrame, results: list[dict], jobs: list) -> None:
+    """Each job member's ``verdict`` as ``traceread analyze`` gives it for the job
+    (the straggler names its own cause; see docs/batch.md)."""
+    from .multirank import adjust_rank_verdicts
+
+    row_of = {r["row"]["file"]: i for i, r in enumerate(results) if r.get("verdict")}
+    for job in jobs:
+        members = {rank: row_of[p] for rank, p in job.paths.items() if p in row_of}
+        new = adjust_rank_verdicts({rank: results[i]["verdict"] for rank, i in members.items()}, job)
+        for rank, i in members.items():
+            summary.loc[i, "verdict"] = new[rank].get("bound")
+
+
 # ----------------------------------------------------------------------------- writing
 
 def write(result: BatchResult, out_dir: str | os.PathLike) -> Path:
-    """summary.parquet/.csv, ranks.parquet, matches.parquet, jobs.json and
+    """summary.parquet/.csv, ranks.parquet, jobs.parquet, matches.parquet, jobs.json and
     tables/<name>/trace_id=<id>/*.parquet (hive-partitioned, one dataset per table)."""
     import json
 
@@ -342,6 +358,9 @@ def write(result: BatchResult, out_dir: str | os.PathLike) -> Path:
     result.summary.to_csv(out / "summary.csv", index=False)
     pq.write_table(_to_arrow(result.ranks), out / "ranks.parquet")
     pq.write_table(_to_arrow(result.matches), out / "matches.parquet")
+    from .multirank import jobs_table  # one row per multi-rank job: its verdict in columns
+
+    pq.write_table(_to_arrow(jobs_table(result.jobs)), out / "jobs.parquet")
     (out / "jobs.json").write_text(json.dumps([j.to_dict() for j in result.jobs], indent=2, default=str))
     tables_dir = out / "tables"
     if tables_dir.exists():

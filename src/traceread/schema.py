@@ -326,10 +326,9 @@ class Copies(_S):
     pageable_inferred: bool = False
 
 
-class Analyze(_S):
-    """``traceread analyze --format json`` (one object per trace; several: a list)."""
+class AnalyzeTrace(_S):
+    """One trace's analysis (``Analysis.to_dict()``)."""
 
-    schema_version: str
     trace: TraceInfo
     window: Optional[Window]
     steps: Steps
@@ -343,6 +342,21 @@ class Analyze(_S):
     copies: Copies
     context: dict[str, Any]      # what the trace already does (passes/context.py): flags
     verdict: Verdict
+
+
+class Analyze(AnalyzeTrace, kw_only=True):
+    """``traceread analyze --format json`` of one trace (several unrelated traces: a list)."""
+
+    schema_version: str
+
+
+class AnalyzeJob(_S):
+    """``traceread analyze --format json`` of the ranks of a job: the cross-rank objects
+    (``render/cross_rank.py``, documented in docs/batch.md) and each trace's analysis."""
+
+    schema_version: str
+    cross_rank: list[dict[str, Any]]
+    traces: list[AnalyzeTrace]
 
 
 # --- steps, idle, nccl, compile, info --------------------------------------------------
@@ -538,15 +552,22 @@ def versioned(doc: dict) -> dict:
     return {"schema_version": SCHEMA_VERSION, **{k: v for k, v in doc.items() if k != "schema_version"}}
 
 
+def _alternatives(command: str) -> list:
+    """The document types ``command`` may print (one object, a list of them, a job)."""
+    t = DOCUMENTS[command]
+    if command not in PER_TRACE:
+        return [t]
+    return [t, list[t]] + ([AnalyzeJob] if command == "analyze" else [])
+
+
 def json_schema(command: str) -> dict:
     """The JSON Schema of ``command``'s output; per-trace commands accept one object or a list."""
-    t = DOCUMENTS[command]
-    if command in PER_TRACE:
-        t = t | list[t]  # type: ignore[operator]
-    s = msgspec.json.schema(t)
+    alts = _alternatives(command)
+    schemas, defs = msgspec.json.schema_components(alts)
+    body = schemas[0] if len(schemas) == 1 else {"anyOf": list(schemas)}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"traceread/{command}.schema.json", "title": f"traceread {command} --format json",
-            "x-schema-version": SCHEMA_VERSION, **s}
+            "x-schema-version": SCHEMA_VERSION, **body, "$defs": defs}
 
 
 def write_all(out_dir: str | Path) -> list[Path]:
@@ -565,6 +586,8 @@ def check(command: str, doc: Any) -> None:
     t = DOCUMENTS[command]
     if command in PER_TRACE and isinstance(doc, list):
         t = list[t]
+    elif command == "analyze" and isinstance(doc, dict) and "cross_rank" in doc:
+        t = AnalyzeJob
     msgspec.convert(doc, type=t, strict=False)
 
 

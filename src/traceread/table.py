@@ -36,8 +36,12 @@ KINDS = (
     "osrt",            # OS runtime call (nsys OSRT_API: poll, ioctl, sem_wait, ...)
     "instant",         # zero-duration marker ('i' phase: [memory], overhead markers)
     "other",           # anything else (trace spans, generic Chrome events)
+    "graph",           # one CUDA graph replay as a single GPU interval (nsys GRAPH_TRACE,
+                       # --cuda-graph-trace=graph); never beside node rows of the same replay
 )
-GPU_OP_KINDS = ("kernel", "memcpy", "memset")
+# GPU busy time. A `graph` row stands for the kernels of one replay that the trace did
+# not record one by one, so unions and sums over these kinds never count a replay twice.
+GPU_OP_KINDS = ("kernel", "memcpy", "memset", "graph")
 HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
 
 _STR = pa.dictionary(pa.int32(), pa.string())
@@ -68,6 +72,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("short_name", _STR, "nsys kernel short name; null otherwise"),
     ("raw_name", _STR, "name exactly as the source recorded it, for rows whose `name` a reader "
                        "normalises (nsys API calls: with any _vNNNN suffix); null otherwise"),
+    ("graph_id", pa.int32(), "CUDA graph id of a graph replay row, or of a GPU op a graph "
+                             "replay ran (nsys graphId); -1 if none / unknown"),
 )
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 INT_COLUMNS = tuple(n for n, t, _ in COLUMNS if pa.types.is_integer(t))

@@ -9,7 +9,7 @@ from . import main
 from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_failed,
                       format_option, no_cache_option, output_option, parse_duration)
 from ..analysis import analyze as run_analysis
-from ..render.json import gap_records
+from ..render.json import dumps, gap_records
 from ..render.report import render_report
 from ..render.text import fmt_ns
 
@@ -82,37 +82,83 @@ def _trace_command(*extra, fmt_option=format_option):
     return wrap
 
 
-def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None):
-    """(analyses of the traces that loaded, number that failed)."""
+def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, after=None):
+    """(analyses of the traces that loaded, number that failed); ``after(analysis)`` runs
+    on each as soon as it is made."""
     from ..errors import TraceError
 
     def one(path, trace):
         try:
-            return run_analysis(trace, step_pattern=step_pattern, min_gap_ns=min_gap,
-                                steps=steps_spec, window=window)
+            a = run_analysis(trace, step_pattern=step_pattern, min_gap_ns=min_gap,
+                             steps=steps_spec, window=window)
         except ValueError as e:   # --steps names no step of this trace
             raise TraceError(path, str(e)) from None
+        if after is not None:
+            after(a)
+        return a
     return each_trace(traces, one)
 
 
-@_trace_command(min_gap_option, fmt_option=html_format_option)
-def analyze(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
-    """Why is the GPU underfed? Verdict, levers and evidence for each TRACE."""
+link_gbps_option = click.option(
+    "--link-gbps", "link_gbps", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GB/S",
+    help="Interconnect peak in GB/s: multi-rank jobs report collective bus bandwidth as a % of it.")
+
+
+@_trace_command(min_gap_option, link_gbps_option, fmt_option=html_format_option)
+def analyze(traces, fmt, out, min_gap, link_gbps, step_pattern, steps_spec, window):
+    """Why is the GPU underfed? Verdict, levers and evidence for each TRACE.
+
+    Several TRACEs of one distributed job (one per rank) are also analysed as a job:
+    the job verdict (straggler, delay, cause) comes first.
+    """
+    from .. import multirank
+
     if fmt == "html" and out is None:
         raise click.UsageError("--format html needs -o FILE.html")
-    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window)
+    # one trace's HTML page draws from its events (exposed comm, compile episodes)
+    keep_trace = fmt == "html" and len(traces) == 1
+
+    prepared: list = []
+    errors: list = []
+
+    def keep_rank_input(a):  # then drop the event table: memory stays bounded on big jobs
+        try:
+            prepared.append(multirank.prepare(a, with_input=len(traces) >= 2))
+        except Exception as e:  # reported below; the trace's own report still prints
+            errors.append(e)
+        finally:
+            if not keep_trace:
+                a.trace = None
+
+    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input)
+    try:
+        if errors:
+            raise errors[0]
+        jobs = multirank.jobs_of_prepared(prepared, link_gbps)
+        multirank.apply_job_verdicts(results, jobs)
+    except Exception as e:  # the per-rank reports still print; the run fails
+        click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {' '.join(str(e).split())}",
+                   err=True)
+        jobs, failed = [], failed + 1
     if fmt == "html":
         from ..render.base import get_renderer
 
-        emit(get_renderer("html").render(results if len(results) > 1 else results[0]), out)
+        page = get_renderer("html", jobs=jobs).render(results if len(results) > 1 else results[0])
+        emit(page, out)
     elif fmt == "json":
         docs = [a.to_dict() for a in results]
-        emit_json(docs, out)
-    else:
-        from ..multirank import cross_rank_section  # several ranks of one job: cross-rank section
+        if jobs:
+            from ..schema import versioned
 
-        paths = [a.meta.path for a in results]
-        emit("\n\n".join(render_report(a) for a in results) + cross_rank_section(results, paths), out)
+            emit(dumps(versioned({"cross_rank": [j.to_dict() for j in jobs], "traces": docs})), out)
+        else:
+            emit_json(docs, out)
+    else:
+        from ..render.cross_rank import render_detail, render_summary
+
+        parts = ([render_summary(jobs)] if jobs else []) + [render_report(a) for a in results]
+        parts += [render_detail(jobs)] if jobs else []
+        emit("\n\n".join(parts), out)
     exit_if_failed(failed)
 
 

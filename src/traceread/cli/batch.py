@@ -75,5 +75,5 @@ def render_summary(res, out: str) -> str:
         lines.append("")
         lines.append(render_text(res.jobs))
     lines.append("")
-    lines.append(f"wrote {out}/summary.parquet, summary.csv, ranks.parquet, tables/, report.html")
+    lines.append(f"wrote {out}/summary.parquet, summary.csv, ranks.parquet, jobs.parquet, tables/, report.html")
     return "\n".join(lines)

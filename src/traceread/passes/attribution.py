@@ -87,8 +87,11 @@ COMPILE_RX = re.compile(
 # CUDA-graph recording: one-time work like compilation, but not a dynamo/inductor compile
 # (``CUDAGraphNode.record (dynamo_timed)`` must not read as a compile).
 GRAPH_RECORD_RX = re.compile(
-    r"CUDAGraphNode\.record|CUDAGraph\.capture|cudagraph_trees\.py\(\d+\): \w*record"
-    r"|capture_begin|capture_end|cudagraphify"
+    # cudagraph trees: the record frames only -- in_recording, exceed_rerecord_limit and
+    # deferred_cudagraphify run on every replay (xdit_flux.1 steady-state profile traces)
+    r"CUDAGraphNode\.record|CUDAGraph\.capture"
+    r"|cudagraph_trees\.py\(\d+\): (?:record_function|_record|record)$"
+    r"|capture_begin|capture_end|(?<!deferred_)cudagraphify"
     r"|^(?:cuda|hip|cu)(?:StreamBeginCapture|StreamEndCapture|GraphInstantiate)\w*")
 DATALOADER_RX = re.compile(
     r"(?i)enumerate\(DataLoader\)|DataLoader|data_loader|data loading|_next_data"

@@ -1,7 +1,7 @@
 """When was each GPU busy, and where are the idle holes (``nsys stats`` ``gpu_gaps``)?
 
-``gpu_busy`` is the union of GPU operations (kernel, memcpy, memset -- never
-sync records or annotations) per (pid, device). ``gpu_gaps`` lists the idle
+``gpu_busy`` is the union of GPU operations (kernel, memcpy, memset, CUDA graph
+replay rows -- never sync records or annotations) per (pid, device). ``gpu_gaps`` lists the idle
 holes between the first and last GPU operation of each (pid, device), with
 the same rule as Nsight Systems' ``gpu_gaps`` report:
 
@@ -45,7 +45,7 @@ def _gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def gpu_busy(events_df) -> dict[tuple[int, int], intervals.Intervals]:
-    """(pid, device) -> (starts, ends): disjoint union of kernel/memcpy/memset time."""
+    """(pid, device) -> (starts, ends): disjoint union of kernel/memcpy/memset/graph time."""
     ops = _gpu_ops(events_of(events_df))
     out: dict[tuple[int, int], intervals.Intervals] = {}
     for (pid, dev), g in ops.groupby(["pid", "device"], sort=True, observed=True):

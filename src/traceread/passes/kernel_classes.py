@@ -27,6 +27,10 @@ Precedence, and why:
    ``multi_tensor_apply`` (optimizer steps), fills, copies, index/scatter.
 8. ``other``     -- everything else (embedding lookups, custom kernels).
 
+CUDA graph replays recorded as one row each (nsys ``--cuda-graph-trace=graph``,
+event kind ``graph``) are their own class, ``graph``: their kernels are not in
+the trace, so their time cannot be split by family.
+
 The rules see the bare kernel name first (no ``void``, template or call
 arguments), then the full signature as a fallback.
 """
@@ -42,7 +46,7 @@ from ..table import GPU_OP_KINDS
 from ._common import events_of
 
 CLASSES = ("gemm", "attention", "elementwise", "reduction", "triton", "nccl",
-           "memcpy", "memset", "other")
+           "memcpy", "memset", "graph", "other")
 
 # (class, pattern) in precedence order after the nccl check; case-insensitive, searched.
 _RULES: tuple[tuple[str, re.Pattern], ...] = tuple((c, re.compile(p, re.I)) for c, p in (
@@ -104,13 +108,15 @@ def time_by_class(events) -> pd.DataFrame:
 
     Sums durations (not a union): two kernels overlapping on different streams
     both count, the way ``nsys stats`` and kernel tables count. memcpy/memset
-    events recorded as their own kinds are classed by kind, not by name.
+    events recorded as their own kinds are classed by kind, not by name, and so
+    are graph replay rows (class ``graph``).
     """
     ev = events_of(events)
     gpu = ev[ev["kind"].isin(GPU_OP_KINDS)]
     cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
     kind = gpu["kind"].astype(str).to_numpy()
-    cls = np.where(kind == "memcpy", "memcpy", np.where(kind == "memset", "memset", cls))
+    for k in ("memcpy", "memset", "graph"):
+        cls = np.where(kind == k, k, cls)
     df = pd.DataFrame({"class": cls, "dur": gpu["dur"].to_numpy(dtype=np.int64)})
     g = df.groupby("class", sort=False)["dur"].agg(["sum", "size"])
     out = pd.DataFrame({"class": g.index.astype(str),

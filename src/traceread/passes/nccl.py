@@ -4,7 +4,9 @@ Definitions (see docs/nccl-and-compile.md):
 
 * communication = GPU kernels whose name is an NCCL/RCCL kernel
   (``collectives.is_comm_kernel``: ``ncclKernel_*``, ``ncclDevKernel_*``, ``rccl*``);
-* compute = every *other* kernel. memcpy/memset operations are neither: a
+* compute = every *other* kernel, and every CUDA graph replay row (nsys
+  ``--cuda-graph-trace=graph`` hides the replay's kernels; graphs are mostly
+  compute). memcpy/memset operations are neither: a
   copy does not hide communication the way a GEMM does, and counting copies
   as compute would report bucket-flattening copies as "overlap";
 * per (pid, device), over all streams: comm = union of comm kernels,
@@ -69,7 +71,9 @@ def _by_device(ev: pd.DataFrame, mask: np.ndarray) -> dict[tuple[int, int], inte
 
 def _split(ev: pd.DataFrame):
     comm = comm_mask(ev)
-    compute = (ev["kind"] == "kernel").to_numpy() & ~comm
+    kind = ev["kind"]
+    # a graph replay row (nsys --cuda-graph-trace=graph) hides its kernels: counted as compute
+    compute = ((kind == "kernel").to_numpy() & ~comm) | (kind == "graph").to_numpy()
     return comm, compute
 
 

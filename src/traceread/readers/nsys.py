@@ -13,6 +13,9 @@ table                               kind        notes
 CUPTI_ACTIVITY_KIND_KERNEL          kernel      name = demangledName, short_name = shortName
 CUPTI_ACTIVITY_KIND_MEMCPY          memcpy      bytes, copy_kind; name "[CUDA memcpy X-to-Y]"
 CUPTI_ACTIVITY_KIND_MEMSET          memset      bytes; name "[CUDA memset]"
+CUPTI_ACTIVITY_KIND_GRAPH_TRACE     graph       one row per graph replay (--cuda-graph-trace=
+                                                graph); name "[CUDA graph N]", graph_id N;
+                                                dropped when node rows of the replay exist
 CUPTI_ACTIVITY_KIND_RUNTIME         runtime     eventClass 1 rows -> driver; 67-69 (backtrace
                                                 duplicates of real calls) -> other
 CUPTI_ACTIVITY_KIND_DRIVER          driver
@@ -65,7 +68,7 @@ _SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream 
 
 _API_KINDS = np.array(["runtime", "driver", "other"], dtype=object)
 _NVTX_KINDS = np.array(["annotation", "instant"], dtype=object)
-_INT_OUT = ("ts", "dur", "pid", "tid", "device", "stream", "correlation", "bytes")
+_INT_OUT = ("ts", "dur", "pid", "tid", "device", "stream", "correlation", "bytes", "graph_id")
 _STR_OUT = ("kind", "name", "cat", "copy_kind", "collective", "domain", "short_name", "raw_name")
 
 
@@ -113,7 +116,7 @@ def _kernels(db: Db, s: Strings) -> dict | None:
         return None
     c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
                      "corr": "correlationId", "gpid": "globalPid", "dname": "demangledName",
-                     "sname": "shortName"})
+                     "sname": "shortName", "gid": "graphId"})
     n = len(c["start"])
     pos = s.positions(c["dname"])
     spos = s.positions(c["sname"])
@@ -122,7 +125,7 @@ def _kernels(db: Db, s: Strings) -> dict | None:
     return _block(n, t, _const(n, "kernel"), ts=c["start"], dur=c["end"] - c["start"],
                   pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
                   correlation=c["corr"], name=names, short_name=dict_array(spos, s.values),
-                  collective=_collectives(names))
+                  collective=_collectives(names), graph_id=_node_graph_id(c["gid"]))
 
 
 def _collectives(names: pa.DictionaryArray) -> pa.DictionaryArray | None:
@@ -160,7 +163,7 @@ def _memcpy(db: Db) -> dict | None:
         return None
     c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
                      "corr": "correlationId", "gpid": "globalPid", "bytes": "bytes",
-                     "ck": "copyKind", "src": "srcKind", "dst": "dstKind"})
+                     "ck": "copyKind", "src": "srcKind", "dst": "dstKind", "gid": "graphId"})
     n = len(c["start"])
     labels = _memcpy_labels(db)
     raw = _memcpy_raw_names(db, c, labels)
@@ -173,7 +176,8 @@ def _memcpy(db: Db) -> dict | None:
     return _block(n, t, _const(n, "memcpy"), ts=c["start"], dur=c["end"] - c["start"],
                   pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
                   correlation=c["corr"], bytes=c["bytes"], name=dict_array(pos, long_v),
-                  copy_kind=dict_array(pos, short_v), **extra)
+                  copy_kind=dict_array(pos, short_v), graph_id=_node_graph_id(c["gid"]),
+                  **extra)
 
 
 _MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
@@ -206,11 +210,79 @@ def _memset(db: Db) -> dict | None:
     if not db.has(t):
         return None
     c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
-                     "corr": "correlationId", "gpid": "globalPid", "bytes": "bytes"})
+                     "corr": "correlationId", "gpid": "globalPid", "bytes": "bytes",
+                     "gid": "graphId"})
     n = len(c["start"])
     return _block(n, t, _const(n, "memset"), ts=c["start"], dur=c["end"] - c["start"],
                   pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
-                  correlation=c["corr"], bytes=c["bytes"], name=_const(n, "[CUDA memset]"))
+                  correlation=c["corr"], bytes=c["bytes"], name=_const(n, "[CUDA memset]"),
+                  graph_id=_node_graph_id(c["gid"]))
+
+
+# ------------------------------------------------------------------ CUDA graphs
+
+_INT32_MAX = (1 << 31) - 1
+
+
+def _graph_id(g: np.ndarray) -> np.ndarray:
+    """graph ids as the int32 column: -1 where absent or out of range."""
+    return np.where((g >= 0) & (g <= _INT32_MAX), g, -1)
+
+
+def _node_graph_id(g: np.ndarray) -> np.ndarray:
+    # CUPTI writes graphId 0 on GPU ops that no graph launched
+    return _graph_id(np.where(g == 0, -1, g))
+
+
+def _graph_trace(db: Db) -> dict | None:
+    """One row per graph replay (nsys's default --cuda-graph-trace=graph): the replay's
+    GPU time as one interval; its kernels are not recorded one by one."""
+    t = K + "GRAPH_TRACE"
+    if not db.has(t):
+        return None
+    c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
+                     "corr": "correlationId", "gpid": "globalPid", "gid": "graphId"})
+    n = len(c["start"])
+    gid = _graph_id(c["gid"])
+    ids = np.unique(gid)
+    names = np.array([f"[CUDA graph {i}]" if i >= 0 else "[CUDA graph]" for i in ids.tolist()],
+                     dtype=object)
+    return _block(n, t, _const(n, "graph"), ts=c["start"], dur=c["end"] - c["start"],
+                  pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
+                  correlation=c["corr"], graph_id=gid,
+                  name=dict_array(np.searchsorted(ids, gid), names))
+
+
+def _drop_replays_with_nodes(graph: dict | None, nodes: list, notes: list) -> dict | None:
+    """Graph rows of replays whose kernels/copies the export also has one by one are
+    dropped: the node rows already hold that GPU time (never counted twice)."""
+    if graph is None or not graph["n"]:
+        return graph
+    node = [b for b in nodes if b is not None and b["n"]]
+    if not node:
+        return graph
+    key = np.unique(np.concatenate([_pid_corr(b["pid"], b["correlation"]) for b in node]))
+    dup = np.isin(_pid_corr(graph["pid"], graph["correlation"]), key) & (graph["correlation"] > 0)
+    if not dup.any():
+        return graph
+    notes.append(f"{K}GRAPH_TRACE: {int(dup.sum())} graph replay rows dropped, their GPU ops "
+                 "are recorded one by one (--cuda-graph-trace=node)")
+    keep = ~dup
+    out = {"n": int(keep.sum())}
+    for k, v in graph.items():
+        if k == "n":
+            continue
+        if isinstance(v, np.ndarray):
+            out[k] = v[keep]
+        elif isinstance(v, pa.Array):
+            out[k] = v.filter(pa.array(keep))
+        else:
+            out[k] = v
+    return out
+
+
+def _pid_corr(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    return (np.asarray(pid, np.int64) << 32) | (np.asarray(corr, np.int64) & 0xFFFFFFFF)
 
 
 def _api(db: Db, s: Strings, table: str, default_kind: str, notes: list) -> dict | None:
@@ -359,9 +431,11 @@ def _read(db: Db) -> Trace:
     api_all = _merge_api(runtime, driver)
     kernels = _kernels(db, s)
     gpu = [kernels, _memcpy(db), _memset(db)]
+    gpu.append(_graph_trace(db))
     for b in gpu:
         if b is not None:
             _fill_missing_pid(b, api_all)
+    gpu[-1] = _drop_replays_with_nodes(gpu[-1], gpu[:-1], notes)
     nvtx = _nvtx(db, s, notes)
     blocks = [b for b in gpu + [runtime, driver, _sync(db, api_all), nvtx,
                                  _host_table(db, s, "OSRT_API", "osrt"),

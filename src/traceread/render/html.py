@@ -52,9 +52,11 @@ class HtmlRenderer(Renderer):
 
             title, body = "traceread diff", diff_body(result)
         elif isinstance(result, (list, tuple)):  # several traces (ranks of a job): one page
-            title, body = f"traceread: {len(result)} traces", job_body(list(result))
-        else:
-            title, body = f"traceread: {result.meta.path}", analysis_body(result)
+            title = f"traceread: {len(result)} traces"
+            body = job_body(list(result), self.options.get("jobs"))
+        else:  # one trace; an nsys export of several processes may still be a job
+            title = f"traceread: {result.meta.path}"
+            body = analysis_body(result) + cross_rank_html(self.options.get("jobs"))
         return page(title, body)
 
 
@@ -73,15 +75,33 @@ def analysis_body(a) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def job_body(analyses: list) -> str:
+def cross_rank_html(jobs) -> str:
+    """The job verdict and cross-rank detail (``render/cross_rank.py``'s text) as a section."""
+    if not jobs:
+        return ""
+    from .cross_rank import render_detail, render_summary
+
+    text = (render_summary(jobs) + "\n\n" + render_detail(jobs)).strip()
+    return f"<h2>Across ranks</h2><pre>{escape(text)}</pre>"
+
+
+def _jobs_of(analyses: list):
+    """Cross-rank results when the caller did not pass them and the traces are still held."""
+    if any(a.trace is None for a in analyses):
+        return []
+    from ..multirank import analyze_traces
+
+    return analyze_traces([a.trace for a in analyses])
+
+
+def job_body(analyses: list, jobs=None) -> str:
     """Several traces: a per-trace overview, the cross-rank section, then each trace's report."""
     if len(analyses) == 1:
-        return analysis_body(analyses[0])
-    from ..multirank import cross_rank_section
-
+        return analysis_body(analyses[0]) + cross_rank_html(jobs)
     rows, bars = [], []
     palette = [c for k, c in COLORS.items() if k not in ("busy", "untraced")]
-    for i, a in enumerate(sorted(analyses, key=lambda a: (a.meta.rank, a.meta.path))):
+    ordered = sorted(analyses, key=lambda a: (a.meta.rank, a.meta.path))
+    for i, a in enumerate(ordered):
         stats = a.step_stats or {}
         dev = a.devices
         window = int(dev["window_ns"].sum()) if len(dev) else 0
@@ -92,15 +112,13 @@ def job_body(analyses: list) -> str:
                      f"{100 * idle / window:.1f}%" if window else "-", escape(a.meta.path)])
         bars.append((label, stats.get("mean_ns") or window, fmt_ns(stats.get("mean_ns") or window),
                      palette[i % len(palette)]))
-    cross = cross_rank_section(analyses, [a.meta.path for a in analyses]).strip()
     parts = [f"<h1>{len(analyses)} traces</h1>",
              table(["trace", "verdict", "step (mean)", "GPU idle", "file"], rows, {2, 3}),
-             "<h2>Step time per trace</h2>", _hbars(bars)]
-    if cross:
-        parts.append(f"<h2>Across ranks</h2><pre>{escape(cross)}</pre>")
-    for i, a in enumerate(sorted(analyses, key=lambda a: (a.meta.rank, a.meta.path))):
+             "<h2>Step time per trace</h2>", _hbars(bars),
+             cross_rank_html(jobs if jobs is not None else _jobs_of(analyses))]
+    for i, a in enumerate(ordered):
         parts.append(f'<hr id="t{i}">' + analysis_body(a))
-    return "\n".join(parts)
+    return "\n".join(p for p in parts if p)
 
 
 # --- pieces ------------------------------------------------------------------------

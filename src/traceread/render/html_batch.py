@@ -36,9 +36,9 @@ def batch_page(res) -> str:
         parts.append("<h2>Failed</h2>" + table(["file", "error"], [[escape(str(r["file"])), escape(str(r["error"]))]
                                                                    for _, r in bad.iterrows()]))
     if getattr(res, "jobs", None):
-        from ..multirank import render_text
+        from .html import cross_rank_html
 
-        parts.append(f"<h2>Across ranks</h2><pre>{escape(render_text(res.jobs))}</pre>")
+        parts.append(cross_rank_html(res.jobs))
     return page("traceread batch", "\n".join(parts))
 
 

@@ -58,6 +58,7 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "kernel_classes": _records(a.kernel_classes),
         "copies": _py(getattr(a, "copies", None) or {}),
         "context": _py(getattr(a, "context", None) or {}),
+        "graphs": _py(getattr(a, "graphs", None) or {}),
         "verdict": _py(a.verdict),
     }
 

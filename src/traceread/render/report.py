@@ -47,6 +47,7 @@ def render_report(a) -> str:
         out += _top_ops(a)
     out += _comms(a)
     out += _compile(a)
+    out += _graphs(a)
     out += _kernels(a)
     return "\n".join(out).rstrip() + "\n"
 
@@ -106,6 +107,7 @@ def _verdict(a) -> list[str]:
     if v["bound"] == "gpu" and ev.get("top_kernel"):
         facts.append(f"top kernel {ev['top_kernel_pct']:.1f}% of GPU time: "
                      f"{_short(ev['top_kernel'], 50)}")
+    facts += _job_role(v.get("job"))
     for f in facts:
         lines.append(f"  {f}")
     for m in v.get("missing", []):
@@ -116,6 +118,15 @@ def _verdict(a) -> list[str]:
     lines += ["", f"  {title}"]
     lines += [f"    {i}. {lv}" for i, lv in enumerate(v["levers"], 1)]
     return lines
+
+
+def _job_role(job: dict | None) -> list[str]:
+    """This rank's role in its multi-rank job (``multirank.adjust_rank_verdicts``)."""
+    if not job or job.get("role") not in ("straggler", "waiting"):
+        return []
+    if job["role"] == "straggler":
+        return [f"{job['job']}: this rank is the straggler, {fmt_ns(job['late_by_ns'])} late (median)"]
+    return [f"{job['job']}: waits {fmt_ns(job['wait_ns'])} in all for rank {job['waits_for']}, the straggler"]
 
 
 def _savings(v) -> list[str]:
@@ -264,6 +275,21 @@ def _compile(a) -> list[str]:
     if c.get("cache_lookup_ns"):
         line += f", guard checks {fmt_ns(c['cache_lookup_ns'])}"
     return ["", line]
+
+
+def _graphs(a) -> list[str]:
+    g = getattr(a, "graphs", None) or {}
+    rec = (g.get("recording") or {}).get("ns", 0)
+    if not g.get("replays") and not rec:
+        return []
+    parts = []
+    if g.get("replays"):
+        parts.append(f"{_n(g['replays'], 'replay')} of {_n(len(g.get('graphs', [])), 'graph')}, "
+                     f"{fmt_ns(g.get('replay_gpu_ns', 0))} on the GPU "
+                     f"({g.get('replay_share_pct', 0):.1f}% of busy time)")
+    if rec:
+        parts.append(f"recording {fmt_ns(rec)}")
+    return ["", "CUDA graphs: " + "; ".join(parts)]
 
 
 def _kernels(a) -> list[str]:

@@ -24,6 +24,7 @@ import numpy as np
 from ..table import Trace, TraceMeta, build_table
 
 NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+GATHER_KERNEL = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 COMPUTE_KERNEL = "ampere_sgemm_128x64_tn"
 BASE_TS = 1_700_000_000_000_000_000  # epoch ns
 US = 1_000
@@ -44,6 +45,11 @@ class JobSpec:
     with_seq: bool = True             # record process group + sequence numbers
     drop: dict[int, list[int]] = field(default_factory=dict)  # rank -> steps whose NCCL kernel is missing
     clock_offset_ns: list[int] = field(default_factory=list)  # per-rank clock error (host clocks disagree)
+    cause: str = "untraced"           # what the slow rank does while late (see module doc)
+    extra: dict[int, list[int]] = field(default_factory=dict)  # rank -> steps with an extra all_gather
+    pid_base: int = 1000
+    kernel: str = NCCL_KERNEL         # the all_reduce kernel's name (RCCL: "rccl..."/"ncclDevKernel...")
+    host_info: bool = True            # False: older traces, no record_param_comms and no kernel args
 
     def jitter(self, r: int) -> int:
         return int(self.jitter_ns[r]) if self.jitter_ns else 0
@@ -74,8 +80,14 @@ def make_job(spec: JobSpec | None = None) -> list[Trace]:
     return [_rank_trace(spec, r) for r in range(spec.ranks)]
 
 
+CAUSES = ("untraced", "dataloader", "cpu_op", "gpu_compute")
+DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
 def _rank_trace(spec: JobSpec, r: int) -> Trace:
-    pid, tid = 1000 + r, 1000 + r
+    if spec.cause not in CAUSES:
+        raise ValueError(f"cause must be one of {CAUSES}")
+    pid, tid = spec.pid_base + r, spec.pid_base + r
     period = spec.step_ns + (spec.ranks - 1) * spec.step_skew_ns + 10_000 * US
     last_arrival = max(spec.arrival(q) for q in range(spec.ranks))
     rows: dict[str, list] = {c: [] for c in ("ts", "dur", "kind", "name", "cat", "pid", "tid", "device",
@@ -98,23 +110,43 @@ def _rank_trace(spec: JobSpec, r: int) -> Trace:
             external_id=corr)
         add(ts=t0 + 20 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
             pid=pid, tid=tid, correlation=corr, external_id=corr)
-        add(ts=t0 + 50 * US, dur=spec.compute_ns, kind="kernel", name=COMPUTE_KERNEL, cat="kernel", pid=pid,
-            device=r, stream=7, correlation=corr, external_id=corr)
+        slow = r == spec.slow_rank
+        longer = spec.delay_ns if slow and spec.cause == "gpu_compute" else 0
+        add(ts=t0 + 50 * US, dur=spec.compute_ns + longer, kind="kernel", name=COMPUTE_KERNEL, cat="kernel",
+            pid=pid, device=r, stream=7, correlation=corr, external_id=corr)
         corr += 1
+        arrive = t0 + spec.arrival(r)
+        if slow and spec.cause in ("dataloader", "cpu_op"):
+            name, kind = (DATALOADER, "annotation") if spec.cause == "dataloader" else ("aten::nonzero", "cpu_op")
+            add(ts=arrive - 40 * US - spec.delay_ns, dur=spec.delay_ns, kind=kind, name=name,
+                cat="user_annotation" if kind == "annotation" else "cpu_op", pid=pid, tid=tid)
+        if slow and spec.cause == "gpu_compute":  # the host waits for its GPU
+            add(ts=t0 + 60 * US, dur=arrive - 60 * US - 45 * US - t0, kind="runtime", name="cudaStreamSynchronize",
+                cat="cuda_runtime", pid=pid, tid=tid)
+        if step in spec.extra.get(r, []):  # a small all_gather only this rank issues, before the all_reduce
+            g0 = t0 + 50 * US + 20 * US
+            info = dict(collective="all_gather", msg_bytes=64, msg_nelems=16, dtype="Float",
+                        group_size=spec.ranks)
+            add(ts=g0 - 30 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
+                pid=pid, tid=tid, correlation=corr, external_id=corr)
+            add(ts=g0, dur=30 * US, kind="kernel", name=GATHER_KERNEL, cat="kernel", pid=pid, device=r,
+                stream=20, correlation=corr, external_id=corr, **info)
+            corr += 1
         if step in spec.drop.get(r, []):
             continue
         # all_reduce: record_param_comms -> cudaLaunchKernel -> NCCL kernel (launched just in time)
-        arrive = t0 + spec.arrival(r)
         end = t0 + last_arrival + spec.transfer_ns
         coll = dict(collective="all_reduce", msg_bytes=spec.msg_bytes, msg_nelems=spec.msg_bytes // 4,
                     dtype="Float", group_size=spec.ranks,
                     process_group="0" if spec.with_seq else None, seq=s if spec.with_seq else -1)
-        add(ts=arrive - 40 * US, dur=35 * US, kind="cpu_op", name="record_param_comms", cat="cpu_op",
-            pid=pid, tid=tid, external_id=corr, **coll)
-        add(ts=arrive - 30 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
+        if spec.host_info:
+            add(ts=arrive - 40 * US, dur=35 * US, kind="cpu_op", name="record_param_comms", cat="cpu_op",
+                pid=pid, tid=tid, external_id=corr, **coll)
+        launch = "hipLaunchKernel" if spec.kernel.startswith("rccl") else "cudaLaunchKernel"
+        add(ts=arrive - 30 * US, dur=10 * US, kind="runtime", name=launch, cat="cuda_runtime",
             pid=pid, tid=tid, correlation=corr, external_id=corr)
-        add(ts=arrive, dur=end - arrive, kind="kernel", name=NCCL_KERNEL, cat="kernel", pid=pid, device=r,
-            stream=20, correlation=corr, external_id=corr, **coll)
+        add(ts=arrive, dur=end - arrive, kind="kernel", name=spec.kernel, cat="kernel", pid=pid, device=r,
+            stream=20, correlation=corr, external_id=corr, **(coll if spec.host_info else {}))
         corr += 1
     n = len(rows["ts"])
     cols = {c: (np.asarray(v, dtype=np.int64) if c not in ("kind", "name", "cat", "collective", "dtype",
@@ -145,4 +177,32 @@ def write_job(out_dir: str | Path, spec: JobSpec | None = None, name: str = "ran
     return paths
 
 
-__all__ = ["JobSpec", "make_job", "write_job"]
+def write_nsys_job(path: str | Path, spec: JobSpec | None = None) -> Path:
+    """The whole job as ONE nsys SQLite export (``nsys profile torchrun``): one process
+    per rank (pid ``pid_base + r``, GPU ``r``), one session clock (``clock_offset_ns``
+    is ignored). Host ranges become NVTX ranges, so no collective sizes."""
+    from .nsys import NsysWriter
+
+    spec = spec or JobSpec()
+    shift = BASE_TS - 1_000 * US
+    w = NsysWriter(path)
+    w.session_start(BASE_TS)
+    for t in make_job(JobSpec(**{**spec.__dict__, "clock_offset_ns": []})):
+        r = t.meta.rank
+        pid = tid = spec.pid_base + r
+        w.process(pid, "python3")
+        w.thread(pid, tid, "python3")
+        w.gpu(r, "Synthetic GPU")
+        ev = t.events
+        for row in ev.itertuples(index=False):
+            a, b = int(row.ts) - shift, int(row.ts + row.dur) - shift
+            if row.kind == "kernel":
+                w.kernel(a, b, str(row.name), pid, int(row.device), int(row.stream), corr=int(row.correlation))
+            elif row.kind == "runtime":
+                w.runtime(a, b, f"{row.name}_v7000", pid, tid, corr=int(row.correlation))
+            elif row.kind in ("annotation", "cpu_op"):
+                w.nvtx_range(a, b, str(row.name), pid, tid)
+    return w.close()
+
+
+__all__ = ["JobSpec", "make_job", "write_job", "write_nsys_job"]

@@ -39,6 +39,8 @@ class NsysWriter:
         self.schema = schema
         self.con = sqlite3.connect(str(self.path))
         self.strings: dict[bytes, int] = {}
+        self._has_graph_col = False
+        self._has_graph_trace = False
         self._create()
 
     # -- schema
@@ -113,10 +115,36 @@ class NsysWriter:
                                  (b, self.strings[b]))
         return self.strings[b]
 
-    def kernel(self, start, end, name, pid, device=0, stream=7, corr=0, ctx=1, short=None):
-        self.con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+    def kernel(self, start, end, name, pid, device=0, stream=7, corr=0, ctx=1, short=None,
+               graph_id=None):
+        """A kernel; ``graph_id`` (a graph replay's node, --cuda-graph-trace=node) adds the
+        graphId column to the table, as exports of captures with graph launches have."""
+        self.con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, "
+                         "streamId, correlationId, globalPid, demangledName, shortName, "
+                         "mangledName, gridX, blockX) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                          (start, end, device, ctx, stream, corr, gpid(pid), self.sid(name),
                           self.sid(short or name.split("(")[0]), None, 1, 128))
+        if graph_id is not None:
+            if not self._has_graph_col:
+                self.con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN graphId INTEGER")
+                self._has_graph_col = True
+            self.con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphId = ? WHERE rowid = "
+                             "last_insert_rowid()", (graph_id,))
+
+    def graph_trace(self, start, end, pid, graph_id, device=0, stream=7, corr=0, ctx=1,
+                    exec_id=None):
+        """One graph replay (nsys's default --cuda-graph-trace=graph). nsys creates the
+        table lazily: it exists only once a row is written. Columns of nsys 2024-2025."""
+        if not self._has_graph_trace:
+            self.con.execute(
+                "CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, "
+                "end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+                "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, "
+                "globalPid INTEGER, graphId INTEGER NOT NULL, graphExecId INTEGER NOT NULL)")
+            self._has_graph_trace = True
+        self.con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?,?,?,?,?,?,?,?,?,?)",
+                         (start, end, device, ctx, 0, stream, corr, gpid(pid), graph_id,
+                          graph_id if exec_id is None else exec_id))
 
     # nsys memory kinds (ENUM_CUDA_MEM_KIND): 0 pageable, 1 pinned, 2 device
     _MEM = {1: (1, 2), 2: (2, 1), 8: (2, 2)}

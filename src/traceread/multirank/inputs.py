@@ -1,0 +1,313 @@
+"""What cross-rank analysis keeps of each rank's trace (``RankInput``): small and picklable.
+
+Per rank: its collective instances, its steps, and the host timeline of the thread
+that issues its collectives, carved into attribution categories. That is all the
+cross-rank pass needs, so a 64-rank job never holds 64 event tables at once.
+
+Collective instances, by what the trace holds (first that exists):
+
+* ``kernel``: NCCL/RCCL kernels (``passes.nccl.collective_instances``): the
+  kernel's start is when that rank's GPU reached the collective;
+* ``host``: host-side execution ranges of CPU backends -- ``gloo:all_reduce``
+  on gloo's worker threads (also MPI/UCC/oneCCL spellings): the range starts
+  when the backend began the collective for this rank and ends when it completed;
+* ``issue``: only the issuing ops (``c10d::allreduce_``, ``record_param_comms``,
+  ``nccl:*`` annotations): their start is the arrival; durations say nothing.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..collectives import normalize_collective
+from ..passes import intervals
+from ..readers.kineto import rank_from_filename
+from ..table import Trace
+
+# Columns of a collective-instance table that matching uses (passes.nccl contract).
+COLL_COLUMNS = ("ts", "dur", "device", "stream", "collective", "msg_bytes", "dtype", "group_size",
+                "process_group", "seq")
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+HOST_EXEC_RX = re.compile(r"^(?:gloo|mpi|ucc|xccl|oneccl|ccl|hccl|mccl):", re.IGNORECASE)
+ISSUE_RX = re.compile(r"^(?:c10d::|nccl:|rccl:|record_param_comms$)")
+
+
+@dataclass
+class RankInput:
+    """What cross-rank analysis needs from one trace; small and picklable."""
+
+    path: str
+    rank: int
+    world_size: int = -1
+    backend: str = ""
+    clock: str = ""
+    start_ns: int = -1          # trace span on the epoch clock (-1: unknown)
+    end_ns: int = -1
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    source: str = ""            # kernel / host / issue / "" (no collective seen)
+    clock_domain: str = ""      # ranks with one non-empty clock_domain share one clock
+    # Host timeline of the issuing thread: category -> (starts, ends), disjoint, carved
+    # by attribution priority; what no category covers inside [span] is untraced.
+    activity: dict = field(default_factory=dict)
+    activity_span: tuple = (-1, -1)
+    gpu_compute: tuple = (np.empty(0, np.int64), np.empty(0, np.int64))  # union of compute kernels
+    thread: tuple = (-1, -1)    # (pid, tid) of the issuing thread
+    kernel_ns: dict = field(default_factory=dict)   # compute kernel name -> GPU ns (top KERNEL_TOP)
+
+
+# ----------------------------------------------------------------------------- steps
+
+def step_table(events: pd.DataFrame) -> pd.DataFrame:
+    """Host ``ProfilerStep#N`` ranges: columns step, ts, dur (one row per step)."""
+    host = events[events["kind"] == "annotation"]
+    if host.empty:
+        return pd.DataFrame({"step": pd.Series(dtype="int64"), "ts": pd.Series(dtype="int64"),
+                             "dur": pd.Series(dtype="int64")})
+    names = host["name"].astype("string")
+    num = names.str.extract(STEP_RE, expand=False)
+    steps = host.loc[num.notna(), ["ts", "dur"]].copy()
+    steps["step"] = num[num.notna()].astype("int64").to_numpy()
+    # A step may be recorded twice (e.g. nested duplicate): keep its longest range.
+    steps = steps.sort_values(["step", "dur"], ascending=[True, False])
+    steps = steps.drop_duplicates("step", keep="first")
+    return steps[["step", "ts", "dur"]].astype("int64").reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- collectives
+
+def collective_table(events: pd.DataFrame) -> pd.DataFrame:
+    """Collective instances of one trace (see module doc); ``attrs['source']`` says which."""
+    from ..passes.nccl import collective_instances
+
+    coll = _normalise_collectives(collective_instances(events))
+    if len(coll):
+        return _with_source(coll, "kernel")
+    for source, rx in (("host", HOST_EXEC_RX), ("issue", ISSUE_RX)):
+        host = _host_collectives(events, rx)
+        if len(host):
+            return _with_source(host, source)
+    return _with_source(coll, "")
+
+
+def _with_source(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    df.attrs["source"] = source
+    return df
+
+
+def _name_matches(names: pd.Series, rx: re.Pattern) -> np.ndarray:
+    """``rx.search`` per row, evaluated once per distinct name (names are categorical)."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    hit = np.array([bool(rx.search(str(c))) for c in names.cat.categories] + [False])
+    return hit[names.cat.codes.to_numpy()]
+
+
+def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
+    host = events[events["kind"].isin(("cpu_op", "annotation")).to_numpy()]
+    h = host[_name_matches(host["name"], rx)]
+    coll = np.array([normalize_collective(str(n)) for n in h["name"]], dtype=object)
+    if "collective" in h:  # reader-filled (record_param_comms args) wins
+        own = h["collective"].astype(object).to_numpy()
+        own = np.array([normalize_collective(x) if isinstance(x, str) else None for x in own], object)
+        coll = np.where(pd.isna(own), coll, own)
+    keep = ~pd.isna(coll)
+    h = h[keep].copy()
+    h["collective"] = coll[keep]
+    h["device"] = -1
+    h["stream"] = -1
+    if rx is ISSUE_RX:   # record_param_comms encloses c10d::allreduce_: keep the outermost per start
+        h = h.sort_values(["ts", "dur"], ascending=[True, False]).drop_duplicates(["tid", "ts"])
+        h = _drop_nested(h)
+    return _normalise_collectives(h)
+
+
+def _drop_nested(h: pd.DataFrame) -> pd.DataFrame:
+    """Issue ops nested in another issue op of the same thread (one collective, two names)."""
+    keep = []
+    for _, g in h.sort_values("ts").groupby("tid", sort=False):
+        end = -1
+        for i, ts, dur in zip(g.index, g["ts"].to_numpy(), g["dur"].to_numpy()):
+            if ts >= end:
+                keep.append(i)
+                end = ts + dur
+    return h.loc[keep]
+
+
+def _normalise_collectives(coll: pd.DataFrame) -> pd.DataFrame:
+    """Just the matching columns: ints (-1 unknown), strings as object (None unknown)."""
+    if coll.attrs.get("traceread.multirank"):
+        return coll
+    n = len(coll)
+    cols: dict[str, np.ndarray] = {}
+    for c in COLL_COLUMNS:
+        if c in ("collective", "process_group", "dtype"):
+            if c in coll.columns:
+                v = coll[c].astype(object).to_numpy()
+                bad = pd.isna(v) | (v == "unknown")
+                v = np.where(bad, None, v.astype(str)).astype(object)
+            else:
+                v = np.full(n, None, dtype=object)
+        elif c in coll.columns:
+            v = pd.to_numeric(coll[c], errors="coerce").fillna(-1).to_numpy(np.int64)
+        else:
+            v = np.full(n, -1, dtype=np.int64)
+        cols[c] = v
+    order = np.argsort(cols["ts"], kind="stable")
+    out = pd.DataFrame({c: v[order] for c, v in cols.items()})
+    out.attrs["traceread.multirank"] = True
+    out.attrs["source"] = coll.attrs.get("source", "")
+    return out
+
+
+# ----------------------------------------------------------------------------- host timeline
+
+def issuing_thread(ev: pd.DataFrame) -> tuple[int, int]:
+    """The thread that drives the training loop: the one with ProfilerStep ranges, else
+    the one with most launch calls, else the one with most operators; (-1, -1) if none."""
+    for sel in ((ev["kind"] == "annotation") & _name_matches(ev["name"], STEP_RE),
+                ev["kind"].isin(("runtime", "driver")),
+                ev["kind"] == "cpu_op"):
+        sel = sel.to_numpy()
+        if sel.any():
+            pt = ev.loc[sel, ["pid", "tid"]].value_counts()
+            pid, tid = pt.index[0]
+            return int(pid), int(tid)
+    return -1, -1
+
+
+def host_activity(ev: pd.DataFrame, thread: tuple[int, int]) -> tuple[dict, tuple]:
+    """The thread's timeline carved into attribution categories (priority order).
+
+    Returns ({category: (starts, ends)}, (span_start, span_end)); the span is the
+    trace's extent, and whatever no category covers inside it is untraced.
+    """
+    from ..passes.attribution import CPU_CATEGORIES, classify_host
+
+    if not len(ev) or thread[0] < 0:
+        return {}, (-1, -1)
+    lo, hi = int(ev["ts"].min()), int((ev["ts"] + ev["dur"]).max())
+    on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy()
+    mine = ev[on]
+    cats = classify_host(mine)   # only this thread's rows: one pass over a few % of the trace
+    s = mine["ts"].to_numpy(np.int64)
+    e = s + mine["dur"].to_numpy(np.int64)
+    remaining = (np.array([lo], np.int64), np.array([hi], np.int64))
+    out = {}
+    for j, name in enumerate(CPU_CATEGORIES[:-1]):
+        m = cats == j
+        if not m.any():
+            continue
+        piece = intervals.intersect(remaining, intervals.union(s[m], e[m]))
+        if len(piece[0]):
+            out[name] = piece
+            remaining = intervals.subtract(remaining, piece)
+    return out, (lo, hi)
+
+
+def gpu_compute(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Union of the non-communication kernels (when the rank's GPU was computing)."""
+    from ..passes.nccl import comm_mask
+
+    k = ((ev["kind"] == "kernel").to_numpy()) & ~comm_mask(ev)
+    s = ev["ts"].to_numpy(np.int64)[k]
+    return intervals.union(s, s + ev["dur"].to_numpy(np.int64)[k])
+
+
+KERNEL_TOP = 30
+
+
+def kernel_time(ev: pd.DataFrame) -> dict[str, int]:
+    """GPU time of the ``KERNEL_TOP`` costliest compute kernel names (communication excluded)."""
+    from ..passes.nccl import comm_mask
+
+    k = ((ev["kind"] == "kernel").to_numpy()) & ~comm_mask(ev)
+    if not k.any():
+        return {}
+    t = ev.loc[k, ["name", "dur"]].groupby("name", observed=True)["dur"].sum()
+    return {str(n): int(v) for n, v in t.nlargest(KERNEL_TOP).items()}
+
+
+def step_busy(steps: pd.DataFrame, coll: pd.DataFrame, compute: tuple, activity: dict,
+              source: str) -> pd.DataFrame:
+    """Per step: compute_ns and comm_ns (union time inside the step) for overlap efficiency.
+
+    Compute is the GPU's compute kernels, or on CPU-only ranks the issuing thread's
+    traced non-communication host time; comm is the union of collective instances.
+    """
+    steps = steps.copy()
+    if not len(steps):
+        return steps.assign(compute_ns=pd.Series(dtype="int64"), comm_ns=pd.Series(dtype="int64"))
+    qs = steps["ts"].to_numpy(np.int64)
+    qe = qs + steps["dur"].to_numpy(np.int64)
+    if source == "kernel" or len(compute[0]):
+        comp = compute
+    else:
+        parts = [v for k, v in activity.items() if k not in ("comm_wait",)]
+        comp = intervals.union(np.concatenate([p[0] for p in parts]) if parts else [],
+                               np.concatenate([p[1] for p in parts]) if parts else [])
+    cs = coll["ts"].to_numpy(np.int64) if source in ("kernel", "host") else np.empty(0, np.int64)
+    ce = cs + (coll["dur"].to_numpy(np.int64) if len(cs) else 0)
+    steps["compute_ns"] = intervals.overlap(comp, qs, qe)
+    steps["comm_ns"] = intervals.overlap(intervals.union(cs, ce), qs, qe)
+    return steps
+
+
+# ----------------------------------------------------------------------------- building inputs
+
+def rank_from_name(path: str) -> int:
+    """Rank encoded in a file name, by the readers' rule (``rank-3``, ``worker3``...), else -1."""
+    return rank_from_filename(os.path.basename(str(path)))
+
+
+def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
+               window: tuple[int, int] | None = None) -> RankInput:
+    """Per-rank input from a loaded trace (``collectives``: NCCL instances already computed).
+
+    ``window``: [start, end) on the trace clock (the analysis window): only collectives
+    and steps starting inside it are kept.
+    """
+    m = trace.meta
+    ev = trace.events
+    rank = m.rank if m.rank >= 0 else rank_from_name(m.path)
+    start = end = -1
+    if len(ev) and m.clock != "session_ns":
+        start = int(ev["ts"].min()) + int(m.epoch_offset_ns or 0)
+        end = int((ev["ts"] + ev["dur"]).max()) + int(m.epoch_offset_ns or 0)
+    coll = None
+    if collectives is not None and len(collectives):
+        coll = _with_source(_normalise_collectives(collectives), "kernel")
+    if coll is None:
+        coll = collective_table(ev)
+    source = coll.attrs.get("source", "")
+    steps = step_table(ev)
+    if window is not None:
+        coll = _within(coll, window)
+        steps = _within(steps, window)
+    thread = issuing_thread(ev)
+    activity, span = host_activity(ev, thread)
+    compute = gpu_compute(ev)
+    steps = step_busy(steps, coll, compute, activity, source)
+    kernels = kernel_time(ev if window is None else ev[(ev["ts"] >= window[0]).to_numpy()
+                                                      & (ev["ts"] < window[1]).to_numpy()])
+    return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),
+                     backend=str((m.distributed or {}).get("backend") or ""), clock=m.clock,
+                     start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
+                     clock_domain=str(m.extra.get("clock_domain", "")) if m.extra else "",
+                     activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
+                     kernel_ns=kernels)
+
+
+def _within(df: pd.DataFrame, window: tuple[int, int]) -> pd.DataFrame:
+    keep = (df["ts"] >= window[0]) & (df["ts"] < window[1])
+    out = df[keep.to_numpy()].reset_index(drop=True)
+    out.attrs.update(df.attrs)
+    return out
+
+
+__all__ = ["RankInput", "COLL_COLUMNS", "step_table", "collective_table", "rank_input",
+           "rank_from_name", "issuing_thread", "host_activity", "gpu_compute"]

@@ -1,0 +1,307 @@
+"""Cross-rank analysis of one job: match collectives, align clocks, find who is late and why.
+
+A collective cannot finish before its last member arrives. With clocks aligned
+(``clocks.py``), per matched instance:
+
+    arrival_r  = start of rank r's instance (aligned clock)
+    wait_r     = min(dur_r, max(arrival) - arrival_r)     time r waited for the last one
+    transfer_r = dur_r - wait_r                            (wait + transfer = duration)
+
+The rank with the unique latest arrival is that instance's *last* rank; its
+``lateness`` is how long after the next-latest rank it arrived (how long it held
+the others back). When every rank's instance ends together this equals the
+duration form (wait = dur - min dur) of earlier versions, so it also holds for
+traces whose clocks could not be aligned beyond end-time resolution.
+
+The *straggler* is the rank that is last most often; ``why.py`` attributes its
+late windows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..table import Trace
+from . import clocks, metrics
+from .grouping import group_jobs
+from .inputs import RankInput, rank_from_name, rank_input
+from .match import END_TOL_NS, disagreements, match_rows
+from .why import explain, kernel_excess, late_windows
+
+MATCH_COLUMNS = ["lane", "key", "instance", "method", "collective", "rank", "ts", "dur", "arrival_ns",
+                 "transfer_ns", "wait_ns", "ranks", "last", "lateness_ns", "msg_bytes"]
+# An instance is late when its last rank arrived this long after the next-latest; a
+# straggler is worth naming when it is the late one in at least this share of them.
+LATE_MIN_NS = 100_000
+STRAGGLER_MIN_SHARE = 0.5
+
+
+def score(rows: pd.DataFrame, offsets: dict[int, int], source: str = "kernel") -> pd.DataFrame:
+    """Arrival, wait, transfer, last and lateness of every matched row (see module doc)."""
+    if not len(rows):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in MATCH_COLUMNS})
+    m = rows.copy()
+    m["arrival_ns"] = m["ts"].astype("int64") + m["rank"].map(offsets).fillna(0).astype("int64")
+    g = m.groupby(["lane", "key"], sort=False)
+    m["ranks"] = g["rank"].transform("size")
+    latest = g["arrival_ns"].transform("max")
+    behind = latest - m["arrival_ns"]
+    # issue ops say when a rank arrived, not how long it waited inside the collective
+    m["wait_ns"] = behind if source == "issue" else np.minimum(behind, m["dur"])
+    m["transfer_ns"] = np.where(source == "issue", 0, m["dur"] - m["wait_ns"])
+    is_max = m["arrival_ns"] == latest
+    n_max = is_max.groupby([m["lane"], m["key"]], sort=False).transform("sum")
+    m["last"] = is_max & (n_max == 1)
+    # int64 throughout: epoch-ns times lose ~100 ns in float64
+    others = m["arrival_ns"].where(~m["last"], np.iinfo(np.int64).min).astype("int64")
+    second = others.groupby([m["lane"], m["key"]], sort=False).transform("max")
+    m["lateness_ns"] = np.where(m["last"], m["arrival_ns"] - second, 0)
+    first_ts = g["arrival_ns"].transform("min")
+    m = m.assign(_first=first_ts).sort_values(["_first", "lane", "key", "rank"], kind="stable")
+    m["instance"] = m.groupby(["lane", "key"], sort=False).ngroup()
+    out = m[MATCH_COLUMNS].reset_index(drop=True)
+    for c in ("key", "instance", "rank", "ts", "dur", "arrival_ns", "transfer_ns", "wait_ns", "ranks",
+              "lateness_ns", "msg_bytes"):
+        out[c] = out[c].astype("int64")
+    out["last"] = out["last"].astype(bool)
+    return out
+
+
+def match_collectives(per_rank: dict[int, pd.DataFrame], clocks_comparable: bool = True,
+                      source: str = "kernel") -> pd.DataFrame:
+    """Match and score in one call (clock offsets estimated from the matches).
+
+    ``clocks_comparable=False`` (separate nsys exports: session clocks) still aligns
+    by end times; there is no absolute clock to trust either way.
+    """
+    ranks = sorted(per_rank)
+    rows, _, info = match_rows(per_rank, _offset_fn(ranks, source, False))
+    return score(rows, info["offsets"], source)
+
+
+def _offset_fn(ranks: list[int], source: str, shared: bool):
+    return lambda rows: clocks.applied(clocks.estimate_offsets(rows, ranks, source, shared))
+
+
+# ----------------------------------------------------------------------------- summaries
+
+def step_skew(steps: dict[int, pd.DataFrame]) -> pd.DataFrame:
+    """Per step seen on >= 2 ranks: min/max/mean step time, skew (max - min) and the
+    slowest rank."""
+    parts = [s[["step", "dur"]].assign(rank=r) for r, s in steps.items() if s is not None and len(s)]
+    cols = ["step", "ranks", "min_ns", "max_ns", "mean_ns", "skew_ns", "slowest_rank"]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    s = pd.concat(parts, ignore_index=True)
+    g = s.groupby("step")
+    out = pd.DataFrame({
+        "ranks": g["rank"].nunique(),
+        "min_ns": g["dur"].min(),
+        "max_ns": g["dur"].max(),
+        "mean_ns": g["dur"].mean().round().astype("int64"),
+    })
+    out["skew_ns"] = out["max_ns"] - out["min_ns"]
+    idx = g["dur"].idxmax()
+    out["slowest_rank"] = s.loc[idx.to_numpy(), "rank"].to_numpy()
+    out = out[out["ranks"] >= 2].reset_index()
+    return out[cols].astype("int64")
+
+
+def straggler_of(m: pd.DataFrame) -> dict[str, Any]:
+    """The rank that holds the others back most often, by how much, at which collectives.
+
+    An instance is *late* when its last rank arrived >= ``LATE_MIN_NS`` after the
+    next-latest (below that, someone is always last by noise). The straggler is the
+    rank whose late arrivals held the others back longest in total; it is ``significant``
+    when it is late in >= ``STRAGGLER_MIN_SHARE`` of all late instances and its
+    median lateness is >= ``LATE_MIN_NS``. Without any late instance, the rank last
+    most often is reported, not significant.
+    """
+    n = int(m["instance"].nunique()) if len(m) else 0
+    empty = {"rank": -1, "times_last": 0, "times_late": 0, "instances": n, "late_instances": 0,
+             "share": 0.0, "median_delay_ns": 0, "mean_delay_ns": 0, "by_collective": {},
+             "significant": False}
+    if n == 0 or not m["last"].any():
+        return empty
+    last = m[m["last"]]
+    late = last[last["lateness_ns"] >= LATE_MIN_NS]
+    pool = late if len(late) else last
+    score = pool.groupby("rank").agg(count=("lateness_ns", "size"), total=("lateness_ns", "sum"))
+    top = int(score.sort_values(["total", "count"], ascending=False).index[0])
+    mine = pool[pool["rank"] == top]
+    colls = m["collective"].fillna("unknown")
+    by_coll = {}
+    for k, g in mine.groupby(mine["collective"].fillna("unknown")):
+        by_coll[str(k)] = {"times_late": int(len(g)), "instances": int(m.loc[colls == k, "instance"].nunique()),
+                           "median_delay_ns": int(g["lateness_ns"].median())}
+    med = int(mine["lateness_ns"].median())
+    share = float(len(mine) / len(pool))
+    return {
+        "rank": top,
+        "times_last": int((last["rank"] == top).sum()),
+        "times_late": int(len(mine)) if len(late) else 0,
+        "instances": n,
+        "late_instances": int(late["instance"].nunique()),
+        "share": share,
+        "median_delay_ns": med,
+        "mean_delay_ns": int(round(mine["lateness_ns"].mean())),
+        "by_collective": by_coll,
+        "significant": bool(len(late) and med >= LATE_MIN_NS and share >= STRAGGLER_MIN_SHARE),
+    }
+
+
+@dataclass
+class JobResult:
+    """Cross-rank results of one job (``to_dict()``: the documented ``cross_rank`` object)."""
+
+    job: str
+    ranks: list[int]
+    paths: dict[int, str]
+    world_size: int
+    matches: pd.DataFrame        # score(): one row per (matched instance, rank)
+    per_rank: pd.DataFrame       # one row per rank
+    steps: pd.DataFrame          # step_skew()
+    straggler: dict[str, Any]
+    backend: str = ""
+    source: str = ""
+    clock: dict = field(default_factory=dict)       # rank -> clocks.estimate_offsets entry
+    unmatched: list = field(default_factory=list)   # match.match_rows records
+    mismatched: int = 0
+    methods: dict = field(default_factory=dict)     # lane -> method
+    seed: dict = field(default_factory=dict)        # metrics.job_metrics()
+
+    def verdict(self) -> dict[str, Any]:
+        from .verdicts import job_verdict
+
+        return job_verdict(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..render.cross_rank import job_to_dict
+
+        return job_to_dict(self)
+
+
+def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float | None = None) -> JobResult:
+    """Cross-rank analysis of the ranks of one job (one RankInput per rank)."""
+    inputs = sorted(inputs, key=lambda i: i.rank)
+    ranks = [i.rank for i in inputs]
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"duplicate ranks in job {job}: {ranks}")
+    sources = {i.source for i in inputs if i.source}
+    source = "kernel" if "kernel" in sources else ("host" if "host" in sources else
+                                                   ("issue" if sources else ""))
+    shared = len({i.clock_domain for i in inputs}) == 1 and bool(inputs[0].clock_domain)
+    est: dict = {}
+
+    def offsets_for(rows):
+        est.update(clocks.estimate_offsets(rows, ranks, source, shared))
+        return clocks.applied(est)
+
+    tol = clocks.HOST_END_SKEW_NS if source == "host" else END_TOL_NS
+    rows, unmatched, info = match_rows({i.rank: i.collectives for i in inputs}, offsets_for, tol)
+    offsets = offsets_for(rows)  # final estimate from every matched instance
+    matches = score(rows, offsets, source)
+    strag = straggler_of(matches)
+    by_rank = {i.rank: i for i in inputs}
+    if strag["rank"] >= 0:
+        s = strag["rank"]
+        off = est.get(s, {}).get("offset_ns", 0)
+        floor = LATE_MIN_NS if strag["times_late"] else 0
+        strag["why"] = explain(by_rank[s], *late_windows(matches, s, off, floor))
+        strag["why"]["kernels"] = kernel_excess(inputs, s)
+        for coll, rec in strag["by_collective"].items():
+            sub = matches[matches["collective"].fillna("unknown") == coll]
+            rec["why"] = explain(by_rank[s], *late_windows(sub, s, off, floor))
+    per_rank = _per_rank(inputs, matches)
+    res = JobResult(job=job, ranks=ranks, paths={i.rank: i.path for i in inputs},
+                    world_size=max((i.world_size for i in inputs), default=-1), matches=matches,
+                    per_rank=per_rank, steps=step_skew({i.rank: i.steps for i in inputs}),
+                    straggler=strag, backend=next((i.backend for i in inputs if i.backend), ""),
+                    source=source, clock=est, unmatched=unmatched,
+                    mismatched=len(disagreements(rows)), methods=info["methods"])
+    res.seed = metrics.job_metrics(res, inputs, link_gbps)
+    return res
+
+
+def _per_rank(inputs: list[RankInput], m: pd.DataFrame) -> pd.DataFrame:
+    base = pd.DataFrame({"rank": [i.rank for i in inputs], "file": [i.path for i in inputs],
+                         "collectives": [len(i.collectives) for i in inputs]})
+    if len(m):
+        g = m.groupby("rank")
+        agg = pd.DataFrame({
+            "matched": g.size(),
+            "comm_ns": g["dur"].sum(),
+            "wait_ns": g["wait_ns"].sum(),
+            "transfer_ns": g["transfer_ns"].sum(),
+            "times_last": g["last"].sum(),
+            "lateness_ns": g["lateness_ns"].sum(),
+        }).reset_index()
+        base = base.merge(agg, on="rank", how="left")
+    for c in ("matched", "comm_ns", "wait_ns", "transfer_ns", "times_last", "lateness_ns"):
+        if c not in base:
+            base[c] = 0
+        base[c] = base[c].fillna(0).astype("int64")
+    base["wait_pct"] = np.where(base["comm_ns"] > 0, 100.0 * base["wait_ns"] / base["comm_ns"].clip(lower=1), 0.0)
+    steps = {i.rank: i.steps for i in inputs}
+    base["steps"] = [len(steps[r]) for r in base["rank"]]
+    base["step_mean_ns"] = [int(steps[r]["dur"].mean()) if len(steps[r]) else -1 for r in base["rank"]]
+    return base
+
+
+# ----------------------------------------------------------------------------- entry points
+
+def analyze_traces(traces: list[Trace], link_gbps: float | None = None,
+                   windows: list | None = None) -> list[JobResult]:
+    """Group loaded traces into jobs and analyse each job with >= 2 ranks.
+
+    Grouping needs only metadata and time spans: per-rank inputs are built for the
+    members of a job only. ``windows``: per trace, None or the [start, end) its
+    collectives and steps must start in (the analysis window).
+    """
+    windows = windows or [None] * len(traces)
+    heads = [RankInput(path=t.meta.path, rank=int(t.meta.rank if t.meta.rank >= 0 else
+                                                  rank_from_name(t.meta.path)),
+                       world_size=int(t.meta.world_size), backend=_backend(t),
+                       start_ns=_span(t)[0], end_ns=_span(t)[1]) for t in traces]
+    jobs = group_jobs(_info(heads))
+    out = []
+    for job in sorted(jobs.dropna().unique(), key=lambda j: int(j[3:])):
+        members = [rank_input(traces[i], window=windows[i]) for i in np.flatnonzero((jobs == job).to_numpy())]
+        out.append(analyze_job(members, job=job, link_gbps=link_gbps))
+    return out
+
+
+def _backend(t: Trace) -> str:
+    return str((t.meta.distributed or {}).get("backend") or "")
+
+
+def _span(t: Trace) -> tuple[int, int]:
+    ev = t.events
+    if not len(ev) or t.meta.clock == "session_ns":
+        return -1, -1
+    off = int(t.meta.epoch_offset_ns or 0)
+    return int(ev["ts"].min()) + off, int((ev["ts"] + ev["dur"]).max()) + off
+
+
+def _info(inputs: list[RankInput]) -> pd.DataFrame:
+    return pd.DataFrame({
+        "path": [i.path for i in inputs], "rank": [i.rank for i in inputs],
+        "world_size": [i.world_size for i in inputs], "backend": [i.backend for i in inputs],
+        "start_ns": [i.start_ns for i in inputs], "end_ns": [i.end_ns for i in inputs]})
+
+
+def analyze_inputs(inputs: list[RankInput], link_gbps: float | None = None) -> list[JobResult]:
+    """Group per-rank inputs into jobs and analyse each job with >= 2 ranks."""
+    jobs = group_jobs(_info(inputs))
+    out = []
+    for job in sorted(jobs.dropna().unique(), key=lambda j: int(j[3:])):
+        members = [inputs[i] for i in np.flatnonzero((jobs == job).to_numpy())]
+        out.append(analyze_job(members, job=job, link_gbps=link_gbps))
+    return out
+
+
+__all__ = ["JobResult", "score", "match_collectives", "step_skew", "straggler_of", "analyze_job",
+           "analyze_traces", "analyze_inputs", "MATCH_COLUMNS"]

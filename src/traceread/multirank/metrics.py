@@ -1,0 +1,92 @@
+"""Seed metrics of a job (definitions in docs/batch.md, "Multi-rank jobs").
+
+* **overlap efficiency** per rank and step:
+  ``1 - (step - max(compute, comm)) / min(compute, comm)``, clipped to [0, 1]:
+  1 when the shorter of compute and communication hides entirely under the
+  longer one, 0 when they run back to back. compute = union of the rank's GPU
+  compute kernels in the step (CPU-only ranks: its issuing thread's traced host
+  time outside collectives); comm = union of its collective instances in the step.
+  Steps where either is 0 are skipped; the rank's value is the mean over steps.
+* **slowdown locality**: per rank, ``work = step time - collective wait per
+  step``. Synchronous training equalises step times (everybody waits for the
+  slowest), so the spread of *work* says whether one rank is slow (``rank-local``:
+  a significant straggler whose work exceeds the others' median by
+  ``LOCAL_SPREAD``) or everyone is (``global``).
+* **bus bandwidth** per collective type (nccl-tests' definition): Σ(bytes ×
+  factor(n)) / Σ transfer over matched instances with a known size, where an
+  instance's transfer is its shortest duration across ranks (the time it ran
+  once everyone had arrived). With ``link_gbps`` it is also a % of that peak.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..passes.nccl import busbw_factor
+
+LOCAL_SPREAD = 0.10
+
+
+def overlap_efficiency(steps: pd.DataFrame) -> float | None:
+    if not len(steps) or "compute_ns" not in steps:
+        return None
+    c = steps["compute_ns"].to_numpy(np.float64)
+    m = steps["comm_ns"].to_numpy(np.float64)
+    d = steps["dur"].to_numpy(np.float64)
+    lo, hi = np.minimum(c, m), np.maximum(c, m)
+    ok = lo > 0
+    if not ok.any():
+        return None
+    eff = np.clip(1.0 - (d[ok] - hi[ok]) / lo[ok], 0.0, 1.0)
+    return round(float(eff.mean()), 4)
+
+
+def slowdown(per_rank: pd.DataFrame, straggler: dict) -> dict:
+    pr = per_rank[per_rank["steps"] > 0]
+    if len(pr) < 2:
+        return {"locality": None, "work_ns": {}, "work_spread_pct": None}
+    work = pr["step_mean_ns"] - pr["wait_ns"] // pr["steps"]
+    work_by = {int(r): int(w) for r, w in zip(pr["rank"], work)}
+    s = straggler.get("rank", -1)
+    others = [w for r, w in work_by.items() if r != s]
+    med = float(np.median(others)) if others else 0.0
+    spread = 100.0 * (work_by.get(s, med) - med) / med if med > 0 and s in work_by else 0.0
+    local = straggler.get("significant") and spread >= 100 * LOCAL_SPREAD
+    return {"locality": "rank-local" if local else "global", "work_ns": work_by,
+            "work_spread_pct": round(spread, 2)}
+
+
+def bandwidth(matches: pd.DataFrame, world: int, link_gbps: float | None) -> list[dict]:
+    if not len(matches):
+        return []
+    inst = matches.groupby("instance").agg(collective=("collective", "first"), bytes=("msg_bytes", "max"),
+                                           transfer=("dur", "min"), ranks=("ranks", "first"))
+    out = []
+    for coll, g in inst.groupby(inst["collective"].fillna("unknown")):
+        sized = g[(g["bytes"] > 0) & (g["transfer"] > 0)]
+        rec = {"collective": str(coll), "instances": int(len(g)), "sized": int(len(sized)),
+               "busbw_gbps": None, "link_pct": None}
+        if len(sized):
+            n = world if world > 1 else int(sized["ranks"].iloc[0])
+            fac = busbw_factor(str(coll), n)
+            if not np.isnan(fac):
+                bw = float((sized["bytes"] * fac).sum() / sized["transfer"].sum())
+                rec["busbw_gbps"] = round(bw, 3)
+                if link_gbps:
+                    rec["link_pct"] = round(100.0 * bw / link_gbps, 1)
+        out.append(rec)
+    return out
+
+
+def job_metrics(res, inputs, link_gbps: float | None = None) -> dict:
+    eff = {int(i.rank): overlap_efficiency(i.steps) for i in inputs}
+    spread = None
+    if len(res.steps):
+        spread = round(float((100.0 * res.steps["skew_ns"] / res.steps["mean_ns"].clip(lower=1)).mean()), 2)
+    return {"overlap_efficiency": eff, "step_time_spread_pct": spread,
+            "slowdown": slowdown(res.per_rank, res.straggler),
+            "bandwidth": bandwidth(res.matches, res.world_size, link_gbps),
+            "link_gbps": link_gbps}
+
+
+__all__ = ["overlap_efficiency", "slowdown", "bandwidth", "job_metrics"]

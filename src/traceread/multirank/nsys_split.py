@@ -1,0 +1,58 @@
+"""One Nsight Systems export holding several ranks (``nsys profile torchrun --nproc-per-node N``):
+split it by process into one trace per rank and analyse them as one job.
+
+A process is a rank when it ran GPU work. nsys records no rank number, so ranks
+are numbered by the GPU each process used (``LOCAL_RANK`` selects ``cuda:LOCAL_RANK``
+under torchrun), then by pid. All parts share the export's session clock
+(``extra["clock_domain"]``): clock offsets are never applied between them.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pyarrow.compute as pc
+
+from ..table import GPU_OP_KINDS, Trace
+
+
+def gpu_processes(trace: Trace) -> list[tuple[int, int]]:
+    """(pid, first device) of every process with GPU operations, in rank order."""
+    ev = trace.events
+    gpu = ev[ev["kind"].isin(GPU_OP_KINDS).to_numpy() & (ev["pid"] >= 0).to_numpy()]
+    if gpu.empty:
+        return []
+    first = gpu.groupby("pid", observed=True)["device"].min()
+    return sorted(((int(p), int(d)) for p, d in first.items()), key=lambda pd_: (pd_[1], pd_[0]))
+
+
+def split_processes(trace: Trace) -> list[Trace]:
+    """One Trace per GPU process when the trace holds >= 2 of them (nsys); else []."""
+    if trace.meta.format != "nsys":
+        return []
+    procs = gpu_processes(trace)
+    if len(procs) < 2:
+        return []
+    pid_col = trace.table.column("pid")
+    parts = []
+    for rank, (pid, _dev) in enumerate(procs):
+        meta = copy.deepcopy(trace.meta)
+        meta.path = f"{trace.meta.path}#pid{pid}"
+        meta.rank, meta.world_size, meta.rank_source = rank, len(procs), "nsys process (GPU order)"
+        meta.processes = {pid: trace.meta.processes.get(pid, "")}
+        meta.extra = dict(meta.extra or {}, clock_domain=f"nsys:{trace.meta.path}", split_from=trace.meta.path,
+                          pid=pid)
+        backend = "nccl" if _has_nccl(trace, pid) else ""
+        meta.distributed = dict(meta.distributed or {}, rank=rank, world_size=len(procs),
+                                **({"backend": backend} if backend else {}))
+        parts.append(Trace(trace.table.filter(pc.equal(pid_col, pid)), meta))
+    return parts
+
+
+def _has_nccl(trace: Trace, pid: int) -> bool:
+    ev = trace.events
+    k = ev[(ev["kind"] == "kernel").to_numpy() & (ev["pid"] == pid).to_numpy()]
+    return bool(np.any(k["name"].astype(str).str.contains("nccl", case=False).to_numpy()))
+
+
+__all__ = ["gpu_processes", "split_processes"]

@@ -1,0 +1,153 @@
+"""The job's verdict (who is slow, by how much, why) and its effect on each rank's verdict.
+
+A rank's own verdict (``passes/verdict.py``) sees one trace: a rank that waits for a
+late peer reads ``comms``, and so may the late rank itself when its own collectives
+are exposed. Across ranks we know better, so ``adjust_rank_verdicts`` post-adjusts
+the per-rank verdict dicts:
+
+* the straggler's verdict names its own cause (from its late windows), never
+  ``comms``: a ``comms`` bound (or ``unknown``, when the cause is known) is replaced
+  by the bound of that cause;
+* a waiting rank's ``comms`` verdict (or ``mixed`` naming comms) names the rank it
+  waits for, by how much and why, and leads its levers with fixing that rank;
+* every rank's verdict gains a ``job`` entry (its role in the job).
+"""
+from __future__ import annotations
+
+import copy
+
+from ..passes import bounds
+from ..render.text import fmt_ns
+from .why import CAUSE_TEXT
+
+# Cause of the straggler's late windows -> the verdict bound that names it.
+CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "graph_capture", "sync": "sync",
+               "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host",
+               "gpu_compute": "gpu", "comm_wait": "mixed"}
+STRAGGLER_LEVERS = {
+    "untraced": "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
+                "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)",
+    "gpu_compute": "rank {r}'s GPU computes longer: uneven inputs (batch or sequence lengths), a slower "
+                   "or throttled GPU, or other work sharing it",
+    "comm_wait": "rank {r} is itself blocked in another collective: look at that group's straggler",
+}
+
+
+def cause_bound(cause: str | None) -> str:
+    """The verdict bound naming a late-window cause (``passes/bounds.py`` vocabulary)."""
+    b = CAUSE_BOUND.get(cause or "", "unknown")
+    return b if b in bounds.VERDICTS else "unknown"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def job_verdict(res) -> dict:
+    """{straggler_rank, late_by_ns, cause, bound, summary, waiting, locality} of one job."""
+    s = res.straggler
+    loc = (res.seed or {}).get("slowdown", {}).get("locality")
+    if s["rank"] < 0 or not s.get("significant"):
+        spread = (res.seed or {}).get("step_time_spread_pct")
+        what = ("no matched collective" if not s["instances"] else
+                f"no straggler: no rank is last in most collectives by >= {fmt_ns(100_000)}")
+        if spread is not None:
+            what += f"; step times differ by {spread:.1f}% on average"
+        return {"straggler_rank": -1, "late_by_ns": 0, "cause": None, "bound": None, "summary": what,
+                "waiting": [], "locality": loc}
+    r = s["rank"]
+    why = s.get("why") or {}
+    # lead with the collective type it holds the others back longest at
+    by = sorted(s["by_collective"].items(), key=lambda kv: -kv[1]["times_late"] * kv[1]["median_delay_ns"])
+    main, rec = by[0]
+    text = (f"rank {r} arrives {fmt_ns(rec['median_delay_ns'])} late (median) at "
+            f"{rec['times_late']}/{_plural(rec['instances'], main)}")
+    if len(by) > 1:
+        text += " (also " + ", ".join(f"{v['times_late']}/{_plural(v['instances'], k)}" for k, v in by[1:]) + ")"
+    why = rec.get("why") or why
+    because = ""
+    if why.get("cause"):
+        n = max(why["windows"], 1)
+        where = "" if why["cause"] == "gpu_compute" else "its issuing thread was in "
+        because = (f"in that time {where}{CAUSE_TEXT.get(why['cause'], why['cause'])}: "
+                   f"{fmt_ns(why['cause_ns'] // n)} of {fmt_ns(why['window_ns'] // n)} per {main}")
+        k = (s.get("why") or {}).get("kernels") or []
+        if why["cause"] == "gpu_compute" and k:
+            because += (f"; its GPU spends {fmt_ns(k[0]['excess_ns_per_step'])} more per step than the"
+                        f" others in {_short(k[0]['name'])}")
+    return {"straggler_rank": r, "late_by_ns": int(rec["median_delay_ns"]), "collective": main,
+            "cause": why.get("cause"),
+            "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
+            "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
+def _waiting(res, r: int, collective: str) -> list[dict]:
+    """How long each other rank waited, at the ``collective`` instances where ``r`` was late."""
+    m = res.matches
+    late = m.loc[(m["rank"] == r) & m["last"] & (m["lateness_ns"] > 0)
+                 & (m["collective"].fillna("unknown") == collective), "instance"]
+    sub = m[m["instance"].isin(late) & (m["rank"] != r)]
+    out = []
+    for q, g in sub.groupby("rank"):
+        out.append({"rank": int(q), "instances": int(len(g)), "wait_ns": int(g["wait_ns"].sum()),
+                    "wait_per_collective_ns": int(g["wait_ns"].mean())})
+    return out
+
+
+def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
+    """New per-rank verdict dicts for the ranks of ``res`` (inputs are not modified)."""
+    jv = job_verdict(res)
+    out = {}
+    s = jv["straggler_rank"]
+    waits = {w["rank"]: w for w in jv["waiting"]}
+    for rank, v in verdicts.items():
+        v = copy.deepcopy(v)
+        if s < 0:
+            v["job"] = {"job": res.job, "role": "none", "summary": jv["summary"]}
+        elif rank == s:
+            v["job"] = {"job": res.job, "role": "straggler", "late_by_ns": jv["late_by_ns"],
+                        "cause": jv["cause"], "summary": jv["summary"]}
+            # its own trace blames communication, or cannot tell: the job knows its cause
+            if _blames_comms(v) or (v.get("bound") == "unknown" and jv["bound"] not in (None, "unknown")):
+                _straggler_not_comms(v, jv, s)
+        else:
+            w = waits.get(rank, {})
+            v["job"] = {"job": res.job, "role": "waiting", "waits_for": s,
+                        "wait_ns": w.get("wait_ns", 0), "summary": jv["summary"]}
+            if _blames_comms(v):
+                v["summary"] = (f"{v.get('summary', '')}; it waits for rank {s} "
+                                f"({fmt_ns(w.get('wait_per_collective_ns', 0))} per collective): {jv['summary']}")
+                v["levers"] = [f"make rank {s} arrive on time: {_lever(jv, s)}"] + list(v.get("levers", []))
+        out[rank] = v
+    return out
+
+
+def _blames_comms(v: dict) -> bool:
+    """``comms``, or ``mixed`` with communication as one of its two causes."""
+    ev = v.get("evidence") or {}
+    return v.get("bound") == "comms" or (v.get("bound") == "mixed" and "comms" in (ev.get("dominant"),
+                                                                                    ev.get("runner_up")))
+
+
+def _straggler_not_comms(v: dict, jv: dict, s: int) -> None:
+    v.setdefault("evidence", {})["bound_before_job"] = v.get("bound")
+    v["bound"] = jv["bound"] or "unknown"
+    v["title"] = bounds.TITLE.get(v["bound"], v.get("title", ""))
+    v["summary"] = f"straggler of the job: {jv['summary']}"
+    v["levers"] = [_lever(jv, s)] + (bounds.lever_texts(v["bound"]) if v["bound"] in bounds.LEVERS else [])
+
+
+def _lever(jv: dict, s: int) -> str:
+    cause = jv.get("cause")
+    if cause in STRAGGLER_LEVERS:
+        return STRAGGLER_LEVERS[cause].format(r=s)
+    b = cause_bound(cause)
+    levers = bounds.lever_texts(b) if b in bounds.LEVERS else []
+    return levers[0] if levers else f"profile rank {s} to see why it is late"
+
+
+__all__ = ["job_verdict", "adjust_rank_verdicts", "cause_bound"]

@@ -1,0 +1,98 @@
+"""Why the straggler is late: what its own issuing thread (and GPU) did in the time the
+others waited for it.
+
+For every matched collective where rank s arrived last, its *late window* is
+[next-latest arrival, its own arrival] on its own clock: the time the other ranks
+spent waiting for it. The windows are attributed on s's host timeline
+(``RankInput.activity``: the attribution categories of ``passes/attribution.py``,
+carved by the same priority), plus how much of them its GPU spent in compute
+kernels. The cause is the largest category, except that a window mostly covered
+by its own GPU compute is ``gpu_compute`` (the host merely waited for a longer GPU
+step).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..passes import intervals
+from .inputs import RankInput
+
+GPU_COMPUTE_SHARE = 0.5
+CAUSE_TEXT = {
+    "untraced": "untraced Python (no profiled op ran: a sleep, I/O or Python outside torch ops)",
+    "python": "Python code",
+    "cpu_op": "CPU operators",
+    "launch": "launching GPU work",
+    "alloc": "device-memory allocation",
+    "sync": "blocking syncs",
+    "dataloader": "the DataLoader",
+    "compile": "torch.compile compilation",
+    "graph_capture": "recording CUDA graphs",
+    "comm_wait": "another collective (it was itself waiting)",
+    "gpu_compute": "longer GPU compute (its GPU was still busy with compute kernels)",
+}
+
+
+def late_windows(matches: pd.DataFrame, rank: int, offset_ns: int,
+                 min_lateness_ns: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) on ``rank``'s own clock of the windows where the others waited for it
+    (instances it was last in by at least ``min_lateness_ns``)."""
+    mine = matches[(matches["rank"] == rank) & matches["last"]
+                   & (matches["lateness_ns"] >= max(min_lateness_ns, 1))]
+    end = mine["arrival_ns"].to_numpy(np.int64)
+    start = end - mine["lateness_ns"].to_numpy(np.int64)
+    return start - offset_ns, end - offset_ns
+
+
+def explain(ri: RankInput, starts: np.ndarray, ends: np.ndarray) -> dict:
+    """Attribute the late windows of one rank; {window_ns, by_category, gpu_compute_ns, cause, ...}."""
+    total = int((ends - starts).sum()) if len(starts) else 0
+    if total <= 0:
+        return {"window_ns": 0, "windows": 0, "by_category": {}, "gpu_compute_ns": 0,
+                "cause": None, "cause_ns": 0, "text": ""}
+    win = intervals.union(starts, ends)
+    by = {}
+    covered = 0
+    for cat, iv in ri.activity.items():
+        ns = intervals.total(intervals.intersect(win, iv))
+        if ns:
+            by[cat] = ns
+            covered += ns
+    lo, hi = ri.activity_span
+    inside = intervals.total(intervals.intersect(win, (np.array([lo]), np.array([hi])))) if lo >= 0 else 0
+    by["untraced"] = max(inside - covered, 0)
+    by["outside_trace"] = total - inside
+    by = {k: int(v) for k, v in sorted(by.items(), key=lambda kv: -kv[1]) if v}
+    gpu = intervals.total(intervals.intersect(win, ri.gpu_compute))
+    if gpu >= GPU_COMPUTE_SHARE * total:
+        cause, cause_ns = "gpu_compute", gpu
+    else:
+        cause, cause_ns = next(((k, v) for k, v in by.items() if k != "outside_trace"), (None, 0))
+    return {"window_ns": total, "windows": int(len(starts)), "by_category": by,
+            "gpu_compute_ns": int(gpu), "cause": cause, "cause_ns": int(cause_ns),
+            "text": CAUSE_TEXT.get(cause, "") if cause else ""}
+
+
+def kernel_excess(inputs: list[RankInput], rank: int, top: int = 3) -> list[dict]:
+    """Compute kernels the straggler spends more GPU time in per step than the other ranks'
+    median (``different kernels`` / longer GPU compute): [{name, ns_per_step, others_ns_per_step,
+    excess_ns_per_step}], largest excess first."""
+    def per_step(ri: RankInput) -> dict[str, float]:
+        n = max(len(ri.steps), 1)
+        return {k: v / n for k, v in ri.kernel_ns.items()}
+
+    mine = next((per_step(i) for i in inputs if i.rank == rank), {})
+    others = [per_step(i) for i in inputs if i.rank != rank]
+    if not mine or not others:
+        return []
+    out = []
+    for name, ns in mine.items():
+        ref = float(np.median([o.get(name, 0.0) for o in others]))
+        if ns > ref:
+            out.append({"name": name, "ns_per_step": int(ns), "others_ns_per_step": int(ref),
+                        "excess_ns_per_step": int(ns - ref)})
+    return sorted(out, key=lambda d: -d["excess_ns_per_step"])[:top]
+
+
+__all__ = ["late_windows", "explain", "kernel_excess", "CAUSE_TEXT"]

@@ -1,0 +1,263 @@
+"""CUDA graphs: which GPU work ran as graph replays, and what recording them cost the host.
+
+A *replay* is one graph launch (``cudaGraphLaunch`` / ``hipGraphLaunch`` /
+``cuGraphLaunch``) and the GPU work it ran. Traces record it two ways:
+
+* one ``graph`` row per replay (nsys's default ``--cuda-graph-trace=graph``):
+  the replay's whole GPU time as one interval, with its graph id;
+* node rows: every kernel / copy of the replay as its own row carrying the
+  launch's correlation id (torch.profiler / Kineto, nsys ``--cuda-graph-trace=node``).
+
+Replays are keyed by (pid, correlation); a replay's GPU time is the union of
+its intervals per device (a graph row: its span, bubbles between nodes
+included; node rows: the nodes' union). Graph ids come from nsys (``graph_id``
+column); Kineto ids are not read (``-1``): its replays are grouped by launch
+call name instead.
+
+*Recording* is host time spent making graphs: stream capture
+(``cudaStreamBeginCapture`` .. ``cudaStreamEndCapture`` on one thread, the
+captured work does not run), instantiation (``cudaGraphInstantiate*``, upload),
+torch's ``CUDAGraph.capture_begin/end`` and torch.compile's cudagraph trees
+(``CUDAGraphNode.record (dynamo_timed)``). It is not dynamo/inductor
+compilation. The gap attribution's ``graph_capture`` category uses its own,
+matching rule (``attribution.GRAPH_RECORD_RX``, capture regions included).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..table import GPU_OP_KINDS
+from . import intervals
+from ._common import events_of
+
+GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip)GraphLaunch|^cuGraphLaunch")
+# Host spans and API calls that record (capture / instantiate) a CUDA graph.
+GRAPH_RECORD_RX = re.compile(
+    r"^(?:cuda|hip|cu)StreamBeginCapture|^(?:cuda|hip|cu)StreamEndCapture"
+    r"|^(?:cuda|hip|cu)GraphInstantiate|^(?:cuda|hip|cu)GraphUpload"
+    r"|CUDAGraphNode\.record|CUDAGraphTreeManager\.(?:record|_record|record_function)"
+    r"|CUDAGraph\.capture_(?:begin|end)|method capture_(?:begin|end) of"
+    r"|torch/cuda/graphs\.py\(\d+\): capture_(?:begin|end)"
+    r"|cudagraph_trees\.py\(\d+\): (?:record_function|_record|record)$")
+_BEGIN_RX = re.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
+_END_RX = re.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
+_HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "driver")
+_API_KINDS = ("runtime", "driver")
+TOP_RECORD_SPANS = 5
+
+
+def is_graph_recording(name: str) -> bool:
+    """True for a host span or API call that records (captures / instantiates) a graph."""
+    return bool(GRAPH_RECORD_RX.search(name))
+
+
+def is_graph_launch(name: str) -> bool:
+    return bool(GRAPH_LAUNCH_RX.match(name))
+
+
+def _name_mask(ev: pd.DataFrame, rows: np.ndarray, fn) -> np.ndarray:
+    """``fn(name)`` for the given rows, evaluated once per distinct name."""
+    names = ev["name"].iloc[rows]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    codes = names.cat.codes.to_numpy()
+    used = np.unique(codes[codes >= 0])
+    lut = np.zeros(len(names.cat.categories) + 1, bool)
+    lut[used] = [bool(fn(str(t))) for t in names.cat.categories.take(used)]
+    return lut[codes]
+
+
+def _rows(ev: pd.DataFrame, kinds) -> np.ndarray:
+    return np.flatnonzero(ev["kind"].isin(kinds).to_numpy())
+
+
+def graph_launches(ev: pd.DataFrame) -> pd.DataFrame:
+    """The graph launch calls: ts, dur, pid, tid, correlation, name."""
+    rows = _rows(ev, _API_KINDS)
+    rows = rows[_name_mask(ev, rows, is_graph_launch)]
+    out = ev.iloc[rows][["ts", "dur", "pid", "tid", "correlation", "name"]].reset_index(drop=True)
+    out["name"] = out["name"].astype(str)
+    return out
+
+
+def replay_ops(ev: pd.DataFrame, launches: pd.DataFrame | None = None) -> pd.DataFrame:
+    """GPU rows that belong to a replay: graph rows, GPU ops carrying a graph id, and GPU
+    ops sharing (pid, correlation) with a graph launch call. Adds ``graph_row`` (bool)."""
+    launches = graph_launches(ev) if launches is None else launches
+    cols = ["ts", "dur", "pid", "device", "correlation", "graph_id", "kind"]
+    gpu = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(), cols]
+    is_graph = (gpu["kind"] == "graph").to_numpy()
+    keys = set(zip(launches["pid"].tolist(), launches["correlation"].tolist()))
+    corr = gpu["correlation"].to_numpy(np.int64)
+    if keys:
+        key = pd.MultiIndex.from_arrays([gpu["pid"].to_numpy(np.int64), corr])
+        launched = key.isin(list(keys)) & (corr >= 0)
+    else:
+        launched = np.zeros(len(gpu), bool)
+    sel = is_graph | launched | (gpu["graph_id"].to_numpy() >= 0)
+    out = gpu.loc[sel, cols[:-1]].reset_index(drop=True)
+    out["graph_row"] = is_graph[sel]
+    return out
+
+
+def _replay_table(ops: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
+    """One row per replay: pid, correlation, graph_id, launch name, nodes, gpu_ns, start, end."""
+    if not len(ops):
+        return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in
+                             ("pid", "correlation", "graph_id", "nodes", "gpu_ns", "start",
+                              "end")}).assign(launch=pd.Series(dtype=object))
+    corr = ops["correlation"].to_numpy(np.int64)
+    # rows with no correlation are each their own replay
+    rkey = np.where(corr >= 0, corr, -1 - np.arange(len(ops)))
+    df = pd.DataFrame({"pid": ops["pid"].to_numpy(np.int64), "correlation": rkey,
+                       "device": ops["device"].to_numpy(np.int64),
+                       "graph_id": ops["graph_id"].to_numpy(np.int64),
+                       "s": ops["ts"].to_numpy(np.int64),
+                       "e": (ops["ts"] + ops["dur"]).to_numpy(np.int64),
+                       "node": ~ops["graph_row"].to_numpy()})
+    rid, uniq = pd.factorize(pd.MultiIndex.from_arrays([df["pid"], df["correlation"]]))
+    n = len(uniq)
+    # union per (replay, device), summed per replay
+    dev_codes, dev_idx = np.unique(df["device"].to_numpy(), return_inverse=True)
+    from .steps import grouped_union_total
+
+    per = grouped_union_total(rid * len(dev_codes) + dev_idx, df["s"].to_numpy(),
+                              df["e"].to_numpy(), n * len(dev_codes))
+    g = df.assign(rid=rid).groupby("rid", sort=True)
+    out = pd.DataFrame({
+        "pid": g["pid"].first().to_numpy(np.int64),
+        "correlation": g["correlation"].first().to_numpy(np.int64),
+        "graph_id": g["graph_id"].max().to_numpy(np.int64),
+        "nodes": g["node"].sum().to_numpy(np.int64),
+        "gpu_ns": per.reshape(n, len(dev_codes)).sum(axis=1),
+        "start": g["s"].min().to_numpy(np.int64),
+        "end": g["e"].max().to_numpy(np.int64),
+    })
+    names = launches.drop_duplicates(["pid", "correlation"])[["pid", "correlation", "name"]]
+    out = out.merge(names.rename(columns={"name": "launch"}), on=["pid", "correlation"],
+                    how="left")
+    out["correlation"] = np.where(out["correlation"] >= 0, out["correlation"], -1)
+    out["launch"] = out["launch"].fillna("")
+    return out.sort_values("start", kind="stable").reset_index(drop=True)
+
+
+def recording_intervals(ev: pd.DataFrame) -> pd.DataFrame:
+    """Host recording spans: pid, tid, start, end, name. Named recording spans and calls,
+    plus each stream capture (a BeginCapture call to the next EndCapture on its thread)."""
+    rows = _rows(ev, _HOST_KINDS)
+    rec = rows[_name_mask(ev, rows, is_graph_recording)]
+    sub = ev.iloc[rec][["ts", "dur", "pid", "tid", "name"]]
+    out = pd.DataFrame({"pid": sub["pid"].to_numpy(np.int64), "tid": sub["tid"].to_numpy(np.int64),
+                        "start": sub["ts"].to_numpy(np.int64),
+                        "end": (sub["ts"] + sub["dur"]).to_numpy(np.int64),
+                        "name": sub["name"].astype(str).to_numpy(object)})
+    api = sub[ev["kind"].iloc[rec].isin(_API_KINDS).to_numpy()]
+    return pd.concat([out, _captures(api)], ignore_index=True)
+
+
+def capture_regions(ev: pd.DataFrame) -> pd.DataFrame:
+    """Stream captures (pid, tid, start, end, name "stream capture"): the host launches
+    into a graph being recorded, so nothing it launches runs on the GPU meanwhile."""
+    rows = _rows(ev, _API_KINDS)
+    rows = rows[_name_mask(ev, rows, lambda n: bool(_BEGIN_RX.match(n) or _END_RX.match(n)))]
+    return _captures(ev.iloc[rows][["ts", "dur", "pid", "tid", "name"]])
+
+
+def _captures(api: pd.DataFrame) -> pd.DataFrame:
+    """BeginCapture .. EndCapture regions, paired in time order per thread."""
+    parts = []
+    names = api["name"].astype(str)
+    begin = names.map(lambda n: bool(_BEGIN_RX.match(n))).to_numpy(bool)
+    end = names.map(lambda n: bool(_END_RX.match(n))).to_numpy(bool)
+    for (pid, tid), g in api.assign(b=begin, e=end).groupby(["pid", "tid"], sort=True):
+        g = g.sort_values("ts", kind="stable")
+        open_at = None
+        for ts, dur, b, e in zip(g["ts"].tolist(), g["dur"].tolist(), g["b"].tolist(),
+                                 g["e"].tolist()):
+            if b:
+                open_at = ts
+            elif e and open_at is not None:
+                parts.append((int(pid), int(tid), int(open_at), int(ts + dur), "stream capture"))
+                open_at = None
+    return pd.DataFrame(parts, columns=["pid", "tid", "start", "end", "name"])
+
+
+def _per_graph(replays: pd.DataFrame) -> list[dict]:
+    if not len(replays):
+        return []
+    g = replays.groupby(["graph_id", "launch"], sort=True)
+    out = []
+    for (gid, launch), r in g:
+        out.append({"graph_id": int(gid), "launch": str(launch), "replays": int(len(r)),
+                    "gpu_ns": int(r["gpu_ns"].sum()), "mean_ns": int(round(r["gpu_ns"].mean())),
+                    "nodes": int(r["nodes"].sum()),
+                    "nodes_per_replay": round(float(r["nodes"].mean()), 2)})
+    return sorted(out, key=lambda d: (-d["gpu_ns"], d["graph_id"]))
+
+
+def _recording(rec: pd.DataFrame) -> dict:
+    if not len(rec):
+        return {"ns": 0, "spans": 0, "captures": 0, "top": []}
+    total = 0
+    for _, g in rec.groupby(["pid", "tid"], sort=True):
+        total += intervals.total(intervals.union(g["start"].to_numpy(), g["end"].to_numpy()))
+    by = rec.assign(ns=rec["end"] - rec["start"]).groupby("name", sort=True)["ns"].agg(
+        ["sum", "size"]).sort_values("sum", ascending=False, kind="stable").head(TOP_RECORD_SPANS)
+    return {"ns": int(total), "spans": int(len(rec)),
+            "captures": int((rec["name"] == "stream capture").sum()),
+            "top": [{"name": str(k), "ns": int(v["sum"]), "count": int(v["size"])}
+                    for k, v in by.iterrows()]}
+
+
+def graph_recording(events) -> dict:
+    """Recording only (the ``recording`` entry of ``graph_summary``)."""
+    return _recording(recording_intervals(events_of(events)))
+
+
+def _mode(ops: pd.DataFrame) -> str | None:
+    if not len(ops):
+        return None
+    g = ops["graph_row"].to_numpy()
+    return "graph" if g.all() else ("node" if not g.any() else "mixed")
+
+
+def graph_summary(events) -> dict:
+    """CUDA-graph replays and recording (see the module doc). All times in ns.
+
+    Keys: uses_cuda_graphs (graph launches, replays or recording: the program already
+    uses CUDA graphs), launches, replays, mode ("graph": one row per replay,
+    "node": per-kernel rows, "mixed", None), replay_gpu_ns (union over each device of
+    every replay's GPU time), gpu_busy_ns (union of all GPU ops), replay_share_pct,
+    graphs (per graph id and launch call: replays, gpu_ns, mean_ns, nodes_per_replay),
+    recording (ns: union per thread, spans, captures, top names).
+    """
+    ev = events_of(events)
+    launches = graph_launches(ev)
+    ops = replay_ops(ev, launches)
+    replays = _replay_table(ops, launches)
+    rec = recording_intervals(ev)
+    replay_ns = _union_by_device(ops)
+    busy = _union_by_device(ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(),
+                                   ["ts", "dur", "pid", "device"]])
+    return {
+        "uses_cuda_graphs": bool(len(replays) or len(launches) or len(rec)),
+        "launches": int(len(launches)),
+        "replays": int(len(replays)),
+        "mode": _mode(ops),
+        "replay_gpu_ns": replay_ns,
+        "gpu_busy_ns": busy,
+        "replay_share_pct": round(100.0 * replay_ns / busy, 2) if busy else 0.0,
+        "graphs": _per_graph(replays),
+        "recording": _recording(rec),
+    }
+
+
+def _union_by_device(ops: pd.DataFrame) -> int:
+    total = 0
+    for _, g in ops.groupby(["pid", "device"], sort=True, observed=True):
+        s = g["ts"].to_numpy(np.int64)
+        total += intervals.total(intervals.union(s, s + g["dur"].to_numpy(np.int64)))
+    return int(total)

@@ -1,0 +1,193 @@
+"""Cross-rank results of a job as JSON (the ``cross_rank`` object) and as text.
+
+Text: ``render_summary`` is the job verdict that opens ``traceread analyze`` for a
+job (who is slow, by how much, why, who waits); ``render_detail`` is the
+per-rank table, clocks, matching and metrics that follow the per-rank reports.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from .text import fmt_ns
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    recs = df.to_dict(orient="records")
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in recs]
+
+
+def _unmatched(res) -> dict:
+    um = pd.DataFrame(res.unmatched)
+    if not len(um):
+        return {"count": 0, "by_reason": []}
+    um["collective"] = um["collective"].fillna("unknown")
+    g = um.groupby(["lane", "rank", "collective", "reason"], dropna=False).size().reset_index(name="count")
+    return {"count": int(len(um)), "by_reason": _records(g)}
+
+
+def _clean(x):
+    """Plain JSON values: numpy scalars -> Python, NaN -> None, dict keys -> str."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, float) and x != x:
+        return None
+    return x
+
+
+def job_to_dict(res) -> dict[str, Any]:
+    """The documented ``cross_rank`` object of one job (docs/batch.md)."""
+    return _clean(_job_dict(res))
+
+
+def _job_dict(res) -> dict[str, Any]:
+    m = res.matches
+    methods = m.drop_duplicates("instance")["method"].value_counts() if len(m) else pd.Series(dtype=int)
+    strag = {k: v for k, v in res.straggler.items()}
+    return {
+        "job": res.job,
+        "ranks": res.ranks,
+        "world_size": res.world_size,
+        "backend": res.backend,
+        "source": res.source,
+        "paths": {str(k): v for k, v in res.paths.items()},
+        "verdict": res.verdict(),
+        "matched_instances": int(m["instance"].nunique()) if len(m) else 0,
+        "match_methods": {str(k): int(v) for k, v in methods.items()},
+        "unmatched": _unmatched(res),
+        "mismatched": int(res.mismatched),
+        "clock": {"reference_rank": min(res.ranks),
+                  "offsets": {str(r): o for r, o in sorted(res.clock.items())},
+                  "max_spread_ns": max((o["spread_ns"] for o in res.clock.values()), default=0)},
+        "straggler": strag,
+        "per_rank": _records(res.per_rank),
+        "step_skew": {
+            "steps": int(len(res.steps)),
+            "mean_skew_ns": int(res.steps["skew_ns"].mean()) if len(res.steps) else 0,
+            "max_skew_ns": int(res.steps["skew_ns"].max()) if len(res.steps) else 0,
+            "by_step": _records(res.steps),
+        },
+        "metrics": res.seed,
+    }
+
+
+def render_summary(results: list) -> str:
+    """The job verdict block that opens the report of a multi-rank job."""
+    lines: list[str] = []
+    for res in results:
+        jv = res.verdict()
+        world = f" of {res.world_size}" if res.world_size > 0 else ""
+        lines.append(f"JOB {res.job}: ranks {_ranks(res.ranks)}{world}"
+                     f"{' · ' + res.backend if res.backend else ''}")
+        if jv["straggler_rank"] < 0:
+            lines.append(f"  NO STRAGGLER  {jv['summary']}")
+        else:
+            lines.append(f"  STRAGGLER  {jv['headline']}")
+            if jv["because"]:
+                lines.append(f"  why        {jv['because']}")
+        if jv["waiting"]:
+            w = sorted(jv["waiting"], key=lambda x: -x["wait_ns"])
+            parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}" for x in w[:6])
+            more = f" (+{len(w) - 6} more)" if len(w) > 6 else ""
+            lines.append(f"  waiting    at each of those {jv['collective']}s: {parts}{more}")
+        loc = (res.seed or {}).get("slowdown", {})
+        if loc.get("locality"):
+            work = loc.get("work_ns", {})
+            s = jv["straggler_rank"]
+            others = sorted(v for k, v in work.items() if k != s)
+            detail = (f" (rank {s} works {fmt_ns(work[s])} per step, the others' median"
+                      f" {fmt_ns(others[len(others) // 2])})") if loc["locality"] == "rank-local" and others else ""
+            lines.append(f"  slowdown   {loc['locality']}{detail}")
+        lines.append(f"  clocks     {_clock_line(res)}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def _ranks(ranks: list[int]) -> str:
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))
+
+
+def _clock_line(res) -> str:
+    applied = {r: o for r, o in res.clock.items() if o["applied"]}
+    if applied:
+        big = sorted(applied.items(), key=lambda kv: -abs(kv[1]["offset_ns"]))[:4]
+        txt = ", ".join(f"rank {r} {_signed(o['offset_ns'])}" for r, o in big)
+        spread = max(o["spread_ns"] for o in applied.values())
+        return (f"aligned from collective end times: {txt}"
+                f"{' …' if len(applied) > 4 else ''} (spread {fmt_ns(spread)})")
+    reasons = {o["reason"] for r, o in res.clock.items() if r != min(res.ranks)}
+    est = max((abs(o["estimate_ns"]) for o in res.clock.values()), default=0)
+    return f"not shifted: {'; '.join(sorted(reasons)) or 'one rank'} (largest estimate {fmt_ns(est)})"
+
+
+def _signed(ns: int) -> str:
+    return ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
+
+
+def render_detail(results: list) -> str:
+    """Per-rank wait/transfer table, matching, step skew and metrics of each job."""
+    lines: list[str] = []
+    for res in results:
+        d = job_to_dict(res)
+        world = f" of {res.world_size}" if res.world_size > 0 else ""
+        lines.append(f"Cross-rank ({res.job}: ranks {', '.join(map(str, res.ranks))}{world})")
+        meth = ", ".join(f"{k} {v}" for k, v in d["match_methods"].items()) or "none"
+        lines.append(f"  collectives matched   {d['matched_instances']} instances (by {meth};"
+                     f" {res.source or 'none'} events)")
+        um = d["unmatched"]
+        if um["count"] or d["mismatched"]:
+            why = "; ".join(f"rank {x['rank']} {x['count']} {x['collective']} {x['reason']}"
+                            for x in um["by_reason"][:4])
+            mis = f"; {d['mismatched']} matched with differing type/size" if d["mismatched"] else ""
+            lines.append(f"  unmatched             {um['count']} instances{': ' + why if why else ''}{mis}")
+        s = res.straggler
+        if s["rank"] >= 0:
+            lines.append(f"  straggler             rank {s['rank']}: last in {s['times_last']}/{s['instances']},"
+                         f" late (>= 100 us) in {s['times_late']}/{s['late_instances']},"
+                         f" holds others back by {fmt_ns(s['median_delay_ns'])}"
+                         f" (median; mean {fmt_ns(s['mean_delay_ns'])})")
+            why = s.get("why") or {}
+            if why.get("by_category"):
+                cats = ", ".join(f"{k} {fmt_ns(v)}" for k, v in list(why["by_category"].items())[:4])
+                gpu = f"; GPU compute {fmt_ns(why['gpu_compute_ns'])}" if why["gpu_compute_ns"] else ""
+                lines.append(f"  its late windows      {fmt_ns(why['window_ns'])} in {why['windows']}: {cats}{gpu}")
+        else:
+            lines.append("  straggler             none (no matched collective with a unique last rank)")
+        eff = (res.seed or {}).get("overlap_efficiency", {})
+        lines.append(f"  {'rank':>5} {'matched':>8} {'comm':>10} {'wait':>10} {'transfer':>10} {'wait%':>6}"
+                     f" {'last':>5} {'step mean':>10} {'overlap eff':>11}")
+        for r in res.per_rank.itertuples():
+            step = fmt_ns(r.step_mean_ns) if r.step_mean_ns >= 0 else "-"
+            e = eff.get(int(r.rank))
+            lines.append(f"  {r.rank:>5} {r.matched:>8} {fmt_ns(r.comm_ns):>10} {fmt_ns(r.wait_ns):>10}"
+                         f" {fmt_ns(r.transfer_ns):>10} {r.wait_pct:>5.1f}% {r.times_last:>5} {step:>10}"
+                         f" {('-' if e is None else f'{e:.2f}'):>11}")
+        sk = d["step_skew"]
+        if sk["steps"]:
+            slow = res.steps["slowest_rank"].value_counts()
+            lines.append(f"  step skew             {sk['steps']} steps, mean {fmt_ns(sk['mean_skew_ns'])},"
+                         f" max {fmt_ns(sk['max_skew_ns'])}; slowest most often: rank {int(slow.index[0])}")
+        else:
+            lines.append("  step skew             no ProfilerStep seen on two ranks")
+        for b in (res.seed or {}).get("bandwidth", []):
+            if b["busbw_gbps"] is not None:
+                link = f" ({b['link_pct']:.0f}% of {res.seed['link_gbps']:g} GB/s)" if b["link_pct"] is not None else ""
+                lines.append(f"  bus bandwidth         {b['collective']}: {b['busbw_gbps']:.2f} GB/s{link}"
+                             f" over {b['sized']} sized instances")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def render_text(results: list) -> str:
+    """Summary then detail (the whole cross-rank text of ``results``)."""
+    return render_summary(results) + "\n\n" + render_detail(results)
+
+
+__all__ = ["job_to_dict", "render_summary", "render_detail", "render_text"]
