@@ -159,12 +159,13 @@ def test_ranks_of_a_job_get_their_straggler_waits(tmp_path):
     assert r.exit_code == 0, r.output
     (job,) = analyze_traces([traceread.load(p) for p in paths])
     wait = dict(zip(job.per_rank["rank"], job.per_rank["wait_ns"]))
+    assert wait[0] > 0  # rank 1 is the straggler: rank 0 waits for it
     for rank in (0, 1):
         doc = _doc(out / f"hta_sampled_rank-{rank}.overlay.json.gz")
         slices = [e for e in doc["traceEvents"] if e.get("cat") == CAT
                   and e["name"].startswith("wait for rank")]
-        assert slices and sum(e["args"]["wait_ns"] for e in slices) == wait[rank]
-        assert {e["name"] for e in slices} == {f"wait for rank {1 - rank}"}
+        assert sum(e["args"]["wait_ns"] for e in slices) == wait[rank]
+        assert {e["name"] for e in slices} <= {f"wait for rank {1 - rank}"}
 
 
 @pytest.mark.slow

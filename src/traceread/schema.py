@@ -254,6 +254,18 @@ class WhatIf(_S):
     projected_step_ns: Optional[int]
 
 
+class JobRole(_S):
+    """This rank's part in its job's verdict (``multirank/verdicts.py``)."""
+
+    job: str
+    role: str                       # "straggler", "waiting", "none"
+    summary: str
+    late_by_ns: Optional[int] = None
+    cause: Optional[str] = None
+    waits_for: Optional[int] = None
+    wait_ns: Optional[int] = None
+
+
 class Verdict(_S):
     bound: str
     title: str
@@ -263,6 +275,7 @@ class Verdict(_S):
     actions: list[Action]
     what_if: dict[str, WhatIf]
     missing: list[str]
+    job: Optional[JobRole] = None   # ranks of a job only
 
 
 class Excluded(_S):
@@ -326,6 +339,44 @@ class Copies(_S):
     pageable_inferred: bool = False
 
 
+class RecordingSpan(_S):
+    name: str
+    ns: int
+    count: int
+
+
+class GraphRecording(_S):
+    ns: int
+    spans: int
+    captures: int
+    top: list[RecordingSpan]
+
+
+class GraphReplay(_S):
+    graph_id: int
+    launch: str
+    replays: int
+    gpu_ns: int
+    mean_ns: int
+    nodes: int
+    nodes_per_replay: float
+
+
+class Graphs(_S):
+    """CUDA graphs (``passes/graphs.py``); every key defaults for a trace without them."""
+
+    uses_cuda_graphs: bool = False
+    launches: int = 0
+    replays: int = 0
+    mode: Optional[str] = None
+    replay_gpu_ns: int = 0
+    gpu_busy_ns: int = 0
+    replay_share_pct: float = 0.0
+    graphs: list[GraphReplay] = []
+    recording: Optional[GraphRecording] = None
+    recording_whole_trace: Optional[GraphRecording] = None
+
+
 class AnalyzeTrace(_S):
     """One trace's analysis (``Analysis.to_dict()``)."""
 
@@ -341,6 +392,7 @@ class AnalyzeTrace(_S):
     kernel_classes: list[KernelClass]
     copies: Copies
     context: dict[str, Any]      # what the trace already does (passes/context.py): flags
+    graphs: Graphs
     verdict: Verdict
 
 
