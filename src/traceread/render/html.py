@@ -39,7 +39,7 @@ border-bottom:1px solid #eee;vertical-align:top}td.n,th.n{text-align:right;font-
 .legend span{display:inline-block;margin-right:14px;font-size:12px}.legend i{display:inline-block;
 width:10px;height:10px;margin-right:4px;vertical-align:middle}.name{font-family:ui-monospace,monospace;
 font-size:12px;white-space:normal;word-break:break-all}svg text{font:11px system-ui,sans-serif;fill:#333}
-.up{color:#b00020}.down{color:#1b7f3b}@media print{body{margin:0}}
+pre{white-space:pre-wrap;font-size:12px}.up{color:#b00020}.down{color:#1b7f3b}@media print{body{margin:0}}
 """
 
 
@@ -82,7 +82,19 @@ def cross_rank_html(jobs) -> str:
     from .cross_rank import render_detail, render_summary
 
     text = (render_summary(jobs) + "\n\n" + render_detail(jobs)).strip()
-    return f"<h2>Across ranks</h2><pre>{escape(text)}</pre>"
+    return f"<h2>Across ranks</h2>{''.join(_wait_bars(j) for j in jobs)}<pre>{escape(text)}</pre>"
+
+
+def _wait_bars(job) -> str:
+    """The straggler chart: per rank, time spent waiting in collectives for later ranks."""
+    pr = getattr(job, "per_rank", None)
+    if pr is None or not len(pr) or "wait_ns" not in pr:
+        return ""
+    late = {int(r) for r, n in zip(pr["rank"], pr.get("times_last", [0] * len(pr))) if n}
+    rows = [(f"rank {int(r)}", int(w), f"waits {fmt_ns(int(w))}" + (" · arrives last" if int(r) in late else ""),
+             COLORS["comm_wait"] if w else COLORS["busy"]) for r, w in zip(pr["rank"], pr["wait_ns"])]
+    return (f"<p class='meta'>{escape(str(job.job))}: time each rank waited inside collectives for "
+            f"the last rank to arrive</p>" + _hbars(rows[:64]))
 
 
 def _jobs_of(analyses: list):
@@ -141,8 +153,13 @@ def _verdict(a, d: dict) -> str:
     bound = str(v.get("bound", "unknown"))
     title = v.get("title") or BOUND_TITLE.get(bound, bound)
     missing = "".join(f"<li>{escape(str(m))}</li>" for m in v.get("missing") or [])
+    job = v.get("job") if isinstance(v.get("job"), dict) else None
+    role = (f"<p><b>In {escape(str(job.get('job')))}: {escape(str(job.get('role')))}</b>"
+            + (f" (waits for rank {job['waits_for']}, {fmt_ns(job.get('wait_ns') or 0)})"
+               if job.get("waits_for") is not None else "")
+            + f" — {escape(str(job.get('summary', '')))}</p>") if job else ""
     return (f'<div class="verdict" id="verdict"><div class="bound">VERDICT {escape(bound.upper())}</div>'
-            f"<div>{escape(str(title))}</div><p>{escape(str(v.get('summary', '')))}</p>"
+            f"<div>{escape(str(title))}</div><p>{escape(str(v.get('summary', '')))}</p>{role}"
             f"{_window_line(a, d)}{_actions(v)}"
             + (f"<b>Not in this trace</b><ul>{missing}</ul>" if missing else "") + "</div>")
 
