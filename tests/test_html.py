@@ -178,4 +178,4 @@ def test_batch_writes_a_self_contained_job_summary(tmp_path):
     _assert_self_contained(html, p)
     text = " ".join(p.text)
     assert "3 traces: 2 analysed, 1 failed" in text and "bad.json" in text
-    assert "Across ranks" in text and "straggler" in text and p.tags["svg"] == 2
+    assert "Across ranks" in text and "STRAGGLER" in text and p.tags["svg"] == 3  # + wait chart
