@@ -18,6 +18,7 @@ from .passes import attribution as attr_mod
 from .passes import context as context_mod
 from .passes import window as window_mod
 from .passes import steps as steps_mod
+from .passes import utilization as util_mod
 from .passes import verdict as verdict_mod
 from .passes.compile import compile_summary
 from .passes.context import trace_context
@@ -60,6 +61,7 @@ class Analysis:
     window: Any = None               # passes.window.Window: what was analysed and excluded
     copies: dict = field(default_factory=dict)    # host<->device copies (passes.copies)
     context: dict = field(default_factory=dict)   # what the trace already does
+    utilization: dict | None = None  # passes/utilization.py: MFU, busy classes + levers, memory
 
     def listed_gaps(self) -> pd.DataFrame:
         """Gaps longer than ``min_gap_ns`` (the listing filter; totals never use it)."""
@@ -72,11 +74,13 @@ class Analysis:
 
 
 def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int = 0,
-            steps: str | None = "auto", window: tuple | None = None) -> Analysis:
+            steps: str | None = "auto", window: tuple | None = None,
+            peak_tflops: float | None = None) -> Analysis:
     """Run every pass over a Trace (or a path, loaded with ``traceread.load``).
 
     ``steps``: ``auto`` (steady-state steps, the default), ``all`` or ``N:M``;
-    ``window``: (start, end) ns after the trace's first event, overriding ``steps``.
+    ``window``: (start, end) ns after the trace's first event, overriding ``steps``;
+    ``peak_tflops``: per-GPU dense peak for MFU (default: looked up from the device).
     """
     if isinstance(trace_or_path, (str, os.PathLike)):
         from .readers import read
@@ -156,7 +160,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     collectives=collectives, compile=comp, kernels=kernels,
                     kernel_classes=classes, verdict=verdict, graphs=graphs,
                     min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
-                    context=ctx)
+                    context=ctx,
+                    utilization=util_mod.utilization(trace, step_tab, peak_tflops, events=ev))
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:

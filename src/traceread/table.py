@@ -74,6 +74,18 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
                        "normalises (nsys API calls: with any _vNNNN suffix); null otherwise"),
     ("graph_id", pa.int32(), "CUDA graph id of a graph replay row, or of a GPU op a graph "
                              "replay ran (nsys graphId); -1 if none / unknown"),
+    ("input_dims", _STR, "cpu_op input shapes as JSON text, e.g. [[8, 64], [64, 32], []] "
+                         "(Kineto 'Input Dims', record_shapes=True); null otherwise"),
+    ("input_type", _STR, "cpu_op input dtypes as JSON text, e.g. [\"c10::BFloat16\", \"Scalar\"]"),
+    ("concrete_inputs", _STR, "cpu_op scalar/list argument values as JSON text, e.g. "
+                              "[\"\",\"\",\"[2, 2]\"] (Kineto 'Concrete Inputs'); null otherwise"),
+    ("flops", pa.int64(), "FLOPs torch estimated for the op (Kineto 'flops', with_flops); -1"),
+    ("mem_bytes", pa.int64(), "[memory] instant: bytes allocated (> 0) or freed (< 0); -1 else"),
+    ("mem_allocated", pa.int64(), "[memory] instant: allocator total allocated bytes after it"),
+    ("mem_reserved", pa.int64(), "[memory] instant: allocator total reserved bytes after it"),
+    ("mem_device", pa.int32(), "[memory] instant: device index; -1 for host memory / unknown"),
+    ("launch", _STR, "kernel launch configuration as a compact JSON object: grid, block, "
+                     "registers (per thread), shared_mem (bytes per block), occupancy (%)"),
 )
 SCHEMA = pa.schema([pa.field(n, t) for n, t, _ in COLUMNS])
 INT_COLUMNS = tuple(n for n, t, _ in COLUMNS if pa.types.is_integer(t))

@@ -59,6 +59,9 @@ window_option = click.option(
 min_gap_option = click.option(
     "--min-gap", "min_gap", default=None, callback=duration_callback, metavar="DURATION",
     help="List only gaps longer than this (e.g. 100us, 1ms); totals always count every gap.")
+peak_option = click.option(
+    "--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+    metavar="TFLOPS", help="Peak dense TFLOP/s per GPU for MFU (default: looked up from the device).")
 step_pattern_option = click.option(
     "--step-pattern", default=None, metavar="REGEX", callback=_regex,
     help="Regex for step ranges (default: ProfilerStep#N, then names like 'step 12' / 'iteration_3').")
@@ -82,7 +85,8 @@ def _trace_command(*extra, fmt_option=format_option):
     return wrap
 
 
-def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, after=None):
+def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, after=None,
+              peak_tflops=None):
     """(analyses of the traces that loaded, number that failed); ``after(analysis)`` runs
     on each as soon as it is made."""
     from ..errors import TraceError
@@ -90,7 +94,8 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, aft
     def one(path, trace):
         try:
             a = run_analysis(trace, step_pattern=step_pattern, min_gap_ns=min_gap,
-                             steps=steps_spec, window=window)
+                             steps=steps_spec, window=window,
+                             peak_tflops=peak_tflops)
         except ValueError as e:   # --steps names no step of this trace
             raise TraceError(path, str(e)) from None
         if after is not None:
@@ -104,8 +109,9 @@ link_gbps_option = click.option(
     help="Interconnect peak in GB/s: multi-rank jobs report collective bus bandwidth as a % of it.")
 
 
-@_trace_command(min_gap_option, link_gbps_option, fmt_option=html_format_option)
-def analyze(traces, fmt, out, min_gap, link_gbps, step_pattern, steps_spec, window):
+@_trace_command(min_gap_option, link_gbps_option, peak_option, fmt_option=html_format_option)
+def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, steps_spec,
+            window):
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE.
 
     Several TRACEs of one distributed job (one per rank) are also analysed as a job:
@@ -130,7 +136,8 @@ def analyze(traces, fmt, out, min_gap, link_gbps, step_pattern, steps_spec, wind
             if not keep_trace:
                 a.trace = None
 
-    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input)
+    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input,
+                                peak_tflops)
     try:
         if errors:
             raise errors[0]

@@ -1,8 +1,10 @@
-"""``traceread kernels | gaps | api``: ``nsys stats``-compatible summaries.
+"""``traceread kernels | api | gaps | nvtx | memcpy | osrt | util``: ``nsys stats`` reports.
 
 They work on any trace (Kineto or nsys) because they read only the event
 table; ``--format csv`` prints exactly what ``nsys stats --format csv`` prints
-(``cuda_gpu_kern_sum``, ``gpu_gaps``, ``cuda_api_sum``).
+(``cuda_gpu_kern_sum``, ``cuda_api_sum``, ``gpu_gaps``, ``nvtx_sum``,
+``cuda_gpu_mem_time_sum`` / ``cuda_gpu_mem_size_sum``, ``osrt_sum``,
+``gpu_time_util``).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from ._common import emit, load_trace, output_option, parse_duration
 from ..passes.api import api_summary, render_api
 from ..passes.gaps import gpu_gaps, nsys_order
 from ..passes.kernels import kernel_summary, render_csv, render_summary, render_text
+from ..passes import nsys_reports as reports
 from ..render.text import fmt_ns
 from ..table import Trace
 
@@ -23,6 +26,10 @@ stats_format_option = click.option(
     show_default=True, help="Output format (csv is byte-identical to nsys stats).")
 
 GAP_HEADERS = ("Row#", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID")
+
+rows_option = click.option(
+    "--rows", type=int, default=reports.NSYS_ROW_LIMIT, show_default=True,
+    help="Row limit, applied as nsys applies it (-1: no limit).")
 
 @main.command()
 @click.argument("trace", type=click.Path())
@@ -51,15 +58,16 @@ def api(trace, real_calls_only, fmt, out):
               help="Report idle gaps strictly longer than this (1ms, 500us, 2s, or ns).")
 @stats_format_option
 @output_option
-def gaps(trace, min_gap, fmt, out):
+@rows_option
+def gaps(trace, min_gap, fmt, out, rows):
     """GPU idle gaps of TRACE per process and device (nsys stats gpu_gaps)."""
     t = load_trace(trace)
-    emit(render_gaps(t, parse_duration(min_gap), fmt), out)
+    emit(render_gaps(t, parse_duration(min_gap), fmt, rows), out)
 
 
-def gap_rows(t: Trace, min_gap_ns: int) -> list[list[str]]:
+def gap_rows(t: Trace, min_gap_ns: int, rows: int = reports.NSYS_ROW_LIMIT) -> list[list[str]]:
     """Rows in nsys order (longest first), with the CUDA context id when known."""
-    g = nsys_order(gpu_gaps(t, min_gap_ns))
+    g = nsys_order(gpu_gaps(t, min_gap_ns), rows)
     ctx = t.meta.extra.get("gpu_contexts", {}) if isinstance(t.meta.extra, dict) else {}
     rows = []
     for i, r in enumerate(g.itertuples(index=False), start=1):
@@ -68,18 +76,83 @@ def gap_rows(t: Trace, min_gap_ns: int) -> list[list[str]]:
     return rows
 
 
-def gaps_csv(t: Trace, min_gap_ns: int) -> str:
-    return render_csv(GAP_HEADERS, gap_rows(t, min_gap_ns))
+def gaps_csv(t: Trace, min_gap_ns: int, rows: int = reports.NSYS_ROW_LIMIT) -> str:
+    return render_csv(GAP_HEADERS, gap_rows(t, min_gap_ns, rows))
 
 
-def render_gaps(t: Trace, min_gap_ns: int, fmt: str) -> str:
-    rows = gap_rows(t, min_gap_ns)
-    if fmt == "csv":
-        return render_csv(GAP_HEADERS, rows)
-    if fmt == "json":
-        recs = [{h: (int(v) if v.lstrip("-").isdigit() else None) for h, v in zip(GAP_HEADERS, r)}
-                for r in rows]
-        return json.dumps(recs, indent=2)
-    if not rows:
+def render_gaps(t: Trace, min_gap_ns: int, fmt: str, limit: int = reports.NSYS_ROW_LIMIT) -> str:
+    rows = gap_rows(t, min_gap_ns, limit)
+    if not rows and fmt == "text":
         return f"no GPU gaps longer than {fmt_ns(min_gap_ns)}"
-    return render_text(GAP_HEADERS, rows, numeric_cols=len(GAP_HEADERS), plain=(0, 3, 4, 5))
+    return _render_table(GAP_HEADERS, rows, fmt, plain=(0, 3, 4, 5))
+
+
+def _render_table(headers, rows, fmt: str, plain=()) -> str:
+    if fmt == "csv":
+        return render_csv(headers, rows)
+    if fmt == "json":
+        recs = [{h: _num(v) for h, v in zip(headers, r)} for r in rows]
+        return json.dumps(recs, indent=2)
+    return render_text(headers, rows, numeric_cols=len(headers), plain=plain)
+
+
+def _num(v: str):
+    if v.lstrip("-").isdigit():
+        return int(v)
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+@main.command()
+@click.argument("trace", type=click.Path())
+@stats_format_option
+@output_option
+def nvtx(trace, fmt, out):
+    """NVTX range summary of TRACE (nsys stats nvtx_sum; Kineto: user annotations)."""
+    s = reports.nvtx_summary(load_trace(trace))
+    emit(reports.render_nvtx(s, fmt) if len(s) or fmt != "text" else "no NVTX ranges", out)
+
+
+@main.command()
+@click.argument("trace", type=click.Path())
+@click.option("--by", type=click.Choice(["time", "size"]), default="time", show_default=True,
+              help="Summarise durations (cuda_gpu_mem_time_sum) or sizes (cuda_gpu_mem_size_sum).")
+@stats_format_option
+@output_option
+def memcpy(trace, by, fmt, out):
+    """GPU memcpy/memset summary of TRACE by operation (nsys stats cuda_gpu_mem_*_sum)."""
+    t = load_trace(trace)
+    s = reports.memop_time_summary(t) if by == "time" else reports.memop_size_summary(t)
+    emit(reports.render_memops(s, by, fmt) if len(s) or fmt != "text" else "no GPU memcpy/memset",
+         out)
+
+
+@main.command()
+@click.argument("trace", type=click.Path())
+@stats_format_option
+@output_option
+def osrt(trace, fmt, out):
+    """OS runtime call summary of TRACE (nsys stats osrt_sum; nsys exports only)."""
+    s = reports.osrt_summary(load_trace(trace))
+    emit(reports.render_osrt(s, fmt) if len(s) or fmt != "text" else "no OS runtime calls", out)
+
+
+@main.command()
+@click.argument("trace", type=click.Path())
+@click.option("--threshold", type=float, default=50, show_default=True,
+              help="Report chunks whose GPU in-use percent is below this.")
+@click.option("--chunks", type=click.IntRange(1, 1000), default=30, show_default=True,
+              help="Equal-duration chunks per process and device.")
+@rows_option
+@stats_format_option
+@output_option
+def util(trace, threshold, chunks, rows, fmt, out):
+    """Low GPU time-utilisation regions of TRACE (nsys stats gpu_time_util)."""
+    t = load_trace(trace)
+    table = reports.util_rows(t, reports.gpu_time_util(t, threshold, chunks, rows))
+    if not table and fmt == "text":
+        emit(f"no region below {threshold:g}% GPU utilisation", out)
+        return
+    emit(_render_table(reports.UTIL_HEADERS, table, fmt, plain=(0, 4, 5, 6)), out)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..table import Trace
 from ._common import events_of
 from .kernels import render_summary, summarize
 
@@ -44,7 +45,15 @@ def api_summary(trace_or_events, nsys_compat: bool = True) -> pd.DataFrame:
     raw = a["raw_name"]
     if raw.isna().any():  # Kineto: no raw names; nsys always has them on API rows
         raw = raw.astype(object).where(raw.notna(), a["name"].astype(object))
-    return summarize(raw, a["dur"].to_numpy(), display=nsys_api_name)
+    ids = trace_or_events.meta.extra.get("name_ids") if isinstance(trace_or_events, Trace) else None
+    if not ids:
+        return summarize(raw, a["dur"].to_numpy(), display=nsys_api_name)
+    # nsys groups by name id and orders by total only: ties come out in id order
+    out = summarize(raw, a["dur"].to_numpy())
+    out["_id"] = [ids.get(n, 1 << 62) for n in out["name"]]
+    out["name"] = [nsys_api_name(n) for n in out["name"]]
+    out = out.sort_values(["total_ns", "_id"], ascending=[False, True], kind="stable")
+    return out.drop(columns="_id").reset_index(drop=True)
 
 
 def render_api(summary: pd.DataFrame, fmt: str = "csv") -> str:

@@ -108,7 +108,14 @@ def _overheads(ev: pd.DataFrame) -> pd.DataFrame:
     return ev.loc[m, ["ts", "dur", "pid"]]
 
 
-def nsys_order(gaps: pd.DataFrame) -> pd.DataFrame:
-    """The row order of ``nsys stats -r gpu_gaps``: longest first, then by start."""
-    return gaps.sort_values(["duration", "start"], ascending=[False, True],
-                            kind="stable").reset_index(drop=True)
+def nsys_order(gaps: pd.DataFrame, rows: int = -1) -> pd.DataFrame:
+    """The rows of ``nsys stats -r gpu_gaps``: longest first, then by start.
+
+    ``rows`` >= 0 applies nsys's row limit the way its SQL does (default there:
+    50): first to the gaps in (process, device, start) order, then to the
+    sorted rows -- so the limit keeps the *earliest* gaps, not the longest.
+    """
+    if rows >= 0:
+        gaps = gaps.sort_values(["pid", "device", "start"], kind="stable").iloc[:rows]
+    out = gaps.sort_values(["duration", "start"], ascending=[False, True], kind="stable")
+    return (out.iloc[:rows] if rows >= 0 else out).reset_index(drop=True)

@@ -28,6 +28,9 @@ import pandas as pd
 
 # Numbers in args are usually ints but some producers write floats or strings.
 Num = Union[int, float, str, None]
+# List-valued args (shapes, grid) are kept as the JSON text written in the file:
+# no Python list per event, and the table stores them dictionary-encoded.
+NO_RAW = msgspec.Raw()
 
 
 class Args(msgspec.Struct, gc=False):
@@ -52,6 +55,23 @@ class Args(msgspec.Struct, gc=False):
     pg_id: Num = msgspec.field(default=-1, name="Process Group ID")  # PyTorch 2.2-2.3
     name: Any = None               # 'M' events: process/thread name
     labels: Any = None             # 'M' process_labels
+    # cpu_ops recorded with record_shapes / with_flops
+    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
+    flops: Num = -1
+    flops_cap: Num = msgspec.field(default=-1, name="Flops")  # spelling of some exporters
+    # kernels: CUPTI launch configuration
+    grid: msgspec.Raw = NO_RAW
+    block: msgspec.Raw = NO_RAW
+    registers: Num = msgspec.field(default=-1, name="registers per thread")
+    shared_mem: Num = msgspec.field(default=-1, name="shared memory")
+    occupancy: Num = msgspec.field(default=-1, name="est. achieved occupancy %")
+    # profile_memory [memory] instants
+    mem_bytes: Num = msgspec.field(default=None, name="Bytes")
+    mem_allocated: Num = msgspec.field(default=-1, name="Total Allocated")
+    mem_reserved: Num = msgspec.field(default=-1, name="Total Reserved")
+    mem_device: Num = msgspec.field(default=-1, name="Device Id")
 
 
 # Phases that become table rows. 'C' counters, 's'/'f'/'t' flows and the other
@@ -109,9 +129,24 @@ COPY_INT_FIELDS = ("bytes", "size")
 COPY_STR_FIELDS = ("kind", "direction")
 COLL_INT_FIELDS = ("in_nelems", "out_nelems", "group_size", "pg_id")
 COLL_STR_FIELDS = ("coll_name", "dtype", "pg_name", "pg_desc")
-ARG_INT_FIELDS = DENSE_INT_FIELDS + COPY_INT_FIELDS + COLL_INT_FIELDS
-ARG_STR_FIELDS = COPY_STR_FIELDS + COLL_STR_FIELDS
-_aget = {f: attrgetter(f) for f in ARG_INT_FIELDS + ARG_STR_FIELDS}
+SHAPE_INT_FIELDS = ("flops",)    # args.flops, else args.Flops (merged at decode)
+SHAPE_STR_FIELDS = ("input_dims", "input_type", "concrete_inputs")  # JSON text (Raw)
+LAUNCH_INT_FIELDS = ("registers", "shared_mem", "occupancy")
+LAUNCH_STR_FIELDS = ("grid", "block")             # JSON text (Raw in the struct)
+MEM_INT_FIELDS = ("mem_bytes", "mem_allocated", "mem_reserved", "mem_device")
+ARG_INT_FIELDS = (DENSE_INT_FIELDS + COPY_INT_FIELDS + COLL_INT_FIELDS + SHAPE_INT_FIELDS
+                  + LAUNCH_INT_FIELDS + MEM_INT_FIELDS)
+ARG_STR_FIELDS = COPY_STR_FIELDS + COLL_STR_FIELDS + SHAPE_STR_FIELDS + LAUNCH_STR_FIELDS
+# Int args on few rows (ops with shapes, kernels, [memory] instants): the streaming
+# path may hand them over as (rows, values) instead of a dense column; the reader
+# expands them one at a time (``dense_ints``).
+SPARSE_INT_FIELDS = SHAPE_INT_FIELDS + LAUNCH_INT_FIELDS + MEM_INT_FIELDS
+# Fields whose absent value is the shared NO_RAW instance, not None.
+RAW_FIELDS = frozenset(SHAPE_STR_FIELDS + LAUNCH_STR_FIELDS)
+# String args present on many rows (every cpu_op / kernel): the streaming path
+# ships them dictionary-coded rather than as one object per row.
+DENSE_STR_FIELDS = SHAPE_STR_FIELDS + LAUNCH_STR_FIELDS
+_aget = {f: attrgetter(f) for f in ARG_INT_FIELDS + ARG_STR_FIELDS + ("flops_cap",)}
 
 
 @dataclass
@@ -174,6 +209,14 @@ def events_to_batch(events: list) -> Batch:
     strs: dict = {}
     _sparse(args, n, ("bytes", "size"), COPY_INT_FIELDS, COPY_STR_FIELDS, ints, strs)
     _sparse(args, n, ("coll_name",), COLL_INT_FIELDS, COLL_STR_FIELDS, ints, strs)
+    # one sentinel per group: torch writes Input Dims on every op when shapes are
+    # recorded (with_flops implies them), and grid on every kernel
+    _sparse(args, n, ("input_dims",), SHAPE_INT_FIELDS + ("flops_cap",), SHAPE_STR_FIELDS,
+            ints, strs)
+    cap = ints.pop("flops_cap")
+    ints["flops"] = np.where(ints["flops"] >= 0, ints["flops"], cap)
+    _sparse(args, n, ("grid",), LAUNCH_INT_FIELDS, LAUNCH_STR_FIELDS, ints, strs)
+    _sparse(args, n, ("mem_bytes",), MEM_INT_FIELDS, (), ints, strs)
     return Batch(n=n, ph=ph, name=list(map(_get["name"], rows)), cat=list(map(_get["cat"], rows)),
                  pid=pid, tid=tid, pid_str=pid_str, tid_str=tid_str, ts_ns=ts_ns, dur_ns=dur_ns,
                  ts_lossy=lossy, ints=ints, strs=strs, meta_events=meta_events)
@@ -215,7 +258,8 @@ def _sparse(args: list, n: int, sentinels: tuple, int_fields: tuple, str_fields:
     """Fill sparse arg columns: only rows where a sentinel field is present are read."""
     mask = np.zeros(n, dtype=bool)
     for f in sentinels:
-        mask |= np.fromiter(map(is_not, map(_aget[f], args), repeat(None)), dtype=bool, count=n)
+        absent = NO_RAW if f in RAW_FIELDS else None
+        mask |= np.fromiter(map(is_not, map(_aget[f], args), repeat(absent)), dtype=bool, count=n)
     rows = np.flatnonzero(mask).tolist()
     sub = [args[i] for i in rows]
     for f in int_fields:
@@ -225,9 +269,30 @@ def _sparse(args: list, n: int, sentinels: tuple, int_fields: tuple, str_fields:
         ints[f] = col
     for f in str_fields:
         col = [None] * n
-        for i, v in zip(rows, map(_aget[f], sub)):
+        vals = map(_aget[f], sub)
+        if f in RAW_FIELDS:
+            vals = _raw_texts(list(vals))
+        for i, v in zip(rows, vals):
             col[i] = v
         strs[f] = col
+
+
+def _raw_texts(raws: list) -> list:
+    """JSON texts of Raw args; None where absent (empty) or ``null``."""
+    out = list(map(str, raws, repeat("utf-8")))
+    if "" in out or "null" in out:
+        out = [None if t in ("", "null") else t for t in out]
+    return out
+
+
+def dense_ints(v, n: int) -> np.ndarray:
+    """An int arg column: a dense int64 array, or (rows, values) expanded to one (-1 elsewhere)."""
+    if isinstance(v, tuple):
+        rows, vals = v
+        out = np.full(n, -1, dtype=np.int64)
+        out[rows] = vals
+        return out
+    return v
 
 
 def concat_batches(batches: list[Batch]) -> Batch:
@@ -247,7 +312,8 @@ def concat_batches(batches: list[Batch]) -> Batch:
         ts_ns=np.concatenate([b.ts_ns for b in batches]),
         dur_ns=np.concatenate([b.dur_ns for b in batches]),
         ts_lossy=any(b.ts_lossy for b in batches),
-        ints={f: np.concatenate([b.ints[f] for b in batches]) for f in ARG_INT_FIELDS},
+        ints={f: np.concatenate([dense_ints(b.ints[f], b.n) for b in batches])
+              for f in ARG_INT_FIELDS},
         strs={f: [x for b in batches for x in b.strs[f]] for f in ARG_STR_FIELDS},
         meta_events=cat("meta_events"))
 

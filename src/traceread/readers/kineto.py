@@ -268,9 +268,23 @@ def _decode_lenient(p: Path, buf: bytes, exact: bool):
 _SCALARS = (int, float, str, dec.Decimal, type(None))
 
 
+# args the typed decode keeps as raw JSON text (shapes, grid/block)
+_RAW_ARG_KEYS = frozenset(("Input Dims", "Input type", "Concrete Inputs", "grid", "block"))
+_JSON_OUT = msgspec.json.Encoder(decimal_format="number")
+
+
+def _raw_if_json(key: str, v: Any) -> Any:
+    if key in _RAW_ARG_KEYS:
+        return msgspec.Raw(_JSON_OUT.encode(v))
+    return v
+
+
 def _coerce_event(e: Any, etype: type):
     if not isinstance(e, dict):
         return None
+    args = e.get("args")
+    if isinstance(args, dict) and not _RAW_ARG_KEYS.isdisjoint(args):
+        e = {**e, "args": {k: _raw_if_json(k, v) for k, v in args.items()}}
     try:
         return msgspec.convert(e, etype, strict=False)
     except msgspec.ValidationError:
@@ -278,7 +292,8 @@ def _coerce_event(e: Any, etype: type):
     clean = {k: v for k, v in e.items() if k != "args" and isinstance(v, _SCALARS)}
     args = e.get("args")
     if isinstance(args, dict):
-        clean["args"] = {k: v for k, v in args.items() if isinstance(v, _SCALARS)}
+        clean["args"] = {k: _raw_if_json(k, v) for k, v in args.items()
+                         if isinstance(v, _SCALARS) or k in _RAW_ARG_KEYS}
     for key in ("ts", "dur"):
         if isinstance(clean.get(key), str):
             try:
@@ -620,6 +635,7 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
                 _DIRECTION.get(d) if isinstance(d, str) else None)
 
     coll = _collective_columns(batch, name_d, kind, n)
+    args = _arg_columns(batch)
 
     base = _as_int(header.get("baseTimeNanoseconds"), 0)
     if base:
@@ -632,9 +648,102 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
         "pid": pid, "tid": tid, "device": device, "stream": stream,
         "correlation": correlation, "external_id": external_id,
         "bytes": nbytes, "copy_kind": _sparse_strings_at(n, copy_rows, copy_kind),
-        **coll,
+        **coll, **args,
     }
     return cols, keep
+
+
+# Batch arg fields that become event-table columns of the same name.
+ARG_COLUMNS = dec.SHAPE_INT_FIELDS + dec.SHAPE_STR_FIELDS + dec.MEM_INT_FIELDS
+LAUNCH_KEYS = dec.LAUNCH_STR_FIELDS + dec.LAUNCH_INT_FIELDS   # key order in `launch`
+
+
+def _arg_columns(batch: dec.Batch) -> dict:
+    """Args carried as written: shapes/dtypes (JSON text), FLOPs, memory, launch config."""
+    out = {}
+    for f in ARG_COLUMNS:
+        if f in batch.strs:
+            out[f] = _compact_json(_dict_encode(batch.strs.pop(f)))
+        else:
+            out[f] = dec.dense_ints(batch.ints.pop(f), batch.n)
+    out["launch"] = _launch_column(batch)
+    return out
+
+
+def _launch_column(batch: dec.Batch) -> pa.DictionaryArray:
+    """Kernel launch configuration as one compact JSON object per distinct configuration:
+    ``{"grid":[132,1,1],"block":[384,1,1],"registers":168,"shared_mem":231424,"occupancy":12}``
+    (one dictionary-encoded column instead of five: kernels share few configurations).
+    Works on the rows that have any of the five args only (no n-sized temporaries)."""
+    n = batch.n
+    strs = [_compact_json(_dict_encode(batch.strs.pop(f))) for f in dec.LAUNCH_STR_FIELDS]
+    ints = [_sparse_ints(batch.ints.pop(f)) for f in dec.LAUNCH_INT_FIELDS]
+    valid = [np.flatnonzero(d.indices.is_valid().to_numpy(zero_copy_only=False)) for d in strs]
+    rows = np.unique(np.concatenate(valid + [r for r, _ in ints]))
+    out = np.full(n, -1, np.int32)
+    if not len(rows):
+        return pa.DictionaryArray.from_arrays(pa.array(out, mask=out < 0), pa.array([], pa.string()))
+    cols = [d.indices.take(pa.array(rows)).fill_null(-1).to_numpy(zero_copy_only=False)
+            .astype(np.int64) for d in strs]
+    for r, v in ints:
+        col = np.full(len(rows), -1, np.int64)
+        col[np.searchsorted(rows, r)] = v
+        cols.append(col)
+    uniq, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    inv = inv.ravel()
+    texts = [d.dictionary.to_pylist() for d in strs]
+    m = len(dec.LAUNCH_STR_FIELDS)
+    values = []
+    for u in uniq.tolist():
+        parts = [f'"{k}":{texts[i][u[i]]}' for i, k in enumerate(dec.LAUNCH_STR_FIELDS) if u[i] >= 0]
+        parts += [f'"{k}":{u[m + i]}' for i, k in enumerate(dec.LAUNCH_INT_FIELDS) if u[m + i] >= 0]
+        values.append("{" + ",".join(parts) + "}")
+    # first-appearance order, as every other dictionary of the table
+    first = np.full(len(uniq), n, np.int64)
+    np.minimum.at(first, inv, rows)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    out[rows] = rank[inv]
+    return pa.DictionaryArray.from_arrays(pa.array(out, mask=out < 0),
+                                          pa.array([values[k] for k in order], pa.string()))
+
+
+def _sparse_ints(v) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, values) of an int arg column given dense (-1 = absent) or already sparse."""
+    if isinstance(v, tuple):
+        rows, vals = v
+        keep = vals != -1
+        return rows[keep].astype(np.int64), vals[keep]
+    rows = np.flatnonzero(v != -1)
+    return rows, v[rows]
+
+
+def _compact_json(d: pa.DictionaryArray) -> pa.DictionaryArray:
+    """Rewrite each distinct JSON text compactly (``[[8,64],[]]``), merging equal ones.
+
+    Files re-saved with indentation hold the same shapes as multi-line text;
+    the work is per distinct value, not per row.
+    """
+    vals = d.dictionary.to_pylist()
+    out = [_compact(v) for v in vals]
+    if out == vals:
+        return d
+    codes, uniq = pd.factorize(np.array(out, dtype=object))
+    if len(uniq) == len(out):
+        return pa.DictionaryArray.from_arrays(d.indices, pa.array(out, type=pa.string()))
+    idx = d.indices.to_numpy(zero_copy_only=False)
+    valid = d.indices.is_valid().to_numpy(zero_copy_only=False)
+    new = np.where(valid, codes.astype(np.int32)[np.where(valid, idx, 0).astype(np.int64)], -1)
+    return pa.DictionaryArray.from_arrays(pa.array(new.astype(np.int32), mask=~valid),
+                                          pa.array(list(uniq), type=pa.string()))
+
+
+def _compact(text: str) -> str:
+    try:
+        return _JSON_OUT.encode(msgspec.json.decode(text)).decode()
+    except msgspec.DecodeError:
+        return text.strip()
 
 
 def _main_pid(pid: np.ndarray, is_launch: np.ndarray, is_host: np.ndarray) -> int:

@@ -526,12 +526,40 @@ def _meta(db: Db, s: Strings, cols: dict, notes: list) -> TraceMeta:
     m.processes = {p: n for p, n in _processes(db).items() if p in pids}
     m.threads = {t: n for t, n in _threads(db, s).items() if t in tids}
     m.extra["gpu_contexts"] = _contexts(db)
+    m.extra["name_ids"] = _name_ids(s, cols)
     extra_tables = sorted(t for t in db.tables if t and not _known_prefix(t))
     if extra_tables:
         m.extra["foreign_tables"] = extra_tables
         notes.append("tables added by other tools: " + ", ".join(extra_tables))
     m.extra["notes"] = notes
     return m
+
+
+def _name_ids(s: Strings, cols: dict) -> dict[str, int]:
+    """StringIds id of each API (raw) name and OS runtime call name.
+
+    nsys stats groups these reports by name id, so rows with equal totals come
+    out in id order (passes/nsys_reports.py); the table itself keeps strings.
+    """
+    wanted: set = set()
+    raw = cols.get("raw_name")
+    if isinstance(raw, pa.DictionaryArray):
+        wanted.update(v for v in raw.dictionary.to_pylist() if v is not None)
+    kind, name = cols.get("kind"), cols.get("name")
+    if isinstance(kind, pa.DictionaryArray) and isinstance(name, pa.DictionaryArray):
+        k = kind.dictionary.to_pylist()
+        if "osrt" in k:
+            rows = np.flatnonzero(_codes(kind) == k.index("osrt"))
+            codes = np.unique(_codes(name)[rows])
+            vals = name.dictionary.to_pylist()
+            wanted.update(vals[c] for c in codes.tolist() if c >= 0)
+    if not wanted:
+        return {}
+    out: dict[str, int] = {}
+    for i, v in zip(s.ids.tolist(), s.values.tolist()):
+        if v in wanted and v not in out:
+            out[v] = int(i)
+    return out
 
 
 # Table-name prefixes nsys itself writes (2.x .. 3.25). Anything else was added by

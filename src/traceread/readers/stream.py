@@ -153,7 +153,9 @@ def _to_chunk(batch: dec.Batch) -> Chunk:
     for f, vals in batch.strs.items():
         rows = np.flatnonzero(np.fromiter(map(is_not, vals, repeat(None)), dtype=bool,
                                           count=len(vals)))
-        sparse[f] = (rows, [vals[i] for i in rows.tolist()])
+        present = [vals[i] for i in rows.tolist()]
+        # shapes / grid sit on every cpu_op / kernel: ship codes, not one str per row
+        sparse[f] = (rows, _code(present) if f in dec.DENSE_STR_FIELDS else present)
     return Chunk(n=batch.n, strs_coded={k: _code(getattr(batch, k)) for k in STR_LISTS},
                  sparse=sparse, arrays=arrays, pid_str=batch.pid_str, tid_str=batch.tid_str,
                  ts_lossy=batch.ts_lossy, meta_events=batch.meta_events)
@@ -176,6 +178,39 @@ def _join_codes(parts: list, n_all: int):
                          dtype=np.int32)
         codes[pos:pos + len(c)] = remap[c]  # code -1 picks the trailing -1
         pos += len(c)
+    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0),
+                                          pa.array(list(index), type=pa.string()))
+
+
+def _join_sparse_ints(parts: list, offs: np.ndarray) -> tuple:
+    """Chunks' packed int columns (see ``_pack_ints``) -> global (rows, values)."""
+    rows, vals = [], []
+    for p, off in zip(parts, offs.tolist()):
+        if isinstance(p, tuple):
+            r, v = p
+            r = r.astype(np.int64)
+        else:
+            r = np.flatnonzero(p != -1)
+            v = p[r]
+        rows.append(r + off)
+        vals.append(v)
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(rows), np.concatenate(vals).astype(np.int64)
+
+
+def _join_sparse_codes(parts: list, offs: np.ndarray, n_all: int) -> pa.DictionaryArray:
+    """Chunks' (rows, (codes, uniques)) -> one dictionary array, null where absent.
+
+    Dictionary in first-appearance order over the file, as ``kineto._dict_encode``
+    gives for the joined list.
+    """
+    index: dict = {}
+    codes = np.full(n_all, -1, dtype=np.int32)
+    for (rows, (c, uniques)), off in zip(parts, offs.tolist()):
+        remap = np.array([index.setdefault(u, len(index)) for u in uniques] + [-1],
+                         dtype=np.int32)
+        codes[rows.astype(np.int64) + off] = remap[c]
     return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0),
                                           pa.array(list(index), type=pa.string()))
 
@@ -232,14 +267,22 @@ def chunks_to_batch(chunks: list) -> dec.Batch:
         lists[k] = joined
         del parts
     arrays = {}
+    for k in dec.SPARSE_INT_FIELDS:  # stay (rows, values): the reader expands one at a time
+        arrays[k] = _join_sparse_ints([c.arrays.pop(k) for c in chunks], offs)
     for k in ("pid", "tid", "ts_ns", "dur_ns") + dec.ARG_INT_FIELDS:
+        if k in arrays:
+            continue
         out = np.full(n_all, -1, dtype=np.int64)
         for c, off in zip(chunks, offs.tolist()):
             _unpack_into(out, off, c.n, c.arrays.pop(k))
         arrays[k] = out
         release_heap()  # the chunks' parts are small heap blocks: hand them back now
     strs = {}
+    for f in dec.DENSE_STR_FIELDS:
+        strs[f] = _join_sparse_codes([c.sparse.pop(f) for c in chunks], offs, n_all)
     for f in dec.ARG_STR_FIELDS:
+        if f in strs:
+            continue
         rows = [c.sparse[f][0] + off for c, off in zip(chunks, offs)]
         vals = [v for c in chunks for v in c.sparse[f][1]]
         strs[f] = SparseColumn(n_all, np.concatenate(rows) if rows else np.empty(0, np.int64),

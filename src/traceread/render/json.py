@@ -60,7 +60,25 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "context": _py(getattr(a, "context", None) or {}),
         "graphs": _py(getattr(a, "graphs", None) or {}),
         "verdict": _py(a.verdict),
+        "utilization": utilization_dict(getattr(a, "utilization", None)),
     }
+
+
+def utilization_dict(u: dict | None) -> dict | None:
+    """MFU, busy classes + levers, memory (passes/utilization.py); step tables as records."""
+    if not u:
+        return None
+    out = {}
+    for key, part in u.items():
+        if not isinstance(part, dict):
+            out[key] = _py(part)
+            continue
+        part = dict(part)
+        steps = part.get("steps")
+        if isinstance(steps, pd.DataFrame):
+            part["steps"] = _records(steps)
+        out[key] = _py(part)
+    return out
 
 
 def _trace(a) -> dict:

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
 from ..passes.bounds import TITLE
-from .text import fmt_ns
+from .text import fmt_ns, utilization_lines
 
 BOUND_TITLE = TITLE
 STEP_ROWS = 12
@@ -49,6 +49,7 @@ def render_report(a) -> str:
     out += _compile(a)
     out += _graphs(a)
     out += _kernels(a)
+    out += utilization_lines(getattr(a, "utilization", None))
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -1,0 +1,211 @@
+"""When the GPU is busy, busy doing what -- and which lever would shorten it.
+
+``busy_breakdown`` splits GPU-op time (summed durations, like ``nsys stats``)
+into work classes, refining ``kernel_classes``: GEMMs/convolutions are split
+into tensor-core and FP32 SIMT ones (``sgemm``, ``*_ffma_*``, ``*simt*``,
+``gemv``, cuDNN ``scudnn``, and ``<float>``-templated kernels without a
+tensor-core marker such as cuDNN's ``dgrad_engine<float,...>``). It also reports the short kernels (< 5 us,
+launch-dominated) and the achieved bandwidth of each copy direction, and
+estimates what each lever would save, with a deliberately simple what-if
+model (each estimate says its assumption):
+
+* **TF32** (``torch.backends.cuda.matmul.allow_tf32 = True`` /
+  ``torch.set_float32_matmul_precision('high')``) when FP32 SIMT GEMMs run:
+  their time x (1 - fp32 peak / tf32 peak) -- the GEMMs keep the same
+  fraction of the (higher) tensor-core peak.
+* **bf16 autocast** (fp16 on devices without bf16, e.g. V100/T4) when the
+  matmuls are fp32/TF32 (op dtypes, or f32 kernel names): SIMT GEMM time x
+  (1 - fp32 peak / bf16 peak) + TF32 GEMM time x (1 - tf32 peak / bf16 peak).
+  TF32 and autocast are alternatives for the same GEMMs: do not add them up.
+  Unknown devices use fp32 : tf32 : bf16 = 1 : 4 : 8.
+* **SDPA / flash attention** when attention is unfused (softmax kernels run
+  and no fused attention kernel does): the softmax time, which a fused
+  kernel never writes to memory (a lower bound: the bmm's traffic goes too).
+* **channels_last** when cuDNN converts layouts (``nchwToNhwc`` kernels): the
+  conversion time.
+* **torch.compile** when elementwise + reduction/norm kernels take over a
+  quarter of the busy time: half of that time (fusion typically halves the
+  memory traffic of chains of pointwise ops).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..table import GPU_OP_KINDS
+from ._common import events_of
+from .kernel_classes import classify_kernels
+from .peaks import device_name, device_peaks
+
+SMALL_KERNEL_NS = 5_000
+BUSY_CLASSES = ("gemm_tensor", "gemm_simt", "attention", "elementwise", "reduction", "triton",
+                "nccl", "memcpy", "memset", "graph", "other")
+
+_SIMT = re.compile(r"sgemm|_ffma|simt|gemv|gemmSN|scudnn|implicit_convolve_sgemm|dgemm|dot_kernel",
+                   re.I)
+# fp32-templated kernels without a tensor-core marker (cuDNN dgrad/wgrad/winograd<float>)
+_F32_TEMPLATE = re.compile(r"<\s*float\b")
+_TC_MARK = re.compile(r"xmma|hmma|wgmma|tensorop|s884|h884|s1688|h1688|s16816|h16816|i8816|_mma|"
+                      r"mfma|Cijk_|__half|bf16|f16|tf32", re.I)
+_TF32 = re.compile(r"tf32", re.I)
+_F32_ACC = re.compile(r"s1688|s16816|f32f32", re.I)   # fp32 accumulate: TF32 only with f32 inputs
+_LOWP = re.compile(r"bf16|f16|half|h1688|h16816|i8|fp8|e4m3|e5m2", re.I)
+_SOFTMAX = re.compile(r"softmax", re.I)
+_LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.I)
+
+
+def _classes(gpu: pd.DataFrame) -> np.ndarray:
+    cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
+    kind = gpu["kind"].astype(str).to_numpy()
+    cls = np.where(kind == "memcpy", "memcpy", np.where(kind == "memset", "memset", cls))
+    cls = np.where(kind == "graph", "graph", cls)  # a replay whose kernels were not recorded
+    gemm = cls == "gemm"
+    if gemm.any():  # SIMT or tensor core: decided once per distinct name
+        names = gpu["name"].astype("category")
+        cats = names.cat.categories
+        codes = names.cat.codes.to_numpy()[gemm]
+        simt = np.array([_is_simt(str(n)) for n in cats] + [False])[codes]
+        cls[np.flatnonzero(gemm)] = np.where(simt, "gemm_simt", "gemm_tensor")
+    return cls
+
+
+def _by_name(g: pd.DataFrame, cls: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
+    """Summed time per (distinct name, class): the levers look at names once each."""
+    names = g["name"].astype("category")
+    df = pd.DataFrame({"code": names.cat.codes.to_numpy(), "cls": cls, "dur": dur})
+    agg = df.groupby(["code", "cls"], sort=False)["dur"].sum().reset_index()
+    cats = np.append(np.asarray(names.cat.categories, dtype=object).astype(str), "")
+    agg["name"] = cats[agg["code"].to_numpy()]
+    return agg
+
+
+def _is_simt(name: str) -> bool:
+    return bool(_SIMT.search(name)) or (bool(_F32_TEMPLATE.search(name))
+                                        and not _TC_MARK.search(name))
+
+
+def is_tf32_kernel(name: str) -> bool:
+    """A tensor-core GEMM on fp32 inputs (TF32): ``tf32`` in the name, or an fp32-accumulate
+    tile (``s1688``, ``f32f32``) with no low-precision input type in the name."""
+    return bool(_TF32.search(name)) or (bool(_F32_ACC.search(name))
+                                        and not _LOWP.search(name))
+
+
+def _gpu_rows(ev: pd.DataFrame, window: tuple[int, int] | None) -> pd.DataFrame:
+    g = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(),
+               ["ts", "dur", "kind", "name", "bytes", "copy_kind"]]
+    if window is not None:
+        a, b = window
+        g = g[(g["ts"] >= a) & (g["ts"] < b)]
+    return g
+
+
+def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
+                   meta=None) -> dict:
+    """Busy time by class, short kernels, copy bandwidth and levers with savings.
+
+    ``window``: (start, end) ns on the trace clock (ops starting inside count);
+    ``op_dtypes``: the ``flops.op_flops`` table, to know the matmul dtype.
+    """
+    ev = events_of(trace)
+    g = _gpu_rows(ev, window)
+    dur = g["dur"].to_numpy(np.int64)
+    total = int(dur.sum())
+    out: dict = {"busy_ns": total, "classes": [], "small_kernels": None, "copies": [],
+                 "levers": []}
+    if not total:
+        return out
+    cls = _classes(g)
+    by = pd.Series(dur).groupby(cls).agg(["sum", "size"])
+    out["classes"] = [{"class": c, "ns": int(by.loc[c, "sum"]), "count": int(by.loc[c, "size"]),
+                       "pct": 100.0 * by.loc[c, "sum"] / total}
+                      for c in sorted(by.index, key=lambda c: -by.loc[c, "sum"])]
+    kern = g["kind"].astype(str).to_numpy() == "kernel"
+    small = kern & (dur < SMALL_KERNEL_NS)
+    out["small_kernels"] = {"threshold_ns": SMALL_KERNEL_NS, "count": int(small.sum()),
+                            "of_kernels": int(kern.sum()), "ns": int(dur[small].sum()),
+                            "pct_of_busy": 100.0 * dur[small].sum() / total}
+    out["copies"] = copy_bandwidth(g)
+    meta = meta if meta is not None else getattr(trace, "meta", None)
+    out["levers"] = _levers(_by_name(g, cls, dur), total, meta, op_dtypes)
+    return out
+
+
+def copy_bandwidth(g: pd.DataFrame) -> list[dict]:
+    """Per copy direction: count, bytes, time and achieved GB/s (bytes / summed time)."""
+    c = g[(g["kind"] == "memcpy").to_numpy() & (g["bytes"].to_numpy() > 0)]
+    if not len(c):
+        return []
+    kinds = c["copy_kind"].astype(object).fillna("unknown")
+    out = []
+    for k, d in c.groupby(kinds.to_numpy(), sort=True):
+        b, t = int(d["bytes"].sum()), int(d["dur"].sum())
+        out.append({"copy_kind": str(k), "count": len(d), "bytes": b, "ns": t,
+                    "gb_per_s": b / t if t else None})
+    return out
+
+
+def _precisions(meta) -> tuple[dict, str]:
+    """Peak TFLOP/s for fp32, tf32 (None: the device has none) and the low-precision dtype."""
+    peaks = device_peaks(device_name(meta)) if meta is not None else None
+    if not peaks or not peaks.get("fp32"):
+        return {"fp32": 1.0, "tf32": 4.0, "lowp": 8.0, "lowp_dtype": "bf16"}, \
+            "default ratios (device peaks unknown)"
+    lowp = "bf16" if "bf16" in peaks else "fp16"
+    return {"fp32": peaks["fp32"], "tf32": peaks.get("tf32"), "lowp": peaks.get(lowp),
+            "lowp_dtype": lowp}, "device peaks"
+
+
+def _lever(name: str, why: str, saving: float, total: int, assumption: str) -> dict:
+    return {"lever": name, "why": why, "saving_ns": int(saving),
+            "saving_pct_of_busy": 100.0 * saving / total, "assumption": assumption}
+
+
+def _levers(by_name: pd.DataFrame, total: int, meta, op_dtypes) -> list[dict]:
+    t = by_name.groupby("cls")["dur"].sum().to_dict()
+    t = {c: int(t.get(c, 0)) for c in BUSY_CLASSES}
+    names, dur, cls = (by_name[c].to_numpy() for c in ("name", "dur", "cls"))
+    p, src = _precisions(meta)
+    levers = []
+    simt = t["gemm_simt"]
+    if simt > 0.05 * total and p["tf32"]:
+        levers.append(_lever(
+            "tf32", f"FP32 SIMT GEMMs take {100 * simt / total:.0f}% of GPU busy time",
+            simt * (1 - p["fp32"] / p["tf32"]), total,
+            f"GEMMs run at the same fraction of the TF32 peak ({src}); "
+            "torch.set_float32_matmul_precision('high')"))
+    f32_tc = int(sum(d for d, n, c in zip(dur, names, cls)
+                     if c == "gemm_tensor" and is_tf32_kernel(n)))
+    fp32_ops = op_dtypes is not None and len(op_dtypes) > 0 and \
+        bool((op_dtypes["dtype"] == "fp32").mean() > 0.5)
+    simt_f32 = simt if (fp32_ops or not p["tf32"]) else 0
+    lowp_saving = simt_f32 * (1 - p["fp32"] / p["lowp"]) if p["lowp"] else 0
+    if p["tf32"] and p["lowp"]:
+        lowp_saving += f32_tc * (1 - p["tf32"] / p["lowp"])
+    if (simt_f32 + f32_tc) > 0.1 * total and lowp_saving > 0:
+        dt = p["lowp_dtype"]
+        levers.append(_lever(
+            f"{dt}_autocast", f"fp32/TF32 matmuls take {100 * (simt_f32 + f32_tc) / total:.0f}% "
+            "of busy time", lowp_saving, total,
+            f"matmuls at the same fraction of the {dt} peak ({src}); "
+            f"torch.autocast('cuda', dtype=torch.{'bfloat16' if dt == 'bf16' else 'float16'})"))
+    softmax = int(sum(d for d, n in zip(dur, names) if _SOFTMAX.search(n)))
+    if softmax > 0.02 * total and t["attention"] == 0:
+        levers.append(_lever(
+            "sdpa", "attention is unfused: softmax kernels run and no fused attention kernel does",
+            softmax, total, "a fused kernel (F.scaled_dot_product_attention) never materialises "
+            "the scores: at least the softmax time goes"))
+    layout = int(sum(d for d, n in zip(dur, names) if _LAYOUT.search(n)))
+    if layout > 0.02 * total:
+        levers.append(_lever(
+            "channels_last", "cuDNN converts NCHW<->NHWC around the convolutions", layout, total,
+            "model.to(memory_format=torch.channels_last) removes the conversions"))
+    pointwise = t["elementwise"] + t["reduction"]
+    if pointwise > 0.25 * total:
+        levers.append(_lever(
+            "torch_compile", f"elementwise/reduction kernels take {100 * pointwise / total:.0f}% "
+            "of busy time", pointwise * 0.5, total,
+            "fusing pointwise chains halves their memory traffic (torch.compile)"))
+    return sorted(levers, key=lambda x: -x["saving_ns"])

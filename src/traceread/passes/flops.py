@@ -1,0 +1,391 @@
+"""FLOPs per operator from recorded shapes, achieved TFLOP/s and MFU.
+
+Kineto records ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` for every
+cpu_op when the profiler runs with ``record_shapes=True`` (table columns
+``input_dims``, ``input_type``, ``concrete_inputs``). From them we count the
+FLOPs of the operators that do the heavy arithmetic, with the conventions of
+``torch.utils.flop_counter`` (a multiply-add is 2 FLOPs; bias adds, softmax
+and scaling are not counted; attention backward = 2x forward):
+
+* ``aten::mm`` [M,K]x[K,N], ``addmm`` (bias first): 2MKN
+* ``aten::bmm`` [B,M,K]x[B,K,N], ``baddbmm``: 2BMKN
+* ``aten::convolution`` / ``_convolution``: 2 N Cout prod(out) (Cin/groups) prod(k),
+  output size from stride/padding/dilation in ``Concrete Inputs``;
+  ``convolution_backward``: that once per requested gradient (input, weight)
+* ``aten::_scaled_dot_product_{flash,efficient,cudnn}_attention`` (and the CPU
+  flash kernel) on q [B,H,Sq,D], k/v [B,H,Sk,D]: 4 B H Sq Sk D; their
+  ``_backward``: twice that
+* a ``flops`` arg written by the profiler wins over the formula.
+
+Operators recorded while their thread captures a CUDA graph
+(``cudaStreamBeginCapture`` .. ``EndCapture``) are left out: their kernels
+only run at replay, where no operator is recorded.
+
+Composite operators (``aten::linear``, ``matmul``, ``conv2d``,
+``scaled_dot_product_attention``) dispatch to the ones above, which are
+recorded as their children: only the innermost counted operator of a nesting
+counts, so nothing is counted twice (and an unknown composite whose children
+are counted is still right).
+"""
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from ._common import events_of
+
+HOW_TO_RECORD = ("no operator shapes in this trace: record with "
+                 "torch.profiler.profile(record_shapes=True) to get FLOPs and MFU")
+
+_MM = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::_addmm_activation": (1, 2),
+       "aten::bmm": (0, 1), "aten::baddbmm": (1, 2), "aten::addbmm": (1, 2),
+       "aten::_scaled_mm": (0, 1)}
+_CONV = ("aten::convolution", "aten::_convolution")
+_SDPA = ("aten::_scaled_dot_product_flash_attention",
+         "aten::_scaled_dot_product_efficient_attention",
+         "aten::_scaled_dot_product_cudnn_attention",
+         "aten::_scaled_dot_product_flash_attention_for_cpu",
+         "aten::_scaled_dot_product_fused_attention_overrideable")
+FLOP_OPS = frozenset(_MM) | frozenset(_CONV) | {"aten::convolution_backward"} \
+    | frozenset(_SDPA) | frozenset(s + "_backward" for s in _SDPA)
+
+# Input type -> dtype key of the peak table.
+_DTYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64",
+           "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+           "c10::Float8_e5m2fnuz": "fp8", "signed char": "int8", "c10::qint8": "int8"}
+
+
+def _json(text):
+    if not isinstance(text, str):
+        return None
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return None
+
+
+def _prod(xs) -> int:
+    return math.prod(int(x) for x in xs)
+
+
+def _mm_flops(name: str, dims: list) -> int:
+    a, b = _MM[name]
+    x, w = dims[a], dims[b]
+    if len(x) < 2 or len(w) < 2:
+        return -1
+    batch = _prod(x[:-2]) if len(x) > 2 else 1
+    return 2 * batch * x[-2] * x[-1] * w[-1]
+
+
+def _conv_out(size: int, k: int, s: int, p: int, d: int) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _list(v, n: int, default: int) -> list:
+    """A Concrete Inputs value ("[2, 2]", "1", "") as n ints."""
+    parsed = _json(v) if isinstance(v, str) and v else None
+    if isinstance(parsed, list) and parsed:
+        vals = [int(x) for x in parsed]
+        return (vals * n)[:n] if len(vals) == 1 else vals[:n]
+    if isinstance(parsed, (int, float)):
+        return [int(parsed)] * n
+    return [default] * n
+
+
+def _conv_flops(dims: list, conc: list | None, transposed: bool | None = None) -> int:
+    x, w = dims[0], dims[1]
+    if len(x) < 3 or len(w) != len(x):
+        return -1
+    nsp = len(x) - 2
+    c = conc or []
+    get = lambda i: c[i] if i < len(c) else ""  # noqa: E731
+    stride, pad, dil = _list(get(3), nsp, 1), _list(get(4), nsp, 0), _list(get(5), nsp, 1)
+    if transposed is None:
+        transposed = get(6) == "True"
+    groups = _list(get(8), 1, 1)[0] or 1
+    k = w[2:]
+    if transposed:  # weight [Cin, Cout/groups, k...]: the FLOPs of the matching forward conv
+        return 2 * x[0] * x[1] * _prod(x[2:]) * w[1] * _prod(k)
+    out = [_conv_out(x[2 + i], k[i], stride[i], pad[i], dil[i]) for i in range(nsp)]
+    return 2 * x[0] * w[0] * _prod(out) * (x[1] // groups) * _prod(k)
+
+
+def _conv_backward_flops(dims: list, conc: list | None) -> int:
+    """convolution_backward(grad_out, input, weight, ...): grad_out holds the output size."""
+    g, x, w = dims[0], dims[1], dims[2]
+    if len(g) < 3 or len(x) != len(g) or len(w) != len(g):
+        return -1
+    c = conc or []
+    mask = _json(c[10]) if len(c) > 10 and c[10] else None
+    groups = _list(c[9] if len(c) > 9 else "", 1, 1)[0] or 1
+    transposed = len(c) > 7 and c[7] == "True"
+    if transposed:
+        one = 2 * g[0] * x[1] * _prod(x[2:]) * w[1] * _prod(w[2:])
+    else:
+        one = 2 * g[0] * g[1] * _prod(g[2:]) * (x[1] // groups) * _prod(w[2:])
+    if isinstance(mask, list) and len(mask) >= 2:
+        n = int(bool(mask[0])) + int(bool(mask[1]))
+    else:
+        n = 2
+    return one * n
+
+
+def _sdpa_flops(dims: list, backward: bool) -> int:
+    q, k, v = dims[1:4] if backward else dims[0:3]
+    if len(q) != 4 or len(k) != 4 or len(v) != 4:
+        return -1
+    b, h, sq, d = q
+    sk, dv = k[2], v[3]
+    fwd = 2 * b * h * sq * sk * d + 2 * b * h * sq * sk * dv
+    return 2 * fwd if backward else fwd
+
+
+@lru_cache(maxsize=65536)
+def flops_of(name: str, dims_text: str | None, conc_text: str | None) -> int:
+    """FLOPs of one operator call from its recorded shapes; -1 when not countable."""
+    dims = _json(dims_text)
+    if not isinstance(dims, list) or not all(isinstance(d, list) for d in dims):
+        return -1
+    try:
+        if name in _MM:
+            return _mm_flops(name, dims)
+        if name in _CONV:
+            return _conv_flops(dims, _json(conc_text))
+        if name == "aten::convolution_backward":
+            return _conv_backward_flops(dims, _json(conc_text))
+        base = name[:-9] if name.endswith("_backward") else name
+        if base in _SDPA:
+            return _sdpa_flops(dims, name != base)
+    except (IndexError, TypeError, ValueError):
+        return -1
+    return -1
+
+
+@lru_cache(maxsize=4096)
+def dtype_of(types_text: str | None) -> str:
+    """Dtype key of an op from its ``Input type`` list (the first floating tensor)."""
+    types = _json(types_text)
+    if isinstance(types, list):
+        for t in types:
+            if t in _DTYPES:
+                return _DTYPES[t]
+    return "unknown"
+
+
+OP_COLUMNS = ("ts", "dur", "pid", "tid", "name", "flops", "dtype")
+
+
+def op_flops(trace_or_events) -> pd.DataFrame:
+    """One row per counted operator call (innermost of a nesting), in ts order.
+
+    Columns: ts, dur, pid, tid (host), name, flops (int), dtype (bf16, fp16, fp32, ...).
+    """
+    ev = events_of(trace_or_events)
+    if "input_dims" not in ev:
+        return _empty()
+    cand = (ev["kind"] == "cpu_op") & (ev["name"].isin(FLOP_OPS) | (ev["flops"] >= 0))
+    c = ev.loc[cand.to_numpy(), ["ts", "dur", "pid", "tid", "name", "input_dims",
+                                 "input_type", "concrete_inputs", "flops"]]
+    if not len(c):
+        return _empty()
+    keys = c[["name", "input_dims", "concrete_inputs"]].astype(object).where(
+        c[["name", "input_dims", "concrete_inputs"]].notna(), None)
+    fl = np.array([flops_of(n, d, k) for n, d, k in keys.itertuples(index=False, name=None)],
+                  dtype=np.int64)
+    fl = np.where(c["flops"].to_numpy() >= 0, c["flops"].to_numpy(), fl)
+    types = c["input_type"].astype(object).where(c["input_type"].notna(), None)
+    out = pd.DataFrame({"ts": c["ts"].to_numpy(), "dur": c["dur"].to_numpy(),
+                        "pid": c["pid"].to_numpy(), "tid": c["tid"].to_numpy(),
+                        "name": c["name"].astype(str).to_numpy(), "flops": fl,
+                        "dtype": [dtype_of(t) for t in types]})
+    out = out[out["flops"] >= 0]
+    out = out[~_in_capture(ev, out)]
+    return _innermost(out).reset_index(drop=True)
+
+
+_CAPTURE = re.compile(r"^(?:cuda|hip)StreamBeginCapture|^cuStreamBeginCapture")
+_CAPTURE_END = re.compile(r"^(?:cuda|hip)StreamEndCapture|^cuStreamEndCapture")
+
+
+def _in_capture(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Ops recorded while their thread captured a CUDA graph: their kernels did not run then."""
+    hit = np.zeros(len(ops), bool)
+    api = ev.loc[ev["kind"].isin(("runtime", "driver")).to_numpy(), ["ts", "pid", "tid", "name"]]
+    names = api["name"].astype(str)
+    begin = api[names.str.match(_CAPTURE).to_numpy()]
+    if not len(begin):
+        return hit
+    end = api[names.str.match(_CAPTURE_END).to_numpy()]
+    pid, tid, ts = (ops[c].to_numpy() for c in ("pid", "tid", "ts"))
+    for (p, t), b in begin.groupby(["pid", "tid"]):
+        e = end[(end["pid"] == p) & (end["tid"] == t)]["ts"].to_numpy()
+        for start in b["ts"].to_numpy():
+            later = e[e > start]
+            stop = later.min() if len(later) else np.iinfo(np.int64).max
+            hit |= (pid == p) & (tid == t) & (ts >= start) & (ts < stop)
+    return hit
+
+
+def _innermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """Drop an op that encloses another counted op on its thread (its child does the work)."""
+    o = ops.sort_values(["pid", "tid", "ts", "dur"], ascending=[True, True, True, False],
+                        kind="stable")
+    pid, tid = o["pid"].to_numpy(), o["tid"].to_numpy()
+    ts, end = o["ts"].to_numpy(), (o["ts"] + o["dur"]).to_numpy()
+    nxt_same = np.zeros(len(o), bool)
+    nxt_same[:-1] = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
+    encloses = np.zeros(len(o), bool)
+    encloses[:-1] = nxt_same[:-1] & (ts[1:] < end[:-1]) & (end[1:] <= end[:-1])
+    return o[~encloses].sort_values("ts", kind="stable")
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=object if c in ("name", "dtype") else np.int64)
+                         for c in OP_COLUMNS})
+
+
+def has_shapes(trace_or_events) -> bool:
+    ev = events_of(trace_or_events)
+    return "input_dims" in ev and bool(ev["input_dims"].notna().any())
+
+
+
+# ---------------------------------------------------------------- achieved FLOP/s and MFU
+
+def _tf32_used(ev: pd.DataFrame) -> bool:
+    """fp32 matmuls run on tensor cores (TF32) when the GEMM kernels say so."""
+    k = ev.loc[(ev["kind"] == "kernel").to_numpy(), "name"]
+    names = k.cat.remove_unused_categories().cat.categories if isinstance(
+        k.dtype, pd.CategoricalDtype) else pd.unique(k.astype(str))
+    from .busy import is_tf32_kernel
+
+    return any(is_tf32_kernel(str(n)) for n in names)
+
+
+def _window(ev: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
+    if steps is not None and len(steps) and "start" in steps:
+        return steps
+    from .steps import whole_trace_window
+
+    return whole_trace_window(ev)
+
+
+def _busy(ev: pd.DataFrame, w: pd.DataFrame) -> np.ndarray:
+    """GPU busy ns per window row: ``busy_ns`` when the step table has it, else the union
+    of GPU ops inside the row, per device, summed."""
+    if "busy_ns" in w:
+        return w["busy_ns"].to_numpy(np.int64)
+    from . import intervals
+    from ..table import GPU_OP_KINDS
+
+    g = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(), ["ts", "dur", "device"]]
+    out = np.zeros(len(w), np.int64)
+    for i, (a, b) in enumerate(zip(w["start"].to_numpy(), w["end"].to_numpy())):
+        for _, d in g.groupby("device", sort=False):
+            s = np.clip(d["ts"].to_numpy(np.int64), a, b)
+            e = np.clip((d["ts"] + d["dur"]).to_numpy(np.int64), a, b)
+            out[i] += intervals.total(intervals.union(s, e))
+    return out
+
+
+def _gpus(ev: pd.DataFrame) -> int:
+    from ..table import GPU_OP_KINDS
+
+    g = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(), ["pid", "device"]]
+    return max(1, len(g.drop_duplicates())) if len(g) else 1
+
+
+def mfu_summary(trace, steps: pd.DataFrame | None = None,
+                peak_tflops: float | None = None, meta=None) -> dict:
+    """Achieved TFLOP/s (over wall and over GPU-busy time) and MFU, per step and in total.
+
+    ``steps``: rows with start/end/dur (and busy_ns) -- the analysis window; the
+    whole trace when None. MFU = (sum over dtypes of FLOPs / peak) / (wall x GPUs),
+    i.e. the fraction of the wall time the GPUs would need at their dense peak.
+    """
+    from .peaks import device_name, device_peaks
+    from .steps import assign_steps
+
+    ev = events_of(trace)
+    meta = meta if meta is not None else getattr(trace, "meta", None)
+    name = device_name(meta) if meta is not None else ""
+    out: dict = {"has_shapes": has_shapes(ev), "device": name, "note": None}
+    if not out["has_shapes"]:
+        out["note"] = HOW_TO_RECORD
+        return out
+    ops = op_flops(ev)
+    tf32 = _tf32_used(ev)
+    dt = ops["dtype"].where(ops["dtype"] != "fp32", "tf32" if tf32 else "fp32")
+    by_dtype = {str(k): int(v) for k, v in ops.groupby(dt)["flops"].sum().items()}
+    dominant = max(by_dtype, key=by_dtype.get) if by_dtype else "unknown"
+    table = device_peaks(name)
+    peaks = dict(table or {})
+    if peak_tflops:
+        peaks = {d: float(peak_tflops) for d in set(by_dtype) | {dominant}}
+    peak = peaks.get(dominant)
+    per_op_peak = dt.map(lambda d: peaks.get(d, peak)).to_numpy(dtype=float)
+    ideal_ns = ops["flops"].to_numpy(float) / np.where(per_op_peak > 0, per_op_peak, np.nan) / 1e3
+
+    w = _window(ev, steps)
+    k = assign_steps(w, ops["pid"].to_numpy(), ops["ts"].to_numpy())
+    n = len(w)
+    m = k >= 0
+    flops = np.bincount(k[m], weights=ops["flops"].to_numpy(float)[m], minlength=n)[:n]
+    ideal = np.bincount(k[m], weights=np.nan_to_num(ideal_ns[m]), minlength=n)[:n]
+    wall = w["dur"].to_numpy(np.int64)
+    busy = _busy(ev, w)
+    gpus = _gpus(ev)
+    per_step = pd.DataFrame({"step": w["step"].to_numpy() if "step" in w else np.arange(n),
+                             "flops": flops.astype(np.int64), "dur": wall, "busy_ns": busy})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_step["tflops_wall"] = np.where(wall > 0, flops / wall / 1e3, np.nan)
+        per_step["tflops_gpu"] = np.where(busy > 0, flops / busy / 1e3, np.nan)
+        per_step["mfu"] = np.where((wall > 0) & bool(peak), ideal / (wall * gpus), np.nan)
+    tot_f, tot_w, tot_b = float(flops.sum()), int(wall.sum()), int(busy.sum())
+    calls = ops.groupby("name")["flops"].agg(["sum", "size"]).sort_values("sum", ascending=False)
+    out.update({
+        "gpus": gpus, "dtype": dominant, "tf32": tf32, "flops": int(tot_f),
+        "flops_by_dtype": by_dtype, "counted_ops": int(len(ops)),
+        "peak_tflops": peak, "peak_source": ("override" if peak_tflops else
+                                             "table" if table else None),
+        "window_ns": tot_w, "gpu_busy_ns": tot_b,
+        "tflops_wall": tot_f / tot_w / 1e3 if tot_w else None,
+        "tflops_gpu": tot_f / tot_b / 1e3 if tot_b else None,
+        "mfu": float(ideal.sum() / (tot_w * gpus)) if tot_w and peak else None,
+        "top_ops": [{"name": str(nm), "flops": int(r["sum"]), "calls": int(r["size"]),
+                     "pct": 100.0 * float(r["sum"]) / tot_f if tot_f else 0.0}
+                    for nm, r in calls.head(5).iterrows()],
+        "steps": per_step,
+    })
+    notes = []
+    if not len(ops):
+        notes.append("no matmul, convolution or attention operator with shapes in the window")
+    elif table is None and not peak_tflops:
+        notes.append(f"no peak known for device {name!r}: pass --peak-tflops for MFU"
+                     if name else "no device name in the trace: pass --peak-tflops for MFU")
+    elif peak is None and not peak_tflops:
+        notes.append(f"no {dominant} peak listed for {name!r}: pass --peak-tflops for MFU")
+    if peak and out.get("tflops_gpu") and out["tflops_gpu"] > 1.05 * peak * gpus:
+        notes.append("FLOP/s over GPU-busy time exceeds the peak: the counted operators' "
+                     "kernels are not all in the window (partial trace?)")
+    if _graph_replays(ev):
+        notes.append("kernels replayed from CUDA graphs have no recorded operator shapes: their "
+                     "FLOPs are not counted, so achieved FLOP/s and MFU are lower bounds")
+    out["note"] = "; ".join(notes) or None
+    return out
+
+
+def _graph_replays(ev: pd.DataFrame) -> bool:
+    from .context import GRAPH_LAUNCH_RX
+
+    if bool((ev["kind"] == "graph").any()):
+        return True
+    api = ev.loc[ev["kind"].isin(("runtime", "driver")).to_numpy(), "name"]
+    names = api.cat.remove_unused_categories().cat.categories if isinstance(
+        api.dtype, pd.CategoricalDtype) else pd.unique(api.astype(str))
+    return any(GRAPH_LAUNCH_RX.match(str(n)) for n in names)

@@ -1,0 +1,180 @@
+"""GPU memory: allocator peaks and churn, and the cost of device allocation calls.
+
+From ``profile_memory=True`` traces, every ``[memory]`` instant carries the
+allocation (+) or free (-) size and the caching allocator's totals after it
+(table columns ``mem_bytes``, ``mem_allocated``, ``mem_reserved``,
+``mem_device``): per device and per step we report the peak allocated and
+reserved bytes, the number of allocations and the bytes allocated (churn).
+From both formats, the device allocation API calls (``cudaMalloc``,
+``cudaFree``, ``hipFree``, ``cuMemCreate`` ...) are counted and timed: in a
+steady training loop the caching allocator should not call them at all, so
+calls after the first step point at ``torch.cuda.empty_cache()`` in the loop,
+or at an allocator that runs out of cached blocks (fragmentation / near
+capacity: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ._common import events_of
+
+HOW_TO_RECORD = ("no [memory] events in this trace: record with "
+                 "torch.profiler.profile(profile_memory=True) for allocator peaks and churn")
+ALLOC_API = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocManaged|"
+                       r"MallocHost|FreeHost|HostAlloc|HostMalloc|HostFree|ExtMallocWithFlags|"
+                       r"MallocPitch|Malloc3D)(_v\d+)?$|^cuMem(Alloc|Free|Create|Release|Map|Unmap|"
+                       r"AddressReserve|AddressFree)\w*$")
+_FREE = re.compile(r"Free|Release|Unmap", re.I)
+
+
+def _mem_rows(ev: pd.DataFrame) -> pd.DataFrame:
+    if "mem_bytes" not in ev:
+        return ev.iloc[:0]
+    m = (ev["kind"] == "instant").to_numpy() & (ev["mem_bytes"].to_numpy() != -1)
+    return ev.loc[m, ["ts", "pid", "mem_bytes", "mem_allocated", "mem_reserved", "mem_device"]]
+
+
+def alloc_calls(ev: pd.DataFrame) -> pd.DataFrame:
+    """Device allocation API calls: ts, dur, pid, name, free (bool)."""
+    api = ev.loc[ev["kind"].isin(("runtime", "driver")).to_numpy(), ["ts", "dur", "pid", "name"]]
+    names = api["name"].astype(str)
+    uniq = pd.unique(names)
+    hit = {n for n in uniq if ALLOC_API.match(n)}
+    a = api[names.isin(hit).to_numpy()].copy()
+    a["name"] = a["name"].astype(str)
+    a["free"] = a["name"].str.contains(_FREE)
+    return a.reset_index(drop=True)
+
+
+def memory_summary(trace, steps: pd.DataFrame | None = None, meta=None) -> dict:
+    """Allocator peaks/churn per device and step, allocation API cost, and the levers."""
+    from .steps import assign_steps
+
+    ev = events_of(trace)
+    mem = _mem_rows(ev)
+    out: dict = {"has_memory_events": bool(len(mem)), "note": None, "devices": [],
+                 "steps": None, "api": None, "levers": []}
+    have_steps = steps is not None and len(steps) > 0 and "start" in steps
+    if len(mem):
+        out["devices"] = _per_device(mem, _capacity(meta if meta is not None else
+                                                   getattr(trace, "meta", None)))
+        if have_steps:
+            k = assign_steps(steps, mem["pid"].to_numpy(), mem["ts"].to_numpy())
+            out["steps"] = _per_step(mem, k, steps)
+    else:
+        out["note"] = HOW_TO_RECORD
+    calls = alloc_calls(ev)
+    first_end = int(steps["end"].min()) if have_steps else None
+    out["api"] = _api(calls, first_end, steps if have_steps else None)
+    out["levers"] = _levers(out)
+    return out
+
+
+def _capacity(meta) -> dict[int, int]:
+    caps = {}
+    for d in getattr(meta, "devices", None) or []:
+        if isinstance(d, dict):
+            total = d.get("totalGlobalMem") or d.get("totalMemory")
+            if isinstance(total, (int, float)) and total > 0:
+                caps[int(d.get("device", d.get("id", -1)))] = int(total)
+    return caps
+
+
+def _per_device(mem: pd.DataFrame, caps: dict) -> list[dict]:
+    out = []
+    for dev, g in mem.groupby("mem_device", sort=True):
+        b = g["mem_bytes"].to_numpy(np.int64)
+        peak_a, peak_r = _peak(g["mem_allocated"]), _peak(g["mem_reserved"])
+        rec = {"device": int(dev), "peak_allocated": peak_a, "peak_reserved": peak_r,
+               # PyTorch < 1.10 writes no totals: the running sum of the sizes instead
+               "peak_growth": int(np.cumsum(b).max(initial=0)),
+               "allocs": int((b > 0).sum()), "frees": int((b < 0).sum()),
+               "alloc_bytes": int(b[b > 0].sum()),
+               "unused_reserved_at_peak": int(peak_r - peak_a) if peak_r and peak_a is not None
+               else None,
+               "capacity": caps.get(int(dev))}
+        out.append(rec)
+    return out
+
+
+def _peak(col: pd.Series) -> int | None:
+    """Max of an allocator total; None when the trace does not record it (-1 everywhere)."""
+    v = int(col.max()) if len(col) else -1
+    return v if v >= 0 else None
+
+
+def _per_step(mem: pd.DataFrame, k: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
+    m = mem.assign(_k=k)[k >= 0]
+    step_no = steps["step"].to_numpy() if "step" in steps else np.arange(len(steps))
+    pos = {int(i): j for j, i in enumerate(steps["index"].to_numpy())} if "index" in steps \
+        else {j: j for j in range(len(steps))}
+    rows = []
+    for (ki, dev), g in m.groupby(["_k", "mem_device"], sort=True):
+        b = g["mem_bytes"].to_numpy(np.int64)
+        rows.append({"step": int(step_no[pos.get(int(ki), 0)]), "device": int(dev),
+                     "peak_allocated": _peak(g["mem_allocated"]),
+                     "peak_reserved": _peak(g["mem_reserved"]),
+                     "allocs": int((b > 0).sum()), "alloc_bytes": int(b[b > 0].sum())})
+    return pd.DataFrame(rows, columns=["step", "device", "peak_allocated", "peak_reserved",
+                                       "allocs", "alloc_bytes"])
+
+
+def _api(calls: pd.DataFrame, first_step_end: int | None, steps) -> dict:
+    by = calls.groupby("name")["dur"].agg(["size", "sum"])
+    rec = {"calls": {str(n): {"count": int(r["size"]), "ns": int(r["sum"])}
+                     for n, r in by.sort_values("sum", ascending=False).iterrows()},
+           "count": int(len(calls)), "ns": int(calls["dur"].sum()),
+           "frees": int(calls["free"].sum()), "after_first_step": None}
+    if first_step_end is not None and steps is not None:
+        lo, hi = first_step_end, int(steps["end"].max())
+        inside = (calls["ts"] >= lo) & (calls["ts"] < hi)
+        rec["after_first_step"] = {"count": int(inside.sum()),
+                                   "frees": int((inside & calls["free"]).sum()),
+                                   "ns": int(calls.loc[inside, "dur"].sum())}
+    return rec
+
+
+def _levers(s: dict) -> list[dict]:
+    api = s["api"] or {}
+    late = api.get("after_first_step")
+    levers = []
+    if late and late["count"]:
+        if late["frees"]:
+            levers.append({
+                "lever": "no_empty_cache_in_loop",
+                "why": f"{late['frees']} device free call(s) after the first step "
+                       f"({late['ns'] / 1e6:.1f} ms of allocation API time)",
+                "saving_ns": late["ns"],
+                "advice": "the caching allocator is handing memory back every step: drop "
+                          "torch.cuda.empty_cache() / gc-triggered frees from the loop; if "
+                          "it is not called, the cache runs dry (see fragmentation)"})
+        else:
+            levers.append({
+                "lever": "allocator_growth",
+                "why": f"{late['count']} device allocation call(s) after the first step",
+                "saving_ns": late["ns"],
+                "advice": "memory keeps growing across steps (varying shapes?): pad to fixed "
+                          "shapes or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"})
+    for d in s["devices"]:
+        cap, r, a = d.get("capacity"), d["peak_reserved"], d["peak_allocated"]
+        if not r or a is None:
+            continue
+        if r > 0 and d["device"] >= 0 and (r - a) > 0.25 * r and (late or {}).get("count"):
+            levers.append({
+                "lever": "expandable_segments",
+                "why": f"device {d['device']}: {100 * (r - a) / r:.0f}% of reserved memory unused "
+                       "at the peak while the allocator still calls the driver (fragmentation)",
+                "saving_ns": 0,
+                "advice": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"})
+        if cap and r > 0.9 * cap and (late or {}).get("count"):  # vLLM reserves 90% by design
+            levers.append({
+                "lever": "near_capacity",
+                "why": f"device {d['device']}: reserved peak {r / 2**30:.1f} GiB of "
+                       f"{cap / 2**30:.1f} GiB",
+                "saving_ns": 0,
+                "advice": "close to the memory limit: allocator retries (cudaFree + cudaMalloc) "
+                          "are likely; reduce batch / activation memory (checkpointing)"})
+    return levers

@@ -1,0 +1,55 @@
+"""How well the GPU is used when it is busy: FLOPs/MFU, work classes and levers, memory.
+
+One entry point for ``analysis.py``: ``utilization(trace, steps)`` runs
+``flops.mfu_summary``, ``busy.busy_breakdown`` and ``memory.memory_summary``
+over the same steps (the analysis window) and returns their dicts.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import busy, flops, memory
+
+
+def utilization(trace, steps: pd.DataFrame | None = None, peak_tflops: float | None = None,
+                events: pd.DataFrame | None = None) -> dict:
+    """{"mfu": ..., "busy": ..., "memory": ...}.
+
+    ``steps``: the analysed steps (start/end/step; None or the whole-trace pseudo
+    step: the whole trace); ``events``: the analysed slice of ``trace.events``.
+    """
+    ev = trace.events if events is None else events
+    meta = trace.meta
+    real_steps = steps is not None and len(steps) > 0 and "step" in steps and \
+        bool((steps["step"].to_numpy() >= 0).any())
+    window = (int(steps["start"].min()), int(steps["end"].max())) if real_steps else None
+    st = steps if real_steps else None
+    mfu = flops.mfu_summary(ev, st, peak_tflops, meta=meta)
+    ops = flops.op_flops(ev) if mfu.get("has_shapes") else None
+    out = {"mfu": mfu,
+           "busy": busy.busy_breakdown(ev, window, ops, meta=meta),
+           "memory": memory.memory_summary(ev, st, meta=meta)}
+    out["headline"] = headline(out)
+    return out
+
+
+def headline(u: dict) -> str:
+    """One sentence for a GPU-bound verdict: how well the GPU is used and the top lever."""
+    bits = []
+    m = u.get("mfu") or {}
+    if m.get("mfu") is not None and m.get("peak_tflops") and m.get("flops"):
+        bits.append(f"MFU {100 * m['mfu']:.1f}% of {m['peak_tflops']:g} TFLOP/s {m['dtype']}"
+                    + (f" ({m['device']})" if m.get("device") else ""))
+    elif m.get("has_shapes") is False:
+        bits.append("no shapes recorded (record_shapes=True gives MFU)")
+    b = u.get("busy") or {}
+    share = {c["class"]: c["pct"] for c in b.get("classes") or []}
+    gemm = share.get("gemm_tensor", 0.0) + share.get("gemm_simt", 0.0)
+    if gemm:
+        bits.append(f"GEMMs {gemm:.0f}% of busy time, {share.get('gemm_tensor', 0.0):.0f}% "
+                    "on tensor cores")
+    levers = b.get("levers") or []
+    if levers:
+        top = levers[0]
+        bits.append(f"top lever {top['lever']} (~{top['saving_pct_of_busy']:.0f}% of busy time)")
+    return "; ".join(bits)
