@@ -25,7 +25,11 @@ COMMANDS = {
     "compile": ["compile", "--events", "--format", "json"], "info": ["info", "--format", "json"],
     "kernels": ["kernels", "--format", "json"], "api": ["api", "--format", "json"],
     "gaps": ["gaps", "--format", "json", "--min-gap", "0"],
+    "memcpy": ["memcpy", "--format", "json"], "nvtx": ["nvtx", "--format", "json"],
+    "osrt": ["osrt", "--format", "json"], "util": ["util", "--format", "json"],
 }
+NSYS_ROWS = [FIXTURES / "nsys" / "concurrent_profile1.sqlite",  # memcpy, nvtx, util rows
+             FIXTURES / "nsys" / "ex-gpu.s10.sqlite"]           # osrt rows
 
 
 def _validator(command: str) -> jsonschema.Draft202012Validator:
@@ -50,7 +54,7 @@ def test_published_schema_is_generated_from_the_code(command):
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_command_output_validates(command):
     v = _validator(command)
-    for trace in TRACES:
+    for trace in TRACES + NSYS_ROWS:
         doc = _run(*COMMANDS[command], trace)
         v.validate(doc)
         schema.check(command, doc)
@@ -97,6 +101,15 @@ def test_diff_validates(tmp_path):
     assert single["schema_version"] == schema.SCHEMA_VERSION
     v.validate(_run("diff", *paths, "--format", "json"))  # directories: with pairs
     v.validate(_run("diff", TRACES[0], TRACES[2], "--format", "json"))  # steps vs no steps
+
+
+def test_every_command_has_a_schema():
+    from traceread.cli import main as cli
+
+    json_commands = {name for name, cmd in cli.commands.items()
+                     if any(o.name == "fmt" and "json" in getattr(o.type, "choices", ())
+                            for o in cmd.params)}
+    assert json_commands <= set(schema.DOCUMENTS) and json_commands <= set(COMMANDS) | {"diff"}
 
 
 def test_the_schema_rejects_drift():

@@ -6,7 +6,8 @@ current and validate every command's JSON output against them. Each object
 document carries ``schema_version`` (``SCHEMA_VERSION``; bump the minor for
 added keys, the major for removed or changed ones).
 
-``kernels``, ``api`` and ``gaps`` print what ``nsys stats --format json`` prints
+``kernels``, ``api``, ``gaps``, ``memcpy``, ``nvtx``, ``osrt`` and ``util`` print what
+``nsys stats --format json`` prints
 (a list of rows keyed by nsys's column names), so they are lists and carry no
 version; the same figures appear in ``analyze`` under snake_case keys.
 
@@ -377,7 +378,17 @@ class Graphs(_S):
     recording_whole_trace: Optional[GraphRecording] = None
 
 
-class AnalyzeTrace(_S):
+class Utilization(_S):
+    """GPU use (``passes/flops.py``, ``passes/memory.py``, docs/gpu-use.md): typed at its top
+    level only; the inner objects belong to those passes and vary with what was recorded."""
+
+    mfu: dict[str, Any]
+    busy: dict[str, Any]
+    memory: dict[str, Any]
+    headline: Optional[str] = None
+
+
+class AnalyzeTrace(_S, kw_only=True):
     """One trace's analysis (``Analysis.to_dict()``)."""
 
     trace: TraceInfo
@@ -393,6 +404,7 @@ class AnalyzeTrace(_S):
     copies: Copies
     context: dict[str, Any]      # what the trace already does (passes/context.py): flags
     graphs: Graphs
+    utilization: Optional[Utilization] = None
     verdict: Verdict
 
 
@@ -590,10 +602,46 @@ class GapRow(_S):
     context: Optional[int] = field(name="Context ID")
 
 
+class MemcpyRow(_S):
+    pct: float = field(name="Time (%)")
+    total_ns: int = field(name="Total Time (ns)")
+    count: int = field(name="Count")
+    avg_ns: float = field(name="Avg (ns)")
+    med_ns: float = field(name="Med (ns)")
+    min_ns: int = field(name="Min (ns)")
+    max_ns: int = field(name="Max (ns)")
+    stddev_ns: float = field(name="StdDev (ns)")
+    operation: str = field(name="Operation")
+
+
+class NvtxRow(_S):
+    pct: float = field(name="Time (%)")
+    total_ns: int = field(name="Total Time (ns)")
+    instances: int = field(name="Instances")
+    avg_ns: float = field(name="Avg (ns)")
+    med_ns: float = field(name="Med (ns)")
+    min_ns: int = field(name="Min (ns)")
+    max_ns: int = field(name="Max (ns)")
+    stddev_ns: float = field(name="StdDev (ns)")
+    range: str = field(name="Range")
+    style: str = field(name="Style")
+
+
+class UtilRow(_S):
+    row: int = field(name="Row#")
+    in_use_pct: float = field(name="In-Use (%)")
+    duration_ns: int = field(name="Duration (ns)")
+    start_ns: int = field(name="Start (ns)")
+    pid: Optional[int] = field(name="PID")
+    device: Optional[int] = field(name="Device ID")
+    context: Optional[int] = field(name="Context ID")
+
+
 DOCUMENTS: dict[str, Any] = {
     "analyze": Analyze, "steps": StepsDoc, "idle": IdleDoc, "nccl": NcclDoc,
     "compile": CompileDoc, "info": InfoDoc, "diff": Diff,
     "kernels": list[KernelRow], "api": list[ApiRow], "gaps": list[GapRow],
+    "memcpy": list[MemcpyRow], "nvtx": list[NvtxRow], "osrt": list[ApiRow], "util": list[UtilRow],
 }
 # Commands that print one object per input (a list for several inputs).
 PER_TRACE = ("analyze", "steps", "idle", "nccl", "compile", "info")
