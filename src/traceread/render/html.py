@@ -160,7 +160,7 @@ def _verdict(a, d: dict) -> str:
             + f" — {escape(str(job.get('summary', '')))}</p>") if job else ""
     return (f'<div class="verdict" id="verdict"><div class="bound">VERDICT {escape(bound.upper())}</div>'
             f"<div>{escape(str(title))}</div><p>{escape(str(v.get('summary', '')))}</p>{role}"
-            f"{_window_line(a, d)}{_actions(v)}"
+            f"{_window_line(a, d)}{_utilization_line(d)}{_actions(v)}"
             + (f"<b>Not in this trace</b><ul>{missing}</ul>" if missing else "") + "</div>")
 
 
@@ -184,6 +184,12 @@ def _actions(v: dict) -> str:
         out.append(f"<li><b>{escape(str(x.get('cause', '?')))}</b>: {escape(gain)}{culprit}"
                    f"<ul>{levers}</ul></li>")
     return "".join(out) + "</ol>"
+
+
+def _utilization_line(d: dict) -> str:
+    u = d.get("utilization")
+    head = u.get("headline") if isinstance(u, dict) else None
+    return f'<p class="meta">GPU use: {escape(str(head))}</p>' if head else ""
 
 
 def _window_line(a, d: dict) -> str:
