@@ -141,3 +141,13 @@ def test_unnumbered_nvtx_step_ranges_are_steps(how, tmp_path):
     one.cpu("train_step", 0, 10 * sc.MS, kind="annotation")
     one.launch(10 * sc.US, 10 * sc.US, 50 * sc.US, 9 * sc.MS)
     assert analyze(one.build()).step_source == "whole_trace"
+
+
+def test_gpu_bound_levers_come_from_what_the_busy_time_runs():
+    # the planted GPU-bound steps run FP32 SIMT GEMMs (ampere_sgemm): TF32 is the lever,
+    # with the share it rests on; no generic advice the kernels do not call for
+    trace, _ = sc.gpu_bound()
+    v = analyze(trace).verdict
+    assert v["bound"] == "gpu"
+    assert v["levers"][0].startswith("enable TF32") and "FP32 SIMT" in v["levers"][0]
+    assert v["actions"][0]["cause"] == "gpu" and v["actions"][0]["saves_ns"] > 0

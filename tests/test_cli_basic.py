@@ -61,7 +61,7 @@ def test_bad_input_subprocess_has_no_traceback(tmp_path):
     exe = Path(sys.executable).with_name("traceread")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-c",
                                             "from traceread.cli import main; main()"]
-    p = subprocess.run(cmd + ["info", str(bad)], capture_output=True, text=True)
+    p = subprocess.run(cmd + ["info", "--strict", str(bad)], capture_output=True, text=True)
     assert p.returncode == 1 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("traceread: error: ")
     assert "truncated gzip" in p.stderr and "Traceback" not in p.stderr

@@ -137,7 +137,10 @@ def test_truncated_file_is_a_trace_error(tmp_path, gz):
     path = tmp_path / ("cut.json.gz" if gz else "cut.json")
     path.write_bytes(gzip.compress(cut) if gz else cut)
     with pytest.raises(TraceError, match="truncated"):
-        S.read_stream(path, chunk_bytes=1000, workers=1)
+        S.read_stream(path, chunk_bytes=1000, workers=1, strict=True)
+    t = S.read_stream(path, chunk_bytes=1000, workers=1)  # not strict: the complete events
+    assert 0 < len(t) == t.meta.extra["truncated"]["events_recovered"] < 500
+    assert len(t) == len(read_kineto(path))
 
 
 def test_truncated_gzip_stream_is_a_trace_error(tmp_path):
@@ -145,7 +148,9 @@ def test_truncated_gzip_stream_is_a_trace_error(tmp_path):
     path = tmp_path / "cut.json.gz"
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(TraceError, match="gzip|truncated"):
-        S.read_stream(path, chunk_bytes=1000, workers=1)
+        S.read_stream(path, chunk_bytes=1000, workers=1, strict=True)
+    t = S.read_stream(path, chunk_bytes=1000, workers=1)
+    assert t.meta.extra["truncated"]["gzip_stream_cut"] and len(t) == len(read_kineto(path))
 
 
 def test_corrupt_middle_is_a_trace_error(tmp_path):

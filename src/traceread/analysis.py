@@ -153,6 +153,9 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)
     verdict["missing"] = _missing(trace.meta, ev, ctx)
+    utilization = util_mod.utilization(trace, step_tab, peak_tflops, events=ev)
+    if verdict["bound"] == "gpu":
+        _gpu_verdict_detail(verdict, utilization)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -160,8 +163,29 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     collectives=collectives, compile=comp, kernels=kernels,
                     kernel_classes=classes, verdict=verdict, graphs=graphs,
                     min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
-                    context=ctx,
-                    utilization=util_mod.utilization(trace, step_tab, peak_tflops, events=ev))
+                    context=ctx, utilization=utilization)
+
+
+def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
+    """A GPU-bound verdict says how well the busy time is used and which kernel lever pays."""
+    from .passes.bounds import GPU_LEVER_TEXT
+
+    u = utilization or {}
+    if u.get("headline"):
+        verdict["summary"] += f"; {u['headline']}"
+    busy = [lv for lv in (u.get("busy") or {}).get("levers", []) if lv.get("lever") in GPU_LEVER_TEXT]
+    if not busy:
+        return
+    busy.sort(key=lambda lv: -lv.get("saving_ns", 0))
+    texts = [f"{GPU_LEVER_TEXT[lv['lever']]} -- {lv['why']}" for lv in busy]
+    # evidence-based levers only: the generic list would suggest bf16 to a bf16 model
+    verdict["levers"] = texts
+    verdict["actions"] = [{"cause": "gpu", "saves_ns": int(lv.get("saving_ns", 0)),
+                           "saves_pct": None, "saves_per_step_ns": None,
+                           "projected_step_ns": None, "culprit": lv["why"],
+                           "levers": [{"lever": GPU_LEVER_TEXT[lv["lever"]], "cost": "code",
+                                       "saves_ns": int(lv.get("saving_ns", 0))}]}
+                          for lv in busy] + verdict["actions"]
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:

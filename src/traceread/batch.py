@@ -22,13 +22,13 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .detect import GZIP_MAGIC, SQLITE_MAGIC
+from .detect import GZIP_MAGIC, SQLITE_MAGIC, read_head
 from .errors import TraceError
 
 SUMMARY_COLUMNS = [
     "file", "trace_id", "format", "rank", "world_size", "job", "events", "steps", "step_mean_ms",
     "idle_pct", "top_drain", "top_drain_pct", "top_cpu", "top_cpu_pct", "comm_ms", "exposed_comm_pct",
-    "recompiles", "verdict", "error", "seconds",
+    "recompiles", "verdict", "error", "seconds", "truncated_at_byte",
 ]
 # Per-trace tables written to the partitioned dataset (Analysis attribute or "collectives").
 TABLES = ("steps", "gaps", "kernels", "collectives", "devices", "top_ops")
@@ -58,25 +58,36 @@ def discover(root: str | os.PathLike) -> tuple[list[str], list[str]]:
     if is_url(root):
         return _discover_url(str(root))
     root = Path(root)
-    if root.is_file():
-        return [str(root)], []
-    if not root.is_dir():
+    if not root.exists():
         raise TraceError(root, "no such file or directory")
+    if not root.is_dir():
+        return [str(root)], []  # one file; a FIFO or device is refused by the worker
     found, skipped = [], []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
-            try:
-                with open(p, "rb") as f:
-                    head = f.read(64)
-            except OSError:
-                head = b""
-            if _looks_like_trace(head) or name.lower().endswith(TRACE_SUFFIXES):
+            if _is_candidate(p, name):
                 found.append(p)
             else:
                 skipped.append(p)
     return found, skipped
+
+
+def _is_candidate(p: str, name: str) -> bool:
+    """Trace by name, or a regular file whose first bytes look like one.
+
+    Special files (FIFOs, devices, sockets) are never opened here: a FIFO
+    without a writer would hang the whole batch. One named like a trace is
+    kept, so that its row says why it was refused.
+    """
+    if name.lower().endswith(TRACE_SUFFIXES):
+        return True
+    try:
+        head = read_head(p, 64)
+    except TraceError:
+        return False
+    return _looks_like_trace(head)
 
 
 def _discover_url(url: str) -> tuple[list[str], list[str]]:
@@ -121,6 +132,9 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
             trace.meta.path = str(path)
         row.update(format=trace.meta.format, rank=int(trace.meta.rank),
                    world_size=int(trace.meta.world_size), events=len(trace))
+        cut = trace.meta.extra.get("truncated")  # a file cut short: analysed up to the cut
+        if cut:
+            row["truncated_at_byte"] = int(cut["truncated_at_byte"])
         from .analysis import analyze
 
         a = analyze(trace, step_pattern=step_pattern)
@@ -207,38 +221,173 @@ def summary_fields(a) -> dict[str, Any]:
 ProgressFn = Callable[[dict], None]
 
 
+# Per-file limits of a local batch worker: the time scales with the input size.
+TIME_BASE_S = 300
+TIME_PER_MB_S = 3
+MEMORY_MIN = 4 << 30        # a worker may always use this much
+MEMORY_PER_INPUT = 40       # or this multiple of the file's (uncompressed) size if larger
+_POLL_S = 0.5
+
+
+def time_limit(path: str) -> float:
+    """Seconds one file may take in a local worker: 300 s + 3 s per MB."""
+    return TIME_BASE_S + TIME_PER_MB_S * _raw_size(path) / 2**20
+
+
+def memory_limit(path: str) -> int:
+    """Bytes of RSS one file's worker may reach: max(4 GiB, 40x its size), within RAM."""
+    limit = max(MEMORY_MIN, MEMORY_PER_INPUT * _raw_size(path))
+    total = _total_memory()
+    return min(limit, int(total * 0.9)) if total else limit
+
+
+def _raw_size(path: str) -> int:
+    try:
+        from .readers.stream import estimated_raw_size
+
+        return estimated_raw_size(path) if not is_url(path) else 0
+    except (OSError, TraceError):
+        return _size(path)
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of a process (Linux /proc); 0 when unknown."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
               on_result: ProgressFn | None = None) -> list[dict]:
-    """Run ``analyze_file`` over ``paths``: in-process for one job, else a process pool.
+    """Run ``analyze_file`` over ``paths``, each file in its own worker process.
 
     Results come back in the order of ``paths``; the biggest files start first.
+    A worker that dies (killed, out of memory), runs past ``time_limit`` or
+    grows past ``memory_limit`` costs only its own file an error row: the
+    other files' results are never lost.
     """
     results: dict[int, dict] = {}
     order = sorted(range(len(paths)), key=lambda i: -_size(paths[i]))
-    if jobs <= 1 or len(paths) <= 1:
-        for i in order:
-            results[i] = analyze_file(paths[i], step_pattern)
-            if on_result:
-                on_result(results[i])
-        return [results[i] for i in range(len(paths))]
-    import concurrent.futures as cf
     import multiprocessing as mp
 
     # forkserver: no fork of a threaded parent (progress bar, notebooks); the preload
     # makes each worker start with pandas/pyarrow/traceread already imported.
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["traceread.batch", "traceread.analysis", "traceread.readers.kineto"])
-    with cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=ctx) as pool:
-        futs = {pool.submit(analyze_file, paths[i], step_pattern): i for i in order}
-        for fut in cf.as_completed(futs):
-            i = futs[fut]
-            try:
-                results[i] = fut.result()
-            except Exception as e:  # a worker died (killed, OOM): the file is an error row
-                results[i] = _crashed(paths[i], e)
-            if on_result:
-                on_result(results[i])
+    pool = _Workers(ctx, max(1, jobs), step_pattern)
+    for i, res in pool.run([(i, paths[i]) for i in order]):
+        results[i] = res
+        if on_result:
+            on_result(res)
     return [results[i] for i in range(len(paths))]
+
+
+def _child(conn, path: str, step_pattern: str | None) -> None:
+    """Worker process body: one file, its result sent back through ``conn``."""
+    try:
+        conn.send(analyze_file(path, step_pattern))
+    finally:
+        conn.close()
+
+
+class _Worker:
+    def __init__(self, ctx, i: int, path: str, step_pattern: str | None):
+        self.i, self.path = i, path
+        self.recv, send = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_child, args=(send, path, step_pattern), daemon=True)
+        self.proc.start()
+        send.close()
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + time_limit(path)
+        self.max_rss = memory_limit(path)
+
+    def over_limit(self) -> str | None:
+        if time.monotonic() > self.deadline:
+            return f"timed out after {time.monotonic() - self.t0:.0f} s (limit for its size)"
+        rss = _rss(self.proc.pid)
+        if rss > self.max_rss:
+            return f"out of memory: worker reached {rss / 2**30:.1f} GiB (limit {self.max_rss / 2**30:.1f} GiB)"
+        return None
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
+        self.recv.close()
+
+
+class _Workers:
+    """At most ``jobs`` worker processes, one file each; yields (index, result)."""
+
+    def __init__(self, ctx, jobs: int, step_pattern: str | None):
+        self.ctx, self.jobs, self.step_pattern = ctx, jobs, step_pattern
+
+    def run(self, items: list[tuple[int, str]]):
+        from multiprocessing.connection import wait
+
+        todo = list(reversed(items))
+        running: list[_Worker] = []
+        try:
+            while todo or running:
+                while todo and len(running) < self.jobs:
+                    i, path = todo.pop()
+                    running.append(_Worker(self.ctx, i, path, self.step_pattern))
+                ready = wait([w.recv for w in running] + [w.proc.sentinel for w in running],
+                             timeout=_POLL_S)
+                for w in list(running):
+                    res = self._finished(w, ready)
+                    if res is not None:
+                        running.remove(w)
+                        w.stop()
+                        yield w.i, res
+        finally:
+            for w in running:
+                w.stop()
+
+    def _finished(self, w: _Worker, ready: list) -> dict | None:
+        """The worker's result if it is done (or failed), else None."""
+        if w.recv in ready:
+            try:
+                return w.recv.recv()
+            except (EOFError, OSError):
+                pass  # died before sending: reported below
+            except Exception as e:  # noqa: BLE001 - an unpicklable result
+                return _crashed(w.path, e)
+        elif w.proc.sentinel not in ready:
+            reason = w.over_limit()
+            return None if reason is None else _failed(w.path, reason, w.t0)
+        w.proc.join(5)
+        code = w.proc.exitcode
+        return _failed(w.path, _death_reason(code), w.t0)
+
+
+def _death_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory? the OOM killer sends SIGKILL)" if -code == 9 else ""
+        return f"worker killed by {name}{hint}"
+    return f"worker exited with status {code} before returning a result"
+
+
+def _failed(path: str, reason: str, t0: float) -> dict:
+    row = {c: None for c in SUMMARY_COLUMNS}
+    row.update(file=str(path), rank=-1, world_size=-1, error=reason,
+               seconds=round(time.monotonic() - t0, 3))
+    return {"row": row, "tables": {}, "rank_input": None}
 
 
 def run_dask(paths: list[str], scheduler: str, step_pattern: str | None = None,
@@ -293,7 +442,7 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
     for i, row in enumerate(rows):
         row["trace_id"] = f"t{i:0{width}d}"
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    for c in ("rank", "world_size", "events", "steps", "recompiles"):
+    for c in ("rank", "world_size", "events", "steps", "recompiles", "truncated_at_byte"):
         summary[c] = summary[c].astype("Int64")
     for c in ("step_mean_ms", "idle_pct", "top_drain_pct", "top_cpu_pct", "comm_ms", "exposed_comm_pct", "seconds"):
         summary[c] = summary[c].astype("float64")
@@ -353,6 +502,7 @@ def write(result: BatchResult, out_dir: str | os.PathLike) -> Path:
     import pyarrow.parquet as pq
 
     out = Path(out_dir)
+    check_out_dir(out, [r for r in result.summary["file"] if isinstance(r, str)])
     out.mkdir(parents=True, exist_ok=True)
     result.summary.to_parquet(out / "summary.parquet", index=False)
     result.summary.to_csv(out / "summary.csv", index=False)
@@ -364,12 +514,86 @@ def write(result: BatchResult, out_dir: str | os.PathLike) -> Path:
     (out / "jobs.json").write_text(json.dumps([j.to_dict() for j in result.jobs], indent=2, default=str))
     tables_dir = out / "tables"
     if tables_dir.exists():
-        shutil.rmtree(tables_dir)
+        shutil.rmtree(tables_dir)  # ours (check_out_dir refused anything else)
+    tables_dir.mkdir()
+    (tables_dir / TABLES_MARKER).write_text("written by traceread batch; replaced on each run\n")
     for name, df in result.tables.items():
         ds.write_dataset(_to_arrow(df), tables_dir / name, format="parquet",
                          partitioning=["trace_id"], partitioning_flavor="hive",
                          existing_data_behavior="overwrite_or_ignore")
+    partial = out / PARTIAL_SUMMARY
+    if partial.exists():
+        partial.unlink()
     return out
+
+
+OUTPUT_FILES = ("summary.parquet", "summary.csv", "ranks.parquet", "matches.parquet", "jobs.json")
+PARTIAL_SUMMARY = "summary.partial.csv"
+TABLES_MARKER = ".traceread-batch"
+
+
+def check_out_dir(out: str | os.PathLike, inputs: Iterable[str]) -> None:
+    """Refuse an output directory whose writing would destroy an input or foreign data.
+
+    ``write`` replaces OUT/tables and the summary files: an input stored there
+    (``batch DIR -o DIR`` with traces under DIR/tables/) would be deleted, and
+    a tables/ directory not made by traceread is never removed.
+    """
+    out = Path(out).resolve()
+    tables = out / "tables"
+    owned = {out / f for f in OUTPUT_FILES + (PARTIAL_SUMMARY,)}
+    for p in inputs:
+        if is_url(p):
+            continue
+        rp = Path(p).resolve()
+        if rp in owned or tables in rp.parents:
+            raise TraceError(out, f"input {p} would be overwritten or deleted by writing the "
+                                  "results here: choose another output directory")
+    if tables.is_dir() and not _ours(tables):
+        raise TraceError(out, f"{tables} exists and was not written by traceread batch: "
+                              "not replacing it (choose another output directory)")
+
+
+def _ours(tables: Path) -> bool:
+    """A tables/ directory written by traceread batch: our marker, or (older
+    versions, no marker) nothing but <table>/trace_id=<id>/*.parquet."""
+    if (tables / TABLES_MARKER).exists():
+        return True
+    for dirpath, dirnames, filenames in os.walk(tables):
+        rel = Path(dirpath).relative_to(tables).parts
+        if len(rel) == 0 and (filenames or not set(dirnames) <= set(TABLES)):
+            return False
+        if len(rel) == 1 and (filenames or not all(d.startswith("trace_id=") for d in dirnames)):
+            return False
+        if len(rel) == 2 and (dirnames or not all(f.endswith(".parquet") for f in filenames)):
+            return False
+    return True
+
+
+class PartialSummary:
+    """OUT/summary.partial.csv: one row appended (and flushed) per finished file.
+
+    A batch killed midway leaves the rows of every file it finished; the final
+    ``write`` removes it.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike):
+        import csv
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.f = open(out / PARTIAL_SUMMARY, "w", newline="", encoding="utf-8")
+        self.w = csv.writer(self.f)
+        self.w.writerow(SUMMARY_COLUMNS)
+        self.f.flush()
+
+    def add(self, res: dict) -> None:
+        row = res["row"]
+        self.w.writerow(["" if row.get(c) is None else row.get(c) for c in SUMMARY_COLUMNS])
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
 
 
 def _to_arrow(df: pd.DataFrame):
@@ -411,9 +635,18 @@ def analyze_dir(path: str | os.PathLike, *, jobs: int | None = None, out_dir: st
 
     The full result (per-trace tables, cross-rank ``ranks``) is ``run(path)``.
     """
-    res = run(path, jobs=jobs, scheduler=scheduler, step_pattern=step_pattern)
-    if out_dir is not None:
-        write(res, out_dir)
+    if out_dir is None:
+        return run(path, jobs=jobs, scheduler=scheduler, step_pattern=step_pattern).summary
+    paths, skipped = discover(path)
+    check_out_dir(out_dir, paths)
+    partial = PartialSummary(out_dir)
+    try:
+        res = run(path, jobs=jobs, scheduler=scheduler, step_pattern=step_pattern,
+                  on_result=partial.add, paths=paths)
+    finally:
+        partial.close()
+    res.skipped = skipped
+    write(res, out_dir)
     return res.summary
 
 

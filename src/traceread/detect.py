@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from .errors import TraceError
@@ -10,14 +11,34 @@ GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def sniff(path: str | os.PathLike) -> str:
-    """Return "json", "json.gz" or "sqlite"; raise TraceError otherwise."""
+def special_file_reason(mode: int) -> str | None:
+    """Why a file of this ``st_mode`` is refused (None for a regular file).
+
+    A FIFO or a character device can block a reader forever or stream without
+    end (``/dev/zero``), so they are refused before any read.
+    """
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a trace file"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO (named pipe), not a regular file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a regular file"
+    return "not a regular file"
+
+
+def read_head(path: str | os.PathLike, n: int = 4096) -> bytes:
+    """First ``n`` bytes of a regular file; TraceError for anything else.
+
+    Opened non-blocking and checked with fstat on the open descriptor, so a
+    FIFO is refused without waiting for a writer (and without a stat/open race).
+    """
     p = Path(path)
     try:
-        if p.is_dir():
-            raise TraceError(p, "is a directory, not a trace file")
-        with open(p, "rb") as f:
-            head = f.read(4096)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise TraceError(p, "no such file") from None
     except PermissionError:
@@ -26,6 +47,23 @@ def sniff(path: str | os.PathLike) -> str:
         raise TraceError(p, "is a directory, not a trace file") from None
     except OSError as e:
         raise TraceError(p, f"cannot read: {e.strerror or e}") from None
+    try:
+        reason = special_file_reason(os.fstat(fd).st_mode)
+        if reason:
+            raise TraceError(p, reason)
+        return os.read(fd, n)
+    except OSError as e:
+        if e.errno == 21:  # EISDIR on some systems
+            raise TraceError(p, "is a directory, not a trace file") from None
+        raise TraceError(p, f"cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def sniff(path: str | os.PathLike) -> str:
+    """Return "json", "json.gz" or "sqlite"; raise TraceError otherwise."""
+    p = Path(path)
+    head = read_head(p)
     if not head:
         raise TraceError(p, "empty file")
     if head.startswith(SQLITE_MAGIC):

@@ -1,35 +1,61 @@
 """Small helpers shared by the subcommands."""
 from __future__ import annotations
 
-import os
+import errno
 import json
+import os
 import re
+import stat
 import sys
+import tempfile
 from contextlib import contextmanager
+from pathlib import Path
 
 import click
 
 from .. import load as _load
+from ..errors import TraceError
 from ..table import Trace
 
 
 _USE_CACHE = {"on": True}
+_STRICT = {"on": False}
 
 
 def load_trace(path: str) -> Trace:
     """Load with a progress indicator on stderr for slow files (tty only).
 
     Big traces go through the event-table cache (``traceread.cache``) unless
-    ``--no-cache`` was given or ``TRACEREAD_NO_CACHE`` is set.
+    ``--no-cache`` was given or ``TRACEREAD_NO_CACHE`` is set. A trace cut short
+    is analysed up to its last complete event, with one warning line on stderr
+    (``--strict`` refuses it).
     """
     from ..cache import worth_caching
 
     use = _USE_CACHE["on"] and not os.environ.get("TRACEREAD_NO_CACHE")
-    return _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path))
+    trace = _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path),
+                  strict=_STRICT["on"])
+    cut = trace.meta.extra.get("truncated")
+    if cut:
+        click.echo(f"traceread: warning: {path}: {truncation_note(cut)}", err=True)
+    return trace
+
+
+def truncation_note(cut: dict) -> str:
+    """One line about a recovered cut (``meta.extra["truncated"]``)."""
+    where = "gzip stream ends early" if cut.get("gzip_stream_cut") else "file cut short"
+    return (f"truncated at byte {cut['truncated_at_byte']:,} ({where}): analysed the "
+            f"{cut['events_recovered']:,} events before the cut "
+            f"({100 * cut['share_of_file']:.1f}% of the data); --strict refuses such files")
 
 
 def _set_no_cache(ctx, param, value):
     _USE_CACHE["on"] = not value  # click calls this on every run, flag given or not
+    return value
+
+
+def _set_strict(ctx, param, value):
+    _STRICT["on"] = bool(value)
     return value
 
 
@@ -38,16 +64,93 @@ no_cache_option = click.option(
     "--no-cache", is_flag=True, expose_value=False, is_eager=True, callback=_set_no_cache,
     help="Parse the file again instead of reusing the cached event table "
          "(cache: $TRACEREAD_CACHE_DIR or ~/.cache/traceread).")
+strict_option = click.option(
+    "--strict", is_flag=True, expose_value=False, is_eager=True, callback=_set_strict,
+    help="Refuse a trace cut short instead of analysing its complete events.")
+
+
+# --------------------------------------------------------------------------- output
+
+def _inputs() -> list[str]:
+    """The input paths of the running command (its trace / directory arguments)."""
+    ctx = click.get_current_context(silent=True)
+    out: list[str] = []
+    while ctx is not None:
+        for name in ("traces", "trace", "directory", "paths"):
+            v = ctx.params.get(name)
+            if isinstance(v, str):
+                out.append(v)
+            elif isinstance(v, (list, tuple)):
+                out.extend(x for x in v if isinstance(x, str))
+        ctx = ctx.parent
+    return out
+
+
+def check_output(path: str, inputs: list[str] | None = None) -> None:
+    """Refuse an output path that is one of the inputs (it would be overwritten)."""
+    for src in _inputs() if inputs is None else inputs:
+        try:
+            if os.path.samefile(src, path):
+                raise TraceError(path, "is an input of this command: refusing to overwrite it")
+        except OSError:
+            continue
+
+
+def _write_error(path: str, e: OSError) -> TraceError:
+    parent = os.path.dirname(os.path.abspath(path))
+    if e.errno == errno.ENOENT and not os.path.isdir(parent):
+        return TraceError(path, f"cannot write: directory {parent} does not exist")
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return TraceError(path, "disk full while writing")
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return TraceError(path, f"cannot write: {e.strerror}")
+    return TraceError(path, f"cannot write: {e.strerror or e}")
+
+
+@contextmanager
+def atomic_output(path: str, binary: bool = False):
+    """Yield a temporary path beside ``path``; it replaces ``path`` only on success.
+
+    A failed write (full disk, an error while rendering) leaves an existing
+    ``path`` untouched and no temporary behind. A special file (``/dev/stdout``)
+    is written in place. OSErrors become one-line TraceErrors.
+    """
+    check_output(path)
+    try:
+        special = os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        special = False
+    if special:
+        try:
+            yield path
+        except OSError as e:
+            raise _write_error(path, e) from None
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{Path(path).name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as e:
+        raise _write_error(path, e) from None
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as e:
+        raise _write_error(path, e) from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 @contextmanager
 def output_stream(path: str | None):
-    """Yield a text stream: the file given with -o, else stdout."""
+    """Yield a text stream: the file given with -o (written atomically), else stdout."""
     if path is None or path == "-":
         yield sys.stdout
         return
-    with open(path, "w", encoding="utf-8") as f:
-        yield f
+    with atomic_output(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            yield f
 
 
 def emit(text: str, out: str | None) -> None:
@@ -92,21 +195,34 @@ def emit_json(docs: list, out: str | None) -> None:
 def each_trace(paths, fn) -> tuple[list, int]:
     """``fn(path, trace)`` for every path. A bad file costs one error line, not the others.
 
-    Returns (results of the files that worked, number that failed); exits 1 at once
-    when none worked. After printing the results, ``exit_if_failed(n)``.
+    Any failure of one file (a TraceError, but also an unexpected exception or
+    running out of memory) is that file's error line; the other files' results
+    are kept. Returns (results of the files that worked, number that failed);
+    exits 1 at once when none worked. After printing the results, ``exit_if_failed(n)``.
     """
-    from ..errors import TraceError
-
     results, failed = [], 0
     for p in paths:
         try:
             results.append(fn(p, load_trace(p)))
         except TraceError as e:
-            click.echo(f"traceread: error: {e}", err=True)
+            _file_error(str(e))
+            failed += 1
+        except MemoryError:
+            _file_error(f"{p}: out of memory")
+            failed += 1
+        except Exception as e:  # noqa: BLE001 - one file's bug must not lose the others
+            if os.environ.get("TRACEREAD_DEBUG"):
+                raise
+            _file_error(f"{p}: internal error: {type(e).__name__}: {e} "
+                        "(set TRACEREAD_DEBUG=1 for a traceback)")
             failed += 1
     if not results:
         sys.exit(1)
     return results, failed
+
+
+def _file_error(message: str) -> None:
+    click.echo(f"traceread: error: {' '.join(message.split())}", err=True)
 
 
 def exit_if_failed(failed: int) -> None:

@@ -7,7 +7,8 @@ import click
 
 from . import main
 from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_failed,
-                      format_option, no_cache_option, output_option, parse_duration)
+                      format_option, no_cache_option, output_option, parse_duration,
+                      strict_option)
 from ..analysis import analyze as run_analysis
 from ..render.json import dumps, gap_records
 from ..render.report import render_report
@@ -76,7 +77,7 @@ def _trace_command(*extra, fmt_option=format_option):
     """A subcommand over TRACE... with the shared options, plus ``extra`` before --step-pattern."""
     shared = (click.argument("traces", nargs=-1, required=True, type=click.Path()),
               fmt_option, output_option, *extra, step_pattern_option, steps_option,
-              window_option, no_cache_option)
+              window_option, no_cache_option, strict_option)
 
     def wrap(fn):
         for option in reversed(shared):

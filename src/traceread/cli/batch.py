@@ -27,6 +27,12 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
     OUT/matches.parquet (cross-rank results of multi-rank jobs) and OUT/jobs.json.
     DIRECTORY may be an fsspec URL (s3://...) readable by the workers. Exit status 1
     when any file failed.
+
+    Each file runs in its own worker under a time and memory limit that scale with
+    its size; a worker that is killed or exceeds them is that file's error row.
+    OUT/summary.partial.csv grows by one row per finished file (a killed batch
+    keeps it) and is removed when the batch completes. OUT is refused when writing
+    there would overwrite an input or a tables/ directory not made by traceread.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -38,6 +44,8 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
         from ..errors import TraceError
 
         raise TraceError(directory, f"no trace files found ({len(skipped)} other files)")
+    b.check_out_dir(out_dir, paths)
+    partial = b.PartialSummary(out_dir)  # a killed batch keeps the rows it finished
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console,
@@ -45,10 +53,14 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
         task = progress.add_task("analysing", total=len(paths), last="")
 
         def tick(res):
+            partial.add(res)
             progress.update(task, advance=1, last=os.path.basename(res["row"]["file"]))
 
-        res = b.run(directory, jobs=jobs, scheduler=scheduler, step_pattern=step_pattern,
-                    on_result=tick, paths=paths)
+        try:
+            res = b.run(directory, jobs=jobs, scheduler=scheduler, step_pattern=step_pattern,
+                        on_result=tick, paths=paths)
+        finally:
+            partial.close()
     res.skipped = skipped
     out = b.write(res, out_dir)
     from ..render.html_batch import batch_page
@@ -71,6 +83,10 @@ def render_summary(res, out: str) -> str:
         lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
     for r in s[s["error"].notna()].itertuples():
         lines.append(f"  failed: {r.file}: {r.error}")
+    if "truncated_at_byte" in s:
+        for r in s[s["truncated_at_byte"].notna() & s["error"].isna()].itertuples():
+            lines.append(f"  truncated: {r.file}: cut at byte {r.truncated_at_byte:,}, "
+                         f"analysed the {r.events:,} events before the cut")
     if res.jobs:
         lines.append("")
         lines.append(render_text(res.jobs))

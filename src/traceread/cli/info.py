@@ -6,7 +6,7 @@ import click
 
 from . import main
 from ._common import (each_trace, emit, emit_json, exit_if_failed, format_option,
-                      no_cache_option, output_option)
+                      no_cache_option, output_option, strict_option)
 from ..passes.info import trace_info
 from ..render.text import render_info
 
@@ -16,6 +16,7 @@ from ..render.text import render_info
 @format_option
 @output_option
 @no_cache_option
+@strict_option
 def info(traces, fmt, out):
     """Format, version, rank, devices, event counts by kind and time span."""
     results, failed = each_trace(traces, lambda p, t: trace_info(t))

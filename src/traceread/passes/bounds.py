@@ -135,5 +135,17 @@ LEVERS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# The busy-time levers of passes/busy.py, by id, in the words of the "gpu" levers.
+GPU_LEVER_TEXT = {
+    "tf32": LEVERS["gpu"][1][0],
+    "bf16_autocast": LEVERS["gpu"][0][0],
+    "fp16_autocast": "fp16 autocast (torch.autocast(dtype=torch.float16)) with a GradScaler: "
+                     "this GPU has no fast bf16",
+    "sdpa": LEVERS["gpu"][2][0],
+    "channels_last": "channels_last memory format for the convolution model and its inputs",
+    "torch_compile": "torch.compile to fuse the elementwise/reduction kernels",
+}
+
+
 def lever_texts(key: str) -> list[str]:
     return [t for t, _ in LEVERS[key]]

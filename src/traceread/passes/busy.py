@@ -76,7 +76,8 @@ def _by_name(g: pd.DataFrame, cls: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
     names = g["name"].astype("category")
     df = pd.DataFrame({"code": names.cat.codes.to_numpy(), "cls": cls, "dur": dur})
     agg = df.groupby(["code", "cls"], sort=False)["dur"].sum().reset_index()
-    cats = np.append(np.asarray(names.cat.categories, dtype=object).astype(str), "")
+    # object strings: numpy's fixed-width "U" pads every name to the longest (GBs)
+    cats = np.array([str(c) for c in names.cat.categories] + [""], dtype=object)
     agg["name"] = cats[agg["code"].to_numpy()]
     return agg
 

@@ -41,7 +41,26 @@ COMPILE_PHASES = frozenset((
     "OutputGraph.call_user_compiler", "_compile.compile_inner",
 ))
 _PHASE_RE = re.compile(r"^compile_attempt_\d+$|\(dynamo_timed\)$")
-_MARKER_RE = re.compile(r"_data: .*compile_id=(![0-9]+(?:/[0-9]+/[0-9]+)?|[0-9]+/[0-9]+)")
+_COMPILE_ID_RE = re.compile(r"compile_id=(![0-9]+(?:/[0-9]+/[0-9]+)?|[0-9]+/[0-9]+)")
+
+
+def _marker_search(s: str):
+    """Same match as ``re.search(r"_data: .*compile_id=(...)", s)``, in linear time.
+
+    That regex backtracks from the end of the line for every ``_data: `` (a name
+    repeating it took minutes); here: the first ``_data: `` of a line, then the
+    last compile id after it on that line (what the greedy ``.*`` picks).
+    """
+    for line in s.split("\n") if "\n" in s else (s,):
+        i = line.find("_data: ")
+        if i < 0:
+            continue
+        last = None
+        for last in _COMPILE_ID_RE.finditer(line, i + 7):
+            pass
+        if last is not None:
+            return last
+    return None
 _REGION_RE = re.compile(r"^Torch-Compiled Region: (\S+)$")
 CACHE_LOOKUP = "TorchDynamo Cache Lookup"
 _HOST_KINDS = ("cpu_op", "annotation")
@@ -62,7 +81,7 @@ _CUDAGRAPH_RE = re.compile(r"^CUDAGraph|cudagraph", re.I)
 def _is_compile_name(s: str) -> bool:
     if _CUDAGRAPH_RE.search(s):
         return False
-    return s in COMPILE_PHASES or bool(_PHASE_RE.search(s)) or bool(_MARKER_RE.search(s))
+    return s in COMPILE_PHASES or bool(_PHASE_RE.search(s)) or bool(_marker_search(s))
 
 
 def _is_cudagraph_record(s: str) -> bool:
@@ -70,7 +89,7 @@ def _is_cudagraph_record(s: str) -> bool:
 
 
 def _marker_id(s: str):
-    m = _MARKER_RE.search(s)
+    m = _marker_search(s)
     return m.group(1) if m else None
 
 
@@ -120,7 +139,7 @@ def compile_spans(events) -> pd.DataFrame:
     marked = set()
     for c in cats:
         c = str(c)
-        if _MARKER_RE.search(c):
+        if _marker_search(c):
             m = _MARKER_PREFIX_RE.match(c)
             if m:
                 marked.add(m.group(1))

@@ -84,7 +84,9 @@ def _group_codes(names) -> tuple[np.ndarray, np.ndarray]:
     """(distinct keys, per-row group index). Categorical input is grouped on its
     integer codes (no string sorting); missing names become ""."""
     if isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype):
-        cats = np.asarray(names.cat.categories, dtype=object).astype(str).astype(object)
+        # object array of str: numpy's fixed-width "U" dtype pads every name to the
+        # longest one (20k names, one of 50k chars: 4 GB)
+        cats = np.array([str(c) for c in names.cat.categories], dtype=object)
         codes = names.cat.codes.to_numpy().astype(np.int64)
         if (codes < 0).any():
             cats = np.append(cats, "")

@@ -9,28 +9,34 @@ from ..table import Trace
 
 
 def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
-         stream: bool | None = None) -> Trace:
+         stream: bool | None = None, strict: bool = False) -> Trace:
     """Load any supported trace file, detecting the format by content.
 
     ``cache=True`` reuses (or stores) the finished event table in the user cache
-    dir, keyed by path + size + mtime (``traceread.cache``). ``stream`` picks
+    dir, keyed by the file's identity (``traceread.cache``). ``stream`` picks
     the JSON ingest path: None = streaming for big files (``readers/stream.py``),
     True / False = force it on / off (both give the same table).
+
+    A JSON trace cut short (a killed run, a full disk) is read up to its last
+    complete event and ``trace.meta.extra["truncated"]`` says where and how
+    much (``docs/robustness.md``); ``strict=True`` refuses it instead.
     """
     fmt = sniff(path)
     if cache:
         from .. import cache as _cache
 
         hit = _cache.load(path)
-        if hit is not None:
+        if hit is not None and not (strict and "truncated" in hit.meta.extra):
             return hit
-    trace = _read_uncached(path, fmt, progress, stream)
+        before = os.stat(path)  # a file changed while being read is not cached
+    trace = _read_uncached(path, fmt, progress, stream, strict)
     if cache:
-        _cache.store(path, trace)
+        _cache.store(path, trace, before=before)
     return trace
 
 
-def _read_uncached(path, fmt: str, progress: bool, stream: bool | None) -> Trace:
+def _read_uncached(path, fmt: str, progress: bool, stream: bool | None,
+                   strict: bool = False) -> Trace:
     if fmt == "sqlite":
         from .nsys import read_nsys
 
@@ -40,10 +46,10 @@ def _read_uncached(path, fmt: str, progress: bool, stream: bool | None) -> Trace
     if stream is None:
         stream = _stream.estimated_raw_size(path) >= _stream.STREAM_MIN_BYTES
     if stream:
-        return _stream.read_stream(path, progress=progress)
+        return _stream.read_stream(path, progress=progress, strict=strict)
     from .kineto import read_kineto
 
-    return read_kineto(path, progress=progress)
+    return read_kineto(path, progress=progress, strict=strict)
 
 
 __all__ = ["read", "TraceError"]

@@ -25,6 +25,7 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 # Numbers in args are usually ints but some producers write floats or strings.
 Num = Union[int, float, str, None]
@@ -169,9 +170,74 @@ class Batch:
     meta_events: list = field(default_factory=list)  # (name, pid, tid, args.name, args.labels)
 
 
+class BadEvent(ValueError):
+    """An event whose content cannot become a row; ``str()`` is the one-line reason."""
+
+
+# Timestamps and ends must stay within +-2**62 ns so that any difference or sum of
+# two of them fits in int64 (spans, gaps, busy time); that is +-146 years.
+TS_NS_LIMIT = 2 ** 62
+TS_US_LIMIT = TS_NS_LIMIT / 1000.0
+MAX_DEPTH = 256
+_TOKEN_RE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def nesting_reason(buf) -> str:
+    """Reason for a document too deeply nested to decode (after a RecursionError)."""
+    depth = 0
+    for m in _TOKEN_RE.finditer(buf):
+        c = buf[m.start()]
+        if c in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > MAX_DEPTH:
+                return f"nesting deeper than {MAX_DEPTH} at byte {m.start():,}"
+        elif c in (0x5D, 0x7D):
+            depth -= 1
+    return f"nesting too deep to decode (deeper than {MAX_DEPTH})"
+
+
+def utf8_repaired(buf) -> bytes:
+    """``buf`` with every invalid UTF-8 sequence replaced by U+FFFD.
+
+    Real traces carry such bytes in names (truncated multi-byte characters in
+    kernel or op names); they are decoded with replacement, not refused.
+    """
+    return bytes(buf).decode("utf-8", "replace").encode("utf-8")
+
+
 def decode_events(buf: bytes | memoryview, exact: bool = False) -> list:
     """JSON array of event objects -> list of Event structs (msgspec errors propagate)."""
     return msgspec.json.decode(buf, type=list[ExactEvent if exact else Event])
+
+
+def _event_no(i: int, idx: list | None) -> int:
+    return idx[i] if idx is not None else i
+
+
+def check_strings(values: list, field: str, idx: list | None = None) -> None:
+    """BadEvent when a name / cat is a JSON object or array (it has no string form)."""
+    kinds = set(map(type, values))
+    if not kinds & {dict, list}:
+        return
+    i = next(k for k, v in enumerate(values) if isinstance(v, (dict, list)))
+    what = "an object" if isinstance(values[i], dict) else "an array"
+    raise BadEvent(f"{field} is not a string at event {_event_no(i, idx):,} (it is {what})")
+
+
+def check_ts_range(us: np.ndarray, rows: list, field: str, idx: list | None = None) -> None:
+    """BadEvent naming the first event whose ``field`` (µs) is beyond +-2**62 ns."""
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(np.abs(us) > TS_US_LIMIT)
+    if len(bad):
+        i = int(bad[0])
+        raise BadEvent(f"timestamp out of range at event {_event_no(i, idx):,} "
+                       f"({_label(rows[i])}, {field} {us[i]:g} µs: beyond ±2^62 ns)")
+
+
+def _label(e) -> str:
+    name = getattr(e, "name", "")
+    name = name if isinstance(name, str) else str(name)
+    return repr(name[:60] + ("..." if len(name) > 60 else ""))
 
 
 def events_to_batch(events: list) -> Batch:
@@ -183,6 +249,7 @@ def events_to_batch(events: list) -> Batch:
     meta_events = [(e.name, e.pid, e.tid, a.name, a.labels)
                    for e in map(events.__getitem__, meta_idx)
                    for a in (_NO_ARGS if e.args is None else e.args,)]
+    idx = None
     if keep.all():
         rows = events
         ph = ph_all
@@ -191,16 +258,23 @@ def events_to_batch(events: list) -> Batch:
         rows = list(map(events.__getitem__, idx))
         ph = list(map(ph_all.__getitem__, idx))
     n = len(rows)
+    names = list(map(_get["name"], rows))
+    cats = list(map(_get["cat"], rows))
+    check_strings(names, "name", idx)
+    check_strings(cats, "cat", idx)
     # Nearly every Kineto trace has string pids/tids ("Spans", "stream 7"): skip the fast try.
     pid, pid_str = int_column(list(map(_get["pid"], rows)), mixed=True)
     tid, tid_str = int_column(list(map(_get["tid"], rows)), mixed=True)
+    ts_us = _floats(rows, _get["ts"], np.nan)
+    check_ts_range(ts_us, rows, "ts", idx)
     if n and is_exact(rows):
         ts_ns, lossy = exact_us_to_ns(list(map(_get["ts"], rows))), False
     else:
-        ts_us = _floats(rows, _get["ts"], np.nan)
         ts_ns, lossy = us_to_ns(ts_us)
         lossy = lossy or _big_float_token(rows, ts_us)
-    dur_ns, _ = us_to_ns(_floats(rows, _get["dur"], 0.0))
+    dur_us = _floats(rows, _get["dur"], 0.0)
+    check_ts_range(dur_us, rows, "dur", idx)
+    dur_ns, _ = us_to_ns(dur_us)
     args = list(map(_get["args"], rows))
     no_args = np.flatnonzero(np.fromiter(map(is_, args, repeat(None)), dtype=bool, count=n))
     for i in no_args.tolist():
@@ -217,7 +291,7 @@ def events_to_batch(events: list) -> Batch:
     ints["flops"] = np.where(ints["flops"] >= 0, ints["flops"], cap)
     _sparse(args, n, ("grid",), LAUNCH_INT_FIELDS, LAUNCH_STR_FIELDS, ints, strs)
     _sparse(args, n, ("mem_bytes",), MEM_INT_FIELDS, (), ints, strs)
-    return Batch(n=n, ph=ph, name=list(map(_get["name"], rows)), cat=list(map(_get["cat"], rows)),
+    return Batch(n=n, ph=ph, name=names, cat=cats,
                  pid=pid, tid=tid, pid_str=pid_str, tid_str=tid_str, ts_ns=ts_ns, dur_ns=dur_ns,
                  ts_lossy=lossy, ints=ints, strs=strs, meta_events=meta_events)
 
@@ -368,7 +442,7 @@ def float_column(values: list, fill: float = np.nan) -> np.ndarray:
         pass
     out = np.full(n, fill, dtype=np.float64)
     for i, v in enumerate(values):
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool):
             out[i] = v
         elif isinstance(v, str):
             try:
@@ -448,3 +522,62 @@ def stream_from_tid(tid_str: dict) -> dict:
         if m:
             out[i] = int(m.group(1))
     return out
+
+
+# --- trace-wide checks on the columns (readers/kineto.py) ----------------------
+
+def add_base(ts: np.ndarray, dur: np.ndarray, keep: np.ndarray, base: int,
+              name_d: pa.DictionaryArray) -> None:
+    """ts += baseTimeNanoseconds, refusing any start or end beyond +-2**62 ns.
+
+    numpy would wrap silently past int64 (negative spans and busy times).
+    """
+    lim = TS_NS_LIMIT
+    if not -lim <= base <= lim:
+        raise BadEvent(f"baseTimeNanoseconds {base} out of range (beyond ±2^62 ns)")
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return
+    t, d = ts[rows], dur[rows]
+    # in Python ints: the sums below must not wrap while being checked
+    lo = int(t.min()) + base + min(0, int(d.min()))
+    hi = int(t.max()) + base + max(0, int(d.max()))
+    if -lim <= lo and hi <= lim:
+        if base:
+            ts += base
+        return
+    t = t.astype(object) + base
+    end = t + d.astype(object)
+    i = int(np.flatnonzero((t < -lim) | (t > lim) | (end < -lim) | (end > lim))[0])
+    name = name_d[int(rows[i])].as_py()
+    raise BadEvent(f"timestamp out of range at event {int(rows[i]):,} ({name!r}, "
+                       f"ts {t[i]} ns, end {end[i]} ns"
+                       + (f" with baseTimeNanoseconds {base}" if base else "")
+                       + ": beyond ±2^62 ns)")
+
+
+MAX_NAME_CHARS = 1 << 16  # longer names are clipped: no real op or kernel name comes close
+
+
+def clip_long(d: pa.DictionaryArray) -> tuple[pa.DictionaryArray, int]:
+    """Names longer than MAX_NAME_CHARS clipped (with a marker); (array, how many).
+
+    Every pass runs its name patterns over each distinct name: one name of
+    200 MB made the analysis take minutes and gigabytes.
+    """
+    import pyarrow.compute as pc
+
+    if not len(d.dictionary):
+        return d, 0
+    lengths = pc.utf8_length(d.dictionary)
+    if pc.max(lengths).as_py() <= MAX_NAME_CHARS:
+        return d, 0
+    vals = d.dictionary.to_pylist()
+    n = sum(len(v) > MAX_NAME_CHARS for v in vals)
+    vals = [v if len(v) <= MAX_NAME_CHARS else
+            f"{v[:MAX_NAME_CHARS]}...[{len(v) - MAX_NAME_CHARS:,} more chars]" for v in vals]
+    codes = d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    remap, uniq = pd.factorize(np.array(vals, dtype=object))  # clipping may merge two names
+    new = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1)
+    return pa.DictionaryArray.from_arrays(pa.array(new.astype(np.int32), mask=new < 0),
+                                          pa.array(list(uniq), type=pa.string())), n

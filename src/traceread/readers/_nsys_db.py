@@ -50,15 +50,53 @@ class _Coder:
         return np.array([text(v) for v in self.ids], dtype=object)
 
 
+# Query budget in SQLite VM instructions: real exports need < 1 per byte of file;
+# a recursive view or a pathological schema would run forever.
+VM_STEPS_PER_BYTE = 1000
+VM_STEPS_BASE = 1_000_000_000
+_VM_TICK = 10_000
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that remembers its remaining VM budget."""
+
+    budget_left: list
+
+
 def connect(path: Path) -> sqlite3.Connection:
-    """Open read-only through a URI, so nothing can ever be written to the file."""
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    """Open read-only and immutable through a URI: nothing is ever written to the
+    file or created beside it (no -shm/-wal even for a WAL-mode export, no lock
+    files), and every query runs under a VM-step budget that scales with the file.
+    """
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
     try:
-        con = sqlite3.connect(uri, uri=True)
+        con = sqlite3.connect(uri, uri=True, factory=_Connection)
     except sqlite3.Error as e:
         raise TraceError(path, f"cannot open SQLite database: {e}") from None
     con.text_factory = bytes  # StringIds may hold non-UTF-8 bytes; decode ourselves
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    _set_budget(con, VM_STEPS_BASE + VM_STEPS_PER_BYTE * size)
     return con
+
+
+def _set_budget(con: sqlite3.Connection, steps: int) -> None:
+    left = [steps // _VM_TICK]
+
+    def tick() -> int:
+        left[0] -= 1
+        return 1 if left[0] < 0 else 0  # non-zero interrupts the running statement
+
+    con.set_progress_handler(tick, _VM_TICK)
+    if isinstance(con, _Connection):
+        con.budget_left = left
+
+
+def budget_spent(con: sqlite3.Connection) -> bool:
+    left = getattr(con, "budget_left", None)
+    return bool(left) and left[0] < 0
 
 
 def text(v) -> str | None:
@@ -75,11 +113,18 @@ class Db:
     def __init__(self, con: sqlite3.Connection, path: Path):
         self.con = con
         self.path = path
-        rows = con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
-        self.tables = {text(r[0]) for r in rows}
+        rows = con.execute("SELECT type, name FROM sqlite_master "
+                           "WHERE type IN ('table', 'view')").fetchall()
+        self.tables = {text(r[1]) for r in rows if text(r[0]) == "table"}
+        self.views = {text(r[1]) for r in rows if text(r[0]) == "view"}
         self._cols: dict[str, set[str]] = {}
 
     def has(self, table: str) -> bool:
+        """True for a real table. A view is never executed: exports have none, and
+        a view can run forever (a recursive one) or cost anything."""
+        if table in self.views:
+            raise TraceError(self.path, f"{table} is a view, not a table: views are not executed "
+                                        "(not an unmodified nsys export?)")
         return table in self.tables
 
     def columns(self, table: str) -> set[str]:
@@ -89,7 +134,7 @@ class Db:
         return self._cols[table]
 
     def is_nsys(self) -> bool:
-        return "StringIds" in self.tables and any(t in self.tables for t in NSYS_MARKERS)
+        return self.has("StringIds") and any(self.has(t) for t in NSYS_MARKERS)
 
     def fetch(self, table: str, ints: dict[str, str | None], texts: dict[str, str | None] | None = None,
               where: str = "", batch: int | None = None) -> dict[str, np.ndarray | Coded | None]:

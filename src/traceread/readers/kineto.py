@@ -94,27 +94,98 @@ _EXACT_DOC_TYPE = Union[_ExactDoc, list[dec.ExactEvent]]
 
 # --- entry point --------------------------------------------------------------
 
-def read_kineto(path: str | os.PathLike, progress: bool = False) -> Trace:
-    """Load a Kineto / Chrome JSON trace (optionally gzipped) into a ``Trace``."""
+def read_kineto(path: str | os.PathLike, progress: bool = False, strict: bool = False) -> Trace:
+    """Load a Kineto / Chrome JSON trace (optionally gzipped) into a ``Trace``.
+
+    A file cut short (a killed run) is read up to its last complete event and
+    ``meta.extra["truncated"]`` says so; ``strict=True`` refuses it instead.
+    """
     p = Path(path)
     fmt = sniff(p)
     if fmt == "sqlite":
         raise TraceError(p, "is an SQLite database, not a JSON trace")
     with _progress(p, progress) as tick:
-        buf = _read_bytes(p, fmt, tick)
-        trace = ingest(buf, p, tick)
+        buf, gz_cut = _read_bytes(p, fmt, tick, strict)
+        trace = ingest(buf, p, tick, strict=strict)
+        if gz_cut and "truncated" not in trace.meta.extra:  # JSON complete, gzip trailer lost
+            from .stream import mark_truncated, truncation_info
+
+            mark_truncated(trace, truncation_info(len(buf), len(buf), len(buf),
+                                                  gzip_stream_cut=True))
+        elif gz_cut:
+            trace.meta.extra["truncated"]["gzip_stream_cut"] = True
         tick("done")
     return trace
 
 
-def ingest(buf: bytes, path: str | os.PathLike = "", tick=None) -> Trace:
+def ingest(buf: bytes, path: str | os.PathLike = "", tick=None, strict: bool = False) -> Trace:
     """Decoded JSON bytes (already gunzipped) -> Trace. ``path`` is for messages/meta."""
     p = Path(path)
     tick = tick or (lambda stage, frac=None: None)
     if buf[:3] == b"\xef\xbb\xbf":  # UTF-8 BOM (some Windows tools write one)
         buf = memoryview(buf)[3:]
+    text = buf
+    cut = None
     tick("parse")
-    doc, events, lenient = _decode(p, buf)
+    try:
+        try:
+            doc, events, lenient, batch, exact, buf = _decode_batch(p, text, tick)
+        except _Cut as e:
+            if strict:
+                raise TraceError(p, str(e)) from None
+            text, cut = _recover(p, text)
+            doc, events, lenient, batch, exact, buf = _decode_batch(p, text, tick)
+    except dec.BadEvent as e:
+        raise TraceError(p, str(e)) from None
+    except RecursionError:
+        raise TraceError(p, dec.nesting_reason(buf)) from None
+    tick("table")
+    header = _header(doc)
+    fmt_name = _format_name(header, batch, isinstance(doc, list))
+    meta = _meta(p, header, batch, fmt_name)
+    if lenient:
+        meta.extra["lenient_decode"] = True
+    if buf is not text:
+        meta.extra["invalid_utf8_replaced"] = True
+    meta.extra["exact_ts_decode"] = exact
+    del doc, events
+    try:
+        cols, n = _columns(batch, fmt_name, header, meta)
+    except dec.BadEvent as e:
+        raise TraceError(p, str(e)) from None
+    del batch
+    table = build_table(cols, n)
+    del cols
+    release_heap()
+    trace = Trace(table, meta)
+    if cut is not None:
+        from .stream import mark_truncated
+
+        mark_truncated(trace, cut)
+    return trace
+
+
+class _Cut(Exception):
+    """The JSON text ends early (msgspec: truncated); ``str()`` is the strict-mode reason."""
+
+
+def _recover(p: Path, buf) -> tuple[bytes, dict]:
+    """(the document closed after its last complete event, truncation info)."""
+    from ._json_edges import NotRecoverable, recover_document
+
+    try:
+        return recover_document(buf)
+    except NotRecoverable as e:
+        raise TraceError(p, str(e)) from None
+
+
+def _decode_batch(p: Path, buf, tick):
+    """-> (doc, events, lenient, batch, exact, buf); ``buf`` is the (repaired) text."""
+    try:
+        doc, events, lenient = _decode(p, buf)
+    except UnicodeDecodeError:
+        buf = dec.utf8_repaired(buf)
+        doc, events, lenient = _decode(p, buf)
     tick("columns")
     batch = dec.events_to_batch(events)
     exact = False
@@ -127,20 +198,7 @@ def ingest(buf: bytes, path: str | os.PathLike = "", tick=None) -> Trace:
         else:
             doc, events, lenient = _decode(p, buf, exact=True)
             batch = dec.events_to_batch(events)
-    tick("table")
-    header = _header(doc)
-    fmt_name = _format_name(header, batch, isinstance(doc, list))
-    meta = _meta(p, header, batch, fmt_name)
-    if lenient:
-        meta.extra["lenient_decode"] = True
-    meta.extra["exact_ts_decode"] = exact
-    del doc, events
-    cols, n = _columns(batch, fmt_name, header, meta)
-    del batch
-    table = build_table(cols, n)
-    del cols
-    release_heap()
-    return Trace(table, meta)
+    return doc, events, lenient, batch, exact, buf
 
 
 def _exact_ts(buf: bytes, n: int) -> np.ndarray | None:
@@ -158,20 +216,26 @@ def _used_exact(events: list) -> bool:
 
 # --- bytes --------------------------------------------------------------------
 
-def _read_bytes(p: Path, fmt: str, tick) -> bytes:
+def _read_bytes(p: Path, fmt: str, tick, strict: bool = False) -> tuple[bytes, bool]:
+    """(JSON text, whether a gzip stream ended early and was read as far as it goes)."""
     try:
         data = p.read_bytes()
     except OSError as e:
         raise TraceError(p, f"cannot read: {e.strerror or e}") from None
+    cut = False
     if fmt == "json.gz":
-        data = _gunzip(p, data, tick)
+        data, cut = _gunzip(p, data, tick, strict)
         if not data.strip():
             raise TraceError(p, "empty after gunzip")
-    return data
+    return data, cut
 
 
-def _gunzip(p: Path, data: bytes, tick) -> bytes:
-    """Inflate all gzip members, with progress; clean errors for bad input."""
+def _gunzip(p: Path, data: bytes, tick, strict: bool = False) -> tuple[bytes, bool]:
+    """Inflate all gzip members, with progress; clean errors for bad input.
+
+    A stream that ends early (a killed writer) gives what it inflated so far
+    and True, unless ``strict``.
+    """
     parts = []
     pos, n = 0, len(data)
     view = memoryview(data)
@@ -180,7 +244,10 @@ def _gunzip(p: Path, data: bytes, tick) -> bytes:
             d = _zlib.decompressobj(31)
             while not d.eof:
                 if pos >= n:
-                    raise TraceError(p, f"truncated gzip: compressed data ends at byte {n}")
+                    if strict:
+                        raise TraceError(p, f"truncated gzip: compressed data ends at byte {n}")
+                    parts.append(d.flush())
+                    return b"".join(parts), True
                 chunk = view[pos:pos + _GZ_CHUNK]
                 parts.append(d.decompress(chunk))
                 pos += len(chunk) - len(d.unused_data)
@@ -192,7 +259,7 @@ def _gunzip(p: Path, data: bytes, tick) -> bytes:
                 break
     except (zlib.error, getattr(_zlib, "error", zlib.error)) as e:
         raise TraceError(p, f"corrupt gzip: {e}") from None
-    return b"".join(parts)
+    return b"".join(parts), False
 
 
 # --- decode -------------------------------------------------------------------
@@ -204,7 +271,10 @@ def _decode(p: Path, buf: bytes, exact: bool = False):
     except msgspec.ValidationError:
         return _decode_lenient(p, buf, exact)
     except msgspec.DecodeError as e:
-        raise TraceError(p, _json_error(e, len(buf))) from None
+        reason = _json_error(e, len(buf))
+        if reason.startswith("truncated"):
+            raise _Cut(reason) from None
+        raise TraceError(p, reason) from None
     if isinstance(doc, list):
         return doc, doc, False
     if doc.traceEvents is None:
@@ -240,7 +310,10 @@ def _decode_lenient(p: Path, buf: bytes, exact: bool):
     try:
         obj = msgspec.json.Decoder(float_hook=dec.Decimal if exact else None).decode(buf)
     except msgspec.DecodeError as e:
-        raise TraceError(p, _json_error(e, len(buf))) from None
+        reason = _json_error(e, len(buf))
+        if reason.startswith("truncated"):
+            raise _Cut(reason) from None
+        raise TraceError(p, reason) from None
     if isinstance(obj, dict):
         events = obj.get("traceEvents")
         if events is None:
@@ -437,7 +510,7 @@ def _sparse_strings_at(n: int, at: np.ndarray, vals: np.ndarray) -> pa.Dictionar
     rows, vals = np.asarray(at, dtype=np.int64)[set_], vals[set_]
     codes = np.full(n, -1, dtype=np.int32)
     if len(rows):
-        c, u = pd.factorize(vals.astype(str))
+        c, u = pd.factorize(np.array([str(v) for v in vals], dtype=object))  # not fixed-width
         codes[rows] = c
         uniq = list(u)
     else:
@@ -554,8 +627,10 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     and arg columns dropped as soon as they are used (the caller consumes it)."""
     n = batch.n
     ints = batch.ints
-    name_d = _dict_encode(batch.name)
-    cat_d = _dict_encode(batch.cat)
+    name_d, clipped = dec.clip_long(_dict_encode(batch.name))
+    cat_d, clipped_cat = dec.clip_long(_dict_encode(batch.cat))
+    if clipped or clipped_cat:
+        meta.extra["long_names_clipped"] = clipped + clipped_cat
     batch.name = batch.cat = []
     kind = _kinds(batch, cat_d, name_d, fmt_name)
 
@@ -637,9 +712,7 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     coll = _collective_columns(batch, name_d, kind, n)
     args = _arg_columns(batch)
 
-    base = _as_int(header.get("baseTimeNanoseconds"), 0)
-    if base:
-        ts += base
+    dec.add_base(ts, dur, keep, _as_int(header.get("baseTimeNanoseconds"), 0), name_d)
     cols = {
         "ts": ts,
         "dur": dur,

@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from ..errors import TraceError
 from ..table import Trace, TraceMeta, build_table
-from ._nsys_db import Db, Strings, concat_dict, connect, dict_array, text
+from ._nsys_db import Db, Strings, budget_spent, concat_dict, connect, dict_array, text
 
 K = "CUPTI_ACTIVITY_KIND_"
 _API_SUFFIX = re.compile(r"_v\d+$")
@@ -83,6 +83,9 @@ def read_nsys(path: str | os.PathLike, progress: bool = False) -> Trace:
                                 "(no StringIds/CUPTI/NVTX tables)")
         return _read(db)
     except sqlite3.Error as e:
+        if budget_spent(con):
+            raise TraceError(p, "reading the database did not finish within its work budget "
+                                "(a pathological schema or query?)") from None
         raise TraceError(p, f"corrupt or unreadable SQLite database: {e}") from None
     except (ValueError, TypeError, OverflowError) as e:
         raise TraceError(p, f"unexpected content in nsys export: {e}") from None
@@ -320,7 +323,9 @@ def _remap(arr: pa.DictionaryArray, new_values: np.ndarray) -> pa.DictionaryArra
     """Same rows, dictionary values replaced (and deduplicated)."""
     if len(new_values) == 0:
         return dict_array(np.full(len(arr), -1), np.empty(0, object))
-    uniq, inv = np.unique(new_values.astype(str), return_inverse=True)
+    # object array of str, never the fixed-width "U" dtype (padded to the longest name)
+    uniq, inv = np.unique(np.array([str(v) for v in new_values], dtype=object),
+                          return_inverse=True)
     codes = _codes(arr)
     pos = np.where(codes >= 0, inv[np.clip(codes, 0, None)], -1)
     return dict_array(pos, uniq.astype(object))

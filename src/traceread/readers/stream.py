@@ -29,7 +29,6 @@ import functools
 import mmap
 import multiprocessing as mp
 import os
-import re
 import time
 import zlib
 from collections import deque
@@ -43,39 +42,31 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..detect import sniff
+from ..detect import read_head, sniff
 from ..errors import TraceError
 from ..table import Trace, build_table, release_heap
 from . import _kineto_decode as dec
+# (re-exported: the byte-level helpers lived here before; tests and callers use them)
+from ._json_edges import (_BOUNDARY_ANY, _BOUNDARY_NL, _HEAD_SCAN, _KEY_RE, _TAIL_SCAN,  # noqa: F401
+                          Inflater, NotRecoverable, Truncated, _last_boundary, _next_start,
+                          _zlib, check_cut, close_document, find_array_end, find_array_start,
+                          find_boundary, last_complete_event, recover_cut, truncation_info)
 
 CHUNK_BYTES = 16 << 20          # decoded per task; ~0.25 s of work, ~80 MB peak per worker
 STREAM_MIN_BYTES = 32 << 20     # read() streams files at least this big (uncompressed estimate);
                                 # at 61 MB both paths take ~1.5 s, streaming peaks at 215 vs 347 MB
 GZ_RATIO_GUESS = 10             # typical Kineto gzip ratio, for the size estimate only
-_TAIL_SCAN = 4 << 20            # the closing ']' of traceEvents is searched in the last 4 MB
-_HEAD_SCAN = 64 << 20           # "traceEvents" key must start within the first 64 MB
 
-# Event boundary "}" "," "{". A newline inside the gap proves we are not inside a
-# JSON string (strings cannot hold raw newlines); Kineto writes one there.
-_BOUNDARY_NL = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{|\}[ \t\r]*\n[ \t\r\n]*,[ \t\r\n]*\{")
-_BOUNDARY_ANY = re.compile(rb"\}\s*,\s*\{")
 # A mis-cut heals after one merge; a chunk still invalid at this many chunk sizes
 # (or 1 MB) is bad JSON, reported as such -- memory stays bounded either way.
 _MERGE_CHUNKS = 4
-_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
-
-try:  # python-isal inflates ~3x faster than stdlib zlib (see docs/performance.md)
-    from isal import igzip as _gzip
-except ImportError:  # pragma: no cover - depends on the environment
-    import gzip as _gzip
 
 
 def estimated_raw_size(path: str | os.PathLike) -> int:
     """Uncompressed size estimate used to choose the streaming path."""
     size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        if f.read(2) == b"\x1f\x8b":
-            return size * GZ_RATIO_GUESS
+    if read_head(path, 2) == b"\x1f\x8b":  # read_head: a FIFO is refused, never waited on
+        return size * GZ_RATIO_GUESS
     return size
 
 
@@ -100,6 +91,7 @@ class Chunk:
     tid_str: dict
     ts_lossy: bool
     meta_events: list
+    utf8_repaired: bool = False
 
 
 def _code(values: list):
@@ -344,63 +336,31 @@ def _decode_bytes(buf: bytes, exact: bool, lenient: bool):
 
 
 def _decode_guarded(buf, exact: bool, lenient: bool):
-    """-> ("ok", batch) | ("invalid", message) | ("types", message) (pickle-safe)."""
+    """-> ("ok", chunk) | ("invalid" | "types" | "bad", message) (pickle-safe).
+
+    "bad" is content no retry can fix (a name that is an object, a timestamp
+    out of range, nesting too deep); invalid UTF-8 is repaired, not refused.
+    """
     try:
-        return "ok", decode_chunk(buf, exact, lenient)
+        return "ok", _decode_repairing(buf, exact, lenient)
     except msgspec.ValidationError as e:
         return "types", str(e)
     except msgspec.DecodeError as e:
         return "invalid", str(e)
+    except dec.BadEvent as e:
+        return "bad", str(e)
+    except RecursionError:
+        return "bad", dec.nesting_reason(buf)
 
 
-# --- boundaries ------------------------------------------------------------------
-
-def find_boundary(buf, pos: int, end: int) -> int:
-    """First event boundary at or after ``pos``: index just past the ``}``; -1 if none.
-
-    Prefers a boundary with a newline in the gap (provably outside strings).
-    """
-    window = 1 << 20
-    while pos < end:
-        hi = min(end, pos + window)
-        m = _BOUNDARY_NL.search(buf, pos, hi)
-        if m is None:
-            m = _BOUNDARY_ANY.search(buf, pos, hi)
-        if m is not None:
-            return m.start() + 1
-        if hi >= end:
-            return -1
-        pos = hi - 64  # overlap so a boundary straddling windows is seen
-    return -1
-
-
-def _next_start(buf, cut: int) -> int:
-    """Index of the ``{`` that starts the event after a boundary ending at ``cut``."""
-    m = re.compile(rb"\s*,\s*").match(buf, cut)
-    return m.end()
-
-
-def _last_boundary(buf, lo: int, hi: int) -> int:
-    """Last event boundary in buf[lo:hi]; index just past the ``}``; -1 if none."""
-    last = -1
-    for pat in (_BOUNDARY_NL, _BOUNDARY_ANY):
-        for m in pat.finditer(buf, lo, hi):
-            last = m.start() + 1
-        if last >= 0:
-            return last
-    return -1
-
-
-def find_array_start(head) -> int:
-    """Index just past the ``[`` that opens traceEvents (or the top-level array)."""
-    i = 0
-    n = len(head)
-    while i < n and head[i] in b" \t\r\n\xef\xbb\xbf":
-        i += 1
-    if i < n and head[i:i + 1] == b"[":
-        return i + 1
-    m = _KEY_RE.search(head)
-    return m.end() if m else -1
+def _decode_repairing(buf, exact: bool, lenient: bool) -> Chunk:
+    """``decode_chunk``, again with U+FFFD for invalid UTF-8 if the bytes need it."""
+    try:
+        return decode_chunk(buf, exact, lenient)
+    except UnicodeDecodeError:
+        chunk = decode_chunk(dec.utf8_repaired(buf), exact, lenient)
+        chunk.utf8_repaired = True
+        return chunk
 
 
 def _no_events(buf, whole: bool) -> str:
@@ -415,55 +375,6 @@ def _no_events(buf, whole: bool) -> str:
             return _json_error(e, len(data))
         return _not_a_trace(data)
     return "JSON but no traceEvents array in the first 64 MB: not a trace"
-
-
-def _events_like(buf) -> bool:
-    """True when ``buf`` (a JSON array text) holds event objects (each has "ph")."""
-    try:
-        items = msgspec.json.decode(buf)
-    except msgspec.DecodeError:
-        return False
-    return isinstance(items, list) and all(isinstance(e, dict) and "ph" in e for e in items)
-
-
-def find_array_end(buf, lo: int, prefix: bytes) -> int:
-    """Index of the ``]`` closing traceEvents, searched backwards from the end of ``buf``.
-
-    A candidate is accepted when (a) ``prefix + "[]" + rest`` is valid JSON and
-    (b) the last item before it is an event object -- this skips arrays in
-    keys written after traceEvents (newer Kineto puts deviceProperties there).
-    """
-    n = len(buf)
-    lo = max(lo, n - _TAIL_SCAN)
-    p = n
-    while True:
-        p = buf.rfind(b"]", lo, p)
-        if p < 0:
-            return -1
-        rest = bytes(buf[p + 1:])
-        try:
-            msgspec.json.decode(prefix + b"[]" + rest)
-        except msgspec.DecodeError:
-            continue
-        w0 = max(lo, p - (1 << 20))
-        before = bytes(buf[w0:p]).rstrip()
-        if before.endswith(b"[") or _last_item_is_event(before, whole=(w0 == lo)):
-            return p
-
-
-def _last_item_is_event(body: bytes, whole: bool) -> bool:
-    """Is the text after the last real event boundary in ``body`` one event object?
-
-    Boundary candidates are tried from the end (a candidate may sit inside a
-    string or nested object; the decode check rejects those).
-    """
-    starts = [_next_start(body, m.start() + 1) for m in _BOUNDARY_ANY.finditer(body)]
-    if whole:
-        starts.insert(0, len(body) - len(body.lstrip()))
-    for s in reversed(starts[-64:]):
-        if _events_like(b"[" + body[s:] + b"]"):
-            return True
-    return False
 
 
 # --- drivers -----------------------------------------------------------------------
@@ -518,8 +429,11 @@ class _Bad(Exception):
 
 
 def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | None = None,
-                chunk_bytes: int = CHUNK_BYTES) -> Trace:
-    """Streaming equivalent of ``read_kineto``: same ``Trace``, bounded memory."""
+                chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> Trace:
+    """Streaming equivalent of ``read_kineto``: same ``Trace``, bounded memory.
+
+    A file cut short is read up to its last complete event (``strict``: refused).
+    """
     p = Path(path)
     fmt = sniff(p)
     if fmt == "sqlite":
@@ -531,12 +445,13 @@ def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | 
     with _progress(p, progress) as tick:
         while True:  # at most three passes: float ts, then exact ts, then lenient types
             try:
+                cut: dict = {}
                 if fmt == "json.gz":
                     prefix, suffix, batches = _gz_batches(p, workers, chunk_bytes, exact,
-                                                          lenient, tick)
+                                                          lenient, tick, cut, strict)
                 else:
                     prefix, suffix, batches = _mmap_batches(p, workers, chunk_bytes, exact,
-                                                            lenient, tick)
+                                                            lenient, tick, cut, strict)
             except _Bad as bad:
                 if bad.kind == "lossy" and not exact:
                     exact = True
@@ -548,8 +463,15 @@ def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | 
             break
         tick("table")
         trace = _finish(p, prefix, suffix, batches, exact, lenient)
+        if cut:
+            mark_truncated(trace, cut)
         tick("done")
     return trace
+
+
+def mark_truncated(trace: Trace, info: dict) -> None:
+    """Record a recovered cut in the trace's meta (rows of the table = events recovered)."""
+    trace.meta.extra["truncated"] = {**info, "events_recovered": len(trace)}
 
 
 def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
@@ -567,6 +489,7 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
             doc, _, _ = K._decode_lenient(p, skeleton, exact)
         except msgspec.DecodeError as e:
             raise TraceError(p, K._json_error(e, len(skeleton))) from None
+    repaired = any(c.utf8_repaired for c in batches)
     batch = chunks_to_batch(batches) if batches else dec.events_to_batch([])
     batches.clear()
     release_heap()
@@ -575,8 +498,13 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
     meta = K._meta(p, header, batch, fmt_name)
     if lenient:
         meta.extra["lenient_decode"] = True
+    if repaired:
+        meta.extra["invalid_utf8_replaced"] = True
     meta.extra["exact_ts_decode"] = bool(exact and batch.n)
-    cols, n = K._columns(batch, fmt_name, header, meta)
+    try:
+        cols, n = K._columns(batch, fmt_name, header, meta)
+    except dec.BadEvent as e:
+        raise TraceError(p, str(e)) from None
     del batch
     table = build_table(cols, n)
     del cols
@@ -588,6 +516,8 @@ def _check(result, batches: list, where: str = "") -> None:
     status, val = result
     if status == "types":
         raise _Bad("types", val)
+    if status == "bad":
+        raise _Bad("bad", f"{val}{where}")
     if status != "ok":
         raise _Bad("invalid", _chunk_error(val, where))
     if val.ts_lossy:
@@ -648,7 +578,7 @@ def _collect(pairs, fn, merge, where, size, merge_cap: int, tick=None, done=None
 
 
 def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: bool,
-                  tick=None):
+                  tick=None, cut: dict | None = None, strict: bool = False):
     try:
         f = open(p, "rb")
     except OSError as e:
@@ -660,10 +590,10 @@ def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient:
             raise _Bad("invalid", _no_events(mm, size <= _HEAD_SCAN))
         prefix = bytes(mm[:start - 1])
         end = find_array_end(mm, start, prefix)
-        if end < 0:
-            raise _Bad("invalid", f"truncated JSON at byte {size} (traceEvents array never "
-                                  "closed; file cut short?)")
-        suffix = bytes(mm[end + 1:])
+        if end >= 0:
+            suffix = bytes(mm[end + 1:])
+        else:
+            end, suffix = _recover_mmap(mm, start, prefix, strict, cut)
         ranges = _split(mm, start, end, chunk_bytes)
     fn = functools.partial(_decode_range_item, str(p), exact, lenient)
     batches = _collect(_map_ordered(fn, ranges, min(workers, len(ranges))), fn,
@@ -671,6 +601,21 @@ def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient:
                        lambda r: r[1] - r[0], max(_MERGE_CHUNKS * chunk_bytes, 1 << 20),
                        tick, lambda r: r[1] / max(1, size))
     return prefix, suffix, batches
+
+
+def _recover_mmap(mm, start: int, prefix: bytes, strict: bool, cut: dict | None):
+    """(end of the recovered events, skeleton suffix) of a plain file cut short."""
+    try:
+        end = recover_cut(mm, start, prefix)
+    except NotRecoverable as e:
+        raise _Bad("invalid", str(e)) from None
+    if strict:
+        raise _Bad("invalid", f"truncated JSON at byte {len(mm)} (traceEvents array never "
+                              "closed; file cut short?)")
+    if cut is not None:
+        cut.update(truncation_info(len(mm), end, len(mm)))
+    top_list = not prefix.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
+    return end, (b"" if top_list else b"}")
 
 
 def _split(buf, start: int, end: int, chunk_bytes: int) -> list[tuple[int, int]]:
@@ -693,25 +638,32 @@ def _split(buf, start: int, end: int, chunk_bytes: int) -> list[tuple[int, int]]
 class _GzChunks:
     """Iterate event-aligned chunks of an inflating gzip stream; sets prefix/suffix."""
 
-    def __init__(self, p: Path, chunk_bytes: int):
-        self.p, self.chunk_bytes = p, chunk_bytes
+    def __init__(self, p: Path, chunk_bytes: int, strict: bool = False):
+        self.p, self.chunk_bytes, self.strict = p, chunk_bytes, strict
         self.prefix = self.suffix = b""
         self.inflated = 0
+        self.gz_cut = False   # the compressed stream ended early (not strict: read on)
+        self.cut: dict = {}   # truncation_info when the JSON was cut short
 
     def __iter__(self):
         try:
-            f = _gzip.open(self.p, "rb")
+            f = open(self.p, "rb")
         except OSError as e:
             raise TraceError(self.p, f"cannot read: {e.strerror or e}") from None
         with f:
-            yield from self._chunks(f)
+            yield from self._chunks(Inflater(f))
 
     def _read(self, f) -> bytes:
+        if self.gz_cut:
+            return b""
         try:
             b = f.read(self.chunk_bytes)
         except EOFError:
-            raise _Bad("invalid", "truncated gzip: compressed data ends early") from None
-        except (OSError, zlib.error) as e:
+            if self.strict:
+                raise _Bad("invalid", "truncated gzip: compressed data ends early") from None
+            self.gz_cut = True  # everything inflated so far is kept; the cut is handled below
+            return b""
+        except (OSError, zlib.error, getattr(_zlib, "error", zlib.error)) as e:
             raise _Bad("invalid", f"corrupt gzip: {e}") from None
         self.inflated += len(b)
         return b
@@ -752,20 +704,38 @@ class _GzChunks:
             del buf[:nxt]
             yield item
         end = find_array_end(buf, 0, self.prefix)
-        if end < 0:
-            raise _Bad("invalid", f"truncated JSON at byte {self.inflated} of the inflated data "
-                                  "(traceEvents array never closed; file cut short?)")
-        self.suffix = bytes(buf[end + 1:])
+        if end >= 0:
+            self.suffix = bytes(buf[end + 1:])
+        else:
+            end = self._recover(buf)
         last = bytes(buf[:end]).strip()
         del buf
         if last:
             yield last, b""
 
 
+    def _recover(self, buf) -> int:
+        """End of the recoverable events in the unyielded tail ``buf`` of a cut stream."""
+        where = " of the inflated data"
+        try:
+            end = recover_cut(buf, 0, self.prefix, where)
+        except NotRecoverable as e:
+            raise _Bad("invalid", str(e)) from None
+        if self.strict:
+            raise _Bad("invalid", f"truncated JSON at byte {self.inflated}{where} "
+                                  "(traceEvents array never closed; file cut short?)")
+        top_list = not self.prefix.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
+        self.suffix = b"" if top_list else b"}"
+        base = self.inflated - len(buf)  # inflated offset of buf[0]
+        self.cut = truncation_info(self.inflated, base + end, self.inflated,
+                                   gzip_stream_cut=self.gz_cut)
+        return end
+
+
 def _gz_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: bool,
-                tick=None):
+                tick=None, cut: dict | None = None, strict: bool = False):
     """Inflate here (one stream: gzip is not splittable); decode chunks in workers."""
-    chunks = _GzChunks(p, chunk_bytes)
+    chunks = _GzChunks(p, chunk_bytes, strict)
     guess = max(1, estimated_raw_size(p))
     fn = functools.partial(_decode_bytes_item, exact, lenient)
     # a merge keeps the original separator bytes: a mis-cut may sit inside a string
@@ -774,6 +744,12 @@ def _gz_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: b
                        lambda d: " in the inflated data", lambda d: len(d[0]),
                        max(_MERGE_CHUNKS * chunk_bytes, 1 << 20),
                        tick, lambda d: min(0.99, chunks.inflated / guess))
+    if cut is not None:
+        if chunks.cut:
+            cut.update(chunks.cut)
+        elif chunks.gz_cut:  # the JSON happened to be complete: nothing lost but the trailer
+            cut.update(truncation_info(chunks.inflated, chunks.inflated, chunks.inflated,
+                                       gzip_stream_cut=True))
     return chunks.prefix, chunks.suffix, batches
 
 

@@ -86,7 +86,9 @@ def _trace(a) -> dict:
     return {"path": m.path, "format": m.format, "format_version": m.format_version,
             "producer": m.producer, "rank": m.rank, "world_size": m.world_size,
             "events": a.events, "span_ns": a.span_ns,
-            "devices": [_py(d) for d in m.devices]}
+            "devices": [_py(d) for d in m.devices],
+            # a trace cut short: where, and how much was recovered (else null)
+            "truncated": _py(m.extra.get("truncated"))}
 
 
 def _steps(a) -> dict:
