@@ -47,6 +47,8 @@ class TraceInfo(_S):
     events: int
     span_ns: int
     devices: list[dict[str, Any]]
+    # a trace cut short: truncated_at_byte, bytes_recovered, share_of_file, events_recovered...
+    truncated: Optional[dict[str, Any]] = None
 
 
 class StepStats(_S):
