@@ -243,7 +243,7 @@ class Action(_S):
 
     cause: str
     saves_ns: int
-    saves_pct: float
+    saves_pct: Optional[float]          # null for GPU-bound actions (a share of busy time)
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
     culprit: Optional[str]
@@ -252,7 +252,7 @@ class Action(_S):
 
 class WhatIf(_S):
     saves_ns: int
-    saves_pct: float
+    saves_pct: Optional[float]
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
 

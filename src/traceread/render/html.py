@@ -174,7 +174,8 @@ def _actions(v: dict) -> str:
     for x in acts:
         per = x.get("saves_per_step_ns")
         gain = f"saves {fmt_ns(per)} per step" if per else f"saves {fmt_ns(x.get('saves_ns', 0))}"
-        gain += f" ({x.get('saves_pct', 0):.1f}% of the window)"
+        if isinstance(x.get("saves_pct"), (int, float)):
+            gain += f" ({x['saves_pct']:.1f}% of the window)"
         if x.get("projected_step_ns"):
             gain += f", step → {fmt_ns(x['projected_step_ns'])}"
         culprit = f"<br><span class='meta'>{escape(str(x['culprit']))}</span>" if x.get("culprit") else ""
