@@ -39,9 +39,24 @@ def _die(message: str, code: int = 1) -> None:
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="traceread")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _p, v: _version(ctx) if v else None,
+              help="Show the version and the JSON decoder in use, then exit.")
 def main() -> None:
     """Why is the GPU underfed? Analyse torch.profiler (Kineto) and Nsight Systems traces."""
+
+
+def _version(ctx: click.Context) -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ..readers import decoder_name
+
+    try:
+        v = version("traceread")
+    except PackageNotFoundError:
+        v = "unknown"
+    click.echo(f"traceread, version {v}\nJSON chunk decoder: {decoder_name()}")
+    ctx.exit()
 
 
 def _register() -> None:

@@ -44,7 +44,7 @@ def _read_uncached(path, fmt: str, progress: bool, stream: bool | None,
     from . import stream as _stream
 
     if stream is None:
-        stream = _stream.estimated_raw_size(path) >= _stream.STREAM_MIN_BYTES
+        stream = _stream.estimated_raw_size(path) >= _stream.stream_min_bytes()
     if stream:
         return _stream.read_stream(path, progress=progress, strict=strict)
     from .kineto import read_kineto
@@ -52,4 +52,11 @@ def _read_uncached(path, fmt: str, progress: bool, stream: bool | None,
     return read_kineto(path, progress=progress, strict=strict)
 
 
-__all__ = ["read", "TraceError"]
+def decoder_name() -> str:
+    """Which chunk decoder the streaming JSON reader uses: native C or msgspec."""
+    from ._native import decoder_name as name
+
+    return name()
+
+
+__all__ = ["read", "TraceError", "decoder_name"]

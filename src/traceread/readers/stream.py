@@ -46,6 +46,7 @@ from ..detect import read_head, sniff
 from ..errors import TraceError
 from ..table import Trace, build_table, release_heap
 from . import _kineto_decode as dec
+from . import _native
 # (re-exported: the byte-level helpers lived here before; tests and callers use them)
 from ._json_edges import (_BOUNDARY_ANY, _BOUNDARY_NL, _HEAD_SCAN, _KEY_RE, _TAIL_SCAN,  # noqa: F401
                           Inflater, NotRecoverable, Truncated, _last_boundary, _next_start,
@@ -55,6 +56,7 @@ from ._json_edges import (_BOUNDARY_ANY, _BOUNDARY_NL, _HEAD_SCAN, _KEY_RE, _TAI
 CHUNK_BYTES = 16 << 20          # decoded per task; ~0.25 s of work, ~80 MB peak per worker
 STREAM_MIN_BYTES = 32 << 20     # read() streams files at least this big (uncompressed estimate);
                                 # at 61 MB both paths take ~1.5 s, streaming peaks at 215 vs 347 MB
+STREAM_MIN_BYTES_NATIVE = 2 << 20  # with the native decoder streaming wins from ~1 MB (1 worker)
 GZ_RATIO_GUESS = 10             # typical Kineto gzip ratio, for the size estimate only
 
 # A mis-cut heals after one merge; a chunk still invalid at this many chunk sizes
@@ -68,6 +70,13 @@ def estimated_raw_size(path: str | os.PathLike) -> int:
     if read_head(path, 2) == b"\x1f\x8b":  # read_head: a FIFO is refused, never waited on
         return size * GZ_RATIO_GUESS
     return size
+
+
+def stream_min_bytes() -> int:
+    """Uncompressed size (estimate) from which ``read()`` takes this path."""
+    if _native.wanted():
+        return min(STREAM_MIN_BYTES, STREAM_MIN_BYTES_NATIVE)
+    return STREAM_MIN_BYTES
 
 
 # --- worker side ----------------------------------------------------------------
@@ -291,8 +300,12 @@ def chunks_to_batch(chunks: list) -> dec.Batch:
                      meta_events=[m for c in chunks for m in c.meta_events])
 
 
-def decode_chunk(buf, exact: bool = False, lenient: bool = False) -> Chunk:
+def decode_chunk(buf, exact: bool = False, lenient: bool = False, native: bool = True) -> Chunk:
     """``[`` + events + ``]`` bytes -> Chunk. Raises msgspec errors."""
+    if native and not lenient:  # native decoder when built; it declines odd chunks (None)
+        chunk = _native.decode(buf, exact)
+        if chunk is not None:
+            return chunk
     if lenient:
         from .kineto import _coerce_event
 
@@ -319,8 +332,17 @@ def _wrap(view) -> bytearray:
 def _decode_range(path: str, start: int, end: int, exact: bool, lenient: bool):
     """Worker task for a memory-mapped plain file: bytes [start, end) are events."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        buf = _wrap(memoryview(mm)[start:end])
-    return _decode_guarded(buf, exact, lenient)
+        with memoryview(mm)[start:end] as view:
+            chunk = _native_bare(view, exact, lenient)
+            if chunk is not None:
+                return "ok", chunk
+            buf = _wrap(view)
+    return _decode_guarded(buf, exact, lenient, native=False)
+
+
+def _native_bare(view, exact: bool, lenient: bool):
+    """The native decode of the events in place (no ``[`` ``]`` copy); None: not done."""
+    return None if lenient else _native.decode(view, exact, bare=True)
 
 
 def _decode_range_item(path: str, exact: bool, lenient: bool, r: tuple):
@@ -332,17 +354,20 @@ def _decode_bytes_item(exact: bool, lenient: bool, item: tuple):
 
 
 def _decode_bytes(buf: bytes, exact: bool, lenient: bool):
-    return _decode_guarded(_wrap(buf), exact, lenient)
+    chunk = _native_bare(buf, exact, lenient)
+    if chunk is not None:
+        return "ok", chunk
+    return _decode_guarded(_wrap(buf), exact, lenient, native=False)
 
 
-def _decode_guarded(buf, exact: bool, lenient: bool):
+def _decode_guarded(buf, exact: bool, lenient: bool, native: bool = True):
     """-> ("ok", chunk) | ("invalid" | "types" | "bad", message) (pickle-safe).
 
     "bad" is content no retry can fix (a name that is an object, a timestamp
     out of range, nesting too deep); invalid UTF-8 is repaired, not refused.
     """
     try:
-        return "ok", _decode_repairing(buf, exact, lenient)
+        return "ok", _decode_repairing(buf, exact, lenient, native)
     except msgspec.ValidationError as e:
         return "types", str(e)
     except msgspec.DecodeError as e:
@@ -353,12 +378,12 @@ def _decode_guarded(buf, exact: bool, lenient: bool):
         return "bad", dec.nesting_reason(buf)
 
 
-def _decode_repairing(buf, exact: bool, lenient: bool) -> Chunk:
+def _decode_repairing(buf, exact: bool, lenient: bool, native: bool = True) -> Chunk:
     """``decode_chunk``, again with U+FFFD for invalid UTF-8 if the bytes need it."""
     try:
-        return decode_chunk(buf, exact, lenient)
+        return decode_chunk(buf, exact, lenient, native)
     except UnicodeDecodeError:
-        chunk = decode_chunk(dec.utf8_repaired(buf), exact, lenient)
+        chunk = decode_chunk(dec.utf8_repaired(buf), exact, lenient, native)
         chunk.utf8_repaired = True
         return chunk
 
@@ -440,7 +465,8 @@ def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | 
         raise TraceError(p, "is an SQLite database, not a JSON trace")
     from .kineto import _progress
 
-    workers = workers or default_workers()
+    if not workers:  # a pool costs ~0.3 s to start: only for files of several chunks
+        workers = max(1, min(default_workers(), estimated_raw_size(p) // (2 * chunk_bytes)))
     exact = lenient = False
     with _progress(p, progress) as tick:
         while True:  # at most three passes: float ts, then exact ts, then lenient types
@@ -754,4 +780,4 @@ def _gz_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: b
 
 
 __all__ = ["read_stream", "decode_chunk", "find_boundary", "find_array_start", "find_array_end",
-           "estimated_raw_size", "STREAM_MIN_BYTES", "CHUNK_BYTES"]
+           "estimated_raw_size", "STREAM_MIN_BYTES", "CHUNK_BYTES", "stream_min_bytes"]

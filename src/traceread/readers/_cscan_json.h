@@ -1,0 +1,457 @@
+/* JSON lexing: whitespace, strings, numbers, literals, skipped values, objects.
+ * Part of _cscan.c (included once, from there; not a public header). */
+#ifndef _CSCAN_JSON_H
+#define _CSCAN_JSON_H
+
+/* --- the scanner ---------------------------------------------------------- */
+
+typedef struct {
+    const unsigned char *p, *end;
+    Buf scratch; /* decoded escaped strings */
+} P;
+
+/* The per-token scanners are forced inline: ~10% of the scan time was calls. */
+#if defined(__GNUC__)
+#define HOT static inline __attribute__((always_inline))
+#else
+#define HOT static inline
+#endif
+
+/* Result codes of the scanning functions. */
+#define OK 0
+#define BAD (-1)  /* hand the chunk to Python */
+#define ERR (-2)  /* Python exception set (memory) */
+
+static unsigned char WS[256];
+static unsigned char STR_STOP[256]; /* '"', '\\', control chars */
+
+static inline void skip_ws(P *p)
+{
+    const unsigned char *s = p->p, *end = p->end;
+    /* most gaps are empty or one space: decide those without a loop */
+    if (s >= end || !WS[*s])
+        return;
+    if (s + 1 < end && !WS[s[1]]) {
+        p->p = s + 1;
+        return;
+    }
+#ifdef __SSE2__
+    /* Kineto's indented layout: newline + a run of spaces, 16 bytes at a time */
+    const __m128i sp = _mm_set1_epi8(' '), nl = _mm_set1_epi8('\n');
+    const __m128i cr = _mm_set1_epi8('\r'), tab = _mm_set1_epi8('\t');
+    while (end - s >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)s);
+        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sp), _mm_cmpeq_epi8(v, nl)),
+                                  _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, tab)));
+        unsigned mask = (unsigned)_mm_movemask_epi8(ws) ^ 0xFFFFu;
+        if (mask) {
+            p->p = s + __builtin_ctz(mask);
+            return;
+        }
+        s += 16;
+    }
+#endif
+    while (s < end && WS[*s])
+        s++;
+    p->p = s;
+}
+
+static inline int peek(P *p) { return p->p < p->end ? *p->p : -1; }
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int read_u4(const unsigned char *s, const unsigned char *end, unsigned *out)
+{
+    if (end - s < 4)
+        return BAD;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(s[i]);
+        if (h < 0)
+            return BAD;
+        v = v * 16 + (unsigned)h;
+    }
+    *out = v;
+    return OK;
+}
+
+/* p at '"'. Validates escapes (surrogates must pair) and control chars. */
+HOT int scan_string(P *p, Tok *t)
+{
+    const unsigned char *s = ++p->p, *end = p->end;
+    int esc = 0;
+    for (;;) {
+#ifdef __SSE2__
+        /* 16 bytes at a time: stop at '"', '\\' or a control char */
+        const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+        const __m128i ctl = _mm_set1_epi8(0x1F), flip = _mm_set1_epi8((char)0x80);
+        while (end - s >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)s);
+            /* unsigned c <= 0x1F via signed compare after flipping the top bit */
+            __m128i lo = _mm_cmpgt_epi8(_mm_xor_si128(ctl, flip), _mm_xor_si128(v, flip));
+            __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote),
+                                                    _mm_cmpeq_epi8(v, bslash)),
+                                       _mm_or_si128(lo, _mm_cmpeq_epi8(v, ctl)));
+            int mask = _mm_movemask_epi8(hit);
+            if (mask) {
+                s += __builtin_ctz((unsigned)mask);
+                break;
+            }
+            s += 16;
+        }
+#endif
+        while (s + 8 <= end) { /* unrolled fast path over plain bytes */
+            if (STR_STOP[s[0]]) break;
+            if (STR_STOP[s[1]]) { s += 1; break; }
+            if (STR_STOP[s[2]]) { s += 2; break; }
+            if (STR_STOP[s[3]]) { s += 3; break; }
+            if (STR_STOP[s[4]]) { s += 4; break; }
+            if (STR_STOP[s[5]]) { s += 5; break; }
+            if (STR_STOP[s[6]]) { s += 6; break; }
+            if (STR_STOP[s[7]]) { s += 7; break; }
+            s += 8;
+        }
+        while (s < end && !STR_STOP[*s])
+            s++;
+        if (s >= end)
+            return BAD;
+        if (*s == '"')
+            break;
+        if (*s != '\\')
+            return BAD; /* raw control character */
+        esc = 1;
+        if (s + 1 >= end)
+            return BAD;
+        unsigned char c = s[1];
+        if (c == 'u') {
+            unsigned u;
+            if (read_u4(s + 2, end, &u) < 0)
+                return BAD;
+            s += 6;
+            if (u >= 0xDC00 && u <= 0xDFFF)
+                return BAD;
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                unsigned lo;
+                if (end - s < 6 || s[0] != '\\' || s[1] != 'u' || read_u4(s + 2, end, &lo) < 0
+                    || lo < 0xDC00 || lo > 0xDFFF)
+                    return BAD;
+                s += 6;
+            }
+        }
+        else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
+                 c == 'r' || c == 't')
+            s += 2;
+        else
+            return BAD;
+    }
+    if (t) {
+        t->type = T_STR;
+        t->s = p->p;
+        t->len = s - p->p;
+        t->esc = (unsigned char)esc;
+    }
+    p->p = s + 1;
+    return OK;
+}
+
+/* p at '-' or a digit: JSON number grammar, strict. */
+HOT int scan_number(P *p, Tok *t)
+{
+    const unsigned char *s = p->p, *end = p->end;
+    int is_float = 0;
+    if (s < end && *s == '-')
+        s++;
+    if (s >= end)
+        return BAD;
+    if (*s == '0')
+        s++;
+    else if (*s >= '1' && *s <= '9')
+        while (s < end && *s >= '0' && *s <= '9')
+            s++;
+    else
+        return BAD;
+    if (s < end && *s == '.') {
+        is_float = 1;
+        s++;
+        if (s >= end || !(*s >= '0' && *s <= '9'))
+            return BAD;
+        while (s < end && *s >= '0' && *s <= '9')
+            s++;
+    }
+    if (s < end && (*s == 'e' || *s == 'E')) {
+        is_float = 1;
+        s++;
+        if (s < end && (*s == '+' || *s == '-'))
+            s++;
+        if (s >= end || !(*s >= '0' && *s <= '9'))
+            return BAD;
+        while (s < end && *s >= '0' && *s <= '9')
+            s++;
+    }
+    if (t) {
+        t->type = is_float ? T_FLOAT : T_INT;
+        t->s = p->p;
+        t->len = s - p->p;
+        t->esc = 0;
+    }
+    p->p = s;
+    return OK;
+}
+
+static int scan_literal(P *p, const char *lit, Py_ssize_t n)
+{
+    if (p->end - p->p < n || memcmp(p->p, lit, (size_t)n) != 0)
+        return BAD;
+    p->p += n;
+    return OK;
+}
+
+/* A scalar value into t (NULL: just validate). Containers: BAD (caller skips them). */
+HOT int scan_scalar(P *p, Tok *t)
+{
+    int c = peek(p);
+    const unsigned char *s0 = p->p;
+    int type;
+    switch (c) {
+    case '"':
+        return scan_string(p, t);
+    case 't': type = T_TRUE; if (scan_literal(p, "true", 4)) return BAD; break;
+    case 'f': type = T_FALSE; if (scan_literal(p, "false", 5)) return BAD; break;
+    case 'n': type = T_NULL; if (scan_literal(p, "null", 4)) return BAD; break;
+    default:
+        if (c == '-' || (c >= '0' && c <= '9'))
+            return scan_number(p, t);
+        return BAD;
+    }
+    if (t) {
+        t->type = (unsigned char)type;
+        t->s = s0;
+        t->len = p->p - s0;
+        t->esc = 0;
+    }
+    return OK;
+}
+
+/* Skip any JSON value (validated), iteratively: no recursion on deep nesting. */
+static int skip_value(P *p)
+{
+    unsigned char stack[MAX_DEPTH]; /* '{' or '[' */
+    int depth = 0;
+    int c;
+value:
+    c = peek(p);
+    if (c == '{' || c == '[') {
+        if (depth >= MAX_DEPTH)
+            return BAD;
+        stack[depth++] = (unsigned char)c;
+        p->p++;
+        skip_ws(p);
+        if (peek(p) == (c == '{' ? '}' : ']')) {
+            p->p++;
+            depth--;
+            goto after;
+        }
+        if (c == '{')
+            goto key;
+        goto value;
+    }
+    if (scan_scalar(p, NULL) < 0)
+        return BAD;
+after:
+    if (depth == 0)
+        return OK;
+    skip_ws(p);
+    c = peek(p);
+    if (c == ',') {
+        p->p++;
+        skip_ws(p);
+        if (stack[depth - 1] == '{')
+            goto key;
+        goto value;
+    }
+    if (c == (stack[depth - 1] == '{' ? '}' : ']')) {
+        p->p++;
+        depth--;
+        goto after;
+    }
+    return BAD;
+key:
+    if (peek(p) != '"' || scan_string(p, NULL) < 0)
+        return BAD;
+    skip_ws(p);
+    if (peek(p) != ':')
+        return BAD;
+    p->p++;
+    skip_ws(p);
+    goto value;
+}
+
+/* A value for a known key: scalars are recorded, containers skipped and typed. */
+static int scan_known(P *p, Tok *t)
+{
+    int c = peek(p);
+    if (c == '{' || c == '[') {
+        t->type = c == '{' ? T_OBJ : T_ARR;
+        t->s = p->p;
+        if (skip_value(p) < 0)
+            return BAD;
+        t->len = p->p - t->s;
+        return OK;
+    }
+    return scan_scalar(p, t);
+}
+
+#define KEY(lit) (n == (Py_ssize_t)sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
+
+HOT int event_key(const unsigned char *k, Py_ssize_t n)
+{
+    switch (n) {
+    case 2:
+        if (KEY("ph")) return K_PH;
+        if (KEY("ts")) return K_TS;
+        break;
+    case 3:
+        if (KEY("cat")) return K_CAT;
+        if (KEY("pid")) return K_PID;
+        if (KEY("tid")) return K_TID;
+        if (KEY("dur")) return K_DUR;
+        break;
+    case 4:
+        if (KEY("name")) return K_NAME;
+        if (KEY("args")) return K_ARGS;
+        break;
+    }
+    return -1;
+}
+
+static int arg_key_any(const unsigned char *k, Py_ssize_t n)
+{
+    switch (n) {
+    case 4:
+        if (KEY("size")) return A_SIZE;
+        if (KEY("kind")) return A_KIND;
+        if (KEY("name")) return A_NAME;
+        if (KEY("grid")) return A_GRID;
+        break;
+    case 5:
+        if (KEY("bytes")) return A_BYTES;
+        if (KEY("dtype")) return A_DTYPE;
+        if (KEY("flops")) return A_FLOPS;
+        if (KEY("Flops")) return A_FLOPS_CAP;
+        if (KEY("block")) return A_BLOCK;
+        if (KEY("Bytes")) return A_MEM_BYTES;
+        break;
+    case 6:
+        if (KEY("device")) return A_DEVICE;
+        if (KEY("stream")) return A_STREAM;
+        if (KEY("labels")) return A_LABELS;
+        break;
+    case 9:
+        if (KEY("direction")) return A_DIRECTION;
+        if (KEY("Device Id")) return A_MEM_DEV;
+        break;
+    case 10:
+        if (KEY("Group size")) return A_GROUP;
+        if (KEY("Input Dims")) return A_IN_DIMS;
+        if (KEY("Input type")) return A_IN_TYPE;
+        break;
+    case 11:
+        if (KEY("External id")) return A_EXT;
+        if (KEY("external id")) return A_EXT_OLD;
+        if (KEY("correlation")) return A_CORR;
+        break;
+    case 13:
+        if (KEY("In msg nelems")) return A_IN;
+        if (KEY("shared memory")) return A_SHMEM;
+        break;
+    case 14:
+        if (KEY("Out msg nelems")) return A_OUT;
+        if (KEY("Total Reserved")) return A_MEM_RESV;
+        break;
+    case 15:
+        if (KEY("Collective name")) return A_COLL;
+        if (KEY("Concrete Inputs")) return A_CONCRETE;
+        if (KEY("Total Allocated")) return A_MEM_ALLOC;
+        break;
+    case 16:
+        if (KEY("Process Group ID")) return A_PGID;
+        break;
+    case 18:
+        if (KEY("Process Group Name")) return A_PGNAME;
+        break;
+    case 20:
+        if (KEY("registers per thread")) return A_REGS;
+        break;
+    case 25:
+        if (KEY("Process Group Description")) return A_PGDESC;
+        if (KEY("est. achieved occupancy %")) return A_OCC;
+        break;
+    }
+    return -1;
+}
+
+HOT int arg_key(const unsigned char *k, Py_ssize_t n)
+{
+    int a = arg_key_any(k, n);
+    return a >= 0 && !ext_mode && IS_EXT_KEY(a) ? -1 : a;
+}
+
+/* Object members: known keys (by lookup) into toks, others skipped. p at '{'.
+ * Escaped or duplicate known keys: BAD. For the event level, an "args" object
+ * is parsed into argtoks. */
+static int scan_object(P *p, Tok *toks, int (*lookup)(const unsigned char *, Py_ssize_t),
+                       int args_key, Tok *argtoks)
+{
+    p->p++;
+    skip_ws(p);
+    if (peek(p) == '}') {
+        p->p++;
+        return OK;
+    }
+    for (;;) {
+        Tok key;
+        if (peek(p) != '"' || scan_string(p, &key) < 0 || key.esc)
+            return BAD;
+        skip_ws(p);
+        if (peek(p) != ':')
+            return BAD;
+        p->p++;
+        skip_ws(p);
+        int k = lookup(key.s, key.len);
+        if (k < 0) {
+            if (skip_value(p) < 0)
+                return BAD;
+        }
+        else if (toks[k].type != T_MISSING)
+            return BAD;
+        else if (k == args_key && peek(p) == '{') {
+            toks[k].type = T_OBJ;
+            toks[k].s = p->p;
+            if (scan_object(p, argtoks, arg_key, -1, NULL) < 0)
+                return BAD;
+            toks[k].len = p->p - toks[k].s;
+        }
+        else if (scan_known(p, &toks[k]) < 0)
+            return BAD;
+        skip_ws(p);
+        int c = peek(p);
+        if (c == ',') {
+            p->p++;
+            skip_ws(p);
+            continue;
+        }
+        if (c == '}') {
+            p->p++;
+            return OK;
+        }
+        return BAD;
+    }
+}
+
+#endif
