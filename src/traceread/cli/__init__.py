@@ -62,7 +62,7 @@ def _version(ctx: click.Context) -> None:
 def _register() -> None:
     # Imported for their side effect: each module adds its commands to `main`.
     from . import info, export, analyze  # noqa: F401
-    for optional in ("nsys_stats", "batch", "comm"):
+    for optional in ("nsys_stats", "batch", "comm", "overlay", "diff"):
         try:
             __import__(f"{__name__}.{optional}")
         except ModuleNotFoundError as e:

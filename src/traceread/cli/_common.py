@@ -185,7 +185,10 @@ def duration_callback(ctx, param, value) -> int:
 
 
 def emit_json(docs: list, out: str | None) -> None:
-    """One document as an object, several as a list."""
+    """One document as an object, several as a list; each object carries ``schema_version``."""
+    from ..schema import versioned
+
+    docs = [versioned(d) if isinstance(d, dict) else d for d in docs]
     emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
 
 

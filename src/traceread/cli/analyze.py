@@ -68,10 +68,15 @@ step_pattern_option = click.option(
     help="Regex for step ranges (default: ProfilerStep#N, then names like 'step 12' / 'iteration_3').")
 
 
-def _trace_command(*extra):
+html_format_option = click.option(
+    "--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
+    show_default=True, help="Output format (html: one self-contained page, needs -o).")
+
+
+def _trace_command(*extra, fmt_option=format_option):
     """A subcommand over TRACE... with the shared options, plus ``extra`` before --step-pattern."""
     shared = (click.argument("traces", nargs=-1, required=True, type=click.Path()),
-              format_option, output_option, *extra, step_pattern_option, steps_option,
+              fmt_option, output_option, *extra, step_pattern_option, steps_option,
               window_option, no_cache_option, strict_option)
 
     def wrap(fn):
@@ -105,7 +110,7 @@ link_gbps_option = click.option(
     help="Interconnect peak in GB/s: multi-rank jobs report collective bus bandwidth as a % of it.")
 
 
-@_trace_command(min_gap_option, link_gbps_option, peak_option)
+@_trace_command(min_gap_option, link_gbps_option, peak_option, fmt_option=html_format_option)
 def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, steps_spec,
             window):
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE.
@@ -114,6 +119,11 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
     the job verdict (straggler, delay, cause) comes first.
     """
     from .. import multirank
+
+    if fmt == "html" and out is None:
+        raise click.UsageError("--format html needs -o FILE.html")
+    # one trace's HTML page draws from its events (exposed comm, compile episodes)
+    keep_trace = fmt == "html" and len(traces) == 1
 
     prepared: list = []
     errors: list = []
@@ -124,7 +134,8 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         except Exception as e:  # reported below; the trace's own report still prints
             errors.append(e)
         finally:
-            a.trace = None
+            if not keep_trace:
+                a.trace = None
 
     results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input,
                                 peak_tflops)
@@ -137,10 +148,17 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {' '.join(str(e).split())}",
                    err=True)
         jobs, failed = [], failed + 1
-    if fmt == "json":
+    if fmt == "html":
+        from ..render.base import get_renderer
+
+        page = get_renderer("html", jobs=jobs).render(results if len(results) > 1 else results[0])
+        emit(page, out)
+    elif fmt == "json":
         docs = [a.to_dict() for a in results]
         if jobs:
-            emit(dumps({"cross_rank": [j.to_dict() for j in jobs], "traces": docs}), out)
+            from ..schema import versioned
+
+            emit(dumps(versioned({"cross_rank": [j.to_dict() for j in jobs], "traces": docs})), out)
         else:
             emit_json(docs, out)
     else:

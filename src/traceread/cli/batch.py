@@ -63,6 +63,9 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
             partial.close()
     res.skipped = skipped
     out = b.write(res, out_dir)
+    from ..render.html_batch import batch_page
+
+    (out / "report.html").write_text(batch_page(res), encoding="utf-8")
     click.echo(render_summary(res, str(out)))
     if res.failed:
         ctx.exit(1)
@@ -88,5 +91,5 @@ def render_summary(res, out: str) -> str:
         lines.append("")
         lines.append(render_text(res.jobs))
     lines.append("")
-    lines.append(f"wrote {out}/summary.parquet, summary.csv, ranks.parquet, jobs.parquet, tables/")
+    lines.append(f"wrote {out}/summary.parquet, summary.csv, ranks.parquet, jobs.parquet, tables/, report.html")
     return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""``traceread overlay``: the trace plus traceread's tracks, for Perfetto / chrome://tracing."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from . import main
+from ._common import load_trace, no_cache_option
+from .analyze import step_pattern_option, steps_option, window_option
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", "out", required=True, type=click.Path(),
+              help="Chrome trace JSON to write (.json.gz: gzip-compressed); with several "
+                   "TRACEs a directory, one NAME.overlay.json.gz per trace.")
+@step_pattern_option
+@steps_option
+@window_option
+@no_cache_option
+def overlay(traces, out, step_pattern, steps_spec, window):
+    """TRACE plus tracks for ui.perfetto.dev: idle gaps by cause, steps, exposed comm, compiles.
+
+    Several TRACEs that are ranks of one job also get each rank's straggler waits."""
+    from ..errors import TraceError
+    from ..render.overlay import straggler_waits, write_overlay
+
+    targets = _targets(traces, out)
+    loaded = [load_trace(t) for t in traces]
+    waits = {}
+    if len(loaded) > 1:
+        from ..multirank import analyze_traces
+
+        waits = straggler_waits(analyze_traces(loaded))
+    for src, trace, dst in zip(traces, loaded, targets):
+        if os.path.abspath(dst) == os.path.abspath(src):
+            raise TraceError(dst, "refusing to overwrite the input trace")
+        a = _analyze(src, trace, step_pattern, steps_spec, window)
+        n = write_overlay(a, dst, waits.get(trace.meta.path))
+        click.echo(f"wrote {dst}: {n:,} traceread events added to {a.events:,} "
+                   f"(open in https://ui.perfetto.dev or chrome://tracing)", err=True)
+
+
+def _targets(traces, out) -> list[str]:
+    if len(traces) == 1:
+        return [out]
+    os.makedirs(out, exist_ok=True)
+    names = [os.path.basename(t).split(".json")[0].split(".sqlite")[0] for t in traces]
+    if len(set(names)) != len(names):  # same file names in different folders: number them
+        names = [f"{i}-{n}" for i, n in enumerate(names)]
+    return [os.path.join(out, n + ".overlay.json.gz") for n in names]
+
+
+def _analyze(path, trace, step_pattern, steps_spec, window):
+    from ..analysis import analyze
+    from ..errors import TraceError
+
+    try:
+        return analyze(trace, step_pattern=step_pattern, steps=steps_spec, window=window)
+    except ValueError as e:  # --steps names no step of this trace
+        raise TraceError(path, str(e)) from None

@@ -1,0 +1,514 @@
+"""``--format html``: one self-contained page, charts as inline SVG drawn here.
+
+Why inline SVG generated in Python (and not plotly / Vega-Lite): no JavaScript at
+all, so nothing to bundle (plotly's offline bundle is ~3.5 MB per file), no CDN,
+no console errors, it opens offline and prints; the charts are plain shapes whose
+size does not grow with the trace (the timeline is binned into ``COLUMNS``
+columns), so the page stays ~100 KB for a 1 GB trace. Hover text comes from SVG
+``<title>`` elements.
+
+Sections: verdict and levers, GPU timeline per device (busy / idle coloured by
+cause), per-step bars, idle by cause, largest gaps, top kernels and classes,
+communication per collective, compile episodes. A ``TraceDiff`` renders as the
+diff tables.
+"""
+from __future__ import annotations
+
+from html import escape
+
+import numpy as np
+
+from ..passes.attribution import CPU_CATEGORIES
+from .base import Renderer
+from .text import fmt_ns
+
+COLUMNS = 800          # timeline resolution (SVG columns per device lane)
+MAX_LANES = 8
+MAX_STEPS = 60
+TABLE_ROWS = 20
+COLORS = {"busy": "#3b6ea8", "compile": "#9467bd", "graph_capture": "#c5b0d5", "dataloader": "#ff7f0e", "comm_wait": "#17becf",
+          "sync": "#d62728", "alloc": "#8c564b", "launch": "#e377c2", "cpu_op": "#bcbd22",
+          "python": "#2ca02c", "untraced": "#9e9e9e", "exposed": "#006d77", "hidden": "#83c5be"}
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
+color:#222;padding:0 16px}h1{font-size:20px;margin:0;overflow-wrap:anywhere}h2{font-size:16px;margin:28px 0 8px;
+border-bottom:1px solid #ddd;padding-bottom:4px}.meta{color:#666}.verdict{border-left:6px solid #d62728;
+background:#fbf3f3;padding:10px 16px;margin:16px 0}.verdict .bound{font-size:22px;font-weight:700}
+table{border-collapse:collapse;font-size:13px}td,th{padding:3px 10px;white-space:nowrap;text-align:left;
+border-bottom:1px solid #eee;vertical-align:top}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+.legend span{display:inline-block;margin-right:14px;font-size:12px}.legend i{display:inline-block;
+width:10px;height:10px;margin-right:4px;vertical-align:middle}.name{font-family:ui-monospace,monospace;
+font-size:12px;white-space:normal;word-break:break-all}svg text{font:11px system-ui,sans-serif;fill:#333}
+pre{white-space:pre-wrap;font-size:12px}.up{color:#b00020}.down{color:#1b7f3b}@media print{body{margin:0}}
+"""
+
+
+class HtmlRenderer(Renderer):
+    output_file_extension = "html"
+
+    def render(self, result) -> str:
+        if type(result).__name__ == "TraceDiff":
+            from .html_diff import diff_body
+
+            title, body = "traceread diff", diff_body(result)
+        elif isinstance(result, (list, tuple)):  # several traces (ranks of a job): one page
+            title = f"traceread: {len(result)} traces"
+            body = job_body(list(result), self.options.get("jobs"))
+        else:  # one trace; an nsys export of several processes may still be a job
+            title = f"traceread: {result.meta.path}"
+            body = analysis_body(result) + cross_rank_html(self.options.get("jobs"))
+        return page(title, body)
+
+
+def page(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>\n{body}\n"
+            f'<p class="meta">made by traceread</p></body></html>\n')
+
+
+def analysis_body(a) -> str:
+    d = a.to_dict()
+    parts = [_header(d), _verdict(a, d), _timeline_section(a), _steps_section(d), _idle_section(d),
+             _gaps_section(a, d), _kernels_section(d), _comm_section(d), _copies_section(d),
+             _compile_section(a, d)]
+    return "\n".join(p for p in parts if p)
+
+
+def cross_rank_html(jobs) -> str:
+    """The job verdict and cross-rank detail (``render/cross_rank.py``'s text) as a section."""
+    if not jobs:
+        return ""
+    from .cross_rank import render_detail, render_summary
+
+    text = (render_summary(jobs) + "\n\n" + render_detail(jobs)).strip()
+    return f"<h2>Across ranks</h2>{''.join(_wait_bars(j) for j in jobs)}<pre>{escape(text)}</pre>"
+
+
+def _wait_bars(job) -> str:
+    """The straggler chart: per rank, time spent waiting in collectives for later ranks."""
+    pr = getattr(job, "per_rank", None)
+    if pr is None or not len(pr) or "wait_ns" not in pr:
+        return ""
+    late = {int(r) for r, n in zip(pr["rank"], pr.get("times_last", [0] * len(pr))) if n}
+    rows = [(f"rank {int(r)}", int(w), f"waits {fmt_ns(int(w))}" + (" · arrives last" if int(r) in late else ""),
+             COLORS["comm_wait"] if w else COLORS["busy"]) for r, w in zip(pr["rank"], pr["wait_ns"])]
+    return (f"<p class='meta'>{escape(str(job.job))}: time each rank waited inside collectives for "
+            f"the last rank to arrive</p>" + _hbars(rows[:64]))
+
+
+def _jobs_of(analyses: list):
+    """Cross-rank results when the caller did not pass them and the traces are still held."""
+    if any(a.trace is None for a in analyses):
+        return []
+    from ..multirank import analyze_traces
+
+    return analyze_traces([a.trace for a in analyses])
+
+
+def job_body(analyses: list, jobs=None) -> str:
+    """Several traces: a per-trace overview, the cross-rank section, then each trace's report."""
+    if len(analyses) == 1:
+        return analysis_body(analyses[0]) + cross_rank_html(jobs)
+    rows, bars = [], []
+    palette = [c for k, c in COLORS.items() if k not in ("busy", "untraced")]
+    ordered = sorted(analyses, key=lambda a: (a.meta.rank, a.meta.path))
+    for i, a in enumerate(ordered):
+        stats = a.step_stats or {}
+        dev = a.devices
+        window = int(dev["window_ns"].sum()) if len(dev) else 0
+        idle = int(dev["idle_ns"].sum()) if len(dev) else 0
+        label = f"rank {a.meta.rank}" if a.meta.rank >= 0 else a.meta.path.rsplit("/", 1)[-1]
+        rows.append([f'<a href="#t{i}">{escape(label)}</a>', escape(str(a.verdict.get("bound", "")).upper()),
+                     fmt_ns(stats["mean_ns"]) if stats.get("mean_ns") else "-",
+                     f"{100 * idle / window:.1f}%" if window else "-", escape(a.meta.path)])
+        bars.append((label, stats.get("mean_ns") or window, fmt_ns(stats.get("mean_ns") or window),
+                     palette[i % len(palette)]))
+    parts = [f"<h1>{len(analyses)} traces</h1>",
+             table(["trace", "verdict", "step (mean)", "GPU idle", "file"], rows, {2, 3}),
+             "<h2>Step time per trace</h2>", _hbars(bars),
+             cross_rank_html(jobs if jobs is not None else _jobs_of(analyses))]
+    for i, a in enumerate(ordered):
+        parts.append(f'<hr id="t{i}">' + analysis_body(a))
+    return "\n".join(p for p in parts if p)
+
+
+# --- pieces ------------------------------------------------------------------------
+
+
+def _header(d: dict) -> str:
+    t = d["trace"]
+    bits = [t.get("format") or "trace", t.get("producer") or ""]
+    if (t.get("rank") or -1) >= 0:
+        bits.append(f"rank {t['rank']}" + (f" of {t['world_size']}" if t.get("world_size", -1) > 0 else ""))
+    bits += [f"{t.get('events', 0):,} events", f"span {fmt_ns(t.get('span_ns', 0))}"]
+    return (f'<h1>{escape(str(t.get("path", "")))}</h1><div class="meta">'
+            f'{escape(" · ".join(b for b in bits if b))}</div>')
+
+
+def _verdict(a, d: dict) -> str:
+    from .report import BOUND_TITLE
+
+    v = d.get("verdict") or {}
+    bound = str(v.get("bound", "unknown"))
+    title = v.get("title") or BOUND_TITLE.get(bound, bound)
+    missing = "".join(f"<li>{escape(str(m))}</li>" for m in v.get("missing") or [])
+    job = v.get("job") if isinstance(v.get("job"), dict) else None
+    role = (f"<p><b>In {escape(str(job.get('job')))}: {escape(str(job.get('role')))}</b>"
+            + (f" (waits for rank {job['waits_for']}, {fmt_ns(job.get('wait_ns') or 0)})"
+               if job.get("waits_for") is not None else "")
+            + f" — {escape(str(job.get('summary', '')))}</p>") if job else ""
+    return (f'<div class="verdict" id="verdict"><div class="bound">VERDICT {escape(bound.upper())}</div>'
+            f"<div>{escape(str(title))}</div><p>{escape(str(v.get('summary', '')))}</p>{role}"
+            f"{_window_line(a, d)}{_utilization_line(d)}{_actions(v)}"
+            + (f"<b>Not in this trace</b><ul>{missing}</ul>" if missing else "") + "</div>")
+
+
+def _actions(v: dict) -> str:
+    """The causes worth fixing with their estimated savings, else the plain lever list."""
+    acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
+    if not acts:
+        levers = "".join(f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", []))
+        return f"<b>Levers, cheapest first</b><ol>{levers}</ol>"
+    out = ["<b>What to fix, largest saving first</b><ol>"]
+    for x in acts:
+        per = x.get("saves_per_step_ns")
+        gain = f"saves {fmt_ns(per)} per step" if per else f"saves {fmt_ns(x.get('saves_ns', 0))}"
+        if isinstance(x.get("saves_pct"), (int, float)):
+            gain += f" ({x['saves_pct']:.1f}% of the window)"
+        if x.get("projected_step_ns"):
+            gain += f", step → {fmt_ns(x['projected_step_ns'])}"
+        culprit = f"<br><span class='meta'>{escape(str(x['culprit']))}</span>" if x.get("culprit") else ""
+        levers = "".join(f"<li>{escape(str(lv.get('lever', '')))} <span class='meta'>"
+                         f"[{escape(str(lv.get('cost', '')))}]</span></li>"
+                         for lv in x.get("levers") or [] if isinstance(lv, dict))
+        out.append(f"<li><b>{escape(str(x.get('cause', '?')))}</b>: {escape(gain)}{culprit}"
+                   f"<ul>{levers}</ul></li>")
+    return "".join(out) + "</ol>"
+
+
+def _utilization_line(d: dict) -> str:
+    u = d.get("utilization")
+    head = u.get("headline") if isinstance(u, dict) else None
+    return f'<p class="meta">GPU use: {escape(str(head))}</p>' if head else ""
+
+
+def _window_line(a, d: dict) -> str:
+    w = getattr(a, "window", None)
+    w = w.to_dict() if hasattr(w, "to_dict") else d.get("window")
+    if not isinstance(w, dict) or not w.get("mode"):
+        return ""
+    text = f"analysis window: {w['mode']}"
+    if w.get("steps_analysed"):
+        text += (f", steps #{w.get('first_step')}–#{w.get('last_step')} "
+                 f"({w['steps_analysed']} of {w.get('steps_total')})")
+    if w.get("dur_ns"):
+        text += f", {fmt_ns(w['dur_ns'])} from +{fmt_ns(w.get('offset_ns', 0))}"
+    excluded = [f"{x.get('what', '')} ({fmt_ns(x.get('ns', 0))})"
+                for x in w.get("excluded") or [] if isinstance(x, dict)]
+    if excluded:
+        text += "; excluded: " + "; ".join(excluded)
+    return f'<p class="meta">{escape(text)}</p>'
+
+
+def _val(key: str, x) -> str:
+    return fmt_ns(x) if key.endswith("_ns") and isinstance(x, (int, float)) else str(x)
+
+
+def _legend(keys) -> str:
+    return '<div class="legend">' + "".join(
+        f'<span><i style="background:{COLORS.get(k, "#777777")}"></i>{escape(k)}</span>' for k in keys) + "</div>"
+
+
+def _rect(x, y, w, h, color, title="") -> str:
+    t = f"<title>{escape(title)}</title>" if title else ""
+    return (f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.2f}" height="{h:.1f}" '
+            f'fill="{color}">{t}</rect>')
+
+
+def _svg(width: int, height: int, inner: list[str], label: str) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(label)}" '
+            f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">' + "".join(inner)
+            + "</svg>")
+
+
+# --- GPU timeline --------------------------------------------------------------------
+
+
+def binned_idle(gaps, start: int, end: int, columns: int = COLUMNS) -> dict[str, np.ndarray]:
+    """Idle ns per column per cause; a gap's time per cause is spread evenly over the gap."""
+    edges = np.linspace(start, end, columns + 1)
+    out = {}
+    if gaps is None or not len(gaps):
+        return {c: np.zeros(columns) for c in CPU_CATEGORIES}
+    s = gaps["start"].to_numpy(np.float64)
+    e = gaps["end"].to_numpy(np.float64)
+    dur = np.maximum(e - s, 1.0)
+    for c in CPU_CATEGORIES:
+        out[c] = np.diff(_integral(s, e, gaps[f"cpu_{c}"].to_numpy(np.float64) / dur, edges))
+    return out
+
+
+def _integral(s, e, rate, x):
+    """F(x) = sum over intervals of rate * |[s, e) ∩ (-inf, x)|, at sorted points ``x``."""
+    t = np.concatenate([s, e])
+    r = np.concatenate([rate, -rate])
+    order = np.argsort(t, kind="stable")
+    t, r = t[order], r[order]
+    slope = np.cumsum(r)
+    f = np.concatenate([[0.0], np.cumsum(slope[:-1] * np.diff(t))]) if len(t) else np.zeros(0)
+    k = np.searchsorted(t, x, side="right") - 1
+    inside = k >= 0
+    out = np.zeros(len(x))
+    out[inside] = f[k[inside]] + slope[k[inside]] * (x[inside] - t[k[inside]])
+    return out
+
+
+def _timeline_section(a) -> str:
+    dev = a.devices
+    if dev is None or not len(dev):
+        return ""
+    lanes = dev.sort_values(["pid", "device"]).head(MAX_LANES).to_dict(orient="records")
+    lane_h, label_w, width = 46, 90, COLUMNS + 90
+    inner, y = [], 4
+    exposed = _exposed(a)
+    for r in lanes:
+        inner += _lane(a, r, label_w, y, lane_h)
+        y += lane_h + 2
+        iv = exposed.get((int(r["pid"]), int(r["device"])))
+        if iv is not None:
+            inner += _comm_lane(iv, r, label_w, y)
+            y += 8
+        y += 8
+    more = f" (first {MAX_LANES} of {len(dev)} devices)" if len(dev) > MAX_LANES else ""
+    steps = _step_ticks(a, lanes, label_w)
+    head = (f"<h2>GPU timeline{more}</h2><p class='meta'>Each column is "
+            f"{fmt_ns((lanes[0]['window_end'] - lanes[0]['window_start']) / COLUMNS)} of the device's "
+            f"active window: blue = busy, colours = idle, by what the host was doing. Ticks: step starts.</p>")
+    keys = ["busy", *CPU_CATEGORIES] + (["exposed"] if exposed else [])
+    return head + _legend(keys) + _svg(width, y + 14, inner + steps, "GPU timeline")
+
+
+def _exposed(a) -> dict:
+    if a.trace is None:
+        return {}
+    from .overlay import exposed_comm
+
+    return exposed_comm(a.trace.events)
+
+
+def _comm_lane(iv, r: dict, x0: int, y: int) -> list[str]:
+    """Exposed communication under a device lane: comm kernels with no compute beside them."""
+    w0, w1 = int(r["window_start"]), int(r["window_end"])
+    col_ns = max((w1 - w0) / COLUMNS, 1.0)
+    s, e = iv[0].astype(np.float64), iv[1].astype(np.float64)
+    per_col = np.diff(_integral(s, e, np.ones(len(s)), np.linspace(w0, w1, COLUMNS + 1)))
+    out = [f'<text x="2" y="{y + 6}">exposed comm</text>']
+    for col in np.flatnonzero(per_col > col_ns * 0.01):
+        op = min(per_col[col] / col_ns, 1.0)
+        out.append(f'<rect x="{x0 + col}" y="{y}" width="1" height="6" fill="{COLORS["exposed"]}" '
+                   f'fill-opacity="{op:.2f}"/>')
+    return out
+
+
+def _lane(a, r: dict, x0: int, y: int, h: int) -> list[str]:
+    g = a.gaps
+    g = g[(g["pid"] == r["pid"]) & (g["device"] == r["device"])] if len(g) else g
+    w0, w1 = int(r["window_start"]), int(r["window_end"])
+    col_ns = max((w1 - w0) / COLUMNS, 1.0)
+    idle = binned_idle(g, w0, w1)
+    label = f"GPU {r['device']}" + (f" pid {r['pid']}" if a.devices["pid"].nunique() > 1 else "")
+    out = [f'<text x="2" y="{y + h / 2 + 4:.0f}">{escape(label)}</text>',
+           _rect(x0, y, COLUMNS, h, COLORS["busy"], f"{label}: busy {fmt_ns(r['busy_ns'])}, "
+                 f"idle {fmt_ns(r['idle_ns'])}")]
+    total = sum(idle.values())
+    for col in np.flatnonzero(total > col_ns * 0.002):
+        yy = y
+        for c in CPU_CATEGORIES:  # idle stacks from the top; what is left below is busy
+            hh = h * min(idle[c][col] / col_ns, 1.0)
+            if hh >= 0.05:
+                out.append(_rect(x0 + col, yy, 1.0, hh, COLORS.get(c, "#777777")))
+                yy += hh
+    return out
+
+
+def _step_ticks(a, lanes: list[dict], x0: int) -> list[str]:
+    if a.step_source == "whole_trace" or not len(a.steps) or not lanes:
+        return []
+    w0, w1 = int(lanes[0]["window_start"]), int(lanes[0]["window_end"])
+    out = []
+    for r in a.steps.head(MAX_STEPS * 4).to_dict(orient="records"):
+        if w0 <= r["start"] <= w1:
+            x = x0 + COLUMNS * (r["start"] - w0) / max(w1 - w0, 1)
+            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="4" stroke="#000"/>')
+    return out
+
+
+# --- steps, idle by cause ------------------------------------------------------------
+
+
+def _steps_section(d: dict) -> str:
+    st = d["steps"]
+    items = st.get("items") or []
+    if not st.get("count") or not items:
+        return ""
+    shown = items[:MAX_STEPS]
+    top = max(it["busy_ns"] + it["idle_ns"] for it in shown) or 1
+    bar_w, row_h, x0 = 760, 16, 70
+    inner = []
+    for i, it in enumerate(shown):
+        y = i * (row_h + 3)
+        inner.append(f'<text x="0" y="{y + 12}">#{escape(str(it["step"]))}</text>')
+        x = x0
+        w = bar_w * it["busy_ns"] / top
+        inner.append(_rect(x, y, w, row_h, COLORS["busy"], f"step {it['step']}: busy {fmt_ns(it['busy_ns'])}"))
+        x += w
+        for c in CPU_CATEGORIES:
+            ns = (it.get("idle_by_cpu") or {}).get(c, 0)
+            if ns:
+                w = bar_w * ns / top
+                inner.append(_rect(x, y, w, row_h, COLORS.get(c, "#777777"), f"step {it['step']}: {c} {fmt_ns(ns)}"))
+                x += w
+        inner.append(f'<text x="{x + 4:.0f}" y="{y + 12}">{fmt_ns(it["dur_ns"])} host</text>')
+    s = st.get("stats") or {}
+    more = f"; first {MAX_STEPS} of {len(items)}" if len(items) > MAX_STEPS else ""
+    head = (f"<h2>Steps</h2><p class='meta'>{st['count']} steps, mean {fmt_ns(s.get('mean_ns', 0))}, "
+            f"median {fmt_ns(s.get('median_ns', 0))}, cv {s.get('cv', 0):.2f}{more}. Each bar: GPU busy, "
+            f"then the step's idle time by cause.</p>")
+    return head + _legend(["busy", *CPU_CATEGORIES]) + _svg(x0 + bar_w + 90, len(shown) * (row_h + 3),
+                                                             inner, "per-step GPU busy and idle")
+
+
+def _hbars(rows: list[tuple[str, float, str, str]], label_w: int = 130, bar_w: int = 520) -> str:
+    """Horizontal bars: (label, value, text, colour)."""
+    top = max((v for _, v, _, _ in rows), default=0) or 1
+    inner = []
+    for i, (label, v, text, color) in enumerate(rows):
+        y = i * 22
+        w = bar_w * v / top
+        inner.append(f'<text x="0" y="{y + 13}">{escape(label)}</text>')
+        inner.append(_rect(label_w, y, w, 16, color, f"{label}: {text}"))
+        inner.append(f'<text x="{label_w + w + 6:.0f}" y="{y + 13}">{escape(text)}</text>')
+    return _svg(label_w + bar_w + 160, len(rows) * 22, inner, "bars")
+
+
+def _idle_section(d: dict) -> str:
+    att = d.get("attribution") or {}
+    by = att.get("by_cpu") or {}
+    idle = sum(by.values())
+    if not idle:
+        return ""
+    rows = [(c, by[c], f"{fmt_ns(by[c])} ({100 * by[c] / idle:.1f}%)", COLORS.get(c, "#777777"))
+            for c in sorted(CPU_CATEGORIES, key=lambda c: -by.get(c, 0)) if by.get(c)]
+    dr = att.get("by_drain") or {}
+    drain = (f"<p>queue drained by a blocking sync: {fmt_ns(dr.get('sync', 0))}; host simply late "
+             f"(starved): {fmt_ns(dr.get('starved', 0))}</p>")
+    return (f"<h2>Where the idle GPU time went ({fmt_ns(idle)})</h2>"
+            f"<p class='meta'>What the launching host threads were doing while the GPU idled.</p>"
+            + _hbars(rows) + drain)
+
+
+# --- tables ------------------------------------------------------------------------
+
+
+def table(head: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
+    th = "".join(f'<th class="{"n" if i in numeric else ""}">{escape(h)}</th>' for i, h in enumerate(head))
+    body = "".join("<tr>" + "".join(f'<td class="{"n" if i in numeric else ""}">{c}</td>'
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _gaps_section(a, d: dict) -> str:
+    g = d.get("gaps") or {}
+    largest = g.get("largest") or []
+    if not largest:
+        return ""
+    w0 = {(x["pid"], x["device"]): x["window_start_ns"] for x in d.get("devices") or []}
+    rows = []
+    for r in largest[:TABLE_ROWS]:
+        at = r["start_ns"] - w0.get((r["pid"], r["device"]), r["start_ns"])
+        host = ", ".join(f"{escape(k)} {fmt_ns(v)}" for k, v in
+                         sorted((r.get("by_cpu") or {}).items(), key=lambda kv: -kv[1])[:3])
+        drain = f"sync {escape(r['drain_op'])}" if r.get("drain") == "sync" and r.get("drain_op") else "starved"
+        rows.append([f"+{fmt_ns(at)}", fmt_ns(r["duration_ns"]), r["device"],
+                     f"#{r['step']}" if r.get("step", -1) >= 0 else "-", drain, host])
+    return (f"<h2>Largest idle gaps (of {g.get('count', 0):,}, {fmt_ns(g.get('total_idle_ns', 0))})</h2>"
+            + table(["at", "duration", "device", "step", "drained by", "host was in"], rows, {0, 1, 2}))
+
+
+def _name(name, width: int = 160) -> str:
+    """A kernel/op name, cut to ``width`` characters (the full name on hover)."""
+    full = " ".join(str(name).split())
+    short = full if len(full) <= width else full[: width - 1] + "…"
+    return f'<span class="name" title="{escape(full)}">{escape(short)}</span>'
+
+
+def _kernels_section(d: dict) -> str:
+    ks = d.get("kernels") or []
+    if not ks:
+        return ""
+    rows = [[f"{k['pct']:.1f}%", fmt_ns(k["total_ns"]), f"{k['instances']:,}", fmt_ns(k["avg_ns"]),
+             _name(k["name"])] for k in ks[:TABLE_ROWS]]
+    out = "<h2>Top kernels</h2>" + table(["time", "total", "count", "avg", "name"], rows, {0, 1, 2, 3})
+    kc = d.get("kernel_classes") or []
+    if kc:
+        palette = list(COLORS.values())
+        bars = [(str(c["class"]), c["total_ns"], f"{fmt_ns(c['total_ns'])} ({c['pct']:.1f}%)",
+                 palette[i % len(palette)]) for i, c in enumerate(kc[:12])]
+        out += "<h2>Kernel time by class</h2>" + _hbars(bars)
+    return out
+
+
+def _comm_section(d: dict) -> str:
+    n = d.get("nccl") or {}
+    comm = n.get("comm_ns") or 0
+    if not comm:
+        return ""
+    hidden, exposed = n.get("overlap_ns", 0), n.get("exposed_ns", 0)
+    bars = _hbars([("hidden", hidden, fmt_ns(hidden), COLORS["hidden"]),
+                   ("exposed", exposed, fmt_ns(exposed), COLORS["exposed"])])
+    rows = []
+    for c in (n.get("by_collective") or [])[:TABLE_ROWS]:
+        total = c.get("total_ns") or 0
+        exp = c.get("exposed_ns") or 0
+        bw = c.get("busbw_gbps")
+        rows.append([escape(str(c.get("collective"))), f"{c.get('count', 0):,}", fmt_ns(total),
+                     fmt_ns(exp), f"{100 * (total - exp) / total:.1f}%" if total else "-",
+                     f"{bw:.1f}" if isinstance(bw, (int, float)) else "-"])
+    return (f"<h2>Communication: {fmt_ns(comm)} of NCCL kernels, {n.get('overlap_pct', 0):.1f}% hidden "
+            f"behind compute</h2>" + bars
+            + table(["collective", "count", "total", "exposed", "overlapped", "busbw GB/s"], rows,
+                    {1, 2, 3, 4, 5}))
+
+
+def _copies_section(d: dict) -> str:
+    c = d.get("copies") or {}
+    if not c.get("count"):
+        return ""
+    rows = [[escape(str(x.get("direction"))), f"{x.get('count', 0):,}", f"{x.get('bytes', 0) / 2**20:.1f} MiB",
+             fmt_ns(x.get("copy_ns", 0)), fmt_ns(x.get("exposed_ns", 0)),
+             f"{x['gbps']:.2f}" if isinstance(x.get("gbps"), (int, float)) else "-",
+             f"{x.get('pageable', 0):,}"] for x in c.get("by_direction") or []]
+    pin = (f"; pinning the pageable ones would save about {fmt_ns(c['pin_saves_ns'])}"
+           if c.get("pin_saves_ns") else "")
+    return (f"<h2>Host↔device copies: {fmt_ns(c.get('copy_ns', 0))}, {fmt_ns(c.get('exposed_ns', 0))} "
+            f"with no kernel running{pin}</h2>"
+            + table(["direction", "count", "bytes", "time", "exposed", "GB/s", "pageable"], rows,
+                    {1, 2, 3, 4, 5, 6}))
+
+
+def _compile_section(a, d: dict) -> str:
+    c = d.get("compile") or {}
+    if not (c.get("compiles") or c.get("compile_ns")):
+        return ""
+    head = (f"<h2>torch.compile: {c.get('compiles', 0)} compiles ({c.get('recompiles', 0)} recompiles), "
+            f"{fmt_ns(c.get('compile_ns', 0))} compiling</h2>")
+    rows = []
+    if a.trace is not None:
+        from ..passes.compile import compile_events
+
+        for r in compile_events(a.trace.events).head(TABLE_ROWS).to_dict(orient="records"):
+            rows.append([escape(str(r.get("compile_id") or "?")), "yes" if r.get("recompile") else "",
+                         f"#{r['step']}" if r.get("step", -1) >= 0 else "-", fmt_ns(r["dur"]),
+                         _name(r["name"])])
+    return head + (table(["compile id", "recompile", "step", "duration", "span"], rows, {3}) if rows else "")

@@ -1,0 +1,65 @@
+"""``traceread batch``'s job summary as one self-contained page (OUT/report.html)."""
+from __future__ import annotations
+
+from html import escape
+
+import pandas as pd
+
+from .html import _hbars, page, table
+
+VERDICT_COLORS = {"data": "#ff7f0e", "copy": "#8c564b", "sync": "#d62728", "launch": "#e377c2",
+                  "host": "#bcbd22", "comms": "#17becf", "compile": "#9467bd",
+                  "graph_capture": "#c5b0d5", "gpu": "#3b6ea8", "mixed": "#7f7f7f",
+                  "unknown": "#9e9e9e", "cpu_only": "#cccccc"}
+MAX_ROWS = 200
+
+
+def batch_page(res) -> str:
+    """The summary rows (one per file), verdict counts, GPU idle per file, the cross-rank text."""
+    s: pd.DataFrame = res.summary
+    ok = s[s["error"].isna()]
+    bad = s[s["error"].notna()]
+    head = (f"<h1>{len(s)} traces: {len(ok)} analysed, {len(bad)} failed</h1>")
+    parts = [head]
+    if len(ok):
+        counts = ok["verdict"].fillna("?").value_counts()
+        parts.append("<h2>Verdicts</h2>" + _hbars([(str(k), int(v), f"{int(v)} traces",
+                                                    VERDICT_COLORS.get(str(k), "#777777"))
+                                                   for k, v in counts.items()]))
+        worst = ok.sort_values("idle_pct", ascending=False, na_position="last").head(40)
+        parts.append("<h2>GPU idle per trace (worst first, coloured by verdict)</h2>" + _hbars(
+            [(_short(r["file"]), float(r["idle_pct"] or 0), f"{float(r['idle_pct'] or 0):.1f}% "
+              f"({r['verdict']})", VERDICT_COLORS.get(str(r["verdict"]), "#777777"))
+             for _, r in worst.iterrows()], label_w=260))
+        parts.append("<h2>Every trace</h2>" + _summary_table(ok))
+    if len(bad):
+        parts.append("<h2>Failed</h2>" + table(["file", "error"], [[escape(str(r["file"])), escape(str(r["error"]))]
+                                                                   for _, r in bad.iterrows()]))
+    if getattr(res, "jobs", None):
+        from .html import cross_rank_html
+
+        parts.append(cross_rank_html(res.jobs))
+    return page("traceread batch", "\n".join(parts))
+
+
+def _short(path: str, w: int = 40) -> str:
+    p = str(path)
+    return p if len(p) <= w else "…" + p[-(w - 1):]
+
+
+def _num(v, fmt: str) -> str:
+    return "-" if v is None or v != v else fmt.format(v)
+
+
+def _summary_table(ok: pd.DataFrame) -> str:
+    rows = []
+    for _, r in ok.sort_values(["job", "rank", "file"], na_position="last").head(MAX_ROWS).iterrows():
+        top = f"{r['top_cpu']} {_num(r['top_cpu_pct'], '{:.0f}%')}" if isinstance(r["top_cpu"], str) else "-"
+        rank = r["rank"] if r["rank"] is not None and r["rank"] == r["rank"] and r["rank"] >= 0 else None
+        rows.append([escape(str(r["file"])), _num(rank, "{:.0f}"), escape(str(r["verdict"]).upper()),
+                     _num(r["steps"], "{:.0f}"), _num(r["step_mean_ms"], "{:.1f} ms"),
+                     _num(r["idle_pct"], "{:.1f}%"), escape(top), _num(r["exposed_comm_pct"], "{:.1f}%"),
+                     _num(r["recompiles"], "{:.0f}")])
+    more = f"<p class='meta'>first {MAX_ROWS} of {len(ok)}</p>" if len(ok) > MAX_ROWS else ""
+    return table(["file", "rank", "verdict", "steps", "step (mean)", "GPU idle", "idle mostly",
+                  "exposed comm", "recompiles"], rows, {1, 3, 4, 5, 7, 8}) + more

@@ -1,0 +1,698 @@
+"""The JSON contract of every command, as msgspec structs: the single source of the schema.
+
+``docs/schema/<command>.schema.json`` is generated from these structs
+(``python -m traceread.schema docs/schema``); the tests check that the files are
+current and validate every command's JSON output against them. Each object
+document carries ``schema_version`` (``SCHEMA_VERSION``; bump the minor for
+added keys, the major for removed or changed ones).
+
+``kernels``, ``api``, ``gaps``, ``memcpy``, ``nvtx``, ``osrt`` and ``util`` print what
+``nsys stats --format json`` prints
+(a list of rows keyed by nsys's column names), so they are lists and carry no
+version; the same figures appear in ``analyze`` under snake_case keys.
+
+Structs forbid unknown fields: a key added to an output without adding it here
+fails the schema tests, so the published schema cannot drift from the code.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import msgspec
+from msgspec import Struct, field
+
+SCHEMA_VERSION = "1.0"
+
+
+class _S(Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+IntMap = dict[str, int]
+
+
+# --- analyze -------------------------------------------------------------------------
+
+
+class TraceInfo(_S):
+    path: str
+    format: str
+    format_version: str
+    producer: str
+    rank: int
+    world_size: int
+    events: int
+    span_ns: int
+    devices: list[dict[str, Any]]
+    # a trace cut short: truncated_at_byte, bytes_recovered, share_of_file, events_recovered...
+    truncated: Optional[dict[str, Any]] = None
+
+
+class StepStats(_S):
+    count: int
+    total_ns: int
+    mean_ns: int
+    median_ns: int
+    p90_ns: int
+    min_ns: int
+    max_ns: int
+    stddev_ns: int
+    cv: float
+    bursty: bool
+
+
+class StepItem(_S):
+    step: int
+    name: str
+    pid: int
+    tid: int
+    start_ns: int
+    end_ns: int
+    dur_ns: int
+    gpu_start_ns: int
+    gpu_end_ns: int
+    gpu_ops: int
+    busy_ns: int
+    idle_ns: int
+    gaps: int
+    idle_by_cpu: IntMap
+
+
+class Steps(_S):
+    source: str
+    pattern: str
+    count: int
+    stats: Optional[StepStats]
+    items: list[StepItem]
+
+
+class Device(_S):
+    pid: int
+    device: int
+    name: str
+    window_start_ns: int
+    window_end_ns: int
+    window_ns: int
+    busy_ns: int
+    idle_ns: int
+    idle_pct: float
+    gaps: int
+
+
+class Gap(_S):
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    pid: int
+    device: int
+    step: int
+    drain: str
+    drain_op: Optional[str]
+    cpu: str
+    by_cpu: IntMap
+
+
+class Gaps(_S):
+    total_idle_ns: int
+    count: int
+    min_gap_ns: int
+    listed: int
+    listed_ns: int
+    largest: list[Gap]
+
+
+class SyncOp(_S):
+    ns: int
+    gaps: int
+
+
+class DeviceAttribution(_S):
+    pid: int
+    device: int
+    idle_ns: int
+    by_cpu: IntMap
+    by_drain: IntMap
+
+
+class TopOp(_S):
+    name: str
+    category: str
+    ns: int
+    count: int
+
+
+class Attribution(_S):
+    by_cpu: IntMap
+    by_drain: IntMap
+    drain_x_cpu: dict[str, IntMap]
+    by_sync_op: dict[str, SyncOp]
+    devices: list[DeviceAttribution]
+    top_ops: list[TopOp]
+
+
+class CommDevice(_S):
+    pid: int
+    device: int
+    comm_ns: int
+    compute_ns: int
+    overlap_ns: int
+    exposed_ns: int
+    overlap_pct: float
+    comm_kernels: int
+    compute_kernels: int
+
+
+class Collective(_S):
+    collective: str
+    count: int
+    total_ns: int
+    exposed_ns: int
+    avg_ns: Optional[float]
+    msg_bytes: int
+    sized: int
+    avg_msg_bytes: Optional[float]
+    algbw_gbps: Optional[float]
+    busbw_gbps: Optional[float]
+    group_size: int
+
+
+class Nccl(_S):
+    comm_ns: int
+    exposed_ns: int
+    overlap_ns: int
+    overlap_pct: float
+    devices: list[CommDevice]
+    by_collective: list[Collective]
+
+
+class CompileFrame(_S):
+    frame: str
+    compiles: int
+    recompiles: int
+    compile_ns: int
+    steps: list[int]
+    compile_ids: list[str]
+    compiled_autograd: bool
+    regions_seen: list[str]
+
+
+class Compile(_S):
+    compiles: int
+    recompiles: int
+    compile_ns: int
+    cache_lookup_ns: int
+    frames: list[CompileFrame]
+    cache_lookups: int = 0
+    idle_overlap_ns: int = 0
+    gpu_ops: bool = False
+    episodes: int = 0
+    compiled_region_calls: int = 0
+    cudagraph_record_ns: int = 0
+
+
+class Kernel(_S):
+    name: str
+    total_ns: int
+    instances: int
+    avg_ns: int
+    med_ns: int
+    min_ns: int
+    max_ns: int
+    stddev_ns: int
+    pct: float
+
+
+class KernelClass(_S):
+    cls: str = field(name="class")
+    total_ns: int
+    pct: float
+    instances: int
+
+
+class ActionLever(_S):
+    lever: str
+    cost: str
+    saves_ns: Optional[int]
+
+
+class Action(_S):
+    """One cause worth fixing, with the time fixing it gives back (the what-if model)."""
+
+    cause: str
+    saves_ns: int
+    saves_pct: Optional[float]          # null for GPU-bound actions (a share of busy time)
+    saves_per_step_ns: Optional[int]
+    projected_step_ns: Optional[int]
+    culprit: Optional[str]
+    levers: list[ActionLever]
+
+
+class WhatIf(_S):
+    saves_ns: int
+    saves_pct: Optional[float]
+    saves_per_step_ns: Optional[int]
+    projected_step_ns: Optional[int]
+
+
+class JobRole(_S):
+    """This rank's part in its job's verdict (``multirank/verdicts.py``)."""
+
+    job: str
+    role: str                       # "straggler", "waiting", "none"
+    summary: str
+    late_by_ns: Optional[int] = None
+    cause: Optional[str] = None
+    waits_for: Optional[int] = None
+    wait_ns: Optional[int] = None
+
+
+class Verdict(_S):
+    bound: str
+    title: str
+    summary: str
+    evidence: dict[str, Any]
+    levers: list[str]
+    actions: list[Action]
+    what_if: dict[str, WhatIf]
+    missing: list[str]
+    job: Optional[JobRole] = None   # ranks of a job only
+
+
+class Excluded(_S):
+    """A part of the trace left out of the analysis window, and why."""
+
+    what: str
+    start_ns: int
+    ns: int
+    reason: str
+    detail: str
+    step: Optional[int] = None
+
+
+class Window(_S):
+    mode: str
+    start_ns: int
+    end_ns: int
+    dur_ns: int
+    offset_ns: int
+    trace_start_ns: int
+    trace_end_ns: int
+    steps_analysed: int
+    steps_total: int
+    first_step: Optional[int]
+    last_step: Optional[int]
+    excluded: list[Excluded]
+    note: str
+
+
+class CopyDirection(_S):
+    direction: str
+    count: int
+    bytes: int
+    copy_ns: int
+    exposed_ns: int
+    gbps: Optional[float]
+    pageable: int
+
+
+class CopyLargest(_S):
+    direction: str
+    bytes: int
+    count: int
+    dur_ns: int
+    gbps: Optional[float]
+    pageable: bool
+
+
+class Copies(_S):
+    """Host<->device copies (``passes/copies.py``); every key defaults for a trace without them."""
+
+    exposed_ns: int = 0
+    copy_ns: int = 0
+    bytes: int = 0
+    count: int = 0
+    pageable_ns: int = 0
+    pin_saves_ns: int = 0
+    pinned_gbps: Optional[float] = None
+    by_direction: list[CopyDirection] = []
+    largest: Optional[CopyLargest] = None
+    pageable_inferred: bool = False
+
+
+class RecordingSpan(_S):
+    name: str
+    ns: int
+    count: int
+
+
+class GraphRecording(_S):
+    ns: int
+    spans: int
+    captures: int
+    top: list[RecordingSpan]
+
+
+class GraphReplay(_S):
+    graph_id: int
+    launch: str
+    replays: int
+    gpu_ns: int
+    mean_ns: int
+    nodes: int
+    nodes_per_replay: float
+
+
+class Graphs(_S):
+    """CUDA graphs (``passes/graphs.py``); every key defaults for a trace without them."""
+
+    uses_cuda_graphs: bool = False
+    launches: int = 0
+    replays: int = 0
+    mode: Optional[str] = None
+    replay_gpu_ns: int = 0
+    gpu_busy_ns: int = 0
+    replay_share_pct: float = 0.0
+    graphs: list[GraphReplay] = []
+    recording: Optional[GraphRecording] = None
+    recording_whole_trace: Optional[GraphRecording] = None
+
+
+class Utilization(_S):
+    """GPU use (``passes/flops.py``, ``passes/memory.py``, docs/gpu-use.md): typed at its top
+    level only; the inner objects belong to those passes and vary with what was recorded."""
+
+    mfu: dict[str, Any]
+    busy: dict[str, Any]
+    memory: dict[str, Any]
+    headline: Optional[str] = None
+
+
+class AnalyzeTrace(_S, kw_only=True):
+    """One trace's analysis (``Analysis.to_dict()``)."""
+
+    trace: TraceInfo
+    window: Optional[Window]
+    steps: Steps
+    devices: list[Device]
+    gaps: Gaps
+    attribution: Attribution
+    nccl: Nccl
+    compile: Compile
+    kernels: list[Kernel]
+    kernel_classes: list[KernelClass]
+    copies: Copies
+    context: dict[str, Any]      # what the trace already does (passes/context.py): flags
+    graphs: Graphs
+    utilization: Optional[Utilization] = None
+    verdict: Verdict
+
+
+class Analyze(AnalyzeTrace, kw_only=True):
+    """``traceread analyze --format json`` of one trace (several unrelated traces: a list)."""
+
+    schema_version: str
+
+
+class AnalyzeJob(_S):
+    """``traceread analyze --format json`` of the ranks of a job: the cross-rank objects
+    (``render/cross_rank.py``, documented in docs/batch.md) and each trace's analysis."""
+
+    schema_version: str
+    cross_rank: list[dict[str, Any]]
+    traces: list[AnalyzeTrace]
+
+
+# --- steps, idle, nccl, compile, info --------------------------------------------------
+
+
+class StepsDoc(Steps, kw_only=True):
+    """``traceread steps --format json``."""
+
+    schema_version: str
+    trace: str
+
+
+class IdleDoc(_S):
+    """``traceread idle --format json``."""
+
+    schema_version: str
+    trace: str
+    min_gap_ns: int
+    gaps: list[Gap]
+
+
+class NcclDoc(_S):
+    """``traceread nccl --format json``."""
+
+    schema_version: str
+    path: str
+    comm_ns: int
+    exposed_ns: int
+    overlap_pct: float
+    devices: list[CommDevice]
+    collectives: list[Collective]
+
+
+class CompileDoc(Compile, kw_only=True):
+    """``traceread compile --format json`` (``events`` with ``--events``)."""
+
+    schema_version: str
+    path: str
+    events: Optional[list[dict[str, Any]]] = None
+
+
+class InfoDoc(_S):
+    """``traceread info --format json``."""
+
+    schema_version: str
+    path: str
+    format: str
+    format_version: str
+    producer: str
+    rank: int
+    world_size: int
+    devices: list[int]
+    device_names: dict[str, str]
+    events: int
+    by_kind: IntMap
+    start_ns: int
+    end_ns: int
+    span_ns: int
+
+
+# --- diff ------------------------------------------------------------------------------
+
+
+class DiffSide(_S):
+    path: str
+    format: str
+    steps: int
+    unit: str
+    step_mean_ns: Optional[int]
+    step_median_ns: Optional[int]
+    gpu_window_ns: int
+    gpu_busy_ns: int
+    gpu_idle_ns: int
+    gpu_idle_pct: float
+    idle_by_cpu: IntMap
+    comm_ns: int
+    exposed_comm_ns: int
+    compiles: int
+    recompiles: int
+    verdict: Optional[str]
+    verdict_summary: str
+    promised_saving_ns: Optional[int]
+    kernel_classes: IntMap
+
+
+class Delta(_S):
+    before: Optional[float]
+    after: Optional[float]
+    delta: Optional[float]
+    pct: Optional[float]
+
+
+class KernelChange(_S):
+    name: str
+    before_ns: int
+    after_ns: int
+    delta_ns: int
+    pct: Optional[float]
+    before_instances: int
+    after_instances: int
+
+
+class KernelChanges(_S):
+    matched: int
+    before_count: int
+    after_count: int
+    slower_count: int
+    faster_count: int
+    new_count: int
+    gone_count: int
+    slower: list[KernelChange]
+    faster: list[KernelChange]
+    new: list[KernelChange]
+    gone: list[KernelChange]
+
+
+class VerdictChange(_S):
+    before: Optional[str]
+    after: Optional[str]
+    changed: bool
+
+
+class Saving(_S):
+    realised_ns: Optional[int]
+    promised_ns: Optional[int]
+
+
+class DiffPair(_S):
+    unit: str
+    before: DiffSide
+    after: DiffSide
+    change: dict[str, Any]
+    slower_pct: Optional[float]
+    verdict: VerdictChange
+    saving: Saving
+    kernels: KernelChanges
+
+
+class Diff(DiffPair, kw_only=True):
+    """``traceread diff --format json``."""
+
+    schema_version: str
+    pairs: Optional[list[DiffPair]] = None
+
+
+# --- nsys-stats compatible lists -------------------------------------------------------
+
+
+class KernelRow(_S):
+    pct: float = field(name="Time (%)")
+    total_ns: int = field(name="Total Time (ns)")
+    instances: int = field(name="Instances")
+    avg_ns: float = field(name="Avg (ns)")
+    med_ns: float = field(name="Med (ns)")
+    min_ns: int = field(name="Min (ns)")
+    max_ns: int = field(name="Max (ns)")
+    stddev_ns: float = field(name="StdDev (ns)")
+    name: str = field(name="Name")
+
+
+class ApiRow(_S):
+    pct: float = field(name="Time (%)")
+    total_ns: int = field(name="Total Time (ns)")
+    calls: int = field(name="Num Calls")
+    avg_ns: float = field(name="Avg (ns)")
+    med_ns: float = field(name="Med (ns)")
+    min_ns: int = field(name="Min (ns)")
+    max_ns: int = field(name="Max (ns)")
+    stddev_ns: float = field(name="StdDev (ns)")
+    name: str = field(name="Name")
+
+
+class GapRow(_S):
+    row: int = field(name="Row#")
+    duration_ns: int = field(name="Duration (ns)")
+    start_ns: int = field(name="Start (ns)")
+    pid: Optional[int] = field(name="PID")
+    device: Optional[int] = field(name="Device ID")
+    context: Optional[int] = field(name="Context ID")
+
+
+class MemcpyRow(_S):
+    pct: float = field(name="Time (%)")
+    total_ns: int = field(name="Total Time (ns)")
+    count: int = field(name="Count")
+    avg_ns: float = field(name="Avg (ns)")
+    med_ns: float = field(name="Med (ns)")
+    min_ns: int = field(name="Min (ns)")
+    max_ns: int = field(name="Max (ns)")
+    stddev_ns: float = field(name="StdDev (ns)")
+    operation: str = field(name="Operation")
+
+
+class NvtxRow(_S):
+    pct: float = field(name="Time (%)")
+    total_ns: int = field(name="Total Time (ns)")
+    instances: int = field(name="Instances")
+    avg_ns: float = field(name="Avg (ns)")
+    med_ns: float = field(name="Med (ns)")
+    min_ns: int = field(name="Min (ns)")
+    max_ns: int = field(name="Max (ns)")
+    stddev_ns: float = field(name="StdDev (ns)")
+    range: str = field(name="Range")
+    style: str = field(name="Style")
+
+
+class UtilRow(_S):
+    row: int = field(name="Row#")
+    in_use_pct: float = field(name="In-Use (%)")
+    duration_ns: int = field(name="Duration (ns)")
+    start_ns: int = field(name="Start (ns)")
+    pid: Optional[int] = field(name="PID")
+    device: Optional[int] = field(name="Device ID")
+    context: Optional[int] = field(name="Context ID")
+
+
+DOCUMENTS: dict[str, Any] = {
+    "analyze": Analyze, "steps": StepsDoc, "idle": IdleDoc, "nccl": NcclDoc,
+    "compile": CompileDoc, "info": InfoDoc, "diff": Diff,
+    "kernels": list[KernelRow], "api": list[ApiRow], "gaps": list[GapRow],
+    "memcpy": list[MemcpyRow], "nvtx": list[NvtxRow], "osrt": list[ApiRow], "util": list[UtilRow],
+}
+# Commands that print one object per input (a list for several inputs).
+PER_TRACE = ("analyze", "steps", "idle", "nccl", "compile", "info")
+
+
+def versioned(doc: dict) -> dict:
+    """``doc`` with ``schema_version`` first."""
+    return {"schema_version": SCHEMA_VERSION, **{k: v for k, v in doc.items() if k != "schema_version"}}
+
+
+def _alternatives(command: str) -> list:
+    """The document types ``command`` may print (one object, a list of them, a job)."""
+    t = DOCUMENTS[command]
+    if command not in PER_TRACE:
+        return [t]
+    return [t, list[t]] + ([AnalyzeJob] if command == "analyze" else [])
+
+
+def json_schema(command: str) -> dict:
+    """The JSON Schema of ``command``'s output; per-trace commands accept one object or a list."""
+    alts = _alternatives(command)
+    schemas, defs = msgspec.json.schema_components(alts)
+    body = schemas[0] if len(schemas) == 1 else {"anyOf": list(schemas)}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"traceread/{command}.schema.json", "title": f"traceread {command} --format json",
+            "x-schema-version": SCHEMA_VERSION, **body, "$defs": defs}
+
+
+def write_all(out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in DOCUMENTS:
+        p = out / f"{name}.schema.json"
+        p.write_text(json.dumps(json_schema(name), indent=2, sort_keys=True) + "\n")
+        paths.append(p)
+    return paths
+
+
+def check(command: str, doc: Any) -> None:
+    """Raise ``msgspec.ValidationError`` when ``doc`` does not match ``command``'s schema."""
+    t = DOCUMENTS[command]
+    if command in PER_TRACE and isinstance(doc, list):
+        t = list[t]
+    elif command == "analyze" and isinstance(doc, dict) and "cross_rank" in doc:
+        t = AnalyzeJob
+    msgspec.convert(doc, type=t, strict=False)
+
+
+if __name__ == "__main__":  # python -m traceread.schema docs/schema
+    for p in write_all(sys.argv[1] if len(sys.argv) > 1 else "docs/schema"):
+        print(p)

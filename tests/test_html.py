@@ -1,0 +1,181 @@
+"""``--format html``: one self-contained page (structure everywhere, a real Chromium where installed)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import traceread
+from traceread.cli import main
+from traceread.diff import diff_analyses
+from traceread.render.base import get_renderer
+from traceread.render.html import COLORS, binned_idle
+from traceread.synth.kineto import write_kineto
+from traceread.synth.scenarios import MS, dataloader_bound
+
+from conftest import FIXTURES
+
+TRACE = FIXTURES / "kineto" / "hta_sampled_rank-1.json.gz"
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: dict[str, int] = {}
+        self.attrs: list[tuple[str, str, str]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        self.attrs += [(tag, k, v or "") for k, v in attrs]
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(html: str) -> _Page:
+    p = _Page()
+    p.feed(html)
+    return p
+
+
+def _assert_self_contained(html: str, p: _Page) -> None:
+    assert not {"script", "link", "img", "iframe", "object", "embed"} & set(p.tags)
+    for tag, k, v in p.attrs:
+        assert k != "src" and (k != "href" or v.startswith("#")), (tag, k, v)  # in-page links only
+        if k == "xmlns":
+            continue
+        assert "http" not in v and "//" not in v, (tag, k, v)
+    assert "url(" not in html and "@import" not in html
+    assert re.findall(r"https?://[^\s\"'<]+", html) == ["http://www.w3.org/2000/svg"] * p.tags["svg"]
+
+
+def test_report_structure_on_a_real_trace(tmp_path):
+    out = tmp_path / "report.html"
+    r = CliRunner().invoke(main, ["analyze", str(TRACE), "--format", "html", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    html = out.read_text()
+    p = _parse(html)
+    a = traceread.analyze(str(TRACE))
+    text = " ".join(p.text)
+    assert f"VERDICT {a.verdict['bound'].upper()}" in text and a.verdict["summary"] in text
+    assert all(lv in text for lv in a.verdict["levers"])
+    assert p.tags["svg"] >= 3 and p.tags["rect"] > 50  # timeline, steps, idle bars
+    assert "Largest idle gaps" in text and "Top kernels" in text
+    _assert_self_contained(html, p)
+    assert len(html) < 400_000
+
+
+def test_timeline_binning_keeps_every_idle_nanosecond():
+    trace, truth = dataloader_bound()
+    a = traceread.analyze(trace)
+    w = a.devices.iloc[0]
+    bins = binned_idle(a.gaps, int(w["window_start"]), int(w["window_end"]), 300)
+    assert sum(v.sum() for v in bins.values()) == pytest.approx(truth["idle_ns"], rel=1e-9)
+    assert bins["dataloader"].sum() == pytest.approx(truth["by_cpu"]["dataloader"], rel=1e-9)
+
+
+def test_ranks_of_a_job_make_one_page(tmp_path):
+    from traceread.examples import path as example
+
+    out = tmp_path / "job.html"
+    r = CliRunner().invoke(main, ["analyze", str(example()), str(TRACE), "--format", "html", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    html = out.read_text()
+    p = _parse(html)
+    _assert_self_contained(html, p)
+    text = " ".join(p.text)
+    assert "2 traces" in text and "Across ranks" in text and "straggler" in text
+    assert text.count("VERDICT ") == 2 and 'id="t0"' in html and 'id="t1"' in html
+
+
+def test_html_requires_an_output_file():
+    r = CliRunner().invoke(main, ["analyze", str(TRACE), "--format", "html"])
+    assert r.exit_code == 2 and "-o" in r.output
+
+
+def test_diff_html_is_self_contained(tmp_path):
+    a = traceread.analyze(str(TRACE))
+    b, _ = dataloader_bound(period=40 * MS)
+    html = get_renderer("html").render(diff_analyses(a, traceread.analyze(b)))
+    p = _parse(html)
+    _assert_self_contained(html, p)
+    assert "Idle by cause" in " ".join(p.text) and p.tags["svg"] == 1
+
+
+# --- a real browser ------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess:
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+           "--v=0", "--host-resolver-rules=MAP * ~NOTFOUND", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def _console(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ":CONSOLE" in ln or "net::ERR" in ln]
+
+
+@needs_chromium
+def test_chromium_console_check_catches_errors(tmp_path):
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>throw new Error('boom')</script></body></html>")
+    r = _chromium("--dump-dom", bad.as_uri())
+    assert any("boom" in ln for ln in _console(r.stderr))
+
+
+@needs_chromium
+def test_report_in_headless_chromium(tmp_path):
+    Image = pytest.importorskip("PIL.Image")
+    trace, _ = dataloader_bound()
+    src = tmp_path / "dl.json"
+    write_kineto(trace, src)
+    page = tmp_path / "report.html"
+    r = CliRunner().invoke(main, ["analyze", str(src), "--format", "html", "-o", str(page)])
+    assert r.exit_code == 0, r.output
+    dom = _chromium("--dump-dom", page.as_uri())
+    assert dom.returncode == 0
+    assert "VERDICT DATA" in dom.stdout and "input-bound" in dom.stdout
+    assert _console(dom.stderr) == []
+    png = tmp_path / "shot.png"
+    shot = _chromium("--hide-scrollbars", "--window-size=1200,1000", f"--screenshot={png}", page.as_uri())
+    assert shot.returncode == 0 and png.is_file()
+    img = Image.open(png).convert("RGB")
+    colours = {c for _, c in img.getcolors(maxcolors=1 << 20)}
+    assert len(colours) > 20  # not a blank page
+    want = {_rgb(COLORS["busy"]), _rgb(COLORS["dataloader"])}
+    assert want <= colours  # the charts were drawn: busy and dataloader-idle pixels
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    h = hex_colour.lstrip("#")
+    return tuple(int(h[i:i + 2], 16) for i in (0, 2, 4))
+
+
+def test_batch_writes_a_self_contained_job_summary(tmp_path):
+    import shutil as sh
+
+    from traceread.examples import path as example
+
+    src = tmp_path / "in"
+    src.mkdir()
+    sh.copy(example(), src / "hta_sampled_rank-0.json.gz")
+    sh.copy(TRACE, src / "hta_sampled_rank-1.json.gz")
+    (src / "bad.json").write_text("garbage")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["batch", str(src), "-o", str(out), "-j", "1"])
+    assert r.exit_code == 1  # one file failed; the others' results are kept
+    html = (out / "report.html").read_text()
+    p = _parse(html)
+    _assert_self_contained(html, p)
+    text = " ".join(p.text)
+    assert "3 traces: 2 analysed, 1 failed" in text and "bad.json" in text
+    assert "Across ranks" in text and "STRAGGLER" in text and p.tags["svg"] == 3  # + wait chart
