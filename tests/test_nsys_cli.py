@@ -134,3 +134,15 @@ def test_same_commands_on_kineto_trace():
     assert r.exit_code == 0
     rows = r.output.splitlines()[1:]
     assert rows and all(row.endswith(",") for row in rows)  # no CUDA context id on Kineto
+
+
+def test_text_times_are_relative_to_trace_start(planted):
+    # The planted trace's first event is at -1000 ns; a gap starting at 4000 ns is +5 us.
+    r = run("gaps", planted, "--min-gap", "1us")
+    assert r.exit_code == 0
+    assert "+0.000005 s" in r.output and "4,000" not in r.output
+    r = run("idle", planted, "--min-gap", "1us")
+    assert r.exit_code == 0
+    assert "+0.000005 s" in r.output and "start (ns)" not in r.output
+    r = run("idle", planted, "--min-gap", "1us", "--format", "json")
+    assert 4000 in [g["start_ns"] for g in json.loads(r.output)["gaps"]]

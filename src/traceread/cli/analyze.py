@@ -12,7 +12,7 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
 from ..analysis import analyze as run_analysis
 from ..render.json import dumps, gap_records
 from ..render.report import render_report
-from ..render.text import fmt_ns
+from ..render.text import fmt_ns, rel_time
 
 def _regex(ctx, param, value):
     if value is None:
@@ -207,13 +207,14 @@ def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
     blocks = []
     for a in results:
         g = a.listed_gaps()
-        lines = [a.meta.path, f"  {'start (ns)':>20}  {'duration':>10}  {'pid':>8}  {'dev':>3}  "
+        t0 = a.window.trace_start if a.window is not None else 0
+        lines = [a.meta.path, f"  {'start':>14}  {'duration':>10}  {'pid':>8}  {'dev':>3}  "
                  f"{'step':>6}  {'drain':<28}  host"]
         for r in gap_records(g):
             drain = r["drain"] + (f" {r['drain_op']}" if r["drain_op"] else "")
             host = ", ".join(f"{k} {fmt_ns(v)}" for k, v in
                              sorted(r["by_cpu"].items(), key=lambda kv: -kv[1]))
-            lines.append(f"  {r['start_ns']:>20}  {fmt_ns(r['duration_ns']):>10}  {r['pid']:>8}  "
+            lines.append(f"  {rel_time(r['start_ns'] - t0):>14}  {fmt_ns(r['duration_ns']):>10}  {r['pid']:>8}  "
                          f"{r['device']:>3}  {r['step']:>6}  {drain[:28]:<28}  {host}")
         blocks.append("\n".join(lines))
     emit("\n\n".join(blocks), out)

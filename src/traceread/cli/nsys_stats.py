@@ -18,7 +18,8 @@ from ..passes.api import api_summary, render_api
 from ..passes.gaps import gpu_gaps, nsys_order
 from ..passes.kernels import kernel_summary, render_csv, render_summary, render_text
 from ..passes import nsys_reports as reports
-from ..render.text import fmt_ns
+from ..passes.window import trace_span
+from ..render.text import fmt_ns, rel_time
 from ..table import Trace
 
 stats_format_option = click.option(
@@ -82,9 +83,15 @@ def gaps_csv(t: Trace, min_gap_ns: int, rows: int = reports.NSYS_ROW_LIMIT) -> s
 
 def render_gaps(t: Trace, min_gap_ns: int, fmt: str, limit: int = reports.NSYS_ROW_LIMIT) -> str:
     rows = gap_rows(t, min_gap_ns, limit)
-    if not rows and fmt == "text":
+    if fmt != "text":
+        return _render_table(GAP_HEADERS, rows, fmt)
+    if not rows:
         return f"no GPU gaps longer than {fmt_ns(min_gap_ns)}"
-    return _render_table(GAP_HEADERS, rows, fmt, plain=(0, 3, 4, 5))
+    # The terminal shows starts after the trace's first event; csv / json keep nsys's ns.
+    t0 = trace_span(t.events)[0]
+    rows = [r[:2] + [rel_time(int(r[2]) - t0)] + r[3:] for r in rows]
+    headers = GAP_HEADERS[:2] + ("Start",) + GAP_HEADERS[3:]
+    return _render_table(headers, rows, fmt, plain=(0, 2, 3, 4, 5))
 
 
 def _render_table(headers, rows, fmt: str, plain=()) -> str:

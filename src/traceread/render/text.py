@@ -17,6 +17,14 @@ def fmt_ns(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
+def rel_time(ns: float) -> str:
+    """Time after the trace's first event, to the microsecond: ``+1.234567 s``.
+
+    Same origin as ``--window``, so a gap's start can be pasted into it.
+    """
+    return f"+{float(ns) / 1e9:.6f} s"
+
+
 def render_info(info: dict[str, Any]) -> str:
     rank = "unknown" if info["rank"] < 0 else str(info["rank"])
     world = "" if info["world_size"] < 0 else f" of {info['world_size']}"
