@@ -75,3 +75,21 @@ def test_one_bad_file_does_not_lose_the_others(tmp_path, command):
     assert r.exit_code == 1
     assert r.stderr.splitlines() == [f"traceread: error: {bad}: unknown format (not JSON, gzip or SQLite)"]
     assert str(TRACE) in r.stdout  # the good trace's report is still printed
+
+
+@pytest.mark.parametrize("name", ["run.nsys-rep", "old.qdrep", "raw.QDSTRM"])
+def test_nsys_report_gets_the_export_hint(tmp_path, name):
+    rep = tmp_path / name
+    rep.write_bytes(b"\x00\x01QDSTRM-like binary payload")  # not SQLite, JSON or gzip
+    r = CliRunner().invoke(main, ["analyze", str(rep)])
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        f"traceread: error: {rep}: an Nsight Systems report, not its SQLite export: "
+        f"run `nsys export --type sqlite {rep}` and pass the .sqlite"]
+
+
+def test_nsys_report_hint_only_on_refusal(tmp_path):
+    # Detection is by content: a JSON trace that happens to be named .nsys-rep still loads.
+    named = tmp_path / "mislabelled.nsys-rep"
+    named.write_bytes(TRACE.read_bytes())
+    assert CliRunner().invoke(main, ["info", str(named)]).exit_code == 0

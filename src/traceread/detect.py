@@ -9,6 +9,7 @@ from .errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
 
 
 def special_file_reason(mode: int) -> str | None:
@@ -72,6 +73,10 @@ def sniff(path: str | os.PathLike) -> str:
         return "json.gz"
     if _looks_like_json(head):
         return "json"
+    if p.suffix.lower() in NSYS_REPORT_SUFFIXES:
+        # The name only shapes the hint; the refusal itself came from the content.
+        raise TraceError(p, f"an Nsight Systems report, not its SQLite export: run "
+                            f"`nsys export --type sqlite {p}` and pass the .sqlite")
     raise TraceError(p, "unknown format (not JSON, gzip or SQLite)")
 
 
