@@ -93,3 +93,22 @@ def test_nsys_report_hint_only_on_refusal(tmp_path):
     named = tmp_path / "mislabelled.nsys-rep"
     named.write_bytes(TRACE.read_bytes())
     assert CliRunner().invoke(main, ["info", str(named)]).exit_code == 0
+
+
+def test_export_csv_has_every_event_and_column(tmp_path):
+    out = tmp_path / "events.csv"
+    r = CliRunner().invoke(main, ["export", str(TRACE), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    want = load(TRACE).events
+    got = pd.read_csv(out)
+    assert list(got.columns) == list(want.columns) and len(got) == len(want)
+    assert got["ts"].tolist() == want["ts"].tolist()
+    assert got["name"].fillna("").tolist() == want["name"].fillna("").tolist()
+
+
+def test_export_refuses_a_suffix_it_cannot_write(tmp_path):
+    out = tmp_path / "events.xlsx"
+    r = CliRunner().invoke(main, ["export", str(TRACE), "-o", str(out)])
+    assert r.exit_code == 1 and not out.exists()
+    assert r.stderr.splitlines() == [
+        f"traceread: error: {out}: cannot write .xlsx files: name the output .parquet or .csv"]
