@@ -1,13 +1,33 @@
 """traceread: why is the GPU underfed? Offline analysis of torch.profiler and nsys traces."""
 from __future__ import annotations
 
+from importlib import import_module
+
 from .errors import TraceError
-from .readers import read as load
-from .table import COLUMNS, KINDS, SCHEMA, Trace, TraceMeta, read_parquet
-from .analysis import Analysis, analyze
-from .capture import capture
+from .capture import capture  # stdlib only; eager so the submodule cannot shadow it
 
 __version__ = "0.1.0"
+
+# Loaded on first use (PEP 562) so `import traceread.cli` and `traceread --help`
+# do not import pandas / pyarrow / numpy.
+_LAZY = {"load": ("readers", "read"), "Trace": ("table", "Trace"),
+         "TraceMeta": ("table", "TraceMeta"), "COLUMNS": ("table", "COLUMNS"),
+         "KINDS": ("table", "KINDS"), "SCHEMA": ("table", "SCHEMA"),
+         "read_parquet": ("table", "read_parquet"), "Analysis": ("analysis", "Analysis"),
+         "analyze": ("analysis", "analyze")}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = getattr(import_module(f".{module}", __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def analyze_dir(path, **kwargs):
@@ -19,6 +39,7 @@ def analyze_dir(path, **kwargs):
 
 def diff(before, after, **kwargs):
     """Compare two traces, two ``Analysis`` objects or two directories (``traceread.diff``)."""
+    from .analysis import Analysis
     from .diff import diff_analyses, diff_paths
 
     if isinstance(before, Analysis) and isinstance(after, Analysis):

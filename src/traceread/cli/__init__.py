@@ -1,19 +1,76 @@
 """The ``traceread`` command line: a thin shell over the Python API.
 
-Each subcommand lives in its own module and registers itself on ``main``.
+Each subcommand lives in its own module and registers itself on ``main``. The
+modules are imported only when their command runs (or shows its own help), so
+``traceread --help`` and ``--version`` start without pandas / pyarrow / numpy.
 """
 from __future__ import annotations
 
 import os
 import sys
+from importlib import import_module
 
 import click
 
 from ..errors import TraceError
 
 
+# Command -> (module in this package, the help's first paragraph for the command
+# list). tests/test_cli_startup.py checks the text against the real commands.
+_COMMANDS = {
+    "info": ("info", "Format, version, rank, devices, event counts by kind and time span."),
+    "export": ("export",
+        "Write the event table of TRACE to a Parquet or CSV file (by OUT's suffix)."),
+    "analyze": ("analyze",
+        "Why is the GPU underfed? Verdict, levers and evidence for each TRACE."),
+    "steps": ("analyze", "Per-step host time, GPU busy/idle and idle causes for each TRACE."),
+    "idle": ("analyze",
+        "Every GPU idle gap of each TRACE with its step, drain cause and host activity."),
+    "kernels": ("nsys_stats", "GPU kernel summary of TRACE (nsys stats cuda_gpu_kern_sum)."),
+    "api": ("nsys_stats", "CUDA API summary of TRACE (nsys stats cuda_api_sum)."),
+    "gaps": ("nsys_stats", "GPU idle gaps of TRACE per process and device (nsys stats gpu_gaps)."),
+    "nvtx": ("nsys_stats",
+        "NVTX range summary of TRACE (nsys stats nvtx_sum; Kineto: user annotations)."),
+    "memcpy": ("nsys_stats",
+        "GPU memcpy/memset summary of TRACE by operation (nsys stats cuda_gpu_mem_*_sum)."),
+    "osrt": ("nsys_stats",
+        "OS runtime call summary of TRACE (nsys stats osrt_sum; nsys exports only)."),
+    "util": ("nsys_stats",
+        "Low GPU time-utilisation regions of TRACE (nsys stats gpu_time_util)."),
+    "batch": ("batch", "Analyse every trace under DIRECTORY (recursively, found by content)."),
+    "nccl": ("comm",
+        "Communication vs compute overlap and per-collective bandwidth for each TRACE."),
+    "compile": ("comm", (
+        "torch.compile: compiles, recompiles per frame and step, compile time, GPU idle while "
+        "compiling.")),
+    "overlay": ("overlay", (
+        "TRACE plus tracks for ui.perfetto.dev: idle gaps by cause, steps, exposed comm, "
+        "compiles.")),
+    "diff": ("diff", "Compare two traces (or two directories of traces): did the fix work?"),
+}
+
+
 class _Group(click.Group):
-    """Turns every failure into one ``traceread: error:`` line and exit 1."""
+    """Loads subcommands on demand; turns every failure into one
+    ``traceread: error:`` line and exit 1."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(_COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str):
+        if name not in self.commands and name in _COMMANDS:
+            import_module(f"{__name__}.{_COMMANDS[name][0]}")  # registers its commands
+        return self.commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter) -> None:
+        # The listing uses the stored help: loading every module would import pandas.
+        rows = [(n, self.commands.get(n) or click.Command(n, help=_COMMANDS[n][1]))
+                for n in self.list_commands(ctx)]
+        rows = [(n, c) for n, c in rows if not c.hidden]
+        if rows:
+            limit = formatter.width - 6 - max(len(n) for n, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(n, c.get_short_help_str(limit)) for n, c in rows])
 
     def invoke(self, ctx: click.Context):
         try:
@@ -58,16 +115,3 @@ def _version(ctx: click.Context) -> None:
     click.echo(f"traceread, version {v}\nJSON chunk decoder: {decoder_name()}")
     ctx.exit()
 
-
-def _register() -> None:
-    # Imported for their side effect: each module adds its commands to `main`.
-    from . import info, export, analyze  # noqa: F401
-    for optional in ("nsys_stats", "batch", "comm", "overlay", "diff"):
-        try:
-            __import__(f"{__name__}.{optional}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{optional}":
-                raise
-
-
-_register()

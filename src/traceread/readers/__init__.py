@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from ..detect import sniff
 from ..errors import TraceError
-from ..table import Trace
+
+if TYPE_CHECKING:  # the table module imports pandas; `traceread --version` must not
+    from ..table import Trace
 
 
 def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,

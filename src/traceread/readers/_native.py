@@ -13,10 +13,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
-from . import _kineto_decode as dec
-
 try:
     from . import _cscan
 except ImportError:  # no compiler at install time: the Python decoder only
@@ -70,6 +66,7 @@ def _shape() -> tuple[dict | None, str]:
     """(the SCANNED table _kineto_decode matches, '') or (None, what differs)."""
     import dataclasses
 
+    from . import _kineto_decode as dec  # imported here: `traceread --version` stays light
     from .stream import Chunk
 
     event = dec.Event.__args__[0]
@@ -153,6 +150,8 @@ def decode(buf, exact: bool, bare: bool = False):
 
 
 def _chunk(res: tuple, ext: bool = False):
+    import numpy as np
+
     from .stream import Chunk, _pack_ints
 
     (n, ph, ph_u, name, name_u, cat, cat_u, ints, sparse, pid_str, tid_str, lossy,
@@ -169,6 +168,8 @@ def _chunk(res: tuple, ext: bool = False):
 
 def _sparse(v: tuple) -> tuple:
     """(rows, values), or for Raw text columns (rows, (codes, dictionary))."""
+    import numpy as np
+
     if len(v) == 2:
         rows, vals = v
         return np.array(rows, dtype=np.int64), vals

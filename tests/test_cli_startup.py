@@ -1,0 +1,69 @@
+"""`traceread --help` / `--version` start without pandas, numpy or pyarrow; the
+lazily loaded command list matches the real commands."""
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import traceread.cli as cli
+
+HEAVY = ("pandas", "numpy", "pyarrow")
+
+
+def _imported(args: list[str], env: dict | None = None) -> set[str]:
+    """Top-level modules `python -X importtime -m traceread ARGS` imported."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "traceread", *args],
+                       capture_output=True, text=True, env={**os.environ, **(env or {})})
+    assert p.returncode == 0, p.stderr[-2000:]
+    names = {line.split("|")[-1].strip() for line in p.stderr.splitlines() if "|" in line}
+    return {n.split(".")[0] for n in names}
+
+
+def test_help_imports_no_pandas_numpy_pyarrow():
+    mods = _imported(["--help"])
+    assert "traceread" in mods and "click" in mods  # the probe sees imports at all
+    assert not mods & set(HEAVY), mods & set(HEAVY)
+
+
+def test_version_with_the_python_decoder_imports_no_pandas():
+    # With the native decoder built, --version checks it against _kineto_decode
+    # (which needs pandas), so the light path is the Python decoder's.
+    mods = _imported(["--version"], env={"TRACEREAD_DECODER": "python"})
+    assert not mods & set(HEAVY), mods & set(HEAVY)
+
+
+def test_sys_modules_after_in_process_help():
+    code = ("import sys; from click.testing import CliRunner; from traceread.cli import main; "
+            "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0, r.output; "
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+def test_stored_command_help_matches_the_commands():
+    for module in {m for m, _ in cli._COMMANDS.values()}:
+        importlib.import_module(f"traceread.cli.{module}")
+    assert set(cli.main.commands) == set(cli._COMMANDS)
+    for name, (module, text) in cli._COMMANDS.items():
+        cmd = cli.main.commands[name]
+        assert cmd.callback.__module__ == f"traceread.cli.{module}", name
+        first = " ".join(cmd.help.split("\n\n")[0].split())
+        assert text == first, f"update traceread.cli._COMMANDS[{name!r}]"
+
+
+@pytest.mark.parametrize("name", sorted(cli._COMMANDS))
+def test_each_command_loads_and_shows_its_help(name):
+    r = CliRunner().invoke(cli.main, [name, "--help"])
+    assert r.exit_code == 0, r.output
+    assert f"Usage: main {name}" in r.output or f"Usage: traceread {name}" in r.output
+
+
+def test_unknown_command_is_a_usage_error():
+    r = CliRunner().invoke(cli.main, ["frobnicate"])
+    assert r.exit_code == 2 and "No such command" in r.output
