@@ -194,3 +194,31 @@ def test_cli_bad_file_is_one_line_error(tmp_path):
 def test_cli_bad_step_pattern(files):
     r = _run("analyze", files["data"][0], "--step-pattern", "ProfilerStep#(")
     assert r.exit_code == 2 and "not a regular expression" in r.output
+
+
+def test_report_fit_wraps_prose_keeps_rows_and_paths():
+    from traceread.render.report import fit
+
+    prose = "  GPU idle 99.5% of the analysed window; " + "the launching thread is busy " * 4
+    lever = "    1. stop device-memory churn: " + "remove torch.cuda.empty_cache() " * 4
+    row = "  " + "  ".join(["+904 ms", "10 s", "0", "-", "starved"]) + "  " + "x" * 95
+    path = "/" + "p" * 130
+    out = fit([prose, lever, row, path])
+    assert row in out and path in out  # a table row and a path stay whole
+    wrapped = [x for x in out if x not in (row, path)]
+    assert all(len(x) <= 100 for x in wrapped) and len(wrapped) >= 4
+    assert " ".join(" ".join(x.split()) for x in wrapped) == " ".join((prose + lever).split())
+    assert wrapped[1].startswith("    GPU") is False and wrapped[1].startswith("    ")
+    assert any(x.startswith("       remove") or x.startswith("       torch") for x in wrapped)
+
+
+def test_report_lines_fit_100_columns_on_a_real_trace(corpus_dir):
+    # alexnet: long levers, a long "analysed:" note and long kernel names
+    from traceread.render.report import render_report
+
+    path = (corpus_dir / "facebookresearch__HolisticTraceAnalysis/tests/data/critical_path/"
+            "alexnet/benchmark_result_2869224_1695835535_trace.json.gz")
+    lines = render_report(analyze(load(path))).splitlines()[1:]  # line 0 is the path
+    prose = [x for x in lines if len(x) > 100 and "  " not in x.strip()]
+    kernels = lines[lines.index(next(x for x in lines if x.startswith("Top kernels"))):]
+    assert prose == [] and all(len(x) <= 100 for x in kernels[:10])

@@ -1,6 +1,9 @@
 """The text report of ``traceread analyze``: verdict first, then the figures behind it."""
 from __future__ import annotations
 
+import re
+import textwrap
+
 import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
@@ -13,6 +16,7 @@ GAP_ROWS = 8
 OP_ROWS = 8
 KERNEL_ROWS = 8
 NAME_W = 60
+WIDTH = 100  # terminal columns the report keeps to (prose wraps, kernel names shorten)
 
 
 def _short(name: str, w: int = NAME_W) -> str:
@@ -50,7 +54,27 @@ def render_report(a) -> str:
     out += _graphs(a)
     out += _kernels(a)
     out += utilization_lines(getattr(a, "utilization", None))
-    return "\n".join(out).rstrip() + "\n"
+    return "\n".join(fit("\n".join(out).split("\n"))).rstrip() + "\n"
+
+
+def fit(lines: list[str], width: int = WIDTH) -> list[str]:
+    """Wrap prose lines longer than ``width``; table rows and paths stay whole.
+
+    A row has a two-space column gap after its indent; a path has no spaces
+    (textwrap never breaks a word). Continuations indent past a ``1.`` / ``-`` marker.
+    """
+    out = []
+    for line in lines:
+        body = line.lstrip(" ")
+        if len(line) <= width or "  " in body:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(body)]
+        marker = re.match(r"(\d+\.|-|\*) ", body)
+        hang = indent + " " * (len(marker.group(0)) if marker else 2)
+        out += textwrap.wrap(line, width, subsequent_indent=hang, break_long_words=False,
+                             break_on_hyphens=False)
+    return out
 
 
 def _header(a) -> list[str]:
@@ -301,7 +325,7 @@ def _kernels(a) -> list[str]:
              f"  {'time':>6}  {'total':>10}  {'count':>7}  {'avg':>9}  name"]
     for r in k.head(KERNEL_ROWS).itertuples():
         lines.append(f"  {r.pct:5.1f}%  {fmt_ns(r.total_ns):>10}  {r.instances:>7,}  "
-                     f"{fmt_ns(r.avg_ns):>9}  {_short(r.name)}")
+                     f"{fmt_ns(r.avg_ns):>9}  {_short(r.name, WIDTH - 44)}")
     kc = a.kernel_classes
     if kc is not None and len(kc):
         lines.append("  by class: " + ", ".join(
