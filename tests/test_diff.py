@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 import traceread
 from traceread.cli import main
-from traceread.diff import diff_analyses, diff_paths
+from traceread.tracediff import diff_analyses, diff_paths
 from traceread.synth.kineto import write_kineto
 from traceread.synth.scenarios import MS, US, dataloader_bound
 
@@ -165,3 +165,13 @@ def test_real_recorded_dataloader_pair(tmp_path):
     assert d.saving()["realised_ns"] > 8 * MS
     r = CliRunner().invoke(main, ["diff", before, after, "--fail-if-slower", "5%"])
     assert r.exit_code == 0 and "saving realised per step" in r.stdout
+
+
+def test_diff_function_survives_the_module_import():
+    # the implementation module once shared the function's name: importing it replaced
+    # traceread.diff (the function) with the module
+    import traceread
+    import traceread.tracediff  # noqa: F401
+    import traceread.cli.diff  # noqa: F401
+
+    assert callable(traceread.diff) and not isinstance(traceread.diff, type(traceread))

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import traceread
 from traceread.cli import main
-from traceread.diff import diff_analyses
+from traceread.tracediff import diff_analyses
 from traceread.render.base import get_renderer
 from traceread.render.html import COLORS, binned_idle
 from traceread.synth.kineto import write_kineto

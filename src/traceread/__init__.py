@@ -40,7 +40,7 @@ def analyze_dir(path, **kwargs):
 def diff(before, after, **kwargs):
     """Compare two traces, two ``Analysis`` objects or two directories (``traceread.diff``)."""
     from .analysis import Analysis
-    from .diff import diff_analyses, diff_paths
+    from .tracediff import diff_analyses, diff_paths
 
     if isinstance(before, Analysis) and isinstance(after, Analysis):
         return diff_analyses(before, after)

@@ -33,7 +33,7 @@ def diff(before, after, fmt, out, fail_if_slower, step_pattern):
     """Compare two traces (or two directories of traces): did the fix work?"""
     import sys
 
-    from ..diff import diff_paths
+    from ..tracediff import diff_paths
     from ..render.base import get_renderer
 
     d = diff_paths(before, after, step_pattern=step_pattern, load=load_trace)

@@ -53,7 +53,7 @@ class TextRenderer(Renderer):
 
     def render(self, result) -> str:
         if _is_diff(result):
-            from ..diff import render_text
+            from ..tracediff import render_text
 
             return render_text(result)
         from .report import render_report
