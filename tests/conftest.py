@@ -25,3 +25,21 @@ def corpus_dir() -> Path:
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+def materialise(trace, how: str, tmp_path: Path, name: str):
+    """A builder-made trace as the analysis sees it: the table itself ("table"), read back
+    from Kineto JSON of an era ("kineto-2.4", "kineto-1.8") or from an nsys export ("nsys")."""
+    from traceread import load
+    from traceread.synth import scenarios as sc
+    from traceread.synth.kineto import write_kineto
+
+    if how == "table":
+        return trace
+    if how.startswith("kineto"):
+        p = tmp_path / f"{name}.json"
+        write_kineto(trace, p, era=how.split("-")[1])
+    else:
+        p = tmp_path / f"{name}.sqlite"
+        sc.write_nsys(trace, p)
+    return load(p)

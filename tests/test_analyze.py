@@ -14,26 +14,16 @@ from traceread.passes.attribution import CPU_CATEGORIES
 from traceread.synth import scenarios as sc
 from traceread.synth.kineto import write_kineto
 
+from conftest import materialise
+
 PATHS = ("table", "kineto-2.4", "kineto-1.8", "nsys")
-
-
-def _materialise(trace, how, tmp_path, name):
-    if how == "table":
-        return trace
-    if how.startswith("kineto"):
-        p = tmp_path / f"{name}.json"
-        write_kineto(trace, p, era=how.split("-")[1])
-    else:
-        p = tmp_path / f"{name}.sqlite"
-        sc.write_nsys(trace, p)
-    return load(p)
 
 
 @pytest.mark.parametrize("how", PATHS)
 @pytest.mark.parametrize("name", sorted(sc.SCENARIOS))
 def test_planted_truth_through_every_reader(name, how, tmp_path):
     trace, truth = sc.SCENARIOS[name]()
-    a = analyze(_materialise(trace, how, tmp_path, name))
+    a = analyze(materialise(trace, how, tmp_path, name))
     assert a.verdict["bound"] == truth["bound"]
     d = a.to_dict()
     assert d["devices"][0]["idle_ns"] == truth["idle_ns"]

@@ -4,31 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from traceread import load
 from traceread.analysis import analyze
 from traceread.synth import scenarios as sc
 from traceread.synth import scenarios_bounds as sb
-from traceread.synth.kineto import write_kineto
+
+from conftest import materialise
 
 PATHS = ("table", "kineto-2.4", "nsys")
-
-
-def _load(trace, how, tmp_path, name):
-    if how == "table":
-        return trace
-    if how.startswith("kineto"):
-        p = tmp_path / f"{name}.json"
-        write_kineto(trace, p, era=how.split("-")[1])
-    else:
-        p = tmp_path / f"{name}.sqlite"
-        sc.write_nsys(trace, p)
-    return load(p)
 
 
 @pytest.mark.parametrize("how", PATHS)
 def test_host_bound_names_the_python_frame(how, tmp_path):
     trace, truth = sb.host_bound()
-    a = analyze(_load(trace, how, tmp_path, "host"))
+    a = analyze(materialise(trace, how, tmp_path, "host"))
     v, d = a.verdict, a.devices.iloc[0]
     assert v["bound"] == "host"
     assert (int(d["window_ns"]), int(d["busy_ns"]), int(d["idle_ns"])) == \
@@ -47,7 +35,7 @@ def test_host_bound_names_the_python_frame(how, tmp_path):
 @pytest.mark.parametrize("how", PATHS)
 def test_close_call_is_mixed_and_lists_num_workers(how, tmp_path):
     trace, truth = sb.mixed_data_host()
-    a = analyze(_load(trace, how, tmp_path, "mixed"))
+    a = analyze(materialise(trace, how, tmp_path, "mixed"))
     v = a.verdict
     assert v["bound"] == "mixed" and v["evidence"]["runner_up"] == "data"
     assert [x["cause"] for x in v["actions"][:2]] == ["host", "data"]
@@ -59,7 +47,7 @@ def test_close_call_is_mixed_and_lists_num_workers(how, tmp_path):
 @pytest.mark.parametrize("how", PATHS)
 def test_pageable_copies_are_copy_bound_not_gpu_bound(how, tmp_path):
     trace, truth = sb.copy_bound()
-    a = analyze(_load(trace, how, tmp_path, "copy"))
+    a = analyze(materialise(trace, how, tmp_path, "copy"))
     v = a.verdict
     d = a.devices.iloc[0]
     assert int(d["busy_ns"]) == truth["busy_ns"] and int(d["idle_ns"]) == truth["idle_ns"]
@@ -76,7 +64,7 @@ def test_pageable_copies_are_copy_bound_not_gpu_bound(how, tmp_path):
 @pytest.mark.parametrize("how", PATHS)
 def test_whole_program_window_excludes_startup_and_warmup(how, tmp_path):
     trace, truth = sb.whole_program()
-    t = _load(trace, how, tmp_path, "whole")
+    t = materialise(trace, how, tmp_path, "whole")
     a = analyze(t)
     w = a.window.to_dict()
     assert a.verdict["bound"] == "gpu"
@@ -109,7 +97,7 @@ def test_steps_selection_that_names_no_step_is_an_error():
 @pytest.mark.parametrize("how", ("table", "kineto-2.4"))
 def test_graph_replay_is_never_told_to_use_cuda_graphs(how, tmp_path):
     trace, truth = sb.graph_replay()
-    a = analyze(_load(trace, how, tmp_path, "graphs"))
+    a = analyze(materialise(trace, how, tmp_path, "graphs"))
     assert a.context["uses_cuda_graphs"] is True
     assert a.verdict["bound"] == "launch"
     assert a.verdict["levers"][0].startswith("the step already replays CUDA graphs")
@@ -119,7 +107,7 @@ def test_graph_replay_is_never_told_to_use_cuda_graphs(how, tmp_path):
 @pytest.mark.parametrize("how", PATHS)
 def test_graph_recording_is_not_a_compile(how, tmp_path):
     trace, truth = sb.graph_recording()
-    a = analyze(_load(trace, how, tmp_path, "record"))
+    a = analyze(materialise(trace, how, tmp_path, "record"))
     assert a.verdict["bound"] == "graph_capture"
     assert a.compile.get("compiles", 0) == 0
     assert a.attribution["by_cpu"]["graph_capture"] == truth["record_ns"]
@@ -134,7 +122,7 @@ def test_unnumbered_nvtx_step_ranges_are_steps(how, tmp_path):
         s = k * 10 * sc.MS
         b.cpu("train_step", s, 10 * sc.MS, kind="annotation")
         b.launch(s + 10 * sc.US, 10 * sc.US, s + 50 * sc.US, 9 * sc.MS)
-    a = analyze(_load(b.build(), how, tmp_path, "nvtx"))
+    a = analyze(materialise(b.build(), how, tmp_path, "nvtx"))
     assert a.step_source == "pattern" and list(a.steps["step"]) == [0, 1, 2, 3]
     # a lone unnumbered range is not a step loop
     one = sc.TraceBuilder()
