@@ -90,9 +90,10 @@ GRAPH_RECORD_RX = re.compile(
     # cudagraph trees: the record frames only -- in_recording, exceed_rerecord_limit and
     # deferred_cudagraphify run on every replay (xdit_flux.1 steady-state profile traces)
     r"CUDAGraphNode\.record|CUDAGraph\.capture"
+    r"|CUDAGraphTreeManager\.(?:record|_record|record_function)"
     r"|cudagraph_trees\.py\(\d+\): (?:record_function|_record|record)$"
     r"|capture_begin|capture_end|(?<!deferred_)cudagraphify"
-    r"|^(?:cuda|hip|cu)(?:StreamBeginCapture|StreamEndCapture|GraphInstantiate)\w*")
+    r"|^(?:cuda|hip|cu)(?:StreamBeginCapture|StreamEndCapture|GraphInstantiate|GraphUpload)\w*")
 DATALOADER_RX = re.compile(
     r"(?i)enumerate\(DataLoader\)|DataLoader|data_loader|data loading|_next_data"
     r"|torch/utils/data/")

@@ -19,8 +19,8 @@ call name instead.
 captured work does not run), instantiation (``cudaGraphInstantiate*``, upload),
 torch's ``CUDAGraph.capture_begin/end`` and torch.compile's cudagraph trees
 (``CUDAGraphNode.record (dynamo_timed)``). It is not dynamo/inductor
-compilation. The gap attribution's ``graph_capture`` category uses its own,
-matching rule (``attribution.GRAPH_RECORD_RX``, capture regions included).
+compilation. The rule is the gap attribution's (``attribution.GRAPH_RECORD_RX``), whose
+``graph_capture`` category also counts whole capture regions.
 """
 from __future__ import annotations
 
@@ -30,18 +30,13 @@ import numpy as np
 import pandas as pd
 
 from ..table import GPU_OP_KINDS
-from . import intervals
+from . import attribution, intervals
 from ._common import events_of
 
 GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip)GraphLaunch|^cuGraphLaunch")
-# Host spans and API calls that record (capture / instantiate) a CUDA graph.
-GRAPH_RECORD_RX = re.compile(
-    r"^(?:cuda|hip|cu)StreamBeginCapture|^(?:cuda|hip|cu)StreamEndCapture"
-    r"|^(?:cuda|hip|cu)GraphInstantiate|^(?:cuda|hip|cu)GraphUpload"
-    r"|CUDAGraphNode\.record|CUDAGraphTreeManager\.(?:record|_record|record_function)"
-    r"|CUDAGraph\.capture_(?:begin|end)|method capture_(?:begin|end) of"
-    r"|torch/cuda/graphs\.py\(\d+\): capture_(?:begin|end)"
-    r"|cudagraph_trees\.py\(\d+\): (?:record_function|_record|record)$")
+# Host spans and API calls that record (capture / instantiate) a CUDA graph: the same rule
+# the gap attribution uses for its graph_capture category.
+GRAPH_RECORD_RX = attribution.GRAPH_RECORD_RX
 _BEGIN_RX = re.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
 _END_RX = re.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
 _HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "driver")
