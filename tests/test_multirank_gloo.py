@@ -170,6 +170,9 @@ def _record_and_check(tmp_path, world, slow):
     assert res.verdict()["cause"] == "untraced"
 
 
+# Live recording is timing-dependent: in a loaded full run the straggler's late window once
+# came back with no dominant cause. The committed real captures (above) are the CI proof.
+@pytest.mark.slow
 def test_record_gloo_2_ranks_live(tmp_path):
     _record_and_check(tmp_path, 2, 1)
 
