@@ -46,12 +46,7 @@ def _gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
 
 def gpu_busy(events_df) -> dict[tuple[int, int], intervals.Intervals]:
     """(pid, device) -> (starts, ends): disjoint union of kernel/memcpy/memset/graph time."""
-    ops = _gpu_ops(events_of(events_df))
-    out: dict[tuple[int, int], intervals.Intervals] = {}
-    for (pid, dev), g in ops.groupby(["pid", "device"], sort=True, observed=True):
-        s = g["ts"].to_numpy(np.int64)
-        out[(int(pid), int(dev))] = intervals.union(s, s + g["dur"].to_numpy(np.int64))
-    return out
+    return intervals.union_by_device(_gpu_ops(events_of(events_df)))
 
 
 def gpu_gaps(trace_or_events, min_gap_ns: int = 0, *, skip_nonpositive: bool | None = None,
@@ -62,12 +57,7 @@ def gpu_gaps(trace_or_events, min_gap_ns: int = 0, *, skip_nonpositive: bool | N
     ``skip_nonpositive`` (default: True for nsys traces) ignores operations
     starting at ts <= 0; ``overheads`` counts nsys CUDA profiling overheads as busy.
     """
-    ev = events_of(trace_or_events)
-    if skip_nonpositive is None:
-        skip_nonpositive = isinstance(trace_or_events, Trace) and trace_or_events.meta.format == "nsys"
-    ops = _gpu_ops(ev)
-    if skip_nonpositive:
-        ops = ops[ops["ts"] > 0]
+    ev, ops = gap_ops(trace_or_events, skip_nonpositive)
     ov = _overheads(ev) if overheads else None
     parts = []
     for (pid, dev), g in ops.groupby(["pid", "device"], sort=True, observed=True):
@@ -91,6 +81,15 @@ def gpu_gaps(trace_or_events, min_gap_ns: int = 0, *, skip_nonpositive: bool | N
         return pd.DataFrame({c: np.empty(0, np.int64) for c in GAP_COLUMNS})
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+
+
+def gap_ops(trace_or_events, skip_nonpositive: bool | None = None):
+    """(events, GPU ops the gap rules count): on nsys traces (by default) ops at ts <= 0 go."""
+    ev = events_of(trace_or_events)
+    if skip_nonpositive is None:
+        skip_nonpositive = isinstance(trace_or_events, Trace) and trace_or_events.meta.format == "nsys"
+    ops = _gpu_ops(ev)
+    return ev, (ops[ops["ts"] > 0] if skip_nonpositive else ops)
 
 
 def _holes(s: np.ndarray, e: np.ndarray) -> intervals.Intervals:

@@ -251,8 +251,4 @@ def graph_summary(events) -> dict:
 
 
 def _union_by_device(ops: pd.DataFrame) -> int:
-    total = 0
-    for _, g in ops.groupby(["pid", "device"], sort=True, observed=True):
-        s = g["ts"].to_numpy(np.int64)
-        total += intervals.total(intervals.union(s, s + g["dur"].to_numpy(np.int64)))
-    return int(total)
+    return int(sum(intervals.total(iv) for iv in intervals.union_by_device(ops).values()))

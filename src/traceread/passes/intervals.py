@@ -38,6 +38,15 @@ def union(starts, ends) -> Intervals:
     return s[first], reach[last]
 
 
+def union_by_device(rows) -> dict:
+    """(pid, device) -> union of the rows' [ts, ts + dur) (rows: ts, dur, pid, device columns)."""
+    out = {}
+    for (pid, dev), g in rows.groupby(["pid", "device"], sort=True, observed=True):
+        s = g["ts"].to_numpy(np.int64)
+        out[(int(pid), int(dev))] = union(s, s + g["dur"].to_numpy(np.int64))
+    return out
+
+
 def total(iv: Intervals) -> int:
     """Total length of a disjoint set."""
     s, e = iv

@@ -61,12 +61,7 @@ def comm_mask(ev: pd.DataFrame) -> np.ndarray:
 
 
 def _by_device(ev: pd.DataFrame, mask: np.ndarray) -> dict[tuple[int, int], intervals.Intervals]:
-    sub = ev.loc[mask, ["ts", "dur", "pid", "device"]]
-    out = {}
-    for (pid, dev), g in sub.groupby(["pid", "device"], sort=True, observed=True):
-        s = g["ts"].to_numpy(np.int64)
-        out[(int(pid), int(dev))] = intervals.union(s, s + g["dur"].to_numpy(np.int64))
-    return out
+    return intervals.union_by_device(ev.loc[mask, ["ts", "dur", "pid", "device"]])
 
 
 def _split(ev: pd.DataFrame):

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..table import Trace
 from ._common import events_of
-from .gaps import _gpu_ops, _overheads
+from .gaps import _overheads, gap_ops
 from .kernels import round1, summarize
 
 NSYS_ROW_LIMIT = 50  # nsys ExpertSystemsReport default (gpu_gaps, gpu_time_util)
@@ -221,12 +221,7 @@ def gpu_time_util(trace_or_events, threshold: float = 50, chunks: int = 30,
     """
     if not 1 <= chunks <= 1000:
         raise ValueError("chunks must be between 1 and 1000")
-    ev = events_of(trace_or_events)
-    if skip_nonpositive is None:
-        skip_nonpositive = isinstance(trace_or_events, Trace) and trace_or_events.meta.format == "nsys"
-    ops = _gpu_ops(ev)
-    if skip_nonpositive:
-        ops = ops[ops["ts"] > 0]
+    ev, ops = gap_ops(trace_or_events, skip_nonpositive)
     ov = _overheads(ev)
     recs = []
     for (pid, dev), g in ops.groupby(["pid", "device"], sort=True, observed=True):

@@ -297,12 +297,7 @@ def exposed_comm(ev: pd.DataFrame) -> dict[tuple[int, int], intervals.Intervals]
 
 
 def _per_device(ev: pd.DataFrame, mask: np.ndarray) -> dict:
-    sub = ev.loc[mask, ["ts", "dur", "pid", "device"]]
-    out = {}
-    for (pid, dev), g in sub.groupby(["pid", "device"], sort=True, observed=True):
-        s = g["ts"].to_numpy(np.int64)
-        out[(int(pid), int(dev))] = intervals.union(s, s + g["dur"].to_numpy(np.int64))
-    return out
+    return intervals.union_by_device(ev.loc[mask, ["ts", "dur", "pid", "device"]])
 
 
 def _comm_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
