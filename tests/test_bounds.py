@@ -139,3 +139,15 @@ def test_gpu_bound_levers_come_from_what_the_busy_time_runs():
     assert v["bound"] == "gpu"
     assert v["levers"][0].startswith("enable TF32") and "FP32 SIMT" in v["levers"][0]
     assert v["actions"][0]["cause"] == "gpu" and v["actions"][0]["saves_ns"] > 0
+
+
+def test_warmup_is_not_dropped_for_a_cut_short_last_step():
+    # HTA's mi250 trace shape: a 9 ms step with all the GPU work, then a 49 us last step.
+    # Dropping the first as an "outlier" left a window with no GPU op: a false CPU_ONLY.
+    b = sc.TraceBuilder()
+    b.step(1, 0, 9 * sc.MS)
+    for i in range(10):
+        b.launch(i * 800 * sc.US, 20 * sc.US, i * 800 * sc.US + 50 * sc.US, 5 * sc.US)
+    b.step(2, 9 * sc.MS, 49 * sc.US)
+    a = analyze(b.build())
+    assert a.window.to_dict()["steps_analysed"] == 2 and a.verdict["bound"] != "cpu_only"

@@ -251,7 +251,7 @@ def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
     if not kinds:
         return ""
     name, ns = context_mod.innermost_in_gaps(ev, long_, kinds)
-    return f"{name}: {_ms(ns)} of idle GPU time" if name else ""
+    return f"{name} spans {_ms(ns)} of idle GPU time" if name else ""
 
 
 def _culprits(ev, gaps, summary, top_ops, copies, collectives, comp, kernels, parts, ctx) -> dict:

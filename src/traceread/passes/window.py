@@ -135,6 +135,9 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
     else:
         kept, warm = _drop_warmup(ev, main, ops)
         label = "steps"
+        if warm and len(ops) and not _gpu_end_of(kept, ops):
+            # the steps left launched nothing: a window without GPU work explains nothing
+            kept, warm = main, []
         excluded += warm
     start = int(kept["start"].min())
     end = max(int(kept["end"].max()), _gpu_end_of(kept, ops))
@@ -232,7 +235,8 @@ def _drop_warmup(ev: pd.DataFrame, main: pd.DataFrame, ops: pd.DataFrame):
     first = 0
     while first < n - 1:
         later = dur[first + 1:]
-        ref = float(np.median(later)) if len(later) else None
+        # one later step is no reference: the last step of a trace is often cut short
+        ref = float(np.median(later)) if len(later) >= 2 else None
         alloc_ref = float(np.median(allocs[first + 1:])) if first + 1 < n else 0.0
         why = warmup_reason(rows, flags, int(start[first]), int(end[first]), ref, alloc_ref)
         if not why:
