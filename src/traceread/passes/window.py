@@ -295,7 +295,9 @@ def slice_events(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
     m = (ts < end) & ((te > start) | ((ev["dur"].to_numpy() == 0) & (ts >= start)))
     if m.all() and ts.min(initial=start) >= start and te.max(initial=end) <= end:
         return ev
-    out = ev.loc[m].copy()
+    # the take already copies; a deep .copy() would copy again and consolidate the
+    # one-block-per-column frame into 2-D blocks (1.3 s of a 550 MB trace's analyze)
+    out = ev.loc[m].copy(deep=False)
     s = np.maximum(out["ts"].to_numpy(np.int64), start)
     e = np.minimum(out["ts"].to_numpy(np.int64) + out["dur"].to_numpy(np.int64), end)
     out["ts"] = s
