@@ -409,6 +409,21 @@ def _pool(workers: int):
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
+WORKERS_ENV = "TRACEREAD_WORKERS"
+
+
+def env_workers() -> int | None:
+    """``$TRACEREAD_WORKERS`` as a worker count (benchmarks, pinned jobs); None if unset."""
+    text = os.environ.get(WORKERS_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise TraceError(WORKERS_ENV, f"must be a whole number of workers, not {text!r}") from None
+    return max(1, n)
+
+
 def default_workers() -> int:
     """Worker processes worth starting: the cores that are idle right now.
 
@@ -465,6 +480,8 @@ def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | 
         raise TraceError(p, "is an SQLite database, not a JSON trace")
     from .kineto import _progress
 
+    if not workers:
+        workers = env_workers()
     if not workers:  # a pool costs ~0.3 s to start: only for files of several chunks
         workers = max(1, min(default_workers(), estimated_raw_size(p) // (2 * chunk_bytes)))
     exact = lenient = False
