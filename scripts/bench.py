@@ -21,8 +21,9 @@ this one run (ratios are only ever taken between figures of the same run):
 * the worker curve: ingest and ``analyze`` (native) with 1, 2, 4 ... workers
   (``TRACEREAD_WORKERS``); by default powers of two up to ``os.cpu_count()``.
 
-Peak RSS is of the whole process tree (worker processes included), sampled
-every 20 ms from /proc (psutil is not needed). CPU is user + system time of
+Peak memory is of the whole process tree (worker processes included), sampled
+every 20 ms from /proc (psutil is not needed): the RSS sum, and PSS (a page
+shared by forked processes counted once, split between them). CPU is user + system time of
 the process and its children. The machine's load average is printed before
 and after: on a shared machine wall times move with the other jobs.
 """
@@ -118,18 +119,40 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _tree_rss(pid: int) -> int:
-    """RSS bytes of pid and all its descendants (Linux /proc; 0 elsewhere)."""
-    total, todo = 0, [pid]
+def _mem(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) bytes of one process; PSS is 0 where smaps_rollup is missing."""
+    rss = pss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+    return rss, pss
+
+
+def _tree_mem(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of pid and all its descendants (Linux /proc; zeros elsewhere).
+
+    Forked workers map the parent's pages: the RSS sum counts those once per
+    process, PSS splits each shared page between the processes mapping it.
+    """
+    rss = pss = 0
+    todo = [pid]
     while todo:
         p = todo.pop()
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            continue
+        r, s = _mem(p)
+        rss, pss = rss + r, pss + s
         todo += _children(p)
-    return total
+    return rss, pss
 
 
 def run(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> dict:
@@ -140,9 +163,10 @@ def run(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": pypath, **(env or {})})
-    peak = 0
+    peak = peak_pss = 0
     while proc.poll() is None:
-        peak = max(peak, _tree_rss(proc.pid))
+        rss, pss = _tree_mem(proc.pid)
+        peak, peak_pss = max(peak, rss), max(peak_pss, pss)
         if time.perf_counter() - t0 > timeout:
             proc.kill()
         time.sleep(0.02)
@@ -159,6 +183,7 @@ def run(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> dict:
         elif line.startswith("SKIP"):
             skip = line[5:]
     return {"ok": proc.returncode == 0 and not skip, "wall": wall, "cpu": cpu, "peak": peak,
+            "peak_pss": peak_pss,
             "result": result, "skip": skip,
             "err": err.strip().splitlines()[-1:] if proc.returncode else []}
 
@@ -254,18 +279,19 @@ def report(r: dict, args) -> str:
     rows_n = int(_res(r["read/native"], 1) or _res(r["read/python"], 1) or 0)
     lines = [f"trace: {r['path']} ({fmt_mb(r['file_bytes'])} on disk, {fmt_mb(raw)} raw JSON, "
              f"{rows_n:,} table rows)", ""]
-    t = ["| step | wall | CPU | peak RSS | peak RSS / raw |", "|---|---|---|---|---|"]
+    t = ["| step | wall | CPU | peak RSS (tree sum) | peak PSS | peak PSS / raw |",
+         "|---|---|---|---|---|---|"]
 
     def row(label, rr, inner=None):
         if rr is None:
             return
         if not rr["ok"]:
             why = rr.get("skip") or " ".join(rr.get("err") or ["failed"])
-            t.append(f"| {label} | {why} | | | |")
+            t.append(f"| {label} | {why} | | | | |")
             return
         w = inner if inner is not None else rr["wall"]
         t.append(f"| {label} | {fmt_s(w)} | {fmt_s(rr['cpu'])} | {fmt_mb(rr['peak'])} "
-                 f"| {rr['peak'] / raw:.2f}× |")
+                 f"| {fmt_mb(rr['peak_pss'])} | {rr['peak_pss'] / raw:.2f}× |")
 
     row("orjson.loads (parse alone, bytes in memory)", r["orjson"], _res(r["orjson"]))
     for d in DECODERS:
@@ -303,7 +329,8 @@ def report(r: dict, args) -> str:
         lines.append(f"| {w} | " + (" | ".join(fmt_s(x) for x in v) + f" | {fmt_s(sum(v))} |"
                                     if v else "failed | | | | |"))
     lines += ["", "Worker curve, native decoder (wall / CPU; speed-up vs 1 worker):", "",
-              "| workers | ingest | ingest speed-up | analyze | analyze speed-up | analyze peak RSS |",
+              "| workers | ingest | ingest speed-up | analyze | analyze speed-up "
+              "| analyze peak PSS / RSS sum |",
               "|---|---|---|---|---|---|"]
     c = r["curve"]
     r1 = _res(c[min(c)]["read"]) if c else None
@@ -312,7 +339,7 @@ def report(r: dict, args) -> str:
         ri, ai = _res(x["read"]), _wall(x["analyze"])
         lines.append(f"| {w} | {fmt_s(ri)} / {fmt_s(_cpu(x['read']))} | {_ratio(r1, ri)} "
                      f"| {fmt_s(ai)} / {fmt_s(_cpu(x['analyze']))} | {_ratio(a1, ai)} "
-                     f"| {fmt_mb(x['analyze']['peak'])} |")
+                     f"| {fmt_mb(x['analyze']['peak_pss'])} / {fmt_mb(x['analyze']['peak'])} |")
     return "\n".join(lines)
 
 
