@@ -743,7 +743,8 @@ class _GzChunks:
             if cut < 0:
                 continue
             nxt = _next_start(buf, cut)
-            item = (bytes(buf[:cut]), bytes(buf[cut:nxt]))  # events, separator after them
+            with memoryview(buf) as mv:  # one copy (buf[:cut] would copy once more)
+                item = (bytes(mv[:cut]), bytes(mv[cut:nxt]))  # events, separator after them
             del buf[:nxt]
             yield item
         end = find_array_end(buf, 0, self.prefix)
@@ -751,7 +752,8 @@ class _GzChunks:
             self.suffix = bytes(buf[end + 1:])
         else:
             end = self._recover(buf)
-        last = bytes(buf[:end]).strip()
+        with memoryview(buf) as mv:
+            last = bytes(mv[:end]).strip()
         del buf
         if last:
             yield last, b""
