@@ -12,6 +12,18 @@ def events_of(trace_or_events) -> pd.DataFrame:
     return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
 
 
+def rowwise(col: pd.Series, f) -> np.ndarray:
+    """``f(col.astype(str))`` as a numpy array, for an elementwise ``f`` (``.str.match``,
+    ``== "kernel"``, ``.to_numpy()``): computed on a categorical column's categories and
+    broadcast by code (a 200k-row ``astype(str)`` costs ~70 ms, its categories ~nothing);
+    a column with nulls or not categorical gets ``f`` on its rows, as before."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy()
+        if not len(codes) or codes.min() >= 0:
+            return np.asarray(f(pd.Series(col.cat.categories).astype(str)))[codes]
+    return np.asarray(f(col.astype(str)))
+
+
 def map_names(names: pd.Series, fn) -> np.ndarray:
     """Apply ``fn`` once per distinct name (names are categorical), not once per event."""
     cat = names.astype("category") if names.dtype != "category" else names

@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ._common import events_of
+from ._common import events_of, rowwise
 
 HOW_TO_RECORD = ("no operator shapes in this trace: record with "
                  "torch.profiler.profile(record_shapes=True) to get FLOPs and MFU")
@@ -216,11 +216,10 @@ def _in_capture(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     """Ops recorded while their thread captured a CUDA graph: their kernels did not run then."""
     hit = np.zeros(len(ops), bool)
     api = ev.loc[ev["kind"].isin(("runtime", "driver")).to_numpy(), ["ts", "pid", "tid", "name"]]
-    names = api["name"].astype(str)
-    begin = api[names.str.match(_CAPTURE).to_numpy()]
+    begin = api[rowwise(api["name"], lambda s: s.str.match(_CAPTURE).to_numpy())]
     if not len(begin):
         return hit
-    end = api[names.str.match(_CAPTURE_END).to_numpy()]
+    end = api[rowwise(api["name"], lambda s: s.str.match(_CAPTURE_END).to_numpy())]
     pid, tid, ts = (ops[c].to_numpy() for c in ("pid", "tid", "ts"))
     for (p, t), b in begin.groupby(["pid", "tid"]):
         e = end[(end["pid"] == p) & (end["tid"] == t)]["ts"].to_numpy()
