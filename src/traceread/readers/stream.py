@@ -434,8 +434,16 @@ def default_workers() -> int:
     cores = os.cpu_count() or 1
     if cores == 1:
         return 1
-    idle = _idle_cores(cores)
-    return max(1, min(int(idle + 0.5), cores, 8))
+    at, n = _LAST_DEFAULT
+    if time.monotonic() - at < _DEFAULT_REUSE_S:  # the read just sampled: the passes reuse it
+        return n
+    n = max(1, min(int(_idle_cores(cores) + 0.5), cores, 8))
+    _LAST_DEFAULT[:] = [time.monotonic(), n]
+    return n
+
+
+_LAST_DEFAULT: list = [-1e9, 1]   # (monotonic time, workers) of the last sample
+_DEFAULT_REUSE_S = 10.0   # the sample sleeps 0.1 s; a read and its analysis share one
 
 
 def _idle_cores(cores: int, interval: float = 0.1) -> float:
