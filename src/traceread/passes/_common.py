@@ -12,6 +12,17 @@ def events_of(trace_or_events) -> pd.DataFrame:
     return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
 
 
+def kind_in(ev: pd.DataFrame, kinds) -> np.ndarray:
+    """``ev["kind"].isin(kinds).to_numpy()``: one lookup per category code (about twice
+    as fast on a categorical column; passes test it ~30 times per analysis)."""
+    col = ev["kind"]
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return col.isin(kinds).to_numpy()
+    kinds = list(kinds)
+    lut = np.append(col.cat.categories.isin(kinds), any(pd.isna(k) for k in kinds))
+    return lut[col.cat.codes.to_numpy()]   # code -1 (null) reads the last slot
+
+
 def rowwise(col: pd.Series, f) -> np.ndarray:
     """``f(col.astype(str))`` as a numpy array, for an elementwise ``f`` (``.str.match``,
     ``== "kernel"``, ``.to_numpy()``): computed on a categorical column's categories and

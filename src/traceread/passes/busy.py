@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..table import GPU_OP_KINDS
-from ._common import events_of, rowwise
+from ._common import events_of, kind_in, rowwise
 from .kernel_classes import classify_kernels
 from .peaks import device_name, device_peaks
 
@@ -95,7 +95,7 @@ def is_tf32_kernel(name: str) -> bool:
 
 
 def _gpu_rows(ev: pd.DataFrame, window: tuple[int, int] | None) -> pd.DataFrame:
-    g = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(),
+    g = ev.loc[kind_in(ev, GPU_OP_KINDS),
                ["ts", "dur", "kind", "name", "bytes", "copy_kind"]]
     if window is not None:
         a, b = window
