@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..collectives import is_comm_kernel
 from ..table import GPU_OP_KINDS
-from ._common import events_of, rowwise
+from ._common import events_of, kind_in, rowwise
 
 CLASSES = ("gemm", "attention", "elementwise", "reduction", "triton", "nccl",
            "memcpy", "memset", "graph", "other")
@@ -112,7 +112,7 @@ def time_by_class(events) -> pd.DataFrame:
     are graph replay rows (class ``graph``).
     """
     ev = events_of(events)
-    gpu = ev[ev["kind"].isin(GPU_OP_KINDS)]
+    gpu = ev.loc[kind_in(ev, GPU_OP_KINDS), ["kind", "name", "dur"]]  # the columns read below
     cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
     kind = rowwise(gpu["kind"], lambda s: s.to_numpy())
     for k in ("memcpy", "memset", "graph"):
