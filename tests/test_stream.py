@@ -329,3 +329,19 @@ def test_workers_from_the_environment(tmp_path, monkeypatch):
         S.read_stream(p)
     monkeypatch.setenv(S.WORKERS_ENV, "")
     assert S.env_workers() is None
+
+
+def test_coded_phase_column_reads_like_the_list():
+    """The joined ``ph`` stays codes (dec.CodedList); masks, sets and rows match the list."""
+    import numpy as np
+
+    from traceread.readers import _kineto_decode as dec
+
+    ph = ["X", "B", None, "E", "i", "X", "I", "B"]
+    uniq = ["X", "B", "E", "i", "I"]
+    coded = dec.CodedList(np.array([uniq.index(p) if p else -1 for p in ph], np.int32), uniq)
+    sets = (frozenset("BE"), frozenset("iI"), frozenset("X"))
+    for a, b in zip(dec.phase_masks(coded, sets), dec.phase_masks(ph, sets)):
+        assert a.tolist() == b.tolist()
+    assert dec.distinct(coded) == dec.distinct(ph) == set(ph)
+    assert [coded[i] for i in range(len(ph))] == list(coded) == ph and coded[1:4] == ph[1:4]

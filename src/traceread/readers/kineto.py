@@ -888,7 +888,7 @@ def _clock(fmt_name: str, header: dict, ts: np.ndarray) -> str:
 def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.ndarray, n: int):
     ints, strs = batch.ints, batch.strs
     coll_raw = strs["coll_name"]
-    has_args = np.fromiter(map(is_not, coll_raw, repeat(None)), dtype=bool, count=n)
+    has_args = _present(coll_raw, n)
     arg_rows = np.flatnonzero(has_args)
     coll_rows = arg_rows
     collective = np.array([_collective_name(coll_raw[i]) for i in arg_rows.tolist()] or [],
@@ -921,6 +921,18 @@ def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.n
             "group_size": group_size, "process_group": _sparse_strings_at(n, rows, pg)}
 
 
+def _present(values, n: int) -> np.ndarray:
+    """Rows whose value is not None; a sparse column (the streaming join) knows them."""
+    rows = getattr(values, "rows", None)
+    if rows is not None and len(getattr(values, "values", ())) == len(rows):
+        out = np.zeros(n, bool)
+        present = np.fromiter(map(is_not, values.values, repeat(None)), dtype=bool,
+                              count=len(rows))
+        out[np.asarray(rows, np.int64)[present]] = True
+        return out
+    return np.fromiter(map(is_not, values, repeat(None)), dtype=bool, count=n)
+
+
 def _collective_name(raw: Any) -> str | None:
     """Canonical name; unknown spellings kept as written; ``wait`` (work.wait) is none."""
     raw = str(raw)
@@ -944,7 +956,7 @@ _INSTANT = frozenset(("i", "I"))
 def _pair_begin_end(batch: dec.Batch, ts: np.ndarray, dur: np.ndarray, keep: np.ndarray,
                     meta: TraceMeta) -> None:
     """Fold 'B'/'E' pairs (per pid, tid stack) into one row with a duration."""
-    if not any(p in _BE for p in set(batch.ph)):
+    if not any(p in _BE for p in dec.distinct(batch.ph)):
         return
     be = np.flatnonzero(dec.phase_masks(batch.ph, (_BE,))[0]).tolist()
     if not be:

@@ -169,6 +169,16 @@ def _join_codes(parts: list, n_all: int):
     i.e. what ``kineto._dict_encode`` gives for the joined list -- without the
     list (8 B/row) or its object-array copy. None when a chunk kept a plain list.
     """
+    joined = _join_code_parts(parts, n_all)
+    if joined is None:
+        return None
+    codes, uniques = joined
+    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0),
+                                          pa.array(uniques, type=pa.string()))
+
+
+def _join_code_parts(parts: list, n_all: int):
+    """(int32 codes, uniques) over all chunks, or None when a chunk kept a plain list."""
     if any(isinstance(p, list) for p in parts):
         return None
     index: dict = {}
@@ -179,8 +189,7 @@ def _join_codes(parts: list, n_all: int):
                          dtype=np.int32)
         codes[pos:pos + len(c)] = remap[c]  # code -1 picks the trailing -1
         pos += len(c)
-    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0),
-                                          pa.array(list(index), type=pa.string()))
+    return codes, list(index)
 
 
 def _join_sparse_ints(parts: list, offs: np.ndarray) -> tuple:
@@ -260,8 +269,12 @@ def chunks_to_batch(chunks: list) -> dec.Batch:
     lists = {}
     for k in STR_LISTS:
         parts = [c.strs_coded.pop(k) for c in chunks]
-        joined = _join_codes(parts, n_all) if k != "ph" else None
-        if joined is None:  # ph (a few distinct values), or a chunk with non-str values
+        if k == "ph":  # a few distinct values: kept as codes (dec.CodedList)
+            coded = _join_code_parts(parts, n_all)
+            joined = dec.CodedList(*coded) if coded is not None else None
+        else:
+            joined = _join_codes(parts, n_all)
+        if joined is None:  # a chunk with non-str values
             joined = []
             for part in parts:
                 joined.extend(_uncode(part))
