@@ -865,11 +865,7 @@ def _main_pid(pid: np.ndarray, is_launch: np.ndarray, is_host: np.ndarray) -> in
 
 
 def _take(v, order: np.ndarray):
-    if isinstance(v, pa.DictionaryArray):
-        idx = v.indices.fill_null(0).to_numpy(zero_copy_only=False)
-        valid = v.indices.is_valid().to_numpy(zero_copy_only=False)[order]
-        return pa.DictionaryArray.from_arrays(pa.array(idx[order], mask=~valid), v.dictionary)
-    if isinstance(v, pa.Array):
+    if isinstance(v, pa.Array):  # dictionary arrays too: indices and validity in one pass
         return v.take(pa.array(order))
     if isinstance(v, list):
         return [v[i] for i in order.tolist()]
