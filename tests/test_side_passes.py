@@ -57,3 +57,22 @@ def test_side_jobs_run_here_without_a_pool_and_errors_propagate():
         assert side.get("a") == 8
         with pytest.raises(ValueError, match="a pass failed"):
             side.get("b")
+
+
+def test_unpicklable_jobs_run_here_and_a_failure_does_not_hang():
+    with SidePasses(3, {"x": 5}) as side:
+        side.submit("lam", lambda v: v + 1, side.ref("x"))   # cannot be pickled
+        side.submit("a", _double, side.ref("x"))
+        assert "lam" not in side.futs and side.get("lam") == 6
+        assert side.get("a") == 10
+    with pytest.raises(RuntimeError, match="parent failed"):
+        with SidePasses(3, {"x": 5}) as side:
+            side.submit("slow", _sleep_then, side.ref("x"))
+            raise RuntimeError("parent failed")   # the pool is stopped, not waited for
+
+
+def _sleep_then(x):
+    import time
+
+    time.sleep(30)
+    return x

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import pickle
 from typing import Any, Callable
 
 _SHARED: dict[str, Any] = {}   # set before the fork: the children inherit it
@@ -30,7 +31,8 @@ def _resolve(args: tuple, kw: dict, shared: dict) -> tuple[tuple, dict]:
     return tuple(get(a) for a in args), {k: get(v) for k, v in kw.items()}
 
 
-def _run(fn: Callable, args: tuple, kw: dict) -> Any:
+def _run(blob: bytes) -> Any:
+    fn, args, kw = pickle.loads(blob)
     args, kw = _resolve(args, kw, _SHARED)
     return fn(*args, **kw)
 
@@ -61,8 +63,12 @@ class SidePasses:
         self.jobs[key] = (fn, args, kw)
         if self.pool is None:
             return
+        try:  # pickled here: a job that cannot be (a lambda) runs in this process instead
+            blob = pickle.dumps((fn, args, kw), pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - whatever pickling raises
+            return
         try:
-            self.futs[key] = self.pool.submit(_run, fn, args, kw)
+            self.futs[key] = self.pool.submit(_run, blob)
         except Exception:  # noqa: BLE001 - the pool broke or cannot fork: run here
             self.close()
 
@@ -77,11 +83,16 @@ class SidePasses:
         args, kw = _resolve(args, kw, self.shared)
         return fn(*args, **kw)
 
-    def close(self) -> None:
+    def close(self, abandon: bool = False) -> None:
+        """Shut the pool down; ``abandon``: stop its workers first (the caller failed
+        and will not ask for the results)."""
         for fut in self.futs.values():
             fut.cancel()
         self.futs = {}
         if self.pool is not None:
+            if abandon:
+                for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
+                    proc.terminate()
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
         _SHARED.clear()
@@ -89,5 +100,5 @@ class SidePasses:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(abandon=exc_type is not None)
