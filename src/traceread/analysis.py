@@ -155,7 +155,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     verdict["missing"] = _missing(trace.meta, ev, ctx)
     utilization = util_mod.utilization(trace, step_tab, peak_tflops, events=ev)
     if verdict["bound"] == "gpu":
-        _gpu_verdict_detail(verdict, utilization)
+        _gpu_verdict_detail(verdict, utilization, kernels)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -166,7 +166,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     context=ctx, utilization=utilization)
 
 
-def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
+def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -> None:
     """A GPU-bound verdict says how well the busy time is used and which kernel lever pays."""
     from .passes.bounds import GPU_LEVER_TEXT
 
@@ -175,6 +175,10 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
         verdict["summary"] += f"; {u['headline']}"
     busy = [lv for lv in (u.get("busy") or {}).get("levers", []) if lv.get("lever") in GPU_LEVER_TEXT]
     if not busy:
+        names = kernels["name"].astype(str) if kernels is not None and "name" in kernels else None
+        softmax = bool(names.str.contains("softmax", case=False).any()) if names is not None \
+            else True
+        _drop_contradicted_levers(verdict, (u.get("busy") or {}).get("classes") or [], softmax)
         return
     busy.sort(key=lambda lv: -lv.get("saving_ns", 0))
     texts = [f"{GPU_LEVER_TEXT[lv['lever']]} -- {lv['why']}" for lv in busy]
@@ -186,6 +190,26 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
                            "levers": [{"lever": GPU_LEVER_TEXT[lv["lever"]], "cost": "code",
                                        "saves_ns": int(lv.get("saving_ns", 0))}]}
                           for lv in busy] + verdict["actions"]
+
+
+def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool) -> None:
+    """Generic GPU levers minus those the busy time contradicts: no bf16/TF32 advice when the
+    GEMMs already run on tensor cores, no fused-attention advice when attention is fused or
+    no softmax kernel runs at all."""
+    from .passes.bounds import LEVERS
+
+    ns = {c.get("class"): int(c.get("ns", 0)) for c in classes}
+    drop = set()
+    if ns.get("gemm_tensor", 0) > 0 and ns.get("gemm_tensor", 0) >= ns.get("gemm_simt", 0):
+        drop |= {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0]}
+        total = sum(ns.values()) or 1
+        verdict["evidence"]["tensor_core_gemm_pct"] = round(100 * ns["gemm_tensor"] / total, 1)
+    if ns.get("attention", 0) > 0 or not softmax:
+        drop.add(LEVERS["gpu"][2][0])
+    if drop:
+        verdict["levers"] = [t for t in verdict["levers"] if t not in drop]
+        verdict["actions"] = [a for a in verdict.get("actions", [])
+                              if not any(lv.get("lever") in drop for lv in a.get("levers", []))]
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
