@@ -174,3 +174,10 @@ def test_gpu_bound_bf16_gemms_get_no_precision_lever(sqlite_dir, fmt):
     assert classes.get("gemm_tensor", 0) > 90
     text = " ".join(a.verdict["levers"])
     assert "autocast" not in text and "TF32" not in text and "scaled_dot_product" not in text
+
+
+def test_nsys_recompiles_show_as_module_loads_in_the_steps(sqlite_dir):
+    """nsys has no dynamo frames; kernels loaded after start-up, every step, betray the JIT."""
+    bad = analysis(sqlite_dir, "compile", "bad", "nsys").verdict["evidence"]
+    fixed = analysis(sqlite_dir, "compile", "fixed", "nsys").verdict["evidence"]
+    assert bad["module_loads"] >= 11 and fixed["module_loads"] == 0

@@ -144,6 +144,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     idle = int(devices["idle_ns"].sum()) if len(devices) else 0
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
     extra = _evidence(stats, summary, att["top_ops"], kernels, comp)
+    extra["module_loads"] = _module_loads(ev) if win.mode != "whole_trace" else 0
     parts = verdict_mod.cause_parts(gaps, ctx["host_traced"], ctx["api_traced"])
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
@@ -259,6 +260,21 @@ def _edge_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, win) -> pd.DataFrame:
     edge["duration"] = edge["end"] - edge["start"]
     out = pd.concat([gaps, edge[list(gaps.columns)].astype(np.int64)], ignore_index=True)
     return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+
+
+_MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
+
+
+def _module_loads(ev: pd.DataFrame) -> int:
+    """GPU code modules loaded inside the window: past start-up, new kernels appearing every
+    step are being JIT-compiled (torch.compile recompiles, Triton autotuning)."""
+    api = ev["kind"].isin(("runtime", "driver")).to_numpy()
+    if not api.any():
+        return 0
+    names = ev["name"][api]
+    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    hit = cat.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX, regex=True)
+    return int(np.isin(cat.cat.codes.to_numpy(), np.flatnonzero(hit)).sum())
 
 
 def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
