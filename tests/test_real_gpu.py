@@ -181,3 +181,54 @@ def test_nsys_recompiles_show_as_module_loads_in_the_steps(sqlite_dir):
     bad = analysis(sqlite_dir, "compile", "bad", "nsys").verdict["evidence"]
     fixed = analysis(sqlite_dir, "compile", "fixed", "nsys").verdict["evidence"]
     assert bad["module_loads"] >= 11 and fixed["module_loads"] == 0
+
+
+# -- second batch: reduce-overhead graphs that are never replayed, allocator churn, DDP on GPU
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_graphs_set_up_but_never_replayed(sqlite_dir, fmt):
+    """reduce-overhead with a new batch size every step never replays a graph: the lever is
+    fixed shapes, first; the padded twin replays one graph per step and gets no such lever."""
+    from traceread.passes.verdict import GRAPHS_NOT_REPLAYED
+
+    bad = analysis(sqlite_dir, "graphs", "bad", fmt)
+    assert bad.graphs["uses_cuda_graphs"] and bad.graphs["replays"] == 0
+    assert bad.verdict["bound"] == "host"
+    assert bad.verdict["levers"][0] == GRAPHS_NOT_REPLAYED
+    fixed = analysis(sqlite_dir, "graphs", "fixed", fmt)
+    assert fixed.graphs["replays"] >= len(fixed.steps)
+    assert GRAPHS_NOT_REPLAYED not in fixed.verdict["levers"]
+    realised = step_ns("graphs", "bad", fmt) - step_ns("graphs", "fixed", fmt)
+    assert realised > 2_000_000          # the shapes were the cost: 3.6-6.6 ms a step
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_empty_cache_every_step_is_allocator_churn_not_sync(sqlite_dir, fmt):
+    """cudaFree synchronizes by itself: the .item() before empty_cache() is not the lever."""
+    a = analysis(sqlite_dir, "alloc", "bad", fmt)
+    v = a.verdict
+    assert v["bound"] == "host" and v["evidence"]["share_pct"]["sync"] < 15
+    assert "cudaFree" in v["actions"][0]["culprit"]
+    assert v["levers"][0].startswith("stop device-memory churn")
+    realised = step_ns("alloc", "bad", fmt) - step_ns("alloc", "fixed", fmt)
+    assert 0.6 * realised < predicted_per_step(v, "host") < 1.2 * realised
+    assert analysis(sqlite_dir, "alloc", "fixed", fmt).verdict["bound"] == "gpu"
+
+
+def test_ddp_on_gpu_straggler_matches_the_loop_truth():
+    """Two gloo ranks on one H100, rank 1 sleeping 20 ms before each forward."""
+    from traceread import multirank as mr
+
+    d = GPU / "ddp2"
+    truth = json.loads((d / "truth.json").read_text())
+    jobs = mr.analyze_traces([traceread.load(d / f"rank-{r}.json.gz") for r in range(2)])
+    s = jobs[0].straggler
+    assert s["rank"] == truth["slow_rank"] == 1 and s["significant"]
+    late = [rows["allreduce_issue_ns"] for rows in truth["per_rank"]["1"]]
+    early = [rows["allreduce_issue_ns"] for rows in truth["per_rank"]["0"]]
+    true_late = statistics.median(b - a for a, b in zip(early, late))
+    m = jobs[0].matches
+    got = m[(m["collective"] == "all_reduce") & (m["rank"] == 1)]["lateness_ns"]
+    assert abs(statistics.median(got) - true_late) < 1_500_000, (statistics.median(got), true_late)
+    v = traceread.analyze(str(d / "rank-0.json.gz")).verdict
+    assert v["bound"] == "comms"

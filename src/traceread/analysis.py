@@ -146,6 +146,9 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     extra = _evidence(stats, summary, att["top_ops"], kernels, comp)
     extra["module_loads"] = _module_loads(ev) if win.mode != "whole_trace" else 0
     parts = verdict_mod.cause_parts(gaps, ctx["host_traced"], ctx["api_traced"])
+    # graphs set up but never replayed in steady state: a new shape every step
+    ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
+                                      and source != "whole_trace" and len(ops))
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
                 culprits=_culprits(ev, gaps, summary, att["top_ops"], copies, collectives, comp,

@@ -47,6 +47,9 @@ MIN_ACTION_SHARE = 0.01       # causes worth < 1% of the window get no lever of 
 MAX_LEVERS = 8
 
 HOST_PARTS = ("cpu_op", "python", "alloc")
+GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA graphs are "
+                       "replayed: they are set up (reduce-overhead / cudagraphify) but none was "
+                       "replayed in the analysed steps")
 
 
 def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool = True) -> dict:
@@ -58,6 +61,7 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     work queued since the previous sync (``sync_share``): without the sync the host's
     work after it could have overlapped that much and no more; the rest of the gap
     is whatever the host did (a 15 ms Python tail after a 0.4 ms step is host time).
+    Allocator time in a drained gap is never the sync's (cudaFree synchronizes itself).
     """
     out = {c: 0 for c in CAUSES}
     out.update(unexplained=0, alloc=0)
@@ -76,20 +80,24 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
         return int(np.rint(v.sum()))
 
     rest = 1.0 - f                           # the share of each gap left to the host's causes
+    whole = np.ones(n)
     out["data"] = int(cols["dataloader"].sum())
     out["compile"] = int(cols["compile"].sum())
     out["graph_capture"] = int(cols["graph_capture"].sum())
     out["comms"] = int(cols["comm_wait"].sum())
-    out["sync"] = sum(part(c, sync, f) for c in _HOST_ALL) + part("sync", ~sync) \
-        + part("sync", sync, rest)
-    out["launch"] = sum(part(c, short, rest) for c in ("alloc", "launch", "cpu_op", "python")) \
+    # allocator calls are never the sync's: cudaFree synchronizes on its own, so removing
+    # the .item() before an empty_cache() saves none of it
+    w = {c: (whole if c == "alloc" else rest) for c in _CPU_COLS}
+    out["sync"] = sum(part(c, sync, f) for c in _HOST_ALL if c != "alloc") \
+        + part("sync", ~sync) + part("sync", sync, rest)
+    out["launch"] = sum(part(c, short, w[c]) for c in ("alloc", "launch", "cpu_op", "python")) \
         + part("launch", ~short, rest)
     if api_traced:
         out["launch"] += part("untraced", short, rest)
     else:
         out["unexplained"] += part("untraced", short, rest)
-    out["host"] = sum(part(c, ~short, rest) for c in HOST_PARTS)
-    out["alloc"] = part("alloc", ~short, rest)
+    out["host"] = sum(part(c, ~short, w[c]) for c in HOST_PARTS)
+    out["alloc"] = part("alloc", ~short, whole)
     untraced = part("untraced", ~short, rest)
     if host_traced:
         out["host"] += untraced
@@ -232,6 +240,8 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
         items = [x for x in items if not x[0].startswith(("fused optimizers", "larger micro"))]
     if cause == "launch" and ctx.get("fused_optimizer"):
         items = [x for x in items if not x[0].startswith("fused optimizers")]
+    if cause in ("host", "launch") and ctx.get("graphs_not_replayed"):
+        items = [(GRAPHS_NOT_REPLAYED, "code")] + [x for x in items if "graph" not in x[0]]
     out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items]
     alloc = int(parts.get("alloc", 0)) if cause == "host" else 0
     if alloc:   # allocator time is saved by allocator levers, the rest by the host levers
@@ -241,8 +251,10 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
         out[0]["saves_ns"] = int(copy.get("pin_saves_ns", 0))
         if not copy.get("pageable_ns"):
             out = out[1:]   # nothing pageable: pinning is not the lever
-    # free knobs first among levers that save the same
-    out.sort(key=lambda lv: (-lv["saves_ns"], COST_ORDER[lv["cost"]]))
+    # free knobs first among levers that save the same; a lever the trace itself points at
+    # (graphs set up, never replayed) before generic ones
+    out.sort(key=lambda lv: (-lv["saves_ns"], lv["lever"] != GRAPHS_NOT_REPLAYED,
+                             COST_ORDER[lv["cost"]]))
     return out[:4]
 
 
@@ -250,7 +262,7 @@ def _ranked_levers(actions: list[dict]) -> list[str]:
     """Lever texts in the order of the time they save, free knobs first on a tie."""
     flat = [(lv["saves_ns"], COST_ORDER[lv["cost"]], i, j, lv["lever"])
             for i, a in enumerate(actions) for j, lv in enumerate(a["levers"][:3])]
-    flat.sort(key=lambda x: (-x[0], x[1], x[2], x[3]))
+    flat.sort(key=lambda x: (-x[0], x[4] != GRAPHS_NOT_REPLAYED, x[1], x[2], x[3]))
     seen, out = set(), []
     for *_, text in flat:
         key = text[:33]   # two causes may offer the same lever in other words (CUDA graphs)
