@@ -157,6 +157,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)
     verdict["missing"] = _missing(trace.meta, ev, ctx)
+    if win.mode == "whole_trace" and len(ops):
+        _cold_start(verdict, window_mod.one_time_calls(ev, gaps))
     utilization = util_mod.utilization(trace, step_tab, peak_tflops, events=ev)
     if verdict["bound"] == "gpu":
         _gpu_verdict_detail(verdict, utilization, kernels)
@@ -194,6 +196,26 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -
                            "levers": [{"lever": GPU_LEVER_TEXT[lv["lever"]], "cost": "code",
                                        "saves_ns": int(lv.get("saving_ns", 0))}]}
                           for lv in busy] + verdict["actions"]
+
+
+COLD_START_LEVER = ("mark the steps (torch.profiler prof.step() or NVTX ranges step_N) or pass "
+                    "--window START:END: without steps the window holds the one-time start-up")
+
+
+def _cold_start(verdict: dict, cold: dict) -> None:
+    """A window without steps whose idle time is mostly one-time start-up calls: say so, put
+    the lever that removes it from the analysis first, and drop churn advice it caused."""
+    from .passes.bounds import LEVERS
+
+    lost = verdict["evidence"].get("lost_ns", 0)
+    if not cold["ns"] or cold["ns"] < 0.3 * lost:
+        return
+    verdict["evidence"]["startup_ns"] = cold["ns"]
+    verdict["evidence"]["startup_calls"] = [{"name": n, "ns": ns} for n, ns in cold["calls"]]
+    churn = {t for t, _ in LEVERS["alloc"]} if any(
+        window_mod.ALLOC_RX.match(n) or n.startswith(("cudaFree", "hipFree"))
+        for n, _ in cold["calls"][:1]) else set()
+    verdict["levers"] = [COLD_START_LEVER] + [t for t in verdict["levers"] if t not in churn]
 
 
 def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool) -> None:
