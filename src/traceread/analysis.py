@@ -28,6 +28,7 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
+from .passes._common import fmt_ms as _ms
 from .table import GPU_OP_KINDS, Trace, TraceMeta, release_heap
 
 LARGEST_GAPS = 20
@@ -374,11 +375,6 @@ def _bytes(n: int) -> str:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"
 
-
-def _ms(ns: int) -> str:
-    if ns >= 1_000_000_000:
-        return f"{ns / 1e9:.2f} s"
-    return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{ns / 1e3:.0f} us"
 
 
 def _graphs(ev: pd.DataFrame, all_ev: pd.DataFrame) -> dict:

@@ -25,6 +25,7 @@ import pandas as pd
 from .attribution import COMPILE_RX, GRAPH_RECORD_RX
 from .compile import _is_compile_name
 from .steps import assign_steps
+from ._common import fmt_ms as _ms
 
 # One-time start-up work: context and module loading, library handles, NCCL init.
 STARTUP_RX = re.compile(
@@ -396,11 +397,3 @@ def slice_events(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
     out["ts"] = s
     out["dur"] = np.maximum(e - s, 0)
     return out.reset_index(drop=True)
-
-
-def _ms(ns: int) -> str:
-    if ns >= 1_000_000_000:
-        return f"{ns / 1e9:.2f} s"
-    if ns >= 1_000_000:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.0f} us"
