@@ -1,6 +1,7 @@
 """Record real GPU captures with a planted cause, each next to its fixed twin, plus the truth.
 
     python3 scripts/record_gpu.py all OUT [--deadline-s 540] [--only a,b] [--no-nsys]
+                                  (default: the first seven scenarios; graphs, alloc via --only)
     python3 scripts/record_gpu.py kineto SCENARIO VARIANT OUT     # one torch.profiler run
     python3 scripts/record_gpu.py plain SCENARIO VARIANT OUT      # one run, NVTX steps (under nsys)
     python3 scripts/record_gpu.py big OUT [--layers 24] [--steps 100]
@@ -246,8 +247,51 @@ def sc_gpu(torch, variant: str, truth: dict):
     return step
 
 
+def sc_graphs(torch, variant: str, truth: dict):
+    """torch.compile(mode="reduce-overhead", dynamic=True) fed a new batch size every step: the
+    CUDA graph trees record a new graph each step; fixed = padded to one size, replayed."""
+    import torch._dynamo
+    torch._dynamo.config.cache_size_limit = 64
+    model = _mlp(torch, 1024, 4, torch.float32)
+    fn = torch.compile(model, mode="reduce-overhead", dynamic=True)
+
+    def step(i):
+        n = 64 + 8 * i if variant == "bad" else 256
+        x = torch.randn(n, 1024, device="cuda")
+        torch.compiler.cudagraph_mark_step_begin()
+        fn(x).sum().item()
+        truth["planted"][i] = {"batch": n}
+    truth["what"] = ("reduce-overhead, batch size changes every step" if variant == "bad"
+                     else "reduce-overhead, one padded batch size")
+    return step
+
+
+def sc_alloc(torch, variant: str, truth: dict):
+    """torch.cuda.empty_cache() every step with 24 activations of 64 MiB: cudaFree and
+    cudaMalloc every step; fixed = the caching allocator keeps its blocks."""
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+
+    def step(i):
+        xs = [torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(24)]
+        acc = xs[0][:, :4096] @ w
+        for x in xs[1:]:
+            acc = acc + x[:, :4096] @ w
+        acc.float().sum().item()
+        del xs, acc
+        t = now()
+        if variant == "bad":
+            torch.cuda.empty_cache()
+        truth["planted"][i] = {"empty_cache_ns": now() - t if variant == "bad" else 0}
+    truth["what"] = ("torch.cuda.empty_cache() every step" if variant == "bad"
+                     else "no empty_cache")
+    return step
+
+
 SCENARIOS = {"data": sc_data, "sync": sc_sync, "copy": sc_copy, "launch": sc_launch,
-             "host": sc_host, "compile": sc_compile, "gpu": sc_gpu}
+             "host": sc_host, "compile": sc_compile, "gpu": sc_gpu, "graphs": sc_graphs,
+             "alloc": sc_alloc}
+# recorded by ``all`` unless --only names them (the first seven are the committed set)
+DEFAULT = ("data", "sync", "copy", "launch", "host", "compile", "gpu")
 
 
 # --------------------------------------------------------------------------- one run
@@ -274,10 +318,14 @@ def _timed(torch, step, truth, i):
 
 
 def _run_plain(torch, step, truth):
+    nvtx = not os.environ.get("RECORD_NO_NVTX")     # a bare `nsys profile python train.py`
+    truth["nvtx_steps"] = nvtx
     for i in range(STEPS_PLAIN):
-        torch.cuda.nvtx.range_push(f"step_{i}")
+        if nvtx:
+            torch.cuda.nvtx.range_push(f"step_{i}")
         _timed(torch, step, truth, i)
-        torch.cuda.nvtx.range_pop()
+        if nvtx:
+            torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
 
 
@@ -356,7 +404,7 @@ def run_big(out: Path, layers: int, steps: int) -> None:
 # --------------------------------------------------------------------------- driver
 
 def _nsys(scenario: str, variant: str, out: Path, env: dict) -> str:
-    stem = out / f"{scenario}.{variant}"
+    stem = out / (f"{scenario}.{variant}" + (".nonvtx" if env.get("RECORD_NO_NVTX") else ""))
     rep = Path(f"{stem}.nsys-rep")
     cmd = [str(NSYS), "profile", "-t", "cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
            "-o", str(stem), "-f", "true", sys.executable, __file__, "plain", scenario, variant,
@@ -377,15 +425,15 @@ def _nsys(scenario: str, variant: str, out: Path, env: dict) -> str:
     return "ok"
 
 
-def run_all(out: Path, deadline_s: float, only: list[str], nsys: bool) -> None:
+def run_all(out: Path, deadline_s: float, only: list[str], nsys: bool, kineto: bool = True) -> None:
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     libdw = Path(".dev/deb/usr/lib/x86_64-linux-gnu").resolve()
     env["LD_LIBRARY_PATH"] = f"{libdw}:{env.get('LD_LIBRARY_PATH', '')}"
     log = []
-    names = only or list(SCENARIOS)
-    jobs = [("kineto", s, v) for s in names for v in ("bad", "fixed")]
+    names = only or list(DEFAULT)
+    jobs = [("kineto", s, v) for s in names for v in ("bad", "fixed")] if kineto else []
     if nsys:    # the planted variants first: the fixed ones only if time is left
         jobs += [("nsys", s, v) for v in ("bad", "fixed") for s in names]
     for mode, s, v in jobs:
@@ -414,11 +462,16 @@ def main(argv=None) -> None:
     ap.add_argument("--deadline-s", type=float, default=540)
     ap.add_argument("--only", default="")
     ap.add_argument("--no-nsys", action="store_true")
+    ap.add_argument("--no-nvtx", action="store_true",
+                    help="nsys runs only, without step ranges (<s>.<v>.nonvtx.sqlite)")
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--steps", type=int, default=100)
     a = ap.parse_args(argv)
     if a.what == "all":
-        run_all(Path(a.args[0]), a.deadline_s, [s for s in a.only.split(",") if s], not a.no_nsys)
+        if a.no_nvtx:
+            os.environ["RECORD_NO_NVTX"] = "1"
+        run_all(Path(a.args[0]), a.deadline_s, [s for s in a.only.split(",") if s], not a.no_nsys,
+                kineto=not a.no_nvtx)
     elif a.what == "big":
         run_big(Path(a.args[0]), a.layers, a.steps)
     else:
