@@ -133,7 +133,8 @@ def test_round1_versions():
     x = [149217 / 60, 1028358 / 120, 0.25, -0.25, 2.75, 0.05, -2486.95, 7.0, 1e300]
     assert round1(x, "2023.4").tolist() == [2487.0, 8569.7, 0.3, -0.3, 2.8, 0.1, -2487.0, 7.0,
                                             1e300]
-    # exact binary value, halves (0.25, 2.75 are exact) away from zero; 0.05 is above 0.05
+    # exact binary value, halves (0.25, 2.75 are exact) away from zero -- not Python's
+    # round-half-even: the goldens print 1846.25 as 1846.3 (compile.bad); 0.05 is above 0.05
     assert round1(x, "2025.3").tolist() == [2486.9, 8569.6, 0.3, -0.3, 2.8, 0.1, -2486.9, 7.0,
                                             1e300]
     assert np.isnan(round1([np.nan], "2025.3")[0])
@@ -149,9 +150,11 @@ def test_info_on_export(gpu_sqlite, name):
     assert info["format"] == "nsys" and info["format_version"].startswith("3.20.")
     assert info["producer"] == "Nsight Systems 2025.3.2.0"
     assert info["devices"] == [0] and "H100" in info["device_names"]["0"]
-    t = load(gpu_sqlite, name)
-    assert any(p.endswith("python3") for p in t.meta.processes.values())
-    assert t.meta.extra["nsys_version"] == "2025.3.2.0"
+    # whole-program capture: the python processes with events (the training script, and
+    # compile / DataLoader workers where it has some), none of nsys's own or the kernel's
+    procs = list(info["processes"].values())
+    assert procs[0] == "/opt/torch/.venv/bin/python3" and set(procs[1:]) <= {"python3"}
+    assert load(gpu_sqlite, name).meta.extra["nsys_version"] == "2025.3.2.0"
 
 
 @pytest.mark.parametrize("name", _exports())
