@@ -140,6 +140,17 @@ def test_round1_versions():
     assert np.isnan(round1([np.nan], "2025.3")[0])
 
 
+def test_round1_2025_fast_path_is_the_exact_rounding():
+    from decimal import ROUND_HALF_UP, Decimal
+
+    rng = np.random.default_rng(7)
+    a = np.concatenate([rng.integers(1, 10**9, 5000) / rng.integers(1, 100, 5000),
+                        rng.integers(-10**7, 10**7, 5000) / 40.0,   # exact and near halves
+                        rng.integers(0, 10**15, 2000) / 20.0])
+    exact = [float(Decimal(v).quantize(Decimal("0.1"), ROUND_HALF_UP)) for v in a.tolist()]
+    assert round1(a, "2025.3").tolist() == exact
+
+
 @pytest.mark.parametrize("name", _exports())
 def test_info_on_export(gpu_sqlite, name):
     import json

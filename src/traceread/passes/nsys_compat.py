@@ -47,10 +47,19 @@ def stats_version(trace=None, requested: str | None = AUTO) -> str:
 def round1(x, version: str = DEFAULT_VERSION) -> np.ndarray:
     """SQLite's ``round(x, 1)`` as the given nsys version's SQLite computes it."""
     a = np.asarray(x, dtype=np.float64)
+    fast = np.sign(a) * np.floor(np.abs(a) * 10.0 + 0.5) / 10.0
     if version == "2023.4":
-        return np.sign(a) * np.floor(np.abs(a) * 10.0 + 0.5) / 10.0
-    flat = [_round_exact(v) for v in a.ravel().tolist()]
-    return np.array(flat, dtype=np.float64).reshape(a.shape)
+        return fast
+    # The float formula is the exact rounding except where |a|*10 lies (within its
+    # rounding error) on a half, or is too large for it: those go through Decimal.
+    a10 = np.abs(a) * 10.0
+    with np.errstate(invalid="ignore"):
+        near = np.abs(a10 - np.floor(a10) - 0.5) <= 1e-9 * np.maximum(1.0, a10)
+        near |= a10 >= 2.0 ** 50
+    near &= np.isfinite(a)
+    out = np.array(fast, dtype=np.float64)
+    out[near] = [_round_exact(v) for v in a[near].tolist()]
+    return out
 
 
 _TENTH = Decimal("0.1")
@@ -58,7 +67,7 @@ _TENTH = Decimal("0.1")
 
 def _round_exact(v: float) -> float:
     """Round the double's exact decimal value to 0.1, halves away from zero."""
-    if not np.isfinite(v) or abs(v) >= 2.0 ** 52:  # no fraction left to round (SQLite too)
+    if abs(v) >= 2.0 ** 52:  # no fraction left to round (SQLite checks the same)
         return v
     return float(Decimal(v).quantize(_TENTH, rounding=ROUND_HALF_UP))
 
