@@ -13,16 +13,16 @@ import json
 
 import click
 
-from . import main
-from ._common import emit, load_trace, output_option, parse_duration
+from ..passes import nsys_reports as reports
 from ..passes.api import api_summary, render_api
 from ..passes.gaps import gpu_gaps, nsys_order
 from ..passes.kernels import kernel_summary, render_csv, render_summary, render_text
-from ..passes import nsys_reports as reports
 from ..passes.nsys_compat import AUTO, STATS_VERSIONS, stats_version
 from ..passes.window import trace_span
 from ..render.text import fmt_ns, rel_time
 from ..table import Trace
+from . import main
+from ._common import emit, load_trace, output_option, parse_duration
 
 stats_format_option = click.option(
     "--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text",
