@@ -205,14 +205,14 @@ COLD_START_LEVER = ("mark the steps (torch.profiler prof.step() or NVTX ranges s
 def _cold_start(verdict: dict, cold: dict) -> None:
     """A window without steps whose idle time is mostly one-time start-up calls: say so, put
     the lever that removes it from the analysis first, and drop churn advice it caused."""
-    from .passes.bounds import LEVERS
+    from .passes.bounds import LEVERS, NATIVE_LEVERS
 
     lost = verdict["evidence"].get("lost_ns", 0)
     if not cold["ns"] or cold["ns"] < 0.3 * lost:
         return
     verdict["evidence"]["startup_ns"] = cold["ns"]
     verdict["evidence"]["startup_calls"] = [{"name": n, "ns": ns} for n, ns in cold["calls"]]
-    churn = {t for t, _ in LEVERS["alloc"]} if any(
+    churn = {t for t, _ in LEVERS["alloc"] + NATIVE_LEVERS["alloc"]} if any(
         window_mod.ALLOC_RX.match(n) or n.startswith(("cudaFree", "hipFree"))
         for n, _ in cold["calls"][:1]) else set()
     verdict["levers"] = [COLD_START_LEVER] + [t for t in verdict["levers"] if t not in churn]
@@ -222,12 +222,12 @@ def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool) -> No
     """Generic GPU levers minus those the busy time contradicts: no bf16/TF32 advice when the
     GEMMs already run on tensor cores, no fused-attention advice when attention is fused or
     no softmax kernel runs at all."""
-    from .passes.bounds import LEVERS
+    from .passes.bounds import LEVERS, NATIVE_LEVERS
 
     ns = {c.get("class"): int(c.get("ns", 0)) for c in classes}
     drop = set()
     if ns.get("gemm_tensor", 0) > 0 and ns.get("gemm_tensor", 0) >= ns.get("gemm_simt", 0):
-        drop |= {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0]}
+        drop |= {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0], NATIVE_LEVERS["gpu"][0][0]}
         total = sum(ns.values()) or 1
         verdict["evidence"]["tensor_core_gemm_pct"] = round(100 * ns["gemm_tensor"] / total, 1)
     if ns.get("attention", 0) > 0 or not softmax:
