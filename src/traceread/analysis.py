@@ -29,6 +29,7 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
+from .passes._common import fmt_ms as _ms
 from .table import GPU_OP_KINDS, Trace, TraceMeta, release_heap
 
 LARGEST_GAPS = 20
@@ -165,7 +166,11 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     idle = int(devices["idle_ns"].sum()) if len(devices) else 0
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
     extra = _evidence(stats, summary, att["top_ops"], kernels, comp)
+    extra["module_loads"] = _module_loads(ev) if win.mode != "whole_trace" else 0
     parts = verdict_mod.cause_parts(gaps, ctx["host_traced"], ctx["api_traced"])
+    # graphs set up but never replayed in steady state: a new shape every step
+    ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
+                                      and source != "whole_trace" and len(ops))
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
                 culprits=_culprits(ev, gaps, summary, att["top_ops"], copies, collectives, comp,
@@ -174,9 +179,11 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)
     verdict["missing"] = _missing(trace.meta, ev, ctx)
+    if win.mode == "whole_trace" and len(ops):
+        _cold_start(verdict, window_mod.one_time_calls(ev, gaps))
     utilization = side.get("utilization")
     if verdict["bound"] == "gpu":
-        _gpu_verdict_detail(verdict, utilization)
+        _gpu_verdict_detail(verdict, utilization, kernels)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -200,7 +207,7 @@ def _pass_workers(rows: int) -> int:
 PARALLEL_PASSES_ROWS = 200_000
 
 
-def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
+def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -> None:
     """A GPU-bound verdict says how well the busy time is used and which kernel lever pays."""
     from .passes.bounds import GPU_LEVER_TEXT
 
@@ -209,6 +216,10 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
         verdict["summary"] += f"; {u['headline']}"
     busy = [lv for lv in (u.get("busy") or {}).get("levers", []) if lv.get("lever") in GPU_LEVER_TEXT]
     if not busy:
+        names = kernels["name"].astype(str) if kernels is not None and "name" in kernels else None
+        softmax = bool(names.str.contains("softmax", case=False).any()) if names is not None \
+            else True
+        _drop_contradicted_levers(verdict, (u.get("busy") or {}).get("classes") or [], softmax)
         return
     busy.sort(key=lambda lv: -lv.get("saving_ns", 0))
     texts = [f"{GPU_LEVER_TEXT[lv['lever']]} -- {lv['why']}" for lv in busy]
@@ -220,6 +231,46 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
                            "levers": [{"lever": GPU_LEVER_TEXT[lv["lever"]], "cost": "code",
                                        "saves_ns": int(lv.get("saving_ns", 0))}]}
                           for lv in busy] + verdict["actions"]
+
+
+COLD_START_LEVER = ("mark the steps (torch.profiler prof.step() or NVTX ranges step_N) or pass "
+                    "--window START:END: without steps the window holds the one-time start-up")
+
+
+def _cold_start(verdict: dict, cold: dict) -> None:
+    """A window without steps whose idle time is mostly one-time start-up calls: say so, put
+    the lever that removes it from the analysis first, and drop churn advice it caused."""
+    from .passes.bounds import LEVERS, NATIVE_LEVERS
+
+    lost = verdict["evidence"].get("lost_ns", 0)
+    if not cold["ns"] or cold["ns"] < 0.3 * lost:
+        return
+    verdict["evidence"]["startup_ns"] = cold["ns"]
+    verdict["evidence"]["startup_calls"] = [{"name": n, "ns": ns} for n, ns in cold["calls"]]
+    churn = {t for t, _ in LEVERS["alloc"] + NATIVE_LEVERS["alloc"]} if any(
+        window_mod.ALLOC_RX.match(n) or n.startswith(("cudaFree", "hipFree"))
+        for n, _ in cold["calls"][:1]) else set()
+    verdict["levers"] = [COLD_START_LEVER] + [t for t in verdict["levers"] if t not in churn]
+
+
+def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool) -> None:
+    """Generic GPU levers minus those the busy time contradicts: no bf16/TF32 advice when the
+    GEMMs already run on tensor cores, no fused-attention advice when attention is fused or
+    no softmax kernel runs at all."""
+    from .passes.bounds import LEVERS, NATIVE_LEVERS
+
+    ns = {c.get("class"): int(c.get("ns", 0)) for c in classes}
+    drop = set()
+    if ns.get("gemm_tensor", 0) > 0 and ns.get("gemm_tensor", 0) >= ns.get("gemm_simt", 0):
+        drop |= {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0], NATIVE_LEVERS["gpu"][0][0]}
+        total = sum(ns.values()) or 1
+        verdict["evidence"]["tensor_core_gemm_pct"] = round(100 * ns["gemm_tensor"] / total, 1)
+    if ns.get("attention", 0) > 0 or not softmax:
+        drop.add(LEVERS["gpu"][2][0])
+    if drop:
+        verdict["levers"] = [t for t in verdict["levers"] if t not in drop]
+        verdict["actions"] = [a for a in verdict.get("actions", [])
+                              if not any(lv.get("lever") in drop for lv in a.get("levers", []))]
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
@@ -269,6 +320,21 @@ def _edge_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, win) -> pd.DataFrame:
     edge["duration"] = edge["end"] - edge["start"]
     out = pd.concat([gaps, edge[list(gaps.columns)].astype(np.int64)], ignore_index=True)
     return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+
+
+_MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
+
+
+def _module_loads(ev: pd.DataFrame) -> int:
+    """GPU code modules loaded inside the window: past start-up, new kernels appearing every
+    step are being JIT-compiled (torch.compile recompiles, Triton autotuning)."""
+    api = ev["kind"].isin(("runtime", "driver")).to_numpy()
+    if not api.any():
+        return 0
+    names = ev["name"][api]
+    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    hit = cat.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX, regex=True)
+    return int(np.isin(cat.cat.codes.to_numpy(), np.flatnonzero(hit)).sum())
 
 
 def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
@@ -343,11 +409,6 @@ def _bytes(n: int) -> str:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"
 
-
-def _ms(ns: int) -> str:
-    if ns >= 1_000_000_000:
-        return f"{ns / 1e9:.2f} s"
-    return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{ns / 1e3:.0f} us"
 
 
 def _graphs(ev: pd.DataFrame, all_ev: pd.DataFrame) -> dict:

@@ -215,6 +215,25 @@ def _sync(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index) -> np.ndarray
     return out
 
 
+def _drop_host_only_items(kind, hs, he, key, is_sync, cats) -> None:
+    """``.item()`` of a CPU tensor (AdamW's step counters: hundreds a step) makes no CUDA
+    call and waits for nothing: when runtime calls were traced, an ``aten::item`` /
+    ``_local_scalar_dense`` with none inside it on its thread is a plain op (in place)."""
+    op = is_sync & ((kind == _OPS[0]) | (kind == _OPS[1]))
+    api = _is_api(kind)
+    if not op.any() or not api.any():
+        return
+    idle = np.zeros(len(kind), bool)
+    for k in np.unique(key[op]).tolist():
+        starts = np.sort(hs[api & (key == k)])
+        rows = np.flatnonzero(op & (key == k))
+        inside = np.searchsorted(starts, he[rows], "left") > np.searchsorted(starts, hs[rows],
+                                                                           "left")
+        idle[rows[~inside]] = True
+    is_sync &= ~idle
+    cats[idle] = CPU_CATEGORIES.index("cpu_op")
+
+
 def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarray:
     """CPU category index (into CPU_CATEGORIES) of every row; -1 for rows that never count.
 
@@ -300,6 +319,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he += hs
     key = _thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
     del rows
+    _drop_host_only_items(kind, hs, he, key, is_sync, cats)
     cap = _capture_regions(kind, name, name_cats, hs, he, key)
     if cap is not None:   # stream-capture regions: everything inside records a CUDA graph
         cs, ce, ck, cn, ckind = cap
@@ -339,6 +359,26 @@ CAPTURE_BEGIN_RX = re.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture
 CAPTURE_END_RX = re.compile(r"capture_end|^(?:cuda|hip|cu)StreamEndCapture")
 
 
+def capture_pairs(hs: np.ndarray, he: np.ndarray, key: np.ndarray, begin: np.ndarray,
+                  end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stream-capture regions: each begin row paired with the first end row of the same
+    thread that ends after it begins. Returns (begin row indices, region end times)."""
+    rows, stops = [], []
+    for k in np.unique(key[begin]).tolist():
+        b = np.flatnonzero(begin & (key == k))
+        e = np.flatnonzero(end & (key == k))
+        if not len(e):
+            continue
+        ends = np.sort(he[e])
+        j = np.searchsorted(ends, hs[b], side="right")
+        ok = j < len(ends)
+        rows.append(b[ok])
+        stops.append(ends[j[ok]])
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(rows).astype(np.int64), np.concatenate(stops).astype(np.int64)
+
+
 def _capture_regions(kind, name, name_cats, hs, he, key):
     """[begin, end) of each stream capture per thread: a ``capture_begin`` frame (or a
     StreamBeginCapture call) to the end of the next ``capture_end`` on the same thread.
@@ -350,22 +390,10 @@ def _capture_regions(kind, name, name_cats, hs, he, key):
     if not begin.any():
         return None
     end = _name_lut(name_cats, name, lambda n: bool(CAPTURE_END_RX.search(n)), bool, False)[name]
-    out = []
-    for k in np.unique(key[begin]).tolist():
-        b = np.flatnonzero(begin & (key == k))
-        e = np.flatnonzero(end & (key == k))
-        if not len(e):
-            continue
-        ends = np.sort(he[e])
-        for i in b.tolist():
-            j = np.searchsorted(ends, hs[i], side="right")
-            if j < len(ends):
-                out.append((hs[i], ends[j], k, name[i], kind[i]))
-    if not out:
+    rows, stops = capture_pairs(hs, he, key, begin, end)
+    if not len(rows):
         return None
-    s, e, k, n, kd = (np.array(c) for c in zip(*out))
-    return (s.astype(np.int64), e.astype(np.int64), k.astype(np.int64), n.astype(name.dtype),
-            kd.astype(kind.dtype))
+    return hs[rows], stops, key[rows], name[rows], kind[rows]
 
 
 def _sync_names(cats: pd.Index, codes: np.ndarray) -> np.ndarray:

@@ -42,8 +42,16 @@ def _names_of(ev: pd.DataFrame, kinds) -> list[str]:
     return [str(x) for x in pd.unique(col[m].dropna())]
 
 
+# A PyTorch program: aten ops, python frames, profiler steps, or ATen/c10 kernels (an nsys
+# capture with no NVTX still launches at::native kernels). Else the levers speak CUDA.
+PYTORCH_HOST_RX = re.compile(r"^(?:aten::|autograd::|torch|ProfilerStep#|Optimizer\.|"
+                             r"enumerate\(DataLoader\))|\.py\(\d+\)")
+PYTORCH_KERNEL_RX = re.compile(r"at::native::|at::cuda::|c10::|\bat::|triton_")
+
+
 def trace_context(ev: pd.DataFrame) -> dict:
-    """Flags describing what the analysed window already does (see module doc)."""
+    """Flags describing what the analysed window already does (see module doc); ``pytorch``:
+    whether the program is PyTorch at all (else the levers name CUDA calls, not torch ones)."""
     api = _names_of(ev, ("runtime", "driver"))
     host = _names_of(ev, ("cpu_op", "annotation", "python"))
     kernels = _names_of(ev, ("kernel",))
@@ -55,6 +63,8 @@ def trace_context(ev: pd.DataFrame) -> dict:
         "dataloader_workers": any(MULTI_WORKER_RX.search(n) for n in host)
         and not any(SINGLE_WORKER_RX.search(n) for n in host),
         "dataloader_single": any(SINGLE_WORKER_RX.search(n) for n in host),
+        "pytorch": any(PYTORCH_HOST_RX.search(n) for n in host)
+        or any(PYTORCH_KERNEL_RX.search(n) for n in kernels),
         "api_traced": bool(len(api)),
         "host_traced": bool(ev["kind"].isin(HOST_DETAIL_KINDS).any()
                             or _has_non_step_ranges(ev)),
@@ -109,6 +119,11 @@ def sync_caller(ev: pd.DataFrame, sync_name: str, limit: int = 200) -> str:
     return max(votes, key=votes.get) if votes else ""
 
 
+IDLE_WAIT_RX = re.compile(r"^(?:poll|ppoll|epoll_wait|epoll_pwait|select|pselect6?|"
+                          r"pthread_cond_(?:timed)?wait|futex|sem_(?:timed)?wait|pthread_join|"
+                          r"waitpid|wait4|pthread_mutex_lock|pthread_rwlock_\w*lock)(?:64)?$")
+
+
 def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, kinds=("python", "cpu_op"),
                       share: float = 0.5) -> tuple[str, int]:
     """The deepest host frame/op that still explains most of the idle time it sits in.
@@ -138,11 +153,17 @@ def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, kinds=("python", "cp
     used = np.unique(codes[codes >= 0])
     is_step = np.zeros(len(cat.cat.categories) + 1, bool)
     is_step[used] = [any(r.match(str(n)) for r in rx) for n in cat.cat.categories.take(used)]
-    ok = ~is_step[codes]
+    # a thread parked in poll / a condition wait was waiting for work, not doing it
+    is_wait = np.zeros(len(cat.cat.categories) + 1, bool)
+    is_wait[used] = [bool(IDLE_WAIT_RX.match(str(n))) for n in cat.cat.categories.take(used)]
+    ok = ~is_step[codes] & ~is_wait[codes]
     if not ok.any():
         return "", 0
-    best = ov[ok].max()
-    cand = np.flatnonzero(ok & (ov >= share * best))
-    j = cand[np.argmin(dur[cand])]
-    name = cat.cat.categories[codes[j]] if codes[j] >= 0 else ""
-    return str(name), int(ov[j])
+    # by name: a sleep called 16 times a step explains the idle time together, not once
+    c, ov, dur = codes[ok], ov[ok], dur[ok]
+    tot = np.bincount(c + 1, weights=ov)
+    mean_dur = np.bincount(c + 1, weights=dur) / np.maximum(np.bincount(c + 1), 1)
+    cand = np.flatnonzero(tot >= share * tot.max())
+    j = cand[np.argmin(mean_dur[cand])]
+    name = cat.cat.categories[j - 1] if j >= 1 else ""
+    return str(name), int(tot[j])
