@@ -403,9 +403,11 @@ def _machine() -> dict:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         mem = 0
+    from traceread.readers import _json_edges
+
     return {"cores": os.cpu_count(), "memory_bytes": mem, "python": platform.python_version(),
             "platform": platform.platform(), "decoder": decoder_name(),
-            "load_before": os.getloadavg()}
+            "inflater": _json_edges._zlib.__name__, "load_before": os.getloadavg()}
 
 
 def main(argv=None) -> int:
@@ -460,7 +462,8 @@ def main(argv=None) -> int:
             path.unlink()
     machine["load_after"] = os.getloadavg()
     print(f"machine: {machine['cores']} cores, {machine['memory_bytes'] / 2**30:.0f} GiB, "
-          f"Python {machine['python']}; decoder: {machine['decoder']}; load average before / "
+          f"Python {machine['python']}; decoder: {machine['decoder']}; gzip inflater: "
+          f"{machine['inflater']}; load average before / "
           f"after: {' / '.join(f'{x:.1f}' for x in machine['load_before'])} -> "
           f"{' / '.join(f'{x:.1f}' for x in machine['load_after'])}\n")
     print(report(r, args))
