@@ -97,6 +97,7 @@ t = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 ta = TraceAnalysis(trace_dir=sys.argv[1])
 t_load = time.perf_counter() - t
+print('LOADED', t_load, flush=True)
 ta.get_temporal_breakdown(visualize=False)
 print('RESULT', time.perf_counter() - t, t_load)
 """
@@ -176,15 +177,17 @@ def run(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if not peak:  # no /proc: the largest single process instead of the tree
         peak = int(after.ru_maxrss * 1024)
-    result, skip = None, None
+    result, skip, loaded = None, None, None
     for line in out.splitlines():
         if line.startswith("RESULT"):
             result = [float(x) for x in line.split()[1:]]
         elif line.startswith("SKIP"):
             skip = line[5:]
+        elif line.startswith("LOADED"):
+            loaded = float(line.split()[1])
     return {"ok": proc.returncode == 0 and not skip, "wall": wall, "cpu": cpu, "peak": peak,
             "peak_pss": peak_pss,
-            "result": result, "skip": skip,
+            "result": result, "skip": skip, "loaded": loaded,
             "err": err.strip().splitlines()[-1:] if proc.returncode else []}
 
 
@@ -317,6 +320,15 @@ def report(r: dict, args) -> str:
         ratios.append(f"* **HTA / traceread analyze: {_ratio(hta, an)} wall, "
                       f"{_ratio(_cpu(r['hta']), _cpu(r['analyze/native']))} CPU** "
                       f"(HTA load alone {fmt_s(_res(r['hta'], 1))})")
+    elif r.get("hta"):
+        h = r["hta"]
+        why = " ".join(h.get("err") or []) or "failed"
+        if h.get("loaded"):
+            ratios.append(f"* HTA's temporal breakdown failed ({why}) after its load; "
+                          f"**HTA load alone / traceread analyze: {_ratio(h['loaded'], an)} "
+                          f"wall** (load {fmt_s(h['loaded'])}; a lower bound on HTA's time)")
+        else:
+            ratios.append(f"* HTA failed: {why}")
     else:
         ratios.append("* HTA: not run" + (" (--no-hta)" if args.no_hta else
                                           f" (not installed at {args.hta_python})"))
