@@ -89,8 +89,8 @@ def _figures(row: dict) -> dict[str, Any]:
 
     out = {k: val(k) for k in ("path", "format", "verdict")}
     out["verdict_summary"] = val("verdict_summary") or ""
-    for k in ("steps", "gpu_window_ns", "gpu_idle_ns", "comm_ns", "exposed_comm_ns", "compiles",
-              "recompiles"):
+    for k in ("steps", "gpu_window_ns", "gpu_idle_ns", "comm_ns", "exposed_comm_ns", "copy_ns",
+              "exposed_copy_ns", "pageable_copy_ns", "compiles", "recompiles"):
         out[k] = int(val(k) or 0)
     for k in ("step_mean_ns", "step_median_ns", "promised_saving_ns"):
         out[k] = None if val(k) is None else int(val(k))

@@ -500,6 +500,9 @@ class DiffSide(_S):
     idle_by_cpu: IntMap
     comm_ns: int
     exposed_comm_ns: int
+    copy_ns: int                # host<->device copies (passes/copies.py)
+    exposed_copy_ns: int        # ... with no compute beside them
+    pageable_copy_ns: int       # ... from/to pageable host memory
     compiles: int
     recompiles: int
     verdict: Optional[str]

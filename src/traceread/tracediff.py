@@ -35,6 +35,7 @@ def figures(a) -> dict[str, Any]:
     dev = a.devices
     n = a.nccl
     comp = a.compile or {}
+    cp = getattr(a, "copies", None) or {}
     verdict = a.verdict or {}
     return {
         "path": str(a.meta.path), "format": str(a.meta.format), "steps": steps,
@@ -45,6 +46,8 @@ def figures(a) -> dict[str, Any]:
         "idle_by_cpu": {c: int(a.attribution["by_cpu"].get(c, 0)) for c in CPU_CATEGORIES},
         "comm_ns": int(n["comm_ns"].sum()) if n is not None and len(n) else 0,
         "exposed_comm_ns": int(n["exposed_ns"].sum()) if n is not None and len(n) else 0,
+        "copy_ns": int(cp.get("copy_ns", 0) or 0), "exposed_copy_ns": int(cp.get("exposed_ns", 0) or 0),
+        "pageable_copy_ns": int(cp.get("pageable_ns", 0) or 0),
         "compiles": int(comp.get("compiles", 0) or 0), "recompiles": int(comp.get("recompiles", 0) or 0),
         "verdict": verdict.get("bound"), "verdict_summary": str(verdict.get("summary", "")),
         "promised_saving_ns": promised_saving(verdict),
@@ -69,6 +72,8 @@ def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
         "gpu_idle_ns": idle // per, "gpu_idle_pct": round(100.0 * idle / window, 2) if window else 0.0,
         "idle_by_cpu": {c: int(fig["idle_by_cpu"].get(c, 0)) // per for c in CPU_CATEGORIES},
         "comm_ns": int(fig["comm_ns"]) // per, "exposed_comm_ns": int(fig["exposed_comm_ns"]) // per,
+        "copy_ns": int(fig["copy_ns"]) // per, "exposed_copy_ns": int(fig["exposed_copy_ns"]) // per,
+        "pageable_copy_ns": int(fig["pageable_copy_ns"]) // per,
         "compiles": int(fig["compiles"]), "recompiles": int(fig["recompiles"]),
         "verdict": fig["verdict"], "verdict_summary": fig["verdict_summary"],
         "promised_saving_ns": fig["promised_saving_ns"],
@@ -170,7 +175,8 @@ def _round(x):
 
 
 _COMPARED = ("step_mean_ns", "step_median_ns", "gpu_window_ns", "gpu_busy_ns", "gpu_idle_ns",
-             "gpu_idle_pct", "comm_ns", "exposed_comm_ns", "compiles", "recompiles")
+             "gpu_idle_pct", "comm_ns", "exposed_comm_ns", "copy_ns", "exposed_copy_ns",
+             "pageable_copy_ns", "compiles", "recompiles")
 
 
 def _changes(b: dict, a: dict) -> dict[str, Any]:

@@ -92,7 +92,9 @@ def _one(d) -> str:
              f"  {'':<26}{'before':>12}{'after':>12}{'change':>12}"]
     rows = [("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
             ("GPU window" + per, "gpu_window_ns"), ("GPU busy" + per, "gpu_busy_ns"),
-            ("GPU idle" + per, "gpu_idle_ns"), ("exposed comm" + per, "exposed_comm_ns")]
+            ("GPU idle" + per, "gpu_idle_ns"), ("exposed comm" + per, "exposed_comm_ns"),
+            ("copies" + per, "copy_ns"), ("exposed copies" + per, "exposed_copy_ns"),
+            ("pageable copies" + per, "pageable_copy_ns")]
     for label, key in rows:
         if not b.get(key) and not a.get(key) and not key.startswith("step"):
             continue  # e.g. no GPU in either trace, no communication

@@ -9,7 +9,8 @@ from .text import fmt_ns
 
 _ROWS = (("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
          ("GPU window", "gpu_window_ns"), ("GPU busy", "gpu_busy_ns"), ("GPU idle", "gpu_idle_ns"),
-         ("exposed comm", "exposed_comm_ns"))
+         ("exposed comm", "exposed_comm_ns"), ("copies", "copy_ns"),
+         ("exposed copies", "exposed_copy_ns"), ("pageable copies", "pageable_copy_ns"))
 
 
 def diff_body(d) -> str:
@@ -80,7 +81,8 @@ def _one(d) -> str:
     b, a = d.before, d.after
     per = "per step" if d.unit == "step" else "whole trace"
     rows = [[escape(label), fmt_ns(b[k]), fmt_ns(a[k]), _change(b[k], a[k])]
-            for label, k in _ROWS if b.get(k) is not None and a.get(k) is not None]
+            for label, k in _ROWS if b.get(k) is not None and a.get(k) is not None
+            and (b[k] or a[k] or k.startswith("step"))]
     rows.append(["GPU idle %", f"{b['gpu_idle_pct']:.1f}%", f"{a['gpu_idle_pct']:.1f}%",
                  f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:+.1f} pts"])
     rows.append(["recompiles", b["recompiles"], a["recompiles"], ""])
