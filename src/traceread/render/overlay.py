@@ -1,7 +1,7 @@
 """``traceread overlay``: the original trace plus the tracks traceread adds.
 
-Perfetto (ui.perfetto.dev) and chrome://tracing load Chrome trace JSON. The
-overlay is the input trace with extra processes (``traceread · …``) holding:
+Perfetto (ui.perfetto.dev), Chromium DevTools and older chrome://tracing load Chrome
+trace JSON. The overlay is the input trace with extra processes (``traceread · …``) holding:
 
 * every GPU idle gap, one slice per gap, named by its cause (what the host was
   doing, or the sync call that drained the queue), one track per device;
