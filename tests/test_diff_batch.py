@@ -125,3 +125,40 @@ def test_real_kineto_num_workers_0_vs_4_batch_outputs(corpus_dir, tmp_path):
     r = CliRunner().invoke(main, ["diff", *outs, "--fail-if-slower", "0%", "--format", "json"])
     assert r.exit_code == 0, r.output
     schema.check("diff", json.loads(r.stdout))
+
+
+@pytest.mark.slow  # records a live 2-rank gloo job (~15 s; timing-sensitive under load)
+def test_real_gloo_job_straggler_fixed(tmp_path):
+    """The committed 2-rank gloo capture (rank 1 sleeps 30 ms before each forward) against
+    the same job recorded here without the sleep: the job's straggler delay and its step
+    time fall by about the planted 30 ms."""
+    pytest.importorskip("torch")
+    import shutil
+    import sys
+
+    from conftest import FIXTURES
+
+    sys.path.insert(0, str(FIXTURES.parents[1] / "scripts"))
+    from record_gloo_ddp import record
+
+    before = tmp_path / "before-traces"
+    before.mkdir()
+    for r in (0, 1):
+        shutil.copy(FIXTURES / "gloo" / "ddp2" / f"rank-{r}.json.gz", before)
+    after = tmp_path / "after-traces"
+    record(after, world=2, slow=1, delay_ms=0.0)
+    (after / "truth.json").unlink()
+    outs = []
+    for name, folder in (("before", before), ("after", after)):
+        analyze_dir(folder, out_dir=tmp_path / name, jobs=2)
+        outs.append(str(tmp_path / name))
+    d = diff_paths(*outs)
+    (job,) = d.jobs
+    b, a = job["before"], job["after"]
+    assert b["straggler_rank"] == 1 and 25 * MS <= b["late_by_ns"] <= 40 * MS
+    assert a["straggler_rank"] < 0 or a["late_by_ns"] < 10 * MS
+    assert b["step_mean_ns"] - a["step_mean_ns"] > 20 * MS and job["step_pct"] < -40
+    assert d.slower_pct() < -40
+    r = CliRunner().invoke(main, ["diff", *outs, "--fail-if-slower", "5%"])
+    assert r.exit_code == 0 and "JOB job0 (2 ranks matched)" in r.stdout
+    assert all(len(x) <= 100 for x in r.stdout.splitlines())

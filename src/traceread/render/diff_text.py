@@ -26,7 +26,7 @@ def _many(d) -> str:
     if worst is not None:
         lines.append(f"worst step-time change: {worst:+.1f}% ({d.label}; --fail-if-slower checks it)")
     for u in d.unmatched:
-        lines.append(_short(f"  not compared ({u['side']}): {u['path']}: {u['reason']}", 100))
+        lines.append("  " + _short(f"not compared ({u['side']}): {u['path']}: {u['reason']}", 98))
     lines += _job_lines(d.jobs or [])
     lines += _pair_table(d.pairs)
     lead = next((p for p in d.pairs if p.label == d.label), d.pairs[0])
@@ -70,8 +70,9 @@ def _job_lines(jobs: list) -> list[str]:
                      + " (slowest rank's mean)")
         lines.append(f"  straggler    {_strag(b)} -> {_strag(a)}")
         if b.get("summary") or a.get("summary"):
-            lines.append(_short(f"  before       {b.get('summary') or 'not a job'}", 100))
-            lines.append(_short(f"  after        {a.get('summary') or 'not a job'}", 100))
+            for label, side in (("before", b), ("after", a)):
+                prefix = f"  {label:<13}"
+                lines.append(prefix + _short(side.get("summary") or "not a job", 100 - len(prefix)))
     return lines
 
 
