@@ -4,7 +4,7 @@
                                               [--steps 6] [--warmup 2]
 
 Spawns ``--world`` processes on localhost (torch.distributed, backend gloo). Each
-trains a small MLP under DistributedDataParallel; the slow rank sleeps
+trains a small MLP under DistributedDataParallel (``--device cuda``: on GPU 0, all ranks); the slow rank sleeps
 ``--delay-ms`` before every forward. torch.profiler records ``--steps`` steps after
 ``--warmup`` unprofiled ones and writes ``rank-<r>.json.gz`` per rank.
 
@@ -36,7 +36,7 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, world: int, port: int, out: str, slow: int, delay_s: float,
-            steps: int, warmup: int) -> None:
+            steps: int, warmup: int, device: str = "cpu") -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -47,10 +47,12 @@ def _worker(rank: int, world: int, port: int, out: str, slow: int, delay_s: floa
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
-                                    torch.nn.Linear(512, 256)))
+    width = 256 if device == "cpu" else 4096    # on a GPU: enough work to see kernels
+    net = torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(),
+                              torch.nn.Linear(2 * width, width)).to(device)
+    model = DDP(net, device_ids=[0] if device == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(64, 256)
+    x = torch.randn(64 if device == "cpu" else 2048, width, device=device)
     rows = []
     issued: list[int] = []    # perf_counter_ns when DDP hands the gradient bucket to all_reduce
     done: list[int] = []      # ... and when that all_reduce completes
@@ -68,7 +70,8 @@ def _worker(rank: int, world: int, port: int, out: str, slow: int, delay_s: floa
         tmp.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(tmp / "trace.json"))
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=on_ready) as prof:
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=acts, schedule=sched, on_trace_ready=on_ready) as prof:
         for i in range(warmup + steps):
             t0 = time.perf_counter_ns()
             slept = 0
@@ -82,10 +85,12 @@ def _worker(rank: int, world: int, port: int, out: str, slow: int, delay_s: floa
             opt.step()
             opt.zero_grad()
             # a small metrics all_gather every step: a second collective type to match
-            parts = [torch.zeros(1) for _ in range(world)]
+            parts = [torch.zeros(1, device=device) for _ in range(world)]
             g0 = time.perf_counter_ns()
             dist.all_gather(parts, loss.detach().reshape(1))
             g1 = time.perf_counter_ns()
+            if device == "cuda":
+                torch.cuda.synchronize()
             t1 = time.perf_counter_ns()
             prof.step()
             if i >= warmup:  # profiled steps are ProfilerStep#warmup .. warmup+steps-1
@@ -101,20 +106,21 @@ def _worker(rank: int, world: int, port: int, out: str, slow: int, delay_s: floa
 
 
 def record(out: str | Path, world: int = 2, slow: int = 1, delay_ms: float = 30.0, steps: int = 6,
-           warmup: int = 2) -> dict:
+           warmup: int = 2, device: str = "cpu") -> dict:
     """Record one job into ``out``; returns (and writes) the truth."""
     import torch.multiprocessing as mp
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, _free_port(), str(out), slow, delay_ms / 1e3, steps, warmup),
+    mp.spawn(_worker, args=(world, _free_port(), str(out), slow, delay_ms / 1e3, steps, warmup,
+                            device),
              nprocs=world, join=True)
     per_rank = {}
     for r in range(world):
         f = out / f"truth-rank-{r}.json"
         per_rank[str(r)] = json.loads(f.read_text())
         f.unlink()
-    truth = {"world_size": world, "backend": "gloo", "slow_rank": slow, "planted_delay_ns": int(delay_ms * 1e6),
+    truth = {"world_size": world, "backend": "gloo", "device": device, "slow_rank": slow, "planted_delay_ns": int(delay_ms * 1e6),
              "steps": [warmup + k for k in range(steps)], "per_rank": per_rank,
              "note": "measured by the training loop with time.perf_counter_ns() (CLOCK_MONOTONIC: one clock "
                      "for every process of the host, not the trace's epoch clock). sleep_ns: the slow rank's "
@@ -143,8 +149,10 @@ def main(argv=None) -> int:
     p.add_argument("--delay-ms", type=float, default=30.0)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: every rank on GPU 0 (gloo moves CUDA tensors through the host)")
     a = p.parse_args(argv)
-    truth = record(a.out, a.world, a.slow_rank, a.delay_ms, a.steps, a.warmup)
+    truth = record(a.out, a.world, a.slow_rank, a.delay_ms, a.steps, a.warmup, a.device)
     for r, rows in truth["per_rank"].items():
         print(f"rank {r}: sleep {[round(x['sleep_ns'] / 1e6, 2) for x in rows]} ms, "
               f"backward {[round(x['backward_ns'] / 1e6, 2) for x in rows]} ms")

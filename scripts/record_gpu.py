@@ -1,6 +1,7 @@
 """Record real GPU captures with a planted cause, each next to its fixed twin, plus the truth.
 
     python3 scripts/record_gpu.py all OUT [--deadline-s 540] [--only a,b] [--no-nsys]
+                                  (default: the first seven scenarios; graphs, alloc via --only)
     python3 scripts/record_gpu.py kineto SCENARIO VARIANT OUT     # one torch.profiler run
     python3 scripts/record_gpu.py plain SCENARIO VARIANT OUT      # one run, NVTX steps (under nsys)
     python3 scripts/record_gpu.py big OUT [--layers 24] [--steps 100]
@@ -246,8 +247,51 @@ def sc_gpu(torch, variant: str, truth: dict):
     return step
 
 
+def sc_graphs(torch, variant: str, truth: dict):
+    """torch.compile(mode="reduce-overhead", dynamic=True) fed a new batch size every step: the
+    CUDA graph trees record a new graph each step; fixed = padded to one size, replayed."""
+    import torch._dynamo
+    torch._dynamo.config.cache_size_limit = 64
+    model = _mlp(torch, 1024, 4, torch.float32)
+    fn = torch.compile(model, mode="reduce-overhead", dynamic=True)
+
+    def step(i):
+        n = 64 + 8 * i if variant == "bad" else 256
+        x = torch.randn(n, 1024, device="cuda")
+        torch.compiler.cudagraph_mark_step_begin()
+        fn(x).sum().item()
+        truth["planted"][i] = {"batch": n}
+    truth["what"] = ("reduce-overhead, batch size changes every step" if variant == "bad"
+                     else "reduce-overhead, one padded batch size")
+    return step
+
+
+def sc_alloc(torch, variant: str, truth: dict):
+    """torch.cuda.empty_cache() every step with 24 activations of 64 MiB: cudaFree and
+    cudaMalloc every step; fixed = the caching allocator keeps its blocks."""
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+
+    def step(i):
+        xs = [torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(24)]
+        acc = xs[0][:, :4096] @ w
+        for x in xs[1:]:
+            acc = acc + x[:, :4096] @ w
+        acc.float().sum().item()
+        del xs, acc
+        t = now()
+        if variant == "bad":
+            torch.cuda.empty_cache()
+        truth["planted"][i] = {"empty_cache_ns": now() - t if variant == "bad" else 0}
+    truth["what"] = ("torch.cuda.empty_cache() every step" if variant == "bad"
+                     else "no empty_cache")
+    return step
+
+
 SCENARIOS = {"data": sc_data, "sync": sc_sync, "copy": sc_copy, "launch": sc_launch,
-             "host": sc_host, "compile": sc_compile, "gpu": sc_gpu}
+             "host": sc_host, "compile": sc_compile, "gpu": sc_gpu, "graphs": sc_graphs,
+             "alloc": sc_alloc}
+# recorded by ``all`` unless --only names them (the first seven are the committed set)
+DEFAULT = ("data", "sync", "copy", "launch", "host", "compile", "gpu")
 
 
 # --------------------------------------------------------------------------- one run
@@ -384,7 +428,7 @@ def run_all(out: Path, deadline_s: float, only: list[str], nsys: bool) -> None:
     libdw = Path(".dev/deb/usr/lib/x86_64-linux-gnu").resolve()
     env["LD_LIBRARY_PATH"] = f"{libdw}:{env.get('LD_LIBRARY_PATH', '')}"
     log = []
-    names = only or list(SCENARIOS)
+    names = only or list(DEFAULT)
     jobs = [("kineto", s, v) for s in names for v in ("bad", "fixed")]
     if nsys:    # the planted variants first: the fixed ones only if time is left
         jobs += [("nsys", s, v) for v in ("bad", "fixed") for s in names]

@@ -111,8 +111,9 @@ def test_cause_parts_split_short_and_long_starved_gaps():
     import pandas as pd
 
     cols = {f"cpu_{c}": [0, 0, 0] for c in CPU_CATEGORIES}
-    g = pd.DataFrame({"duration": [50_000, 5_000_000, 400_000], "drain": ["starved"] * 2 + ["sync"],
-                      **cols})
+    g = pd.DataFrame({"start": [0, 1_000_000, 7_000_000], "end": [50_000, 6_000_000, 7_400_000],
+                      "duration": [50_000, 5_000_000, 400_000], "drain": ["starved"] * 2 + ["sync"],
+                      "pid": 1, "device": 0, **cols})
     g.loc[0, ["cpu_cpu_op", "cpu_launch"]] = [30_000, 20_000]      # short gap: dispatch
     g.loc[1, ["cpu_cpu_op", "cpu_launch", "cpu_untraced"]] = [3_000_000, 10_000, 1_990_000]
     g.loc[2, ["cpu_sync", "cpu_python"]] = [100_000, 300_000]
@@ -122,6 +123,24 @@ def test_cause_parts_split_short_and_long_starved_gaps():
     assert p["sync"] == 400_000
     p = V.cause_parts(g, host_traced=False)
     assert p["host"] == 3_000_000 and p["unexplained"] == 1_990_000
+
+
+def test_sync_share_is_capped_by_the_gpu_work_it_hid():
+    """A 400 us gap after a sync that followed only 100 us of GPU work: removing the sync
+    hides 100 us of the host's 400 us; the rest is the Python that ran (host)."""
+    import pandas as pd
+
+    cols = {f"cpu_{c}": [0, 0] for c in CPU_CATEGORIES}
+    g = pd.DataFrame({"start": [0, 150_000], "end": [50_000, 550_000],
+                      "duration": [50_000, 400_000], "drain": ["starved", "sync"],
+                      "pid": 1, "device": 0, **cols})
+    g.loc[0, "cpu_launch"] = 50_000
+    g.loc[1, ["cpu_sync", "cpu_python"]] = [100_000, 300_000]
+    assert list(V.sync_share(g)) == [0.0, 0.25]
+    p = V.cause_parts(g, host_traced=True)
+    assert p["sync"] == 0.25 * 400_000 + 0.75 * 100_000      # the share + the wait itself
+    assert p["host"] == 0.75 * 300_000
+    assert p["sync"] + p["host"] + p["launch"] == 450_000
 
 
 def test_unknown_when_the_host_is_untraced():

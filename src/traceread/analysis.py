@@ -144,7 +144,11 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     idle = int(devices["idle_ns"].sum()) if len(devices) else 0
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
     extra = _evidence(stats, summary, att["top_ops"], kernels, comp)
+    extra["module_loads"] = _module_loads(ev) if win.mode != "whole_trace" else 0
     parts = verdict_mod.cause_parts(gaps, ctx["host_traced"], ctx["api_traced"])
+    # graphs set up but never replayed in steady state: a new shape every step
+    ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
+                                      and source != "whole_trace" and len(ops))
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
                 culprits=_culprits(ev, gaps, summary, att["top_ops"], copies, collectives, comp,
@@ -155,7 +159,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     verdict["missing"] = _missing(trace.meta, ev, ctx)
     utilization = util_mod.utilization(trace, step_tab, peak_tflops, events=ev)
     if verdict["bound"] == "gpu":
-        _gpu_verdict_detail(verdict, utilization)
+        _gpu_verdict_detail(verdict, utilization, kernels)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -166,7 +170,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     context=ctx, utilization=utilization)
 
 
-def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
+def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -> None:
     """A GPU-bound verdict says how well the busy time is used and which kernel lever pays."""
     from .passes.bounds import GPU_LEVER_TEXT
 
@@ -175,6 +179,10 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
         verdict["summary"] += f"; {u['headline']}"
     busy = [lv for lv in (u.get("busy") or {}).get("levers", []) if lv.get("lever") in GPU_LEVER_TEXT]
     if not busy:
+        names = kernels["name"].astype(str) if kernels is not None and "name" in kernels else None
+        softmax = bool(names.str.contains("softmax", case=False).any()) if names is not None \
+            else True
+        _drop_contradicted_levers(verdict, (u.get("busy") or {}).get("classes") or [], softmax)
         return
     busy.sort(key=lambda lv: -lv.get("saving_ns", 0))
     texts = [f"{GPU_LEVER_TEXT[lv['lever']]} -- {lv['why']}" for lv in busy]
@@ -186,6 +194,26 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None) -> None:
                            "levers": [{"lever": GPU_LEVER_TEXT[lv["lever"]], "cost": "code",
                                        "saves_ns": int(lv.get("saving_ns", 0))}]}
                           for lv in busy] + verdict["actions"]
+
+
+def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool) -> None:
+    """Generic GPU levers minus those the busy time contradicts: no bf16/TF32 advice when the
+    GEMMs already run on tensor cores, no fused-attention advice when attention is fused or
+    no softmax kernel runs at all."""
+    from .passes.bounds import LEVERS
+
+    ns = {c.get("class"): int(c.get("ns", 0)) for c in classes}
+    drop = set()
+    if ns.get("gemm_tensor", 0) > 0 and ns.get("gemm_tensor", 0) >= ns.get("gemm_simt", 0):
+        drop |= {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0]}
+        total = sum(ns.values()) or 1
+        verdict["evidence"]["tensor_core_gemm_pct"] = round(100 * ns["gemm_tensor"] / total, 1)
+    if ns.get("attention", 0) > 0 or not softmax:
+        drop.add(LEVERS["gpu"][2][0])
+    if drop:
+        verdict["levers"] = [t for t in verdict["levers"] if t not in drop]
+        verdict["actions"] = [a for a in verdict.get("actions", [])
+                              if not any(lv.get("lever") in drop for lv in a.get("levers", []))]
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
@@ -235,6 +263,21 @@ def _edge_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, win) -> pd.DataFrame:
     edge["duration"] = edge["end"] - edge["start"]
     out = pd.concat([gaps, edge[list(gaps.columns)].astype(np.int64)], ignore_index=True)
     return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+
+
+_MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
+
+
+def _module_loads(ev: pd.DataFrame) -> int:
+    """GPU code modules loaded inside the window: past start-up, new kernels appearing every
+    step are being JIT-compiled (torch.compile recompiles, Triton autotuning)."""
+    api = ev["kind"].isin(("runtime", "driver")).to_numpy()
+    if not api.any():
+        return 0
+    names = ev["name"][api]
+    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    hit = cat.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX, regex=True)
+    return int(np.isin(cat.cat.codes.to_numpy(), np.flatnonzero(hit)).sum())
 
 
 def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:

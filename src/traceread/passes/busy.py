@@ -47,11 +47,14 @@ _SIMT = re.compile(r"sgemm|_ffma|simt|gemv|gemmSN|scudnn|implicit_convolve_sgemm
                    re.I)
 # fp32-templated kernels without a tensor-core marker (cuDNN dgrad/wgrad/winograd<float>)
 _F32_TEMPLATE = re.compile(r"<\s*float\b")
-_TC_MARK = re.compile(r"xmma|hmma|wgmma|tensorop|s884|h884|s1688|h1688|s16816|h16816|i8816|_mma|"
+# nvjet_*: cuBLAS's GEMMs on Hopper and later (CUDA 12.8+), always tensor-core
+_TC_MARK = re.compile(r"^nvjet_|xmma|hmma|wgmma|tensorop|s884|h884|s1688|h1688|s16816|h16816|i8816|_mma|"
                       r"mfma|Cijk_|__half|bf16|f16|tf32", re.I)
 _TF32 = re.compile(r"tf32", re.I)
 _F32_ACC = re.compile(r"s1688|s16816|f32f32", re.I)   # fp32 accumulate: TF32 only with f32 inputs
-_LOWP = re.compile(r"bf16|f16|half|h1688|h16816|i8|fp8|e4m3|e5m2", re.I)
+# nvjet_[sm90_]<in><compute><out>_: t = bf16, h = fp16, e/q = fp8 inputs
+_LOWP = re.compile(r"bf16|f16|half|h1688|h16816|i8|fp8|e4m3|e5m2|^nvjet_(?:sm\d+_)?[theq][a-z]{2}_",
+                   re.I)
 _SOFTMAX = re.compile(r"softmax", re.I)
 _LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.I)
 

@@ -47,7 +47,8 @@ def copy_summary(ev: pd.DataFrame, device_names: list[str] | None = None) -> dic
              "pin_saves_ns": 0, "pinned_gbps": None, "by_direction": [], "largest": None}
     if not m.any():
         return empty
-    cp = ev.loc[m, ["ts", "dur", "pid", "device", "bytes", "copy_kind", "name", "raw_name"]].copy()
+    cols = ["ts", "dur", "pid", "device", "bytes", "copy_kind", "name", "raw_name"]
+    cp = ev.loc[m, cols + (["stream"] if "stream" in ev else [])].copy()
     cp["copy_kind"] = cp["copy_kind"].astype(object).fillna("").astype(str)
     cp = cp[cp["copy_kind"].isin(HOST_DIRECTIONS).to_numpy() & (cp["dur"].to_numpy() > 0)]
     if not len(cp):
@@ -82,13 +83,21 @@ def copy_summary(ev: pd.DataFrame, device_names: list[str] | None = None) -> dic
 
 
 def _exposed(ev: pd.DataFrame, cp: pd.DataFrame) -> np.ndarray:
-    """Per copy: ns not overlapped by any kernel of its (pid, device)."""
-    k = ev.loc[(ev["kind"] == "kernel").to_numpy(), ["ts", "dur", "pid", "device"]]
+    """Per copy: ns not overlapped by any kernel of its (pid, device).
+
+    A copy on a stream that runs no kernels (a prefetch stream) during which compute
+    kernels start was not waited for: the compute ran on while it copied, and the GPU's
+    idle time beside it has another cause (the gaps say which), so it counts 0.
+    """
+    km = (ev["kind"] == "kernel").to_numpy()
+    cols = ["ts", "dur", "pid", "device"] + (["stream"] if "stream" in ev else [])
+    k = ev.loc[km, cols]
     out = np.zeros(len(cp), np.int64)
     s = cp["ts"].to_numpy(np.int64)
     e = s + cp["dur"].to_numpy(np.int64)
     key = list(zip(cp["pid"].to_numpy().tolist(), cp["device"].to_numpy().tolist()))
     groups = k.groupby(["pid", "device"], observed=True).indices if len(k) else {}
+    stream = cp["stream"].to_numpy(np.int64) if "stream" in cp and "stream" in k else None
     for pd_key in set(key):
         sel = np.flatnonzero([x == pd_key for x in key])
         idx = groups.get(pd_key)
@@ -98,6 +107,12 @@ def _exposed(ev: pd.DataFrame, cp: pd.DataFrame) -> np.ndarray:
         ks = k["ts"].to_numpy(np.int64)[idx]
         kiv = intervals.union(ks, ks + k["dur"].to_numpy(np.int64)[idx])
         out[sel] = (e[sel] - s[sel]) - intervals.overlap(kiv, s[sel], e[sel])
+        if stream is not None:
+            kstreams = set(k["stream"].to_numpy(np.int64)[idx].tolist())
+            side = np.array([st >= 0 and st not in kstreams for st in stream[sel]], bool)
+            starts = np.sort(ks)
+            began = np.searchsorted(starts, e[sel]) > np.searchsorted(starts, s[sel], "right")
+            out[sel[side & began]] = 0
     return out
 
 

@@ -55,7 +55,7 @@ _RULES: tuple[tuple[str, re.Pattern], ...] = tuple((c, re.compile(p, re.I)) for 
     ("triton", r"^(void )?triton_|^triton\b|_triton_kernel"),
     ("attention", r"flash|fmha|attn|attention|sdpa|mha_(fwd|bwd)|sage_fwd|paged_?att"
                   r"|FmhaBatchPrefill|unified_attention"),
-    ("gemm", r"gemm|Cijk_|cutlass|cublas|xmma|wgmma|hgemm|sgemm|dgemm|matmul|_mm_|"
+    ("gemm", r"gemm|Cijk_|cutlass|cublas|xmma|wgmma|hgemm|sgemm|dgemm|matmul|_mm_|^nvjet_|"
              r"implicit_?gemm|scudnn|winograd|igemm|conv(olution|[123]d|_fwd|_bwd)|dgrad|wgrad|fprop|"
              r"splitKreduce|^bmm_|\bbmm"),
     ("reduction", r"reduce|reduction|softmax|_norm|norm_|layernorm|rmsnorm|batchnorm|"

@@ -9,9 +9,10 @@ no compute beside them). Each cause gets a score in ns (``cause_parts``):
 * ``graph_capture`` -- idle time while CUDA graphs were recorded;
 * ``comms``   -- idle time blocked in collectives + exposed communication;
 * ``copy``    -- exposed host<->device copy time;
-* ``sync``    -- the rest of every gap drained by a blocking sync (the host
-  waited, then had to refill an empty queue), plus time blocked in a sync call
-  while the GPU idled;
+* ``sync``    -- the part of every gap drained by a blocking sync (the host
+  waited, then had to refill an empty queue) that the GPU work queued since the
+  previous sync could have hidden (``sync_share``), plus time blocked in a sync
+  call while the GPU idled;
 * ``launch``  -- host time of short starved gaps (<= ``SHORT_GAP_NS``: the
   dispatch cost between back-to-back kernels) and launch-API time of longer ones;
 * ``host``    -- operator / python / allocator / OS time of longer starved gaps,
@@ -46,6 +47,9 @@ MIN_ACTION_SHARE = 0.01       # causes worth < 1% of the window get no lever of 
 MAX_LEVERS = 8
 
 HOST_PARTS = ("cpu_op", "python", "alloc")
+GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA graphs are "
+                       "replayed: they are set up (reduce-overhead / cudagraphify) but none was "
+                       "replayed in the analysed steps")
 
 
 def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool = True) -> dict:
@@ -53,41 +57,96 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
 
     Untraced time counts as launch overhead in short gaps when launch calls were
     traced, and as host work in long gaps when host activity was traced; else it
-    is unexplained.
+    is unexplained. A gap drained by a sync counts as ``sync`` only up to the GPU
+    work queued since the previous sync (``sync_share``): without the sync the host's
+    work after it could have overlapped that much and no more; the rest of the gap
+    is whatever the host did (a 15 ms Python tail after a 0.4 ms step is host time).
+    Allocator time in a drained gap is never the sync's (cudaFree synchronizes itself).
     """
-    def col(c, m=None):
-        v = gaps[f"cpu_{c}"].to_numpy(np.int64) if f"cpu_{c}" in gaps else np.zeros(len(gaps),
-                                                                                   np.int64)
-        return int(v[m].sum()) if m is not None else int(v.sum())
-
     out = {c: 0 for c in CAUSES}
     out.update(unexplained=0, alloc=0)
     if not len(gaps):
         return out
+    n = len(gaps)
+    cols = {c: (gaps[f"cpu_{c}"].to_numpy(np.int64) if f"cpu_{c}" in gaps
+                else np.zeros(n, np.int64)) for c in _CPU_COLS}
     dur = gaps["duration"].to_numpy(np.int64)
     sync = gaps["drain"].to_numpy() == "sync"
-    short = ~sync & (dur <= SHORT_GAP_NS)
-    long_ = ~sync & ~short
-    out["data"] = col("dataloader")
-    out["compile"] = col("compile")
-    out["graph_capture"] = col("graph_capture")
-    out["comms"] = col("comm_wait")
-    host_all = ("sync", "alloc", "launch", "cpu_op", "python", "untraced")
-    out["sync"] = sum(col(c, sync) for c in host_all) + col("sync", ~sync)
-    out["launch"] = sum(col(c, short) for c in ("alloc", "launch", "cpu_op", "python")) \
-        + col("launch", long_)
+    f = sync_share(gaps)                     # 1 where the whole gap is the sync's, 0 if none
+    short = dur <= SHORT_GAP_NS
+
+    def part(c, m, w=None):
+        v = cols[c][m] if w is None else cols[c][m] * w[m]
+        return int(np.rint(v.sum()))
+
+    rest = 1.0 - f                           # the share of each gap left to the host's causes
+    whole = np.ones(n)
+    out["data"] = int(cols["dataloader"].sum())
+    out["compile"] = int(cols["compile"].sum())
+    out["graph_capture"] = int(cols["graph_capture"].sum())
+    out["comms"] = int(cols["comm_wait"].sum())
+    # allocator calls are never the sync's: cudaFree synchronizes on its own, so removing
+    # the .item() before an empty_cache() saves none of it
+    w = {c: (whole if c == "alloc" else rest) for c in _CPU_COLS}
+    out["sync"] = sum(part(c, sync, f) for c in _HOST_ALL if c != "alloc") \
+        + part("sync", ~sync) + part("sync", sync, rest)
+    out["launch"] = sum(part(c, short, w[c]) for c in ("alloc", "launch", "cpu_op", "python")) \
+        + part("launch", ~short, rest)
     if api_traced:
-        out["launch"] += col("untraced", short)
+        out["launch"] += part("untraced", short, rest)
     else:
-        out["unexplained"] += col("untraced", short)
-    out["host"] = sum(col(c, long_) for c in HOST_PARTS)
-    out["alloc"] = col("alloc", long_)
-    untraced = col("untraced", long_)
+        out["unexplained"] += part("untraced", short, rest)
+    out["host"] = sum(part(c, ~short, w[c]) for c in HOST_PARTS)
+    out["alloc"] = part("alloc", ~short, whole)
+    untraced = part("untraced", ~short, rest)
     if host_traced:
         out["host"] += untraced
         out["host_untraced"] = untraced
     else:
         out["unexplained"] += untraced
+    return out
+
+
+_CPU_COLS = ("dataloader", "compile", "graph_capture", "comm_wait", "sync", "alloc", "launch",
+             "cpu_op", "python", "untraced")
+_HOST_ALL = ("sync", "alloc", "launch", "cpu_op", "python", "untraced")
+
+
+def sync_share(gaps: pd.DataFrame) -> np.ndarray:
+    """Per gap, the share of it that a blocking sync explains (0 for gaps no sync drained).
+
+    That share is min(1, GPU busy time since the previous sync-drained gap on the same
+    device / the gap): removing the sync lets the host's later work overlap the GPU work
+    queued before it, and no more.
+    """
+    n = len(gaps)
+    f = np.zeros(n)
+    sync = gaps["drain"].to_numpy() == "sync"
+    if not sync.any():
+        return f
+    order = np.lexsort((gaps["start"].to_numpy(), gaps["device"].to_numpy(),
+                        gaps["pid"].to_numpy()))
+    st = gaps["start"].to_numpy(np.int64)[order]
+    en = gaps["end"].to_numpy(np.int64)[order]
+    grp = gaps["pid"].to_numpy()[order].astype(np.int64) * 1_000_003 \
+        + gaps["device"].to_numpy()[order].astype(np.int64)
+    sy = sync[order]
+    d = np.maximum(en - st, 1)
+    first = np.r_[True, grp[1:] != grp[:-1]]
+    between = np.where(first, 0, np.maximum(0, st - np.r_[en[:1], en[:-1]]))
+    cum = np.cumsum(between)                 # GPU busy between neighbouring gaps, running
+    group_start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    idx = np.flatnonzero(sy)
+    same = np.r_[False, grp[idx[1:]] == grp[idx[:-1]]]
+    ref = np.where(same, np.r_[0, idx[:-1]], group_start[idx])
+    base = cum[idx] - cum[ref]
+    # one sync episode can drain the queue twice (the copy, then the wait): what the
+    # previous sync gap left of its budget carries over, once
+    left = np.where(same, np.maximum(0, np.r_[0, base[:-1] - d[idx[:-1]]]), 0)
+    budget = np.zeros(n, np.int64)
+    budget[idx] = base + left
+    out = np.zeros(n)
+    out[order] = np.where(sy, np.minimum(1.0, budget / d), 0.0)
     return out
 
 
@@ -181,6 +240,8 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
         items = [x for x in items if not x[0].startswith(("fused optimizers", "larger micro"))]
     if cause == "launch" and ctx.get("fused_optimizer"):
         items = [x for x in items if not x[0].startswith("fused optimizers")]
+    if cause in ("host", "launch") and ctx.get("graphs_not_replayed"):
+        items = [(GRAPHS_NOT_REPLAYED, "code")] + [x for x in items if "graph" not in x[0]]
     out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items]
     alloc = int(parts.get("alloc", 0)) if cause == "host" else 0
     if alloc:   # allocator time is saved by allocator levers, the rest by the host levers
@@ -190,8 +251,10 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
         out[0]["saves_ns"] = int(copy.get("pin_saves_ns", 0))
         if not copy.get("pageable_ns"):
             out = out[1:]   # nothing pageable: pinning is not the lever
-    # free knobs first among levers that save the same
-    out.sort(key=lambda lv: (-lv["saves_ns"], COST_ORDER[lv["cost"]]))
+    # free knobs first among levers that save the same; a lever the trace itself points at
+    # (graphs set up, never replayed) before generic ones
+    out.sort(key=lambda lv: (-lv["saves_ns"], lv["lever"] != GRAPHS_NOT_REPLAYED,
+                             COST_ORDER[lv["cost"]]))
     return out[:4]
 
 
@@ -199,7 +262,7 @@ def _ranked_levers(actions: list[dict]) -> list[str]:
     """Lever texts in the order of the time they save, free knobs first on a tie."""
     flat = [(lv["saves_ns"], COST_ORDER[lv["cost"]], i, j, lv["lever"])
             for i, a in enumerate(actions) for j, lv in enumerate(a["levers"][:3])]
-    flat.sort(key=lambda x: (-x[0], x[1], x[2], x[3]))
+    flat.sort(key=lambda x: (-x[0], x[4] != GRAPHS_NOT_REPLAYED, x[1], x[2], x[3]))
     seen, out = set(), []
     for *_, text in flat:
         key = text[:33]   # two causes may offer the same lever in other words (CUDA graphs)

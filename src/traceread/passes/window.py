@@ -233,19 +233,26 @@ def _drop_warmup(ev: pd.DataFrame, main: pd.DataFrame, ops: pd.DataFrame):
     allocs = [_time_in(rows, flags["alloc"], int(a), int(b)) for a, b in zip(start, end)]
     excluded = []
     first = 0
+    # what the last step also does is the steady state (a recompile every step), not warm-up
+    last = _kind_of(warmup_reason(rows, flags, int(start[-1]), int(end[-1]), None, float("inf")))
     while first < n - 1:
         later = dur[first + 1:]
         # one later step is no reference: the last step of a trace is often cut short
         ref = float(np.median(later)) if len(later) >= 2 else None
         alloc_ref = float(np.median(allocs[first + 1:])) if first + 1 < n else 0.0
         why = warmup_reason(rows, flags, int(start[first]), int(end[first]), ref, alloc_ref)
-        if not why:
+        if not why or (last and _kind_of(why) == last):
             break
         r = main.iloc[first]
         excluded.append(_step_item(r, why, _top_names(rows, flags, int(start[first]),
                                                       int(end[first]))))
         first += 1
     return main.iloc[first:], excluded
+
+
+def _kind_of(reason: str) -> str:
+    """ "warm-up: compiles (2.40 s)" -> "warm-up: compiles" """
+    return reason.split(" (", 1)[0]
 
 
 def _step_item(r, reason: str, detail: str) -> dict:

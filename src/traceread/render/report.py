@@ -168,6 +168,10 @@ def _verdict(a) -> list[str]:
         facts.append(f"step times are bursty (cv {ev['step_cv']:.2f})")
     if ev.get("recompiles"):
         facts.append(f"{ev['recompiles']} recompiles")
+    elif ev.get("module_loads", 0) >= max(2, ev.get("steps", 0) // 2):
+        facts.append(f"{_n(ev['module_loads'], 'GPU module')} loaded inside the analysed steps: "
+                     "kernels are still being JIT-compiled (torch.compile recompiles? "
+                     "TORCH_LOGS=recompiles)")
     if v["bound"] == "gpu" and ev.get("top_kernel"):
         facts.append(f"top kernel {ev['top_kernel_pct']:.1f}% of GPU time: "
                      f"{_short(ev['top_kernel'], 50)}")
