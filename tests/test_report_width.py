@@ -3,6 +3,7 @@
 Every corpus trace's single-trace report is checked in test_analyze_corpus._check."""
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from traceread.cli import main
@@ -41,3 +42,21 @@ def test_job_report_of_real_ranks_fits_100_columns():
     lines = r.stdout.splitlines()
     assert lines[0].startswith("JOB job0") and any(x.startswith("  why ") for x in lines)
     assert [x for x in lines if len(x) > 100] == []
+
+
+def _fixture_traces() -> list[str]:
+    pats = ("gpu/*.json.gz", "gpu/ddp2/*.json.gz", "kineto/*.json*", "gloo/*/*.json.gz",
+            "nsys/*.sqlite")
+    return sorted(str(p.relative_to(FIXTURES)) for pat in pats for p in FIXTURES.glob(pat))
+
+
+@pytest.mark.parametrize("rel", _fixture_traces())
+def test_report_of_every_committed_trace_fits_100_columns(rel):
+    import traceread
+    from traceread.render.report import render_report
+
+    try:
+        a = traceread.analyze(str(FIXTURES / rel))
+    except traceread.TraceError:
+        pytest.skip("refused cleanly (not a trace)")
+    assert [x for x in render_report(a).splitlines() if len(x) > 100] == []
