@@ -60,3 +60,12 @@ def test_report_of_every_committed_trace_fits_100_columns(rel):
     except traceread.TraceError:
         pytest.skip("refused cleanly (not a trace)")
     assert [x for x in render_report(a).splitlines() if len(x) > 100] == []
+
+
+@pytest.mark.parametrize("command", ["idle", "steps", "nccl", "compile", "info"])
+def test_other_text_commands_fit_100_columns(command):
+    traces = [str(FIXTURES / "gpu" / f"{s}.bad.json.gz") for s in ("data", "compile")]
+    traces.append(str(FIXTURES / "kineto" / "tracelens_b200_eager_trace.json.gz"))
+    r = CliRunner().invoke(main, [command, *traces])
+    assert r.exit_code == 0, r.output
+    assert [x for x in r.stdout.splitlines() if len(x) > 100] == []
