@@ -162,3 +162,18 @@ def test_real_gloo_job_straggler_fixed(tmp_path):
     r = CliRunner().invoke(main, ["diff", *outs, "--fail-if-slower", "5%"])
     assert r.exit_code == 0 and "JOB job0 (2 ranks matched)" in r.stdout
     assert all(len(x) <= 100 for x in r.stdout.splitlines())
+
+
+def test_batch_diff_page_in_headless_chromium(straggler_fixed, tmp_path):
+    from test_html import CHROMIUM, _chromium, _console
+
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed")
+    (_, b), (_, a) = straggler_fixed
+    page = tmp_path / "diff.html"
+    r = CliRunner().invoke(main, ["diff", str(b), str(a), "--format", "html", "-o", str(page)])
+    assert r.exit_code == 0, r.output
+    dom = _chromium("--dump-dom", page.as_uri())
+    assert dom.returncode == 0 and _console(dom.stderr) == []
+    assert "Every matched trace" in dom.stdout and "rank 2 3 ms late" in dom.stdout
+    assert "worst step-time change" in dom.stdout
