@@ -11,6 +11,7 @@ of a BEFORE job's ranks.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,25 +108,53 @@ def diff_batches(before: str, after: str) -> TraceDiff:
     matched = pair_up(ib, ia, before, after)
     matched.unmatched += [dict(x, side="before") for x in fb] + [dict(x, side="after") for x in fa]
     pairs = [diff_sides(b.side(x), a.side(y), label) for label, x, y in matched.pairs]
-    return aggregate(pairs, matched, source="batch", jobs=job_changes(b, a, matched))
+    jobs = job_changes(batch_jobs(b), batch_jobs(a), matched)
+    return aggregate(pairs, matched, source="batch", jobs=jobs)
 
 
-def job_changes(b: BatchOutput, a: BatchOutput, matched: Matched) -> list[dict]:
+@dataclass
+class JobView:
+    """One side's multi-rank jobs as a diff sees them: ``jobs`` in ``multirank.JOB_COLUMNS``
+    (batch's jobs.parquet), each trace's job and mean step time, by the key pairs use."""
+
+    jobs: pd.DataFrame
+    job_of: dict = field(default_factory=dict)    # trace key -> job name
+    step_of: dict = field(default_factory=dict)   # trace key -> mean step ns (or None)
+
+
+def batch_jobs(o: BatchOutput) -> JobView:
+    s = o.summary
+    job_of = {t: j for t, j in zip(s["trace_id"], s["job"]) if isinstance(j, str)}
+    return JobView(o.jobs, job_of, {t: o.side(t)[0]["step_mean_ns"] for t in job_of})
+
+
+def traces_jobs(prepared: list[dict], steps: dict, alias: dict) -> JobView:
+    """The jobs among a folder's traces (``multirank.prepare`` of each analysis);
+    ``alias``: a trace's meta path -> its key in the pairs."""
+    from .multirank import jobs_of_prepared, jobs_table
+
+    jobs = jobs_of_prepared(prepared)
+    job_of = {alias.get(str(p), p): job.job for job in jobs for p in job.paths.values()}
+    return JobView(jobs_table(jobs), job_of, {p: steps.get(p) for p in job_of})
+
+
+def job_changes(b: JobView, a: JobView, matched: Matched) -> list[dict]:
     """One record per BEFORE job (and per AFTER job without a BEFORE one): straggler,
-    its delay and cause, and the job's step time (its slowest rank's mean) on each side."""
-    job_b, job_a = _job_of(b), _job_of(a)
+    its delay and cause, and the job's step time (its slowest rank's mean) on each side.
+    A BEFORE job pairs with the AFTER job holding most of its traces' partners."""
     partner = {x: y for _, x, y in matched.pairs}
     out, seen = [], set()
     for name in _names(b.jobs):
-        members = [t for t, j in job_b.items() if j == name]
-        votes = pd.Series([job_a.get(partner[t]) for t in members if t in partner], dtype=object).dropna()
+        members = [t for t, j in b.job_of.items() if j == name]
+        votes = pd.Series([a.job_of.get(partner[t]) for t in members if t in partner],
+                          dtype=object).dropna()
         other = votes.value_counts().index[0] if len(votes) else None
         seen.add(other)
         out.append(_job_record(name, other, b, a, [(t, partner.get(t)) for t in members]))
+    back = {y: x for x, y in partner.items()}
     for name in _names(a.jobs):
         if name not in seen:
-            members = [t for t, j in job_a.items() if j == name]
-            back = {y: x for x, y in partner.items()}
+            members = [t for t, j in a.job_of.items() if j == name]
             out.append(_job_record(None, name, b, a, [(back.get(t), t) for t in members]))
     return out
 
@@ -134,12 +163,7 @@ def _names(jobs: pd.DataFrame) -> list[str]:
     return [str(j) for j in jobs["job"]] if len(jobs) else []
 
 
-def _job_of(o: BatchOutput) -> dict[str, str]:
-    s = o.summary
-    return {t: j for t, j in zip(s["trace_id"], s["job"]) if isinstance(j, str)}
-
-
-def _job_record(nb, na, b: BatchOutput, a: BatchOutput, members: list) -> dict:
+def _job_record(nb, na, b: JobView, a: JobView, members: list) -> dict:
     sb = _job_side(b, nb, [x for x, _ in members if x])
     sa = _job_side(a, na, [y for _, y in members if y])
     mb, ma = sb.get("step_mean_ns"), sa.get("step_mean_ns")
@@ -150,12 +174,12 @@ def _job_record(nb, na, b: BatchOutput, a: BatchOutput, members: list) -> dict:
             "step_pct": round(100.0 * (ma - mb) / mb, 2) if mb and ma is not None else None}
 
 
-def _job_side(o: BatchOutput, name: str | None, trace_ids: list[str]) -> dict[str, Any]:
+def _job_side(v: JobView, name: str | None, keys: list) -> dict[str, Any]:
     if name is None:
         return {}
-    row = o.jobs[o.jobs["job"] == name].iloc[0].to_dict()
-    steps = [o.side(t)[0]["step_mean_ns"] for t in trace_ids]
-    steps = [s for s in steps if s is not None]
+    row = v.jobs[v.jobs["job"] == name].iloc[0].to_dict()
+    steps = [v.step_of.get(k) for k in keys]
+    steps = [int(s) for s in steps if s is not None]
     return {"job": name, "world_size": int(row["world_size"]),
             "straggler_rank": int(row["straggler_rank"]),
             "collective": row.get("straggler_collective") or None,

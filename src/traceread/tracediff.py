@@ -263,10 +263,29 @@ def diff_paths(before: str, after: str, *, step_pattern: str | None = None, load
     load = load or (lambda p: p)
     run = lambda p: analyze(load(p), step_pattern=step_pattern)  # noqa: E731
     if os.path.isdir(before) and os.path.isdir(after):
-        matched = match_dirs(before, after)
-        pairs = [diff_analyses(run(x), run(y), label=label) for label, x, y in matched.pairs]
-        return aggregate(pairs, matched, source="directories")
+        return _diff_folders(match_dirs(before, after), run)
     return diff_analyses(run(before), run(after))
+
+
+def _diff_folders(matched: Matched, run) -> TraceDiff:
+    """Every matched pair, and the multi-rank jobs each side's traces form. Each analysis
+    is dropped once diffed: only its small cross-rank input (``multirank.prepare``) stays."""
+    from .batchdiff import job_changes, traces_jobs
+    from .multirank import prepare
+
+    pairs, prep, alias = [], ([], []), ({}, {})
+    for label, x, y in matched.pairs:
+        ax, ay = run(x), run(y)
+        pairs.append(diff_analyses(ax, ay, label=label))
+        for i, (an, key) in enumerate(((ax, x), (ay, y))):
+            prep[i].append(prepare(an))
+            alias[i][str(an.meta.path)] = key  # jobs name traces by their meta path
+    steps = ({x: p.before["step_mean_ns"] for (_, x, _), p in zip(matched.pairs, pairs)},
+             {y: p.after["step_mean_ns"] for (_, _, y), p in zip(matched.pairs, pairs)})
+    views = [traces_jobs(pr, st, al) for pr, st, al in zip(prep, steps, alias)]
+    jobs = job_changes(views[0], views[1], matched) if len(views[0].jobs) or len(views[1].jobs) \
+        else None
+    return aggregate(pairs, matched, source="directories", jobs=jobs)
 
 
 @dataclass
