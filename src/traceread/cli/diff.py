@@ -34,8 +34,9 @@ def diff(before, after, fmt, out, fail_if_slower, step_pattern):
 
     BEFORE and AFTER may be two trace files, two folders of traces (matched by
     relative path, else rank, else position) or two `traceread batch -o` output
-    folders (the same per trace, read from the batch's tables, plus each multi-rank
-    job's straggler and step time). Times are per step when both sides have steps.
+    folders (the same, read from the batch's tables). Folders also give each
+    multi-rank job's change: straggler, delay, cause, step time. Times are per step
+    when both sides have steps.
     --fail-if-slower: exit 1 when the (largest) step-time change exceeds PCT."""
     import sys
 
