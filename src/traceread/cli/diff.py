@@ -37,7 +37,7 @@ def diff(before, after, fmt, out, fail_if_slower, step_pattern):
     folders (the same, read from the batch's tables). Folders also give each
     multi-rank job's change: straggler, delay, cause, step time. Times are per step
     when both sides have steps.
-    --fail-if-slower: exit 1 when the (largest) step-time change exceeds PCT."""
+    --fail-if-slower: exit 1 when the (worst pair's) step-time increase exceeds PCT."""
     import sys
 
     from ..tracediff import diff_paths
