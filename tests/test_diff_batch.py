@@ -179,3 +179,15 @@ def test_batch_diff_page_in_headless_chromium(straggler_fixed, tmp_path):
     assert dom.returncode == 0 and _console(dom.stderr) == []
     assert "Every matched trace" in dom.stdout and "rank 2 3 ms late" in dom.stdout
     assert "worst step-time change" in dom.stdout
+
+
+def test_a_damaged_batch_output_is_one_error_line(straggler_fixed, tmp_path):
+    import shutil
+
+    (_, b), (_, a) = straggler_fixed
+    broken = tmp_path / "broken"
+    shutil.copytree(b, broken)
+    (broken / "summary.parquet").write_bytes(b"PAR1 not really")
+    r = CliRunner().invoke(main, ["diff", str(broken), str(a)])
+    assert r.exit_code == 1 and r.stderr.startswith(f"traceread: error: {broken}: cannot read")
+    assert "Traceback" not in r.output and len(r.stderr.splitlines()) == 1

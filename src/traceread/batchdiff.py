@@ -34,6 +34,15 @@ class BatchOutput:
     """The parts of one batch output folder a diff reads."""
 
     def __init__(self, path: str):
+        try:
+            self._read(path)
+        except TraceError:
+            raise
+        except Exception as e:  # a damaged or half-written output: one clear line
+            raise TraceError(path, f"cannot read this batch output: {type(e).__name__}: "
+                                   f"{' '.join(str(e).split())[:200]}") from None
+
+    def _read(self, path: str) -> None:
         self.path = path
         p = Path(path)
         self.summary = pd.read_parquet(p / "summary.parquet")
