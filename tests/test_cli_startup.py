@@ -81,3 +81,16 @@ def test_each_command_loads_and_shows_its_help(name):
 def test_unknown_command_is_a_usage_error():
     r = CliRunner().invoke(cli.main, ["frobnicate"])
     assert r.exit_code == 2 and "No such command" in r.output
+
+
+def test_version_is_the_packages_version():
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    import traceread
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert traceread.__version__ == meta["project"]["version"]
+    r = CliRunner().invoke(cli.main, ["--version"])
+    assert r.output.startswith(f"traceread, version {traceread.__version__}\n")
