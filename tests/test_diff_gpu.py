@@ -159,3 +159,33 @@ def test_batch_outputs_of_the_real_pairs_diff_like_the_traces(tmp_path):
             assert got[k] == ref[k], (p.label, k)
     # the worst pair leads; every step got faster
     assert d.slower_pct() == max(p.slower_pct() for p in d.pairs) < -50
+
+
+NSYS_PAIRS = ("data", "copy", "launch")
+
+
+@pytest.fixture(scope="module")
+def nsys_pairs(tmp_path_factory):
+    """The whole-program nsys exports of a few pairs, decompressed."""
+    import lzma
+
+    out = tmp_path_factory.mktemp("gpu_nsys_pairs")
+    for s in NSYS_PAIRS:
+        for v in ("bad", "fixed"):
+            (out / f"{s}.{v}.sqlite").write_bytes(lzma.open(GPU / f"{s}.{v}.sqlite.xz").read())
+    return out
+
+
+@pytest.mark.parametrize("scenario", NSYS_PAIRS)
+def test_nsys_pairs_match_the_loops_truth_too(nsys_pairs, scenario):
+    """nsys: step_<i> NVTX ranges of a whole-program capture (start-up step 0 excluded)."""
+    a = {v: traceread.analyze(str(nsys_pairs / f"{scenario}.{v}.sqlite")) for v in ("bad", "fixed")}
+    d = diff_analyses(a["bad"], a["fixed"])
+    truth = {}
+    for v, side in (("bad", d.before), ("fixed", d.after)):
+        t = json.loads((GPU / f"{scenario}.{v}.plain.truth.json").read_text())["step_ns"]
+        truth[v] = mean(t[str(int(s))] for s in a[v].steps["step"])
+        assert abs(side["step_mean_ns"] - truth[v]) <= 0.03 * truth[v] + 0.1 * MS, (v, truth[v])
+    realised = d.saving()["realised_ns"]
+    assert abs(realised - (truth["bad"] - truth["fixed"])) <= 0.03 * truth["bad"] + 0.2 * MS
+    assert d.to_dict()["verdict"]["changed"]
