@@ -19,6 +19,7 @@ The committed fixtures under ``tests/fixtures/gloo/`` were made with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -35,8 +36,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class _NoProfiler:
+    def step(self):
+        pass
+
+
 def _worker(rank: int, world: int, port: int, out: str, slow: int, delay_s: float,
-            steps: int, warmup: int, device: str = "cpu") -> None:
+            steps: int, warmup: int, device: str = "cpu", nvtx: bool = False) -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -71,8 +77,13 @@ def _worker(rank: int, world: int, port: int, out: str, slow: int, delay_s: floa
         prof.export_chrome_trace(str(tmp / "trace.json"))
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=acts, schedule=sched, on_trace_ready=on_ready) as prof:
+    # --nvtx: no torch.profiler (nsys watches the job instead: CUPTI takes one subscriber)
+    prof_cm = contextlib.nullcontext(_NoProfiler()) if nvtx else \
+        profile(activities=acts, schedule=sched, on_trace_ready=on_ready)
+    with prof_cm as prof:
         for i in range(warmup + steps):
+            if nvtx:
+                torch.cuda.nvtx.range_push(f"step_{i}")
             t0 = time.perf_counter_ns()
             slept = 0
             if rank == slow:
@@ -92,12 +103,17 @@ def _worker(rank: int, world: int, port: int, out: str, slow: int, delay_s: floa
             if device == "cuda":
                 torch.cuda.synchronize()
             t1 = time.perf_counter_ns()
+            if nvtx:
+                torch.cuda.nvtx.range_pop()
             prof.step()
             if i >= warmup:  # profiled steps are ProfilerStep#warmup .. warmup+steps-1
                 rows.append({"step": i, "start_ns": t0, "sleep_ns": slept, "backward_ns": b1 - b0,
                              "allreduce_issue_ns": issued[-1], "allreduce_done_ns": done[-1],
                              "all_gather_ns": [g0, g1], "step_ns": t1 - t0})
     dist.destroy_process_group()
+    if nvtx:
+        (Path(out) / f"truth-rank-{rank}.json").write_text(json.dumps(rows))
+        return
     with open(tmp / "trace.json", "rb") as f, gzip.open(Path(out) / f"rank-{rank}.json.gz", "wb",
                                                         compresslevel=9) as g:
         shutil.copyfileobj(f, g)
@@ -106,14 +122,14 @@ def _worker(rank: int, world: int, port: int, out: str, slow: int, delay_s: floa
 
 
 def record(out: str | Path, world: int = 2, slow: int = 1, delay_ms: float = 30.0, steps: int = 6,
-           warmup: int = 2, device: str = "cpu") -> dict:
+           warmup: int = 2, device: str = "cpu", nvtx: bool = False) -> dict:
     """Record one job into ``out``; returns (and writes) the truth."""
     import torch.multiprocessing as mp
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(world, _free_port(), str(out), slow, delay_ms / 1e3, steps, warmup,
-                            device),
+                            device, nvtx),
              nprocs=world, join=True)
     per_rank = {}
     for r in range(world):
@@ -151,8 +167,10 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: every rank on GPU 0 (gloo moves CUDA tensors through the host)")
+    p.add_argument("--nvtx", action="store_true",
+                   help="no torch.profiler: NVTX step_<i> ranges, for a whole-job nsys capture")
     a = p.parse_args(argv)
-    truth = record(a.out, a.world, a.slow_rank, a.delay_ms, a.steps, a.warmup, a.device)
+    truth = record(a.out, a.world, a.slow_rank, a.delay_ms, a.steps, a.warmup, a.device, a.nvtx)
     for r, rows in truth["per_rank"].items():
         print(f"rank {r}: sleep {[round(x['sleep_ns'] / 1e6, 2) for x in rows]} ms, "
               f"backward {[round(x['backward_ns'] / 1e6, 2) for x in rows]} ms")

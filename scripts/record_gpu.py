@@ -318,10 +318,14 @@ def _timed(torch, step, truth, i):
 
 
 def _run_plain(torch, step, truth):
+    nvtx = not os.environ.get("RECORD_NO_NVTX")     # a bare `nsys profile python train.py`
+    truth["nvtx_steps"] = nvtx
     for i in range(STEPS_PLAIN):
-        torch.cuda.nvtx.range_push(f"step_{i}")
+        if nvtx:
+            torch.cuda.nvtx.range_push(f"step_{i}")
         _timed(torch, step, truth, i)
-        torch.cuda.nvtx.range_pop()
+        if nvtx:
+            torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
 
 
@@ -400,7 +404,7 @@ def run_big(out: Path, layers: int, steps: int) -> None:
 # --------------------------------------------------------------------------- driver
 
 def _nsys(scenario: str, variant: str, out: Path, env: dict) -> str:
-    stem = out / f"{scenario}.{variant}"
+    stem = out / (f"{scenario}.{variant}" + (".nonvtx" if env.get("RECORD_NO_NVTX") else ""))
     rep = Path(f"{stem}.nsys-rep")
     cmd = [str(NSYS), "profile", "-t", "cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
            "-o", str(stem), "-f", "true", sys.executable, __file__, "plain", scenario, variant,
@@ -421,7 +425,7 @@ def _nsys(scenario: str, variant: str, out: Path, env: dict) -> str:
     return "ok"
 
 
-def run_all(out: Path, deadline_s: float, only: list[str], nsys: bool) -> None:
+def run_all(out: Path, deadline_s: float, only: list[str], nsys: bool, kineto: bool = True) -> None:
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -429,7 +433,7 @@ def run_all(out: Path, deadline_s: float, only: list[str], nsys: bool) -> None:
     env["LD_LIBRARY_PATH"] = f"{libdw}:{env.get('LD_LIBRARY_PATH', '')}"
     log = []
     names = only or list(DEFAULT)
-    jobs = [("kineto", s, v) for s in names for v in ("bad", "fixed")]
+    jobs = [("kineto", s, v) for s in names for v in ("bad", "fixed")] if kineto else []
     if nsys:    # the planted variants first: the fixed ones only if time is left
         jobs += [("nsys", s, v) for v in ("bad", "fixed") for s in names]
     for mode, s, v in jobs:
@@ -458,11 +462,16 @@ def main(argv=None) -> None:
     ap.add_argument("--deadline-s", type=float, default=540)
     ap.add_argument("--only", default="")
     ap.add_argument("--no-nsys", action="store_true")
+    ap.add_argument("--no-nvtx", action="store_true",
+                    help="nsys runs only, without step ranges (<s>.<v>.nonvtx.sqlite)")
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--steps", type=int, default=100)
     a = ap.parse_args(argv)
     if a.what == "all":
-        run_all(Path(a.args[0]), a.deadline_s, [s for s in a.only.split(",") if s], not a.no_nsys)
+        if a.no_nvtx:
+            os.environ["RECORD_NO_NVTX"] = "1"
+        run_all(Path(a.args[0]), a.deadline_s, [s for s in a.only.split(",") if s], not a.no_nsys,
+                kineto=not a.no_nvtx)
     elif a.what == "big":
         run_big(Path(a.args[0]), a.layers, a.steps)
     else:

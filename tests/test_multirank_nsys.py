@@ -55,3 +55,23 @@ def test_real_two_process_nsys_export(corpus_dir):
     assert job.methods == {"stream#1": "order"} and job.matches["instance"].nunique() == 33
     assert job.straggler["rank"] == 1 and job.straggler["times_late"] == 13
     assert not any(o["applied"] for o in job.clock.values())
+
+
+def test_analyze_reports_each_process_of_one_export(tmp_path):
+    """nsys profile torchrun ...: one report per rank (process), the job verdict first."""
+    import json
+
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    path = write_nsys_job(tmp_path / "job.sqlite", JobSpec(ranks=2, slow_rank=1, steps=4))
+    out = CliRunner().invoke(main, ["analyze", str(path), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    paths = [t["trace"]["path"] for t in doc["traces"]]
+    assert len(paths) == 2 and all("#pid" in p for p in paths)
+    assert [t["trace"]["rank"] for t in doc["traces"]] == [0, 1]
+    assert doc["cross_rank"][0]["straggler"]["rank"] == 1
+    text = CliRunner().invoke(main, ["analyze", str(path)]).output
+    assert text.count("VERDICT") == 2 and "rank 1 of 2" in text

@@ -232,3 +232,27 @@ def test_ddp_on_gpu_straggler_matches_the_loop_truth():
     assert abs(statistics.median(got) - true_late) < 1_500_000, (statistics.median(got), true_late)
     v = traceread.analyze(str(d / "rank-0.json.gz")).verdict
     assert v["bound"] == "comms"
+
+
+# -- a bare `nsys profile python train.py`: no step ranges at all
+
+@pytest.mark.parametrize("scenario,cause", [("data", "host"), ("launch", "launch")])
+def test_no_step_ranges_analyses_the_repeating_part(sqlite_dir, scenario, cause):
+    """Without NVTX steps the window starts once the loop's kernels have all run once: the
+    seconds of set-up before it (imports, model build, module loading) are not the answer."""
+    a = traceread.analyze(str(sqlite_dir / f"{scenario}.bad.nonvtx.sqlite"))
+    w = a.window.to_dict()
+    assert w["mode"] == "steady"
+    assert w["excluded"][0]["reason"].startswith("warm-up") and w["excluded"][0]["ns"] > 1e9
+    t = json.loads((GPU / f"{scenario}.bad.nonvtx.plain.truth.json").read_text())
+    loop = sum(t["step_ns"].values())
+    steady = loop - t["step_ns"]["0"]       # step 0 runs every kernel for the first time
+    assert 0.9 * steady < w["dur_ns"] < 1.05 * loop, (w["dur_ns"], steady, loop)
+    assert a.verdict["bound"] == cause
+    # the same cause as the capture with step ranges
+    assert analysis(sqlite_dir, scenario, "bad", "nsys").verdict["bound"] == cause
+
+
+def test_steps_all_keeps_the_whole_trace_without_steps(sqlite_dir):
+    a = traceread.analyze(str(sqlite_dir / "launch.bad.nonvtx.sqlite"), steps="all")
+    assert a.window.mode == "whole_trace"

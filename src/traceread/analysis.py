@@ -28,6 +28,7 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
+from .passes._common import fmt_ms as _ms
 from .table import GPU_OP_KINDS, Trace, TraceMeta, release_heap
 
 LARGEST_GAPS = 20
@@ -157,6 +158,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)
     verdict["missing"] = _missing(trace.meta, ev, ctx)
+    if win.mode == "whole_trace" and len(ops):
+        _cold_start(verdict, window_mod.one_time_calls(ev, gaps))
     utilization = util_mod.utilization(trace, step_tab, peak_tflops, events=ev)
     if verdict["bound"] == "gpu":
         _gpu_verdict_detail(verdict, utilization, kernels)
@@ -196,16 +199,36 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -
                           for lv in busy] + verdict["actions"]
 
 
+COLD_START_LEVER = ("mark the steps (torch.profiler prof.step() or NVTX ranges step_N) or pass "
+                    "--window START:END: without steps the window holds the one-time start-up")
+
+
+def _cold_start(verdict: dict, cold: dict) -> None:
+    """A window without steps whose idle time is mostly one-time start-up calls: say so, put
+    the lever that removes it from the analysis first, and drop churn advice it caused."""
+    from .passes.bounds import LEVERS, NATIVE_LEVERS
+
+    lost = verdict["evidence"].get("lost_ns", 0)
+    if not cold["ns"] or cold["ns"] < 0.3 * lost:
+        return
+    verdict["evidence"]["startup_ns"] = cold["ns"]
+    verdict["evidence"]["startup_calls"] = [{"name": n, "ns": ns} for n, ns in cold["calls"]]
+    churn = {t for t, _ in LEVERS["alloc"] + NATIVE_LEVERS["alloc"]} if any(
+        window_mod.ALLOC_RX.match(n) or n.startswith(("cudaFree", "hipFree"))
+        for n, _ in cold["calls"][:1]) else set()
+    verdict["levers"] = [COLD_START_LEVER] + [t for t in verdict["levers"] if t not in churn]
+
+
 def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool) -> None:
     """Generic GPU levers minus those the busy time contradicts: no bf16/TF32 advice when the
     GEMMs already run on tensor cores, no fused-attention advice when attention is fused or
     no softmax kernel runs at all."""
-    from .passes.bounds import LEVERS
+    from .passes.bounds import LEVERS, NATIVE_LEVERS
 
     ns = {c.get("class"): int(c.get("ns", 0)) for c in classes}
     drop = set()
     if ns.get("gemm_tensor", 0) > 0 and ns.get("gemm_tensor", 0) >= ns.get("gemm_simt", 0):
-        drop |= {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0]}
+        drop |= {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0], NATIVE_LEVERS["gpu"][0][0]}
         total = sum(ns.values()) or 1
         verdict["evidence"]["tensor_core_gemm_pct"] = round(100 * ns["gemm_tensor"] / total, 1)
     if ns.get("attention", 0) > 0 or not softmax:
@@ -352,11 +375,6 @@ def _bytes(n: int) -> str:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"
 
-
-def _ms(ns: int) -> str:
-    if ns >= 1_000_000_000:
-        return f"{ns / 1e9:.2f} s"
-    return f"{ns / 1e6:.1f} ms" if ns >= 100_000 else f"{ns / 1e3:.0f} us"
 
 
 def _graphs(ev: pd.DataFrame, all_ev: pd.DataFrame) -> dict:

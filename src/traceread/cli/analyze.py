@@ -87,12 +87,13 @@ def _trace_command(*extra, fmt_option=format_option):
 
 
 def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, after=None,
-              peak_tflops=None):
+              peak_tflops=None, split_ranks=False):
     """(analyses of the traces that loaded, number that failed); ``after(analysis)`` runs
-    on each as soon as it is made."""
+    on each as soon as it is made. ``split_ranks``: an nsys export holding several GPU
+    processes (``nsys profile torchrun ...``) gives one analysis per process (rank)."""
     from ..errors import TraceError
 
-    def one(path, trace):
+    def single(path, trace):
         try:
             a = run_analysis(trace, step_pattern=step_pattern, min_gap_ns=min_gap,
                              steps=steps_spec, window=window,
@@ -102,7 +103,18 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, aft
         if after is not None:
             after(a)
         return a
-    return each_trace(traces, one)
+
+    def one(path, trace):
+        if split_ranks:
+            from ..multirank.nsys_split import split_processes
+
+            parts = split_processes(trace)
+            if parts:
+                return [single(path, p) for p in parts]
+        return single(path, trace)
+
+    results, failed = each_trace(traces, one)
+    return [x for r in results for x in (r if isinstance(r, list) else [r])], failed
 
 
 link_gbps_option = click.option(
@@ -116,7 +128,8 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
     """Why is the GPU underfed? Verdict, levers and evidence for each TRACE.
 
     Several TRACEs of one distributed job (one per rank) are also analysed as a job:
-    the job verdict (straggler, delay, cause) comes first.
+    the job verdict (straggler, delay, cause) comes first. An nsys export holding several
+    GPU processes (nsys profile torchrun ...) is reported per process, as ranks of one job.
     """
     from .. import multirank
 
@@ -130,7 +143,8 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
 
     def keep_rank_input(a):  # then drop the event table: memory stays bounded on big jobs
         try:
-            prepared.append(multirank.prepare(a, with_input=len(traces) >= 2))
+            part = "split_from" in (a.meta.extra or {})   # one process of a multi-rank export
+            prepared.append(multirank.prepare(a, with_input=len(traces) >= 2 or part))
         except Exception as e:  # reported below; the trace's own report still prints
             errors.append(e)
         finally:
@@ -138,7 +152,7 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
                 a.trace = None
 
     results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input,
-                                peak_tflops)
+                                peak_tflops, split_ranks=True)
     try:
         if errors:
             raise errors[0]

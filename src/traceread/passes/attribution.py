@@ -338,6 +338,26 @@ CAPTURE_BEGIN_RX = re.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture
 CAPTURE_END_RX = re.compile(r"capture_end|^(?:cuda|hip|cu)StreamEndCapture")
 
 
+def capture_pairs(hs: np.ndarray, he: np.ndarray, key: np.ndarray, begin: np.ndarray,
+                  end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stream-capture regions: each begin row paired with the first end row of the same
+    thread that ends after it begins. Returns (begin row indices, region end times)."""
+    rows, stops = [], []
+    for k in np.unique(key[begin]).tolist():
+        b = np.flatnonzero(begin & (key == k))
+        e = np.flatnonzero(end & (key == k))
+        if not len(e):
+            continue
+        ends = np.sort(he[e])
+        j = np.searchsorted(ends, hs[b], side="right")
+        ok = j < len(ends)
+        rows.append(b[ok])
+        stops.append(ends[j[ok]])
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(rows).astype(np.int64), np.concatenate(stops).astype(np.int64)
+
+
 def _capture_regions(kind, name, name_cats, hs, he, key):
     """[begin, end) of each stream capture per thread: a ``capture_begin`` frame (or a
     StreamBeginCapture call) to the end of the next ``capture_end`` on the same thread.
@@ -349,22 +369,10 @@ def _capture_regions(kind, name, name_cats, hs, he, key):
     if not begin.any():
         return None
     end = _name_lut(name_cats, name, lambda n: bool(CAPTURE_END_RX.search(n)), bool, False)[name]
-    out = []
-    for k in np.unique(key[begin]).tolist():
-        b = np.flatnonzero(begin & (key == k))
-        e = np.flatnonzero(end & (key == k))
-        if not len(e):
-            continue
-        ends = np.sort(he[e])
-        for i in b.tolist():
-            j = np.searchsorted(ends, hs[i], side="right")
-            if j < len(ends):
-                out.append((hs[i], ends[j], k, name[i], kind[i]))
-    if not out:
+    rows, stops = capture_pairs(hs, he, key, begin, end)
+    if not len(rows):
         return None
-    s, e, k, n, kd = (np.array(c) for c in zip(*out))
-    return (s.astype(np.int64), e.astype(np.int64), k.astype(np.int64), n.astype(name.dtype),
-            kd.astype(kind.dtype))
+    return hs[rows], stops, key[rows], name[rows], kind[rows]
 
 
 def _sync_names(cats: pd.Index, codes: np.ndarray) -> np.ndarray:

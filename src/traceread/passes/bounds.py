@@ -135,6 +135,52 @@ LEVERS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# The same causes in a program that is not PyTorch (CUDA/HIP C++, other frameworks): the
+# PyTorch levers would name calls it never makes. Causes missing here keep LEVERS' words.
+NATIVE_LEVERS: dict[str, list[tuple[str, str]]] = {
+    "copy": [
+        ("pinned host memory (cudaHostAlloc / cudaHostRegister) for the host<->device copies",
+         "free"),
+        ("keep the data on the GPU between iterations", "code"),
+        ("cudaMemcpyAsync on a second stream so the copy overlaps compute", "code"),
+    ],
+    "sync": [
+        ("remove blocking syncs from the loop (cudaDeviceSynchronize, cudaStreamSynchronize, "
+         "synchronous cudaMemcpy): wait on an event only where the result is needed", "code"),
+        ("cudaMemcpyAsync into pinned memory and read the result one iteration later", "code"),
+    ],
+    "launch": [
+        ("CUDA graphs: capture the loop body once (cudaStreamBeginCapture, cudaGraphLaunch)",
+         "code"),
+        ("fuse small kernels: more work per launch", "code"),
+    ],
+    "launch_graphs": [
+        ("the program already launches CUDA graphs: bring the kernels still launched one by "
+         "one into them", "code"),
+        ("fuse small kernels: more work per launch", "code"),
+    ],
+    "host": [
+        ("profile the host code between launches: nsys profile --sample=cpu, or perf", "free"),
+        ("move host work off the launching thread, or overlap it with queued GPU work", "code"),
+        ("CUDA graphs so the GPU runs ahead of the host", "code"),
+    ],
+    "comms": [
+        ("overlap communication with compute: collectives on their own stream, issued early",
+         "code"),
+        ("check the interconnect: NCCL_DEBUG=INFO, topology, NVLink/IB placement", "infra"),
+    ],
+    "alloc": [
+        ("allocate once outside the loop and reuse the buffers, or a stream-ordered pool "
+         "(cudaMallocAsync / cudaMemPool)", "code"),
+    ],
+    "gpu": [
+        ("tensor-core precision for GEMM-heavy code (TF32 / BF16 / FP16: cuBLAS math mode)",
+         "code"),
+        ("fuse kernels to cut memory traffic", "code"),
+    ],
+}
+
+
 # The busy-time levers of passes/busy.py, by id, in the words of the "gpu" levers.
 GPU_LEVER_TEXT = {
     "tf32": LEVERS["gpu"][1][0],

@@ -41,8 +41,16 @@ def _names_of(ev: pd.DataFrame, kinds) -> list[str]:
     return [str(x) for x in pd.unique(col[m].dropna())]
 
 
+# A PyTorch program: aten ops, python frames, profiler steps, or ATen/c10 kernels (an nsys
+# capture with no NVTX still launches at::native kernels). Else the levers speak CUDA.
+PYTORCH_HOST_RX = re.compile(r"^(?:aten::|autograd::|torch|ProfilerStep#|Optimizer\.|"
+                             r"enumerate\(DataLoader\))|\.py\(\d+\)")
+PYTORCH_KERNEL_RX = re.compile(r"at::native::|at::cuda::|c10::|\bat::|triton_")
+
+
 def trace_context(ev: pd.DataFrame) -> dict:
-    """Flags describing what the analysed window already does (see module doc)."""
+    """Flags describing what the analysed window already does (see module doc); ``pytorch``:
+    whether the program is PyTorch at all (else the levers name CUDA calls, not torch ones)."""
     api = _names_of(ev, ("runtime", "driver"))
     host = _names_of(ev, ("cpu_op", "annotation", "python"))
     kernels = _names_of(ev, ("kernel",))
@@ -54,6 +62,8 @@ def trace_context(ev: pd.DataFrame) -> dict:
         "dataloader_workers": any(MULTI_WORKER_RX.search(n) for n in host)
         and not any(SINGLE_WORKER_RX.search(n) for n in host),
         "dataloader_single": any(SINGLE_WORKER_RX.search(n) for n in host),
+        "pytorch": any(PYTORCH_HOST_RX.search(n) for n in host)
+        or any(PYTORCH_KERNEL_RX.search(n) for n in kernels),
         "api_traced": bool(len(api)),
         "host_traced": bool(ev["kind"].isin(HOST_DETAIL_KINDS).any()
                             or _has_non_step_ranges(ev)),

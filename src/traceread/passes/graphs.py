@@ -162,22 +162,19 @@ def capture_regions(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def _captures(api: pd.DataFrame) -> pd.DataFrame:
-    """BeginCapture .. EndCapture regions, paired in time order per thread."""
-    parts = []
+    """BeginCapture .. EndCapture regions per thread (``attribution.capture_pairs``)."""
+    from .attribution import capture_pairs
+
     names = api["name"].astype(str)
     begin = names.map(lambda n: bool(_BEGIN_RX.match(n))).to_numpy(bool)
     end = names.map(lambda n: bool(_END_RX.match(n))).to_numpy(bool)
-    for (pid, tid), g in api.assign(b=begin, e=end).groupby(["pid", "tid"], sort=True):
-        g = g.sort_values("ts", kind="stable")
-        open_at = None
-        for ts, dur, b, e in zip(g["ts"].tolist(), g["dur"].tolist(), g["b"].tolist(),
-                                 g["e"].tolist()):
-            if b:
-                open_at = ts
-            elif e and open_at is not None:
-                parts.append((int(pid), int(tid), int(open_at), int(ts + dur), "stream capture"))
-                open_at = None
-    return pd.DataFrame(parts, columns=["pid", "tid", "start", "end", "name"])
+    pid, tid = api["pid"].to_numpy(np.int64), api["tid"].to_numpy(np.int64)
+    hs = api["ts"].to_numpy(np.int64)
+    he = hs + api["dur"].to_numpy(np.int64)
+    rows, stops = capture_pairs(hs, he, pid * (1 << 32) + tid, begin, end)
+    out = pd.DataFrame({"pid": pid[rows], "tid": tid[rows], "start": hs[rows], "end": stops,
+                        "name": "stream capture"})
+    return out.sort_values(["pid", "tid", "start"], kind="stable").reset_index(drop=True)
 
 
 def _per_graph(replays: pd.DataFrame) -> list[dict]:

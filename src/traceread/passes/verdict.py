@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .bounds import CAUSES, COST_ORDER, LEVERS, TITLE, WHAT, lever_texts  # noqa: F401
+from .bounds import CAUSES, COST_ORDER, LEVERS, NATIVE_LEVERS, TITLE, WHAT, lever_texts  # noqa: F401
 
 GPU_BOUND_LOST = 0.10
 LEAD_SHARE = 0.30
@@ -183,8 +183,10 @@ def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     what_if = {a["cause"]: {k: a[k] for k in ("saves_ns", "saves_pct", "saves_per_step_ns",
                                                "projected_step_ns")} for a in actions}
     if lost < GPU_BOUND_LOST * window_ns or lost == 0:
+        gpu_levers = _levers_of("gpu") if ctx.get("pytorch", True) else \
+            [t for t, _ in NATIVE_LEVERS["gpu"]]
         return _out("gpu", f"GPU busy {100 - ev['lost_pct']:.1f}% of the analysed window", ev,
-                    _levers_of("gpu"), actions, what_if)
+                    gpu_levers, actions, what_if)
     ranked = sorted(sc.items(), key=lambda kv: (-kv[1], CAUSES.index(kv[0])))
     (top, top_ns), (second, second_ns) = ranked[0], ranked[1]
     ev["dominant"], ev["dominant_pct"] = top, _pct(top_ns, lost)
@@ -233,7 +235,8 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
         key = "data_workers"
     if cause == "launch" and ctx.get("uses_cuda_graphs"):
         key = "launch_graphs"
-    items = list(LEVERS[key])
+    table = LEVERS if ctx.get("pytorch", True) else {**LEVERS, **NATIVE_LEVERS}
+    items = list(table[key])
     if cause == "host" and ctx.get("uses_cuda_graphs"):
         items = [x for x in items if "CUDA graphs" not in x[0]]
     if cause == "launch" and not ctx.get("training", True):   # inference: no optimizer
@@ -245,7 +248,7 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
     out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items]
     alloc = int(parts.get("alloc", 0)) if cause == "host" else 0
     if alloc:   # allocator time is saved by allocator levers, the rest by the host levers
-        out = [{"lever": t, "cost": c, "saves_ns": alloc} for t, c in LEVERS["alloc"]] + \
+        out = [{"lever": t, "cost": c, "saves_ns": alloc} for t, c in table["alloc"]] + \
               [dict(lv, saves_ns=max(0, lv["saves_ns"] - alloc)) for lv in out]
     if cause == "copy" and out:
         out[0]["saves_ns"] = int(copy.get("pin_saves_ns", 0))

@@ -25,6 +25,7 @@ import pandas as pd
 from .attribution import COMPILE_RX, GRAPH_RECORD_RX
 from .compile import _is_compile_name
 from .steps import assign_steps
+from ._common import fmt_ms as _ms
 
 # One-time start-up work: context and module loading, library handles, NCCL init.
 STARTUP_RX = re.compile(
@@ -46,7 +47,8 @@ STARTUP_MIN_NS = 1_000_000    # ... and >= 1 ms
 class Window:
     """What was analysed: [start, end) on the trace clock, and why."""
 
-    mode: str                       # "steps" (auto), "all_steps", "steps N:M", "explicit", "whole_trace"
+    mode: str                       # "steps" (auto), "all_steps", "steps N:M", "explicit",
+    #                                 "steady" (no steps: the repeating part), "whole_trace"
     start: int
     end: int
     steps: pd.DataFrame             # the analysed steps (empty for whole_trace)
@@ -111,8 +113,18 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
         w.excluded = _edges(ev, w, "before the window", "after the window")
         return w
     if not len(steps):
-        return Window("whole_trace", t0, t1, steps, 0, t0, t1,
-                      note="no steps found: the whole trace is analysed (start-up included)")
+        steady = None if steps_spec == "all" else steady_start(ops)
+        if steady is None:
+            return Window("whole_trace", t0, t1, steps, 0, t0, t1,
+                          note="no steps found: the whole trace is analysed (start-up included)")
+        hi = int(ops["end"].max())
+        w = Window("steady", steady, hi, steps, 0, t0, t1,
+                   note="no steps found: analysed from the last first-seen recurring kernel on")
+        w.excluded = _edges(ev, w, "before the repeating part", "after the last GPU op")
+        if w.excluded and w.excluded[0]["what"] == "before the repeating part":
+            w.excluded[0]["reason"] = ("warm-up: the recurring kernels run for the first time "
+                                       "(module loading, first-touch allocation, set-up)")
+        return w
     main = _main_steps(steps)
     mode, lo, hi = parse_steps(steps_spec)
     excluded: list = []
@@ -147,6 +159,47 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
                         before_end=int(main["start"].iloc[0]) if excluded else None) + excluded
     w.excluded.sort(key=lambda x: x.get("start_ns", 0))
     return w
+
+
+STEADY_RECUR = 3          # a kernel seen >= 3 times is part of the loop
+STEADY_NAMES = 0.9        # the loop has started once 90% of its kernels have been seen
+STEADY_MIN_LAUNCHES = 30  # fewer recurring launches: no loop to speak of
+STEADY_MIN_SHARE = 0.5    # the steady part must hold half of the recurring launches
+
+
+def steady_start(ops: pd.DataFrame) -> int | None:
+    """Without steps: where the repeating part of a program begins, or None.
+
+    A training or inference loop launches the same kernels again and again; start-up and
+    warm-up launch them for the first time (and run set-up with no kernels at all). The
+    steady state starts when 90% of the recurring kernels (seen >= 3 times) have run once,
+    at the end of that first run. None when there is no loop to find (few recurring
+    launches, or the part after that point holds less than half of them).
+    """
+    if not len(ops):
+        return None
+    k = ops[(ops["kind"] == "kernel").to_numpy()]
+    if not len(k):
+        return None
+    codes, uniq = pd.factorize(k["name"], sort=False)
+    counts = np.bincount(codes, minlength=len(uniq))
+    recur = counts >= STEADY_RECUR
+    rec_rows = recur[codes]
+    if int(rec_rows.sum()) < STEADY_MIN_LAUNCHES:
+        return None
+    ts = k["ts"].to_numpy(np.int64)
+    end = k["end"].to_numpy(np.int64)
+    first_ts = np.full(len(uniq), np.iinfo(np.int64).max)
+    np.minimum.at(first_ts, codes, ts)
+    firsts = np.sort(first_ts[recur])
+    pick = firsts[max(0, int(np.ceil(STEADY_NAMES * len(firsts))) - 1)]
+    # the end of that kernel's first run
+    at = int(end[(ts == pick) & rec_rows].max())
+    if (ts[rec_rows] >= at).sum() < STEADY_MIN_SHARE * rec_rows.sum():
+        return None
+    if at <= int(ts.min()):
+        return None
+    return at
 
 
 def _main_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -295,6 +348,42 @@ def _edges(ev: pd.DataFrame, w: Window, before: str, after: str,
     return out
 
 
+COLD_MIN_NS = 10_000_000     # a one-time call takes >= 10 ms ...
+COLD_RATIO = 50              # ... and >= 50x the median call of the same name
+
+
+def one_time_calls(ev: pd.DataFrame, gaps: pd.DataFrame, top: int = 3) -> dict:
+    """Runtime/driver calls of a cold start inside the idle gaps: start-up calls (context,
+    modules, library handles) and calls >= 50x their name's median (the first
+    cudaLaunchKernel that loads modules lazily, the first cudaFree that builds the context,
+    a first-touch cudaMalloc). A window without steps contains them; they are not churn.
+
+    Returns {"ns": idle ns they cover, "calls": [(name, ns), ...] largest first}.
+    """
+    from . import intervals
+
+    api = ev["kind"].isin(("runtime", "driver")).to_numpy()
+    if not api.any() or not len(gaps):
+        return {"ns": 0, "calls": []}
+    rows = ev.loc[api, ["ts", "dur", "name"]]
+    names = rows["name"].astype(str)
+    dur = rows["dur"].to_numpy(np.int64)
+    med = rows.groupby(names.to_numpy())["dur"].transform("median").to_numpy(np.float64)
+    cold = (dur >= COLD_MIN_NS) & ((dur >= COLD_RATIO * np.maximum(med, 1))
+                                   | names.str.match(STARTUP_RX).to_numpy())
+    if not cold.any():
+        return {"ns": 0, "calls": []}
+    s = rows["ts"].to_numpy(np.int64)[cold]
+    e = s + dur[cold]
+    iv = intervals.union(gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64))
+    ov = intervals.overlap(iv, s, e)
+    by = pd.Series(ov, index=names.to_numpy()[cold]).groupby(level=0).sum()
+    by = by[by > 0].sort_values(ascending=False)
+    covered = intervals.union(s[ov > 0], e[ov > 0])
+    ns = int(intervals.overlap(iv, covered[0], covered[1]).sum()) if len(covered[0]) else 0
+    return {"ns": ns, "calls": [(str(k), int(v)) for k, v in by.head(top).items()]}
+
+
 def slice_events(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
     """Events overlapping [start, end), clipped to it (instants: start <= ts < end)."""
     ts = ev["ts"].to_numpy(np.int64)
@@ -308,11 +397,3 @@ def slice_events(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
     out["ts"] = s
     out["dur"] = np.maximum(e - s, 0)
     return out.reset_index(drop=True)
-
-
-def _ms(ns: int) -> str:
-    if ns >= 1_000_000_000:
-        return f"{ns / 1e9:.2f} s"
-    if ns >= 1_000_000:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.0f} us"

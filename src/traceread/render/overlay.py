@@ -336,7 +336,12 @@ def _comm_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
     if a.trace is None:
         return []
     out = []
-    for (p, d), (s, e) in exposed_comm(a.trace.events).items():
+    ev = a.trace.events
+    w = getattr(a, "window", None)
+    if w is not None and w.mode != "whole_trace":   # the same events the analysis measured
+        from ..passes.window import slice_events
+        ev = slice_events(ev, w.start, w.end)
+    for (p, d), (s, e) in exposed_comm(ev).items():
         pid, tid = tracks.tid("traceread · exposed communication", _device_label(a, p, d))
         for x, y in zip(s.tolist(), e.tolist()):
             out.append(_slice(clock, pid, tid, "exposed comm", x, y, {"duration_ns": y - x}))

@@ -140,7 +140,9 @@ def _window(a) -> list[str]:
                 "included (mark steps with torch.profiler's prof.step() or NVTX ranges named "
                 "step_N, or pass --window)"]
     what = (f"steps #{d['first_step']}–#{d['last_step']} ({d['steps_analysed']} of "
-            f"{d['steps_total']})" if d["steps_analysed"] else "an explicit window")
+            f"{d['steps_total']})" if d["steps_analysed"] else
+            "the repeating part (no steps found; --steps all for the whole trace)"
+            if d["mode"] == "steady" else "an explicit window")
     line = f"  analysed: {what}, {fmt_ns(d['dur_ns'])} from +{fmt_ns(d['offset_ns'])}"
     if d["mode"] == "explicit":
         line += " (--window)"
@@ -172,6 +174,11 @@ def _verdict(a) -> list[str]:
         facts.append(f"{_n(ev['module_loads'], 'GPU module')} loaded inside the analysed steps: "
                      "kernels are still being JIT-compiled (torch.compile recompiles? "
                      "TORCH_LOGS=recompiles)")
+    if ev.get("startup_ns"):
+        calls = ", ".join(f"{c['name']} {fmt_ns(c['ns'])}" for c in ev["startup_calls"])
+        facts.append(f"one-time start-up calls cover {fmt_ns(ev['startup_ns'])} of the idle time "
+                     f"({calls}): context creation, lazy module loading, first-touch "
+                     "allocations -- not the steady state")
     if v["bound"] == "gpu" and ev.get("top_kernel"):
         facts.append(f"top kernel {ev['top_kernel_pct']:.1f}% of GPU time: "
                      f"{_short(ev['top_kernel'], 50)}")

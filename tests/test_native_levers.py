@@ -1,0 +1,35 @@
+"""A program that is not PyTorch gets levers in CUDA's words, not torch's."""
+from __future__ import annotations
+
+from traceread.analysis import analyze
+from traceread.synth.scenarios import TraceBuilder
+
+MS = 1_000_000
+US = 1_000
+
+
+def _sync_loop(kernel: str) -> TraceBuilder:
+    """kernel, then cudaDeviceSynchronize, then 2 ms of host work before the next launch."""
+    b = TraceBuilder()
+    t = 0
+    for _ in range(40):
+        b.launch(t, 10 * US, t + 20 * US, 1 * MS, name=kernel)
+        b.runtime("cudaDeviceSynchronize", t + 30 * US, 1 * MS)
+        t += 1 * MS + 100 * US
+        b.runtime("cudaMalloc", t, 300 * US)
+        t += 2 * MS
+    return b
+
+
+def test_cuda_program_gets_cuda_levers():
+    a = analyze(_sync_loop("stencil_kernel(float*, int)").build())
+    assert a.context["pytorch"] is False
+    text = " ".join(a.verdict["levers"])
+    assert "torch" not in text and "py-spy" not in text
+    assert "cudaMallocAsync" in text
+
+
+def test_pytorch_kernels_keep_pytorch_levers():
+    a = analyze(_sync_loop("void at::native::vectorized_elementwise_kernel<4>()").build())
+    assert a.context["pytorch"] is True
+    assert "empty_cache" in " ".join(a.verdict["levers"])
