@@ -95,21 +95,25 @@ def render_report(a) -> str:
 def fit(lines: list[str], width: int = WIDTH) -> list[str]:
     """Wrap prose lines longer than ``width``; table rows and paths stay whole.
 
-    A row has a two-space column gap after its indent; a path has no spaces
-    (textwrap never breaks a word). Continuations indent past a ``1.`` / ``-`` marker.
+    A row has a two-space column gap after its indent; a path (a line of one word)
+    has no spaces and stays whole. Inside prose, a word too long for a line (a
+    pybind11 type name, say) loses its middle to "…". Continuations indent past a
+    ``1.`` / ``-`` marker.
     """
     out = []
     for line in lines:
         body = line.lstrip(" ")
-        if len(line) <= width or "  " in body:
+        if len(line) <= width or "  " in body or " " not in body:
             out.append(line)
             continue
         indent = line[: len(line) - len(body)]
         marker = re.match(r"(\d+\.|-|\*) ", body)
         hang = indent + " " * (len(marker.group(0)) if marker else 2)
+        room = width - len(hang)
+        words = [w if len(w) <= room else short_path(w, room) for w in body.split(" ")]
         out += [x.replace("\x00", " ") for x in textwrap.wrap(
-            _glue_units(line), width, subsequent_indent=hang, break_long_words=False,
-            break_on_hyphens=False)]
+            _glue_units(indent + " ".join(words)), width, subsequent_indent=hang,
+            break_long_words=False, break_on_hyphens=False)]
     return out
 
 
