@@ -73,7 +73,7 @@ def test_fail_if_slower_on_batch_outputs(tmp_path):
     assert r.exit_code == 1, r.output
     assert "15.0% slower" in r.stderr  # rank 1's steps: 20 ms -> 23 ms
     assert r.stdout.startswith("2 matched traces (batch outputs, matched by path)")
-    assert "worst step-time change: +15.0% (rank-1.json.gz" in r.stdout
+    assert "worst step-time change: +15.0% (--fail-if-slower checks it): rank-1.json.gz" in r.stdout
     assert all(len(x) <= 100 for x in r.stdout.splitlines())
     r = CliRunner().invoke(main, ["diff", str(a), str(b), "--fail-if-slower", "5%"])
     assert r.exit_code == 0, r.output
@@ -127,6 +127,8 @@ def test_real_kineto_num_workers_0_vs_4_batch_outputs(corpus_dir, tmp_path):
     r = CliRunner().invoke(main, ["diff", *outs, "--fail-if-slower", "0%", "--format", "json"])
     assert r.exit_code == 0, r.output
     schema.check("diff", json.loads(r.stdout))
+    text = CliRunner().invoke(main, ["diff", *outs]).stdout  # long names, cuDNN kernels
+    assert text.startswith("2 matched traces") and max(map(len, text.splitlines())) <= 100
 
 
 @pytest.mark.slow  # records a live 2-rank gloo job (~15 s; timing-sensitive under load)

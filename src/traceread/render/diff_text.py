@@ -24,13 +24,14 @@ def _many(d) -> str:
     what = {"batch": "batch outputs", "directories": "folders"}.get(d.source, "folders")
     lines = [f"{len(d.pairs)} matched traces ({what}, matched by {d.matched_by})"]
     if worst is not None:
-        lines.append(f"worst step-time change: {worst:+.1f}% ({d.label}; --fail-if-slower checks it)")
+        lines.append(f"worst step-time change: {worst:+.1f}% (--fail-if-slower checks it): "
+                     + _short(d.label, 40))
     for u in d.unmatched:
         lines.append("  " + _short(f"not compared ({u['side']}): {u['path']}: {u['reason']}", 98))
     lines += _job_lines(d.jobs or [])
     lines += _pair_table(d.pairs)
     lead = next((p for p in d.pairs if p.label == d.label), d.pairs[0])
-    lines += ["", f"In detail, the worst: {d.label}", ""]
+    lines += ["", _short(f"In detail, the worst: {d.label}", 100), ""]
     return "\n".join(lines) + "\n" + _one(lead)
 
 
