@@ -519,6 +519,20 @@ def _process_names(trace, lanes: np.ndarray) -> list[str]:
     return out
 
 
+def _any_overlap(ts: np.ndarray, end: np.ndarray, dev: np.ndarray, st: np.ndarray) -> bool:
+    """Sorted by (device, stream, ts): does any op start before an earlier one of its
+    stream has ended?"""
+    if len(ts) < 2:
+        return False
+    key = dev * (1 << 20) + st
+    start_group = np.r_[True, key[1:] != key[:-1]]
+    run_max = end.copy()
+    for g in np.split(np.arange(len(end)), np.flatnonzero(start_group)[1:]):
+        run_max[g] = np.maximum.accumulate(end[g])
+    prev = np.r_[np.iinfo(np.int64).min, run_max[:-1]]
+    return bool(((ts < prev) & ~start_group).any())
+
+
 LANE_TID = 1_000_000  # tid of a stream's overflow lane k: stream + k * LANE_TID
 
 
@@ -534,6 +548,8 @@ def gpu_lanes(ev: pd.DataFrame) -> np.ndarray:
     ts, dur = ev["ts"].to_numpy(np.int64)[rows], np.maximum(ev["dur"].to_numpy(np.int64)[rows], 0)
     dev, st = ev["device"].to_numpy(np.int64)[rows], ev["stream"].to_numpy(np.int64)[rows]
     order = np.lexsort((-dur, ts, st, dev))
+    if not _any_overlap(ts[order], (ts + dur)[order], dev[order], st[order]):
+        return lanes  # the usual case: one pass in numpy, no loop
     ends: dict = {}
     for i in order.tolist():
         free = ends.setdefault((dev[i], st[i]), [])
