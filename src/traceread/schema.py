@@ -476,6 +476,7 @@ class InfoDoc(_S):
     world_size: int
     devices: list[int]
     device_names: dict[str, str]
+    processes: dict[str, str]
     events: int
     by_kind: IntMap
     start_ns: int

@@ -52,7 +52,8 @@ steps_option = click.option(
     "--steps", "steps_spec", default="auto", show_default=True, callback=_steps_spec,
     metavar="auto|all|N:M",
     help="Which steps to analyse: auto (steady state: leading warm-up steps and start-up "
-         "excluded), all, or the steps numbered N..M (inclusive; N: or :M).")
+         "excluded; without steps, the repeating part), all (without steps: the whole "
+         "trace), or the steps numbered N..M (inclusive; N: or :M).")
 window_option = click.option(
     "--window", "window", default=None, callback=_window, metavar="START:END",
     help="Analyse only this stretch, as times after the trace's first event "

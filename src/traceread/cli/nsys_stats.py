@@ -4,7 +4,8 @@ They work on any trace (Kineto or nsys) because they read only the event
 table; ``--format csv`` prints exactly what ``nsys stats --format csv`` prints
 (``cuda_gpu_kern_sum``, ``cuda_api_sum``, ``gpu_gaps``, ``nvtx_sum``,
 ``cuda_gpu_mem_time_sum`` / ``cuda_gpu_mem_size_sum``, ``osrt_sum``,
-``gpu_time_util``).
+``gpu_time_util``) -- of the nsys version that wrote the export unless
+``--nsys-version`` says which (passes/nsys_compat.py).
 """
 from __future__ import annotations
 
@@ -12,21 +13,27 @@ import json
 
 import click
 
-from . import main
-from ._common import emit, load_trace, output_option, parse_duration
+from ..passes import nsys_reports as reports
 from ..passes.api import api_summary, render_api
 from ..passes.gaps import gpu_gaps, nsys_order
 from ..passes.kernels import kernel_summary, render_csv, render_summary, render_text
-from ..passes import nsys_reports as reports
+from ..passes.nsys_compat import AUTO, STATS_VERSIONS, stats_version
 from ..passes.window import trace_span
 from ..render.text import fmt_ns, rel_time
 from ..table import Trace
+from . import main
+from ._common import emit, load_trace, output_option, parse_duration
 
 stats_format_option = click.option(
     "--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text",
     show_default=True, help="Output format (csv is byte-identical to nsys stats).")
 
 GAP_HEADERS = ("Row#", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID")
+
+version_option = click.option(
+    "--nsys-version", "nsys_version", type=click.Choice([AUTO, *STATS_VERSIONS]), default=AUTO,
+    show_default=True,
+    help="nsys stats version to match (auto: the one that wrote the export, else 2023.4).")
 
 rows_option = click.option(
     "--rows", type=int, default=reports.NSYS_ROW_LIMIT, show_default=True,
@@ -36,9 +43,11 @@ rows_option = click.option(
 @click.argument("trace", type=click.Path())
 @stats_format_option
 @output_option
-def kernels(trace, fmt, out):
+@version_option
+def kernels(trace, fmt, out, nsys_version):
     """GPU kernel summary of TRACE (nsys stats cuda_gpu_kern_sum)."""
-    emit(render_summary(kernel_summary(load_trace(trace)), fmt), out)
+    t = load_trace(trace)
+    emit(render_summary(kernel_summary(t), fmt, version=stats_version(t, nsys_version)), out)
 
 
 @main.command()
@@ -47,10 +56,12 @@ def kernels(trace, fmt, out):
               help="Leave out nsys's CUDA-backtrace duplicate records (nsys counts them).")
 @stats_format_option
 @output_option
-def api(trace, real_calls_only, fmt, out):
+@version_option
+def api(trace, real_calls_only, fmt, out, nsys_version):
     """CUDA API summary of TRACE (nsys stats cuda_api_sum)."""
-    summary = api_summary(load_trace(trace), nsys_compat=not real_calls_only)
-    emit(render_api(summary, fmt), out)
+    t = load_trace(trace)
+    summary = api_summary(t, nsys_compat=not real_calls_only)
+    emit(render_api(summary, fmt, stats_version(t, nsys_version)), out)
 
 
 @main.command()
@@ -116,10 +127,13 @@ def _num(v: str):
 @click.argument("trace", type=click.Path())
 @stats_format_option
 @output_option
-def nvtx(trace, fmt, out):
+@version_option
+def nvtx(trace, fmt, out, nsys_version):
     """NVTX range summary of TRACE (nsys stats nvtx_sum; Kineto: user annotations)."""
-    s = reports.nvtx_summary(load_trace(trace))
-    emit(reports.render_nvtx(s, fmt) if len(s) or fmt != "text" else "no NVTX ranges", out)
+    t = load_trace(trace)
+    v = stats_version(t, nsys_version)
+    s = reports.nvtx_summary(t, v)
+    emit(reports.render_nvtx(s, fmt, v) if len(s) or fmt != "text" else "no NVTX ranges", out)
 
 
 @main.command()
@@ -128,22 +142,26 @@ def nvtx(trace, fmt, out):
               help="Summarise durations (cuda_gpu_mem_time_sum) or sizes (cuda_gpu_mem_size_sum).")
 @stats_format_option
 @output_option
-def memcpy(trace, by, fmt, out):
+@version_option
+def memcpy(trace, by, fmt, out, nsys_version):
     """GPU memcpy/memset summary of TRACE by operation (nsys stats cuda_gpu_mem_*_sum)."""
     t = load_trace(trace)
     s = reports.memop_time_summary(t) if by == "time" else reports.memop_size_summary(t)
-    emit(reports.render_memops(s, by, fmt) if len(s) or fmt != "text" else "no GPU memcpy/memset",
-         out)
+    text = reports.render_memops(s, by, fmt, stats_version(t, nsys_version))
+    emit(text if len(s) or fmt != "text" else "no GPU memcpy/memset", out)
 
 
 @main.command()
 @click.argument("trace", type=click.Path())
 @stats_format_option
 @output_option
-def osrt(trace, fmt, out):
+@version_option
+def osrt(trace, fmt, out, nsys_version):
     """OS runtime call summary of TRACE (nsys stats osrt_sum; nsys exports only)."""
-    s = reports.osrt_summary(load_trace(trace))
-    emit(reports.render_osrt(s, fmt) if len(s) or fmt != "text" else "no OS runtime calls", out)
+    t = load_trace(trace)
+    s = reports.osrt_summary(t)
+    text = reports.render_osrt(s, fmt, stats_version(t, nsys_version))
+    emit(text if len(s) or fmt != "text" else "no OS runtime calls", out)
 
 
 @main.command()
@@ -155,10 +173,13 @@ def osrt(trace, fmt, out):
 @rows_option
 @stats_format_option
 @output_option
-def util(trace, threshold, chunks, rows, fmt, out):
+@version_option
+def util(trace, threshold, chunks, rows, fmt, out, nsys_version):
     """Low GPU time-utilisation regions of TRACE (nsys stats gpu_time_util)."""
     t = load_trace(trace)
-    table = reports.util_rows(t, reports.gpu_time_util(t, threshold, chunks, rows))
+    util_ = reports.gpu_time_util(t, threshold, chunks, rows,
+                                  version=stats_version(t, nsys_version))
+    table = reports.util_rows(t, util_)
     if not table and fmt == "text":
         emit(f"no region below {threshold:g}% GPU utilisation", out)
         return

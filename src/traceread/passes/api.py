@@ -23,6 +23,7 @@ import pandas as pd
 from ..table import Trace
 from ._common import events_of
 from .kernels import render_summary, summarize
+from .nsys_compat import DEFAULT_VERSION
 
 API_KINDS = ("runtime", "driver")
 _NSYS_API_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
@@ -56,5 +57,5 @@ def api_summary(trace_or_events, nsys_compat: bool = True) -> pd.DataFrame:
     return out.drop(columns="_id").reset_index(drop=True)
 
 
-def render_api(summary: pd.DataFrame, fmt: str = "csv") -> str:
-    return render_summary(summary, fmt, count_header="Num Calls")
+def render_api(summary: pd.DataFrame, fmt: str = "csv", version: str = DEFAULT_VERSION) -> str:
+    return render_summary(summary, fmt, count_header="Num Calls", version=version)

@@ -214,6 +214,25 @@ def _sync(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index) -> np.ndarray
     return out
 
 
+def _drop_host_only_items(kind, hs, he, key, is_sync, cats) -> None:
+    """``.item()`` of a CPU tensor (AdamW's step counters: hundreds a step) makes no CUDA
+    call and waits for nothing: when runtime calls were traced, an ``aten::item`` /
+    ``_local_scalar_dense`` with none inside it on its thread is a plain op (in place)."""
+    op = is_sync & ((kind == _OPS[0]) | (kind == _OPS[1]))
+    api = _is_api(kind)
+    if not op.any() or not api.any():
+        return
+    idle = np.zeros(len(kind), bool)
+    for k in np.unique(key[op]).tolist():
+        starts = np.sort(hs[api & (key == k)])
+        rows = np.flatnonzero(op & (key == k))
+        inside = np.searchsorted(starts, he[rows], "left") > np.searchsorted(starts, hs[rows],
+                                                                           "left")
+        idle[rows[~inside]] = True
+    is_sync &= ~idle
+    cats[idle] = CPU_CATEGORIES.index("cpu_op")
+
+
 def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarray:
     """CPU category index (into CPU_CATEGORIES) of every row; -1 for rows that never count.
 
@@ -299,6 +318,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he += hs
     key = _thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
     del rows
+    _drop_host_only_items(kind, hs, he, key, is_sync, cats)
     cap = _capture_regions(kind, name, name_cats, hs, he, key)
     if cap is not None:   # stream-capture regions: everything inside records a CUDA graph
         cs, ce, ck, cn, ckind = cap

@@ -26,9 +26,16 @@ def trace_info(trace: Trace) -> dict[str, Any]:
         "world_size": m.world_size,
         "devices": sorted(int(d) for d in gpu["device"].unique()),
         "device_names": {str(d.get("device")): d.get("name", "") for d in m.devices},
+        "processes": _processes(trace),
         "events": int(len(ev)),
         "by_kind": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
         "start_ns": start,
         "end_ns": end,
         "span_ns": end - start,
     }
+
+
+def _processes(trace: Trace) -> dict[str, str]:
+    """pid -> name of the named processes that have events."""
+    have = set(trace.events["pid"].unique().tolist())
+    return {str(p): str(n) for p, n in sorted(trace.meta.processes.items()) if p in have}

@@ -16,7 +16,9 @@ import json
 import numpy as np
 import pandas as pd
 
+from . import nsys_compat
 from ._common import events_of
+from .nsys_compat import DEFAULT_VERSION
 
 SUMMARY_COLUMNS = ("total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns",
                    "stddev_ns", "pct", "name")
@@ -114,10 +116,9 @@ def kernel_summary(trace_or_events) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- rendering
 
-def round1(x) -> np.ndarray:
-    """Round to one decimal, halves away from zero (SQLite's round(x, 1))."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.sign(x) * np.floor(np.abs(x) * 10.0 + 0.5) / 10.0
+def round1(x, version: str = DEFAULT_VERSION) -> np.ndarray:
+    """Round to one decimal as SQLite's round(x, 1) does under that nsys version."""
+    return nsys_compat.round1(x, version)
 
 
 def _dec(x: float) -> str:
@@ -125,12 +126,12 @@ def _dec(x: float) -> str:
     return repr(float(x))
 
 
-def nsys_rows(summary: pd.DataFrame, count_header: str = "Instances") -> tuple[list, list]:
+def nsys_rows(summary: pd.DataFrame, count_header: str = "Instances",
+              version: str = DEFAULT_VERSION) -> tuple[list, list]:
     """(headers, rows of strings) exactly as ``nsys stats --format csv`` prints them."""
     headers = list(KERN_SUM_HEADERS)
     headers[2] = count_header
-    pct, avg, med, std = (round1(summary[c].to_numpy()) for c in ("pct", "avg_ns", "med_ns",
-                                                                  "stddev_ns"))
+    pct, avg, med, std = _rounded(summary, version)
     rows = []
     for i, r in enumerate(summary.itertuples(index=False)):
         rows.append([_dec(pct[i]), str(r.total_ns), str(r.instances), _dec(avg[i]), _dec(med[i]),
@@ -174,20 +175,26 @@ def _thousands(v: str) -> str:
         return v
 
 
-def render_summary(summary: pd.DataFrame, fmt: str = "csv", count_header: str = "Instances") -> str:
-    headers, rows = nsys_rows(summary, count_header)
+def render_summary(summary: pd.DataFrame, fmt: str = "csv", count_header: str = "Instances",
+                   version: str = DEFAULT_VERSION) -> str:
+    """``version``: the ``nsys stats`` version whose rounding to imitate (nsys_compat)."""
+    headers, rows = nsys_rows(summary, count_header, version)
     if fmt == "csv":
         return render_csv(headers, rows)
     if fmt == "json":
-        return json.dumps(summary_records(summary, headers), indent=2)
+        return json.dumps(summary_records(summary, headers, version), indent=2)
     return render_text(headers, rows)
 
 
-def summary_records(summary: pd.DataFrame, headers) -> list[dict]:
+def _rounded(summary: pd.DataFrame, version: str) -> list[np.ndarray]:
+    return [round1(summary[c].to_numpy(), version) for c in ("pct", "avg_ns", "med_ns",
+                                                             "stddev_ns")]
+
+
+def summary_records(summary: pd.DataFrame, headers, version: str = DEFAULT_VERSION) -> list[dict]:
     """JSON records with numbers as numbers (rounded like the CSV)."""
     recs = []
-    pct, avg, med, std = (round1(summary[c].to_numpy()) for c in ("pct", "avg_ns", "med_ns",
-                                                                  "stddev_ns"))
+    pct, avg, med, std = _rounded(summary, version)
     for i, r in enumerate(summary.itertuples(index=False)):
         vals = [float(pct[i]), int(r.total_ns), int(r.instances), float(avg[i]), float(med[i]),
                 int(r.min_ns), int(r.max_ns), float(std[i]), str(r.name)]

@@ -29,6 +29,7 @@ from ..table import Trace
 from ._common import events_of
 from .gaps import _overheads, gap_ops
 from .kernels import round1, summarize
+from .nsys_compat import DEFAULT_VERSION, nvtx_default_prefix, stats_version
 
 NSYS_ROW_LIMIT = 50  # nsys ExpertSystemsReport default (gpu_gaps, gpu_time_util)
 
@@ -51,20 +52,23 @@ def sql_order(summary: pd.DataFrame, tie_key=None) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- nvtx_sum
 
-def nvtx_summary(trace_or_events) -> pd.DataFrame:
+def nvtx_summary(trace_or_events, version: str | None = None) -> pd.DataFrame:
     """``nvtx_sum``: NVTX (nsys) or user-annotation (Kineto) ranges by ``domain:name`` and style.
 
     Columns: the ``summarize`` columns plus ``style`` (``PushPop``; the table
-    does not tell start/end ranges apart).
+    does not tell start/end ranges apart). ``version``: the ``nsys stats``
+    version whose naming to imitate (None: ``stats_version`` of the trace).
     """
     ev = events_of(trace_or_events)
+    version = version or stats_version(trace_or_events)
     r = ev.loc[(ev["kind"] == "annotation").to_numpy(), ["name", "domain", "dur"]]
     name = r["name"].astype(object).where(r["name"].notna(), "")
     dom = r["domain"].astype(object)
     inferred = _inferred_domains(trace_or_events)
     if inferred:  # nsys only knows domains from their NvtxDomainCreate rows
         dom = dom.where(~dom.isin(inferred), None)
-    tag = np.where(dom.notna(), dom.fillna("").astype(str) + ":" + name.astype(str), name)
+    bare = nvtx_default_prefix(version) + name.astype(str)
+    tag = np.where(dom.notna(), dom.fillna("").astype(str) + ":" + name.astype(str), bare)
     out = summarize(pd.Series(tag, dtype=object), r["dur"].to_numpy())
     out["style"] = "PushPop"
     return sql_order(out, ["name", "style"])
@@ -81,10 +85,10 @@ def _inferred_domains(trace) -> set:
     return {m.group(1) for n in notes if isinstance(n, str) for m in [_INFERRED.search(n)] if m}
 
 
-def render_nvtx(summary: pd.DataFrame, fmt: str = "csv") -> str:
+def render_nvtx(summary: pd.DataFrame, fmt: str = "csv", version: str = DEFAULT_VERSION) -> str:
     from .kernels import render_csv, render_text, summary_records
 
-    headers, rows = _stat_rows(summary, "Instances", "Range")
+    headers, rows = _stat_rows(summary, "Instances", "Range", version)
     headers.insert(8, "Style")
     for row, style in zip(rows, summary["style"]):
         row.insert(8, style)
@@ -93,31 +97,33 @@ def render_nvtx(summary: pd.DataFrame, fmt: str = "csv") -> str:
     if fmt == "json":
         import json
 
-        recs = summary_records(summary, headers[:8] + headers[9:])
+        recs = summary_records(summary, headers[:8] + headers[9:], version)
         for rec, style in zip(recs, summary["style"]):
             rec["Style"] = style
         return json.dumps(recs, indent=2)
     return render_text(headers, rows, numeric_cols=8)
 
 
-def _stat_rows(summary: pd.DataFrame, count_header: str, name_header: str):
+def _stat_rows(summary: pd.DataFrame, count_header: str, name_header: str,
+               version: str = DEFAULT_VERSION):
     from .kernels import nsys_rows
 
-    headers, rows = nsys_rows(summary, count_header)
+    headers, rows = nsys_rows(summary, count_header, version)
     headers[-1] = name_header
     return headers, rows
 
 
-def _render_stats(summary: pd.DataFrame, fmt: str, count_header: str, name_header: str) -> str:
+def _render_stats(summary: pd.DataFrame, fmt: str, count_header: str, name_header: str,
+                  version: str = DEFAULT_VERSION) -> str:
     from .kernels import render_csv, render_text, summary_records
 
-    headers, rows = _stat_rows(summary, count_header, name_header)
+    headers, rows = _stat_rows(summary, count_header, name_header, version)
     if fmt == "csv":
         return render_csv(headers, rows)
     if fmt == "json":
         import json
 
-        return json.dumps(summary_records(summary, headers), indent=2)
+        return json.dumps(summary_records(summary, headers, version), indent=2)
     return render_text(headers, rows)
 
 
@@ -141,8 +147,9 @@ def _id_order(trace, summary: pd.DataFrame):
     return ["_id", "name"]
 
 
-def render_osrt(summary: pd.DataFrame, fmt: str = "csv") -> str:
-    return _render_stats(summary.drop(columns=["_id"], errors="ignore"), fmt, "Num Calls", "Name")
+def render_osrt(summary: pd.DataFrame, fmt: str = "csv", version: str = DEFAULT_VERSION) -> str:
+    return _render_stats(summary.drop(columns=["_id"], errors="ignore"), fmt, "Num Calls", "Name",
+                         version)
 
 
 # ---------------------------------------------------------------- memory operations
@@ -190,11 +197,12 @@ def memop_size_rows(summary: pd.DataFrame) -> list[list[str]]:
             for r in summary.itertuples(index=False)]
 
 
-def render_memops(summary: pd.DataFrame, by: str, fmt: str = "csv") -> str:
+def render_memops(summary: pd.DataFrame, by: str, fmt: str = "csv",
+                  version: str = DEFAULT_VERSION) -> str:
     from .kernels import render_csv, render_text
 
     if by == "time":
-        return _render_stats(summary, fmt, "Count", "Operation")
+        return _render_stats(summary, fmt, "Count", "Operation", version)
     rows = memop_size_rows(summary)
     if fmt == "csv":
         return render_csv(MEM_SIZE_HEADERS, rows)
@@ -212,15 +220,16 @@ UTIL_COLUMNS = ("in_use", "duration", "start", "pid", "device")
 
 
 def gpu_time_util(trace_or_events, threshold: float = 50, chunks: int = 30,
-                  rows: int = NSYS_ROW_LIMIT, *, skip_nonpositive: bool | None = None
-                  ) -> pd.DataFrame:
+                  rows: int = NSYS_ROW_LIMIT, *, skip_nonpositive: bool | None = None,
+                  version: str | None = None) -> pd.DataFrame:
     """Low-utilisation regions per (process, device), in nsys's order.
 
     Columns: in_use (percent, rounded to 0.1), duration, start (ns), pid, device.
-    ``rows`` < 0 means no limit.
+    ``rows`` < 0 means no limit. ``version``: whose rounding (None: the trace's).
     """
     if not 1 <= chunks <= 1000:
         raise ValueError("chunks must be between 1 and 1000")
+    version = version or stats_version(trace_or_events)
     ev, ops = gap_ops(trace_or_events, skip_nonpositive)
     ov = _overheads(ev)
     recs = []
@@ -233,7 +242,7 @@ def gpu_time_util(trace_or_events, threshold: float = 50, chunks: int = 30,
             oe = os_ + mine["dur"].to_numpy(np.int64)
             inside = (os_ > s.min()) & (oe < e.max())
             s, e = np.concatenate([s, os_[inside]]), np.concatenate([e, oe[inside]])
-        for run in _low_runs(s, e, threshold, chunks):
+        for run in _low_runs(s, e, threshold, chunks, version):
             recs.append((*run, int(pid), int(dev)))
     # nsys: the inner LIMIT sees rows grouped by (run id, device, pid)
     recs.sort(key=lambda r: (r[0], r[5], r[4]))
@@ -244,7 +253,8 @@ def gpu_time_util(trace_or_events, threshold: float = 50, chunks: int = 30,
     return out.iloc[:rows] if rows >= 0 else out
 
 
-def _low_runs(s: np.ndarray, e: np.ndarray, threshold: float, chunks: int) -> list[tuple]:
+def _low_runs(s: np.ndarray, e: np.ndarray, threshold: float, chunks: int,
+              version: str = DEFAULT_VERSION) -> list[tuple]:
     """(run id, in_use, duration, start) of each run of consecutive low chunks."""
     start, end = int(s.min()), int(e.max())
     size = float(math.ceil(float(end - start) / chunks))
@@ -263,7 +273,7 @@ def _low_runs(s: np.ndarray, e: np.ndarray, threshold: float, chunks: int) -> li
     for gid in np.unique(group):
         m = group == gid
         w = cend[m] - cstart[m]
-        avg = float(round1((w * util[m]).sum() / w.sum()))
+        avg = float(round1((w * util[m]).sum() / w.sum(), version))
         runs.append((int(gid), avg, int(cend[m].max() - cstart[m].min()), int(cstart[m].min())))
     return runs
 

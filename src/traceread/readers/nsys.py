@@ -520,6 +520,7 @@ def _meta(db: Db, s: Strings, cols: dict, notes: list) -> TraceMeta:
     m.format_version = info.get("EXPORT_SCHEMA_VERSION") or ""
     if info.get("EXPORT_PRODUCT_VERSION"):
         m.producer = f"Nsight Systems {info['EXPORT_PRODUCT_VERSION']}"
+        m.extra["nsys_version"] = info["EXPORT_PRODUCT_VERSION"]  # passes/nsys_compat.py
     if db.has("TARGET_INFO_SESSION_START_TIME") and "utcEpochNs" in db.columns(
             "TARGET_INFO_SESSION_START_TIME"):
         row = db.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()

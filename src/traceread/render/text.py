@@ -34,12 +34,19 @@ def render_info(info: dict[str, Any]) -> str:
         f"  format     {info['format']}{version}" + (f", {info['producer']}" if info["producer"] else ""),
         f"  rank       {rank}{world}",
         f"  devices    {', '.join(_device(d, info) for d in info['devices']) or 'none (CPU-only trace)'}",
+        *_processes(info),
         f"  span       {fmt_ns(info['span_ns'])}",
         f"  events     {info['events']:,}",
     ]
     for kind, n in info["by_kind"].items():
         lines.append(f"    {kind:<15}{n:>12,}")
     return "\n".join(lines)
+
+
+def _processes(info: dict[str, Any], most: int = 4) -> list[str]:
+    procs = [f"{pid} ({name})" for pid, name in (info.get("processes") or {}).items()]
+    more = f", +{len(procs) - most} more" if len(procs) > most else ""
+    return [f"  processes  {', '.join(procs[:most])}{more}"] if procs else []
 
 
 def _device(d: int, info: dict[str, Any]) -> str:
