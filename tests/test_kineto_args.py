@@ -68,3 +68,56 @@ def test_lenient_path_keeps_shapes(tmp_path):
     assert t.meta.extra.get("lenient_decode")
     ev = t.events.set_index("name")
     assert ev.loc["aten::mm"].input_dims == "[[8,64],[64,32]]"
+
+
+def test_launch_numbering_by_key_equals_the_row_sort():
+    """`_launch_column` numbers configurations through one factorized int key; the
+    whole-row sort it falls back on (too many distinct values) gives the same column."""
+    import numpy as np
+    import pyarrow as pa
+
+    from traceread.readers import kineto as K
+
+    rng = np.random.default_rng(5)
+    n, m = 5000, 1200
+    rows = np.sort(rng.choice(n, m, replace=False))
+    grid = pa.array(["[1,1,1]", "[132,1,1]", "[8,4,1]"])
+    block = pa.array(["[128,1,1]", "[384,1,1]"])
+
+    def dict_col(k):
+        idx = np.full(n, -1, np.int32)
+        idx[rows] = rng.integers(-1, k, m)
+        return idx
+
+    strs = [pa.DictionaryArray.from_arrays(pa.array(i, mask=i < 0), d)
+            for i, d in ((dict_col(3), grid), (dict_col(2), block))]
+    ints = [(rows, rng.choice([-1, 32, 168, 255], m)), (rows, rng.choice([-1, 0, 231424], m)),
+            (rows, rng.integers(-1, 3, m))]
+    got = K._launch_column(_Batch(n, strs, ints))
+    cols = [d.indices.take(pa.array(rows)).fill_null(-1).to_numpy(zero_copy_only=False)
+            .astype(np.int64) for d in strs] + [v for _, v in ints]
+    any_ = np.any(np.stack(cols, axis=1) >= 0, axis=1)
+    want = K._launch_column_sorted(n, rows[any_], [c[any_] for c in cols], strs)
+    assert got.dictionary.to_pylist() == want.dictionary.to_pylist()
+    assert got.indices.to_pylist() == want.indices.to_pylist()
+    assert len(got.dictionary) > 20
+
+
+class _Batch:
+    """The two fields `_launch_column` reads, as a decoded batch holds them."""
+
+    def __init__(self, n, strs, ints):
+        from traceread.readers import _kineto_decode as dec
+
+        self.n = n
+        self.strs = dict(zip(dec.LAUNCH_STR_FIELDS, strs))
+        self.ints = {f: _dense(n, r, vals)
+                     for f, (r, vals) in zip(dec.LAUNCH_INT_FIELDS, ints)}
+
+
+def _dense(n, rows, vals):
+    import numpy as np
+
+    out = np.full(n, -1, np.int64)
+    out[rows] = vals
+    return out

@@ -313,3 +313,35 @@ def test_one_gigabyte_gzip_streams_in_bounded_memory(tmp_path):
     assert kernels == info["copies"] * int((one.events.kind == "kernel").sum())
     print(f"1 GB gzip: {rows:,} rows, peak RSS {peak / 1e6:,.0f} MB = {peak / info['raw_bytes']:.2f}x raw")
     assert peak < 1.2 * info["raw_bytes"], peak
+
+
+def test_workers_from_the_environment(tmp_path, monkeypatch):
+    """TRACEREAD_WORKERS sets the pool size (benchmarks' worker curve); junk is one error."""
+    p = write_kineto(launch_bound(steps=2)[0], tmp_path / "t.json")
+    monkeypatch.setenv(S.WORKERS_ENV, "2")
+    assert S.env_workers() == 2
+    pools, pool = [], S._pool
+    monkeypatch.setattr(S, "_pool", lambda w: pools.append(w) or pool(w))
+    assert_same(p, chunk_bytes=4096)
+    assert pools == [2]
+    monkeypatch.setenv(S.WORKERS_ENV, "many")
+    with pytest.raises(TraceError, match="TRACEREAD_WORKERS: must be a whole number"):
+        S.read_stream(p)
+    monkeypatch.setenv(S.WORKERS_ENV, "")
+    assert S.env_workers() is None
+
+
+def test_coded_phase_column_reads_like_the_list():
+    """The joined ``ph`` stays codes (dec.CodedList); masks, sets and rows match the list."""
+    import numpy as np
+
+    from traceread.readers import _kineto_decode as dec
+
+    ph = ["X", "B", None, "E", "i", "X", "I", "B"]
+    uniq = ["X", "B", "E", "i", "I"]
+    coded = dec.CodedList(np.array([uniq.index(p) if p else -1 for p in ph], np.int32), uniq)
+    sets = (frozenset("BE"), frozenset("iI"), frozenset("X"))
+    for a, b in zip(dec.phase_masks(coded, sets), dec.phase_masks(ph, sets)):
+        assert a.tolist() == b.tolist()
+    assert dec.distinct(coded) == dec.distinct(ph) == set(ph)
+    assert [coded[i] for i in range(len(ph))] == list(coded) == ph and coded[1:4] == ph[1:4]

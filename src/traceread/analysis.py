@@ -20,6 +20,7 @@ from .passes import window as window_mod
 from .passes import steps as steps_mod
 from .passes import utilization as util_mod
 from .passes import verdict as verdict_mod
+from .passes._side import SidePasses
 from .passes.compile import compile_summary
 from .passes.context import trace_context
 from .passes.copies import copy_summary
@@ -104,6 +105,25 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     ops = all_ops if ev is all_ev else _gpu_ops(ev, is_nsys)
     del all_ops
     release_heap()  # each pass frees its temporaries; hand the pages back before the next
+    with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace}) \
+            as side:
+        return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
+                               is_nsys, min_gap_ns, peak_tflops)
+
+
+def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win, is_nsys,
+                    min_gap_ns, peak_tflops) -> Analysis:
+    # Passes that need neither the gaps nor the steps run beside the attribution.
+    ref = side.ref
+    side.submit("nccl", comm_overlap, ref("ev"))
+    side.submit("collectives", collective_summary, ref("ev"))
+    side.submit("graphs", _graphs, ref("ev"), ref("all_ev"))
+    side.submit("classes", _classes, ref("ev"))
+    side.submit("ctx", trace_context, ref("ev"))
+    side.submit("copies", copy_summary, ref("ev"), [str(d.get("name", ""))
+                                                    for d in trace.meta.devices
+                                                    if isinstance(d, dict)])
+    side.submit("kernels", kernel_summary, ref("ev"))
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
@@ -127,15 +147,16 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                             if len(step_tab) else -1, -1)
     devices = _devices(ops, gaps, trace.meta, win)
 
-    nccl, collectives = comm_overlap(ev), collective_summary(ev)
+    side.submit("utilization", util_mod.utilization, ref("trace"), step_tab, peak_tflops,
+                events=ref("ev"))
+    nccl, collectives = side.get("nccl"), side.get("collectives")
     release_heap()
     comp = compile_summary(ev, gaps=gaps)
-    kernels = kernel_summary(ev)
-    classes = _classes(ev)
-    copies = copy_summary(ev, [str(d.get("name", "")) for d in trace.meta.devices
-                               if isinstance(d, dict)])
-    ctx = trace_context(ev)
-    graphs = _graphs(ev, all_ev)
+    kernels = side.get("kernels")
+    classes = side.get("classes")
+    copies = side.get("copies")
+    ctx = side.get("ctx")
+    graphs = side.get("graphs")
     # a program that records or replays graphs anywhere already uses them
     ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]
     release_heap()
@@ -160,7 +181,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     verdict["missing"] = _missing(trace.meta, ev, ctx)
     if win.mode == "whole_trace" and len(ops):
         _cold_start(verdict, window_mod.one_time_calls(ev, gaps))
-    utilization = util_mod.utilization(trace, step_tab, peak_tflops, events=ev)
+    utilization = side.get("utilization")
     if verdict["bound"] == "gpu":
         _gpu_verdict_detail(verdict, utilization, kernels)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
@@ -171,6 +192,19 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
                     kernel_classes=classes, verdict=verdict, graphs=graphs,
                     min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
                     context=ctx, utilization=utilization)
+
+
+def _pass_workers(rows: int) -> int:
+    """Processes for the side passes: none for small traces (a fork costs more)."""
+    from .readers.stream import default_workers, env_workers
+
+    if rows < PARALLEL_PASSES_ROWS:
+        return 1
+    return env_workers() or default_workers()
+
+
+# Below this many events the passes run in one process (measured: ~0.1 s of passes).
+PARALLEL_PASSES_ROWS = 200_000
 
 
 def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -> None:

@@ -14,6 +14,12 @@ import click
 
 from ..errors import TraceError
 
+# numpy asks the kernel for transparent huge pages on every array >= 4 MB; where THP
+# defrag is "madvise" (the kernel's default) such a fault may compact memory on the
+# spot: ~0.85 s of system time in a 550 MB analyze (docs/performance.md). numpy reads
+# this at import, which the subcommands do later; a value the user set wins.
+os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+
 
 # Command -> (module in this package, the help's first paragraph for the command
 # list). tests/test_cli_startup.py checks the text against the real commands.

@@ -12,6 +12,29 @@ def events_of(trace_or_events) -> pd.DataFrame:
     return trace_or_events.events if isinstance(trace_or_events, Trace) else trace_or_events
 
 
+def kind_in(ev: pd.DataFrame, kinds) -> np.ndarray:
+    """``ev["kind"].isin(kinds).to_numpy()``: one lookup per category code (about twice
+    as fast on a categorical column; passes test it ~30 times per analysis)."""
+    col = ev["kind"]
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return col.isin(kinds).to_numpy()
+    kinds = list(kinds)
+    lut = np.append(col.cat.categories.isin(kinds), any(pd.isna(k) for k in kinds))
+    return lut[col.cat.codes.to_numpy()]   # code -1 (null) reads the last slot
+
+
+def rowwise(col: pd.Series, f) -> np.ndarray:
+    """``f(col.astype(str))`` as a numpy array, for an elementwise ``f`` (``.str.match``,
+    ``== "kernel"``, ``.to_numpy()``): computed on a categorical column's categories and
+    broadcast by code (a 200k-row ``astype(str)`` costs ~70 ms, its categories ~nothing);
+    a column with nulls or not categorical gets ``f`` on its rows, as before."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy()
+        if not len(codes) or codes.min() >= 0:
+            return np.asarray(f(pd.Series(col.cat.categories).astype(str)))[codes]
+    return np.asarray(f(col.astype(str)))
+
+
 def map_names(names: pd.Series, fn) -> np.ndarray:
     """Apply ``fn`` once per distinct name (names are categorical), not once per event."""
     cat = names.astype("category") if names.dtype != "category" else names

@@ -29,6 +29,7 @@ import pandas as pd
 from . import intervals
 from .compile import _is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
+from ._common import kind_in
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
@@ -262,7 +263,7 @@ def launch_threads(ev: pd.DataFrame, ops: pd.DataFrame, pid: int, device: int) -
         return _pairs(ops["launch_pid"].to_numpy()[linked], ops["launch_tid"].to_numpy()[linked])
     epid, etid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     for kinds in (("runtime", "driver"), ("cpu_op", "python", "annotation")):
-        host = ev["kind"].isin(kinds).to_numpy()
+        host = kind_in(ev, kinds)
         for sel in (host & (epid == pid), host):
             if sel.any():
                 return _pairs(epid[sel], etid[sel])

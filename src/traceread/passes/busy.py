@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..table import GPU_OP_KINDS
-from ._common import events_of
+from ._common import events_of, kind_in, rowwise
 from .kernel_classes import classify_kernels
 from .peaks import device_name, device_peaks
 
@@ -61,7 +61,7 @@ _LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.I)
 
 def _classes(gpu: pd.DataFrame) -> np.ndarray:
     cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
-    kind = gpu["kind"].astype(str).to_numpy()
+    kind = rowwise(gpu["kind"], lambda s: s.to_numpy())
     cls = np.where(kind == "memcpy", "memcpy", np.where(kind == "memset", "memset", cls))
     cls = np.where(kind == "graph", "graph", cls)  # a replay whose kernels were not recorded
     gemm = cls == "gemm"
@@ -98,7 +98,7 @@ def is_tf32_kernel(name: str) -> bool:
 
 
 def _gpu_rows(ev: pd.DataFrame, window: tuple[int, int] | None) -> pd.DataFrame:
-    g = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(),
+    g = ev.loc[kind_in(ev, GPU_OP_KINDS),
                ["ts", "dur", "kind", "name", "bytes", "copy_kind"]]
     if window is not None:
         a, b = window
@@ -126,7 +126,7 @@ def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
     out["classes"] = [{"class": c, "ns": int(by.loc[c, "sum"]), "count": int(by.loc[c, "size"]),
                        "pct": 100.0 * by.loc[c, "sum"] / total}
                       for c in sorted(by.index, key=lambda c: -by.loc[c, "sum"])]
-    kern = g["kind"].astype(str).to_numpy() == "kernel"
+    kern = rowwise(g["kind"], lambda s: s.to_numpy() == "kernel")
     small = kern & (dur < SMALL_KERNEL_NS)
     out["small_kernels"] = {"threshold_ns": SMALL_KERNEL_NS, "count": int(small.sum()),
                             "of_kernels": int(kern.sum()), "ns": int(dur[small].sum()),

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS
 from . import intervals
-from ._common import events_of, map_names_at
+from ._common import events_of, kind_in, map_names_at
 
 # Phase names dynamo_timed writes without the " (dynamo_timed)" suffix.
 COMPILE_PHASES = frozenset((
@@ -110,7 +110,7 @@ def parse_compile_id(cid: str | None) -> tuple[str | None, int, bool]:
 
 
 def _host_rows(ev: pd.DataFrame) -> np.ndarray:
-    return np.flatnonzero(ev["kind"].isin(_HOST_KINDS).to_numpy())
+    return np.flatnonzero(kind_in(ev, _HOST_KINDS))
 
 
 def _host(ev: pd.DataFrame, fn) -> pd.DataFrame:
@@ -241,7 +241,7 @@ def _idle(ev: pd.DataFrame, gaps: pd.DataFrame | None) -> tuple[intervals.Interv
     last op. Without: the complement of all GPU ops inside the whole trace span
     (a compile before the first kernel also starves the GPU).
     """
-    is_gpu = ev["kind"].isin(GPU_OP_KINDS).to_numpy()
+    is_gpu = kind_in(ev, GPU_OP_KINDS)
     if not is_gpu.any():
         return (np.empty(0, np.int64), np.empty(0, np.int64)), False
     if gaps is not None:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN
+from ._common import kind_in
 
 GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 TRAINING_RX = re.compile(r"(?i)backward|Optimizer\.(?:step|zero_grad)|autograd::engine"
@@ -30,7 +31,7 @@ LOOK_BACK = 4000   # host rows scanned back from a sync call for its caller
 
 
 def _names_of(ev: pd.DataFrame, kinds) -> list[str]:
-    m = ev["kind"].isin(kinds).to_numpy()
+    m = kind_in(ev, kinds)
     if not m.any():
         return []
     col = ev["name"]
@@ -88,7 +89,7 @@ def sync_caller(ev: pd.DataFrame, sync_name: str, limit: int = 200) -> str:
     hit = np.flatnonzero((names == sync_name).to_numpy())[:limit]
     if not len(hit):
         return ""
-    host = ev["kind"].isin(("cpu_op", "annotation", "python")).to_numpy()
+    host = kind_in(ev, ("cpu_op", "annotation", "python"))
     ts = ev["ts"].to_numpy(np.int64)
     te = ts + ev["dur"].to_numpy(np.int64)
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
@@ -133,7 +134,7 @@ def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, kinds=("python", "cp
     """
     from . import intervals
 
-    m = ev["kind"].isin(kinds).to_numpy()
+    m = kind_in(ev, kinds)
     if not m.any() or not len(gaps):
         return "", 0
     rx = [re.compile(p) for p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,

@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ._common import events_of
+from ._common import events_of, kind_in, rowwise
 
 HOW_TO_RECORD = ("no operator shapes in this trace: record with "
                  "torch.profiler.profile(record_shapes=True) to get FLOPs and MFU")
@@ -215,12 +215,11 @@ _CAPTURE_END = re.compile(r"^(?:cuda|hip)StreamEndCapture|^cuStreamEndCapture")
 def _in_capture(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     """Ops recorded while their thread captured a CUDA graph: their kernels did not run then."""
     hit = np.zeros(len(ops), bool)
-    api = ev.loc[ev["kind"].isin(("runtime", "driver")).to_numpy(), ["ts", "pid", "tid", "name"]]
-    names = api["name"].astype(str)
-    begin = api[names.str.match(_CAPTURE).to_numpy()]
+    api = ev.loc[kind_in(ev, ("runtime", "driver")), ["ts", "pid", "tid", "name"]]
+    begin = api[rowwise(api["name"], lambda s: s.str.match(_CAPTURE).to_numpy())]
     if not len(begin):
         return hit
-    end = api[names.str.match(_CAPTURE_END).to_numpy()]
+    end = api[rowwise(api["name"], lambda s: s.str.match(_CAPTURE_END).to_numpy())]
     pid, tid, ts = (ops[c].to_numpy() for c in ("pid", "tid", "ts"))
     for (p, t), b in begin.groupby(["pid", "tid"]):
         e = end[(end["pid"] == p) & (end["tid"] == t)]["ts"].to_numpy()
@@ -283,7 +282,7 @@ def _busy(ev: pd.DataFrame, w: pd.DataFrame) -> np.ndarray:
     from . import intervals
     from ..table import GPU_OP_KINDS
 
-    g = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(), ["ts", "dur", "device"]]
+    g = ev.loc[kind_in(ev, GPU_OP_KINDS), ["ts", "dur", "device"]]
     out = np.zeros(len(w), np.int64)
     for i, (a, b) in enumerate(zip(w["start"].to_numpy(), w["end"].to_numpy())):
         for _, d in g.groupby("device", sort=False):
@@ -296,7 +295,7 @@ def _busy(ev: pd.DataFrame, w: pd.DataFrame) -> np.ndarray:
 def _gpus(ev: pd.DataFrame) -> int:
     from ..table import GPU_OP_KINDS
 
-    g = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(), ["pid", "device"]]
+    g = ev.loc[kind_in(ev, GPU_OP_KINDS), ["pid", "device"]]
     return max(1, len(g.drop_duplicates())) if len(g) else 1
 
 
@@ -385,7 +384,7 @@ def _graph_replays(ev: pd.DataFrame) -> bool:
 
     if bool((ev["kind"] == "graph").any()):
         return True
-    api = ev.loc[ev["kind"].isin(("runtime", "driver")).to_numpy(), "name"]
+    api = ev.loc[kind_in(ev, ("runtime", "driver")), "name"]
     names = api.cat.remove_unused_categories().cat.categories if isinstance(
         api.dtype, pd.CategoricalDtype) else pd.unique(api.astype(str))
     return any(GRAPH_LAUNCH_RX.match(str(n)) for n in names)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS, Trace
 from . import intervals
-from ._common import events_of
+from ._common import events_of, kind_in
 
 # PROFILER_OVERHEAD names nsys counts as GPU-busy time (gpustats.py in nsys reports).
 NSYS_GPU_OVERHEADS = ("CUDA profiling data flush overhead", "CUDA profiling stop overhead",
@@ -40,8 +40,8 @@ GAP_COLUMNS = ("start", "end", "duration", "pid", "device")
 
 
 def _gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
-    ops = ev[ev["kind"].isin(GPU_OP_KINDS)]
-    return ops[["ts", "dur", "pid", "device"]]
+    # the four columns of the GPU rows only, not every column of them first
+    return ev.loc[kind_in(ev, GPU_OP_KINDS), ["ts", "dur", "pid", "device"]]
 
 
 def gpu_busy(events_df) -> dict[tuple[int, int], intervals.Intervals]:

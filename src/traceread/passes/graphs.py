@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS
 from . import attribution, intervals
-from ._common import events_of
+from ._common import events_of, kind_in
 
 GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip)GraphLaunch|^cuGraphLaunch")
 # Host spans and API calls that record (capture / instantiate) a CUDA graph: the same rule
@@ -66,7 +66,7 @@ def _name_mask(ev: pd.DataFrame, rows: np.ndarray, fn) -> np.ndarray:
 
 
 def _rows(ev: pd.DataFrame, kinds) -> np.ndarray:
-    return np.flatnonzero(ev["kind"].isin(kinds).to_numpy())
+    return np.flatnonzero(kind_in(ev, kinds))
 
 
 def graph_launches(ev: pd.DataFrame) -> pd.DataFrame:
@@ -83,7 +83,7 @@ def replay_ops(ev: pd.DataFrame, launches: pd.DataFrame | None = None) -> pd.Dat
     ops sharing (pid, correlation) with a graph launch call. Adds ``graph_row`` (bool)."""
     launches = graph_launches(ev) if launches is None else launches
     cols = ["ts", "dur", "pid", "device", "correlation", "graph_id", "kind"]
-    gpu = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(), cols]
+    gpu = ev.loc[kind_in(ev, GPU_OP_KINDS), cols]
     is_graph = (gpu["kind"] == "graph").to_numpy()
     keys = set(zip(launches["pid"].tolist(), launches["correlation"].tolist()))
     corr = gpu["correlation"].to_numpy(np.int64)
@@ -232,7 +232,7 @@ def graph_summary(events) -> dict:
     replays = _replay_table(ops, launches)
     rec = recording_intervals(ev)
     replay_ns = _union_by_device(ops)
-    busy = _union_by_device(ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(),
+    busy = _union_by_device(ev.loc[kind_in(ev, GPU_OP_KINDS),
                                    ["ts", "dur", "pid", "device"]])
     return {
         "uses_cuda_graphs": bool(len(replays) or len(launches) or len(rec)),

@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..collectives import is_comm_kernel
 from ..table import GPU_OP_KINDS
-from ._common import events_of
+from ._common import events_of, kind_in, rowwise
 
 CLASSES = ("gemm", "attention", "elementwise", "reduction", "triton", "nccl",
            "memcpy", "memset", "graph", "other")
@@ -112,9 +112,9 @@ def time_by_class(events) -> pd.DataFrame:
     are graph replay rows (class ``graph``).
     """
     ev = events_of(events)
-    gpu = ev[ev["kind"].isin(GPU_OP_KINDS)]
+    gpu = ev.loc[kind_in(ev, GPU_OP_KINDS), ["kind", "name", "dur"]]  # the columns read below
     cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
-    kind = gpu["kind"].astype(str).to_numpy()
+    kind = rowwise(gpu["kind"], lambda s: s.to_numpy())
     for k in ("memcpy", "memset", "graph"):
         cls = np.where(kind == k, k, cls)
     df = pd.DataFrame({"class": cls, "dur": gpu["dur"].to_numpy(dtype=np.int64)})

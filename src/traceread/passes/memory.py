@@ -19,7 +19,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ._common import events_of
+from ._common import events_of, kind_in, rowwise
 
 HOW_TO_RECORD = ("no [memory] events in this trace: record with "
                  "torch.profiler.profile(profile_memory=True) for allocator peaks and churn")
@@ -39,11 +39,9 @@ def _mem_rows(ev: pd.DataFrame) -> pd.DataFrame:
 
 def alloc_calls(ev: pd.DataFrame) -> pd.DataFrame:
     """Device allocation API calls: ts, dur, pid, name, free (bool)."""
-    api = ev.loc[ev["kind"].isin(("runtime", "driver")).to_numpy(), ["ts", "dur", "pid", "name"]]
-    names = api["name"].astype(str)
-    uniq = pd.unique(names)
-    hit = {n for n in uniq if ALLOC_API.match(n)}
-    a = api[names.isin(hit).to_numpy()].copy()
+    api = ev.loc[kind_in(ev, ("runtime", "driver")), ["ts", "dur", "pid", "name"]]
+    hit = rowwise(api["name"], lambda s: s.map(lambda n: bool(ALLOC_API.match(n))).to_numpy(bool))
+    a = api[hit].copy()
     a["name"] = a["name"].astype(str)
     a["free"] = a["name"].str.contains(_FREE)
     return a.reset_index(drop=True)

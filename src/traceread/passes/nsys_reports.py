@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..table import Trace
-from ._common import events_of
+from ._common import events_of, kind_in
 from .gaps import _overheads, gap_ops
 from .kernels import round1, summarize
 from .nsys_compat import DEFAULT_VERSION, nvtx_default_prefix, stats_version
@@ -156,7 +156,7 @@ def render_osrt(summary: pd.DataFrame, fmt: str = "csv", version: str = DEFAULT_
 
 def _memops(ev: pd.DataFrame) -> pd.DataFrame:
     """Memcpy/memset rows with nsys's operation label (``[CUDA memcpy Host-to-Device]``)."""
-    m = ev.loc[ev["kind"].isin(("memcpy", "memset")).to_numpy(),
+    m = ev.loc[kind_in(ev, ("memcpy", "memset")),
                ["kind", "name", "copy_kind", "dur", "bytes"]]
     name = m["name"].astype(object)
     is_label = name.fillna("").str.startswith("[CUDA mem")

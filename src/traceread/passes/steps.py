@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..table import GPU_OP_KINDS
+from ._common import kind_in
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
 FALLBACK_STEP_PATTERN = (r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration|batch)"
@@ -44,7 +45,7 @@ def name_mask(ev: pd.DataFrame, pattern: str, kinds=None) -> np.ndarray:
     """Rows whose name matches ``pattern`` (regex searched once per distinct name used)."""
     names = ev["name"]
     if kinds is not None:
-        keep = ev["kind"].isin(kinds).to_numpy()
+        keep = kind_in(ev, kinds)
     else:
         keep = np.ones(len(ev), bool)
     if not isinstance(names.dtype, pd.CategoricalDtype):

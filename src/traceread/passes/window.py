@@ -391,9 +391,19 @@ def slice_events(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
     m = (ts < end) & ((te > start) | ((ev["dur"].to_numpy() == 0) & (ts >= start)))
     if m.all() and ts.min(initial=start) >= start and te.max(initial=end) <= end:
         return ev
-    out = ev.loc[m].copy()
+    rows = np.flatnonzero(m)
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        # one run of rows (the usual case: the window drops a head and a tail): the other
+        # columns stay views of ev's, only ts / dur are new (~16 B/row, not ~165)
+        out = ev.iloc[int(rows[0]):int(rows[-1]) + 1].copy(deep=False)
+    else:
+        # the take copies; a deep .copy() would copy again and consolidate the
+        # one-block-per-column frame into 2-D blocks (1.3 s of a 550 MB trace's analyze)
+        out = ev.iloc[rows].copy(deep=False)
+    del rows
     s = np.maximum(out["ts"].to_numpy(np.int64), start)
     e = np.minimum(out["ts"].to_numpy(np.int64) + out["dur"].to_numpy(np.int64), end)
     out["ts"] = s
     out["dur"] = np.maximum(e - s, 0)
-    return out.reset_index(drop=True)
+    out.index = pd.RangeIndex(len(out))  # reset_index deep-copies without copy-on-write
+    return out

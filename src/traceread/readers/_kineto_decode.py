@@ -296,10 +296,46 @@ def events_to_batch(events: list) -> Batch:
                  ts_lossy=lossy, ints=ints, strs=strs, meta_events=meta_events)
 
 
-def phase_masks(ph: list, sets: tuple) -> list:
+class CodedList:
+    """A read-only list of str / None kept as int32 codes into ``uniques`` (-1: None).
+
+    The streaming reader's joined ``ph`` column: a few distinct values over
+    millions of rows, so the masks below work on the codes, never on a list.
+    """
+
+    def __init__(self, codes: np.ndarray, uniques: list):
+        self.codes, self.uniques = codes, uniques
+        self._table = np.array(list(uniques) + [None], dtype=object)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self._table[self.codes[i]].tolist()
+        return self._table[self.codes[i]]
+
+    def __iter__(self):
+        return iter(self._table[self.codes].tolist())
+
+
+def phase_masks(ph, sets: tuple) -> list:
     """One boolean row mask per set of phases, from a single hash factorize of ``ph``."""
-    codes, uniq = pd.factorize(np.array(ph, dtype=object), use_na_sentinel=True)
+    if isinstance(ph, CodedList):
+        codes, uniq = ph.codes, ph.uniques
+    else:
+        codes, uniq = pd.factorize(np.array(ph, dtype=object), use_na_sentinel=True)
     return [np.array([u in s for u in uniq] + [False], dtype=bool)[codes] for s in sets]
+
+
+def distinct(values) -> set:
+    """``set(values)`` of a list or a ``CodedList`` (its values, without a pass over rows)."""
+    if isinstance(values, CodedList):
+        out = set(values.uniques)   # a joined dictionary holds only values that occur
+        if len(values.codes) and int(values.codes.min()) < 0:
+            out.add(None)
+        return out
+    return set(values)
 
 
 def _floats(items: list, getter, fill: float) -> np.ndarray:

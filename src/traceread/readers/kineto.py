@@ -751,8 +751,13 @@ def _launch_column(batch: dec.Batch) -> pa.DictionaryArray:
     n = batch.n
     strs = [_compact_json(_dict_encode(batch.strs.pop(f))) for f in dec.LAUNCH_STR_FIELDS]
     ints = [_sparse_ints(batch.ints.pop(f)) for f in dec.LAUNCH_INT_FIELDS]
-    valid = [np.flatnonzero(d.indices.is_valid().to_numpy(zero_copy_only=False)) for d in strs]
-    rows = np.unique(np.concatenate(valid + [r for r, _ in ints]))
+    has = np.zeros(n, bool)   # 1 B/row: a union of the row sets without a sort
+    for d in strs:
+        has |= d.indices.is_valid().to_numpy(zero_copy_only=False)
+    for r, _ in ints:
+        has[r] = True
+    rows = np.flatnonzero(has)
+    del has
     out = np.full(n, -1, np.int32)
     if not len(rows):
         return pa.DictionaryArray.from_arrays(pa.array(out, mask=out < 0), pa.array([], pa.string()))
@@ -762,8 +767,26 @@ def _launch_column(batch: dec.Batch) -> pa.DictionaryArray:
         col = np.full(len(rows), -1, np.int64)
         col[np.searchsorted(rows, r)] = v
         cols.append(col)
-    uniq, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    inv = inv.ravel()
+    # One int key per row (mixed radix of each column's factorized codes); its
+    # factorize numbers the configurations in first-appearance order, as every
+    # other dictionary of the table (np.unique(axis=0) sorted rows: ~10x slower).
+    key, radix, parts = np.zeros(len(rows), np.int64), 1, []
+    for col in cols:
+        c, u = pd.factorize(col)
+        key += c.astype(np.int64) * radix
+        parts.append((radix, len(u), u))
+        radix *= max(len(u), 1)
+        if radix >= 2**62:  # absurdly many distinct values: too many for one key
+            return _launch_column_sorted(n, rows, cols, strs)
+    inv, ukey = pd.factorize(key)
+    out[rows] = inv
+    uniq = np.stack([u[(ukey // r) % k] for r, k, u in parts], axis=1)
+    return pa.DictionaryArray.from_arrays(pa.array(out, mask=out < 0),
+                                          pa.array(_launch_texts(uniq, strs), pa.string()))
+
+
+def _launch_texts(uniq: np.ndarray, strs: list) -> list[str]:
+    """The JSON object of each distinct configuration (a row of codes / ints)."""
     texts = [d.dictionary.to_pylist() for d in strs]
     m = len(dec.LAUNCH_STR_FIELDS)
     values = []
@@ -771,6 +794,15 @@ def _launch_column(batch: dec.Batch) -> pa.DictionaryArray:
         parts = [f'"{k}":{texts[i][u[i]]}' for i, k in enumerate(dec.LAUNCH_STR_FIELDS) if u[i] >= 0]
         parts += [f'"{k}":{u[m + i]}' for i, k in enumerate(dec.LAUNCH_INT_FIELDS) if u[m + i] >= 0]
         values.append("{" + ",".join(parts) + "}")
+    return values
+
+
+def _launch_column_sorted(n: int, rows: np.ndarray, cols: list, strs: list) -> pa.DictionaryArray:
+    """``_launch_column``'s numbering by sorting whole rows (any number of distinct values)."""
+    out = np.full(n, -1, np.int32)
+    uniq, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    inv = inv.ravel()
+    values = _launch_texts(uniq, strs)
     # first-appearance order, as every other dictionary of the table
     first = np.full(len(uniq), n, np.int64)
     np.minimum.at(first, inv, rows)
@@ -833,11 +865,7 @@ def _main_pid(pid: np.ndarray, is_launch: np.ndarray, is_host: np.ndarray) -> in
 
 
 def _take(v, order: np.ndarray):
-    if isinstance(v, pa.DictionaryArray):
-        idx = v.indices.fill_null(0).to_numpy(zero_copy_only=False)
-        valid = v.indices.is_valid().to_numpy(zero_copy_only=False)[order]
-        return pa.DictionaryArray.from_arrays(pa.array(idx[order], mask=~valid), v.dictionary)
-    if isinstance(v, pa.Array):
+    if isinstance(v, pa.Array):  # dictionary arrays too: indices and validity in one pass
         return v.take(pa.array(order))
     if isinstance(v, list):
         return [v[i] for i in order.tolist()]
@@ -856,7 +884,7 @@ def _clock(fmt_name: str, header: dict, ts: np.ndarray) -> str:
 def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.ndarray, n: int):
     ints, strs = batch.ints, batch.strs
     coll_raw = strs["coll_name"]
-    has_args = np.fromiter(map(is_not, coll_raw, repeat(None)), dtype=bool, count=n)
+    has_args = _present(coll_raw, n)
     arg_rows = np.flatnonzero(has_args)
     coll_rows = arg_rows
     collective = np.array([_collective_name(coll_raw[i]) for i in arg_rows.tolist()] or [],
@@ -889,6 +917,18 @@ def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.n
             "group_size": group_size, "process_group": _sparse_strings_at(n, rows, pg)}
 
 
+def _present(values, n: int) -> np.ndarray:
+    """Rows whose value is not None; a sparse column (the streaming join) knows them."""
+    rows = getattr(values, "rows", None)
+    if rows is not None and len(getattr(values, "values", ())) == len(rows):
+        out = np.zeros(n, bool)
+        present = np.fromiter(map(is_not, values.values, repeat(None)), dtype=bool,
+                              count=len(rows))
+        out[np.asarray(rows, np.int64)[present]] = True
+        return out
+    return np.fromiter(map(is_not, values, repeat(None)), dtype=bool, count=n)
+
+
 def _collective_name(raw: Any) -> str | None:
     """Canonical name; unknown spellings kept as written; ``wait`` (work.wait) is none."""
     raw = str(raw)
@@ -912,7 +952,7 @@ _INSTANT = frozenset(("i", "I"))
 def _pair_begin_end(batch: dec.Batch, ts: np.ndarray, dur: np.ndarray, keep: np.ndarray,
                     meta: TraceMeta) -> None:
     """Fold 'B'/'E' pairs (per pid, tid stack) into one row with a duration."""
-    if not any(p in _BE for p in set(batch.ph)):
+    if not any(p in _BE for p in dec.distinct(batch.ph)):
         return
     be = np.flatnonzero(dec.phase_masks(batch.ph, (_BE,))[0]).tolist()
     if not be:

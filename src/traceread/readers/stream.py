@@ -169,6 +169,16 @@ def _join_codes(parts: list, n_all: int):
     i.e. what ``kineto._dict_encode`` gives for the joined list -- without the
     list (8 B/row) or its object-array copy. None when a chunk kept a plain list.
     """
+    joined = _join_code_parts(parts, n_all)
+    if joined is None:
+        return None
+    codes, uniques = joined
+    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0),
+                                          pa.array(uniques, type=pa.string()))
+
+
+def _join_code_parts(parts: list, n_all: int):
+    """(int32 codes, uniques) over all chunks, or None when a chunk kept a plain list."""
     if any(isinstance(p, list) for p in parts):
         return None
     index: dict = {}
@@ -179,8 +189,7 @@ def _join_codes(parts: list, n_all: int):
                          dtype=np.int32)
         codes[pos:pos + len(c)] = remap[c]  # code -1 picks the trailing -1
         pos += len(c)
-    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0),
-                                          pa.array(list(index), type=pa.string()))
+    return codes, list(index)
 
 
 def _join_sparse_ints(parts: list, offs: np.ndarray) -> tuple:
@@ -260,8 +269,12 @@ def chunks_to_batch(chunks: list) -> dec.Batch:
     lists = {}
     for k in STR_LISTS:
         parts = [c.strs_coded.pop(k) for c in chunks]
-        joined = _join_codes(parts, n_all) if k != "ph" else None
-        if joined is None:  # ph (a few distinct values), or a chunk with non-str values
+        if k == "ph":  # a few distinct values: kept as codes (dec.CodedList)
+            coded = _join_code_parts(parts, n_all)
+            joined = dec.CodedList(*coded) if coded is not None else None
+        else:
+            joined = _join_codes(parts, n_all)
+        if joined is None:  # a chunk with non-str values
             joined = []
             for part in parts:
                 joined.extend(_uncode(part))
@@ -409,6 +422,21 @@ def _pool(workers: int):
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
+WORKERS_ENV = "TRACEREAD_WORKERS"
+
+
+def env_workers() -> int | None:
+    """``$TRACEREAD_WORKERS`` as a worker count (benchmarks, pinned jobs); None if unset."""
+    text = os.environ.get(WORKERS_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise TraceError(WORKERS_ENV, f"must be a whole number of workers, not {text!r}") from None
+    return max(1, n)
+
+
 def default_workers() -> int:
     """Worker processes worth starting: the cores that are idle right now.
 
@@ -419,8 +447,16 @@ def default_workers() -> int:
     cores = os.cpu_count() or 1
     if cores == 1:
         return 1
-    idle = _idle_cores(cores)
-    return max(1, min(int(idle + 0.5), cores, 8))
+    at, n = _LAST_DEFAULT
+    if time.monotonic() - at < _DEFAULT_REUSE_S:  # the read just sampled: the passes reuse it
+        return n
+    n = max(1, min(int(_idle_cores(cores) + 0.5), cores, 8))
+    _LAST_DEFAULT[:] = [time.monotonic(), n]
+    return n
+
+
+_LAST_DEFAULT: list = [-1e9, 1]   # (monotonic time, workers) of the last sample
+_DEFAULT_REUSE_S = 10.0   # the sample sleeps 0.1 s; a read and its analysis share one
 
 
 def _idle_cores(cores: int, interval: float = 0.1) -> float:
@@ -465,6 +501,8 @@ def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | 
         raise TraceError(p, "is an SQLite database, not a JSON trace")
     from .kineto import _progress
 
+    if not workers:
+        workers = env_workers()
     if not workers:  # a pool costs ~0.3 s to start: only for files of several chunks
         workers = max(1, min(default_workers(), estimated_raw_size(p) // (2 * chunk_bytes)))
     exact = lenient = False
@@ -726,7 +764,8 @@ class _GzChunks:
             if cut < 0:
                 continue
             nxt = _next_start(buf, cut)
-            item = (bytes(buf[:cut]), bytes(buf[cut:nxt]))  # events, separator after them
+            with memoryview(buf) as mv:  # one copy (buf[:cut] would copy once more)
+                item = (bytes(mv[:cut]), bytes(mv[cut:nxt]))  # events, separator after them
             del buf[:nxt]
             yield item
         end = find_array_end(buf, 0, self.prefix)
@@ -734,7 +773,8 @@ class _GzChunks:
             self.suffix = bytes(buf[end + 1:])
         else:
             end = self._recover(buf)
-        last = bytes(buf[:end]).strip()
+        with memoryview(buf) as mv:
+            last = bytes(mv[:end]).strip()
         del buf
         if last:
             yield last, b""

@@ -1,0 +1,107 @@
+"""Independent passes on forked worker processes, while the caller runs its own.
+
+The passes are pure functions of the event frame, so a forked child computes
+exactly what this process would. Big inputs (the event frames, the trace) are
+``shared``: set before the fork, the children read them through it
+(copy-on-write, nothing pickled on the way in); a job names them with
+``ref(name)``. Other arguments are pickled, and only the result (a small frame
+or dict) comes back. Without ``fork``, with one worker, or when the pool
+cannot start or a child dies, a job runs here, when its result is asked for.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import pickle
+from typing import Any, Callable
+
+_SHARED: dict[str, Any] = {}   # set before the fork: the children inherit it
+
+
+class Ref:
+    """An argument the child takes from the shared objects instead of a pickle."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _resolve(args: tuple, kw: dict, shared: dict) -> tuple[tuple, dict]:
+    def get(v):
+        return shared[v.name] if isinstance(v, Ref) else v
+    return tuple(get(a) for a in args), {k: get(v) for k, v in kw.items()}
+
+
+def _run(blob: bytes) -> Any:
+    fn, args, kw = pickle.loads(blob)
+    args, kw = _resolve(args, kw, _SHARED)
+    return fn(*args, **kw)
+
+
+class SidePasses:
+    """Jobs on up to ``workers - 1`` (at most ``max_jobs``) forked processes; ``get(key)``
+    waits for one. Three are enough to hide the side passes behind the attribution, and
+    every fork of the big parent costs (16-core box, 713 MB trace: analyze 6.5 s with 3
+    side workers, 6.9 s with 7, 7.4 s with 8)."""
+
+    def __init__(self, workers: int, shared: dict[str, Any], max_jobs: int = 3):
+        self.shared = shared
+        self.jobs: dict[str, tuple[Callable, tuple, dict]] = {}
+        self.futs: dict[str, cf.Future] = {}
+        self.pool = None
+        n = min(workers - 1, max_jobs)
+        if n < 1 or "fork" not in mp.get_all_start_methods():
+            return
+        _SHARED.clear()
+        _SHARED.update(shared)
+        try:
+            self.pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"))
+        except Exception:  # noqa: BLE001 - no pool (e.g. inside a daemonic worker): run here
+            self.pool = None
+
+    @staticmethod
+    def ref(name: str) -> Ref:
+        return Ref(name)
+
+    def submit(self, key: str, fn: Callable, *args, **kw) -> None:
+        self.jobs[key] = (fn, args, kw)
+        if self.pool is None:
+            return
+        try:  # pickled here: a job that cannot be (a lambda) runs in this process instead
+            blob = pickle.dumps((fn, args, kw), pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - whatever pickling raises
+            return
+        try:
+            self.futs[key] = self.pool.submit(_run, blob)
+        except Exception:  # noqa: BLE001 - the pool broke or cannot fork: run here
+            self.close()
+
+    def get(self, key: str) -> Any:
+        fn, args, kw = self.jobs.pop(key)
+        fut = self.futs.pop(key, None)
+        if fut is not None:
+            try:
+                return fut.result()
+            except cf.process.BrokenProcessPool:  # a child was killed (OOM): do it here
+                pass
+        args, kw = _resolve(args, kw, self.shared)
+        return fn(*args, **kw)
+
+    def close(self, abandon: bool = False) -> None:
+        """Shut the pool down; ``abandon``: stop its workers first (the caller failed
+        and will not ask for the results)."""
+        for fut in self.futs.values():
+            fut.cancel()
+        self.futs = {}
+        if self.pool is not None:
+            if abandon:
+                for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
+                    proc.terminate()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+        _SHARED.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        self.close(abandon=exc_type is not None)

@@ -1,0 +1,78 @@
+"""Side passes on forked workers (passes/_side.py) give exactly the in-process analysis."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURES
+from traceread import load
+from traceread import analysis as A
+from traceread.passes._side import SidePasses
+from traceread.readers import stream as S
+
+# real traces with collectives, graphs, copies and torch.compile between them
+TRACES = ["rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "tracelens_b200_eager_trace.json.gz",
+          "tracelens_torch_compile_triton.json.gz", "mi250_minitoy_train_ROCm6_2_kineto.json.gz"]
+
+
+def _analysis_json(trace) -> str:
+    return json.dumps(A.analyze(trace).to_dict(), sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_forked_side_passes_equal_in_process(name, monkeypatch):
+    trace = load(FIXTURES / "kineto" / name)
+    monkeypatch.setenv(S.WORKERS_ENV, "1")
+    alone = _analysis_json(trace)
+    monkeypatch.setattr(A, "PARALLEL_PASSES_ROWS", 0)
+    monkeypatch.setenv(S.WORKERS_ENV, "3")
+    started = []
+    init = SidePasses.__init__
+
+    def spy(self, *a, **kw):
+        init(self, *a, **kw)
+        started.append(self.pool is not None)
+    monkeypatch.setattr(SidePasses, "__init__", spy)
+    assert _analysis_json(trace) == alone
+    assert started == [True]
+
+
+def _boom():
+    raise ValueError("a pass failed")
+
+
+def _double(x):
+    return 2 * x
+
+
+def test_side_jobs_run_here_without_a_pool_and_errors_propagate():
+    with SidePasses(1, {"x": 21}) as side:
+        assert side.pool is None
+        side.submit("a", _double, side.ref("x"))
+        assert side.get("a") == 42
+    with SidePasses(2, {"x": 4}) as side:
+        side.submit("a", _double, side.ref("x"))
+        side.submit("b", _boom)
+        assert side.get("a") == 8
+        with pytest.raises(ValueError, match="a pass failed"):
+            side.get("b")
+
+
+def test_unpicklable_jobs_run_here_and_a_failure_does_not_hang():
+    with SidePasses(3, {"x": 5}) as side:
+        side.submit("lam", lambda v: v + 1, side.ref("x"))   # cannot be pickled
+        side.submit("a", _double, side.ref("x"))
+        assert "lam" not in side.futs and side.get("lam") == 6
+        assert side.get("a") == 10
+    with pytest.raises(RuntimeError, match="parent failed"):
+        with SidePasses(3, {"x": 5}) as side:
+            side.submit("slow", _sleep_then, side.ref("x"))
+            raise RuntimeError("parent failed")   # the pool is stopped, not waited for
+
+
+def _sleep_then(x):
+    import time
+
+    time.sleep(30)
+    return x
