@@ -31,10 +31,24 @@ def test_help_imports_no_pandas_numpy_pyarrow():
 
 
 def test_version_with_the_python_decoder_imports_no_pandas():
-    # With the native decoder built, --version checks it against _kineto_decode
-    # (which needs pandas), so the light path is the Python decoder's.
     mods = _imported(["--version"], env={"TRACEREAD_DECODER": "python"})
     assert not mods & set(HEAVY), mods & set(HEAVY)
+
+
+def test_version_with_the_native_decoder_built_imports_no_pandas():
+    # A stand-in for the built extension, so the test holds whether or not this
+    # checkout compiled _cscan.c: --version must name it without the stale check.
+    code = ("import sys, types; sys.modules['traceread.readers._cscan'] = types.ModuleType('_cscan'); "
+            "from click.testing import CliRunner; from traceread.cli import main; "
+            "r = CliRunner().invoke(main, ['--version']); assert r.exit_code == 0, r.output; "
+            "print(r.output.splitlines()[-1]); "
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    env = {k: v for k, v in os.environ.items() if k != "TRACEREAD_DECODER"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    decoder, heavy = p.stdout.strip().splitlines()
+    assert decoder.startswith("JSON chunk decoder: native"), decoder
+    assert heavy == "[]"
 
 
 def test_sys_modules_after_in_process_help():
@@ -67,3 +81,16 @@ def test_each_command_loads_and_shows_its_help(name):
 def test_unknown_command_is_a_usage_error():
     r = CliRunner().invoke(cli.main, ["frobnicate"])
     assert r.exit_code == 2 and "No such command" in r.output
+
+
+def test_version_is_the_packages_version():
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    import traceread
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert traceread.__version__ == meta["project"]["version"]
+    r = CliRunner().invoke(cli.main, ["--version"])
+    assert r.output.startswith(f"traceread, version {traceread.__version__}\n")

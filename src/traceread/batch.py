@@ -30,8 +30,10 @@ SUMMARY_COLUMNS = [
     "idle_pct", "top_drain", "top_drain_pct", "top_cpu", "top_cpu_pct", "comm_ms", "exposed_comm_pct",
     "recompiles", "verdict", "error", "seconds", "truncated_at_byte",
 ]
-# Per-trace tables written to the partitioned dataset (Analysis attribute or "collectives").
-TABLES = ("steps", "gaps", "kernels", "collectives", "devices", "top_ops")
+# Per-trace tables written to the partitioned dataset (Analysis attribute, "collectives",
+# or "figures": the one row ``traceread diff`` compares, see tracediff.figures).
+TABLES = ("steps", "gaps", "kernels", "kernel_classes", "collectives", "devices", "top_ops",
+          "figures")
 # Names that make a file a candidate even when its content does not look like a trace,
 # so that it is reported (as an error row) rather than silently skipped.
 TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".sqlite3", ".nsys-rep", ".qdrep")
@@ -148,7 +150,8 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
         for name in TABLES:
-            df = coll if name == "collectives" else getattr(a, name, None)
+            df = coll if name == "collectives" else (
+                figures_table(a) if name == "figures" else getattr(a, name, None))
             if isinstance(df, pd.DataFrame):
                 tables[name] = df
     except TraceError as e:
@@ -161,6 +164,20 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     return {"row": row, "tables": tables if row["error"] is None else {},
             "rank_input": rank_input if row["error"] is None else None,
             "verdict": verdict if row["error"] is None else None}
+
+
+def figures_table(a) -> pd.DataFrame:
+    """``tracediff.figures`` of one analysis as a one-row table (idle by cause as
+    ``idle_<category>`` columns): what ``traceread diff`` reads from a batch output."""
+    from .tracediff import figures
+
+    f = figures(a)
+    row = {k: v for k, v in f.items() if k != "idle_by_cpu"}
+    row.update({f"idle_{c}": v for c, v in f["idle_by_cpu"].items()})
+    df = pd.DataFrame([row])
+    for c in ("step_mean_ns", "step_median_ns", "promised_saving_ns"):
+        df[c] = df[c].astype("Int64")
+    return df
 
 
 class _local_copy:
@@ -489,6 +506,21 @@ def _job_verdicts(summary: pd.DataFrame, results: list[dict], jobs: list) -> Non
         new = adjust_rank_verdicts({rank: results[i]["verdict"] for rank, i in members.items()}, job)
         for rank, i in members.items():
             summary.loc[i, "verdict"] = new[rank].get("bound")
+            _job_figures(results[i], new[rank])
+
+
+def _job_figures(result: dict, verdict: dict) -> None:
+    """A job member's ``figures`` carry its job-adjusted verdict, as its summary row does."""
+    from .tracediff import promised_saving
+
+    fig = result["tables"].get("figures")
+    if fig is None or not len(fig):
+        return
+    fig = fig.copy()
+    fig["verdict"] = verdict.get("bound")
+    fig["verdict_summary"] = str(verdict.get("summary", ""))
+    fig["promised_saving_ns"] = pd.array([promised_saving(verdict)], dtype="Int64")
+    result["tables"]["figures"] = fig
 
 
 # ----------------------------------------------------------------------------- writing

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import msgspec
 from msgspec import Struct, field
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 class _S(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -501,6 +501,9 @@ class DiffSide(_S):
     idle_by_cpu: IntMap
     comm_ns: int
     exposed_comm_ns: int
+    copy_ns: int                # host<->device copies (passes/copies.py)
+    exposed_copy_ns: int        # ... with no compute beside them
+    pageable_copy_ns: int       # ... from/to pageable host memory
     compiles: int
     recompiles: int
     verdict: Optional[str]
@@ -553,6 +556,7 @@ class Saving(_S):
 
 class DiffPair(_S):
     unit: str
+    label: str                  # the pair's key in a folder / batch diff ("rank 3", a path)
     before: DiffSide
     after: DiffSide
     change: dict[str, Any]
@@ -562,11 +566,44 @@ class DiffPair(_S):
     kernels: KernelChanges
 
 
+class Unmatched(_S):
+    side: str                   # before | after
+    path: str
+    reason: str
+
+
+class JobSide(_S):
+    job: str
+    world_size: int
+    straggler_rank: int         # -1: no straggler
+    collective: Optional[str]
+    late_by_ns: int
+    cause: Optional[str]
+    locality: Optional[str]
+    summary: str
+    step_mean_ns: Optional[int]  # the job's pace: its slowest matched rank's mean step
+
+
+class JobChange(_S):
+    job_before: Optional[str]
+    job_after: Optional[str]
+    ranks: int                  # members matched on both sides
+    before: Optional[JobSide]
+    after: Optional[JobSide]
+    straggler_changed: bool
+    step_pct: Optional[float]
+
+
 class Diff(DiffPair, kw_only=True):
-    """``traceread diff --format json``."""
+    """``traceread diff --format json``. Folder and batch diffs: the pair with the largest
+    step-time change at the top level, every pair in ``pairs``."""
 
     schema_version: str
+    source: str                 # traces | directories | batch
     pairs: Optional[list[DiffPair]] = None
+    matched_by: Optional[str] = None  # path | rank | single | position
+    unmatched: Optional[list[Unmatched]] = None
+    jobs: Optional[list[JobChange]] = None   # batch outputs: one per multi-rank job
 
 
 # --- nsys-stats compatible lists -------------------------------------------------------

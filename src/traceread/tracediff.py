@@ -2,7 +2,9 @@
 
 Compares two analyses (``traceread.analyze``): step time, GPU busy / idle, idle
 by cause, exposed communication, recompiles, the verdict, and the kernels
-(matched by name: slower, faster, new, gone).
+(matched by name: slower, faster, new, gone). Two directories of traces are
+matched file by file (``pair_up``); two ``traceread batch`` output folders are
+compared from what the batch wrote (``batchdiff.py``), with the jobs' changes.
 
 Two traces rarely hold the same number of steps, so when both have steps every
 time is **per step** (total / steps); otherwise per trace (``unit``). A kernel
@@ -25,32 +27,65 @@ KERNEL_MIN_NS = 1000
 KERNEL_ROWS = 10
 
 
-def summarize(a) -> dict[str, Any]:
-    """The figures of one analysis that a diff compares (times per unit, see module doc)."""
-    d = a.to_dict()
-    stats = d["steps"].get("stats") or {}
-    steps = int(d["steps"].get("count") or 0)
-    per = steps if steps > 0 else 1
-    dev = d.get("devices") or []
-    window = sum(x["window_ns"] for x in dev)
-    idle = sum(x["idle_ns"] for x in dev)
-    comp = d.get("compile") or {}
-    verdict = d.get("verdict") or {}
+def figures(a) -> dict[str, Any]:
+    """The whole-window totals of one analysis that a diff compares (batch stores them
+    as its ``figures`` table, so batch outputs diff like the traces themselves)."""
+    stats = a.step_stats or {}
+    steps = 0 if a.step_source == "whole_trace" else int(len(a.steps))
+    dev = a.devices
+    n = a.nccl
+    comp = a.compile or {}
+    cp = getattr(a, "copies", None) or {}
+    verdict = a.verdict or {}
     return {
-        "path": d["trace"]["path"], "format": d["trace"]["format"], "steps": steps,
-        "unit": "step" if steps > 0 else "trace",
-        "step_mean_ns": stats.get("mean_ns"), "step_median_ns": stats.get("median_ns"),
+        "path": str(a.meta.path), "format": str(a.meta.format), "steps": steps,
+        "step_mean_ns": _int(stats.get("mean_ns")) if steps else None,
+        "step_median_ns": _int(stats.get("median_ns")) if steps else None,
+        "gpu_window_ns": int(dev["window_ns"].sum()) if len(dev) else 0,
+        "gpu_idle_ns": int(dev["idle_ns"].sum()) if len(dev) else 0,
+        "idle_by_cpu": {c: int(a.attribution["by_cpu"].get(c, 0)) for c in CPU_CATEGORIES},
+        "comm_ns": int(n["comm_ns"].sum()) if n is not None and len(n) else 0,
+        "exposed_comm_ns": int(n["exposed_ns"].sum()) if n is not None and len(n) else 0,
+        "copy_ns": int(cp.get("copy_ns", 0) or 0), "exposed_copy_ns": int(cp.get("exposed_ns", 0) or 0),
+        "pageable_copy_ns": int(cp.get("pageable_ns", 0) or 0),
+        "compiles": int(comp.get("compiles", 0) or 0), "recompiles": int(comp.get("recompiles", 0) or 0),
+        "verdict": verdict.get("bound"), "verdict_summary": str(verdict.get("summary", "")),
+        "promised_saving_ns": promised_saving(verdict),
+    }
+
+
+def _int(x):
+    return None if x is None or x != x else int(x)
+
+
+def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
+         per_step: bool = True) -> dict[str, Any]:
+    """One side of a diff: ``figures`` per step (when it has steps and ``per_step``), else
+    per trace, plus its kernel table and kernel time per class on the same unit."""
+    steps = int(fig["steps"] or 0)
+    per = steps if per_step and steps > 0 else 1
+    window, idle = int(fig["gpu_window_ns"]), int(fig["gpu_idle_ns"])
+    out = {k: fig[k] for k in ("path", "format", "steps", "step_mean_ns", "step_median_ns")}
+    out.update({
+        "unit": "step" if per_step and steps > 0 else "trace",
         "gpu_window_ns": window // per, "gpu_busy_ns": (window - idle) // per,
         "gpu_idle_ns": idle // per, "gpu_idle_pct": round(100.0 * idle / window, 2) if window else 0.0,
-        "idle_by_cpu": {c: int(v) // per for c, v in d["attribution"]["by_cpu"].items()},
-        "comm_ns": int(d["nccl"].get("comm_ns", 0)) // per,
-        "exposed_comm_ns": int(d["nccl"].get("exposed_ns", 0)) // per,
-        "compiles": int(comp.get("compiles", 0) or 0), "recompiles": int(comp.get("recompiles", 0) or 0),
-        "verdict": verdict.get("bound"), "verdict_summary": verdict.get("summary", ""),
-        "promised_saving_ns": promised_saving(verdict),
-        "kernels": _kernel_table(a.kernels, per),
-        "kernel_classes": _class_times(a.kernel_classes, per),
-    }
+        "idle_by_cpu": {c: int(fig["idle_by_cpu"].get(c, 0)) // per for c in CPU_CATEGORIES},
+        "comm_ns": int(fig["comm_ns"]) // per, "exposed_comm_ns": int(fig["exposed_comm_ns"]) // per,
+        "copy_ns": int(fig["copy_ns"]) // per, "exposed_copy_ns": int(fig["exposed_copy_ns"]) // per,
+        "pageable_copy_ns": int(fig["pageable_copy_ns"]) // per,
+        "compiles": int(fig["compiles"]), "recompiles": int(fig["recompiles"]),
+        "verdict": fig["verdict"], "verdict_summary": fig["verdict_summary"],
+        "promised_saving_ns": fig["promised_saving_ns"],
+        "kernels": _kernel_table(kernels, per),
+        "kernel_classes": _class_times(classes, per),
+    })
+    return out
+
+
+def summarize(a) -> dict[str, Any]:
+    """The figures of one analysis that a diff compares (times per unit, see module doc)."""
+    return side(figures(a), a.kernels, a.kernel_classes)
 
 
 def promised_saving(verdict: dict) -> int | None:
@@ -58,12 +93,12 @@ def promised_saving(verdict: dict) -> int | None:
     actions = verdict.get("actions") or []
     if actions and isinstance(actions[0], dict):
         v = actions[0].get("saves_per_step_ns")
-        if isinstance(v, (int, float)):
+        if isinstance(v, (int, float)) and v == v:
             return int(v)
     return None
 
 
-def _class_times(kc: pd.DataFrame, per: int) -> dict[str, int]:
+def _class_times(kc: pd.DataFrame | None, per: int) -> dict[str, int]:
     """Kernel time per class (gemm, attention, nccl, ...): comparable when names are not
     (another GPU, another library version)."""
     if kc is None or not len(kc):
@@ -71,7 +106,7 @@ def _class_times(kc: pd.DataFrame, per: int) -> dict[str, int]:
     return {str(c): int(ns) // per for c, ns in zip(kc["class"], kc["total_ns"])}
 
 
-def _kernel_table(k: pd.DataFrame, per: int) -> pd.DataFrame:
+def _kernel_table(k: pd.DataFrame | None, per: int) -> pd.DataFrame:
     if k is None or not len(k):
         return pd.DataFrame({"name": [], "ns": [], "instances": [], "avg_ns": []})
     out = pd.DataFrame({"name": k["name"].astype(str), "ns": k["total_ns"].astype("int64") // per,
@@ -87,6 +122,11 @@ class TraceDiff:
     after: dict
     kernels: dict = field(default_factory=dict)   # slower, faster, new, gone: lists of rows
     pairs: list = field(default_factory=list)     # directory diffs: one TraceDiff per matched file
+    label: str = ""                               # a pair's key in a directory diff (rank / path)
+    matched_by: str | None = None                 # directory diffs: path, rank, single, position
+    unmatched: list = field(default_factory=list)  # {side, path, reason} left out of the pairs
+    jobs: list | None = None                      # batch diffs: one change record per job
+    source: str = "traces"                        # traces | directories | batch
 
     @property
     def unit(self) -> str:
@@ -101,19 +141,27 @@ class TraceDiff:
         return 100.0 * (a - b) / b
 
     def to_dict(self) -> dict[str, Any]:
-        strip = ("kernels",)
-        out = {"unit": self.unit,
-               "before": {k: v for k, v in self.before.items() if k not in strip},
-               "after": {k: v for k, v in self.after.items() if k not in strip},
-               "change": _changes(self.before, self.after),
-               "slower_pct": _round(self.slower_pct()),
-               "verdict": {"before": self.before["verdict"], "after": self.after["verdict"],
-                           "changed": self.before["verdict"] != self.after["verdict"]},
-               "saving": self.saving(),
-               "kernels": self.kernels}
+        out = self._pair_dict()
+        out["source"] = self.source
         if self.pairs:
-            out["pairs"] = [p.to_dict() for p in self.pairs]
+            out["pairs"] = [p._pair_dict() for p in self.pairs]
+            out["matched_by"] = self.matched_by
+            out["unmatched"] = self.unmatched
+        if self.jobs is not None:
+            out["jobs"] = self.jobs
         return out
+
+    def _pair_dict(self) -> dict[str, Any]:
+        strip = ("kernels",)
+        return {"unit": self.unit, "label": self.label,
+                "before": {k: v for k, v in self.before.items() if k not in strip},
+                "after": {k: v for k, v in self.after.items() if k not in strip},
+                "change": _changes(self.before, self.after),
+                "slower_pct": _round(self.slower_pct()),
+                "verdict": {"before": self.before["verdict"], "after": self.after["verdict"],
+                            "changed": self.before["verdict"] != self.after["verdict"]},
+                "saving": self.saving(),
+                "kernels": self.kernels}
 
     def saving(self) -> dict[str, Any]:
         """Realised saving per step vs what the before-verdict's lever promised (when it did)."""
@@ -127,22 +175,23 @@ def _round(x):
 
 
 _COMPARED = ("step_mean_ns", "step_median_ns", "gpu_window_ns", "gpu_busy_ns", "gpu_idle_ns",
-             "gpu_idle_pct", "comm_ns", "exposed_comm_ns", "compiles", "recompiles")
+             "gpu_idle_pct", "comm_ns", "exposed_comm_ns", "copy_ns", "exposed_copy_ns",
+             "pageable_copy_ns", "compiles", "recompiles")
 
 
 def _changes(b: dict, a: dict) -> dict[str, Any]:
     out = {}
     for k in _COMPARED:
-        out[k] = _delta(b.get(k), a.get(k))
-    out["idle_by_cpu"] = {c: _delta(b["idle_by_cpu"].get(c, 0), a["idle_by_cpu"].get(c, 0))
+        out[k] = delta(b.get(k), a.get(k))
+    out["idle_by_cpu"] = {c: delta(b["idle_by_cpu"].get(c, 0), a["idle_by_cpu"].get(c, 0))
                           for c in CPU_CATEGORIES}
     classes = sorted(set(b.get("kernel_classes", {})) | set(a.get("kernel_classes", {})))
-    out["kernel_classes"] = {c: _delta(b["kernel_classes"].get(c, 0), a["kernel_classes"].get(c, 0))
+    out["kernel_classes"] = {c: delta(b["kernel_classes"].get(c, 0), a["kernel_classes"].get(c, 0))
                              for c in classes}
     return out
 
 
-def _delta(b, a) -> dict[str, Any]:
+def delta(b, a) -> dict[str, Any]:
     if b is None or a is None:
         return {"before": b, "after": a, "delta": None, "pct": None}
     return {"before": b, "after": a, "delta": a - b,
@@ -181,181 +230,143 @@ def _rows(df: pd.DataFrame, n: int) -> list[dict]:
     return out
 
 
-def diff_analyses(before, after) -> TraceDiff:
-    """Compare two ``Analysis`` objects."""
-    b, a = summarize(before), summarize(after)
+def diff_sides(before: tuple, after: tuple, label: str = "") -> TraceDiff:
+    """Compare two (figures, kernels, kernel_classes) triples: per step when both have
+    steps, else both per trace."""
+    b, a = side(*before), side(*after)
     if b["unit"] != a["unit"]:  # one side has no steps: compare whole traces on both
-        b, a = _per_trace(before, b), _per_trace(after, a)
-    return TraceDiff(before=b, after=a, kernels=compare_kernels(b["kernels"], a["kernels"]))
+        b, a = side(*before, per_step=False), side(*after, per_step=False)
+    return TraceDiff(before=b, after=a, kernels=compare_kernels(b["kernels"], a["kernels"]),
+                     label=label)
 
 
-def _per_trace(analysis, s: dict) -> dict:
-    if s["unit"] == "trace":
-        return s
-    n = s["steps"]
-    out = dict(s, unit="trace")
-    for k in ("gpu_window_ns", "gpu_busy_ns", "gpu_idle_ns", "comm_ns", "exposed_comm_ns"):
-        out[k] = s[k] * n
-    out["idle_by_cpu"] = {c: v * n for c, v in s["idle_by_cpu"].items()}
-    out["kernels"] = _kernel_table(analysis.kernels, 1)
-    out["kernel_classes"] = _class_times(analysis.kernel_classes, 1)
-    return out
+def diff_analyses(before, after, label: str = "") -> TraceDiff:
+    """Compare two ``Analysis`` objects."""
+    return diff_sides((figures(before), before.kernels, before.kernel_classes),
+                      (figures(after), after.kernels, after.kernel_classes), label)
 
 
 def diff_paths(before: str, after: str, *, step_pattern: str | None = None, load=None) -> TraceDiff:
-    """Diff two traces, or two directories of traces (matched by relative path, else by rank)."""
+    """Diff two traces, two directories of traces (matched by ``pair_up``) or two
+    ``traceread batch`` output folders (``batchdiff.diff_batches``)."""
     from .analysis import analyze
+    from .batchdiff import diff_batches, is_batch_output
+    from .errors import TraceError
 
+    kinds = [is_batch_output(p) for p in (before, after)]
+    if any(kinds):
+        if not all(kinds):
+            odd, other = (after, before) if kinds[0] else (before, after)
+            raise TraceError(odd, f"not a `traceread batch` output folder, but {other} is: "
+                                  "diff two batch outputs, or two traces / trace folders")
+        return diff_batches(before, after)
     load = load or (lambda p: p)
     run = lambda p: analyze(load(p), step_pattern=step_pattern)  # noqa: E731
     if os.path.isdir(before) and os.path.isdir(after):
-        pairs = [diff_analyses(run(x), run(y)) for x, y in match_dirs(before, after)]
-        return _aggregate(pairs)
+        return _diff_folders(match_dirs(before, after), run)
     return diff_analyses(run(before), run(after))
 
 
-def match_dirs(before: str, after: str) -> list[tuple[str, str]]:
-    """Pairs of trace files: same path relative to each directory, else same rank."""
-    from .batch import discover
+def _diff_folders(matched: Matched, run) -> TraceDiff:
+    """Every matched pair, and the multi-rank jobs each side's traces form. Each analysis
+    is dropped once diffed: only its small cross-rank input (``multirank.prepare``) stays."""
+    from .batchdiff import job_changes, traces_jobs
+    from .multirank import prepare
+
+    pairs, prep, alias = [], ([], []), ({}, {})
+    for label, x, y in matched.pairs:
+        ax, ay = run(x), run(y)
+        pairs.append(diff_analyses(ax, ay, label=label))
+        for i, (an, key) in enumerate(((ax, x), (ay, y))):
+            prep[i].append(prepare(an))
+            alias[i][str(an.meta.path)] = key  # jobs name traces by their meta path
+    steps = ({x: p.before["step_mean_ns"] for (_, x, _), p in zip(matched.pairs, pairs)},
+             {y: p.after["step_mean_ns"] for (_, _, y), p in zip(matched.pairs, pairs)})
+    views = [traces_jobs(pr, st, al) for pr, st, al in zip(prep, steps, alias)]
+    jobs = job_changes(views[0], views[1], matched) if len(views[0].jobs) or len(views[1].jobs) \
+        else None
+    return aggregate(pairs, matched, source="directories", jobs=jobs)
+
+
+@dataclass
+class Matched:
+    pairs: list            # (label, before item, after item)
+    by: str                # path | rank | single | position
+    unmatched: list        # {side, path, reason}
+
+
+def pair_up(before: list[dict], after: list[dict], before_name: str, after_name: str) -> Matched:
+    """Pair items ``{"rel": path relative to its folder, "rank": int, "item": ...}``:
+    same relative path, else same rank, else the only one of each, else by position
+    (sorted relative paths, equal counts)."""
     from .errors import TraceError
 
-    bs, as_ = discover(before)[0], discover(after)[0]
-    for d, found in ((before, bs), (after, as_)):
-        if not found:
-            raise TraceError(d, "no trace files found")
-    rel_b = {os.path.relpath(p, before): p for p in bs}
-    rel_a = {os.path.relpath(p, after): p for p in as_}
+    rel_b, rel_a = {x["rel"]: x for x in before}, {x["rel"]: x for x in after}
     common = sorted(set(rel_b) & set(rel_a))
     if common:
-        return [(rel_b[k], rel_a[k]) for k in common]
-    rb, ra = _by_rank(bs), _by_rank(as_)
+        return _matched([(k, rel_b[k], rel_a[k]) for k in common], "path", before, after)
+    rb, ra = _by_rank(before), _by_rank(after)
     if rb and ra and set(rb) & set(ra):
-        return [(rb[r], ra[r]) for r in sorted(set(rb) & set(ra))]
-    if len(bs) == 1 and len(as_) == 1:
-        return [(bs[0], as_[0])]
-    raise TraceError(after, f"no trace matches one in {before} by relative path or rank")
+        keys = sorted(set(rb) & set(ra))
+        return _matched([(f"rank {r}", rb[r], ra[r]) for r in keys], "rank", before, after)
+    if len(before) == 1 and len(after) == 1:
+        return _matched([(before[0]["rel"], before[0], after[0])], "single", before, after)
+    if len(before) == len(after) and before:
+        bs, as_ = sorted(before, key=lambda x: x["rel"]), sorted(after, key=lambda x: x["rel"])
+        return _matched([(f"{x['rel']} ~ {y['rel']}", x, y) for x, y in zip(bs, as_)],
+                        "position", before, after)
+    raise TraceError(after_name, f"no trace matches one in {before_name} by relative path or "
+                                 f"rank ({len(before)} vs {len(after)} traces)")
 
 
-def _by_rank(paths: list[str]) -> dict[int, str]:
-    from .readers.kineto import rank_from_filename
+def _matched(pairs: list, by: str, before: list, after: list) -> Matched:
+    used_b = {id(x) for _, x, _ in pairs}
+    used_a = {id(y) for _, _, y in pairs}
+    left = [{"side": "before", "path": x["path"], "reason": "no match in AFTER"}
+            for x in before if id(x) not in used_b]
+    left += [{"side": "after", "path": y["path"], "reason": "no match in BEFORE"}
+             for y in after if id(y) not in used_a]
+    return Matched([(label, x["item"], y["item"]) for label, x, y in pairs], by, left)
 
+
+def _by_rank(items: list[dict]) -> dict[int, dict]:
     out = {}
-    for p in paths:
-        r = rank_from_filename(os.path.basename(p))
+    for x in items:
+        r = x.get("rank")
         if r is None or r < 0 or r in out:
             return {}
-        out[r] = p
+        out[r] = x
     return out
 
 
-def _aggregate(pairs: list[TraceDiff]) -> TraceDiff:
-    """A directory diff: the slowest pair (by step time change) leads, every pair is listed."""
+def match_dirs(before: str, after: str) -> Matched:
+    """Pairs of trace files of two directories (``pair_up``)."""
+    from .batch import discover
+    from .errors import TraceError
+    from .readers.kineto import rank_from_filename
+
+    sides = []
+    for d in (before, after):
+        found = discover(d)[0]
+        if not found:
+            raise TraceError(d, "no trace files found")
+        sides.append([{"rel": os.path.relpath(p, d), "path": p, "item": p,
+                       "rank": rank_from_filename(os.path.basename(p))} for p in found])
+    return pair_up(sides[0], sides[1], before, after)
+
+
+def aggregate(pairs: list[TraceDiff], matched: Matched, source: str,
+              jobs: list | None = None) -> TraceDiff:
+    """A directory / batch diff: the worst pair (largest step-time increase) leads, so
+    ``slower_pct`` and ``--fail-if-slower`` see it."""
     lead = max(pairs, key=lambda p: p.slower_pct() if p.slower_pct() is not None else float("-inf"))
-    return TraceDiff(before=lead.before, after=lead.after, kernels=lead.kernels, pairs=pairs)
-
-
-# --- text ------------------------------------------------------------------------------
+    return TraceDiff(before=lead.before, after=lead.after, kernels=lead.kernels, pairs=pairs,
+                     label=lead.label, matched_by=matched.by, unmatched=matched.unmatched,
+                     jobs=jobs, source=source)
 
 
 def render_text(d: TraceDiff) -> str:
-    from .render.text import fmt_ns
+    """The text of a diff (``render/diff_text.py``)."""
+    from .render.diff_text import render_diff
 
-    if d.pairs:
-        blocks = [render_text(TraceDiff(p.before, p.after, p.kernels)) for p in d.pairs]
-        worst = d.slower_pct()
-        head = (f"{len(d.pairs)} matched traces; largest step-time change "
-                f"{'+' if (worst or 0) >= 0 else ''}{worst:.1f}%: {d.after['path']}"
-                if worst is not None else f"{len(d.pairs)} matched traces")
-        return head + "\n\n" + "\n\n".join(blocks)
-    b, a, unit = d.before, d.after, d.unit
-    per = " per step" if unit == "step" else " (whole trace)"
-    lines = [f"before  {b['path']}  ({b['format']}, {_steps(b)})",
-             f"after   {a['path']}  ({a['format']}, {_steps(a)})", "",
-             f"  {'':<26}{'before':>12}{'after':>12}{'change':>12}"]
-    rows = [("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
-            ("GPU window" + per, "gpu_window_ns"), ("GPU busy" + per, "gpu_busy_ns"),
-            ("GPU idle" + per, "gpu_idle_ns"), ("exposed comm" + per, "exposed_comm_ns")]
-    for label, key in rows:
-        if not b.get(key) and not a.get(key) and not key.startswith("step"):
-            continue  # e.g. no GPU in either trace, no communication
-        if b.get(key) is None and a.get(key) is None:
-            continue
-        lines.append(_row(label, b.get(key), a.get(key), fmt_ns))
-    if b["gpu_window_ns"] or a["gpu_window_ns"]:
-        lines.append(f"  {'GPU idle %':<26}{b['gpu_idle_pct']:>11.1f}%{a['gpu_idle_pct']:>11.1f}%"
-                     f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:>+9.1f} pts")
-    if b["compiles"] or a["compiles"]:
-        lines.append(f"  {'recompiles':<26}{b['recompiles']:>12}{a['recompiles']:>12}"
-                     f"{a['recompiles'] - b['recompiles']:>+12}")
-    changed = "" if b["verdict"] == a["verdict"] else "  (changed)"
-    lines += [f"  {'verdict':<26}{str(b['verdict']).upper():>12}{str(a['verdict']).upper():>12}{changed}"]
-    lines += _saving_lines(d, fmt_ns)
-    if any(b["idle_by_cpu"].values()) or any(a["idle_by_cpu"].values()):
-        lines += ["", f"Idle by cause{per} (what the host was doing while the GPU idled)"]
-    for c in sorted(CPU_CATEGORIES, key=lambda c: -max(b["idle_by_cpu"].get(c, 0),
-                                                       a["idle_by_cpu"].get(c, 0))):
-        x, y = b["idle_by_cpu"].get(c, 0), a["idle_by_cpu"].get(c, 0)
-        if x or y:
-            lines.append(_row(c, x, y, fmt_ns))
-    lines += _class_lines(b, a, per, fmt_ns)
-    lines += _kernel_lines(d.kernels, per, fmt_ns)
-    return "\n".join(lines) + "\n"
-
-
-def _class_lines(b: dict, a: dict, per: str, fmt) -> list[str]:
-    bc, ac = b.get("kernel_classes") or {}, a.get("kernel_classes") or {}
-    if not bc and not ac:
-        return []
-    lines = ["", f"Kernel time by class{per}"]
-    for c in sorted(set(bc) | set(ac), key=lambda c: -max(bc.get(c, 0), ac.get(c, 0))):
-        lines.append(_row(c, bc.get(c, 0), ac.get(c, 0), fmt))
-    return lines
-
-
-def _steps(s: dict) -> str:
-    return f"{s['steps']} steps" if s["steps"] else "no steps"
-
-
-def _row(label: str, x, y, fmt) -> str:
-    if x is None or y is None:
-        return f"  {label:<26}{fmt(x) if x is not None else '-':>12}{fmt(y) if y is not None else '-':>12}"
-    pct = f"{100.0 * (y - x) / x:+.1f}%" if x else ("new" if y else "")
-    return f"  {label:<26}{fmt(x):>12}{fmt(y):>12}{pct:>12}"
-
-
-def _saving_lines(d: TraceDiff, fmt) -> list[str]:
-    s = d.saving()
-    if s["realised_ns"] is None:
-        return []
-    r = s["realised_ns"]
-    line = (f"  saving realised per step: {fmt(r)}" if r >= 0
-            else f"  no saving: each step is {fmt(-r)} slower")
-    if s["promised_ns"] is not None:
-        line += f" (the before-verdict's top action promised {fmt(s['promised_ns'])})"
-    return [line]
-
-
-def _kernel_lines(k: dict, per: str, fmt) -> list[str]:
-    if not k.get("before_count") and not k.get("after_count"):
-        return []
-    lines = ["", f"Kernels{per}, matched by name: {k['matched']} in both, "
-             f"{k['slower_count']} slower, {k['faster_count']} faster, "
-             f"{k['new_count']} new, {k['gone_count']} gone"]
-    for title, key in (("slower", "slower"), ("faster", "faster"), ("new", "new"), ("gone", "gone")):
-        if not k[key]:
-            continue
-        lines.append(f"  {title}:")
-        for r in k[key]:
-            pct = f"{r['pct']:+.0f}%" if r["pct"] is not None else ""
-            lines.append(f"    {_signed(fmt, r['delta_ns']):>10} {pct:>6}  {fmt(r['before_ns']):>9} -> "
-                         f"{fmt(r['after_ns']):<9}  {_short(r['name'])}")
-    return lines
-
-
-def _signed(fmt, ns: int) -> str:
-    return ("+" if ns > 0 else "") + fmt(ns)
-
-
-def _short(name: str, w: int = 70) -> str:
-    name = " ".join(str(name).split())
-    return name if len(name) <= w else name[: w - 1] + "…"
+    return render_diff(d)

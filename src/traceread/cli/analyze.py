@@ -11,7 +11,7 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
                       strict_option)
 from ..analysis import analyze as run_analysis
 from ..render.json import dumps, gap_records
-from ..render.report import render_report
+from ..render.report import _fit_list, _short, render_report, short_path
 from ..render.text import fmt_ns, rel_time
 
 def _regex(ctx, param, value):
@@ -223,14 +223,17 @@ def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
     for a in results:
         g = a.listed_gaps()
         t0 = a.window.trace_start if a.window is not None else 0
-        lines = [a.meta.path, f"  {'start':>14}  {'duration':>10}  {'pid':>8}  {'dev':>3}  "
-                 f"{'step':>6}  {'drain':<28}  host"]
+        pids = g["pid"].nunique() > 1  # the pid column only when it tells gaps apart
+        pid_head = f"{'pid':>8}  " if pids else ""
+        lines = [short_path(a.meta.path), f"  {'start':>12}  {'duration':>9}  {pid_head}{'dev':>3}  "
+                 f"{'step':>6}  {'drain':<22}  host (largest first; JSON has all)"]
         for r in gap_records(g):
             drain = r["drain"] + (f" {r['drain_op']}" if r["drain_op"] else "")
-            host = ", ".join(f"{k} {fmt_ns(v)}" for k, v in
-                             sorted(r["by_cpu"].items(), key=lambda kv: -kv[1]))
-            lines.append(f"  {rel_time(r['start_ns'] - t0):>14}  {fmt_ns(r['duration_ns']):>10}  {r['pid']:>8}  "
-                         f"{r['device']:>3}  {r['step']:>6}  {drain[:28]:<28}  {host}")
+            pid = f"{r['pid']:>8}  " if pids else ""
+            row = (f"  {rel_time(r['start_ns'] - t0):>12}  {fmt_ns(r['duration_ns']):>9}  {pid}"
+                   f"{r['device']:>3}  {r['step']:>6}  {_short(drain, 22):<22}  ")
+            host = [f"{k} {fmt_ns(v)}" for k, v in sorted(r["by_cpu"].items(), key=lambda kv: -kv[1])]
+            lines.append(row + _fit_list(row, host))
         blocks.append("\n".join(lines))
     emit("\n\n".join(blocks), out)
     exit_if_failed(failed)

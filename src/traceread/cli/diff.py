@@ -30,7 +30,14 @@ def _percent(ctx, param, value):
               help="Regex for step ranges (default: ProfilerStep#N).")
 @no_cache_option
 def diff(before, after, fmt, out, fail_if_slower, step_pattern):
-    """Compare two traces (or two directories of traces): did the fix work?"""
+    """Compare two traces (or two directories of traces): did the fix work?
+
+    BEFORE and AFTER may be two trace files, two folders of traces (matched by
+    relative path, else rank, else position) or two `traceread batch -o` output
+    folders (the same, read from the batch's tables). Folders also give each
+    multi-rank job's change: straggler, delay, cause, step time. Times are per step
+    when both sides have steps.
+    --fail-if-slower: exit 1 when the (worst pair's) step-time increase exceeds PCT."""
     import sys
 
     from ..tracediff import diff_paths

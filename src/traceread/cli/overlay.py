@@ -1,4 +1,4 @@
-"""``traceread overlay``: the trace plus traceread's tracks, for Perfetto / chrome://tracing."""
+"""``traceread overlay``: the trace plus traceread's tracks, for Perfetto (or Chromium DevTools)."""
 from __future__ import annotations
 
 import os
@@ -39,7 +39,8 @@ def overlay(traces, out, step_pattern, steps_spec, window):
         a = _analyze(src, trace, step_pattern, steps_spec, window)
         n = write_overlay(a, dst, waits.get(trace.meta.path))
         click.echo(f"wrote {dst}: {n:,} traceread events added to {a.events:,} "
-                   f"(open in https://ui.perfetto.dev or chrome://tracing)", err=True)
+                   f"(open in https://ui.perfetto.dev, or Chromium DevTools > Performance > "
+                   f"Load profile)", err=True)
 
 
 def _targets(traces, out) -> list[str]:

@@ -55,11 +55,14 @@ def _read_uncached(path, fmt: str, progress: bool, stream: bool | None,
     return read_kineto(path, progress=progress, strict=strict)
 
 
-def decoder_name() -> str:
-    """Which chunk decoder the streaming JSON reader uses: native C or msgspec."""
+def decoder_name(verify: bool = True) -> str:
+    """Which chunk decoder the streaming JSON reader uses: native C or msgspec.
+
+    ``verify=False`` (``traceread --version``) skips the check of the scanner
+    against the Python decoder, which imports pandas (see ``_native.decoder_name``)."""
     from ._native import decoder_name as name
 
-    return name()
+    return name(verify)
 
 
 __all__ = ["read", "TraceError", "decoder_name"]

@@ -121,13 +121,19 @@ def wanted() -> bool:
     return available()
 
 
-def decoder_name() -> str:
-    """Which chunk decoder the streaming reader uses here, in words."""
+def decoder_name(verify: bool = True) -> str:
+    """Which chunk decoder the streaming reader uses here, in words.
+
+    ``verify=False`` does not run the stale check unless it already ran: that
+    check imports ``_kineto_decode`` and ``stream`` (pandas, ~0.5 s), too much
+    for ``traceread --version``. Any commit CI passes has a current scanner
+    (tests/test_cscan.py asserts ``stale() == ""``), so a built one is used.
+    """
     if os.environ.get(ENV, "").strip().lower() == "python":
         return f"python (msgspec; forced by {ENV})"
     if _cscan is None:
         return "python (msgspec; native decoder not built)"
-    if _stale():
+    if (verify or _STALE) and _stale():
         return f"python (msgspec; native decoder out of date: {_stale()} changed)"
     return "native (C, readers/_cscan.c; msgspec for chunks it declines)"
 

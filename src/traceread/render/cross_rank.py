@@ -105,7 +105,7 @@ def render_summary(results: list) -> str:
             lines.append(f"  slowdown   {loc['locality']}{detail}")
         lines.append(f"  clocks     {_clock_line(res)}")
         lines.append("")
-    return "\n".join(lines).rstrip("\n")
+    return _fit_labelled(lines)
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -182,7 +182,23 @@ def render_detail(results: list) -> str:
                 lines.append(f"  bus bandwidth         {b['collective']}: {b['busbw_gbps']:.2f} GB/s{link}"
                              f" over {b['sized']} sized instances")
         lines.append("")
-    return "\n".join(lines).rstrip("\n")
+    return _fit_labelled(lines)
+
+
+def _fit_labelled(lines: list[str]) -> str:
+    """``  label   text`` lines wrap their text under itself within 100 columns."""
+    import re
+
+    from .report import _tail_lines, fit
+
+    out = []
+    for line in lines:
+        m = re.match(r"(\s*[A-Za-z][\w ]*?\s{2,})(\S.*)", line)
+        if len(line) > 100 and m and len(m.group(1)) <= 30:
+            out += _tail_lines(m.group(1), m.group(2))
+        else:
+            out += fit([line])
+    return "\n".join(out).rstrip("\n")
 
 
 def render_text(results: list) -> str:

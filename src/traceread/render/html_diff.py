@@ -9,13 +9,64 @@ from .text import fmt_ns
 
 _ROWS = (("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
          ("GPU window", "gpu_window_ns"), ("GPU busy", "gpu_busy_ns"), ("GPU idle", "gpu_idle_ns"),
-         ("exposed comm", "exposed_comm_ns"))
+         ("exposed comm", "exposed_comm_ns"), ("copies", "copy_ns"),
+         ("exposed copies", "exposed_copy_ns"), ("pageable copies", "pageable_copy_ns"))
 
 
 def diff_body(d) -> str:
     if d.pairs:
-        return "\n".join(_one(p) for p in d.pairs)
+        return _many(d)
     return _one(d)
+
+
+def _many(d) -> str:
+    """Folder / batch diffs: jobs, one row per matched trace, then the worst pair in full."""
+    pct = d.slower_pct()
+    head = (f"<h1>diff of {len(d.pairs)} matched traces (matched by {escape(str(d.matched_by))})</h1>"
+            f'<div class="verdict" id="verdict"><p>worst step-time change: '
+            f"{'' if pct is None else f'{pct:+.1f}%'} ({escape(d.label)})</p></div>")
+    out = [head]
+    if d.unmatched:
+        out.append("<h2>Not compared</h2>" + table(
+            ["side", "trace", "why"], [[u["side"], escape(u["path"]), escape(u["reason"])]
+                                       for u in d.unmatched], set()))
+    if d.jobs:
+        rows = []
+        for j in d.jobs:
+            b, a = j.get("before") or {}, j.get("after") or {}
+            rows.append([escape(str(j["job_before"] or "-")), escape(str(j["job_after"] or "-")),
+                         j["ranks"], _ns(b.get("step_mean_ns")), _ns(a.get("step_mean_ns")),
+                         "" if j["step_pct"] is None else f"{j['step_pct']:+.1f}%",
+                         escape(_strag(b)), escape(_strag(a))])
+        out.append("<h2>Jobs</h2>" + table(
+            ["job before", "job after", "ranks", "step before", "after", "change",
+             "straggler before", "after"], rows, {2, 3, 4, 5}))
+    rows = []
+    for p in sorted(d.pairs, key=lambda p: -(p.slower_pct() if p.slower_pct() is not None else -1e9)):
+        key = "step_mean_ns" if p.unit == "step" else "gpu_window_ns"
+        rows.append([escape(p.label), _ns(p.before.get(key)), _ns(p.after.get(key)),
+                     _change(p.before.get(key), p.after.get(key)),
+                     f"{p.before['gpu_idle_pct']:.1f}%", f"{p.after['gpu_idle_pct']:.1f}%",
+                     escape(f"{str(p.before['verdict']).upper()} → {str(p.after['verdict']).upper()}")])
+    out.append("<h2>Every matched trace</h2>" + table(
+        ["trace", "step before", "after", "change", "idle before", "idle after", "verdict"],
+        rows, {1, 2, 3, 4, 5}))
+    lead = next((p for p in d.pairs if p.label == d.label), d.pairs[0])
+    out.append(f"<h2>In detail, the worst: {escape(d.label)}</h2>")
+    out.append(_one(lead).replace('id="verdict"', 'id="lead-verdict"'))
+    return "\n".join(out)
+
+
+def _ns(x) -> str:
+    return "-" if x is None else fmt_ns(x)
+
+
+def _strag(s: dict) -> str:
+    if not s:
+        return "not a job"
+    if s.get("straggler_rank", -1) < 0:
+        return "none"
+    return f"rank {s['straggler_rank']} {fmt_ns(s['late_by_ns'])} late ({s.get('cause') or '?'})"
 
 
 def _change(x, y) -> str:
@@ -30,7 +81,8 @@ def _one(d) -> str:
     b, a = d.before, d.after
     per = "per step" if d.unit == "step" else "whole trace"
     rows = [[escape(label), fmt_ns(b[k]), fmt_ns(a[k]), _change(b[k], a[k])]
-            for label, k in _ROWS if b.get(k) is not None and a.get(k) is not None]
+            for label, k in _ROWS if b.get(k) is not None and a.get(k) is not None
+            and (b[k] or a[k] or k.startswith("step"))]
     rows.append(["GPU idle %", f"{b['gpu_idle_pct']:.1f}%", f"{a['gpu_idle_pct']:.1f}%",
                  f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:+.1f} pts"])
     rows.append(["recompiles", b["recompiles"], a["recompiles"], ""])

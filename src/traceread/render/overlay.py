@@ -1,7 +1,7 @@
 """``traceread overlay``: the original trace plus the tracks traceread adds.
 
-Perfetto (ui.perfetto.dev) and chrome://tracing load Chrome trace JSON. The
-overlay is the input trace with extra processes (``traceread · …``) holding:
+Perfetto (ui.perfetto.dev), Chromium DevTools and older chrome://tracing load Chrome
+trace JSON. The overlay is the input trace with extra processes (``traceread · …``) holding:
 
 * every GPU idle gap, one slice per gap, named by its cause (what the host was
   doing, or the sync call that drained the queue), one track per device;
@@ -136,22 +136,52 @@ def straggler_waits(jobs) -> dict[str, pd.DataFrame]:
 def _wait_events(waits: pd.DataFrame | None, clock: _Clock, tracks: _Tracks) -> list[str]:
     if waits is None or not len(waits):
         return []
-    pid, tid = tracks.tid("traceread · straggler waits", "waiting for another rank")
+    rows = list(waits.itertuples(index=False))
+    lanes = lanes_of([int(r[0]) for r in rows], [int(r[0]) + int(r[1]) for r in rows])
     out = []
-    for ts, wait, coll, inst, last in waits.itertuples(index=False):
+    for (ts, wait, coll, inst, last), lane in zip(rows, lanes):
+        pid, tid = tracks.tid("traceread · straggler waits", _lane_name("waiting for another rank", lane))
         name = f"wait for rank {last}" if last >= 0 else "wait for other ranks"
         out.append(_slice(clock, pid, tid, name, int(ts), int(ts) + int(wait),
                           {"collective": str(coll), "wait_ns": int(wait), "instance": int(inst)}))
     return out
 
 
+def lanes_of(starts: list[int], ends: list[int]) -> list[int]:
+    """A lane per interval: 0, or k > 0 when it partly overlaps one already placed on the
+    lower lanes. Perfetto (and chrome://tracing) drop a slice that starts inside another
+    on its track and ends after it; nested or disjoint ones share a lane."""
+    order = sorted(range(len(starts)), key=lambda i: (starts[i], -(ends[i] - starts[i])))
+    stacks: list[list[int]] = []  # per lane: the ends of its open slices
+    lanes = [0] * len(starts)
+    for i in order:
+        s, e = starts[i], max(ends[i], starts[i])
+        for k, stack in enumerate(stacks + [[]]):
+            while stack and stack[-1] <= s:
+                stack.pop()
+            if not stack or e <= stack[-1]:
+                break
+        if k == len(stacks):
+            stacks.append([])
+        stacks[k].append(e)
+        lanes[i] = k
+    return lanes
+
+
+def _lane_name(thread: str, lane: int) -> str:
+    return thread if not lane else f"{thread} ({lane + 1})"
+
+
 class _Clock:
     """Table ns -> the file's ``ts`` microseconds, as exact decimal text."""
 
     def __init__(self, a) -> None:
+        if not _spliceable(a):  # the document is ours (nsys): its own base
+            self.base = table_base(a.trace) if a.trace is not None else 0
+            return
         base = a.meta.extra.get("baseTimeNanoseconds", 0) if isinstance(a.meta.extra, dict) else 0
         try:
-            self.base = int(base) if _spliceable(a) else 0
+            self.base = int(base)
         except (TypeError, ValueError):
             self.base = 0
 
@@ -257,8 +287,10 @@ def _step_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
     st = a.steps
     if a.step_source == "whole_trace" or st is None or not len(st):
         return out
-    pid, tid = tracks.tid("traceread · steps", "steps (host span)")
-    for r in st.to_dict(orient="records"):
+    recs = st.to_dict(orient="records")
+    lanes = lanes_of([int(r["start"]) for r in recs], [int(r["end"]) for r in recs])
+    for r, lane in zip(recs, lanes):  # steps of two threads may overlap
+        pid, tid = tracks.tid("traceread · steps", _lane_name("steps (host span)", lane))
         args = {"busy_ns": int(r.get("busy_ns", 0)), "idle_ns": int(r.get("idle_ns", 0)),
                 "gaps": int(r.get("gaps", 0)), "gpu_ops": int(r.get("gpu_ops", 0))}
         out.append(_slice(clock, pid, tid, f"step #{r['step']}", r["start"], r["end"], args))
@@ -321,10 +353,17 @@ def _compile_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
         return []
     from ..passes.compile import compile_events
 
-    ce = compile_events(a.trace.events)
+    recs = compile_events(a.trace.events).to_dict(orient="records")
+    lanes = {}
+    for key in {(r["pid"], r["tid"]) for r in recs}:
+        mine = [i for i, r in enumerate(recs) if (r["pid"], r["tid"]) == key]
+        for i, lane in zip(mine, lanes_of([int(recs[i]["ts"]) for i in mine],
+                                          [int(recs[i]["end"]) for i in mine])):
+            lanes[i] = lane
     out = []
-    for r in ce.to_dict(orient="records"):
-        pid, tid = tracks.tid("traceread · torch.compile", f"compile (pid {r['pid']} tid {r['tid']})")
+    for i, r in enumerate(recs):
+        thread = _lane_name(f"compile (pid {r['pid']} tid {r['tid']})", lanes[i])
+        pid, tid = tracks.tid("traceread · torch.compile", thread)
         kind = "recompile" if r.get("recompile") else "compile"
         name = f"{kind} {r['compile_id']}" if r.get("compile_id") else kind
         args = {"compile_ns": int(r["compile_ns"]), "step": int(r["step"]), "span": str(r["name"])}
@@ -427,39 +466,99 @@ _KIND_CAT = {"cpu_op": "cpu_op", "python": "python_function", "annotation": "use
              "runtime": "cuda_runtime", "driver": "cuda_driver", "kernel": "kernel",
              "memcpy": "gpu_memcpy", "memset": "gpu_memset", "gpu_annotation": "gpu_user_annotation",
              "sync": "cuda_sync", "osrt": "osrt", "instant": "cpu_instant_event", "other": "other"}
-_GPU = ("kernel", "memcpy", "memset", "gpu_annotation")
+_GPU = ("kernel", "memcpy", "memset", "gpu_annotation", "graph")  # on pid = device, tid = stream
+
+
+def table_base(trace) -> int:
+    """``baseTimeNanoseconds`` of the document written from a table: 0, or minus the
+    whole microseconds that bring its earliest event to ts >= 0 (nsys rows can start
+    before the session; Perfetto's sorter drops negative timestamps)."""
+    ev = trace.events
+    lo = int(ev["ts"].min()) if len(ev) else 0
+    return 0 if lo >= 0 else -(((-lo) + 999) // 1000 * 1000)
 
 
 def _table_document(trace, added: list[str]) -> Iterator[str]:
     """A Kineto-style document (schemaVersion 1) holding every row of the table, then ``added``.
 
     GPU ops go on pid = device, tid = stream (with ``thread_name`` "stream N"), as
-    modern Kineto writes them; host rows keep their pid/tid."""
+    modern Kineto writes them; host rows keep their pid/tid. Times are µs after
+    ``baseTimeNanoseconds`` (``table_base``), so every ts is >= 0 and the table
+    reads back unchanged."""
     m = trace.meta
+    base = table_base(trace)
     head = {"schemaVersion": 1, "traceName": m.path, "displayTimeUnit": "ms",
             "deviceProperties": [{"id": int(d.get("device", i)), "name": str(d.get("name", ""))}
                                  for i, d in enumerate(m.devices) if isinstance(d, dict)]}
+    if base:
+        head["baseTimeNanoseconds"] = base
     if m.rank >= 0:
         head["distributedInfo"] = {"rank": m.rank, "world_size": m.world_size}
     yield json.dumps(head)[:-1] + ',"traceEvents":[\n'
     first = True
-    for text in _process_names(trace) + list(_table_events(trace.events)) + added:
+    lanes = gpu_lanes(trace.events)
+    for text in _process_names(trace, lanes) + list(_table_events(trace.events, base, lanes)) + added:
         yield ("" if first else ",\n") + text
         first = False
     yield "\n]}\n"
 
 
-def _process_names(trace) -> list[str]:
+def _process_names(trace, lanes: np.ndarray) -> list[str]:
     out = [_meta(int(p), 0, "process_name", {"name": str(n)}) for p, n in trace.meta.processes.items()
            if str(p).lstrip("-").isdigit()]
     ev = trace.events
-    gpu = ev[ev["kind"].isin(_GPU).to_numpy()]
+    gpu_rows = ev["kind"].isin(_GPU).to_numpy()
+    gpu = ev[gpu_rows]
     for d in sorted(set(gpu["device"].astype(int).tolist())):
         out.append(_meta(d, 0, "process_name", {"name": f"GPU {d}"}))
-    pairs = gpu[["device", "stream"]].drop_duplicates().astype(int).itertuples(index=False)
-    for d, st in sorted(pairs):
-        out.append(_meta(d, st, "thread_name", {"name": f"stream {st}"}))
+    tracks = pd.DataFrame({"d": gpu["device"].to_numpy(np.int64), "s": gpu["stream"].to_numpy(np.int64),
+                           "lane": lanes[gpu_rows]}).drop_duplicates()
+    for d, st, lane in sorted(tracks.itertuples(index=False)):
+        name = f"stream {st}" + (f" (overlapping ops {lane})" if lane else "")
+        out.append(_meta(int(d), int(st) + LANE_TID * int(lane), "thread_name", {"name": name}))
     return out
+
+
+def _any_overlap(ts: np.ndarray, end: np.ndarray, dev: np.ndarray, st: np.ndarray) -> bool:
+    """Sorted by (device, stream, ts): does any op start before an earlier one of its
+    stream has ended?"""
+    if len(ts) < 2:
+        return False
+    key = dev * (1 << 20) + st
+    start_group = np.r_[True, key[1:] != key[:-1]]
+    run_max = end.copy()
+    for g in np.split(np.arange(len(end)), np.flatnonzero(start_group)[1:]):
+        run_max[g] = np.maximum.accumulate(end[g])
+    prev = np.r_[np.iinfo(np.int64).min, run_max[:-1]]
+    return bool(((ts < prev) & ~start_group).any())
+
+
+LANE_TID = 1_000_000  # tid of a stream's overflow lane k: stream + k * LANE_TID
+
+
+def gpu_lanes(ev: pd.DataFrame) -> np.ndarray:
+    """Per row, the lane of a GPU op on its (device, stream): 0, or k > 0 for an op that
+    starts before an earlier op on that stream has ended (CUPTI/nsys timestamps can
+    overlap by a few ns). Perfetto drops a slice that partly overlaps another on its
+    track, so such ops go to lane tracks of their own; host rows get 0."""
+    lanes = np.zeros(len(ev), np.int64)
+    rows = np.flatnonzero(ev["kind"].isin(_GPU).to_numpy())
+    if not len(rows):
+        return lanes
+    ts, dur = ev["ts"].to_numpy(np.int64)[rows], np.maximum(ev["dur"].to_numpy(np.int64)[rows], 0)
+    dev, st = ev["device"].to_numpy(np.int64)[rows], ev["stream"].to_numpy(np.int64)[rows]
+    order = np.lexsort((-dur, ts, st, dev))
+    if not _any_overlap(ts[order], (ts + dur)[order], dev[order], st[order]):
+        return lanes  # the usual case: one pass in numpy, no loop
+    ends: dict = {}
+    for i in order.tolist():
+        free = ends.setdefault((dev[i], st[i]), [])
+        lane = next((k for k, e in enumerate(free) if e <= ts[i]), len(free))
+        if lane == len(free):
+            free.append(0)
+        free[lane] = ts[i] + dur[i]
+        lanes[rows[i]] = lane
+    return lanes
 
 
 def _unique_ids(pid: np.ndarray, col: pd.Series) -> np.ndarray:
@@ -472,12 +571,13 @@ def _unique_ids(pid: np.ndarray, col: pd.Series) -> np.ndarray:
     return out
 
 
-def _table_events(ev: pd.DataFrame) -> Iterable[str]:
+def _table_events(ev: pd.DataFrame, base: int = 0, lanes: np.ndarray | None = None) -> Iterable[str]:
     n = len(ev)
     if not n:
         return
     kind = ev["kind"].astype(str).to_numpy()
-    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    ts, dur = ev["ts"].to_numpy(np.int64) - base, ev["dur"].to_numpy(np.int64)
+    lanes = np.zeros(n, np.int64) if lanes is None else lanes
     pid, tid = ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64)
     device, stream = ev["device"].to_numpy(np.int64), ev["stream"].to_numpy(np.int64)
     corr, ext = _unique_ids(pid, ev["correlation"]), _unique_ids(pid, ev["external_id"])
@@ -492,13 +592,13 @@ def _table_events(ev: pd.DataFrame) -> Iterable[str]:
         if ext[i] >= 0:
             args["External id"] = int(ext[i])
         if k in _GPU:
-            p, t = int(device[i]), str(int(stream[i]))  # modern Kineto: tid = stream
+            p, t = int(device[i]), str(int(stream[i]) + LANE_TID * int(lanes[i]))  # tid = stream
             args["device"], args["stream"] = int(device[i]), int(stream[i])
             if nbytes[i] >= 0:
                 args["bytes"] = int(nbytes[i])
         else:
-            p, t = int(pid[i]), str(int(tid[i]))
+            p, t = max(int(pid[i]), 0), str(max(int(tid[i]), 0))  # Perfetto: ids in [0, 2^32)
         name = dumps(names[i] if isinstance(names[i], str) else "")
-        ph = '"ph":"i","s":"t"' if k == "instant" else f'"ph":"X","dur":{_us(dur[i])}'
+        ph = '"ph":"i","s":"t"' if k == "instant" else f'"ph":"X","dur":{_us(max(dur[i], 0))}'
         yield (f'{{{ph},"cat":"{_KIND_CAT.get(k, "other")}","name":{name},"pid":{p},"tid":{t},'
                f'"ts":{_us(ts[i])},"args":{dumps(args)}}}')

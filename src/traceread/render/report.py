@@ -24,6 +24,41 @@ def _short(name: str, w: int = NAME_W) -> str:
     return name if len(name) <= w else name[: w - 1] + "…"
 
 
+def _tail_lines(prefix: str, text: str, width: int = WIDTH) -> list[str]:
+    """A table row whose last column is free text: the text wraps inside that column
+    (continuation lines indented to it), so the row never passes ``width``."""
+    room = width - len(prefix)
+    if len(prefix) + len(text) <= width or room < 20:
+        return [prefix + text]
+    glued = _glue_units(" ".join(text.split()))
+    parts = [x.replace("\x00", " ") for x in textwrap.wrap(
+        glued, room, break_long_words=True, break_on_hyphens=False)]
+    return [prefix + parts[0]] + [" " * len(prefix) + x for x in parts[1:]]
+
+
+def _glue_units(text: str) -> str:
+    """"10 us" -> "10\\x00us": a wrap never parts a number from its unit (\\x00 -> " " after)."""
+    return re.sub(r"(\d) (?=(?:ns|us|µs|ms|s|min|h|%)(?:\W|$))", "\\1\x00", text)
+
+
+def _fit_list(prefix: str, items: list[str], width: int = WIDTH) -> str:
+    """As many of ``items`` (largest first), joined by ", ", as fit after ``prefix``."""
+    for n in range(len(items), 0, -1):
+        text = ", ".join(items[:n])
+        if len(prefix) + len(text) <= width:
+            return text
+    return _short(items[0], max(10, width - len(prefix))) if items else ""
+
+
+def short_path(path: str, width: int = WIDTH) -> str:
+    """A path that fits ``width``: its start and its end (the file name) with … between."""
+    path = str(path)
+    if len(path) <= width:
+        return path
+    tail = path[-(width * 2 // 3):]
+    return path[: width - len(tail) - 1] + "…" + tail
+
+
 def _pct(a, b) -> str:
     return f"{100.0 * a / b:5.1f}%" if b else "    -"
 
@@ -60,20 +95,25 @@ def render_report(a) -> str:
 def fit(lines: list[str], width: int = WIDTH) -> list[str]:
     """Wrap prose lines longer than ``width``; table rows and paths stay whole.
 
-    A row has a two-space column gap after its indent; a path has no spaces
-    (textwrap never breaks a word). Continuations indent past a ``1.`` / ``-`` marker.
+    A row has a two-space column gap after its indent; a path (a line of one word)
+    has no spaces and stays whole. Inside prose, a word too long for a line (a
+    pybind11 type name, say) loses its middle to "…". Continuations indent past a
+    ``1.`` / ``-`` marker.
     """
     out = []
     for line in lines:
         body = line.lstrip(" ")
-        if len(line) <= width or "  " in body:
+        if len(line) <= width or "  " in body or " " not in body:
             out.append(line)
             continue
         indent = line[: len(line) - len(body)]
         marker = re.match(r"(\d+\.|-|\*) ", body)
         hang = indent + " " * (len(marker.group(0)) if marker else 2)
-        out += textwrap.wrap(line, width, subsequent_indent=hang, break_long_words=False,
-                             break_on_hyphens=False)
+        room = width - len(hang)
+        words = [w if len(w) <= room else short_path(w, room) for w in body.split(" ")]
+        out += [x.replace("\x00", " ") for x in textwrap.wrap(
+            _glue_units(indent + " ".join(words)), width, subsequent_indent=hang,
+            break_long_words=False, break_on_hyphens=False)]
     return out
 
 
@@ -88,7 +128,10 @@ def _header(a) -> list[str]:
         bits.append(f"rank {m.rank}" + (f" of {m.world_size}" if m.world_size > 0 else ""))
     bits.append(f"{a.events:,} events")
     bits.append(f"span {fmt_ns(a.span_ns)}")
-    return [f"{m.path}", "  " + " · ".join(bits)]
+    line = "  " + " · ".join(bits)
+    if len(line) > WIDTH and m.producer:  # the producer's version details go first
+        line = line.replace(m.producer, re.sub(r"\s*\(.*?\)", "", m.producer), 1)
+    return [short_path(m.path), line]
 
 
 def _window(a) -> list[str]:
@@ -183,7 +226,10 @@ def _savings(v) -> list[str]:
             proj = x["projected_step_ns"]
             row += f" {fmt_ns(ps) if ps is not None else '-':>10} " \
                    f"{fmt_ns(proj) if proj is not None else '-':>14}"
-        lines.append(row + (f"  {_short(x['culprit'], 70)}" if x.get("culprit") else ""))
+        if x.get("culprit"):
+            lines += _tail_lines(row + "  ", _short(x["culprit"], 140))
+        else:
+            lines.append(row)
     return lines
 
 
@@ -265,11 +311,11 @@ def _gaps(a) -> list[str]:
     for r in top.to_dict(orient="records"):
         at = r["start"] - w0.get((r["pid"], r["device"]), r["start"])
         parts = sorted(((r[f"cpu_{c}"], c) for c in CPU_CATEGORIES if r[f"cpu_{c}"]), reverse=True)
-        host = ", ".join(f"{c} {fmt_ns(ns)}" for ns, c in parts[:3])
         drain = "sync " + r["drain_op"] if r["drain"] == "sync" else "starved"
         step = "#" + str(r["step"]) if r["step"] >= 0 else "-"
-        lines.append(f"  {'+' + fmt_ns(at):>10}  {fmt_ns(r['duration']):>10}  {r['device']:>3}  "
-                     f"{step:>6}  {_short(drain, 22):<22}  {host}")
+        row = (f"  {'+' + fmt_ns(at):>10}  {fmt_ns(r['duration']):>10}  {r['device']:>3}  "
+               f"{step:>6}  {_short(drain, 22):<22}  ")
+        lines.append(row + _fit_list(row, [f"{c} {fmt_ns(ns)}" for ns, c in parts[:3]]))
     return lines
 
 

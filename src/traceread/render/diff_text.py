@@ -1,0 +1,178 @@
+"""The text of a ``TraceDiff`` (``traceread diff``), within 100 columns.
+
+One pair: the figures, idle by cause, kernel classes and kernel changes. Several
+(two folders of traces, two batch outputs): the jobs' changes, one row per
+matched trace (worst step-time change first), then the worst pair in full.
+"""
+from __future__ import annotations
+
+from ..passes.attribution import CPU_CATEGORIES
+from .report import _short, short_path
+from .text import fmt_ns
+
+PAIR_ROWS = 64
+
+
+def render_diff(d) -> str:
+    if d.pairs:
+        return _many(d)
+    return _one(d)
+
+
+def _many(d) -> str:
+    worst = d.slower_pct()
+    what = {"batch": "batch outputs", "directories": "folders"}.get(d.source, "folders")
+    lines = [f"{len(d.pairs)} matched traces ({what}, matched by {d.matched_by})"]
+    if worst is not None:
+        lines.append(f"worst step-time change: {worst:+.1f}% (--fail-if-slower checks it): "
+                     + _short(d.label, 40))
+    for u in d.unmatched:
+        lines.append("  " + _short(f"not compared ({u['side']}): {u['path']}: {u['reason']}", 98))
+    lines += _job_lines(d.jobs or [])
+    lines += _pair_table(d.pairs)
+    lead = next((p for p in d.pairs if p.label == d.label), d.pairs[0])
+    lines += ["", _short(f"In detail, the worst: {d.label}", 100), ""]
+    return "\n".join(lines) + "\n" + _one(lead)
+
+
+def _pair_table(pairs: list) -> list[str]:
+    lines = ["", f"  {'trace':<30}{'step before':>12}{'after':>10}{'change':>9}"
+                 f"{'idle% before':>14}{'after':>7}  verdict"]
+    order = sorted(pairs, key=lambda p: -(p.slower_pct() if p.slower_pct() is not None else -1e9))
+    for p in order[:PAIR_ROWS]:
+        b, a = p.before, p.after
+        key = "step_mean_ns" if p.unit == "step" else "gpu_window_ns"
+        pct = p.slower_pct()
+        verdict = f"{str(b['verdict']).upper()} -> {str(a['verdict']).upper()}" \
+            if b["verdict"] != a["verdict"] else str(b["verdict"]).upper()
+        lines.append(f"  {_short(p.label, 29):<30}{_ns(b.get(key)):>12}{_ns(a.get(key)):>10}"
+                     f"{'' if pct is None else f'{pct:+.1f}%':>9}"
+                     f"{b['gpu_idle_pct']:>13.1f}%{a['gpu_idle_pct']:>6.1f}%  {verdict}")
+    if len(pairs) > PAIR_ROWS:
+        lines.append(f"  … {len(pairs) - PAIR_ROWS} more (--format json lists every pair)")
+    if any(p.unit != "step" for p in pairs):
+        lines.append("  (a pair without steps on both sides compares GPU windows, not steps)")
+    return lines
+
+
+def _ns(x) -> str:
+    return "-" if x is None else fmt_ns(x)
+
+
+def _job_lines(jobs: list) -> list[str]:
+    lines = []
+    for j in jobs:
+        b, a = j.get("before") or {}, j.get("after") or {}
+        name = j["job_before"] if j["job_before"] == j["job_after"] else \
+            f"{j['job_before'] or '-'} -> {j['job_after'] or '-'}"
+        lines += ["", f"JOB {name} ({j['ranks']} ranks matched)"]
+        lines.append(f"  step time    {_ns(b.get('step_mean_ns'))} -> {_ns(a.get('step_mean_ns'))}"
+                     + (f" ({j['step_pct']:+.1f}%)" if j.get("step_pct") is not None else "")
+                     + " (slowest rank's mean)")
+        lines.append(f"  straggler    {_strag(b)} -> {_strag(a)}")
+        if b.get("summary") or a.get("summary"):
+            for label, side in (("before", b), ("after", a)):
+                prefix = f"  {label:<13}"
+                lines.append(prefix + _short(side.get("summary") or "not a job", 100 - len(prefix)))
+    return lines
+
+
+def _strag(s: dict) -> str:
+    if not s:
+        return "not a job"
+    if s.get("straggler_rank") is None or s["straggler_rank"] < 0:
+        return "none"
+    return (f"rank {s['straggler_rank']} {fmt_ns(s['late_by_ns'])} late"
+            + (f" ({s['cause']})" if s.get("cause") else ""))
+
+
+def _one(d) -> str:
+    b, a, unit = d.before, d.after, d.unit
+    per = " per step" if unit == "step" else " (whole trace)"
+    lines = [f"before  {short_path(b['path'], 90)}", f"        ({b['format']}, {_steps(b)})",
+             f"after   {short_path(a['path'], 90)}", f"        ({a['format']}, {_steps(a)})", "",
+             f"  {'':<26}{'before':>12}{'after':>12}{'change':>12}"]
+    rows = [("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
+            ("GPU window" + per, "gpu_window_ns"), ("GPU busy" + per, "gpu_busy_ns"),
+            ("GPU idle" + per, "gpu_idle_ns"), ("exposed comm" + per, "exposed_comm_ns"),
+            ("copies" + per, "copy_ns"), ("exposed copies" + per, "exposed_copy_ns"),
+            ("pageable copies" + per, "pageable_copy_ns")]
+    for label, key in rows:
+        if not b.get(key) and not a.get(key) and not key.startswith("step"):
+            continue  # e.g. no GPU in either trace, no communication
+        if b.get(key) is None and a.get(key) is None:
+            continue
+        lines.append(_row(label, b.get(key), a.get(key)))
+    if b["gpu_window_ns"] or a["gpu_window_ns"]:
+        lines.append(f"  {'GPU idle %':<26}{b['gpu_idle_pct']:>11.1f}%{a['gpu_idle_pct']:>11.1f}%"
+                     f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:>+9.1f} pts")
+    if b["compiles"] or a["compiles"]:
+        lines.append(f"  {'recompiles':<26}{b['recompiles']:>12}{a['recompiles']:>12}"
+                     f"{a['recompiles'] - b['recompiles']:>+12}")
+    changed = "" if b["verdict"] == a["verdict"] else "  (changed)"
+    lines += [f"  {'verdict':<26}{str(b['verdict']).upper():>12}{str(a['verdict']).upper():>12}{changed}"]
+    lines += _saving_lines(d)
+    if any(b["idle_by_cpu"].values()) or any(a["idle_by_cpu"].values()):
+        lines += ["", f"Idle by cause{per} (what the host was doing while the GPU idled)"]
+    for c in sorted(CPU_CATEGORIES, key=lambda c: -max(b["idle_by_cpu"].get(c, 0),
+                                                       a["idle_by_cpu"].get(c, 0))):
+        x, y = b["idle_by_cpu"].get(c, 0), a["idle_by_cpu"].get(c, 0)
+        if x or y:
+            lines.append(_row(c, x, y))
+    lines += _class_lines(b, a, per)
+    lines += _kernel_lines(d.kernels, per)
+    return "\n".join(lines) + "\n"
+
+
+def _class_lines(b: dict, a: dict, per: str) -> list[str]:
+    bc, ac = b.get("kernel_classes") or {}, a.get("kernel_classes") or {}
+    if not bc and not ac:
+        return []
+    lines = ["", f"Kernel time by class{per}"]
+    for c in sorted(set(bc) | set(ac), key=lambda c: -max(bc.get(c, 0), ac.get(c, 0))):
+        lines.append(_row(c, bc.get(c, 0), ac.get(c, 0)))
+    return lines
+
+
+def _steps(s: dict) -> str:
+    return f"{s['steps']} steps" if s["steps"] else "no steps"
+
+
+def _row(label: str, x, y) -> str:
+    if x is None or y is None:
+        return f"  {label:<26}{_ns(x):>12}{_ns(y):>12}"
+    pct = f"{100.0 * (y - x) / x:+.1f}%" if x else ("new" if y else "")
+    return f"  {label:<26}{fmt_ns(x):>12}{fmt_ns(y):>12}{pct:>12}"
+
+
+def _saving_lines(d) -> list[str]:
+    s = d.saving()
+    if s["realised_ns"] is None:
+        return []
+    r = s["realised_ns"]
+    lines = [f"  saving realised per step: {fmt_ns(r)}" if r >= 0
+             else f"  no saving: each step is {fmt_ns(-r)} slower"]
+    if s["promised_ns"] is not None:
+        lines.append(f"    (the before-verdict's top action promised {fmt_ns(s['promised_ns'])})")
+    return lines
+
+
+def _kernel_lines(k: dict, per: str) -> list[str]:
+    if not k.get("before_count") and not k.get("after_count"):
+        return []
+    lines = ["", f"Kernels{per}, matched by name: {k['matched']} in both, "
+             f"{k['slower_count']} slower, {k['faster_count']} faster, "
+             f"{k['new_count']} new, {k['gone_count']} gone"]
+    for key in ("slower", "faster", "new", "gone"):
+        if not k[key]:
+            continue
+        lines.append(f"  {key}:")
+        for r in k[key]:
+            pct = f"{r['pct']:+.0f}%" if r["pct"] is not None else ""
+            lines.append(f"    {_signed(r['delta_ns']):>10} {pct:>6}  {fmt_ns(r['before_ns']):>9} -> "
+                         f"{fmt_ns(r['after_ns']):<9}  {_short(r['name'], 52)}")
+    return lines
+
+
+def _signed(ns: int) -> str:
+    return ("+" if ns > 0 else "") + fmt_ns(ns)

@@ -1,0 +1,191 @@
+"""``traceread diff`` on real H100 pairs recorded with a planted cause and its fix
+(scripts/record_gpu.py, tests/fixtures/gpu/): the diff's step times and realised saving
+match the loop's own perf_counter truth, and the verdict and the cause's idle time
+change the way the fix says."""
+from __future__ import annotations
+
+import json
+import shutil
+from functools import lru_cache
+from statistics import mean
+
+import pytest
+from click.testing import CliRunner
+
+import traceread
+from traceread.batch import analyze_dir
+from traceread.cli import main
+from traceread.tracediff import diff_analyses, diff_paths
+
+from conftest import FIXTURES
+
+GPU = FIXTURES / "gpu"
+MS = 1_000_000
+SCENARIOS = ("data", "sync", "copy", "launch", "host", "compile", "gpu", "alloc", "graphs")
+
+
+@lru_cache(maxsize=None)
+def _analysis(scenario: str, variant: str):
+    return traceread.analyze(str(GPU / f"{scenario}.{variant}.json.gz"))
+
+
+@lru_cache(maxsize=None)
+def _diff(scenario: str):
+    return diff_analyses(_analysis(scenario, "bad"), _analysis(scenario, "fixed"))
+
+
+def _truth_step_ns(scenario: str, variant: str) -> float:
+    """The loop's own step time (perf_counter) over the steps traceread analysed."""
+    truth = json.loads((GPU / f"{scenario}.{variant}.kineto.truth.json").read_text())
+    steps = [int(s) for s in _analysis(scenario, variant).steps["step"]]
+    return mean(truth["step_ns"][str(s)] for s in steps)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_step_times_and_realised_saving_match_the_loops_truth(scenario):
+    d = _diff(scenario)
+    assert d.unit == "step"
+    for side, variant in ((d.before, "bad"), (d.after, "fixed")):
+        truth = _truth_step_ns(scenario, variant)
+        assert abs(side["step_mean_ns"] - truth) <= 0.03 * truth + 0.1 * MS, (variant, truth)
+    saved = _truth_step_ns(scenario, "bad") - _truth_step_ns(scenario, "fixed")
+    realised = d.saving()["realised_ns"]
+    assert abs(realised - saved) <= 0.03 * _truth_step_ns(scenario, "bad") + 0.2 * MS, (realised, saved)
+
+
+# (scenario, the bad run's verdict, how close its top action's promise is to the saving
+# the fix realised; tests/test_real_gpu.py owns these verdicts, here they are read off the diff)
+PROMISES = [("data", "data", 0.15), ("copy", "copy", 0.15), ("launch", "launch", 0.2),
+            ("host", "host", 0.1), ("compile", "compile", 0.1)]
+
+
+@pytest.mark.parametrize("scenario,bound,tolerance", PROMISES)
+def test_the_bad_runs_promise_is_close_to_what_the_fix_gave(scenario, bound, tolerance):
+    d = _diff(scenario)
+    assert d.before["verdict"] == bound and d.after["verdict"] != bound
+    assert d.to_dict()["verdict"]["changed"]
+    s = d.saving()
+    assert abs(s["promised_ns"] - s["realised_ns"]) <= tolerance * s["realised_ns"], s
+
+
+def test_sync_promise_is_the_sync_share_of_the_saving():
+    # 24 .item() per step: the sync lever's share is 35-100 % of what removing them saved
+    # (the rest shows as launch gaps and the isnan kernels that went with them)
+    d = _diff("sync")
+    s = d.saving()
+    assert d.before["verdict"] in ("sync", "mixed") and d.after["verdict"] == "sync"
+    assert 0.35 * s["realised_ns"] <= s["promised_ns"] <= s["realised_ns"], s
+
+
+def test_nothing_to_fix_changes_nothing():
+    d = _diff("gpu")
+    assert d.before["verdict"] == d.after["verdict"] == "gpu" and abs(d.slower_pct()) < 5
+    assert d.saving()["promised_ns"] < 0.05 * d.before["step_mean_ns"]
+    assert d.kernels["new_count"] == d.kernels["gone_count"] == 0
+
+
+def test_data_loading_idle_goes_when_workers_load_ahead():
+    d = _diff("data")
+    b, a = d.before["idle_by_cpu"]["dataloader"], d.after["idle_by_cpu"]["dataloader"]
+    assert b > 15 * MS and a < 0.01 * b  # 16 x 1 ms samples per batch on the training thread
+
+
+def test_pinned_prefetched_copy_leaves_no_pageable_and_little_exposed_copy():
+    d = _diff("copy")
+    b = d.before
+    assert b["pageable_copy_ns"] > 0.99 * b["copy_ns"] > 7 * MS  # 64 MiB pageable (+ the .item())
+    assert d.after["pageable_copy_ns"] == 0
+    assert d.after["exposed_copy_ns"] < 0.05 * d.before["exposed_copy_ns"]
+    assert d.to_dict()["change"]["exposed_copy_ns"]["pct"] < -90
+
+
+def test_cuda_graph_removes_the_launch_idle():
+    d = _diff("launch")
+    assert d.after["idle_by_cpu"]["launch"] < 0.3 * d.before["idle_by_cpu"]["launch"]
+    assert d.after["gpu_idle_ns"] < 0.2 * d.before["gpu_idle_ns"]
+
+
+def test_empty_cache_removal_and_padded_graph_shapes_show_in_the_diff():
+    alloc = _diff("alloc")  # empty_cache() every step: the allocator's host time goes
+    assert alloc.before["verdict"] == "host" and alloc.after["verdict"] == "gpu"
+    assert alloc.after["gpu_idle_ns"] < 0.5 * alloc.before["gpu_idle_ns"]
+    graphs = _diff("graphs")  # reduce-overhead re-recording per shape -> one padded shape
+    assert graphs.slower_pct() < -80 and graphs.after["idle_by_cpu"]["cpu_op"] < \
+        0.2 * graphs.before["idle_by_cpu"]["cpu_op"]
+
+
+def test_dynamic_shapes_remove_the_recompiles_and_their_idle():
+    d = _diff("compile")
+    assert d.before["recompiles"] >= 1 and d.after["recompiles"] == 0
+    assert d.before["idle_by_cpu"]["compile"] > 0.9 * d.before["gpu_idle_ns"]
+    assert d.after["idle_by_cpu"]["compile"] == 0
+
+
+def test_item_per_layer_fix_removes_most_sync_idle():
+    d = _diff("sync")
+    assert d.after["idle_by_cpu"]["sync"] < 0.2 * d.before["idle_by_cpu"]["sync"]
+    assert d.after["gpu_idle_pct"] < d.before["gpu_idle_pct"] - 20
+
+
+def test_python_bookkeeping_idle_goes():
+    d = _diff("host")
+    assert d.before["idle_by_cpu"]["untraced"] > 14 * MS
+    assert d.after["gpu_idle_ns"] < 0.05 * d.before["gpu_idle_ns"]
+
+
+def test_fail_if_slower_catches_the_reverted_fix():
+    bad, fixed = (str(GPU / f"data.{v}.json.gz") for v in ("bad", "fixed"))
+    r = CliRunner().invoke(main, ["diff", fixed, bad, "--fail-if-slower", "5%"])
+    assert r.exit_code == 1 and "slower than BEFORE" in r.stderr
+    r = CliRunner().invoke(main, ["diff", bad, fixed, "--fail-if-slower", "5%"])
+    assert r.exit_code == 0 and all(len(x) <= 100 for x in r.stdout.splitlines())
+
+
+def test_batch_outputs_of_the_real_pairs_diff_like_the_traces(tmp_path):
+    outs = []
+    for variant in ("bad", "fixed"):
+        folder = tmp_path / f"{variant}-traces"
+        folder.mkdir()
+        for s in ("data", "copy", "launch"):
+            shutil.copy(GPU / f"{s}.{variant}.json.gz", folder / f"{s}.json.gz")
+        analyze_dir(folder, out_dir=tmp_path / variant, jobs=2)
+        outs.append(str(tmp_path / variant))
+    d = diff_paths(*outs)
+    assert d.source == "batch" and d.matched_by == "path" and len(d.pairs) == 3
+    for p in d.pairs:
+        ref = _diff(p.label.split(".")[0])._pair_dict()
+        got = p._pair_dict()
+        for k in ("change", "kernels", "verdict", "saving", "slower_pct"):
+            assert got[k] == ref[k], (p.label, k)
+    # the worst pair leads; every step got faster
+    assert d.slower_pct() == max(p.slower_pct() for p in d.pairs) < -50
+
+
+NSYS_PAIRS = ("data", "copy", "launch")
+
+
+@pytest.fixture(scope="module")
+def nsys_pairs(tmp_path_factory):
+    """The whole-program nsys exports of a few pairs, decompressed."""
+    import lzma
+
+    out = tmp_path_factory.mktemp("gpu_nsys_pairs")
+    for s in NSYS_PAIRS:
+        for v in ("bad", "fixed"):
+            (out / f"{s}.{v}.sqlite").write_bytes(lzma.open(GPU / f"{s}.{v}.sqlite.xz").read())
+    return out
+
+
+@pytest.mark.parametrize("scenario", NSYS_PAIRS)
+def test_nsys_pairs_match_the_loops_truth_too(nsys_pairs, scenario):
+    """nsys: step_<i> NVTX ranges of a whole-program capture (start-up step 0 excluded)."""
+    a = {v: traceread.analyze(str(nsys_pairs / f"{scenario}.{v}.sqlite")) for v in ("bad", "fixed")}
+    d = diff_analyses(a["bad"], a["fixed"])
+    truth = {}
+    for v, side in (("bad", d.before), ("fixed", d.after)):
+        t = json.loads((GPU / f"{scenario}.{v}.plain.truth.json").read_text())["step_ns"]
+        truth[v] = mean(t[str(int(s))] for s in a[v].steps["step"])
+        assert abs(side["step_mean_ns"] - truth[v]) <= 0.03 * truth[v] + 0.1 * MS, (v, truth[v])
+    realised = d.saving()["realised_ns"]
+    assert abs(realised - (truth["bad"] - truth["fixed"])) <= 0.03 * truth["bad"] + 0.2 * MS
+    assert d.to_dict()["verdict"]["changed"]

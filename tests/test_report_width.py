@@ -1,0 +1,71 @@
+"""The text reports fit 100 columns: rows wrap their free-text column, paths shorten.
+
+Every corpus trace's single-trace report is checked in test_analyze_corpus._check."""
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from traceread.cli import main
+from traceread.render.report import _tail_lines, fit, short_path
+
+from conftest import FIXTURES
+
+
+def test_a_row_wraps_its_last_column_under_itself_and_keeps_units_whole():
+    prefix = "    host             2.77 ms      88.0%    2.77 ms         379 us  "
+    out = _tail_lines(prefix, "50% of 4 kernels average under 10 us, and then some more words")
+    assert len(out) == 2 and all(len(x) <= 100 for x in out)
+    assert out[1].startswith(" " * len(prefix)) and not out[1][len(prefix)].isspace()
+    assert " ".join(" ".join(x.split()) for x in out).endswith(
+        "average under 10 us, and then some more words")
+    assert not any(x.rstrip().endswith(" 10") for x in out)  # "10 us" not split
+
+
+def test_prose_wrap_never_parts_a_number_from_its_unit():
+    line = "  kineto (schema 1) · torch.profiler (CUDA 12.9, CUPTI 28) · rank 0 of 8 · 22,355 events · span 87.4 ms"
+    out = fit([line])
+    assert all(len(x) <= 100 for x in out) and not out[0].endswith("87.4")
+
+
+def test_long_paths_keep_their_start_and_file_name():
+    p = "/work/shared/corpus/" + "a" * 60 + "/cuda_event_sync/event_sync_trace__bloba4a6c2d1.json.gz"
+    s = short_path(p)
+    assert len(s) == 100 and s.startswith("/work/shared/") and s.endswith("bloba4a6c2d1.json.gz")
+    assert short_path("short.json") == "short.json"
+
+
+def test_job_report_of_real_ranks_fits_100_columns():
+    ranks = sorted(str(p) for p in (FIXTURES / "gloo" / "ddp4").glob("rank-*.json.gz"))
+    r = CliRunner().invoke(main, ["analyze", *ranks])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("JOB job0") and any(x.startswith("  why ") for x in lines)
+    assert [x for x in lines if len(x) > 100] == []
+
+
+def _fixture_traces() -> list[str]:
+    pats = ("gpu/*.json.gz", "gpu/ddp2/*.json.gz", "kineto/*.json*", "gloo/*/*.json.gz",
+            "nsys/*.sqlite")
+    return sorted(str(p.relative_to(FIXTURES)) for pat in pats for p in FIXTURES.glob(pat))
+
+
+@pytest.mark.parametrize("rel", _fixture_traces())
+def test_report_of_every_committed_trace_fits_100_columns(rel):
+    import traceread
+    from traceread.render.report import render_report
+
+    try:
+        a = traceread.analyze(str(FIXTURES / rel))
+    except traceread.TraceError:
+        pytest.skip("refused cleanly (not a trace)")
+    assert [x for x in render_report(a).splitlines() if len(x) > 100] == []
+
+
+@pytest.mark.parametrize("command", ["idle", "steps", "nccl", "compile", "info"])
+def test_other_text_commands_fit_100_columns(command):
+    traces = [str(FIXTURES / "gpu" / f"{s}.bad.json.gz") for s in ("data", "compile")]
+    traces.append(str(FIXTURES / "kineto" / "tracelens_b200_eager_trace.json.gz"))
+    r = CliRunner().invoke(main, [command, *traces])
+    assert r.exit_code == 0, r.output
+    assert [x for x in r.stdout.splitlines() if len(x) > 100] == []
