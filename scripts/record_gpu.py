@@ -311,7 +311,7 @@ def run_one(mode: str, scenario: str, variant: str, out: Path) -> None:
     Path(f"{stem}.{mode}.truth.json").write_text(json.dumps(truth, indent=1))
 
 
-def _timed(torch, step, truth, i):
+def _timed(step, truth, i):
     t = now()
     step(i)
     truth["step_ns"][str(i)] = now() - t
@@ -323,7 +323,7 @@ def _run_plain(torch, step, truth):
     for i in range(STEPS_PLAIN):
         if nvtx:
             torch.cuda.nvtx.range_push(f"step_{i}")
-        _timed(torch, step, truth, i)
+        _timed(step, truth, i)
         if nvtx:
             torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
@@ -337,7 +337,7 @@ def _run_kineto(torch, step, truth, stem):
                  schedule=schedule(**SCHEDULE),
                  on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
         for i in range(n):
-            _timed(torch, step, truth, i)
+            _timed(step, truth, i)
             prof.step()
     torch.cuda.synchronize()
     truth["profiled_steps"] = list(range(SCHEDULE["wait"] + SCHEDULE["warmup"], n))

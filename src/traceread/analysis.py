@@ -247,9 +247,9 @@ def _cold_start(verdict: dict, cold: dict) -> None:
         return
     verdict["evidence"]["startup_ns"] = cold["ns"]
     verdict["evidence"]["startup_calls"] = [{"name": n, "ns": ns} for n, ns in cold["calls"]]
-    churn = {t for t, _ in LEVERS["alloc"] + NATIVE_LEVERS["alloc"]} if any(
-        window_mod.ALLOC_RX.match(n) or n.startswith(("cudaFree", "hipFree"))
-        for n, _ in cold["calls"][:1]) else set()
+    top = cold["calls"][0][0] if cold["calls"] else ""
+    churn = {t for t, _ in LEVERS["alloc"] + NATIVE_LEVERS["alloc"]} \
+        if attr_mod.ALLOC_API_RX.match(top) else set()
     verdict["levers"] = [COLD_START_LEVER] + [t for t in verdict["levers"] if t not in churn]
 
 
