@@ -1,0 +1,110 @@
+"""Dump, per trace, the full analysis and a digest of every table column, to compare two checkouts.
+
+    PYTHONPATH=src python scripts/equal_check.py OUT_DIR [TRACE_DIR ...] [--max-bytes N]
+    python scripts/equal_check.py --compare DIR_A DIR_B
+
+Speed work must not change a single figure: run it on main and on a branch, then
+`--compare` the two folders. Traces: the corpus (MANIFEST.tsv kinds) and every trace
+under tests/fixtures by default. The analysis is the JSON dict of `analyze(load(f))`
+with timings that measure traceread itself removed; the table digest covers values,
+nulls and categorical dictionaries (order included).
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.xz", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+def _traces(dirs: list[Path], max_bytes: int) -> list[Path]:
+    out: list[Path] = []
+    for d in dirs:
+        manifest = d / "MANIFEST.tsv"
+        if manifest.exists():
+            with open(manifest, newline="") as f:
+                out += [d / r["local_path"] for r in csv.DictReader(f, delimiter="\t")
+                        if r["kind"] in ("kineto-json", "kineto-json-gz", "nsys-sqlite")
+                        and int(r["bytes"]) <= max_bytes]
+        else:
+            out += [p for p in sorted(d.rglob("*")) if p.is_file() and p.name.endswith(SUFFIXES)
+                    and "truth" not in p.name and "stats" not in p.parts]
+    return sorted(set(out))
+
+
+def _digest(df) -> dict[str, str]:
+    import pandas as pd
+    res = {}
+    for c in df.columns:
+        s = df[c]
+        h = hashlib.blake2b(digest_size=10)
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            h.update(s.cat.codes.to_numpy().tobytes())
+            h.update(repr(list(s.cat.categories)).encode())
+        else:
+            h.update(str(s.dtype).encode())
+            h.update(s.isna().to_numpy().tobytes())
+            h.update(s.fillna(0).to_numpy().tobytes() if s.dtype != object else repr(list(s)).encode())
+        res[c] = h.hexdigest()
+    return res
+
+
+def dump(out: Path, dirs: list[Path], max_bytes: int) -> int:
+    from traceread import TraceError, load
+    from traceread.analysis import analyze
+    out.mkdir(parents=True, exist_ok=True)
+    for p in _traces(dirs, max_bytes):
+        key = hashlib.blake2b(str(p).encode(), digest_size=8).hexdigest()
+        rec: dict = {"path": str(p)}
+        try:
+            tr = load(p)
+            rec["table"] = _digest(tr.events)
+            rec["analysis"] = analyze(tr).to_dict()
+        except TraceError as e:
+            rec["error"] = str(e)
+        (out / f"{key}.json").write_text(json.dumps(rec, sort_keys=True, default=str, indent=0))
+        print(p, flush=True)
+    return 0
+
+
+def _strip(o):
+    # wall-clock timings of traceread itself differ run to run
+    if isinstance(o, dict):
+        return {k: _strip(v) for k, v in o.items() if k not in ("elapsed_s", "timings", "read_s")}
+    if isinstance(o, list):
+        return [_strip(v) for v in o]
+    return o
+
+
+def compare(a: Path, b: Path) -> int:
+    bad = 0
+    names = sorted({p.name for p in a.glob("*.json")} | {p.name for p in b.glob("*.json")})
+    for n in names:
+        if not (a / n).exists() or not (b / n).exists():
+            print("missing on one side:", n)
+            bad += 1
+            continue
+        ra, rb = (_strip(json.loads((d / n).read_text())) for d in (a, b))
+        if ra != rb:
+            bad += 1
+            diff = [k for k in ("table", "analysis", "error") if ra.get(k) != rb.get(k)]
+            print(f"DIFFERS ({', '.join(diff)}): {ra['path']}")
+    print(f"{len(names)} traces, {bad} differ")
+    return 1 if bad else 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--compare"]:
+        return compare(Path(argv[1]), Path(argv[2]))
+    max_bytes = int(argv[argv.index("--max-bytes") + 1]) if "--max-bytes" in argv else 60_000_000
+    rest = [a for i, a in enumerate(argv) if a != "--max-bytes" and (i == 0 or argv[i - 1] != "--max-bytes")]
+    dirs = [Path(d) for d in rest[1:]] or [ROOT.parent / "shared" / "corpus", ROOT / "tests" / "fixtures"]
+    return dump(Path(rest[0]), [d for d in dirs if d.exists()], max_bytes)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
