@@ -77,7 +77,9 @@ static int ext_mode;
 typedef struct {
     Tok ev[K_N];
     Tok arg[A_N];
+    uint64_t ev_set, arg_set; /* bit k: ev[k] / arg[k] holds a token */
 } Ev;
+typedef char tokens_fit_a_mask[A_N <= 64 && K_N <= 64 ? 1 : -1];
 
 /* --- growable buffers ----------------------------------------------------- */
 
@@ -137,6 +139,7 @@ typedef struct {
     Buf rrows[N_RCOLS], rcodes[N_RCOLS];
     Interner raws[N_RCOLS];
     PyObject *meta;
+    Ev ev; /* the current event's tokens (reused: only the filled ones are reset) */
     int lossy;
     int n_args; /* arg int columns of this shape */
 } S;
@@ -328,7 +331,10 @@ static int validate(P *p, Ev *ev)
         if (e[k].type == T_OBJ || e[k].type == T_ARR || !float_sane(&e[k]))
             return BAD;
     }
-    for (int a = 0; a < A_FIRST_RAW; a++) { /* Raw fields take any value as it is */
+    /* only the args present (the others are T_MISSING: nothing to check);
+     * Raw fields take any value as it is */
+    for (uint64_t m = ev->arg_set & (((uint64_t)1 << A_FIRST_RAW) - 1); m; m &= m - 1) {
+        int a = __builtin_ctzll(m);
         Tok *t = &ev->arg[a];
         if (a < A_FIRST_ANY && !is_num_type(t->type))
             return BAD;
@@ -580,22 +586,26 @@ static const char SKIP_PHASES[] = "CbneSTpFstfPNODVvRc()";
 
 static int one_event(S *st)
 {
-    Ev ev;
-    memset(&ev, 0, sizeof(ev));
+    Ev *ev = &st->ev;
+    for (uint64_t m = ev->ev_set; m; m &= m - 1)
+        ev->ev[__builtin_ctzll(m)].type = T_MISSING;
+    for (uint64_t m = ev->arg_set; m; m &= m - 1)
+        ev->arg[__builtin_ctzll(m)].type = T_MISSING;
+    ev->ev_set = ev->arg_set = 0;
     P *p = &st->p;
     if (peek(p) != '{')
         return BAD; /* not an object: msgspec's ValidationError */
-    if (scan_object(p, ev.ev, event_key, K_ARGS, ev.arg) < 0)
+    if (scan_object(p, ev->ev, event_key, K_ARGS, ev->arg, &ev->ev_set, &ev->arg_set) < 0)
         return BAD;
-    Tok *ph = &ev.ev[K_PH];
+    Tok *ph = &ev->ev[K_PH];
     if (ph->type != T_STR || ph->esc || ph->len != 1)
         return BAD;
     int c = ph->s[0];
     if (c == 'M' || strchr(ROW_PHASES, c)) {
-        int rc = validate(p, &ev);
+        int rc = validate(p, ev);
         if (rc)
             return rc;
-        return c == 'M' ? add_meta(st, &ev) : add_row(st, &ev, c);
+        return c == 'M' ? add_meta(st, ev) : add_row(st, ev, c);
     }
     if (c && strchr(SKIP_PHASES, c))
         return OK;
@@ -846,6 +856,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
     st.n_args = ext ? A_EXT_INTS : A_BASE_INTS;
     st.p.p = (const unsigned char *)view.buf;
     st.p.end = st.p.p + view.len;
+    refill(&st.p, st.p.p);
     for (int c = 0; c < 128; c++)
         st.ph_code[c] = -1;
     PyObject *result = NULL;
