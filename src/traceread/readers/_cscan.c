@@ -583,6 +583,7 @@ static int add_meta(S *st, Ev *ev)
 
 static const char ROW_PHASES[] = "XiIBE";
 static const char SKIP_PHASES[] = "CbneSTpFstfPNODVvRc()";
+static unsigned char PHASE[256]; /* 1: a row phase, 2: a skipped one */
 
 static int one_event(S *st)
 {
@@ -601,13 +602,13 @@ static int one_event(S *st)
     if (ph->type != T_STR || ph->esc || ph->len != 1)
         return BAD;
     int c = ph->s[0];
-    if (c == 'M' || strchr(ROW_PHASES, c)) {
+    if (c == 'M' || PHASE[c] == 1) {
         int rc = validate(p, ev);
         if (rc)
             return rc;
         return c == 'M' ? add_meta(st, ev) : add_row(st, ev, c);
     }
-    if (c && strchr(SKIP_PHASES, c))
+    if (PHASE[c] == 2)
         return OK;
     return BAD;
 }
@@ -915,5 +916,9 @@ PyMODINIT_FUNC PyInit__cscan(void)
         WS[c] = c == ' ' || c == '\t' || c == '\n' || c == '\r';
         STR_STOP[c] = c == '"' || c == '\\' || c < 0x20;
     }
+    for (const char *c = ROW_PHASES; *c; c++)
+        PHASE[(unsigned char)*c] = 1;
+    for (const char *c = SKIP_PHASES; *c; c++)
+        PHASE[(unsigned char)*c] = 2;
     return PyModule_Create(&module);
 }
