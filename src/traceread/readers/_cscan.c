@@ -38,6 +38,7 @@ typedef struct {
     Py_ssize_t len;
     unsigned char type;
     unsigned char esc;      /* STR holds a backslash escape */
+    unsigned char has_exp;  /* INT / FLOAT: written with an exponent */
 } Tok;
 
 /* event keys */

@@ -195,7 +195,7 @@ HOT int scan_string(P *p, Tok *t)
 HOT int scan_number(P *p, Tok *t)
 {
     const unsigned char *s = p->p, *end = p->end;
-    int is_float = 0;
+    int is_float = 0, has_exp = 0;
     if (s < end && *s == '-')
         s++;
     if (s >= end)
@@ -216,7 +216,7 @@ HOT int scan_number(P *p, Tok *t)
             s++;
     }
     if (s < end && (*s == 'e' || *s == 'E')) {
-        is_float = 1;
+        is_float = has_exp = 1;
         s++;
         if (s < end && (*s == '+' || *s == '-'))
             s++;
@@ -230,6 +230,7 @@ HOT int scan_number(P *p, Tok *t)
         t->s = p->p;
         t->len = s - p->p;
         t->esc = 0;
+        t->has_exp = (unsigned char)has_exp;
     }
     p->p = s;
     return OK;

@@ -131,6 +131,8 @@ static int float_sane(const Tok *t)
         return 1;
     if (t->len > 64)
         return 0;
+    if (!t->has_exp) /* set by scan_number: no loop over the digits for the common case */
+        return 1;
     for (Py_ssize_t i = 0; i < t->len; i++) {
         unsigned char c = t->s[i];
         if (c == 'e' || c == 'E') {
