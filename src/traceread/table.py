@@ -137,6 +137,9 @@ def release_heap() -> None:
     """
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+    # Arrow's allocator (mimalloc / jemalloc) keeps freed pages too: 120 MB after the
+    # events DataFrame of a 1 GB trace was built, all of it transient conversion buffers
+    pa.default_memory_pool().release_unused()
 
 
 def empty_columns(n: int) -> dict[str, Any]:
@@ -156,24 +159,55 @@ def build_table(cols: dict[str, Any], n: int) -> pa.Table:
     ``cols`` maps column name to a numpy array, list, pyarrow array or None
     (None: all defaults). Missing columns get defaults. String columns may be
     given as plain strings or dictionary arrays.
+
+    Columns entirely at their default (-1 / null: on a Kineto trace the nsys-only and
+    collective columns, the shape / FLOP columns without record_shapes) all share one
+    array per type, so they cost 8 B/row once instead of 8 B/row each (~120 MB at 1 GB).
     """
+    defaults: dict = {}
     arrays = []
     for name, typ, _ in COLUMNS:
         val = cols.get(name)
-        if val is None:  # defaults made one at a time: all of them at once cost ~80 B/row
-            val = np.full(n, -1, dtype=typ.to_pandas_dtype()) if pa.types.is_integer(typ) else None
-        arrays.append(_to_arrow(val, typ, n))
+        if _all_default(val, typ, n):
+            if typ not in defaults:
+                defaults[typ] = _default_array(typ, n)
+            arrays.append(defaults[typ])
+        else:
+            arrays.append(_to_arrow(val, typ, n))
         del val
     if n > 1:
         order = np.argsort(arrays[0].to_numpy(), kind="stable")
         if not np.all(order[1:] > order[:-1]):
             # column by column, each unsorted column dropped as soon as it is taken
-            # (a whole-table take holds both copies of every column at once)
+            # (a whole-table take holds both copies of every column at once); a
+            # shared default column is the same in any order
             idx = pa.array(order)
             del order
+            shared = {id(a) for a in defaults.values()}
             for i in range(len(arrays)):
-                arrays[i] = arrays[i].take(idx)
+                if id(arrays[i]) not in shared:
+                    arrays[i] = arrays[i].take(idx)
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def _all_default(val: Any, typ: pa.DataType, n: int) -> bool:
+    """True when ``val`` is None or holds only the column's default (-1 / null)."""
+    if val is None:
+        return True
+    if isinstance(val, np.ndarray) and pa.types.is_integer(typ):
+        return len(val) == n and n > 0 and val[0] == -1 and not (val != -1).any()
+    if isinstance(val, pa.DictionaryArray):  # (a non-empty dictionary shows as categories)
+        return len(val) == n and val.null_count == n and len(val.dictionary) == 0
+    return False
+
+
+def _default_array(typ: pa.DataType, n: int) -> pa.Array:
+    """``n`` rows of the column default: -1, or null (zero indices from calloc'd pages,
+    never written, so they take no memory until read)."""
+    if pa.types.is_integer(typ):
+        return pa.array(np.full(n, -1, dtype=typ.to_pandas_dtype()), type=typ)
+    idx = pa.array(np.zeros(n, np.int32), mask=np.ones(n, bool))
+    return pa.DictionaryArray.from_arrays(idx, pa.array([], typ.value_type))
 
 
 def _to_arrow(val: Any, typ: pa.DataType, n: int) -> pa.Array:
@@ -206,24 +240,42 @@ class Trace:
 
     ``trace.table`` is the Arrow table, ``trace.events`` the same as a pandas
     DataFrame (string columns as ``category``), computed once.
+
+    Memory: building ``events`` hands the table's columns to pandas (integer
+    columns zero-copy) and lets go of the table, whose dictionary indices would
+    otherwise stay beside the frame's category codes (56 B/row vs ~12). Asking for
+    ``table`` afterwards builds it again from the frame -- the same table.
     """
 
     def __init__(self, table: pa.Table, meta: TraceMeta):
         if table.schema != SCHEMA:
             raise ValueError("event table does not match traceread.table.SCHEMA")
-        self.table = table
+        self._table: pa.Table | None = table
         self.meta = meta
         self._events: pd.DataFrame | None = None
 
     @property
+    def table(self) -> pa.Table:
+        if self._table is None:
+            self._table = pandas_to_table(self._events)
+        return self._table
+
+    @table.setter
+    def table(self, table: pa.Table) -> None:
+        self._table = table
+        self._events = None
+
+    @property
     def events(self) -> pd.DataFrame:
         if self._events is None:
-            self._events = table_to_pandas(self.table)
+            table, self._table = self._table, None
+            self._events = table_to_pandas(table, release=True)
+            del table
             release_heap()
         return self._events
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return self._table.num_rows if self._table is not None else len(self._events)
 
     def __repr__(self) -> str:
         return f"<Trace {self.meta.format} {self.meta.path!r}: {len(self)} events>"
@@ -233,11 +285,41 @@ class Trace:
         write_parquet(self, path)
 
 
-def table_to_pandas(table: pa.Table) -> pd.DataFrame:
+def table_to_pandas(table: pa.Table, release: bool = False) -> pd.DataFrame:
+    """The event table as a DataFrame (string columns ``category``).
+
+    ``release``: free each column's Arrow memory as it is converted, where nothing
+    else holds it (the caller drops its own reference to ``table``).
+    """
     # split_blocks: one block per column, so integer columns (no nulls, one chunk)
     # are zero-copy views of the Arrow buffers instead of a second copy of the
     # table (~95 B/row); pandas' copy-on-write keeps them read-only either way.
-    return table.to_pandas(types_mapper=None, ignore_metadata=True, split_blocks=True)
+    if not release:
+        return table.to_pandas(types_mapper=None, ignore_metadata=True, split_blocks=True)
+    # self_destruct on a shallow copy: the copy's references to the columns are dropped
+    # as they are converted (a column held elsewhere just stays alive), never the caller's
+    # table object. One thread: the conversion buffers of many columns at once were
+    # ~150 MB of transient peak at 1 GB.
+    shallow = pa.Table.from_arrays(table.columns, schema=table.schema)
+    del table
+    return shallow.to_pandas(types_mapper=None, ignore_metadata=True, split_blocks=True,
+                             self_destruct=True, use_threads=False)
+
+
+def pandas_to_table(ev: pd.DataFrame) -> pa.Table:
+    """``table_to_pandas`` undone: the same schema, values, nulls and dictionaries."""
+    arrays = []
+    for name, typ, _ in COLUMNS:
+        s = ev[name]
+        if pa.types.is_dictionary(typ):
+            cat = s.array
+            codes = np.asarray(cat.codes)
+            idx = pa.array(codes.astype(np.int32), mask=codes < 0)
+            values = pa.array(np.asarray(cat.categories, dtype=object), type=pa.string())
+            arrays.append(pa.DictionaryArray.from_arrays(idx, values))
+        else:
+            arrays.append(pa.array(s.to_numpy(), type=typ))
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
 _META_KEY = b"traceread.meta"
