@@ -153,7 +153,7 @@ def empty_columns(n: int) -> dict[str, Any]:
     return cols
 
 
-def build_table(cols: dict[str, Any], n: int) -> pa.Table:
+def build_table(cols: dict[str, Any], n: int, consume: bool = False) -> pa.Table:
     """Assemble a schema-conformant table from per-column arrays, sorted by ts.
 
     ``cols`` maps column name to a numpy array, list, pyarrow array or None
@@ -163,11 +163,13 @@ def build_table(cols: dict[str, Any], n: int) -> pa.Table:
     Columns entirely at their default (-1 / null: on a Kineto trace the nsys-only and
     collective columns, the shape / FLOP columns without record_shapes) all share one
     array per type, so they cost 8 B/row once instead of 8 B/row each (~120 MB at 1 GB).
+    ``consume``: take the columns out of ``cols`` as they are converted (a column cast to
+    its schema type, int64 device to int32, is then not held twice).
     """
     defaults: dict = {}
     arrays = []
     for name, typ, _ in COLUMNS:
-        val = cols.get(name)
+        val = cols.pop(name, None) if consume else cols.get(name)
         if _all_default(val, typ, n):
             if typ not in defaults:
                 defaults[typ] = _default_array(typ, n)
@@ -286,24 +288,55 @@ class Trace:
 
 
 def table_to_pandas(table: pa.Table, release: bool = False) -> pd.DataFrame:
-    """The event table as a DataFrame (string columns ``category``).
+    """The event table as a DataFrame (string columns ``category``), what
+    ``table.to_pandas(split_blocks=True)`` gives, converted one column at a time.
 
-    ``release``: free each column's Arrow memory as it is converted, where nothing
-    else holds it (the caller drops its own reference to ``table``).
+    Integer columns (no nulls, one chunk) are zero-copy views of the Arrow buffers,
+    not a second copy of the table (~95 B/row); pandas' copy-on-write keeps them
+    read-only either way. ``release``: the caller has dropped its own reference to
+    ``table``, and each column's Arrow memory is freed as soon as it is converted
+    where nothing else holds it (dictionary indices: 4 B/row per string column).
+    Converting the whole table at once held ~150 MB of conversion buffers at 1 GB.
     """
-    # split_blocks: one block per column, so integer columns (no nulls, one chunk)
-    # are zero-copy views of the Arrow buffers instead of a second copy of the
-    # table (~95 B/row); pandas' copy-on-write keeps them read-only either way.
-    if not release:
-        return table.to_pandas(types_mapper=None, ignore_metadata=True, split_blocks=True)
-    # self_destruct on a shallow copy: the copy's references to the columns are dropped
-    # as they are converted (a column held elsewhere just stays alive), never the caller's
-    # table object. One thread: the conversion buffers of many columns at once were
-    # ~150 MB of transient peak at 1 GB.
-    shallow = pa.Table.from_arrays(table.columns, schema=table.schema)
+    names = table.column_names
+    cols = table.columns
     del table
-    return shallow.to_pandas(types_mapper=None, ignore_metadata=True, split_blocks=True,
-                             self_destruct=True, use_threads=False)
+    parts = []
+    done: dict = {}  # the buffers of a column shared by several (build_table's defaults)
+    for i, name in enumerate(names):
+        key = _buffers_key(cols[i]) if _SHARE_SERIES else None
+        if key in done:  # pandas 3: a copy-on-write view of the same codes
+            parts.append(done[key].rename(name))
+            continue
+        one = pa.Table.from_arrays([cols[i]], names=[name])
+        if release:
+            cols[i] = None
+        parts.append(one.to_pandas(types_mapper=None, ignore_metadata=True, split_blocks=True,
+                                   self_destruct=release, use_threads=False)[name])
+        if key is not None:
+            done[key] = parts[-1]
+        del one
+    del cols, done
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat(parts, axis=1, **_NO_COPY)
+
+
+# pandas 2 copies in concat unless told not to; pandas 3 never copies and deprecates the flag
+_PANDAS3 = int(pd.__version__.split(".")[0]) >= 3
+_NO_COPY = {} if _PANDAS3 else {"copy": False}
+# Only with copy-on-write (pandas 3) may two columns share one array of category codes.
+_SHARE_SERIES = _PANDAS3
+
+
+def _buffers_key(col: pa.ChunkedArray):
+    """Identity of a one-chunk dictionary column's buffers (None for other columns)."""
+    if col.num_chunks != 1 or not pa.types.is_dictionary(col.type):
+        return None
+    arr = col.chunk(0)
+    return (str(col.type), len(arr), arr.offset,
+            tuple(b.address if b is not None else 0 for b in arr.buffers()),
+            arr.dictionary.buffers()[-1].address if len(arr.dictionary) else 0)
 
 
 def pandas_to_table(ev: pd.DataFrame) -> pa.Table:

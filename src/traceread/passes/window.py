@@ -414,7 +414,7 @@ def slice_events(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
     rows = np.concatenate([head, np.arange(r, b)]) if len(head) else slice(r, b)
     for col in ev.columns if len(head) else ():
         if col not in ("ts", "dur") and not _same_at(ev[col], head, lo):
-            out[col] = _take(ev[col], rows)
+            out[col] = pd.Series(_take(ev[col], rows), index=out.index, copy=False)
     ts = ts_all[rows] if len(head) else ts_all[rows].copy()
     return _clipped(out, ts, dur_all[rows], start, end)
 
@@ -449,6 +449,7 @@ def _clipped(out: pd.DataFrame, ts: np.ndarray, dur: np.ndarray, start: int,
     np.maximum(s, start, out=s)
     np.subtract(e, s, out=e)
     np.maximum(e, 0, out=e)
-    out["ts"] = s
-    out["dur"] = e
+    # as Series: a bare array assigned to a column is copied again
+    out["ts"] = pd.Series(s, index=out.index, copy=False)
+    out["dur"] = pd.Series(e, index=out.index, copy=False)
     return out
