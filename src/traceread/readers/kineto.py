@@ -775,7 +775,9 @@ def _arg_columns(batch: dec.Batch) -> dict:
     out = {}
     for f in ARG_COLUMNS:
         if f in batch.strs:
-            out[f] = _compact_json(_dict_encode(batch.strs.pop(f)))
+            d = _compact_json(_dict_encode(batch.strs.pop(f)))
+            # no row has it (no record_shapes): build_table's shared default, never sorted
+            out[f] = None if d.null_count == len(d) and not len(d.dictionary) else d
         else:
             v = batch.ints.pop(f)
             # (rows, values) with no row: -1 everywhere, build_table's shared default
