@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peak RSS and time of a big-trace read / analyze: this checkout vs a baseline commit.
 
-    python scripts/bench_memory.py TRACE [TRACE ...] [--baseline REF] [--repeat 1]
+    python scripts/bench_memory.py TRACE [TRACE ...] [--baseline REF] [--workers 1,2]
 
 The baseline's ``src/`` is exported with ``git archive REF`` to a temporary
 directory (the work tree is not touched); both versions then run, each in its
@@ -11,15 +11,18 @@ own process, in this one run:
 * ``analyze`` -- ``traceread analyze --no-cache --format json``, end to end (imports included)
 
 Peak RSS is the peak of the *sum* over the process tree (worker processes
-included), sampled every 20 ms (``bench.run``). Prints one Markdown table with
-the peak as a multiple of the raw (uncompressed) JSON size and the ratio
-current / baseline.
+included), sampled every 20 ms (``bench.run``); PSS splits the pages forked
+workers share with the parent. ``--workers 1,2`` runs each step once per
+``TRACEREAD_WORKERS`` value (default: the library's own choice). Prints one
+Markdown table with CPU time, peak RSS and PSS as a multiple of the raw
+(uncompressed) JSON size and the ratio current / baseline.
 """
 from __future__ import annotations
 
 import argparse
 import gzip
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -44,6 +47,10 @@ def export_src(ref: str, dest: Path) -> Path:
     with tarfile.open(tar) as t:
         t.extractall(dest, filter="data")
     tar.unlink()
+    # the built C decoder is not in git: reuse this checkout's (the module checks itself
+    # against its source and falls back to msgspec if the baseline's _cscan.c differs)
+    for so in (REPO / "src" / "traceread" / "readers").glob("_cscan*.so"):
+        shutil.copy2(so, dest / "src" / "traceread" / "readers" / so.name)
     return dest / "src"
 
 
@@ -58,8 +65,10 @@ def raw_size(path: Path) -> int:
     return n
 
 
-def measure(path: Path, src: Path) -> dict:
+def measure(path: Path, src: Path, workers: str = "") -> dict:
     env = {"PYTHONPATH": str(src), "TRACEREAD_NO_CACHE": "1"}
+    if workers:
+        env["TRACEREAD_WORKERS"] = workers
     py = sys.executable
     return {
         "read": run([py, "-c", READ, str(path)], env=env),
@@ -72,25 +81,32 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("traces", nargs="+", type=Path)
     ap.add_argument("--baseline", default="HEAD~1", help="git ref of the baseline (default HEAD~1)")
+    ap.add_argument("--workers", default="", help="TRACEREAD_WORKERS values, e.g. 1,2")
     args = ap.parse_args(argv)
     load = os.getloadavg()
-    rows = ["| trace (raw) | step | baseline time | time | baseline peak RSS | peak RSS "
-            "| baseline / raw | peak / raw | peak vs baseline |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| trace (raw) | workers | step | time base / now | CPU base / now "
+            "| peak RSS base / now | peak PSS base / now | RSS / raw base / now | RSS now vs base |",
+            "|---|---|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory(prefix="traceread-base-") as tmp:
         base_src = export_src(args.baseline, Path(tmp))
         for path in args.traces:
             raw = raw_size(path)
-            cur = measure(path, REPO / "src")
-            base = measure(path, base_src)
-            for step in ("read", "analyze"):
-                b, c = base[step], cur[step]
-                if not (b["ok"] and c["ok"]):
-                    print(f"{path} {step}: failed: {b['err'] or c['err']}", file=sys.stderr)
-                    continue
-                rows.append(f"| {path.name} ({raw / 1e6:,.0f} MB) | {step} | {fmt_s(b['wall'])} "
-                            f"| {fmt_s(c['wall'])} | {fmt_mb(b['peak'])} | {fmt_mb(c['peak'])} "
-                            f"| {b['peak'] / raw:.2f}× | {c['peak'] / raw:.2f}× "
-                            f"| {c['peak'] / b['peak']:.2f}× |")
+            for w in args.workers.split(",") if args.workers else [""]:
+                cur = measure(path, REPO / "src", w)
+                base = measure(path, base_src, w)
+                for step in ("read", "analyze"):
+                    b, c = base[step], cur[step]
+                    if not (b["ok"] and c["ok"]):
+                        print(f"{path} {step}: failed: {b['err'] or c['err']}", file=sys.stderr)
+                        continue
+                    rows.append(
+                        f"| {path.name} ({raw / 1e6:,.0f} MB) | {w or 'auto'} | {step} "
+                        f"| {fmt_s(b['wall'])} / {fmt_s(c['wall'])} "
+                        f"| {fmt_s(b['cpu'])} / {fmt_s(c['cpu'])} "
+                        f"| {fmt_mb(b['peak'])} / {fmt_mb(c['peak'])} "
+                        f"| {fmt_mb(b['peak_pss'])} / {fmt_mb(c['peak_pss'])} "
+                        f"| {b['peak'] / raw:.2f}× / {c['peak'] / raw:.2f}× "
+                        f"| {c['peak'] / b['peak']:.2f}× |")
     print(f"baseline: {args.baseline}; load average before the run "
           f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
     print("\n".join(rows))

@@ -137,6 +137,9 @@ def release_heap() -> None:
     """
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+    # Arrow's allocator (mimalloc / jemalloc) keeps freed pages too: 120 MB after the
+    # events DataFrame of a 1 GB trace was built, all of it transient conversion buffers
+    pa.default_memory_pool().release_unused()
 
 
 def empty_columns(n: int) -> dict[str, Any]:
@@ -150,30 +153,63 @@ def empty_columns(n: int) -> dict[str, Any]:
     return cols
 
 
-def build_table(cols: dict[str, Any], n: int) -> pa.Table:
+def build_table(cols: dict[str, Any], n: int, consume: bool = False) -> pa.Table:
     """Assemble a schema-conformant table from per-column arrays, sorted by ts.
 
     ``cols`` maps column name to a numpy array, list, pyarrow array or None
     (None: all defaults). Missing columns get defaults. String columns may be
     given as plain strings or dictionary arrays.
+
+    Columns entirely at their default (-1 / null: on a Kineto trace the nsys-only and
+    collective columns, the shape / FLOP columns without record_shapes) all share one
+    array per type, so they cost 8 B/row once instead of 8 B/row each (~120 MB at 1 GB).
+    ``consume``: take the columns out of ``cols`` as they are converted (a column cast to
+    its schema type, int64 device to int32, is then not held twice).
     """
+    defaults: dict = {}
     arrays = []
     for name, typ, _ in COLUMNS:
-        val = cols.get(name)
-        if val is None:  # defaults made one at a time: all of them at once cost ~80 B/row
-            val = np.full(n, -1, dtype=typ.to_pandas_dtype()) if pa.types.is_integer(typ) else None
-        arrays.append(_to_arrow(val, typ, n))
+        val = cols.pop(name, None) if consume else cols.get(name)
+        if _all_default(val, typ, n):
+            if typ not in defaults:
+                defaults[typ] = _default_array(typ, n)
+            arrays.append(defaults[typ])
+        else:
+            arrays.append(_to_arrow(val, typ, n))
         del val
     if n > 1:
         order = np.argsort(arrays[0].to_numpy(), kind="stable")
         if not np.all(order[1:] > order[:-1]):
             # column by column, each unsorted column dropped as soon as it is taken
-            # (a whole-table take holds both copies of every column at once)
+            # (a whole-table take holds both copies of every column at once); a
+            # shared default column is the same in any order
             idx = pa.array(order)
             del order
+            shared = {id(a) for a in defaults.values()}
             for i in range(len(arrays)):
-                arrays[i] = arrays[i].take(idx)
+                if id(arrays[i]) not in shared:
+                    arrays[i] = arrays[i].take(idx)
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def _all_default(val: Any, typ: pa.DataType, n: int) -> bool:
+    """True when ``val`` is None or holds only the column's default (-1 / null)."""
+    if val is None:
+        return True
+    if isinstance(val, np.ndarray) and pa.types.is_integer(typ):
+        return len(val) == n and n > 0 and val[0] == -1 and not (val != -1).any()
+    if isinstance(val, pa.DictionaryArray):  # (a non-empty dictionary shows as categories)
+        return len(val) == n and val.null_count == n and len(val.dictionary) == 0
+    return False
+
+
+def _default_array(typ: pa.DataType, n: int) -> pa.Array:
+    """``n`` rows of the column default: -1, or null (zero indices from calloc'd pages,
+    never written, so they take no memory until read)."""
+    if pa.types.is_integer(typ):
+        return pa.array(np.full(n, -1, dtype=typ.to_pandas_dtype()), type=typ)
+    idx = pa.array(np.zeros(n, np.int32), mask=np.ones(n, bool))
+    return pa.DictionaryArray.from_arrays(idx, pa.array([], typ.value_type))
 
 
 def _to_arrow(val: Any, typ: pa.DataType, n: int) -> pa.Array:
@@ -206,24 +242,42 @@ class Trace:
 
     ``trace.table`` is the Arrow table, ``trace.events`` the same as a pandas
     DataFrame (string columns as ``category``), computed once.
+
+    Memory: building ``events`` hands the table's columns to pandas (integer
+    columns zero-copy) and lets go of the table, whose dictionary indices would
+    otherwise stay beside the frame's category codes (56 B/row vs ~12). Asking for
+    ``table`` afterwards builds it again from the frame -- the same table.
     """
 
     def __init__(self, table: pa.Table, meta: TraceMeta):
         if table.schema != SCHEMA:
             raise ValueError("event table does not match traceread.table.SCHEMA")
-        self.table = table
+        self._table: pa.Table | None = table
         self.meta = meta
         self._events: pd.DataFrame | None = None
 
     @property
+    def table(self) -> pa.Table:
+        if self._table is None:
+            self._table = pandas_to_table(self._events)
+        return self._table
+
+    @table.setter
+    def table(self, table: pa.Table) -> None:
+        self._table = table
+        self._events = None
+
+    @property
     def events(self) -> pd.DataFrame:
         if self._events is None:
-            self._events = table_to_pandas(self.table)
+            table, self._table = self._table, None
+            self._events = table_to_pandas(table, release=True)
+            del table
             release_heap()
         return self._events
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return self._table.num_rows if self._table is not None else len(self._events)
 
     def __repr__(self) -> str:
         return f"<Trace {self.meta.format} {self.meta.path!r}: {len(self)} events>"
@@ -233,11 +287,72 @@ class Trace:
         write_parquet(self, path)
 
 
-def table_to_pandas(table: pa.Table) -> pd.DataFrame:
-    # split_blocks: one block per column, so integer columns (no nulls, one chunk)
-    # are zero-copy views of the Arrow buffers instead of a second copy of the
-    # table (~95 B/row); pandas' copy-on-write keeps them read-only either way.
-    return table.to_pandas(types_mapper=None, ignore_metadata=True, split_blocks=True)
+def table_to_pandas(table: pa.Table, release: bool = False) -> pd.DataFrame:
+    """The event table as a DataFrame (string columns ``category``), what
+    ``table.to_pandas(split_blocks=True)`` gives, converted one column at a time.
+
+    Integer columns (no nulls, one chunk) are zero-copy views of the Arrow buffers,
+    not a second copy of the table (~95 B/row); pandas' copy-on-write keeps them
+    read-only either way. ``release``: the caller has dropped its own reference to
+    ``table``, and each column's Arrow memory is freed as soon as it is converted
+    where nothing else holds it (dictionary indices: 4 B/row per string column).
+    Converting the whole table at once held ~150 MB of conversion buffers at 1 GB.
+    """
+    names = table.column_names
+    cols = table.columns
+    del table
+    parts = []
+    done: dict = {}  # the buffers of a column shared by several (build_table's defaults)
+    for i, name in enumerate(names):
+        key = _buffers_key(cols[i]) if _SHARE_SERIES else None
+        if key in done:  # pandas 3: a copy-on-write view of the same codes
+            parts.append(done[key].rename(name))
+            continue
+        one = pa.Table.from_arrays([cols[i]], names=[name])
+        if release:
+            cols[i] = None
+        parts.append(one.to_pandas(types_mapper=None, ignore_metadata=True, split_blocks=True,
+                                   self_destruct=release, use_threads=False)[name])
+        if key is not None:
+            done[key] = parts[-1]
+        del one
+    del cols, done
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat(parts, axis=1, **_NO_COPY)
+
+
+# pandas 2 copies in concat unless told not to; pandas 3 never copies and deprecates the flag
+_PANDAS3 = int(pd.__version__.split(".")[0]) >= 3
+_NO_COPY = {} if _PANDAS3 else {"copy": False}
+# Only with copy-on-write (pandas 3) may two columns share one array of category codes.
+_SHARE_SERIES = _PANDAS3
+
+
+def _buffers_key(col: pa.ChunkedArray):
+    """Identity of a one-chunk dictionary column's buffers (None for other columns)."""
+    if col.num_chunks != 1 or not pa.types.is_dictionary(col.type):
+        return None
+    arr = col.chunk(0)
+    return (str(col.type), len(arr), arr.offset,
+            tuple(b.address if b is not None else 0 for b in arr.buffers()),
+            arr.dictionary.buffers()[-1].address if len(arr.dictionary) else 0)
+
+
+def pandas_to_table(ev: pd.DataFrame) -> pa.Table:
+    """``table_to_pandas`` undone: the same schema, values, nulls and dictionaries."""
+    arrays = []
+    for name, typ, _ in COLUMNS:
+        s = ev[name]
+        if pa.types.is_dictionary(typ):
+            cat = s.array
+            codes = np.asarray(cat.codes)
+            idx = pa.array(codes.astype(np.int32), mask=codes < 0)
+            values = pa.array(np.asarray(cat.categories, dtype=object), type=pa.string())
+            arrays.append(pa.DictionaryArray.from_arrays(idx, values))
+        else:
+            arrays.append(pa.array(s.to_numpy(), type=typ))
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
 _META_KEY = b"traceread.meta"

@@ -385,25 +385,71 @@ def one_time_calls(ev: pd.DataFrame, gaps: pd.DataFrame, top: int = 3) -> dict:
 
 
 def slice_events(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
-    """Events overlapping [start, end), clipped to it (instants: start <= ts < end)."""
-    ts = ev["ts"].to_numpy(np.int64)
-    te = ts + ev["dur"].to_numpy(np.int64)
-    m = (ts < end) & ((te > start) | ((ev["dur"].to_numpy() == 0) & (ts >= start)))
-    if m.all() and ts.min(initial=start) >= start and te.max(initial=end) <= end:
+    """Events overlapping [start, end), clipped to it (instants: start <= ts < end).
+
+    Rows are in ts order, so the kept rows are a run [r, b) (those starting inside the
+    window) plus a few head rows H before it that reach into the window (the trace-span
+    event, an enclosing annotation). The result is ev's rows [r - |H|, b) with the first
+    |H| rows replaced by H: a column whose values at H equal its values at
+    [r - |H|, r) stays a view of ev's (usually all but ts, dur, kind, name, cat:
+    ~20 B/row, not the ~165 of a copy of every column); the others are copied.
+    """
+    if not len(ev):
         return ev
-    rows = np.flatnonzero(m)
-    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
-        # one run of rows (the usual case: the window drops a head and a tail): the other
-        # columns stay views of ev's, only ts / dur are new (~16 B/row, not ~165)
-        out = ev.iloc[int(rows[0]):int(rows[-1]) + 1].copy(deep=False)
-    else:
-        # the take copies; a deep .copy() would copy again and consolidate the
-        # one-block-per-column frame into 2-D blocks (1.3 s of a 550 MB trace's analyze)
-        out = ev.iloc[rows].copy(deep=False)
-    del rows
-    s = np.maximum(out["ts"].to_numpy(np.int64), start)
-    e = np.minimum(out["ts"].to_numpy(np.int64) + out["dur"].to_numpy(np.int64), end)
-    out["ts"] = s
-    out["dur"] = np.maximum(e - s, 0)
-    out.index = pd.RangeIndex(len(out))  # reset_index deep-copies without copy-on-write
+    ts_all = ev["ts"].to_numpy(np.int64)
+    dur_all = ev["dur"].to_numpy(np.int64)
+    m = _in_window(ts_all, dur_all, start, end)
+    if not m.any():
+        return _clipped(ev.iloc[:0].copy(deep=False), ts_all[:0].copy(), dur_all[:0], start, end)
+    b = len(m) - int(np.argmax(m[::-1]))         # one past the last kept row
+    back = m[b - 1::-1]                          # from row b - 1 backwards
+    r = 0 if back.all() else b - int(np.argmin(back))   # where the last run of kept rows starts
+    head = np.flatnonzero(m[:r])
+    del m, back
+    if r == 0 and b == len(ev) and ts_all.min() >= start and int((ts_all + dur_all).max()) <= end:
+        return ev
+    lo = r - len(head)
+    out = ev.iloc[lo:b].copy(deep=False)         # views of ev's columns
+    out.index = pd.RangeIndex(len(out))          # reset_index deep-copies without copy-on-write
+    rows = np.concatenate([head, np.arange(r, b)]) if len(head) else slice(r, b)
+    for col in ev.columns if len(head) else ():
+        if col not in ("ts", "dur") and not _same_at(ev[col], head, lo):
+            out[col] = pd.Series(_take(ev[col], rows), index=out.index, copy=False)
+    ts = ts_all[rows] if len(head) else ts_all[rows].copy()
+    return _clipped(out, ts, dur_all[rows], start, end)
+
+
+def _same_at(s: pd.Series, head: np.ndarray, lo: int) -> bool:
+    """The column's values at rows ``head`` equal those at rows [lo, lo + len(head))."""
+    a = s.cat.codes.to_numpy() if isinstance(s.dtype, pd.CategoricalDtype) else s.to_numpy()
+    return bool(np.array_equal(a[head], a[lo:lo + len(head)]))
+
+
+def _take(s: pd.Series, rows: np.ndarray):
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        return s.array.take(rows)
+    return s.to_numpy()[rows]
+
+
+def _in_window(ts: np.ndarray, dur: np.ndarray, start: int, end: int) -> np.ndarray:
+    te = ts + dur
+    m = (te > start) | ((dur == 0) & (ts >= start))
+    del te
+    m &= ts < end
+    return m
+
+
+def _clipped(out: pd.DataFrame, ts: np.ndarray, dur: np.ndarray, start: int,
+             end: int) -> pd.DataFrame:
+    """``out`` with ts / dur clipped to [start, end). ``ts``: the rows' start times, a
+    new array (clipped in place); ``dur``: theirs (may be a view)."""
+    s = ts
+    e = np.add(s, dur)
+    np.minimum(e, end, out=e)
+    np.maximum(s, start, out=s)
+    np.subtract(e, s, out=e)
+    np.maximum(e, 0, out=e)
+    # as Series: a bare array assigned to a column is copied again
+    out["ts"] = pd.Series(s, index=out.index, copy=False)
+    out["dur"] = pd.Series(e, index=out.index, copy=False)
     return out

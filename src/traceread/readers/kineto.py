@@ -154,7 +154,7 @@ def ingest(buf: bytes, path: str | os.PathLike = "", tick=None, strict: bool = F
     except dec.BadEvent as e:
         raise TraceError(p, str(e)) from None
     del batch
-    table = build_table(cols, n)
+    table = build_table(cols, n, consume=True)
     del cols
     release_heap()
     trace = Trace(table, meta)
@@ -500,14 +500,17 @@ def _dict_encode(values) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(idx, pa.array(uniq, type=pa.string()))
 
 
-def _sparse_strings_at(n: int, at: np.ndarray, vals: np.ndarray) -> pa.DictionaryArray:
-    """Dictionary array of ``n`` rows, ``vals`` (object, str/None) at rows ``at`` (ascending).
+def _sparse_strings_at(n: int, at: np.ndarray, vals: np.ndarray) -> pa.DictionaryArray | None:
+    """Dictionary array of ``n`` rows, ``vals`` (object, str/None) at rows ``at`` (ascending);
+    None when no row has a value (``build_table``'s all-null default).
 
     No n-sized object array: the set rows are few (copies, collectives).
     """
     vals = np.asarray(vals, dtype=object)
     set_ = vals != None  # noqa: E711 - elementwise
     rows, vals = np.asarray(at, dtype=np.int64)[set_], vals[set_]
+    if not len(rows):
+        return None
     codes = np.full(n, -1, dtype=np.int32)
     if len(rows):
         c, u = pd.factorize(np.array([str(v) for v in vals], dtype=object))  # not fixed-width
@@ -615,6 +618,35 @@ def _columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
     return cols, len(order)
 
 
+def _at(v, rows: np.ndarray) -> np.ndarray:
+    """An int arg column's values at ascending ``rows``; ``v`` dense, or (rows, values)
+    of its non -1 entries (the streaming join keeps rare args that way)."""
+    if not isinstance(v, tuple):
+        return v[rows]
+    r, vals = v
+    out = np.full(len(rows), -1, dtype=np.int64)
+    if len(r) and len(rows):
+        pos = np.minimum(np.searchsorted(r, rows), len(r) - 1)
+        hit = r[pos] == rows
+        out[hit] = vals[pos[hit]]
+    return out
+
+
+def _either(a: np.ndarray, b) -> np.ndarray:
+    """``np.where(a >= 0, a, b)`` written into ``a``; ``b`` dense or (rows, values)."""
+    neg = a < 0
+    if not neg.any():
+        return a
+    if isinstance(b, tuple):
+        a[neg] = -1
+        r, vals = b
+        take = neg[r]
+        a[r[take]] = vals[take]
+    else:
+        a[neg] = b[neg]
+    return a
+
+
 def _release(batch: dec.Batch) -> None:
     """Drop the batch's row arrays/lists (the caller keeps only n and the small dicts)."""
     batch.ph = batch.name = batch.cat = []
@@ -649,24 +681,28 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
 
     # Device-side rows: GPU ops, GPU annotations, syncs placed on a device timeline.
     device_side = np.isin(kind, _DEVICE_KINDS) | _is_mtia(cat_d)
-    device_side |= (kind == _K["sync"]) & (ints["device"] >= 0)
-    device = np.where(ints["device"] >= 0, ints["device"], pid).astype(np.int64)
-    del ints["device"]
+    # (the batch's arrays are rewritten in place: np.where would add a column each)
+    device = np.asarray(ints.pop("device"), dtype=np.int64)
+    no_dev = device < 0
+    device_side |= (kind == _K["sync"]) & ~no_dev
+    device[no_dev] = pid[no_dev]
+    del no_dev
     device[~device_side] = -1
-    stream = ints.pop("stream")
+    stream = np.asarray(ints.pop("stream"), dtype=np.int64)
     if tid_stream:
         rows = np.fromiter(tid_stream.keys(), dtype=np.int64)
         tstr = np.fromiter(tid_stream.values(), dtype=np.int64)
         tid[rows] = tstr
-    stream = np.where(stream >= 0, stream, tid)
+    no_stream = stream < 0
+    stream[no_stream] = tid[no_stream]
+    del no_stream
     for i, s in batch.pid_str.items():
         if s == "CUDA functions":  # old autograd export: tid is the device, no stream
             device[i], stream[i] = tid[i], -1
     stream[~device_side] = -1
 
     correlation = ints["correlation"]
-    external_id = np.where(ints["external_id"] >= 0, ints["external_id"], ints["external_id_old"])
-    del ints["external_id"], ints["external_id_old"]
+    external_id = _either(ints.pop("external_id"), ints.pop("external_id_old"))
 
     # Host pid of device rows: the runtime call with the same correlation, else the
     # host op with the same external id, else the only host process.
@@ -695,9 +731,12 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     # memcpy / memset
     is_copy = kind == _K["memcpy"]
     is_set = kind == _K["memset"]
-    nbytes = np.where(ints["bytes"] >= 0, ints["bytes"], ints["size"])
-    del ints["bytes"], ints["size"]
-    nbytes[~(is_copy | is_set)] = -1
+    copy_set = np.flatnonzero(is_copy | is_set)
+    nbytes = None  # (None: -1 on every row)
+    if len(copy_set):
+        nbytes = np.full(n, -1, dtype=np.int64)
+        nbytes[copy_set] = _either(_at(ints.pop("bytes"), copy_set), _at(ints.pop("size"), copy_set))
+    del copy_set
     copy_rows = np.flatnonzero(is_copy)
     copy_kind = np.full(len(copy_rows), None, dtype=object)
     if len(copy_rows):
@@ -736,9 +775,13 @@ def _arg_columns(batch: dec.Batch) -> dict:
     out = {}
     for f in ARG_COLUMNS:
         if f in batch.strs:
-            out[f] = _compact_json(_dict_encode(batch.strs.pop(f)))
+            d = _compact_json(_dict_encode(batch.strs.pop(f)))
+            # no row has it (no record_shapes): build_table's shared default, never sorted
+            out[f] = None if d.null_count == len(d) and not len(d.dictionary) else d
         else:
-            out[f] = dec.dense_ints(batch.ints.pop(f), batch.n)
+            v = batch.ints.pop(f)
+            # (rows, values) with no row: -1 everywhere, build_table's shared default
+            out[f] = None if isinstance(v, tuple) and not len(v[0]) else dec.dense_ints(v, batch.n)
     out["launch"] = _launch_column(batch)
     return out
 
@@ -865,6 +908,8 @@ def _main_pid(pid: np.ndarray, is_launch: np.ndarray, is_host: np.ndarray) -> in
 
 
 def _take(v, order: np.ndarray):
+    if v is None:  # a column at its default on every row
+        return None
     if isinstance(v, pa.Array):  # dictionary arrays too: indices and validity in one pass
         return v.take(pa.array(order))
     if isinstance(v, list):
@@ -882,6 +927,7 @@ def _clock(fmt_name: str, header: dict, ts: np.ndarray) -> str:
 
 
 def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.ndarray, n: int):
+    """Collective columns; None for a column no row sets (the usual single-GPU case)."""
     ints, strs = batch.ints, batch.strs
     coll_raw = strs["coll_name"]
     has_args = _present(coll_raw, n)
@@ -890,6 +936,7 @@ def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.n
     collective = np.array([_collective_name(coll_raw[i]) for i in arg_rows.tolist()] or [],
                           dtype=object)
     kernel_rows = np.flatnonzero((kind == _K["kernel"]) & ~has_args)
+    del has_args
     if len(kernel_rows):
         from_name = _per_unique_at(name_d, collective_from_kernel, kernel_rows)
         hit = from_name != None  # noqa: E711
@@ -898,23 +945,29 @@ def _collective_columns(batch: dec.Batch, name_d: pa.DictionaryArray, kind: np.n
             order = np.argsort(coll_rows, kind="stable")
             coll_rows = coll_rows[order]
             collective = np.concatenate([collective, from_name[hit]])[order]
-    in_n, out_n = ints["in_nelems"], ints["out_nelems"]
-    # nccl-tests convention: the larger buffer (all_gather output, reduce_scatter input).
-    nelems = np.where(has_args, np.maximum(in_n, out_n), -1)
-    msg_bytes = np.full(n, -1, dtype=np.int64)
     rows = arg_rows
+    out = {"collective": _sparse_strings_at(n, coll_rows, collective)}
+    if not len(rows):
+        return dict(out, msg_nelems=None, msg_bytes=None, dtype=None, group_size=None,
+                    process_group=None)
+    # nccl-tests convention: the larger buffer (all_gather output, reduce_scatter input).
+    nelems_at = np.maximum(_at(ints["in_nelems"], rows), _at(ints["out_nelems"], rows))
+    nelems = np.full(n, -1, dtype=np.int64)
+    nelems[rows] = nelems_at
+    msg_bytes = np.full(n, -1, dtype=np.int64)
     dts = [strs["dtype"][i] if isinstance(strs["dtype"][i], str) else None for i in rows.tolist()]
     dtype = np.array(dts, dtype=object)
-    if len(rows):
-        size = np.array([dtype_size(d) for d in dts], dtype=np.int64)
-        ok = (size > 0) & (nelems[rows] >= 0)
-        msg_bytes[rows[ok]] = nelems[rows[ok]] * size[ok]
-    pg = np.array([_pg_name(strs["pg_name"][i], ints["pg_id"][i], strs["pg_desc"][i])
-                   for i in rows.tolist()], dtype=object)
-    group_size = np.where(has_args, ints["group_size"], -1)
-    return {"collective": _sparse_strings_at(n, coll_rows, collective), "msg_nelems": nelems,
-            "msg_bytes": msg_bytes, "dtype": _sparse_strings_at(n, rows, dtype),
-            "group_size": group_size, "process_group": _sparse_strings_at(n, rows, pg)}
+    size = np.array([dtype_size(d) for d in dts], dtype=np.int64)
+    ok = (size > 0) & (nelems_at >= 0)
+    msg_bytes[rows[ok]] = nelems_at[ok] * size[ok]
+    pg_id = _at(ints["pg_id"], rows).tolist()
+    pg = np.array([_pg_name(strs["pg_name"][i], g, strs["pg_desc"][i])
+                   for i, g in zip(rows.tolist(), pg_id)], dtype=object)
+    group_size = np.full(n, -1, dtype=np.int64)
+    group_size[rows] = _at(ints["group_size"], rows)
+    return dict(out, msg_nelems=nelems, msg_bytes=msg_bytes,
+                dtype=_sparse_strings_at(n, rows, dtype), group_size=group_size,
+                process_group=_sparse_strings_at(n, rows, pg))
 
 
 def _present(values, n: int) -> np.ndarray:

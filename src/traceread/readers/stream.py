@@ -262,6 +262,11 @@ class SparseColumn:
         return chain.from_iterable(segs)
 
 
+# Int args on few rows whose readers (``kineto._unsorted_columns``) take either form:
+# copy sizes, collective args, the 1.8-era external id. Dense, each is 8 B/row of -1.
+RARE_INT_FIELDS = dec.COPY_INT_FIELDS + dec.COLL_INT_FIELDS + ("external_id_old",)
+
+
 def chunks_to_batch(chunks: list) -> dec.Batch:
     """Join chunks (file order) into one ``Batch``, freeing each part as it is used."""
     n_all = sum(c.n for c in chunks)
@@ -283,6 +288,13 @@ def chunks_to_batch(chunks: list) -> dec.Batch:
     arrays = {}
     for k in dec.SPARSE_INT_FIELDS:  # stay (rows, values): the reader expands one at a time
         arrays[k] = _join_sparse_ints([c.arrays.pop(k) for c in chunks], offs)
+    for k in RARE_INT_FIELDS:  # (rows, values) when rare: the reader reads them at few rows
+        parts = [c.arrays[k] for c in chunks]
+        if sum(len(p[0]) if isinstance(p, tuple) else len(p) for p in parts) * 3 <= n_all:
+            arrays[k] = _join_sparse_ints(parts, offs)
+            for c in chunks:
+                del c.arrays[k]
+        del parts
     for k in ("pid", "tid", "ts_ns", "dur_ns") + dec.ARG_INT_FIELDS:
         if k in arrays:
             continue
@@ -570,7 +582,7 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
     except dec.BadEvent as e:
         raise TraceError(p, str(e)) from None
     del batch
-    table = build_table(cols, n)
+    table = build_table(cols, n, consume=True)
     del cols
     release_heap()
     return Trace(table, meta)

@@ -1,0 +1,83 @@
+"""Memory layout of the event table and the window slice: same values, fewer copies."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from traceread.passes.window import slice_events
+from traceread.table import COLUMNS, KINDS, Trace, TraceMeta, build_table
+
+
+def _reference_slice(ev: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
+    """The plain definition: take every kept row of every column, then clip."""
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    m = (ts < end) & ((te > start) | ((ev["dur"].to_numpy() == 0) & (ts >= start)))
+    out = ev.iloc[np.flatnonzero(m)].reset_index(drop=True)
+    s = np.maximum(out["ts"].to_numpy(np.int64), start)
+    e = np.minimum(out["ts"].to_numpy(np.int64) + out["dur"].to_numpy(np.int64), end)
+    out["ts"] = s
+    out["dur"] = np.maximum(e - s, 0)
+    return out
+
+
+def _random_trace(rng: np.random.Generator, n: int) -> Trace:
+    ts = np.sort(rng.integers(0, 1_000, n)) * 1_000
+    dur = np.where(rng.random(n) < 0.2, 0, rng.integers(1, 400_000, n))
+    dur[0] = 2_000_000  # a trace-span row reaching over everything
+    names = np.array([f"op{i}" for i in range(7)], dtype=object)
+    cols = {
+        "ts": ts, "dur": dur,
+        "kind": [KINDS[k] for k in rng.integers(0, len(KINDS), n)],
+        "name": list(names[rng.integers(0, len(names), n)]),
+        "pid": rng.integers(0, 3, n),
+        "tid": np.where(rng.random(n) < 0.5, -1, rng.integers(0, 4, n)),
+        "correlation": np.where(rng.random(n) < 0.7, -1, rng.integers(0, 99, n)),
+        "copy_kind": [None if rng.random() < 0.9 else "HtoD" for _ in range(n)],
+    }
+    return Trace(build_table(cols, n), TraceMeta())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_slice_events_equals_taking_every_kept_row(seed):
+    rng = np.random.default_rng(seed)
+    ev = _random_trace(rng, int(rng.integers(1, 300))).events
+    lo, hi = sorted(rng.integers(-50_000, 1_100_000, 2).tolist())
+    got = slice_events(ev, lo, hi)
+    want = _reference_slice(ev, lo, hi)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert type(got.index) is pd.RangeIndex
+
+
+def test_slice_events_keeps_matching_columns_as_views():
+    rng = np.random.default_rng(7)
+    ev = _random_trace(rng, 400).events
+    ts = ev["ts"].to_numpy()
+    # a window starting after row 0 drops instants and short rows at its head
+    got = slice_events(ev, int(ts[20]) + 1, int(ts[-5]))
+    pd.testing.assert_frame_equal(got, _reference_slice(ev, int(ts[20]) + 1, int(ts[-5])),
+                                  check_exact=True)
+    # columns at their default on every row are the same on the head rows: never copied
+    for col in ("seq", "msg_bytes", "domain"):
+        a = got[col].array.codes if col == "domain" else got[col].to_numpy()
+        b = ev[col].array.codes if col == "domain" else ev[col].to_numpy()
+        assert np.shares_memory(a, b), col
+
+
+def test_all_default_columns_share_one_array_and_events_round_trip():
+    n = 1000
+    cols = {"ts": np.arange(n)[::-1].copy(), "dur": np.ones(n, np.int64),
+            "kind": ["kernel"] * n, "name": ["k"] * n, "flops": np.full(n, -1)}
+    tr = Trace(build_table(cols, n), TraceMeta())
+    table = tr.table
+    ints = [name for name, typ, _ in COLUMNS if name not in ("ts", "dur") and
+            str(typ) == "int64"]
+    addr = {table.column(c).chunk(0).buffers()[1].address for c in ints}
+    assert len(addr) == 1  # pid, tid, stream, ..., flops: one shared -1 buffer
+    ref = table.to_pandas(split_blocks=True, ignore_metadata=True)
+    ev = tr.events
+    pd.testing.assert_frame_equal(ev, ref, check_exact=True)
+    assert (ev["ts"].to_numpy() == np.arange(n)).all()  # sorted by ts
+    assert tr.table.equals(table)  # rebuilt from the frame: the same table
+    assert len(tr) == n
