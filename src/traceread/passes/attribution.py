@@ -411,15 +411,44 @@ def _carve(gs, ge, cats, hs, he, out: np.ndarray | None = None) -> np.ndarray:
     """
     if out is None:
         out = np.zeros((len(gs), len(CPU_CATEGORIES)), np.int64)
-    remaining = intervals.union(gs, ge)
+    keep = np.flatnonzero(ge > gs)
+    remaining = (gs[keep], ge[keep], keep)
+    if len(keep) > 1 and not (remaining[1][:-1] <= remaining[0][1:]).all():
+        return _carve_overlapping(gs, ge, cats, hs, he, out)   # overlapping gaps
+    # Disjoint sorted gaps: every piece carved from them keeps the index of its gap, so a
+    # gap's share of a category is a sum over its pieces (no search per gap).
     for j, _ in enumerate(CPU_CATEGORIES[:-1]):
         m = cats == j
         if not m.any() or not len(remaining[0]):
             continue
         cover = _union(hs[m], he[m])
         piece = _intersect_sets(remaining, cover)
-        out[:, j] = intervals.overlap(piece, gs, ge)
+        _sum_into(out[:, j], piece)
         remaining = _subtract_sets(remaining, piece)
+    _sum_into(out[:, -1], remaining)
+    return out
+
+
+def _sum_into(col: np.ndarray, piece) -> None:
+    """Add each piece's length to its gap's slot (pieces come in gap order)."""
+    s, e, gap = piece
+    if not len(s):
+        return
+    first = np.flatnonzero(np.r_[True, gap[1:] != gap[:-1]])
+    col[gap[first]] += np.add.reduceat(e - s, first)
+
+
+def _carve_overlapping(gs, ge, cats, hs, he, out: np.ndarray) -> np.ndarray:
+    """``_carve`` for gaps that overlap one another: pieces of their union, measured per gap."""
+    remaining = intervals.union(gs, ge)
+    for j, _ in enumerate(CPU_CATEGORIES[:-1]):
+        m = cats == j
+        if not m.any() or not len(remaining[0]):
+            continue
+        cover = _union(hs[m], he[m])
+        piece = _intersect_sets(remaining, cover)[:2]
+        out[:, j] = intervals.overlap(piece, gs, ge)
+        remaining = _subtract_sets(remaining, piece)[:2]
     out[:, -1] = intervals.overlap(remaining, gs, ge)
     return out
 
@@ -443,17 +472,20 @@ def _union(s: np.ndarray, e: np.ndarray) -> intervals.Intervals:
     return s[first], reach[last]
 
 
-def _intersect_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals.Intervals:
+def _intersect_sets(a, b: intervals.Intervals) -> tuple:
     """``intervals.intersect`` for two disjoint sorted sets, in O(pieces) memory.
 
     The general sweep allocates ~10 int64 arrays of 4 x (|a| + |b|) events. Here
     each b interval is paired with the a intervals it overlaps (at most |a| + |b|
     pairs); both sets being sorted, disjoint and non-touching, the clipped pairs
-    come out sorted, non-empty and non-touching: already the normal form.
+    come out sorted, non-empty and non-touching: already the normal form. An ``a``
+    with a third array (a label per interval, e.g. its gap) passes each piece the
+    label of the ``a`` interval it came from.
     """
-    (a_s, a_e), (b_s, b_e) = a, b
+    (a_s, a_e), (b_s, b_e) = a[:2], b[:2]
     if not len(a_s) or not len(b_s):
-        return a_s[:0].astype(np.int64), a_e[:0].astype(np.int64)
+        return (a_s[:0].astype(np.int64), a_e[:0].astype(np.int64)) + \
+            tuple(x[:0] for x in a[2:])
     lo = np.searchsorted(a_e, b_s, side="right")   # first a ending after b starts
     cnt = np.searchsorted(a_s, b_e, side="left")   # a intervals starting before b ends
     cnt -= lo
@@ -464,13 +496,16 @@ def _intersect_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals
     i += np.arange(len(j))
     start = np.maximum(a_s[i], b_s[j])
     end = np.minimum(a_e[i], b_e[j])
-    return start, end
+    return (start, end) + tuple(x[i] for x in a[2:])
 
 
-def _subtract_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals.Intervals:
-    """``intervals.subtract`` for two disjoint sorted sets: a intersected with b's holes."""
-    (a_s, a_e), (b_s, b_e) = a, b
+def _subtract_sets(a, b: intervals.Intervals) -> tuple:
+    """``intervals.subtract`` for two disjoint sorted sets: a intersected with b's holes
+    (labels of ``a``'s intervals carried as in ``_intersect_sets``)."""
+    (a_s, a_e), (b_s, b_e) = a[:2], b[:2]
     if not len(a_s) or not len(b_s):
+        if len(a) > 2:
+            return a
         return intervals.union(a_s, a_e)
     lo = min(int(a_s[0]), int(b_s[0]))
     hi = max(int(a_e[-1]), int(b_e[-1]))
