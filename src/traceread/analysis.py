@@ -339,8 +339,10 @@ def _module_loads(ev: pd.DataFrame) -> int:
 
 def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
     """The deepest frame or op behind the host-bound time, or the untraced share."""
-    long_ = gaps[(gaps["drain"] != "sync") & (gaps["duration"] > verdict_mod.SHORT_GAP_NS)]
-    by = {c: int(long_[f"cpu_{c}"].sum()) for c in ("python", "cpu_op", "alloc", "untraced")}
+    long_ = ~attr_mod.is_sync_drained(gaps) & \
+        (gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS)
+    by = {c: int(gaps[f"cpu_{c}"].to_numpy(np.int64)[long_].sum())
+          for c in ("python", "cpu_op", "alloc", "untraced")}
     top = max(by, key=by.get) if any(by.values()) else ""
     if top == "untraced" and parts.get("host_untraced"):
         return f"untraced time on the launching thread (Python?): {_ms(by['untraced'])}"
@@ -350,7 +352,9 @@ def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
     kinds = {"python": ("python",), "cpu_op": ("cpu_op", "annotation", "osrt")}.get(top)
     if not kinds:
         return ""
-    name, ns = context_mod.innermost_in_gaps(ev, long_, kinds)
+    name, ns = context_mod.innermost_in_gaps(ev, pd.DataFrame(
+        {"start": gaps["start"].to_numpy(np.int64)[long_],
+         "end": gaps["end"].to_numpy(np.int64)[long_]}), kinds)
     return f"{name} spans {_ms(ns)} of idle GPU time" if name else ""
 
 

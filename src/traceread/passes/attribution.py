@@ -30,6 +30,7 @@ from . import intervals
 from .compile import _is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 from ._common import kind_in
+from ._frames import str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
@@ -305,8 +306,8 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     gaps = gaps.reset_index(drop=True)   # a new frame: the columns added below stay ours
     n = len(gaps)
     split = np.zeros((n, len(CPU_CATEGORIES)), np.int64)
-    drain = np.full(n, "starved", object)
-    drain_op = np.full(n, "", object)
+    drain_op = np.zeros(n, np.int64)   # 0: no sync drained the gap, else 1 + index in sync_ops
+    sync_ops: dict[str, int] = {}
     # Host rows as plain arrays (row indices, codes), never a copied frame or per-row strings.
     rows = np.flatnonzero(_kind_index(ev) >= 0)
     kind = _kind_index(ev, rows)
@@ -342,16 +343,15 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         else:
             split[idx] = _carve(gs, ge, c_on, s_on, e_on)
         sy = on & is_sync
-        d, dop = _drain(gs, ge, _sync_names(name_cats, name[sy]), hs[sy], he[sy])
-        drain[idx], drain_op[idx] = d, dop
+        drain_op[idx] = _drain(gs, ge, _sync_names(name_cats, name[sy]), hs[sy], he[sy],
+                               sync_ops)
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gs, ge))
         del on, c_on, s_on, e_on, k_on, n_on, sy
     for j, c in enumerate(CPU_CATEGORIES):
         gaps[f"cpu_{c}"] = split[:, j]
-    gaps["cpu"] = np.array(CPU_CATEGORIES, object)[split.argmax(axis=1)] if n else \
-        np.empty(0, object)
-    gaps["drain"] = drain
-    gaps["drain_op"] = drain_op
+    gaps["cpu"] = str_column(CPU_CATEGORIES, split.argmax(axis=1))
+    gaps["drain"] = str_column(("starved", "sync"), (drain_op > 0).astype(np.int8))
+    gaps["drain_op"] = str_column([""] + list(sync_ops), drain_op)
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top)}
 
 
@@ -515,19 +515,19 @@ def _subtract_sets(a, b: intervals.Intervals) -> tuple:
     return _intersect_sets(a, (hs[keep], he[keep]))
 
 
-def _drain(gs, ge, names, ss, se) -> tuple[np.ndarray, np.ndarray]:
-    """Per gap: "sync" + the call's name when a sync call drained it, else "starved"."""
-    drain = np.full(len(gs), "starved", object)
-    which = np.full(len(gs), "", object)
+def _drain(gs, ge, names, ss, se, vocab: dict) -> np.ndarray:
+    """Per gap: the sync call that drained it, as 1 + its name's index in ``vocab`` (names
+    are added in order of first use), or 0 when none did (the gap was starved)."""
+    which = np.zeros(len(gs), np.int64)
     if not len(ss) or not len(gs):
-        return drain, which
+        return which
     order = np.argsort(se, kind="stable")
     ss, se, names = ss[order], se[order], names[order]
     lo = np.searchsorted(se, gs - SKEW_NS, side="left")
     hi = np.searchsorted(se, np.minimum(gs + SYNC_TOLERANCE_NS, ge + SKEW_NS), side="right")
     cnt = np.maximum(hi - lo, 0)
     if not cnt.any():
-        return drain, which
+        return which
     gap_i = np.repeat(np.arange(len(gs)), cnt)
     first = np.repeat(lo, cnt)
     within = np.arange(len(gap_i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
@@ -535,15 +535,14 @@ def _drain(gs, ge, names, ss, se) -> tuple[np.ndarray, np.ndarray]:
     ok = ss[cand] <= gs[gap_i] + SKEW_NS
     gap_i, cand = gap_i[ok], cand[ok]
     if not len(gap_i):
-        return drain, which
+        return which
     rank = np.array([SYNC_NAME_RANK.get(n, 9) for n in names[cand]], np.int64)
     dist = np.abs(se[cand] - gs[gap_i])
     pick = np.lexsort((dist, rank, gap_i))
     gap_i, cand = gap_i[pick], cand[pick]
     firsts = np.r_[True, gap_i[1:] != gap_i[:-1]]
-    drain[gap_i[firsts]] = "sync"
-    which[gap_i[firsts]] = names[cand[firsts]]
-    return drain, which
+    which[gap_i[firsts]] = [1 + vocab.setdefault(n, len(vocab)) for n in names[cand[firsts]]]
+    return which
 
 
 def _top_ops(kind, name, name_cats, cats, hs, he, gs, ge) -> pd.DataFrame:
@@ -552,13 +551,14 @@ def _top_ops(kind, name, name_cats, cats, hs, he, gs, ge) -> pd.DataFrame:
     if not len(sel):
         return pd.DataFrame({"name": [], "category": [], "ns": [], "count": []})
     gaps_iv = intervals.union(gs, ge)
-    ov = np.empty(len(sel), np.int64)
-    # in slices: the overlap's temporaries are ~10 int64 arrays of the rows it is given
+    parts, ovs = [], []
+    # in slices: the overlap's temporaries are a few int64 arrays of the rows it is given
     for a in range(0, len(sel), _SLICE):
         r = sel[a:a + _SLICE]
-        ov[a:a + _SLICE] = intervals.overlap(gaps_iv, hs[r], he[r])
-    hit = ov > 0
-    sel, ov = sel[hit], ov[hit]
+        i, o = intervals.overlap_hits(gaps_iv, hs[r], he[r])
+        parts.append(r[i])
+        ovs.append(o)
+    sel, ov = np.concatenate(parts), np.concatenate(ovs)
     ncat = len(CPU_CATEGORIES)
     # (name, category) key, shifted by ncat so a null name (code -1) stays >= 0
     key = name[sel].astype(np.int64)
@@ -608,12 +608,20 @@ def _merge_top(parts, top: int) -> pd.DataFrame:
 
 def summarize(gaps: pd.DataFrame) -> dict:
     """Totals over a labelled gap table: by_cpu, by_drain, drain x cpu, sync ops."""
-    by_cpu = {c: int(gaps[f"cpu_{c}"].sum()) for c in CPU_CATEGORIES}
+    cols = {c: gaps[f"cpu_{c}"].to_numpy(np.int64) for c in CPU_CATEGORIES}
+    by_cpu = {c: int(v.sum()) for c, v in cols.items()}
     dur = gaps["duration"].to_numpy(np.int64)
-    sync = gaps["drain"].to_numpy() == "sync"
+    sync = is_sync_drained(gaps)
     by_drain = {"sync": int(dur[sync].sum()), "starved": int(dur[~sync].sum())}
-    cross = {d: {c: int(gaps.loc[(sync if d == "sync" else ~sync), f"cpu_{c}"].sum())
-                 for c in CPU_CATEGORIES} for d in DRAINS}
-    ops = gaps.loc[sync].groupby("drain_op")["duration"].agg(["sum", "size"])
+    cross = {d: {c: int(v[sync if d == "sync" else ~sync].sum()) for c, v in cols.items()}
+             for d in DRAINS}
+    ops = pd.DataFrame({"drain_op": gaps["drain_op"][sync], "duration": dur[sync]}).groupby(
+        "drain_op")["duration"].agg(["sum", "size"])
     by_sync_op = {str(k): {"ns": int(r["sum"]), "gaps": int(r["size"])} for k, r in ops.iterrows()}
     return {"by_cpu": by_cpu, "by_drain": by_drain, "drain_x_cpu": cross, "by_sync_op": by_sync_op}
+
+
+def is_sync_drained(gaps: pd.DataFrame) -> np.ndarray:
+    """The labelled gaps a sync drained (``drain == "sync"``), as a numpy mask: compared
+    in the column's own storage, never as one Python string per row."""
+    return (gaps["drain"] == "sync").to_numpy(bool)

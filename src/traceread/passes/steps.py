@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS
 from ._common import kind_in
+from ._frames import take_rows
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
 FALLBACK_STEP_PATTERN = (r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration|batch)"
@@ -175,19 +176,6 @@ def gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
     for k, v in launch.items():
         ops[k] = v
     return ops
-
-
-def take_rows(ev: pd.DataFrame, rows: np.ndarray, cols) -> pd.DataFrame:
-    """``ev.iloc[rows][cols]`` with a fresh RangeIndex: only the named columns are gathered
-    (categorical ones by code, keeping their dtype)."""
-    out = {}
-    for c in cols:
-        col = ev[c]
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            out[c] = pd.Categorical.from_codes(col.cat.codes.to_numpy()[rows], dtype=col.dtype)
-        else:
-            out[c] = col.to_numpy()[rows]
-    return pd.DataFrame(out, copy=False)
 
 
 def _link_launches(ev: pd.DataFrame, ops: pd.DataFrame, launch: dict) -> None:
