@@ -102,7 +102,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
         source = "ProfilerStep" if pattern == steps_mod.DEFAULT_STEP_PATTERN else "pattern"
     else:
         step_rows, source = steps_mod.whole_trace_window(ev), "whole_trace"
-    ops = all_ops if ev is all_ev else _gpu_ops(ev, is_nsys)
+    ops = all_ops if ev is all_ev else None   # the window's: once the side passes run
     del all_ops
     release_heap()  # each pass frees its temporaries; hand the pages back before the next
     with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace}) \
@@ -113,6 +113,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
 
 def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win, is_nsys,
                     min_gap_ns, peak_tflops) -> Analysis:
+    """The passes over the window ``ev``; ``ops``: its GPU ops (None: not computed yet)."""
     # Passes that need neither the gaps nor the steps run beside the attribution.
     ref = side.ref
     side.submit("nccl", comm_overlap, ref("ev"))
@@ -124,6 +125,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                                                     for d in trace.meta.devices
                                                     if isinstance(d, dict)])
     side.submit("kernels", kernel_summary, ref("ev"))
+    if ops is None:
+        ops = _gpu_ops(ev, is_nsys)
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
