@@ -322,7 +322,34 @@ def _edge_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, win) -> pd.DataFrame:
         return gaps
     edge["duration"] = edge["end"] - edge["start"]
     out = pd.concat([gaps, edge[list(gaps.columns)].astype(np.int64)], ignore_index=True)
-    return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+    order = _merge_order(gaps, edge)
+    if order is None:
+        return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+    return out.take(order).reset_index(drop=True)
+
+
+def _merge_order(gaps: pd.DataFrame, edge: pd.DataFrame) -> np.ndarray | None:
+    """The stable (start, pid, device) order of ``gaps`` followed by the few ``edge`` rows,
+    when ``gaps`` is in that order already (None otherwise): the edges are put in place
+    instead of sorting every gap again."""
+    keys = ("start", "pid", "device")
+    g = [gaps[k].to_numpy(np.int64) for k in keys]
+    n = len(g[0])
+    if n > 1:
+        same = g[0][1:] == g[0][:-1]
+        back = (g[1][1:] < g[1][:-1]) | ((g[1][1:] == g[1][:-1]) & (g[2][1:] < g[2][:-1]))
+        if (g[0][1:] < g[0][:-1]).any() or (same & back).any():
+            return None
+    e = [edge[k].to_numpy(np.int64) for k in keys]
+    e_order = np.lexsort((e[2], e[1], e[0]))
+    pos = []
+    for i in e_order.tolist():
+        lo = int(np.searchsorted(g[0], e[0][i], "left"))
+        hi = int(np.searchsorted(g[0], e[0][i], "right"))
+        # equal starts: gap rows with (pid, device) <= the edge's come first (stable sort)
+        pos.append(lo + int(((g[1][lo:hi] < e[1][i])
+                             | ((g[1][lo:hi] == e[1][i]) & (g[2][lo:hi] <= e[2][i]))).sum()))
+    return np.insert(np.arange(n), pos, n + e_order)
 
 
 _MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"

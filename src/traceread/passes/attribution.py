@@ -338,6 +338,10 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
             c_on, s_on, e_on, k_on, n_on = cats, hs, he, kind, name
         else:
             c_on, s_on, e_on, k_on, n_on = cats[on], hs[on], he[on], kind[on], name[on]
+        # only the rows that reach a gap count (most run while the GPU is busy)
+        gaps_iv = intervals.union(gs, ge)
+        near = intervals.reaching(gaps_iv, s_on, e_on)
+        c_on, s_on, e_on, k_on, n_on = c_on[near], s_on[near], e_on[near], k_on[near], n_on[near]
         if len(idx) == n:   # one (pid, device): carve straight into the result
             _carve(gs, ge, c_on, s_on, e_on, split)
         else:
@@ -345,8 +349,8 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         sy = on & is_sync
         drain_op[idx] = _drain(gs, ge, _sync_names(name_cats, name[sy]), hs[sy], he[sy],
                                sync_ops)
-        top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gs, ge))
-        del on, c_on, s_on, e_on, k_on, n_on, sy
+        top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
+        del on, c_on, s_on, e_on, k_on, n_on, sy, near
     for j, c in enumerate(CPU_CATEGORIES):
         gaps[f"cpu_{c}"] = split[:, j]
     gaps["cpu"] = str_column(CPU_CATEGORIES, split.argmax(axis=1))
@@ -545,12 +549,12 @@ def _drain(gs, ge, names, ss, se, vocab: dict) -> np.ndarray:
     return which
 
 
-def _top_ops(kind, name, name_cats, cats, hs, he, gs, ge) -> pd.DataFrame:
-    """Inclusive time each host op/call spends inside the gaps (python frames excluded)."""
+def _top_ops(kind, name, name_cats, cats, hs, he, gaps_iv) -> pd.DataFrame:
+    """Inclusive time each host op/call spends inside the gaps (``gaps_iv``: their union;
+    python frames excluded)."""
     sel = np.flatnonzero((cats >= 0) & (kind != HOST_KINDS.index("python")))
     if not len(sel):
         return pd.DataFrame({"name": [], "category": [], "ns": [], "count": []})
-    gaps_iv = intervals.union(gs, ge)
     parts, ovs = [], []
     # in slices: the overlap's temporaries are a few int64 arrays of the rows it is given
     for a in range(0, len(sel), _SLICE):

@@ -106,6 +106,18 @@ def overlap(iv: Intervals, qs, qe) -> np.ndarray:
     return np.maximum(covered_before(iv, qe) - covered_before(iv, qs), 0)
 
 
+def reaching(iv: Intervals, qs, qe) -> np.ndarray:
+    """Indices of the queries [qs, qe) that meet a piece of the disjoint set (for
+    ``qe > qs``: that it covers in part). One search per query, fast for sorted ``qs``."""
+    s, e = iv
+    qs, qe = _arr(qs), _arr(qe)
+    if len(s) == 0 or len(qs) == 0:
+        return np.empty(0, np.int64)
+    k = np.searchsorted(e, qs, side="right")       # first piece ending after the start
+    np.minimum(k, len(s) - 1, out=k)
+    return np.flatnonzero((s[k] < qe) & (qs < e[k]))
+
+
 def overlap_hits(iv: Intervals, qs, qe) -> tuple[np.ndarray, np.ndarray]:
     """The queries [qs, qe) the disjoint set covers in part: (their indices, ns covered).
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS
 from ._common import kind_in
-from ._frames import take_rows
+from ._frames import code_in, take_rows
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
 FALLBACK_STEP_PATTERN = (r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration|batch)"
@@ -53,15 +53,16 @@ def name_mask(ev: pd.DataFrame, pattern: str, kinds=None) -> np.ndarray:
         names = names.astype("category")
     codes = names.cat.codes.to_numpy()
     m = np.zeros(len(ev), bool)
-    sel = keep & (codes >= 0)
-    if not sel.any():
+    rows = np.flatnonzero(keep & (codes >= 0))
+    if not len(rows):
         return m
-    used = np.unique(codes[sel])
+    c = codes[rows]
+    used = np.flatnonzero(np.bincount(c, minlength=len(names.cat.categories)))
     rx = re.compile(pattern)
     texts = names.cat.categories.take(used).astype(str).tolist()
-    lut = np.zeros(len(names.cat.categories), bool)
-    lut[used] = [bool(rx.search(t)) for t in texts]
-    m[sel] = lut[codes[sel]]
+    hit = used[np.array([bool(rx.search(t)) for t in texts], bool)]
+    if len(hit):
+        m[rows] = code_in(c, hit)
     return m
 
 
