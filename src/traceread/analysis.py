@@ -29,7 +29,8 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
-from .passes._common import fmt_ms as _ms
+from .passes._common import fmt_ms as _ms, kind_in
+from .passes._frames import code_in
 from .table import GPU_OP_KINDS, Trace, TraceMeta, release_heap
 
 LARGEST_GAPS = 20
@@ -358,13 +359,19 @@ _MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
 def _module_loads(ev: pd.DataFrame) -> int:
     """GPU code modules loaded inside the window: past start-up, new kernels appearing every
     step are being JIT-compiled (torch.compile recompiles, Triton autotuning)."""
-    api = ev["kind"].isin(("runtime", "driver")).to_numpy()
+    api = kind_in(ev, ("runtime", "driver"))
     if not api.any():
         return 0
-    names = ev["name"][api]
-    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    hit = cat.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX, regex=True)
-    return int(np.isin(cat.cat.codes.to_numpy(), np.flatnonzero(hit)).sum())
+    names = ev["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names[api].astype("category")
+        return int(np.isin(names.cat.codes.to_numpy(), np.flatnonzero(
+            names.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX, regex=True))).sum())
+    hit = np.flatnonzero(names.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX,
+                                                                       regex=True))
+    if not len(hit):
+        return 0
+    return int(code_in(names.cat.codes.to_numpy()[api], hit).sum())
 
 
 def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
@@ -486,6 +493,9 @@ def _step_idle(step_tab: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _sum_by(k: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    if len(v) and int(np.abs(v).max()) * len(v) < 2**53:
+        # every partial sum is an integer a double holds exactly: bincount is exact
+        return np.bincount(k, weights=v, minlength=n)[:n].astype(np.int64)
     out = np.zeros(n, np.int64)
     np.add.at(out, k, v)
     return out
