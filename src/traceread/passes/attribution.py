@@ -30,7 +30,7 @@ from . import intervals
 from .compile import _is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 from ._common import kind_in
-from ._frames import str_column
+from ._frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
@@ -139,6 +139,12 @@ def _kind_index(ev: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
     return lut[codes if rows is None else codes[rows]]
 
 
+def _host_rows(ev: pd.DataFrame) -> np.ndarray:
+    """Positions of the rows whose kind is in HOST_KINDS."""
+    codes, cats = _codes(ev["kind"])
+    return np.flatnonzero(code_in(codes, np.flatnonzero(cats.isin(HOST_KINDS))))
+
+
 _API = (HOST_KINDS.index("runtime"), HOST_KINDS.index("driver"))
 _OPS = (HOST_KINDS.index("cpu_op"), HOST_KINDS.index("annotation"))
 
@@ -200,6 +206,8 @@ def _nccl_domain(ev: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray
         return None
     codes, cats = _codes(ev["domain"])
     lut = np.array([str(c) == "NCCL" for c in cats] + [False], bool)
+    if not lut.any():   # no NCCL domain (every Kineto trace): nothing to mark
+        return None
     return lut[codes if rows is None else codes[rows]]
 
 
@@ -309,7 +317,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     drain_op = np.zeros(n, np.int64)   # 0: no sync drained the gap, else 1 + index in sync_ops
     sync_ops: dict[str, int] = {}
     # Host rows as plain arrays (row indices, codes), never a copied frame or per-row strings.
-    rows = np.flatnonzero(_kind_index(ev) >= 0)
+    rows = _host_rows(ev)
     kind = _kind_index(ev, rows)
     all_names, name_cats = _codes(ev["name"])
     name = all_names[rows]
