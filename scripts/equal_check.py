@@ -58,8 +58,10 @@ def dump(out: Path, dirs: list[Path], max_bytes: int) -> int:
     from traceread.analysis import analyze
     out.mkdir(parents=True, exist_ok=True)
     for p in _traces(dirs, max_bytes):
-        key = hashlib.blake2b(str(p).encode(), digest_size=8).hexdigest()
-        rec: dict = {"path": str(p)}
+        # keyed by the path below its trace folder, so two checkouts' fixtures pair up
+        rel = next(f"{d.name}/{p.relative_to(d)}" for d in dirs if p.is_relative_to(d))
+        key = hashlib.blake2b(rel.encode(), digest_size=8).hexdigest()
+        rec: dict = {"path": rel}
         try:
             tr = load(p)
             rec["table"] = _digest(tr.events)
@@ -102,7 +104,9 @@ def main(argv: list[str]) -> int:
         return compare(Path(argv[1]), Path(argv[2]))
     max_bytes = int(argv[argv.index("--max-bytes") + 1]) if "--max-bytes" in argv else 60_000_000
     rest = [a for i, a in enumerate(argv) if a != "--max-bytes" and (i == 0 or argv[i - 1] != "--max-bytes")]
-    dirs = [Path(d) for d in rest[1:]] or [ROOT.parent / "shared" / "corpus", ROOT / "tests" / "fixtures"]
+    corpus = next((c / "shared" / "corpus" for c in ROOT.parents
+                   if (c / "shared" / "corpus" / "MANIFEST.tsv").exists()), ROOT)
+    dirs = [Path(d).resolve() for d in rest[1:]] or [corpus, ROOT / "tests" / "fixtures"]
     return dump(Path(rest[0]), [d for d in dirs if d.exists()], max_bytes)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -315,6 +317,20 @@ def test_one_gigabyte_gzip_streams_in_bounded_memory(tmp_path):
     assert peak < 1.2 * info["raw_bytes"], peak
 
 
+def _slow_pid(i):
+    time.sleep(0.05)
+    return i, os.getpid()
+
+
+def test_this_process_decodes_a_share_when_it_helps():
+    """helps=True: pool of workers - 1; this process takes an item whenever they are all busy."""
+    out = list(S._map_ordered(_slow_pid, list(range(10)), 2, helps=True))
+    assert [i for i, _ in out] == list(range(10))
+    assert [r[0] for _, r in out] == list(range(10))
+    pids = {r[1] for _, r in out}
+    assert os.getpid() in pids and len(pids) == 2
+
+
 def test_workers_from_the_environment(tmp_path, monkeypatch):
     """TRACEREAD_WORKERS sets the pool size (benchmarks' worker curve); junk is one error."""
     p = write_kineto(launch_bound(steps=2)[0], tmp_path / "t.json")
@@ -323,7 +339,7 @@ def test_workers_from_the_environment(tmp_path, monkeypatch):
     pools, pool = [], S._pool
     monkeypatch.setattr(S, "_pool", lambda w: pools.append(w) or pool(w))
     assert_same(p, chunk_bytes=4096)
-    assert pools == [2]
+    assert pools == [1]  # a plain file: this process is the second worker
     monkeypatch.setenv(S.WORKERS_ENV, "many")
     with pytest.raises(TraceError, match="TRACEREAD_WORKERS: must be a whole number"):
         S.read_stream(p)

@@ -19,6 +19,10 @@ from ..errors import TraceError
 # spot: ~0.85 s of system time in a 550 MB analyze (docs/performance.md). numpy reads
 # this at import, which the subcommands do later; a value the user set wins.
 os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+# numpy's OpenBLAS starts a thread per core at import and each spins ~0.1 s of CPU
+# before it sleeps; traceread makes no BLAS call (measured: 0.07-0.1 CPU-s per run
+# on 2 cores, more on big boxes). A value the user set wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 # Command -> (module in this package, the help's first paragraph for the command

@@ -38,6 +38,7 @@ typedef struct {
     Py_ssize_t len;
     unsigned char type;
     unsigned char esc;      /* STR holds a backslash escape */
+    unsigned char has_exp;  /* INT / FLOAT: written with an exponent */
 } Tok;
 
 /* event keys */
@@ -60,9 +61,10 @@ enum {
 #define A_FIRST_RAW A_IN_DIMS
 #define IS_EXT_KEY(a) (((a) >= A_FLOPS && (a) <= A_FLOPS_CAP) || (a) >= A_FIRST_RAW)
 
-/* output int64 columns: pid, tid, ts_ns, dur_ns, then ARG_INT_FIELDS in order */
+/* output int64 columns: pid, tid, ts_ns, dur_ns (dense), then ARG_INT_FIELDS in
+ * order (kept as (row, value) pairs of the rows where they are not -1) */
 enum { C_PID, C_TID, C_TS, C_DUR, C_ARG0 };
-#define N_ICOLS (C_ARG0 + A_EXT_INTS)
+#define N_ICOLS C_ARG0
 /* sparse string fields, ARG_STR_FIELDS order */
 static const int STR_FIELDS[6] = {A_KIND, A_DIRECTION, A_COLL, A_DTYPE, A_PGNAME, A_PGDESC};
 #define N_SCOLS 6
@@ -76,7 +78,9 @@ static int ext_mode;
 typedef struct {
     Tok ev[K_N];
     Tok arg[A_N];
+    uint64_t ev_set, arg_set; /* bit k: ev[k] / arg[k] holds a token */
 } Ev;
+typedef char tokens_fit_a_mask[A_N <= 64 && K_N <= 64 ? 1 : -1];
 
 /* --- growable buffers ----------------------------------------------------- */
 
@@ -123,6 +127,9 @@ typedef struct {
      * the end: every byte is written once; pages past the rows are never touched) */
     PyObject *iobj[N_ICOLS], *cobj[3];
     int64_t *icol[N_ICOLS];
+    /* arg int columns: rows (int32) and values of the entries that are not -1;
+     * most rows of most arg columns are -1 (what stream._pack_ints ships) */
+    Buf arows[A_EXT_INTS], avals[A_EXT_INTS];
     int32_t *ph, *name, *cat;
     int32_t *pidc, *tidc; /* str code or -1 */
     Interner names, cats, pids, tids;
@@ -133,8 +140,9 @@ typedef struct {
     Buf rrows[N_RCOLS], rcodes[N_RCOLS];
     Interner raws[N_RCOLS];
     PyObject *meta;
+    Ev ev; /* the current event's tokens (reused: only the filled ones are reset) */
     int lossy;
-    int n_icols; /* int columns of this shape */
+    int n_args; /* arg int columns of this shape */
 } S;
 
 static int resize_col(PyObject **obj, Py_ssize_t nbytes, void **ptr)
@@ -152,7 +160,7 @@ static int resize_col(PyObject **obj, Py_ssize_t nbytes, void **ptr)
 
 static int size_cols(S *st, Py_ssize_t rows)
 {
-    for (int c = 0; c < st->n_icols; c++)
+    for (int c = 0; c < N_ICOLS; c++)
         if (resize_col(&st->iobj[c], rows * 8, (void **)&st->icol[c]))
             return ERR;
     int32_t **cc[3] = {&st->ph, &st->name, &st->cat};
@@ -166,6 +174,8 @@ static int grow_rows(S *st, Py_ssize_t want)
 {
     if (st->n < st->cap)
         return OK;
+    if (st->n >= INT32_MAX)
+        return BAD; /* rows are shipped as int32 */
     Py_ssize_t cap = st->cap ? st->cap * 2 : want;
     if (size_cols(st, cap))
         return ERR;
@@ -322,7 +332,10 @@ static int validate(P *p, Ev *ev)
         if (e[k].type == T_OBJ || e[k].type == T_ARR || !float_sane(&e[k]))
             return BAD;
     }
-    for (int a = 0; a < A_FIRST_RAW; a++) { /* Raw fields take any value as it is */
+    /* only the args present (the others are T_MISSING: nothing to check);
+     * Raw fields take any value as it is */
+    for (uint64_t m = ev->arg_set & (((uint64_t)1 << A_FIRST_RAW) - 1); m; m &= m - 1) {
+        int a = __builtin_ctzll(m);
         Tok *t = &ev->arg[a];
         if (a < A_FIRST_ANY && !is_num_type(t->type))
             return BAD;
@@ -363,6 +376,32 @@ static int arg_int(S *st, const Tok *t, int64_t *v)
     }
     default: return BAD;
     }
+}
+
+/* Arg int column f of row i: recorded when it is not -1 (rows ascend per column). */
+static int put_arg(S *st, int f, Py_ssize_t i, int64_t v)
+{
+    if (v == -1)
+        return OK;
+    Buf *r = &st->arows[f], *b = &st->avals[f];
+    if (buf_reserve(r, 4) < 0 || buf_reserve(b, 8) < 0)
+        return ERR;
+    int32_t row = (int32_t)i;
+    memcpy(r->data + r->len, &row, 4);
+    memcpy(b->data + b->len, &v, 8);
+    r->len += 4;
+    b->len += 8;
+    return OK;
+}
+
+/* arg_int of t into arg int column f of row i */
+static int arg_put(S *st, int f, Py_ssize_t i, const Tok *t)
+{
+    if (t->type == T_MISSING || t->type == T_NULL)
+        return OK;
+    int64_t v;
+    int rc = arg_int(st, t, &v);
+    return rc ? rc : put_arg(st, f, i, v);
 }
 
 static int present(const Tok *t) { return t->type != T_MISSING && t->type != T_NULL; }
@@ -422,14 +461,15 @@ static int ext_groups(S *st, Tok *a, Py_ssize_t i)
         int64_t flops, cap;
         if ((rc = arg_int(st, &a[A_FLOPS], &flops)) || (rc = arg_int(st, &a[A_FLOPS_CAP], &cap)))
             return rc;
-        st->icol[C_ARG0 + A_FLOPS][i] = flops >= 0 ? flops : cap;
+        if ((rc = put_arg(st, A_FLOPS, i, flops >= 0 ? flops : cap)))
+            return rc;
         for (int c = 0; c < 3; c++)
             if ((rc = raw_str(st, c, i, &a[RAW_FIELDS[c]])))
                 return rc;
     }
     if (a[A_GRID].type != T_MISSING) {
         for (int f = A_REGS; f <= A_OCC; f++)
-            if ((rc = arg_int(st, &a[f], &st->icol[C_ARG0 + f][i])))
+            if ((rc = arg_put(st, f, i, &a[f])))
                 return rc;
         for (int c = 3; c < N_RCOLS; c++)
             if ((rc = raw_str(st, c, i, &a[RAW_FIELDS[c]])))
@@ -437,7 +477,7 @@ static int ext_groups(S *st, Tok *a, Py_ssize_t i)
     }
     if (present(&a[A_MEM_BYTES])) {
         for (int f = A_MEM_BYTES; f <= A_MEM_DEV; f++)
-            if ((rc = arg_int(st, &a[f], &st->icol[C_ARG0 + f][i])))
+            if ((rc = arg_put(st, f, i, &a[f])))
                 return rc;
     }
     return OK;
@@ -478,21 +518,19 @@ static int add_row(S *st, Ev *ev, int ph)
         *dur = NS_MISSING;     /* np.fromiter makes None a NaN */
     else if ((rc = us_float_path(&e[K_DUR], dur, &ignored)))
         return rc;
-    for (int f = 0; f < st->n_icols - C_ARG0; f++)
-        st->icol[C_ARG0 + f][i] = -1;
     for (int f = A_EXT; f <= A_STREAM; f++)
-        if ((rc = arg_int(st, &a[f], &st->icol[C_ARG0 + f][i])))
+        if ((rc = arg_put(st, f, i, &a[f])))
             return rc;
     if (present(&a[A_BYTES]) || present(&a[A_SIZE])) {
-        if ((rc = arg_int(st, &a[A_BYTES], &st->icol[C_ARG0 + A_BYTES][i])) ||
-            (rc = arg_int(st, &a[A_SIZE], &st->icol[C_ARG0 + A_SIZE][i])) ||
+        if ((rc = arg_put(st, A_BYTES, i, &a[A_BYTES])) ||
+            (rc = arg_put(st, A_SIZE, i, &a[A_SIZE])) ||
             (rc = sparse_str(st, 0, i, &a[A_KIND])) ||
             (rc = sparse_str(st, 1, i, &a[A_DIRECTION])))
             return rc;
     }
     if (present(&a[A_COLL])) {
         for (int f = A_IN; f <= A_PGID; f++)
-            if ((rc = arg_int(st, &a[f], &st->icol[C_ARG0 + f][i])))
+            if ((rc = arg_put(st, f, i, &a[f])))
                 return rc;
         for (int c = 2; c < N_SCOLS; c++)
             if ((rc = sparse_str(st, c, i, &a[STR_FIELDS[c]])))
@@ -546,27 +584,32 @@ static int add_meta(S *st, Ev *ev)
 
 static const char ROW_PHASES[] = "XiIBE";
 static const char SKIP_PHASES[] = "CbneSTpFstfPNODVvRc()";
+static unsigned char PHASE[256]; /* 1: a row phase, 2: a skipped one */
 
 static int one_event(S *st)
 {
-    Ev ev;
-    memset(&ev, 0, sizeof(ev));
+    Ev *ev = &st->ev;
+    for (uint64_t m = ev->ev_set; m; m &= m - 1)
+        ev->ev[__builtin_ctzll(m)].type = T_MISSING;
+    for (uint64_t m = ev->arg_set; m; m &= m - 1)
+        ev->arg[__builtin_ctzll(m)].type = T_MISSING;
+    ev->ev_set = ev->arg_set = 0;
     P *p = &st->p;
     if (peek(p) != '{')
         return BAD; /* not an object: msgspec's ValidationError */
-    if (scan_object(p, ev.ev, event_key, K_ARGS, ev.arg) < 0)
+    if (scan_object(p, ev->ev, event_key, K_ARGS, ev->arg, &ev->ev_set, &ev->arg_set) < 0)
         return BAD;
-    Tok *ph = &ev.ev[K_PH];
+    Tok *ph = &ev->ev[K_PH];
     if (ph->type != T_STR || ph->esc || ph->len != 1)
         return BAD;
     int c = ph->s[0];
-    if (c == 'M' || strchr(ROW_PHASES, c)) {
-        int rc = validate(p, &ev);
+    if (c == 'M' || PHASE[c] == 1) {
+        int rc = validate(p, ev);
         if (rc)
             return rc;
-        return c == 'M' ? add_meta(st, &ev) : add_row(st, &ev, c);
+        return c == 'M' ? add_meta(st, ev) : add_row(st, ev, c);
     }
-    if (c && strchr(SKIP_PHASES, c))
+    if (PHASE[c] == 2)
         return OK;
     return BAD;
 }
@@ -658,16 +701,73 @@ done:
     return d;
 }
 
+/* An int column as stream._pack_ints ships it: (int32 rows, int64 values) of
+ * the entries that are not -1 when they are at most a third of the rows, else
+ * the dense int64 column (bytearrays). From the pairs (cnt of them): */
+static PyObject *int_column(Py_ssize_t n, const char *rows, const char *vals, Py_ssize_t cnt)
+{
+    if (cnt * 3 <= n)
+        return Py_BuildValue("NN", PyByteArray_FromStringAndSize(rows, cnt * 4),
+                             PyByteArray_FromStringAndSize(vals, cnt * 8));
+    PyObject *o = PyByteArray_FromStringAndSize(NULL, n * 8);
+    if (!o)
+        return NULL;
+    int64_t *d = (int64_t *)PyByteArray_AS_STRING(o);
+    memset(d, 0xFF, (size_t)n * 8); /* -1 */
+    for (Py_ssize_t k = 0; k < cnt; k++) {
+        int32_t r;
+        memcpy(&r, rows + k * 4, 4);
+        memcpy(&d[r], vals + k * 8, 8);
+    }
+    return o;
+}
+
+/* ... and from a dense column (pid, tid, ts, dur): itself unless mostly -1 */
+static PyObject *dense_column(S *st, int c)
+{
+    const int64_t *a = st->icol[c];
+    Py_ssize_t n = st->n, cnt = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        cnt += a[i] != -1;
+    if (cnt * 3 > n) {
+        Py_INCREF(st->iobj[c]);
+        return st->iobj[c];
+    }
+    Buf r = {0}, v = {0};
+    PyObject *o = NULL;
+    if (buf_reserve(&r, cnt * 4 + 1) == 0 && buf_reserve(&v, cnt * 8 + 1) == 0) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (a[i] != -1) {
+                int32_t row = (int32_t)i;
+                memcpy(r.data + r.len, &row, 4);
+                memcpy(v.data + v.len, &a[i], 8);
+                r.len += 4;
+                v.len += 8;
+            }
+        o = int_column(n, r.data, v.data, cnt);
+    }
+    buf_free(&r);
+    buf_free(&v);
+    return o;
+}
+
 static PyObject *build_result(S *st)
 {
     if (size_cols(st, st->n))
         return NULL;
-    PyObject *ints = PyList_New(st->n_icols);
+    PyObject *ints = PyList_New(N_ICOLS + st->n_args);
     if (!ints)
         return NULL;
-    for (int c = 0; c < st->n_icols; c++) {
-        Py_INCREF(st->iobj[c]);
-        PyList_SET_ITEM(ints, c, st->iobj[c]);
+    for (int c = 0; c < N_ICOLS + st->n_args; c++) {
+        PyObject *o = c < N_ICOLS ? dense_column(st, c)
+                                  : int_column(st->n, st->arows[c - N_ICOLS].data,
+                                               st->avals[c - N_ICOLS].data,
+                                               st->arows[c - N_ICOLS].len / 4);
+        if (!o) {
+            Py_DECREF(ints);
+            return NULL;
+        }
+        PyList_SET_ITEM(ints, c, o);
     }
     int n_rcols = ext_mode ? N_RCOLS : 0;
     PyObject *sparse = PyList_New(N_SCOLS + n_rcols);
@@ -707,6 +807,10 @@ static void state_free(S *st)
         Py_XDECREF(st->cobj[c]);
     PyMem_Free(st->pidc);
     PyMem_Free(st->tidc);
+    for (int f = 0; f < A_EXT_INTS; f++) {
+        buf_free(&st->arows[f]);
+        buf_free(&st->avals[f]);
+    }
     intern_free(&st->names);
     intern_free(&st->cats);
     intern_free(&st->pids);
@@ -751,9 +855,10 @@ static PyObject *scan(PyObject *self, PyObject *args)
     memset(&st, 0, sizeof(st));
     st.exact = exact;
     ext_mode = ext;
-    st.n_icols = C_ARG0 + (ext ? A_EXT_INTS : A_BASE_INTS);
+    st.n_args = ext ? A_EXT_INTS : A_BASE_INTS;
     st.p.p = (const unsigned char *)view.buf;
     st.p.end = st.p.p + view.len;
+    refill(&st.p, st.p.p);
     for (int c = 0; c < 128; c++)
         st.ph_code[c] = -1;
     PyObject *result = NULL;
@@ -812,5 +917,9 @@ PyMODINIT_FUNC PyInit__cscan(void)
         WS[c] = c == ' ' || c == '\t' || c == '\n' || c == '\r';
         STR_STOP[c] = c == '"' || c == '\\' || c < 0x20;
     }
+    for (const char *c = ROW_PHASES; *c; c++)
+        PHASE[(unsigned char)*c] = 1;
+    for (const char *c = SKIP_PHASES; *c; c++)
+        PHASE[(unsigned char)*c] = 2;
     return PyModule_Create(&module);
 }

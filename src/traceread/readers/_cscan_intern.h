@@ -91,7 +91,8 @@ static int32_t intern(Interner *t, const unsigned char *s, Py_ssize_t n, int *is
     *is_new = 0;
     while (t->slots[j].code != 0) {
         Slot *sl = &t->slots[j];
-        if (sl->hash == h && sl->len == n && memcmp(t->arena.data + sl->off, s, (size_t)n) == 0)
+        if (sl->hash == h && sl->len == n &&
+            (n == 0 || memcmp(t->arena.data + sl->off, s, (size_t)n) == 0))
             return sl->code - 1;
         j = (j + 1) & t->mask;
     }

@@ -5,8 +5,15 @@
 
 /* --- the scanner ---------------------------------------------------------- */
 
+/* The cursor, and bit masks of the 64 bytes from `base` (bit i: base[i]):
+ * whitespace, string stops ('"', '\\', control chars) and quotes. Gaps and
+ * strings are then skipped with a shift and a count of trailing zeros of a
+ * register -- no load of the bytes and no compare on the critical path from
+ * one token to the next, which is what bounds a token-at-a-time scanner. */
 typedef struct {
     const unsigned char *p, *end;
+    const unsigned char *base;
+    uint64_t ws, stop, quote; /* past `end`: not whitespace, a stop, not a quote */
     Buf scratch; /* decoded escaped strings */
 } P;
 
@@ -25,35 +32,83 @@ typedef struct {
 static unsigned char WS[256];
 static unsigned char STR_STOP[256]; /* '"', '\\', control chars */
 
-static inline void skip_ws(P *p)
+#ifndef __SSE2__
+static uint64_t bits_of(const unsigned char *s, int (*test)(unsigned char))
 {
-    const unsigned char *s = p->p, *end = p->end;
-    /* most gaps are empty or one space: decide those without a loop */
-    if (s >= end || !WS[*s])
-        return;
-    if (s + 1 < end && !WS[s[1]]) {
-        p->p = s + 1;
-        return;
+    uint64_t m = 0;
+    for (int i = 0; i < 64; i++)
+        m |= (uint64_t)(test(s[i]) != 0) << i;
+    return m;
+}
+
+static int is_ws(unsigned char c) { return WS[c]; }
+static int is_stop(unsigned char c) { return STR_STOP[c]; }
+static int is_quote(unsigned char c) { return c == '"'; }
+#endif
+
+/* Masks of the 64 bytes from `at` (a NUL-padded copy near the end: NUL is a
+ * stop and not whitespace, so nothing runs past `end`). */
+static void refill(P *p, const unsigned char *at)
+{
+    unsigned char tmp[64];
+    const unsigned char *s = at;
+    if (p->end - at < 64) {
+        memset(tmp, 0, sizeof(tmp));
+        if (p->end > at)
+            memcpy(tmp, at, (size_t)(p->end - at));
+        s = tmp;
     }
+    p->base = at;
 #ifdef __SSE2__
-    /* Kineto's indented layout: newline + a run of spaces, 16 bytes at a time */
     const __m128i sp = _mm_set1_epi8(' '), nl = _mm_set1_epi8('\n');
     const __m128i cr = _mm_set1_epi8('\r'), tab = _mm_set1_epi8('\t');
-    while (end - s >= 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)s);
-        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sp), _mm_cmpeq_epi8(v, nl)),
-                                  _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, tab)));
-        unsigned mask = (unsigned)_mm_movemask_epi8(ws) ^ 0xFFFFu;
-        if (mask) {
-            p->p = s + __builtin_ctz(mask);
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+    const __m128i ctl = _mm_set1_epi8(0x20), flip = _mm_set1_epi8((char)0x80);
+    uint64_t ws = 0, stop = 0, q = 0;
+    for (int k = 0; k < 4; k++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(s + 16 * k));
+        __m128i w = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sp), _mm_cmpeq_epi8(v, nl)),
+                                 _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, tab)));
+        __m128i qv = _mm_cmpeq_epi8(v, quote);
+        /* unsigned c < 0x20 via a signed compare after flipping the top bit */
+        __m128i lo = _mm_cmpgt_epi8(_mm_xor_si128(ctl, flip), _mm_xor_si128(v, flip));
+        __m128i st = _mm_or_si128(_mm_or_si128(qv, _mm_cmpeq_epi8(v, bslash)), lo);
+        ws |= (uint64_t)(unsigned)_mm_movemask_epi8(w) << (16 * k);
+        q |= (uint64_t)(unsigned)_mm_movemask_epi8(qv) << (16 * k);
+        stop |= (uint64_t)(unsigned)_mm_movemask_epi8(st) << (16 * k);
+    }
+    p->ws = ws;
+    p->stop = stop;
+    p->quote = q;
+#else
+    p->ws = bits_of(s, is_ws);
+    p->stop = bits_of(s, is_stop);
+    p->quote = bits_of(s, is_quote);
+#endif
+}
+
+/* Window offset of q (refilled at q when q is past the window). */
+static inline unsigned window(P *p, const unsigned char *q)
+{
+    size_t off = (size_t)(q - p->base);
+    if (off >= 64) {
+        refill(p, q);
+        off = 0;
+    }
+    return (unsigned)off;
+}
+
+static inline void skip_ws(P *p)
+{
+    for (;;) {
+        unsigned off = window(p, p->p);
+        uint64_t m = ~p->ws >> off;
+        if (m) {
+            p->p += __builtin_ctzll(m);
             return;
         }
-        s += 16;
+        p->p = p->base + 64; /* all whitespace: on with the next window */
     }
-#endif
-    while (s < end && WS[*s])
-        s++;
-    p->p = s;
 }
 
 static inline int peek(P *p) { return p->p < p->end ? *p->p : -1; }
@@ -87,41 +142,17 @@ HOT int scan_string(P *p, Tok *t)
     const unsigned char *s = ++p->p, *end = p->end;
     int esc = 0;
     for (;;) {
-#ifdef __SSE2__
-        /* 16 bytes at a time: stop at '"', '\\' or a control char */
-        const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
-        const __m128i ctl = _mm_set1_epi8(0x1F), flip = _mm_set1_epi8((char)0x80);
-        while (end - s >= 16) {
-            __m128i v = _mm_loadu_si128((const __m128i *)s);
-            /* unsigned c <= 0x1F via signed compare after flipping the top bit */
-            __m128i lo = _mm_cmpgt_epi8(_mm_xor_si128(ctl, flip), _mm_xor_si128(v, flip));
-            __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote),
-                                                    _mm_cmpeq_epi8(v, bslash)),
-                                       _mm_or_si128(lo, _mm_cmpeq_epi8(v, ctl)));
-            int mask = _mm_movemask_epi8(hit);
-            if (mask) {
-                s += __builtin_ctz((unsigned)mask);
-                break;
-            }
-            s += 16;
+        unsigned off = window(p, s);
+        uint64_t m = p->stop >> off;
+        if (!m) {
+            s = p->base + 64; /* no stop in the rest of the window */
+            continue;
         }
-#endif
-        while (s + 8 <= end) { /* unrolled fast path over plain bytes */
-            if (STR_STOP[s[0]]) break;
-            if (STR_STOP[s[1]]) { s += 1; break; }
-            if (STR_STOP[s[2]]) { s += 2; break; }
-            if (STR_STOP[s[3]]) { s += 3; break; }
-            if (STR_STOP[s[4]]) { s += 4; break; }
-            if (STR_STOP[s[5]]) { s += 5; break; }
-            if (STR_STOP[s[6]]) { s += 6; break; }
-            if (STR_STOP[s[7]]) { s += 7; break; }
-            s += 8;
-        }
-        while (s < end && !STR_STOP[*s])
-            s++;
+        unsigned k = (unsigned)__builtin_ctzll(m);
+        s += k;
         if (s >= end)
             return BAD;
-        if (*s == '"')
+        if ((p->quote >> (off + k)) & 1)
             break;
         if (*s != '\\')
             return BAD; /* raw control character */
@@ -164,7 +195,7 @@ HOT int scan_string(P *p, Tok *t)
 HOT int scan_number(P *p, Tok *t)
 {
     const unsigned char *s = p->p, *end = p->end;
-    int is_float = 0;
+    int is_float = 0, has_exp = 0;
     if (s < end && *s == '-')
         s++;
     if (s >= end)
@@ -185,7 +216,7 @@ HOT int scan_number(P *p, Tok *t)
             s++;
     }
     if (s < end && (*s == 'e' || *s == 'E')) {
-        is_float = 1;
+        is_float = has_exp = 1;
         s++;
         if (s < end && (*s == '+' || *s == '-'))
             s++;
@@ -199,6 +230,7 @@ HOT int scan_number(P *p, Tok *t)
         t->s = p->p;
         t->len = s - p->p;
         t->esc = 0;
+        t->has_exp = (unsigned char)has_exp;
     }
     p->p = s;
     return OK;
@@ -299,6 +331,7 @@ static int scan_known(P *p, Tok *t)
     if (c == '{' || c == '[') {
         t->type = c == '{' ? T_OBJ : T_ARR;
         t->s = p->p;
+        t->esc = 0;
         if (skip_value(p) < 0)
             return BAD;
         t->len = p->p - t->s;
@@ -404,9 +437,10 @@ HOT int arg_key(const unsigned char *k, Py_ssize_t n)
 
 /* Object members: known keys (by lookup) into toks, others skipped. p at '{'.
  * Escaped or duplicate known keys: BAD. For the event level, an "args" object
- * is parsed into argtoks. */
+ * is parsed into argtoks. Bit k of *set (*argset): toks[k] (argtoks[k]) was
+ * filled -- the caller clears just those for the next event. */
 static int scan_object(P *p, Tok *toks, int (*lookup)(const unsigned char *, Py_ssize_t),
-                       int args_key, Tok *argtoks)
+                       int args_key, Tok *argtoks, uint64_t *set, uint64_t *argset)
 {
     p->p++;
     skip_ws(p);
@@ -430,10 +464,11 @@ static int scan_object(P *p, Tok *toks, int (*lookup)(const unsigned char *, Py_
         }
         else if (toks[k].type != T_MISSING)
             return BAD;
-        else if (k == args_key && peek(p) == '{') {
+        else if ((*set |= (uint64_t)1 << k), k == args_key && peek(p) == '{') {
             toks[k].type = T_OBJ;
             toks[k].s = p->p;
-            if (scan_object(p, argtoks, arg_key, -1, NULL) < 0)
+            toks[k].esc = 0;
+            if (scan_object(p, argtoks, arg_key, -1, NULL, argset, NULL) < 0)
                 return BAD;
             toks[k].len = p->p - toks[k].s;
         }

@@ -131,6 +131,8 @@ static int float_sane(const Tok *t)
         return 1;
     if (t->len > 64)
         return 0;
+    if (!t->has_exp) /* set by scan_number: no loop over the digits for the common case */
+        return 1;
     for (Py_ssize_t i = 0; i < t->len; i++) {
         unsigned char c = t->s[i];
         if (c == 'e' || c == 'E') {
@@ -231,31 +233,69 @@ static int64_t double_us_to_ns(double us)
     return (int64_t)ip * 1000 + (int64_t)rint(frac * 1000.0);
 }
 
+/* A number token [-]digits[.digits] with at most 18 digits and 3 decimals,
+ * no exponent (every Kineto ts / dur): 1 with the value of its digits and
+ * its decimals -- what tok_dec gives for it, in one simple loop. 0: other. */
+static inline int short_dec(const Tok *t, uint64_t *m, int *neg, int *nfrac)
+{
+    const unsigned char *s = t->s, *e = t->s + t->len;
+    *neg = s < e && *s == '-';
+    s += *neg;
+    uint64_t v = 0;
+    int nd = 0, nf = -1;
+    for (; s < e; s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (d < 10) {
+            v = v * 10 + d;
+            nd++;
+            nf += nf >= 0;
+        }
+        else if (*s == '.' && nf < 0)
+            nf = 0;
+        else
+            return 0; /* an exponent */
+    }
+    if (nd > 18 || nf > 3)
+        return 0;
+    *m = v;
+    *nfrac = nf < 0 ? 0 : nf;
+    return 1;
+}
+
 /* ts / dur number token -> ns as the float path computes it; *lossy as
  * events_to_batch flags it (float token at or above 2**43 µs). */
 static int us_float_path(const Tok *t, int64_t *ns, int *lossy)
 {
     Dec d;
-    if (tok_dec(t, &d) == OK && !d.has_exp && d.ndig <= 18 && d.nfrac <= 3) {
+    uint64_t mant;
+    int neg, nfrac;
+    int simple = short_dec(t, &mant, &neg, &nfrac);
+    if (!simple && tok_dec(t, &d) == OK && !d.has_exp && d.ndig <= 18 && d.nfrac <= 3) {
+        simple = 1;
+        mant = d.mant;
+        neg = d.neg;
+        nfrac = d.nfrac;
+    }
+    if (simple) {
         /* The exact value, where the float64 path of us_to_ns gives the same
          * ns: ints below US_LIMIT (< 2**53: float(v) is exact), floats with <= 3 decimals
          * below 2**43 µs (ulp < 1 ns, see _kineto_decode.EXACT_US_LIMIT). */
         const uint64_t limit_ns = 8796093022208ULL * 1000;
-        uint64_t m = d.mant, v = 0;
+        uint64_t m = mant, v = 0;
         int ok = 0;
         if (t->type == T_INT) {
             ok = m < 4600000000000000ULL; /* US_LIMIT */
             v = m * 1000;
         }
         else {
-            uint64_t scale = d.nfrac == 0 ? 1000 : d.nfrac == 1 ? 100 : d.nfrac == 2 ? 10 : 1;
+            uint64_t scale = nfrac == 0 ? 1000 : nfrac == 1 ? 100 : nfrac == 2 ? 10 : 1;
             if (m <= limit_ns / scale) {
                 v = m * scale;
                 ok = v < limit_ns;
             }
         }
         if (ok) {
-            *ns = d.neg ? -(int64_t)v : (int64_t)v;
+            *ns = neg ? -(int64_t)v : (int64_t)v;
             return OK;
         }
     }

@@ -158,13 +158,16 @@ def decode(buf, exact: bool, bare: bool = False):
 def _chunk(res: tuple, ext: bool = False):
     import numpy as np
 
-    from .stream import Chunk, _pack_ints
+    from .stream import Chunk
 
     (n, ph, ph_u, name, name_u, cat, cat_u, ints, sparse, pid_str, tid_str, lossy,
      meta) = res
     shape = SCANNED_EXT if ext else SCANNED
     int_columns = ("pid", "tid", "ts_ns", "dur_ns") + shape["int arg columns"]
-    arrays = {k: _pack_ints(np.frombuffer(b, dtype=np.int64)) for k, b in zip(int_columns, ints)}
+    # packed by the scanner as _pack_ints does: (int32 rows, values) or the dense column
+    arrays = {k: (np.frombuffer(b[0], dtype=np.int32), np.frombuffer(b[1], dtype=np.int64))
+              if isinstance(b, tuple) else np.frombuffer(b, dtype=np.int64)
+              for k, b in zip(int_columns, ints)}
     coded = {k: (np.frombuffer(b, dtype=np.int32), u)
              for k, b, u in (("ph", ph, ph_u), ("name", name, name_u), ("cat", cat, cat_u))}
     sparse = {f: _sparse(v) for f, v in zip(shape["str arg columns"], sparse)}

@@ -595,21 +595,48 @@ def _chunk_error(msg: str, where: str) -> str:
     return f"invalid JSON{where}: {msg}"
 
 
-def _map_ordered(fn, items, workers: int):
+class _Done:
+    """A result computed in this process, standing in a queue of futures."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def done(self) -> bool:
+        return True
+
+    def result(self):
+        return self.value
+
+    def cancel(self) -> bool:
+        return False
+
+
+def _map_ordered(fn, items, workers: int, helps: bool = False):
     """Yield (item, fn(item)) in order; fn runs on a process pool when workers > 1.
 
     At most ``workers + 1`` tasks are in flight, so memory stays flat while the
     producer (mmap splitter or gzip inflater) runs ahead in this process.
+    ``helps``: this process is one of the ``workers`` (its producer is idle, as
+    the mmap splitter is): the pool has one process fewer, and when all of
+    them are busy this process decodes the next item itself -- that chunk is
+    never pickled, and one fork less.
     """
     if workers <= 1:
         for it in items:
             yield it, fn(it)
         return
-    with _pool(workers) as pool:
+    procs = workers - 1 if helps else workers
+    with _pool(procs) as pool:
         futs: deque = deque()
         try:
             for it in items:
-                futs.append((it, pool.submit(fn, it)))
+                if helps and sum(not f.done() for _, f in futs) >= procs:
+                    futs.append((it, _Done(fn(it))))
+                else:
+                    futs.append((it, pool.submit(fn, it)))
+                while futs and futs[0][1].done():  # in order, as soon as they are there
+                    it0, fut = futs.popleft()
+                    yield it0, fut.result()
                 if len(futs) > workers:
                     it0, fut = futs.popleft()
                     yield it0, fut.result()
@@ -660,7 +687,7 @@ def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient:
             end, suffix = _recover_mmap(mm, start, prefix, strict, cut)
         ranges = _split(mm, start, end, chunk_bytes)
     fn = functools.partial(_decode_range_item, str(p), exact, lenient)
-    batches = _collect(_map_ordered(fn, ranges, min(workers, len(ranges))), fn,
+    batches = _collect(_map_ordered(fn, ranges, min(workers, len(ranges)), helps=True), fn,
                        lambda a, b: (a[0], b[1]), lambda r: f" in bytes {r[0]}-{r[1]}",
                        lambda r: r[1] - r[0], max(_MERGE_CHUNKS * chunk_bytes, 1 << 20),
                        tick, lambda r: r[1] / max(1, size))
