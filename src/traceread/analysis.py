@@ -537,11 +537,8 @@ def _devices(ops: pd.DataFrame, gaps: pd.DataFrame, meta: TraceMeta, win=None) -
 
 
 def _classes(ev: pd.DataFrame) -> pd.DataFrame:
-    # Only GPU ops, with only their own names: the classifier runs once per category.
-    gpu = ev.loc[ev["kind"].isin(GPU_OP_KINDS).to_numpy(), ["kind", "name", "dur"]]
-    if isinstance(gpu["name"].dtype, pd.CategoricalDtype):
-        gpu["name"] = gpu["name"].cat.remove_unused_categories()
-    return time_by_class(gpu)
+    # time_by_class classifies each (name, kind) of the GPU ops once
+    return time_by_class(ev)
 
 
 def _evidence(stats, summary, top_ops, kernels, comp) -> dict:

@@ -19,15 +19,64 @@ def kind_in(ev: pd.DataFrame, kinds) -> np.ndarray:
     if not isinstance(col.dtype, pd.CategoricalDtype):
         return col.isin(kinds).to_numpy()
     kinds = list(kinds)
-    want = np.flatnonzero(col.cat.categories.isin(kinds)).tolist()
-    if any(pd.isna(k) for k in kinds):
-        want.append(-1)   # code -1: a null kind
+    lut = np.append(col.cat.categories.isin(kinds), any(pd.isna(k) for k in kinds))
     codes = col.cat.codes.to_numpy()
-    # a few compares of the int8 codes: ~10x faster than a lookup table indexed by them
-    out = np.zeros(len(codes), bool)
-    for c in want:
-        out |= codes == c
-    return out
+    hit = np.flatnonzero(lut[:-1])
+    if len(hit) <= 3 and not lut[-1]:  # a few compares beat a gather over every row
+        out = codes == hit[0] if len(hit) else np.zeros(len(codes), bool)
+        for c in hit[1:]:
+            out |= codes == c
+        return out
+    return lut.take(codes)   # code -1 (null) reads the last slot
+
+
+def rows_of(ev: pd.DataFrame, kinds) -> np.ndarray:
+    """Positions of the rows whose kind is one of ``kinds``."""
+    return np.flatnonzero(kind_in(ev, kinds))
+
+
+def take(ev: pd.DataFrame, rows: np.ndarray, cols) -> pd.DataFrame:
+    """``ev.iloc[rows][cols]`` with a fresh RangeIndex, one numpy gather per column: never
+    a copy of the other columns (``ev.iloc[rows]`` first takes all 33)."""
+    data = {}
+    for c in cols:
+        s = ev[c]
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            data[c] = pd.Categorical.from_codes(s.cat.codes.to_numpy().take(rows),
+                                                dtype=s.dtype, validate=False)
+        else:
+            data[c] = s.to_numpy().take(rows)
+    return pd.DataFrame(data, columns=list(cols), copy=False)
+
+
+def lookup_at(col: pd.Series, rows: np.ndarray | None, fn, null, dtype=object) -> np.ndarray:
+    """``fn(str(value))`` for the values of ``col`` at ``rows`` (every row when None), called
+    once per distinct value present there -- not once per category of the whole trace, which
+    holds every host op name -- and ``null`` for missing values."""
+    lut, codes = lut_at(col, rows, fn, null, dtype)
+    return lut.take(codes)
+
+
+def lut_at(col: pd.Series, rows: np.ndarray | None, fn, null, dtype=object):
+    """(lut, codes): ``lookup_at`` is ``lut.take(codes)``; decide on the lut (one slot per
+    category, the last for nulls), gather values only for the rows that need them."""
+    cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+    codes = cat.cat.codes.to_numpy()
+    if rows is not None:
+        codes = codes.take(rows)
+    cats = cat.cat.categories
+    seen = np.zeros(len(cats) + 1, bool)
+    seen[codes] = True                      # code -1 (null) marks the last slot
+    used = np.flatnonzero(seen[:-1])
+    lut = np.full(len(cats) + 1, null, dtype=dtype)
+    if len(used):
+        vals = [fn(str(n)) for n in cats.take(used)]
+        if dtype is object:  # element-wise: a list of tuples must stay one object per slot
+            for i, v in zip(used.tolist(), vals):
+                lut[i] = v
+        else:
+            lut[used] = vals
+    return lut, codes
 
 
 def rowwise(col: pd.Series, f) -> np.ndarray:
@@ -64,3 +113,43 @@ def fmt_ms(ns: int) -> str:
     if ns >= 1_000_000:
         return f"{ns / 1e6:.1f} ms"
     return f"{ns / 1e3:.0f} us"
+
+
+def device_groups(ev: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """(group of each row, number of groups): rows of one (pid, device) share a group."""
+    pid, _ = pd.factorize(ev["pid"].to_numpy().take(rows))
+    dev, devs = pd.factorize(ev["device"].to_numpy().take(rows))
+    ndev = max(len(devs), 1)
+    return pid.astype(np.int64) * ndev + dev, (int(pid.max()) + 1) * ndev if len(rows) else 0
+
+
+def union_total(ev: pd.DataFrame, rows: np.ndarray) -> int:
+    """Sum over (pid, device) of the union of the rows' [ts, ts + dur): the busy ns."""
+    if not len(rows):
+        return 0
+    s = ev["ts"].to_numpy(np.int64).take(rows)
+    e = s + ev["dur"].to_numpy(np.int64).take(rows)
+    group, n = device_groups(ev, rows)
+    if n > 1 or not (s[1:] >= s[:-1]).all():   # the table is in ts order: no sort then
+        order = np.lexsort((s, group))
+        group, s, e = group[order], s[order], e[order]
+    keep = e > s
+    group, s, e = group[keep], s[keep], e[keep]
+    if not len(s):
+        return 0
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    total = 0
+    for a, b in zip(first.tolist(), first[1:].tolist() + [len(s)]):
+        total += _sorted_union_len(s[a:b], e[a:b])
+    return total
+
+
+def _sorted_union_len(s: np.ndarray, e: np.ndarray) -> int:
+    """Length of the union of [s, e) for s ascending and e > s (``intervals.union``'s rule)."""
+    reach = np.maximum.accumulate(e)
+    new = np.empty(len(s), bool)
+    new[0] = True
+    np.greater(s[1:], reach[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return int((reach[last] - s[first]).sum())

@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from ..table import GPU_OP_KINDS
-from ._common import events_of, kind_in, rowwise
-from .kernel_classes import classify_kernels
+from ._common import events_of, kind_in, rows_of, take
+from .kernel_classes import gpu_op_pairs, pair_classes
 from .peaks import device_name, device_peaks
 
 SMALL_KERNEL_NS = 5_000
@@ -59,30 +59,15 @@ _SOFTMAX = re.compile(r"softmax", re.I)
 _LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.I)
 
 
-def _classes(gpu: pd.DataFrame) -> np.ndarray:
-    cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
-    kind = rowwise(gpu["kind"], lambda s: s.to_numpy())
-    cls = np.where(kind == "memcpy", "memcpy", np.where(kind == "memset", "memset", cls))
-    cls = np.where(kind == "graph", "graph", cls)  # a replay whose kernels were not recorded
-    gemm = cls == "gemm"
-    if gemm.any():  # SIMT or tensor core: decided once per distinct name
-        names = gpu["name"].astype("category")
-        cats = names.cat.categories
-        codes = names.cat.codes.to_numpy()[gemm]
-        simt = np.array([_is_simt(str(n)) for n in cats] + [False])[codes]
-        cls[np.flatnonzero(gemm)] = np.where(simt, "gemm_simt", "gemm_tensor")
+def _pair_classes(pairs: pd.DataFrame) -> np.ndarray:
+    """Busy class of each (name, kind) pair: ``kernel_classes``' class, GEMMs split into
+    FP32 SIMT and tensor-core ones by name."""
+    cls = pair_classes(pairs)
+    gemm = np.flatnonzero(cls == "gemm")
+    names = pairs["name"].to_numpy(object)
+    for i in gemm.tolist():
+        cls[i] = "gemm_simt" if _is_simt(names[i]) else "gemm_tensor"
     return cls
-
-
-def _by_name(g: pd.DataFrame, cls: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
-    """Summed time per (distinct name, class): the levers look at names once each."""
-    names = g["name"].astype("category")
-    df = pd.DataFrame({"code": names.cat.codes.to_numpy(), "cls": cls, "dur": dur})
-    agg = df.groupby(["code", "cls"], sort=False)["dur"].sum().reset_index()
-    # object strings: numpy's fixed-width "U" pads every name to the longest (GBs)
-    cats = np.array([str(c) for c in names.cat.categories] + [""], dtype=object)
-    agg["name"] = cats[agg["code"].to_numpy()]
-    return agg
 
 
 def _is_simt(name: str) -> bool:
@@ -97,13 +82,13 @@ def is_tf32_kernel(name: str) -> bool:
                                         and not _LOWP.search(name))
 
 
-def _gpu_rows(ev: pd.DataFrame, window: tuple[int, int] | None) -> pd.DataFrame:
-    g = ev.loc[kind_in(ev, GPU_OP_KINDS),
-               ["ts", "dur", "kind", "name", "bytes", "copy_kind"]]
+def _gpu_rows(ev: pd.DataFrame, window: tuple[int, int] | None) -> np.ndarray:
+    rows = rows_of(ev, GPU_OP_KINDS)
     if window is not None:
         a, b = window
-        g = g[(g["ts"] >= a) & (g["ts"] < b)]
-    return g
+        ts = ev["ts"].to_numpy().take(rows)
+        rows = rows[(ts >= a) & (ts < b)]
+    return rows
 
 
 def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
@@ -114,26 +99,29 @@ def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
     ``op_dtypes``: the ``flops.op_flops`` table, to know the matmul dtype.
     """
     ev = events_of(trace)
-    g = _gpu_rows(ev, window)
-    dur = g["dur"].to_numpy(np.int64)
+    rows = _gpu_rows(ev, window)
+    dur = ev["dur"].to_numpy(np.int64).take(rows)
     total = int(dur.sum())
     out: dict = {"busy_ns": total, "classes": [], "small_kernels": None, "copies": [],
                  "levers": []}
     if not total:
         return out
-    cls = _classes(g)
-    by = pd.Series(dur).groupby(cls).agg(["sum", "size"])
-    out["classes"] = [{"class": c, "ns": int(by.loc[c, "sum"]), "count": int(by.loc[c, "size"]),
-                       "pct": 100.0 * by.loc[c, "sum"] / total}
-                      for c in sorted(by.index, key=lambda c: -by.loc[c, "sum"])]
-    kern = rowwise(g["kind"], lambda s: s.to_numpy() == "kernel")
+    # classes and levers are decided once per (name, kind), not per event
+    pairs = gpu_op_pairs(ev, rows)
+    pairs["cls"] = _pair_classes(pairs)
+    by = pairs.groupby("cls")[["ns", "count"]].sum()
+    out["classes"] = [{"class": c, "ns": int(by.loc[c, "ns"]), "count": int(by.loc[c, "count"]),
+                       "pct": 100.0 * by.loc[c, "ns"] / total}
+                      for c in sorted(by.index, key=lambda c: -by.loc[c, "ns"])]
+    kern = kind_in(ev, ("kernel",)).take(rows)
     small = kern & (dur < SMALL_KERNEL_NS)
     out["small_kernels"] = {"threshold_ns": SMALL_KERNEL_NS, "count": int(small.sum()),
                             "of_kernels": int(kern.sum()), "ns": int(dur[small].sum()),
                             "pct_of_busy": 100.0 * dur[small].sum() / total}
-    out["copies"] = copy_bandwidth(g)
+    copies = rows[kind_in(ev, ("memcpy",)).take(rows)]
+    out["copies"] = copy_bandwidth(take(ev, copies, ["ts", "dur", "kind", "bytes", "copy_kind"]))
     meta = meta if meta is not None else getattr(trace, "meta", None)
-    out["levers"] = _levers(_by_name(g, cls, dur), total, meta, op_dtypes)
+    out["levers"] = _levers(pairs.rename(columns={"ns": "dur"}), total, meta, op_dtypes)
     return out
 
 

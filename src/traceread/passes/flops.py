@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ._common import events_of, kind_in, rowwise
+from ._common import device_groups, events_of, kind_in, lookup_at, rows_of, take
 
 HOW_TO_RECORD = ("no operator shapes in this trace: record with "
                  "torch.profiler.profile(record_shapes=True) to get FLOPs and MFU")
@@ -188,24 +188,49 @@ def op_flops(trace_or_events) -> pd.DataFrame:
     ev = events_of(trace_or_events)
     if "input_dims" not in ev:
         return _empty()
-    cand = (ev["kind"] == "cpu_op") & (ev["name"].isin(FLOP_OPS) | (ev["flops"] >= 0))
-    c = ev.loc[cand.to_numpy(), ["ts", "dur", "pid", "tid", "name", "input_dims",
-                                 "input_type", "concrete_inputs", "flops"]]
+    rows = rows_of(ev, ("cpu_op",))
+    counted = lookup_at(ev["name"], rows, lambda n: n in FLOP_OPS, False, bool)
+    rows = rows[counted | (ev["flops"].to_numpy().take(rows) >= 0)]
+    c = take(ev, rows, ["ts", "dur", "pid", "tid", "name", "input_dims", "input_type",
+                        "concrete_inputs", "flops"])
     if not len(c):
         return _empty()
-    keys = c[["name", "input_dims", "concrete_inputs"]].astype(object).where(
-        c[["name", "input_dims", "concrete_inputs"]].notna(), None)
-    fl = np.array([flops_of(n, d, k) for n, d, k in keys.itertuples(index=False, name=None)],
-                  dtype=np.int64)
+    # an op's FLOPs depend on its (name, shapes, scalar args) only: once per distinct triple
+    fl = _per_distinct(c[["name", "input_dims", "concrete_inputs"]],
+                       lambda n, d, k: flops_of(n, d, k), np.int64)
     fl = np.where(c["flops"].to_numpy() >= 0, c["flops"].to_numpy(), fl)
-    types = c["input_type"].astype(object).where(c["input_type"].notna(), None)
     out = pd.DataFrame({"ts": c["ts"].to_numpy(), "dur": c["dur"].to_numpy(),
                         "pid": c["pid"].to_numpy(), "tid": c["tid"].to_numpy(),
                         "name": c["name"].astype(str).to_numpy(), "flops": fl,
-                        "dtype": [dtype_of(t) for t in types]})
+                        "dtype": _per_distinct(c[["input_type"]], dtype_of, object).tolist()})
     out = out[out["flops"] >= 0]
     out = out[~_in_capture(ev, out)]
     return _innermost(out).reset_index(drop=True)
+
+
+def _per_distinct(cols: pd.DataFrame, fn, dtype) -> np.ndarray:
+    """``fn(*row)`` of each row of categorical ``cols`` (None for a null), called once per
+    distinct combination of their codes."""
+    cols = {c: s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")
+            for c, s in cols.items()}
+    codes = [s.cat.codes.to_numpy().astype(np.int64) for s in cols.values()]
+    cats = [np.array(list(s.cat.categories.astype(object)) + [None], dtype=object)
+            for s in cols.values()]
+    at = codes[0] + 1
+    for c, cat in zip(codes[1:], cats[1:]):   # re-coded each step: the key stays < rows x cats
+        at = pd.factorize(at)[0].astype(np.int64) * (len(cat) + 1) + c + 1
+    at, uniq = pd.factorize(at)
+    first = np.zeros(len(uniq), np.int64)
+    first[at[::-1]] = np.arange(len(at))[::-1]       # a row of each combination
+    vals = [fn(*(cat[c[i]] for c, cat in zip(codes, cats))) for i in first.tolist()]
+    return np.array(vals, dtype=dtype).take(at) if dtype is not object else \
+        _objects(vals).take(at)
+
+
+def _objects(vals: list) -> np.ndarray:
+    out = np.empty(len(vals), object)
+    out[:] = vals
+    return out
 
 
 _CAPTURE = re.compile(r"^(?:cuda|hip)StreamBeginCapture|^cuStreamBeginCapture")
@@ -215,11 +240,13 @@ _CAPTURE_END = re.compile(r"^(?:cuda|hip)StreamEndCapture|^cuStreamEndCapture")
 def _in_capture(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     """Ops recorded while their thread captured a CUDA graph: their kernels did not run then."""
     hit = np.zeros(len(ops), bool)
-    api = ev.loc[kind_in(ev, ("runtime", "driver")), ["ts", "pid", "tid", "name"]]
-    begin = api[rowwise(api["name"], lambda s: s.str.match(_CAPTURE).to_numpy())]
-    if not len(begin):
+    rows = rows_of(ev, ("runtime", "driver"))
+    is_begin = lookup_at(ev["name"], rows, lambda n: bool(_CAPTURE.match(n)), False, bool)
+    if not is_begin.any():
         return hit
-    end = api[rowwise(api["name"], lambda s: s.str.match(_CAPTURE_END).to_numpy())]
+    is_end = lookup_at(ev["name"], rows, lambda n: bool(_CAPTURE_END.match(n)), False, bool)
+    begin = take(ev, rows[is_begin], ["ts", "pid", "tid", "name"])
+    end = take(ev, rows[is_end], ["ts", "pid", "tid", "name"])
     pid, tid, ts = (ops[c].to_numpy() for c in ("pid", "tid", "ts"))
     for (p, t), b in begin.groupby(["pid", "tid"]):
         e = end[(end["pid"] == p) & (end["tid"] == t)]["ts"].to_numpy()
@@ -258,12 +285,10 @@ def has_shapes(trace_or_events) -> bool:
 
 def _tf32_used(ev: pd.DataFrame) -> bool:
     """fp32 matmuls run on tensor cores (TF32) when the GEMM kernels say so."""
-    k = ev.loc[(ev["kind"] == "kernel").to_numpy(), "name"]
-    names = k.cat.remove_unused_categories().cat.categories if isinstance(
-        k.dtype, pd.CategoricalDtype) else pd.unique(k.astype(str))
     from .busy import is_tf32_kernel
 
-    return any(is_tf32_kernel(str(n)) for n in names)
+    return bool(lookup_at(ev["name"], rows_of(ev, ("kernel",)), is_tf32_kernel, False,
+                          bool).any())
 
 
 def _window(ev: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
@@ -295,17 +320,18 @@ def _busy(ev: pd.DataFrame, w: pd.DataFrame) -> np.ndarray:
 def _gpus(ev: pd.DataFrame) -> int:
     from ..table import GPU_OP_KINDS
 
-    g = ev.loc[kind_in(ev, GPU_OP_KINDS), ["pid", "device"]]
-    return max(1, len(g.drop_duplicates())) if len(g) else 1
+    rows = rows_of(ev, GPU_OP_KINDS)
+    return max(1, len(np.unique(device_groups(ev, rows)[0]))) if len(rows) else 1
 
 
 def mfu_summary(trace, steps: pd.DataFrame | None = None,
-                peak_tflops: float | None = None, meta=None) -> dict:
+                peak_tflops: float | None = None, meta=None, ops=None) -> dict:
     """Achieved TFLOP/s (over wall and over GPU-busy time) and MFU, per step and in total.
 
     ``steps``: rows with start/end/dur (and busy_ns) -- the analysis window; the
     whole trace when None. MFU = (sum over dtypes of FLOPs / peak) / (wall x GPUs),
     i.e. the fraction of the wall time the GPUs would need at their dense peak.
+    ``ops``: ``op_flops(trace)`` when the caller has it already.
     """
     from .peaks import device_name, device_peaks
     from .steps import assign_steps
@@ -317,7 +343,7 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     if not out["has_shapes"]:
         out["note"] = HOW_TO_RECORD
         return out
-    ops = op_flops(ev)
+    ops = op_flops(ev) if ops is None else ops
     tf32 = _tf32_used(ev)
     dt = ops["dtype"].where(ops["dtype"] != "fp32", "tf32" if tf32 else "fp32")
     by_dtype = {str(k): int(v) for k, v in ops.groupby(dt)["flops"].sum().items()}
@@ -384,7 +410,5 @@ def _graph_replays(ev: pd.DataFrame) -> bool:
 
     if bool((ev["kind"] == "graph").any()):
         return True
-    api = ev.loc[kind_in(ev, ("runtime", "driver")), "name"]
-    names = api.cat.remove_unused_categories().cat.categories if isinstance(
-        api.dtype, pd.CategoricalDtype) else pd.unique(api.astype(str))
-    return any(GRAPH_LAUNCH_RX.match(str(n)) for n in names)
+    return bool(lookup_at(ev["name"], rows_of(ev, ("runtime", "driver")),
+                          lambda n: bool(GRAPH_LAUNCH_RX.match(n)), False, bool).any())

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS
 from . import attribution, intervals
-from ._common import events_of, kind_in
+from ._common import events_of, kind_in, lookup_at, rows_of, take, union_total
 
 GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip)GraphLaunch|^cuGraphLaunch")
 # Host spans and API calls that record (capture / instantiate) a CUDA graph: the same rule
@@ -55,25 +55,17 @@ def is_graph_launch(name: str) -> bool:
 
 def _name_mask(ev: pd.DataFrame, rows: np.ndarray, fn) -> np.ndarray:
     """``fn(name)`` for the given rows, evaluated once per distinct name."""
-    names = ev["name"].iloc[rows]
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names.astype("category")
-    codes = names.cat.codes.to_numpy()
-    used = np.unique(codes[codes >= 0])
-    lut = np.zeros(len(names.cat.categories) + 1, bool)
-    lut[used] = [bool(fn(str(t))) for t in names.cat.categories.take(used)]
-    return lut[codes]
+    return lookup_at(ev["name"], rows, lambda t: bool(fn(t)), False, bool)
 
 
-def _rows(ev: pd.DataFrame, kinds) -> np.ndarray:
-    return np.flatnonzero(kind_in(ev, kinds))
+_rows = rows_of
 
 
 def graph_launches(ev: pd.DataFrame) -> pd.DataFrame:
     """The graph launch calls: ts, dur, pid, tid, correlation, name."""
     rows = _rows(ev, _API_KINDS)
     rows = rows[_name_mask(ev, rows, is_graph_launch)]
-    out = ev.iloc[rows][["ts", "dur", "pid", "tid", "correlation", "name"]].reset_index(drop=True)
+    out = take(ev, rows, ["ts", "dur", "pid", "tid", "correlation", "name"])
     out["name"] = out["name"].astype(str)
     return out
 
@@ -83,17 +75,17 @@ def replay_ops(ev: pd.DataFrame, launches: pd.DataFrame | None = None) -> pd.Dat
     ops sharing (pid, correlation) with a graph launch call. Adds ``graph_row`` (bool)."""
     launches = graph_launches(ev) if launches is None else launches
     cols = ["ts", "dur", "pid", "device", "correlation", "graph_id", "kind"]
-    gpu = ev.loc[kind_in(ev, GPU_OP_KINDS), cols]
-    is_graph = (gpu["kind"] == "graph").to_numpy()
+    rows = rows_of(ev, GPU_OP_KINDS)
+    is_graph = kind_in(ev, ("graph",)).take(rows)
     keys = set(zip(launches["pid"].tolist(), launches["correlation"].tolist()))
-    corr = gpu["correlation"].to_numpy(np.int64)
+    corr = ev["correlation"].to_numpy(np.int64).take(rows)
     if keys:
-        key = pd.MultiIndex.from_arrays([gpu["pid"].to_numpy(np.int64), corr])
+        key = pd.MultiIndex.from_arrays([ev["pid"].to_numpy(np.int64).take(rows), corr])
         launched = key.isin(list(keys)) & (corr >= 0)
     else:
-        launched = np.zeros(len(gpu), bool)
-    sel = is_graph | launched | (gpu["graph_id"].to_numpy() >= 0)
-    out = gpu.loc[sel, cols[:-1]].reset_index(drop=True)
+        launched = np.zeros(len(rows), bool)
+    sel = is_graph | launched | (ev["graph_id"].to_numpy().take(rows) >= 0)
+    out = take(ev, rows[sel], cols[:-1])
     out["graph_row"] = is_graph[sel]
     return out
 
@@ -144,12 +136,12 @@ def recording_intervals(ev: pd.DataFrame) -> pd.DataFrame:
     plus each stream capture (a BeginCapture call to the next EndCapture on its thread)."""
     rows = _rows(ev, _HOST_KINDS)
     rec = rows[_name_mask(ev, rows, is_graph_recording)]
-    sub = ev.iloc[rec][["ts", "dur", "pid", "tid", "name"]]
+    sub = take(ev, rec, ["ts", "dur", "pid", "tid", "name"])
     out = pd.DataFrame({"pid": sub["pid"].to_numpy(np.int64), "tid": sub["tid"].to_numpy(np.int64),
                         "start": sub["ts"].to_numpy(np.int64),
                         "end": (sub["ts"] + sub["dur"]).to_numpy(np.int64),
                         "name": sub["name"].astype(str).to_numpy(object)})
-    api = sub[ev["kind"].iloc[rec].isin(_API_KINDS).to_numpy()]
+    api = sub[kind_in(take(ev, rec, ["kind"]), _API_KINDS)]
     return pd.concat([out, _captures(api)], ignore_index=True)
 
 
@@ -158,7 +150,7 @@ def capture_regions(ev: pd.DataFrame) -> pd.DataFrame:
     into a graph being recorded, so nothing it launches runs on the GPU meanwhile."""
     rows = _rows(ev, _API_KINDS)
     rows = rows[_name_mask(ev, rows, lambda n: bool(_BEGIN_RX.match(n) or _END_RX.match(n)))]
-    return _captures(ev.iloc[rows][["ts", "dur", "pid", "tid", "name"]])
+    return _captures(take(ev, rows, ["ts", "dur", "pid", "tid", "name"]))
 
 
 def _captures(api: pd.DataFrame) -> pd.DataFrame:
@@ -232,8 +224,7 @@ def graph_summary(events) -> dict:
     replays = _replay_table(ops, launches)
     rec = recording_intervals(ev)
     replay_ns = _union_by_device(ops)
-    busy = _union_by_device(ev.loc[kind_in(ev, GPU_OP_KINDS),
-                                   ["ts", "dur", "pid", "device"]])
+    busy = union_total(ev, rows_of(ev, GPU_OP_KINDS))
     return {
         "uses_cuda_graphs": bool(len(replays) or len(launches) or len(rec)),
         "launches": int(len(launches)),

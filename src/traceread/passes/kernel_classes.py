@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..collectives import is_comm_kernel
 from ..table import GPU_OP_KINDS
-from ._common import events_of, kind_in, rowwise
+from ._common import events_of, rows_of
 
 CLASSES = ("gemm", "attention", "elementwise", "reduction", "triton", "nccl",
            "memcpy", "memset", "graph", "other")
@@ -103,6 +103,39 @@ def classify_kernels(names) -> pd.Series:
 
 
 
+def gpu_op_pairs(ev: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """The GPU-op rows ``rows`` summed per distinct (name, kind): name (str; "" when
+    null), named (bool), kind (str), ns (summed dur), count. Every per-name decision (class,
+    lever) is then taken once per pair, not once per event."""
+    name, kind = ev["name"], ev["kind"]
+    if not isinstance(name.dtype, pd.CategoricalDtype):
+        name = name.astype("category")
+    if not isinstance(kind.dtype, pd.CategoricalDtype):
+        kind = kind.astype("category")
+    nc = name.cat.codes.to_numpy().take(rows).astype(np.int64)
+    kc = kind.cat.codes.to_numpy().take(rows).astype(np.int64)
+    nk = len(kind.cat.categories) + 1
+    pair, uniq = pd.factorize((nc + 1) * nk + (kc + 1))
+    ns = np.zeros(len(uniq), np.int64)
+    np.add.at(ns, pair, ev["dur"].to_numpy(np.int64).take(rows))
+    ncode, kcode = uniq // nk - 1, uniq % nk - 1
+    names = np.array([str(c) for c in name.cat.categories] + [""], dtype=object)
+    kinds = np.array([str(c) for c in kind.cat.categories] + [None], dtype=object)
+    return pd.DataFrame({"name": names[ncode], "named": ncode >= 0, "kind": kinds[kcode],
+                         "ns": ns, "count": np.bincount(pair, minlength=len(uniq))})
+
+
+def pair_classes(pairs: pd.DataFrame) -> np.ndarray:
+    """``classify_kernels`` of each pair's name, then its kind's class for copies, fills
+    and graph replays (what ``time_by_class`` does per event)."""
+    cls = np.array([_classify_one(n) if named else "other"
+                    for n, named in zip(pairs["name"], pairs["named"])], dtype=object)
+    kind = pairs["kind"].to_numpy(object)
+    for k in ("memcpy", "memset", "graph"):
+        cls = np.where(kind == k, k, cls)
+    return cls
+
+
 def time_by_class(events) -> pd.DataFrame:
     """GPU-op time per class: class, total_ns, pct (of all GPU-op time), instances.
 
@@ -112,16 +145,11 @@ def time_by_class(events) -> pd.DataFrame:
     are graph replay rows (class ``graph``).
     """
     ev = events_of(events)
-    gpu = ev.loc[kind_in(ev, GPU_OP_KINDS), ["kind", "name", "dur"]]  # the columns read below
-    cls = classify_kernels(gpu["name"]).to_numpy(dtype=object)
-    kind = rowwise(gpu["kind"], lambda s: s.to_numpy())
-    for k in ("memcpy", "memset", "graph"):
-        cls = np.where(kind == k, k, cls)
-    df = pd.DataFrame({"class": cls, "dur": gpu["dur"].to_numpy(dtype=np.int64)})
-    g = df.groupby("class", sort=False)["dur"].agg(["sum", "size"])
+    pairs = gpu_op_pairs(ev, rows_of(ev, GPU_OP_KINDS))
+    g = pairs.assign(cls=pair_classes(pairs)).groupby("cls", sort=False)[["ns", "count"]].sum()
     out = pd.DataFrame({"class": g.index.astype(str),
-                        "total_ns": g["sum"].to_numpy(dtype=np.int64),
-                        "instances": g["size"].to_numpy(dtype=np.int64)})
+                        "total_ns": g["ns"].to_numpy(dtype=np.int64),
+                        "instances": g["count"].to_numpy(dtype=np.int64)})
     tot = int(out["total_ns"].sum())
     out["pct"] = out["total_ns"] * 100.0 / tot if tot else 0.0
     out = out.sort_values(["total_ns", "class"], ascending=[False, True], kind="stable")

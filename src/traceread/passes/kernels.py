@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import nsys_compat
-from ._common import events_of
+from ._common import events_of, rows_of, take
 from .nsys_compat import DEFAULT_VERSION
 
 SUMMARY_COLUMNS = ("total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns",
@@ -110,7 +110,7 @@ def _empty() -> pd.DataFrame:
 def kernel_summary(trace_or_events) -> pd.DataFrame:
     """``cuda_gpu_kern_sum``: GPU kernels grouped by (demangled) name."""
     ev = events_of(trace_or_events)
-    k = ev.loc[(ev["kind"] == "kernel").to_numpy(), ["name", "dur"]]
+    k = take(ev, rows_of(ev, ("kernel",)), ["name", "dur"])
     return summarize(k["name"], k["dur"].to_numpy())
 
 

@@ -19,7 +19,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ._common import events_of, kind_in, rowwise
+from ._common import events_of, lookup_at, rows_of, take
 
 HOW_TO_RECORD = ("no [memory] events in this trace: record with "
                  "torch.profiler.profile(profile_memory=True) for allocator peaks and churn")
@@ -33,18 +33,20 @@ _FREE = re.compile(r"Free|Release|Unmap", re.I)
 def _mem_rows(ev: pd.DataFrame) -> pd.DataFrame:
     if "mem_bytes" not in ev:
         return ev.iloc[:0]
-    m = (ev["kind"] == "instant").to_numpy() & (ev["mem_bytes"].to_numpy() != -1)
-    return ev.loc[m, ["ts", "pid", "mem_bytes", "mem_allocated", "mem_reserved", "mem_device"]]
+    rows = rows_of(ev, ("instant",))
+    rows = rows[ev["mem_bytes"].to_numpy().take(rows) != -1]
+    return take(ev, rows, ["ts", "pid", "mem_bytes", "mem_allocated", "mem_reserved",
+                           "mem_device"])
 
 
 def alloc_calls(ev: pd.DataFrame) -> pd.DataFrame:
     """Device allocation API calls: ts, dur, pid, name, free (bool)."""
-    api = ev.loc[kind_in(ev, ("runtime", "driver")), ["ts", "dur", "pid", "name"]]
-    hit = rowwise(api["name"], lambda s: s.map(lambda n: bool(ALLOC_API.match(n))).to_numpy(bool))
-    a = api[hit].copy()
+    rows = rows_of(ev, ("runtime", "driver"))
+    hit = lookup_at(ev["name"], rows, lambda n: bool(ALLOC_API.match(n)), False, bool)
+    a = take(ev, rows[hit], ["ts", "dur", "pid", "name"])
     a["name"] = a["name"].astype(str)
     a["free"] = a["name"].str.contains(_FREE)
-    return a.reset_index(drop=True)
+    return a
 
 
 def memory_summary(trace, steps: pd.DataFrame | None = None, meta=None) -> dict:
@@ -81,20 +83,46 @@ def _capacity(meta) -> dict[int, int]:
     return caps
 
 
+def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row order, group starts in that order, key of each group): rows grouped by ``key``
+    ascending, row order kept inside a group (what a sorted groupby sees)."""
+    order = np.argsort(key, kind="stable") if len(key) and (key != key[0]).any() \
+        else np.arange(len(key))
+    k = key[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.empty(0, np.intp)
+    return order, starts, k[starts]
+
+
+def _peaks(col: np.ndarray, order, starts) -> list:
+    """``_peak`` of each group: its max, None where it is negative (not recorded)."""
+    return [v if v >= 0 else None for v in np.maximum.reduceat(col[order], starts).tolist()]
+
+
+def _alloc_stats(b: np.ndarray, starts) -> tuple[list, list]:
+    """Per group of the ordered sizes ``b``: allocations, bytes allocated."""
+    pos = b > 0
+    return (np.add.reduceat(pos.astype(np.int64), starts).tolist(),
+            np.add.reduceat(np.where(pos, b, 0), starts).tolist())
+
+
 def _per_device(mem: pd.DataFrame, caps: dict) -> list[dict]:
+    b = mem["mem_bytes"].to_numpy(np.int64)
+    order, starts, devs = _groups(mem["mem_device"].to_numpy())
+    peak_a = _peaks(mem["mem_allocated"].to_numpy(), order, starts)
+    peak_r = _peaks(mem["mem_reserved"].to_numpy(), order, starts)
+    bo = b[order]
+    allocs, alloc_bytes = _alloc_stats(bo, starts)
+    frees = np.add.reduceat((bo < 0).astype(np.int64), starts).tolist()
+    ends = np.r_[starts[1:], len(bo)]
     out = []
-    for dev, g in mem.groupby("mem_device", sort=True):
-        b = g["mem_bytes"].to_numpy(np.int64)
-        peak_a, peak_r = _peak(g["mem_allocated"]), _peak(g["mem_reserved"])
-        rec = {"device": int(dev), "peak_allocated": peak_a, "peak_reserved": peak_r,
-               # PyTorch < 1.10 writes no totals: the running sum of the sizes instead
-               "peak_growth": int(np.cumsum(b).max(initial=0)),
-               "allocs": int((b > 0).sum()), "frees": int((b < 0).sum()),
-               "alloc_bytes": int(b[b > 0].sum()),
-               "unused_reserved_at_peak": int(peak_r - peak_a) if peak_r and peak_a is not None
-               else None,
-               "capacity": caps.get(int(dev))}
-        out.append(rec)
+    for i, dev in enumerate(devs.tolist()):
+        pa, pr = peak_a[i], peak_r[i]
+        out.append({"device": int(dev), "peak_allocated": pa, "peak_reserved": pr,
+                    # PyTorch < 1.10 writes no totals: the running sum of the sizes instead
+                    "peak_growth": int(np.cumsum(bo[starts[i]:ends[i]]).max(initial=0)),
+                    "allocs": allocs[i], "frees": frees[i], "alloc_bytes": alloc_bytes[i],
+                    "unused_reserved_at_peak": int(pr - pa) if pr and pa is not None else None,
+                    "capacity": caps.get(int(dev))})
     return out
 
 
@@ -105,19 +133,27 @@ def _peak(col: pd.Series) -> int | None:
 
 
 def _per_step(mem: pd.DataFrame, k: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
-    m = mem.assign(_k=k)[k >= 0]
+    m = k >= 0
+    rows: list[dict] = []
+    cols = ["step", "device", "peak_allocated", "peak_reserved", "allocs", "alloc_bytes"]
+    if not m.any():
+        return pd.DataFrame(rows, columns=cols)
+    dev = mem["mem_device"].to_numpy()[m]
+    devs, dev_at = np.unique(dev, return_inverse=True)
+    key = k[m].astype(np.int64) * max(len(devs), 1) + dev_at
+    order, starts, keys = _groups(key)
+    peak_a = _peaks(mem["mem_allocated"].to_numpy()[m], order, starts)
+    peak_r = _peaks(mem["mem_reserved"].to_numpy()[m], order, starts)
+    allocs, alloc_bytes = _alloc_stats(mem["mem_bytes"].to_numpy(np.int64)[m][order], starts)
     step_no = steps["step"].to_numpy() if "step" in steps else np.arange(len(steps))
     pos = {int(i): j for j, i in enumerate(steps["index"].to_numpy())} if "index" in steps \
         else {j: j for j in range(len(steps))}
-    rows = []
-    for (ki, dev), g in m.groupby(["_k", "mem_device"], sort=True):
-        b = g["mem_bytes"].to_numpy(np.int64)
-        rows.append({"step": int(step_no[pos.get(int(ki), 0)]), "device": int(dev),
-                     "peak_allocated": _peak(g["mem_allocated"]),
-                     "peak_reserved": _peak(g["mem_reserved"]),
-                     "allocs": int((b > 0).sum()), "alloc_bytes": int(b[b > 0].sum())})
-    return pd.DataFrame(rows, columns=["step", "device", "peak_allocated", "peak_reserved",
-                                       "allocs", "alloc_bytes"])
+    for i, key_i in enumerate(keys.tolist()):
+        ki, d = divmod(key_i, max(len(devs), 1))
+        rows.append({"step": int(step_no[pos.get(int(ki), 0)]), "device": int(devs[d]),
+                     "peak_allocated": peak_a[i], "peak_reserved": peak_r[i],
+                     "allocs": allocs[i], "alloc_bytes": alloc_bytes[i]})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _api(calls: pd.DataFrame, first_step_end: int | None, steps) -> dict:

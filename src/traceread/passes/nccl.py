@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
 from . import intervals
-from ._common import events_of, map_names, map_names_at
+from ._common import device_groups, events_of, kind_in, lookup_at, lut_at, rows_of, take
 
 INSTANCE_COLUMNS = ("ts", "dur", "pid", "device", "stream", "name", "collective", "msg_nelems",
                     "msg_bytes", "dtype", "group_size", "process_group", "seq", "exposed_ns")
@@ -45,31 +45,62 @@ _STRIP = re.compile(r"^\s*(void\s+)?")
 # Fields copied onto a comm kernel from the host op that launched it, when the kernel lacks them.
 _INFO_STR = ("collective", "dtype", "process_group")
 _INFO_INT = ("msg_nelems", "msg_bytes", "group_size", "seq")
+_KERNEL_COLUMNS = ("ts", "dur", "pid", "device", "stream", "name", "correlation") + _INFO_STR \
+    + _INFO_INT
+
+
+def _kernel_collective(name: str) -> str | None:
+    return collective_from_kernel(_STRIP.sub("", name))
 
 
 
 
+
+
+def _is_comm_name(n: str) -> bool:
+    return is_comm_kernel(_STRIP.sub("", n))
 
 
 def comm_mask(ev: pd.DataFrame) -> np.ndarray:
     """Boolean mask of the NCCL/RCCL kernels in an events frame."""
-    is_kernel = (ev["kind"] == "kernel").to_numpy()
-    if not is_kernel.any():
-        return is_kernel
-    comm = map_names(ev["name"], lambda n: is_comm_kernel(_STRIP.sub("", n))).astype(bool)
-    return is_kernel & comm
+    return _mask(len(ev), _split_rows(ev)[0])
 
 
-def _by_device(ev: pd.DataFrame, mask: np.ndarray) -> dict[tuple[int, int], intervals.Intervals]:
-    return intervals.union_by_device(ev.loc[mask, ["ts", "dur", "pid", "device"]])
+def _mask(n: int, rows: np.ndarray) -> np.ndarray:
+    m = np.zeros(n, bool)
+    m[rows] = True
+    return m
 
 
-def _split(ev: pd.DataFrame):
-    comm = comm_mask(ev)
-    kind = ev["kind"]
+def _split_rows(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions of the communication kernels and of the compute work (ts order)."""
+    kernels = rows_of(ev, ("kernel",))
+    comm = lookup_at(ev["name"], kernels, _is_comm_name, _is_comm_name(""), bool)
     # a graph replay row (nsys --cuda-graph-trace=graph) hides its kernels: counted as compute
-    compute = ((kind == "kernel").to_numpy() & ~comm) | (kind == "graph").to_numpy()
-    return comm, compute
+    compute = kernels[~comm]
+    graphs = rows_of(ev, ("graph",))
+    if len(graphs):
+        compute = np.flatnonzero(kind_in(ev, ("graph",)) | _mask(len(ev), compute))
+    return kernels[comm], compute
+
+
+def _by_device(ev: pd.DataFrame, rows: np.ndarray) -> dict[tuple[int, int], tuple]:
+    """(pid, device) -> (union of the rows' [ts, ts + dur), row count), in key order."""
+    if not len(rows):
+        return {}
+    group, _ = device_groups(ev, rows)
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    pid = ev["pid"].to_numpy().take(rows)
+    dev = ev["device"].to_numpy().take(rows)
+    s = ev["ts"].to_numpy(np.int64).take(rows)
+    e = s + ev["dur"].to_numpy(np.int64).take(rows)
+    out = {}
+    for a, b in zip(first.tolist(), first[1:].tolist() + [len(g)]):
+        idx = order[a:b]
+        out[(int(pid[idx[0]]), int(dev[idx[0]]))] = (intervals.union(s[idx], e[idx]), b - a)
+    return dict(sorted(out.items()))
 
 
 def comm_overlap(events) -> pd.DataFrame:
@@ -78,17 +109,20 @@ def comm_overlap(events) -> pd.DataFrame:
     overlap_pct is 0.0 on a device without communication.
     """
     ev = events_of(events)
-    comm, compute = _split(ev)
-    comm_iv, comp_iv = _by_device(ev, comm), _by_device(ev, compute)
+    comm, compute = _split_rows(ev)
+    comm_by, comp_by = _by_device(ev, comm), _by_device(ev, compute)
+    comm_iv = {k: v[0] for k, v in comm_by.items()}
+    comp_iv = {k: v[0] for k, v in comp_by.items()}
     keys = sorted(set(comm_iv) | set(comp_iv))
-    n_comm = ev.loc[comm].groupby(["pid", "device"], observed=True).size()
-    n_comp = ev.loc[compute].groupby(["pid", "device"], observed=True).size()
+    n_comm = {k: v[1] for k, v in comm_by.items()}
+    n_comp = {k: v[1] for k, v in comp_by.items()}
     empty = (np.empty(0, np.int64), np.empty(0, np.int64))
     rows = []
     for key in keys:
         c, k = comm_iv.get(key, empty), comp_iv.get(key, empty)
         comm_ns = intervals.total(c)
-        overlap_ns = intervals.total(intervals.intersect(c, k))
+        # |c ∩ k| summed over c's disjoint pieces: no sweep over both sets
+        overlap_ns = int(intervals.overlap(k, c[0], c[1]).sum()) if len(c[0]) else 0
         rows.append((key[0], key[1], comm_ns, intervals.total(k), overlap_ns, comm_ns - overlap_ns,
                      100.0 * overlap_ns / comm_ns if comm_ns else 0.0,
                      int(n_comm.get(key, 0)), int(n_comp.get(key, 0))))
@@ -112,8 +146,8 @@ def collective_instances(events) -> pd.DataFrame:
     kernel not covered by any compute kernel on its (pid, device).
     """
     ev = events_of(events)
-    comm, compute = _split(ev)
-    k = ev.loc[comm]
+    comm, compute = _split_rows(ev)
+    k = take(ev, comm, [c for c in ev.columns if c in _KERNEL_COLUMNS])
     n = len(k)
     out = {
         "ts": k["ts"].to_numpy(np.int64), "dur": k["dur"].to_numpy(np.int64),
@@ -126,9 +160,9 @@ def collective_instances(events) -> pd.DataFrame:
     for c in _INFO_INT:
         out[c] = k[c].to_numpy(np.int64).copy() if c in k else np.full(n, -1, np.int64)
     # Normalise reader-provided spellings; fall back to the kernel name.
-    coll = np.array([normalize_collective(x) if x is not None else None for x in out["collective"]],
-                    dtype=object)
-    from_name = map_names(k["name"], lambda s: collective_from_kernel(_STRIP.sub("", s)))
+    coll = lookup_at(k["collective"], None, normalize_collective, None) if "collective" in k \
+        else np.full(n, None, object)
+    from_name = lookup_at(k["name"], None, _kernel_collective, _kernel_collective(""))
     own = np.where(pd.isna(coll), from_name, coll)
     # The launching op's collective wins: c10d says all_to_all where NCCL runs SendRecv kernels.
     out["collective"] = np.full(n, None, dtype=object)
@@ -138,8 +172,7 @@ def collective_instances(events) -> pd.DataFrame:
     out["collective"] = np.where(pd.isna(out["collective"]), "unknown", out["collective"])
     # Exposed part of each kernel.
     exposed = out["dur"].copy()
-    comp_iv = _by_device(ev, compute)
-    for key, iv in comp_iv.items():
+    for key, (iv, _) in _by_device(ev, compute).items():
         m = (out["pid"] == key[0]) & (out["device"] == key[1])
         if m.any():
             s = out["ts"][m]
@@ -160,14 +193,17 @@ def _fill_from_launcher(ev: pd.DataFrame, k: pd.DataFrame, out: dict) -> None:
     need = np.ones(len(out["ts"]), bool)
     if "correlation" not in ev:
         return
-    # only the five columns used below, not a copy of every column of every launch call
-    rt = ev.loc[(ev["kind"].isin(("runtime", "driver")) & (ev["correlation"] >= 0)).to_numpy(),
-                ["pid", "tid", "ts", "dur", "correlation"]]
-    if not len(rt):
-        return
     launch = pd.DataFrame({"i": np.flatnonzero(need), "pid": out["pid"][need],
                            "correlation": k["correlation"].to_numpy(np.int64)[need]})
     launch = launch[launch["correlation"] >= 0]
+    # Only the launch calls whose correlation a comm kernel has (whole (pid, correlation)
+    # keys kept or dropped, so the first of each key is the same), five columns of them.
+    rows = rows_of(ev, ("runtime", "driver"))
+    corr = ev["correlation"].to_numpy(np.int64).take(rows)
+    rows = rows[(corr >= 0) & np.isin(corr, launch["correlation"].to_numpy())]
+    if not len(rows):
+        return
+    rt = take(ev, rows, ["pid", "tid", "ts", "dur", "correlation"])
     rt = rt.drop_duplicates(["pid", "correlation"])
     launch = launch.merge(rt, on=["pid", "correlation"], how="inner")
     if not len(launch):
@@ -212,38 +248,41 @@ def _take(out: dict, rows: np.ndarray, hosts: pd.DataFrame, pick: np.ndarray) ->
         out[c][rows[fill]] = vals[fill]
 
 
-def _category_map(col: pd.Series, rows: np.ndarray, fn) -> np.ndarray:
-    """``fn(value)`` of a string column at ``rows`` (None for nulls), once per category."""
-    if not isinstance(col.dtype, pd.CategoricalDtype):
-        col = col.astype("category")
-    lut = np.array([fn(c) for c in col.cat.categories] + [None], dtype=object)
-    return lut[col.cat.codes.to_numpy()[rows]]
+def _by_name(s: str):
+    low = s.lower()
+    if low.startswith(("nccl", "rccl", "c10d::")):
+        return normalize_collective(s)
+    return None
+
+
+def _is_nccl_domain(d: str):
+    return d.upper() == "NCCL"
 
 
 def _collective_host_ops(ev: pd.DataFrame) -> pd.DataFrame:
-    # Row positions and per-category lookups: never a copy of every host op's columns.
-    rows = np.flatnonzero((ev["kind"].isin(("cpu_op", "annotation")) & (ev["tid"] >= 0))
-                          .to_numpy())
-    coll = _category_map(ev["collective"], rows, normalize_collective)
-
-    def by_name(s: str):
-        low = s.lower()
-        if low.startswith(("nccl", "rccl", "c10d::")):
-            return normalize_collective(s)
-        return None
-
-    named = map_names_at(ev["name"], rows, by_name)
+    """Host ops that carry a collective (the column, an NCCL-like name or an NVTX range in
+    the NCCL domain): pid, tid, ts, dur, the info columns and ``_coll``, by (pid, tid, ts).
+    Which rows is decided on category lookups; values are built for those rows only."""
+    rows = rows_of(ev, ("cpu_op", "annotation"))
+    rows = rows[ev["tid"].to_numpy().take(rows) >= 0]
+    clut, cc = lut_at(ev["collective"], rows, normalize_collective, None)
+    nlut, nc = lut_at(ev["name"], rows, _by_name, None)
+    keep = ~pd.isna(clut).take(cc) | ~pd.isna(nlut).take(nc)
+    norm = None   # an NVTX range in the NCCL domain: its name, normalised
     if "domain" in ev:
-        in_nccl = _category_map(ev["domain"], rows,
-                                lambda d: isinstance(d, str) and d.upper() == "NCCL")
-        in_nccl = in_nccl == True  # object array of bool / None
-        named = np.where(in_nccl & pd.isna(named),
-                         map_names_at(ev["name"], rows, normalize_collective), named)
+        in_nccl = lookup_at(ev["domain"], rows, _is_nccl_domain, False, bool)
+        if in_nccl.any():
+            norm = np.full(len(rows), None, object)
+            fill = in_nccl & pd.isna(nlut).take(nc)
+            norm[fill] = lookup_at(ev["name"], rows[fill], normalize_collective, None)
+            keep |= ~pd.isna(norm)
+    coll, named = clut.take(cc[keep]), nlut.take(nc[keep])
+    if norm is not None:
+        named = np.where(pd.isna(named), norm[keep], named)
     coll = np.where(pd.isna(coll), named, coll)
-    keep = ~pd.isna(coll)
     cols = ["pid", "tid", "ts", "dur"] + list(_INFO_STR[1:]) + list(_INFO_INT)
-    h = ev.iloc[rows[keep], [ev.columns.get_loc(c) for c in cols]].copy()
-    h["_coll"] = coll[keep]
+    h = take(ev, rows[keep], cols)
+    h["_coll"] = coll
     for c in _INFO_STR[1:]:
         h[c] = h[c].astype(object).where(h[c].notna(), None)
     return h.sort_values(["pid", "tid", "ts"], kind="stable").reset_index(drop=True)
@@ -282,7 +321,8 @@ def collective_summary(events) -> pd.DataFrame:
         t_sized = int(dur[sized].sum())
         bytes_sum = int(b[sized].sum())
         algbw = bytes_sum / t_sized if t_sized > 0 else float("nan")
-        fac = np.array([busbw_factor(coll, int(x)) for x in n], dtype=float)
+        sizes, at = np.unique(n, return_inverse=True)   # one factor per group size
+        fac = np.array([busbw_factor(coll, int(x)) for x in sizes], dtype=float)[at]
         bb = sized & ~np.isnan(fac)
         t_bb = int(dur[bb].sum())
         busbw = float((b[bb] * fac[bb]).sum() / t_bb) if t_bb > 0 else float("nan")

@@ -24,8 +24,8 @@ def utilization(trace, steps: pd.DataFrame | None = None, peak_tflops: float | N
         bool((steps["step"].to_numpy() >= 0).any())
     window = (int(steps["start"].min()), int(steps["end"].max())) if real_steps else None
     st = steps if real_steps else None
-    mfu = flops.mfu_summary(ev, st, peak_tflops, meta=meta)
-    ops = flops.op_flops(ev) if mfu.get("has_shapes") else None
+    ops = flops.op_flops(ev) if flops.has_shapes(ev) else None   # once, for both passes
+    mfu = flops.mfu_summary(ev, st, peak_tflops, meta=meta, ops=ops)
     out = {"mfu": mfu,
            "busy": busy.busy_breakdown(ev, window, ops, meta=meta),
            "memory": memory.memory_summary(ev, st, meta=meta)}
