@@ -31,7 +31,7 @@ from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
 from .passes._common import fmt_ms as _ms, kind_in
 from .passes._frames import code_in
-from .table import GPU_OP_KINDS, Trace, TraceMeta, release_heap
+from .table import Trace, TraceMeta, release_heap
 
 LARGEST_GAPS = 20
 TOP_KERNELS = 20
