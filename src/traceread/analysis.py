@@ -29,8 +29,9 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
-from .passes._common import fmt_ms as _ms
-from .table import GPU_OP_KINDS, Trace, TraceMeta, release_heap
+from .passes._common import fmt_ms as _ms, kind_in
+from .passes._frames import code_in
+from .table import Trace, TraceMeta, release_heap
 
 LARGEST_GAPS = 20
 TOP_KERNELS = 20
@@ -102,7 +103,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
         source = "ProfilerStep" if pattern == steps_mod.DEFAULT_STEP_PATTERN else "pattern"
     else:
         step_rows, source = steps_mod.whole_trace_window(ev), "whole_trace"
-    ops = all_ops if ev is all_ev else _gpu_ops(ev, is_nsys)
+    ops = all_ops if ev is all_ev else None   # the window's: once the side passes run
     del all_ops
     release_heap()  # each pass frees its temporaries; hand the pages back before the next
     with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace}) \
@@ -113,6 +114,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
 
 def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win, is_nsys,
                     min_gap_ns, peak_tflops) -> Analysis:
+    """The passes over the window ``ev``; ``ops``: its GPU ops (None: not computed yet)."""
     # Passes that need neither the gaps nor the steps run beside the attribution.
     ref = side.ref
     side.submit("nccl", comm_overlap, ref("ev"))
@@ -124,6 +126,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                                                     for d in trace.meta.devices
                                                     if isinstance(d, dict)])
     side.submit("kernels", kernel_summary, ref("ev"))
+    if ops is None:
+        ops = _gpu_ops(ev, is_nsys)
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
@@ -319,7 +323,34 @@ def _edge_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, win) -> pd.DataFrame:
         return gaps
     edge["duration"] = edge["end"] - edge["start"]
     out = pd.concat([gaps, edge[list(gaps.columns)].astype(np.int64)], ignore_index=True)
-    return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+    order = _merge_order(gaps, edge)
+    if order is None:
+        return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
+    return out.take(order).reset_index(drop=True)
+
+
+def _merge_order(gaps: pd.DataFrame, edge: pd.DataFrame) -> np.ndarray | None:
+    """The stable (start, pid, device) order of ``gaps`` followed by the few ``edge`` rows,
+    when ``gaps`` is in that order already (None otherwise): the edges are put in place
+    instead of sorting every gap again."""
+    keys = ("start", "pid", "device")
+    g = [gaps[k].to_numpy(np.int64) for k in keys]
+    n = len(g[0])
+    if n > 1:
+        same = g[0][1:] == g[0][:-1]
+        back = (g[1][1:] < g[1][:-1]) | ((g[1][1:] == g[1][:-1]) & (g[2][1:] < g[2][:-1]))
+        if (g[0][1:] < g[0][:-1]).any() or (same & back).any():
+            return None
+    e = [edge[k].to_numpy(np.int64) for k in keys]
+    e_order = np.lexsort((e[2], e[1], e[0]))
+    pos = []
+    for i in e_order.tolist():
+        lo = int(np.searchsorted(g[0], e[0][i], "left"))
+        hi = int(np.searchsorted(g[0], e[0][i], "right"))
+        # equal starts: gap rows with (pid, device) <= the edge's come first (stable sort)
+        pos.append(lo + int(((g[1][lo:hi] < e[1][i])
+                             | ((g[1][lo:hi] == e[1][i]) & (g[2][lo:hi] <= e[2][i]))).sum()))
+    return np.insert(np.arange(n), pos, n + e_order)
 
 
 _MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
@@ -328,19 +359,27 @@ _MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
 def _module_loads(ev: pd.DataFrame) -> int:
     """GPU code modules loaded inside the window: past start-up, new kernels appearing every
     step are being JIT-compiled (torch.compile recompiles, Triton autotuning)."""
-    api = ev["kind"].isin(("runtime", "driver")).to_numpy()
+    api = kind_in(ev, ("runtime", "driver"))
     if not api.any():
         return 0
-    names = ev["name"][api]
-    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    hit = cat.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX, regex=True)
-    return int(np.isin(cat.cat.codes.to_numpy(), np.flatnonzero(hit)).sum())
+    names = ev["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names[api].astype("category")
+        return int(np.isin(names.cat.codes.to_numpy(), np.flatnonzero(
+            names.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX, regex=True))).sum())
+    hit = np.flatnonzero(names.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX,
+                                                                       regex=True))
+    if not len(hit):
+        return 0
+    return int(code_in(names.cat.codes.to_numpy()[api], hit).sum())
 
 
 def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
     """The deepest frame or op behind the host-bound time, or the untraced share."""
-    long_ = gaps[(gaps["drain"] != "sync") & (gaps["duration"] > verdict_mod.SHORT_GAP_NS)]
-    by = {c: int(long_[f"cpu_{c}"].sum()) for c in ("python", "cpu_op", "alloc", "untraced")}
+    long_ = ~attr_mod.is_sync_drained(gaps) & \
+        (gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS)
+    by = {c: int(gaps[f"cpu_{c}"].to_numpy(np.int64)[long_].sum())
+          for c in ("python", "cpu_op", "alloc", "untraced")}
     top = max(by, key=by.get) if any(by.values()) else ""
     if top == "untraced" and parts.get("host_untraced"):
         return f"untraced time on the launching thread (Python?): {_ms(by['untraced'])}"
@@ -350,7 +389,9 @@ def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
     kinds = {"python": ("python",), "cpu_op": ("cpu_op", "annotation", "osrt")}.get(top)
     if not kinds:
         return ""
-    name, ns = context_mod.innermost_in_gaps(ev, long_, kinds)
+    name, ns = context_mod.innermost_in_gaps(ev, pd.DataFrame(
+        {"start": gaps["start"].to_numpy(np.int64)[long_],
+         "end": gaps["end"].to_numpy(np.int64)[long_]}), kinds)
     return f"{name} spans {_ms(ns)} of idle GPU time" if name else ""
 
 
@@ -452,6 +493,9 @@ def _step_idle(step_tab: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _sum_by(k: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    if len(v) and int(np.abs(v).max()) * len(v) < 2**53:
+        # every partial sum is an integer a double holds exactly: bincount is exact
+        return np.bincount(k, weights=v, minlength=n)[:n].astype(np.int64)
     out = np.zeros(n, np.int64)
     np.add.at(out, k, v)
     return out

@@ -30,6 +30,7 @@ from . import intervals
 from .compile import _is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
 from ._common import kind_in
+from ._frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
@@ -138,6 +139,12 @@ def _kind_index(ev: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
     return lut[codes if rows is None else codes[rows]]
 
 
+def _host_rows(ev: pd.DataFrame) -> np.ndarray:
+    """Positions of the rows whose kind is in HOST_KINDS."""
+    codes, cats = _codes(ev["kind"])
+    return np.flatnonzero(code_in(codes, np.flatnonzero(cats.isin(HOST_KINDS))))
+
+
 _API = (HOST_KINDS.index("runtime"), HOST_KINDS.index("driver"))
 _OPS = (HOST_KINDS.index("cpu_op"), HOST_KINDS.index("annotation"))
 
@@ -199,6 +206,8 @@ def _nccl_domain(ev: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray
         return None
     codes, cats = _codes(ev["domain"])
     lut = np.array([str(c) == "NCCL" for c in cats] + [False], bool)
+    if not lut.any():   # no NCCL domain (every Kineto trace): nothing to mark
+        return None
     return lut[codes if rows is None else codes[rows]]
 
 
@@ -305,10 +314,10 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     gaps = gaps.reset_index(drop=True)   # a new frame: the columns added below stay ours
     n = len(gaps)
     split = np.zeros((n, len(CPU_CATEGORIES)), np.int64)
-    drain = np.full(n, "starved", object)
-    drain_op = np.full(n, "", object)
+    drain_op = np.zeros(n, np.int64)   # 0: no sync drained the gap, else 1 + index in sync_ops
+    sync_ops: dict[str, int] = {}
     # Host rows as plain arrays (row indices, codes), never a copied frame or per-row strings.
-    rows = np.flatnonzero(_kind_index(ev) >= 0)
+    rows = _host_rows(ev)
     kind = _kind_index(ev, rows)
     all_names, name_cats = _codes(ev["name"])
     name = all_names[rows]
@@ -337,21 +346,24 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
             c_on, s_on, e_on, k_on, n_on = cats, hs, he, kind, name
         else:
             c_on, s_on, e_on, k_on, n_on = cats[on], hs[on], he[on], kind[on], name[on]
+        # only the rows that reach a gap count (most run while the GPU is busy)
+        gaps_iv = intervals.union(gs, ge)
+        near = intervals.reaching(gaps_iv, s_on, e_on)
+        c_on, s_on, e_on, k_on, n_on = c_on[near], s_on[near], e_on[near], k_on[near], n_on[near]
         if len(idx) == n:   # one (pid, device): carve straight into the result
             _carve(gs, ge, c_on, s_on, e_on, split)
         else:
             split[idx] = _carve(gs, ge, c_on, s_on, e_on)
         sy = on & is_sync
-        d, dop = _drain(gs, ge, _sync_names(name_cats, name[sy]), hs[sy], he[sy])
-        drain[idx], drain_op[idx] = d, dop
-        top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gs, ge))
-        del on, c_on, s_on, e_on, k_on, n_on, sy
+        drain_op[idx] = _drain(gs, ge, _sync_names(name_cats, name[sy]), hs[sy], he[sy],
+                               sync_ops)
+        top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
+        del on, c_on, s_on, e_on, k_on, n_on, sy, near
     for j, c in enumerate(CPU_CATEGORIES):
         gaps[f"cpu_{c}"] = split[:, j]
-    gaps["cpu"] = np.array(CPU_CATEGORIES, object)[split.argmax(axis=1)] if n else \
-        np.empty(0, object)
-    gaps["drain"] = drain
-    gaps["drain_op"] = drain_op
+    gaps["cpu"] = str_column(CPU_CATEGORIES, split.argmax(axis=1))
+    gaps["drain"] = str_column(("starved", "sync"), (drain_op > 0).astype(np.int8))
+    gaps["drain_op"] = str_column([""] + list(sync_ops), drain_op)
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top)}
 
 
@@ -411,15 +423,44 @@ def _carve(gs, ge, cats, hs, he, out: np.ndarray | None = None) -> np.ndarray:
     """
     if out is None:
         out = np.zeros((len(gs), len(CPU_CATEGORIES)), np.int64)
-    remaining = intervals.union(gs, ge)
+    keep = np.flatnonzero(ge > gs)
+    remaining = (gs[keep], ge[keep], keep)
+    if len(keep) > 1 and not (remaining[1][:-1] <= remaining[0][1:]).all():
+        return _carve_overlapping(gs, ge, cats, hs, he, out)   # overlapping gaps
+    # Disjoint sorted gaps: every piece carved from them keeps the index of its gap, so a
+    # gap's share of a category is a sum over its pieces (no search per gap).
     for j, _ in enumerate(CPU_CATEGORIES[:-1]):
         m = cats == j
         if not m.any() or not len(remaining[0]):
             continue
         cover = _union(hs[m], he[m])
         piece = _intersect_sets(remaining, cover)
-        out[:, j] = intervals.overlap(piece, gs, ge)
+        _sum_into(out[:, j], piece)
         remaining = _subtract_sets(remaining, piece)
+    _sum_into(out[:, -1], remaining)
+    return out
+
+
+def _sum_into(col: np.ndarray, piece) -> None:
+    """Add each piece's length to its gap's slot (pieces come in gap order)."""
+    s, e, gap = piece
+    if not len(s):
+        return
+    first = np.flatnonzero(np.r_[True, gap[1:] != gap[:-1]])
+    col[gap[first]] += np.add.reduceat(e - s, first)
+
+
+def _carve_overlapping(gs, ge, cats, hs, he, out: np.ndarray) -> np.ndarray:
+    """``_carve`` for gaps that overlap one another: pieces of their union, measured per gap."""
+    remaining = intervals.union(gs, ge)
+    for j, _ in enumerate(CPU_CATEGORIES[:-1]):
+        m = cats == j
+        if not m.any() or not len(remaining[0]):
+            continue
+        cover = _union(hs[m], he[m])
+        piece = _intersect_sets(remaining, cover)[:2]
+        out[:, j] = intervals.overlap(piece, gs, ge)
+        remaining = _subtract_sets(remaining, piece)[:2]
     out[:, -1] = intervals.overlap(remaining, gs, ge)
     return out
 
@@ -443,17 +484,20 @@ def _union(s: np.ndarray, e: np.ndarray) -> intervals.Intervals:
     return s[first], reach[last]
 
 
-def _intersect_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals.Intervals:
+def _intersect_sets(a, b: intervals.Intervals) -> tuple:
     """``intervals.intersect`` for two disjoint sorted sets, in O(pieces) memory.
 
     The general sweep allocates ~10 int64 arrays of 4 x (|a| + |b|) events. Here
     each b interval is paired with the a intervals it overlaps (at most |a| + |b|
     pairs); both sets being sorted, disjoint and non-touching, the clipped pairs
-    come out sorted, non-empty and non-touching: already the normal form.
+    come out sorted, non-empty and non-touching: already the normal form. An ``a``
+    with a third array (a label per interval, e.g. its gap) passes each piece the
+    label of the ``a`` interval it came from.
     """
-    (a_s, a_e), (b_s, b_e) = a, b
+    (a_s, a_e), (b_s, b_e) = a[:2], b[:2]
     if not len(a_s) or not len(b_s):
-        return a_s[:0].astype(np.int64), a_e[:0].astype(np.int64)
+        return (a_s[:0].astype(np.int64), a_e[:0].astype(np.int64)) + \
+            tuple(x[:0] for x in a[2:])
     lo = np.searchsorted(a_e, b_s, side="right")   # first a ending after b starts
     cnt = np.searchsorted(a_s, b_e, side="left")   # a intervals starting before b ends
     cnt -= lo
@@ -464,13 +508,16 @@ def _intersect_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals
     i += np.arange(len(j))
     start = np.maximum(a_s[i], b_s[j])
     end = np.minimum(a_e[i], b_e[j])
-    return start, end
+    return (start, end) + tuple(x[i] for x in a[2:])
 
 
-def _subtract_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals.Intervals:
-    """``intervals.subtract`` for two disjoint sorted sets: a intersected with b's holes."""
-    (a_s, a_e), (b_s, b_e) = a, b
+def _subtract_sets(a, b: intervals.Intervals) -> tuple:
+    """``intervals.subtract`` for two disjoint sorted sets: a intersected with b's holes
+    (labels of ``a``'s intervals carried as in ``_intersect_sets``)."""
+    (a_s, a_e), (b_s, b_e) = a[:2], b[:2]
     if not len(a_s) or not len(b_s):
+        if len(a) > 2:
+            return a
         return intervals.union(a_s, a_e)
     lo = min(int(a_s[0]), int(b_s[0]))
     hi = max(int(a_e[-1]), int(b_e[-1]))
@@ -480,19 +527,19 @@ def _subtract_sets(a: intervals.Intervals, b: intervals.Intervals) -> intervals.
     return _intersect_sets(a, (hs[keep], he[keep]))
 
 
-def _drain(gs, ge, names, ss, se) -> tuple[np.ndarray, np.ndarray]:
-    """Per gap: "sync" + the call's name when a sync call drained it, else "starved"."""
-    drain = np.full(len(gs), "starved", object)
-    which = np.full(len(gs), "", object)
+def _drain(gs, ge, names, ss, se, vocab: dict) -> np.ndarray:
+    """Per gap: the sync call that drained it, as 1 + its name's index in ``vocab`` (names
+    are added in order of first use), or 0 when none did (the gap was starved)."""
+    which = np.zeros(len(gs), np.int64)
     if not len(ss) or not len(gs):
-        return drain, which
+        return which
     order = np.argsort(se, kind="stable")
     ss, se, names = ss[order], se[order], names[order]
     lo = np.searchsorted(se, gs - SKEW_NS, side="left")
     hi = np.searchsorted(se, np.minimum(gs + SYNC_TOLERANCE_NS, ge + SKEW_NS), side="right")
     cnt = np.maximum(hi - lo, 0)
     if not cnt.any():
-        return drain, which
+        return which
     gap_i = np.repeat(np.arange(len(gs)), cnt)
     first = np.repeat(lo, cnt)
     within = np.arange(len(gap_i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
@@ -500,30 +547,30 @@ def _drain(gs, ge, names, ss, se) -> tuple[np.ndarray, np.ndarray]:
     ok = ss[cand] <= gs[gap_i] + SKEW_NS
     gap_i, cand = gap_i[ok], cand[ok]
     if not len(gap_i):
-        return drain, which
+        return which
     rank = np.array([SYNC_NAME_RANK.get(n, 9) for n in names[cand]], np.int64)
     dist = np.abs(se[cand] - gs[gap_i])
     pick = np.lexsort((dist, rank, gap_i))
     gap_i, cand = gap_i[pick], cand[pick]
     firsts = np.r_[True, gap_i[1:] != gap_i[:-1]]
-    drain[gap_i[firsts]] = "sync"
-    which[gap_i[firsts]] = names[cand[firsts]]
-    return drain, which
+    which[gap_i[firsts]] = [1 + vocab.setdefault(n, len(vocab)) for n in names[cand[firsts]]]
+    return which
 
 
-def _top_ops(kind, name, name_cats, cats, hs, he, gs, ge) -> pd.DataFrame:
-    """Inclusive time each host op/call spends inside the gaps (python frames excluded)."""
+def _top_ops(kind, name, name_cats, cats, hs, he, gaps_iv) -> pd.DataFrame:
+    """Inclusive time each host op/call spends inside the gaps (``gaps_iv``: their union;
+    python frames excluded)."""
     sel = np.flatnonzero((cats >= 0) & (kind != HOST_KINDS.index("python")))
     if not len(sel):
         return pd.DataFrame({"name": [], "category": [], "ns": [], "count": []})
-    gaps_iv = intervals.union(gs, ge)
-    ov = np.empty(len(sel), np.int64)
-    # in slices: the overlap's temporaries are ~10 int64 arrays of the rows it is given
+    parts, ovs = [], []
+    # in slices: the overlap's temporaries are a few int64 arrays of the rows it is given
     for a in range(0, len(sel), _SLICE):
         r = sel[a:a + _SLICE]
-        ov[a:a + _SLICE] = intervals.overlap(gaps_iv, hs[r], he[r])
-    hit = ov > 0
-    sel, ov = sel[hit], ov[hit]
+        i, o = intervals.overlap_hits(gaps_iv, hs[r], he[r])
+        parts.append(r[i])
+        ovs.append(o)
+    sel, ov = np.concatenate(parts), np.concatenate(ovs)
     ncat = len(CPU_CATEGORIES)
     # (name, category) key, shifted by ncat so a null name (code -1) stays >= 0
     key = name[sel].astype(np.int64)
@@ -573,12 +620,20 @@ def _merge_top(parts, top: int) -> pd.DataFrame:
 
 def summarize(gaps: pd.DataFrame) -> dict:
     """Totals over a labelled gap table: by_cpu, by_drain, drain x cpu, sync ops."""
-    by_cpu = {c: int(gaps[f"cpu_{c}"].sum()) for c in CPU_CATEGORIES}
+    cols = {c: gaps[f"cpu_{c}"].to_numpy(np.int64) for c in CPU_CATEGORIES}
+    by_cpu = {c: int(v.sum()) for c, v in cols.items()}
     dur = gaps["duration"].to_numpy(np.int64)
-    sync = gaps["drain"].to_numpy() == "sync"
+    sync = is_sync_drained(gaps)
     by_drain = {"sync": int(dur[sync].sum()), "starved": int(dur[~sync].sum())}
-    cross = {d: {c: int(gaps.loc[(sync if d == "sync" else ~sync), f"cpu_{c}"].sum())
-                 for c in CPU_CATEGORIES} for d in DRAINS}
-    ops = gaps.loc[sync].groupby("drain_op")["duration"].agg(["sum", "size"])
+    cross = {d: {c: int(v[sync if d == "sync" else ~sync].sum()) for c, v in cols.items()}
+             for d in DRAINS}
+    ops = pd.DataFrame({"drain_op": gaps["drain_op"][sync], "duration": dur[sync]}).groupby(
+        "drain_op")["duration"].agg(["sum", "size"])
     by_sync_op = {str(k): {"ns": int(r["sum"]), "gaps": int(r["size"])} for k, r in ops.iterrows()}
     return {"by_cpu": by_cpu, "by_drain": by_drain, "drain_x_cpu": cross, "by_sync_op": by_sync_op}
+
+
+def is_sync_drained(gaps: pd.DataFrame) -> np.ndarray:
+    """The labelled gaps a sync drained (``drain == "sync"``), as a numpy mask: compared
+    in the column's own storage, never as one Python string per row."""
+    return (gaps["drain"] == "sync").to_numpy(bool)

@@ -29,6 +29,7 @@ import pandas as pd
 from ..table import GPU_OP_KINDS
 from . import intervals
 from ._common import events_of, kind_in, map_names_at
+from ._frames import take_rows
 
 # Phase names dynamo_timed writes without the " (dynamo_timed)" suffix.
 COMPILE_PHASES = frozenset((
@@ -113,24 +114,36 @@ def _host_rows(ev: pd.DataFrame) -> np.ndarray:
     return np.flatnonzero(kind_in(ev, _HOST_KINDS))
 
 
-def _host(ev: pd.DataFrame, fn) -> pd.DataFrame:
-    # Row positions and one name lookup: never a copy of every host row's columns.
-    rows = _host_rows(ev)
-    val = map_names_at(ev["name"], rows, fn)
-    keep = ~pd.isna(val) & (val != False)  # noqa: E712 -- object array of bool/str/None
-    cols = [ev.columns.get_loc(c) for c in ("ts", "dur", "pid", "tid", "name")]
-    out = ev.iloc[rows[keep], cols].copy()
-    out["val"] = val[keep]
+def _host(ev: pd.DataFrame, fn, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """ts, dur, pid, tid, name and ``val = fn(name)`` of the host rows (``rows``: their
+    positions, if known) whose ``fn`` is neither None nor False."""
+    if rows is None:
+        rows = _host_rows(ev)
+    names = ev["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        val = map_names_at(names, rows, fn)
+        keep = rows[~pd.isna(val) & (val != False)]  # noqa: E712 -- object array of bool/str/None
+        val = val[~pd.isna(val) & (val != False)]  # noqa: E712
+    else:   # decide per distinct name, then gather only the rows kept
+        lut = np.array([fn(str(n)) for n in names.cat.categories] + [fn("")], dtype=object)
+        ok = ~pd.isna(lut) & (lut != False)  # noqa: E712 -- object array of bool/str/None
+        codes = names.cat.codes.to_numpy()[rows]   # code -1 (null) reads the last slot
+        hit = ok[codes]
+        keep, val = rows[hit], lut[codes[hit]]
+    out = take_rows(ev, keep, ("ts", "dur", "pid", "tid", "name"))
+    out.index = ev.index[keep]
+    out["val"] = val
     return out
 
 
 _MARKER_PREFIX_RE = re.compile(r"^(.+?)_data: ")
 
 
-def compile_spans(events) -> pd.DataFrame:
+def compile_spans(events, rows: np.ndarray | None = None) -> pd.DataFrame:
     """Every compile span: known phases, ``(dynamo_timed)`` ranges, compile-id markers,
     and any phase a marker names (``entire_backward_compile_data: ...`` makes
-    ``entire_backward_compile`` a phase -- new torch releases add phases)."""
+    ``entire_backward_compile`` a phase -- new torch releases add phases).
+    ``rows``: the host rows' positions, when the caller has them."""
     ev = events_of(events)
     names = ev["name"]
     # a row subset keeps every category: the host rows' categories are the column's
@@ -144,7 +157,7 @@ def compile_spans(events) -> pd.DataFrame:
             if m:
                 marked.add(m.group(1))
     return _host(ev, lambda s: True if (_is_compile_name(s) or (s in marked and not _CUDAGRAPH_RE.search(s)))
-                 else None)
+                 else None, rows)
 
 
 def _step_of(pid: np.ndarray, ts: np.ndarray, steps: pd.DataFrame | None) -> np.ndarray:
@@ -177,7 +190,7 @@ def _default_steps(ev: pd.DataFrame) -> pd.DataFrame | None:
     return st if len(st) else None
 
 
-def compile_events(events, steps=None) -> pd.DataFrame:
+def compile_events(events, steps=None, *, spans=None, regions=None) -> pd.DataFrame:
     """One row per compile episode (see module docstring), in time order.
 
     Columns: compile_id (str or None), frame, attempt (N of F/N, -1 unknown),
@@ -186,16 +199,19 @@ def compile_events(events, steps=None) -> pd.DataFrame:
     step (-1 when outside every step or no steps), name (outermost span),
     id_source ("marker", "region" or "").
     ``steps``: a DataFrame with step, start, end (and pid), e.g.
-    ``passes.steps.find_steps(ev)[0]``; default: found in the trace.
+    ``passes.steps.find_steps(ev)[0]``; default: found in the trace. ``spans`` /
+    ``regions``: ``compile_spans(ev)`` / ``_host(ev, _region_id)``, when already computed.
     """
     ev = events_of(events)
-    spans = compile_spans(ev)
+    if spans is None:
+        spans = compile_spans(ev)
     if not len(spans):
         return pd.DataFrame({c: pd.Series(dtype=object) for c in EVENT_COLUMNS})
     if steps is None:
         steps = _default_steps(ev)
     markers = _host(ev, _marker_id)
-    regions = _host(ev, _region_id)
+    if regions is None:
+        regions = _host(ev, _region_id)
     rows = []
     for (pid, tid), g in spans.groupby(["pid", "tid"], sort=False):
         s = g["ts"].to_numpy(np.int64)
@@ -275,17 +291,18 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
     reveals recompiles that happened before the trace started).
     """
     ev = events_of(events)
-    ce = compile_events(ev, steps=steps)
-    spans = compile_spans(ev)
+    rows = _host_rows(ev)
+    spans = compile_spans(ev, rows)
+    regions = _host(ev, _region_id, rows)
+    ce = compile_events(ev, steps=steps, spans=spans, regions=regions)
     s = spans["ts"].to_numpy(np.int64)
     comp_iv = intervals.union(s, s + spans["dur"].to_numpy(np.int64))
-    look = ev[(ev["name"] == CACHE_LOOKUP) & ev["kind"].isin(_HOST_KINDS)]
+    look = _host(ev, lambda n: True if n == CACHE_LOOKUP else None, rows)
     ls = look["ts"].to_numpy(np.int64)
     look_iv = intervals.union(ls, ls + look["dur"].to_numpy(np.int64))
     idle, has_gpu = _idle(ev, gaps)
     idle_overlap = intervals.total(intervals.intersect(comp_iv, idle)) if has_gpu else 0
-    regions = _host(ev, _region_id)
-    cg = _host(ev, lambda n: True if _is_cudagraph_record(n) else None)
+    cg = _host(ev, lambda n: True if _is_cudagraph_record(n) else None, rows)
     cs = cg["ts"].to_numpy(np.int64)
     cg_ns = intervals.total(intervals.union(cs, cs + cg["dur"].to_numpy(np.int64)))
 

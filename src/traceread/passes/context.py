@@ -139,14 +139,14 @@ def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, kinds=("python", "cp
         return "", 0
     rx = [re.compile(p) for p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
                                   UNNUMBERED_STEP_PATTERN)]
-    s = ev["ts"].to_numpy(np.int64)[m]
-    e = s + ev["dur"].to_numpy(np.int64)[m]
+    rows = np.flatnonzero(m)
+    s = ev["ts"].to_numpy(np.int64)[rows]
+    e = s + ev["dur"].to_numpy(np.int64)[rows]
     iv = intervals.union(gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64))
-    ov = intervals.overlap(iv, s, e)
-    if not ov.any():
+    hit, ov = intervals.overlap_hits(iv, s, e)
+    if not len(hit):
         return "", 0
-    hit = ov > 0
-    rows, ov, dur = np.flatnonzero(m)[hit], ov[hit], (e - s)[hit]
+    rows, dur = rows[hit], (e - s)[hit]
     col = ev["name"]
     cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
     codes = cat.cat.codes.to_numpy()[rows]

@@ -28,6 +28,7 @@ import pandas as pd
 from ..table import GPU_OP_KINDS, Trace
 from . import intervals
 from ._common import events_of, kind_in
+from ._frames import take_rows
 
 # PROFILER_OVERHEAD names nsys counts as GPU-busy time (gpustats.py in nsys reports).
 NSYS_GPU_OVERHEADS = ("CUDA profiling data flush overhead", "CUDA profiling stop overhead",
@@ -41,7 +42,7 @@ GAP_COLUMNS = ("start", "end", "duration", "pid", "device")
 
 def _gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
     # the four columns of the GPU rows only, not every column of them first
-    return ev.loc[kind_in(ev, GPU_OP_KINDS), ["ts", "dur", "pid", "device"]]
+    return take_rows(ev, np.flatnonzero(kind_in(ev, GPU_OP_KINDS)), ("ts", "dur", "pid", "device"))
 
 
 def gpu_busy(events_df) -> dict[tuple[int, int], intervals.Intervals]:
@@ -80,6 +81,8 @@ def gpu_gaps(trace_or_events, min_gap_ns: int = 0, *, skip_nonpositive: bool | N
     if not parts:
         return pd.DataFrame({c: np.empty(0, np.int64) for c in GAP_COLUMNS})
     out = pd.concat(parts, ignore_index=True)
+    if len(parts) == 1:   # one device: its holes come in start order already
+        return out
     return out.sort_values(["start", "pid", "device"], kind="stable").reset_index(drop=True)
 
 

@@ -104,3 +104,42 @@ def overlap(iv: Intervals, qs, qe) -> np.ndarray:
     """For each query interval [qs, qe), how much of it the disjoint set covers."""
     qs, qe = _arr(qs), _arr(qe)
     return np.maximum(covered_before(iv, qe) - covered_before(iv, qs), 0)
+
+
+def reaching(iv: Intervals, qs, qe) -> np.ndarray:
+    """Indices of the queries [qs, qe) that meet a piece of the disjoint set (for
+    ``qe > qs``: that it covers in part). One search per query, fast for sorted ``qs``."""
+    s, e = iv
+    qs, qe = _arr(qs), _arr(qe)
+    if len(s) == 0 or len(qs) == 0:
+        return np.empty(0, np.int64)
+    k = np.searchsorted(e, qs, side="right")       # first piece ending after the start
+    np.minimum(k, len(s) - 1, out=k)
+    return np.flatnonzero((s[k] < qe) & (qs < e[k]))
+
+
+def overlap_hits(iv: Intervals, qs, qe) -> tuple[np.ndarray, np.ndarray]:
+    """The queries [qs, qe) the disjoint set covers in part: (their indices, ns covered).
+
+    ``overlap`` for many queries of which few touch the set: one search per query for
+    the first piece ending after its start (fast when ``qs`` is sorted), the second search
+    only for the queries that piece reaches.
+    """
+    s, e = iv
+    qs, qe = _arr(qs), _arr(qe)
+    if len(s) == 0 or len(qs) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    k = np.searchsorted(e, qs, side="right")       # first piece ending after the start
+    idx = np.flatnonzero(k < len(s))
+    k = k[idx]
+    near = s[k] < qe[idx]
+    idx, k = idx[near], k[near]
+    prefix = np.concatenate([[0], np.cumsum(e - s)])
+    a, b = qs[idx], qe[idx]
+    before_a = prefix[k] + np.maximum(a - s[k], 0)   # pieces before k end at or before a
+    k2 = np.searchsorted(e, b, side="right")
+    k2c = np.minimum(k2, len(s) - 1)
+    before_b = prefix[k2] + np.where(k2 < len(s), np.maximum(b - s[k2c], 0), 0)
+    ov = before_b - before_a
+    hit = ov > 0
+    return idx[hit], ov[hit]

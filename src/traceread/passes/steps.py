@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS
 from ._common import kind_in
+from ._frames import code_in, take_rows
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
 FALLBACK_STEP_PATTERN = (r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration|batch)"
@@ -52,15 +53,16 @@ def name_mask(ev: pd.DataFrame, pattern: str, kinds=None) -> np.ndarray:
         names = names.astype("category")
     codes = names.cat.codes.to_numpy()
     m = np.zeros(len(ev), bool)
-    sel = keep & (codes >= 0)
-    if not sel.any():
+    rows = np.flatnonzero(keep & (codes >= 0))
+    if not len(rows):
         return m
-    used = np.unique(codes[sel])
+    c = codes[rows]
+    used = np.flatnonzero(np.bincount(c, minlength=len(names.cat.categories)))
     rx = re.compile(pattern)
     texts = names.cat.categories.take(used).astype(str).tolist()
-    lut = np.zeros(len(names.cat.categories), bool)
-    lut[used] = [bool(rx.search(t)) for t in texts]
-    m[sel] = lut[codes[sel]]
+    hit = used[np.array([bool(rx.search(t)) for t in texts], bool)]
+    if len(hit):
+        m[rows] = code_in(c, hit)
     return m
 
 
@@ -164,39 +166,68 @@ def gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
     Adds ``launch_ts`` / ``launch_pid`` / ``launch_tid`` (-1 when no runtime or
     driver call with the same correlation id exists) and ``end``.
     """
-    ops = ev.loc[ev["kind"].isin(GPU_OP_KINDS),
-                 ["ts", "dur", "kind", "name", "pid", "device", "stream", "correlation"]]
-    ops = ops.reset_index(drop=True)
+    rows = np.flatnonzero(kind_in(ev, GPU_OP_KINDS))
+    ops = take_rows(ev, rows, ("ts", "dur", "kind", "name", "pid", "device", "stream",
+                               "correlation"))
     ops["end"] = ops["ts"] + ops["dur"]
-    ops["launch_ts"] = np.int64(-1)
-    ops["launch_pid"] = np.int64(-1)
-    ops["launch_tid"] = np.int64(-1)
-    if not len(ops):
-        return ops
-    rt = ev.loc[ev["kind"].isin(LAUNCH_KINDS) & (ev["correlation"] >= 0),
-                ["ts", "pid", "tid", "correlation"]]
-    if not len(rt):
-        return ops
-    corr = ops["correlation"].to_numpy(np.int64)
-    # Correlation ids are unique per process; match on (pid, id), or on the id
-    # alone when GPU ops carry no launching pid (older Kineto: pid = device).
-    for keys in (["pid", "correlation"], ["correlation"]):
-        todo = (ops["launch_ts"].to_numpy() < 0) & (corr >= 0)
-        if not todo.any():
-            break
-        r = rt.drop_duplicates(["pid", "correlation"], keep="first")
-        if keys == ["correlation"]:  # ambiguous across processes: use only unique ids
-            r = r.drop_duplicates("correlation", keep=False)
-        r = r.rename(columns={"ts": "lts", "tid": "ltid"}).assign(lpid=r["pid"])
-        if "pid" not in keys:
-            r = r.drop(columns="pid")
-        hit = ops.loc[todo, keys].reset_index().merge(r, on=keys, how="inner")
-        if len(hit):
-            idx = hit["index"].to_numpy()
-            ops.loc[idx, "launch_ts"] = hit["lts"].to_numpy(np.int64)
-            ops.loc[idx, "launch_pid"] = hit["lpid"].to_numpy(np.int64)
-            ops.loc[idx, "launch_tid"] = hit["ltid"].to_numpy(np.int64)
+    n = len(ops)
+    launch = {k: np.full(n, -1, np.int64) for k in ("launch_ts", "launch_pid", "launch_tid")}
+    if n:
+        _link_launches(ev, ops, launch)
+    for k, v in launch.items():
+        ops[k] = v
     return ops
+
+
+def _link_launches(ev: pd.DataFrame, ops: pd.DataFrame, launch: dict) -> None:
+    """Fill ``launch`` (ts, pid, tid per op) from the runtime/driver call of each op's
+    correlation id: the first such call of the op's process, else -- GPU ops without a
+    launching pid (older Kineto: pid = device) -- the one process that made that call."""
+    corr_all = ev["correlation"].to_numpy()
+    rt = np.flatnonzero(kind_in(ev, LAUNCH_KINDS) & (corr_all >= 0))
+    if not len(rt):
+        return
+    r_corr = corr_all[rt].astype(np.int64, copy=False)
+    r_pid = ev["pid"].to_numpy()[rt].astype(np.int64, copy=False)
+    corr = ops["correlation"].to_numpy(np.int64)
+    o_pid = ops["pid"].to_numpy(np.int64)
+    todo = np.flatnonzero(corr >= 0)
+    if not len(todo):
+        return
+    pair = _pair_keys(r_pid, r_corr, o_pid[todo], corr[todo])
+    # first call per (pid, correlation), in row order (drop_duplicates keep="first")
+    first = ~pair[0].duplicated(keep="first")
+    rt, r_corr, r_pid = rt[first], r_corr[first], r_pid[first]
+    r_ts = ev["ts"].to_numpy()[rt].astype(np.int64, copy=False)
+    r_tid = ev["tid"].to_numpy()[rt].astype(np.int64, copy=False)
+    k = pair[0][first].get_indexer(pair[1])
+    _set_launch(launch, todo, k, r_ts, r_pid, r_tid)
+    todo = todo[k < 0]
+    if not len(todo):
+        return
+    # by the id alone: only ids one process used (ambiguous across processes otherwise)
+    once = ~pd.Index(r_corr).duplicated(keep=False)
+    k = pd.Index(r_corr[once]).get_indexer(corr[todo])
+    _set_launch(launch, todo, k, r_ts[once], r_pid[once], r_tid[once])
+
+
+def _pair_keys(pid_a, corr_a, pid_b, corr_b) -> tuple[pd.Index, pd.Index]:
+    """(pid, correlation) pairs of two row sets as comparable index values: one int64 per
+    pair when the ranges allow (a hash lookup on ints), else tuples."""
+    both = np.concatenate([pid_a, pid_b])
+    lo, hi = (int(both.min()), int(both.max())) if len(both) else (0, 0)
+    span = max(int(corr_a.max(initial=0)), int(corr_b.max(initial=0))) + 1
+    if (hi - lo + 1) * span < 2**62:
+        return pd.Index((pid_a - lo) * span + corr_a), pd.Index((pid_b - lo) * span + corr_b)
+    return pd.MultiIndex.from_arrays([pid_a, corr_a]), pd.MultiIndex.from_arrays([pid_b, corr_b])
+
+
+def _set_launch(launch: dict, todo, k, ts, pid, tid) -> None:
+    hit = k >= 0
+    at, k = todo[hit], k[hit]
+    launch["launch_ts"][at] = ts[k]
+    launch["launch_pid"][at] = pid[k]
+    launch["launch_tid"][at] = tid[k]
 
 
 def assign_steps(steps: pd.DataFrame, pid: np.ndarray, ts: np.ndarray) -> np.ndarray:

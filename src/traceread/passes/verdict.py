@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .attribution import is_sync_drained
 from .bounds import CAUSES, COST_ORDER, LEVERS, NATIVE_LEVERS, TITLE, WHAT, lever_texts  # noqa: F401
 
 GPU_BOUND_LOST = 0.10
@@ -71,7 +72,7 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     cols = {c: (gaps[f"cpu_{c}"].to_numpy(np.int64) if f"cpu_{c}" in gaps
                 else np.zeros(n, np.int64)) for c in _CPU_COLS}
     dur = gaps["duration"].to_numpy(np.int64)
-    sync = gaps["drain"].to_numpy() == "sync"
+    sync = is_sync_drained(gaps)
     f = sync_share(gaps)                     # 1 where the whole gap is the sync's, 0 if none
     short = dur <= SHORT_GAP_NS
 
@@ -121,7 +122,7 @@ def sync_share(gaps: pd.DataFrame) -> np.ndarray:
     """
     n = len(gaps)
     f = np.zeros(n)
-    sync = gaps["drain"].to_numpy() == "sync"
+    sync = is_sync_drained(gaps)
     if not sync.any():
         return f
     order = np.lexsort((gaps["start"].to_numpy(), gaps["device"].to_numpy(),

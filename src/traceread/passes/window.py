@@ -25,7 +25,8 @@ import pandas as pd
 from .attribution import COMPILE_RX, GRAPH_RECORD_RX
 from .compile import _is_compile_name
 from .steps import assign_steps
-from ._common import fmt_ms as _ms
+from ._common import fmt_ms as _ms, kind_in
+from ._frames import code_in, take_rows
 
 # One-time start-up work: context and module loading, library handles, NCCL init.
 STARTUP_RX = re.compile(
@@ -229,9 +230,35 @@ def _gpu_end_of(kept: pd.DataFrame, ops: pd.DataFrame) -> int:
     return int(ops["end"].to_numpy(np.int64)[k >= 0].max())
 
 
-def _host_rows(ev: pd.DataFrame, pid: int) -> pd.DataFrame:
-    host = ev["kind"].isin(("runtime", "driver", "cpu_op", "annotation", "python", "osrt"))
-    return ev.loc[host.to_numpy() & (ev["pid"].to_numpy() == pid), ["ts", "dur", "name"]]
+_HOST = ("runtime", "driver", "cpu_op", "annotation", "python", "osrt")
+
+
+def _flagged_host(ev: pd.DataFrame, mask: np.ndarray) -> tuple[pd.DataFrame, dict]:
+    """The host rows in ``mask`` (ts, dur, name) that compile, record graphs, run start-up
+    work or allocate, with ``_flags`` of them: the only rows the warm-up tests read."""
+    mask = mask & kind_in(ev, _HOST)
+    names = ev["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        rows = ev.loc[mask, ["ts", "dur", "name"]]
+        return rows, _flags(rows)
+    luts = _flag_luts(names.cat.categories)
+    codes = names.cat.codes.to_numpy()
+    rows = np.flatnonzero(mask & code_in(codes, np.flatnonzero(np.logical_or.reduce(
+        list(luts.values())))))
+    c = codes[rows]
+    return take_rows(ev, rows, ("ts", "dur", "name")), {k: v[c] for k, v in luts.items()}
+
+
+def _flag_luts(cats: pd.Index) -> dict:
+    """``_flags`` per category (one slot more, False, for a null name)."""
+    text = [str(c) for c in cats]
+
+    def lut(fn):
+        return np.array([bool(fn(t)) for t in text] + [False], bool)
+    graph = lut(GRAPH_RECORD_RX.search)
+    comp = lut(COMPILE_RX.search) | lut(_is_compile_name)
+    return {"compile": comp & ~graph, "graph": graph, "startup": lut(STARTUP_RX.search),
+            "alloc": lut(ALLOC_RX.search)}
 
 
 def _name_flags(names: pd.Series, rx) -> np.ndarray:
@@ -277,8 +304,7 @@ def _flags(rows: pd.DataFrame) -> dict:
 
 def _drop_warmup(ev: pd.DataFrame, main: pd.DataFrame, ops: pd.DataFrame):
     """Leading warm-up steps dropped (at least one step always stays)."""
-    rows = _host_rows(ev, int(main["pid"].iloc[0]))
-    flags = _flags(rows)
+    rows, flags = _flagged_host(ev, ev["pid"].to_numpy() == int(main["pid"].iloc[0]))
     start = main["start"].to_numpy(np.int64)
     end = main["end"].to_numpy(np.int64)
     dur = end - start
@@ -335,10 +361,8 @@ def _edges(ev: pd.DataFrame, w: Window, before: str, after: str,
     out = []
     stop = min(w.start, before_end) if before_end is not None else w.start
     if stop > w.trace_start:
-        rows = ev.loc[ev["ts"].to_numpy() < stop]
-        rows = rows.loc[rows["kind"].isin(("runtime", "driver", "cpu_op", "annotation",
-                                           "python", "osrt")).to_numpy(), ["ts", "dur", "name"]]
-        detail = _top_names(rows, _flags(rows), w.trace_start, stop) if len(rows) else ""
+        rows, flags = _flagged_host(ev, ev["ts"].to_numpy() < stop)
+        detail = _top_names(rows, flags, w.trace_start, stop) if len(rows) else ""
         reason = "start-up" if detail else before
         out.append({"what": before, "start_ns": int(w.trace_start),
                     "ns": int(stop - w.trace_start), "reason": reason, "detail": detail})
