@@ -58,3 +58,17 @@ def test_kernel_base_name_is_what_ncu_matches():
     assert _kernel_base_name("test2(double *, unsigned long long)") == "test2"
     assert _kernel_base_name("triton_poi_fused_0") == "triton_poi_fused_0"
     assert _kernel_base_name("void at::native::(anonymous namespace)::f<4>()") == "f"
+
+
+def test_the_kernel_profiler_follows_the_vendor():
+    import pandas as pd
+
+    from traceread.analysis import _dominant_kernel
+    k = pd.DataFrame({"name": ["void ns::k<float>(float*)", "other"], "pct": [70.0, 30.0]})
+    assert "ncu --kernel-name k " in _dominant_kernel(k, "NVIDIA H100 80GB HBM3")
+    assert "rocprof-compute profile -k k" in _dominant_kernel(k, "AMD Instinct MI300X")
+    both = _dominant_kernel(k, "")
+    assert "ncu" in both and "rocprof-compute" in both
+    amd_kernels = pd.DataFrame({"name": ["gemm_x", "Cijk_Alik_Bljk_BBS"], "pct": [60.0, 40.0]})
+    assert "rocprof-compute" in _dominant_kernel(amd_kernels, "")
+    assert _dominant_kernel(k.assign(pct=[49.0, 51.0]), "") is None

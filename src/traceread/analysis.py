@@ -24,6 +24,7 @@ from .passes import verdict as verdict_mod
 from .passes._side import SidePasses
 from .passes.compile import compile_summary
 from .passes.context import trace_context
+from .passes.peaks import device_name
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
 from .passes.graphs import graph_launches, graph_recording, graph_summary
@@ -184,7 +185,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         _cold_start(verdict, window_mod.one_time_calls(ev, gaps))
     utilization = side.get("utilization")
     if verdict["bound"] == "gpu":
-        _gpu_verdict_detail(verdict, utilization, kernels)
+        _gpu_verdict_detail(verdict, utilization, kernels, device_name(trace.meta))
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -208,7 +209,8 @@ def _pass_workers(rows: int) -> int:
 PARALLEL_PASSES_ROWS = 200_000
 
 
-def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -> None:
+def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None,
+                        device: str = "") -> None:
     """A GPU-bound verdict says how well the busy time is used and which kernel lever pays."""
     from .passes.bounds import GPU_LEVER_TEXT
 
@@ -221,7 +223,7 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -
         softmax = bool(names.str.contains("softmax", case=False).any()) if names is not None \
             else True
         _drop_contradicted_levers(verdict, (u.get("busy") or {}).get("classes") or [], softmax,
-                                  kernels)
+                                  kernels, device)
         return
     busy.sort(key=lambda lv: -lv.get("saving_ns", 0))
     texts = [f"{GPU_LEVER_TEXT[lv['lever']]} -- {lv['why']}" for lv in busy]
@@ -256,7 +258,7 @@ def _cold_start(verdict: dict, cold: dict) -> None:
 
 
 def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool,
-                              kernels=None) -> None:
+                              kernels=None, device: str = "") -> None:
     """Generic GPU levers minus those the busy time contradicts: no bf16/TF32 advice when the
     GEMMs already run on tensor cores or no GEMM/conv runs at all, no torch.compile advice when
     Triton kernels (its output) already fill most of the busy time, no fused-attention advice
@@ -282,15 +284,18 @@ def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool,
         verdict["levers"] = [t for t in verdict["levers"] if t not in drop]
         verdict["actions"] = [a for a in verdict.get("actions", [])
                               if not any(lv.get("lever") in drop for lv in a.get("levers", []))]
-    top = _dominant_kernel(kernels)
+    top = _dominant_kernel(kernels, device)
     if top:
         verdict["levers"] = [top] + verdict["levers"]
 
 
 DOMINANT_KERNEL_PCT = 50.0
+AMD_DEVICE_RX = re.compile(r"(?i)\bAMD\b|Instinct|Radeon|\bMI\d{3}")
+AMD_KERNEL_RX = re.compile(r"^Cijk_|ck_tile|\bck::|_gtcx|miopen|hipblaslt", re.I)
+NVIDIA_DEVICE_RX = re.compile(r"(?i)NVIDIA|Tesla|GeForce|Quadro|\b[ABHLTV]\d{2,3}\b|\bGB?\d{3}\b")
 
 
-def _dominant_kernel(kernels) -> str | None:
+def _dominant_kernel(kernels, device: str = "") -> str | None:
     """A lever naming the one kernel that fills most of the GPU's busy time, or None."""
     if kernels is None or not len(kernels) or "pct" not in kernels:
         return None
@@ -298,10 +303,16 @@ def _dominant_kernel(kernels) -> str | None:
     if pct < DOMINANT_KERNEL_PCT:
         return None
     base = _kernel_base_name(str(kernels["name"].iloc[0]))
+    ncu = f"Nsight Compute (ncu --kernel-name {base} --set full)"
+    rocm = f"rocprof-compute (rocprof-compute profile -k {base})"
+    amd = AMD_DEVICE_RX.search(device) or (not device and any(
+        AMD_KERNEL_RX.search(str(n)) for n in kernels["name"].head(50)))
+    tool = rocm if amd else ncu if NVIDIA_DEVICE_RX.search(device) \
+        else f"the vendor's kernel profiler: {ncu} or {rocm}"
     how = "autotune its block sizes / num_warps" if base.startswith("triton_") else \
         "compare its achieved memory throughput and FLOP rate with the GPU's peaks"
-    return (f"tune the kernel that takes {pct:.0f}% of GPU time, {base}: profile it with "
-            f"Nsight Compute (ncu --kernel-name {base} --set full) and {how}")
+    return f"tune the kernel that takes {pct:.0f}% of GPU time, {base}: profile it with {tool} " \
+           f"and {how}"
 
 
 def _kernel_base_name(name: str) -> str:
