@@ -94,8 +94,12 @@ def allocator_uncached(ev: pd.DataFrame) -> bool:
     if not free.any():
         return False
     rows = np.flatnonzero(free)
-    names = ev["name"].to_numpy()[rows]
-    rows = rows[[bool(DEVICE_FREE_RX.match(str(n))) for n in names]]
+    col = ev["name"]
+    if isinstance(col.dtype, pd.CategoricalDtype):   # test each distinct name once
+        hit = np.array([bool(DEVICE_FREE_RX.match(str(n))) for n in col.cat.categories] + [False])
+        rows = rows[hit[col.cat.codes.to_numpy()[rows]]]
+    else:
+        rows = rows[[bool(DEVICE_FREE_RX.match(str(n))) for n in col.to_numpy()[rows]]]
     if len(rows) < UNCACHED_MIN_FREES:
         return False
     if len(rows) > _FREE_SAMPLE:
@@ -113,18 +117,15 @@ def _innermost_ops(ev: pd.DataFrame, rows: np.ndarray) -> list[str]:
         return [""] * len(rows)
     ts, dur, tid = (ev[c].to_numpy() for c in ("ts", "dur", "tid"))
     ops = np.flatnonzero(m)
+    end = ts + dur
     out = []
     by_tid = {t: ops[tid[ops] == t] for t in np.unique(tid[rows])}
     for r in rows:
         cand = by_tid[tid[r]]
-        i = int(np.searchsorted(ts[cand], ts[r], side="right")) - 1
-        name = ""
-        for j in range(i, max(i - LOOK_BACK, -1), -1):   # nested: the latest start that covers it
-            k = cand[j]
-            if ts[k] + dur[k] >= ts[r] + dur[r]:
-                name = str(ev["name"].iat[k])
-                break
-        out.append(name)
+        i = int(np.searchsorted(ts[cand], ts[r], side="right"))
+        near = cand[max(0, i - LOOK_BACK):i]
+        cover = np.flatnonzero(end[near] >= end[r])   # nested: the latest start that covers it
+        out.append(str(ev["name"].iat[near[cover[-1]]]) if len(cover) else "")
     return out
 
 
