@@ -8,6 +8,7 @@ attribution, communication overlap, compilation, kernels -- and returns an
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from .passes import verdict as verdict_mod
 from .passes._side import SidePasses
 from .passes.compile import compile_summary
 from .passes.context import trace_context
+from .passes.peaks import device_name
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
 from .passes.graphs import graph_launches, graph_recording, graph_summary
@@ -187,7 +189,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         _cold_start(verdict, window_mod.one_time_calls(ev, gaps))
     utilization = side.get("utilization")
     if verdict["bound"] == "gpu":
-        _gpu_verdict_detail(verdict, utilization, kernels)
+        _gpu_verdict_detail(verdict, utilization, kernels, device_name(trace.meta))
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -211,7 +213,8 @@ def _pass_workers(rows: int) -> int:
 PARALLEL_PASSES_ROWS = 200_000
 
 
-def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -> None:
+def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None,
+                        device: str = "") -> None:
     """A GPU-bound verdict says how well the busy time is used and which kernel lever pays."""
     from .passes.bounds import GPU_LEVER_TEXT
 
@@ -223,7 +226,8 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None) -
         names = kernels["name"].astype(str) if kernels is not None and "name" in kernels else None
         softmax = bool(names.str.contains("softmax", case=False).any()) if names is not None \
             else True
-        _drop_contradicted_levers(verdict, (u.get("busy") or {}).get("classes") or [], softmax)
+        _drop_contradicted_levers(verdict, (u.get("busy") or {}).get("classes") or [], softmax,
+                                  kernels, device)
         return
     busy.sort(key=lambda lv: -lv.get("saving_ns", 0))
     texts = [f"{GPU_LEVER_TEXT[lv['lever']]} -- {lv['why']}" for lv in busy]
@@ -257,24 +261,74 @@ def _cold_start(verdict: dict, cold: dict) -> None:
     verdict["levers"] = [COLD_START_LEVER] + [t for t in verdict["levers"] if t not in churn]
 
 
-def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool) -> None:
+def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool,
+                              kernels=None, device: str = "") -> None:
     """Generic GPU levers minus those the busy time contradicts: no bf16/TF32 advice when the
-    GEMMs already run on tensor cores, no fused-attention advice when attention is fused or
-    no softmax kernel runs at all."""
+    GEMMs already run on tensor cores or no GEMM/conv runs at all, no torch.compile advice when
+    Triton kernels (its output) already fill most of the busy time, no fused-attention advice
+    when attention is fused or no softmax kernel runs. One kernel that fills most of the busy
+    time is the lever itself: tune it first."""
     from .passes.bounds import LEVERS, NATIVE_LEVERS
 
     ns = {c.get("class"): int(c.get("ns", 0)) for c in classes}
+    total = sum(ns.values())
+    precision = {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0], NATIVE_LEVERS["gpu"][0][0]}
     drop = set()
+    gemm = ns.get("gemm_tensor", 0) + ns.get("gemm_simt", 0)
     if ns.get("gemm_tensor", 0) > 0 and ns.get("gemm_tensor", 0) >= ns.get("gemm_simt", 0):
-        drop |= {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0], NATIVE_LEVERS["gpu"][0][0]}
-        total = sum(ns.values()) or 1
+        drop |= precision
         verdict["evidence"]["tensor_core_gemm_pct"] = round(100 * ns["gemm_tensor"] / total, 1)
+    elif total and not gemm:
+        drop |= precision
+    if total and ns.get("triton", 0) >= 0.5 * total:
+        drop.add(LEVERS["gpu"][3][0])
     if ns.get("attention", 0) > 0 or not softmax:
         drop.add(LEVERS["gpu"][2][0])
     if drop:
         verdict["levers"] = [t for t in verdict["levers"] if t not in drop]
         verdict["actions"] = [a for a in verdict.get("actions", [])
                               if not any(lv.get("lever") in drop for lv in a.get("levers", []))]
+    top = _dominant_kernel(kernels, device)
+    if top:
+        verdict["levers"] = [top] + verdict["levers"]
+
+
+DOMINANT_KERNEL_PCT = 50.0
+AMD_DEVICE_RX = re.compile(r"(?i)\bAMD\b|Instinct|Radeon|\bMI\d{3}")
+AMD_KERNEL_RX = re.compile(r"^Cijk_|ck_tile|\bck::|_gtcx|miopen|hipblaslt", re.I)
+NVIDIA_DEVICE_RX = re.compile(r"(?i)NVIDIA|Tesla|GeForce|Quadro|\b[ABHLTV]\d{2,3}\b|\bGB?\d{3}\b")
+
+
+def _dominant_kernel(kernels, device: str = "") -> str | None:
+    """A lever naming the one kernel that fills most of the GPU's busy time, or None."""
+    if kernels is None or not len(kernels) or "pct" not in kernels:
+        return None
+    pct = float(kernels["pct"].iloc[0])
+    if pct < DOMINANT_KERNEL_PCT:
+        return None
+    base = _kernel_base_name(str(kernels["name"].iloc[0]))
+    ncu = f"Nsight Compute (ncu --kernel-name {base} --set full)"
+    rocm = f"rocprof-compute (rocprof-compute profile -k {base})"
+    amd = AMD_DEVICE_RX.search(device) or (not device and any(
+        AMD_KERNEL_RX.search(str(n)) for n in kernels["name"].head(50)))
+    tool = rocm if amd else ncu if NVIDIA_DEVICE_RX.search(device) \
+        else f"the vendor's kernel profiler: {ncu} or {rocm}"
+    how = "autotune its block sizes / num_warps" if base.startswith("triton_") else \
+        "compare its achieved memory throughput and FLOP rate with the GPU's peaks"
+    return f"tune the kernel that takes {pct:.0f}% of GPU time, {base}: profile it with {tool} " \
+           f"and {how}"
+
+
+def _kernel_base_name(name: str) -> str:
+    """What ncu's --kernel-name matches by default: no return type, arguments, templates or
+    namespaces (`void ns::k<float>(float*)` -> `k`)."""
+    s = re.sub(r"^\s*void\s+", "", name.replace("(anonymous namespace)::", "")).split("(", 1)[0]
+    while "<" in s:  # innermost template arguments first
+        t = re.sub(r"<[^<>]*>", "", s)
+        if t == s:
+            break
+        s = t
+    return s.rsplit("::", 1)[-1].strip()[:80] or name[:80]
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:

@@ -111,6 +111,12 @@ LEVERS: dict[str, list[tuple[str, str]]] = {
          "re-recorded", "code"),
         ("record the graphs during warm-up, before the measured steps", "free"),
     ],
+    "alloc_uncached": [
+        ("turn PyTorch's caching allocator back on: unset PYTORCH_NO_CUDA_MEMORY_CACHING / "
+         "PYTORCH_NO_HIP_MEMORY_CACHING (tensors' frees call the driver inside the ops)",
+         "free"),
+        ("keep shapes stable (pad or bucket) so the caching allocator can reuse blocks", "code"),
+    ],
     "alloc": [
         ("stop device-memory churn: remove torch.cuda.empty_cache() from the loop; "
          "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF=expandable_segments:True", "free"),

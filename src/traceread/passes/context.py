@@ -8,7 +8,10 @@
 * ``dataloader_workers``: the DataLoader iterator is the multi-process one
   (``_MultiProcessingDataLoaderIter``), so ``num_workers`` is already > 0;
 * ``host_traced``: the host threads carry operators, ranges, python frames or OS
-  calls -- untraced time on them is then Python the profiler did not record.
+  calls -- untraced time on them is then Python the profiler did not record;
+* ``allocator_uncached``: device frees (``cudaFree``/``hipFree``) called as tensors die
+  inside framework ops, not by ``empty_cache()``: PyTorch's caching allocator is off
+  (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``), so every allocation and free calls the driver.
 """
 from __future__ import annotations
 
@@ -68,7 +71,62 @@ def trace_context(ev: pd.DataFrame) -> dict:
         "api_traced": bool(len(api)),
         "host_traced": bool(ev["kind"].isin(HOST_DETAIL_KINDS).any()
                             or _has_non_step_ranges(ev)),
+        "allocator_uncached": allocator_uncached(ev),
     }
+
+
+# With the caching allocator on, PyTorch calls the driver's free only from empty_cache() or
+# when an allocation fails and it releases its cache to retry (inside that allocation).
+# Frees inside other ops -- a backward function ending, zero_grad(set_to_none) -- are
+# tensors dying, which reach the driver only when caching is off.
+DEVICE_FREE_RX = re.compile(r"^(?:cuda|hip)Free$|^cuMemFree(?:_v\d+)?$")
+CACHE_RELEASE_RX = re.compile(r"empty_cache|emptyCache")
+ALLOCATING_OP_RX = re.compile(r"^aten::(?:empty|zeros|ones|full|new_)|caching_allocator|malloc",
+                              re.I)
+UNCACHED_MIN_FREES = 20
+UNCACHED_SHARE = 0.8
+_FREE_SAMPLE = 400   # frees looked at (evenly spread): enough to tell the pattern
+
+
+def allocator_uncached(ev: pd.DataFrame) -> bool:
+    """Most device frees sit inside ops that release tensors (see above)."""
+    free = kind_in(ev, ("runtime", "driver"))
+    if not free.any():
+        return False
+    rows = np.flatnonzero(free)
+    col = ev["name"]
+    if isinstance(col.dtype, pd.CategoricalDtype):   # test each distinct name once
+        hit = np.array([bool(DEVICE_FREE_RX.match(str(n))) for n in col.cat.categories] + [False])
+        rows = rows[hit[col.cat.codes.to_numpy()[rows]]]
+    else:
+        rows = rows[[bool(DEVICE_FREE_RX.match(str(n))) for n in col.to_numpy()[rows]]]
+    if len(rows) < UNCACHED_MIN_FREES:
+        return False
+    if len(rows) > _FREE_SAMPLE:
+        rows = rows[np.linspace(0, len(rows) - 1, _FREE_SAMPLE).astype(np.int64)]
+    where = _innermost_ops(ev, rows)
+    release = sum(1 for n in where if n and not CACHE_RELEASE_RX.search(n)
+                  and not ALLOCATING_OP_RX.search(n))
+    return release >= UNCACHED_SHARE * len(rows)
+
+
+def _innermost_ops(ev: pd.DataFrame, rows: np.ndarray) -> list[str]:
+    """Name of the innermost operator / python frame around each row on its thread ('' if none)."""
+    m = kind_in(ev, ("cpu_op", "python"))
+    if not m.any():
+        return [""] * len(rows)
+    ts, dur, tid = (ev[c].to_numpy() for c in ("ts", "dur", "tid"))
+    ops = np.flatnonzero(m)
+    end = ts + dur
+    out = []
+    by_tid = {t: ops[tid[ops] == t] for t in np.unique(tid[rows])}
+    for r in rows:
+        cand = by_tid[tid[r]]
+        i = int(np.searchsorted(ts[cand], ts[r], side="right"))
+        near = cand[max(0, i - LOOK_BACK):i]
+        cover = np.flatnonzero(end[near] >= end[r])   # nested: the latest start that covers it
+        out.append(str(ev["name"].iat[near[cover[-1]]]) if len(cover) else "")
+    return out
 
 
 def _has_non_step_ranges(ev: pd.DataFrame) -> bool:

@@ -249,7 +249,9 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
     out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items]
     alloc = int(parts.get("alloc", 0)) if cause == "host" else 0
     if alloc:   # allocator time is saved by allocator levers, the rest by the host levers
-        out = [{"lever": t, "cost": c, "saves_ns": alloc} for t, c in table["alloc"]] + \
+        akey = "alloc_uncached" if ctx.get("allocator_uncached") and ctx.get("pytorch", True) \
+            else "alloc"
+        out = [{"lever": t, "cost": c, "saves_ns": alloc} for t, c in table[akey]] + \
               [dict(lv, saves_ns=max(0, lv["saves_ns"] - alloc)) for lv in out]
     if cause == "copy" and out:
         out[0]["saves_ns"] = int(copy.get("pin_saves_ns", 0))
