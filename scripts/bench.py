@@ -101,7 +101,7 @@ print('LOADED', t_load, flush=True)
 ta.get_temporal_breakdown(visualize=False)
 print('RESULT', time.perf_counter() - t, t_load)
 """
-CLI = "import sys; from traceread.cli import main; sys.argv[0] = 'traceread'; main()"
+CLI = "import sys; from traceread.cli import run; sys.argv[0] = 'traceread'; run()"   # the console script
 DECODERS = ("python", "native")
 # the CLI sets this itself before numpy loads; the library processes get the same
 BASE_ENV = {"NUMPY_MADVISE_HUGEPAGE": "0", "TRACEREAD_NO_CACHE": "1"}

@@ -1,5 +1,5 @@
 """``python -m traceread``: the command line."""
-from .cli import main
+from .cli import run
 
 if __name__ == "__main__":
-    main(prog_name="traceread")
+    run()

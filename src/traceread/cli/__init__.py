@@ -100,6 +100,45 @@ class _Group(click.Group):
             _die(f"internal error: {type(e).__name__}: {e} (set TRACEREAD_DEBUG=1 for a traceback)")
 
 
+def run(prog_name: str = "traceread") -> None:
+    """The ``traceread`` program: ``main()``, then leave without tearing the interpreter down.
+
+    Freeing a big analysis' arrays and modules one by one at exit took ~0.2 s of a 3 s
+    analyze (557 MB). The output is flushed first; with a thread or a child process still
+    alive (a pool, a cache write) the normal exit runs instead, so nothing is cut short.
+    ``main`` stays the importable entry for tests and notebooks (CliRunner).
+    """
+    try:
+        main(prog_name=prog_name)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    _leave(code)
+
+
+def _leave(code) -> None:
+    if code is None:
+        code = 0
+    if not isinstance(code, int) or not _nothing_running():
+        raise SystemExit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # closed, or a reader that went away (| head)
+            pass
+    os._exit(code)
+
+
+def _nothing_running() -> bool:
+    import threading
+
+    if any(t is not threading.main_thread() and t.is_alive() and not t.daemon
+           for t in threading.enumerate()):
+        return False
+    mp = sys.modules.get("multiprocessing")
+    return not (mp and mp.active_children())
+
+
 def _die(message: str, code: int = 1) -> None:
     click.echo(f"traceread: error: {' '.join(message.split())}", err=True)
     sys.exit(code)

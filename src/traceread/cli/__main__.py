@@ -1,4 +1,4 @@
 """``python -m traceread.cli``: the same as the ``traceread`` script."""
-from . import main
+from . import run
 
-main(prog_name="traceread")
+run()
