@@ -115,13 +115,15 @@ def _innermost_ops(ev: pd.DataFrame, rows: np.ndarray) -> list[str]:
     m = kind_in(ev, ("cpu_op", "python"))
     if not m.any():
         return [""] * len(rows)
-    ts, dur, tid = (ev[c].to_numpy() for c in ("ts", "dur", "tid"))
+    ts, dur = (ev[c].to_numpy(np.int64) for c in ("ts", "dur"))
+    # one thread = (pid, tid): two processes may reuse a tid
+    thread = ev["pid"].to_numpy(np.int64) * (1 << 32) + (ev["tid"].to_numpy(np.int64) & 0xFFFFFFFF)
     ops = np.flatnonzero(m)
     end = ts + dur
     out = []
-    by_tid = {t: ops[tid[ops] == t] for t in np.unique(tid[rows])}
+    by_thread = {t: ops[thread[ops] == t] for t in np.unique(thread[rows])}
     for r in rows:
-        cand = by_tid[tid[r]]
+        cand = by_thread[thread[r]]
         i = int(np.searchsorted(ts[cand], ts[r], side="right"))
         near = cand[max(0, i - LOOK_BACK):i]
         cover = np.flatnonzero(end[near] >= end[r])   # nested: the latest start that covers it
