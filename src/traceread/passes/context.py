@@ -115,20 +115,27 @@ def _innermost_ops(ev: pd.DataFrame, rows: np.ndarray) -> list[str]:
     m = kind_in(ev, ("cpu_op", "python"))
     if not m.any():
         return [""] * len(rows)
-    ts, dur = (ev[c].to_numpy(np.int64) for c in ("ts", "dur"))
+    from .attribution import _thread_key
+
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
     # one thread = (pid, tid): two processes may reuse a tid
-    thread = ev["pid"].to_numpy(np.int64) * (1 << 32) + (ev["tid"].to_numpy(np.int64) & 0xFFFFFFFF)
+    thread = _thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
     ops = np.flatnonzero(m)
-    end = ts + dur
     out = []
     by_thread = {t: ops[thread[ops] == t] for t in np.unique(thread[rows])}
     for r in rows:
-        cand = by_thread[thread[r]]
-        i = int(np.searchsorted(ts[cand], ts[r], side="right"))
-        near = cand[max(0, i - LOOK_BACK):i]
-        cover = np.flatnonzero(end[near] >= end[r])   # nested: the latest start that covers it
-        out.append(str(ev["name"].iat[near[cover[-1]]]) if len(cover) else "")
+        cover = _covering(ts, end, by_thread[thread[r]], r)   # nested: the last is innermost
+        out.append(str(ev["name"].iat[cover[-1]]) if len(cover) else "")
     return out
+
+
+def _covering(ts: np.ndarray, end: np.ndarray, rows: np.ndarray, i: int) -> np.ndarray:
+    """Of ``rows`` (one thread's, ts-sorted), those that start by row i and end at or after
+    it, in start order; enclosing frames start shortly before, so LOOK_BACK rows suffice."""
+    k = int(np.searchsorted(ts[rows], ts[i], side="right"))
+    back = rows[max(0, k - LOOK_BACK):k]
+    return back[end[back] >= end[i]]
 
 
 def _has_non_step_ranges(ev: pd.DataFrame) -> bool:
@@ -159,9 +166,8 @@ def sync_caller(ev: pd.DataFrame, sync_name: str, limit: int = 200) -> str:
             ["p", "t"]).indices.items():
         rows = np.flatnonzero(host & (pid == p) & (tid == t))   # ts-sorted (table order)
         for i in hit[idx].tolist():
-            k = int(np.searchsorted(ts[rows], ts[i], side="right"))
-            back = rows[max(0, k - LOOK_BACK):k]   # enclosing frames start shortly before
-            back = back[(te[back] >= te[i]) & (back != i)]
+            back = _covering(ts, te, rows, i)
+            back = back[back != i]
             label = ev["name"].iloc[back].astype(str).to_numpy() if len(back) else []
             cand = [(j, n) for j, n in zip(back.tolist(), label)
                     if n != sync_name and not step.match(n)
