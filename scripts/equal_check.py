@@ -6,7 +6,7 @@
 Speed work must not change a single figure: run it on main and on a branch, then
 `--compare` the two folders. Traces: the corpus (MANIFEST.tsv kinds) and every trace
 under tests/fixtures by default. The analysis is the JSON dict of `analyze(load(f))`
-with timings that measure traceread itself removed; the table digest covers values,
+(it holds no timing of traceread itself); the table digest covers values,
 nulls and categorical dictionaries (order included).
 """
 from __future__ import annotations
@@ -73,15 +73,6 @@ def dump(out: Path, dirs: list[Path], max_bytes: int) -> int:
     return 0
 
 
-def _strip(o):
-    # wall-clock timings of traceread itself differ run to run
-    if isinstance(o, dict):
-        return {k: _strip(v) for k, v in o.items() if k not in ("elapsed_s", "timings", "read_s")}
-    if isinstance(o, list):
-        return [_strip(v) for v in o]
-    return o
-
-
 def compare(a: Path, b: Path) -> int:
     bad = 0
     names = sorted({p.name for p in a.glob("*.json")} | {p.name for p in b.glob("*.json")})
@@ -90,7 +81,7 @@ def compare(a: Path, b: Path) -> int:
             print("missing on one side:", n)
             bad += 1
             continue
-        ra, rb = (_strip(json.loads((d / n).read_text())) for d in (a, b))
+        ra, rb = (json.loads((d / n).read_text()) for d in (a, b))
         if ra != rb:
             bad += 1
             diff = [k for k in ("table", "analysis", "error") if ra.get(k) != rb.get(k)]
