@@ -287,9 +287,164 @@ def sc_alloc(torch, variant: str, truth: dict):
     return step
 
 
+FINISH: list = []   # callbacks run after the loop and its final synchronize
+
+
+def _busy_python(ms: float) -> int:
+    end = time.perf_counter() + ms / 1000
+    n = 0
+    while time.perf_counter() < end:
+        n += len(json.dumps({"k": n, "v": [n] * 8}))
+    return n
+
+
+def _gpt(torch, d: int, layers: int, heads: int):
+    import torch.nn.functional as F
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, heads, d // heads).unbind(2)
+            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                               v.transpose(1, 2), is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+            return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+    return torch.nn.Sequential(*[Block() for _ in range(layers)]).cuda()
+
+
+def sc_xformer(torch, variant: str, truth: dict):
+    """GPU bound bf16 transformer training, no sync in the step (the host runs ahead of the
+    GPU). Truth: the GEMM FLOPs of a step counted by hand, and the GPU time of each step
+    between CUDA events (so MFU = FLOPs / GPU time / peak can be checked)."""
+    d, layers, heads, b, s = 2048, 8, 16, 8, 2048
+    model = _gpt(torch, d, layers, heads)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    x = torch.randn(b, s, d, device="cuda")
+    tok = b * s
+    # Linear GEMMs: qkv 3d^2, proj d^2, up 4d^2, down 4d^2 = 12 d^2 per token per layer;
+    # forward 2 FLOP per MAC, backward twice the forward
+    gemm = 3 * 2 * tok * 12 * d * d * layers
+    # attention QK^T and PV, causal: flash kernels compute about half of the s x s square
+    attn_full = 3 * 2 * 2 * b * s * s * d * layers
+    ev = []
+
+    def step(i):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        e1.record()
+        ev.append((i, e0, e1))
+        truth["planted"][i] = {"gemm_flop": gemm, "attention_flop_full_square": attn_full}
+
+    def finish():   # after the loop's final synchronize: no sync inside the steps
+        for j, a, z in ev:
+            truth["planted"][j]["gpu_ms"] = a.elapsed_time(z)
+    FINISH.append(finish)
+    truth["what"] = (f"bf16 GPT block x{layers}, d={d}, batch {b}x{s}, fused AdamW; "
+                     "no sync inside the step")
+    return step
+
+
+def sc_queue(torch, variant: str, truth: dict):
+    """A deep queue of mid-size bf16 GEMMs, then torch.cuda.synchronize() every step (bad):
+    the sync waits while the GPU works through a full queue, so removing it saves ~nothing;
+    fixed = no per-step sync."""
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+
+    def step(i):
+        c = a
+        for _ in range(400):
+            c = (c @ w).clamp_(-1, 1)
+        t = now()
+        if variant == "bad":
+            torch.cuda.synchronize()
+        truth["planted"][i] = {"sync_ns": now() - t if variant == "bad" else 0,
+                               "gemms": 400}
+    truth["what"] = ("400 queued 2048^3 bf16 GEMMs, torch.cuda.synchronize() per step"
+                     if variant == "bad" else "400 queued GEMMs, no per-step sync")
+    return step
+
+
+def sc_pageable(torch, variant: str, truth: dict):
+    """The loss copied to a *pageable* host tensor with non_blocking=True every step: CUDA
+    makes a DtoH copy into pageable memory synchronous, so the 4-byte cudaMemcpyAsync blocks
+    until the queued step drains; fixed = a pinned buffer, read one step later."""
+    model = _mlp(torch, 4096, 8, torch.bfloat16)
+    x = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
+    host = torch.empty((), dtype=torch.float32, pin_memory=(variant == "fixed"))
+    done = [None]
+
+    def step(i):
+        for _ in range(3):
+            loss = model(x).float().pow(2).mean()
+        t = now()
+        if variant == "fixed" and done[0] is not None:
+            done[0].synchronize()           # last step's copy, long finished
+        host.copy_(loss, non_blocking=True)
+        if variant == "fixed":
+            done[0] = torch.cuda.Event()
+            done[0].record()
+        spent = now() - t
+        _busy_python(2.0)                   # host work the queued GPU step could hide
+        truth["planted"][i] = {"copy_call_ns": spent, "copy_bytes": 4,
+                               "pinned": variant == "fixed", "python_ms": 2.0}
+    truth["what"] = ("loss.copy_ to a pageable host tensor, non_blocking=True" if variant == "bad"
+                     else "loss copied to a pinned host tensor, read a step later")
+    return step
+
+
+def sc_cold(torch, variant: str, truth: dict):
+    """First inference calls of a fresh process (lazy module loading, cuDNN/cuBLAS init) under
+    the profiler; fixed = three warm-up calls first. Truth: the wall time of each call."""
+    import torch.nn.functional as F
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, 2, 3), torch.nn.ReLU(),
+                               torch.nn.Conv2d(64, 128, 3, 2, 1), torch.nn.ReLU()).cuda().eval()
+    head = _gpt(torch, 512, 2, 8).eval()
+    img = torch.randn(8, 3, 224, 224, device="cuda")
+    warm = 3 if variant == "fixed" else 0
+
+    def infer():
+        with torch.no_grad():
+            f = conv(img).flatten(2).transpose(1, 2)          # (8, 3136, 128)
+            f = F.pad(f, (0, 512 - 128))
+            return head(f).float().mean().item()
+
+    for _ in range(warm):
+        infer()
+    truth["warmup_calls"] = warm
+
+    def step(i):
+        t = now()
+        infer()
+        truth["planted"][i] = {"call_ns": now() - t}
+    truth["what"] = ("first inference calls of a fresh process, no warm-up" if warm == 0
+                     else "inference after 3 warm-up calls")
+    return step
+
+
 SCENARIOS = {"data": sc_data, "sync": sc_sync, "copy": sc_copy, "launch": sc_launch,
              "host": sc_host, "compile": sc_compile, "gpu": sc_gpu, "graphs": sc_graphs,
-             "alloc": sc_alloc}
+             "alloc": sc_alloc, "xformer": sc_xformer, "queue": sc_queue,
+             "pageable": sc_pageable, "cold": sc_cold}
+# torch.profiler options per scenario: shapes for FLOPs; the cold start is profiled from the
+# first call (no wait/warm-up in the schedule)
+KINETO_OPTS = {"xformer": {"record_shapes": True}}
+KINETO_SCHEDULE: dict = {}
+# profiled from the very first call, without a schedule (a schedule with no warm-up records
+# nothing on torch 2.11)
+KINETO_NO_SCHEDULE = {"cold": 3}
 # recorded by ``all`` unless --only names them (the first seven are the committed set)
 DEFAULT = ("data", "sync", "copy", "launch", "host", "compile", "gpu")
 
@@ -307,6 +462,8 @@ def run_one(mode: str, scenario: str, variant: str, out: Path) -> None:
         _run_kineto(torch, step, truth, stem)
     else:
         _run_plain(torch, step, truth)
+    for fn in FINISH:
+        fn()
     truth["planted"] = {str(k): v for k, v in truth["planted"].items()}
     Path(f"{stem}.{mode}.truth.json").write_text(json.dumps(truth, indent=1))
 
@@ -331,16 +488,29 @@ def _run_plain(torch, step, truth):
 
 def _run_kineto(torch, step, truth, stem):
     from torch.profiler import ProfilerActivity, profile, schedule
-    n = sum(SCHEDULE.values())
+    scenario = truth["scenario"]
+    if scenario in KINETO_NO_SCHEDULE:
+        n = KINETO_NO_SCHEDULE[scenario]
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                     **KINETO_OPTS.get(scenario, {})) as prof:
+            for i in range(n):
+                with torch.profiler.record_function(f"ProfilerStep#{i}"):
+                    _timed(step, truth, i)
+        torch.cuda.synchronize()
+        prof.export_chrome_trace(f"{stem}.json.gz")
+        truth["profiled_steps"] = list(range(n))
+        return
+    sched = KINETO_SCHEDULE.get(scenario, SCHEDULE)
+    n = sum(sched.values())
     path = f"{stem}.json.gz"
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                 schedule=schedule(**SCHEDULE),
+                 schedule=schedule(**sched), **KINETO_OPTS.get(scenario, {}),
                  on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
         for i in range(n):
             _timed(step, truth, i)
             prof.step()
     torch.cuda.synchronize()
-    truth["profiled_steps"] = list(range(SCHEDULE["wait"] + SCHEDULE["warmup"], n))
+    truth["profiled_steps"] = list(range(sched["wait"] + sched["warmup"], n))
 
 
 # --------------------------------------------------------------------------- big trace
@@ -425,7 +595,8 @@ def _nsys(scenario: str, variant: str, out: Path, env: dict) -> str:
     return "ok"
 
 
-def run_all(out: Path, deadline_s: float, only: list[str], nsys: bool, kineto: bool = True) -> None:
+def run_all(out: Path, deadline_s: float, only: list[str], nsys: bool, kineto: bool = True,
+            variants=("bad", "fixed")) -> None:
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -433,9 +604,9 @@ def run_all(out: Path, deadline_s: float, only: list[str], nsys: bool, kineto: b
     env["LD_LIBRARY_PATH"] = f"{libdw}:{env.get('LD_LIBRARY_PATH', '')}"
     log = []
     names = only or list(DEFAULT)
-    jobs = [("kineto", s, v) for s in names for v in ("bad", "fixed")] if kineto else []
+    jobs = [("kineto", s, v) for s in names for v in variants] if kineto else []
     if nsys:    # the planted variants first: the fixed ones only if time is left
-        jobs += [("nsys", s, v) for v in ("bad", "fixed") for s in names]
+        jobs += [("nsys", s, v) for v in variants for s in names]
     for mode, s, v in jobs:
         if time.time() - start > deadline_s:
             log.append(f"{mode} {s} {v}: skipped (deadline)")
@@ -462,6 +633,7 @@ def main(argv=None) -> None:
     ap.add_argument("--deadline-s", type=float, default=540)
     ap.add_argument("--only", default="")
     ap.add_argument("--no-nsys", action="store_true")
+    ap.add_argument("--variants", default="bad,fixed")
     ap.add_argument("--no-nvtx", action="store_true",
                     help="nsys runs only, without step ranges (<s>.<v>.nonvtx.sqlite)")
     ap.add_argument("--layers", type=int, default=24)
@@ -471,7 +643,7 @@ def main(argv=None) -> None:
         if a.no_nvtx:
             os.environ["RECORD_NO_NVTX"] = "1"
         run_all(Path(a.args[0]), a.deadline_s, [s for s in a.only.split(",") if s], not a.no_nsys,
-                kineto=not a.no_nvtx)
+                kineto=not a.no_nvtx, variants=tuple(a.variants.split(",")))
     elif a.what == "big":
         run_big(Path(a.args[0]), a.layers, a.steps)
     else:
