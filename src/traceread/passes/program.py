@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..collectives import is_comm_kernel, normalize_collective
+from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
 from ._common import kind_in
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "gpu_annotation", "other")
@@ -183,7 +183,8 @@ def collectives(ev: pd.DataFrame, host: list[str], kernels: list[str]) -> dict[s
                 found[key] = n
     for n in kernels:
         if is_comm_kernel(n):
-            key = _collective_name(n)
+            c = collective_from_kernel(n)
+            key = _collective_name(c) if c else None
             if key and key not in found:
                 found[key] = n
     # NCCL runs all_to_all as grouped send/recv: a SendRecv kernel beside it is that all_to_all
