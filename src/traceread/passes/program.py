@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
-from ._common import kind_in
+from ._common import kind_in, lut_at, rows_of
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "gpu_annotation", "other")
 
@@ -40,14 +40,12 @@ def _first(rx: re.Pattern, names) -> str | None:
 
 
 def _rows_named(ev: pd.DataFrame, rx: re.Pattern, kinds=None) -> np.ndarray:
-    """Rows whose name matches ``rx`` (one match per distinct name), optionally of ``kinds``."""
-    col = ev["name"]
-    cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
-    hit = np.array([bool(rx.search(str(n))) for n in cat.cat.categories] + [False])
-    m = hit[cat.cat.codes.to_numpy()]
-    if kinds is not None:
-        m &= kind_in(ev, kinds)
-    return np.flatnonzero(m)
+    """Rows (of ``kinds``; all when None) whose name matches ``rx``: one match per distinct
+    name among those rows."""
+    rows = rows_of(ev, kinds) if kinds is not None else None
+    lut, codes = lut_at(ev["name"], rows, lambda n: bool(rx.search(n)), False, bool)
+    hit = lut.take(codes)          # a null name (code -1) reads the last slot: False
+    return rows[hit] if rows is not None else np.flatnonzero(hit)
 
 
 def _thread(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
@@ -104,15 +102,17 @@ FRAMEWORK_RULES = tuple((f, re.compile(p)) for f, p in (
               r"(?:fully_sharded_data_parallel|_runtime_utils|_flat_param)\.py\("),
     ("fsdp2", r"^FSDP::|^fsdp::|FSDPParamGroup|torch/distributed/(?:fsdp/_fully_shard|"
               r"_composable/fsdp)/"),
-    ("deepspeed", r"(?i)deepspeed"),
-    ("megatron", r"(?i)megatron"),
-    ("torchrec", r"(?i)torchrec|ShardedEmbedding\w*Collection"),
+    ("deepspeed", r"(?i:deepspeed)"),
+    ("megatron", r"(?i:megatron)"),
+    ("torchrec", r"(?i:torchrec)|ShardedEmbedding\w*Collection"),
     ("vllm", r"^vllm::|(?:^|/)vllm/[\w/]+\.py\("),
     ("sglang", r"^sglang(?:_profiler)?::|(?:^|/)sglang/[\w/]+\.py\("),
     ("dtensor", r"torch/distributed/_?tensor/|^DTensor|^Redistribute(?:Backward)?\b"),
     ("pipelining", r"^PP:|PipelineStage|_step_microbatches|torch/distributed/pipelining/"),
-    ("horovod", r"(?i)horovod|^NEGOTIATE_(?:ALLREDUCE|ALLGATHER|BROADCAST|ALLTOALL)"),
+    ("horovod", r"(?i:horovod)|^NEGOTIATE_(?:ALLREDUCE|ALLGATHER|BROADCAST|ALLTOALL)"),
 ))
+# all rules in one pass over the names (a trace may hold tens of thousands of python frames)
+ANY_FRAMEWORK_RX = re.compile("|".join(f"(?:{rx.pattern})" for _, rx in FRAMEWORK_RULES))
 # TorchRec's sharded embeddings run FBGEMM's table-batched embedding (TBE) and exchange
 # the pooled embeddings with all_to_all: both together prove a sharded-embedding model.
 TBE_RX = re.compile(r"^fbgemm::split_embedding_codegen_lookup|split_embedding_codegen_forward")
@@ -122,11 +122,11 @@ VLLM_KERNEL_RX = re.compile(r"^(?:void )?vllm::")
 def frameworks(host: list[str], kernels: list[str], collectives: list[str]) -> dict[str, str]:
     """{framework: the name that proves it} (see FRAMEWORK_RULES)."""
     found = {}
-    for fw, rx in FRAMEWORK_RULES:
-        if fw not in found:
-            n = _first(rx, host)
-            if n is not None:
-                found[fw] = n
+    for n in host:
+        if ANY_FRAMEWORK_RX.search(n):
+            for fw, rx in FRAMEWORK_RULES:
+                if fw not in found and rx.search(n):
+                    found[fw] = n
     if "torchrec" not in found and "all_to_all" in collectives:
         n = _first(TBE_RX, host) or _first(TBE_RX, kernels)
         if n is not None:
@@ -162,20 +162,14 @@ def collectives(ev: pd.DataFrame, host: list[str], kernels: list[str]) -> dict[s
     """{collective: the event name that proves it}, from the table's ``collective`` column
     (record_param_comms args, NCCL kernel names) and from comm-call names."""
     found: dict[str, str] = {}
-    col = ev["collective"] if "collective" in ev else None
-    if col is not None and isinstance(col.dtype, pd.CategoricalDtype) and len(col.cat.categories):
-        codes = col.cat.codes.to_numpy()
-        for i, c in enumerate(col.cat.categories.astype(str)):
-            key = _collective_name(c)
-            if key and key not in found:
-                at = np.flatnonzero(codes == i)
-                if len(at):
-                    found[key] = str(ev["name"].iat[int(at[0])])
-    elif col is not None:
-        for c, n in zip(col.to_numpy(), ev["name"].to_numpy()):
-            key = _collective_name(c) if isinstance(c, str) else None
-            if key and key not in found:
-                found[key] = str(n)
+    if "collective" in ev:
+        rows = np.flatnonzero(ev["collective"].notna().to_numpy())
+        if len(rows):
+            vals = pd.Series(ev["collective"].iloc[rows].astype(object).to_numpy())
+            for i, c in vals.drop_duplicates().items():   # i: first row of each value
+                key = _collective_name(str(c))
+                if key and key not in found:
+                    found[key] = str(ev["name"].iat[int(rows[i])])
     for n in host:
         if COMM_NAME_RX.search(n):
             key = _collective_name(n)
@@ -261,7 +255,7 @@ def optimizer(ev: pd.DataFrame, host: list[str], kernels: list[str]) -> dict | N
                 "impl": "fused", "evidence": n}
     if re.search(r"(?i)fused", name):   # apex/DeepSpeed FusedAdam, FusedLAMB
         return {"name": name, "impl": "fused", "evidence": step}
-    spans = _rows_named(ev, re.compile(re.escape(step).join("^$")))
+    spans = _rows_named(ev, re.compile(re.escape(step).join("^$")), ("annotation", "cpu_op"))
     ops = _rows_named(ev, re.compile(r"^aten::|^_fused|^fused"), ("cpu_op",))
     inner = ops[_inside(ev, ops, spans)]
     inner_names = list(dict.fromkeys(ev["name"].iloc[inner].astype(str).tolist()))
@@ -485,7 +479,8 @@ def syncs(ev: pd.DataFrame, steps: int, opt_step: str | None) -> dict:
     if not len(rows) or per_step < PER_PARAM_MIN:
         return out
     if opt_step is not None:
-        spans = _rows_named(ev, re.compile(re.escape(opt_step).join("^$")))
+        spans = _rows_named(ev, re.compile(re.escape(opt_step).join("^$")),
+                            ("annotation", "cpu_op"))
         inside = int(_inside(ev, rows, spans).sum())
         if inside / max(1, steps) >= PER_PARAM_MIN:
             out["per_param_syncs"] = True
