@@ -186,6 +186,7 @@ def test_foreach_op_on_another_thread_is_not_inside_the_step():
     ("MulBackward0", "cpu_op", True),
     ("aten::convolution_backward", "cpu_op", True),
     ("Optimizer.zero_grad#SGD.zero_grad", "annotation", True),
+    ("RegisterPostBackwardFunction, seq = 45395, op_id = 990642", "annotation", True),
     ("## optimizer ##", "annotation", False),   # a user label, not an optimizer
     ("vllm::unified_attention_with_output", "cpu_op", False),
 ])
@@ -490,6 +491,9 @@ def test_real_compiled_traces(corpus_dir):
 def test_real_fsdp2_nsys(corpus_dir):
     c = _real(corpus_dir / "GindaChen__nsys-ai/tests/fixtures/h100_2gpu_1s.sqlite")
     assert c["framework"] == ["fsdp2"]
+    m = _real(corpus_dir / "GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite")
+    assert m["framework"] == ["fsdp2"] and m["training"]   # RegisterPostBackwardFunction
+    assert m["comm_backend"] == "nccl"
 
 
 def test_real_gloo_ddp(fixtures_dir):

@@ -272,9 +272,12 @@ def optimizer(ev: pd.DataFrame, host: list[str], kernels: list[str]) -> dict | N
 # ------------------------------------------------------------------ training
 
 # backward work: autograd's engine, backward nodes (AddmmBackward0), aten's *_backward ops,
-# backward kernels (flash_bwd, *_backward_*); or an optimizer step
+# FSDP's backward hooks -- FSDP2 registers RegisterPostBackwardFunction only when grad is
+# enabled --, backward kernels (flash_bwd, *_backward_*); or an optimizer step
 BACKWARD_HOST_RX = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$"
-                              r"|^aten::\w+_backward\b|^Optimizer\.(?:step|zero_grad)#")
+                              r"|^aten::\w+_backward\b|^Optimizer\.(?:step|zero_grad)#"
+                              r"|^RegisterPostBackwardFunction|^FSDP::(?:pre|post)_backward"
+                              r"|^FullyShardedDataParallel\._(?:pre|post)_backward")
 BACKWARD_KERNEL_RX = re.compile(r"(?i)backward|_bwd_|_bwd\b|bwd_kernel|dgrad|wgrad")
 
 
