@@ -282,7 +282,8 @@ def test_dtypes_ignore_non_matrix_kernels_and_type_names():
         "(at::GenericPackedTensorAccessor<int, 1ul>, fbgemm_gpu::FixedDivisor)",
         "void vllm::reshape_and_cache_flash_kernel<__hip_bfloat16, __hip_bfloat16, "
         "(vllm::Fp8KVCacheDataType)0>(__hip_bfloat16 const*)",
-        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>>()")
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>>()",
+        "void fbgemm_gpu::(anonymous namespace)::_get_FP8_qparam_cuda_kernel<float>(float const*)")
     assert not any(d.values())
 
 

@@ -374,16 +374,19 @@ def dtypes(ev: pd.DataFrame, kernels: list[str]) -> tuple[dict, dict]:
 
 
 GEMV_RX = re.compile(r"(?i)gemv")
+# FBGEMM's namespace says "gemm", its embedding and quantize kernels are not GEMMs
+FBGEMM_NS_RX = re.compile(r"\bfbgemm(?:_gpu)?::")
 
 
 def matrix_kernels(kernels: list[str]) -> list[str]:
     """The GEMM / convolution / attention kernels (and cuBLAS gemv), classed on the kernel's
-    own name: a full signature mentions ``fbgemm_gpu::`` in an embedding kernel's arguments."""
+    own name without FBGEMM's namespace: an embedding kernel's signature or namespace
+    mentions ``fbgemm_gpu::``."""
     from .kernel_classes import _RULES, _head
 
     out = []
     for n in kernels:
-        h = _head(n)
+        h = FBGEMM_NS_RX.sub("", _head(n))
         cls = next((c for c, rx in _RULES if rx.search(h)), None)
         if cls == "gemm" or GEMV_RX.search(h) or FUSED_ATTN_KERNEL_RX.search(h):
             out.append(n)
