@@ -123,7 +123,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("collectives", collective_summary, ref("ev"))
     side.submit("graphs", _graphs, ref("ev"), ref("all_ev"))
     side.submit("classes", _classes, ref("ev"))
-    side.submit("ctx", trace_context, ref("ev"))
+    side.submit("ctx", trace_context, ref("ev"), trace.meta)
     side.submit("copies", copy_summary, ref("ev"), [str(d.get("name", ""))
                                                     for d in trace.meta.devices
                                                     if isinstance(d, dict)])

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import msgspec
 from msgspec import Struct, field
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 
 class _S(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -390,6 +390,65 @@ class Utilization(_S):
     headline: Optional[str] = None
 
 
+class Optimizer(_S):
+    name: str                    # Optimizer.step#<name>.step, or from the torch.optim function
+    impl: str                    # "fused" | "foreach" | "for_loop" | "unknown"
+    evidence: str
+
+
+class Dtypes(_S):
+    """Precisions of the matrix work (GEMM / convolution / attention kernels, matmul ops)."""
+
+    bf16: bool
+    fp16: bool
+    fp8: bool
+    fp4: bool
+    fp32_gemm: bool              # FP32 GEMMs on FMA units (sgemm, _ffma_, float gemv)
+    tf32: bool
+
+
+class Context(_S):
+    """What the trace already does (``passes/context.py``, ``passes/program.py``; every rule in
+    docs/analysis.md "Levers that fit what the trace already does"). ``*_evidence``: the event
+    name (op, annotation, python frame, kernel) that proves the key; null when it is false."""
+
+    uses_cuda_graphs: bool
+    training: bool
+    training_evidence: Optional[str]
+    fused_optimizer: bool
+    dataloader_workers: bool
+    dataloader_single: bool
+    pytorch: bool
+    api_traced: bool
+    host_traced: bool
+    allocator_uncached: bool
+    framework: list[str]         # ddp, fsdp1, fsdp2, deepspeed, megatron, torchrec, vllm, ...
+    framework_evidence: dict[str, str]
+    collectives: list[str]       # all_reduce, all_gather, reduce_scatter, all_to_all, ...
+    collectives_evidence: dict[str, str]
+    comm_backend: Optional[str]  # nccl | rccl | gloo | mpi
+    comm_backend_evidence: Optional[str]
+    optimizer: Optional[Optimizer]
+    compiled: bool
+    compiled_evidence: Optional[str]
+    compile_mode_graphs: bool    # torch.compile's CUDA graph trees (mode="reduce-overhead")
+    compile_mode_graphs_evidence: Optional[str]
+    dtypes: Dtypes
+    dtypes_evidence: dict[str, str]
+    fused_attention: bool
+    fused_attention_evidence: Optional[str]
+    convolutions: bool
+    convolutions_evidence: Optional[str]
+    torch_version: Optional[str]  # exact when recorded, else the format's era: ">=2.4", "1.8-1.9"
+    torch_version_evidence: Optional[str]
+    steps_seen: int              # ProfilerStep rows in the window (1 without any): the divisor
+    ddp_buffer_broadcast_ns: int  # per step
+    syncs_per_step: float
+    per_param_syncs: bool
+    per_param_syncs_evidence: Optional[str]
+    graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
+
+
 class AnalyzeTrace(_S, kw_only=True):
     """One trace's analysis (``Analysis.to_dict()``)."""
 
@@ -404,7 +463,7 @@ class AnalyzeTrace(_S, kw_only=True):
     kernels: list[Kernel]
     kernel_classes: list[KernelClass]
     copies: Copies
-    context: dict[str, Any]      # what the trace already does (passes/context.py): flags
+    context: Context
     graphs: Graphs
     utilization: Optional[Utilization] = None
     verdict: Verdict

@@ -2,9 +2,9 @@
 
 * ``uses_cuda_graphs``: graph launches (``cudaGraphLaunch``, ``hipGraphLaunch``,
   ``cuGraphLaunch``) or graph-replay rows in the window;
-* ``training``: backward or optimizer work (an inference trace gets no optimizer
-  or micro-batch advice);
-* ``fused_optimizer``: fused optimizer kernels/ops (``_fused_adam(w)``, ``_fused_sgd``);
+* ``training``: an optimizer step or backward work (``passes/program.py``: an inference
+  trace gets no optimizer or micro-batch advice);
+* ``fused_optimizer``: the optimizer runs fused (``_fused_adam(w)``, ``_fused_sgd``, FusedAdam);
 * ``dataloader_workers``: the DataLoader iterator is the multi-process one
   (``_MultiProcessingDataLoaderIter``), so ``num_workers`` is already > 0;
 * ``host_traced``: the host threads carry operators, ranges, python frames or OS
@@ -12,6 +12,9 @@
 * ``allocator_uncached``: device frees (``cudaFree``/``hipFree``) called as tensors die
   inside framework ops, not by ``empty_cache()``: PyTorch's caching allocator is off
   (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``), so every allocation and free calls the driver.
+
+The program keys (framework, collectives, optimizer, compile, dtypes, ...) come from
+``passes/program.py``; docs/analysis.md lists every key with its evidence rule.
 """
 from __future__ import annotations
 
@@ -22,27 +25,16 @@ import pandas as pd
 
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN
 from ._common import kind_in
+from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
 GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
-TRAINING_RX = re.compile(r"(?i)backward|Optimizer\.(?:step|zero_grad)|autograd::engine"
-                         r"|_fused_adam|_fused_sgd|_foreach_add|optimizer")
-FUSED_OPT_RX = re.compile(r"_fused_adamw?_?|_fused_sgd|fused_adam|FusedAdam|multi_tensor_adam")
 MULTI_WORKER_RX = re.compile(r"_MultiProcessingDataLoaderIter")
 SINGLE_WORKER_RX = re.compile(r"_SingleProcessDataLoaderIter")
 HOST_DETAIL_KINDS = ("cpu_op", "python", "osrt")
 LOOK_BACK = 4000   # host rows scanned back from a sync call for its caller
 
 
-def _names_of(ev: pd.DataFrame, kinds) -> list[str]:
-    m = kind_in(ev, kinds)
-    if not m.any():
-        return []
-    col = ev["name"]
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        codes = col.cat.codes.to_numpy()[m]
-        used = np.unique(codes[codes >= 0])
-        return col.cat.categories.take(used).astype(str).tolist()
-    return [str(x) for x in pd.unique(col[m].dropna())]
+_names_of = names_of
 
 
 # A PyTorch program: aten ops, python frames, profiler steps, or ATen/c10 kernels (an nsys
@@ -52,17 +44,20 @@ PYTORCH_HOST_RX = re.compile(r"^(?:aten::|autograd::|torch|ProfilerStep#|Optimiz
 PYTORCH_KERNEL_RX = re.compile(r"at::native::|at::cuda::|c10::|\bat::|triton_")
 
 
-def trace_context(ev: pd.DataFrame) -> dict:
+def trace_context(ev: pd.DataFrame, meta=None) -> dict:
     """Flags describing what the analysed window already does (see module doc); ``pytorch``:
-    whether the program is PyTorch at all (else the levers name CUDA calls, not torch ones)."""
+    whether the program is PyTorch at all (else the levers name CUDA calls, not torch ones).
+    ``meta``: the trace's ``TraceMeta`` (device, distributedInfo, header: backend, version)."""
     api = _names_of(ev, ("runtime", "driver"))
     host = _names_of(ev, ("cpu_op", "annotation", "python"))
+    all_host = _names_of(ev, PROGRAM_HOST_KINDS)   # + GPU-side ranges, Horovod/other spans
     kernels = _names_of(ev, ("kernel",))
     graph_rows = bool((ev["kind"] == "graph").any()) if len(ev) else False
+    prog = program_context(ev, meta, host=all_host, kernels=kernels, api=api)
+    opt = prog["optimizer"]
     return {
         "uses_cuda_graphs": graph_rows or any(GRAPH_LAUNCH_RX.match(n) for n in api),
-        "training": any(TRAINING_RX.search(n) for n in host + kernels),
-        "fused_optimizer": any(FUSED_OPT_RX.search(n) for n in host + kernels),
+        "fused_optimizer": bool(opt and opt["impl"] == "fused"),
         "dataloader_workers": any(MULTI_WORKER_RX.search(n) for n in host)
         and not any(SINGLE_WORKER_RX.search(n) for n in host),
         "dataloader_single": any(SINGLE_WORKER_RX.search(n) for n in host),
@@ -72,6 +67,7 @@ def trace_context(ev: pd.DataFrame) -> dict:
         "host_traced": bool(ev["kind"].isin(HOST_DETAIL_KINDS).any()
                             or _has_non_step_ranges(ev)),
         "allocator_uncached": allocator_uncached(ev),
+        **prog,
     }
 
 
