@@ -11,7 +11,9 @@ nanosecond of a gap goes to exactly one category, the first in ``CPU_CATEGORIES`
 (priority order) that has an event on a launch thread covering it; what no event
 covers is ``untraced``. Categories are interval unions carved out of the gaps
 one after another, so the per-category times of a device sum exactly to its
-idle time.
+idle time. A launch thread parked in a wait is not working: its waits are carved out
+of its own operator/python rows, and an instant where every launch thread waits is
+``wait`` (see ``_waiting``).
 
 Launch threads of a (pid, device): the host threads whose runtime/driver calls
 launched that device's GPU operations (correlation linkage); without linkage,

@@ -13,7 +13,9 @@ Rules for the frames a culprit may name (docs/analysis.md §4, "Culprits"):
   (compile, graph capture, DataLoader, collective, sync, allocator) covers the instant on
   a launch thread, and never while the row's own thread is parked in a wait;
 * the innermost frame that does the work: among the names that explain at least
-  ``SHARE`` of the largest span, the one with the shortest mean duration.
+  ``SHARE`` of the largest span, the one with the shortest mean duration; when that name
+  still encloses its work (rows nested in it cover ``SHARE`` of it), the name inside it
+  with the largest span that does its own work is named first (``_doing_the_work``).
 
 A sync's caller is the innermost user frame/op around the sync calls that actually
 drained a gap (on a launch thread, returning as the gap began), not around every call of
@@ -34,6 +36,7 @@ from .context import _covering
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN
 
 SHARE = 0.5
+_DESCEND = 50   # names inside an enclosing range tried, largest first
 _CAT = {c: i for i, c in enumerate(attr.CPU_CATEGORIES)}
 _WORK = (_CAT["cpu_op"], _CAT["python"])
 # another cause owns the instants these cover on a launch thread
@@ -102,7 +105,9 @@ def host_culprit(ev, gaps, ops, parts, top_ops) -> str:
     kinds = {"python": ("python",), "cpu_op": ("cpu_op", "annotation", "osrt")}.get(top)
     if not kinds:
         return ""
-    name, ns = innermost_in_gaps(ev, gaps[long_], ops, kinds)
+    name, ns, inner, inner_ns = innermost_in_gaps(ev, gaps[long_], ops, kinds)
+    if inner:   # the op doing the work first, the range around it for context
+        return f"{inner} spans {_ms(inner_ns)} of idle GPU time (inside {name}, {_ms(ns)})"
     return f"{name} spans {_ms(ns)} of idle GPU time" if name else ""
 
 
@@ -123,20 +128,17 @@ def _categories(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
                           attr._nccl_domain(ev, rows), None).astype(np.int64)
 
 
-def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
-                      kinds=("python", "cpu_op")) -> tuple[str, int]:
-    """The deepest launch-thread frame/op that still explains most of the host time of
-    ``gaps`` (see module doc): (name, ns of idle time its rows cover)."""
-    if not len(gaps):
-        return "", 0
+def _work_rows(ev, gaps, ops, kinds):
+    """Per launch thread: (the host-owned part of its gaps, its candidate rows, their base
+    name ids), and the base names ({id: name}). Host-owned: no container of another cause
+    on a launch thread (``_OTHER``) and the thread itself not waiting."""
     ts = ev["ts"].to_numpy(np.int64)
     te = ts + ev["dur"].to_numpy(np.int64)
     host = kind_in(ev, attr.HOST_KINDS)
     want = kind_in(ev, kinds)
-    spans: dict[int, list] = {}   # base name -> [(starts, ends)] clipped to host time
-    durs: dict[int, list] = {}
     codes, cats = attr._codes(ev["name"])
     bases: dict[str, int] = {}   # emit_nvtx's "aten::add, seq = 12, op_id = 7" -> aten::add
+    out = []
     for gs, ge, on, key in _launch_rows(ev, gaps, ops):
         gaps_iv = intervals.union(gs, ge)
         rows = np.flatnonzero(host & on)
@@ -152,31 +154,88 @@ def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
             wait = rows[mine & (cat == _CAT["wait"])]
             region = intervals.subtract(free, intervals.union(ts[wait], te[wait]))
             r = rows[mine & cand]
-            hit, _ = intervals.overlap_hits(region, ts[r], te[r])
-            r = r[hit]
-            base = attr._name_lut(cats, codes[r], lambda n: bases.setdefault(
-                attr._NVTX_SUFFIX_RX.sub("", n), len(bases)))[codes[r]]
-            for c in np.unique(base).tolist():
-                rc = r[base == c]
-                spans.setdefault(c, []).append(intervals.intersect(
-                    region, intervals.union(ts[rc], te[rc])))
-                durs.setdefault(c, []).append(te[rc] - ts[rc])
-    names = {i: n for n, i in bases.items()}
-    tot, mean = {}, {}
-    for c, parts_ in spans.items():
-        n = names.get(c, "")
-        if not n or any(rx.match(n) for rx in _STEP_RX):
-            continue
-        s = np.concatenate([p[0] for p in parts_])
-        e = np.concatenate([p[1] for p in parts_])
-        tot[c] = intervals.total(intervals.union(s, e))
-        mean[c] = float(np.concatenate(durs[c]).mean())
+            r = r[intervals.overlap_hits(region, ts[r], te[r])[0]]
+            base = attr._name_lut(cats, codes[r], lambda n: bases.setdefault(n, len(bases)))
+            out.append((region, r, base[codes[r]]))
+    return out, {i: n for n, i in bases.items()}
+
+
+class _Spans:
+    """Idle time each base name's rows cover (a union, clipped to the host-owned time)."""
+
+    def __init__(self, ev, threads):
+        self.ts = ev["ts"].to_numpy(np.int64)
+        self.te = self.ts + ev["dur"].to_numpy(np.int64)
+        self.threads = threads
+
+    def covered(self, rows_of) -> int:
+        """ns of host-owned time covered by ``rows_of(rows, base)`` (a mask) on any thread."""
+        s, e = [], []
+        for region, r, base in self.threads:
+            sel = r[rows_of(r, base)]
+            if len(sel):
+                iv = intervals.intersect(region, intervals.union(self.ts[sel], self.te[sel]))
+                s.append(iv[0])
+                e.append(iv[1])
+        return intervals.total(intervals.union(np.concatenate(s), np.concatenate(e))) if s else 0
+
+    def of(self, c: int) -> int:
+        return self.covered(lambda r, base: base == c)
+
+    def inside(self, c: int):
+        """A mask maker: rows of other names nested in a row of ``c`` on the same thread."""
+        def mask(r, base):
+            mine = r[base == c]
+            out = np.zeros(len(r), bool)
+            if not len(mine):
+                return out
+            cs, ce = intervals.union(self.ts[mine], self.te[mine])
+            k = np.searchsorted(cs, self.ts[r], side="right") - 1
+            out = (k >= 0) & (self.te[r] <= ce[np.maximum(k, 0)]) & (base != c)
+            return out
+        return mask
+
+
+def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
+                      kinds=("python", "cpu_op")) -> tuple[str, int, str, int]:
+    """The deepest launch-thread frame/op that still explains most of the host time of
+    ``gaps`` (see module doc): (name, ns of idle time its rows cover, and when that name
+    is an enclosing range whose own children do the work -- they cover ``SHARE`` of it,
+    none alone half -- the heaviest op inside it that does its own work, with its ns;
+    else "", 0)."""
+    if not len(gaps):
+        return "", 0, "", 0
+    threads, names = _work_rows(ev, gaps, ops, kinds)
+    sp = _Spans(ev, threads)
+    ids = np.concatenate([b for _, _, b in threads]) if threads else np.empty(0, np.int64)
+    durs = np.concatenate([sp.te[r] - sp.ts[r] for _, r, _ in threads]) if threads else ids
+    ok = [c for c in np.unique(ids).tolist()
+          if c >= 0 and not any(rx.match(names[c]) for rx in _STEP_RX)]
+    tot = {c: sp.of(c) for c in ok}
     tot = {c: v for c, v in tot.items() if v > 0}
     if not tot:
-        return "", 0
+        return "", 0, "", 0
+    mean = {c: float(durs[ids == c].mean()) for c in tot}
     best = max(tot.values())
     j = min((c for c, v in tot.items() if v >= SHARE * best), key=lambda c: (mean[c], -tot[c]))
-    return str(names[j]), int(tot[j])
+    inner, inner_ns = _doing_the_work(sp, j, tot)
+    return names[j], tot[j], names.get(inner, ""), inner_ns
+
+
+def _doing_the_work(sp: _Spans, j: int, tot: dict) -> tuple[int, int]:
+    """When the rows nested in ``j`` cover ``SHARE`` of its time (``j`` encloses the work:
+    a module range, ``DistributedDataParallel.forward``), the name inside it that covers
+    the most of it while not itself enclosing its work; (-1, 0) otherwise."""
+    if sp.covered(sp.inside(j)) < SHARE * tot[j]:
+        return -1, 0
+    inside = {}
+    for region, r, base in sp.threads:
+        m = sp.inside(j)(r, base)
+        inside.update(dict.fromkeys(np.unique(base[m]).tolist()))
+    for c in sorted(inside, key=lambda c: -tot.get(c, 0))[:_DESCEND]:
+        if tot.get(c, 0) and sp.covered(sp.inside(c)) < SHARE * tot[c]:
+            return c, tot[c]
+    return -1, 0
 
 
 def _draining_calls(ev, sync_name, gaps, ops) -> np.ndarray:
