@@ -15,7 +15,8 @@ Rules for the frames a culprit may name (docs/analysis.md §4, "Culprits"):
 * the innermost frame that does the work: among the names that explain at least
   ``SHARE`` of the largest span, the one with the shortest mean duration; when that name
   still encloses its work (rows nested in it cover ``SHARE`` of it), the name inside it
-  with the largest span that does its own work is named first (``_doing_the_work``).
+  with the largest span that does its own work (``_doing_the_work``) is named first when it
+  does ``INNER_SHARE`` of the range's time, else after the range ("largest op inside").
 
 A sync's caller is the innermost user frame/op around the sync calls that actually
 drained a gap (on a launch thread, returning as the gap began), not around every call of
@@ -37,6 +38,9 @@ from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_
 
 SHARE = 0.5
 _DESCEND = 50   # names inside an enclosing range tried, largest first
+# the op inside an enclosing range is named first only when it does this share of the
+# range's idle time; below it the work is scattered and the range leads
+INNER_SHARE = 0.25
 _CAT = {c: i for i, c in enumerate(attr.CPU_CATEGORIES)}
 _WORK = (_CAT["cpu_op"], _CAT["python"])
 # another cause owns the instants these cover on a launch thread
@@ -106,8 +110,11 @@ def host_culprit(ev, gaps, ops, parts, top_ops) -> str:
     if not kinds:
         return ""
     name, ns, inner, inner_ns = innermost_in_gaps(ev, gaps[long_], ops, kinds)
-    if inner:   # the op doing the work first, the range around it for context
+    if inner and inner_ns >= INNER_SHARE * ns:   # the op doing the work, then its range
         return f"{inner} spans {_ms(inner_ns)} of idle GPU time (inside {name}, {_ms(ns)})"
+    if inner:   # the work is scattered: the range, and the largest op inside it
+        return (f"{name} spans {_ms(ns)} of idle GPU time; largest op inside: "
+                f"{inner} {_ms(inner_ns)}")
     return f"{name} spans {_ms(ns)} of idle GPU time" if name else ""
 
 
