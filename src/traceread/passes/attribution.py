@@ -448,9 +448,8 @@ def _waiting(gaps_iv, cats, hs, he, key):
     if not wait.any():
         return cats, hs, he
     g_s, g_e = gaps_iv
-    keep = ~wait
-    cs, ss, es = [cats[keep & ~np.isin(cats, _WORK)]], [hs[keep & ~np.isin(cats, _WORK)]], \
-        [he[keep & ~np.isin(cats, _WORK)]]
+    keep = ~wait & ~np.isin(cats, _WORK)   # work rows come back below, less their waits
+    cs, ss, es = [cats[keep]], [hs[keep]], [he[keep]]
     all_wait = (g_s, g_e)
     for t in np.unique(key).tolist():
         mine = key == t
