@@ -17,6 +17,7 @@ import pandas as pd
 
 from .passes import attribution as attr_mod
 from .passes import context as context_mod
+from .passes import culprits as culprits_mod
 from .passes import window as window_mod
 from .passes import steps as steps_mod
 from .passes import utilization as util_mod
@@ -179,8 +180,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                                       and source != "whole_trace" and len(ops))
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
-                culprits=_culprits(ev, gaps, summary, att["top_ops"], copies, collectives, comp,
-                                   kernels, parts, ctx))
+                culprits=culprits_mod.culprits(ev, gaps, ops, summary, att["top_ops"], copies,
+                                               collectives, comp, kernels, parts, ctx))
     verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)
@@ -428,63 +429,6 @@ def _module_loads(ev: pd.DataFrame) -> int:
     return int(code_in(names.cat.codes.to_numpy()[api], hit).sum())
 
 
-def _host_culprit(ev, gaps, summary, parts, top_ops) -> str:
-    """The deepest frame or op behind the host-bound time, or the untraced share."""
-    long_ = ~attr_mod.is_sync_drained(gaps) & \
-        (gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS)
-    by = {c: int(gaps[f"cpu_{c}"].to_numpy(np.int64)[long_].sum())
-          for c in ("python", "cpu_op", "alloc", "untraced")}
-    top = max(by, key=by.get) if any(by.values()) else ""
-    if top == "untraced" and parts.get("host_untraced"):
-        return f"untraced time on the launching thread (Python?): {_ms(by['untraced'])}"
-    if top == "alloc":   # the allocator call itself, not whatever API call is innermost
-        al = top_ops[top_ops["category"] == "alloc"] if len(top_ops) else top_ops
-        return f"{al['name'].iloc[0]}: {_ms(int(al['ns'].iloc[0]))} inside gaps" if len(al) else ""
-    kinds = {"python": ("python",), "cpu_op": ("cpu_op", "annotation", "osrt")}.get(top)
-    if not kinds:
-        return ""
-    name, ns = context_mod.innermost_in_gaps(ev, pd.DataFrame(
-        {"start": gaps["start"].to_numpy(np.int64)[long_],
-         "end": gaps["end"].to_numpy(np.int64)[long_]}), kinds)
-    return f"{name} spans {_ms(ns)} of idle GPU time" if name else ""
-
-
-def _culprits(ev, gaps, summary, top_ops, copies, collectives, comp, kernels, parts, ctx) -> dict:
-    """The concrete thing behind each cause, named for the report."""
-    out: dict[str, str] = {}
-    if summary["by_sync_op"]:
-        op, v = max(summary["by_sync_op"].items(), key=lambda kv: kv[1]["ns"])
-        caller = context_mod.sync_caller(ev, op)
-        out["sync"] = f"{op} in {v['gaps']} gaps" + (f", called from {caller}" if caller else "")
-    big = copies.get("largest")
-    if big:
-        kind = "pageable" if big["pageable"] else "pinned"
-        rate = f" at {big['gbps']:.1f} GB/s" if big.get("gbps") else ""
-        out["copy"] = (f"{_bytes(big['bytes'])} {big['direction']} {kind} copy "
-                       f"×{big['count']}{rate}")
-    out["host"] = _host_culprit(ev, gaps, summary, parts, top_ops)
-    data = top_ops[top_ops["category"] == "dataloader"] if len(top_ops) else top_ops
-    if len(data):
-        out["data"] = str(data["name"].iloc[0]) + (
-            " (num_workers=0)" if ctx.get("dataloader_single") else "")
-    if collectives is not None and len(collectives) and "exposed_ns" in collectives:
-        c = collectives.sort_values("exposed_ns", ascending=False).iloc[0]
-        out["comms"] = f"{c['collective']} ×{int(c['count'])}, exposed {_ms(int(c['exposed_ns']))}"
-    for cause, cat in (("compile", "compile"), ("graph_capture", "graph_capture")):
-        top = top_ops[top_ops["category"] == cat] if len(top_ops) else top_ops
-        if len(top):
-            out[cause] = f"{top['name'].iloc[0]} {_ms(int(top['ns'].iloc[0]))} inside gaps"
-    if comp and comp.get("recompiles"):
-        out["compile"] = f"{comp['recompiles']} recompiles; " + out.get("compile", "")
-    if len(kernels):
-        short = kernels[kernels["avg_ns"] < 10_000] if "avg_ns" in kernels else kernels.iloc[:0]
-        n = int(kernels["instances"].sum())
-        ns = int(short["instances"].sum()) if len(short) else 0
-        if n:
-            out["launch"] = f"{100 * ns / n:.0f}% of {n:,} kernels average under 10 us"
-    return out
-
-
 def _missing(meta: TraceMeta, ev: pd.DataFrame, ctx: dict) -> list[str]:
     """What this capture cannot show, and how to record it."""
     out = []
@@ -496,14 +440,6 @@ def _missing(meta: TraceMeta, ev: pd.DataFrame, ctx: dict) -> list[str]:
         out.append("no framework operators: the DataLoader and .item() show only through "
                    "NVTX; nsys profile --pytorch=autograd-nvtx names them")
     return out
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
-
 
 
 def _graphs(ev: pd.DataFrame, all_ev: pd.DataFrame) -> dict:

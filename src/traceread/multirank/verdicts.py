@@ -23,7 +23,7 @@ from .why import CAUSE_TEXT
 # Cause of the straggler's late windows -> the verdict bound that names it.
 CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "graph_capture", "sync": "sync",
                "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host",
-               "gpu_compute": "gpu", "comm_wait": "mixed"}
+               "gpu_compute": "gpu", "comm_wait": "mixed", "wait": "mixed"}
 STRAGGLER_LEVERS = {
     "untraced": "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
                 "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)",

@@ -30,6 +30,7 @@ CAUSE_TEXT = {
     "compile": "torch.compile compilation",
     "graph_capture": "recording CUDA graphs",
     "comm_wait": "another collective (it was itself waiting)",
+    "wait": "a wait on another thread or process (a lock, condition, poll or child process)",
     "gpu_compute": "longer GPU compute (its GPU was still busy with compute kernels)",
 }
 

@@ -11,7 +11,9 @@ nanosecond of a gap goes to exactly one category, the first in ``CPU_CATEGORIES`
 (priority order) that has an event on a launch thread covering it; what no event
 covers is ``untraced``. Categories are interval unions carved out of the gaps
 one after another, so the per-category times of a device sum exactly to its
-idle time.
+idle time. A launch thread parked in a wait is not working: its waits are carved out
+of its own operator/python rows, and an instant where every launch thread waits is
+``wait`` (see ``_waiting``).
 
 Launch threads of a (pid, device): the host threads whose runtime/driver calls
 launched that device's GPU operations (correlation linkage); without linkage,
@@ -34,8 +36,8 @@ from ._frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch", "cpu_op",
-                  "python", "untraced")
+CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch", "wait",
+                  "cpu_op", "python", "untraced")
 DRAINS = ("sync", "starved")
 
 # A sync call "ended at the gap's start" when it was already running when the GPU
@@ -103,6 +105,18 @@ COMM_RX = re.compile(
     r"^(?:c10d::|c10d_|nccl:|record_param_comms|ProcessGroup|gloo:|mpi:|aten::wait"
     r"|torch\.distributed)|ProcessGroupNCCL::wait|Work(?:NCCL)?::wait|torch/distributed/")
 HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
+# A thread parked in one of these waits for another thread, process or peer; it is not
+# working. OS-runtime calls (nsys OSRT): condition/futex/semaphore/lock waits, polls,
+# joins, a child process, socket receives. Never plain ``read`` (a file read is work)
+# nor sleeps (a sleep on the step path is the program's own delay).
+WAIT_OSRT_RX = re.compile(r"^(?:poll|ppoll|epoll_wait|epoll_pwait|select|pselect6?|"
+                          r"pthread_cond_(?:timed|clock)?wait|futex|sem_(?:timed|clock)?wait|"
+                          r"pthread_join|waitpid|waitid|wait4|pthread_mutex_lock|"
+                          r"pthread_rwlock_\w*lock|recv|recvfrom|recvmsg|accept4?)(?:64)?$")
+# The same waits as Python frames (with_stack): Condition/Event/Thread waits, a queue get.
+WAIT_PY_RX = re.compile(r"(?:^|/)(?:threading\.py\(\d+\): (?:wait|join|_wait_for_tstate_lock)"
+                        r"|queue\.py\(\d+\): get|selectors\.py\(\d+\): select)$"
+                        r"|^<built-in method acquire of _thread\.(?:lock|RLock) object")
 _SLICE = 1 << 18   # host rows per slice of the top-ops overlap
 _DENSE_KEYS = 1 << 22   # (name, category) keys counted in a dense table up to this many
 
@@ -161,6 +175,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
                                        else [DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN])]
 
     def by_name(n: str) -> int:
+        if WAIT_OSRT_RX.match(n) or WAIT_PY_RX.search(n):
+            return -3   # a wait, when the row is an OS call or a python frame
         if any(r.search(n) for r in step_rx):
             return -2
         if GRAPH_RECORD_RX.search(n):
@@ -195,7 +211,9 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
                        ("osrt", cat["cpu_op"]), ("python", cat["python"])):
         m = kind == HOST_KINDS.index(k)
         named = named_lut[name[m]]
-        out[m] = np.where(named >= 0, named, np.where(named == -2, -1, default))
+        wait = cat["wait"] if k in ("osrt", "python") else default
+        out[m] = np.where(named >= 0, named, np.where(named == -2, -1,
+                                                      np.where(named == -3, wait, default)))
     if nccl is not None:
         out[nccl & (kind == HOST_KINDS.index("annotation"))] = cat["comm_wait"]
     return out
@@ -349,16 +367,18 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         # only the rows that reach a gap count (most run while the GPU is busy)
         gaps_iv = intervals.union(gs, ge)
         near = intervals.reaching(gaps_iv, s_on, e_on)
+        t_on = key[on][near] if not on.all() else key[near]
         c_on, s_on, e_on, k_on, n_on = c_on[near], s_on[near], e_on[near], k_on[near], n_on[near]
+        cc, cs, ce = _waiting(gaps_iv, c_on, s_on, e_on, t_on)
         if len(idx) == n:   # one (pid, device): carve straight into the result
-            _carve(gs, ge, c_on, s_on, e_on, split)
+            _carve(gs, ge, cc, cs, ce, split)
         else:
-            split[idx] = _carve(gs, ge, c_on, s_on, e_on)
+            split[idx] = _carve(gs, ge, cc, cs, ce)
         sy = on & is_sync
         drain_op[idx] = _drain(gs, ge, _sync_names(name_cats, name[sy]), hs[sy], he[sy],
                                sync_ops)
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
-        del on, c_on, s_on, e_on, k_on, n_on, sy, near
+        del on, c_on, s_on, e_on, k_on, n_on, sy, near, t_on, cc, cs, ce
     for j, c in enumerate(CPU_CATEGORIES):
         gaps[f"cpu_{c}"] = split[:, j]
     gaps["cpu"] = str_column(CPU_CATEGORIES, split.argmax(axis=1))
@@ -406,6 +426,52 @@ def _capture_regions(kind, name, name_cats, hs, he, key):
     if not len(rows):
         return None
     return hs[rows], stops, key[rows], name[rows], kind[rows]
+
+
+_WAIT = CPU_CATEGORIES.index("wait")
+_WORK = (CPU_CATEGORIES.index("cpu_op"), CPU_CATEGORIES.index("python"))
+
+
+def _waiting(gaps_iv, cats, hs, he, key):
+    """Launch-thread rows with each thread's waits taken out of its own work.
+
+    A thread parked in a wait (``WAIT_OSRT_RX``, ``WAIT_PY_RX``) is not working: its
+    operator, range and python rows (``cpu_op``, ``python``: frames that merely enclose
+    the wait) lose the instants it waits, so another launch thread's work -- or its
+    untraced time -- explains them. Containers keep them: a wait inside a collective,
+    the DataLoader, a sync or a compile is that cause's time. ``wait`` is left only
+    where every launch thread seen in that gap waits (a thread with no row in a gap
+    neither works nor waits there as far as the trace shows). Returns (cats, starts,
+    ends) to carve; the same arrays when no launch thread waits.
+    """
+    wait = cats == _WAIT
+    if not wait.any():
+        return cats, hs, he
+    g_s, g_e = gaps_iv
+    keep = ~wait & ~np.isin(cats, _WORK)   # work rows come back below, less their waits
+    cs, ss, es = [cats[keep]], [hs[keep]], [he[keep]]
+    all_wait = (g_s, g_e)
+    for t in np.unique(key).tolist():
+        mine = key == t
+        waits = intervals.union(hs[mine & wait], he[mine & wait])
+        for c in _WORK:
+            m = mine & (cats == c)
+            if m.any():
+                piece = intervals.subtract(intervals.union(hs[m], he[m]), waits)
+                cs.append(np.full(len(piece[0]), c, cats.dtype))
+                ss.append(piece[0])
+                es.append(piece[1])
+        # the gaps this thread shows no row in: there it is neither working nor waiting
+        touched = intervals.overlap(intervals.union(hs[mine], he[mine]), g_s, g_e) > 0
+        free = intervals.union(np.concatenate([waits[0], g_s[~touched]]),
+                               np.concatenate([waits[1], g_e[~touched]]))
+        all_wait = intervals.intersect(all_wait, free)
+    cs.append(np.full(len(all_wait[0]), _WAIT, cats.dtype))
+    ss.append(all_wait[0])
+    es.append(all_wait[1])
+    s, e, c = np.concatenate(ss), np.concatenate(es), np.concatenate(cs)
+    order = np.argsort(s, kind="stable")
+    return c[order], s[order], e[order]
 
 
 def _sync_names(cats: pd.Index, codes: np.ndarray) -> np.ndarray:

@@ -23,7 +23,6 @@ import re
 import numpy as np
 import pandas as pd
 
-from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN
 from ._common import kind_in
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
@@ -140,92 +139,3 @@ def _has_non_step_ranges(ev: pd.DataFrame) -> bool:
     step = re.compile(r"(?i)^(?:ProfilerStep#\d+|(?:train[_ ]?)?(?:step|iter|iteration|batch)"
                       r"[\s_#:=-]*\d+)$")
     return any(not step.match(n) for n in names)
-
-
-def sync_caller(ev: pd.DataFrame, sync_name: str, limit: int = 200) -> str:
-    """The most frequent innermost enclosing frame/op of ``sync_name`` calls ("" if none).
-
-    A python frame (``file.py(line): fn``) is preferred, then a user range, then an operator.
-    """
-    names = ev["name"].astype(str) if not isinstance(ev["name"].dtype, pd.CategoricalDtype) \
-        else ev["name"]
-    hit = np.flatnonzero((names == sync_name).to_numpy())[:limit]
-    if not len(hit):
-        return ""
-    host = kind_in(ev, ("cpu_op", "annotation", "python"))
-    ts = ev["ts"].to_numpy(np.int64)
-    te = ts + ev["dur"].to_numpy(np.int64)
-    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
-    step = re.compile(r"^ProfilerStep#\d+$")
-    votes: dict[str, int] = {}
-    for (p, t), idx in pd.DataFrame({"p": pid[hit], "t": tid[hit]}).groupby(
-            ["p", "t"]).indices.items():
-        rows = np.flatnonzero(host & (pid == p) & (tid == t))   # ts-sorted (table order)
-        for i in hit[idx].tolist():
-            back = _covering(ts, te, rows, i)
-            back = back[back != i]
-            label = ev["name"].iloc[back].astype(str).to_numpy() if len(back) else []
-            cand = [(j, n) for j, n in zip(back.tolist(), label)
-                    if n != sync_name and not step.match(n)
-                    and not n.startswith("aten::_local_scalar")]
-            if not cand:
-                continue
-            kinds = ev["kind"].iloc[[j for j, _ in cand]].astype(str).tolist()
-            # the user's own line: not torch internals, not a C builtin
-            py = [c for c, k_ in zip(cand, kinds) if k_ == "python" and ".py(" in c[1]
-                  and "torch/" not in c[1] and not c[1].startswith("<built-in")]
-            ann = [c for c, k_ in zip(cand, kinds) if k_ == "annotation"]
-            pool = py or ann or cand
-            j, n = min(pool, key=lambda c: te[c[0]] - ts[c[0]])
-            votes[n] = votes.get(n, 0) + 1
-    return max(votes, key=votes.get) if votes else ""
-
-
-IDLE_WAIT_RX = re.compile(r"^(?:poll|ppoll|epoll_wait|epoll_pwait|select|pselect6?|"
-                          r"pthread_cond_(?:timed)?wait|futex|sem_(?:timed)?wait|pthread_join|"
-                          r"waitpid|wait4|pthread_mutex_lock|pthread_rwlock_\w*lock)(?:64)?$")
-
-
-def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, kinds=("python", "cpu_op"),
-                      share: float = 0.5) -> tuple[str, int]:
-    """The deepest host frame/op that still explains most of the idle time it sits in.
-
-    Inclusive time favours outer frames (``<module>``, ``train_step``); exclusive
-    time scatters. Among the rows whose time inside gaps is at least ``share`` of
-    the largest such row, the shortest one is the most specific culprit.
-    """
-    from . import intervals
-
-    m = kind_in(ev, kinds)
-    if not m.any() or not len(gaps):
-        return "", 0
-    rx = [re.compile(p) for p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
-                                  UNNUMBERED_STEP_PATTERN)]
-    rows = np.flatnonzero(m)
-    s = ev["ts"].to_numpy(np.int64)[rows]
-    e = s + ev["dur"].to_numpy(np.int64)[rows]
-    iv = intervals.union(gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64))
-    hit, ov = intervals.overlap_hits(iv, s, e)
-    if not len(hit):
-        return "", 0
-    rows, dur = rows[hit], (e - s)[hit]
-    col = ev["name"]
-    cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
-    codes = cat.cat.codes.to_numpy()[rows]
-    used = np.unique(codes[codes >= 0])
-    is_step = np.zeros(len(cat.cat.categories) + 1, bool)
-    is_step[used] = [any(r.match(str(n)) for r in rx) for n in cat.cat.categories.take(used)]
-    # a thread parked in poll / a condition wait was waiting for work, not doing it
-    is_wait = np.zeros(len(cat.cat.categories) + 1, bool)
-    is_wait[used] = [bool(IDLE_WAIT_RX.match(str(n))) for n in cat.cat.categories.take(used)]
-    ok = ~is_step[codes] & ~is_wait[codes]
-    if not ok.any():
-        return "", 0
-    # by name: a sleep called 16 times a step explains the idle time together, not once
-    c, ov, dur = codes[ok], ov[ok], dur[ok]
-    tot = np.bincount(c + 1, weights=ov)
-    mean_dur = np.bincount(c + 1, weights=dur) / np.maximum(np.bincount(c + 1), 1)
-    cand = np.flatnonzero(tot >= share * tot.max())
-    j = cand[np.argmin(mean_dur[cand])]
-    name = cat.cat.categories[j - 1] if j >= 1 else ""
-    return str(name), int(tot[j])

@@ -86,6 +86,7 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     out["compile"] = int(cols["compile"].sum())
     out["graph_capture"] = int(cols["graph_capture"].sum())
     out["comms"] = int(cols["comm_wait"].sum())
+    out["unexplained"] += int(cols["wait"].sum())   # every launch thread waiting, on nothing traced
     # allocator calls are never the sync's: cudaFree synchronizes on its own, so removing
     # the .item() before an empty_cache() saves none of it
     w = {c: (whole if c == "alloc" else rest) for c in _CPU_COLS}
@@ -109,7 +110,7 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
 
 
 _CPU_COLS = ("dataloader", "compile", "graph_capture", "comm_wait", "sync", "alloc", "launch",
-             "cpu_op", "python", "untraced")
+             "wait", "cpu_op", "python", "untraced")
 _HOST_ALL = ("sync", "alloc", "launch", "cpu_op", "python", "untraced")
 
 

@@ -334,8 +334,8 @@ SCENARIOS = {
 def write_nsys(trace: Trace, path, schema: str = "3.x", start_ns: int = 1 * MS):
     """Write a builder-made trace as an Nsight Systems SQLite export.
 
-    GPU ops and runtime calls map to the CUPTI tables; every host range
-    (operator, python frame, annotation) becomes an NVTX push/pop range, the
+    GPU ops and runtime calls map to the CUPTI tables, OS-runtime calls to OSRT_API;
+    every host range (operator, python frame, annotation) becomes an NVTX push/pop range, the
     way ``torch.autograd.profiler.emit_nvtx`` shows operators. Times are
     shifted so the first event starts at ``start_ns`` (session-relative).
     """
@@ -369,4 +369,6 @@ def write_nsys(trace: Trace, path, schema: str = "3.x", start_ns: int = 1 * MS):
             w.runtime(s, e, name, int(r.pid), int(r.tid), corr=corr)
         elif kind in ("cpu_op", "python", "annotation"):
             w.nvtx_range(s, e, name, int(r.pid), int(r.tid))
+        elif kind == "osrt":
+            w.osrt(s, e, name, int(r.pid), int(r.tid))
     return w.close()

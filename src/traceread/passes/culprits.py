@@ -1,0 +1,308 @@
+"""The concrete thing behind each cause, named for the report (``culprits``).
+
+Rules for the frames a culprit may name (docs/analysis.md §4, "Culprits"):
+
+* only the launching threads' own frames (``attribution.launch_threads`` of the gaps'
+  (pid, device)): a helper thread's ``read()`` or gloo's transport-thread ``recv`` never
+  fed the GPU;
+* only inside the gaps it explains, and its span there is the union of its rows clipped
+  to those gaps -- nested calls of one name (recursion) count once, so a span never
+  exceeds the idle time it explains;
+* never a frame of another cause: only rows the attribution counts as host work
+  (``cpu_op``/``python``), measured only where no container of another cause
+  (compile, graph capture, DataLoader, collective, sync, allocator) covers the instant on
+  a launch thread, and never while the row's own thread is parked in a wait;
+* the innermost frame that does the work: among the names that explain at least
+  ``SHARE`` of the largest span, the one with the shortest mean duration; when that name
+  still encloses its work (rows nested in it cover ``SHARE`` of it), the name inside it
+  with the largest span that does its own work (``_doing_the_work``) is named first when it
+  does ``INNER_SHARE`` of the range's time, else after the range ("largest op inside").
+
+A sync's caller is the innermost user frame/op around the sync calls that actually
+drained a gap (on a launch thread, returning as the gap began), not around every call of
+that name: an ``.item()`` on a CPU tensor waits for nothing.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import attribution as attr
+from . import intervals
+from . import verdict as verdict_mod
+from ._common import fmt_ms as _ms, kind_in
+from .context import _covering
+from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN
+
+SHARE = 0.5
+_DESCEND = 50   # names inside an enclosing range tried, largest first
+# the op inside an enclosing range is named first only when it does this share of the
+# range's idle time; below it the work is scattered and the range leads
+INNER_SHARE = 0.25
+_CAT = {c: i for i, c in enumerate(attr.CPU_CATEGORIES)}
+_WORK = (_CAT["cpu_op"], _CAT["python"])
+# another cause owns the instants these cover on a launch thread
+_OTHER = tuple(_CAT[c] for c in ("compile", "graph_capture", "dataloader", "comm_wait", "sync",
+                                 "alloc"))
+_STEP_RX = [re.compile(p) for p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
+                                    UNNUMBERED_STEP_PATTERN)]
+
+
+def culprits(ev, gaps, ops, summary, top_ops, copies, collectives, comp, kernels, parts,
+             ctx) -> dict:
+    """{cause: text} for the report."""
+    out: dict[str, str] = {}
+    if summary["by_sync_op"]:
+        op, v = max(summary["by_sync_op"].items(), key=lambda kv: kv[1]["ns"])
+        caller = sync_caller(ev, op, gaps, ops)
+        out["sync"] = f"{op} in {v['gaps']} gaps" + (f", called from {caller}" if caller else "")
+    big = copies.get("largest")
+    if big:
+        kind = "pageable" if big["pageable"] else "pinned"
+        rate = f" at {big['gbps']:.1f} GB/s" if big.get("gbps") else ""
+        out["copy"] = (f"{_bytes(big['bytes'])} {big['direction']} {kind} copy "
+                       f"×{big['count']}{rate}")
+    out["host"] = host_culprit(ev, gaps, ops, parts, top_ops)
+    data = top_ops[top_ops["category"] == "dataloader"] if len(top_ops) else top_ops
+    if len(data):
+        out["data"] = str(data["name"].iloc[0]) + (
+            " (num_workers=0)" if ctx.get("dataloader_single") else "")
+    if collectives is not None and len(collectives) and "exposed_ns" in collectives:
+        c = collectives.sort_values("exposed_ns", ascending=False).iloc[0]
+        out["comms"] = f"{c['collective']} ×{int(c['count'])}, exposed {_ms(int(c['exposed_ns']))}"
+    for cause, cat in (("compile", "compile"), ("graph_capture", "graph_capture")):
+        top = top_ops[top_ops["category"] == cat] if len(top_ops) else top_ops
+        if len(top):
+            out[cause] = f"{top['name'].iloc[0]} {_ms(int(top['ns'].iloc[0]))} inside gaps"
+    if comp and comp.get("recompiles"):
+        out["compile"] = f"{comp['recompiles']} recompiles; " + out.get("compile", "")
+    if len(kernels):
+        short = kernels[kernels["avg_ns"] < 10_000] if "avg_ns" in kernels else kernels.iloc[:0]
+        n = int(kernels["instances"].sum())
+        ns = int(short["instances"].sum()) if len(short) else 0
+        if n:
+            out["launch"] = f"{100 * ns / n:.0f}% of {n:,} kernels average under 10 us"
+    return out
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def host_culprit(ev, gaps, ops, parts, top_ops) -> str:
+    """The deepest frame or op behind the host-bound time, or the untraced share."""
+    long_ = ~attr.is_sync_drained(gaps) & \
+        (gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS)
+    by = {c: int(gaps[f"cpu_{c}"].to_numpy(np.int64)[long_].sum())
+          for c in ("python", "cpu_op", "alloc", "untraced")}
+    top = max(by, key=by.get) if any(by.values()) else ""
+    if top == "untraced" and parts.get("host_untraced"):
+        return f"untraced time on the launching thread (Python?): {_ms(by['untraced'])}"
+    if top == "alloc":   # the allocator call itself, not whatever API call is innermost
+        al = top_ops[top_ops["category"] == "alloc"] if len(top_ops) else top_ops
+        return f"{al['name'].iloc[0]}: {_ms(int(al['ns'].iloc[0]))} inside gaps" if len(al) else ""
+    kinds = {"python": ("python",), "cpu_op": ("cpu_op", "annotation", "osrt")}.get(top)
+    if not kinds:
+        return ""
+    name, ns, inner, inner_ns = innermost_in_gaps(ev, gaps[long_], ops, kinds)
+    if inner and inner_ns >= INNER_SHARE * ns:   # the op doing the work, then its range
+        return f"{inner} spans {_ms(inner_ns)} of idle GPU time (inside {name}, {_ms(ns)})"
+    if inner:   # the work is scattered: the range, and the largest op inside it
+        return (f"{name} spans {_ms(ns)} of idle GPU time; largest op inside: "
+                f"{inner} {_ms(inner_ns)}")
+    return f"{name} spans {_ms(ns)} of idle GPU time" if name else ""
+
+
+def _launch_rows(ev, gaps, ops):
+    """Per (pid, device) of ``gaps``: (gap starts, gap ends, thread-key mask of its launch
+    threads over ``ev``)."""
+    key = attr._thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
+        on = attr._thread_mask(key, attr.launch_threads(ev, ops, int(pid), int(dev)))
+        yield (gaps["start"].to_numpy(np.int64)[idx], gaps["end"].to_numpy(np.int64)[idx],
+               on, key)
+
+
+def _categories(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Attribution category of ``rows`` (``attribution._classify``; -1: never counted)."""
+    name, cats = attr._codes(ev["name"])
+    return attr._classify(attr._kind_index(ev, rows), name[rows], cats,
+                          attr._nccl_domain(ev, rows), None).astype(np.int64)
+
+
+def _work_rows(ev, gaps, ops, kinds):
+    """Per launch thread: (the host-owned part of its gaps, its candidate rows, their base
+    name ids), and the base names ({id: name}). Host-owned: no container of another cause
+    on a launch thread (``_OTHER``) and the thread itself not waiting."""
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    host = kind_in(ev, attr.HOST_KINDS)
+    want = kind_in(ev, kinds)
+    codes, cats = attr._codes(ev["name"])
+    bases: dict[str, int] = {}   # emit_nvtx's "aten::add, seq = 12, op_id = 7" -> aten::add
+    out = []
+    for gs, ge, on, key in _launch_rows(ev, gaps, ops):
+        gaps_iv = intervals.union(gs, ge)
+        rows = np.flatnonzero(host & on)
+        rows = rows[intervals.reaching(gaps_iv, ts[rows], te[rows])]
+        if not len(rows):
+            continue
+        cat = _categories(ev, rows)
+        other = np.isin(cat, _OTHER)
+        free = intervals.subtract(gaps_iv, intervals.union(ts[rows[other]], te[rows[other]]))
+        cand = want[rows] & np.isin(cat, _WORK)
+        for t in np.unique(key[rows[cand]]).tolist():
+            mine = key[rows] == t
+            wait = rows[mine & (cat == _CAT["wait"])]
+            region = intervals.subtract(free, intervals.union(ts[wait], te[wait]))
+            r = rows[mine & cand]
+            r = r[intervals.overlap_hits(region, ts[r], te[r])[0]]
+            base = attr._name_lut(cats, codes[r], lambda n: bases.setdefault(n, len(bases)))
+            out.append((region, r, base[codes[r]]))
+    return out, {i: n for n, i in bases.items()}
+
+
+class _Spans:
+    """Idle time each base name's rows cover (a union, clipped to the host-owned time)."""
+
+    def __init__(self, ev, threads):
+        self.ts = ev["ts"].to_numpy(np.int64)
+        self.te = self.ts + ev["dur"].to_numpy(np.int64)
+        self.threads = threads
+
+    def covered(self, rows_of) -> int:
+        """ns of host-owned time covered by ``rows_of(rows, base)`` (a mask) on any thread."""
+        s, e = [], []
+        for region, r, base in self.threads:
+            sel = r[rows_of(r, base)]
+            if len(sel):
+                iv = intervals.intersect(region, intervals.union(self.ts[sel], self.te[sel]))
+                s.append(iv[0])
+                e.append(iv[1])
+        return intervals.total(intervals.union(np.concatenate(s), np.concatenate(e))) if s else 0
+
+    def of(self, c: int) -> int:
+        return self.covered(lambda r, base: base == c)
+
+    def inside(self, c: int):
+        """A mask maker: rows of other names nested in a row of ``c`` on the same thread."""
+        def mask(r, base):
+            mine = r[base == c]
+            out = np.zeros(len(r), bool)
+            if not len(mine):
+                return out
+            cs, ce = intervals.union(self.ts[mine], self.te[mine])
+            k = np.searchsorted(cs, self.ts[r], side="right") - 1
+            out = (k >= 0) & (self.te[r] <= ce[np.maximum(k, 0)]) & (base != c)
+            return out
+        return mask
+
+
+def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
+                      kinds=("python", "cpu_op")) -> tuple[str, int, str, int]:
+    """The deepest launch-thread frame/op that still explains most of the host time of
+    ``gaps`` (see module doc): (name, ns of idle time its rows cover, and when that name
+    is an enclosing range whose own children do the work -- they cover ``SHARE`` of it,
+    none alone half -- the heaviest op inside it that does its own work, with its ns;
+    else "", 0)."""
+    if not len(gaps):
+        return "", 0, "", 0
+    threads, names = _work_rows(ev, gaps, ops, kinds)
+    sp = _Spans(ev, threads)
+    ids = np.concatenate([b for _, _, b in threads]) if threads else np.empty(0, np.int64)
+    durs = np.concatenate([sp.te[r] - sp.ts[r] for _, r, _ in threads]) if threads else ids
+    ok = [c for c in np.unique(ids).tolist()
+          if c >= 0 and not any(rx.match(names[c]) for rx in _STEP_RX)]
+    tot = {c: sp.of(c) for c in ok}
+    tot = {c: v for c, v in tot.items() if v > 0}
+    if not tot:
+        return "", 0, "", 0
+    mean = {c: float(durs[ids == c].mean()) for c in tot}
+    best = max(tot.values())
+    j = min((c for c, v in tot.items() if v >= SHARE * best), key=lambda c: (mean[c], -tot[c]))
+    inner, inner_ns = _doing_the_work(sp, j, tot)
+    return names[j], tot[j], names.get(inner, ""), inner_ns
+
+
+def _doing_the_work(sp: _Spans, j: int, tot: dict) -> tuple[int, int]:
+    """When the rows nested in ``j`` cover ``SHARE`` of its time (``j`` encloses the work:
+    a module range, ``DistributedDataParallel.forward``), the name inside it that covers
+    the most of it while not itself enclosing its work; (-1, 0) otherwise."""
+    if sp.covered(sp.inside(j)) < SHARE * tot[j]:
+        return -1, 0
+    inside = {}
+    for region, r, base in sp.threads:
+        m = sp.inside(j)(r, base)
+        inside.update(dict.fromkeys(np.unique(base[m]).tolist()))
+    for c in sorted(inside, key=lambda c: -tot.get(c, 0))[:_DESCEND]:
+        if tot.get(c, 0) and sp.covered(sp.inside(c)) < SHARE * tot[c]:
+            return c, tot[c]
+    return -1, 0
+
+
+def _draining_calls(ev, sync_name, gaps, ops) -> np.ndarray:
+    """Rows named ``sync_name`` (emit_nvtx suffixes dropped) on a launch thread of a
+    sync-drained gap that returned as the gap began (``attribution._drain``'s window)."""
+    name, cats = attr._codes(ev["name"])
+    is_name = attr._name_lut(cats, name, lambda n: attr._op_base(n) == sync_name, bool, False)
+    rows = np.flatnonzero(is_name[name])
+    if not len(rows) or gaps is None or not len(gaps):
+        return rows
+    drained = gaps[attr.is_sync_drained(gaps)]
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    keep = np.zeros(len(rows), bool)
+    for gs, ge, on, _ in _launch_rows(ev, drained, ops):
+        r = on[rows]
+        lo = gs - attr.SKEW_NS
+        hi = np.minimum(gs + attr.SYNC_TOLERANCE_NS, ge + attr.SKEW_NS)
+        order = np.argsort(lo)
+        lo, hi, g0 = lo[order], hi[order], gs[order]
+        k = np.searchsorted(lo, te[rows], side="right") - 1   # the last window opening by the return
+        ok = (k >= 0)
+        kk = np.maximum(k, 0)
+        ok &= te[rows] <= hi[kk]
+        ok &= ts[rows] <= g0[kk] + attr.SKEW_NS
+        keep |= r & ok
+    return rows[keep]
+
+
+def sync_caller(ev: pd.DataFrame, sync_name: str, gaps: pd.DataFrame | None = None,
+                ops: pd.DataFrame | None = None, limit: int = 200) -> str:
+    """The most frequent innermost enclosing frame/op of the ``sync_name`` calls that drained
+    a gap ("" if none). A python frame (``file.py(line): fn``) of the user's own code is
+    preferred, then a user range, then an operator; step ranges never count."""
+    hit = _draining_calls(ev, sync_name, gaps, ops)[:limit]
+    if not len(hit):
+        return ""
+    host = kind_in(ev, ("cpu_op", "annotation", "python"))
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    votes: dict[str, int] = {}
+    for (p, t), idx in pd.DataFrame({"p": pid[hit], "t": tid[hit]}).groupby(
+            ["p", "t"]).indices.items():
+        rows = np.flatnonzero(host & (pid == p) & (tid == t))   # ts-sorted (table order)
+        for i in hit[idx].tolist():
+            back = _covering(ts, te, rows, i)
+            back = back[back != i]
+            label = ev["name"].iloc[back].astype(str).to_numpy() if len(back) else []
+            cand = [(j, n) for j, n in zip(back.tolist(), label)
+                    if attr._op_base(n) != sync_name and not any(rx.match(n) for rx in _STEP_RX)
+                    and not n.startswith("aten::_local_scalar")]
+            if not cand:
+                continue
+            kinds = ev["kind"].iloc[[j for j, _ in cand]].astype(str).tolist()
+            # the user's own line: not torch internals, not a C builtin
+            py = [c for c, k_ in zip(cand, kinds) if k_ == "python" and ".py(" in c[1]
+                  and "torch/" not in c[1] and not c[1].startswith("<built-in")]
+            ann = [c for c, k_ in zip(cand, kinds) if k_ == "annotation"]
+            pool = py or ann or cand
+            j, n = min(pool, key=lambda c: te[c[0]] - ts[c[0]])
+            votes[n] = votes.get(n, 0) + 1
+    return max(votes, key=votes.get) if votes else ""
