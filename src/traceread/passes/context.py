@@ -20,7 +20,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN
+from .steps import (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, INFERENCE_STEP_PATTERN,
+                    UNNUMBERED_STEP_PATTERN)
 from ._common import kind_in
 
 GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
@@ -204,7 +205,7 @@ def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, kinds=("python", "cp
     if not m.any() or not len(gaps):
         return "", 0
     rx = [re.compile(p) for p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
-                                  UNNUMBERED_STEP_PATTERN)]
+                                  UNNUMBERED_STEP_PATTERN, INFERENCE_STEP_PATTERN)]
     rows = np.flatnonzero(m)
     s = ev["ts"].to_numpy(np.int64)[rows]
     e = s + ev["dur"].to_numpy(np.int64)[rows]

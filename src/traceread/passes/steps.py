@@ -6,7 +6,7 @@ NVTX/record_function range such as ``step 12``, ``iteration_3``, ``train_step 7`
 (``FALLBACK_STEP_PATTERN``), else a range that repeats with no index (``train_step``,
 ``iteration``; ``UNNUMBERED_STEP_PATTERN``), else an inference-server step range
 (``INFERENCE_STEP_PATTERN``: sglang's ``step[DECODE bs=32]`` / ``step[EXTEND ...]``, the
-``execute_<N>_context_<M>(...)_generation_<K>(...)`` range of vLLM/sglang captures, vLLM's
+``execute_[<N>_]context_<M>(...)_generation_<K>(...)`` range of vLLM/sglang captures, vLLM's
 ``gpu_model_runner.py(...): execute_model`` frame; one such range is a step), or whatever
 ``--step-pattern`` says. The numbers inside inference ranges are batch sizes and token
 counts, not step indices: those steps are numbered in time order.
@@ -43,7 +43,7 @@ FALLBACK_STEP_PATTERN = (r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration|ba
 UNNUMBERED_STEP_PATTERN = r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration)$"
 # Inference servers mark each forward batch; the numbers in these names are batch sizes and
 # token counts, so the steps they mark are numbered in time order.
-INFERENCE_STEP_PATTERN = (r"^step\[[^\]]*\]$|^execute_\d+_context_\d+\("
+INFERENCE_STEP_PATTERN = (r"^step\[[^\]]*\]$|^execute_(?:\d+_)?context_\d+\("
                           r"|^(?:.*[/\\]gpu_model_runner\.py\(\d+\): )?execute_model$")
 STEP_KINDS = ("annotation", "cpu_op", "python")
 LAUNCH_KINDS = ("runtime", "driver")
