@@ -36,6 +36,7 @@ import pandas as pd
 
 from . import intervals
 from .attribution import ALLOC_API_RX, SYNC_API_RX
+from .bounds import LEVERS, NATIVE_LEVERS, TITLE
 from ._common import fmt_ms as _ms, kind_in
 from .window import STARTUP_RX
 
@@ -63,12 +64,12 @@ JIT_RX = re.compile(
     r"|runNondiffOptimization|torch::jit::.*(?:[Cc]ompile|[Oo]ptimi[sz])")
 
 STATE_TEXT = {
-    "cold_start": ("cold start: warm up, then profile",
+    "cold_start": (TITLE["cold_start"],
                    "warm up before recording: run a few iterations first (torch.profiler "
                    "schedule(wait=1, warmup=2, active=3), or start nsys after the first "
                    "iterations with --capture-range=cudaProfilerApi), or pass --steps/--window "
                    "past the start-up; the steady-state levers can be judged only then"),
-    "jit": ("JIT compilation in the window",
+    "jit": (TITLE["jit"],
             "let the JIT finish before recording: warm up with the shapes of the run (nvFuser, "
             "NVRTC, Triton autotuning and TorchScript compile on first use per shape), cache "
             "the autotuning results, or pass --steps/--window past the compilation"),
@@ -151,85 +152,86 @@ def _jumps(ev: pd.DataFrame, kinds: tuple, col: str) -> dict | None:
 def _cold_evidence(ev: pd.DataFrame) -> tuple[list, int]:
     """Evidence rows of one-time work (see module doc) and the excess GPU time of slow
     first kernel runs."""
+    codes, cats = _codes(ev)
     api = kind_in(ev, ("runtime", "driver"))
-    items = _rows(ev, api & _mask(ev, STARTUP_RX), "start-up call")
+    items = _rows(ev, api & _lut(cats, STARTUP_RX)[codes], "start-up call")
     if api.any():
-        items += _api_outliers(ev, api)
-    items += _first_calls(ev, kind_in(ev, ("cpu_op",)), "first call", ev, api)
-    kern = _first_calls(ev, kind_in(ev, ("kernel",)), "first kernel run")
+        items += _api_outliers(ev, api, codes, cats)
+    wait = api & (_lut(cats, SYNC_API_RX) | _lut(cats, ALLOC_API_RX))[codes]
+    items += _first_calls(ev, kind_in(ev, ("cpu_op",)), "first call", codes, cats, wait)
+    kern = _first_calls(ev, kind_in(ev, ("kernel",)), "first kernel run", codes, cats)
     return items + kern, int(sum(x["ns"] - x["median_ns"] for x in kern))
 
 
-def _api_outliers(ev: pd.DataFrame, api: np.ndarray) -> list:
+def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) -> list:
     """Launch calls that launch a kernel for the first time and allocation calls, each far
     above its API's median."""
     rows = np.flatnonzero(api)
-    names = ev["name"].to_numpy()[rows].astype(str)
+    c = codes[rows]
     dur = ev["dur"].to_numpy(np.int64)[rows]
-    med = pd.Series(dur).groupby(names).transform("median").to_numpy(np.float64)
+    med = pd.Series(dur).groupby(c).transform("median").to_numpy(np.float64)
     big = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_RATIO * np.maximum(med, 1))
-    launch = np.array([bool(LAUNCH_API_RX.match(n)) for n in names]) & big
+    launch = _lut(cats, LAUNCH_API_RX)[c] & big
     # only the first call of an allocation API: later slow ones are churn, not growth
     pid = ev["pid"].to_numpy(np.int64)[rows]
-    first_of = ~pd.DataFrame({"p": pid, "n": names}).duplicated().to_numpy()
-    alloc = np.array([bool(ALLOC_API_RX.match(n)) for n in names]) & big & first_of
+    first_of = ~pd.DataFrame({"p": pid, "c": c}).duplicated().to_numpy()
+    alloc = _lut(cats, ALLOC_API_RX)[c] & big & first_of
+    ts = ev["ts"].to_numpy(np.int64)[rows]
     out = []
     if launch.any():
-        first = _first_launches(ev)
+        first = _first_launches(ev, codes)
         corr = ev["correlation"].to_numpy(np.int64)[rows] if "correlation" in ev else \
             np.full(len(rows), -1)
         for i in np.flatnonzero(launch):
             key = (int(pid[i]), int(corr[i]))
             if key in first["linked"] and key not in first["first"]:
                 continue   # it launched a kernel seen before: not lazy loading
-            out.append(_item("lazy module load (first launch)", names[i],
-                             int(ev["ts"].to_numpy(np.int64)[rows[i]]), int(dur[i]), med[i]))
+            out.append(_item("lazy module load (first launch)", cats[c[i]], int(ts[i]),
+                             int(dur[i]), med[i]))
     for i in np.flatnonzero(alloc):
-        out.append(_item("first-call allocator growth", names[i],
-                         int(ev["ts"].to_numpy(np.int64)[rows[i]]), int(dur[i]), med[i]))
+        out.append(_item("first-call allocator growth", cats[c[i]], int(ts[i]), int(dur[i]),
+                         med[i]))
     return out
 
 
-def _first_launches(ev: pd.DataFrame) -> dict:
+def _first_launches(ev: pd.DataFrame, codes: np.ndarray) -> dict:
     """(pid, correlation) of every GPU kernel, and of the first run of each kernel name."""
     k = kind_in(ev, ("kernel",))
     if "correlation" not in ev or not k.any():
         return {"linked": set(), "first": set()}
     df = pd.DataFrame({"pid": ev["pid"].to_numpy(np.int64)[k],
                        "corr": ev["correlation"].to_numpy(np.int64)[k],
-                       "name": ev["name"].to_numpy()[k].astype(str),
-                       "ts": ev["ts"].to_numpy(np.int64)[k]})
+                       "name": codes[k], "ts": ev["ts"].to_numpy(np.int64)[k]})
     df = df[df["corr"] > 0]
     firsts = df.sort_values("ts", kind="stable").drop_duplicates(["pid", "name"])
     return {"linked": set(zip(df["pid"].tolist(), df["corr"].tolist())),
             "first": set(zip(firsts["pid"].tolist(), firsts["corr"].tolist()))}
 
 
-def _first_calls(ev: pd.DataFrame, m: np.ndarray, what: str, all_ev=None,
-                 api: np.ndarray | None = None) -> list:
+def _first_calls(ev: pd.DataFrame, m: np.ndarray, what: str, codes: np.ndarray, cats,
+                 wait: np.ndarray | None = None) -> list:
     """The first row of a name >= FIRST_RATIO x the median of its later rows (>= 2 of them)
-    and >= OUTLIER_MIN_NS; with ``api``, not when blocking calls fill half of it."""
-    rows = np.flatnonzero(m)
+    and >= OUTLIER_MIN_NS; with ``wait`` (rows of blocking and allocator calls), not when
+    those fill half of it."""
+    rows = np.flatnonzero(m & (codes >= 0))
     if len(rows) < FIRST_MIN_LATER + 1:
         return []
-    df = pd.DataFrame({"row": rows, "name": ev["name"].to_numpy()[rows].astype(str),
-                       "ts": ev["ts"].to_numpy(np.int64)[rows],
+    df = pd.DataFrame({"name": codes[rows], "ts": ev["ts"].to_numpy(np.int64)[rows],
                        "dur": ev["dur"].to_numpy(np.int64)[rows],
                        "pid": ev["pid"].to_numpy(np.int64)[rows]})
     df = df.sort_values("ts", kind="stable")
-    g = df.groupby(["pid", "name"], sort=False)
-    df["n"] = g.cumcount()
+    df["n"] = df.groupby(["pid", "name"], sort=False).cumcount()
     first = df[df["n"] == 0].set_index(["pid", "name"])
     later = df[df["n"] > 0].groupby(["pid", "name"])["dur"].agg(["median", "size"])
     j = first.join(later, how="inner")
     j = j[(j["size"] >= FIRST_MIN_LATER) & (j["dur"] >= OUTLIER_MIN_NS)
           & (j["dur"] >= FIRST_RATIO * np.maximum(j["median"], 1))]
     out = []
-    for (pid, name), r in j.iterrows():
+    for (pid, code), r in j.iterrows():
         s, e = int(r["ts"]), int(r["ts"] + r["dur"])
-        if api is not None and _waits(ev, api, pid, s, e) >= WAIT_FILLS * (e - s):
+        if wait is not None and _waits(ev, wait, pid, s, e) >= WAIT_FILLS * (e - s):
             continue   # its time is a wait or the allocator's, judged by their own rules
-        out.append(_item(what, name, s, e - s, float(r["median"])))
+        out.append(_item(what, cats[code], s, e - s, float(r["median"])))
     return _innermost(out)
 
 
@@ -242,14 +244,12 @@ def _innermost(items: list) -> list:
                        for j, (a, b) in enumerate(span))]
 
 
-def _waits(ev: pd.DataFrame, api: np.ndarray, pid: int, s: int, e: int) -> int:
-    """Time of blocking calls (syncs, synchronous copies) and allocator calls of process
-    ``pid`` inside [s, e): a first call slow for those is judged by their own rules."""
+def _waits(ev: pd.DataFrame, wait: np.ndarray, pid: int, s: int, e: int) -> int:
+    """Time of the ``wait`` rows (blocking and allocator calls) of process ``pid`` inside
+    [s, e): a first call slow for those is judged by their own rules."""
     ts = ev["ts"].to_numpy(np.int64)
-    m = api & (ev["pid"].to_numpy() == pid) & (ts < e) & (ts + ev["dur"].to_numpy() > s)
-    rows = np.flatnonzero(m)
-    rows = rows[[bool(SYNC_API_RX.match(str(n)) or ALLOC_API_RX.match(str(n)))
-                 for n in ev["name"].to_numpy()[rows]]]
+    rows = np.flatnonzero(wait & (ev["pid"].to_numpy() == pid) & (ts < e)
+                          & (ts + ev["dur"].to_numpy() > s))
     if not len(rows):
         return 0
     a = np.maximum(ts[rows], s)
@@ -258,20 +258,31 @@ def _waits(ev: pd.DataFrame, api: np.ndarray, pid: int, s: int, e: int) -> int:
     return int((u[1] - u[0]).sum())
 
 
-def _mask(ev: pd.DataFrame, rx, kinds=None) -> np.ndarray:
+def _codes(ev: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
+    """Name codes (-1: no name) and the categories they index."""
     names = ev["name"]
     cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    lut = np.array([bool(rx.search(str(c))) for c in cat.cat.categories] + [False], bool)
-    m = lut[cat.cat.codes.to_numpy()]
+    return cat.cat.codes.to_numpy(), cat.cat.categories
+
+
+def _lut(cats: pd.Index, rx) -> np.ndarray:
+    """``rx`` searched once per category; one slot more (False) for code -1."""
+    return np.array([bool(rx.search(str(c))) for c in cats] + [False], bool)
+
+
+def _mask(ev: pd.DataFrame, rx, kinds=None) -> np.ndarray:
+    codes, cats = _codes(ev)
+    m = _lut(cats, rx)[codes]
     return m & kind_in(ev, kinds) if kinds else m
 
 
 def _rows(ev: pd.DataFrame, m: np.ndarray, what: str) -> list:
     rows = np.flatnonzero(m)
+    codes, cats = _codes(ev)
     ts = ev["ts"].to_numpy(np.int64)[rows]
     dur = ev["dur"].to_numpy(np.int64)[rows]
-    names = ev["name"].to_numpy()[rows]
-    return [_item(what, str(n), int(t), int(d), None) for n, t, d in zip(names, ts, dur)]
+    return [_item(what, cats[c], int(t), int(d), None)
+            for c, t, d in zip(codes[rows].tolist(), ts.tolist(), dur.tolist())]
 
 
 def _item(what: str, name: str, ts: int, ns: int, median) -> dict:
@@ -373,8 +384,6 @@ def adjust_verdict(verdict: dict, steady: dict, one_time: dict | None = None) ->
 def _whole_trace_start_up(verdict: dict, cold: dict) -> None:
     """A window without steps whose idle time is mostly one-time start-up calls: say so, put
     the lever that removes it from the analysis first, and drop churn advice it caused."""
-    from .bounds import LEVERS, NATIVE_LEVERS
-
     lost = verdict["evidence"].get("lost_ns", 0)
     if not cold["ns"] or cold["ns"] < STATE_SHARE * lost:
         return
