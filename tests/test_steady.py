@@ -48,7 +48,8 @@ def test_first_launch_of_a_kernel_that_takes_ms_is_a_cold_start(how, tmp_path):
     assert top["idle_ns"] == 3 * MS and st["ns"] == 3 * MS
     v = a.verdict
     assert v["bound"] == "cold_start" and v["title"].startswith("cold start: warm up")
-    assert v["levers"] == [SD.STATE_TEXT["cold_start"][1]]
+    assert v["levers"][0] == SD.STATE_TEXT["cold_start"][1]
+    assert set(v["levers"][1:]) <= {SD.WHOLE_TRACE_LEVER}
     assert not any("CUDA graphs" in x for x in v["levers"])
     assert v["evidence"]["bound_if_steady"] == "launch"
     assert "not steady state: cold start" in render_report(a)
@@ -117,7 +118,7 @@ def test_jit_compilation_in_the_gaps_is_named(how, name, tmp_path):
     assert a.steady_state["ns"] == 8 * MS
     assert a.steady_state["evidence"][0]["name"] == name
     v = a.verdict
-    assert v["bound"] == "jit" and v["levers"] == [SD.STATE_TEXT["jit"][1]]
+    assert v["bound"] == "jit" and v["levers"][0] == SD.STATE_TEXT["jit"][1]
     assert "untraced" not in v["summary"]
 
 
@@ -307,3 +308,19 @@ def test_extrap_lazy_module_load_is_a_cold_start():
     top = st["evidence"][0]
     assert top["name"] == "cudaLaunchKernel" and 2.9 * MS < top["ns"] < 3.0 * MS
     assert a.verdict["bound"] == "cold_start"
+
+
+@pytest.mark.parametrize("how", FORMS)
+@pytest.mark.parametrize("name", ("cuModuleLoadData", "cudnnCreate", "cublasCreate_v2"))
+def test_module_loading_and_library_init_in_the_gaps_are_a_cold_start(how, name, tmp_path):
+    b = TraceBuilder()
+    t = _loop(b, T0, 2)
+    b.runtime(name, t, 5 * MS)
+    _loop(b, t + 5 * MS + 10 * US, 2)
+    a = analyze(materialise(b.build(), how, tmp_path, "init"))
+    st = a.steady_state
+    assert st["state"] == "cold_start" and st["ns"] == 5 * MS
+    top = st["evidence"][0]
+    assert (top["what"], top["ns"], top["idle_ns"], top["calls"]) == \
+        ("start-up call", 5 * MS, 5 * MS, 1)
+    assert top["name"] == (name if how != "nsys" else name.split("_v")[0])  # nsys drops _v2

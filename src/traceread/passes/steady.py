@@ -51,6 +51,7 @@ SAMPLED_EXT_JUMP = 3           # median jump of consecutive External ids (comple
 SAMPLED_CORR_JUMP = 30         # median jump of runtime correlation ids (complete: <= ~10)
 SAMPLED_MIN_IDS = 100          # fewer ids: too few to tell
 TOP_EVIDENCE = 5
+HOST_KINDS = ("runtime", "driver", "cpu_op", "annotation", "python", "osrt")
 
 LAUNCH_API_RX = re.compile(
     r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Cooperative)?Kernel\w*$"
@@ -94,8 +95,7 @@ def steady_state(ev: pd.DataFrame, gaps: pd.DataFrame) -> dict:
     idle = _idle(gaps)
     sampled = sampled_ids(ev)
     cold_ev, kernel_excess = _cold_evidence(ev)
-    jit_ev = _rows(ev, _mask(ev, JIT_RX, ("annotation", "cpu_op", "python", "runtime",
-                                          "driver", "osrt")), "JIT compilation")
+    jit_ev = _rows(ev, _mask(ev, JIT_RX, HOST_KINDS), "JIT compilation")
     cold_ns = _covered(cold_ev, idle) + kernel_excess
     jit_ns = _covered(jit_ev, idle)
     base = int(idle[1].sum() - idle[0].sum()) if len(idle[0]) else 0
@@ -154,7 +154,8 @@ def _cold_evidence(ev: pd.DataFrame) -> tuple[list, int]:
     first kernel runs."""
     codes, cats = _codes(ev)
     api = kind_in(ev, ("runtime", "driver"))
-    items = _rows(ev, api & _lut(cats, STARTUP_RX)[codes], "start-up call")
+    host = kind_in(ev, HOST_KINDS)    # cudnnCreate / nccl:comm_init may be ops or ranges
+    items = _rows(ev, host & _lut(cats, STARTUP_RX)[codes], "start-up call")
     if api.any():
         items += _api_outliers(ev, api, codes, cats)
     wait = api & (_lut(cats, SYNC_API_RX) | _lut(cats, ALLOC_API_RX))[codes]
@@ -376,7 +377,8 @@ def adjust_verdict(verdict: dict, steady: dict, one_time: dict | None = None) ->
         verdict.update(bound=state, title=title, summary=(
             f"{_ms(steady['ns'])} of the window's idle GPU time is {what}{proof}: not the "
             "steady state, so its steady-state levers do not apply"))
-    verdict["levers"] = [lever]
+    # a window without steps keeps its lever to mark them (``_whole_trace_start_up``)
+    verdict["levers"] = [lever] + [x for x in verdict["levers"] if x == WHOLE_TRACE_LEVER]
     verdict["actions"] = []
     verdict["what_if"] = {}
 
