@@ -373,7 +373,8 @@ def adjust_verdict(verdict: dict, steady: dict, one_time: dict | None = None) ->
     else:
         what = "one-time start-up work" if state == "cold_start" else "JIT compilation"
         top = steady["evidence"][0] if steady["evidence"] else None
-        proof = f" ({top['what']}: {top['name']} {_ms(top['ns'])})" if top else ""
+        kind = f"{top['what']}: " if top and state == "cold_start" else ""
+        proof = f" ({kind}{top['name']} {_ms(top['ns'])})" if top else ""
         verdict.update(bound=state, title=title, summary=(
             f"{_ms(steady['ns'])} of the window's idle GPU time is {what}{proof}: not the "
             "steady state, so its steady-state levers do not apply"))
