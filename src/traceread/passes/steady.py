@@ -111,8 +111,8 @@ def steady_state(ev: pd.DataFrame, gaps: pd.DataFrame) -> dict:
         return out
     for state, ns, items in sorted((("jit", jit_ns, jit_ev), ("cold_start", cold_ns, cold_ev)),
                                    key=lambda x: -x[1]):
-        if ns >= STATE_MIN_NS and ns >= STATE_SHARE * (base + kernel_excess * (state ==
-                                                                            "cold_start")):
+        whole = base + (kernel_excess if state == "cold_start" else 0)
+        if ns >= STATE_MIN_NS and ns >= STATE_SHARE * whole:
             out.update(state=state, ns=int(ns), evidence=_top(items, idle),
                        share_pct=round(100.0 * min(ns, base) / base, 1) if base else 0.0)
             break
