@@ -19,6 +19,7 @@ from .passes import attribution as attr_mod
 from .passes import context as context_mod
 from .passes import culprits as culprits_mod
 from .passes import window as window_mod
+from .passes import steady as steady_mod
 from .passes import steps as steps_mod
 from .passes import utilization as util_mod
 from .passes import verdict as verdict_mod
@@ -68,6 +69,7 @@ class Analysis:
     copies: dict = field(default_factory=dict)    # host<->device copies (passes.copies)
     context: dict = field(default_factory=dict)   # what the trace already does
     utilization: dict | None = None  # passes/utilization.py: MFU, busy classes + levers, memory
+    steady_state: dict | None = None  # passes/steady.py: cold start, JIT, sampled -- or steady
 
     def listed_gaps(self) -> pd.DataFrame:
         """Gaps longer than ``min_gap_ns`` (the listing filter; totals never use it)."""
@@ -186,11 +188,12 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)
     verdict["missing"] = _missing(trace.meta, ev, ctx)
-    if win.mode == "whole_trace" and len(ops):
-        _cold_start(verdict, window_mod.one_time_calls(ev, gaps))
     utilization = side.get("utilization")
     if verdict["bound"] == "gpu":
         _gpu_verdict_detail(verdict, utilization, kernels, device_name(trace.meta))
+    steady = steady_mod.steady_state(ev, gaps)
+    steady_mod.adjust_verdict(verdict, steady, window_mod.one_time_calls(ev, gaps)
+                              if win.mode == "whole_trace" and len(ops) else None)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -198,7 +201,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                     collectives=collectives, compile=comp, kernels=kernels,
                     kernel_classes=classes, verdict=verdict, graphs=graphs,
                     min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
-                    context=ctx, utilization=utilization)
+                    context=ctx, utilization=utilization, steady_state=steady)
 
 
 def _pass_workers(rows: int) -> int:
@@ -240,26 +243,6 @@ def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None,
                            "levers": [{"lever": GPU_LEVER_TEXT[lv["lever"]], "cost": "code",
                                        "saves_ns": int(lv.get("saving_ns", 0))}]}
                           for lv in busy] + verdict["actions"]
-
-
-COLD_START_LEVER = ("mark the steps (torch.profiler prof.step() or NVTX ranges step_N) or pass "
-                    "--window START:END: without steps the window holds the one-time start-up")
-
-
-def _cold_start(verdict: dict, cold: dict) -> None:
-    """A window without steps whose idle time is mostly one-time start-up calls: say so, put
-    the lever that removes it from the analysis first, and drop churn advice it caused."""
-    from .passes.bounds import LEVERS, NATIVE_LEVERS
-
-    lost = verdict["evidence"].get("lost_ns", 0)
-    if not cold["ns"] or cold["ns"] < 0.3 * lost:
-        return
-    verdict["evidence"]["startup_ns"] = cold["ns"]
-    verdict["evidence"]["startup_calls"] = [{"name": n, "ns": ns} for n, ns in cold["calls"]]
-    top = cold["calls"][0][0] if cold["calls"] else ""
-    churn = {t for t, _ in LEVERS["alloc"] + NATIVE_LEVERS["alloc"]} \
-        if attr_mod.ALLOC_API_RX.match(top) else set()
-    verdict["levers"] = [COLD_START_LEVER] + [t for t in verdict["levers"] if t not in churn]
 
 
 def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool,

@@ -449,6 +449,37 @@ class Context(_S):
     graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
 
 
+class SteadyEvidence(_S):
+    """One event that proves the window is not the steady state (``passes/steady.py``)."""
+
+    what: str                       # "start-up call", "lazy module load (first launch)", ...
+    name: str
+    ns: int
+    start_ns: Optional[int]
+    median_ns: Optional[int]        # the median of the later / other calls it stands out of
+    idle_ns: Optional[int] = None   # idle GPU time it covers (all its calls; None: a kernel)
+    calls: int = 1
+
+
+class SampledIds(_S):
+    ids: str                        # "External" or "correlation"
+    count: int
+    median_jump: int
+    dropped_pct: float
+
+
+class SteadyState(_S):
+    """Is the analysed window the steady state? (``passes/steady.py``, docs/analysis.md)"""
+
+    state: str                      # "steady", "cold_start", "jit", "sampled"
+    ns: int                         # idle time (+ excess first-run kernel time) it explains
+    share_pct: float
+    evidence: list[SteadyEvidence]
+    cold_start_ns: int
+    jit_ns: int
+    sampled: Optional[SampledIds]
+
+
 class AnalyzeTrace(_S, kw_only=True):
     """One trace's analysis (``Analysis.to_dict()``)."""
 
@@ -466,6 +497,7 @@ class AnalyzeTrace(_S, kw_only=True):
     context: Context
     graphs: Graphs
     utilization: Optional[Utilization] = None
+    steady_state: Optional[SteadyState] = None
     verdict: Verdict
 
 

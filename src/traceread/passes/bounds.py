@@ -8,8 +8,8 @@ from __future__ import annotations
 
 # The causes that explain lost GPU time, in tie-break order.
 CAUSES = ("data", "copy", "sync", "launch", "host", "comms", "compile", "graph_capture")
-# Every verdict: a cause above, or one of these.
-VERDICTS = CAUSES + ("gpu", "mixed", "unknown", "cpu_only")
+# Every verdict: a cause above, or one of these (cold_start / jit: passes/steady.py).
+VERDICTS = CAUSES + ("gpu", "mixed", "unknown", "cpu_only", "cold_start", "jit")
 COST_ORDER = {"free": 0, "code": 1, "infra": 2}
 
 TITLE = {
@@ -25,6 +25,8 @@ TITLE = {
     "mixed": "mixed: no single cause dominates the lost GPU time",
     "unknown": "unknown: the GPU idles while the host is not traced",
     "cpu_only": "CPU-only trace: no GPU activity recorded",
+    "cold_start": "cold start: warm up, then profile",
+    "jit": "JIT compilation in the window",
 }
 
 WHAT = {

@@ -34,7 +34,8 @@ from . import intervals
 from . import verdict as verdict_mod
 from ._common import fmt_ms as _ms, kind_in
 from .context import _covering
-from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN
+from .steps import (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, INFERENCE_STEP_PATTERN,
+                    UNNUMBERED_STEP_PATTERN)
 
 SHARE = 0.5
 _DESCEND = 50   # names inside an enclosing range tried, largest first
@@ -47,7 +48,7 @@ _WORK = (_CAT["cpu_op"], _CAT["python"])
 _OTHER = tuple(_CAT[c] for c in ("compile", "graph_capture", "dataloader", "comm_wait", "sync",
                                  "alloc"))
 _STEP_RX = [re.compile(p) for p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
-                                    UNNUMBERED_STEP_PATTERN)]
+                                    UNNUMBERED_STEP_PATTERN, INFERENCE_STEP_PATTERN)]
 
 
 def culprits(ev, gaps, ops, summary, top_ops, copies, collectives, comp, kernels, parts,

@@ -4,7 +4,12 @@ A step comes from a host range whose name matches the step pattern:
 ``ProfilerStep#N`` (torch.profiler's ``prof.step()``) by default, else an
 NVTX/record_function range such as ``step 12``, ``iteration_3``, ``train_step 7``
 (``FALLBACK_STEP_PATTERN``), else a range that repeats with no index (``train_step``,
-``iteration``; ``UNNUMBERED_STEP_PATTERN``), or whatever ``--step-pattern`` says.
+``iteration``; ``UNNUMBERED_STEP_PATTERN``), else an inference-server step range
+(``INFERENCE_STEP_PATTERN``: sglang's ``step[DECODE bs=32]`` / ``step[EXTEND ...]``, the
+``execute_[<N>_]context_<M>(...)_generation_<K>(...)`` range of vLLM/sglang captures, vLLM's
+``gpu_model_runner.py(...): execute_model`` frame; one such range is a step), or whatever
+``--step-pattern`` says. The numbers inside inference ranges are batch sizes and token
+counts, not step indices: those steps are numbered in time order.
 
 Real traces repeat a step's range: once per thread, or nested twice on the
 same thread (old Kineto wrote ``ProfilerStep#N`` both as an operator and a
@@ -36,6 +41,10 @@ FALLBACK_STEP_PATTERN = (r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration|ba
 # NVTX ranges that repeat with no index ("train_step" pushed every iteration): steps too,
 # numbered in time order, when at least two of them exist.
 UNNUMBERED_STEP_PATTERN = r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration)$"
+# Inference servers mark each forward batch; the numbers in these names are batch sizes and
+# token counts, so the steps they mark are numbered in time order.
+INFERENCE_STEP_PATTERN = (r"^step\[[^\]]*\]$|^execute_(?:\d+_)?context_\d+\("
+                          r"|^(?:.*[/\\]gpu_model_runner\.py\(\d+\): )?execute_model$")
 STEP_KINDS = ("annotation", "cpu_op", "python")
 LAUNCH_KINDS = ("runtime", "driver")
 
@@ -74,11 +83,11 @@ def find_steps(ev: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataFra
     ``pattern``, ``DEFAULT_STEP_PATTERN`` is tried, then ``FALLBACK_STEP_PATTERN``.
     """
     patterns = [pattern] if pattern else [DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
-                                          UNNUMBERED_STEP_PATTERN]
+                                          UNNUMBERED_STEP_PATTERN, INFERENCE_STEP_PATTERN]
     for pat in patterns:
         m = name_mask(ev, pat, STEP_KINDS) & (ev["dur"].to_numpy() > 0)
         if m.any():
-            steps = _merge_ranges(ev[m])
+            steps = _merge_ranges(ev[m], numbered=pat != INFERENCE_STEP_PATTERN)
             if pat == UNNUMBERED_STEP_PATTERN and len(steps) < 2:
                 continue
             return steps, pat
@@ -91,13 +100,17 @@ def _empty_steps() -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def _merge_ranges(c: pd.DataFrame) -> pd.DataFrame:
+def _merge_ranges(c: pd.DataFrame, numbered: bool = True) -> pd.DataFrame:
     names = c["name"].astype(str)
-    num = names.str.extract(r"(\d+)\D*$", expand=False)
+    if numbered:
+        num = pd.to_numeric(names.str.extract(r"(\d+)\D*$", expand=False), errors="coerce")
+        num = num.fillna(-1).astype(np.int64).to_numpy()
+    else:
+        num = np.full(len(c), -1, np.int64)
     df = pd.DataFrame({
         "pid": c["pid"].to_numpy(np.int64),
         "tid": c["tid"].to_numpy(np.int64),
-        "num": pd.to_numeric(num, errors="coerce").fillna(-1).astype(np.int64).to_numpy(),
+        "num": num,
         "name": names.to_numpy(object),
         "start": c["ts"].to_numpy(np.int64),
         "end": (c["ts"] + c["dur"]).to_numpy(np.int64),

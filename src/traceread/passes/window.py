@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .attribution import COMPILE_RX, GRAPH_RECORD_RX
+from .attribution import COMPILE_RX, GRAPH_RECORD_RX, SYNC_API_RX
 from .compile import _is_compile_name
 from .steps import assign_steps
 from ._common import fmt_ms as _ms, kind_in
@@ -42,6 +42,11 @@ WARMUP_OUTLIER = 1.5          # a leading step slower than 1.5x the median of th
 WARMUP_OUTLIER_MIN_NS = 1_000_000   # ... by at least 1 ms
 STARTUP_SHARE = 0.01          # start-up calls >= 1% of a step make it warm-up
 STARTUP_MIN_NS = 1_000_000    # ... and >= 1 ms
+# A blocking call (a sync, a synchronous copy) waits on the GPU or on data: no evidence of
+# one-time work. One that fills half of a stretch is why that stretch is long, so the
+# stretch is not dropped as warm-up when that wait would matter to the analysed window.
+STALL_SHARE = 0.5             # the wait fills >= 50% of the leading part ...
+STALL_KEPT_SHARE = 0.1        # ... and is >= 10% of the window that would be analysed
 
 
 @dataclass
@@ -119,6 +124,14 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
             return Window("whole_trace", t0, t1, steps, 0, t0, t1,
                           note="no steps found: the whole trace is analysed (start-up included)")
         hi = int(ops["end"].max())
+        stall = _stall(ev, t0, steady)
+        if stall and stall[1] >= STALL_SHARE * (steady - t0) and \
+                stall[1] >= STALL_KEPT_SHARE * (hi - steady):
+            return Window("whole_trace", t0, t1, steps, 0, t0, t1,
+                          note=f"no steps found: the whole trace is analysed -- the part before "
+                               f"the repeating kernels is kept: a blocking {stall[0]} of "
+                               f"{_ms(stall[1])} fills it, and a wait is no evidence of "
+                               "one-time work")
         w = Window("steady", steady, hi, steps, 0, t0, t1,
                    note="no steps found: analysed from the last first-seen recurring kernel on")
         w.excluded = _edges(ev, w, "before the repeating part", "after the last GPU op")
@@ -258,7 +271,7 @@ def _flag_luts(cats: pd.Index) -> dict:
     graph = lut(GRAPH_RECORD_RX.search)
     comp = lut(COMPILE_RX.search) | lut(_is_compile_name)
     return {"compile": comp & ~graph, "graph": graph, "startup": lut(STARTUP_RX.search),
-            "alloc": lut(ALLOC_RX.search)}
+            "alloc": lut(ALLOC_RX.search), "sync": lut(SYNC_API_RX.match)}
 
 
 def _name_flags(names: pd.Series, rx) -> np.ndarray:
@@ -274,17 +287,41 @@ def _time_in(rows: pd.DataFrame, flags: np.ndarray, lo: int, hi: int) -> int:
     return int(np.maximum(0, np.minimum(e, hi) - np.maximum(s, lo)).sum())
 
 
+def _longest(rows: pd.DataFrame, flags: np.ndarray, lo: int, hi: int) -> int:
+    """The longest flagged row inside [lo, hi), clipped (0 when none)."""
+    s = rows["ts"].to_numpy(np.int64)[flags]
+    e = s + rows["dur"].to_numpy(np.int64)[flags]
+    ov = np.minimum(e, hi) - np.maximum(s, lo)
+    return int(ov.max()) if len(ov) and ov.max() > 0 else 0
+
+
+def _stall(ev: pd.DataFrame, lo: int, hi: int) -> tuple[str, int] | None:
+    """(name, ns) of the longest blocking call (sync, synchronous copy) in [lo, hi)."""
+    t = ev["ts"].to_numpy()
+    rows, flags = _flagged_host(ev, (t < hi) & (t + ev["dur"].to_numpy() > lo))
+    m = flags["sync"]
+    if not m.any():
+        return None
+    s = rows["ts"].to_numpy(np.int64)[m]
+    ov = np.minimum(s + rows["dur"].to_numpy(np.int64)[m], hi) - np.maximum(s, lo)
+    k = int(np.argmax(ov))
+    return str(rows["name"].to_numpy()[m][k]), int(ov[k])
+
+
 def warmup_reason(ev_host: pd.DataFrame, flags: dict, start: int, end: int,
                   ref_ns: float | None, alloc_ref: float) -> str:
     """Why a leading step is warm-up ("" when it is steady state)."""
     dur = end - start
+    # a step whose longest blocking wait outlasts its one-time work is long because of the
+    # wait: start-up work that takes a small part of it does not make it warm-up
+    wait = _longest(ev_host, flags["sync"], start, end)
     for what, key in (("compiles", "compile"), ("records CUDA graphs", "graph"),
                       ("runs start-up work", "startup")):
         t = _time_in(ev_host, flags[key], start, end)
-        if t >= STARTUP_MIN_NS and t >= STARTUP_SHARE * dur:
+        if t >= STARTUP_MIN_NS and t >= STARTUP_SHARE * dur and t >= wait:
             return f"warm-up: {what} ({_ms(t)})"
     t = _time_in(ev_host, flags["alloc"], start, end)
-    if t >= STARTUP_MIN_NS and t >= 0.1 * dur and t > 10 * alloc_ref:
+    if t >= STARTUP_MIN_NS and t >= 0.1 * dur and t > 10 * alloc_ref and t >= wait:
         return f"warm-up: grows the allocator ({_ms(t)} in allocations)"
     if ref_ns and dur > WARMUP_OUTLIER * ref_ns and dur - ref_ns > WARMUP_OUTLIER_MIN_NS:
         return f"warm-up: {dur / ref_ns:.1f}x the median of the later steps"
@@ -299,7 +336,7 @@ def _flags(rows: pd.DataFrame) -> dict:
     comp |= lut[cat.cat.codes.to_numpy()]
     graph = _name_flags(names, GRAPH_RECORD_RX)
     return {"compile": comp & ~graph, "graph": graph, "startup": _name_flags(names, STARTUP_RX),
-            "alloc": _name_flags(names, ALLOC_RX)}
+            "alloc": _name_flags(names, ALLOC_RX), "sync": _name_flags(names, SYNC_API_RX)}
 
 
 def _drop_warmup(ev: pd.DataFrame, main: pd.DataFrame, ops: pd.DataFrame):

@@ -61,6 +61,7 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "graphs": _py(getattr(a, "graphs", None) or {}),
         "verdict": _py(a.verdict),
         "utilization": utilization_dict(getattr(a, "utilization", None)),
+        "steady_state": _py(getattr(a, "steady_state", None)),
     }
 
 

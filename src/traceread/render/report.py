@@ -160,7 +160,8 @@ def _window(a) -> list[str]:
 
 def _verdict(a) -> list[str]:
     v = a.verdict
-    lines = ["", f"VERDICT  {v['bound'].upper()} — {BOUND_TITLE.get(v['bound'], v['bound'])}",
+    title = v.get("title") or BOUND_TITLE.get(v["bound"], v["bound"])
+    lines = ["", f"VERDICT  {v['bound'].upper()} — {title}",
              f"  {v['summary']}"]
     ev = v["evidence"]
     facts = []
@@ -183,6 +184,7 @@ def _verdict(a) -> list[str]:
         facts.append(f"one-time start-up calls cover {fmt_ns(ev['startup_ns'])} of the idle time "
                      f"({calls}): context creation, lazy module loading, first-touch "
                      "allocations -- not the steady state")
+    facts += _steady(getattr(a, "steady_state", None))
     if v["bound"] == "gpu" and ev.get("top_kernel"):
         facts.append(f"top kernel {ev['top_kernel_pct']:.1f}% of GPU time: "
                      f"{_short(ev['top_kernel'], 50)}")
@@ -197,6 +199,20 @@ def _verdict(a) -> list[str]:
     lines += ["", f"  {title}"]
     lines += [f"    {i}. {lv}" for i, lv in enumerate(v["levers"], 1)]
     return lines
+
+
+def _steady(st: dict | None) -> list[str]:
+    """Not the steady state: which state, and the events that prove it (passes/steady.py)."""
+    if not st or st.get("state", "steady") == "steady":
+        return []
+    if st["state"] == "sampled":
+        return [f"not steady state: sampled trace ({st['evidence'][0]['what']}: "
+                f"{st['evidence'][0]['name']}): the idle figures below are not meaningful"]
+    proof = ", ".join(f"{x['name']} {fmt_ns(x['ns'])}" + (f" ×{x['calls']}" if x.get("calls", 1) > 1
+                                                         else "") for x in st["evidence"][:3])
+    what = {"cold_start": "cold start", "jit": "JIT compilation"}
+    return [f"not steady state: {what.get(st['state'], st['state'])} explains "
+            f"{fmt_ns(st['ns'])} of idle time" + (f" ({proof})" if proof else "")]
 
 
 def _job_role(job: dict | None) -> list[str]:

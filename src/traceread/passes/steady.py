@@ -1,0 +1,398 @@
+"""Is the analysed window the steady state? Cold start, JIT compilation, sampled traces.
+
+The verdict's levers (CUDA graphs, fusion, fewer syncs) are about a loop that repeats.
+A window that holds a program's first run, a JIT compiler at work, or a trace from which
+most events were dropped is not that loop, and the analysis must say so instead.
+Every state is proved by events of the window (docs/analysis.md, "Steady state"):
+
+- ``cold_start``: one-time work of a first run -- start-up calls (module loading, library
+  handles, context; ``window.STARTUP_RX``); a launch call >= ``OUTLIER_RATIO`` x the median
+  of its API and >= ``OUTLIER_MIN_NS`` that launches a kernel for the first time (lazy
+  module loading); the first allocation call of its API in the window as far above its
+  API's median (first-touch allocator growth, the first ``cudaFree`` that builds the
+  context -- later ones are churn, a steady-state cost); the first call of a host op
+  >= ``FIRST_RATIO`` x the median of its later calls (a first cuDNN conv picking its
+  algorithm) unless a blocking wait or allocator calls fill half of it; the first run of
+  a kernel as far above its later runs.
+- ``jit``: JIT compilers other than dynamo/inductor (those are the ``compile`` cause):
+  nvFuser, NVRTC / hipRTC, Triton's autotuner benchmarking, TorchScript's profiling
+  executor and optimisation passes (``JIT_RX``).
+- ``sampled``: the ids that the profiler hands out one by one jump: External ids of CPU
+  ops by a median >= ``SAMPLED_EXT_JUMP``, or, with no such ids, correlation ids of
+  runtime calls by a median >= ``SAMPLED_CORR_JUMP`` (CUPTI counts API calls Kineto does
+  not record, so complete traces jump by up to ~10).
+
+``cold_start`` and ``jit`` need the time their evidence covers inside the GPU's idle gaps
+(plus the excess GPU time of slow first kernel runs) to reach ``STATE_SHARE`` of the idle
+time and ``STATE_MIN_NS``; the larger wins. ``sampled`` wins over both: nothing measured
+between the kept events can be trusted.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import intervals
+from .attribution import ALLOC_API_RX, SYNC_API_RX
+from .bounds import LEVERS, NATIVE_LEVERS, TITLE
+from ._common import fmt_ms as _ms, kind_in
+from .window import STARTUP_RX
+
+OUTLIER_MIN_NS = 1_000_000     # a one-time call takes >= 1 ms ...
+OUTLIER_RATIO = 50             # ... and >= 50x the median call of its API
+FIRST_RATIO = 20               # a first call / first kernel run >= 20x its later median
+FIRST_MIN_LATER = 2            # ... measured against at least 2 later calls
+WAIT_FILLS = 0.5               # a first call half filled by a blocking wait is waiting
+STATE_SHARE = 0.5              # evidence covers >= half of the idle time ...
+STATE_MIN_NS = 1_000_000       # ... and >= 1 ms
+SAMPLED_EXT_JUMP = 3           # median jump of consecutive External ids (complete: 1)
+SAMPLED_CORR_JUMP = 30         # median jump of runtime correlation ids (complete: <= ~10)
+SAMPLED_MIN_IDS = 100          # fewer ids: too few to tell
+TOP_EVIDENCE = 5
+HOST_KINDS = ("runtime", "driver", "cpu_op", "annotation", "python", "osrt")
+
+LAUNCH_API_RX = re.compile(
+    r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Cooperative)?Kernel\w*$"
+    r"|^(?:cuda|cu|hip)GraphLaunch\w*$")
+JIT_RX = re.compile(
+    r"FusionKernelRuntime::compile|FusionExecutor::compile|nvfuser::.*compile"
+    r"|Nvrtc::|^nvrtc(?:CompileProgram|CreateProgram|GetPTX|GetCUBIN)"
+    r"|^hiprtc(?:CompileProgram|LinkComplete)|^cuLink(?:Create|AddData|Complete)"
+    r"|triton/runtime/autotuner\.py\(\d+\): (?:_bench|benchmark|prune_configs)"
+    r"|ProfilingGraphExecutorImpl|runProfilingOptimizations|runProfilingInsensitiveOptimizations"
+    r"|runNondiffOptimization|torch::jit::.*(?:[Cc]ompile|[Oo]ptimi[sz])")
+
+STATE_TEXT = {
+    "cold_start": (TITLE["cold_start"],
+                   "warm up before recording: run a few iterations first (torch.profiler "
+                   "schedule(wait=1, warmup=2, active=3), or start nsys after the first "
+                   "iterations with --capture-range=cudaProfilerApi), or pass --steps/--window "
+                   "past the start-up; the steady-state levers can be judged only then"),
+    "jit": (TITLE["jit"],
+            "let the JIT finish before recording: warm up with the shapes of the run (nvFuser, "
+            "NVRTC, Triton autotuning and TorchScript compile on first use per shape), cache "
+            "the autotuning results, or pass --steps/--window past the compilation"),
+    "sampled": ("unknown: sampled trace -- idle figures are not meaningful",
+                "record the trace unsampled (no event sampling or filtering: torch.profiler "
+                "with its default settings, or nsys): idle time and its causes are measured "
+                "only between events that were all kept; kernel times stay valid"),
+}
+# verdict figures measured between events: meaningless when most events were dropped
+IDLE_KEYS = ("idle_ns", "idle_pct", "busy_ns", "lost_ns", "lost_pct", "scores_ns", "share_pct",
+             "unexplained_ns", "unexplained_pct", "dominant", "dominant_pct", "runner_up",
+             "runner_up_pct", "exposed_comm_ns", "exposed_comm_pct", "exposed_copy_ns",
+             "exposed_copy_pct")
+
+
+def steady_state(ev: pd.DataFrame, gaps: pd.DataFrame) -> dict:
+    """{"state", "ns", "share_pct", "evidence", "cold_start_ns", "jit_ns", "sampled"}.
+
+    ``ev``: the window's events; ``gaps``: its GPU idle gaps (start, end, duration).
+    ``ns``: the idle time (plus excess first-run kernel time) the state's evidence covers.
+    """
+    idle = _idle(gaps)
+    sampled = sampled_ids(ev)
+    cold_ev, kernel_excess = _cold_evidence(ev)
+    jit_ev = _rows(ev, _mask(ev, JIT_RX, HOST_KINDS), "JIT compilation")
+    cold_ns = _covered(cold_ev, idle) + kernel_excess
+    jit_ns = _covered(jit_ev, idle)
+    base = int(idle[1].sum() - idle[0].sum()) if len(idle[0]) else 0
+    out = {"state": "steady", "ns": 0, "share_pct": 0.0, "evidence": [],
+           "cold_start_ns": cold_ns, "jit_ns": jit_ns, "sampled": sampled}
+    if sampled:
+        out.update(state="sampled", ns=base, share_pct=100.0 if base else 0.0,
+                   evidence=[{"what": f"{sampled['ids']} id gaps",
+                              "name": f"median jump {sampled['median_jump']}, "
+                                      f"~{sampled['dropped_pct']:.0f}% of events dropped",
+                              "ns": base, "start_ns": None, "median_ns": None,
+                              "idle_ns": base}])
+        return out
+    for state, ns, items in sorted((("jit", jit_ns, jit_ev), ("cold_start", cold_ns, cold_ev)),
+                                   key=lambda x: -x[1]):
+        whole = base + (kernel_excess if state == "cold_start" else 0)
+        if ns >= STATE_MIN_NS and ns >= STATE_SHARE * whole:
+            out.update(state=state, ns=int(ns), evidence=_top(items, idle),
+                       share_pct=round(100.0 * min(ns, base) / base, 1) if base else 0.0)
+            break
+    return out
+
+
+def sampled_ids(ev: pd.DataFrame) -> dict | None:
+    """{"ids", "count", "median_jump", "dropped_pct"} when ids jump as in a sampled trace."""
+    ext = _jumps(ev, ("cpu_op",), "external_id")
+    if ext and ext["count"] >= SAMPLED_MIN_IDS:
+        return dict(ext, ids="External") if ext["median_jump"] >= SAMPLED_EXT_JUMP else None
+    corr = _jumps(ev, ("runtime", "driver"), "correlation")
+    if corr and corr["count"] >= SAMPLED_MIN_IDS and corr["median_jump"] >= SAMPLED_CORR_JUMP:
+        return dict(corr, ids="correlation")
+    return None
+
+
+def _jumps(ev: pd.DataFrame, kinds: tuple, col: str) -> dict | None:
+    """Ids of the process with the most of them: count, median jump, share never seen."""
+    if col not in ev.columns or not len(ev):
+        return None
+    m = kind_in(ev, kinds)
+    ids = ev[col].to_numpy()[m]
+    pid = ev["pid"].to_numpy()[m]
+    ok = ids > 0
+    if not ok.any():
+        return None
+    pids, counts = np.unique(pid[ok], return_counts=True)
+    u = np.unique(ids[ok & (pid == pids[np.argmax(counts)])].astype(np.int64))
+    if len(u) < 3:
+        return None
+    span = int(u[-1] - u[0] + 1)
+    return {"count": int(len(u)), "median_jump": int(np.median(np.diff(u))),
+            "dropped_pct": round(100.0 * (1 - len(u) / span), 1)}
+
+
+def _cold_evidence(ev: pd.DataFrame) -> tuple[list, int]:
+    """Evidence rows of one-time work (see module doc) and the excess GPU time of slow
+    first kernel runs."""
+    codes, cats = _codes(ev)
+    api = kind_in(ev, ("runtime", "driver"))
+    host = kind_in(ev, HOST_KINDS)    # cudnnCreate / nccl:comm_init may be ops or ranges
+    items = _rows(ev, host & _lut(cats, STARTUP_RX)[codes], "start-up call")
+    if api.any():
+        items += _api_outliers(ev, api, codes, cats)
+    wait = api & (_lut(cats, SYNC_API_RX) | _lut(cats, ALLOC_API_RX))[codes]
+    items += _first_calls(ev, kind_in(ev, ("cpu_op",)), "first call", codes, cats, wait)
+    kern = _first_calls(ev, kind_in(ev, ("kernel",)), "first kernel run", codes, cats)
+    return items + kern, int(sum(x["ns"] - x["median_ns"] for x in kern))
+
+
+def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) -> list:
+    """Launch calls that launch a kernel for the first time and allocation calls, each far
+    above its API's median."""
+    rows = np.flatnonzero(api)
+    c = codes[rows]
+    dur = ev["dur"].to_numpy(np.int64)[rows]
+    med = pd.Series(dur).groupby(c).transform("median").to_numpy(np.float64)
+    big = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_RATIO * np.maximum(med, 1))
+    launch = _lut(cats, LAUNCH_API_RX)[c] & big
+    # only the first call of an allocation API: later slow ones are churn, not growth
+    pid = ev["pid"].to_numpy(np.int64)[rows]
+    first_of = ~pd.DataFrame({"p": pid, "c": c}).duplicated().to_numpy()
+    alloc = _lut(cats, ALLOC_API_RX)[c] & big & first_of
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    out = []
+    if launch.any():
+        first = _first_launches(ev, codes)
+        corr = ev["correlation"].to_numpy(np.int64)[rows] if "correlation" in ev else \
+            np.full(len(rows), -1)
+        for i in np.flatnonzero(launch):
+            key = (int(pid[i]), int(corr[i]))
+            if key in first["linked"] and key not in first["first"]:
+                continue   # it launched a kernel seen before: not lazy loading
+            out.append(_item("lazy module load (first launch)", cats[c[i]], int(ts[i]),
+                             int(dur[i]), med[i]))
+    for i in np.flatnonzero(alloc):
+        out.append(_item("first-call allocator growth", cats[c[i]], int(ts[i]), int(dur[i]),
+                         med[i]))
+    return out
+
+
+def _first_launches(ev: pd.DataFrame, codes: np.ndarray) -> dict:
+    """(pid, correlation) of every GPU kernel, and of the first run of each kernel name."""
+    k = kind_in(ev, ("kernel",))
+    if "correlation" not in ev or not k.any():
+        return {"linked": set(), "first": set()}
+    df = pd.DataFrame({"pid": ev["pid"].to_numpy(np.int64)[k],
+                       "corr": ev["correlation"].to_numpy(np.int64)[k],
+                       "name": codes[k], "ts": ev["ts"].to_numpy(np.int64)[k]})
+    df = df[df["corr"] > 0]
+    firsts = df.sort_values("ts", kind="stable").drop_duplicates(["pid", "name"])
+    return {"linked": set(zip(df["pid"].tolist(), df["corr"].tolist())),
+            "first": set(zip(firsts["pid"].tolist(), firsts["corr"].tolist()))}
+
+
+def _first_calls(ev: pd.DataFrame, m: np.ndarray, what: str, codes: np.ndarray, cats,
+                 wait: np.ndarray | None = None) -> list:
+    """The first row of a name >= FIRST_RATIO x the median of its later rows (>= 2 of them)
+    and >= OUTLIER_MIN_NS; with ``wait`` (rows of blocking and allocator calls), not when
+    those fill half of it."""
+    rows = np.flatnonzero(m & (codes >= 0))
+    if len(rows) < FIRST_MIN_LATER + 1:
+        return []
+    df = pd.DataFrame({"name": codes[rows], "ts": ev["ts"].to_numpy(np.int64)[rows],
+                       "dur": ev["dur"].to_numpy(np.int64)[rows],
+                       "pid": ev["pid"].to_numpy(np.int64)[rows]})
+    df = df.sort_values("ts", kind="stable")
+    df["n"] = df.groupby(["pid", "name"], sort=False).cumcount()
+    first = df[df["n"] == 0].set_index(["pid", "name"])
+    later = df[df["n"] > 0].groupby(["pid", "name"])["dur"].agg(["median", "size"])
+    j = first.join(later, how="inner")
+    j = j[(j["size"] >= FIRST_MIN_LATER) & (j["dur"] >= OUTLIER_MIN_NS)
+          & (j["dur"] >= FIRST_RATIO * np.maximum(j["median"], 1))]
+    out = []
+    for (pid, code), r in j.iterrows():
+        s, e = int(r["ts"]), int(r["ts"] + r["dur"])
+        if wait is not None and _waits(ev, wait, pid, s, e) >= WAIT_FILLS * (e - s):
+            continue   # its time is a wait or the allocator's, judged by their own rules
+        out.append(_item(what, cats[code], s, e - s, float(r["median"])))
+    return _innermost(out)
+
+
+def _innermost(items: list) -> list:
+    """Items that enclose no other item: aten::conv2d's slow first call holds
+    aten::convolution's and cudnn's; the innermost names the work."""
+    span = [(x["start_ns"], x["start_ns"] + x["ns"]) for x in items]
+    return [x for i, x in enumerate(items)
+            if not any(j != i and span[i][0] <= a and b <= span[i][1] and (a, b) != span[i]
+                       for j, (a, b) in enumerate(span))]
+
+
+def _waits(ev: pd.DataFrame, wait: np.ndarray, pid: int, s: int, e: int) -> int:
+    """Time of the ``wait`` rows (blocking and allocator calls) of process ``pid`` inside
+    [s, e): a first call slow for those is judged by their own rules."""
+    ts = ev["ts"].to_numpy(np.int64)
+    rows = np.flatnonzero(wait & (ev["pid"].to_numpy() == pid) & (ts < e)
+                          & (ts + ev["dur"].to_numpy() > s))
+    if not len(rows):
+        return 0
+    a = np.maximum(ts[rows], s)
+    b = np.minimum(ts[rows] + ev["dur"].to_numpy(np.int64)[rows], e)
+    u = intervals.union(a, b)
+    return int((u[1] - u[0]).sum())
+
+
+def _codes(ev: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
+    """Name codes (-1: no name) and the categories they index."""
+    names = ev["name"]
+    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    return cat.cat.codes.to_numpy(), cat.cat.categories
+
+
+def _lut(cats: pd.Index, rx) -> np.ndarray:
+    """``rx`` searched once per category; one slot more (False) for code -1."""
+    return np.array([bool(rx.search(str(c))) for c in cats] + [False], bool)
+
+
+def _mask(ev: pd.DataFrame, rx, kinds=None) -> np.ndarray:
+    codes, cats = _codes(ev)
+    m = _lut(cats, rx)[codes]
+    return m & kind_in(ev, kinds) if kinds else m
+
+
+def _rows(ev: pd.DataFrame, m: np.ndarray, what: str) -> list:
+    rows = np.flatnonzero(m)
+    codes, cats = _codes(ev)
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    dur = ev["dur"].to_numpy(np.int64)[rows]
+    return [_item(what, cats[c], int(t), int(d), None)
+            for c, t, d in zip(codes[rows].tolist(), ts.tolist(), dur.tolist())]
+
+
+def _item(what: str, name: str, ts: int, ns: int, median) -> dict:
+    return {"what": what, "name": str(name), "ns": int(ns), "start_ns": int(ts),
+            "median_ns": None if median is None else int(median)}
+
+
+def _idle(gaps: pd.DataFrame):
+    if gaps is None or not len(gaps):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return intervals.union(gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64))
+
+
+def _covered(items: list, idle) -> int:
+    """Idle time covered by the host intervals of ``items`` (kernel runs excluded)."""
+    host = [x for x in items if x["what"] != "first kernel run"]
+    if not host or not len(idle[0]):
+        return 0
+    s = np.array([x["start_ns"] for x in host], np.int64)
+    u = intervals.union(s, s + np.array([x["ns"] for x in host], np.int64))
+    return int(intervals.overlap(idle, u[0], u[1]).sum())
+
+
+def _top(items: list, idle) -> list:
+    """The pieces of evidence that explain the most, one per (what, name), with their call
+    counts: host calls by the idle time they cover, first kernel runs by their excess."""
+    by: dict = {}
+    for x in items:
+        if x["what"] == "first kernel run":
+            x = dict(x, idle_ns=None)
+            key = x["ns"] - (x["median_ns"] or 0)
+        else:
+            s = np.array([x["start_ns"]], np.int64)
+            x = dict(x, idle_ns=int(intervals.overlap(idle, s, s + x["ns"]).sum())
+                     if len(idle[0]) else 0)
+            key = x["idle_ns"]
+        if not key:
+            continue
+        x["_key"] = key
+        k = (x["what"], x["name"])
+        if k not in by:
+            by[k] = dict(x, calls=1)
+        else:
+            calls, key = by[k]["calls"] + 1, by[k]["_key"] + x["_key"]
+            idle_ns = (by[k]["idle_ns"] or 0) + (x["idle_ns"] or 0)
+            by[k] = dict(by[k] if by[k]["ns"] >= x["ns"] else x, calls=calls, _key=key,
+                         idle_ns=idle_ns if x["idle_ns"] is not None else None)
+    top = sorted(by.values(), key=lambda x: -x["_key"])[:TOP_EVIDENCE]
+    return [{k: v for k, v in x.items() if k != "_key"} for x in top]
+
+
+# --- the verdict -------------------------------------------------------------------------
+
+WHOLE_TRACE_LEVER = ("mark the steps (torch.profiler prof.step() or NVTX ranges step_N) or "
+                     "pass --window START:END: without steps the window holds the one-time "
+                     "start-up")
+
+
+def adjust_verdict(verdict: dict, steady: dict, one_time: dict | None = None) -> None:
+    """Say what the window is when it is not the steady state, in place.
+
+    ``one_time``: ``window.one_time_calls`` of a window without steps (whole trace): when
+    its start-up calls cover >= 30% of the lost time the verdict says so and puts the lever
+    that removes them from the analysis first (dropping churn advice they caused).
+    Then a sampled window loses its idle figures; a cold-start or JIT window (unless the GPU
+    was busy anyway) is named for what it is, with the lever that gets a steady window.
+    """
+    if one_time is not None:
+        _whole_trace_start_up(verdict, one_time)
+    state = steady.get("state", "steady")
+    if state == "steady" or verdict.get("bound") == "cpu_only":
+        return
+    ev = verdict["evidence"]
+    ev["steady_state"] = state
+    if state in ("cold_start", "jit") and verdict["bound"] == "gpu":
+        return   # the GPU was busy regardless: the kernel levers still stand
+    title, lever = STATE_TEXT[state]
+    ev["bound_if_steady"] = verdict["bound"]
+    if state == "sampled":
+        s = steady["sampled"]
+        for k in IDLE_KEYS:
+            ev.pop(k, None)
+        verdict.update(bound="unknown", title=title, summary=(
+            f"sampled trace: {s['ids']} ids jump by a median of {s['median_jump']} (~"
+            f"{s['dropped_pct']:.0f}% of events dropped) -- idle time and its causes cannot "
+            "be measured between the events that were kept; kernel times are still valid"))
+    else:
+        what = "one-time start-up work" if state == "cold_start" else "JIT compilation"
+        top = steady["evidence"][0] if steady["evidence"] else None
+        kind = f"{top['what']}: " if top and state == "cold_start" else ""
+        proof = f" ({kind}{top['name']} {_ms(top['ns'])})" if top else ""
+        verdict.update(bound=state, title=title, summary=(
+            f"{_ms(steady['ns'])} of the window's idle GPU time is {what}{proof}: not the "
+            "steady state, so its steady-state levers do not apply"))
+    # a window without steps keeps its lever to mark them (``_whole_trace_start_up``)
+    verdict["levers"] = [lever] + [x for x in verdict["levers"] if x == WHOLE_TRACE_LEVER]
+    verdict["actions"] = []
+    verdict["what_if"] = {}
+
+
+def _whole_trace_start_up(verdict: dict, cold: dict) -> None:
+    """A window without steps whose idle time is mostly one-time start-up calls: say so, put
+    the lever that removes it from the analysis first, and drop churn advice it caused."""
+    lost = verdict["evidence"].get("lost_ns", 0)
+    if not cold["ns"] or cold["ns"] < STATE_SHARE * lost:
+        return
+    verdict["evidence"]["startup_ns"] = cold["ns"]
+    verdict["evidence"]["startup_calls"] = [{"name": n, "ns": ns} for n, ns in cold["calls"]]
+    top = cold["calls"][0][0] if cold["calls"] else ""
+    churn = {t for t, _ in LEVERS["alloc"] + NATIVE_LEVERS["alloc"]} \
+        if ALLOC_API_RX.match(top) else set()
+    verdict["levers"] = [WHOLE_TRACE_LEVER] + [t for t in verdict["levers"] if t not in churn]

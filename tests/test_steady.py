@@ -1,0 +1,326 @@
+"""Steady state (passes/steady.py): cold start, JIT compilation and sampled traces say so;
+the default window keeps a dominant blocking wait; inference step markers are steps."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import corpus_or_skip, materialise
+from traceread.analysis import analyze
+from traceread.passes import steady as SD
+from traceread.passes import steps as S
+from traceread.render.report import render_report
+from traceread.synth.scenarios import MS, US, TraceBuilder
+
+FORMS = ("table", "kineto-2.4", "nsys")
+T0 = 1_700_000_000_000_000_000
+
+
+def _loop(b: TraceBuilder, t: int, n: int, names=("fwd", "bwd", "opt"), gap: int = 20 * US,
+          kdur: int = 200 * US) -> int:
+    """``n`` iterations of short launches (5 us) of ``names``; returns the time after them."""
+    for _ in range(n):
+        for name in names:
+            b.launch(t, 5 * US, t + 10 * US, kdur, name=name)
+            t += 10 * US + kdur + gap
+    return t
+
+
+def _cold(slow_launch_new_kernel: bool = True) -> TraceBuilder:
+    """Two iterations, then a 3 ms launch call: of a kernel never launched before (lazy
+    module loading), or of one launched before."""
+    b = TraceBuilder()
+    t = _loop(b, T0, 2)
+    name = "vector_dot" if slow_launch_new_kernel else "fwd"
+    b.launch(t, 3 * MS, t + 3 * MS + 10 * US, kdur := 200 * US, name=name)
+    t += 3 * MS + 10 * US + kdur + 20 * US
+    _loop(b, t, 1)
+    return b
+
+
+@pytest.mark.parametrize("how", FORMS)
+def test_first_launch_of_a_kernel_that_takes_ms_is_a_cold_start(how, tmp_path):
+    a = analyze(materialise(_cold().build(), how, tmp_path, "cold"))
+    st = a.steady_state
+    assert st["state"] == "cold_start"
+    top = st["evidence"][0]
+    assert top["what"] == "lazy module load (first launch)" and top["name"] == "cudaLaunchKernel"
+    # the 3 ms call lies wholly inside the gap before vector_dot runs
+    assert top["idle_ns"] == 3 * MS and st["ns"] == 3 * MS
+    v = a.verdict
+    assert v["bound"] == "cold_start" and v["title"].startswith("cold start: warm up")
+    assert v["levers"][0] == SD.STATE_TEXT["cold_start"][1]
+    assert set(v["levers"][1:]) <= {SD.WHOLE_TRACE_LEVER}
+    assert not any("CUDA graphs" in x for x in v["levers"])
+    assert v["evidence"]["bound_if_steady"] == "launch"
+    assert "not steady state: cold start" in render_report(a)
+
+
+@pytest.mark.parametrize("how", ("table", "nsys"))
+def test_slow_launch_of_a_kernel_seen_before_is_not_cold(how, tmp_path):
+    a = analyze(materialise(_cold(slow_launch_new_kernel=False).build(), how, tmp_path, "warm"))
+    assert a.steady_state["state"] == "steady"
+    assert a.verdict["bound"] != "cold_start"
+
+
+def _first_call(wait: int = 0) -> TraceBuilder:
+    """aten::cudnn_convolution: a 100 ms first call (its launch at the end), then 3 x 1 ms;
+    with ``wait``, the first call spends that long in a cudaStreamSynchronize."""
+    b = TraceBuilder()
+    t = T0
+    b.launch(t, 5 * US, t + 10 * US, 100 * US, name="warm")
+    t += 200 * US
+    for k, dur in enumerate((100 * MS, 1 * MS, 1 * MS, 1 * MS)):
+        b.cpu("aten::cudnn_convolution", t, dur)
+        if k == 0 and wait:
+            b.runtime("cudaStreamSynchronize", t + 1 * MS, wait)
+        b.launch(t + dur - 20 * US, 5 * US, t + dur, 100 * US, name="conv")
+        t += dur + 100 * US
+    return b
+
+
+def test_slow_first_call_of_an_op_is_a_cold_start():
+    a = analyze(_first_call().build())
+    st = a.steady_state
+    assert st["state"] == "cold_start"
+    assert st["evidence"][0]["what"] == "first call"
+    assert st["evidence"][0]["name"] == "aten::cudnn_convolution"
+    assert st["evidence"][0]["median_ns"] == 1 * MS
+
+
+def test_a_first_call_filled_by_a_blocking_wait_is_not_cold():
+    st = analyze(_first_call(wait=90 * MS).build()).steady_state
+    assert not any(x["what"] == "first call" for x in st["evidence"])
+    assert st["state"] == "steady"
+
+
+def test_slow_first_kernel_run_counts_its_excess():
+    b = TraceBuilder()
+    t = T0
+    for dur in (20 * MS, 500 * US, 500 * US, 500 * US):
+        b.launch(t, 5 * US, t + 10 * US, dur, name="conv")
+        t += 10 * US + dur + 1 * MS      # 1 ms idle after each kernel
+    st = analyze(b.build()).steady_state
+    assert st["cold_start_ns"] == 20 * MS - 500 * US
+    assert st["state"] == "cold_start"
+    assert st["evidence"][0]["what"] == "first kernel run"
+
+
+@pytest.mark.parametrize("how", FORMS)
+@pytest.mark.parametrize("name", ("FusionKernelRuntime::compileFusionParallel",
+                                  "Nvrtc::CompileProgram"))
+def test_jit_compilation_in_the_gaps_is_named(how, name, tmp_path):
+    b = TraceBuilder()
+    t = _loop(b, T0, 2)
+    b.cpu(name, t, 8 * MS, kind="annotation")
+    _loop(b, t + 8 * MS + 10 * US, 2)
+    a = analyze(materialise(b.build(), how, tmp_path, "jit"))
+    assert a.steady_state["state"] == "jit"
+    assert a.steady_state["ns"] == 8 * MS
+    assert a.steady_state["evidence"][0]["name"] == name
+    v = a.verdict
+    assert v["bound"] == "jit" and v["levers"][0] == SD.STATE_TEXT["jit"][1]
+    assert "untraced" not in v["summary"]
+
+
+def _launches(jump: int, n: int = 150, ext: bool = True) -> TraceBuilder:
+    """``n`` ops launching one kernel each; ids advance by ``jump`` (a sampled trace drops
+    the events in between)."""
+    b = TraceBuilder()
+    t = T0
+    for k in range(n):
+        b._corr = 1 + k * jump
+        if ext:
+            b.cpu("aten::add", t, 20 * US, external_id=1 + k * jump)
+        b.launch(t + 5 * US, 5 * US, t + 15 * US, 50 * US, name="add_kernel")
+        t += 200 * US
+    return b
+
+
+@pytest.mark.parametrize("how", ("table", "kineto-2.4"))
+def test_external_id_gaps_mark_a_sampled_trace(how, tmp_path):
+    a = analyze(materialise(_launches(36).build(), how, tmp_path, "sampled"))
+    st = a.steady_state
+    assert st["state"] == "sampled"
+    assert st["sampled"]["ids"] == "External" and st["sampled"]["median_jump"] == 36
+    # 150 ids over a span of 149 * 36 + 1
+    assert st["sampled"]["dropped_pct"] == round(100 * (1 - 150 / (149 * 36 + 1)), 1)
+    v = a.verdict
+    assert v["bound"] == "unknown" and "sampled" in v["title"]
+    assert "idle_pct" not in v["evidence"] and "lost_pct" not in v["evidence"]
+    assert v["levers"] == [SD.STATE_TEXT["sampled"][1]] and not v["actions"]
+    assert len(a.kernels) and (a.kernels["avg_ns"] == 50 * US).all()   # kernel times stay
+
+
+def test_correlation_gaps_mark_a_sampled_nsys_trace(tmp_path):
+    a = analyze(materialise(_launches(36, ext=False).build(), "nsys", tmp_path, "sampled"))
+    assert a.steady_state["state"] == "sampled"
+    assert a.steady_state["sampled"]["ids"] == "correlation"
+
+
+@pytest.mark.parametrize("how", ("table", "nsys"))
+def test_complete_trace_is_not_sampled(how, tmp_path):
+    a = analyze(materialise(_launches(1).build(), how, tmp_path, "full"))
+    assert a.steady_state["state"] == "steady" and a.steady_state["sampled"] is None
+    # CUPTI counts API calls Kineto does not keep: complete CUDA traces jump by up to ~10
+    assert SD.sampled_ids(_launches(8, ext=False).build().events) is None
+
+
+@pytest.mark.parametrize("build", (_cold, lambda: _launches(36)))
+def test_steady_state_validates_against_the_schema(build):
+    import json
+
+    from traceread import schema
+
+    d = json.loads(json.dumps(schema.versioned(analyze(build().build()).to_dict())))
+    schema.check("analyze", d)
+    assert d["steady_state"]["state"] in ("cold_start", "sampled")
+
+
+# --- the window ----------------------------------------------------------------------------
+
+def _stalled_program(stall: int) -> TraceBuilder:
+    """One init kernel, a blocking copy of ``stall`` ns, then a loop of 12 iterations."""
+    b = TraceBuilder()
+    b.launch(T0, 5 * US, T0 + 10 * US, 100 * US, name="init_kernel")
+    b.runtime("cudaMemcpy", T0 + 200 * US, stall)
+    _loop(b, T0 + 200 * US + stall + 10 * US, 12)
+    return b
+
+
+def test_default_window_keeps_a_dominant_blocking_wait():
+    a = analyze(_stalled_program(400 * MS).build())
+    assert a.window.mode == "whole_trace"
+    assert "cudaMemcpy" in a.window.note
+    assert a.verdict["evidence"]["idle_ns"] >= 400 * MS
+
+
+def test_a_short_wait_before_the_loop_is_still_excluded():
+    # 100 us of a 0.2 ms leading part: not half of the window's 10% -- warm-up as before
+    a = analyze(_stalled_program(100 * US).build())
+    assert a.window.mode == "steady"
+
+
+def test_a_step_is_not_dropped_for_start_up_work_smaller_than_its_wait():
+    b = TraceBuilder()
+    t = T0
+    for k in range(2):
+        b.step(k, t, 410 * MS if k == 0 else 10 * MS)
+        if k == 0:
+            b.runtime("cuModuleLoadData", t + 10 * US, 5 * MS, kind="driver")
+            b.runtime("cudaStreamSynchronize", t + 6 * MS, 400 * MS)
+            t0 = t + 407 * MS
+        else:
+            t0 = t + 10 * US
+        _loop(b, t0, 1, kdur=100 * US, gap=10 * US)
+        t += 410 * MS if k == 0 else 10 * MS
+    a = analyze(b.build())
+    assert a.window.to_dict()["steps_analysed"] == 2
+    # with the wait shorter than the start-up work the step is warm-up, as before
+    b2 = TraceBuilder()
+    t = T0
+    for k in range(2):
+        b2.step(k, t, 20 * MS if k == 0 else 10 * MS)
+        if k == 0:
+            b2.runtime("cuModuleLoadData", t + 10 * US, 5 * MS, kind="driver")
+        _loop(b2, t + 6 * MS, 1, kdur=100 * US, gap=10 * US)
+        t += 20 * MS if k == 0 else 10 * MS
+    assert analyze(b2.build()).window.to_dict()["steps_analysed"] == 1
+
+
+# --- inference step markers -----------------------------------------------------------------
+
+def test_inference_step_markers_are_steps():
+    b = TraceBuilder()
+    b.cpu("execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk32785)", 0, 10 * MS,
+          kind="annotation")
+    b.cpu("step[DECODE bs=32]", 1 * MS, 8 * MS, kind="annotation")
+    st, pat = S.find_steps(b.build().events)
+    assert pat == S.INFERENCE_STEP_PATTERN
+    # nested ranges are one step, numbered in time order (32 is a batch size, not a step)
+    assert st["step"].tolist() == [0] and st["dur"].tolist() == [10 * MS]
+
+    b = TraceBuilder()
+    for k in range(3):
+        b.cpu("vllm/v1/worker/gpu_model_runner.py(3380): execute_model", k * 5 * MS, 4 * MS,
+              kind="python")
+        b.cpu("step[EXTEND bs=15 toks=15360]", k * 5 * MS + 1 * MS, 2 * MS, kind="annotation")
+    st, _ = S.find_steps(b.build().events)
+    assert st["step"].tolist() == [0, 1, 2] and st["dur"].tolist() == [4 * MS] * 3
+
+
+def test_profiler_steps_win_over_inference_markers():
+    b = TraceBuilder()
+    for k in range(2):
+        b.step(k, k * 10 * MS, 10 * MS)
+        b.cpu("step[DECODE bs=8]", k * 10 * MS + 1 * MS, 5 * MS, kind="annotation")
+    st, pat = S.find_steps(b.build().events)
+    assert pat == S.DEFAULT_STEP_PATTERN and st["step"].tolist() == [0, 1]
+
+
+# --- real traces ----------------------------------------------------------------------------
+
+TL = "AMD-AGI__TraceLens/tests/traces/inference/"
+
+
+@pytest.mark.corpus
+def test_sglang_decode_answers_the_blocking_copy():
+    c = corpus_or_skip()
+    p = c / TL / "sglang_decode/sglang_Qwen3-8B_decode.json.gz"
+    a = analyze(p)
+    assert a.window.mode == "steps" and a.window.total_steps == 1
+    assert a.verdict["bound"] == "sync"
+    assert a.verdict["evidence"]["top_sync_op"] == "hipMemcpyWithStream"
+    # without step markers the leading part is kept: the 463 ms copy is no warm-up
+    b = analyze(p, step_pattern=r"^no such step$")
+    assert b.window.mode == "whole_trace" and "hipMemcpyWithStream" in b.window.note
+    assert b.verdict["bound"] == "sync"
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", ("sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz",
+                                  "vllm_decode_full/graph_execution.json.gz",
+                                  "vllm_prefilldecode_piecewise/graph_execution.json.gz"))
+def test_inference_traces_have_their_step(path):
+    c = corpus_or_skip()
+    st, pat = S.find_steps(analyze(c / TL / path).trace.events)
+    assert pat == S.INFERENCE_STEP_PATTERN and len(st) == 1
+    assert st["name"].iloc[0].startswith("execute_")
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", ("timeline_analysis/sampled_rank-0.json.gz",
+                                  "trace_filter/sampled_rank-1.json.gz"))
+def test_hta_sampled_traces_say_sampled(path):
+    c = corpus_or_skip()
+    a = analyze(c / "facebookresearch__HolisticTraceAnalysis/tests/data" / path)
+    assert a.steady_state["state"] == "sampled"
+    assert a.steady_state["sampled"]["median_jump"] >= SD.SAMPLED_EXT_JUMP
+    assert a.verdict["bound"] == "unknown" and "idle_pct" not in a.verdict["evidence"]
+    assert "idle 55.5%" not in a.verdict["summary"]
+
+
+@pytest.mark.corpus
+def test_extrap_lazy_module_load_is_a_cold_start():
+    c = corpus_or_skip()
+    a = analyze(c / "extra-p__extrap/ex-gpu.s10.sqlite")
+    st = a.steady_state
+    assert st["state"] == "cold_start"
+    top = st["evidence"][0]
+    assert top["name"] == "cudaLaunchKernel" and 2.9 * MS < top["ns"] < 3.0 * MS
+    assert a.verdict["bound"] == "cold_start"
+
+
+@pytest.mark.parametrize("how", FORMS)
+@pytest.mark.parametrize("name", ("cuModuleLoadData", "cudnnCreate", "cublasCreate_v2"))
+def test_module_loading_and_library_init_in_the_gaps_are_a_cold_start(how, name, tmp_path):
+    b = TraceBuilder()
+    t = _loop(b, T0, 2)
+    b.runtime(name, t, 5 * MS)
+    _loop(b, t + 5 * MS + 10 * US, 2)
+    a = analyze(materialise(b.build(), how, tmp_path, "init"))
+    st = a.steady_state
+    assert st["state"] == "cold_start" and st["ns"] == 5 * MS
+    top = st["evidence"][0]
+    assert (top["what"], top["ns"], top["idle_ns"], top["calls"]) == \
+        ("start-up call", 5 * MS, 5 * MS, 1)
+    assert top["name"] == (name if how != "nsys" else name.split("_v")[0])  # nsys drops _v2
