@@ -317,6 +317,29 @@ def _busy(ev: pd.DataFrame, w: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def _gpu_span(w: pd.DataFrame) -> np.ndarray:
+    """Per window row, the span of the GPU work it launched (``gpu_start`` .. ``gpu_end`` of
+    the step table; 0 when unknown -- the whole-trace window already covers its GPU ops)."""
+    if "gpu_start" not in w or "gpu_end" not in w:
+        return np.zeros(len(w), np.int64)
+    gs, ge = w["gpu_start"].to_numpy(np.int64), w["gpu_end"].to_numpy(np.int64)
+    return np.where((gs >= 0) & (ge > gs), ge - gs, 0)
+
+
+def _refusal(ideal: float, busy: int, bad_steps: int, steps: int) -> str | None:
+    """Why MFU is not given: the counted FLOPs would need longer at the dense peak than the
+    GPUs were busy (MFU over busy time > 100%), in total or in some steps."""
+    if busy and ideal > busy:
+        return (f"MFU refused: the counted FLOPs need {ideal / busy:.2f}x the GPU-busy time at "
+                "the dense peak -- their kernels are not all in the window, or the peak is "
+                "wrong for this device (pass --peak-tflops)")
+    if bad_steps:
+        return (f"per step MFU refused in {bad_steps} of {steps} steps: their counted FLOPs "
+                "need longer at the dense peak than their GPU-busy time (FLOPs counted in one "
+                "step whose kernels ran in another)")
+    return None
+
+
 def _gpus(ev: pd.DataFrame) -> int:
     from ..table import GPU_OP_KINDS
 
@@ -326,11 +349,14 @@ def _gpus(ev: pd.DataFrame) -> int:
 
 def mfu_summary(trace, steps: pd.DataFrame | None = None,
                 peak_tflops: float | None = None, meta=None, ops=None) -> dict:
-    """Achieved TFLOP/s (over wall and over GPU-busy time) and MFU, per step and in total.
+    """Achieved TFLOP/s (over the step time and over GPU-busy time) and MFU, per step and in
+    total.
 
-    ``steps``: rows with start/end/dur (and busy_ns) -- the analysis window; the
-    whole trace when None. MFU = (sum over dtypes of FLOPs / peak) / (wall x GPUs),
-    i.e. the fraction of the wall time the GPUs would need at their dense peak.
+    ``steps``: rows with start/end/dur (and gpu_start/gpu_end/busy_ns of the step table) --
+    the analysis window; the whole trace when None. A step's time is the longer of its host
+    span and the span of the GPU work it launched (the host runs ahead of a GPU-bound
+    step); MFU = (sum over ops of FLOPs / their dtype's peak) / (time x GPUs). A step whose
+    FLOPs need longer at peak than its busy time gets no figures (``refused`` says why).
     ``ops``: ``op_flops(trace)`` when the caller has it already.
     """
     from .peaks import device_name, device_peaks
@@ -362,26 +388,36 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     m = k >= 0
     flops = np.bincount(k[m], weights=ops["flops"].to_numpy(float)[m], minlength=n)[:n]
     ideal = np.bincount(k[m], weights=np.nan_to_num(ideal_ns[m]), minlength=n)[:n]
-    wall = w["dur"].to_numpy(np.int64)
+    host = w["dur"].to_numpy(np.int64)
+    span = _gpu_span(w)
+    wall = np.maximum(host, span)     # the GPU's time when the host runs ahead of it
     busy = _busy(ev, w)
     gpus = _gpus(ev)
     per_step = pd.DataFrame({"step": w["step"].to_numpy() if "step" in w else np.arange(n),
-                             "flops": flops.astype(np.int64), "dur": wall, "busy_ns": busy})
+                             "flops": flops.astype(np.int64), "dur": host, "gpu_span_ns": span,
+                             "time_ns": wall, "busy_ns": busy})
     with np.errstate(divide="ignore", invalid="ignore"):
         per_step["tflops_wall"] = np.where(wall > 0, flops / wall / 1e3, np.nan)
-        per_step["tflops_gpu"] = np.where(busy > 0, flops / busy / 1e3, np.nan)
+        per_step["tflops_gpu"] = np.where(busy > 0, flops * gpus / busy / 1e3, np.nan)
         per_step["mfu"] = np.where((wall > 0) & bool(peak), ideal / (wall * gpus), np.nan)
+        # the counted FLOPs need more time at peak than the GPUs were busy: impossible
+        bad = bool(peak) & (ideal > busy) & (flops > 0)
+    per_step.loc[bad, ["tflops_wall", "tflops_gpu", "mfu"]] = np.nan
     tot_f, tot_w, tot_b = float(flops.sum()), int(wall.sum()), int(busy.sum())
+    refused = _refusal(float(ideal.sum()), tot_b, int(bad.sum()), n) if peak else None
     calls = ops.groupby("name")["flops"].agg(["sum", "size"]).sort_values("sum", ascending=False)
+    whole_ok = refused is None or refused.startswith("per step")
     out.update({
         "gpus": gpus, "dtype": dominant, "tf32": tf32, "flops": int(tot_f),
         "flops_by_dtype": by_dtype, "counted_ops": int(len(ops)),
         "peak_tflops": peak, "peak_source": ("override" if peak_tflops else
                                              "table" if table else None),
-        "window_ns": tot_w, "gpu_busy_ns": tot_b,
-        "tflops_wall": tot_f / tot_w / 1e3 if tot_w else None,
-        "tflops_gpu": tot_f / tot_b / 1e3 if tot_b else None,
-        "mfu": float(ideal.sum() / (tot_w * gpus)) if tot_w and peak else None,
+        "window_ns": tot_w, "host_ns": int(host.sum()), "gpu_span_ns": int(span.sum()),
+        "gpu_busy_ns": tot_b,
+        "tflops_wall": tot_f / tot_w / 1e3 if tot_w and whole_ok else None,
+        "tflops_gpu": tot_f * gpus / tot_b / 1e3 if tot_b and whole_ok else None,
+        "mfu": float(ideal.sum() / (tot_w * gpus)) if tot_w and peak and whole_ok else None,
+        "refused": refused,
         "top_ops": [{"name": str(nm), "flops": int(r["sum"]), "calls": int(r["size"]),
                      "pct": 100.0 * float(r["sum"]) / tot_f if tot_f else 0.0}
                     for nm, r in calls.head(5).iterrows()],
@@ -395,9 +431,8 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
                      if name else "no device name in the trace: pass --peak-tflops for MFU")
     elif peak is None and not peak_tflops:
         notes.append(f"no {dominant} peak listed for {name!r}: pass --peak-tflops for MFU")
-    if peak and out.get("tflops_gpu") and out["tflops_gpu"] > 1.05 * peak * gpus:
-        notes.append("FLOP/s over GPU-busy time exceeds the peak: the counted operators' "
-                     "kernels are not all in the window (partial trace?)")
+    if refused:
+        notes.append(refused)
     if _graph_replays(ev):
         notes.append("kernels replayed from CUDA graphs have no recorded operator shapes: their "
                      "FLOPs are not counted, so achieved FLOP/s and MFU are lower bounds")

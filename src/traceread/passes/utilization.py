@@ -22,7 +22,7 @@ def utilization(trace, steps: pd.DataFrame | None = None, peak_tflops: float | N
     meta = trace.meta
     real_steps = steps is not None and len(steps) > 0 and "step" in steps and \
         bool((steps["step"].to_numpy() >= 0).any())
-    window = (int(steps["start"].min()), int(steps["end"].max())) if real_steps else None
+    window = _window(steps) if real_steps else None
     st = steps if real_steps else None
     ops = flops.op_flops(ev) if flops.has_shapes(ev) else None   # once, for both passes
     mfu = flops.mfu_summary(ev, st, peak_tflops, meta=meta, ops=ops)
@@ -31,6 +31,14 @@ def utilization(trace, steps: pd.DataFrame | None = None, peak_tflops: float | N
            "memory": memory.memory_summary(ev, st, meta=meta)}
     out["headline"] = headline(out)
     return out
+
+
+def _window(steps: pd.DataFrame) -> tuple[int, int]:
+    """The steps' host span, extended to the end of their GPU work (the host runs ahead)."""
+    end = int(steps["end"].max())
+    if "gpu_end" in steps:
+        end = max(end, int(steps["gpu_end"].max()))
+    return int(steps["start"].min()), end
 
 
 def headline(u: dict) -> str:
