@@ -317,6 +317,17 @@ def _busy(ev: pd.DataFrame, w: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def _tf32_headroom(ops, dt, k, peaks: dict, ideal: np.ndarray, time_gpus: int) -> float | None:
+    """MFU with the fp32 matmuls measured against the TF32 peak instead of the FP32 one:
+    what a badly used TF32 card looks like (None when no FP32 FLOPs or no TF32 peak)."""
+    f32 = (dt == "fp32").to_numpy() & (k >= 0)
+    if not f32.any() or not peaks.get("tf32") or not peaks.get("fp32") or not time_gpus:
+        return None
+    fl = ops["flops"].to_numpy(float)[f32].sum()
+    shift = fl / peaks["fp32"] / 1e3 - fl / peaks["tf32"] / 1e3
+    return float((ideal.sum() - shift) / time_gpus)
+
+
 def _gpu_span(w: pd.DataFrame) -> np.ndarray:
     """Per window row, the span of the GPU work it launched (``gpu_start`` .. ``gpu_end`` of
     the step table; 0 when unknown -- the whole-trace window already covers its GPU ops)."""
@@ -359,22 +370,23 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     FLOPs need longer at peak than its busy time gets no figures (``refused`` says why).
     ``ops``: ``op_flops(trace)`` when the caller has it already.
     """
-    from .peaks import device_name, device_peaks
+    from .peaks import device_caps, device_peaks
     from .steps import assign_steps
 
     ev = events_of(trace)
     meta = meta if meta is not None else getattr(trace, "meta", None)
-    name = device_name(meta) if meta is not None else ""
+    caps = device_caps(meta)
+    name = caps["name"]
     out: dict = {"has_shapes": has_shapes(ev), "device": name, "note": None}
     if not out["has_shapes"]:
         out["note"] = HOW_TO_RECORD
         return out
     ops = op_flops(ev) if ops is None else ops
-    tf32 = _tf32_used(ev)
+    tf32 = caps["tf32"] is not False and _tf32_used(ev)
     dt = ops["dtype"].where(ops["dtype"] != "fp32", "tf32" if tf32 else "fp32")
     by_dtype = {str(k): int(v) for k, v in ops.groupby(dt)["flops"].sum().items()}
     dominant = max(by_dtype, key=by_dtype.get) if by_dtype else "unknown"
-    table = device_peaks(name)
+    table = device_peaks(name, caps)
     peaks = dict(table or {})
     if peak_tflops:
         peaks = {d: float(peak_tflops) for d in set(by_dtype) | {dominant}}
@@ -405,6 +417,8 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     per_step.loc[bad, ["tflops_wall", "tflops_gpu", "mfu"]] = np.nan
     tot_f, tot_w, tot_b = float(flops.sum()), int(wall.sum()), int(busy.sum())
     refused = _refusal(float(ideal.sum()), tot_b, int(bad.sum()), n) if peak else None
+    mfu_tf32 = _tf32_headroom(ops, dt, k, peaks, ideal, tot_w * gpus) \
+        if not peak_tflops and caps["tf32"] is not False else None
     calls = ops.groupby("name")["flops"].agg(["sum", "size"]).sort_values("sum", ascending=False)
     whole_ok = refused is None or refused.startswith("per step")
     out.update({
@@ -417,7 +431,7 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
         "tflops_wall": tot_f / tot_w / 1e3 if tot_w and whole_ok else None,
         "tflops_gpu": tot_f * gpus / tot_b / 1e3 if tot_b and whole_ok else None,
         "mfu": float(ideal.sum() / (tot_w * gpus)) if tot_w and peak and whole_ok else None,
-        "refused": refused,
+        "refused": refused, "mfu_if_tf32": mfu_tf32 if whole_ok else None,
         "top_ops": [{"name": str(nm), "flops": int(r["sum"]), "calls": int(r["size"]),
                      "pct": 100.0 * float(r["sum"]) / tot_f if tot_f else 0.0}
                     for nm, r in calls.head(5).iterrows()],
@@ -433,6 +447,11 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
         notes.append(f"no {dominant} peak listed for {name!r}: pass --peak-tflops for MFU")
     if refused:
         notes.append(refused)
+    elif mfu_tf32 is not None and out["mfu"] is not None:
+        notes.append(f"fp32 matmuls run on CUDA cores (FP32, {peaks['fp32']:g} TFLOP/s): MFU "
+                     f"{100 * out['mfu']:.1f}% against FP32 would be {100 * mfu_tf32:.1f}% against "
+                     f"the TF32 peak ({peaks['tf32']:g}) this device has -- "
+                     "torch.set_float32_matmul_precision('high') would use it")
     if _graph_replays(ev):
         notes.append("kernels replayed from CUDA graphs have no recorded operator shapes: their "
                      "FLOPs are not counted, so achieved FLOP/s and MFU are lower bounds")
