@@ -124,6 +124,9 @@ def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
     copies = rows[kind_in(ev, ("memcpy",)).take(rows)]
     out["copies"] = copy_bandwidth(take(ev, copies, ["ts", "dur", "kind", "bytes", "copy_kind"]))
     meta = meta if meta is not None else getattr(trace, "meta", None)
+    # name -> class for occupancy.py (popped by utilization: not part of the JSON)
+    out["kernel_class"] = dict(zip(pairs.loc[pairs["kind"] == "kernel", "name"],
+                                   pairs.loc[pairs["kind"] == "kernel", "cls"]))
     out["levers"] = _levers(pairs.rename(columns={"ns": "dur"}), total, meta, op_dtypes)
     return out
 
@@ -191,7 +194,7 @@ def _levers(by_name: pd.DataFrame, total: int, meta, op_dtypes) -> list[dict]:
     f32_tc = int(sum(d for d, q in zip(dur, prec) if q == "tf32"))
     if simt > 0.05 * total and p["tf32"]:
         levers.append(_lever(
-            "tf32", f"FP32 GEMMs on CUDA cores (sgemm/ffma kernels) take {100 * simt / total:.0f}% "
+            "tf32", f"FP32 SIMT GEMMs (sgemm/ffma kernels) take {100 * simt / total:.0f}% "
             "of GPU busy time", simt * (1 - p["fp32"] / p["tf32"]), total,
             f"GEMMs run at the same fraction of the TF32 peak ({src}); "
             "torch.set_float32_matmul_precision('high')"))

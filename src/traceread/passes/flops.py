@@ -317,6 +317,84 @@ def _busy(ev: pd.DataFrame, w: pd.DataFrame) -> np.ndarray:
     return out
 
 
+# Where a checkpointed segment's forward runs again under backward: the non-reentrant
+# checkpoint's recompute_fn frame (with_stack), the reentrant CheckpointFunctionBackward node.
+_RECOMPUTE = re.compile(r"checkpoint\.py\(\d+\): recompute_fn$|CheckpointFunctionBackward")
+_BACKWARD = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$")
+
+
+def recomputed(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Counted ops that recompute a checkpointed forward: inside a recompute range on their
+    thread and not inside a backward node nested in it (the reentrant checkpoint runs the
+    segment's backward there too)."""
+    out = np.zeros(len(ops), bool)
+    rows = rows_of(ev, ("cpu_op", "python", "annotation"))
+    if not len(ops) or not len(rows):
+        return out
+    is_rc = lookup_at(ev["name"], rows, lambda x: bool(_RECOMPUTE.search(x)), False, bool)
+    if not is_rc.any():
+        return out
+    rc = take(ev, rows[is_rc], ["ts", "dur", "pid", "tid", "name"])
+    is_bw = lookup_at(ev["name"], rows, lambda x: bool(_BACKWARD.search(x)), False, bool)
+    bw = take(ev, rows[is_bw], ["ts", "dur", "pid", "tid"])
+    pid, tid, ts = (ops[c].to_numpy() for c in ("pid", "tid", "ts"))
+    for r in rc.itertuples(index=False):
+        inside = (pid == r.pid) & (tid == r.tid) & (ts >= r.ts) & (ts < r.ts + r.dur)
+        if not inside.any() or "recompute_fn" in r.name:
+            out |= inside
+            continue
+        nb = bw[(bw["pid"] == r.pid) & (bw["tid"] == r.tid) & (bw["ts"] > r.ts)
+                & (bw["ts"] < r.ts + r.dur)]
+        for b in nb.itertuples(index=False):
+            inside &= ~((ts >= b.ts) & (ts < b.ts + b.dur))
+        out |= inside
+    return out
+
+
+_MATMUL_CLASSES = ("gemm_tensor", "gemm_simt", "attention")
+
+
+def uncounted_matmuls(ev: pd.DataFrame, ops: pd.DataFrame, classes: dict,
+                      window: tuple[int, int] | None = None) -> dict | None:
+    """GEMM/attention kernel time that no counted operator launched (fp8/fp4 GEMMs inside
+    custom ops, fused MoE, ...): their FLOPs are not in MFU. A kernel is covered when its
+    launch call (same correlation id) lies inside a counted op on the same thread. None when
+    no such kernel links to a launch call (nothing can be said)."""
+    rows = rows_of(ev, ("kernel",))
+    if window is not None:
+        t = ev["ts"].to_numpy().take(rows)
+        rows = rows[(t >= window[0]) & (t < window[1])]
+    mm = lookup_at(ev["name"], rows, lambda x: classes.get(x) in _MATMUL_CLASSES, False, bool)
+    rows = rows[mm]
+    if not len(rows) or "correlation" not in ev:
+        return None
+    api = rows_of(ev, ("runtime", "driver"))
+    a = take(ev, api, ["correlation", "ts", "pid", "tid"])
+    a = a[a["correlation"] >= 0].drop_duplicates("correlation")
+    k = take(ev, rows, ["correlation", "dur", "name"]).merge(a, on="correlation", how="left")
+    linked = k["ts"].notna().to_numpy()
+    if not linked.any():
+        return None
+    k = k[linked]
+    covered = np.zeros(len(k), bool)
+    lts, lpid, ltid = (k[c].to_numpy(np.int64) for c in ("ts", "pid", "tid"))
+    for (p, t), o in ops.groupby(["pid", "tid"], sort=False):
+        sel = np.flatnonzero((lpid == p) & (ltid == t))
+        if not len(sel):
+            continue
+        o = o.sort_values("ts")
+        s, e = o["ts"].to_numpy(np.int64), (o["ts"] + o["dur"]).to_numpy(np.int64)
+        i = np.searchsorted(s, lts[sel], side="right") - 1
+        ok = i >= 0
+        covered[sel[ok]] = lts[sel[ok]] < e[i[ok]]
+    miss = k[~covered]
+    if not len(miss):
+        return {"ns": 0, "kernels": []}
+    top = miss.groupby("name")["dur"].sum().sort_values(ascending=False).head(3)
+    return {"ns": int(miss["dur"].sum()),
+            "kernels": [{"name": str(n), "ns": int(v)} for n, v in top.items()]}
+
+
 def _tf32_headroom(ops, dt, k, peaks: dict, ideal: np.ndarray, time_gpus: int) -> float | None:
     """MFU with the fp32 matmuls measured against the TF32 peak instead of the FP32 one:
     what a badly used TF32 card looks like (None when no FP32 FLOPs or no TF32 peak)."""
@@ -400,6 +478,10 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     m = k >= 0
     flops = np.bincount(k[m], weights=ops["flops"].to_numpy(float)[m], minlength=n)[:n]
     ideal = np.bincount(k[m], weights=np.nan_to_num(ideal_ns[m]), minlength=n)[:n]
+    # MFU counts the model's FLOPs once: recomputed forward ops (activation checkpointing)
+    # count in HFU only
+    again = recomputed(ev, ops) & m
+    ideal_again = np.bincount(k[again], weights=np.nan_to_num(ideal_ns[again]), minlength=n)[:n]
     host = w["dur"].to_numpy(np.int64)
     span = _gpu_span(w)
     wall = np.maximum(host, span)     # the GPU's time when the host runs ahead of it
@@ -411,7 +493,8 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     with np.errstate(divide="ignore", invalid="ignore"):
         per_step["tflops_wall"] = np.where(wall > 0, flops / wall / 1e3, np.nan)
         per_step["tflops_gpu"] = np.where(busy > 0, flops * gpus / busy / 1e3, np.nan)
-        per_step["mfu"] = np.where((wall > 0) & bool(peak), ideal / (wall * gpus), np.nan)
+        per_step["mfu"] = np.where((wall > 0) & bool(peak), (ideal - ideal_again) / (wall * gpus),
+                                   np.nan)
         # the counted FLOPs need more time at peak than the GPUs were busy: impossible
         bad = bool(peak) & (ideal > busy) & (flops > 0)
     per_step.loc[bad, ["tflops_wall", "tflops_gpu", "mfu"]] = np.nan
@@ -430,7 +513,11 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
         "gpu_busy_ns": tot_b,
         "tflops_wall": tot_f / tot_w / 1e3 if tot_w and whole_ok else None,
         "tflops_gpu": tot_f * gpus / tot_b / 1e3 if tot_b and whole_ok else None,
-        "mfu": float(ideal.sum() / (tot_w * gpus)) if tot_w and peak and whole_ok else None,
+        "mfu": float((ideal.sum() - ideal_again.sum()) / (tot_w * gpus))
+        if tot_w and peak and whole_ok else None,
+        "recomputed_flops": int(ops["flops"].to_numpy()[again].sum()),
+        "hfu": float(ideal.sum() / (tot_w * gpus))
+        if tot_w and peak and whole_ok and again.any() else None,
         "refused": refused, "mfu_if_tf32": mfu_tf32 if whole_ok else None,
         "top_ops": [{"name": str(nm), "flops": int(r["sum"]), "calls": int(r["size"]),
                      "pct": 100.0 * float(r["sum"]) / tot_f if tot_f else 0.0}
