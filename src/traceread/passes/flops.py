@@ -370,8 +370,10 @@ def uncounted_matmuls(ev: pd.DataFrame, ops: pd.DataFrame, classes: dict,
         return None
     api = rows_of(ev, ("runtime", "driver"))
     a = take(ev, api, ["correlation", "ts", "pid", "tid"])
-    a = a[a["correlation"] >= 0].drop_duplicates("correlation")
-    k = take(ev, rows, ["correlation", "dur", "name"]).merge(a, on="correlation", how="left")
+    a = a[a["correlation"] >= 0].drop_duplicates(["correlation", "pid"])
+    # a GPU op's pid is its launching process's (docs/event-table.md): ids repeat across them
+    k = take(ev, rows, ["correlation", "pid", "dur", "name"]).merge(
+        a, on=["correlation", "pid"], how="left")
     linked = k["ts"].notna().to_numpy()
     if not linked.any():
         return None

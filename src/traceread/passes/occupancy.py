@@ -15,6 +15,9 @@ column (Kineto ``args.grid``/``block``/``est. achieved occupancy %``; nsys
   duration over the kernels that carry it (0 is what Kineto writes when it could not
   estimate it: left out).
 
+Collective kernels (class ``nccl``) use few blocks by design, to leave the SMs to the
+compute they overlap: they are left out.
+
 Kernels that overlap on other streams can fill each other's empty SMs: with
 concurrent kernels the coverage is a lower bound (``concurrent_pct`` says how much
 kernel time overlaps another kernel).
@@ -66,7 +69,9 @@ def occupancy_summary(trace, window: tuple[int, int] | None = None, caps: dict |
         ts = ev["ts"].to_numpy().take(rows)
         rows = rows[(ts >= window[0]) & (ts < window[1])]
     g = _groups(ev, rows)
-    g = g[g["blocks"] > 0]
+    g["cls"] = [classes.get(n, "other") if classes else "kernel" for n in g["name"]]
+    # collectives use few blocks on purpose (they overlap compute): not a filling problem
+    g = g[(g["blocks"] > 0) & (g["cls"] != "nccl")]
     if not len(g):
         out["note"] = "no kernel launch configuration in this trace"
         return out
@@ -82,7 +87,6 @@ def occupancy_summary(trace, window: tuple[int, int] | None = None, caps: dict |
         return out
     g["cov"] = np.minimum(1.0, g["blocks"] / sms)
     g["idle"] = g["ns"] * (1 - g["cov"])
-    g["cls"] = [classes.get(n, "other") if classes else "kernel" for n in g["name"]]
     tot = float(g["ns"].sum())
     out.update(covered_ns=int((g["ns"] * g["cov"]).sum()), sm_idle_ns=int(g["idle"].sum()))
     out["coverage"] = out["covered_ns"] / tot if tot else None
