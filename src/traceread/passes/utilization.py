@@ -46,9 +46,9 @@ def _uncounted(mfu: dict, u: dict | None, busy_ns: int) -> None:
     u["pct_of_busy"] = 100.0 * u["ns"] / busy_ns
     mfu["uncounted_matmul"] = u
     if u["pct_of_busy"] >= UNCOUNTED_NOTE_PCT:
-        msg = (f"GEMM/attention kernels no counted operator launched take "
-               f"{u['pct_of_busy']:.0f}% of busy time (fp8/fp4 or custom-op GEMMs, e.g. "
-               f"{u['kernels'][0]['name'][:60]}): their FLOPs are not counted, so MFU is a "
+        msg = (f"GEMM/attention kernels that no counted operator launched (custom ops, fp8/fp4 "
+               f"GEMMs, graph replays) take {u['pct_of_busy']:.0f}% of busy time, e.g. "
+               f"{u['kernels'][0]['name'][:60]}: their FLOPs are not counted, so MFU is a "
                "lower bound")
         mfu["note"] = "; ".join(x for x in (mfu.get("note"), msg) if x)
 
