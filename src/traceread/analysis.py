@@ -26,7 +26,7 @@ from .passes import verdict as verdict_mod
 from .passes._side import SidePasses
 from .passes.compile import compile_summary
 from .passes.context import trace_context
-from .passes.peaks import device_name
+from .passes.peaks import device_caps, device_name
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
 from .passes.graphs import graph_launches, graph_recording, graph_summary
@@ -165,6 +165,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     classes = side.get("classes")
     copies = side.get("copies")
     ctx = side.get("ctx")
+    ctx["device"] = device_caps(trace.meta)
     graphs = side.get("graphs")
     # a program that records or replays graphs anywhere already uses them
     ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]

@@ -387,6 +387,7 @@ class Utilization(_S):
     mfu: dict[str, Any]
     busy: dict[str, Any]
     memory: dict[str, Any]
+    occupancy: Optional[dict[str, Any]] = None   # passes/occupancy.py: SM coverage, under-filled
     headline: Optional[str] = None
 
 

@@ -37,7 +37,7 @@ import pandas as pd
 from ..table import GPU_OP_KINDS
 from ._common import events_of, kind_in, rows_of, take
 from .kernel_classes import gpu_op_pairs, pair_classes
-from .peaks import device_name, device_peaks
+from .peaks import device_caps, device_peaks
 
 SMALL_KERNEL_NS = 5_000
 BUSY_CLASSES = ("gemm_tensor", "gemm_simt", "attention", "elementwise", "reduction", "triton",
@@ -77,7 +77,10 @@ def _is_simt(name: str) -> bool:
 
 def is_tf32_kernel(name: str) -> bool:
     """A tensor-core GEMM on fp32 inputs (TF32): ``tf32`` in the name, or an fp32-accumulate
-    tile (``s1688``, ``f32f32``) with no low-precision input type in the name."""
+    tile (``s1688``, ``f32f32``) with no low-precision input type in the name -- and not a
+    SIMT one (``sm80_xmma_gemm_f32f32_..._ffma_...`` is FP32 on CUDA cores)."""
+    if _SIMT.search(name) and not _TF32.search(name):
+        return False
     return bool(_TF32.search(name)) or (bool(_F32_ACC.search(name))
                                         and not _LOWP.search(name))
 
@@ -121,6 +124,9 @@ def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
     copies = rows[kind_in(ev, ("memcpy",)).take(rows)]
     out["copies"] = copy_bandwidth(take(ev, copies, ["ts", "dur", "kind", "bytes", "copy_kind"]))
     meta = meta if meta is not None else getattr(trace, "meta", None)
+    # name -> class for occupancy.py (popped by utilization: not part of the JSON)
+    out["kernel_class"] = dict(zip(pairs.loc[pairs["kind"] == "kernel", "name"],
+                                   pairs.loc[pairs["kind"] == "kernel", "cls"]))
     out["levers"] = _levers(pairs.rename(columns={"ns": "dur"}), total, meta, op_dtypes)
     return out
 
@@ -139,15 +145,34 @@ def copy_bandwidth(g: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _precisions(meta) -> tuple[dict, str]:
-    """Peak TFLOP/s for fp32, tf32 (None: the device has none) and the low-precision dtype."""
-    peaks = device_peaks(device_name(meta)) if meta is not None else None
-    if not peaks or not peaks.get("fp32"):
-        return {"fp32": 1.0, "tf32": 4.0, "lowp": 8.0, "lowp_dtype": "bf16"}, \
-            "default ratios (device peaks unknown)"
-    lowp = "bf16" if "bf16" in peaks else "fp16"
-    return {"fp32": peaks["fp32"], "tf32": peaks.get("tf32"), "lowp": peaks.get(lowp),
-            "lowp_dtype": lowp}, "device peaks"
+def _precisions(caps: dict) -> tuple[dict, str]:
+    """Peak TFLOP/s for fp32, tf32 (None: the device has none) and the low-precision dtype
+    (bf16, or fp16 where the device has no bf16: Volta, Turing)."""
+    peaks = device_peaks(caps["name"], caps) if caps["name"] else None
+    if peaks and peaks.get("fp32"):
+        lowp = "bf16" if "bf16" in peaks else "fp16"
+        return {"fp32": peaks["fp32"], "tf32": peaks.get("tf32"), "lowp": peaks.get(lowp),
+                "lowp_dtype": lowp}, "device peaks"
+    return {"fp32": 1.0, "tf32": None if caps["tf32"] is False else 4.0, "lowp": 8.0,
+            "lowp_dtype": "fp16" if caps["bf16"] is False else "bf16"}, \
+        "default ratios (device peaks unknown)"
+
+
+def gemm_precision(name: str) -> str:
+    """The math a GEMM/conv kernel runs, from its name: ``tf32``, ``fp32`` (SIMT on fp32
+    data: ``sgemm``, ``*_ffma_*``, ``<float>`` templates), ``fp64`` (``dgemm``, ``double``),
+    ``lowp`` (fp16/bf16/fp8/int8 in the name: ``__half``, ``bf16``, ``h1688``, ``nvjet_*t*``),
+    else ``tensor`` (tensor-core, input type not named)."""
+    if _FP64.search(name):
+        return "fp64"
+    if _LOWP.search(name):
+        return "lowp"
+    if is_tf32_kernel(name):
+        return "tf32"
+    return "fp32" if _is_simt(name) else "tensor"
+
+
+_FP64 = re.compile(r"dgemm|\bdouble\b|_f64|fp64|d884|dmma", re.I)
 
 
 def _lever(name: str, why: str, saving: float, total: int, assumption: str) -> dict:
@@ -159,17 +184,20 @@ def _levers(by_name: pd.DataFrame, total: int, meta, op_dtypes) -> list[dict]:
     t = by_name.groupby("cls")["dur"].sum().to_dict()
     t = {c: int(t.get(c, 0)) for c in BUSY_CLASSES}
     names, dur, cls = (by_name[c].to_numpy() for c in ("name", "dur", "cls"))
-    p, src = _precisions(meta)
+    caps = device_caps(meta)
+    p, src = _precisions(caps)
     levers = []
-    simt = t["gemm_simt"]
+    prec = [gemm_precision(n) if c in ("gemm_simt", "gemm_tensor") else None
+            for n, c in zip(names, cls)]
+    # only GEMMs whose kernels run fp32 math: an fp16 gemv or a dgemm is no TF32 candidate
+    simt = int(sum(d for d, q in zip(dur, prec) if q == "fp32"))
+    f32_tc = int(sum(d for d, q in zip(dur, prec) if q == "tf32"))
     if simt > 0.05 * total and p["tf32"]:
         levers.append(_lever(
-            "tf32", f"FP32 SIMT GEMMs take {100 * simt / total:.0f}% of GPU busy time",
-            simt * (1 - p["fp32"] / p["tf32"]), total,
+            "tf32", f"FP32 SIMT GEMMs (sgemm/ffma kernels) take {100 * simt / total:.0f}% "
+            "of GPU busy time", simt * (1 - p["fp32"] / p["tf32"]), total,
             f"GEMMs run at the same fraction of the TF32 peak ({src}); "
             "torch.set_float32_matmul_precision('high')"))
-    f32_tc = int(sum(d for d, n, c in zip(dur, names, cls)
-                     if c == "gemm_tensor" and is_tf32_kernel(n)))
     fp32_ops = op_dtypes is not None and len(op_dtypes) > 0 and \
         bool((op_dtypes["dtype"] == "fp32").mean() > 0.5)
     simt_f32 = simt if (fp32_ops or not p["tf32"]) else 0
@@ -178,11 +206,13 @@ def _levers(by_name: pd.DataFrame, total: int, meta, op_dtypes) -> list[dict]:
         lowp_saving += f32_tc * (1 - p["tf32"] / p["lowp"])
     if (simt_f32 + f32_tc) > 0.1 * total and lowp_saving > 0:
         dt = p["lowp_dtype"]
+        how = ("torch.autocast('cuda', dtype=torch.bfloat16)" if dt == "bf16" else
+               "torch.autocast('cuda', dtype=torch.float16) with a torch.amp.GradScaler when "
+               f"training ({caps['name'] or 'this device'} has no fast bf16)")
         levers.append(_lever(
             f"{dt}_autocast", f"fp32/TF32 matmuls take {100 * (simt_f32 + f32_tc) / total:.0f}% "
             "of busy time", lowp_saving, total,
-            f"matmuls at the same fraction of the {dt} peak ({src}); "
-            f"torch.autocast('cuda', dtype=torch.{'bfloat16' if dt == 'bf16' else 'float16'})"))
+            f"matmuls at the same fraction of the {dt} peak ({src}); {how}"))
     softmax = int(sum(d for d, n in zip(dur, names) if _SOFTMAX.search(n)))
     if softmax > 0.02 * total and t["attention"] == 0:
         levers.append(_lever(

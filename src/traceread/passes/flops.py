@@ -317,6 +317,120 @@ def _busy(ev: pd.DataFrame, w: pd.DataFrame) -> np.ndarray:
     return out
 
 
+# Where a checkpointed segment's forward runs again under backward: the non-reentrant
+# checkpoint's recompute_fn frame (with_stack), the reentrant CheckpointFunctionBackward node.
+_RECOMPUTE = re.compile(r"checkpoint\.py\(\d+\): recompute_fn$|CheckpointFunctionBackward")
+_BACKWARD = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$")
+
+
+def recomputed(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Counted ops that recompute a checkpointed forward: inside a recompute range on their
+    thread and not inside a backward node nested in it (the reentrant checkpoint runs the
+    segment's backward there too)."""
+    out = np.zeros(len(ops), bool)
+    rows = rows_of(ev, ("cpu_op", "python", "annotation"))
+    if not len(ops) or not len(rows):
+        return out
+    is_rc = lookup_at(ev["name"], rows, lambda x: bool(_RECOMPUTE.search(x)), False, bool)
+    if not is_rc.any():
+        return out
+    rc = take(ev, rows[is_rc], ["ts", "dur", "pid", "tid", "name"])
+    is_bw = lookup_at(ev["name"], rows, lambda x: bool(_BACKWARD.search(x)), False, bool)
+    bw = take(ev, rows[is_bw], ["ts", "dur", "pid", "tid"])
+    pid, tid, ts = (ops[c].to_numpy() for c in ("pid", "tid", "ts"))
+    for r in rc.itertuples(index=False):
+        inside = (pid == r.pid) & (tid == r.tid) & (ts >= r.ts) & (ts < r.ts + r.dur)
+        if not inside.any() or "recompute_fn" in r.name:
+            out |= inside
+            continue
+        nb = bw[(bw["pid"] == r.pid) & (bw["tid"] == r.tid) & (bw["ts"] > r.ts)
+                & (bw["ts"] < r.ts + r.dur)]
+        for b in nb.itertuples(index=False):
+            inside &= ~((ts >= b.ts) & (ts < b.ts + b.dur))
+        out |= inside
+    return out
+
+
+_MATMUL_CLASSES = ("gemm_tensor", "gemm_simt", "attention")
+
+
+def uncounted_matmuls(ev: pd.DataFrame, ops: pd.DataFrame, classes: dict,
+                      window: tuple[int, int] | None = None) -> dict | None:
+    """GEMM/attention kernel time that no counted operator launched (fp8/fp4 GEMMs inside
+    custom ops, fused MoE, ...): their FLOPs are not in MFU. A kernel is covered when its
+    launch call (same correlation id) lies inside a counted op on the same thread. None when
+    no such kernel links to a launch call (nothing can be said)."""
+    rows = rows_of(ev, ("kernel",))
+    if window is not None:
+        t = ev["ts"].to_numpy().take(rows)
+        rows = rows[(t >= window[0]) & (t < window[1])]
+    mm = lookup_at(ev["name"], rows, lambda x: classes.get(x) in _MATMUL_CLASSES, False, bool)
+    rows = rows[mm]
+    if not len(rows) or "correlation" not in ev:
+        return None
+    api = rows_of(ev, ("runtime", "driver"))
+    a = take(ev, api, ["correlation", "ts", "pid", "tid"])
+    a = a[a["correlation"] >= 0].drop_duplicates(["correlation", "pid"])
+    # a GPU op's pid is its launching process's (docs/event-table.md): ids repeat across them
+    k = take(ev, rows, ["correlation", "pid", "dur", "name"]).merge(
+        a, on=["correlation", "pid"], how="left")
+    linked = k["ts"].notna().to_numpy()
+    if not linked.any():
+        return None
+    k = k[linked]
+    covered = np.zeros(len(k), bool)
+    lts, lpid, ltid = (k[c].to_numpy(np.int64) for c in ("ts", "pid", "tid"))
+    for (p, t), o in ops.groupby(["pid", "tid"], sort=False):
+        sel = np.flatnonzero((lpid == p) & (ltid == t))
+        if not len(sel):
+            continue
+        o = o.sort_values("ts")
+        s, e = o["ts"].to_numpy(np.int64), (o["ts"] + o["dur"]).to_numpy(np.int64)
+        i = np.searchsorted(s, lts[sel], side="right") - 1
+        ok = i >= 0
+        covered[sel[ok]] = lts[sel[ok]] < e[i[ok]]
+    miss = k[~covered]
+    if not len(miss):
+        return {"ns": 0, "kernels": []}
+    top = miss.groupby("name")["dur"].sum().sort_values(ascending=False).head(3)
+    return {"ns": int(miss["dur"].sum()),
+            "kernels": [{"name": str(n), "ns": int(v)} for n, v in top.items()]}
+
+
+def _tf32_headroom(ops, dt, k, peaks: dict, ideal: np.ndarray, time_gpus: int) -> float | None:
+    """MFU with the fp32 matmuls measured against the TF32 peak instead of the FP32 one:
+    what a badly used TF32 card looks like (None when no FP32 FLOPs or no TF32 peak)."""
+    f32 = (dt == "fp32").to_numpy() & (k >= 0)
+    if not f32.any() or not peaks.get("tf32") or not peaks.get("fp32") or not time_gpus:
+        return None
+    fl = ops["flops"].to_numpy(float)[f32].sum()
+    shift = fl / peaks["fp32"] / 1e3 - fl / peaks["tf32"] / 1e3
+    return float((ideal.sum() - shift) / time_gpus)
+
+
+def _gpu_span(w: pd.DataFrame) -> np.ndarray:
+    """Per window row, the span of the GPU work it launched (``gpu_start`` .. ``gpu_end`` of
+    the step table; 0 when unknown -- the whole-trace window already covers its GPU ops)."""
+    if "gpu_start" not in w or "gpu_end" not in w:
+        return np.zeros(len(w), np.int64)
+    gs, ge = w["gpu_start"].to_numpy(np.int64), w["gpu_end"].to_numpy(np.int64)
+    return np.where((gs >= 0) & (ge > gs), ge - gs, 0)
+
+
+def _refusal(ideal: float, busy: int, bad_steps: int, steps: int) -> str | None:
+    """Why MFU is not given: the counted FLOPs would need longer at the dense peak than the
+    GPUs were busy (MFU over busy time > 100%), in total or in some steps."""
+    if busy and ideal > busy:
+        return (f"MFU refused: the counted FLOPs need {ideal / busy:.2f}x the GPU-busy time at "
+                "the dense peak -- their kernels are not all in the window, or the peak is "
+                "wrong for this device (pass --peak-tflops)")
+    if bad_steps:
+        return (f"per step MFU refused in {bad_steps} of {steps} steps: their counted FLOPs "
+                "need longer at the dense peak than their GPU-busy time (FLOPs counted in one "
+                "step whose kernels ran in another)")
+    return None
+
+
 def _gpus(ev: pd.DataFrame) -> int:
     from ..table import GPU_OP_KINDS
 
@@ -326,29 +440,33 @@ def _gpus(ev: pd.DataFrame) -> int:
 
 def mfu_summary(trace, steps: pd.DataFrame | None = None,
                 peak_tflops: float | None = None, meta=None, ops=None) -> dict:
-    """Achieved TFLOP/s (over wall and over GPU-busy time) and MFU, per step and in total.
+    """Achieved TFLOP/s (over the step time and over GPU-busy time) and MFU, per step and in
+    total.
 
-    ``steps``: rows with start/end/dur (and busy_ns) -- the analysis window; the
-    whole trace when None. MFU = (sum over dtypes of FLOPs / peak) / (wall x GPUs),
-    i.e. the fraction of the wall time the GPUs would need at their dense peak.
+    ``steps``: rows with start/end/dur (and gpu_start/gpu_end/busy_ns of the step table) --
+    the analysis window; the whole trace when None. A step's time is the longer of its host
+    span and the span of the GPU work it launched (the host runs ahead of a GPU-bound
+    step); MFU = (sum over ops of FLOPs / their dtype's peak) / (time x GPUs). A step whose
+    FLOPs need longer at peak than its busy time gets no figures (``refused`` says why).
     ``ops``: ``op_flops(trace)`` when the caller has it already.
     """
-    from .peaks import device_name, device_peaks
+    from .peaks import device_caps, device_peaks
     from .steps import assign_steps
 
     ev = events_of(trace)
     meta = meta if meta is not None else getattr(trace, "meta", None)
-    name = device_name(meta) if meta is not None else ""
+    caps = device_caps(meta)
+    name = caps["name"]
     out: dict = {"has_shapes": has_shapes(ev), "device": name, "note": None}
     if not out["has_shapes"]:
         out["note"] = HOW_TO_RECORD
         return out
     ops = op_flops(ev) if ops is None else ops
-    tf32 = _tf32_used(ev)
+    tf32 = caps["tf32"] is not False and _tf32_used(ev)
     dt = ops["dtype"].where(ops["dtype"] != "fp32", "tf32" if tf32 else "fp32")
     by_dtype = {str(k): int(v) for k, v in ops.groupby(dt)["flops"].sum().items()}
     dominant = max(by_dtype, key=by_dtype.get) if by_dtype else "unknown"
-    table = device_peaks(name)
+    table = device_peaks(name, caps)
     peaks = dict(table or {})
     if peak_tflops:
         peaks = {d: float(peak_tflops) for d in set(by_dtype) | {dominant}}
@@ -362,26 +480,47 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     m = k >= 0
     flops = np.bincount(k[m], weights=ops["flops"].to_numpy(float)[m], minlength=n)[:n]
     ideal = np.bincount(k[m], weights=np.nan_to_num(ideal_ns[m]), minlength=n)[:n]
-    wall = w["dur"].to_numpy(np.int64)
+    # MFU counts the model's FLOPs once: recomputed forward ops (activation checkpointing)
+    # count in HFU only
+    again = recomputed(ev, ops) & m
+    ideal_again = np.bincount(k[again], weights=np.nan_to_num(ideal_ns[again]), minlength=n)[:n]
+    host = w["dur"].to_numpy(np.int64)
+    span = _gpu_span(w)
+    wall = np.maximum(host, span)     # the GPU's time when the host runs ahead of it
     busy = _busy(ev, w)
     gpus = _gpus(ev)
     per_step = pd.DataFrame({"step": w["step"].to_numpy() if "step" in w else np.arange(n),
-                             "flops": flops.astype(np.int64), "dur": wall, "busy_ns": busy})
+                             "flops": flops.astype(np.int64), "dur": host, "gpu_span_ns": span,
+                             "time_ns": wall, "busy_ns": busy})
     with np.errstate(divide="ignore", invalid="ignore"):
         per_step["tflops_wall"] = np.where(wall > 0, flops / wall / 1e3, np.nan)
-        per_step["tflops_gpu"] = np.where(busy > 0, flops / busy / 1e3, np.nan)
-        per_step["mfu"] = np.where((wall > 0) & bool(peak), ideal / (wall * gpus), np.nan)
+        per_step["tflops_gpu"] = np.where(busy > 0, flops * gpus / busy / 1e3, np.nan)
+        per_step["mfu"] = np.where((wall > 0) & bool(peak), (ideal - ideal_again) / (wall * gpus),
+                                   np.nan)
+        # the counted FLOPs need more time at peak than the GPUs were busy: impossible
+        bad = bool(peak) & (ideal > busy) & (flops > 0)
+    per_step.loc[bad, ["tflops_wall", "tflops_gpu", "mfu"]] = np.nan
     tot_f, tot_w, tot_b = float(flops.sum()), int(wall.sum()), int(busy.sum())
+    refused = _refusal(float(ideal.sum()), tot_b, int(bad.sum()), n) if peak else None
+    mfu_tf32 = _tf32_headroom(ops, dt, k, peaks, ideal, tot_w * gpus) \
+        if not peak_tflops and caps["tf32"] is not False else None
     calls = ops.groupby("name")["flops"].agg(["sum", "size"]).sort_values("sum", ascending=False)
+    whole_ok = refused is None or refused.startswith("per step")
     out.update({
         "gpus": gpus, "dtype": dominant, "tf32": tf32, "flops": int(tot_f),
         "flops_by_dtype": by_dtype, "counted_ops": int(len(ops)),
         "peak_tflops": peak, "peak_source": ("override" if peak_tflops else
                                              "table" if table else None),
-        "window_ns": tot_w, "gpu_busy_ns": tot_b,
-        "tflops_wall": tot_f / tot_w / 1e3 if tot_w else None,
-        "tflops_gpu": tot_f / tot_b / 1e3 if tot_b else None,
-        "mfu": float(ideal.sum() / (tot_w * gpus)) if tot_w and peak else None,
+        "window_ns": tot_w, "host_ns": int(host.sum()), "gpu_span_ns": int(span.sum()),
+        "gpu_busy_ns": tot_b,
+        "tflops_wall": tot_f / tot_w / 1e3 if tot_w and whole_ok else None,
+        "tflops_gpu": tot_f * gpus / tot_b / 1e3 if tot_b and whole_ok else None,
+        "mfu": float((ideal.sum() - ideal_again.sum()) / (tot_w * gpus))
+        if tot_w and peak and whole_ok else None,
+        "recomputed_flops": int(ops["flops"].to_numpy()[again].sum()),
+        "hfu": float(ideal.sum() / (tot_w * gpus))
+        if tot_w and peak and whole_ok and again.any() else None,
+        "refused": refused, "mfu_if_tf32": mfu_tf32 if whole_ok else None,
         "top_ops": [{"name": str(nm), "flops": int(r["sum"]), "calls": int(r["size"]),
                      "pct": 100.0 * float(r["sum"]) / tot_f if tot_f else 0.0}
                     for nm, r in calls.head(5).iterrows()],
@@ -395,9 +534,13 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
                      if name else "no device name in the trace: pass --peak-tflops for MFU")
     elif peak is None and not peak_tflops:
         notes.append(f"no {dominant} peak listed for {name!r}: pass --peak-tflops for MFU")
-    if peak and out.get("tflops_gpu") and out["tflops_gpu"] > 1.05 * peak * gpus:
-        notes.append("FLOP/s over GPU-busy time exceeds the peak: the counted operators' "
-                     "kernels are not all in the window (partial trace?)")
+    if refused:
+        notes.append(refused)
+    elif mfu_tf32 is not None and out["mfu"] is not None:
+        notes.append(f"fp32 matmuls run on CUDA cores (FP32, {peaks['fp32']:g} TFLOP/s): MFU "
+                     f"{100 * out['mfu']:.1f}% against FP32 would be {100 * mfu_tf32:.1f}% against "
+                     f"the TF32 peak ({peaks['tf32']:g}) this device has -- "
+                     "torch.set_float32_matmul_precision('high') would use it")
     if _graph_replays(ev):
         notes.append("kernels replayed from CUDA graphs have no recorded operator shapes: their "
                      "FLOPs are not counted, so achieved FLOP/s and MFU are lower bounds")

@@ -1,19 +1,21 @@
 """How well the GPU is used when it is busy: FLOPs/MFU, work classes and levers, memory.
 
 One entry point for ``analysis.py``: ``utilization(trace, steps)`` runs
-``flops.mfu_summary``, ``busy.busy_breakdown`` and ``memory.memory_summary``
+``flops.mfu_summary``, ``busy.busy_breakdown``, ``occupancy.occupancy_summary`` and
+``memory.memory_summary``
 over the same steps (the analysis window) and returns their dicts.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from . import busy, flops, memory
+from . import busy, flops, memory, occupancy
+from .peaks import device_caps
 
 
 def utilization(trace, steps: pd.DataFrame | None = None, peak_tflops: float | None = None,
                 events: pd.DataFrame | None = None) -> dict:
-    """{"mfu": ..., "busy": ..., "memory": ...}.
+    """{"mfu": ..., "busy": ..., "occupancy": ..., "memory": ...}.
 
     ``steps``: the analysed steps (start/end/step; None or the whole-trace pseudo
     step: the whole trace); ``events``: the analysed slice of ``trace.events``.
@@ -22,15 +24,44 @@ def utilization(trace, steps: pd.DataFrame | None = None, peak_tflops: float | N
     meta = trace.meta
     real_steps = steps is not None and len(steps) > 0 and "step" in steps and \
         bool((steps["step"].to_numpy() >= 0).any())
-    window = (int(steps["start"].min()), int(steps["end"].max())) if real_steps else None
+    window = _window(steps) if real_steps else None
     st = steps if real_steps else None
     ops = flops.op_flops(ev) if flops.has_shapes(ev) else None   # once, for both passes
     mfu = flops.mfu_summary(ev, st, peak_tflops, meta=meta, ops=ops)
-    out = {"mfu": mfu,
-           "busy": busy.busy_breakdown(ev, window, ops, meta=meta),
+    b = busy.busy_breakdown(ev, window, ops, meta=meta)
+    classes = b.pop("kernel_class", None) or {}
+    if ops is not None and len(ops):
+        _uncounted(mfu, flops.uncounted_matmuls(ev, ops, classes, window), b["busy_ns"])
+    out = {"mfu": mfu, "busy": b,
+           "occupancy": occupancy.occupancy_summary(ev, window, device_caps(meta), classes),
            "memory": memory.memory_summary(ev, st, meta=meta)}
     out["headline"] = headline(out)
     return out
+
+
+def _uncounted(mfu: dict, u: dict | None, busy_ns: int) -> None:
+    """Record (and note) the GEMM/attention busy time whose FLOPs MFU does not count."""
+    if u is None or not busy_ns:
+        return
+    u["pct_of_busy"] = 100.0 * u["ns"] / busy_ns
+    mfu["uncounted_matmul"] = u
+    if u["pct_of_busy"] >= UNCOUNTED_NOTE_PCT:
+        msg = (f"GEMM/attention kernels that no counted operator launched (custom ops, fp8/fp4 "
+               f"GEMMs, graph replays) take {u['pct_of_busy']:.0f}% of busy time, e.g. "
+               f"{u['kernels'][0]['name'][:60]}: their FLOPs are not counted, so MFU is a "
+               "lower bound")
+        mfu["note"] = "; ".join(x for x in (mfu.get("note"), msg) if x)
+
+
+UNCOUNTED_NOTE_PCT = 1.0
+
+
+def _window(steps: pd.DataFrame) -> tuple[int, int]:
+    """The steps' host span, extended to the end of their GPU work (the host runs ahead)."""
+    end = int(steps["end"].max())
+    if "gpu_end" in steps:
+        end = max(end, int(steps["gpu_end"].max()))
+    return int(steps["start"].min()), end
 
 
 def headline(u: dict) -> str:
@@ -48,6 +79,10 @@ def headline(u: dict) -> str:
     if gemm:
         bits.append(f"GEMMs {gemm:.0f}% of busy time, {share.get('gemm_tensor', 0.0):.0f}% "
                     "on tensor cores")
+    under = (u.get("occupancy") or {}).get("underfilled")
+    if under:
+        bits.append(f"busy but under-filled: {under['sm_idle_pct']:.0f}% of kernel time leaves "
+                    "SMs empty (grids smaller than the SM count)")
     levers = b.get("levers") or []
     if levers:
         top = levers[0]

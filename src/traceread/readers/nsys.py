@@ -38,6 +38,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from ..errors import TraceError
@@ -69,7 +70,8 @@ _SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream 
 _API_KINDS = np.array(["runtime", "driver", "other"], dtype=object)
 _NVTX_KINDS = np.array(["annotation", "instant"], dtype=object)
 _INT_OUT = ("ts", "dur", "pid", "tid", "device", "stream", "correlation", "bytes", "graph_id")
-_STR_OUT = ("kind", "name", "cat", "copy_kind", "collective", "domain", "short_name", "raw_name")
+_STR_OUT = ("kind", "name", "cat", "copy_kind", "collective", "domain", "short_name", "raw_name",
+            "launch")
 
 
 def read_nsys(path: str | os.PathLike, progress: bool = False) -> Trace:
@@ -119,7 +121,7 @@ def _kernels(db: Db, s: Strings) -> dict | None:
         return None
     c = db.fetch(t, {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
                      "corr": "correlationId", "gpid": "globalPid", "dname": "demangledName",
-                     "sname": "shortName", "gid": "graphId"})
+                     "sname": "shortName", "gid": "graphId", **_LAUNCH_COLS})
     n = len(c["start"])
     pos = s.positions(c["dname"])
     spos = s.positions(c["sname"])
@@ -128,7 +130,35 @@ def _kernels(db: Db, s: Strings) -> dict | None:
     return _block(n, t, _const(n, "kernel"), ts=c["start"], dur=c["end"] - c["start"],
                   pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
                   correlation=c["corr"], name=names, short_name=dict_array(spos, s.values),
-                  collective=_collectives(names), graph_id=_node_graph_id(c["gid"]))
+                  collective=_collectives(names), graph_id=_node_graph_id(c["gid"]),
+                  launch=_launch(c))
+
+
+_LAUNCH_COLS = {"gx": "gridX", "gy": "gridY", "gz": "gridZ", "bx": "blockX", "by": "blockY",
+                "bz": "blockZ", "reg": "registersPerThread", "ssm": "staticSharedMemory",
+                "dsm": "dynamicSharedMemory"}
+
+
+def _launch(c: dict) -> pa.DictionaryArray | None:
+    """The ``launch`` column (as Kineto's): ``{"grid":[x,y,z],"block":[x,y,z],"registers":r,
+    "shared_mem":static+dynamic}`` per distinct configuration; None without grid sizes."""
+    cols = [c[k] for k in _LAUNCH_COLS]
+    if not len(cols[0]) or (cols[0] < 0).all():
+        return None
+    for i in (1, 2, 4, 5):       # an export without gridY/Z or blockY/Z: one along them
+        cols[i] = np.where(cols[i] < 0, 1, cols[i])
+    key = np.zeros(len(cols[0]), np.int64)
+    for col in cols:   # re-coded each step: the key stays < rows x values
+        codes, uniq = pd.factorize(col)
+        key = pd.factorize(key * len(uniq) + codes)[0].astype(np.int64)
+    first = np.unique(key, return_index=True)[1]     # a row of each configuration, by code
+    gx, gy, gz, bx, by, bz, reg, ssm, dsm = (col[first].tolist() for col in cols)
+    texts = np.array([f'{{"grid":[{a},{b},{d}],"block":[{e},{f},{g}]'
+                      + (f',"registers":{r}' if r >= 0 else "")
+                      + (f',"shared_mem":{max(x, 0) + max(y, 0)}' if x >= 0 or y >= 0 else "")
+                      + "}" for a, b, d, e, f, g, r, x, y in
+                      zip(gx, gy, gz, bx, by, bz, reg, ssm, dsm)], dtype=object)
+    return dict_array(np.where(cols[0] >= 0, key, -1), texts)
 
 
 def _collectives(names: pa.DictionaryArray) -> pa.DictionaryArray | None:

@@ -54,6 +54,26 @@ def _device(d: int, info: dict[str, Any]) -> str:
     return f"{d} ({name})" if name else str(d)
 
 
+def _occupancy_lines(o: dict) -> list[str]:
+    """SM coverage (blocks vs SMs) and occupancy: busy is not used (passes/occupancy.py)."""
+    if o.get("coverage") is None:
+        return []
+    occ = (f", est. achieved occupancy {o['occupancy_pct']:.0f}% (the "
+           f"{100 * o['occupancy_ns'] / o['kernel_ns']:.0f}% of kernel time that records it)"
+           if o.get("occupancy_pct") is not None and o.get("kernel_ns") else "")
+    out = [f"  SM coverage {100 * o['coverage']:.0f}% of kernel time (grid blocks vs "
+           f"{o['sm_count']} SMs){occ}"]
+    under = o.get("underfilled")
+    if under:
+        out.append(f"  busy but under-filled: SMs sit empty for {under['sm_idle_pct']:.0f}% of "
+                   "kernel time; the kernels responsible:")
+        for k in under["kernels"][:3]:
+            name = " ".join(k["name"].split())[:70].rstrip()   # one-space words: it wraps
+            out.append(f"    {name} -- {k['blocks']:,} blocks on {k['sms']} SMs, "
+                       f"{k['pct_of_kernel_time']:.0f}% of kernel time, {k['count']:,} launches")
+    return out
+
+
 def utilization_lines(u: dict | None) -> list[str]:
     """The report section for passes/utilization.py: MFU, busy doing what, levers, memory."""
     if not u:
@@ -68,10 +88,15 @@ def utilization_lines(u: dict | None) -> list[str]:
         mfu = f"MFU {100 * m['mfu']:.1f}%" if m.get("mfu") is not None else "MFU n/a"
         wall = m.get("tflops_wall")
         gpu = m.get("tflops_gpu")
+        rate = (f"achieved {wall:.1f} TFLOP/s over the step time, {gpu:.1f} over GPU-busy time"
+                if wall is not None and gpu is not None else "achieved TFLOP/s n/a")
         out.append(f"  {mfu} on {m.get('device') or 'unknown device'} x{m.get('gpus', 1)} "
-                   f"vs {peak}; achieved {wall or 0:.1f} TFLOP/s over wall time, "
-                   f"{gpu or 0:.1f} over GPU-busy time ({m['flops'] / 1e12:.3g} TFLOP in "
+                   f"vs {peak}; {rate} ({m['flops'] / 1e12:.3g} TFLOP in "
                    f"{m.get('counted_ops', 0):,} ops)")
+        if m.get("hfu") is not None:
+            out.append(f"  HFU {100 * m['hfu']:.1f}% (MFU counts the model's FLOPs once; "
+                       f"{m['recomputed_flops'] / 1e12:.3g} TFLOP of forward ops recomputed under "
+                       "backward: activation checkpointing)")
         if m.get("note"):
             out.append(f"  {m['note']}")
     b = u.get("busy") or {}
@@ -89,6 +114,7 @@ def utilization_lines(u: dict | None) -> list[str]:
         for lv in b.get("levers") or []:
             out.append(f"  lever {lv['lever']}: saves ~{fmt_ns(lv['saving_ns'])} "
                        f"({lv['saving_pct_of_busy']:.0f}% of busy) -- {lv['why']}")
+    out += _occupancy_lines(u.get("occupancy") or {})
     mem = u.get("memory") or {}
     for d in mem.get("devices") or []:
         if d["device"] >= 0:

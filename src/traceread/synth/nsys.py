@@ -116,14 +116,14 @@ class NsysWriter:
         return self.strings[b]
 
     def kernel(self, start, end, name, pid, device=0, stream=7, corr=0, ctx=1, short=None,
-               graph_id=None):
+               graph_id=None, grid=1, block=128):
         """A kernel; ``graph_id`` (a graph replay's node, --cuda-graph-trace=node) adds the
         graphId column to the table, as exports of captures with graph launches have."""
         self.con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, "
                          "streamId, correlationId, globalPid, demangledName, shortName, "
                          "mangledName, gridX, blockX) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                          (start, end, device, ctx, stream, corr, gpid(pid), self.sid(name),
-                          self.sid(short or name.split("(")[0]), None, 1, 128))
+                          self.sid(short or name.split("(")[0]), None, grid, block))
         if graph_id is not None:
             if not self._has_graph_col:
                 self.con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN graphId INTEGER")

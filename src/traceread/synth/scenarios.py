@@ -97,7 +97,8 @@ class TraceBuilder:
         for k in keys:
             vals = [r.get(k) for r in self.rows]
             if k in ("kind", "name", "cat", "copy_kind", "collective", "dtype", "process_group",
-                     "domain", "short_name", "raw_name"):
+                     "domain", "short_name", "raw_name", "input_dims", "input_type",
+                     "concrete_inputs", "launch"):
                 cols[k] = vals
             else:
                 cols[k] = np.array([-1 if v is None else v for v in vals], dtype=np.int64)
