@@ -22,11 +22,16 @@ OPTIMIZER = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 BROADCAST = "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 GENERIC = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"  # NCCL >= 2.19: no type in the name
+# All-reduce kernels that are not NCCL (collectives.COMM_KERNELS): symmetric memory, vLLM custom, TRT-LLM.
+MULTIMEM = ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, "
+            "unsigned long, unsigned long, c10d::symmetric_memory::SymmetricMemory*)")
+CUSTOM_ALLREDUCE = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, int)"
+TRTLLM_ALLREDUCE = "void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 8>(AllReduceParams)"
 
 COMPUTE_STREAM, COMM_STREAM, COPY_STREAM = 7, 20, 21
 
 
-def _ddp_layout(steps: int, world: int, generic: bool = False):
+def _ddp_layout(steps: int, world: int, generic: bool = False, allreduce: str = ALLREDUCE):
     """The DDP rank's events as plain tuples (shared by the table and nsys writers).
 
     Per step (offsets from the step start, ms): forward GEMMs 0.5..2.5, backward
@@ -36,6 +41,7 @@ def _ddp_layout(steps: int, world: int, generic: bool = False):
     not hide the exposed all-reduce). Step 0 starts with a fully exposed
     broadcast 0.1..0.3 (parameter sync). With ``generic`` every NCCL kernel is
     ``ncclDevKernel_Generic``: the collective type must come from the launching op.
+    ``allreduce`` names the all-reduce kernel (a non-NCCL one: ``CUSTOM_ALLREDUCE``...).
     """
     period = 10 * MS
     compute, comm, copies, steps_out = [], [], [], []
@@ -52,10 +58,10 @@ def _ddp_layout(steps: int, world: int, generic: bool = False):
             compute.append((GEMM, s + 500 * US + i * 500 * US, 500 * US))
         compute.append((OPTIMIZER, s + 7500 * US, 300 * US))
         compute.append((ELEMENTWISE, s + 7800 * US, 200 * US))
-        comm.append(dict(name=GENERIC if generic else ALLREDUCE, ts=s + 4 * MS, dur=1 * MS, coll="all_reduce",
+        comm.append(dict(name=GENERIC if generic else allreduce, ts=s + 4 * MS, dur=1 * MS, coll="all_reduce",
                          nelems=6_553_600, nbytes=26_214_400, dtype="Float", seq=seq,
                          api="nccl:all_reduce"))
-        comm.append(dict(name=GENERIC if generic else ALLREDUCE, ts=s + 6 * MS, dur=1500 * US, coll="all_reduce",
+        comm.append(dict(name=GENERIC if generic else allreduce, ts=s + 6 * MS, dur=1500 * US, coll="all_reduce",
                          nelems=2_621_440, nbytes=10_485_760, dtype="Float", seq=seq + 1,
                          api="nccl:all_reduce"))
         seq += 2
@@ -94,7 +100,8 @@ def _ddp_truth(steps: int, world: int) -> dict:
     }
 
 
-def ddp_overlap(steps: int = 3, world: int = 8, on_kernel: bool = False, generic: bool = False):
+def ddp_overlap(steps: int = 3, world: int = 8, on_kernel: bool = False, generic: bool = False,
+                allreduce: str = ALLREDUCE):
     """One DDP rank (pid 4242, GPU 0) with a partly hidden gradient all-reduce.
 
     Collective facts (type, size, dtype, group, seq) sit on the host
@@ -102,7 +109,7 @@ def ddp_overlap(steps: int = 3, world: int = 8, on_kernel: bool = False, generic
     them; with ``on_kernel`` they are also on the kernel rows (newer Kineto
     copies them into the kernel's args). Returns (trace, truth).
     """
-    period, compute, comm, copies, steps_out = _ddp_layout(steps, world, generic)
+    period, compute, comm, copies, steps_out = _ddp_layout(steps, world, generic, allreduce)
     b = TraceBuilder(path="ddp_overlap.json")
     for k, s, dur in steps_out:
         b.step(k, s, dur)
@@ -125,7 +132,7 @@ def ddp_overlap(steps: int = 3, world: int = 8, on_kernel: bool = False, generic
 
 
 def nsys_ddp_overlap(path: str | Path, steps: int = 3, world: int = 8, schema: str = "3.x",
-                     generic: bool = False):
+                     generic: bool = False, allreduce: str = ALLREDUCE):
     """The DDP scenario as an nsys SQLite export: NCCL kernels, NVTX ``NCCL`` domain
     ranges around their launches (no payloads, so message sizes are unknown).
 
@@ -134,7 +141,7 @@ def nsys_ddp_overlap(path: str | Path, steps: int = 3, world: int = 8, schema: s
     """
     from .nsys import NsysWriter
 
-    period, compute, comm, copies, steps_out = _ddp_layout(steps, world, generic)
+    period, compute, comm, copies, steps_out = _ddp_layout(steps, world, generic, allreduce)
     shift = T0 - 1 * MS
     pid, tid = 4242, 4243
     w = NsysWriter(path, schema)
