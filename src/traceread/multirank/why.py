@@ -31,6 +31,7 @@ CAUSE_TEXT = {
     "graph_capture": "recording CUDA graphs",
     "comm_wait": "another collective (it was itself waiting)",
     "gpu_compute": "longer GPU compute (its GPU was still busy with compute kernels)",
+    "sleep": "sleeping (clock_nanosleep / time.sleep: a delay it chose)",
 }
 
 
