@@ -195,7 +195,8 @@ _SPANS = (  # (name, start offset, end offset from the episode end), nested like
 )
 
 
-def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None = None):
+def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None = None,
+                    graph_break: bool = False):
     """A compiled model (two frames) that recompiles while the GPU waits.
 
     Step k starts at T0 + 20 ms·k. The GPU is busy for the first 1 ms of every
@@ -205,7 +206,9 @@ def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None 
     ``dynamo_data: compile_id=F/N`` marker when ``markers``), and a 300 µs
     ``Torch-Compiled Region: F/N`` whose kernel runs 50..250 µs into it.
     Without markers (older torch) the compile id must come from the region.
-    Returns (trace, truth).
+    With ``graph_break``, frame 1 is frame 0's resume function after a graph break, as
+    torch records it: frame 1's cache lookup, compile and region run *inside* frame 0's
+    region (which then lasts 100 µs + frame 1's work + 50 µs). Returns (trace, truth).
     """
     compiles = STORM if compiles is None else compiles
     period, busy = 20 * MS, 1 * MS
@@ -214,6 +217,7 @@ def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None 
     idle_overlap = compile_ns = lookups = 0
     frames: dict[str, dict] = {}
     episodes = []
+    break_calls = 0
     for k in range(steps):
         s = T0 + k * period
         b.step(k, s, period - 100 * US)
@@ -247,10 +251,19 @@ def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None 
                     fr["steps"].append(k)
                 current[frame] = n
                 t += dur
-            if frame in current:
+            if frame in current and graph_break and frame == 0:
+                outer = (t, f"Torch-Compiled Region: 0/{current[0]}")   # closed after frame 1
+                # its kernel ends before frame 1 starts: frame 1's compile starves the GPU
+                b.launch(t + 20 * US, 10 * US, t + 50 * US, 40 * US, name=ELEMENTWISE)
+                t += 100 * US
+            elif frame in current:
                 b.cpu(f"Torch-Compiled Region: {frame}/{current[frame]}", t, 300 * US)
                 b.launch(t + 20 * US, 10 * US, t + 50 * US, 200 * US, name=ELEMENTWISE)
                 t += 300 * US
+                break_calls += int(graph_break and frame == 1 and 0 in current)
+        if graph_break and 0 in current:
+            b.cpu(outer[1], outer[0], t + 50 * US - outer[0])
+            t += 50 * US
         assert t < s + period - 100 * US, "step overflows its period"
     trace = b.build()
     truth = {
@@ -262,8 +275,35 @@ def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None 
         "idle_overlap_ns": idle_overlap,
         "frames": [frames[f] for f in sorted(frames)],
         "episodes": episodes,  # (compile_id, step, ts, dur) in time order
+        "graph_breaks": int(break_calls > 0),
+        "graph_break_calls": break_calls,
     }
     return trace, truth
 
 
-__all__ = ["ddp_overlap", "nsys_ddp_overlap", "recompile_storm", "STORM"]
+def nsys_recompile_storm(path: str | Path, **kw):
+    """``recompile_storm`` as an nsys export: host ranges become NVTX ranges (what
+    ``torch.autograd.profiler.emit_nvtx`` records), kernels and launches CUPTI rows.
+    Returns (path, truth)."""
+    from .nsys import NsysWriter
+
+    trace, truth = recompile_storm(**kw)
+    shift = T0 - 1 * MS
+    pid, tid = 4242, 4243
+    w = NsysWriter(path)
+    w.session_start(T0)
+    w.process(pid, "python")
+    w.thread(pid, tid, "python")
+    w.gpu(0, "NVIDIA H100")
+    for r in trace.events.itertuples(index=False):
+        a, z = int(r.ts) - shift, int(r.ts + r.dur) - shift
+        if r.kind == "kernel":
+            w.kernel(a, z, str(r.name), pid, 0, 7, corr=int(r.correlation))
+        elif r.kind == "runtime":
+            w.runtime(a, z, "cudaLaunchKernel_v7000", pid, tid, corr=int(r.correlation))
+        elif r.kind in ("cpu_op", "annotation"):
+            w.nvtx_range(a, z, str(r.name), pid, tid)
+    return w.close(), truth
+
+
+__all__ = ["ddp_overlap", "nsys_ddp_overlap", "recompile_storm", "nsys_recompile_storm", "STORM"]
