@@ -115,6 +115,11 @@ def _windows(inputs) -> tuple[str, dict[int, tuple[np.ndarray, np.ndarray]]]:
     return "", {}
 
 
+def _iv(inp, key: str) -> tuple:
+    """A rank's wait or sleep intervals (none when its input carries no waits)."""
+    return (inp.waits or {}).get(key, (np.empty(0, np.int64), np.empty(0, np.int64)))
+
+
 def _per_window(iv: tuple, win: tuple) -> np.ndarray:
     return intervals.overlap(iv, win[0], win[1]) if len(iv[0]) else np.zeros(len(win[0]), np.int64)
 
@@ -127,7 +132,7 @@ def infer(inputs) -> dict:
     out = {"basis": None, "rank": -1, "significant": False, "windows": 0, "late_windows": 0,
            "times_late": 0, "median_delay_ns": 0, "share": 0.0, "cause": None, "cause_ns": 0, "per_rank": {},
            "reason": ""}
-    if not any(len(i.waits.get("waits", ((),))[0]) for i in inputs):
+    if not any(len(_iv(i, "waits")[0]) for i in inputs):
         out["reason"] = "no rank's launching thread shows a wait (no OS-runtime or c10d wait ranges)"
         return out
     basis, win = _windows(inputs)
@@ -135,13 +140,13 @@ def infer(inputs) -> dict:
         out["reason"] = "no step seen on every rank and no common clock to compare the ranks' waits over"
         return out
     ranks = [i.rank for i in inputs]
-    W = np.array([_per_window(i.waits["waits"], win[i.rank]) for i in inputs])
-    S = np.array([_per_window(i.waits["sleeps"], win[i.rank]) for i in inputs])
+    W = np.array([_per_window(_iv(i, "waits"), win[i.rank]) for i in inputs])
+    S = np.array([_per_window(_iv(i, "sleeps"), win[i.rank]) for i in inputs])
     n = W.shape[1]
     first = win[ranks[0]]
     out.update(basis=basis, windows=int(n), span_ns=int((first[1] - first[0]).sum()), per_rank={
         r: {"wait_ns": int(np.median(W[k])), "sleep_ns": int(np.median(S[k])),
-            "wait_names": inputs[k].waits.get("wait_names", {})} for k, r in enumerate(ranks)})
+            "wait_names": (inputs[k].waits or {}).get("wait_names", {})} for k, r in enumerate(ranks)})
     order = np.sort(W, axis=0)
     last = np.argmin(W, axis=0)
     late = order[1] - order[0]
