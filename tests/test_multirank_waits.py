@@ -62,6 +62,7 @@ def test_planted_nsys_without_waits_cannot_tell(tmp_path):
     assert "no rank's trace holds a collective" in jv["why"] and "--trace=cuda,nvtx,osrt" in jv["how"]
     roles = adjust_rank_verdicts({0: {"bound": "gpu"}, 1: {"bound": "gpu"}}, job)
     assert {v["job"]["role"] for v in roles.values()} == {"unknown"}
+    assert mr.jobs_table([job])["status"].tolist() == ["cannot_tell"]
     from traceread.render.cross_rank import render_summary
 
     text = render_summary([job])

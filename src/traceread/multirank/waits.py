@@ -36,9 +36,9 @@ WAIT_RX = re.compile(
     r"^(?:pthread_cond_(?:timed|clock)?wait|pthread_(?:mutex_(?:timed)?lock|join|barrier_wait)"
     r"|sem_(?:timed|clock)?wait|futex\w*|syscall|epoll_p?wait\d?|p?poll|p?select|recv(?:from|msg|mmsg)?"
     r"|accept4?|wait(?:pid|4)?|c10d::wait\w*|aten::wait|gloo:wait|ProcessGroup\w*::wait\w*"
-    r"|Work(?:NCCL|Gloo)?::wait\w*)$")
+    r"|Work(?:NCCL|Gloo)?::wait\w*)(?:@\S*)?$")
 # Calls in which a thread chose to delay itself.
-SLEEP_RX = re.compile(r"^(?:clock_nanosleep|nanosleep|usleep|sleep|time\.sleep)$")
+SLEEP_RX = re.compile(r"^(?:clock_nanosleep|nanosleep|usleep|sleep|time\.sleep)(?:@\S*)?$")
 HOST_KINDS = ("osrt", "cpu_op", "annotation", "python")
 LATE_MIN_NS = 100_000
 STRAGGLER_MIN_SHARE = 0.5
@@ -79,13 +79,14 @@ def thread_waits(ev, thread: tuple[int, int]) -> dict:
         return {"waits": empty, "sleeps": empty, "wait_names": {}}
     on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy() & ev["kind"].isin(HOST_KINDS).to_numpy()
     mine = ev[on]
-    names = mine["name"].astype(str).to_numpy()
+    from .inputs import _name_matches   # one regex match per distinct name
+
     s = mine["ts"].to_numpy(np.int64)
     e = s + mine["dur"].to_numpy(np.int64)
-    is_wait = np.array([bool(WAIT_RX.match(n)) for n in names], bool)
-    is_sleep = np.array([bool(SLEEP_RX.match(n)) for n in names], bool)
+    is_wait = _name_matches(mine["name"], WAIT_RX)
+    is_sleep = _name_matches(mine["name"], SLEEP_RX)
     top: dict[str, int] = {}
-    for n, d in zip(names[is_wait], (e - s)[is_wait]):
+    for n, d in zip(mine["name"].astype(str).to_numpy()[is_wait], (e - s)[is_wait]):
         top[n] = top.get(n, 0) + int(d)
     return {"waits": intervals.union(s[is_wait], e[is_wait]),
             "sleeps": intervals.union(s[is_sleep], e[is_sleep]),
