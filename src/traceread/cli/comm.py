@@ -63,7 +63,8 @@ def _compile_text(path: str, s: dict) -> str:
         lines.append("  no torch.compile activity")
         return "\n".join(lines)
     lines.append(f"  whole trace: compiles {s['compiles']} (recompiles {s['recompiles']}), "
-                 f"graph breaks {s.get('graph_breaks', 0)}, compiling {fmt_ns(s['compile_ns'])}"
+                 f"graph breaks {s.get('graph_breaks', 0)}")
+    lines.append(f"  compiling {fmt_ns(s['compile_ns'])}"
                  + (f", GPU idle meanwhile {fmt_ns(s['idle_overlap_ns'])}" if s["gpu_ops"] else ""))
     lines.append(f"  guard checks (TorchDynamo Cache Lookup) {s['cache_lookups']}, "
                  f"{fmt_ns(s['cache_lookup_ns'])}; compiled-region calls {s['compiled_region_calls']}")
