@@ -10,7 +10,7 @@ import traceread
 from traceread.passes.compile import compile_events, compile_summary, parse_compile_id
 from traceread.passes.gaps import gpu_gaps
 from traceread.synth.scenarios import MS, T0
-from traceread.synth.scenarios_comm import STORM, recompile_storm
+from traceread.synth.scenarios_comm import STORM, nsys_recompile_storm, recompile_storm
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
@@ -141,3 +141,53 @@ def test_cli_compile(tmp_path):
     r = CliRunner().invoke(main, ["compile", str(path)])
     assert r.exit_code == 0 and "compiles 6 (recompiles 4)" in r.output
     assert "frame 0: compiles 4, recompiles 3" in r.output and "steps 0,2,3,5" in r.output
+
+
+def _check_breaks(s, truth):
+    assert (s["graph_breaks"], s["graph_break_calls"]) == (truth["graph_breaks"], truth["graph_break_calls"])
+    assert s["breaks"] == [{"frame": "0", "resumes": "1", "calls": truth["graph_break_calls"]}]
+
+
+def test_planted_graph_break_all_forms(tmp_path):
+    """Frame 1 runs inside frame 0's compiled region (its resume function): one graph break,
+    run once per step where both frames are compiled -- table, Kineto JSON and nsys NVTX."""
+    trace, truth = recompile_storm(graph_break=True)
+    assert (truth["graph_breaks"], truth["graph_break_calls"]) == (1, 6)
+    _check_breaks(_check(trace, truth), truth)
+    write_kineto = pytest.importorskip("traceread.synth.kineto").write_kineto
+    back = traceread.load(str(write_kineto(trace, tmp_path / "gb.json", era="2.4")))
+    _check_breaks(compile_summary(back), truth)
+    path, truth = nsys_recompile_storm(tmp_path / "gb.sqlite", graph_break=True)
+    s = compile_summary(traceread.load(str(path)))
+    assert (s["compiles"], s["recompiles"], s["compile_ns"]) == (6, 4, truth["compile_ns"])
+    _check_breaks(s, truth)
+    # side by side regions of two frames are two compiled functions, not a break
+    s = compile_summary(recompile_storm()[0])
+    assert s["graph_breaks"] == 0 and s["breaks"] == []
+
+
+def test_analyze_labels_window_and_whole_trace_counts(tmp_path):
+    """analyze: the window's counts and the whole trace's, labelled, in the JSON, the verdict
+    evidence, the text and the compile culprit."""
+    import json
+
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    write_kineto = pytest.importorskip("traceread.synth.kineto").write_kineto
+    trace, truth = recompile_storm(graph_break=True)
+    path = write_kineto(trace, tmp_path / "gb.json")
+    # steps 3-5 only: the window holds 3 compiles (0/2, 1/1, 0/3: all recompiles); the trace 6 (4)
+    r = CliRunner().invoke(main, ["analyze", str(path), "--steps", "3:6", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    c = json.loads(r.output)["compile"]
+    assert c["scope"] == "window" and (c["compiles"], c["recompiles"], c["graph_breaks"]) == (3, 3, 1)
+    assert c["whole_trace"] == {"compiles": 6, "recompiles": 4, "graph_breaks": 1}
+    ev = json.loads(r.output)["verdict"]["evidence"]
+    assert ev["graph_breaks"] == 1 and ev["compile_whole_trace"]["compiles"] == 6
+    r = CliRunner().invoke(main, ["analyze", str(path), "--steps", "3:6"])
+    assert "torch.compile in the analysed window: 3 compiles (3 recompiles), 1 graph break" in r.output
+    assert "whole trace: 6 compiles (4 recompiles), 1 graph break" in r.output
+    assert "graph break: frame 0 resumes in frame 1" in r.output
+    assert "1 graph break (3x eager code between compiled regions)" in " ".join(r.output.split())

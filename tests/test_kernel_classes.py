@@ -49,6 +49,13 @@ REAL = {
         "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)",
         "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
         "rcclGenericKernel<1, false>(ncclDevComm*, unsigned long, ncclWork*)",
+        # communication that is not NCCL (collectives.COMM_KERNELS)
+        "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, unsigned long)",
+        "void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, int)",
+        "void tensorrt_llm::kernels::twoShotAllReduceKernel<__nv_bfloat16, 8>(AllReduceParams)",
+        "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)",
+        "void deep_ep::internode_ll::combine<false, 7168>(void*, int*)",
+        "nvshmemi_transfer_rma_p2p_get_kernel",
     ],
     "reduction": [
         "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>>>(Params)",

@@ -169,6 +169,11 @@ def test_collectives_from_b200_args():
     assert t.meta.devices[0]["name"] == "NVIDIA B200"
     assert t.meta.extra["cupti_version"] == 28
     c = e[e.collective.notna()]
+    # the 73 symmetric-memory all-reduce kernels are communication too (collectives.COMM_KERNELS):
+    # their collective comes from the name, they carry no c10d args
+    mm = c[c.name.astype(str).str.contains("multimem_all_reduce_kernel")]
+    assert len(mm) == 73 and (mm.collective == "all_reduce").all() and (mm.msg_nelems == -1).all()
+    c = c.drop(mm.index)
     assert sorted(c.kind) == ["cpu_op", "kernel"]
     for _, r in c.iterrows():
         assert r.collective == "all_gather"          # '_allgather_base'

@@ -9,7 +9,9 @@ import pytest
 import traceread
 from traceread.passes.nccl import (busbw_factor, collective_instances, collective_summary,
                                    comm_overlap, nccl_report)
-from traceread.synth.scenarios_comm import ddp_overlap, nsys_ddp_overlap
+from traceread.collectives import COMM_KERNELS, comm_kernel
+from traceread.synth.scenarios_comm import (CUSTOM_ALLREDUCE, MULTIMEM, TRTLLM_ALLREDUCE, ddp_overlap,
+                                            nsys_ddp_overlap)
 from traceread.table import Trace, TraceMeta, build_table
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -88,6 +90,59 @@ def test_planted_ddp_nsys_roundtrip(tmp_path, schema, generic):
     _check_overlap(trace, truth)
     # nsys has no message sizes: types from kernel names or the NVTX NCCL ranges.
     _check_summary(trace, truth, sized=False)
+
+
+@pytest.mark.parametrize("kernel", [MULTIMEM, CUSTOM_ALLREDUCE, TRTLLM_ALLREDUCE])
+def test_planted_non_nccl_allreduce_counts_as_comm(tmp_path, kernel):
+    """A symmetric-memory / custom all-reduce kernel is communication: same overlap,
+    exposure and collective as the NCCL one it replaces, in both formats."""
+    trace, truth = ddp_overlap(allreduce=kernel)
+    _check_overlap(trace, truth)
+    _check_summary(trace, truth)
+    path, truth = nsys_ddp_overlap(tmp_path / "ddp.sqlite", allreduce=kernel)
+    back = traceread.load(str(path))
+    _check_overlap(back, truth)
+    _check_summary(back, truth, sized=False)
+
+
+@pytest.mark.parametrize("name,want", [
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", ("nccl", "all_gather")),
+    ("ncclDevKernel_Generic(x)", ("nccl", None)),
+    ("rcclKernel_ReduceScatter(x)", ("rccl", "reduce_scatter")),
+    (MULTIMEM, ("symm_mem", "all_reduce")),
+    ("void c10d::symmetric_memory::two_shot_all_reduce_kernel<float, 8>(x)", ("symm_mem", "all_reduce")),
+    (CUSTOM_ALLREDUCE, ("custom_ar", "all_reduce")),
+    (TRTLLM_ALLREDUCE, ("custom_ar", "all_reduce")),
+    ("void deep_ep::internode::dispatch<true, 8>(x)", ("deepep", "all_to_all")),
+    ("void deep_ep::intranode::cached_notify_combine<8>(x)", ("deepep", "all_to_all")),
+    ("nvshmemi_transfer_rma_p2p_get_kernel", ("nvshmem", None)),
+    # compute that only looks like communication
+    ("void at::native::reduce_kernel<512, 1>(x)", None),
+    ("void cub::DeviceReduceKernel<Policy>(x)", None),
+    ("void at::native::vectorized_gather_kernel<16, long>(x)", None),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32", None),
+])
+def test_comm_kernel_table(name, want):
+    assert comm_kernel(name) == want
+    assert {f for f, _, _ in COMM_KERNELS} >= {"nccl", "rccl", "deepep", "nvshmem", "symm_mem", "custom_ar"}
+
+
+@pytest.mark.corpus
+def test_real_b200_multimem_allreduce_is_comm(corpus_dir):
+    """TraceLens b200 vLLM eager trace: 73 multimem_all_reduce_kernel launches (~2.1 ms) are
+    symmetric-memory all-reduce; before the table they were counted as reduction compute."""
+    from traceread.passes.kernel_classes import time_by_class
+
+    f = corpus_dir / "AMD-AGI__TraceLens" / "tests" / "traces" / "b200" / "eager_trace.json.gz"
+    if not f.exists():
+        pytest.skip("TraceLens b200 trace not in the corpus")
+    t = traceread.load(str(f))
+    inst = collective_instances(t)
+    mm = inst[inst["name"].astype(str).str.contains("multimem_all_reduce")]
+    assert len(mm) == 73 and set(mm["collective"]) == {"all_reduce"}
+    assert int(mm["dur"].sum()) == pytest.approx(2_119_548, abs=2_000)
+    by = time_by_class(t).set_index("class")["total_ns"]
+    assert int(by["nccl"]) >= int(mm["dur"].sum())
 
 
 def _bitmap_oracle(rows, horizon):

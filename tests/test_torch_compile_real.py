@@ -131,3 +131,5 @@ def test_training_graph_break_and_lazy_backward_compile(tmp_path):
     assert [(f["frame"], f["compiles"], f["recompiles"], f["steps"]) for f in s["frames"]] == [
         ("0", 2, 1, [0, 2]), ("1", 2, 1, [0, 2])]
     assert sum(f["compile_ns"] for f in s["frames"]) == int(ce["compile_ns"].sum())
+    # the graph break: frame 1 (the resume function) runs inside frame 0's region, every call
+    assert s["graph_breaks"] == 1 and s["breaks"] == [{"frame": "0", "resumes": "1", "calls": 4}]

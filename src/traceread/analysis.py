@@ -24,7 +24,7 @@ from .passes import steps as steps_mod
 from .passes import utilization as util_mod
 from .passes import verdict as verdict_mod
 from .passes._side import SidePasses
-from .passes.compile import compile_summary
+from .passes.compile import compile_counts, compile_summary
 from .passes.context import trace_context
 from .passes.peaks import device_caps, device_name
 from .passes.copies import copy_summary
@@ -131,6 +131,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                                                     for d in trace.meta.devices
                                                     if isinstance(d, dict)])
     side.submit("kernels", kernel_summary, ref("ev"))
+    if ev is not all_ev:   # the whole trace's compile counts, labelled apart from the window's
+        side.submit("compile_whole", compile_counts, ref("all_ev"))
     if ops is None:
         ops = _gpu_ops(ev, is_nsys)
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
@@ -161,6 +163,9 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     nccl, collectives = side.get("nccl"), side.get("collectives")
     release_heap()
     comp = compile_summary(ev, gaps=gaps)
+    comp["scope"] = "window" if ev is not all_ev else "whole_trace"
+    comp["whole_trace"] = side.get("compile_whole") if ev is not all_ev else \
+        {k: comp[k] for k in ("compiles", "recompiles", "graph_breaks")}
     kernels = side.get("kernels")
     classes = side.get("classes")
     copies = side.get("copies")
@@ -533,4 +538,6 @@ def _evidence(stats, summary, top_ops, kernels, comp) -> dict:
         ev["bursty"] = stats["bursty"]
     if comp:
         ev["recompiles"] = int(comp.get("recompiles", 0) or 0)
+        ev["graph_breaks"] = int(comp.get("graph_breaks", 0) or 0)
+        ev["compile_whole_trace"] = comp.get("whole_trace")
     return ev

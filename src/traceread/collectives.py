@@ -51,9 +51,6 @@ _SQUASHED = {
     "barrier": "barrier",
 }
 
-# NCCL kernel name stems after the ncclKernel_/ncclDevKernel_ prefix.
-_KERNEL_RE = re.compile(r"^_*(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
-_COMM_KERNEL_RE = re.compile(r"^_*(?:nccl|rccl)", re.IGNORECASE)
 
 
 @lru_cache(maxsize=4096)
@@ -78,23 +75,95 @@ def normalize_collective(name: str | None) -> str | None:
     return None
 
 
-@lru_cache(maxsize=4096)
+# ----------------------------------------------------------------------------- comm kernels
+#
+# Which GPU kernels are communication, and which collective each one is. One row per
+# library family, first match wins; the readers, the overlap/exposure pass
+# (passes/nccl.py), the kernel classes and cross-rank matching all ask ``comm_kernel``.
+#
+#   family     pattern, searched in the kernel's head (``kernel_head``: no ``void``,
+#              no ``(anonymous namespace)::``, no template or call arguments;
+#              namespaces kept)                                     collective
+#   nccl/rccl  ``ncclKernel_*``, ``ncclDevKernel_*``, ``rccl*``     from the stem (None
+#                                                        for NCCL >= 2.19 ``Generic``)
+#   deepep     ``deep_ep::`` dispatch/combine/notify kernels (MoE   all_to_all
+#              token exchange over NVLink/RDMA)
+#   nvshmem    ``nvshmem_*`` / ``nvshmemi_*`` / ``nvshmemx_*``       from the name, else None
+#   symm_mem   torch/vLLM symmetric memory: ``multimem_*reduce|gather``,
+#              ``one_shot_all_reduce``, ``two_shot_all_reduce``     from the name
+#   custom_ar  vLLM/SGLang/aiter ``cross_device_reduce_1stage/2stage``, TRT-LLM and
+#              FlashInfer ``allReduce*``, ``oneShotAllReduce*``, ``twoShotAllReduce*``,
+#              ``allreduce_fusion_kernel*``, ROCm ``quickreduce::``  all_reduce
+#   mscclpp    ``mscclpp::`` kernels                                from the name, else None
+#
+# gloo, MPI and other CPU backends run no GPU kernel: their collectives are host
+# ranges (``gloo:all_reduce``), read by ``multirank/inputs.py``.
+# To add a library: append a (family, pattern, collective) row; collective None means
+# "read it from the name" (``_NAME_COLLECTIVE``; dispatch/combine are all_to_all).
+COMM_KERNELS: tuple[tuple[str, str, str | None], ...] = (
+    ("nccl", r"(?i)^_*nccl", None),
+    ("rccl", r"(?i)^_*rccl", None),
+    ("deepep", r"(?:^|::)deep_?ep(?:::|_)", "all_to_all"),
+    ("nvshmem", r"(?:^|::)nvshmem[ix]?_", None),
+    ("symm_mem", r"(?:^|::)multimem_\w*(?:reduce|gather|scatter)|(?:^|::)(?:one|two)_shot_all_reduce", None),
+    ("custom_ar", r"cross_device_reduce_[12]stage|(?:^|::)(?:oneShot|twoShot)?[aA]llReduce"
+                  r"|allreduce_fusion_kernel|(?:^|::)quickreduce::", "all_reduce"),
+    ("mscclpp", r"(?:^|::)mscclpp::", None),
+)
+_COMM_RX = tuple((fam, re.compile(p), coll) for fam, p, coll in COMM_KERNELS)
+# NCCL/RCCL stems after the ncclKernel_/ncclDevKernel_ prefix.
+_KERNEL_RE = re.compile(r"^_*(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+# A collective named inside another library's kernel name.
+_NAME_COLLECTIVE = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|"
+                              r"dispatch|combine", re.IGNORECASE)
+_HEAD_NOISE = re.compile(r"^\s*(?:void\s+)?|\(anonymous namespace\)::")
+
+
+def kernel_head(name: str) -> str:
+    """The kernel's qualified name alone: ``void (anonymous namespace)::multimem_all_reduce_kernel
+    <c10::BFloat16, 16>(...)`` -> ``multimem_all_reduce_kernel``."""
+    s = _HEAD_NOISE.sub("", str(name))
+    return re.split(r"[<(]", s, maxsplit=1)[0].strip()
+
+
+@lru_cache(maxsize=8192)
+def comm_kernel(name: str | None) -> tuple[str, str | None] | None:
+    """(family, collective or None) when ``name`` is a communication kernel of
+    ``COMM_KERNELS``, else None."""
+    if not name:
+        return None
+    head = kernel_head(name)
+    for fam, rx, coll in _COMM_RX:
+        if not rx.search(head):
+            continue
+        if fam in ("nccl", "rccl"):
+            m = _KERNEL_RE.match(head)
+            return fam, normalize_collective(m.group(1)) if m else None
+        if coll is None:
+            w = _NAME_COLLECTIVE.search(head)
+            coll = _word_collective(w.group(0)) if w else None
+        return fam, coll
+    return None
+
+
+def _word_collective(word: str) -> str | None:
+    w = word.lower()
+    return "all_to_all" if w in ("dispatch", "combine") else normalize_collective(w)
+
+
 def collective_from_kernel(name: str | None) -> str | None:
-    """Collective type encoded in an NCCL/RCCL kernel name, else None.
+    """Collective type a communication kernel's name encodes, else None.
 
     ``ncclDevKernel_Generic`` (NCCL >= 2.19 generic kernel) carries no type: None.
     """
-    if not name:
-        return None
-    m = _KERNEL_RE.match(str(name))
-    if not m:
-        return None
-    return normalize_collective(m.group(1))
+    hit = comm_kernel(name)
+    return hit[1] if hit else None
 
 
 def is_comm_kernel(name: str | None) -> bool:
-    """True for NCCL / RCCL device kernels (any ``nccl*``/``rccl*`` kernel name)."""
-    return bool(name) and _COMM_KERNEL_RE.match(str(name)) is not None
+    """True for every communication kernel of ``COMM_KERNELS`` (NCCL/RCCL, DeepEP, NVSHMEM,
+    symmetric-memory and custom all-reduce kernels)."""
+    return comm_kernel(name) is not None
 
 
 # Element sizes in bytes. Keys are lower-cased with '_', ' ' and '.' removed, so the
@@ -131,5 +200,5 @@ def dtype_size(dtype: str | None) -> int:
     return _DTYPE_SIZES.get(s, -1)
 
 
-__all__ = ["COLLECTIVES", "normalize_collective", "collective_from_kernel", "is_comm_kernel",
-           "dtype_size"]
+__all__ = ["COLLECTIVES", "COMM_KERNELS", "normalize_collective", "collective_from_kernel",
+           "is_comm_kernel", "comm_kernel", "kernel_head", "dtype_size"]

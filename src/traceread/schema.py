@@ -199,6 +199,22 @@ class CompileFrame(_S):
     regions_seen: list[str]
 
 
+class GraphBreak(_S):
+    """A frame whose compiled region ran another frame's (its resume function after a graph break)."""
+
+    frame: str
+    resumes: str
+    calls: int
+
+
+class CompileCounts(_S):
+    """Compile counts of the whole trace (``passes.compile.compile_counts``)."""
+
+    compiles: int
+    recompiles: int
+    graph_breaks: int
+
+
 class Compile(_S):
     compiles: int
     recompiles: int
@@ -211,6 +227,11 @@ class Compile(_S):
     episodes: int = 0
     compiled_region_calls: int = 0
     cudagraph_record_ns: int = 0
+    graph_breaks: int = 0           # distinct (frame, resume frame) pairs seen running
+    graph_break_calls: int = 0      # times a resume frame's region ran inside its frame's
+    breaks: list[GraphBreak] = []
+    scope: Optional[str] = None     # analyze: "window" or "whole_trace" (what the counts cover)
+    whole_trace: Optional[CompileCounts] = None   # analyze: the whole trace's counts
 
 
 class Kernel(_S):

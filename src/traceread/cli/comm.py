@@ -62,8 +62,9 @@ def _compile_text(path: str, s: dict) -> str:
     if s["episodes"] == 0 and s["compiled_region_calls"] == 0 and s["cache_lookups"] == 0:
         lines.append("  no torch.compile activity")
         return "\n".join(lines)
-    lines.append(f"  compiles {s['compiles']} (recompiles {s['recompiles']}), "
-                 f"compiling {fmt_ns(s['compile_ns'])}"
+    lines.append(f"  whole trace: compiles {s['compiles']} (recompiles {s['recompiles']}), "
+                 f"graph breaks {s.get('graph_breaks', 0)}")
+    lines.append(f"  compiling {fmt_ns(s['compile_ns'])}"
                  + (f", GPU idle meanwhile {fmt_ns(s['idle_overlap_ns'])}" if s["gpu_ops"] else ""))
     lines.append(f"  guard checks (TorchDynamo Cache Lookup) {s['cache_lookups']}, "
                  f"{fmt_ns(s['cache_lookup_ns'])}; compiled-region calls {s['compiled_region_calls']}")
@@ -73,6 +74,8 @@ def _compile_text(path: str, s: dict) -> str:
         steps = ",".join(str(x) for x in f["steps"]) or "-"
         lines.append(f"    frame {f['frame']}: compiles {f['compiles']}, recompiles {f['recompiles']}, "
                      f"{fmt_ns(f['compile_ns'])}, steps {steps}; ran {' '.join(f['regions_seen']) or '-'}")
+    for b in s.get("breaks") or []:
+        lines.append(f"    graph break: frame {b['frame']} resumes in frame {b['resumes']} ({b['calls']} calls)")
     return "\n".join(lines)
 
 

@@ -78,7 +78,7 @@ def apply_job_verdicts(analyses: list, jobs: list[JobResult]) -> None:
 JOB_COLUMNS = ["job", "world_size", "ranks", "backend", "source", "matched_instances", "unmatched",
                "mismatched", "straggler_rank", "straggler_collective", "late_by_ns", "times_late",
                "instances", "cause", "cause_ns_per_collective", "locality", "step_time_spread_pct",
-               "max_clock_offset_ns", "max_clock_spread_ns", "summary"]
+               "max_clock_offset_ns", "max_clock_spread_ns", "status", "summary"]
 
 
 def jobs_table(results: list[JobResult]):
@@ -102,7 +102,7 @@ def jobs_table(results: list[JobResult]):
             "locality": jv["locality"], "step_time_spread_pct": (res.seed or {}).get("step_time_spread_pct"),
             "max_clock_offset_ns": max((abs(o["offset_ns"]) for o in res.clock.values()), default=0),
             "max_clock_spread_ns": max((o["spread_ns"] for o in res.clock.values()), default=0),
-            "summary": jv["summary"]})
+            "status": jv["status"], "summary": jv["summary"]})
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
 
 

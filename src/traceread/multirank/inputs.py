@@ -32,6 +32,9 @@ from ..table import Trace
 COLL_COLUMNS = ("ts", "dur", "device", "stream", "collective", "msg_bytes", "dtype", "group_size",
                 "process_group", "seq")
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+# Step ranges by other names (NVTX ``step_3``, ``train_step 3``, ``iteration 3``): used only
+# when a trace has no ProfilerStep#N.
+STEP_FALLBACK_RE = re.compile(r"^(?:train[_ ]?)?(?:step|iteration|iter)[_ #:=]?\s*(\d+)$", re.IGNORECASE)
 HOST_EXEC_RX = re.compile(r"^(?:gloo|mpi|ucc|xccl|oneccl|ccl|hccl|mccl):", re.IGNORECASE)
 ISSUE_RX = re.compile(r"^(?:c10d::|nccl:|rccl:|record_param_comms$)")
 
@@ -58,18 +61,32 @@ class RankInput:
     gpu_compute: tuple = (np.empty(0, np.int64), np.empty(0, np.int64))  # union of compute kernels
     thread: tuple = (-1, -1)    # (pid, tid) of the issuing thread
     kernel_ns: dict = field(default_factory=dict)   # compute kernel name -> GPU ns (top KERNEL_TOP)
+    waits: dict = field(default_factory=dict)       # waits.thread_waits of the launching thread
 
 
 # ----------------------------------------------------------------------------- steps
 
+def step_rows(events: pd.DataFrame) -> pd.Series:
+    """True on the step ranges: ``ProfilerStep#N`` annotations, else (none in the trace)
+    annotations named like ``step_N`` / ``iteration N``."""
+    ann = (events["kind"] == "annotation").to_numpy()
+    for rx in (STEP_RE, STEP_FALLBACK_RE):
+        hit = ann & _name_matches(events["name"], rx)
+        if hit.any():
+            return pd.Series(hit, index=events.index)
+    return pd.Series(np.zeros(len(events), bool), index=events.index)
+
+
 def step_table(events: pd.DataFrame) -> pd.DataFrame:
-    """Host ``ProfilerStep#N`` ranges: columns step, ts, dur (one row per step)."""
-    host = events[events["kind"] == "annotation"]
+    """Host step ranges (``step_rows``): columns step, ts, dur (one row per step)."""
+    host = events[step_rows(events).to_numpy()]
     if host.empty:
         return pd.DataFrame({"step": pd.Series(dtype="int64"), "ts": pd.Series(dtype="int64"),
                              "dur": pd.Series(dtype="int64")})
     names = host["name"].astype("string")
     num = names.str.extract(STEP_RE, expand=False)
+    if num.isna().all():
+        num = names.str.extract(STEP_FALLBACK_RE, expand=False)
     steps = host.loc[num.notna(), ["ts", "dur"]].copy()
     steps["step"] = num[num.notna()].astype("int64").to_numpy()
     # A step may be recorded twice (e.g. nested duplicate): keep its longest range.
@@ -169,7 +186,7 @@ def _normalise_collectives(coll: pd.DataFrame) -> pd.DataFrame:
 def issuing_thread(ev: pd.DataFrame) -> tuple[int, int]:
     """The thread that drives the training loop: the one with ProfilerStep ranges, else
     the one with most launch calls, else the one with most operators; (-1, -1) if none."""
-    for sel in ((ev["kind"] == "annotation") & _name_matches(ev["name"], STEP_RE),
+    for sel in (step_rows(ev),
                 ev["kind"].isin(("runtime", "driver")),
                 ev["kind"] == "cpu_op"):
         sel = sel.to_numpy()
@@ -290,6 +307,8 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
         steps = _within(steps, window)
     thread = issuing_thread(ev)
     activity, span = host_activity(ev, thread)
+    from .waits import thread_waits, wait_thread
+    waits = thread_waits(ev, wait_thread(ev, thread))
     compute = gpu_compute(ev)
     steps = step_busy(steps, coll, compute, activity, source)
     kernels = kernel_time(ev if window is None else ev[(ev["ts"] >= window[0]).to_numpy()
@@ -299,7 +318,7 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
                      start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
                      clock_domain=str(m.extra.get("clock_domain", "")) if m.extra else "",
                      activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
-                     kernel_ns=kernels)
+                     kernel_ns=kernels, waits=waits)
 
 
 def _within(df: pd.DataFrame, window: tuple[int, int]) -> pd.DataFrame:

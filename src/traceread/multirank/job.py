@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..table import Trace
-from . import clocks, metrics
+from . import clocks, metrics, waits
 from .grouping import group_jobs
 from .inputs import RankInput, rank_from_name, rank_input
 from .match import END_TOL_NS, disagreements, match_rows
@@ -172,6 +172,7 @@ class JobResult:
     mismatched: int = 0
     methods: dict = field(default_factory=dict)     # lane -> method
     seed: dict = field(default_factory=dict)        # metrics.job_metrics()
+    inferred: dict = field(default_factory=dict)    # waits.infer(): only when no collective matched
 
     def verdict(self) -> dict[str, Any]:
         from .verdicts import job_verdict
@@ -223,6 +224,8 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                     source=source, clock=est, unmatched=unmatched,
                     mismatched=len(disagreements(rows)), methods=info["methods"])
     res.seed = metrics.job_metrics(res, inputs, link_gbps)
+    if not strag["instances"]:
+        res.inferred = waits.infer(inputs)
     return res
 
 

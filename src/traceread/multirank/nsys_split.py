@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pyarrow.compute as pc
 
 from ..table import GPU_OP_KINDS, Trace
@@ -42,17 +41,22 @@ def split_processes(trace: Trace) -> list[Trace]:
         meta.processes = {pid: trace.meta.processes.get(pid, "")}
         meta.extra = dict(meta.extra or {}, clock_domain=f"nsys:{trace.meta.path}", split_from=trace.meta.path,
                           pid=pid)
-        backend = "nccl" if _has_nccl(trace, pid) else ""
+        backend = _comm_backend(trace, pid)
         meta.distributed = dict(meta.distributed or {}, rank=rank, world_size=len(procs),
                                 **({"backend": backend} if backend else {}))
         parts.append(Trace(trace.table.filter(pc.equal(pid_col, pid)), meta))
     return parts
 
 
-def _has_nccl(trace: Trace, pid: int) -> bool:
+def _comm_backend(trace: Trace, pid: int) -> str:
+    """The communication library of the process's comm kernels (``collectives.COMM_KERNELS``
+    family; NCCL first), "" when it ran none."""
+    from ..collectives import comm_kernel
+
     ev = trace.events
     k = ev[(ev["kind"] == "kernel").to_numpy() & (ev["pid"] == pid).to_numpy()]
-    return bool(np.any(k["name"].astype(str).str.contains("nccl", case=False).to_numpy()))
+    fams = {hit[0] for n in k["name"].astype(str).unique() if (hit := comm_kernel(n))}
+    return "nccl" if "nccl" in fams else (sorted(fams)[0] if fams else "")
 
 
 __all__ = ["gpu_processes", "split_processes"]

@@ -11,6 +11,11 @@ the per-rank verdict dicts:
 * a waiting rank's ``comms`` verdict (or ``mixed`` naming comms) names the rank it
   waits for, by how much and why, and leads its levers with fixing that rank;
 * every rank's verdict gains a ``job`` entry (its role in the job).
+
+"No straggler" is said only on evidence: matched collectives with no rank late, or
+(no collective matched) launching threads that wait alike (``waits.py``). With no
+collective matched and no wait to read, the job verdict is ``cannot_tell``, with why
+and how to record what is missing -- never a clean bill.
 """
 from __future__ import annotations
 
@@ -18,18 +23,21 @@ import copy
 
 from ..passes import bounds
 from ..render.text import fmt_ns
+from .waits import HOW_TO_RECORD, LATE_MIN_NS as WAIT_LATE_MIN_NS
 from .why import CAUSE_TEXT
 
 # Cause of the straggler's late windows -> the verdict bound that names it.
 CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "graph_capture", "sync": "sync",
                "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host",
-               "gpu_compute": "gpu", "comm_wait": "mixed", "wait": "mixed"}
+               "gpu_compute": "gpu", "comm_wait": "mixed", "wait": "mixed", "sleep": "host"}
 STRAGGLER_LEVERS = {
     "untraced": "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
                 "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)",
     "gpu_compute": "rank {r}'s GPU computes longer: uneven inputs (batch or sequence lengths), a slower "
                    "or throttled GPU, or other work sharing it",
     "comm_wait": "rank {r} is itself blocked in another collective: look at that group's straggler",
+    "sleep": "rank {r}'s launching thread sleeps before it reaches the collective (time.sleep/"
+             "clock_nanosleep): remove the sleep, or the polling/rate-limiting loop that calls it",
 }
 
 
@@ -44,17 +52,19 @@ def _plural(n: int, word: str) -> str:
 
 
 def job_verdict(res) -> dict:
-    """{straggler_rank, late_by_ns, cause, bound, summary, waiting, locality} of one job."""
+    """{status, basis, straggler_rank, late_by_ns, cause, bound, summary, waiting, locality} of
+    one job. status: ``straggler``, ``none`` (evidence says no rank holds the others back) or
+    ``cannot_tell`` (no evidence: ``summary`` says why and how to record it)."""
     s = res.straggler
     loc = (res.seed or {}).get("slowdown", {}).get("locality")
+    spread = (res.seed or {}).get("step_time_spread_pct")
+    tail = f"; step times differ by {spread:.1f}% on average" if spread is not None else ""
+    if not s["instances"]:
+        return _from_waits(res, loc, tail)
     if s["rank"] < 0 or not s.get("significant"):
-        spread = (res.seed or {}).get("step_time_spread_pct")
-        what = ("no matched collective" if not s["instances"] else
-                f"no straggler: no rank is last in most collectives by >= {fmt_ns(100_000)}")
-        if spread is not None:
-            what += f"; step times differ by {spread:.1f}% on average"
-        return {"straggler_rank": -1, "late_by_ns": 0, "cause": None, "bound": None, "summary": what,
-                "waiting": [], "locality": loc}
+        what = f"no straggler: no rank is last in most collectives by >= {fmt_ns(100_000)}"
+        return {"status": "none", "basis": "collectives", "straggler_rank": -1, "late_by_ns": 0,
+                "cause": None, "bound": None, "summary": what + tail, "waiting": [], "locality": loc}
     r = s["rank"]
     why = s.get("why") or {}
     # lead with the collective type it holds the others back longest at
@@ -75,10 +85,60 @@ def job_verdict(res) -> dict:
         if why["cause"] == "gpu_compute" and k:
             because += (f"; its GPU spends {fmt_ns(k[0]['excess_ns_per_step'])} more per step than the"
                         f" others in {_short(k[0]['name'])}")
-    return {"straggler_rank": r, "late_by_ns": int(rec["median_delay_ns"]), "collective": main,
+    return {"status": "straggler", "basis": "collectives", "straggler_rank": r,
+            "late_by_ns": int(rec["median_delay_ns"]), "collective": main,
             "cause": why.get("cause"),
             "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
             "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
+
+
+def _from_waits(res, loc, tail: str) -> dict:
+    """The verdict of a job with no matched collective: from the launching threads' waits
+    (``waits.infer``), else cannot tell."""
+    inf = res.inferred or {}
+    base = {"straggler_rank": -1, "late_by_ns": 0, "cause": None, "bound": None, "waiting": [],
+            "locality": loc, "basis": "thread_waits"}
+    per = "step" if inf.get("basis") == "steps" else "trace span"
+    if inf.get("significant"):
+        r, n = inf["rank"], inf["windows"]
+        when = (f"per step ({inf['times_late']}/{_plural(n, 'step')})" if per == "step" else
+                f"in total over the {fmt_ns(inf['span_ns'])} all ranks cover (no common steps)")
+        head = (f"rank {r} is late by {fmt_ns(inf['median_delay_ns'])} {when}, from where the launching "
+                f"threads wait (no collective matched)")
+        per = "step" if per == "step" else "span"
+        c = inf["cause"]
+        because = (f"its launching thread sleeps {fmt_ns(inf['cause_ns'])} more per {per} than the others "
+                   f"(clock_nanosleep / time.sleep)" if c == "sleep" else
+                   f"in that time its launching thread was in {CAUSE_TEXT.get(c, c)}: "
+                   f"{fmt_ns(inf['cause_ns'])} more per {per} than the others")
+        waiting = [{"rank": int(q), "instances": n, "wait_ns": int(v["wait_ns"]) * n,
+                    "wait_per_collective_ns": int(v["wait_ns"]), "in": next(iter(v["wait_names"]), None)}
+                   for q, v in sorted(inf["per_rank"].items()) if q != r]
+        return {**base, "status": "straggler", "straggler_rank": r, "late_by_ns": int(inf["median_delay_ns"]),
+                "collective": None, "per": per, "cause": c, "bound": cause_bound(c),
+                "summary": f"{head}; {because}", "headline": head, "because": because, "waiting": waiting}
+    if inf.get("basis"):
+        n = inf["windows"]
+        what = (f"no straggler: no collective matched, and the launching threads wait within "
+                f"{fmt_ns(WAIT_LATE_MIN_NS)} of each other in {_plural(n, per)}" if not inf["late_windows"] else
+                f"no consistent straggler: no collective matched, and the rank that waits least changes "
+                f"across the {inf['late_windows']} {per}s where the waits differ")
+        return {**base, "status": "none", "summary": what + tail}
+    why = _why_unmatched(res)
+    reason = inf.get("reason")
+    return {**base, "status": "cannot_tell", "why": why + (f"; {reason}" if reason else ""),
+            "how": HOW_TO_RECORD,
+            "summary": f"cannot tell who is late: {why}{'; ' + reason if reason else ''}{tail}"}
+
+
+def _why_unmatched(res) -> str:
+    held = int(res.per_rank["collectives"].sum()) if len(res.per_rank) else 0
+    if not held:
+        return "no rank's trace holds a collective (no communication kernel, no gloo/NCCL/c10d range)"
+    um = res.unmatched or []
+    reasons = sorted({str(u.get("reason")) for u in um if u.get("reason")})
+    return (f"{held} collectives recorded but none matched across ranks"
+            + (f" ({'; '.join(reasons[:3])})" if reasons else ""))
 
 
 def _short(name: str, width: int = 60) -> str:
@@ -107,7 +167,8 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
     for rank, v in verdicts.items():
         v = copy.deepcopy(v)
         if s < 0:
-            v["job"] = {"job": res.job, "role": "none", "summary": jv["summary"]}
+            role = "unknown" if jv["status"] == "cannot_tell" else "none"
+            v["job"] = {"job": res.job, "role": role, "summary": jv["summary"]}
         elif rank == s:
             v["job"] = {"job": res.job, "role": "straggler", "late_by_ns": jv["late_by_ns"],
                         "cause": jv["cause"], "summary": jv["summary"]}
@@ -120,7 +181,8 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
                         "wait_ns": w.get("wait_ns", 0), "summary": jv["summary"]}
             if _blames_comms(v):
                 v["summary"] = (f"{v.get('summary', '')}; it waits for rank {s} "
-                                f"({fmt_ns(w.get('wait_per_collective_ns', 0))} per collective): {jv['summary']}")
+                                f"({fmt_ns(w.get('wait_per_collective_ns', 0))} per {jv.get('per', 'collective')})"
+                                f": {jv['summary']}")
                 v["levers"] = [f"make rank {s} arrive on time: {_lever(jv, s)}"] + list(v.get("levers", []))
         out[rank] = v
     return out

@@ -32,6 +32,7 @@ CAUSE_TEXT = {
     "comm_wait": "another collective (it was itself waiting)",
     "wait": "a wait on another thread or process (a lock, condition, poll or child process)",
     "gpu_compute": "longer GPU compute (its GPU was still busy with compute kernels)",
+    "sleep": "sleeping (clock_nanosleep / time.sleep: a delay it chose)",
 }
 
 

@@ -12,6 +12,17 @@ Real torch.profiler traces (torch 2.13, also older releases) contain:
   compile; N >= 1 is a recompile; ``!A/F/N`` or ``!A`` ids are compiled autograd);
 * guard evaluation -- ``TorchDynamo Cache Lookup`` before every call.
 
+A *graph break* splits a function into compiled pieces: Dynamo compiles the code before
+the break as frame A, runs the breaking code eagerly, and compiles the rest as a new
+frame B (its resume function), which A's transformed code calls. In the trace the break
+shows as a ``Torch-Compiled Region: B/*`` starting *inside* a ``Torch-Compiled Region: A/*``
+of another frame on the same thread (torch 2.13, ``tests/test_torch_compile_real.py``:
+``print()`` in the middle of a function). ``graph_breaks`` counts the distinct (A, B)
+pairs seen running; ``graph_break_calls`` how many times such a nested region ran (each
+one ran the code between the two regions eagerly: its ops and kernel launches are
+outside any compiled graph). A break whose rest is not compiled leaves no region and is
+not counted; compiled-autograd regions (``!``) are not frames of user code.
+
 A *compile* here is one episode: a connected stretch of nested compile spans
 on one host thread. Its compile id comes from the first ``compile_id=``
 marker inside it; without markers (older torch) from the first
@@ -288,7 +299,8 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
     (``CUDAGraphNode.record`` time: not compilation, kept apart), frames (list of
     dicts: frame, compiles, recompiles, compile_ns, steps, compile_ids,
     compiled_autograd, regions_seen -- compile ids seen *running*, which
-    reveals recompiles that happened before the trace started).
+    reveals recompiles that happened before the trace started), graph_breaks /
+    graph_break_calls / breaks (``graph_breaks``).
     """
     ev = events_of(events)
     rows = _host_rows(ev)
@@ -340,7 +352,46 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
         "compiled_region_calls": int(len(regions)),
         "cudagraph_record_ns": int(cg_ns),
         "frames": frames,
+        **graph_breaks(regions),
     }
+
+
+def graph_breaks(regions: pd.DataFrame) -> dict:
+    """{graph_breaks, graph_break_calls, breaks: [{frame, resumes}]} from the compiled-region
+    rows (``_host(ev, _region_id)``): a region nested in another frame's region on the same
+    thread is that frame's resume function (see module doc)."""
+    pairs: dict[tuple[str, str], int] = {}
+    if len(regions):
+        r = regions[[not str(v).startswith("!") for v in regions["val"]]]
+        for _, g in r.sort_values(["ts", "dur"], ascending=[True, False]).groupby(["pid", "tid"], sort=False):
+            stack: list[tuple[int, str]] = []   # (end, frame) of the enclosing regions
+            for ts, dur, cid in zip(g["ts"].to_numpy(np.int64), g["dur"].to_numpy(np.int64), g["val"]):
+                while stack and stack[-1][0] <= ts:
+                    stack.pop()
+                frame = parse_compile_id(cid)[0]
+                if stack and stack[-1][1] != frame:
+                    key = (stack[-1][1], frame)
+                    pairs[key] = pairs.get(key, 0) + 1
+                stack.append((int(ts + dur), frame))
+    return {"graph_breaks": len(pairs), "graph_break_calls": int(sum(pairs.values())),
+            "breaks": [{"frame": a, "resumes": b, "calls": n}
+                       for (a, b), n in sorted(pairs.items(), key=lambda kv: (_frame_sort(kv[0][0]),
+                                                                              _frame_sort(kv[0][1])))]}
+
+
+def compile_counts(events) -> dict:
+    """Compiles, recompiles and graph breaks alone (no idle overlap, no steps): the
+    whole-trace figures an analysis of a window reports beside its own."""
+    ev = events_of(events)
+    rows = _host_rows(ev)
+    spans = compile_spans(ev, rows)
+    regions = _host(ev, _region_id, rows)
+    ce = compile_events(ev, steps=pd.DataFrame(), spans=spans, regions=regions)
+    ids = ce["compile_id"]
+    distinct = ce[ids.notna()].drop_duplicates("compile_id")
+    return {"compiles": int(len(distinct)) + int(ids.isna().sum()),
+            "recompiles": int(distinct["recompile"].sum()),
+            "graph_breaks": graph_breaks(regions)["graph_breaks"]}
 
 
 def _frame_sort(key: str):

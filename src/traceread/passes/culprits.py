@@ -77,8 +77,13 @@ def culprits(ev, gaps, ops, summary, top_ops, copies, collectives, comp, kernels
         top = top_ops[top_ops["category"] == cat] if len(top_ops) else top_ops
         if len(top):
             out[cause] = f"{top['name'].iloc[0]} {_ms(int(top['ns'].iloc[0]))} inside gaps"
-    if comp and comp.get("recompiles"):
-        out["compile"] = f"{comp['recompiles']} recompiles; " + out.get("compile", "")
+    if comp and (comp.get("recompiles") or comp.get("graph_breaks")):
+        what = [f"{comp['recompiles']} recompiles"] if comp.get("recompiles") else []
+        if comp.get("graph_breaks"):   # each break runs the code between compiled regions eagerly
+            n = comp["graph_breaks"]
+            what.append(f"{n} graph break{'s' if n > 1 else ''} ({comp['graph_break_calls']}x eager "
+                        f"code between compiled regions)")
+        out["compile"] = ", ".join(what) + "; " + out.get("compile", "")
     if len(kernels):
         short = kernels[kernels["avg_ns"] < 10_000] if "avg_ns" in kernels else kernels.iloc[:0]
         n = int(kernels["instances"].sum())

@@ -1,9 +1,11 @@
-"""Collective communication: how much NCCL/RCCL time the GPU spent, and how much was hidden.
+"""Collective communication: how much communication time the GPU spent, and how much was hidden.
 
 Definitions (see docs/nccl-and-compile.md):
 
-* communication = GPU kernels whose name is an NCCL/RCCL kernel
-  (``collectives.is_comm_kernel``: ``ncclKernel_*``, ``ncclDevKernel_*``, ``rccl*``);
+* communication = GPU kernels that ``collectives.COMM_KERNELS`` names as such:
+  NCCL/RCCL (``ncclKernel_*``, ``ncclDevKernel_*``, ``rccl*``), DeepEP
+  dispatch/combine, NVSHMEM, symmetric-memory (``multimem_all_reduce_kernel``) and
+  custom all-reduce kernels (vLLM ``cross_device_reduce_*``, TRT-LLM ``allReduce*``);
 * compute = every *other* kernel, and every CUDA graph replay row (nsys
   ``--cuda-graph-trace=graph`` hides the replay's kernels; graphs are mostly
   compute). memcpy/memset operations are neither: a

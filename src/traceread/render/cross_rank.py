@@ -73,6 +73,7 @@ def _job_dict(res) -> dict[str, Any]:
             "by_step": _records(res.steps),
         },
         "metrics": res.seed,
+        "inferred": res.inferred,
     }
 
 
@@ -84,13 +85,20 @@ def render_summary(results: list) -> str:
         world = f" of {res.world_size}" if res.world_size > 0 else ""
         lines.append(f"JOB {res.job}: ranks {_ranks(res.ranks)}{world}"
                      f"{' · ' + res.backend if res.backend else ''}")
-        if jv["straggler_rank"] < 0:
+        if jv["status"] == "cannot_tell":
+            lines.append(f"  CANNOT TELL  who is late: {jv['why']}")
+            lines.append(f"  record     {jv['how']}")
+        elif jv["straggler_rank"] < 0:
             lines.append(f"  NO STRAGGLER  {jv['summary']}")
         else:
             lines.append(f"  STRAGGLER  {jv['headline']}")
             if jv["because"]:
                 lines.append(f"  why        {jv['because']}")
-        if jv["waiting"]:
+        if jv["waiting"] and jv.get("basis") == "thread_waits":
+            parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}"
+                              f"{' in ' + x['in'] if x.get('in') else ''}" for x in jv["waiting"][:6])
+            lines.append(f"  waiting    per {jv['per']} (median): {parts}")
+        elif jv["waiting"]:
             w = sorted(jv["waiting"], key=lambda x: -x["wait_ns"])
             parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}" for x in w[:6])
             more = f" (+{len(w) - 6} more)" if len(w) > 6 else ""
@@ -158,6 +166,12 @@ def render_detail(results: list) -> str:
                 cats = ", ".join(f"{k} {fmt_ns(v)}" for k, v in list(why["by_category"].items())[:4])
                 gpu = f"; GPU compute {fmt_ns(why['gpu_compute_ns'])}" if why["gpu_compute_ns"] else ""
                 lines.append(f"  its late windows      {fmt_ns(why['window_ns'])} in {why['windows']}: {cats}{gpu}")
+        elif res.inferred.get("basis"):
+            inf = res.inferred
+            waits = ", ".join(f"rank {r} waits {fmt_ns(v['wait_ns'])}, sleeps {fmt_ns(v['sleep_ns'])}"
+                              for r, v in sorted(inf["per_rank"].items()))
+            lines.append(f"  from thread waits     per {'step' if inf['basis'] == 'steps' else 'trace span'}"
+                         f" (median of {inf['windows']}): {waits}")
         else:
             lines.append("  straggler             none (no matched collective with a unique last rank)")
         eff = (res.seed or {}).get("overlap_efficiency", {})

@@ -65,7 +65,7 @@ def _strag(s: dict) -> str:
     if not s:
         return "not a job"
     if s.get("straggler_rank", -1) < 0:
-        return "none"
+        return "cannot tell" if str(s.get("summary", "")).startswith("cannot tell") else "none"
     return f"rank {s['straggler_rank']} {fmt_ns(s['late_by_ns'])} late ({s.get('cause') or '?'})"
 
 

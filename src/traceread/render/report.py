@@ -173,8 +173,10 @@ def _verdict(a) -> list[str]:
         facts.append(f"queue drained by {ev['top_sync_op']} in {_n(ev['top_sync_op_gaps'], 'gap')}")
     if ev.get("bursty"):
         facts.append(f"step times are bursty (cv {ev['step_cv']:.2f})")
-    if ev.get("recompiles"):
-        facts.append(f"{ev['recompiles']} recompiles")
+    if ev.get("recompiles") or ev.get("graph_breaks"):
+        facts.append(", ".join(x for x in (f"{ev['recompiles']} recompiles" if ev.get("recompiles") else "",
+                                           _n(ev["graph_breaks"], "graph break") if ev.get("graph_breaks")
+                                           else "") if x) + " in the analysed window")
     elif ev.get("module_loads", 0) >= max(2, ev.get("steps", 0) // 2):
         facts.append(f"{_n(ev['module_loads'], 'GPU module')} loaded inside the analysed steps: "
                      "kernels are still being JIT-compiled (torch.compile recompiles? "
@@ -366,13 +368,27 @@ def _compile(a) -> list[str]:
     c = a.compile
     if not c or not (c.get("compiles") or c.get("compile_ns") or c.get("cache_lookup_ns")):
         return []
-    line = (f"torch.compile: {c.get('compiles', 0)} compiles ({c.get('recompiles', 0)} recompiles), "
+    scope = "in the analysed window" if c.get("scope") == "window" else "in the whole trace"
+    line = (f"torch.compile {scope}: {_counts(c)}, "
             f"{fmt_ns(c.get('compile_ns', 0))} compiling")
     if c.get("idle_overlap_ns"):
         line += f" ({fmt_ns(c['idle_overlap_ns'])} while the GPU idled)"
     if c.get("cache_lookup_ns"):
         line += f", guard checks {fmt_ns(c['cache_lookup_ns'])}"
-    return ["", line]
+    out = ["", line]
+    w = c.get("whole_trace") or {}
+    if c.get("scope") == "window" and w:
+        out.append(f"  whole trace: {_counts(w)}")
+    for b in c.get("breaks") or []:
+        out.append(f"  graph break: frame {b['frame']} resumes in frame {b['resumes']} ({_n(b['calls'], 'call')}): "
+                   "the code between the two compiled regions runs eagerly")
+    return out
+
+
+def _counts(c: dict) -> str:
+    """``N compiles (M recompiles), K graph breaks`` of a compile summary or its whole-trace part."""
+    text = f"{c.get('compiles', 0)} compiles ({c.get('recompiles', 0)} recompiles)"
+    return text + (f", {_n(c['graph_breaks'], 'graph break')}" if c.get("graph_breaks") else "")
 
 
 def _graphs(a) -> list[str]:

@@ -205,4 +205,74 @@ def write_nsys_job(path: str | Path, spec: JobSpec | None = None) -> Path:
     return w.close()
 
 
-__all__ = ["JobSpec", "make_job", "write_job", "write_nsys_job"]
+def write_nsys_gloo_job(path: str | Path, ranks: int = 2, steps: int = 5, slow_rank: int = 1,
+                        delay_ns: int = 30_000 * US, transfer_ns: int = 2_000 * US, markers: bool = True,
+                        osrt: bool = True) -> tuple[Path, dict]:
+    """A gloo DDP job on GPUs as ONE nsys export, as ``nsys profile --trace=cuda,nvtx,osrt
+    torchrun`` records it: no communication kernel and no collective range (gloo runs the
+    all-reduce on its own CPU threads), so nothing can be matched across ranks.
+
+    Per rank (pid ``5000 + r``, main thread tid == pid, autograd thread pid + 1, GPU r),
+    per step: an NVTX ``step_N`` range on the main thread (``markers``); the slow rank's
+    main thread sleeps ``delay_ns`` (OSRT ``clock_nanosleep``) before its forward; the main
+    thread launches 5 forward kernels, then parks in ``pthread_cond_wait`` while the
+    autograd thread launches 5 backward kernels (6 ms) and itself waits in
+    ``pthread_cond_wait`` for gloo's all-reduce, which ends ``transfer_ns`` after the last
+    rank's backward ends; the autograd thread also parks between backwards (engine queue).
+    Truth: the slow rank is late by ``delay_ns`` every step; the main thread of every other
+    rank waits ``delay_ns`` longer per step than the slow rank's.
+    """
+    from .nsys import NsysWriter
+
+    w = NsysWriter(path)
+    w.session_start(BASE_TS)
+    fwd, bwd = 1_000 * US, 6_000 * US
+    arrive = {r: 200 * US + (delay_ns if r == slow_rank else 0) + 5 * fwd // 5 + 500 * US + bwd
+              for r in range(ranks)}
+    done = max(arrive.values()) + transfer_ns
+    step_len = done + 1_000 * US
+    period = step_len + 1_000 * US
+    for r in range(ranks):
+        pid = tid = 5000 + r * 10
+        ag = pid + 1
+        w.process(pid, "python3")
+        w.thread(pid, tid, "python3")
+        w.thread(pid, ag, "pt_autograd_0")
+        w.gpu(r, "NVIDIA H100 80GB HBM3")
+        corr = 1
+        for k in range(steps):
+            t0 = 1_000 * US + k * period
+            if markers:
+                w.nvtx_range(t0, t0 + step_len, f"step_{k}", pid, tid)
+            t = t0 + 100 * US
+            if r == slow_rank:
+                w.osrt(t, t + delay_ns, "clock_nanosleep", pid, tid)
+                t += delay_ns
+            t += 100 * US
+            gpu_t = t + 20 * US
+            for i in range(5):   # forward
+                w.runtime(t + i * 20 * US, t + i * 20 * US + 8 * US, "cudaLaunchKernel_v7000", pid, tid, corr=corr)
+                w.kernel(gpu_t + i * fwd // 5, gpu_t + (i + 1) * fwd // 5, "ampere_sgemm_128x64_tn", pid, r, 7,
+                         corr=corr)
+                corr += 1
+            b0 = t + 500 * US + fwd
+            w.osrt(t0 + 10 * US, b0 - 10 * US, "pthread_cond_wait", pid, ag)     # engine queue
+            w.osrt(b0 - 200 * US, t0 + done + 50 * US, "pthread_cond_wait", pid, tid)  # main: backward()
+            for i in range(5):   # backward on the autograd thread
+                a = b0 + i * bwd // 5
+                w.runtime(a, a + 8 * US, "cudaLaunchKernel_v7000", pid, ag, corr=corr)
+                w.kernel(a + 10 * US, a + bwd // 5, "ampere_sgemm_128x64_nn", pid, r, 7, corr=corr)
+                corr += 1
+            w.osrt(t0 + arrive[r], t0 + done, "pthread_cond_wait", pid, ag)     # gloo all-reduce
+            o = t0 + done + 100 * US
+            w.runtime(o, o + 8 * US, "cudaLaunchKernel_v7000", pid, tid, corr=corr)
+            w.kernel(o + 20 * US, o + 220 * US, "multi_tensor_apply_kernel", pid, r, 7, corr=corr)
+            corr += 1
+    if osrt is False:
+        w.con.execute("DELETE FROM OSRT_API")
+    truth = {"straggler": slow_rank, "late_by_ns": delay_ns, "steps": steps,
+             "wait_excess_ns": delay_ns, "transfer_ns": transfer_ns}
+    return w.close(), truth
+
+
+__all__ = ["JobSpec", "make_job", "write_job", "write_nsys_job", "write_nsys_gloo_job"]

@@ -22,11 +22,16 @@ OPTIMIZER = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 BROADCAST = "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 GENERIC = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"  # NCCL >= 2.19: no type in the name
+# All-reduce kernels that are not NCCL (collectives.COMM_KERNELS): symmetric memory, vLLM custom, TRT-LLM.
+MULTIMEM = ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, "
+            "unsigned long, unsigned long, c10d::symmetric_memory::SymmetricMemory*)")
+CUSTOM_ALLREDUCE = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, int)"
+TRTLLM_ALLREDUCE = "void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 8>(AllReduceParams)"
 
 COMPUTE_STREAM, COMM_STREAM, COPY_STREAM = 7, 20, 21
 
 
-def _ddp_layout(steps: int, world: int, generic: bool = False):
+def _ddp_layout(steps: int, world: int, generic: bool = False, allreduce: str = ALLREDUCE):
     """The DDP rank's events as plain tuples (shared by the table and nsys writers).
 
     Per step (offsets from the step start, ms): forward GEMMs 0.5..2.5, backward
@@ -36,6 +41,7 @@ def _ddp_layout(steps: int, world: int, generic: bool = False):
     not hide the exposed all-reduce). Step 0 starts with a fully exposed
     broadcast 0.1..0.3 (parameter sync). With ``generic`` every NCCL kernel is
     ``ncclDevKernel_Generic``: the collective type must come from the launching op.
+    ``allreduce`` names the all-reduce kernel (a non-NCCL one: ``CUSTOM_ALLREDUCE``...).
     """
     period = 10 * MS
     compute, comm, copies, steps_out = [], [], [], []
@@ -52,10 +58,10 @@ def _ddp_layout(steps: int, world: int, generic: bool = False):
             compute.append((GEMM, s + 500 * US + i * 500 * US, 500 * US))
         compute.append((OPTIMIZER, s + 7500 * US, 300 * US))
         compute.append((ELEMENTWISE, s + 7800 * US, 200 * US))
-        comm.append(dict(name=GENERIC if generic else ALLREDUCE, ts=s + 4 * MS, dur=1 * MS, coll="all_reduce",
+        comm.append(dict(name=GENERIC if generic else allreduce, ts=s + 4 * MS, dur=1 * MS, coll="all_reduce",
                          nelems=6_553_600, nbytes=26_214_400, dtype="Float", seq=seq,
                          api="nccl:all_reduce"))
-        comm.append(dict(name=GENERIC if generic else ALLREDUCE, ts=s + 6 * MS, dur=1500 * US, coll="all_reduce",
+        comm.append(dict(name=GENERIC if generic else allreduce, ts=s + 6 * MS, dur=1500 * US, coll="all_reduce",
                          nelems=2_621_440, nbytes=10_485_760, dtype="Float", seq=seq + 1,
                          api="nccl:all_reduce"))
         seq += 2
@@ -94,7 +100,8 @@ def _ddp_truth(steps: int, world: int) -> dict:
     }
 
 
-def ddp_overlap(steps: int = 3, world: int = 8, on_kernel: bool = False, generic: bool = False):
+def ddp_overlap(steps: int = 3, world: int = 8, on_kernel: bool = False, generic: bool = False,
+                allreduce: str = ALLREDUCE):
     """One DDP rank (pid 4242, GPU 0) with a partly hidden gradient all-reduce.
 
     Collective facts (type, size, dtype, group, seq) sit on the host
@@ -102,7 +109,7 @@ def ddp_overlap(steps: int = 3, world: int = 8, on_kernel: bool = False, generic
     them; with ``on_kernel`` they are also on the kernel rows (newer Kineto
     copies them into the kernel's args). Returns (trace, truth).
     """
-    period, compute, comm, copies, steps_out = _ddp_layout(steps, world, generic)
+    period, compute, comm, copies, steps_out = _ddp_layout(steps, world, generic, allreduce)
     b = TraceBuilder(path="ddp_overlap.json")
     for k, s, dur in steps_out:
         b.step(k, s, dur)
@@ -125,7 +132,7 @@ def ddp_overlap(steps: int = 3, world: int = 8, on_kernel: bool = False, generic
 
 
 def nsys_ddp_overlap(path: str | Path, steps: int = 3, world: int = 8, schema: str = "3.x",
-                     generic: bool = False):
+                     generic: bool = False, allreduce: str = ALLREDUCE):
     """The DDP scenario as an nsys SQLite export: NCCL kernels, NVTX ``NCCL`` domain
     ranges around their launches (no payloads, so message sizes are unknown).
 
@@ -134,7 +141,7 @@ def nsys_ddp_overlap(path: str | Path, steps: int = 3, world: int = 8, schema: s
     """
     from .nsys import NsysWriter
 
-    period, compute, comm, copies, steps_out = _ddp_layout(steps, world, generic)
+    period, compute, comm, copies, steps_out = _ddp_layout(steps, world, generic, allreduce)
     shift = T0 - 1 * MS
     pid, tid = 4242, 4243
     w = NsysWriter(path, schema)
@@ -188,7 +195,8 @@ _SPANS = (  # (name, start offset, end offset from the episode end), nested like
 )
 
 
-def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None = None):
+def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None = None,
+                    graph_break: bool = False):
     """A compiled model (two frames) that recompiles while the GPU waits.
 
     Step k starts at T0 + 20 ms·k. The GPU is busy for the first 1 ms of every
@@ -198,7 +206,9 @@ def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None 
     ``dynamo_data: compile_id=F/N`` marker when ``markers``), and a 300 µs
     ``Torch-Compiled Region: F/N`` whose kernel runs 50..250 µs into it.
     Without markers (older torch) the compile id must come from the region.
-    Returns (trace, truth).
+    With ``graph_break``, frame 1 is frame 0's resume function after a graph break, as
+    torch records it: frame 1's cache lookup, compile and region run *inside* frame 0's
+    region (which then lasts 100 µs + frame 1's work + 50 µs). Returns (trace, truth).
     """
     compiles = STORM if compiles is None else compiles
     period, busy = 20 * MS, 1 * MS
@@ -207,6 +217,7 @@ def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None 
     idle_overlap = compile_ns = lookups = 0
     frames: dict[str, dict] = {}
     episodes = []
+    break_calls = 0
     for k in range(steps):
         s = T0 + k * period
         b.step(k, s, period - 100 * US)
@@ -240,10 +251,19 @@ def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None 
                     fr["steps"].append(k)
                 current[frame] = n
                 t += dur
-            if frame in current:
+            if frame in current and graph_break and frame == 0:
+                outer = (t, f"Torch-Compiled Region: 0/{current[0]}")   # closed after frame 1
+                # its kernel ends before frame 1 starts: frame 1's compile starves the GPU
+                b.launch(t + 20 * US, 10 * US, t + 50 * US, 40 * US, name=ELEMENTWISE)
+                t += 100 * US
+            elif frame in current:
                 b.cpu(f"Torch-Compiled Region: {frame}/{current[frame]}", t, 300 * US)
                 b.launch(t + 20 * US, 10 * US, t + 50 * US, 200 * US, name=ELEMENTWISE)
                 t += 300 * US
+                break_calls += int(graph_break and frame == 1 and 0 in current)
+        if graph_break and 0 in current:
+            b.cpu(outer[1], outer[0], t + 50 * US - outer[0])
+            t += 50 * US
         assert t < s + period - 100 * US, "step overflows its period"
     trace = b.build()
     truth = {
@@ -255,8 +275,35 @@ def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None 
         "idle_overlap_ns": idle_overlap,
         "frames": [frames[f] for f in sorted(frames)],
         "episodes": episodes,  # (compile_id, step, ts, dur) in time order
+        "graph_breaks": int(break_calls > 0),
+        "graph_break_calls": break_calls,
     }
     return trace, truth
 
 
-__all__ = ["ddp_overlap", "nsys_ddp_overlap", "recompile_storm", "STORM"]
+def nsys_recompile_storm(path: str | Path, **kw):
+    """``recompile_storm`` as an nsys export: host ranges become NVTX ranges (what
+    ``torch.autograd.profiler.emit_nvtx`` records), kernels and launches CUPTI rows.
+    Returns (path, truth)."""
+    from .nsys import NsysWriter
+
+    trace, truth = recompile_storm(**kw)
+    shift = T0 - 1 * MS
+    pid, tid = 4242, 4243
+    w = NsysWriter(path)
+    w.session_start(T0)
+    w.process(pid, "python")
+    w.thread(pid, tid, "python")
+    w.gpu(0, "NVIDIA H100")
+    for r in trace.events.itertuples(index=False):
+        a, z = int(r.ts) - shift, int(r.ts + r.dur) - shift
+        if r.kind == "kernel":
+            w.kernel(a, z, str(r.name), pid, 0, 7, corr=int(r.correlation))
+        elif r.kind == "runtime":
+            w.runtime(a, z, "cudaLaunchKernel_v7000", pid, tid, corr=int(r.correlation))
+        elif r.kind in ("cpu_op", "annotation"):
+            w.nvtx_range(a, z, str(r.name), pid, tid)
+    return w.close(), truth
+
+
+__all__ = ["ddp_overlap", "nsys_ddp_overlap", "recompile_storm", "nsys_recompile_storm", "STORM"]
