@@ -429,6 +429,19 @@ class Dtypes(_S):
     tf32: bool
 
 
+class DeviceCaps(_S):
+    """What the device can do (``passes/peaks.py: device_caps``); null = not known."""
+
+    name: str
+    vendor: Optional[str]        # "nvidia" | "amd"
+    cc: Optional[str]            # compute capability, "9.0"
+    arch: Optional[str]
+    sm_count: Optional[int]
+    bf16: Optional[bool]
+    tf32: Optional[bool]
+    fp8: Optional[bool]
+
+
 class Context(_S):
     """What the trace already does (``passes/context.py``, ``passes/program.py``; every rule in
     docs/analysis.md "Levers that fit what the trace already does"). ``*_evidence``: the event
@@ -469,6 +482,7 @@ class Context(_S):
     per_param_syncs: bool
     per_param_syncs_evidence: Optional[str]
     graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
+    device: Optional[DeviceCaps] = None   # set by analysis.py from the trace's metadata
 
 
 class SteadyEvidence(_S):
