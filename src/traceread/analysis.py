@@ -177,19 +177,24 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     # graphs set up but never replayed in steady state: a new shape every step
     ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
                                       and source != "whole_trace" and len(ops))
+    utilization = side.get("utilization")
+    culprits = _culprits(ev, gaps, summary, att["top_ops"], copies, collectives, comp, kernels,
+                         parts, ctx)
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
-                culprits=_culprits(ev, gaps, summary, att["top_ops"], copies, collectives, comp,
-                                   kernels, parts, ctx))
+                culprits=culprits,
+                **_lever_context(step_tab if source != "whole_trace" else None, utilization,
+                                 kernels, comp, culprits, device_name(trace.meta),
+                                 max(1, len(devices))))
+    if win.mode == "whole_trace" and len(ops):
+        vctx["startup"] = _startup(window_mod.one_time_calls(ev, gaps))
     verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)
     verdict["missing"] = _missing(trace.meta, ev, ctx)
-    if win.mode == "whole_trace" and len(ops):
-        _cold_start(verdict, window_mod.one_time_calls(ev, gaps))
-    utilization = side.get("utilization")
-    if verdict["bound"] == "gpu":
-        _gpu_verdict_detail(verdict, utilization, kernels, device_name(trace.meta))
+    headline = (utilization or {}).get("headline")
+    if verdict["bound"] == "gpu" and headline:
+        verdict["summary"] += f"; {headline}"
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -213,122 +218,49 @@ def _pass_workers(rows: int) -> int:
 PARALLEL_PASSES_ROWS = 200_000
 
 
-def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None,
-                        device: str = "") -> None:
-    """A GPU-bound verdict says how well the busy time is used and which kernel lever pays."""
-    from .passes.bounds import GPU_LEVER_TEXT
-
-    u = utilization or {}
-    if u.get("headline"):
-        verdict["summary"] += f"; {u['headline']}"
-    busy = [lv for lv in (u.get("busy") or {}).get("levers", []) if lv.get("lever") in GPU_LEVER_TEXT]
-    if not busy:
-        names = kernels["name"].astype(str) if kernels is not None and "name" in kernels else None
-        softmax = bool(names.str.contains("softmax", case=False).any()) if names is not None \
-            else True
-        _drop_contradicted_levers(verdict, (u.get("busy") or {}).get("classes") or [], softmax,
-                                  kernels, device)
-        return
-    busy.sort(key=lambda lv: -lv.get("saving_ns", 0))
-    texts = [f"{GPU_LEVER_TEXT[lv['lever']]} -- {lv['why']}" for lv in busy]
-    # evidence-based levers only: the generic list would suggest bf16 to a bf16 model
-    verdict["levers"] = texts
-    verdict["actions"] = [{"cause": "gpu", "saves_ns": int(lv.get("saving_ns", 0)),
-                           "saves_pct": None, "saves_per_step_ns": None,
-                           "projected_step_ns": None, "culprit": lv["why"],
-                           "levers": [{"lever": GPU_LEVER_TEXT[lv["lever"]], "cost": "code",
-                                       "saves_ns": int(lv.get("saving_ns", 0))}]}
-                          for lv in busy] + verdict["actions"]
-
-
-COLD_START_LEVER = ("mark the steps (torch.profiler prof.step() or NVTX ranges step_N) or pass "
-                    "--window START:END: without steps the window holds the one-time start-up")
-
-
-def _cold_start(verdict: dict, cold: dict) -> None:
-    """A window without steps whose idle time is mostly one-time start-up calls: say so, put
-    the lever that removes it from the analysis first, and drop churn advice it caused."""
-    from .passes.bounds import LEVERS, NATIVE_LEVERS
-
-    lost = verdict["evidence"].get("lost_ns", 0)
-    if not cold["ns"] or cold["ns"] < 0.3 * lost:
-        return
-    verdict["evidence"]["startup_ns"] = cold["ns"]
-    verdict["evidence"]["startup_calls"] = [{"name": n, "ns": ns} for n, ns in cold["calls"]]
-    top = cold["calls"][0][0] if cold["calls"] else ""
-    churn = {t for t, _ in LEVERS["alloc"] + NATIVE_LEVERS["alloc"]} \
-        if attr_mod.ALLOC_API_RX.match(top) else set()
-    verdict["levers"] = [COLD_START_LEVER] + [t for t in verdict["levers"] if t not in churn]
+def _lever_context(step_tab, utilization: dict | None, kernels, comp: dict, culprits: dict,
+                   device: str, devices: int) -> dict:
+    """What the lever table reads besides ``trace_context``: the busy-time levers and classes
+    (passes/busy.py), the top kernel, the compile figures, the GPU's step span and busy time
+    per step (the projected step starts from the GPU's step when it is the longer)."""
+    busy = (utilization or {}).get("busy") or {}
+    classes = {c.get("class"): int(c.get("ns", 0)) for c in busy.get("classes") or []}
+    total = sum(classes.values())
+    out = {"busy_levers": {lv["lever"]: lv for lv in busy.get("levers") or []},
+           "busy_classes": classes, "device_name": device,
+           "attention_ns": classes.get("attention", 0),
+           "triton_share": classes.get("triton", 0) / total if total else 0.0,
+           "host_dispatch": _host_dispatch(culprits.get("host", ""))}
+    if kernels is not None and len(kernels) and "name" in kernels:
+        names = kernels["name"].astype(str)
+        out["softmax_kernels"] = bool(names.str.contains("softmax", case=False).any())
+        if "pct" in kernels:
+            out["top_kernel"] = {"name": names.iloc[0], "pct": float(kernels["pct"].iloc[0]),
+                                 "names": names.head(50).tolist()}
+    if comp and "recompiles" in comp:
+        out["recompiles"] = int(comp.get("recompiles") or 0)
+    if step_tab is not None and len(step_tab) and "gpu_start" in step_tab:
+        has = step_tab["gpu_start"].to_numpy(np.int64) >= 0
+        if has.any():
+            span = (step_tab["gpu_end"] - step_tab["gpu_start"]).to_numpy(np.int64)[has]
+            out["gpu_step_mean_ns"] = int(span.mean())
+            out["busy_step_mean_ns"] = int(step_tab["busy_ns"].to_numpy(np.int64)[has].mean()
+                                           / devices)
+    return out
 
 
-def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool,
-                              kernels=None, device: str = "") -> None:
-    """Generic GPU levers minus those the busy time contradicts: no bf16/TF32 advice when the
-    GEMMs already run on tensor cores or no GEMM/conv runs at all, no torch.compile advice when
-    Triton kernels (its output) already fill most of the busy time, no fused-attention advice
-    when attention is fused or no softmax kernel runs. One kernel that fills most of the busy
-    time is the lever itself: tune it first."""
-    from .passes.bounds import LEVERS, NATIVE_LEVERS
-
-    ns = {c.get("class"): int(c.get("ns", 0)) for c in classes}
-    total = sum(ns.values())
-    precision = {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0], NATIVE_LEVERS["gpu"][0][0]}
-    drop = set()
-    gemm = ns.get("gemm_tensor", 0) + ns.get("gemm_simt", 0)
-    if ns.get("gemm_tensor", 0) > 0 and ns.get("gemm_tensor", 0) >= ns.get("gemm_simt", 0):
-        drop |= precision
-        verdict["evidence"]["tensor_core_gemm_pct"] = round(100 * ns["gemm_tensor"] / total, 1)
-    elif total and not gemm:
-        drop |= precision
-    if total and ns.get("triton", 0) >= 0.5 * total:
-        drop.add(LEVERS["gpu"][3][0])
-    if ns.get("attention", 0) > 0 or not softmax:
-        drop.add(LEVERS["gpu"][2][0])
-    if drop:
-        verdict["levers"] = [t for t in verdict["levers"] if t not in drop]
-        verdict["actions"] = [a for a in verdict.get("actions", [])
-                              if not any(lv.get("lever") in drop for lv in a.get("levers", []))]
-    top = _dominant_kernel(kernels, device)
-    if top:
-        verdict["levers"] = [top] + verdict["levers"]
+def _host_dispatch(host_culprit: str) -> bool:
+    """The host-bound time sits inside PyTorch's own ops: the innermost op covering most of
+    it is an ``aten::`` op (its dispatch, not user Python, is the host work)."""
+    return host_culprit.startswith("aten::")
 
 
-DOMINANT_KERNEL_PCT = 50.0
-AMD_DEVICE_RX = re.compile(r"(?i)\bAMD\b|Instinct|Radeon|\bMI\d{3}")
-AMD_KERNEL_RX = re.compile(r"^Cijk_|ck_tile|\bck::|_gtcx|miopen|hipblaslt", re.I)
-NVIDIA_DEVICE_RX = re.compile(r"(?i)NVIDIA|Tesla|GeForce|Quadro|\b[ABHLTV]\d{2,3}\b|\bGB?\d{3}\b")
-
-
-def _dominant_kernel(kernels, device: str = "") -> str | None:
-    """A lever naming the one kernel that fills most of the GPU's busy time, or None."""
-    if kernels is None or not len(kernels) or "pct" not in kernels:
-        return None
-    pct = float(kernels["pct"].iloc[0])
-    if pct < DOMINANT_KERNEL_PCT:
-        return None
-    base = _kernel_base_name(str(kernels["name"].iloc[0]))
-    ncu = f"Nsight Compute (ncu --kernel-name {base} --set full)"
-    rocm = f"rocprof-compute (rocprof-compute profile -k {base})"
-    amd = AMD_DEVICE_RX.search(device) or (not device and any(
-        AMD_KERNEL_RX.search(str(n)) for n in kernels["name"].head(50)))
-    tool = rocm if amd else ncu if NVIDIA_DEVICE_RX.search(device) \
-        else f"the vendor's kernel profiler: {ncu} or {rocm}"
-    how = "autotune its block sizes / num_warps" if base.startswith("triton_") else \
-        "compare its achieved memory throughput and FLOP rate with the GPU's peaks"
-    return f"tune the kernel that takes {pct:.0f}% of GPU time, {base}: profile it with {tool} " \
-           f"and {how}"
-
-
-def _kernel_base_name(name: str) -> str:
-    """What ncu's --kernel-name matches by default: no return type, arguments, templates or
-    namespaces (`void ns::k<float>(float*)` -> `k`)."""
-    s = re.sub(r"^\s*void\s+", "", name.replace("(anonymous namespace)::", "")).split("(", 1)[0]
-    while "<" in s:  # innermost template arguments first
-        t = re.sub(r"<[^<>]*>", "", s)
-        if t == s:
-            break
-        s = t
-    return s.rsplit("::", 1)[-1].strip()[:80] or name[:80]
+def _startup(cold: dict) -> dict:
+    """One-time start-up calls of a window without steps (window.one_time_calls), and whether
+    the largest is an allocator call (then churn advice would be about start-up)."""
+    top = cold["calls"][0][0] if cold.get("calls") else ""
+    return {"ns": int(cold.get("ns") or 0), "calls": list(cold.get("calls") or []),
+            "alloc": bool(attr_mod.ALLOC_API_RX.match(top))}
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
