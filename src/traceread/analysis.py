@@ -183,7 +183,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
                 culprits=culprits,
-                **_lever_context(step_tab if source != "whole_trace" else None, utilization,
+                **_lever_context(step_tab if source != "whole_trace" else None, gaps, utilization,
                                  kernels, comp, culprits, device_name(trace.meta),
                                  max(1, len(devices))))
     if win.mode == "whole_trace" and len(ops):
@@ -218,8 +218,8 @@ def _pass_workers(rows: int) -> int:
 PARALLEL_PASSES_ROWS = 200_000
 
 
-def _lever_context(step_tab, utilization: dict | None, kernels, comp: dict, culprits: dict,
-                   device: str, devices: int) -> dict:
+def _lever_context(step_tab, gaps, utilization: dict | None, kernels, comp: dict,
+                   culprits: dict, device: str, devices: int) -> dict:
     """What the lever table reads besides ``trace_context``: the busy-time levers and classes
     (passes/busy.py), the top kernel, the compile figures, the GPU's step span and busy time
     per step (the projected step starts from the GPU's step when it is the longer)."""
@@ -230,7 +230,7 @@ def _lever_context(step_tab, utilization: dict | None, kernels, comp: dict, culp
            "busy_classes": classes, "device_name": device,
            "attention_ns": classes.get("attention", 0),
            "triton_share": classes.get("triton", 0) / total if total else 0.0,
-           "host_dispatch": _host_dispatch(culprits.get("host", ""))}
+           "host_dispatch": _host_dispatch(gaps, culprits.get("host", ""))}
     if kernels is not None and len(kernels) and "name" in kernels:
         names = kernels["name"].astype(str)
         out["softmax_kernels"] = bool(names.str.contains("softmax", case=False).any())
@@ -249,10 +249,20 @@ def _lever_context(step_tab, utilization: dict | None, kernels, comp: dict, culp
     return out
 
 
-def _host_dispatch(host_culprit: str) -> bool:
-    """The host-bound time sits inside PyTorch's own ops: the innermost op covering most of
-    it is an ``aten::`` op (its dispatch, not user Python, is the host work)."""
-    return host_culprit.startswith("aten::")
+HOST_DISPATCH_SHARE = 0.5
+
+
+def _host_dispatch(gaps: pd.DataFrame, host_culprit: str) -> bool:
+    """The host-bound time is PyTorch's own per-op work: in the long gaps (the host cause's),
+    time inside operators is >= HOST_DISPATCH_SHARE of the host time (operators, Python,
+    allocator, untraced) and the innermost op over most of it is an ``aten::`` op."""
+    if not host_culprit.startswith("aten::") or not len(gaps):
+        return False
+    long_ = gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS
+    by = {c: int(gaps[f"cpu_{c}"].to_numpy(np.int64)[long_].sum()) if f"cpu_{c}" in gaps else 0
+          for c in verdict_mod.HOST_PARTS + ("untraced",)}
+    total = sum(by.values())
+    return bool(total) and by["cpu_op"] >= HOST_DISPATCH_SHARE * total
 
 
 def _startup(cold: dict) -> dict:

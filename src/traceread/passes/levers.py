@@ -291,6 +291,24 @@ def startup_alloc(c: Ctx) -> bool:
     return cold_start(c) and bool((c.get("startup") or {}).get("alloc"))
 
 
+def no_startup_alloc(c: Ctx) -> bool:
+    return not startup_alloc(c)
+
+
+def allocator_uncached(c: Ctx) -> bool:
+    """PyTorch's caching allocator is off: frees inside ops (context ``allocator_uncached``)."""
+    return bool(c.get("allocator_uncached"))
+
+
+def allocator_cached(c: Ctx) -> bool:
+    return not allocator_uncached(c)
+
+
+def ddp_or_fsdp(c: Ctx) -> bool:
+    """Gradient communication every micro-batch (DDP or FSDP): no_sync() applies."""
+    return ddp(c) or fsdp(c)
+
+
 def _all(*ps: Pred) -> tuple:
     return tuple(ps)
 
@@ -446,16 +464,16 @@ LEVERS: tuple[Lever, ...] = (
     Lever("allocator_on", "host", "turn PyTorch's caching allocator back on: unset "
           "PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING (tensors' frees call "
           "the driver inside the ops)", "free", saves="alloc",
-          when=_all(PT, lambda c: bool(c.get("allocator_uncached")))),
+          when=_all(PT, allocator_uncached)),
     Lever("no_empty_cache", "host", "stop device-memory churn: remove torch.cuda.empty_cache() "
           "from the loop; PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF="
           "expandable_segments:True", "free", saves="alloc",
-          when=_all(PT, lambda c: not c.get("allocator_uncached"), lambda c: not startup_alloc(c))),
+          when=_all(PT, allocator_cached, no_startup_alloc)),
     Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
-          when=_all(PT, lambda c: not startup_alloc(c))),
+          when=_all(PT, no_startup_alloc)),
     Lever("reuse_buffers_native", "host", "allocate once outside the loop and reuse the buffers, "
           "or a stream-ordered pool (cudaMallocAsync / cudaMemPool)", "code", saves="alloc",
-          when=_all(NV, lambda c: not startup_alloc(c))),
+          when=_all(NV, no_startup_alloc)),
     # comms
     Lever("ddp_buckets", "comms", "overlap communication with compute: DDP bucket_cap_mb, "
           "gradient_as_bucket_view=True", "free", when=_all(PT, ddp)),
@@ -471,7 +489,7 @@ LEVERS: tuple[Lever, ...] = (
     Lever("megatron_overlap", "comms", "Megatron: --overlap-grad-reduce, --overlap-param-gather "
           "and --tp-comm-overlap", "free", when=_all(PT, megatron)),
     Lever("no_sync", "comms", "gradient accumulation with no_sync(): communicate once every N "
-          "micro-batches", "code", when=_all(PT, training, lambda c: ddp(c) or fsdp(c))),
+          "micro-batches", "code", when=_all(PT, training, ddp_or_fsdp)),
     Lever("torchrec_pipeline", "comms", "TorchRec: pipeline the sparse input distribution "
           "(TrainPipelineSparseDist) so batch i+1's all_to_all overlaps batch i's compute",
           "code", when=_all(PT, torchrec)),
@@ -632,16 +650,21 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
             text += f" -- {ctx['busy_levers'][lv.busy].get('why', '')}"
         items.append({"id": lv.id, "lever": text, "cost": lv.cost, "cause": lv.cause,
                       "saves_ns": ns})
-    return _rank(items, cause_order)
+    return _rank(items, gpu_bound(ctx))
 
 
-def _rank(items: list[dict], cause_order: tuple) -> list[dict]:
+def _rank(items: list[dict], kernels_first: bool = False) -> list[dict]:
+    """Largest saving first, then the lever the trace points at, then the cheaper, then
+    table order; items with no estimate after those with one -- before them when
+    ``kernels_first`` (a GPU-bound verdict: the idle causes together are under 10% of the
+    window, the GPU's own work is the rest)."""
     order = {lv.id: i for i, lv in enumerate(LEVERS)}
 
     def key(x):
         lv = BY_ID[x["id"]]
         known = x["saves_ns"] is not None
-        return (not known, -(x["saves_ns"] or 0), not lv.first, COST_ORDER[lv.cost],
+        lead = kernels_first and not known and lv.cause == "gpu"
+        return (not lead, not known, -(x["saves_ns"] or 0), not lv.first, COST_ORDER[lv.cost],
                 order[lv.id])
     items.sort(key=key)
     # one item per piece of advice offered under two causes (CUDA graphs for launch and host)

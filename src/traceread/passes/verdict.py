@@ -244,13 +244,9 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
 
 
 def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> list[dict]:
-    """The ranked to-do list: every lever the table offers, with its saving (levers.offered).
-    In a GPU-bound verdict the kernel levers with no estimate lead: the idle causes together
-    are under GPU_BOUND_LOST of the window, the GPU's own work is the rest."""
+    """The ranked to-do list: every lever the table offers (levers.offered), with its saving
+    per step and projected step."""
     items = L.offered(sc, parts, copy, ctx, MIN_ACTION_SHARE * window_ns, CAUSES)
-    if ctx.get("bound") == "gpu":
-        lead = [x for x in items if x["cause"] == "gpu" and x["saves_ns"] is None]
-        items = lead + [x for x in items if x not in lead]
     busy = ctx.get("busy_levers") or {}
     culprits = ctx.get("culprits") or {}
     out = []
