@@ -230,7 +230,8 @@ def _lever_context(step_tab, gaps, utilization: dict | None, kernels, comp: dict
            "busy_classes": classes, "device_name": device,
            "attention_ns": classes.get("attention", 0),
            "triton_share": classes.get("triton", 0) / total if total else 0.0,
-           "host_dispatch": _host_dispatch(gaps, culprits.get("host", ""))}
+           "host_dispatch": _host_dispatch(gaps, culprits.get("host", "")),
+           "alloc_gap_ns": int(gaps["cpu_alloc"].sum()) if "cpu_alloc" in gaps else 0}
     if kernels is not None and len(kernels) and "name" in kernels:
         names = kernels["name"].astype(str)
         out["softmax_kernels"] = bool(names.str.contains("softmax", case=False).any())

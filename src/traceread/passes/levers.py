@@ -334,7 +334,8 @@ class Lever:
 
 SAVINGS = {
     "cause": "the cause's whole score (an upper bound: the GPU's own work unchanged)",
-    "alloc": "the allocator calls' time inside the host cause's gaps (parts.alloc)",
+    "alloc": "the allocator calls' time in every gap (alloc_gap_ns: the host cause's long gaps "
+             "and the short ones charged to launch), capped at host + launch scores",
     "host_rest": "the host cause's score less its allocator time",
     "pin": "the pageable copies' time beyond pinned bandwidth (copies.pin_saves_ns)",
     "busy": "the busy-time lever's saving_ns from passes/busy.py (its own documented model)",
@@ -615,7 +616,9 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
     if lv.saves == "cause":
         return int(cause_ns)
     if lv.saves == "alloc":
-        return min(alloc, int(cause_ns))
+        # allocator calls in short gaps too (charged to launch there): the churn goes whole
+        every = max(alloc, int(ctx.get("alloc_gap_ns") or 0))
+        return min(every, int(cause_ns) + int(ctx.get("launch_ns") or 0))
     if lv.saves == "host_rest":
         return max(0, int(cause_ns) - alloc)
     if lv.saves == "pin":

@@ -199,7 +199,7 @@ def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
             bound = "mixed"
             summary = (f"no single cause: {top} {ev['share_pct'][top]:.0f}%, "
                        f"{second} {ev['share_pct'][second]:.0f}% of lost GPU time")
-    ctx.update(bound=bound, lost_ns=lost)
+    ctx.update(bound=bound, lost_ns=lost, launch_ns=sc["launch"])
     if L.cold_start(ctx):
         ev["startup_ns"] = int(ctx["startup"]["ns"])
         ev["startup_calls"] = [{"name": n, "ns": int(ns)} for n, ns in ctx["startup"]["calls"]]

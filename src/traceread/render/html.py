@@ -174,7 +174,8 @@ def _actions(v: dict) -> str:
     if acts:
         items = [f"<li>{escape(str(x.get('lever', '')))} <span class='meta'>"
                  f"[{escape(str(x.get('cost', '')))}]</span><br><span class='meta'>"
-                 f"{escape(action_gain(x))}</span></li>" for x in acts]
+                 f"{escape(action_gain(x, acts[i - 1] if i else None))}</span></li>"
+                 for i, x in enumerate(acts)]
     else:
         items = [f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", [])]
     out = [f"<b>{escape(TODO_TITLE)}</b><ol>", "".join(items[:TODO_ROWS]), "</ol>"]

@@ -203,7 +203,7 @@ def todo_lines(v: dict) -> list[str]:
     if acts:
         for i, x in enumerate(acts[:TODO_ROWS], 1):
             lines += _tail_lines(f"    {i}. ", f"{x['lever']} [{x.get('cost', '')}]")
-            gain = action_gain(x)
+            gain = action_gain(x, acts[i - 2] if i > 1 else None)
             if gain:
                 lines += _tail_lines("       ", gain)
     else:

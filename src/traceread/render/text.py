@@ -9,8 +9,13 @@ TODO_TITLE = ("To do, largest saving first (each saving an upper bound: the rest
               "unchanged):")
 
 
-def action_gain(x: dict) -> str:
-    """One to-do item's saving, projected step and culprit, in the words every renderer uses."""
+def action_gain(x: dict, prev: dict | None = None) -> str:
+    """One to-do item's saving, projected step and culprit, in the words every renderer uses;
+    an item saving the same time of the same cause as ``prev`` says so (alternatives for one
+    piece of lost time, not savings to add up)."""
+    if prev and prev.get("cause") == x.get("cause") and prev.get("saves_ns") == x.get("saves_ns") \
+            and x.get("saves_ns") is not None:
+        return f"the same {x.get('cause')} time as the lever above (not in addition to it)"
     parts = []
     per, ns = x.get("saves_per_step_ns"), x.get("saves_ns")
     if per is not None:
