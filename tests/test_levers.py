@@ -284,3 +284,20 @@ def test_projected_step_starts_from_the_gpu_step_when_it_is_longer():
     a = decide(has_gpu=True, window_ns=60_000_000, idle_ns=36_000_000,
                parts=_parts(host=36_000_000), ctx=ctx)["actions"][0]
     assert a["projected_step_ns"] == 12_000_000
+
+
+def test_host_dispatch_needs_many_short_aten_ops_over_most_of_the_host_time():
+    import pandas as pd
+
+    from traceread.analysis import _host_dispatch
+    gaps = pd.DataFrame({"duration": [5_000_000], "cpu_cpu_op": [4_000_000], "cpu_python": [0],
+                         "cpu_alloc": [0], "cpu_untraced": [1_000_000]})
+    many = pd.DataFrame({"name": ["aten::add", "aten::mul"], "category": ["cpu_op", "cpu_op"],
+                         "ns": [2_000_000, 2_000_000], "count": [200, 200]})
+    assert _host_dispatch(gaps, many, "aten::add spans 2 ms of idle GPU time")
+    one = pd.DataFrame({"name": ["aten::empty"], "category": ["cpu_op"], "ns": [4_000_000],
+                        "count": [1]})                       # one slow lazy-init call
+    assert not _host_dispatch(gaps, one, "aten::empty spans 4 ms of idle GPU time")
+    python = gaps.assign(cpu_cpu_op=[1_000_000], cpu_untraced=[4_000_000])
+    assert not _host_dispatch(python, many, "aten::add spans 1 ms of idle GPU time")
+    assert not _host_dispatch(gaps, many, "train.py(12): step spans 4 ms of idle GPU time")

@@ -8,7 +8,6 @@ attribution, communication overlap, compilation, kernels -- and returns an
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,7 +182,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
                 culprits=culprits,
-                **_lever_context(step_tab if source != "whole_trace" else None, gaps, utilization,
+                **_lever_context(step_tab if source != "whole_trace" else None, gaps,
+                                 att["top_ops"], utilization,
                                  kernels, comp, culprits, device_name(trace.meta),
                                  max(1, len(devices))))
     if win.mode == "whole_trace" and len(ops):
@@ -218,7 +218,7 @@ def _pass_workers(rows: int) -> int:
 PARALLEL_PASSES_ROWS = 200_000
 
 
-def _lever_context(step_tab, gaps, utilization: dict | None, kernels, comp: dict,
+def _lever_context(step_tab, gaps, top_ops, utilization: dict | None, kernels, comp: dict,
                    culprits: dict, device: str, devices: int) -> dict:
     """What the lever table reads besides ``trace_context``: the busy-time levers and classes
     (passes/busy.py), the top kernel, the compile figures, the GPU's step span and busy time
@@ -230,7 +230,7 @@ def _lever_context(step_tab, gaps, utilization: dict | None, kernels, comp: dict
            "busy_classes": classes, "device_name": device,
            "attention_ns": classes.get("attention", 0),
            "triton_share": classes.get("triton", 0) / total if total else 0.0,
-           "host_dispatch": _host_dispatch(gaps, culprits.get("host", "")),
+           "host_dispatch": _host_dispatch(gaps, top_ops, culprits.get("host", "")),
            "alloc_gap_ns": int(gaps["cpu_alloc"].sum()) if "cpu_alloc" in gaps else 0}
     if kernels is not None and len(kernels) and "name" in kernels:
         names = kernels["name"].astype(str)
@@ -251,19 +251,27 @@ def _lever_context(step_tab, gaps, utilization: dict | None, kernels, comp: dict
 
 
 HOST_DISPATCH_SHARE = 0.5
+DISPATCH_OP_NS = 50_000     # per-op dispatch: many aten ops averaging under 50 us each
+DISPATCH_MIN_OPS = 20
 
 
-def _host_dispatch(gaps: pd.DataFrame, host_culprit: str) -> bool:
-    """The host-bound time is PyTorch's own per-op work: in the long gaps (the host cause's),
-    time inside operators is >= HOST_DISPATCH_SHARE of the host time (operators, Python,
-    allocator, untraced) and the innermost op over most of it is an ``aten::`` op."""
-    if not host_culprit.startswith("aten::") or not len(gaps):
+def _host_dispatch(gaps: pd.DataFrame, top_ops: pd.DataFrame, host_culprit: str) -> bool:
+    """The host-bound time is PyTorch's own per-op dispatch: in the long gaps (the host
+    cause's), time inside operators is >= HOST_DISPATCH_SHARE of the host time (operators,
+    Python, allocator, untraced), the innermost op over most of it is an ``aten::`` op, and
+    the aten ops inside gaps are many (>= DISPATCH_MIN_OPS) and short (<= DISPATCH_OP_NS on
+    average) -- one slow first call (a lazy-init ``aten::empty``) is not dispatch overhead."""
+    if not host_culprit.startswith("aten::") or not len(gaps) or not len(top_ops):
         return False
     long_ = gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS
     by = {c: int(gaps[f"cpu_{c}"].to_numpy(np.int64)[long_].sum()) if f"cpu_{c}" in gaps else 0
           for c in verdict_mod.HOST_PARTS + ("untraced",)}
     total = sum(by.values())
-    return bool(total) and by["cpu_op"] >= HOST_DISPATCH_SHARE * total
+    aten = top_ops[(top_ops["category"] == "cpu_op")
+                   & top_ops["name"].astype(str).str.startswith("aten::")]
+    n = int(aten["count"].sum())
+    return bool(total) and by["cpu_op"] >= HOST_DISPATCH_SHARE * total \
+        and n >= DISPATCH_MIN_OPS and int(aten["ns"].sum()) <= DISPATCH_OP_NS * n
 
 
 def _startup(cold: dict) -> dict:
