@@ -301,3 +301,26 @@ def test_host_dispatch_needs_many_short_aten_ops_over_most_of_the_host_time():
     python = gaps.assign(cpu_cpu_op=[1_000_000], cpu_untraced=[4_000_000])
     assert not _host_dispatch(python, many, "aten::add spans 1 ms of idle GPU time")
     assert not _host_dispatch(gaps, many, "train.py(12): step spans 4 ms of idle GPU time")
+
+
+def test_text_json_and_html_show_the_same_list_in_the_same_order():
+    import html
+    import re
+
+    from traceread.analysis import analyze
+    from traceread.render.html import analysis_body
+    from traceread.render.report import render_report
+    from traceread.synth import scenarios as sc
+
+    a = analyze(sc.SCENARIOS["sync"]()[0])
+    acts = a.verdict["actions"]
+    assert acts and a.verdict["levers"] == [x["lever"] for x in acts]
+    text = " ".join(render_report(a).split())
+    page = html.unescape(analysis_body(a))
+    shown = acts[:8]
+    at = [text.index(" ".join(x["lever"].split())) for x in shown]
+    assert at == sorted(at)
+    items = re.findall(r"<li>(.*?) <span class='meta'>\[", page)
+    assert items[:len(acts)] == [x["lever"] for x in acts]
+    if len(acts) > 8:
+        assert f"and {len(acts) - 8} more" in text and f"and {len(acts) - 8} more" in page
