@@ -2,7 +2,9 @@
 advice for code already made of Triton kernels, and one dominant kernel is the first lever."""
 from __future__ import annotations
 
-from traceread.analysis import _kernel_base_name, analyze
+from traceread.analysis import analyze
+from traceread.passes import levers as L
+from traceread.passes.levers import kernel_base_name as _kernel_base_name
 from traceread.synth.scenarios import TraceBuilder
 
 MS = 1_000_000
@@ -60,15 +62,18 @@ def test_kernel_base_name_is_what_ncu_matches():
     assert _kernel_base_name("void at::native::(anonymous namespace)::f<4>()") == "f"
 
 
-def test_the_kernel_profiler_follows_the_vendor():
-    import pandas as pd
+def _dominant_kernel(names: list[str], pcts: list[float], device: str) -> str | None:
+    """The tune-the-kernel lever the table offers a GPU-bound trace, or None."""
+    ctx = {"bound": "gpu", "device_name": device,
+           "top_kernel": {"name": names[0], "pct": pcts[0], "names": names}}
+    return next((lv.words(ctx) for lv in L.rows("gpu", ctx) if lv.id == "tune_kernel"), None)
 
-    from traceread.analysis import _dominant_kernel
-    k = pd.DataFrame({"name": ["void ns::k<float>(float*)", "other"], "pct": [70.0, 30.0]})
-    assert "ncu --kernel-name k " in _dominant_kernel(k, "NVIDIA H100 80GB HBM3")
-    assert "rocprof-compute profile -k k" in _dominant_kernel(k, "AMD Instinct MI300X")
-    both = _dominant_kernel(k, "")
+
+def test_the_kernel_profiler_follows_the_vendor():
+    k = (["void ns::k<float>(float*)", "other"], [70.0, 30.0])
+    assert "ncu --kernel-name k " in _dominant_kernel(*k, "NVIDIA H100 80GB HBM3")
+    assert "rocprof-compute profile -k k" in _dominant_kernel(*k, "AMD Instinct MI300X")
+    both = _dominant_kernel(*k, "")
     assert "ncu" in both and "rocprof-compute" in both
-    amd_kernels = pd.DataFrame({"name": ["gemm_x", "Cijk_Alik_Bljk_BBS"], "pct": [60.0, 40.0]})
-    assert "rocprof-compute" in _dominant_kernel(amd_kernels, "")
-    assert _dominant_kernel(k.assign(pct=[49.0, 51.0]), "") is None
+    assert "rocprof-compute" in _dominant_kernel(["gemm_x", "Cijk_Alik_Bljk_BBS"], [60.0, 40.0], "")
+    assert _dominant_kernel(k[0], [49.0, 51.0], "") is None

@@ -8,7 +8,6 @@ attribution, communication overlap, compilation, kernels -- and returns an
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +32,7 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
-from .passes._common import fmt_ms as _ms, kind_in
+from .passes._common import kind_in
 from .passes._frames import code_in
 from .table import Trace, TraceMeta, release_heap
 
@@ -186,20 +185,27 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     # graphs set up but never replayed in steady state: a new shape every step
     ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
                                       and source != "whole_trace" and len(ops))
+    utilization = side.get("utilization")
+    culprits = culprits_mod.culprits(ev, gaps, ops, summary, att["top_ops"], copies, collectives,
+                                     comp, kernels, parts, ctx)
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
-                culprits=culprits_mod.culprits(ev, gaps, ops, summary, att["top_ops"], copies,
-                                               collectives, comp, kernels, parts, ctx))
+                culprits=culprits,
+                **_lever_context(step_tab if source != "whole_trace" else None, gaps,
+                                 att["top_ops"], utilization,
+                                 kernels, comp, culprits, device_name(trace.meta),
+                                 max(1, len(devices))))
+    if win.mode == "whole_trace" and len(ops):
+        vctx["startup"] = _startup(window_mod.one_time_calls(ev, gaps))
     verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)
     verdict["missing"] = _missing(trace.meta, ev, ctx)
-    utilization = side.get("utilization")
-    if verdict["bound"] == "gpu":
-        _gpu_verdict_detail(verdict, utilization, kernels, device_name(trace.meta))
+    headline = (utilization or {}).get("headline")
+    if verdict["bound"] == "gpu" and headline:
+        verdict["summary"] += f"; {headline}"
     steady = steady_mod.steady_state(ev, gaps)
-    steady_mod.adjust_verdict(verdict, steady, window_mod.one_time_calls(ev, gaps)
-                              if win.mode == "whole_trace" and len(ops) else None)
+    steady_mod.adjust_verdict(verdict, steady)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -223,102 +229,68 @@ def _pass_workers(rows: int) -> int:
 PARALLEL_PASSES_ROWS = 200_000
 
 
-def _gpu_verdict_detail(verdict: dict, utilization: dict | None, kernels=None,
-                        device: str = "") -> None:
-    """A GPU-bound verdict says how well the busy time is used and which kernel lever pays."""
-    from .passes.bounds import GPU_LEVER_TEXT
-
-    u = utilization or {}
-    if u.get("headline"):
-        verdict["summary"] += f"; {u['headline']}"
-    busy = [lv for lv in (u.get("busy") or {}).get("levers", []) if lv.get("lever") in GPU_LEVER_TEXT]
-    if not busy:
-        names = kernels["name"].astype(str) if kernels is not None and "name" in kernels else None
-        softmax = bool(names.str.contains("softmax", case=False).any()) if names is not None \
-            else True
-        _drop_contradicted_levers(verdict, (u.get("busy") or {}).get("classes") or [], softmax,
-                                  kernels, device)
-        return
-    busy.sort(key=lambda lv: -lv.get("saving_ns", 0))
-    texts = [f"{GPU_LEVER_TEXT[lv['lever']]} -- {lv['why']}" for lv in busy]
-    # evidence-based levers only: the generic list would suggest bf16 to a bf16 model
-    verdict["levers"] = texts
-    verdict["actions"] = [{"cause": "gpu", "saves_ns": int(lv.get("saving_ns", 0)),
-                           "saves_pct": None, "saves_per_step_ns": None,
-                           "projected_step_ns": None, "culprit": lv["why"],
-                           "levers": [{"lever": GPU_LEVER_TEXT[lv["lever"]], "cost": "code",
-                                       "saves_ns": int(lv.get("saving_ns", 0))}]}
-                          for lv in busy] + verdict["actions"]
-
-
-def _drop_contradicted_levers(verdict: dict, classes: list, softmax: bool,
-                              kernels=None, device: str = "") -> None:
-    """Generic GPU levers minus those the busy time contradicts: no bf16/TF32 advice when the
-    GEMMs already run on tensor cores or no GEMM/conv runs at all, no torch.compile advice when
-    Triton kernels (its output) already fill most of the busy time, no fused-attention advice
-    when attention is fused or no softmax kernel runs. One kernel that fills most of the busy
-    time is the lever itself: tune it first."""
-    from .passes.bounds import LEVERS, NATIVE_LEVERS
-
-    ns = {c.get("class"): int(c.get("ns", 0)) for c in classes}
-    total = sum(ns.values())
-    precision = {LEVERS["gpu"][0][0], LEVERS["gpu"][1][0], NATIVE_LEVERS["gpu"][0][0]}
-    drop = set()
-    gemm = ns.get("gemm_tensor", 0) + ns.get("gemm_simt", 0)
-    if ns.get("gemm_tensor", 0) > 0 and ns.get("gemm_tensor", 0) >= ns.get("gemm_simt", 0):
-        drop |= precision
-        verdict["evidence"]["tensor_core_gemm_pct"] = round(100 * ns["gemm_tensor"] / total, 1)
-    elif total and not gemm:
-        drop |= precision
-    if total and ns.get("triton", 0) >= 0.5 * total:
-        drop.add(LEVERS["gpu"][3][0])
-    if ns.get("attention", 0) > 0 or not softmax:
-        drop.add(LEVERS["gpu"][2][0])
-    if drop:
-        verdict["levers"] = [t for t in verdict["levers"] if t not in drop]
-        verdict["actions"] = [a for a in verdict.get("actions", [])
-                              if not any(lv.get("lever") in drop for lv in a.get("levers", []))]
-    top = _dominant_kernel(kernels, device)
-    if top:
-        verdict["levers"] = [top] + verdict["levers"]
+def _lever_context(step_tab, gaps, top_ops, utilization: dict | None, kernels, comp: dict,
+                   culprits: dict, device: str, devices: int) -> dict:
+    """What the lever table reads besides ``trace_context``: the busy-time levers and classes
+    (passes/busy.py), the top kernel, the compile figures, the GPU's step span and busy time
+    per step (the projected step starts from the GPU's step when it is the longer)."""
+    busy = (utilization or {}).get("busy") or {}
+    classes = {c.get("class"): int(c.get("ns", 0)) for c in busy.get("classes") or []}
+    total = sum(classes.values())
+    out = {"busy_levers": {lv["lever"]: lv for lv in busy.get("levers") or []},
+           "busy_classes": classes, "device_name": device,
+           "attention_ns": classes.get("attention", 0),
+           "triton_share": classes.get("triton", 0) / total if total else 0.0,
+           "host_dispatch": _host_dispatch(gaps, top_ops, culprits.get("host", "")),
+           "alloc_gap_ns": int(gaps["cpu_alloc"].sum()) if "cpu_alloc" in gaps else 0}
+    if kernels is not None and len(kernels) and "name" in kernels:
+        names = kernels["name"].astype(str)
+        out["softmax_kernels"] = bool(names.str.contains("softmax", case=False).any())
+        if "pct" in kernels:
+            out["top_kernel"] = {"name": names.iloc[0], "pct": float(kernels["pct"].iloc[0]),
+                                 "names": names.head(50).tolist()}
+    if comp and "recompiles" in comp:
+        out["recompiles"] = int(comp.get("recompiles") or 0)
+    if step_tab is not None and len(step_tab) and "gpu_start" in step_tab:
+        has = step_tab["gpu_start"].to_numpy(np.int64) >= 0
+        if has.any():
+            span = (step_tab["gpu_end"] - step_tab["gpu_start"]).to_numpy(np.int64)[has]
+            out["gpu_step_mean_ns"] = int(span.mean())
+            out["busy_step_mean_ns"] = int(step_tab["busy_ns"].to_numpy(np.int64)[has].mean()
+                                           / devices)
+    return out
 
 
-DOMINANT_KERNEL_PCT = 50.0
-AMD_DEVICE_RX = re.compile(r"(?i)\bAMD\b|Instinct|Radeon|\bMI\d{3}")
-AMD_KERNEL_RX = re.compile(r"^Cijk_|ck_tile|\bck::|_gtcx|miopen|hipblaslt", re.I)
-NVIDIA_DEVICE_RX = re.compile(r"(?i)NVIDIA|Tesla|GeForce|Quadro|\b[ABHLTV]\d{2,3}\b|\bGB?\d{3}\b")
+HOST_DISPATCH_SHARE = 0.5
+DISPATCH_OP_NS = 50_000     # per-op dispatch: many aten ops averaging under 50 us each
+DISPATCH_MIN_OPS = 20
 
 
-def _dominant_kernel(kernels, device: str = "") -> str | None:
-    """A lever naming the one kernel that fills most of the GPU's busy time, or None."""
-    if kernels is None or not len(kernels) or "pct" not in kernels:
-        return None
-    pct = float(kernels["pct"].iloc[0])
-    if pct < DOMINANT_KERNEL_PCT:
-        return None
-    base = _kernel_base_name(str(kernels["name"].iloc[0]))
-    ncu = f"Nsight Compute (ncu --kernel-name {base} --set full)"
-    rocm = f"rocprof-compute (rocprof-compute profile -k {base})"
-    amd = AMD_DEVICE_RX.search(device) or (not device and any(
-        AMD_KERNEL_RX.search(str(n)) for n in kernels["name"].head(50)))
-    tool = rocm if amd else ncu if NVIDIA_DEVICE_RX.search(device) \
-        else f"the vendor's kernel profiler: {ncu} or {rocm}"
-    how = "autotune its block sizes / num_warps" if base.startswith("triton_") else \
-        "compare its achieved memory throughput and FLOP rate with the GPU's peaks"
-    return f"tune the kernel that takes {pct:.0f}% of GPU time, {base}: profile it with {tool} " \
-           f"and {how}"
+def _host_dispatch(gaps: pd.DataFrame, top_ops: pd.DataFrame, host_culprit: str) -> bool:
+    """The host-bound time is PyTorch's own per-op dispatch: in the long gaps (the host
+    cause's), time inside operators is >= HOST_DISPATCH_SHARE of the host time (operators,
+    Python, allocator, untraced), the innermost op over most of it is an ``aten::`` op, and
+    the aten ops inside gaps are many (>= DISPATCH_MIN_OPS) and short (<= DISPATCH_OP_NS on
+    average) -- one slow first call (a lazy-init ``aten::empty``) is not dispatch overhead."""
+    if not host_culprit.startswith("aten::") or not len(gaps) or not len(top_ops):
+        return False
+    long_ = gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS
+    by = {c: int(gaps[f"cpu_{c}"].to_numpy(np.int64)[long_].sum()) if f"cpu_{c}" in gaps else 0
+          for c in verdict_mod.HOST_PARTS + ("untraced",)}
+    total = sum(by.values())
+    aten = top_ops[(top_ops["category"] == "cpu_op")
+                   & top_ops["name"].astype(str).str.startswith("aten::")]
+    n = int(aten["count"].sum())
+    return bool(total) and by["cpu_op"] >= HOST_DISPATCH_SHARE * total \
+        and n >= DISPATCH_MIN_OPS and int(aten["ns"].sum()) <= DISPATCH_OP_NS * n
 
 
-def _kernel_base_name(name: str) -> str:
-    """What ncu's --kernel-name matches by default: no return type, arguments, templates or
-    namespaces (`void ns::k<float>(float*)` -> `k`)."""
-    s = re.sub(r"^\s*void\s+", "", name.replace("(anonymous namespace)::", "")).split("(", 1)[0]
-    while "<" in s:  # innermost template arguments first
-        t = re.sub(r"<[^<>]*>", "", s)
-        if t == s:
-            break
-        s = t
-    return s.rsplit("::", 1)[-1].strip()[:80] or name[:80]
+def _startup(cold: dict) -> dict:
+    """One-time start-up calls of a window without steps (window.one_time_calls), and whether
+    the largest is an allocator call (then churn advice would be about start-up)."""
+    top = cold["calls"][0][0] if cold.get("calls") else ""
+    return {"ns": int(cold.get("ns") or 0), "calls": list(cold.get("calls") or []),
+            "alloc": bool(attr_mod.ALLOC_API_RX.match(top))}
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:

@@ -253,22 +253,19 @@ class KernelClass(_S):
     instances: int
 
 
-class ActionLever(_S):
-    lever: str
-    cost: str
-    saves_ns: Optional[int]
-
-
 class Action(_S):
-    """One cause worth fixing, with the time fixing it gives back (the what-if model)."""
+    """One item of the verdict's ranked to-do list: a lever and the time pulling it gives
+    back (the what-if model, docs/analysis.md "What each lever would save")."""
 
-    cause: str
-    saves_ns: int
-    saves_pct: Optional[float]          # null for GPU-bound actions (a share of busy time)
+    id: str                             # the lever table's row (passes/levers.py)
+    lever: str
+    cost: str                           # free / code / infra
+    cause: str                          # the score it saves; "gpu": GPU busy time
+    saves_ns: Optional[int]             # null: no estimate (ranked after those with one)
+    saves_pct: Optional[float]          # of the analysed window
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
     culprit: Optional[str]
-    levers: list[ActionLever]
 
 
 class WhatIf(_S):
@@ -295,8 +292,9 @@ class Verdict(_S):
     title: str
     summary: str
     evidence: dict[str, Any]
-    levers: list[str]
-    actions: list[Action]
+    levers: list[str]                   # the actions' texts, same order
+    actions: list[Action]               # the one ranked to-do list, never cut
+    diagnostics: list[str]              # unranked: tools that show more, no saving of their own
     what_if: dict[str, WhatIf]
     missing: list[str]
     job: Optional[JobRole] = None   # ranks of a job only

@@ -89,10 +89,13 @@ def summarize(a) -> dict[str, Any]:
 
 
 def promised_saving(verdict: dict) -> int | None:
-    """Per step: what fixing the verdict's first cause was estimated to give back (its action)."""
-    actions = verdict.get("actions") or []
-    if actions and isinstance(actions[0], dict):
-        v = actions[0].get("saves_per_step_ns")
+    """Per step: what fixing the verdict's cause was estimated to give back (its what-if),
+    else the first to-do item with a per-step saving (a GPU-bound verdict's busy lever)."""
+    w = (verdict.get("what_if") or {}).get(verdict.get("bound"))
+    cands = [w] if isinstance(w, dict) else []
+    cands += [a for a in verdict.get("actions") or [] if isinstance(a, dict)]
+    for c in cands:
+        v = c.get("saves_per_step_ns")
         if isinstance(v, (int, float)) and v == v:
             return int(v)
     return None

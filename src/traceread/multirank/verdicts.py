@@ -183,7 +183,8 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
                 v["summary"] = (f"{v.get('summary', '')}; it waits for rank {s} "
                                 f"({fmt_ns(w.get('wait_per_collective_ns', 0))} per {jv.get('per', 'collective')})"
                                 f": {jv['summary']}")
-                v["levers"] = [f"make rank {s} arrive on time: {_lever(jv, s)}"] + list(v.get("levers", []))
+                _lead_with(v, f"make rank {s} arrive on time: {_lever(jv, s)}",
+                           w.get("wait_ns", 0), jv["summary"])
         out[rank] = v
     return out
 
@@ -200,7 +201,32 @@ def _straggler_not_comms(v: dict, jv: dict, s: int) -> None:
     v["bound"] = jv["bound"] or "unknown"
     v["title"] = bounds.TITLE.get(v["bound"], v.get("title", ""))
     v["summary"] = f"straggler of the job: {jv['summary']}"
-    v["levers"] = [_lever(jv, s)] + (bounds.lever_texts(v["bound"]) if v["bound"] in bounds.LEVERS else [])
+    own = [a for a in v.get("actions") or [] if a.get("cause") == v["bound"]]
+    if not own and v["bound"] in bounds.LEVERS:
+        own = [_item(t, c, None, "", v["bound"]) for t, c in bounds.LEVERS[v["bound"]]]
+    v["actions"] = own
+    _lead_with(v, _lever(jv, s), jv.get("late_by_ns"), jv["summary"], cause=v["bound"])
+
+
+def _lead_with(v: dict, text: str, ns, culprit: str, cause: str = "comms") -> None:
+    """Put the job's lever first in the rank's to-do list (``actions``) and in ``levers``
+    (its texts, same order): the job knows better than the rank's own trace."""
+    ev = v.get("evidence") or {}
+    item = _item(text, "code", ns, culprit, cause)
+    if ns and ev.get("steps"):
+        item["saves_per_step_ns"] = int(round(ns / ev["steps"]))
+        if ev.get("step_mean_ns") and ev["step_mean_ns"] > item["saves_per_step_ns"]:
+            item["projected_step_ns"] = int(ev["step_mean_ns"]) - item["saves_per_step_ns"]
+    if ns and ev.get("window_ns"):
+        item["saves_pct"] = round(100.0 * ns / ev["window_ns"], 2)
+    v["actions"] = [item] + [a for a in v.get("actions") or [] if a.get("lever") != text]
+    v["levers"] = [a["lever"] for a in v["actions"]]
+
+
+def _item(text: str, cost: str, ns, culprit: str, cause: str) -> dict:
+    return {"id": "straggler", "lever": text, "cost": cost, "cause": cause,
+            "saves_ns": int(ns) if ns else None, "saves_pct": None, "saves_per_step_ns": None,
+            "projected_step_ns": None, "culprit": culprit}
 
 
 def _lever(jv: dict, s: int) -> str:

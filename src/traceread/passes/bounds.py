@@ -1,8 +1,7 @@
-"""Every bound the verdict can name, in one place: its title, what it means, its levers.
+"""Every bound the verdict can name, in one place: its title and what it means.
 
-A lever is (text, cost): ``free`` (a setting or argument), ``code`` (a code
-change), ``infra`` (hardware, storage, cluster). Levers are ranked by the time
-they would save, then by cost (free first).
+The levers themselves -- text, cost, saving model and the evidence each needs -- are one
+table in passes/levers.py.
 """
 from __future__ import annotations
 
@@ -40,165 +39,26 @@ WHAT = {
     "graph_capture": "while the host recorded CUDA graphs",
 }
 
-LEVERS: dict[str, list[tuple[str, str]]] = {
-    "data": [
-        ("DataLoader(num_workers=N): load batches in worker processes, off the training thread",
-         "free"),
-        ("DataLoader(pin_memory=True) and .to(device, non_blocking=True) for the batch copy",
-         "free"),
-        ("persistent_workers=True: do not restart workers every epoch", "free"),
-        ("raise prefetch_factor so batches are ready before the step needs them", "free"),
-        ("faster storage / decoding: local SSD, pre-decoded or packed datasets, GPU decoding "
-         "(DALI)", "infra"),
-    ],
-    "data_workers": [
-        ("the DataLoader already uses worker processes and they cannot keep up: raise "
-         "num_workers (and prefetch_factor), or make each sample cheaper to load", "free"),
-        ("DataLoader(pin_memory=True) and .to(device, non_blocking=True) for the batch copy",
-         "free"),
-        ("faster storage / decoding: local SSD, pre-decoded or packed datasets, GPU decoding "
-         "(DALI)", "infra"),
-    ],
-    "copy": [
-        ("pin the host tensor (tensor.pin_memory() once, or DataLoader(pin_memory=True)) and "
-         "copy with .to(device, non_blocking=True)", "free"),
-        ("keep the data on the GPU: do not re-send the same tensor every step", "code"),
-        ("prefetch the next batch on a side stream so the copy overlaps compute", "code"),
-    ],
-    "sync": [
-        ("remove per-step host syncs: .item(), .cpu(), .tolist(), print(tensor), "
-         "torch.cuda.synchronize() -- log every N steps, or accumulate metrics on the GPU",
-         "code"),
-        ("avoid data-dependent shapes that force a sync (torch.nonzero, boolean masks, "
-         "tensor-valued Python conditions)", "code"),
-        ("copy results with .to('cpu', non_blocking=True) into pinned memory and read them "
-         "one step later", "code"),
-    ],
-    "launch": [
-        ("capture the step with CUDA graphs: torch.compile(mode=\"reduce-overhead\") "
-         "or torch.cuda.graphs", "code"),
-        ("torch.compile to fuse small elementwise kernels (fewer launches)", "code"),
-        ("larger micro-batch: more work per kernel for the same launch cost", "code"),
-        ("fused optimizers (foreach=True / fused=True) and fused layers", "free"),
-    ],
-    "launch_graphs": [
-        ("the step already replays CUDA graphs: bring the parts still launched eagerly into "
-         "the graph (graph breaks, optimizer, loss/metrics code)", "code"),
-        ("torch.compile to fuse the remaining small elementwise kernels", "code"),
-    ],
-    "host": [
-        ("move the host work off the step path: precompute, cache, or do it in DataLoader "
-         "workers / a background thread", "code"),
-        ("find the Python that runs between launches: py-spy record --native, or "
-         "torch.profiler(with_stack=True)", "free"),
-        ("capture the step with CUDA graphs so the GPU runs ahead of the host: "
-         "torch.compile(mode=\"reduce-overhead\")", "code"),
-    ],
-    "comms": [
-        ("overlap communication with compute: DDP bucket_cap_mb, gradient_as_bucket_view=True",
-         "free"),
-        ("FSDP: forward/backward prefetch, limit_all_gathers, larger wrap units", "free"),
-        ("gradient accumulation with no_sync(): communicate once every N micro-batches", "code"),
-        ("check the interconnect: NCCL_DEBUG=INFO, topology, NVLink/IB placement", "infra"),
-    ],
-    "compile": [
-        ("torch._dynamo.mark_dynamic / dynamic=True for the dimensions that vary", "code"),
-        ("pad inputs to a few fixed shapes (bucketing) to stop recompiles", "code"),
-        ("TORCH_LOGS=recompiles to see which guard fails; raise "
-         "torch._dynamo.config.cache_size_limit only if recompiles are legitimate", "free"),
-        ("warm up (compile) before profiling; enable the inductor FX graph cache", "free"),
-    ],
-    "graph_capture": [
-        ("keep input shapes fixed (pad or bucket) so recorded CUDA graphs are replayed, not "
-         "re-recorded", "code"),
-        ("record the graphs during warm-up, before the measured steps", "free"),
-    ],
-    "alloc_uncached": [
-        ("turn PyTorch's caching allocator back on: unset PYTORCH_NO_CUDA_MEMORY_CACHING / "
-         "PYTORCH_NO_HIP_MEMORY_CACHING (tensors' frees call the driver inside the ops)",
-         "free"),
-        ("keep shapes stable (pad or bucket) so the caching allocator can reuse blocks", "code"),
-    ],
-    "alloc": [
-        ("stop device-memory churn: remove torch.cuda.empty_cache() from the loop; "
-         "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF=expandable_segments:True", "free"),
-        ("keep shapes stable (pad or bucket) so the caching allocator can reuse blocks", "code"),
-    ],
-    "gpu": [
-        ("bf16/fp16 autocast (torch.autocast) for matmul- and conv-heavy models", "code"),
-        ("enable TF32: torch.backends.cuda.matmul.allow_tf32 = True "
-         "(torch.set_float32_matmul_precision('high'))", "free"),
-        ("fused attention: F.scaled_dot_product_attention (flash / memory-efficient kernels)",
-         "code"),
-        ("torch.compile for kernel fusion; channels_last for convolutions", "code"),
-    ],
-    "cpu_only": [
-        ("this trace has no GPU activity: profile with ProfilerActivity.CUDA "
-         "(torch.profiler) or nsys --trace=cuda to see the GPU side", "free"),
-    ],
-    "unknown": [
-        ("host activity was not traced while the GPU idled: record CPU activities "
-         "(ProfilerActivity.CPU, with_stack=True) or nsys --trace=cuda,nvtx,osrt", "free"),
-    ],
-}
+# The lever lists by cause (and the variants the old fixed lists had), as the lever table
+# (passes/levers.py) offers them when the context is unknown or the variant's flag is set.
+# The verdict itself asks the table with the trace's context; these serve readers of the
+# per-cause lists (multirank's straggler levers, tests).
+def _lists() -> dict[str, list[tuple[str, str]]]:
+    from . import levers as L
+
+    def of(cause, keep=lambda lv: True, **ctx):
+        return [(lv.words(ctx), lv.cost) for lv in L.rows(cause, ctx) if keep(lv)]
+    out = {c: of(c) for c in CAUSES + ("cpu_only", "unknown")}
+    out["gpu"] = of("gpu", lambda lv: lv.saves == "none", bound="gpu")
+    out["data_workers"] = of("data", dataloader_workers=True)
+    out["launch_graphs"] = of("launch", uses_cuda_graphs=True)
+    out["host"] = of("host", lambda lv: lv.saves != "alloc")
+    out["alloc"] = of("host", lambda lv: lv.saves == "alloc")
+    out["alloc_uncached"] = of("host", lambda lv: lv.saves == "alloc", allocator_uncached=True)
+    return out
 
 
-# The same causes in a program that is not PyTorch (CUDA/HIP C++, other frameworks): the
-# PyTorch levers would name calls it never makes. Causes missing here keep LEVERS' words.
-NATIVE_LEVERS: dict[str, list[tuple[str, str]]] = {
-    "copy": [
-        ("pinned host memory (cudaHostAlloc / cudaHostRegister) for the host<->device copies",
-         "free"),
-        ("keep the data on the GPU between iterations", "code"),
-        ("cudaMemcpyAsync on a second stream so the copy overlaps compute", "code"),
-    ],
-    "sync": [
-        ("remove blocking syncs from the loop (cudaDeviceSynchronize, cudaStreamSynchronize, "
-         "synchronous cudaMemcpy): wait on an event only where the result is needed", "code"),
-        ("cudaMemcpyAsync into pinned memory and read the result one iteration later", "code"),
-    ],
-    "launch": [
-        ("CUDA graphs: capture the loop body once (cudaStreamBeginCapture, cudaGraphLaunch)",
-         "code"),
-        ("fuse small kernels: more work per launch", "code"),
-    ],
-    "launch_graphs": [
-        ("the program already launches CUDA graphs: bring the kernels still launched one by "
-         "one into them", "code"),
-        ("fuse small kernels: more work per launch", "code"),
-    ],
-    "host": [
-        ("profile the host code between launches: nsys profile --sample=cpu, or perf", "free"),
-        ("move host work off the launching thread, or overlap it with queued GPU work", "code"),
-        ("CUDA graphs so the GPU runs ahead of the host", "code"),
-    ],
-    "comms": [
-        ("overlap communication with compute: collectives on their own stream, issued early",
-         "code"),
-        ("check the interconnect: NCCL_DEBUG=INFO, topology, NVLink/IB placement", "infra"),
-    ],
-    "alloc": [
-        ("allocate once outside the loop and reuse the buffers, or a stream-ordered pool "
-         "(cudaMallocAsync / cudaMemPool)", "code"),
-    ],
-    "gpu": [
-        ("tensor-core precision for GEMM-heavy code (TF32 / BF16 / FP16: cuBLAS math mode)",
-         "code"),
-        ("fuse kernels to cut memory traffic", "code"),
-    ],
-}
-
-
-# The busy-time levers of passes/busy.py, by id, in the words of the "gpu" levers.
-GPU_LEVER_TEXT = {
-    "tf32": LEVERS["gpu"][1][0],
-    "bf16_autocast": LEVERS["gpu"][0][0],
-    "fp16_autocast": "fp16 autocast (torch.autocast(dtype=torch.float16)) with a GradScaler: "
-                     "this GPU has no fast bf16",
-    "sdpa": LEVERS["gpu"][2][0],
-    "channels_last": "channels_last memory format for the convolution model and its inputs",
-    "torch_compile": "torch.compile to fuse the elementwise/reduction kernels",
-}
+LEVERS: dict[str, list[tuple[str, str]]] = _lists()
 
 
 def lever_texts(key: str) -> list[str]:

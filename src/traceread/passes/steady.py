@@ -36,7 +36,7 @@ import pandas as pd
 
 from . import intervals
 from .attribution import ALLOC_API_RX, SYNC_API_RX
-from .bounds import LEVERS, NATIVE_LEVERS, TITLE
+from .bounds import TITLE
 from ._common import fmt_ms as _ms, kind_in
 from .window import STARTUP_RX
 
@@ -337,22 +337,13 @@ def _top(items: list, idle) -> list:
 
 # --- the verdict -------------------------------------------------------------------------
 
-WHOLE_TRACE_LEVER = ("mark the steps (torch.profiler prof.step() or NVTX ranges step_N) or "
-                     "pass --window START:END: without steps the window holds the one-time "
-                     "start-up")
-
-
-def adjust_verdict(verdict: dict, steady: dict, one_time: dict | None = None) -> None:
+def adjust_verdict(verdict: dict, steady: dict) -> None:
     """Say what the window is when it is not the steady state, in place.
 
-    ``one_time``: ``window.one_time_calls`` of a window without steps (whole trace): when
-    its start-up calls cover >= 30% of the lost time the verdict says so and puts the lever
-    that removes them from the analysis first (dropping churn advice they caused).
-    Then a sampled window loses its idle figures; a cold-start or JIT window (unless the GPU
-    was busy anyway) is named for what it is, with the lever that gets a steady window.
+    A sampled window loses its idle figures; a cold-start or JIT window (unless the GPU was
+    busy anyway) is named for what it is, and its to-do list becomes the one lever that gets a
+    steady window (a whole trace keeps its lever to mark the steps, ``mark_steps``).
     """
-    if one_time is not None:
-        _whole_trace_start_up(verdict, one_time)
     state = steady.get("state", "steady")
     if state == "steady" or verdict.get("bound") == "cpu_only":
         return
@@ -362,6 +353,7 @@ def adjust_verdict(verdict: dict, steady: dict, one_time: dict | None = None) ->
         return   # the GPU was busy regardless: the kernel levers still stand
     title, lever = STATE_TEXT[state]
     ev["bound_if_steady"] = verdict["bound"]
+    proof = ""
     if state == "sampled":
         s = steady["sampled"]
         for k in IDLE_KEYS:
@@ -374,25 +366,17 @@ def adjust_verdict(verdict: dict, steady: dict, one_time: dict | None = None) ->
         what = "one-time start-up work" if state == "cold_start" else "JIT compilation"
         top = steady["evidence"][0] if steady["evidence"] else None
         kind = f"{top['what']}: " if top and state == "cold_start" else ""
-        proof = f" ({kind}{top['name']} {_ms(top['ns'])})" if top else ""
+        proof = f"{kind}{top['name']} {_ms(top['ns'])}" if top else ""
         verdict.update(bound=state, title=title, summary=(
-            f"{_ms(steady['ns'])} of the window's idle GPU time is {what}{proof}: not the "
-            "steady state, so its steady-state levers do not apply"))
-    # a window without steps keeps its lever to mark them (``_whole_trace_start_up``)
-    verdict["levers"] = [lever] + [x for x in verdict["levers"] if x == WHOLE_TRACE_LEVER]
-    verdict["actions"] = []
+            f"{_ms(steady['ns'])} of the window's idle GPU time is {what}"
+            f"{f' ({proof})' if proof else ''}: not the steady state, so its steady-state "
+            "levers do not apply"))
+    item = {"id": f"steady_{state}", "lever": lever, "cost": "free", "cause": state,
+            "saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
+            "projected_step_ns": None, "culprit": proof}
+    keep = [a for a in verdict.get("actions", []) if a.get("id") == "mark_steps"]
+    verdict["actions"] = [item] + keep
+    verdict["levers"] = [a["lever"] for a in verdict["actions"]]
     verdict["what_if"] = {}
 
 
-def _whole_trace_start_up(verdict: dict, cold: dict) -> None:
-    """A window without steps whose idle time is mostly one-time start-up calls: say so, put
-    the lever that removes it from the analysis first, and drop churn advice it caused."""
-    lost = verdict["evidence"].get("lost_ns", 0)
-    if not cold["ns"] or cold["ns"] < STATE_SHARE * lost:
-        return
-    verdict["evidence"]["startup_ns"] = cold["ns"]
-    verdict["evidence"]["startup_calls"] = [{"name": n, "ns": ns} for n, ns in cold["calls"]]
-    top = cold["calls"][0][0] if cold["calls"] else ""
-    churn = {t for t, _ in LEVERS["alloc"] + NATIVE_LEVERS["alloc"]} \
-        if ALLOC_API_RX.match(top) else set()
-    verdict["levers"] = [WHOLE_TRACE_LEVER] + [t for t in verdict["levers"] if t not in churn]

@@ -37,7 +37,9 @@ import numpy as np
 import pandas as pd
 
 from .attribution import is_sync_drained
-from .bounds import CAUSES, COST_ORDER, LEVERS, NATIVE_LEVERS, TITLE, WHAT, lever_texts  # noqa: F401
+from . import levers as L
+from .bounds import CAUSES, TITLE, WHAT
+from .levers import GRAPHS_NOT_REPLAYED  # noqa: F401  (the tests name it here)
 
 GPU_BOUND_LOST = 0.10
 LEAD_SHARE = 0.30
@@ -45,12 +47,8 @@ LEAD_RATIO = 1.5
 UNKNOWN_SHARE = 0.50
 SHORT_GAP_NS = 100_000
 MIN_ACTION_SHARE = 0.01       # causes worth < 1% of the window get no lever of their own
-MAX_LEVERS = 8
 
 HOST_PARTS = ("cpu_op", "python", "alloc")
-GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA graphs are "
-                       "replayed: they are set up (reduce-overhead / cudagraphify) but none was "
-                       "replayed in the analysed steps")
 
 
 def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool = True) -> dict:
@@ -155,15 +153,17 @@ def sync_share(gaps: pd.DataFrame) -> np.ndarray:
 def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
            exposed_comm_ns: int = 0, copy: dict | None = None, ctx: dict | None = None,
            extra_evidence: dict | None = None) -> dict:
-    """{"bound", "summary", "evidence", "levers", "actions"} from the analysis figures.
+    """{"bound", "summary", "evidence", "levers", "actions", "diagnostics", "what_if"}.
 
     ``parts``: ``cause_parts`` output; ``copy``: ``copies.copy_summary`` output;
-    ``ctx``: what the trace already does (``context``) and the step figures.
+    ``ctx``: what the trace already does (``context``), the busy-time levers and the step
+    figures -- the lever table (passes/levers.py) reads it. ``actions`` is the one ranked
+    to-do list (every offered lever with its saving); ``levers`` its texts, same order.
     """
     ev = dict(extra_evidence or {})
     ctx = dict(ctx or {})
     if not has_gpu:
-        return _out("cpu_only", "no GPU operations in this trace", ev, _levers_of("cpu_only"))
+        return _out("cpu_only", "no GPU operations in this trace", ev, _unpriced("cpu_only", ctx))
     copy = copy or {}
     exposed_copy = int(copy.get("exposed_ns", 0))
     lost = int(idle_ns) + int(exposed_comm_ns) + exposed_copy
@@ -181,106 +181,102 @@ def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
         "scores_ns": sc, "share_pct": {k: _pct(v, lost) for k, v in sc.items()},
         "unexplained_ns": unexplained, "unexplained_pct": _pct(unexplained, lost),
     })
-    actions = _actions(sc, parts or {}, copy, ctx, window_ns)
-    what_if = {a["cause"]: {k: a[k] for k in ("saves_ns", "saves_pct", "saves_per_step_ns",
-                                               "projected_step_ns")} for a in actions}
-    if lost < GPU_BOUND_LOST * window_ns or lost == 0:
-        gpu_levers = _levers_of("gpu") if ctx.get("pytorch", True) else \
-            [t for t, _ in NATIVE_LEVERS["gpu"]]
-        return _out("gpu", f"GPU busy {100 - ev['lost_pct']:.1f}% of the analysed window", ev,
-                    gpu_levers, actions, what_if)
+    what_if = {c: _gain(ns, "idle", ctx, window_ns) for c, ns in _worth(sc, window_ns)}
     ranked = sorted(sc.items(), key=lambda kv: (-kv[1], CAUSES.index(kv[0])))
     (top, top_ns), (second, second_ns) = ranked[0], ranked[1]
-    ev["dominant"], ev["dominant_pct"] = top, _pct(top_ns, lost)
-    ev["runner_up"], ev["runner_up_pct"] = second, _pct(second_ns, lost)
-    if unexplained >= UNKNOWN_SHARE * lost and top_ns < LEAD_SHARE * lost:
-        return _out("unknown", f"GPU idle {ev['idle_pct']:.1f}% of the analysed window while "
-                    "the host was not traced", ev, _levers_of("unknown"), actions, what_if)
-    levers = _ranked_levers(actions)
-    if top_ns >= LEAD_SHARE * lost and top_ns >= LEAD_RATIO * second_ns:
-        return _out(top, _summary(top, ev, ctx), ev, levers, actions, what_if)
-    mixed = [a for a in actions if a["cause"] in (top, second)] or actions
-    return _out("mixed", f"no single cause: {top} {ev['share_pct'][top]:.0f}%, "
-                f"{second} {ev['share_pct'][second]:.0f}% of lost GPU time", ev,
-                _ranked_levers(mixed) + [x for x in levers if x not in _ranked_levers(mixed)],
-                actions, what_if)
-
-
-def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> list[dict]:
-    """One entry per cause worth >= MIN_ACTION_SHARE of the window: its levers and saving."""
-    out = []
-    steps = int(ctx.get("steps") or 0)
-    mean_step = int(ctx.get("step_mean_ns") or 0)
-    for cause, ns in sc.items():
-        if ns <= 0 or ns < MIN_ACTION_SHARE * window_ns:
-            continue
-        pct = _pct(ns, window_ns)
-        per_step = int(round(ns / steps / max(1, int(ctx.get("devices") or 1)))) if steps else None
-        out.append({
-            "cause": cause, "saves_ns": int(ns), "saves_pct": pct,
-            "saves_per_step_ns": per_step,
-            "projected_step_ns": max(0, mean_step - per_step) if mean_step and per_step is not None
-            else None,
-            "culprit": ctx.get("culprits", {}).get(cause, ""),
-            "levers": [lv for lv in _levers_for(cause, ns, parts, copy, ctx)
-                       if lv["saves_ns"] >= MIN_ACTION_SHARE * window_ns],
-        })
-    out.sort(key=lambda a: (-a["saves_ns"], min((COST_ORDER[lv["cost"]] for lv in a["levers"]),
-                                                default=9), CAUSES.index(a["cause"])))
+    if lost < GPU_BOUND_LOST * window_ns or lost == 0:
+        bound = "gpu"
+        summary = f"GPU busy {100 - ev['lost_pct']:.1f}% of the analysed window"
+    else:
+        ev["dominant"], ev["dominant_pct"] = top, _pct(top_ns, lost)
+        ev["runner_up"], ev["runner_up_pct"] = second, _pct(second_ns, lost)
+        if unexplained >= UNKNOWN_SHARE * lost and top_ns < LEAD_SHARE * lost:
+            bound = "unknown"
+            summary = (f"GPU idle {ev['idle_pct']:.1f}% of the analysed window while the host "
+                       "was not traced")
+        elif top_ns >= LEAD_SHARE * lost and top_ns >= LEAD_RATIO * second_ns:
+            bound, summary = top, _summary(top, ev, ctx)
+        else:
+            bound = "mixed"
+            summary = (f"no single cause: {top} {ev['share_pct'][top]:.0f}%, "
+                       f"{second} {ev['share_pct'][second]:.0f}% of lost GPU time")
+    ctx.update(bound=bound, lost_ns=lost, launch_ns=sc["launch"])
+    if L.cold_start(ctx):
+        ev["startup_ns"] = int(ctx["startup"]["ns"])
+        ev["startup_calls"] = [{"name": n, "ns": int(ns)} for n, ns in ctx["startup"]["calls"]]
+    if bound == "gpu":
+        _tensor_core_evidence(ev, ctx)
+    actions = _actions(sc, parts or {}, copy, ctx, window_ns)
+    if bound == "unknown":
+        actions = _unpriced("unknown", ctx) + actions
+    out = _out(bound, summary, ev, actions, what_if)
+    out["diagnostics"] = L.diagnostics([c for c, _ in _worth(sc, window_ns)], ctx)
     return out
 
 
-def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list[dict]:
-    """The levers that fit what the trace already does, each with the ns it would save."""
-    key = cause
-    if cause == "data" and ctx.get("dataloader_workers"):
-        key = "data_workers"
-    if cause == "launch" and ctx.get("uses_cuda_graphs"):
-        key = "launch_graphs"
-    table = LEVERS if ctx.get("pytorch", True) else {**LEVERS, **NATIVE_LEVERS}
-    items = list(table[key])
-    if cause == "host" and ctx.get("uses_cuda_graphs"):
-        items = [x for x in items if "CUDA graphs" not in x[0]]
-    if cause == "launch" and not ctx.get("training", True):   # inference: no optimizer
-        items = [x for x in items if not x[0].startswith(("fused optimizers", "larger micro"))]
-    if cause == "launch" and ctx.get("fused_optimizer"):
-        items = [x for x in items if not x[0].startswith("fused optimizers")]
-    if cause in ("host", "launch") and ctx.get("graphs_not_replayed"):
-        items = [(GRAPHS_NOT_REPLAYED, "code")] + [x for x in items if "graph" not in x[0]]
-    out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items]
-    alloc = int(parts.get("alloc", 0)) if cause == "host" else 0
-    if alloc:   # allocator time is saved by allocator levers, the rest by the host levers
-        akey = "alloc_uncached" if ctx.get("allocator_uncached") and ctx.get("pytorch", True) \
-            else "alloc"
-        out = [{"lever": t, "cost": c, "saves_ns": alloc} for t, c in table[akey]] + \
-              [dict(lv, saves_ns=max(0, lv["saves_ns"] - alloc)) for lv in out]
-    if cause == "copy" and out:
-        out[0]["saves_ns"] = int(copy.get("pin_saves_ns", 0))
-        if not copy.get("pageable_ns"):
-            out = out[1:]   # nothing pageable: pinning is not the lever
-    # free knobs first among levers that save the same; a lever the trace itself points at
-    # (graphs set up, never replayed) before generic ones
-    out.sort(key=lambda lv: (-lv["saves_ns"], lv["lever"] != GRAPHS_NOT_REPLAYED,
-                             COST_ORDER[lv["cost"]]))
-    return out[:4]
+def _worth(sc: dict, window_ns: int) -> list[tuple[str, int]]:
+    """The causes worth >= MIN_ACTION_SHARE of the window, largest first."""
+    return sorted(((c, ns) for c, ns in sc.items()
+                   if ns > 0 and ns >= MIN_ACTION_SHARE * window_ns),
+                  key=lambda kv: (-kv[1], CAUSES.index(kv[0]) if kv[0] in CAUSES else 99))
 
 
-def _ranked_levers(actions: list[dict]) -> list[str]:
-    """Lever texts in the order of the time they save, free knobs first on a tie."""
-    flat = [(lv["saves_ns"], COST_ORDER[lv["cost"]], i, j, lv["lever"])
-            for i, a in enumerate(actions) for j, lv in enumerate(a["levers"][:3])]
-    flat.sort(key=lambda x: (-x[0], x[4] != GRAPHS_NOT_REPLAYED, x[1], x[2], x[3]))
-    seen, out = set(), []
-    for *_, text in flat:
-        key = text[:33]   # two causes may offer the same lever in other words (CUDA graphs)
-        if key not in seen:
-            seen.add(key)
-            out.append(text)
-    return out[:MAX_LEVERS]
+def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
+    """saves_ns / saves_pct / saves_per_step_ns / projected_step_ns of a saving of ``ns``.
+
+    Per step: ns / steps / devices. The projected step starts from the longer of the
+    host's step and the GPU's (first to last GPU op of the step): when the GPU lags the
+    host, the step is the GPU's. It never drops below the GPU's busy time per step (less
+    the saving itself for a busy-time lever, ``kind`` "busy"): idle time given back cannot
+    make the GPU's own work shorter."""
+    if ns is None:
+        return {"saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
+                "projected_step_ns": None}
+    steps = int(ctx.get("steps") or 0)
+    per_step = int(round(ns / steps / max(1, int(ctx.get("devices") or 1)))) if steps else None
+    ref = max(int(ctx.get("step_mean_ns") or 0), int(ctx.get("gpu_step_mean_ns") or 0))
+    proj = None
+    if ref and per_step is not None:
+        floor = int(ctx.get("busy_step_mean_ns") or 0) - (per_step if kind == "busy" else 0)
+        proj = max(floor, ref - per_step)
+        proj = proj if proj > 0 else None
+    return {"saves_ns": int(ns), "saves_pct": _pct(ns, window_ns),
+            "saves_per_step_ns": per_step, "projected_step_ns": proj}
 
 
-def _levers_of(key: str) -> list[str]:
-    return lever_texts(key)
+def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> list[dict]:
+    """The ranked to-do list: every lever the table offers (levers.offered), with its saving
+    per step and projected step."""
+    items = L.offered(sc, parts, copy, ctx, MIN_ACTION_SHARE * window_ns, CAUSES)
+    busy = ctx.get("busy_levers") or {}
+    culprits = ctx.get("culprits") or {}
+    out = []
+    for x in items:
+        lv = L.BY_ID[x["id"]]
+        if lv.saves == "busy":
+            why = busy[lv.busy].get("why", "")
+            culprit = why
+        elif lv.saves == "buffers":
+            culprit = "DDP's buffer broadcast before each forward"
+        else:
+            culprit = culprits.get(x["cause"], "")
+        out.append({**x, **_gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx,
+                                 window_ns), "culprit": culprit or ""})
+    return out
+
+
+def _unpriced(cause: str, ctx: dict) -> list[dict]:
+    """The table's levers for a verdict with no cause to price (cpu_only, unknown)."""
+    return [{"id": lv.id, "lever": lv.words(ctx), "cost": lv.cost, "cause": cause,
+             "saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
+             "projected_step_ns": None, "culprit": ""} for lv in L.rows(cause, ctx)]
+
+
+def _tensor_core_evidence(ev: dict, ctx: dict) -> None:
+    b = ctx.get("busy_classes") or {}
+    total = sum(b.values())
+    if total and b.get("gemm_tensor", 0) > 0 and b["gemm_tensor"] >= b.get("gemm_simt", 0):
+        ev["tensor_core_gemm_pct"] = round(100 * b["gemm_tensor"] / total, 1)
 
 
 def _summary(bound: str, ev: dict, ctx: dict) -> str:
@@ -292,10 +288,10 @@ def _summary(bound: str, ev: dict, ctx: dict) -> str:
     return text + (f" ({culprit})" if culprit else "")
 
 
-def _out(bound: str, summary: str, ev: dict, levers: list, actions=None, what_if=None) -> dict:
+def _out(bound: str, summary: str, ev: dict, actions: list, what_if=None) -> dict:
     return {"bound": bound, "title": TITLE[bound], "summary": summary, "evidence": ev,
-            "levers": list(levers), "actions": list(actions or []),
-            "what_if": dict(what_if or {})}
+            "levers": [a["lever"] for a in actions], "actions": list(actions),
+            "diagnostics": [], "what_if": dict(what_if or {})}
 
 
 def _pct(a, b) -> float:

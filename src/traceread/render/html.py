@@ -165,26 +165,28 @@ def _verdict(a, d: dict) -> str:
 
 
 def _actions(v: dict) -> str:
-    """The causes worth fixing with their estimated savings, else the plain lever list."""
+    """The verdict's one ranked to-do list -- the same items, order and words as the text
+    report (render/text.py action_gain): the first TODO_ROWS, the rest folded, then the
+    unranked diagnostics."""
+    from .text import TODO_ROWS, TODO_TITLE, action_gain
+
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
-    if not acts:
-        levers = "".join(f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", []))
-        return f"<b>Levers, cheapest first</b><ol>{levers}</ol>"
-    out = ["<b>What to fix, largest saving first</b><ol>"]
-    for x in acts:
-        per = x.get("saves_per_step_ns")
-        gain = f"saves {fmt_ns(per)} per step" if per else f"saves {fmt_ns(x.get('saves_ns', 0))}"
-        if isinstance(x.get("saves_pct"), (int, float)):
-            gain += f" ({x['saves_pct']:.1f}% of the window)"
-        if x.get("projected_step_ns"):
-            gain += f", step → {fmt_ns(x['projected_step_ns'])}"
-        culprit = f"<br><span class='meta'>{escape(str(x['culprit']))}</span>" if x.get("culprit") else ""
-        levers = "".join(f"<li>{escape(str(lv.get('lever', '')))} <span class='meta'>"
-                         f"[{escape(str(lv.get('cost', '')))}]</span></li>"
-                         for lv in x.get("levers") or [] if isinstance(lv, dict))
-        out.append(f"<li><b>{escape(str(x.get('cause', '?')))}</b>: {escape(gain)}{culprit}"
-                   f"<ul>{levers}</ul></li>")
-    return "".join(out) + "</ol>"
+    if acts:
+        items = [f"<li>{escape(str(x.get('lever', '')))} <span class='meta'>"
+                 f"[{escape(str(x.get('cost', '')))}]</span><br><span class='meta'>"
+                 f"{escape(action_gain(x, acts[i - 1] if i else None))}</span></li>"
+                 for i, x in enumerate(acts)]
+    else:
+        items = [f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", [])]
+    out = [f"<b>{escape(TODO_TITLE)}</b><ol>", "".join(items[:TODO_ROWS]), "</ol>"]
+    if len(items) > TODO_ROWS:
+        out.append(f"<details><summary>and {len(items) - TODO_ROWS} more</summary>"
+                   f"<ol start='{TODO_ROWS + 1}'>{''.join(items[TODO_ROWS:])}</ol></details>")
+    diag = v.get("diagnostics") or []
+    if diag:
+        out.append("<b>To find out more</b><ul>"
+                   + "".join(f"<li>{escape(str(d))}</li>" for d in diag) + "</ul>")
+    return "".join(out)
 
 
 def _utilization_line(d: dict) -> str:

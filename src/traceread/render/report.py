@@ -8,7 +8,7 @@ import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
 from ..passes.bounds import TITLE
-from .text import fmt_ns, utilization_lines
+from .text import TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, utilization_lines
 
 BOUND_TITLE = TITLE
 STEP_ROWS = 12
@@ -195,11 +195,29 @@ def _verdict(a) -> list[str]:
         lines.append(f"  {f}")
     for m in v.get("missing", []):
         lines.append(f"  missing: {m}")
-    lines += _savings(v)
-    title = "Levers, largest saving first:" if v.get("actions") and v["bound"] != "gpu" \
-        else "Levers:"
-    lines += ["", f"  {title}"]
-    lines += [f"    {i}. {lv}" for i, lv in enumerate(v["levers"], 1)]
+    lines += todo_lines(v)
+    return lines
+
+
+def todo_lines(v: dict) -> list[str]:
+    """The verdict's one ranked to-do list (``verdict.actions``; plain ``levers`` when a
+    verdict has none), the first TODO_ROWS of it, then the unranked diagnostics."""
+    acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
+    lines = ["", f"  {TODO_TITLE}"]
+    if acts:
+        for i, x in enumerate(acts[:TODO_ROWS], 1):
+            lines += _tail_lines(f"    {i}. ", f"{x['lever']} [{x.get('cost', '')}]")
+            gain = action_gain(x, acts[i - 2] if i > 1 else None)
+            if gain:
+                lines += _tail_lines("       ", gain)
+    else:
+        lines += [f"    {i}. {lv}" for i, lv in enumerate(v.get("levers", [])[:TODO_ROWS], 1)]
+    more = max(len(acts), len(v.get("levers", []))) - TODO_ROWS
+    if more > 0:
+        lines.append(f"    ... and {more} more (all in the JSON's verdict.actions)")
+    diag = v.get("diagnostics") or []
+    if diag:
+        lines += ["", "  To find out more:"] + [f"    - {d}" for d in diag]
     return lines
 
 
@@ -224,31 +242,6 @@ def _job_role(job: dict | None) -> list[str]:
     if job["role"] == "straggler":
         return [f"{job['job']}: this rank is the straggler, {fmt_ns(job['late_by_ns'])} late (median)"]
     return [f"{job['job']}: waits {fmt_ns(job['wait_ns'])} in all for rank {job['waits_for']}, the straggler"]
-
-
-def _savings(v) -> list[str]:
-    """What fixing each cause would give back (the what-if model; see docs/analysis.md)."""
-    acts = [x for x in v.get("actions", []) if x["saves_ns"]]
-    if not acts or v["bound"] in ("gpu", "cpu_only"):
-        return []
-    per_step = any(x["saves_per_step_ns"] is not None for x in acts)
-    head = f"    {'cause':<14}{'saves':>10} {'of window':>10}"
-    if per_step:
-        head += f" {'per step':>10} {'step if fixed':>14}"
-    lines = ["", "  What fixing each cause would save (upper bound: the GPU's own work unchanged)",
-             head + "  culprit"]
-    for x in acts[:6]:
-        row = f"    {x['cause']:<14}{fmt_ns(x['saves_ns']):>10} {x['saves_pct']:>9.1f}%"
-        if per_step:
-            ps = x["saves_per_step_ns"]
-            proj = x["projected_step_ns"]
-            row += f" {fmt_ns(ps) if ps is not None else '-':>10} " \
-                   f"{fmt_ns(proj) if proj is not None else '-':>14}"
-        if x.get("culprit"):
-            lines += _tail_lines(row + "  ", _short(x["culprit"], 140))
-        else:
-            lines.append(row)
-    return lines
 
 
 def _devices(a) -> list[str]:

@@ -4,6 +4,38 @@ from __future__ import annotations
 from typing import Any
 
 
+TODO_ROWS = 8   # to-do items the text and HTML show before "and N more"
+TODO_TITLE = ("To do, largest saving first (each saving an upper bound: the rest of the step "
+              "unchanged):")
+
+
+def action_gain(x: dict, prev: dict | None = None) -> str:
+    """One to-do item's saving, projected step and culprit, in the words every renderer uses;
+    an item saving the same time of the same cause as ``prev`` says so (alternatives for one
+    piece of lost time, not savings to add up)."""
+    if prev and prev.get("cause") == x.get("cause") and prev.get("saves_ns") == x.get("saves_ns") \
+            and x.get("saves_ns") is not None:
+        return f"the same {x.get('cause')} time as the lever above (not in addition to it)"
+    parts = []
+    per, ns = x.get("saves_per_step_ns"), x.get("saves_ns")
+    if per is not None:
+        parts.append(f"saves ~{fmt_ns(per)} per step")
+    elif ns is not None:
+        parts.append(f"saves ~{fmt_ns(ns)}")
+    else:
+        parts.append("saving not estimated")
+    if isinstance(x.get("saves_pct"), (int, float)):
+        parts[-1] += f" ({x['saves_pct']:.1f}% of the window)"
+    if x.get("projected_step_ns"):
+        parts.append(f"step -> {fmt_ns(x['projected_step_ns'])}")
+    text = ", ".join(parts)
+    cause = x.get("cause", "")
+    culprit = " ".join(str(x.get("culprit") or "").split())
+    if culprit and cause == "gpu" and culprit in str(x.get("lever", "")):
+        culprit = ""   # a busy-time lever names its evidence in its text already
+    return f"{text}; {cause}: {culprit}" if culprit else f"{text} ({cause})"
+
+
 def fmt_ns(ns: float) -> str:
     """Human duration: 1.23 s, 45.6 ms, 789 us, 12 ns."""
     ns = float(ns)

@@ -1,0 +1,724 @@
+"""The lever table: every lever the verdict can offer, the evidence it needs, what it saves.
+
+One row per lever (``Lever``): the cause whose score it saves, its text, its cost
+(``free``: a setting or argument, ``code``: a code change, ``infra``: hardware, storage,
+cluster), its saving model (``SAVINGS``) and its applicability predicates over the
+trace context (passes/context.py plus the figures ``analysis`` adds). A lever is offered
+only when all its predicates hold. A key missing from the context means "unknown": each
+predicate says what it does then -- it falls back to offering the lever (what the fixed
+per-cause lists did) unless the unknown could contradict it.
+
+Diagnostics (``DIAGNOSTICS``: "find it with py-spy", ``TORCH_LOGS=recompiles``,
+``NCCL_DEBUG=INFO``) save nothing by themselves: they go to the verdict's unranked "to find
+out more" list, never into the ranked to-do list.
+
+``offered`` turns the table into the ranked to-do list (``verdict.actions``): one item per
+offered lever with its saving in ns, largest first; on a tie the lever the trace itself
+points at, then the cheaper one. The rules are documented in docs/analysis.md ("What each
+lever would save").
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+COST_ORDER = {"free": 0, "code": 1, "infra": 2}
+
+Ctx = dict
+Pred = Callable[[Ctx], bool]
+
+
+# -- predicates over the trace context ---------------------------------------------------
+# Each reads documented context keys; a missing key is "unknown".
+
+def pytorch(c: Ctx) -> bool:
+    """A PyTorch program (unknown: yes)."""
+    return c.get("pytorch", True) is not False
+
+
+def native(c: Ctx) -> bool:
+    """Not PyTorch (CUDA/HIP C++, other frameworks): levers name CUDA calls."""
+    return not pytorch(c)
+
+
+def training(c: Ctx) -> bool:
+    """Backward or optimizer work runs (unknown: yes -- today's levers assumed training)."""
+    return c.get("training", True) is not False
+
+
+def inference(c: Ctx) -> bool:
+    """Known to be inference: no backward, no optimizer."""
+    return c.get("training", True) is False
+
+
+def uses_graphs(c: Ctx) -> bool:
+    """The program launches or records CUDA graphs (torch.compile reduce-overhead counts)."""
+    return bool(c.get("uses_cuda_graphs") or c.get("compile_mode_graphs"))
+
+
+def no_graphs(c: Ctx) -> bool:
+    """No CUDA graphs anywhere: capturing the step is new advice."""
+    return not uses_graphs(c)
+
+
+def graphs_not_replayed(c: Ctx) -> bool:
+    """Graphs are set up but none was replayed in the analysed steps (a new shape each step)."""
+    return bool(c.get("graphs_not_replayed"))
+
+
+def graphs_replayed(c: Ctx) -> bool:
+    return uses_graphs(c) and not graphs_not_replayed(c)
+
+
+def workers(c: Ctx) -> bool:
+    """The DataLoader already uses worker processes."""
+    return bool(c.get("dataloader_workers"))
+
+
+def no_workers(c: Ctx) -> bool:
+    return not workers(c)
+
+
+def not_compiled(c: Ctx) -> bool:
+    """Not compiled with torch.compile (unknown: not compiled). Triton kernels filling half
+    of the busy time are torch.compile's output too."""
+    return not (c.get("compiled") or c.get("compile_mode_graphs")
+                or c.get("triton_share", 0) >= 0.5)
+
+
+def _opt_impl(c: Ctx) -> str | None:
+    opt = c.get("optimizer")
+    return opt.get("impl") if isinstance(opt, dict) else None
+
+
+def optimizer_unfused(c: Ctx) -> bool:
+    """Training whose optimizer is neither fused nor foreach (unknown optimizer: offered when
+    training, unless fused optimizer kernels were seen). ``optimizer`` None = no optimizer."""
+    if not training(c) or c.get("fused_optimizer"):
+        return False
+    if "optimizer" in c and c["optimizer"] is None:
+        return False
+    return _opt_impl(c) not in ("fused", "foreach")
+
+
+def optimizer_foreach(c: Ctx) -> bool:
+    """The optimizer already runs the foreach (multi-tensor) path: only fused=True is left."""
+    return training(c) and _opt_impl(c) == "foreach" and not c.get("fused_optimizer")
+
+
+def _torch_version(c: Ctx) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", str(c.get("torch_version") or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def fused_available(c: Ctx) -> bool:
+    """torch >= 2.0, where Adam/AdamW/SGD take fused=True (unknown version: yes)."""
+    v = _torch_version(c)
+    return v is None or v >= (2, 0)
+
+
+def old_torch(c: Ctx) -> bool:
+    """A known torch < 2.0: no fused=True optimizers yet."""
+    return not fused_available(c)
+
+
+def may_recompile(c: Ctx) -> bool:
+    """Recompiles seen, or their count unknown (0 recompiles: no recompile advice)."""
+    r = c.get("recompiles")
+    return r is None or r > 0
+
+
+def host_dispatch(c: Ctx) -> bool:
+    """The host time is PyTorch's own per-op dispatch: aten ops are the innermost host
+    work in the starved gaps (context ``host_dispatch``)."""
+    return bool(c.get("host_dispatch"))
+
+
+def not_host_dispatch(c: Ctx) -> bool:
+    return not host_dispatch(c)
+
+
+def per_param_syncs(c: Ctx) -> bool:
+    """A sync per parameter per step (``.item()`` in a loop over parameters)."""
+    return bool(c.get("per_param_syncs"))
+
+
+def _framework(c: Ctx) -> list | None:
+    fw = c.get("framework")
+    return list(fw) if fw else None       # unknown or nothing recognised: judge by collectives
+
+
+def _collectives(c: Ctx) -> list | None:
+    co = c.get("collectives")
+    return list(co) if co is not None else None
+
+
+def ddp(c: Ctx) -> bool:
+    """DDP's gradient all-reduce: DDP named (and not TorchRec, whose dense part DDP wraps
+    but whose exposed time is the embedding all_to_all); framework unknown: an all_reduce
+    runs (collectives unknown too: yes)."""
+    fw, co = _framework(c), _collectives(c)
+    if fw is not None:
+        return "ddp" in fw and "torchrec" not in fw
+    return co is None or "all_reduce" in co
+
+
+def fsdp(c: Ctx) -> bool:
+    """FSDP1/FSDP2 named; framework unknown: all_gather or reduce_scatter run (collectives
+    unknown too: yes). A DDP job gets no FSDP advice."""
+    fw, co = _framework(c), _collectives(c)
+    if fw is not None:
+        return "fsdp1" in fw or "fsdp2" in fw
+    return co is None or "all_gather" in co or "reduce_scatter" in co
+
+
+def deepspeed(c: Ctx) -> bool:
+    return "deepspeed" in (_framework(c) or [])
+
+
+def megatron(c: Ctx) -> bool:
+    return "megatron" in (_framework(c) or [])
+
+
+def torchrec(c: Ctx) -> bool:
+    """TorchRec named, or (framework unknown) an all_to_all runs: embedding sharding."""
+    fw, co = _framework(c), _collectives(c)
+    if fw is not None:
+        return "torchrec" in fw
+    return co is not None and "all_to_all" in co
+
+
+def other_comms(c: Ctx) -> bool:
+    """Collectives no framework lever fits (vLLM/sglang tensor parallel, hand-written)."""
+    return not any(p(c) for p in (ddp, fsdp, deepspeed, megatron, torchrec))
+
+
+def gloo(c: Ctx) -> bool:
+    """Collectives run on gloo (CPU transport)."""
+    return c.get("comm_backend") == "gloo"
+
+
+def gpu_transport(c: Ctx) -> bool:
+    """NCCL/RCCL or unknown backend: interconnect advice applies (not gloo, not MPI)."""
+    return c.get("comm_backend") not in ("gloo", "mpi")
+
+
+def buffer_broadcast(c: Ctx) -> bool:
+    """DDP broadcasts its buffers every forward (``ddp_buffer_broadcast_ns`` > 0)."""
+    return int(c.get("ddp_buffer_broadcast_ns") or 0) > 0
+
+
+def _device(c: Ctx) -> dict:
+    d = c.get("device")
+    return d if isinstance(d, dict) else {}
+
+
+def bf16_device(c: Ctx) -> bool:
+    """The device has fast bf16 (unknown: yes)."""
+    return _device(c).get("bf16") is not False
+
+
+def no_bf16_device(c: Ctx) -> bool:
+    """Known not to have fast bf16 (Turing, Volta): fp16 autocast + GradScaler instead."""
+    return _device(c).get("bf16") is False
+
+
+def tf32_device(c: Ctx) -> bool:
+    """The device has TF32 tensor cores (unknown: yes)."""
+    return _device(c).get("tf32") is not False
+
+
+def not_lowp(c: Ctx) -> bool:
+    """bf16/fp16 not already in use (dtype mix unknown: not in use)."""
+    dt = c.get("dtypes") or {}
+    return not (dt.get("bf16") or dt.get("fp16"))
+
+
+def convolutions(c: Ctx) -> bool:
+    """Convolutions run (unknown: yes)."""
+    return c.get("convolutions", True) is not False
+
+
+def attention_unfused(c: Ctx) -> bool:
+    """No fused attention kernel (SDPA/flash) runs."""
+    return not c.get("fused_attention") and not c.get("attention_ns", 0)
+
+
+def softmax_runs(c: Ctx) -> bool:
+    """Softmax kernels run (unknown: yes): without them there is no attention to fuse."""
+    return c.get("softmax_kernels", True) is not False
+
+
+def gemm_fp32(c: Ctx) -> bool:
+    """The GEMMs are not on tensor cores: FP32 SIMT GEMM time exceeds tensor-core GEMM
+    time (busy classes unknown: yes; no GEMM at all: no)."""
+    b = c.get("busy_classes")
+    if not b:
+        return True
+    tensor, simt = b.get("gemm_tensor", 0), b.get("gemm_simt", 0)
+    return simt > tensor
+
+
+def dominant_kernel(c: Ctx) -> bool:
+    """One kernel takes >= DOMINANT_KERNEL_PCT of GPU time: tuning it is the lever."""
+    k = c.get("top_kernel") or {}
+    return float(k.get("pct", 0)) >= DOMINANT_KERNEL_PCT
+
+
+def gpu_bound(c: Ctx) -> bool:
+    """The verdict is GPU-bound: generic kernel advice (no saving estimate) applies."""
+    return c.get("bound") == "gpu"
+
+
+def no_busy_evidence(c: Ctx) -> bool:
+    """passes/busy.py found no busy-time lever with a saving: the generic list applies."""
+    return not c.get("busy_levers")
+
+
+COLD_START_SHARE = 0.3
+
+
+def cold_start(c: Ctx) -> bool:
+    """A window without steps whose lost time is >= COLD_START_SHARE one-time start-up calls
+    (context creation, module loading: ``startup`` from window.one_time_calls)."""
+    ns = int((c.get("startup") or {}).get("ns") or 0)
+    return ns > 0 and ns >= COLD_START_SHARE * int(c.get("lost_ns") or 0)
+
+
+def startup_alloc(c: Ctx) -> bool:
+    """The start-up's largest call is an allocator call: churn advice would be about it."""
+    return cold_start(c) and bool((c.get("startup") or {}).get("alloc"))
+
+
+def no_startup_alloc(c: Ctx) -> bool:
+    return not startup_alloc(c)
+
+
+def allocator_uncached(c: Ctx) -> bool:
+    """PyTorch's caching allocator is off: frees inside ops (context ``allocator_uncached``)."""
+    return bool(c.get("allocator_uncached"))
+
+
+def allocator_cached(c: Ctx) -> bool:
+    return not allocator_uncached(c)
+
+
+def ddp_or_fsdp(c: Ctx) -> bool:
+    """Gradient communication every micro-batch (DDP or FSDP): no_sync() applies."""
+    return ddp(c) or fsdp(c)
+
+
+def _all(*ps: Pred) -> tuple:
+    return tuple(ps)
+
+
+# -- the table ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Lever:
+    id: str
+    cause: str            # the score it saves ("gpu": GPU busy time)
+    text: str | Callable[[Ctx], str]
+    cost: str             # free / code / infra
+    saves: str = "cause"  # the saving model: a key of SAVINGS
+    when: tuple = ()      # predicates over the context; all must hold
+    first: bool = False   # the trace itself points at it: before generic ones of equal saving
+    after: tuple = ()     # ids that must rank before it when both are offered
+    group: str = ""       # levers of other causes that are the same advice (one kept)
+    busy: str = ""        # the passes/busy.py lever id whose saving it takes
+
+    def words(self, c: Ctx) -> str:
+        return self.text(c) if callable(self.text) else self.text
+
+
+SAVINGS = {
+    "cause": "the cause's whole score (an upper bound: the GPU's own work unchanged)",
+    "alloc": "the allocator calls' time in every gap (alloc_gap_ns: the host cause's long gaps "
+             "and the short ones charged to launch), capped at host + launch scores",
+    "host_rest": "the host cause's score less its allocator time",
+    "pin": "the pageable copies' time beyond pinned bandwidth (copies.pin_saves_ns)",
+    "busy": "the busy-time lever's saving_ns from passes/busy.py (its own documented model)",
+    "buffers": "DDP's buffer broadcast time (ddp_buffer_broadcast_ns), capped at the lost time",
+    "none": "no estimate: offered after the levers with one",
+}
+
+# saving models priced from a cause's score: such a lever needs its cause worth fixing
+CAUSE_PRICED = ("cause", "alloc", "host_rest", "pin")
+
+GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA graphs are "
+                       "replayed: they are set up (reduce-overhead / cudagraphify) but none was "
+                       "replayed in the analysed steps")
+DATALOADER_PIN = ("DataLoader(pin_memory=True) and .to(device, non_blocking=True) for the batch "
+                  "copy")
+STORAGE = ("faster storage / decoding: local SSD, pre-decoded or packed datasets, GPU decoding "
+           "(DALI)")
+SHAPES_STABLE = "keep shapes stable (pad or bucket) so the caching allocator can reuse blocks"
+TF32_TEXT = ("enable TF32: torch.backends.cuda.matmul.allow_tf32 = True "
+             "(torch.set_float32_matmul_precision('high'))")
+BF16_TEXT = "bf16/fp16 autocast (torch.autocast) for matmul- and conv-heavy models"
+FP16_TEXT = ("fp16 autocast (torch.autocast(dtype=torch.float16)) with a GradScaler: "
+             "this GPU has no fast bf16")
+SDPA_TEXT = "fused attention: F.scaled_dot_product_attention (flash / memory-efficient kernels)"
+
+PT, NV = pytorch, native
+
+LEVERS: tuple[Lever, ...] = (
+    # data
+    Lever("num_workers", "data", "DataLoader(num_workers=N): load batches in worker processes, "
+          "off the training thread", "free", when=_all(PT, no_workers)),
+    Lever("more_workers", "data", "the DataLoader already uses worker processes and they "
+          "cannot keep up: raise num_workers (and prefetch_factor), or make each sample cheaper "
+          "to load", "free", when=_all(PT, workers)),
+    Lever("pin_batch", "data", DATALOADER_PIN, "free", when=_all(PT)),
+    Lever("persistent_workers", "data", "persistent_workers=True: do not restart workers every "
+          "epoch", "free", when=_all(PT, no_workers)),
+    Lever("prefetch_factor", "data", "raise prefetch_factor so batches are ready before the "
+          "step needs them", "free", when=_all(PT, no_workers)),
+    Lever("storage", "data", STORAGE, "infra"),
+    # copy
+    Lever("pin_copy", "copy", "pin the host tensor (tensor.pin_memory() once, or "
+          "DataLoader(pin_memory=True)) and copy with .to(device, non_blocking=True)", "free",
+          saves="pin", when=_all(PT)),
+    Lever("keep_on_gpu", "copy", "keep the data on the GPU: do not re-send the same tensor "
+          "every step", "code", when=_all(PT)),
+    Lever("side_stream_copy", "copy", "prefetch the next batch on a side stream so the copy "
+          "overlaps compute", "code", when=_all(PT)),
+    Lever("pin_copy_native", "copy", "pinned host memory (cudaHostAlloc / cudaHostRegister) for "
+          "the host<->device copies", "free", saves="pin", when=_all(NV)),
+    Lever("keep_on_gpu_native", "copy", "keep the data on the GPU between iterations", "code",
+          when=_all(NV)),
+    Lever("async_copy_native", "copy", "cudaMemcpyAsync on a second stream so the copy overlaps "
+          "compute", "code", when=_all(NV)),
+    # sync
+    Lever("per_param_item", "sync", "remove the per-parameter syncs (an .item()/.cpu() for every "
+          "parameter each step): compute the norms/checks on the GPU in one op "
+          "(torch._foreach_norm, torch.stack) and read one value -- CUDA graphs cannot capture "
+          "a sync", "code", when=_all(PT, per_param_syncs), first=True),
+    Lever("remove_syncs", "sync", "remove per-step host syncs: .item(), .cpu(), .tolist(), "
+          "print(tensor), torch.cuda.synchronize() -- log every N steps, or accumulate metrics "
+          "on the GPU", "code", when=_all(PT)),
+    Lever("no_dynamic_shapes", "sync", "avoid data-dependent shapes that force a sync "
+          "(torch.nonzero, boolean masks, tensor-valued Python conditions)", "code",
+          when=_all(PT)),
+    Lever("late_read", "sync", "copy results with .to('cpu', non_blocking=True) into pinned "
+          "memory and read them one step later", "code", when=_all(PT)),
+    Lever("remove_syncs_native", "sync", "remove blocking syncs from the loop "
+          "(cudaDeviceSynchronize, cudaStreamSynchronize, synchronous cudaMemcpy): wait on an "
+          "event only where the result is needed", "code", when=_all(NV)),
+    Lever("late_read_native", "sync", "cudaMemcpyAsync into pinned memory and read the result "
+          "one iteration later", "code", when=_all(NV)),
+    # launch
+    Lever("graphs_not_replayed", "launch", GRAPHS_NOT_REPLAYED, "code",
+          when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
+    Lever("cuda_graphs", "launch", "capture the step with CUDA graphs: "
+          "torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs", "code",
+          when=_all(PT, no_graphs), after=("per_param_item",), group="cuda_graphs"),
+    Lever("compile_fuse", "launch", "torch.compile to fuse small elementwise kernels (fewer "
+          "launches)", "code", when=_all(PT, no_graphs, not_compiled), group="compile"),
+    Lever("larger_batch", "launch", "larger micro-batch: more work per kernel for the same "
+          "launch cost", "code", when=_all(PT, training)),
+    Lever("fused_optimizer", "launch", "fused optimizers (foreach=True / fused=True) and fused "
+          "layers", "free", when=_all(PT, optimizer_unfused, fused_available)),
+    Lever("foreach_optimizer", "launch", "multi-tensor optimizers (torch.optim._multi_tensor / "
+          "foreach=True): fused=True needs torch >= 2.0", "free",
+          when=_all(PT, optimizer_unfused, old_torch)),
+    Lever("foreach_to_fused", "launch", "the optimizer runs foreach: fused=True launches one "
+          "kernel for all parameters", "free", when=_all(PT, optimizer_foreach,
+                                                          fused_available)),
+    Lever("graph_coverage", "launch", "the step already replays CUDA graphs: bring the parts "
+          "still launched eagerly into the graph (graph breaks, optimizer, loss/metrics code)",
+          "code", when=_all(PT, graphs_replayed, training), first=True, group="graph_coverage"),
+    Lever("graph_coverage_inference", "launch", "the step already replays CUDA graphs: bring "
+          "the parts still launched eagerly into the graph (graph breaks, sampling, pre- and "
+          "post-processing)", "code", when=_all(PT, graphs_replayed, inference), first=True,
+          group="graph_coverage"),
+    Lever("compile_fuse_rest", "launch", "torch.compile to fuse the remaining small elementwise "
+          "kernels", "code", when=_all(PT, graphs_replayed, not_compiled), group="compile"),
+    Lever("cuda_graphs_native", "launch", "CUDA graphs: capture the loop body once "
+          "(cudaStreamBeginCapture, cudaGraphLaunch)", "code", when=_all(NV, no_graphs),
+          group="cuda_graphs"),
+    Lever("graph_coverage_native", "launch", "the program already launches CUDA graphs: bring "
+          "the kernels still launched one by one into them", "code", when=_all(NV, uses_graphs),
+          first=True),
+    Lever("fuse_native", "launch", "fuse small kernels: more work per launch", "code",
+          when=_all(NV), group="fuse_native"),
+    # host (less its allocator time, which the alloc levers save)
+    Lever("graphs_not_replayed_host", "host", GRAPHS_NOT_REPLAYED, "code", saves="host_rest",
+          when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
+    Lever("off_step_path", "host", "move the host work off the step path: precompute, cache, "
+          "or do it in DataLoader workers / a background thread", "code", saves="host_rest",
+          when=_all(PT, not_host_dispatch)),
+    Lever("fewer_ops", "host", "the host time is PyTorch's own per-op dispatch: issue fewer, "
+          "larger ops -- batch small tensors, replace Python loops over tensors with vectorised "
+          "ops", "code", saves="host_rest", when=_all(PT, host_dispatch)),
+    Lever("compile_dispatch", "host", "torch.compile the step: fused kernels leave fewer ops to "
+          "dispatch", "code", saves="host_rest", when=_all(PT, host_dispatch, not_compiled),
+          group="compile"),
+    Lever("graphs_host", "host", "capture the step with CUDA graphs so the GPU runs ahead of the "
+          "host: torch.compile(mode=\"reduce-overhead\")", "code", saves="host_rest",
+          when=_all(PT, no_graphs), after=("per_param_item",), group="cuda_graphs"),
+    Lever("off_thread_native", "host", "move host work off the launching thread, or overlap it "
+          "with queued GPU work", "code", saves="host_rest", when=_all(NV)),
+    Lever("graphs_host_native", "host", "CUDA graphs so the GPU runs ahead of the host", "code",
+          saves="host_rest", when=_all(NV, no_graphs), group="cuda_graphs"),
+    Lever("allocator_on", "host", "turn PyTorch's caching allocator back on: unset "
+          "PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING (tensors' frees call "
+          "the driver inside the ops)", "free", saves="alloc",
+          when=_all(PT, allocator_uncached)),
+    Lever("no_empty_cache", "host", "stop device-memory churn: remove torch.cuda.empty_cache() "
+          "from the loop; PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF="
+          "expandable_segments:True", "free", saves="alloc",
+          when=_all(PT, allocator_cached, no_startup_alloc)),
+    Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
+          when=_all(PT, no_startup_alloc)),
+    Lever("reuse_buffers_native", "host", "allocate once outside the loop and reuse the buffers, "
+          "or a stream-ordered pool (cudaMallocAsync / cudaMemPool)", "code", saves="alloc",
+          when=_all(NV, no_startup_alloc)),
+    # comms
+    Lever("ddp_buckets", "comms", "overlap communication with compute: DDP bucket_cap_mb, "
+          "gradient_as_bucket_view=True", "free", when=_all(PT, ddp)),
+    Lever("broadcast_buffers", "comms", "DistributedDataParallel(broadcast_buffers=False): DDP "
+          "broadcasts every buffer from rank 0 before each forward; skip it when the buffers "
+          "need no syncing (or sync them every N steps)", "free", saves="buffers",
+          when=_all(PT, buffer_broadcast), first=True),
+    Lever("fsdp_prefetch", "comms", "FSDP: forward/backward prefetch, limit_all_gathers, larger "
+          "wrap units", "free", when=_all(PT, fsdp)),
+    Lever("deepspeed_overlap", "comms", "DeepSpeed ZeRO: overlap_comm=True, larger "
+          "reduce_bucket_size / allgather_bucket_size, contiguous_gradients=True", "free",
+          when=_all(PT, deepspeed)),
+    Lever("megatron_overlap", "comms", "Megatron: --overlap-grad-reduce, --overlap-param-gather "
+          "and --tp-comm-overlap", "free", when=_all(PT, megatron)),
+    Lever("no_sync", "comms", "gradient accumulation with no_sync(): communicate once every N "
+          "micro-batches", "code", when=_all(PT, training, ddp_or_fsdp)),
+    Lever("torchrec_pipeline", "comms", "TorchRec: pipeline the sparse input distribution "
+          "(TrainPipelineSparseDist) so batch i+1's all_to_all overlaps batch i's compute",
+          "code", when=_all(PT, torchrec)),
+    Lever("torchrec_sharding", "comms", "re-plan the embedding sharding (EmbeddingShardingPlanner"
+          ": table-/row-/column-wise, balanced across ranks) to cut and balance the all_to_all "
+          "volume", "code", when=_all(PT, torchrec)),
+    Lever("comms_overlap", "comms", "overlap communication with compute: issue the collectives "
+          "early (async_op=True, or on a side stream) and wait only where the result is needed",
+          "code", when=_all(PT, other_comms)),
+    Lever("nccl_backend", "comms", "gloo moves GPU tensors through host memory: use "
+          "backend='nccl' for GPU tensors (init_process_group('cpu:gloo,cuda:nccl'))", "free",
+          when=_all(gloo), first=True),
+    Lever("interconnect", "comms", "check the interconnect: topology, NVLink/IB placement of the "
+          "ranks", "infra", when=_all(gpu_transport)),
+    Lever("comms_overlap_native", "comms", "overlap communication with compute: collectives on "
+          "their own stream, issued early", "code", when=_all(NV)),
+    # compile
+    Lever("mark_dynamic", "compile", "torch._dynamo.mark_dynamic / dynamic=True for the "
+          "dimensions that vary", "code", when=_all(may_recompile)),
+    Lever("bucket_shapes", "compile", "pad inputs to a few fixed shapes (bucketing) to stop "
+          "recompiles", "code", when=_all(may_recompile)),
+    Lever("warm_up", "compile", "warm up (compile) before profiling; enable the inductor FX "
+          "graph cache", "free"),
+    # graph_capture
+    Lever("fixed_shapes_capture", "graph_capture", "keep input shapes fixed (pad or bucket) so "
+          "recorded CUDA graphs are replayed, not re-recorded", "code"),
+    Lever("capture_in_warmup", "graph_capture", "record the graphs during warm-up, before the "
+          "measured steps", "free"),
+    # queued: the GPU waited with its next op already launched (passes/attribution.py)
+    Lever("stream_waits", "queued", "check the cross-stream waits (cudaStreamWaitEvent / event "
+          "records) that hold the queued kernels: record the event earlier, or run the "
+          "waited-on stream's work (copies, collectives) earlier", "code"),
+    Lever("front_end", "queued", "mostly GPU-side gaps between back-to-back kernels: fewer, "
+          "larger kernels (torch.compile fusion) or CUDA graphs cut the per-kernel front-end "
+          "latency", "code"),
+    # gpu: busy-time levers with a saving (passes/busy.py), for every bound
+    Lever("tf32", "gpu", TF32_TEXT, "free", saves="busy", busy="tf32",
+          when=_all(PT, tf32_device)),
+    Lever("bf16_autocast", "gpu", BF16_TEXT, "code", saves="busy", busy="bf16_autocast",
+          when=_all(PT, bf16_device)),
+    Lever("fp16_autocast", "gpu", FP16_TEXT, "code", saves="busy", busy="fp16_autocast",
+          when=_all(PT)),
+    Lever("fp16_for_bf16", "gpu", FP16_TEXT, "code", saves="busy", busy="bf16_autocast",
+          when=_all(PT, no_bf16_device)),
+    Lever("sdpa", "gpu", SDPA_TEXT, "code", saves="busy", busy="sdpa",
+          when=_all(PT, attention_unfused)),
+    Lever("channels_last", "gpu", "channels_last memory format for the convolution model and "
+          "its inputs", "code", saves="busy", busy="channels_last", when=_all(PT, convolutions)),
+    Lever("compile_pointwise", "gpu", "torch.compile to fuse the elementwise/reduction kernels",
+          "code", saves="busy", busy="torch_compile", when=_all(PT, not_compiled),
+          group="compile"),
+    # gpu: generic advice when GPU-bound and busy.py found nothing to price (no saving)
+    Lever("tune_kernel", "gpu", lambda c: _tune_kernel_text(c), "code", saves="none",
+          when=_all(gpu_bound, no_busy_evidence, dominant_kernel)),
+    Lever("autocast_generic", "gpu", BF16_TEXT, "code", saves="none",
+          when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, bf16_device, not_lowp)),
+    Lever("fp16_generic", "gpu", FP16_TEXT, "code", saves="none",
+          when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, no_bf16_device, not_lowp)),
+    Lever("tf32_generic", "gpu", TF32_TEXT, "free", saves="none",
+          when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, tf32_device)),
+    Lever("sdpa_generic", "gpu", SDPA_TEXT, "code", saves="none",
+          when=_all(PT, gpu_bound, no_busy_evidence, attention_unfused, softmax_runs)),
+    Lever("compile_generic", "gpu", "torch.compile for kernel fusion", "code", saves="none",
+          when=_all(PT, gpu_bound, no_busy_evidence, not_compiled), group="compile"),
+    Lever("channels_last_generic", "gpu", "channels_last for convolutions", "code",
+          saves="none", when=_all(PT, gpu_bound, no_busy_evidence, convolutions)),
+    Lever("tensor_cores_native", "gpu", "tensor-core precision for GEMM-heavy code (TF32 / BF16 "
+          "/ FP16: cuBLAS math mode)", "code", saves="none",
+          when=_all(NV, gpu_bound, no_busy_evidence, gemm_fp32)),
+    Lever("fuse_generic_native", "gpu", "fuse kernels to cut memory traffic", "code",
+          saves="none", when=_all(NV, gpu_bound, no_busy_evidence)),
+    # the verdicts with no cause to fix: how to record what is missing
+    Lever("record_gpu", "cpu_only", "this trace has no GPU activity: profile with "
+          "ProfilerActivity.CUDA (torch.profiler) or nsys --trace=cuda to see the GPU side",
+          "free", saves="none"),
+    Lever("record_host", "unknown", "host activity was not traced while the GPU idled: record "
+          "CPU activities (ProfilerActivity.CPU, with_stack=True) or nsys "
+          "--trace=cuda,nvtx,osrt", "free", saves="none"),
+)
+
+# Unranked "to find out more": tools that show the culprit, offered with their cause.
+DIAGNOSTICS: tuple[Lever, ...] = (
+    Lever("mark_steps", "startup", "mark the steps (torch.profiler prof.step() or NVTX ranges "
+          "step_N) or pass --window START:END: without steps the window holds the one-time "
+          "start-up", "free", when=_all(cold_start)),
+    Lever("py_spy", "host", "find the Python that runs between launches: py-spy record "
+          "--native, or torch.profiler(with_stack=True)", "free", when=_all(PT)),
+    Lever("cpu_sampling_native", "host", "profile the host code between launches: nsys profile "
+          "--sample=cpu, or perf", "free", when=_all(NV)),
+    Lever("torch_logs", "compile", "TORCH_LOGS=recompiles to see which guard fails; raise "
+          "torch._dynamo.config.cache_size_limit only if recompiles are legitimate", "free",
+          when=_all(may_recompile)),
+    Lever("nccl_debug", "comms", "NCCL_DEBUG=INFO (RCCL too) to see the rings/trees, transport "
+          "and topology the collectives use", "free", when=_all(gpu_transport)),
+)
+
+BY_ID = {lv.id: lv for lv in LEVERS + DIAGNOSTICS}
+
+
+def rows(cause: str, ctx: Ctx, table: tuple = LEVERS) -> list[Lever]:
+    """The rows of ``cause`` whose predicates all hold, in table order."""
+    return [lv for lv in table if lv.cause == cause and all(p(ctx) for p in lv.when)]
+
+
+def texts(cause: str, ctx: Ctx | None = None) -> list[str]:
+    """The texts of the levers offered for ``cause``."""
+    c = ctx or {}
+    return [lv.words(c) for lv in rows(cause, c)]
+
+
+def diagnostics(causes, ctx: Ctx) -> list[str]:
+    """The "to find out more" list for the causes worth fixing, in their order (the cold
+    start's first: it changes what the analysis sees)."""
+    out = []
+    for cause in ["startup"] + list(causes):
+        out += [lv.words(ctx) for lv in rows(cause, ctx, DIAGNOSTICS) if lv.words(ctx) not in out]
+    return out
+
+
+def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int | None:
+    """The ns ``lv`` would save under its model (``SAVINGS``)."""
+    alloc = int(parts.get("alloc", 0)) if lv.cause == "host" else 0
+    if lv.saves == "cause":
+        return int(cause_ns)
+    if lv.saves == "alloc":
+        # allocator calls in short gaps too (charged to launch there): the churn goes whole
+        every = max(alloc, int(ctx.get("alloc_gap_ns") or 0))
+        return min(every, int(cause_ns) + int(ctx.get("launch_ns") or 0))
+    if lv.saves == "host_rest":
+        return max(0, int(cause_ns) - alloc)
+    if lv.saves == "pin":
+        return int(copy.get("pin_saves_ns", 0)) if copy.get("pageable_ns") else 0
+    if lv.saves == "busy":
+        b = (ctx.get("busy_levers") or {}).get(lv.busy)
+        return int(b.get("saving_ns", 0)) if b else 0
+    if lv.saves == "buffers":
+        return min(int(ctx.get("ddp_buffer_broadcast_ns") or 0), int(ctx.get("lost_ns") or 0))
+    return None
+
+
+def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
+            cause_order: tuple) -> list[dict]:
+    """Every offered lever with its saving, ranked (see module doc).
+
+    ``scores``: ns per cause (the verdict's); a cause below ``min_ns`` offers nothing, and
+    neither does a lever that saves less. Busy-time levers (cause ``gpu``) are priced by
+    passes/busy.py. Items: id, lever, cost, cause, saves_ns (None: no estimate)."""
+    items = []
+    causes = [c for c in cause_order if scores.get(c, 0) > 0 and scores[c] >= min_ns]
+    for lv in LEVERS:
+        if lv.cause in ("cpu_only", "unknown") or not all(p(ctx) for p in lv.when):
+            continue
+        if lv.saves in CAUSE_PRICED and lv.cause not in causes:
+            continue
+        ns = saving(lv, scores.get(lv.cause, 0), parts, copy, ctx)
+        if ns is not None and (ns <= 0 or ns < min_ns):
+            continue
+        text = lv.words(ctx)
+        if lv.saves == "busy":   # the evidence busy.py priced it on
+            text += f" -- {ctx['busy_levers'][lv.busy].get('why', '')}"
+        items.append({"id": lv.id, "lever": text, "cost": lv.cost, "cause": lv.cause,
+                      "saves_ns": ns})
+    return _rank(items, gpu_bound(ctx))
+
+
+def _rank(items: list[dict], kernels_first: bool = False) -> list[dict]:
+    """Largest saving first, then the lever the trace points at, then the cheaper, then
+    table order; items with no estimate after those with one -- before them when
+    ``kernels_first`` (a GPU-bound verdict: the idle causes together are under 10% of the
+    window, the GPU's own work is the rest)."""
+    order = {lv.id: i for i, lv in enumerate(LEVERS)}
+
+    def key(x):
+        lv = BY_ID[x["id"]]
+        known = x["saves_ns"] is not None
+        lead = kernels_first and not known and lv.cause == "gpu"
+        return (not lead, not known, -(x["saves_ns"] or 0), not lv.first, COST_ORDER[lv.cost],
+                order[lv.id])
+    items.sort(key=key)
+    # one item per piece of advice offered under two causes (CUDA graphs for launch and host)
+    seen, out = set(), []
+    for x in items:
+        g = BY_ID[x["id"]].group or x["id"]
+        if g not in seen:
+            seen.add(g)
+            out.append(x)
+    # a lever that cannot work before another is done ranks after it (graphs after the syncs)
+    for x in list(out):
+        for pre in BY_ID[x["id"]].after:
+            k = next((i for i, y in enumerate(out) if y["id"] == pre), None)
+            if k is not None and out.index(x) < k:
+                out.remove(x)
+                out.insert(k, x)
+    return out
+
+
+# -- the dominant-kernel lever's words ---------------------------------------------------
+
+DOMINANT_KERNEL_PCT = 50.0
+AMD_DEVICE_RX = re.compile(r"(?i)\bAMD\b|Instinct|Radeon|\bMI\d{3}")
+AMD_KERNEL_RX = re.compile(r"^Cijk_|ck_tile|\bck::|_gtcx|miopen|hipblaslt", re.I)
+NVIDIA_DEVICE_RX = re.compile(r"(?i)NVIDIA|Tesla|GeForce|Quadro|\b[ABHLTV]\d{2,3}\b|\bGB?\d{3}\b")
+
+
+def _tune_kernel_text(c: Ctx) -> str:
+    k = c.get("top_kernel") or {}
+    name, pct = str(k.get("name", "")), float(k.get("pct", 0))
+    device = str(c.get("device_name") or "")
+    base = kernel_base_name(name)
+    ncu = f"Nsight Compute (ncu --kernel-name {base} --set full)"
+    rocm = f"rocprof-compute (rocprof-compute profile -k {base})"
+    amd = AMD_DEVICE_RX.search(device) or (not device and any(
+        AMD_KERNEL_RX.search(str(n)) for n in k.get("names", [name])))
+    tool = rocm if amd else ncu if NVIDIA_DEVICE_RX.search(device) \
+        else f"the vendor's kernel profiler: {ncu} or {rocm}"
+    how = "autotune its block sizes / num_warps" if base.startswith("triton_") else \
+        "compare its achieved memory throughput and FLOP rate with the GPU's peaks"
+    return f"tune the kernel that takes {pct:.0f}% of GPU time, {base}: profile it with {tool} " \
+           f"and {how}"
+
+
+def kernel_base_name(name: str) -> str:
+    """What ncu's --kernel-name matches by default: no return type, arguments, templates or
+    namespaces (`void ns::k<float>(float*)` -> `k`)."""
+    s = re.sub(r"^\s*void\s+", "", name.replace("(anonymous namespace)::", "")).split("(", 1)[0]
+    while "<" in s:  # innermost template arguments first
+        t = re.sub(r"<[^<>]*>", "", s)
+        if t == s:
+            break
+        s = t
+    return s.rsplit("::", 1)[-1].strip()[:80] or name[:80]

@@ -1,0 +1,326 @@
+"""The lever table (passes/levers.py): one test per predicate over hand-built trace contexts,
+the levers the evidence rules out, and the one ranked to-do list."""
+from __future__ import annotations
+
+from traceread.passes import levers as L
+from traceread.passes.verdict import decide
+
+
+def ids(cause: str, **ctx) -> list[str]:
+    return [lv.id for lv in L.rows(cause, ctx)]
+
+
+# -- predicates ----------------------------------------------------------------------------
+
+def test_pytorch_and_native():
+    assert L.pytorch({}) and L.pytorch({"pytorch": True}) and not L.pytorch({"pytorch": False})
+    assert L.native({"pytorch": False}) and not L.native({})
+
+
+def test_training_and_inference_unknown_is_training():
+    assert L.training({}) and not L.inference({})
+    assert L.inference({"training": False}) and not L.training({"training": False})
+
+
+def test_graph_predicates():
+    assert L.no_graphs({}) and not L.uses_graphs({})
+    assert L.uses_graphs({"uses_cuda_graphs": True})
+    assert L.uses_graphs({"compile_mode_graphs": True})      # reduce-overhead users
+    assert L.graphs_not_replayed({"uses_cuda_graphs": True, "graphs_not_replayed": True})
+    assert not L.graphs_replayed({"uses_cuda_graphs": True, "graphs_not_replayed": True})
+    assert L.graphs_replayed({"uses_cuda_graphs": True})
+
+
+def test_dataloader_workers():
+    assert L.workers({"dataloader_workers": True}) and L.no_workers({})
+
+
+def test_not_compiled():
+    assert L.not_compiled({})
+    assert not L.not_compiled({"compiled": True})
+    assert not L.not_compiled({"compile_mode_graphs": True})
+    assert not L.not_compiled({"triton_share": 0.6})         # torch.compile's own kernels
+
+
+def test_optimizer_predicates():
+    assert L.optimizer_unfused({})                            # unknown: today's advice
+    assert not L.optimizer_unfused({"training": False})       # inference: no optimizer
+    assert not L.optimizer_unfused({"optimizer": None})       # known: none in the trace
+    assert not L.optimizer_unfused({"fused_optimizer": True})
+    assert not L.optimizer_unfused({"optimizer": {"name": "AdamW", "impl": "foreach"}})
+    assert L.optimizer_unfused({"optimizer": {"name": "SGD", "impl": "for_loop"}})
+    assert L.optimizer_foreach({"optimizer": {"name": "AdamW", "impl": "foreach"}})
+    assert not L.optimizer_foreach({"optimizer": {"name": "AdamW", "impl": "fused"}})
+
+
+def test_torch_version():
+    assert L.fused_available({}) and L.fused_available({"torch_version": "2.1.0+cu121"})
+    assert L.old_torch({"torch_version": "1.9.0"}) and not L.fused_available({"torch_version": "1.9"})
+
+
+def test_may_recompile():
+    assert L.may_recompile({}) and L.may_recompile({"recompiles": 3})
+    assert not L.may_recompile({"recompiles": 0})
+
+
+def test_host_dispatch_and_per_param_syncs():
+    assert L.host_dispatch({"host_dispatch": True}) and L.not_host_dispatch({})
+    assert L.per_param_syncs({"per_param_syncs": True}) and not L.per_param_syncs({})
+
+
+def test_framework_predicates():
+    assert L.ddp({}) and L.fsdp({}) and not L.torchrec({})   # nothing known: today's levers
+    ddp = {"framework": ["ddp"], "collectives": ["all_reduce", "broadcast"]}
+    assert L.ddp(ddp) and not L.fsdp(ddp) and not L.torchrec(ddp)
+    fsdp = {"framework": ["fsdp2"]}
+    assert L.fsdp(fsdp) and not L.ddp(fsdp)
+    rec = {"framework": ["ddp", "torchrec"], "collectives": ["all_to_all", "all_reduce"]}
+    assert L.torchrec(rec) and not L.ddp(rec) and not L.fsdp(rec)
+    # framework not recognised: judged by the collectives
+    assert L.ddp({"framework": [], "collectives": ["all_reduce"]})
+    assert not L.fsdp({"collectives": ["all_reduce"]})
+    assert L.fsdp({"collectives": ["all_gather", "reduce_scatter"]})
+    assert L.torchrec({"collectives": ["all_to_all"]})
+    assert L.deepspeed({"framework": ["deepspeed"]}) and not L.deepspeed({})
+    assert L.megatron({"framework": ["megatron"]}) and not L.megatron({})
+    assert L.other_comms({"framework": ["vllm"]}) and not L.other_comms({})
+    assert L.ddp_or_fsdp(ddp) and L.ddp_or_fsdp(fsdp) and not L.ddp_or_fsdp(rec)
+
+
+def test_backend_predicates():
+    assert L.gloo({"comm_backend": "gloo"}) and not L.gloo({})
+    assert L.gpu_transport({}) and L.gpu_transport({"comm_backend": "rccl"})
+    assert not L.gpu_transport({"comm_backend": "gloo"})
+    assert not L.gpu_transport({"comm_backend": "mpi"})
+
+
+def test_buffer_broadcast():
+    assert L.buffer_broadcast({"ddp_buffer_broadcast_ns": 23_000_000})
+    assert not L.buffer_broadcast({}) and not L.buffer_broadcast({"ddp_buffer_broadcast_ns": 0})
+
+
+def test_device_predicates():
+    turing = {"device": {"name": "GeForce RTX 2080 Ti", "cc": "7.5", "bf16": False, "tf32": False}}
+    assert L.no_bf16_device(turing) and not L.bf16_device(turing) and not L.tf32_device(turing)
+    assert L.bf16_device({}) and L.tf32_device({}) and not L.no_bf16_device({})
+    assert L.bf16_device({"device": {"bf16": None}})          # None = unknown
+
+
+def test_dtype_conv_attention_gemm_predicates():
+    assert L.not_lowp({}) and not L.not_lowp({"dtypes": {"bf16": True}})
+    assert L.convolutions({}) and not L.convolutions({"convolutions": False})
+    assert L.attention_unfused({})
+    assert not L.attention_unfused({"fused_attention": True})
+    assert not L.attention_unfused({"attention_ns": 5})
+    assert L.softmax_runs({}) and not L.softmax_runs({"softmax_kernels": False})
+    assert L.gemm_fp32({})
+    assert L.gemm_fp32({"busy_classes": {"gemm_simt": 9, "gemm_tensor": 1}})
+    assert not L.gemm_fp32({"busy_classes": {"gemm_simt": 1, "gemm_tensor": 9}})
+    assert not L.gemm_fp32({"busy_classes": {"elementwise": 9}})   # no GEMM at all
+
+
+def test_gpu_bound_dominant_kernel_and_busy_evidence():
+    assert L.gpu_bound({"bound": "gpu"}) and not L.gpu_bound({"bound": "host"})
+    assert L.dominant_kernel({"top_kernel": {"name": "k", "pct": 50.0}})
+    assert not L.dominant_kernel({"top_kernel": {"name": "k", "pct": 49.9}})
+    assert L.no_busy_evidence({}) and not L.no_busy_evidence({"busy_levers": {"tf32": {}}})
+
+
+def test_cold_start_and_allocator():
+    c = {"startup": {"ns": 40, "calls": [("cudaMalloc", 40)], "alloc": True}, "lost_ns": 100}
+    assert L.cold_start(c) and L.startup_alloc(c) and not L.no_startup_alloc(c)
+    assert not L.cold_start(dict(c, lost_ns=200))             # under 30% of the lost time
+    assert L.allocator_uncached({"allocator_uncached": True}) and L.allocator_cached({})
+
+
+# -- the levers the evidence rules out (issue 20) -----------------------------------------
+
+def test_ddp_job_gets_no_fsdp_advice():
+    got = ids("comms", framework=["ddp"], collectives=["all_reduce"], comm_backend="nccl")
+    assert "ddp_buckets" in got and "no_sync" in got and "fsdp_prefetch" not in got
+
+
+def test_torchrec_all_to_all_gets_its_own_levers():
+    got = ids("comms", framework=["ddp", "torchrec"], collectives=["all_to_all", "all_reduce"])
+    assert {"torchrec_pipeline", "torchrec_sharding"} <= set(got)
+    assert not {"ddp_buckets", "no_sync", "fsdp_prefetch"} & set(got)
+
+
+def test_gloo_job_gets_no_interconnect_advice():
+    got = ids("comms", framework=["ddp"], comm_backend="gloo")
+    assert got[0:1] != [] and "nccl_backend" in got and "interconnect" not in got
+    assert "nccl_debug" not in [lv.id for lv in L.rows("comms", {"comm_backend": "gloo"},
+                                                         L.DIAGNOSTICS)]
+
+
+def test_ddp_buffer_broadcast_is_priced():
+    ctx = {"framework": ["ddp"], "ddp_buffer_broadcast_ns": 30, "lost_ns": 100}
+    items = L.offered({"host": 60}, {}, {}, ctx, 1, ("host", "comms"))
+    bb = [x for x in items if x["id"] == "broadcast_buffers"]
+    assert bb and bb[0]["saves_ns"] == 30                     # even with no comms score
+
+
+def test_compiled_programs_get_no_compile_advice():
+    for ctx in ({"compiled": True}, {"compile_mode_graphs": True}):
+        assert "compile_fuse" not in ids("launch", **ctx)
+        assert "compile_dispatch" not in ids("host", host_dispatch=True, **ctx)
+    assert "compile_fuse" in ids("launch")
+
+
+def test_optimizer_levers_follow_the_optimizer():
+    assert not {"fused_optimizer", "larger_batch"} & set(ids("launch", training=False))
+    foreach = ids("launch", optimizer={"name": "AdamW", "impl": "foreach"})
+    assert "foreach_to_fused" in foreach and "fused_optimizer" not in foreach
+    old = ids("launch", torch_version="1.9.0")
+    assert "fused_optimizer" not in old and "foreach_optimizer" in old
+
+
+def test_graph_coverage_names_no_optimizer_on_inference():
+    infer = L.rows("launch", {"uses_cuda_graphs": True, "training": False})
+    assert [lv.id for lv in infer if lv.id.startswith("graph_coverage")] == \
+        ["graph_coverage_inference"]
+    assert all("optimizer" not in lv.text for lv in infer if isinstance(lv.text, str))
+
+
+def test_no_channels_last_without_convolutions():
+    ctx = {"bound": "gpu", "convolutions": False, "training": False}
+    assert "channels_last_generic" not in ids("gpu", **ctx)
+    assert "channels_last" not in ids("gpu", **dict(ctx, busy_levers={"channels_last": {}}))
+
+
+def test_pytorch_dispatch_is_not_sent_to_dataloader_workers():
+    got = ids("host", host_dispatch=True)
+    assert "off_step_path" not in got and {"fewer_ops", "compile_dispatch", "graphs_host"} <= set(got)
+    assert "off_step_path" in ids("host")
+
+
+def test_no_recompile_advice_without_recompiles():
+    assert ids("compile", recompiles=0) == ["warm_up"]
+    assert "mark_dynamic" in ids("compile", recompiles=2)
+    assert not L.rows("compile", {"recompiles": 0}, L.DIAGNOSTICS)
+
+
+def test_per_parameter_syncs_rank_before_cuda_graphs():
+    ctx = {"per_param_syncs": True}
+    items = L.offered({"launch": 90, "sync": 40}, {}, {}, ctx, 1, ("sync", "launch"))
+    order = [x["id"] for x in items]
+    assert order.index("per_param_item") < order.index("cuda_graphs")
+    # without the per-parameter syncs, the larger saving leads
+    plain = [x["id"] for x in L.offered({"launch": 90, "sync": 40}, {}, {}, {}, 1,
+                                        ("sync", "launch"))]
+    assert plain.index("cuda_graphs") < plain.index("remove_syncs")
+
+
+def test_precision_levers_follow_the_device():
+    turing = {"device": {"bf16": False, "tf32": False}, "pytorch": True}
+    busy = {"bf16_autocast": {"saving_ns": 50, "why": "fp32 matmuls"},
+            "tf32": {"saving_ns": 40, "why": "SIMT"}}
+    got = [x["id"] for x in L.offered({}, {}, {}, dict(turing, busy_levers=busy), 1, ())]
+    assert got == ["fp16_for_bf16"]
+    got = [x["id"] for x in L.offered({}, {}, {}, {"busy_levers": busy}, 1, ())]
+    assert got == ["bf16_autocast", "tf32"]
+
+
+def test_native_program_gets_cuda_words():
+    got = ids("sync", pytorch=False)
+    assert got == ["remove_syncs_native", "late_read_native"]
+
+
+def test_diagnostics_are_not_levers():
+    lever_text = {lv.words({}) for lv in L.LEVERS if not callable(lv.text)}
+    for d in L.DIAGNOSTICS:
+        assert d.words({}) not in lever_text
+    assert not any("py-spy" in t or "NCCL_DEBUG" in t or "TORCH_LOGS" in t for t in lever_text)
+
+
+def test_every_row_is_well_formed():
+    assert len(L.BY_ID) == len(L.LEVERS) + len(L.DIAGNOSTICS)   # ids are unique
+    for lv in L.LEVERS + L.DIAGNOSTICS:
+        assert lv.cost in L.COST_ORDER and lv.saves in L.SAVINGS
+        assert all(callable(p) for p in lv.when)
+        assert not lv.busy or lv.saves == "busy"
+
+
+# -- the one ranked to-do list -------------------------------------------------------------
+
+def _parts(**kw):
+    out = {c: 0 for c in ("data", "copy", "sync", "launch", "host", "comms", "compile",
+                          "graph_capture", "alloc", "unexplained")}
+    out.update(kw)
+    return out
+
+
+def test_busy_levers_rank_with_the_causes_in_every_bound():
+    # TF32 worth 8.3 ms/step ranks above a 1.06 ms/step host cause in a host-bound verdict
+    ctx = {"steps": 10, "step_mean_ns": 20_000_000,
+           "busy_levers": {"tf32": {"saving_ns": 83_000_000, "why": "FP32 SIMT GEMMs"}}}
+    v = decide(has_gpu=True, window_ns=200_000_000, idle_ns=12_000_000,
+               parts=_parts(host=10_600_000), ctx=ctx)
+    assert v["bound"] == "gpu" or v["bound"] == "host"
+    assert v["actions"][0]["id"] == "tf32" and v["actions"][0]["saves_per_step_ns"] == 8_300_000
+    assert v["levers"] == [a["lever"] for a in v["actions"]]
+    v = decide(has_gpu=True, window_ns=100_000_000, idle_ns=40_000_000,
+               parts=_parts(host=40_000_000), ctx=ctx)
+    assert v["bound"] == "host" and v["actions"][0]["id"] == "tf32"
+
+
+def test_no_silent_cut_and_diagnostics_apart():
+    v = decide(has_gpu=True, window_ns=1000, idle_ns=900,
+               parts=_parts(data=300, host=300, launch=300), ctx={})
+    assert len(v["actions"]) > 8 and len(v["levers"]) == len(v["actions"])
+    assert v["diagnostics"] and not any("py-spy" in t for t in v["levers"])
+
+
+def test_projected_step_starts_from_the_gpu_step_when_it_is_longer():
+    # host steps 10 ms, the GPU's 30 ms (it lags the host), 12 ms of GPU busy per step
+    ctx = {"steps": 2, "step_mean_ns": 10_000_000, "gpu_step_mean_ns": 30_000_000,
+           "busy_step_mean_ns": 12_000_000}
+    v = decide(has_gpu=True, window_ns=60_000_000, idle_ns=36_000_000,
+               parts=_parts(host=36_000_000), ctx=ctx)
+    a = v["actions"][0]
+    assert a["saves_per_step_ns"] == 18_000_000 and a["projected_step_ns"] == 12_000_000
+    # never below the GPU's own busy time per step (never "0 ns")
+    ctx["gpu_step_mean_ns"] = 15_000_000
+    a = decide(has_gpu=True, window_ns=60_000_000, idle_ns=36_000_000,
+               parts=_parts(host=36_000_000), ctx=ctx)["actions"][0]
+    assert a["projected_step_ns"] == 12_000_000
+
+
+def test_host_dispatch_needs_many_short_aten_ops_over_most_of_the_host_time():
+    import pandas as pd
+
+    from traceread.analysis import _host_dispatch
+    gaps = pd.DataFrame({"duration": [5_000_000], "cpu_cpu_op": [4_000_000], "cpu_python": [0],
+                         "cpu_alloc": [0], "cpu_untraced": [1_000_000]})
+    many = pd.DataFrame({"name": ["aten::add", "aten::mul"], "category": ["cpu_op", "cpu_op"],
+                         "ns": [2_000_000, 2_000_000], "count": [200, 200]})
+    assert _host_dispatch(gaps, many, "aten::add spans 2 ms of idle GPU time")
+    one = pd.DataFrame({"name": ["aten::empty"], "category": ["cpu_op"], "ns": [4_000_000],
+                        "count": [1]})                       # one slow lazy-init call
+    assert not _host_dispatch(gaps, one, "aten::empty spans 4 ms of idle GPU time")
+    python = gaps.assign(cpu_cpu_op=[1_000_000], cpu_untraced=[4_000_000])
+    assert not _host_dispatch(python, many, "aten::add spans 1 ms of idle GPU time")
+    assert not _host_dispatch(gaps, many, "train.py(12): step spans 4 ms of idle GPU time")
+
+
+def test_text_json_and_html_show_the_same_list_in_the_same_order():
+    import html
+    import re
+
+    from traceread.analysis import analyze
+    from traceread.render.html import analysis_body
+    from traceread.render.report import render_report
+    from traceread.synth import scenarios as sc
+
+    a = analyze(sc.SCENARIOS["sync"]()[0])
+    acts = a.verdict["actions"]
+    assert acts and a.verdict["levers"] == [x["lever"] for x in acts]
+    text = " ".join(render_report(a).split())
+    page = html.unescape(analysis_body(a))
+    shown = acts[:8]
+    at = [text.index(" ".join(x["lever"].split())) for x in shown]
+    assert at == sorted(at)
+    items = re.findall(r"<li>(.*?) <span class='meta'>\[", page)
+    assert items[:len(acts)] == [x["lever"] for x in acts]
+    if len(acts) > 8:
+        assert f"and {len(acts) - 8} more" in text and f"and {len(acts) - 8} more" in page
