@@ -7,7 +7,8 @@ they would save, then by cost (free first).
 from __future__ import annotations
 
 # The causes that explain lost GPU time, in tie-break order.
-CAUSES = ("data", "copy", "sync", "launch", "host", "comms", "compile", "graph_capture")
+CAUSES = ("data", "copy", "sync", "launch", "host", "comms", "compile", "graph_capture",
+          "queued")
 # Every verdict: a cause above, or one of these.
 VERDICTS = CAUSES + ("gpu", "mixed", "unknown", "cpu_only")
 COST_ORDER = {"free": 0, "code": 1, "infra": 2}
@@ -21,6 +22,8 @@ TITLE = {
     "comms": "communication-bound: collectives are exposed or the host waits on them",
     "compile": "compile-bound: the host compiles (dynamo/inductor) while the GPU idles",
     "graph_capture": "graph-capture-bound: the host records CUDA graphs while the GPU idles",
+    "queued": "queued: the next kernel was already launched; the GPU waited on a dependency "
+              "or its own front-end",
     "gpu": "GPU-bound: the GPU is densely busy; make the kernels cheaper",
     "mixed": "mixed: no single cause dominates the lost GPU time",
     "unknown": "unknown: the GPU idles while the host is not traced",
@@ -36,6 +39,7 @@ WHAT = {
     "comms": "in exposed or blocking communication",
     "compile": "while the host compiled (dynamo/inductor)",
     "graph_capture": "while the host recorded CUDA graphs",
+    "queued": "with the next operation already queued (not the host's doing)",
 }
 
 LEVERS: dict[str, list[tuple[str, str]]] = {
@@ -110,6 +114,16 @@ LEVERS: dict[str, list[tuple[str, str]]] = {
         ("keep input shapes fixed (pad or bucket) so recorded CUDA graphs are replayed, not "
          "re-recorded", "code"),
         ("record the graphs during warm-up, before the measured steps", "free"),
+    ],
+    "queued": [
+        ("check the cross-stream waits (cudaStreamWaitEvent / event records) that hold the "
+         "queued kernels: record the event earlier, or run the waited-on stream's work "
+         "(copies, collectives) earlier", "code"),
+        ("mostly GPU-side gaps between back-to-back kernels: fewer, larger kernels "
+         "(torch.compile fusion) or CUDA graphs cut the per-kernel front-end latency", "code"),
+        ("long queued gaps with nothing traced on the GPU: look for another process or context "
+         "sharing it, or GPU work the profiler did not record (CUDA graph nodes: nsys "
+         "--cuda-graph-trace=node)", "free"),
     ],
     "alloc_uncached": [
         ("turn PyTorch's caching allocator back on: unset PYTORCH_NO_CUDA_MEMORY_CACHING / "
