@@ -182,6 +182,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 culprits=_culprits(ev, gaps, summary, att["top_ops"], copies, collectives, comp,
                                    kernels, parts, ctx))
     vctx["culprits"].setdefault("queued", attr_mod.waited_summary(gaps))
+    vctx["queued_on"] = attr_mod.waited_by(gaps)
     verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)

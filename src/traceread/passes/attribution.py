@@ -703,15 +703,23 @@ def drain_times(gaps: pd.DataFrame) -> dict:
             "queued": int(q.sum())}
 
 
-def waited_summary(gaps: pd.DataFrame) -> str:
-    """What the queued time waited on, largest first: ``GPU-side 80%, cudaStreamWaitEvent 20%``."""
+def waited_by(gaps: pd.DataFrame) -> dict:
+    """Queued ns per ``waited_on`` text, largest first."""
     q = queued_ns(gaps)
     if not q.any() or "waited_on" not in gaps:
-        return ""
+        return {}
     by = pd.Series(q[q > 0]).groupby(gaps["waited_on"].to_numpy(object)[q > 0]).sum()
     by = by.sort_values(ascending=False, kind="stable")
-    total = int(by.sum())
-    return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in by.head(3).items())
+    return {str(k): int(v) for k, v in by.items()}
+
+
+def waited_summary(gaps: pd.DataFrame) -> str:
+    """What the queued time waited on, largest first: ``GPU-side 80%, cudaStreamWaitEvent 20%``
+    (at most three, none under 1%)."""
+    by = waited_by(gaps)
+    total = sum(by.values())
+    return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in list(by.items())[:3]
+                     if v >= 0.01 * total)
 
 
 def is_sync_drained(gaps: pd.DataFrame) -> np.ndarray:
@@ -752,8 +760,11 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.
     mc = np.flatnonzero(kind_in(ev, ("memcpy",)))
     if not len(mc):
         return out
-    names = ev["name"].to_numpy()[mc].astype(str)
-    pg = mc[np.array([bool(PAGEABLE_RX.search(n)) for n in names], bool)] if len(mc) else mc
+    # Kineto names the memory kinds; the nsys reader keeps them (srcKind/dstKind) in raw_name
+    names = ev["name"].astype(object).to_numpy()[mc].astype(str)
+    if "raw_name" in ev:
+        names = names + " " + ev["raw_name"].astype(object).to_numpy()[mc].astype(str)
+    pg = mc[np.array([bool(PAGEABLE_RX.search(n)) for n in names], bool)]
     if not len(pg):
         return out
     at = _corr_rows(ev, rows, _is_api(kind), ev["pid"].to_numpy()[pg].astype(np.int64),

@@ -115,15 +115,15 @@ LEVERS: dict[str, list[tuple[str, str]]] = {
          "re-recorded", "code"),
         ("record the graphs during warm-up, before the measured steps", "free"),
     ],
+    # one lever per kind of evidence in ``waited_on`` (see queued_levers)
     "queued": [
-        ("check the cross-stream waits (cudaStreamWaitEvent / event records) that hold the "
-         "queued kernels: record the event earlier, or run the waited-on stream's work "
-         "(copies, collectives) earlier", "code"),
-        ("mostly GPU-side gaps between back-to-back kernels: fewer, larger kernels "
-         "(torch.compile fusion) or CUDA graphs cut the per-kernel front-end latency", "code"),
-        ("long queued gaps with nothing traced on the GPU: look for another process or context "
-         "sharing it, or GPU work the profiler did not record (CUDA graph nodes: nsys "
-         "--cuda-graph-trace=node)", "free"),
+        ("the queued kernels wait on events (cudaStreamWaitEvent): record the event earlier, "
+         "or run the waited-on stream's work (copies, collectives) earlier", "code"),
+        ("GPU-side gaps between back-to-back kernels: fewer, larger kernels (torch.compile "
+         "fusion) or CUDA graphs cut the per-kernel front-end latency", "code"),
+        ("the GPU idles with work queued and nothing traced explains it: look for another "
+         "process or context sharing the GPU, or GPU work the profiler did not record (CUDA "
+         "graph nodes: nsys --cuda-graph-trace=node)", "free"),
     ],
     "alloc_uncached": [
         ("turn PyTorch's caching allocator back on: unset PYTORCH_NO_CUDA_MEMORY_CACHING / "
@@ -211,6 +211,19 @@ GPU_LEVER_TEXT = {
     "channels_last": "channels_last memory format for the convolution model and its inputs",
     "torch_compile": "torch.compile to fuse the elementwise/reduction kernels",
 }
+
+
+def queued_levers(waited: dict, ns: int) -> list[tuple[str, str, int]]:
+    """LEVERS["queued"] as (text, cost, ns it could save): each lever saves the queued ns its
+    evidence explains (``waited``: ns per ``waited_on`` text); levers with no evidence are
+    left out. Without any breakdown, every lever with the whole ``ns``."""
+    levers = LEVERS["queued"]
+    by = [0, 0, 0]
+    for text, v in (waited or {}).items():
+        by[1 if text == "GPU-side" else 2 if text.startswith(("nothing", "inside")) else 0] += int(v)
+    if not any(by):
+        return [(t, c, int(ns)) for t, c in levers]
+    return [(t, c, min(int(ns), by[i])) for i, (t, c) in enumerate(levers) if by[i]]
 
 
 def lever_texts(key: str) -> list[str]:

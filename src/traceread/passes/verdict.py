@@ -38,6 +38,7 @@ import pandas as pd
 
 from .attribution import is_sync_drained, queued_ns
 from .bounds import CAUSES, COST_ORDER, LEVERS, NATIVE_LEVERS, TITLE, WHAT, lever_texts  # noqa: F401
+from .bounds import queued_levers
 
 GPU_BOUND_LOST = 0.10
 LEAD_SHARE = 0.30
@@ -255,7 +256,9 @@ def _levers_for(cause: str, ns: int, parts: dict, copy: dict, ctx: dict) -> list
         items = [x for x in items if not x[0].startswith("fused optimizers")]
     if cause in ("host", "launch") and ctx.get("graphs_not_replayed"):
         items = [(GRAPHS_NOT_REPLAYED, "code")] + [x for x in items if "graph" not in x[0]]
-    out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items]
+    out = [{"lever": t, "cost": c, "saves_ns": int(ns)} for t, c in items] if cause != "queued" \
+        else [{"lever": t, "cost": c, "saves_ns": v} for t, c, v in
+              queued_levers(ctx.get("queued_on"), ns)]
     alloc = int(parts.get("alloc", 0)) if cause == "host" else 0
     if alloc:   # allocator time is saved by allocator levers, the rest by the host levers
         akey = "alloc_uncached" if ctx.get("allocator_uncached") and ctx.get("pytorch", True) \
