@@ -16,7 +16,10 @@ no compute beside them). Each cause gets a score in ns (``cause_parts``):
 * ``launch``  -- host time of short starved gaps (<= ``SHORT_GAP_NS``: the
   dispatch cost between back-to-back kernels) and launch-API time of longer ones;
 * ``host``    -- operator / python / allocator / OS time of longer starved gaps,
-  and their untraced time when the host was traced at all (untraced Python).
+  and their untraced time when the host was traced at all (untraced Python);
+* ``queued``  -- the part of every gap after its closing op's launch call returned
+  (``attribution.queued``): the GPU had the work and waited on something else. Every
+  cause above counts only the host's part of each gap.
 
 Rules (documented in docs/analysis.md):
 1. no GPU operations at all -> ``cpu_only``;
