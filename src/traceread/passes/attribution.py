@@ -750,6 +750,22 @@ def _corr_rows(ev: pd.DataFrame, rows: np.ndarray, want: np.ndarray, pid: np.nda
     return out
 
 
+def _text_at(ev: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:
+    """The strings of ``ev[col]`` at ``rows`` (object array, "" for nulls), without turning
+    the whole column into Python strings."""
+    codes, cats = _codes(ev[col])
+    used, inv = np.unique(codes[rows], return_inverse=True)
+    lut = np.array([str(cats[u]) if u >= 0 else "" for u in used.tolist()], dtype=object)
+    return lut[inv.reshape(-1)] if len(used) else np.empty(0, object)
+
+
+def _match_at(ev: pd.DataFrame, rows: np.ndarray, fn) -> np.ndarray:
+    """``fn(name)`` (bool) of the names at ``rows``, once per distinct name."""
+    codes, cats = _codes(ev["name"])
+    c = codes[rows]
+    return _name_lut(cats, c, fn, bool, False)[c] if len(c) else np.zeros(0, bool)
+
+
 def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
     """Per host row (``rows``, their HOST_KINDS index ``kind``): ``"<call> (<dir> pageable)"``
     for the runtime/driver calls whose GPU copy (same pid + correlation) moves to or from
@@ -761,19 +777,19 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.
     if not len(mc):
         return out
     # Kineto names the memory kinds; the nsys reader keeps them (srcKind/dstKind) in raw_name
-    names = ev["name"].astype(object).to_numpy()[mc].astype(str)
+    said = _match_at(ev, mc, lambda n: bool(PAGEABLE_RX.search(n)))
     if "raw_name" in ev:
-        names = names + " " + ev["raw_name"].astype(object).to_numpy()[mc].astype(str)
-    pg = mc[np.array([bool(PAGEABLE_RX.search(n)) for n in names], bool)]
+        raw = _text_at(ev, "raw_name", mc)
+        said |= np.array([bool(PAGEABLE_RX.search(n)) for n in raw], bool)
+    pg = mc[said]
     if not len(pg):
         return out
     at = _corr_rows(ev, rows, _is_api(kind), ev["pid"].to_numpy()[pg].astype(np.int64),
                     ev["correlation"].to_numpy()[pg].astype(np.int64))
     hit = at >= 0
-    direction = ev["copy_kind"].astype(object).to_numpy()[pg]
-    call = ev["name"].astype(object).to_numpy()[rows[at[hit]]]
-    out[at[hit]] = [f"{_op_base(str(c))} ({d if isinstance(d, str) else 'copy'} pageable)"
-                    for c, d in zip(call, direction[hit])]
+    direction = _text_at(ev, "copy_kind", pg)
+    call = _text_at(ev, "name", rows[at[hit]])
+    out[at[hit]] = [f"{_op_base(c)} ({d or 'copy'} pageable)" for c, d in zip(call, direction[hit])]
     return out
 
 
@@ -866,18 +882,19 @@ def _waited_on(ev, ops, close, before, dur, ge, launch_row) -> np.ndarray:
     wait = _wait_seen(ev, ops, close, lo, l_ts[close], ge)
     out = np.where(dur <= EVENT_LATENCY_NS, GPU_SIDE, NOT_TRACED).astype(object)
     # both ends of the gap in one graph replay (one launch call's correlation)
-    call = np.array([str(x) for x in ev["name"].astype(object).to_numpy()[np.maximum(launch_row, 0)]],
-                    object) if len(launch_row) else np.empty(0, object)
+    lr = np.maximum(launch_row, 0)
     graph = (before >= 0) & (launch_row >= 0) & (corr[np.maximum(before, 0)] == corr[close]) & \
-        np.array([bool(GRAPH_LAUNCH_RX.match(c)) for c in call], bool)
-    out[graph] = [f"inside a CUDA graph replay ({_op_base(c)})" for c in call[graph]]
+        _match_at(ev, lr, lambda n: bool(GRAPH_LAUNCH_RX.match(n)))
+    out[graph] = [f"inside a CUDA graph replay ({_op_base(c)})"
+                  for c in _text_at(ev, "name", lr[graph])]
     out = np.where(wait != "", wait, out).astype(object)
     b = np.maximum(before, 0)
     cross = (wait != "") & (before >= 0) & (stream[b] != stream[close]) & \
         (dur <= EVENT_LATENCY_NS)
-    names = ops["name"].astype(object).to_numpy()
-    for i in np.flatnonzero(cross).tolist():
-        out[i] = f"stream {int(stream[b[i]])}: {str(names[b[i]])[:60]}"
+    cross = np.flatnonzero(cross)
+    names = _text_at(ops, "name", b[cross])
+    for i, nm in zip(cross.tolist(), names):
+        out[i] = f"stream {int(stream[b[i]])}: {nm[:60]}"
     return out
 
 
@@ -901,14 +918,14 @@ def _wait_seen(ev, ops, close, lo, hi_call, hi_rec) -> np.ndarray:
     if not host.any():
         return out
     rows = np.flatnonzero(host)
-    names = ev["name"].astype(object).to_numpy()[rows]
-    is_call = np.array([bool(WAIT_API_RX.match(str(x))) for x in names], bool)
-    is_rec = kind_in(ev, ("sync",))[rows] & \
-        np.array([bool(WAIT_RECORD_RX.search(str(x))) for x in names], bool)
+    is_call = _match_at(ev, rows, lambda n: bool(WAIT_API_RX.match(n)))
+    is_rec = kind_in(ev, ("sync",))[rows] & _match_at(ev, rows,
+                                                       lambda n: bool(WAIT_RECORD_RX.search(n)))
     keep = is_call | is_rec
     if not keep.any():
         return out
-    rows, names, is_call = rows[keep], names[keep], is_call[keep]
+    rows, is_call = rows[keep], is_call[keep]
+    names = _text_at(ev, "name", rows)
     ts = ev["ts"].to_numpy(np.int64)[rows]
     # a call belongs to its thread, a record to its stream
     k1 = ev["pid"].to_numpy(np.int64)[rows]
