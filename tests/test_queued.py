@@ -92,6 +92,13 @@ def test_pageable_copy_drains_only_when_its_return_lines_up():
         g = analyze(b.build()).gaps.iloc[0]
         assert (g["drain"] == "sync") is drained
         assert g["drain_op"] == (PAGEABLE_DRAIN if drained else "")
+    b = TraceBuilder()   # a small pageable HtoD copy is staged: returns before its copy ran
+    b.launch(0, 10, 1000, 100 * US)
+    b.launch(1000 + 40 * US, 10 * US, 1000 + 95 * US, 5 * US, api="cudaMemcpyAsync",
+             kind="memcpy", name="Memcpy HtoD (Pageable -> Device)", copy_kind="HtoD", bytes=4)
+    b.launch(1000 + 150 * US, 10 * US, 1000 + 400 * US, 100 * US)
+    a = analyze(b.build())
+    assert a.gaps.iloc[0]["drain"] == "starved" and not a.attribution["by_sync_op"]
     b = TraceBuilder()   # pinned: an async copy, never a sync
     b.launch(0, 10, 1000, 100 * US)
     b.launch(1000 + 40 * US, 63 * US, 1000 + 95 * US, 5 * US, api="cudaMemcpyAsync",

@@ -15,9 +15,11 @@
 
 A blocking call is found by behaviour as well as by name: a runtime call whose
 GPU copy moves to or from *pageable* host memory (``Memcpy DtoH (Device ->
-Pageable)``; nsys srcKind/dstKind give the same names) cannot return before the
-stream drained up to that copy, so it is a sync call like ``cudaMemcpy``; it
-drains a gap only when its return lines up with the gap's start, like every sync.
+Pageable)``; nsys srcKind/dstKind give the same names) and that returned once that
+copy was done waited for its stream to drain up to it, so it is a sync call like
+``cudaMemcpy`` (DtoH into pageable memory always does, by CUDA's rules; a small
+pageable HtoD copy is only staged and returns at once). It drains a gap only when
+its return lines up with the gap's start, like every sync.
 
 ``cpu`` -- what the launching host threads were doing during the gap. Each
 nanosecond of a gap goes to exactly one category, the first in ``CPU_CATEGORIES``
@@ -769,7 +771,8 @@ def _match_at(ev: pd.DataFrame, rows: np.ndarray, fn) -> np.ndarray:
 def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
     """Per host row (``rows``, their HOST_KINDS index ``kind``): ``"<call> (<dir> pageable)"``
     for the runtime/driver calls whose GPU copy (same pid + correlation) moves to or from
-    pageable host memory -- synchronous by CUDA's rules -- else ``""``."""
+    pageable host memory and that returned when that copy was done (within [copy end -
+    SKEW_NS, copy end + SYNC_TOLERANCE_NS]), else ``""``."""
     out = np.full(len(rows), "", object)
     if not len(rows) or "copy_kind" not in ev:
         return out
@@ -786,7 +789,14 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.
         return out
     at = _corr_rows(ev, rows, _is_api(kind), ev["pid"].to_numpy()[pg].astype(np.int64),
                     ev["correlation"].to_numpy()[pg].astype(np.int64))
-    hit = at >= 0
+    # behaviour: the call returned once its copy was done -- it waited for its stream to
+    # run up to the copy and through it (a small pageable HtoD copy is only staged and
+    # returns at once: not a sync)
+    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    r = rows[np.maximum(at, 0)]
+    ret = ts[r] + dur[r]
+    done = ts[pg] + dur[pg]
+    hit = (at >= 0) & (ret >= done - SKEW_NS) & (ret <= done + SYNC_TOLERANCE_NS)
     direction = _text_at(ev, "copy_kind", pg)
     call = _text_at(ev, "name", rows[at[hit]])
     out[at[hit]] = [f"{_op_base(c)} ({d or 'copy'} pageable)" for c, d in zip(call, direction[hit])]
