@@ -679,9 +679,12 @@ def summarize(gaps: pd.DataFrame) -> dict:
     dur = gaps["duration"].to_numpy(np.int64)
     sync = is_sync_drained(gaps)
     by_drain = drain_times(gaps)
-    label = gaps["drain"].to_numpy(object) if len(gaps) else np.empty(0, object)
-    cross = {d: {c: int(v[label == d].sum()) for c, v in cols.items()} for d in DRAINS}
-    ops = pd.DataFrame({"drain_op": gaps["drain_op"][sync], "duration": dur[sync]}).groupby(
+    cross = {}
+    for d in DRAINS:
+        m = (gaps["drain"] == d).to_numpy(bool)
+        cross[d] = {c: int(v[m].sum()) for c, v in cols.items()}
+    host = dur - queued_ns(gaps)   # a sync's share: the part of its gaps that was not queued
+    ops = pd.DataFrame({"drain_op": gaps["drain_op"][sync], "duration": host[sync]}).groupby(
         "drain_op")["duration"].agg(["sum", "size"])
     by_sync_op = {str(k): {"ns": int(r["sum"]), "gaps": int(r["size"])} for k, r in ops.iterrows()}
     return {"by_cpu": by_cpu, "by_drain": by_drain, "drain_x_cpu": cross, "by_sync_op": by_sync_op}
