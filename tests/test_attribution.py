@@ -57,9 +57,11 @@ def test_untraced_and_python_fill_the_rest():
 
 def _sync_gap(sync_start, sync_end, name="cudaStreamSynchronize", kind="runtime", cuda_item=True):
     b = TraceBuilder()
-    b.launch(0, 10, 1000, 100 * US)               # GPU busy until 1000 + 100us
-    b.launch(20, 10, 1000 + 400 * US, 100 * US)   # next op: gap of 300us
     gs = 1000 + 100 * US
+    b.launch(0, 10, 1000, 100 * US)               # GPU busy until 1000 + 100us
+    # next op (gap of 300us), launched once the host is free: a next op launched before the
+    # gap began would make it a queued gap, whatever the sync did
+    b.launch(gs + max(sync_end, 0) + 10 * US, 10, 1000 + 400 * US, 100 * US)
     if kind == "runtime":
         b.runtime(name, gs + sync_start, sync_end - sync_start)
     else:

@@ -27,10 +27,13 @@ def _host(a) -> tuple[str, float]:
 
 
 def _gapped(b: TraceBuilder, gaps: int = 3, gap: int = 10 * MS) -> list[int]:
-    """Kernels of 100 us launched early by the main thread, ``gap`` apart; the gap starts."""
+    """Kernels of 100 us, ``gap`` apart, each launched by the main thread the instant it
+    runs (a zero-length call: the host was late, so the gap is the host's, not ``queued``);
+    the gap starts."""
     starts = []
     for k in range(gaps + 1):
-        b.launch(10 * k, 5, k * (gap + 100 * US), 100 * US, tid=MAIN)
+        t = k * (gap + 100 * US)
+        b.launch(t, 0, t, 100 * US, tid=MAIN)
         starts.append(k * (gap + 100 * US) + 100 * US)
     return starts[:-1]
 

@@ -35,10 +35,12 @@ def two_threads(how: str):
       gap 3: parked in a wait inside ``c10d::allreduce_`` -> the collective's: ``comm_wait``.
     """
     b = TraceBuilder()
-    b.launch(0, 10, 0, 100 * US, tid=MAIN)
-    b.launch(20, 10, 10_100 * US, 100 * US, tid=WORKER)
-    b.launch(40, 10, 20_200 * US, 100 * US, tid=MAIN)
-    b.launch(60, 10, 30_300 * US, 100 * US, tid=WORKER)
+    # each kernel launched the instant it runs (zero-length calls): the host was late, so the
+    # gaps are the host's to explain, not ``queued``
+    b.launch(0, 0, 0, 100 * US, tid=MAIN)
+    b.launch(10_100 * US, 0, 10_100 * US, 100 * US, tid=WORKER)
+    b.launch(20_200 * US, 0, 20_200 * US, 100 * US, tid=MAIN)
+    b.launch(30_300 * US, 0, 30_300 * US, 100 * US, tid=WORKER)
     b.cpu("autograd_worker", 80, 31 * MS, tid=WORKER)
     _wait(b, how, 100 * US, 30_200 * US, WORKER)
     b.cpu("aten::mm", 100 * US, 4 * MS, tid=MAIN)

@@ -197,6 +197,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                                  max(1, len(devices))))
     if win.mode == "whole_trace" and len(ops):
         vctx["startup"] = _startup(window_mod.one_time_calls(ev, gaps))
+    vctx["culprits"].setdefault("queued", attr_mod.waited_summary(gaps))
+    vctx["queued_on"] = attr_mod.waited_by(gaps)
     verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
                                  parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                                  copy=copies, ctx=vctx, extra_evidence=extra)

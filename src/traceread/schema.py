@@ -113,6 +113,8 @@ class Gap(_S):
     drain_op: Optional[str]
     cpu: str
     by_cpu: IntMap
+    queued_ns: int = 0              # ns of the gap after its closing op's launch returned
+    waited_on: Optional[str] = None  # queued gaps: what the GPU waited on (analysis.md §3)
 
 
 class Gaps(_S):

@@ -4,7 +4,22 @@
   * ``sync``: a blocking host synchronisation was waiting when the GPU drained
     and returned right after (see ``is_sync_drained``); the name of the call is
     kept (``aten::item`` is preferred over the runtime call inside it);
-  * ``starved``: the host simply had not launched the next operation yet.
+  * ``starved``: the host simply had not launched the next operation yet;
+  * ``queued``: the GPU op that ends the gap had been launched before the gap
+    began (its launch call, linked by correlation id, returned by gap start +
+    ``SKEW_NS``): the host was not late, the GPU waited on something else. The
+    ``waited_on`` column says what, where the trace shows it (see ``queued``).
+    A gap whose closing op's launch returned mid-gap is split: the part before
+    the return is the host's (the gap keeps its ``sync``/``starved`` label), the
+    rest is ``queued_ns`` -- counted as queued, never as a host cause.
+
+A blocking call is found by behaviour as well as by name: a runtime call whose
+GPU copy moves to or from *pageable* host memory (``Memcpy DtoH (Device ->
+Pageable)``; nsys srcKind/dstKind give the same names) and that returned once that
+copy was done waited for its stream to drain up to it, so it is a sync call like
+``cudaMemcpy`` (DtoH into pageable memory always does, by CUDA's rules; a small
+pageable HtoD copy is only staged and returns at once). It drains a gap only when
+its return lines up with the gap's start, like every sync.
 
 ``cpu`` -- what the launching host threads were doing during the gap. Each
 nanosecond of a gap goes to exactly one category, the first in ``CPU_CATEGORIES``
@@ -30,7 +45,7 @@ import pandas as pd
 
 from . import intervals
 from .compile import _is_compile_name
-from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN
+from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, _pair_keys
 from ._common import kind_in
 from ._frames import code_in, str_column
 
@@ -38,7 +53,7 @@ from ._frames import code_in, str_column
 # everything that happens inside it; launch beats the operator that issues it.
 CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch", "wait",
                   "cpu_op", "python", "untraced")
-DRAINS = ("sync", "starved")
+DRAINS = ("sync", "starved", "queued")
 
 # A sync call "ended at the gap's start" when it was already running when the GPU
 # went idle (start <= gap start + SKEW) and returned within [gap start - SKEW,
@@ -59,6 +74,19 @@ ALLOC_API_RX = re.compile(
     r"|cuMem(?:Alloc|Free)(?:Async|Host|Managed|Pitch)?(?:_v\d+)?"
     r"|cuMem(?:Create|Release|Map|Unmap|AddressReserve|AddressFree)"
     r"|hipExtMallocWithFlags)(?:_v\d+)?$")
+# The closing op's stream waited on an event: the call (host side) or CUPTI's record of
+# the wait (Kineto cuda_sync "Stream Wait Event", nsys SYNCHRONIZATION "Stream wait sync").
+WAIT_API_RX = re.compile(r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v\d+)?(?:_ptsz|_ptds)?$")
+WAIT_RECORD_RX = re.compile(r"(?i)stream ?wait")
+# An event wait names the other stream's op that ended the gap's start only when the gap is
+# no longer than an event's signalling latency; a longer wait was on work not in the trace.
+EVENT_LATENCY_NS = SYNC_TOLERANCE_NS
+GPU_SIDE = "GPU-side"
+# A longer queued gap with no wait seen and nothing traced on the device: another process or
+# context on the GPU, an untraced stream, or GPU work the profiler did not record.
+NOT_TRACED = "nothing traced"
+GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
+PAGEABLE_RX = re.compile(r"(?i)pageable")
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 # Preference when several sync calls drained the same gap: the framework op the user wrote.
 SYNC_NAME_RANK = {"aten::item": 0, "aten::_local_scalar_dense": 1}
@@ -345,8 +373,12 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he = ev["dur"].to_numpy(np.int64)[rows]
     he += hs
     key = _thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
-    del rows
     _drop_host_only_items(kind, hs, he, key, is_sync, cats)
+    sync_label = _pageable_calls(ev, rows, kind)   # blocking by behaviour: pageable copies
+    blocking = sync_label != ""
+    is_sync |= blocking
+    cats[blocking] = CPU_CATEGORIES.index("sync")
+    del rows, blocking
     cap = _capture_regions(kind, name, name_cats, hs, he, key)
     if cap is not None:   # stream-capture regions: everything inside records a CUDA graph
         cs, ce, ck, cn, ckind = cap
@@ -355,7 +387,10 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         cats = np.concatenate([cats, np.full(len(cs), CPU_CATEGORIES.index("graph_capture"),
                                              cats.dtype)])
         is_sync = np.concatenate([is_sync, np.zeros(len(cs), bool)])
+        sync_label = np.concatenate([sync_label, np.full(len(cs), "", object)])
     top_parts = []
+    queued_ns, waited_on = queued(ev, gaps, ops)
+    q_split = np.zeros_like(split)   # the categories of each gap's queued part
     for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
         gs = gaps["start"].to_numpy(np.int64)[idx]
         ge = gaps["end"].to_numpy(np.int64)[idx]
@@ -374,17 +409,36 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
             _carve(gs, ge, cc, cs, ce, split)
         else:
             split[idx] = _carve(gs, ge, cc, cs, ce)
+        _carve_queued(idx, gs, ge, queued_ns[idx], split, q_split, cc, cs, ce)
         sy = on & is_sync
-        drain_op[idx] = _drain(gs, ge, _sync_names(name_cats, name[sy]), hs[sy], he[sy],
-                               sync_ops)
+        names = _sync_names(name_cats, name[sy])
+        names = np.where(sync_label[sy] != "", sync_label[sy], names)
+        drain_op[idx] = _drain(gs, ge, names, hs[sy], he[sy], sync_ops)
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
         del on, c_on, s_on, e_on, k_on, n_on, sy, near, t_on, cc, cs, ce
     for j, c in enumerate(CPU_CATEGORIES):
         gaps[f"cpu_{c}"] = split[:, j]
     gaps["cpu"] = str_column(CPU_CATEGORIES, split.argmax(axis=1))
-    gaps["drain"] = str_column(("starved", "sync"), (drain_op > 0).astype(np.int8))
+    for j, c in enumerate(CPU_CATEGORIES):
+        gaps[f"qcpu_{c}"] = q_split[:, j]
+    label = (drain_op > 0).astype(np.int8)
+    label[(queued_ns > 0) & (queued_ns >= gaps["duration"].to_numpy(np.int64))] = 2
+    drain_op[label == 2] = 0   # a sync that returned while the next op sat queued drained nothing
+    gaps["drain"] = str_column(("starved", "sync", "queued"), label)
     gaps["drain_op"] = str_column([""] + list(sync_ops), drain_op)
+    gaps["queued_ns"] = queued_ns
+    gaps["waited_on"] = waited_on
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top)}
+
+
+def _carve_queued(idx, gs, ge, qns, split, q_split, cats, hs, he) -> None:
+    """Fill ``q_split[idx]``: per category, the ns of each gap's queued part (its last
+    ``qns`` ns) -- the whole gap's split when all of it is queued."""
+    whole = (qns > 0) & (qns >= ge - gs)
+    q_split[idx[whole]] = split[idx[whole]]
+    part = np.flatnonzero((qns > 0) & ~whole)
+    if len(part):
+        q_split[idx[part]] = _carve(ge[part] - qns[part], ge[part], cats, hs, he)
 
 
 CAPTURE_BEGIN_RX = re.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture")
@@ -690,16 +744,286 @@ def summarize(gaps: pd.DataFrame) -> dict:
     by_cpu = {c: int(v.sum()) for c, v in cols.items()}
     dur = gaps["duration"].to_numpy(np.int64)
     sync = is_sync_drained(gaps)
-    by_drain = {"sync": int(dur[sync].sum()), "starved": int(dur[~sync].sum())}
-    cross = {d: {c: int(v[sync if d == "sync" else ~sync].sum()) for c, v in cols.items()}
-             for d in DRAINS}
-    ops = pd.DataFrame({"drain_op": gaps["drain_op"][sync], "duration": dur[sync]}).groupby(
+    by_drain = drain_times(gaps)
+    cross = {}
+    for d in DRAINS:
+        m = (gaps["drain"] == d).to_numpy(bool)
+        cross[d] = {c: int(v[m].sum()) for c, v in cols.items()}
+    host = dur - queued_ns(gaps)   # a sync's share: the part of its gaps that was not queued
+    ops = pd.DataFrame({"drain_op": gaps["drain_op"][sync], "duration": host[sync]}).groupby(
         "drain_op")["duration"].agg(["sum", "size"])
     by_sync_op = {str(k): {"ns": int(r["sum"]), "gaps": int(r["size"])} for k, r in ops.iterrows()}
     return {"by_cpu": by_cpu, "by_drain": by_drain, "drain_x_cpu": cross, "by_sync_op": by_sync_op}
+
+
+def queued_ns(gaps: pd.DataFrame) -> np.ndarray:
+    """Per gap, the ns the GPU sat with its closing op already queued (0 without the column)."""
+    if "queued_ns" not in gaps:
+        return np.zeros(len(gaps), np.int64)
+    return gaps["queued_ns"].to_numpy(np.int64)
+
+
+def drain_times(gaps: pd.DataFrame) -> dict:
+    """Idle ns by drain: ``queued`` is every gap's queued part (whole and partly queued gaps),
+    ``sync`` / ``starved`` the rest of the gaps so labelled. Sums to the idle time."""
+    dur = gaps["duration"].to_numpy(np.int64)
+    q = queued_ns(gaps)
+    host = dur - q
+    sync = is_sync_drained(gaps)
+    return {"sync": int(host[sync].sum()), "starved": int(host[~sync].sum()),
+            "queued": int(q.sum())}
+
+
+def waited_by(gaps: pd.DataFrame) -> dict:
+    """Queued ns per ``waited_on`` text, largest first."""
+    q = queued_ns(gaps)
+    if not q.any() or "waited_on" not in gaps:
+        return {}
+    by = pd.Series(q[q > 0]).groupby(gaps["waited_on"].to_numpy(object)[q > 0]).sum()
+    by = by.sort_values(ascending=False, kind="stable")
+    return {str(k): int(v) for k, v in by.items()}
+
+
+def waited_summary(gaps: pd.DataFrame) -> str:
+    """What the queued time waited on, largest first: ``GPU-side 80%, cudaStreamWaitEvent 20%``
+    (at most three, none under 1%)."""
+    by = waited_by(gaps)
+    total = sum(by.values())
+    return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in list(by.items())[:3]
+                     if v >= 0.01 * total)
 
 
 def is_sync_drained(gaps: pd.DataFrame) -> np.ndarray:
     """The labelled gaps a sync drained (``drain == "sync"``), as a numpy mask: compared
     in the column's own storage, never as one Python string per row."""
     return (gaps["drain"] == "sync").to_numpy(bool)
+
+
+def _corr_rows(ev: pd.DataFrame, rows: np.ndarray, want: np.ndarray, pid: np.ndarray,
+               corr: np.ndarray) -> np.ndarray:
+    """For each (pid, corr) pair, the position in ``rows`` of the first row of ``ev`` among
+    ``rows[want]`` with that pid and correlation id; -1 when none (correlation ids are
+    unique per process only)."""
+    out = np.full(len(pid), -1, np.int64)
+    cand = np.flatnonzero(want)
+    if not len(cand) or not len(pid):
+        return out
+    r = rows[cand]
+    c_corr = ev["correlation"].to_numpy()[r].astype(np.int64)
+    c_pid = ev["pid"].to_numpy()[r].astype(np.int64)
+    ok = c_corr >= 0
+    cand, c_corr, c_pid = cand[ok], c_corr[ok], c_pid[ok]
+    a, b = _pair_keys(c_pid, c_corr, np.asarray(pid, np.int64), np.asarray(corr, np.int64))
+    first = ~a.duplicated(keep="first")
+    k = a[first].get_indexer(b)
+    hit = (k >= 0) & (np.asarray(corr) >= 0)
+    out[hit] = cand[first][k[hit]]
+    return out
+
+
+def _text_at(ev: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:
+    """The strings of ``ev[col]`` at ``rows`` (object array, "" for nulls), without turning
+    the whole column into Python strings."""
+    codes, cats = _codes(ev[col])
+    used, inv = np.unique(codes[rows], return_inverse=True)
+    lut = np.array([str(cats[u]) if u >= 0 else "" for u in used.tolist()], dtype=object)
+    return lut[inv.reshape(-1)] if len(used) else np.empty(0, object)
+
+
+def _match_at(ev: pd.DataFrame, rows: np.ndarray, fn) -> np.ndarray:
+    """``fn(name)`` (bool) of the names at ``rows``, once per distinct name."""
+    codes, cats = _codes(ev["name"])
+    c = codes[rows]
+    return _name_lut(cats, c, fn, bool, False)[c] if len(c) else np.zeros(0, bool)
+
+
+def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Per host row (``rows``, their HOST_KINDS index ``kind``): ``"<call> (<dir> pageable)"``
+    for the runtime/driver calls whose GPU copy (same pid + correlation) moves to or from
+    pageable host memory and that returned when that copy was done (within [copy end -
+    SKEW_NS, copy end + SYNC_TOLERANCE_NS]), else ``""``."""
+    out = np.full(len(rows), "", object)
+    if not len(rows) or "copy_kind" not in ev:
+        return out
+    mc = np.flatnonzero(kind_in(ev, ("memcpy",)))
+    if not len(mc):
+        return out
+    # Kineto names the memory kinds; the nsys reader keeps them (srcKind/dstKind) in raw_name
+    said = _match_at(ev, mc, lambda n: bool(PAGEABLE_RX.search(n)))
+    if "raw_name" in ev:
+        raw = _text_at(ev, "raw_name", mc)
+        said |= np.array([bool(PAGEABLE_RX.search(n)) for n in raw], bool)
+    pg = mc[said]
+    if not len(pg):
+        return out
+    at = _corr_rows(ev, rows, _is_api(kind), ev["pid"].to_numpy()[pg].astype(np.int64),
+                    ev["correlation"].to_numpy()[pg].astype(np.int64))
+    # behaviour: the call returned once its copy was done -- it waited for its stream to
+    # run up to the copy and through it (a small pageable HtoD copy is only staged and
+    # returns at once: not a sync)
+    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    r = rows[np.maximum(at, 0)]
+    ret = ts[r] + dur[r]
+    done = ts[pg] + dur[pg]
+    hit = (at >= 0) & (ret >= done - SKEW_NS) & (ret <= done + SYNC_TOLERANCE_NS)
+    direction = _text_at(ev, "copy_kind", pg)
+    call = _text_at(ev, "name", rows[at[hit]])
+    out[at[hit]] = [f"{_op_base(c)} ({d or 'copy'} pageable)" for c, d in zip(call, direction[hit])]
+    return out
+
+
+def _launch_ends(ev: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """End time of each GPU op's launch call (same pid + correlation, as in
+    ``steps.gpu_ops``) and that call's row in ``ev``; -1 when the op has no linked call."""
+    out, row = np.full(len(ops), -1, np.int64), np.full(len(ops), -1, np.int64)
+    if not len(ops):
+        return out, row
+    rt = np.flatnonzero(kind_in(ev, ("runtime", "driver")))
+    at = _corr_rows(ev, rt, np.ones(len(rt), bool), ops["pid"].to_numpy(np.int64),
+                    ops["correlation"].to_numpy(np.int64))
+    hit = at >= 0
+    r = rt[at[hit]]
+    out[hit] = ev["ts"].to_numpy(np.int64)[r] + ev["dur"].to_numpy(np.int64)[r]
+    row[hit] = r
+    return out, row
+
+
+def queued(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> tuple:
+    """(queued_ns, waited_on) per gap.
+
+    The closing op of a gap is the GPU op of its (pid, device) that starts at the gap's end
+    (several: the one whose launch call returned last, so the host is blamed if any was
+    late). With L the end of its launch call: L <= gap start + SKEW_NS -> the whole gap is
+    queued; L > gap start + SKEW_NS and gap end - L > SKEW_NS -> [L, gap end) is (the usual
+    few us between a launch's return and its kernel's start is within the clock-alignment
+    noise); else (or no linked call, or no closing op: a window's trailing edge) nothing is.
+
+    ``waited_on`` (queued gaps only): ``stream P: <op>`` when the closing op's stream waited
+    on an event (a StreamWaitEvent call on its launch thread, or a stream-wait record on its
+    stream, since the previous launch on that stream) and the op that ended at the gap's
+    start ran on another stream P with the queued part no longer than EVENT_LATENCY_NS; the
+    wait call's name when a wait was seen but its producer is not in the trace;
+    ``inside a CUDA graph replay (<launch call>)`` when both ends of the gap are ops of one
+    graph launch; ``GPU-side`` (front-end / launch latency) when the queued part is no
+    longer than EVENT_LATENCY_NS; else ``nothing traced``: the GPU sat idle with work
+    queued and no traced op explains it (another process or context on the GPU, an
+    untraced stream, GPU work the profiler did not record).
+    """
+    n = len(gaps)
+    qns = np.zeros(n, np.int64)
+    waited = np.full(n, "", object)
+    if not n or not len(ops) or "correlation" not in ops:
+        return qns, waited
+    lend, lrow = _launch_ends(ev, ops)
+    o_ts, o_end = ops["ts"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    o_pid, o_dev = ops["pid"].to_numpy(np.int64), ops["device"].to_numpy(np.int64)
+    gs_all, ge_all = gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64)
+    close = np.full(n, -1, np.int64)   # index into ops of each gap's closing op
+    before = np.full(n, -1, np.int64)  # an op that ended at the gap's start
+    for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=False).indices.items():
+        m = np.flatnonzero((o_pid == pid) & (o_dev == dev))
+        if not len(m):
+            continue
+        close[idx] = _at_instant(m, o_ts[m], lend[m], ge_all[idx])
+        before[idx] = _at_instant(m, o_end[m], o_ts[m], gs_all[idx])
+    has = close >= 0
+    L = np.where(has, lend[np.maximum(close, 0)], -1)
+    linked = has & (L >= 0)
+    whole = linked & (L <= gs_all + SKEW_NS)
+    part = linked & ~whole & (ge_all - L > SKEW_NS)   # less is clock-alignment noise
+    qns[whole] = (ge_all - gs_all)[whole]
+    qns[part] = (ge_all - L)[part]
+    q = np.flatnonzero(qns > 0)
+    if len(q):
+        waited[q] = _waited_on(ev, ops, close[q], before[q], qns[q], ge_all[q], lrow[close[q]])
+    return qns, waited
+
+
+def _at_instant(m: np.ndarray, t: np.ndarray, rank: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Per instant in ``at``: the op of ``m`` with ``t == at`` and the largest ``rank``
+    (-1 when none)."""
+    o = np.lexsort((rank, t))
+    ts = t[o]
+    last = np.r_[ts[1:] != ts[:-1], True]
+    ut, pick = ts[last], m[o[last]]
+    k = np.minimum(np.searchsorted(ut, at), len(ut) - 1)
+    return np.where(ut[k] == at, pick[k], -1)
+
+
+def _waited_on(ev, ops, close, before, dur, ge, launch_row) -> np.ndarray:
+    """``waited_on`` text of queued gaps (see ``queued``); ``dur``: their queued ns."""
+    stream = ops["stream"].to_numpy(np.int64)
+    corr = ops["correlation"].to_numpy(np.int64)
+    l_ts = ops["launch_ts"].to_numpy(np.int64)
+    prev = _prev_on_stream(ops)
+    lo = np.where(prev[close] >= 0, l_ts[np.maximum(prev[close], 0)], np.iinfo(np.int64).min)
+    # a wait call counts up to the closing op's own launch; a stream-wait record up to the gap's end
+    wait = _wait_seen(ev, ops, close, lo, l_ts[close], ge)
+    out = np.where(dur <= EVENT_LATENCY_NS, GPU_SIDE, NOT_TRACED).astype(object)
+    # both ends of the gap in one graph replay (one launch call's correlation)
+    lr = np.maximum(launch_row, 0)
+    graph = (before >= 0) & (launch_row >= 0) & (corr[np.maximum(before, 0)] == corr[close]) & \
+        _match_at(ev, lr, lambda n: bool(GRAPH_LAUNCH_RX.match(n)))
+    out[graph] = [f"inside a CUDA graph replay ({_op_base(c)})"
+                  for c in _text_at(ev, "name", lr[graph])]
+    out = np.where(wait != "", wait, out).astype(object)
+    b = np.maximum(before, 0)
+    cross = (wait != "") & (before >= 0) & (stream[b] != stream[close]) & \
+        (dur <= EVENT_LATENCY_NS)
+    cross = np.flatnonzero(cross)
+    names = _text_at(ops, "name", b[cross])
+    for i, nm in zip(cross.tolist(), names):
+        out[i] = f"stream {int(stream[b[i]])}: {nm[:60]}"
+    return out
+
+
+def _prev_on_stream(ops: pd.DataFrame) -> np.ndarray:
+    """Per op: the op before it on its (pid, device, stream) by start time; -1 for the first."""
+    keys = [ops[c].to_numpy(np.int64) for c in ("ts", "stream", "device", "pid")]
+    o = np.lexsort(keys)
+    same = np.r_[False, np.all([(k[o][1:] == k[o][:-1]) for k in keys[1:]], axis=0)] \
+        if len(o) > 1 else np.zeros(len(o), bool)
+    out = np.full(len(o), -1, np.int64)
+    out[o[same]] = o[np.flatnonzero(same) - 1]
+    return out
+
+
+def _wait_seen(ev, ops, close, lo, hi_call, hi_rec) -> np.ndarray:
+    """Per closing op: the name of an event wait since ``lo`` -- a StreamWaitEvent call on
+    its launch thread up to ``hi_call``, or a stream-wait record on its (pid, stream) up to
+    ``hi_rec`` -- else ``""``."""
+    out = np.full(len(close), "", object)
+    host = kind_in(ev, ("runtime", "driver", "sync"))
+    if not host.any():
+        return out
+    rows = np.flatnonzero(host)
+    is_call = _match_at(ev, rows, lambda n: bool(WAIT_API_RX.match(n)))
+    is_rec = kind_in(ev, ("sync",))[rows] & _match_at(ev, rows,
+                                                       lambda n: bool(WAIT_RECORD_RX.search(n)))
+    keep = is_call | is_rec
+    if not keep.any():
+        return out
+    rows, is_call = rows[keep], is_call[keep]
+    names = _text_at(ev, "name", rows)
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    # a call belongs to its thread, a record to its stream
+    k1 = ev["pid"].to_numpy(np.int64)[rows]
+    k2 = np.where(is_call, ev["tid"].to_numpy(np.int64)[rows], -2 - ev["stream"].to_numpy(np.int64)[rows])
+    want_pid = np.r_[ops["launch_pid"].to_numpy(np.int64)[close], ops["pid"].to_numpy(np.int64)[close]]
+    want_2 = np.r_[ops["launch_tid"].to_numpy(np.int64)[close],
+                   -2 - ops["stream"].to_numpy(np.int64)[close]]
+    lo2, hi2 = np.r_[lo, lo], np.r_[hi_call, hi_rec]
+    found = np.full(len(want_pid), "", object)
+    for a, b in set(zip(k1.tolist(), k2.tolist())):
+        mine = (k1 == a) & (k2 == b)
+        o = np.argsort(ts[mine], kind="stable")
+        t, nm = ts[mine][o], names[mine][o]
+        g = np.flatnonzero((want_pid == a) & (want_2 == b))
+        if not len(g):
+            continue
+        j = np.searchsorted(t, hi2[g], side="right") - 1   # the last wait before hi
+        ok = (j >= 0) & (t[np.maximum(j, 0)] >= lo2[g])
+        found[g[ok]] = [_op_base(str(x)) for x in nm[j[ok]]]
+    n = len(close)
+    out[:] = np.where(found[:n] != "", found[:n], found[n:])
+    return out

@@ -6,7 +6,8 @@ table in passes/levers.py.
 from __future__ import annotations
 
 # The causes that explain lost GPU time, in tie-break order.
-CAUSES = ("data", "copy", "sync", "launch", "host", "comms", "compile", "graph_capture")
+CAUSES = ("data", "copy", "sync", "launch", "host", "comms", "compile", "graph_capture",
+          "queued")
 # Every verdict: a cause above, or one of these (cold_start / jit: passes/steady.py).
 VERDICTS = CAUSES + ("gpu", "mixed", "unknown", "cpu_only", "cold_start", "jit")
 COST_ORDER = {"free": 0, "code": 1, "infra": 2}
@@ -20,6 +21,8 @@ TITLE = {
     "comms": "communication-bound: collectives are exposed or the host waits on them",
     "compile": "compile-bound: the host compiles (dynamo/inductor) while the GPU idles",
     "graph_capture": "graph-capture-bound: the host records CUDA graphs while the GPU idles",
+    "queued": "queued: the next kernel was already launched; the GPU waited on a dependency "
+              "or its own front-end",
     "gpu": "GPU-bound: the GPU is densely busy; make the kernels cheaper",
     "mixed": "mixed: no single cause dominates the lost GPU time",
     "unknown": "unknown: the GPU idles while the host is not traced",
@@ -37,6 +40,7 @@ WHAT = {
     "comms": "in exposed or blocking communication",
     "compile": "while the host compiled (dynamo/inductor)",
     "graph_capture": "while the host recorded CUDA graphs",
+    "queued": "with the next operation already queued (not the host's doing)",
 }
 
 # The lever lists by cause (and the variants the old fixed lists had), as the lever table

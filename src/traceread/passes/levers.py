@@ -327,6 +327,7 @@ class Lever:
     after: tuple = ()     # ids that must rank before it when both are offered
     group: str = ""       # levers of other causes that are the same advice (one kept)
     busy: str = ""        # the passes/busy.py lever id whose saving it takes
+    waits: str = ""       # queued levers: the kind of waited_on evidence it answers
 
     def words(self, c: Ctx) -> str:
         return self.text(c) if callable(self.text) else self.text
@@ -340,11 +341,14 @@ SAVINGS = {
     "pin": "the pageable copies' time beyond pinned bandwidth (copies.pin_saves_ns)",
     "busy": "the busy-time lever's saving_ns from passes/busy.py (its own documented model)",
     "buffers": "DDP's buffer broadcast time (ddp_buffer_broadcast_ns), capped at the lost time",
+    "queued": "the queued time whose waited_on evidence is this lever's kind (queued_on: an "
+              "event wait or another stream's op, GPU-side front-end latency, or nothing "
+              "traced / a graph replay), capped at the queued score",
     "none": "no estimate: offered after the levers with one",
 }
 
 # saving models priced from a cause's score: such a lever needs its cause worth fixing
-CAUSE_PRICED = ("cause", "alloc", "host_rest", "pin")
+CAUSE_PRICED = ("cause", "alloc", "host_rest", "pin", "queued")
 
 GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA graphs are "
                        "replayed: they are set up (reduce-overhead / cudagraphify) but none was "
@@ -522,10 +526,15 @@ LEVERS: tuple[Lever, ...] = (
     # queued: the GPU waited with its next op already launched (passes/attribution.py)
     Lever("stream_waits", "queued", "check the cross-stream waits (cudaStreamWaitEvent / event "
           "records) that hold the queued kernels: record the event earlier, or run the "
-          "waited-on stream's work (copies, collectives) earlier", "code"),
+          "waited-on stream's work (copies, collectives) earlier", "code", saves="queued",
+          waits="event"),
     Lever("front_end", "queued", "mostly GPU-side gaps between back-to-back kernels: fewer, "
           "larger kernels (torch.compile fusion) or CUDA graphs cut the per-kernel front-end "
-          "latency", "code"),
+          "latency", "code", saves="queued", waits="gpu_side"),
+    Lever("queued_untraced", "queued", "the GPU idles with work queued and nothing traced "
+          "explains it: look for another process or context sharing the GPU, or GPU work the "
+          "profiler did not record (CUDA graph nodes: nsys --cuda-graph-trace=node)", "free",
+          saves="queued", waits="untraced"),
     # gpu: busy-time levers with a saving (passes/busy.py), for every bound
     Lever("tf32", "gpu", TF32_TEXT, "free", saves="busy", busy="tf32",
           when=_all(PT, tf32_device)),
@@ -626,9 +635,26 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
     if lv.saves == "busy":
         b = (ctx.get("busy_levers") or {}).get(lv.busy)
         return int(b.get("saving_ns", 0)) if b else 0
+    if lv.saves == "queued":
+        by = queued_by_kind(ctx.get("queued_on"))
+        return min(int(cause_ns), by[lv.waits]) if by else int(cause_ns)
     if lv.saves == "buffers":
         return min(int(ctx.get("ddp_buffer_broadcast_ns") or 0), int(ctx.get("lost_ns") or 0))
     return None
+
+
+def queued_by_kind(waited: dict | None) -> dict | None:
+    """Queued ns per kind of ``waited_on`` evidence (attribution.waited_by: ns per text):
+    ``event`` (an event wait or another stream's op), ``gpu_side``, ``untraced`` (nothing
+    traced, or inside a graph replay). None without a breakdown."""
+    if not waited:
+        return None
+    by = {"event": 0, "gpu_side": 0, "untraced": 0}
+    for text, ns in waited.items():
+        kind = "gpu_side" if text == "GPU-side" else \
+            "untraced" if text.startswith(("nothing", "inside")) else "event"
+        by[kind] += int(ns)
+    return by
 
 
 def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,

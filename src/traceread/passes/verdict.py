@@ -16,7 +16,10 @@ no compute beside them). Each cause gets a score in ns (``cause_parts``):
 * ``launch``  -- host time of short starved gaps (<= ``SHORT_GAP_NS``: the
   dispatch cost between back-to-back kernels) and launch-API time of longer ones;
 * ``host``    -- operator / python / allocator / OS time of longer starved gaps,
-  and their untraced time when the host was traced at all (untraced Python).
+  and their untraced time when the host was traced at all (untraced Python);
+* ``queued``  -- the part of every gap after its closing op's launch call returned
+  (``attribution.queued``): the GPU had the work and waited on something else. Every
+  cause above counts only the host's part of each gap.
 
 Rules (documented in docs/analysis.md):
 1. no GPU operations at all -> ``cpu_only``;
@@ -36,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .attribution import is_sync_drained
+from .attribution import is_sync_drained, queued_ns
 from . import levers as L
 from .bounds import CAUSES, TITLE, WHAT
 from .levers import GRAPHS_NOT_REPLAYED  # noqa: F401  (the tests name it here)
@@ -61,15 +64,19 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     work after it could have overlapped that much and no more; the rest of the gap
     is whatever the host did (a 15 ms Python tail after a 0.4 ms step is host time).
     Allocator time in a drained gap is never the sync's (cudaFree synchronizes itself).
+    Queued time (``queued_ns``: the GPU sat with the gap's closing op already launched) is
+    its own cause, ``queued``; host causes count only the host's part of each gap (the
+    categories of the queued part, ``qcpu_<category>``, are taken out).
     """
     out = {c: 0 for c in CAUSES}
     out.update(unexplained=0, alloc=0)
     if not len(gaps):
         return out
     n = len(gaps)
-    cols = {c: (gaps[f"cpu_{c}"].to_numpy(np.int64) if f"cpu_{c}" in gaps
-                else np.zeros(n, np.int64)) for c in _CPU_COLS}
     dur = gaps["duration"].to_numpy(np.int64)
+    # the queued part of a gap is no host cause's: each category keeps the host's part only
+    qn = queued_ns(gaps)
+    cols = {c: _col(gaps, f"cpu_{c}") - _col(gaps, f"qcpu_{c}") for c in _CPU_COLS}
     sync = is_sync_drained(gaps)
     f = sync_share(gaps)                     # 1 where the whole gap is the sync's, 0 if none
     short = dur <= SHORT_GAP_NS
@@ -80,11 +87,12 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
 
     rest = 1.0 - f                           # the share of each gap left to the host's causes
     whole = np.ones(n)
-    out["data"] = int(cols["dataloader"].sum())
-    out["compile"] = int(cols["compile"].sum())
-    out["graph_capture"] = int(cols["graph_capture"].sum())
-    out["comms"] = int(cols["comm_wait"].sum())
-    out["unexplained"] += int(cols["wait"].sum())   # every launch thread waiting, on nothing traced
+    out["queued"] = int(qn.sum())
+    out["data"] = part("dataloader", whole > 0)
+    out["compile"] = part("compile", whole > 0)
+    out["graph_capture"] = part("graph_capture", whole > 0)
+    out["comms"] = part("comm_wait", whole > 0)
+    out["unexplained"] += part("wait", whole > 0)   # every launch thread waiting, on nothing traced
     # allocator calls are never the sync's: cudaFree synchronizes on its own, so removing
     # the .item() before an empty_cache() saves none of it
     w = {c: (whole if c == "alloc" else rest) for c in _CPU_COLS}
@@ -105,6 +113,10 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     else:
         out["unexplained"] += untraced
     return out
+
+
+def _col(gaps: pd.DataFrame, name: str) -> np.ndarray:
+    return gaps[name].to_numpy(np.int64) if name in gaps else np.zeros(len(gaps), np.int64)
 
 
 _CPU_COLS = ("dataloader", "compile", "graph_capture", "comm_wait", "sync", "alloc", "launch",
@@ -131,7 +143,7 @@ def sync_share(gaps: pd.DataFrame) -> np.ndarray:
     grp = gaps["pid"].to_numpy()[order].astype(np.int64) * 1_000_003 \
         + gaps["device"].to_numpy()[order].astype(np.int64)
     sy = sync[order]
-    d = np.maximum(en - st, 1)
+    d = np.maximum(en - st - queued_ns(gaps)[order], 1)   # the host's part of each gap
     first = np.r_[True, grp[1:] != grp[:-1]]
     between = np.where(first, 0, np.maximum(0, st - np.r_[en[:1], en[:-1]]))
     cum = np.cumsum(between)                 # GPU busy between neighbouring gaps, running

@@ -404,7 +404,8 @@ def _idle_section(d: dict) -> str:
             for c in sorted(CPU_CATEGORIES, key=lambda c: -by.get(c, 0)) if by.get(c)]
     dr = att.get("by_drain") or {}
     drain = (f"<p>queue drained by a blocking sync: {fmt_ns(dr.get('sync', 0))}; host simply late "
-             f"(starved): {fmt_ns(dr.get('starved', 0))}</p>")
+             f"(starved): {fmt_ns(dr.get('starved', 0))}; next op already queued: "
+             f"{fmt_ns(dr.get('queued', 0))}</p>")
     return (f"<h2>Where the idle GPU time went ({fmt_ns(idle)})</h2>"
             f"<p class='meta'>What the launching host threads were doing while the GPU idled.</p>"
             + _hbars(rows) + drain)
@@ -431,7 +432,8 @@ def _gaps_section(a, d: dict) -> str:
         at = r["start_ns"] - w0.get((r["pid"], r["device"]), r["start_ns"])
         host = ", ".join(f"{escape(k)} {fmt_ns(v)}" for k, v in
                          sorted((r.get("by_cpu") or {}).items(), key=lambda kv: -kv[1])[:3])
-        drain = f"sync {escape(r['drain_op'])}" if r.get("drain") == "sync" and r.get("drain_op") else "starved"
+        drain = f"sync {escape(r['drain_op'])}" if r.get("drain") == "sync" and r.get("drain_op") \
+            else ("queued" if r.get("drain") == "queued" else "starved")
         rows.append([f"+{fmt_ns(at)}", fmt_ns(r["duration_ns"]), r["device"],
                      f"#{r['step']}" if r.get("step", -1) >= 0 else "-", drain, host])
     return (f"<h2>Largest idle gaps (of {g.get('count', 0):,}, {fmt_ns(g.get('total_idle_ns', 0))})</h2>"

@@ -9,7 +9,7 @@ from .html import _hbars, page, table
 
 VERDICT_COLORS = {"data": "#ff7f0e", "copy": "#8c564b", "sync": "#d62728", "launch": "#e377c2",
                   "host": "#bcbd22", "comms": "#17becf", "compile": "#9467bd",
-                  "graph_capture": "#c5b0d5", "gpu": "#3b6ea8", "mixed": "#7f7f7f",
+                  "graph_capture": "#c5b0d5", "queued": "#aec7e8", "gpu": "#3b6ea8", "mixed": "#7f7f7f",
                   "unknown": "#9e9e9e", "cpu_only": "#cccccc"}
 MAX_ROWS = 200
 

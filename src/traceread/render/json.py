@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..passes.attribution import CPU_CATEGORIES
+from ..passes.attribution import CPU_CATEGORIES, drain_times
 
 
 def _py(x):
@@ -127,7 +127,9 @@ def gap_records(gaps: pd.DataFrame) -> list[dict]:
         out.append(_py({
             "start_ns": r["start"], "end_ns": r["end"], "duration_ns": r["duration"],
             "pid": r["pid"], "device": r["device"], "step": r["step"],
-            "drain": r["drain"], "drain_op": r["drain_op"] or None, "cpu": r["cpu"],
+            "drain": r["drain"], "drain_op": r["drain_op"] or None,
+            "queued_ns": r.get("queued_ns", 0), "waited_on": r.get("waited_on") or None,
+            "cpu": r["cpu"],
             "by_cpu": {c: r[f"cpu_{c}"] for c in CPU_CATEGORIES if r[f"cpu_{c}"]},
         }))
     return out
@@ -149,12 +151,11 @@ def _attribution(a) -> dict:
     per_dev = []
     g = a.gaps
     for (pid, dev), part in g.groupby(["pid", "device"], sort=True):
-        sync = part["drain"].to_numpy() == "sync"
         dur = part["duration"].to_numpy(np.int64)
         per_dev.append(_py({
             "pid": pid, "device": dev, "idle_ns": int(dur.sum()),
             "by_cpu": {c: int(part[f"cpu_{c}"].sum()) for c in CPU_CATEGORIES},
-            "by_drain": {"sync": int(dur[sync].sum()), "starved": int(dur[~sync].sum())}}))
+            "by_drain": drain_times(part)}))
     return {"by_cpu": s["by_cpu"], "by_drain": s["by_drain"], "drain_x_cpu": s["drain_x_cpu"],
             "by_sync_op": s["by_sync_op"], "devices": per_dev,
             "top_ops": _records(a.top_ops)}

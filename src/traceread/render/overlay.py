@@ -254,6 +254,8 @@ def gap_cause(row: dict) -> str:
     """A gap's name on the timeline: the sync call that drained it, else the host's main activity."""
     if row.get("drain") == "sync" and row.get("drain_op"):
         return f"idle: drained by {row['drain_op']}"
+    if row.get("drain") == "queued":
+        return "idle: next op already queued"
     return f"idle: {row.get('cpu') or 'untraced'}"
 
 

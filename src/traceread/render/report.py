@@ -6,7 +6,7 @@ import textwrap
 
 import numpy as np
 
-from ..passes.attribution import CPU_CATEGORIES
+from ..passes.attribution import CPU_CATEGORIES, waited_summary
 from ..passes.bounds import TITLE
 from .text import TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, utilization_lines
 
@@ -273,9 +273,18 @@ def _attribution(a) -> list[str]:
     lines.append(f"  queue drained by a blocking sync: {fmt_ns(d['sync'])} {_pct(d['sync'], idle).strip()}"
                  f"; host simply late (starved): {fmt_ns(d['starved'])} "
                  f"{_pct(d['starved'], idle).strip()}")
+    if d.get("queued"):
+        lines.append(f"  next op already queued (GPU waited on something else): "
+                     f"{fmt_ns(d['queued'])} {_pct(d['queued'], idle).strip()}"
+                     + _waited(a.gaps))
     for op, v in sorted(s["by_sync_op"].items(), key=lambda kv: -kv[1]["ns"])[:4]:
         lines.append(f"    after {op}: {fmt_ns(v['ns'])} in {_n(v['gaps'], 'gap')}")
     return lines
+
+
+def _waited(gaps) -> str:
+    text = waited_summary(gaps)
+    return f"; on {text}" if text else ""
 
 
 def _steps(a) -> list[str]:
@@ -322,7 +331,9 @@ def _gaps(a) -> list[str]:
     for r in top.to_dict(orient="records"):
         at = r["start"] - w0.get((r["pid"], r["device"]), r["start"])
         parts = sorted(((r[f"cpu_{c}"], c) for c in CPU_CATEGORIES if r[f"cpu_{c}"]), reverse=True)
-        drain = "sync " + r["drain_op"] if r["drain"] == "sync" else "starved"
+        drain = "sync " + r["drain_op"] if r["drain"] == "sync" else r["drain"]
+        if r["drain"] == "queued" and r.get("waited_on"):
+            drain = "queued: " + r["waited_on"]
         step = "#" + str(r["step"]) if r["step"] >= 0 else "-"
         row = (f"  {'+' + fmt_ns(at):>10}  {fmt_ns(r['duration']):>10}  {r['device']:>3}  "
                f"{step:>6}  {_short(drain, 22):<22}  ")

@@ -156,7 +156,8 @@ def dataloader_bound(steps: int = 5, period: int = 50 * MS, fetch: int = 30 * MS
         "gap_ns": gap,
         "by_cpu": {"dataloader": steps * fetch, "untraced": steps * tail,
                    "cpu_op": steps * 80 * US, "launch": steps * 20 * US},
-        "by_drain": {"starved": steps * gap, "sync": 0},
+        # the first kernel of a step starts 30us after its launch call returned: queued
+        "by_drain": {"starved": steps * (gap - 30 * US), "sync": 0, "queued": steps * 30 * US},
         "bound": "data",
     }
     return b.build(), truth
@@ -215,8 +216,10 @@ def item_sync_bound(steps: int = 6, kernels: int = 20, kernel_dur: int = 250 * U
                    "python": steps * (host_after // 2),
                    "cpu_op": steps * (host_after - host_after // 2 + 80 * US),
                    "launch": steps * 20 * US},
-        "by_drain": {"sync": steps * (20 * US + host_after) + n_gaps * 100 * US,
-                     "starved": 100 * US},
+        # the first kernel of a step starts 40us after its launch returned (queued); the
+        # trailing edge gap has no closing op
+        "by_drain": {"sync": steps * (20 * US + host_after) + n_gaps * 60 * US,
+                     "starved": 60 * US, "queued": steps * 40 * US},
         "drain_op": "aten::item",
         "bound": "sync",
     }
@@ -256,7 +259,8 @@ def launch_bound(steps: int = 3, ops_per_step: int = 100, op_dur: int = 40 * US,
         "window_ns": n_gaps * op_dur + lead + kernel_dur,
         "by_cpu": {"launch": (n_gaps + 1) * api_dur,
                    "cpu_op": n_gaps * (gap - api_dur) + lead - api_dur},
-        "by_drain": {"starved": n_gaps * gap + lead, "sync": 0},
+        # kernels start 5us after their launch returns: within SKEW_NS, not queued
+        "by_drain": {"starved": n_gaps * gap + lead, "sync": 0, "queued": 0},
         "bound": "launch",
     }
     return b.build(), truth
@@ -300,8 +304,11 @@ def gpu_bound(steps: int = 4, kernels: int = 50, kernel_dur: int = 2 * MS, bubbl
         "idle_ns": n_gaps_bubbles * bubble + steps * relaunch + 3 * US,
         "gap_count": n_gaps_bubbles + steps + 1,
         "window_ns": steps * (per_step_kernels + relaunch) + 3 * US,
-        "by_drain": {"sync": (steps - 1) * relaunch + 3 * US,
-                     "starved": n_gaps_bubbles * bubble + relaunch},
+        # bubbles: the next kernel was launched long before (queued, GPU-side); a step's
+        # first kernel starts relaunch - 18us after its launch returned (first step: - 15us)
+        "by_drain": {"sync": (steps - 1) * 18 * US + 3 * US, "starved": 15 * US,
+                     "queued": n_gaps_bubbles * bubble + (steps - 1) * (relaunch - 18 * US)
+                     + relaunch - 15 * US},
         "by_cpu": _gpu_bound_cpu(steps, n_gaps_bubbles * bubble, relaunch),
         "drain_op": "cudaDeviceSynchronize",
         "bound": "gpu",
