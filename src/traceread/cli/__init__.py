@@ -140,7 +140,9 @@ def _nothing_running() -> bool:
 
 
 def _die(message: str, code: int = 1) -> None:
-    click.echo(f"traceread: error: {' '.join(message.split())}", err=True)
+    from ..render.safe import name  # a file or kernel name in the message: one inert line
+
+    click.echo(f"traceread: error: {name(str(message).strip())}", err=True)
     sys.exit(code)
 
 

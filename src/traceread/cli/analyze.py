@@ -76,7 +76,7 @@ html_format_option = click.option(
 
 def _trace_command(*extra, fmt_option=format_option):
     """A subcommand over TRACE... with the shared options, plus ``extra`` before --step-pattern."""
-    shared = (click.argument("traces", nargs=-1, required=True, type=click.Path()),
+    shared = (click.argument("traces", nargs=-1, required=True, type=click.Path(readable=False)),
               fmt_option, output_option, *extra, step_pattern_option, steps_option,
               window_option, no_cache_option, strict_option)
 

@@ -43,7 +43,7 @@ def _nccl_text(path: str, trace) -> str:
 
 
 @main.command()
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.argument("traces", nargs=-1, required=True, type=click.Path(readable=False))
 @format_option
 @output_option
 def nccl(traces, fmt, out):
@@ -77,7 +77,7 @@ def _compile_text(path: str, s: dict) -> str:
 
 
 @main.command("compile")
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.argument("traces", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option("--events", "show_events", is_flag=True, help="List every compile episode.")
 @format_option
 @output_option

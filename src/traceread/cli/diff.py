@@ -19,8 +19,8 @@ def _percent(ctx, param, value):
 
 
 @main.command()
-@click.argument("before", type=click.Path())
-@click.argument("after", type=click.Path())
+@click.argument("before", type=click.Path(readable=False))
+@click.argument("after", type=click.Path(readable=False))
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
               show_default=True, help="Output format.")
 @output_option

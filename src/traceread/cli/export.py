@@ -22,8 +22,8 @@ def output_format(out: str) -> str:
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
+@click.argument("trace", type=click.Path(readable=False))
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, readable=False),
               help="File to write: .parquet (with the trace's metadata) or .csv.")
 @strict_option
 def export(trace, out):

@@ -40,7 +40,7 @@ rows_option = click.option(
     help="Row limit, applied as nsys applies it (-1: no limit).")
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @stats_format_option
 @output_option
 @version_option
@@ -51,7 +51,7 @@ def kernels(trace, fmt, out, nsys_version):
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @click.option("--real-calls-only", is_flag=True,
               help="Leave out nsys's CUDA-backtrace duplicate records (nsys counts them).")
 @stats_format_option
@@ -65,7 +65,7 @@ def api(trace, real_calls_only, fmt, out, nsys_version):
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @click.option("--min-gap", default="1ms", show_default=True,
               help="Report idle gaps strictly longer than this (1ms, 500us, 2s, or ns).")
 @stats_format_option
@@ -124,7 +124,7 @@ def _num(v: str):
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @stats_format_option
 @output_option
 @version_option
@@ -137,7 +137,7 @@ def nvtx(trace, fmt, out, nsys_version):
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @click.option("--by", type=click.Choice(["time", "size"]), default="time", show_default=True,
               help="Summarise durations (cuda_gpu_mem_time_sum) or sizes (cuda_gpu_mem_size_sum).")
 @stats_format_option
@@ -152,7 +152,7 @@ def memcpy(trace, by, fmt, out, nsys_version):
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @stats_format_option
 @output_option
 @version_option
@@ -165,7 +165,7 @@ def osrt(trace, fmt, out, nsys_version):
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @click.option("--threshold", type=float, default=50, show_default=True,
               help="Report chunks whose GPU in-use percent is below this.")
 @click.option("--chunks", type=click.IntRange(1, 1000), default=30, show_default=True,
