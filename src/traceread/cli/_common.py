@@ -165,7 +165,7 @@ def emit_json(docs: list, out: str | None) -> None:
     from ..schema import versioned
 
     docs = [versioned(d) if isinstance(d, dict) else d for d in docs]
-    emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
+    emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out, terminal=False)
 
 
 def each_trace(paths, fn) -> tuple[list, int]:

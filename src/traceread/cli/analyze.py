@@ -12,6 +12,7 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
 from ..analysis import analyze as run_analysis
 from ..render.json import dumps, gap_records
 from ..render.report import _fit_list, _short, render_report, short_path
+from ..render import safe
 from ..render.text import fmt_ns, rel_time
 
 def _regex(ctx, param, value):
@@ -167,19 +168,21 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         from ..render.base import get_renderer
 
         page = get_renderer("html", jobs=jobs).render(results if len(results) > 1 else results[0])
-        emit(page, out)
+        emit(page, out, terminal=False)
     elif fmt == "json":
         docs = [a.to_dict() for a in results]
         if jobs:
             from ..schema import versioned
 
-            emit(dumps(versioned({"cross_rank": [j.to_dict() for j in jobs], "traces": docs})), out)
+            emit(dumps(versioned({"cross_rank": [j.to_dict() for j in jobs], "traces": docs})), out,
+                 terminal=False)
         else:
             emit_json(docs, out)
     else:
         from ..render.cross_rank import render_detail, render_summary
 
-        parts = ([render_summary(jobs)] if jobs else []) + [render_report(a) for a in results]
+        parts = ([render_summary(jobs)] if jobs else []) + [render_report(safe.for_display(a))
+                                                             for a in results]
         parts += [render_detail(jobs)] if jobs else []
         emit("\n\n".join(parts), out)
     exit_if_failed(failed)

@@ -46,7 +46,7 @@ def diff(before, after, fmt, out, fail_if_slower, step_pattern):
     d = diff_paths(before, after, step_pattern=step_pattern, load=load_trace)
     if fmt == "html" and out is None:
         raise click.UsageError("--format html needs -o FILE")
-    emit(get_renderer(fmt).render(d), out)
+    emit(get_renderer(fmt).render(d), out, terminal=fmt == "text")
     slower = d.slower_pct()
     if fail_if_slower is not None and slower is not None and slower > fail_if_slower:
         click.echo(f"traceread: AFTER is {slower:.1f}% slower than BEFORE "

@@ -62,8 +62,9 @@ class TextRenderer(Renderer):
 
             return render_text(result)
         from .report import render_report
+        from .safe import for_display
 
-        return render_report(result)
+        return render_report(for_display(result))
 
 
 class JsonRenderer(Renderer):

@@ -52,3 +52,25 @@ def names(df, columns=("name", "Name", "Range", "Operation", "short_name")):
     for c in todo:
         df[c] = df[c].map(lambda v: name(v) if isinstance(v, str) else v)
     return df
+
+
+def strings(value):
+    """``value`` with every string inside it (dicts, lists, tuples) made ``name()``-safe."""
+    if isinstance(value, str):
+        return name(value)
+    if isinstance(value, dict):
+        return {k: strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(strings(v) for v in value)
+    return value
+
+
+def for_display(a):
+    """A shallow copy of Analysis ``a`` for the text report: its verdict's prose (which
+    quotes op, kernel and file names) made one inert line per string. ``a`` itself
+    and everything JSON reads keep the exact names."""
+    import copy
+
+    shown = copy.copy(a)
+    shown.verdict = strings(a.verdict)
+    return shown

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import safe
+
 
 def fmt_ns(ns: float) -> str:
     """Human duration: 1.23 s, 45.6 ms, 789 us, 12 ns."""
@@ -30,8 +32,9 @@ def render_info(info: dict[str, Any]) -> str:
     world = "" if info["world_size"] < 0 else f" of {info['world_size']}"
     version = f" (schema {info['format_version']})" if info["format_version"] else ""
     lines = [
-        f"{info['path']}",
-        f"  format     {info['format']}{version}" + (f", {info['producer']}" if info["producer"] else ""),
+        safe.name(info["path"]),
+        f"  format     {info['format']}{version}"
+        + (f", {safe.name(info['producer'])}" if info["producer"] else ""),
         f"  rank       {rank}{world}",
         f"  devices    {', '.join(_device(d, info) for d in info['devices']) or 'none (CPU-only trace)'}",
         *_processes(info),
@@ -44,14 +47,14 @@ def render_info(info: dict[str, Any]) -> str:
 
 
 def _processes(info: dict[str, Any], most: int = 4) -> list[str]:
-    procs = [f"{pid} ({name})" for pid, name in (info.get("processes") or {}).items()]
+    procs = [f"{pid} ({safe.name(name)})" for pid, name in (info.get("processes") or {}).items()]
     more = f", +{len(procs) - most} more" if len(procs) > most else ""
     return [f"  processes  {', '.join(procs[:most])}{more}"] if procs else []
 
 
 def _device(d: int, info: dict[str, Any]) -> str:
     name = info["device_names"].get(str(d))
-    return f"{d} ({name})" if name else str(d)
+    return f"{d} ({safe.name(name)})" if name else str(d)
 
 
 def utilization_lines(u: dict | None) -> list[str]:
