@@ -31,6 +31,7 @@ OP = f"aten::mm{TITLE}{CR}"
 RANGE = f"forward{CLEAR}{FORGE}"
 DEVICE = f"NVIDIA H100{C1}{FORGE}"
 PROCESS = f"python{OSC52}"
+API = f"cudaLaunchKernel{C1}{FORGE}"
 
 # Raw control characters that must never reach a terminal (tab and newline are layout).
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -44,7 +45,7 @@ def hostile_builder() -> TraceBuilder:
         b.cpu(RANGE, t, 9 * MS, kind="annotation")
         for j in range(5):
             b.op_with_kernel(OP, t + j * MS, 500 * US, 50 * US, 20 * US,
-                             t + j * MS + 100 * US, 300 * US, name=KERNEL)
+                             t + j * MS + 100 * US, 300 * US, name=KERNEL, api=API)
         t += 10 * MS
     return b
 

@@ -257,9 +257,11 @@ class Staging:
     def __enter__(self) -> "Staging":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, err, tb) -> None:
         for tmp in list(self.files.values()) + list(self.dirs.values()):
             _remove(tmp)
+        if isinstance(err, OSError):  # a write into a temporary failed: say which output
+            raise write_error(self.out, err) from None
 
     def target(self, name: str) -> str:
         return str(self.out / name)
