@@ -69,7 +69,7 @@ def test_overlay_onto_a_hardlink_of_the_input_is_refused(tmp_path):
     os.link(t, tmp_path / "h.json.gz")
     code, _, err = cli("overlay", t, "-o", tmp_path / "h.json.gz")
     assert code == 1
-    one_error(err, "is the input")
+    one_error(err, "is an input")
     assert t.read_bytes() == before
 
 
@@ -81,7 +81,7 @@ def test_overlay_onto_the_input_through_a_symlink_or_symlinked_dir_is_refused(tm
     for out in (tmp_path / "s.json.gz", tmp_path / "link" / "t.json.gz"):
         code, _, err = cli("overlay", t, "-o", out)
         assert code == 1
-        one_error(err, "is the input")
+        one_error(err, "is an input")
         assert t.read_bytes() == before
 
 
@@ -91,7 +91,7 @@ def test_diff_output_onto_the_before_trace_is_refused(tmp_path):
     before = a.read_bytes()
     code, _, err = cli("diff", a, b, "-o", a)
     assert code == 1
-    one_error(err, "is the input")
+    one_error(err, "is an input")
     assert a.read_bytes() == before
 
 

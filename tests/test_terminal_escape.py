@@ -171,3 +171,13 @@ def test_warning_line_for_a_cut_trace_is_inert(tmp_path):
     assert code == 0
     assert "traceread: warning:" in err and err.count("\n") == 1
     _assert_inert(err)
+
+
+def test_clicks_own_usage_error_quoting_a_hostile_name_is_inert(tmp_path):
+    p = hostile_trace(tmp_path)
+    d = tmp_path / f"dir{TITLE}"
+    d.mkdir()
+    code, out, err = _run("analyze", p, "-o", d)   # -o names a directory: click refuses it
+    assert code == 2
+    _assert_inert(err)
+    assert "dir\\x1b]0;pwned\\x07" in err

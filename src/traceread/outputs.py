@@ -57,7 +57,8 @@ def refuse_inputs(path: str | os.PathLike, inputs: Iterable[str | os.PathLike]) 
         if "://" in src:
             continue
         if same_file(src, path):
-            raise TraceError(path, f"is the input {src} (the same file): refusing to overwrite it")
+            raise TraceError(path, f"is an input of this command (the same file as {src}): "
+                                   "refusing to overwrite it")
         if os.path.isdir(src) and _trace_inside(path, src):
             raise TraceError(path, f"is a trace inside the input directory {src}: "
                                    "refusing to overwrite it")
@@ -118,7 +119,14 @@ def write_error(path: str | os.PathLike, e: OSError) -> TraceError:
 # --------------------------------------------------------------------------- modes
 
 def umask() -> int:
-    """The process umask (read without changing it for longer than one call)."""
+    """The process umask: from /proc (Linux), else set and put back at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     old = os.umask(0o022)
     os.umask(old)
     return old

@@ -87,7 +87,12 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except TraceError as e:
             _die(str(e))
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except click.ClickException as e:  # click's own message may quote a hostile file name
+            from ..render.safe import text
+
+            e.message = text(e.message)
+            raise
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:
             _die("interrupted", code=130)

@@ -161,7 +161,7 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         jobs = multirank.jobs_of_prepared(prepared, link_gbps)
         multirank.apply_job_verdicts(results, jobs)
     except Exception as e:  # the per-rank reports still print; the run fails
-        click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {' '.join(str(e).split())}",
+        click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {safe.name(e)}",
                    err=True)
         jobs, failed = [], failed + 1
     if fmt == "html":
@@ -200,7 +200,7 @@ def steps(traces, fmt, out, step_pattern, steps_spec, window):
     blocks = []
     for a in results:
         st = a.steps
-        lines = [a.meta.path, f"  {'step':>6}  {'start':>10}  {'host time':>10}  {'GPU busy':>10}  "
+        lines = [safe.name(a.meta.path), f"  {'step':>6}  {'start':>10}  {'host time':>10}  {'GPU busy':>10}  "
                  f"{'GPU idle':>10}  {'gaps':>6}  {'GPU ops':>8}"]
         t0 = int(st["start"].min()) if len(st) else 0
         for r in st.to_dict(orient="records"):

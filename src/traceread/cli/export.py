@@ -8,6 +8,7 @@ import click
 from . import main
 from ._common import atomic_output, load_trace, strict_option
 from ..errors import TraceError
+from ..render import safe
 
 # Suffix -> format; no suffix (e.g. /dev/stdout) stays Parquet, as before CSV existed.
 _FORMATS = {".parquet": "parquet", ".pq": "parquet", "": "parquet", ".csv": "csv"}
@@ -39,4 +40,4 @@ def export(trace, out):
             t.events.to_csv(tmp, index=False)
         else:
             t.to_parquet(tmp)
-    click.echo(f"wrote {len(t)} events to {out}", err=True)
+    click.echo(f"wrote {len(t)} events to {safe.name(out)}", err=True)
