@@ -102,7 +102,8 @@ class _Group(click.Group):
         except Exception as e:  # never a traceback for the user
             if os.environ.get("TRACEREAD_DEBUG"):
                 raise
-            _die(f"internal error: {type(e).__name__}: {e} (set TRACEREAD_DEBUG=1 for a traceback)")
+            _die(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+                 "(set TRACEREAD_DEBUG=1 for a traceback)")
 
 
 def run(prog_name: str = "traceread") -> None:

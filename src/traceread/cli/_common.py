@@ -189,7 +189,7 @@ def each_trace(paths, fn) -> tuple[list, int]:
         except Exception as e:  # noqa: BLE001 - one file's bug must not lose the others
             if os.environ.get("TRACEREAD_DEBUG"):
                 raise
-            _file_error(f"{p}: internal error: {type(e).__name__}: {e} "
+            _file_error(f"{p}: internal error: {type(e).__name__}: {' '.join(str(e).split())} "
                         "(set TRACEREAD_DEBUG=1 for a traceback)")
             failed += 1
     if not results:

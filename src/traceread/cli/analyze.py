@@ -161,7 +161,7 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         jobs = multirank.jobs_of_prepared(prepared, link_gbps)
         multirank.apply_job_verdicts(results, jobs)
     except Exception as e:  # the per-rank reports still print; the run fails
-        click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {safe.name(e)}",
+        click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {safe.name(' '.join(str(e).split()))}",
                    err=True)
         jobs, failed = [], failed + 1
     if fmt == "html":
