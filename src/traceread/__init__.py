@@ -13,8 +13,7 @@ __version__ = "0.1.0"
 _LAZY = {"load": ("readers", "read"), "Trace": ("table", "Trace"),
          "TraceMeta": ("table", "TraceMeta"), "COLUMNS": ("table", "COLUMNS"),
          "KINDS": ("table", "KINDS"), "SCHEMA": ("table", "SCHEMA"),
-         "read_parquet": ("table", "read_parquet"), "Analysis": ("analysis", "Analysis"),
-         "analyze": ("analysis", "analyze")}
+         "read_parquet": ("table", "read_parquet"), "Analysis": ("analysis", "Analysis")}
 
 
 def __getattr__(name: str):
@@ -28,6 +27,26 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
+
+
+def analyze(trace_or_path, **kwargs):
+    """Run every pass over a Trace or a trace file (``traceread.analysis.analyze``).
+
+    Anything else -- a DataFrame of events, an open file -- is a TypeError that says
+    what to pass, not an AttributeError from deep inside a pass.
+    """
+    import os
+
+    from .analysis import analyze as _analyze
+    from .table import Trace
+
+    if not isinstance(trace_or_path, (str, os.PathLike, Trace)):
+        kind = type(trace_or_path).__name__
+        hint = (" (pass the trace file's path, or traceread.load(path); a DataFrame of "
+                "events is trace.events, an output, not an input)" if kind == "DataFrame" else "")
+        raise TypeError(f"traceread.analyze takes a Trace or a path to a trace file, "
+                        f"not a {kind}{hint}")
+    return _analyze(trace_or_path, **kwargs)
 
 
 def analyze_dir(path, **kwargs):

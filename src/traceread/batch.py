@@ -24,6 +24,7 @@ import pandas as pd
 
 from .detect import GZIP_MAGIC, SQLITE_MAGIC, read_head
 from .errors import TraceError
+from .outputs import Staging, fresh_file, make_dir, same_file
 
 SUMMARY_COLUMNS = [
     "file", "trace_id", "format", "rank", "world_size", "job", "events", "steps", "step_mean_ms",
@@ -410,7 +411,11 @@ def _failed(path: str, reason: str, t0: float) -> dict:
 def run_dask(paths: list[str], scheduler: str, step_pattern: str | None = None,
              on_result: ProgressFn | None = None) -> list[dict]:
     """Same work on an existing Dask distributed cluster at ``scheduler``."""
-    from dask.distributed import Client, as_completed
+    try:
+        from dask.distributed import Client, as_completed
+    except ImportError:
+        raise TraceError(scheduler, "--scheduler needs dask.distributed, which is not "
+                                    "installed (pip install 'traceread[dask]')") from None
 
     results: dict[int, dict] = {}
     with Client(scheduler, set_as_default=False) as client:
@@ -525,41 +530,52 @@ def _job_figures(result: dict, verdict: dict) -> None:
 
 # ----------------------------------------------------------------------------- writing
 
-def write(result: BatchResult, out_dir: str | os.PathLike) -> Path:
-    """summary.parquet/.csv, ranks.parquet, jobs.parquet, matches.parquet, jobs.json and
-    tables/<name>/trace_id=<id>/*.parquet (hive-partitioned, one dataset per table)."""
+def write(result: BatchResult, out_dir: str | os.PathLike, report: str | None = None) -> Path:
+    """summary.parquet/.csv, ranks.parquet, jobs.parquet, matches.parquet, jobs.json,
+    tables/<name>/trace_id=<id>/*.parquet (hive-partitioned, one dataset per table) and,
+    given its text, report.html.
+
+    Everything is built beside its target (``outputs.Staging``) and swapped in only
+    when all of it is written: a failed write (full disk, file-size limit) keeps the
+    previous run's outputs, tables/ included. OUT itself is created, never its parents.
+    """
     import json
 
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    out = Path(out_dir)
-    check_out_dir(out, [r for r in result.summary["file"] if isinstance(r, str)])
-    out.mkdir(parents=True, exist_ok=True)
-    result.summary.to_parquet(out / "summary.parquet", index=False)
-    result.summary.to_csv(out / "summary.csv", index=False)
-    pq.write_table(_to_arrow(result.ranks), out / "ranks.parquet")
-    pq.write_table(_to_arrow(result.matches), out / "matches.parquet")
     from .multirank import jobs_table  # one row per multi-rank job: its verdict in columns
 
-    pq.write_table(_to_arrow(jobs_table(result.jobs)), out / "jobs.parquet")
-    (out / "jobs.json").write_text(json.dumps([j.to_dict() for j in result.jobs], indent=2, default=str))
-    tables_dir = out / "tables"
-    if tables_dir.exists():
-        shutil.rmtree(tables_dir)  # ours (check_out_dir refused anything else)
-    tables_dir.mkdir()
-    (tables_dir / TABLES_MARKER).write_text("written by traceread batch; replaced on each run\n")
-    for name, df in result.tables.items():
-        ds.write_dataset(_to_arrow(df), tables_dir / name, format="parquet",
-                         partitioning=["trace_id"], partitioning_flavor="hive",
-                         existing_data_behavior="overwrite_or_ignore")
+    out = Path(out_dir)
+    inputs = [r for r in result.summary["file"] if isinstance(r, str) and not is_url(r)]
+    check_out_dir(out, inputs)
+    make_dir(out)
+    with Staging(out, inputs) as st:
+        result.summary.to_parquet(st.file("summary.parquet"), index=False)
+        result.summary.to_csv(st.file("summary.csv"), index=False)
+        pq.write_table(_to_arrow(result.ranks), st.file("ranks.parquet"))
+        pq.write_table(_to_arrow(result.matches), st.file("matches.parquet"))
+        pq.write_table(_to_arrow(jobs_table(result.jobs)), st.file("jobs.parquet"))
+        with open(st.file("jobs.json"), "w", encoding="utf-8") as f:
+            f.write(json.dumps([j.to_dict() for j in result.jobs], indent=2, default=str))
+        if report is not None:
+            with open(st.file("report.html"), "w", encoding="utf-8") as f:
+                f.write(report)
+        tables_dir = Path(st.dir("tables"))
+        (tables_dir / TABLES_MARKER).write_text("written by traceread batch; replaced on each run\n")
+        for name, df in result.tables.items():
+            ds.write_dataset(_to_arrow(df), tables_dir / name, format="parquet",
+                             partitioning=["trace_id"], partitioning_flavor="hive",
+                             existing_data_behavior="overwrite_or_ignore")
+        st.commit()
     partial = out / PARTIAL_SUMMARY
-    if partial.exists():
+    if partial.is_file() and not partial.is_symlink():
         partial.unlink()
     return out
 
 
-OUTPUT_FILES = ("summary.parquet", "summary.csv", "ranks.parquet", "matches.parquet", "jobs.json")
+OUTPUT_FILES = ("summary.parquet", "summary.csv", "ranks.parquet", "matches.parquet",
+                "jobs.parquet", "jobs.json", "report.html")
 PARTIAL_SUMMARY = "summary.partial.csv"
 TABLES_MARKER = ".traceread-batch"
 
@@ -567,20 +583,25 @@ TABLES_MARKER = ".traceread-batch"
 def check_out_dir(out: str | os.PathLike, inputs: Iterable[str]) -> None:
     """Refuse an output directory whose writing would destroy an input or foreign data.
 
-    ``write`` replaces OUT/tables and the summary files: an input stored there
-    (``batch DIR -o DIR`` with traces under DIR/tables/) would be deleted, and
-    a tables/ directory not made by traceread is never removed.
+    ``write`` replaces OUT/tables and the output files: an input that *is* one of
+    them (by identity: a hardlink or symlink counts), or is stored under OUT/tables/
+    (``batch DIR -o DIR`` with traces under DIR/tables/), would be lost; a tables/
+    directory not made by traceread is never removed.
     """
     out = Path(out).resolve()
     tables = out / "tables"
-    owned = {out / f for f in OUTPUT_FILES + (PARTIAL_SUMMARY,)}
+    owned = [out / f for f in OUTPUT_FILES + (PARTIAL_SUMMARY,)]
     for p in inputs:
         if is_url(p):
             continue
         rp = Path(p).resolve()
-        if rp in owned or tables in rp.parents:
+        if rp in owned or tables in rp.parents or any(same_file(p, o) for o in owned):
             raise TraceError(out, f"input {p} would be overwritten or deleted by writing the "
                                   "results here: choose another output directory")
+    for o in owned + [tables]:
+        if o.is_symlink():  # checked before the (long) batch runs, and again when writing
+            raise TraceError(o, "is a symbolic link: refusing to write through it "
+                                "(remove the link or choose another output directory)")
     if tables.is_dir() and not _ours(tables):
         raise TraceError(out, f"{tables} exists and was not written by traceread batch: "
                               "not replacing it (choose another output directory)")
@@ -612,9 +633,8 @@ class PartialSummary:
     def __init__(self, out_dir: str | os.PathLike):
         import csv
 
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self.f = open(out / PARTIAL_SUMMARY, "w", newline="", encoding="utf-8")
+        out = make_dir(out_dir)  # the directory named, never its parents
+        self.f = fresh_file(out / PARTIAL_SUMMARY, newline="", encoding="utf-8")
         self.w = csv.writer(self.f)
         self.w.writerow(SUMMARY_COLUMNS)
         self.f.flush()

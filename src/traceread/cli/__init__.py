@@ -87,7 +87,12 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except TraceError as e:
             _die(str(e))
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except click.ClickException as e:  # click's own message may quote a hostile file name
+            from ..render.safe import text
+
+            e.message = text(e.message)
+            raise
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:
             _die("interrupted", code=130)
@@ -97,7 +102,8 @@ class _Group(click.Group):
         except Exception as e:  # never a traceback for the user
             if os.environ.get("TRACEREAD_DEBUG"):
                 raise
-            _die(f"internal error: {type(e).__name__}: {e} (set TRACEREAD_DEBUG=1 for a traceback)")
+            _die(f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+                 "(set TRACEREAD_DEBUG=1 for a traceback)")
 
 
 def run(prog_name: str = "traceread") -> None:
@@ -140,7 +146,9 @@ def _nothing_running() -> bool:
 
 
 def _die(message: str, code: int = 1) -> None:
-    click.echo(f"traceread: error: {' '.join(message.split())}", err=True)
+    from ..render.safe import name  # a file or kernel name in the message: one inert line
+
+    click.echo(f"traceread: error: {name(str(message).strip())}", err=True)
     sys.exit(code)
 
 

@@ -1,20 +1,18 @@
 """Small helpers shared by the subcommands."""
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
-import stat
 import sys
-import tempfile
 from contextlib import contextmanager
-from pathlib import Path
 
 import click
 
 from .. import load as _load
 from ..errors import TraceError
+from ..outputs import atomic_file, refuse_inputs
+from ..render import safe
 from ..table import Trace
 
 
@@ -37,7 +35,7 @@ def load_trace(path: str) -> Trace:
                   strict=_STRICT["on"])
     cut = trace.meta.extra.get("truncated")
     if cut:
-        click.echo(f"traceread: warning: {path}: {truncation_note(cut)}", err=True)
+        warn(f"{path}: {truncation_note(cut)}")
     return trace
 
 
@@ -76,7 +74,7 @@ def _inputs() -> list[str]:
     ctx = click.get_current_context(silent=True)
     out: list[str] = []
     while ctx is not None:
-        for name in ("traces", "trace", "directory", "paths"):
+        for name in ("traces", "trace", "directory", "paths", "before", "after"):
             v = ctx.params.get(name)
             if isinstance(v, str):
                 out.append(v)
@@ -87,59 +85,21 @@ def _inputs() -> list[str]:
 
 
 def check_output(path: str, inputs: list[str] | None = None) -> None:
-    """Refuse an output path that is one of the inputs (it would be overwritten)."""
-    for src in _inputs() if inputs is None else inputs:
-        try:
-            if os.path.samefile(src, path):
-                raise TraceError(path, "is an input of this command: refusing to overwrite it")
-        except OSError:
-            continue
-
-
-def _write_error(path: str, e: OSError) -> TraceError:
-    parent = os.path.dirname(os.path.abspath(path))
-    if e.errno == errno.ENOENT and not os.path.isdir(parent):
-        return TraceError(path, f"cannot write: directory {parent} does not exist")
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return TraceError(path, "disk full while writing")
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return TraceError(path, f"cannot write: {e.strerror}")
-    return TraceError(path, f"cannot write: {e.strerror or e}")
+    """Refuse an output path that is one of the inputs, by identity (``outputs.refuse_inputs``)."""
+    refuse_inputs(path, _inputs() if inputs is None else inputs)
 
 
 @contextmanager
 def atomic_output(path: str, binary: bool = False):
     """Yield a temporary path beside ``path``; it replaces ``path`` only on success.
 
-    A failed write (full disk, an error while rendering) leaves an existing
-    ``path`` untouched and no temporary behind. A special file (``/dev/stdout``)
+    ``outputs.atomic_file`` with this command's inputs: an input (by identity), a
+    symlink to a file or a directory is refused before anything is read; a failed
+    write leaves an existing ``path`` untouched; a device or pipe (``/dev/stdout``)
     is written in place. OSErrors become one-line TraceErrors.
     """
-    check_output(path)
-    try:
-        special = os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        special = False
-    if special:
-        try:
-            yield path
-        except OSError as e:
-            raise _write_error(path, e) from None
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{Path(path).name}.", suffix=".tmp")
-        os.close(fd)
-    except OSError as e:
-        raise _write_error(path, e) from None
-    try:
+    with atomic_file(path, _inputs()) as tmp:
         yield tmp
-        os.replace(tmp, path)
-    except OSError as e:
-        raise _write_error(path, e) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 @contextmanager
@@ -153,18 +113,34 @@ def output_stream(path: str | None):
             yield f
 
 
-def emit(text: str, out: str | None) -> None:
+def emit(text: str, out: str | None, terminal: bool = True) -> None:
+    """Write ``text`` to ``-o`` or stdout. ``terminal``: a text render, whose control
+    characters are escaped (``render.safe.text``) wherever it goes; machine formats
+    (``terminal=False``: CSV, HTML) keep their bytes, except on a terminal."""
+    if terminal or (out in (None, "-") and sys.stdout.isatty()):
+        text = safe.text(text)
     with output_stream(out) as f:
         f.write(text)
         if not text.endswith("\n"):
             f.write("\n")
 
 
+def warn(message: str) -> None:
+    """One ``traceread: warning:`` line on stderr, terminal-safe."""
+    click.echo(f"traceread: warning: {one_line(message)}", err=True)
+
+
+def one_line(message: str) -> str:
+    """A message as one terminal-safe line: every control character (a newline in a
+    file or kernel name too) becomes a visible escape."""
+    return safe.name(str(message).strip())
+
+
 format_option = click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
     help="Output format.")
 output_option = click.option(
-    "-o", "--output", "out", type=click.Path(dir_okay=False), default=None,
+    "-o", "--output", "out", type=click.Path(dir_okay=False, readable=False), default=None,
     help="Write to this file instead of stdout.")
 
 
@@ -189,7 +165,7 @@ def emit_json(docs: list, out: str | None) -> None:
     from ..schema import versioned
 
     docs = [versioned(d) if isinstance(d, dict) else d for d in docs]
-    emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out)
+    emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out, terminal=False)
 
 
 def each_trace(paths, fn) -> tuple[list, int]:
@@ -213,7 +189,7 @@ def each_trace(paths, fn) -> tuple[list, int]:
         except Exception as e:  # noqa: BLE001 - one file's bug must not lose the others
             if os.environ.get("TRACEREAD_DEBUG"):
                 raise
-            _file_error(f"{p}: internal error: {type(e).__name__}: {e} "
+            _file_error(f"{p}: internal error: {type(e).__name__}: {' '.join(str(e).split())} "
                         "(set TRACEREAD_DEBUG=1 for a traceback)")
             failed += 1
     if not results:
@@ -222,7 +198,7 @@ def each_trace(paths, fn) -> tuple[list, int]:
 
 
 def _file_error(message: str) -> None:
-    click.echo(f"traceread: error: {' '.join(message.split())}", err=True)
+    click.echo(f"traceread: error: {one_line(message)}", err=True)
 
 
 def exit_if_failed(failed: int) -> None:

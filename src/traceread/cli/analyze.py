@@ -12,6 +12,7 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
 from ..analysis import analyze as run_analysis
 from ..render.json import dumps, gap_records
 from ..render.report import _fit_list, _short, render_report, short_path
+from ..render import safe
 from ..render.text import fmt_ns, rel_time
 
 def _regex(ctx, param, value):
@@ -76,7 +77,7 @@ html_format_option = click.option(
 
 def _trace_command(*extra, fmt_option=format_option):
     """A subcommand over TRACE... with the shared options, plus ``extra`` before --step-pattern."""
-    shared = (click.argument("traces", nargs=-1, required=True, type=click.Path()),
+    shared = (click.argument("traces", nargs=-1, required=True, type=click.Path(readable=False)),
               fmt_option, output_option, *extra, step_pattern_option, steps_option,
               window_option, no_cache_option, strict_option)
 
@@ -160,26 +161,28 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         jobs = multirank.jobs_of_prepared(prepared, link_gbps)
         multirank.apply_job_verdicts(results, jobs)
     except Exception as e:  # the per-rank reports still print; the run fails
-        click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {' '.join(str(e).split())}",
+        click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {safe.name(' '.join(str(e).split()))}",
                    err=True)
         jobs, failed = [], failed + 1
     if fmt == "html":
         from ..render.base import get_renderer
 
         page = get_renderer("html", jobs=jobs).render(results if len(results) > 1 else results[0])
-        emit(page, out)
+        emit(page, out, terminal=False)
     elif fmt == "json":
         docs = [a.to_dict() for a in results]
         if jobs:
             from ..schema import versioned
 
-            emit(dumps(versioned({"cross_rank": [j.to_dict() for j in jobs], "traces": docs})), out)
+            emit(dumps(versioned({"cross_rank": [j.to_dict() for j in jobs], "traces": docs})), out,
+                 terminal=False)
         else:
             emit_json(docs, out)
     else:
         from ..render.cross_rank import render_detail, render_summary
 
-        parts = ([render_summary(jobs)] if jobs else []) + [render_report(a) for a in results]
+        parts = ([render_summary(jobs)] if jobs else []) + [render_report(safe.for_display(a))
+                                                             for a in results]
         parts += [render_detail(jobs)] if jobs else []
         emit("\n\n".join(parts), out)
     exit_if_failed(failed)
@@ -197,7 +200,7 @@ def steps(traces, fmt, out, step_pattern, steps_spec, window):
     blocks = []
     for a in results:
         st = a.steps
-        lines = [a.meta.path, f"  {'step':>6}  {'start':>10}  {'host time':>10}  {'GPU busy':>10}  "
+        lines = [safe.name(a.meta.path), f"  {'step':>6}  {'start':>10}  {'host time':>10}  {'GPU busy':>10}  "
                  f"{'GPU idle':>10}  {'gaps':>6}  {'GPU ops':>8}"]
         t0 = int(st["start"].min()) if len(st) else 0
         for r in st.to_dict(orient="records"):

@@ -6,13 +6,14 @@ import os
 import click
 
 from . import main
+from ..render import safe
 
 
 @main.command()
 @click.argument("directory")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes (default: number of CPUs).")
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="traceread-batch",
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, readable=False), default="traceread-batch",
               show_default=True, help="Output directory.")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Run on this existing Dask distributed scheduler instead of local processes.")
@@ -35,10 +36,13 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
     there would overwrite an input or a tables/ directory not made by traceread.
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .. import batch as b
 
+    if scheduler:
+        _need_dask(scheduler)
     paths, skipped = b.discover(directory)
     if not paths:
         from ..errors import TraceError
@@ -54,7 +58,8 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
 
         def tick(res):
             partial.add(res)
-            progress.update(task, advance=1, last=os.path.basename(res["row"]["file"]))
+            last = escape(safe.name(os.path.basename(res["row"]["file"])))  # rich markup too
+            progress.update(task, advance=1, last=last)
 
         try:
             res = b.run(directory, jobs=jobs, scheduler=scheduler, step_pattern=step_pattern,
@@ -62,13 +67,23 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
         finally:
             partial.close()
     res.skipped = skipped
-    out = b.write(res, out_dir)
     from ..render.html_batch import batch_page
 
-    (out / "report.html").write_text(batch_page(res), encoding="utf-8")
-    click.echo(render_summary(res, str(out)))
+    out = b.write(res, out_dir, report=batch_page(res))
+    click.echo(safe.text(render_summary(res, str(out))))
     if res.failed:
         ctx.exit(1)
+
+
+def _need_dask(scheduler: str) -> None:
+    """Say at once, before any work, that --scheduler cannot run here."""
+    try:
+        import dask.distributed  # noqa: F401
+    except ImportError:
+        from ..errors import TraceError
+
+        raise TraceError(scheduler, "--scheduler needs dask.distributed, which is not "
+                                    "installed (pip install 'traceread[dask]')") from None
 
 
 def render_summary(res, out: str) -> str:
@@ -82,14 +97,14 @@ def render_summary(res, out: str) -> str:
         verdicts = ok["verdict"].fillna("?").value_counts()
         lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
     for r in s[s["error"].notna()].itertuples():
-        lines.append(f"  failed: {r.file}: {r.error}")
+        lines.append(f"  failed: {safe.name(r.file)}: {safe.name(r.error)}")
     if "truncated_at_byte" in s:
         for r in s[s["truncated_at_byte"].notna() & s["error"].isna()].itertuples():
-            lines.append(f"  truncated: {r.file}: cut at byte {r.truncated_at_byte:,}, "
+            lines.append(f"  truncated: {safe.name(r.file)}: cut at byte {r.truncated_at_byte:,}, "
                          f"analysed the {r.events:,} events before the cut")
     if res.jobs:
         lines.append("")
         lines.append(render_text(res.jobs))
     lines.append("")
-    lines.append(f"wrote {out}/summary.parquet, summary.csv, ranks.parquet, jobs.parquet, tables/, report.html")
+    lines.append(f"wrote {safe.name(out)}/summary.parquet, summary.csv, ranks.parquet, jobs.parquet, tables/, report.html")
     return "\n".join(lines)

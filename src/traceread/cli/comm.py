@@ -10,6 +10,7 @@ from . import main
 from ._common import each_trace, emit, emit_json, exit_if_failed, format_option, output_option
 from ..passes.compile import compile_events, compile_summary
 from ..passes.nccl import collective_summary, comm_overlap, nccl_report
+from ..render import safe
 from ..render.text import fmt_ns
 
 
@@ -20,7 +21,7 @@ def _num(v, fmt="{:.1f}"):
 def _nccl_text(path: str, trace) -> str:
     ov = comm_overlap(trace)
     summ = collective_summary(trace)
-    lines = [f"{path}"]
+    lines = [safe.name(path)]
     if not len(ov) or int(ov["comm_kernels"].sum()) == 0:
         lines.append("  no NCCL/RCCL kernels")
         return "\n".join(lines)
@@ -35,7 +36,7 @@ def _nccl_text(path: str, trace) -> str:
                  f"{'avg msg':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}{'ranks':>7}")
     for r in summ.itertuples():
         msg = "-" if r.sized == 0 else f"{r.avg_msg_bytes / 2**20:.2f} MiB"
-        lines.append(f"  {r.collective:<15}{r.count:>7}{fmt_ns(r.total_ns):>11}"
+        lines.append(f"  {safe.name(r.collective):<15}{r.count:>7}{fmt_ns(r.total_ns):>11}"
                      f"{fmt_ns(r.exposed_ns):>11}{msg:>12}{_num(r.algbw_gbps, '{:.2f}'):>12}"
                      f"{_num(r.busbw_gbps, '{:.2f}'):>12}"
                      f"{(str(r.group_size) if r.group_size > 0 else '-'):>7}")
@@ -43,7 +44,7 @@ def _nccl_text(path: str, trace) -> str:
 
 
 @main.command()
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.argument("traces", nargs=-1, required=True, type=click.Path(readable=False))
 @format_option
 @output_option
 def nccl(traces, fmt, out):
@@ -58,7 +59,7 @@ def nccl(traces, fmt, out):
 
 
 def _compile_text(path: str, s: dict) -> str:
-    lines = [path]
+    lines = [safe.name(path)]
     if s["episodes"] == 0 and s["compiled_region_calls"] == 0 and s["cache_lookups"] == 0:
         lines.append("  no torch.compile activity")
         return "\n".join(lines)
@@ -72,15 +73,17 @@ def _compile_text(path: str, s: dict) -> str:
         lines.append(f"  CUDA-graph recording {fmt_ns(s['cudagraph_record_ns'])}")
     for f in s["frames"]:
         steps = ",".join(str(x) for x in f["steps"]) or "-"
-        lines.append(f"    frame {f['frame']}: compiles {f['compiles']}, recompiles {f['recompiles']}, "
-                     f"{fmt_ns(f['compile_ns'])}, steps {steps}; ran {' '.join(f['regions_seen']) or '-'}")
+        lines.append(f"    frame {safe.name(f['frame'])}: compiles {f['compiles']}, recompiles {f['recompiles']}, "
+                     f"{fmt_ns(f['compile_ns'])}, steps {steps}; "
+                     f"ran {safe.name(' '.join(f['regions_seen'])) or '-'}")
     for b in s.get("breaks") or []:
-        lines.append(f"    graph break: frame {b['frame']} resumes in frame {b['resumes']} ({b['calls']} calls)")
+        lines.append(f"    graph break: frame {safe.name(str(b['frame']))} resumes in frame "
+                     f"{safe.name(str(b['resumes']))} ({b['calls']} calls)")
     return "\n".join(lines)
 
 
 @main.command("compile")
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.argument("traces", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option("--events", "show_events", is_flag=True, help="List every compile episode.")
 @format_option
 @output_option
@@ -102,7 +105,7 @@ def compile_cmd(traces, show_events, fmt, out):
             text = _compile_text(p, s)
             for e in s.get("events", []):
                 text += (f"\n      {e['compile_id'] or '?'} step {e['step']} "
-                         f"{fmt_ns(e['dur'])} ({e['name']})")
+                         f"{fmt_ns(e['dur'])} ({safe.name(e['name'])})")
             parts.append(text)
         emit("\n\n".join(parts), out)
     exit_if_failed(failed)

@@ -19,8 +19,8 @@ def _percent(ctx, param, value):
 
 
 @main.command()
-@click.argument("before", type=click.Path())
-@click.argument("after", type=click.Path())
+@click.argument("before", type=click.Path(readable=False))
+@click.argument("after", type=click.Path(readable=False))
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
               show_default=True, help="Output format.")
 @output_option
@@ -46,7 +46,7 @@ def diff(before, after, fmt, out, fail_if_slower, step_pattern):
     d = diff_paths(before, after, step_pattern=step_pattern, load=load_trace)
     if fmt == "html" and out is None:
         raise click.UsageError("--format html needs -o FILE")
-    emit(get_renderer(fmt).render(d), out)
+    emit(get_renderer(fmt).render(d), out, terminal=fmt == "text")
     slower = d.slower_pct()
     if fail_if_slower is not None and slower is not None and slower > fail_if_slower:
         click.echo(f"traceread: AFTER is {slower:.1f}% slower than BEFORE "

@@ -8,6 +8,7 @@ import click
 from . import main
 from ._common import atomic_output, load_trace, strict_option
 from ..errors import TraceError
+from ..render import safe
 
 # Suffix -> format; no suffix (e.g. /dev/stdout) stays Parquet, as before CSV existed.
 _FORMATS = {".parquet": "parquet", ".pq": "parquet", "": "parquet", ".csv": "csv"}
@@ -22,8 +23,8 @@ def output_format(out: str) -> str:
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
+@click.argument("trace", type=click.Path(readable=False))
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, readable=False),
               help="File to write: .parquet (with the trace's metadata) or .csv.")
 @strict_option
 def export(trace, out):
@@ -39,4 +40,4 @@ def export(trace, out):
             t.events.to_csv(tmp, index=False)
         else:
             t.to_parquet(tmp)
-    click.echo(f"wrote {len(t)} events to {out}", err=True)
+    click.echo(f"wrote {len(t)} events to {safe.name(out)}", err=True)

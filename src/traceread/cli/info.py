@@ -12,7 +12,7 @@ from ..render.text import render_info
 
 
 @main.command()
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.argument("traces", nargs=-1, required=True, type=click.Path(readable=False))
 @format_option
 @output_option
 @no_cache_option

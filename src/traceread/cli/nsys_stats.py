@@ -19,6 +19,7 @@ from ..passes.gaps import gpu_gaps, nsys_order
 from ..passes.kernels import kernel_summary, render_csv, render_summary, render_text
 from ..passes.nsys_compat import AUTO, STATS_VERSIONS, stats_version
 from ..passes.window import trace_span
+from ..render import safe
 from ..render.text import fmt_ns, rel_time
 from ..table import Trace
 from . import main
@@ -40,18 +41,19 @@ rows_option = click.option(
     help="Row limit, applied as nsys applies it (-1: no limit).")
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @stats_format_option
 @output_option
 @version_option
 def kernels(trace, fmt, out, nsys_version):
     """GPU kernel summary of TRACE (nsys stats cuda_gpu_kern_sum)."""
     t = load_trace(trace)
-    emit(render_summary(kernel_summary(t), fmt, version=stats_version(t, nsys_version)), out)
+    s = _text_names(kernel_summary(t), fmt)
+    emit(render_summary(s, fmt, version=stats_version(t, nsys_version)), out, terminal=fmt == "text")
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @click.option("--real-calls-only", is_flag=True,
               help="Leave out nsys's CUDA-backtrace duplicate records (nsys counts them).")
 @stats_format_option
@@ -61,11 +63,12 @@ def api(trace, real_calls_only, fmt, out, nsys_version):
     """CUDA API summary of TRACE (nsys stats cuda_api_sum)."""
     t = load_trace(trace)
     summary = api_summary(t, nsys_compat=not real_calls_only)
-    emit(render_api(summary, fmt, stats_version(t, nsys_version)), out)
+    emit(render_api(_text_names(summary, fmt), fmt, stats_version(t, nsys_version)), out,
+         terminal=fmt == "text")
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @click.option("--min-gap", default="1ms", show_default=True,
               help="Report idle gaps strictly longer than this (1ms, 500us, 2s, or ns).")
 @stats_format_option
@@ -74,7 +77,7 @@ def api(trace, real_calls_only, fmt, out, nsys_version):
 def gaps(trace, min_gap, fmt, out, rows):
     """GPU idle gaps of TRACE per process and device (nsys stats gpu_gaps)."""
     t = load_trace(trace)
-    emit(render_gaps(t, parse_duration(min_gap), fmt, rows), out)
+    emit(render_gaps(t, parse_duration(min_gap), fmt, rows), out, terminal=fmt == "text")
 
 
 def gap_rows(t: Trace, min_gap_ns: int, rows: int = reports.NSYS_ROW_LIMIT) -> list[list[str]]:
@@ -114,6 +117,12 @@ def _render_table(headers, rows, fmt: str, plain=()) -> str:
     return render_text(headers, rows, numeric_cols=len(headers), plain=plain)
 
 
+def _text_names(df, fmt: str):
+    """For the text table, names as one terminal-safe line each (``render.safe``);
+    csv and json keep them exact, as nsys writes them."""
+    return safe.names(df) if fmt == "text" else df
+
+
 def _num(v: str):
     if v.lstrip("-").isdigit():
         return int(v)
@@ -124,7 +133,7 @@ def _num(v: str):
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @stats_format_option
 @output_option
 @version_option
@@ -132,12 +141,13 @@ def nvtx(trace, fmt, out, nsys_version):
     """NVTX range summary of TRACE (nsys stats nvtx_sum; Kineto: user annotations)."""
     t = load_trace(trace)
     v = stats_version(t, nsys_version)
-    s = reports.nvtx_summary(t, v)
-    emit(reports.render_nvtx(s, fmt, v) if len(s) or fmt != "text" else "no NVTX ranges", out)
+    s = _text_names(reports.nvtx_summary(t, v), fmt)
+    emit(reports.render_nvtx(s, fmt, v) if len(s) or fmt != "text" else "no NVTX ranges", out,
+         terminal=fmt == "text")
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @click.option("--by", type=click.Choice(["time", "size"]), default="time", show_default=True,
               help="Summarise durations (cuda_gpu_mem_time_sum) or sizes (cuda_gpu_mem_size_sum).")
 @stats_format_option
@@ -146,26 +156,27 @@ def nvtx(trace, fmt, out, nsys_version):
 def memcpy(trace, by, fmt, out, nsys_version):
     """GPU memcpy/memset summary of TRACE by operation (nsys stats cuda_gpu_mem_*_sum)."""
     t = load_trace(trace)
-    s = reports.memop_time_summary(t) if by == "time" else reports.memop_size_summary(t)
+    s = _text_names(reports.memop_time_summary(t) if by == "time" else reports.memop_size_summary(t),
+                    fmt)
     text = reports.render_memops(s, by, fmt, stats_version(t, nsys_version))
-    emit(text if len(s) or fmt != "text" else "no GPU memcpy/memset", out)
+    emit(text if len(s) or fmt != "text" else "no GPU memcpy/memset", out, terminal=fmt == "text")
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @stats_format_option
 @output_option
 @version_option
 def osrt(trace, fmt, out, nsys_version):
     """OS runtime call summary of TRACE (nsys stats osrt_sum; nsys exports only)."""
     t = load_trace(trace)
-    s = reports.osrt_summary(t)
+    s = _text_names(reports.osrt_summary(t), fmt)
     text = reports.render_osrt(s, fmt, stats_version(t, nsys_version))
-    emit(text if len(s) or fmt != "text" else "no OS runtime calls", out)
+    emit(text if len(s) or fmt != "text" else "no OS runtime calls", out, terminal=fmt == "text")
 
 
 @main.command()
-@click.argument("trace", type=click.Path())
+@click.argument("trace", type=click.Path(readable=False))
 @click.option("--threshold", type=float, default=50, show_default=True,
               help="Report chunks whose GPU in-use percent is below this.")
 @click.option("--chunks", type=click.IntRange(1, 1000), default=30, show_default=True,
@@ -183,4 +194,5 @@ def util(trace, threshold, chunks, rows, fmt, out, nsys_version):
     if not table and fmt == "text":
         emit(f"no region below {threshold:g}% GPU utilisation", out)
         return
-    emit(_render_table(reports.UTIL_HEADERS, table, fmt, plain=(0, 4, 5, 6)), out)
+    emit(_render_table(reports.UTIL_HEADERS, table, fmt, plain=(0, 4, 5, 6)), out,
+         terminal=fmt == "text")

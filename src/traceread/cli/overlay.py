@@ -11,8 +11,8 @@ from .analyze import step_pattern_option, steps_option, window_option
 
 
 @main.command()
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", "out", required=True, type=click.Path(),
+@click.argument("traces", nargs=-1, required=True, type=click.Path(readable=False))
+@click.option("-o", "--output", "out", required=True, type=click.Path(readable=False),
               help="Chrome trace JSON to write (.json.gz: gzip-compressed); with several "
                    "TRACEs a directory, one NAME.overlay.json.gz per trace.")
 @step_pattern_option
@@ -23,10 +23,13 @@ def overlay(traces, out, step_pattern, steps_spec, window):
     """TRACE plus tracks for ui.perfetto.dev: idle gaps by cause, steps, exposed comm, compiles.
 
     Several TRACEs that are ranks of one job also get each rank's straggler waits."""
-    from ..errors import TraceError
+    from ..outputs import refuse_inputs
     from ..render.overlay import straggler_waits, write_overlay
+    from ..render.safe import name
 
     targets = _targets(traces, out)
+    for dst in targets:  # before any trace is read: an input is never opened for writing
+        refuse_inputs(dst, traces)
     loaded = [load_trace(t) for t in traces]
     waits = {}
     if len(loaded) > 1:
@@ -34,19 +37,19 @@ def overlay(traces, out, step_pattern, steps_spec, window):
 
         waits = straggler_waits(analyze_traces(loaded))
     for src, trace, dst in zip(traces, loaded, targets):
-        if os.path.abspath(dst) == os.path.abspath(src):
-            raise TraceError(dst, "refusing to overwrite the input trace")
         a = _analyze(src, trace, step_pattern, steps_spec, window)
         n = write_overlay(a, dst, waits.get(trace.meta.path))
-        click.echo(f"wrote {dst}: {n:,} traceread events added to {a.events:,} "
+        click.echo(f"wrote {name(dst)}: {n:,} traceread events added to {a.events:,} "
                    f"(open in https://ui.perfetto.dev, or Chromium DevTools > Performance > "
                    f"Load profile)", err=True)
 
 
 def _targets(traces, out) -> list[str]:
+    from ..outputs import make_dir
+
     if len(traces) == 1:
         return [out]
-    os.makedirs(out, exist_ok=True)
+    make_dir(out)  # the directory named, never its parents
     names = [os.path.basename(t).split(".json")[0].split(".sqlite")[0] for t in traces]
     if len(set(names)) != len(names):  # same file names in different folders: number them
         names = [f"{i}-{n}" for i, n in enumerate(names)]

@@ -21,8 +21,7 @@ TITLE = {
     "comms": "communication-bound: collectives are exposed or the host waits on them",
     "compile": "compile-bound: the host compiles (dynamo/inductor) while the GPU idles",
     "graph_capture": "graph-capture-bound: the host records CUDA graphs while the GPU idles",
-    "queued": "queued: the next kernel was already launched; the GPU waited on a dependency "
-              "or its own front-end",
+    "queued": "queued: the GPU had work queued and waited on a dependency or its front-end",
     "gpu": "GPU-bound: the GPU is densely busy; make the kernels cheaper",
     "mixed": "mixed: no single cause dominates the lost GPU time",
     "unknown": "unknown: the GPU idles while the host is not traced",

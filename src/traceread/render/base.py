@@ -38,13 +38,18 @@ class Renderer:
         raise NotImplementedError
 
     def write(self, result, path: str) -> int:
-        """Render into ``path`` (gzip-compressed when it ends in .gz); returns bytes written."""
+        """Render into ``path`` (gzip-compressed when it ends in .gz); returns bytes written.
+
+        Atomic (``outputs.write_bytes``): a failed write keeps the previous ``path``, a
+        symlink or the result's own trace file at ``path`` is refused."""
+        from ..outputs import write_bytes
+
         doc = self.render(result)
         data = doc if isinstance(doc, bytes) else doc.encode("utf-8")
         if str(path).endswith(".gz"):
             data = gzip.compress(data, compresslevel=6)
-        with open(path, "wb") as f:
-            f.write(data)
+        meta = getattr(result, "meta", None)
+        write_bytes(path, data, [meta.path] if getattr(meta, "path", None) else [])
         return len(data)
 
 
@@ -57,8 +62,9 @@ class TextRenderer(Renderer):
 
             return render_text(result)
         from .report import render_report
+        from .safe import for_display
 
-        return render_report(result)
+        return render_report(for_display(result))
 
 
 class JsonRenderer(Renderer):

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+from contextlib import contextmanager
 from typing import Iterable, Iterator
 
 import msgspec
@@ -67,33 +69,46 @@ class OverlayRenderer(Renderer):
 
 
 def write_overlay(a, path: str, waits: pd.DataFrame | None = None) -> int:
-    """Write the overlay of analysis ``a`` to ``path`` (.gz: gzip). Returns events added."""
+    """Write the overlay of analysis ``a`` to ``path`` (.gz: gzip). Returns events added.
+
+    Written to a temporary file beside ``path`` and renamed over it when complete
+    (``outputs.atomic_file``): a failed write keeps the previous ``path``, and the
+    source trace -- by identity, so also through a hardlink or symlink -- is refused
+    as ``path`` before anything is opened."""
+    from ..outputs import atomic_file
+
     added = overlay_events(a, waits)
     if a.trace is None and not _spliceable(a):
         raise TraceError(a.meta.path, "the analysis holds no trace to overlay")
-    try:
-        with _open_out(path) as out:
+    with atomic_file(path, [a.meta.path]) as tmp:
+        with _open_out(tmp, path) as out:
             if _spliceable(a):
                 with _open_source(a.meta.path) as src:
                     _splice(src, out, added)
             else:
                 for text in _table_document(a.trace, added):
                     out.write(text.encode("utf-8"))
-    except OSError as e:
-        raise TraceError(path, f"cannot write: {e.strerror or e}") from None
     return len(added)
 
 
-def _open_out(path: str):
-    """gzip level 3 for .gz (1 GB trace: 13 s, 65 MB; level 9: 97 s, 44 MB; bench_render.py)."""
-    if not str(path).endswith(".gz"):
-        return open(path, "wb")
-    try:  # isal's gzip is several times faster; the "fast" extra installs it
-        from isal import igzip
+@contextmanager
+def _open_out(tmp: str, target: str):
+    """gzip level 3 for .gz (1 GB trace: 13 s, 65 MB; level 9: 97 s, 44 MB; bench_render.py).
 
-        return igzip.open(path, "wb", compresslevel=2)
-    except ImportError:
-        return gzip.open(path, "wb", compresslevel=3)
+    The gzip header names ``target``, not the temporary file being written."""
+    with open(tmp, "wb") as raw:
+        if not str(target).endswith(".gz"):
+            yield raw
+            return
+        name = os.path.basename(str(target))[:-3]
+        try:  # isal's gzip is several times faster; the "fast" extra installs it
+            from isal import igzip
+
+            z = igzip.IGzipFile(filename=name, mode="wb", fileobj=raw, compresslevel=2)
+        except ImportError:
+            z = gzip.GzipFile(filename=name, mode="wb", fileobj=raw, compresslevel=3)
+        with z:
+            yield z
 
 
 # --- the added events ------------------------------------------------------------

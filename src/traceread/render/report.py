@@ -8,6 +8,7 @@ import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES, waited_summary
 from ..passes.bounds import TITLE
+from . import safe
 from .text import TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, utilization_lines
 
 BOUND_TITLE = TITLE
@@ -20,7 +21,7 @@ WIDTH = 100  # terminal columns the report keeps to (prose wraps, kernel names s
 
 
 def _short(name: str, w: int = NAME_W) -> str:
-    name = " ".join(str(name).split())
+    name = safe.name(re.sub(" +", " ", str(name).strip(" ")))  # one inert line (render/safe.py)
     return name if len(name) <= w else name[: w - 1] + "…"
 
 
@@ -43,6 +44,7 @@ def _glue_units(text: str) -> str:
 
 def _fit_list(prefix: str, items: list[str], width: int = WIDTH) -> str:
     """As many of ``items`` (largest first), joined by ", ", as fit after ``prefix``."""
+    items = [safe.name(x) for x in items]
     for n in range(len(items), 0, -1):
         text = ", ".join(items[:n])
         if len(prefix) + len(text) <= width:
@@ -52,7 +54,7 @@ def _fit_list(prefix: str, items: list[str], width: int = WIDTH) -> str:
 
 def short_path(path: str, width: int = WIDTH) -> str:
     """A path that fits ``width``: its start and its end (the file name) with … between."""
-    path = str(path)
+    path = safe.name(path)
     if len(path) <= width:
         return path
     tail = path[-(width * 2 // 3):]

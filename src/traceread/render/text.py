@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import safe
+
 
 TODO_ROWS = 8   # to-do items the text and HTML show before "and N more"
 TODO_TITLE = ("To do, largest saving first (each saving an upper bound: the rest of the step "
@@ -62,8 +64,9 @@ def render_info(info: dict[str, Any]) -> str:
     world = "" if info["world_size"] < 0 else f" of {info['world_size']}"
     version = f" (schema {info['format_version']})" if info["format_version"] else ""
     lines = [
-        f"{info['path']}",
-        f"  format     {info['format']}{version}" + (f", {info['producer']}" if info["producer"] else ""),
+        safe.name(info["path"]),
+        f"  format     {info['format']}{version}"
+        + (f", {safe.name(info['producer'])}" if info["producer"] else ""),
         f"  rank       {rank}{world}",
         f"  devices    {', '.join(_device(d, info) for d in info['devices']) or 'none (CPU-only trace)'}",
         *_processes(info),
@@ -76,14 +79,14 @@ def render_info(info: dict[str, Any]) -> str:
 
 
 def _processes(info: dict[str, Any], most: int = 4) -> list[str]:
-    procs = [f"{pid} ({name})" for pid, name in (info.get("processes") or {}).items()]
+    procs = [f"{pid} ({safe.name(name)})" for pid, name in (info.get("processes") or {}).items()]
     more = f", +{len(procs) - most} more" if len(procs) > most else ""
     return [f"  processes  {', '.join(procs[:most])}{more}"] if procs else []
 
 
 def _device(d: int, info: dict[str, Any]) -> str:
     name = info["device_names"].get(str(d))
-    return f"{d} ({name})" if name else str(d)
+    return f"{d} ({safe.name(name)})" if name else str(d)
 
 
 def _occupancy_lines(o: dict) -> list[str]:

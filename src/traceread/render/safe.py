@@ -1,0 +1,76 @@
+"""Text that is safe to show on a terminal.
+
+A trace names its kernels, ops, devices, NVTX ranges and files as it likes, and those
+names reach the terminal. An ESC there starts a control sequence: OSC 52 writes the
+clipboard, OSC 0 the window title, CSI clears the screen or moves the cursor; C1
+controls (U+0080-U+009F) do the same on terminals that take 8-bit controls; a
+newline or carriage return in a name forges a line of our own output. So:
+
+* ``name(text)``: one name, always one line. Every C0 control (tab and newline too),
+  DEL, C1 control and Unicode line / paragraph separator or bidi override becomes a
+  visible escape (``\\x1b``, ``\\n``, ``\\u202e``).
+* ``text(report)``: a whole rendered report. The same, except that ``\\t`` and ``\\n``
+  are its own layout and stay.
+
+JSON needs neither: ``json.dumps`` escapes every control itself and the values stay exact.
+"""
+from __future__ import annotations
+
+import re
+
+# C0 and DEL, C1, line/paragraph separators, bidi embeddings/overrides/isolates.
+_NAME_BAD = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_TEXT_BAD = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match) -> str:
+    c = m.group()
+    if c in _SHORT:
+        return _SHORT[c]
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
+def name(value) -> str:
+    """``value`` as one terminal-safe line: every control character made visible."""
+    s = str(value)
+    return _NAME_BAD.sub(_escape, s) if _NAME_BAD.search(s) else s
+
+
+def text(value) -> str:
+    """A rendered report made terminal-safe; its tabs and newlines stay layout."""
+    s = str(value)
+    return _TEXT_BAD.sub(_escape, s) if _TEXT_BAD.search(s) else s
+
+
+def names(df, columns=("name", "Name", "Range", "Operation", "short_name")):
+    """A copy of DataFrame ``df`` whose text columns among ``columns`` are ``name()``-escaped."""
+    todo = [c for c in columns if c in getattr(df, "columns", ())]
+    if not todo:
+        return df
+    df = df.copy()
+    for c in todo:
+        df[c] = df[c].map(lambda v: name(v) if isinstance(v, str) else v)
+    return df
+
+
+def strings(value):
+    """``value`` with every string inside it (dicts, lists, tuples) made ``name()``-safe."""
+    if isinstance(value, str):
+        return name(value)
+    if isinstance(value, dict):
+        return {k: strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(strings(v) for v in value)
+    return value
+
+
+def for_display(a):
+    """A shallow copy of Analysis ``a`` for the text report: its verdict's prose (which
+    quotes op, kernel and file names) made one inert line per string. ``a`` itself
+    and everything JSON reads keep the exact names."""
+    import copy
+
+    shown = copy.copy(a)
+    shown.verdict = strings(a.verdict)
+    return shown
