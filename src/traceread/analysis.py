@@ -150,6 +150,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     att = attr_mod.attribute(ev, gaps, ops, pattern)
     release_heap()
     gaps = att["gaps"]
+    gaps["sync_share"] = verdict_mod.sync_share(gaps, att["sync_blocked"])
     summary = attr_mod.summarize(gaps)
     step_tab = _step_idle(step_tab, gaps)
     gaps["step"] = np.where(gaps["step_index"] >= 0,

@@ -355,7 +355,8 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     ``ops``: ``steps.gpu_ops(ev)`` (launch linkage decides the launch threads).
     Returns {"gaps": gaps + drain, drain_op, cpu (largest category) and one
     ``cpu_<category>`` ns column per category; "top_ops": DataFrame name,
-    category, ns (inclusive time inside gaps), count}.
+    category, ns (inclusive time inside gaps), count; "sync_blocked": per (pid, device)
+    the ns its launch threads spent inside sync calls, busy GPU or not}.
     """
     gaps = gaps.reset_index(drop=True)   # a new frame: the columns added below stay ours
     n = len(gaps)
@@ -389,6 +390,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         is_sync = np.concatenate([is_sync, np.zeros(len(cs), bool)])
         sync_label = np.concatenate([sync_label, np.full(len(cs), "", object)])
     top_parts = []
+    blocked: dict = {}   # (pid, device) -> ns its launch threads spent inside sync calls
     queued_ns, waited_on = queued(ev, gaps, ops)
     q_split = np.zeros_like(split)   # the categories of each gap's queued part
     for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
@@ -411,6 +413,8 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
             split[idx] = _carve(gs, ge, cc, cs, ce)
         _carve_queued(idx, gs, ge, queued_ns[idx], split, q_split, cc, cs, ce)
         sy = on & is_sync
+        bs, be = intervals.union(hs[sy], he[sy]) if sy.any() else (hs[:0], he[:0])
+        blocked[(int(pid), int(dev))] = int((be - bs).sum())
         names = _sync_names(name_cats, name[sy])
         names = np.where(sync_label[sy] != "", sync_label[sy], names)
         drain_op[idx] = _drain(gs, ge, names, hs[sy], he[sy], sync_ops)
@@ -428,7 +432,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     gaps["drain_op"] = str_column([""] + list(sync_ops), drain_op)
     gaps["queued_ns"] = queued_ns
     gaps["waited_on"] = waited_on
-    return {"gaps": gaps, "top_ops": _merge_top(top_parts, top)}
+    return {"gaps": gaps, "top_ops": _merge_top(top_parts, top), "sync_blocked": blocked}
 
 
 def _carve_queued(idx, gs, ge, qns, split, q_split, cats, hs, he) -> None:

@@ -101,11 +101,22 @@ def _bytes(n: int) -> str:
 
 
 def host_culprit(ev, gaps, ops, parts, top_ops) -> str:
-    """The deepest frame or op behind the host-bound time, or the untraced share."""
-    long_ = ~attr.is_sync_drained(gaps) & \
-        (gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS)
-    by = {c: int(gaps[f"cpu_{c}"].to_numpy(np.int64)[long_].sum())
-          for c in ("python", "cpu_op", "alloc", "untraced")}
+    """The deepest frame or op behind the host-bound time, or the untraced share.
+
+    The host's part of the long gaps, as ``verdict.cause_parts`` counts it: the share of a
+    sync-drained gap the sync does not explain (``sync_share``) is the host's too, and a
+    gap's queued part is nobody's on the host."""
+    share = gaps["sync_share"].to_numpy(float) if "sync_share" in gaps \
+        else verdict_mod.sync_share(gaps)
+    long_ = (share < 1) & (gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS) \
+        & (gaps["drain"] != "queued").to_numpy(bool)
+
+    def host_part(c):
+        v = gaps[f"cpu_{c}"].to_numpy(np.int64)
+        if f"qcpu_{c}" in gaps:
+            v = v - gaps[f"qcpu_{c}"].to_numpy(np.int64)
+        return int(np.rint((v * (1.0 - share))[long_].sum()))
+    by = {c: host_part(c) for c in ("python", "cpu_op", "alloc", "untraced")}
     top = max(by, key=by.get) if any(by.values()) else ""
     if top == "untraced" and parts.get("host_untraced"):
         return f"untraced time on the launching thread (Python?): {_ms(by['untraced'])}"

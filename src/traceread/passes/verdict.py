@@ -78,7 +78,8 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     qn = queued_ns(gaps)
     cols = {c: _col(gaps, f"cpu_{c}") - _col(gaps, f"qcpu_{c}") for c in _CPU_COLS}
     sync = is_sync_drained(gaps)
-    f = sync_share(gaps)                     # 1 where the whole gap is the sync's, 0 if none
+    # 1 where the whole gap is the sync's, 0 if none (analysis stores the capped share)
+    f = gaps["sync_share"].to_numpy(float) if "sync_share" in gaps else sync_share(gaps)
     short = dur <= SHORT_GAP_NS
 
     def part(c, m, w=None):
@@ -124,12 +125,21 @@ _CPU_COLS = ("dataloader", "compile", "graph_capture", "comm_wait", "sync", "all
 _HOST_ALL = ("sync", "alloc", "launch", "cpu_op", "python", "untraced")
 
 
-def sync_share(gaps: pd.DataFrame) -> np.ndarray:
+def sync_share(gaps: pd.DataFrame, blocked: dict | None = None) -> np.ndarray:
     """Per gap, the share of it that a blocking sync explains (0 for gaps no sync drained).
 
     That share is min(1, GPU busy time since the previous sync-drained gap on the same
     device / the gap): removing the sync lets the host's later work overlap the GPU work
     queued before it, and no more.
+
+    ``blocked`` (``attribute``'s ``sync_blocked``: per (pid, device) the time its launch
+    threads sat inside sync calls) caps the total: removing the syncs gives the host back the
+    time it was blocked and no more -- the step cannot get shorter than the host's own work.
+    Each device's shares are scaled down so that its sync-drained time plus the sync calls'
+    own time in starved gaps stays within its blocked time. A host slower than its GPU between
+    syncs needs the cap (real H200 capture ``h200/pageable.bad``: a pageable 4-byte copy
+    blocks 0.45 ms a step, then 2 ms of Python; the busy-time share gave the sync 2.1 ms a
+    step, pinning the copy saved 0.42).
     """
     n = len(gaps)
     f = np.zeros(n)
@@ -159,7 +169,23 @@ def sync_share(gaps: pd.DataFrame) -> np.ndarray:
     budget[idx] = base + left
     out = np.zeros(n)
     out[order] = np.where(sy, np.minimum(1.0, budget / d), 0.0)
+    if blocked is not None:
+        _cap_by_blocked(gaps, out, blocked)
     return out
+
+
+def _cap_by_blocked(gaps: pd.DataFrame, f: np.ndarray, blocked: dict) -> None:
+    """Scale each (pid, device)'s shares ``f`` (in place) so that the sync time they give
+    (host part of each drained gap x share, plus sync calls inside starved gaps) is at most
+    the time the device's launch threads were blocked in sync calls."""
+    host = np.maximum(gaps["duration"].to_numpy(np.int64) - queued_ns(gaps), 0)
+    in_calls = _col(gaps, "cpu_sync") - _col(gaps, "qcpu_sync")
+    drained = is_sync_drained(gaps)
+    for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=False).indices.items():
+        cap = int(blocked.get((int(pid), int(dev)), 0)) - int(in_calls[idx][~drained[idx]].sum())
+        given = float((host[idx] * f[idx]).sum())
+        if given > max(cap, 0):
+            f[idx] *= max(cap, 0) / given
 
 
 def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
