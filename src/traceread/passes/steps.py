@@ -274,11 +274,30 @@ def assign_steps(steps: pd.DataFrame, pid: np.ndarray, ts: np.ndarray) -> np.nda
 
 
 def step_of_gpu_ops(steps: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
-    """Step index of each GPU op: by its launch call when known, else by its start."""
+    """Step index of each GPU op: by its launch call when known, else by its start.
+
+    Leftover work is the exception: an op with no launch record that runs before the first
+    launched-and-recorded op of its (pid, device) was launched before the recording began
+    (a scheduled torch.profiler drops the warm-up step's launches while the GPU, a step
+    behind the host, still runs their kernels): it belongs to no analysed step (-1). Placed
+    by its start it would double the first step's GPU work (real H200 capture
+    ``h200/xformer.bad``: step #3 held 167 ms of GPU work for an 87 ms step)."""
     linked = ops["launch_ts"].to_numpy() >= 0
     ts = np.where(linked, ops["launch_ts"].to_numpy(np.int64), ops["ts"].to_numpy(np.int64))
     pid = np.where(linked, ops["launch_pid"].to_numpy(np.int64), ops["pid"].to_numpy(np.int64))
-    return assign_steps(steps, pid, ts)
+    out = assign_steps(steps, pid, ts)
+    if linked.any() and not linked.all():
+        out[_leftover(ops, linked)] = -1
+    return out
+
+
+def _leftover(ops: pd.DataFrame, linked: np.ndarray) -> np.ndarray:
+    """Unlinked ops that start before the first linked op of their (pid, device)."""
+    key = ops["pid"].to_numpy(np.int64) * 1_000_003 + ops["device"].to_numpy(np.int64)
+    start = ops["ts"].to_numpy(np.int64)
+    first = pd.Series(start[linked]).groupby(key[linked]).min()
+    lim = first.reindex(key).to_numpy()   # NaN where the (pid, device) has no linked op
+    return ~linked & (start < np.nan_to_num(lim, nan=-np.inf))
 
 
 def grouped_union_total(group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
