@@ -324,3 +324,33 @@ def test_text_json_and_html_show_the_same_list_in_the_same_order():
     assert items[:len(acts)] == [x["lever"] for x in acts]
     if len(acts) > 8:
         assert f"and {len(acts) - 8} more" in text and f"and {len(acts) - 8} more" in page
+
+
+def test_slow_collective_reads_as_waiting_on_peers():
+    """A collective far below any interconnect's bandwidth is waiting, not transfer: the lever
+    says so and ranks first among the comms levers (TraceLens mi300/resnet_act_checkpoint)."""
+    slow = {"collective": "all_reduce", "busbw_gbps": 2.6, "avg_msg_bytes": 11 << 20,
+            "group_size": 8}
+    assert L.slow_collective({"slow_collective": slow, "comm_backend": "rccl"})
+    assert not L.slow_collective({"slow_collective": slow, "comm_backend": "gloo"})
+    assert not L.slow_collective({"slow_collective": None})
+    ctx = {"slow_collective": slow, "comm_backend": "rccl", "framework": ["ddp"],
+           "lost_ns": 100}
+    items = L.offered({"comms": 100}, {}, {}, ctx, 1, ("comms",))
+    assert items[0]["id"] == "peers_late" and "2.6 GB/s" in items[0]["lever"]
+
+
+def test_slow_collective_needs_big_messages_and_several_ranks():
+    import pandas as pd
+
+    from traceread.analysis import _slow_collective
+
+    def row(**kw):
+        base = {"collective": "all_reduce", "exposed_ns": 10, "busbw_gbps": 2.6,
+                "avg_msg_bytes": 11 << 20, "group_size": 8}
+        return pd.DataFrame([{**base, **kw}])
+    assert _slow_collective(row())["busbw_gbps"] == 2.6
+    assert _slow_collective(row(busbw_gbps=150.0)) is None     # a healthy all_reduce
+    assert _slow_collective(row(avg_msg_bytes=4096)) is None   # small: latency-bound anyway
+    assert _slow_collective(row(group_size=1)) is None
+    assert _slow_collective(row(avg_msg_bytes=float("nan"))) is None

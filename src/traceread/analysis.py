@@ -198,6 +198,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                                  max(1, len(devices))))
     if win.mode == "whole_trace" and len(ops):
         vctx["startup"] = _startup(window_mod.one_time_calls(ev, gaps))
+    vctx["slow_collective"] = _slow_collective(collectives)
     vctx["culprits"].setdefault("queued", attr_mod.waited_summary(gaps))
     vctx["queued_on"] = attr_mod.waited_by(gaps)
     verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
@@ -230,6 +231,27 @@ def _pass_workers(rows: int) -> int:
 
 # Below this many events the passes run in one process (measured: ~0.1 s of passes).
 PARALLEL_PASSES_ROWS = 200_000
+
+
+SLOW_BUSBW_GBPS = 10.0       # below any GPU interconnect (NVLink, xGMI, PCIe, IB) for ...
+SLOW_BUSBW_MIN_BYTES = 1 << 20   # ... messages this large
+
+
+def _slow_collective(collectives) -> dict | None:
+    """The GPU collective with the most exposed time when its bus bandwidth is far below any
+    GPU interconnect (< SLOW_BUSBW_GBPS on messages >= 1 MiB, a group of several ranks): its
+    time is mostly waiting for other ranks to arrive (or a slow transport), not moving data
+    (TraceLens mi300/resnet_act_checkpoint: all_reduce of 11.7 MB at 2.6 GB/s over 8 MI300X)."""
+    if collectives is None or not len(collectives) or "busbw_gbps" not in collectives:
+        return None
+    c = collectives.sort_values("exposed_ns", ascending=False).iloc[0]
+    bw, size, group = c.get("busbw_gbps"), c.get("avg_msg_bytes"), c.get("group_size")
+    if bw is None or size is None or pd.isna(bw) or pd.isna(size) or not group or group < 2:
+        return None
+    if bw >= SLOW_BUSBW_GBPS or size < SLOW_BUSBW_MIN_BYTES:
+        return None
+    return {"collective": str(c["collective"]), "busbw_gbps": round(float(bw), 2),
+            "avg_msg_bytes": int(size), "group_size": int(group)}
 
 
 def _lever_context(step_tab, gaps, top_ops, utilization: dict | None, kernels, comp: dict,

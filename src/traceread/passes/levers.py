@@ -204,6 +204,21 @@ def gpu_transport(c: Ctx) -> bool:
     return c.get("comm_backend") not in ("gloo", "mpi")
 
 
+def slow_collective(c: Ctx) -> bool:
+    """The most exposed GPU collective moves its data far below any interconnect's bandwidth
+    (``slow_collective`` from analysis: < 10 GB/s bus bandwidth on >= 1 MiB messages)."""
+    return bool(c.get("slow_collective")) and gpu_transport(c)
+
+
+def _slow_collective_text(c: Ctx) -> str:
+    s = c["slow_collective"]
+    return (f"{s['collective']} reaches {s['busbw_gbps']:g} GB/s bus bandwidth on "
+            f"{s['avg_msg_bytes'] / 2**20:.1f} MiB messages over {s['group_size']} ranks -- far "
+            "below any GPU interconnect: its time is waiting for the other ranks to arrive (or a "
+            "slow transport). Analyse every rank's trace together (traceread analyze "
+            "rank*.json) to find the late rank; NCCL_DEBUG=INFO shows the transport")
+
+
 def buffer_broadcast(c: Ctx) -> bool:
     """DDP broadcasts its buffers every forward (``ddp_buffer_broadcast_ns`` > 0)."""
     return int(c.get("ddp_buffer_broadcast_ns") or 0) > 0
@@ -340,7 +355,8 @@ SAVINGS = {
     "host_rest": "the host cause's score less its allocator time",
     "pin": "the pageable copies' time beyond pinned bandwidth (copies.pin_saves_ns)",
     "busy": "the busy-time lever's saving_ns from passes/busy.py (its own documented model)",
-    "buffers": "DDP's buffer broadcast time (ddp_buffer_broadcast_ns), capped at the lost time",
+    "buffers": "DDP's buffer broadcast time (ddp_buffer_broadcast_ns per step x steps_seen), "
+               "capped at the lost time",
     "queued": "the queued time whose waited_on evidence is this lever's kind (queued_on: an "
               "event wait or another stream's op, GPU-side front-end latency, or nothing "
               "traced / a graph replay), capped at the queued score",
@@ -507,6 +523,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("nccl_backend", "comms", "gloo moves GPU tensors through host memory: use "
           "backend='nccl' for GPU tensors (init_process_group('cpu:gloo,cuda:nccl'))", "free",
           when=_all(gloo), first=True),
+    Lever("peers_late", "comms", _slow_collective_text, "free", when=_all(slow_collective),
+          first=True),
     Lever("interconnect", "comms", "check the interconnect: topology, NVLink/IB placement of the "
           "ranks", "infra", when=_all(gpu_transport)),
     Lever("comms_overlap_native", "comms", "overlap communication with compute: collectives on "
@@ -638,8 +656,9 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
     if lv.saves == "queued":
         by = queued_by_kind(ctx.get("queued_on"))
         return min(int(cause_ns), by[lv.waits]) if by else int(cause_ns)
-    if lv.saves == "buffers":
-        return min(int(ctx.get("ddp_buffer_broadcast_ns") or 0), int(ctx.get("lost_ns") or 0))
+    if lv.saves == "buffers":   # the context's figure is per step (context.steps_seen)
+        per_step = int(ctx.get("ddp_buffer_broadcast_ns") or 0)
+        return min(per_step * max(1, int(ctx.get("steps_seen") or 1)), int(ctx.get("lost_ns") or 0))
     return None
 
 
