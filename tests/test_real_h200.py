@@ -143,3 +143,25 @@ def test_gloo_straggler_found_from_where_threads_wait(tmp_path):
     assert abs(s["median_delay_ns"] - truth["planted_delay_ns"]) < 0.1 * truth["planted_delay_ns"]
     assert s["cause"] == "sleep"
     assert job.verdict()["status"] == "straggler"
+
+
+def test_the_waiting_rank_is_told_what_it_waits_for(tmp_path):
+    """Rank 0's launching threads sit in pthread_cond_wait while rank 1 sleeps: rank 0 reads
+    as waiting (not "host not traced"), and its first lever is the straggler's, worth the
+    straggler's lateness per step -- not all of rank 0's wait (both ranks share one GPU)."""
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    dst = tmp_path / "ddp2.sqlite"
+    with lzma.open(H200 / "ddp2" / "ddp2.sqlite.xz") as src, open(dst, "wb") as f:
+        shutil.copyfileobj(src, f)
+    out = CliRunner().invoke(main, ["analyze", "--format", "json", str(dst)])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    v = {t["trace"]["rank"]: t["verdict"] for t in doc["traces"]}
+    assert v[0]["evidence"].get("waiting_ns") and "wait" in v[0]["title"]
+    first = v[0]["actions"][0]
+    assert first["id"] == "straggler" and "make rank 1 arrive on time" in first["lever"]
+    assert abs(first["saves_per_step_ns"] - 30_000_000) < 3_000_000
+    assert v[1]["job"]["role"] == "straggler"

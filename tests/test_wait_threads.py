@@ -123,3 +123,22 @@ def test_data_loading_job_condition_waits_are_not_host_work(tmp_path_factory):
     assert top.loc["pthread_cond_wait", "category"] == "wait"
     assert top.loc["clock_nanosleep", "category"] == "cpu_op"
     assert "clock_nanosleep" in a.verdict["summary"]
+
+
+@pytest.mark.parametrize("how", ("table", "nsys"))
+def test_idle_spent_waiting_reads_as_waiting_not_untraced(how, tmp_path):
+    """Every launch thread parked through every gap: the host was traced, it was waiting; the
+    verdict says so and asks what it waited for (not "record CPU activity")."""
+    from traceread.passes import verdict as V
+
+    b = TraceBuilder()
+    for k in range(4):
+        t = k * 10_100 * US
+        b.launch(t, 0, t, 100 * US, tid=MAIN)
+        if k < 3:
+            _wait(b, how, t + 100 * US, 10 * MS, MAIN)
+    a = analyze(materialise(b.build(), how, tmp_path, "parked"), steps="all")
+    v = a.verdict
+    assert v["bound"] == "unknown" and v["title"] == V.WAITING_TITLE
+    assert v["evidence"]["waiting_ns"] == 30 * MS
+    assert v["actions"][0]["id"] == "find_the_wait"

@@ -87,6 +87,7 @@ def job_verdict(res) -> dict:
                         f" others in {_short(k[0]['name'])}")
     return {"status": "straggler", "basis": "collectives", "straggler_rank": r,
             "late_by_ns": int(rec["median_delay_ns"]), "collective": main,
+            "late_total_ns": int(rec["median_delay_ns"]) * int(rec["times_late"]),
             "cause": why.get("cause"),
             "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
             "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
@@ -115,6 +116,7 @@ def _from_waits(res, loc, tail: str) -> dict:
                     "wait_per_collective_ns": int(v["wait_ns"]), "in": next(iter(v["wait_names"]), None)}
                    for q, v in sorted(inf["per_rank"].items()) if q != r]
         return {**base, "status": "straggler", "straggler_rank": r, "late_by_ns": int(inf["median_delay_ns"]),
+                "late_total_ns": int(inf["median_delay_ns"]) * int(inf["times_late"]),
                 "collective": None, "per": per, "cause": c, "bound": cause_bound(c),
                 "summary": f"{head}; {because}", "headline": head, "because": because, "waiting": waiting}
     if inf.get("basis"):
@@ -183,8 +185,12 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
                 v["summary"] = (f"{v.get('summary', '')}; it waits for rank {s} "
                                 f"({fmt_ns(w.get('wait_per_collective_ns', 0))} per {jv.get('per', 'collective')})"
                                 f": {jv['summary']}")
-                _lead_with(v, f"make rank {s} arrive on time: {_lever(jv, s)}",
-                           w.get("wait_ns", 0), jv["summary"])
+                # what this rank gets back is the straggler's lateness, not all of its wait (it
+                # would still wait for the collective's own transfer, or a GPU both share)
+                saves = min(int(w.get("wait_ns", 0)), int(jv.get("late_total_ns") or 0)) \
+                    or w.get("wait_ns", 0)
+                _lead_with(v, f"make rank {s} arrive on time: {_lever(jv, s)}", saves,
+                           jv["summary"])
         out[rank] = v
     return out
 
@@ -192,6 +198,8 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
 def _blames_comms(v: dict) -> bool:
     """``comms``, or ``mixed`` with communication as one of its two causes."""
     ev = v.get("evidence") or {}
+    if v.get("bound") == "unknown" and ev.get("waiting_ns"):
+        return True   # its launching threads sat in waits: the job shows what they waited for
     return v.get("bound") == "comms" or (v.get("bound") == "mixed" and "comms" in (ev.get("dominant"),
                                                                                     ev.get("runner_up")))
 

@@ -596,6 +596,12 @@ LEVERS: tuple[Lever, ...] = (
     Lever("record_host", "unknown", "host activity was not traced while the GPU idled: record "
           "CPU activities (ProfilerActivity.CPU, with_stack=True) or nsys "
           "--trace=cuda,nvtx,osrt", "free", saves="none"),
+    Lever("find_the_wait", "waiting", "the launching threads sat parked in waits (condition "
+          "variables, futex, poll) while the GPU idled, on something this trace does not show: "
+          "for one rank of a job, analyse every rank's trace together (traceread analyze "
+          "rank*.json / one nsys export of the job) to find the rank it waits for; otherwise a "
+          "helper thread, lock or process holds it: sample the threads' stacks while it waits",
+          "free", saves="none"),
 )
 
 # Unranked "to find out more": tools that show the culprit, offered with their cause.
@@ -686,7 +692,7 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
     items = []
     causes = [c for c in cause_order if scores.get(c, 0) > 0 and scores[c] >= min_ns]
     for lv in LEVERS:
-        if lv.cause in ("cpu_only", "unknown") or not all(p(ctx) for p in lv.when):
+        if lv.cause in ("cpu_only", "unknown", "waiting") or not all(p(ctx) for p in lv.when):
             continue
         if lv.saves in CAUSE_PRICED and lv.cause not in causes:
             continue

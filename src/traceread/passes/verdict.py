@@ -45,6 +45,8 @@ from .bounds import CAUSES, TITLE, WHAT
 from .levers import GRAPHS_NOT_REPLAYED  # noqa: F401  (the tests name it here)
 
 GPU_BOUND_LOST = 0.10
+WAIT_SHARE = 0.5   # an unknown verdict whose unexplained time is mostly waits says so
+WAITING_TITLE = "unknown: the launching threads wait on something the trace does not show"
 LEAD_SHARE = 0.30
 LEAD_RATIO = 1.5
 UNKNOWN_SHARE = 0.50
@@ -69,7 +71,7 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     categories of the queued part, ``qcpu_<category>``, are taken out).
     """
     out = {c: 0 for c in CAUSES}
-    out.update(unexplained=0, alloc=0)
+    out.update(unexplained=0, alloc=0, wait=0)
     if not len(gaps):
         return out
     n = len(gaps)
@@ -93,7 +95,9 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     out["compile"] = part("compile", whole > 0)
     out["graph_capture"] = part("graph_capture", whole > 0)
     out["comms"] = part("comm_wait", whole > 0)
-    out["unexplained"] += part("wait", whole > 0)   # every launch thread waiting, on nothing traced
+    # every launch thread waiting, on nothing traced: unexplained, and said to be a wait
+    out["wait"] = part("wait", whole > 0)
+    out["unexplained"] += out["wait"]
     # allocator calls are never the sync's: cudaFree synchronizes on its own, so removing
     # the .item() before an empty_cache() saves none of it
     w = {c: (whole if c == "alloc" else rest) for c in _CPU_COLS}
@@ -228,7 +232,15 @@ def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     else:
         ev["dominant"], ev["dominant_pct"] = top, _pct(top_ns, lost)
         ev["runner_up"], ev["runner_up_pct"] = second, _pct(second_ns, lost)
-        if unexplained >= UNKNOWN_SHARE * lost and top_ns < LEAD_SHARE * lost:
+        waiting = int((parts or {}).get("wait", 0))
+        if unexplained >= UNKNOWN_SHARE * lost and top_ns < LEAD_SHARE * lost \
+                and waiting >= WAIT_SHARE * unexplained:
+            bound = "unknown"
+            ev["waiting_ns"], ev["waiting_pct"] = waiting, _pct(waiting, lost)
+            summary = (f"GPU idle {ev['idle_pct']:.1f}% of the analysed window; for "
+                       f"{ev['waiting_pct']:.0f}% of the lost time every launching thread sat "
+                       "parked in a wait, on something the trace does not show")
+        elif unexplained >= UNKNOWN_SHARE * lost and top_ns < LEAD_SHARE * lost:
             bound = "unknown"
             summary = (f"GPU idle {ev['idle_pct']:.1f}% of the analysed window while the host "
                        "was not traced")
@@ -246,8 +258,10 @@ def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
         _tensor_core_evidence(ev, ctx)
     actions = _actions(sc, parts or {}, copy, ctx, window_ns)
     if bound == "unknown":
-        actions = _unpriced("unknown", ctx) + actions
+        actions = _unpriced("waiting" if "waiting_ns" in ev else "unknown", ctx) + actions
     out = _out(bound, summary, ev, actions, what_if)
+    if "waiting_ns" in ev:
+        out["title"] = WAITING_TITLE
     out["diagnostics"] = L.diagnostics([c for c, _ in _worth(sc, window_ns)], ctx)
     return out
 
