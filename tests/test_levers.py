@@ -354,3 +354,15 @@ def test_slow_collective_needs_big_messages_and_several_ranks():
     assert _slow_collective(row(avg_msg_bytes=4096)) is None   # small: latency-bound anyway
     assert _slow_collective(row(group_size=1)) is None
     assert _slow_collective(row(avg_msg_bytes=float("nan"))) is None
+
+
+def test_empty_cache_advice_needs_device_frees():
+    """Only cudaMalloc in the gaps (a caching allocator still growing, H200 pageable capture):
+    no "remove empty_cache()" -- the program calls none; the growth lever instead."""
+    base = {"pytorch": True, "lost_ns": 100, "alloc_gap_ns": 50}
+    grow = L.offered({"host": 100}, {"alloc": 50}, {}, {**base, "alloc_frees": 0}, 1, ("host",))
+    ids = [x["id"] for x in grow]
+    assert "allocator_growth" in ids and "no_empty_cache" not in ids
+    churn = L.offered({"host": 100}, {"alloc": 50}, {}, {**base, "alloc_frees": 12}, 1, ("host",))
+    ids = [x["id"] for x in churn]
+    assert "no_empty_cache" in ids and "allocator_growth" not in ids

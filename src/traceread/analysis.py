@@ -254,6 +254,16 @@ def _slow_collective(collectives) -> dict | None:
             "avg_msg_bytes": int(size), "group_size": int(group)}
 
 
+def _alloc_frees(top_ops) -> int:
+    """Device-memory release calls (cudaFree, hipFree, cuMemFree...) inside the gaps: churn
+    (an empty_cache() or an uncached allocator) rather than a caching allocator still growing."""
+    if top_ops is None or not len(top_ops):
+        return 0
+    al = top_ops[top_ops["category"] == "alloc"]
+    free = al["name"].astype(str).str.contains(r"Free|Release|Unmap", regex=True)
+    return int(al.loc[free, "count"].sum())
+
+
 def _lever_context(step_tab, gaps, top_ops, utilization: dict | None, kernels, comp: dict,
                    culprits: dict, device: str, devices: int) -> dict:
     """What the lever table reads besides ``trace_context``: the busy-time levers and classes
@@ -267,7 +277,8 @@ def _lever_context(step_tab, gaps, top_ops, utilization: dict | None, kernels, c
            "attention_ns": classes.get("attention", 0),
            "triton_share": classes.get("triton", 0) / total if total else 0.0,
            "host_dispatch": _host_dispatch(gaps, top_ops, culprits.get("host", "")),
-           "alloc_gap_ns": int(gaps["cpu_alloc"].sum()) if "cpu_alloc" in gaps else 0}
+           "alloc_gap_ns": int(gaps["cpu_alloc"].sum()) if "cpu_alloc" in gaps else 0,
+           "alloc_frees": _alloc_frees(top_ops)}
     if kernels is not None and len(kernels) and "name" in kernels:
         names = kernels["name"].astype(str)
         out["softmax_kernels"] = bool(names.str.contains("softmax", case=False).any())

@@ -315,6 +315,16 @@ def allocator_uncached(c: Ctx) -> bool:
     return bool(c.get("allocator_uncached"))
 
 
+def device_frees(c: Ctx) -> bool:
+    """Device memory is released inside the gaps (``alloc_frees``; unknown: assume so)."""
+    return c.get("alloc_frees") is None or int(c["alloc_frees"]) > 0
+
+
+def allocator_growing(c: Ctx) -> bool:
+    """Allocations and no release inside the gaps: the caching allocator is still growing."""
+    return c.get("alloc_frees") is not None and int(c["alloc_frees"]) == 0
+
+
 def allocator_cached(c: Ctx) -> bool:
     return not allocator_uncached(c)
 
@@ -489,7 +499,12 @@ LEVERS: tuple[Lever, ...] = (
     Lever("no_empty_cache", "host", "stop device-memory churn: remove torch.cuda.empty_cache() "
           "from the loop; PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF="
           "expandable_segments:True", "free", saves="alloc",
-          when=_all(PT, allocator_cached, no_startup_alloc)),
+          when=_all(PT, allocator_cached, no_startup_alloc, device_frees)),
+    Lever("allocator_growth", "host", "the caching allocator is still growing (cudaMalloc "
+          "inside the analysed steps, no frees): profile after more warm-up steps, or let it "
+          "map memory in larger pieces (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+          "free", saves="alloc", when=_all(PT, allocator_cached, no_startup_alloc,
+                                           allocator_growing)),
     Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
           when=_all(PT, no_startup_alloc)),
     Lever("reuse_buffers_native", "host", "allocate once outside the loop and reuse the buffers, "
