@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .detect import GZIP_MAGIC, SQLITE_MAGIC, read_head
+from .detect import TRACE_SUFFIXES, is_trace_candidate, looks_like_trace
 from .errors import TraceError
 from .outputs import Staging, fresh_file, make_dir, same_file
 
@@ -35,20 +35,12 @@ SUMMARY_COLUMNS = [
 # or "figures": the one row ``traceread diff`` compares, see tracediff.figures).
 TABLES = ("steps", "gaps", "kernels", "kernel_classes", "collectives", "devices", "top_ops",
           "figures")
-# Names that make a file a candidate even when its content does not look like a trace,
-# so that it is reported (as an error row) rather than silently skipped.
-TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".sqlite3", ".nsys-rep", ".qdrep")
 
 
 # ----------------------------------------------------------------------------- discovery
 
 def is_url(path: str | os.PathLike) -> bool:
     return "://" in str(path)
-
-
-def _looks_like_trace(head: bytes) -> bool:
-    text = head.lstrip(b"\xef\xbb\xbf").lstrip()
-    return head.startswith(SQLITE_MAGIC) or head.startswith(GZIP_MAGIC) or text[:1] in (b"{", b"[")
 
 
 def discover(root: str | os.PathLike) -> tuple[list[str], list[str]]:
@@ -70,27 +62,11 @@ def discover(root: str | os.PathLike) -> tuple[list[str], list[str]]:
         dirnames.sort()
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
-            if _is_candidate(p, name):
+            if is_trace_candidate(p, name):
                 found.append(p)
             else:
                 skipped.append(p)
     return found, skipped
-
-
-def _is_candidate(p: str, name: str) -> bool:
-    """Trace by name, or a regular file whose first bytes look like one.
-
-    Special files (FIFOs, devices, sockets) are never opened here: a FIFO
-    without a writer would hang the whole batch. One named like a trace is
-    kept, so that its row says why it was refused.
-    """
-    if name.lower().endswith(TRACE_SUFFIXES):
-        return True
-    try:
-        head = read_head(p, 64)
-    except TraceError:
-        return False
-    return _looks_like_trace(head)
 
 
 def _discover_url(url: str) -> tuple[list[str], list[str]]:
@@ -104,7 +80,7 @@ def _discover_url(url: str) -> tuple[list[str], list[str]]:
         with fs.open(p, "rb") as f:
             head = f.read(64)
         full = p if "://" in p else f"{protocol}://{p}"
-        (found if _looks_like_trace(head) or p.lower().endswith(TRACE_SUFFIXES) else skipped).append(full)
+        (found if looks_like_trace(head) or p.lower().endswith(TRACE_SUFFIXES) else skipped).append(full)
     return found, skipped
 
 

@@ -83,3 +83,30 @@ def sniff(path: str | os.PathLike) -> str:
 def _looks_like_json(head: bytes) -> bool:
     text = head.lstrip(b"\xef\xbb\xbf").lstrip()
     return text[:1] in (b"{", b"[")
+
+
+# Names that make a file a candidate even when its content does not look like a trace,
+# so that it is reported (as an error row) rather than silently skipped.
+TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".sqlite3", ".nsys-rep", ".qdrep")
+
+
+def looks_like_trace(head: bytes) -> bool:
+    """JSON, gzip or SQLite by its first bytes."""
+    text = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    return head.startswith(SQLITE_MAGIC) or head.startswith(GZIP_MAGIC) or text[:1] in (b"{", b"[")
+
+
+def is_trace_candidate(p: str, name: str) -> bool:
+    """Trace by name, or a regular file whose first bytes look like one.
+
+    Special files (FIFOs, devices, sockets) are never opened here: a FIFO
+    without a writer would hang the whole batch. One named like a trace is
+    kept, so that its row says why it was refused.
+    """
+    if name.lower().endswith(TRACE_SUFFIXES):
+        return True
+    try:
+        head = read_head(p, 64)
+    except TraceError:
+        return False
+    return looks_like_trace(head)

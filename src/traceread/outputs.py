@@ -70,9 +70,9 @@ def _trace_inside(path: str, directory: str) -> bool:
     real, top = os.path.realpath(path), os.path.realpath(directory)
     if os.path.commonpath([real, top]) != top:
         return False
-    from .batch import _is_candidate
+    from .detect import is_trace_candidate
 
-    return _is_candidate(real, os.path.basename(real))
+    return is_trace_candidate(real, os.path.basename(real))
 
 
 def _kind(path: str) -> str:

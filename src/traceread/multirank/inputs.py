@@ -27,14 +27,11 @@ from ..collectives import normalize_collective
 from ..passes import intervals
 from ..readers.kineto import rank_from_filename
 from ..table import Trace
+from .names import STEP_FALLBACK_RE, STEP_RE, name_matches, step_rows
 
 # Columns of a collective-instance table that matching uses (passes.nccl contract).
 COLL_COLUMNS = ("ts", "dur", "device", "stream", "collective", "msg_bytes", "dtype", "group_size",
                 "process_group", "seq")
-STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-# Step ranges by other names (NVTX ``step_3``, ``train_step 3``, ``iteration 3``): used only
-# when a trace has no ProfilerStep#N.
-STEP_FALLBACK_RE = re.compile(r"^(?:train[_ ]?)?(?:step|iteration|iter)[_ #:=]?\s*(\d+)$", re.IGNORECASE)
 HOST_EXEC_RX = re.compile(r"^(?:gloo|mpi|ucc|xccl|oneccl|ccl|hccl|mccl):", re.IGNORECASE)
 ISSUE_RX = re.compile(r"^(?:c10d::|nccl:|rccl:|record_param_comms$)")
 
@@ -65,17 +62,6 @@ class RankInput:
 
 
 # ----------------------------------------------------------------------------- steps
-
-def step_rows(events: pd.DataFrame) -> pd.Series:
-    """True on the step ranges: ``ProfilerStep#N`` annotations, else (none in the trace)
-    annotations named like ``step_N`` / ``iteration N``."""
-    ann = (events["kind"] == "annotation").to_numpy()
-    for rx in (STEP_RE, STEP_FALLBACK_RE):
-        hit = ann & _name_matches(events["name"], rx)
-        if hit.any():
-            return pd.Series(hit, index=events.index)
-    return pd.Series(np.zeros(len(events), bool), index=events.index)
-
 
 def step_table(events: pd.DataFrame) -> pd.DataFrame:
     """Host step ranges (``step_rows``): columns step, ts, dur (one row per step)."""
@@ -116,17 +102,9 @@ def _with_source(df: pd.DataFrame, source: str) -> pd.DataFrame:
     return df
 
 
-def _name_matches(names: pd.Series, rx: re.Pattern) -> np.ndarray:
-    """``rx.search`` per row, evaluated once per distinct name (names are categorical)."""
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names.astype("category")
-    hit = np.array([bool(rx.search(str(c))) for c in names.cat.categories] + [False])
-    return hit[names.cat.codes.to_numpy()]
-
-
 def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
     host = events[events["kind"].isin(("cpu_op", "annotation")).to_numpy()]
-    h = host[_name_matches(host["name"], rx)]
+    h = host[name_matches(host["name"], rx)]
     coll = np.array([normalize_collective(str(n)) for n in h["name"]], dtype=object)
     if "collective" in h:  # reader-filled (record_param_comms args) wins
         own = h["collective"].astype(object).to_numpy()

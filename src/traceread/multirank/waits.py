@@ -65,7 +65,7 @@ def wait_thread(ev, steps_thread: tuple[int, int]) -> tuple[int, int]:
 
 
 def _has_steps(ev, thread) -> bool:
-    from .inputs import step_rows
+    from .names import step_rows
 
     on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy()
     return bool(step_rows(ev).to_numpy()[on].any())
@@ -79,12 +79,12 @@ def thread_waits(ev, thread: tuple[int, int]) -> dict:
         return {"waits": empty, "sleeps": empty, "wait_names": {}}
     on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy() & ev["kind"].isin(HOST_KINDS).to_numpy()
     mine = ev[on]
-    from .inputs import _name_matches   # one regex match per distinct name
+    from .names import name_matches   # one regex match per distinct name
 
     s = mine["ts"].to_numpy(np.int64)
     e = s + mine["dur"].to_numpy(np.int64)
-    is_wait = _name_matches(mine["name"], WAIT_RX)
-    is_sleep = _name_matches(mine["name"], SLEEP_RX)
+    is_wait = name_matches(mine["name"], WAIT_RX)
+    is_sleep = name_matches(mine["name"], SLEEP_RX)
     top: dict[str, int] = {}
     for n, d in zip(mine["name"].astype(str).to_numpy()[is_wait], (e - s)[is_wait]):
         top[n] = top.get(n, 0) + int(d)

@@ -46,7 +46,7 @@ import pandas as pd
 from . import intervals
 from .compile import _is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, _pair_keys
-from ._common import kind_in
+from ._common import GRAPH_LAUNCH_RX, kind_in
 from ._frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -85,7 +85,6 @@ GPU_SIDE = "GPU-side"
 # A longer queued gap with no wait seen and nothing traced on the device: another process or
 # context on the GPU, an untraced stream, or GPU work the profiler did not record.
 NOT_TRACED = "nothing traced"
-GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 PAGEABLE_RX = re.compile(r"(?i)pageable")
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 # Preference when several sync calls drained the same gap: the framework op the user wrote.

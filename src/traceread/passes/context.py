@@ -23,10 +23,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from ._common import kind_in
+from ._common import GRAPH_LAUNCH_RX, kind_in
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
-GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 MULTI_WORKER_RX = re.compile(r"_MultiProcessingDataLoaderIter")
 SINGLE_WORKER_RX = re.compile(r"_SingleProcessDataLoaderIter")
 HOST_DETAIL_KINDS = ("cpu_op", "python", "osrt")

@@ -549,7 +549,7 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
 
 
 def _graph_replays(ev: pd.DataFrame) -> bool:
-    from .context import GRAPH_LAUNCH_RX
+    from ._common import GRAPH_LAUNCH_RX
 
     if bool((ev["kind"] == "graph").any()):
         return True

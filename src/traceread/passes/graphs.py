@@ -31,9 +31,8 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS
 from . import attribution, intervals
-from ._common import events_of, kind_in, lookup_at, rows_of, take, union_total
+from ._common import GRAPH_LAUNCH_RX, events_of, kind_in, lookup_at, rows_of, take, union_total
 
-GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip)GraphLaunch|^cuGraphLaunch")
 # Host spans and API calls that record (capture / instantiate) a CUDA graph: the same rule
 # the gap attribution uses for its graph_capture category.
 GRAPH_RECORD_RX = attribution.GRAPH_RECORD_RX

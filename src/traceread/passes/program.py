@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
-from ._common import kind_in, lut_at, rows_of
+from ._common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "gpu_annotation", "other")
 
@@ -307,7 +307,6 @@ def compiled(host: list[str], kernels: list[str]) -> str | None:
 
 
 COMPILED_SPAN_RX = re.compile(r"^Torch-Compiled Region|^CompiledFunction$")
-GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 
 
 def compile_mode_graphs(ev: pd.DataFrame, host: list[str]) -> str | None:
