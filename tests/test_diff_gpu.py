@@ -62,8 +62,13 @@ PROMISES = [("data", "data", 0.15), ("copy", "copy", 0.15), ("launch", "launch",
 @pytest.mark.parametrize("scenario,bound,tolerance", PROMISES)
 def test_the_bad_runs_promise_is_close_to_what_the_fix_gave(scenario, bound, tolerance):
     d = _diff(scenario)
-    assert d.before["verdict"] == bound and d.after["verdict"] != bound
-    assert d.to_dict()["verdict"]["changed"]
+    assert d.before["verdict"] == bound
+    # the cause is gone: another verdict, or the same word for a tenth of the time (the host
+    # twin without its 15 ms of Python is a 0.5 ms step whose own launches still lead)
+    score = lambda v: _analysis(scenario, v).verdict["evidence"]["scores_ns"][bound]  # noqa: E731
+    assert d.after["verdict"] != bound or score("fixed") < 0.1 * score("bad")
+    if d.after["verdict"] != bound:
+        assert d.to_dict()["verdict"]["changed"]
     s = d.saving()
     assert abs(s["promised_ns"] - s["realised_ns"]) <= tolerance * s["realised_ns"], s
 
@@ -73,7 +78,11 @@ def test_sync_promise_is_the_sync_share_of_the_saving():
     # (the rest shows as launch gaps and the isnan kernels that went with them)
     d = _diff("sync")
     s = d.saving()
-    assert d.before["verdict"] in ("sync", "mixed") and d.after["verdict"] == "sync"
+    assert d.before["verdict"] in ("sync", "mixed")
+    # the fixed twin keeps one .item() a step; its host sits in it for little (the sync score
+    # is capped by that blocked time): a fraction of the bad run's sync time
+    score = lambda v: _analysis("sync", v).verdict["evidence"]["scores_ns"]["sync"]  # noqa: E731
+    assert score("fixed") < 0.25 * score("bad")
     assert 0.35 * s["realised_ns"] <= s["promised_ns"] <= s["realised_ns"], s
 
 

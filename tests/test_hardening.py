@@ -350,6 +350,10 @@ def test_batch_killed_worker_costs_one_row(tmp_path, monkeypatch):
 def test_batch_limits_make_error_rows(tmp_path, monkeypatch):
     from traceread import batch
 
+    # a cache hit (the same bytes analysed by an earlier run) would answer without a worker,
+    # and a worker faster than one poll would answer before its (past) deadline is checked
+    monkeypatch.setenv("TRACEREAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(batch, "_POLL_S", 0.001)
     d = _batch_dir(tmp_path, 3)
     slow, fat = str(d / "t0.json"), str(d / "t1.json")
     for p in (slow, fat):  # big enough that the worker is still running at the first check
