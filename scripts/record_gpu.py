@@ -522,22 +522,8 @@ def run_big(out: Path, layers: int, steps: int) -> None:
     torch.manual_seed(0)
     d, heads, seq, batch, vocab = 1024, 16, 1024, 8, 32000
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-            self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            q, k, v = self.qkv(self.ln1(x)).view(batch, seq, 3, heads, d // heads).unbind(2)
-            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                               v.transpose(1, 2), is_causal=True)
-            x = x + self.proj(a.transpose(1, 2).reshape(batch, seq, d))
-            return x + self.down(F.gelu(self.up(self.ln2(x))))
-
     emb = torch.nn.Embedding(vocab, d)
-    model = torch.nn.Sequential(*[Block() for _ in range(layers)], torch.nn.LayerNorm(d),
+    model = torch.nn.Sequential(*_gpt(torch, d, layers, heads), torch.nn.LayerNorm(d),
                                 torch.nn.Linear(d, vocab)).cuda()
     emb = emb.cuda()
     params = list(model.parameters()) + list(emb.parameters())
