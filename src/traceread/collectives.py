@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from .table import scan_name
+
 COLLECTIVES = (
     "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
     "send", "recv", "send_recv", "reduce", "gather", "scatter", "barrier",
@@ -122,11 +124,11 @@ _HEAD_NOISE = re.compile(r"^\s*(?:void\s+)?|\(anonymous namespace\)::")
 def kernel_head(name: str) -> str:
     """The kernel's qualified name alone: ``void (anonymous namespace)::multimem_all_reduce_kernel
     <c10::BFloat16, 16>(...)`` -> ``multimem_all_reduce_kernel``."""
-    s = _HEAD_NOISE.sub("", str(name))
+    s = _HEAD_NOISE.sub("", scan_name(str(name)))
     return re.split(r"[<(]", s, maxsplit=1)[0].strip()
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=1 << 16)  # every pass asks about the same names
 def comm_kernel(name: str | None) -> tuple[str, str | None] | None:
     """(family, collective or None) when ``name`` is a communication kernel of
     ``COMM_KERNELS``, else None."""

@@ -42,6 +42,16 @@ KINDS = (
 # GPU busy time. A `graph` row stands for the kernels of one replay that the trace did
 # not record one by one, so unions and sums over these kinds never count a replay twice.
 GPU_OP_KINDS = ("kernel", "memcpy", "memset", "graph")
+
+# Name rules (kernel classes, frameworks, collectives) read at most this many characters of
+# a name: every real marker sits in the first few hundred, and a 64,000-character name
+# must not cost 64,000 steps per pattern (issue 23, docs/robustness.md).
+NAME_SCAN_CHARS = 2048
+
+
+def scan_name(name: str) -> str:
+    """The part of ``name`` that name patterns read (its first ``NAME_SCAN_CHARS``)."""
+    return name if len(name) <= NAME_SCAN_CHARS else name[:NAME_SCAN_CHARS]
 HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
 
 _STR = pa.dictionary(pa.int32(), pa.string())

@@ -34,7 +34,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..table import GPU_OP_KINDS
+from ..table import GPU_OP_KINDS, scan_name
 from ._common import events_of, kind_in, rows_of, take
 from .kernel_classes import gpu_op_pairs, pair_classes
 from .peaks import device_caps, device_peaks
@@ -71,6 +71,7 @@ def _pair_classes(pairs: pd.DataFrame) -> np.ndarray:
 
 
 def _is_simt(name: str) -> bool:
+    name = scan_name(name)
     return bool(_SIMT.search(name)) or (bool(_F32_TEMPLATE.search(name))
                                         and not _TC_MARK.search(name))
 
@@ -213,13 +214,13 @@ def _levers(by_name: pd.DataFrame, total: int, meta, op_dtypes) -> list[dict]:
             f"{dt}_autocast", f"fp32/TF32 matmuls take {100 * (simt_f32 + f32_tc) / total:.0f}% "
             "of busy time", lowp_saving, total,
             f"matmuls at the same fraction of the {dt} peak ({src}); {how}"))
-    softmax = int(sum(d for d, n in zip(dur, names) if _SOFTMAX.search(n)))
+    softmax = int(sum(d for d, n in zip(dur, names) if _SOFTMAX.search(scan_name(n))))
     if softmax > 0.02 * total and t["attention"] == 0:
         levers.append(_lever(
             "sdpa", "attention is unfused: softmax kernels run and no fused attention kernel does",
             softmax, total, "a fused kernel (F.scaled_dot_product_attention) never materialises "
             "the scores: at least the softmax time goes"))
-    layout = int(sum(d for d, n in zip(dur, names) if _LAYOUT.search(n)))
+    layout = int(sum(d for d, n in zip(dur, names) if _LAYOUT.search(scan_name(n))))
     if layout > 0.02 * total:
         levers.append(_lever(
             "channels_last", "cuDNN converts NCHW<->NHWC around the convolutions", layout, total,

@@ -39,12 +39,13 @@ arguments), then the full signature as a fallback.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
 from ..collectives import is_comm_kernel
-from ..table import GPU_OP_KINDS
+from ..table import GPU_OP_KINDS, scan_name
 from ._common import events_of, rows_of
 
 CLASSES = ("gemm", "attention", "elementwise", "reduction", "triton", "nccl",
@@ -81,9 +82,16 @@ def _head(name: str) -> str:
 
 
 def _classify_one(name: str) -> str:
+    return _classify_scanned(scan_name(name))
+
+
+@lru_cache(maxsize=1 << 16)  # several passes class the same names: match each once
+def _classify_scanned(name: str) -> str:
     if is_comm_kernel(name):
         return "nccl"
-    for text in (_head(name), name):  # the bare name first, the full signature as a fallback
+    head = _head(name)
+    # the bare name first, the full signature as a fallback (not twice when they are one)
+    for text in ((head,) if head == name else (head, name)):
         for cls, pat in _RULES:
             if pat.search(text):
                 return cls

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
+from ..table import scan_name
 from ._common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "gpu_annotation", "other")
@@ -36,14 +37,14 @@ def names_of(ev: pd.DataFrame, kinds) -> list[str]:
 
 
 def _first(rx: re.Pattern, names) -> str | None:
-    return next((n for n in names if rx.search(n)), None)
+    return next((n for n in names if rx.search(scan_name(n))), None)
 
 
 def _rows_named(ev: pd.DataFrame, rx: re.Pattern, kinds=None) -> np.ndarray:
     """Rows (of ``kinds``; all when None) whose name matches ``rx``: one match per distinct
     name among those rows."""
     rows = rows_of(ev, kinds) if kinds is not None else None
-    lut, codes = lut_at(ev["name"], rows, lambda n: bool(rx.search(n)), False, bool)
+    lut, codes = lut_at(ev["name"], rows, lambda n: bool(rx.search(scan_name(n))), False, bool)
     hit = lut.take(codes)          # a null name (code -1) reads the last slot: False
     return rows[hit] if rows is not None else np.flatnonzero(hit)
 
@@ -123,9 +124,9 @@ def frameworks(host: list[str], kernels: list[str], collectives: list[str]) -> d
     """{framework: the name that proves it} (see FRAMEWORK_RULES)."""
     found = {}
     for n in host:
-        if ANY_FRAMEWORK_RX.search(n):
+        if ANY_FRAMEWORK_RX.search(scan_name(n)):
             for fw, rx in FRAMEWORK_RULES:
-                if fw not in found and rx.search(n):
+                if fw not in found and rx.search(scan_name(n)):
                     found[fw] = n
     if "torchrec" not in found and "all_to_all" in collectives:
         n = _first(TBE_RX, host) or _first(TBE_RX, kernels)
@@ -171,7 +172,7 @@ def collectives(ev: pd.DataFrame, host: list[str], kernels: list[str]) -> dict[s
                 if key and key not in found:
                     found[key] = str(ev["name"].iat[int(rows[i])])
     for n in host:
-        if COMM_NAME_RX.search(n):
+        if COMM_NAME_RX.search(scan_name(n)):
             key = _collective_name(n)
             if key and key not in found:
                 found[key] = n
@@ -353,9 +354,9 @@ def dtypes(ev: pd.DataFrame, kernels: list[str]) -> tuple[dict, dict]:
     found: dict[str, str] = {}
     for n in matrix_kernels(kernels):
         for d, rx in DTYPE_KERNEL_RX.items():
-            if d not in found and rx.search(n):
+            if d not in found and rx.search(scan_name(n)):
                 found[d] = n
-        lowp = any(rx.search(n) for rx in DTYPE_KERNEL_RX.values())
+        lowp = any(rx.search(scan_name(n)) for rx in DTYPE_KERNEL_RX.values())
         simt = _is_simt(n)
         # an fp32-accumulate tile name (f32f32) that runs on FMA units (_ffma_) is not TF32
         if "tf32" not in found and is_tf32_kernel(n) and not simt:
@@ -385,7 +386,7 @@ def matrix_kernels(kernels: list[str]) -> list[str]:
 
     out = []
     for n in kernels:
-        h = FBGEMM_NS_RX.sub("", _head(n))
+        h = FBGEMM_NS_RX.sub("", _head(scan_name(n)))
         cls = next((c for c, rx in _RULES if rx.search(h)), None)
         if cls == "gemm" or GEMV_RX.search(h) or FUSED_ATTN_KERNEL_RX.search(h):
             out.append(n)

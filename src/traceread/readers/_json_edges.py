@@ -36,6 +36,35 @@ _BOUNDARY_ANY = re.compile(rb"\}\s*,\s*\{")
 _KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
+# A gzip trace inflates to at most this many times its compressed size (real Kineto traces:
+# 10-30x, the corpus' most is 30x) or INFLATE_FLOOR, whichever is more; a gzip bomb (36 MB
+# of zeros or tiny events -> 10 GB) is refused when it passes the cap, not after. The
+# inflated bytes are counted as they come: a member's ISIZE trailer is never trusted.
+INFLATE_RATIO = 100
+INFLATE_FLOOR = 256 << 20
+INFLATE_ENV = "TRACEREAD_MAX_INFLATED"   # bytes (K/M/G suffix); 0 = no cap
+
+
+def max_inflated(compressed: int) -> int:
+    """Most bytes a gzip of ``compressed`` bytes may inflate to (0: no cap)."""
+    import os
+
+    raw = os.environ.get(INFLATE_ENV, "").strip().upper()
+    if raw:
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(raw[-1:], 1)
+        try:
+            return int(float(raw.rstrip("KMG")) * mult)
+        except ValueError:
+            raise ValueError(f"{INFLATE_ENV}={raw!r} is not a byte count") from None
+    return max(INFLATE_FLOOR, INFLATE_RATIO * compressed)
+
+
+def inflate_cap_message(cap: int, compressed: int) -> str:
+    return (f"gzip inflates to more than {cap:,} bytes ({cap // max(1, compressed)}x its "
+            f"{compressed:,} compressed bytes; real traces inflate 10-30x): a gzip bomb? "
+            f"Set {INFLATE_ENV}=BYTES (0: no cap) to read it anyway")
+
+
 class NotRecoverable(Exception):
     """A document that is malformed (not cut) or cut before its first event."""
 

@@ -30,6 +30,7 @@ from ..detect import sniff
 from ..errors import TraceError
 from ..table import KINDS, Trace, TraceMeta, build_table, release_heap
 from . import _kineto_decode as dec
+from ._json_edges import inflate_cap_message, max_inflated
 
 try:  # isal's zlib is ~3x faster at inflate; the "fast" extra installs it
     from isal import isal_zlib as _zlib
@@ -239,6 +240,7 @@ def _gunzip(p: Path, data: bytes, tick, strict: bool = False) -> tuple[bytes, bo
     parts = []
     pos, n = 0, len(data)
     view = memoryview(data)
+    cap, total = max_inflated(n), 0
     try:
         while pos < n:
             d = _zlib.decompressobj(31)
@@ -249,7 +251,14 @@ def _gunzip(p: Path, data: bytes, tick, strict: bool = False) -> tuple[bytes, bo
                     parts.append(d.flush())
                     return b"".join(parts), True
                 chunk = view[pos:pos + _GZ_CHUNK]
-                parts.append(d.decompress(chunk))
+                # bounded per call: a bomb is stopped at the cap, not after inflating
+                out = d.decompress(d.unconsumed_tail or chunk, _GZ_CHUNK * 64)
+                parts.append(out)
+                total += len(out)
+                if cap and total > cap:
+                    raise TraceError(p, inflate_cap_message(cap, n))
+                if d.unconsumed_tail:
+                    continue
                 pos += len(chunk) - len(d.unused_data)
                 tick("gunzip", pos / n)
             parts.append(d.flush())
