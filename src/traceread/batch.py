@@ -570,7 +570,10 @@ def check_out_dir(out: str | os.PathLike, inputs: Iterable[str]) -> None:
     for p in inputs:
         if is_url(p):
             continue
-        rp = Path(p).resolve()
+        try:
+            rp = Path(p).resolve()
+        except (RuntimeError, OSError):  # a symlink loop is no output file: its row says why
+            continue
         if rp in owned or tables in rp.parents or any(same_file(p, o) for o in owned):
             raise TraceError(out, f"input {p} would be overwritten or deleted by writing the "
                                   "results here: choose another output directory")

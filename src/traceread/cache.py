@@ -122,15 +122,14 @@ def _private_dir(create: bool) -> Path | None:
 def _secret(d: Path, create: bool) -> bytes | None:
     """The per-user MAC key (32 random bytes, mode 0600); None if unusable."""
     p = d / _KEY_FILE
-    if create:
-        try:
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(32))
-        except FileExistsError:
-            pass
-        except OSError:
-            return None
+    key = _read_key(p)
+    if key is None and create:
+        _make_key(d, p)
+        key = _read_key(p)
+    return key
+
+
+def _read_key(p: Path) -> bytes | None:
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
@@ -141,6 +140,38 @@ def _secret(d: Path, create: bool) -> bytes | None:
     if st.st_uid != os.getuid() or st.st_mode & 0o077 or len(key) != 32:
         return None
     return key
+
+
+def _make_key(d: Path, p: Path) -> None:
+    """Write the key whole or not at all (a temporary beside, then linked in): a run on a
+    full disk left an empty ``.key`` that made every later run skip the cache. Our own
+    damaged key (not 32 bytes) is replaced; anything else there is left alone."""
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError:
+        return
+    if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()
+                           or st.st_size == 32):
+        return
+    tmp = d / f"{_KEY_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                     | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(32))
+        if st is None:
+            os.link(tmp, p)     # another run's key, made first, wins
+        else:
+            os.replace(tmp, p)
+    except OSError:
+        pass
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def _mac(key: bytes, data) -> str:

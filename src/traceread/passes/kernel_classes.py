@@ -92,10 +92,16 @@ def _classify_scanned(name: str) -> str:
     head = _head(name)
     # the bare name first, the full signature as a fallback (not twice when they are one)
     for text in ((head,) if head == name else (head, name)):
-        for cls, pat in _RULES:
-            if pat.search(text):
-                return cls
+        cls = rule_class(text)
+        if cls is not None:
+            return cls
     return "other"
+
+
+@lru_cache(maxsize=1 << 16)
+def rule_class(text: str) -> str | None:
+    """The first of ``_RULES`` that ``text`` matches (None: none does)."""
+    return next((cls for cls, pat in _RULES if pat.search(text)), None)
 
 
 def classify_kernels(names) -> pd.Series:

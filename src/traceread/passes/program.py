@@ -382,12 +382,12 @@ def matrix_kernels(kernels: list[str]) -> list[str]:
     """The GEMM / convolution / attention kernels (and cuBLAS gemv), classed on the kernel's
     own name without FBGEMM's namespace: an embedding kernel's signature or namespace
     mentions ``fbgemm_gpu::``."""
-    from .kernel_classes import _RULES, _head
+    from .kernel_classes import _head, rule_class
 
     out = []
     for n in kernels:
         h = FBGEMM_NS_RX.sub("", _head(scan_name(n)))
-        cls = next((c for c, rx in _RULES if rx.search(h)), None)
+        cls = rule_class(h)
         if cls == "gemm" or GEMV_RX.search(h) or FUSED_ATTN_KERNEL_RX.search(h):
             out.append(n)
     return out
