@@ -36,6 +36,11 @@ def load_trace(path: str) -> Trace:
     cut = trace.meta.extra.get("truncated")
     if cut:
         warn(f"{path}: {truncation_note(cut)}")
+    odd = trace.meta.extra.get("impossible")
+    if odd:
+        from ..validate import describe
+
+        warn(f"{path}: impossible events: {describe(odd)}")
     return trace
 
 

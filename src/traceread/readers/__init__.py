@@ -32,7 +32,9 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
         if hit is not None and not (strict and "truncated" in hit.meta.extra):
             return hit
         before = os.stat(path)  # a file changed while being read is not cached
-    trace = _read_uncached(path, fmt, progress, stream, strict)
+    from ..validate import validate
+
+    trace = validate(_read_uncached(path, fmt, progress, stream, strict))
     if cache:
         _cache.store(path, trace, before=before)
     return trace

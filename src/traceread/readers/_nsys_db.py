@@ -147,6 +147,10 @@ class Db:
         numpy columns, so no Python copy of the whole table ever exists (a 500 MB
         export would otherwise cost several GB of row tuples)."""
         have = self.columns(table)
+        for key in ("start", "end"):  # an interval without its start or end is no interval
+            if ints.get(key) == key and key not in have:
+                raise TraceError(self.path, f"{table} has no '{key}' column: its rows have "
+                                            "no time (not a complete Nsight Systems export)")
         # Text columns the table lacks come back as None (not a column of nulls).
         missing = [k for k, col in (texts or {}).items() if col is None or col not in have]
         texts = {k: col for k, col in (texts or {}).items() if k not in missing}

@@ -1,0 +1,229 @@
+"""Impossible traces are flagged, not analysed as truth (issue 23, docs/robustness.md).
+
+``validate`` checks what the passes rely on, once, when a reader has finished the event
+table (``readers.read``), and drops or trims the rows no real profiler can record:
+
+* a negative duration (an end before its start);
+* an exact duplicate of another row (every field equal: a trace concatenated with itself);
+* an event more than ``GAP_NS`` (1 h) away from the bulk of the trace (one kernel moved to
+  2099, one event at ts -5 on an epoch clock): the bulk is the largest group of event
+  times with no gap of ``GAP_NS`` inside;
+* a GPU op that starts more than ``EARLY_NS`` (1 ms) before the runtime / driver call
+  that launched it (same process, same correlation id);
+* two kernels overlapping on one stream (same process, device, stream) by more than
+  ``OVERLAP_NS`` (1 us) and more than half the shorter one: a stream runs its kernels in
+  order, so the earlier one is trimmed to end where the later one starts (real traces
+  overlap by clock jitter of a few us; copy engines are left alone).
+
+It refuses (``TraceError``) what cannot be repaired: GPU kernels whose median duration is
+under ``MIN_KERNEL_MEDIAN_NS`` (100 ns; real kernels take >= ~1 us: timestamps written in
+ms, not us), or a trace with no row left. What was changed is in
+``meta.extra["impossible"]`` ({rule: rows}); the CLI prints it as one warning line.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import TraceError
+from .table import GPU_OP_KINDS, Trace
+
+GAP_NS = 3_600 * 10**9
+EARLY_NS = 10**6
+OVERLAP_NS = 1_000
+MIN_KERNEL_MEDIAN_NS = 100
+_MEDIAN_MIN_KERNELS = 20
+_STREAM_KINDS = ("kernel",)   # copy engines (MTIA DMA queues) may run a "stream" at once
+_LAUNCH_KINDS = ("runtime", "driver")
+# every field but the lists of free text that cannot differ between true duplicates
+_DUP_COLS = ("ts", "dur", "kind", "name", "pid", "tid", "device", "stream", "correlation",
+             "external_id", "bytes")
+
+WHY = {
+    "negative_duration": "with a negative duration (end before start) dropped",
+    "duplicate": "exact duplicates of another event dropped",
+    "far_from_trace": "more than 1 h away from the rest of the trace dropped",
+    "before_launch": "GPU ops starting over 1 ms before their own launch call dropped",
+    "stream_overlap": "kernels overlapping the next kernel on their stream trimmed",
+}
+
+
+def _int(table: pa.Table, col: str) -> np.ndarray:
+    return table.column(col).to_numpy()
+
+
+def _dict(table: pa.Table, col: str) -> tuple[np.ndarray, list]:
+    """(codes, dictionary) of a string column; -1 for nulls."""
+    c = table.column(col)
+    if not isinstance(c.type, pa.DictionaryType):
+        c = pa.chunked_array([ch.dictionary_encode() for ch in c.chunks],
+                             pa.dictionary(pa.int32(), c.type)) if c.num_chunks else c
+    c = c.unify_dictionaries()
+    if c.num_chunks == 0:
+        return np.zeros(0, np.int64), []
+    parts = [np.where(ch.is_null().to_numpy(zero_copy_only=False), -1,
+                      ch.indices.fill_null(0).to_numpy(zero_copy_only=False)).astype(np.int64)
+             for ch in c.chunks]
+    return np.concatenate(parts), c.chunk(0).dictionary.to_pylist()
+
+
+def _kind_mask(table: pa.Table, kinds) -> np.ndarray:
+    codes, cats = _dict(table, "kind")
+    lut = np.append(np.isin(np.array(cats, dtype=object), list(kinds)), False)
+    return lut[codes]
+
+
+def _codes(table: pa.Table, col: str) -> np.ndarray:
+    return _dict(table, col)[0]
+
+
+def _duplicates(table: pa.Table, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Rows of some duration equal in every field to an earlier row (instants repeat in
+    real traces: Kineto writes some ``[memory]`` markers twice). The table is sorted by
+    ts, so only rows sharing a start with a neighbour are compared."""
+    out = np.zeros(len(ts), bool)
+    same = np.flatnonzero(ts[1:] == ts[:-1])
+    if not len(same):
+        return out
+    cand = np.unique(np.concatenate([same, same + 1]))
+    keys = [(_codes(table, c) if c in ("kind", "name") else _int(table, c))[cand]
+            for c in _DUP_COLS]
+    order = np.lexsort(keys[::-1])
+    stacked = np.stack([k[order] for k in keys])
+    eq = np.all(stacked[:, 1:] == stacked[:, :-1], axis=0)
+    hit = cand[order[1:][eq]]
+    out[hit[dur[hit] > 0]] = True
+    return out
+
+
+def _far_from_trace(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Rows with a start or end outside the largest group of times without a GAP_NS gap."""
+    t = np.sort(np.concatenate([ts, end]))
+    cut = np.flatnonzero(np.diff(t) > GAP_NS)
+    if not len(cut):
+        return np.zeros(len(ts), bool)
+    lo = np.concatenate([[0], cut + 1])
+    hi = np.concatenate([cut, [len(t) - 1]])
+    best = int(np.argmax(hi - lo))
+    a, b = t[lo[best]], t[hi[best]]
+    return (ts < a) | (ts > b) | (end < a) | (end > b)
+
+
+def _before_launch(table: pa.Table, ts: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(ts), bool)
+    corr, pid = _int(table, "correlation"), _int(table, "pid")
+    launch = np.flatnonzero(_kind_mask(table, _LAUNCH_KINDS) & (corr >= 0))
+    ops = np.flatnonzero(gpu & (corr >= 0))
+    if not len(launch) or not len(ops):
+        return out
+    lk = np.stack([pid[launch], corr[launch]])
+    order = np.lexsort(lk[::-1])          # by (pid, corr); ts ascending within (stable)
+    lp, lc, lt = pid[launch][order], corr[launch][order], ts[launch][order]
+    first = np.ones(len(order), bool)
+    first[1:] = (lp[1:] != lp[:-1]) | (lc[1:] != lc[:-1])
+    lp, lc, lt = lp[first], lc[first], lt[first]   # the earliest launch of each key
+    pos = _match(lp, lc, pid[ops], corr[ops])
+    hit = pos >= 0
+    early = np.zeros(len(ops), bool)
+    early[hit] = ts[ops][hit] < lt[pos[hit]] - EARLY_NS
+    out[ops[early]] = True
+    return out
+
+
+def _match(lp: np.ndarray, lc: np.ndarray, qp: np.ndarray, qc: np.ndarray) -> np.ndarray:
+    """Index in the (pid, corr)-sorted keys (lp, lc) of each query, -1 when absent."""
+    out = np.full(len(qp), -1, np.int64)
+    for p in np.unique(qp):
+        sel = np.flatnonzero(lp == p)
+        if not len(sel):
+            continue
+        q = np.flatnonzero(qp == p)
+        keys = lc[sel]
+        i = np.searchsorted(keys, qc[q])
+        ok = i < len(keys)
+        ok[ok] = keys[i[ok]] == qc[q][ok]
+        out[q[ok]] = sel[i[ok]]
+    return out
+
+
+def _stream_overlap(table: pa.Table, ts: np.ndarray, end: np.ndarray, keep: np.ndarray):
+    """(rows to trim, their new end): a GPU op whose stream's next op starts more than
+    OVERLAP_NS before it ends."""
+    rows = np.flatnonzero(_kind_mask(table, _STREAM_KINDS) & keep)
+    if len(rows) < 2:
+        return rows[:0], rows[:0]
+    pid, dev, st = _int(table, "pid")[rows], _int(table, "device")[rows], \
+        _int(table, "stream")[rows]
+    order = np.lexsort((ts[rows], st, dev, pid))
+    r = rows[order]
+    same = (pid[order][1:] == pid[order][:-1]) & (dev[order][1:] == dev[order][:-1]) \
+        & (st[order][1:] == st[order][:-1]) & (st[order][1:] >= 0)
+    nxt = ts[r[1:]]
+    over = end[r[:-1]] - nxt
+    shorter = np.minimum(end[r[:-1]] - ts[r[:-1]], end[r[1:]] - nxt)
+    # clock jitter overlaps real kernels by a few us: only more than half the shorter
+    # op (and over OVERLAP_NS) is impossible
+    bad = same & (over > OVERLAP_NS) & (2 * over > shorter)
+    return r[:-1][bad], nxt[bad]
+
+
+def validate(trace: Trace) -> Trace:
+    """Drop or trim the impossible rows of ``trace`` (see module docstring); refuse a
+    trace that cannot be repaired. Returns ``trace`` (its table replaced when changed)."""
+    table = trace.table
+    n = table.num_rows
+    if n == 0:
+        return trace
+    ts, dur = _int(table, "ts"), _int(table, "dur")
+    end = ts + np.maximum(dur, 0)
+    gpu = _kind_mask(table, GPU_OP_KINDS)
+    _check_units(trace, dur, _kind_mask(table, ("kernel",)))
+    found = {}
+    drop = np.zeros(n, bool)
+    for rule, mask in (("negative_duration", dur < 0),
+                       ("duplicate", None),
+                       ("far_from_trace", None),
+                       ("before_launch", None)):
+        if mask is None:
+            keep = ~drop
+            if rule == "duplicate":
+                mask = _duplicates(table, ts, dur) & keep
+            elif rule == "far_from_trace":
+                mask = np.zeros(n, bool)
+                mask[keep] = _far_from_trace(ts[keep], end[keep])
+            else:
+                mask = _before_launch(table, ts, gpu & keep)
+        mask &= ~drop
+        if mask.any():
+            found[rule] = int(mask.sum())
+            drop |= mask
+    trim, new_end = _stream_overlap(table, ts, end, ~drop)
+    if len(trim):
+        found["stream_overlap"] = len(trim)
+        dur = dur.copy()
+        dur[trim] = new_end - ts[trim]
+        table = table.set_column(table.schema.get_field_index("dur"), "dur",
+                                 pa.array(dur, pa.int64()))
+    if not found:
+        return trace
+    if drop.all():
+        raise TraceError(trace.meta.path, "no plausible event left: " + describe(found))
+    if drop.any():
+        table = table.filter(pa.array(~drop))
+    trace.table = table
+    trace.meta.extra["impossible"] = found
+    return trace
+
+
+def _check_units(trace: Trace, dur: np.ndarray, kernel: np.ndarray) -> None:
+    """Kernels of a few ns each: the timestamps are not in the format's unit."""
+    d = dur[kernel & (dur >= 0)]
+    if len(d) >= _MEDIAN_MIN_KERNELS and np.median(d) < MIN_KERNEL_MEDIAN_NS:
+        raise TraceError(trace.meta.path, f"implausible time unit: the median GPU kernel takes "
+                                          f"{float(np.median(d)):g} ns (real kernels take "
+                                          "microseconds): timestamps in ms instead of us?")
+
+
+def describe(found: dict) -> str:
+    """One line: how many rows each rule changed, and why."""
+    return "; ".join(f"{n:,} event{'s' if n != 1 else ''} {WHY[k]}" for k, n in found.items())
