@@ -63,7 +63,8 @@ def _span(out) -> float:
 def test_real_fixtures_are_plausible():
     from traceread.readers import read
 
-    for p in sorted((REAL.parent).glob("*.json.gz")):
+    for p in sorted(REAL.parent.glob("*.json.gz")) + sorted(
+            (REAL.parent.parent / "h200").glob("*.json.gz")):
         assert "impossible" not in read(p).meta.extra, p
 
 
@@ -140,13 +141,12 @@ def test_timestamps_in_ms_refused(tmp_path):
 
 def test_unmatched_b_events_do_not_stretch_the_span(tmp_path, baseline):
     doc = _doc()
-    t0 = min(e["ts"] for e in doc["traceEvents"] if "ts" in e)
+    t0 = -doc["baseTimeNanoseconds"] / 1000      # on another clock: 1970
     doc["traceEvents"] += [{"ph": "B", "name": f"b{i % 50}", "pid": 764, "tid": 764,
-                            "ts": t0 + i * 1e-3, "cat": "user_annotation"}
-                           for i in range(20_000)]
+                            "ts": t0 + i, "cat": "user_annotation"} for i in range(20_000)]
     r, out = _analyze(_write(tmp_path, doc))
-    assert r.returncode == 0, r.stderr
-    assert _span(out) < 10 * _span(baseline)
+    assert "20,000 events more than 1 h away from the rest of the trace" in _warning(r)
+    assert _span(out) == _span(baseline)
 
 
 def _nsys(tmp_path: Path, kernels: str, end_col: bool = True) -> Path:

@@ -6,8 +6,9 @@ table (``readers.read``), and drops or trims the rows no real profiler can recor
 * a negative duration (an end before its start);
 * an exact duplicate of another row (every field equal: a trace concatenated with itself);
 * an event more than ``GAP_NS`` (1 h) away from the bulk of the trace (one kernel moved to
-  2099, one event at ts -5 on an epoch clock): the bulk is the largest group of event
-  times with no gap of ``GAP_NS`` inside;
+  2099, one event at ts -5 on an epoch clock, unclosed 'B' events on another clock): the
+  bulk is the group of event times with no gap of ``GAP_NS`` inside that holds the most
+  intervals (rows of positive duration), then the most rows;
 * a GPU op that starts more than ``EARLY_NS`` (1 ms) before the runtime / driver call
   that launched it (same process, same correlation id);
 * two kernels overlapping on one stream (same process, device, stream) by more than
@@ -52,7 +53,7 @@ def _int(table: pa.Table, col: str) -> np.ndarray:
     return table.column(col).to_numpy()
 
 
-def _dict(table: pa.Table, col: str) -> tuple[np.ndarray, list]:
+def _dict(table: pa.Table, col: str, values: bool = True) -> tuple[np.ndarray, list]:
     """(codes, dictionary) of a string column; -1 for nulls."""
     c = table.column(col)
     if not isinstance(c.type, pa.DictionaryType):
@@ -64,7 +65,7 @@ def _dict(table: pa.Table, col: str) -> tuple[np.ndarray, list]:
     parts = [np.where(ch.is_null().to_numpy(zero_copy_only=False), -1,
                       ch.indices.fill_null(0).to_numpy(zero_copy_only=False)).astype(np.int64)
              for ch in c.chunks]
-    return np.concatenate(parts), c.chunk(0).dictionary.to_pylist()
+    return np.concatenate(parts), (c.chunk(0).dictionary.to_pylist() if values else [])
 
 
 def _kind_mask(table: pa.Table, kinds) -> np.ndarray:
@@ -74,7 +75,7 @@ def _kind_mask(table: pa.Table, kinds) -> np.ndarray:
 
 
 def _codes(table: pa.Table, col: str) -> np.ndarray:
-    return _dict(table, col)[0]
+    return _dict(table, col, values=False)[0]
 
 
 def _duplicates(table: pa.Table, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -96,15 +97,22 @@ def _duplicates(table: pa.Table, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return out
 
 
-def _far_from_trace(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Rows with a start or end outside the largest group of times without a GAP_NS gap."""
-    t = np.sort(np.concatenate([ts, end]))
+def _far_from_trace(ts: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Rows with a start or end outside the bulk: the group of times without a GAP_NS gap
+    inside that holds the most intervals (rows of positive duration; 200k unclosed 'B'
+    events on another clock are instants and do not make the bulk)."""
+    t = np.concatenate([ts, end])
+    w = np.concatenate([dur > 0, dur > 0]).astype(np.int64)
+    order = np.argsort(t, kind="stable")
+    t, w = t[order], w[order]
     cut = np.flatnonzero(np.diff(t) > GAP_NS)
     if not len(cut):
         return np.zeros(len(ts), bool)
     lo = np.concatenate([[0], cut + 1])
     hi = np.concatenate([cut, [len(t) - 1]])
-    best = int(np.argmax(hi - lo))
+    cw = np.concatenate([[0], np.cumsum(w)])
+    size = (cw[hi + 1] - cw[lo]) * (len(t) + 1) + (hi - lo + 1)  # intervals, then rows
+    best = int(np.argmax(size))
     a, b = t[lo[best]], t[hi[best]]
     return (ts < a) | (ts > b) | (end < a) | (end > b)
 
@@ -190,7 +198,7 @@ def validate(trace: Trace) -> Trace:
                 mask = _duplicates(table, ts, dur) & keep
             elif rule == "far_from_trace":
                 mask = np.zeros(n, bool)
-                mask[keep] = _far_from_trace(ts[keep], end[keep])
+                mask[keep] = _far_from_trace(ts[keep], end[keep], dur[keep])
             else:
                 mask = _before_launch(table, ts, gpu & keep)
         mask &= ~drop
