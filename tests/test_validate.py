@@ -60,6 +60,19 @@ def _span(out) -> float:
     return out["trace"]["span_ns"]
 
 
+def test_cached_trace_keeps_the_warning(tmp_path, monkeypatch):
+    from traceread import cache
+    from traceread.readers import read
+
+    monkeypatch.setenv("TRACEREAD_CACHE_DIR", str(tmp_path / "cache"))
+    doc = _doc()
+    _kernels(doc)[0]["dur"] = -5
+    p = _write(tmp_path, doc)
+    read(p, cache=True)
+    hit = cache.load(p)
+    assert hit is not None and hit.meta.extra["impossible"] == {"negative_duration": 1}
+
+
 def test_real_fixtures_are_plausible():
     from traceread.readers import read
 
@@ -74,6 +87,7 @@ def test_kernel_moved_to_2099(tmp_path, baseline):
     k["ts"] += (2099 - 2026) * 365 * 86400 * 1e6
     r, out = _analyze(_write(tmp_path, doc))
     assert "1 event more than 1 h away from the rest of the trace dropped" in _warning(r)
+    assert out["trace"]["impossible"] == {"far_from_trace": 1}
     assert _span(out) == _span(baseline)
     assert 0 <= _idle(out) <= 100
 

@@ -49,6 +49,8 @@ class TraceInfo(_S):
     devices: list[dict[str, Any]]
     # a trace cut short: truncated_at_byte, bytes_recovered, share_of_file, events_recovered...
     truncated: Optional[dict[str, Any]] = None
+    # impossible rows dropped or trimmed by traceread.validate: {rule: rows} (else null)
+    impossible: Optional[dict[str, int]] = None
 
 
 class StepStats(_S):

@@ -36,7 +36,7 @@ MIN_KERNEL_MEDIAN_NS = 100
 _MEDIAN_MIN_KERNELS = 20
 _STREAM_KINDS = ("kernel",)   # copy engines (MTIA DMA queues) may run a "stream" at once
 _LAUNCH_KINDS = ("runtime", "driver")
-# every field but the lists of free text that cannot differ between true duplicates
+# the fields that tell two events apart (the free-text arg columns are left out)
 _DUP_COLS = ("ts", "dur", "kind", "name", "pid", "tid", "device", "stream", "correlation",
              "external_id", "bytes")
 
@@ -188,20 +188,13 @@ def validate(trace: Trace) -> Trace:
     _check_units(trace, dur, _kind_mask(table, ("kernel",)))
     found = {}
     drop = np.zeros(n, bool)
-    for rule, mask in (("negative_duration", dur < 0),
-                       ("duplicate", None),
-                       ("far_from_trace", None),
-                       ("before_launch", None)):
-        if mask is None:
-            keep = ~drop
-            if rule == "duplicate":
-                mask = _duplicates(table, ts, dur) & keep
-            elif rule == "far_from_trace":
-                mask = np.zeros(n, bool)
-                mask[keep] = _far_from_trace(ts[keep], end[keep], dur[keep])
-            else:
-                mask = _before_launch(table, ts, gpu & keep)
-        mask &= ~drop
+    rules = (("negative_duration", lambda keep: dur < 0),
+             ("duplicate", lambda keep: _duplicates(table, ts, dur)),
+             ("far_from_trace", lambda keep: _scatter(
+                 keep, _far_from_trace(ts[keep], end[keep], dur[keep]))),
+             ("before_launch", lambda keep: _before_launch(table, ts, gpu & keep)))
+    for rule, offenders in rules:   # each rule sees the rows the earlier ones kept
+        mask = offenders(~drop) & ~drop
         if mask.any():
             found[rule] = int(mask.sum())
             drop |= mask
@@ -221,6 +214,12 @@ def validate(trace: Trace) -> Trace:
     trace.table = table
     trace.meta.extra["impossible"] = found
     return trace
+
+
+def _scatter(keep: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(keep), bool)
+    out[keep] = values
+    return out
 
 
 def _check_units(trace: Trace, dur: np.ndarray, kernel: np.ndarray) -> None:

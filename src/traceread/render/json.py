@@ -89,7 +89,9 @@ def _trace(a) -> dict:
             "events": a.events, "span_ns": a.span_ns,
             "devices": [_py(d) for d in m.devices],
             # a trace cut short: where, and how much was recovered (else null)
-            "truncated": _py(m.extra.get("truncated"))}
+            "truncated": _py(m.extra.get("truncated")),
+            # rows traceread.validate dropped or trimmed: {rule: rows} (else null)
+            "impossible": _py(m.extra.get("impossible"))}
 
 
 def _steps(a) -> dict:
