@@ -40,12 +40,12 @@ _LAUNCH_KINDS = ("runtime", "driver")
 _DUP_COLS = ("ts", "dur", "kind", "name", "pid", "tid", "device", "stream", "correlation",
              "external_id", "bytes")
 
-WHY = {
-    "negative_duration": "with a negative duration (end before start) dropped",
-    "duplicate": "exact duplicates of another event dropped",
-    "far_from_trace": "more than 1 h away from the rest of the trace dropped",
-    "before_launch": "GPU ops starting over 1 ms before their own launch call dropped",
-    "stream_overlap": "kernels overlapping the next kernel on their stream trimmed",
+WHY = {   # rule: (what is counted, what was wrong with it and what was done)
+    "negative_duration": ("event", "with a negative duration (end before start) dropped"),
+    "duplicate": ("event", "exactly duplicating another event dropped"),
+    "far_from_trace": ("event", "more than 1 h away from the rest of the trace dropped"),
+    "before_launch": ("GPU op", "starting over 1 ms before its own launch call dropped"),
+    "stream_overlap": ("kernel", "running into the next kernel on its stream trimmed"),
 }
 
 
@@ -233,4 +233,5 @@ def _check_units(trace: Trace, dur: np.ndarray, kernel: np.ndarray) -> None:
 
 def describe(found: dict) -> str:
     """One line: how many rows each rule changed, and why."""
-    return "; ".join(f"{n:,} event{'s' if n != 1 else ''} {WHY[k]}" for k, n in found.items())
+    return "; ".join(f"{n:,} {WHY[k][0]}{'s' if n != 1 else ''} {WHY[k][1]}"
+                     for k, n in found.items())

@@ -221,7 +221,9 @@ def recompile_storm(steps: int = 6, markers: bool = True, compiles: dict | None 
     for k in range(steps):
         s = T0 + k * period
         b.step(k, s, period - 100 * US)
-        b.launch(s - 20 * US, 10 * US, s, busy, name=GEMM)  # queued by the previous step
+        # queued by the previous step, on its own stream: the compiled region's kernel runs
+        # beside it (one stream runs its kernels one after another)
+        b.launch(s - 20 * US, 10 * US, s, busy, name=GEMM, stream=8)
         t = s + 100 * US
         for frame in (0, 1):
             b.cpu("TorchDynamo Cache Lookup", t, 20 * US)
