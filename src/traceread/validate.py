@@ -16,6 +16,10 @@ table (``readers.read``), and drops or trims the rows no real profiler can recor
   order, so the earlier one is trimmed to end where the later one starts (real traces
   overlap by clock jitter of a few us; copy engines are left alone).
 
+The stream-overlap trim and the unit check below apply to JSON traces only: an nsys
+export holds CUPTI's integer ns, and its own reports (which traceread reproduces byte for
+byte) count its rows as recorded.
+
 It refuses (``TraceError``) what cannot be repaired: GPU kernels whose median duration is
 under ``MIN_KERNEL_MEDIAN_NS`` (100 ns; real kernels take >= ~1 us: timestamps written in
 ms, not us), or a trace with no row left. What was changed is in
@@ -185,7 +189,11 @@ def validate(trace: Trace) -> Trace:
     ts, dur = _int(table, "ts"), _int(table, "dur")
     end = ts + np.maximum(dur, 0)
     gpu = _kind_mask(table, GPU_OP_KINDS)
-    _check_units(trace, dur, _kind_mask(table, ("kernel",)))
+    # nsys: CUPTI's integer ns, and its own reports (reproduced byte for byte) count its
+    # rows as recorded; a JSON writer picks its unit and its rows by hand
+    json_trace = trace.meta.format != "nsys"
+    if json_trace:
+        _check_units(trace, dur, _kind_mask(table, ("kernel",)))
     found = {}
     drop = np.zeros(n, bool)
     rules = (("negative_duration", lambda keep: dur < 0),
@@ -198,7 +206,7 @@ def validate(trace: Trace) -> Trace:
         if mask.any():
             found[rule] = int(mask.sum())
             drop |= mask
-    trim, new_end = _stream_overlap(table, ts, end, ~drop)
+    trim, new_end = _stream_overlap(table, ts, end, ~drop) if json_trace else ([], [])
     if len(trim):
         found["stream_overlap"] = len(trim)
         dur = dur.copy()
