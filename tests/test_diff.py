@@ -211,6 +211,21 @@ def test_real_batch_pair_compares_per_sample():
     assert r.exit_code == 2
 
 
+
+def test_html_diff_says_per_sample_and_warns(tmp_path):
+    out = tmp_path / "d.html"
+    r = CliRunner().invoke(main, ["diff", str(CPU / "batch16.json.gz"), str(CPU / "batch256.json.gz"),
+                                  "--format", "html", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "compared per sample" in page and "time per sample" in page
+    assert "(step time per sample)" in page
+    r = CliRunner().invoke(main, ["diff", str(CPU / "compile.first.json.gz"),
+                                  str(CPU / "compile.steady.json.gz"), "--format", "html", "-o", str(out)])
+    page = out.read_text()
+    assert "Figures (per iteration)" in page and "warning: BEFORE compiles" in page
+
+
 def test_batch_is_not_read_from_one_trace_against_itself():
     p = str(CPU / "batch16.json.gz")
     d = diff_paths(p, p)

@@ -43,7 +43,7 @@ def _pair_table(pairs: list) -> list[str]:
     order = sorted(pairs, key=lambda p: -(p.slower_pct() if p.slower_pct() is not None else -1e9))
     for p in order[:PAIR_ROWS]:
         b, a = p.before, p.after
-        key = "step_mean_ns" if p.unit == "step" else "gpu_window_ns"
+        key = p.time_key()
         pct = p.slower_pct()
         verdict = f"{str(b['verdict']).upper()} -> {str(a['verdict']).upper()}" \
             if b["verdict"] != a["verdict"] else str(b["verdict"]).upper()
@@ -53,7 +53,10 @@ def _pair_table(pairs: list) -> list[str]:
     if len(pairs) > PAIR_ROWS:
         lines.append(f"  … {len(pairs) - PAIR_ROWS} more (--format json lists every pair)")
     if any(p.unit != "step" for p in pairs):
-        lines.append("  (a pair without steps on both sides compares GPU windows, not steps)")
+        lines.append("  (a pair without steps on both sides compares GPU windows (wall time "
+                     "without GPU work) per iteration or per trace, not steps)")
+    if any(p.batch for p in pairs):
+        lines.append("  (a pair whose batch size differs: change per sample)")
     return lines
 
 
