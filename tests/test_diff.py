@@ -263,3 +263,4 @@ def test_repeats_finds_the_largest_exact_repetition():
     assert repeats(list("aaaa")) == (4, ["a"])
     assert repeats(list("abcab")) == (1, list("abcab"))
     assert repeats([]) == (1, [])
+

@@ -20,7 +20,8 @@ import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
 from .base import Renderer
-from .text import fmt_ns
+from .report import _n
+from .text import fmt_bytes, fmt_ns, fmt_rate
 
 COLUMNS = 800          # timeline resolution (SVG columns per device lane)
 MAX_LANES = 8
@@ -52,7 +53,7 @@ class HtmlRenderer(Renderer):
 
             title, body = "traceread diff", diff_body(result)
         elif isinstance(result, (list, tuple)):  # several traces (ranks of a job): one page
-            title = f"traceread: {len(result)} traces"
+            title = f"traceread: {_n(len(result), 'trace')}"
             body = job_body(list(result), self.options.get("jobs"))
         else:  # one trace; an nsys export of several processes may still be a job
             title = f"traceread: {result.meta.path}"
@@ -124,7 +125,7 @@ def job_body(analyses: list, jobs=None) -> str:
                      f"{100 * idle / window:.1f}%" if window else "-", escape(a.meta.path)])
         bars.append((label, stats.get("mean_ns") or window, fmt_ns(stats.get("mean_ns") or window),
                      palette[i % len(palette)]))
-    parts = [f"<h1>{len(analyses)} traces</h1>",
+    parts = [f"<h1>{_n(len(analyses), 'trace')}</h1>",
              table(["trace", "verdict", "step (mean)", "GPU idle", "file"], rows, {2, 3}),
              "<h2>Step time per trace</h2>", _hbars(bars),
              cross_rank_html(jobs if jobs is not None else _jobs_of(analyses))]
@@ -489,15 +490,15 @@ def _copies_section(d: dict) -> str:
     c = d.get("copies") or {}
     if not c.get("count"):
         return ""
-    rows = [[escape(str(x.get("direction"))), f"{x.get('count', 0):,}", f"{x.get('bytes', 0) / 2**20:.1f} MiB",
+    rows = [[escape(str(x.get("direction"))), f"{x.get('count', 0):,}", fmt_bytes(x.get("bytes", 0)),
              fmt_ns(x.get("copy_ns", 0)), fmt_ns(x.get("exposed_ns", 0)),
-             f"{x['gbps']:.2f}" if isinstance(x.get("gbps"), (int, float)) else "-",
+             fmt_rate(x["gbps"]) if isinstance(x.get("gbps"), (int, float)) else "-",
              f"{x.get('pageable', 0):,}"] for x in c.get("by_direction") or []]
     pin = (f"; pinning the pageable ones would save about {fmt_ns(c['pin_saves_ns'])}"
            if c.get("pin_saves_ns") else "")
     return (f"<h2>Host↔device copies: {fmt_ns(c.get('copy_ns', 0))}, {fmt_ns(c.get('exposed_ns', 0))} "
             f"with no kernel running{pin}</h2>"
-            + table(["direction", "count", "bytes", "time", "exposed", "GB/s", "pageable"], rows,
+            + table(["direction", "count", "bytes", "time", "exposed", "rate", "pageable"], rows,
                     {1, 2, 3, 4, 5, 6}))
 
 
@@ -505,7 +506,7 @@ def _compile_section(a, d: dict) -> str:
     c = d.get("compile") or {}
     if not (c.get("compiles") or c.get("compile_ns")):
         return ""
-    head = (f"<h2>torch.compile: {c.get('compiles', 0)} compiles ({c.get('recompiles', 0)} recompiles), "
+    head = (f"<h2>torch.compile: {_n(c.get('compiles', 0), 'compile')} ({_n(c.get('recompiles', 0), 'recompile')}), "
             f"{fmt_ns(c.get('compile_ns', 0))} compiling</h2>")
     rows = []
     if a.trace is not None:

@@ -6,6 +6,7 @@ from html import escape
 import pandas as pd
 
 from .html import _hbars, page, table
+from .report import _n
 
 VERDICT_COLORS = {"data": "#ff7f0e", "copy": "#8c564b", "sync": "#d62728", "launch": "#e377c2",
                   "host": "#bcbd22", "comms": "#17becf", "compile": "#9467bd",
@@ -19,11 +20,11 @@ def batch_page(res) -> str:
     s: pd.DataFrame = res.summary
     ok = s[s["error"].isna()]
     bad = s[s["error"].notna()]
-    head = (f"<h1>{len(s)} traces: {len(ok)} analysed, {len(bad)} failed</h1>")
+    head = (f"<h1>{_n(len(s), 'trace')}: {len(ok)} analysed, {len(bad)} failed</h1>")
     parts = [head]
     if len(ok):
         counts = ok["verdict"].fillna("?").value_counts()
-        parts.append("<h2>Verdicts</h2>" + _hbars([(str(k), int(v), f"{int(v)} traces",
+        parts.append("<h2>Verdicts</h2>" + _hbars([(str(k), int(v), _n(int(v), "trace"),
                                                     VERDICT_COLORS.get(str(k), "#777777"))
                                                    for k, v in counts.items()]))
         worst = ok.sort_values("idle_pct", ascending=False, na_position="last").head(40)

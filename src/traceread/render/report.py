@@ -176,7 +176,7 @@ def _verdict(a) -> list[str]:
     if ev.get("bursty"):
         facts.append(f"step times are bursty (cv {ev['step_cv']:.2f})")
     if ev.get("recompiles") or ev.get("graph_breaks"):
-        facts.append(", ".join(x for x in (f"{ev['recompiles']} recompiles" if ev.get("recompiles") else "",
+        facts.append(", ".join(x for x in (_n(ev["recompiles"], "recompile") if ev.get("recompiles") else "",
                                            _n(ev["graph_breaks"], "graph break") if ev.get("graph_breaks")
                                            else "") if x) + " in the analysed window")
     elif ev.get("module_loads", 0) >= max(2, ev.get("steps", 0) // 2):
@@ -393,7 +393,7 @@ def _compile(a) -> list[str]:
 
 def _counts(c: dict) -> str:
     """``N compiles (M recompiles), K graph breaks`` of a compile summary or its whole-trace part."""
-    text = f"{c.get('compiles', 0)} compiles ({c.get('recompiles', 0)} recompiles)"
+    text = f"{_n(c.get('compiles', 0), 'compile')} ({_n(c.get('recompiles', 0), 'recompile')})"
     return text + (f", {_n(c['graph_breaks'], 'graph break')}" if c.get("graph_breaks") else "")
 
 
