@@ -16,3 +16,40 @@ def test_one_is_singular():
 
     assert _counts({"compiles": 1, "recompiles": 1}) == "1 compile (1 recompile)"
     assert _counts({"compiles": 3, "recompiles": 0}) == "3 compiles (0 recompiles)"
+
+
+def _script(tmp_path, body: str):
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import FIXTURES
+
+    d = tmp_path / "traces"
+    d.mkdir()
+    shutil.copy(FIXTURES / "cpu" / "batch16.json.gz", d)
+    shutil.copy(FIXTURES / "kineto" / "kineto_after_fix_trace.json", d)
+    script = tmp_path / "run.py"
+    script.write_text(body.format(d=str(d)))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=str(tmp_path))
+
+
+def test_analyze_dir_in_an_unguarded_script_runs_in_process_and_says_why(tmp_path):
+    # workers re-run the parent's script: unguarded, every row was "worker exited with
+    # status 1" and nothing said why
+    r = _script(tmp_path, "import traceread\n"
+                          "df = traceread.analyze_dir({d!r}, jobs=2)\n"
+                          "print('errors:', int(df['error'].notna().sum()), len(df))\n")
+    assert r.returncode == 0, r.stderr
+    assert "errors: 0 2" in r.stdout
+    assert "without an `if __name__ == \"__main__\":` guard" in r.stderr and "run.py:2" in r.stderr
+
+
+def test_unguarded_call_is_not_flagged_under_the_guard(tmp_path):
+    r = _script(tmp_path, "import traceread\nfrom traceread.batch import unguarded_main_call\n"
+                          "if __name__ == '__main__':\n"
+                          "    print('where:', unguarded_main_call())\n"
+                          "print('top:', unguarded_main_call() is not None)\n")
+    assert r.returncode == 0, r.stderr
+    assert "where: None" in r.stdout and "top: True" in r.stdout
