@@ -53,3 +53,22 @@ def test_unguarded_call_is_not_flagged_under_the_guard(tmp_path):
                           "print('top:', unguarded_main_call() is not None)\n")
     assert r.returncode == 0, r.stderr
     assert "where: None" in r.stdout and "top: True" in r.stdout
+
+
+def test_analyze_and_idle_list_a_gap_at_the_same_start():
+    # analyze once counted from the device's window start, idle from the trace's first
+    # event: one gap at "+0 ns" and "+0.000175 s"
+    from click.testing import CliRunner
+
+    from conftest import FIXTURES
+    from traceread.cli import main
+
+    p = str(FIXTURES / "gpu" / "data.bad.json.gz")
+    rep = CliRunner().invoke(main, ["analyze", p, "--no-cache"]).stdout.splitlines()
+    idle = CliRunner().invoke(main, ["idle", p, "--no-cache"]).stdout.splitlines()
+    head = rep.index(next(x for x in rep if x.startswith("Largest idle gaps")))
+    assert "after the trace's first event" in rep[head + 1]
+    first = rep[head + 3].split()
+    start, dur = first[0] + " " + first[1], first[2] + " " + first[3]  # "+0.000175 s", "21.7 ms"
+    assert start.startswith("+") and start.endswith(" s")
+    assert any(x.split()[:4] == [*start.split(), *dur.split()] for x in idle), (start, dur)

@@ -21,7 +21,7 @@ import numpy as np
 from ..passes.attribution import CPU_CATEGORIES
 from .base import Renderer
 from .report import _n
-from .text import fmt_bytes, fmt_ns, fmt_rate
+from .text import fmt_bytes, fmt_ns, fmt_rate, rel_time
 
 COLUMNS = 800          # timeline resolution (SVG columns per device lane)
 MAX_LANES = 8
@@ -427,18 +427,19 @@ def _gaps_section(a, d: dict) -> str:
     largest = g.get("largest") or []
     if not largest:
         return ""
-    w0 = {(x["pid"], x["device"]): x["window_start_ns"] for x in d.get("devices") or []}
+    t0 = (d.get("window") or {}).get("trace_start_ns") or 0
     rows = []
     for r in largest[:TABLE_ROWS]:
-        at = r["start_ns"] - w0.get((r["pid"], r["device"]), r["start_ns"])
         host = ", ".join(f"{escape(k)} {fmt_ns(v)}" for k, v in
                          sorted((r.get("by_cpu") or {}).items(), key=lambda kv: -kv[1])[:3])
         drain = f"sync {escape(r['drain_op'])}" if r.get("drain") == "sync" and r.get("drain_op") \
             else ("queued" if r.get("drain") == "queued" else "starved")
-        rows.append([f"+{fmt_ns(at)}", fmt_ns(r["duration_ns"]), r["device"],
+        rows.append([rel_time(r["start_ns"] - t0), fmt_ns(r["duration_ns"]), r["device"],
                      f"#{r['step']}" if r.get("step", -1) >= 0 else "-", drain, host])
     return (f"<h2>Largest idle gaps (of {g.get('count', 0):,}, {fmt_ns(g.get('total_idle_ns', 0))})</h2>"
-            + table(["at", "duration", "device", "step", "drained by", "host was in"], rows, {0, 1, 2}))
+            + "<p>start: after the trace's first event, as in <code>traceread idle</code>, "
+              "<code>gaps</code> and <code>--window</code>.</p>"
+            + table(["start", "duration", "device", "step", "drained by", "host was in"], rows, {0, 1, 2}))
 
 
 def _name(name, width: int = 160) -> str:

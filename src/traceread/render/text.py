@@ -65,6 +65,10 @@ def fmt_rate(gb_per_s: float) -> str:
     return fmt_bytes(gb_per_s * 1e9) + "/s"
 
 
+# Every listed start (analyze's gaps, idle, gaps, steps) counts from the trace's first event.
+ORIGIN_NOTE = "  (start: time after the trace's first event, as in analyze, idle, gaps and --window)"
+
+
 def rel_time(ns: float) -> str:
     """Time after the trace's first event, to the microsecond: ``+1.234567 s``.
 
