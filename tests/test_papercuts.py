@@ -72,3 +72,40 @@ def test_analyze_and_idle_list_a_gap_at_the_same_start():
     start, dur = first[0] + " " + first[1], first[2] + " " + first[3]  # "+0.000175 s", "21.7 ms"
     assert start.startswith("+") and start.endswith(" s")
     assert any(x.split()[:4] == [*start.split(), *dur.split()] for x in idle), (start, dur)
+
+
+class _Tty:
+    def isatty(self):
+        return True
+
+
+class _Pipe:
+    def isatty(self):
+        return False
+
+
+REPORT = ("trace.json\n\nVERDICT  DATA — input-bound: the GPU waits for the DataLoader\n"
+          "  GPU idle 87.2% of the analysed window; 62% of the lost time is waiting for the "
+          "DataLoader and more words here\n    (a note in parentheses)\n"
+          "  step   host   busy\n    #3   40.7 ms   4.55 ms\n")
+
+
+def test_terminal_width_comes_from_columns_and_only_on_a_tty():
+    from traceread.render.terminal import for_terminal
+
+    narrow = for_terminal(REPORT, _Tty(), {"COLUMNS": "60", "NO_COLOR": "1"})
+    assert all(len(x) <= 60 for x in narrow.splitlines())
+    assert "    #3   40.7 ms   4.55 ms" in narrow  # table alignment kept
+    assert narrow.replace("\n", " ").split() == REPORT.replace("\n", " ").split()  # no word lost
+    assert for_terminal(REPORT, _Pipe(), {"COLUMNS": "60"}) == REPORT  # a pipe keeps the layout
+
+
+def test_colour_on_a_tty_unless_no_color():
+    from traceread.render.terminal import BOLD, DIM, VERDICT, for_terminal
+
+    c = for_terminal(REPORT, _Tty(), {"COLUMNS": "200"})
+    assert VERDICT + "VERDICT  DATA" in c and DIM + "    (a note" in c
+    assert BOLD not in c.split("VERDICT")[0]  # the path line is not a title
+    assert "\x1b" not in for_terminal(REPORT, _Tty(), {"COLUMNS": "200", "NO_COLOR": "1"})
+    assert "\x1b" not in for_terminal(REPORT, _Tty(), {"COLUMNS": "200", "TERM": "dumb"})
+    assert "\x1b" not in for_terminal(REPORT, _Pipe(), {})
