@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 HOST_KINDS = ("cpu_op", "annotation")
-MAX_ITERATIONS = 100_000
+MAX_ITERATIONS = 100_000   # a bound, not a finding: more copies are reported as this many
 
 
 @dataclass
@@ -66,11 +66,15 @@ def _outermost_names(host: pd.DataFrame) -> tuple[list[str], str]:
 def repeats(seq: list[str]) -> tuple[int, list[str]]:
     """(n, block): the largest n for which ``seq`` is n copies of ``block``."""
     size = len(seq)
-    for n in range(min(size, MAX_ITERATIONS), 1, -1):
-        if size % n:
+    if size < 2:
+        return 1, list(seq)
+    codes = pd.factorize(pd.Series(seq, dtype=object), sort=False)[0]
+    # n must divide the count of every name: their gcd bounds it (few divisors to try)
+    g = int(np.gcd.reduce(np.bincount(codes)))
+    for n in range(min(g, MAX_ITERATIONS), 1, -1):
+        if g % n:
             continue
         step = size // n
-        block = seq[:step]
-        if all(seq[i:i + step] == block for i in range(step, size, step)):
-            return n, block
+        if (codes.reshape(n, step) == codes[:step]).all():
+            return n, list(seq[:step])
     return 1, list(seq)
