@@ -109,3 +109,12 @@ def test_colour_on_a_tty_unless_no_color():
     assert "\x1b" not in for_terminal(REPORT, _Tty(), {"COLUMNS": "200", "NO_COLOR": "1"})
     assert "\x1b" not in for_terminal(REPORT, _Tty(), {"COLUMNS": "200", "TERM": "dumb"})
     assert "\x1b" not in for_terminal(REPORT, _Pipe(), {})
+
+
+def test_truncation_note_says_its_share_is_of_the_bytes_present():
+    # "(100.0% of the data)" read as "nothing is missing" for a file cut short
+    from traceread.cli._common import truncation_note
+
+    note = truncation_note({"truncated_at_byte": 53314, "events_recovered": 401,
+                            "share_of_file": 1.0})
+    assert "100.0% of the bytes present" in note and "of the data" not in note

@@ -44,7 +44,8 @@ def truncation_note(cut: dict) -> str:
     where = "gzip stream ends early" if cut.get("gzip_stream_cut") else "file cut short"
     return (f"truncated at byte {cut['truncated_at_byte']:,} ({where}): analysed the "
             f"{cut['events_recovered']:,} events before the cut "
-            f"({100 * cut['share_of_file']:.1f}% of the data); --strict refuses such files")
+            f"({100 * cut['share_of_file']:.1f}% of the bytes present: how much of the original "
+            "file is missing cannot be known); --strict refuses such files")
 
 
 def _set_no_cache(ctx, param, value):
