@@ -118,3 +118,16 @@ def test_truncation_note_says_its_share_is_of_the_bytes_present():
     note = truncation_note({"truncated_at_byte": 53314, "events_recovered": 401,
                             "share_of_file": 1.0})
     assert "100.0% of the bytes present" in note and "of the data" not in note
+
+
+def test_analysis_in_a_notebook_is_short_and_has_a_report():
+    import traceread
+    from conftest import FIXTURES
+
+    a = traceread.analyze(str(FIXTURES / "gpu" / "data.bad.json.gz"))
+    r = repr(a)
+    assert len(r) < 200 and "DATA" in r and "3 steps" in r
+    html = a._repr_html_()
+    assert "VERDICT DATA" in html and "<style>" in html and ".traceread-summary .verdict" in html
+    assert "<html" not in html  # a cell's fragment, not a page
+    assert a.report().startswith(str(a.meta.path)) and "VERDICT  DATA" in a.report()

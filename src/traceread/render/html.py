@@ -61,6 +61,20 @@ class HtmlRenderer(Renderer):
         return page(title, body)
 
 
+# A notebook cell's summary: scoped, so it styles nothing else in the notebook.
+SUMMARY_CSS = (".traceread-summary .meta{color:#666}.traceread-summary h1{font-size:16px;margin:0}"
+               ".traceread-summary .verdict{border-left:6px solid #d62728;background:#fbf3f3;"
+               "padding:8px 14px;margin:8px 0}.traceread-summary .verdict .bound{font-size:18px;"
+               "font-weight:700}")
+
+
+def summary_html(a) -> str:
+    """The HTML report's head (the trace line and the verdict box), for a notebook."""
+    d = a.to_dict()
+    return (f'<div class="traceread-summary"><style>{SUMMARY_CSS}</style>{_header(d)}'
+            f"{_verdict(a, d)}</div>")
+
+
 def page(title: str, body: str) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
