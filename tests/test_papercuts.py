@@ -131,3 +131,25 @@ def test_analysis_in_a_notebook_is_short_and_has_a_report():
     assert "VERDICT DATA" in html and "<style>" in html and ".traceread-summary .verdict" in html
     assert "<html" not in html  # a cell's fragment, not a page
     assert a.report().startswith(str(a.meta.path)) and "VERDICT  DATA" in a.report()
+
+
+def test_batch_page_draws_no_nan_and_shows_paths_under_their_folder(tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from conftest import FIXTURES
+    from traceread.cli import main
+
+    src = tmp_path / "in" / "deep" / "folder"
+    src.mkdir(parents=True)
+    shutil.copy(FIXTURES / "cpu" / "batch16.json.gz", src)       # CPU-only: no GPU idle
+    shutil.copy(FIXTURES / "gpu" / "data.bad.json.gz", src)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["batch", str(tmp_path / "in"), "-o", str(out), "-j", "1"])
+    assert r.exit_code == 0, r.output
+    page = (out / "report.html").read_text()
+    assert "nan%" not in page and "1 trace without a GPU idle figure" in page
+    assert f"files under {src}" in page
+    assert f">{src}/" not in page  # rows show names below that folder, not absolute paths
+    assert "87.2% (data)" in page
