@@ -153,3 +153,22 @@ def test_batch_page_draws_no_nan_and_shows_paths_under_their_folder(tmp_path):
     assert f"files under {src}" in page
     assert f">{src}/" not in page  # rows show names below that folder, not absolute paths
     assert "87.2% (data)" in page
+
+
+def test_util_keeps_epoch_ns_exact_on_kineto():
+    # Kineto's epoch ns are past float64's exact integers: starts came out rounded to 256 ns
+    import math
+
+    import traceread
+    from conftest import FIXTURES
+    from traceread.passes.nsys_reports import gap_ops, gpu_time_util
+
+    t = traceread.load(str(FIXTURES / "gpu" / "data.bad.json.gz"))
+    _, ops = gap_ops(t, True)
+    s = ops["ts"].to_numpy("int64")
+    e = s + ops["dur"].to_numpy("int64")
+    start, size = int(s.min()), math.ceil((int(e.max()) - int(s.min())) / 30)
+    u = gpu_time_util(t)
+    assert len(u) and start > 2 ** 53
+    for r in u.itertuples():
+        assert (int(r.start) - start) % size == 0  # on a chunk boundary, to the ns
