@@ -172,3 +172,25 @@ def test_util_keeps_epoch_ns_exact_on_kineto():
     assert len(u) and start > 2 ** 53
     for r in u.itertuples():
         assert (int(r.start) - start) % size == 0  # on a chunk boundary, to the ns
+
+
+def test_html_step_bars_say_what_they_draw_and_classes_have_their_own_colours(tmp_path):
+    import re
+
+    from click.testing import CliRunner
+
+    from conftest import FIXTURES
+    from traceread.cli import main
+    from traceread.render.html import CLASS_COLORS, COLORS
+
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(main, ["analyze", str(FIXTURES / "gpu" / "data.bad.json.gz"),
+                                  "--format", "html", "-o", str(out), "--no-cache"])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert re.search(r">[0-9.]+ ms \(step [0-9.]+ ms\)</text>", page)  # GPU sum, then host step
+    assert " host</text>" not in page
+    idle = {v for k, v in COLORS.items() if k != "busy"}
+    assert not idle & set(CLASS_COLORS)
+    section = page[page.index("Kernel time by class"):]
+    assert CLASS_COLORS[0] in section

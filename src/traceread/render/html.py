@@ -30,6 +30,9 @@ TABLE_ROWS = 20
 COLORS = {"busy": "#3b6ea8", "compile": "#9467bd", "graph_capture": "#c5b0d5", "dataloader": "#ff7f0e", "comm_wait": "#17becf",
           "sync": "#d62728", "alloc": "#8c564b", "launch": "#e377c2", "cpu_op": "#bcbd22",
           "python": "#2ca02c", "untraced": "#9e9e9e", "exposed": "#006d77", "hidden": "#83c5be"}
+# Kernel classes are busy time: shades of "busy" blue, never an idle cause's colour.
+CLASS_COLORS = ("#3b6ea8", "#5a87bd", "#2f5886", "#7aa1cf", "#46627f", "#9bbbe0", "#274a70",
+                "#6f8aa6", "#8fa7bd", "#65798f", "#4f6d8f", "#8495a8")
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
 color:#222;padding:0 16px}h1{font-size:20px;margin:0;overflow-wrap:anywhere}h2{font-size:16px;margin:28px 0 8px;
@@ -386,13 +389,16 @@ def _steps_section(d: dict) -> str:
                 w = bar_w * ns / top
                 inner.append(_rect(x, y, w, row_h, COLORS.get(c, "#777777"), f"step {it['step']}: {c} {fmt_ns(ns)}"))
                 x += w
-        inner.append(f'<text x="{x + 4:.0f}" y="{y + 12}">{fmt_ns(it["dur_ns"])} host</text>')
+        # the bar is GPU time (busy + idle); the step's host duration is another figure
+        inner.append(f'<text x="{x + 4:.0f}" y="{y + 12}">{fmt_ns(it["busy_ns"] + it["idle_ns"])} '
+                     f'(step {fmt_ns(it["dur_ns"])})</text>')
     s = st.get("stats") or {}
     more = f"; first {MAX_STEPS} of {len(items)}" if len(items) > MAX_STEPS else ""
     head = (f"<h2>Steps</h2><p class='meta'>{st['count']} steps, mean {fmt_ns(s.get('mean_ns', 0))}, "
             f"median {fmt_ns(s.get('median_ns', 0))}, cv {s.get('cv', 0):.2f}{more}. Each bar: GPU busy, "
-            f"then the step's idle time by cause.</p>")
-    return head + _legend(["busy", *CPU_CATEGORIES]) + _svg(x0 + bar_w + 90, len(shown) * (row_h + 3),
+            f"then the step's idle time by cause, labelled with their sum (the step's host "
+            f"duration in brackets).</p>")
+    return head + _legend(["busy", *CPU_CATEGORIES]) + _svg(x0 + bar_w + 170, len(shown) * (row_h + 3),
                                                              inner, "per-step GPU busy and idle")
 
 
@@ -472,9 +478,8 @@ def _kernels_section(d: dict) -> str:
     out = "<h2>Top kernels</h2>" + table(["time", "total", "count", "avg", "name"], rows, {0, 1, 2, 3})
     kc = d.get("kernel_classes") or []
     if kc:
-        palette = list(COLORS.values())
         bars = [(str(c["class"]), c["total_ns"], f"{fmt_ns(c['total_ns'])} ({c['pct']:.1f}%)",
-                 palette[i % len(palette)]) for i, c in enumerate(kc[:12])]
+                 CLASS_COLORS[i % len(CLASS_COLORS)]) for i, c in enumerate(kc[:12])]
         out += "<h2>Kernel time by class</h2>" + _hbars(bars)
     return out
 
