@@ -194,3 +194,27 @@ def test_html_step_bars_say_what_they_draw_and_classes_have_their_own_colours(tm
     assert not idle & set(CLASS_COLORS)
     section = page[page.index("Kernel time by class"):]
     assert CLASS_COLORS[0] in section
+
+
+def test_info_numbers_the_ranks_of_an_nsys_export_as_analyze_does(tmp_path):
+    # info said "rank unknown" for the processes analyze reports as ranks 0 and 1
+    import json
+    import lzma
+
+    from click.testing import CliRunner
+
+    from conftest import FIXTURES
+    from traceread.cli import main
+
+    dst = tmp_path / "ddp2.sqlite"
+    with lzma.open(FIXTURES / "h200" / "ddp2" / "ddp2.sqlite.xz") as src, open(dst, "wb") as f:
+        f.write(src.read())
+    doc = json.loads(CliRunner().invoke(main, ["info", str(dst), "--format", "json"]).stdout)
+    assert doc["rank"] == -1 and sorted(doc["process_ranks"].values()) == [0, 1]
+    text = CliRunner().invoke(main, ["info", str(dst)]).stdout
+    assert "one per GPU process, as analyze splits this export" in text
+    assert "rank       unknown" not in text
+    job = CliRunner().invoke(main, ["analyze", str(dst), "--format", "json"])
+    pids = {str(t["trace"]["path"]).rsplit("#pid", 1)[1]: t["trace"]["rank"]
+            for t in json.loads(job.stdout)["traces"]}
+    assert pids == doc["process_ranks"]

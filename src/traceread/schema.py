@@ -604,6 +604,7 @@ class InfoDoc(_S):
     devices: list[int]
     device_names: dict[str, str]
     processes: dict[str, str]
+    process_ranks: IntMap       # nsys export of several GPU processes: pid -> analyze's rank
     events: int
     by_kind: IntMap
     start_ns: int

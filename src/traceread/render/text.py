@@ -80,6 +80,10 @@ def rel_time(ns: float) -> str:
 def render_info(info: dict[str, Any]) -> str:
     rank = "unknown" if info["rank"] < 0 else str(info["rank"])
     world = "" if info["world_size"] < 0 else f" of {info['world_size']}"
+    pr = info.get("process_ranks") or {}
+    if info["rank"] < 0 and pr:  # one export of several ranks: say how analyze numbers them
+        rank = ", ".join(f"{r} (pid {p})" for p, r in sorted(pr.items(), key=lambda kv: kv[1]))
+        world = f" of {len(pr)}: one per GPU process, as analyze splits this export"
     version = f" (schema {info['format_version']})" if info["format_version"] else ""
     lines = [
         safe.name(info["path"]),
