@@ -19,7 +19,7 @@ import pandas as pd
 
 from .errors import TraceError
 from .passes.attribution import CPU_CATEGORIES
-from .tracediff import Matched, TraceDiff, _user_batch, aggregate, diff_sides, pair_up
+from .tracediff import Matched, TraceDiff, aggregate, diff_sides, pair_up, user_batch
 
 MARKER = Path("tables") / ".traceread-batch"
 
@@ -122,7 +122,7 @@ def diff_batches(before: str, after: str, batch: tuple | None = None) -> TraceDi
         raise TraceError(before if not ib else after, "no analysed trace in this batch output")
     matched = pair_up(ib, ia, before, after)
     matched.unmatched += [dict(x, side="before") for x in fb] + [dict(x, side="after") for x in fa]
-    user = _user_batch(batch) if batch else None  # a batch output holds no shapes to read
+    user = user_batch(batch) if batch else None  # a batch output holds no shapes to read
     pairs = [diff_sides(b.side(x), a.side(y), label, user) for label, x, y in matched.pairs]
     jobs = job_changes(batch_jobs(b), batch_jobs(a), matched)
     return aggregate(pairs, matched, source="batch", jobs=jobs)

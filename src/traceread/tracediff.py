@@ -349,12 +349,13 @@ def diff_analyses(before, after, label: str = "", batch: tuple | None = None) ->
     sizes; else they are read from the traces' shapes (``batch_sizes``)."""
     from .passes.batchsize import batch_sizes
 
-    found = _user_batch(batch) if batch else batch_sizes(before, after)
+    found = user_batch(batch) if batch else batch_sizes(before, after)
     return diff_sides((figures(before), before.kernels, before.kernel_classes),
                       (figures(after), after.kernels, after.kernel_classes), label, found)
 
 
-def _user_batch(batch: tuple) -> dict:
+def user_batch(batch: tuple) -> dict:
+    """The user's ``--batch BEFORE:AFTER`` as a ``TraceDiff.batch`` record."""
     return {"before": int(batch[0]), "after": int(batch[1]), "source": "option",
             "evidence": "--batch"}
 

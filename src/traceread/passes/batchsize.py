@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 
-
-
 MIN_AGREEING = 2
 
 
@@ -73,6 +71,3 @@ def _first_tensor(dims: str) -> tuple | None:
         return None
     first = d[0]
     return tuple(first) if all(isinstance(v, int) for v in first) else None
-
-
-
