@@ -49,6 +49,18 @@ def test_second_read_uses_the_cache(trace_copy, monkeypatch):
         read(trace_copy, cache=False)
 
 
+def test_a_hit_reports_this_runs_spelling_of_the_path(trace_copy, monkeypatch):
+    read(str(trace_copy), cache=True)  # stored under the absolute spelling
+    monkeypatch.chdir(trace_copy.parent)
+
+    def boom(*a, **k):
+        raise AssertionError("parsed again despite a cache entry")
+
+    monkeypatch.setattr(K, "read_kineto", boom)
+    again = read(trace_copy.name, cache=True)  # a hit, asked by a relative name
+    assert again.meta.path == trace_copy.name
+
+
 def test_changed_file_misses(trace_copy):
     cache.store(trace_copy, read(trace_copy))
     assert cache.load(trace_copy) is not None

@@ -145,7 +145,7 @@ def test_python_bookkeeping_idle_goes():
 def test_fail_if_slower_catches_the_reverted_fix():
     bad, fixed = (str(GPU / f"data.{v}.json.gz") for v in ("bad", "fixed"))
     r = CliRunner().invoke(main, ["diff", fixed, bad, "--fail-if-slower", "5%"])
-    assert r.exit_code == 1 and "slower than BEFORE" in r.stderr
+    assert r.exit_code == 3 and "slower than BEFORE" in r.stderr
     r = CliRunner().invoke(main, ["diff", bad, fixed, "--fail-if-slower", "5%"])
     assert r.exit_code == 0 and all(len(x) <= 100 for x in r.stdout.splitlines())
 

@@ -40,7 +40,7 @@ LARGEST_GAPS = 20
 TOP_KERNELS = 20
 
 
-@dataclass
+@dataclass(repr=False)  # the generated repr dumped every DataFrame (17 KB in a notebook)
 class Analysis:
     """Everything ``analyze`` found. DataFrames hold integer-ns columns."""
 
@@ -78,6 +78,30 @@ class Analysis:
         from .render.json import analysis_to_dict
 
         return analysis_to_dict(self)
+
+    def report(self, fmt: str = "text") -> str:
+        """The report ``traceread analyze`` prints (``fmt``: text, json or html)."""
+        from .render.base import render
+
+        return render(self, fmt)
+
+    def __repr__(self) -> str:
+        v = self.verdict or {}
+        w = self.window
+        where = f"{w.mode}, {_fmt_ns(w.dur)}" if w is not None else f"{_fmt_ns(self.span_ns)}"
+        return (f"<Analysis of {str(self.meta.path)!r} ({self.meta.format}): "
+                f"{str(v.get('bound', 'unknown')).upper()}, {len(self.steps)} steps, window {where}>")
+
+    def _repr_html_(self) -> str:
+        from .render.html import summary_html
+
+        return summary_html(self)
+
+
+def _fmt_ns(ns) -> str:
+    from .render.text import fmt_ns
+
+    return fmt_ns(ns)
 
 
 def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int = 0,

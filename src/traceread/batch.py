@@ -11,8 +11,10 @@ only for URLs.
 """
 from __future__ import annotations
 
+import ast
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -271,6 +273,20 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
     """
     results: dict[int, dict] = {}
     order = sorted(range(len(paths)), key=lambda i: -_size(paths[i]))
+    where = unguarded_main_call()
+    if where:
+        import warnings
+
+        warnings.warn(f"traceread: analyze_dir / batch called at the top level of {where} without "
+                      "an `if __name__ == \"__main__\":` guard; each worker process would run the "
+                      "script again and fail, so the files are analysed in this process, one at a "
+                      "time (no per-file time or memory limit). Put the call under the guard for "
+                      "parallel, isolated workers.", RuntimeWarning, stacklevel=2)
+        for i in order:
+            results[i] = analyze_file(paths[i], step_pattern)
+            if on_result:
+                on_result(results[i])
+        return [results[i] for i in range(len(paths))]
     import multiprocessing as mp
 
     # forkserver: no fork of a threaded parent (progress bar, notebooks); the preload
@@ -283,6 +299,48 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
         if on_result:
             on_result(res)
     return [results[i] for i in range(len(paths))]
+
+
+def unguarded_main_call() -> str | None:
+    """``"script.py:LINE"`` when this call comes from a script's top-level code outside an
+    ``if __name__ == "__main__":`` block, else None.
+
+    A worker process (forkserver, as spawn) starts by running the parent's main script
+    again; an unguarded call there starts workers of its own during that start-up, which
+    multiprocessing refuses, and every worker exits with status 1. A notebook or ``python
+    -c`` has no script to run again.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path or not os.path.isfile(path):
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_main_guard(node.test) and \
+                node.lineno <= line <= (node.end_lineno or node.lineno):
+            return None
+    return f"{path}:{line}"
+
+
+def _is_main_guard(test) -> bool:
+    """``__name__ == "__main__"`` (either side)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [x.id for x in sides if isinstance(x, ast.Name)]
+    consts = [x.value for x in sides if isinstance(x, ast.Constant)]
+    return names == ["__name__"] and consts == ["__main__"]
 
 
 def _child(conn, path: str, step_pattern: str | None) -> None:

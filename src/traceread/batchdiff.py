@@ -19,7 +19,7 @@ import pandas as pd
 
 from .errors import TraceError
 from .passes.attribution import CPU_CATEGORIES
-from .tracediff import Matched, TraceDiff, aggregate, diff_sides, pair_up
+from .tracediff import Matched, TraceDiff, aggregate, diff_sides, pair_up, user_batch
 
 MARKER = Path("tables") / ".traceread-batch"
 
@@ -105,10 +105,16 @@ def _figures(row: dict) -> dict[str, Any]:
     for k in ("step_mean_ns", "step_median_ns", "promised_saving_ns"):
         out[k] = None if val(k) is None else int(val(k))
     out["idle_by_cpu"] = {c: int(val(f"idle_{c}") or 0) for c in CPU_CATEGORIES}
+    # written since the per-iteration diff; an older batch output has none of them
+    out["window_mode"] = val("window_mode")
+    out["iteration_evidence"] = val("iteration_evidence") or ""
+    for k in ("window_ns", "compile_ns", "iterations"):
+        out[k] = int(val(k) or 0)
+    out["iterations"] = out["iterations"] or 1
     return out
 
 
-def diff_batches(before: str, after: str) -> TraceDiff:
+def diff_batches(before: str, after: str, batch: tuple | None = None) -> TraceDiff:
     """Diff two batch output folders: every matched trace, and every matched job."""
     b, a = BatchOutput(before), BatchOutput(after)
     (ib, fb), (ia, fa) = b.items(), a.items()
@@ -116,7 +122,8 @@ def diff_batches(before: str, after: str) -> TraceDiff:
         raise TraceError(before if not ib else after, "no analysed trace in this batch output")
     matched = pair_up(ib, ia, before, after)
     matched.unmatched += [dict(x, side="before") for x in fb] + [dict(x, side="after") for x in fa]
-    pairs = [diff_sides(b.side(x), a.side(y), label) for label, x, y in matched.pairs]
+    user = user_batch(batch) if batch else None  # a batch output holds no shapes to read
+    pairs = [diff_sides(b.side(x), a.side(y), label, user) for label, x, y in matched.pairs]
     jobs = job_changes(batch_jobs(b), batch_jobs(a), matched)
     return aggregate(pairs, matched, source="batch", jobs=jobs)
 

@@ -241,6 +241,8 @@ def _load_entry(entry: Path, secret: bytes, source) -> Trace | None:
     if raw is None:
         return None
     meta = TraceMeta(**msgspec.msgpack.decode(raw))
+    # the path as this run spelled it, not as the run that stored the entry did
+    meta.path = str(os.fspath(source))
     table = _normalise(table.replace_schema_metadata(None))
     return None if table is None else Trace(table, meta)
 

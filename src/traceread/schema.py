@@ -606,6 +606,7 @@ class InfoDoc(_S):
     devices: list[int]
     device_names: dict[str, str]
     processes: dict[str, str]
+    process_ranks: IntMap       # nsys export of several GPU processes: pid -> analyze's rank
     events: int
     by_kind: IntMap
     start_ns: int
@@ -620,7 +621,12 @@ class DiffSide(_S):
     path: str
     format: str
     steps: int
-    unit: str
+    unit: str                   # step | iteration (no steps: the repeating block) | trace
+    iterations: int             # steps, else repeats of one block of host ops (>= 1)
+    iteration_evidence: str     # which events repeat ("" with steps or one iteration)
+    window_mode: Optional[str]  # the analysed window's kind (analyze's window.mode)
+    compile_ns: int             # torch.compile time in the window (whole, not per unit)
+    wall_ns: int                # the analysed window's length per unit
     step_mean_ns: Optional[int]
     step_median_ns: Optional[int]
     gpu_window_ns: int
@@ -683,15 +689,25 @@ class Saving(_S):
     promised_ns: Optional[int]
 
 
+class BatchSizes(_S):
+    before: int
+    after: int
+    source: str                 # input_dims (read from the ops' shapes) | option (--batch)
+    evidence: str               # the op whose input shape shows it, or "--batch"
+
+
 class DiffPair(_S):
-    unit: str
+    unit: str                   # step | iteration | trace: what every time is per
     label: str                  # the pair's key in a folder / batch diff ("rank 3", a path)
     before: DiffSide
     after: DiffSide
     change: dict[str, Any]
-    slower_pct: Optional[float]
+    slower_pct: Optional[float]  # per sample when the batch differs; --fail-if-slower checks it
     verdict: VerdictChange
     saving: Saving
+    batch: Optional[BatchSizes]  # only when the batch size differs
+    per_sample: Optional[Delta]  # step time (or per-iteration time) / batch size
+    warnings: list[str]         # why the two sides' figures are not like for like
     kernels: KernelChanges
 
 

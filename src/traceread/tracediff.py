@@ -7,7 +7,13 @@ matched file by file (``pair_up``); two ``traceread batch`` output folders are
 compared from what the batch wrote (``batchdiff.py``), with the jobs' changes.
 
 Two traces rarely hold the same number of steps, so when both have steps every
-time is **per step** (total / steps); otherwise per trace (``unit``). A kernel
+time is **per step** (total / steps). Without steps on either side, per
+**iteration**: the window's repeats of one block of host ops
+(``passes/iterations.py``); when neither repeats, per trace. One side with steps
+and one without: per trace, with a warning. When the batch size differs
+(``batch_sizes``, or the user's ``--batch``) the step time is also compared **per
+sample**, and ``slower_pct`` (what ``--fail-if-slower`` checks) is per sample. A
+diff lists ``warnings`` when its figures are not like for like. A kernel
 is *slower* / *faster* when its time per unit changed by more than
 ``KERNEL_MIN_PCT`` percent and ``KERNEL_MIN_NS``; *new* / *gone* when its name is
 in one trace only.
@@ -51,7 +57,25 @@ def figures(a) -> dict[str, Any]:
         "compiles": int(comp.get("compiles", 0) or 0), "recompiles": int(comp.get("recompiles", 0) or 0),
         "verdict": verdict.get("bound"), "verdict_summary": str(verdict.get("summary", "")),
         "promised_saving_ns": promised_saving(verdict),
+        "compile_ns": int(comp.get("compile_ns", 0) or 0),
+        **_window_figures(a, steps),
     }
+
+
+def _window_figures(a, steps: int) -> dict[str, Any]:
+    """The analysed window's kind and length, and its iterations when it has no steps."""
+    from .passes.iterations import count_iterations
+
+    w = a.window
+    if w is None:
+        return {"window_mode": None, "window_ns": int(a.span_ns or 0), "iterations": 1,
+                "iteration_evidence": ""}
+    it = None
+    if not steps and a.trace is not None:
+        it = count_iterations(a.trace.events, int(w.start), int(w.end))
+    return {"window_mode": str(w.mode), "window_ns": int(w.dur),
+            "iterations": steps or (it.count if it else 1),
+            "iteration_evidence": it.evidence if it else ""}
 
 
 def _int(x):
@@ -59,15 +83,20 @@ def _int(x):
 
 
 def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
-         per_step: bool = True) -> dict[str, Any]:
-    """One side of a diff: ``figures`` per step (when it has steps and ``per_step``), else
-    per trace, plus its kernel table and kernel time per class on the same unit."""
+         unit: str | None = None) -> dict[str, Any]:
+    """One side of a diff: ``figures`` per ``unit`` (step, iteration or trace; default:
+    step when it has steps, else trace), plus its kernel table and kernel time per class
+    on the same unit."""
     steps = int(fig["steps"] or 0)
-    per = steps if per_step and steps > 0 else 1
+    unit = unit or ("step" if steps > 0 else "trace")
+    iters = int(fig.get("iterations") or 1)
+    per = steps if unit == "step" and steps > 0 else iters if unit == "iteration" else 1
     window, idle = int(fig["gpu_window_ns"]), int(fig["gpu_idle_ns"])
     out = {k: fig[k] for k in ("path", "format", "steps", "step_mean_ns", "step_median_ns")}
     out.update({
-        "unit": "step" if per_step and steps > 0 else "trace",
+        "unit": unit, "iterations": iters, "iteration_evidence": fig.get("iteration_evidence", ""),
+        "window_mode": fig.get("window_mode"), "compile_ns": int(fig.get("compile_ns") or 0),
+        "wall_ns": int(fig.get("window_ns") or 0) // per,
         "gpu_window_ns": window // per, "gpu_busy_ns": (window - idle) // per,
         "gpu_idle_ns": idle // per, "gpu_idle_pct": round(100.0 * idle / window, 2) if window else 0.0,
         "idle_by_cpu": {c: int(fig["idle_by_cpu"].get(c, 0)) // per for c in CPU_CATEGORIES},
@@ -124,6 +153,8 @@ class TraceDiff:
     before: dict
     after: dict
     kernels: dict = field(default_factory=dict)   # slower, faster, new, gone: lists of rows
+    batch: dict | None = None                     # batch sizes when they differ (batch_sizes)
+    warnings: list = field(default_factory=list)  # why figures are not like for like
     pairs: list = field(default_factory=list)     # directory diffs: one TraceDiff per matched file
     label: str = ""                               # a pair's key in a directory diff (rank / path)
     matched_by: str | None = None                 # directory diffs: path, rank, single, position
@@ -133,11 +164,33 @@ class TraceDiff:
 
     @property
     def unit(self) -> str:
-        return "step" if self.before["unit"] == self.after["unit"] == "step" else "trace"
+        return self.before["unit"] if self.before["unit"] == self.after["unit"] else "trace"
+
+    def time_key(self) -> str:
+        """The figure ``slower_pct`` compares: the step time; without steps the GPU window
+        per unit, or the analysed wall time when a side has no GPU work."""
+        if self.unit == "step":
+            return "step_mean_ns"
+        return "gpu_window_ns" if self.before["gpu_window_ns"] and self.after["gpu_window_ns"] \
+            else "wall_ns"
+
+    def per_sample(self) -> dict[str, Any] | None:
+        """Time per sample (``time_key`` / batch size) when the batch size differs."""
+        if not self.batch:
+            return None
+        key = self.time_key()
+        b, a = self.before.get(key), self.after.get(key)
+        if b is None or a is None:
+            return None
+        return delta(round(b / self.batch["before"], 1), round(a / self.batch["after"], 1))
 
     def slower_pct(self) -> float | None:
-        """Step time change in percent (positive = slower); GPU window when a side has no steps."""
-        key = "step_mean_ns" if self.unit == "step" else "gpu_window_ns"
+        """Time change in percent (positive = slower): per sample when the batch size
+        differs, else of ``time_key`` (the step time when both sides have steps)."""
+        ps = self.per_sample()
+        if ps is not None:
+            return ps["pct"]
+        key = self.time_key()
         b, a = self.before.get(key), self.after.get(key)
         if not b or a is None:
             return None
@@ -164,6 +217,8 @@ class TraceDiff:
                 "verdict": {"before": self.before["verdict"], "after": self.after["verdict"],
                             "changed": self.before["verdict"] != self.after["verdict"]},
                 "saving": self.saving(),
+                "batch": self.batch, "per_sample": self.per_sample(),
+                "warnings": list(self.warnings),
                 "kernels": self.kernels}
 
     def saving(self) -> dict[str, Any]:
@@ -233,23 +288,80 @@ def _rows(df: pd.DataFrame, n: int) -> list[dict]:
     return out
 
 
-def diff_sides(before: tuple, after: tuple, label: str = "") -> TraceDiff:
+def diff_sides(before: tuple, after: tuple, label: str = "",
+               batch: dict | None = None) -> TraceDiff:
     """Compare two (figures, kernels, kernel_classes) triples: per step when both have
-    steps, else both per trace."""
-    b, a = side(*before), side(*after)
-    if b["unit"] != a["unit"]:  # one side has no steps: compare whole traces on both
-        b, a = side(*before, per_step=False), side(*after, per_step=False)
+    steps, per iteration when neither has and one repeats, else both per trace.
+    ``batch``: {"before", "after", "source", "evidence"} batch sizes (compared per
+    sample when they differ)."""
+    fb, fa = before[0], after[0]
+    unit = _unit(fb, fa)
+    b, a = side(*before, unit=unit), side(*after, unit=unit)
+    if batch and batch["before"] == batch["after"]:
+        batch = None
     return TraceDiff(before=b, after=a, kernels=compare_kernels(b["kernels"], a["kernels"]),
-                     label=label)
+                     label=label, batch=batch, warnings=not_alike(fb, fa))
 
 
-def diff_analyses(before, after, label: str = "") -> TraceDiff:
-    """Compare two ``Analysis`` objects."""
+def _unit(fb: dict, fa: dict) -> str:
+    sb, sa = int(fb["steps"] or 0), int(fa["steps"] or 0)
+    if sb and sa:
+        return "step"
+    if not sb and not sa and max(int(fb.get("iterations") or 1), int(fa.get("iterations") or 1)) > 1:
+        return "iteration"
+    return "trace"
+
+
+_KIND = {"steady": "the repeating part (warm-up dropped)",
+         "whole_trace": "the whole trace (start-up included)", "explicit": "a --window"}
+
+
+def _window_kind(fig: dict) -> str | None:
+    mode = fig.get("window_mode")
+    if mode is None:
+        return None
+    return _KIND.get(mode, "its steps")
+
+
+def not_alike(fb: dict, fa: dict) -> list[str]:
+    """Why the two sides' figures are not like for like (one line each)."""
+    from .render.text import fmt_ns
+
+    out = []
+    sb, sa = int(fb["steps"] or 0), int(fa["steps"] or 0)
+    if bool(sb) != bool(sa):
+        has, n, other = ("BEFORE", sb, "AFTER") if sb else ("AFTER", sa, "BEFORE")
+        out.append(f"{has} has {n} step{'s' * (n != 1)}, {other} none: whole windows are "
+                   "compared, not one step with one step")
+    kb, ka = _window_kind(fb), _window_kind(fa)
+    if kb and ka and kb != ka and bool(sb) == bool(sa):
+        out.append(f"the windows differ in kind: BEFORE analyses {kb}, AFTER {ka}")
+    cb, ca = int(fb.get("compile_ns") or 0), int(fa.get("compile_ns") or 0)
+    if bool(cb) != bool(ca):
+        who, ns = ("BEFORE", cb) if cb else ("AFTER", ca)
+        out.append(f"{who} compiles (torch.compile, {fmt_ns(ns)}) in its window, the other "
+                   "does not: a first call's compilation is not a per-iteration cost")
+    return out
+
+
+def diff_analyses(before, after, label: str = "", batch: tuple | None = None) -> TraceDiff:
+    """Compare two ``Analysis`` objects. ``batch``: the user's (before, after) batch
+    sizes; else they are read from the traces' shapes (``batch_sizes``)."""
+    from .passes.batchsize import batch_sizes
+
+    found = user_batch(batch) if batch else batch_sizes(before, after)
     return diff_sides((figures(before), before.kernels, before.kernel_classes),
-                      (figures(after), after.kernels, after.kernel_classes), label)
+                      (figures(after), after.kernels, after.kernel_classes), label, found)
 
 
-def diff_paths(before: str, after: str, *, step_pattern: str | None = None, load=None) -> TraceDiff:
+def user_batch(batch: tuple) -> dict:
+    """The user's ``--batch BEFORE:AFTER`` as a ``TraceDiff.batch`` record."""
+    return {"before": int(batch[0]), "after": int(batch[1]), "source": "option",
+            "evidence": "--batch"}
+
+
+def diff_paths(before: str, after: str, *, step_pattern: str | None = None, load=None,
+               batch: tuple | None = None) -> TraceDiff:
     """Diff two traces, two directories of traces (matched by ``pair_up``) or two
     ``traceread batch`` output folders (``batchdiff.diff_batches``)."""
     from .analysis import analyze
@@ -262,15 +374,15 @@ def diff_paths(before: str, after: str, *, step_pattern: str | None = None, load
             odd, other = (after, before) if kinds[0] else (before, after)
             raise TraceError(odd, f"not a `traceread batch` output folder, but {other} is: "
                                   "diff two batch outputs, or two traces / trace folders")
-        return diff_batches(before, after)
+        return diff_batches(before, after, batch=batch)
     load = load or (lambda p: p)
     run = lambda p: analyze(load(p), step_pattern=step_pattern)  # noqa: E731
     if os.path.isdir(before) and os.path.isdir(after):
-        return _diff_folders(match_dirs(before, after), run)
-    return diff_analyses(run(before), run(after))
+        return _diff_folders(match_dirs(before, after), run, batch)
+    return diff_analyses(run(before), run(after), batch=batch)
 
 
-def _diff_folders(matched: Matched, run) -> TraceDiff:
+def _diff_folders(matched: Matched, run, batch: tuple | None = None) -> TraceDiff:
     """Every matched pair, and the multi-rank jobs each side's traces form. Each analysis
     is dropped once diffed: only its small cross-rank input (``multirank.prepare``) stays."""
     from .batchdiff import job_changes, traces_jobs
@@ -279,7 +391,7 @@ def _diff_folders(matched: Matched, run) -> TraceDiff:
     pairs, prep, alias = [], ([], []), ({}, {})
     for label, x, y in matched.pairs:
         ax, ay = run(x), run(y)
-        pairs.append(diff_analyses(ax, ay, label=label))
+        pairs.append(diff_analyses(ax, ay, label=label, batch=batch))
         for i, (an, key) in enumerate(((ax, x), (ay, y))):
             prep[i].append(prepare(an))
             alias[i][str(an.meta.path)] = key  # jobs name traces by their meta path
@@ -364,7 +476,7 @@ def aggregate(pairs: list[TraceDiff], matched: Matched, source: str,
     ``slower_pct`` and ``--fail-if-slower`` see it."""
     lead = max(pairs, key=lambda p: p.slower_pct() if p.slower_pct() is not None else float("-inf"))
     return TraceDiff(before=lead.before, after=lead.after, kernels=lead.kernels, pairs=pairs,
-                     label=lead.label, matched_by=matched.by, unmatched=matched.unmatched,
+                     label=lead.label, batch=lead.batch, warnings=lead.warnings, matched_by=matched.by, unmatched=matched.unmatched,
                      jobs=jobs, source=source)
 
 

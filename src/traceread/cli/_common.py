@@ -49,7 +49,8 @@ def truncation_note(cut: dict) -> str:
     where = "gzip stream ends early" if cut.get("gzip_stream_cut") else "file cut short"
     return (f"truncated at byte {cut['truncated_at_byte']:,} ({where}): analysed the "
             f"{cut['events_recovered']:,} events before the cut "
-            f"({100 * cut['share_of_file']:.1f}% of the data); --strict refuses such files")
+            f"({100 * cut['share_of_file']:.1f}% of the bytes present: how much of the original "
+            "file is missing cannot be known); --strict refuses such files")
 
 
 def _set_no_cache(ctx, param, value):
@@ -120,10 +121,15 @@ def output_stream(path: str | None):
 
 def emit(text: str, out: str | None, terminal: bool = True) -> None:
     """Write ``text`` to ``-o`` or stdout. ``terminal``: a text render, whose control
-    characters are escaped (``render.safe.text``) wherever it goes; machine formats
+    characters are escaped (``render.safe.text``) wherever it goes, and which on a TTY
+    is fitted to its width and coloured (``render.terminal``); machine formats
     (``terminal=False``: CSV, HTML) keep their bytes, except on a terminal."""
     if terminal or (out in (None, "-") and sys.stdout.isatty()):
         text = safe.text(text)
+    if terminal and out in (None, "-"):
+        from ..render.terminal import for_terminal
+
+        text = for_terminal(text, sys.stdout)  # width and colour of a TTY; as is elsewhere
     with output_stream(out) as f:
         f.write(text)
         if not text.endswith("\n"):

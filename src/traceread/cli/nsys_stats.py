@@ -70,7 +70,8 @@ def api(trace, real_calls_only, fmt, out, nsys_version):
 @main.command()
 @click.argument("trace", type=click.Path(readable=False))
 @click.option("--min-gap", default="1ms", show_default=True,
-              help="Report idle gaps strictly longer than this (1ms, 500us, 2s, or ns).")
+              help="Report idle gaps strictly longer than this (1ms, 500us, 2s, or ns). nsys's "
+                   "gpu_gaps defaults to 500ms (gap=500): --min-gap 500ms gives its default rows.")
 @stats_format_option
 @output_option
 @rows_option

@@ -27,12 +27,24 @@ def trace_info(trace: Trace) -> dict[str, Any]:
         "devices": sorted(int(d) for d in gpu["device"].unique()),
         "device_names": {str(d.get("device")): d.get("name", "") for d in m.devices},
         "processes": _processes(trace),
+        "process_ranks": process_ranks(trace),
         "events": int(len(ev)),
         "by_kind": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
         "start_ns": start,
         "end_ns": end,
         "span_ns": end - start,
     }
+
+
+def process_ranks(trace: Trace) -> dict[str, int]:
+    """pid -> rank of each GPU process of an nsys export of several (the numbering
+    ``analyze`` gives when it splits the export into ranks: multirank/nsys_split.py)."""
+    from ..multirank.nsys_split import gpu_processes
+
+    if trace.meta.format != "nsys" or trace.meta.rank >= 0:
+        return {}
+    procs = gpu_processes(trace)
+    return {str(pid): r for r, (pid, _dev) in enumerate(procs)} if len(procs) >= 2 else {}
 
 
 def _processes(trace: Trace) -> dict[str, str]:

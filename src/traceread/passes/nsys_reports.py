@@ -260,11 +260,16 @@ def _low_runs(s: np.ndarray, e: np.ndarray, threshold: float, chunks: int,
     size = float(math.ceil(float(end - start) / chunks))
     if size <= 0:
         return []
+    # chunk bounds as offsets from the first start, then back to int64: Kineto's epoch ns
+    # (~1.8e18) are past float64's exact integers (2^53) and came out rounded to 256 ns;
+    # nsys's session ns are small, where the offsets give the same values as its floats
     k = np.arange(chunks, dtype=np.float64)
-    cstart = k * size + start
-    cend = np.minimum(cstart + size, float(end))
-    live = cstart < cend
-    cstart, cend, ids = cstart[live], cend[live], np.flatnonzero(live)
+    rel = k * size
+    rel_end = np.minimum(rel + size, float(end - start))
+    live = rel < rel_end
+    ids = np.flatnonzero(live)
+    cstart = rel[live].astype(np.int64) + start
+    cend = rel_end[live].astype(np.int64) + start
     util = _chunk_util(s, e, cstart, cend)
     low = util < threshold
     ids, cstart, cend, util = ids[low], cstart[low], cend[low], util[low]

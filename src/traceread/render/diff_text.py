@@ -6,6 +6,8 @@ matched trace (worst step-time change first), then the worst pair in full.
 """
 from __future__ import annotations
 
+import textwrap
+
 from ..passes.attribution import CPU_CATEGORIES
 from .report import _short, short_path
 from .text import fmt_ns
@@ -41,7 +43,7 @@ def _pair_table(pairs: list) -> list[str]:
     order = sorted(pairs, key=lambda p: -(p.slower_pct() if p.slower_pct() is not None else -1e9))
     for p in order[:PAIR_ROWS]:
         b, a = p.before, p.after
-        key = "step_mean_ns" if p.unit == "step" else "gpu_window_ns"
+        key = p.time_key()
         pct = p.slower_pct()
         verdict = f"{str(b['verdict']).upper()} -> {str(a['verdict']).upper()}" \
             if b["verdict"] != a["verdict"] else str(b["verdict"]).upper()
@@ -51,7 +53,10 @@ def _pair_table(pairs: list) -> list[str]:
     if len(pairs) > PAIR_ROWS:
         lines.append(f"  … {len(pairs) - PAIR_ROWS} more (--format json lists every pair)")
     if any(p.unit != "step" for p in pairs):
-        lines.append("  (a pair without steps on both sides compares GPU windows, not steps)")
+        lines.append("  (a pair without steps on both sides compares GPU windows (wall time "
+                     "without GPU work) per iteration or per trace, not steps)")
+    if any(p.batch for p in pairs):
+        lines.append("  (a pair whose batch size differs: change per sample)")
     return lines
 
 
@@ -86,14 +91,20 @@ def _strag(s: dict) -> str:
             + (f" ({s['cause']})" if s.get("cause") else ""))
 
 
+_PER = {"step": " per step", "iteration": " per iteration"}
+
+
 def _one(d) -> str:
     b, a, unit = d.before, d.after, d.unit
-    per = " per step" if unit == "step" else " (whole trace)"
+    per = _PER.get(unit, " (whole trace)")
     lines = [f"before  {short_path(b['path'], 90)}", f"        ({b['format']}, {_steps(b)})",
-             f"after   {short_path(a['path'], 90)}", f"        ({a['format']}, {_steps(a)})", "",
-             f"  {'':<26}{'before':>12}{'after':>12}{'change':>12}"]
-    rows = [("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
-            ("GPU window" + per, "gpu_window_ns"), ("GPU busy" + per, "gpu_busy_ns"),
+             f"after   {short_path(a['path'], 90)}", f"        ({a['format']}, {_steps(a)})"]
+    lines += _unit_lines(d)
+    lines += ["", f"  {'':<26}{'before':>12}{'after':>12}{'change':>12}"]
+    rows = [("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns")]
+    if unit != "step":
+        rows.append(("wall time" + per, "wall_ns"))
+    rows += [("GPU window" + per, "gpu_window_ns"), ("GPU busy" + per, "gpu_busy_ns"),
             ("GPU idle" + per, "gpu_idle_ns"), ("exposed comm" + per, "exposed_comm_ns"),
             ("copies" + per, "copy_ns"), ("exposed copies" + per, "exposed_copy_ns"),
             ("pageable copies" + per, "pageable_copy_ns")]
@@ -103,6 +114,9 @@ def _one(d) -> str:
         if b.get(key) is None and a.get(key) is None:
             continue
         lines.append(_row(label, b.get(key), a.get(key)))
+    ps = d.per_sample()
+    if ps is not None:
+        lines.append(_row(f"time per sample ({_time_name(d)})", ps["before"], ps["after"]))
     if b["gpu_window_ns"] or a["gpu_window_ns"]:
         lines.append(f"  {'GPU idle %':<26}{b['gpu_idle_pct']:>11.1f}%{a['gpu_idle_pct']:>11.1f}%"
                      f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:>+9.1f} pts")
@@ -135,7 +149,34 @@ def _class_lines(b: dict, a: dict, per: str) -> list[str]:
 
 
 def _steps(s: dict) -> str:
-    return f"{s['steps']} steps" if s["steps"] else "no steps"
+    if s["steps"]:
+        return f"{s['steps']} step{'s' * (s['steps'] != 1)}"
+    n = int(s.get("iterations") or 1)
+    return f"no steps, {n} iterations" if n > 1 else "no steps"
+
+
+def _time_name(d) -> str:
+    return {"step_mean_ns": "step", "gpu_window_ns": "GPU window", "wall_ns": "wall"}[d.time_key()]
+
+
+def _unit_lines(d) -> list[str]:
+    """How the two sides were made comparable, and why they are not quite."""
+    lines = []
+    if d.unit == "iteration":
+        lines += _wrap("compared per iteration (no step markers):")
+        for who, s in (("before", d.before), ("after", d.after)):
+            lines += _wrap(f"{who}: {s.get('iteration_evidence') or 'one iteration (no block of host ops or kernels repeats)'}", "    ")
+    if d.batch:
+        lines += _wrap(f"batch {d.batch['before']} -> {d.batch['after']}, compared per sample "
+                       f"(from {d.batch['evidence']})")
+    for w in d.warnings:
+        lines += _wrap(f"warning: {w}")
+    return lines
+
+
+def _wrap(text: str, indent: str = "  ") -> list[str]:
+    return textwrap.wrap(text, 100, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=True, break_on_hyphens=False)
 
 
 def _row(label: str, x, y) -> str:
@@ -147,6 +188,11 @@ def _row(label: str, x, y) -> str:
 
 def _saving_lines(d) -> list[str]:
     s = d.saving()
+    ps = d.per_sample()
+    if ps is not None and ps["delta"] is not None:
+        x = ps["delta"]
+        return [f"  saving realised per sample: {fmt_ns(-x)}" if x <= 0
+                else f"  no saving: each sample takes {fmt_ns(x)} longer"]
     if s["realised_ns"] is None:
         return []
     r = s["realised_ns"]

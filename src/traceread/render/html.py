@@ -20,7 +20,8 @@ import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
 from .base import Renderer
-from .text import fmt_ns
+from .report import _n
+from .text import fmt_bytes, fmt_ns, fmt_rate, rel_time
 
 COLUMNS = 800          # timeline resolution (SVG columns per device lane)
 MAX_LANES = 8
@@ -29,6 +30,9 @@ TABLE_ROWS = 20
 COLORS = {"busy": "#3b6ea8", "compile": "#9467bd", "graph_capture": "#c5b0d5", "dataloader": "#ff7f0e", "comm_wait": "#17becf",
           "sync": "#d62728", "alloc": "#8c564b", "launch": "#e377c2", "cpu_op": "#bcbd22",
           "python": "#2ca02c", "untraced": "#9e9e9e", "exposed": "#006d77", "hidden": "#83c5be"}
+# Kernel classes are busy time: shades of "busy" blue, never an idle cause's colour.
+CLASS_COLORS = ("#3b6ea8", "#5a87bd", "#2f5886", "#7aa1cf", "#46627f", "#9bbbe0", "#274a70",
+                "#6f8aa6", "#8fa7bd", "#65798f", "#4f6d8f", "#8495a8")
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
 color:#222;padding:0 16px}h1{font-size:20px;margin:0;overflow-wrap:anywhere}h2{font-size:16px;margin:28px 0 8px;
@@ -52,12 +56,26 @@ class HtmlRenderer(Renderer):
 
             title, body = "traceread diff", diff_body(result)
         elif isinstance(result, (list, tuple)):  # several traces (ranks of a job): one page
-            title = f"traceread: {len(result)} traces"
+            title = f"traceread: {_n(len(result), 'trace')}"
             body = job_body(list(result), self.options.get("jobs"))
         else:  # one trace; an nsys export of several processes may still be a job
             title = f"traceread: {result.meta.path}"
             body = analysis_body(result) + cross_rank_html(self.options.get("jobs"))
         return page(title, body)
+
+
+# A notebook cell's summary: scoped, so it styles nothing else in the notebook.
+SUMMARY_CSS = (".traceread-summary .meta{color:#666}.traceread-summary h1{font-size:16px;margin:0}"
+               ".traceread-summary .verdict{border-left:6px solid #d62728;background:#fbf3f3;"
+               "padding:8px 14px;margin:8px 0}.traceread-summary .verdict .bound{font-size:18px;"
+               "font-weight:700}")
+
+
+def summary_html(a) -> str:
+    """The HTML report's head (the trace line and the verdict box), for a notebook."""
+    d = a.to_dict()
+    return (f'<div class="traceread-summary"><style>{SUMMARY_CSS}</style>{_header(d)}'
+            f"{_verdict(a, d)}</div>")
 
 
 def page(title: str, body: str) -> str:
@@ -124,7 +142,7 @@ def job_body(analyses: list, jobs=None) -> str:
                      f"{100 * idle / window:.1f}%" if window else "-", escape(a.meta.path)])
         bars.append((label, stats.get("mean_ns") or window, fmt_ns(stats.get("mean_ns") or window),
                      palette[i % len(palette)]))
-    parts = [f"<h1>{len(analyses)} traces</h1>",
+    parts = [f"<h1>{_n(len(analyses), 'trace')}</h1>",
              table(["trace", "verdict", "step (mean)", "GPU idle", "file"], rows, {2, 3}),
              "<h2>Step time per trace</h2>", _hbars(bars),
              cross_rank_html(jobs if jobs is not None else _jobs_of(analyses))]
@@ -371,13 +389,16 @@ def _steps_section(d: dict) -> str:
                 w = bar_w * ns / top
                 inner.append(_rect(x, y, w, row_h, COLORS.get(c, "#777777"), f"step {it['step']}: {c} {fmt_ns(ns)}"))
                 x += w
-        inner.append(f'<text x="{x + 4:.0f}" y="{y + 12}">{fmt_ns(it["dur_ns"])} host</text>')
+        # the bar is GPU time (busy + idle); the step's host duration is another figure
+        inner.append(f'<text x="{x + 4:.0f}" y="{y + 12}">{fmt_ns(it["busy_ns"] + it["idle_ns"])} '
+                     f'(step {fmt_ns(it["dur_ns"])})</text>')
     s = st.get("stats") or {}
     more = f"; first {MAX_STEPS} of {len(items)}" if len(items) > MAX_STEPS else ""
     head = (f"<h2>Steps</h2><p class='meta'>{st['count']} steps, mean {fmt_ns(s.get('mean_ns', 0))}, "
             f"median {fmt_ns(s.get('median_ns', 0))}, cv {s.get('cv', 0):.2f}{more}. Each bar: GPU busy, "
-            f"then the step's idle time by cause.</p>")
-    return head + _legend(["busy", *CPU_CATEGORIES]) + _svg(x0 + bar_w + 90, len(shown) * (row_h + 3),
+            f"then the step's idle time by cause, labelled with their sum (the step's host "
+            f"duration in brackets).</p>")
+    return head + _legend(["busy", *CPU_CATEGORIES]) + _svg(x0 + bar_w + 170, len(shown) * (row_h + 3),
                                                              inner, "per-step GPU busy and idle")
 
 
@@ -426,18 +447,19 @@ def _gaps_section(a, d: dict) -> str:
     largest = g.get("largest") or []
     if not largest:
         return ""
-    w0 = {(x["pid"], x["device"]): x["window_start_ns"] for x in d.get("devices") or []}
+    t0 = (d.get("window") or {}).get("trace_start_ns") or 0
     rows = []
     for r in largest[:TABLE_ROWS]:
-        at = r["start_ns"] - w0.get((r["pid"], r["device"]), r["start_ns"])
         host = ", ".join(f"{escape(k)} {fmt_ns(v)}" for k, v in
                          sorted((r.get("by_cpu") or {}).items(), key=lambda kv: -kv[1])[:3])
         drain = f"sync {escape(r['drain_op'])}" if r.get("drain") == "sync" and r.get("drain_op") \
             else ("queued" if r.get("drain") == "queued" else "starved")
-        rows.append([f"+{fmt_ns(at)}", fmt_ns(r["duration_ns"]), r["device"],
+        rows.append([rel_time(r["start_ns"] - t0), fmt_ns(r["duration_ns"]), r["device"],
                      f"#{r['step']}" if r.get("step", -1) >= 0 else "-", drain, host])
     return (f"<h2>Largest idle gaps (of {g.get('count', 0):,}, {fmt_ns(g.get('total_idle_ns', 0))})</h2>"
-            + table(["at", "duration", "device", "step", "drained by", "host was in"], rows, {0, 1, 2}))
+            + "<p>start: after the trace's first event, as in <code>traceread idle</code>, "
+              "<code>gaps</code> and <code>--window</code>.</p>"
+            + table(["start", "duration", "device", "step", "drained by", "host was in"], rows, {0, 1, 2}))
 
 
 def _name(name, width: int = 160) -> str:
@@ -456,9 +478,8 @@ def _kernels_section(d: dict) -> str:
     out = "<h2>Top kernels</h2>" + table(["time", "total", "count", "avg", "name"], rows, {0, 1, 2, 3})
     kc = d.get("kernel_classes") or []
     if kc:
-        palette = list(COLORS.values())
         bars = [(str(c["class"]), c["total_ns"], f"{fmt_ns(c['total_ns'])} ({c['pct']:.1f}%)",
-                 palette[i % len(palette)]) for i, c in enumerate(kc[:12])]
+                 CLASS_COLORS[i % len(CLASS_COLORS)]) for i, c in enumerate(kc[:12])]
         out += "<h2>Kernel time by class</h2>" + _hbars(bars)
     return out
 
@@ -489,15 +510,15 @@ def _copies_section(d: dict) -> str:
     c = d.get("copies") or {}
     if not c.get("count"):
         return ""
-    rows = [[escape(str(x.get("direction"))), f"{x.get('count', 0):,}", f"{x.get('bytes', 0) / 2**20:.1f} MiB",
+    rows = [[escape(str(x.get("direction"))), f"{x.get('count', 0):,}", fmt_bytes(x.get("bytes", 0)),
              fmt_ns(x.get("copy_ns", 0)), fmt_ns(x.get("exposed_ns", 0)),
-             f"{x['gbps']:.2f}" if isinstance(x.get("gbps"), (int, float)) else "-",
+             fmt_rate(x["gbps"]) if isinstance(x.get("gbps"), (int, float)) else "-",
              f"{x.get('pageable', 0):,}"] for x in c.get("by_direction") or []]
     pin = (f"; pinning the pageable ones would save about {fmt_ns(c['pin_saves_ns'])}"
            if c.get("pin_saves_ns") else "")
     return (f"<h2>Host↔device copies: {fmt_ns(c.get('copy_ns', 0))}, {fmt_ns(c.get('exposed_ns', 0))} "
             f"with no kernel running{pin}</h2>"
-            + table(["direction", "count", "bytes", "time", "exposed", "GB/s", "pageable"], rows,
+            + table(["direction", "count", "bytes", "time", "exposed", "rate", "pageable"], rows,
                     {1, 2, 3, 4, 5, 6}))
 
 
@@ -505,7 +526,7 @@ def _compile_section(a, d: dict) -> str:
     c = d.get("compile") or {}
     if not (c.get("compiles") or c.get("compile_ns")):
         return ""
-    head = (f"<h2>torch.compile: {c.get('compiles', 0)} compiles ({c.get('recompiles', 0)} recompiles), "
+    head = (f"<h2>torch.compile: {_n(c.get('compiles', 0), 'compile')} ({_n(c.get('recompiles', 0), 'recompile')}), "
             f"{fmt_ns(c.get('compile_ns', 0))} compiling</h2>")
     rows = []
     if a.trace is not None:

@@ -6,6 +6,7 @@ from html import escape
 import pandas as pd
 
 from .html import _hbars, page, table
+from .report import _n
 
 VERDICT_COLORS = {"data": "#ff7f0e", "copy": "#8c564b", "sync": "#d62728", "launch": "#e377c2",
                   "host": "#bcbd22", "comms": "#17becf", "compile": "#9467bd",
@@ -19,19 +20,28 @@ def batch_page(res) -> str:
     s: pd.DataFrame = res.summary
     ok = s[s["error"].isna()]
     bad = s[s["error"].notna()]
-    head = (f"<h1>{len(s)} traces: {len(ok)} analysed, {len(bad)} failed</h1>")
+    head = (f"<h1>{_n(len(s), 'trace')}: {len(ok)} analysed, {len(bad)} failed</h1>")
     parts = [head]
     if len(ok):
         counts = ok["verdict"].fillna("?").value_counts()
-        parts.append("<h2>Verdicts</h2>" + _hbars([(str(k), int(v), f"{int(v)} traces",
+        parts.append("<h2>Verdicts</h2>" + _hbars([(str(k), int(v), _n(int(v), "trace"),
                                                     VERDICT_COLORS.get(str(k), "#777777"))
                                                    for k, v in counts.items()]))
-        worst = ok.sort_values("idle_pct", ascending=False, na_position="last").head(40)
-        parts.append("<h2>GPU idle per trace (worst first, coloured by verdict)</h2>" + _hbars(
-            [(_short(r["file"]), float(r["idle_pct"] or 0), f"{float(r['idle_pct'] or 0):.1f}% "
-              f"({r['verdict']})", VERDICT_COLORS.get(str(r["verdict"]), "#777777"))
-             for _, r in worst.iterrows()], label_w=260))
-        parts.append("<h2>Every trace</h2>" + _summary_table(ok))
+        gpu = ok[ok["idle_pct"].notna()]  # a CPU-only trace has no GPU idle to draw (was "nan%")
+        root = _root(ok["file"])
+        worst = gpu.sort_values("idle_pct", ascending=False).head(40)
+        nogpu = len(ok) - len(gpu)
+        if len(worst):
+            parts.append("<h2>GPU idle per trace (worst first, coloured by verdict)</h2>" + _hbars(
+                [(_short(_rel(r["file"], root)), float(r["idle_pct"]), f"{float(r['idle_pct']):.1f}% "
+                  f"({r['verdict']})", VERDICT_COLORS.get(str(r["verdict"]), "#777777"))
+                 for _, r in worst.iterrows()], label_w=260))
+        if nogpu:
+            parts.append(f"<p class='meta'>{_n(nogpu, 'trace')} without a GPU idle figure "
+                         "(no GPU work analysed): no idle bar drawn</p>")
+        parts.append("<h2>Every trace</h2>"
+                     + (f"<p class='meta'>files under {escape(root)}</p>" if root else "")
+                     + _summary_table(ok, root))
     if len(bad):
         parts.append("<h2>Failed</h2>" + table(["file", "error"], [[escape(str(r["file"])), escape(str(r["error"]))]
                                                                    for _, r in bad.iterrows()]))
@@ -51,12 +61,33 @@ def _num(v, fmt: str) -> str:
     return "-" if v is None or v != v else fmt.format(v)
 
 
-def _summary_table(ok: pd.DataFrame) -> str:
+def _root(files) -> str:
+    """The folder every file lies under ("" when none is common): paths are shown below it,
+    so the table fits the page (absolute paths ran off its right edge)."""
+    import os
+
+    paths = [str(f) for f in files]
+    if len(paths) < 2:
+        return os.path.dirname(paths[0]) if paths else ""
+    try:
+        return os.path.commonpath(paths)
+    except ValueError:  # relative and absolute mixed
+        return ""
+
+
+def _rel(path, root: str) -> str:
+    import os
+
+    p = str(path)
+    return os.path.relpath(p, root) if root and p.startswith(root) else p
+
+
+def _summary_table(ok: pd.DataFrame, root: str = "") -> str:
     rows = []
     for _, r in ok.sort_values(["job", "rank", "file"], na_position="last").head(MAX_ROWS).iterrows():
         top = f"{r['top_cpu']} {_num(r['top_cpu_pct'], '{:.0f}%')}" if isinstance(r["top_cpu"], str) else "-"
         rank = r["rank"] if r["rank"] is not None and r["rank"] == r["rank"] and r["rank"] >= 0 else None
-        rows.append([escape(str(r["file"])), _num(rank, "{:.0f}"), escape(str(r["verdict"]).upper()),
+        rows.append([f'<span class="name">{escape(_rel(r["file"], root))}</span>', _num(rank, "{:.0f}"), escape(str(r["verdict"]).upper()),
                      _num(r["steps"], "{:.0f}"), _num(r["step_mean_ms"], "{:.1f} ms"),
                      _num(r["idle_pct"], "{:.1f}%"), escape(top), _num(r["exposed_comm_pct"], "{:.1f}%"),
                      _num(r["recompiles"], "{:.0f}")])

@@ -43,7 +43,7 @@ def _many(d) -> str:
              "straggler before", "after"], rows, {2, 3, 4, 5}))
     rows = []
     for p in sorted(d.pairs, key=lambda p: -(p.slower_pct() if p.slower_pct() is not None else -1e9)):
-        key = "step_mean_ns" if p.unit == "step" else "gpu_window_ns"
+        key = p.time_key()
         rows.append([escape(p.label), _ns(p.before.get(key)), _ns(p.after.get(key)),
                      _change(p.before.get(key), p.after.get(key)),
                      f"{p.before['gpu_idle_pct']:.1f}%", f"{p.after['gpu_idle_pct']:.1f}%",
@@ -79,10 +79,15 @@ def _change(x, y) -> str:
 
 def _one(d) -> str:
     b, a = d.before, d.after
-    per = "per step" if d.unit == "step" else "whole trace"
+    per = {"step": "per step", "iteration": "per iteration"}.get(d.unit, "whole trace")
+    shown = _ROWS if d.unit == "step" else _ROWS[:2] + (("wall time", "wall_ns"),) + _ROWS[2:]
     rows = [[escape(label), fmt_ns(b[k]), fmt_ns(a[k]), _change(b[k], a[k])]
-            for label, k in _ROWS if b.get(k) is not None and a.get(k) is not None
+            for label, k in shown if b.get(k) is not None and a.get(k) is not None
             and (b[k] or a[k] or k.startswith("step"))]
+    ps = d.per_sample()
+    if ps is not None:
+        rows.append(["time per sample", fmt_ns(ps["before"]), fmt_ns(ps["after"]),
+                     _change(ps["before"], ps["after"])])
     rows.append(["GPU idle %", f"{b['gpu_idle_pct']:.1f}%", f"{a['gpu_idle_pct']:.1f}%",
                  f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:+.1f} pts"])
     rows.append(["recompiles", b["recompiles"], a["recompiles"], ""])
@@ -91,6 +96,7 @@ def _one(d) -> str:
     out = [f"<h1>diff: {escape(b['path'])} → {escape(a['path'])}</h1>",
            f'<div class="verdict" id="verdict"><div class="bound">{escape(str(b["verdict"]).upper())} → '
            f'{escape(str(a["verdict"]).upper())}</div><p>{_headline(d)}</p></div>',
+           *_notes(d),
            f"<h2>Figures ({per})</h2>", table(["", "before", "after", "change"], rows, {1, 2, 3}),
            f"<h2>Idle by cause ({per})</h2>", _paired_bars(b["idle_by_cpu"], a["idle_by_cpu"])]
     bc, ac = b.get("kernel_classes") or {}, a.get("kernel_classes") or {}
@@ -111,13 +117,32 @@ def _one(d) -> str:
     return "\n".join(out)
 
 
+def _notes(d) -> list[str]:
+    """How the sides were made comparable, and the warnings (text: diff_text._unit_lines)."""
+    items = []
+    if d.batch:
+        items.append(f"batch {d.batch['before']} → {d.batch['after']}, compared per sample "
+                     f"(from {d.batch['evidence']})")
+    if d.unit == "iteration":
+        for who, s in (("before", d.before), ("after", d.after)):
+            items.append(f"{who}: {s.get('iteration_evidence') or 'one iteration (nothing repeats)'}")
+    items += [f"warning: {w}" for w in d.warnings]
+    return [f"<ul>{''.join(f'<li>{escape(x)}</li>' for x in items)}</ul>"] if items else []
+
+
+_TIME_NAME = {"step_mean_ns": "step time", "gpu_window_ns": "GPU window", "wall_ns": "wall time"}
+
+
 def _headline(d) -> str:
     pct = d.slower_pct()
     if pct is None:
         return "no step time to compare"
     word = "slower" if pct > 0 else "faster"
-    text = f"AFTER is {abs(pct):.1f}% {word} ({'step time' if d.unit == 'step' else 'GPU window'})"
+    what = _TIME_NAME[d.time_key()] + (" per sample" if d.per_sample() is not None else "")
+    text = f"AFTER is {abs(pct):.1f}% {word} ({what})"
     s = d.saving()
+    if d.per_sample() is not None:  # a step of another batch size is no saving or loss
+        return escape(text)
     if s["realised_ns"] is not None:
         r = s["realised_ns"]
         text += (f"; saving realised per step {fmt_ns(r)}" if r >= 0 else

@@ -9,7 +9,7 @@ import numpy as np
 from ..passes.attribution import CPU_CATEGORIES, waited_summary
 from ..passes.bounds import TITLE
 from . import safe
-from .text import TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, utilization_lines
+from .text import ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time, utilization_lines
 
 BOUND_TITLE = TITLE
 STEP_ROWS = 12
@@ -176,7 +176,7 @@ def _verdict(a) -> list[str]:
     if ev.get("bursty"):
         facts.append(f"step times are bursty (cv {ev['step_cv']:.2f})")
     if ev.get("recompiles") or ev.get("graph_breaks"):
-        facts.append(", ".join(x for x in (f"{ev['recompiles']} recompiles" if ev.get("recompiles") else "",
+        facts.append(", ".join(x for x in (_n(ev["recompiles"], "recompile") if ev.get("recompiles") else "",
                                            _n(ev["graph_breaks"], "graph break") if ev.get("graph_breaks")
                                            else "") if x) + " in the analysed window")
     elif ev.get("module_loads", 0) >= max(2, ev.get("steps", 0) // 2):
@@ -318,26 +318,34 @@ def _steps(a) -> list[str]:
     return lines
 
 
+def trace_origin(a) -> int:
+    """The one time origin of every listed time: the trace's first event (``--window``'s)."""
+    w = a.window
+    if w is not None:
+        return int(w.trace_start)
+    ev = a.trace.events if a.trace is not None else None
+    return int(ev["ts"].min()) if ev is not None and len(ev) else 0
+
+
 def _gaps(a) -> list[str]:
     g = a.listed_gaps()
     total = int(a.gaps["duration"].sum())
     title = f"Largest idle gaps (of {len(a.gaps):,}, {fmt_ns(total)} in total"
     if a.min_gap_ns:
         title += f"; {len(g):,} longer than {fmt_ns(a.min_gap_ns)}"
-    lines = ["", title + ")",
-             f"  {'at':>10}  {'duration':>10}  {'dev':>3}  {'step':>6}  {'drained by':<22}  host was in"]
+    lines = ["", title + ")", ORIGIN_NOTE,
+             f"  {'start':>12}  {'duration':>10}  {'dev':>3}  {'step':>6}  {'drained by':<22}  host was in"]
     if not len(g):
         return lines[:2]
-    w0 = dict(zip(zip(a.devices["pid"], a.devices["device"]), a.devices["window_start"]))
+    t0 = trace_origin(a)
     top = g.sort_values(["duration", "start"], ascending=[False, True], kind="stable").head(GAP_ROWS)
     for r in top.to_dict(orient="records"):
-        at = r["start"] - w0.get((r["pid"], r["device"]), r["start"])
         parts = sorted(((r[f"cpu_{c}"], c) for c in CPU_CATEGORIES if r[f"cpu_{c}"]), reverse=True)
         drain = "sync " + r["drain_op"] if r["drain"] == "sync" else r["drain"]
         if r["drain"] == "queued" and r.get("waited_on"):
             drain = "queued: " + r["waited_on"]
         step = "#" + str(r["step"]) if r["step"] >= 0 else "-"
-        row = (f"  {'+' + fmt_ns(at):>10}  {fmt_ns(r['duration']):>10}  {r['device']:>3}  "
+        row = (f"  {rel_time(r['start'] - t0):>12}  {fmt_ns(r['duration']):>10}  {r['device']:>3}  "
                f"{step:>6}  {_short(drain, 22):<22}  ")
         lines.append(row + _fit_list(row, [f"{c} {fmt_ns(ns)}" for ns, c in parts[:3]]))
     return lines
@@ -393,7 +401,7 @@ def _compile(a) -> list[str]:
 
 def _counts(c: dict) -> str:
     """``N compiles (M recompiles), K graph breaks`` of a compile summary or its whole-trace part."""
-    text = f"{c.get('compiles', 0)} compiles ({c.get('recompiles', 0)} recompiles)"
+    text = f"{_n(c.get('compiles', 0), 'compile')} ({_n(c.get('recompiles', 0), 'recompile')})"
     return text + (f", {_n(c['graph_breaks'], 'graph break')}" if c.get("graph_breaks") else "")
 
 

@@ -51,6 +51,24 @@ def fmt_ns(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
+def fmt_bytes(n: float) -> str:
+    """Human size in decimal units: 6.11 kB, 45.6 MB, 1.2 GB, 12 B (never 6.11e-06 GB)."""
+    n = float(n)
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_rate(gb_per_s: float) -> str:
+    """A bandwidth from GB/s, in the unit that shows it: 12.3 GB/s, 45.6 MB/s, 7 kB/s."""
+    return fmt_bytes(gb_per_s * 1e9) + "/s"
+
+
+# Every listed start (analyze's gaps, idle, gaps, steps) counts from the trace's first event.
+ORIGIN_NOTE = "  (start: time after the trace's first event, as in analyze, idle, gaps and --window)"
+
+
 def rel_time(ns: float) -> str:
     """Time after the trace's first event, to the microsecond: ``+1.234567 s``.
 
@@ -62,6 +80,10 @@ def rel_time(ns: float) -> str:
 def render_info(info: dict[str, Any]) -> str:
     rank = "unknown" if info["rank"] < 0 else str(info["rank"])
     world = "" if info["world_size"] < 0 else f" of {info['world_size']}"
+    pr = info.get("process_ranks") or {}
+    if info["rank"] < 0 and pr:  # one export of several ranks: say how analyze numbers them
+        rank = ", ".join(f"{r} (pid {p})" for p, r in sorted(pr.items(), key=lambda kv: kv[1]))
+        world = f" of {len(pr)}: one per GPU process, as analyze splits this export"
     version = f" (schema {info['format_version']})" if info["format_version"] else ""
     lines = [
         safe.name(info["path"]),
@@ -145,7 +167,7 @@ def utilization_lines(u: dict | None) -> list[str]:
         for c in b.get("copies") or []:
             if c.get("gb_per_s"):
                 out.append(f"  memcpy {c['copy_kind']}: {c['count']:,} copies, "
-                           f"{c['bytes'] / 1e9:.3g} GB at {c['gb_per_s']:.1f} GB/s")
+                           f"{fmt_bytes(c['bytes'])} at {fmt_rate(c['gb_per_s'])}")
         for lv in b.get("levers") or []:
             out.append(f"  lever {lv['lever']}: saves ~{fmt_ns(lv['saving_ns'])} "
                        f"({lv['saving_pct_of_busy']:.0f}% of busy) -- {lv['why']}")
