@@ -1,0 +1,375 @@
+"""The job's parallel layout (DDP, FSDP, TP, PP, EP) and each strategy's own losses.
+
+A pure function of the event table, the trace's ``distributedInfo`` and the program context
+(``passes/program.py``). Every strategy names the event that proves it; docs/parallelism.md
+gives each rule and formula.
+
+* comm calls: host rows whose name is a c10d / gloo / nccl call (``c10d::send``,
+  ``gloo:all_reduce``, ``record_param_comms`` ...) or whose ``collective`` column is set, and
+  NCCL kernels. A call nested in another comm call of its thread (``gloo:send`` inside
+  ``c10d::send``) is the same call and is dropped.
+* compute: non-comm kernels when the trace has kernels; else (a CPU job) the host operators
+  of the step thread -- there the host is the compute resource.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from ..collectives import dtype_size, is_comm_kernel, normalize_collective
+from . import intervals as iv
+from ._common import kind_in
+from .program import COMM_NAME_RX
+
+HOST = ("cpu_op", "annotation", "python")
+P2P = ("send", "recv")
+# the comm-call names that only wait or set up, never move data
+_NOT_A_CALL = ("barrier", None)
+
+
+def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
+                steps: pd.DataFrame | None = None) -> dict:
+    """``{strategies: [...], pipeline?, ep?, ddp?}`` (see module doc); ``steps``: the
+    window's step rows (columns start, end, tid), None for a whole-trace window."""
+    ctx = ctx or {}
+    calls = comm_calls(ev)
+    groups = process_groups(meta)
+    rank = _rank(meta)
+    fw = dict(ctx.get("framework_evidence") or {})
+    strategies = detect(calls, fw, groups)
+    out: dict = {"rank": rank, "strategies": strategies}
+    kinds = {s["kind"] for s in strategies}
+    spans = _step_spans(ev, steps)
+    if "pp" in kinds and spans:
+        pp = next(s for s in strategies if s["kind"] == "pp")
+        out["pipeline"] = pipeline(ev, calls, spans, pp, rank)
+    if "ep" in kinds:
+        ranks = next(s["ranks"] for s in strategies if s["kind"] == "ep")
+        ep = all_to_all_bytes(ev, calls, max(1, len(spans)), ranks)
+        if ep:
+            out["ep"] = ep
+    if "ddp" in kinds and spans:
+        out["ddp"] = ddp_overlap(ev, calls, spans)
+    return out
+
+
+# ------------------------------------------------------------------ evidence
+
+def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
+    """One row per comm call: row, collective, name, thread (pid, tid), ts, end, on_gpu, and
+    issue: the operator that issues the call (``c10d::send``), not a span of its progress."""
+    cols = ["row", "collective", "name", "pid", "tid", "ts", "end", "on_gpu", "issue"]
+    if not len(ev):
+        return pd.DataFrame(columns=cols)
+    host = np.flatnonzero(kind_in(ev, HOST))
+    names = ev["name"].astype(object).to_numpy()
+    coll_col = ev["collective"].astype(object).to_numpy() if "collective" in ev else None
+    rows, colls = [], []
+    for r in host:
+        n = str(names[r])
+        c = coll_col[r] if coll_col is not None and isinstance(coll_col[r], str) else None
+        if c is None and COMM_NAME_RX.search(n):
+            c = normalize_collective(n)
+        if c is not None:
+            rows.append(r)
+            colls.append(c)
+    for r in np.flatnonzero(kind_in(ev, ("kernel",))):
+        n = str(names[r])
+        if is_comm_kernel(n):
+            c = coll_col[r] if coll_col is not None and isinstance(coll_col[r], str) else None
+            rows.append(r)
+            colls.append(c or normalize_collective(n) or "unknown")
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    rows = np.asarray(rows)
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    df = pd.DataFrame({"row": rows, "collective": colls, "name": names[rows],
+                       "pid": ev["pid"].to_numpy()[rows], "tid": ev["tid"].to_numpy()[rows],
+                       "ts": ts, "end": ts + ev["dur"].to_numpy(np.int64)[rows],
+                       "on_gpu": kind_in(ev, ("kernel",))[rows],
+                       "issue": kind_in(ev, ("cpu_op",))[rows]})
+    return _outermost(df.sort_values(["pid", "tid", "ts", "end"], ascending=[1, 1, 1, 0]))
+
+
+def _outermost(df: pd.DataFrame) -> pd.DataFrame:
+    """Drop calls that lie inside an earlier comm call of the same thread (host rows only)."""
+    keep = np.ones(len(df), bool)
+    reach, key = -1, None
+    for i, (p, t, s, e, g) in enumerate(zip(df["pid"], df["tid"], df["ts"], df["end"],
+                                            df["on_gpu"])):
+        if (p, t) != key:
+            key, reach = (p, t), -1
+        if not g and e <= reach:
+            keep[i] = False
+        reach = max(reach, e)
+    return df[keep].reset_index(drop=True)
+
+
+def process_groups(meta) -> list[dict]:
+    """Process groups from ``distributedInfo.pg_config``: name, desc, size, ranks."""
+    info = getattr(meta, "distributed", None) or {}
+    out = []
+    for g in info.get("pg_config") or []:
+        if isinstance(g, dict):
+            ranks = [int(r) for r in g.get("ranks") or [] if isinstance(r, (int, float))]
+            out.append({"name": str(g.get("pg_name", "")), "desc": str(g.get("pg_desc", "")),
+                        "size": int(g.get("pg_size") or len(ranks) or -1), "ranks": ranks})
+    if not out and info.get("world_size"):
+        n = int(info["world_size"])
+        out.append({"name": "0", "desc": "default_pg", "size": n, "ranks": list(range(n))})
+    return out
+
+
+def _rank(meta) -> int | None:
+    r = getattr(meta, "rank", None)
+    return int(r) if isinstance(r, (int, np.integer)) and r >= 0 else None
+
+
+# (kind, program frameworks that prove it, collectives that prove it)
+STRATEGY_RULES = (
+    ("ddp", ("ddp",), ()),
+    ("fsdp", ("fsdp2", "fsdp1", "deepspeed"), ()),
+    ("tp", ("dtensor",), ()),
+    ("pp", ("pipelining",), P2P + ("send_recv",)),
+    ("ep", ("torchrec",), ("all_to_all",)),
+)
+# which collectives a strategy's group is read from
+_STRATEGY_COLLS = {"ddp": ("all_reduce",), "fsdp": ("all_gather", "reduce_scatter"),
+                   "tp": ("all_reduce", "all_gather", "reduce_scatter"),
+                   "pp": P2P + ("send_recv",), "ep": ("all_to_all",)}
+
+
+def detect(calls: pd.DataFrame, fw: dict, groups: list[dict]) -> list[dict]:
+    """The strategies the evidence proves, each with its group (see STRATEGY_RULES)."""
+    out = []
+    for kind, fws, colls in STRATEGY_RULES:
+        evidence = [f"{f}: {fw[f]}" for f in fws if f in fw]
+        hit = calls[calls["collective"].isin(colls)] if colls and len(calls) else calls[:0]
+        if len(hit):
+            evidence.append(f"{hit['collective'].iat[0]} call: {hit['name'].iat[0]}")
+        if not evidence:
+            continue
+        g = _group(groups)
+        out.append({"kind": kind, "group_size": g["size"] if g else None,
+                    "ranks": g["ranks"] if g else [],
+                    "process_group": g["desc"] or g["name"] if g else None,
+                    "calls": int(calls["collective"].isin(_STRATEGY_COLLS[kind]).sum())
+                    if len(calls) else 0, "evidence": evidence})
+    return out
+
+
+def _group(groups: list[dict]) -> dict | None:
+    """The group a strategy runs on. The trace's calls do not name their group on gloo, so
+    only a job with one process group can say which: several groups stay unknown."""
+    return groups[0] if len(groups) == 1 else None
+
+
+# ------------------------------------------------------------------ steps and compute
+
+def _step_spans(ev: pd.DataFrame, steps: pd.DataFrame | None) -> list[tuple[int, int, int]]:
+    """(start, end, tid) of each step; none for a whole-trace window."""
+    if steps is None or not len(steps):
+        return []
+    return [(int(s), int(e), int(t)) for s, e, t in zip(steps["start"], steps["end"],
+                                                          steps["tid"])]
+
+
+def compute_intervals(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None) -> iv.Intervals:
+    """When the compute resource worked: non-comm kernels, else the host operators of the step
+    thread ``tid`` minus its comm calls (a CPU job computes on its host thread)."""
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    comm_rows = set(calls["row"].tolist()) if len(calls) else set()
+    k = np.flatnonzero(kind_in(ev, ("kernel",)))
+    k = np.array([r for r in k if r not in comm_rows], dtype=np.int64)
+    if len(k):
+        return iv.union(ts[k], end[k])
+    ops = np.flatnonzero(kind_in(ev, ("cpu_op",)) & (ev["tid"].to_numpy() == tid))
+    busy = iv.union(ts[ops], end[ops])
+    # gloo's send/recv spans on this thread run on while later ops compute: only the issuing
+    # operators block it
+    host_calls = calls[(calls["tid"] == tid) & calls["issue"].astype(bool)] if len(calls) \
+        else calls
+    if not len(host_calls):
+        return busy
+    return iv.subtract(busy, iv.union(host_calls["ts"], host_calls["end"]))
+
+
+def _clip_total(x: iv.Intervals, lo: int, hi: int) -> int:
+    return iv.total(iv.intersect(x, (np.array([lo]), np.array([hi]))))
+
+
+# ------------------------------------------------------------------ pipeline
+
+def pipeline(ev: pd.DataFrame, calls: pd.DataFrame, spans, strategy: dict,
+             rank: int | None) -> dict:
+    """This stage's busy share and bubble per step, the schedule and microbatch count read
+    from its send/recv order, and the theoretical bubble (p-1)/(m+p-1)."""
+    tid = spans[0][2]
+    busy = compute_intervals(ev, calls, tid)
+    p2p = _transfers(calls[calls["collective"].isin(P2P) & (calls["tid"] == tid)]) if len(calls) \
+        else calls
+    step_ns = sum(e - s for s, e, _ in spans)
+    busy_ns = sum(_clip_total(busy, s, e) for s, e, _ in spans)
+    p = strategy["group_size"]
+    ranks = strategy["ranks"]
+    stage = ranks.index(rank) if rank is not None and rank in ranks else None
+    end_stage = stage is not None and p is not None and stage in (0, p - 1)
+    seqs = [p2p[(p2p["ts"] >= s) & (p2p["ts"] < e)]["collective"].tolist() for s, e, _ in spans]
+    m = _microbatches(seqs, end_stage)
+    schedule = _schedule(seqs, end_stage, m)
+    theory = round(100.0 * (p - 1) / (m + p - 1), 1) if p and m and schedule else None
+    bubble = round(100.0 * (1 - busy_ns / step_ns), 1) if step_ns else None
+    return {"schedule": schedule, "stages": p, "stage": stage, "microbatches": m,
+            "busy_ns": int(busy_ns), "step_ns": int(step_ns),
+            "recv_wait_ns": int(step_ns - busy_ns),
+            "bubble_pct_by_stage": {str(rank if rank is not None else 0): bubble},
+            "theoretical_bubble_pct": theory, "slowest_stage": None,
+            "p2p_bytes_per_step": _p2p_bytes(ev, p2p, len(spans))}
+
+
+def _transfers(calls: pd.DataFrame) -> pd.DataFrame:
+    """One row per message: the backend's spans (``gloo:send``, NCCL kernels) when recorded --
+    one batched ``c10d::send`` issues several, and a batched send may carry a recv -- else
+    the issuing operators."""
+    moved = calls[~calls["issue"].astype(bool)]
+    return moved if len(moved) else calls
+
+
+def _microbatches(seqs: list[list[str]], end_stage: bool) -> int | None:
+    """An end stage sends (first: activations; last: gradients) once per microbatch; the
+    median over steps. A middle stage's count is not read (it sends both ways)."""
+    if not end_stage or not seqs:
+        return None
+    m = int(np.median([s.count("send") for s in seqs]))
+    return m or None
+
+
+def _schedule(seqs: list[list[str]], end_stage: bool, m: int | None) -> str | None:
+    """GPipe fills then drains: on an end stage all of one direction then all of the other
+    (one switch between send and recv in the step); 1F1B alternates them."""
+    if not end_stage or not m or m < 2:
+        return None
+    switches = [sum(a != b for a, b in zip(s, s[1:])) for s in seqs if s]
+    if not switches:
+        return None
+    return "gpipe" if max(switches) <= 1 else "1f1b"
+
+
+def _p2p_bytes(ev: pd.DataFrame, p2p: pd.DataFrame, n_steps: int) -> int | None:
+    """Bytes this stage sends per step, from the send calls' recorded shapes."""
+    sends = p2p[p2p["collective"] == "send"]
+    if not len(sends) or "input_dims" not in ev:
+        return None
+    total = 0
+    for r in sends["row"]:
+        b = _tensor_bytes(ev["input_dims"].iat[r], ev["input_type"].iat[r])
+        if b is None:
+            return None
+        total += b
+    return int(total / max(1, n_steps))
+
+
+def _tensor_bytes(dims, types) -> int | None:
+    """Bytes of the first tensor argument (a TensorList counts its tensors)."""
+    try:
+        dims, types = json.loads(dims), json.loads(types)
+    except (TypeError, ValueError):
+        return None
+    if not dims:
+        return None
+    first = dims[0] if dims[0] and isinstance(dims[0][0], list) else [dims[0]]
+    size = dtype_size(types[0]) if types and types[0] != "TensorList" else 4
+    if size < 0:
+        return None
+    return int(sum(int(np.prod(d)) for d in first) * size)
+
+
+# ------------------------------------------------------------------ expert parallel
+
+def all_to_all_bytes(ev: pd.DataFrame, calls: pd.DataFrame, n_steps: int,
+                     ranks: list[int]) -> dict | None:
+    """Bytes this rank sends and receives per step in all_to_all, and how unevenly it sends:
+    ``send_imbalance`` = max / mean of the bytes sent to each peer (1.0: even), ``hot_rank``
+    the peer it sends most. From ``c10d::alltoall_base_``'s recorded shapes and split sizes
+    (``record_shapes=True``); None when they are not recorded."""
+    a2a = calls[(calls["collective"] == "all_to_all") & ~calls["on_gpu"].astype(bool)] \
+        if len(calls) else calls
+    if not len(a2a) or "concrete_inputs" not in ev:
+        return None
+    sent = recv = 0
+    per_peer = None
+    for r in a2a["row"]:
+        got = _a2a_split_bytes(ev["input_dims"].iat[r], ev["input_type"].iat[r],
+                               ev["concrete_inputs"].iat[r])
+        if got is None:
+            continue
+        out_b, in_b, peers = got
+        sent, recv = sent + in_b, recv + out_b
+        per_peer = peers if per_peer is None else per_peer + peers
+    if per_peer is None:
+        return None
+    mean = per_peer.mean()
+    hot = int(per_peer.argmax())
+    return {"sent_bytes_per_step": int(sent / n_steps), "recv_bytes_per_step": int(recv / n_steps),
+            "send_bytes_by_peer": [int(x / n_steps) for x in per_peer],
+            "send_imbalance": round(float(per_peer.max() / mean), 2) if mean else None,
+            "hot_rank": ranks[hot] if hot < len(ranks) else hot}
+
+
+def _a2a_split_bytes(dims, types, concrete) -> tuple[int, int, np.ndarray] | None:
+    """(bytes received, bytes sent, bytes sent to each peer) of one all_to_all_single call:
+    args (output, input, ..., output_split_sizes, input_split_sizes, ...); splits count rows of
+    dim 0, an empty split list means even shares."""
+    try:
+        dims, types, concrete = json.loads(dims), json.loads(types), json.loads(concrete)
+    except (TypeError, ValueError):
+        return None
+    if len(dims) < 2 or not dims[0] or not dims[1]:
+        return None
+    size = dtype_size(types[1]) if len(types) > 1 else -1
+    if size < 0:
+        return None
+    out_b = int(np.prod(dims[0])) * size
+    in_b = int(np.prod(dims[1])) * size
+    lists = [json.loads(c) for c in concrete if isinstance(c, str) and c.startswith("[")]
+    if len(lists) < 2 or not lists[1]:
+        return None
+    splits = np.asarray(lists[1], float)   # the input's: what this rank sends to each peer
+    return out_b, in_b, in_b * splits / splits.sum()
+
+
+# ------------------------------------------------------------------ data parallel
+
+def ddp_overlap(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
+    """Overlap efficiency of the gradient all_reduces: hidden / total comm time, where hidden
+    is the part of the all_reduce time (union of the calls that move data) covered by compute;
+    the exposed tail: all_reduce time after the last compute that began before the step's last
+    all_reduce began, summed over steps."""
+    ar = calls[calls["collective"] == "all_reduce"] if len(calls) else calls
+    tid = spans[0][2]
+    # the data moves on the comm threads (gloo workers) or in kernels: not the issuing c10d op
+    moving = ar[(ar["tid"] != tid) | ar["on_gpu"].astype(bool)] if len(ar) else ar
+    if not len(moving):
+        moving = ar
+    comm = iv.union(moving["ts"], moving["end"]) if len(moving) else (np.array([], np.int64),) * 2
+    compute = compute_intervals(ev, calls, tid)
+    total = hidden = tail = step_ns = 0
+    for s, e, _ in spans:
+        step_ns += e - s
+        c = iv.intersect(comm, (np.array([s]), np.array([e])))
+        if not len(c[0]):
+            continue
+        total += iv.total(c)
+        hidden += iv.total(iv.intersect(c, compute))
+        last_start = int(c[0][-1])
+        before = compute[1][(compute[0] < last_start) & (compute[0] >= s)]
+        last_end = int(before.max()) if len(before) else s
+        after = iv.intersect(c, (np.array([last_end]), np.array([e])))
+        tail += iv.total(iv.subtract(after, compute))
+    return {"comm_ns": int(total), "hidden_ns": int(hidden),
+            "overlap_efficiency": round(hidden / total, 3) if total else None,
+            "exposed_tail_ns": int(tail),
+            "tail_step_share_pct": round(100.0 * tail / step_ns, 1) if step_ns else None}
