@@ -174,8 +174,8 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         if jobs:
             from ..schema import versioned
 
-            emit(dumps(versioned({"cross_rank": [j.to_dict() for j in jobs], "traces": docs})), out,
-                 terminal=False)
+            emit(dumps(versioned({"cross_rank": [_with_layout(j.to_dict(), results) for j in jobs],
+                                  "traces": docs})), out, terminal=False)
         else:
             emit_json(docs, out)
     else:
@@ -186,6 +186,18 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         parts += [render_detail(jobs)] if jobs else []
         emit("\n\n".join(parts), out)
     exit_if_failed(failed)
+
+
+def _with_layout(job: dict, results: list) -> dict:
+    """The job's ``cross_rank`` object with its ranks' parallel layout merged
+    (``passes/parallelism.job_parallelism``)."""
+    from ..passes.parallelism import job_parallelism
+
+    path_rank = {str(p): int(r) for r, p in job.get("paths", {}).items()}
+    per_rank = {path_rank[str(a.meta.path)]: a.parallelism for a in results
+                if str(a.meta.path) in path_rank}
+    job["parallelism"] = job_parallelism(per_rank)
+    return job
 
 
 @_trace_command()

@@ -18,9 +18,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..collectives import dtype_size, is_comm_kernel, normalize_collective
+from ..collectives import collective_from_kernel, dtype_size, is_comm_kernel, normalize_collective
 from . import intervals as iv
-from ._common import kind_in
+from ._common import kind_in, lookup_at
 from .program import COMM_NAME_RX
 
 HOST = ("cpu_op", "annotation", "python")
@@ -64,26 +64,20 @@ def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
     if not len(ev):
         return pd.DataFrame(columns=cols)
     host = np.flatnonzero(kind_in(ev, HOST))
+    kern = np.flatnonzero(kind_in(ev, ("kernel",)))
+    # one regex per distinct name, not per row (a trace holds millions of host rows)
+    h_coll = lookup_at(ev["name"], host, _host_collective, None)
+    k_coll = lookup_at(ev["name"], kern, _kernel_collective, None)
+    if "collective" in ev:    # record_param_comms / NCCL args name it better than the name
+        for rows_, got in ((host, h_coll), (kern, k_coll)):
+            given = ev["collective"].iloc[rows_]
+            named = given.notna().to_numpy()
+            got[named] = given[named].astype(str).to_numpy()
+    rows = np.concatenate([host[h_coll != None], kern[k_coll != None]])  # noqa: E711
+    colls = list(h_coll[h_coll != None]) + list(k_coll[k_coll != None])  # noqa: E711
     names = ev["name"].astype(object).to_numpy()
-    coll_col = ev["collective"].astype(object).to_numpy() if "collective" in ev else None
-    rows, colls = [], []
-    for r in host:
-        n = str(names[r])
-        c = coll_col[r] if coll_col is not None and isinstance(coll_col[r], str) else None
-        if c is None and COMM_NAME_RX.search(n):
-            c = normalize_collective(n)
-        if c is not None:
-            rows.append(r)
-            colls.append(c)
-    for r in np.flatnonzero(kind_in(ev, ("kernel",))):
-        n = str(names[r])
-        if is_comm_kernel(n):
-            c = coll_col[r] if coll_col is not None and isinstance(coll_col[r], str) else None
-            rows.append(r)
-            colls.append(c or normalize_collective(n) or "unknown")
-    if not rows:
+    if not len(rows):
         return pd.DataFrame(columns=cols)
-    rows = np.asarray(rows)
     ts = ev["ts"].to_numpy(np.int64)[rows]
     df = pd.DataFrame({"row": rows, "collective": colls, "name": names[rows],
                        "pid": ev["pid"].to_numpy()[rows], "tid": ev["tid"].to_numpy()[rows],
@@ -91,6 +85,14 @@ def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
                        "on_gpu": kind_in(ev, ("kernel",))[rows],
                        "issue": kind_in(ev, ("cpu_op",))[rows]})
     return _outermost(df.sort_values(["pid", "tid", "ts", "end"], ascending=[1, 1, 1, 0]))
+
+
+def _host_collective(name: str) -> str | None:
+    return normalize_collective(name) if COMM_NAME_RX.search(name) else None
+
+
+def _kernel_collective(name: str) -> str | None:
+    return (collective_from_kernel(name) or "unknown") if is_comm_kernel(name) else None
 
 
 def _outermost(df: pd.DataFrame) -> pd.DataFrame:
@@ -146,6 +148,8 @@ def detect(calls: pd.DataFrame, fw: dict, groups: list[dict]) -> list[dict]:
     out = []
     for kind, fws, colls in STRATEGY_RULES:
         evidence = [f"{f}: {fw[f]}" for f in fws if f in fw]
+        if kind == "pp" and len(calls) and (calls["collective"] == "all_to_all").any():
+            colls = P2P    # NCCL runs all_to_all as grouped SendRecv kernels: not a pipeline
         hit = calls[calls["collective"].isin(colls)] if colls and len(calls) else calls[:0]
         if len(hit):
             evidence.append(f"{hit['collective'].iat[0]} call: {hit['name'].iat[0]}")
@@ -155,7 +159,7 @@ def detect(calls: pd.DataFrame, fw: dict, groups: list[dict]) -> list[dict]:
         out.append({"kind": kind, "group_size": g["size"] if g else None,
                     "ranks": g["ranks"] if g else [],
                     "process_group": g["desc"] or g["name"] if g else None,
-                    "calls": int(calls["collective"].isin(_STRATEGY_COLLS[kind]).sum())
+                    "calls": int(calls["collective"].isin(colls or _STRATEGY_COLLS[kind]).sum())
                     if len(calls) else 0, "evidence": evidence})
     return out
 
@@ -181,9 +185,9 @@ def compute_intervals(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None) ->
     thread ``tid`` minus its comm calls (a CPU job computes on its host thread)."""
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
-    comm_rows = set(calls["row"].tolist()) if len(calls) else set()
     k = np.flatnonzero(kind_in(ev, ("kernel",)))
-    k = np.array([r for r in k if r not in comm_rows], dtype=np.int64)
+    if len(calls):
+        k = k[~np.isin(k, calls["row"].to_numpy(np.int64))]
     if len(k):
         return iv.union(ts[k], end[k])
     ops = np.flatnonzero(kind_in(ev, ("cpu_op",)) & (ev["tid"].to_numpy() == tid))
@@ -373,3 +377,44 @@ def ddp_overlap(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
             "overlap_efficiency": round(hidden / total, 3) if total else None,
             "exposed_tail_ns": int(tail),
             "tail_step_share_pct": round(100.0 * tail / step_ns, 1) if step_ns else None}
+
+
+# ------------------------------------------------------------------ a job's ranks together
+
+def job_parallelism(per_rank: dict[int, dict]) -> dict:
+    """The layout of a job from its ranks' ``parallelism``: strategies (first rank's evidence),
+    each stage's bubble and the slowest stage (the one that computes longest: the others
+    wait on it), and the all_to_all receive imbalance (max / mean bytes received)."""
+    per_rank = {r: p for r, p in sorted(per_rank.items()) if p}
+    kinds: dict[str, dict] = {}
+    for p in per_rank.values():
+        for s in p.get("strategies", []):
+            kinds.setdefault(s["kind"], s)
+    out: dict = {"rank": None, "strategies": list(kinds.values())}
+    stages = {r: p["pipeline"] for r, p in per_rank.items() if p.get("pipeline")}
+    if stages:
+        out["pipeline"] = _job_pipeline(stages)
+    eps = {r: p["ep"] for r, p in per_rank.items() if p.get("ep")}
+    if eps:
+        recv = np.array([e["recv_bytes_per_step"] for e in eps.values()], float)
+        hot = list(eps)[int(recv.argmax())]
+        out["ep"] = {"recv_bytes_by_rank": {str(r): e["recv_bytes_per_step"]
+                                            for r, e in eps.items()},
+                     "hot_rank": hot,
+                     "recv_imbalance": round(float(recv.max() / recv.mean()), 2)
+                     if recv.mean() else None}
+    return out
+
+
+def _job_pipeline(stages: dict[int, dict]) -> dict:
+    known = next((s for s in stages.values() if s["schedule"]), next(iter(stages.values())))
+    busy = {r: s["busy_ns"] / max(1, s["step_ns"]) for r, s in stages.items()}
+    slowest = max(busy, key=busy.get)
+    return {"schedule": known["schedule"], "stages": known["stages"],
+            "microbatches": known["microbatches"],
+            "bubble_pct_by_stage": {str(r): next(iter(s["bubble_pct_by_stage"].values()))
+                                    for r, s in stages.items()},
+            "theoretical_bubble_pct": known["theoretical_bubble_pct"],
+            "slowest_stage": slowest,
+            "slowest_busy_x_fastest": round(busy[slowest] / min(busy.values()), 2)
+            if min(busy.values()) > 0 else None}

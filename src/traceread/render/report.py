@@ -87,6 +87,7 @@ def render_report(a) -> str:
         out += _gaps(a)
         out += _top_ops(a)
     out += _comms(a)
+    out += _layout(getattr(a, "parallelism", None))
     out += _compile(a)
     out += _graphs(a)
     out += _kernels(a)
@@ -368,6 +369,26 @@ def _comms(a) -> list[str]:
             lines.append(f"  {str(r['collective']):<16}{r['count']:>7,}x  {fmt_ns(r['total_ns']):>10}"
                          f"  exposed {fmt_ns(r['exposed_ns'])}{bw}")
     return lines
+
+
+def _layout(p: dict | None) -> list[str]:
+    """One line: the strategies and each one's loss (passes/parallelism.py)."""
+    if not p or not p.get("strategies"):
+        return []
+    parts = [f"{s['kind'].upper()}" + (f" x{s['group_size']}" if s["group_size"] else "")
+             for s in p["strategies"]]
+    pp, ep, dp = p.get("pipeline"), p.get("ep"), p.get("ddp")
+    if pp:
+        bubble = next(iter(pp["bubble_pct_by_stage"].values()))
+        theory = f" (schedule {pp['schedule']}, m={pp['microbatches']}: " \
+                 f"{pp['theoretical_bubble_pct']}% in theory)" if pp["theoretical_bubble_pct"] else ""
+        parts.append(f"stage {pp['stage']} idle {bubble}% of the step{theory}")
+    if ep and ep.get("send_imbalance"):
+        parts.append(f"all_to_all sends {ep['send_imbalance']}x the mean to rank {ep['hot_rank']}")
+    if dp and dp.get("overlap_efficiency") is not None:
+        parts.append(f"all_reduce {100 * dp['overlap_efficiency']:.0f}% hidden, exposed tail "
+                     f"{fmt_ns(dp['exposed_tail_ns'])} ({dp['tail_step_share_pct']}% of the steps)")
+    return ["", "Parallelism: " + "; ".join(parts)]
 
 
 def _compile(a) -> list[str]:

@@ -1,0 +1,141 @@
+"""The parallel layout (passes/parallelism.py) on real gloo recordings, checked against the
+truth their training loops measured (scripts/record_gloo_parallel.py, record_gloo_ddp.py),
+and on planted GPU intervals for the overlap arithmetic."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import jsonschema
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import traceread
+from traceread.cli import main
+from traceread.passes.parallelism import ddp_overlap, job_parallelism, parallelism
+
+from conftest import FIXTURES
+
+GLOO = FIXTURES / "gloo"
+
+
+@lru_cache(maxsize=None)
+def _layout(job: str, rank: int) -> dict:
+    return traceread.analyze(str(GLOO / job / f"rank-{rank}.json.gz")).parallelism
+
+
+def _truth(job: str) -> dict:
+    return json.loads((GLOO / job / "truth.json").read_text())
+
+
+def _kinds(p: dict) -> dict:
+    return {s["kind"]: s for s in p["strategies"]}
+
+
+@pytest.mark.parametrize("job,schedule", [("pp_gpipe", "gpipe"), ("pp_1f1b", "1f1b")])
+def test_pipeline_schedule_microbatches_and_bubble_match_the_loop(job, schedule):
+    truth = _truth(job)
+    for rank in (0, 1):
+        p = _layout(job, rank)
+        pp = _kinds(p)["pp"]
+        assert (pp["group_size"], pp["ranks"]) == (2, [0, 1])
+        assert set(_kinds(p)) == {"pp"}
+        pl = p["pipeline"]
+        assert (pl["schedule"], pl["stages"], pl["stage"], pl["microbatches"]) == (schedule, 2, rank, 4)
+        assert pl["theoretical_bubble_pct"] == 20.0          # (p-1)/(m+p-1) = 1/5
+        rows = truth["per_rank"][str(rank)]
+        loop = 100 * (1 - sum(r["busy_ns"] for r in rows) / sum(r["step_ns"] for r in rows))
+        assert abs(pl["bubble_pct_by_stage"][str(rank)] - loop) <= 5.0, (rank, loop)
+        assert pl["p2p_bytes_per_step"] == 4 * 64 * 512 * 4    # 4 microbatches of 64x512 float32
+
+
+@pytest.mark.parametrize("job", ["pp_gpipe", "pp_1f1b"])
+def test_job_names_the_planted_slow_stage(job):
+    truth = _truth(job)
+    j = job_parallelism({r: _layout(job, r) for r in (0, 1)})["pipeline"]
+    assert j["slowest_stage"] == truth["args"]["slow_stage"] == 1
+    busy = {r: sum(x["busy_ns"] for x in rows) / sum(x["step_ns"] for x in rows)
+            for r, rows in truth["per_rank"].items()}
+    assert j["slowest_busy_x_fastest"] == pytest.approx(busy["1"] / busy["0"], rel=0.25)
+
+
+def test_all_to_all_bytes_and_imbalance_match_the_splits():
+    truth = _truth("a2a4")
+    per = {r: _layout("a2a4", r) for r in range(4)}
+    for r, p in per.items():
+        ep = p["ep"]
+        assert _kinds(p)["ep"]["group_size"] == 4
+        row = truth["per_rank"][str(r)][0]
+        assert (ep["sent_bytes_per_step"], ep["recv_bytes_per_step"]) == (row["sent_bytes"], row["recv_bytes"])
+        assert ep["hot_rank"] == truth["args"]["hot_rank"]
+    recv = [truth["per_rank"][str(r)][0]["recv_bytes"] for r in range(4)]
+    j = job_parallelism(per)["ep"]
+    assert j["hot_rank"] == 2
+    assert j["recv_imbalance"] == round(max(recv) / np.mean(recv), 2)
+
+
+def test_fsdp2_is_named_with_its_group_and_nothing_else():
+    for r in (0, 1):
+        p = _layout("fsdp2", r)
+        assert set(_kinds(p)) == {"fsdp"}
+        assert _kinds(p)["fsdp"]["group_size"] == 2
+        assert _kinds(p)["fsdp"]["evidence"][0].startswith("fsdp2: FSDP::")
+
+
+def test_ddp_all_reduce_time_matches_the_comm_hook_and_the_late_peer_is_exposed():
+    truth = _truth("ddp2")
+    for r in (0, 1):
+        d = _layout("ddp2", r)["ddp"]
+        hook = sum(x["allreduce_done_ns"] - x["allreduce_issue_ns"] for x in truth["per_rank"][str(r)])
+        assert d["comm_ns"] == pytest.approx(hook, rel=0.15)
+    fast = _layout("ddp2", 0)["ddp"]     # rank 0 waits ~30 ms a step for the sleeping rank 1
+    assert fast["exposed_tail_ns"] > 0.8 * fast["comm_ns"]
+    assert fast["tail_step_share_pct"] > 50
+
+
+def _gpu_table(kernels):
+    rows = [dict(ts=s, dur=e - s, kind="kernel", name=n, pid=1, tid=7) for s, e, n in kernels]
+    ev = pd.DataFrame(rows)
+    ev["collective"] = None
+    return ev
+
+
+def test_ddp_overlap_arithmetic_on_planted_kernels():
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    ev = _gpu_table([(0, 100, "gemm"), (80, 200, ar), (150, 250, "gemm"), (300, 340, ar)])
+    from traceread.passes.parallelism import comm_calls
+
+    d = ddp_overlap(ev, comm_calls(ev), [(0, 400, 1)])
+    # comm [80,200)+[300,340) = 160; hidden [80,100)+[150,200) = 70
+    assert (d["comm_ns"], d["hidden_ns"], d["overlap_efficiency"]) == (160, 70, round(70 / 160, 3))
+    # last all_reduce starts at 300, last compute begun before it ends at 250: [300,340) exposed
+    assert d["exposed_tail_ns"] == 40
+    assert d["tail_step_share_pct"] == 10.0
+
+
+def test_no_strategy_without_evidence():
+    ev = _gpu_table([(0, 100, "gemm"), (120, 200, "gemm")])
+    assert parallelism(ev)["strategies"] == []
+
+
+def test_analyze_json_of_a_job_carries_the_layout_and_validates():
+    paths = [str(GLOO / "pp_gpipe" / f"rank-{r}.json.gz") for r in (0, 1)]
+    res = CliRunner().invoke(main, ["analyze", "--format", "json", *paths])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    schema = json.loads((FIXTURES.parents[1] / "docs" / "schema" / "analyze.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    assert doc["cross_rank"][0]["parallelism"]["pipeline"]["slowest_stage"] == 1
+    assert [t["parallelism"]["pipeline"]["stage"] for t in doc["traces"]] == [0, 1]
+
+
+def test_sendrecv_kernels_of_an_all_to_all_are_not_a_pipeline():
+    ev = _gpu_table([(0, 100, "gemm"), (100, 150, "ncclDevKernel_SendRecv"),
+                     (160, 200, "ncclDevKernel_AllToAll_f32")])
+    ev.loc[2, "collective"] = "all_to_all"
+    kinds = {s["kind"] for s in parallelism(ev)["strategies"]}
+    assert kinds == {"ep"}
+    alone = _gpu_table([(0, 100, "gemm"), (100, 150, "ncclDevKernel_SendRecv")])
+    assert {s["kind"] for s in parallelism(alone)["strategies"]} == {"pp"}
