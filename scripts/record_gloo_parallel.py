@@ -7,6 +7,8 @@
   ``--microbatches`` (4); stage ``--slow-stage`` has ``--slow-factor`` times the layers.
   Truth per rank and step: time inside the stage's own forward/backward (module hooks,
   ``perf_counter_ns``) and the step time; ``1 - busy/step`` is the loop's bubble.
+- ``sweep``: 2 ranks, blocking ``all_reduce`` of 4 KiB .. 4 MiB, ``--repeats`` times each per
+  step; truth: each call's bytes and time (``perf_counter_ns`` around the call).
 - ``a2a``: 4 ranks, ``all_to_all_single`` with uneven splits: every rank sends ``--hot-factor``
   times more to rank ``--hot-rank``. Truth: bytes each rank sends and receives per step.
 
@@ -113,6 +115,24 @@ def _a2a(rank, world, a, timer):
     return step
 
 
+def _sweep(rank, world, a, timer):
+    import torch
+    import torch.distributed as dist
+
+    sizes = [2 ** k for k in range(10, 21, 2)]    # float32 elements: 4 KiB .. 4 MiB
+    bufs = [torch.ones(n) for n in sizes]
+
+    def step():
+        took = []
+        for b in bufs:
+            for _ in range(a.repeats):
+                t0 = time.perf_counter_ns()
+                dist.all_reduce(b)
+                took.append([4 * b.numel(), time.perf_counter_ns() - t0])
+        return {"all_reduce_bytes_ns": took}
+    return step
+
+
 def _worker(rank, world, port, out, a):
     import torch
     import torch.distributed as dist
@@ -121,7 +141,7 @@ def _worker(rank, world, port, out, a):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    step = {"fsdp2": _fsdp2, "pp": _pp, "a2a": _a2a}[a.what](rank, world, a, None)
+    step = {"fsdp2": _fsdp2, "pp": _pp, "a2a": _a2a, "sweep": _sweep}[a.what](rank, world, a, None)
     tmp = Path(out) / f".tmp-rank-{rank}"
 
     def on_ready(prof):
@@ -149,7 +169,7 @@ def _worker(rank, world, port, out, a):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["fsdp2", "pp", "a2a"])
+    p.add_argument("what", choices=["fsdp2", "pp", "a2a", "sweep"])
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
@@ -157,6 +177,7 @@ def main(argv=None) -> int:
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--slow-stage", type=int, default=1)
     p.add_argument("--slow-factor", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hot-rank", type=int, default=2)
     p.add_argument("--hot-factor", type=int, default=4)
     a = p.parse_args(argv)

@@ -139,3 +139,39 @@ def test_sendrecv_kernels_of_an_all_to_all_are_not_a_pipeline():
     assert kinds == {"ep"}
     alone = _gpu_table([(0, 100, "gemm"), (100, 150, "ncclDevKernel_SendRecv")])
     assert {s["kind"] for s in parallelism(alone)["strategies"]} == {"pp"}
+
+
+def test_comm_model_recovers_planted_alpha_beta_and_flags_the_slow_call():
+    from traceread.passes.parallelism import comm_calls, comm_model
+
+    alpha, beta, n = 20_000, 10.0, 4          # 20 us, 10 GB/s = 10 bytes/ns of bus traffic
+    rows, t = [], 0
+    for b in (1 << 16, 1 << 20, 1 << 24, 1 << 26) * 2:
+        dur = int(alpha + b * 2 * (n - 1) / n / beta)
+        rows.append((t, t + dur, b))
+        t += dur + 1000
+    rows.append((t, t + 5 * int(alpha + (1 << 20) * 1.5 / beta), 1 << 20))   # a late peer
+    ev = _gpu_table([(s, e, "ncclDevKernel_AllReduce_Sum_f32_RING_LL") for s, e, _ in rows])
+    ev["msg_bytes"] = [b for *_, b in rows]
+    ev["group_size"] = n
+    (m,) = comm_model(ev, comm_calls(ev), [], "nccl")
+    assert (m["collective"], m["group_size"], m["sizes"], m["calls"]) == ("all_reduce", 4, 4, 9)
+    assert m["alpha_us"] == pytest.approx(20.0, abs=0.05)
+    assert m["beta_gbps"] == pytest.approx(10.0, rel=1e-3)
+    assert m["fit_error_pct"] == 0.0
+    assert (m["slow_calls"], m["worst_x_fit"]) == (1, 5.0)
+
+
+def test_comm_model_on_the_real_all_reduce_sweep():
+    truth = _truth("sweep2")
+    for r in (0, 1):
+        (m,) = _layout("sweep2", r)["comm_model"]
+        assert (m["collective"], m["group_size"], m["backend"], m["sizes"]) == ("all_reduce", 2, "gloo", 6)
+        assert m["fit_error_pct"] < 20
+        fastest = {}
+        for row in truth["per_rank"][str(r)]:
+            for b, ns in row["all_reduce_bytes_ns"]:
+                fastest[b] = min(ns, fastest.get(b, ns))
+        # the loop's fastest call of each size (it includes the issuing op and Python around it)
+        err = [abs(m["alpha_us"] * 1e3 + b / m["beta_gbps"] - ns) / ns for b, ns in fastest.items()]
+        assert np.median(err) < 0.25

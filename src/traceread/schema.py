@@ -563,6 +563,21 @@ class DdpOverlap(_S):
     tail_step_share_pct: Optional[float]
 
 
+class CommModel(_S):
+    """``T = alpha + bus_bytes / beta`` fitted to the trace's own sized collectives."""
+
+    collective: str
+    group_size: int
+    backend: Optional[str]
+    alpha_us: float
+    beta_gbps: float                # bus bandwidth (nccl-tests convention)
+    fit_error_pct: float            # median |fit - T| / T over the fitted sizes
+    sizes: int                      # distinct message sizes fitted
+    calls: int
+    slow_calls: int                 # calls above 2x the fit
+    worst_x_fit: float
+
+
 class Parallelism(_S):
     """The job's parallel layout as this trace shows it (``passes/parallelism.py``)."""
 
@@ -571,6 +586,7 @@ class Parallelism(_S):
     pipeline: Optional[Pipeline] = None
     ep: Optional[ExpertParallel] = None
     ddp: Optional[DdpOverlap] = None
+    comm_model: Optional[list[CommModel]] = None
 
 
 class AnalyzeTrace(_S, kw_only=True):

@@ -52,6 +52,9 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
             out["ep"] = ep
     if "ddp" in kinds and spans:
         out["ddp"] = ddp_overlap(ev, calls, spans)
+    model = comm_model(ev, calls, groups, ctx.get("comm_backend"))
+    if model:
+        out["comm_model"] = model
     return out
 
 
@@ -377,6 +380,69 @@ def ddp_overlap(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
             "overlap_efficiency": round(hidden / total, 3) if total else None,
             "exposed_tail_ns": int(tail),
             "tail_step_share_pct": round(100.0 * tail / step_ns, 1) if step_ns else None}
+
+
+# ------------------------------------------------------------------ communication model
+
+# nccl-tests' bus-bandwidth factors (PERFORMANCE.md there): bus bytes = bytes x factor(n)
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+              "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send": lambda n: 1.0,
+              "recv": lambda n: 1.0, "send_recv": lambda n: 1.0}
+SLOW_X = 2.0     # a call taking this many times the fit's prediction is flagged
+MIN_SIZES = 3    # distinct message sizes a fit needs (two always fit exactly)
+
+
+def comm_model(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict],
+               backend: str | None) -> list[dict]:
+    """``T = alpha + bus_bytes / beta`` per (collective, group size), fitted to the fastest call
+    of each message size (the one least delayed by late peers or contention), weighted by
+    1/T (relative error); ``fit_error_pct`` = median |fit - T| / T over those points;
+    ``slow_calls``: calls above ``SLOW_X`` x the fit."""
+    sized = _sized_calls(ev, calls, groups)
+    out = []
+    for (coll, n), g in sized.groupby(["collective", "group_size"], sort=True):
+        best = g.groupby("bytes")["dur"].min()
+        if len(best) < MIN_SIZES or coll not in BUS_FACTOR:
+            continue
+        bus = best.index.to_numpy(float) * BUS_FACTOR[coll](n)
+        t = best.to_numpy(float)
+        slope, alpha = np.polyfit(bus, t, 1, w=1 / t)
+        if slope <= 0 or alpha < 0:    # no latency-bandwidth line fits these sizes
+            continue
+        fit = alpha + g["bytes"].to_numpy(float) * BUS_FACTOR[coll](n) * slope
+        x = g["dur"].to_numpy(float) / np.maximum(fit, 1.0)
+        err = np.median(np.abs(alpha + bus * slope - t) / t)
+        out.append({"collective": coll, "group_size": int(n), "backend": backend,
+                    "alpha_us": round(alpha / 1e3, 2), "beta_gbps": round(1 / slope, 3),
+                    "fit_error_pct": round(100 * err, 1), "sizes": int(len(best)),
+                    "calls": int(len(g)), "slow_calls": int((x > SLOW_X).sum()),
+                    "worst_x_fit": round(float(x.max()), 1)})
+    return out
+
+
+def _sized_calls(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict]) -> pd.DataFrame:
+    """The calls that move data (backend spans, kernels) with their bytes and group size:
+    ``msg_bytes`` (record_param_comms / NCCL args), else the span's recorded shape."""
+    cols = ["collective", "group_size", "bytes", "dur"]
+    moving = calls[~calls["issue"].astype(bool)] if len(calls) else calls
+    if not len(moving):
+        return pd.DataFrame(columns=cols)
+    rows = moving["row"].to_numpy(np.int64)
+    size = ev["msg_bytes"].to_numpy()[rows].astype(float) if "msg_bytes" in ev \
+        else np.full(len(rows), -1.0)
+    if "input_dims" in ev:
+        for i in np.flatnonzero(size <= 0):
+            b = _tensor_bytes(ev["input_dims"].iat[rows[i]], ev["input_type"].iat[rows[i]])
+            size[i] = b if b else -1
+    n = ev["group_size"].to_numpy()[rows].astype(float) if "group_size" in ev \
+        else np.full(len(rows), -1.0)
+    g = _group(groups)
+    n = np.where(n > 0, n, g["size"] if g else -1)
+    df = pd.DataFrame({"collective": moving["collective"].to_numpy(), "group_size": n,
+                       "bytes": size, "dur": (moving["end"] - moving["ts"]).to_numpy(float)})
+    return df[(df["bytes"] > 0) & (df["group_size"] > 1) & (df["dur"] > 0)].astype(
+        {"group_size": np.int64})
 
 
 # ------------------------------------------------------------------ a job's ranks together

@@ -373,7 +373,7 @@ def _comms(a) -> list[str]:
 
 def _layout(p: dict | None) -> list[str]:
     """One line: the strategies and each one's loss (passes/parallelism.py)."""
-    if not p or not p.get("strategies"):
+    if not p or not (p.get("strategies") or p.get("comm_model")):
         return []
     parts = [f"{s['kind'].upper()}" + (f" x{s['group_size']}" if s["group_size"] else "")
              for s in p["strategies"]]
@@ -388,6 +388,10 @@ def _layout(p: dict | None) -> list[str]:
     if dp and dp.get("overlap_efficiency") is not None:
         parts.append(f"all_reduce {100 * dp['overlap_efficiency']:.0f}% hidden, exposed tail "
                      f"{fmt_ns(dp['exposed_tail_ns'])} ({dp['tail_step_share_pct']}% of the steps)")
+    for m in p.get("comm_model") or []:
+        parts.append(f"{m['collective']} x{m['group_size']} fits {m['alpha_us']:.0f} us + bytes / "
+                     f"{m['beta_gbps']} GB/s (+-{m['fit_error_pct']}%), {m['slow_calls']} calls "
+                     f"over 2x the fit")
     return ["", "Parallelism: " + "; ".join(parts)]
 
 
