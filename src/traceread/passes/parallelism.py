@@ -279,6 +279,18 @@ def _p2p_bytes(ev: pd.DataFrame, p2p: pd.DataFrame, n_steps: int) -> int | None:
     return int(total / max(1, n_steps))
 
 
+def _moving(calls: pd.DataFrame) -> pd.DataFrame:
+    """The calls during which data moves: NCCL kernels when the trace has them (the host's
+    ``nccl:*`` spans only enqueue), else the backend's host spans (gloo's worker-thread
+    ``gloo:all_reduce``), else the issuing operators."""
+    if not len(calls):
+        return calls
+    for pick in (calls["on_gpu"].astype(bool), ~calls["issue"].astype(bool)):
+        if pick.any():
+            return calls[pick]
+    return calls
+
+
 def _tensor_bytes(dims, types) -> int | None:
     """Bytes of the first tensor argument (a TensorList counts its tensors)."""
     try:
@@ -357,10 +369,7 @@ def ddp_overlap(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
     all_reduce began, summed over steps."""
     ar = calls[calls["collective"] == "all_reduce"] if len(calls) else calls
     tid = spans[0][2]
-    # the data moves on the comm threads (gloo workers) or in kernels: not the issuing c10d op
-    moving = ar[(ar["tid"] != tid) | ar["on_gpu"].astype(bool)] if len(ar) else ar
-    if not len(moving):
-        moving = ar
+    moving = _moving(ar)
     comm = iv.union(moving["ts"], moving["end"]) if len(moving) else (np.array([], np.int64),) * 2
     compute = compute_intervals(ev, calls, tid)
     total = hidden = tail = step_ns = 0
@@ -425,7 +434,7 @@ def _sized_calls(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict]) -> p
     """The calls that move data (backend spans, kernels) with their bytes and group size:
     ``msg_bytes`` (record_param_comms / NCCL args), else the span's recorded shape."""
     cols = ["collective", "group_size", "bytes", "dur"]
-    moving = calls[~calls["issue"].astype(bool)] if len(calls) else calls
+    moving = _moving(calls)
     if not len(moving):
         return pd.DataFrame(columns=cols)
     rows = moving["row"].to_numpy(np.int64)
