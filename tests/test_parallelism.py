@@ -175,3 +175,12 @@ def test_comm_model_on_the_real_all_reduce_sweep():
         # the loop's fastest call of each size (it includes the issuing op and Python around it)
         err = [abs(m["alpha_us"] * 1e3 + b / m["beta_gbps"] - ns) / ns for b, ns in fastest.items()]
         assert np.median(err) < 0.25
+
+
+def test_job_text_names_the_layout_and_the_busiest_stage():
+    paths = [str(GLOO / "pp_gpipe" / f"rank-{r}.json.gz") for r in (0, 1)]
+    res = CliRunner().invoke(main, ["analyze", *paths])
+    assert res.exit_code == 0, res.output
+    head = res.output.split("\n\n")[0]
+    assert "layout     PP x2; stage bubbles 0: 76.6%, 1: 22.8% (gpipe, m=4, theory 20.0%)" in head
+    assert "stage 1 computes" in head
