@@ -184,3 +184,31 @@ def test_job_text_names_the_layout_and_the_busiest_stage():
     head = res.output.split("\n\n")[0]
     assert "layout     PP x2; stage bubbles 0: 76.6%, 1: 22.8% (gpipe, m=4, theory 20.0%)" in head
     assert "stage 1 computes" in head
+
+
+def test_each_strategy_gets_the_group_its_calls_name():
+    from types import SimpleNamespace
+
+    ev = _gpu_table([(0, 100, "gemm"), (100, 150, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+                     (160, 200, "ncclDevKernel_AllToAll_f32")])
+    ev["process_group"] = [None, "1", "2"]
+    ev["group_size"] = [-1, 4, 2]
+    ev.loc[2, "collective"] = "all_to_all"
+    meta = SimpleNamespace(rank=5, distributed={"pg_config": [
+        {"pg_name": "0", "pg_desc": "default_pg", "pg_size": 8, "ranks": list(range(8))},
+        {"pg_name": "1", "pg_desc": "dp", "pg_size": 4, "ranks": [1, 3, 5, 7]},
+        {"pg_name": "2", "pg_desc": "ep", "pg_size": 2, "ranks": [4, 5]}]})
+    ctx = {"framework_evidence": {"ddp": "DistributedDataParallel.forward"}}
+    got = {s["kind"]: (s["group_size"], s["ranks"], s["process_group"])
+           for s in parallelism(ev, meta, ctx)["strategies"]}
+    assert got == {"ddp": (4, [1, 3, 5, 7], "dp"), "ep": (2, [4, 5], "ep")}
+    ev["process_group"] = None     # sizes alone: the one group of that size, else size only
+    got = {s["kind"]: (s["group_size"], s["ranks"]) for s in parallelism(ev, meta, ctx)["strategies"]}
+    assert got == {"ddp": (4, [1, 3, 5, 7]), "ep": (2, [4, 5])}
+
+
+def test_vllm_all_reduce_is_tensor_parallel_over_its_named_group():
+    p = traceread.analyze(str(FIXTURES / "kineto" / "tracelens_b200_eager_trace.json.gz")).parallelism
+    (tp,) = p["strategies"]
+    assert (tp["kind"], tp["group_size"], tp["ranks"]) == ("tp", 8, list(range(8)))
+    assert tp["evidence"][0] == "vllm: vllm::all_reduce"

@@ -63,7 +63,8 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
 def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
     """One row per comm call: row, collective, name, thread (pid, tid), ts, end, on_gpu, and
     issue: the operator that issues the call (``c10d::send``), not a span of its progress."""
-    cols = ["row", "collective", "name", "pid", "tid", "ts", "end", "on_gpu", "issue"]
+    cols = ["row", "collective", "name", "pid", "tid", "ts", "end", "on_gpu", "issue", "pg",
+            "gsize"]
     if not len(ev):
         return pd.DataFrame(columns=cols)
     host = np.flatnonzero(kind_in(ev, HOST))
@@ -86,8 +87,19 @@ def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
                        "pid": ev["pid"].to_numpy()[rows], "tid": ev["tid"].to_numpy()[rows],
                        "ts": ts, "end": ts + ev["dur"].to_numpy(np.int64)[rows],
                        "on_gpu": kind_in(ev, ("kernel",))[rows],
-                       "issue": kind_in(ev, ("cpu_op",))[rows]})
+                       "issue": kind_in(ev, ("cpu_op",))[rows],
+                       "pg": _col_at(ev, "process_group", rows, None),
+                       "gsize": _col_at(ev, "group_size", rows, -1)})
     return _outermost(df.sort_values(["pid", "tid", "ts", "end"], ascending=[1, 1, 1, 0]))
+
+
+def _col_at(ev: pd.DataFrame, col: str, rows: np.ndarray, null):
+    """``ev[col]`` at ``rows`` (process group name, group size: NCCL's record_param_comms),
+    ``null`` where the column is absent or empty."""
+    if col not in ev:
+        return np.full(len(rows), null, dtype=object)
+    vals = ev[col].iloc[rows]
+    return np.where(vals.notna().to_numpy(), vals.astype(object).to_numpy(), null)
 
 
 def _host_collective(name: str) -> str | None:
@@ -151,6 +163,8 @@ def detect(calls: pd.DataFrame, fw: dict, groups: list[dict]) -> list[dict]:
     out = []
     for kind, fws, colls in STRATEGY_RULES:
         evidence = [f"{f}: {fw[f]}" for f in fws if f in fw]
+        if kind == "tp":
+            evidence += _serving_tp(calls, fw)
         if kind == "pp" and len(calls) and (calls["collective"] == "all_to_all").any():
             colls = P2P    # NCCL runs all_to_all as grouped SendRecv kernels: not a pipeline
         hit = calls[calls["collective"].isin(colls)] if colls and len(calls) else calls[:0]
@@ -158,18 +172,50 @@ def detect(calls: pd.DataFrame, fw: dict, groups: list[dict]) -> list[dict]:
             evidence.append(f"{hit['collective'].iat[0]} call: {hit['name'].iat[0]}")
         if not evidence:
             continue
-        g = _group(groups)
+        g = _group(groups, calls[calls["collective"].isin(colls or _STRATEGY_COLLS[kind])]
+                   if len(calls) else calls)
         out.append({"kind": kind, "group_size": g["size"] if g else None,
                     "ranks": g["ranks"] if g else [],
-                    "process_group": g["desc"] or g["name"] if g else None,
+                    "process_group": _pg_label(g),
                     "calls": int(calls["collective"].isin(colls or _STRATEGY_COLLS[kind]).sum())
                     if len(calls) else 0, "evidence": evidence})
     return out
 
 
-def _group(groups: list[dict]) -> dict | None:
-    """The group a strategy runs on. The trace's calls do not name their group on gloo, so
-    only a job with one process group can say which: several groups stay unknown."""
+def _pg_label(g: dict | None) -> str | None:
+    if not g:
+        return None
+    return g["desc"] if g["desc"] not in ("", "undefined") else g["name"] or None
+
+
+def _serving_tp(calls: pd.DataFrame, fw: dict) -> list[str]:
+    """vLLM / SGLang all-reduce activations only across their tensor-parallel group: the
+    engine named and an all_reduce call prove TP."""
+    engines = [f for f in ("vllm", "sglang") if f in fw]
+    ar = calls[calls["collective"] == "all_reduce"] if len(calls) else calls
+    if not engines or not len(ar):
+        return []
+    return [f"{engines[0]}: {fw[engines[0]]}", f"all_reduce call: {ar['name'].iat[0]}"]
+
+
+def _group(groups: list[dict], mine: pd.DataFrame | None = None) -> dict | None:
+    """The group a strategy's calls ``mine`` run on: the process group their
+    ``record_param_comms`` names (NCCL), else their recorded group size alone; gloo's calls
+    name no group, so then only a job with one process group can say which -- with several
+    the group stays unknown (null), never guessed."""
+    if mine is not None and len(mine):
+        pg = pd.Series(mine["pg"]).dropna().astype(str)
+        if len(pg):
+            name = pg.mode().iat[0]
+            hit = [g for g in groups if name in (g["name"], g["desc"])]
+            if hit:
+                return hit[0]
+        size = pd.Series(mine["gsize"]).astype(float)
+        size = size[size > 0]
+        if len(size):
+            n = int(size.mode().iat[0])
+            same = [g for g in groups if g["size"] == n]
+            return same[0] if len(same) == 1 else {"name": "", "desc": "", "size": n, "ranks": []}
     return groups[0] if len(groups) == 1 else None
 
 
