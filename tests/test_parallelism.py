@@ -212,3 +212,19 @@ def test_vllm_all_reduce_is_tensor_parallel_over_its_named_group():
     (tp,) = p["strategies"]
     assert (tp["kind"], tp["group_size"], tp["ranks"]) == ("tp", 8, list(range(8)))
     assert tp["evidence"][0] == "vllm: vllm::all_reduce"
+
+
+def test_fsdp_exposure_on_planted_kernels_and_the_real_fsdp2_units():
+    from traceread.passes.parallelism import comm_calls, fsdp_exposure
+
+    ev = _gpu_table([(0, 100, "gemm"), (50, 150, "ncclDevKernel_AllGather_RING_LL"),
+                     (200, 260, "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL")])
+    f = fsdp_exposure(ev, comm_calls(ev), [(0, 300, 1)])
+    assert f["all_gather"] == {"comm_ns": 100, "exposed_ns": 50, "exposed_pct": 50.0}
+    assert f["reduce_scatter"] == {"comm_ns": 60, "exposed_ns": 60, "exposed_pct": 100.0}
+    for r in (0, 1):
+        real = _layout("fsdp2", r)["fsdp"]
+        assert real["units"] == 2            # fully_shard on the MLP's two Linear layers
+        ag = real["all_gather"]
+        assert 0 < ag["exposed_ns"] <= ag["comm_ns"]
+        assert real["reduce_scatter"] is None   # gloo runs it as an all_reduce span

@@ -578,6 +578,20 @@ class CommModel(_S):
     worst_x_fit: float
 
 
+class CommExposure(_S):
+    comm_ns: int
+    exposed_ns: int                 # not covered by compute
+    exposed_pct: Optional[float]
+
+
+class FsdpExposure(_S):
+    """FSDP's collectives and how much of them compute hides (prefetch)."""
+
+    units: Optional[int]            # distinct FSDP2 units (FSDP::pre_forward names)
+    all_gather: Optional[CommExposure]
+    reduce_scatter: Optional[CommExposure]   # None: its data movement is not recorded
+
+
 class Parallelism(_S):
     """The job's parallel layout as this trace shows it (``passes/parallelism.py``)."""
 
@@ -586,6 +600,7 @@ class Parallelism(_S):
     pipeline: Optional[Pipeline] = None
     ep: Optional[ExpertParallel] = None
     ddp: Optional[DdpOverlap] = None
+    fsdp: Optional[FsdpExposure] = None
     comm_model: Optional[list[CommModel]] = None
 
 

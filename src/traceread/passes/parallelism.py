@@ -14,6 +14,7 @@ gives each rule and formula.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -52,6 +53,8 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
             out["ep"] = ep
     if "ddp" in kinds and spans:
         out["ddp"] = ddp_overlap(ev, calls, spans)
+    if "fsdp" in kinds and spans:
+        out["fsdp"] = fsdp_exposure(ev, calls, spans)
     model = comm_model(ev, calls, groups, ctx.get("comm_backend"))
     if model:
         out["comm_model"] = model
@@ -435,6 +438,48 @@ def ddp_overlap(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
             "overlap_efficiency": round(hidden / total, 3) if total else None,
             "exposed_tail_ns": int(tail),
             "tail_step_share_pct": round(100.0 * tail / step_ns, 1) if step_ns else None}
+
+
+# ------------------------------------------------------------------ sharded data parallel
+
+FSDP_UNIT_RX = re.compile(r"^FSDP::pre_forward \((.*)\)$")   # FSDP2 names the unit; FSDP1 not
+
+
+def fsdp_exposure(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
+    """Per collective of FSDP (all_gather: parameters before each unit's forward/backward;
+    reduce_scatter: gradients after it): its time inside the steps and the part no compute
+    covers (``exposed``: prefetch did not hide it). Only calls whose data movement is recorded
+    (kernels, gloo worker spans); gloo runs FSDP2's reduce_scatter as an all_reduce span that
+    cannot be told from a real all_reduce, so its reduce_scatter stays unmeasured (null).
+    ``units``: distinct FSDP2 ``FSDP::pre_forward (unit)`` names."""
+    tid = spans[0][2]
+    compute = compute_intervals(ev, calls, tid)
+    out = {"units": _fsdp_units(ev)}
+    for coll in ("all_gather", "reduce_scatter"):
+        mine = calls[calls["collective"] == coll] if len(calls) else calls
+        moving = mine[mine["on_gpu"].astype(bool) | ~mine["issue"].astype(bool)] if len(mine) \
+            else mine
+        if not len(moving):
+            out[coll] = None
+            continue
+        comm = iv.union(moving["ts"], moving["end"])
+        total = exposed = 0
+        for s, e, _ in spans:
+            c = iv.intersect(comm, (np.array([s]), np.array([e])))
+            total += iv.total(c)
+            exposed += iv.total(iv.subtract(c, compute))
+        out[coll] = {"comm_ns": int(total), "exposed_ns": int(exposed),
+                     "exposed_pct": round(100.0 * exposed / total, 1) if total else None}
+    return out
+
+
+def _fsdp_units(ev: pd.DataFrame) -> int | None:
+    hit = lookup_at(ev["name"], np.flatnonzero(kind_in(ev, HOST)),
+                    lambda n: bool(FSDP_UNIT_RX.match(n)), False, bool)
+    if not hit.any():
+        return None
+    rows = np.flatnonzero(kind_in(ev, HOST))[hit]
+    return int(pd.unique(ev["name"].iloc[rows].astype(str)).size)
 
 
 # ------------------------------------------------------------------ communication model

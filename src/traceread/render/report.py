@@ -388,6 +388,9 @@ def _layout(p: dict | None) -> list[str]:
     if dp and dp.get("overlap_efficiency") is not None:
         parts.append(f"all_reduce {100 * dp['overlap_efficiency']:.0f}% hidden, exposed tail "
                      f"{fmt_ns(dp['exposed_tail_ns'])} ({dp['tail_step_share_pct']}% of the steps)")
+    for coll, x in (p.get("fsdp") or {}).items():
+        if isinstance(x, dict) and x.get("exposed_pct") is not None:
+            parts.append(f"FSDP {coll} {x['exposed_pct']}% exposed ({fmt_ns(x['exposed_ns'])})")
     for m in p.get("comm_model") or []:
         parts.append(f"{m['collective']} x{m['group_size']} fits {m['alpha_us']:.0f} us + bytes / "
                      f"{m['beta_gbps']} GB/s (+-{m['fit_error_pct']}%), {m['slow_calls']} calls "
