@@ -26,14 +26,13 @@ from .program import COMM_NAME_RX
 
 HOST = ("cpu_op", "annotation", "python")
 P2P = ("send", "recv")
-# the comm-call names that only wait or set up, never move data
-_NOT_A_CALL = ("barrier", None)
 
 
 def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
                 steps: pd.DataFrame | None = None) -> dict:
-    """``{strategies: [...], pipeline?, ep?, ddp?}`` (see module doc); ``steps``: the
-    window's step rows (columns start, end, tid), None for a whole-trace window."""
+    """``{rank, strategies: [...], pipeline?, ep?, ddp?, fsdp?, comm_model?}`` (see module
+    doc); ``steps``: the window's step rows (columns start, end, tid), None for a whole-trace
+    window (the per-step metrics then stay out)."""
     ctx = ctx or {}
     calls = comm_calls(ev)
     groups = process_groups(meta)
@@ -42,7 +41,7 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
     strategies = detect(calls, fw, groups)
     out: dict = {"rank": rank, "strategies": strategies}
     kinds = {s["kind"] for s in strategies}
-    spans = _step_spans(ev, steps)
+    spans = _step_spans(steps)
     if "pp" in kinds and spans:
         pp = next(s for s in strategies if s["kind"] == "pp")
         out["pipeline"] = pipeline(ev, calls, spans, pp, rank)
@@ -224,7 +223,7 @@ def _group(groups: list[dict], mine: pd.DataFrame | None = None) -> dict | None:
 
 # ------------------------------------------------------------------ steps and compute
 
-def _step_spans(ev: pd.DataFrame, steps: pd.DataFrame | None) -> list[tuple[int, int, int]]:
+def _step_spans(steps: pd.DataFrame | None) -> list[tuple[int, int, int]]:
     """(start, end, tid) of each step; none for a whole-trace window."""
     if steps is None or not len(steps):
         return []
