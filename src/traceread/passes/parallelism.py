@@ -60,6 +60,12 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
     return out
 
 
+def lever_context(layout: dict) -> dict:
+    """The figures the lever table reads (passes/levers.py)."""
+    ag = (layout.get("fsdp") or {}).get("all_gather") or {}
+    return {"fsdp_all_gather_exposed_pct": ag.get("exposed_pct")}
+
+
 # ------------------------------------------------------------------ evidence
 
 def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
