@@ -366,3 +366,12 @@ def test_empty_cache_advice_needs_device_frees():
     churn = L.offered({"host": 100}, {"alloc": 50}, {}, {**base, "alloc_frees": 12}, 1, ("host",))
     ids = [x["id"] for x in churn]
     assert "no_empty_cache" in ids and "allocator_growth" not in ids
+
+
+def test_fsdp_prefetch_only_when_all_gathers_are_exposed():
+    # parallelism.fsdp.all_gather.exposed_pct: measured hidden -> no prefetch advice
+    fsdp = dict(framework=["fsdp2"], collectives=["all_gather", "reduce_scatter"])
+    assert "fsdp_prefetch" in ids("comms", **fsdp)                                # unknown
+    assert "fsdp_prefetch" in ids("comms", **fsdp, fsdp_all_gather_exposed_pct=64.3)
+    assert "fsdp_prefetch" not in ids("comms", **fsdp, fsdp_all_gather_exposed_pct=4.0)
+    assert "ddp_buckets" not in ids("comms", **fsdp, fsdp_all_gather_exposed_pct=4.0)

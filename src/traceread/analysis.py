@@ -32,6 +32,7 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
+from .passes.parallelism import lever_context, parallelism
 from .passes._common import kind_in
 from .passes._frames import code_in
 from .table import Trace, TraceMeta, release_heap
@@ -69,6 +70,7 @@ class Analysis:
     context: dict = field(default_factory=dict)   # what the trace already does
     utilization: dict | None = None  # passes/utilization.py: MFU, busy classes + levers, memory
     steady_state: dict | None = None  # passes/steady.py: cold start, JIT, sampled -- or steady
+    parallelism: dict | None = None   # passes/parallelism.py: DDP/FSDP/TP/PP/EP and their losses
 
     def listed_gaps(self) -> pd.DataFrame:
         """Gaps longer than ``min_gap_ns`` (the listing filter; totals never use it)."""
@@ -223,6 +225,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     if win.mode == "whole_trace" and len(ops):
         vctx["startup"] = _startup(window_mod.one_time_calls(ev, gaps))
     vctx["slow_collective"] = _slow_collective(collectives)
+    layout = parallelism(ev, trace.meta, ctx, step_rows if source != "whole_trace" else None)
+    vctx.update(lever_context(layout))
     vctx["culprits"].setdefault("queued", attr_mod.waited_summary(gaps))
     vctx["queued_on"] = attr_mod.waited_by(gaps)
     verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
@@ -241,7 +245,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                     collectives=collectives, compile=comp, kernels=kernels,
                     kernel_classes=classes, verdict=verdict, graphs=graphs,
                     min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
-                    context=ctx, utilization=utilization, steady_state=steady)
+                    context=ctx, utilization=utilization, steady_state=steady,
+                    parallelism=layout)
 
 
 def _pass_workers(rows: int) -> int:

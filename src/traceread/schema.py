@@ -518,6 +518,94 @@ class SteadyState(_S):
     sampled: Optional[SampledIds]
 
 
+class Strategy(_S):
+    """One parallel strategy the trace proves (``passes/parallelism.py``, docs/parallelism.md)."""
+
+    kind: str                       # ddp, fsdp, tp, pp, ep
+    group_size: Optional[int]       # None: the job has several process groups, none named
+    ranks: list[int]
+    process_group: Optional[str]
+    calls: int                      # comm calls of the strategy's collectives in the window
+    evidence: list[str]
+
+
+class Pipeline(_S):
+    """This rank's pipeline stage: busy vs waiting, and the schedule's own bubble."""
+
+    schedule: Optional[str]         # gpipe, 1f1b (from the send/recv order), None: unknown
+    stages: Optional[int]
+    stage: Optional[int]
+    microbatches: Optional[int]
+    busy_ns: int
+    step_ns: int
+    recv_wait_ns: int               # step time the stage did not compute
+    bubble_pct_by_stage: dict[str, Optional[float]]
+    theoretical_bubble_pct: Optional[float]   # 100 (p-1)/(m+p-1)
+    slowest_stage: Optional[int]    # a job's analysis: the stage with the least bubble
+    p2p_bytes_per_step: Optional[int]
+
+
+class ExpertParallel(_S):
+    """all_to_all traffic of this rank (split sizes recorded with ``record_shapes``)."""
+
+    sent_bytes_per_step: int
+    recv_bytes_per_step: int
+    send_bytes_by_peer: list[int]
+    send_imbalance: Optional[float]  # max / mean of send_bytes_by_peer
+    hot_rank: int                   # the peer this rank sends most
+
+
+class DdpOverlap(_S):
+    """Gradient all_reduce overlap with compute."""
+
+    comm_ns: int
+    hidden_ns: int
+    overlap_efficiency: Optional[float]   # hidden / comm
+    exposed_tail_ns: int
+    tail_step_share_pct: Optional[float]
+
+
+class CommModel(_S):
+    """``T = alpha + bus_bytes / beta`` fitted to the trace's own sized collectives."""
+
+    collective: str
+    group_size: int
+    backend: Optional[str]
+    alpha_us: float
+    beta_gbps: float                # bus bandwidth (nccl-tests convention)
+    fit_error_pct: float            # median |fit - T| / T over the fitted sizes
+    sizes: int                      # distinct message sizes fitted
+    calls: int
+    slow_calls: int                 # calls above 2x the fit
+    worst_x_fit: float
+
+
+class CommExposure(_S):
+    comm_ns: int
+    exposed_ns: int                 # not covered by compute
+    exposed_pct: Optional[float]
+
+
+class FsdpExposure(_S):
+    """FSDP's collectives and how much of them compute hides (prefetch)."""
+
+    units: Optional[int]            # distinct FSDP2 units (FSDP::pre_forward names)
+    all_gather: Optional[CommExposure]
+    reduce_scatter: Optional[CommExposure]   # None: its data movement is not recorded
+
+
+class Parallelism(_S):
+    """The job's parallel layout as this trace shows it (``passes/parallelism.py``)."""
+
+    rank: Optional[int]
+    strategies: list[Strategy]
+    pipeline: Optional[Pipeline] = None
+    ep: Optional[ExpertParallel] = None
+    ddp: Optional[DdpOverlap] = None
+    fsdp: Optional[FsdpExposure] = None
+    comm_model: Optional[list[CommModel]] = None
+
+
 class AnalyzeTrace(_S, kw_only=True):
     """One trace's analysis (``Analysis.to_dict()``)."""
 
@@ -536,6 +624,7 @@ class AnalyzeTrace(_S, kw_only=True):
     graphs: Graphs
     utilization: Optional[Utilization] = None
     steady_state: Optional[SteadyState] = None
+    parallelism: Optional[Parallelism] = None
     verdict: Verdict
 
 

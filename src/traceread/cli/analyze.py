@@ -174,18 +174,34 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         if jobs:
             from ..schema import versioned
 
-            emit(dumps(versioned({"cross_rank": [j.to_dict() for j in jobs], "traces": docs})), out,
-                 terminal=False)
+            emit(dumps(versioned({"cross_rank": [_with_layout(j.to_dict(), results) for j in jobs],
+                                  "traces": docs})), out, terminal=False)
         else:
             emit_json(docs, out)
     else:
         from ..render.cross_rank import render_detail, render_summary
 
-        parts = ([render_summary(jobs)] if jobs else []) + [render_report(safe.for_display(a))
+        layouts = {j.job: _layout_of(j.to_dict(), results) for j in jobs}
+        parts = ([render_summary(jobs, layouts)] if jobs else []) + [render_report(safe.for_display(a))
                                                              for a in results]
         parts += [render_detail(jobs)] if jobs else []
         emit("\n\n".join(parts), out)
     exit_if_failed(failed)
+
+
+def _with_layout(job: dict, results: list) -> dict:
+    """The job's ``cross_rank`` object with its ranks' parallel layout merged."""
+    job["parallelism"] = _layout_of(job, results)
+    return job
+
+
+def _layout_of(job: dict, results: list) -> dict:
+    """``passes/parallelism.job_parallelism`` of the job's ranks (matched by path)."""
+    from ..passes.parallelism import job_parallelism
+
+    path_rank = {str(p): int(r) for r, p in job.get("paths", {}).items()}
+    return job_parallelism({path_rank[str(a.meta.path)]: a.parallelism for a in results
+                            if str(a.meta.path) in path_rank})
 
 
 @_trace_command()

@@ -173,6 +173,17 @@ def fsdp(c: Ctx) -> bool:
     return co is None or "all_gather" in co or "reduce_scatter" in co
 
 
+FSDP_HIDDEN_PCT = 10.0   # all_gathers at most this exposed: prefetch already hides them
+
+
+def fsdp_gathers_exposed(c: Ctx) -> bool:
+    """FSDP's all_gathers are not already hidden: ``fsdp_all_gather_exposed_pct``
+    (passes/parallelism.py: all_gather time no compute covers) above ``FSDP_HIDDEN_PCT``;
+    not measured (no steps, no data-moving spans): yes."""
+    pct = c.get("fsdp_all_gather_exposed_pct")
+    return pct is None or pct > FSDP_HIDDEN_PCT
+
+
 def deepspeed(c: Ctx) -> bool:
     return "deepspeed" in (_framework(c) or [])
 
@@ -518,7 +529,7 @@ LEVERS: tuple[Lever, ...] = (
           "need no syncing (or sync them every N steps)", "free", saves="buffers",
           when=_all(PT, buffer_broadcast), first=True),
     Lever("fsdp_prefetch", "comms", "FSDP: forward/backward prefetch, limit_all_gathers, larger "
-          "wrap units", "free", when=_all(PT, fsdp)),
+          "wrap units", "free", when=_all(PT, fsdp, fsdp_gathers_exposed)),
     Lever("deepspeed_overlap", "comms", "DeepSpeed ZeRO: overlap_comm=True, larger "
           "reduce_bucket_size / allgather_bucket_size, contiguous_gradients=True", "free",
           when=_all(PT, deepspeed)),

@@ -77,8 +77,9 @@ def _job_dict(res) -> dict[str, Any]:
     }
 
 
-def render_summary(results: list) -> str:
-    """The job verdict block that opens the report of a multi-rank job."""
+def render_summary(results: list, layouts: dict | None = None) -> str:
+    """The job verdict block that opens the report of a multi-rank job; ``layouts``: job id ->
+    its merged ``parallelism`` (passes/parallelism.job_parallelism)."""
     lines: list[str] = []
     for res in results:
         jv = res.verdict()
@@ -111,9 +112,30 @@ def render_summary(results: list) -> str:
             detail = (f" (rank {s} works {fmt_ns(work[s])} per step, the others' median"
                       f" {fmt_ns(others[len(others) // 2])})") if loc["locality"] == "rank-local" and others else ""
             lines.append(f"  slowdown   {loc['locality']}{detail}")
+        layout = layout_line((layouts or {}).get(res.job))
+        if layout:
+            lines.append(f"  layout     {layout}")
         lines.append(f"  clocks     {_clock_line(res)}")
         lines.append("")
     return _fit_labelled(lines)
+
+
+def layout_line(p: dict | None) -> str:
+    """The job's strategies and where each loses time, in one line ('' if none is proved)."""
+    if not p or not p.get("strategies"):
+        return ""
+    parts = [s["kind"].upper() + (f" x{s['group_size']}" if s["group_size"] else "")
+             for s in p["strategies"]]
+    pp, ep = p.get("pipeline"), p.get("ep")
+    if pp:
+        sched = f" ({pp['schedule']}, m={pp['microbatches']}, theory {pp['theoretical_bubble_pct']}%)" \
+            if pp["schedule"] else ""
+        bub = ", ".join(f"{r}: {v}%" for r, v in pp["bubble_pct_by_stage"].items())
+        x = f" ({pp['slowest_busy_x_fastest']}x the least busy)" if pp["slowest_busy_x_fastest"] else ""
+        parts.append(f"stage bubbles {bub}{sched}; stage {pp['slowest_stage']} computes most{x}")
+    if ep and ep.get("recv_imbalance"):
+        parts.append(f"all_to_all: rank {ep['hot_rank']} receives {ep['recv_imbalance']}x the mean")
+    return "; ".join(parts)
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -62,6 +62,7 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "verdict": _py(a.verdict),
         "utilization": utilization_dict(getattr(a, "utilization", None)),
         "steady_state": _py(getattr(a, "steady_state", None)),
+        "parallelism": _py(getattr(a, "parallelism", None)),
     }
 
 

@@ -87,6 +87,7 @@ def render_report(a) -> str:
         out += _gaps(a)
         out += _top_ops(a)
     out += _comms(a)
+    out += _layout(getattr(a, "parallelism", None))
     out += _compile(a)
     out += _graphs(a)
     out += _kernels(a)
@@ -376,6 +377,33 @@ def _comms(a) -> list[str]:
             lines.append(f"  {str(r['collective']):<16}{r['count']:>7,}x  {fmt_ns(r['total_ns']):>10}"
                          f"  exposed {fmt_ns(r['exposed_ns'])}{bw}")
     return lines
+
+
+def _layout(p: dict | None) -> list[str]:
+    """One line: the strategies and each one's loss (passes/parallelism.py)."""
+    if not p or not (p.get("strategies") or p.get("comm_model")):
+        return []
+    parts = [f"{s['kind'].upper()}" + (f" x{s['group_size']}" if s["group_size"] else "")
+             for s in p["strategies"]]
+    pp, ep, dp = p.get("pipeline"), p.get("ep"), p.get("ddp")
+    if pp:
+        bubble = next(iter(pp["bubble_pct_by_stage"].values()))
+        theory = f" (schedule {pp['schedule']}, m={pp['microbatches']}: " \
+                 f"{pp['theoretical_bubble_pct']}% in theory)" if pp["theoretical_bubble_pct"] else ""
+        parts.append(f"stage {pp['stage']} idle {bubble}% of the step{theory}")
+    if ep and ep.get("send_imbalance"):
+        parts.append(f"all_to_all sends {ep['send_imbalance']}x the mean to rank {ep['hot_rank']}")
+    if dp and dp.get("overlap_efficiency") is not None:
+        parts.append(f"all_reduce {100 * dp['overlap_efficiency']:.0f}% hidden, exposed tail "
+                     f"{fmt_ns(dp['exposed_tail_ns'])} ({dp['tail_step_share_pct']}% of the steps)")
+    for coll, x in (p.get("fsdp") or {}).items():
+        if isinstance(x, dict) and x.get("exposed_pct") is not None:
+            parts.append(f"FSDP {coll} {x['exposed_pct']}% exposed ({fmt_ns(x['exposed_ns'])})")
+    for m in p.get("comm_model") or []:
+        parts.append(f"{m['collective']} x{m['group_size']} fits {m['alpha_us']:.0f} us + bytes / "
+                     f"{m['beta_gbps']} GB/s (+-{m['fit_error_pct']}%), {m['slow_calls']} calls "
+                     f"over 2x the fit")
+    return ["", "Parallelism: " + "; ".join(parts)]
 
 
 def _compile(a) -> list[str]:

@@ -1,0 +1,591 @@
+"""The job's parallel layout (DDP, FSDP, TP, PP, EP) and each strategy's own losses.
+
+A pure function of the event table, the trace's ``distributedInfo`` and the program context
+(``passes/program.py``). Every strategy names the event that proves it; docs/parallelism.md
+gives each rule and formula.
+
+* comm calls: host rows whose name is a c10d / gloo / nccl call (``c10d::send``,
+  ``gloo:all_reduce``, ``record_param_comms`` ...) or whose ``collective`` column is set, and
+  NCCL kernels. A call nested in another comm call of its thread (``gloo:send`` inside
+  ``c10d::send``) is the same call and is dropped.
+* compute: non-comm kernels when the trace has kernels; else (a CPU job) the host operators
+  of the step thread -- there the host is the compute resource.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..collectives import collective_from_kernel, dtype_size, is_comm_kernel, normalize_collective
+from . import intervals as iv
+from ._common import kind_in, lookup_at
+from .program import COMM_NAME_RX
+
+HOST = ("cpu_op", "annotation", "python")
+P2P = ("send", "recv")
+
+
+def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
+                steps: pd.DataFrame | None = None) -> dict:
+    """``{rank, strategies: [...], pipeline?, ep?, ddp?, fsdp?, comm_model?}`` (see module
+    doc); ``steps``: the window's step rows (columns start, end, tid), None for a whole-trace
+    window (the per-step metrics then stay out)."""
+    ctx = ctx or {}
+    calls = comm_calls(ev)
+    groups = process_groups(meta)
+    rank = _rank(meta)
+    fw = dict(ctx.get("framework_evidence") or {})
+    strategies = detect(calls, fw, groups)
+    out: dict = {"rank": rank, "strategies": strategies}
+    kinds = {s["kind"] for s in strategies}
+    spans = _step_spans(steps)
+    if "pp" in kinds and spans:
+        pp = next(s for s in strategies if s["kind"] == "pp")
+        out["pipeline"] = pipeline(ev, calls, spans, pp, rank)
+    if "ep" in kinds:
+        ranks = next(s["ranks"] for s in strategies if s["kind"] == "ep")
+        ep = all_to_all_bytes(ev, calls, max(1, len(spans)), ranks)
+        if ep:
+            out["ep"] = ep
+    if "ddp" in kinds and spans:
+        out["ddp"] = ddp_overlap(ev, calls, spans)
+    if "fsdp" in kinds and spans:
+        out["fsdp"] = fsdp_exposure(ev, calls, spans)
+    model = comm_model(ev, calls, groups, ctx.get("comm_backend"))
+    if model:
+        out["comm_model"] = model
+    return out
+
+
+def lever_context(layout: dict) -> dict:
+    """The figures the lever table reads (passes/levers.py)."""
+    ag = (layout.get("fsdp") or {}).get("all_gather") or {}
+    return {"fsdp_all_gather_exposed_pct": ag.get("exposed_pct")}
+
+
+# ------------------------------------------------------------------ evidence
+
+def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
+    """One row per comm call: row, collective, name, thread (pid, tid), ts, end, on_gpu, and
+    issue: the operator that issues the call (``c10d::send``), not a span of its progress."""
+    cols = ["row", "collective", "name", "pid", "tid", "ts", "end", "on_gpu", "issue", "pg",
+            "gsize"]
+    if not len(ev):
+        return pd.DataFrame(columns=cols)
+    host = np.flatnonzero(kind_in(ev, HOST))
+    kern = np.flatnonzero(kind_in(ev, ("kernel",)))
+    # one regex per distinct name, not per row (a trace holds millions of host rows)
+    h_coll = lookup_at(ev["name"], host, _host_collective, None)
+    k_coll = lookup_at(ev["name"], kern, _kernel_collective, None)
+    if "collective" in ev:    # record_param_comms / NCCL args name it better than the name
+        for rows_, got in ((host, h_coll), (kern, k_coll)):
+            given = ev["collective"].iloc[rows_]
+            named = given.notna().to_numpy()
+            got[named] = given[named].astype(str).to_numpy()
+    rows = np.concatenate([host[h_coll != None], kern[k_coll != None]])  # noqa: E711
+    colls = list(h_coll[h_coll != None]) + list(k_coll[k_coll != None])  # noqa: E711
+    names = ev["name"].astype(object).to_numpy()
+    if not len(rows):
+        return pd.DataFrame(columns=cols)
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    df = pd.DataFrame({"row": rows, "collective": colls, "name": names[rows],
+                       "pid": ev["pid"].to_numpy()[rows], "tid": ev["tid"].to_numpy()[rows],
+                       "ts": ts, "end": ts + ev["dur"].to_numpy(np.int64)[rows],
+                       "on_gpu": kind_in(ev, ("kernel",))[rows],
+                       "issue": kind_in(ev, ("cpu_op",))[rows],
+                       "pg": _col_at(ev, "process_group", rows, None),
+                       "gsize": _col_at(ev, "group_size", rows, -1)})
+    return _outermost(df.sort_values(["pid", "tid", "ts", "end"], ascending=[1, 1, 1, 0]))
+
+
+def _col_at(ev: pd.DataFrame, col: str, rows: np.ndarray, null):
+    """``ev[col]`` at ``rows`` (process group name, group size: NCCL's record_param_comms),
+    ``null`` where the column is absent or empty."""
+    if col not in ev:
+        return np.full(len(rows), null, dtype=object)
+    vals = ev[col].iloc[rows]
+    return np.where(vals.notna().to_numpy(), vals.astype(object).to_numpy(), null)
+
+
+def _host_collective(name: str) -> str | None:
+    return normalize_collective(name) if COMM_NAME_RX.search(name) else None
+
+
+def _kernel_collective(name: str) -> str | None:
+    return (collective_from_kernel(name) or "unknown") if is_comm_kernel(name) else None
+
+
+def _outermost(df: pd.DataFrame) -> pd.DataFrame:
+    """Drop calls that lie inside an earlier comm call of the same thread (host rows only)."""
+    keep = np.ones(len(df), bool)
+    reach, key = -1, None
+    for i, (p, t, s, e, g) in enumerate(zip(df["pid"], df["tid"], df["ts"], df["end"],
+                                            df["on_gpu"])):
+        if (p, t) != key:
+            key, reach = (p, t), -1
+        if not g and e <= reach:
+            keep[i] = False
+        reach = max(reach, e)
+    return df[keep].reset_index(drop=True)
+
+
+def process_groups(meta) -> list[dict]:
+    """Process groups from ``distributedInfo.pg_config``: name, desc, size, ranks."""
+    info = getattr(meta, "distributed", None) or {}
+    out = []
+    for g in info.get("pg_config") or []:
+        if isinstance(g, dict):
+            ranks = [int(r) for r in g.get("ranks") or [] if isinstance(r, (int, float))]
+            out.append({"name": str(g.get("pg_name", "")), "desc": str(g.get("pg_desc", "")),
+                        "size": int(g.get("pg_size") or len(ranks) or -1), "ranks": ranks})
+    if not out and info.get("world_size"):
+        n = int(info["world_size"])
+        out.append({"name": "0", "desc": "default_pg", "size": n, "ranks": list(range(n))})
+    return out
+
+
+def _rank(meta) -> int | None:
+    r = getattr(meta, "rank", None)
+    return int(r) if isinstance(r, (int, np.integer)) and r >= 0 else None
+
+
+# (kind, program frameworks that prove it, collectives that prove it)
+STRATEGY_RULES = (
+    ("ddp", ("ddp",), ()),
+    ("fsdp", ("fsdp2", "fsdp1", "deepspeed"), ()),
+    ("tp", ("dtensor",), ()),
+    ("pp", ("pipelining",), P2P + ("send_recv",)),
+    ("ep", ("torchrec",), ("all_to_all",)),
+)
+# which collectives a strategy's group is read from
+_STRATEGY_COLLS = {"ddp": ("all_reduce",), "fsdp": ("all_gather", "reduce_scatter"),
+                   "tp": ("all_reduce", "all_gather", "reduce_scatter"),
+                   "pp": P2P + ("send_recv",), "ep": ("all_to_all",)}
+
+
+def detect(calls: pd.DataFrame, fw: dict, groups: list[dict]) -> list[dict]:
+    """The strategies the evidence proves, each with its group (see STRATEGY_RULES)."""
+    out = []
+    for kind, fws, colls in STRATEGY_RULES:
+        evidence = [f"{f}: {fw[f]}" for f in fws if f in fw]
+        if kind == "tp":
+            evidence += _serving_tp(calls, fw)
+        if kind == "pp" and len(calls) and (calls["collective"] == "all_to_all").any():
+            colls = P2P    # NCCL runs all_to_all as grouped SendRecv kernels: not a pipeline
+        hit = calls[calls["collective"].isin(colls)] if colls and len(calls) else calls[:0]
+        if len(hit):
+            evidence.append(f"{hit['collective'].iat[0]} call: {hit['name'].iat[0]}")
+        if not evidence:
+            continue
+        g = _group(groups, calls[calls["collective"].isin(colls or _STRATEGY_COLLS[kind])]
+                   if len(calls) else calls)
+        out.append({"kind": kind, "group_size": g["size"] if g else None,
+                    "ranks": g["ranks"] if g else [],
+                    "process_group": _pg_label(g),
+                    "calls": int(calls["collective"].isin(colls or _STRATEGY_COLLS[kind]).sum())
+                    if len(calls) else 0, "evidence": evidence})
+    return out
+
+
+def _pg_label(g: dict | None) -> str | None:
+    if not g:
+        return None
+    return g["desc"] if g["desc"] not in ("", "undefined") else g["name"] or None
+
+
+def _serving_tp(calls: pd.DataFrame, fw: dict) -> list[str]:
+    """vLLM / SGLang all-reduce activations only across their tensor-parallel group: the
+    engine named and an all_reduce call prove TP."""
+    engines = [f for f in ("vllm", "sglang") if f in fw]
+    ar = calls[calls["collective"] == "all_reduce"] if len(calls) else calls
+    if not engines or not len(ar):
+        return []
+    return [f"{engines[0]}: {fw[engines[0]]}", f"all_reduce call: {ar['name'].iat[0]}"]
+
+
+def _group(groups: list[dict], mine: pd.DataFrame | None = None) -> dict | None:
+    """The group a strategy's calls ``mine`` run on: the process group their
+    ``record_param_comms`` names (NCCL), else their recorded group size alone; gloo's calls
+    name no group, so then only a job with one process group can say which -- with several
+    the group stays unknown (null), never guessed."""
+    if mine is not None and len(mine):
+        pg = pd.Series(mine["pg"]).dropna().astype(str)
+        if len(pg):
+            name = pg.mode().iat[0]
+            hit = [g for g in groups if name in (g["name"], g["desc"])]
+            if hit:
+                return hit[0]
+        size = pd.Series(mine["gsize"]).astype(float)
+        size = size[size > 0]
+        if len(size):
+            n = int(size.mode().iat[0])
+            same = [g for g in groups if g["size"] == n]
+            return same[0] if len(same) == 1 else {"name": "", "desc": "", "size": n, "ranks": []}
+    return groups[0] if len(groups) == 1 else None
+
+
+# ------------------------------------------------------------------ steps and compute
+
+def _step_spans(steps: pd.DataFrame | None) -> list[tuple[int, int, int]]:
+    """(start, end, tid) of each step; none for a whole-trace window."""
+    if steps is None or not len(steps):
+        return []
+    return [(int(s), int(e), int(t)) for s, e, t in zip(steps["start"], steps["end"],
+                                                          steps["tid"])]
+
+
+def compute_intervals(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None) -> iv.Intervals:
+    """When the compute resource worked: non-comm kernels, else the host operators of the step
+    thread ``tid`` minus its comm calls (a CPU job computes on its host thread)."""
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    k = np.flatnonzero(kind_in(ev, ("kernel",)))
+    if len(calls):
+        k = k[~np.isin(k, calls["row"].to_numpy(np.int64))]
+    if len(k):
+        return iv.union(ts[k], end[k])
+    ops = np.flatnonzero(kind_in(ev, ("cpu_op",)) & (ev["tid"].to_numpy() == tid))
+    busy = iv.union(ts[ops], end[ops])
+    # gloo's send/recv spans on this thread run on while later ops compute: only the issuing
+    # operators block it
+    host_calls = calls[(calls["tid"] == tid) & calls["issue"].astype(bool)] if len(calls) \
+        else calls
+    if not len(host_calls):
+        return busy
+    return iv.subtract(busy, iv.union(host_calls["ts"], host_calls["end"]))
+
+
+def _clip_total(x: iv.Intervals, lo: int, hi: int) -> int:
+    return iv.total(iv.intersect(x, (np.array([lo]), np.array([hi]))))
+
+
+# ------------------------------------------------------------------ pipeline
+
+def pipeline(ev: pd.DataFrame, calls: pd.DataFrame, spans, strategy: dict,
+             rank: int | None) -> dict:
+    """This stage's busy share and bubble per step, the schedule and microbatch count read
+    from its send/recv order, and the theoretical bubble (p-1)/(m+p-1)."""
+    tid = spans[0][2]
+    busy = compute_intervals(ev, calls, tid)
+    p2p = _transfers(calls[calls["collective"].isin(P2P) & (calls["tid"] == tid)]) if len(calls) \
+        else calls
+    step_ns = sum(e - s for s, e, _ in spans)
+    busy_ns = sum(_clip_total(busy, s, e) for s, e, _ in spans)
+    p = strategy["group_size"]
+    ranks = strategy["ranks"]
+    stage = ranks.index(rank) if rank is not None and rank in ranks else None
+    end_stage = stage is not None and p is not None and stage in (0, p - 1)
+    seqs = [p2p[(p2p["ts"] >= s) & (p2p["ts"] < e)]["collective"].tolist() for s, e, _ in spans]
+    m = _microbatches(seqs, end_stage)
+    schedule = _schedule(seqs, end_stage, m)
+    theory = round(100.0 * (p - 1) / (m + p - 1), 1) if p and m and schedule else None
+    bubble = round(100.0 * (1 - busy_ns / step_ns), 1) if step_ns else None
+    return {"schedule": schedule, "stages": p, "stage": stage, "microbatches": m,
+            "busy_ns": int(busy_ns), "step_ns": int(step_ns),
+            "recv_wait_ns": int(step_ns - busy_ns),
+            "bubble_pct_by_stage": {str(rank if rank is not None else 0): bubble},
+            "theoretical_bubble_pct": theory, "slowest_stage": None,
+            "p2p_bytes_per_step": _p2p_bytes(ev, p2p, len(spans))}
+
+
+def _transfers(calls: pd.DataFrame) -> pd.DataFrame:
+    """One row per message: the backend's spans (``gloo:send``, NCCL kernels) when recorded --
+    one batched ``c10d::send`` issues several, and a batched send may carry a recv -- else
+    the issuing operators."""
+    moved = calls[~calls["issue"].astype(bool)]
+    return moved if len(moved) else calls
+
+
+def _microbatches(seqs: list[list[str]], end_stage: bool) -> int | None:
+    """An end stage sends (first: activations; last: gradients) once per microbatch; the
+    median over steps. A middle stage's count is not read (it sends both ways)."""
+    if not end_stage or not seqs:
+        return None
+    m = int(np.median([s.count("send") for s in seqs]))
+    return m or None
+
+
+def _schedule(seqs: list[list[str]], end_stage: bool, m: int | None) -> str | None:
+    """GPipe fills then drains: on an end stage all of one direction then all of the other
+    (one switch between send and recv in the step); 1F1B alternates them."""
+    if not end_stage or not m or m < 2:
+        return None
+    switches = [sum(a != b for a, b in zip(s, s[1:])) for s in seqs if s]
+    if not switches:
+        return None
+    return "gpipe" if max(switches) <= 1 else "1f1b"
+
+
+def _p2p_bytes(ev: pd.DataFrame, p2p: pd.DataFrame, n_steps: int) -> int | None:
+    """Bytes this stage sends per step, from the send calls' recorded shapes."""
+    sends = p2p[p2p["collective"] == "send"]
+    if not len(sends) or "input_dims" not in ev:
+        return None
+    total = 0
+    for r in sends["row"]:
+        b = _tensor_bytes(ev["input_dims"].iat[r], ev["input_type"].iat[r])
+        if b is None:
+            return None
+        total += b
+    return int(total / max(1, n_steps))
+
+
+def _moving(calls: pd.DataFrame) -> pd.DataFrame:
+    """The calls during which data moves: NCCL kernels when the trace has them (the host's
+    ``nccl:*`` spans only enqueue), else the backend's host spans (gloo's worker-thread
+    ``gloo:all_reduce``), else the issuing operators."""
+    if not len(calls):
+        return calls
+    for pick in (calls["on_gpu"].astype(bool), ~calls["issue"].astype(bool)):
+        if pick.any():
+            return calls[pick]
+    return calls
+
+
+def _tensor_bytes(dims, types) -> int | None:
+    """Bytes of the first tensor argument (a TensorList counts its tensors)."""
+    try:
+        dims, types = json.loads(dims), json.loads(types)
+    except (TypeError, ValueError):
+        return None
+    if not dims:
+        return None
+    first = dims[0] if dims[0] and isinstance(dims[0][0], list) else [dims[0]]
+    size = dtype_size(types[0]) if types and types[0] != "TensorList" else 4
+    if size < 0:
+        return None
+    return int(sum(int(np.prod(d)) for d in first) * size)
+
+
+# ------------------------------------------------------------------ expert parallel
+
+def all_to_all_bytes(ev: pd.DataFrame, calls: pd.DataFrame, n_steps: int,
+                     ranks: list[int]) -> dict | None:
+    """Bytes this rank sends and receives per step in all_to_all, and how unevenly it sends:
+    ``send_imbalance`` = max / mean of the bytes sent to each peer (1.0: even), ``hot_rank``
+    the peer it sends most. From ``c10d::alltoall_base_``'s recorded shapes and split sizes
+    (``record_shapes=True``); None when they are not recorded."""
+    a2a = calls[(calls["collective"] == "all_to_all") & ~calls["on_gpu"].astype(bool)] \
+        if len(calls) else calls
+    if not len(a2a) or "concrete_inputs" not in ev:
+        return None
+    sent = recv = 0
+    per_peer = None
+    for r in a2a["row"]:
+        got = _a2a_split_bytes(ev["input_dims"].iat[r], ev["input_type"].iat[r],
+                               ev["concrete_inputs"].iat[r])
+        if got is None:
+            continue
+        out_b, in_b, peers = got
+        sent, recv = sent + in_b, recv + out_b
+        per_peer = peers if per_peer is None else per_peer + peers
+    if per_peer is None:
+        return None
+    mean = per_peer.mean()
+    hot = int(per_peer.argmax())
+    return {"sent_bytes_per_step": int(sent / n_steps), "recv_bytes_per_step": int(recv / n_steps),
+            "send_bytes_by_peer": [int(x / n_steps) for x in per_peer],
+            "send_imbalance": round(float(per_peer.max() / mean), 2) if mean else None,
+            "hot_rank": ranks[hot] if hot < len(ranks) else hot}
+
+
+def _a2a_split_bytes(dims, types, concrete) -> tuple[int, int, np.ndarray] | None:
+    """(bytes received, bytes sent, bytes sent to each peer) of one all_to_all_single call:
+    args (output, input, ..., output_split_sizes, input_split_sizes, ...); splits count rows of
+    dim 0, an empty split list means even shares."""
+    try:
+        dims, types, concrete = json.loads(dims), json.loads(types), json.loads(concrete)
+    except (TypeError, ValueError):
+        return None
+    if len(dims) < 2 or not dims[0] or not dims[1]:
+        return None
+    size = dtype_size(types[1]) if len(types) > 1 else -1
+    if size < 0:
+        return None
+    out_b = int(np.prod(dims[0])) * size
+    in_b = int(np.prod(dims[1])) * size
+    lists = [json.loads(c) for c in concrete if isinstance(c, str) and c.startswith("[")]
+    if len(lists) < 2 or not lists[1]:
+        return None
+    splits = np.asarray(lists[1], float)   # the input's: what this rank sends to each peer
+    return out_b, in_b, in_b * splits / splits.sum()
+
+
+# ------------------------------------------------------------------ data parallel
+
+def ddp_overlap(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
+    """Overlap efficiency of the gradient all_reduces: hidden / total comm time, where hidden
+    is the part of the all_reduce time (union of the calls that move data) covered by compute;
+    the exposed tail: all_reduce time after the last compute that began before the step's last
+    all_reduce began, summed over steps."""
+    ar = calls[calls["collective"] == "all_reduce"] if len(calls) else calls
+    tid = spans[0][2]
+    moving = _moving(ar)
+    comm = iv.union(moving["ts"], moving["end"]) if len(moving) else (np.array([], np.int64),) * 2
+    compute = compute_intervals(ev, calls, tid)
+    total = hidden = tail = step_ns = 0
+    for s, e, _ in spans:
+        step_ns += e - s
+        c = iv.intersect(comm, (np.array([s]), np.array([e])))
+        if not len(c[0]):
+            continue
+        total += iv.total(c)
+        hidden += iv.total(iv.intersect(c, compute))
+        last_start = int(c[0][-1])
+        before = compute[1][(compute[0] < last_start) & (compute[0] >= s)]
+        last_end = int(before.max()) if len(before) else s
+        after = iv.intersect(c, (np.array([last_end]), np.array([e])))
+        tail += iv.total(iv.subtract(after, compute))
+    return {"comm_ns": int(total), "hidden_ns": int(hidden),
+            "overlap_efficiency": round(hidden / total, 3) if total else None,
+            "exposed_tail_ns": int(tail),
+            "tail_step_share_pct": round(100.0 * tail / step_ns, 1) if step_ns else None}
+
+
+# ------------------------------------------------------------------ sharded data parallel
+
+FSDP_UNIT_RX = re.compile(r"^FSDP::pre_forward \((.*)\)$")   # FSDP2 names the unit; FSDP1 not
+
+
+def fsdp_exposure(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
+    """Per collective of FSDP (all_gather: parameters before each unit's forward/backward;
+    reduce_scatter: gradients after it): its time inside the steps and the part no compute
+    covers (``exposed``: prefetch did not hide it). Only calls whose data movement is recorded
+    (kernels, gloo worker spans); gloo runs FSDP2's reduce_scatter as an all_reduce span that
+    cannot be told from a real all_reduce, so its reduce_scatter stays unmeasured (null).
+    ``units``: distinct FSDP2 ``FSDP::pre_forward (unit)`` names."""
+    tid = spans[0][2]
+    compute = compute_intervals(ev, calls, tid)
+    out = {"units": _fsdp_units(ev)}
+    for coll in ("all_gather", "reduce_scatter"):
+        mine = calls[calls["collective"] == coll] if len(calls) else calls
+        moving = mine[mine["on_gpu"].astype(bool) | ~mine["issue"].astype(bool)] if len(mine) \
+            else mine
+        if not len(moving):
+            out[coll] = None
+            continue
+        comm = iv.union(moving["ts"], moving["end"])
+        total = exposed = 0
+        for s, e, _ in spans:
+            c = iv.intersect(comm, (np.array([s]), np.array([e])))
+            total += iv.total(c)
+            exposed += iv.total(iv.subtract(c, compute))
+        out[coll] = {"comm_ns": int(total), "exposed_ns": int(exposed),
+                     "exposed_pct": round(100.0 * exposed / total, 1) if total else None}
+    return out
+
+
+def _fsdp_units(ev: pd.DataFrame) -> int | None:
+    hit = lookup_at(ev["name"], np.flatnonzero(kind_in(ev, HOST)),
+                    lambda n: bool(FSDP_UNIT_RX.match(n)), False, bool)
+    if not hit.any():
+        return None
+    rows = np.flatnonzero(kind_in(ev, HOST))[hit]
+    return int(pd.unique(ev["name"].iloc[rows].astype(str)).size)
+
+
+# ------------------------------------------------------------------ communication model
+
+# nccl-tests' bus-bandwidth factors (PERFORMANCE.md there): bus bytes = bytes x factor(n)
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+              "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send": lambda n: 1.0,
+              "recv": lambda n: 1.0, "send_recv": lambda n: 1.0}
+SLOW_X = 2.0     # a call taking this many times the fit's prediction is flagged
+MIN_SIZES = 3    # distinct message sizes a fit needs (two always fit exactly)
+
+
+def comm_model(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict],
+               backend: str | None) -> list[dict]:
+    """``T = alpha + bus_bytes / beta`` per (collective, group size), fitted to the fastest call
+    of each message size (the one least delayed by late peers or contention), weighted by
+    1/T (relative error); ``fit_error_pct`` = median |fit - T| / T over those points;
+    ``slow_calls``: calls above ``SLOW_X`` x the fit."""
+    sized = _sized_calls(ev, calls, groups)
+    out = []
+    for (coll, n), g in sized.groupby(["collective", "group_size"], sort=True):
+        best = g.groupby("bytes")["dur"].min()
+        if len(best) < MIN_SIZES or coll not in BUS_FACTOR:
+            continue
+        bus = best.index.to_numpy(float) * BUS_FACTOR[coll](n)
+        t = best.to_numpy(float)
+        slope, alpha = np.polyfit(bus, t, 1, w=1 / t)
+        if slope <= 0 or alpha < 0:    # no latency-bandwidth line fits these sizes
+            continue
+        fit = alpha + g["bytes"].to_numpy(float) * BUS_FACTOR[coll](n) * slope
+        x = g["dur"].to_numpy(float) / np.maximum(fit, 1.0)
+        err = np.median(np.abs(alpha + bus * slope - t) / t)
+        out.append({"collective": coll, "group_size": int(n), "backend": backend,
+                    "alpha_us": round(alpha / 1e3, 2), "beta_gbps": round(1 / slope, 3),
+                    "fit_error_pct": round(100 * err, 1), "sizes": int(len(best)),
+                    "calls": int(len(g)), "slow_calls": int((x > SLOW_X).sum()),
+                    "worst_x_fit": round(float(x.max()), 1)})
+    return out
+
+
+def _sized_calls(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict]) -> pd.DataFrame:
+    """The calls that move data (backend spans, kernels) with their bytes and group size:
+    ``msg_bytes`` (record_param_comms / NCCL args), else the span's recorded shape."""
+    cols = ["collective", "group_size", "bytes", "dur"]
+    moving = _moving(calls)
+    if not len(moving):
+        return pd.DataFrame(columns=cols)
+    rows = moving["row"].to_numpy(np.int64)
+    size = ev["msg_bytes"].to_numpy()[rows].astype(float) if "msg_bytes" in ev \
+        else np.full(len(rows), -1.0)
+    if "input_dims" in ev:
+        for i in np.flatnonzero(size <= 0):
+            b = _tensor_bytes(ev["input_dims"].iat[rows[i]], ev["input_type"].iat[rows[i]])
+            size[i] = b if b else -1
+    n = ev["group_size"].to_numpy()[rows].astype(float) if "group_size" in ev \
+        else np.full(len(rows), -1.0)
+    g = _group(groups)
+    n = np.where(n > 0, n, g["size"] if g else -1)
+    df = pd.DataFrame({"collective": moving["collective"].to_numpy(), "group_size": n,
+                       "bytes": size, "dur": (moving["end"] - moving["ts"]).to_numpy(float)})
+    return df[(df["bytes"] > 0) & (df["group_size"] > 1) & (df["dur"] > 0)].astype(
+        {"group_size": np.int64})
+
+
+# ------------------------------------------------------------------ a job's ranks together
+
+def job_parallelism(per_rank: dict[int, dict]) -> dict:
+    """The layout of a job from its ranks' ``parallelism``: strategies (first rank's evidence),
+    each stage's bubble and the slowest stage (the one that computes longest: the others
+    wait on it), and the all_to_all receive imbalance (max / mean bytes received)."""
+    per_rank = {r: p for r, p in sorted(per_rank.items()) if p}
+    kinds: dict[str, dict] = {}
+    for p in per_rank.values():
+        for s in p.get("strategies", []):
+            kinds.setdefault(s["kind"], s)
+    out: dict = {"rank": None, "strategies": list(kinds.values())}
+    stages = {r: p["pipeline"] for r, p in per_rank.items() if p.get("pipeline")}
+    if stages:
+        out["pipeline"] = _job_pipeline(stages)
+    eps = {r: p["ep"] for r, p in per_rank.items() if p.get("ep")}
+    if eps:
+        recv = np.array([e["recv_bytes_per_step"] for e in eps.values()], float)
+        hot = list(eps)[int(recv.argmax())]
+        out["ep"] = {"recv_bytes_by_rank": {str(r): e["recv_bytes_per_step"]
+                                            for r, e in eps.items()},
+                     "hot_rank": hot,
+                     "recv_imbalance": round(float(recv.max() / recv.mean()), 2)
+                     if recv.mean() else None}
+    return out
+
+
+def _job_pipeline(stages: dict[int, dict]) -> dict:
+    known = next((s for s in stages.values() if s["schedule"]), next(iter(stages.values())))
+    busy = {r: s["busy_ns"] / max(1, s["step_ns"]) for r, s in stages.items()}
+    slowest = max(busy, key=busy.get)
+    return {"schedule": known["schedule"], "stages": known["stages"],
+            "microbatches": known["microbatches"],
+            "bubble_pct_by_stage": {str(r): next(iter(s["bubble_pct_by_stage"].values()))
+                                    for r, s in stages.items()},
+            "theoretical_bubble_pct": known["theoretical_bubble_pct"],
+            "slowest_stage": slowest,
+            "slowest_busy_x_fastest": round(busy[slowest] / min(busy.values()), 2)
+            if min(busy.values()) > 0 else None}
