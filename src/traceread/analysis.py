@@ -176,6 +176,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     att = attr_mod.attribute(ev, gaps, ops, pattern)
     release_heap()
     gaps = att["gaps"]
+    # steady state reads only the gaps' bounds (set by the attribution): it runs beside the rest
+    side.submit("steady", steady_mod.steady_state, ref("ev"), gaps[["start", "end"]].copy())
     gaps["sync_share"] = verdict_mod.sync_share(gaps, att["sync_blocked"])
     summary = attr_mod.summarize(gaps)
     step_tab = _step_idle(step_tab, gaps)
@@ -196,6 +198,10 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     classes = side.get("classes")
     copies = side.get("copies")
     ctx = side.get("ctx")
+    # the layout reads only these two context keys: it runs beside culprits and the verdict
+    side.submit("layout", parallelism, ref("ev"), trace.meta,
+                {k: ctx.get(k) for k in ("framework_evidence", "comm_backend")},
+                step_rows if source != "whole_trace" else None)
     ctx["device"] = device_caps(trace.meta)
     graphs = side.get("graphs")
     # a program that records or replays graphs anywhere already uses them
@@ -225,7 +231,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     if win.mode == "whole_trace" and len(ops):
         vctx["startup"] = _startup(window_mod.one_time_calls(ev, gaps))
     vctx["slow_collective"] = _slow_collective(collectives)
-    layout = parallelism(ev, trace.meta, ctx, step_rows if source != "whole_trace" else None)
+    layout = side.get("layout")
     vctx.update(lever_context(layout))
     vctx["culprits"].setdefault("queued", attr_mod.waited_summary(gaps))
     vctx["queued_on"] = attr_mod.waited_by(gaps)
@@ -236,7 +242,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     headline = (utilization or {}).get("headline")
     if verdict["bound"] == "gpu" and headline:
         verdict["summary"] += f"; {headline}"
-    steady = steady_mod.steady_state(ev, gaps)
+    steady = side.get("steady")
     steady_mod.adjust_verdict(verdict, steady)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,

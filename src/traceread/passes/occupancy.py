@@ -98,19 +98,45 @@ def occupancy_summary(trace, window: tuple[int, int] | None = None, caps: dict |
 
 
 def _groups(ev: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
-    """Kernel time per distinct (name, launch configuration)."""
-    d = pd.DataFrame({"name": ev["name"].take(rows).to_numpy(),
-                      "launch": ev["launch"].take(rows).to_numpy(),
-                      "ns": ev["dur"].to_numpy(np.int64).take(rows)})
-    d["name"] = d["name"].astype(object).fillna("")
-    d["launch"] = d["launch"].astype(object)
-    g = d.groupby(["name", "launch"], dropna=False, sort=False)["ns"].agg(["sum", "size"])
-    g = g.reset_index().rename(columns={"sum": "ns", "size": "count"})
+    """Kernel time per distinct (name, launch configuration), in order of first appearance
+    (a missing name counts as ""; a missing launch is a group of its own)."""
+    name, nc = _codes_at(ev["name"], rows, "")
+    launch, lc = _codes_at(ev["launch"], rows, None)
+    # one key per (name, launch) pair of codes: groups of integers, not of strings
+    key, first = pd.factorize(nc * np.int64(len(launch) + 1) + (lc + 1), sort=False)
+    agg = pd.Series(ev["dur"].to_numpy(np.int64).take(rows)).groupby(key, sort=True) \
+        .agg(["sum", "size"])
+    ni, li = np.divmod(first.astype(np.int64), np.int64(len(launch) + 1))
+    launches = [launch[i - 1] if i else np.nan for i in li.tolist()]
+    g = pd.DataFrame({"name": pd.array([name[i] for i in ni.tolist()], dtype=object),
+                      # all missing: NaN floats, as a groupby over the values gives them
+                      "launch": np.array(launches, dtype=object if not len(li) or li.any() else float),
+                      "ns": agg["sum"].to_numpy(np.int64),
+                      "count": agg["size"].to_numpy(np.int64)})
     parsed = [_launch(x if isinstance(x, str) else None) for x in g["launch"]]
     g["blocks"] = [p[0] for p in parsed]
     g["threads"] = [p[1] for p in parsed]
     g["occ"] = [p[2] for p in parsed]
     return g
+
+
+def _codes_at(col: pd.Series, rows: np.ndarray, null) -> tuple[list, np.ndarray]:
+    """The distinct values of ``col`` (str) and each row's code into them; a missing value
+    is ``null``: a code of its own (-1) when None, else merged with that string."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, cats = col.cat.codes.to_numpy().take(rows).astype(np.int64), \
+            [str(c) for c in col.cat.categories]
+    else:
+        vals = col.take(rows).to_numpy(dtype=object)
+        codes, uniq = pd.factorize(vals, use_na_sentinel=True)
+        codes, cats = codes.astype(np.int64), [str(c) for c in uniq]
+    if null is not None and (codes < 0).any():
+        at = {c: i for i, c in enumerate(cats)}
+        if null not in at:
+            cats = cats + [null]
+            at[null] = len(cats) - 1
+        codes = np.where(codes < 0, at[null], codes)
+    return cats, codes
 
 
 def _by_class(g: pd.DataFrame, tot: float) -> list[dict]:

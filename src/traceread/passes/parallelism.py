@@ -537,9 +537,17 @@ def _sized_calls(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict]) -> p
     size = ev["msg_bytes"].to_numpy()[rows].astype(float) if "msg_bytes" in ev \
         else np.full(len(rows), -1.0)
     if "input_dims" in ev:
-        for i in np.flatnonzero(size <= 0):
-            b = _tensor_bytes(ev["input_dims"].iat[rows[i]], ev["input_type"].iat[rows[i]])
-            size[i] = b if b else -1
+        todo = np.flatnonzero(size <= 0)
+        # the columns read once for those rows; each distinct shape pair parsed once
+        dims = ev["input_dims"].take(rows[todo]).tolist()
+        types = ev["input_type"].take(rows[todo]).tolist()
+        seen: dict = {}
+        for i, d, t in zip(todo, dims, types):
+            key = (d, t)
+            if key not in seen:
+                b = _tensor_bytes(d, t)
+                seen[key] = b if b else -1
+            size[i] = seen[key]
     n = ev["group_size"].to_numpy()[rows].astype(float) if "group_size" in ev \
         else np.full(len(rows), -1.0)
     g = _group(groups)
