@@ -1,20 +1,22 @@
 """`analyze` of one big trace: this checkout against a baseline revision, same run.
 
     python scripts/build_native.py
-    PYTHONPATH=src python scripts/bench_analyze_passes.py TRACE [--baseline REV]
+    PYTHONPATH=src python scripts/bench_analyze_passes.py TRACE [--baseline REV[,REV|DIR...]]
         [--workers 1,2] [--repeat 3]
 
-The baseline is `git archive REV` unpacked in a temporary directory (its C decoder
-built there), so both sides run the same way. For each worker count
+Each baseline is `git archive REV` unpacked in a temporary directory (its C decoder
+built there), so every side runs the same way; a DIR is a checkout used as it is
+(e.g. a `git worktree add` with the decoder .so copied in). Ratios are against
+the first baseline; with several (388d5d3,8119e17), each side's ratio is printed. For each worker count
 (TRACEREAD_WORKERS) and side, alternating, each in a fresh process:
 
 * passes: the trace read, its events frame built, then `traceread.analyze(trace)`
   timed alone -- wall, this process's CPU, the side-pass children's CPU (the
   decode workers of the read are not counted: they exit before);
 * end to end: `traceread analyze --no-cache --format json TRACE` -- wall and CPU
-  (user + sys of the command and its children); both sides' JSON must be equal.
+  (user + sys of the command and its children); whether each baseline's JSON equals this one's is printed (one older than a pass differs).
 
-Prints the best of --repeat per figure and the baseline / this ratios.
+Prints the best of --repeat per figure and each side's time / the first baseline's (1.20x: 20% slower).
 """
 from __future__ import annotations
 
@@ -47,7 +49,9 @@ print(json.dumps({"wall": w1 - w0, "cpu": c1 - c0,
 
 
 def _baseline(rev: str, tmp: str) -> Path:
-    d = Path(tmp) / "base"
+    if Path(rev).is_dir():
+        return Path(rev).resolve()
+    d = Path(tmp) / f"base-{rev}"
     d.mkdir()
     arch = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True,
                           capture_output=True).stdout
@@ -89,13 +93,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        sides = {"baseline": _baseline(a.baseline, tmp), "this": ROOT}
+        revs = a.baseline.split(",")
+        sides = {r: _baseline(r, tmp) for r in revs}
+        sides["this"] = ROOT
+        first = revs[0]
         print(f"{a.trace}: baseline {a.baseline} vs this checkout; load {os.getloadavg()}")
         for w in [int(x) for x in a.workers.split(",")]:
             best: dict = {}
             outs = {}
             for _ in range(a.repeat):
-                for name, src in sides.items():
+                for name, src in sides.items():   # alternating: drift hits every side alike
                     for k, v in _passes(src, a.trace, w).items():
                         key = (name, "passes " + k)
                         best[key] = min(best.get(key, 1e9), v)
@@ -103,15 +110,19 @@ def main() -> None:
                     for k, v in r.items():
                         key = (name, "end to end " + k)
                         best[key] = min(best.get(key, 1e9), v)
-            same = outs["baseline"] == outs["this"]
-            print(f"\nTRACEREAD_WORKERS={w} (best of {a.repeat}; JSON equal: {same})")
-            print(f"  {'figure':24s} {'baseline':>9s} {'this':>9s} {'ratio':>7s}")
+            same = {n: outs[n] == outs["this"] for n in revs}
+            print(f"\nTRACEREAD_WORKERS={w} (best of {a.repeat}; JSON equal to this: {same})")
+            head = "".join(f" {n[:9]:>9s}" for n in sides)
+            rat = "".join(f" {n[:9] + '/' + first[:7]:>17s}" for n in sides if n != first)
+            print(f"  {'figure':24s}{head}{rat}")
             for fig in ("passes wall", "passes cpu", "passes children", "end to end wall",
                         "end to end cpu"):
-                b, t = best[("baseline", fig)], best[("this", fig)]
-                print(f"  {fig:24s} {b:8.2f}s {t:8.2f}s {b / t if t else 0:6.2f}x")
+                vals = "".join(f" {best[(n, fig)]:8.2f}s" for n in sides)
+                b = best[(first, fig)]
+                rs = "".join(f" {best[(n, fig)] / b if b else 0:16.2f}x" for n in sides
+                             if n != first)
+                print(f"  {fig:24s}{vals}{rs}")
         print(f"load after: {os.getloadavg()}")
-
 
 if __name__ == "__main__":
     main()

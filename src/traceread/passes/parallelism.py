@@ -76,7 +76,8 @@ def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
     if not len(ev):
         return pd.DataFrame(columns=cols)
     host = np.flatnonzero(kind_in(ev, HOST))
-    kern = np.flatnonzero(kind_in(ev, ("kernel",)))
+    on_gpu = kind_in(ev, ("kernel",))
+    kern = np.flatnonzero(on_gpu)
     # one regex per distinct name, not per row (a trace holds millions of host rows)
     h_coll = lookup_at(ev["name"], host, _host_collective, None)
     k_coll = lookup_at(ev["name"], kern, _kernel_collective, None)
@@ -87,14 +88,14 @@ def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
             got[named] = given[named].astype(str).to_numpy()
     rows = np.concatenate([host[h_coll != None], kern[k_coll != None]])  # noqa: E711
     colls = list(h_coll[h_coll != None]) + list(k_coll[k_coll != None])  # noqa: E711
-    names = ev["name"].astype(object).to_numpy()
     if not len(rows):
         return pd.DataFrame(columns=cols)
+    names = ev["name"].iloc[rows].astype(object).to_numpy()   # those rows' names only
     ts = ev["ts"].to_numpy(np.int64)[rows]
-    df = pd.DataFrame({"row": rows, "collective": colls, "name": names[rows],
+    df = pd.DataFrame({"row": rows, "collective": colls, "name": names,
                        "pid": ev["pid"].to_numpy()[rows], "tid": ev["tid"].to_numpy()[rows],
                        "ts": ts, "end": ts + ev["dur"].to_numpy(np.int64)[rows],
-                       "on_gpu": kind_in(ev, ("kernel",))[rows],
+                       "on_gpu": on_gpu[rows],
                        "issue": kind_in(ev, ("cpu_op",))[rows],
                        "pg": _col_at(ev, "process_group", rows, None),
                        "gsize": _col_at(ev, "group_size", rows, -1)})
