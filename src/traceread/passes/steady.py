@@ -221,9 +221,9 @@ def _first_calls(ev: pd.DataFrame, m: np.ndarray, what: str, codes: np.ndarray, 
                        "dur": ev["dur"].to_numpy(np.int64)[rows],
                        "pid": ev["pid"].to_numpy(np.int64)[rows]})
     df = df.sort_values("ts", kind="stable")
-    df["n"] = df.groupby(["pid", "name"], sort=False).cumcount()
-    first = df[df["n"] == 0].set_index(["pid", "name"])
-    later = df[df["n"] > 0].groupby(["pid", "name"])["dur"].agg(["median", "size"])
+    again = df.duplicated(["pid", "name"]).to_numpy()   # not the (pid, name)'s first row
+    first = df[~again].set_index(["pid", "name"])
+    later = df[again].groupby(["pid", "name"])["dur"].agg(["median", "size"])
     j = first.join(later, how="inner")
     j = j[(j["size"] >= FIRST_MIN_LATER) & (j["dur"] >= OUTLIER_MIN_NS)
           & (j["dur"] >= FIRST_RATIO * np.maximum(j["median"], 1))]
