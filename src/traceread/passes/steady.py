@@ -140,8 +140,11 @@ def _jumps(ev: pd.DataFrame, kinds: tuple, col: str) -> dict | None:
     ok = ids > 0
     if not ok.any():
         return None
-    pids, counts = np.unique(pid[ok], return_counts=True)
-    u = np.unique(ids[ok & (pid == pids[np.argmax(counts)])].astype(np.int64))
+    # the process with most ids (the smallest pid of a tie), by hashing, not sorting
+    code, pids = pd.factorize(pid[ok])
+    counts = np.bincount(code)
+    top = pids[counts == counts.max()].min()
+    u = np.unique(ids[ok & (pid == top)].astype(np.int64))
     if len(u) < 3:
         return None
     span = int(u[-1] - u[0] + 1)
