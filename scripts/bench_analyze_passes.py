@@ -93,8 +93,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        revs = a.baseline.split(",")
-        sides = {r: _baseline(r, tmp) for r in revs}
+        revs = [Path(r).name if Path(r).is_dir() else r for r in a.baseline.split(",")]
+        sides = {n: _baseline(r, tmp) for n, r in zip(revs, a.baseline.split(","))}
         sides["this"] = ROOT
         first = revs[0]
         print(f"{a.trace}: baseline {a.baseline} vs this checkout; load {os.getloadavg()}")
@@ -123,6 +123,7 @@ def main() -> None:
                              if n != first)
                 print(f"  {fig:24s}{vals}{rs}")
         print(f"load after: {os.getloadavg()}")
+
 
 if __name__ == "__main__":
     main()
