@@ -78,9 +78,10 @@ class StepItem(_S):
     gpu_end_ns: int
     gpu_ops: int
     busy_ns: int
-    idle_ns: int
+    idle_ns: int                    # idle of the gaps whose closing op this step launched
     gaps: int
     idle_by_cpu: IntMap
+    idle_in_span_ns: int            # idle inside this step's own CPU span (analysis.md §2)
 
 
 class Steps(_S):
