@@ -21,8 +21,7 @@ WIDTH = 100  # terminal columns the report keeps to (prose wraps, kernel names s
 
 
 def _short(name: str, w: int = NAME_W) -> str:
-    name = safe.name(re.sub(" +", " ", str(name).strip(" ")))  # one inert line (render/safe.py)
-    return name if len(name) <= w else name[: w - 1] + "…"
+    return safe.short(name, w)  # one inert line, inductor names keep their tail (render/safe.py)
 
 
 def _tail_lines(prefix: str, text: str, width: int = WIDTH) -> list[str]:
