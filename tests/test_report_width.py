@@ -69,3 +69,46 @@ def test_other_text_commands_fit_100_columns(command):
     r = CliRunner().invoke(main, [command, *traces])
     assert r.exit_code == 0, r.output
     assert [x for x in r.stdout.splitlines() if len(x) > 100] == []
+
+
+# Real inductor names from the corpus's torch.compile traces: the op list runs to 100+
+# characters; only the tail tells these two apart.
+LONG_A = ("triton_poi_fused__to_copy_arange_cat_clone_cos_div_expand_mul_pow_reciprocal_select_"
+          "sin_split_unsqueeze_view_12")
+LONG_B = LONG_A[:-3] + "_3"
+
+
+def _inductor_trace():
+    import traceread
+    from traceread.synth.scenarios import MS, US, TraceBuilder
+
+    b = TraceBuilder()
+    for s in range(3):   # back-to-back kernels: GPU-bound, the top kernel quoted in the verdict
+        t0 = s * 10 * MS
+        b.step(s, t0, 10 * MS)
+        for j in range(25):
+            ts = t0 + j * 400 * US
+            b.op_with_kernel("aten::add", ts, 30 * US, 10 * US, 10 * US, ts + 50 * US, 399 * US,
+                             name=LONG_A if j % 2 else LONG_B)
+    return traceread.analyze(b.build())
+
+
+def test_inductor_names_shorten_to_their_tail_on_the_terminal_and_stay_whole_in_json():
+    from traceread.render import safe
+
+    assert safe.short(LONG_A, 40) == "triton_poi_fused__to_copy_arange_cat…_12"
+    assert safe.short(LONG_B, 40).endswith("…_3") and len(safe.short(LONG_B, 40)) == 40
+    assert safe.short("void at::native::" + "x" * 80, 30).endswith("x…")   # others: cut at the end
+    a = _inductor_trace()
+    text = a.report("text")
+    body = text.split("To do")[0]
+    assert LONG_A not in body and LONG_B not in body
+    assert "top kernel 52.0% of GPU time: triton_poi_fused__to_copy_arange_cat_…_3" in body
+    rows = [x for x in text.splitlines() if x.strip().startswith(("52.0%", "48.0%"))]
+    assert len(rows) == 2 and rows[0].endswith("…_3") and rows[1].endswith("…_12")
+    assert all(len(x) <= 100 for x in text.splitlines() if "triton_" in x and "ncu" not in x)
+    # a command quoting the name keeps it whole (it is copied); JSON keeps every name whole
+    assert "ncu --kernel-name triton_poi_fused__to_copy_arange_cat_clone_cos" in " ".join(text.split())
+    d = a.to_dict()
+    assert {k["name"] for k in d["kernels"]} == {LONG_A, LONG_B}
+    assert d["verdict"]["evidence"]["top_kernel"] == LONG_B

@@ -129,3 +129,17 @@ def test_step_stats_and_bursty_flag():
     assert steady["bursty"] is False and steady["cv"] < 0.01
     assert S.step_stats([]) is None
     assert S.step_stats([5, 50])["bursty"] is False  # fewer than 3 steps: never bursty
+
+
+def test_idle_in_span_splits_gaps_at_step_boundaries():
+    steps = pd.DataFrame({"pid": [1, 1, 2], "start": [0, 10 * MS, 0],
+                          "end": [10 * MS, 20 * MS, 20 * MS]})
+    # pid 1: a gap across the boundary (8..13 ms), one inside step 1, one after every step;
+    # device 1 of pid 1 overlaps device 0 in time: summed over devices
+    gaps = pd.DataFrame({"pid": [1, 1, 1, 1, 2], "device": [0, 0, 0, 1, 0],
+                         "start": [8 * MS, 15 * MS, 25 * MS, 9 * MS, 5 * MS],
+                         "end": [13 * MS, 16 * MS, 30 * MS, 11 * MS, 6 * MS]})
+    assert S.idle_in_span(steps, gaps).tolist() == [3 * MS, 5 * MS, 1 * MS]
+    whole = pd.DataFrame({"pid": [-1], "start": [0], "end": [100 * MS]})
+    assert S.idle_in_span(whole, gaps).tolist() == [14 * MS]
+    assert S.idle_in_span(steps, gaps.iloc[:0]).tolist() == [0, 0, 0]

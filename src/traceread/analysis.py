@@ -509,6 +509,7 @@ def _step_idle(step_tab: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     step_tab = step_tab.copy()
     step_tab["idle_ns"] = _sum_by(k[m], gaps["duration"].to_numpy(np.int64)[m], n)
     step_tab["gaps"] = np.bincount(k[m], minlength=n)[:n].astype(np.int64)
+    step_tab["idle_in_span_ns"] = steps_mod.idle_in_span(step_tab, gaps)
     for c in attr_mod.CPU_CATEGORIES:
         step_tab[f"idle_{c}"] = _sum_by(k[m], gaps[f"cpu_{c}"].to_numpy(np.int64)[m], n)
     return step_tab

@@ -7,9 +7,9 @@ document carries ``schema_version`` (``SCHEMA_VERSION``; bump the minor for
 added keys, the major for removed or changed ones).
 
 ``kernels``, ``api``, ``gaps``, ``memcpy``, ``nvtx``, ``osrt`` and ``util`` print what
-``nsys stats --format json`` prints
-(a list of rows keyed by nsys's column names), so they are lists and carry no
-version; the same figures appear in ``analyze`` under snake_case keys.
+``nsys stats --format json`` prints (a list of rows keyed by nsys's column names), so they
+stay lists and each row carries the version; the same figures appear in ``analyze``
+under snake_case keys.
 
 Structs forbid unknown fields: a key added to an output without adding it here
 fails the schema tests, so the published schema cannot drift from the code.
@@ -24,7 +24,7 @@ from typing import Any, Optional
 import msgspec
 from msgspec import Struct, field
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"   # 1.3: steps idle_in_span_ns; schema_version in nsys report rows
 
 
 class _S(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -78,9 +78,10 @@ class StepItem(_S):
     gpu_end_ns: int
     gpu_ops: int
     busy_ns: int
-    idle_ns: int
+    idle_ns: int                    # idle of the gaps whose closing op this step launched
     gaps: int
     idle_by_cpu: IntMap
+    idle_in_span_ns: int            # idle inside this step's own CPU span (analysis.md §2)
 
 
 class Steps(_S):
@@ -843,7 +844,13 @@ class Diff(DiffPair, kw_only=True):
 # --- nsys-stats compatible lists -------------------------------------------------------
 
 
-class KernelRow(_S):
+class _Row(_S):
+    """A row of an nsys report (``kernels``, ``api``, ...): its columns, and the version."""
+
+    schema_version: str
+
+
+class KernelRow(_Row):
     pct: float = field(name="Time (%)")
     total_ns: int = field(name="Total Time (ns)")
     instances: int = field(name="Instances")
@@ -855,7 +862,7 @@ class KernelRow(_S):
     name: str = field(name="Name")
 
 
-class ApiRow(_S):
+class ApiRow(_Row):
     pct: float = field(name="Time (%)")
     total_ns: int = field(name="Total Time (ns)")
     calls: int = field(name="Num Calls")
@@ -867,7 +874,7 @@ class ApiRow(_S):
     name: str = field(name="Name")
 
 
-class GapRow(_S):
+class GapRow(_Row):
     row: int = field(name="Row#")
     duration_ns: int = field(name="Duration (ns)")
     start_ns: int = field(name="Start (ns)")
@@ -876,7 +883,7 @@ class GapRow(_S):
     context: Optional[int] = field(name="Context ID")
 
 
-class MemcpyRow(_S):
+class MemcpyRow(_Row):
     pct: float = field(name="Time (%)")
     total_ns: int = field(name="Total Time (ns)")
     count: int = field(name="Count")
@@ -888,7 +895,7 @@ class MemcpyRow(_S):
     operation: str = field(name="Operation")
 
 
-class NvtxRow(_S):
+class NvtxRow(_Row):
     pct: float = field(name="Time (%)")
     total_ns: int = field(name="Total Time (ns)")
     instances: int = field(name="Instances")
@@ -901,7 +908,7 @@ class NvtxRow(_S):
     style: str = field(name="Style")
 
 
-class UtilRow(_S):
+class UtilRow(_Row):
     row: int = field(name="Row#")
     in_use_pct: float = field(name="In-Use (%)")
     duration_ns: int = field(name="Duration (ns)")

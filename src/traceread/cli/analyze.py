@@ -11,7 +11,7 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
                       strict_option)
 from ..analysis import analyze as run_analysis
 from ..render.json import dumps, gap_records
-from ..render.report import _fit_list, _short, render_report, short_path
+from ..render.report import STEP_IDLE_LEGEND, _fit_list, _short, render_report, short_path
 from ..render import safe
 from ..render.text import ORIGIN_NOTE, fmt_ns, rel_time
 
@@ -217,12 +217,14 @@ def steps(traces, fmt, out, step_pattern, steps_spec, window):
     for a in results:
         st = a.steps
         lines = [safe.name(a.meta.path), f"  {'step':>6}  {'start':>10}  {'host time':>10}  {'GPU busy':>10}  "
-                 f"{'GPU idle':>10}  {'gaps':>6}  {'GPU ops':>8}"]
+                 f"{'GPU idle':>10}  {'in span':>10}  {'gaps':>6}  {'GPU ops':>8}"]
         t0 = int(st["start"].min()) if len(st) else 0
         for r in st.to_dict(orient="records"):
             lines.append(f"  {'#' + str(r['step']):>6}  {'+' + fmt_ns(r['start'] - t0):>10}  "
                          f"{fmt_ns(r['dur']):>10}  {fmt_ns(r['busy_ns']):>10}  "
-                         f"{fmt_ns(r['idle_ns']):>10}  {r['gaps']:>6,}  {r['gpu_ops']:>8,}")
+                         f"{fmt_ns(r['idle_ns']):>10}  {fmt_ns(r['idle_in_span_ns']):>10}  "
+                         f"{r['gaps']:>6,}  {r['gpu_ops']:>8,}")
+        lines.append(STEP_IDLE_LEGEND)
         blocks.append("\n".join(lines))
     emit("\n\n".join(blocks), out)
     exit_if_failed(failed)

@@ -49,7 +49,7 @@ def kernels(trace, fmt, out, nsys_version):
     """GPU kernel summary of TRACE (nsys stats cuda_gpu_kern_sum)."""
     t = load_trace(trace)
     s = _text_names(kernel_summary(t), fmt)
-    emit(render_summary(s, fmt, version=stats_version(t, nsys_version)), out, terminal=fmt == "text")
+    _emit(render_summary(s, fmt, version=stats_version(t, nsys_version)), out, fmt=fmt)
 
 
 @main.command()
@@ -63,8 +63,8 @@ def api(trace, real_calls_only, fmt, out, nsys_version):
     """CUDA API summary of TRACE (nsys stats cuda_api_sum)."""
     t = load_trace(trace)
     summary = api_summary(t, nsys_compat=not real_calls_only)
-    emit(render_api(_text_names(summary, fmt), fmt, stats_version(t, nsys_version)), out,
-         terminal=fmt == "text")
+    _emit(render_api(_text_names(summary, fmt), fmt, stats_version(t, nsys_version)), out,
+         fmt=fmt)
 
 
 @main.command()
@@ -78,7 +78,7 @@ def api(trace, real_calls_only, fmt, out, nsys_version):
 def gaps(trace, min_gap, fmt, out, rows):
     """GPU idle gaps of TRACE per process and device (nsys stats gpu_gaps)."""
     t = load_trace(trace)
-    emit(render_gaps(t, parse_duration(min_gap), fmt, rows), out, terminal=fmt == "text")
+    _emit(render_gaps(t, parse_duration(min_gap), fmt, rows), out, fmt=fmt)
 
 
 def gap_rows(t: Trace, min_gap_ns: int, rows: int = reports.NSYS_ROW_LIMIT) -> list[list[str]]:
@@ -118,6 +118,16 @@ def _render_table(headers, rows, fmt: str, plain=()) -> str:
     return render_text(headers, rows, numeric_cols=len(headers), plain=plain)
 
 
+def _emit(text: str, out, fmt: str) -> None:
+    """``emit`` for the nsys reports. Their JSON keeps the shape of ``nsys stats --format
+    json`` (a list of row objects); each row carries ``schema_version`` (docs/analysis.md §5)."""
+    if fmt == "json":
+        from ..schema import versioned
+
+        text = json.dumps([versioned(r) for r in json.loads(text)], indent=2)
+    emit(text, out, terminal=fmt == "text")
+
+
 def _text_names(df, fmt: str):
     """For the text table, names as one terminal-safe line each (``render.safe``);
     csv and json keep them exact, as nsys writes them."""
@@ -143,8 +153,8 @@ def nvtx(trace, fmt, out, nsys_version):
     t = load_trace(trace)
     v = stats_version(t, nsys_version)
     s = _text_names(reports.nvtx_summary(t, v), fmt)
-    emit(reports.render_nvtx(s, fmt, v) if len(s) or fmt != "text" else "no NVTX ranges", out,
-         terminal=fmt == "text")
+    _emit(reports.render_nvtx(s, fmt, v) if len(s) or fmt != "text" else "no NVTX ranges", out,
+         fmt=fmt)
 
 
 @main.command()
@@ -160,7 +170,7 @@ def memcpy(trace, by, fmt, out, nsys_version):
     s = _text_names(reports.memop_time_summary(t) if by == "time" else reports.memop_size_summary(t),
                     fmt)
     text = reports.render_memops(s, by, fmt, stats_version(t, nsys_version))
-    emit(text if len(s) or fmt != "text" else "no GPU memcpy/memset", out, terminal=fmt == "text")
+    _emit(text if len(s) or fmt != "text" else "no GPU memcpy/memset", out, fmt=fmt)
 
 
 @main.command()
@@ -173,7 +183,7 @@ def osrt(trace, fmt, out, nsys_version):
     t = load_trace(trace)
     s = _text_names(reports.osrt_summary(t), fmt)
     text = reports.render_osrt(s, fmt, stats_version(t, nsys_version))
-    emit(text if len(s) or fmt != "text" else "no OS runtime calls", out, terminal=fmt == "text")
+    _emit(text if len(s) or fmt != "text" else "no OS runtime calls", out, fmt=fmt)
 
 
 @main.command()
@@ -195,5 +205,5 @@ def util(trace, threshold, chunks, rows, fmt, out, nsys_version):
     if not table and fmt == "text":
         emit(f"no region below {threshold:g}% GPU utilisation", out)
         return
-    emit(_render_table(reports.UTIL_HEADERS, table, fmt, plain=(0, 4, 5, 6)), out,
-         terminal=fmt == "text")
+    _emit(_render_table(reports.UTIL_HEADERS, table, fmt, plain=(0, 4, 5, 6)), out,
+         fmt=fmt)

@@ -370,6 +370,29 @@ def step_table(steps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> p
     return out
 
 
+def idle_in_span(steps: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:
+    """Per step: GPU idle ns that lies inside the step's own CPU span [start, end).
+
+    Each gap is split at step boundaries (clipped to the spans of its own process; a
+    pseudo-step with pid -1 takes every process), summed over devices. Unlike the gap's
+    step (the step that launched the op ending it), this is steady on a steady loop.
+    """
+    from . import intervals
+
+    n = len(steps)
+    out = np.zeros(n, np.int64)
+    if not n or not len(gaps):
+        return out
+    spid = steps["pid"].to_numpy(np.int64)
+    s, e = steps["start"].to_numpy(np.int64), steps["end"].to_numpy(np.int64)
+    gs, ge = gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64)
+    for (pid, _dev), idx in gaps.groupby(["pid", "device"], sort=False).indices.items():
+        sel = (spid == pid) | (spid < 0)
+        if sel.any():
+            out[sel] += intervals.overlap(intervals.union(gs[idx], ge[idx]), s[sel], e[sel])
+    return out
+
+
 def step_stats(durs, bursty_cv: float = 0.25, bursty_max_ratio: float = 2.0) -> dict | None:
     """mean, median, p90, min, max, stddev (population), cv; bursty flag.
 

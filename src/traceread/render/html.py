@@ -391,14 +391,15 @@ def _steps_section(d: dict) -> str:
                 x += w
         # the bar is GPU time (busy + idle); the step's host duration is another figure
         inner.append(f'<text x="{x + 4:.0f}" y="{y + 12}">{fmt_ns(it["busy_ns"] + it["idle_ns"])} '
-                     f'(step {fmt_ns(it["dur_ns"])})</text>')
+                     f'(step {fmt_ns(it["dur_ns"])}, in span {fmt_ns(it["idle_in_span_ns"])})</text>')
     s = st.get("stats") or {}
     more = f"; first {MAX_STEPS} of {len(items)}" if len(items) > MAX_STEPS else ""
     head = (f"<h2>Steps</h2><p class='meta'>{st['count']} steps, mean {fmt_ns(s.get('mean_ns', 0))}, "
             f"median {fmt_ns(s.get('median_ns', 0))}, cv {s.get('cv', 0):.2f}{more}. Each bar: GPU busy, "
-            f"then the step's idle time by cause, labelled with their sum (the step's host "
-            f"duration in brackets).</p>")
-    return head + _legend(["busy", *CPU_CATEGORIES]) + _svg(x0 + bar_w + 170, len(shown) * (row_h + 3),
+            f"then the idle time of the gaps ended by work the step launched, by cause, labelled "
+            f"with their sum (in brackets: the step's host duration, and the GPU idle inside "
+            f"it, steady on a steady loop).</p>")
+    return head + _legend(["busy", *CPU_CATEGORIES]) + _svg(x0 + bar_w + 290, len(shown) * (row_h + 3),
                                                              inner, "per-step GPU busy and idle")
 
 

@@ -105,6 +105,7 @@ def _steps(a) -> dict:
             "gpu_start_ns": r["gpu_start"], "gpu_end_ns": r["gpu_end"], "gpu_ops": r["gpu_ops"],
             "busy_ns": r["busy_ns"], "idle_ns": r["idle_ns"], "gaps": r["gaps"],
             "idle_by_cpu": {c: r[f"idle_{c}"] for c in CPU_CATEGORIES},
+            "idle_in_span_ns": r["idle_in_span_ns"],
         }))
     return {"source": a.step_source, "pattern": a.step_pattern,
             "count": 0 if a.step_source == "whole_trace" else len(st),

@@ -21,8 +21,7 @@ WIDTH = 100  # terminal columns the report keeps to (prose wraps, kernel names s
 
 
 def _short(name: str, w: int = NAME_W) -> str:
-    name = safe.name(re.sub(" +", " ", str(name).strip(" ")))  # one inert line (render/safe.py)
-    return name if len(name) <= w else name[: w - 1] + "…"
+    return safe.short(name, w)  # one inert line, inductor names keep their tail (render/safe.py)
 
 
 def _tail_lines(prefix: str, text: str, width: int = WIDTH) -> list[str]:
@@ -290,6 +289,11 @@ def _waited(gaps) -> str:
     return f"; on {text}" if text else ""
 
 
+# The per-step idle columns: launch-charged (the verdict's) and where it occurs.
+STEP_IDLE_LEGEND = ("  GPU idle: the gaps ended by work the step launched; in span: idle inside "
+                    "the step's own host time")
+
+
 def _steps(a) -> list[str]:
     st = a.steps
     if a.step_source == "whole_trace":
@@ -300,13 +304,14 @@ def _steps(a) -> list[str]:
     lines = ["", f"Steps: {s['count']} ({_short(st['name'].iloc[0], 30)} …), mean "
              f"{fmt_ns(s['mean_ns'])}, median {fmt_ns(s['median_ns'])}, p90 {fmt_ns(s['p90_ns'])}, "
              f"cv {s['cv']:.2f} ({steady})",
-             f"  {'step':>6}  {'host time':>10}  {'GPU busy':>10}  {'GPU idle':>10}  "
+             STEP_IDLE_LEGEND,
+             f"  {'step':>6}  {'host time':>10}  {'GPU busy':>10}  {'GPU idle':>10}  {'in span':>10}  "
              f"{'gaps':>6}  main idle cause"]
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
         rows = st.sort_values("dur", ascending=False, kind="stable").head(STEP_ROWS).sort_values(
             "start", kind="stable")
-        lines[-2] += f"; showing the {STEP_ROWS} slowest"
+        lines[-3] += f"; showing the {STEP_ROWS} slowest"
     cat_cols = [f"idle_{c}" for c in CPU_CATEGORIES]
     for r in rows.to_dict(orient="records"):
         vals = np.array([r[c] for c in cat_cols])
@@ -315,7 +320,8 @@ def _steps(a) -> list[str]:
             j = int(vals.argmax())
             cause = f"{CPU_CATEGORIES[j]} {fmt_ns(vals[j])}"
         lines.append(f"  {'#' + str(r['step']):>6}  {fmt_ns(r['dur']):>10}  {fmt_ns(r['busy_ns']):>10}  "
-                     f"{fmt_ns(r['idle_ns']):>10}  {r['gaps']:>6,}  {cause}")
+                     f"{fmt_ns(r['idle_ns']):>10}  {fmt_ns(r['idle_in_span_ns']):>10}  "
+                     f"{r['gaps']:>6,}  {cause}")
     return lines
 
 

@@ -12,6 +12,9 @@ newline or carriage return in a name forges a line of our own output. So:
 * ``text(report)``: a whole rendered report. The same, except that ``\\t`` and ``\\n``
   are its own layout and stay.
 
+* ``short(name, w)`` / ``short_names_in(prose)``: a name fitted to a terminal column,
+  an inductor kernel keeping the tail that tells it apart.
+
 JSON needs neither: ``json.dumps`` escapes every control itself and the values stay exact.
 """
 from __future__ import annotations
@@ -43,6 +46,40 @@ def text(value) -> str:
     return _TEXT_BAD.sub(_escape, s) if _TEXT_BAD.search(s) else s
 
 
+# An inductor kernel's name lists every op it fuses (real traces of the corpus: up to 115
+# characters, triton_poi_fused__to_copy_arange_cat_..._unsqueeze_view_12); what tells two
+# such kernels apart is the tail (the kernel's index, or a hash), so shortening keeps it.
+_INDUCTOR = re.compile(r"\btriton_(?:poi|red|per|tem|for|unk)_fused_\w+")
+# the kept tail: "_" + an index or a hash (up to 16 characters, a digit among them); a name
+# cut short before it reached its tail (a lever's ncu command) ends in an op, and is cut at its end
+_TAIL = re.compile(r"_(?=[0-9a-z]*[0-9])[0-9a-z]{1,16}$")
+INDUCTOR_W = 40    # an inductor name quoted inside prose
+
+
+def short(value, w: int) -> str:
+    """``value`` as one terminal-safe line of at most ``w`` characters (runs of spaces
+    squeezed). An inductor fused kernel loses the middle of its op list and keeps its
+    head and tail (``triton_poi_fused__to_copy_ara…_12``); any other name its end."""
+    s = name(re.sub(" +", " ", str(value).strip(" ")))
+    if len(s) <= w:
+        return s
+    tail = _TAIL.search(s)
+    if _INDUCTOR.fullmatch(s) and tail and w - 1 - len(tail.group()) >= 16:
+        return s[: w - 1 - len(tail.group())] + "…" + tail.group()
+    return s[: w - 1] + "…"
+
+
+# a name a command takes (ncu --kernel-name, rocprof-compute -k) stays whole: it is copied
+_IN_PROSE = re.compile(r"(?<!--kernel-name )(?<!-k )" + _INDUCTOR.pattern)
+
+
+def short_names_in(value: str, w: int = INDUCTOR_W) -> str:
+    """Prose with every inductor kernel name in it ``short()``-ened to ``w`` characters
+    (the text report's verdict and levers; JSON keeps the whole name), except where a
+    command quotes it."""
+    return _IN_PROSE.sub(lambda m: short(m.group(), w), value)
+
+
 def names(df, columns=("name", "Name", "Range", "Operation", "short_name")):
     """A copy of DataFrame ``df`` whose text columns among ``columns`` are ``name()``-escaped."""
     todo = [c for c in columns if c in getattr(df, "columns", ())]
@@ -72,5 +109,16 @@ def for_display(a):
     import copy
 
     shown = copy.copy(a)
-    shown.verdict = strings(a.verdict)
+    shown.verdict = _short_names(strings(a.verdict))
     return shown
+
+
+def _short_names(value):
+    """``value`` with the inductor kernel names in its strings shortened (``short_names_in``)."""
+    if isinstance(value, str):
+        return short_names_in(value)
+    if isinstance(value, dict):
+        return {k: _short_names(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_short_names(v) for v in value)
+    return value
