@@ -375,3 +375,16 @@ def test_fsdp_prefetch_only_when_all_gathers_are_exposed():
     assert "fsdp_prefetch" in ids("comms", **fsdp, fsdp_all_gather_exposed_pct=64.3)
     assert "fsdp_prefetch" not in ids("comms", **fsdp, fsdp_all_gather_exposed_pct=4.0)
     assert "ddp_buckets" not in ids("comms", **fsdp, fsdp_all_gather_exposed_pct=4.0)
+
+
+def test_tune_lever_names_a_long_kernel_by_a_regex_ncu_can_match():
+    """ncu --kernel-name matches a whole name: a name cut to 80 characters would match nothing,
+    so a longer one is matched by its head (regex:^...)."""
+    long = ("triton_poi_fused__to_copy_arange_cat_clone_copy_embedding_index_index_put_mul_slice"
+            "_scatter_stack_unsqueeze_view_12")
+    text = L._tune_kernel_text({"top_kernel": {"name": long, "pct": 60.0},
+                                "device_name": "NVIDIA H100"})
+    assert f"--kernel-name regex:^{long[:80]} " in text
+    short = L._tune_kernel_text({"top_kernel": {"name": "void ns::k<float>(float*)", "pct": 60.0},
+                                 "device_name": "NVIDIA H100"})
+    assert "--kernel-name k --set full" in short

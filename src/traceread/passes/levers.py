@@ -776,8 +776,12 @@ def _tune_kernel_text(c: Ctx) -> str:
     k = c.get("top_kernel") or {}
     name, pct = str(k.get("name", "")), float(k.get("pct", 0))
     device = str(c.get("device_name") or "")
-    base = kernel_base_name(name)
-    ncu = f"Nsight Compute (ncu --kernel-name {base} --set full)"
+    full = kernel_base_name(name, limit=None)
+    base = full[:KERNEL_NAME_CHARS]
+    # a name cut short matches no kernel: ncu matches its head as a regex instead (rocprof-
+    # compute's -k matches a substring already)
+    arg = base if len(full) <= KERNEL_NAME_CHARS else f"regex:^{re.escape(base)}"
+    ncu = f"Nsight Compute (ncu --kernel-name {arg} --set full)"
     rocm = f"rocprof-compute (rocprof-compute profile -k {base})"
     amd = AMD_DEVICE_RX.search(device) or (not device and any(
         AMD_KERNEL_RX.search(str(n)) for n in k.get("names", [name])))
@@ -789,13 +793,16 @@ def _tune_kernel_text(c: Ctx) -> str:
            f"and {how}"
 
 
-def kernel_base_name(name: str) -> str:
+KERNEL_NAME_CHARS = 80
+
+
+def kernel_base_name(name: str, limit: int | None = KERNEL_NAME_CHARS) -> str:
     """What ncu's --kernel-name matches by default: no return type, arguments, templates or
-    namespaces (`void ns::k<float>(float*)` -> `k`)."""
+    namespaces (`void ns::k<float>(float*)` -> `k`); cut to ``limit`` characters."""
     s = re.sub(r"^\s*void\s+", "", name.replace("(anonymous namespace)::", "")).split("(", 1)[0]
     while "<" in s:  # innermost template arguments first
         t = re.sub(r"<[^<>]*>", "", s)
         if t == s:
             break
         s = t
-    return s.rsplit("::", 1)[-1].strip()[:80] or name[:80]
+    return (s.rsplit("::", 1)[-1].strip() or name)[:limit]
