@@ -388,3 +388,37 @@ def test_tune_lever_names_a_long_kernel_by_a_regex_ncu_can_match():
     short = L._tune_kernel_text({"top_kernel": {"name": "void ns::k<float>(float*)", "pct": 60.0},
                                  "device_name": "NVIDIA H100"})
     assert "--kernel-name k --set full" in short
+
+
+PP = {"pp_stages": 2, "pp_microbatches": 4, "pp_schedule": "gpipe", "pp_bubble_pct": 30.0,
+      "pp_step_ns": 1000}
+
+
+def test_pipeline_bubble_gets_more_microbatches_with_the_projected_saving():
+    assert L.pp_theory_pct(2, 4) == 20.0 and L.pp_bubble_dominates(PP)
+    assert not L.pp_bubble_dominates({**PP, "pp_bubble_pct": 19.0})      # bubble small
+    assert not L.pp_bubble_dominates({**PP, "pp_microbatches": None})    # m unknown
+    assert not L.pp_bubble_dominates({**PP, "pp_stages": 2, "pp_microbatches": 64})  # gain < 2 pts
+    item = [x for x in L.offered({}, {}, {}, PP, 1, ()) if x["id"] == "pp_microbatches"][0]
+    # only the schedule's part shrinks: min(30, 20) - 100/9 points of the 1000 ns of steps
+    assert item["saves_ns"] == int(1000 * (20.0 - 100 / 9) / 100)
+    assert "m=8" in item["lever"] and "1F1B" in item["lever"]
+
+
+def test_slow_stage_gets_rebalancing_naming_it():
+    ctx = {"pp_slowest_stage": 3, "pp_slowest_x": 1.6, "pp_excess_busy_ns": 5_000_000}
+    assert L.pp_stage_slow(ctx)
+    assert not L.pp_stage_slow({**ctx, "pp_slowest_x": 1.1})
+    assert not L.pp_stage_slow({**ctx, "pp_slowest_stage": None})     # one rank: unknown
+    assert not L.pp_stage_slow({**ctx, "pp_excess_busy_ns": 0})
+    item = [x for x in L.offered({}, {}, {}, ctx, 1, ()) if x["id"] == "pp_rebalance"][0]
+    assert item["saves_ns"] == 5_000_000 and "stage 3" in item["lever"]
+
+
+def test_all_to_all_imbalance_gets_routing_advice_naming_the_hot_rank():
+    ctx = {"ep_hot_rank": 5, "ep_imbalance": 1.8}
+    assert L.ep_imbalanced(ctx) and not L.ep_imbalanced({**ctx, "ep_imbalance": 1.1})
+    assert not L.ep_imbalanced({"ep_imbalance": 3.0})
+    item = [x for x in L.offered({}, {}, {}, ctx, 1, ()) if x["id"] == "ep_balance"][0]
+    assert "rank 5" in item["lever"] and "capacity factor" in item["lever"]
+    assert item["saves_ns"] is None

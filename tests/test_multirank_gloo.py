@@ -17,6 +17,7 @@ Tolerances (measured on these captures, see the numbers in the asserts):
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -248,10 +249,54 @@ def test_gloo_clock_offset_recovered(shift_ms):
     truth, traces = _load(GLOO / "ddp2")
     t1 = traces[1]
     ts = pc.add(t1.table.column("ts"), pa.scalar(shift_ms * MS, pa.int64()))
-    traces[1] = Trace(t1.table.set_column(t1.table.schema.get_field_index("ts"), "ts", ts), t1.meta)
+    # the recordings share a host (host_name "vm"): one clock, never shifted; on another host
+    # the shift must be found
+    assert not mr.analyze_traces(_load(GLOO / "ddp2")[1])[0].clock[1]["applied"]
+    meta = dataclasses.replace(t1.meta, extra=dict(t1.meta.extra, host_name="other-host"))
+    traces[1] = Trace(t1.table.set_column(t1.table.schema.get_field_index("ts"), "ts", ts), meta)
     res = mr.analyze_traces(traces)[0]
     off = res.clock[1]
     assert off["applied"] and abs(off["offset_ns"] + shift_ms * MS) < 0.2 * MS
     assert res.straggler["rank"] == 1
     for g, arr in zip(_all_reduces(res), _truth_arrivals(truth)):
         assert abs(int(g.loc[1, "lateness_ns"]) - (arr[1] - arr[0])) < 1 * MS
+
+
+@pytest.mark.parametrize("job", ["pp_gpipe", "pp_1f1b", "a2a4", "ddp2", "ddp4", "fsdp2", "sweep2"])
+def test_ranks_of_one_host_are_never_shifted(job):
+    """Every recording's ranks ran on one host (``host_name``): one system clock. Before,
+    pp_gpipe's rank 1 was shifted by 17.8 ms from the sends' end times."""
+    _, traces = _load(GLOO / job)
+    res = mr.analyze_traces(traces)[0]
+    assert {t.meta.extra.get("host_name") for t in traces} == {"vm"}
+    assert all(o["offset_ns"] == 0 and not o["applied"] for o in res.clock.values())
+    assert all(o["reason"] in ("reference clock", "one clock (same export or same host)")
+               for o in res.clock.values())
+
+
+def test_generic_host_names_prove_no_shared_clock():
+    from traceread.multirank.inputs import clock_domain
+
+    assert clock_domain({"host_name": "vm"}) == "host:vm"
+    assert clock_domain({"host_name": "localhost"}) == clock_domain({}) == ""
+    assert clock_domain({"clock_domain": "nsys:x", "host_name": "vm"}) == "nsys:x"
+
+
+@pytest.mark.parametrize("job", ["pp_gpipe", "pp_1f1b"])
+def test_pipeline_sends_and_recvs_pair_by_peer_and_find_the_slow_stage(job):
+    """send/recv are matched pairwise (rank a's sends to b with b's recvs from a, peers from
+    ``Concrete Inputs``), never as whole-group collectives; only a late sender holds its
+    receiver. The planted slow stage (truth: slow_stage 1, 3x the layers) is the straggler."""
+    truth, traces = _load(GLOO / job)
+    res = mr.analyze_traces(traces)[0]
+    m = res.matches
+    p2p = m[m["lane"].str.startswith("p2p:")]
+    assert set(p2p["lane"]) == {"p2p:0>1", "p2p:1>0"}
+    assert (p2p.groupby("instance")["rank"].nunique() == 2).all()
+    for lane, (src, dst) in (("p2p:0>1", (0, 1)), ("p2p:1>0", (1, 0))):
+        mine = p2p[p2p["lane"] == lane]
+        assert set(mine.loc[mine["rank"] == src, "collective"]) == {"send"}
+        assert set(mine.loc[mine["rank"] == dst, "collective"]) == {"recv"}
+        assert not mine[mine["last"]]["collective"].eq("recv").any()
+    assert res.mismatched == 0
+    assert res.straggler["rank"] == truth["args"]["slow_stage"] == 1

@@ -26,7 +26,7 @@ def test_synthetic_nsys_job_split_and_straggler(tmp_path):
         assert (m.loc[m["rank"] == r, "wait_ns"] == w).all(), r
     assert job.straggler["rank"] == 3 and job.straggler["median_delay_ns"] == truth["delay_ns"]
     assert job.straggler["why"]["cause"] == "cpu_op"
-    assert all(o["reason"] in ("reference clock", "one clock (same export)") for o in job.clock.values())
+    assert all(o["reason"] in ("reference clock", "one clock (same export or same host)") for o in job.clock.values())
 
 
 def test_analyze_cli_on_one_multi_process_export(tmp_path):

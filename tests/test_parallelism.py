@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import traceread
 from traceread.cli import main
-from traceread.passes.parallelism import ddp_overlap, job_parallelism, parallelism
+from traceread.passes.parallelism import ddp_overlap, job_levers, job_parallelism, parallelism
 
 from conftest import FIXTURES
 
@@ -228,3 +228,30 @@ def test_fsdp_exposure_on_planted_kernels_and_the_real_fsdp2_units():
         ag = real["all_gather"]
         assert 0 < ag["exposed_ns"] <= ag["comm_ns"]
         assert real["reduce_scatter"] is None   # gloo runs it as an all_reduce span
+
+
+@pytest.mark.parametrize("job", ["pp_gpipe", "pp_1f1b"])
+def test_pipeline_levers_on_the_recorded_jobs(job):
+    truth = _truth(job)
+    j = job_parallelism({r: _layout(job, r) for r in (0, 1)})
+    got = {x["id"]: x for x in job_levers(j)}
+    assert list(got) == ["pp_rebalance", "pp_microbatches"]      # the larger saving first
+    assert f"stage {truth['args']['slow_stage']}" in got["pp_rebalance"]["lever"]
+    # the excess: the slow stage's busy time above the stages' mean, as the loop measured it
+    busy = {r: sum(x["busy_ns"] for x in rows) for r, rows in truth["per_rank"].items()}
+    loop = busy["1"] - (busy["0"] + busy["1"]) / 2
+    assert got["pp_rebalance"]["saves_ns"] == pytest.approx(loop, rel=0.25)
+    # m=4 -> 8 over 2 stages: 20% -> 11.1% of the steps (the slow stage's bubble is >= 20%)
+    step = j["pipeline"]["step_ns"]
+    assert got["pp_microbatches"]["saves_ns"] == pytest.approx(step * (20 - 100 / 9) / 100, rel=0.01)
+    # one rank alone cannot name the slow stage, but prices the bubble
+    alone = {x["id"] for x in job_levers(_layout(job, 1))}
+    assert alone == {"pp_microbatches"}
+
+
+def test_all_to_all_lever_names_the_hot_rank():
+    j = job_parallelism({r: _layout("a2a4", r) for r in range(4)})
+    (lv,) = job_levers(j)
+    assert lv["id"] == "ep_balance" and "rank 2 gets 2.29x" in lv["lever"]
+    # the DDP job gets none of them
+    assert job_levers(job_parallelism({r: _layout("ddp2", r) for r in (0, 1)})) == []

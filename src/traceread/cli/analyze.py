@@ -197,11 +197,13 @@ def _with_layout(job: dict, results: list) -> dict:
 
 def _layout_of(job: dict, results: list) -> dict:
     """``passes/parallelism.job_parallelism`` of the job's ranks (matched by path)."""
-    from ..passes.parallelism import job_parallelism
+    from ..passes.parallelism import job_levers, job_parallelism
 
     path_rank = {str(p): int(r) for r, p in job.get("paths", {}).items()}
-    return job_parallelism({path_rank[str(a.meta.path)]: a.parallelism for a in results
-                            if str(a.meta.path) in path_rank})
+    layout = job_parallelism({path_rank[str(a.meta.path)]: a.parallelism for a in results
+                              if str(a.meta.path) in path_rank})
+    layout["levers"] = job_levers(layout)
+    return layout
 
 
 @_trace_command()

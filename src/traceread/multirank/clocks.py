@@ -9,7 +9,8 @@ differences around the estimate. ``aligned_ts = ts + offset``.
 
 The estimate is *applied* unless:
 
-* the ranks share one clock for sure (one nsys export split into processes): 0;
+* the ranks share one clock for sure (one nsys export split into processes, or Kineto
+  traces with one ``host_name``: processes of one host read one system clock): 0;
 * it is within what "ends together" can resolve: |estimate| <= max(floor, 3 x
   spread), with floor 0 for GPU kernels (NCCL kernels of one collective end within
   microseconds) and ``HOST_END_SKEW_NS`` for host-side collectives (gloo's ranks
@@ -56,7 +57,7 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
             spread = int(np.median(np.abs(d - np.median(d))))
             floor = FLOOR_NS.get(source, 0)
             if shared_clock:
-                applied, why = False, "one clock (same export)"
+                applied, why = False, "one clock (same export or same host)"
             elif abs(est) <= max(floor, 3 * spread):
                 applied, why = False, ("within end-time resolution"
                                        f" ({'3 x spread' if 3 * spread > floor else _ms(floor)})")

@@ -16,6 +16,7 @@ Collective instances, by what the trace holds (first that exists):
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -31,7 +32,9 @@ from .names import STEP_FALLBACK_RE, STEP_RE, name_matches, step_rows
 
 # Columns of a collective-instance table that matching uses (passes.nccl contract).
 COLL_COLUMNS = ("ts", "dur", "device", "stream", "collective", "msg_bytes", "dtype", "group_size",
-                "process_group", "seq")
+                "process_group", "seq", "peer")
+P2P = ("send", "recv")
+P2P_ISSUE_RX = re.compile(r"^c10d::(?:send|recv_)$")
 HOST_EXEC_RX = re.compile(r"^(?:gloo|mpi|ucc|xccl|oneccl|ccl|hccl|mccl):", re.IGNORECASE)
 ISSUE_RX = re.compile(r"^(?:c10d::|nccl:|rccl:|record_param_comms$)")
 
@@ -115,10 +118,42 @@ def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
     h["collective"] = coll[keep]
     h["device"] = -1
     h["stream"] = -1
+    h["peer"] = _p2p_peers(events, h)
     if rx is ISSUE_RX:   # record_param_comms encloses c10d::allreduce_: keep the outermost per start
         h = h.sort_values(["ts", "dur"], ascending=[True, False]).drop_duplicates(["tid", "ts"])
         h = _drop_nested(h)
     return _normalise_collectives(h)
+
+
+def _p2p_peers(events: pd.DataFrame, h: pd.DataFrame) -> np.ndarray:
+    """The peer of each send / recv in ``h`` (-1: unknown or not P2P): ``c10d::send`` /
+    ``c10d::recv_`` record it as their third argument (``Concrete Inputs``: tensors, group,
+    peer, tag); a backend span (``gloo:send``) takes it from the last issuing op of its kind
+    on its thread that began before it (one batched send issues several spans)."""
+    out = np.full(len(h), -1, np.int64)
+    if "concrete_inputs" not in events or not len(h):
+        return out
+    issue = events[name_matches(events["name"], P2P_ISSUE_RX)]
+    peer = np.array([_peer_arg(x) for x in issue["concrete_inputs"]], np.int64)
+    kind = np.array([normalize_collective(str(n)) for n in issue["name"]], object)
+    tids, ts = issue["tid"].to_numpy(), issue["ts"].to_numpy(np.int64)
+    coll, h_tid, h_ts = h["collective"].to_numpy(), h["tid"].to_numpy(), h["ts"].to_numpy(np.int64)
+    for k in P2P:
+        for tid in np.unique(h_tid[coll == k]):
+            own = np.flatnonzero((kind == k) & (tids == tid) & (peer >= 0))
+            at = np.flatnonzero((coll == k) & (h_tid == tid))
+            i = np.searchsorted(ts[own], h_ts[at], side="right") - 1
+            ok = i >= 0
+            out[at[ok]] = peer[own[i[ok]]]
+    return out
+
+
+def _peer_arg(concrete) -> int:
+    try:
+        v = json.loads(concrete) if isinstance(concrete, str) else None
+        return int(v[2]) if isinstance(v, list) and len(v) > 2 and str(v[2]).lstrip("-").isdigit() else -1
+    except ValueError:
+        return -1
 
 
 def _drop_nested(h: pd.DataFrame) -> pd.DataFrame:
@@ -294,9 +329,24 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),
                      backend=str((m.distributed or {}).get("backend") or ""), clock=m.clock,
                      start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
-                     clock_domain=str(m.extra.get("clock_domain", "")) if m.extra else "",
+                     clock_domain=clock_domain(m.extra or {}),
                      activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
                      kernel_ns=kernels, waits=waits)
+
+
+# names that do not tell one machine from another (containers default to them)
+GENERIC_HOSTS = frozenset(("", "localhost", "localhost.localdomain", "127.0.0.1", "::1"))
+
+
+def clock_domain(extra: dict) -> str:
+    """The clock a trace's timestamps come from: one nsys export split into processes
+    (``nsys_split``), else the host that recorded it -- torch.profiler writes ``host_name``
+    and every process of one host reads the same system clock, so ranks of one host are
+    never shifted against each other. A generic name (localhost) proves nothing: ""."""
+    if extra.get("clock_domain"):
+        return str(extra["clock_domain"])
+    host = str(extra.get("host_name") or "").strip()
+    return "" if host.lower() in GENERIC_HOSTS else f"host:{host}"
 
 
 def _within(df: pd.DataFrame, window: tuple[int, int]) -> pd.DataFrame:

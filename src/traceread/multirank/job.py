@@ -54,7 +54,10 @@ def score(rows: pd.DataFrame, offsets: dict[int, int], source: str = "kernel") -
     m["transfer_ns"] = np.where(source == "issue", 0, m["dur"] - m["wait_ns"])
     is_max = m["arrival_ns"] == latest
     n_max = is_max.groupby([m["lane"], m["key"]], sort=False).transform("sum")
-    m["last"] = is_max & (n_max == 1)
+    # a pair's message waits only on its sender: a receiver posting its recv late (busy
+    # with its own stage) holds no one back, so it is never the late one of a P2P pair
+    late_recv = m["lane"].astype(str).str.startswith("p2p:") & (m["collective"] == "recv")
+    m["last"] = is_max & (n_max == 1) & ~late_recv
     # int64 throughout: epoch-ns times lose ~100 ns in float64
     others = m["arrival_ns"].where(~m["last"], np.iinfo(np.int64).min).astype("int64")
     second = others.groupby([m["lane"], m["key"]], sort=False).transform("max")

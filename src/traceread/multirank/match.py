@@ -58,12 +58,34 @@ def add_lanes(per_rank: dict[int, pd.DataFrame]) -> dict[int, pd.DataFrame]:
             s = "stream#" + df["stream"].map(first).astype(str)
         s = np.where(df["stream"] < 0, "pg:default", s)
         df["lane"] = np.where(df["process_group"].notna(), "pg:" + df["process_group"].astype(str), s)
+        df["lane"] = np.where(_p2p(df), _p2p_lane(df, rank), df["lane"])
         out[rank] = df
     return out
 
 
+def _p2p(df: pd.DataFrame) -> np.ndarray:
+    """Send / recv rows whose peer is known: a pair of ranks, not the whole group."""
+    if "peer" not in df:
+        return np.zeros(len(df), bool)
+    return (df["collective"].isin(("send", "recv")) & (df["peer"] >= 0)).to_numpy()
+
+
+def _p2p_lane(df: pd.DataFrame, rank: int) -> np.ndarray:
+    """One lane per direction: rank a's sends to b meet b's receives from a, in order (a
+    pair's messages are delivered in the order sent). The peer is taken as a global rank
+    (gloo calls name no group: the default group's ranks)."""
+    send = (df["collective"] == "send").to_numpy()
+    peer = df["peer"].to_numpy().astype(str)
+    me = np.full(len(df), str(rank), dtype=object)
+    return np.where(send, "p2p:" + me + ">" + peer.astype(object), "p2p:" + peer.astype(object) + ">" + me)
+
+
 def _tokens(df: pd.DataFrame) -> list[tuple]:
-    return list(zip(df["collective"].tolist(), df["msg_bytes"].tolist()))
+    """What must agree for two ranks' instances to pair: the collective and its size (a
+    send meets a recv: in a P2P lane only the size)."""
+    p2p = _p2p(df)
+    coll = np.where(p2p, "p2p", df["collective"].astype(object).to_numpy())
+    return list(zip(coll.tolist(), df["msg_bytes"].tolist()))
 
 
 # ----------------------------------------------------------------------------- pass 1: by token
@@ -313,6 +335,8 @@ def disagreements(rows: pd.DataFrame) -> pd.DataFrame:
     bad = []
     for col, unknown in (("collective", None), ("msg_bytes", -1), ("dtype", None)):
         v = rows[col]
+        if col == "collective":   # a send meets a recv in a P2P lane
+            v = v.where(~rows["lane"].astype(str).str.startswith("p2p:"), "p2p")
         known = v.notna() if unknown is None else (v != unknown)
         g = v[known].groupby([rows.loc[known, "lane"], rows.loc[known, "key"]]).nunique()
         bad.append(g[g > 1].index)

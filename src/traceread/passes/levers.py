@@ -184,6 +184,68 @@ def fsdp_gathers_exposed(c: Ctx) -> bool:
     return pct is None or pct > FSDP_HIDDEN_PCT
 
 
+PP_BUBBLE_PCT = 20.0     # a pipeline stage idle at least this share of its steps ...
+PP_MIN_GAIN_PCT = 2.0    # ... and doubling m would cut the schedule's bubble by >= 2 points
+PP_SLOW_X = 1.25         # the slowest stage computes >= 1.25x the least busy one
+EP_IMBALANCE_X = 1.25    # max / mean all_to_all bytes
+
+
+def pp_theory_pct(p: int, m: int) -> float:
+    """The bubble of balanced GPipe / 1F1B stages: 100 (p-1)/(m+p-1)."""
+    return 100.0 * (p - 1) / (m + p - 1)
+
+
+def pp_bubble_dominates(c: Ctx) -> bool:
+    """A pipeline stage's measured bubble (``pp_bubble_pct``: the least over the stages a job
+    shows) is >= PP_BUBBLE_PCT of its steps and 2m microbatches would cut the schedule's
+    bubble by >= PP_MIN_GAIN_PCT points. Stages or m unknown: no (nothing to project)."""
+    b, p, m = c.get("pp_bubble_pct"), c.get("pp_stages"), c.get("pp_microbatches")
+    if b is None or not p or p < 2 or not m:
+        return False
+    return b >= PP_BUBBLE_PCT and pp_theory_pct(p, m) - pp_theory_pct(p, 2 * m) >= PP_MIN_GAIN_PCT
+
+
+def pp_stage_slow(c: Ctx) -> bool:
+    """A job's slowest stage computes >= PP_SLOW_X the least busy one's share and more than
+    the stages' mean (``pp_excess_busy_ns``); one rank alone: unknown, no."""
+    x, s = c.get("pp_slowest_x"), c.get("pp_slowest_stage")
+    return s is not None and x is not None and x >= PP_SLOW_X \
+        and int(c.get("pp_excess_busy_ns") or 0) > 0
+
+
+def ep_imbalanced(c: Ctx) -> bool:
+    """all_to_all bytes max / mean >= EP_IMBALANCE_X (a job: received per rank; one rank:
+    what it sends each peer)."""
+    x = c.get("ep_imbalance")
+    return x is not None and c.get("ep_hot_rank") is not None and x >= EP_IMBALANCE_X
+
+
+def _pp_microbatch_text(c: Ctx) -> str:
+    p, m = int(c["pp_stages"]), int(c["pp_microbatches"])
+    sched = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(c.get("pp_schedule") or "", "the schedule")
+    return (f"more microbatches per step: the pipeline bubble is {c['pp_bubble_pct']:.0f}% of "
+            f"the steps; {sched} over {p} stages idles (p-1)/(m+p-1) = "
+            f"{pp_theory_pct(p, m):.0f}% at m={m}, {pp_theory_pct(p, 2 * m):.0f}% at m={2 * m} "
+            "(smaller microbatches, same batch); or an interleaved schedule "
+            "(ScheduleInterleaved1F1B, v stages per rank: (p-1)/(v m+p-1))"
+            + ("; 1F1B for the same bubble with less activation memory"
+               if c.get("pp_schedule") == "gpipe" else ""))
+
+
+def _pp_rebalance_text(c: Ctx) -> str:
+    return (f"rebalance the layers across the pipeline stages: stage {c['pp_slowest_stage']} "
+            f"computes {c['pp_slowest_x']:.1f}x the least busy stage, "
+            f"{int(c['pp_excess_busy_ns']) / 1e6:.1f} ms above the stages' mean in the analysed "
+            "steps, and every other stage waits on it: move layers off it (the split points)")
+
+
+def _ep_balance_text(c: Ctx) -> str:
+    return (f"balance the all_to_all: rank {c['ep_hot_rank']} gets {c['ep_imbalance']:.2f}x the "
+            f"mean bytes ({c.get('ep_imbalance_of', 'received')}); for MoE routing: a capacity "
+            "factor that caps each expert's tokens, a load-balancing auxiliary loss on the "
+            "router, or re-place / replicate the hot experts")
+
+
 def deepspeed(c: Ctx) -> bool:
     return "deepspeed" in (_framework(c) or [])
 
@@ -381,6 +443,9 @@ SAVINGS = {
     "queued": "the queued time whose waited_on evidence is this lever's kind (queued_on: an "
               "event wait or another stream's op, GPU-side front-end latency, or nothing "
               "traced / a graph replay), capped at the queued score",
+    "pp_bubble": "the pipeline step time (pp_step_ns) x (min(measured bubble, theory at m) - "
+                 "theory at 2m): only the schedule's part of the bubble shrinks",
+    "pp_excess": "the slowest stage's busy time above the stages' mean (pp_excess_busy_ns)",
     "none": "no estimate: offered after the levers with one",
 }
 
@@ -543,6 +608,12 @@ LEVERS: tuple[Lever, ...] = (
     Lever("torchrec_sharding", "comms", "re-plan the embedding sharding (EmbeddingShardingPlanner"
           ": table-/row-/column-wise, balanced across ranks) to cut and balance the all_to_all "
           "volume", "code", when=_all(PT, torchrec)),
+    Lever("pp_microbatches", "comms", _pp_microbatch_text, "code", saves="pp_bubble",
+          when=_all(pp_bubble_dominates), first=True),
+    Lever("pp_rebalance", "comms", _pp_rebalance_text, "code", saves="pp_excess",
+          when=_all(pp_stage_slow), first=True),
+    Lever("ep_balance", "comms", _ep_balance_text, "code", saves="none",
+          when=_all(ep_imbalanced), first=True),
     Lever("comms_overlap", "comms", "overlap communication with compute: issue the collectives "
           "early (async_op=True, or on a side stream) and wait only where the result is needed",
           "code", when=_all(PT, other_comms)),
@@ -688,6 +759,12 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
     if lv.saves == "queued":
         by = queued_by_kind(ctx.get("queued_on"))
         return min(int(cause_ns), by[lv.waits]) if by else int(cause_ns)
+    if lv.saves == "pp_bubble":
+        p, m, b = int(ctx["pp_stages"]), int(ctx["pp_microbatches"]), float(ctx["pp_bubble_pct"])
+        cut = min(b, pp_theory_pct(p, m)) - pp_theory_pct(p, 2 * m)
+        return int(int(ctx.get("pp_step_ns") or 0) * max(0.0, cut) / 100)
+    if lv.saves == "pp_excess":
+        return int(ctx.get("pp_excess_busy_ns") or 0)
     if lv.saves == "buffers":   # the context's figure is per step (context.steps_seen)
         per_step = int(ctx.get("ddp_buffer_broadcast_ns") or 0)
         return min(per_step * max(1, int(ctx.get("steps_seen") or 1)), int(ctx.get("lost_ns") or 0))

@@ -61,9 +61,28 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
 
 
 def lever_context(layout: dict) -> dict:
-    """The figures the lever table reads (passes/levers.py)."""
+    """The figures the lever table reads (passes/levers.py), from one rank's layout or a job's
+    (``job_parallelism``: the slowest stage and the receive imbalance are known only there)."""
     ag = (layout.get("fsdp") or {}).get("all_gather") or {}
-    return {"fsdp_all_gather_exposed_pct": ag.get("exposed_pct")}
+    out = {"fsdp_all_gather_exposed_pct": ag.get("exposed_pct")}
+    pl = layout.get("pipeline") or {}
+    if pl:
+        bubbles = [b for b in pl["bubble_pct_by_stage"].values() if b is not None]
+        # the schedule's share is the least bubble: the slowest stage idles only for the
+        # fill and drain, the others wait on it too
+        out.update(pp_stages=pl.get("stages"), pp_microbatches=pl.get("microbatches"),
+                   pp_schedule=pl.get("schedule"),
+                   pp_bubble_pct=min(bubbles) if bubbles else None,
+                   pp_step_ns=pl.get("step_ns"), pp_slowest_stage=pl.get("slowest_stage"),
+                   pp_slowest_x=pl.get("slowest_busy_x_fastest"),
+                   pp_excess_busy_ns=pl.get("excess_busy_ns"))
+    ep = layout.get("ep") or {}
+    if ep:
+        job = "recv_imbalance" in ep
+        out.update(ep_hot_rank=ep.get("hot_rank"),
+                   ep_imbalance=ep.get("recv_imbalance") if job else ep.get("send_imbalance"),
+                   ep_imbalance_of="received" if job else "sent by this rank")
+    return out
 
 
 # ------------------------------------------------------------------ evidence
@@ -590,6 +609,7 @@ def _job_pipeline(stages: dict[int, dict]) -> dict:
     known = next((s for s in stages.values() if s["schedule"]), next(iter(stages.values())))
     busy = {r: s["busy_ns"] / max(1, s["step_ns"]) for r, s in stages.items()}
     slowest = max(busy, key=busy.get)
+    mean_busy = float(np.mean([s["busy_ns"] for s in stages.values()]))
     return {"schedule": known["schedule"], "stages": known["stages"],
             "microbatches": known["microbatches"],
             "bubble_pct_by_stage": {str(r): next(iter(s["bubble_pct_by_stage"].values()))
@@ -597,4 +617,21 @@ def _job_pipeline(stages: dict[int, dict]) -> dict:
             "theoretical_bubble_pct": known["theoretical_bubble_pct"],
             "slowest_stage": slowest,
             "slowest_busy_x_fastest": round(busy[slowest] / min(busy.values()), 2)
-            if min(busy.values()) > 0 else None}
+            if min(busy.values()) > 0 else None,
+            # balanced stages would each compute the mean: the step shrinks by the excess
+            "excess_busy_ns": int(stages[slowest]["busy_ns"] - mean_busy)
+            if len(stages) > 1 else None,
+            "step_ns": max(s["step_ns"] for s in stages.values())}
+
+
+PARALLEL_LEVERS = ("pp_microbatches", "pp_rebalance", "ep_balance")
+
+
+def job_levers(layout: dict) -> list[dict]:
+    """The lever table's parallelism rows (passes/levers.py) that a job's merged layout
+    (``job_parallelism``) proves, ranked, with their savings: id, lever, cost, cause,
+    saves_ns."""
+    from .levers import offered
+
+    items = offered({}, {}, {}, lever_context(layout), 1, ())
+    return [x for x in items if x["id"] in PARALLEL_LEVERS]

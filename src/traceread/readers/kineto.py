@@ -66,7 +66,7 @@ _HOST_KINDS = np.array([_K[k] for k in ("cpu_op", "python", "annotation", "runti
 EXTRA_KEYS = ("trace_id", "traceName", "displayTimeUnit", "baseTimeNanoseconds", "cupti_version",
               "cuda_runtime_version", "cuda_driver_version", "hip_runtime_version",
               "hip_driver_version", "roctracer_version", "record_shapes", "with_stack",
-              "profile_memory", "with_flops", "with_modules", "group_trace_id")
+              "profile_memory", "with_flops", "with_modules", "group_trace_id", "host_name")
 
 PROGRESS_MIN_BYTES = 32 << 20  # ~1 s of work: show a progress bar above this (uncompressed)
 _GZ_CHUNK = 4 << 20
@@ -77,7 +77,7 @@ _DOC_META_FIELDS = ("schemaVersion", "deviceProperties", "computeProperties", "d
                     "group_trace_id", "cupti_version", "cuda_runtime_version",
                     "cuda_driver_version", "hip_runtime_version", "hip_driver_version",
                     "roctracer_version", "record_shapes", "with_stack", "profile_memory",
-                    "with_flops", "with_modules")
+                    "with_flops", "with_modules", "host_name")
 
 
 def _doc_type(event: type) -> type:

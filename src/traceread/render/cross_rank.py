@@ -115,6 +115,9 @@ def render_summary(results: list, layouts: dict | None = None) -> str:
         layout = layout_line((layouts or {}).get(res.job))
         if layout:
             lines.append(f"  layout     {layout}")
+        for lv in ((layouts or {}).get(res.job) or {}).get("levers") or []:
+            saves = f" (saves {fmt_ns(lv['saves_ns'])})" if lv.get("saves_ns") else ""
+            lines.append(f"  lever      {lv['lever']}{saves}")
         lines.append(f"  clocks     {_clock_line(res)}")
         lines.append("")
     return _fit_labelled(lines)

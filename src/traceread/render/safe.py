@@ -70,7 +70,8 @@ def short(value, w: int) -> str:
 
 
 # a name a command takes (ncu --kernel-name, rocprof-compute -k) stays whole: it is copied
-_IN_PROSE = re.compile(r"(?<!--kernel-name )(?<!-k )" + _INDUCTOR.pattern)
+_IN_PROSE = re.compile(r"(?<!--kernel-name )(?<!--kernel-name regex:\^)(?<!-k )"
+                       + _INDUCTOR.pattern)
 
 
 def short_names_in(value: str, w: int = INDUCTOR_W) -> str:
