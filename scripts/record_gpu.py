@@ -194,19 +194,12 @@ def sc_host(torch, variant: str, truth: dict):
     model = _mlp(torch, 4096, 6, torch.bfloat16)
     x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
 
-    def bookkeeping(ms: float) -> int:
-        end = time.perf_counter() + ms / 1000
-        n = 0
-        while time.perf_counter() < end:
-            n += len(json.dumps({"k": n, "v": [n] * 8}))
-        return n
-
     def step(i):
         y = model(x)
         y.float().sum().item()
         t = now()
         if variant == "bad":
-            bookkeeping(15.0)
+            _busy_python(15.0)
         truth["planted"][i] = {"python_ns": now() - t if variant == "bad" else 0}
     truth["what"] = "15 ms of Python after each step's sync" if variant == "bad" \
         else "no Python bookkeeping"

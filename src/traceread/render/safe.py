@@ -92,15 +92,20 @@ def names(df, columns=("name", "Name", "Range", "Operation", "short_name")):
     return df
 
 
+def _each_string(value, fn):
+    """``value`` with ``fn`` applied to every string inside it (dicts, lists, tuples)."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _each_string(v, fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_each_string(v, fn) for v in value)
+    return value
+
+
 def strings(value):
     """``value`` with every string inside it (dicts, lists, tuples) made ``name()``-safe."""
-    if isinstance(value, str):
-        return name(value)
-    if isinstance(value, dict):
-        return {k: strings(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(strings(v) for v in value)
-    return value
+    return _each_string(value, name)
 
 
 def for_display(a):
@@ -110,16 +115,6 @@ def for_display(a):
     import copy
 
     shown = copy.copy(a)
-    shown.verdict = _short_names(strings(a.verdict))
+    # the inductor kernel names in its strings shortened too (``short_names_in``)
+    shown.verdict = _each_string(a.verdict, lambda v: short_names_in(name(v)))
     return shown
-
-
-def _short_names(value):
-    """``value`` with the inductor kernel names in its strings shortened (``short_names_in``)."""
-    if isinstance(value, str):
-        return short_names_in(value)
-    if isinstance(value, dict):
-        return {k: _short_names(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_short_names(v) for v in value)
-    return value
