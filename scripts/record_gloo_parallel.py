@@ -7,8 +7,10 @@
   ``--microbatches`` (4); stage ``--slow-stage`` has ``--slow-factor`` times the layers.
   Truth per rank and step: time inside the stage's own forward/backward (module hooks,
   ``perf_counter_ns``) and the step time; ``1 - busy/step`` is the loop's bubble.
-- ``sweep``: 2 ranks, blocking ``all_reduce`` of 4 KiB .. 4 MiB, ``--repeats`` times each per
-  step; truth: each call's bytes and time (``perf_counter_ns`` around the call).
+- ``sweep``: ``--world`` ranks (2), blocking ``all_reduce`` of float32 buffers of 2**k elements,
+  k = 10, 10 + ``--exp-step``, .. ``--max-exp`` (default 10..20 by 2: 4 KiB .. 4 MiB),
+  ``--repeats`` times each per step; truth: each call's bytes and time (``perf_counter_ns``
+  around the call).
 - ``a2a``: 4 ranks, ``all_to_all_single`` with uneven splits: every rank sends ``--hot-factor``
   times more to rank ``--hot-rank``. Truth: bytes each rank sends and receives per step.
 
@@ -119,7 +121,7 @@ def _sweep(rank, world, a, timer):
     import torch
     import torch.distributed as dist
 
-    sizes = [2 ** k for k in range(10, 21, 2)]    # float32 elements: 4 KiB .. 4 MiB
+    sizes = [2 ** k for k in range(10, a.max_exp + 1, a.exp_step)]    # float32 elements
     bufs = [torch.ones(n) for n in sizes]
 
     def step():
@@ -180,10 +182,13 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hot-rank", type=int, default=2)
     p.add_argument("--hot-factor", type=int, default=4)
+    p.add_argument("--max-exp", type=int, default=20)
+    p.add_argument("--exp-step", type=int, default=2)
+    p.add_argument("--world", type=int, default=None)
     a = p.parse_args(argv)
     import torch.multiprocessing as mp
 
-    world = 4 if a.what == "a2a" else 2
+    world = a.world or (4 if a.what == "a2a" else 2)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(world, _free_port(), str(out), a), nprocs=world, join=True)
