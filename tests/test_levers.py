@@ -377,6 +377,22 @@ def test_fsdp_prefetch_only_when_all_gathers_are_exposed():
     assert "ddp_buckets" not in ids("comms", **fsdp, fsdp_all_gather_exposed_pct=4.0)
 
 
+def test_fsdp_prefetch_saves_the_exposed_gathers_compute_can_hide():
+    """Prefetch hides an all_gather only behind compute: min(exposed, free compute, comms)."""
+    ctx = dict(framework_evidence={"fsdp2": "FSDP::pre_forward"}, collectives=["all_gather"],
+               fsdp_all_gather_exposed_pct=64.3)
+
+    def saves(**kw):
+        got = [x for x in L.offered({"comms": 10_000}, {}, {}, {**ctx, **kw}, 1, ("comms",))
+               if x["id"] == "fsdp_prefetch"]
+        return got[0]["saves_ns"] if got else "absent"
+    assert saves(fsdp_all_gather_exposed_ns=6_000, fsdp_free_compute_ns=4_000) == 4_000
+    assert saves(fsdp_all_gather_exposed_ns=3_000, fsdp_free_compute_ns=4_000) == 3_000
+    assert saves(fsdp_all_gather_exposed_ns=30_000, fsdp_free_compute_ns=40_000) == 10_000
+    assert saves() == 10_000                                  # not measured: the comms score
+    assert saves(fsdp_all_gather_exposed_pct=4.0) == "absent"
+
+
 def test_tune_lever_names_a_long_kernel_by_a_regex_ncu_can_match():
     """ncu --kernel-name matches a whole name: a name cut to 80 characters would match nothing,
     so a longer one is matched by its head (regex:^...)."""
@@ -421,4 +437,7 @@ def test_all_to_all_imbalance_gets_routing_advice_naming_the_hot_rank():
     assert not L.ep_imbalanced({"ep_imbalance": 3.0})
     item = [x for x in L.offered({}, {}, {}, ctx, 1, ()) if x["id"] == "ep_balance"][0]
     assert "rank 5" in item["lever"] and "capacity factor" in item["lever"]
-    assert item["saves_ns"] is None
+    assert item["saves_ns"] is None                           # no all_to_all time known
+    item = [x for x in L.offered({}, {}, {}, {**ctx, "ep_a2a_ns": 9_000}, 1, ())
+            if x["id"] == "ep_balance"][0]
+    assert item["saves_ns"] == int(9_000 * (1 - 1 / 1.8))      # the hot rank at the mean bytes

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 import traceread
 from traceread.cli import main
-from traceread.passes.parallelism import ddp_overlap, job_levers, job_parallelism, parallelism
+from traceread.passes.parallelism import (ddp_overlap, job_levers, job_parallelism, lever_context,
+                                          parallelism)
 
 from conftest import FIXTURES
 
@@ -131,6 +132,24 @@ def test_analyze_json_of_a_job_carries_the_layout_and_validates():
     assert [t["parallelism"]["pipeline"]["stage"] for t in doc["traces"]] == [0, 1]
 
 
+def test_link_gbps_on_the_dense_sweep_json_and_text():
+    paths = [str(GLOO / "sweep2_dense" / f"rank-{r}.json.gz") for r in (0, 1)]
+    res = CliRunner().invoke(main, ["analyze", "--format", "json", "--link-gbps", "10", *paths])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    schema = json.loads((FIXTURES.parents[1] / "docs" / "schema" / "analyze.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    for t in doc["traces"]:
+        for m in t["parallelism"]["comm_model"]:
+            assert m["link_gbps"] == 10 and m["link_pct"] == round(10 * m["beta_gbps"], 1)
+            assert m["below_link"] == (m["link_pct"] < 25)
+    # the job view carries each rank's fit
+    assert sorted({m["rank"] for m in doc["cross_rank"][0]["parallelism"]["comm_model"]}) == [0, 1]
+    text = CliRunner().invoke(main, ["analyze", "--link-gbps", "20", paths[0]]).output
+    assert "of the 20 GB/s link -- far below it" in " ".join(text.split())
+    assert "x the fit: contention or a late peer" in " ".join(text.split())
+
+
 def test_sendrecv_kernels_of_an_all_to_all_are_not_a_pipeline():
     ev = _gpu_table([(0, 100, "gemm"), (100, 150, "ncclDevKernel_SendRecv"),
                      (160, 200, "ncclDevKernel_AllToAll_f32")])
@@ -160,6 +179,44 @@ def test_comm_model_recovers_planted_alpha_beta_and_flags_the_slow_call():
     assert m["beta_gbps"] == pytest.approx(10.0, rel=1e-3)
     assert m["fit_error_pct"] == 0.0
     assert (m["slow_calls"], m["worst_x_fit"]) == (1, 5.0)
+    late = m["slowest_call"]
+    assert (late["bytes"], late["dur_ns"], late["ts_ns"]) == (1 << 20, rows[-1][1] - rows[-1][0], rows[-1][0])
+    assert late["fit_ns"] == pytest.approx(alpha + (1 << 20) * 1.5 / beta, abs=2)
+    assert (m["min_bytes"], m["max_bytes"], m["worst_error_pct"]) == (1 << 16, 1 << 26, 0.0)
+
+
+def test_comm_model_splits_two_planted_regimes_and_not_one():
+    """Two planted lines (a protocol switch at 1 MiB): one line misses by > 20%, two regimes
+    recover both exactly; the first line alone stays one regime."""
+    from traceread.passes.parallelism import comm_calls, comm_model
+
+    def table(pts):
+        rows, t = [], 0
+        for b, dur in pts:
+            rows.append((t, t + dur, b))
+            t += dur + 1000
+        ev = _gpu_table([(s, e, "ncclDevKernel_AllReduce_Sum_f32_RING_LL") for s, e, _ in rows])
+        ev["msg_bytes"] = [b for *_, b in rows]
+        ev["group_size"] = 2
+        return comm_model(ev, comm_calls(ev), [], "nccl")
+    small = [(b, int(10_000 + b / 4.0)) for b in (1 << 12, 1 << 14, 1 << 16, 1 << 18)]
+    large = [(b, int(500_000 + b / 2.0)) for b in (1 << 21, 1 << 22, 1 << 23)]
+    lo, hi = table(small + large)
+    assert (lo["max_bytes"], hi["min_bytes"]) == (1 << 18, 1 << 21)
+    assert (lo["alpha_us"], hi["alpha_us"]) == (pytest.approx(10.0, abs=0.05), pytest.approx(500.0, abs=0.05))
+    assert (lo["beta_gbps"], hi["beta_gbps"]) == (pytest.approx(4.0, rel=1e-3), pytest.approx(2.0, rel=1e-3))
+    assert (lo["worst_error_pct"], hi["worst_error_pct"]) == (0.0, 0.0)
+    (one,) = table(small)
+    assert one["sizes"] == 4
+
+
+def test_link_gbps_reports_beta_as_a_share_of_the_link():
+    from traceread.passes.parallelism import with_link
+
+    layout = {"comm_model": [{"beta_gbps": 2.0}, {"beta_gbps": 40.0}]}
+    a, b = with_link(layout, 50.0)["comm_model"]
+    assert (a["link_pct"], a["below_link"], b["link_pct"], b["below_link"]) == (4.0, True, 80.0, False)
+    assert with_link(None, 50.0) is None and with_link({"x": 1}, None) == {"x": 1}
 
 
 def test_comm_model_on_the_real_all_reduce_sweep():
@@ -175,6 +232,43 @@ def test_comm_model_on_the_real_all_reduce_sweep():
         # the loop's fastest call of each size (it includes the issuing op and Python around it)
         err = [abs(m["alpha_us"] * 1e3 + b / m["beta_gbps"] - ns) / ns for b, ns in fastest.items()]
         assert np.median(err) < 0.25
+        # only one size (4 MiB) lies beyond the regime switch the dense sweep shows: one line,
+        # worst off by > 20% -- the dense sweep is the one that resolves it
+        assert m["worst_error_pct"] > 20
+
+
+def _fastest(truth: dict, r: int) -> dict:
+    fastest: dict = {}
+    for row in truth["per_rank"][str(r)]:
+        for b, ns in row["all_reduce_bytes_ns"]:
+            fastest[b] = min(ns, fastest.get(b, ns))
+    return fastest
+
+
+def test_comm_model_on_the_dense_sweep_finds_the_cache_regime():
+    """4 KiB .. 16 MiB every power of two: the per-byte cost steps up between 2 and 4 MiB
+    (gloo's buffers leave the 1 MiB-per-core L2); each regime's line fits its sizes within
+    20%, and the loop's own fastest calls within a median 15% (they add the issuing op)."""
+    truth = _truth("sweep2_dense")
+    for r in (0, 1):
+        lo, hi = _layout("sweep2_dense", r)["comm_model"]
+        assert (lo["min_bytes"], lo["max_bytes"], hi["min_bytes"], hi["max_bytes"]) == \
+            (4096, 2 << 20, 4 << 20, 16 << 20)
+        assert lo["worst_error_pct"] <= 20 and hi["worst_error_pct"] <= 20
+        assert hi["alpha_us"] > 4 * lo["alpha_us"] and hi["beta_gbps"] < lo["beta_gbps"]
+        err = [abs(m["alpha_us"] * 1e3 + b / m["beta_gbps"] - ns) / ns
+               for b, ns in _fastest(truth, r).items()
+               for m in (lo, hi) if m["min_bytes"] <= b <= m["max_bytes"]]
+        assert len(err) == 13 and np.median(err) < 0.15
+        assert lo["slowest_call"]["dur_ns"] > 2 * lo["slowest_call"]["fit_ns"]
+
+
+def test_comm_model_flags_the_time_shared_four_rank_sweep():
+    """4 ranks on 2 cores: most calls wait on a descheduled peer -- flagged, and the fit says
+    it is poor (no regime split fits within 20%)."""
+    for r in range(4):
+        (m,) = _layout("sweep4_dense", r)["comm_model"]
+        assert m["slow_calls"] > m["calls"] / 2 and m["worst_error_pct"] > 20
 
 
 def test_job_text_names_the_layout_and_the_busiest_stage():
@@ -228,6 +322,14 @@ def test_fsdp_exposure_on_planted_kernels_and_the_real_fsdp2_units():
         ag = real["all_gather"]
         assert 0 < ag["exposed_ns"] <= ag["comm_ns"]
         assert real["reduce_scatter"] is None   # gloo runs it as an all_reduce span
+        # prefetch saves the exposed gathers, at most the compute no comm overlaps
+        assert 0 < real["free_compute_ns"] <= sum(x["step_ns"] for x in _truth("fsdp2")["per_rank"][str(r)])
+        ctx = dict(lever_context(_layout("fsdp2", r)), framework_evidence={"fsdp2": "x"},
+                   collectives=["all_gather"])
+        from traceread.passes.levers import offered
+        (lv,) = [x for x in offered({"comms": 1 << 40}, {}, {}, ctx, 1, ("comms",))
+                 if x["id"] == "fsdp_prefetch"]
+        assert lv["saves_ns"] == min(ag["exposed_ns"], real["free_compute_ns"])
 
 
 @pytest.mark.parametrize("job", ["pp_gpipe", "pp_1f1b"])
@@ -253,5 +355,9 @@ def test_all_to_all_lever_names_the_hot_rank():
     j = job_parallelism({r: _layout("a2a4", r) for r in range(4)})
     (lv,) = job_levers(j)
     assert lv["id"] == "ep_balance" and "rank 2 gets 2.29x" in lv["lever"]
+    # the hot rank's own all_to_all time, at the mean bytes instead of its 2.29x
+    hot = _layout("a2a4", 2)["ep"]["a2a_ns"]
+    assert j["ep"]["a2a_ns"] == hot > 0
+    assert lv["saves_ns"] == int(hot * (1 - 1 / 2.29))
     # the DDP job gets none of them
     assert job_levers(job_parallelism({r: _layout("ddp2", r) for r in (0, 1)})) == []

@@ -549,6 +549,7 @@ class Pipeline(_S):
 class ExpertParallel(_S):
     """all_to_all traffic of this rank (split sizes recorded with ``record_shapes``)."""
 
+    a2a_ns: int                     # union of the data-moving all_to_all calls in the window
     sent_bytes_per_step: int
     recv_bytes_per_step: int
     send_bytes_by_peer: list[int]
@@ -566,8 +567,19 @@ class DdpOverlap(_S):
     tail_step_share_pct: Optional[float]
 
 
+class SlowCall(_S):
+    """The call furthest above its size regime's fit (over ``SLOW_X`` of it)."""
+
+    ts_ns: int                      # its start, on the trace's clock
+    offset_ns: int                  # its start after the analysed window's first event
+    bytes: int
+    dur_ns: int
+    fit_ns: int                     # what the fit predicts for its size
+
+
 class CommModel(_S):
-    """``T = alpha + bus_bytes / beta`` fitted to the trace's own sized collectives."""
+    """``T = alpha + bus_bytes / beta`` fitted to the trace's own sized collectives, per size
+    regime (docs/parallelism.md, "Communication model")."""
 
     collective: str
     group_size: int
@@ -575,10 +587,17 @@ class CommModel(_S):
     alpha_us: float
     beta_gbps: float                # bus bandwidth (nccl-tests convention)
     fit_error_pct: float            # median |fit - T| / T over the fitted sizes
+    worst_error_pct: float          # max |fit - T| / T over the fitted sizes
+    min_bytes: int                  # the size regime this line covers
+    max_bytes: int
     sizes: int                      # distinct message sizes fitted
     calls: int
     slow_calls: int                 # calls above 2x the fit
     worst_x_fit: float
+    slowest_call: Optional[SlowCall] = None   # the worst call when it is above 2x the fit
+    link_gbps: Optional[float] = None          # --link-gbps
+    link_pct: Optional[float] = None           # 100 beta / link_gbps
+    below_link: Optional[bool] = None          # link_pct under 25
 
 
 class CommExposure(_S):
@@ -591,6 +610,7 @@ class FsdpExposure(_S):
     """FSDP's collectives and how much of them compute hides (prefetch)."""
 
     units: Optional[int]            # distinct FSDP2 units (FSDP::pre_forward names)
+    free_compute_ns: int            # compute in the steps no data-moving comm overlaps
     all_gather: Optional[CommExposure]
     reduce_scatter: Optional[CommExposure]   # None: its data movement is not recorded
 

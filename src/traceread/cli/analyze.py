@@ -121,7 +121,8 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, aft
 
 link_gbps_option = click.option(
     "--link-gbps", "link_gbps", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GB/S",
-    help="Interconnect peak in GB/s: multi-rank jobs report collective bus bandwidth as a % of it.")
+    help="Interconnect peak in GB/s: multi-rank jobs report collective bus bandwidth as a % of it; "
+         "each trace's fitted communication model (parallelism.comm_model) too.")
 
 
 @_trace_command(min_gap_option, link_gbps_option, peak_option, fmt_option=html_format_option)
@@ -155,6 +156,11 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
 
     results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input,
                                 peak_tflops, split_ranks=True)
+    if link_gbps:   # the fitted bus bandwidths against the link (passes/parallelism.with_link)
+        from ..passes.parallelism import with_link
+
+        for a in results:
+            a.parallelism = with_link(getattr(a, "parallelism", None), link_gbps)
     try:
         if errors:
             raise errors[0]

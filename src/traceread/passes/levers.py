@@ -446,11 +446,18 @@ SAVINGS = {
     "pp_bubble": "the pipeline step time (pp_step_ns) x (min(measured bubble, theory at m) - "
                  "theory at 2m): only the schedule's part of the bubble shrinks",
     "pp_excess": "the slowest stage's busy time above the stages' mean (pp_excess_busy_ns)",
+    "fsdp_hide": "the exposed all_gather time (fsdp_all_gather_exposed_ns) capped at the "
+                 "compute no data-moving comm overlaps (fsdp_free_compute_ns) -- prefetch can "
+                 "hide a gather only behind compute -- and at the comms score; not measured: "
+                 "the comms score",
+    "ep_share": "the all_to_all time (ep_a2a_ns) x (1 - 1/imbalance): balanced, every rank "
+                "moves the mean bytes instead of the hot rank's max; an upper bound (all of the "
+                "time bandwidth-bound)",
     "none": "no estimate: offered after the levers with one",
 }
 
 # saving models priced from a cause's score: such a lever needs its cause worth fixing
-CAUSE_PRICED = ("cause", "alloc", "host_rest", "pin", "queued")
+CAUSE_PRICED = ("cause", "alloc", "host_rest", "pin", "queued", "fsdp_hide")
 
 GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA graphs are "
                        "replayed: they are set up (reduce-overhead / cudagraphify) but none was "
@@ -594,7 +601,7 @@ LEVERS: tuple[Lever, ...] = (
           "need no syncing (or sync them every N steps)", "free", saves="buffers",
           when=_all(PT, buffer_broadcast), first=True),
     Lever("fsdp_prefetch", "comms", "FSDP: forward/backward prefetch, limit_all_gathers, larger "
-          "wrap units", "free", when=_all(PT, fsdp, fsdp_gathers_exposed)),
+          "wrap units", "free", saves="fsdp_hide", when=_all(PT, fsdp, fsdp_gathers_exposed)),
     Lever("deepspeed_overlap", "comms", "DeepSpeed ZeRO: overlap_comm=True, larger "
           "reduce_bucket_size / allgather_bucket_size, contiguous_gradients=True", "free",
           when=_all(PT, deepspeed)),
@@ -612,7 +619,7 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(pp_bubble_dominates), first=True),
     Lever("pp_rebalance", "comms", _pp_rebalance_text, "code", saves="pp_excess",
           when=_all(pp_stage_slow), first=True),
-    Lever("ep_balance", "comms", _ep_balance_text, "code", saves="none",
+    Lever("ep_balance", "comms", _ep_balance_text, "code", saves="ep_share",
           when=_all(ep_imbalanced), first=True),
     Lever("comms_overlap", "comms", "overlap communication with compute: issue the collectives "
           "early (async_op=True, or on a side stream) and wait only where the result is needed",
@@ -763,6 +770,14 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
         p, m, b = int(ctx["pp_stages"]), int(ctx["pp_microbatches"]), float(ctx["pp_bubble_pct"])
         cut = min(b, pp_theory_pct(p, m)) - pp_theory_pct(p, 2 * m)
         return int(int(ctx.get("pp_step_ns") or 0) * max(0.0, cut) / 100)
+    if lv.saves == "fsdp_hide":
+        ex, free = ctx.get("fsdp_all_gather_exposed_ns"), ctx.get("fsdp_free_compute_ns")
+        if ex is None or free is None:   # not measured: the comms cause, as before
+            return int(cause_ns)
+        return min(int(ex), int(free), int(cause_ns))
+    if lv.saves == "ep_share":
+        x, t = ctx.get("ep_imbalance"), ctx.get("ep_a2a_ns")
+        return None if not x or t is None else int(int(t) * (1 - 1 / float(x)))
     if lv.saves == "pp_excess":
         return int(ctx.get("pp_excess_busy_ns") or 0)
     if lv.saves == "buffers":   # the context's figure is per step (context.steps_seen)

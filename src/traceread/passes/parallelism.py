@@ -63,8 +63,11 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
 def lever_context(layout: dict) -> dict:
     """The figures the lever table reads (passes/levers.py), from one rank's layout or a job's
     (``job_parallelism``: the slowest stage and the receive imbalance are known only there)."""
-    ag = (layout.get("fsdp") or {}).get("all_gather") or {}
-    out = {"fsdp_all_gather_exposed_pct": ag.get("exposed_pct")}
+    fsdp = layout.get("fsdp") or {}
+    ag = fsdp.get("all_gather") or {}
+    out = {"fsdp_all_gather_exposed_pct": ag.get("exposed_pct"),
+           "fsdp_all_gather_exposed_ns": ag.get("exposed_ns"),
+           "fsdp_free_compute_ns": fsdp.get("free_compute_ns")}
     pl = layout.get("pipeline") or {}
     if pl:
         bubbles = [b for b in pl["bubble_pct_by_stage"].values() if b is not None]
@@ -81,7 +84,8 @@ def lever_context(layout: dict) -> dict:
         job = "recv_imbalance" in ep
         out.update(ep_hot_rank=ep.get("hot_rank"),
                    ep_imbalance=ep.get("recv_imbalance") if job else ep.get("send_imbalance"),
-                   ep_imbalance_of="received" if job else "sent by this rank")
+                   ep_imbalance_of="received" if job else "sent by this rank",
+                   ep_a2a_ns=ep.get("a2a_ns"))
     return out
 
 
@@ -406,7 +410,9 @@ def all_to_all_bytes(ev: pd.DataFrame, calls: pd.DataFrame, n_steps: int,
         return None
     mean = per_peer.mean()
     hot = int(per_peer.argmax())
-    return {"sent_bytes_per_step": int(sent / n_steps), "recv_bytes_per_step": int(recv / n_steps),
+    moving = _moving(calls[calls["collective"] == "all_to_all"])
+    return {"a2a_ns": int(iv.total(iv.union(moving["ts"], moving["end"]))),
+            "sent_bytes_per_step": int(sent / n_steps), "recv_bytes_per_step": int(recv / n_steps),
             "send_bytes_by_peer": [int(x / n_steps) for x in per_peer],
             "send_imbalance": round(float(per_peer.max() / mean), 2) if mean else None,
             "hot_rank": ranks[hot] if hot < len(ranks) else hot}
@@ -479,7 +485,7 @@ def fsdp_exposure(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
     ``units``: distinct FSDP2 ``FSDP::pre_forward (unit)`` names."""
     tid = spans[0][2]
     compute = compute_intervals(ev, calls, tid)
-    out = {"units": _fsdp_units(ev)}
+    out = {"units": _fsdp_units(ev), "free_compute_ns": _free_compute(compute, _moving(calls), spans)}
     for coll in ("all_gather", "reduce_scatter"):
         mine = calls[calls["collective"] == coll] if len(calls) else calls
         moving = mine[mine["on_gpu"].astype(bool) | ~mine["issue"].astype(bool)] if len(mine) \
@@ -496,6 +502,18 @@ def fsdp_exposure(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
         out[coll] = {"comm_ns": int(total), "exposed_ns": int(exposed),
                      "exposed_pct": round(100.0 * exposed / total, 1) if total else None}
     return out
+
+
+def _free_compute(compute: iv.Intervals, moving: pd.DataFrame, spans) -> int:
+    """Compute inside the steps that no data-moving comm call overlaps: what a prefetched
+    all_gather could still hide behind."""
+    comm = iv.union(moving["ts"], moving["end"]) if len(moving) \
+        else (np.array([], np.int64),) * 2
+    free = 0
+    for s, e, _ in spans:
+        c = iv.intersect(compute, (np.array([s]), np.array([e])))
+        free += iv.total(iv.subtract(c, comm))
+    return int(free)
 
 
 def _fsdp_units(ev: pd.DataFrame) -> int | None:
@@ -516,40 +534,97 @@ BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (
               "recv": lambda n: 1.0, "send_recv": lambda n: 1.0}
 SLOW_X = 2.0     # a call taking this many times the fit's prediction is flagged
 MIN_SIZES = 3    # distinct message sizes a fit needs (two always fit exactly)
+FIT_TOL_PCT = 20.0   # a line whose worst point is further off than this is tried in two regimes
+LINK_SLOW_PCT = 25.0  # a fitted bus bandwidth under this % of --link-gbps is "far below"
 
 
 def comm_model(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict],
                backend: str | None) -> list[dict]:
-    """``T = alpha + bus_bytes / beta`` per (collective, group size), fitted to the fastest call
-    of each message size (the one least delayed by late peers or contention), weighted by
-    1/T (relative error); ``fit_error_pct`` = median |fit - T| / T over those points;
-    ``slow_calls``: calls above ``SLOW_X`` x the fit."""
+    """``T = alpha + bus_bytes / beta`` per (collective, group size, size regime), fitted to
+    the fastest call of each message size (the one least delayed by late peers or
+    contention), weighted by 1/T (relative error). One line unless its worst point is off
+    by more than ``FIT_TOL_PCT``: then two regimes split at the size that makes the worse
+    of the two lines' worst errors least, each of ``MIN_SIZES`` sizes or more (a protocol or
+    cache switch: docs/parallelism.md). ``fit_error_pct`` / ``worst_error_pct``: median /
+    max |fit - T| / T over a regime's points; ``slow_calls``: calls above ``SLOW_X`` x the
+    fit, ``slowest_call`` the worst of them."""
     sized = _sized_calls(ev, calls, groups)
     out = []
+    t0 = int(ev["ts"].min()) if len(ev) else 0
     for (coll, n), g in sized.groupby(["collective", "group_size"], sort=True):
         best = g.groupby("bytes")["dur"].min()
         if len(best) < MIN_SIZES or coll not in BUS_FACTOR:
             continue
-        bus = best.index.to_numpy(float) * BUS_FACTOR[coll](n)
-        t = best.to_numpy(float)
-        slope, alpha = np.polyfit(bus, t, 1, w=1 / t)
-        if slope <= 0 or alpha < 0:    # no latency-bandwidth line fits these sizes
-            continue
-        fit = alpha + g["bytes"].to_numpy(float) * BUS_FACTOR[coll](n) * slope
-        x = g["dur"].to_numpy(float) / np.maximum(fit, 1.0)
-        err = np.median(np.abs(alpha + bus * slope - t) / t)
-        out.append({"collective": coll, "group_size": int(n), "backend": backend,
-                    "alpha_us": round(alpha / 1e3, 2), "beta_gbps": round(1 / slope, 3),
-                    "fit_error_pct": round(100 * err, 1), "sizes": int(len(best)),
-                    "calls": int(len(g)), "slow_calls": int((x > SLOW_X).sum()),
-                    "worst_x_fit": round(float(x.max()), 1)})
+        factor = BUS_FACTOR[coll](n)
+        b, t = best.index.to_numpy(float), best.to_numpy(float)
+        for lo, hi, alpha, slope in _regimes(b * factor, t):
+            mine = g[(g["bytes"] >= b[lo]) & (g["bytes"] <= b[hi - 1])]
+            out.append(_regime_row(coll, int(n), backend, mine, factor, alpha, slope,
+                                   b[lo:hi] * factor, t[lo:hi], t0))
     return out
+
+
+def _line(bus: np.ndarray, t: np.ndarray):
+    """(alpha, slope, worst relative error) of the 1/T-weighted line; None when no
+    latency-bandwidth line fits (slope <= 0 or alpha < 0)."""
+    slope, alpha = np.polyfit(bus, t, 1, w=1 / t)
+    if slope <= 0 or alpha < 0:
+        return None
+    return alpha, slope, float(np.max(np.abs(alpha + bus * slope - t) / t))
+
+
+def _regimes(bus: np.ndarray, t: np.ndarray) -> list[tuple]:
+    """[(lo, hi, alpha, slope)] over the sorted sizes: one line, or two regimes when one line
+    misses a point by more than FIT_TOL_PCT and both regimes' lines then fit within it (a
+    split that fits no better is noise, not a regime)."""
+    one = _line(bus, t)
+    if one and one[2] * 100 <= FIT_TOL_PCT:
+        return [(0, len(t), one[0], one[1])]
+    best = None
+    for k in range(MIN_SIZES, len(t) - MIN_SIZES + 1):
+        a, b = _line(bus[:k], t[:k]), _line(bus[k:], t[k:])
+        if a and b and (best is None or max(a[2], b[2]) < best[0]):
+            best = (max(a[2], b[2]), k, a, b)
+    if best and best[0] * 100 <= FIT_TOL_PCT:
+        _, k, a, b = best
+        return [(0, k, a[0], a[1]), (k, len(t), b[0], b[1])]
+    return [(0, len(t), one[0], one[1])] if one else []
+
+
+def _regime_row(coll, n, backend, g, factor, alpha, slope, bus, t, t0) -> dict:
+    fit = alpha + g["bytes"].to_numpy(float) * factor * slope
+    x = g["dur"].to_numpy(float) / np.maximum(fit, 1.0)
+    err = np.abs(alpha + bus * slope - t) / t
+    worst = int(np.argmax(x))
+    return {"collective": coll, "group_size": n, "backend": backend,
+            "alpha_us": round(float(alpha) / 1e3, 2), "beta_gbps": round(1 / float(slope), 3),
+            "fit_error_pct": round(100 * float(np.median(err)), 1),
+            "worst_error_pct": round(100 * float(err.max()), 1),
+            "min_bytes": int(g["bytes"].min()), "max_bytes": int(g["bytes"].max()),
+            "sizes": int(len(t)), "calls": int(len(g)), "slow_calls": int((x > SLOW_X).sum()),
+            "worst_x_fit": round(float(x[worst]), 1),
+            "slowest_call": {"ts_ns": int(g["ts"].iloc[worst]),
+                             "offset_ns": int(g["ts"].iloc[worst]) - t0, "bytes": int(g["bytes"].iloc[worst]),
+                             "dur_ns": int(g["dur"].iloc[worst]),
+                             "fit_ns": int(fit[worst])} if x[worst] > SLOW_X else None}
+
+
+def with_link(layout: dict | None, link_gbps: float | None) -> dict | None:
+    """``layout`` with each fitted bus bandwidth as a % of the link's peak (``link_pct``) and
+    ``below_link`` when under ``LINK_SLOW_PCT`` of it (``--link-gbps``)."""
+    if not layout or not link_gbps:
+        return layout
+    for m in layout.get("comm_model") or []:
+        m["link_gbps"] = float(link_gbps)
+        m["link_pct"] = round(100.0 * float(m["beta_gbps"]) / link_gbps, 1)
+        m["below_link"] = bool(m["link_pct"] < LINK_SLOW_PCT)
+    return layout
 
 
 def _sized_calls(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict]) -> pd.DataFrame:
     """The calls that move data (backend spans, kernels) with their bytes and group size:
     ``msg_bytes`` (record_param_comms / NCCL args), else the span's recorded shape."""
-    cols = ["collective", "group_size", "bytes", "dur"]
+    cols = ["collective", "group_size", "bytes", "dur", "ts"]
     moving = _moving(calls)
     if not len(moving):
         return pd.DataFrame(columns=cols)
@@ -573,7 +648,8 @@ def _sized_calls(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict]) -> p
     g = _group(groups)
     n = np.where(n > 0, n, g["size"] if g else -1)
     df = pd.DataFrame({"collective": moving["collective"].to_numpy(), "group_size": n,
-                       "bytes": size, "dur": (moving["end"] - moving["ts"]).to_numpy(float)})
+                       "bytes": size, "dur": (moving["end"] - moving["ts"]).to_numpy(float),
+                       "ts": moving["ts"].to_numpy(np.int64)})
     return df[(df["bytes"] > 0) & (df["group_size"] > 1) & (df["dur"] > 0)].astype(
         {"group_size": np.int64})
 
@@ -601,7 +677,13 @@ def job_parallelism(per_rank: dict[int, dict]) -> dict:
                                             for r, e in eps.items()},
                      "hot_rank": hot,
                      "recv_imbalance": round(float(recv.max() / recv.mean()), 2)
-                     if recv.mean() else None}
+                     if recv.mean() else None,
+                     # the hot rank's own exchange time: its excess bytes are what balance
+                     # removes (the others' time also holds waits on descheduled peers)
+                     "a2a_ns": int(eps[hot].get("a2a_ns") or 0)}
+    models = [dict(m, rank=r) for r, p in per_rank.items() for m in p.get("comm_model") or []]
+    if models:   # each rank's own fit: a rank whose line is slower than its peers' shows here
+        out["comm_model"] = models
     return out
 
 

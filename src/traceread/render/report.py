@@ -405,11 +405,31 @@ def _layout(p: dict | None) -> list[str]:
     for coll, x in (p.get("fsdp") or {}).items():
         if isinstance(x, dict) and x.get("exposed_pct") is not None:
             parts.append(f"FSDP {coll} {x['exposed_pct']}% exposed ({fmt_ns(x['exposed_ns'])})")
-    for m in p.get("comm_model") or []:
-        parts.append(f"{m['collective']} x{m['group_size']} fits {m['alpha_us']:.0f} us + bytes / "
-                     f"{m['beta_gbps']} GB/s (+-{m['fit_error_pct']}%), {m['slow_calls']} calls "
-                     f"over 2x the fit")
+    parts += [_comm_model_text(m) for m in p.get("comm_model") or []]
     return ["", "Parallelism: " + "; ".join(parts)]
+
+
+def _comm_model_text(m: dict) -> str:
+    """One size regime's fit, its link share and its slowest call (passes/parallelism.py)."""
+    t = (f"{m['collective']} x{m['group_size']} {_size(m['min_bytes'])}..{_size(m['max_bytes'])} "
+         f"fits {m['alpha_us']:.0f} us + bus bytes / {m['beta_gbps']} GB/s (median "
+         f"{m['fit_error_pct']}%, worst {m['worst_error_pct']}% off)")
+    if m.get("link_pct") is not None:
+        t += f", {m['link_pct']:.0f}% of the {m['link_gbps']:g} GB/s link" + \
+            (" -- far below it" if m.get("below_link") else "")
+    t += f", {m['slow_calls']} calls over 2x the fit"
+    s = m.get("slowest_call")
+    if s:
+        t += (f" (worst: {_size(s['bytes'])} at +{fmt_ns(s['offset_ns'])} into the window took {fmt_ns(s['dur_ns'])}, "
+              f"{m['worst_x_fit']}x the fit: contention or a late peer)")
+    return t
+
+
+def _size(b: int) -> str:
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= k:
+            return f"{b / k:g} {unit}"
+    return f"{b} B"
 
 
 def _compile(a) -> list[str]:
