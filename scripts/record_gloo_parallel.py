@@ -11,6 +11,13 @@
   k = 10, 10 + ``--exp-step``, .. ``--max-exp`` (default 10..20 by 2: 4 KiB .. 4 MiB),
   ``--repeats`` times each per step; truth: each call's bytes and time (``perf_counter_ns``
   around the call).
+- ``tp``: 2 ranks, DTensor tensor parallel inference (``torch.no_grad``): ``--tp-layers``
+  MLP blocks Linear(w, 4w) -> GELU -> Linear(4w, w), ``parallelize_module`` with
+  ColwiseParallel on the first Linear and RowwiseParallel on the second (its output is
+  all_reduced over the TP group). Truth per step and layer: ``layer_ns`` (block pre-forward
+  hook to the all_reduce's end) and ``comm_ns`` (from a forward hook that runs before
+  RowwiseParallel's output hook -- which issues the all_reduce -- to one after it that waits
+  on the result).
 - ``a2a``: 4 ranks, ``all_to_all_single`` with uneven splits: every rank sends ``--hot-factor``
   times more to rank ``--hot-rank``. Truth: bytes each rank sends and receives per step.
 
@@ -135,6 +142,48 @@ def _sweep(rank, world, a, timer):
     return step
 
 
+def _tp(rank, world, a, timer):
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(0)
+    width = a.tp_width
+    blocks = [torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                  torch.nn.Linear(4 * width, width)) for _ in range(a.tp_layers)]
+    mesh = init_device_mesh("cpu", (world,))
+    marks = []   # (layer, what, perf_counter_ns)
+
+    def mark(i, what):
+        def hook(mod, args, out=None):
+            if what == "comm_end" and hasattr(out, "wait"):
+                out = out.wait()    # the all_reduce's result, waited here: comm ends now
+            marks.append((i, what, time.perf_counter_ns()))
+            return out if what == "comm_end" else None
+        return hook
+
+    for i, b in enumerate(blocks):
+        b.register_forward_pre_hook(mark(i, "start"))
+        # registered before parallelize_module: runs before RowwiseParallel's output hook,
+        # which issues the all_reduce; the one registered after runs once it is done
+        b[2].register_forward_hook(mark(i, "comm_start"))
+        parallelize_module(b, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        b[2].register_forward_hook(mark(i, "comm_end"))
+    net = torch.nn.Sequential(*blocks)
+    x = torch.randn(a.tp_tokens, width)
+
+    def step():
+        marks.clear()
+        with torch.no_grad():
+            y = net(x)
+        float(y.sum())
+        at = {(i, w): t for i, w, t in marks}
+        layers = [{"layer": i, "layer_ns": at[i, "comm_end"] - at[i, "start"],
+                   "comm_ns": at[i, "comm_end"] - at[i, "comm_start"]} for i in range(len(blocks))]
+        return {"layers": layers}
+    return step
+
+
 def _worker(rank, world, port, out, a):
     import torch
     import torch.distributed as dist
@@ -143,7 +192,7 @@ def _worker(rank, world, port, out, a):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    step = {"fsdp2": _fsdp2, "pp": _pp, "a2a": _a2a, "sweep": _sweep}[a.what](rank, world, a, None)
+    step = {"fsdp2": _fsdp2, "pp": _pp, "a2a": _a2a, "sweep": _sweep, "tp": _tp}[a.what](rank, world, a, None)
     tmp = Path(out) / f".tmp-rank-{rank}"
 
     def on_ready(prof):
@@ -171,7 +220,7 @@ def _worker(rank, world, port, out, a):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["fsdp2", "pp", "a2a", "sweep"])
+    p.add_argument("what", choices=["fsdp2", "pp", "a2a", "sweep", "tp"])
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
@@ -185,6 +234,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-exp", type=int, default=20)
     p.add_argument("--exp-step", type=int, default=2)
     p.add_argument("--world", type=int, default=None)
+    p.add_argument("--tp-layers", type=int, default=4)
+    p.add_argument("--tp-width", type=int, default=256)
+    p.add_argument("--tp-tokens", type=int, default=64)
     a = p.parse_args(argv)
     import torch.multiprocessing as mp
 

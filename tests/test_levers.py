@@ -393,6 +393,21 @@ def test_fsdp_prefetch_saves_the_exposed_gathers_compute_can_hide():
     assert saves(fsdp_all_gather_exposed_pct=4.0) == "absent"
 
 
+def test_exposed_tp_all_reduce_gets_overlap_advice_priced_by_the_compute_it_can_hide():
+    ctx = dict(framework_evidence={"dtensor": "Redistribute"}, tp_exposed_pct=69.2,
+               tp_exposed_ns=75_000, tp_compute_ns=14_000, tp_worst_layer=0,
+               tp_worst_layer_pct=87.4)
+
+    def got(scores, **kw):
+        return [x for x in L.offered(scores, {}, {}, {**ctx, **kw}, 1, ("comms",))
+                if x["id"] == "tp_overlap"]
+    (lv,) = got({"comms": 100_000})
+    assert lv["saves_ns"] == 14_000 and "69% of the steps" in lv["lever"] and "layer 0" in lv["lever"]
+    assert got({"comms": 100_000}, tp_exposed_pct=12.0) == []          # not on the critical path
+    assert got({"comms": 9_000})[0]["saves_ns"] == 9_000                 # capped at the comms score
+    assert got({}) == []                                                 # no comms cause
+
+
 def test_tune_lever_names_a_long_kernel_by_a_regex_ncu_can_match():
     """ncu --kernel-name matches a whole name: a name cut to 80 characters would match nothing,
     so a longer one is matched by its head (regex:^...)."""

@@ -116,6 +116,46 @@ def test_ddp_overlap_arithmetic_on_planted_kernels():
     assert d["tail_step_share_pct"] == 10.0
 
 
+def test_tp_layers_arithmetic_on_planted_kernels():
+    """Each all_reduce ends a layer: layer 0 from the step's first compute to the end of
+    all_reduce 0, layer 1 from there to the end of all_reduce 1; exposed = comm no compute
+    covers."""
+    from traceread.passes.parallelism import comm_calls, tp_layers
+
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    rows = []
+    for s in (0, 1000):
+        rows += [(s + 0, s + 100, "gemm"), (s + 100, s + 200, ar), (s + 200, s + 300, "gemm"),
+                 (s + 250, s + 400, ar), (s + 400, s + 1000, "gemm")]
+    ev = _gpu_table(rows)
+    tp = tp_layers(ev, comm_calls(ev), [(0, 1000, 7), (1000, 2000, 7)], None)
+    assert (tp["layers_per_step"], tp["steps"]) == (2, 2)
+    l0, l1 = tp["layers"]
+    assert (l0["layer_ns"], l0["comm_ns"], l0["exposed_ns"], l0["comm_pct"]) == (400, 200, 200, 50.0)
+    assert (l1["layer_ns"], l1["comm_ns"], l1["exposed_ns"], l1["comm_pct"]) == (400, 300, 200, 50.0)
+    assert (tp["exposed_ns"], tp["step_share_pct"], tp["compute_ns"]) == (400, 20.0, 300)
+
+
+def test_tp_layers_on_the_recorded_dtensor_job_match_the_loop():
+    """tp2: 4 MLP blocks, ColwiseParallel + RowwiseParallel over 2 gloo ranks; the loop timed
+    each block and its all_reduce (issue to the end of the wait) with hooks."""
+    truth = _truth("tp2")
+    for r in (0, 1):
+        p = _layout("tp2", r)
+        assert _kinds(p)["tp"]["group_size"] == 2 and set(_kinds(p)) == {"tp"}
+        tp = p["tp"]
+        assert (tp["layers_per_step"], tp["steps"]) == (4, 3)
+        rows = truth["per_rank"][str(r)]
+        for lay in tp["layers"]:
+            k = lay["layer"]
+            loop_layer = sum(x["layers"][k]["layer_ns"] for x in rows)
+            loop_comm = sum(x["layers"][k]["comm_ns"] for x in rows)
+            assert lay["layer_ns"] == pytest.approx(loop_layer, rel=0.1), (r, k)
+            # the trace misses the Python around the hooks the loop includes: <= 10 points
+            assert abs(lay["comm_pct"] - 100 * loop_comm / loop_layer) <= 10, (r, k)
+        assert tp["step_share_pct"] > 50       # the all_reduce dominates this CPU job
+
+
 def test_no_strategy_without_evidence():
     ev = _gpu_table([(0, 100, "gemm"), (120, 200, "gemm")])
     assert parallelism(ev)["strategies"] == []

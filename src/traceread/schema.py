@@ -606,6 +606,27 @@ class CommExposure(_S):
     exposed_pct: Optional[float]
 
 
+class TpLayer(_S):
+    """The k-th TP layer of every analysed step (summed over the steps)."""
+
+    layer: int
+    layer_ns: int
+    comm_ns: int                    # the all_reduce's movement (+ the host blocked on it)
+    exposed_ns: int                 # the part no compute covers: on the critical path
+    comm_pct: Optional[float]       # 100 exposed / layer
+
+
+class TensorParallel(_S):
+    """The TP group's all_reduces, per layer (docs/parallelism.md, "Tensor parallel")."""
+
+    layers_per_step: int            # all_reduces per step (the most common count)
+    steps: int                      # steps with that count
+    layers: list[TpLayer]
+    exposed_ns: int
+    step_share_pct: Optional[float]  # 100 exposed / those steps' time
+    compute_ns: int                 # the layers' time neither comm nor its wait takes
+
+
 class FsdpExposure(_S):
     """FSDP's collectives and how much of them compute hides (prefetch)."""
 
@@ -624,6 +645,7 @@ class Parallelism(_S):
     ep: Optional[ExpertParallel] = None
     ddp: Optional[DdpOverlap] = None
     fsdp: Optional[FsdpExposure] = None
+    tp: Optional[TensorParallel] = None
     comm_model: Optional[list[CommModel]] = None
 
 

@@ -213,6 +213,25 @@ def pp_stage_slow(c: Ctx) -> bool:
         and int(c.get("pp_excess_busy_ns") or 0) > 0
 
 
+TP_EXPOSED_PCT = 20.0    # TP all_reduce time no compute covers, % of the steps
+
+
+def tp_comm_exposed(c: Ctx) -> bool:
+    """The TP group's all_reduces are on the critical path: their exposed time is >=
+    TP_EXPOSED_PCT of the steps (``tp_exposed_pct``, passes/parallelism.tp_layers)."""
+    x = c.get("tp_exposed_pct")
+    return x is not None and x >= TP_EXPOSED_PCT
+
+
+def _tp_overlap_text(c: Ctx) -> str:
+    return (f"overlap the tensor-parallel all_reduce with compute: it is exposed for "
+            f"{c['tp_exposed_pct']:.0f}% of the steps (layer {c['tp_worst_layer']}: "
+            f"{c['tp_worst_layer_pct']:.0f}% of its time); async TP (collective matmul: "
+            "torch._inductor.config._micro_pipeline_tp, with sequence parallel's reduce_scatter "
+            "/ all_gather in place of the all_reduce), or a smaller TP degree inside a faster "
+            "link domain")
+
+
 def ep_imbalanced(c: Ctx) -> bool:
     """all_to_all bytes max / mean >= EP_IMBALANCE_X (a job: received per rank; one rank:
     what it sends each peer)."""
@@ -450,6 +469,9 @@ SAVINGS = {
                  "compute no data-moving comm overlaps (fsdp_free_compute_ns) -- prefetch can "
                  "hide a gather only behind compute -- and at the comms score; not measured: "
                  "the comms score",
+    "tp_hide": "the TP all_reduces' exposed time (tp_exposed_ns) capped at the layers' "
+               "compute (tp_compute_ns: what an overlapped all_reduce can hide behind) and at "
+               "the comms score",
     "ep_share": "the all_to_all time (ep_a2a_ns) x (1 - 1/imbalance): balanced, every rank "
                 "moves the mean bytes instead of the hot rank's max; an upper bound (all of the "
                 "time bandwidth-bound)",
@@ -457,7 +479,7 @@ SAVINGS = {
 }
 
 # saving models priced from a cause's score: such a lever needs its cause worth fixing
-CAUSE_PRICED = ("cause", "alloc", "host_rest", "pin", "queued", "fsdp_hide")
+CAUSE_PRICED = ("cause", "alloc", "host_rest", "pin", "queued", "fsdp_hide", "tp_hide")
 
 GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA graphs are "
                        "replayed: they are set up (reduce-overhead / cudagraphify) but none was "
@@ -615,6 +637,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("torchrec_sharding", "comms", "re-plan the embedding sharding (EmbeddingShardingPlanner"
           ": table-/row-/column-wise, balanced across ranks) to cut and balance the all_to_all "
           "volume", "code", when=_all(PT, torchrec)),
+    Lever("tp_overlap", "comms", _tp_overlap_text, "code", saves="tp_hide",
+          when=_all(PT, tp_comm_exposed)),
     Lever("pp_microbatches", "comms", _pp_microbatch_text, "code", saves="pp_bubble",
           when=_all(pp_bubble_dominates), first=True),
     Lever("pp_rebalance", "comms", _pp_rebalance_text, "code", saves="pp_excess",
@@ -775,6 +799,9 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
         if ex is None or free is None:   # not measured: the comms cause, as before
             return int(cause_ns)
         return min(int(ex), int(free), int(cause_ns))
+    if lv.saves == "tp_hide":
+        return min(int(ctx.get("tp_exposed_ns") or 0), int(ctx.get("tp_compute_ns") or 0),
+                   int(cause_ns))
     if lv.saves == "ep_share":
         x, t = ctx.get("ep_imbalance"), ctx.get("ep_a2a_ns")
         return None if not x or t is None else int(int(t) * (1 - 1 / float(x)))

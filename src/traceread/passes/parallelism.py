@@ -50,6 +50,11 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
         ep = all_to_all_bytes(ev, calls, max(1, len(spans)), ranks)
         if ep:
             out["ep"] = ep
+    if "tp" in kinds and spans:
+        tp = next(s for s in strategies if s["kind"] == "tp")
+        layers = tp_layers(ev, calls, spans, tp.get("process_group"))
+        if layers:
+            out["tp"] = layers
     if "ddp" in kinds and spans:
         out["ddp"] = ddp_overlap(ev, calls, spans)
     if "fsdp" in kinds and spans:
@@ -68,6 +73,12 @@ def lever_context(layout: dict) -> dict:
     out = {"fsdp_all_gather_exposed_pct": ag.get("exposed_pct"),
            "fsdp_all_gather_exposed_ns": ag.get("exposed_ns"),
            "fsdp_free_compute_ns": fsdp.get("free_compute_ns")}
+    tp = layout.get("tp") or {}
+    if tp:
+        worst = max(tp["layers"], key=lambda x: x["exposed_ns"])
+        out.update(tp_exposed_pct=tp["step_share_pct"], tp_exposed_ns=tp["exposed_ns"],
+                   tp_compute_ns=tp["compute_ns"], tp_worst_layer=worst["layer"],
+                   tp_worst_layer_pct=worst["comm_pct"])
     pl = layout.get("pipeline") or {}
     if pl:
         bubbles = [b for b in pl["bubble_pct_by_stage"].values() if b is not None]
@@ -273,13 +284,26 @@ def compute_intervals(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None) ->
         return iv.union(ts[k], end[k])
     ops = np.flatnonzero(kind_in(ev, ("cpu_op",)) & (ev["tid"].to_numpy() == tid))
     busy = iv.union(ts[ops], end[ops])
-    # gloo's send/recv spans on this thread run on while later ops compute: only the issuing
-    # operators block it
+    blocked = host_blocked(ev, calls, tid)
+    return iv.subtract(busy, blocked) if len(blocked[0]) else busy
+
+
+def host_blocked(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None) -> iv.Intervals:
+    """When the thread ``tid`` is blocked in comm: the operators that issue comm calls (gloo's
+    send/recv spans on it run on while later ops compute: only the issuing operators block
+    it) and a functional collective's wait (``_c10d_functional::wait_tensor``: it computes
+    nothing)."""
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    ops = np.flatnonzero(kind_in(ev, ("cpu_op",)) & (ev["tid"].to_numpy() == tid))
     host_calls = calls[(calls["tid"] == tid) & calls["issue"].astype(bool)] if len(calls) \
         else calls
-    if not len(host_calls):
-        return busy
-    return iv.subtract(busy, iv.union(host_calls["ts"], host_calls["end"]))
+    waits = ops[lookup_at(ev["name"], ops, lambda n: bool(WAIT_RX.match(n)), False, bool)]
+    return iv.union(np.concatenate([host_calls["ts"].to_numpy(np.int64), ts[waits]]),
+                    np.concatenate([host_calls["end"].to_numpy(np.int64), end[waits]]))
+
+
+WAIT_RX = re.compile(r"^(?:_c10d_functional|c10d_functional|c10d)::wait(?:_tensor)?$")
 
 
 def _clip_total(x: iv.Intervals, lo: int, hi: int) -> int:
@@ -438,6 +462,71 @@ def _a2a_split_bytes(dims, types, concrete) -> tuple[int, int, np.ndarray] | Non
         return None
     splits = np.asarray(lists[1], float)   # the input's: what this rank sends to each peer
     return out_b, in_b, in_b * splits / splits.sum()
+
+
+# ------------------------------------------------------------------ tensor parallel
+
+def tp_layers(ev: pd.DataFrame, calls: pd.DataFrame, spans, pg: str | None) -> dict | None:
+    """The TP group's all_reduces split each step into layers: layer k of a step ends when
+    all_reduce k has ended and the step thread has stopped waiting on it (its result is what
+    the next layer needs); it begins where layer k-1 ended -- layer 0 at the first compute
+    after the step's other comm (a barrier) ended. Per layer (the k-th of every step, summed over the steps):
+    ``layer_ns``; ``comm_ns``: the all_reduce's data movement and, on a CPU job, the step
+    thread blocked issuing or waiting on it, inside the layer; ``exposed_ns``: the part no
+    compute covers (on the critical path); ``comm_pct = 100 exposed / layer``. Only steps
+    with the most common count of all_reduces count. ``pg``: the TP group, when calls name
+    theirs (gloo's do not: then every all_reduce of the trace is taken as TP)."""
+    ar = calls[calls["collective"] == "all_reduce"] if len(calls) else calls
+    if pg is not None and len(ar) and ar["pg"].notna().any():
+        ar = ar[ar["pg"].astype(str) == str(pg)]
+    moving = _moving(ar)
+    if not len(moving):
+        return None
+    ts, end = moving["ts"].to_numpy(np.int64), moving["end"].to_numpy(np.int64)
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order], end[order]
+    tid = spans[0][2]
+    compute = compute_intervals(ev, calls, tid)
+    on_gpu = bool(moving["on_gpu"].astype(bool).any())
+    blocked = (np.array([], np.int64),) * 2 if on_gpu else host_blocked(ev, calls, tid)
+    other = calls[calls["collective"] != "all_reduce"] if len(calls) else calls
+    per_step = [np.flatnonzero((ts >= s) & (ts < e)) for s, e, _ in spans]
+    counts = [len(x) for x in per_step if len(x)]
+    if not counts:
+        return None
+    n = int(pd.Series(counts).mode().iloc[0])
+    acc = np.zeros((n, 3), np.int64)   # layer, comm, exposed
+    step_ns = 0
+    for (s, e, _), rows in zip(spans, per_step):
+        if len(rows) != n:
+            continue
+        step_ns += e - s
+        before = other["end"][(other["end"] <= ts[rows[0]]) & (other["end"] > s)] if len(other) \
+            else []
+        lo = int(max(before)) if len(before) else s
+        first = compute[0][(compute[0] >= lo) & (compute[0] < ts[rows[0]])]
+        lo = int(first[0]) if len(first) else lo     # the first layer's first op
+        for k, r in enumerate(rows):
+            # the wait that consumes the result: blocked time overlapping the data movement
+            over = (blocked[0] < end[r]) & (blocked[1] > ts[r])
+            hi = int(min(e, max(end[r], blocked[1][over].max() if over.any() else end[r])))
+            hi = max(lo, hi)
+            win = (np.array([lo]), np.array([hi]))
+            mine = iv.union(np.concatenate([ts[r:r + 1], blocked[0]]),
+                            np.concatenate([end[r:r + 1], blocked[1]]))
+            c = iv.intersect(mine, win)
+            acc[k] += (hi - lo, iv.total(c), iv.total(iv.subtract(c, compute)))
+            lo = hi
+    layers = [{"layer": k, "layer_ns": int(a), "comm_ns": int(c), "exposed_ns": int(x),
+               "comm_pct": round(100.0 * int(x) / int(a), 1) if a else None}
+              for k, (a, c, x) in enumerate(acc)]
+    exposed = int(acc[:, 2].sum())
+    return {"layers_per_step": n, "steps": int(sum(len(x) == n for x in per_step)),
+            "layers": layers, "exposed_ns": exposed,
+            "step_share_pct": round(100.0 * exposed / step_ns, 1) if step_ns else None,
+            # the layers' time neither comm nor its wait takes: what an overlapped (async)
+            # all_reduce could hide behind
+            "compute_ns": int(acc[:, 0].sum() - acc[:, 1].sum())}
 
 
 # ------------------------------------------------------------------ data parallel

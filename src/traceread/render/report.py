@@ -402,6 +402,12 @@ def _layout(p: dict | None) -> list[str]:
     if dp and dp.get("overlap_efficiency") is not None:
         parts.append(f"all_reduce {100 * dp['overlap_efficiency']:.0f}% hidden, exposed tail "
                      f"{fmt_ns(dp['exposed_tail_ns'])} ({dp['tail_step_share_pct']}% of the steps)")
+    tp = p.get("tp")
+    if tp:
+        worst = max(tp["layers"], key=lambda x: x["exposed_ns"])
+        parts.append(f"TP all_reduce exposed {fmt_ns(tp['exposed_ns'])} ({tp['step_share_pct']}% of "
+                     f"the steps, {tp['layers_per_step']} per step; layer {worst['layer']} "
+                     f"{worst['comm_pct']}% comm)")
     for coll, x in (p.get("fsdp") or {}).items():
         if isinstance(x, dict) and x.get("exposed_pct") is not None:
             parts.append(f"FSDP {coll} {x['exposed_pct']}% exposed ({fmt_ns(x['exposed_ns'])})")
