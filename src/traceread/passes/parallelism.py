@@ -470,8 +470,8 @@ def tp_layers(ev: pd.DataFrame, calls: pd.DataFrame, spans, pg: str | None) -> d
     """The TP group's all_reduces split each step into layers: layer k of a step ends when
     all_reduce k has ended and the step thread has stopped waiting on it (its result is what
     the next layer needs); it begins where layer k-1 ended -- layer 0 at the first compute
-    after the step's other comm (a barrier) ended. Per layer (the k-th of every step, summed over the steps):
-    ``layer_ns``; ``comm_ns``: the all_reduce's data movement and, on a CPU job, the step
+    after the step's other comm (a barrier) ended. Per layer (the k-th of every step, summed
+    over the steps): ``layer_ns``; ``comm_ns``: the all_reduce's data movement and, on a CPU job, the step
     thread blocked issuing or waiting on it, inside the layer; ``exposed_ns``: the part no
     compute covers (on the critical path); ``comm_pct = 100 exposed / layer``. Only steps
     with the most common count of all_reduces count. ``pg``: the TP group, when calls name
@@ -512,8 +512,9 @@ def tp_layers(ev: pd.DataFrame, calls: pd.DataFrame, spans, pg: str | None) -> d
             hi = int(min(e, max(end[r], blocked[1][over].max() if over.any() else end[r])))
             hi = max(lo, hi)
             win = (np.array([lo]), np.array([hi]))
-            mine = iv.union(np.concatenate([ts[r:r + 1], blocked[0]]),
-                            np.concatenate([end[r:r + 1], blocked[1]]))
+            near = (blocked[0] < hi) & (blocked[1] > lo)
+            mine = iv.union(np.concatenate([ts[r:r + 1], blocked[0][near]]),
+                            np.concatenate([end[r:r + 1], blocked[1][near]]))
             c = iv.intersect(mine, win)
             acc[k] += (hi - lo, iv.total(c), iv.total(iv.subtract(c, compute)))
             lo = hi

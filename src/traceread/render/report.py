@@ -426,8 +426,8 @@ def _comm_model_text(m: dict) -> str:
     t += f", {m['slow_calls']} calls over 2x the fit"
     s = m.get("slowest_call")
     if s:
-        t += (f" (worst: {_size(s['bytes'])} at +{fmt_ns(s['offset_ns'])} into the window took {fmt_ns(s['dur_ns'])}, "
-              f"{m['worst_x_fit']}x the fit: contention or a late peer)")
+        t += (f" (worst: {_size(s['bytes'])} at +{fmt_ns(s['offset_ns'])} into the window took "
+              f"{fmt_ns(s['dur_ns'])}, {m['worst_x_fit']}x the fit: contention or a late peer)")
     return t
 
 
