@@ -16,6 +16,18 @@ its columns (both readers must build the same table). Prints the ratios
 peak RSS / table bytes and peak RSS / file size.
 
     python scripts/bench_nsys_memory.py [--kernels 6000000] [--keep] [--no-baseline]
+
+``--analyze``: instead of ``traceread.load``, time ``traceread analyze --no-cache``
+end to end (a child process each; wall, user + sys CPU and peak RSS from
+``wait4``, which include the forked side-pass workers), for the reader at
+``--baseline`` (default ``main`` here) and this checkout, in the same run, and
+print per million kernel rows and the ratio baseline / this. ``--timeout`` stops
+a run that would take too long (reported as stopped, with its RSS so far).
+
+    python scripts/bench_nsys_memory.py --analyze --kernels 1000000 --out /tmp/nsys_1m.sqlite --keep
+
+``--build-only`` writes the export and stops (1 M kernels: 89 MB, ~6 s; 5 M:
+479 MB; the layout is ~95 B per kernel row with its launch and 1/8 NVTX range).
 """
 from __future__ import annotations
 
@@ -122,6 +134,50 @@ def measure(path: Path, src: Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def measure_analyze(path: Path, src: Path, timeout: float) -> dict:
+    """``traceread analyze --no-cache`` in a child; wall, CPU and peak RSS from wait4."""
+    import time
+    env = dict(os.environ, PYTHONPATH=str(src))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "traceread", "analyze", "--no-cache", str(path)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stopped = False
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() - t0 > timeout:
+            proc.kill()
+            stopped = True
+            pid, status, ru = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.05)
+    return {"seconds": time.perf_counter() - t0, "cpu": ru.ru_utime + ru.ru_stime,
+            "peak_rss": ru.ru_maxrss * 1024, "stopped": stopped, "status": status}
+
+
+def analyze_main(a, path: Path) -> None:
+    size = path.stat().st_size
+    millions = a.kernels / 1e6
+    print(f"export: {path} {mb(size)}, {a.kernels:,} kernel rows; load average {os.getloadavg()}")
+    runs = {}
+    with tempfile.TemporaryDirectory() as d:
+        if not a.no_baseline:
+            runs[f"base {a.baseline}"] = measure_analyze(path, export_rev(a.baseline, Path(d)),
+                                                       a.timeout)
+        runs["this"] = measure_analyze(path, ROOT / "src", a.timeout)
+    print(f"{'':14} {'wall':>8} {'CPU':>8} {'peak RSS':>10} {'s / M rows':>10} {'MB / M rows':>11}")
+    for k, r in runs.items():
+        flag = " (stopped)" if r["stopped"] else ("" if r["status"] == 0 else " (failed)")
+        print(f"{k:14} {r['seconds']:>7.1f}s {r['cpu']:>7.1f}s {mb(r['peak_rss']):>10} "
+              f"{r['cpu'] / millions:>10.2f} {r['peak_rss'] / 1e6 / millions:>11.0f}{flag}")
+    if len(runs) == 2:
+        b, n = runs.values()
+        print(f"baseline / this: CPU {b['cpu'] / n['cpu']:.2f}x, wall {b['seconds'] / n['seconds']:.2f}x, "
+              f"peak RSS {b['peak_rss'] / n['peak_rss']:.2f}x"
+              + (" (baseline stopped: a lower bound)" if b["stopped"] else ""))
+
+
 def mb(x: float) -> str:
     return f"{x / 1e6:,.0f} MB"
 
@@ -133,10 +189,28 @@ def main() -> None:
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--out", default="/tmp/traceread_nsys_big.sqlite")
     ap.add_argument("--keep", action="store_true", help="keep (and reuse) the export")
+    ap.add_argument("--analyze", action="store_true",
+                    help="time `traceread analyze --no-cache` end to end (baseline: main)")
+    ap.add_argument("--timeout", type=float, default=240.0, help="--analyze: stop a run after this")
+    ap.add_argument("--build-only", action="store_true",
+                    help="only write the export to --out (kept), e.g. for profiling")
     a = ap.parse_args()
+    if a.build_only:
+        build(Path(a.out), a.kernels)
+        print(f"{a.out}: {mb(Path(a.out).stat().st_size)}")
+        return
+    if a.analyze and a.baseline == BASELINE:
+        a.baseline = "main"
     path = Path(a.out)
     if not (a.keep and path.exists()):
         build(path, a.kernels)
+    if a.analyze:
+        try:
+            analyze_main(a, path)
+        finally:
+            if not a.keep:
+                path.unlink(missing_ok=True)
+        return
     size = path.stat().st_size
     print(f"export: {path} {mb(size)} (kernels + runtime launches + NVTX ranges); "
           f"load average {os.getloadavg()}")

@@ -173,12 +173,17 @@ class Db:
             m = len(rows)
             if filled + m > len(cols[0]):  # the count was stale: grow
                 cols = [np.concatenate([c, np.empty(filled + m - len(c), np.int64)]) for c in cols]
+            # every int cell is an integer (CAST ... COALESCE -1): one C pass over the
+            # row tuples, ~3x faster than a fromiter per column
+            block = np.array(rows if not texts else list(map(itemgetter(slice(0, len(ints))),
+                                                                rows)), np.int64)
             for j, col in enumerate(cols):
-                get = map(itemgetter(j), rows)
                 if j < len(ints):
-                    col[filled:filled + m] = np.fromiter(get, np.int64, m)
+                    col[filled:filled + m] = block[:, j]
                 else:
-                    col[filled:filled + m] = coders[j - len(ints)].encode(get, m)
+                    col[filled:filled + m] = coders[j - len(ints)].encode(
+                        map(itemgetter(j), rows), m)
+            del block
             filled += m
             del rows
         out: dict[str, np.ndarray | Coded | None] = {}
