@@ -210,3 +210,15 @@ def test_synthetic_pp_x_dp_job_names_the_slow_stage_and_the_late_dp_group():
 
     balanced = mr.analyze_traces(make_pp_dp_job(PPxDP(slow_stage=None)))[0]
     assert balanced.verdict()["status"] == "none" and balanced.stages["slow_stage"] is None
+
+
+def test_interleaved_lever_uses_its_virtual_stages():
+    """The microbatch lever projects with (p-1)/(v m+p-1): 11% at m=4, 6% at m=8 for v=2."""
+    from traceread.passes.parallelism import job_levers, job_parallelism
+
+    _, traces = _load("pp_interleaved2")
+    layout = job_parallelism({i: traceread.analyze(t).parallelism for i, t in enumerate(traces)})
+    assert layout["pipeline"]["virtual_stages"] == 2
+    lv = {x["id"]: x for x in job_levers(layout)}
+    text = lv["pp_microbatches"]["lever"]
+    assert "interleaved 1F1B (v=2)" in text and "= 11% at m=4, 6% at m=8" in text

@@ -146,8 +146,9 @@ def groups_line(groups: list[dict], balance: dict | None) -> str:
             parts.append(f"{balance['stages']} pipeline stages balanced "
                          f"({balance['slowest_x_others']}x at most)")
         else:
-            rs = ", ".join(map(str, balance["stage_ranks"][k]))
-            parts.append(f"stage {k} (ranks {rs}) computes {balance['slowest_x_others']}x the "
+            rs = balance["stage_ranks"][k]
+            who = f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
+            parts.append(f"stage {k} ({who}) computes {balance['slowest_x_others']}x the "
                          f"other stages, {fmt_ns(balance['excess_ns'])} more per step")
     coll = [g for g in groups if g["kind"] not in ("pp_stage", "pp")]
     late = max(coll, key=lambda g: g["lateness_ns_per_step"], default=None)

@@ -71,7 +71,7 @@ def lever_context(layout: dict) -> dict:
         # the schedule's share is the least bubble: the slowest stage idles only for the
         # fill and drain, the others wait on it too
         out.update(pp_stages=pl.get("stages"), pp_microbatches=pl.get("microbatches"),
-                   pp_schedule=pl.get("schedule"),
+                   pp_schedule=pl.get("schedule"), pp_virtual=pl.get("virtual_stages", 1),
                    pp_bubble_pct=min(bubbles) if bubbles else None,
                    pp_step_ns=pl.get("step_ns"), pp_slowest_stage=pl.get("slowest_stage"),
                    pp_slowest_x=pl.get("slowest_busy_x_fastest"),
