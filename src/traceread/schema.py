@@ -663,6 +663,7 @@ class PipelineStages(_S):
     slow_rank: int                  # the busiest rank of the busiest stage
     excess_ns: int                  # its compute per step minus the other stages' median
     stage_ranks: list[list[int]]
+    idle_ns_by_rank: dict[str, int]  # step - compute per step (median), per rank
 
 
 class CrossRank(Struct, kw_only=True):

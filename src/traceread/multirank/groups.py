@@ -78,7 +78,8 @@ def stage_balance(pipes: list[list[int]], busy: dict) -> dict | None:
             "slowest_x_others": round(x, 2) if x is not None else None,
             "slow_stage": slow if x is None or x >= IMBALANCE_X else None,
             "slow_rank": hot, "excess_ns": int(b[slow] - others),
-            "stage_ranks": stages}
+            "stage_ranks": stages,
+            "idle_ns_by_rank": {str(r): int(max(0.0, st - bz)) for r, (bz, st) in sorted(busy.items())}}
 
 
 def job_groups(m: pd.DataFrame, inputs, pipes: list[list[int]]) -> list[dict]:
@@ -119,9 +120,10 @@ def _row(kind: str, ranks: list[int], sub: pd.DataFrame, busy: dict, n_steps: di
          stage: int | None = None) -> dict:
     mine = sub[sub["rank"].isin(ranks)] if len(sub) else sub
     known = [busy[r] for r in ranks if r in busy]
-    per = {r: mine[mine["rank"] == r] for r in ranks}
-    wait = [per[r]["wait_ns"].sum() / n_steps.get(r, 1) for r in ranks]
-    late = {r: float(per[r]["lateness_ns"].sum() / n_steps.get(r, 1)) for r in ranks}
+    sums = mine.groupby("rank")[["wait_ns", "lateness_ns"]].sum() if len(mine) else None
+    got = (lambda r, c: float(sums.at[r, c]) if sums is not None and r in sums.index else 0.0)
+    wait = [got(r, "wait_ns") / n_steps.get(r, 1) for r in ranks]
+    late = {r: got(r, "lateness_ns") / n_steps.get(r, 1) for r in ranks}
     hot = max(late, key=late.get) if late and max(late.values()) > 0 else None
     return {"kind": kind, "stage": stage, "ranks": [int(r) for r in ranks],
             "collectives": sorted(str(c) for c in pd.unique(mine["collective"].dropna()))

@@ -118,7 +118,14 @@ def _pipeline_verdict(res, loc, tail: str) -> dict:
             f"{fmt_ns(st['excess_ns'])} ({st['slowest_x_others']}x) more than the other stages' "
             f"median")
     because = "every other stage waits on it at send/recv beyond the schedule's fill and drain"
+    # what each other rank waits on it per step: the excess, at most the rank's idle time (the
+    # rest of its idle time is the schedule's fill and drain)
+    ex = int(st["excess_ns"])
+    waiting = [{"rank": int(q), "instances": n, "wait_ns": min(int(v), ex) * n,
+                "wait_per_collective_ns": min(int(v), ex)}
+               for q, v in st["idle_ns_by_rank"].items() if int(q) not in ranks]
     return {**base, "status": "straggler", "straggler_rank": r, "late_by_ns": int(st["excess_ns"]),
+            "waiting": waiting, "per": "step",
             "late_total_ns": int(st["excess_ns"]) * n, "cause": "stage_compute",
             "bound": "gpu" if res.source == "kernel" else "host",
             "summary": f"{head}; {because}", "headline": head, "because": because}

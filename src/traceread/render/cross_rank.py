@@ -97,7 +97,10 @@ def render_summary(results: list, layouts: dict | None = None) -> str:
             lines.append(f"  STRAGGLER  {jv['headline']}")
             if jv["because"]:
                 lines.append(f"  why        {jv['because']}")
-        if jv["waiting"] and jv.get("basis") == "thread_waits":
+        if jv["waiting"] and jv.get("basis") == "pipeline":
+            parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}" for x in jv["waiting"][:6])
+            lines.append(f"  waiting    on it per step (its excess, at most the rank's idle time): {parts}")
+        elif jv["waiting"] and jv.get("basis") == "thread_waits":
             parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}"
                               f"{' in ' + x['in'] if x.get('in') else ''}" for x in jv["waiting"][:6])
             lines.append(f"  waiting    per {jv['per']} (median): {parts}")
