@@ -12,6 +12,10 @@ the per-rank verdict dicts:
   waits for, by how much and why, and leads its levers with fixing that rank;
 * every rank's verdict gains a ``job`` entry (its role in the job).
 
+In a job with send/recv pairs (a pipeline) whose collective straggler is not significant or
+late mostly at send/recv, the stages' own compute decides (``groups.stage_balance``): every
+stage waits there by construction (fill and drain).
+
 "No straggler" is said only on evidence: matched collectives with no rank late, or
 (no collective matched) launching threads that wait alike (``waits.py``). With no
 collective matched and no wait to read, the job verdict is ``cannot_tell``, with why
