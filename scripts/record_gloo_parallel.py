@@ -3,8 +3,10 @@
     python scripts/record_gloo_parallel.py {fsdp2,pp,a2a} OUT_DIR [--steps 3] [--warmup 1]
 
 - ``fsdp2``: 2 ranks, FSDP2 ``fully_shard`` on each Linear of a small MLP and on the root.
-- ``pp``: 2 ranks, ``torch.distributed.pipelining`` ``--schedule`` (GPipe or 1F1B), 2 stages,
-  ``--microbatches`` (4); stage ``--slow-stage`` has ``--slow-factor`` times the layers.
+- ``pp``: ``--world`` ranks (2), ``torch.distributed.pipelining`` ``--schedule`` (GPipe, 1F1B, or
+  interleaved 1F1B with ``--virtual`` stages per rank, placed looped: rank r holds stages r,
+  r + world, ...), ``--microbatches`` (4); rank ``--slow-stage`` (-1: none, a balanced pipeline)
+  has ``--slow-factor`` times the layers in each of its stages.
   Truth per rank and step: time inside the stage's own forward/backward (module hooks,
   ``perf_counter_ns``) and the step time; ``1 - busy/step`` is the loop's bubble.
 - ``sweep``: ``--world`` ranks (2), blocking ``all_reduce`` of float32 buffers of 2**k elements,
@@ -65,13 +67,13 @@ def _fsdp2(rank, world, a, timer):
 
 def _pp(rank, world, a, timer):
     import torch
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                              ScheduleInterleaved1F1B)
 
     torch.manual_seed(rank)
     width = 512
-    # the planted slow stage does --slow-factor times the layers: real compute the trace records
-    depth = 2 * (a.slow_factor if rank == a.slow_stage else 1)
-    sub = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(depth)])
+    v = a.virtual if a.schedule == "interleaved" else 1
+    n_stages = world * v
     busy = []
 
     def post(mod, args, out):
@@ -83,13 +85,22 @@ def _pp(rank, world, a, timer):
     def grad_done(p):
         busy[-1] += time.perf_counter_ns()
 
-    sub.register_forward_pre_hook(lambda m, args: busy.append(-time.perf_counter_ns()))
-    sub.register_forward_hook(post)
-    sub[0].weight.register_post_accumulate_grad_hook(grad_done)
-    stage = PipelineStage(sub, rank, world, torch.device("cpu"))
+    stages = []
+    for j in range(v):    # looped placement: rank r holds stages r, r + world, ...
+        sid = rank + j * world
+        # the planted slow rank does --slow-factor times the layers: real compute the trace records
+        depth = 2 * (a.slow_factor if rank == a.slow_stage else 1)
+        sub = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(depth)])
+        sub.register_forward_pre_hook(lambda m, args: busy.append(-time.perf_counter_ns()))
+        sub.register_forward_hook(post)
+        sub[0].weight.register_post_accumulate_grad_hook(grad_done)
+        stages.append(PipelineStage(sub, sid, n_stages, torch.device("cpu")))
     loss_fn = lambda out, y: (out - y).square().mean()
-    cls = ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B
-    sched = cls(stage, n_microbatches=a.microbatches, loss_fn=loss_fn)
+    if a.schedule == "interleaved":
+        sched = ScheduleInterleaved1F1B(stages, n_microbatches=a.microbatches, loss_fn=loss_fn)
+    else:
+        cls = ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B
+        sched = cls(stages[0], n_microbatches=a.microbatches, loss_fn=loss_fn)
     x = torch.randn(64 * a.microbatches, width)
     y = torch.randn(64 * a.microbatches, width)
 
@@ -224,9 +235,11 @@ def main(argv=None) -> int:
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--schedule", choices=["gpipe", "1f1b"], default="gpipe")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved"], default="gpipe")
+    p.add_argument("--virtual", type=int, default=2, help="interleaved: stages per rank")
+    p.add_argument("--world", type=int, default=None, help="ranks (default: a2a 4, else 2)")
     p.add_argument("--microbatches", type=int, default=4)
-    p.add_argument("--slow-stage", type=int, default=1)
+    p.add_argument("--slow-stage", type=int, default=1, help="pp: the slow rank; -1: none (balanced)")
     p.add_argument("--slow-factor", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hot-rank", type=int, default=2)

@@ -533,10 +533,11 @@ class Strategy(_S):
 class Pipeline(_S):
     """This rank's pipeline stage: busy vs waiting, and the schedule's own bubble."""
 
-    schedule: Optional[str]         # gpipe, 1f1b (from the send/recv order), None: unknown
+    schedule: Optional[str]         # gpipe, 1f1b, interleaved; None: unknown
     stages: Optional[int]
     stage: Optional[int]
     microbatches: Optional[int]
+    virtual_stages: int             # stages on this rank (interleaved: v > 1)
     busy_ns: int
     step_ns: int
     recv_wait_ns: int               # step time the stage did not compute
@@ -677,12 +678,50 @@ class Analyze(AnalyzeTrace, kw_only=True):
     schema_version: str
 
 
+class JobGroup(_S):
+    """One group of a job's ranks (``multirank/groups.py``): a pipeline stage, a pipeline, or
+    the ranks that meet in one collective; figures per step."""
+
+    kind: str                       # pp_stage, pp, dp/tp/ep/... (process group name), collective
+    stage: Optional[int]            # pp_stage: the stage index
+    ranks: list[int]
+    collectives: list[str]
+    instances: int                  # matched instances of the group's calls
+    busy_ns_per_step: Optional[int]  # members' mean compute per step
+    step_ns: Optional[int]          # members' mean step time
+    wait_ns_per_step: int           # members' mean wait at the group's calls per step
+    lateness_ns_per_step: int       # lateness members imposed at the group's calls per step
+    late_rank: Optional[int]        # the member that imposed most
+
+
+class PipelineStages(_S):
+    """A job's pipeline stages and whether one computes more (``groups.stage_balance``)."""
+
+    stages: int
+    pipelines: int
+    busy_ns_by_stage: list[int]     # mean of the stage's ranks' median compute per step
+    slowest_x_others: Optional[float]
+    slow_stage: Optional[int]       # None: balanced (under 1.25x the others' median)
+    slow_rank: int                  # the busiest rank of the busiest stage
+    excess_ns: int                  # its compute per step minus the other stages' median
+    stage_ranks: list[list[int]]
+    idle_ns_by_rank: dict[str, int]  # step - compute per step (median), per rank
+
+
+class CrossRank(Struct, kw_only=True):
+    """One job's cross-rank object (``render/cross_rank.py``); the keys not typed here are
+    documented in docs/batch.md."""
+
+    groups: list[JobGroup] = []
+    pipeline_stages: Optional[PipelineStages] = None
+
+
 class AnalyzeJob(_S):
     """``traceread analyze --format json`` of the ranks of a job: the cross-rank objects
     (``render/cross_rank.py``, documented in docs/batch.md) and each trace's analysis."""
 
     schema_version: str
-    cross_rank: list[dict[str, Any]]
+    cross_rank: list[CrossRank]
     traces: list[AnalyzeTrace]
 
 

@@ -3,7 +3,7 @@
 ``inputs`` -- what is kept per rank; ``grouping`` -- which traces form a job;
 ``match`` -- collective matching; ``clocks`` -- clock alignment; ``job`` -- waits,
 stragglers, steps; ``why`` -- the straggler's cause; ``metrics`` -- seed metrics;
-``verdicts`` -- the job verdict and its effect on each rank's verdict;
+``groups`` -- per group of ranks (pipeline stages, collective groups); ``verdicts`` -- the job verdict and its effect on each rank's verdict;
 ``nsys_split`` -- one nsys export holding several ranks.
 """
 from __future__ import annotations

@@ -287,6 +287,22 @@ def step_busy(steps: pd.DataFrame, coll: pd.DataFrame, compute: tuple, activity:
     return steps
 
 
+def own_busy(ev: pd.DataFrame, steps: pd.DataFrame, compute: tuple, thread: tuple) -> np.ndarray:
+    """Per step: the rank's own compute (``busy_ns``; a pipeline stage's work, groups.py) --
+    its compute kernels, or on a CPU-only rank the issuing thread's operators minus the comm
+    calls it issues (``passes/parallelism.compute_intervals``: gloo's send/recv spans run on
+    while later operators compute, so they are not subtracted)."""
+    if not len(steps):
+        return np.empty(0, np.int64)
+    qs = steps["ts"].to_numpy(np.int64)
+    qe = qs + steps["dur"].to_numpy(np.int64)
+    if not len(compute[0]):
+        from ..passes.parallelism import comm_calls, compute_intervals
+
+        compute = compute_intervals(ev, comm_calls(ev), thread[1])
+    return intervals.overlap(compute, qs, qe)
+
+
 # ----------------------------------------------------------------------------- building inputs
 
 def rank_from_name(path: str) -> int:
@@ -324,6 +340,7 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     waits = thread_waits(ev, wait_thread(ev, thread))
     compute = gpu_compute(ev)
     steps = step_busy(steps, coll, compute, activity, source)
+    steps["busy_ns"] = own_busy(ev, steps, compute, thread)
     kernels = kernel_time(ev if window is None else ev[(ev["ts"] >= window[0]).to_numpy()
                                                       & (ev["ts"] < window[1]).to_numpy()])
     return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..table import Trace
-from . import clocks, metrics, waits
+from . import clocks, groups, metrics, waits
 from .grouping import group_jobs
 from .inputs import RankInput, rank_from_name, rank_input
 from .match import END_TOL_NS, disagreements, match_rows
@@ -176,6 +176,8 @@ class JobResult:
     methods: dict = field(default_factory=dict)     # lane -> method
     seed: dict = field(default_factory=dict)        # metrics.job_metrics()
     inferred: dict = field(default_factory=dict)    # waits.infer(): only when no collective matched
+    groups: list = field(default_factory=list)      # groups.job_groups(): per group of ranks
+    stages: dict | None = None                      # groups.stage_balance(): a pipeline's stages
 
     def verdict(self) -> dict[str, Any]:
         from .verdicts import job_verdict
@@ -226,10 +228,23 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                     straggler=strag, backend=next((i.backend for i in inputs if i.backend), ""),
                     source=source, clock=est, unmatched=unmatched,
                     mismatched=len(disagreements(rows)), methods=info["methods"])
+    pipes = groups.pipelines(matches)
+    res.stages = groups.stage_balance(pipes, groups.rank_busy(inputs))
+    res.groups = groups.job_groups(matches, inputs, pipes)
     res.seed = metrics.job_metrics(res, inputs, link_gbps)
+    if res.stages and pipeline_decides(strag):
+        res.seed["slowdown"] = metrics.stage_slowdown(res.stages, groups.rank_busy(inputs))
     if not strag["instances"]:
         res.inferred = waits.infer(inputs)
     return res
+
+
+def pipeline_decides(s: dict) -> bool:
+    """No significant straggler, or one late mostly at send/recv: in a pipeline every stage
+    waits there by construction (fill and drain), so the stages' own compute decides
+    (groups.stage_balance)."""
+    by = sorted(s["by_collective"].items(), key=lambda kv: -kv[1]["times_late"] * kv[1]["median_delay_ns"])
+    return not s.get("significant") or not by or by[0][0] in ("send", "recv")
 
 
 def _per_rank(inputs: list[RankInput], m: pd.DataFrame) -> pd.DataFrame:

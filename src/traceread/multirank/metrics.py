@@ -56,6 +56,17 @@ def slowdown(per_rank: pd.DataFrame, straggler: dict) -> dict:
             "work_spread_pct": round(spread, 2)}
 
 
+def stage_slowdown(stages: dict, busy: dict) -> dict:
+    """A pipeline's locality from its stages' own compute (groups.stage_balance): a stage's
+    wait at send/recv holds the schedule's fill and drain, so step - wait is no measure of
+    work there; ``rank-local`` when one stage is the slow one."""
+    k = stages["slow_stage"]
+    return {"locality": "global" if k is None else "rank-local",
+            "work_ns": {int(r): int(b) for r, (b, _) in sorted(busy.items())},
+            "work_spread_pct": round(100.0 * (stages["slowest_x_others"] - 1), 2)
+            if stages["slowest_x_others"] is not None else None}
+
+
 def bandwidth(matches: pd.DataFrame, world: int, link_gbps: float | None) -> list[dict]:
     if not len(matches):
         return []
@@ -89,4 +100,4 @@ def job_metrics(res, inputs, link_gbps: float | None = None) -> dict:
             "link_gbps": link_gbps}
 
 
-__all__ = ["overlap_efficiency", "slowdown", "bandwidth", "job_metrics"]
+__all__ = ["overlap_efficiency", "slowdown", "stage_slowdown", "bandwidth", "job_metrics"]

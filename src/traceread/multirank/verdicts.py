@@ -12,6 +12,10 @@ the per-rank verdict dicts:
   waits for, by how much and why, and leads its levers with fixing that rank;
 * every rank's verdict gains a ``job`` entry (its role in the job).
 
+In a job with send/recv pairs (a pipeline) whose collective straggler is not significant or
+late mostly at send/recv, the stages' own compute decides (``groups.stage_balance``): every
+stage waits there by construction (fill and drain).
+
 "No straggler" is said only on evidence: matched collectives with no rank late, or
 (no collective matched) launching threads that wait alike (``waits.py``). With no
 collective matched and no wait to read, the job verdict is ``cannot_tell``, with why
@@ -23,6 +27,8 @@ import copy
 
 from ..passes import bounds
 from ..render.text import fmt_ns
+from .groups import IMBALANCE_X
+from .job import pipeline_decides
 from .waits import HOW_TO_RECORD, LATE_MIN_NS as WAIT_LATE_MIN_NS
 from .why import CAUSE_TEXT
 
@@ -31,6 +37,8 @@ CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "gra
                "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host",
                "gpu_compute": "gpu", "comm_wait": "mixed", "wait": "mixed", "sleep": "host"}
 STRAGGLER_LEVERS = {
+    "stage_compute": "move layers off the pipeline stage of rank {r} (the split points) so the "
+                     "stages compute alike",
     "untraced": "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
                 "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)",
     "gpu_compute": "rank {r}'s GPU computes longer: uneven inputs (batch or sequence lengths), a slower "
@@ -61,6 +69,8 @@ def job_verdict(res) -> dict:
     tail = f"; step times differ by {spread:.1f}% on average" if spread is not None else ""
     if not s["instances"]:
         return _from_waits(res, loc, tail)
+    if res.stages and pipeline_decides(s):
+        return _pipeline_verdict(res, loc, tail)
     if s["rank"] < 0 or not s.get("significant"):
         what = f"no straggler: no rank is last in most collectives by >= {fmt_ns(100_000)}"
         return {"status": "none", "basis": "collectives", "straggler_rank": -1, "late_by_ns": 0,
@@ -91,6 +101,38 @@ def job_verdict(res) -> dict:
             "cause": why.get("cause"),
             "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
             "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
+
+
+def _pipeline_verdict(res, loc, tail: str) -> dict:
+    """A pipeline's verdict from its stages' own compute per step (groups.stage_balance)."""
+    st = res.stages
+    base = {"basis": "pipeline", "waiting": [], "locality": loc, "collective": None}
+    k = st["slow_stage"]
+    if k is None:
+        what = (f"no straggler: the {st['stages']} pipeline stages compute alike (the busiest "
+                f"{st['slowest_x_others']}x the others' median per step, under {IMBALANCE_X}x); "
+                f"their waits at send/recv are the schedule's fill and drain")
+        return {**base, "status": "none", "straggler_rank": -1, "late_by_ns": 0, "cause": None,
+                "bound": None, "summary": what + tail}
+    r = st["slow_rank"]
+    ranks = st["stage_ranks"][k]
+    who = f"rank {r}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+    n = int(res.per_rank.loc[res.per_rank["rank"] == r, "steps"].max() or 1) if len(res.per_rank) else 1
+    head = (f"pipeline stage {k} ({who}) computes {fmt_ns(st['busy_ns_by_stage'][k])} per step, "
+            f"{fmt_ns(st['excess_ns'])} ({st['slowest_x_others']}x) more than the other stages' "
+            f"median")
+    because = "every other stage waits on it at send/recv beyond the schedule's fill and drain"
+    # what each other rank waits on it per step: the excess, at most the rank's idle time (the
+    # rest of its idle time is the schedule's fill and drain)
+    ex = int(st["excess_ns"])
+    waiting = [{"rank": int(q), "instances": n, "wait_ns": min(int(v), ex) * n,
+                "wait_per_collective_ns": min(int(v), ex)}
+               for q, v in st["idle_ns_by_rank"].items() if int(q) not in ranks]
+    return {**base, "status": "straggler", "straggler_rank": r, "late_by_ns": int(st["excess_ns"]),
+            "waiting": waiting, "per": "step",
+            "late_total_ns": int(st["excess_ns"]) * n, "cause": "stage_compute",
+            "bound": "gpu" if res.source == "kernel" else "host",
+            "summary": f"{head}; {because}", "headline": head, "because": because}
 
 
 def _from_waits(res, loc, tail: str) -> dict:

@@ -190,9 +190,10 @@ PP_SLOW_X = 1.25         # the slowest stage computes >= 1.25x the least busy on
 EP_IMBALANCE_X = 1.25    # max / mean all_to_all bytes
 
 
-def pp_theory_pct(p: int, m: int) -> float:
-    """The bubble of balanced GPipe / 1F1B stages: 100 (p-1)/(m+p-1)."""
-    return 100.0 * (p - 1) / (m + p - 1)
+def pp_theory_pct(p: int, m: int, v: int = 1) -> float:
+    """The bubble of balanced stages: 100 (p-1)/(v m+p-1) (GPipe / 1F1B: v = 1; interleaved:
+    v stages per rank)."""
+    return 100.0 * (p - 1) / (v * m + p - 1)
 
 
 def pp_bubble_dominates(c: Ctx) -> bool:
@@ -202,7 +203,9 @@ def pp_bubble_dominates(c: Ctx) -> bool:
     b, p, m = c.get("pp_bubble_pct"), c.get("pp_stages"), c.get("pp_microbatches")
     if b is None or not p or p < 2 or not m:
         return False
-    return b >= PP_BUBBLE_PCT and pp_theory_pct(p, m) - pp_theory_pct(p, 2 * m) >= PP_MIN_GAIN_PCT
+    v = int(c.get("pp_virtual") or 1)
+    return b >= PP_BUBBLE_PCT and \
+        pp_theory_pct(p, m, v) - pp_theory_pct(p, 2 * m, v) >= PP_MIN_GAIN_PCT
 
 
 def pp_stage_slow(c: Ctx) -> bool:
@@ -240,13 +243,16 @@ def ep_imbalanced(c: Ctx) -> bool:
 
 
 def _pp_microbatch_text(c: Ctx) -> str:
-    p, m = int(c["pp_stages"]), int(c["pp_microbatches"])
-    sched = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(c.get("pp_schedule") or "", "the schedule")
+    p, m, v = int(c["pp_stages"]), int(c["pp_microbatches"]), int(c.get("pp_virtual") or 1)
+    sched = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": f"interleaved 1F1B (v={v})"}.get(
+        c.get("pp_schedule") or "", "the schedule")
+    form = "(p-1)/(v m+p-1)" if v > 1 else "(p-1)/(m+p-1)"
     return (f"more microbatches per step: the pipeline bubble is {c['pp_bubble_pct']:.0f}% of "
-            f"the steps; {sched} over {p} stages idles (p-1)/(m+p-1) = "
-            f"{pp_theory_pct(p, m):.0f}% at m={m}, {pp_theory_pct(p, 2 * m):.0f}% at m={2 * m} "
-            "(smaller microbatches, same batch); or an interleaved schedule "
-            "(ScheduleInterleaved1F1B, v stages per rank: (p-1)/(v m+p-1))"
+            f"the steps; {sched} over {p} stages idles {form} = "
+            f"{pp_theory_pct(p, m, v):.0f}% at m={m}, {pp_theory_pct(p, 2 * m, v):.0f}% at "
+            f"m={2 * m} (smaller microbatches, same batch)"
+            + ("" if v > 1 else "; or an interleaved schedule "
+               "(ScheduleInterleaved1F1B, v stages per rank: (p-1)/(v m+p-1))")
             + ("; 1F1B for the same bubble with less activation memory"
                if c.get("pp_schedule") == "gpipe" else ""))
 
@@ -792,7 +798,8 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
         return min(int(cause_ns), by[lv.waits]) if by else int(cause_ns)
     if lv.saves == "pp_bubble":
         p, m, b = int(ctx["pp_stages"]), int(ctx["pp_microbatches"]), float(ctx["pp_bubble_pct"])
-        cut = min(b, pp_theory_pct(p, m)) - pp_theory_pct(p, 2 * m)
+        v = int(ctx.get("pp_virtual") or 1)
+        cut = min(b, pp_theory_pct(p, m, v)) - pp_theory_pct(p, 2 * m, v)
         return int(int(ctx.get("pp_step_ns") or 0) * max(0.0, cut) / 100)
     if lv.saves == "fsdp_hide":
         ex, free = ctx.get("fsdp_all_gather_exposed_ns"), ctx.get("fsdp_free_compute_ns")

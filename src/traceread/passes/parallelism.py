@@ -85,7 +85,7 @@ def lever_context(layout: dict) -> dict:
         # the schedule's share is the least bubble: the slowest stage idles only for the
         # fill and drain, the others wait on it too
         out.update(pp_stages=pl.get("stages"), pp_microbatches=pl.get("microbatches"),
-                   pp_schedule=pl.get("schedule"),
+                   pp_schedule=pl.get("schedule"), pp_virtual=pl.get("virtual_stages", 1),
                    pp_bubble_pct=min(bubbles) if bubbles else None,
                    pp_step_ns=pl.get("step_ns"), pp_slowest_stage=pl.get("slowest_stage"),
                    pp_slowest_x=pl.get("slowest_busy_x_fastest"),
@@ -154,16 +154,19 @@ def _kernel_collective(name: str) -> str | None:
 
 
 def _outermost(df: pd.DataFrame) -> pd.DataFrame:
-    """Drop calls that lie inside an earlier comm call of the same thread (host rows only)."""
+    """Drop host calls that lie inside an earlier issuing operator of the same thread (the
+    same call: ``gloo:send`` inside ``c10d::send``). A backend span (``gloo:send``) runs on
+    after its operator returns, so a later ``c10d::recv_`` inside it is a call of its own."""
     keep = np.ones(len(df), bool)
     reach, key = -1, None
-    for i, (p, t, s, e, g) in enumerate(zip(df["pid"], df["tid"], df["ts"], df["end"],
-                                            df["on_gpu"])):
+    for i, (p, t, s, e, g, issue) in enumerate(zip(df["pid"], df["tid"], df["ts"], df["end"],
+                                                   df["on_gpu"], df["issue"])):
         if (p, t) != key:
             key, reach = (p, t), -1
         if not g and e <= reach:
             keep[i] = False
-        reach = max(reach, e)
+        elif issue and not g:
+            reach = max(reach, e)
     return df[keep].reset_index(drop=True)
 
 
@@ -326,12 +329,19 @@ def pipeline(ev: pd.DataFrame, calls: pd.DataFrame, spans, strategy: dict,
     ranks = strategy["ranks"]
     stage = ranks.index(rank) if rank is not None and rank in ranks else None
     end_stage = stage is not None and p is not None and stage in (0, p - 1)
-    seqs = [p2p[(p2p["ts"] >= s) & (p2p["ts"] < e)]["collective"].tolist() for s, e, _ in spans]
-    m = _microbatches(seqs, end_stage)
-    schedule = _schedule(seqs, end_stage, m)
-    theory = round(100.0 * (p - 1) / (m + p - 1), 1) if p and m and schedule else None
+    marks = schedule_marks(ev, spans, tid)
+    v = 1
+    if marks:
+        m, schedule, v = marks
+    else:
+        seqs = [p2p[(p2p["ts"] >= s) & (p2p["ts"] < e)]["collective"].tolist()
+                for s, e, _ in spans]
+        m = _microbatches(seqs, end_stage)
+        schedule = _schedule(seqs, end_stage, m)
+    theory = round(100.0 * (p - 1) / (v * m + p - 1), 1) if p and m and schedule else None
     bubble = round(100.0 * (1 - busy_ns / step_ns), 1) if step_ns else None
     return {"schedule": schedule, "stages": p, "stage": stage, "microbatches": m,
+            "virtual_stages": v,
             "busy_ns": int(busy_ns), "step_ns": int(step_ns),
             "recv_wait_ns": int(step_ns - busy_ns),
             "bubble_pct_by_stage": {str(rank if rank is not None else 0): bubble},
@@ -345,6 +355,44 @@ def _transfers(calls: pd.DataFrame) -> pd.DataFrame:
     the issuing operators."""
     moved = calls[~calls["issue"].astype(bool)]
     return moved if len(moved) else calls
+
+
+# torch.distributed.pipelining's own ranges: one-stage schedules (ScheduleGPipe,
+# Schedule1F1B) name each microbatch's "Forward i" / "Backward i"; multi-stage ones
+# (PipelineScheduleMulti: ScheduleInterleaved1F1B, looped BFS) "PP:<stage>F<i>",
+# "PP:<stage>B<i>" (I / W: the input / weight halves of a split backward)
+PP_MARK_RX = re.compile(r"^(?:(Forward|Backward) (\d+)|PP:(\d+)([FBIW])(\d+))$")
+
+
+def schedule_marks(ev: pd.DataFrame, spans, tid: int) -> tuple[int, str, int] | None:
+    """(microbatches, schedule, stages on this rank) from the schedule's ranges on the step
+    thread: m = distinct microbatch ids per step (median); v = distinct stage ids (``PP:``
+    ranges); schedule ``interleaved`` when v > 1, else ``gpipe`` when each step runs all
+    forwards then all backwards (one switch), ``1f1b`` when they alternate. None: no range."""
+    rows = np.flatnonzero(kind_in(ev, HOST) & (ev["tid"].to_numpy() == tid))
+    hit = lookup_at(ev["name"], rows, lambda n: PP_MARK_RX.match(n) is not None, False, bool)
+    rows = rows[hit]
+    if not len(rows):
+        return None
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    names = ev["name"].iloc[rows].astype(str).to_numpy()
+    order = np.argsort(ts, kind="stable")
+    ts, names = ts[order], names[order]
+    ms, switches, stage_ids = [], [], set()
+    for s, e, _ in spans:
+        got = [PP_MARK_RX.match(n).groups() for n in names[(ts >= s) & (ts < e)]]
+        if not got:
+            continue
+        kinds = ["F" if (g[0] == "Forward" or g[3] == "F") else "B" for g in got]
+        ms.append(len({g[1] if g[1] is not None else g[4] for g in got}))
+        switches.append(sum(a != b for a, b in zip(kinds, kinds[1:])))
+        stage_ids |= {g[2] for g in got if g[2] is not None}
+    if not ms:
+        return None
+    m, v = int(np.median(ms)), max(1, len(stage_ids))
+    if v > 1:
+        return m, "interleaved", v
+    return m, ("gpipe" if max(switches) <= 1 else "1f1b") if m >= 2 else None, 1
 
 
 def _microbatches(seqs: list[list[str]], end_stage: bool) -> int | None:
@@ -782,11 +830,18 @@ def _job_pipeline(stages: dict[int, dict]) -> dict:
     busy = {r: s["busy_ns"] / max(1, s["step_ns"]) for r, s in stages.items()}
     slowest = max(busy, key=busy.get)
     mean_busy = float(np.mean([s["busy_ns"] for s in stages.values()]))
+    bubbles = {str(r): next(iter(s["bubble_pct_by_stage"].values())) for r, s in stages.items()}
+    theory = known["theoretical_bubble_pct"]
     return {"schedule": known["schedule"], "stages": known["stages"],
             "microbatches": known["microbatches"],
-            "bubble_pct_by_stage": {str(r): next(iter(s["bubble_pct_by_stage"].values()))
-                                    for r, s in stages.items()},
-            "theoretical_bubble_pct": known["theoretical_bubble_pct"],
+            "virtual_stages": known.get("virtual_stages", 1),
+            "bubble_pct_by_stage": bubbles,
+            "theoretical_bubble_pct": theory,
+            # the schedule's fill and drain is the theory; the rest of a stage's wait is excess
+            # (waiting on a slower stage, or its own step overheads)
+            "excess_wait_pct_by_stage": {r: round(b - theory, 1) if b is not None else None
+                                         for r, b in bubbles.items()} if theory is not None
+            else None,
             "slowest_stage": slowest,
             "slowest_busy_x_fastest": round(busy[slowest] / min(busy.values()), 2)
             if min(busy.values()) > 0 else None,

@@ -74,6 +74,8 @@ def _job_dict(res) -> dict[str, Any]:
         },
         "metrics": res.seed,
         "inferred": res.inferred,
+        "groups": res.groups,
+        "pipeline_stages": res.stages,
     }
 
 
@@ -95,7 +97,10 @@ def render_summary(results: list, layouts: dict | None = None) -> str:
             lines.append(f"  STRAGGLER  {jv['headline']}")
             if jv["because"]:
                 lines.append(f"  why        {jv['because']}")
-        if jv["waiting"] and jv.get("basis") == "thread_waits":
+        if jv["waiting"] and jv.get("basis") == "pipeline":
+            parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}" for x in jv["waiting"][:6])
+            lines.append(f"  waiting    on it per step (its excess, at most the rank's idle time): {parts}")
+        elif jv["waiting"] and jv.get("basis") == "thread_waits":
             parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}"
                               f"{' in ' + x['in'] if x.get('in') else ''}" for x in jv["waiting"][:6])
             lines.append(f"  waiting    per {jv['per']} (median): {parts}")
@@ -110,8 +115,13 @@ def render_summary(results: list, layouts: dict | None = None) -> str:
             s = jv["straggler_rank"]
             others = sorted(v for k, v in work.items() if k != s)
             detail = (f" (rank {s} works {fmt_ns(work[s])} per step, the others' median"
-                      f" {fmt_ns(others[len(others) // 2])})") if loc["locality"] == "rank-local" and others else ""
+                      f" {fmt_ns(others[len(others) // 2])})") if loc["locality"] == "rank-local" and others and s in work else ""
             lines.append(f"  slowdown   {loc['locality']}{detail}")
+        from ..multirank.groups import groups_line
+
+        grp = groups_line(res.groups, res.stages)
+        if grp:
+            lines.append(f"  groups     {grp}")
         layout = layout_line((layouts or {}).get(res.job))
         if layout:
             lines.append(f"  layout     {layout}")
@@ -131,11 +141,17 @@ def layout_line(p: dict | None) -> str:
              for s in p["strategies"]]
     pp, ep = p.get("pipeline"), p.get("ep")
     if pp:
-        sched = f" ({pp['schedule']}, m={pp['microbatches']}, theory {pp['theoretical_bubble_pct']}%)" \
+        v = pp.get("virtual_stages") or 1
+        sched = (f" ({pp['schedule']}, m={pp['microbatches']}{f', v={v}' if v > 1 else ''}, "
+                 f"theory {pp['theoretical_bubble_pct']}%: the schedule's fill and drain)") \
             if pp["schedule"] else ""
         bub = ", ".join(f"{r}: {v}%" for r, v in pp["bubble_pct_by_stage"].items())
-        x = f" ({pp['slowest_busy_x_fastest']}x the least busy)" if pp["slowest_busy_x_fastest"] else ""
-        parts.append(f"stage bubbles {bub}{sched}; stage {pp['slowest_stage']} computes most{x}")
+        x = pp["slowest_busy_x_fastest"]
+        from ..multirank.groups import IMBALANCE_X
+
+        who = (f"stage {pp['slowest_stage']} computes most ({x}x the least busy)"
+               if x and x >= IMBALANCE_X else f"the stages compute alike ({x}x at most)")
+        parts.append(f"stage bubbles {bub}{sched}; {who}")
     if ep and ep.get("recv_imbalance"):
         parts.append(f"all_to_all: rank {ep['hot_rank']} receives {ep['recv_imbalance']}x the mean")
     return "; ".join(parts)
