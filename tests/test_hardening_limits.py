@@ -194,6 +194,22 @@ def test_batch_symlink_loops_keep_other_results(tmp_path):
     assert "FIFO" in s.loc[str(d / "pipe.json"), "error"]
 
 
+def test_batch_failure_says_why_on_stderr(tmp_path):
+    """A FIFO and a corrupt SQLite in a batch: exit 1 with one error line per file on
+    stderr (stderr was empty; only the stdout summary named them)."""
+    d = tmp_path / "in"
+    d.mkdir()
+    H.valid(d)
+    os.mkfifo(d / "pipe.json")
+    (d / "bad.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x07garbage\x1b]52;c;x\x07" * 50)
+    r = run_cli("batch", d, "-o", tmp_path / "out", cwd=tmp_path, timeout=300)
+    assert r.returncode == 1 and "internal error" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2 and all(ln.startswith("traceread: error: ") for ln in lines), lines
+    assert "pipe.json: is a FIFO" in r.stderr and "bad.sqlite: " in r.stderr
+    assert "\x1b" not in r.stderr
+
+
 # ------------------------------------------------------------------ cache key
 
 def test_cache_key_never_left_empty_by_a_full_disk(tmp_path, monkeypatch):
