@@ -16,8 +16,9 @@ import re
 import re._constants as C   # noqa: N812
 import re._parser as P      # noqa: N812
 
-# one name meets ~50 patterns in a row: lower-case it once
-_lower = functools.lru_cache(maxsize=1 << 12)(str.lower)
+# one name meets ~50 patterns in a row: lower-case it once (a few names kept: a long name
+# is up to 64 Ki characters)
+_lower = functools.lru_cache(maxsize=256)(str.lower)   # names come pattern after pattern
 _REPEATS = (C.MAX_REPEAT, C.MIN_REPEAT, getattr(C, "POSSESSIVE_REPEAT", C.MAX_REPEAT))
 
 
