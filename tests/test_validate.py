@@ -204,3 +204,53 @@ def test_nothing_plausible_left_is_refused(tmp_path):
         e["dur"] = -3
     r, _ = _analyze(H.write(tmp_path, "neg.json", H.doc_bytes(evs)))
     assert r.returncode == 1 and "no plausible event left" in r.stderr, r.stderr
+
+
+def _pids(doc) -> set:
+    return {e.get("pid") for e in doc["traceEvents"] if e.get("ph") != "M"}
+
+
+def test_two_traces_joined_1000_s_apart(tmp_path, baseline):
+    """A copy of the capture under other pids (device 1), 1000 s later: two processes of
+    one file whose activity never overlaps. Flagged (one warning, trace.processes_apart),
+    nothing dropped."""
+    doc = _doc()
+    evs = [e for e in doc["traceEvents"] if e.get("ph") != "M"]
+    later = copy.deepcopy(evs)
+    host = {p for p in _pids(doc) if isinstance(p, int) and p > 100}
+    for e in later:
+        e["ts"] = float(e["ts"]) + 1000e6
+        e["pid"] = e["pid"] + 1 if e["pid"] in host else 1
+        if "device" in e.get("args", {}):
+            e["args"]["device"] = 1
+    doc["traceEvents"] += later
+    r, out = _analyze(_write(tmp_path, doc))
+    line = _warning(r)
+    assert "never overlap and lie 1,000 s apart" in line and "two traces joined" in line, line
+    apart = out["trace"]["processes_apart"]
+    assert 999e9 < apart["gap_ns"] < 1000e9
+    assert apart["before"]["span_ns"] < 10e9 and apart["after"]["span_ns"] < 10e9
+    assert out["trace"]["impossible"] is None
+
+
+def test_gpu_process_1000_s_after_its_host(tmp_path, baseline):
+    """The GPU's events (pid 0) 1000 s after the host that launched them."""
+    doc = _doc()
+    for e in _kernels(doc) + [e for e in doc["traceEvents"]
+                              if e.get("pid") == 0 and e.get("ph") != "M"]:
+        if not e.get("_moved"):
+            e["ts"] = float(e["ts"]) + 1000e6
+            e["_moved"] = True
+    r, out = _analyze(_write(tmp_path, doc))
+    assert "lie 1,000 s apart" in _warning(r)
+    apart = out["trace"]["processes_apart"]
+    assert apart["before"]["devices"] == [] and apart["after"] == {"pids": [], "devices": [0], "span_ns": apart["after"]["span_ns"]}
+
+
+def test_real_multiprocess_captures_are_not_apart(baseline):
+    from traceread.readers import read
+
+    assert baseline["trace"]["processes_apart"] is None
+    for p in sorted(REAL.parent.glob("*.json.gz")) + sorted(
+            (REAL.parent.parent / "h200").glob("*.json.gz")):
+        assert "processes_apart" not in read(p).meta.extra, p

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from . import namerx
 from .table import scan_name
 
 COLLECTIVES = (
@@ -112,13 +113,13 @@ COMM_KERNELS: tuple[tuple[str, str, str | None], ...] = (
                   r"|allreduce_fusion_kernel|(?:^|::)quickreduce::", "all_reduce"),
     ("mscclpp", r"(?:^|::)mscclpp::", None),
 )
-_COMM_RX = tuple((fam, re.compile(p), coll) for fam, p, coll in COMM_KERNELS)
+_COMM_RX = tuple((fam, namerx.compile(p), coll) for fam, p, coll in COMM_KERNELS)
 # NCCL/RCCL stems after the ncclKernel_/ncclDevKernel_ prefix.
-_KERNEL_RE = re.compile(r"^_*(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+_KERNEL_RE = namerx.compile(r"^_*(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 # A collective named inside another library's kernel name.
-_NAME_COLLECTIVE = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|"
+_NAME_COLLECTIVE = namerx.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|"
                               r"dispatch|combine", re.IGNORECASE)
-_HEAD_NOISE = re.compile(r"^\s*(?:void\s+)?|\(anonymous namespace\)::")
+_HEAD_NOISE = namerx.compile(r"^\s*(?:void\s+)?|\(anonymous namespace\)::")
 
 
 def kernel_head(name: str) -> str:

@@ -51,6 +51,9 @@ class TraceInfo(_S):
     truncated: Optional[dict[str, Any]] = None
     # impossible rows dropped or trimmed by traceread.validate: {rule: rows} (else null)
     impossible: Optional[dict[str, int]] = None
+    # processes whose activity never overlaps and lies over 60 s apart, the gap longer than
+    # either side records (traceread.validate): {gap_ns, before/after: {pids, span_ns}}
+    processes_apart: Optional[dict[str, Any]] = None
 
 
 class StepStats(_S):

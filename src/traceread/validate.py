@@ -20,6 +20,18 @@ The stream-overlap trim and the unit check below apply to JSON traces only: an n
 export holds CUPTI's integer ns, and its own reports (which traceread reproduces byte for
 byte) count its rows as recorded.
 
+It flags, without changing a row, activity that lies apart: the widest gap in which no
+kept row is running (rows sorted by start, each gap measured from the latest end so far).
+A gap over ``APART_NS`` (60 s), longer than the span recorded on either side of it, with
+no host process on both sides (GPU rows count by device), cannot come from one profiling
+session: every process of one torch.profiler / nsys capture records inside the same
+window, so minutes of nothing between two bursts by different processes, each shorter
+than the gap, is one clock shifted against another (a GPU's events 1000 s after the host
+that launched them) or two traces joined into one file. Figures across the gap (span,
+idle) are not real: ``meta.extra["processes_apart"]`` says which processes and devices lie
+on each side and how far apart, and the CLI prints one warning line. One process quiet for
+minutes (nsys without OS-call tracing) is not flagged: it is on both sides.
+
 It refuses (``TraceError``) what cannot be repaired: GPU kernels whose median duration is
 under ``MIN_KERNEL_MEDIAN_NS`` (100 ns; real kernels take >= ~1 us: timestamps written in
 ms, not us), or a trace with no row left. What was changed is in
@@ -34,6 +46,7 @@ from .errors import TraceError
 from .table import GPU_OP_KINDS, Trace
 
 GAP_NS = 3_600 * 10**9
+APART_NS = 60 * 10**9
 EARLY_NS = 10**6
 OVERLAP_NS = 1_000
 MIN_KERNEL_MEDIAN_NS = 100
@@ -206,6 +219,9 @@ def validate(trace: Trace) -> Trace:
         if mask.any():
             found[rule] = int(mask.sum())
             drop |= mask
+    apart = _processes_apart(table, ts, end, ~drop)
+    if apart:
+        trace.meta.extra["processes_apart"] = apart
     trim, new_end = _stream_overlap(table, ts, end, ~drop) if json_trace else ([], [])
     if len(trim):
         found["stream_overlap"] = len(trim)
@@ -222,6 +238,48 @@ def validate(trace: Trace) -> Trace:
     trace.table = table
     trace.meta.extra["impossible"] = found
     return trace
+
+
+def _processes_apart(table: pa.Table, ts: np.ndarray, end: np.ndarray,
+                     keep: np.ndarray) -> dict | None:
+    """The widest gap in the trace's activity when it marks two clocks (see the module
+    docstring): {"gap_ns", "before": {"pids", "devices", "span_ns"}, "after": {...}}."""
+    ts, end = ts[keep], end[keep]
+    if len(ts) < 2:
+        return None
+    order = np.argsort(ts, kind="stable")
+    reach = np.maximum.accumulate(end[order])     # the latest end so far
+    gaps = ts[order][1:] - reach[:-1]
+    k = int(np.argmax(gaps))
+    gap = int(gaps[k])
+    if gap <= APART_NS:
+        return None
+    first, then = order[:k + 1], order[k + 1:]
+    spans = [int(reach[k] - ts[first].min()), int(end[then].max() - ts[then].min())]
+    if gap <= max(spans):
+        return None
+    pid, dev = _int(table, "pid")[keep], _int(table, "device")[keep]
+    on_gpu = dev >= 0       # a device's rows carry their launcher's pid: count them by device
+    sides = []
+    for rows, span in zip((first, then), spans):
+        host, dv = rows[~on_gpu[rows]], rows[on_gpu[rows]]
+        sides.append({"pids": sorted({int(x) for x in pid[host]}),
+                      "devices": sorted({int(x) for x in dev[dv] if x >= 0}), "span_ns": span})
+    if set(sides[0]["pids"]) & set(sides[1]["pids"]):
+        return None     # one process quiet for minutes (nsys without OS-call tracing)
+    return {"gap_ns": gap, "before": sides[0], "after": sides[1]}
+
+
+def apart_note(apart: dict) -> str:
+    """One line about ``meta.extra["processes_apart"]``."""
+    def who(side):
+        names = [f"process {p}" for p in side["pids"]] + [f"GPU {d}" for d in side["devices"]]
+        return ", ".join(names[:4]) + (f" (+{len(names) - 4})" if len(names) > 4 else "")
+    b, a = apart["before"], apart["after"]
+    return (f"{who(b)} and {who(a)} never overlap and lie {apart['gap_ns'] / 1e9:,.0f} s "
+            f"apart, longer than either records ({b['span_ns'] / 1e9:,.3g} s, "
+            f"{a['span_ns'] / 1e9:,.3g} s): clocks not aligned, or two traces joined? "
+            "Span and idle across them are not real")
 
 
 def _scatter(keep: np.ndarray, values: np.ndarray) -> np.ndarray:

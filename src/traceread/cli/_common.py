@@ -41,6 +41,11 @@ def load_trace(path: str) -> Trace:
         from ..validate import describe
 
         warn(f"{path}: impossible events: {describe(odd)}")
+    apart = trace.meta.extra.get("processes_apart")
+    if apart:
+        from ..validate import apart_note
+
+        warn(f"{path}: {apart_note(apart)}")
     return trace
 
 

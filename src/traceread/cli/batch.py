@@ -72,7 +72,23 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
     out = b.write(res, out_dir, report=batch_page(res))
     click.echo(safe.text(render_summary(res, str(out))))
     if res.failed:
+        _say_failed(res.summary)
         ctx.exit(1)
+
+
+_MAX_ERROR_LINES = 20
+
+
+def _say_failed(summary) -> None:
+    """Exit 1 says why on stderr: one error line per failed file (a FIFO and a corrupt
+    SQLite left stderr empty, issue 23), the rest counted."""
+    from ._common import _file_error
+
+    bad = summary[summary["error"].notna()]
+    for r in bad.head(_MAX_ERROR_LINES).itertuples():
+        _file_error(f"{r.file}: {r.error}")
+    if len(bad) > _MAX_ERROR_LINES:
+        _file_error(f"{len(bad) - _MAX_ERROR_LINES} more files failed: see summary.csv")
 
 
 def _need_dask(scheduler: str) -> None:

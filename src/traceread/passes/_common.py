@@ -1,15 +1,15 @@
 """Helpers every pass needs: accept a Trace or its events, map a function over names."""
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pandas as pd
 
+from .. import namerx
 from ..table import Trace
 
 # a CUDA/HIP graph replay launch (runtime or driver API)
-GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
+GRAPH_LAUNCH_RX = namerx.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 
 
 def events_of(trace_or_events) -> pd.DataFrame:

@@ -38,11 +38,11 @@ process (then of the trace).
 """
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pandas as pd
 
+from .. import namerx
 from . import intervals
 from .compile import _is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, _pair_keys
@@ -62,13 +62,13 @@ DRAINS = ("sync", "starved", "queued")
 SYNC_TOLERANCE_NS = 50_000
 SKEW_NS = 5_000
 
-SYNC_API_RX = re.compile(
+SYNC_API_RX = namerx.compile(
     r"^(?:(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize"
     r"|(?:cuda|hip)Memcpy(?:2D|3D|Peer|FromSymbol|ToSymbol|DtoH|HtoD|DtoD|WithStream)?"
     r"|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer|AtoH|HtoA)?)(?:_v\d+)?(?:_ptsz|_ptds)?$")
 # Device-memory allocation and release: not launches. cudaFree/hipFree block until the
 # device is idle and can take ms each (allocator churn, torch.cuda.empty_cache()).
-ALLOC_API_RX = re.compile(
+ALLOC_API_RX = namerx.compile(
     r"^(?:(?:cuda|hip)(?:Malloc|Free)(?:Async|Host|Managed|Pitch|Array|3D|3DArray)?"
     r"|(?:cuda|hip)(?:HostAlloc|HostFree|FreeHost|MallocHost)"
     r"|cuMem(?:Alloc|Free)(?:Async|Host|Managed|Pitch)?(?:_v\d+)?"
@@ -76,8 +76,8 @@ ALLOC_API_RX = re.compile(
     r"|hipExtMallocWithFlags)(?:_v\d+)?$")
 # The closing op's stream waited on an event: the call (host side) or CUPTI's record of
 # the wait (Kineto cuda_sync "Stream Wait Event", nsys SYNCHRONIZATION "Stream wait sync").
-WAIT_API_RX = re.compile(r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v\d+)?(?:_ptsz|_ptds)?$")
-WAIT_RECORD_RX = re.compile(r"(?i)stream ?wait")
+WAIT_API_RX = namerx.compile(r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v\d+)?(?:_ptsz|_ptds)?$")
+WAIT_RECORD_RX = namerx.compile(r"(?i)stream ?wait")
 # An event wait names the other stream's op that ended the gap's start only when the gap is
 # no longer than an event's signalling latency; a longer wait was on work not in the trace.
 EVENT_LATENCY_NS = SYNC_TOLERANCE_NS
@@ -85,14 +85,14 @@ GPU_SIDE = "GPU-side"
 # A longer queued gap with no wait seen and nothing traced on the device: another process or
 # context on the GPU, an untraced stream, or GPU work the profiler did not record.
 NOT_TRACED = "nothing traced"
-PAGEABLE_RX = re.compile(r"(?i)pageable")
+PAGEABLE_RX = namerx.compile(r"(?i)pageable")
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 # Preference when several sync calls drained the same gap: the framework op the user wrote.
 SYNC_NAME_RANK = {"aten::item": 0, "aten::_local_scalar_dense": 1}
 
 
 _NVTX_SUFFIX = r", (?:seq|op_id|sizes|input_op_ids|stream) = .*$"
-_NVTX_SUFFIX_RX = re.compile(_NVTX_SUFFIX)
+_NVTX_SUFFIX_RX = namerx.compile(_NVTX_SUFFIX)
 
 
 def _memo(memo: dict, fn, key: str) -> int:
@@ -106,7 +106,7 @@ def _op_base(name: str) -> str:
     """``aten::item, seq = 12, op_id = 3`` (nsys emit_nvtx) -> ``aten::item``."""
     return name.split(",", 1)[0].strip()
 
-COMPILE_RX = re.compile(
+COMPILE_RX = namerx.compile(
     r"\(dynamo_timed\)|entire_frame_compile|compile_inner|_compile\.compile|compile_fx(?!\.py)"
     r"|fx_codegen_and_compile|inductor_compile|call_user_compiler|backend_compile"
     r"|create_aot_dispatcher_function|aot_compile|async_compile|PT2 Compile|CompilationMetrics"
@@ -117,7 +117,7 @@ COMPILE_RX = re.compile(
     r"|torch/_inductor/compile_fx\.py\(\d+\): \w*(?:compile|codegen)")
 # CUDA-graph recording: one-time work like compilation, but not a dynamo/inductor compile
 # (``CUDAGraphNode.record (dynamo_timed)`` must not read as a compile).
-GRAPH_RECORD_RX = re.compile(
+GRAPH_RECORD_RX = namerx.compile(
     # cudagraph trees: the record frames only -- in_recording, exceed_rerecord_limit and
     # deferred_cudagraphify run on every replay (xdit_flux.1 steady-state profile traces)
     r"CUDAGraphNode\.record|CUDAGraph\.capture"
@@ -125,10 +125,10 @@ GRAPH_RECORD_RX = re.compile(
     r"|cudagraph_trees\.py\(\d+\): (?:record_function|_record|record)$"
     r"|capture_begin|capture_end|(?<!deferred_)cudagraphify"
     r"|^(?:cuda|hip|cu)(?:StreamBeginCapture|StreamEndCapture|GraphInstantiate|GraphUpload)\w*")
-DATALOADER_RX = re.compile(
+DATALOADER_RX = namerx.compile(
     r"(?i)enumerate\(DataLoader\)|DataLoader|data_loader|data loading|_next_data"
     r"|torch/utils/data/")
-COMM_RX = re.compile(
+COMM_RX = namerx.compile(
     r"^(?:c10d::|c10d_|nccl:|record_param_comms|ProcessGroup|gloo:|mpi:|aten::wait"
     r"|torch\.distributed)|ProcessGroupNCCL::wait|Work(?:NCCL)?::wait|torch/distributed/")
 HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
@@ -136,12 +136,12 @@ HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
 # working. OS-runtime calls (nsys OSRT): condition/futex/semaphore/lock waits, polls,
 # joins, a child process, socket receives. Never plain ``read`` (a file read is work)
 # nor sleeps (a sleep on the step path is the program's own delay).
-WAIT_OSRT_RX = re.compile(r"^(?:poll|ppoll|epoll_wait|epoll_pwait|select|pselect6?|"
+WAIT_OSRT_RX = namerx.compile(r"^(?:poll|ppoll|epoll_wait|epoll_pwait|select|pselect6?|"
                           r"pthread_cond_(?:timed|clock)?wait|futex|sem_(?:timed|clock)?wait|"
                           r"pthread_join|waitpid|waitid|wait4|pthread_mutex_lock|"
                           r"pthread_rwlock_\w*lock|recv|recvfrom|recvmsg|accept4?)(?:64)?$")
 # The same waits as Python frames (with_stack): Condition/Event/Thread waits, a queue get.
-WAIT_PY_RX = re.compile(r"(?:^|/)(?:threading\.py\(\d+\): (?:wait|join|_wait_for_tstate_lock)"
+WAIT_PY_RX = namerx.compile(r"(?:^|/)(?:threading\.py\(\d+\): (?:wait|join|_wait_for_tstate_lock)"
                         r"|queue\.py\(\d+\): get|selectors\.py\(\d+\): select)$"
                         r"|^<built-in method acquire of _thread\.(?:lock|RLock) object")
 _SLICE = 1 << 18   # host rows per slice of the top-ops overlap
@@ -198,7 +198,7 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
               nccl: np.ndarray | None, step_pattern: str | None) -> np.ndarray:
     """CPU category (int8) of rows given their HOST_KINDS index and name codes."""
     cat = {c: i for i, c in enumerate(CPU_CATEGORIES)}
-    step_rx = [re.compile(p) for p in ([step_pattern] if step_pattern
+    step_rx = [namerx.compile(p) for p in ([step_pattern] if step_pattern
                                        else [DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN])]
 
     def by_name(n: str) -> int:
@@ -444,8 +444,8 @@ def _carve_queued(idx, gs, ge, qns, split, q_split, cats, hs, he) -> None:
         q_split[idx[part]] = _carve(ge[part] - qns[part], ge[part], cats, hs, he)
 
 
-CAPTURE_BEGIN_RX = re.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture")
-CAPTURE_END_RX = re.compile(r"capture_end|^(?:cuda|hip|cu)StreamEndCapture")
+CAPTURE_BEGIN_RX = namerx.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture")
+CAPTURE_END_RX = namerx.compile(r"capture_end|^(?:cuda|hip|cu)StreamEndCapture")
 
 
 def capture_pairs(hs: np.ndarray, he: np.ndarray, key: np.ndarray, begin: np.ndarray,

@@ -37,6 +37,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from .. import namerx
 from ..table import GPU_OP_KINDS
 from . import intervals
 from ._common import events_of, kind_in, map_names_at
@@ -52,8 +53,8 @@ COMPILE_PHASES = frozenset((
     "compile_fx.<locals>.fw_compiler_base", "compile_fx.<locals>.bw_compiler",
     "OutputGraph.call_user_compiler", "_compile.compile_inner",
 ))
-_PHASE_RE = re.compile(r"^compile_attempt_\d+$|\(dynamo_timed\)$")
-_COMPILE_ID_RE = re.compile(r"compile_id=(![0-9]+(?:/[0-9]+/[0-9]+)?|[0-9]+/[0-9]+)")
+_PHASE_RE = namerx.compile(r"^compile_attempt_\d+$|\(dynamo_timed\)$")
+_COMPILE_ID_RE = namerx.compile(r"compile_id=(![0-9]+(?:/[0-9]+/[0-9]+)?|[0-9]+/[0-9]+)")
 
 
 def _marker_search(s: str):
@@ -73,7 +74,7 @@ def _marker_search(s: str):
         if last is not None:
             return last
     return None
-_REGION_RE = re.compile(r"^Torch-Compiled Region: (\S+)$")
+_REGION_RE = namerx.compile(r"^Torch-Compiled Region: (\S+)$")
 CACHE_LOOKUP = "TorchDynamo Cache Lookup"
 _HOST_KINDS = ("cpu_op", "annotation")
 
@@ -87,7 +88,7 @@ EVENT_COLUMNS = ("compile_id", "frame", "attempt", "recompile", "compiled_autogr
 
 # dynamo_timed also wraps run-time work that is not compilation: CUDA-graph recording
 # (``CUDAGraphNode.record (dynamo_timed)``, mode="reduce-overhead"), reported apart.
-_CUDAGRAPH_RE = re.compile(r"^CUDAGraph|cudagraph", re.I)
+_CUDAGRAPH_RE = namerx.compile(r"^CUDAGraph|cudagraph", re.I)
 
 
 def _is_compile_name(s: str) -> bool:
@@ -147,7 +148,7 @@ def _host(ev: pd.DataFrame, fn, rows: np.ndarray | None = None) -> pd.DataFrame:
     return out
 
 
-_MARKER_PREFIX_RE = re.compile(r"^(.+?)_data: ")
+_MARKER_PREFIX_RE = namerx.compile(r"^(.+?)_data: ")
 
 
 def compile_spans(events, rows: np.ndarray | None = None) -> pd.DataFrame:

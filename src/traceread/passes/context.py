@@ -23,11 +23,12 @@ import re
 import numpy as np
 import pandas as pd
 
+from .. import namerx
 from ._common import GRAPH_LAUNCH_RX, kind_in
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
-MULTI_WORKER_RX = re.compile(r"_MultiProcessingDataLoaderIter")
-SINGLE_WORKER_RX = re.compile(r"_SingleProcessDataLoaderIter")
+MULTI_WORKER_RX = namerx.compile(r"_MultiProcessingDataLoaderIter")
+SINGLE_WORKER_RX = namerx.compile(r"_SingleProcessDataLoaderIter")
 HOST_DETAIL_KINDS = ("cpu_op", "python", "osrt")
 LOOK_BACK = 4000   # host rows scanned back from a sync call for its caller
 
@@ -37,9 +38,9 @@ _names_of = names_of
 
 # A PyTorch program: aten ops, python frames, profiler steps, or ATen/c10 kernels (an nsys
 # capture with no NVTX still launches at::native kernels). Else the levers speak CUDA.
-PYTORCH_HOST_RX = re.compile(r"^(?:aten::|autograd::|torch|ProfilerStep#|Optimizer\.|"
+PYTORCH_HOST_RX = namerx.compile(r"^(?:aten::|autograd::|torch|ProfilerStep#|Optimizer\.|"
                              r"enumerate\(DataLoader\))|\.py\(\d+\)")
-PYTORCH_KERNEL_RX = re.compile(r"at::native::|at::cuda::|c10::|\bat::|triton_")
+PYTORCH_KERNEL_RX = namerx.compile(r"at::native::|at::cuda::|c10::|\bat::|triton_")
 
 
 def trace_context(ev: pd.DataFrame, meta=None) -> dict:
@@ -73,9 +74,9 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
 # when an allocation fails and it releases its cache to retry (inside that allocation).
 # Frees inside other ops -- a backward function ending, zero_grad(set_to_none) -- are
 # tensors dying, which reach the driver only when caching is off.
-DEVICE_FREE_RX = re.compile(r"^(?:cuda|hip)Free$|^cuMemFree(?:_v\d+)?$")
-CACHE_RELEASE_RX = re.compile(r"empty_cache|emptyCache")
-ALLOCATING_OP_RX = re.compile(r"^aten::(?:empty|zeros|ones|full|new_)|caching_allocator|malloc",
+DEVICE_FREE_RX = namerx.compile(r"^(?:cuda|hip)Free$|^cuMemFree(?:_v\d+)?$")
+CACHE_RELEASE_RX = namerx.compile(r"empty_cache|emptyCache")
+ALLOCATING_OP_RX = namerx.compile(r"^aten::(?:empty|zeros|ones|full|new_)|caching_allocator|malloc",
                               re.I)
 UNCACHED_MIN_FREES = 20
 UNCACHED_SHARE = 0.8
@@ -135,6 +136,6 @@ def _covering(ts: np.ndarray, end: np.ndarray, rows: np.ndarray, i: int) -> np.n
 def _has_non_step_ranges(ev: pd.DataFrame) -> bool:
     """NVTX/record_function ranges other than step markers show the host was traced."""
     names = _names_of(ev, ("annotation",))
-    step = re.compile(r"(?i)^(?:ProfilerStep#\d+|(?:train[_ ]?)?(?:step|iter|iteration|batch)"
+    step = namerx.compile(r"(?i)^(?:ProfilerStep#\d+|(?:train[_ ]?)?(?:step|iter|iteration|batch)"
                       r"[\s_#:=-]*\d+)$")
     return any(not step.match(n) for n in names)

@@ -24,11 +24,11 @@ compilation. The rule is the gap attribution's (``attribution.GRAPH_RECORD_RX``)
 """
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pandas as pd
 
+from .. import namerx
 from ..table import GPU_OP_KINDS
 from . import attribution, intervals
 from ._common import GRAPH_LAUNCH_RX, events_of, kind_in, lookup_at, rows_of, take, union_total
@@ -36,8 +36,8 @@ from ._common import GRAPH_LAUNCH_RX, events_of, kind_in, lookup_at, rows_of, ta
 # Host spans and API calls that record (capture / instantiate) a CUDA graph: the same rule
 # the gap attribution uses for its graph_capture category.
 GRAPH_RECORD_RX = attribution.GRAPH_RECORD_RX
-_BEGIN_RX = re.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
-_END_RX = re.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
+_BEGIN_RX = namerx.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
+_END_RX = namerx.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
 _HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "driver")
 _API_KINDS = ("runtime", "driver")
 TOP_RECORD_SPANS = 5

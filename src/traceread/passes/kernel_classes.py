@@ -44,6 +44,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from .. import namerx
 from ..collectives import is_comm_kernel
 from ..table import GPU_OP_KINDS, scan_name
 from ._common import events_of, rows_of
@@ -52,7 +53,7 @@ CLASSES = ("gemm", "attention", "elementwise", "reduction", "triton", "nccl",
            "memcpy", "memset", "graph", "other")
 
 # (class, pattern) in precedence order after the nccl check; case-insensitive, searched.
-_RULES: tuple[tuple[str, re.Pattern], ...] = tuple((c, re.compile(p, re.I)) for c, p in (
+_RULES: tuple[tuple[str, re.Pattern], ...] = tuple((c, namerx.compile(p, re.I)) for c, p in (
     ("memcpy", r"^\s*\[?(cuda |hip)?memcpy|^Memcpy|copy_?(HtoD|DtoH|DtoD|PtoP)"),
     ("memset", r"^\s*\[?(cuda |hip)?memset|^Memset"),
     ("triton", r"^(void )?triton_|^triton\b|_triton_kernel"),
@@ -70,7 +71,7 @@ _RULES: tuple[tuple[str, re.Pattern], ...] = tuple((c, re.compile(p, re.I)) for 
 ))
 
 
-_NOISE = re.compile(r"^\s*(void\s+)?|\(anonymous namespace\)::")
+_NOISE = namerx.compile(r"^\s*(void\s+)?|\(anonymous namespace\)::")
 
 
 def _head(name: str) -> str:

@@ -16,6 +16,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from .. import namerx
 from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
 from ..table import scan_name
 from ._common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
@@ -79,7 +80,7 @@ def _inside(ev: pd.DataFrame, rows: np.ndarray, spans: np.ndarray) -> np.ndarray
 
 # ------------------------------------------------------------------ steps
 
-STEP_RX = re.compile(r"^ProfilerStep#\d+$")
+STEP_RX = namerx.compile(r"^ProfilerStep#\d+$")
 
 
 def step_count(ev: pd.DataFrame) -> int:
@@ -94,7 +95,7 @@ def step_count(ev: pd.DataFrame) -> int:
 # ------------------------------------------------------------------ framework
 
 # (framework, regex over host names: ops, annotations, python frames, NVTX ranges)
-FRAMEWORK_RULES = tuple((f, re.compile(p)) for f, p in (
+FRAMEWORK_RULES = tuple((f, namerx.compile(p)) for f, p in (
     ("ddp", r"^DistributedDataParallel\.forward$|^torch\.distributed\.ddp\.reducer::"
             r"|^torch::distributed::reducer::|torch/nn/parallel/distributed\.py\("),
     # FSDP1 marks its hooks "FullyShardedDataParallel._pre_forward" etc.; FSDP2 (fully_shard)
@@ -113,11 +114,11 @@ FRAMEWORK_RULES = tuple((f, re.compile(p)) for f, p in (
     ("horovod", r"(?i:horovod)|^NEGOTIATE_(?:ALLREDUCE|ALLGATHER|BROADCAST|ALLTOALL)"),
 ))
 # all rules in one pass over the names (a trace may hold tens of thousands of python frames)
-ANY_FRAMEWORK_RX = re.compile("|".join(f"(?:{rx.pattern})" for _, rx in FRAMEWORK_RULES))
+ANY_FRAMEWORK_RX = namerx.compile("|".join(f"(?:{rx.pattern})" for _, rx in FRAMEWORK_RULES))
 # TorchRec's sharded embeddings run FBGEMM's table-batched embedding (TBE) and exchange
 # the pooled embeddings with all_to_all: both together prove a sharded-embedding model.
-TBE_RX = re.compile(r"^fbgemm::split_embedding_codegen_lookup|split_embedding_codegen_forward")
-VLLM_KERNEL_RX = re.compile(r"^(?:void )?vllm::")
+TBE_RX = namerx.compile(r"^fbgemm::split_embedding_codegen_lookup|split_embedding_codegen_forward")
+VLLM_KERNEL_RX = namerx.compile(r"^(?:void )?vllm::")
 
 
 def frameworks(host: list[str], kernels: list[str], collectives: list[str]) -> dict[str, str]:
@@ -147,10 +148,10 @@ COLLECTIVE_SET = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "b
 _COLL_ALIAS = {"send": "send_recv", "recv": "send_recv"}
 # host names that are a collective call: nccl:/gloo:/mpi: annotations, c10d ops, functional
 # collectives, Horovod's timeline (NCCL_ALLREDUCE), MPI calls
-COMM_NAME_RX = re.compile(r"^(?:nccl|rccl|gloo|mpi|ucc|c10d|_c10d_functional|c10d_functional)"
+COMM_NAME_RX = namerx.compile(r"^(?:nccl|rccl|gloo|mpi|ucc|c10d|_c10d_functional|c10d_functional)"
                           r"[:_]|^(?:vllm|sglang)::(?:all_reduce|all_gather|reduce_scatter"
                           r"|all_to_all)|^(?:NCCL|MPI|GLOO)_[A-Z]+$|^MPI_[A-Z][a-z_]+$")
-AMD_API_RX = re.compile(r"^hip[A-Z]")
+AMD_API_RX = namerx.compile(r"^hip[A-Z]")
 
 
 def _collective_name(name: str) -> str | None:
@@ -200,7 +201,7 @@ def comm_backend(host: list[str], kernels: list[str], api: list[str], meta=None
                         (r"^rccl:", "rccl"),
                         (r"^gloo:|ProcessGroupGloo", "gloo"),
                         (r"^mpi:|^MPI_[A-Z]|ProcessGroupMPI", "mpi")):
-        n = _first(re.compile(rx), host)
+        n = _first(namerx.compile(rx), host)
         if n is not None:
             return ("rccl" if backend == "nccl" and amd else backend), n
     backend = str((getattr(meta, "distributed", None) or {}).get("backend") or "").lower()
@@ -221,14 +222,14 @@ def _amd(api: list[str], meta) -> bool:
 
 # ------------------------------------------------------------------ optimizer
 
-OPT_STEP_RX = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+OPT_STEP_RX = namerx.compile(r"^Optimizer\.step#(\w+)\.step$")
 # torch.optim's implementations as python frames (with_stack): adam.py(..): _multi_tensor_adam
-OPT_FN_RX = re.compile(r"\b_(fused|multi_tensor|single_tensor)_(adamw|adam|sgd|adagrad|rmsprop"
+OPT_FN_RX = namerx.compile(r"\b_(fused|multi_tensor|single_tensor)_(adamw|adam|sgd|adagrad|rmsprop"
                        r"|adamax|nadam|radam|adadelta|asgd|rprop)$")
-FUSED_IMPL_RX = re.compile(r"_fused_(?:adamw?|sgd|adagrad)|\bfused_adam|FusedAdam|FusedLAMB"
+FUSED_IMPL_RX = namerx.compile(r"_fused_(?:adamw?|sgd|adagrad)|\bfused_adam|FusedAdam|FusedLAMB"
                            r"|FusedSGD|multi_tensor_apply_for_fused_optimizer")
-FOREACH_IMPL_RX = re.compile(r"^aten::_foreach_|multi_tensor_apply_kernel|_multi_tensor_")
-LOOP_OP_RX = re.compile(r"^aten::(?:add|mul|addcmul|addcdiv|lerp|sqrt|div|maximum)_?$")
+FOREACH_IMPL_RX = namerx.compile(r"^aten::_foreach_|multi_tensor_apply_kernel|_multi_tensor_")
+LOOP_OP_RX = namerx.compile(r"^aten::(?:add|mul|addcmul|addcdiv|lerp|sqrt|div|maximum)_?$")
 _FN_IMPL = {"fused": "fused", "multi_tensor": "foreach", "single_tensor": "for_loop"}
 _OPT_NAMES = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "adagrad": "Adagrad",
               "rmsprop": "RMSprop", "adamax": "Adamax", "nadam": "NAdam", "radam": "RAdam",
@@ -256,8 +257,8 @@ def optimizer(ev: pd.DataFrame, host: list[str], kernels: list[str]) -> dict | N
                 "impl": "fused", "evidence": n}
     if re.search(r"(?i)fused", name):   # apex/DeepSpeed FusedAdam, FusedLAMB
         return {"name": name, "impl": "fused", "evidence": step}
-    spans = _rows_named(ev, re.compile(re.escape(step).join("^$")), ("annotation", "cpu_op"))
-    ops = _rows_named(ev, re.compile(r"^aten::|^_fused|^fused"), ("cpu_op",))
+    spans = _rows_named(ev, namerx.compile(re.escape(step).join("^$")), ("annotation", "cpu_op"))
+    ops = _rows_named(ev, namerx.compile(r"^aten::|^_fused|^fused"), ("cpu_op",))
     inner = ops[_inside(ev, ops, spans)]
     inner_names = list(dict.fromkeys(ev["name"].iloc[inner].astype(str).tolist()))
     for impl, rx in (("fused", FUSED_IMPL_RX), ("foreach", FOREACH_IMPL_RX)):
@@ -275,11 +276,11 @@ def optimizer(ev: pd.DataFrame, host: list[str], kernels: list[str]) -> dict | N
 # backward work: autograd's engine, backward nodes (AddmmBackward0), aten's *_backward ops,
 # FSDP's backward hooks -- FSDP2 registers RegisterPostBackwardFunction only when grad is
 # enabled --, backward kernels (flash_bwd, *_backward_*); or an optimizer step
-BACKWARD_HOST_RX = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$"
+BACKWARD_HOST_RX = namerx.compile(r"^autograd::engine::evaluate_function|Backward\d*$"
                               r"|^aten::\w+_backward\b|^Optimizer\.(?:step|zero_grad)#"
                               r"|^RegisterPostBackwardFunction|^FSDP::(?:pre|post)_backward"
                               r"|^FullyShardedDataParallel\._(?:pre|post)_backward")
-BACKWARD_KERNEL_RX = re.compile(r"(?i)backward|_bwd_|_bwd\b|bwd_kernel|dgrad|wgrad")
+BACKWARD_KERNEL_RX = namerx.compile(r"(?i)backward|_bwd_|_bwd\b|bwd_kernel|dgrad|wgrad")
 
 
 def training(host: list[str], kernels: list[str], opt: dict | None) -> str | None:
@@ -293,13 +294,13 @@ def training(host: list[str], kernels: list[str], opt: dict | None) -> str | Non
 
 # not any torch/_dynamo frame: eval_frame.py's _fn also wraps the functions torch marks
 # dynamo-disabled (checkpointing, optimizer.step) in programs that never compile
-COMPILED_RX = re.compile(r"^Torch-Compiled Region|^CompiledFunction(?:Backward)?$"
+COMPILED_RX = namerx.compile(r"^Torch-Compiled Region|^CompiledFunction(?:Backward)?$"
                          r"|^TorchDynamo Cache Lookup$|torch/_inductor/"
                          r"|torch/_dynamo/(?:convert_frame|output_graph|symbolic_convert)\.py\("
                          r"|^triton_(?:poi|red|per|tem|for)_|\(dynamo_timed\)$")
-INDUCTOR_KERNEL_RX = re.compile(r"^triton_(?:poi|red|per|tem|for)_")
+INDUCTOR_KERNEL_RX = namerx.compile(r"^triton_(?:poi|red|per|tem|for)_")
 # mode="reduce-overhead": inductor's CUDA graph trees record and replay the compiled graphs
-CUDAGRAPH_TREES_RX = re.compile(r"cudagraph_trees|CUDAGraphNode|CUDAGraphTreeManager"
+CUDAGRAPH_TREES_RX = namerx.compile(r"cudagraph_trees|CUDAGraphNode|CUDAGraphTreeManager"
                                 r"|cudagraphify")
 
 
@@ -307,7 +308,7 @@ def compiled(host: list[str], kernels: list[str]) -> str | None:
     return _first(COMPILED_RX, host) or _first(INDUCTOR_KERNEL_RX, kernels)
 
 
-COMPILED_SPAN_RX = re.compile(r"^Torch-Compiled Region|^CompiledFunction$")
+COMPILED_SPAN_RX = namerx.compile(r"^Torch-Compiled Region|^CompiledFunction$")
 
 
 def compile_mode_graphs(ev: pd.DataFrame, host: list[str]) -> str | None:
@@ -334,14 +335,14 @@ MATMUL_OPS = frozenset(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
                         "aten::_convolution", "aten::conv2d", "aten::conv1d", "aten::conv3d",
                         "aten::_addmm_activation", "aten::scaled_dot_product_attention"))
 DTYPE_KERNEL_RX = {
-    "bf16": re.compile(r"(?i)bf16|bfloat16|DF16b|^nvjet_(?:sm\d+_)?t[a-z]{2}_"),
-    "fp16": re.compile(r"(?i)(?<!b)f16(?!b)|fp16|\bhalf\b|__half|c10::Half|h1688|h16816|h884"
+    "bf16": namerx.compile(r"(?i)bf16|bfloat16|DF16b|^nvjet_(?:sm\d+_)?t[a-z]{2}_"),
+    "fp16": namerx.compile(r"(?i)(?<!b)f16(?!b)|fp16|\bhalf\b|__half|c10::Half|h1688|h16816|h884"
                        r"|hgemm|^nvjet_(?:sm\d+_)?h[a-z]{2}_"),
     # vLLM's Fp8KVCacheDataType template argument names a type, not the data (0: auto)
-    "fp8": re.compile(r"(?i)fp8(?!KVCacheDataType)|e4m3|e5m2|float8|^nvjet_(?:sm\d+_)?[eq][a-z]{2}_"),
-    "fp4": re.compile(r"(?i)e2m1|fp4|f8f6f4"),
+    "fp8": namerx.compile(r"(?i)fp8(?!KVCacheDataType)|e4m3|e5m2|float8|^nvjet_(?:sm\d+_)?[eq][a-z]{2}_"),
+    "fp4": namerx.compile(r"(?i)e2m1|fp4|f8f6f4"),
 }
-MATMUL_RX = re.compile("^(?:" + "|".join(re.escape(n) for n in sorted(MATMUL_OPS)) + ")$")
+MATMUL_RX = namerx.compile("^(?:" + "|".join(re.escape(n) for n in sorted(MATMUL_OPS)) + ")$")
 # flops.dtype_of's key (the op's first floating input) -> dtypes key
 OP_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "fp32_gemm"}
 
@@ -373,9 +374,9 @@ def dtypes(ev: pd.DataFrame, kernels: list[str]) -> tuple[dict, dict]:
     return {k: k in found for k in keys}, {k: found[k] for k in keys if k in found}
 
 
-GEMV_RX = re.compile(r"(?i)gemv")
+GEMV_RX = namerx.compile(r"(?i)gemv")
 # FBGEMM's namespace says "gemm", its embedding and quantize kernels are not GEMMs
-FBGEMM_NS_RX = re.compile(r"\bfbgemm(?:_gpu)?::")
+FBGEMM_NS_RX = namerx.compile(r"\bfbgemm(?:_gpu)?::")
 
 
 def matrix_kernels(kernels: list[str]) -> list[str]:
@@ -414,19 +415,19 @@ def _op_dtypes(ev: pd.DataFrame) -> list[tuple[str, str]]:
 
 # ------------------------------------------------------------------ attention, convolutions
 
-FUSED_ATTN_OP_RX = re.compile(r"^aten::_scaled_dot_product_(?:flash|efficient|cudnn|fused)"
+FUSED_ATTN_OP_RX = namerx.compile(r"^aten::_scaled_dot_product_(?:flash|efficient|cudnn|fused)"
                               r"|^aten::_(?:flash|efficient)_attention_(?:forward|backward)"
                               r"|^vllm::unified_attention|^flash_attn|^_flash_attn|flashinfer::")
 # not any "flash": vLLM's reshape_and_cache_flash writes the KV cache, flashinfer's index
 # helpers are not attention
-FUSED_ATTN_KERNEL_RX = re.compile(r"(?i)flash_?(?:fwd|bwd|attn|attention)|pytorch_flash::|fmha"
+FUSED_ATTN_KERNEL_RX = namerx.compile(r"(?i)flash_?(?:fwd|bwd|attn|attention)|pytorch_flash::|fmha"
                                   r"|efficient_attention|paged_?attention|attn_fwd|attn_bwd"
                                   r"|unified_attention|mha_(?:fwd|bwd)|sage_fwd|cudnn_sdpa"
                                   r"|BatchPrefillWith|BatchDecodeWith")
-CONV_OP_RX = re.compile(r"^aten::(?:_?convolution|(?:cudnn|miopen|mkldnn)_convolution"
+CONV_OP_RX = namerx.compile(r"^aten::(?:_?convolution|(?:cudnn|miopen|mkldnn)_convolution"
                         r"|conv[123]d|conv_transpose[123]d|convolution_backward|_convolution)"
                         r"\b")
-CONV_KERNEL_RX = re.compile(r"(?i)implicit_?convolve|scudnn|winograd|conv(?:olution)?_?(?:fwd|bwd)"
+CONV_KERNEL_RX = namerx.compile(r"(?i)implicit_?convolve|scudnn|winograd|conv(?:olution)?_?(?:fwd|bwd)"
                             r"|_conv[123]d|conv2d|dgrad|wgrad|fprop|grouped_conv|naive_conv"
                             r"|miopen.*conv|igemm_(?:fwd|bwd|wrw)")
 
@@ -462,9 +463,9 @@ def torch_version(ev: pd.DataFrame, meta=None) -> tuple[str | None, str | None]:
 
 # ------------------------------------------------------------------ syncs
 
-SYNC_OP_RX = re.compile(r"^aten::_local_scalar_dense$")
-ITEM_RX = re.compile(r"^aten::item$")
-ACCUMULATE_RX = re.compile(r"^torch::autograd::AccumulateGrad$")
+SYNC_OP_RX = namerx.compile(r"^aten::_local_scalar_dense$")
+ITEM_RX = namerx.compile(r"^aten::item$")
+ACCUMULATE_RX = namerx.compile(r"^torch::autograd::AccumulateGrad$")
 PER_PARAM_MIN = 4          # syncs a step must make before they can be "one per parameter"
 PER_PARAM_SHARE = 0.5      # ... and at least this share of the parameters (AccumulateGrad)
 
@@ -485,7 +486,7 @@ def syncs(ev: pd.DataFrame, steps: int, opt_step: str | None) -> dict:
     if not len(rows) or per_step < PER_PARAM_MIN:
         return out
     if opt_step is not None:
-        spans = _rows_named(ev, re.compile(re.escape(opt_step).join("^$")),
+        spans = _rows_named(ev, namerx.compile(re.escape(opt_step).join("^$")),
                             ("annotation", "cpu_op"))
         inside = int(_inside(ev, rows, spans).sum())
         if inside / max(1, steps) >= PER_PARAM_MIN:
@@ -503,10 +504,10 @@ def syncs(ev: pd.DataFrame, steps: int, opt_step: str | None) -> dict:
 
 # ------------------------------------------------------------------ DDP buffer broadcast
 
-DDP_FORWARD_RX = re.compile(r"^DistributedDataParallel\.forward$")
+DDP_FORWARD_RX = namerx.compile(r"^DistributedDataParallel\.forward$")
 # DDP's forward broadcasts the module's buffers from rank 0 (broadcast_buffers=True) with
 # _broadcast_coalesced: flatten, broadcast, unflatten (then copy back)
-BUFFER_BCAST_RX = re.compile(r"^aten::(?:un)?flatten_dense_tensors$|^c10d::broadcast_$"
+BUFFER_BCAST_RX = namerx.compile(r"^aten::(?:un)?flatten_dense_tensors$|^c10d::broadcast_$"
                              r"|_broadcast_coalesced")
 
 

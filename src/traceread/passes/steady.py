@@ -29,11 +29,11 @@ between the kept events can be trusted.
 """
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pandas as pd
 
+from .. import namerx
 from . import intervals
 from .attribution import ALLOC_API_RX, SYNC_API_RX
 from .bounds import TITLE
@@ -53,10 +53,10 @@ SAMPLED_MIN_IDS = 100          # fewer ids: too few to tell
 TOP_EVIDENCE = 5
 HOST_KINDS = ("runtime", "driver", "cpu_op", "annotation", "python", "osrt")
 
-LAUNCH_API_RX = re.compile(
+LAUNCH_API_RX = namerx.compile(
     r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Cooperative)?Kernel\w*$"
     r"|^(?:cuda|cu|hip)GraphLaunch\w*$")
-JIT_RX = re.compile(
+JIT_RX = namerx.compile(
     r"FusionKernelRuntime::compile|FusionExecutor::compile|nvfuser::.*compile"
     r"|Nvrtc::|^nvrtc(?:CompileProgram|CreateProgram|GetPTX|GetCUBIN)"
     r"|^hiprtc(?:CompileProgram|LinkComplete)|^cuLink(?:Create|AddData|Complete)"

@@ -26,11 +26,11 @@ id, and the launch timestamp decides the step. Ops without a launch record
 """
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pandas as pd
 
+from .. import namerx
 from ..table import GPU_OP_KINDS
 from ._common import kind_in
 from ._frames import code_in, take_rows
@@ -67,7 +67,7 @@ def name_mask(ev: pd.DataFrame, pattern: str, kinds=None) -> np.ndarray:
         return m
     c = codes[rows]
     used = np.flatnonzero(np.bincount(c, minlength=len(names.cat.categories)))
-    rx = re.compile(pattern)
+    rx = namerx.compile(pattern)
     texts = names.cat.categories.take(used).astype(str).tolist()
     hit = used[np.array([bool(rx.search(t)) for t in texts], bool)]
     if len(hit):

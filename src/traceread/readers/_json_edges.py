@@ -33,6 +33,15 @@ _HEAD_SCAN = 64 << 20           # "traceEvents" key must start within the first 
 # JSON string (strings cannot hold raw newlines); Kineto writes one there.
 _BOUNDARY_NL = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{|\}[ \t\r]*\n[ \t\r\n]*,[ \t\r\n]*\{")
 _BOUNDARY_ANY = re.compile(rb"\}\s*,\s*\{")
+# Without a newline, prefer a "}" "," "{" followed by a key and ":" -- an object's start.
+# Inside a string the "{" is followed by string text or the string's closing quote, and
+# that quote then opens a "key" whose end is not followed by ":" (JSON escapes every quote
+# within a string): names full of "},{" no longer cut chunks inside strings (issue 23:
+# each false cut cost a re-decode of the merged chunks, and a valid file whose every
+# candidate lay in a name was refused past the merge cap). Only a crafted key whose
+# value starts with ":" can still pass; the chunk merge catches that.
+_BOUNDARY_KEY = re.compile(rb'\}\s*,\s*\{(?=\s*"(?:[^"\\\x00-\x1f]|\\.){0,200}"\s*:)')
+_KEY_LOOK = 256   # bytes past a window the key check may read
 _KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
@@ -79,6 +88,8 @@ def find_boundary(buf, pos: int, end: int) -> int:
         hi = min(end, pos + window)
         m = _BOUNDARY_NL.search(buf, pos, hi)
         if m is None:
+            m = _BOUNDARY_KEY.search(buf, pos, min(end, hi + _KEY_LOOK))
+        if m is None:
             m = _BOUNDARY_ANY.search(buf, pos, hi)
         if m is not None:
             return m.start() + 1
@@ -97,7 +108,7 @@ def _next_start(buf, cut: int) -> int:
 def _last_boundary(buf, lo: int, hi: int) -> int:
     """Last event boundary in buf[lo:hi]; index just past the ``}``; -1 if none."""
     last = -1
-    for pat in (_BOUNDARY_NL, _BOUNDARY_ANY):
+    for pat in (_BOUNDARY_NL, _BOUNDARY_KEY, _BOUNDARY_ANY):
         for m in pat.finditer(buf, lo, hi):
             last = m.start() + 1
         if last >= 0:

@@ -92,7 +92,9 @@ def _trace(a) -> dict:
             # a trace cut short: where, and how much was recovered (else null)
             "truncated": _py(m.extra.get("truncated")),
             # rows traceread.validate dropped or trimmed: {rule: rows} (else null)
-            "impossible": _py(m.extra.get("impossible"))}
+            "impossible": _py(m.extra.get("impossible")),
+            # processes whose activity lies minutes apart (traceread.validate; else null)
+            "processes_apart": _py(m.extra.get("processes_apart"))}
 
 
 def _steps(a) -> dict:
