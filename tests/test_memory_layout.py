@@ -81,3 +81,37 @@ def test_all_default_columns_share_one_array_and_events_round_trip():
     assert (ev["ts"].to_numpy() == np.arange(n)).all()  # sorted by ts
     assert tr.table.equals(table)  # rebuilt from the frame: the same table
     assert len(tr) == n
+
+
+def _far_by_argsort(ts, end, dur):
+    """validate._far_from_trace as it was (argsort of every time, weights carried along)."""
+    from traceread.validate import GAP_NS
+    t = np.concatenate([ts, end])
+    w = np.concatenate([dur > 0, dur > 0]).astype(np.int64)
+    order = np.argsort(t, kind="stable")
+    t, w = t[order], w[order]
+    cut = np.flatnonzero(np.diff(t) > GAP_NS)
+    if not len(cut):
+        return np.zeros(len(ts), bool)
+    lo = np.concatenate([[0], cut + 1])
+    hi = np.concatenate([cut, [len(t) - 1]])
+    cw = np.concatenate([[0], np.cumsum(w)])
+    size = (cw[hi + 1] - cw[lo]) * (len(t) + 1) + (hi - lo + 1)
+    best = int(np.argmax(size))
+    a, b = t[lo[best]], t[hi[best]]
+    return (ts < a) | (ts > b) | (end < a) | (end > b)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_far_from_trace_without_argsort_flags_the_same_rows(seed):
+    from traceread.validate import GAP_NS, _far_from_trace
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    # a few clusters of times far apart (some tied), instants and intervals mixed
+    base = rng.choice([0, 3, 7, 11], n) * GAP_NS * int(rng.integers(1, 3))
+    ts = (base + rng.integers(0, 50, n) * int(rng.choice([1, GAP_NS // 10]))).astype(np.int64)
+    dur = np.where(rng.random(n) < rng.random(), 0, rng.integers(0, 40, n)).astype(np.int64)
+    if seed % 5 == 0:
+        dur[rng.random(n) < 0.1] = GAP_NS * 2   # an interval that bridges two clusters
+    end = ts + np.maximum(dur, 0)
+    np.testing.assert_array_equal(_far_from_trace(ts, end, dur), _far_by_argsort(ts, end, dur))

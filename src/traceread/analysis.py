@@ -221,6 +221,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     utilization = side.get("utilization")
     culprits = culprits_mod.culprits(ev, gaps, ops, summary, att["top_ops"], copies, collectives,
                                      comp, kernels, parts, ctx)
+    release_heap()   # culprits' interval sets; the layout and steady passes may run here next
     vctx = dict(ctx, steps=stats["count"] if stats else 0,
                 step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
                 culprits=culprits,
@@ -242,6 +243,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     headline = (utilization or {}).get("headline")
     if verdict["bound"] == "gpu" and headline:
         verdict["summary"] += f"; {headline}"
+    release_heap()
     steady = side.get("steady")
     steady_mod.adjust_verdict(verdict, steady)
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0

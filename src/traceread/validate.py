@@ -119,19 +119,29 @@ def _far_from_trace(ts: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndar
     inside that holds the most intervals (rows of positive duration; 200k unclosed 'B'
     events on another clock are instants and do not make the bulk)."""
     t = np.concatenate([ts, end])
-    w = np.concatenate([dur > 0, dur > 0]).astype(np.int64)
-    order = np.argsort(t, kind="stable")
-    t, w = t[order], w[order]
+    t.sort()
     cut = np.flatnonzero(np.diff(t) > GAP_NS)
     if not len(cut):
         return np.zeros(len(ts), bool)
     lo = np.concatenate([[0], cut + 1])
     hi = np.concatenate([cut, [len(t) - 1]])
-    cw = np.concatenate([[0], np.cumsum(w)])
-    size = (cw[hi + 1] - cw[lo]) * (len(t) + 1) + (hi - lo + 1)  # intervals, then rows
+    # the interval ends in each group, counted in the sorted ends of positive-duration rows
+    # (equal times never straddle a cut): no argsort of every time and no weight arrays
+    pos = dur > 0
+    tp = np.concatenate([ts[pos], end[pos]])
+    del pos
+    tp.sort()
+    inside = np.searchsorted(tp, t[hi], "right") - np.searchsorted(tp, t[lo], "left")
+    size = inside * (len(t) + 1) + (hi - lo + 1)  # intervals, then rows
     best = int(np.argmax(size))
     a, b = t[lo[best]], t[hi[best]]
+    del t, tp
     return (ts < a) | (ts > b) | (end < a) | (end > b)
+
+
+def _kept(keep: np.ndarray, *cols: np.ndarray) -> tuple:
+    """``cols`` at the rows ``keep`` (the arrays themselves when every row is kept)."""
+    return cols if keep.all() else tuple(c[keep] for c in cols)
 
 
 def _before_launch(table: pa.Table, ts: np.ndarray, gpu: np.ndarray) -> np.ndarray:
@@ -212,7 +222,7 @@ def validate(trace: Trace) -> Trace:
     rules = (("negative_duration", lambda keep: dur < 0),
              ("duplicate", lambda keep: _duplicates(table, ts, dur)),
              ("far_from_trace", lambda keep: _scatter(
-                 keep, _far_from_trace(ts[keep], end[keep], dur[keep]))),
+                 keep, _far_from_trace(*_kept(keep, ts, end, dur)))),
              ("before_launch", lambda keep: _before_launch(table, ts, gpu & keep)))
     for rule, offenders in rules:   # each rule sees the rows the earlier ones kept
         mask = offenders(~drop) & ~drop

@@ -359,7 +359,9 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     """
     gaps = gaps.reset_index(drop=True)   # a new frame: the columns added below stay ours
     n = len(gaps)
-    split = np.zeros((n, len(CPU_CATEGORIES)), np.int64)
+    # column-major: each category's column is contiguous, so the gap frame's cpu_* / qcpu_*
+    # columns are views of it (not a second copy of both tables while the result is built)
+    split = np.zeros((n, len(CPU_CATEGORIES)), np.int64, order="F")
     drain_op = np.zeros(n, np.int64)   # 0: no sync drained the gap, else 1 + index in sync_ops
     sync_ops: dict[str, int] = {}
     # Host rows as plain arrays (row indices, codes), never a copied frame or per-row strings.
@@ -420,10 +422,10 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
         del on, c_on, s_on, e_on, k_on, n_on, sy, near, t_on, cc, cs, ce
     for j, c in enumerate(CPU_CATEGORIES):
-        gaps[f"cpu_{c}"] = split[:, j]
+        gaps[f"cpu_{c}"] = pd.Series(split[:, j], index=gaps.index, copy=False)
     gaps["cpu"] = str_column(CPU_CATEGORIES, split.argmax(axis=1))
     for j, c in enumerate(CPU_CATEGORIES):
-        gaps[f"qcpu_{c}"] = q_split[:, j]
+        gaps[f"qcpu_{c}"] = pd.Series(q_split[:, j], index=gaps.index, copy=False)
     label = (drain_op > 0).astype(np.int8)
     label[(queued_ns > 0) & (queued_ns >= gaps["duration"].to_numpy(np.int64))] = 2
     drain_op[label == 2] = 0   # a sync that returned while the next op sat queued drained nothing
