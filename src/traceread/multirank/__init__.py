@@ -35,6 +35,10 @@ def __getattr__(name: str):
     return value
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 def _get(name: str):
     """``name`` as this module holds it now (loaded on demand, or as a test replaced it)."""
     return globals()[name] if name in globals() else __getattr__(name)
