@@ -94,3 +94,39 @@ def test_version_is_the_packages_version():
     assert traceread.__version__ == meta["project"]["version"]
     r = CliRunner().invoke(cli.main, ["--version"])
     assert r.output.startswith(f"traceread, version {traceread.__version__}\n")
+
+
+# What a single small trace's `analyze` does not need (issue 24: small traces are most
+# traces): Parquet (cache/export only), the cross-rank job analysis and its renderer.
+# pandas itself imports pyarrow and pyarrow.compute, so those cannot be on this list.
+NOT_ON_SMALL_ANALYZE = ("pyarrow.parquet", "pyarrow.fs", "traceread.multirank.job",
+                        "traceread.multirank.inputs", "traceread.multirank.grouping",
+                        "traceread.multirank.verdicts", "traceread.render.cross_rank",
+                        "traceread.batch")
+
+
+def test_analyze_of_a_small_trace_loads_no_parquet_nor_cross_rank_modules():
+    from traceread.examples import path as example_path
+
+    code = ("import sys, io, contextlib; from traceread.cli import main\n"
+            "out = io.StringIO()\n"
+            "try:\n"
+            "    with contextlib.redirect_stdout(out): main(sys.argv[1:], prog_name='traceread')\n"
+            "except SystemExit as e: assert not e.code, e.code\n"
+            "assert 'VERDICT' in out.getvalue(), out.getvalue()[-2000:]\n"
+            f"print(sorted(m for m in {NOT_ON_SMALL_ANALYZE!r} if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code, "analyze", "--no-cache",
+                        str(example_path("h200_pageable_copy.json.gz"))],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_multirank_names_load_on_first_use():
+    code = ("import sys; import traceread.multirank as mr; "
+            "before = 'traceread.multirank.job' in sys.modules; f = mr.analyze_traces; "
+            "print(before, 'traceread.multirank.job' in sys.modules, f.__module__, "
+            "sorted(set(mr.__all__) - set(dir(mr)) - set(mr._LAZY)))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["False", "True", "traceread.multirank.job", "[]"]

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import msgspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .errors import TraceError
 from .table import SCHEMA, Trace, TraceMeta
@@ -229,6 +228,8 @@ def _load_entry(entry: Path, secret: bytes, source) -> Trace | None:
     # one thread: a parquet reader thread still alive at interpreter exit aborts the process
     # ("terminate called without an active exception", apache/arrow#34314); seen here in 3 of
     # 120 runs of four processes sharing a new cache entry, none with use_threads=False
+    import pyarrow.parquet as pq  # here: a small trace, never cached, needs no Parquet
+
     table = pq.read_table(pa.BufferReader(data), use_threads=False)
     md = table.schema.metadata or {}
     head = msgspec.json.decode(md.get(_SOURCE_KEY, b"null"))
@@ -284,6 +285,8 @@ def _racy(st: os.stat_result) -> bool:
 
 
 def _write_entry(d: Path, key: str, secret: bytes, table: pa.Table) -> Path:
+    import pyarrow.parquet as pq
+
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".parquet")
     os.close(fd)
     try:

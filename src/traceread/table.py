@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 # The closed set of event kinds. Readers map every source category onto one.
 KINDS = (
@@ -371,6 +370,8 @@ _META_KEY = b"traceread.meta"
 def write_parquet(trace: Trace, path: str | Path) -> None:
     import json
 
+    import pyarrow.parquet as pq  # here: analysing a trace needs no Parquet
+
     meta = json.dumps(trace.meta.to_dict(), default=str).encode()
     schema_meta = dict(trace.table.schema.metadata or {})
     schema_meta[_META_KEY] = meta
@@ -380,6 +381,8 @@ def write_parquet(trace: Trace, path: str | Path) -> None:
 def read_parquet(path: str | Path) -> Trace:
     """Load a table written by ``Trace.to_parquet``."""
     import json
+
+    import pyarrow.parquet as pq
 
     table = pq.read_table(str(path))
     raw = (table.schema.metadata or {}).get(_META_KEY)

@@ -185,12 +185,16 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         else:
             emit_json(docs, out)
     else:
-        from ..render.cross_rank import render_detail, render_summary
+        head = []
+        if jobs:  # (a single trace's report needs none of the cross-rank rendering)
+            from ..render.cross_rank import render_summary
 
-        layouts = {j.job: _layout_of(j.to_dict(), results) for j in jobs}
-        parts = ([render_summary(jobs, layouts)] if jobs else []) + [render_report(safe.for_display(a))
-                                                             for a in results]
-        parts += [render_detail(jobs)] if jobs else []
+            head = [render_summary(jobs, {j.job: _layout_of(j.to_dict(), results) for j in jobs})]
+        parts = head + [render_report(safe.for_display(a)) for a in results]
+        if jobs:
+            from ..render.cross_rank import render_detail
+
+            parts.append(render_detail(jobs))
         emit("\n\n".join(parts), out)
     exit_if_failed(failed)
 

@@ -8,11 +8,40 @@ stragglers, steps; ``why`` -- the straggler's cause; ``metrics`` -- seed metrics
 """
 from __future__ import annotations
 
-from .grouping import group_jobs
-from .inputs import RankInput, collective_table, rank_from_name, rank_input, step_table
-from .job import (JobResult, analyze_inputs, analyze_job, analyze_traces, match_collectives,
-                  step_skew)
-from .verdicts import adjust_rank_verdicts, job_verdict
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .job import JobResult
+
+# The submodules load on first use: a single-trace ``analyze`` needs none of them, and
+# importing them all (pandas-heavy, ~120 KB of source) cost every run (docs/performance.md,
+# "CLI start-up").
+_LAZY = {
+    "group_jobs": "grouping",
+    "RankInput": "inputs", "collective_table": "inputs", "rank_from_name": "inputs",
+    "rank_input": "inputs", "step_table": "inputs",
+    "JobResult": "job", "analyze_inputs": "job", "analyze_job": "job", "analyze_traces": "job",
+    "match_collectives": "job", "step_skew": "job",
+    "adjust_rank_verdicts": "verdicts", "job_verdict": "verdicts",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value  # once loaded, a plain attribute (monkeypatch sees it)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def _get(name: str):
+    """``name`` as this module holds it now (loaded on demand, or as a test replaced it)."""
+    return globals()[name] if name in globals() else __getattr__(name)
 
 
 def jobs_of_analyses(analyses: list, link_gbps: float | None = None) -> list[JobResult]:
@@ -22,6 +51,7 @@ def jobs_of_analyses(analyses: list, link_gbps: float | None = None) -> list[Job
 
     have = [a for a in analyses if a.trace is not None]
     traces = [a.trace for a in have]
+    analyze_traces = _get("analyze_traces")
     jobs = analyze_traces(traces, link_gbps, [analysis_window(a) for a in have]) if len(traces) >= 2 else []
     for a, t in zip(have, traces):
         parts = split_processes(t)
@@ -40,6 +70,7 @@ def prepare(a, with_input: bool = True) -> dict:
 
     win = analysis_window(a)
     parts = split_processes(a.trace)
+    rank_input = _get("rank_input") if with_input or parts else None
     return {"path": a.meta.path, "input": rank_input(a.trace, window=win) if with_input else None,
             "split": [rank_input(p, window=win) for p in parts]}
 
@@ -47,10 +78,10 @@ def prepare(a, with_input: bool = True) -> dict:
 def jobs_of_prepared(prepared: list[dict], link_gbps: float | None = None) -> list[JobResult]:
     """``jobs_of_analyses`` from ``prepare`` outputs."""
     inputs = [p["input"] for p in prepared if p["input"] is not None]
-    jobs = analyze_inputs(inputs, link_gbps) if len(inputs) >= 2 else []
+    jobs = _get("analyze_inputs")(inputs, link_gbps) if len(inputs) >= 2 else []
     for p in prepared:
         if p["split"]:
-            for res in analyze_inputs(p["split"], link_gbps):
+            for res in _get("analyze_inputs")(p["split"], link_gbps):
                 res.job = f"job{len(jobs)}"
                 jobs.append(res)
     return jobs
@@ -70,7 +101,7 @@ def apply_job_verdicts(analyses: list, jobs: list[JobResult]) -> None:
     by_path = {a.meta.path: a for a in analyses}
     for res in jobs:
         members = {r: by_path[p] for r, p in res.paths.items() if p in by_path}
-        new = adjust_rank_verdicts({r: a.verdict for r, a in members.items()}, res)
+        new = _get("adjust_rank_verdicts")({r: a.verdict for r, a in members.items()}, res)
         for r, a in members.items():
             a.verdict = new[r]
 
