@@ -171,12 +171,21 @@ def duration_callback(ctx, param, value) -> int:
     return 0 if value is None else parse_duration(value)
 
 
-def emit_json(docs: list, out: str | None) -> None:
-    """One document as an object, several as a list; each object carries ``schema_version``."""
+def emit_json(docs: list, out: str | None, inputs: int, **envelope) -> None:
+    """The one JSON shape of the per-trace commands (docs/schema, README "JSON output").
+
+    One TRACE argument read as one trace: that trace's object. Otherwise -- several TRACE
+    arguments (even if only one loaded) or one export split into several processes --
+    ``{"schema_version", **envelope, "traces": [...]}``, never a bare list; ``envelope``
+    holds the keys every such document has (``analyze``: ``cross_rank``, null when none).
+    Each item of ``traces`` is exactly the object one input would give (with its
+    ``schema_version``)."""
     from ..schema import versioned
 
-    docs = [versioned(d) if isinstance(d, dict) else d for d in docs]
-    emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out, terminal=False)
+    docs = [versioned(d) for d in docs]
+    whole = (docs[0] if inputs == 1 and len(docs) == 1 and not any(envelope.values())
+             else versioned({**envelope, "traces": docs}))
+    emit(json.dumps(whole, indent=2), out, terminal=False)
 
 
 def each_trace(paths, fn) -> tuple[list, int]:

@@ -10,7 +10,7 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
                       format_option, no_cache_option, output_option, parse_duration,
                       strict_option)
 from ..analysis import analyze as run_analysis
-from ..render.json import dumps, gap_records
+from ..render.json import gap_records
 from ..render.report import STEP_IDLE_LEGEND, _fit_list, _short, render_report, short_path
 from ..render import safe
 from ..render.text import ORIGIN_NOTE, fmt_ns, rel_time
@@ -170,14 +170,8 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         page = get_renderer("html", jobs=jobs).render(results if len(results) > 1 else results[0])
         emit(page, out, terminal=False)
     elif fmt == "json":
-        docs = [a.to_dict() for a in results]
-        if jobs:
-            from ..schema import versioned
-
-            emit(dumps(versioned({"cross_rank": [_with_layout(j.to_dict(), results) for j in jobs],
-                                  "traces": docs})), out, terminal=False)
-        else:
-            emit_json(docs, out)
+        cross = [_with_layout(j.to_dict(), results) for j in jobs] or None
+        emit_json([a.to_dict() for a in results], out, len(traces), cross_rank=cross)
     else:
         from ..render.cross_rank import render_detail, render_summary
 
@@ -212,7 +206,7 @@ def steps(traces, fmt, out, step_pattern, steps_spec, window):
     results, failed = _analyses(traces, step_pattern, 0, steps_spec, window)
     if fmt == "json":
         docs = [{"trace": a.meta.path, **a.to_dict()["steps"]} for a in results]
-        emit_json(docs, out)
+        emit_json(docs, out, len(traces))
         exit_if_failed(failed)
         return
     blocks = []
@@ -239,7 +233,7 @@ def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
     if fmt == "json":
         docs = [{"trace": a.meta.path, "min_gap_ns": a.min_gap_ns,
                  "gaps": gap_records(a.listed_gaps())} for a in results]
-        emit_json(docs, out)
+        emit_json(docs, out, len(traces))
         exit_if_failed(failed)
         return
     blocks = []
