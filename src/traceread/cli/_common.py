@@ -36,12 +36,31 @@ def load_trace(path: str) -> Trace:
     cut = trace.meta.extra.get("truncated")
     if cut:
         warn(f"{path}: {truncation_note(cut)}")
+    foreign = trace.meta.extra.get("foreign")
+    if foreign:
+        warn(f"{path}: {foreign_note(foreign)}")
     odd = trace.meta.extra.get("impossible")
     if odd:
         from ..validate import describe
 
         warn(f"{path}: impossible events: {describe(odd)}")
     return trace
+
+
+def foreign_note(note: dict) -> str:
+    """One line about a Chrome trace that no torch.profiler wrote (``meta.extra["foreign"]``)."""
+    records, rows = note.get("records", 0), note.get("rows", 0)
+    decoded = note.get("decoded", rows)
+    cats = ", ".join(f"{c or '(no cat)'} {n:,}" for c, n in note.get("categories", {}).items())
+    phases = ", ".join(f"{p} {n:,}" for p, n in note.get("ignored_phases", {}).items())
+    what = f"{records:,} event{'' if records == 1 else 's'} of unknown categories"
+    what += f" ({cats})" if cats else ""
+    read = f"read as {rows:,} plain CPU range{'' if rows == 1 else 's'}"
+    read += " (B/E pairs as one)" if decoded > rows else ""
+    ignored = max(records - decoded, 0)
+    read += f", {ignored:,} ignored" + (f" (ph {phases})" if phases else "")
+    return (f"not a torch.profiler trace: {what} {read}. Nothing in it marks GPU work, steps "
+            "or idle causes, so the report says little: record with torch.profiler or nsys")
 
 
 def truncation_note(cut: dict) -> str:
