@@ -11,7 +11,7 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
                       strict_option)
 from ..analysis import analyze as run_analysis
 from ..render.json import gap_records
-from ..render.report import STEP_IDLE_LEGEND, _fit_list, _short, render_report, short_path
+from ..render.report import STEP_IDLE_LEGEND, _fit_list, _short, render_report
 from ..render import safe
 from ..render.text import ORIGIN_NOTE, fmt_ns, rel_time
 
@@ -242,7 +242,7 @@ def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
         t0 = a.window.trace_start if a.window is not None else 0
         pids = g["pid"].nunique() > 1  # the pid column only when it tells gaps apart
         pid_head = f"{'pid':>8}  " if pids else ""
-        lines = [short_path(a.meta.path), ORIGIN_NOTE, f"  {'start':>12}  {'duration':>9}  {pid_head}{'dev':>3}  "
+        lines = [safe.name(a.meta.path), ORIGIN_NOTE, f"  {'start':>12}  {'duration':>9}  {pid_head}{'dev':>3}  "
                  f"{'step':>6}  {'drain':<22}  host (largest first; JSON has all)"]
         for r in gap_records(g):
             drain = r["drain"] + (f" {r['drain_op']}" if r["drain_op"] else "")
