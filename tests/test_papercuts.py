@@ -280,3 +280,22 @@ def test_torch_traces_get_no_foreign_warning():
 
     r = CliRunner().invoke(main, ["info", "--no-cache", str(FIXTURES / "cpu" / "batch16.json.gz")])
     assert r.exit_code == 0 and "not a torch.profiler trace" not in r.stderr
+
+
+def test_gaps_default_is_1ms_and_says_nsys_defaults_to_500ms(tmp_path):
+    """traceread gaps lists 1 ms gaps by default (a training step's gaps are far below nsys's
+    500 ms); --help and docs/nsys.md say so, and --min-gap 500ms gives nsys's default rows."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from conftest import FIXTURES
+    from traceread.cli import main
+
+    h = CliRunner().invoke(main, ["gaps", "--help"]).output
+    assert "default: 1ms" in h and "500ms" in " ".join(h.split())
+    assert "defaults to 500 ms" in (Path(__file__).parents[1] / "docs" / "nsys.md").read_text()
+    sqlite = str(FIXTURES / "nsys" / "concurrent_profile1.sqlite")
+    default = CliRunner().invoke(main, ["gaps", sqlite, "--format", "csv"]).output
+    one_ms = CliRunner().invoke(main, ["gaps", sqlite, "--format", "csv", "--min-gap", "1ms"]).output
+    assert default == one_ms
