@@ -567,28 +567,26 @@ def _category_counts(cat_d: pa.DictionaryArray, top: int = 5) -> dict:
 
 
 def _foreign_records(doc: Any, events: list, meta: TraceMeta) -> None:
-    """A non-torch trace: count every record the file holds, row or not (async ``b``/``e``,
-    counters, objects that are no trace events at all), by category and ignored phase."""
+    """A non-torch trace: add the records the decoder made no row of (async ``b``/``e``,
+    counters, objects that are no trace events at all), by phase. Only this reader sees
+    them; the streaming reader's note stops at the decoded rows (docs/event-table.md)."""
     note = meta.extra.get("foreign")
     raw = doc if isinstance(doc, list) else (events or [])
     if note is None or not raw:
         return
-    cats: dict = {}
     phases: dict = {}
     for e in raw:
-        get = e.get if isinstance(e, dict) else (lambda k, e=e: getattr(e, k, None))
-        ph = get("ph")
-        if ph in _ROW_PHASES:  # the decoder keeps no fields of other phases (counters, flows)
-            c = get("cat")
-            cats[str(c) if c else ""] = cats.get(str(c) if c else "", 0) + 1
-        else:
-            phases[str(ph) if ph else "none"] = phases.get(str(ph) if ph else "none", 0) + 1
-    note["records"] = max(note.get("decoded", 0), len(raw))
-    note["categories"] = dict(sorted(cats.items(), key=lambda kv: -kv[1])[:5])
-    note["ignored_phases"] = dict(sorted(phases.items(), key=lambda kv: -kv[1])[:5])
+        ph = e.get("ph") if isinstance(e, dict) else getattr(e, "ph", None)
+        if ph not in _ROW_PHASES:
+            key = str(ph) if ph else "none"
+            phases[key] = phases.get(key, 0) + 1
+    if phases:
+        note["records"] = note.get("decoded", 0) + sum(phases.values())
+        note["ignored_phases"] = dict(sorted(phases.items(), key=lambda kv: -kv[1])[:5])
 
 
-_ROW_PHASES = frozenset(("X", "B", "E", "i", "I", "M"))  # become rows (E folds into B; M: names)
+# Phases that become rows (E folds into its B) or names (M): never "ignored".
+_ROW_PHASES = frozenset(("X", "B", "E", "i", "I", "M"))
 
 
 def _kinds(batch: dec.Batch, cat_d: pa.DictionaryArray, name_d: pa.DictionaryArray,
