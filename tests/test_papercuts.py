@@ -219,3 +219,83 @@ def test_info_numbers_the_ranks_of_an_nsys_export_as_analyze_does(tmp_path):
     pids = {str(t["trace"]["path"]).rsplit("#pid", 1)[1]: t["trace"]["rank"]
             for t in json.loads(job.stdout)["traces"]}
     assert pids == doc["process_ranks"]
+
+
+def _chrome_shapes(tmp_path):
+    """Chrome traces no torch.profiler wrote: a Triton-server-like B/E pairs file (gz, a
+    bare array, no cat), X events of an unknown cat, async b/e only, counters only, and
+    Triton's own trace_file records (no ph at all)."""
+    import gzip
+    import json
+
+    be = []
+    for i in range(1000):
+        be += [{"name": "INFER", "cat": "triton", "ph": "B", "ts": i * 100, "pid": 0, "tid": i % 4},
+               {"name": "INFER", "cat": "triton", "ph": "E", "ts": i * 100 + 70, "pid": 0, "tid": i % 4}]
+    shapes = {
+        "be.json.gz": ({"traceEvents": be}, "2,000 events of unknown categories (triton 2,000) "
+                                            "read as 1,000 plain CPU ranges (B/E pairs as one), 0 ignored"),
+        "bare.json": ([{k: v for k, v in e.items() if k != "cat"} for e in be],
+                      "2,000 events of unknown categories ((no cat) 2,000) read as 1,000"),
+        "x.json": ({"traceEvents": [{"name": f"op{i}", "cat": "weird", "ph": "X", "ts": i * 10,
+                                     "dur": 5, "pid": 1, "tid": 1} for i in range(2000)]},
+                   "(weird 2,000) read as 2,000 plain CPU ranges, 0 ignored"),
+        "async.json": ({"traceEvents": [{"name": "r", "cat": "triton", "ph": ph, "id": i,
+                                         "ts": i * 100 + d, "pid": 0, "tid": 1}
+                                        for i in range(1000) for ph, d in (("b", 0), ("e", 70))]},
+                       "read as 0 plain CPU ranges, 2,000 ignored (ph b 1,000, e 1,000)"),
+        "counters.json": ({"traceEvents": [{"name": "q", "ph": "C", "ts": i, "pid": 0,
+                                            "args": {"v": i}} for i in range(2000)]},
+                          "2,000 ignored (ph C 2,000)"),
+        "triton_trace_file.json": ([r for i in range(1000) for r in (
+            {"id": i, "model_name": "simple", "model_version": -1},
+            {"id": i, "timestamps": [{"name": "HTTP_RECV_START", "ns": 1000 + i}]})],
+            "2,000 events of unknown categories read as 0 plain CPU ranges, 2,000 ignored (ph none 2,000)"),
+    }
+    for name, (doc, _) in shapes.items():
+        text = json.dumps(doc)
+        p = tmp_path / name
+        p.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    return {tmp_path / n: want for n, (_, want) in shapes.items()}
+
+
+def test_a_non_torch_chrome_trace_says_what_it_ignored(tmp_path):
+    from click.testing import CliRunner
+
+    from traceread.cli import main
+
+    for path, want in _chrome_shapes(tmp_path).items():
+        for cmd in (["analyze"], ["info"], ["analyze", "--format", "json"]):
+            r = CliRunner().invoke(main, cmd + ["--no-cache", str(path)])
+            warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("traceread: warning:")]
+            assert len(warnings) == 1, (path.name, r.stderr)
+            assert "not a torch.profiler trace" in warnings[0] and want in warnings[0], warnings[0]
+
+
+def test_torch_traces_get_no_foreign_warning():
+    from click.testing import CliRunner
+
+    from conftest import FIXTURES
+    from traceread.cli import main
+
+    r = CliRunner().invoke(main, ["info", "--no-cache", str(FIXTURES / "cpu" / "batch16.json.gz")])
+    assert r.exit_code == 0 and "not a torch.profiler trace" not in r.stderr
+
+
+def test_gaps_default_is_1ms_and_says_nsys_defaults_to_500ms(tmp_path):
+    """traceread gaps lists 1 ms gaps by default (a training step's gaps are far below nsys's
+    500 ms); --help and docs/nsys.md say so, and --min-gap 500ms gives nsys's default rows."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from conftest import FIXTURES
+    from traceread.cli import main
+
+    h = CliRunner().invoke(main, ["gaps", "--help"]).output
+    assert "default: 1ms" in h and "500ms" in " ".join(h.split())
+    assert "defaults to 500 ms" in (Path(__file__).parents[1] / "docs" / "nsys.md").read_text()
+    sqlite = str(FIXTURES / "nsys" / "concurrent_profile1.sqlite")
+    default = CliRunner().invoke(main, ["gaps", sqlite, "--format", "csv"]).output
+    one_ms = CliRunner().invoke(main, ["gaps", sqlite, "--format", "csv", "--min-gap", "1ms"]).output
+    assert default == one_ms

@@ -69,10 +69,24 @@ def test_every_command_output_validates(command):
     assert command in schema.PER_TRACE or rows
 
 
-def test_several_traces_give_a_list_that_validates():
-    doc = _run(*COMMANDS["analyze"], *TRACES[:2])
-    assert isinstance(doc, list) and len(doc) == 2
-    _validator("analyze").validate(doc)
+@pytest.mark.parametrize("command", sorted(schema.PER_TRACE))
+def test_one_shape_per_number_of_inputs(command, tmp_path):
+    """One TRACE argument: the object. Several: {schema_version, traces} (analyze: with
+    cross_rank, null for unrelated traces) -- also when only one of them loaded."""
+    one = _run(*COMMANDS[command], TRACES[1])
+    assert isinstance(one, dict) and "traces" not in one
+    two = _run(*COMMANDS[command], TRACES[1], TRACES[2])
+    keys = ["schema_version"] + (["cross_rank"] if command == "analyze" else []) + ["traces"]
+    assert list(two) == keys and two["schema_version"] == schema.SCHEMA_VERSION
+    assert len(two["traces"]) == 2 and two.get("cross_rank") is None
+    missing = tmp_path / "missing.json"
+    r = CliRunner().invoke(main, [*COMMANDS[command], str(TRACES[1]), str(missing)])
+    assert r.exit_code == 1
+    partial = json.loads(r.stdout)
+    assert list(partial) == keys and len(partial["traces"]) == 1
+    for doc in (one, two, partial):
+        _validator(command).validate(doc)
+        schema.check(command, doc)
 
 
 def test_ranks_of_a_job_validate():

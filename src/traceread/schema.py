@@ -24,7 +24,7 @@ from typing import Any, Optional
 import msgspec
 from msgspec import Struct, field
 
-SCHEMA_VERSION = "1.3"   # 1.3: steps idle_in_span_ns; schema_version in nsys report rows
+SCHEMA_VERSION = "2.0"   # 2.0: several inputs give {schema_version, traces} (analyze: + cross_rank), never a list
 
 
 class _S(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -676,7 +676,7 @@ class AnalyzeTrace(_S, kw_only=True):
 
 
 class Analyze(AnalyzeTrace, kw_only=True):
-    """``traceread analyze --format json`` of one trace (several unrelated traces: a list)."""
+    """``traceread analyze --format json`` of one TRACE argument read as one trace."""
 
     schema_version: str
 
@@ -719,13 +719,14 @@ class CrossRank(Struct, kw_only=True):
     pipeline_stages: Optional[PipelineStages] = None
 
 
-class AnalyzeJob(_S):
-    """``traceread analyze --format json`` of the ranks of a job: the cross-rank objects
-    (``render/cross_rank.py``, documented in docs/batch.md) and each trace's analysis."""
+class AnalyzeMany(_S):
+    """``traceread analyze --format json`` of several TRACE arguments (or one export split
+    into several processes): each trace's analysis, and the cross-rank objects of the jobs
+    they form (``render/cross_rank.py``, documented in docs/batch.md; null when none)."""
 
     schema_version: str
-    cross_rank: list[CrossRank]
-    traces: list[AnalyzeTrace]
+    cross_rank: Optional[list[CrossRank]]
+    traces: list[Analyze]     # each exactly the document one input gives
 
 
 # --- steps, idle, nccl, compile, info --------------------------------------------------
@@ -1008,8 +1009,18 @@ DOCUMENTS: dict[str, Any] = {
     "kernels": list[KernelRow], "api": list[ApiRow], "gaps": list[GapRow],
     "memcpy": list[MemcpyRow], "nvtx": list[NvtxRow], "osrt": list[ApiRow], "util": list[UtilRow],
 }
-# Commands that print one object per input (a list for several inputs).
+# Commands that print one object for one input, and {schema_version, traces: [...]} for
+# several (cli/_common.emit_json); analyze's several-input document is AnalyzeMany.
 PER_TRACE = ("analyze", "steps", "idle", "nccl", "compile", "info")
+
+
+def _many(command: str):
+    """The several-inputs document of a per-trace command."""
+    if command == "analyze":
+        return AnalyzeMany
+    return msgspec.defstruct(f"{DOCUMENTS[command].__name__}Many",
+                             [("schema_version", str), ("traces", list[DOCUMENTS[command]])],
+                             kw_only=True, forbid_unknown_fields=True)
 
 
 def versioned(doc: dict) -> dict:
@@ -1018,15 +1029,14 @@ def versioned(doc: dict) -> dict:
 
 
 def _alternatives(command: str) -> list:
-    """The document types ``command`` may print (one object, a list of them, a job)."""
+    """The document types ``command`` may print (one input's object, several inputs' one)."""
     t = DOCUMENTS[command]
-    if command not in PER_TRACE:
-        return [t]
-    return [t, list[t]] + ([AnalyzeJob] if command == "analyze" else [])
+    return [t, _many(command)] if command in PER_TRACE else [t]
 
 
 def json_schema(command: str) -> dict:
-    """The JSON Schema of ``command``'s output; per-trace commands accept one object or a list."""
+    """The JSON Schema of ``command``'s output; per-trace commands: one input's object or
+    several inputs' ``{schema_version, traces}``."""
     alts = _alternatives(command)
     schemas, defs = msgspec.json.schema_components(alts)
     body = schemas[0] if len(schemas) == 1 else {"anyOf": list(schemas)}
@@ -1049,10 +1059,8 @@ def write_all(out_dir: str | Path) -> list[Path]:
 def check(command: str, doc: Any) -> None:
     """Raise ``msgspec.ValidationError`` when ``doc`` does not match ``command``'s schema."""
     t = DOCUMENTS[command]
-    if command in PER_TRACE and isinstance(doc, list):
-        t = list[t]
-    elif command == "analyze" and isinstance(doc, dict) and "cross_rank" in doc:
-        t = AnalyzeJob
+    if command in PER_TRACE and isinstance(doc, dict) and "traces" in doc:
+        t = _many(command)
     msgspec.convert(doc, type=t, strict=False)
 
 

@@ -36,6 +36,9 @@ def load_trace(path: str) -> Trace:
     cut = trace.meta.extra.get("truncated")
     if cut:
         warn(f"{path}: {truncation_note(cut)}")
+    foreign = trace.meta.extra.get("foreign")
+    if foreign:
+        warn(f"{path}: {foreign_note(foreign)}")
     odd = trace.meta.extra.get("impossible")
     if odd:
         from ..validate import describe
@@ -47,6 +50,22 @@ def load_trace(path: str) -> Trace:
 
         warn(f"{path}: {apart_note(apart)}")
     return trace
+
+
+def foreign_note(note: dict) -> str:
+    """One line about a Chrome trace that no torch.profiler wrote (``meta.extra["foreign"]``)."""
+    records, rows = note.get("records", 0), note.get("rows", 0)
+    decoded = note.get("decoded", rows)
+    cats = ", ".join(f"{c or '(no cat)'} {n:,}" for c, n in note.get("categories", {}).items())
+    phases = ", ".join(f"{p} {n:,}" for p, n in note.get("ignored_phases", {}).items())
+    what = f"{records:,} event{'' if records == 1 else 's'} of unknown categories"
+    what += f" ({cats})" if cats else ""
+    read = f"read as {rows:,} plain CPU range{'' if rows == 1 else 's'}"
+    read += " (B/E pairs as one)" if decoded > rows else ""
+    ignored = max(records - decoded, 0)
+    read += f", {ignored:,} ignored" + (f" (ph {phases})" if phases else "")
+    return (f"not a torch.profiler trace: {what} {read}. Nothing in it marks GPU work, steps "
+            "or idle causes, so the report says little: record with torch.profiler or nsys")
 
 
 def truncation_note(cut: dict) -> str:
@@ -176,12 +195,21 @@ def duration_callback(ctx, param, value) -> int:
     return 0 if value is None else parse_duration(value)
 
 
-def emit_json(docs: list, out: str | None) -> None:
-    """One document as an object, several as a list; each object carries ``schema_version``."""
+def emit_json(docs: list, out: str | None, inputs: int, **envelope) -> None:
+    """The one JSON shape of the per-trace commands (docs/schema, README "JSON output").
+
+    One TRACE argument read as one trace: that trace's object. Otherwise -- several TRACE
+    arguments (even if only one loaded) or one export split into several processes --
+    ``{"schema_version", **envelope, "traces": [...]}``, never a bare list; ``envelope``
+    holds the keys every such document has (``analyze``: ``cross_rank``, null when none).
+    Each item of ``traces`` is exactly the object one input would give (with its
+    ``schema_version``)."""
     from ..schema import versioned
 
-    docs = [versioned(d) if isinstance(d, dict) else d for d in docs]
-    emit(json.dumps(docs if len(docs) > 1 else docs[0], indent=2), out, terminal=False)
+    docs = [versioned(d) for d in docs]
+    whole = (docs[0] if inputs == 1 and len(docs) == 1 and not any(envelope.values())
+             else versioned({**envelope, "traces": docs}))
+    emit(json.dumps(whole, indent=2), out, terminal=False)
 
 
 def each_trace(paths, fn) -> tuple[list, int]:

@@ -10,8 +10,8 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
                       format_option, no_cache_option, output_option, parse_duration,
                       strict_option)
 from ..analysis import analyze as run_analysis
-from ..render.json import dumps, gap_records
-from ..render.report import STEP_IDLE_LEGEND, _fit_list, _short, render_report, short_path
+from ..render.json import gap_records
+from ..render.report import STEP_IDLE_LEGEND, _fit_list, _short, render_report
 from ..render import safe
 from ..render.text import ORIGIN_NOTE, fmt_ns, rel_time
 
@@ -176,14 +176,8 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         page = get_renderer("html", jobs=jobs).render(results if len(results) > 1 else results[0])
         emit(page, out, terminal=False)
     elif fmt == "json":
-        docs = [a.to_dict() for a in results]
-        if jobs:
-            from ..schema import versioned
-
-            emit(dumps(versioned({"cross_rank": [_with_layout(j.to_dict(), results) for j in jobs],
-                                  "traces": docs})), out, terminal=False)
-        else:
-            emit_json(docs, out)
+        cross = [_with_layout(j.to_dict(), results) for j in jobs] or None
+        emit_json([a.to_dict() for a in results], out, len(traces), cross_rank=cross)
     else:
         head = []
         if jobs:  # (a single trace's report needs none of the cross-rank rendering)
@@ -222,7 +216,7 @@ def steps(traces, fmt, out, step_pattern, steps_spec, window):
     results, failed = _analyses(traces, step_pattern, 0, steps_spec, window)
     if fmt == "json":
         docs = [{"trace": a.meta.path, **a.to_dict()["steps"]} for a in results]
-        emit_json(docs, out)
+        emit_json(docs, out, len(traces))
         exit_if_failed(failed)
         return
     blocks = []
@@ -249,7 +243,7 @@ def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
     if fmt == "json":
         docs = [{"trace": a.meta.path, "min_gap_ns": a.min_gap_ns,
                  "gaps": gap_records(a.listed_gaps())} for a in results]
-        emit_json(docs, out)
+        emit_json(docs, out, len(traces))
         exit_if_failed(failed)
         return
     blocks = []
@@ -258,7 +252,7 @@ def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
         t0 = a.window.trace_start if a.window is not None else 0
         pids = g["pid"].nunique() > 1  # the pid column only when it tells gaps apart
         pid_head = f"{'pid':>8}  " if pids else ""
-        lines = [short_path(a.meta.path), ORIGIN_NOTE, f"  {'start':>12}  {'duration':>9}  {pid_head}{'dev':>3}  "
+        lines = [safe.name(a.meta.path), ORIGIN_NOTE, f"  {'start':>12}  {'duration':>9}  {pid_head}{'dev':>3}  "
                  f"{'step':>6}  {'drain':<22}  host (largest first; JSON has all)"]
         for r in gap_records(g):
             drain = r["drain"] + (f" {r['drain_op']}" if r["drain_op"] else "")

@@ -51,7 +51,7 @@ def nccl(traces, fmt, out):
     """Communication vs compute overlap and per-collective bandwidth for each TRACE."""
     if fmt == "json":
         res, failed = each_trace(traces, lambda p, tr: dict(path=p, **nccl_report(tr)))
-        emit_json(res, out)
+        emit_json(res, out, len(traces))
     else:
         res, failed = each_trace(traces, _nccl_text)
         emit("\n\n".join(res), out)
@@ -98,7 +98,7 @@ def compile_cmd(traces, show_events, fmt, out):
     res, failed = each_trace(traces, one)
     if fmt == "json":
         docs = [dict(path=p, **s) for p, s in res]
-        emit_json(docs, out)
+        emit_json(docs, out, len(traces))
     else:
         parts = []
         for p, s in res:

@@ -21,7 +21,7 @@ def info(traces, fmt, out):
     """Format, version, rank, devices, event counts by kind and time span."""
     results, failed = each_trace(traces, lambda p, t: trace_info(t))
     if fmt == "json":
-        emit_json(results, out)
+        emit_json(results, out, len(traces))
     else:
         emit("\n\n".join(render_info(r) for r in results), out)
     exit_if_failed(failed)

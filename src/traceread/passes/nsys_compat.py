@@ -26,7 +26,9 @@ from ..table import Trace
 STATS_VERSIONS = ("2023.4", "2025.3")
 DEFAULT_VERSION = "2023.4"
 AUTO = "auto"
-_NEWER_FROM = (2025, 1)  # first release assumed to behave as 2025.3 (only 2025.3.2 is checked)
+# First release taken to behave as 2025.3 (only 2025.3.2 is checked). Not 2025.1: its nvtx_sum
+# printed an nvFuser export's default-domain ranges bare, as 2023.4 does (issue 22).
+_NEWER_FROM = (2025, 3)
 _YEAR_MINOR = re.compile(r"(\d{4})\.(\d+)")
 
 

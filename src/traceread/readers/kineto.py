@@ -149,12 +149,13 @@ def ingest(buf: bytes, path: str | os.PathLike = "", tick=None, strict: bool = F
     if buf is not text:
         meta.extra["invalid_utf8_replaced"] = True
     meta.extra["exact_ts_decode"] = exact
-    del doc, events
     try:
         cols, n = _columns(batch, fmt_name, header, meta)
     except dec.BadEvent as e:
         raise TraceError(p, str(e)) from None
     del batch
+    _foreign_records(doc, events, meta)
+    del doc, events
     table = build_table(cols, n, consume=True)
     del cols
     release_heap()
@@ -342,8 +343,7 @@ def _decode_lenient(p: Path, buf: bytes, exact: bool):
         ev = _coerce_event(e, etype)
         if ev is not None:
             out.append(ev)
-    if isinstance(doc, list):
-        doc = out
+    # a top-level list keeps its raw objects as ``doc``: a non-torch file's warning counts them
     return doc, out, True
 
 
@@ -557,6 +557,38 @@ def _is_mtia(cat_d: pa.DictionaryArray) -> np.ndarray:
     return _per_unique(cat_d, lambda c: c.lower() == "mtia_ccp_events", bool, False)
 
 
+def _category_counts(cat_d: pa.DictionaryArray, top: int = 5) -> dict:
+    """The ``top`` most frequent categories of a non-torch trace -> count ("" for none)."""
+    codes = _codes(cat_d)
+    names = [str(v) for v in cat_d.dictionary.to_pylist()] + [""]
+    counts = np.bincount(np.where(codes < 0, len(names) - 1, codes), minlength=len(names))
+    order = np.argsort(-counts, kind="stable")[:top]
+    return {names[i]: int(counts[i]) for i in order if counts[i]}
+
+
+def _foreign_records(doc: Any, events: list, meta: TraceMeta) -> None:
+    """A non-torch trace: add the records the decoder made no row of (async ``b``/``e``,
+    counters, objects that are no trace events at all), by phase. Only this reader sees
+    them; the streaming reader's note stops at the decoded rows (docs/event-table.md)."""
+    note = meta.extra.get("foreign")
+    raw = doc if isinstance(doc, list) else (events or [])
+    if note is None or not raw:
+        return
+    phases: dict = {}
+    for e in raw:
+        ph = e.get("ph") if isinstance(e, dict) else getattr(e, "ph", None)
+        if ph not in _ROW_PHASES:
+            key = str(ph) if ph else "none"
+            phases[key] = phases.get(key, 0) + 1
+    if phases:
+        note["records"] = note.get("decoded", 0) + sum(phases.values())
+        note["ignored_phases"] = dict(sorted(phases.items(), key=lambda kv: -kv[1])[:5])
+
+
+# Phases that become rows (E folds into its B) or names (M): never "ignored".
+_ROW_PHASES = frozenset(("X", "B", "E", "i", "I", "M"))
+
+
 def _kinds(batch: dec.Batch, cat_d: pa.DictionaryArray, name_d: pa.DictionaryArray,
            fmt_name: str) -> np.ndarray:
     other = _K["other"]
@@ -612,6 +644,7 @@ def _columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
     sort takes one column at a time, dropping each unsorted column as it goes
     (a whole-table take would hold both copies at once).
     """
+    records = batch.n
     cols, keep = _unsorted_columns(batch, fmt_name, header, meta)
     _release(batch)
     release_heap()
@@ -624,6 +657,8 @@ def _columns(batch: dec.Batch, fmt_name: str, header: dict, meta: TraceMeta):
     if len(order) != len(cols["ts"]) or not np.all(order[1:] > order[:-1]):
         for k in list(cols):
             cols[k] = _take(cols.pop(k), order)
+    if fmt_name == "chrome":
+        meta.extra["foreign"].update(records=records, decoded=records, rows=len(order))
     return cols, len(order)
 
 
@@ -673,6 +708,8 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     if clipped or clipped_cat:
         meta.extra["long_names_clipped"] = clipped + clipped_cat
     batch.name = batch.cat = []
+    if fmt_name == "chrome":
+        meta.extra["foreign"] = {"categories": _category_counts(cat_d)}
     kind = _kinds(batch, cat_d, name_d, fmt_name)
 
     # Rows to keep: drop missing-ts rows and 'E' rows (folded into their 'B').

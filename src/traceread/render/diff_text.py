@@ -9,7 +9,8 @@ from __future__ import annotations
 import textwrap
 
 from ..passes.attribution import CPU_CATEGORIES
-from .report import _short, short_path
+from . import safe
+from .report import _short
 from .text import fmt_ns
 
 PAIR_ROWS = 64
@@ -97,8 +98,9 @@ _PER = {"step": " per step", "iteration": " per iteration"}
 def _one(d) -> str:
     b, a, unit = d.before, d.after, d.unit
     per = _PER.get(unit, " (whole trace)")
-    lines = [f"before  {short_path(b['path'], 90)}", f"        ({b['format']}, {_steps(b)})",
-             f"after   {short_path(a['path'], 90)}", f"        ({a['format']}, {_steps(a)})"]
+    # paths whole (copyable), even past the width
+    lines = [f"before  {safe.name(b['path'])}", f"        ({b['format']}, {_steps(b)})",
+             f"after   {safe.name(a['path'])}", f"        ({a['format']}, {_steps(a)})"]
     lines += _unit_lines(d)
     lines += ["", f"  {'':<26}{'before':>12}{'after':>12}{'change':>12}"]
     rows = [("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns")]

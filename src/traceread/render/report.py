@@ -52,7 +52,8 @@ def _fit_list(prefix: str, items: list[str], width: int = WIDTH) -> str:
 
 
 def short_path(path: str, width: int = WIDTH) -> str:
-    """A path that fits ``width``: its start and its end (the file name) with … between."""
+    """A path that fits ``width``: its start and its end (the file name) with … between.
+    For a path inside prose only: a header prints its path whole, so that it can be copied."""
     path = safe.name(path)
     if len(path) <= width:
         return path
@@ -133,7 +134,7 @@ def _header(a) -> list[str]:
     line = "  " + " · ".join(bits)
     if len(line) > WIDTH and m.producer:  # the producer's version details go first
         line = line.replace(m.producer, re.sub(r"\s*\(.*?\)", "", m.producer), 1)
-    return [short_path(m.path), line]
+    return [safe.name(m.path), line]  # whole, even past the width: a path is copied
 
 
 def _window(a) -> list[str]:
