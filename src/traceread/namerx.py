@@ -91,5 +91,10 @@ class NameRx:
         return f"NameRx({self.rx!r})"
 
 
+COMPILED: list[NameRx] = []     # every pattern made here (the tests hold each against ``re``)
+
+
 def compile(pattern, flags: int = 0) -> NameRx:  # noqa: A001 - mirrors re.compile
-    return NameRx(pattern.rx if isinstance(pattern, NameRx) else re.compile(pattern, flags))
+    rx = NameRx(pattern.rx if isinstance(pattern, NameRx) else re.compile(pattern, flags))
+    COMPILED.append(rx)
+    return rx
