@@ -108,11 +108,16 @@ def _wait_bars(job) -> str:
     pr = getattr(job, "per_rank", None)
     if pr is None or not len(pr) or "wait_ns" not in pr:
         return ""
-    late = {int(r) for r, n in zip(pr["rank"], pr.get("times_last", [0] * len(pr))) if n}
-    rows = [(f"rank {int(r)}", int(w), f"waits {fmt_ns(int(w))}" + (" · arrives last" if int(r) in late else ""),
+    # every rank is last somewhere on a balanced job: say how often, not just "last"
+    last = {int(r): int(n) for r, n in zip(pr["rank"], pr.get("times_last", [0] * len(pr)))}
+    rows = [(f"rank {int(r)}", int(w), f"waits {fmt_ns(int(w))}" + _last_at(last.get(int(r), 0)),
              COLORS["comm_wait"] if w else COLORS["busy"]) for r, w in zip(pr["rank"], pr["wait_ns"])]
     return (f"<p class='meta'>{escape(str(job.job))}: time each rank waited inside collectives for "
             f"the last rank to arrive</p>" + _hbars(rows[:64]))
+
+
+def _last_at(n: int) -> str:
+    return f" · last to arrive at {n:,} call{'s' if n != 1 else ''}" if n else ""
 
 
 def _jobs_of(analyses: list):
