@@ -43,9 +43,7 @@ def decide(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: str,
     running (``layout``, ``steady``), fetched only when the verdict needs it so that it
     runs beside the verdict's own work.
     """
-    ctx["device"] = device_caps(meta)
-    # a program that records or replays graphs anywhere already uses them
-    ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]
+    _complete_context(ctx, meta, graphs, source, len(ops))
     release_heap()
 
     exposed = int(nccl["exposed_ns"].sum()) if len(nccl) and "exposed_ns" in nccl else 0
@@ -54,9 +52,6 @@ def decide(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: str,
     extra = _evidence(stats, summary, top_ops, kernels, comp)
     extra["module_loads"] = _module_loads(ev) if window_mode != "whole_trace" else 0
     parts = scores.cause_parts(gaps, ctx["host_traced"], ctx["api_traced"])
-    # graphs set up but never replayed in steady state: a new shape every step
-    ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
-                                      and source != "whole_trace" and len(ops))
     culprits = culprits_mod.culprits(ev, gaps, ops, summary, top_ops, copies, collectives,
                                      comp, kernels, parts, ctx)
     release_heap()   # culprits' interval sets; the layout and steady passes may run here next
@@ -82,6 +77,16 @@ def decide(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: str,
     release_heap()
     adjust_verdict(verdict, later("steady"))
     return verdict
+
+
+def _complete_context(ctx: dict, meta: TraceMeta, graphs: dict, source: str, ops: int) -> None:
+    """What the trace already does, from the passes besides ``trace_context`` (in place)."""
+    ctx["device"] = device_caps(meta)
+    # a program that records or replays graphs anywhere already uses them
+    ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]
+    # graphs set up but never replayed in steady state: a new shape every step
+    ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
+                                      and source != "whole_trace" and ops)
 
 
 _MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
