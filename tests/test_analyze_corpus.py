@@ -10,7 +10,7 @@ import pytest
 from traceread import TraceError, load
 from traceread.analysis import analyze
 from traceread.passes.attribution import CPU_CATEGORIES
-from traceread.passes.bounds import VERDICTS
+from traceread.verdict.bounds import VERDICTS
 from traceread.render.report import render_report
 
 from conftest import corpus_or_skip

@@ -203,12 +203,12 @@ def test_xdit_flux_capture_culprit_fits_in_its_gaps():
     """Before: "threading.py(359): wait spans 904.8 ms of idle GPU time" in a 561 ms trace
     (a waiting thread's frame, its nested rows summed)."""
     import numpy as np
-    from traceread.passes import attribution as A, verdict as V
+    from traceread.passes import attribution as A
 
     a = analyze(str(corpus_or_skip() / XDIT))
     name, ms = _host(a)
     g = a.gaps
-    long_ = ~A.is_sync_drained(g) & (g["duration"].to_numpy(np.int64) > V.SHORT_GAP_NS)
+    long_ = ~A.is_sync_drained(g) & (g["duration"].to_numpy(np.int64) > A.SHORT_GAP_NS)
     host_ns = sum(int(g[f"cpu_{c}"][long_].sum()) for c in ("cpu_op", "python"))
     assert "wait" not in name
     assert 0 < ms * 1e6 <= host_ns + 0.05e6

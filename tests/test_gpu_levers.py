@@ -3,8 +3,8 @@ advice for code already made of Triton kernels, and one dominant kernel is the f
 from __future__ import annotations
 
 from traceread.analysis import analyze
-from traceread.passes import levers as L
-from traceread.passes.levers import kernel_base_name as _kernel_base_name
+from traceread.verdict import levers as L
+from traceread.verdict.levers import kernel_base_name as _kernel_base_name
 from traceread.synth.scenarios import TraceBuilder
 
 MS = 1_000_000

@@ -2,8 +2,8 @@
 the levers the evidence rules out, and the one ranked to-do list."""
 from __future__ import annotations
 
-from traceread.passes import levers as L
-from traceread.passes.verdict import decide
+from traceread.verdict import levers as L
+from traceread.verdict.scores import score
 
 
 def ids(cause: str, **ctx) -> list[str]:
@@ -254,18 +254,18 @@ def test_busy_levers_rank_with_the_causes_in_every_bound():
     # TF32 worth 8.3 ms/step ranks above a 1.06 ms/step host cause in a host-bound verdict
     ctx = {"steps": 10, "step_mean_ns": 20_000_000,
            "busy_levers": {"tf32": {"saving_ns": 83_000_000, "why": "FP32 SIMT GEMMs"}}}
-    v = decide(has_gpu=True, window_ns=200_000_000, idle_ns=12_000_000,
+    v = score(has_gpu=True, window_ns=200_000_000, idle_ns=12_000_000,
                parts=_parts(host=10_600_000), ctx=ctx)
     assert v["bound"] == "gpu" or v["bound"] == "host"
     assert v["actions"][0]["id"] == "tf32" and v["actions"][0]["saves_per_step_ns"] == 8_300_000
     assert v["levers"] == [a["lever"] for a in v["actions"]]
-    v = decide(has_gpu=True, window_ns=100_000_000, idle_ns=40_000_000,
+    v = score(has_gpu=True, window_ns=100_000_000, idle_ns=40_000_000,
                parts=_parts(host=40_000_000), ctx=ctx)
     assert v["bound"] == "host" and v["actions"][0]["id"] == "tf32"
 
 
 def test_no_silent_cut_and_diagnostics_apart():
-    v = decide(has_gpu=True, window_ns=1000, idle_ns=900,
+    v = score(has_gpu=True, window_ns=1000, idle_ns=900,
                parts=_parts(data=300, host=300, launch=300), ctx={})
     assert len(v["actions"]) > 8 and len(v["levers"]) == len(v["actions"])
     assert v["diagnostics"] and not any("py-spy" in t for t in v["levers"])
@@ -275,13 +275,13 @@ def test_projected_step_starts_from_the_gpu_step_when_it_is_longer():
     # host steps 10 ms, the GPU's 30 ms (it lags the host), 12 ms of GPU busy per step
     ctx = {"steps": 2, "step_mean_ns": 10_000_000, "gpu_step_mean_ns": 30_000_000,
            "busy_step_mean_ns": 12_000_000}
-    v = decide(has_gpu=True, window_ns=60_000_000, idle_ns=36_000_000,
+    v = score(has_gpu=True, window_ns=60_000_000, idle_ns=36_000_000,
                parts=_parts(host=36_000_000), ctx=ctx)
     a = v["actions"][0]
     assert a["saves_per_step_ns"] == 18_000_000 and a["projected_step_ns"] == 12_000_000
     # never below the GPU's own busy time per step (never "0 ns")
     ctx["gpu_step_mean_ns"] = 15_000_000
-    a = decide(has_gpu=True, window_ns=60_000_000, idle_ns=36_000_000,
+    a = score(has_gpu=True, window_ns=60_000_000, idle_ns=36_000_000,
                parts=_parts(host=36_000_000), ctx=ctx)["actions"][0]
     assert a["projected_step_ns"] == 12_000_000
 
@@ -289,7 +289,7 @@ def test_projected_step_starts_from_the_gpu_step_when_it_is_longer():
 def test_host_dispatch_needs_many_short_aten_ops_over_most_of_the_host_time():
     import pandas as pd
 
-    from traceread.analysis import _host_dispatch
+    from traceread.verdict.figures import host_dispatch as _host_dispatch
     gaps = pd.DataFrame({"duration": [5_000_000], "cpu_cpu_op": [4_000_000], "cpu_python": [0],
                          "cpu_alloc": [0], "cpu_untraced": [1_000_000]})
     many = pd.DataFrame({"name": ["aten::add", "aten::mul"], "category": ["cpu_op", "cpu_op"],
@@ -343,7 +343,7 @@ def test_slow_collective_reads_as_waiting_on_peers():
 def test_slow_collective_needs_big_messages_and_several_ranks():
     import pandas as pd
 
-    from traceread.analysis import _slow_collective
+    from traceread.verdict.figures import slow_collective as _slow_collective
 
     def row(**kw):
         base = {"collective": "all_reduce", "exposed_ns": 10, "busbw_gbps": 2.6,

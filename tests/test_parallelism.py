@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 import traceread
 from traceread.cli import main
-from traceread.passes.parallelism import (ddp_overlap, job_levers, job_parallelism, lever_context,
-                                          parallelism)
+from traceread.passes.parallelism import ddp_overlap, job_parallelism, parallelism
+from traceread.verdict.figures import job_levers, lever_context
 
 from conftest import FIXTURES
 
@@ -368,7 +368,7 @@ def test_fsdp_exposure_on_planted_kernels_and_the_real_fsdp2_units():
         assert 0 < real["free_compute_ns"] <= sum(x["step_ns"] for x in _truth("fsdp2")["per_rank"][str(r)])
         ctx = dict(lever_context(_layout("fsdp2", r)), framework_evidence={"fsdp2": "x"},
                    collectives=["all_gather"])
-        from traceread.passes.levers import offered
+        from traceread.verdict.levers import offered
         (lv,) = [x for x in offered({"comms": 1 << 40}, {}, {}, ctx, 1, ("comms",))
                  if x["id"] == "fsdp_prefetch"]
         assert lv["saves_ns"] == min(ag["exposed_ns"], real["free_compute_ns"])

@@ -189,7 +189,7 @@ def test_nsys_recompiles_show_as_module_loads_in_the_steps(sqlite_dir):
 def test_graphs_set_up_but_never_replayed(sqlite_dir, fmt):
     """reduce-overhead with a new batch size every step never replays a graph: the lever is
     fixed shapes, first; the padded twin replays one graph per step and gets no such lever."""
-    from traceread.passes.verdict import GRAPHS_NOT_REPLAYED
+    from traceread.verdict.levers import GRAPHS_NOT_REPLAYED
 
     bad = analysis(sqlite_dir, "graphs", "bad", fmt)
     assert bad.graphs["uses_cuda_graphs"] and bad.graphs["replays"] == 0

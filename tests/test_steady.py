@@ -10,6 +10,7 @@ from traceread.passes import steady as SD
 from traceread.passes import steps as S
 from traceread.render.report import render_report
 from traceread.synth.scenarios import MS, US, TraceBuilder
+from traceread.verdict import steady as VS
 
 FORMS = ("table", "kineto-2.4", "nsys")
 T0 = 1_700_000_000_000_000_000
@@ -48,7 +49,7 @@ def test_first_launch_of_a_kernel_that_takes_ms_is_a_cold_start(how, tmp_path):
     assert top["idle_ns"] == 3 * MS and st["ns"] == 3 * MS
     v = a.verdict
     assert v["bound"] == "cold_start" and v["title"].startswith("cold start: warm up")
-    assert v["levers"][0] == SD.STATE_TEXT["cold_start"][1]
+    assert v["levers"][0] == VS.STATE_TEXT["cold_start"][1]
     assert [a["id"] for a in v["actions"][1:]] in ([], ["mark_steps"])
     assert not any("CUDA graphs" in x for x in v["levers"])
     assert v["evidence"]["bound_if_steady"] == "launch"
@@ -118,7 +119,7 @@ def test_jit_compilation_in_the_gaps_is_named(how, name, tmp_path):
     assert a.steady_state["ns"] == 8 * MS
     assert a.steady_state["evidence"][0]["name"] == name
     v = a.verdict
-    assert v["bound"] == "jit" and v["levers"][0] == SD.STATE_TEXT["jit"][1]
+    assert v["bound"] == "jit" and v["levers"][0] == VS.STATE_TEXT["jit"][1]
     assert "untraced" not in v["summary"]
 
 
@@ -147,7 +148,7 @@ def test_external_id_gaps_mark_a_sampled_trace(how, tmp_path):
     v = a.verdict
     assert v["bound"] == "unknown" and "sampled" in v["title"]
     assert "idle_pct" not in v["evidence"] and "lost_pct" not in v["evidence"]
-    assert v["levers"] == [SD.STATE_TEXT["sampled"][1]]
+    assert v["levers"] == [VS.STATE_TEXT["sampled"][1]]
     assert [a["id"] for a in v["actions"]] == ["steady_sampled"]
     assert len(a.kernels) and (a.kernels["avg_ns"] == 50 * US).all()   # kernel times stay
 

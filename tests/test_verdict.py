@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from traceread.analysis import analyze
-from traceread.passes import bounds as B
-from traceread.passes import verdict as V
-from traceread.passes.attribution import CPU_CATEGORIES
+from traceread.verdict import bounds as B
+from traceread.verdict import scores as V
+from traceread.passes.attribution import CPU_CATEGORIES, sync_share
 from traceread.synth import scenarios as sc
 from traceread.synth.scenarios import TraceBuilder
 
@@ -21,7 +21,7 @@ def _parts(**kw):
 def _decide(window, parts, exposed=0, copy=None, ctx=None, idle=None):
     if idle is None:
         idle = sum(v for k, v in parts.items() if k not in ("alloc", "host_untraced"))
-    return V.decide(has_gpu=True, window_ns=window, idle_ns=idle, parts=parts,
+    return V.score(has_gpu=True, window_ns=window, idle_ns=idle, parts=parts,
                     exposed_comm_ns=exposed, copy=copy, ctx=ctx)
 
 
@@ -139,7 +139,7 @@ def test_sync_share_is_capped_by_the_gpu_work_it_hid():
                       "pid": 1, "device": 0, **cols})
     g.loc[0, "cpu_launch"] = 50_000
     g.loc[1, ["cpu_sync", "cpu_python"]] = [100_000, 300_000]
-    assert list(V.sync_share(g)) == [0.0, 0.25]
+    assert list(sync_share(g)) == [0.0, 0.25]
     p = V.cause_parts(g, host_traced=True)
     assert p["sync"] == 0.25 * 400_000 + 0.75 * 100_000      # the share + the wait itself
     assert p["host"] == 0.75 * 300_000

@@ -68,7 +68,7 @@ def test_a_waiting_thread_explains_nothing_by_itself(how, tmp_path):
 
 @pytest.mark.parametrize("how", FORMS)
 def test_wait_time_is_no_host_cause(how, tmp_path):
-    from traceread.passes import verdict as V
+    from traceread.verdict import scores as V
 
     a = analyze(materialise(two_threads(how), how, tmp_path, "wait"), steps="all")
     parts = V.cause_parts(a.gaps)
@@ -129,7 +129,7 @@ def test_data_loading_job_condition_waits_are_not_host_work(tmp_path_factory):
 def test_idle_spent_waiting_reads_as_waiting_not_untraced(how, tmp_path):
     """Every launch thread parked through every gap: the host was traced, it was waiting; the
     verdict says so and asks what it waited for (not "record CPU activity")."""
-    from traceread.passes import verdict as V
+    from traceread.verdict import scores as V
 
     b = TraceBuilder()
     for k in range(4):

@@ -7,6 +7,7 @@ attribution, communication overlap, compilation, kernels -- and returns an
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,27 +15,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import verdict as verdict_mod
 from .passes import attribution as attr_mod
-from .passes import context as context_mod
-from .passes import culprits as culprits_mod
 from .passes import window as window_mod
 from .passes import steady as steady_mod
 from .passes import steps as steps_mod
 from .passes import utilization as util_mod
-from .passes import verdict as verdict_mod
 from .passes._side import SidePasses
 from .passes.compile import compile_counts, compile_summary
-from .passes.context import trace_context
-from .passes.peaks import device_caps, device_name
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
 from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
-from .passes.parallelism import lever_context, parallelism
-from .passes._common import kind_in
-from .passes._frames import code_in
+from .passes.parallelism import parallelism
 from .table import Trace, TraceMeta, release_heap
 
 LARGEST_GAPS = 20
@@ -151,7 +146,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("collectives", collective_summary, ref("ev"))
     side.submit("graphs", _graphs, ref("ev"), ref("all_ev"))
     side.submit("classes", _classes, ref("ev"))
-    side.submit("ctx", trace_context, ref("ev"), trace.meta)
+    side.submit("ctx", verdict_mod.trace_context, ref("ev"), trace.meta)
     side.submit("copies", copy_summary, ref("ev"), [str(d.get("name", ""))
                                                     for d in trace.meta.devices
                                                     if isinstance(d, dict)])
@@ -178,7 +173,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     gaps = att["gaps"]
     # steady state reads only the gaps' bounds (set by the attribution): it runs beside the rest
     side.submit("steady", steady_mod.steady_state, ref("ev"), gaps[["start", "end"]].copy())
-    gaps["sync_share"] = verdict_mod.sync_share(gaps, att["sync_blocked"])
+    gaps["sync_share"] = attr_mod.sync_share(gaps, att["sync_blocked"])
     summary = attr_mod.summarize(gaps)
     step_tab = _step_idle(step_tab, gaps)
     gaps["step"] = np.where(gaps["step_index"] >= 0,
@@ -202,50 +197,16 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("layout", parallelism, ref("ev"), trace.meta,
                 {k: ctx.get(k) for k in ("framework_evidence", "comm_backend")},
                 step_rows if source != "whole_trace" else None)
-    ctx["device"] = device_caps(trace.meta)
     graphs = side.get("graphs")
-    # a program that records or replays graphs anywhere already uses them
-    ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]
-    release_heap()
-
-    exposed = int(nccl["exposed_ns"].sum()) if len(nccl) and "exposed_ns" in nccl else 0
-    window_ns = int(devices["window_ns"].sum()) if len(devices) else 0
-    idle = int(devices["idle_ns"].sum()) if len(devices) else 0
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
-    extra = _evidence(stats, summary, att["top_ops"], kernels, comp)
-    extra["module_loads"] = _module_loads(ev) if win.mode != "whole_trace" else 0
-    parts = verdict_mod.cause_parts(gaps, ctx["host_traced"], ctx["api_traced"])
-    # graphs set up but never replayed in steady state: a new shape every step
-    ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
-                                      and source != "whole_trace" and len(ops))
     utilization = side.get("utilization")
-    culprits = culprits_mod.culprits(ev, gaps, ops, summary, att["top_ops"], copies, collectives,
-                                     comp, kernels, parts, ctx)
-    release_heap()   # culprits' interval sets; the layout and steady passes may run here next
-    vctx = dict(ctx, steps=stats["count"] if stats else 0,
-                step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
-                culprits=culprits,
-                **_lever_context(step_tab if source != "whole_trace" else None, gaps,
-                                 att["top_ops"], utilization,
-                                 kernels, comp, culprits, device_name(trace.meta),
-                                 max(1, len(devices))))
-    if win.mode == "whole_trace" and len(ops):
-        vctx["startup"] = _startup(window_mod.one_time_calls(ev, gaps))
-    vctx["slow_collective"] = _slow_collective(collectives)
-    layout = side.get("layout")
-    vctx.update(lever_context(layout))
-    vctx["culprits"].setdefault("queued", attr_mod.waited_summary(gaps))
-    vctx["queued_on"] = attr_mod.waited_by(gaps)
-    verdict = verdict_mod.decide(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
-                                 parts=parts if len(ops) else None, exposed_comm_ns=exposed,
-                                 copy=copies, ctx=vctx, extra_evidence=extra)
-    verdict["missing"] = _missing(trace.meta, ev, ctx)
-    headline = (utilization or {}).get("headline")
-    if verdict["bound"] == "gpu" and headline:
-        verdict["summary"] += f"; {headline}"
-    release_heap()
-    steady = side.get("steady")
-    steady_mod.adjust_verdict(verdict, steady)
+    later = functools.lru_cache(maxsize=None)(side.get)   # each side result is taken once
+    verdict = verdict_mod.decide(
+        meta=trace.meta, ev=ev, window_mode=win.mode, source=source, ops=ops, gaps=gaps,
+        top_ops=att["top_ops"], summary=summary, step_tab=step_tab, stats=stats,
+        devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
+        copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
+    layout, steady = later("layout"), later("steady")
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
                     step_pattern=pattern, steps=step_tab, step_stats=stats, devices=devices,
@@ -268,102 +229,6 @@ def _pass_workers(rows: int) -> int:
 
 # Below this many events the passes run in one process (measured: ~0.1 s of passes).
 PARALLEL_PASSES_ROWS = 200_000
-
-
-SLOW_BUSBW_GBPS = 10.0       # below any GPU interconnect (NVLink, xGMI, PCIe, IB) for ...
-SLOW_BUSBW_MIN_BYTES = 1 << 20   # ... messages this large
-
-
-def _slow_collective(collectives) -> dict | None:
-    """The GPU collective with the most exposed time when its bus bandwidth is far below any
-    GPU interconnect (< SLOW_BUSBW_GBPS on messages >= 1 MiB, a group of several ranks): its
-    time is mostly waiting for other ranks to arrive (or a slow transport), not moving data
-    (TraceLens mi300/resnet_act_checkpoint: all_reduce of 11.7 MB at 2.6 GB/s over 8 MI300X)."""
-    if collectives is None or not len(collectives) or "busbw_gbps" not in collectives:
-        return None
-    c = collectives.sort_values("exposed_ns", ascending=False).iloc[0]
-    bw, size, group = c.get("busbw_gbps"), c.get("avg_msg_bytes"), c.get("group_size")
-    if bw is None or size is None or pd.isna(bw) or pd.isna(size) or not group or group < 2:
-        return None
-    if bw >= SLOW_BUSBW_GBPS or size < SLOW_BUSBW_MIN_BYTES:
-        return None
-    return {"collective": str(c["collective"]), "busbw_gbps": round(float(bw), 2),
-            "avg_msg_bytes": int(size), "group_size": int(group)}
-
-
-def _alloc_frees(top_ops) -> int:
-    """Device-memory release calls (cudaFree, hipFree, cuMemFree...) inside the gaps: churn
-    (an empty_cache() or an uncached allocator) rather than a caching allocator still growing."""
-    if top_ops is None or not len(top_ops):
-        return 0
-    al = top_ops[top_ops["category"] == "alloc"]
-    free = al["name"].astype(str).str.contains(r"Free|Release|Unmap", regex=True)
-    return int(al.loc[free, "count"].sum())
-
-
-def _lever_context(step_tab, gaps, top_ops, utilization: dict | None, kernels, comp: dict,
-                   culprits: dict, device: str, devices: int) -> dict:
-    """What the lever table reads besides ``trace_context``: the busy-time levers and classes
-    (passes/busy.py), the top kernel, the compile figures, the GPU's step span and busy time
-    per step (the projected step starts from the GPU's step when it is the longer)."""
-    busy = (utilization or {}).get("busy") or {}
-    classes = {c.get("class"): int(c.get("ns", 0)) for c in busy.get("classes") or []}
-    total = sum(classes.values())
-    out = {"busy_levers": {lv["lever"]: lv for lv in busy.get("levers") or []},
-           "busy_classes": classes, "device_name": device,
-           "attention_ns": classes.get("attention", 0),
-           "triton_share": classes.get("triton", 0) / total if total else 0.0,
-           "host_dispatch": _host_dispatch(gaps, top_ops, culprits.get("host", "")),
-           "alloc_gap_ns": int(gaps["cpu_alloc"].sum()) if "cpu_alloc" in gaps else 0,
-           "alloc_frees": _alloc_frees(top_ops)}
-    if kernels is not None and len(kernels) and "name" in kernels:
-        names = kernels["name"].astype(str)
-        out["softmax_kernels"] = bool(names.str.contains("softmax", case=False).any())
-        if "pct" in kernels:
-            out["top_kernel"] = {"name": names.iloc[0], "pct": float(kernels["pct"].iloc[0]),
-                                 "names": names.head(50).tolist()}
-    if comp and "recompiles" in comp:
-        out["recompiles"] = int(comp.get("recompiles") or 0)
-    if step_tab is not None and len(step_tab) and "gpu_start" in step_tab:
-        has = step_tab["gpu_start"].to_numpy(np.int64) >= 0
-        if has.any():
-            span = (step_tab["gpu_end"] - step_tab["gpu_start"]).to_numpy(np.int64)[has]
-            out["gpu_step_mean_ns"] = int(span.mean())
-            out["busy_step_mean_ns"] = int(step_tab["busy_ns"].to_numpy(np.int64)[has].mean()
-                                           / devices)
-    return out
-
-
-HOST_DISPATCH_SHARE = 0.5
-DISPATCH_OP_NS = 50_000     # per-op dispatch: many aten ops averaging under 50 us each
-DISPATCH_MIN_OPS = 20
-
-
-def _host_dispatch(gaps: pd.DataFrame, top_ops: pd.DataFrame, host_culprit: str) -> bool:
-    """The host-bound time is PyTorch's own per-op dispatch: in the long gaps (the host
-    cause's), time inside operators is >= HOST_DISPATCH_SHARE of the host time (operators,
-    Python, allocator, untraced), the innermost op over most of it is an ``aten::`` op, and
-    the aten ops inside gaps are many (>= DISPATCH_MIN_OPS) and short (<= DISPATCH_OP_NS on
-    average) -- one slow first call (a lazy-init ``aten::empty``) is not dispatch overhead."""
-    if not host_culprit.startswith("aten::") or not len(gaps) or not len(top_ops):
-        return False
-    long_ = gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS
-    by = {c: int(gaps[f"cpu_{c}"].to_numpy(np.int64)[long_].sum()) if f"cpu_{c}" in gaps else 0
-          for c in verdict_mod.HOST_PARTS + ("untraced",)}
-    total = sum(by.values())
-    aten = top_ops[(top_ops["category"] == "cpu_op")
-                   & top_ops["name"].astype(str).str.startswith("aten::")]
-    n = int(aten["count"].sum())
-    return bool(total) and by["cpu_op"] >= HOST_DISPATCH_SHARE * total \
-        and n >= DISPATCH_MIN_OPS and int(aten["ns"].sum()) <= DISPATCH_OP_NS * n
-
-
-def _startup(cold: dict) -> dict:
-    """One-time start-up calls of a window without steps (window.one_time_calls), and whether
-    the largest is an allocator call (then churn advice would be about start-up)."""
-    top = cold["calls"][0][0] if cold.get("calls") else ""
-    return {"ns": int(cold.get("ns") or 0), "calls": list(cold.get("calls") or []),
-            "alloc": bool(attr_mod.ALLOC_API_RX.match(top))}
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
@@ -440,40 +305,6 @@ def _merge_order(gaps: pd.DataFrame, edge: pd.DataFrame) -> np.ndarray | None:
         pos.append(lo + int(((g[1][lo:hi] < e[1][i])
                              | ((g[1][lo:hi] == e[1][i]) & (g[2][lo:hi] <= e[2][i]))).sum()))
     return np.insert(np.arange(n), pos, n + e_order)
-
-
-_MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
-
-
-def _module_loads(ev: pd.DataFrame) -> int:
-    """GPU code modules loaded inside the window: past start-up, new kernels appearing every
-    step are being JIT-compiled (torch.compile recompiles, Triton autotuning)."""
-    api = kind_in(ev, ("runtime", "driver"))
-    if not api.any():
-        return 0
-    names = ev["name"]
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names[api].astype("category")
-        return int(np.isin(names.cat.codes.to_numpy(), np.flatnonzero(
-            names.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX, regex=True))).sum())
-    hit = np.flatnonzero(names.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX,
-                                                                       regex=True))
-    if not len(hit):
-        return 0
-    return int(code_in(names.cat.codes.to_numpy()[api], hit).sum())
-
-
-def _missing(meta: TraceMeta, ev: pd.DataFrame, ctx: dict) -> list[str]:
-    """What this capture cannot show, and how to record it."""
-    out = []
-    if meta.format == "nsys" and not ctx["host_traced"]:
-        out.append("no NVTX ranges or OS-runtime calls: DataLoader waits, .item() calls and "
-                   "framework ops are invisible -- record with nsys profile "
-                   "--trace=cuda,nvtx,osrt --pytorch=autograd-nvtx, or use torch.profiler")
-    elif meta.format == "nsys" and not context_mod._has_non_step_ranges(ev):
-        out.append("no framework operators: the DataLoader and .item() show only through "
-                   "NVTX; nsys profile --pytorch=autograd-nvtx names them")
-    return out
 
 
 def _graphs(ev: pd.DataFrame, all_ev: pd.DataFrame) -> dict:
@@ -564,26 +395,3 @@ def _devices(ops: pd.DataFrame, gaps: pd.DataFrame, meta: TraceMeta, win=None) -
 def _classes(ev: pd.DataFrame) -> pd.DataFrame:
     # time_by_class classifies each (name, kind) of the GPU ops once
     return time_by_class(ev)
-
-
-def _evidence(stats, summary, top_ops, kernels, comp) -> dict:
-    ev: dict[str, Any] = {}
-    if summary["by_sync_op"]:
-        op, v = max(summary["by_sync_op"].items(), key=lambda kv: kv[1]["ns"])
-        ev["top_sync_op"] = op
-        ev["top_sync_op_gaps"] = v["gaps"]
-    if len(top_ops):
-        ev["top_gap_op"] = str(top_ops["name"].iloc[0])
-    if len(kernels):
-        ev["top_kernel"] = str(kernels["name"].iloc[0])
-        ev["top_kernel_pct"] = round(float(kernels["pct"].iloc[0]), 2)
-    if stats:
-        ev["steps"] = stats["count"]
-        ev["step_mean_ns"] = stats["mean_ns"]
-        ev["step_cv"] = stats["cv"]
-        ev["bursty"] = stats["bursty"]
-    if comp:
-        ev["recompiles"] = int(comp.get("recompiles", 0) or 0)
-        ev["graph_breaks"] = int(comp.get("graph_breaks", 0) or 0)
-        ev["compile_whole_trace"] = comp.get("whole_trace")
-    return ev

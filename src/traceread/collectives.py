@@ -203,5 +203,12 @@ def dtype_size(dtype: str | None) -> int:
     return _DTYPE_SIZES.get(s, -1)
 
 
+# host names that are a collective call: nccl:/gloo:/mpi: annotations, c10d ops, functional
+# collectives, Horovod's timeline (NCCL_ALLREDUCE), MPI calls
+COMM_NAME_RX = namerx.compile(r"^(?:nccl|rccl|gloo|mpi|ucc|c10d|_c10d_functional|c10d_functional)"
+                              r"[:_]|^(?:vllm|sglang)::(?:all_reduce|all_gather|reduce_scatter"
+                              r"|all_to_all)|^(?:NCCL|MPI|GLOO)_[A-Z]+$|^MPI_[A-Z][a-z_]+$")
+
+
 __all__ = ["COLLECTIVES", "COMM_KERNELS", "normalize_collective", "collective_from_kernel",
-           "is_comm_kernel", "comm_kernel", "kernel_head", "dtype_size"]
+           "is_comm_kernel", "comm_kernel", "kernel_head", "dtype_size", "COMM_NAME_RX"]

@@ -1,6 +1,6 @@
 """The job's verdict (who is slow, by how much, why) and its effect on each rank's verdict.
 
-A rank's own verdict (``passes/verdict.py``) sees one trace: a rank that waits for a
+A rank's own verdict (``verdict/``) sees one trace: a rank that waits for a
 late peer reads ``comms``, and so may the late rank itself when its own collectives
 are exposed. Across ranks we know better, so ``adjust_rank_verdicts`` post-adjusts
 the per-rank verdict dicts:
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 
-from ..passes import bounds
+from ..verdict import bounds
 from ..render.text import fmt_ns
 from .groups import IMBALANCE_X
 from .job import pipeline_decides
@@ -50,7 +50,7 @@ STRAGGLER_LEVERS = {
 
 
 def cause_bound(cause: str | None) -> str:
-    """The verdict bound naming a late-window cause (``passes/bounds.py`` vocabulary)."""
+    """The verdict bound naming a late-window cause (``verdict/bounds.py`` vocabulary)."""
     b = CAUSE_BOUND.get(cause or "", "unknown")
     return b if b in bounds.VERDICTS else "unknown"
 

@@ -66,11 +66,11 @@ def _pair_classes(pairs: pd.DataFrame) -> np.ndarray:
     gemm = np.flatnonzero(cls == "gemm")
     names = pairs["name"].to_numpy(object)
     for i in gemm.tolist():
-        cls[i] = "gemm_simt" if _is_simt(names[i]) else "gemm_tensor"
+        cls[i] = "gemm_simt" if is_simt(names[i]) else "gemm_tensor"
     return cls
 
 
-def _is_simt(name: str) -> bool:
+def is_simt(name: str) -> bool:
     name = scan_name(name)
     return bool(_SIMT.search(name)) or (bool(_F32_TEMPLATE.search(name))
                                         and not _TC_MARK.search(name))
@@ -170,7 +170,7 @@ def gemm_precision(name: str) -> str:
         return "lowp"
     if is_tf32_kernel(name):
         return "tf32"
-    return "fp32" if _is_simt(name) else "tensor"
+    return "fp32" if is_simt(name) else "tensor"
 
 
 _FP64 = re.compile(r"dgemm|\bdouble\b|_f64|fp64|d884|dmma", re.I)

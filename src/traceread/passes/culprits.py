@@ -31,9 +31,7 @@ import pandas as pd
 
 from . import attribution as attr
 from . import intervals
-from . import verdict as verdict_mod
 from ._common import fmt_ms as _ms, kind_in
-from .context import _covering
 from .steps import (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, INFERENCE_STEP_PATTERN,
                     UNNUMBERED_STEP_PATTERN)
 
@@ -103,12 +101,12 @@ def _bytes(n: int) -> str:
 def host_culprit(ev, gaps, ops, parts, top_ops) -> str:
     """The deepest frame or op behind the host-bound time, or the untraced share.
 
-    The host's part of the long gaps, as ``verdict.cause_parts`` counts it: the share of a
+    The host's part of the long gaps, as ``verdict.scores.cause_parts`` counts it: the share of a
     sync-drained gap the sync does not explain (``sync_share``) is the host's too, and a
     gap's queued part is nobody's on the host."""
     share = gaps["sync_share"].to_numpy(float) if "sync_share" in gaps \
-        else verdict_mod.sync_share(gaps)
-    long_ = (share < 1) & (gaps["duration"].to_numpy(np.int64) > verdict_mod.SHORT_GAP_NS) \
+        else attr.sync_share(gaps)
+    long_ = (share < 1) & (gaps["duration"].to_numpy(np.int64) > attr.SHORT_GAP_NS) \
         & (gaps["drain"] != "queued").to_numpy(bool)
 
     def host_part(c):
@@ -138,7 +136,7 @@ def host_culprit(ev, gaps, ops, parts, top_ops) -> str:
 def _launch_rows(ev, gaps, ops):
     """Per (pid, device) of ``gaps``: (gap starts, gap ends, thread-key mask of its launch
     threads over ``ev``)."""
-    key = attr._thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
     for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
         on = attr._thread_mask(key, attr.launch_threads(ev, ops, int(pid), int(dev)))
         yield (gaps["start"].to_numpy(np.int64)[idx], gaps["end"].to_numpy(np.int64)[idx],
@@ -306,7 +304,7 @@ def sync_caller(ev: pd.DataFrame, sync_name: str, gaps: pd.DataFrame | None = No
             ["p", "t"]).indices.items():
         rows = np.flatnonzero(host & (pid == p) & (tid == t))   # ts-sorted (table order)
         for i in hit[idx].tolist():
-            back = _covering(ts, te, rows, i)
+            back = intervals.covering(ts, te, rows, i)
             back = back[back != i]
             label = ev["name"].iloc[back].astype(str).to_numpy() if len(back) else []
             cand = [(j, n) for j, n in zip(back.tolist(), label)

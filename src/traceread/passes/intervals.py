@@ -143,3 +143,14 @@ def overlap_hits(iv: Intervals, qs, qe) -> tuple[np.ndarray, np.ndarray]:
     ov = before_b - before_a
     hit = ov > 0
     return idx[hit], ov[hit]
+
+
+LOOK_BACK = 4000   # host rows scanned back from a call for the frames around it
+
+
+def covering(ts: np.ndarray, end: np.ndarray, rows: np.ndarray, i: int) -> np.ndarray:
+    """Of ``rows`` (one thread's, ts-sorted), those that start by row i and end at or after
+    it, in start order; enclosing frames start shortly before, so LOOK_BACK rows suffice."""
+    k = int(np.searchsorted(ts[rows], ts[i], side="right"))
+    back = rows[max(0, k - LOOK_BACK):k]
+    return back[end[back] >= end[i]]

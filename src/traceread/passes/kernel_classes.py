@@ -74,7 +74,7 @@ _RULES: tuple[tuple[str, re.Pattern], ...] = tuple((c, namerx.compile(p, re.I)) 
 _NOISE = namerx.compile(r"^\s*(void\s+)?|\(anonymous namespace\)::")
 
 
-def _head(name: str) -> str:
+def name_head(name: str) -> str:
     """The kernel's own name: no return type, no template or call arguments
     (``reduce_kernel<512, ..., MeanOps<...>>`` is a reduction whatever its
     functor arguments mention)."""
@@ -90,7 +90,7 @@ def _classify_one(name: str) -> str:
 def _classify_scanned(name: str) -> str:
     if is_comm_kernel(name):
         return "nccl"
-    head = _head(name)
+    head = name_head(name)
     # the bare name first, the full signature as a fallback (not twice when they are one)
     for text in ((head,) if head == name else (head, name)):
         cls = rule_class(text)

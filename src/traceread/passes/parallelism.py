@@ -1,7 +1,7 @@
 """The job's parallel layout (DDP, FSDP, TP, PP, EP) and each strategy's own losses.
 
 A pure function of the event table, the trace's ``distributedInfo`` and the program context
-(``passes/program.py``). Every strategy names the event that proves it; docs/parallelism.md
+(``verdict/program.py``). Every strategy names the event that proves it; docs/parallelism.md
 gives each rule and formula.
 
 * comm calls: host rows whose name is a c10d / gloo / nccl call (``c10d::send``,
@@ -19,10 +19,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..collectives import collective_from_kernel, dtype_size, is_comm_kernel, normalize_collective
+from ..collectives import (COMM_NAME_RX, collective_from_kernel, dtype_size, is_comm_kernel,
+                           normalize_collective)
 from . import intervals as iv
 from ._common import kind_in, lookup_at
-from .program import COMM_NAME_RX
 
 HOST = ("cpu_op", "annotation", "python")
 P2P = ("send", "recv")
@@ -62,41 +62,6 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
     model = comm_model(ev, calls, groups, ctx.get("comm_backend"))
     if model:
         out["comm_model"] = model
-    return out
-
-
-def lever_context(layout: dict) -> dict:
-    """The figures the lever table reads (passes/levers.py), from one rank's layout or a job's
-    (``job_parallelism``: the slowest stage and the receive imbalance are known only there)."""
-    fsdp = layout.get("fsdp") or {}
-    ag = fsdp.get("all_gather") or {}
-    out = {"fsdp_all_gather_exposed_pct": ag.get("exposed_pct"),
-           "fsdp_all_gather_exposed_ns": ag.get("exposed_ns"),
-           "fsdp_free_compute_ns": fsdp.get("free_compute_ns")}
-    tp = layout.get("tp") or {}
-    if tp:
-        worst = max(tp["layers"], key=lambda x: x["exposed_ns"])
-        out.update(tp_exposed_pct=tp["step_share_pct"], tp_exposed_ns=tp["exposed_ns"],
-                   tp_compute_ns=tp["compute_ns"], tp_worst_layer=worst["layer"],
-                   tp_worst_layer_pct=worst["comm_pct"])
-    pl = layout.get("pipeline") or {}
-    if pl:
-        bubbles = [b for b in pl["bubble_pct_by_stage"].values() if b is not None]
-        # the schedule's share is the least bubble: the slowest stage idles only for the
-        # fill and drain, the others wait on it too
-        out.update(pp_stages=pl.get("stages"), pp_microbatches=pl.get("microbatches"),
-                   pp_schedule=pl.get("schedule"), pp_virtual=pl.get("virtual_stages", 1),
-                   pp_bubble_pct=min(bubbles) if bubbles else None,
-                   pp_step_ns=pl.get("step_ns"), pp_slowest_stage=pl.get("slowest_stage"),
-                   pp_slowest_x=pl.get("slowest_busy_x_fastest"),
-                   pp_excess_busy_ns=pl.get("excess_busy_ns"))
-    ep = layout.get("ep") or {}
-    if ep:
-        job = "recv_imbalance" in ep
-        out.update(ep_hot_rank=ep.get("hot_rank"),
-                   ep_imbalance=ep.get("recv_imbalance") if job else ep.get("send_imbalance"),
-                   ep_imbalance_of="received" if job else "sent by this rank",
-                   ep_a2a_ns=ep.get("a2a_ns"))
     return out
 
 
@@ -849,16 +814,3 @@ def _job_pipeline(stages: dict[int, dict]) -> dict:
             "excess_busy_ns": int(stages[slowest]["busy_ns"] - mean_busy)
             if len(stages) > 1 else None,
             "step_ns": max(s["step_ns"] for s in stages.values())}
-
-
-PARALLEL_LEVERS = ("pp_microbatches", "pp_rebalance", "ep_balance")
-
-
-def job_levers(layout: dict) -> list[dict]:
-    """The lever table's parallelism rows (passes/levers.py) that a job's merged layout
-    (``job_parallelism``) proves, ranked, with their savings: id, lever, cost, cause,
-    saves_ns."""
-    from .levers import offered
-
-    items = offered({}, {}, {}, lever_context(layout), 1, ())
-    return [x for x in items if x["id"] in PARALLEL_LEVERS]

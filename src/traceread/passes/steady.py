@@ -36,8 +36,7 @@ import pandas as pd
 from .. import namerx
 from . import intervals
 from .attribution import ALLOC_API_RX, SYNC_API_RX
-from .bounds import TITLE
-from ._common import fmt_ms as _ms, kind_in
+from ._common import kind_in
 from .window import STARTUP_RX
 
 OUTLIER_MIN_NS = 1_000_000     # a one-time call takes >= 1 ms ...
@@ -63,28 +62,6 @@ JIT_RX = namerx.compile(
     r"|triton/runtime/autotuner\.py\(\d+\): (?:_bench|benchmark|prune_configs)"
     r"|ProfilingGraphExecutorImpl|runProfilingOptimizations|runProfilingInsensitiveOptimizations"
     r"|runNondiffOptimization|torch::jit::.*(?:[Cc]ompile|[Oo]ptimi[sz])")
-
-STATE_TEXT = {
-    "cold_start": (TITLE["cold_start"],
-                   "warm up before recording: run a few iterations first (torch.profiler "
-                   "schedule(wait=1, warmup=2, active=3), or start nsys after the first "
-                   "iterations with --capture-range=cudaProfilerApi), or pass --steps/--window "
-                   "past the start-up; the steady-state levers can be judged only then"),
-    "jit": (TITLE["jit"],
-            "let the JIT finish before recording: warm up with the shapes of the run (nvFuser, "
-            "NVRTC, Triton autotuning and TorchScript compile on first use per shape), cache "
-            "the autotuning results, or pass --steps/--window past the compilation"),
-    "sampled": ("unknown: sampled trace -- idle figures are not meaningful",
-                "record the trace unsampled (no event sampling or filtering: torch.profiler "
-                "with its default settings, or nsys): idle time and its causes are measured "
-                "only between events that were all kept; kernel times stay valid"),
-}
-# verdict figures measured between events: meaningless when most events were dropped
-IDLE_KEYS = ("idle_ns", "idle_pct", "busy_ns", "lost_ns", "lost_pct", "scores_ns", "share_pct",
-             "unexplained_ns", "unexplained_pct", "dominant", "dominant_pct", "runner_up",
-             "runner_up_pct", "exposed_comm_ns", "exposed_comm_pct", "exposed_copy_ns",
-             "exposed_copy_pct")
-
 
 def steady_state(ev: pd.DataFrame, gaps: pd.DataFrame) -> dict:
     """{"state", "ns", "share_pct", "evidence", "cold_start_ns", "jit_ns", "sampled"}.
@@ -336,50 +313,3 @@ def _top(items: list, idle) -> list:
                          idle_ns=idle_ns if x["idle_ns"] is not None else None)
     top = sorted(by.values(), key=lambda x: -x["_key"])[:TOP_EVIDENCE]
     return [{k: v for k, v in x.items() if k != "_key"} for x in top]
-
-
-# --- the verdict -------------------------------------------------------------------------
-
-def adjust_verdict(verdict: dict, steady: dict) -> None:
-    """Say what the window is when it is not the steady state, in place.
-
-    A sampled window loses its idle figures; a cold-start or JIT window (unless the GPU was
-    busy anyway) is named for what it is, and its to-do list becomes the one lever that gets a
-    steady window (a whole trace keeps its lever to mark the steps, ``mark_steps``).
-    """
-    state = steady.get("state", "steady")
-    if state == "steady" or verdict.get("bound") == "cpu_only":
-        return
-    ev = verdict["evidence"]
-    ev["steady_state"] = state
-    if state in ("cold_start", "jit") and verdict["bound"] == "gpu":
-        return   # the GPU was busy regardless: the kernel levers still stand
-    title, lever = STATE_TEXT[state]
-    ev["bound_if_steady"] = verdict["bound"]
-    proof = ""
-    if state == "sampled":
-        s = steady["sampled"]
-        for k in IDLE_KEYS:
-            ev.pop(k, None)
-        verdict.update(bound="unknown", title=title, summary=(
-            f"sampled trace: {s['ids']} ids jump by a median of {s['median_jump']} (~"
-            f"{s['dropped_pct']:.0f}% of events dropped) -- idle time and its causes cannot "
-            "be measured between the events that were kept; kernel times are still valid"))
-    else:
-        what = "one-time start-up work" if state == "cold_start" else "JIT compilation"
-        top = steady["evidence"][0] if steady["evidence"] else None
-        kind = f"{top['what']}: " if top and state == "cold_start" else ""
-        proof = f"{kind}{top['name']} {_ms(top['ns'])}" if top else ""
-        verdict.update(bound=state, title=title, summary=(
-            f"{_ms(steady['ns'])} of the window's idle GPU time is {what}"
-            f"{f' ({proof})' if proof else ''}: not the steady state, so its steady-state "
-            "levers do not apply"))
-    item = {"id": f"steady_{state}", "lever": lever, "cost": "free", "cause": state,
-            "saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
-            "projected_step_ns": None, "culprit": proof}
-    keep = [a for a in verdict.get("actions", []) if a.get("id") == "mark_steps"]
-    verdict["actions"] = [item] + keep
-    verdict["levers"] = [a["lever"] for a in verdict["actions"]]
-    verdict["what_if"] = {}
-
-

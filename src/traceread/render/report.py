@@ -7,7 +7,7 @@ import textwrap
 import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES, waited_summary
-from ..passes.bounds import TITLE
+from ..verdict.bounds import TITLE
 from . import safe
 from .text import ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time, utilization_lines
 

@@ -3,7 +3,7 @@
 One row per lever (``Lever``): the cause whose score it saves, its text, its cost
 (``free``: a setting or argument, ``code``: a code change, ``infra``: hardware, storage,
 cluster), its saving model (``SAVINGS``) and its applicability predicates over the
-trace context (passes/context.py plus the figures ``analysis`` adds). A lever is offered
+trace context (context.py plus the figures of figures.py). A lever is offered
 only when all its predicates hold. A key missing from the context means "unknown": each
 predicate says what it does then -- it falls back to offering the lever (what the fixed
 per-cause lists did) unless the unknown could contradict it.

@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 
 from .. import namerx
-from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
+from ..collectives import (COMM_NAME_RX, collective_from_kernel, is_comm_kernel,
+                           normalize_collective)
 from ..table import scan_name
-from ._common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
+from ..passes._common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "gpu_annotation", "other")
 
@@ -51,9 +52,9 @@ def _rows_named(ev: pd.DataFrame, rx: re.Pattern, kinds=None) -> np.ndarray:
 
 
 def _thread(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    from .attribution import _thread_key
+    from ..passes.attribution import thread_key
 
-    return _thread_key(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
+    return thread_key(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
 
 
 def _inside(ev: pd.DataFrame, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
@@ -146,11 +147,6 @@ def frameworks(host: list[str], kernels: list[str], collectives: list[str]) -> d
 COLLECTIVE_SET = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                   "send_recv", "barrier")
 _COLL_ALIAS = {"send": "send_recv", "recv": "send_recv"}
-# host names that are a collective call: nccl:/gloo:/mpi: annotations, c10d ops, functional
-# collectives, Horovod's timeline (NCCL_ALLREDUCE), MPI calls
-COMM_NAME_RX = namerx.compile(r"^(?:nccl|rccl|gloo|mpi|ucc|c10d|_c10d_functional|c10d_functional)"
-                          r"[:_]|^(?:vllm|sglang)::(?:all_reduce|all_gather|reduce_scatter"
-                          r"|all_to_all)|^(?:NCCL|MPI|GLOO)_[A-Z]+$|^MPI_[A-Z][a-z_]+$")
 AMD_API_RX = namerx.compile(r"^hip[A-Z]")
 
 
@@ -350,7 +346,7 @@ OP_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "fp32_gemm"}
 def dtypes(ev: pd.DataFrame, kernels: list[str]) -> tuple[dict, dict]:
     """({bf16, fp16, fp8, fp32_gemm, tf32: bool}, {dtype: evidence}) of the matrix work:
     GEMM / convolution / attention kernels by name, and matmul/conv ops' ``Input type``."""
-    from .busy import _is_simt, is_tf32_kernel
+    from ..passes.busy import is_simt, is_tf32_kernel
 
     found: dict[str, str] = {}
     for n in matrix_kernels(kernels):
@@ -358,7 +354,7 @@ def dtypes(ev: pd.DataFrame, kernels: list[str]) -> tuple[dict, dict]:
             if d not in found and rx.search(scan_name(n)):
                 found[d] = n
         lowp = any(rx.search(scan_name(n)) for rx in DTYPE_KERNEL_RX.values())
-        simt = _is_simt(n)
+        simt = is_simt(n)
         # an fp32-accumulate tile name (f32f32) that runs on FMA units (_ffma_) is not TF32
         if "tf32" not in found and is_tf32_kernel(n) and not simt:
             found["tf32"] = n
@@ -383,11 +379,11 @@ def matrix_kernels(kernels: list[str]) -> list[str]:
     """The GEMM / convolution / attention kernels (and cuBLAS gemv), classed on the kernel's
     own name without FBGEMM's namespace: an embedding kernel's signature or namespace
     mentions ``fbgemm_gpu::``."""
-    from .kernel_classes import _head, rule_class
+    from ..passes.kernel_classes import name_head, rule_class
 
     out = []
     for n in kernels:
-        h = FBGEMM_NS_RX.sub("", _head(scan_name(n)))
+        h = FBGEMM_NS_RX.sub("", name_head(scan_name(n)))
         cls = rule_class(h)
         if cls == "gemm" or GEMV_RX.search(h) or FUSED_ATTN_KERNEL_RX.search(h):
             out.append(n)
@@ -396,7 +392,7 @@ def matrix_kernels(kernels: list[str]) -> list[str]:
 
 def _op_dtypes(ev: pd.DataFrame) -> list[tuple[str, str]]:
     """(op name, dtype key) for each distinct (matmul op, ``Input type``) pair."""
-    from .flops import dtype_of
+    from ..passes.flops import dtype_of
 
     if "input_type" not in ev:
         return []
@@ -521,7 +517,7 @@ def ddp_buffer_broadcast_ns(ev: pd.DataFrame, steps: int) -> int:
     rows = rows[_inside(ev, rows, spans)]
     if not len(rows):
         return 0
-    from . import intervals
+    from ..passes import intervals
 
     ts = ev["ts"].to_numpy(np.int64)[rows]
     end = ts + ev["dur"].to_numpy(np.int64)[rows]

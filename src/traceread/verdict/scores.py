@@ -39,10 +39,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .attribution import is_sync_drained, queued_ns
+from ..passes.attribution import SHORT_GAP_NS, is_sync_drained, queued_ns, sync_share
 from . import levers as L
 from .bounds import CAUSES, TITLE, WHAT
-from .levers import GRAPHS_NOT_REPLAYED  # noqa: F401  (the tests name it here)
 
 GPU_BOUND_LOST = 0.10
 WAIT_SHARE = 0.5   # an unknown verdict whose unexplained time is mostly waits says so
@@ -50,7 +49,6 @@ WAITING_TITLE = "unknown: the launching threads wait on something the trace does
 LEAD_SHARE = 0.30
 LEAD_RATIO = 1.5
 UNKNOWN_SHARE = 0.50
-SHORT_GAP_NS = 100_000
 MIN_ACTION_SHARE = 0.01       # causes worth < 1% of the window get no lever of their own
 
 HOST_PARTS = ("cpu_op", "python", "alloc")
@@ -129,77 +127,14 @@ _CPU_COLS = ("dataloader", "compile", "graph_capture", "comm_wait", "sync", "all
 _HOST_ALL = ("sync", "alloc", "launch", "cpu_op", "python", "untraced")
 
 
-def sync_share(gaps: pd.DataFrame, blocked: dict | None = None) -> np.ndarray:
-    """Per gap, the share of it that a blocking sync explains (0 for gaps no sync drained).
-
-    That share is min(1, GPU busy time since the previous sync-drained gap on the same
-    device / the gap): removing the sync lets the host's later work overlap the GPU work
-    queued before it, and no more.
-
-    ``blocked`` (``attribute``'s ``sync_blocked``: per (pid, device) the time its launch
-    threads sat inside sync calls) caps the total: removing the syncs gives the host back the
-    time it was blocked and no more -- the step cannot get shorter than the host's own work.
-    Each device's shares are scaled down so that its sync-drained time plus the sync calls'
-    own time in starved gaps stays within its blocked time. A host slower than its GPU between
-    syncs needs the cap (real H200 capture ``h200/pageable.bad``: a pageable 4-byte copy
-    blocks 0.45 ms a step, then 2 ms of Python; the busy-time share gave the sync 2.1 ms a
-    step, pinning the copy saved 0.42).
-    """
-    n = len(gaps)
-    f = np.zeros(n)
-    sync = is_sync_drained(gaps)
-    if not sync.any():
-        return f
-    order = np.lexsort((gaps["start"].to_numpy(), gaps["device"].to_numpy(),
-                        gaps["pid"].to_numpy()))
-    st = gaps["start"].to_numpy(np.int64)[order]
-    en = gaps["end"].to_numpy(np.int64)[order]
-    grp = gaps["pid"].to_numpy()[order].astype(np.int64) * 1_000_003 \
-        + gaps["device"].to_numpy()[order].astype(np.int64)
-    sy = sync[order]
-    d = np.maximum(en - st - queued_ns(gaps)[order], 1)   # the host's part of each gap
-    first = np.r_[True, grp[1:] != grp[:-1]]
-    between = np.where(first, 0, np.maximum(0, st - np.r_[en[:1], en[:-1]]))
-    cum = np.cumsum(between)                 # GPU busy between neighbouring gaps, running
-    group_start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    idx = np.flatnonzero(sy)
-    same = np.r_[False, grp[idx[1:]] == grp[idx[:-1]]]
-    ref = np.where(same, np.r_[0, idx[:-1]], group_start[idx])
-    base = cum[idx] - cum[ref]
-    # one sync episode can drain the queue twice (the copy, then the wait): what the
-    # previous sync gap left of its budget carries over, once
-    left = np.where(same, np.maximum(0, np.r_[0, base[:-1] - d[idx[:-1]]]), 0)
-    budget = np.zeros(n, np.int64)
-    budget[idx] = base + left
-    out = np.zeros(n)
-    out[order] = np.where(sy, np.minimum(1.0, budget / d), 0.0)
-    if blocked is not None:
-        _cap_by_blocked(gaps, out, blocked)
-    return out
-
-
-def _cap_by_blocked(gaps: pd.DataFrame, f: np.ndarray, blocked: dict) -> None:
-    """Scale each (pid, device)'s shares ``f`` (in place) so that the sync time they give
-    (host part of each drained gap x share, plus sync calls inside starved gaps) is at most
-    the time the device's launch threads were blocked in sync calls."""
-    host = np.maximum(gaps["duration"].to_numpy(np.int64) - queued_ns(gaps), 0)
-    in_calls = _col(gaps, "cpu_sync") - _col(gaps, "qcpu_sync")
-    drained = is_sync_drained(gaps)
-    for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=False).indices.items():
-        cap = int(blocked.get((int(pid), int(dev)), 0)) - int(in_calls[idx][~drained[idx]].sum())
-        given = float((host[idx] * f[idx]).sum())
-        if given > max(cap, 0):
-            f[idx] *= max(cap, 0) / given
-
-
-def decide(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
+def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
            exposed_comm_ns: int = 0, copy: dict | None = None, ctx: dict | None = None,
            extra_evidence: dict | None = None) -> dict:
     """{"bound", "summary", "evidence", "levers", "actions", "diagnostics", "what_if"}.
 
     ``parts``: ``cause_parts`` output; ``copy``: ``copies.copy_summary`` output;
     ``ctx``: what the trace already does (``context``), the busy-time levers and the step
-    figures -- the lever table (passes/levers.py) reads it. ``actions`` is the one ranked
+    figures -- the lever table (levers.py) reads it. ``actions`` is the one ranked
     to-do list (every offered lever with its saving); ``levers`` its texts, same order.
     """
     ev = dict(extra_evidence or {})

@@ -2,7 +2,7 @@
 
 * ``uses_cuda_graphs``: graph launches (``cudaGraphLaunch``, ``hipGraphLaunch``,
   ``cuGraphLaunch``) or graph-replay rows in the window;
-* ``training``: an optimizer step or backward work (``passes/program.py``: an inference
+* ``training``: an optimizer step or backward work (``verdict/program.py``: an inference
   trace gets no optimizer or micro-batch advice);
 * ``fused_optimizer``: the optimizer runs fused (``_fused_adam(w)``, ``_fused_sgd``, FusedAdam);
 * ``dataloader_workers``: the DataLoader iterator is the multi-process one
@@ -14,7 +14,7 @@
   (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``), so every allocation and free calls the driver.
 
 The program keys (framework, collectives, optimizer, compile, dtypes, ...) come from
-``passes/program.py``; docs/analysis.md lists every key with its evidence rule.
+``verdict/program.py``; docs/analysis.md lists every key with its evidence rule.
 """
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ import numpy as np
 import pandas as pd
 
 from .. import namerx
-from ._common import GRAPH_LAUNCH_RX, kind_in
+from ..passes import intervals
+from ..passes._common import GRAPH_LAUNCH_RX, kind_in
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
 MULTI_WORKER_RX = namerx.compile(r"_MultiProcessingDataLoaderIter")
 SINGLE_WORKER_RX = namerx.compile(r"_SingleProcessDataLoaderIter")
 HOST_DETAIL_KINDS = ("cpu_op", "python", "osrt")
-LOOK_BACK = 4000   # host rows scanned back from a sync call for its caller
 
 
 _names_of = names_of
@@ -110,27 +110,20 @@ def _innermost_ops(ev: pd.DataFrame, rows: np.ndarray) -> list[str]:
     m = kind_in(ev, ("cpu_op", "python"))
     if not m.any():
         return [""] * len(rows)
-    from .attribution import _thread_key
+    from ..passes.attribution import thread_key
 
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
     # one thread = (pid, tid): two processes may reuse a tid
-    thread = _thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    thread = thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
     ops = np.flatnonzero(m)
     out = []
     by_thread = {t: ops[thread[ops] == t] for t in np.unique(thread[rows])}
     for r in rows:
-        cover = _covering(ts, end, by_thread[thread[r]], r)   # nested: the last is innermost
+        # nested: the last is innermost
+        cover = intervals.covering(ts, end, by_thread[thread[r]], r)
         out.append(str(ev["name"].iat[cover[-1]]) if len(cover) else "")
     return out
-
-
-def _covering(ts: np.ndarray, end: np.ndarray, rows: np.ndarray, i: int) -> np.ndarray:
-    """Of ``rows`` (one thread's, ts-sorted), those that start by row i and end at or after
-    it, in start order; enclosing frames start shortly before, so LOOK_BACK rows suffice."""
-    k = int(np.searchsorted(ts[rows], ts[i], side="right"))
-    back = rows[max(0, k - LOOK_BACK):k]
-    return back[end[back] >= end[i]]
 
 
 def _has_non_step_ranges(ev: pd.DataFrame) -> bool:

@@ -1,7 +1,7 @@
 """Every bound the verdict can name, in one place: its title and what it means.
 
 The levers themselves -- text, cost, saving model and the evidence each needs -- are one
-table in passes/levers.py.
+table in verdict/levers.py.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ WHAT = {
 }
 
 # The lever lists by cause (and the variants the old fixed lists had), as the lever table
-# (passes/levers.py) offers them when the context is unknown or the variant's flag is set.
+# (levers.py) offers them when the context is unknown or the variant's flag is set.
 # The verdict itself asks the table with the trace's context; these serve readers of the
 # per-cause lists (multirank's straggler levers, tests).
 def _lists() -> dict[str, list[tuple[str, str]]]:
