@@ -283,6 +283,10 @@ def failure(runs: list[Run]) -> str:
     return next((r.err for r in runs if r is not None and not r.ok), "")
 
 
+def _cell(v, fmt) -> str:
+    return "—" if v is None else fmt(v) if _num(v) else str(v)
+
+
 def _num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -320,8 +324,7 @@ class Table:
     def add(self, label: str, values: dict, fmt=fmt_s) -> None:
         """``values``: side name -> number (None: failed / not measured)."""
         this = values.get("this")
-        cells = [fmt(values.get(s)) if isinstance(values.get(s), (int, float)) or
-                 values.get(s) is None else str(values[s]) for s in self.sides]
+        cells = [_cell(values.get(s), fmt) for s in self.sides]
         ratios = [fmt_ratio(values.get(s), this) if _num(values.get(s)) and _num(this) else "—"
                   for s in self.sides[1:]]
         self.rows.append([label, *cells, *ratios])
@@ -379,6 +382,18 @@ def parse_size(text: str) -> int:
 
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
+
+
+def first_module(*names: str):
+    """The first of ``names`` that imports: a side may be older or newer than a module's
+    move (e.g. ``traceread.batch`` -> ``traceread.jobs.batch``)."""
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if not name.startswith(str(e.name)):
+                raise
+    raise ModuleNotFoundError(f"none of {names}")
 
 
 def write_json(path: Path | None, data) -> None:
