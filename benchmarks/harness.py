@@ -302,6 +302,8 @@ def fmt_s(x) -> str:
 def fmt_mb(b) -> str:
     if not b:
         return "—"
+    if b < 1e6:
+        return f"{b / 1e3:,.0f} KB"
     return f"{b / 1e6:,.1f} MB" if b < 10e6 else f"{b / 1e6:,.0f} MB"
 
 

@@ -91,8 +91,8 @@ def same_json(cases, sides, runs) -> bool | None:
 
 def add_big_args(ap) -> None:
     ap.add_argument("traces", nargs="*", type=Path, help="traces to measure (.json or .json.gz)")
-    ap.add_argument("--size", help="also tile --src to this raw size under --workdir (e.g. 500MB); "
-                                   "the default without TRACE")
+    ap.add_argument("--size", help="also tile --src to these raw sizes under --workdir (e.g. "
+                                   "500MB or 50MB,2GB); 500MB is the default without TRACE")
     ap.add_argument("--src", type=Path, default=h.HTA_TRACE, help="real Kineto trace to tile")
     ap.add_argument("--inflated", action="store_true",
                     help="also measure a gunzipped copy of each .gz trace (the mmap path)")
@@ -193,19 +193,19 @@ def inputs(args) -> list[Path]:
     """Fills ``args.traces`` (tiled / inflated copies added); returns the files made here."""
     made: list[Path] = []
     if args.size or not args.traces:
-        size = args.size or "500MB"
         if not args.src.is_file():
             raise SystemExit(f"source trace {args.src} not found (pass TRACE or --src)")
         args.workdir.mkdir(parents=True, exist_ok=True)
-        path = args.workdir / f"big-{size}.json"
-        if not path.exists():
-            sys.path.insert(0, str(h.REPO / "scripts"))
-            from make_big_trace import make
+        for size in (args.size or "500MB").split(","):
+            path = args.workdir / f"big-{size}.json"
+            if not path.exists():
+                sys.path.insert(0, str(h.REPO / "scripts"))
+                from make_big_trace import make
 
-            h.say(f"making {path}")
-            make(args.src, h.parse_size(size), path, quiet=True)
-            made += [] if args.keep else [path]
-        args.traces.append(path)
+                h.say(f"making {path}")
+                make(args.src, h.parse_size(size), path, quiet=True)
+                made += [] if args.keep else [path]
+            args.traces.append(path)
     if args.inflated:
         for t in [t for t in args.traces if t.name.endswith(".gz")]:
             plain = args.workdir / t.name[:-3]
