@@ -36,7 +36,7 @@ def main(args) -> int:
         table.add(f"{label}: seconds", {"this": dt})
         table.add(f"{label}: MB/s inflated", {"this": n / 1e6 / dt}, lambda x: f"{x:,.0f}")
         lines.append(f"* {label}: {h.fmt_ratio(base, dt)} the stdlib's speed")
-    print(f"{args.file.name}: {args.file.stat().st_size / 1e6:,.0f} MB compressed\n")
+    print(f"{args.file.name}: {h.fmt_mb(args.file.stat().st_size)} compressed\n")
     print(table.markdown() + "\n\n" + "\n".join(lines))
     return 0
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from . import harness as h
 
+FIGURES = (("seconds", "wall"), ("cpu", "CPU"), ("peak_rss", "peak RSS"))
+
 
 def add_args(ap) -> None:
     ap.add_argument("trace", type=Path, help="TRACE.json or .json.gz")
@@ -50,14 +52,14 @@ def main(args) -> int:
     if o is None:
         raise SystemExit(f"orjson failed: {h.failure(runs[('orjson', 'this')])}")
     table = h.Table(sides)
-    for fig in ("seconds", "cpu", "peak_rss"):
+    for fig, name in FIGURES:
         fmt = h.fmt_mb if fig == "peak_rss" else h.fmt_s
-        table.add(f"orjson.loads: {fig}", {"this": o.result[fig]}, fmt)
-        table.add(f"traceread ingest: {fig}", {s.name: _fig(best[("ingest", s.name)], fig)
-                                               for s in sides}, fmt)
-    for fig in ("seconds", "cpu", "peak_rss"):
-        table.add(f"ingest / orjson: {fig}", {s.name: _ratio(best[("ingest", s.name)], o, fig)
-                                              for s in sides}, lambda x: f"{x:.2f}×")
+        table.add(f"orjson.loads: {name}", {"this": o.result[fig]}, fmt)
+        table.add(f"traceread ingest: {name}", {s.name: _fig(best[("ingest", s.name)], fig)
+                                                for s in sides}, fmt)
+    for fig, name in FIGURES:
+        table.add(f"ingest / orjson: {name}", {s.name: _ratio(best[("ingest", s.name)], o, fig)
+                                               for s in sides}, lambda x: f"{x:.2f}×")
     print(f"{args.trace} ({len(raw) / 2**20:.1f} MiB JSON, {o.result['rows']:,} events; "
           f"best of {args.repeat} x {args.inner}):\n\n{table.markdown()}\n")
     print(f"load average after: {h.load()} (wall times are only comparable on an idle machine)")

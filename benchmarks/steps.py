@@ -48,7 +48,7 @@ class Case:
         return env
 
     def label(self) -> str:
-        bits = [f"{self.workers} workers" if self.workers else "",
+        bits = [f"{self.workers} worker{'s' * (self.workers > 1)}" if self.workers else "",
                 {"python": "msgspec", "native": "native C"}.get(self.decoder, "")]
         bits = [b for b in bits if b]
         return self.step + (f" ({', '.join(bits)})" if bits else "")

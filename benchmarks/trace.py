@@ -182,9 +182,9 @@ def ratios(t: str, best: dict, fixed: dict, workers: list[int]) -> list[str]:
     w1 = min(workers)
     for w in workers:
         if w != w1:
-            out.append(f"* {w} workers vs {w1}: ingest "
+            out.append(f"* speed-up, {w} workers vs {w1}: ingest "
                        f"{h.fmt_ratio(fig('read', 'native', w1, 'seconds'), fig('read', 'native', w, 'seconds'))}"
-                       f" faster, analyze "
+                       f", analyze "
                        f"{h.fmt_ratio(fig('analyze', 'native', w1), fig('analyze', 'native', w))}")
     return out
 
