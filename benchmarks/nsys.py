@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from . import harness as h
-from .steps import Case, measure, rows
+from .steps import Case, rows
 
 BATCH = 1_000_000
 
