@@ -11,6 +11,7 @@ nulls and categorical dictionaries (order included).
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import hashlib
 import json
@@ -90,16 +91,30 @@ def compare(a: Path, b: Path) -> int:
     return 1 if bad else 0
 
 
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["--compare"]:
-        return compare(Path(argv[1]), Path(argv[2]))
-    max_bytes = int(argv[argv.index("--max-bytes") + 1]) if "--max-bytes" in argv else 60_000_000
-    rest = [a for i, a in enumerate(argv) if a != "--max-bytes" and (i == 0 or argv[i - 1] != "--max-bytes")]
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 2)[2],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out_dir", nargs="?", type=Path, metavar="OUT_DIR",
+                    help="folder to write one JSON record per trace into")
+    ap.add_argument("trace_dirs", nargs="*", type=Path, metavar="TRACE_DIR",
+                    help="folders of traces (default: the corpus and tests/fixtures)")
+    ap.add_argument("--max-bytes", type=int, default=60_000_000,
+                    help="skip corpus traces above this size (default 60000000)")
+    ap.add_argument("--compare", nargs=2, type=Path, metavar=("DIR_A", "DIR_B"),
+                    help="compare two dumps instead; exit 1 if any trace differs")
+    args = ap.parse_args(argv)
+    if args.compare:
+        if args.out_dir:
+            ap.error("--compare takes no OUT_DIR")
+        return compare(*args.compare)
+    if args.out_dir is None:
+        ap.error("OUT_DIR is required (or --compare DIR_A DIR_B)")
     corpus = next((c / "shared" / "corpus" for c in ROOT.parents
                    if (c / "shared" / "corpus" / "MANIFEST.tsv").exists()), ROOT)
-    dirs = [Path(d).resolve() for d in rest[1:]] or [corpus, ROOT / "tests" / "fixtures"]
-    return dump(Path(rest[0]), [d for d in dirs if d.exists()], max_bytes)
+    dirs = [d.resolve() for d in args.trace_dirs] or [corpus, ROOT / "tests" / "fixtures"]
+    return dump(args.out_dir, [d for d in dirs if d.exists()], args.max_bytes)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

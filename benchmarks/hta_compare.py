@@ -1,16 +1,17 @@
-#!/usr/bin/env python
-"""traceread vs Meta's HolisticTraceAnalysis (HTA) on HTA's own test traces.
+"""``hta-compare``: traceread vs Meta's HolisticTraceAnalysis (HTA) on HTA's own test traces.
 
 Prints, per trace and rank, HTA's communication/computation overlap, its
 temporal idle time and its per-stream idle time next to traceread's, plus
 traceread recomputed on HTA's event window (to show where the numbers part).
 Differences are explained in docs/hta-comparison.md.
 
-HTA runs in its own virtualenv (it pins its own pandas); set HTA_PYTHON to
-its interpreter (default /tmp/hta-venv/bin/python):
+It measures figures, not time. HTA runs in its own virtualenv (it pins its own
+pandas); ``--hta-python`` (or $HTA_PYTHON) is its interpreter:
 
     python -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install HolisticTraceAnalysis
-    python scripts/compare_hta.py
+    python -m benchmarks hta-compare
+
+traceread runs in this process, from this checkout's ``src``.
 """
 from __future__ import annotations
 
@@ -21,17 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+from .harness import CORPUS, SRC
 
-import traceread
-from traceread.passes import intervals
-from traceread.passes.gaps import gpu_gaps
-from traceread.passes.nccl import comm_mask, comm_overlap
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "corpus" / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
-TRACELENS = ROOT.parent / "shared" / "corpus" / "AMD-AGI__TraceLens" / "tests" / "traces"
+DATA = CORPUS / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
+TRACELENS = CORPUS / "AMD-AGI__TraceLens" / "tests" / "traces"
 SETS = {
     "sampled rank-0/1": [DATA / "timeline_analysis" / "sampled_rank-0.json.gz",
                          DATA / "trace_filter" / "sampled_rank-1.json.gz"],
@@ -62,8 +56,7 @@ print(json.dumps(out))
 """
 
 
-def run_hta(files: list[Path]) -> dict | str:
-    py = os.environ.get("HTA_PYTHON", "/tmp/hta-venv/bin/python")
+def run_hta(files: list[Path], py: str) -> dict | str:
     if not Path(py).exists():
         return f"HTA interpreter {py} not found"
     with tempfile.TemporaryDirectory() as d:
@@ -75,7 +68,7 @@ def run_hta(files: list[Path]) -> dict | str:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def hta_window(ev: pd.DataFrame, include_last: bool = False) -> pd.DataFrame:
+def hta_window(ev, include_last: bool = False):
     """The kernels HTA keeps: launched (by correlation) from a runtime call that starts
     before the last ProfilerStep (or inside it with include_last)."""
     steps = ev[ev["name"].astype(str).str.match(r"ProfilerStep#\d+$")]
@@ -89,9 +82,11 @@ def hta_window(ev: pd.DataFrame, include_last: bool = False) -> pd.DataFrame:
     return ev[~gpu | keep_gpu]
 
 
-def hta_round(ev: pd.DataFrame) -> pd.DataFrame:
+def hta_round(ev):
     """HTA's ``round_down_time_stamps`` on ns-resolution traces: start rounded *up*,
     end rounded *down* to whole µs (every event shrinks by up to 2 µs)."""
+    import numpy as np
+
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
     t2 = -((-ts) // 1000) * 1000
@@ -99,8 +94,12 @@ def hta_round(ev: pd.DataFrame) -> pd.DataFrame:
     return ev.assign(ts=t2, dur=np.maximum(e2 - t2, 0))
 
 
-def stream_idle(ev: pd.DataFrame) -> dict[str, int]:
+def stream_idle(ev) -> dict[str, int]:
     """Per stream: holes between its first and last GPU op (union based), ns."""
+    import numpy as np
+
+    from traceread.passes import intervals
+
     ops = ev[ev["kind"].isin(("kernel", "memcpy", "memset"))]
     out = {}
     for s, g in ops.groupby("stream", sort=True):
@@ -111,6 +110,10 @@ def stream_idle(ev: pd.DataFrame) -> dict[str, int]:
 
 
 def ours(path: Path) -> dict:
+    import traceread
+    from traceread.passes.gaps import gpu_gaps
+    from traceread.passes.nccl import comm_mask, comm_overlap
+
     tr = traceread.load(str(path))
     ev = tr.events
     res = {"rank": tr.meta.rank}
@@ -137,14 +140,20 @@ def ours(path: Path) -> dict:
     return res
 
 
-def main() -> int:
+def add_args(ap) -> None:
+    ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/tmp/hta-venv/bin/python"),
+                    help="interpreter of a venv with HolisticTraceAnalysis installed")
+
+
+def main(args) -> int:
+    sys.path.insert(0, str(SRC))  # traceread of this checkout, in this process
     for label, files in SETS.items():
         files = [f for f in files if f.exists()]
         if not files:
             print(f"== {label}: not in the corpus, skipped")
             continue
         print(f"== {label}")
-        hta = run_hta(files)
+        hta = run_hta(files, args.hta_python)
         if isinstance(hta, str):
             print("   " + hta)
         for f in files:
@@ -175,6 +184,3 @@ def main() -> int:
                 print(f"    traceread overlap {o['overlap']:.2f} %, idle {o['idle_ns']/1e6:.3f} ms")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

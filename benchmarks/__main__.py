@@ -1,0 +1,49 @@
+"""``python -m benchmarks SUBCOMMAND ...`` from the repository root (see README.md here)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand: (module, its add-arguments function, its main function, one line)
+COMMANDS = {
+    "trace": ("trace", "add_trace_args", "trace_main",
+              "steps of reading / analysing traces (read, analyze, passes, decode, stages) vs baselines"),
+    "big": ("trace", "add_big_args", "big_main",
+            "one big trace: orjson, HTA, both decoders, stages, the worker curve"),
+    "side": ("side", "add_args", "main", "CPU of each side pass, and analyze end to end"),
+    "startup": ("startup", "add_args", "main", "--help / --version and analyze of small traces"),
+    "ingest": ("ingest", "add_args", "main", "Kineto ingest vs orjson.loads of the same bytes"),
+    "inflate": ("inflate", "add_args", "main", "gzip inflaters vs the stdlib's"),
+    "render": ("render", "add_args", "main", "HTML report and Perfetto overlay vs the analysis"),
+    "kernels": ("kernels", "add_args", "main", "kernel_summary vs a pandas groupby"),
+    "nsys": ("nsys", "add_args", "main",
+             "nsys reader on a big synthetic export: time, peak RSS, vs pandas read_sql"),
+    "batch": ("batch", "add_args", "main", "batch analysis of a corpus, 1 worker vs N"),
+    "multirank": ("multirank", "add_args", "main", "multi-rank job time and memory vs rank count"),
+    "cache-hash": ("cache_hash", "add_args", "main", "a full content hash vs a cache hit"),
+    "hta-compare": ("hta_compare", "add_args", "main",
+                    "figures of HTA vs traceread on HTA's own test traces (no timing)"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+    for name, (module, add, fn, line) in COMMANDS.items():
+        mod = importlib.import_module(f"benchmarks.{module}")
+        p = sub.add_parser(name, help=line, description=mod.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        getattr(mod, add)(p)
+        p.set_defaults(_main=(module, fn))
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    module, fn = args._main
+    return getattr(importlib.import_module(f"benchmarks.{module}"), fn)(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
