@@ -93,7 +93,7 @@ def write_overlay(a, path: str, waits: pd.DataFrame | None = None) -> int:
 
 @contextmanager
 def _open_out(tmp: str, target: str):
-    """gzip level 3 for .gz (1 GB trace: 13 s, 65 MB; level 9: 97 s, 44 MB; bench_render.py).
+    """gzip level 3 for .gz (1 GB trace: 13 s, 65 MB; level 9: 97 s, 44 MB; python -m benchmarks render).
 
     The gzip header names ``target``, not the temporary file being written."""
     with open(tmp, "wb") as raw:
