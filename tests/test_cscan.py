@@ -328,6 +328,31 @@ def test_random_corruption_never_crashes_or_differs():
     assert seen == {"native", "declined"}
 
 
+# The scanner reads `"key": value` / `"key":value` and a value's ',' / '}' with
+# byte compares, every other spacing through the whitespace masks: all must agree.
+COLON_GAPS = [":", ": ", " :", " : ", ":  ", ":\n", ":\t", ":\r\n   ", "\n:\n"]
+
+
+@native
+@pytest.mark.parametrize("colon", COLON_GAPS, ids=repr)
+@pytest.mark.parametrize("comma", [",", ", ", " ,", ",\n  ", "\t,\t"], ids=repr)
+def test_any_spacing_around_colons_and_commas_is_equal(colon, comma):
+    events = [json.loads(e) for e in ACCEPTED if '"ph":"s"' not in e]
+    buf = json.dumps(events, separators=(comma, colon), ensure_ascii=False).encode()
+    assert compare(buf) == "native"
+    assert compare(buf, exact=True) == "native"
+
+
+@native
+@pytest.mark.parametrize("colon", [":", ": ", " : "], ids=repr)
+def test_truncation_next_to_a_colon_is_declined(colon):
+    ev = '{"ph"%s"X","name"%s"a","ts"%s1,"args"%s{"External id"%s7}}' % ((colon,) * 5)
+    buf = ("[" + ev + "]").encode()
+    assert compare(buf) == "native"
+    for i in range(len(buf)):
+        assert compare(buf[:i]) == "declined", buf[:i]
+
+
 @native
 def test_scan_takes_any_buffer_and_rejects_non_buffers():
     assert _native._cscan.scan(memoryview(b"[]"), False)[0] == 0
