@@ -10,11 +10,23 @@
  * strings are then skipped with a shift and a count of trailing zeros of a
  * register -- no load of the bytes and no compare on the critical path from
  * one token to the next, which is what bounds a token-at-a-time scanner. */
+/* The keys of the last object read at one level (events, args), in order:
+ * events of one kind repeat their keys, so the next object's i-th key is
+ * first compared with the last one's (its bytes, still in the buffer, were
+ * validated then) -- a compare in place of a string scan and a lookup. */
+#define MEMO_N 24
+typedef struct {
+    const unsigned char *s[MEMO_N];
+    Py_ssize_t len[MEMO_N];
+    int id[MEMO_N];
+} Memo;
+
 typedef struct {
     const unsigned char *p, *end;
     const unsigned char *base;
     uint64_t ws, stop, quote; /* past `end`: not whitespace, a stop, not a quote */
     Buf scratch; /* decoded escaped strings */
+    Memo memo[2]; /* 0: event keys, 1: args keys */
 } P;
 
 /* The per-token scanners are forced inline: ~10% of the scan time was calls. */
@@ -483,19 +495,35 @@ HOT int arg_key(const unsigned char *k, Py_ssize_t n)
 static int scan_object(P *p, Tok *toks, int (*lookup)(const unsigned char *, Py_ssize_t),
                        int args_key, Tok *argtoks, uint64_t *set, uint64_t *argset)
 {
+    Memo *memo = &p->memo[args_key < 0];
     p->p++;
     skip_ws(p);
     if (peek(p) == '}') {
         p->p++;
         return OK;
     }
-    for (;;) {
-        Tok key;
-        if (peek(p) != '"' || scan_string(p, &key) < 0 || key.esc)
-            return BAD;
+    for (int i = 0;; i++) {
+        int k;
+        const unsigned char *q = p->p;
+        Py_ssize_t n = i < MEMO_N ? memo->len[i] : -1;
+        if (n >= 0 && memo->s[i] && p->end - q > n + 1 && q[0] == '"' && q[n + 1] == '"' &&
+            same_bytes((const char *)memo->s[i], q + 1, n)) {
+            k = memo->id[i]; /* the same key as the last object's i-th */
+            p->p = q + n + 2;
+        }
+        else {
+            Tok key;
+            if (peek(p) != '"' || scan_string(p, &key) < 0 || key.esc)
+                return BAD;
+            k = lookup(key.s, key.len);
+            if (i < MEMO_N) {
+                memo->s[i] = key.s;
+                memo->len[i] = key.len;
+                memo->id[i] = k;
+            }
+        }
         if (skip_colon(p) < 0)
             return BAD;
-        int k = lookup(key.s, key.len);
         if (k < 0) {
             if (skip_value(p) < 0)
                 return BAD;
