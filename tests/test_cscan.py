@@ -328,6 +328,56 @@ def test_random_corruption_never_crashes_or_differs():
     assert seen == {"native", "declined"}
 
 
+# The scanner reads `"key": value` / `"key":value` and a value's ',' / '}' with
+# byte compares, every other spacing through the whitespace masks: all must agree.
+COLON_GAPS = [":", ": ", " :", " : ", ":  ", ":\n", ":\t", ":\r\n   ", "\n:\n"]
+
+
+@native
+@pytest.mark.parametrize("colon", COLON_GAPS, ids=repr)
+@pytest.mark.parametrize("comma", [",", ", ", " ,", ",\n  ", "\t,\t"], ids=repr)
+def test_any_spacing_around_colons_and_commas_is_equal(colon, comma):
+    events = [json.loads(e) for e in ACCEPTED if '"ph":"s"' not in e]
+    buf = json.dumps(events, separators=(comma, colon), ensure_ascii=False).encode()
+    assert compare(buf) == "native"
+    assert compare(buf, exact=True) == "native"
+
+
+@native
+@pytest.mark.parametrize("colon", [":", ": ", " : "], ids=repr)
+def test_truncation_next_to_a_colon_is_declined(colon):
+    ev = '{"ph"%s"X","name"%s"a","ts"%s1,"args"%s{"External id"%s7}}' % ((colon,) * 5)
+    buf = ("[" + ev + "]").encode()
+    assert compare(buf) == "native"
+    for i in range(len(buf)):
+        assert compare(buf[:i]) == "declined", buf[:i]
+
+
+@native
+def test_corrupted_repeats_of_one_event_never_differ():
+    """Keys are first compared with the previous object's: a key that differs from it
+    by one byte, a quote or an escape must take the full scan (or decline)."""
+    ev = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 8, "ts": 10.5,
+          "dur": 2, "args": {"External id": 3, "Ev Idx": 1, "kind": "k", "": 0}}
+    base = json.dumps([ev] * 6, indent=1).encode()
+    assert compare(base) == "native"
+    rng = random.Random(24)
+    second = base.index(b'"ph"', 10)
+    seen = set()
+    for _ in range(1500):
+        b = bytearray(base)
+        i = rng.randrange(second, len(b))
+        op = rng.random()
+        if op < 0.5:
+            b[i] = rng.choice(b'"\\:x \x01\xc3{}')
+        elif op < 0.75:
+            b[i:i] = bytes([rng.choice(b'"\\a: ')])
+        else:
+            del b[i]
+        seen.add(compare(bytes(b)))
+    assert seen == {"native", "declined"}
+
+
 @native
 def test_scan_takes_any_buffer_and_rejects_non_buffers():
     assert _native._cscan.scan(memoryview(b"[]"), False)[0] == 0

@@ -82,6 +82,25 @@ static int intern_grow(Interner *t)
     return 0;
 }
 
+/* a[0..n) == b[0..n): names are mostly 8-32 bytes, compared inline in words */
+static inline int same_bytes(const char *a, const unsigned char *b, Py_ssize_t n)
+{
+    uint64_t x, y;
+    while (n >= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+        a += 8;
+        b += 8;
+        n -= 8;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((unsigned char)a[i] != b[i])
+            return 0;
+    return 1;
+}
+
 /* Slot.code holds code + 1 (0 = empty). Returns the code, -1 on a Python error,
  * -2 when the bytes are not valid UTF-8 (hand the chunk to Python). */
 static int32_t intern(Interner *t, const unsigned char *s, Py_ssize_t n, int *is_new)
@@ -92,7 +111,7 @@ static int32_t intern(Interner *t, const unsigned char *s, Py_ssize_t n, int *is
     while (t->slots[j].code != 0) {
         Slot *sl = &t->slots[j];
         if (sl->hash == h && sl->len == n &&
-            (n == 0 || memcmp(t->arena.data + sl->off, s, (size_t)n) == 0))
+            same_bytes(t->arena.data + sl->off, s, n))
             return sl->code - 1;
         j = (j + 1) & t->mask;
     }

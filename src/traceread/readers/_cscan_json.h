@@ -10,11 +10,23 @@
  * strings are then skipped with a shift and a count of trailing zeros of a
  * register -- no load of the bytes and no compare on the critical path from
  * one token to the next, which is what bounds a token-at-a-time scanner. */
+/* The keys of the last object read at one level (events, args), in order:
+ * events of one kind repeat their keys, so the next object's i-th key is
+ * first compared with the last one's (its bytes, still in the buffer, were
+ * validated then) -- a compare in place of a string scan and a lookup. */
+#define MEMO_N 24
+typedef struct {
+    const unsigned char *s[MEMO_N];
+    Py_ssize_t len[MEMO_N];
+    int id[MEMO_N];
+} Memo;
+
 typedef struct {
     const unsigned char *p, *end;
     const unsigned char *base;
     uint64_t ws, stop, quote; /* past `end`: not whitespace, a stop, not a quote */
     Buf scratch; /* decoded escaped strings */
+    Memo memo[2]; /* 0: event keys, 1: args keys */
 } P;
 
 /* The per-token scanners are forced inline: ~10% of the scan time was calls. */
@@ -100,6 +112,8 @@ static inline unsigned window(P *p, const unsigned char *q)
 
 static inline void skip_ws(P *p)
 {
+    if (p->p < p->end && !WS[*p->p])
+        return; /* no gap (a value's ',', '}'): no mask work */
     for (;;) {
         unsigned off = window(p, p->p);
         uint64_t m = ~p->ws >> off;
@@ -112,6 +126,30 @@ static inline void skip_ws(P *p)
 }
 
 static inline int peek(P *p) { return p->p < p->end ? *p->p : -1; }
+
+/* After a key: the ':' and the whitespace around it. `"key": value` and
+ * `"key":value` (Kineto's and the compact layout) are read with two byte
+ * compares instead of two mask skips; anything else takes the general path. */
+HOT int skip_colon(P *p)
+{
+    const unsigned char *q = p->p;
+    if (p->end - q > 2 && q[0] == ':') {
+        if (!WS[q[1]]) {
+            p->p = q + 1;
+            return OK;
+        }
+        if (q[1] == ' ' && !WS[q[2]]) {
+            p->p = q + 2;
+            return OK;
+        }
+    }
+    skip_ws(p);
+    if (peek(p) != ':')
+        return BAD;
+    p->p++;
+    skip_ws(p);
+    return OK;
+}
 
 static int hexval(int c)
 {
@@ -191,6 +229,28 @@ HOT int scan_string(P *p, Tok *t)
     return OK;
 }
 
+/* The run of ASCII digits from s: eight bytes per step where eight are left
+ * (byte b is a digit iff its high nibble is 3 before and after adding 6; a
+ * carry out of a byte >= 0xFA only reaches later bytes, past the first
+ * non-digit that the lowest set bit finds), one at a time near the end. */
+HOT const unsigned char *skip_digits(const unsigned char *s, const unsigned char *end)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t hi = 0xF0F0F0F0F0F0F0F0ULL, three = 0x3030303030303030ULL;
+    while (end - s >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        uint64_t other = ((w & hi) ^ three) | (((w + 0x0606060606060606ULL) & hi) ^ three);
+        if (other)
+            return s + (__builtin_ctzll(other) >> 3);
+        s += 8;
+    }
+#endif
+    while (s < end && *s >= '0' && *s <= '9')
+        s++;
+    return s;
+}
+
 /* p at '-' or a digit: JSON number grammar, strict. */
 HOT int scan_number(P *p, Tok *t)
 {
@@ -203,8 +263,7 @@ HOT int scan_number(P *p, Tok *t)
     if (*s == '0')
         s++;
     else if (*s >= '1' && *s <= '9')
-        while (s < end && *s >= '0' && *s <= '9')
-            s++;
+        s = skip_digits(s + 1, end);
     else
         return BAD;
     if (s < end && *s == '.') {
@@ -212,8 +271,7 @@ HOT int scan_number(P *p, Tok *t)
         s++;
         if (s >= end || !(*s >= '0' && *s <= '9'))
             return BAD;
-        while (s < end && *s >= '0' && *s <= '9')
-            s++;
+        s = skip_digits(s + 1, end);
     }
     if (s < end && (*s == 'e' || *s == 'E')) {
         is_float = has_exp = 1;
@@ -314,13 +372,8 @@ after:
     }
     return BAD;
 key:
-    if (peek(p) != '"' || scan_string(p, NULL) < 0)
+    if (peek(p) != '"' || scan_string(p, NULL) < 0 || skip_colon(p) < 0)
         return BAD;
-    skip_ws(p);
-    if (peek(p) != ':')
-        return BAD;
-    p->p++;
-    skip_ws(p);
     goto value;
 }
 
@@ -442,22 +495,35 @@ HOT int arg_key(const unsigned char *k, Py_ssize_t n)
 static int scan_object(P *p, Tok *toks, int (*lookup)(const unsigned char *, Py_ssize_t),
                        int args_key, Tok *argtoks, uint64_t *set, uint64_t *argset)
 {
+    Memo *memo = &p->memo[args_key < 0];
     p->p++;
     skip_ws(p);
     if (peek(p) == '}') {
         p->p++;
         return OK;
     }
-    for (;;) {
-        Tok key;
-        if (peek(p) != '"' || scan_string(p, &key) < 0 || key.esc)
+    for (int i = 0;; i++) {
+        int k;
+        const unsigned char *q = p->p;
+        Py_ssize_t n = i < MEMO_N ? memo->len[i] : -1;
+        if (n >= 0 && memo->s[i] && p->end - q > n + 1 && q[0] == '"' && q[n + 1] == '"' &&
+            same_bytes((const char *)memo->s[i], q + 1, n)) {
+            k = memo->id[i]; /* the same key as the last object's i-th */
+            p->p = q + n + 2;
+        }
+        else {
+            Tok key;
+            if (peek(p) != '"' || scan_string(p, &key) < 0 || key.esc)
+                return BAD;
+            k = lookup(key.s, key.len);
+            if (i < MEMO_N) {
+                memo->s[i] = key.s;
+                memo->len[i] = key.len;
+                memo->id[i] = k;
+            }
+        }
+        if (skip_colon(p) < 0)
             return BAD;
-        skip_ws(p);
-        if (peek(p) != ':')
-            return BAD;
-        p->p++;
-        skip_ws(p);
-        int k = lookup(key.s, key.len);
         if (k < 0) {
             if (skip_value(p) < 0)
                 return BAD;
