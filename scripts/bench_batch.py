@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from traceread import batch
+from traceread.jobs import batch
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 

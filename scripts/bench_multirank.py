@@ -4,7 +4,7 @@
 
 For each rank count N: writes a planted job (``synth.multirank``: no sequence numbers,
 clock offsets of +-12 ms, rank N//2 late by 3 ms, ``--filler`` extra host ops per step
-to grow the traces) and runs ``traceread.batch.run`` on it in a fresh subprocess with
+to grow the traces) and runs ``traceread.jobs.batch.run`` on it in a fresh subprocess with
 one worker, so the peak RSS is that run's alone. Prints per N: trace bytes, total
 seconds, seconds in the cross-rank pass, peak RSS, the size of what is kept per rank
 (pickled ``RankInput``), and the ratios of time per rank and of peak RSS against the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 CHILD = r"""
 import json, pickle, resource, sys, time
-from traceread import batch, multirank
+from traceread.jobs import batch, multirank
 t0 = time.perf_counter()
 results = batch.run_local(batch.discover(sys.argv[1])[0], jobs=1)
 t1 = time.perf_counter()

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import traceread
-from traceread import batch
+from traceread.jobs import batch
 from traceread.cli import main
 from traceread.synth.multirank import JobSpec, write_job
 
@@ -130,7 +130,7 @@ def test_fsspec_url(ok_dir):
 
 
 def test_no_dask_without_scheduler(ok_dir):
-    code = ("import sys, traceread.batch as b, traceread.cli; b.run(sys.argv[1], jobs=2); "
+    code = ("import sys, traceread.jobs.batch as b, traceread.cli; b.run(sys.argv[1], jobs=2); "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code, str(ok_dir)], check=True, timeout=120)

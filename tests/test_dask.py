@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from traceread import batch
+from traceread.jobs import batch
 from traceread.cli import main
 from traceread.synth.multirank import JobSpec, write_job
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceread import multirank as mr
+from traceread.jobs import multirank as mr
 from traceread.synth.multirank import JobSpec, make_job
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import traceread
-from traceread import multirank as mr
+from traceread.jobs import multirank as mr
 from traceread.passes import intervals
 
 GLOO = Path(__file__).resolve().parent / "fixtures" / "gloo"
@@ -186,7 +186,7 @@ def test_record_gloo_4_ranks_live(tmp_path):
 def test_gloo_batch_jobs_parquet(tmp_path):
     import pandas as pd
 
-    from traceread import batch
+    from traceread.jobs import batch
 
     src = tmp_path / "in"
     for f in GLOO.glob("ddp*/rank-*.json.gz"):   # not truth.json: JSON, so a candidate that fails
@@ -275,7 +275,7 @@ def test_ranks_of_one_host_are_never_shifted(job):
 
 
 def test_generic_host_names_prove_no_shared_clock():
-    from traceread.multirank.inputs import clock_domain
+    from traceread.jobs.multirank.inputs import clock_domain
 
     assert clock_domain({"host_name": "vm"}) == "host:vm"
     assert clock_domain({"host_name": "localhost"}) == clock_domain({}) == ""

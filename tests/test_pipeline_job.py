@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 import traceread
-from traceread import multirank as mr
-from traceread.multirank import groups
-from traceread.multirank.inputs import RankInput
+from traceread.jobs import multirank as mr
+from traceread.jobs.multirank import groups
+from traceread.jobs.multirank.inputs import RankInput
 from traceread.passes.parallelism import parallelism
 
 GLOO = Path(__file__).resolve().parent / "fixtures" / "gloo"

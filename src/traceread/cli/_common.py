@@ -41,12 +41,12 @@ def load_trace(path: str) -> Trace:
         warn(f"{path}: {foreign_note(foreign)}")
     odd = trace.meta.extra.get("impossible")
     if odd:
-        from ..validate import describe
+        from ..readers.validate import describe
 
         warn(f"{path}: impossible events: {describe(odd)}")
     apart = trace.meta.extra.get("processes_apart")
     if apart:
-        from ..validate import apart_note
+        from ..readers.validate import apart_note
 
         warn(f"{path}: {apart_note(apart)}")
     return trace

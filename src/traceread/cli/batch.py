@@ -39,7 +39,7 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .. import batch as b
+    from ..jobs import batch as b
 
     if scheduler:
         _need_dask(scheduler)
@@ -103,7 +103,7 @@ def _need_dask(scheduler: str) -> None:
 
 
 def render_summary(res, out: str) -> str:
-    from ..multirank import render_text
+    from ..render.cross_rank import render_text
 
     s = res.summary
     ok = s[s["error"].isna()]

@@ -24,9 +24,10 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .detect import TRACE_SUFFIXES, is_trace_candidate, looks_like_trace
-from .errors import TraceError
-from .outputs import Staging, fresh_file, make_dir, same_file
+from ..errors import TraceError
+from ..outputs import Staging, fresh_file, make_dir, same_file
+from .discover import discover, is_url
+from .figures import figures_table, promised_saving
 
 SUMMARY_COLUMNS = [
     "file", "trace_id", "format", "rank", "world_size", "job", "events", "steps", "step_mean_ms",
@@ -34,56 +35,9 @@ SUMMARY_COLUMNS = [
     "recompiles", "verdict", "error", "seconds", "truncated_at_byte",
 ]
 # Per-trace tables written to the partitioned dataset (Analysis attribute, "collectives",
-# or "figures": the one row ``traceread diff`` compares, see tracediff.figures).
+# or "figures": the one row ``traceread diff`` compares, see jobs/figures.py).
 TABLES = ("steps", "gaps", "kernels", "kernel_classes", "collectives", "devices", "top_ops",
           "figures")
-
-
-# ----------------------------------------------------------------------------- discovery
-
-def is_url(path: str | os.PathLike) -> bool:
-    return "://" in str(path)
-
-
-def discover(root: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """Candidate trace files under ``root`` (recursively) and the files skipped.
-
-    A file is a candidate when its first bytes are JSON, gzip or SQLite, or when its
-    name looks like a trace (then a non-trace is reported as an error, not lost).
-    ``root`` may be a single file. Sorted, deterministic.
-    """
-    if is_url(root):
-        return _discover_url(str(root))
-    root = Path(root)
-    if not root.exists():
-        raise TraceError(root, "no such file or directory")
-    if not root.is_dir():
-        return [str(root)], []  # one file; a FIFO or device is refused by the worker
-    found, skipped = [], []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            p = os.path.join(dirpath, name)
-            if is_trace_candidate(p, name):
-                found.append(p)
-            else:
-                skipped.append(p)
-    return found, skipped
-
-
-def _discover_url(url: str) -> tuple[list[str], list[str]]:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(url)
-    protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
-    paths = [root] if fs.isfile(root) else sorted(fs.find(root))
-    found, skipped = [], []
-    for p in paths:
-        with fs.open(p, "rb") as f:
-            head = f.read(64)
-        full = p if "://" in p else f"{protocol}://{p}"
-        (found if looks_like_trace(head) or p.lower().endswith(TRACE_SUFFIXES) else skipped).append(full)
-    return found, skipped
 
 
 def _size(path: str) -> int:
@@ -107,7 +61,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     rank_input = verdict = None
     try:
         with _local_copy(path) as local:
-            from .readers import read
+            from ..readers import read
 
             trace = read(local)
             trace.meta.path = str(path)
@@ -116,13 +70,13 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         cut = trace.meta.extra.get("truncated")  # a file cut short: analysed up to the cut
         if cut:
             row["truncated_at_byte"] = int(cut["truncated_at_byte"])
-        from .analysis import analyze
+        from ..analysis import analyze
 
         a = analyze(trace, step_pattern=step_pattern)
         row.update(summary_fields(a))
         verdict = a.verdict  # the job may adjust it (multirank.adjust_rank_verdicts)
         from . import multirank
-        from .passes.nccl import collective_instances
+        from ..passes.nccl import collective_instances
 
         coll = collective_instances(trace.events)
         rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a))
@@ -143,20 +97,6 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     return {"row": row, "tables": tables if row["error"] is None else {},
             "rank_input": rank_input if row["error"] is None else None,
             "verdict": verdict if row["error"] is None else None}
-
-
-def figures_table(a) -> pd.DataFrame:
-    """``tracediff.figures`` of one analysis as a one-row table (idle by cause as
-    ``idle_<category>`` columns): what ``traceread diff`` reads from a batch output."""
-    from .tracediff import figures
-
-    f = figures(a)
-    row = {k: v for k, v in f.items() if k != "idle_by_cpu"}
-    row.update({f"idle_{c}": v for c, v in f["idle_by_cpu"].items()})
-    df = pd.DataFrame([row])
-    for c in ("step_mean_ns", "step_median_ns", "promised_saving_ns"):
-        df[c] = df[c].astype("Int64")
-    return df
 
 
 class _local_copy:
@@ -239,7 +179,7 @@ def memory_limit(path: str) -> int:
 
 def _raw_size(path: str) -> int:
     try:
-        from .readers.stream import estimated_raw_size
+        from ..readers.stream import estimated_raw_size
 
         return estimated_raw_size(path) if not is_url(path) else 0
     except (OSError, TraceError):
@@ -292,7 +232,7 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
     # forkserver: no fork of a threaded parent (progress bar, notebooks); the preload
     # makes each worker start with pandas/pyarrow/traceread already imported.
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["traceread.batch", "traceread.analysis", "traceread.readers.kineto"])
+    ctx.set_forkserver_preload(["traceread.jobs.batch", "traceread.analysis", "traceread.readers.kineto"])
     pool = _Workers(ctx, max(1, jobs), step_pattern)
     for i, res in pool.run([(i, paths[i]) for i in order]):
         results[i] = res
@@ -550,8 +490,6 @@ def _job_verdicts(summary: pd.DataFrame, results: list[dict], jobs: list) -> Non
 
 def _job_figures(result: dict, verdict: dict) -> None:
     """A job member's ``figures`` carry its job-adjusted verdict, as its summary row does."""
-    from .tracediff import promised_saving
-
     fig = result["tables"].get("figures")
     if fig is None or not len(fig):
         return
