@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from traceread.jobs import batch
+from traceread.jobs.discover import discover
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
@@ -24,7 +25,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0, help="only the first K files (0: all)")
     args = ap.parse_args()
-    paths, skipped = batch.discover(args.corpus)
+    paths, skipped = discover(args.corpus)
     if args.limit:
         paths = paths[:args.limit]
     size = sum(os.path.getsize(p) for p in paths)

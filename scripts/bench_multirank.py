@@ -25,8 +25,9 @@ from pathlib import Path
 CHILD = r"""
 import json, pickle, resource, sys, time
 from traceread.jobs import batch, multirank
+from traceread.jobs.discover import discover
 t0 = time.perf_counter()
-results = batch.run_local(batch.discover(sys.argv[1])[0], jobs=1)
+results = batch.run_local(discover(sys.argv[1])[0], jobs=1)
 t1 = time.perf_counter()
 inputs = [r["rank_input"] for r in results if r["rank_input"] is not None]
 jobs = multirank.analyze_inputs(inputs)

@@ -405,16 +405,16 @@ def test_batch_rerun_into_same_out_dir(tmp_path):
 def test_batch_partial_summary_grows_per_file(tmp_path):
     import csv
 
-    from traceread.jobs import batch
+    from traceread.jobs import batch, output
 
     d = _batch_dir(tmp_path, 3)
     out = tmp_path / "out"
-    partial = batch.PartialSummary(out)
+    partial = output.PartialSummary(out)
     seen = []
 
     def add(res):
         partial.add(res)
-        with open(out / batch.PARTIAL_SUMMARY) as f:
+        with open(out / output.PARTIAL_SUMMARY) as f:
             seen.append(len(list(csv.reader(f))) - 1)
 
     batch.run(d, jobs=1, on_result=add)

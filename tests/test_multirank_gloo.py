@@ -186,7 +186,7 @@ def test_record_gloo_4_ranks_live(tmp_path):
 def test_gloo_batch_jobs_parquet(tmp_path):
     import pandas as pd
 
-    from traceread.jobs import batch
+    from traceread.jobs import batch, output
 
     src = tmp_path / "in"
     for f in GLOO.glob("ddp*/rank-*.json.gz"):   # not truth.json: JSON, so a candidate that fails
@@ -194,7 +194,7 @@ def test_gloo_batch_jobs_parquet(tmp_path):
         (src / f.parent.name / f.name).symlink_to(f)
     res = batch.run(src, jobs=1)
     assert res.failed == 0 and len(res.jobs) == 2
-    batch.write(res, tmp_path / "out")
+    output.write(res, tmp_path / "out")
     jobs = pd.read_parquet(tmp_path / "out" / "jobs.parquet").sort_values("ranks")
     assert jobs["ranks"].tolist() == [2, 4] and jobs["straggler_rank"].tolist() == [1, 2]
     assert jobs["cause"].tolist() == ["untraced", "untraced"]

@@ -40,16 +40,18 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..jobs import batch as b
+    from ..jobs import output
+    from ..jobs.discover import discover
 
     if scheduler:
         _need_dask(scheduler)
-    paths, skipped = b.discover(directory)
+    paths, skipped = discover(directory)
     if not paths:
         from ..errors import TraceError
 
         raise TraceError(directory, f"no trace files found ({len(skipped)} other files)")
-    b.check_out_dir(out_dir, paths)
-    partial = b.PartialSummary(out_dir)  # a killed batch keeps the rows it finished
+    output.check_out_dir(out_dir, paths)
+    partial = output.PartialSummary(out_dir)  # a killed batch keeps the rows it finished
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console,
@@ -69,7 +71,7 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
     res.skipped = skipped
     from ..render.html_batch import batch_page
 
-    out = b.write(res, out_dir, report=batch_page(res))
+    out = output.write(res, out_dir, report=batch_page(res))
     click.echo(safe.text(render_summary(res, str(out))))
     if res.failed:
         _say_failed(res.summary)

@@ -18,10 +18,11 @@ from typing import Any
 import pandas as pd
 
 from ..errors import TraceError
+from ..jobs.output import TABLES_MARKER
 from ..passes.attribution import CPU_CATEGORIES
 from .trace import Matched, TraceDiff, aggregate, diff_sides, pair_up, user_batch
 
-MARKER = Path("tables") / ".traceread-batch"
+MARKER = Path("tables") / TABLES_MARKER
 
 
 def is_batch_output(path: str | os.PathLike) -> bool:

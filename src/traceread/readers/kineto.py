@@ -563,7 +563,7 @@ _DIRECTION = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEV
               "HOST_TO_HOST": "HtoH"}
 
 
-def _copy_kind_from_name(name: str) -> str | None:
+def copy_kind_from_name(name: str) -> str | None:
     m = _MEMCPY_RE.search(name)
     return m.group(1) if m else None
 
@@ -717,7 +717,7 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     copy_rows = np.flatnonzero(is_copy)
     copy_kind = np.full(len(copy_rows), None, dtype=object)
     if len(copy_rows):
-        from_name = _per_unique_at(name_d, _copy_kind_from_name, copy_rows)
+        from_name = _per_unique_at(name_d, copy_kind_from_name, copy_rows)
         for j, i in enumerate(copy_rows.tolist()):
             # Name ("Memcpy HtoD (Pageable -> Device)"), else ROCm 'kind', else MTIA 'direction'.
             d = batch.strs["direction"][i]
