@@ -538,7 +538,7 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
         except msgspec.ValidationError:
             doc, _, _ = K._decode_lenient(p, skeleton, exact)
         except msgspec.DecodeError as e:
-            raise TraceError(p, K._json_error(e, len(skeleton))) from None
+            raise TraceError(p, json_error(e, len(skeleton))) from None
     repaired = any(c.utf8_repaired for c in batches)
     batch = chunks_to_batch(batches) if batches else dec.events_to_batch([])
     batches.clear()
