@@ -84,13 +84,13 @@ _MAX_ERROR_LINES = 20
 def _say_failed(summary) -> None:
     """Exit 1 says why on stderr: one error line per failed file (a FIFO and a corrupt
     SQLite left stderr empty, issue 23), the rest counted."""
-    from ._common import _file_error
+    from ._common import file_error
 
     bad = summary[summary["error"].notna()]
     for r in bad.head(_MAX_ERROR_LINES).itertuples():
-        _file_error(f"{r.file}: {r.error}")
+        file_error(f"{r.file}: {r.error}")
     if len(bad) > _MAX_ERROR_LINES:
-        _file_error(f"{len(bad) - _MAX_ERROR_LINES} more files failed: see summary.csv")
+        file_error(f"{len(bad) - _MAX_ERROR_LINES} more files failed: see summary.csv")
 
 
 def _need_dask(scheduler: str) -> None:

@@ -90,7 +90,7 @@ def collective_table(events: pd.DataFrame) -> pd.DataFrame:
     """Collective instances of one trace (see module doc); ``attrs['source']`` says which."""
     from ...passes.nccl import collective_instances
 
-    coll = _normalise_collectives(collective_instances(events))
+    coll = normalise_collectives(collective_instances(events))
     if len(coll):
         return _with_source(coll, "kernel")
     for source, rx in (("host", HOST_EXEC_RX), ("issue", ISSUE_RX)):
@@ -122,7 +122,7 @@ def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
     if rx is ISSUE_RX:   # record_param_comms encloses c10d::allreduce_: keep the outermost per start
         h = h.sort_values(["ts", "dur"], ascending=[True, False]).drop_duplicates(["tid", "ts"])
         h = _drop_nested(h)
-    return _normalise_collectives(h)
+    return normalise_collectives(h)
 
 
 def _p2p_peers(events: pd.DataFrame, h: pd.DataFrame) -> np.ndarray:
@@ -168,7 +168,7 @@ def _drop_nested(h: pd.DataFrame) -> pd.DataFrame:
     return h.loc[keep]
 
 
-def _normalise_collectives(coll: pd.DataFrame) -> pd.DataFrame:
+def normalise_collectives(coll: pd.DataFrame) -> pd.DataFrame:
     """Just the matching columns: ints (-1 unknown), strings as object (None unknown)."""
     if coll.attrs.get("traceread.multirank"):
         return coll
@@ -326,7 +326,7 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
         end = int((ev["ts"] + ev["dur"]).max()) + int(m.epoch_offset_ns or 0)
     coll = None
     if collectives is not None and len(collectives):
-        coll = _with_source(_normalise_collectives(collectives), "kernel")
+        coll = _with_source(normalise_collectives(collectives), "kernel")
     if coll is None:
         coll = collective_table(ev)
     source = coll.attrs.get("source", "")
