@@ -189,7 +189,7 @@ def test_cli_bad_step_pattern(files):
 
 
 def test_report_fit_wraps_prose_keeps_rows_and_paths():
-    from traceread.render.report import fit
+    from traceread.render.fmt import fit
 
     prose = "  GPU idle 99.5% of the analysed window; " + "the launching thread is busy " * 4
     lever = "    1. stop device-memory churn: " + "remove torch.cuda.empty_cache() " * 4

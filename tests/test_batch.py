@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 import traceread
-from traceread import batch
+from traceread.jobs import batch, output
+from traceread.jobs.discover import discover
 from traceread.cli import main
 from traceread.synth.multirank import JobSpec, write_job
 
@@ -39,7 +40,7 @@ def ok_dir(tmp_path_factory):
 
 
 def test_discover_by_content(job_dir):
-    found, skipped = batch.discover(job_dir)
+    found, skipped = discover(job_dir)
     names = sorted(Path(p).name for p in found)
     assert names == ["broken.json", "host_pid.0.pt.trace.json.gz", "host_pid.1.pt.trace.json.gz",
                      "host_pid.2.pt.trace.json.gz", "notes.gz"]
@@ -76,7 +77,7 @@ def test_run_rows_errors_and_ranks(job_dir):
 def test_local_pool_matches_serial(ok_dir):
     one = batch.run(ok_dir, jobs=1)
     two = batch.run(ok_dir, jobs=2)
-    cols = [c for c in batch.SUMMARY_COLUMNS if c != "seconds"]
+    cols = [c for c in output.SUMMARY_COLUMNS if c != "seconds"]
     pd.testing.assert_frame_equal(one.summary[cols], two.summary[cols])
     pd.testing.assert_frame_equal(one.ranks, two.ranks)
 
@@ -130,7 +131,7 @@ def test_fsspec_url(ok_dir):
 
 
 def test_no_dask_without_scheduler(ok_dir):
-    code = ("import sys, traceread.batch as b, traceread.cli; b.run(sys.argv[1], jobs=2); "
+    code = ("import sys, traceread.jobs.batch as b, traceread.cli; b.run(sys.argv[1], jobs=2); "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code, str(ok_dir)], check=True, timeout=120)
@@ -164,7 +165,7 @@ def test_whole_corpus(corpus_dir, tmp_path):
     r = CliRunner().invoke(main, ["batch", str(corpus_dir), "-o", str(tmp_path / "o"), "-j", "2"])
     assert r.exit_code == 1, r.output                   # the corpus holds non-traces
     s = pd.read_parquet(tmp_path / "o" / "summary.parquet")
-    found, skipped = batch.discover(corpus_dir)
+    found, skipped = discover(corpus_dir)
     assert len(s) == len(found) == len(manifest)
     s["local_path"] = s["file"].map(lambda p: str(Path(p).relative_to(corpus_dir)))
     m = manifest.merge(s, on="local_path")

@@ -99,10 +99,10 @@ def test_version_is_the_packages_version():
 # What a single small trace's `analyze` does not need (issue 24: small traces are most
 # traces): Parquet (cache/export only), the cross-rank job analysis and its renderer.
 # pandas itself imports pyarrow and pyarrow.compute, so those cannot be on this list.
-NOT_ON_SMALL_ANALYZE = ("pyarrow.parquet", "pyarrow.fs", "traceread.multirank.job",
-                        "traceread.multirank.inputs", "traceread.multirank.grouping",
-                        "traceread.multirank.verdicts", "traceread.render.cross_rank",
-                        "traceread.batch")
+NOT_ON_SMALL_ANALYZE = ("pyarrow.parquet", "pyarrow.fs", "traceread.jobs.multirank.job",
+                        "traceread.jobs.multirank.inputs", "traceread.jobs.multirank.grouping",
+                        "traceread.jobs.multirank.verdicts", "traceread.render.cross_rank",
+                        "traceread.jobs.batch")
 
 
 def test_analyze_of_a_small_trace_loads_no_parquet_nor_cross_rank_modules():
@@ -123,10 +123,10 @@ def test_analyze_of_a_small_trace_loads_no_parquet_nor_cross_rank_modules():
 
 
 def test_multirank_names_load_on_first_use():
-    code = ("import sys; import traceread.multirank as mr; "
-            "before = 'traceread.multirank.job' in sys.modules; f = mr.analyze_traces; "
-            "print(before, 'traceread.multirank.job' in sys.modules, f.__module__, "
+    code = ("import sys; import traceread.jobs.multirank as mr; "
+            "before = 'traceread.jobs.multirank.job' in sys.modules; f = mr.analyze_traces; "
+            "print(before, 'traceread.jobs.multirank.job' in sys.modules, f.__module__, "
             "sorted(set(mr.__all__) - set(dir(mr)) - set(mr._LAZY)))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.split() == ["False", "True", "traceread.multirank.job", "[]"]
+    assert p.stdout.split() == ["False", "True", "traceread.jobs.multirank.job", "[]"]

@@ -22,6 +22,7 @@ import pytest
 from conftest import CORPUS, FIXTURES, corpus_or_skip
 from test_stream import KINETO_FIXTURES, assert_same
 from traceread.readers import _native
+from traceread.readers import common
 from traceread.readers import stream as S
 from traceread.synth.kineto import ERAS, write_kineto
 from traceread.synth.scenarios import launch_bound
@@ -51,7 +52,7 @@ def _same(a, b, where="chunk"):
         assert type(a) is type(b) and a == b, (where, a, b)
 
 
-FIELDS = tuple(f.name for f in dataclasses.fields(S.Chunk))
+FIELDS = tuple(f.name for f in dataclasses.fields(common.Chunk))
 
 
 def compare(buf, exact: bool = False) -> str:
@@ -462,10 +463,10 @@ def test_a_stale_scanner_switches_itself_off(monkeypatch):
 
 def test_chunk_fields_with_defaults_do_not_stale_the_scanner(monkeypatch):
     flagged = dataclasses.make_dataclass("Chunk", [("python_only_flag", bool, False)],
-                                         bases=(S.Chunk,))
-    monkeypatch.setattr(S, "Chunk", flagged)
+                                         bases=(common.Chunk,))
+    monkeypatch.setattr(common, "Chunk", flagged)
     assert _native.stale() == ""
-    required = dataclasses.make_dataclass("Chunk", [("new_column", dict)], bases=(S.Chunk,),
+    required = dataclasses.make_dataclass("Chunk", [("new_column", dict)], bases=(common.Chunk,),
                                           kw_only=True)
-    monkeypatch.setattr(S, "Chunk", required)
+    monkeypatch.setattr(common, "Chunk", required)
     assert "chunk fields" in _native.stale()

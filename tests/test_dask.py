@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from traceread import batch
+from traceread.jobs import output
 from traceread.cli import main
 from traceread.synth.multirank import JobSpec, write_job
 
@@ -36,7 +36,7 @@ def test_dask_same_as_local(cluster, run_dir, tmp_path):
     assert r.exit_code == 1, r.output            # bad.json fails, the rest finish
     r2 = CliRunner().invoke(main, ["batch", str(run_dir), "-o", str(tmp_path / "local"), "-j", "1"])
     assert r2.exit_code == 1, r2.output
-    cols = [c for c in batch.SUMMARY_COLUMNS if c != "seconds"]
+    cols = [c for c in output.SUMMARY_COLUMNS if c != "seconds"]
     a = pd.read_parquet(tmp_path / "dask" / "summary.parquet")[cols]
     b = pd.read_parquet(tmp_path / "local" / "summary.parquet")[cols]
     pd.testing.assert_frame_equal(a, b)

@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 import traceread
 from traceread.cli import main
-from traceread.tracediff import diff_analyses, diff_paths
+from traceread.diffs.paths import diff_paths
+from traceread.diffs.trace import diff_analyses
 from traceread.synth.kineto import write_kineto
 from traceread.synth.scenarios import MS, US, dataloader_bound
 
@@ -186,7 +187,8 @@ def test_diff_function_survives_the_module_import():
     # the implementation module once shared the function's name: importing it replaced
     # traceread.diff (the function) with the module
     import traceread
-    import traceread.tracediff  # noqa: F401
+    import traceread.diffs.paths  # noqa: F401
+    import traceread.diffs.trace  # noqa: F401
     import traceread.cli.diff  # noqa: F401
 
     assert callable(traceread.diff) and not isinstance(traceread.diff, type(traceread))

@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from traceread import schema
-from traceread.batch import analyze_dir
+from traceread.jobs.batch import analyze_dir
 from traceread.cli import main
 from traceread.synth.multirank import JobSpec, write_job
-from traceread.tracediff import diff_paths
+from traceread.diffs.paths import diff_paths
 
 MS = 1_000_000
 

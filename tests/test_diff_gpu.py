@@ -13,9 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 import traceread
-from traceread.batch import analyze_dir
+from traceread.jobs.batch import analyze_dir
 from traceread.cli import main
-from traceread.tracediff import diff_analyses, diff_paths
+from traceread.diffs.paths import diff_paths
+from traceread.diffs.trace import diff_analyses
 
 from conftest import FIXTURES
 

@@ -329,7 +329,7 @@ def test_batch_killed_worker_costs_one_row(tmp_path, monkeypatch):
     """A worker killed from outside (the OOM killer) is that file's error row only."""
     import signal
 
-    from traceread import batch
+    from traceread.jobs import batch
 
     d = _batch_dir(tmp_path, 5)
     victim = str(d / "t2.json")
@@ -349,7 +349,7 @@ def test_batch_killed_worker_costs_one_row(tmp_path, monkeypatch):
 
 
 def test_batch_limits_make_error_rows(tmp_path, monkeypatch):
-    from traceread import batch
+    from traceread.jobs import batch
 
     # a cache hit (the same bytes analysed by an earlier run) would answer without a worker,
     # and a worker faster than one poll would answer before its (past) deadline is checked
@@ -405,16 +405,16 @@ def test_batch_rerun_into_same_out_dir(tmp_path):
 def test_batch_partial_summary_grows_per_file(tmp_path):
     import csv
 
-    from traceread import batch
+    from traceread.jobs import batch, output
 
     d = _batch_dir(tmp_path, 3)
     out = tmp_path / "out"
-    partial = batch.PartialSummary(out)
+    partial = output.PartialSummary(out)
     seen = []
 
     def add(res):
         partial.add(res)
-        with open(out / batch.PARTIAL_SUMMARY) as f:
+        with open(out / output.PARTIAL_SUMMARY) as f:
             seen.append(len(list(csv.reader(f))) - 1)
 
     batch.run(d, jobs=1, on_result=add)
@@ -539,7 +539,7 @@ def test_cache_concurrent_runs_on_one_new_file(cached_trace, tmp_path):
 
 def test_unreadable_file_is_one_line_exit_1(tmp_path, monkeypatch):
     """Permission denied: exit 1 with one error line (not click's usage text, exit 2)."""
-    import traceread.detect as D
+    import traceread.readers.detect as D
 
     p = H.valid(tmp_path)
     real_open = os.open
@@ -555,7 +555,7 @@ def test_unreadable_file_is_one_line_exit_1(tmp_path, monkeypatch):
 
 
 def test_batch_row_says_truncated(tmp_path):
-    from traceread import batch
+    from traceread.jobs import batch
 
     d = _batch_dir(tmp_path, 2)
     data = (d / "t0.json").read_bytes()

@@ -12,9 +12,10 @@ from click.testing import CliRunner
 
 import traceread
 from traceread.cli import main
-from traceread.tracediff import diff_analyses
+from traceread.diffs.trace import diff_analyses
 from traceread.render.base import get_renderer
-from traceread.render.html import COLORS, binned_idle
+from traceread.render.html import binned_idle
+from traceread.render.html_base import COLORS
 from traceread.synth.kineto import write_kineto
 from traceread.synth.scenarios import MS, dataloader_bound
 

@@ -14,6 +14,7 @@ import pytest
 
 from traceread import KINDS, TraceError, load
 from traceread.readers import _kineto_decode as dec
+from traceread.readers import common
 from traceread.readers import kineto as K
 from traceread.readers.kineto import rank_from_filename, read_kineto
 
@@ -313,7 +314,7 @@ def test_every_row_has_a_known_kind():
 
 
 def test_progress_bar_draws_on_stderr(monkeypatch, capsys):
-    monkeypatch.setattr(K, "PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setattr(common, "PROGRESS_MIN_BYTES", 0)
     t = read_kineto(FIX / "hta_sampled_rank-1.json.gz", progress=True)
     assert len(t) == 4676
 

@@ -85,7 +85,7 @@ def test_all_default_columns_share_one_array_and_events_round_trip():
 
 def _far_by_argsort(ts, end, dur):
     """validate._far_from_trace as it was (argsort of every time, weights carried along)."""
-    from traceread.validate import GAP_NS
+    from traceread.readers.validate import GAP_NS
     t = np.concatenate([ts, end])
     w = np.concatenate([dur > 0, dur > 0]).astype(np.int64)
     order = np.argsort(t, kind="stable")
@@ -104,7 +104,7 @@ def _far_by_argsort(ts, end, dur):
 
 @pytest.mark.parametrize("seed", range(60))
 def test_far_from_trace_without_argsort_flags_the_same_rows(seed):
-    from traceread.validate import GAP_NS, _far_from_trace
+    from traceread.readers.validate import GAP_NS, _far_from_trace
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 400))
     # a few clusters of times far apart (some tied), instants and intervals mixed

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceread import multirank as mr
+from traceread.jobs import multirank as mr
+from traceread.render.cross_rank import render_text
 from traceread.synth.multirank import JobSpec, make_job
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -98,7 +99,7 @@ def test_grouping():
 
 def test_render_text():
     spec = JobSpec(ranks=2, slow_rank=1, delay_ns=3_000_000)
-    text = mr.render_text(mr.analyze_traces(make_job(spec)))
+    text = render_text(mr.analyze_traces(make_job(spec)))
     assert text.startswith("JOB job0: ranks 0, 1 of 2 · nccl\n  STRAGGLER  rank 1 arrives 3 ms late (median)"
                            " at 5/5 all_reduces\n")
     assert "straggler             rank 1: last in 5/5, late (>= 100 us) in 5/5, holds others back by 3 ms" in text

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import traceread
-from traceread import multirank as mr
+from traceread.jobs import multirank as mr
 from traceread.passes import intervals
 
 GLOO = Path(__file__).resolve().parent / "fixtures" / "gloo"
@@ -186,7 +186,7 @@ def test_record_gloo_4_ranks_live(tmp_path):
 def test_gloo_batch_jobs_parquet(tmp_path):
     import pandas as pd
 
-    from traceread import batch
+    from traceread.jobs import batch, output
 
     src = tmp_path / "in"
     for f in GLOO.glob("ddp*/rank-*.json.gz"):   # not truth.json: JSON, so a candidate that fails
@@ -194,7 +194,7 @@ def test_gloo_batch_jobs_parquet(tmp_path):
         (src / f.parent.name / f.name).symlink_to(f)
     res = batch.run(src, jobs=1)
     assert res.failed == 0 and len(res.jobs) == 2
-    batch.write(res, tmp_path / "out")
+    output.write(res, tmp_path / "out")
     jobs = pd.read_parquet(tmp_path / "out" / "jobs.parquet").sort_values("ranks")
     assert jobs["ranks"].tolist() == [2, 4] and jobs["straggler_rank"].tolist() == [1, 2]
     assert jobs["cause"].tolist() == ["untraced", "untraced"]
@@ -275,7 +275,7 @@ def test_ranks_of_one_host_are_never_shifted(job):
 
 
 def test_generic_host_names_prove_no_shared_clock():
-    from traceread.multirank.inputs import clock_domain
+    from traceread.jobs.multirank.inputs import clock_domain
 
     assert clock_domain({"host_name": "vm"}) == "host:vm"
     assert clock_domain({"host_name": "localhost"}) == clock_domain({}) == ""

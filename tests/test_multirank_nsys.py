@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 import traceread
-from traceread import multirank as mr
-from traceread.multirank.nsys_split import split_processes
+from traceread.jobs import multirank as mr
+from traceread.jobs.multirank.nsys_split import split_processes
 from traceread.synth.multirank import JobSpec, write_nsys_job
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from traceread import multirank as mr
+from traceread.jobs import multirank as mr
 from traceread.synth.multirank import JobSpec, make_job
 
 MS = 1_000_000
@@ -151,7 +151,7 @@ def test_bus_bandwidth_vs_link():
 def test_overlap_efficiency_definition():
     import pandas as pd
 
-    from traceread.multirank.metrics import overlap_efficiency
+    from traceread.jobs.multirank.metrics import overlap_efficiency
 
     steps = pd.DataFrame({"dur": [10, 10, 10, 10], "compute_ns": [6, 6, 8, 0], "comm_ns": [4, 2, 2, 3]})
     # fully hidden (10 = 6 + 4 serial -> 0), half hidden ((10-6)/2 = 2 exposed... -> 1 - 4/2 < 0 -> 0),
@@ -164,7 +164,7 @@ def test_overlap_efficiency_definition():
 def test_alignment_is_a_longest_common_subsequence():
     import random
 
-    from traceread.multirank.match import _myers, opcodes
+    from traceread.jobs.multirank.match import _myers, opcodes
 
     def lcs_len(a, b):
         L = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
@@ -213,9 +213,9 @@ def test_batch_verdicts_match_analyze(tmp_path, monkeypatch):
 
     from click.testing import CliRunner
 
-    from traceread import batch
+    from traceread.jobs import batch
     from traceread.cli import main
-    from traceread.multirank import verdicts
+    from traceread.jobs.multirank import verdicts
     from traceread.synth.multirank import write_job
 
     paths = write_job(tmp_path / "job", JobSpec(ranks=3, slow_rank=2, with_seq=False, cause="dataloader",
@@ -226,7 +226,7 @@ def test_batch_verdicts_match_analyze(tmp_path, monkeypatch):
     def as_comms(vs, res):
         return real({r: dict(v, bound="comms") for r, v in vs.items()}, res)
 
-    monkeypatch.setattr("traceread.multirank.adjust_rank_verdicts", as_comms)
+    monkeypatch.setattr("traceread.jobs.multirank.adjust_rank_verdicts", as_comms)
     res = batch.run(tmp_path / "job", jobs=1)
     got = dict(zip(res.summary["rank"], res.summary["verdict"]))
     assert got == {0: "comms", 1: "comms", 2: "data"}
@@ -250,7 +250,7 @@ def test_older_nccl_and_rccl_kernels(kernel):
 
 
 def test_seq_matched_instances_that_disagree_are_counted():
-    from traceread.multirank.inputs import rank_input
+    from traceread.jobs.multirank.inputs import rank_input
 
     spec = JobSpec(ranks=3, slow_rank=1, with_seq=True, steps=4)
     inputs = [rank_input(t) for t in make_job(spec)]
@@ -283,7 +283,7 @@ def test_cross_rank_failure_is_one_error_line(tmp_path, monkeypatch):
     def boom(a, with_input=True):
         raise RuntimeError("planted\nfailure")
 
-    monkeypatch.setattr("traceread.multirank.prepare", boom)
+    monkeypatch.setattr("traceread.jobs.multirank.prepare", boom)
     out = CliRunner().invoke(main, ["analyze", *map(str, paths)])
     assert out.exit_code == 1 and "Traceback" not in out.output
     assert "traceread: error: cross-rank analysis: RuntimeError: planted failure" in out.output
@@ -291,8 +291,8 @@ def test_cross_rank_failure_is_one_error_line(tmp_path, monkeypatch):
 
 
 def test_every_attribution_category_has_a_cause_text_and_bound():
-    from traceread.multirank.verdicts import CAUSE_BOUND
-    from traceread.multirank.why import CAUSE_TEXT
+    from traceread.jobs.multirank.verdicts import CAUSE_BOUND
+    from traceread.jobs.multirank.why import CAUSE_TEXT
     from traceread.passes.attribution import CPU_CATEGORIES
 
     assert set(CPU_CATEGORIES) <= set(CAUSE_TEXT)

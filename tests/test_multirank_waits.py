@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 import traceread
-import traceread.multirank as mr
-from traceread.multirank.nsys_split import split_processes
-from traceread.multirank.verdicts import adjust_rank_verdicts
+import traceread.jobs.multirank as mr
+from traceread.jobs.multirank.nsys_split import split_processes
+from traceread.jobs.multirank.verdicts import adjust_rank_verdicts
 from traceread.synth.multirank import JobSpec, make_job, write_nsys_gloo_job
 
 MS = 1_000_000

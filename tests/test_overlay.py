@@ -151,7 +151,7 @@ def test_bad_input_and_unwritable_output_are_one_error_line(tmp_path):
 
 def test_ranks_of_a_job_get_their_straggler_waits(tmp_path):
     from traceread.examples import path as example
-    from traceread.multirank import analyze_traces
+    from traceread.jobs.multirank import analyze_traces
 
     paths = [str(example()), str(FIXTURES / "kineto" / "hta_sampled_rank-1.json.gz")]
     out = tmp_path / "ov"

@@ -47,7 +47,7 @@ def test_analyze_dir_in_an_unguarded_script_runs_in_process_and_says_why(tmp_pat
 
 
 def test_unguarded_call_is_not_flagged_under_the_guard(tmp_path):
-    r = _script(tmp_path, "import traceread\nfrom traceread.batch import unguarded_main_call\n"
+    r = _script(tmp_path, "import traceread\nfrom traceread.jobs.batch import unguarded_main_call\n"
                           "if __name__ == '__main__':\n"
                           "    print('where:', unguarded_main_call())\n"
                           "print('top:', unguarded_main_call() is not None)\n")
@@ -181,7 +181,8 @@ def test_html_step_bars_say_what_they_draw_and_classes_have_their_own_colours(tm
 
     from conftest import FIXTURES
     from traceread.cli import main
-    from traceread.render.html import CLASS_COLORS, COLORS
+    from traceread.render.html import CLASS_COLORS
+    from traceread.render.html_base import COLORS
 
     out = tmp_path / "r.html"
     r = CliRunner().invoke(main, ["analyze", str(FIXTURES / "gpu" / "data.bad.json.gz"),

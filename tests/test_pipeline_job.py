@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 
 import traceread
-from traceread import multirank as mr
-from traceread.multirank import groups
-from traceread.multirank.inputs import RankInput
+from traceread.jobs import multirank as mr
+from traceread.render.cross_rank import render_text
+from traceread.jobs.multirank import groups
+from traceread.jobs.multirank.inputs import RankInput
 from traceread.passes.parallelism import parallelism
 
 GLOO = Path(__file__).resolve().parent / "fixtures" / "gloo"
@@ -206,7 +207,7 @@ def test_synthetic_pp_x_dp_job_names_the_slow_stage_and_the_late_dp_group():
     line = groups.groups_line(res.groups, res.stages)
     assert line.startswith("stage 1 (ranks 2, 3) computes 2.0x the other stages, 12 ms more per step")
     assert "dp group [0, 1] (all_reduce) held back 3 ms per step by rank 1" in line
-    assert "groups     stage 1 (ranks 2, 3)" in mr.render_text([res])
+    assert "groups     stage 1 (ranks 2, 3)" in render_text([res])
 
     balanced = mr.analyze_traces(make_pp_dp_job(PPxDP(slow_stage=None)))[0]
     assert balanced.verdict()["status"] == "none" and balanced.stages["slow_stage"] is None

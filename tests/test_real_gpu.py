@@ -217,7 +217,7 @@ def test_empty_cache_every_step_is_allocator_churn_not_sync(sqlite_dir, fmt):
 
 def test_ddp_on_gpu_straggler_matches_the_loop_truth():
     """Two gloo ranks on one H100, rank 1 sleeping 20 ms before each forward."""
-    from traceread import multirank as mr
+    from traceread.jobs import multirank as mr
 
     d = GPU / "ddp2"
     truth = json.loads((d / "truth.json").read_text())

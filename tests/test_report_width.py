@@ -7,14 +7,14 @@ import pytest
 from click.testing import CliRunner
 
 from traceread.cli import main
-from traceread.render.report import _tail_lines, fit, short_path
+from traceread.render.fmt import fit, short_path, tail_lines
 
 from conftest import FIXTURES
 
 
 def test_a_row_wraps_its_last_column_under_itself_and_keeps_units_whole():
     prefix = "    host             2.77 ms      88.0%    2.77 ms         379 us  "
-    out = _tail_lines(prefix, "50% of 4 kernels average under 10 us, and then some more words")
+    out = tail_lines(prefix, "50% of 4 kernels average under 10 us, and then some more words")
     assert len(out) == 2 and all(len(x) <= 100 for x in out)
     assert out[1].startswith(" " * len(prefix)) and not out[1][len(prefix)].isspace()
     assert " ".join(" ".join(x.split()) for x in out).endswith(

@@ -50,8 +50,8 @@ def analyze(trace_or_path, **kwargs):
 
 
 def analyze_dir(path, **kwargs):
-    """One summary row per trace under ``path`` (see ``traceread.batch.analyze_dir``)."""
-    from .batch import analyze_dir as _analyze_dir
+    """One summary row per trace under ``path`` (see ``traceread.jobs.batch.analyze_dir``)."""
+    from .jobs.batch import analyze_dir as _analyze_dir
 
     return _analyze_dir(path, **kwargs)
 
@@ -59,7 +59,8 @@ def analyze_dir(path, **kwargs):
 def diff(before, after, **kwargs):
     """Compare two traces, two ``Analysis`` objects or two directories (``traceread.diff``)."""
     from .analysis import Analysis
-    from .tracediff import diff_analyses, diff_paths
+    from .diffs.paths import diff_paths
+    from .diffs.trace import diff_analyses
 
     if isinstance(before, Analysis) and isinstance(after, Analysis):
         return diff_analyses(before, after)

@@ -100,7 +100,7 @@ def normalize_collective(name: str | None) -> str | None:
 #   mscclpp    ``mscclpp::`` kernels                                from the name, else None
 #
 # gloo, MPI and other CPU backends run no GPU kernel: their collectives are host
-# ranges (``gloo:all_reduce``), read by ``multirank/inputs.py``.
+# ranges (``gloo:all_reduce``), read by ``jobs/multirank/inputs.py``.
 # To add a library: append a (family, pattern, collective) row; collective None means
 # "read it from the name" (``_NAME_COLLECTIVE``; dispatch/combine are all_to_all).
 COMM_KERNELS: tuple[tuple[str, str, str | None], ...] = (

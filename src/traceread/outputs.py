@@ -70,7 +70,7 @@ def _trace_inside(path: str, directory: str) -> bool:
     real, top = os.path.realpath(path), os.path.realpath(directory)
     if os.path.commonpath([real, top]) != top:
         return False
-    from .detect import is_trace_candidate
+    from .readers.detect import is_trace_candidate
 
     return is_trace_candidate(real, os.path.basename(real))
 

@@ -49,10 +49,10 @@ class TraceInfo(_S):
     devices: list[dict[str, Any]]
     # a trace cut short: truncated_at_byte, bytes_recovered, share_of_file, events_recovered...
     truncated: Optional[dict[str, Any]] = None
-    # impossible rows dropped or trimmed by traceread.validate: {rule: rows} (else null)
+    # impossible rows dropped or trimmed by traceread.readers.validate: {rule: rows} (else null)
     impossible: Optional[dict[str, int]] = None
     # processes whose activity never overlaps and lies over 60 s apart, the gap longer than
-    # either side records (traceread.validate): {gap_ns, before/after: {pids, span_ns}}
+    # either side records (traceread.readers.validate): {gap_ns, before/after: {pids, span_ns}}
     processes_apart: Optional[dict[str, Any]] = None
 
 

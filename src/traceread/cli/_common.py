@@ -41,12 +41,12 @@ def load_trace(path: str) -> Trace:
         warn(f"{path}: {foreign_note(foreign)}")
     odd = trace.meta.extra.get("impossible")
     if odd:
-        from ..validate import describe
+        from ..readers.validate import describe
 
         warn(f"{path}: impossible events: {describe(odd)}")
     apart = trace.meta.extra.get("processes_apart")
     if apart:
-        from ..validate import apart_note
+        from ..readers.validate import apart_note
 
         warn(f"{path}: {apart_note(apart)}")
     return trace
@@ -225,15 +225,15 @@ def each_trace(paths, fn) -> tuple[list, int]:
         try:
             results.append(fn(p, load_trace(p)))
         except TraceError as e:
-            _file_error(str(e))
+            file_error(str(e))
             failed += 1
         except MemoryError:
-            _file_error(f"{p}: out of memory")
+            file_error(f"{p}: out of memory")
             failed += 1
         except Exception as e:  # noqa: BLE001 - one file's bug must not lose the others
             if os.environ.get("TRACEREAD_DEBUG"):
                 raise
-            _file_error(f"{p}: internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+            file_error(f"{p}: internal error: {type(e).__name__}: {' '.join(str(e).split())} "
                         "(set TRACEREAD_DEBUG=1 for a traceback)")
             failed += 1
     if not results:
@@ -241,7 +241,7 @@ def each_trace(paths, fn) -> tuple[list, int]:
     return results, failed
 
 
-def _file_error(message: str) -> None:
+def file_error(message: str) -> None:
     click.echo(f"traceread: error: {one_line(message)}", err=True)
 
 

@@ -11,7 +11,8 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
                       strict_option)
 from ..analysis import analyze as run_analysis
 from ..render.json import gap_records
-from ..render.report import STEP_IDLE_LEGEND, _fit_list, _short, render_report
+from ..render.fmt import fit_list, short_name
+from ..render.report import STEP_IDLE_LEGEND, render_report
 from ..render import safe
 from ..render.text import ORIGIN_NOTE, fmt_ns, rel_time
 
@@ -108,7 +109,7 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, aft
 
     def one(path, trace):
         if split_ranks:
-            from ..multirank.nsys_split import split_processes
+            from ..jobs.multirank.nsys_split import split_processes
 
             parts = split_processes(trace)
             if parts:
@@ -134,7 +135,7 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
     the job verdict (straggler, delay, cause) comes first. An nsys export holding several
     GPU processes (nsys profile torchrun ...) is reported per process, as ranks of one job.
     """
-    from .. import multirank
+    from ..jobs import multirank
 
     if fmt == "html" and out is None:
         raise click.UsageError("--format html needs -o FILE.html")
@@ -259,9 +260,9 @@ def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
             drain = r["drain"] + (f" {r['drain_op']}" if r["drain_op"] else "")
             pid = f"{r['pid']:>8}  " if pids else ""
             row = (f"  {rel_time(r['start_ns'] - t0):>12}  {fmt_ns(r['duration_ns']):>9}  {pid}"
-                   f"{r['device']:>3}  {r['step']:>6}  {_short(drain, 22):<22}  ")
+                   f"{r['device']:>3}  {r['step']:>6}  {short_name(drain, 22):<22}  ")
             host = [f"{k} {fmt_ns(v)}" for k, v in sorted(r["by_cpu"].items(), key=lambda kv: -kv[1])]
-            lines.append(row + _fit_list(row, host))
+            lines.append(row + fit_list(row, host))
         blocks.append("\n".join(lines))
     emit("\n\n".join(blocks), out)
     exit_if_failed(failed)

@@ -39,17 +39,19 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .. import batch as b
+    from ..jobs import batch as b
+    from ..jobs import output
+    from ..jobs.discover import discover
 
     if scheduler:
         _need_dask(scheduler)
-    paths, skipped = b.discover(directory)
+    paths, skipped = discover(directory)
     if not paths:
         from ..errors import TraceError
 
         raise TraceError(directory, f"no trace files found ({len(skipped)} other files)")
-    b.check_out_dir(out_dir, paths)
-    partial = b.PartialSummary(out_dir)  # a killed batch keeps the rows it finished
+    output.check_out_dir(out_dir, paths)
+    partial = output.PartialSummary(out_dir)  # a killed batch keeps the rows it finished
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console,
@@ -69,7 +71,7 @@ def batch(ctx, directory, jobs, out_dir, scheduler, step_pattern):
     res.skipped = skipped
     from ..render.html_batch import batch_page
 
-    out = b.write(res, out_dir, report=batch_page(res))
+    out = output.write(res, out_dir, report=batch_page(res))
     click.echo(safe.text(render_summary(res, str(out))))
     if res.failed:
         _say_failed(res.summary)
@@ -82,13 +84,13 @@ _MAX_ERROR_LINES = 20
 def _say_failed(summary) -> None:
     """Exit 1 says why on stderr: one error line per failed file (a FIFO and a corrupt
     SQLite left stderr empty, issue 23), the rest counted."""
-    from ._common import _file_error
+    from ._common import file_error
 
     bad = summary[summary["error"].notna()]
     for r in bad.head(_MAX_ERROR_LINES).itertuples():
-        _file_error(f"{r.file}: {r.error}")
+        file_error(f"{r.file}: {r.error}")
     if len(bad) > _MAX_ERROR_LINES:
-        _file_error(f"{len(bad) - _MAX_ERROR_LINES} more files failed: see summary.csv")
+        file_error(f"{len(bad) - _MAX_ERROR_LINES} more files failed: see summary.csv")
 
 
 def _need_dask(scheduler: str) -> None:
@@ -103,7 +105,7 @@ def _need_dask(scheduler: str) -> None:
 
 
 def render_summary(res, out: str) -> str:
-    from ..multirank import render_text
+    from ..render.cross_rank import render_text
 
     s = res.summary
     ok = s[s["error"].isna()]

@@ -59,7 +59,7 @@ def diff(before, after, fmt, out, fail_if_slower, batch, step_pattern):
     --fail-if-slower: exit 3 when the (worst pair's) increase exceeds PCT; errors exit 1."""
     import sys
 
-    from ..tracediff import diff_paths
+    from ..diffs.paths import diff_paths
     from ..render.base import get_renderer
 
     d = diff_paths(before, after, step_pattern=step_pattern, load=load_trace, batch=batch)

@@ -33,7 +33,7 @@ def overlay(traces, out, step_pattern, steps_spec, window):
     loaded = [load_trace(t) for t in traces]
     waits = {}
     if len(loaded) > 1:
-        from ..multirank import analyze_traces
+        from ..jobs.multirank import analyze_traces
 
         waits = straggler_waits(analyze_traces(loaded))
     for src, trace, dst in zip(traces, loaded, targets):

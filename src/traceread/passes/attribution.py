@@ -44,8 +44,8 @@ import pandas as pd
 
 from .. import namerx
 from . import intervals
-from .compile import _is_compile_name
-from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, _pair_keys
+from .compile import is_compile_name
+from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
 from ._common import GRAPH_LAUNCH_RX, kind_in
 from ._frames import code_in, str_column
 
@@ -208,7 +208,7 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
             return -2
         if GRAPH_RECORD_RX.search(n):
             return cat["graph_capture"]
-        if COMPILE_RX.search(n) or _is_compile_name(n):
+        if COMPILE_RX.search(n) or is_compile_name(n):
             return cat["compile"]
         if DATALOADER_RX.search(n):
             return cat["dataloader"]
@@ -818,7 +818,7 @@ def _corr_rows(ev: pd.DataFrame, rows: np.ndarray, want: np.ndarray, pid: np.nda
     c_pid = ev["pid"].to_numpy()[r].astype(np.int64)
     ok = c_corr >= 0
     cand, c_corr, c_pid = cand[ok], c_corr[ok], c_pid[ok]
-    a, b = _pair_keys(c_pid, c_corr, np.asarray(pid, np.int64), np.asarray(corr, np.int64))
+    a, b = pair_keys(c_pid, c_corr, np.asarray(pid, np.int64), np.asarray(corr, np.int64))
     first = ~a.duplicated(keep="first")
     k = a[first].get_indexer(b)
     hit = (k >= 0) & (np.asarray(corr) >= 0)

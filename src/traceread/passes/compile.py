@@ -91,7 +91,7 @@ EVENT_COLUMNS = ("compile_id", "frame", "attempt", "recompile", "compiled_autogr
 _CUDAGRAPH_RE = namerx.compile(r"^CUDAGraph|cudagraph", re.I)
 
 
-def _is_compile_name(s: str) -> bool:
+def is_compile_name(s: str) -> bool:
     if _CUDAGRAPH_RE.search(s):
         return False
     return s in COMPILE_PHASES or bool(_PHASE_RE.search(s)) or bool(_marker_search(s))
@@ -168,7 +168,7 @@ def compile_spans(events, rows: np.ndarray | None = None) -> pd.DataFrame:
             m = _MARKER_PREFIX_RE.match(c)
             if m:
                 marked.add(m.group(1))
-    return _host(ev, lambda s: True if (_is_compile_name(s) or (s in marked and not _CUDAGRAPH_RE.search(s)))
+    return _host(ev, lambda s: True if (is_compile_name(s) or (s in marked and not _CUDAGRAPH_RE.search(s)))
                  else None, rows)
 
 

@@ -59,7 +59,7 @@ def gpu_gaps(trace_or_events, min_gap_ns: int = 0, *, skip_nonpositive: bool | N
     starting at ts <= 0; ``overheads`` counts nsys CUDA profiling overheads as busy.
     """
     ev, ops = gap_ops(trace_or_events, skip_nonpositive)
-    ov = _overheads(ev) if overheads else None
+    ov = profiler_overheads(ev) if overheads else None
     parts = []
     for (pid, dev), g in ops.groupby(["pid", "device"], sort=True, observed=True):
         s = g["ts"].to_numpy(np.int64)
@@ -103,7 +103,7 @@ def _holes(s: np.ndarray, e: np.ndarray) -> intervals.Intervals:
     return gs[keep], ge[keep]
 
 
-def _overheads(ev: pd.DataFrame) -> pd.DataFrame:
+def profiler_overheads(ev: pd.DataFrame) -> pd.DataFrame:
     if "cat" not in ev or not len(ev):
         return ev.iloc[:0]
     m = (ev["cat"] == OVERHEAD_CAT) & ev["name"].isin(NSYS_GPU_OVERHEADS)

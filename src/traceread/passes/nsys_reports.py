@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..table import Trace
 from ._common import events_of, kind_in
-from .gaps import _overheads, gap_ops
+from .gaps import gap_ops, profiler_overheads
 from .kernels import round1, summarize
 from .nsys_compat import DEFAULT_VERSION, nvtx_default_prefix, stats_version
 
@@ -231,7 +231,7 @@ def gpu_time_util(trace_or_events, threshold: float = 50, chunks: int = 30,
         raise ValueError("chunks must be between 1 and 1000")
     version = version or stats_version(trace_or_events)
     ev, ops = gap_ops(trace_or_events, skip_nonpositive)
-    ov = _overheads(ev)
+    ov = profiler_overheads(ev)
     recs = []
     for (pid, dev), g in ops.groupby(["pid", "device"], sort=True, observed=True):
         s = g["ts"].to_numpy(np.int64)

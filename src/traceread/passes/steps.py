@@ -207,7 +207,7 @@ def _link_launches(ev: pd.DataFrame, ops: pd.DataFrame, launch: dict) -> None:
     todo = np.flatnonzero(corr >= 0)
     if not len(todo):
         return
-    pair = _pair_keys(r_pid, r_corr, o_pid[todo], corr[todo])
+    pair = pair_keys(r_pid, r_corr, o_pid[todo], corr[todo])
     # first call per (pid, correlation), in row order (drop_duplicates keep="first")
     first = ~pair[0].duplicated(keep="first")
     rt, r_corr, r_pid = rt[first], r_corr[first], r_pid[first]
@@ -224,7 +224,7 @@ def _link_launches(ev: pd.DataFrame, ops: pd.DataFrame, launch: dict) -> None:
     _set_launch(launch, todo, k, r_ts[once], r_pid[once], r_tid[once])
 
 
-def _pair_keys(pid_a, corr_a, pid_b, corr_b) -> tuple[pd.Index, pd.Index]:
+def pair_keys(pid_a, corr_a, pid_b, corr_b) -> tuple[pd.Index, pd.Index]:
     """(pid, correlation) pairs of two row sets as comparable index values: one int64 per
     pair when the ranges allow (a hash lookup on ints), else tuples."""
     both = np.concatenate([pid_a, pid_b])

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import COMPILE_RX, GRAPH_RECORD_RX, SYNC_API_RX
-from .compile import _is_compile_name
+from .compile import is_compile_name
 from .steps import assign_steps
 from ._common import fmt_ms as _ms, kind_in
 from ._frames import code_in, take_rows
@@ -269,7 +269,7 @@ def _flag_luts(cats: pd.Index) -> dict:
     def lut(fn):
         return np.array([bool(fn(t)) for t in text] + [False], bool)
     graph = lut(GRAPH_RECORD_RX.search)
-    comp = lut(COMPILE_RX.search) | lut(_is_compile_name)
+    comp = lut(COMPILE_RX.search) | lut(is_compile_name)
     return {"compile": comp & ~graph, "graph": graph, "startup": lut(STARTUP_RX.search),
             "alloc": lut(ALLOC_RX.search), "sync": lut(SYNC_API_RX.match)}
 
@@ -332,7 +332,7 @@ def _flags(rows: pd.DataFrame) -> dict:
     names = rows["name"]
     comp = _name_flags(names, COMPILE_RX)
     cat = names.astype("category") if not isinstance(names.dtype, pd.CategoricalDtype) else names
-    lut = np.array([_is_compile_name(str(c)) for c in cat.cat.categories] + [False], bool)
+    lut = np.array([is_compile_name(str(c)) for c in cat.cat.categories] + [False], bool)
     comp |= lut[cat.cat.codes.to_numpy()]
     graph = _name_flags(names, GRAPH_RECORD_RX)
     return {"compile": comp & ~graph, "graph": graph, "startup": _name_flags(names, STARTUP_RX),

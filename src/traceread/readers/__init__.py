@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ..detect import sniff
+from .detect import sniff
 from ..errors import TraceError
 
 if TYPE_CHECKING:  # the table module imports pandas; `traceread --version` must not
@@ -32,7 +32,7 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
         if hit is not None and not (strict and "truncated" in hit.meta.extra):
             return hit
         before = os.stat(path)  # a file changed while being read is not cached
-    from ..validate import validate
+    from .validate import validate
 
     trace = validate(_read_uncached(path, fmt, progress, stream, strict))
     if cache:

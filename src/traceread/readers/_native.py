@@ -67,7 +67,7 @@ def _shape() -> tuple[dict | None, str]:
     import dataclasses
 
     from . import _kineto_decode as dec  # imported here: `traceread --version` stays light
-    from .stream import Chunk
+    from .common import Chunk
 
     event = dec.Event.__args__[0]
     now = {
@@ -158,7 +158,7 @@ def decode(buf, exact: bool, bare: bool = False):
 def _chunk(res: tuple, ext: bool = False):
     import numpy as np
 
-    from .stream import Chunk
+    from .common import Chunk
 
     (n, ph, ph_u, name, name_u, cat, cat_u, ints, sparse, pid_str, tid_str, lossy,
      meta) = res

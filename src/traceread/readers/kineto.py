@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from contextlib import contextmanager
 from itertools import repeat
 from operator import is_not
 from pathlib import Path
@@ -26,11 +25,12 @@ import pandas as pd
 import pyarrow as pa
 
 from ..collectives import collective_from_kernel, dtype_size, normalize_collective
-from ..detect import sniff
+from .detect import sniff
 from ..errors import TraceError
 from ..table import KINDS, Trace, TraceMeta, build_table, release_heap
 from . import _kineto_decode as dec
-from ._json_edges import inflate_cap_message, max_inflated
+from .common import JSON_OUT, coerce_event, json_error, mark_truncated, not_a_trace, progress_bar
+from ._json_edges import inflate_cap_message, max_inflated, truncation_info
 
 try:  # isal's zlib is ~3x faster at inflate; the "fast" extra installs it
     from isal import isal_zlib as _zlib
@@ -68,7 +68,6 @@ EXTRA_KEYS = ("trace_id", "traceName", "displayTimeUnit", "baseTimeNanoseconds",
               "hip_driver_version", "roctracer_version", "record_shapes", "with_stack",
               "profile_memory", "with_flops", "with_modules", "group_trace_id", "host_name")
 
-PROGRESS_MIN_BYTES = 32 << 20  # ~1 s of work: show a progress bar above this (uncompressed)
 _GZ_CHUNK = 4 << 20
 
 
@@ -105,12 +104,10 @@ def read_kineto(path: str | os.PathLike, progress: bool = False, strict: bool = 
     fmt = sniff(p)
     if fmt == "sqlite":
         raise TraceError(p, "is an SQLite database, not a JSON trace")
-    with _progress(p, progress) as tick:
+    with progress_bar(p, progress) as tick:
         buf, gz_cut = _read_bytes(p, fmt, tick, strict)
         trace = ingest(buf, p, tick, strict=strict)
         if gz_cut and "truncated" not in trace.meta.extra:  # JSON complete, gzip trailer lost
-            from .stream import mark_truncated, truncation_info
-
             mark_truncated(trace, truncation_info(len(buf), len(buf), len(buf),
                                                   gzip_stream_cut=True))
         elif gz_cut:
@@ -161,8 +158,6 @@ def ingest(buf: bytes, path: str | os.PathLike = "", tick=None, strict: bool = F
     release_heap()
     trace = Trace(table, meta)
     if cut is not None:
-        from .stream import mark_truncated
-
         mark_truncated(trace, cut)
     return trace
 
@@ -281,38 +276,15 @@ def _decode(p: Path, buf: bytes, exact: bool = False):
     except msgspec.ValidationError:
         return _decode_lenient(p, buf, exact)
     except msgspec.DecodeError as e:
-        reason = _json_error(e, len(buf))
+        reason = json_error(e, len(buf))
         if reason.startswith("truncated"):
             raise _Cut(reason) from None
         raise TraceError(p, reason) from None
     if isinstance(doc, list):
         return doc, doc, False
     if doc.traceEvents is None:
-        raise TraceError(p, _not_a_trace(buf))
+        raise TraceError(p, not_a_trace(buf))
     return doc, doc.traceEvents, False
-
-
-def _json_error(e: Exception, size: int) -> str:
-    msg = str(e)
-    if "truncated" in msg:
-        return f"truncated JSON at byte {size} (file cut short?)"
-    m = re.search(r"\(byte (\d+)\)", msg)
-    if m:
-        return f"invalid JSON at byte {m.group(1)}: {msg.split(':', 1)[-1].split('(byte')[0].strip()}"
-    return f"invalid JSON: {msg}"
-
-
-def _not_a_trace(buf: bytes) -> str:
-    try:
-        keys = list(msgspec.json.decode(buf, type=dict[str, msgspec.Raw]))
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return "JSON but not a trace (no traceEvents)"
-    if "nodes" in keys:
-        return "PyTorch execution trace (has 'nodes'), not a profiler timeline: no traceEvents"
-    if any(k.startswith("rocprofiler") for k in keys):
-        return "rocprofiler results file, not a Chrome/Kineto trace: no traceEvents"
-    shown = ", ".join(keys[:6]) + (", ..." if len(keys) > 6 else "")
-    return f"JSON object without traceEvents (keys: {shown}): not a trace"
 
 
 def _decode_lenient(p: Path, buf: bytes, exact: bool):
@@ -320,14 +292,14 @@ def _decode_lenient(p: Path, buf: bytes, exact: bool):
     try:
         obj = msgspec.json.Decoder(float_hook=dec.Decimal if exact else None).decode(buf)
     except msgspec.DecodeError as e:
-        reason = _json_error(e, len(buf))
+        reason = json_error(e, len(buf))
         if reason.startswith("truncated"):
             raise _Cut(reason) from None
         raise TraceError(p, reason) from None
     if isinstance(obj, dict):
         events = obj.get("traceEvents")
         if events is None:
-            raise TraceError(p, _not_a_trace(buf))
+            raise TraceError(p, not_a_trace(buf))
         doc = msgspec.convert({k: v for k, v in obj.items() if k != "traceEvents"},
                               _ExactDoc if exact else _Doc, strict=False)
     else:
@@ -340,52 +312,11 @@ def _decode_lenient(p: Path, buf: bytes, exact: bool):
     etype = dec.ExactEvent if exact else dec.Event
     out = []
     for e in events:
-        ev = _coerce_event(e, etype)
+        ev = coerce_event(e, etype)
         if ev is not None:
             out.append(ev)
     # a top-level list keeps its raw objects as ``doc``: a non-torch file's warning counts them
     return doc, out, True
-
-
-_SCALARS = (int, float, str, dec.Decimal, type(None))
-
-
-# args the typed decode keeps as raw JSON text (shapes, grid/block)
-_RAW_ARG_KEYS = frozenset(("Input Dims", "Input type", "Concrete Inputs", "grid", "block"))
-_JSON_OUT = msgspec.json.Encoder(decimal_format="number")
-
-
-def _raw_if_json(key: str, v: Any) -> Any:
-    if key in _RAW_ARG_KEYS:
-        return msgspec.Raw(_JSON_OUT.encode(v))
-    return v
-
-
-def _coerce_event(e: Any, etype: type):
-    if not isinstance(e, dict):
-        return None
-    args = e.get("args")
-    if isinstance(args, dict) and not _RAW_ARG_KEYS.isdisjoint(args):
-        e = {**e, "args": {k: _raw_if_json(k, v) for k, v in args.items()}}
-    try:
-        return msgspec.convert(e, etype, strict=False)
-    except msgspec.ValidationError:
-        pass
-    clean = {k: v for k, v in e.items() if k != "args" and isinstance(v, _SCALARS)}
-    args = e.get("args")
-    if isinstance(args, dict):
-        clean["args"] = {k: _raw_if_json(k, v) for k, v in args.items()
-                         if isinstance(v, _SCALARS) or k in _RAW_ARG_KEYS}
-    for key in ("ts", "dur"):
-        if isinstance(clean.get(key), str):
-            try:
-                clean[key] = float(clean[key])
-            except ValueError:
-                clean.pop(key)
-    try:
-        return msgspec.convert(clean, etype, strict=False)
-    except msgspec.ValidationError:
-        return None
 
 
 # --- metadata -----------------------------------------------------------------
@@ -632,7 +563,7 @@ _DIRECTION = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEV
               "HOST_TO_HOST": "HtoH"}
 
 
-def _copy_kind_from_name(name: str) -> str | None:
+def copy_kind_from_name(name: str) -> str | None:
     m = _MEMCPY_RE.search(name)
     return m.group(1) if m else None
 
@@ -786,7 +717,7 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     copy_rows = np.flatnonzero(is_copy)
     copy_kind = np.full(len(copy_rows), None, dtype=object)
     if len(copy_rows):
-        from_name = _per_unique_at(name_d, _copy_kind_from_name, copy_rows)
+        from_name = _per_unique_at(name_d, copy_kind_from_name, copy_rows)
         for j, i in enumerate(copy_rows.tolist()):
             # Name ("Memcpy HtoD (Pageable -> Device)"), else ROCm 'kind', else MTIA 'direction'.
             d = batch.strs["direction"][i]
@@ -935,7 +866,7 @@ def _compact_json(d: pa.DictionaryArray) -> pa.DictionaryArray:
 
 def _compact(text: str) -> str:
     try:
-        return _JSON_OUT.encode(msgspec.json.decode(text)).decode()
+        return JSON_OUT.encode(msgspec.json.decode(text)).decode()
     except msgspec.DecodeError:
         return text.strip()
 
@@ -1073,40 +1004,6 @@ def _pair_begin_end(batch: dec.Batch, ts: np.ndarray, dur: np.ndarray, keep: np.
     unmatched = sum(len(s) for s in stacks.values())
     if unmatched:
         meta.extra["unmatched_begin_events"] = unmatched
-
-
-# --- progress -----------------------------------------------------------------
-
-@contextmanager
-def _progress(p: Path, enabled: bool):
-    """Yield ``tick(stage, fraction=None)``; draws a rich bar on stderr for big files."""
-    size = 0
-    if enabled:
-        try:
-            size = p.stat().st_size
-            with open(p, "rb") as f:
-                if f.read(2) == b"\x1f\x8b":
-                    size *= 10  # typical Kineto gzip ratio
-        except OSError:
-            size = 0
-    if not enabled or size < PROGRESS_MIN_BYTES:
-        yield lambda stage, frac=None: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    stages = {"gunzip": (0, 25), "parse": (25, 60), "columns": (60, 85), "table": (85, 100),
-              "done": (100, 100)}
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(f"loading {p.name}", total=100)
-
-        def tick(stage: str, frac: float | None = None) -> None:
-            lo, hi = stages.get(stage, (0, 0))
-            bar.update(task, completed=lo + (hi - lo) * (frac or 0.0),
-                       description=f"{stage} {p.name}")
-
-        yield tick
 
 
 __all__ = ["read_kineto", "ingest", "rank_from_filename", "CAT_KIND"]

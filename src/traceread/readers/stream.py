@@ -32,7 +32,6 @@ import os
 import time
 import zlib
 from collections import deque
-from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import is_not
 from pathlib import Path
@@ -42,12 +41,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..detect import read_head, sniff
+from .detect import read_head, sniff
 from ..errors import TraceError
 from ..table import Trace, build_table, release_heap
 from ._json_edges import inflate_cap_message, max_inflated
 from . import _kineto_decode as dec
 from . import _native
+from .common import Chunk, coerce_event, json_error, mark_truncated, not_a_trace, progress_bar
 # (re-exported: the byte-level helpers lived here before; tests and callers use them)
 from ._json_edges import (_BOUNDARY_ANY, _BOUNDARY_NL, _HEAD_SCAN, _KEY_RE, _TAIL_SCAN,  # noqa: F401
                           Inflater, NotRecoverable, Truncated, _last_boundary, _next_start,
@@ -83,25 +83,6 @@ def stream_min_bytes() -> int:
 # --- worker side ----------------------------------------------------------------
 
 STR_LISTS = ("ph", "name", "cat")
-
-
-@dataclass
-class Chunk:
-    """A decoded chunk in transport form: numpy arrays, dictionary-coded strings.
-
-    Per row it costs ~130 bytes (vs ~190 for a ``Batch`` with Python lists);
-    the parent keeps these until the end and builds one ``Batch`` from them.
-    """
-
-    n: int
-    strs_coded: dict      # "ph"/"name"/"cat" -> (int32 codes, uniques list) or a plain list
-    sparse: dict          # arg string field -> (int64 rows, values) of the non-None entries
-    arrays: dict          # pid, tid, ts_ns, dur_ns and every ARG_INT_FIELDS column
-    pid_str: dict
-    tid_str: dict
-    ts_lossy: bool
-    meta_events: list
-    utf8_repaired: bool = False
 
 
 def _code(values: list):
@@ -333,13 +314,12 @@ def decode_chunk(buf, exact: bool = False, lenient: bool = False, native: bool =
         if chunk is not None:
             return chunk
     if lenient:
-        from .kineto import _coerce_event
 
         etype = dec.ExactEvent if exact else dec.Event
         raw = msgspec.json.Decoder(float_hook=dec.Decimal if exact else None).decode(buf)
         if not isinstance(raw, list):
             raise msgspec.DecodeError("chunk is not an array")
-        events = [e for e in (_coerce_event(x, etype) for x in raw) if e is not None]
+        events = [e for e in (coerce_event(x, etype) for x in raw) if e is not None]
     else:
         events = dec.decode_events(buf, exact=exact)
     batch = dec.events_to_batch(events)
@@ -417,14 +397,13 @@ def _decode_repairing(buf, exact: bool, lenient: bool, native: bool = True) -> C
 def _no_events(buf, whole: bool) -> str:
     """Reason for a document without traceEvents (the small path's wording if we can)."""
     if whole:
-        from .kineto import _json_error, _not_a_trace
 
         data = bytes(buf)
         try:
             msgspec.json.decode(data)
         except msgspec.DecodeError as e:
-            return _json_error(e, len(data))
-        return _not_a_trace(data)
+            return json_error(e, len(data))
+        return not_a_trace(data)
     return "JSON but no traceEvents array in the first 64 MB: not a trace"
 
 
@@ -512,14 +491,13 @@ def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | 
     fmt = sniff(p)
     if fmt == "sqlite":
         raise TraceError(p, "is an SQLite database, not a JSON trace")
-    from .kineto import _progress
 
     if not workers:
         workers = env_workers()
     if not workers:  # a pool costs ~0.3 s to start: only for files of several chunks
         workers = max(1, min(default_workers(), estimated_raw_size(p) // (2 * chunk_bytes)))
     exact = lenient = False
-    with _progress(p, progress) as tick:
+    with progress_bar(p, progress) as tick:
         while True:  # at most three passes: float ts, then exact ts, then lenient types
             try:
                 cut: dict = {}
@@ -546,11 +524,6 @@ def read_stream(path: str | os.PathLike, progress: bool = False, workers: int | 
     return trace
 
 
-def mark_truncated(trace: Trace, info: dict) -> None:
-    """Record a recovered cut in the trace's meta (rows of the table = events recovered)."""
-    trace.meta.extra["truncated"] = {**info, "events_recovered": len(trace)}
-
-
 def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
             lenient: bool) -> Trace:
     from . import kineto as K
@@ -565,7 +538,7 @@ def _finish(p: Path, prefix: bytes, suffix: bytes, batches: list, exact: bool,
         except msgspec.ValidationError:
             doc, _, _ = K._decode_lenient(p, skeleton, exact)
         except msgspec.DecodeError as e:
-            raise TraceError(p, K._json_error(e, len(skeleton))) from None
+            raise TraceError(p, json_error(e, len(skeleton))) from None
     repaired = any(c.utf8_repaired for c in batches)
     batch = chunks_to_batch(batches) if batches else dec.events_to_batch([])
     batches.clear()

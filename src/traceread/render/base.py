@@ -54,13 +54,13 @@ class Renderer:
 
 
 class TextRenderer(Renderer):
-    """The terminal report (``render/report.py``); diffs use ``traceread.diff.render_text``."""
+    """The terminal report (``render/report.py``); diffs ``render/diff_text.py``."""
 
     def render(self, result) -> str:
         if _is_diff(result):
-            from ..tracediff import render_text
+            from .diff_text import render_diff
 
-            return render_text(result)
+            return render_diff(result)
         from .report import render_report
         from .safe import for_display
 

@@ -117,7 +117,7 @@ def render_summary(results: list, layouts: dict | None = None) -> str:
             detail = (f" (rank {s} works {fmt_ns(work[s])} per step, the others' median"
                       f" {fmt_ns(others[len(others) // 2])})") if loc["locality"] == "rank-local" and others and s in work else ""
             lines.append(f"  slowdown   {loc['locality']}{detail}")
-        from ..multirank.groups import groups_line
+        from ..jobs.multirank.groups import groups_line
 
         grp = groups_line(res.groups, res.stages)
         if grp:
@@ -147,7 +147,7 @@ def layout_line(p: dict | None) -> str:
             if pp["schedule"] else ""
         bub = ", ".join(f"{r}: {v}%" for r, v in pp["bubble_pct_by_stage"].items())
         x = pp["slowest_busy_x_fastest"]
-        from ..multirank.groups import IMBALANCE_X
+        from ..jobs.multirank.groups import IMBALANCE_X
 
         who = (f"stage {pp['slowest_stage']} computes most ({x}x the least busy)"
                if x and x >= IMBALANCE_X else f"the stages compute alike ({x}x at most)")
@@ -244,13 +244,13 @@ def _fit_labelled(lines: list[str]) -> str:
     """``  label   text`` lines wrap their text under itself within 100 columns."""
     import re
 
-    from .report import _tail_lines, fit
+    from .fmt import fit, tail_lines
 
     out = []
     for line in lines:
         m = re.match(r"(\s*[A-Za-z][\w ]*?\s{2,})(\S.*)", line)
         if len(line) > 100 and m and len(m.group(1)) <= 30:
-            out += _tail_lines(m.group(1), m.group(2))
+            out += tail_lines(m.group(1), m.group(2))
         else:
             out += fit([line])
     return "\n".join(out).rstrip("\n")

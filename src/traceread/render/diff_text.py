@@ -10,7 +10,7 @@ import textwrap
 
 from ..passes.attribution import CPU_CATEGORIES
 from . import safe
-from .report import _short
+from .fmt import short_name
 from .text import fmt_ns
 
 PAIR_ROWS = 64
@@ -28,13 +28,13 @@ def _many(d) -> str:
     lines = [f"{len(d.pairs)} matched traces ({what}, matched by {d.matched_by})"]
     if worst is not None:
         lines.append(f"worst step-time change: {worst:+.1f}% (--fail-if-slower checks it): "
-                     + _short(d.label, 40))
+                     + short_name(d.label, 40))
     for u in d.unmatched:
-        lines.append("  " + _short(f"not compared ({u['side']}): {u['path']}: {u['reason']}", 98))
+        lines.append("  " + short_name(f"not compared ({u['side']}): {u['path']}: {u['reason']}", 98))
     lines += _job_lines(d.jobs or [])
     lines += _pair_table(d.pairs)
     lead = next((p for p in d.pairs if p.label == d.label), d.pairs[0])
-    lines += ["", _short(f"In detail, the worst: {d.label}", 100), ""]
+    lines += ["", short_name(f"In detail, the worst: {d.label}", 100), ""]
     return "\n".join(lines) + "\n" + _one(lead)
 
 
@@ -48,7 +48,7 @@ def _pair_table(pairs: list) -> list[str]:
         pct = p.slower_pct()
         verdict = f"{str(b['verdict']).upper()} -> {str(a['verdict']).upper()}" \
             if b["verdict"] != a["verdict"] else str(b["verdict"]).upper()
-        lines.append(f"  {_short(p.label, 29):<30}{_ns(b.get(key)):>12}{_ns(a.get(key)):>10}"
+        lines.append(f"  {short_name(p.label, 29):<30}{_ns(b.get(key)):>12}{_ns(a.get(key)):>10}"
                      f"{'' if pct is None else f'{pct:+.1f}%':>9}"
                      f"{b['gpu_idle_pct']:>13.1f}%{a['gpu_idle_pct']:>6.1f}%  {verdict}")
     if len(pairs) > PAIR_ROWS:
@@ -79,7 +79,7 @@ def _job_lines(jobs: list) -> list[str]:
         if b.get("summary") or a.get("summary"):
             for label, side in (("before", b), ("after", a)):
                 prefix = f"  {label:<13}"
-                lines.append(prefix + _short(side.get("summary") or "not a job", 100 - len(prefix)))
+                lines.append(prefix + short_name(side.get("summary") or "not a job", 100 - len(prefix)))
     return lines
 
 
@@ -218,7 +218,7 @@ def _kernel_lines(k: dict, per: str) -> list[str]:
         for r in k[key]:
             pct = f"{r['pct']:+.0f}%" if r["pct"] is not None else ""
             lines.append(f"    {_signed(r['delta_ns']):>10} {pct:>6}  {fmt_ns(r['before_ns']):>9} -> "
-                         f"{fmt_ns(r['after_ns']):<9}  {_short(r['name'], 52)}")
+                         f"{fmt_ns(r['after_ns']):<9}  {short_name(r['name'], 52)}")
     return lines
 
 

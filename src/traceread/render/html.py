@@ -20,31 +20,17 @@ import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
 from .base import Renderer
-from .report import _n
+from .fmt import plural
+from .html_base import COLORS, hbars, name_span, page, rect, svg, table
 from .text import fmt_bytes, fmt_ns, fmt_rate, rel_time
 
 COLUMNS = 800          # timeline resolution (SVG columns per device lane)
 MAX_LANES = 8
 MAX_STEPS = 60
 TABLE_ROWS = 20
-COLORS = {"busy": "#3b6ea8", "compile": "#9467bd", "graph_capture": "#c5b0d5", "dataloader": "#ff7f0e", "comm_wait": "#17becf",
-          "sync": "#d62728", "alloc": "#8c564b", "launch": "#e377c2", "cpu_op": "#bcbd22",
-          "python": "#2ca02c", "untraced": "#9e9e9e", "exposed": "#006d77", "hidden": "#83c5be"}
 # Kernel classes are busy time: shades of "busy" blue, never an idle cause's colour.
 CLASS_COLORS = ("#3b6ea8", "#5a87bd", "#2f5886", "#7aa1cf", "#46627f", "#9bbbe0", "#274a70",
                 "#6f8aa6", "#8fa7bd", "#65798f", "#4f6d8f", "#8495a8")
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;
-color:#222;padding:0 16px}h1{font-size:20px;margin:0;overflow-wrap:anywhere}h2{font-size:16px;margin:28px 0 8px;
-border-bottom:1px solid #ddd;padding-bottom:4px}.meta{color:#666}.verdict{border-left:6px solid #d62728;
-background:#fbf3f3;padding:10px 16px;margin:16px 0}.verdict .bound{font-size:22px;font-weight:700}
-table{border-collapse:collapse;font-size:13px}td,th{padding:3px 10px;white-space:nowrap;text-align:left;
-border-bottom:1px solid #eee;vertical-align:top}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
-.legend span{display:inline-block;margin-right:14px;font-size:12px}.legend i{display:inline-block;
-width:10px;height:10px;margin-right:4px;vertical-align:middle}.name{font-family:ui-monospace,monospace;
-font-size:12px;white-space:normal;word-break:break-all}svg text{font:11px system-ui,sans-serif;fill:#333}
-pre{white-space:pre-wrap;font-size:12px}.up{color:#b00020}.down{color:#1b7f3b}@media print{body{margin:0}}
-"""
 
 
 class HtmlRenderer(Renderer):
@@ -56,7 +42,7 @@ class HtmlRenderer(Renderer):
 
             title, body = "traceread diff", diff_body(result)
         elif isinstance(result, (list, tuple)):  # several traces (ranks of a job): one page
-            title = f"traceread: {_n(len(result), 'trace')}"
+            title = f"traceread: {plural(len(result), 'trace')}"
             body = job_body(list(result), self.options.get("jobs"))
         else:  # one trace; an nsys export of several processes may still be a job
             title = f"traceread: {result.meta.path}"
@@ -76,13 +62,6 @@ def summary_html(a) -> str:
     d = a.to_dict()
     return (f'<div class="traceread-summary"><style>{SUMMARY_CSS}</style>{_header(d)}'
             f"{_verdict(a, d)}</div>")
-
-
-def page(title: str, body: str) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
-            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>\n{body}\n"
-            f'<p class="meta">made by traceread</p></body></html>\n')
 
 
 def analysis_body(a) -> str:
@@ -113,7 +92,7 @@ def _wait_bars(job) -> str:
     rows = [(f"rank {int(r)}", int(w), f"waits {fmt_ns(int(w))}" + _last_at(last.get(int(r), 0)),
              COLORS["comm_wait"] if w else COLORS["busy"]) for r, w in zip(pr["rank"], pr["wait_ns"])]
     return (f"<p class='meta'>{escape(str(job.job))}: time each rank waited inside collectives for "
-            f"the last rank to arrive</p>" + _hbars(rows[:64]))
+            f"the last rank to arrive</p>" + hbars(rows[:64]))
 
 
 def _last_at(n: int) -> str:
@@ -124,7 +103,7 @@ def _jobs_of(analyses: list):
     """Cross-rank results when the caller did not pass them and the traces are still held."""
     if any(a.trace is None for a in analyses):
         return []
-    from ..multirank import analyze_traces
+    from ..jobs.multirank import analyze_traces
 
     return analyze_traces([a.trace for a in analyses])
 
@@ -147,9 +126,9 @@ def job_body(analyses: list, jobs=None) -> str:
                      f"{100 * idle / window:.1f}%" if window else "-", escape(a.meta.path)])
         bars.append((label, stats.get("mean_ns") or window, fmt_ns(stats.get("mean_ns") or window),
                      palette[i % len(palette)]))
-    parts = [f"<h1>{_n(len(analyses), 'trace')}</h1>",
+    parts = [f"<h1>{plural(len(analyses), 'trace')}</h1>",
              table(["trace", "verdict", "step (mean)", "GPU idle", "file"], rows, {2, 3}),
-             "<h2>Step time per trace</h2>", _hbars(bars),
+             "<h2>Step time per trace</h2>", hbars(bars),
              cross_rank_html(jobs if jobs is not None else _jobs_of(analyses))]
     for i, a in enumerate(ordered):
         parts.append(f'<hr id="t{i}">' + analysis_body(a))
@@ -245,18 +224,6 @@ def _legend(keys) -> str:
         f'<span><i style="background:{COLORS.get(k, "#777777")}"></i>{escape(k)}</span>' for k in keys) + "</div>"
 
 
-def _rect(x, y, w, h, color, title="") -> str:
-    t = f"<title>{escape(title)}</title>" if title else ""
-    return (f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.2f}" height="{h:.1f}" '
-            f'fill="{color}">{t}</rect>')
-
-
-def _svg(width: int, height: int, inner: list[str], label: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(label)}" '
-            f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">' + "".join(inner)
-            + "</svg>")
-
-
 # --- GPU timeline --------------------------------------------------------------------
 
 
@@ -311,7 +278,7 @@ def _timeline_section(a) -> str:
             f"{fmt_ns((lanes[0]['window_end'] - lanes[0]['window_start']) / COLUMNS)} of the device's "
             f"active window: blue = busy, colours = idle, by what the host was doing. Ticks: step starts.</p>")
     keys = ["busy", *CPU_CATEGORIES] + (["exposed"] if exposed else [])
-    return head + _legend(keys) + _svg(width, y + 14, inner + steps, "GPU timeline")
+    return head + _legend(keys) + svg(width, y + 14, inner + steps, "GPU timeline")
 
 
 def _exposed(a) -> dict:
@@ -344,7 +311,7 @@ def _lane(a, r: dict, x0: int, y: int, h: int) -> list[str]:
     idle = binned_idle(g, w0, w1)
     label = f"GPU {r['device']}" + (f" pid {r['pid']}" if a.devices["pid"].nunique() > 1 else "")
     out = [f'<text x="2" y="{y + h / 2 + 4:.0f}">{escape(label)}</text>',
-           _rect(x0, y, COLUMNS, h, COLORS["busy"], f"{label}: busy {fmt_ns(r['busy_ns'])}, "
+           rect(x0, y, COLUMNS, h, COLORS["busy"], f"{label}: busy {fmt_ns(r['busy_ns'])}, "
                  f"idle {fmt_ns(r['idle_ns'])}")]
     total = sum(idle.values())
     for col in np.flatnonzero(total > col_ns * 0.002):
@@ -352,7 +319,7 @@ def _lane(a, r: dict, x0: int, y: int, h: int) -> list[str]:
         for c in CPU_CATEGORIES:  # idle stacks from the top; what is left below is busy
             hh = h * min(idle[c][col] / col_ns, 1.0)
             if hh >= 0.05:
-                out.append(_rect(x0 + col, yy, 1.0, hh, COLORS.get(c, "#777777")))
+                out.append(rect(x0 + col, yy, 1.0, hh, COLORS.get(c, "#777777")))
                 yy += hh
     return out
 
@@ -386,13 +353,13 @@ def _steps_section(d: dict) -> str:
         inner.append(f'<text x="0" y="{y + 12}">#{escape(str(it["step"]))}</text>')
         x = x0
         w = bar_w * it["busy_ns"] / top
-        inner.append(_rect(x, y, w, row_h, COLORS["busy"], f"step {it['step']}: busy {fmt_ns(it['busy_ns'])}"))
+        inner.append(rect(x, y, w, row_h, COLORS["busy"], f"step {it['step']}: busy {fmt_ns(it['busy_ns'])}"))
         x += w
         for c in CPU_CATEGORIES:
             ns = (it.get("idle_by_cpu") or {}).get(c, 0)
             if ns:
                 w = bar_w * ns / top
-                inner.append(_rect(x, y, w, row_h, COLORS.get(c, "#777777"), f"step {it['step']}: {c} {fmt_ns(ns)}"))
+                inner.append(rect(x, y, w, row_h, COLORS.get(c, "#777777"), f"step {it['step']}: {c} {fmt_ns(ns)}"))
                 x += w
         # the bar is GPU time (busy + idle); the step's host duration is another figure
         inner.append(f'<text x="{x + 4:.0f}" y="{y + 12}">{fmt_ns(it["busy_ns"] + it["idle_ns"])} '
@@ -404,21 +371,8 @@ def _steps_section(d: dict) -> str:
             f"then the idle time of the gaps ended by work the step launched, by cause, labelled "
             f"with their sum (in brackets: the step's host duration, and the GPU idle inside "
             f"it, steady on a steady loop).</p>")
-    return head + _legend(["busy", *CPU_CATEGORIES]) + _svg(x0 + bar_w + 290, len(shown) * (row_h + 3),
+    return head + _legend(["busy", *CPU_CATEGORIES]) + svg(x0 + bar_w + 290, len(shown) * (row_h + 3),
                                                              inner, "per-step GPU busy and idle")
-
-
-def _hbars(rows: list[tuple[str, float, str, str]], label_w: int = 130, bar_w: int = 520) -> str:
-    """Horizontal bars: (label, value, text, colour)."""
-    top = max((v for _, v, _, _ in rows), default=0) or 1
-    inner = []
-    for i, (label, v, text, color) in enumerate(rows):
-        y = i * 22
-        w = bar_w * v / top
-        inner.append(f'<text x="0" y="{y + 13}">{escape(label)}</text>')
-        inner.append(_rect(label_w, y, w, 16, color, f"{label}: {text}"))
-        inner.append(f'<text x="{label_w + w + 6:.0f}" y="{y + 13}">{escape(text)}</text>')
-    return _svg(label_w + bar_w + 160, len(rows) * 22, inner, "bars")
 
 
 def _idle_section(d: dict) -> str:
@@ -435,17 +389,10 @@ def _idle_section(d: dict) -> str:
              f"{fmt_ns(dr.get('queued', 0))}</p>")
     return (f"<h2>Where the idle GPU time went ({fmt_ns(idle)})</h2>"
             f"<p class='meta'>What the launching host threads were doing while the GPU idled.</p>"
-            + _hbars(rows) + drain)
+            + hbars(rows) + drain)
 
 
 # --- tables ------------------------------------------------------------------------
-
-
-def table(head: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
-    th = "".join(f'<th class="{"n" if i in numeric else ""}">{escape(h)}</th>' for i, h in enumerate(head))
-    body = "".join("<tr>" + "".join(f'<td class="{"n" if i in numeric else ""}">{c}</td>'
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _gaps_section(a, d: dict) -> str:
@@ -468,25 +415,18 @@ def _gaps_section(a, d: dict) -> str:
             + table(["start", "duration", "device", "step", "drained by", "host was in"], rows, {0, 1, 2}))
 
 
-def _name(name, width: int = 160) -> str:
-    """A kernel/op name, cut to ``width`` characters (the full name on hover)."""
-    full = " ".join(str(name).split())
-    short = full if len(full) <= width else full[: width - 1] + "…"
-    return f'<span class="name" title="{escape(full)}">{escape(short)}</span>'
-
-
 def _kernels_section(d: dict) -> str:
     ks = d.get("kernels") or []
     if not ks:
         return ""
     rows = [[f"{k['pct']:.1f}%", fmt_ns(k["total_ns"]), f"{k['instances']:,}", fmt_ns(k["avg_ns"]),
-             _name(k["name"])] for k in ks[:TABLE_ROWS]]
+             name_span(k["name"])] for k in ks[:TABLE_ROWS]]
     out = "<h2>Top kernels</h2>" + table(["time", "total", "count", "avg", "name"], rows, {0, 1, 2, 3})
     kc = d.get("kernel_classes") or []
     if kc:
         bars = [(str(c["class"]), c["total_ns"], f"{fmt_ns(c['total_ns'])} ({c['pct']:.1f}%)",
                  CLASS_COLORS[i % len(CLASS_COLORS)]) for i, c in enumerate(kc[:12])]
-        out += "<h2>Kernel time by class</h2>" + _hbars(bars)
+        out += "<h2>Kernel time by class</h2>" + hbars(bars)
     return out
 
 
@@ -496,7 +436,7 @@ def _comm_section(d: dict) -> str:
     if not comm:
         return ""
     hidden, exposed = n.get("overlap_ns", 0), n.get("exposed_ns", 0)
-    bars = _hbars([("hidden", hidden, fmt_ns(hidden), COLORS["hidden"]),
+    bars = hbars([("hidden", hidden, fmt_ns(hidden), COLORS["hidden"]),
                    ("exposed", exposed, fmt_ns(exposed), COLORS["exposed"])])
     rows = []
     for c in (n.get("by_collective") or [])[:TABLE_ROWS]:
@@ -532,7 +472,7 @@ def _compile_section(a, d: dict) -> str:
     c = d.get("compile") or {}
     if not (c.get("compiles") or c.get("compile_ns")):
         return ""
-    head = (f"<h2>torch.compile: {_n(c.get('compiles', 0), 'compile')} ({_n(c.get('recompiles', 0), 'recompile')}), "
+    head = (f"<h2>torch.compile: {plural(c.get('compiles', 0), 'compile')} ({plural(c.get('recompiles', 0), 'recompile')}), "
             f"{fmt_ns(c.get('compile_ns', 0))} compiling</h2>")
     rows = []
     if a.trace is not None:
@@ -541,5 +481,5 @@ def _compile_section(a, d: dict) -> str:
         for r in compile_events(a.trace.events).head(TABLE_ROWS).to_dict(orient="records"):
             rows.append([escape(str(r.get("compile_id") or "?")), "yes" if r.get("recompile") else "",
                          f"#{r['step']}" if r.get("step", -1) >= 0 else "-", fmt_ns(r["dur"]),
-                         _name(r["name"])])
+                         name_span(r["name"])])
     return head + (table(["compile id", "recompile", "step", "duration", "span"], rows, {3}) if rows else "")

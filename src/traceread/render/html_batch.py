@@ -5,8 +5,8 @@ from html import escape
 
 import pandas as pd
 
-from .html import _hbars, page, table
-from .report import _n
+from .fmt import plural
+from .html_base import hbars, page, table
 
 VERDICT_COLORS = {"data": "#ff7f0e", "copy": "#8c564b", "sync": "#d62728", "launch": "#e377c2",
                   "host": "#bcbd22", "comms": "#17becf", "compile": "#9467bd",
@@ -20,11 +20,11 @@ def batch_page(res) -> str:
     s: pd.DataFrame = res.summary
     ok = s[s["error"].isna()]
     bad = s[s["error"].notna()]
-    head = (f"<h1>{_n(len(s), 'trace')}: {len(ok)} analysed, {len(bad)} failed</h1>")
+    head = (f"<h1>{plural(len(s), 'trace')}: {len(ok)} analysed, {len(bad)} failed</h1>")
     parts = [head]
     if len(ok):
         counts = ok["verdict"].fillna("?").value_counts()
-        parts.append("<h2>Verdicts</h2>" + _hbars([(str(k), int(v), _n(int(v), "trace"),
+        parts.append("<h2>Verdicts</h2>" + hbars([(str(k), int(v), plural(int(v), "trace"),
                                                     VERDICT_COLORS.get(str(k), "#777777"))
                                                    for k, v in counts.items()]))
         gpu = ok[ok["idle_pct"].notna()]  # a CPU-only trace has no GPU idle to draw (was "nan%")
@@ -32,12 +32,12 @@ def batch_page(res) -> str:
         worst = gpu.sort_values("idle_pct", ascending=False).head(40)
         nogpu = len(ok) - len(gpu)
         if len(worst):
-            parts.append("<h2>GPU idle per trace (worst first, coloured by verdict)</h2>" + _hbars(
+            parts.append("<h2>GPU idle per trace (worst first, coloured by verdict)</h2>" + hbars(
                 [(_short(_rel(r["file"], root)), float(r["idle_pct"]), f"{float(r['idle_pct']):.1f}% "
                   f"({r['verdict']})", VERDICT_COLORS.get(str(r["verdict"]), "#777777"))
                  for _, r in worst.iterrows()], label_w=260))
         if nogpu:
-            parts.append(f"<p class='meta'>{_n(nogpu, 'trace')} without a GPU idle figure "
+            parts.append(f"<p class='meta'>{plural(nogpu, 'trace')} without a GPU idle figure "
                          "(no GPU work analysed): no idle bar drawn</p>")
         parts.append("<h2>Every trace</h2>"
                      + (f"<p class='meta'>files under {escape(root)}</p>" if root else "")

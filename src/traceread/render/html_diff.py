@@ -4,7 +4,7 @@ from __future__ import annotations
 from html import escape
 
 from ..passes.attribution import CPU_CATEGORIES
-from .html import COLORS, _name, _svg, table
+from .html_base import COLORS, name_span, svg, table
 from .text import fmt_ns
 
 _ROWS = (("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
@@ -111,7 +111,7 @@ def _one(d) -> str:
             krows = [[fmt_ns(r["before_ns"]), fmt_ns(r["after_ns"]),
                       ("+" if r["delta_ns"] > 0 else "") + fmt_ns(r["delta_ns"]),
                       f"{r['pct']:+.0f}%" if r["pct"] is not None else "",
-                      _name(r["name"])] for r in ks]
+                      name_span(r["name"])] for r in ks]
             out.append(f"<h2>Kernels {key} ({d.kernels.get(key + '_count', len(ks))}, {per})</h2>")
             out.append(table(["before", "after", "change", "%", "name"], krows, {0, 1, 2, 3}))
     return "\n".join(out)
@@ -165,4 +165,4 @@ def _paired_bars(b: dict, a: dict) -> str:
             inner.append(f'<rect x="110" y="{y + j * 14}" width="{w:.2f}" height="12" fill="{COLORS.get(c, "#777777")}" '
                          f'fill-opacity="{op}"><title>{side}: {fmt_ns(v)}</title></rect>')
             inner.append(f'<text x="{116 + w:.0f}" y="{y + j * 14 + 10}">{side} {fmt_ns(v)}</text>')
-    return _svg(800, max(len(cats) * 34, 10), inner, "idle by cause, before and after")
+    return svg(800, max(len(cats) * 34, 10), inner, "idle by cause, before and after")

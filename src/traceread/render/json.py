@@ -91,9 +91,9 @@ def _trace(a) -> dict:
             "devices": [_py(d) for d in m.devices],
             # a trace cut short: where, and how much was recovered (else null)
             "truncated": _py(m.extra.get("truncated")),
-            # rows traceread.validate dropped or trimmed: {rule: rows} (else null)
+            # rows traceread.readers.validate dropped or trimmed: {rule: rows} (else null)
             "impossible": _py(m.extra.get("impossible")),
-            # processes whose activity lies minutes apart (traceread.validate; else null)
+            # processes whose activity lies minutes apart (traceread.readers.validate; else null)
             "processes_apart": _py(m.extra.get("processes_apart"))}
 
 

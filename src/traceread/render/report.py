@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import re
-import textwrap
 
 import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES, waited_summary
 from ..verdict.bounds import TITLE
 from . import safe
+from .fmt import WIDTH, fit, fit_list, plural, short_name, tail_lines
 from .text import ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time, utilization_lines
 
 BOUND_TITLE = TITLE
@@ -16,57 +16,10 @@ STEP_ROWS = 12
 GAP_ROWS = 8
 OP_ROWS = 8
 KERNEL_ROWS = 8
-NAME_W = 60
-WIDTH = 100  # terminal columns the report keeps to (prose wraps, kernel names shorten)
-
-
-def _short(name: str, w: int = NAME_W) -> str:
-    return safe.short(name, w)  # one inert line, inductor names keep their tail (render/safe.py)
-
-
-def _tail_lines(prefix: str, text: str, width: int = WIDTH) -> list[str]:
-    """A table row whose last column is free text: the text wraps inside that column
-    (continuation lines indented to it), so the row never passes ``width``."""
-    room = width - len(prefix)
-    if len(prefix) + len(text) <= width or room < 20:
-        return [prefix + text]
-    glued = _glue_units(" ".join(text.split()))
-    parts = [x.replace("\x00", " ") for x in textwrap.wrap(
-        glued, room, break_long_words=True, break_on_hyphens=False)]
-    return [prefix + parts[0]] + [" " * len(prefix) + x for x in parts[1:]]
-
-
-def _glue_units(text: str) -> str:
-    """"10 us" -> "10\\x00us": a wrap never parts a number from its unit (\\x00 -> " " after)."""
-    return re.sub(r"(\d) (?=(?:ns|us|µs|ms|s|min|h|%)(?:\W|$))", "\\1\x00", text)
-
-
-def _fit_list(prefix: str, items: list[str], width: int = WIDTH) -> str:
-    """As many of ``items`` (largest first), joined by ", ", as fit after ``prefix``."""
-    items = [safe.name(x) for x in items]
-    for n in range(len(items), 0, -1):
-        text = ", ".join(items[:n])
-        if len(prefix) + len(text) <= width:
-            return text
-    return _short(items[0], max(10, width - len(prefix))) if items else ""
-
-
-def short_path(path: str, width: int = WIDTH) -> str:
-    """A path that fits ``width``: its start and its end (the file name) with … between.
-    For a path inside prose only: a header prints its path whole, so that it can be copied."""
-    path = safe.name(path)
-    if len(path) <= width:
-        return path
-    tail = path[-(width * 2 // 3):]
-    return path[: width - len(tail) - 1] + "…" + tail
 
 
 def _pct(a, b) -> str:
     return f"{100.0 * a / b:5.1f}%" if b else "    -"
-
-
-def _n(count: int, word: str) -> str:
-    return f"{count:,} {word}" + ("" if count == 1 else "s")
 
 
 def _bar(frac: float, width: int = 24) -> str:
@@ -93,31 +46,6 @@ def render_report(a) -> str:
     out += _kernels(a)
     out += utilization_lines(getattr(a, "utilization", None))
     return "\n".join(fit("\n".join(out).split("\n"))).rstrip() + "\n"
-
-
-def fit(lines: list[str], width: int = WIDTH) -> list[str]:
-    """Wrap prose lines longer than ``width``; table rows and paths stay whole.
-
-    A row has a two-space column gap after its indent; a path (a line of one word)
-    has no spaces and stays whole. Inside prose, a word too long for a line (a
-    pybind11 type name, say) loses its middle to "…". Continuations indent past a
-    ``1.`` / ``-`` marker.
-    """
-    out = []
-    for line in lines:
-        body = line.lstrip(" ")
-        if len(line) <= width or "  " in body or " " not in body:
-            out.append(line)
-            continue
-        indent = line[: len(line) - len(body)]
-        marker = re.match(r"(\d+\.|-|\*) ", body)
-        hang = indent + " " * (len(marker.group(0)) if marker else 2)
-        room = width - len(hang)
-        words = [w if len(w) <= room else short_path(w, room) for w in body.split(" ")]
-        out += [x.replace("\x00", " ") for x in textwrap.wrap(
-            _glue_units(indent + " ".join(words)), width, subsequent_indent=hang,
-            break_long_words=False, break_on_hyphens=False)]
-    return out
 
 
 def _header(a) -> list[str]:
@@ -173,15 +101,15 @@ def _verdict(a) -> list[str]:
     if ev.get("exposed_copy_pct", 0) >= 0.5:
         facts.append(f"exposed host<->device copies {ev['exposed_copy_pct']:.1f}% of the window")
     if ev.get("top_sync_op") and v["bound"] in ("sync", "mixed"):
-        facts.append(f"queue drained by {ev['top_sync_op']} in {_n(ev['top_sync_op_gaps'], 'gap')}")
+        facts.append(f"queue drained by {ev['top_sync_op']} in {plural(ev['top_sync_op_gaps'], 'gap')}")
     if ev.get("bursty"):
         facts.append(f"step times are bursty (cv {ev['step_cv']:.2f})")
     if ev.get("recompiles") or ev.get("graph_breaks"):
-        facts.append(", ".join(x for x in (_n(ev["recompiles"], "recompile") if ev.get("recompiles") else "",
-                                           _n(ev["graph_breaks"], "graph break") if ev.get("graph_breaks")
+        facts.append(", ".join(x for x in (plural(ev["recompiles"], "recompile") if ev.get("recompiles") else "",
+                                           plural(ev["graph_breaks"], "graph break") if ev.get("graph_breaks")
                                            else "") if x) + " in the analysed window")
     elif ev.get("module_loads", 0) >= max(2, ev.get("steps", 0) // 2):
-        facts.append(f"{_n(ev['module_loads'], 'GPU module')} loaded inside the analysed steps: "
+        facts.append(f"{plural(ev['module_loads'], 'GPU module')} loaded inside the analysed steps: "
                      "kernels are still being JIT-compiled (torch.compile recompiles? "
                      "TORCH_LOGS=recompiles)")
     if ev.get("startup_ns"):
@@ -192,7 +120,7 @@ def _verdict(a) -> list[str]:
     facts += _steady(getattr(a, "steady_state", None))
     if v["bound"] == "gpu" and ev.get("top_kernel"):
         facts.append(f"top kernel {ev['top_kernel_pct']:.1f}% of GPU time: "
-                     f"{_short(ev['top_kernel'], 50)}")
+                     f"{short_name(ev['top_kernel'], 50)}")
     facts += _job_role(v.get("job"))
     for f in facts:
         lines.append(f"  {f}")
@@ -209,10 +137,10 @@ def todo_lines(v: dict) -> list[str]:
     lines = ["", f"  {TODO_TITLE}"]
     if acts:
         for i, x in enumerate(acts[:TODO_ROWS], 1):
-            lines += _tail_lines(f"    {i}. ", f"{x['lever']} [{x.get('cost', '')}]")
+            lines += tail_lines(f"    {i}. ", f"{x['lever']} [{x.get('cost', '')}]")
             gain = action_gain(x, acts[i - 2] if i > 1 else None)
             if gain:
-                lines += _tail_lines("       ", gain)
+                lines += tail_lines("       ", gain)
     else:
         lines += [f"    {i}. {lv}" for i, lv in enumerate(v.get("levers", [])[:TODO_ROWS], 1)]
     more = max(len(acts), len(v.get("levers", []))) - TODO_ROWS
@@ -284,7 +212,7 @@ def _attribution(a) -> list[str]:
                      f"{fmt_ns(d['queued'])} {_pct(d['queued'], idle).strip()}"
                      + _waited(a.gaps))
     for op, v in sorted(s["by_sync_op"].items(), key=lambda kv: -kv[1]["ns"])[:4]:
-        lines.append(f"    after {op}: {fmt_ns(v['ns'])} in {_n(v['gaps'], 'gap')}")
+        lines.append(f"    after {op}: {fmt_ns(v['ns'])} in {plural(v['gaps'], 'gap')}")
     return lines
 
 
@@ -305,7 +233,7 @@ def _steps(a) -> list[str]:
                 "trace is one window (use --step-pattern REGEX)"]
     s = a.step_stats
     steady = "BURSTY" if s["bursty"] else "steady"
-    lines = ["", f"Steps: {s['count']} ({_short(st['name'].iloc[0], 30)} …), mean "
+    lines = ["", f"Steps: {s['count']} ({short_name(st['name'].iloc[0], 30)} …), mean "
              f"{fmt_ns(s['mean_ns'])}, median {fmt_ns(s['median_ns'])}, p90 {fmt_ns(s['p90_ns'])}, "
              f"cv {s['cv']:.2f} ({steady})",
              STEP_IDLE_LEGEND,
@@ -357,8 +285,8 @@ def _gaps(a) -> list[str]:
             drain = "queued: " + r["waited_on"]
         step = "#" + str(r["step"]) if r["step"] >= 0 else "-"
         row = (f"  {rel_time(r['start'] - t0):>12}  {fmt_ns(r['duration']):>10}  {r['device']:>3}  "
-               f"{step:>6}  {_short(drain, 22):<22}  ")
-        lines.append(row + _fit_list(row, [f"{c} {fmt_ns(ns)}" for ns, c in parts[:3]]))
+               f"{step:>6}  {short_name(drain, 22):<22}  ")
+        lines.append(row + fit_list(row, [f"{c} {fmt_ns(ns)}" for ns, c in parts[:3]]))
     return lines
 
 
@@ -368,7 +296,7 @@ def _top_ops(a) -> list[str]:
         return []
     lines = ["", "Host ops running during the gaps (inclusive time inside gaps)"]
     for r in t.head(OP_ROWS).itertuples():
-        lines.append(f"  {fmt_ns(r.ns):>10}  {r.count:>7,}x  {r.category:<10}  {_short(r.name)}")
+        lines.append(f"  {fmt_ns(r.ns):>10}  {r.count:>7,}x  {r.category:<10}  {short_name(r.name)}")
     return lines
 
 
@@ -458,15 +386,15 @@ def _compile(a) -> list[str]:
     if c.get("scope") == "window" and w:
         out.append(f"  whole trace: {_counts(w)}")
     for b in c.get("breaks") or []:
-        out.append(f"  graph break: frame {b['frame']} resumes in frame {b['resumes']} ({_n(b['calls'], 'call')}): "
+        out.append(f"  graph break: frame {b['frame']} resumes in frame {b['resumes']} ({plural(b['calls'], 'call')}): "
                    "the code between the two compiled regions runs eagerly")
     return out
 
 
 def _counts(c: dict) -> str:
     """``N compiles (M recompiles), K graph breaks`` of a compile summary or its whole-trace part."""
-    text = f"{_n(c.get('compiles', 0), 'compile')} ({_n(c.get('recompiles', 0), 'recompile')})"
-    return text + (f", {_n(c['graph_breaks'], 'graph break')}" if c.get("graph_breaks") else "")
+    text = f"{plural(c.get('compiles', 0), 'compile')} ({plural(c.get('recompiles', 0), 'recompile')})"
+    return text + (f", {plural(c['graph_breaks'], 'graph break')}" if c.get("graph_breaks") else "")
 
 
 def _graphs(a) -> list[str]:
@@ -476,7 +404,7 @@ def _graphs(a) -> list[str]:
         return []
     parts = []
     if g.get("replays"):
-        parts.append(f"{_n(g['replays'], 'replay')} of {_n(len(g.get('graphs', [])), 'graph')}, "
+        parts.append(f"{plural(g['replays'], 'replay')} of {plural(len(g.get('graphs', [])), 'graph')}, "
                      f"{fmt_ns(g.get('replay_gpu_ns', 0))} on the GPU "
                      f"({g.get('replay_share_pct', 0):.1f}% of busy time)")
     if rec:
@@ -492,7 +420,7 @@ def _kernels(a) -> list[str]:
              f"  {'time':>6}  {'total':>10}  {'count':>7}  {'avg':>9}  name"]
     for r in k.head(KERNEL_ROWS).itertuples():
         lines.append(f"  {r.pct:5.1f}%  {fmt_ns(r.total_ns):>10}  {r.instances:>7,}  "
-                     f"{fmt_ns(r.avg_ns):>9}  {_short(r.name, WIDTH - 44)}")
+                     f"{fmt_ns(r.avg_ns):>9}  {short_name(r.name, WIDTH - 44)}")
     kc = a.kernel_classes
     if kc is not None and len(kc):
         lines.append("  by class: " + ", ".join(

@@ -214,9 +214,9 @@ def _same_kind(cat: str, kind: str, name: Any) -> bool:
 
 
 def _name_has_copy_kind(name: Any, copy_kind: str) -> bool:
-    from ..readers.kineto import _copy_kind_from_name
+    from ..readers.kineto import copy_kind_from_name
 
-    return name is not None and _copy_kind_from_name(str(name)) == copy_kind
+    return name is not None and copy_kind_from_name(str(name)) == copy_kind
 
 
 def _collective_args(r: Any, args: dict) -> None:

@@ -1,9 +1,9 @@
 """``traceread diff BEFORE AFTER`` on two ``traceread batch`` output folders.
 
 A batch output holds, per trace, the ``figures`` row ``traceread diff`` compares
-(``tracediff.figures``), its kernel table and kernel time per class; and, per
+(``jobs.figures.figures``), its kernel table and kernel time per class; and, per
 multi-rank job, its verdict (``jobs.parquet``). Traces pair up as in a folder
-diff (``tracediff.pair_up``: same path under the batch's input folder, else the
+diff (``diffs.trace.pair_up``: same path under the batch's input folder, else the
 same rank, ...); a trace that failed in the batch is listed as not compared.
 Jobs pair up through their members: the AFTER job holding the partners of most
 of a BEFORE job's ranks.
@@ -17,11 +17,12 @@ from typing import Any
 
 import pandas as pd
 
-from .errors import TraceError
-from .passes.attribution import CPU_CATEGORIES
-from .tracediff import Matched, TraceDiff, aggregate, diff_sides, pair_up, user_batch
+from ..errors import TraceError
+from ..jobs.output import TABLES_MARKER
+from ..passes.attribution import CPU_CATEGORIES
+from .trace import Matched, TraceDiff, aggregate, diff_sides, pair_up, user_batch
 
-MARKER = Path("tables") / ".traceread-batch"
+MARKER = Path("tables") / TABLES_MARKER
 
 
 def is_batch_output(path: str | os.PathLike) -> bool:
@@ -70,7 +71,7 @@ class BatchOutput:
         return ok, failed
 
     def side(self, trace_id: str) -> tuple:
-        """(figures, kernels, kernel_classes) of one trace, as ``tracediff.diff_sides`` takes."""
+        """(figures, kernels, kernel_classes) of one trace, as ``diffs.trace.diff_sides`` takes."""
         f = self.tables["figures"]
         row = f[f["trace_id"] == trace_id]
         if not len(row):
@@ -92,7 +93,7 @@ def _of(df: pd.DataFrame, trace_id: str) -> pd.DataFrame:
 
 
 def _figures(row: dict) -> dict[str, Any]:
-    """A ``figures`` table row back to ``tracediff.figures``' dict (nulls to None)."""
+    """A ``figures`` table row back to ``jobs.figures.figures``' dict (nulls to None)."""
     def val(k):
         v = row.get(k)
         return None if v is None or (not isinstance(v, str) and pd.isna(v)) else v
@@ -147,7 +148,7 @@ def batch_jobs(o: BatchOutput) -> JobView:
 def traces_jobs(prepared: list[dict], steps: dict, alias: dict) -> JobView:
     """The jobs among a folder's traces (``multirank.prepare`` of each analysis);
     ``alias``: a trace's meta path -> its key in the pairs."""
-    from .multirank import jobs_of_prepared, jobs_table
+    from ..jobs.multirank import jobs_of_prepared, jobs_table
 
     jobs = jobs_of_prepared(prepared)
     job_of = {alias.get(str(p), p): job.job for job in jobs for p in job.paths.values()}

@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 
-from ..passes import intervals
+from ...passes import intervals
 
 # OS-runtime calls (nsys OSRT_API) and host ranges in which a thread waits on something else.
 WAIT_RX = re.compile(

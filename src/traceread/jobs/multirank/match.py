@@ -29,7 +29,7 @@ import difflib
 import numpy as np
 import pandas as pd
 
-from .inputs import _normalise_collectives
+from .inputs import normalise_collectives
 
 END_TOL_NS = 100_000
 END_TOL_FRAC = 0.05
@@ -266,7 +266,7 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
     Returns (rows: one per (lane, key, rank) seen on >= 2 ranks, unmatched records,
     {"offsets": ..., "methods": {lane: method}}).
     """
-    per_rank = add_lanes({r: _normalise_collectives(df) for r, df in per_rank.items()})
+    per_rank = add_lanes({r: normalise_collectives(df) for r, df in per_rank.items()})
     lanes = sorted({lane for df in per_rank.values() for lane in df["lane"].unique()})
     parts, unmatched, methods, redo = [], [], {}, []
     for lane in lanes:

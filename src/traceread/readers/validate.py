@@ -42,8 +42,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .errors import TraceError
-from .table import GPU_OP_KINDS, Trace
+from ..errors import TraceError
+from ..table import GPU_OP_KINDS, Trace
 
 GAP_NS = 3_600 * 10**9
 APART_NS = 60 * 10**9

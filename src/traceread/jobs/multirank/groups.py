@@ -139,7 +139,7 @@ def _row(kind: str, ranks: list[int], sub: pd.DataFrame, busy: dict, n_steps: di
 def groups_line(groups: list[dict], balance: dict | None) -> str:
     """One line: the stage that computes most (when the stages are not balanced), the group
     that holds the others back most, and the one that waits most."""
-    from ..render.text import fmt_ns
+    from ...render.text import fmt_ns
 
     parts = []
     if balance:
@@ -170,5 +170,13 @@ def _label(g: dict) -> str:
     return f"{g['kind']} group [{ranks}] ({what})"
 
 
+def pipeline_decides(s: dict) -> bool:
+    """No significant straggler, or one late mostly at send/recv: in a pipeline every stage
+    waits there by construction (fill and drain), so the stages' own compute decides
+    (``stage_balance``)."""
+    by = sorted(s["by_collective"].items(), key=lambda kv: -kv[1]["times_late"] * kv[1]["median_delay_ns"])
+    return not s.get("significant") or not by or by[0][0] in ("send", "recv")
+
+
 __all__ = ["IMBALANCE_X", "rank_busy", "pipelines", "stage_ranks", "stage_balance",
-           "job_groups", "groups_line"]
+           "job_groups", "groups_line", "pipeline_decides"]

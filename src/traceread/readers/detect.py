@@ -5,7 +5,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import TraceError
+from ..errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..passes.nccl import busbw_factor
+from ...passes.nccl import busbw_factor
 
 LOCAL_SPREAD = 0.10
 

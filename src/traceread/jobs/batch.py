@@ -7,7 +7,7 @@ so it runs unchanged in-process, in a local process pool or on a Dask cluster. D
 imported only when a scheduler address is given.
 
 Inputs may be local paths or fsspec URLs (``s3://bucket/run/``); fsspec is imported
-only for URLs.
+only for URLs. Which files are traces: ``discover.py``; what is written: ``output.py``.
 """
 from __future__ import annotations
 
@@ -21,70 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import numpy as np
 import pandas as pd
 
-from .detect import TRACE_SUFFIXES, is_trace_candidate, looks_like_trace
-from .errors import TraceError
-from .outputs import Staging, fresh_file, make_dir, same_file
-
-SUMMARY_COLUMNS = [
-    "file", "trace_id", "format", "rank", "world_size", "job", "events", "steps", "step_mean_ms",
-    "idle_pct", "top_drain", "top_drain_pct", "top_cpu", "top_cpu_pct", "comm_ms", "exposed_comm_pct",
-    "recompiles", "verdict", "error", "seconds", "truncated_at_byte",
-]
-# Per-trace tables written to the partitioned dataset (Analysis attribute, "collectives",
-# or "figures": the one row ``traceread diff`` compares, see tracediff.figures).
-TABLES = ("steps", "gaps", "kernels", "kernel_classes", "collectives", "devices", "top_ops",
-          "figures")
-
-
-# ----------------------------------------------------------------------------- discovery
-
-def is_url(path: str | os.PathLike) -> bool:
-    return "://" in str(path)
-
-
-def discover(root: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """Candidate trace files under ``root`` (recursively) and the files skipped.
-
-    A file is a candidate when its first bytes are JSON, gzip or SQLite, or when its
-    name looks like a trace (then a non-trace is reported as an error, not lost).
-    ``root`` may be a single file. Sorted, deterministic.
-    """
-    if is_url(root):
-        return _discover_url(str(root))
-    root = Path(root)
-    if not root.exists():
-        raise TraceError(root, "no such file or directory")
-    if not root.is_dir():
-        return [str(root)], []  # one file; a FIFO or device is refused by the worker
-    found, skipped = [], []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            p = os.path.join(dirpath, name)
-            if is_trace_candidate(p, name):
-                found.append(p)
-            else:
-                skipped.append(p)
-    return found, skipped
-
-
-def _discover_url(url: str) -> tuple[list[str], list[str]]:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(url)
-    protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
-    paths = [root] if fs.isfile(root) else sorted(fs.find(root))
-    found, skipped = [], []
-    for p in paths:
-        with fs.open(p, "rb") as f:
-            head = f.read(64)
-        full = p if "://" in p else f"{protocol}://{p}"
-        (found if looks_like_trace(head) or p.lower().endswith(TRACE_SUFFIXES) else skipped).append(full)
-    return found, skipped
-
+from ..errors import TraceError
+from .discover import discover, is_url
+from .figures import figures_table, promised_saving
+from .output import SUMMARY_COLUMNS, TABLES, PartialSummary, check_out_dir, write
 
 def _size(path: str) -> int:
     try:
@@ -107,7 +49,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     rank_input = verdict = None
     try:
         with _local_copy(path) as local:
-            from .readers import read
+            from ..readers import read
 
             trace = read(local)
             trace.meta.path = str(path)
@@ -116,13 +58,13 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         cut = trace.meta.extra.get("truncated")  # a file cut short: analysed up to the cut
         if cut:
             row["truncated_at_byte"] = int(cut["truncated_at_byte"])
-        from .analysis import analyze
+        from ..analysis import analyze
 
         a = analyze(trace, step_pattern=step_pattern)
         row.update(summary_fields(a))
         verdict = a.verdict  # the job may adjust it (multirank.adjust_rank_verdicts)
         from . import multirank
-        from .passes.nccl import collective_instances
+        from ..passes.nccl import collective_instances
 
         coll = collective_instances(trace.events)
         rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a))
@@ -143,20 +85,6 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     return {"row": row, "tables": tables if row["error"] is None else {},
             "rank_input": rank_input if row["error"] is None else None,
             "verdict": verdict if row["error"] is None else None}
-
-
-def figures_table(a) -> pd.DataFrame:
-    """``tracediff.figures`` of one analysis as a one-row table (idle by cause as
-    ``idle_<category>`` columns): what ``traceread diff`` reads from a batch output."""
-    from .tracediff import figures
-
-    f = figures(a)
-    row = {k: v for k, v in f.items() if k != "idle_by_cpu"}
-    row.update({f"idle_{c}": v for c, v in f["idle_by_cpu"].items()})
-    df = pd.DataFrame([row])
-    for c in ("step_mean_ns", "step_median_ns", "promised_saving_ns"):
-        df[c] = df[c].astype("Int64")
-    return df
 
 
 class _local_copy:
@@ -239,7 +167,7 @@ def memory_limit(path: str) -> int:
 
 def _raw_size(path: str) -> int:
     try:
-        from .readers.stream import estimated_raw_size
+        from ..readers.stream import estimated_raw_size
 
         return estimated_raw_size(path) if not is_url(path) else 0
     except (OSError, TraceError):
@@ -292,7 +220,7 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
     # forkserver: no fork of a threaded parent (progress bar, notebooks); the preload
     # makes each worker start with pandas/pyarrow/traceread already imported.
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["traceread.batch", "traceread.analysis", "traceread.readers.kineto"])
+    ctx.set_forkserver_preload(["traceread.jobs.batch", "traceread.analysis", "traceread.readers.kineto"])
     pool = _Workers(ctx, max(1, jobs), step_pattern)
     for i, res in pool.run([(i, paths[i]) for i in order]):
         results[i] = res
@@ -550,8 +478,6 @@ def _job_verdicts(summary: pd.DataFrame, results: list[dict], jobs: list) -> Non
 
 def _job_figures(result: dict, verdict: dict) -> None:
     """A job member's ``figures`` carry its job-adjusted verdict, as its summary row does."""
-    from .tracediff import promised_saving
-
     fig = result["tables"].get("figures")
     if fig is None or not len(fig):
         return
@@ -560,146 +486,6 @@ def _job_figures(result: dict, verdict: dict) -> None:
     fig["verdict_summary"] = str(verdict.get("summary", ""))
     fig["promised_saving_ns"] = pd.array([promised_saving(verdict)], dtype="Int64")
     result["tables"]["figures"] = fig
-
-
-# ----------------------------------------------------------------------------- writing
-
-def write(result: BatchResult, out_dir: str | os.PathLike, report: str | None = None) -> Path:
-    """summary.parquet/.csv, ranks.parquet, jobs.parquet, matches.parquet, jobs.json,
-    tables/<name>/trace_id=<id>/*.parquet (hive-partitioned, one dataset per table) and,
-    given its text, report.html.
-
-    Everything is built beside its target (``outputs.Staging``) and swapped in only
-    when all of it is written: a failed write (full disk, file-size limit) keeps the
-    previous run's outputs, tables/ included. OUT itself is created, never its parents.
-    """
-    import json
-
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
-
-    from .multirank import jobs_table  # one row per multi-rank job: its verdict in columns
-
-    out = Path(out_dir)
-    inputs = [r for r in result.summary["file"] if isinstance(r, str) and not is_url(r)]
-    check_out_dir(out, inputs)
-    make_dir(out)
-    with Staging(out, inputs) as st:
-        result.summary.to_parquet(st.file("summary.parquet"), index=False)
-        result.summary.to_csv(st.file("summary.csv"), index=False)
-        pq.write_table(_to_arrow(result.ranks), st.file("ranks.parquet"))
-        pq.write_table(_to_arrow(result.matches), st.file("matches.parquet"))
-        pq.write_table(_to_arrow(jobs_table(result.jobs)), st.file("jobs.parquet"))
-        with open(st.file("jobs.json"), "w", encoding="utf-8") as f:
-            f.write(json.dumps([j.to_dict() for j in result.jobs], indent=2, default=str))
-        if report is not None:
-            with open(st.file("report.html"), "w", encoding="utf-8") as f:
-                f.write(report)
-        tables_dir = Path(st.dir("tables"))
-        (tables_dir / TABLES_MARKER).write_text("written by traceread batch; replaced on each run\n")
-        for name, df in result.tables.items():
-            ds.write_dataset(_to_arrow(df), tables_dir / name, format="parquet",
-                             partitioning=["trace_id"], partitioning_flavor="hive",
-                             existing_data_behavior="overwrite_or_ignore")
-        st.commit()
-    partial = out / PARTIAL_SUMMARY
-    if partial.is_file() and not partial.is_symlink():
-        partial.unlink()
-    return out
-
-
-OUTPUT_FILES = ("summary.parquet", "summary.csv", "ranks.parquet", "matches.parquet",
-                "jobs.parquet", "jobs.json", "report.html")
-PARTIAL_SUMMARY = "summary.partial.csv"
-TABLES_MARKER = ".traceread-batch"
-
-
-def check_out_dir(out: str | os.PathLike, inputs: Iterable[str]) -> None:
-    """Refuse an output directory whose writing would destroy an input or foreign data.
-
-    ``write`` replaces OUT/tables and the output files: an input that *is* one of
-    them (by identity: a hardlink or symlink counts), or is stored under OUT/tables/
-    (``batch DIR -o DIR`` with traces under DIR/tables/), would be lost; a tables/
-    directory not made by traceread is never removed.
-    """
-    out = Path(out).resolve()
-    tables = out / "tables"
-    owned = [out / f for f in OUTPUT_FILES + (PARTIAL_SUMMARY,)]
-    for p in inputs:
-        if is_url(p):
-            continue
-        try:
-            rp = Path(p).resolve()
-        except (RuntimeError, OSError):  # a symlink loop is no output file: its row says why
-            continue
-        if rp in owned or tables in rp.parents or any(same_file(p, o) for o in owned):
-            raise TraceError(out, f"input {p} would be overwritten or deleted by writing the "
-                                  "results here: choose another output directory")
-    for o in owned + [tables]:
-        if o.is_symlink():  # checked before the (long) batch runs, and again when writing
-            raise TraceError(o, "is a symbolic link: refusing to write through it "
-                                "(remove the link or choose another output directory)")
-    if tables.is_dir() and not _ours(tables):
-        raise TraceError(out, f"{tables} exists and was not written by traceread batch: "
-                              "not replacing it (choose another output directory)")
-
-
-def _ours(tables: Path) -> bool:
-    """A tables/ directory written by traceread batch: our marker, or (older
-    versions, no marker) nothing but <table>/trace_id=<id>/*.parquet."""
-    if (tables / TABLES_MARKER).exists():
-        return True
-    for dirpath, dirnames, filenames in os.walk(tables):
-        rel = Path(dirpath).relative_to(tables).parts
-        if len(rel) == 0 and (filenames or not set(dirnames) <= set(TABLES)):
-            return False
-        if len(rel) == 1 and (filenames or not all(d.startswith("trace_id=") for d in dirnames)):
-            return False
-        if len(rel) == 2 and (dirnames or not all(f.endswith(".parquet") for f in filenames)):
-            return False
-    return True
-
-
-class PartialSummary:
-    """OUT/summary.partial.csv: one row appended (and flushed) per finished file.
-
-    A batch killed midway leaves the rows of every file it finished; the final
-    ``write`` removes it.
-    """
-
-    def __init__(self, out_dir: str | os.PathLike):
-        import csv
-
-        out = make_dir(out_dir)  # the directory named, never its parents
-        self.f = fresh_file(out / PARTIAL_SUMMARY, newline="", encoding="utf-8")
-        self.w = csv.writer(self.f)
-        self.w.writerow(SUMMARY_COLUMNS)
-        self.f.flush()
-
-    def add(self, res: dict) -> None:
-        row = res["row"]
-        self.w.writerow(["" if row.get(c) is None else row.get(c) for c in SUMMARY_COLUMNS])
-        self.f.flush()
-
-    def close(self) -> None:
-        self.f.close()
-
-
-def _to_arrow(df: pd.DataFrame):
-    """DataFrame -> Arrow; categories become plain strings, mixed-type columns strings."""
-    import pyarrow as pa
-
-    df = df.copy()
-    for c in df.columns:
-        s = df[c]
-        if isinstance(s.dtype, pd.CategoricalDtype):
-            s = df[c] = s.astype(object).where(s.notna(), None)
-        if s.dtype == object:
-            try:
-                pa.array(s, from_pandas=True)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-                df[c] = s.map(lambda v: None if v is None or v is np.nan else str(v))
-    return pa.Table.from_pandas(df, preserve_index=False)
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -739,5 +525,4 @@ def analyze_dir(path: str | os.PathLike, *, jobs: int | None = None, out_dir: st
     return res.summary
 
 
-__all__ = ["discover", "analyze_file", "run_local", "run_dask", "assemble", "write", "run",
-           "analyze_dir", "BatchResult", "SUMMARY_COLUMNS"]
+__all__ = ["analyze_file", "run_local", "run_dask", "assemble", "run", "analyze_dir", "BatchResult"]

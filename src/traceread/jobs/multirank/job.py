@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from ..table import Trace
+from ...table import Trace
 from . import clocks, groups, metrics, waits
 from .grouping import group_jobs
 from .inputs import RankInput, rank_from_name, rank_input
@@ -185,7 +185,7 @@ class JobResult:
         return job_verdict(self)
 
     def to_dict(self) -> dict[str, Any]:
-        from ..render.cross_rank import job_to_dict
+        from ...render.cross_rank import job_to_dict
 
         return job_to_dict(self)
 
@@ -232,19 +232,11 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
     res.stages = groups.stage_balance(pipes, groups.rank_busy(inputs))
     res.groups = groups.job_groups(matches, inputs, pipes)
     res.seed = metrics.job_metrics(res, inputs, link_gbps)
-    if res.stages and pipeline_decides(strag):
+    if res.stages and groups.pipeline_decides(strag):
         res.seed["slowdown"] = metrics.stage_slowdown(res.stages, groups.rank_busy(inputs))
     if not strag["instances"]:
         res.inferred = waits.infer(inputs)
     return res
-
-
-def pipeline_decides(s: dict) -> bool:
-    """No significant straggler, or one late mostly at send/recv: in a pipeline every stage
-    waits there by construction (fill and drain), so the stages' own compute decides
-    (groups.stage_balance)."""
-    by = sorted(s["by_collective"].items(), key=lambda kv: -kv[1]["times_late"] * kv[1]["median_delay_ns"])
-    return not s.get("significant") or not by or by[0][0] in ("send", "recv")
 
 
 def _per_rank(inputs: list[RankInput], m: pd.DataFrame) -> pd.DataFrame:

@@ -137,14 +137,8 @@ def jobs_table(results: list[JobResult]):
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
 
 
-def render_text(results: list[JobResult]) -> str:
-    from ..render.cross_rank import render_text as _render
-
-    return _render(results)
-
-
 __all__ = ["RankInput", "JobResult", "step_table", "collective_table", "rank_input", "group_jobs",
            "match_collectives", "step_skew", "analyze_job", "analyze_traces", "analyze_inputs",
-           "render_text", "rank_from_name", "jobs_of_analyses", "apply_job_verdicts",
+           "rank_from_name", "jobs_of_analyses", "apply_job_verdicts",
            "adjust_rank_verdicts", "job_verdict", "jobs_table", "JOB_COLUMNS", "analysis_window",
            "prepare", "jobs_of_prepared"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..passes import intervals
+from ...passes import intervals
 from .inputs import RankInput
 
 GPU_COMPUTE_SHARE = 0.5

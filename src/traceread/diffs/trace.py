@@ -4,7 +4,7 @@ Compares two analyses (``traceread.analyze``): step time, GPU busy / idle, idle
 by cause, exposed communication, recompiles, the verdict, and the kernels
 (matched by name: slower, faster, new, gone). Two directories of traces are
 matched file by file (``pair_up``); two ``traceread batch`` output folders are
-compared from what the batch wrote (``batchdiff.py``), with the jobs' changes.
+compared from what the batch wrote (``diffs/batch.py``), with the jobs' changes.
 
 Two traces rarely hold the same number of steps, so when both have steps every
 time is **per step** (total / steps). Without steps on either side, per
@@ -20,66 +20,17 @@ in one trace only.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from .passes.attribution import CPU_CATEGORIES
+from ..jobs.figures import figures
+from ..passes.attribution import CPU_CATEGORIES
 
 KERNEL_MIN_PCT = 5.0
 KERNEL_MIN_NS = 1000
 KERNEL_ROWS = 10
-
-
-def figures(a) -> dict[str, Any]:
-    """The whole-window totals of one analysis that a diff compares (batch stores them
-    as its ``figures`` table, so batch outputs diff like the traces themselves)."""
-    stats = a.step_stats or {}
-    steps = 0 if a.step_source == "whole_trace" else int(len(a.steps))
-    dev = a.devices
-    n = a.nccl
-    comp = a.compile or {}
-    cp = getattr(a, "copies", None) or {}
-    verdict = a.verdict or {}
-    return {
-        "path": str(a.meta.path), "format": str(a.meta.format), "steps": steps,
-        "step_mean_ns": _int(stats.get("mean_ns")) if steps else None,
-        "step_median_ns": _int(stats.get("median_ns")) if steps else None,
-        "gpu_window_ns": int(dev["window_ns"].sum()) if len(dev) else 0,
-        "gpu_idle_ns": int(dev["idle_ns"].sum()) if len(dev) else 0,
-        "idle_by_cpu": {c: int(a.attribution["by_cpu"].get(c, 0)) for c in CPU_CATEGORIES},
-        "comm_ns": int(n["comm_ns"].sum()) if n is not None and len(n) else 0,
-        "exposed_comm_ns": int(n["exposed_ns"].sum()) if n is not None and len(n) else 0,
-        "copy_ns": int(cp.get("copy_ns", 0) or 0), "exposed_copy_ns": int(cp.get("exposed_ns", 0) or 0),
-        "pageable_copy_ns": int(cp.get("pageable_ns", 0) or 0),
-        "compiles": int(comp.get("compiles", 0) or 0), "recompiles": int(comp.get("recompiles", 0) or 0),
-        "verdict": verdict.get("bound"), "verdict_summary": str(verdict.get("summary", "")),
-        "promised_saving_ns": promised_saving(verdict),
-        "compile_ns": int(comp.get("compile_ns", 0) or 0),
-        **_window_figures(a, steps),
-    }
-
-
-def _window_figures(a, steps: int) -> dict[str, Any]:
-    """The analysed window's kind and length, and its iterations when it has no steps."""
-    from .passes.iterations import count_iterations
-
-    w = a.window
-    if w is None:
-        return {"window_mode": None, "window_ns": int(a.span_ns or 0), "iterations": 1,
-                "iteration_evidence": ""}
-    it = None
-    if not steps and a.trace is not None:
-        it = count_iterations(a.trace.events, int(w.start), int(w.end))
-    return {"window_mode": str(w.mode), "window_ns": int(w.dur),
-            "iterations": steps or (it.count if it else 1),
-            "iteration_evidence": it.evidence if it else ""}
-
-
-def _int(x):
-    return None if x is None or x != x else int(x)
 
 
 def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
@@ -115,19 +66,6 @@ def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
 def summarize(a) -> dict[str, Any]:
     """The figures of one analysis that a diff compares (times per unit, see module doc)."""
     return side(figures(a), a.kernels, a.kernel_classes)
-
-
-def promised_saving(verdict: dict) -> int | None:
-    """Per step: what fixing the verdict's cause was estimated to give back (its what-if),
-    else the first to-do item with a per-step saving (a GPU-bound verdict's busy lever)."""
-    w = (verdict.get("what_if") or {}).get(verdict.get("bound"))
-    cands = [w] if isinstance(w, dict) else []
-    cands += [a for a in verdict.get("actions") or [] if isinstance(a, dict)]
-    for c in cands:
-        v = c.get("saves_per_step_ns")
-        if isinstance(v, (int, float)) and v == v:
-            return int(v)
-    return None
 
 
 def _class_times(kc: pd.DataFrame | None, per: int) -> dict[str, int]:
@@ -325,7 +263,7 @@ def _window_kind(fig: dict) -> str | None:
 
 def not_alike(fb: dict, fa: dict) -> list[str]:
     """Why the two sides' figures are not like for like (one line each)."""
-    from .render.text import fmt_ns
+    from ..render.text import fmt_ns
 
     out = []
     sb, sa = int(fb["steps"] or 0), int(fa["steps"] or 0)
@@ -347,7 +285,7 @@ def not_alike(fb: dict, fa: dict) -> list[str]:
 def diff_analyses(before, after, label: str = "", batch: tuple | None = None) -> TraceDiff:
     """Compare two ``Analysis`` objects. ``batch``: the user's (before, after) batch
     sizes; else they are read from the traces' shapes (``batch_sizes``)."""
-    from .passes.batchsize import batch_sizes
+    from ..passes.batchsize import batch_sizes
 
     found = user_batch(batch) if batch else batch_sizes(before, after)
     return diff_sides((figures(before), before.kernels, before.kernel_classes),
@@ -358,49 +296,6 @@ def user_batch(batch: tuple) -> dict:
     """The user's ``--batch BEFORE:AFTER`` as a ``TraceDiff.batch`` record."""
     return {"before": int(batch[0]), "after": int(batch[1]), "source": "option",
             "evidence": "--batch"}
-
-
-def diff_paths(before: str, after: str, *, step_pattern: str | None = None, load=None,
-               batch: tuple | None = None) -> TraceDiff:
-    """Diff two traces, two directories of traces (matched by ``pair_up``) or two
-    ``traceread batch`` output folders (``batchdiff.diff_batches``)."""
-    from .analysis import analyze
-    from .batchdiff import diff_batches, is_batch_output
-    from .errors import TraceError
-
-    kinds = [is_batch_output(p) for p in (before, after)]
-    if any(kinds):
-        if not all(kinds):
-            odd, other = (after, before) if kinds[0] else (before, after)
-            raise TraceError(odd, f"not a `traceread batch` output folder, but {other} is: "
-                                  "diff two batch outputs, or two traces / trace folders")
-        return diff_batches(before, after, batch=batch)
-    load = load or (lambda p: p)
-    run = lambda p: analyze(load(p), step_pattern=step_pattern)  # noqa: E731
-    if os.path.isdir(before) and os.path.isdir(after):
-        return _diff_folders(match_dirs(before, after), run, batch)
-    return diff_analyses(run(before), run(after), batch=batch)
-
-
-def _diff_folders(matched: Matched, run, batch: tuple | None = None) -> TraceDiff:
-    """Every matched pair, and the multi-rank jobs each side's traces form. Each analysis
-    is dropped once diffed: only its small cross-rank input (``multirank.prepare``) stays."""
-    from .batchdiff import job_changes, traces_jobs
-    from .multirank import prepare
-
-    pairs, prep, alias = [], ([], []), ({}, {})
-    for label, x, y in matched.pairs:
-        ax, ay = run(x), run(y)
-        pairs.append(diff_analyses(ax, ay, label=label, batch=batch))
-        for i, (an, key) in enumerate(((ax, x), (ay, y))):
-            prep[i].append(prepare(an))
-            alias[i][str(an.meta.path)] = key  # jobs name traces by their meta path
-    steps = ({x: p.before["step_mean_ns"] for (_, x, _), p in zip(matched.pairs, pairs)},
-             {y: p.after["step_mean_ns"] for (_, _, y), p in zip(matched.pairs, pairs)})
-    views = [traces_jobs(pr, st, al) for pr, st, al in zip(prep, steps, alias)]
-    jobs = job_changes(views[0], views[1], matched) if len(views[0].jobs) or len(views[1].jobs) \
-        else None
-    return aggregate(pairs, matched, source="directories", jobs=jobs)
 
 
 @dataclass
@@ -414,7 +309,7 @@ def pair_up(before: list[dict], after: list[dict], before_name: str, after_name:
     """Pair items ``{"rel": path relative to its folder, "rank": int, "item": ...}``:
     same relative path, else same rank, else the only one of each, else by position
     (sorted relative paths, equal counts)."""
-    from .errors import TraceError
+    from ..errors import TraceError
 
     rel_b, rel_a = {x["rel"]: x for x in before}, {x["rel"]: x for x in after}
     common = sorted(set(rel_b) & set(rel_a))
@@ -454,22 +349,6 @@ def _by_rank(items: list[dict]) -> dict[int, dict]:
     return out
 
 
-def match_dirs(before: str, after: str) -> Matched:
-    """Pairs of trace files of two directories (``pair_up``)."""
-    from .batch import discover
-    from .errors import TraceError
-    from .readers.kineto import rank_from_filename
-
-    sides = []
-    for d in (before, after):
-        found = discover(d)[0]
-        if not found:
-            raise TraceError(d, "no trace files found")
-        sides.append([{"rel": os.path.relpath(p, d), "path": p, "item": p,
-                       "rank": rank_from_filename(os.path.basename(p))} for p in found])
-    return pair_up(sides[0], sides[1], before, after)
-
-
 def aggregate(pairs: list[TraceDiff], matched: Matched, source: str,
               jobs: list | None = None) -> TraceDiff:
     """A directory / batch diff: the worst pair (largest step-time increase) leads, so
@@ -479,9 +358,3 @@ def aggregate(pairs: list[TraceDiff], matched: Matched, source: str,
                      label=lead.label, batch=lead.batch, warnings=lead.warnings, matched_by=matched.by, unmatched=matched.unmatched,
                      jobs=jobs, source=source)
 
-
-def render_text(d: TraceDiff) -> str:
-    """The text of a diff (``render/diff_text.py``)."""
-    from .render.diff_text import render_diff
-
-    return render_diff(d)

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..collectives import normalize_collective
-from ..passes import intervals
-from ..readers.kineto import rank_from_filename
-from ..table import Trace
+from ...collectives import normalize_collective
+from ...passes import intervals
+from ...readers.kineto import rank_from_filename
+from ...table import Trace
 from .names import STEP_FALLBACK_RE, STEP_RE, name_matches, step_rows
 
 # Columns of a collective-instance table that matching uses (passes.nccl contract).
@@ -88,9 +88,9 @@ def step_table(events: pd.DataFrame) -> pd.DataFrame:
 
 def collective_table(events: pd.DataFrame) -> pd.DataFrame:
     """Collective instances of one trace (see module doc); ``attrs['source']`` says which."""
-    from ..passes.nccl import collective_instances
+    from ...passes.nccl import collective_instances
 
-    coll = _normalise_collectives(collective_instances(events))
+    coll = normalise_collectives(collective_instances(events))
     if len(coll):
         return _with_source(coll, "kernel")
     for source, rx in (("host", HOST_EXEC_RX), ("issue", ISSUE_RX)):
@@ -122,7 +122,7 @@ def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
     if rx is ISSUE_RX:   # record_param_comms encloses c10d::allreduce_: keep the outermost per start
         h = h.sort_values(["ts", "dur"], ascending=[True, False]).drop_duplicates(["tid", "ts"])
         h = _drop_nested(h)
-    return _normalise_collectives(h)
+    return normalise_collectives(h)
 
 
 def _p2p_peers(events: pd.DataFrame, h: pd.DataFrame) -> np.ndarray:
@@ -168,7 +168,7 @@ def _drop_nested(h: pd.DataFrame) -> pd.DataFrame:
     return h.loc[keep]
 
 
-def _normalise_collectives(coll: pd.DataFrame) -> pd.DataFrame:
+def normalise_collectives(coll: pd.DataFrame) -> pd.DataFrame:
     """Just the matching columns: ints (-1 unknown), strings as object (None unknown)."""
     if coll.attrs.get("traceread.multirank"):
         return coll
@@ -216,7 +216,7 @@ def host_activity(ev: pd.DataFrame, thread: tuple[int, int]) -> tuple[dict, tupl
     Returns ({category: (starts, ends)}, (span_start, span_end)); the span is the
     trace's extent, and whatever no category covers inside it is untraced.
     """
-    from ..passes.attribution import CPU_CATEGORIES, classify_host
+    from ...passes.attribution import CPU_CATEGORIES, classify_host
 
     if not len(ev) or thread[0] < 0:
         return {}, (-1, -1)
@@ -241,7 +241,7 @@ def host_activity(ev: pd.DataFrame, thread: tuple[int, int]) -> tuple[dict, tupl
 
 def gpu_compute(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Union of the non-communication kernels (when the rank's GPU was computing)."""
-    from ..passes.nccl import comm_mask
+    from ...passes.nccl import comm_mask
 
     k = ((ev["kind"] == "kernel").to_numpy()) & ~comm_mask(ev)
     s = ev["ts"].to_numpy(np.int64)[k]
@@ -253,7 +253,7 @@ KERNEL_TOP = 30
 
 def kernel_time(ev: pd.DataFrame) -> dict[str, int]:
     """GPU time of the ``KERNEL_TOP`` costliest compute kernel names (communication excluded)."""
-    from ..passes.nccl import comm_mask
+    from ...passes.nccl import comm_mask
 
     k = ((ev["kind"] == "kernel").to_numpy()) & ~comm_mask(ev)
     if not k.any():
@@ -297,7 +297,7 @@ def own_busy(ev: pd.DataFrame, steps: pd.DataFrame, compute: tuple, thread: tupl
     qs = steps["ts"].to_numpy(np.int64)
     qe = qs + steps["dur"].to_numpy(np.int64)
     if not len(compute[0]):
-        from ..passes.parallelism import comm_calls, compute_intervals
+        from ...passes.parallelism import comm_calls, compute_intervals
 
         compute = compute_intervals(ev, comm_calls(ev), thread[1])
     return intervals.overlap(compute, qs, qe)
@@ -326,7 +326,7 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
         end = int((ev["ts"] + ev["dur"]).max()) + int(m.epoch_offset_ns or 0)
     coll = None
     if collectives is not None and len(collectives):
-        coll = _with_source(_normalise_collectives(collectives), "kernel")
+        coll = _with_source(normalise_collectives(collectives), "kernel")
     if coll is None:
         coll = collective_table(ev)
     source = coll.attrs.get("source", "")

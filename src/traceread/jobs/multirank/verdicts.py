@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import copy
 
-from ..verdict import bounds
-from ..render.text import fmt_ns
-from .groups import IMBALANCE_X
-from .job import pipeline_decides
+from ...verdict import bounds
+from ...render.text import fmt_ns
+from .groups import IMBALANCE_X, pipeline_decides
 from .waits import HOW_TO_RECORD, LATE_MIN_NS as WAIT_LATE_MIN_NS
 from .why import CAUSE_TEXT
 

@@ -1,0 +1,66 @@
+"""What ``traceread diff BEFORE AFTER`` compares, chosen from what the user named: two
+traces, two directories of traces (matched file by file, ``trace.pair_up``, with the
+multi-rank jobs each side forms) or two ``traceread batch`` output folders (``batch.py``).
+"""
+from __future__ import annotations
+
+import os
+
+from ..errors import TraceError
+from .batch import diff_batches, is_batch_output, job_changes, traces_jobs
+from .trace import Matched, TraceDiff, aggregate, diff_analyses, pair_up
+
+
+def diff_paths(before: str, after: str, *, step_pattern: str | None = None, load=None,
+               batch: tuple | None = None) -> TraceDiff:
+    """Diff two traces, two directories of traces (matched by ``pair_up``) or two
+    ``traceread batch`` output folders (``diffs.batch.diff_batches``)."""
+    from ..analysis import analyze
+
+    kinds = [is_batch_output(p) for p in (before, after)]
+    if any(kinds):
+        if not all(kinds):
+            odd, other = (after, before) if kinds[0] else (before, after)
+            raise TraceError(odd, f"not a `traceread batch` output folder, but {other} is: "
+                                  "diff two batch outputs, or two traces / trace folders")
+        return diff_batches(before, after, batch=batch)
+    load = load or (lambda p: p)
+    run = lambda p: analyze(load(p), step_pattern=step_pattern)  # noqa: E731
+    if os.path.isdir(before) and os.path.isdir(after):
+        return _diff_folders(match_dirs(before, after), run, batch)
+    return diff_analyses(run(before), run(after), batch=batch)
+
+
+def _diff_folders(matched: Matched, run, batch: tuple | None = None) -> TraceDiff:
+    """Every matched pair, and the multi-rank jobs each side's traces form. Each analysis
+    is dropped once diffed: only its small cross-rank input (``multirank.prepare``) stays."""
+    from ..jobs.multirank import prepare
+
+    pairs, prep, alias = [], ([], []), ({}, {})
+    for label, x, y in matched.pairs:
+        ax, ay = run(x), run(y)
+        pairs.append(diff_analyses(ax, ay, label=label, batch=batch))
+        for i, (an, key) in enumerate(((ax, x), (ay, y))):
+            prep[i].append(prepare(an))
+            alias[i][str(an.meta.path)] = key  # jobs name traces by their meta path
+    steps = ({x: p.before["step_mean_ns"] for (_, x, _), p in zip(matched.pairs, pairs)},
+             {y: p.after["step_mean_ns"] for (_, _, y), p in zip(matched.pairs, pairs)})
+    views = [traces_jobs(pr, st, al) for pr, st, al in zip(prep, steps, alias)]
+    jobs = job_changes(views[0], views[1], matched) if len(views[0].jobs) or len(views[1].jobs) \
+        else None
+    return aggregate(pairs, matched, source="directories", jobs=jobs)
+
+
+def match_dirs(before: str, after: str) -> Matched:
+    """Pairs of trace files of two directories (``pair_up``)."""
+    from ..jobs.discover import discover
+    from ..readers.kineto import rank_from_filename
+
+    sides = []
+    for d in (before, after):
+        found = discover(d)[0]
+        if not found:
+            raise TraceError(d, "no trace files found")
+        sides.append([{"rel": os.path.relpath(p, d), "path": p, "item": p,
+                       "rank": rank_from_filename(os.path.basename(p))} for p in found])
+    return pair_up(sides[0], sides[1], before, after)

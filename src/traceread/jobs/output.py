@@ -1,0 +1,163 @@
+"""What ``traceread batch -o OUT`` writes: the summary row's columns, the per-trace
+tables, and the writing itself -- atomic (``outputs.Staging``), refusing an OUT that
+would destroy an input or foreign data, with a partial summary while the batch runs."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceError
+from ..outputs import Staging, fresh_file, make_dir, same_file
+from .discover import is_url
+
+SUMMARY_COLUMNS = [
+    "file", "trace_id", "format", "rank", "world_size", "job", "events", "steps", "step_mean_ms",
+    "idle_pct", "top_drain", "top_drain_pct", "top_cpu", "top_cpu_pct", "comm_ms", "exposed_comm_pct",
+    "recompiles", "verdict", "error", "seconds", "truncated_at_byte",
+]
+# Per-trace tables written to the partitioned dataset (Analysis attribute, "collectives",
+# or "figures": the one row ``traceread diff`` compares, see jobs/figures.py).
+TABLES = ("steps", "gaps", "kernels", "kernel_classes", "collectives", "devices", "top_ops",
+          "figures")
+
+
+def write(result, out_dir: str | os.PathLike, report: str | None = None) -> Path:
+    """A ``batch.BatchResult`` as summary.parquet/.csv, ranks.parquet, jobs.parquet,
+    matches.parquet, jobs.json, tables/<name>/trace_id=<id>/*.parquet (hive-partitioned,
+    one dataset per table) and, given its text, report.html.
+
+    Everything is built beside its target (``outputs.Staging``) and swapped in only
+    when all of it is written: a failed write (full disk, file-size limit) keeps the
+    previous run's outputs, tables/ included. OUT itself is created, never its parents.
+    """
+    import json
+
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from .multirank import jobs_table  # one row per multi-rank job: its verdict in columns
+
+    out = Path(out_dir)
+    inputs = [r for r in result.summary["file"] if isinstance(r, str) and not is_url(r)]
+    check_out_dir(out, inputs)
+    make_dir(out)
+    with Staging(out, inputs) as st:
+        result.summary.to_parquet(st.file("summary.parquet"), index=False)
+        result.summary.to_csv(st.file("summary.csv"), index=False)
+        pq.write_table(_to_arrow(result.ranks), st.file("ranks.parquet"))
+        pq.write_table(_to_arrow(result.matches), st.file("matches.parquet"))
+        pq.write_table(_to_arrow(jobs_table(result.jobs)), st.file("jobs.parquet"))
+        with open(st.file("jobs.json"), "w", encoding="utf-8") as f:
+            f.write(json.dumps([j.to_dict() for j in result.jobs], indent=2, default=str))
+        if report is not None:
+            with open(st.file("report.html"), "w", encoding="utf-8") as f:
+                f.write(report)
+        tables_dir = Path(st.dir("tables"))
+        (tables_dir / TABLES_MARKER).write_text("written by traceread batch; replaced on each run\n")
+        for name, df in result.tables.items():
+            ds.write_dataset(_to_arrow(df), tables_dir / name, format="parquet",
+                             partitioning=["trace_id"], partitioning_flavor="hive",
+                             existing_data_behavior="overwrite_or_ignore")
+        st.commit()
+    partial = out / PARTIAL_SUMMARY
+    if partial.is_file() and not partial.is_symlink():
+        partial.unlink()
+    return out
+
+
+OUTPUT_FILES = ("summary.parquet", "summary.csv", "ranks.parquet", "matches.parquet",
+                "jobs.parquet", "jobs.json", "report.html")
+PARTIAL_SUMMARY = "summary.partial.csv"
+TABLES_MARKER = ".traceread-batch"
+
+
+def check_out_dir(out: str | os.PathLike, inputs: Iterable[str]) -> None:
+    """Refuse an output directory whose writing would destroy an input or foreign data.
+
+    ``write`` replaces OUT/tables and the output files: an input that *is* one of
+    them (by identity: a hardlink or symlink counts), or is stored under OUT/tables/
+    (``batch DIR -o DIR`` with traces under DIR/tables/), would be lost; a tables/
+    directory not made by traceread is never removed.
+    """
+    out = Path(out).resolve()
+    tables = out / "tables"
+    owned = [out / f for f in OUTPUT_FILES + (PARTIAL_SUMMARY,)]
+    for p in inputs:
+        if is_url(p):
+            continue
+        try:
+            rp = Path(p).resolve()
+        except (RuntimeError, OSError):  # a symlink loop is no output file: its row says why
+            continue
+        if rp in owned or tables in rp.parents or any(same_file(p, o) for o in owned):
+            raise TraceError(out, f"input {p} would be overwritten or deleted by writing the "
+                                  "results here: choose another output directory")
+    for o in owned + [tables]:
+        if o.is_symlink():  # checked before the (long) batch runs, and again when writing
+            raise TraceError(o, "is a symbolic link: refusing to write through it "
+                                "(remove the link or choose another output directory)")
+    if tables.is_dir() and not _ours(tables):
+        raise TraceError(out, f"{tables} exists and was not written by traceread batch: "
+                              "not replacing it (choose another output directory)")
+
+
+def _ours(tables: Path) -> bool:
+    """A tables/ directory written by traceread batch: our marker, or (older
+    versions, no marker) nothing but <table>/trace_id=<id>/*.parquet."""
+    if (tables / TABLES_MARKER).exists():
+        return True
+    for dirpath, dirnames, filenames in os.walk(tables):
+        rel = Path(dirpath).relative_to(tables).parts
+        if len(rel) == 0 and (filenames or not set(dirnames) <= set(TABLES)):
+            return False
+        if len(rel) == 1 and (filenames or not all(d.startswith("trace_id=") for d in dirnames)):
+            return False
+        if len(rel) == 2 and (dirnames or not all(f.endswith(".parquet") for f in filenames)):
+            return False
+    return True
+
+
+class PartialSummary:
+    """OUT/summary.partial.csv: one row appended (and flushed) per finished file.
+
+    A batch killed midway leaves the rows of every file it finished; the final
+    ``write`` removes it.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike):
+        import csv
+
+        out = make_dir(out_dir)  # the directory named, never its parents
+        self.f = fresh_file(out / PARTIAL_SUMMARY, newline="", encoding="utf-8")
+        self.w = csv.writer(self.f)
+        self.w.writerow(SUMMARY_COLUMNS)
+        self.f.flush()
+
+    def add(self, res: dict) -> None:
+        row = res["row"]
+        self.w.writerow(["" if row.get(c) is None else row.get(c) for c in SUMMARY_COLUMNS])
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _to_arrow(df: pd.DataFrame):
+    """DataFrame -> Arrow; categories become plain strings, mixed-type columns strings."""
+    import pyarrow as pa
+
+    df = df.copy()
+    for c in df.columns:
+        s = df[c]
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            s = df[c] = s.astype(object).where(s.notna(), None)
+        if s.dtype == object:
+            try:
+                pa.array(s, from_pandas=True)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                df[c] = s.map(lambda v: None if v is None or v is np.nan else str(v))
+    return pa.Table.from_pandas(df, preserve_index=False)
