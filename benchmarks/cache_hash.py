@@ -1,5 +1,5 @@
 """``cache-hash``: hashing a whole trace vs a cache hit, why the cache checks content only
-for entries stored right after the source changed (``traceread/cache.py``).
+for entries stored right after the source changed (``traceread/readers/cache.py``).
 
 Without TRACE a synthetic Kineto trace of N host ops + N kernels is written under /tmp.
 In one process per side: a parse, a cache hit (identity check + entry MAC, no content
@@ -68,7 +68,7 @@ def synth(path: Path, n: int) -> None:
 
 def costs(path: str) -> dict:
     """Probe: seconds of a parse, a cache hit (best of 3) and a full content hash (best of 3)."""
-    from traceread import cache
+    from traceread.readers import cache
     from traceread.readers import read
 
     def best(fn, repeat=3):

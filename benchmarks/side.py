@@ -1,4 +1,4 @@
-"""``side``: the side passes of ``analyze`` (passes/_side.py), this checkout against baselines.
+"""``side``: the side passes of ``analyze`` (passes/side.py), this checkout against baselines.
 
 Each side, in its own processes, interleaved:
 
@@ -61,7 +61,7 @@ def side_passes(trace: str, reps: int) -> dict:
     import hashlib
 
     import traceread
-    from traceread.passes import _side
+    from traceread.passes import side as _side
     from traceread.readers import stream
 
     jobs = []

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES
-from traceread import cache
+from traceread.readers import cache
 from traceread.cli import main
 from traceread.readers import read
 from traceread.readers import kineto as K

@@ -426,7 +426,7 @@ def test_batch_partial_summary_grows_per_file(tmp_path):
 
 @pytest.fixture
 def cached_trace(tmp_path, monkeypatch):
-    from traceread import cache
+    from traceread.readers import cache
 
     monkeypatch.setenv("TRACEREAD_CACHE_DIR", str(tmp_path / "cache"))
     p = tmp_path / "in" / "t.json"

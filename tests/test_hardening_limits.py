@@ -213,7 +213,7 @@ def test_batch_failure_says_why_on_stderr(tmp_path):
 # ------------------------------------------------------------------ cache key
 
 def test_cache_key_never_left_empty_by_a_full_disk(tmp_path, monkeypatch):
-    from traceread import cache
+    from traceread.readers import cache
     from traceread.readers import read
 
     monkeypatch.setenv("TRACEREAD_CACHE_DIR", str(tmp_path / "cache"))

@@ -1,4 +1,6 @@
-"""The passes sit below the verdict: no module of passes/ imports verdict/ or the rooms above it."""
+"""The layout of docs/architecture.md, held against the code's own imports (lazy ones included):
+no import circle between modules, the passes below the verdict, the readers below the passes,
+and no private name taken from another room."""
 from __future__ import annotations
 
 import ast
@@ -7,38 +9,134 @@ from pathlib import Path
 import traceread
 
 PKG = Path(traceread.__file__).parent
-# (passes/info.py still reaches up into multirank/ for nsys's process split: not listed here)
-ABOVE_PASSES = ("verdict", "analysis", "render", "cli", "batch", "tracediff")
+ABOVE_PASSES = {"verdict", "analysis", "render", "cli", "jobs", "diffs", "cache", "capture"}
+ABOVE_READERS = ABOVE_PASSES | {"passes", "synth", "outputs"}
 
 
-def _imports(path: Path) -> set[str]:
-    """Top-level traceread rooms a module imports (relative imports resolved)."""
-    out = set()
+def _module(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package(path: Path) -> str:
+    mod = _module(path)
+    return mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+
+
+MODULES = {_module(p): p for p in PKG.rglob("*.py")}
+# compiled extensions (readers/_cscan.c): modules too, built or not, with no imports to read
+EXTENSIONS = {f"{_module(c.parent / '__init__.py')}.{c.stem}" for c in PKG.rglob("*.c")}
+
+
+def _edges(path: Path):
+    """(module imported, names taken from it) for every import in ``path``, relative ones resolved."""
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                names = [node.module or ""]
-            else:   # from .. import x / from ..x import y, seen from traceread/passes/
-                base = "traceread" if node.level == 2 else "traceread.passes"
-                names = [f"{base}.{node.module}"] if node.module else \
-                    [f"{base}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, []
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package(path).split(".")
+                base = ".".join(base[: len(base) - node.level + 1])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
             names = [a.name for a in node.names]
-        else:
-            continue
-        out |= {n.split(".")[1] for n in names if n.startswith("traceread.") and n.count(".")}
+            subs = [n for n in names if f"{target}.{n}" in MODULES or f"{target}.{n}" in EXTENSIONS]
+            for n in subs:          # `from pkg import module`: an arrow to the module itself
+                yield f"{target}.{n}", []
+            rest = [n for n in names if n not in subs]
+            if rest or not subs:
+                yield target, rest
+
+
+def _room(mod: str) -> str:
+    return mod.split(".")[1] if mod.count(".") else ""
+
+
+def _graph() -> dict[str, set[str]]:
+    g = {}
+    for mod, path in MODULES.items():
+        # a package's face (its __init__) hands names on; an arrow into it is an arrow to the room
+        g[mod] = {t for t, _ in _edges(path) if t in MODULES and t != mod}
+    return g
+
+
+def _cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
     return out
 
 
+def _faces_removed(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Arrows through a package's __init__ that only re-exports (lazily or not) are the package's
+    public face: ``traceread/__init__`` imports analysis lazily for ``traceread.analyze``, and the
+    CLI imports ``traceread.load``; neither is a circle of the code's layers."""
+    return {m: {t for t in ts if t != "traceread"} for m, ts in g.items() if m != "traceread"}
+
+
+def test_no_import_circle_between_modules():
+    assert _cycles(_faces_removed(_graph())) == []
+
+
 def test_passes_never_import_the_verdict_or_anything_above():
-    files = sorted((PKG / "passes").glob("*.py"))
-    assert len(files) > 20
-    bad = {f.name: sorted(_imports(f) & set(ABOVE_PASSES)) for f in files}
+    bad = {m: sorted({_room(t) for t in ts} & ABOVE_PASSES)
+           for m, ts in _graph().items() if _room(m) == "passes"}
+    assert len(bad) > 20
     assert {k: v for k, v in bad.items() if v} == {}
 
 
-def test_the_check_sees_an_upward_import(tmp_path):
-    f = tmp_path / "x.py"
-    f.write_text("from ..verdict import levers\nfrom ..passes import steps\n"
-                 "def g():\n    from ..render.text import fmt_ns\n")
-    assert _imports(f) == {"verdict", "passes", "render"}
+def test_readers_never_import_the_passes_or_anything_above():
+    bad = {m: sorted({_room(t) for t in ts} & ABOVE_READERS)
+           for m, ts in _graph().items() if _room(m) == "readers"}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_no_private_name_taken_from_another_room():
+    bad = []
+    for mod, path in MODULES.items():
+        for target, names in _edges(path):
+            if not target.startswith("traceread.") or _room(target) == _room(mod):
+                continue
+            private = [n for n in names if n.startswith("_") and n != "__version__"]
+            hidden_module = any(p.startswith("_") and not p.startswith("__")
+                                for p in target.split(".")[2:])
+            if private or hidden_module:
+                bad.append((mod, target, private))
+    assert bad == []
+
+
+def test_the_checks_see_what_they_guard(tmp_path, monkeypatch):
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    f = PKG / "passes" / "steps.py"
+    edges = dict((t, n) for t, n in _edges(f))
+    assert "traceread.table" in edges or any(t.startswith("traceread.") for t in edges)
+    lazy = tmp_path / "x.py"
+    lazy.write_text("def g():\n    from traceread.render.text import fmt_ns\n")
+    assert ("traceread.render.text", ["fmt_ns"]) in list(_edges(lazy))

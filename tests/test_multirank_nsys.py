@@ -5,7 +5,7 @@ import pytest
 
 import traceread
 from traceread.jobs import multirank as mr
-from traceread.jobs.multirank.nsys_split import split_processes
+from traceread.readers.nsys_split import split_processes
 from traceread.synth.multirank import JobSpec, write_nsys_job
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import traceread
 import traceread.jobs.multirank as mr
-from traceread.jobs.multirank.nsys_split import split_processes
+from traceread.readers.nsys_split import split_processes
 from traceread.jobs.multirank.verdicts import adjust_rank_verdicts
 from traceread.synth.multirank import JobSpec, make_job, write_nsys_gloo_job
 

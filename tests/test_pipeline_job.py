@@ -17,7 +17,7 @@ import pytest
 
 import traceread
 from traceread.jobs import multirank as mr
-from traceread.render.cross_rank import render_text
+from traceread.render.cross_rank import groups_line, render_text
 from traceread.jobs.multirank import groups
 from traceread.jobs.multirank.inputs import RankInput
 from traceread.passes.parallelism import parallelism
@@ -158,7 +158,7 @@ def test_groups_of_a_planted_pp_x_dp_job():
     assert dp["lateness_ns_per_step"] == 2 * MS and dp["late_rank"] == 3
     assert dp["wait_ns_per_step"] == 1 * MS          # rank 2 waits 2 ms, rank 3 none: mean
     assert by[("dp", (0, 1))]["lateness_ns_per_step"] == 0
-    line = groups.groups_line(rows, st)
+    line = groups_line(rows, st)
     assert "stage 1 (ranks 2, 3) computes 3.0x" in line and "dp group [2, 3]" in line
 
     # balanced stages: no slow stage
@@ -204,7 +204,7 @@ def test_synthetic_pp_x_dp_job_names_the_slow_stage_and_the_late_dp_group():
     assert dp0["late_rank"] == 1 and dp0["lateness_ns_per_step"] == 3 * MS
     assert by[("dp", (2, 3))]["lateness_ns_per_step"] == 0
     assert by[("pp_stage", (2, 3))]["busy_ns_per_step"] == 24 * MS
-    line = groups.groups_line(res.groups, res.stages)
+    line = groups_line(res.groups, res.stages)
     assert line.startswith("stage 1 (ranks 2, 3) computes 2.0x the other stages, 12 ms more per step")
     assert "dp group [0, 1] (all_reduce) held back 3 ms per step by rank 1" in line
     assert "groups     stage 1 (ranks 2, 3)" in render_text([res])

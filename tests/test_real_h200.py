@@ -129,7 +129,7 @@ def test_gloo_straggler_found_from_where_threads_wait(tmp_path):
     """No collective can be matched in this export (gloo runs on the CPU): the straggler is
     read from where each rank's launching thread waits and sleeps, per NVTX step."""
     from traceread.jobs import multirank as mr
-    from traceread.jobs.multirank.nsys_split import split_processes
+    from traceread.readers.nsys_split import split_processes
 
     dst = tmp_path / "ddp2.sqlite"
     with lzma.open(H200 / "ddp2" / "ddp2.sqlite.xz") as src, open(dst, "wb") as f:

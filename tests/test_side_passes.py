@@ -1,4 +1,4 @@
-"""Side passes on forked workers (passes/_side.py) give exactly the in-process analysis."""
+"""Side passes on forked workers (passes/side.py) give exactly the in-process analysis."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import pytest
 from conftest import FIXTURES
 from traceread import load
 from traceread import analysis as A
-from traceread.passes._side import SidePasses
+from traceread.passes.side import SidePasses
 from traceread.readers import stream as S
 
 # real traces with collectives, graphs, copies and torch.compile between them

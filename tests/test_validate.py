@@ -61,7 +61,7 @@ def _span(out) -> float:
 
 
 def test_cached_trace_keeps_the_warning(tmp_path, monkeypatch):
-    from traceread import cache
+    from traceread.readers import cache
     from traceread.readers import read
 
     monkeypatch.setenv("TRACEREAD_CACHE_DIR", str(tmp_path / "cache"))

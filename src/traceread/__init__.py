@@ -6,7 +6,7 @@ from importlib import import_module
 from .errors import TraceError
 from .capture import capture  # stdlib only; eager so the submodule cannot shadow it
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # Loaded on first use (PEP 562) so `import traceread.cli` and `traceread --help`
 # do not import pandas / pyarrow / numpy.

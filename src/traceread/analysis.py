@@ -21,7 +21,7 @@ from .passes import window as window_mod
 from .passes import steady as steady_mod
 from .passes import steps as steps_mod
 from .passes import utilization as util_mod
-from .passes._side import SidePasses
+from .passes.side import SidePasses
 from .passes.compile import compile_counts, compile_summary
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps

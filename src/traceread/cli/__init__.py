@@ -179,7 +179,7 @@ def main() -> None:
 def _version(ctx: click.Context) -> None:
     # traceread.__version__, not importlib.metadata: no scan of the installed
     # distributions (~35 ms), and the running source's version, not an install's
-    from .. import __version__
+    from ..version import __version__
     from ..readers import decoder_name
 
     click.echo(f"traceread, version {__version__}\nJSON chunk decoder: {decoder_name(verify=False)}")

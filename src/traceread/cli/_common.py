@@ -23,12 +23,12 @@ _STRICT = {"on": False}
 def load_trace(path: str) -> Trace:
     """Load with a progress indicator on stderr for slow files (tty only).
 
-    Big traces go through the event-table cache (``traceread.cache``) unless
+    Big traces go through the event-table cache (``traceread.readers.cache``) unless
     ``--no-cache`` was given or ``TRACEREAD_NO_CACHE`` is set. A trace cut short
     is analysed up to its last complete event, with one warning line on stderr
     (``--strict`` refuses it).
     """
-    from ..cache import worth_caching
+    from ..readers.cache import worth_caching
 
     use = _USE_CACHE["on"] and not os.environ.get("TRACEREAD_NO_CACHE")
     trace = _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path),

@@ -109,7 +109,7 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, aft
 
     def one(path, trace):
         if split_ranks:
-            from ..jobs.multirank.nsys_split import split_processes
+            from ..readers.nsys_split import split_processes
 
             parts = split_processes(trace)
             if parts:

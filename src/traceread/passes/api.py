@@ -21,7 +21,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..table import Trace
-from ._common import events_of
+from .common import events_of
 from .kernels import render_summary, summarize
 from .nsys_compat import DEFAULT_VERSION
 

@@ -46,8 +46,8 @@ from .. import namerx
 from . import intervals
 from .compile import is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
-from ._common import GRAPH_LAUNCH_RX, kind_in
-from ._frames import code_in, str_column
+from .common import GRAPH_LAUNCH_RX, kind_in
+from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..table import GPU_OP_KINDS, scan_name
-from ._common import events_of, kind_in, rows_of, take
+from .common import events_of, kind_in, rows_of, take
 from .kernel_classes import gpu_op_pairs, pair_classes
 from .peaks import device_caps, device_peaks
 

@@ -40,8 +40,8 @@ import pandas as pd
 from .. import namerx
 from ..table import GPU_OP_KINDS
 from . import intervals
-from ._common import events_of, kind_in, map_names_at
-from ._frames import take_rows
+from .common import events_of, kind_in, map_names_at
+from .frames import take_rows
 
 # Phase names dynamo_timed writes without the " (dynamo_timed)" suffix.
 COMPILE_PHASES = frozenset((

@@ -31,7 +31,7 @@ import pandas as pd
 
 from . import attribution as attr
 from . import intervals
-from ._common import fmt_ms as _ms, kind_in
+from .common import fmt_ms as _ms, kind_in
 from .steps import (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, INFERENCE_STEP_PATTERN,
                     UNNUMBERED_STEP_PATTERN)
 

@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ._common import device_groups, events_of, kind_in, lookup_at, rows_of, take
+from .common import device_groups, events_of, kind_in, lookup_at, rows_of, take
 
 HOW_TO_RECORD = ("no operator shapes in this trace: record with "
                  "torch.profiler.profile(record_shapes=True) to get FLOPs and MFU")
@@ -549,7 +549,7 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
 
 
 def _graph_replays(ev: pd.DataFrame) -> bool:
-    from ._common import GRAPH_LAUNCH_RX
+    from .common import GRAPH_LAUNCH_RX
 
     if bool((ev["kind"] == "graph").any()):
         return True

@@ -27,8 +27,8 @@ import pandas as pd
 
 from ..table import GPU_OP_KINDS, Trace
 from . import intervals
-from ._common import events_of, kind_in
-from ._frames import take_rows
+from .common import events_of, kind_in
+from .frames import take_rows
 
 # PROFILER_OVERHEAD names nsys counts as GPU-busy time (gpustats.py in nsys reports).
 NSYS_GPU_OVERHEADS = ("CUDA profiling data flush overhead", "CUDA profiling stop overhead",

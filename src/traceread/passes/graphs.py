@@ -31,7 +31,7 @@ import pandas as pd
 from .. import namerx
 from ..table import GPU_OP_KINDS
 from . import attribution, intervals
-from ._common import GRAPH_LAUNCH_RX, events_of, kind_in, lookup_at, rows_of, take, union_total
+from .common import GRAPH_LAUNCH_RX, events_of, kind_in, lookup_at, rows_of, take, union_total
 
 # Host spans and API calls that record (capture / instantiate) a CUDA graph: the same rule
 # the gap attribution uses for its graph_capture category.

@@ -38,8 +38,8 @@ def trace_info(trace: Trace) -> dict[str, Any]:
 
 def process_ranks(trace: Trace) -> dict[str, int]:
     """pid -> rank of each GPU process of an nsys export of several (the numbering
-    ``analyze`` gives when it splits the export into ranks: jobs/multirank/nsys_split.py)."""
-    from ..jobs.multirank.nsys_split import gpu_processes
+    ``analyze`` gives when it splits the export into ranks: readers/nsys_split.py)."""
+    from ..readers.nsys_split import gpu_processes
 
     if trace.meta.format != "nsys" or trace.meta.rank >= 0:
         return {}

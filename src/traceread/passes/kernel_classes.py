@@ -47,7 +47,7 @@ import pandas as pd
 from .. import namerx
 from ..collectives import is_comm_kernel
 from ..table import GPU_OP_KINDS, scan_name
-from ._common import events_of, rows_of
+from .common import events_of, rows_of
 
 CLASSES = ("gemm", "attention", "elementwise", "reduction", "triton", "nccl",
            "memcpy", "memset", "graph", "other")

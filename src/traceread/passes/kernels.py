@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import nsys_compat
-from ._common import events_of, rows_of, take
+from .common import events_of, rows_of, take
 from .nsys_compat import DEFAULT_VERSION
 
 SUMMARY_COLUMNS = ("total_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns",

@@ -19,7 +19,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ._common import events_of, lookup_at, rows_of, take
+from .common import events_of, lookup_at, rows_of, take
 
 HOW_TO_RECORD = ("no [memory] events in this trace: record with "
                  "torch.profiler.profile(profile_memory=True) for allocator peaks and churn")

@@ -33,7 +33,7 @@ import pandas as pd
 
 from ..collectives import collective_from_kernel, is_comm_kernel, normalize_collective
 from . import intervals
-from ._common import device_groups, events_of, kind_in, lookup_at, lut_at, rows_of, take
+from .common import device_groups, events_of, kind_in, lookup_at, lut_at, rows_of, take
 
 INSTANCE_COLUMNS = ("ts", "dur", "pid", "device", "stream", "name", "collective", "msg_nelems",
                     "msg_bytes", "dtype", "group_size", "process_group", "seq", "exposed_ns")

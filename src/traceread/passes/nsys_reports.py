@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..table import Trace
-from ._common import events_of, kind_in
+from .common import events_of, kind_in
 from .gaps import gap_ops, profiler_overheads
 from .kernels import round1, summarize
 from .nsys_compat import DEFAULT_VERSION, nvtx_default_prefix, stats_version

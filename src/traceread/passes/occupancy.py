@@ -30,7 +30,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from ._common import events_of, rows_of
+from .common import events_of, rows_of
 
 UNDERFILLED_SHARE = 0.25     # SM-idle time / kernel time that flags "busy but under-filled"
 TOP_KERNELS = 5

@@ -22,7 +22,7 @@ import pandas as pd
 from ..collectives import (COMM_NAME_RX, collective_from_kernel, dtype_size, is_comm_kernel,
                            normalize_collective)
 from . import intervals as iv
-from ._common import kind_in, lookup_at
+from .common import kind_in, lookup_at
 
 HOST = ("cpu_op", "annotation", "python")
 P2P = ("send", "recv")

@@ -36,7 +36,7 @@ import pandas as pd
 from .. import namerx
 from . import intervals
 from .attribution import ALLOC_API_RX, SYNC_API_RX
-from ._common import kind_in
+from .common import kind_in
 from .window import STARTUP_RX
 
 OUTLIER_MIN_NS = 1_000_000     # a one-time call takes >= 1 ms ...

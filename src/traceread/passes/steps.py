@@ -32,8 +32,8 @@ import pandas as pd
 
 from .. import namerx
 from ..table import GPU_OP_KINDS
-from ._common import kind_in
-from ._frames import code_in, take_rows
+from .common import kind_in
+from .frames import code_in, take_rows
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
 FALLBACK_STEP_PATTERN = (r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration|batch)"

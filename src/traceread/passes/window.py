@@ -25,8 +25,8 @@ import pandas as pd
 from .attribution import COMPILE_RX, GRAPH_RECORD_RX, SYNC_API_RX
 from .compile import is_compile_name
 from .steps import assign_steps
-from ._common import fmt_ms as _ms, kind_in
-from ._frames import code_in, take_rows
+from .common import fmt_ms as _ms, kind_in
+from .frames import code_in, take_rows
 
 # One-time start-up work: context and module loading, library handles, NCCL init.
 STARTUP_RX = re.compile(

@@ -16,7 +16,7 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
     """Load any supported trace file, detecting the format by content.
 
     ``cache=True`` reuses (or stores) the finished event table in the user cache
-    dir, keyed by the file's identity (``traceread.cache``). ``stream`` picks
+    dir, keyed by the file's identity (``readers/cache.py``). ``stream`` picks
     the JSON ingest path: None = streaming for big files (``readers/stream.py``),
     True / False = force it on / off (both give the same table).
 
@@ -26,7 +26,7 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
     """
     fmt = sniff(path)
     if cache:
-        from .. import cache as _cache
+        from . import cache as _cache
 
         hit = _cache.load(path)
         if hit is not None and not (strict and "truncated" in hit.meta.extra):

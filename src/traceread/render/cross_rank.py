@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..verdict.levers import PP_SLOW_X
 from .text import fmt_ns
 
 
@@ -117,8 +118,6 @@ def render_summary(results: list, layouts: dict | None = None) -> str:
             detail = (f" (rank {s} works {fmt_ns(work[s])} per step, the others' median"
                       f" {fmt_ns(others[len(others) // 2])})") if loc["locality"] == "rank-local" and others and s in work else ""
             lines.append(f"  slowdown   {loc['locality']}{detail}")
-        from ..jobs.multirank.groups import groups_line
-
         grp = groups_line(res.groups, res.stages)
         if grp:
             lines.append(f"  groups     {grp}")
@@ -147,10 +146,8 @@ def layout_line(p: dict | None) -> str:
             if pp["schedule"] else ""
         bub = ", ".join(f"{r}: {v}%" for r, v in pp["bubble_pct_by_stage"].items())
         x = pp["slowest_busy_x_fastest"]
-        from ..jobs.multirank.groups import IMBALANCE_X
-
         who = (f"stage {pp['slowest_stage']} computes most ({x}x the least busy)"
-               if x and x >= IMBALANCE_X else f"the stages compute alike ({x}x at most)")
+               if x and x >= PP_SLOW_X else f"the stages compute alike ({x}x at most)")
         parts.append(f"stage bubbles {bub}{sched}; {who}")
     if ep and ep.get("recv_imbalance"):
         parts.append(f"all_to_all: rank {ep['hot_rank']} receives {ep['recv_imbalance']}x the mean")
@@ -261,4 +258,38 @@ def render_text(results: list) -> str:
     return render_summary(results) + "\n\n" + render_detail(results)
 
 
-__all__ = ["job_to_dict", "render_summary", "render_detail", "render_text"]
+
+
+def groups_line(groups: list[dict], balance: dict | None) -> str:
+    """One line: the stage that computes most (when the stages are not balanced), the group
+    that holds the others back most, and the one that waits most."""
+    parts = []
+    if balance:
+        k = balance["slow_stage"]
+        if k is None:
+            parts.append(f"{balance['stages']} pipeline stages balanced "
+                         f"({balance['slowest_x_others']}x at most)")
+        else:
+            rs = balance["stage_ranks"][k]
+            who = f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
+            parts.append(f"stage {k} ({who}) computes {balance['slowest_x_others']}x the "
+                         f"other stages, {fmt_ns(balance['excess_ns'])} more per step")
+    coll = [g for g in groups if g["kind"] not in ("pp_stage", "pp")]
+    late = max(coll, key=lambda g: g["lateness_ns_per_step"], default=None)
+    if late and late["lateness_ns_per_step"] > 0:
+        parts.append(f"{group_label(late)} held back {fmt_ns(late['lateness_ns_per_step'])} per step"
+                     f" by rank {late['late_rank']}")
+    wait = max(coll, key=lambda g: g["wait_ns_per_step"], default=None)
+    if wait and wait["wait_ns_per_step"] > 0:
+        parts.append(f"{group_label(wait)} waits most: {fmt_ns(wait['wait_ns_per_step'])} per step"
+                     f" per rank")
+    return "; ".join(parts)
+
+
+def group_label(g: dict) -> str:
+    ranks = ", ".join(map(str, g["ranks"][:8])) + (" …" if len(g["ranks"]) > 8 else "")
+    what = "/".join(g["collectives"][:2])
+    return f"{g['kind']} group [{ranks}] ({what})"
+
+
+__all__ = ["job_to_dict", "render_summary", "render_detail", "render_text", "groups_line"]

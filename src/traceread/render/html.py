@@ -99,17 +99,9 @@ def _last_at(n: int) -> str:
     return f" · last to arrive at {n:,} call{'s' if n != 1 else ''}" if n else ""
 
 
-def _jobs_of(analyses: list):
-    """Cross-rank results when the caller did not pass them and the traces are still held."""
-    if any(a.trace is None for a in analyses):
-        return []
-    from ..jobs.multirank import analyze_traces
-
-    return analyze_traces([a.trace for a in analyses])
-
-
 def job_body(analyses: list, jobs=None) -> str:
-    """Several traces: a per-trace overview, the cross-rank section, then each trace's report."""
+    """Several traces: a per-trace overview, the cross-rank section (``jobs``: the caller's
+    ``jobs.multirank.analyze_traces``), then each trace's report."""
     if len(analyses) == 1:
         return analysis_body(analyses[0]) + cross_rank_html(jobs)
     rows, bars = [], []
@@ -129,7 +121,7 @@ def job_body(analyses: list, jobs=None) -> str:
     parts = [f"<h1>{plural(len(analyses), 'trace')}</h1>",
              table(["trace", "verdict", "step (mean)", "GPU idle", "file"], rows, {2, 3}),
              "<h2>Step time per trace</h2>", hbars(bars),
-             cross_rank_html(jobs if jobs is not None else _jobs_of(analyses))]
+             cross_rank_html(jobs)]  # the caller analyses the job: a renderer only draws
     for i, a in enumerate(ordered):
         parts.append(f'<hr id="t{i}">' + analysis_body(a))
     return "\n".join(p for p in parts if p)

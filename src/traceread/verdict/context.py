@@ -25,7 +25,7 @@ import pandas as pd
 
 from .. import namerx
 from ..passes import intervals
-from ..passes._common import GRAPH_LAUNCH_RX, kind_in
+from ..passes.common import GRAPH_LAUNCH_RX, kind_in
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
 MULTI_WORKER_RX = namerx.compile(r"_MultiProcessingDataLoaderIter")

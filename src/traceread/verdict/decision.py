@@ -17,8 +17,8 @@ import pandas as pd
 from ..passes import attribution as attr_mod
 from ..passes import culprits as culprits_mod
 from ..passes import window as window_mod
-from ..passes._common import kind_in
-from ..passes._frames import code_in
+from ..passes.common import kind_in
+from ..passes.frames import code_in
 from ..passes.peaks import device_caps, device_name
 from ..table import TraceMeta, release_heap
 from . import scores

@@ -20,7 +20,7 @@ from .. import namerx
 from ..collectives import (COMM_NAME_RX, collective_from_kernel, is_comm_kernel,
                            normalize_collective)
 from ..table import scan_name
-from ..passes._common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
+from ..passes.common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "gpu_annotation", "other")
 

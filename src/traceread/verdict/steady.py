@@ -6,7 +6,7 @@ is, and its to-do list becomes the one lever that gets a steady window.
 """
 from __future__ import annotations
 
-from ..passes._common import fmt_ms as _ms
+from ..passes.common import fmt_ms as _ms
 from .bounds import TITLE
 
 STATE_TEXT = {

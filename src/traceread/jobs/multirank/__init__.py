@@ -47,7 +47,7 @@ def _get(name: str):
 def jobs_of_analyses(analyses: list, link_gbps: float | None = None) -> list[JobResult]:
     """Jobs formed by the traces of ``analyses`` (``Analysis`` objects holding their trace):
     several traces of one job, and each nsys export holding several GPU processes."""
-    from .nsys_split import split_processes
+    from ...readers.nsys_split import split_processes
 
     have = [a for a in analyses if a.trace is not None]
     traces = [a.trace for a in have]
@@ -66,7 +66,7 @@ def prepare(a, with_input: bool = True) -> dict:
     """What the job analysis needs of one ``Analysis`` -- its ``RankInput`` and, for an
     nsys export of several GPU processes, one per process -- so the caller can drop the
     trace at once (``analyze`` of 64 ranks keeps 64 small inputs, not 64 event tables)."""
-    from .nsys_split import split_processes
+    from ...readers.nsys_split import split_processes
 
     win = analysis_window(a)
     parts = split_processes(a.trace)

@@ -136,40 +136,6 @@ def _row(kind: str, ranks: list[int], sub: pd.DataFrame, busy: dict, n_steps: di
             "late_rank": hot}
 
 
-def groups_line(groups: list[dict], balance: dict | None) -> str:
-    """One line: the stage that computes most (when the stages are not balanced), the group
-    that holds the others back most, and the one that waits most."""
-    from ...render.text import fmt_ns
-
-    parts = []
-    if balance:
-        k = balance["slow_stage"]
-        if k is None:
-            parts.append(f"{balance['stages']} pipeline stages balanced "
-                         f"({balance['slowest_x_others']}x at most)")
-        else:
-            rs = balance["stage_ranks"][k]
-            who = f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
-            parts.append(f"stage {k} ({who}) computes {balance['slowest_x_others']}x the "
-                         f"other stages, {fmt_ns(balance['excess_ns'])} more per step")
-    coll = [g for g in groups if g["kind"] not in ("pp_stage", "pp")]
-    late = max(coll, key=lambda g: g["lateness_ns_per_step"], default=None)
-    if late and late["lateness_ns_per_step"] > 0:
-        parts.append(f"{_label(late)} held back {fmt_ns(late['lateness_ns_per_step'])} per step"
-                     f" by rank {late['late_rank']}")
-    wait = max(coll, key=lambda g: g["wait_ns_per_step"], default=None)
-    if wait and wait["wait_ns_per_step"] > 0:
-        parts.append(f"{_label(wait)} waits most: {fmt_ns(wait['wait_ns_per_step'])} per step"
-                     f" per rank")
-    return "; ".join(parts)
-
-
-def _label(g: dict) -> str:
-    ranks = ", ".join(map(str, g["ranks"][:8])) + (" …" if len(g["ranks"]) > 8 else "")
-    what = "/".join(g["collectives"][:2])
-    return f"{g['kind']} group [{ranks}] ({what})"
-
-
 def pipeline_decides(s: dict) -> bool:
     """No significant straggler, or one late mostly at send/recv: in a pipeline every stage
     waits there by construction (fill and drain), so the stages' own compute decides

@@ -36,8 +36,8 @@ from pathlib import Path
 import msgspec
 import pyarrow as pa
 
-from .errors import TraceError
-from .table import SCHEMA, Trace, TraceMeta
+from ..errors import TraceError
+from ..table import SCHEMA, Trace, TraceMeta
 
 _META_KEY = b"traceread.meta.msgpack"
 _SOURCE_KEY = b"traceread.source"
@@ -58,7 +58,7 @@ def cache_dir() -> Path:
 
 
 def _version() -> str:
-    from . import __version__
+    from ..version import __version__
 
     return __version__
 
@@ -66,7 +66,7 @@ def _version() -> str:
 def worth_caching(path: str | os.PathLike) -> bool:
     """True for files big enough that a cache hit saves noticeable time."""
     try:
-        from .readers.stream import estimated_raw_size
+        from .stream import estimated_raw_size
 
         return estimated_raw_size(path) >= MIN_BYTES
     except (OSError, TraceError):

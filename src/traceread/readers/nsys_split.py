@@ -12,7 +12,7 @@ import copy
 
 import pyarrow.compute as pc
 
-from ...table import GPU_OP_KINDS, Trace
+from ..table import GPU_OP_KINDS, Trace
 
 
 def gpu_processes(trace: Trace) -> list[tuple[int, int]]:
@@ -51,7 +51,7 @@ def split_processes(trace: Trace) -> list[Trace]:
 def _comm_backend(trace: Trace, pid: int) -> str:
     """The communication library of the process's comm kernels (``collectives.COMM_KERNELS``
     family; NCCL first), "" when it ran none."""
-    from ...collectives import comm_kernel
+    from ..collectives import comm_kernel
 
     ev = trace.events
     k = ev[(ev["kind"] == "kernel").to_numpy() & (ev["pid"] == pid).to_numpy()]
