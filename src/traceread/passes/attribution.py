@@ -964,16 +964,19 @@ def _waited_on(ev, ops, close, before, dur, ge, launch_row) -> np.ndarray:
     lo = np.where(prev[close] >= 0, l_ts[np.maximum(prev[close], 0)], np.iinfo(np.int64).min)
     # a wait call counts up to the closing op's own launch; a stream-wait record up to the gap's end
     wait = _wait_seen(ev, ops, close, lo, l_ts[close], ge)
-    out = np.where(dur <= EVENT_LATENCY_NS, GPU_SIDE, NOT_TRACED).astype(object)
+    seen = wait != ""
+    # filled in place: np.where over these object arrays made ~40 k str objects per call
+    out = np.full(len(dur), NOT_TRACED, object)
+    out[dur <= EVENT_LATENCY_NS] = GPU_SIDE
     # both ends of the gap in one graph replay (one launch call's correlation)
     lr = np.maximum(launch_row, 0)
     graph = (before >= 0) & (launch_row >= 0) & (corr[np.maximum(before, 0)] == corr[close]) & \
         _match_at(ev, lr, lambda n: bool(GRAPH_LAUNCH_RX.match(n)))
     out[graph] = [f"inside a CUDA graph replay ({_op_base(c)})"
                   for c in _text_at(ev, "name", lr[graph])]
-    out = np.where(wait != "", wait, out).astype(object)
+    out[seen] = wait[seen]
     b = np.maximum(before, 0)
-    cross = (wait != "") & (before >= 0) & (stream[b] != stream[close]) & \
+    cross = seen & (before >= 0) & (stream[b] != stream[close]) & \
         (dur <= EVENT_LATENCY_NS)
     cross = np.flatnonzero(cross)
     names = _text_at(ops, "name", b[cross])
@@ -1019,6 +1022,7 @@ def _wait_seen(ev, ops, close, lo, hi_call, hi_rec) -> np.ndarray:
                    -2 - ops["stream"].to_numpy(np.int64)[close]]
     lo2, hi2 = np.r_[lo, lo], np.r_[hi_call, hi_rec]
     found = np.full(len(want_pid), "", object)
+    base: dict[str, str] = {}   # _op_base per distinct name
     for a, b in set(zip(k1.tolist(), k2.tolist())):
         mine = (k1 == a) & (k2 == b)
         o = np.argsort(ts[mine], kind="stable")
@@ -1028,9 +1032,11 @@ def _wait_seen(ev, ops, close, lo, hi_call, hi_rec) -> np.ndarray:
             continue
         j = np.searchsorted(t, hi2[g], side="right") - 1   # the last wait before hi
         ok = (j >= 0) & (t[np.maximum(j, 0)] >= lo2[g])
-        found[g[ok]] = [_op_base(str(x)) for x in nm[j[ok]]]
+        found[g[ok]] = [_memo(base, _op_base, str(x)) for x in nm[j[ok]]]
     n = len(close)
-    out[:] = np.where(found[:n] != "", found[:n], found[n:])
+    out[:] = found[n:]
+    call = found[:n] != ""
+    out[call] = found[:n][call]
     return out
 
 
