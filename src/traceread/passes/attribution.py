@@ -46,7 +46,7 @@ from .. import namerx
 from . import intervals
 from .compile import _is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, _pair_keys
-from ._common import GRAPH_LAUNCH_RX, kind_in
+from ._common import GRAPH_LAUNCH_RX, kind_in, lookup_at
 from ._frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -862,8 +862,8 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tup
     # Kineto names the memory kinds; the nsys reader keeps them (srcKind/dstKind) in raw_name
     said = _match_at(ev, mc, lambda n: bool(PAGEABLE_RX.search(n)))
     if "raw_name" in ev:
-        raw = _text_at(ev, "raw_name", mc)
-        said |= np.array([bool(PAGEABLE_RX.search(n)) for n in raw], bool)
+        said |= lookup_at(ev["raw_name"], mc, lambda n: bool(PAGEABLE_RX.search(n)), False,
+                          bool)   # once per distinct text, not per copy
     pg = mc[said]
     if not len(pg):
         return out
