@@ -46,7 +46,7 @@ from .. import namerx
 from . import intervals
 from .compile import is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
-from .common import GRAPH_LAUNCH_RX, kind_in
+from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at
 from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -376,8 +376,12 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he += hs
     key = thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
     _drop_host_only_items(kind, hs, he, key, is_sync, cats)
-    sync_label = _pageable_calls(ev, rows, kind)   # blocking by behaviour: pageable copies
-    blocking = sync_label != ""
+    # blocking by behaviour: pageable copies. Per host row the index of its label (-1:
+    # none): an object array of "" per row cost ~15 ms to fill and compare at 500 k rows
+    pg_at, pg_text = _pageable_calls(ev, rows, kind)
+    sync_label = np.full(len(rows), -1, np.int64)
+    sync_label[pg_at] = np.arange(len(pg_at))
+    blocking = sync_label >= 0
     is_sync |= blocking
     cats[blocking] = CPU_CATEGORIES.index("sync")
     del rows, blocking
@@ -389,7 +393,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         cats = np.concatenate([cats, np.full(len(cs), CPU_CATEGORIES.index("graph_capture"),
                                              cats.dtype)])
         is_sync = np.concatenate([is_sync, np.zeros(len(cs), bool)])
-        sync_label = np.concatenate([sync_label, np.full(len(cs), "", object)])
+        sync_label = np.concatenate([sync_label, np.full(len(cs), -1, np.int64)])
     top_parts = []
     blocked: dict = {}   # (pid, device) -> ns its launch threads spent inside sync calls
     queued_ns, waited_on = queued(ev, gaps, ops)
@@ -417,7 +421,8 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         bs, be = intervals.union(hs[sy], he[sy]) if sy.any() else (hs[:0], he[:0])
         blocked[(int(pid), int(dev))] = int((be - bs).sum())
         names = _sync_names(name_cats, name[sy])
-        names = np.where(sync_label[sy] != "", sync_label[sy], names)
+        lab = sync_label[sy]
+        names[lab >= 0] = pg_text[lab[lab >= 0]]
         drain_op[idx] = _drain(gs, ge, names, hs[sy], he[sy], sync_ops)
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
         del on, c_on, s_on, e_on, k_on, n_on, sy, near, t_on, cc, cs, ce
@@ -842,12 +847,13 @@ def _match_at(ev: pd.DataFrame, rows: np.ndarray, fn) -> np.ndarray:
     return _name_lut(cats, c, fn, bool, False)[c] if len(c) else np.zeros(0, bool)
 
 
-def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """Per host row (``rows``, their HOST_KINDS index ``kind``): ``"<call> (<dir> pageable)"``
-    for the runtime/driver calls whose GPU copy (same pid + correlation) moves to or from
-    pageable host memory and that returned when that copy was done (within [copy end -
-    SKEW_NS, copy end + SYNC_TOLERANCE_NS]), else ``""``."""
-    out = np.full(len(rows), "", object)
+def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tuple:
+    """Of the host rows (``rows``, their HOST_KINDS index ``kind``), the runtime/driver
+    calls whose GPU copy (same pid + correlation) moves to or from pageable host memory and
+    that returned when that copy was done (within [copy end - SKEW_NS, copy end +
+    SYNC_TOLERANCE_NS]): (their positions in ``rows``, each one's ``"<call> (<dir>
+    pageable)"``), one entry per position (the last copy's, when two copies share a call)."""
+    out = (np.empty(0, np.int64), np.empty(0, object))
     if not len(rows) or "copy_kind" not in ev:
         return out
     mc = np.flatnonzero(kind_in(ev, ("memcpy",)))
@@ -856,8 +862,8 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.
     # Kineto names the memory kinds; the nsys reader keeps them (srcKind/dstKind) in raw_name
     said = _match_at(ev, mc, lambda n: bool(PAGEABLE_RX.search(n)))
     if "raw_name" in ev:
-        raw = _text_at(ev, "raw_name", mc)
-        said |= np.array([bool(PAGEABLE_RX.search(n)) for n in raw], bool)
+        said |= lookup_at(ev["raw_name"], mc, lambda n: bool(PAGEABLE_RX.search(n)), False,
+                          bool)   # once per distinct text, not per copy
     pg = mc[said]
     if not len(pg):
         return out
@@ -873,8 +879,12 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.
     hit = (at >= 0) & (ret >= done - SKEW_NS) & (ret <= done + SYNC_TOLERANCE_NS)
     direction = _text_at(ev, "copy_kind", pg)
     call = _text_at(ev, "name", rows[at[hit]])
-    out[at[hit]] = [f"{_op_base(c)} ({d or 'copy'} pageable)" for c, d in zip(call, direction[hit])]
-    return out
+    text = np.array([f"{_op_base(c)} ({d or 'copy'} pageable)"
+                     for c, d in zip(call, direction[hit])], object)
+    pos = at[hit]
+    _, last = np.unique(pos[::-1], return_index=True)   # a later copy's label wins, as before
+    keep = np.sort(len(pos) - 1 - last)
+    return pos[keep], text[keep]
 
 
 def _launch_ends(ev: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -964,16 +974,19 @@ def _waited_on(ev, ops, close, before, dur, ge, launch_row) -> np.ndarray:
     lo = np.where(prev[close] >= 0, l_ts[np.maximum(prev[close], 0)], np.iinfo(np.int64).min)
     # a wait call counts up to the closing op's own launch; a stream-wait record up to the gap's end
     wait = _wait_seen(ev, ops, close, lo, l_ts[close], ge)
-    out = np.where(dur <= EVENT_LATENCY_NS, GPU_SIDE, NOT_TRACED).astype(object)
+    seen = wait != ""
+    # filled in place: np.where over these object arrays made ~40 k str objects per call
+    out = np.full(len(dur), NOT_TRACED, object)
+    out[dur <= EVENT_LATENCY_NS] = GPU_SIDE
     # both ends of the gap in one graph replay (one launch call's correlation)
     lr = np.maximum(launch_row, 0)
     graph = (before >= 0) & (launch_row >= 0) & (corr[np.maximum(before, 0)] == corr[close]) & \
         _match_at(ev, lr, lambda n: bool(GRAPH_LAUNCH_RX.match(n)))
     out[graph] = [f"inside a CUDA graph replay ({_op_base(c)})"
                   for c in _text_at(ev, "name", lr[graph])]
-    out = np.where(wait != "", wait, out).astype(object)
+    out[seen] = wait[seen]
     b = np.maximum(before, 0)
-    cross = (wait != "") & (before >= 0) & (stream[b] != stream[close]) & \
+    cross = seen & (before >= 0) & (stream[b] != stream[close]) & \
         (dur <= EVENT_LATENCY_NS)
     cross = np.flatnonzero(cross)
     names = _text_at(ops, "name", b[cross])
@@ -1019,6 +1032,7 @@ def _wait_seen(ev, ops, close, lo, hi_call, hi_rec) -> np.ndarray:
                    -2 - ops["stream"].to_numpy(np.int64)[close]]
     lo2, hi2 = np.r_[lo, lo], np.r_[hi_call, hi_rec]
     found = np.full(len(want_pid), "", object)
+    base: dict[str, str] = {}   # _op_base per distinct name
     for a, b in set(zip(k1.tolist(), k2.tolist())):
         mine = (k1 == a) & (k2 == b)
         o = np.argsort(ts[mine], kind="stable")
@@ -1028,9 +1042,11 @@ def _wait_seen(ev, ops, close, lo, hi_call, hi_rec) -> np.ndarray:
             continue
         j = np.searchsorted(t, hi2[g], side="right") - 1   # the last wait before hi
         ok = (j >= 0) & (t[np.maximum(j, 0)] >= lo2[g])
-        found[g[ok]] = [_op_base(str(x)) for x in nm[j[ok]]]
+        found[g[ok]] = [_memo(base, _op_base, str(x)) for x in nm[j[ok]]]
     n = len(close)
-    out[:] = np.where(found[:n] != "", found[:n], found[n:])
+    out[:] = found[n:]
+    call = found[:n] != ""
+    out[call] = found[:n][call]
     return out
 
 

@@ -204,6 +204,29 @@ class _Spans:
     def of(self, c: int) -> int:
         return self.covered(lambda r, base: base == c)
 
+    def every(self, ids: list[int]) -> dict[int, int]:
+        """``of(c)`` for each of ``ids``, all names at once: per thread, each name's rows
+        merged apart (``_grouped_union``) and clipped to the thread's region, then each
+        name's pieces merged over the threads (one ``of`` per name cost ~1 ms each)."""
+        s, e, g = [], [], []
+        for region, r, base in self.threads:
+            piece = _grouped_union(base, self.ts[r], self.te[r])
+            if piece is None:
+                return {c: self.of(c) for c in ids}
+            piece = _clip_to(region, *piece)
+            s.append(piece[0])
+            e.append(piece[1])
+            g.append(piece[2])
+        piece = _grouped_union(np.concatenate(g), np.concatenate(s), np.concatenate(e)) \
+            if s else None
+        if piece is None:
+            return {c: self.of(c) for c in ids}
+        ps, pe, pg = piece   # sorted by group
+        used, first = np.unique(pg, return_index=True)
+        tot = np.add.reduceat(pe - ps, first) if len(pg) else pg
+        by = dict(zip(used.tolist(), tot.tolist()))
+        return {c: by.get(c, 0) for c in ids}
+
     def inside(self, c: int):
         """A mask maker: rows of other names nested in a row of ``c`` on the same thread."""
         def mask(r, base):
@@ -216,6 +239,39 @@ class _Spans:
             out = (k >= 0) & (self.te[r] <= ce[np.maximum(k, 0)]) & (base != c)
             return out
         return mask
+
+
+def _grouped_union(group: np.ndarray, s: np.ndarray, e: np.ndarray):
+    """``intervals.union`` of each group's [s, e) apart, in one pass: each group's times are
+    moved to its own stretch of the line (group * span), so pieces never merge across
+    groups. Returns (starts, ends, group) of the pieces; None where the stretches would
+    not fit in int64."""
+    keep = e > s
+    s, e, group = s[keep], e[keep], np.asarray(group, np.int64)[keep]
+    if not len(s):
+        return s, e, group
+    lo, g0 = int(s.min()), int(group.min())
+    span = int(e.max()) - lo + 1
+    if (int(group.max()) - g0 + 1) * span >= 2**62:
+        return None
+    shift = (group - g0) * span - lo
+    us, ue = intervals.union(s + shift, e + shift)
+    gid = us // span
+    back = gid * span - lo
+    return us - back, ue - back, gid + g0
+
+
+def _clip_to(region: intervals.Intervals, s: np.ndarray, e: np.ndarray, group: np.ndarray):
+    """The pieces [s, e) (with their group) cut to a sorted disjoint ``region``."""
+    rs, re_ = region
+    i0 = np.searchsorted(re_, s, side="right")    # first region piece ending after s
+    i1 = np.searchsorted(rs, e, side="left")      # region pieces starting before e
+    cnt = np.maximum(i1 - i0, 0)
+    at = np.repeat(np.arange(len(s)), cnt)
+    ri = i0[at] + (np.arange(len(at)) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+    cs, ce = np.maximum(s[at], rs[ri]), np.minimum(e[at], re_[ri])
+    ok = ce > cs
+    return cs[ok], ce[ok], group[at][ok]
 
 
 def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
@@ -233,7 +289,7 @@ def innermost_in_gaps(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     durs = np.concatenate([sp.te[r] - sp.ts[r] for _, r, _ in threads]) if threads else ids
     ok = [c for c in np.unique(ids).tolist()
           if c >= 0 and not any(rx.match(names[c]) for rx in _STEP_RX)]
-    tot = {c: sp.of(c) for c in ok}
+    tot = sp.every(ok)
     tot = {c: v for c, v in tot.items() if v > 0}
     if not tot:
         return "", 0, "", 0

@@ -122,16 +122,18 @@ def _outermost(df: pd.DataFrame) -> pd.DataFrame:
     """Drop host calls that lie inside an earlier issuing operator of the same thread (the
     same call: ``gloo:send`` inside ``c10d::send``). A backend span (``gloo:send``) runs on
     after its operator returns, so a later ``c10d::recv_`` inside it is a call of its own."""
-    keep = np.ones(len(df), bool)
-    reach, key = -1, None
-    for i, (p, t, s, e, g, issue) in enumerate(zip(df["pid"], df["tid"], df["ts"], df["end"],
-                                                   df["on_gpu"], df["issue"])):
-        if (p, t) != key:
-            key, reach = (p, t), -1
-        if not g and e <= reach:
-            keep[i] = False
-        elif issue and not g:
-            reach = max(reach, e)
+    # per thread (df is sorted by pid, tid), each row's reach: the latest end of the
+    # issuing host calls before it (-1: none); a host call ending by then is dropped
+    g = df["on_gpu"].to_numpy(bool)
+    e = df["end"].to_numpy(np.int64)
+    grows = np.where(df["issue"].to_numpy(bool) & ~g, e, -1)
+    p, t = df["pid"].to_numpy(), df["tid"].to_numpy()
+    cut = np.flatnonzero((p[1:] != p[:-1]) | (t[1:] != t[:-1])) + 1
+    reach = np.full(len(df), -1, np.int64)
+    for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(df)].tolist()):
+        if b - a > 1:
+            reach[a + 1:b] = np.maximum.accumulate(grows[a:b - 1])
+    keep = g | (e > reach)
     return df[keep].reset_index(drop=True)
 
 

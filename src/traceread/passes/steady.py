@@ -121,7 +121,9 @@ def _jumps(ev: pd.DataFrame, kinds: tuple, col: str) -> dict | None:
     code, pids = pd.factorize(pid[ok])
     counts = np.bincount(code)
     top = pids[counts == counts.max()].min()
-    u = np.unique(ids[ok & (pid == top)].astype(np.int64))
+    # np.unique hashes first (~25 ms on 200 k ids); they come nearly sorted: sort, then drop repeats
+    u = np.sort(ids[ok & (pid == top)].astype(np.int64))
+    u = u[np.r_[True, u[1:] != u[:-1]]] if len(u) else u
     if len(u) < 3:
         return None
     span = int(u[-1] - u[0] + 1)
