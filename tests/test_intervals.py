@@ -57,3 +57,30 @@ def test_touching_pieces_merge_and_empty_inputs():
     assert iv.total(iv.union([], [])) == 0
     assert iv.total(iv.intersect(([], []), ([0], [5]))) == 0
     assert iv.overlap(iv.union([], []), [0], [9]).tolist() == [0]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_union_of_sorted_starts_matches_the_sorted_path(seed):
+    """Sorted starts skip the sort: the same set as from the shuffled intervals, in new
+    arrays (the caller's are never handed back or changed)."""
+    rng = np.random.default_rng(300 + seed)
+    s = np.sort(rng.integers(0, 10_000, 2_000))
+    e = s + rng.integers(0, 40, len(s))            # some empty, some overlapping
+    perm = rng.permutation(len(s))
+    s0, e0 = s.copy(), e.copy()
+    got, want = iv.union(s, e), iv.union(s[perm], e[perm])
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    got[0][:] = -1
+    np.testing.assert_array_equal(s, s0)
+    np.testing.assert_array_equal(e, e0)
+
+
+def test_union_sees_a_descent_at_the_sortedness_check_s_block_edge():
+    n = (1 << 20) + 3
+    s = np.arange(n, dtype=np.int64) * 10
+    s[1 << 20], s[(1 << 20) - 1] = s[(1 << 20) - 1], s[1 << 20]   # one swap across the edge
+    e = s + 5
+    got = iv.union(s, e)
+    np.testing.assert_array_equal(got[0], np.sort(s))
+    np.testing.assert_array_equal(got[1], np.sort(s) + 5)

@@ -143,3 +143,22 @@ def test_idle_in_span_splits_gaps_at_step_boundaries():
     whole = pd.DataFrame({"pid": [-1], "start": [0], "end": [100 * MS]})
     assert S.idle_in_span(whole, gaps).tolist() == [14 * MS]
     assert S.idle_in_span(steps, gaps.iloc[:0]).tolist() == [0, 0, 0]
+
+
+def test_gpu_ops_positive_ts_is_the_filtered_frame():
+    """nsys leaves out ops before the session start: choosing the rows first gives the
+    frame that filtering the whole one gives (launch linkage is per op)."""
+    b = TraceBuilder()
+    b.runtime("cudaLaunchKernel", -50, 10, pid=1, correlation=1)
+    b.gpu("early", -20, 10, pid=1, correlation=1)
+    b.gpu("at_zero", 0, 5, pid=1, correlation=2)
+    b.runtime("cudaLaunchKernel", 10, 10, pid=1, correlation=3)
+    b.gpu("k", 30, 10, pid=1, correlation=3)
+    b.runtime("cudaLaunchKernel", 40, 10, pid=2, correlation=3)
+    b.gpu("k", 60, 10, pid=2, correlation=3)
+    ev = _ev(b)
+    whole = S.gpu_ops(ev)
+    want = whole[whole["ts"] > 0].reset_index(drop=True)
+    got = S.gpu_ops(ev, positive_ts=True)
+    pd.testing.assert_frame_equal(got, want)
+    assert got["launch_ts"].tolist() == [10, 40]

@@ -232,10 +232,8 @@ PARALLEL_PASSES_ROWS = 200_000
 
 
 def _gpu_ops(ev: pd.DataFrame, is_nsys: bool) -> pd.DataFrame:
-    ops = steps_mod.gpu_ops(ev)
-    if is_nsys:  # the gap pass ignores ops recorded before the session start; so do we
-        ops = ops[ops["ts"] > 0].reset_index(drop=True)
-    return ops
+    # nsys: the gap pass ignores ops recorded before the session start; so do we
+    return steps_mod.gpu_ops(ev, positive_ts=is_nsys)
 
 
 def _window_steps(all_steps: pd.DataFrame, win) -> pd.DataFrame:

@@ -13,6 +13,12 @@ import pandas as pd
 def take_rows(ev: pd.DataFrame, rows: np.ndarray, cols) -> pd.DataFrame:
     """``ev.iloc[rows][cols]`` with a fresh RangeIndex: only the named columns are gathered
     (categorical ones by code, keeping their dtype)."""
+    return pd.DataFrame(take_columns(ev, rows, cols), copy=False)
+
+
+def take_columns(ev: pd.DataFrame, rows: np.ndarray, cols) -> dict:
+    """``take_rows``'s columns as a dict (name -> array or Categorical), to add more
+    before the frame is made: a column set on a frame afterwards is copied."""
     out = {}
     for c in cols:
         col = ev[c]
@@ -20,7 +26,7 @@ def take_rows(ev: pd.DataFrame, rows: np.ndarray, cols) -> pd.DataFrame:
             out[c] = pd.Categorical.from_codes(col.cat.codes.to_numpy()[rows], dtype=col.dtype)
         else:
             out[c] = col.to_numpy()[rows]
-    return pd.DataFrame(out, copy=False)
+    return out
 
 
 def code_in(codes: np.ndarray, wanted: np.ndarray) -> np.ndarray:

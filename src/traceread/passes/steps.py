@@ -33,7 +33,7 @@ import pandas as pd
 from .. import namerx
 from ..table import GPU_OP_KINDS
 from .common import kind_in
-from .frames import code_in, take_rows
+from .frames import code_in, take_columns
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
 FALLBACK_STEP_PATTERN = (r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration|batch)"
@@ -173,23 +173,30 @@ def whole_trace_window(ev: pd.DataFrame) -> pd.DataFrame:
                          "tid": [-1], "start": [lo], "end": [hi], "dur": [hi - lo]})
 
 
-def gpu_ops(ev: pd.DataFrame) -> pd.DataFrame:
+def gpu_ops(ev: pd.DataFrame, positive_ts: bool = False) -> pd.DataFrame:
     """Kernels, memcpys and memsets with their launch call's time, pid and tid.
 
     Adds ``launch_ts`` / ``launch_pid`` / ``launch_tid`` (-1 when no runtime or
-    driver call with the same correlation id exists) and ``end``.
+    driver call with the same correlation id exists) and ``end``. ``positive_ts``: only
+    the ops with ts > 0 (nsys: the ops before the session start are left out), chosen
+    before any column is gathered (each op's launch is found on its own, so the other
+    ops do not change it). The frame is built in one go: adding columns one at a time
+    copies each.
     """
-    rows = np.flatnonzero(kind_in(ev, GPU_OP_KINDS))
-    ops = take_rows(ev, rows, ("ts", "dur", "kind", "name", "pid", "device", "stream",
-                               "correlation"))
-    ops["end"] = ops["ts"] + ops["dur"]
-    n = len(ops)
+    mask = kind_in(ev, GPU_OP_KINDS)
+    if positive_ts:
+        mask &= ev["ts"].to_numpy() > 0
+    rows = np.flatnonzero(mask)
+    del mask
+    cols = take_columns(ev, rows, ("ts", "dur", "kind", "name", "pid", "device", "stream",
+                                   "correlation"))
+    cols["end"] = cols["ts"] + cols["dur"]
+    n = len(rows)
     launch = {k: np.full(n, -1, np.int64) for k in ("launch_ts", "launch_pid", "launch_tid")}
     if n:
-        _link_launches(ev, ops, launch)
-    for k, v in launch.items():
-        ops[k] = v
-    return ops
+        _link_launches(ev, cols, launch)
+    cols.update(launch)
+    return pd.DataFrame(cols, copy=False)
 
 
 def _link_launches(ev: pd.DataFrame, ops: pd.DataFrame, launch: dict) -> None:
@@ -202,8 +209,8 @@ def _link_launches(ev: pd.DataFrame, ops: pd.DataFrame, launch: dict) -> None:
         return
     r_corr = corr_all[rt].astype(np.int64, copy=False)
     r_pid = ev["pid"].to_numpy()[rt].astype(np.int64, copy=False)
-    corr = ops["correlation"].to_numpy(np.int64)
-    o_pid = ops["pid"].to_numpy(np.int64)
+    corr = np.asarray(ops["correlation"], np.int64)
+    o_pid = np.asarray(ops["pid"], np.int64)
     todo = np.flatnonzero(corr >= 0)
     if not len(todo):
         return

@@ -151,17 +151,20 @@ def _before_launch(table: pa.Table, ts: np.ndarray, gpu: np.ndarray) -> np.ndarr
     ops = np.flatnonzero(gpu & (corr >= 0))
     if not len(launch) or not len(ops):
         return out
-    lk = np.stack([pid[launch], corr[launch]])
-    order = np.lexsort(lk[::-1])          # by (pid, corr); ts ascending within (stable)
-    lp, lc, lt = pid[launch][order], corr[launch][order], ts[launch][order]
-    first = np.ones(len(order), bool)
-    first[1:] = (lp[1:] != lp[:-1]) | (lc[1:] != lc[:-1])
-    lp, lc, lt = lp[first], lc[first], lt[first]   # the earliest launch of each key
-    pos = _match(lp, lc, pid[ops], corr[ops])
-    hit = pos >= 0
-    early = np.zeros(len(ops), bool)
-    early[hit] = ts[ops][hit] < lt[pos[hit]] - EARLY_NS
-    out[ops[early]] = True
+    lp, lc = pid[launch], corr[launch]
+    order = np.lexsort((lc, lp))          # by (pid, corr); ts ascending within (stable)
+    launch = launch[order]
+    del order
+    lp, lc = pid[launch], corr[launch]
+    first = np.ones(len(launch), bool)
+    np.not_equal(lp[1:], lp[:-1], out=first[1:])
+    first[1:] |= lc[1:] != lc[:-1]
+    launch = launch[first]                # the earliest launch of each key
+    del first
+    pos = _match(pid[launch], corr[launch], pid[ops], corr[ops])
+    hit = np.flatnonzero(pos >= 0)
+    early = ts[ops[hit]] < ts[launch[pos[hit]]] - EARLY_NS
+    out[ops[hit[early]]] = True
     return out
 
 
