@@ -537,6 +537,22 @@ def test_cache_concurrent_runs_on_one_new_file(cached_trace, tmp_path):
     assert cache.load(p) is not None and len(cache._entries(cache.cache_dir())) == 1
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="thread count from /proc")
+def test_a_cache_hit_starts_no_native_thread(cached_trace):
+    # a parquet reader thread alive at interpreter exit aborts the process (exit 134,
+    # "terminate called without an active exception"): a hit must leave none behind
+    p, cache = cached_trace
+    code = ("import sys; from traceread.readers import read; read(sys.argv[1], cache=True); "
+            "n = lambda: open('/proc/self/status').read().split('Threads:')[1].split()[0]; "
+            "before = n(); read(sys.argv[1], cache=True); print(before, n())")
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    r = subprocess.run([sys.executable, "-c", code, str(p)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    before, after = r.stdout.split()
+    assert after == before
+
+
 def test_unreadable_file_is_one_line_exit_1(tmp_path, monkeypatch):
     """Permission denied: exit 1 with one error line (not click's usage text, exit 2)."""
     import traceread.readers.detect as D

@@ -225,12 +225,13 @@ def _load_entry(entry: Path, secret: bytes, source) -> Trace | None:
     data = entry.read_bytes()
     if not hmac.compare_digest(entry.name.split(".")[1], _mac(secret, data)):
         return None  # damaged, or not written by us with our key
-    # one thread: a parquet reader thread still alive at interpreter exit aborts the process
-    # ("terminate called without an active exception", apache/arrow#34314); seen here in 3 of
-    # 120 runs of four processes sharing a new cache entry, none with use_threads=False
+    # no reader thread: one still alive at interpreter exit aborts the process ("terminate
+    # called without an active exception", apache/arrow#34314; 3 of 120 runs of four processes
+    # sharing a new entry). read_table(use_threads=False) still starts one (the dataset
+    # scanner's I/O thread: CI failed on it once more); ParquetFile.read starts none
     import pyarrow.parquet as pq  # here: a small trace, never cached, needs no Parquet
 
-    table = pq.read_table(pa.BufferReader(data), use_threads=False)
+    table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
     md = table.schema.metadata or {}
     head = msgspec.json.decode(md.get(_SOURCE_KEY, b"null"))
     st = os.stat(source)
