@@ -249,9 +249,9 @@ def test_carve_in_blocks_matches_one_block(monkeypatch):
     starts = np.cumsum(rng.integers(1, 50, 300))
     gs, ge = starts, starts + rng.integers(0, 40, 300)   # disjoint, some empty
     ge = np.minimum(ge, np.r_[gs[1:], ge[-1]])
-    hs = np.sort(rng.integers(0, int(ge[-1]), 2000))
-    he = hs + rng.integers(0, 400, 2000)
-    cats = rng.integers(0, len(A.CPU_CATEGORIES) - 1, 2000)
+    hs = np.sort(rng.integers(0, int(ge[-1]), 600))
+    he = hs + rng.integers(0, 60, 600)
+    cats = rng.integers(0, len(A.CPU_CATEGORIES) - 1, 600)
     whole = A._carve(gs, ge, cats, hs, he)
     monkeypatch.setattr(A, "_BLOCK", 7)
     blocked = A._carve(gs, ge, cats, hs, he)
