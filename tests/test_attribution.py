@@ -238,3 +238,36 @@ def test_hip_memcpy_with_stream_is_a_blocking_sync():
     # the host sat in a blocking copy while the GPU idled: that is a sync, not a launch
     assert v["bound"] == "sync"
     assert v["levers"][0].startswith("remove per-step host syncs")
+
+
+def test_carve_in_blocks_matches_one_block(monkeypatch):
+    """Carving disjoint gaps a few at a time (each block with only the rows reaching its
+    span) gives the same per-gap split as carving them all at once, rows spanning blocks,
+    touching a block's edge or lying between gaps included."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    starts = np.cumsum(rng.integers(1, 50, 300))
+    gs, ge = starts, starts + rng.integers(0, 40, 300)   # disjoint, some empty
+    ge = np.minimum(ge, np.r_[gs[1:], ge[-1]])
+    hs = np.sort(rng.integers(0, int(ge[-1]), 600))
+    he = hs + rng.integers(0, 60, 600)
+    cats = rng.integers(0, len(A.CPU_CATEGORIES) - 1, 600)
+    whole = A._carve(gs, ge, cats, hs, he)
+    monkeypatch.setattr(A, "_BLOCK", 7)
+    blocked = A._carve(gs, ge, cats, hs, he)
+    assert whole.sum() > 0 and (whole == blocked).all()
+    assert (blocked.sum(axis=1) == ge - gs).all()
+
+
+def test_queued_split_only_for_queued_gaps():
+    """Gaps with no queued ns get no queued split row (their qcpu_* is zero)."""
+    import numpy as np
+    gs, ge = np.array([0, 100, 200]), np.array([50, 150, 260])
+    qns = np.array([0, 20, 80])
+    cats, hs, he = np.array([0]), np.array([0]), np.array([300])
+    split = A._carve(gs, ge, cats, hs, he)
+    parts = [A._carve_queued(np.arange(3), gs, ge, qns, cats, hs, he)]
+    whole, part, rows = parts[0]
+    assert list(whole) == [2] and list(part) == [1] and rows.sum() == 20
+    q = A._queued_split(split, parts)
+    assert list(q.sum(axis=1)) == [0, 20, 60] and (q[2] == split[2]).all()
