@@ -258,8 +258,6 @@ def render_text(results: list) -> str:
     return render_summary(results) + "\n\n" + render_detail(results)
 
 
-
-
 def groups_line(groups: list[dict], balance: dict | None) -> str:
     """One line: the stage that computes most (when the stages are not balanced), the group
     that holds the others back most, and the one that waits most."""
@@ -287,6 +285,7 @@ def groups_line(groups: list[dict], balance: dict | None) -> str:
 
 
 def group_label(g: dict) -> str:
+    """A group in a few words: its kind, its first ranks, its collectives."""
     ranks = ", ".join(map(str, g["ranks"][:8])) + (" …" if len(g["ranks"]) > 8 else "")
     what = "/".join(g["collectives"][:2])
     return f"{g['kind']} group [{ranks}] ({what})"
