@@ -33,22 +33,15 @@ def load_trace(path: str) -> Trace:
     use = _USE_CACHE["on"] and not os.environ.get("TRACEREAD_NO_CACHE")
     trace = _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path),
                   strict=_STRICT["on"])
-    cut = trace.meta.extra.get("truncated")
-    if cut:
-        warn(f"{path}: {truncation_note(cut)}")
-    foreign = trace.meta.extra.get("foreign")
-    if foreign:
-        warn(f"{path}: {foreign_note(foreign)}")
-    odd = trace.meta.extra.get("impossible")
-    if odd:
-        from ..readers.validate import describe
+    from ..readers.validate import apart_note, describe   # read() has imported it already
 
-        warn(f"{path}: impossible events: {describe(odd)}")
-    apart = trace.meta.extra.get("processes_apart")
-    if apart:
-        from ..readers.validate import apart_note
-
-        warn(f"{path}: {apart_note(apart)}")
+    notes = (("truncated", truncation_note), ("foreign", foreign_note),
+             ("impossible", lambda odd: f"impossible events: {describe(odd)}"),
+             ("processes_apart", apart_note))
+    for key, note in notes:     # one warning line per thing the reader noted, in this order
+        found = trace.meta.extra.get(key)
+        if found:
+            warn(f"{path}: {note(found)}")
     return trace
 
 
