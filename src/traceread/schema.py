@@ -24,7 +24,8 @@ from typing import Any, Optional
 import msgspec
 from msgspec import Struct, field
 
-SCHEMA_VERSION = "2.0"   # 2.0: several inputs give {schema_version, traces} (analyze: + cross_rank), never a list
+SCHEMA_VERSION = "2.1"   # 2.0: several inputs give {schema_version, traces} (analyze: + cross_rank), never a list
+# 2.1: analyze: + facts (the record the verdict was judged on), verdict.actions[].because
 
 
 class _S(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -653,6 +654,30 @@ class Parallelism(_S):
     comm_model: Optional[list[CommModel]] = None
 
 
+class Proof(_S):
+    """One event that proves a program fact (``passes/facts.py``): its name, where it first
+    runs in the window and in which step; ``ts_ns`` null: the proof is a count or metadata,
+    not an event (``detail`` says so)."""
+
+    name: str
+    ts_ns: Optional[int]
+    step: Optional[int]
+    detail: str
+
+
+class Facts(_S):
+    """The facts record the verdict was judged on (``passes/facts.py``: ``WindowFacts``):
+    every figure the judgement reads, the program facts (the ``context`` keys), each fact's
+    proof (``evidence``: an empty list = read from the absence of any such event), and the
+    size of each frame the verdict may show."""
+
+    figures: dict[str, Any]
+    program: dict[str, Any]
+    evidence: dict[str, list[Proof]]
+    frames: dict[str, int]
+    replay: Optional[dict[str, Any]] = None
+
+
 class AnalyzeTrace(_S, kw_only=True):
     """One trace's analysis (``Analysis.to_dict()``)."""
 
@@ -672,6 +697,7 @@ class AnalyzeTrace(_S, kw_only=True):
     utilization: Optional[Utilization] = None
     steady_state: Optional[SteadyState] = None
     parallelism: Optional[Parallelism] = None
+    facts: Optional[Facts] = None
     verdict: Verdict
 
 

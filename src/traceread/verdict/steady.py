@@ -6,7 +6,6 @@ is, and its to-do list becomes the one lever that gets a steady window.
 """
 from __future__ import annotations
 
-from ..passes.common import fmt_ms as _ms
 from .bounds import TITLE
 
 STATE_TEXT = {
@@ -74,3 +73,10 @@ def adjust_verdict(verdict: dict, steady: dict) -> None:
     verdict["what_if"] = {}
 
 
+def _ms(ns: int) -> str:
+    """A duration in the words of verdicts: 2.40 s, 30.6 ms, 173 us (passes.common.fmt_ms)."""
+    if ns >= 1_000_000_000:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1_000_000:
+        return f"{ns / 1e6:.1f} ms"
+    return f"{ns / 1e3:.0f} us"
