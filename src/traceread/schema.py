@@ -275,6 +275,20 @@ class Action(_S):
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
     culprit: Optional[str]
+    # the facts that made the lever apply (verdict/because.py); a job's own lever has none
+    because: list[Because] = []
+
+
+class Because(_S):
+    """One fact an offered lever's predicates read (or the figure that priced it): its value
+    (cut to a few items), whether the facts record knew it (``known`` false: the predicate
+    took the unknown's default), and its proofs (the record's evidence: ``[]`` read from
+    absence; null: the record names no event for it)."""
+
+    fact: str
+    value: Any
+    known: bool
+    evidence: Optional[list[Proof]]
 
 
 class WhatIf(_S):

@@ -133,3 +133,34 @@ def has_non_step_ranges(ev: pd.DataFrame) -> bool:
     step = namerx.compile(r"(?i)^(?:ProfilerStep#\d+|(?:train[_ ]?)?(?:step|iter|iteration|batch)"
                       r"[\s_#:=-]*\d+)$")
     return any(not step.match(n) for n in names)
+
+
+def flag_evidence(ev: pd.DataFrame, ctx: dict) -> dict[str, list[str]]:
+    """The event names that prove ``trace_context``'s flags (those with no ``*_evidence`` key
+    of their own), by the same rules: a true flag -> the first proving name in the window
+    (none: proved outside it, e.g. graphs recorded at start-up); a false one -> [] (read from
+    the absence of any such event)."""
+    api = _names_of(ev, ("runtime", "driver"))
+    host = _names_of(ev, ("cpu_op", "annotation", "python"))
+    rules = {
+        "uses_cuda_graphs": lambda: [n for n in api if GRAPH_LAUNCH_RX.match(n)]
+        + _names_of(ev, ("graph",)),
+        "dataloader_workers": lambda: [n for n in host if MULTI_WORKER_RX.search(n)],
+        "dataloader_single": lambda: [n for n in host if SINGLE_WORKER_RX.search(n)],
+        "pytorch": lambda: [n for n in host if PYTORCH_HOST_RX.search(n)]
+        + [n for n in _names_of(ev, ("kernel",)) if PYTORCH_KERNEL_RX.search(n)],
+        "api_traced": lambda: api,
+        "host_traced": lambda: _names_of(ev, HOST_DETAIL_KINDS) or _names_of(ev, ("annotation",)),
+        "allocator_uncached": lambda: [n for n in api if DEVICE_FREE_RX.match(n)],
+    }
+    out = {}
+    for key, names in rules.items():
+        if key not in ctx:
+            continue
+        if not ctx[key]:
+            out[key] = []
+            continue
+        found = names()
+        if found:
+            out[key] = found[:1]
+    return out

@@ -31,7 +31,7 @@ from . import culprits as culprits_mod
 from . import window as window_mod
 from .causes import CAUSES, cause_parts
 from .common import kind_in
-from .context import has_non_step_ranges
+from .context import flag_evidence, has_non_step_ranges
 from .figures import layout_figures, slow_collective, startup, window_figures
 from .frames import code_in
 from .peaks import device_caps, device_name
@@ -213,9 +213,10 @@ def _utilization_figures(u: dict | None) -> dict:
 
 def program_evidence(ev: pd.DataFrame, program: dict, step_tab: pd.DataFrame | None) -> dict:
     """Fact key -> the events that prove it: each ``<key>_evidence`` of the program facts
-    (dict-valued ones give ``<key>.<sub>``, the optimizer its own), located in the window
-    (first row of that name: ``ts_ns``, ``step``); a fact that holds on no named event --
-    or is false -- gets an empty list (read from absence)."""
+    (dict-valued ones give ``<key>.<sub>``, the optimizer its own) and the flags' proving
+    names (``context.flag_evidence``), located in the window (first row of that name:
+    ``ts_ns``, ``step``). A false fact gets an empty list (read from absence); a true one
+    whose proof lies outside the window has no entry."""
     proofs: dict[str, list[str]] = {}
     for k, v in program.items():
         if k.endswith("_evidence"):
@@ -228,6 +229,7 @@ def program_evidence(ev: pd.DataFrame, program: dict, step_tab: pd.DataFrame | N
     opt = program.get("optimizer")
     proofs["optimizer"] = [str(opt["evidence"])] if isinstance(opt, dict) and \
         opt.get("evidence") else []
+    proofs.update(flag_evidence(ev, program))
     where = _first_rows(ev, {n for names in proofs.values() for n in names})
     return {k: [_proof(n, where.get(n), step_tab) for n in names] for k, names in proofs.items()}
 

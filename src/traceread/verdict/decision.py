@@ -23,7 +23,8 @@ def decide(facts: WindowFacts) -> dict:
     verdict = scores.score(has_gpu=has_gpu, window_ns=f["window_ns"], idle_ns=f["idle_ns"],
                            parts=f["cause_ns"] if has_gpu else None,
                            exposed_comm_ns=f["exposed_comm_ns"], copy=f["copies"],
-                           ctx=lever_context(facts, blev), extra_evidence=f["window_summary"])
+                           ctx=lever_context(facts, blev), extra_evidence=f["window_summary"],
+                           facts_evidence=facts.evidence)
     verdict["missing"] = missing(f.get("missing") or {})
     head = headline(f.get("utilization"), blev)
     if verdict["bound"] == "gpu" and head:

@@ -38,6 +38,7 @@ cause's "pin" lever saves only the time beyond pinned bandwidth.
 from __future__ import annotations
 
 from . import levers as L
+from .because import because
 from .bounds import CAUSES, TITLE, WHAT
 
 GPU_BOUND_LOST = 0.10
@@ -51,18 +52,21 @@ MIN_ACTION_SHARE = 0.01       # causes worth < 1% of the window get no lever of 
 
 def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
            exposed_comm_ns: int = 0, copy: dict | None = None, ctx: dict | None = None,
-           extra_evidence: dict | None = None) -> dict:
+           extra_evidence: dict | None = None, facts_evidence: dict | None = None) -> dict:
     """{"bound", "summary", "evidence", "levers", "actions", "diagnostics", "what_if"}.
 
     ``parts``: ``passes.causes.cause_parts`` output; ``copy``: ``copies.copy_summary`` output;
     ``ctx``: what the trace already does (``context``), the busy-time levers and the step
     figures -- the lever table (levers.py) reads it. ``actions`` is the one ranked
     to-do list (every offered lever with its saving); ``levers`` its texts, same order.
+    ``facts_evidence``: the facts record's evidence, for each action's ``because``.
     """
     ev = dict(extra_evidence or {})
+    proofs = facts_evidence or {}
     ctx = dict(ctx or {})
     if not has_gpu:
-        return _out("cpu_only", "no GPU operations in this trace", ev, _unpriced("cpu_only", ctx))
+        return _out("cpu_only", "no GPU operations in this trace", ev,
+                    _unpriced("cpu_only", ctx, proofs))
     copy = copy or {}
     exposed_copy = int(copy.get("exposed_ns", 0))
     lost = int(idle_ns) + int(exposed_comm_ns) + exposed_copy
@@ -113,9 +117,9 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
         ev["startup_calls"] = [{"name": n, "ns": int(ns)} for n, ns in ctx["startup"]["calls"]]
     if bound == "gpu":
         _tensor_core_evidence(ev, ctx)
-    actions = _actions(sc, parts or {}, copy, ctx, window_ns)
+    actions = _actions(sc, parts or {}, copy, ctx, window_ns, proofs)
     if bound == "unknown":
-        actions = _unpriced("waiting" if "waiting_ns" in ev else "unknown", ctx) + actions
+        actions = _unpriced("waiting" if "waiting_ns" in ev else "unknown", ctx, proofs) + actions
     out = _out(bound, summary, ev, actions, what_if)
     if "waiting_ns" in ev:
         out["title"] = WAITING_TITLE
@@ -153,9 +157,10 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
             "saves_per_step_ns": per_step, "projected_step_ns": proj}
 
 
-def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> list[dict]:
+def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
+             proofs: dict | None = None) -> list[dict]:
     """The ranked to-do list: every lever the table offers (levers.offered), with its saving
-    per step and projected step."""
+    per step and projected step, and ``because``: the facts that made it apply."""
     items = L.offered(sc, parts, copy, ctx, MIN_ACTION_SHARE * window_ns, CAUSES)
     busy = ctx.get("busy_levers") or {}
     culprits = ctx.get("culprits") or {}
@@ -170,15 +175,37 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> li
         else:
             culprit = culprits.get(x["cause"], "")
         out.append({**x, **_gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx,
-                                 window_ns), "culprit": culprit or ""})
+                                 window_ns), "culprit": culprit or "",
+                    "because": because(lv, ctx, proofs or {}, _priced(lv, sc, busy))})
     return out
 
 
-def _unpriced(cause: str, ctx: dict) -> list[dict]:
+def _priced(lv, sc: dict, busy: dict) -> tuple[str, object] | None:
+    """The figure a lever's saving stands on: its busy-time lever's evidence, or the score of
+    the cause it saves."""
+    if lv.saves == "busy":
+        return f"busy_levers.{lv.busy}", busy[lv.busy].get("why", "")
+    if lv.saves in L.CAUSE_PRICED:
+        return f"cause_ns.{lv.cause}", int(sc.get(lv.cause, 0))
+    return None
+
+
+def _unpriced(cause: str, ctx: dict, proofs: dict | None = None) -> list[dict]:
     """The table's levers for a verdict with no cause to price (cpu_only, unknown)."""
     return [{"id": lv.id, "lever": lv.words(ctx), "cost": lv.cost, "cause": cause,
              "saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
-             "projected_step_ns": None, "culprit": ""} for lv in L.rows(cause, ctx)]
+             "projected_step_ns": None, "culprit": "",
+             "because": because(lv, ctx, proofs or {}, _unpriced_fact(cause, ctx))}
+            for lv in L.rows(cause, ctx)]
+
+
+# what makes a verdict with no cause to price: no GPU op; the host not traced
+_UNPRICED_FACT = {"cpu_only": "gpu_ops", "unknown": "host_traced"}
+
+
+def _unpriced_fact(cause: str, ctx: dict) -> tuple[str, object] | None:
+    key = _UNPRICED_FACT.get(cause)
+    return (key, ctx[key]) if key in ctx else None
 
 
 def _tensor_core_evidence(ev: dict, ctx: dict) -> None:
