@@ -110,8 +110,9 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     fig.update(_utilization_figures(utilization))
     fig["missing"] = missing_figures(meta, ev, ctx)
     fig["steady"] = later("steady")
+    # the window's GPU ops stay out: the Analysis would hold them (its largest table) alive
     frames = {"gaps": gaps, "top_ops": top_ops, "steps": step_tab, "devices": devices,
-              "gpu_ops": ops, "kernels": kernels, "collectives": collectives, "nccl": nccl}
+              "kernels": kernels, "collectives": collectives, "nccl": nccl}
     return WindowFacts(figures=fig, program=ctx, evidence=program_evidence(ev, ctx, step_tab),
                        frames=frames)
 

@@ -106,7 +106,8 @@ def _fact_text(x: dict) -> str:
         return f"{fact[len('cause_ns.'):]} time {_ms(v)}"
     if fact.startswith("busy_levers.") and isinstance(v, str):
         return v if len(v) <= 60 else v[:57] + "..."
-    if isinstance(v, int) and not isinstance(v, bool) and x["fact"].split(".")[0].endswith("_ns"):
+    if isinstance(v, int) and not isinstance(v, bool) and any(
+            p.endswith("_ns") for p in fact.split(".")):
         shown = _ms(v)
     elif isinstance(v, dict):
         shown = "{" + ", ".join(f"{k}" for k, b in v.items() if b) + "}" \
