@@ -143,6 +143,8 @@ def emit(text: str, out: str | None, terminal: bool = True) -> None:
     (``terminal=False``: CSV, HTML) keep their bytes, except on a terminal."""
     if terminal or (out in (None, "-") and sys.stdout.isatty()):
         text = safe.text(text)
+    else:   # a name's bytes that are not UTF-8 become \xNN: no UTF-8 writer takes them raw
+        text = safe.encodable(text)
     if terminal and out in (None, "-"):
         from ..render.terminal import for_terminal
 
@@ -199,7 +201,8 @@ def emit_json(docs: list, out: str | None, inputs: int, **envelope) -> None:
     ``schema_version``)."""
     from ..schema import versioned
 
-    docs = [versioned(d) for d in docs]
+    docs = [safe.encodable_all(versioned(d)) for d in docs]   # a path's non-UTF-8 bytes: \xNN
+    envelope = safe.encodable_all(envelope)
     whole = (docs[0] if inputs == 1 and len(docs) == 1 and not any(envelope.values())
              else versioned({**envelope, "traces": docs}))
     emit(json.dumps(whole, indent=2), out, terminal=False)
