@@ -33,7 +33,9 @@ def load_trace(path: str) -> Trace:
     use = _USE_CACHE["on"] and not os.environ.get("TRACEREAD_NO_CACHE")
     trace = _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path),
                   strict=_STRICT["on"])
-    from ..readers.validate import apart_note, describe   # read() has imported it already
+    from ..readers.validate import apart_note, describe, require_events  # read() imported it
+
+    require_events(trace)
 
     notes = (("truncated", truncation_note), ("foreign", foreign_note),
              ("impossible", lambda odd: f"impossible events: {describe(odd)}"),

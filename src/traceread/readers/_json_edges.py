@@ -384,8 +384,11 @@ class Inflater:
 
     def _next_member(self) -> None:
         rest = self.d.unused_data + self.pending
-        if not rest:
-            rest = self.f.read(self.block)
+        while len(rest) < 2:  # the next member's magic may straddle a block boundary
+            more = self.f.read(self.block)
+            if not more:
+                break
+            rest += more
         if rest[:2] == b"\x1f\x8b":
             self.d, self.pending = _zlib.decompressobj(31), rest
         elif rest.strip(b"\x00"):

@@ -82,7 +82,48 @@ def sniff(path: str | os.PathLike) -> str:
 
 def _looks_like_json(head: bytes) -> bool:
     text = head.lstrip(b"\xef\xbb\xbf").lstrip()
-    return text[:1] in (b"{", b"[")
+    return text[:1] in (b"{", b"[") or wide_json_encoding(head) is not None
+
+
+# RFC 8259 asks for UTF-8 when JSON is exchanged, but RFC 7159/4627 allowed UTF-16 and
+# UTF-32, and Windows tools write them (PowerShell 5's `>` writes UTF-16LE with a BOM):
+# such a file is read by transcoding it to UTF-8 first (docs/robustness.md).
+_BOMS = ((b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe\x00\x00", "utf-32-le"),
+         (b"\xfe\xff", "utf-16-be"), (b"\xff\xfe", "utf-16-le"))
+
+
+def wide_json_encoding(head: bytes) -> str | None:
+    """'utf-16-le' / '-be' or 'utf-32-le' / '-be' when ``head`` (a document's first bytes)
+    starts JSON text in that encoding (by its BOM, else the pattern of zero bytes around
+    its first ASCII character, RFC 4627 section 3); None for UTF-8 (or not JSON)."""
+    for bom, enc in _BOMS:
+        if head.startswith(bom):
+            return enc
+    h = head[:4]
+    if len(h) < 4 or 0 not in h:
+        return None
+    if h[0] == 0 and h[1] == 0 and h[2] == 0 and h[3]:
+        return "utf-32-be"
+    if h[0] and h[1] == 0 and h[2] == 0 and h[3] == 0:
+        return "utf-32-le"
+    if h[0] == 0 and h[1] and h[2] == 0 and h[3]:
+        return "utf-16-be"
+    if h[0] and h[1] == 0 and h[2] and h[3] == 0:
+        return "utf-16-le"
+    return None
+
+
+def to_utf8(path, data: bytes) -> bytes:
+    """``data`` as UTF-8 JSON text: UTF-16/32 (``wide_json_encoding``) transcoded, else
+    as is."""
+    enc = wide_json_encoding(data[:4])
+    if enc is None:
+        return data
+    try:
+        text = data.decode(enc)
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"invalid {enc.upper()} text at byte {e.start}") from None
+    return text.lstrip("\ufeff").encode("utf-8", "surrogatepass")
 
 
 # Names that make a file a candidate even when its content does not look like a trace,
@@ -93,7 +134,8 @@ TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".sqlite3", ".nsys-rep", ".qdrep")
 def looks_like_trace(head: bytes) -> bool:
     """JSON, gzip or SQLite by its first bytes."""
     text = head.lstrip(b"\xef\xbb\xbf").lstrip()
-    return head.startswith(SQLITE_MAGIC) or head.startswith(GZIP_MAGIC) or text[:1] in (b"{", b"[")
+    return (head.startswith(SQLITE_MAGIC) or head.startswith(GZIP_MAGIC) or text[:1] in (b"{", b"[")
+            or wide_json_encoding(head) is not None)
 
 
 def is_trace_candidate(p: str, name: str) -> bool:

@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..collectives import collective_from_kernel, dtype_size, normalize_collective
-from .detect import sniff
+from .detect import sniff, to_utf8
 from ..errors import TraceError
 from ..table import KINDS, Trace, TraceMeta, build_table, release_heap
 from . import _kineto_decode as dec
@@ -224,7 +224,7 @@ def _read_bytes(p: Path, fmt: str, tick, strict: bool = False) -> tuple[bytes, b
         data, cut = _gunzip(p, data, tick, strict)
         if not data.strip():
             raise TraceError(p, "empty after gunzip")
-    return data, cut
+    return to_utf8(p, data), cut
 
 
 def _gunzip(p: Path, data: bytes, tick, strict: bool = False) -> tuple[bytes, bool]:

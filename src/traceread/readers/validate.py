@@ -205,6 +205,17 @@ def _stream_overlap(table: pa.Table, ts: np.ndarray, end: np.ndarray, keep: np.n
     return r[:-1][bad], nxt[bad]
 
 
+def require_events(trace: Trace) -> Trace:
+    """``trace``, or TraceError when it holds no event to analyse: ``{"traceEvents": []}``,
+    ``[]``, an array of objects none of which is an event, only metadata (``ph: M``). The
+    readers load such a file (its metadata is real); an analysis of nothing is refused."""
+    if trace.table.num_rows == 0:
+        what = "no GPU or CPU activity" if trace.meta.format == "nsys" else (
+            "an empty traceEvents array, or no object in it is an event with a ph and a name")
+        raise TraceError(trace.meta.path, f"no trace events ({what}): not a trace")
+    return trace
+
+
 def validate(trace: Trace) -> Trace:
     """Drop or trim the impossible rows of ``trace`` (see module docstring); refuse a
     trace that cannot be repaired. Returns ``trace`` (its table replaced when changed)."""
