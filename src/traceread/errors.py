@@ -35,3 +35,26 @@ class TraceError(Exception):
         self.path = display_path(path)
         self.reason = display_path(" ".join(str(reason).split()))  # always one line
         super().__init__(f"{self.path}: {self.reason}")
+
+
+def out_of_memory(path: object) -> str:
+    """The one line for a MemoryError while reading or analysing ``path``: the size that
+    caused it, so the user knows how much memory to find (not "internal error")."""
+    size = ""
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        size = f" ({st.st_size / 2**20:,.1f} MB on disk" + (
+            ", gzip: about 10x that of JSON text" if gz else "") + ")"
+    except (OSError, TypeError, ValueError):
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+        at = f" after reaching {peak:,.0f} MB"
+    except (ImportError, OSError, ValueError):
+        at = ""
+    return (f"out of memory{at} reading or analysing this trace{size}: run it where more "
+            "memory is free, or record a shorter capture")

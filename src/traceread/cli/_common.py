@@ -10,13 +10,14 @@ from contextlib import contextmanager
 import click
 
 from .. import load as _load
-from ..errors import TraceError
+from ..errors import TraceError, out_of_memory
 from ..outputs import atomic_file, refuse_inputs
 from ..render import safe
 from ..table import Trace
 
 
 _USE_CACHE = {"on": True}
+LOADING: dict = {"path": None}
 _STRICT = {"on": False}
 
 
@@ -30,6 +31,7 @@ def load_trace(path: str) -> Trace:
     """
     from ..readers.cache import worth_caching
 
+    LOADING["path"] = path   # the file an out-of-memory error names (cli.main)
     use = _USE_CACHE["on"] and not os.environ.get("TRACEREAD_NO_CACHE")
     trace = _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path),
                   strict=_STRICT["on"])
@@ -226,7 +228,7 @@ def each_trace(paths, fn) -> tuple[list, int]:
             file_error(str(e))
             failed += 1
         except MemoryError:
-            file_error(f"{p}: out of memory")
+            file_error(f"{p}: {out_of_memory(p)}")
             failed += 1
         except Exception as e:  # noqa: BLE001 - one file's bug must not lose the others
             if os.environ.get("TRACEREAD_DEBUG"):

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
-from ..errors import TraceError, display_path
+from ..errors import TraceError, display_path, out_of_memory
 from .discover import discover, is_url
 from .figures import figures_table, promised_saving
 from .output import SUMMARY_COLUMNS, TABLES, PartialSummary, check_out_dir, write
@@ -80,7 +80,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     except TraceError as e:
         row["error"] = e.reason
     except MemoryError:
-        row["error"] = "out of memory"
+        row["error"] = out_of_memory(path)
     except Exception as e:  # one bad file must not stop the batch
         row["error"] = f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"
     row["seconds"] = round(time.perf_counter() - t0, 3)
