@@ -125,7 +125,12 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     all_ev = trace.events
     all_steps, pattern = steps_mod.find_steps(all_ev, step_pattern)
     all_ops = _gpu_ops(all_ev, is_nsys)
-    win = window_mod.choose(all_ev, all_steps, all_ops, steps_spec=steps, window=window)
+    apart = _apart_window(trace, all_ev) if window is None else None
+    win = window_mod.choose(all_ev, all_steps, all_ops, steps_spec=steps,
+                            window=window if apart is None else apart)
+    if apart is not None:
+        win.note = (f"the part {trace.meta.extra['processes_apart']['analysed']} the gap "
+                    "between processes apart (two clocks, or two traces in one file)")
     ev = window_mod.slice_events(all_ev, win.start, win.end) if win.mode != "whole_trace" \
         else all_ev
     step_rows = _window_steps(all_steps, win)
@@ -140,6 +145,19 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
             as side:
         return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
                                is_nsys, min_gap_ns, peak_tflops)
+
+
+def _apart_window(trace, all_ev) -> tuple | None:
+    """The window (offsets after the first event) of the side of a ``processes_apart``
+    gap that is analysed (readers/validate.py): span and idle across the gap are not
+    real, so the analysis is of one side, not of a 1000 s window 99.9% idle."""
+    apart = trace.meta.extra.get("processes_apart")
+    if not apart or "analysed" not in apart or not len(all_ev):
+        return None
+    t0 = int(all_ev["ts"].min())
+    if apart["analysed"] == "before":
+        return (0, max(1, int(apart["before_end_ns"]) - t0))
+    return (max(0, int(apart["after_start_ns"]) - t0), None)
 
 
 def _checked_window(trace, window):
