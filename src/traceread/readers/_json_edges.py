@@ -249,7 +249,12 @@ def _starts_backwards(buf, lo: int, hi: int | None = None):
     window = 1 << 20
     while hi > lo:
         w0 = max(lo, hi - window)
-        found = [m.start() + 1 for m in _BOUNDARY_ANY.finditer(buf, w0, hi)]
+        # an object's start (a key and ":" follow): a name full of "},{" (escaped quotes)
+        # offers none, so 64 tries are not spent inside one long string of the last event
+        found = [m.start() + 1 for m in _BOUNDARY_KEY.finditer(buf, w0, min(len(buf), hi + _KEY_LOOK))
+                 if m.start() < hi]
+        if not found:
+            found = [m.start() + 1 for m in _BOUNDARY_ANY.finditer(buf, w0, hi)]
         for cut in reversed(found):
             yield _next_start(buf, cut)
         if w0 == lo:
