@@ -202,6 +202,24 @@ def test_nsys_long_string_is_clipped_like_kineto(tmp_path):
     assert "more bytes]" in names[0]
 
 
+def test_kineto_metadata_strings_are_clipped_like_names(tmp_path):
+    import traceread
+    from traceread.readers._kineto_decode import MAX_NAME_CHARS
+
+    evs = H.events(20) + [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "P" * (2 << 20)}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "T" * (2 << 20)}}]
+    head = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "G" * (2 << 20)}],
+            "distributedInfo": {"backend": "B" * (2 << 20), "rank": 0, "world_size": 1}}
+    p = H.write(tmp_path, "meta.json", H.doc_bytes(evs, head=head))
+    for stream in (False, True):
+        from traceread.readers import read
+
+        m = read(p, stream=stream).meta
+        for s in (m.processes[1], m.threads[1], m.devices[0]["name"], m.distributed["backend"]):
+            assert len(s) <= MAX_NAME_CHARS + 40 and s.endswith("more chars]")
+
+
 @pytest.mark.slow
 def test_nsys_256_mb_name_bounded_time_and_memory(tmp_path):
     p = _nsys(tmp_path, "huge.sqlite", "UPDATE StringIds SET value = ? WHERE id = 1",
