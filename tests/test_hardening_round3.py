@@ -403,12 +403,19 @@ def test_analyze_bad_arguments_are_trace_errors(tmp_path, kw):
         traceread.analyze(p, **kw)
 
 
-def test_analyze_takes_a_bytes_path(tmp_path):
+def test_analyze_takes_a_bytes_path_and_renders_it_anywhere(tmp_path):
     import traceread
+    from traceread.render.base import get_renderer
 
     d = _odd_dir(tmp_path)
     a = traceread.analyze(os.path.join(os.fsencode(d), BAD))
     assert a.meta.path.endswith(os.fsdecode(BAD))
+    for fmt in ("text", "json", "html"):
+        out = tmp_path / f"r.{fmt}"
+        get_renderer(fmt).write(a, str(out))
+        text = out.read_bytes().decode("utf-8")     # strict: no raw byte of the name
+        shown = r"bad\xff\xfe.json"
+        assert shown in text or json.dumps(shown)[1:-1] in text, fmt
 
 
 # ------------------------------------------------------------------ not a trace
