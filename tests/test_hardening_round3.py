@@ -241,6 +241,42 @@ def test_nsys_kernel_name_id_pointing_nowhere(tmp_path, ids):
     assert "unknown kernel" in json.dumps(out["kernels"])
 
 
+_M, _m = 2 ** 63 - 1, -2 ** 63
+_KINETO_IDS = {
+    "corr_max": lambda e: "correlation" in e["args"] and e["args"].update(correlation=_M),
+    "corr_min": lambda e: "correlation" in e["args"] and e["args"].update(correlation=_m),
+    "corr_2_70": lambda e: "correlation" in e["args"] and e["args"].update(correlation=2 ** 70),
+    "external_2_64": lambda e: e["args"].update({"External id": 2 ** 64}),
+    "pid_2_64": lambda e: e.update(pid=2 ** 64),
+    "pid_min": lambda e: e.update(pid=_m),
+    "pid_max": lambda e: e.update(pid=_M),
+    "pid_str": lambda e: e.update(pid="proc x"),
+    "tid_str": lambda e: e.update(tid="thread \u202e7"),
+    "device_max": lambda e: "device" in e["args"] and e["args"].update(device=_M),
+    "device_str": lambda e: "device" in e["args"] and e["args"].update(device="cuda:0"),
+    "stream_min": lambda e: "stream" in e["args"] and e["args"].update(stream=_m),
+    "args_list": lambda e: e.update(args=[1, 2]),
+    "name_empty": lambda e: e.update(name=""),
+    "name_null": lambda e: e.update(name=None),
+    "cat_null": lambda e: e.update(cat=None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_KINETO_IDS))
+def test_kineto_ids_pointing_nowhere(tmp_path, case):
+    """Ids out of every range, of the wrong type, or naming nothing: an analysis (or one
+    clear line), never an internal error (pid -2**63 overflowed the passes' thread keys)."""
+    evs = H.events(30)
+    for e in evs:
+        _KINETO_IDS[case](e)
+    p = H.write(tmp_path, "ids.json", H.doc_bytes(evs))
+    for fmt in ("text", "json"):
+        r = run_inprocess("analyze", "--format", fmt, p, cwd=tmp_path)
+        err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert "internal error" not in r.stderr and len(err) <= 1, r.stderr
+        assert r.returncode == 0 or (r.returncode == 1 and err[0].startswith("traceread: error:"))
+
+
 def test_kineto_kernel_without_name_is_analysed(tmp_path):
     evs = H.events(30)
     for e in evs:

@@ -216,10 +216,31 @@ def require_events(trace: Trace) -> Trace:
     return trace
 
 
+PID_LIMIT = 1 << 31   # OS pids and Kineto lanes are far below; passes key threads on pid << 32
+
+
+def _pids_in_range(trace: Trace) -> pa.Table:
+    """The table with every pid outside +-2**31 read as unknown (-1), like a pid that is no
+    integer at all (a pid of -2**63 overflowed the passes' thread keys: internal error)."""
+    table = trace.table
+    if "pid" not in table.column_names or table.num_rows == 0:
+        return table
+    pid = _int(table, "pid")
+    bad = (pid < -PID_LIMIT) | (pid >= PID_LIMIT)
+    if not bad.any():
+        return table
+    trace.meta.extra["pids_out_of_range"] = int(bad.sum())
+    fixed = np.where(bad, -1, pid)
+    table = table.set_column(table.schema.get_field_index("pid"), "pid",
+                             pa.array(fixed, table.schema.field("pid").type))
+    trace.table = table
+    return table
+
+
 def validate(trace: Trace) -> Trace:
     """Drop or trim the impossible rows of ``trace`` (see module docstring); refuse a
     trace that cannot be repaired. Returns ``trace`` (its table replaced when changed)."""
-    table = trace.table
+    table = _pids_in_range(trace)
     n = table.num_rows
     if n == 0:
         return trace
