@@ -73,11 +73,29 @@ def sniff(path: str | os.PathLike) -> str:
         return "json.gz"
     if _looks_like_json(head):
         return "json"
+    scalar = _json_scalar(head)
+    if scalar:
+        raise TraceError(p, f"a JSON {scalar}, not an object or array: not a trace")
     if p.suffix.lower() in NSYS_REPORT_SUFFIXES:
         # The name only shapes the hint; the refusal itself came from the content.
         raise TraceError(p, f"an Nsight Systems report, not its SQLite export: run "
                             f"`nsys export --type sqlite {p}` and pass the .sqlite")
     raise TraceError(p, "unknown format (not JSON, gzip or SQLite)")
+
+
+def _json_scalar(head: bytes) -> str | None:
+    """'number' / 'string' / 'boolean' / 'null' when ``head`` (a whole small file) is one
+    JSON scalar; None otherwise (a longer file, or not JSON at all)."""
+    import json
+
+    if len(head) >= 4096:
+        return None
+    try:
+        v = json.loads(head.decode("utf-8-sig"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    kinds = {bool: "boolean", int: "number", float: "number", str: "string", type(None): "null"}
+    return kinds.get(type(v))
 
 
 def _looks_like_json(head: bytes) -> bool:
