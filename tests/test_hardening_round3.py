@@ -425,6 +425,27 @@ def test_read_parquet_hostile_files_are_trace_errors(tmp_path):
         assert "\n" not in str(e.value), p
 
 
+def test_read_parquet_clips_a_hostile_name(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import traceread
+
+    good = tmp_path / "good.parquet"
+    traceread.load(H.write(tmp_path, "t.json", H.doc_bytes(H.events(20)))).to_parquet(good)
+    tab = pq.read_table(good)
+    names = tab.column("name").to_pylist()
+    names[3] = "L" * (4 << 20)
+    i = tab.schema.get_field_index("name")
+    tab = tab.set_column(i, "name", pa.array(names).dictionary_encode()).replace_schema_metadata(
+        tab.schema.metadata)
+    pq.write_table(tab, tmp_path / "long.parquet")
+    t = traceread.read_parquet(tmp_path / "long.parquet")
+    assert max(map(len, t.events["name"].dropna())) <= (1 << 16) + 40
+    assert t.table.schema == traceread.SCHEMA
+    traceread.analyze(t)
+
+
 @pytest.mark.parametrize("kw", [
     dict(window=(math.inf, math.nan)), dict(window=(0, 1e300)), dict(window=(5, 1)),
     dict(window="x"), dict(window=(0, math.nan)), dict(step_pattern="("),

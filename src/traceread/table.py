@@ -408,7 +408,29 @@ def read_parquet(path: str | Path) -> Trace:
     for col in ("ts", "dur", "kind"):
         if table.column(col).null_count:
             raise TraceError(path, f"not a traceread event table: null values in {col!r}")
-    return Trace(table, meta)
+    return Trace(_clip_strings(table), meta)
+
+
+PARQUET_MAX_CHARS = 1 << 16   # = readers' MAX_NAME_CHARS: a hostile table's names, clipped
+
+
+def _clip_strings(table: pa.Table) -> pa.Table:
+    """``table`` with every text value longer than PARQUET_MAX_CHARS clipped (with a
+    marker), as the readers clip names; untouched (no copy) when none is."""
+    import pyarrow.compute as pc
+
+    n = PARQUET_MAX_CHARS
+    for i, f in enumerate(table.schema):
+        if f.type != _STR:
+            continue
+        col = table.column(i).combine_chunks()
+        if not len(col.dictionary) or (pc.max(pc.utf8_length(col.dictionary)).as_py() or 0) <= n:
+            continue
+        vals = [v if v is None or len(v) <= n else f"{v[:n]}...[{len(v) - n:,} more chars]"
+                for v in col.dictionary.to_pylist()]
+        clipped = pa.array(vals, pa.string()).take(col.indices).dictionary_encode()
+        table = table.set_column(i, f.name, clipped.cast(_STR))
+    return table
 
 
 def _parquet_meta(path, raw: bytes) -> TraceMeta:
