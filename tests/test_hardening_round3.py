@@ -467,6 +467,9 @@ def test_analyze_takes_a_bytes_path_and_renders_it_anywhere(tmp_path):
     d = _odd_dir(tmp_path)
     a = traceread.analyze(os.path.join(os.fsencode(d), BAD))
     assert a.meta.path.endswith(os.fsdecode(BAD))
+    assert len(traceread.load(os.path.join(os.fsencode(d), BAD))) == 90
+    with pytest.raises(TypeError, match="takes a path"):
+        traceread.load(123)
     for fmt in ("text", "json", "html"):
         out = tmp_path / f"r.{fmt}"
         get_renderer(fmt).write(a, str(out))

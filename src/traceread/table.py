@@ -387,6 +387,9 @@ def read_parquet(path: str | Path) -> Trace:
     from .errors import TraceError
     from .readers.detect import read_head
 
+    from .readers import as_path
+
+    path = as_path(path, "traceread.read_parquet")
     read_head(path, 4)  # missing, unreadable, a directory or a FIFO: its own clear reason
     try:
         table = pq.read_table(str(path))

@@ -24,6 +24,7 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
     complete event and ``trace.meta.extra["truncated"]`` says where and how
     much (``docs/robustness.md``); ``strict=True`` refuses it instead.
     """
+    path = as_path(path, "traceread.load")
     fmt = sniff(path)
     if cache:
         from . import cache as _cache
@@ -38,6 +39,20 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
     if cache:
         _cache.store(path, trace, before=before)
     return trace
+
+
+def as_path(path, who: str):
+    """``path`` as a str path (a bytes path -- any name the OS allows -- decoded as the OS
+    does); TypeError saying what to pass for anything else."""
+    if isinstance(path, (bytes, bytearray)):
+        return os.fsdecode(bytes(path))
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+        return os.fsdecode(path) if isinstance(path, bytes) else path
+    if isinstance(path, str):
+        return path
+    raise TypeError(f"{who} takes a path to a trace file (str, bytes or os.PathLike), "
+                    f"not a {type(path).__name__}")
 
 
 def _read_uncached(path, fmt: str, progress: bool, stream: bool | None,
