@@ -385,9 +385,7 @@ def read_parquet(path: str | Path) -> Trace:
     import pyarrow.parquet as pq
 
     from .errors import TraceError
-    from .readers.detect import read_head
-
-    from .readers import as_path
+    from .readers.detect import as_path, read_head
 
     path = as_path(path, "traceread.read_parquet")
     read_head(path, 4)  # missing, unreadable, a directory or a FIFO: its own clear reason

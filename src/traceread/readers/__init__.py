@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .detect import sniff
+from .detect import as_path, sniff
 from ..errors import TraceError
 
 if TYPE_CHECKING:  # the table module imports pandas; `traceread --version` must not
@@ -39,20 +39,6 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
     if cache:
         _cache.store(path, trace, before=before)
     return trace
-
-
-def as_path(path, who: str):
-    """``path`` as a str path (a bytes path -- any name the OS allows -- decoded as the OS
-    does); TypeError saying what to pass for anything else."""
-    if isinstance(path, (bytes, bytearray)):
-        return os.fsdecode(bytes(path))
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-        return os.fsdecode(path) if isinstance(path, bytes) else path
-    if isinstance(path, str):
-        return path
-    raise TypeError(f"{who} takes a path to a trace file (str, bytes or os.PathLike), "
-                    f"not a {type(path).__name__}")
 
 
 def _read_uncached(path, fmt: str, progress: bool, stream: bool | None,

@@ -12,6 +12,20 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
 
 
+def as_path(path, who: str):
+    """``path`` as a str path (a bytes path -- any name the OS allows -- decoded as the OS
+    does); TypeError saying what to pass for anything else."""
+    if isinstance(path, (bytes, bytearray)):
+        return os.fsdecode(bytes(path))
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+        return os.fsdecode(path) if isinstance(path, bytes) else path
+    if isinstance(path, str):
+        return path
+    raise TypeError(f"{who} takes a path to a trace file (str, bytes or os.PathLike), "
+                    f"not a {type(path).__name__}")
+
+
 def special_file_reason(mode: int) -> str | None:
     """Why a file of this ``st_mode`` is refused (None for a regular file).
 
