@@ -244,7 +244,10 @@ def test_gpu_process_1000_s_after_its_host(tmp_path, baseline):
     r, out = _analyze(_write(tmp_path, doc))
     assert "lie 1,000 s apart" in _warning(r)
     apart = out["trace"]["processes_apart"]
-    assert apart["before"]["devices"] == [] and apart["after"] == {"pids": [], "devices": [0], "span_ns": apart["after"]["span_ns"]}
+    assert apart["before"]["devices"] == [] and apart["after"] == {
+        "pids": [], "devices": [0], "span_ns": apart["after"]["span_ns"],
+        "gpu_ns": apart["after"]["gpu_ns"]}
+    assert apart["after"]["gpu_ns"] > 0 and apart["analysed"] == "after"
 
 
 def test_real_multiprocess_captures_are_not_apart(baseline):

@@ -40,6 +40,8 @@ def analyze(trace_or_path, **kwargs):
     from .analysis import analyze as _analyze
     from .table import Trace
 
+    if isinstance(trace_or_path, bytes):   # a path as the OS gives it (any name)
+        trace_or_path = os.fsdecode(trace_or_path)
     if not isinstance(trace_or_path, (str, os.PathLike, Trace)):
         kind = type(trace_or_path).__name__
         hint = (" (pass the trace file's path, or traceread.load(path); a DataFrame of "

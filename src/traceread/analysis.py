@@ -122,11 +122,21 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
         trace = read(trace_or_path)
     else:
         trace = trace_or_path
+    from .readers.validate import require_events
+
+    require_events(trace)   # an analysis of nothing is refused, not "100% idle"
+    window = _checked_window(trace, window)
+    min_gap_ns = _checked_args(trace, step_pattern, steps, min_gap_ns, peak_tflops)
     is_nsys = trace.meta.format == "nsys"
     all_ev = trace.events
     all_steps, pattern = steps_mod.find_steps(all_ev, step_pattern)
     all_ops = _gpu_ops(all_ev, is_nsys)
-    win = window_mod.choose(all_ev, all_steps, all_ops, steps_spec=steps, window=window)
+    apart = _apart_window(trace, all_ev) if window is None else None
+    win = window_mod.choose(all_ev, all_steps, all_ops, steps_spec=steps,
+                            window=window if apart is None else apart)
+    if apart is not None:
+        win.note = (f"the part {trace.meta.extra['processes_apart']['analysed']} the gap "
+                    "between processes apart (two clocks, or two traces in one file)")
     ev = window_mod.slice_events(all_ev, win.start, win.end) if win.mode != "whole_trace" \
         else all_ev
     step_rows = _window_steps(all_steps, win)
@@ -141,6 +151,88 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
             as side:
         return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
                                is_nsys, min_gap_ns, peak_tflops)
+
+
+def _apart_window(trace, all_ev) -> tuple | None:
+    """The window (offsets after the first event) of the side of a ``processes_apart``
+    gap that is analysed (readers/validate.py): span and idle across the gap are not
+    real, so the analysis is of one side, not of a 1000 s window 99.9% idle."""
+    apart = trace.meta.extra.get("processes_apart")
+    if not apart or "analysed" not in apart or not len(all_ev):
+        return None
+    t0 = int(all_ev["ts"].min())
+    if apart["analysed"] == "before":
+        return (0, max(1, int(apart["before_end_ns"]) - t0))
+    return (max(0, int(apart["after_start_ns"]) - t0), None)
+
+
+def _checked_window(trace, window):
+    """``window`` as (start, end) ints of ns, or TraceError: each bound a finite number
+    (end may be None), 0 <= start < end, both inside int64 (``inf``, ``nan`` or 1e300
+    raised OverflowError / ValueError deep in a pass)."""
+    from .errors import TraceError
+
+    if window is None:
+        return None
+    try:
+        lo, hi = window
+    except (TypeError, ValueError):
+        raise TraceError(trace.meta.path, f"window must be (start_ns, end_ns), not {window!r}") \
+            from None
+    bounds = []
+    for what, v in (("start", lo), ("end", hi)):
+        if v is None and what == "end":
+            bounds.append(None)
+            continue
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            f = float("nan")
+        if not np.isfinite(f) or abs(f) >= 2 ** 62 or isinstance(v, bool):
+            raise TraceError(trace.meta.path, f"window {what} {v!r} is not a finite number of "
+                                              "ns (offsets after the first event, below 2**62)")
+        bounds.append(int(v) if isinstance(v, (int, np.integer)) else int(round(f)))
+    if bounds[1] is not None and bounds[1] <= max(bounds[0], 0):
+        raise TraceError(trace.meta.path, f"window ({lo!r}, {hi!r}) is empty: it needs "
+                                          "start < end, end > 0 (ns after the first event)")
+    return tuple(bounds)
+
+
+def _checked_args(trace, step_pattern, steps, min_gap_ns, peak_tflops) -> int:
+    """TraceError for a bad ``step_pattern`` / ``steps`` / ``min_gap_ns`` / ``peak_tflops``
+    (a raw re.error or ValueError from inside a pass otherwise); ``min_gap_ns`` as int."""
+    import re
+
+    from .errors import TraceError
+
+    where = trace.meta.path
+    if step_pattern is not None:
+        try:
+            re.compile(step_pattern)
+        except (re.error, TypeError) as e:
+            raise TraceError(where, f"step_pattern {step_pattern!r} is not a regex: {e}") from None
+    try:
+        window_mod.parse_steps(steps)
+    except ValueError as e:
+        raise TraceError(where, str(e)) from None
+    except (AttributeError, TypeError):
+        raise TraceError(where, f"steps must be auto, all, N:M or N, not {steps!r}") from None
+    try:
+        gap = int(min_gap_ns)
+        if gap < 0 or gap != float(min_gap_ns):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise TraceError(where, f"min_gap_ns must be a whole number of ns >= 0, not "
+                                f"{min_gap_ns!r}") from None
+    if peak_tflops is not None:
+        try:
+            ok = float(peak_tflops) > 0 and np.isfinite(float(peak_tflops))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok or isinstance(peak_tflops, bool):
+            raise TraceError(where, f"peak_tflops must be a positive finite number, not "
+                                    f"{peak_tflops!r}")
+    return gap
 
 
 def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win, is_nsys,

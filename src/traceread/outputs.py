@@ -225,8 +225,10 @@ def write_bytes(path: str | os.PathLike, data: bytes, inputs: Iterable[str] = ()
 
 
 def write_text(path: str | os.PathLike, data: str, inputs: Iterable[str] = ()) -> None:
+    from .errors import display_path   # a name's bytes that are not UTF-8 become \xNN
+
     with atomic_stream(path, "w", inputs, newline="") as f:
-        f.write(data)
+        f.write(display_path(data))
 
 
 # --------------------------------------------------------------------------- directories

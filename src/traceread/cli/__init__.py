@@ -115,6 +115,12 @@ class _Group(click.Group):
         except BrokenPipeError:
             sys.stderr.close()  # e.g. `traceread kernels x | head`
             sys.exit(0)
+        except MemoryError:   # its own clear line, with the size that caused it
+            from ..errors import out_of_memory
+            from ._common import LOADING
+
+            path = LOADING["path"]
+            _die(f"{path}: {out_of_memory(path)}" if path else out_of_memory(None))
         except Exception as e:  # never a traceback for the user
             if os.environ.get("TRACEREAD_DEBUG"):
                 raise

@@ -10,13 +10,14 @@ from contextlib import contextmanager
 import click
 
 from .. import load as _load
-from ..errors import TraceError
+from ..errors import TraceError, out_of_memory
 from ..outputs import atomic_file, refuse_inputs
 from ..render import safe
 from ..table import Trace
 
 
 _USE_CACHE = {"on": True}
+LOADING: dict = {"path": None}
 _STRICT = {"on": False}
 
 
@@ -30,10 +31,13 @@ def load_trace(path: str) -> Trace:
     """
     from ..readers.cache import worth_caching
 
+    LOADING["path"] = path   # the file an out-of-memory error names (cli.main)
     use = _USE_CACHE["on"] and not os.environ.get("TRACEREAD_NO_CACHE")
     trace = _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path),
                   strict=_STRICT["on"])
-    from ..readers.validate import apart_note, describe   # read() has imported it already
+    from ..readers.validate import apart_note, describe, require_events  # read() imported it
+
+    require_events(trace)
 
     notes = (("truncated", truncation_note), ("foreign", foreign_note),
              ("impossible", lambda odd: f"impossible events: {describe(odd)}"),
@@ -143,6 +147,8 @@ def emit(text: str, out: str | None, terminal: bool = True) -> None:
     (``terminal=False``: CSV, HTML) keep their bytes, except on a terminal."""
     if terminal or (out in (None, "-") and sys.stdout.isatty()):
         text = safe.text(text)
+    else:   # a name's bytes that are not UTF-8 become \xNN: no UTF-8 writer takes them raw
+        text = safe.encodable(text)
     if terminal and out in (None, "-"):
         from ..render.terminal import for_terminal
 
@@ -199,7 +205,8 @@ def emit_json(docs: list, out: str | None, inputs: int, **envelope) -> None:
     ``schema_version``)."""
     from ..schema import versioned
 
-    docs = [versioned(d) for d in docs]
+    docs = [safe.encodable_all(versioned(d)) for d in docs]   # a path's non-UTF-8 bytes: \xNN
+    envelope = safe.encodable_all(envelope)
     whole = (docs[0] if inputs == 1 and len(docs) == 1 and not any(envelope.values())
              else versioned({**envelope, "traces": docs}))
     emit(json.dumps(whole, indent=2), out, terminal=False)
@@ -221,7 +228,7 @@ def each_trace(paths, fn) -> tuple[list, int]:
             file_error(str(e))
             failed += 1
         except MemoryError:
-            file_error(f"{p}: out of memory")
+            file_error(f"{p}: {out_of_memory(p)}")
             failed += 1
         except Exception as e:  # noqa: BLE001 - one file's bug must not lose the others
             if os.environ.get("TRACEREAD_DEBUG"):

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
-from ..errors import TraceError
+from ..errors import TraceError, display_path, out_of_memory
 from .discover import discover, is_url
 from .figures import figures_table, promised_saving
 from .output import SUMMARY_COLUMNS, TABLES, PartialSummary, check_out_dir, write
@@ -44,7 +44,9 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     """
     t0 = time.perf_counter()
     row: dict[str, Any] = {c: None for c in SUMMARY_COLUMNS}
-    row.update(file=str(path), rank=-1, world_size=-1)
+    # the row names the file as text any output takes (a name's non-UTF-8 bytes as \xNN);
+    # the result keeps its bytes (``file_bytes``) for whoever must open it again
+    row.update(file=display_path(path), rank=-1, world_size=-1)
     tables: dict[str, pd.DataFrame] = {}
     rank_input = verdict = None
     try:
@@ -52,7 +54,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
             from ..readers import read
 
             trace = read(local)
-            trace.meta.path = str(path)
+            trace.meta.path = row["file"]
         row.update(format=trace.meta.format, rank=int(trace.meta.rank),
                    world_size=int(trace.meta.world_size), events=len(trace))
         cut = trace.meta.extra.get("truncated")  # a file cut short: analysed up to the cut
@@ -78,11 +80,12 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     except TraceError as e:
         row["error"] = e.reason
     except MemoryError:
-        row["error"] = "out of memory"
+        row["error"] = out_of_memory(path)
     except Exception as e:  # one bad file must not stop the batch
         row["error"] = f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"
     row["seconds"] = round(time.perf_counter() - t0, 3)
     return {"row": row, "tables": tables if row["error"] is None else {},
+            "file_bytes": path_bytes(path),
             "rank_input": rank_input if row["error"] is None else None,
             "verdict": verdict if row["error"] is None else None}
 
@@ -397,9 +400,14 @@ def run_dask(paths: list[str], scheduler: str, step_pattern: str | None = None,
 
 def _crashed(path: str, e: BaseException) -> dict:
     row = {c: None for c in SUMMARY_COLUMNS}
-    row.update(file=str(path), rank=-1, world_size=-1,
+    row.update(file=display_path(path), rank=-1, world_size=-1,
                error=f"worker failed: {type(e).__name__}: {' '.join(str(e).split())}")
-    return {"row": row, "tables": {}, "rank_input": None}
+    return {"row": row, "tables": {}, "rank_input": None, "file_bytes": path_bytes(path)}
+
+
+def path_bytes(path) -> bytes:
+    """A local path's bytes as the OS has them (a URL's UTF-8)."""
+    return os.fsencode(path) if not is_url(path) else str(path).encode("utf-8", "surrogateescape")
 
 
 # ----------------------------------------------------------------------------- assembling
@@ -412,6 +420,7 @@ class BatchResult:
     matches: pd.DataFrame                      # one row per (job, collective instance, rank)
     jobs: list = field(default_factory=list)   # multirank.JobResult
     skipped: list = field(default_factory=list)
+    file_bytes: list = field(default_factory=list)  # each summary row's path, as bytes
 
     @property
     def failed(self) -> int:
@@ -459,7 +468,8 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
         ranks_df = ranks_df[first + [c for c in ranks_df.columns if c not in first]]
     matches_df = pd.concat(matches, ignore_index=True) if matches else pd.DataFrame()
     return BatchResult(summary=summary, tables=merged, ranks=ranks_df, matches=matches_df,
-                       jobs=jobs, skipped=list(skipped))
+                       jobs=jobs, skipped=list(skipped),
+                       file_bytes=[r.get("file_bytes") for r in results])
 
 
 def _job_verdicts(summary: pd.DataFrame, results: list[dict], jobs: list) -> None:

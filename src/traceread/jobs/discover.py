@@ -31,13 +31,37 @@ def discover(root: str | os.PathLike) -> tuple[list[str], list[str]]:
     found, skipped = [], []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
+        ours = batch_outputs(dirpath, filenames, dirnames)
+        dirnames[:] = [d for d in dirnames if d not in ours]
         for name in sorted(filenames):
+            if name in ours:   # what an earlier `traceread batch -o` wrote here
+                continue
             p = os.path.join(dirpath, name)
             if is_trace_candidate(p, name):
                 found.append(p)
             else:
                 skipped.append(p)
     return found, skipped
+
+
+# What ``traceread batch -o OUT`` writes into OUT (jobs/output.py); kept here, below it.
+BATCH_FILES = ("summary.parquet", "summary.csv", "ranks.parquet", "matches.parquet",
+               "jobs.parquet", "jobs.json", "report.html", "summary.partial.csv")
+BATCH_MARKER = ".traceread-batch"   # in OUT/tables/
+
+
+def batch_outputs(dirpath: str, filenames, dirnames) -> set[str]:
+    """The names in ``dirpath`` that a ``traceread batch`` run wrote there (its files and
+    its tables/), empty when it holds no batch output. A batch over a folder that holds
+    an earlier one's output (``batch DIR -o DIR/out`` run twice) must not read its
+    jobs.json as a trace nor refuse to replace its own files as inputs."""
+    names = set(filenames)
+    tables = "tables" in dirnames and os.path.isfile(os.path.join(dirpath, "tables", BATCH_MARKER))
+    summary = bool(names & {"summary.parquet", "summary.csv", "summary.partial.csv"})
+    if not (tables or (summary and names & {"jobs.json", "jobs.parquet", "ranks.parquet",
+                                             "summary.partial.csv"})):
+        return set()
+    return (names & set(BATCH_FILES)) | ({"tables"} if tables else set())
 
 
 def _discover_url(url: str) -> tuple[list[str], list[str]]:

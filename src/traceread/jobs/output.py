@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..outputs import Staging, fresh_file, make_dir, same_file
+from ..render.safe import encodable, encodable_all
 from .discover import is_url
 
 SUMMARY_COLUMNS = [
@@ -36,26 +37,34 @@ def write(result, out_dir: str | os.PathLike, report: str | None = None) -> Path
     """
     import json
 
+    import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
     from .multirank import jobs_table  # one row per multi-rank job: its verdict in columns
 
     out = Path(out_dir)
-    inputs = [r for r in result.summary["file"] if isinstance(r, str) and not is_url(r)]
+    raw = list(getattr(result, "file_bytes", None) or [])
+    if len(raw) != len(result.summary) or not all(isinstance(b, bytes) for b in raw):
+        raw = [os.fsencode(f) if isinstance(f, str) else b"" for f in result.summary["file"]]
+    inputs = [os.fsdecode(b) for b in raw if b and not is_url(os.fsdecode(b))]
     check_out_dir(out, inputs)
     make_dir(out)
     with Staging(out, inputs) as st:
-        result.summary.to_parquet(st.file("summary.parquet"), index=False)
+        # ``file`` is the name as text (a byte that is not UTF-8 shown \xNN); the Parquet
+        # also keeps the exact bytes, ``file_bytes``, to open the file again
+        pq.write_table(_to_arrow(result.summary).append_column(
+            "file_bytes", pa.array(raw, pa.binary())), st.file("summary.parquet"))
         result.summary.to_csv(st.file("summary.csv"), index=False)
         pq.write_table(_to_arrow(result.ranks), st.file("ranks.parquet"))
         pq.write_table(_to_arrow(result.matches), st.file("matches.parquet"))
         pq.write_table(_to_arrow(jobs_table(result.jobs)), st.file("jobs.parquet"))
         with open(st.file("jobs.json"), "w", encoding="utf-8") as f:
-            f.write(json.dumps([j.to_dict() for j in result.jobs], indent=2, default=str))
+            f.write(json.dumps(encodable_all([j.to_dict() for j in result.jobs]), indent=2,
+                               default=str))
         if report is not None:
             with open(st.file("report.html"), "w", encoding="utf-8") as f:
-                f.write(report)
+                f.write(encodable(report))
         tables_dir = Path(st.dir("tables"))
         (tables_dir / TABLES_MARKER).write_text("written by traceread batch; replaced on each run\n")
         for name, df in result.tables.items():
@@ -138,8 +147,9 @@ class PartialSummary:
         self.f.flush()
 
     def add(self, res: dict) -> None:
-        row = res["row"]
-        self.w.writerow(["" if row.get(c) is None else row.get(c) for c in SUMMARY_COLUMNS])
+        row = res["row"]   # a name's bytes that are not UTF-8 as \xNN: the row is never lost
+        self.w.writerow(["" if row.get(c) is None else encodable(row.get(c)) if isinstance(
+            row.get(c), str) else row.get(c) for c in SUMMARY_COLUMNS])
         self.f.flush()
 
     def close(self) -> None:

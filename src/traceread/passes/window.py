@@ -195,7 +195,7 @@ def steady_start(ops: pd.DataFrame) -> int | None:
     k = ops[(ops["kind"] == "kernel").to_numpy()]
     if not len(k):
         return None
-    codes, uniq = pd.factorize(k["name"], sort=False)
+    codes, uniq = pd.factorize(k["name"], sort=False, use_na_sentinel=False)  # no -1 codes
     counts = np.bincount(codes, minlength=len(uniq))
     recur = counts >= STEADY_RECUR
     rec_rows = recur[codes]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .detect import sniff
+from .detect import as_path, sniff
 from ..errors import TraceError
 
 if TYPE_CHECKING:  # the table module imports pandas; `traceread --version` must not
@@ -24,6 +24,7 @@ def read(path: str | os.PathLike, progress: bool = False, cache: bool = False,
     complete event and ``trace.meta.extra["truncated"]`` says where and how
     much (``docs/robustness.md``); ``strict=True`` refuses it instead.
     """
+    path = as_path(path, "traceread.load")
     fmt = sniff(path)
     if cache:
         from . import cache as _cache
@@ -50,11 +51,28 @@ def _read_uncached(path, fmt: str, progress: bool, stream: bool | None,
 
     if stream is None:
         stream = _stream.estimated_raw_size(path) >= _stream.stream_min_bytes()
+    if stream and _wide_text(path, fmt):
+        stream = False  # UTF-16/32 JSON is transcoded whole (the chunk splitter reads bytes)
     if stream:
         return _stream.read_stream(path, progress=progress, strict=strict)
     from .kineto import read_kineto
 
     return read_kineto(path, progress=progress, strict=strict)
+
+
+def _wide_text(path, fmt: str) -> bool:
+    """Whether a JSON trace's text (inflated, for gzip) is UTF-16 or UTF-32."""
+    import zlib
+
+    from .detect import read_head, wide_json_encoding
+
+    head = read_head(path, 4096)
+    if fmt == "json.gz":
+        try:
+            head = zlib.decompressobj(31).decompress(head, 4)
+        except zlib.error:
+            return False  # the reader says what is wrong with it
+    return wide_json_encoding(head) is not None
 
 
 def decoder_name(verify: bool = True) -> str:

@@ -249,7 +249,12 @@ def _starts_backwards(buf, lo: int, hi: int | None = None):
     window = 1 << 20
     while hi > lo:
         w0 = max(lo, hi - window)
-        found = [m.start() + 1 for m in _BOUNDARY_ANY.finditer(buf, w0, hi)]
+        # an object's start (a key and ":" follow): a name full of "},{" (escaped quotes)
+        # offers none, so 64 tries are not spent inside one long string of the last event
+        found = [m.start() + 1 for m in _BOUNDARY_KEY.finditer(buf, w0, min(len(buf), hi + _KEY_LOOK))
+                 if m.start() < hi]
+        if not found:
+            found = [m.start() + 1 for m in _BOUNDARY_ANY.finditer(buf, w0, hi)]
         for cut in reversed(found):
             yield _next_start(buf, cut)
         if w0 == lo:
@@ -384,8 +389,11 @@ class Inflater:
 
     def _next_member(self) -> None:
         rest = self.d.unused_data + self.pending
-        if not rest:
-            rest = self.f.read(self.block)
+        while len(rest) < 2:  # the next member's magic may straddle a block boundary
+            more = self.f.read(self.block)
+            if not more:
+                break
+            rest += more
         if rest[:2] == b"\x1f\x8b":
             self.d, self.pending = _zlib.decompressobj(31), rest
         elif rest.strip(b"\x00"):

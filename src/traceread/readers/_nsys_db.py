@@ -99,6 +99,21 @@ def budget_spent(con: sqlite3.Connection) -> bool:
     return bool(left) and left[0] < 0
 
 
+# Every text cell is cut to this many bytes inside SQLite, before Python sees it (the
+# Kineto bound, MAX_NAME_CHARS; no real kernel, API or NVTX name comes close): a 256 MB
+# StringIds value cost 50 s and 3.7 GB and ended in MemoryError.
+MAX_TEXT_BYTES = 1 << 16
+
+
+def bounded(col: str) -> str:
+    """SQL for text column ``col`` cut to MAX_TEXT_BYTES, with a marker saying how much
+    was cut (NULL stays NULL; a number keeps its text)."""
+    b = f'CAST("{col}" AS BLOB)'
+    return (f"CASE WHEN length({b}) > {MAX_TEXT_BYTES} THEN substr({b}, 1, {MAX_TEXT_BYTES}) "
+            f"|| CAST(printf('...[%d more bytes]', length({b}) - {MAX_TEXT_BYTES}) AS BLOB) "
+            f'ELSE "{col}" END')
+
+
 def text(v) -> str | None:
     if v is None:
         return None
@@ -161,7 +176,7 @@ class Db:
             else:
                 exprs.append("-1")
         for col in texts.values():
-            exprs.append(f'"{col}"')
+            exprs.append(bounded(col))
         tail = f'FROM "{table}"' + (f" WHERE {where}" if where else "")
         n = self.con.execute(f"SELECT COUNT(*) {tail}").fetchone()[0]
         cols = [np.empty(n, np.int64) for _ in range(len(ints) + len(texts))]
@@ -200,7 +215,7 @@ class Db:
         """{key: value} for two columns of a small table (missing -> {})."""
         if not self.has(table) or not {key, value} <= self.columns(table):
             return {}
-        rows = self.con.execute(f'SELECT "{key}", "{value}" FROM "{table}"')
+        rows = self.con.execute(f'SELECT "{key}", {bounded(value)} FROM "{table}"')
         return {text(k) if isinstance(k, bytes) else k: text(v) for k, v in rows}
 
 
@@ -209,7 +224,8 @@ class Strings:
 
     def __init__(self, db: Db):
         if db.has("StringIds") and {"id", "value"} <= db.columns("StringIds"):
-            rows = db.con.execute("SELECT id, value FROM StringIds ORDER BY id").fetchall()
+            rows = db.con.execute(f"SELECT id, {bounded('value')} FROM StringIds "
+                                  "ORDER BY id").fetchall()
         else:
             rows = []
         self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))

@@ -12,6 +12,20 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
 
 
+def as_path(path, who: str):
+    """``path`` as a str path (a bytes path -- any name the OS allows -- decoded as the OS
+    does); TypeError saying what to pass for anything else."""
+    if isinstance(path, (bytes, bytearray)):
+        return os.fsdecode(bytes(path))
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+        return os.fsdecode(path) if isinstance(path, bytes) else path
+    if isinstance(path, str):
+        return path
+    raise TypeError(f"{who} takes a path to a trace file (str, bytes or os.PathLike), "
+                    f"not a {type(path).__name__}")
+
+
 def special_file_reason(mode: int) -> str | None:
     """Why a file of this ``st_mode`` is refused (None for a regular file).
 
@@ -73,6 +87,9 @@ def sniff(path: str | os.PathLike) -> str:
         return "json.gz"
     if _looks_like_json(head):
         return "json"
+    scalar = _json_scalar(head)
+    if scalar:
+        raise TraceError(p, f"a JSON {scalar}, not an object or array: not a trace")
     if p.suffix.lower() in NSYS_REPORT_SUFFIXES:
         # The name only shapes the hint; the refusal itself came from the content.
         raise TraceError(p, f"an Nsight Systems report, not its SQLite export: run "
@@ -80,9 +97,65 @@ def sniff(path: str | os.PathLike) -> str:
     raise TraceError(p, "unknown format (not JSON, gzip or SQLite)")
 
 
+def _json_scalar(head: bytes) -> str | None:
+    """'number' / 'string' / 'boolean' / 'null' when ``head`` (a whole small file) is one
+    JSON scalar; None otherwise (a longer file, or not JSON at all)."""
+    import json
+
+    if len(head) >= 4096:
+        return None
+    try:
+        v = json.loads(head.decode("utf-8-sig"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    kinds = {bool: "boolean", int: "number", float: "number", str: "string", type(None): "null"}
+    return kinds.get(type(v))
+
+
 def _looks_like_json(head: bytes) -> bool:
     text = head.lstrip(b"\xef\xbb\xbf").lstrip()
-    return text[:1] in (b"{", b"[")
+    return text[:1] in (b"{", b"[") or wide_json_encoding(head) is not None
+
+
+# RFC 8259 asks for UTF-8 when JSON is exchanged, but RFC 7159/4627 allowed UTF-16 and
+# UTF-32, and Windows tools write them (PowerShell 5's `>` writes UTF-16LE with a BOM):
+# such a file is read by transcoding it to UTF-8 first (docs/robustness.md).
+_BOMS = ((b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe\x00\x00", "utf-32-le"),
+         (b"\xfe\xff", "utf-16-be"), (b"\xff\xfe", "utf-16-le"))
+
+
+def wide_json_encoding(head: bytes) -> str | None:
+    """'utf-16-le' / '-be' or 'utf-32-le' / '-be' when ``head`` (a document's first bytes)
+    starts JSON text in that encoding (by its BOM, else the pattern of zero bytes around
+    its first ASCII character, RFC 4627 section 3); None for UTF-8 (or not JSON)."""
+    for bom, enc in _BOMS:
+        if head.startswith(bom):
+            return enc
+    h = head[:4]
+    if len(h) < 4 or 0 not in h:
+        return None
+    if h[0] == 0 and h[1] == 0 and h[2] == 0 and h[3]:
+        return "utf-32-be"
+    if h[0] and h[1] == 0 and h[2] == 0 and h[3] == 0:
+        return "utf-32-le"
+    if h[0] == 0 and h[1] and h[2] == 0 and h[3]:
+        return "utf-16-be"
+    if h[0] and h[1] == 0 and h[2] and h[3] == 0:
+        return "utf-16-le"
+    return None
+
+
+def to_utf8(path, data: bytes) -> bytes:
+    """``data`` as UTF-8 JSON text: UTF-16/32 (``wide_json_encoding``) transcoded, else
+    as is."""
+    enc = wide_json_encoding(data[:4])
+    if enc is None:
+        return data
+    try:
+        text = data.decode(enc)
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"invalid {enc.upper()} text at byte {e.start}") from None
+    return text.lstrip("\ufeff").encode("utf-8", "surrogatepass")
 
 
 # Names that make a file a candidate even when its content does not look like a trace,
@@ -93,7 +166,8 @@ TRACE_SUFFIXES = (".json", ".gz", ".sqlite", ".sqlite3", ".nsys-rep", ".qdrep")
 def looks_like_trace(head: bytes) -> bool:
     """JSON, gzip or SQLite by its first bytes."""
     text = head.lstrip(b"\xef\xbb\xbf").lstrip()
-    return head.startswith(SQLITE_MAGIC) or head.startswith(GZIP_MAGIC) or text[:1] in (b"{", b"[")
+    return (head.startswith(SQLITE_MAGIC) or head.startswith(GZIP_MAGIC) or text[:1] in (b"{", b"[")
+            or wide_json_encoding(head) is not None)
 
 
 def is_trace_candidate(p: str, name: str) -> bool:

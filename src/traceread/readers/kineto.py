@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..collectives import collective_from_kernel, dtype_size, normalize_collective
-from .detect import sniff
+from .detect import sniff, to_utf8
 from ..errors import TraceError
 from ..table import KINDS, Trace, TraceMeta, build_table, release_heap
 from . import _kineto_decode as dec
@@ -224,7 +224,7 @@ def _read_bytes(p: Path, fmt: str, tick, strict: bool = False) -> tuple[bytes, b
         data, cut = _gunzip(p, data, tick, strict)
         if not data.strip():
             raise TraceError(p, "empty after gunzip")
-    return data, cut
+    return to_utf8(p, data), cut
 
 
 def _gunzip(p: Path, data: bytes, tick, strict: bool = False) -> tuple[bytes, bool]:
@@ -369,6 +369,7 @@ def _meta(p: Path, header: dict, batch: dec.Batch, fmt_name: str) -> TraceMeta:
     meta = TraceMeta(path=str(p), format=fmt_name)
     if "schemaVersion" in header:
         meta.format_version = str(header["schemaVersion"])
+    header = {k: _bounded(v) for k, v in header.items()}  # every string, as names: 64 Ki chars
     dist = header.get("distributedInfo")
     if isinstance(dist, dict):
         meta.distributed = dist
@@ -387,16 +388,32 @@ def _meta(p: Path, header: dict, batch: dec.Batch, fmt_name: str) -> TraceMeta:
                 meta.devices.append({"device": _as_int(d.get("id")), **d})
     for name, pid, tid, arg_name, labels in batch.meta_events:
         if name == "process_name" and arg_name is not None:
-            meta.processes[pid] = str(arg_name)
+            meta.processes[pid] = _bounded(str(arg_name))
         elif name == "thread_name" and arg_name is not None:
-            meta.threads[_as_int(tid, tid)] = str(arg_name)
+            meta.threads[_as_int(tid, tid)] = _bounded(str(arg_name))
         elif name == "process_labels" and labels is not None:
-            meta.extra.setdefault("process_labels", {})[pid] = str(labels)
+            meta.extra.setdefault("process_labels", {})[pid] = _bounded(str(labels))
     meta.producer = _producer(header, fmt_name)
     for k in EXTRA_KEYS:
         if k in header:
             meta.extra[k] = header[k]
     return meta
+
+
+def _bounded(v, depth: int = 0):
+    """``v`` with every string in it clipped like an event name (``dec.MAX_NAME_CHARS``):
+    50 MB process, thread and device names cost 48 s and 1.9 GB, and came back whole in
+    every JSON output."""
+    if isinstance(v, str):
+        n = dec.MAX_NAME_CHARS
+        return v if len(v) <= n else f"{v[:n]}...[{len(v) - n:,} more chars]"
+    if depth > 64:
+        return v
+    if isinstance(v, dict):
+        return {_bounded(k, depth + 1): _bounded(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_bounded(x, depth + 1) for x in v]
+    return v
 
 
 def _producer(header: dict, fmt_name: str) -> str:

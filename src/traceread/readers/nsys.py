@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from ..errors import TraceError
 from ..table import Trace, TraceMeta, build_table
-from ._nsys_db import Db, Strings, budget_spent, concat_dict, connect, dict_array, text
+from ._nsys_db import Db, Strings, bounded, budget_spent, concat_dict, connect, dict_array, text
 
 K = "CUPTI_ACTIVITY_KIND_"
 _API_SUFFIX = re.compile(r"_v\d+$")
@@ -115,6 +115,9 @@ def _const(n: int, v: str) -> str:
     return v  # concat_dict expands a str to n rows as dictionary codes
 
 
+UNKNOWN_KERNEL = "[unknown kernel: its name id is not in StringIds]"
+
+
 def _kernels(db: Db, s: Strings) -> dict | None:
     t = K + "KERNEL"
     if not db.has(t):
@@ -126,7 +129,10 @@ def _kernels(db: Db, s: Strings) -> dict | None:
     pos = s.positions(c["dname"])
     spos = s.positions(c["sname"])
     name_pos = np.where(pos >= 0, pos, spos)  # fall back to shortName when demangled is absent
-    names = dict_array(name_pos, s.values)
+    # a name id that points nowhere (2**63-1, -2**63, a dropped StringIds row): a kernel still
+    # ran; it is named as unknown rather than left without a name
+    values = np.append(s.values, UNKNOWN_KERNEL)
+    names = dict_array(np.where(name_pos >= 0, name_pos, len(s.values)), values)
     return _block(n, t, _const(n, "kernel"), ts=c["start"], dur=c["end"] - c["start"],
                   pid=_pid(c["gpid"]), device=c["device"], stream=c["stream"],
                   correlation=c["corr"], name=names, short_name=dict_array(spos, s.values),
@@ -627,7 +633,9 @@ def _devices(db: Db) -> list[dict]:
         # Without cuDevice, TARGET_INFO_CUDA_DEVICE maps the GPU id to the CUDA device index.
         cuda_of = {} if key != "id" else db.scalar_map("TARGET_INFO_CUDA_DEVICE", "gpuId", "cudaId")
         if key in have:
-            sel = ", ".join(f'"{f}"' for f in [key] + fields)
+            sel = ", ".join([f'CAST("{key}" AS INTEGER)'] + [  # names bounded, numbers typed
+                bounded(f) if f in ("name", "busLocation") else f'CAST("{f}" AS INTEGER)'
+                for f in fields])
             for row in db.con.execute(f'SELECT {sel} FROM TARGET_INFO_GPU'):
                 dev = cuda_of.get(row[0], row[0])
                 d = {"device": int(dev) if dev is not None else -1}
@@ -636,7 +644,10 @@ def _devices(db: Db) -> list[dict]:
                 out.append(d)
     if not out and db.has("TARGET_INFO_CUDA_GPU") and {"deviceId", "name"} <= db.columns(
             "TARGET_INFO_CUDA_GPU"):
-        for d, name in db.con.execute('SELECT DISTINCT deviceId, name FROM TARGET_INFO_CUDA_GPU'):
+        for d, name in db.con.execute('SELECT DISTINCT CAST(deviceId AS INTEGER), '
+                                      f'{bounded("name")} FROM TARGET_INFO_CUDA_GPU'):
+            if d is None:
+                continue
             out.append({"device": int(d), "name": text(name)})
     seen, uniq = set(), []
     for d in out:  # one GPU per device index (vmId variants repeat it)
@@ -649,7 +660,8 @@ def _devices(db: Db) -> list[dict]:
 def _processes(db: Db) -> dict[int, str]:
     if not db.has("PROCESSES") or not {"pid", "name"} <= db.columns("PROCESSES"):
         return {}
-    return {int(p): text(n) or "" for p, n in db.con.execute("SELECT pid, name FROM PROCESSES")
+    return {int(p): text(n) or "" for p, n in db.con.execute(
+            f"SELECT CAST(pid AS INTEGER), {bounded('name')} FROM PROCESSES")
             if p is not None}
 
 

@@ -666,7 +666,7 @@ def _mmap_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient:
         if start < 0:
             raise _Bad("invalid", _no_events(mm, size <= _HEAD_SCAN))
         refuse_zeros(mm, start, size)
-        prefix = bytes(mm[:start - 1])
+        prefix = _no_bom(bytes(mm[:start - 1]))
         end = find_array_end(mm, start, prefix)
         if end >= 0:
             suffix = bytes(mm[end + 1:])
@@ -787,7 +787,7 @@ class _GzChunks:
             if not buf.strip():
                 raise _Bad("invalid", "empty after gunzip")
             raise _Bad("invalid", _no_events(buf, len(buf) <= _HEAD_SCAN))
-        self.prefix = bytes(buf[:start - 1])
+        self.prefix = _no_bom(bytes(buf[:start - 1]))
         del buf[:start]
         while True:
             block = self._read(f)
@@ -861,3 +861,9 @@ def _gz_batches(p: Path, workers: int, chunk_bytes: int, exact: bool, lenient: b
 
 __all__ = ["read_stream", "decode_chunk", "find_boundary", "find_array_start", "find_array_end",
            "estimated_raw_size", "STREAM_MIN_BYTES", "CHUNK_BYTES", "stream_min_bytes"]
+
+
+def _no_bom(prefix: bytes) -> bytes:
+    """The document's text before traceEvents' ``[``, without a UTF-8 BOM (a decoder
+    of the prefix alone would refuse it; RFC 8259 lets a reader ignore it)."""
+    return prefix[3:] if prefix.startswith(b"\xef\xbb\xbf") else prefix

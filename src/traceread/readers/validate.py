@@ -205,10 +205,42 @@ def _stream_overlap(table: pa.Table, ts: np.ndarray, end: np.ndarray, keep: np.n
     return r[:-1][bad], nxt[bad]
 
 
+def require_events(trace: Trace) -> Trace:
+    """``trace``, or TraceError when it holds no event to analyse: ``{"traceEvents": []}``,
+    ``[]``, an array of objects none of which is an event, only metadata (``ph: M``). The
+    readers load such a file (its metadata is real); an analysis of nothing is refused."""
+    if trace.table.num_rows == 0:
+        what = "no GPU or CPU activity" if trace.meta.format == "nsys" else (
+            "an empty traceEvents array, or no object in it is an event with a ph and a name")
+        raise TraceError(trace.meta.path, f"no trace events ({what}): not a trace")
+    return trace
+
+
+PID_LIMIT = 1 << 31   # OS pids and Kineto lanes are far below; passes key threads on pid << 32
+
+
+def _pids_in_range(trace: Trace) -> pa.Table:
+    """The table with every pid outside +-2**31 read as unknown (-1), like a pid that is no
+    integer at all (a pid of -2**63 overflowed the passes' thread keys: internal error)."""
+    table = trace.table
+    if "pid" not in table.column_names or table.num_rows == 0:
+        return table
+    pid = _int(table, "pid")
+    bad = (pid < -PID_LIMIT) | (pid >= PID_LIMIT)
+    if not bad.any():
+        return table
+    trace.meta.extra["pids_out_of_range"] = int(bad.sum())
+    fixed = np.where(bad, -1, pid)
+    table = table.set_column(table.schema.get_field_index("pid"), "pid",
+                             pa.array(fixed, table.schema.field("pid").type))
+    trace.table = table
+    return table
+
+
 def validate(trace: Trace) -> Trace:
     """Drop or trim the impossible rows of ``trace`` (see module docstring); refuse a
     trace that cannot be repaired. Returns ``trace`` (its table replaced when changed)."""
-    table = trace.table
+    table = _pids_in_range(trace)
     n = table.num_rows
     if n == 0:
         return trace
@@ -232,7 +264,7 @@ def validate(trace: Trace) -> Trace:
         if mask.any():
             found[rule] = int(mask.sum())
             drop |= mask
-    apart = _processes_apart(table, ts, end, ~drop)
+    apart = _processes_apart(table, ts, end, ~drop, json_trace)
     if apart:
         trace.meta.extra["processes_apart"] = apart
     trim, new_end = _stream_overlap(table, ts, end, ~drop) if json_trace else ([], [])
@@ -254,7 +286,7 @@ def validate(trace: Trace) -> Trace:
 
 
 def _processes_apart(table: pa.Table, ts: np.ndarray, end: np.ndarray,
-                     keep: np.ndarray) -> dict | None:
+                     keep: np.ndarray, json_trace: bool = False) -> dict | None:
     """The widest gap in the trace's activity when it marks two clocks (see the module
     docstring): {"gap_ns", "before": {"pids", "devices", "span_ns"}, "after": {...}}."""
     ts, end = ts[keep], end[keep]
@@ -273,14 +305,23 @@ def _processes_apart(table: pa.Table, ts: np.ndarray, end: np.ndarray,
         return None
     pid, dev = _int(table, "pid")[keep], _int(table, "device")[keep]
     on_gpu = dev >= 0       # a device's rows carry their launcher's pid: count them by device
+    busy = end - ts
     sides = []
     for rows, span in zip((first, then), spans):
         host, dv = rows[~on_gpu[rows]], rows[on_gpu[rows]]
         sides.append({"pids": sorted({int(x) for x in pid[host]}),
-                      "devices": sorted({int(x) for x in dev[dv] if x >= 0}), "span_ns": span})
-    if set(sides[0]["pids"]) & set(sides[1]["pids"]):
-        return None     # one process quiet for minutes (nsys without OS-call tracing)
-    return {"gap_ns": gap, "before": sides[0], "after": sides[1]}
+                      "devices": sorted({int(x) for x in dev[dv] if x >= 0}), "span_ns": span,
+                      "gpu_ns": int(busy[dv].sum())})
+    if not json_trace and set(sides[0]["pids"]) & set(sides[1]["pids"]):
+        # one process quiet for minutes (nsys without OS-call tracing). Not for JSON traces:
+        # each is one process's session, and pids of two machines or containers collide
+        # (every rank pid 1 in its container), so a shared pid proves no shared clock
+        return None
+    # the side with more GPU work (then more rows) is analysed; the other is reported
+    pick = "after" if (sides[1]["gpu_ns"], len(then)) > (sides[0]["gpu_ns"], len(first)) \
+        else "before"
+    return {"gap_ns": gap, "before": sides[0], "after": sides[1], "analysed": pick,
+            "before_end_ns": int(reach[k]), "after_start_ns": int(ts[then].min())}
 
 
 def apart_note(apart: dict) -> str:
@@ -289,10 +330,13 @@ def apart_note(apart: dict) -> str:
         names = [f"process {p}" for p in side["pids"]] + [f"GPU {d}" for d in side["devices"]]
         return ", ".join(names[:4]) + (f" (+{len(names) - 4})" if len(names) > 4 else "")
     b, a = apart["before"], apart["after"]
+    pick = apart.get("analysed")
+    which = (f"; analysed: the part {pick} the gap ({who(apart[pick])}, more GPU work; "
+             "--window picks another)") if pick else ""
     return (f"{who(b)} and {who(a)} never overlap and lie {apart['gap_ns'] / 1e9:,.0f} s "
             f"apart, longer than either records ({b['span_ns'] / 1e9:,.3g} s, "
             f"{a['span_ns'] / 1e9:,.3g} s): clocks not aligned, or two traces joined? "
-            "Span and idle across them are not real")
+            f"Span and idle across them are not real{which}")
 
 
 def _scatter(keep: np.ndarray, values: np.ndarray) -> np.ndarray:

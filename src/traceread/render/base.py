@@ -45,7 +45,9 @@ class Renderer:
         from ..outputs import write_bytes
 
         doc = self.render(result)
-        data = doc if isinstance(doc, bytes) else doc.encode("utf-8")
+        from .safe import encodable   # a name's bytes that are not UTF-8: \xNN
+
+        data = doc if isinstance(doc, bytes) else encodable(doc).encode("utf-8")
         if str(path).endswith(".gz"):
             data = gzip.compress(data, compresslevel=6)
         meta = getattr(result, "meta", None)
@@ -74,8 +76,9 @@ class JsonRenderer(Renderer):
 
     def render(self, result) -> str:
         from ..schema import versioned
+        from .safe import encodable_all   # a path's non-UTF-8 bytes as \xNN, not lone surrogates
 
-        return json.dumps(versioned(result.to_dict()), indent=2)
+        return json.dumps(encodable_all(versioned(result.to_dict())), indent=2)
 
 
 def _is_diff(result) -> bool:

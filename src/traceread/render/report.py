@@ -78,9 +78,9 @@ def _window(a) -> list[str]:
     what = (f"steps #{d['first_step']}–#{d['last_step']} ({d['steps_analysed']} of "
             f"{d['steps_total']})" if d["steps_analysed"] else
             "the repeating part (no steps found; --steps all for the whole trace)"
-            if d["mode"] == "steady" else "an explicit window")
+            if d["mode"] == "steady" else (w.note or "an explicit window"))
     line = f"  analysed: {what}, {fmt_ns(d['dur_ns'])} from +{fmt_ns(d['offset_ns'])}"
-    if d["mode"] == "explicit":
+    if d["mode"] == "explicit" and not w.note:   # a note: the reader chose it (processes apart)
         line += " (--window)"
     lines = [line]
     for x in d["excluded"]:

@@ -7,8 +7,11 @@ controls (U+0080-U+009F) do the same on terminals that take 8-bit controls; a
 newline or carriage return in a name forges a line of our own output. So:
 
 * ``name(text)``: one name, always one line. Every C0 control (tab and newline too),
-  DEL, C1 control and Unicode line / paragraph separator or bidi override becomes a
-  visible escape (``\\x1b``, ``\\n``, ``\\u202e``).
+  DEL, C1 control, Unicode line / paragraph separator, every format character
+  (category Cf: the bidi marks, embeddings, overrides and isolates U+200E/F, U+061C,
+  U+202A-E, U+2066-9, zero-width characters, U+FFF9-FFFB interlinear annotation...)
+  and a lone surrogate (a file-name byte that is not UTF-8) becomes a visible escape
+  (``\\x1b``, ``\\n``, ``\\u202e``, ``\\xff`` for the byte 0xff of a name).
 * ``text(report)``: a whole rendered report. The same, except that ``\\t`` and ``\\n``
   are its own layout and stay.
 
@@ -21,9 +24,17 @@ from __future__ import annotations
 
 import re
 
-# C0 and DEL, C1, line/paragraph separators, bidi embeddings/overrides/isolates.
-_NAME_BAD = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_TEXT_BAD = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# Unicode category Cf (format characters: bidi marks, embeddings, overrides, isolates,
+# zero-width characters, interlinear annotation, tags...), Unicode 15; a test checks it
+# against the running Python's unicodedata.
+FORMAT_CHARS = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
+                "\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+                "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+                "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
+# the rest: C1, line/paragraph separators, lone surrogates (undecodable file-name bytes)
+_OTHER = "\x7f-\x9f\u2028\u2029\ud800-\udfff" + FORMAT_CHARS
+_NAME_BAD = re.compile("[\x00-\x1f" + _OTHER + "]")
+_TEXT_BAD = re.compile("[\x00-\x08\x0b-\x1f" + _OTHER + "]")
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -31,7 +42,32 @@ def _escape(m: re.Match) -> str:
     c = m.group()
     if c in _SHORT:
         return _SHORT[c]
-    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+    o = ord(c)
+    if 0xDC80 <= o <= 0xDCFF:       # os.fsdecode's stand-in for a name's byte o - 0xDC00
+        return f"\\x{o - 0xDC00:02x}"
+    if o < 0x100:
+        return f"\\x{o:02x}"
+    return f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def encodable(value) -> str:
+    """``value`` as text every UTF-8 writer takes: only its lone surrogates (the bytes of
+    a file name that are not UTF-8) become ``\\xNN``; the rest is kept byte for byte. For
+    machine formats (CSV, HTML, JSON), which keep their bytes."""
+    from ..errors import display_path
+
+    return display_path(value if isinstance(value, str) else str(value))
+
+
+def encodable_all(value):
+    """``value`` with every string inside it (dict keys too) ``encodable``."""
+    if isinstance(value, str):
+        return encodable(value)
+    if isinstance(value, dict):
+        return {encodable_all(k): encodable_all(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(encodable_all(v) for v in value)
+    return value
 
 
 def name(value) -> str:

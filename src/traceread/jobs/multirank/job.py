@@ -24,6 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from ...errors import display_path
 from ...table import Trace
 from . import clocks, groups, metrics, waits
 from .grouping import group_jobs
@@ -301,7 +302,7 @@ def _span(t: Trace) -> tuple[int, int]:
 
 def _info(inputs: list[RankInput]) -> pd.DataFrame:
     return pd.DataFrame({
-        "path": [i.path for i in inputs], "rank": [i.rank for i in inputs],
+        "path": [display_path(i.path) for i in inputs], "rank": [i.rank for i in inputs],
         "world_size": [i.world_size for i in inputs], "backend": [i.backend for i in inputs],
         "start_ns": [i.start_ns for i in inputs], "end_ns": [i.end_ns for i in inputs]})
 
