@@ -170,7 +170,7 @@ def one_line(message: str) -> str:
 
 # -o's suffix names the format unless --format was given (-o report.html writes HTML).
 SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".json": "json", ".csv": "csv",
-                  ".txt": "text"}
+                  ".txt": "text", ".folded": "folded", ".svg": "svg"}
 
 
 def _suffix_format(out, choices) -> str | None:

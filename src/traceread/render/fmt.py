@@ -87,7 +87,9 @@ def fit(lines: list[str], width: int | None = None) -> list[str]:
     out = []
     for line in lines:
         body = line.lstrip(" ")
-        if len(line) <= width or "  " in body or " " not in body:
+        # a row: an indented line with a column gap (a title at column 0 -- VERDICT  HOST --
+        # is prose, wrapped here, not by the terminal)
+        if len(line) <= width or ("  " in body and body != line) or " " not in body:
             out.append(line)
             continue
         indent = line[: len(line) - len(body)]

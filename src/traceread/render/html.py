@@ -67,7 +67,7 @@ def summary_html(a) -> str:
 def analysis_body(a) -> str:
     d = a.to_dict()
     parts = [_header(d), _verdict(a, d), _timeline_section(a), _steps_section(d), _idle_section(d),
-             _gaps_section(a, d), _kernels_section(d), _comm_section(d), _copies_section(d),
+             _flame_section(a), _gaps_section(a, d), _kernels_section(d), _comm_section(d), _copies_section(d),
              _compile_section(a, d)]
     return "\n".join(p for p in parts if p)
 
@@ -439,6 +439,31 @@ def _idle_section(d: dict) -> str:
     return (f"<h2>Where the idle GPU time went ({fmt_ns(idle)})</h2>"
             f"<p class='meta'>What the launching host threads were doing while the GPU idled.</p>"
             + hbars(rows) + drain)
+
+
+def _flame_section(a) -> str:
+    """The host time inside the GPU-idle gaps as a flame graph (passes/flame.py)."""
+    if a.trace is None or a.gaps is None or not len(a.gaps):
+        return ""
+    from ..passes.flame import UNTRACED, idle_stacks
+    from .flame import flame_svg, top_frames
+
+    stacks = idle_stacks(a.trace.events, a.gaps)
+    if not stacks:
+        return ""
+    head = ("<h2>Which host code kept the GPU waiting: a flame graph of the host time inside "
+            "the idle gaps</h2>")
+    if set(stacks) == {(UNTRACED,)}:
+        return head + ("<p class='meta'>No host range was open on the launching thread during "
+                       "the gaps: record with torch.profiler(with_stack=True) (Python frames) "
+                       "or NVTX ranges to see which code ran.</p>")
+    top = ", ".join(f"{escape(n)} {fmt_ns(ns)}" for n, ns in top_frames(stacks, 3))
+    return (head + "<p class='meta'>Each bar is a frame on the launching thread (Python with "
+            "<code>with_stack=True</code>, operators, CUDA calls, NVTX ranges), outermost on "
+            "top, as wide as the GPU-idle time it was on the stack; hover for the time. "
+            f"Innermost frames holding the most: {top}. The same stacks as text: "
+            "<code>traceread flame TRACE -o idle.folded</code> (speedscope, "
+            "flamegraph.pl).</p>" + flame_svg(stacks))
 
 
 # --- tables ------------------------------------------------------------------------

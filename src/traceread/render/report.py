@@ -278,12 +278,12 @@ def render_steps(a) -> str:
     and the step-time statistics."""
     lines = [safe.name(a.meta.path)]
     if a.step_source == "whole_trace" or not len(a.steps):
-        return "\n".join(lines + _steps(a)[1:]) + "\n"
+        return "\n".join(fit(lines + _steps(a)[1:])) + "\n"
     t0 = trace_origin(a)
     head = STEP_HEAD.replace("  host time", f"  {'start':>11}  host time", 1)
     lines += [step_stats_line(a), STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
     lines += [step_row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
-    return "\n".join(lines) + "\n"
+    return "\n".join(fit(lines)) + "\n"
 
 
 def trace_origin(a) -> int:

@@ -1,0 +1,128 @@
+"""Where the host time inside GPU-idle gaps went, as collapsed stacks (a flame graph).
+
+Every instant of a GPU-idle gap, each launching host thread of the gap's process is
+somewhere: inside a Python frame (``with_stack=True``: ``python`` rows), an operator, a
+CUDA call, an NVTX range -- nested ranges on that thread -- or in none of them. The
+innermost open range and the ranges around it are that instant's stack. Summing, over
+the gaps, the time each stack held gives the collapsed stacks that flamegraph.pl and
+speedscope open (``frame;frame;frame NS`` per line), weighted by host time in idle gaps.
+
+Which threads: those that call the CUDA runtime/driver (they feed the GPU; a DataLoader
+worker's stacks would bury theirs), else every thread with host ranges. Time in a gap
+with no range open is the frame ``[untraced]``. An address in a frame's name (``object
+at 0x7fe0...``) is dropped, so one function is one frame however many objects called it.
+nsys exports give their nested ranges (NVTX, CUDA API, OS runtime); nsys's sampled
+backtraces are not in the event table, so they are not used.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from .intervals import covered_before, union
+
+HOST_RANGE_KINDS = ("python", "cpu_op", "annotation", "runtime", "driver", "osrt")
+UNTRACED = "[untraced]"
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_MODULE_INSTANCE = re.compile(r"^(nn\.Module: .+?)_\d+$")
+
+
+def frame_name(name: str) -> str:
+    """One frame of a collapsed stack: one line, no ';' (the separator), no object address,
+    no module instance number (``nn.Module: Linear_3`` is ``nn.Module: Linear``): one
+    function or module class is one frame, however many objects ran it."""
+    text = " ".join(_ADDRESS.sub("", str(name)).split())
+    text = _MODULE_INSTANCE.sub(r"\1", text)
+    return text.replace(";", ",") or "?"
+
+
+def idle_stacks(events: pd.DataFrame, gaps: pd.DataFrame) -> dict[tuple[str, ...], int]:
+    """{stack (outermost first): ns of host time inside ``gaps``} over the launching threads.
+
+    ``gaps``: start, end, pid (an analysis' ``gaps``). With several threads the stack
+    starts with ``thread TID``."""
+    if gaps is None or not len(gaps) or events is None or not len(events):
+        return {}
+    host = events[events["kind"].isin(HOST_RANGE_KINDS).to_numpy() & (events["dur"] > 0).to_numpy()]
+    out: dict[tuple[str, ...], int] = defaultdict(int)
+    for pid, g in gaps.groupby("pid", sort=True):
+        spans = union(g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64))
+        if not len(spans[0]):
+            continue
+        mine = host[(host["pid"] == pid).to_numpy()]
+        threads = _launch_threads(mine)
+        for tid in threads:
+            rows = mine[(mine["tid"] == tid).to_numpy()]
+            root = (f"thread {tid}",) if len(threads) > 1 else ()
+            for stack, ns in _thread_stacks(rows, spans).items():
+                out[root + stack] += ns
+    return dict(out)
+
+
+def _launch_threads(host: pd.DataFrame) -> list[int]:
+    calls = host[host["kind"].isin(["runtime", "driver"]).to_numpy()]
+    pick = calls if len(calls) else host
+    return sorted(int(t) for t in pick["tid"].unique())
+
+
+def _thread_stacks(rows: pd.DataFrame, spans: tuple[np.ndarray, np.ndarray]) -> dict:
+    """One thread's ranges cut into pieces by nesting; each piece weighted by its overlap
+    with the idle ``spans`` (merged, sorted). Ranges that touch no span are skipped."""
+    s0, s1 = spans
+    ts = rows["ts"].to_numpy(np.int64)
+    te = ts + rows["dur"].to_numpy(np.int64)
+    # a range matters only if some span overlaps it (its ancestors then overlap too)
+    first = np.searchsorted(s1, ts, side="right")      # first span ending after the start
+    keep = (first < len(s0)) & (s0[np.minimum(first, len(s0) - 1)] < te)
+    ts, te = ts[keep], te[keep]
+    names = [frame_name(n) for n in rows["name"].to_numpy(object)[keep]]
+    order = np.lexsort((-te, ts))                     # parents (longer) before children
+    seg_a: list[int] = []
+    seg_b: list[int] = []
+    seg_stack: list[tuple[str, ...]] = []
+    stack: list[tuple[int, str]] = []                  # (end, name) of the open ranges
+
+    def emit(a: int, b: int) -> None:
+        if b > a:
+            seg_a.append(a)
+            seg_b.append(b)
+            seg_stack.append(tuple(n for _, n in stack) or (UNTRACED,))
+
+    cursor = int(s0[0])
+    for i in order:
+        start, end = int(ts[i]), int(te[i])
+        while stack and stack[-1][0] <= start:         # ranges that ended before this one
+            end_top = stack[-1][0]
+            emit(cursor, end_top)
+            cursor = max(cursor, end_top)
+            stack.pop()
+        emit(cursor, start)
+        cursor = max(cursor, start)
+        stack.append((min(end, stack[-1][0]) if stack else end, names[i]))
+    while stack:
+        end_top = stack[-1][0]
+        emit(cursor, end_top)
+        cursor = max(cursor, end_top)
+        stack.pop()
+    emit(cursor, int(s1[-1]))
+    # each piece's time inside the idle spans, at once
+    w = covered_before(spans, np.asarray(seg_b, np.int64)) - covered_before(
+        spans, np.asarray(seg_a, np.int64))
+    out: dict[tuple[str, ...], int] = defaultdict(int)
+    for k, v in zip(seg_stack, w.tolist()):
+        if v > 0:
+            out[k] += v
+    return out
+
+
+def collapsed(stacks: dict[tuple[str, ...], int]) -> str:
+    """The collapsed-stack text (``a;b;c 123`` per line, heaviest first; ns)."""
+    rows = sorted(stacks.items(), key=lambda kv: (-kv[1], kv[0]))
+    return "".join(f"{';'.join(k)} {v}\n" for k, v in rows if v > 0)
+
+
+def total(stacks: dict) -> int:
+    return int(sum(stacks.values()))
