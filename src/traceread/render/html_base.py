@@ -18,7 +18,7 @@ background:#fbf3f3;padding:10px 16px;margin:16px 0}.verdict .bound{font-size:22p
 table{border-collapse:collapse;font-size:13px;max-width:100%}td,th{padding:3px 10px;text-align:left;
 border-bottom:1px solid #eee;vertical-align:top;overflow-wrap:anywhere}td.n,th.n{text-align:right;
 font-variant-numeric:tabular-nums;white-space:nowrap}svg{max-width:100%;height:auto}
-.verdict.good{border-left-color:#1b7f3b;background:#f0f8f2}
+.verdict.good{border-left-color:#1b7f3b;background:#f0f8f2}h2,p,li{overflow-wrap:anywhere}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}.legend i{display:inline-block;
 width:10px;height:10px;margin-right:4px;vertical-align:middle}.name{font-family:ui-monospace,monospace;
 font-size:12px;white-space:normal;word-break:break-all}svg text{font:11px system-ui,sans-serif;fill:#333}
@@ -55,7 +55,9 @@ def hbars(rows: list[tuple[str, float, str, str]], label_w: int = 130, bar_w: in
         inner.append(f'<text x="0" y="{y + 13}">{escape(label)}</text>')
         inner.append(rect(label_w, y, w, 16, color, f"{label}: {text}"))
         inner.append(f'<text x="{label_w + w + 6:.0f}" y="{y + 13}">{escape(text)}</text>')
-    return svg(label_w + bar_w + 160, len(rows) * 22, inner, "bars")
+    # room for the longest value label after the longest bar (11 px text, ~6.6 px a char)
+    text_w = max((len(t) for _, _, t, _ in rows), default=0) * 6.6 + 12
+    return svg(int(label_w + bar_w + max(text_w, 60)), len(rows) * 22, inner, "bars")
 
 
 def table(head: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
