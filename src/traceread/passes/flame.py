@@ -78,18 +78,21 @@ def _thread_stacks(rows: pd.DataFrame, spans: tuple[np.ndarray, np.ndarray]) -> 
     first = np.searchsorted(s1, ts, side="right")      # first span ending after the start
     keep = (first < len(s0)) & (s0[np.minimum(first, len(s0) - 1)] < te)
     ts, te = ts[keep], te[keep]
-    names = [frame_name(n) for n in rows["name"].to_numpy(object)[keep]]
+    raw = rows["name"].to_numpy(object)[keep]
+    frames = {n: frame_name(n) for n in set(raw)}     # each distinct name cleaned once
+    names = [frames[n] for n in raw]
     order = np.lexsort((-te, ts))                     # parents (longer) before children
     seg_a: list[int] = []
     seg_b: list[int] = []
     seg_stack: list[tuple[str, ...]] = []
-    stack: list[tuple[int, str]] = []                  # (end, name) of the open ranges
+    stack: list[tuple[int, tuple]] = []    # (end, the stack up to it) of the open ranges
+    untraced = (UNTRACED,)
 
     def emit(a: int, b: int) -> None:
         if b > a:
             seg_a.append(a)
             seg_b.append(b)
-            seg_stack.append(tuple(n for _, n in stack) or (UNTRACED,))
+            seg_stack.append(stack[-1][1] if stack else untraced)
 
     cursor = int(s0[0])
     for i in order:
@@ -101,7 +104,10 @@ def _thread_stacks(rows: pd.DataFrame, spans: tuple[np.ndarray, np.ndarray]) -> 
             stack.pop()
         emit(cursor, start)
         cursor = max(cursor, start)
-        stack.append((min(end, stack[-1][0]) if stack else end, names[i]))
+        if stack:
+            stack.append((min(end, stack[-1][0]), stack[-1][1] + (names[i],)))
+        else:
+            stack.append((end, (names[i],)))
     while stack:
         end_top = stack[-1][0]
         emit(cursor, end_top)
