@@ -120,12 +120,16 @@ def test_the_path_header_is_never_cut_on_a_narrow_terminal(tmp_path):
     assert lines[0] == str(p)
 
 
-def test_tables_fit_80_columns_in_the_100_column_layout(h200):
+@pytest.mark.parametrize("rel", ["gpu/copy.bad.json.gz", "gpu/data.bad.json.gz",
+                                 "kineto/tracelens_b200_eager_trace.json.gz",
+                                 "nsys/concurrent_profile1.sqlite"])
+def test_tables_fit_80_columns_in_the_100_column_layout(h200, rel):
     from traceread.render.report import render_report
 
-    text = render_report(h200)
-    rows = [ln for ln in text.splitlines() if "  " in ln.strip()]
-    assert rows and [ln for ln in rows if len(ln) > 80] == []
+    for a in (h200, traceread.analyze(str(FIXTURES / rel))):
+        text = render_report(a)   # rows: indented lines with a column gap (prose has none)
+        rows = [ln for ln in text.splitlines() if ln.startswith("  ") and "  " in ln.strip()]
+        assert rows and [ln for ln in rows if len(ln) > 80] == []
 
 
 # --- CLI conventions --------------------------------------------------------------------
@@ -258,15 +262,18 @@ def test_copies_are_drawn_in_their_own_colour_on_a_copy_bound_trace():
     assert "busy: " in timeline and ">copy<" in timeline
 
 
+@pytest.mark.corpus
 def test_an_nsys_page_without_steps_draws_no_step_time_bar(tmp_path):
+    """A real 2-GPU nsys export (two ranks, no step ranges): its page drew "step time"
+    bars of 285 / 283 ms -- each rank's GPU window."""
+    from conftest import corpus_or_skip
+
+    nsys = corpus_or_skip() / "GindaChen__nsys-ai" / "tests" / "fixtures" / "mfu_2gpu_before.sqlite"
     p = tmp_path / "n.html"
-    nsys = FIXTURES / "nsys" / "concurrent_profile1.sqlite"
     assert run("analyze", nsys, "-o", p).exit_code == 0
     html = p.read_text()
-    for a in [traceread.analyze(traceread.load(nsys))]:
-        if a.step_source == "whole_trace":
-            assert "<h2>Steps</h2>" not in html
-    assert "Step time per trace</h2>" not in html or "without steps" in html
+    assert html.count('<hr id="t') == 2        # the two ranks' reports
+    assert "Step time per trace" not in html and "<h2>Steps</h2>" not in html
 
 
 def test_a_faster_diff_is_green_and_a_slower_one_red(tmp_path):
