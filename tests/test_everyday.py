@@ -199,20 +199,33 @@ def test_no_contradicting_words_in_one_report(h200):
     assert not re.search(r"\b0% of [\d,]+ kernels", text)
 
 
-def test_summary_parquet_has_null_not_minus_one_for_unknown_rank(tmp_path):
+def test_parquet_a_user_reads_has_null_not_minus_one_for_unknowns(tmp_path):
     import shutil
+
+    from traceread.jobs.output import UNKNOWN_IS_MINUS_ONE
 
     src = tmp_path / "in"
     src.mkdir()
-    shutil.copy(H200, src / "one.json.gz")
+    shutil.copy(H200, src / "one.json.gz")                  # no rank in it
+    for p in sorted((FIXTURES / "gloo" / "ddp4").glob("rank-*.json.gz")):
+        shutil.copy(p, src / p.name)                         # a job: matches, collectives
     out = tmp_path / "out"
     assert run("batch", src, "-o", out, "-j", "1").exit_code == 0
     s = pd.read_parquet(out / "summary.parquet")
-    assert s["rank"].isna().all() and (s["rank"].dropna() >= 0).all()
-    for name in ("summary.parquet", "jobs.parquet", "ranks.parquet"):
-        df = pd.read_parquet(out / name)
-        for col in [c for c in df.columns if "rank" in c or c == "world_size"]:
-            assert not (pd.to_numeric(df[col], errors="coerce") == -1).any(), (name, col)
+    one = s[s["file"].str.endswith("one.json.gz")]
+    assert one["rank"].isna().all() and one["world_size"].isna().all()
+    assert sorted(s["rank"].dropna().astype(int)) == [0, 1, 2, 3]
+    files = [out / n for n in ("summary.parquet", "jobs.parquet", "ranks.parquet",
+                               "matches.parquet")] + sorted((out / "tables").iterdir())
+    seen = set()
+    for f in files:
+        if f.name.startswith("."):
+            continue
+        df = pd.read_parquet(f)
+        for col in (UNKNOWN_IS_MINUS_ONE | {"rank", "world_size"}) & set(df.columns):
+            seen.add(col)
+            assert not (pd.to_numeric(df[col], errors="coerce") == -1).any(), (f.name, col)
+    assert {"step", "msg_bytes", "rank", "pid"} <= seen
 
 
 # --- the HTML pictures ------------------------------------------------------------------
