@@ -372,3 +372,11 @@ def test_flame_without_frames_says_how_to_record_them(tmp_path):
     a = traceread.analyze(trace)
     st = idle_stacks(a.trace.events, a.gaps)
     assert sum(st.values()) == int(a.gaps["duration"].sum())
+
+
+def test_readme_examples_are_the_tools_own_output():
+    """README's ```text blocks of `$ traceread ...` are what the tool prints now; when this
+    fails, `python scripts/readme_examples.py` rewrites them."""
+    p = subprocess.run([sys.executable, str(SRC.parent / "scripts" / "readme_examples.py"),
+                        "--check"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr + " -- run python scripts/readme_examples.py"
