@@ -4,9 +4,9 @@ from __future__ import annotations
 import click
 
 from . import main
-from ._common import (emit, exit_if_failed, format_callback, no_cache_option, output_option,
-                      strict_option, warn)
-from .analyze import _analyses, min_gap_option, step_pattern_option, steps_option, window_option
+from ._common import (duration_callback, emit, exit_if_failed, format_callback, no_cache_option,
+                      output_option, strict_option, warn)
+from .analyze import _analyses, step_pattern_option, steps_option, window_option
 
 
 @main.command()
@@ -16,7 +16,8 @@ from .analyze import _analyses, min_gap_option, step_pattern_option, steps_optio
               help="folded: collapsed stacks (flamegraph.pl, speedscope; weights in ns); "
                    "svg: the picture (default: by -o's suffix, else folded).")
 @output_option
-@min_gap_option
+@click.option("--min-gap", "min_gap", default=None, callback=duration_callback, metavar="DURATION",
+              help="Count only the gaps longer than this (e.g. 100us, 1ms); default: every gap.")
 @step_pattern_option
 @steps_option
 @window_option

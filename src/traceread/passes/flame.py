@@ -28,14 +28,16 @@ HOST_RANGE_KINDS = ("python", "cpu_op", "annotation", "runtime", "driver", "osrt
 UNTRACED = "[untraced]"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _MODULE_INSTANCE = re.compile(r"^(nn\.Module: .+?)_\d+$")
+_STEP_NUMBER = re.compile(r"#\d+$")        # ProfilerStep#12 -> ProfilerStep#N
 
 
 def frame_name(name: str) -> str:
     """One frame of a collapsed stack: one line, no ';' (the separator), no object address,
-    no module instance number (``nn.Module: Linear_3`` is ``nn.Module: Linear``): one
-    function or module class is one frame, however many objects ran it."""
+    no module instance number (``nn.Module: Linear_3`` is ``nn.Module: Linear``), no step
+    number (``ProfilerStep#12`` is ``ProfilerStep#N``): one function, module class or step
+    range is one frame, however many objects or steps ran it."""
     text = " ".join(_ADDRESS.sub("", str(name)).split())
-    text = _MODULE_INSTANCE.sub(r"\1", text)
+    text = _STEP_NUMBER.sub("#N", _MODULE_INSTANCE.sub(r"\1", text))
     return text.replace(";", ",") or "?"
 
 

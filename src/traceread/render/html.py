@@ -281,7 +281,29 @@ def _timeline_section(a) -> str:
     kinds = ["compute", "copy", "comm"] if _activity_kinds(a) else ["compute"]
     keys = [*CPU_CATEGORIES] + (["exposed"] if exposed else [])
     return head + _legend(kinds, ACTIVITY_COLORS, "busy: ") + _legend(keys, prefix="idle: ") + \
-        svg(width, y + 14, inner + steps, "GPU timeline")
+        svg(width, y + 14, inner + steps, "GPU timeline") + _activity_bars(a, lanes)
+
+
+def _activity_bars(a, lanes: list[dict]) -> str:
+    """GPU time by activity kind over the drawn lanes' windows: compute, copy, comm, idle."""
+    if not _activity_kinds(a):
+        return ""
+    tot = {"compute": 0.0, "copy": 0.0, "comm": 0.0}
+    window = idle = 0
+    for r in lanes:
+        act = binned_activity(a.trace.events, int(r["pid"]), int(r["device"]),
+                              int(r["window_start"]), int(r["window_end"]))
+        for k in tot:
+            tot[k] += float(act[k].sum())
+        window += int(r["window_ns"])
+        idle += int(r["idle_ns"])
+    if not window:
+        return ""
+    rows = [(k, v, f"{fmt_ns(v)} ({100 * v / window:.1f}%)", ACTIVITY_COLORS[k])
+            for k, v in (*tot.items(), ("idle", idle))]
+    return ("<p class='meta'>GPU time by activity over the same window (kinds can overlap: "
+            "communication hidden behind compute counts in both; idle is time with no GPU "
+            "op at all).</p>" + hbars(rows))
 
 
 def _exposed(a) -> dict:
@@ -308,8 +330,10 @@ def _comm_lane(iv, r: dict, x0: int, y: int) -> list[str]:
 
 def binned_activity(ev, pid: int, device: int, start: int, end: int,
                     columns: int = COLUMNS) -> dict[str, np.ndarray]:
-    """GPU op time per column per activity kind (copy: memcpy/memset; comm: NCCL/RCCL
-    kernels; compute: every other kernel or graph) of one device lane."""
+    """GPU time per column per activity kind (copy: memcpy/memset; comm: NCCL/RCCL
+    kernels; compute: every other kernel or graph) of one device lane: the union of each
+    kind's ops (streams overlapping within a kind count once; kinds may overlap)."""
+    from ..passes.intervals import union
     from ..passes.nccl import comm_mask
 
     edges = np.linspace(start, end, columns + 1)
@@ -317,10 +341,15 @@ def binned_activity(ev, pid: int, device: int, start: int, end: int,
              & (ev["pid"] == pid).to_numpy() & (ev["device"] == device).to_numpy()]
     kinds = np.where(ops["kind"].isin(["memcpy", "memset"]).to_numpy(), "copy",
                      np.where(comm_mask(ops), "comm", "compute"))
-    s = ops["ts"].to_numpy(np.float64)
-    e = s + ops["dur"].to_numpy(np.float64)
-    return {k: np.diff(_integral(s[kinds == k], e[kinds == k], np.ones(int((kinds == k).sum())),
-                                 edges)) for k in ("compute", "copy", "comm")}
+    s = ops["ts"].to_numpy(np.int64)
+    e = s + ops["dur"].to_numpy(np.int64)
+    out = {}
+    for k in ("compute", "copy", "comm"):
+        us, ue = union(s[kinds == k], e[kinds == k])
+        us, ue = np.maximum(us, start), np.minimum(ue, end)
+        out[k] = np.diff(_integral(us.astype(np.float64), ue.astype(np.float64),
+                                   np.ones(len(us)), edges))
+    return out
 
 
 def _activity_kinds(a) -> bool:
@@ -458,6 +487,9 @@ def _flame_section(a) -> str:
                        "the gaps: record with torch.profiler(with_stack=True) (Python frames) "
                        "or NVTX ranges to see which code ran.</p>")
     top = ", ".join(f"{escape(n)} {fmt_ns(ns)}" for n, ns in top_frames(stacks, 3))
+    if not (a.trace.events["kind"] == "python").any():   # no with_stack: say how to see it
+        top += (". This trace has no Python frames: time in a range with no operator open "
+                "is Python nobody recorded; torch.profiler(with_stack=True) records it")
     return (head + "<p class='meta'>Each bar is a frame on the launching thread (Python with "
             "<code>with_stack=True</code>, operators, CUDA calls, NVTX ranges), outermost on "
             "top, as wide as the GPU-idle time it was on the stack; hover for the time. "

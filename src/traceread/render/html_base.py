@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 
 # GPU activity kinds: compute blue, copies brown-orange, comm teal -- no idle cause's colour.
-ACTIVITY_COLORS = {"compute": "#3b6ea8", "copy": "#a0522d", "comm": "#00838f", "idle": "#e8e8e8"}
+ACTIVITY_COLORS = {"compute": "#3b6ea8", "copy": "#a0522d", "comm": "#00838f", "idle": "#c9c9c9"}
 COLORS = {"busy": "#3b6ea8", "compile": "#9467bd", "graph_capture": "#c5b0d5", "dataloader": "#ff7f0e", "comm_wait": "#17becf",
           "sync": "#d62728", "alloc": "#8c564b", "launch": "#e377c2", "cpu_op": "#bcbd22",
           "python": "#2ca02c", "untraced": "#9e9e9e", "exposed": "#006d77", "hidden": "#83c5be"}
