@@ -313,8 +313,8 @@ def test_folder_diff_names_differ_where_the_files_do():
 # --- the flame graph of host time inside idle gaps --------------------------------------
 
 def _events(rows):
-    cols = ["ts", "dur", "kind", "name", "pid", "tid"]
-    return pd.DataFrame(rows, columns=cols)
+    cols = ["ts", "dur", "kind", "name", "pid", "tid", "correlation"]
+    return pd.DataFrame([r if len(r) == 7 else (*r, -1) for r in rows], columns=cols)
 
 
 def test_idle_stacks_weigh_each_stack_by_its_time_inside_the_gaps():
@@ -324,8 +324,10 @@ def test_idle_stacks_weigh_each_stack_by_its_time_inside_the_gaps():
         (0, 100, "python", "train.py(10): step", 1, 1),
         (10, 40, "python", "train.py(20): load at 0x7f00aa", 1, 1),
         (20, 10, "cpu_op", "aten::copy_", 1, 1),
-        (60, 30, "runtime", "cudaLaunchKernel", 1, 1),
+        (60, 30, "runtime", "cudaLaunchKernel", 1, 1, 7),
         (0, 500, "python", "worker.py(1): loop", 1, 2),     # not a launching thread
+        (5, 20, "runtime", "cudaHostAlloc", 1, 2, 8),       # a CUDA call, but no launch
+        (95, 3, "kernel", "k", 1, -1, 7),
     ])
     gaps = pd.DataFrame({"start": [15, 80], "end": [45, 120], "pid": [1, 1]})
     st = idle_stacks(ev, gaps)

@@ -7,8 +7,10 @@ innermost open range and the ranges around it are that instant's stack. Summing,
 the gaps, the time each stack held gives the collapsed stacks that flamegraph.pl and
 speedscope open (``frame;frame;frame NS`` per line), weighted by host time in idle gaps.
 
-Which threads: those that call the CUDA runtime/driver (they feed the GPU; a DataLoader
-worker's stacks would bury theirs), else every thread with host ranges. Time in a gap
+Which threads: those whose CUDA calls launched the process' GPU work (joined on the
+correlation id: a pin-memory thread's cudaHostAlloc does not make it a launcher), else
+those calling the CUDA runtime/driver at all, else every thread with host ranges -- a
+DataLoader worker's stacks would bury the launching thread's. Time in a gap
 with no range open is the frame ``[untraced]``. An address in a frame's name (``object
 at 0x7fe0...``) is dropped, so one function is one frame however many objects called it.
 nsys exports give their nested ranges (NVTX, CUDA API, OS runtime); nsys's sampled
@@ -21,6 +23,8 @@ from collections import defaultdict
 
 import numpy as np
 import pandas as pd
+
+from ..table import GPU_OP_KINDS
 
 from .intervals import covered_before, union
 
@@ -49,13 +53,17 @@ def idle_stacks(events: pd.DataFrame, gaps: pd.DataFrame) -> dict[tuple[str, ...
     if gaps is None or not len(gaps) or events is None or not len(events):
         return {}
     host = events[events["kind"].isin(HOST_RANGE_KINDS).to_numpy() & (events["dur"] > 0).to_numpy()]
+    if "correlation" not in events:   # a hand-made frame: no launch links to follow
+        events = events.assign(correlation=-1)
+    gpu = events[events["kind"].isin(GPU_OP_KINDS).to_numpy()
+                 & (events["correlation"] >= 0).to_numpy()]
     out: dict[tuple[str, ...], int] = defaultdict(int)
     for pid, g in gaps.groupby("pid", sort=True):
         spans = union(g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64))
         if not len(spans[0]):
             continue
         mine = host[(host["pid"] == pid).to_numpy()]
-        threads = _launch_threads(mine)
+        threads = _launch_threads(mine, gpu[(gpu["pid"] == pid).to_numpy()]["correlation"])
         for tid in threads:
             rows = mine[(mine["tid"] == tid).to_numpy()]
             root = (f"thread {tid}",) if len(threads) > 1 else ()
@@ -64,9 +72,11 @@ def idle_stacks(events: pd.DataFrame, gaps: pd.DataFrame) -> dict[tuple[str, ...
     return dict(out)
 
 
-def _launch_threads(host: pd.DataFrame) -> list[int]:
+def _launch_threads(host: pd.DataFrame, gpu_correlation: pd.Series) -> list[int]:
     calls = host[host["kind"].isin(["runtime", "driver"]).to_numpy()]
-    pick = calls if len(calls) else host
+    launched = calls[calls["correlation"].isin(gpu_correlation).to_numpy()
+                     & (calls["correlation"] >= 0).to_numpy()]
+    pick = launched if len(launched) else calls if len(calls) else host
     return sorted(int(t) for t in pick["tid"].unique())
 
 
