@@ -382,3 +382,49 @@ def test_readme_examples_are_the_tools_own_output():
     p = subprocess.run([sys.executable, str(SRC.parent / "scripts" / "readme_examples.py"),
                         "--check"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr + " -- run python scripts/readme_examples.py"
+
+
+def test_sampled_stacks_weigh_each_sample_in_a_gap_by_the_sampling_period():
+    from traceread.passes.flame import sampled_idle_stacks
+
+    ev = _events([(0, 5, "runtime", "cudaLaunchKernel", 1, 1, 3), (50, 5, "kernel", "k", 1, -1, 3)])
+    samples = pd.DataFrame({"ts": [0, 10, 20, 30, 40, 50], "pid": 1, "tid": 1,
+                            "frames": [("main", "a"), ("main", "b"), ("main", "b"),
+                                       ("main", "a"), ("main", "b at 0x1f"), ("main",)]})
+    gaps = pd.DataFrame({"start": [15, 35], "end": [32, 45], "pid": [1, 1]})
+    st = sampled_idle_stacks(samples, ev, gaps)   # samples at 20, 30 (gap 1) and 40 (gap 2)
+    assert st == {("main", "b"): 20, ("main", "a"): 10}
+
+
+def test_nsys_cpu_samples_are_read_with_their_call_stacks(tmp_path):
+    """A real nsys export sampled with --sample=cpu (committed fixture): every sample comes
+    back with its stack, outermost first, addresses as their module."""
+    from traceread.readers.nsys_stacks import cpu_samples
+
+    p = FIXTURES / "nsys" / "ex-gpu.s10.sqlite"
+    s = cpu_samples(p)
+    assert len(s) == 611 and not s.attrs["cut"]
+    assert all(f[0] in ("_start", "[ld-2.28.so]") or f[0].startswith("[") or f for f in s["frames"])
+    deep = max(s["frames"], key=len)
+    assert deep[:3] == ("_start", "__libc_start_main", "main") and not any(
+        x.startswith("0x") for f in s["frames"] for x in f)
+    assert cpu_samples(FIXTURES / "nsys" / "mock.sqlite") is None
+    out = tmp_path / "s.folded"
+    r = run("flame", p, "-o", out)
+    assert r.exit_code == 0 and out.read_text().startswith("_start;__libc_start_main;main;")
+
+
+@pytest.mark.corpus
+def test_sampled_flame_of_a_real_mpi_cuda_export_covers_its_idle_time():
+    from conftest import corpus_or_skip
+    from traceread.render.flame import idle_flame
+
+    p = corpus_or_skip() / "hpcgroup__pipit/pipit/tests/data/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+    a = traceread.analyze(traceread.load(p))
+    st, made_of = idle_flame(a)
+    assert made_of.startswith("nsys CPU samples")
+    idle = int(a.gaps["duration"].sum())
+    assert abs(sum(st.values()) - idle) < 0.1 * idle   # ~711 ms of samples in 724 ms of gaps
+    assert any("MPI_Send" in k for stack in st for k in stack)
+    ranges, _ = idle_flame(a, "ranges")
+    assert sum(ranges.values()) == idle

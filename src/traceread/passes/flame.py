@@ -136,6 +136,52 @@ def _thread_stacks(rows: pd.DataFrame, spans: tuple[np.ndarray, np.ndarray]) -> 
     return out
 
 
+def sampled_idle_stacks(samples: pd.DataFrame, events: pd.DataFrame,
+                        gaps: pd.DataFrame) -> dict[tuple[str, ...], int]:
+    """The same picture from sampled call stacks (nsys ``--sample=cpu``: ``readers.
+    nsys_stacks.cpu_samples``): each sample of a launching thread taken inside a gap
+    stands for one sampling period of it (the median interval between that thread's
+    samples). {stack: ns}, a ``thread TID`` root with several threads."""
+    if samples is None or not len(samples) or gaps is None or not len(gaps):
+        return {}
+    if "correlation" not in events:
+        events = events.assign(correlation=-1)
+    host = events[events["kind"].isin(HOST_RANGE_KINDS).to_numpy()]
+    gpu = events[events["kind"].isin(GPU_OP_KINDS).to_numpy()
+                 & (events["correlation"] >= 0).to_numpy()]
+    out: dict[tuple[str, ...], int] = defaultdict(int)
+    every = _period(samples)      # a thread with one sample: the export's sampling period
+    for pid, g in gaps.groupby("pid", sort=True):
+        s0, s1 = union(g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64))
+        mine = samples[(samples["pid"] == pid).to_numpy()]
+        if not len(s0) or not len(mine):
+            continue
+        launchers = set(_launch_threads(host[(host["pid"] == pid).to_numpy()],
+                                        gpu[(gpu["pid"] == pid).to_numpy()]["correlation"]))
+        if launchers & set(mine["tid"].unique().tolist()):
+            mine = mine[mine["tid"].isin(launchers).to_numpy()]
+        tids = sorted(int(t) for t in mine["tid"].unique())
+        for tid in tids:
+            rows = mine[(mine["tid"] == tid).to_numpy()].sort_values("ts", kind="stable")
+            ts = rows["ts"].to_numpy(np.int64)
+            period = int(np.median(np.diff(ts))) if len(ts) > 1 else every
+            k = np.searchsorted(s0, ts, side="right") - 1
+            inside = (k >= 0) & (ts < s1[np.maximum(k, 0)])
+            root = (f"thread {tid}",) if len(tids) > 1 else ()
+            for frames in rows["frames"].to_numpy(object)[inside]:
+                out[root + tuple(frame_name(f) for f in frames)] += period
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def _period(samples: pd.DataFrame) -> int:
+    """The median interval between a thread's consecutive samples, over all threads."""
+    s = samples.sort_values(["pid", "tid", "ts"], kind="stable")
+    d = np.diff(s["ts"].to_numpy(np.int64))
+    same = (np.diff(s["pid"].to_numpy()) == 0) & (np.diff(s["tid"].to_numpy()) == 0)
+    d = d[same & (d > 0)]
+    return int(np.median(d)) if len(d) else 0
+
+
 def collapsed(stacks: dict[tuple[str, ...], int]) -> str:
     """The collapsed-stack text (``a;b;c 123`` per line, heaviest first; ns)."""
     rows = sorted(stacks.items(), key=lambda kv: (-kv[1], kv[0]))

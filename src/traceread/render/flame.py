@@ -87,6 +87,37 @@ def _fit(text: str, px: float) -> str:
     return text if len(text) <= room else text[: room - 1] + "…"
 
 
+SOURCES = ("auto", "ranges", "samples")
+
+
+def idle_flame(a, source: str = "auto", gaps=None) -> tuple[dict, str]:
+    """(stacks, what they are made of) for an analysis' idle gaps (``gaps``: default all).
+
+    ``ranges``: the nested ranges of the event table (Python frames with with_stack,
+    operators, CUDA calls, NVTX). ``samples``: the CPU call stacks an nsys export sampled
+    (``readers.nsys_stacks``). ``auto``: samples when the export has some inside the gaps,
+    else ranges."""
+    from ..passes.flame import idle_stacks, sampled_idle_stacks
+
+    gaps = a.gaps if gaps is None else gaps
+    events = a.trace.events
+    if source in ("auto", "samples") and a.meta.format == "nsys" and len(gaps):
+        from ..readers.nsys_stacks import cpu_samples
+
+        w = getattr(a, "window", None)   # the analysed window: the period needs samples
+        lo = min(int(gaps["start"].min()), int(w.start)) if w is not None else None
+        hi = max(int(gaps["end"].max()), int(w.end)) if w is not None else None
+        samples = cpu_samples(a.meta.path, lo, hi)
+        stacks = sampled_idle_stacks(samples, events, gaps)
+        if stacks or source == "samples":
+            cut = " (the first 2,000,000 samples)" if samples is not None and \
+                samples.attrs.get("cut") else ""
+            return stacks, f"nsys CPU samples{cut}, each one sampling period"
+    if source == "samples":
+        return {}, "nsys CPU samples"
+    return idle_stacks(events, gaps), "the nested ranges of the trace"
+
+
 def top_frames(stacks: dict, n: int = 5) -> list[tuple[str, int]]:
     """The innermost frames holding the most time (self time), heaviest first."""
     self_ns: dict[str, int] = {}

@@ -474,10 +474,10 @@ def _flame_section(a) -> str:
     """The host time inside the GPU-idle gaps as a flame graph (passes/flame.py)."""
     if a.trace is None or a.gaps is None or not len(a.gaps):
         return ""
-    from ..passes.flame import UNTRACED, idle_stacks
-    from .flame import flame_svg, top_frames
+    from ..passes.flame import UNTRACED
+    from .flame import flame_svg, idle_flame, top_frames
 
-    stacks = idle_stacks(a.trace.events, a.gaps)
+    stacks, made_of = idle_flame(a)
     if not stacks:
         return ""
     head = ("<h2>Which host code kept the GPU waiting: a flame graph of the host time inside "
@@ -487,12 +487,15 @@ def _flame_section(a) -> str:
                        "the gaps: record with torch.profiler(with_stack=True) (Python frames) "
                        "or NVTX ranges to see which code ran.</p>")
     top = ", ".join(f"{escape(n)} {fmt_ns(ns)}" for n, ns in top_frames(stacks, 3))
-    if not (a.trace.events["kind"] == "python").any():   # no with_stack: say how to see it
+    sampled = made_of.startswith("nsys CPU samples")
+    if not sampled and not (a.trace.events["kind"] == "python").any():
         top += (". This trace has no Python frames: time in a range with no operator open "
                 "is Python nobody recorded; torch.profiler(with_stack=True) records it")
-    return (head + "<p class='meta'>Each bar is a frame on the launching thread (Python with "
-            "<code>with_stack=True</code>, operators, CUDA calls, NVTX ranges), outermost on "
-            "top, as wide as the GPU-idle time it was on the stack; hover for the time. "
+    what = (f"a call stack the CPU sampler took on the launching thread ({escape(made_of)})"
+            if sampled else "a frame on the launching thread (Python with "
+            "<code>with_stack=True</code>, operators, CUDA calls, NVTX ranges)")
+    return (head + f"<p class='meta'>Each bar is {what}, outermost on top, as wide as the "
+            "GPU-idle time it was on the stack; hover for the time. "
             f"Innermost frames holding the most: {top}. The same stacks as text: "
             "<code>traceread flame TRACE -o idle.folded</code> (speedscope, "
             "flamegraph.pl).</p>" + flame_svg(stacks))
