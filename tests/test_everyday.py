@@ -428,3 +428,18 @@ def test_sampled_flame_of_a_real_mpi_cuda_export_covers_its_idle_time():
     assert any("MPI_Send" in k for stack in st for k in stack)
     ranges, _ = idle_flame(a, "ranges")
     assert sum(ranges.values()) == idle
+
+
+@pytest.mark.parametrize("name, frame", [
+    ("<built-in method __enter__ of pybind11 object at 0x7fe02c8ba290>",
+     "<built-in method __enter__ of pybind11 object>"),
+    ("nn.Module: TransformerBlock_17", "nn.Module: TransformerBlock"),
+    ("ProfilerStep#12", "ProfilerStep#N"),
+    ("aten::add, seq = 47318, op_id = 998541", "aten::add"),
+    ("a;b\nc", "a,b c"),
+    ("train.py(10): step", "train.py(10): step"),
+])
+def test_one_function_is_one_frame(name, frame):
+    from traceread.passes.flame import frame_name
+
+    assert frame_name(name) == frame

@@ -33,6 +33,8 @@ UNTRACED = "[untraced]"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _MODULE_INSTANCE = re.compile(r"^(nn\.Module: .+?)_\d+$")
 _STEP_NUMBER = re.compile(r"#\d+$")        # ProfilerStep#12 -> ProfilerStep#N
+# torch.autograd.profiler.emit_nvtx names each op call: "aten::add, seq = 47318, op_id = 998541"
+_NVTX_OP_ARGS = re.compile(r"^([\w:.<>]+), (?:seq|op_id|sizes|input_op_ids) = .*$")
 
 
 def frame_name(name: str) -> str:
@@ -42,6 +44,7 @@ def frame_name(name: str) -> str:
     range is one frame, however many objects or steps ran it."""
     text = " ".join(_ADDRESS.sub("", str(name)).split())
     text = _STEP_NUMBER.sub("#N", _MODULE_INSTANCE.sub(r"\1", text))
+    text = _NVTX_OP_ARGS.sub(r"\1", text)    # one op is one frame, not one per call
     return text.replace(";", ",") or "?"
 
 
@@ -49,7 +52,7 @@ def idle_stacks(events: pd.DataFrame, gaps: pd.DataFrame) -> dict[tuple[str, ...
     """{stack (outermost first): ns of host time inside ``gaps``} over the launching threads.
 
     ``gaps``: start, end, pid (an analysis' ``gaps``). With several threads the stack
-    starts with ``thread TID``."""
+    starts with ``thread TID``, with several processes ``pid PID``."""
     if gaps is None or not len(gaps) or events is None or not len(events):
         return {}
     host = events[events["kind"].isin(HOST_RANGE_KINDS).to_numpy() & (events["dur"] > 0).to_numpy()]
@@ -64,9 +67,10 @@ def idle_stacks(events: pd.DataFrame, gaps: pd.DataFrame) -> dict[tuple[str, ...
             continue
         mine = host[(host["pid"] == pid).to_numpy()]
         threads = _launch_threads(mine, gpu[(gpu["pid"] == pid).to_numpy()]["correlation"])
+        proc = (f"pid {pid}",) if gaps["pid"].nunique() > 1 else ()
         for tid in threads:
             rows = mine[(mine["tid"] == tid).to_numpy()]
-            root = (f"thread {tid}",) if len(threads) > 1 else ()
+            root = proc + ((f"thread {tid}",) if len(threads) > 1 else ())
             for stack, ns in _thread_stacks(rows, spans).items():
                 out[root + stack] += ns
     return dict(out)
@@ -161,13 +165,14 @@ def sampled_idle_stacks(samples: pd.DataFrame, events: pd.DataFrame,
         if launchers & set(mine["tid"].unique().tolist()):
             mine = mine[mine["tid"].isin(launchers).to_numpy()]
         tids = sorted(int(t) for t in mine["tid"].unique())
+        proc = (f"pid {pid}",) if gaps["pid"].nunique() > 1 else ()
         for tid in tids:
             rows = mine[(mine["tid"] == tid).to_numpy()].sort_values("ts", kind="stable")
             ts = rows["ts"].to_numpy(np.int64)
             period = int(np.median(np.diff(ts))) if len(ts) > 1 else every
             k = np.searchsorted(s0, ts, side="right") - 1
             inside = (k >= 0) & (ts < s1[np.maximum(k, 0)])
-            root = (f"thread {tid}",) if len(tids) > 1 else ()
+            root = proc + ((f"thread {tid}",) if len(tids) > 1 else ())
             for frames in rows["frames"].to_numpy(object)[inside]:
                 out[root + tuple(frame_name(f) for f in frames)] += period
     return {k: v for k, v in out.items() if v > 0}

@@ -97,6 +97,7 @@ def idle_flame(a, source: str = "auto", gaps=None) -> tuple[dict, str]:
     operators, CUDA calls, NVTX). ``samples``: the CPU call stacks an nsys export sampled
     (``readers.nsys_stacks``). ``auto``: samples when the export has some inside the gaps,
     else ranges."""
+    from ..errors import TraceError
     from ..passes.flame import idle_stacks, sampled_idle_stacks
 
     gaps = a.gaps if gaps is None else gaps
@@ -107,7 +108,12 @@ def idle_flame(a, source: str = "auto", gaps=None) -> tuple[dict, str]:
         w = getattr(a, "window", None)   # the analysed window: the period needs samples
         lo = min(int(gaps["start"].min()), int(w.start)) if w is not None else None
         hi = max(int(gaps["end"].max()), int(w.end)) if w is not None else None
-        samples = cpu_samples(a.meta.path, lo, hi)
+        # one process of a split export (path#pidN): the export's file
+        path = (a.meta.extra or {}).get("split_from") or a.meta.path
+        try:
+            samples = cpu_samples(path, lo, hi)
+        except TraceError:   # the file is gone or unreadable now: draw the ranges instead
+            samples = None
         stacks = sampled_idle_stacks(samples, events, gaps)
         if stacks or source == "samples":
             cut = " (the first 2,000,000 samples)" if samples is not None and \
