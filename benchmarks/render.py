@@ -80,9 +80,12 @@ def costs(path: str, level9: bool) -> dict:
 
     a = timed("analyze_s", lambda: analyze(path))
     html = timed("html_s", lambda: get_renderer("html").render(a))
-    from traceread.passes.flame import idle_stacks   # the page's flame graph, on its own
-
-    timed("flame_s", lambda: idle_stacks(a.trace.events, a.gaps))
+    try:    # the page's flame graph, on its own (a baseline from before it has none)
+        from traceread.passes.flame import idle_stacks
+    except ImportError:
+        idle_stacks = None
+    if idle_stacks is not None:
+        timed("flame_s", lambda: idle_stacks(a.trace.events, a.gaps))
     added = timed("overlay_events_s", lambda: overlay.overlay_events(a))
     out.update(events=a.events, verdict=a.verdict["bound"], overlay_events=len(added),
                html_kb=len(html.encode()) / 1024)

@@ -85,8 +85,10 @@ def _launch_threads(host: pd.DataFrame, gpu_correlation: pd.Series) -> list[int]
 
 
 def _thread_stacks(rows: pd.DataFrame, spans: tuple[np.ndarray, np.ndarray]) -> dict:
-    """One thread's ranges cut into pieces by nesting; each piece weighted by its overlap
-    with the idle ``spans`` (merged, sorted). Ranges that touch no span are skipped."""
+    """One thread's ranges nested (each range's parent: the innermost open one when it
+    starts); each range's self time inside the idle ``spans`` (merged, sorted) -- its
+    overlap less its children's -- goes to its stack. Ranges that touch no span are
+    skipped."""
     s0, s1 = spans
     ts = rows["ts"].to_numpy(np.int64)
     te = ts + rows["dur"].to_numpy(np.int64)
@@ -98,45 +100,35 @@ def _thread_stacks(rows: pd.DataFrame, spans: tuple[np.ndarray, np.ndarray]) -> 
     frames = {n: frame_name(n) for n in set(raw)}     # each distinct name cleaned once
     names = [frames[n] for n in raw]
     order = np.lexsort((-te, ts))                     # parents (longer) before children
-    seg_a: list[int] = []
-    seg_b: list[int] = []
-    seg_stack: list[tuple[str, ...]] = []
-    stack: list[tuple[int, tuple]] = []    # (end, the stack up to it) of the open ranges
-    untraced = (UNTRACED,)
-
-    def emit(a: int, b: int) -> None:
-        if b > a:
-            seg_a.append(a)
-            seg_b.append(b)
-            seg_stack.append(stack[-1][1] if stack else untraced)
-
-    cursor = int(s0[0])
-    for i in order:
-        start, end = int(ts[i]), int(te[i])
-        while stack and stack[-1][0] <= start:         # ranges that ended before this one
-            end_top = stack[-1][0]
-            emit(cursor, end_top)
-            cursor = max(cursor, end_top)
+    n = len(ts)
+    starts, ends, up = ts.tolist(), te.tolist(), [-1] * n  # a child ends by its parent's end
+    stack: list[int] = []
+    for i in order.tolist():                           # the only per-range Python: nesting
+        start = starts[i]
+        while stack and ends[stack[-1]] <= start:
             stack.pop()
-        emit(cursor, start)
-        cursor = max(cursor, start)
         if stack:
-            stack.append((min(end, stack[-1][0]), stack[-1][1] + (names[i],)))
-        else:
-            stack.append((end, (names[i],)))
-    while stack:
-        end_top = stack[-1][0]
-        emit(cursor, end_top)
-        cursor = max(cursor, end_top)
-        stack.pop()
-    emit(cursor, int(s1[-1]))
-    # each piece's time inside the idle spans, at once
-    w = covered_before(spans, np.asarray(seg_b, np.int64)) - covered_before(
-        spans, np.asarray(seg_a, np.int64))
+            p = stack[-1]
+            up[i] = p
+            if ends[i] > ends[p]:
+                ends[i] = ends[p]
+        stack.append(i)
+    parent, end = np.asarray(up, np.int64), np.asarray(ends, np.int64)
+    # each range's time inside the spans, less its children's: its self time there
+    cov = covered_before(spans, end) - covered_before(spans, ts)
+    has = parent >= 0
+    self_ns = cov - np.bincount(parent[has], weights=cov[has], minlength=n).astype(np.int64)
     out: dict[tuple[str, ...], int] = defaultdict(int)
-    for k, v in zip(seg_stack, w.tolist()):
-        if v > 0:
-            out[k] += v
+    paths: list = [None] * n
+    own = self_ns.tolist()
+    for i in order.tolist():                           # parents first: their paths exist
+        p = up[i]
+        paths[i] = (paths[p] + (names[i],)) if p >= 0 else (names[i],)
+        if own[i] > 0:
+            out[paths[i]] += own[i]
+    untraced = int((s1 - s0).sum() - cov[~has].sum())  # span time with no range open
+    if untraced > 0:
+        out[(UNTRACED,)] += untraced
     return out
 
 

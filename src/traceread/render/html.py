@@ -264,8 +264,11 @@ def _timeline_section(a) -> str:
     lane_h, label_w, width = 46, 90, COLUMNS + 90
     inner, y = [], 4
     exposed = _exposed(a)
+    acts = {(int(r["pid"]), int(r["device"])): binned_activity(
+        a.trace.events, int(r["pid"]), int(r["device"]), int(r["window_start"]),
+        int(r["window_end"])) for r in lanes} if _activity_kinds(a) else {}
     for r in lanes:
-        inner += _lane(a, r, label_w, y, lane_h)
+        inner += _lane(a, r, label_w, y, lane_h, acts.get((int(r["pid"]), int(r["device"]))))
         y += lane_h + 2
         iv = exposed.get((int(r["pid"]), int(r["device"])))
         if iv is not None:
@@ -281,18 +284,17 @@ def _timeline_section(a) -> str:
     kinds = ["compute", "copy", "comm"] if _activity_kinds(a) else ["compute"]
     keys = [*CPU_CATEGORIES] + (["exposed"] if exposed else [])
     return head + _legend(kinds, ACTIVITY_COLORS, "busy: ") + _legend(keys, prefix="idle: ") + \
-        svg(width, y + 14, inner + steps, "GPU timeline") + _activity_bars(a, lanes)
+        svg(width, y + 14, inner + steps, "GPU timeline") + _activity_bars(lanes, acts)
 
 
-def _activity_bars(a, lanes: list[dict]) -> str:
+def _activity_bars(lanes: list[dict], acts: dict) -> str:
     """GPU time by activity kind over the drawn lanes' windows: compute, copy, comm, idle."""
-    if not _activity_kinds(a):
+    if not acts:
         return ""
     tot = {"compute": 0.0, "copy": 0.0, "comm": 0.0}
     window = idle = 0
     for r in lanes:
-        act = binned_activity(a.trace.events, int(r["pid"]), int(r["device"]),
-                              int(r["window_start"]), int(r["window_end"]))
+        act = acts[(int(r["pid"]), int(r["device"]))]
         for k in tot:
             tot[k] += float(act[k].sum())
         window += int(r["window_ns"])
@@ -357,7 +359,7 @@ def _activity_kinds(a) -> bool:
     return a.trace is not None and a.trace.events is not None and len(a.trace.events) > 0
 
 
-def _lane(a, r: dict, x0: int, y: int, h: int) -> list[str]:
+def _lane(a, r: dict, x0: int, y: int, h: int, act: dict | None = None) -> list[str]:
     g = a.gaps
     g = g[(g["pid"] == r["pid"]) & (g["device"] == r["device"])] if len(g) else g
     w0, w1 = int(r["window_start"]), int(r["window_end"])
@@ -369,8 +371,7 @@ def _lane(a, r: dict, x0: int, y: int, h: int) -> list[str]:
                 f"{fmt_ns(r['busy_ns'])}, idle {fmt_ns(r['idle_ns'])}")]
     total = sum(idle.values())
     busy_h = h - h * np.minimum(total / col_ns, 1.0)
-    if _activity_kinds(a):   # copies and comm drawn over the compute blue, from the bottom
-        act = binned_activity(a.trace.events, int(r["pid"]), int(r["device"]), w0, w1)
+    if act is not None:   # copies and comm drawn over the compute blue, from the bottom
         ops = act["compute"] + act["copy"] + act["comm"]
         for col in np.flatnonzero((act["copy"] + act["comm"]) > 0):
             yy = y + h
