@@ -6,9 +6,11 @@ traceread recomputed on HTA's event window (to show where the numbers part).
 Differences are explained in docs/hta-comparison.md.
 
 It measures figures, not time. HTA runs in its own virtualenv (it pins its own
-pandas); ``--hta-python`` (or $HTA_PYTHON) is its interpreter:
+pandas); ``--hta-python`` (or $HTA_PYTHON) is its interpreter. HTA is published as
+``traceinsight`` since 0.6 (the module is still ``hta``; ``HolisticTraceAnalysis`` stopped
+at 0.5.0):
 
-    python -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install HolisticTraceAnalysis
+    python -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install 'traceinsight>=0.6'
     python -m benchmarks hta-compare
 
 traceread runs in this process, from this checkout's ``src``.
@@ -38,7 +40,11 @@ HTA_CODE = r"""
 import json, sys, logging
 logging.disable(logging.WARNING)
 from hta.trace_analysis import TraceAnalysis
-out = {}
+try:
+    from hta.version import __version__ as version
+except ImportError:
+    version = "?"
+out = {"version": version}
 for include_last in (False, True):
     a = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=include_last)
     ov = a.get_comm_comp_overlap(visualize=False)
@@ -142,7 +148,7 @@ def ours(path: Path) -> dict:
 
 def add_args(ap) -> None:
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/tmp/hta-venv/bin/python"),
-                    help="interpreter of a venv with HolisticTraceAnalysis installed")
+                    help="interpreter of a venv with HTA installed (pip install traceinsight)")
 
 
 def main(args) -> int:
@@ -156,6 +162,8 @@ def main(args) -> int:
         hta = run_hta(files, args.hta_python)
         if isinstance(hta, str):
             print("   " + hta)
+        else:
+            print(f"   HTA {hta.get('version', '?')}")
         for f in files:
             o = ours(f)
             r = o["rank"] if o["rank"] >= 0 else 0

@@ -1,7 +1,7 @@
 """``render``: the cost of the HTML report and the Perfetto overlay against the analysis.
 
 For each trace, in one process per side: ``analyze`` (the yardstick), then the HTML
-page rendered, the overlay's events built and the overlay written (gzip level 3,
+page rendered (and, apart, the idle-gap flame stacks it draws), the overlay's events built and the overlay written (gzip level 3,
 the default; with ``--level9`` also level 9), each with its ratio to the analysis
 time and its output size. Default trace: HTA's df_index_resolver (53.7 MB of JSON,
 216k events). For the 1 GB figures in docs/see-it.md:
@@ -16,6 +16,7 @@ from pathlib import Path
 from . import harness as h
 
 FIGURES = (("analyze_s", "analyze (yardstick)"), ("html_s", "html render"),
+           ("flame_s", "idle flame stacks (in the html)"),
            ("overlay_events_s", "overlay events"), ("write3_s", "overlay write (gz 3)"),
            ("write9_s", "overlay write (gz 9)"))
 SIZES = (("html_kb", "html size", "KB"), ("write3_mb", "overlay size (gz 3)", "MB"),
@@ -79,6 +80,12 @@ def costs(path: str, level9: bool) -> dict:
 
     a = timed("analyze_s", lambda: analyze(path))
     html = timed("html_s", lambda: get_renderer("html").render(a))
+    try:    # the page's flame graph, on its own (a baseline from before it has none)
+        from traceread.passes.flame import idle_stacks
+    except ImportError:
+        idle_stacks = None
+    if idle_stacks is not None:
+        timed("flame_s", lambda: idle_stacks(a.trace.events, a.gaps))
     added = timed("overlay_events_s", lambda: overlay.overlay_events(a))
     out.update(events=a.events, verdict=a.verdict["bound"], overlay_events=len(added),
                html_kb=len(html.encode()) / 1024)

@@ -10,11 +10,28 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
 
+GOLDEN = CORPUS.parent / "golden"
+CORPUS_HINT = (f"put the shared corpus at {CORPUS} (with MANIFEST.tsv) and the nsys goldens at "
+               f"{GOLDEN} to run it: README, 'Run the tests'")
+
+
 def corpus_or_skip() -> Path:
     """The corpus directory, or skip the calling test when it is not there."""
     if not (CORPUS / "MANIFEST.tsv").is_file():
-        pytest.skip(f"corpus not found at {CORPUS}")
+        pytest.skip(f"corpus not found: {CORPUS_HINT}")
     return CORPUS
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Every skip for a missing corpus or golden says where they go (some tests word it
+    their own way: "corpus absent", "not in the corpus")."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.skipped and isinstance(rep.longrepr, tuple) and len(rep.longrepr) == 3:
+        path, line, reason = rep.longrepr
+        if ("corpus" in reason or "golden" in reason) and str(CORPUS) not in reason:
+            rep.longrepr = (path, line, f"{reason}: {CORPUS_HINT}")
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+import traceread
 import traceread.analysis  # noqa: F401 - loads every pass and its patterns
 from conftest import FIXTURES
 from traceread import TraceError, namerx
@@ -98,3 +99,20 @@ def test_unique_long_names_are_not_scanned_by_every_pattern(tmp_path, monkeypatc
         monkeypatch.setattr(rx, "rx", _Counting(rx.rx, seen))
     traceread.analyze(p)
     assert seen[0] < 2 * 1024 * n, seen[0] / n
+
+
+def test_a_pattern_made_again_is_the_same_one():
+    """verdict/program builds a pattern from each trace's step name: made anew per analysis,
+    COMPILED grew without end (~2 per analysis) and the check above, run late in the suite,
+    went through thousands of copies (131 s). One NameRx per (pattern, flags) now."""
+    from traceread.examples import path as example
+
+    p = example("h200_pageable_copy.json.gz")
+    traceread.analysis.analyze(traceread.load(p))
+    before = len(namerx.COMPILED)
+    for _ in range(2):
+        traceread.analysis.analyze(traceread.load(p))
+    assert len(namerx.COMPILED) == before
+    a, b = namerx.compile(r"^step_\d+$"), namerx.compile(r"^step_\d+$")
+    assert a is b and namerx.compile(r"^step_\d+$", re.I) is not a
+    assert len({(rx.pattern, rx.flags) for rx in namerx.COMPILED}) == len(namerx.COMPILED)

@@ -110,8 +110,41 @@ def test_bad_min_gap(planted):
 
 
 def test_parse_duration():
-    assert [parse_duration(x) for x in ("1ms", "500us", "2s", "1.5ms", "250", "7ns")] == [
-        1_000_000, 500_000, 2_000_000_000, 1_500_000, 250, 7]
+    assert [parse_duration(x) for x in ("1ms", "500us", "2s", "1.5ms", "250ns", "7ns", "0")] == [
+        1_000_000, 500_000, 2_000_000_000, 1_500_000, 250, 7, 0]
+
+
+@pytest.mark.parametrize("command", ["gaps", "idle", "analyze"])
+def test_a_bare_number_is_refused_with_the_units_it_takes(planted, command):
+    """nsys's gap= counts ms, ours counted ns: "5" meant 5 ns silently. Now it says."""
+    r = run(command, planted, "--min-gap", "5")
+    assert r.exit_code == 2 and "'5' has no unit: write 5ns, 5us, 5ms or 5s" in r.output
+    assert "Traceback" not in r.output
+    assert run(command, planted, "--min-gap", "5us").exit_code == 0
+
+
+def test_gaps_takes_nsys_version_like_the_other_reports(planted):
+    a = run("gaps", planted, "--min-gap", "0", "--format", "csv")
+    for v in ("2023.4", "2025.3", "auto"):   # gpu_gaps prints integers: alike in both
+        r = run("gaps", planted, "--min-gap", "0", "--format", "csv", "--nsys-version", v)
+        assert r.exit_code == 0 and r.output == a.output
+    assert run("gaps", planted, "--nsys-version", "2019.1").exit_code == 2
+
+
+@pytest.mark.parametrize("suffix,fmt,head", [(".csv", None, "Time (%),"), (".json", None, "["),
+                                             (".txt", None, " Time (%)"),
+                                             (".csv", "text", " Time (%)")])
+def test_output_format_follows_the_suffix_unless_format_says(planted, tmp_path, suffix, fmt, head):
+    out = tmp_path / f"k{suffix}"
+    args = ["kernels", planted, "-o", str(out)] + (["--format", fmt] if fmt else [])
+    assert run(*args).exit_code == 0
+    assert out.read_text().lstrip("\n").startswith(head.strip()) or \
+        out.read_text().startswith(head)
+    # --format before -o or after it: the same
+    if fmt:
+        out2 = tmp_path / f"k2{suffix}"
+        assert run("kernels", "--format", fmt, "-o", str(out2), planted).exit_code == 0
+        assert out2.read_text() == out.read_text()
 
 
 def test_same_commands_on_kineto_trace():

@@ -189,8 +189,9 @@ def test_html_step_bars_say_what_they_draw_and_classes_have_their_own_colours(tm
                                   "--format", "html", "-o", str(out), "--no-cache"])
     assert r.exit_code == 0, r.output
     page = out.read_text()
-    # GPU sum, then the host step and the idle inside it (issue 22: both per-step idle figures)
-    assert re.search(r">[0-9.]+ ms \(step [0-9.]+ ms, in span [0-9.]+ [mun]?s\)</text>", page)
+    # the step's own time, then the GPU busy and idle inside it (issue 33: a bar is the step)
+    u = r"[0-9.]+ (?:ns|us|ms|s)"
+    assert re.search(rf">{u} \(GPU busy {u}, idle {u}\)</text>", page)
     assert " host</text>" not in page
     idle = {v for k, v in COLORS.items() if k != "busy"}
     assert not idle & set(CLASS_COLORS)

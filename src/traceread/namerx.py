@@ -107,9 +107,16 @@ class NameRx:
 
 
 COMPILED: list[NameRx] = []     # every pattern made here (the tests hold each against ``re``)
+_MADE: dict[tuple, NameRx] = {}
 
 
 def compile(pattern, flags: int = 0) -> NameRx:  # noqa: A001 - mirrors re.compile
-    rx = NameRx(pattern.rx if isinstance(pattern, NameRx) else re.compile(pattern, flags))
-    COMPILED.append(rx)
-    return rx
+    """One NameRx per (pattern, flags): passes that build a pattern per call (a step's name)
+    reuse it, so COMPILED -- and a long session's memory -- holds each pattern once."""
+    rx = pattern.rx if isinstance(pattern, NameRx) else re.compile(pattern, flags)
+    key = (rx.pattern, rx.flags)
+    made = _MADE.get(key)
+    if made is None:
+        made = _MADE[key] = NameRx(rx)
+        COMPILED.append(made)
+    return made

@@ -58,6 +58,8 @@ _COMMANDS = {
         "TRACE plus tracks for ui.perfetto.dev: idle gaps by cause, steps, exposed comm, "
         "compiles.")),
     "diff": ("diff", "Compare two traces (or two directories of traces): did the fix work?"),
+    "flame": ("flame", "Flame graph of the host time inside GPU-idle gaps of TRACE (collapsed "
+              "stacks)."),
 }
 
 

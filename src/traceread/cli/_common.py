@@ -32,6 +32,10 @@ def load_trace(path: str) -> Trace:
     from ..readers.cache import worth_caching
 
     LOADING["path"] = path   # the file an out-of-memory error names (cli.main)
+    if os.path.isdir(path):   # the one-trace commands: say what takes a folder
+        raise TraceError(path, "is a directory, not a trace file: `traceread batch "
+                         f"{path}` analyses every trace under it, or pass the files "
+                         f"({os.path.join(path, '*.json.gz')})")
     use = _USE_CACHE["on"] and not os.environ.get("TRACEREAD_NO_CACHE")
     trace = _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path),
                   strict=_STRICT["on"])
@@ -170,22 +174,63 @@ def one_line(message: str) -> str:
     return safe.name(str(message).strip())
 
 
+# -o's suffix names the format unless --format was given (-o report.html writes HTML).
+SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".json": "json", ".csv": "csv",
+                  ".txt": "text", ".folded": "folded", ".svg": "svg"}
+
+
+def _suffix_format(out, choices) -> str | None:
+    import os.path
+
+    fmt = SUFFIX_FORMATS.get(os.path.splitext(str(out or ""))[1].lower())
+    return fmt if fmt in choices else None
+
+
+def format_callback(ctx, param, value):
+    """--format: as given; else the -o suffix's format when this command writes it, else
+    text. (click runs the two options' callbacks in command-line order: both look; the
+    option's default is None so that a given --format text is told from none.)"""
+    if value is not None:
+        return value
+    ctx.meta["traceread.fmt_defaulted"] = True
+    return _suffix_format(ctx.params.get("out"), param.type.choices) or "text"
+
+
+def _output_callback(ctx, param, value):
+    # the text renders at a terminal's width (wrapped once, there), else the 100-column layout
+    from ..render.fmt import set_width
+    from ..render.terminal import width_for
+
+    set_width(width_for(sys.stdout) if value in (None, "-") else None)
+    fmt = next((p for p in ctx.command.params if p.name == "fmt"), None)
+    if value and fmt is not None and ctx.meta.get("traceread.fmt_defaulted"):
+        ctx.params["fmt"] = _suffix_format(value, fmt.type.choices) or ctx.params["fmt"]
+    return value
+
+
 format_option = click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-    help="Output format.")
+    "--format", "fmt", type=click.Choice(["text", "json"]), default=None, show_default="text",
+    callback=format_callback, help="Output format (default: by -o's suffix, else text).")
 output_option = click.option(
     "-o", "--output", "out", type=click.Path(dir_okay=False, readable=False), default=None,
-    help="Write to this file instead of stdout.")
+    callback=_output_callback,
+    help="Write to this file instead of stdout (.html/.json/.csv/.txt pick the format).")
 
 
 _UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
 def parse_duration(text) -> int:
-    """'1ms', '500us', '2s', '1.5ms' or a bare number of ns -> integer ns."""
+    """'1ms', '500us', '2s', '1.5ms', '7ns' (or a bare 0) -> integer ns.
+
+    A bare number is refused: nsys's gap= counts ms, our ns, so "5" would silently
+    mean a different time to whoever typed it."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s)?\s*", str(text).lower())
     if not m:
         raise click.BadParameter(f"{text!r} is not a duration (e.g. 1ms, 500us, 2s)")
+    if m.group(2) is None and float(m.group(1)) != 0:
+        raise click.BadParameter(f"{text!r} has no unit: write {m.group(1)}ns, {m.group(1)}us, "
+                                 f"{m.group(1)}ms or {m.group(1)}s")
     return int(round(float(m.group(1)) * _UNITS[m.group(2) or "ns"]))
 
 

@@ -7,12 +7,12 @@ import click
 
 from . import main
 from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_failed,
-                      format_option, no_cache_option, output_option, parse_duration,
+                      format_callback, format_option, no_cache_option, output_option, parse_duration,
                       strict_option)
 from ..analysis import analyze as run_analysis
 from ..render.json import gap_records
 from ..render.fmt import fit_list, short_name
-from ..render.report import STEP_IDLE_LEGEND, render_report
+from ..render.report import render_report, render_steps
 from ..render import safe
 from ..render.text import ORIGIN_NOTE, fmt_ns, rel_time
 
@@ -72,8 +72,10 @@ step_pattern_option = click.option(
 
 
 html_format_option = click.option(
-    "--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
-    show_default=True, help="Output format (html: one self-contained page, needs -o).")
+    "--format", "fmt", type=click.Choice(["text", "json", "html"]), default=None,
+    show_default="text", callback=format_callback,
+    help="Output format (default: by -o's suffix, else text; html: one self-contained page, "
+         "needs -o).")
 
 
 def _trace_command(*extra, fmt_option=format_option):
@@ -221,25 +223,17 @@ def steps(traces, fmt, out, step_pattern, steps_spec, window):
         emit_json(docs, out, len(traces))
         exit_if_failed(failed)
         return
-    blocks = []
-    for a in results:
-        st = a.steps
-        lines = [safe.name(a.meta.path), f"  {'step':>6}  {'start':>10}  {'host time':>10}  {'GPU busy':>10}  "
-                 f"{'GPU idle':>10}  {'in span':>10}  {'gaps':>6}  {'GPU ops':>8}"]
-        t0 = int(st["start"].min()) if len(st) else 0
-        for r in st.to_dict(orient="records"):
-            lines.append(f"  {'#' + str(r['step']):>6}  {'+' + fmt_ns(r['start'] - t0):>10}  "
-                         f"{fmt_ns(r['dur']):>10}  {fmt_ns(r['busy_ns']):>10}  "
-                         f"{fmt_ns(r['idle_ns']):>10}  {fmt_ns(r['idle_in_span_ns']):>10}  "
-                         f"{r['gaps']:>6,}  {r['gpu_ops']:>8,}")
-        lines.append(STEP_IDLE_LEGEND)
-        blocks.append("\n".join(lines))
-    emit("\n\n".join(blocks), out)
+    emit("\n\n".join(render_steps(safe.for_display(a)).rstrip("\n") for a in results), out)
     exit_if_failed(failed)
 
 
-@_trace_command(min_gap_option)
-def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
+idle_rows_option = click.option(
+    "--rows", type=int, default=50, show_default=True,
+    help="List the first N gaps in time order (-1: all; JSON always has all).")
+
+
+@_trace_command(min_gap_option, idle_rows_option)
+def idle(traces, fmt, out, min_gap, rows, step_pattern, steps_spec, window):
     """Every GPU idle gap of each TRACE with its step, drain cause and host activity."""
     results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window)
     if fmt == "json":
@@ -254,15 +248,19 @@ def idle(traces, fmt, out, min_gap, step_pattern, steps_spec, window):
         t0 = a.window.trace_start if a.window is not None else 0
         pids = g["pid"].nunique() > 1  # the pid column only when it tells gaps apart
         pid_head = f"{'pid':>8}  " if pids else ""
-        lines = [safe.name(a.meta.path), ORIGIN_NOTE, f"  {'start':>12}  {'duration':>9}  {pid_head}{'dev':>3}  "
-                 f"{'step':>6}  {'drain':<22}  host (largest first; JSON has all)"]
-        for r in gap_records(g):
+        lines = [safe.name(a.meta.path), ORIGIN_NOTE, f"  {'start':>11}  {'duration':>9}  {pid_head}{'dev':>3}  "
+                 f"{'step':>6}  {'drain':<20}  host (largest first)"]
+        recs = gap_records(g)
+        for r in recs if rows < 0 else recs[:rows]:
             drain = r["drain"] + (f" {r['drain_op']}" if r["drain_op"] else "")
             pid = f"{r['pid']:>8}  " if pids else ""
-            row = (f"  {rel_time(r['start_ns'] - t0):>12}  {fmt_ns(r['duration_ns']):>9}  {pid}"
-                   f"{r['device']:>3}  {r['step']:>6}  {short_name(drain, 22):<22}  ")
+            row = (f"  {rel_time(r['start_ns'] - t0):>11}  {fmt_ns(r['duration_ns']):>9}  {pid}"
+                   f"{r['device']:>3}  {r['step']:>6}  {short_name(drain, 20):<20}  ")
             host = [f"{k} {fmt_ns(v)}" for k, v in sorted(r["by_cpu"].items(), key=lambda kv: -kv[1])]
             lines.append(row + fit_list(row, host))
+        if 0 <= rows < len(recs):
+            lines.append(f"  ... {len(recs) - rows:,} more gaps ({len(recs):,} in all): --rows -1 "
+                         "lists every one, --min-gap 1ms only the longer ones")
         blocks.append("\n".join(lines))
     emit("\n\n".join(blocks), out)
     exit_if_failed(failed)

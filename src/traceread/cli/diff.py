@@ -6,7 +6,7 @@ import re
 import click
 
 from . import main
-from ._common import emit, load_trace, no_cache_option, output_option
+from ._common import emit, format_callback, load_trace, no_cache_option, output_option
 
 
 def _percent(ctx, param, value):
@@ -35,8 +35,9 @@ def _batch(ctx, param, value):
 @main.command()
 @click.argument("before", type=click.Path(readable=False))
 @click.argument("after", type=click.Path(readable=False))
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
-              show_default=True, help="Output format.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default=None,
+              show_default="text", callback=format_callback,
+              help="Output format (default: by -o's suffix, else text).")
 @output_option
 @click.option("--fail-if-slower", default=None, callback=_percent, metavar="PCT",
               help=f"Exit {EXIT_SLOWER} when AFTER is more than PCT slower than BEFORE (e.g. 5%): "

@@ -23,11 +23,12 @@ from ..render import safe
 from ..render.text import fmt_ns, rel_time
 from ..table import Trace
 from . import main
-from ._common import emit, load_trace, output_option, parse_duration
+from ._common import duration_callback, emit, format_callback, load_trace, output_option
 
 stats_format_option = click.option(
-    "--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text",
-    show_default=True, help="Output format (csv is byte-identical to nsys stats).")
+    "--format", "fmt", type=click.Choice(["text", "csv", "json"]), default=None,
+    show_default="text", callback=format_callback,
+    help="Output format (default: by -o's suffix, else text; csv is byte-identical to nsys stats).")
 
 GAP_HEADERS = ("Row#", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID")
 
@@ -69,16 +70,20 @@ def api(trace, real_calls_only, fmt, out, nsys_version):
 
 @main.command()
 @click.argument("trace", type=click.Path(readable=False))
-@click.option("--min-gap", default="1ms", show_default=True,
-              help="Report idle gaps strictly longer than this (1ms, 500us, 2s, or ns). nsys's "
-                   "gpu_gaps defaults to 500ms (gap=500): --min-gap 500ms gives its default rows.")
+@click.option("--min-gap", default="1ms", show_default=True, callback=duration_callback,
+              metavar="DURATION",
+              help="Report idle gaps strictly longer than this (1ms, 500us, 2s, 7ns: a unit is "
+                   "required). nsys's gpu_gaps defaults to 500ms (gap=500, in ms): --min-gap "
+                   "500ms gives its default rows.")
 @stats_format_option
 @output_option
 @rows_option
-def gaps(trace, min_gap, fmt, out, rows):
+@version_option
+def gaps(trace, min_gap, fmt, out, rows, nsys_version):
     """GPU idle gaps of TRACE per process and device (nsys stats gpu_gaps)."""
     t = load_trace(trace)
-    _emit(render_gaps(t, parse_duration(min_gap), fmt, rows), out, fmt=fmt)
+    stats_version(t, nsys_version)   # checked like the other reports: gpu_gaps prints only
+    _emit(render_gaps(t, min_gap, fmt, rows), out, fmt=fmt)   # integers, alike in both
 
 
 def gap_rows(t: Trace, min_gap_ns: int, rows: int = reports.NSYS_ROW_LIMIT) -> list[list[str]]:

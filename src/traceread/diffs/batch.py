@@ -198,7 +198,7 @@ def _job_side(v: JobView, name: str | None, keys: list) -> dict[str, Any]:
     steps = [v.step_of.get(k) for k in keys]
     steps = [int(s) for s in steps if s is not None]
     return {"job": name, "world_size": int(row["world_size"]),
-            "straggler_rank": int(row["straggler_rank"]),
+            "straggler_rank": -1 if pd.isna(row["straggler_rank"]) else int(row["straggler_rank"]),
             "collective": row.get("straggler_collective") or None,
             "late_by_ns": int(row["late_by_ns"] or 0), "cause": row.get("cause") or None,
             "locality": row.get("locality") or None, "summary": str(row.get("summary") or ""),

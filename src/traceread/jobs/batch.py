@@ -437,6 +437,8 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     for c in ("rank", "world_size", "events", "steps", "recompiles", "truncated_at_byte"):
         summary[c] = summary[c].astype("Int64")
+    for c in ("rank", "world_size"):   # unknown: null in the Parquet (as job), never -1
+        summary[c] = summary[c].mask(summary[c] < 0)
     for c in ("step_mean_ms", "idle_pct", "top_drain_pct", "top_cpu_pct", "comm_ms", "exposed_comm_pct", "seconds"):
         summary[c] = summary[c].astype("float64")
     inputs = [(i, r["rank_input"]) for i, r in enumerate(results) if r["rank_input"] is not None]

@@ -156,12 +156,23 @@ class PartialSummary:
         self.f.close()
 
 
+# Columns whose -1 means "unknown" / "none" in the analysis' frames: null in the Parquet a
+# user reads (as summary's rank), so a filter or a mean never takes -1 for a value.
+UNKNOWN_IS_MINUS_ONE = frozenset({
+    "rank", "world_size", "step", "step_index", "pid", "tid", "gpu_start", "gpu_end",
+    "msg_nelems", "msg_bytes", "group_size", "seq", "straggler_rank", "waits_for"})
+
+
 def _to_arrow(df: pd.DataFrame):
-    """DataFrame -> Arrow; categories become plain strings, mixed-type columns strings."""
+    """DataFrame -> Arrow; categories become plain strings, mixed-type columns strings,
+    -1 in an UNKNOWN_IS_MINUS_ONE column null."""
     import pyarrow as pa
 
     df = df.copy()
     for c in df.columns:
+        if c in UNKNOWN_IS_MINUS_ONE and pd.api.types.is_integer_dtype(df[c]) \
+                and (df[c] == -1).any():
+            df[c] = df[c].astype("Int64").mask(df[c] == -1)
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
             s = df[c] = s.astype(object).where(s.notna(), None)

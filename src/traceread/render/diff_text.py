@@ -10,7 +10,7 @@ import textwrap
 
 from ..passes.attribution import CPU_CATEGORIES
 from . import safe
-from .fmt import short_name
+from .fmt import short_name, short_path
 from .text import fmt_ns
 
 PAIR_ROWS = 64
@@ -38,9 +38,28 @@ def _many(d) -> str:
     return "\n".join(lines) + "\n" + _one(lead)
 
 
+def pair_names(labels: list[str]) -> tuple[str, dict[str, str]]:
+    """(the folder every label lies under, each label below it): rows then differ in what
+    tells them apart, not in a shared prefix cut to the same few characters."""
+    import posixpath
+
+    parts = [str(x).split("/") for x in labels]
+    common = []
+    for level in zip(*parts) if len(parts) > 1 else []:
+        if len(set(level)) > 1:
+            break
+        common.append(level[0])
+    common = common[:min(len(p) for p in parts) - 1] if parts else []
+    root = posixpath.join(*common) if common else ""
+    return root, {x: str(x)[len(root) + 1:] if root else str(x) for x in labels}
+
+
 def _pair_table(pairs: list) -> list[str]:
+    root, names = pair_names([p.label for p in pairs])
     lines = ["", f"  {'trace':<30}{'step before':>12}{'after':>10}{'change':>9}"
                  f"{'idle% before':>14}{'after':>7}  verdict"]
+    if root:
+        lines[-1:-1] = [f"  (traces under {safe.name(root)}/)"]
     order = sorted(pairs, key=lambda p: -(p.slower_pct() if p.slower_pct() is not None else -1e9))
     for p in order[:PAIR_ROWS]:
         b, a = p.before, p.after
@@ -48,7 +67,7 @@ def _pair_table(pairs: list) -> list[str]:
         pct = p.slower_pct()
         verdict = f"{str(b['verdict']).upper()} -> {str(a['verdict']).upper()}" \
             if b["verdict"] != a["verdict"] else str(b["verdict"]).upper()
-        lines.append(f"  {short_name(p.label, 29):<30}{_ns(b.get(key)):>12}{_ns(a.get(key)):>10}"
+        lines.append(f"  {short_path(names[p.label], 29):<30}{_ns(b.get(key)):>12}{_ns(a.get(key)):>10}"
                      f"{'' if pct is None else f'{pct:+.1f}%':>9}"
                      f"{b['gpu_idle_pct']:>13.1f}%{a['gpu_idle_pct']:>6.1f}%  {verdict}")
     if len(pairs) > PAIR_ROWS:

@@ -8,16 +8,31 @@ import textwrap
 from . import safe
 
 NAME_W = 60
-WIDTH = 100  # terminal columns the report keeps to (prose wraps, kernel names shorten)
+WIDTH = 100  # the layout of pipes and -o files (prose wraps, kernel names shorten)
+MIN_WIDTH = 40
+TABLE_WIDTH = 80  # table rows keep within this on every terminal: only prose rewraps
+_WIDTH = [WIDTH]
+
+
+def width() -> int:
+    """The columns the text being rendered keeps to: WIDTH, or a narrower terminal's
+    (set once per command by ``set_width``, before rendering: text is wrapped once)."""
+    return _WIDTH[0]
+
+
+def set_width(columns: int | None) -> None:
+    """Render for ``columns`` (a terminal's; None: the 100-column layout of files)."""
+    _WIDTH[0] = WIDTH if not columns else max(MIN_WIDTH, min(WIDTH, int(columns)))
 
 
 def short_name(name: str, w: int = NAME_W) -> str:
     return safe.short(name, w)  # one inert line, inductor names keep their tail (render/safe.py)
 
 
-def tail_lines(prefix: str, text: str, width: int = WIDTH) -> list[str]:
+def tail_lines(prefix: str, text: str, width: int | None = None) -> list[str]:
     """A table row whose last column is free text: the text wraps inside that column
     (continuation lines indented to it), so the row never passes ``width``."""
+    width = width or _WIDTH[0]
     room = width - len(prefix)
     if len(prefix) + len(text) <= width or room < 20:
         return [prefix + text]
@@ -32,20 +47,24 @@ def glue_units(text: str) -> str:
     return re.sub(r"(\d) (?=(?:ns|us|µs|ms|s|min|h|%)(?:\W|$))", "\\1\x00", text)
 
 
-def fit_list(prefix: str, items: list[str], width: int = WIDTH) -> str:
-    """As many of ``items`` (largest first), joined by ", ", as fit after ``prefix``."""
+def fit_list(prefix: str, items: list[str], width: int | None = None) -> str:
+    """As many of ``items`` (largest first), joined by ", ", as fit after ``prefix``
+    (within TABLE_WIDTH: the free-text column of a table row)."""
+    width = width or min(_WIDTH[0], TABLE_WIDTH)
     items = [safe.name(x) for x in items]
     for n in range(len(items), 0, -1):
         text = ", ".join(items[:n])
         if len(prefix) + len(text) <= width:
             return text
-    return short_name(items[0], max(10, width - len(prefix))) if items else ""
+    room = width - len(prefix)
+    return short_name(items[0], room) if items and room >= 8 else ""
 
 
-def short_path(path: str, width: int = WIDTH) -> str:
+def short_path(path: str, width: int | None = None) -> str:
     """A path that fits ``width``: its start and its end (the file name) with … between.
     For a path inside prose only: a header prints its path whole, so that it can be copied."""
     path = safe.name(path)
+    width = width or _WIDTH[0]
     if len(path) <= width:
         return path
     tail = path[-(width * 2 // 3):]
@@ -56,7 +75,7 @@ def plural(count: int, word: str) -> str:
     return f"{count:,} {word}" + ("" if count == 1 else "s")
 
 
-def fit(lines: list[str], width: int = WIDTH) -> list[str]:
+def fit(lines: list[str], width: int | None = None) -> list[str]:
     """Wrap prose lines longer than ``width``; table rows and paths stay whole.
 
     A row has a two-space column gap after its indent; a path (a line of one word)
@@ -64,10 +83,13 @@ def fit(lines: list[str], width: int = WIDTH) -> list[str]:
     pybind11 type name, say) loses its middle to "…". Continuations indent past a
     ``1.`` / ``-`` marker.
     """
+    width = width or _WIDTH[0]
     out = []
     for line in lines:
         body = line.lstrip(" ")
-        if len(line) <= width or "  " in body or " " not in body:
+        # a row: an indented line with a column gap (a title at column 0 -- VERDICT  HOST --
+        # is prose, wrapped here, not by the terminal)
+        if len(line) <= width or ("  " in body and body != line) or " " not in body:
             out.append(line)
             continue
         indent = line[: len(line) - len(body)]

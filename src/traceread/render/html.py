@@ -21,7 +21,7 @@ import numpy as np
 from ..passes.attribution import CPU_CATEGORIES
 from .base import Renderer
 from .fmt import plural
-from .html_base import COLORS, hbars, name_span, page, rect, svg, table
+from .html_base import ACTIVITY_COLORS, COLORS, hbars, name_span, page, rect, svg, table
 from .text import fmt_bytes, fmt_ns, fmt_rate, rel_time
 
 COLUMNS = 800          # timeline resolution (SVG columns per device lane)
@@ -67,7 +67,7 @@ def summary_html(a) -> str:
 def analysis_body(a) -> str:
     d = a.to_dict()
     parts = [_header(d), _verdict(a, d), _timeline_section(a), _steps_section(d), _idle_section(d),
-             _gaps_section(a, d), _kernels_section(d), _comm_section(d), _copies_section(d),
+             _flame_section(a), _gaps_section(a, d), _kernels_section(d), _comm_section(d), _copies_section(d),
              _compile_section(a, d)]
     return "\n".join(p for p in parts if p)
 
@@ -114,13 +114,19 @@ def job_body(analyses: list, jobs=None) -> str:
         idle = int(dev["idle_ns"].sum()) if len(dev) else 0
         label = f"rank {a.meta.rank}" if a.meta.rank >= 0 else a.meta.path.rsplit("/", 1)[-1]
         rows.append([f'<a href="#t{i}">{escape(label)}</a>', escape(str(a.verdict.get("bound", "")).upper()),
-                     fmt_ns(stats["mean_ns"]) if stats.get("mean_ns") else "-",
-                     f"{100 * idle / window:.1f}%" if window else "-", escape(a.meta.path)])
-        bars.append((label, stats.get("mean_ns") or window, fmt_ns(stats.get("mean_ns") or window),
-                     palette[i % len(palette)]))
+                     fmt_ns(stats["mean_ns"]) if stats.get("mean_ns") and
+                     a.step_source != "whole_trace" else "-",
+                     f"{100 * idle / window:.1f}%" if window else "-",
+                     f'<span class="name">{escape(a.meta.path)}</span>'])
+        if stats.get("mean_ns") and a.step_source != "whole_trace":   # no steps: no step bar
+            bars.append((label, stats["mean_ns"], fmt_ns(stats["mean_ns"]),
+                         palette[i % len(palette)]))
+    nosteps = len(analyses) - len(bars)
     parts = [f"<h1>{plural(len(analyses), 'trace')}</h1>",
              table(["trace", "verdict", "step (mean)", "GPU idle", "file"], rows, {2, 3}),
-             "<h2>Step time per trace</h2>", hbars(bars),
+             "<h2>Step time per trace</h2>" + hbars(bars) if bars else "",
+             f"<p class='meta'>{plural(nosteps, 'trace')} without steps: no step-time bar</p>"
+             if bars and nosteps else "",
              cross_rank_html(jobs)]  # the caller analyses the job: a renderer only draws
     for i, a in enumerate(ordered):
         parts.append(f'<hr id="t{i}">' + analysis_body(a))
@@ -216,9 +222,11 @@ def _val(key: str, x) -> str:
     return fmt_ns(x) if key.endswith("_ns") and isinstance(x, (int, float)) else str(x)
 
 
-def _legend(keys) -> str:
-    return '<div class="legend">' + "".join(
-        f'<span><i style="background:{COLORS.get(k, "#777777")}"></i>{escape(k)}</span>' for k in keys) + "</div>"
+def _legend(keys, colors=None, prefix: str = "") -> str:
+    colors = COLORS if colors is None else colors
+    return f'<div class="legend">{escape(prefix)}' + "".join(
+        f'<span><i style="background:{colors.get(k, "#777777")}"></i>{escape(k)}</span>'
+        for k in keys) + "</div>"
 
 
 # --- GPU timeline --------------------------------------------------------------------
@@ -261,8 +269,11 @@ def _timeline_section(a) -> str:
     lane_h, label_w, width = 46, 90, COLUMNS + 90
     inner, y = [], 4
     exposed = _exposed(a)
+    acts = {(int(r["pid"]), int(r["device"])): binned_activity(
+        a.trace.events, int(r["pid"]), int(r["device"]), int(r["window_start"]),
+        int(r["window_end"])) for r in lanes} if _activity_kinds(a) else {}
     for r in lanes:
-        inner += _lane(a, r, label_w, y, lane_h)
+        inner += _lane(a, r, label_w, y, lane_h, acts.get((int(r["pid"]), int(r["device"]))))
         y += lane_h + 2
         iv = exposed.get((int(r["pid"]), int(r["device"])))
         if iv is not None:
@@ -273,9 +284,33 @@ def _timeline_section(a) -> str:
     steps = _step_ticks(a, lanes, label_w)
     head = (f"<h2>GPU timeline{more}</h2><p class='meta'>Each column is "
             f"{fmt_ns((lanes[0]['window_end'] - lanes[0]['window_start']) / COLUMNS)} of the device's "
-            f"active window: blue = busy, colours = idle, by what the host was doing. Ticks: step starts.</p>")
-    keys = ["busy", *CPU_CATEGORIES] + (["exposed"] if exposed else [])
-    return head + _legend(keys) + svg(width, y + 14, inner + steps, "GPU timeline")
+            f"active window: the lower part is GPU busy, by kind (compute, copy, comm), the upper "
+            f"part GPU idle, coloured by what the host was doing. Ticks: step starts.</p>")
+    kinds = ["compute", "copy", "comm"] if _activity_kinds(a) else ["compute"]
+    keys = [*CPU_CATEGORIES] + (["exposed"] if exposed else [])
+    return head + _legend(kinds, ACTIVITY_COLORS, "busy: ") + _legend(keys, prefix="idle: ") + \
+        svg(width, y + 14, inner + steps, "GPU timeline") + _activity_bars(lanes, acts)
+
+
+def _activity_bars(lanes: list[dict], acts: dict) -> str:
+    """GPU time by activity kind over the drawn lanes' windows: compute, copy, comm, idle."""
+    if not acts:
+        return ""
+    tot = {"compute": 0.0, "copy": 0.0, "comm": 0.0}
+    window = idle = 0
+    for r in lanes:
+        act = acts[(int(r["pid"]), int(r["device"]))]
+        for k in tot:
+            tot[k] += float(act[k].sum())
+        window += int(r["window_ns"])
+        idle += int(r["idle_ns"])
+    if not window:
+        return ""
+    rows = [(k, v, f"{fmt_ns(v)} ({100 * v / window:.1f}%)", ACTIVITY_COLORS[k])
+            for k, v in (*tot.items(), ("idle", idle))]
+    return ("<p class='meta'>GPU time by activity over the same window (kinds can overlap: "
+            "communication hidden behind compute counts in both; idle is time with no GPU "
+            "op at all).</p>" + hbars(rows))
 
 
 def _exposed(a) -> dict:
@@ -300,7 +335,36 @@ def _comm_lane(iv, r: dict, x0: int, y: int) -> list[str]:
     return out
 
 
-def _lane(a, r: dict, x0: int, y: int, h: int) -> list[str]:
+def binned_activity(ev, pid: int, device: int, start: int, end: int,
+                    columns: int = COLUMNS) -> dict[str, np.ndarray]:
+    """GPU time per column per activity kind (copy: memcpy/memset; comm: NCCL/RCCL
+    kernels; compute: every other kernel or graph) of one device lane: the union of each
+    kind's ops (streams overlapping within a kind count once; kinds may overlap)."""
+    from ..passes.intervals import union
+    from ..passes.nccl import comm_mask
+
+    edges = np.linspace(start, end, columns + 1)
+    ops = ev[ev["kind"].isin(["kernel", "memcpy", "memset", "graph"]).to_numpy()
+             & (ev["pid"] == pid).to_numpy() & (ev["device"] == device).to_numpy()]
+    kinds = np.where(ops["kind"].isin(["memcpy", "memset"]).to_numpy(), "copy",
+                     np.where(comm_mask(ops), "comm", "compute"))
+    s = ops["ts"].to_numpy(np.int64)
+    e = s + ops["dur"].to_numpy(np.int64)
+    out = {}
+    for k in ("compute", "copy", "comm"):
+        us, ue = union(s[kinds == k], e[kinds == k])
+        us, ue = np.maximum(us, start), np.minimum(ue, end)
+        out[k] = np.diff(_integral(us.astype(np.float64), ue.astype(np.float64),
+                                   np.ones(len(us)), edges))
+    return out
+
+
+def _activity_kinds(a) -> bool:
+    """Whether the page can colour busy time by kind (it needs the trace's events)."""
+    return a.trace is not None and a.trace.events is not None and len(a.trace.events) > 0
+
+
+def _lane(a, r: dict, x0: int, y: int, h: int, act: dict | None = None) -> list[str]:
     g = a.gaps
     g = g[(g["pid"] == r["pid"]) & (g["device"] == r["device"])] if len(g) else g
     w0, w1 = int(r["window_start"]), int(r["window_end"])
@@ -308,9 +372,19 @@ def _lane(a, r: dict, x0: int, y: int, h: int) -> list[str]:
     idle = binned_idle(g, w0, w1)
     label = f"GPU {r['device']}" + (f" pid {r['pid']}" if a.devices["pid"].nunique() > 1 else "")
     out = [f'<text x="2" y="{y + h / 2 + 4:.0f}">{escape(label)}</text>',
-           rect(x0, y, COLUMNS, h, COLORS["busy"], f"{label}: busy {fmt_ns(r['busy_ns'])}, "
-                 f"idle {fmt_ns(r['idle_ns'])}")]
+           rect(x0, y, COLUMNS, h, ACTIVITY_COLORS["compute"], f"{label}: busy "
+                f"{fmt_ns(r['busy_ns'])}, idle {fmt_ns(r['idle_ns'])}")]
     total = sum(idle.values())
+    busy_h = h - h * np.minimum(total / col_ns, 1.0)
+    if act is not None:   # copies and comm drawn over the compute blue, from the bottom
+        ops = act["compute"] + act["copy"] + act["comm"]
+        for col in np.flatnonzero((act["copy"] + act["comm"]) > 0):
+            yy = y + h
+            for k in ("copy", "comm"):
+                hh = busy_h[col] * act[k][col] / ops[col]
+                if hh >= 0.05:
+                    yy -= hh
+                    out.append(rect(x0 + col, yy, 1.0, hh, ACTIVITY_COLORS[k]))
     for col in np.flatnonzero(total > col_ns * 0.002):
         yy = y
         for c in CPU_CATEGORIES:  # idle stacks from the top; what is left below is busy
@@ -342,34 +416,47 @@ def _steps_section(d: dict) -> str:
     if not st.get("count") or not items:
         return ""
     shown = items[:MAX_STEPS]
-    top = max(it["busy_ns"] + it["idle_ns"] for it in shown) or 1
+    top = max(it["dur_ns"] for it in shown) or 1
     bar_w, row_h, x0 = 760, 16, 70
     inner = []
     for i, it in enumerate(shown):
         y = i * (row_h + 3)
         inner.append(f'<text x="0" y="{y + 12}">#{escape(str(it["step"]))}</text>')
         x = x0
-        w = bar_w * it["busy_ns"] / top
-        inner.append(rect(x, y, w, row_h, COLORS["busy"], f"step {it['step']}: busy {fmt_ns(it['busy_ns'])}"))
-        x += w
-        for c in CPU_CATEGORIES:
-            ns = (it.get("idle_by_cpu") or {}).get(c, 0)
-            if ns:
-                w = bar_w * ns / top
-                inner.append(rect(x, y, w, row_h, COLORS.get(c, "#777777"), f"step {it['step']}: {c} {fmt_ns(ns)}"))
-                x += w
-        # the bar is GPU time (busy + idle); the step's host duration is another figure
-        inner.append(f'<text x="{x + 4:.0f}" y="{y + 12}">{fmt_ns(it["busy_ns"] + it["idle_ns"])} '
-                     f'(step {fmt_ns(it["dur_ns"])}, in span {fmt_ns(it["idle_in_span_ns"])})</text>')
+        for key, ns, color in step_segments(it):
+            w = bar_w * ns / top
+            inner.append(rect(x, y, w, row_h, color, f"step {it['step']}: {key} {fmt_ns(ns)}"))
+            x += w
+        inner.append(f'<text x="{x0 + bar_w * it["dur_ns"] / top + 4:.0f}" y="{y + 12}">'
+                     f'{fmt_ns(it["dur_ns"])} (GPU busy {fmt_ns(it["busy_ns"])}, idle '
+                     f'{fmt_ns(it["idle_in_span_ns"])})</text>')
     s = st.get("stats") or {}
     more = f"; first {MAX_STEPS} of {len(items)}" if len(items) > MAX_STEPS else ""
-    head = (f"<h2>Steps</h2><p class='meta'>{st['count']} steps, mean {fmt_ns(s.get('mean_ns', 0))}, "
-            f"median {fmt_ns(s.get('median_ns', 0))}, cv {s.get('cv', 0):.2f}{more}. Each bar: GPU busy, "
-            f"then the idle time of the gaps ended by work the step launched, by cause, labelled "
-            f"with their sum (in brackets: the step's host duration, and the GPU idle inside "
-            f"it, steady on a steady loop).</p>")
+    head = (f"<h2>Steps</h2><p class='meta'>{plural(st['count'], 'step')}, mean {fmt_ns(s.get('mean_ns', 0))}, "
+            f"median {fmt_ns(s.get('median_ns', 0))}, cv {s.get('cv', 0):.2f}{more}. Each bar is "
+            f"the step's own time, labelled with it: GPU busy inside the step, then the GPU idle "
+            f"inside it, shared among causes as the gaps the step's work ended were (grey: "
+            f"neither, e.g. busy time counted past the step's end).</p>")
     return head + _legend(["busy", *CPU_CATEGORIES]) + svg(x0 + bar_w + 290, len(shown) * (row_h + 3),
-                                                             inner, "per-step GPU busy and idle")
+                                                             inner, "per-step time: GPU busy and idle")
+
+
+def step_segments(it: dict) -> list[tuple[str, float, str]]:
+    """One step's bar: (what, ns, colour) pieces that add up to the step's own duration."""
+    dur = max(float(it["dur_ns"]), 0.0)
+    busy = min(float(it["busy_ns"]), dur)
+    idle = min(float(it.get("idle_in_span_ns") or 0), dur - busy)
+    out = [("busy", busy, COLORS["busy"])]
+    by = {c: float(v) for c, v in (it.get("idle_by_cpu") or {}).items() if v}
+    total = sum(by.values())
+    if idle and total:
+        out += [(c, idle * by[c] / total, COLORS.get(c, "#777777")) for c in CPU_CATEGORIES
+                if by.get(c)]
+    elif idle:
+        out.append(("idle", idle, COLORS["untraced"]))
+    if dur - busy - idle > 0:
+        out.append(("neither", dur - busy - idle, "#e0e0e0"))
+    return [x for x in out if x[1] > 0]
 
 
 def _idle_section(d: dict) -> str:
@@ -387,6 +474,37 @@ def _idle_section(d: dict) -> str:
     return (f"<h2>Where the idle GPU time went ({fmt_ns(idle)})</h2>"
             f"<p class='meta'>What the launching host threads were doing while the GPU idled.</p>"
             + hbars(rows) + drain)
+
+
+def _flame_section(a) -> str:
+    """The host time inside the GPU-idle gaps as a flame graph (passes/flame.py)."""
+    if a.trace is None or a.gaps is None or not len(a.gaps):
+        return ""
+    from ..passes.flame import UNTRACED
+    from .flame import flame_svg, idle_flame, top_frames
+
+    stacks, made_of = idle_flame(a)
+    if not stacks:
+        return ""
+    head = ("<h2>Which host code kept the GPU waiting: a flame graph of the host time inside "
+            "the idle gaps</h2>")
+    if set(stacks) == {(UNTRACED,)}:
+        return head + ("<p class='meta'>No host range was open on the launching thread during "
+                       "the gaps: record with torch.profiler(with_stack=True) (Python frames) "
+                       "or NVTX ranges to see which code ran.</p>")
+    top = ", ".join(f"{escape(n)} {fmt_ns(ns)}" for n, ns in top_frames(stacks, 3))
+    sampled = made_of.startswith("nsys CPU samples")
+    if not sampled and not (a.trace.events["kind"] == "python").any():
+        top += (". This trace has no Python frames: time in a range with no operator open "
+                "is Python nobody recorded; torch.profiler(with_stack=True) records it")
+    what = (f"a call stack the CPU sampler took on the launching thread ({escape(made_of)})"
+            if sampled else "a frame on the launching thread (Python with "
+            "<code>with_stack=True</code>, operators, CUDA calls, NVTX ranges)")
+    return (head + f"<p class='meta'>Each bar is {what}, outermost on top, as wide as the "
+            "GPU-idle time it was on the stack; hover for the time. "
+            f"Innermost frames holding the most: {top}. The same stacks as text: "
+            "<code>traceread flame TRACE -o idle.folded</code> (speedscope, "
+            "flamegraph.pl).</p>" + flame_svg(stacks))
 
 
 # --- tables ------------------------------------------------------------------------

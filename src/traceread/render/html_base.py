@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from html import escape
 
+# GPU activity kinds: compute blue, copies brown-orange, comm teal -- no idle cause's colour.
+ACTIVITY_COLORS = {"compute": "#3b6ea8", "copy": "#a0522d", "comm": "#00838f", "idle": "#c9c9c9"}
 COLORS = {"busy": "#3b6ea8", "compile": "#9467bd", "graph_capture": "#c5b0d5", "dataloader": "#ff7f0e", "comm_wait": "#17becf",
           "sync": "#d62728", "alloc": "#8c564b", "launch": "#e377c2", "cpu_op": "#bcbd22",
           "python": "#2ca02c", "untraced": "#9e9e9e", "exposed": "#006d77", "hidden": "#83c5be"}
@@ -13,12 +15,14 @@ body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24
 color:#222;padding:0 16px}h1{font-size:20px;margin:0;overflow-wrap:anywhere}h2{font-size:16px;margin:28px 0 8px;
 border-bottom:1px solid #ddd;padding-bottom:4px}.meta{color:#666}.verdict{border-left:6px solid #d62728;
 background:#fbf3f3;padding:10px 16px;margin:16px 0}.verdict .bound{font-size:22px;font-weight:700}
-table{border-collapse:collapse;font-size:13px}td,th{padding:3px 10px;white-space:nowrap;text-align:left;
-border-bottom:1px solid #eee;vertical-align:top}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+table{border-collapse:collapse;font-size:13px;max-width:100%}td,th{padding:3px 10px;text-align:left;
+border-bottom:1px solid #eee;vertical-align:top;overflow-wrap:anywhere}td.n,th.n{text-align:right;
+font-variant-numeric:tabular-nums;white-space:nowrap}svg{max-width:100%;height:auto}
+.verdict.good{border-left-color:#1b7f3b;background:#f0f8f2}h2,p,li{overflow-wrap:anywhere}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}.legend i{display:inline-block;
 width:10px;height:10px;margin-right:4px;vertical-align:middle}.name{font-family:ui-monospace,monospace;
 font-size:12px;white-space:normal;word-break:break-all}svg text{font:11px system-ui,sans-serif;fill:#333}
-pre{white-space:pre-wrap;font-size:12px}.up{color:#b00020}.down{color:#1b7f3b}@media print{body{margin:0}}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}.up{color:#b00020}.down{color:#1b7f3b}@media print{body{margin:0}}
 """
 
 
@@ -51,7 +55,9 @@ def hbars(rows: list[tuple[str, float, str, str]], label_w: int = 130, bar_w: in
         inner.append(f'<text x="0" y="{y + 13}">{escape(label)}</text>')
         inner.append(rect(label_w, y, w, 16, color, f"{label}: {text}"))
         inner.append(f'<text x="{label_w + w + 6:.0f}" y="{y + 13}">{escape(text)}</text>')
-    return svg(label_w + bar_w + 160, len(rows) * 22, inner, "bars")
+    # room for the longest value label after the longest bar (11 px text, ~6.6 px a char)
+    text_w = max((len(t) for _, _, t, _ in rows), default=0) * 6.6 + 12
+    return svg(int(label_w + bar_w + max(text_w, 60)), len(rows) * 22, inner, "bars")
 
 
 def table(head: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:

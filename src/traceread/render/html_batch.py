@@ -8,10 +8,13 @@ import pandas as pd
 from .fmt import plural
 from .html_base import hbars, page, table
 
+# One colour per verdict, no two alike (tests/test_html.py): a chart coloured by verdict
+# must tell mixed from cold start from unknown.
 VERDICT_COLORS = {"data": "#ff7f0e", "copy": "#8c564b", "sync": "#d62728", "launch": "#e377c2",
                   "host": "#bcbd22", "comms": "#17becf", "compile": "#9467bd",
-                  "graph_capture": "#c5b0d5", "queued": "#aec7e8", "gpu": "#3b6ea8", "mixed": "#7f7f7f",
-                  "unknown": "#9e9e9e", "cpu_only": "#cccccc"}
+                  "graph_capture": "#c5b0d5", "queued": "#aec7e8", "gpu": "#3b6ea8",
+                  "mixed": "#222222", "cold_start": "#66a61e", "jit": "#e6ab02",
+                  "unknown": "#9e9e9e", "cpu_only": "#d9d9d9"}
 MAX_ROWS = 200
 
 
@@ -43,8 +46,9 @@ def batch_page(res) -> str:
                      + (f"<p class='meta'>files under {escape(root)}</p>" if root else "")
                      + _summary_table(ok, root))
     if len(bad):
-        parts.append("<h2>Failed</h2>" + table(["file", "error"], [[escape(str(r["file"])), escape(str(r["error"]))]
-                                                                   for _, r in bad.iterrows()]))
+        parts.append("<h2>Failed</h2>" + table(["file", "error"], [
+            [f'<span class="name">{escape(str(r["file"]))}</span>', escape(str(r["error"]))]
+            for _, r in bad.iterrows()]))
     if getattr(res, "jobs", None):
         from .html import cross_rank_html
 
@@ -86,7 +90,7 @@ def _summary_table(ok: pd.DataFrame, root: str = "") -> str:
     rows = []
     for _, r in ok.sort_values(["job", "rank", "file"], na_position="last").head(MAX_ROWS).iterrows():
         top = f"{r['top_cpu']} {_num(r['top_cpu_pct'], '{:.0f}%')}" if isinstance(r["top_cpu"], str) else "-"
-        rank = r["rank"] if r["rank"] is not None and r["rank"] == r["rank"] and r["rank"] >= 0 else None
+        rank = None if pd.isna(r["rank"]) or r["rank"] < 0 else r["rank"]
         rows.append([f'<span class="name">{escape(_rel(r["file"], root))}</span>', _num(rank, "{:.0f}"), escape(str(r["verdict"]).upper()),
                      _num(r["steps"], "{:.0f}"), _num(r["step_mean_ms"], "{:.1f} ms"),
                      _num(r["idle_pct"], "{:.1f}%"), escape(top), _num(r["exposed_comm_pct"], "{:.1f}%"),

@@ -23,7 +23,7 @@ def _many(d) -> str:
     """Folder / batch diffs: jobs, one row per matched trace, then the worst pair in full."""
     pct = d.slower_pct()
     head = (f"<h1>diff of {len(d.pairs)} matched traces (matched by {escape(str(d.matched_by))})</h1>"
-            f'<div class="verdict" id="verdict"><p>worst step-time change: '
+            f'<div class="{_box(pct)}" id="verdict"><p>worst step-time change: '
             f"{'' if pct is None else f'{pct:+.1f}%'} ({escape(d.label)})</p></div>")
     out = [head]
     if d.unmatched:
@@ -44,7 +44,7 @@ def _many(d) -> str:
     rows = []
     for p in sorted(d.pairs, key=lambda p: -(p.slower_pct() if p.slower_pct() is not None else -1e9)):
         key = p.time_key()
-        rows.append([escape(p.label), _ns(p.before.get(key)), _ns(p.after.get(key)),
+        rows.append([name_span(p.label, 400), _ns(p.before.get(key)), _ns(p.after.get(key)),
                      _change(p.before.get(key), p.after.get(key)),
                      f"{p.before['gpu_idle_pct']:.1f}%", f"{p.after['gpu_idle_pct']:.1f}%",
                      escape(f"{str(p.before['verdict']).upper()} → {str(p.after['verdict']).upper()}")])
@@ -55,6 +55,11 @@ def _many(d) -> str:
     out.append(f"<h2>In detail, the worst: {escape(d.label)}</h2>")
     out.append(_one(lead).replace('id="verdict"', 'id="lead-verdict"'))
     return "\n".join(out)
+
+
+def _box(slower_pct) -> str:
+    """The verdict box's class: green when AFTER is faster, red when slower."""
+    return "verdict good" if slower_pct is not None and slower_pct < 0 else "verdict"
 
 
 def _ns(x) -> str:
@@ -94,7 +99,7 @@ def _one(d) -> str:
     rows.append(["verdict", escape(str(b["verdict"]).upper()), escape(str(a["verdict"]).upper()),
                  "changed" if b["verdict"] != a["verdict"] else ""])
     out = [f"<h1>diff: {escape(b['path'])} → {escape(a['path'])}</h1>",
-           f'<div class="verdict" id="verdict"><div class="bound">{escape(str(b["verdict"]).upper())} → '
+           f'<div class="{_box(d.slower_pct())}" id="verdict"><div class="bound">{escape(str(b["verdict"]).upper())} → '
            f'{escape(str(a["verdict"]).upper())}</div><p>{_headline(d)}</p></div>',
            *_notes(d),
            f"<h2>Figures ({per})</h2>", table(["", "before", "after", "change"], rows, {1, 2, 3}),

@@ -9,7 +9,7 @@ from ..passes.attribution import CPU_CATEGORIES, waited_summary
 from ..verdict.because import because_text
 from ..verdict.bounds import TITLE
 from . import safe
-from .fmt import WIDTH, fit, fit_list, plural, short_name, tail_lines
+from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
 from .text import ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time, utilization_lines
 
 BOUND_TITLE = TITLE
@@ -61,7 +61,7 @@ def _header(a) -> list[str]:
     bits.append(f"{a.events:,} events")
     bits.append(f"span {fmt_ns(a.span_ns)}")
     line = "  " + " · ".join(bits)
-    if len(line) > WIDTH and m.producer:  # the producer's version details go first
+    if len(line) > width() and m.producer:  # the producer's version details go first
         line = line.replace(m.producer, re.sub(r"\s*\(.*?\)", "", m.producer), 1)
     return [safe.name(m.path), line]  # whole, even past the width: a path is copied
 
@@ -230,35 +230,64 @@ STEP_IDLE_LEGEND = ("  GPU idle: the gaps ended by work the step launched; in sp
                     "the step's own host time")
 
 
+def step_stats_line(a) -> str:
+    """Count, mean, median, p90 and cv of the step times. "even" / "BURSTY" judges only how
+    alike the steps are; whether the window is the steady state is passes/steady's word."""
+    s = a.step_stats
+    even = "BURSTY" if s["bursty"] else "even"
+    return (f"Steps: {s['count']} ({short_name(a.steps['name'].iloc[0], 30)} …), mean "
+            f"{fmt_ns(s['mean_ns'])}, median {fmt_ns(s['median_ns'])}, p90 {fmt_ns(s['p90_ns'])}, "
+            f"cv {s['cv']:.2f} ({even} step times)")
+
+
+STEP_HEAD = (f"  {'step':>6}  {'host time':>9}  {'GPU busy':>8}  {'GPU idle':>8}  "
+             f"{'in span':>8}  {'gaps':>5}  main idle cause")
+
+
+def _table_width() -> int:
+    return min(width(), TABLE_WIDTH)
+
+
+def step_row(r: dict, start: str | None = None) -> str:
+    """One step's row; ``start`` (the ``steps`` command's column) after the step number.
+    The cause's time is dropped where the row would pass TABLE_WIDTH."""
+    at = f"  {start:>11}" if start is not None else ""
+    row = (f"  {'#' + str(r['step']):>6}{at}  {fmt_ns(r['dur']):>9}  {fmt_ns(r['busy_ns']):>8}  "
+           f"{fmt_ns(r['idle_ns']):>8}  {fmt_ns(r['idle_in_span_ns']):>8}  {r['gaps']:>5,}  ")
+    if not r["idle_ns"]:
+        return row.rstrip()
+    vals = np.array([r[f"idle_{c}"] for c in CPU_CATEGORIES])
+    j = int(vals.argmax())
+    cause = f"{CPU_CATEGORIES[j]} {fmt_ns(vals[j])}"
+    return row + (cause if len(row) + len(cause) <= _table_width() else CPU_CATEGORIES[j])
+
+
 def _steps(a) -> list[str]:
     st = a.steps
     if a.step_source == "whole_trace":
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
-    s = a.step_stats
-    steady = "BURSTY" if s["bursty"] else "steady"
-    lines = ["", f"Steps: {s['count']} ({short_name(st['name'].iloc[0], 30)} …), mean "
-             f"{fmt_ns(s['mean_ns'])}, median {fmt_ns(s['median_ns'])}, p90 {fmt_ns(s['p90_ns'])}, "
-             f"cv {s['cv']:.2f} ({steady})",
-             STEP_IDLE_LEGEND,
-             f"  {'step':>6}  {'host time':>10}  {'GPU busy':>10}  {'GPU idle':>10}  {'in span':>10}  "
-             f"{'gaps':>6}  main idle cause"]
+    lines = ["", step_stats_line(a), STEP_IDLE_LEGEND, STEP_HEAD]
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
         rows = st.sort_values("dur", ascending=False, kind="stable").head(STEP_ROWS).sort_values(
             "start", kind="stable")
         lines[-3] += f"; showing the {STEP_ROWS} slowest"
-    cat_cols = [f"idle_{c}" for c in CPU_CATEGORIES]
-    for r in rows.to_dict(orient="records"):
-        vals = np.array([r[c] for c in cat_cols])
-        cause = ""
-        if r["idle_ns"]:
-            j = int(vals.argmax())
-            cause = f"{CPU_CATEGORIES[j]} {fmt_ns(vals[j])}"
-        lines.append(f"  {'#' + str(r['step']):>6}  {fmt_ns(r['dur']):>10}  {fmt_ns(r['busy_ns']):>10}  "
-                     f"{fmt_ns(r['idle_ns']):>10}  {fmt_ns(r['idle_in_span_ns']):>10}  "
-                     f"{r['gaps']:>6,}  {cause}")
+    lines += [step_row(r) for r in rows.to_dict(orient="records")]
     return lines
+
+
+def render_steps(a) -> str:
+    """``traceread steps``: every step (start on analyze's origin), its main idle cause,
+    and the step-time statistics."""
+    lines = [safe.name(a.meta.path)]
+    if a.step_source == "whole_trace" or not len(a.steps):
+        return "\n".join(fit(lines + _steps(a)[1:])) + "\n"
+    t0 = trace_origin(a)
+    head = STEP_HEAD.replace("  host time", f"  {'start':>11}  host time", 1)
+    lines += [step_stats_line(a), STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
+    lines += [step_row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
+    return "\n".join(fit(lines)) + "\n"
 
 
 def trace_origin(a) -> int:
@@ -277,7 +306,7 @@ def _gaps(a) -> list[str]:
     if a.min_gap_ns:
         title += f"; {len(g):,} longer than {fmt_ns(a.min_gap_ns)}"
     lines = ["", title + ")", ORIGIN_NOTE,
-             f"  {'start':>12}  {'duration':>10}  {'dev':>3}  {'step':>6}  {'drained by':<22}  host was in"]
+             f"  {'start':>11}  {'duration':>9}  {'dev':>3}  {'step':>6}  {'drained by':<20}  host was in"]
     if not len(g):
         return lines[:2]
     t0 = trace_origin(a)
@@ -288,8 +317,8 @@ def _gaps(a) -> list[str]:
         if r["drain"] == "queued" and r.get("waited_on"):
             drain = "queued: " + r["waited_on"]
         step = "#" + str(r["step"]) if r["step"] >= 0 else "-"
-        row = (f"  {rel_time(r['start'] - t0):>12}  {fmt_ns(r['duration']):>10}  {r['device']:>3}  "
-               f"{step:>6}  {short_name(drain, 22):<22}  ")
+        row = (f"  {rel_time(r['start'] - t0):>11}  {fmt_ns(r['duration']):>9}  {r['device']:>3}  "
+               f"{step:>6}  {short_name(drain, 20):<20}  ")
         lines.append(row + fit_list(row, [f"{c} {fmt_ns(ns)}" for ns, c in parts[:3]]))
     return lines
 
@@ -300,7 +329,8 @@ def _top_ops(a) -> list[str]:
         return []
     lines = ["", "Host ops running during the gaps (inclusive time inside gaps)"]
     for r in t.head(OP_ROWS).itertuples():
-        lines.append(f"  {fmt_ns(r.ns):>10}  {r.count:>7,}x  {r.category:<10}  {short_name(r.name)}")
+        lines.append(f"  {fmt_ns(r.ns):>10}  {r.count:>7,}x  {r.category:<10}  "
+                     f"{short_name(r.name, _table_width() - 36)}")
     return lines
 
 
@@ -359,7 +389,7 @@ def _comm_model_text(m: dict) -> str:
     if m.get("link_pct") is not None:
         t += f", {m['link_pct']:.0f}% of the {m['link_gbps']:g} GB/s link" + \
             (" -- far below it" if m.get("below_link") else "")
-    t += f", {m['slow_calls']} calls over 2x the fit"
+    t += f", {plural(m['slow_calls'], 'call')} over 2x the fit"
     s = m.get("slowest_call")
     if s:
         t += (f" (worst: {_size(s['bytes'])} at +{fmt_ns(s['offset_ns'])} into the window took "
@@ -424,7 +454,7 @@ def _kernels(a) -> list[str]:
              f"  {'time':>6}  {'total':>10}  {'count':>7}  {'avg':>9}  name"]
     for r in k.head(KERNEL_ROWS).itertuples():
         lines.append(f"  {r.pct:5.1f}%  {fmt_ns(r.total_ns):>10}  {r.instances:>7,}  "
-                     f"{fmt_ns(r.avg_ns):>9}  {short_name(r.name, WIDTH - 44)}")
+                     f"{fmt_ns(r.avg_ns):>9}  {short_name(r.name, _table_width() - 44)}")
     kc = a.kernel_classes
     if kc is not None and len(kc):
         lines.append("  by class: " + ", ".join(

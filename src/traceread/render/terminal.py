@@ -1,8 +1,11 @@
 """A text report as a terminal shows it: fitted to its width, coloured when it can be.
 
-Reports are laid out for 100 columns. Written to a terminal (stdout is a TTY), a line
-longer than the terminal (``$COLUMNS``, else the terminal's own size) is wrapped at a
-space, its continuation indented under it, instead of the terminal cutting it anywhere.
+Pipes and files get the 100-column layout. On a terminal (stdout is a TTY) the command
+renders its report at the terminal's width (rich's console width: ``$COLUMNS``, else the
+terminal's own size; at most 100), so prose is wrapped once, there; table rows keep
+within 80 columns. A line still longer than a narrower terminal (a table row) is wrapped
+here at a space, its continuation indented under it, instead of the terminal cutting it
+anywhere; a line of one word (a path) is never cut, so it can be copied.
 Colour (ANSI SGR) only on a TTY, never with ``NO_COLOR`` set (https://no-color.org) or
 ``TERM=dumb``: the verdict line bold, section titles bold, parenthesised notes dim.
 Runs after ``safe.text``: the escape sequences added here are the only ones written.
@@ -30,7 +33,12 @@ def width_for(stream, env=None) -> int | None:
     cols = env.get("COLUMNS", "")
     if cols.isdigit() and int(cols) > 0:
         return max(MIN_WIDTH, int(cols))
-    return max(MIN_WIDTH, shutil.get_terminal_size((DESIGN_WIDTH, 24)).columns)
+    try:    # rich's console width: the terminal's size, as rich measures it
+        from rich.console import Console
+
+        return max(MIN_WIDTH, Console(file=stream, force_terminal=True).width)
+    except Exception:  # noqa: BLE001 - any failure: the size the OS reports
+        return max(MIN_WIDTH, shutil.get_terminal_size((DESIGN_WIDTH, 24)).columns)
 
 
 def colour_for(stream, env=None) -> bool:
@@ -53,7 +61,7 @@ def fit(text: str, width: int | None) -> str:
 
 
 def _fit_line(line: str, width: int) -> list[str]:
-    if len(line) <= width:
+    if len(line) <= width or " " not in line.strip():   # a path prints whole
         return [line]
     lead = line[:len(line) - len(line.lstrip(" "))]
     more = lead + "    " if len(lead) + 4 < width // 2 else lead

@@ -127,7 +127,8 @@ def _occupancy_lines(o: dict) -> list[str]:
         for k in under["kernels"][:3]:
             name = " ".join(k["name"].split())[:70].rstrip()   # one-space words: it wraps
             out.append(f"    {name} -- {k['blocks']:,} blocks on {k['sms']} SMs, "
-                       f"{k['pct_of_kernel_time']:.0f}% of kernel time, {k['count']:,} launches")
+                       f"{k['pct_of_kernel_time']:.0f}% of kernel time, {k['count']:,} "
+                       f"launch{'' if k['count'] == 1 else 'es'}")
     return out
 
 
@@ -166,7 +167,8 @@ def utilization_lines(u: dict | None) -> list[str]:
                        f"{sk['of_kernels']:,}, {sk['pct_of_busy']:.1f}% of busy time")
         for c in b.get("copies") or []:
             if c.get("gb_per_s"):
-                out.append(f"  memcpy {c['copy_kind']}: {c['count']:,} copies, "
+                n = c["count"]
+                out.append(f"  memcpy {c['copy_kind']}: {n:,} cop{'y' if n == 1 else 'ies'}, "
                            f"{fmt_bytes(c['bytes'])} at {fmt_rate(c['gb_per_s'])}")
         for lv in b.get("levers") or []:
             out.append(f"  lever {lv['lever']}: saves ~{fmt_ns(lv['saving_ns'])} "
@@ -183,7 +185,8 @@ def utilization_lines(u: dict | None) -> list[str]:
                        f"({d['alloc_bytes'] / 2**30:.1f} GiB churn)")
     api = mem.get("api") or {}
     if api.get("count"):
-        out.append(f"  device alloc/free API: {api['count']:,} calls, {fmt_ns(api['ns'])}")
+        out.append(f"  device alloc/free API: {api['count']:,} call{'' if api['count'] == 1 else 's'}, "
+                   f"{fmt_ns(api['ns'])}")
     for lv in mem.get("levers") or []:
         out.append(f"  lever {lv['lever']}: {lv['why']} -- {lv['advice']}")
     return out

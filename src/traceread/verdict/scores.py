@@ -89,7 +89,7 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     (top, top_ns), (second, second_ns) = ranked[0], ranked[1]
     if lost < GPU_BOUND_LOST * window_ns or lost == 0:
         bound = "gpu"
-        summary = f"GPU busy {100 - ev['lost_pct']:.1f}% of the analysed window"
+        summary = f"GPU busy {100 - _pct(lost, window_ns, 3):.1f}% of the analysed window"
     else:
         ev["dominant"], ev["dominant_pct"] = top, _pct(top_ns, lost)
         ev["runner_up"], ev["runner_up_pct"] = second, _pct(second_ns, lost)
@@ -98,12 +98,12 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
                 and waiting >= WAIT_SHARE * unexplained:
             bound = "unknown"
             ev["waiting_ns"], ev["waiting_pct"] = waiting, _pct(waiting, lost)
-            summary = (f"GPU idle {ev['idle_pct']:.1f}% of the analysed window; for "
+            summary = (f"GPU idle {_pct(ev['idle_ns'], ev['window_ns'], 1)}% of the analysed window; for "
                        f"{ev['waiting_pct']:.0f}% of the lost time every launching thread sat "
                        "parked in a wait, on something the trace does not show")
         elif unexplained >= UNKNOWN_SHARE * lost and top_ns < LEAD_SHARE * lost:
             bound = "unknown"
-            summary = (f"GPU idle {ev['idle_pct']:.1f}% of the analysed window while the host "
+            summary = (f"GPU idle {_pct(ev['idle_ns'], ev['window_ns'], 1)}% of the analysed window while the host "
                        "was not traced")
         elif top_ns >= LEAD_SHARE * lost and top_ns >= LEAD_RATIO * second_ns:
             bound, summary = top, _summary(top, ev, ctx)
@@ -219,7 +219,7 @@ def _summary(bound: str, ev: dict, ctx: dict) -> str:
     share = ev["share_pct"][bound]
     what = WHAT[bound]
     culprit = ctx.get("culprits", {}).get(bound)
-    text = (f"GPU idle {ev['idle_pct']:.1f}% of the analysed window; {share:.0f}% of the lost "
+    text = (f"GPU idle {_pct(ev['idle_ns'], ev['window_ns'], 1)}% of the analysed window; {share:.0f}% of the lost "
             f"time is {what}")
     return text + (f" ({culprit})" if culprit else "")
 
@@ -230,5 +230,6 @@ def _out(bound: str, summary: str, ev: dict, actions: list, what_if=None) -> dic
             "diagnostics": [], "what_if": dict(what_if or {})}
 
 
-def _pct(a, b) -> float:
-    return round(100.0 * float(a) / float(b), 2) if b else 0.0
+def _pct(a, b, digits: int = 2) -> float:
+    # prose rounds once, from the ns (49.448 -> 49.4, as the tables), not from a rounded 49.45
+    return round(100.0 * float(a) / float(b), digits) if b else 0.0

@@ -134,7 +134,10 @@ def jobs_table(results: list[JobResult]):
             "max_clock_offset_ns": max((abs(o["offset_ns"]) for o in res.clock.values()), default=0),
             "max_clock_spread_ns": max((o["spread_ns"] for o in res.clock.values()), default=0),
             "status": jv["status"], "summary": jv["summary"]})
-    return pd.DataFrame(rows, columns=JOB_COLUMNS)
+    df = pd.DataFrame(rows, columns=JOB_COLUMNS)
+    # no straggler: null, not -1, in jobs.parquet
+    df["straggler_rank"] = df["straggler_rank"].astype("Int64").mask(df["straggler_rank"] < 0)
+    return df
 
 
 __all__ = ["RankInput", "JobResult", "step_table", "collective_table", "rank_input", "group_jobs",
