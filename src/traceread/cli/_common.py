@@ -41,6 +41,9 @@ def load_trace(path: str) -> Trace:
                   strict=_STRICT["on"])
     from ..readers.validate import apart_note, describe, require_events  # read() imported it
 
+    foreign = trace.meta.extra.get("foreign")
+    if foreign and trace.table.num_rows == 0:   # what was ignored says more than "no events"
+        raise TraceError(path, foreign_note(foreign, refused=True))
     require_events(trace)
 
     notes = (("truncated", truncation_note), ("foreign", foreign_note),
@@ -53,8 +56,9 @@ def load_trace(path: str) -> Trace:
     return trace
 
 
-def foreign_note(note: dict) -> str:
-    """One line about a Chrome trace that no torch.profiler wrote (``meta.extra["foreign"]``)."""
+def foreign_note(note: dict, refused: bool = False) -> str:
+    """One line about a Chrome trace that no torch.profiler wrote (``meta.extra["foreign"]``);
+    ``refused``: nothing in it became a row, so there is nothing to analyse."""
     records, rows = note.get("records", 0), note.get("rows", 0)
     decoded = note.get("decoded", rows)
     cats = ", ".join(f"{c or '(no cat)'} {n:,}" for c, n in note.get("categories", {}).items())
@@ -65,6 +69,8 @@ def foreign_note(note: dict) -> str:
     read += " (B/E pairs as one)" if decoded > rows else ""
     ignored = max(records - decoded, 0)
     read += f", {ignored:,} ignored" + (f" (ph {phases})" if phases else "")
+    if refused:
+        return f"not a torch.profiler trace: {what} {read}: nothing to analyse (not a trace)"
     return (f"not a torch.profiler trace: {what} {read}. Nothing in it marks GPU work, steps "
             "or idle causes, so the report says little: record with torch.profiler or nsys")
 
