@@ -7,8 +7,12 @@
   interleaved 1F1B with ``--virtual`` stages per rank, placed looped: rank r holds stages r,
   r + world, ...), ``--microbatches`` (4); rank ``--slow-stage`` (-1: none, a balanced pipeline)
   has ``--slow-factor`` times the layers in each of its stages.
-  Truth per rank and step: time inside the stage's own forward/backward (module hooks,
-  ``perf_counter_ns``) and the step time; ``1 - busy/step`` is the loop's bubble.
+  ``--sleep-ms``: the slow rank also sleeps that long (untraced) inside each microbatch's
+  forward. Truth per rank and step: time inside the stage's own forward/backward (module hooks,
+  ``perf_counter_ns``; a planted sleep included), the step time, ``span_ns`` (barrier and step:
+  what the trace's ProfilerStep covers), ``p2p_ns`` (time inside the schedule's
+  P2P calls: issue ``_batch_p2p`` + blocking wait ``_wait_batch_p2p``) and ``barrier_ns`` (the
+  loop's own barrier before the step); ``p2p_ns / span_ns`` is the loop's bubble.
 - ``sweep``: ``--world`` ranks (2), blocking ``all_reduce`` of float32 buffers of 2**k elements,
   k = 10, 10 + ``--exp-step``, .. ``--max-exp`` (default 10..20 by 2: 4 KiB .. 4 MiB),
   ``--repeats`` times each per step; truth: each call's bytes and time (``perf_counter_ns``
@@ -85,13 +89,33 @@ def _pp(rank, world, a, timer):
     def grad_done(p):
         busy[-1] += time.perf_counter_ns()
 
+    def pre(mod, args):
+        busy.append(-time.perf_counter_ns())
+        if rank == a.slow_stage and a.sleep_ms:
+            time.sleep(a.sleep_ms / 1e3)   # untraced work: no operator records it
+
+    p2p = [0]
+    from torch.distributed.pipelining import schedules as sch
+
+    def timed(fn):
+        def wrapper(*args, **kw):
+            t = time.perf_counter_ns()
+            try:
+                return fn(*args, **kw)
+            finally:
+                p2p[0] += time.perf_counter_ns() - t
+        return wrapper
+    if not getattr(sch, "_traceread_timed", False):   # the schedule's P2P: issue and wait
+        sch._batch_p2p, sch._wait_batch_p2p = timed(sch._batch_p2p), timed(sch._wait_batch_p2p)
+        sch._traceread_timed = True
+
     stages = []
     for j in range(v):    # looped placement: rank r holds stages r, r + world, ...
         sid = rank + j * world
         # the planted slow rank does --slow-factor times the layers: real compute the trace records
         depth = 2 * (a.slow_factor if rank == a.slow_stage else 1)
         sub = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(depth)])
-        sub.register_forward_pre_hook(lambda m, args: busy.append(-time.perf_counter_ns()))
+        sub.register_forward_pre_hook(pre)
         sub.register_forward_hook(post)
         sub[0].weight.register_post_accumulate_grad_hook(grad_done)
         stages.append(PipelineStage(sub, sid, n_stages, torch.device("cpu")))
@@ -106,13 +130,14 @@ def _pp(rank, world, a, timer):
 
     def step():
         busy.clear()
+        p2p[0] = 0
         if rank == 0:
             sched.step(x)
         elif rank == world - 1:
             sched.step(target=y, losses=[])
         else:
             sched.step()
-        return {"busy_ns": sum(busy), "calls": len(busy)}
+        return {"busy_ns": sum(busy), "calls": len(busy), "p2p_ns": p2p[0]}
     return step
 
 
@@ -214,13 +239,17 @@ def _worker(rank, world, port, out, a):
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=a.warmup, active=a.steps), record_shapes=True,
                  on_trace_ready=on_ready) as prof:
         for i in range(a.warmup + a.steps):
+            tb = time.perf_counter_ns()
             dist.barrier()
             t0 = time.perf_counter_ns()
             row = step()
             t1 = time.perf_counter_ns()
             prof.step()
             if i >= a.warmup:
-                rows.append(dict(row, step=i, start_ns=t0, step_ns=t1 - t0))
+                # span: what the trace's ProfilerStep covers (barrier and step; the last
+                # prof.step() also writes the trace, which no step holds)
+                rows.append(dict(row, step=i, start_ns=t0, step_ns=t1 - t0, barrier_ns=t0 - tb,
+                                 span_ns=t1 - tb))
     dist.destroy_process_group()
     with open(tmp / "trace.json", "rb") as f, gzip.open(Path(out) / f"rank-{rank}.json.gz", "wb",
                                                         compresslevel=9) as g:
@@ -241,12 +270,12 @@ def main(argv=None) -> int:
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--slow-stage", type=int, default=1, help="pp: the slow rank; -1: none (balanced)")
     p.add_argument("--slow-factor", type=int, default=3)
+    p.add_argument("--sleep-ms", type=float, default=0.0, help="pp: the slow rank's untraced sleep per forward")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hot-rank", type=int, default=2)
     p.add_argument("--hot-factor", type=int, default=4)
     p.add_argument("--max-exp", type=int, default=20)
     p.add_argument("--exp-step", type=int, default=2)
-    p.add_argument("--world", type=int, default=None)
     p.add_argument("--tp-layers", type=int, default=4)
     p.add_argument("--tp-width", type=int, default=256)
     p.add_argument("--tp-tokens", type=int, default=64)

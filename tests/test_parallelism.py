@@ -35,8 +35,10 @@ def _kinds(p: dict) -> dict:
     return {s["kind"]: s for s in p["strategies"]}
 
 
-@pytest.mark.parametrize("job,schedule", [("pp_gpipe", "gpipe"), ("pp_1f1b", "1f1b")])
-def test_pipeline_schedule_microbatches_and_bubble_match_the_loop(job, schedule):
+@pytest.mark.parametrize("job,schedule,m", [("pp3/gpipe_p2_m8", "gpipe", 8), ("pp3/1f1b_p2_m4", "1f1b", 4)])
+def test_pipeline_schedule_microbatches_and_bubble_match_the_loop(job, schedule, m):
+    """The bubble: the steps' share in the schedule's P2P calls, against the loop's own timing
+    of them (``_batch_p2p`` + ``_wait_batch_p2p``) over the same steps (barrier + step)."""
     truth = _truth(job)
     for rank in (0, 1):
         p = _layout(job, rank)
@@ -44,22 +46,23 @@ def test_pipeline_schedule_microbatches_and_bubble_match_the_loop(job, schedule)
         assert (pp["group_size"], pp["ranks"]) == (2, [0, 1])
         assert set(_kinds(p)) == {"pp"}
         pl = p["pipeline"]
-        assert (pl["schedule"], pl["stages"], pl["stage"], pl["microbatches"]) == (schedule, 2, rank, 4)
-        assert pl["theoretical_bubble_pct"] == 20.0          # (p-1)/(m+p-1) = 1/5
+        assert (pl["schedule"], pl["stages"], pl["stage"], pl["microbatches"]) == (schedule, 2, rank, m)
+        assert pl["theoretical_bubble_pct"] == round(100 / (m + 1), 1)     # (p-1)/(m+p-1)
         rows = truth["per_rank"][str(rank)]
-        loop = 100 * (1 - sum(r["busy_ns"] for r in rows) / sum(r["step_ns"] for r in rows))
+        loop = 100 * sum(r["p2p_ns"] for r in rows) / sum(r["barrier_ns"] + r["step_ns"] for r in rows)
         assert abs(pl["bubble_pct_by_stage"][str(rank)] - loop) <= 5.0, (rank, loop)
-        assert pl["p2p_bytes_per_step"] == 4 * 64 * 512 * 4    # 4 microbatches of 64x512 float32
+        assert pl["p2p_bytes_per_step"] == m * 64 * 512 * 4    # m microbatches of 64x512 float32
 
 
-@pytest.mark.parametrize("job", ["pp_gpipe", "pp_1f1b"])
+@pytest.mark.parametrize("job", ["pp3/gpipe_p2_m4_heavy1", "pp3/gpipe_p2_m4_sleep1"])
 def test_job_names_the_planted_slow_stage(job):
+    """The slow stage by its work per step (step less comm waits): 3x the layers, or a 15 ms
+    untraced sleep in each microbatch's forward."""
     truth = _truth(job)
     j = job_parallelism({r: _layout(job, r) for r in (0, 1)})["pipeline"]
     assert j["slowest_stage"] == truth["args"]["slow_stage"] == 1
-    busy = {r: sum(x["busy_ns"] for x in rows) / sum(x["step_ns"] for x in rows)
-            for r, rows in truth["per_rank"].items()}
-    assert j["slowest_busy_x_fastest"] == pytest.approx(busy["1"] / busy["0"], rel=0.25)
+    work = {r: sum(x["step_ns"] - x["p2p_ns"] for x in rows) for r, rows in truth["per_rank"].items()}
+    assert j["slowest_busy_x_fastest"] == pytest.approx(work["1"] / work["0"], rel=0.15)
 
 
 def test_all_to_all_bytes_and_imbalance_match_the_splits():
@@ -312,13 +315,21 @@ def test_comm_model_flags_the_time_shared_four_rank_sweep():
 
 
 def test_job_text_names_the_layout_and_the_busiest_stage():
-    paths = [str(GLOO / "pp_gpipe" / f"rank-{r}.json.gz") for r in (0, 1)]
+    job = "pp3/gpipe_p2_m4_heavy1"
+    paths = [str(GLOO / job / f"rank-{r}.json.gz") for r in (0, 1)]
     res = CliRunner().invoke(main, ["analyze", *paths])
     assert res.exit_code == 0, res.output
     head = res.output.split("\n\n")[0]
-    # stage 0's busy no longer misses a c10d::recv_ issued inside a running gloo:send span
-    # (was 76.6% / 22.8%; the loop: 77.4% / 19.1%)
-    assert "layout     PP x2; stage bubbles 0: 78.2%, 1: 23.3% (gpipe, m=4, theory 20.0%" in head
+    import re
+
+    got = re.search(r"layout     PP x2; stage bubbles 0: ([\d.]+)%, 1: ([\d.]+)% \(gpipe, m=4, "
+                    r"theory 20.0%", head)
+    assert got, head
+    truth = _truth(job)
+    for r in (0, 1):   # the loop's share in its P2P calls: 75.1%, 41.3%
+        rows = truth["per_rank"][str(r)]
+        loop = 100 * sum(x["p2p_ns"] for x in rows) / sum(x["barrier_ns"] + x["step_ns"] for x in rows)
+        assert abs(float(got.group(r + 1)) - loop) <= 5
     assert "stage 1 computes" in head
 
 
@@ -374,23 +385,20 @@ def test_fsdp_exposure_on_planted_kernels_and_the_real_fsdp2_units():
         assert lv["saves_ns"] == min(ag["exposed_ns"], real["free_compute_ns"])
 
 
-@pytest.mark.parametrize("job", ["pp_gpipe", "pp_1f1b"])
+@pytest.mark.parametrize("job", ["pp3/gpipe_p2_m4_heavy1", "pp3/gpipe_p2_m4_sleep1"])
 def test_pipeline_levers_on_the_recorded_jobs(job):
     truth = _truth(job)
     j = job_parallelism({r: _layout(job, r) for r in (0, 1)})
     got = {x["id"]: x for x in job_levers(j)}
-    assert list(got) == ["pp_rebalance", "pp_microbatches"]      # the larger saving first
+    assert list(got)[0] == "pp_rebalance"      # the larger saving first
     assert f"stage {truth['args']['slow_stage']}" in got["pp_rebalance"]["lever"]
-    # the excess: the slow stage's busy time above the stages' mean, as the loop measured it
-    busy = {r: sum(x["busy_ns"] for x in rows) for r, rows in truth["per_rank"].items()}
-    loop = busy["1"] - (busy["0"] + busy["1"]) / 2
-    assert got["pp_rebalance"]["saves_ns"] == pytest.approx(loop, rel=0.25)
-    # m=4 -> 8 over 2 stages: 20% -> 11.1% of the steps (the slow stage's bubble is >= 20%)
-    step = j["pipeline"]["step_ns"]
-    assert got["pp_microbatches"]["saves_ns"] == pytest.approx(step * (20 - 100 / 9) / 100, rel=0.01)
-    # one rank alone cannot name the slow stage, but prices the bubble
-    alone = {x["id"] for x in job_levers(_layout(job, 1))}
-    assert alone == {"pp_microbatches"}
+    # the excess: the slow stage's work above the stages' mean, as the loop measured it
+    work = {r: sum(x["step_ns"] - x["p2p_ns"] for x in rows) for r, rows in truth["per_rank"].items()}
+    loop = work["1"] - (work["0"] + work["1"]) / 2
+    assert got["pp_rebalance"]["saves_ns"] == pytest.approx(loop, rel=0.15)
+    if "pp_microbatches" in got:   # m=4 -> 8 over 2 stages: 20% -> 11.1% of the steps
+        step = j["pipeline"]["step_ns"]
+        assert got["pp_microbatches"]["saves_ns"] == pytest.approx(step * (20 - 100 / 9) / 100, rel=0.01)
 
 
 def test_all_to_all_lever_names_the_hot_rank():

@@ -541,10 +541,13 @@ class Pipeline(_S):
     stage: Optional[int]
     microbatches: Optional[int]
     virtual_stages: int             # stages on this rank (interleaved: v > 1)
-    busy_ns: int
+    busy_ns: int                    # the stage's traced compute (operators / kernels)
     step_ns: int
-    recv_wait_ns: int               # step time the stage did not compute
-    bubble_pct_by_stage: dict[str, Optional[float]]
+    compute_ns: int                 # step - comm waits: the stage's own work, untraced included
+    p2p_wait_ns: int                # in the schedule's P2P calls: issue + blocking wait
+    other_wait_ns: int              # in other comm calls (barriers, collectives)
+    recv_wait_ns: int               # = p2p_wait_ns (older name)
+    bubble_pct_by_stage: dict[str, Optional[float]]   # 100 p2p_wait_ns / step_ns
     theoretical_bubble_pct: Optional[float]   # 100 (p-1)/(m+p-1)
     slowest_stage: Optional[int]    # a job's analysis: the stage with the least bubble
     p2p_bytes_per_step: Optional[int]

@@ -46,7 +46,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {c: None for c in SUMMARY_COLUMNS}
     row.update(file=str(path), rank=-1, world_size=-1)
     tables: dict[str, pd.DataFrame] = {}
-    rank_input = verdict = None
+    rank_input = verdict = member = None
     try:
         with _local_copy(path) as local:
             from ..readers import read
@@ -68,6 +68,9 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
 
         coll = collective_instances(trace.events)
         rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a))
+        # what the job model keeps of it (multirank.prepare): input, window, layout
+        member = {"path": str(path), "input": rank_input, "split": [],
+                  "window": multirank.analysis_window(a), "parallelism": a.parallelism}
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
         for name in TABLES:
@@ -84,6 +87,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     row["seconds"] = round(time.perf_counter() - t0, 3)
     return {"row": row, "tables": tables if row["error"] is None else {},
             "rank_input": rank_input if row["error"] is None else None,
+            "member": member if row["error"] is None else None,
             "verdict": verdict if row["error"] is None else None}
 
 
@@ -410,7 +414,7 @@ class BatchResult:
     tables: dict[str, pd.DataFrame]            # name -> rows of every trace, with "trace_id"
     ranks: pd.DataFrame                        # one row per (job, rank)
     matches: pd.DataFrame                      # one row per (job, collective instance, rank)
-    jobs: list = field(default_factory=list)   # multirank.JobResult
+    jobs: list = field(default_factory=list)   # multirank.JobResult (build_jobs)
     skipped: list = field(default_factory=list)
 
     @property
@@ -430,8 +434,9 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
         summary[c] = summary[c].astype("Int64")
     for c in ("step_mean_ms", "idle_pct", "top_drain_pct", "top_cpu_pct", "comm_ms", "exposed_comm_pct", "seconds"):
         summary[c] = summary[c].astype("float64")
-    inputs = [(i, r["rank_input"]) for i, r in enumerate(results) if r["rank_input"] is not None]
-    jobs = multirank.analyze_inputs([ri for _, ri in inputs])
+    members = [r.get("member") or {"path": r["row"]["file"], "input": r["rank_input"], "split": []}
+               for r in results if r["rank_input"] is not None]
+    jobs = multirank.build_jobs(members)   # the one job model (traceread.job)
     job_of = {}
     ranks, matches = [], []
     for job in jobs:

@@ -275,6 +275,94 @@ def host_blocked(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None) -> iv.I
 
 WAIT_RX = re.compile(r"^(?:_c10d_functional|c10d_functional|c10d)::wait(?:_tensor)?$")
 
+# The thread resumes this soon after the transfer it waited on completes (Python returns
+# from ``work.wait()`` and reaches its next operator or call): a transfer that completes while
+# the thread does something else untraced (a sleep, Python, I/O) is not what it waited on.
+RESUME_TOL_NS = 1_000_000
+
+
+def comm_waits(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe) -> dict:
+    """Per step [qs, qe) the step thread's time blocked in communication, as arrays of ns:
+    ``p2p`` (send/recv: what a pipeline's bubble is) and ``other`` (collectives, barriers).
+
+    Blocked = the issuing operators (``c10d::send``, ``c10d::recv_``, ``c10d::barrier``) plus,
+    in each gap between the thread's other operators, the time spent waiting on a transfer:
+    inside a receive span of the thread itself (gloo runs ``gloo:recv`` on the caller until
+    the message arrived), or up to where any comm span ends when the thread's next operator
+    or call starts within ``RESUME_TOL_NS`` of that end (gloo's ``work.wait()`` records
+    nothing, so a wait is known by where it ends). Any other untraced time -- a sleep, Python,
+    I/O -- stays the stage's own work."""
+    qs, qe = np.asarray(qs, np.int64), np.asarray(qe, np.int64)
+    out = {"p2p": np.zeros(len(qs), np.int64), "other": np.zeros(len(qs), np.int64)}
+    if not len(calls) or not len(qs):
+        return out
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    host = calls[~calls["on_gpu"].astype(bool)]
+    mine = host[(host["tid"] == tid) & host["issue"].astype(bool)]
+    ops = np.flatnonzero(kind_in(ev, ("cpu_op",)) & (ev["tid"].to_numpy() == tid))
+    work = iv.subtract(iv.union(ts[ops], end[ops]), iv.union(mine["ts"], mine["end"]))
+    gaps = iv.complement(work, int(qs.min()), int(qe.max()))
+    on_thread = (host["tid"] == tid).to_numpy()
+    resume = np.unique(np.concatenate([ts[ops], host.loc[on_thread, "ts"].to_numpy(np.int64)]))
+    p2p = host["collective"].isin(P2P).to_numpy()
+    own_recv = on_thread & (host["collective"] == "recv").to_numpy() & ~host["issue"].astype(bool).to_numpy()
+    pieces = _wait_pieces(gaps, host["ts"].to_numpy(np.int64), host["end"].to_numpy(np.int64),
+                          own_recv, resume)
+    blocking = _after_blocking_issue(gaps, mine[~mine["collective"].isin(P2P)], resume)
+    sets = {}
+    for key, sel in (("p2p", p2p), ("other", ~p2p)):
+        ws = [(a, b) for a, b, i in pieces if sel[i]] + (blocking if key == "other" else [])
+        iss = mine[mine["collective"].isin(P2P) == (key == "p2p")]
+        starts = np.concatenate([iss["ts"].to_numpy(np.int64), np.array([a for a, _ in ws], np.int64)])
+        ends = np.concatenate([iss["end"].to_numpy(np.int64), np.array([b for _, b in ws], np.int64)])
+        sets[key] = iv.union(starts, ends)
+    # a moment both kinds explain counts once, as P2P
+    out["p2p"] = iv.overlap(sets["p2p"], qs, qe)
+    out["other"] = iv.overlap(iv.subtract(sets["other"], sets["p2p"]), qs, qe)
+    return out
+
+
+def _after_blocking_issue(gaps: iv.Intervals, issue: pd.DataFrame,
+                          resume: np.ndarray) -> list[tuple[int, int]]:
+    """The time after an issuing collective operator (``c10d::barrier``, ``c10d::allreduce_``)
+    until the thread's next operator or call: a synchronous collective returns only once
+    every rank reached it, and the backend's span (``gloo:barrier``) may end before the
+    caller is woken, so that stretch is the wait. An asynchronous call (DDP's buckets) is
+    followed by operators at once: no wait."""
+    if not len(issue) or not len(gaps[0]):
+        return []
+    e = issue["end"].to_numpy(np.int64)
+    k = np.searchsorted(gaps[0], e, side="right") - 1
+    ok = (k >= 0) & (gaps[1][np.maximum(k, 0)] > e)
+    nxt = np.searchsorted(resume, e, side="right")
+    stop = np.where(nxt < len(resume), resume[np.minimum(nxt, len(resume) - 1)], np.iinfo(np.int64).max)
+    until = np.minimum(gaps[1][np.maximum(k, 0)], stop)
+    return [(int(a), int(b)) for a, b in zip(e[ok], until[ok]) if b > a]
+
+
+def _wait_pieces(gaps: iv.Intervals, s: np.ndarray, e: np.ndarray, own_recv: np.ndarray,
+                 resume: np.ndarray) -> list[tuple[int, int, int]]:
+    """(start, end, span index) of the waits inside ``gaps`` (see ``comm_waits``)."""
+    out = []
+    order = np.argsort(e, kind="stable")
+    e_sorted = e[order]
+    for gs, ge in zip(gaps[0].tolist(), gaps[1].tolist()):
+        lo, hi = np.searchsorted(e_sorted, [gs + 1, ge + 1])
+        cursor = gs
+        for i in order[lo:hi]:
+            a = max(cursor, int(s[i]))
+            if a >= e[i]:
+                continue
+            if not own_recv[i]:
+                k = np.searchsorted(resume, e[i], side="left")
+                nxt = int(resume[k]) if k < len(resume) else ge
+                if min(nxt, ge) - e[i] > RESUME_TOL_NS:
+                    continue
+            out.append((a, int(e[i]), int(i)))
+            cursor = int(e[i])
+    return out
+
 
 def _clip_total(x: iv.Intervals, lo: int, hi: int) -> int:
     return iv.total(iv.intersect(x, (np.array([lo]), np.array([hi]))))
@@ -306,14 +394,31 @@ def pipeline(ev: pd.DataFrame, calls: pd.DataFrame, spans, strategy: dict,
         m = _microbatches(seqs, end_stage)
         schedule = _schedule(seqs, end_stage, m)
     theory = round(100.0 * (p - 1) / (v * m + p - 1), 1) if p and m and schedule else None
-    bubble = round(100.0 * (1 - busy_ns / step_ns), 1) if step_ns else None
+    waits = _stage_waits(ev, calls, spans, tid, busy, busy_ns)
+    # the bubble: the step's share in the schedule's P2P calls (issue + blocking wait)
+    bubble = round(100.0 * waits["p2p"] / step_ns, 1) if step_ns else None
     return {"schedule": schedule, "stages": p, "stage": stage, "microbatches": m,
             "virtual_stages": v,
             "busy_ns": int(busy_ns), "step_ns": int(step_ns),
-            "recv_wait_ns": int(step_ns - busy_ns),
+            # the stage's own work: the step less its comm waits (untraced work included)
+            "compute_ns": int(step_ns - waits["p2p"] - waits["other"]),
+            "p2p_wait_ns": int(waits["p2p"]), "other_wait_ns": int(waits["other"]),
+            "recv_wait_ns": int(waits["p2p"]),
             "bubble_pct_by_stage": {str(rank if rank is not None else 0): bubble},
             "theoretical_bubble_pct": theory, "slowest_stage": None,
             "p2p_bytes_per_step": _p2p_bytes(ev, p2p, len(spans))}
+
+
+def _stage_waits(ev, calls, spans, tid, busy, busy_ns) -> dict:
+    """The stage's P2P and other comm waits over its steps: from the host thread
+    (``comm_waits``) on a CPU job; on a GPU, the steps' time no compute kernel covers,
+    all of it P2P (a GPU stage waits for its peers only at send/recv)."""
+    qs = np.array([s for s, _, _ in spans], np.int64)
+    qe = np.array([e for _, e, _ in spans], np.int64)
+    if len(calls) and calls["on_gpu"].astype(bool).any() or not len(calls):
+        return {"p2p": int((qe - qs).sum() - busy_ns), "other": 0}
+    w = comm_waits(ev, calls, tid, qs, qe)
+    return {"p2p": int(w["p2p"].sum()), "other": int(w["other"].sum())}
 
 
 def _transfers(calls: pd.DataFrame) -> pd.DataFrame:
@@ -794,9 +899,12 @@ def job_parallelism(per_rank: dict[int, dict]) -> dict:
 
 def _job_pipeline(stages: dict[int, dict]) -> dict:
     known = next((s for s in stages.values() if s["schedule"]), next(iter(stages.values())))
-    busy = {r: s["busy_ns"] / max(1, s["step_ns"]) for r, s in stages.items()}
+    # a stage's own work: its step less its comm waits (``compute_ns``), so untraced work
+    # on a stage (a sleep, Python, I/O) counts as that stage's; older layouts: busy_ns
+    work = {r: s.get("compute_ns", s["busy_ns"]) for r, s in stages.items()}
+    busy = {r: work[r] / max(1, s["step_ns"]) for r, s in stages.items()}
     slowest = max(busy, key=busy.get)
-    mean_busy = float(np.mean([s["busy_ns"] for s in stages.values()]))
+    mean_busy = float(np.mean(list(work.values())))
     bubbles = {str(r): next(iter(s["bubble_pct_by_stage"].values())) for r, s in stages.items()}
     theory = known["theoretical_bubble_pct"]
     return {"schedule": known["schedule"], "stages": known["stages"],
@@ -813,6 +921,6 @@ def _job_pipeline(stages: dict[int, dict]) -> dict:
             "slowest_busy_x_fastest": round(busy[slowest] / min(busy.values()), 2)
             if min(busy.values()) > 0 else None,
             # balanced stages would each compute the mean: the step shrinks by the excess
-            "excess_busy_ns": int(stages[slowest]["busy_ns"] - mean_busy)
+            "excess_busy_ns": int(work[slowest] - mean_busy)
             if len(stages) > 1 else None,
             "step_ns": max(s["step_ns"] for s in stages.values())}

@@ -77,12 +77,15 @@ def _job_dict(res) -> dict[str, Any]:
         "inferred": res.inferred,
         "groups": res.groups,
         "pipeline_stages": res.stages,
+        "windows": {str(r): w for r, w in sorted((res.windows or {}).items())},
+        "parallelism": res.layout or None,
+        "levers": res.levers,
     }
 
 
-def render_summary(results: list, layouts: dict | None = None) -> str:
-    """The job verdict block that opens the report of a multi-rank job; ``layouts``: job id ->
-    its merged ``parallelism`` (passes/parallelism.job_parallelism)."""
+def render_summary(results: list) -> str:
+    """The job verdict block that opens the report of a multi-rank job (its layout and levers
+    are the job's own: ``JobResult.layout``, ``JobResult.levers``)."""
     lines: list[str] = []
     for res in results:
         jv = res.verdict()
@@ -121,10 +124,10 @@ def render_summary(results: list, layouts: dict | None = None) -> str:
         grp = groups_line(res.groups, res.stages)
         if grp:
             lines.append(f"  groups     {grp}")
-        layout = layout_line((layouts or {}).get(res.job))
+        layout = layout_line(res.layout)
         if layout:
             lines.append(f"  layout     {layout}")
-        for lv in ((layouts or {}).get(res.job) or {}).get("levers") or []:
+        for lv in res.levers:
             saves = f" (saves {fmt_ns(lv['saves_ns'])})" if lv.get("saves_ns") else ""
             lines.append(f"  lever      {lv['lever']}{saves}")
         lines.append(f"  clocks     {_clock_line(res)}")

@@ -288,19 +288,20 @@ def step_busy(steps: pd.DataFrame, coll: pd.DataFrame, compute: tuple, activity:
 
 
 def own_busy(ev: pd.DataFrame, steps: pd.DataFrame, compute: tuple, thread: tuple) -> np.ndarray:
-    """Per step: the rank's own compute (``busy_ns``; a pipeline stage's work, groups.py) --
-    its compute kernels, or on a CPU-only rank the issuing thread's operators minus the comm
-    calls it issues (``passes/parallelism.compute_intervals``: gloo's send/recv spans run on
-    while later operators compute, so they are not subtracted)."""
+    """Per step: the rank's own work (``busy_ns``; a pipeline stage's work, groups.py) -- its
+    compute kernels, or on a CPU-only rank the step less the issuing thread's comm waits
+    (``passes/parallelism.comm_waits``: issue + blocking wait), so untraced work on the rank
+    (a sleep, Python, I/O) is its own work, not a wait on its peers."""
     if not len(steps):
         return np.empty(0, np.int64)
     qs = steps["ts"].to_numpy(np.int64)
     qe = qs + steps["dur"].to_numpy(np.int64)
-    if not len(compute[0]):
-        from ...passes.parallelism import comm_calls, compute_intervals
+    if len(compute[0]):
+        return intervals.overlap(compute, qs, qe)
+    from ...passes.parallelism import comm_calls, comm_waits
 
-        compute = compute_intervals(ev, comm_calls(ev), thread[1])
-    return intervals.overlap(compute, qs, qe)
+    w = comm_waits(ev, comm_calls(ev), thread[1], qs, qe)
+    return np.maximum(0, (qe - qs) - w["p2p"] - w["other"])
 
 
 # ----------------------------------------------------------------------------- building inputs

@@ -178,6 +178,21 @@ class JobResult:
     inferred: dict = field(default_factory=dict)    # waits.infer(): only when no collective matched
     groups: list = field(default_factory=list)      # groups.job_groups(): per group of ranks
     stages: dict | None = None                      # groups.stage_balance(): a pipeline's stages
+    windows: dict = field(default_factory=dict)     # rank -> [start, end) analysed, None: whole trace
+    layout: dict = field(default_factory=dict)      # passes/parallelism.job_parallelism + "levers"
+    analyses: dict = field(default_factory=dict, repr=False)  # rank -> Analysis (traceread.jobs)
+
+    @property
+    def levers(self) -> list[dict]:
+        """The job's levers, ranked: the straggler's own (its verdict) first, then the
+        layout's (``verdict/figures.job_levers``: pipeline balance, microbatches, EP)."""
+        from .verdicts import straggler_lever
+
+        own = straggler_lever(self.verdict())
+        lay = list((self.layout or {}).get("levers") or [])
+        if own and any(x["id"] == "pp_rebalance" for x in lay):
+            own = None      # the pipeline's own rebalance lever says it with its saving
+        return ([own] if own else []) + lay
 
     def verdict(self) -> dict[str, Any]:
         from .verdicts import job_verdict

@@ -278,6 +278,17 @@ def _item(text: str, cost: str, ns, culprit: str, cause: str) -> dict:
             "projected_step_ns": None, "culprit": culprit}
 
 
+def straggler_lever(jv: dict) -> dict | None:
+    """The job verdict's own lever (make the straggler arrive on time) with what it saves:
+    the lateness it imposes over the analysed steps; None without a straggler."""
+    s = jv.get("straggler_rank", -1)
+    if s is None or s < 0:
+        return None
+    return {"id": "straggler", "lever": _lever(jv, s), "cost": "code",
+            "cause": jv.get("bound") or "unknown", "saves_ns": int(jv.get("late_total_ns") or 0) or None,
+            "rank": int(s)}
+
+
 def _lever(jv: dict, s: int) -> str:
     cause = jv.get("cause")
     if cause in STRAGGLER_LEVERS:
@@ -287,4 +298,4 @@ def _lever(jv: dict, s: int) -> str:
     return levers[0] if levers else f"profile rank {s} to see why it is late"
 
 
-__all__ = ["job_verdict", "adjust_rank_verdicts", "cause_bound"]
+__all__ = ["job_verdict", "adjust_rank_verdicts", "cause_bound", "straggler_lever"]

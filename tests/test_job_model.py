@@ -1,0 +1,93 @@
+"""One job model (``traceread.job``, ``jobs.multirank.build_jobs``): every entry point --
+``analyze`` (text, JSON, HTML), ``batch``, ``overlay``, ``diff`` and the notebook API --
+gives the same job for the same traces: the same windows, verdict, layout and levers.
+
+Recording: ``scripts/record_gloo_parallel.py pp --schedule gpipe --world 2 --microbatches 4
+--slow-stage 1 --slow-factor 1 --sleep-ms 15`` (CPU torch 2.13, gloo): rank 1 sleeps 15 ms
+untraced inside each microbatch's forward.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+import traceread
+from traceread.cli import main
+
+from conftest import FIXTURES
+
+JOB = FIXTURES / "gloo" / "pp3" / "gpipe_p2_m4_sleep1"
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """The two ranks' traces alone in a folder (a batch reads every file of it)."""
+    d = tmp_path_factory.mktemp("job")
+    for r in (0, 1):
+        shutil.copy(JOB / f"rank-{r}.json.gz", d / f"rank-{r}.json.gz")
+    return d, [str(d / f"rank-{r}.json.gz") for r in (0, 1)]
+
+
+def _same(a: dict, b: dict):
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def test_every_entry_point_gives_the_same_job(ranks, tmp_path):
+    d, paths = ranks
+    job = traceread.job(paths)
+    want = job.to_dict()
+    jv = job.verdict()
+    # the job itself: rank 1 named with its untraced sleep, the layout and its levers
+    assert jv["straggler_rank"] == 1 and jv["basis"] == "pipeline"
+    assert want["parallelism"]["pipeline"]["schedule"] == "gpipe"
+    assert want["levers"][0]["id"] == "pp_rebalance" and want["windows"]["0"] is not None
+    assert set(job.analyses) == {0, 1}
+
+    # notebook: from Analyses, and from Traces
+    _same(traceread.job([traceread.analyze(p) for p in paths]).to_dict(), want)
+    _same(traceread.job([traceread.load(p) for p in paths]).to_dict(), want)
+
+    # CLI analyze --format json: its cross_rank object
+    out = CliRunner().invoke(main, ["analyze", *paths, "--format", "json"])
+    assert out.exit_code == 0, out.output
+    _same(json.loads(out.output)["cross_rank"][0], want)
+
+    # CLI analyze text and HTML: the same headline and levers
+    text = CliRunner().invoke(main, ["analyze", *paths]).output
+    assert jv["headline"] in " ".join(text.split())
+    assert job.levers[0]["lever"][:60] in " ".join(text.split())
+    html = tmp_path / "job.html"
+    assert CliRunner().invoke(main, ["analyze", *paths, "--format", "html", "-o", str(html)]).exit_code == 0
+    assert jv["headline"].split(";")[0][:60] in " ".join(html.read_text().split())
+
+    # batch: the job it writes
+    from traceread.jobs.batch import run
+
+    res = run(str(d), jobs=1)
+    assert len(res.jobs) == 1
+    _same(res.jobs[0].to_dict(), want)
+
+    # overlay: the straggler waits it draws are the job's (same windows)
+    o = tmp_path / "ov"
+    assert CliRunner().invoke(main, ["overlay", *paths, "-o", str(o)]).exit_code == 0
+    m = job.matches
+    for r in (0, 1):
+        doc = json.loads(gzip.open(o / f"rank-{r}.overlay.json.gz").read())
+        drawn = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("wait for ")]
+        assert len(drawn) == int(((m["rank"] == r) & (m["wait_ns"] > 0)).sum())
+
+    # diff of the folder with itself: the job's straggler on both sides
+    out = CliRunner().invoke(main, ["diff", str(d), str(d), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    (rec,) = json.loads(out.output)["jobs"]
+    assert rec["before"]["straggler_rank"] == rec["after"]["straggler_rank"] == 1
+    assert rec["before"]["summary"] == jv["summary"]
+
+
+def test_job_refuses_inputs_that_form_no_job():
+    with pytest.raises(ValueError, match="form 0 multi-rank jobs"):
+        traceread.job(str(JOB / "rank-0.json.gz"))
