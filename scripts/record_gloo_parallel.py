@@ -14,7 +14,7 @@
   P2P calls: issue ``_batch_p2p`` + blocking wait ``_wait_batch_p2p``) and ``barrier_ns`` (the
   loop's own barrier before the step); ``p2p_ns / span_ns`` is the loop's bubble.
 - ``sweep``: ``--world`` ranks (2), blocking ``all_reduce`` of float32 buffers of 2**k elements,
-  k = 10, 10 + ``--exp-step``, .. ``--max-exp`` (default 10..20 by 2: 4 KiB .. 4 MiB),
+  k = ``--min-exp`` (10), + ``--exp-step``, .. ``--max-exp`` (default 10..20 by 2: 4 KiB .. 4 MiB),
   ``--repeats`` times each per step; truth: each call's bytes and time (``perf_counter_ns``
   around the call).
 - ``tp``: 2 ranks, DTensor tensor parallel inference (``torch.no_grad``): ``--tp-layers``
@@ -164,7 +164,7 @@ def _sweep(rank, world, a, timer):
     import torch
     import torch.distributed as dist
 
-    sizes = [2 ** k for k in range(10, a.max_exp + 1, a.exp_step)]    # float32 elements
+    sizes = [2 ** k for k in range(a.min_exp, a.max_exp + 1, a.exp_step)]    # float32 elements
     bufs = [torch.ones(n) for n in sizes]
 
     def step():
@@ -274,6 +274,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hot-rank", type=int, default=2)
     p.add_argument("--hot-factor", type=int, default=4)
+    p.add_argument("--min-exp", type=int, default=10)
     p.add_argument("--max-exp", type=int, default=20)
     p.add_argument("--exp-step", type=int, default=2)
     p.add_argument("--tp-layers", type=int, default=4)

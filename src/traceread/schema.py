@@ -584,6 +584,14 @@ class SlowCall(_S):
     fit_ns: int                     # what the fit predicts for its size
 
 
+class CommSizeFit(_S):
+    bytes: int
+    median_ns: int                  # the size's median call
+    fit_ns: int
+    error_pct: float                # 100 |fit - median| / median
+    waited: bool                    # median over 2x the next size's: its calls waited on a peer
+
+
 class CommModel(_S):
     """``T = alpha + bus_bytes / beta`` fitted to the trace's own sized collectives, per size
     regime (docs/parallelism.md, "Communication model")."""
@@ -593,11 +601,13 @@ class CommModel(_S):
     backend: Optional[str]
     alpha_us: float
     beta_gbps: float                # bus bandwidth (nccl-tests convention)
-    fit_error_pct: float            # median |fit - T| / T over the fitted sizes
-    worst_error_pct: float          # max |fit - T| / T over the fitted sizes
+    fit_error_pct: float            # median |fit - T| / T over the sizes (T: a size's median call)
+    worst_error_pct: float          # max |fit - T| / T over the sizes
+    by_size: list[CommSizeFit]      # each size's median call, fit and error
+    waited_sizes: int               # sizes left out of the fit (waited on a peer)
     min_bytes: int                  # the size regime this line covers
     max_bytes: int
-    sizes: int                      # distinct message sizes fitted
+    sizes: int                      # distinct message sizes fitted (waited ones excluded)
     calls: int
     slow_calls: int                 # calls above 2x the fit
     worst_x_fit: float

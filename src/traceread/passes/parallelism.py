@@ -751,67 +751,123 @@ LINK_SLOW_PCT = 25.0  # a fitted bus bandwidth under this % of --link-gbps is "f
 def comm_model(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict],
                backend: str | None) -> list[dict]:
     """``T = alpha + bus_bytes / beta`` per (collective, group size, size regime), fitted to
-    the fastest call of each message size (the one least delayed by late peers or
-    contention), weighted by 1/T (relative error). One line unless its worst point is off
-    by more than ``FIT_TOL_PCT``: then two regimes split at the size that makes the worse
-    of the two lines' worst errors least, each of ``MIN_SIZES`` sizes or more (a protocol or
-    cache switch: docs/parallelism.md). ``fit_error_pct`` / ``worst_error_pct``: median /
-    max |fit - T| / T over a regime's points; ``slow_calls``: calls above ``SLOW_X`` x the
-    fit, ``slowest_call`` the worst of them."""
+    the median call of each message size (a call's time is what it usually takes: the
+    fastest one is an outlier too) so that the worst size's relative error is least. Each size's error is
+    reported (``by_size``). Two regimes (a protocol or cache switch: docs/parallelism.md)
+    only when splitting at a size halves the error on at least ``SPLIT_MIN_BETTER`` sizes on
+    each side -- a split that merely shaves noise is not a regime -- the split with the
+    least worst error among those. ``fit_error_pct`` / ``worst_error_pct``: median / max
+    |fit - median| / median over a regime's sizes; ``slow_calls``: calls above ``SLOW_X`` x
+    the fit, ``slowest_call`` the worst of them."""
     sized = _sized_calls(ev, calls, groups)
     out = []
     t0 = int(ev["ts"].min()) if len(ev) else 0
     for (coll, n), g in sized.groupby(["collective", "group_size"], sort=True):
-        best = g.groupby("bytes")["dur"].min()
-        if len(best) < MIN_SIZES or coll not in BUS_FACTOR:
+        med = g.groupby("bytes")["dur"].median()
+        if len(med) < MIN_SIZES or coll not in BUS_FACTOR:
             continue
         factor = BUS_FACTOR[coll](n)
-        b, t = best.index.to_numpy(float), best.to_numpy(float)
-        for lo, hi, alpha, slope in _regimes(b * factor, t):
-            mine = g[(g["bytes"] >= b[lo]) & (g["bytes"] <= b[hi - 1])]
+        b, t = med.index.to_numpy(float), med.to_numpy(float)
+        odd = waited_sizes(t)
+        fb, ft = b[~odd], t[~odd]
+        if len(ft) < MIN_SIZES:
+            continue
+        for lo, hi, alpha, slope in _regimes(fb * factor, ft):
+            lo_b, hi_b = fb[lo], fb[hi - 1]
+            # the regime's sizes, the waited ones inside its range included (reported)
+            inside = (b >= (b[b < lo_b].max() + 1 if lo and (b < lo_b).any() else b.min())) \
+                & (b <= hi_b if hi < len(fb) else b <= b.max())
+            mine = g[(g["bytes"] >= b[inside].min()) & (g["bytes"] <= b[inside].max())]
             out.append(_regime_row(coll, int(n), backend, mine, factor, alpha, slope,
-                                   b[lo:hi] * factor, t[lo:hi], t0))
+                                   b[inside], t[inside], t0, odd[inside]))
     return out
 
 
+def waited_sizes(t: np.ndarray) -> np.ndarray:
+    """Sizes whose median call took over ``SLOW_X`` times as long as the next larger size's:
+    a larger message cannot move in less than half the time, so those calls mostly waited
+    on a late peer (the first calls after a barrier, a descheduled rank). Kept out of the
+    fit, reported with their error."""
+    out = np.zeros(len(t), bool)
+    out[:-1] = t[:-1] > SLOW_X * t[1:]
+    return out
+
+
+SPLIT_MIN_BETTER = 2   # sizes on each side whose error a split must halve
+
+
 def _line(bus: np.ndarray, t: np.ndarray):
-    """(alpha, slope, worst relative error) of the 1/T-weighted line; None when no
-    latency-bandwidth line fits (slope <= 0 or alpha < 0)."""
-    slope, alpha = np.polyfit(bus, t, 1, w=1 / t)
-    if slope <= 0 or alpha < 0:
+    """(alpha, slope, relative errors) of the line whose worst relative error over the
+    sizes is least (minimax: Lawson's reweighted least squares -- the goal is every size
+    within a bound, not a small average); None when no latency-bandwidth line fits
+    (slope <= 0). A negative latency is not one: then the best line through the origin."""
+    a = np.column_stack([1 / t, bus / t])     # rows scaled by 1/T: relative residuals
+    w = np.full(len(t), 1.0 / len(t))
+    p = np.zeros(2)
+    for _ in range(LAWSON_ROUNDS):
+        sw = np.sqrt(w)
+        p = np.linalg.lstsq(a * sw[:, None], sw, rcond=None)[0]
+        r = np.abs(a @ p - 1)
+        if r.max() < 1e-9:     # an exact line
+            break
+        w = w * r
+        w /= w.sum()
+    alpha, slope = float(p[0]), float(p[1])
+    if slope <= 0:
         return None
-    return alpha, slope, float(np.max(np.abs(alpha + bus * slope - t) / t))
+    if alpha < 0:
+        q = bus / t
+        slope, alpha = 2 / (q.min() + q.max()), 0.0
+    return alpha, slope, np.abs(alpha + bus * slope - t) / t
+
+
+LAWSON_ROUNDS = 60
 
 
 def _regimes(bus: np.ndarray, t: np.ndarray) -> list[tuple]:
-    """[(lo, hi, alpha, slope)] over the sorted sizes: one line, or two regimes when one line
-    misses a point by more than FIT_TOL_PCT and both regimes' lines then fit within it (a
-    split that fits no better is noise, not a regime)."""
+    """[(lo, hi, alpha, slope)] over the sorted sizes: one line when it fits every size within
+    ``FIT_TOL_PCT``, else two regimes when a split halves the error (of sizes off by more
+    than 2%) on ``SPLIT_MIN_BETTER`` sizes or more on each side (see ``comm_model``)."""
     one = _line(bus, t)
-    if one and one[2] * 100 <= FIT_TOL_PCT:
-        return [(0, len(t), one[0], one[1])]
+    if one and one[2].max() * 100 <= FIT_TOL_PCT:
+        return [(0, len(t), one[0], one[1])]     # one line already fits every size
     best = None
     for k in range(MIN_SIZES, len(t) - MIN_SIZES + 1):
         a, b = _line(bus[:k], t[:k]), _line(bus[k:], t[k:])
-        if a and b and (best is None or max(a[2], b[2]) < best[0]):
-            best = (max(a[2], b[2]), k, a, b)
-    if best and best[0] * 100 <= FIT_TOL_PCT:
-        _, k, a, b = best
-        return [(0, k, a[0], a[1]), (k, len(t), b[0], b[1])]
+        if not (a and b):
+            continue
+        if one is not None:
+            base = one[2]
+            better = lambda mine, was: int(np.sum((mine <= was / 2) & (was > 0.02)))  # noqa: E731
+            if better(a[2], base[:k]) < SPLIT_MIN_BETTER or better(b[2], base[k:]) < SPLIT_MIN_BETTER:
+                continue
+        worst = max(a[2].max(), b[2].max())
+        if best is None or worst < best[0]:
+            best = (worst, k, a, b)
+    if best:   # each side may hold a switch of its own (protocol, then cache)
+        k = best[1]
+        return _regimes(bus[:k], t[:k]) + [(k + lo, k + hi, a, s) for lo, hi, a, s in
+                                           _regimes(bus[k:], t[k:])]
     return [(0, len(t), one[0], one[1])] if one else []
 
 
-def _regime_row(coll, n, backend, g, factor, alpha, slope, bus, t, t0) -> dict:
+def _regime_row(coll, n, backend, g, factor, alpha, slope, sizes, t, t0, waited) -> dict:
     fit = alpha + g["bytes"].to_numpy(float) * factor * slope
     x = g["dur"].to_numpy(float) / np.maximum(fit, 1.0)
-    err = np.abs(alpha + bus * slope - t) / t
+    at = alpha + sizes * factor * slope
+    err_all = np.abs(at - t) / t
+    err = err_all[~waited]
     worst = int(np.argmax(x))
     return {"collective": coll, "group_size": n, "backend": backend,
             "alpha_us": round(float(alpha) / 1e3, 2), "beta_gbps": round(1 / float(slope), 3),
             "fit_error_pct": round(100 * float(np.median(err)), 1),
             "worst_error_pct": round(100 * float(err.max()), 1),
+            "by_size": [{"bytes": int(b), "median_ns": int(m), "fit_ns": int(f),
+                         "error_pct": round(100 * float(e), 1), "waited": bool(w)}
+                        for b, m, f, e, w in zip(sizes, t, at, err_all, waited)],
+            "waited_sizes": int(waited.sum()),
             "min_bytes": int(g["bytes"].min()), "max_bytes": int(g["bytes"].max()),
-            "sizes": int(len(t)), "calls": int(len(g)), "slow_calls": int((x > SLOW_X).sum()),
+            "sizes": int((~waited).sum()), "calls": int(len(g)), "slow_calls": int((x > SLOW_X).sum()),
             "worst_x_fit": round(float(x[worst]), 1),
             "slowest_call": {"ts_ns": int(g["ts"].iloc[worst]),
                              "offset_ns": int(g["ts"].iloc[worst]) - t0, "bytes": int(g["bytes"].iloc[worst]),
