@@ -442,10 +442,10 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
     for job in jobs:
         for rank, path in job.paths.items():
             job_of[path] = job.job
-        s = job.straggler
+        jv = job.verdict()    # the job's one answer (its basis may be the pipeline's stages)
         pr = job.per_rank.assign(job=job.job, world_size=job.world_size,
-                                 straggler=lambda d, s=s: d["rank"] == s["rank"],
-                                 straggler_delay_ns=s["median_delay_ns"],
+                                 straggler=lambda d, jv=jv: d["rank"] == jv["straggler_rank"],
+                                 straggler_delay_ns=jv["late_by_ns"],
                                  step_skew_mean_ns=int(job.steps["skew_ns"].mean()) if len(job.steps) else 0)
         ranks.append(pr)
         matches.append(job.matches.assign(job=job.job))

@@ -59,9 +59,20 @@ def _plural(n: int, word: str) -> str:
 
 
 def job_verdict(res) -> dict:
-    """{status, basis, straggler_rank, late_by_ns, cause, bound, summary, waiting, locality} of
-    one job. status: ``straggler``, ``none`` (evidence says no rank holds the others back) or
-    ``cannot_tell`` (no evidence: ``summary`` says why and how to record it)."""
+    """{status, basis, straggler_rank, late_by_ns, cause, bound, summary, waiting, locality,
+    evidence} of one job: the job's one answer. status: ``straggler``, ``none`` (evidence says
+    no rank holds the others back) or ``cannot_tell`` (no evidence: ``summary`` says why and
+    how to record it). ``evidence.collectives``: the collective matching's own figures (the
+    rank last most often, its lateness per collective type), whatever the basis."""
+    out = _job_verdict(res)
+    out["evidence"] = {"collectives": res.straggler}
+    return out
+
+
+LATE_DEF = f"late: arriving after the next-latest rank, by >= {fmt_ns(100_000)}"
+
+
+def _job_verdict(res) -> dict:
     s = res.straggler
     loc = (res.seed or {}).get("slowdown", {}).get("locality")
     spread = (res.seed or {}).get("step_time_spread_pct")
@@ -83,6 +94,7 @@ def job_verdict(res) -> dict:
             f"{rec['times_late']}/{_plural(rec['instances'], main)}")
     if len(by) > 1:
         text += " (also " + ", ".join(f"{v['times_late']}/{_plural(v['instances'], k)}" for k, v in by[1:]) + ")"
+    text += f" ({LATE_DEF})"
     why = rec.get("why") or why
     because = ""
     if why.get("cause"):
