@@ -91,3 +91,50 @@ def test_every_entry_point_gives_the_same_job(ranks, tmp_path):
 def test_job_refuses_inputs_that_form_no_job():
     with pytest.raises(ValueError, match="form 0 multi-rank jobs"):
         traceread.job(str(JOB / "rank-0.json.gz"))
+
+
+def test_diff_of_two_multi_process_exports_is_rank_by_rank_and_as_a_job(tmp_path):
+    """Two nsys exports of 2 processes each (synth: rank 1 late by 3 ms, then rank 0 by 2 ms):
+    the diff pairs the ranks, gives the job's straggler before -> after and its verdict, and
+    never adds the GPUs together (each side's figures are one process's)."""
+    from traceread.synth.multirank import JobSpec, write_nsys_job
+
+    b = write_nsys_job(tmp_path / "before.sqlite", JobSpec(ranks=2, slow_rank=1, delay_ns=3_000_000, steps=4))
+    a = write_nsys_job(tmp_path / "after.sqlite", JobSpec(ranks=2, slow_rank=0, delay_ns=2_000_000, steps=4))
+    out = CliRunner().invoke(main, ["diff", str(b), str(a), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert doc["source"] == "processes" and doc["matched_by"] == "rank"
+    assert sorted(p["label"] for p in doc["pairs"]) == ["rank 0", "rank 1"]
+    one = traceread.analyze(traceread.all_jobs(str(b))[0].analyses[0].trace)
+    # a side is one process: its GPU window is one GPU's, not the sum
+    for p in doc["pairs"]:
+        assert p["before"]["path"].split("#pid")[0] == str(b)
+        assert p["before"]["gpu_window_ns"] <= 1.05 * one.to_dict()["window"]["dur_ns"]
+    (job,) = doc["jobs"]
+    assert (job["before"]["straggler_rank"], job["after"]["straggler_rank"]) == (1, 0)
+    assert job["straggler_changed"] and job["verdict_changed"]
+    assert (job["before"]["late_by_ns"], job["after"]["late_by_ns"]) == (3_000_000, 2_000_000)
+    text = CliRunner().invoke(main, ["diff", str(b), str(a)]).output
+    assert "2 matched traces (ranks of multi-process exports, matched by rank)" in text
+    assert "straggler    rank 1 3 ms late" in text and "-> rank 0 2 ms late" in text
+
+
+@pytest.mark.corpus
+def test_diff_of_two_real_two_gpu_exports(corpus_dir):
+    """nsys-ai's mfu_2gpu before/after (one export of 2 GPU processes each): rank by rank --
+    no side reads the 2 GPUs' 569 ms beside a 285 ms wall -- and the straggler moves from
+    rank 1 to rank 0."""
+    d = corpus_dir / "GindaChen__nsys-ai" / "tests" / "fixtures"
+    if not (d / "mfu_2gpu_before.sqlite").is_file():
+        pytest.skip("nsys-ai fixtures not in the corpus")
+    out = CliRunner().invoke(main, ["diff", str(d / "mfu_2gpu_before.sqlite"),
+                                    str(d / "mfu_2gpu_after.sqlite"), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert len(doc["pairs"]) == 2
+    for p in doc["pairs"]:
+        for side in (p["before"], p["after"]):
+            assert side["gpu_window_ns"] <= side["wall_ns"] * 1.01
+    (job,) = doc["jobs"]
+    assert (job["before"]["straggler_rank"], job["after"]["straggler_rank"]) == (1, 0)

@@ -914,6 +914,7 @@ class JobSide(_S):
     cause: Optional[str]
     locality: Optional[str]
     summary: str
+    status: Optional[str]       # the job verdict: straggler | none | cannot_tell
     step_mean_ns: Optional[int]  # the job's pace: its slowest matched rank's mean step
 
 
@@ -924,6 +925,7 @@ class JobChange(_S):
     before: Optional[JobSide]
     after: Optional[JobSide]
     straggler_changed: bool
+    verdict_changed: bool       # status, straggler or its cause changed
     step_pct: Optional[float]
 
 
@@ -932,7 +934,7 @@ class Diff(DiffPair, kw_only=True):
     step-time change at the top level, every pair in ``pairs``."""
 
     schema_version: str
-    source: str                 # traces | directories | batch
+    source: str                 # traces | directories | batch | processes (multi-process exports)
     pairs: Optional[list[DiffPair]] = None
     matched_by: Optional[str] = None  # path | rank | single | position
     unmatched: Optional[list[Unmatched]] = None
