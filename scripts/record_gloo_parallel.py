@@ -27,6 +27,12 @@
 - ``a2a``: 4 ranks, ``all_to_all_single`` with uneven splits: every rank sends ``--hot-factor``
   times more to rank ``--hot-rank``. Truth: bytes each rank sends and receives per step.
 
+- ``fr``: ``--world`` ranks (2), no profiler: the Flight Recorder (``TORCH_FR_BUFFER_SIZE``;
+  gloo records one in torch 2.13) dumped per rank as ``fr-rank-<r>.json``
+  (``torch._C._distributed_c10d._dump_fr_trace_json``). Each step: ``--repeats`` blocking
+  ``all_reduce`` of 1024 floats; rank ``--slow-stage`` sleeps ``--sleep-ms`` before each.
+  Truth: each call's wall-clock (``time.time_ns``) entry time per rank.
+
 torch.profiler (``record_shapes=True``: sizes and peers) records ``--steps`` steps after ``--warmup`` and writes ``rank-<r>.json.gz``.
 """
 from __future__ import annotations
@@ -220,12 +226,40 @@ def _tp(rank, world, a, timer):
     return step
 
 
+def _flight(rank, world, out, a):
+    """The ``fr`` job: blocking all_reduces, one rank late; the Flight Recorder dumped."""
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import _dump_fr_trace_json
+
+    x = torch.ones(1024)
+    rows = []
+    for i in range(a.warmup + a.steps):
+        took = []
+        for _ in range(a.repeats):
+            if rank == a.slow_stage and a.sleep_ms:
+                time.sleep(a.sleep_ms / 1e3)
+            took.append(time.time_ns())
+            dist.all_reduce(x)
+        if i >= a.warmup:
+            rows.append({"step": i, "all_reduce_entry_ns": took})
+    dist.barrier()
+    (Path(out) / f"fr-rank-{rank}.json").write_bytes(_dump_fr_trace_json())
+    dist.destroy_process_group()
+    (Path(out) / f"truth-rank-{rank}.json").write_text(json.dumps(rows))
+
+
 def _worker(rank, world, port, out, a):
     import torch
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if a.what == "fr":
+        os.environ["TORCH_FR_BUFFER_SIZE"] = "20000"
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        return _flight(rank, world, out, a)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     step = {"fsdp2": _fsdp2, "pp": _pp, "a2a": _a2a, "sweep": _sweep, "tp": _tp}[a.what](rank, world, a, None)
@@ -260,7 +294,7 @@ def _worker(rank, world, port, out, a):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["fsdp2", "pp", "a2a", "sweep", "tp"])
+    p.add_argument("what", choices=["fsdp2", "pp", "a2a", "sweep", "tp", "fr"])
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)

@@ -12,6 +12,7 @@ import gzip
 import json
 import shutil
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -138,3 +139,47 @@ def test_diff_of_two_real_two_gpu_exports(corpus_dir):
             assert side["gpu_window_ns"] <= side["wall_ns"] * 1.01
     (job,) = doc["jobs"]
     assert (job["before"]["straggler_rank"], job["after"]["straggler_rank"]) == (1, 0)
+
+
+FR = FIXTURES / "gloo" / "fr2"
+
+
+def test_flight_recorder_dumps_name_the_late_rank_without_a_profiler_trace():
+    """``record_gloo_parallel.py fr``: 2 gloo ranks, no profiler, rank 1 sleeps 20 ms before
+    each of 4 all_reduces a step; torch 2.13 records a Flight Recorder for gloo, dumped per
+    rank as JSON. Its issue times match by sequence number; rank 1 is named with its
+    lateness within 5% of the loop's own entry times (20.1 ms vs 20.2)."""
+    truth = json.loads((FR / "truth.json").read_text())
+    rows = {r: [t for x in truth["per_rank"][str(r)] for t in x["all_reduce_entry_ns"]] for r in (0, 1)}
+    loop = float(np.median(np.subtract(rows[1], rows[0])))
+    paths = [str(FR / f"fr-rank-{r}.json") for r in (0, 1)]
+    job = traceread.job(paths)
+    jv = job.verdict()
+    assert jv["status"] == "straggler" and jv["straggler_rank"] == 1 and jv["collective"] == "all_reduce"
+    assert abs(jv["late_by_ns"] - loop) <= 0.05 * loop
+    assert job.source == "issue" and job.backend == "gloo"
+    out = CliRunner().invoke(main, ["analyze", *paths, "--format", "json"])
+    assert out.exit_code == 0, out.output
+    _same(json.loads(out.output)["cross_rank"][0], job.to_dict())
+    text = CliRunner().invoke(main, ["analyze", *paths]).output
+    assert text.startswith("JOB job0: ranks 0, 1 of 2 · gloo\n  STRAGGLER  rank 1 arrives 20.1 ms late")
+
+
+def test_a_pickled_flight_recorder_dump_loads_no_class(tmp_path):
+    """torch's dump-on-timeout files are pickles: read with an unpickler that refuses every
+    class (a dump is plain containers), so a hostile one cannot run code."""
+    import pickle
+
+    from traceread.jobs.multirank.flight import read_dump
+
+    doc = json.loads((FR / "fr-rank-0.json").read_text())
+    good = tmp_path / "nccl_trace_rank_0"
+    good.write_bytes(pickle.dumps(doc))
+    assert len(read_dump(good)["entries"]) == len(doc["entries"])
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+    bad = tmp_path / "nccl_trace_rank_1"
+    bad.write_bytes(pickle.dumps({"version": "2.10", "entries": [Evil()]}))
+    assert read_dump(bad) is None

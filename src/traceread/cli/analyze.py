@@ -1,6 +1,7 @@
 """``traceread analyze`` (the report), ``traceread steps`` and ``traceread idle``."""
 from __future__ import annotations
 
+import os
 import re
 
 import click
@@ -159,8 +160,11 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
             if not keep_trace:
                 a.trace = None
 
+    dumps = _flight_dumps(traces)   # Flight Recorder dumps: ranks of a job, no trace
+    traces = [t for t in traces if t not in dumps]
     results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input,
-                                peak_tflops, split_ranks=True)
+                                peak_tflops, split_ranks=True) if traces else ([], 0)
+    prepared += [dumps[t] for t in dumps]
     try:
         if errors:
             raise errors[0]
@@ -191,6 +195,24 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
             parts.append(render_detail(jobs))
         emit("\n\n".join(parts), out)
     exit_if_failed(failed)
+
+
+def _flight_dumps(paths) -> dict:
+    """path -> its job member (``multirank.flight``) for each PATH that is a Flight Recorder
+    dump (torch.distributed's per-rank record of the collectives it issued)."""
+    from ..jobs.multirank import flight
+
+    out = {}
+    for p in paths:
+        doc = flight.read_dump(p) if str(p).endswith((".json", ".pkl", ".pickle")) or \
+            "trace" in os.path.basename(str(p)) and "." not in os.path.basename(str(p)) else None
+        if doc is not None:
+            try:
+                out[p] = {"path": str(p), "input": flight.rank_input_of(p, doc), "split": [],
+                          "window": None, "parallelism": None}
+            except ValueError as e:
+                raise click.UsageError(str(e))
+    return out
 
 
 @_trace_command()

@@ -108,8 +108,8 @@ def _attach(res: JobResult, by_path: dict, link_gbps: float | None) -> None:
 
 
 def jobs_of(items, link_gbps: float | None = None, **analyze_kwargs) -> list[JobResult]:
-    """``traceread.all_jobs``: the jobs that trace files, ``Trace`` objects or ``Analysis``
-    objects (holding their trace) form -- the same jobs ``traceread analyze`` of those files
+    """``traceread.all_jobs``: the jobs that trace files, ``Trace`` objects, ``Analysis``
+    objects (holding their trace) or Flight Recorder dumps (``flight.py``) form -- the same jobs ``traceread analyze`` of those files
     reports. A path or Trace is analysed with ``analyze_kwargs`` (steps, window,
     step_pattern ...); an nsys export holding several GPU processes is analysed per process,
     one rank each. Each member's verdict is adjusted for its job, as in the CLI; the
@@ -121,10 +121,17 @@ def jobs_of(items, link_gbps: float | None = None, **analyze_kwargs) -> list[Job
     from ...readers.nsys_split import split_processes
     from ...table import Trace
 
+    from . import flight
+
     if isinstance(items, (str, os.PathLike, Trace, Analysis)):
         items = [items]
-    analyses = []
+    analyses, dumps = [], []
     for x in items:
+        doc = flight.read_dump(x) if isinstance(x, (str, os.PathLike)) else None
+        if doc is not None:   # a Flight Recorder dump: a rank with no trace
+            dumps.append({"path": str(x), "input": flight.rank_input_of(x, doc), "split": [],
+                          "window": None, "parallelism": None})
+            continue
         if isinstance(x, Analysis):
             if x.trace is None:
                 raise ValueError(f"{x.meta.path}: this Analysis no longer holds its trace "
@@ -134,8 +141,8 @@ def jobs_of(items, link_gbps: float | None = None, **analyze_kwargs) -> list[Job
         t = x if isinstance(x, Trace) else read(x)
         parts = split_processes(t)
         analyses += [analyze(q, **analyze_kwargs) for q in (parts or [t])]
-    prepared = [prepare(a, with_input=len(analyses) >= 2 or "split_from" in (a.meta.extra or {}))
-                for a in analyses]
+    prepared = [prepare(a, with_input=len(analyses) + len(dumps) >= 2
+                        or "split_from" in (a.meta.extra or {})) for a in analyses] + dumps
     jobs = build_jobs(prepared, link_gbps)
     apply_job_verdicts(analyses, jobs)
     by_path = {str(a.meta.path): a for a in analyses}
