@@ -720,6 +720,7 @@ class PipelineStages(_S):
     slow_stage: Optional[int]       # None: balanced (under 1.25x the others' median)
     slow_rank: int                  # the busiest rank of the busiest stage
     excess_ns: int                  # its compute per step minus the other stages' median
+    untraced_excess_ns: int         # the part of it no profiled operator records (a sleep, I/O)
     stage_ranks: list[list[int]]
     idle_ns_by_rank: dict[str, int]  # step - compute per step (median), per rank
 

@@ -304,6 +304,20 @@ def own_busy(ev: pd.DataFrame, steps: pd.DataFrame, compute: tuple, thread: tupl
     return np.maximum(0, (qe - qs) - w["p2p"] - w["other"])
 
 
+def traced_busy(ev: pd.DataFrame, steps: pd.DataFrame, compute: tuple, thread: tuple) -> np.ndarray:
+    """Per step: the rank's compute that an operator or kernel records (``busy_ns`` less
+    this is work no profiled op covers: a sleep, Python, I/O on the issuing thread)."""
+    if not len(steps):
+        return np.empty(0, np.int64)
+    qs = steps["ts"].to_numpy(np.int64)
+    qe = qs + steps["dur"].to_numpy(np.int64)
+    if not len(compute[0]):
+        from ...passes.parallelism import comm_calls, compute_intervals
+
+        compute = compute_intervals(ev, comm_calls(ev), thread[1])
+    return intervals.overlap(compute, qs, qe)
+
+
 # ----------------------------------------------------------------------------- building inputs
 
 def rank_from_name(path: str) -> int:
@@ -342,6 +356,7 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     compute = gpu_compute(ev)
     steps = step_busy(steps, coll, compute, activity, source)
     steps["busy_ns"] = own_busy(ev, steps, compute, thread)
+    steps["traced_ns"] = traced_busy(ev, steps, compute, thread)
     kernels = kernel_time(ev if window is None else ev[(ev["ts"] >= window[0]).to_numpy()
                                                       & (ev["ts"] < window[1]).to_numpy()])
     return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),

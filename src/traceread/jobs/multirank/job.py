@@ -188,9 +188,12 @@ class JobResult:
         layout's (``verdict/figures.job_levers``: pipeline balance, microbatches, EP)."""
         from .verdicts import straggler_lever
 
-        own = straggler_lever(self.verdict())
+        jv = self.verdict()
+        own = straggler_lever(jv)
         lay = list((self.layout or {}).get("levers") or [])
-        if own and any(x["id"] == "pp_rebalance" for x in lay):
+        if jv.get("cause") == "stage_untraced":   # no layer to move: find the untraced work
+            lay = [x for x in lay if x["id"] != "pp_rebalance"]
+        elif own and any(x["id"] == "pp_rebalance" for x in lay):
             own = None      # the pipeline's own rebalance lever says it with its saving
         return ([own] if own else []) + lay
 
@@ -244,7 +247,7 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                     source=source, clock=est, unmatched=unmatched,
                     mismatched=len(disagreements(rows)), methods=info["methods"])
     pipes = groups.pipelines(matches)
-    res.stages = groups.stage_balance(pipes, groups.rank_busy(inputs))
+    res.stages = groups.stage_balance(pipes, groups.rank_busy(inputs), groups.rank_untraced(inputs))
     res.groups = groups.job_groups(matches, inputs, pipes)
     res.seed = metrics.job_metrics(res, inputs, link_gbps)
     if res.stages and groups.pipeline_decides(strag):

@@ -33,11 +33,14 @@ from .why import CAUSE_TEXT
 
 # Cause of the straggler's late windows -> the verdict bound that names it.
 CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "graph_capture", "sync": "sync",
-               "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host",
+               "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host", "stage_untraced": "host",
                "gpu_compute": "gpu", "comm_wait": "mixed", "wait": "mixed", "sleep": "host"}
 STRAGGLER_LEVERS = {
     "stage_compute": "move layers off the pipeline stage of rank {r} (the split points) so the "
                      "stages compute alike",
+    "stage_untraced": "look at what pipeline rank {r} runs outside profiled ops inside its stage's "
+                      "step (a sleep, logging, checkpointing, I/O or Python only that stage does; "
+                      "profile with_stack=True): the other stages wait on it",
     "untraced": "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
                 "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)",
     "gpu_compute": "rank {r}'s GPU computes longer: uneven inputs (batch or sequence lengths), a slower "
@@ -133,6 +136,12 @@ def _pipeline_verdict(res, loc, tail: str) -> dict:
             f"{fmt_ns(st['excess_ns'])} ({st['slowest_x_others']}x) more than the other stages' "
             f"median")
     because = "every other stage waits on it at send/recv beyond the schedule's fill and drain"
+    cause = "stage_compute"
+    un = int(st.get("untraced_excess_ns") or 0)
+    if un > st["excess_ns"] / 2:   # its extra work is where no profiled operator ran
+        cause = "stage_untraced"
+        because = (f"{fmt_ns(un)} of its excess per step runs outside any profiled operator (a "
+                   f"sleep, I/O, logging or Python only that stage does); " + because)
     # what each other rank waits on it per step: the excess, at most the rank's idle time (the
     # rest of its idle time is the schedule's fill and drain)
     ex = int(st["excess_ns"])
@@ -141,7 +150,7 @@ def _pipeline_verdict(res, loc, tail: str) -> dict:
                for q, v in st["idle_ns_by_rank"].items() if int(q) not in ranks]
     return {**base, "status": "straggler", "straggler_rank": r, "late_by_ns": int(st["excess_ns"]),
             "waiting": waiting, "per": "step",
-            "late_total_ns": int(st["excess_ns"]) * n, "cause": "stage_compute",
+            "late_total_ns": int(st["excess_ns"]) * n, "cause": cause,
             "bound": "gpu" if res.source == "kernel" else "host",
             "summary": f"{head}; {because}", "headline": head, "because": because}
 
