@@ -1,7 +1,6 @@
 """``traceread analyze`` (the report), ``traceread steps`` and ``traceread idle``."""
 from __future__ import annotations
 
-import os
 import re
 
 import click
@@ -204,8 +203,7 @@ def _flight_dumps(paths) -> dict:
 
     out = {}
     for p in paths:
-        doc = flight.read_dump(p) if str(p).endswith((".json", ".pkl", ".pickle")) or \
-            "trace" in os.path.basename(str(p)) and "." not in os.path.basename(str(p)) else None
+        doc = flight.read_dump(p)   # sniffs the first 64 KB: a trace is never parsed here
         if doc is not None:
             try:
                 out[p] = {"path": str(p), "input": flight.rank_input_of(p, doc), "split": [],

@@ -77,12 +77,12 @@ def build_jobs(prepared: list[dict], link_gbps: float | None = None) -> list[Job
     ``batch``, ``overlay``, ``diff``, HTML, ``traceread.job``). Each job carries its ranks'
     analysis windows, its cross-rank verdict and its layout (``passes/parallelism
     .job_parallelism`` of its ranks) with the layout's levers."""
-    analyze_inputs = _get("analyze_inputs")
     inputs = [p["input"] for p in prepared if p.get("input") is not None]
-    jobs = analyze_inputs(inputs, link_gbps) if len(inputs) >= 2 else []
+    # (loaded only when there is a job: a single trace's analyze needs none of it)
+    jobs = _get("analyze_inputs")(inputs, link_gbps) if len(inputs) >= 2 else []
     for p in prepared:
         if p.get("split"):
-            for res in analyze_inputs(p["split"], link_gbps):
+            for res in _get("analyze_inputs")(p["split"], link_gbps):
                 res.job = f"job{len(jobs)}"
                 jobs.append(res)
     by_path = {str(p["path"]): p for p in prepared}

@@ -19,11 +19,8 @@ import json
 import os
 import pickle
 
-import numpy as np
-import pandas as pd
-
-from ...collectives import dtype_size, normalize_collective
-from .inputs import RankInput, normalise_collectives, rank_from_name
+# numpy, pandas and the rank-input module load when a dump is read: sniffing a trace
+# for the dump's keys (every ``analyze`` does) needs none of them
 
 # the dtype names the recorder writes -> the reader's dtype vocabulary
 _DTYPES = {"Float": "float", "Double": "double", "Half": "c10::Half", "BFloat16": "c10::BFloat16",
@@ -39,8 +36,12 @@ class _PlainUnpickler(pickle.Unpickler):
 def read_dump(path: str | os.PathLike) -> dict | None:
     """The dump at ``path`` as a dict, or None when it is not a Flight Recorder dump."""
     try:
+        if not os.path.isfile(path):   # a FIFO or a device would block: never opened here
+            return None
         with open(path, "rb") as f:
-            head = f.read(1 << 20)
+            head = f.read(SNIFF)
+            if not _looks_like_dump(head):   # a trace is never parsed here
+                return None
             data = head + f.read()
     except OSError:
         return None
@@ -64,12 +65,31 @@ def read_dump(path: str | os.PathLike) -> dict | None:
     return doc if ok else None
 
 
+SNIFF = 1 << 16
+
+
+def _looks_like_dump(head: bytes) -> bool:
+    """The dump's own keys near its start (JSON: sorted keys, ``comm_lib_version`` then
+    ``entries``; a pickle: ``version``, ``pg_config`` ...) and no profiler trace's."""
+    if b"traceEvents" in head:
+        return False
+    if head[:1] == b"\x80":
+        return b"entries" in head or b"pg_config" in head or b"pg_status" in head
+    return head.lstrip()[:1] == b"{" and b'"entries"' in head and (
+        b'"profiling_name"' in head or b'"collective_seq_id"' in head or b'"comm_lib_version"' in head)
+
+
 def is_dump(path) -> bool:
     return read_dump(path) is not None
 
 
-def collectives_of(doc: dict) -> pd.DataFrame:
+def collectives_of(doc: dict):
     """The dump's entries as an ``issue``-source collectives table (see module doc)."""
+    import pandas as pd
+
+    from ...collectives import normalize_collective
+    from .inputs import normalise_collectives
+
     sizes = _group_sizes(doc)
     rows = []
     for e in doc["entries"]:
@@ -111,6 +131,10 @@ def _group_sizes(doc: dict) -> dict[str, int]:
 
 
 def _bytes(e: dict) -> int:
+    import numpy as np
+
+    from ...collectives import dtype_size
+
     sizes, types = e.get("input_sizes") or [], e.get("input_dtypes") or []
     total = 0
     for dims, t in zip(sizes, types):
@@ -124,9 +148,13 @@ def _dtype(e: dict) -> str | None:
     return _DTYPES.get(str(t), str(t)) if t else None
 
 
-def rank_input_of(path: str | os.PathLike, doc: dict | None = None, rank: int | None = None) -> RankInput:
+def rank_input_of(path: str | os.PathLike, doc: dict | None = None, rank: int | None = None):
     """A ``RankInput`` from one rank's dump; its rank from ``rank``, else the file name
     (``fr-rank-3.json``, torch's ``nccl_trace_rank_3``)."""
+    import pandas as pd
+
+    from .inputs import RankInput, rank_from_name
+
     doc = doc if doc is not None else read_dump(path)
     if doc is None:
         raise ValueError(f"{path}: not a Flight Recorder dump")
