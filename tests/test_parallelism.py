@@ -421,3 +421,39 @@ def test_all_to_all_lever_names_the_hot_rank():
     assert lv["saves_ns"] == int(hot * (1 - 1 / 2.29))
     # the DDP job gets none of them
     assert job_levers(job_parallelism({r: _layout("ddp2", r) for r in (0, 1)})) == []
+
+
+def test_comm_waits_on_planted_host_spans():
+    """The step thread's comm waits, each rule on planted rows (µs as ns units):
+    - recv issued at 100, its gloo:recv span on the thread until 400: blocked 100..400;
+    - send issued at 500 (span to 2000) while the thread computes 510..900, then sleeps
+      untraced 900..1800 and computes again: the send completing at 2000 mid-compute, and
+      the sleep, are not waits;
+    - a second send's span ends at 3000, the thread idles 2100..3000 and resumes at 3010
+      (within RESUME_TOL_NS): a wait;
+    - a barrier issued at 4000, the thread resumes at 5000 (its gloo:barrier span on a
+      worker ended at 4500): the whole gap is the barrier's wait;
+    - a send whose span ends 1.5 ms before the thread resumes: not a wait."""
+    from traceread.passes.parallelism import comm_calls, comm_waits
+
+    rows = [
+        (100, 10, "cpu_op", "c10d::recv_", 7), (105, 295, "annotation", "gloo:recv", 7),
+        (400, 90, "cpu_op", "aten::mm", 7),
+        (500, 10, "cpu_op", "c10d::send", 7), (505, 1495, "annotation", "gloo:send", 7),
+        (510, 390, "cpu_op", "aten::mm", 7), (1800, 290, "cpu_op", "aten::mm", 7),
+        (2090, 10, "cpu_op", "c10d::send", 7), (2095, 905, "annotation", "gloo:send", 7),
+        (3010, 90, "cpu_op", "aten::mm", 7),
+        (4000, 10, "cpu_op", "c10d::barrier", 7), (4010, 490, "annotation", "gloo:barrier", 9),
+        (5000, 100, "cpu_op", "aten::mm", 7),
+        (5200, 10, "cpu_op", "c10d::send", 7), (5205, 295, "annotation", "gloo:send", 7),
+        (7000, 100, "cpu_op", "aten::mm", 7)]
+    ev = pd.DataFrame([dict(ts=t * 1000, dur=d * 1000, kind=k, name=n, pid=1, tid=tid)
+                       for t, d, k, n, tid in rows])
+    ev["collective"] = None
+    w = comm_waits(ev, comm_calls(ev), 7, [0], [8_000_000])
+    # P2P: recv 100..400 (issue + wait), the send issues (3 x 10), 2100..3000 waiting; the
+    # last send completes at 5500 but the thread resumes only at 7000 (1.5 ms later: it was
+    # doing something untraced, not waiting on it)
+    assert int(w["p2p"][0]) == (300 + 10 + 10 + 10 + 900) * 1000
+    # other: the barrier's issue and the gap after it until the thread resumes
+    assert int(w["other"][0]) == (10 + 990) * 1000

@@ -347,8 +347,11 @@ def _wait_pieces(gaps: iv.Intervals, s: np.ndarray, e: np.ndarray, own_recv: np.
     out = []
     order = np.argsort(e, kind="stable")
     e_sorted = e[order]
-    for gs, ge in zip(gaps[0].tolist(), gaps[1].tolist()):
-        lo, hi = np.searchsorted(e_sorted, [gs + 1, ge + 1])
+    los = np.searchsorted(e_sorted, gaps[0] + 1)
+    his = np.searchsorted(e_sorted, gaps[1] + 1)
+    has = np.flatnonzero(his > los)      # only the gaps a comm span ends in (few of many)
+    for j in has.tolist():
+        gs, ge, lo, hi = int(gaps[0][j]), int(gaps[1][j]), int(los[j]), int(his[j])
         cursor = gs
         for i in order[lo:hi]:
             a = max(cursor, int(s[i]))
