@@ -186,3 +186,24 @@ def test_a_pickled_flight_recorder_dump_loads_no_class(tmp_path):
     bad = tmp_path / "nccl_trace_rank_1"
     bad.write_bytes(pickle.dumps({"version": "2.10", "entries": [Evil()]}))
     assert read_dump(bad) is None
+
+
+def test_diff_of_two_batch_outputs_shows_each_jobs_change(tmp_path):
+    """Batch outputs of two pipeline jobs -- rank 1 sleeping (untraced) vs rank 1 with 3x the
+    layers -- diffed: the job's straggler stays rank 1 but its cause and lever change."""
+    from traceread.jobs.batch import run
+    from traceread.jobs.output import write
+
+    outs = []
+    for name in ("gpipe_p2_m4_sleep1", "gpipe_p2_m4_heavy1"):
+        d = tmp_path / name
+        d.mkdir()
+        for r in (0, 1):
+            shutil.copy(FIXTURES / "gloo" / "pp3" / name / f"rank-{r}.json.gz", d / f"rank-{r}.json.gz")
+        outs.append(write(run(str(d), jobs=1), str(tmp_path / f"{name}.out")))
+    out = CliRunner().invoke(main, ["diff", str(outs[0]), str(outs[1]), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    (job,) = json.loads(out.output)["jobs"]
+    b, a = job["before"], job["after"]
+    assert b["straggler_rank"] == a["straggler_rank"] == 1 and not job["straggler_changed"]
+    assert (b["cause"], a["cause"]) == ("stage_untraced", "stage_compute") and job["verdict_changed"]
