@@ -161,6 +161,9 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
 
     dumps = _flight_dumps(traces)   # Flight Recorder dumps: ranks of a job, no trace
     traces = [t for t in traces if t not in dumps]
+    if dumps and not traces and fmt == "html":
+        raise click.UsageError("--format html draws traces: Flight Recorder dumps alone give "
+                               "text or json")
     results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input,
                                 peak_tflops, split_ranks=True) if traces else ([], 0)
     prepared += [dumps[t] for t in dumps]
