@@ -291,6 +291,7 @@ class JobRole(_S):
     summary: str
     late_by_ns: Optional[int] = None
     cause: Optional[str] = None
+    basis: Optional[str] = None     # the straggler's: collectives | pipeline | thread_waits
     waits_for: Optional[int] = None
     wait_ns: Optional[int] = None
 

@@ -235,7 +235,7 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
             v["job"] = {"job": res.job, "role": role, "summary": jv["summary"]}
         elif rank == s:
             v["job"] = {"job": res.job, "role": "straggler", "late_by_ns": jv["late_by_ns"],
-                        "cause": jv["cause"], "summary": jv["summary"]}
+                        "cause": jv["cause"], "summary": jv["summary"], "basis": jv.get("basis")}
             # its own trace blames communication, or cannot tell: the job knows its cause
             if _blames_comms(v) or (v.get("bound") == "unknown" and jv["bound"] not in (None, "unknown")):
                 _straggler_not_comms(v, jv, s)
