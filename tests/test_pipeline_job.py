@@ -125,12 +125,14 @@ def test_bubble_is_the_steps_share_in_p2p_calls(job):
         loop = 100 * sum(x["p2p_ns"] for x in rows) / sum(x["barrier_ns"] + x["step_ns"] for x in rows)
         assert abs(pl["bubble_pct_by_stage"][str(r)] - loop) <= 5, (r, loop)
         assert pl["stages"] == truth["world_size"]
-        # torch 2.13's 1F1B marks no microbatch on a middle stage (and the first stage's
-        # order of a 1F1B with m <= p reads as GPipe's): the stages that read one agree
-        if pl["microbatches"] is not None:
-            assert pl["microbatches"] == a["microbatches"]
-            read.append(pl["schedule"])
+        # torch 2.13's 1F1B marks no microbatch on a middle stage: m from its sends (two per
+        # microbatch), the schedule unread there (the first stage's order of a 1F1B with
+        # m <= p reads as GPipe's): the stages that read one agree
+        assert pl["microbatches"] == a["microbatches"]
+        read.append(pl["schedule"])
     assert a["schedule"] in read
+    layout = traceread.job(traces, steps="all").layout["pipeline"]
+    assert (layout["schedule"], layout["microbatches"]) == (a["schedule"], a["microbatches"])
 
 
 def test_stage_busy_matches_the_loop():

@@ -394,7 +394,7 @@ def pipeline(ev: pd.DataFrame, calls: pd.DataFrame, spans, strategy: dict,
     else:
         seqs = [p2p[(p2p["ts"] >= s) & (p2p["ts"] < e)]["collective"].tolist()
                 for s, e, _ in spans]
-        m = _microbatches(seqs, end_stage)
+        m = _microbatches(seqs, end_stage, middle=stage is not None and not end_stage)
         schedule = _schedule(seqs, end_stage, m)
     theory = round(100.0 * (p - 1) / (v * m + p - 1), 1) if p and m and schedule else None
     waits = _stage_waits(ev, calls, spans, tid, busy, busy_ns)
@@ -470,12 +470,13 @@ def schedule_marks(ev: pd.DataFrame, spans, tid: int) -> tuple[int, str, int] | 
     return m, ("gpipe" if max(switches) <= 1 else "1f1b") if m >= 2 else None, 1
 
 
-def _microbatches(seqs: list[list[str]], end_stage: bool) -> int | None:
-    """An end stage sends (first: activations; last: gradients) once per microbatch; the
-    median over steps. A middle stage's count is not read (it sends both ways)."""
-    if not end_stage or not seqs:
+def _microbatches(seqs: list[list[str]], end_stage: bool, middle: bool = False) -> int | None:
+    """An end stage sends (first: activations; last: gradients) once per microbatch, a
+    middle stage both ways (twice per microbatch); the median over steps."""
+    if not (end_stage or middle) or not seqs:
         return None
-    m = int(np.median([s.count("send") for s in seqs]))
+    n = np.median([s.count("send") for s in seqs])
+    m = int(n if end_stage else n / 2)
     return m or None
 
 
@@ -957,7 +958,11 @@ def job_parallelism(per_rank: dict[int, dict]) -> dict:
 
 
 def _job_pipeline(stages: dict[int, dict]) -> dict:
-    known = next((s for s in stages.values() if s["schedule"]), next(iter(stages.values())))
+    # one stage alternating forwards and backwards proves 1F1B: its first stage runs all its
+    # warm-up forwards first and reads as GPipe when m <= p
+    read = {s["schedule"] for s in stages.values() if s["schedule"]}
+    pick = next((k for k in ("interleaved", "1f1b", "gpipe") if k in read), None)
+    known = next((s for s in stages.values() if s["schedule"] == pick), next(iter(stages.values())))
     # a stage's own work: its step less its comm waits (``compute_ns``), so untraced work
     # on a stage (a sleep, Python, I/O) counts as that stage's; older layouts: busy_ns
     work = {r: s.get("compute_ns", s["busy_ns"]) for r, s in stages.items()}
