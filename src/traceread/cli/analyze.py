@@ -152,7 +152,7 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
 
                 a.parallelism = with_link(getattr(a, "parallelism", None), link_gbps)
             part = "split_from" in (a.meta.extra or {})   # one process of a multi-rank export
-            prepared.append(multirank.prepare(a, with_input=len(traces) >= 2 or part))
+            prepared.append(multirank.prepare(a, with_input=len(traces) + len(dumps) >= 2 or part))
         except Exception as e:  # reported below; the trace's own report still prints
             errors.append(e)
         finally:

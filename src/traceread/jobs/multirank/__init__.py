@@ -109,8 +109,8 @@ def _attach(res: JobResult, by_path: dict, link_gbps: float | None) -> None:
 
 def jobs_of(items, link_gbps: float | None = None, **analyze_kwargs) -> list[JobResult]:
     """``traceread.all_jobs``: the jobs that trace files, ``Trace`` objects, ``Analysis``
-    objects (holding their trace) or Flight Recorder dumps (``flight.py``) form -- the same jobs ``traceread analyze`` of those files
-    reports. A path or Trace is analysed with ``analyze_kwargs`` (steps, window,
+    objects (holding their trace) or Flight Recorder dumps (``flight.py``) form -- the same
+    jobs ``traceread analyze`` of those files reports. A path or Trace is analysed with ``analyze_kwargs`` (steps, window,
     step_pattern ...); an nsys export holding several GPU processes is analysed per process,
     one rank each. Each member's verdict is adjusted for its job, as in the CLI; the
     analyses stay reachable as ``job.analyses`` (rank -> Analysis)."""
