@@ -290,8 +290,9 @@ def comm_waits(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe) -
     inside a receive span of the thread itself (gloo runs ``gloo:recv`` on the caller until
     the message arrived), or up to where any comm span ends when the thread's next operator
     or call starts within ``RESUME_TOL_NS`` of that end (gloo's ``work.wait()`` records
-    nothing, so a wait is known by where it ends). Any other untraced time -- a sleep, Python,
-    I/O -- stays the stage's own work."""
+    nothing, so a wait is known by where it ends), and after a synchronous collective's issue
+    (``c10d::barrier``) the gap until the thread's next operator. Any other untraced time --
+    a sleep, Python, I/O -- stays the stage's own work."""
     qs, qe = np.asarray(qs, np.int64), np.asarray(qe, np.int64)
     out = {"p2p": np.zeros(len(qs), np.int64), "other": np.zeros(len(qs), np.int64)}
     if not len(calls) or not len(qs):
@@ -397,7 +398,7 @@ def pipeline(ev: pd.DataFrame, calls: pd.DataFrame, spans, strategy: dict,
         m = _microbatches(seqs, end_stage, middle=stage is not None and not end_stage)
         schedule = _schedule(seqs, end_stage, m)
     theory = round(100.0 * (p - 1) / (v * m + p - 1), 1) if p and m and schedule else None
-    waits = _stage_waits(ev, calls, spans, tid, busy, busy_ns)
+    waits = _stage_waits(ev, calls, spans, tid, busy_ns)
     # the bubble: the step's share in the schedule's P2P calls (issue + blocking wait)
     bubble = round(100.0 * waits["p2p"] / step_ns, 1) if step_ns else None
     return {"schedule": schedule, "stages": p, "stage": stage, "microbatches": m,
@@ -412,7 +413,7 @@ def pipeline(ev: pd.DataFrame, calls: pd.DataFrame, spans, strategy: dict,
             "p2p_bytes_per_step": _p2p_bytes(ev, p2p, len(spans))}
 
 
-def _stage_waits(ev, calls, spans, tid, busy, busy_ns) -> dict:
+def _stage_waits(ev, calls, spans, tid, busy_ns) -> dict:
     """The stage's P2P and other comm waits over its steps: from the host thread
     (``comm_waits``) on a CPU job; on a GPU, the steps' time no compute kernel covers,
     all of it P2P (a GPU stage waits for its peers only at send/recv)."""
