@@ -457,3 +457,17 @@ def test_comm_waits_on_planted_host_spans():
     assert int(w["p2p"][0]) == (300 + 10 + 10 + 10 + 900) * 1000
     # other: the barrier's issue and the gap after it until the thread resumes
     assert int(w["other"][0]) == (10 + 990) * 1000
+
+
+def test_gloo_job_bus_bandwidth_from_the_spans_shapes():
+    """A gloo span's message size comes from its recorded shape (``record_shapes=True``), so
+    a CPU job gets its bus bandwidth (before: 0 sized instances): sweep2, 0.56 GB/s against
+    the loop's bytes over its own call times, 0.53 / 0.52 (they add the Python call)."""
+    truth = _truth("sweep2")
+    job = traceread.job([str(GLOO / "sweep2" / f"rank-{r}.json.gz") for r in (0, 1)])
+    (bw,) = [b for b in job.seed["bandwidth"] if b["collective"] == "all_reduce"]
+    assert bw["sized"] == bw["instances"] > 0
+    for r in ("0", "1"):
+        calls = [c for row in truth["per_rank"][r] for c in row["all_reduce_bytes_ns"]]
+        loop = sum(b for b, _ in calls) / sum(ns for _, ns in calls)    # n = 2: bus factor 1
+        assert bw["busbw_gbps"] == pytest.approx(loop, rel=0.10)

@@ -518,6 +518,12 @@ def _moving(calls: pd.DataFrame) -> pd.DataFrame:
     return calls
 
 
+def tensor_bytes(dims, types) -> int | None:
+    """Bytes of the first tensor argument of a row's recorded shapes (``input_dims``,
+    ``input_type`` JSON); None when unknown."""
+    return _tensor_bytes(dims, types)
+
+
 def _tensor_bytes(dims, types) -> int | None:
     """Bytes of the first tensor argument (a TensorList counts its tensors)."""
     try:
@@ -764,9 +770,14 @@ def comm_model(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict],
     least worst error among those. ``fit_error_pct`` / ``worst_error_pct``: median / max
     |fit - median| / median over a regime's sizes; ``slow_calls``: calls above ``SLOW_X`` x
     the fit, ``slowest_call`` the worst of them."""
-    sized = _sized_calls(ev, calls, groups)
-    out = []
     t0 = int(ev["ts"].min()) if len(ev) else 0
+    return fit_sizes(_sized_calls(ev, calls, groups), backend, t0)
+
+
+def fit_sizes(sized: pd.DataFrame, backend: str | None, t0: int = 0) -> list[dict]:
+    """``comm_model``'s fit of calls given as columns collective, group_size, bytes, dur, ts
+    (one rank's spans; or a job's matched instances with their transfer times)."""
+    out = []
     for (coll, n), g in sized.groupby(["collective", "group_size"], sort=True):
         med = g.groupby("bytes")["dur"].median()
         if len(med) < MIN_SIZES or coll not in BUS_FACTOR:

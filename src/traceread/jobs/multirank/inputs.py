@@ -119,10 +119,30 @@ def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
     h["device"] = -1
     h["stream"] = -1
     h["peer"] = _p2p_peers(events, h)
+    h["msg_bytes"] = _span_bytes(h)
     if rx is ISSUE_RX:   # record_param_comms encloses c10d::allreduce_: keep the outermost per start
         h = h.sort_values(["ts", "dur"], ascending=[True, False]).drop_duplicates(["tid", "ts"])
         h = _drop_nested(h)
     return normalise_collectives(h)
+
+
+def _span_bytes(h: pd.DataFrame) -> np.ndarray:
+    """Each span's message size: ``msg_bytes`` when recorded, else its first tensor's shape
+    (``record_shapes=True``; a gloo span records its tensors): lets a job fit its
+    collectives' transfer times per size (``passes/parallelism.fit_sizes``)."""
+    from ...passes.parallelism import tensor_bytes
+
+    size = pd.to_numeric(h["msg_bytes"], errors="coerce").fillna(-1).to_numpy(np.int64).copy() \
+        if "msg_bytes" in h else np.full(len(h), -1, np.int64)
+    if "input_dims" not in h or "input_type" not in h:
+        return size
+    seen: dict = {}
+    for i in np.flatnonzero(size <= 0):
+        key = (h["input_dims"].iat[i], h["input_type"].iat[i])
+        if key not in seen:
+            seen[key] = tensor_bytes(*key) or -1
+        size[i] = seen[key]
+    return size
 
 
 def _p2p_peers(events: pd.DataFrame, h: pd.DataFrame) -> np.ndarray:
