@@ -7,10 +7,14 @@
   interleaved 1F1B with ``--virtual`` stages per rank, placed looped: rank r holds stages r,
   r + world, ...), ``--microbatches`` (4); rank ``--slow-stage`` (-1: none, a balanced pipeline)
   has ``--slow-factor`` times the layers in each of its stages.
-  Truth per rank and step: time inside the stage's own forward/backward (module hooks,
-  ``perf_counter_ns``) and the step time; ``1 - busy/step`` is the loop's bubble.
+  ``--sleep-ms``: the slow rank also sleeps that long (untraced) inside each microbatch's
+  forward. Truth per rank and step: time inside the stage's own forward/backward (module hooks,
+  ``perf_counter_ns``; a planted sleep included), the step time, ``span_ns`` (barrier and step:
+  what the trace's ProfilerStep covers), ``p2p_ns`` (time inside the schedule's
+  P2P calls: issue ``_batch_p2p`` + blocking wait ``_wait_batch_p2p``) and ``barrier_ns`` (the
+  loop's own barrier before the step); ``p2p_ns / span_ns`` is the loop's bubble.
 - ``sweep``: ``--world`` ranks (2), blocking ``all_reduce`` of float32 buffers of 2**k elements,
-  k = 10, 10 + ``--exp-step``, .. ``--max-exp`` (default 10..20 by 2: 4 KiB .. 4 MiB),
+  k = ``--min-exp`` (10), + ``--exp-step``, .. ``--max-exp`` (default 10..20 by 2: 4 KiB .. 4 MiB),
   ``--repeats`` times each per step; truth: each call's bytes and time (``perf_counter_ns``
   around the call).
 - ``tp``: 2 ranks, DTensor tensor parallel inference (``torch.no_grad``): ``--tp-layers``
@@ -22,6 +26,12 @@
   on the result).
 - ``a2a``: 4 ranks, ``all_to_all_single`` with uneven splits: every rank sends ``--hot-factor``
   times more to rank ``--hot-rank``. Truth: bytes each rank sends and receives per step.
+
+- ``fr``: ``--world`` ranks (2), no profiler: the Flight Recorder (``TORCH_FR_BUFFER_SIZE``;
+  gloo records one in torch 2.13) dumped per rank as ``fr-rank-<r>.json``
+  (``torch._C._distributed_c10d._dump_fr_trace_json``). Each step: ``--repeats`` blocking
+  ``all_reduce`` of 1024 floats; rank ``--slow-stage`` sleeps ``--sleep-ms`` before each.
+  Truth: each call's wall-clock (``time.time_ns``) entry time per rank.
 
 torch.profiler (``record_shapes=True``: sizes and peers) records ``--steps`` steps after ``--warmup`` and writes ``rank-<r>.json.gz``.
 """
@@ -85,13 +95,33 @@ def _pp(rank, world, a, timer):
     def grad_done(p):
         busy[-1] += time.perf_counter_ns()
 
+    def pre(mod, args):
+        busy.append(-time.perf_counter_ns())
+        if rank == a.slow_stage and a.sleep_ms:
+            time.sleep(a.sleep_ms / 1e3)   # untraced work: no operator records it
+
+    p2p = [0]
+    from torch.distributed.pipelining import schedules as sch
+
+    def timed(fn):
+        def wrapper(*args, **kw):
+            t = time.perf_counter_ns()
+            try:
+                return fn(*args, **kw)
+            finally:
+                p2p[0] += time.perf_counter_ns() - t
+        return wrapper
+    if not getattr(sch, "_traceread_timed", False):   # the schedule's P2P: issue and wait
+        sch._batch_p2p, sch._wait_batch_p2p = timed(sch._batch_p2p), timed(sch._wait_batch_p2p)
+        sch._traceread_timed = True
+
     stages = []
     for j in range(v):    # looped placement: rank r holds stages r, r + world, ...
         sid = rank + j * world
         # the planted slow rank does --slow-factor times the layers: real compute the trace records
         depth = 2 * (a.slow_factor if rank == a.slow_stage else 1)
         sub = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(depth)])
-        sub.register_forward_pre_hook(lambda m, args: busy.append(-time.perf_counter_ns()))
+        sub.register_forward_pre_hook(pre)
         sub.register_forward_hook(post)
         sub[0].weight.register_post_accumulate_grad_hook(grad_done)
         stages.append(PipelineStage(sub, sid, n_stages, torch.device("cpu")))
@@ -106,13 +136,14 @@ def _pp(rank, world, a, timer):
 
     def step():
         busy.clear()
+        p2p[0] = 0
         if rank == 0:
             sched.step(x)
         elif rank == world - 1:
             sched.step(target=y, losses=[])
         else:
             sched.step()
-        return {"busy_ns": sum(busy), "calls": len(busy)}
+        return {"busy_ns": sum(busy), "calls": len(busy), "p2p_ns": p2p[0]}
     return step
 
 
@@ -139,7 +170,7 @@ def _sweep(rank, world, a, timer):
     import torch
     import torch.distributed as dist
 
-    sizes = [2 ** k for k in range(10, a.max_exp + 1, a.exp_step)]    # float32 elements
+    sizes = [2 ** k for k in range(a.min_exp, a.max_exp + 1, a.exp_step)]    # float32 elements
     bufs = [torch.ones(n) for n in sizes]
 
     def step():
@@ -195,12 +226,40 @@ def _tp(rank, world, a, timer):
     return step
 
 
+def _flight(rank, world, out, a):
+    """The ``fr`` job: blocking all_reduces, one rank late; the Flight Recorder dumped."""
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import _dump_fr_trace_json
+
+    x = torch.ones(1024)
+    rows = []
+    for i in range(a.warmup + a.steps):
+        took = []
+        for _ in range(a.repeats):
+            if rank == a.slow_stage and a.sleep_ms:
+                time.sleep(a.sleep_ms / 1e3)
+            took.append(time.time_ns())
+            dist.all_reduce(x)
+        if i >= a.warmup:
+            rows.append({"step": i, "all_reduce_entry_ns": took})
+    dist.barrier()
+    (Path(out) / f"fr-rank-{rank}.json").write_bytes(_dump_fr_trace_json())
+    dist.destroy_process_group()
+    (Path(out) / f"truth-rank-{rank}.json").write_text(json.dumps(rows))
+
+
 def _worker(rank, world, port, out, a):
     import torch
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if a.what == "fr":
+        os.environ["TORCH_FR_BUFFER_SIZE"] = "20000"
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        return _flight(rank, world, out, a)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     step = {"fsdp2": _fsdp2, "pp": _pp, "a2a": _a2a, "sweep": _sweep, "tp": _tp}[a.what](rank, world, a, None)
@@ -214,13 +273,17 @@ def _worker(rank, world, port, out, a):
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=a.warmup, active=a.steps), record_shapes=True,
                  on_trace_ready=on_ready) as prof:
         for i in range(a.warmup + a.steps):
+            tb = time.perf_counter_ns()
             dist.barrier()
             t0 = time.perf_counter_ns()
             row = step()
             t1 = time.perf_counter_ns()
             prof.step()
             if i >= a.warmup:
-                rows.append(dict(row, step=i, start_ns=t0, step_ns=t1 - t0))
+                # span: what the trace's ProfilerStep covers (barrier and step; the last
+                # prof.step() also writes the trace, which no step holds)
+                rows.append(dict(row, step=i, start_ns=t0, step_ns=t1 - t0, barrier_ns=t0 - tb,
+                                 span_ns=t1 - tb))
     dist.destroy_process_group()
     with open(tmp / "trace.json", "rb") as f, gzip.open(Path(out) / f"rank-{rank}.json.gz", "wb",
                                                         compresslevel=9) as g:
@@ -231,7 +294,7 @@ def _worker(rank, world, port, out, a):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["fsdp2", "pp", "a2a", "sweep", "tp"])
+    p.add_argument("what", choices=["fsdp2", "pp", "a2a", "sweep", "tp", "fr"])
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
@@ -241,12 +304,13 @@ def main(argv=None) -> int:
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--slow-stage", type=int, default=1, help="pp: the slow rank; -1: none (balanced)")
     p.add_argument("--slow-factor", type=int, default=3)
+    p.add_argument("--sleep-ms", type=float, default=0.0, help="pp: the slow rank's untraced sleep per forward")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hot-rank", type=int, default=2)
     p.add_argument("--hot-factor", type=int, default=4)
+    p.add_argument("--min-exp", type=int, default=10)
     p.add_argument("--max-exp", type=int, default=20)
     p.add_argument("--exp-step", type=int, default=2)
-    p.add_argument("--world", type=int, default=None)
     p.add_argument("--tp-layers", type=int, default=4)
     p.add_argument("--tp-width", type=int, default=256)
     p.add_argument("--tp-tokens", type=int, default=64)

@@ -87,7 +87,9 @@ def test_cli_outputs(job_dir, tmp_path):
     r = CliRunner().invoke(main, ["batch", str(job_dir), "-o", str(out), "-j", "2"])
     assert r.exit_code == 1, r.output          # two files failed
     assert "5 files: 3 analysed, 2 failed, 2 skipped" in r.output
-    assert "straggler             rank 1: last in 4/4, late (>= 100 us) in 4/4, holds others back by 2.5 ms" in r.output
+    assert ("collective matching   rank 1 last in 4/4, late in 4/4 of the late ones; its lateness (median,"
+            in r.output)
+    assert "STRAGGLER  rank 1 arrives 2.5 ms late (median) at 4/4 all_reduces" in r.output
     summary = pd.read_parquet(out / "summary.parquet")
     assert len(summary) == 5 and len(pd.read_csv(out / "summary.csv")) == 5
     assert set(pd.read_parquet(out / "ranks.parquet")["rank"]) == {0, 1, 2}

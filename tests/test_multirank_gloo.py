@@ -134,7 +134,8 @@ def test_gloo_rank_verdicts_and_cli(tmp_path):
     lines = out.output.splitlines()
     assert lines[0] == "JOB job0: ranks 0, 1 of 2 · gloo"
     assert lines[1].startswith("  STRAGGLER  rank 1 arrives 30.") and "6/6 all_reduces" in lines[1]
-    assert lines[2].startswith("  why        in that time its issuing thread was in untraced Python")
+    assert lines[2].startswith("             arriving after the next-latest rank") and lines[3].startswith(
+        "  why        in that time its issuing thread was in untraced Python")
     assert "Cross-rank (job0: ranks 0, 1 of 2)" in out.output
     assert "  job0: this rank is the straggler, 30." in out.output          # rank 1's own report
     assert "  job0: waits " in out.output and " in all for rank 1, the straggler" in out.output
@@ -143,7 +144,7 @@ def test_gloo_rank_verdicts_and_cli(tmp_path):
     doc = json.loads(js.output)
     cr = doc["cross_rank"][0]
     assert cr["verdict"]["straggler_rank"] == 1 and 29 * MS < cr["verdict"]["late_by_ns"] < 32 * MS
-    assert cr["straggler"]["rank"] == 1 and cr["matched_instances"] == 12
+    assert cr["verdict"]["evidence"]["collectives"]["rank"] == cr["verdict"]["straggler_rank"] == 1 and cr["matched_instances"] == 12
     assert set(cr["clock"]["offsets"]) == {"0", "1"}
     v = {t["trace"]["rank"]: t["verdict"] for t in doc["traces"]}
     assert v[1]["job"]["role"] == "straggler" and v[1]["bound"] != "comms"
@@ -233,7 +234,7 @@ def test_gloo_job_uses_the_analysis_window():
     assert out.exit_code == 0, out.output
     cr = json.loads(out.output)["cross_rank"][0]
     assert cr["matched_instances"] == 4 and cr["step_skew"]["steps"] == 2   # steps 4 and 5 only
-    assert cr["straggler"]["by_collective"]["all_reduce"]["times_late"] == 2
+    assert cr["verdict"]["evidence"]["collectives"]["by_collective"]["all_reduce"]["times_late"] == 2
 
 
 @pytest.mark.parametrize("shift_ms", [25, -40])

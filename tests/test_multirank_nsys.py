@@ -72,6 +72,8 @@ def test_analyze_reports_each_process_of_one_export(tmp_path):
     paths = [t["trace"]["path"] for t in doc["traces"]]
     assert len(paths) == 2 and all("#pid" in p for p in paths)
     assert [t["trace"]["rank"] for t in doc["traces"]] == [0, 1]
-    assert doc["cross_rank"][0]["straggler"]["rank"] == 1
+    v = doc["cross_rank"][0]["verdict"]
+    assert v["straggler_rank"] == v["evidence"]["collectives"]["rank"] == 1
+    assert "straggler" not in doc["cross_rank"][0]      # one answer: the verdict's
     text = CliRunner().invoke(main, ["analyze", str(path)]).output
     assert text.count("VERDICT") == 2 and "rank 1 of 2" in text

@@ -58,6 +58,30 @@ def analyze_dir(path, **kwargs):
     return _analyze_dir(path, **kwargs)
 
 
+def all_jobs(paths_or_analyses, *, link_gbps=None, **kwargs):
+    """The multi-rank jobs that trace files, Traces or Analyses form (one per rank; an nsys
+    export of several GPU processes counts one rank per process): the same jobs -- windows,
+    verdict, layout, levers -- as ``traceread analyze``, ``batch``, ``overlay``, ``diff``
+    and the HTML report give (``traceread.jobs.multirank.jobs_of``). ``kwargs``: as for
+    ``analyze`` (steps, window, step_pattern ...). (Not ``traceread.jobs``: that is the
+    package of the batch and job code.)"""
+    from .jobs.multirank import jobs_of
+
+    return jobs_of(paths_or_analyses, link_gbps=link_gbps, **kwargs)
+
+
+def job(paths_or_analyses, *, link_gbps=None, **kwargs):
+    """The one job the inputs form (``all_jobs``); a ValueError when they form none or several.
+    ``job.verdict()``, ``job.levers``, ``job.layout``, ``job.windows``, ``job.to_dict()``
+    (the ``cross_rank`` object of ``analyze --format json``), ``job.analyses``."""
+    found = all_jobs(paths_or_analyses, link_gbps=link_gbps, **kwargs)
+    if len(found) != 1:
+        raise ValueError(f"these traces form {len(found)} multi-rank jobs"
+                         + (": use traceread.all_jobs()" if found else
+                            " (give each rank's trace, or one export holding several processes)"))
+    return found[0]
+
+
 def diff(before, after, **kwargs):
     """Compare two traces, two ``Analysis`` objects or two directories (``traceread.diff``)."""
     from .analysis import Analysis
@@ -70,4 +94,5 @@ def diff(before, after, **kwargs):
 
 
 __all__ = ["load", "Trace", "TraceMeta", "TraceError", "KINDS", "COLUMNS", "SCHEMA",
-           "read_parquet", "analyze", "Analysis", "analyze_dir", "capture", "diff", "__version__"]
+           "read_parquet", "analyze", "Analysis", "analyze_dir", "capture", "diff", "job", "all_jobs",
+           "__version__"]

@@ -306,6 +306,7 @@ class JobRole(_S):
     summary: str
     late_by_ns: Optional[int] = None
     cause: Optional[str] = None
+    basis: Optional[str] = None     # the straggler's: collectives | pipeline | thread_waits
     waits_for: Optional[int] = None
     wait_ns: Optional[int] = None
 
@@ -556,10 +557,13 @@ class Pipeline(_S):
     stage: Optional[int]
     microbatches: Optional[int]
     virtual_stages: int             # stages on this rank (interleaved: v > 1)
-    busy_ns: int
+    busy_ns: int                    # the stage's traced compute (operators / kernels)
     step_ns: int
-    recv_wait_ns: int               # step time the stage did not compute
-    bubble_pct_by_stage: dict[str, Optional[float]]
+    compute_ns: int                 # step - comm waits: the stage's own work, untraced included
+    p2p_wait_ns: int                # in the schedule's P2P calls: issue + blocking wait
+    other_wait_ns: int              # in other comm calls (barriers, collectives)
+    recv_wait_ns: int               # = p2p_wait_ns (older name)
+    bubble_pct_by_stage: dict[str, Optional[float]]   # 100 p2p_wait_ns / step_ns
     theoretical_bubble_pct: Optional[float]   # 100 (p-1)/(m+p-1)
     slowest_stage: Optional[int]    # a job's analysis: the stage with the least bubble
     p2p_bytes_per_step: Optional[int]
@@ -596,6 +600,14 @@ class SlowCall(_S):
     fit_ns: int                     # what the fit predicts for its size
 
 
+class CommSizeFit(_S):
+    bytes: int
+    median_ns: int                  # the size's median call
+    fit_ns: int
+    error_pct: float                # 100 |fit - median| / median
+    waited: bool                    # median over 2x the next size's: its calls waited on a peer
+
+
 class CommModel(_S):
     """``T = alpha + bus_bytes / beta`` fitted to the trace's own sized collectives, per size
     regime (docs/parallelism.md, "Communication model")."""
@@ -605,11 +617,13 @@ class CommModel(_S):
     backend: Optional[str]
     alpha_us: float
     beta_gbps: float                # bus bandwidth (nccl-tests convention)
-    fit_error_pct: float            # median |fit - T| / T over the fitted sizes
-    worst_error_pct: float          # max |fit - T| / T over the fitted sizes
+    fit_error_pct: float            # median |fit - T| / T over the sizes (T: a size's median call)
+    worst_error_pct: float          # max |fit - T| / T over the sizes
+    by_size: list[CommSizeFit]      # each size's median call, fit and error
+    waited_sizes: int               # sizes left out of the fit (waited on a peer)
     min_bytes: int                  # the size regime this line covers
     max_bytes: int
-    sizes: int                      # distinct message sizes fitted
+    sizes: int                      # distinct message sizes fitted (waited ones excluded)
     calls: int
     slow_calls: int                 # calls above 2x the fit
     worst_x_fit: float
@@ -747,6 +761,7 @@ class PipelineStages(_S):
     slow_stage: Optional[int]       # None: balanced (under 1.25x the others' median)
     slow_rank: int                  # the busiest rank of the busiest stage
     excess_ns: int                  # its compute per step minus the other stages' median
+    untraced_excess_ns: int         # the part of it no profiled operator records (a sleep, I/O)
     stage_ranks: list[list[int]]
     idle_ns_by_rank: dict[str, int]  # step - compute per step (median), per rank
 
@@ -941,6 +956,7 @@ class JobSide(_S):
     cause: Optional[str]
     locality: Optional[str]
     summary: str
+    status: Optional[str]       # the job verdict: straggler | none | cannot_tell
     step_mean_ns: Optional[int]  # the job's pace: its slowest matched rank's mean step
 
 
@@ -951,6 +967,7 @@ class JobChange(_S):
     before: Optional[JobSide]
     after: Optional[JobSide]
     straggler_changed: bool
+    verdict_changed: bool       # status, straggler or its cause changed
     step_pct: Optional[float]
 
 
@@ -959,7 +976,7 @@ class Diff(DiffPair, kw_only=True):
     step-time change at the top level, every pair in ``pairs``."""
 
     schema_version: str
-    source: str                 # traces | directories | batch
+    source: str                 # traces | directories | batch | processes (multi-process exports)
     pairs: Optional[list[DiffPair]] = None
     matched_by: Optional[str] = None  # path | rank | single | position
     unmatched: Optional[list[Unmatched]] = None

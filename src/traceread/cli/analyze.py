@@ -149,25 +149,30 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
 
     def keep_rank_input(a):  # then drop the event table: memory stays bounded on big jobs
         try:
+            if link_gbps:   # the fitted bus bandwidths against the link (parallelism.with_link)
+                from ..passes.parallelism import with_link
+
+                a.parallelism = with_link(getattr(a, "parallelism", None), link_gbps)
             part = "split_from" in (a.meta.extra or {})   # one process of a multi-rank export
-            prepared.append(multirank.prepare(a, with_input=len(traces) >= 2 or part))
+            prepared.append(multirank.prepare(a, with_input=len(traces) + len(dumps) >= 2 or part))
         except Exception as e:  # reported below; the trace's own report still prints
             errors.append(e)
         finally:
             if not keep_trace:
                 a.trace = None
 
+    dumps = _flight_dumps(traces)   # Flight Recorder dumps: ranks of a job, no trace
+    traces = [t for t in traces if t not in dumps]
+    if dumps and not traces and fmt == "html":
+        raise click.UsageError("--format html draws traces: Flight Recorder dumps alone give "
+                               "text or json")
     results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window, keep_rank_input,
-                                peak_tflops, split_ranks=True)
-    if link_gbps:   # the fitted bus bandwidths against the link (passes/parallelism.with_link)
-        from ..passes.parallelism import with_link
-
-        for a in results:
-            a.parallelism = with_link(getattr(a, "parallelism", None), link_gbps)
+                                peak_tflops, split_ranks=True) if traces else ([], 0)
+    prepared += [dumps[t] for t in dumps]
     try:
         if errors:
             raise errors[0]
-        jobs = multirank.jobs_of_prepared(prepared, link_gbps)
+        jobs = multirank.build_jobs(prepared, link_gbps)   # the one job model (traceread.job)
         multirank.apply_job_verdicts(results, jobs)
     except Exception as e:  # the per-rank reports still print; the run fails
         click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {safe.name(' '.join(str(e).split()))}",
@@ -179,14 +184,14 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         page = get_renderer("html", jobs=jobs).render(results if len(results) > 1 else results[0])
         emit(page, out, terminal=False)
     elif fmt == "json":
-        cross = [_with_layout(j.to_dict(), results) for j in jobs] or None
+        cross = [j.to_dict() for j in jobs] or None
         emit_json([a.to_dict() for a in results], out, len(traces), cross_rank=cross)
     else:
         head = []
         if jobs:  # (a single trace's report needs none of the cross-rank rendering)
             from ..render.cross_rank import render_summary
 
-            head = [render_summary(jobs, {j.job: _layout_of(j.to_dict(), results) for j in jobs})]
+            head = [render_summary(jobs)]
         parts = head + [render_report(safe.for_display(a)) for a in results]
         if jobs:
             from ..render.cross_rank import render_detail
@@ -196,22 +201,21 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
     exit_if_failed(failed)
 
 
-def _with_layout(job: dict, results: list) -> dict:
-    """The job's ``cross_rank`` object with its ranks' parallel layout merged."""
-    job["parallelism"] = _layout_of(job, results)
-    return job
+def _flight_dumps(paths) -> dict:
+    """path -> its job member (``multirank.flight``) for each PATH that is a Flight Recorder
+    dump (torch.distributed's per-rank record of the collectives it issued)."""
+    from ..jobs.multirank import flight
 
-
-def _layout_of(job: dict, results: list) -> dict:
-    """``passes/parallelism.job_parallelism`` of the job's ranks (matched by path)."""
-    from ..passes.parallelism import job_parallelism
-    from ..verdict.parallel import job_levers
-
-    path_rank = {str(p): int(r) for r, p in job.get("paths", {}).items()}
-    layout = job_parallelism({path_rank[str(a.meta.path)]: a.parallelism for a in results
-                              if str(a.meta.path) in path_rank})
-    layout["levers"] = job_levers(layout)
-    return layout
+    out = {}
+    for p in paths:
+        doc = flight.read_dump(p)   # sniffs the first 64 KB: a trace is never parsed here
+        if doc is not None:
+            try:
+                out[p] = {"path": str(p), "input": flight.rank_input_of(p, doc), "split": [],
+                          "window": None, "parallelism": None}
+            except ValueError as e:
+                raise click.UsageError(str(e))
+    return out
 
 
 @_trace_command()

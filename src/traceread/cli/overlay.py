@@ -30,15 +30,14 @@ def overlay(traces, out, step_pattern, steps_spec, window):
     targets = _targets(traces, out)
     for dst in targets:  # before any trace is read: an input is never opened for writing
         refuse_inputs(dst, traces)
-    loaded = [load_trace(t) for t in traces]
+    analyses = [_analyze(t, load_trace(t), step_pattern, steps_spec, window) for t in traces]
     waits = {}
-    if len(loaded) > 1:
-        from ..jobs.multirank import analyze_traces
+    if len(analyses) > 1:   # the job model: the waits of each rank's analysed window
+        from ..jobs.multirank import jobs_of_analyses
 
-        waits = straggler_waits(analyze_traces(loaded))
-    for src, trace, dst in zip(traces, loaded, targets):
-        a = _analyze(src, trace, step_pattern, steps_spec, window)
-        n = write_overlay(a, dst, waits.get(trace.meta.path))
+        waits = straggler_waits(jobs_of_analyses(analyses))
+    for a, dst in zip(analyses, targets):
+        n = write_overlay(a, dst, waits.get(a.meta.path))
         click.echo(f"wrote {name(dst)}: {n:,} traceread events added to {a.events:,} "
                    f"(open in https://ui.perfetto.dev, or Chromium DevTools > Performance > "
                    f"Load profile)", err=True)

@@ -188,6 +188,8 @@ def _job_record(nb, na, b: JobView, a: JobView, members: list) -> dict:
             "ranks": sum(1 for x, y in members if x and y),
             "before": sb or None, "after": sa or None,
             "straggler_changed": sb.get("straggler_rank") != sa.get("straggler_rank"),
+            "verdict_changed": (sb.get("status"), sb.get("straggler_rank"), sb.get("cause")) !=
+                               (sa.get("status"), sa.get("straggler_rank"), sa.get("cause")),
             "step_pct": round(100.0 * (ma - mb) / mb, 2) if mb and ma is not None else None}
 
 
@@ -202,4 +204,5 @@ def _job_side(v: JobView, name: str | None, keys: list) -> dict[str, Any]:
             "collective": row.get("straggler_collective") or None,
             "late_by_ns": int(row["late_by_ns"] or 0), "cause": row.get("cause") or None,
             "locality": row.get("locality") or None, "summary": str(row.get("summary") or ""),
+            "status": row.get("status") or None,
             "step_mean_ns": max(steps) if steps else None}

@@ -28,7 +28,47 @@ def diff_paths(before: str, after: str, *, step_pattern: str | None = None, load
     run = lambda p: analyze(load(p), step_pattern=step_pattern)  # noqa: E731
     if os.path.isdir(before) and os.path.isdir(after):
         return _diff_folders(match_dirs(before, after), run, batch)
-    return diff_analyses(run(before), run(after), batch=batch)
+    return _diff_files(before, after, load, step_pattern, batch)
+
+
+def _diff_files(before: str, after: str, load, step_pattern, batch) -> TraceDiff:
+    """Two trace files. An nsys export holding several GPU processes (``nsys profile
+    torchrun ...``) is one rank per process: the ranks are diffed rank by rank (paired by
+    rank) and as a job (straggler, job verdict) -- never as one sum over the GPUs."""
+    from ..analysis import analyze
+    from ..readers.nsys_split import split_processes
+
+    from ..table import Trace
+
+    traces = [load(before), load(after)]
+    if not all(isinstance(t, Trace) for t in traces):
+        traces = [t if isinstance(t, Trace) else _read(t) for t in traces]
+    parts = [split_processes(t) for t in traces]
+    if not any(parts):
+        return diff_analyses(analyze(traces[0], step_pattern=step_pattern),
+                             analyze(traces[1], step_pattern=step_pattern), batch=batch)
+    found, sides = {}, []
+    for name, t, ps in zip(("before", "after"), traces, parts):
+        items = []
+        for q in ps or [t]:
+            key = f"{name}:{q.meta.path}"
+            found[key] = q
+            rank = int(q.meta.rank) if q.meta.rank is not None and q.meta.rank >= 0 else None
+            items.append({"rel": f"rank {rank}" if rank is not None else q.meta.path,
+                          "path": q.meta.path, "rank": rank, "item": key})
+        sides.append(items)
+    matched = pair_up(sides[0], sides[1], before, after)
+    if matched.by == "path":
+        matched.by = "rank"      # the items are named by their rank
+    d = _diff_folders(matched, lambda key: analyze(found[key], step_pattern=step_pattern), batch)
+    d.source = "processes"
+    return d
+
+
+def _read(path):
+    from ..readers import read
+
+    return read(path)
 
 
 def _diff_folders(matched: Matched, run, batch: tuple | None = None) -> TraceDiff:

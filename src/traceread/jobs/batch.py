@@ -48,7 +48,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     # the result keeps its bytes (``file_bytes``) for whoever must open it again
     row.update(file=display_path(path), rank=-1, world_size=-1)
     tables: dict[str, pd.DataFrame] = {}
-    rank_input = verdict = None
+    rank_input = verdict = member = None
     try:
         with _local_copy(path) as local:
             from ..readers import read
@@ -70,6 +70,9 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
 
         coll = collective_instances(trace.events)
         rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a))
+        # what the job model keeps of it (multirank.prepare): input, window, layout
+        member = {"path": str(path), "input": rank_input, "split": [],
+                  "window": multirank.analysis_window(a), "parallelism": a.parallelism}
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
         for name in TABLES:
@@ -87,6 +90,7 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     return {"row": row, "tables": tables if row["error"] is None else {},
             "file_bytes": path_bytes(path),
             "rank_input": rank_input if row["error"] is None else None,
+            "member": member if row["error"] is None else None,
             "verdict": verdict if row["error"] is None else None}
 
 
@@ -418,7 +422,7 @@ class BatchResult:
     tables: dict[str, pd.DataFrame]            # name -> rows of every trace, with "trace_id"
     ranks: pd.DataFrame                        # one row per (job, rank)
     matches: pd.DataFrame                      # one row per (job, collective instance, rank)
-    jobs: list = field(default_factory=list)   # multirank.JobResult
+    jobs: list = field(default_factory=list)   # multirank.JobResult (build_jobs)
     skipped: list = field(default_factory=list)
     file_bytes: list = field(default_factory=list)  # each summary row's path, as bytes
 
@@ -441,17 +445,18 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
         summary[c] = summary[c].mask(summary[c] < 0)
     for c in ("step_mean_ms", "idle_pct", "top_drain_pct", "top_cpu_pct", "comm_ms", "exposed_comm_pct", "seconds"):
         summary[c] = summary[c].astype("float64")
-    inputs = [(i, r["rank_input"]) for i, r in enumerate(results) if r["rank_input"] is not None]
-    jobs = multirank.analyze_inputs([ri for _, ri in inputs])
+    members = [r.get("member") or {"path": r["row"]["file"], "input": r["rank_input"], "split": []}
+               for r in results if r["rank_input"] is not None]
+    jobs = multirank.build_jobs(members)   # the one job model (traceread.job)
     job_of = {}
     ranks, matches = [], []
     for job in jobs:
         for rank, path in job.paths.items():
             job_of[path] = job.job
-        s = job.straggler
+        jv = job.verdict()    # the job's one answer (its basis may be the pipeline's stages)
         pr = job.per_rank.assign(job=job.job, world_size=job.world_size,
-                                 straggler=lambda d, s=s: d["rank"] == s["rank"],
-                                 straggler_delay_ns=s["median_delay_ns"],
+                                 straggler=lambda d, jv=jv: d["rank"] == jv["straggler_rank"],
+                                 straggler_delay_ns=jv["late_by_ns"],
                                  step_skew_mean_ns=int(job.steps["skew_ns"].mean()) if len(job.steps) else 0)
         ranks.append(pr)
         matches.append(job.matches.assign(job=job.job))

@@ -275,6 +275,98 @@ def host_blocked(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None) -> iv.I
 
 WAIT_RX = re.compile(r"^(?:_c10d_functional|c10d_functional|c10d)::wait(?:_tensor)?$")
 
+# The thread resumes this soon after the transfer it waited on completes (Python returns
+# from ``work.wait()`` and reaches its next operator or call): a transfer that completes while
+# the thread does something else untraced (a sleep, Python, I/O) is not what it waited on.
+RESUME_TOL_NS = 1_000_000
+
+
+def comm_waits(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe) -> dict:
+    """Per step [qs, qe) the step thread's time blocked in communication, as arrays of ns:
+    ``p2p`` (send/recv: what a pipeline's bubble is) and ``other`` (collectives, barriers).
+
+    Blocked = the issuing operators (``c10d::send``, ``c10d::recv_``, ``c10d::barrier``) plus,
+    in each gap between the thread's other operators, the time spent waiting on a transfer:
+    inside a receive span of the thread itself (gloo runs ``gloo:recv`` on the caller until
+    the message arrived), or up to where any comm span ends when the thread's next operator
+    or call starts within ``RESUME_TOL_NS`` of that end (gloo's ``work.wait()`` records
+    nothing, so a wait is known by where it ends), and after a synchronous collective's issue
+    (``c10d::barrier``) the gap until the thread's next operator. Any other untraced time --
+    a sleep, Python, I/O -- stays the stage's own work."""
+    qs, qe = np.asarray(qs, np.int64), np.asarray(qe, np.int64)
+    out = {"p2p": np.zeros(len(qs), np.int64), "other": np.zeros(len(qs), np.int64)}
+    if not len(calls) or not len(qs):
+        return out
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    host = calls[~calls["on_gpu"].astype(bool)]
+    mine = host[(host["tid"] == tid) & host["issue"].astype(bool)]
+    ops = np.flatnonzero(kind_in(ev, ("cpu_op",)) & (ev["tid"].to_numpy() == tid))
+    work = iv.subtract(iv.union(ts[ops], end[ops]), iv.union(mine["ts"], mine["end"]))
+    gaps = iv.complement(work, int(qs.min()), int(qe.max()))
+    on_thread = (host["tid"] == tid).to_numpy()
+    resume = np.unique(np.concatenate([ts[ops], host.loc[on_thread, "ts"].to_numpy(np.int64)]))
+    p2p = host["collective"].isin(P2P).to_numpy()
+    own_recv = on_thread & (host["collective"] == "recv").to_numpy() & ~host["issue"].astype(bool).to_numpy()
+    pieces = _wait_pieces(gaps, host["ts"].to_numpy(np.int64), host["end"].to_numpy(np.int64),
+                          own_recv, resume)
+    blocking = _after_blocking_issue(gaps, mine[~mine["collective"].isin(P2P)], resume)
+    sets = {}
+    for key, sel in (("p2p", p2p), ("other", ~p2p)):
+        ws = [(a, b) for a, b, i in pieces if sel[i]] + (blocking if key == "other" else [])
+        iss = mine[mine["collective"].isin(P2P) == (key == "p2p")]
+        starts = np.concatenate([iss["ts"].to_numpy(np.int64), np.array([a for a, _ in ws], np.int64)])
+        ends = np.concatenate([iss["end"].to_numpy(np.int64), np.array([b for _, b in ws], np.int64)])
+        sets[key] = iv.union(starts, ends)
+    # a moment both kinds explain counts once, as P2P
+    out["p2p"] = iv.overlap(sets["p2p"], qs, qe)
+    out["other"] = iv.overlap(iv.subtract(sets["other"], sets["p2p"]), qs, qe)
+    return out
+
+
+def _after_blocking_issue(gaps: iv.Intervals, issue: pd.DataFrame,
+                          resume: np.ndarray) -> list[tuple[int, int]]:
+    """The time after an issuing collective operator (``c10d::barrier``, ``c10d::allreduce_``)
+    until the thread's next operator or call: a synchronous collective returns only once
+    every rank reached it, and the backend's span (``gloo:barrier``) may end before the
+    caller is woken, so that stretch is the wait. An asynchronous call (DDP's buckets) is
+    followed by operators at once: no wait."""
+    if not len(issue) or not len(gaps[0]):
+        return []
+    e = issue["end"].to_numpy(np.int64)
+    k = np.searchsorted(gaps[0], e, side="right") - 1
+    ok = (k >= 0) & (gaps[1][np.maximum(k, 0)] > e)
+    nxt = np.searchsorted(resume, e, side="right")
+    stop = np.where(nxt < len(resume), resume[np.minimum(nxt, len(resume) - 1)], np.iinfo(np.int64).max)
+    until = np.minimum(gaps[1][np.maximum(k, 0)], stop)
+    return [(int(a), int(b)) for a, b in zip(e[ok], until[ok]) if b > a]
+
+
+def _wait_pieces(gaps: iv.Intervals, s: np.ndarray, e: np.ndarray, own_recv: np.ndarray,
+                 resume: np.ndarray) -> list[tuple[int, int, int]]:
+    """(start, end, span index) of the waits inside ``gaps`` (see ``comm_waits``)."""
+    out = []
+    order = np.argsort(e, kind="stable")
+    e_sorted = e[order]
+    los = np.searchsorted(e_sorted, gaps[0] + 1)
+    his = np.searchsorted(e_sorted, gaps[1] + 1)
+    has = np.flatnonzero(his > los)      # only the gaps a comm span ends in (few of many)
+    for j in has.tolist():
+        gs, ge, lo, hi = int(gaps[0][j]), int(gaps[1][j]), int(los[j]), int(his[j])
+        cursor = gs
+        for i in order[lo:hi]:
+            a = max(cursor, int(s[i]))
+            if a >= e[i]:
+                continue
+            if not own_recv[i]:
+                k = np.searchsorted(resume, e[i], side="left")
+                nxt = int(resume[k]) if k < len(resume) else ge
+                if min(nxt, ge) - e[i] > RESUME_TOL_NS:
+                    continue
+            out.append((a, int(e[i]), int(i)))
+            cursor = int(e[i])
+    return out
+
 
 def _clip_total(x: iv.Intervals, lo: int, hi: int) -> int:
     return iv.total(iv.intersect(x, (np.array([lo]), np.array([hi]))))
@@ -303,17 +395,34 @@ def pipeline(ev: pd.DataFrame, calls: pd.DataFrame, spans, strategy: dict,
     else:
         seqs = [p2p[(p2p["ts"] >= s) & (p2p["ts"] < e)]["collective"].tolist()
                 for s, e, _ in spans]
-        m = _microbatches(seqs, end_stage)
+        m = _microbatches(seqs, end_stage, middle=stage is not None and not end_stage)
         schedule = _schedule(seqs, end_stage, m)
     theory = round(100.0 * (p - 1) / (v * m + p - 1), 1) if p and m and schedule else None
-    bubble = round(100.0 * (1 - busy_ns / step_ns), 1) if step_ns else None
+    waits = _stage_waits(ev, calls, spans, tid, busy_ns)
+    # the bubble: the step's share in the schedule's P2P calls (issue + blocking wait)
+    bubble = round(100.0 * waits["p2p"] / step_ns, 1) if step_ns else None
     return {"schedule": schedule, "stages": p, "stage": stage, "microbatches": m,
             "virtual_stages": v,
             "busy_ns": int(busy_ns), "step_ns": int(step_ns),
-            "recv_wait_ns": int(step_ns - busy_ns),
+            # the stage's own work: the step less its comm waits (untraced work included)
+            "compute_ns": int(step_ns - waits["p2p"] - waits["other"]),
+            "p2p_wait_ns": int(waits["p2p"]), "other_wait_ns": int(waits["other"]),
+            "recv_wait_ns": int(waits["p2p"]),
             "bubble_pct_by_stage": {str(rank if rank is not None else 0): bubble},
             "theoretical_bubble_pct": theory, "slowest_stage": None,
             "p2p_bytes_per_step": _p2p_bytes(ev, p2p, len(spans))}
+
+
+def _stage_waits(ev, calls, spans, tid, busy_ns) -> dict:
+    """The stage's P2P and other comm waits over its steps: from the host thread
+    (``comm_waits``) on a CPU job; on a GPU, the steps' time no compute kernel covers,
+    all of it P2P (a GPU stage waits for its peers only at send/recv)."""
+    qs = np.array([s for s, _, _ in spans], np.int64)
+    qe = np.array([e for _, e, _ in spans], np.int64)
+    if len(calls) and calls["on_gpu"].astype(bool).any() or not len(calls):
+        return {"p2p": int((qe - qs).sum() - busy_ns), "other": 0}
+    w = comm_waits(ev, calls, tid, qs, qe)
+    return {"p2p": int(w["p2p"].sum()), "other": int(w["other"].sum())}
 
 
 def _transfers(calls: pd.DataFrame) -> pd.DataFrame:
@@ -362,12 +471,13 @@ def schedule_marks(ev: pd.DataFrame, spans, tid: int) -> tuple[int, str, int] | 
     return m, ("gpipe" if max(switches) <= 1 else "1f1b") if m >= 2 else None, 1
 
 
-def _microbatches(seqs: list[list[str]], end_stage: bool) -> int | None:
-    """An end stage sends (first: activations; last: gradients) once per microbatch; the
-    median over steps. A middle stage's count is not read (it sends both ways)."""
-    if not end_stage or not seqs:
+def _microbatches(seqs: list[list[str]], end_stage: bool, middle: bool = False) -> int | None:
+    """An end stage sends (first: activations; last: gradients) once per microbatch, a
+    middle stage both ways (twice per microbatch); the median over steps."""
+    if not (end_stage or middle) or not seqs:
         return None
-    m = int(np.median([s.count("send") for s in seqs]))
+    n = np.median([s.count("send") for s in seqs])
+    m = int(n if end_stage else n / 2)
     return m or None
 
 
@@ -406,6 +516,12 @@ def _moving(calls: pd.DataFrame) -> pd.DataFrame:
         if pick.any():
             return calls[pick]
     return calls
+
+
+def tensor_bytes(dims, types) -> int | None:
+    """Bytes of the first tensor argument of a row's recorded shapes (``input_dims``,
+    ``input_type`` JSON); None when unknown."""
+    return _tensor_bytes(dims, types)
 
 
 def _tensor_bytes(dims, types) -> int | None:
@@ -646,67 +762,128 @@ LINK_SLOW_PCT = 25.0  # a fitted bus bandwidth under this % of --link-gbps is "f
 def comm_model(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict],
                backend: str | None) -> list[dict]:
     """``T = alpha + bus_bytes / beta`` per (collective, group size, size regime), fitted to
-    the fastest call of each message size (the one least delayed by late peers or
-    contention), weighted by 1/T (relative error). One line unless its worst point is off
-    by more than ``FIT_TOL_PCT``: then two regimes split at the size that makes the worse
-    of the two lines' worst errors least, each of ``MIN_SIZES`` sizes or more (a protocol or
-    cache switch: docs/parallelism.md). ``fit_error_pct`` / ``worst_error_pct``: median /
-    max |fit - T| / T over a regime's points; ``slow_calls``: calls above ``SLOW_X`` x the
-    fit, ``slowest_call`` the worst of them."""
-    sized = _sized_calls(ev, calls, groups)
-    out = []
+    the median call of each message size (a call's time is what it usually takes: the
+    fastest one is an outlier too) so that the worst size's relative error is least. Each size's error is
+    reported (``by_size``). Two regimes (a protocol or cache switch: docs/parallelism.md)
+    only when splitting at a size halves the error on at least ``SPLIT_MIN_BETTER`` sizes on
+    each side -- a split that merely shaves noise is not a regime -- the split with the
+    least worst error among those. ``fit_error_pct`` / ``worst_error_pct``: median / max
+    |fit - median| / median over a regime's sizes; ``slow_calls``: calls above ``SLOW_X`` x
+    the fit, ``slowest_call`` the worst of them."""
     t0 = int(ev["ts"].min()) if len(ev) else 0
+    return fit_sizes(_sized_calls(ev, calls, groups), backend, t0)
+
+
+def fit_sizes(sized: pd.DataFrame, backend: str | None, t0: int = 0) -> list[dict]:
+    """``comm_model``'s fit of calls given as columns collective, group_size, bytes, dur, ts
+    (one rank's spans; or a job's matched instances with their transfer times)."""
+    out = []
     for (coll, n), g in sized.groupby(["collective", "group_size"], sort=True):
-        best = g.groupby("bytes")["dur"].min()
-        if len(best) < MIN_SIZES or coll not in BUS_FACTOR:
+        med = g.groupby("bytes")["dur"].median()
+        if len(med) < MIN_SIZES or coll not in BUS_FACTOR:
             continue
         factor = BUS_FACTOR[coll](n)
-        b, t = best.index.to_numpy(float), best.to_numpy(float)
-        for lo, hi, alpha, slope in _regimes(b * factor, t):
-            mine = g[(g["bytes"] >= b[lo]) & (g["bytes"] <= b[hi - 1])]
+        b, t = med.index.to_numpy(float), med.to_numpy(float)
+        odd = waited_sizes(t)
+        fb, ft = b[~odd], t[~odd]
+        if len(ft) < MIN_SIZES:
+            continue
+        for lo, hi, alpha, slope in _regimes(fb * factor, ft):
+            lo_b, hi_b = fb[lo], fb[hi - 1]
+            # the regime's sizes, the waited ones inside its range included (reported)
+            inside = (b >= (b[b < lo_b].max() + 1 if lo and (b < lo_b).any() else b.min())) \
+                & (b <= hi_b if hi < len(fb) else b <= b.max())
+            mine = g[(g["bytes"] >= b[inside].min()) & (g["bytes"] <= b[inside].max())]
             out.append(_regime_row(coll, int(n), backend, mine, factor, alpha, slope,
-                                   b[lo:hi] * factor, t[lo:hi], t0))
+                                   b[inside], t[inside], t0, odd[inside]))
     return out
 
 
+def waited_sizes(t: np.ndarray) -> np.ndarray:
+    """Sizes whose median call took over ``SLOW_X`` times as long as the next larger size's:
+    a larger message cannot move in less than half the time, so those calls mostly waited
+    on a late peer (the first calls after a barrier, a descheduled rank). Kept out of the
+    fit, reported with their error."""
+    out = np.zeros(len(t), bool)
+    out[:-1] = t[:-1] > SLOW_X * t[1:]
+    return out
+
+
+SPLIT_MIN_BETTER = 2   # sizes on each side whose error a split must halve
+
+
 def _line(bus: np.ndarray, t: np.ndarray):
-    """(alpha, slope, worst relative error) of the 1/T-weighted line; None when no
-    latency-bandwidth line fits (slope <= 0 or alpha < 0)."""
-    slope, alpha = np.polyfit(bus, t, 1, w=1 / t)
-    if slope <= 0 or alpha < 0:
+    """(alpha, slope, relative errors) of the line whose worst relative error over the
+    sizes is least (minimax: Lawson's reweighted least squares -- the goal is every size
+    within a bound, not a small average); None when no latency-bandwidth line fits
+    (slope <= 0). A negative latency is not one: then the best line through the origin."""
+    a = np.column_stack([1 / t, bus / t])     # rows scaled by 1/T: relative residuals
+    w = np.full(len(t), 1.0 / len(t))
+    p = np.zeros(2)
+    for _ in range(LAWSON_ROUNDS):
+        sw = np.sqrt(w)
+        p = np.linalg.lstsq(a * sw[:, None], sw, rcond=None)[0]
+        r = np.abs(a @ p - 1)
+        if r.max() < 1e-9:     # an exact line
+            break
+        w = w * r
+        w /= w.sum()
+    alpha, slope = float(p[0]), float(p[1])
+    if slope <= 0:
         return None
-    return alpha, slope, float(np.max(np.abs(alpha + bus * slope - t) / t))
+    if alpha < 0:
+        q = bus / t
+        slope, alpha = 2 / (q.min() + q.max()), 0.0
+    return alpha, slope, np.abs(alpha + bus * slope - t) / t
+
+
+LAWSON_ROUNDS = 60
 
 
 def _regimes(bus: np.ndarray, t: np.ndarray) -> list[tuple]:
-    """[(lo, hi, alpha, slope)] over the sorted sizes: one line, or two regimes when one line
-    misses a point by more than FIT_TOL_PCT and both regimes' lines then fit within it (a
-    split that fits no better is noise, not a regime)."""
+    """[(lo, hi, alpha, slope)] over the sorted sizes: one line when it fits every size within
+    ``FIT_TOL_PCT``, else two regimes when a split halves the error (of sizes off by more
+    than 2%) on ``SPLIT_MIN_BETTER`` sizes or more on each side (see ``comm_model``)."""
     one = _line(bus, t)
-    if one and one[2] * 100 <= FIT_TOL_PCT:
-        return [(0, len(t), one[0], one[1])]
+    if one and one[2].max() * 100 <= FIT_TOL_PCT:
+        return [(0, len(t), one[0], one[1])]     # one line already fits every size
     best = None
     for k in range(MIN_SIZES, len(t) - MIN_SIZES + 1):
         a, b = _line(bus[:k], t[:k]), _line(bus[k:], t[k:])
-        if a and b and (best is None or max(a[2], b[2]) < best[0]):
-            best = (max(a[2], b[2]), k, a, b)
-    if best and best[0] * 100 <= FIT_TOL_PCT:
-        _, k, a, b = best
-        return [(0, k, a[0], a[1]), (k, len(t), b[0], b[1])]
+        if not (a and b):
+            continue
+        if one is not None:
+            base = one[2]
+            better = lambda mine, was: int(np.sum((mine <= was / 2) & (was > 0.02)))  # noqa: E731
+            if better(a[2], base[:k]) < SPLIT_MIN_BETTER or better(b[2], base[k:]) < SPLIT_MIN_BETTER:
+                continue
+        worst = max(a[2].max(), b[2].max())
+        if best is None or worst < best[0]:
+            best = (worst, k, a, b)
+    if best:   # each side may hold a switch of its own (protocol, then cache)
+        k = best[1]
+        return _regimes(bus[:k], t[:k]) + [(k + lo, k + hi, a, s) for lo, hi, a, s in
+                                           _regimes(bus[k:], t[k:])]
     return [(0, len(t), one[0], one[1])] if one else []
 
 
-def _regime_row(coll, n, backend, g, factor, alpha, slope, bus, t, t0) -> dict:
+def _regime_row(coll, n, backend, g, factor, alpha, slope, sizes, t, t0, waited) -> dict:
     fit = alpha + g["bytes"].to_numpy(float) * factor * slope
     x = g["dur"].to_numpy(float) / np.maximum(fit, 1.0)
-    err = np.abs(alpha + bus * slope - t) / t
+    at = alpha + sizes * factor * slope
+    err_all = np.abs(at - t) / t
+    err = err_all[~waited]
     worst = int(np.argmax(x))
     return {"collective": coll, "group_size": n, "backend": backend,
             "alpha_us": round(float(alpha) / 1e3, 2), "beta_gbps": round(1 / float(slope), 3),
             "fit_error_pct": round(100 * float(np.median(err)), 1),
             "worst_error_pct": round(100 * float(err.max()), 1),
+            "by_size": [{"bytes": int(b), "median_ns": int(m), "fit_ns": int(f),
+                         "error_pct": round(100 * float(e), 1), "waited": bool(w)}
+                        for b, m, f, e, w in zip(sizes, t, at, err_all, waited)],
+            "waited_sizes": int(waited.sum()),
             "min_bytes": int(g["bytes"].min()), "max_bytes": int(g["bytes"].max()),
-            "sizes": int(len(t)), "calls": int(len(g)), "slow_calls": int((x > SLOW_X).sum()),
+            "sizes": int((~waited).sum()), "calls": int(len(g)), "slow_calls": int((x > SLOW_X).sum()),
             "worst_x_fit": round(float(x[worst]), 1),
             "slowest_call": {"ts_ns": int(g["ts"].iloc[worst]),
                              "offset_ns": int(g["ts"].iloc[worst]) - t0, "bytes": int(g["bytes"].iloc[worst]),
@@ -793,10 +970,17 @@ def job_parallelism(per_rank: dict[int, dict]) -> dict:
 
 
 def _job_pipeline(stages: dict[int, dict]) -> dict:
-    known = next((s for s in stages.values() if s["schedule"]), next(iter(stages.values())))
-    busy = {r: s["busy_ns"] / max(1, s["step_ns"]) for r, s in stages.items()}
+    # one stage alternating forwards and backwards proves 1F1B: its first stage runs all its
+    # warm-up forwards first and reads as GPipe when m <= p
+    read = {s["schedule"] for s in stages.values() if s["schedule"]}
+    pick = next((k for k in ("interleaved", "1f1b", "gpipe") if k in read), None)
+    known = next((s for s in stages.values() if s["schedule"] == pick), next(iter(stages.values())))
+    # a stage's own work: its step less its comm waits (``compute_ns``), so untraced work
+    # on a stage (a sleep, Python, I/O) counts as that stage's; older layouts: busy_ns
+    work = {r: s.get("compute_ns", s["busy_ns"]) for r, s in stages.items()}
+    busy = {r: work[r] / max(1, s["step_ns"]) for r, s in stages.items()}
     slowest = max(busy, key=busy.get)
-    mean_busy = float(np.mean([s["busy_ns"] for s in stages.values()]))
+    mean_busy = float(np.mean(list(work.values())))
     bubbles = {str(r): next(iter(s["bubble_pct_by_stage"].values())) for r, s in stages.items()}
     theory = known["theoretical_bubble_pct"]
     return {"schedule": known["schedule"], "stages": known["stages"],
@@ -813,6 +997,6 @@ def _job_pipeline(stages: dict[int, dict]) -> dict:
             "slowest_busy_x_fastest": round(busy[slowest] / min(busy.values()), 2)
             if min(busy.values()) > 0 else None,
             # balanced stages would each compute the mean: the step shrinks by the excess
-            "excess_busy_ns": int(stages[slowest]["busy_ns"] - mean_busy)
+            "excess_busy_ns": int(work[slowest] - mean_busy)
             if len(stages) > 1 else None,
             "step_ns": max(s["step_ns"] for s in stages.values())}

@@ -49,7 +49,6 @@ def job_to_dict(res) -> dict[str, Any]:
 def _job_dict(res) -> dict[str, Any]:
     m = res.matches
     methods = m.drop_duplicates("instance")["method"].value_counts() if len(m) else pd.Series(dtype=int)
-    strag = {k: v for k, v in res.straggler.items()}
     return {
         "job": res.job,
         "ranks": res.ranks,
@@ -65,7 +64,6 @@ def _job_dict(res) -> dict[str, Any]:
         "clock": {"reference_rank": min(res.ranks),
                   "offsets": {str(r): o for r, o in sorted(res.clock.items())},
                   "max_spread_ns": max((o["spread_ns"] for o in res.clock.values()), default=0)},
-        "straggler": strag,
         "per_rank": _records(res.per_rank),
         "step_skew": {
             "steps": int(len(res.steps)),
@@ -77,12 +75,15 @@ def _job_dict(res) -> dict[str, Any]:
         "inferred": res.inferred,
         "groups": res.groups,
         "pipeline_stages": res.stages,
+        "windows": {str(r): w for r, w in sorted((res.windows or {}).items())},
+        "parallelism": res.layout or None,
+        "levers": res.levers,
     }
 
 
-def render_summary(results: list, layouts: dict | None = None) -> str:
-    """The job verdict block that opens the report of a multi-rank job; ``layouts``: job id ->
-    its merged ``parallelism`` (passes/parallelism.job_parallelism)."""
+def render_summary(results: list) -> str:
+    """The job verdict block that opens the report of a multi-rank job (its layout and levers
+    are the job's own: ``JobResult.layout``, ``JobResult.levers``)."""
     lines: list[str] = []
     for res in results:
         jv = res.verdict()
@@ -121,10 +122,10 @@ def render_summary(results: list, layouts: dict | None = None) -> str:
         grp = groups_line(res.groups, res.stages)
         if grp:
             lines.append(f"  groups     {grp}")
-        layout = layout_line((layouts or {}).get(res.job))
+        layout = layout_line(res.layout)
         if layout:
             lines.append(f"  layout     {layout}")
-        for lv in ((layouts or {}).get(res.job) or {}).get("levers") or []:
+        for lv in res.levers:
             saves = f" (saves {fmt_ns(lv['saves_ns'])})" if lv.get("saves_ns") else ""
             lines.append(f"  lever      {lv['lever']}{saves}")
         lines.append(f"  clocks     {_clock_line(res)}")
@@ -194,11 +195,17 @@ def render_detail(results: list) -> str:
             mis = f"; {d['mismatched']} matched with differing type/size" if d["mismatched"] else ""
             lines.append(f"  unmatched             {um['count']} instances{': ' + why if why else ''}{mis}")
         s = res.straggler
+        jv = d["verdict"]
         if s["rank"] >= 0:
-            lines.append(f"  straggler             rank {s['rank']}: last in {s['times_last']}/{s['instances']},"
-                         f" late (>= 100 us) in {s['times_late']}/{s['late_instances']},"
-                         f" holds others back by {fmt_ns(s['median_delay_ns'])}"
-                         f" (median; mean {fmt_ns(s['mean_delay_ns'])})")
+            per = ", ".join(f"{k} {fmt_ns(v['median_delay_ns'])} at {v['times_late']}/{v['instances']}"
+                            for k, v in s["by_collective"].items())
+            aside = "" if jv["straggler_rank"] == s["rank"] and jv.get("basis") == "collectives" else (
+                f" -- not the verdict's basis ({jv.get('basis')}): "
+                + ("in a pipeline every stage waits at send/recv by construction"
+                   if jv.get("basis") == "pipeline" else "too few late instances to name it"))
+            lines.append(f"  collective matching   rank {s['rank']} last in {s['times_last']}/{s['instances']},"
+                         f" late in {s['times_late']}/{s['late_instances']} of the late ones; its lateness"
+                         f" (median, per collective type): {per or '-'}{aside}")
             why = s.get("why") or {}
             if why.get("by_category"):
                 cats = ", ".join(f"{k} {fmt_ns(v)}" for k, v in list(why["by_category"].items())[:4])

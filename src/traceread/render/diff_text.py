@@ -24,7 +24,8 @@ def render_diff(d) -> str:
 
 def _many(d) -> str:
     worst = d.slower_pct()
-    what = {"batch": "batch outputs", "directories": "folders"}.get(d.source, "folders")
+    what = {"batch": "batch outputs", "directories": "folders",
+            "processes": "ranks of multi-process exports"}.get(d.source, "folders")
     lines = [f"{len(d.pairs)} matched traces ({what}, matched by {d.matched_by})"]
     if worst is not None:
         lines.append(f"worst step-time change: {worst:+.1f}% (--fail-if-slower checks it): "
@@ -95,6 +96,8 @@ def _job_lines(jobs: list) -> list[str]:
                      + (f" ({j['step_pct']:+.1f}%)" if j.get("step_pct") is not None else "")
                      + " (slowest rank's mean)")
         lines.append(f"  straggler    {_strag(b)} -> {_strag(a)}")
+        if b.get("status") != a.get("status"):
+            lines.append(f"  verdict      {b.get('status') or 'not a job'} -> {a.get('status') or 'not a job'}")
         if b.get("summary") or a.get("summary"):
             for label, side in (("before", b), ("after", a)):
                 prefix = f"  {label:<13}"

@@ -174,11 +174,15 @@ def _job_role(job: dict | None) -> list[str]:
     """This rank's role in its multi-rank job (``multirank.adjust_rank_verdicts``)."""
     if not job or job.get("role") not in ("straggler", "waiting"):
         return []
-    if job["role"] == "straggler" and job.get("cause") == "stage_compute":
-        return [f"{job['job']}: this rank's pipeline stage is the slow one: it computes "
+    if job["role"] == "straggler" and job.get("cause") in ("stage_compute", "stage_untraced"):
+        return [f"{job['job']}: this rank's pipeline stage is the slow one: it works "
                 f"{fmt_ns(job['late_by_ns'])} per step more than the other stages' median"]
-    if job["role"] == "straggler":
-        return [f"{job['job']}: this rank is the straggler, {fmt_ns(job['late_by_ns'])} late (median)"]
+    if job["role"] == "straggler" and job.get("basis") == "thread_waits":
+        return [f"{job['job']}: this rank is the straggler, {fmt_ns(job['late_by_ns'])} late (median; "
+                f"from how long the other ranks' launching threads wait)"]
+    if job["role"] == "straggler":   # the job verdict's one lateness, as it defines it
+        return [f"{job['job']}: this rank is the straggler, {fmt_ns(job['late_by_ns'])} late (median; "
+                f"late: arriving after the next-latest rank)"]
     return [f"{job['job']}: waits {fmt_ns(job['wait_ns'])} in all for rank {job['waits_for']}, the straggler"]
 
 

@@ -9,7 +9,7 @@ computes ``slow_x`` times as long. The host is the compute resource (``aten::mm`
 operators on the main thread), as on a CPU job; send/recv are ``c10d::send`` /
 ``c10d::recv_`` with the peer in ``Concrete Inputs``; a recv blocks until its message
 arrives; rank ``dp_late_rank`` reaches its DP all_reduce ``dp_late_ns`` late (untraced host
-work). Truth (``truth()``): each stage's compute per step, the slow stage's excess
+work). Truth (``truth()``): each stage's own work per step (the step less its comm waits), the slow stage's excess
 over the other stages' median, and the schedule's bubble for balanced stages.
 """
 from __future__ import annotations
@@ -42,7 +42,14 @@ class PPxDP:
         return int(self.fwd_ns * (self.slow_x if k == self.slow_stage else 1))
 
     def truth(self) -> dict:
-        busy = [3 * self.f(k) * self.microbatches for k in range(self.stages)]
+        """Each stage's own work per step (its ranks' mean): its forwards and backwards and a
+        late rank's untraced work before its all_reduce -- the step less its comm waits (the
+        50 us around each step follow a synchronous all_reduce with nothing traced until the
+        next step's first operator: they read as that all_reduce's wait)."""
+        late = [self.dp_late_ns / self.dp if self.dp_late_rank is not None
+                and self.dp_late_rank // self.dp == k else 0 for k in range(self.stages)]
+        busy = [int(3 * self.f(k) * self.microbatches + late[k])
+                for k in range(self.stages)]
         slow = int(np.argmax(busy))
         others = float(np.median([b for i, b in enumerate(busy) if i != slow]))
         p, m = self.stages, self.microbatches
@@ -85,10 +92,9 @@ def make_pp_dp_job(spec: PPxDP | None = None) -> list[Trace]:
             for r in grp:
                 add(r, free[r], done - free[r], "c10d::allreduce_", pg=f"mesh_dp_{k}")
                 free[r] = done
-        end = max(free.values()) + 50 * US
-        for r in range(n):
-            add(r, start, end - start, f"ProfilerStep#{step + 1}", kind="annotation")
-        t = end + 100 * US
+        for r in range(n):    # each rank's step ends when its own loop does
+            add(r, start, free[r] + 50 * US - start, f"ProfilerStep#{step + 1}", kind="annotation")
+        t = max(free.values()) + 150 * US
     out = []
     for r, cols in rows.items():
         k = len(cols["ts"])

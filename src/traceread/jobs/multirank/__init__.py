@@ -46,44 +46,108 @@ def _get(name: str):
 
 def jobs_of_analyses(analyses: list, link_gbps: float | None = None) -> list[JobResult]:
     """Jobs formed by the traces of ``analyses`` (``Analysis`` objects holding their trace):
-    several traces of one job, and each nsys export holding several GPU processes."""
-    from ...readers.nsys_split import split_processes
-
+    several traces of one job, and each nsys export holding several GPU processes -- with
+    each rank's window, the job's layout and levers (``build_jobs``)."""
     have = [a for a in analyses if a.trace is not None]
-    traces = [a.trace for a in have]
-    analyze_traces = _get("analyze_traces")
-    jobs = analyze_traces(traces, link_gbps, [analysis_window(a) for a in have]) if len(traces) >= 2 else []
-    for a, t in zip(have, traces):
-        parts = split_processes(t)
-        if parts:
-            for res in analyze_traces(parts, link_gbps, [analysis_window(a)] * len(parts)):
-                res.job = f"job{len(jobs)}"
-                jobs.append(res)
-    return jobs
+    return build_jobs([prepare(a, with_input=len(have) >= 2) for a in have], link_gbps)
 
 
 def prepare(a, with_input: bool = True) -> dict:
-    """What the job analysis needs of one ``Analysis`` -- its ``RankInput`` and, for an
-    nsys export of several GPU processes, one per process -- so the caller can drop the
-    trace at once (``analyze`` of 64 ranks keeps 64 small inputs, not 64 event tables)."""
+    """What the job model needs of one ``Analysis`` -- its ``RankInput`` (and, for an nsys
+    export of several GPU processes, one per process), its analysis window and its
+    ``parallelism`` -- so the caller can drop the trace at once (``analyze`` of 64 ranks
+    keeps 64 small inputs, not 64 event tables)."""
     from ...readers.nsys_split import split_processes
 
     win = analysis_window(a)
-    parts = split_processes(a.trace)
+    parts = split_processes(a.trace) if a.trace is not None else []
     rank_input = _get("rank_input") if with_input or parts else None
     return {"path": a.meta.path, "input": rank_input(a.trace, window=win) if with_input else None,
-            "split": [rank_input(p, window=win) for p in parts]}
+            "split": [rank_input(p, window=win) for p in parts], "window": win,
+            "parallelism": getattr(a, "parallelism", None)}
 
 
 def jobs_of_prepared(prepared: list[dict], link_gbps: float | None = None) -> list[JobResult]:
-    """``jobs_of_analyses`` from ``prepare`` outputs."""
-    inputs = [p["input"] for p in prepared if p["input"] is not None]
+    """``build_jobs`` (the older name)."""
+    return build_jobs(prepared, link_gbps)
+
+
+def build_jobs(prepared: list[dict], link_gbps: float | None = None) -> list[JobResult]:
+    """The jobs of ``prepare`` outputs: the one job model every entry point uses (``analyze``,
+    ``batch``, ``overlay``, ``diff``, HTML, ``traceread.job``). Each job carries its ranks'
+    analysis windows, its cross-rank verdict and its layout (``passes/parallelism
+    .job_parallelism`` of its ranks) with the layout's levers."""
+    inputs = [p["input"] for p in prepared if p.get("input") is not None]
+    # (loaded only when there is a job: a single trace's analyze needs none of it)
     jobs = _get("analyze_inputs")(inputs, link_gbps) if len(inputs) >= 2 else []
     for p in prepared:
-        if p["split"]:
+        if p.get("split"):
             for res in _get("analyze_inputs")(p["split"], link_gbps):
                 res.job = f"job{len(jobs)}"
                 jobs.append(res)
+    by_path = {str(p["path"]): p for p in prepared}
+    for res in jobs:
+        _attach(res, by_path, link_gbps)
+    return jobs
+
+
+def _attach(res: JobResult, by_path: dict, link_gbps: float | None) -> None:
+    """The job's windows and layout from its members' ``prepare`` records (a process of a
+    split export has no analysis of its own here: its layout stays empty)."""
+    from ...passes.parallelism import job_parallelism, with_link
+    from ...verdict.parallel import job_levers
+
+    members = {r: by_path.get(str(path)) for r, path in res.paths.items()}
+    res.windows = {r: (list(m["window"]) if m and m.get("window") else None)
+                   for r, m in members.items()}
+    layout = job_parallelism({r: m["parallelism"] for r, m in members.items()
+                              if m and m.get("parallelism")})
+    layout = with_link(layout, link_gbps) or layout
+    layout["levers"] = job_levers(layout)
+    res.layout = layout
+
+
+def jobs_of(items, link_gbps: float | None = None, **analyze_kwargs) -> list[JobResult]:
+    """``traceread.all_jobs``: the jobs that trace files, ``Trace`` objects, ``Analysis``
+    objects (holding their trace) or Flight Recorder dumps (``flight.py``) form -- the same
+    jobs ``traceread analyze`` of those files reports. A path or Trace is analysed with ``analyze_kwargs`` (steps, window,
+    step_pattern ...); an nsys export holding several GPU processes is analysed per process,
+    one rank each. Each member's verdict is adjusted for its job, as in the CLI; the
+    analyses stay reachable as ``job.analyses`` (rank -> Analysis)."""
+    import os
+
+    from ...analysis import Analysis, analyze
+    from ...readers import read
+    from ...readers.nsys_split import split_processes
+    from ...table import Trace
+
+    from . import flight
+
+    if isinstance(items, (str, os.PathLike, Trace, Analysis)):
+        items = [items]
+    analyses, dumps = [], []
+    for x in items:
+        doc = flight.read_dump(x) if isinstance(x, (str, os.PathLike)) else None
+        if doc is not None:   # a Flight Recorder dump: a rank with no trace
+            dumps.append({"path": str(x), "input": flight.rank_input_of(x, doc), "split": [],
+                          "window": None, "parallelism": None})
+            continue
+        if isinstance(x, Analysis):
+            if x.trace is None:
+                raise ValueError(f"{x.meta.path}: this Analysis no longer holds its trace "
+                                 "(pass the path, or analyze it again)")
+            analyses.append(x)
+            continue
+        t = x if isinstance(x, Trace) else read(x)
+        parts = split_processes(t)
+        analyses += [analyze(q, **analyze_kwargs) for q in (parts or [t])]
+    prepared = [prepare(a, with_input=len(analyses) + len(dumps) >= 2
+                        or "split_from" in (a.meta.extra or {})) for a in analyses] + dumps
+    jobs = build_jobs(prepared, link_gbps)
+    apply_job_verdicts(analyses, jobs)
+    by_path = {str(a.meta.path): a for a in analyses}
+    for res in jobs:
+        res.analyses = {r: by_path[str(p)] for r, p in res.paths.items() if str(p) in by_path}
     return jobs
 
 
@@ -144,4 +208,4 @@ __all__ = ["RankInput", "JobResult", "step_table", "collective_table", "rank_inp
            "match_collectives", "step_skew", "analyze_job", "analyze_traces", "analyze_inputs",
            "rank_from_name", "jobs_of_analyses", "apply_job_verdicts",
            "adjust_rank_verdicts", "job_verdict", "jobs_table", "JOB_COLUMNS", "analysis_window",
-           "prepare", "jobs_of_prepared"]
+           "prepare", "jobs_of_prepared", "build_jobs", "jobs_of"]

@@ -23,12 +23,22 @@ _KIND_RX = re.compile(r"(?:^|[^a-z])(dp|fsdp|tp|pp|ep|cp)(?:$|[^a-z])", re.I)
 
 
 def rank_busy(inputs) -> dict[int, tuple[float, float]]:
-    """rank -> (median compute per step, median step time) over its steps."""
+    """rank -> (median work per step, median step time) over its steps."""
     out = {}
     for i in inputs:
         s = i.steps
         if len(s) and "busy_ns" in s and s["busy_ns"].notna().any():
             out[int(i.rank)] = (float(s["busy_ns"].median()), float(s["dur"].median()))
+    return out
+
+
+def rank_untraced(inputs) -> dict[int, float]:
+    """rank -> median work per step that no profiled operator or kernel covers."""
+    out = {}
+    for i in inputs:
+        s = i.steps
+        if len(s) and "traced_ns" in s and "busy_ns" in s:
+            out[int(i.rank)] = float((s["busy_ns"] - s["traced_ns"]).clip(lower=0).median())
     return out
 
 
@@ -60,7 +70,7 @@ def stage_ranks(pipes: list[list[int]]) -> list[list[int]]:
     return [[p[k] for p in pipes if len(p) > k] for k in range(depth)]
 
 
-def stage_balance(pipes: list[list[int]], busy: dict) -> dict | None:
+def stage_balance(pipes: list[list[int]], busy: dict, untraced: dict | None = None) -> dict | None:
     """Each stage's compute per step and whether one stage computes ``IMBALANCE_X`` times the
     other stages' median: ``slow_stage`` (None: balanced), its busiest rank and ``excess_ns``
     = its compute per step minus the other stages' median."""
@@ -73,7 +83,12 @@ def stage_balance(pipes: list[list[int]], busy: dict) -> dict | None:
     others = float(np.median(np.delete(b, slow)))
     x = float(b[slow] / others) if others > 0 else None
     hot = max((r for r in stages[slow] if r in busy), key=lambda r: busy[r][0])
+    # the part of the excess no profiled op records (a sleep, I/O, Python on that stage)
+    un = untraced or {}
+    u = np.array([np.mean([un.get(r, 0.0) for r in rs]) for rs in stages])
     return {"stages": len(stages), "pipelines": len(pipes),
+            "untraced_excess_ns": int(max(0.0, u[slow] - float(np.median(np.delete(u, slow)))))
+            if un else 0,
             "busy_ns_by_stage": [int(v) for v in b],
             "slowest_x_others": round(x, 2) if x is not None else None,
             "slow_stage": slow if x is None or x >= IMBALANCE_X else None,

@@ -119,10 +119,30 @@ def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
     h["device"] = -1
     h["stream"] = -1
     h["peer"] = _p2p_peers(events, h)
+    h["msg_bytes"] = _span_bytes(h)
     if rx is ISSUE_RX:   # record_param_comms encloses c10d::allreduce_: keep the outermost per start
         h = h.sort_values(["ts", "dur"], ascending=[True, False]).drop_duplicates(["tid", "ts"])
         h = _drop_nested(h)
     return normalise_collectives(h)
+
+
+def _span_bytes(h: pd.DataFrame) -> np.ndarray:
+    """Each span's message size: ``msg_bytes`` when recorded, else its first tensor's shape
+    (``record_shapes=True``; a gloo span records its tensors): lets a job fit its
+    collectives' transfer times per size (``passes/parallelism.fit_sizes``)."""
+    from ...passes.parallelism import tensor_bytes
+
+    size = pd.to_numeric(h["msg_bytes"], errors="coerce").fillna(-1).to_numpy(np.int64).copy() \
+        if "msg_bytes" in h else np.full(len(h), -1, np.int64)
+    if "input_dims" not in h or "input_type" not in h:
+        return size
+    seen: dict = {}
+    for i in np.flatnonzero(size <= 0):
+        key = (h["input_dims"].iat[i], h["input_type"].iat[i])
+        if key not in seen:
+            seen[key] = tensor_bytes(*key) or -1
+        size[i] = seen[key]
+    return size
 
 
 def _p2p_peers(events: pd.DataFrame, h: pd.DataFrame) -> np.ndarray:
@@ -288,10 +308,25 @@ def step_busy(steps: pd.DataFrame, coll: pd.DataFrame, compute: tuple, activity:
 
 
 def own_busy(ev: pd.DataFrame, steps: pd.DataFrame, compute: tuple, thread: tuple) -> np.ndarray:
-    """Per step: the rank's own compute (``busy_ns``; a pipeline stage's work, groups.py) --
-    its compute kernels, or on a CPU-only rank the issuing thread's operators minus the comm
-    calls it issues (``passes/parallelism.compute_intervals``: gloo's send/recv spans run on
-    while later operators compute, so they are not subtracted)."""
+    """Per step: the rank's own work (``busy_ns``; a pipeline stage's work, groups.py) -- its
+    compute kernels, or on a CPU-only rank the step less the issuing thread's comm waits
+    (``passes/parallelism.comm_waits``: issue + blocking wait), so untraced work on the rank
+    (a sleep, Python, I/O) is its own work, not a wait on its peers."""
+    if not len(steps):
+        return np.empty(0, np.int64)
+    qs = steps["ts"].to_numpy(np.int64)
+    qe = qs + steps["dur"].to_numpy(np.int64)
+    if len(compute[0]):
+        return intervals.overlap(compute, qs, qe)
+    from ...passes.parallelism import comm_calls, comm_waits
+
+    w = comm_waits(ev, comm_calls(ev), thread[1], qs, qe)
+    return np.maximum(0, (qe - qs) - w["p2p"] - w["other"])
+
+
+def traced_busy(ev: pd.DataFrame, steps: pd.DataFrame, compute: tuple, thread: tuple) -> np.ndarray:
+    """Per step: the rank's compute that an operator or kernel records (``busy_ns`` less
+    this is work no profiled op covers: a sleep, Python, I/O on the issuing thread)."""
     if not len(steps):
         return np.empty(0, np.int64)
     qs = steps["ts"].to_numpy(np.int64)
@@ -341,6 +376,7 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     compute = gpu_compute(ev)
     steps = step_busy(steps, coll, compute, activity, source)
     steps["busy_ns"] = own_busy(ev, steps, compute, thread)
+    steps["traced_ns"] = traced_busy(ev, steps, compute, thread)
     kernels = kernel_time(ev if window is None else ev[(ev["ts"] >= window[0]).to_numpy()
                                                       & (ev["ts"] < window[1]).to_numpy()])
     return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),

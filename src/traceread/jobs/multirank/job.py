@@ -179,6 +179,24 @@ class JobResult:
     inferred: dict = field(default_factory=dict)    # waits.infer(): only when no collective matched
     groups: list = field(default_factory=list)      # groups.job_groups(): per group of ranks
     stages: dict | None = None                      # groups.stage_balance(): a pipeline's stages
+    windows: dict = field(default_factory=dict)     # rank -> [start, end) analysed, None: whole trace
+    layout: dict = field(default_factory=dict)      # passes/parallelism.job_parallelism + "levers"
+    analyses: dict = field(default_factory=dict, repr=False)  # rank -> Analysis (traceread.jobs)
+
+    @property
+    def levers(self) -> list[dict]:
+        """The job's levers, ranked: the straggler's own (its verdict) first, then the
+        layout's (``verdict/parallel.job_levers``: pipeline balance, microbatches, EP)."""
+        from .verdicts import straggler_lever
+
+        jv = self.verdict()
+        own = straggler_lever(jv)
+        lay = list((self.layout or {}).get("levers") or [])
+        if jv.get("cause") == "stage_untraced":   # no layer to move: find the untraced work
+            lay = [x for x in lay if x["id"] != "pp_rebalance"]
+        elif own and any(x["id"] == "pp_rebalance" for x in lay):
+            own = None      # the pipeline's own rebalance lever says it with its saving
+        return ([own] if own else []) + lay
 
     def verdict(self) -> dict[str, Any]:
         from .verdicts import job_verdict
@@ -230,7 +248,7 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                     source=source, clock=est, unmatched=unmatched,
                     mismatched=len(disagreements(rows)), methods=info["methods"])
     pipes = groups.pipelines(matches)
-    res.stages = groups.stage_balance(pipes, groups.rank_busy(inputs))
+    res.stages = groups.stage_balance(pipes, groups.rank_busy(inputs), groups.rank_untraced(inputs))
     res.groups = groups.job_groups(matches, inputs, pipes)
     res.seed = metrics.job_metrics(res, inputs, link_gbps)
     if res.stages and groups.pipeline_decides(strag):

@@ -33,11 +33,14 @@ from .why import CAUSE_TEXT
 
 # Cause of the straggler's late windows -> the verdict bound that names it.
 CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "graph_capture", "sync": "sync",
-               "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host",
+               "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host", "stage_untraced": "host",
                "gpu_compute": "gpu", "comm_wait": "mixed", "wait": "mixed", "sleep": "host"}
 STRAGGLER_LEVERS = {
     "stage_compute": "move layers off the pipeline stage of rank {r} (the split points) so the "
                      "stages compute alike",
+    "stage_untraced": "look at what pipeline rank {r} runs outside profiled ops inside its stage's "
+                      "step (a sleep, logging, checkpointing, I/O or Python only that stage does; "
+                      "profile with_stack=True): the other stages wait on it",
     "untraced": "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
                 "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)",
     "gpu_compute": "rank {r}'s GPU computes longer: uneven inputs (batch or sequence lengths), a slower "
@@ -59,9 +62,20 @@ def _plural(n: int, word: str) -> str:
 
 
 def job_verdict(res) -> dict:
-    """{status, basis, straggler_rank, late_by_ns, cause, bound, summary, waiting, locality} of
-    one job. status: ``straggler``, ``none`` (evidence says no rank holds the others back) or
-    ``cannot_tell`` (no evidence: ``summary`` says why and how to record it)."""
+    """{status, basis, straggler_rank, late_by_ns, cause, bound, summary, waiting, locality,
+    evidence} of one job: the job's one answer. status: ``straggler``, ``none`` (evidence says
+    no rank holds the others back) or ``cannot_tell`` (no evidence: ``summary`` says why and
+    how to record it). ``evidence.collectives``: the collective matching's own figures (the
+    rank last most often, its lateness per collective type), whatever the basis."""
+    out = _job_verdict(res)
+    out["evidence"] = {"collectives": res.straggler}
+    return out
+
+
+LATE_DEF = f"late: arriving after the next-latest rank, by >= {fmt_ns(100_000)}"
+
+
+def _job_verdict(res) -> dict:
     s = res.straggler
     loc = (res.seed or {}).get("slowdown", {}).get("locality")
     spread = (res.seed or {}).get("step_time_spread_pct")
@@ -83,6 +97,7 @@ def job_verdict(res) -> dict:
             f"{rec['times_late']}/{_plural(rec['instances'], main)}")
     if len(by) > 1:
         text += " (also " + ", ".join(f"{v['times_late']}/{_plural(v['instances'], k)}" for k, v in by[1:]) + ")"
+    text += f" ({LATE_DEF})"
     why = rec.get("why") or why
     because = ""
     if why.get("cause"):
@@ -121,6 +136,12 @@ def _pipeline_verdict(res, loc, tail: str) -> dict:
             f"{fmt_ns(st['excess_ns'])} ({st['slowest_x_others']}x) more than the other stages' "
             f"median")
     because = "every other stage waits on it at send/recv beyond the schedule's fill and drain"
+    cause = "stage_compute"
+    un = int(st.get("untraced_excess_ns") or 0)
+    if un > st["excess_ns"] / 2:   # its extra work is where no profiled operator ran
+        cause = "stage_untraced"
+        because = (f"{fmt_ns(un)} of its excess per step runs outside any profiled operator (a "
+                   f"sleep, I/O, logging or Python only that stage does); " + because)
     # what each other rank waits on it per step: the excess, at most the rank's idle time (the
     # rest of its idle time is the schedule's fill and drain)
     ex = int(st["excess_ns"])
@@ -129,7 +150,7 @@ def _pipeline_verdict(res, loc, tail: str) -> dict:
                for q, v in st["idle_ns_by_rank"].items() if int(q) not in ranks]
     return {**base, "status": "straggler", "straggler_rank": r, "late_by_ns": int(st["excess_ns"]),
             "waiting": waiting, "per": "step",
-            "late_total_ns": int(st["excess_ns"]) * n, "cause": "stage_compute",
+            "late_total_ns": int(st["excess_ns"]) * n, "cause": cause,
             "bound": "gpu" if res.source == "kernel" else "host",
             "summary": f"{head}; {because}", "headline": head, "because": because}
 
@@ -214,7 +235,7 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
             v["job"] = {"job": res.job, "role": role, "summary": jv["summary"]}
         elif rank == s:
             v["job"] = {"job": res.job, "role": "straggler", "late_by_ns": jv["late_by_ns"],
-                        "cause": jv["cause"], "summary": jv["summary"]}
+                        "cause": jv["cause"], "summary": jv["summary"], "basis": jv.get("basis")}
             # its own trace blames communication, or cannot tell: the job knows its cause
             if _blames_comms(v) or (v.get("bound") == "unknown" and jv["bound"] not in (None, "unknown")):
                 _straggler_not_comms(v, jv, s)
@@ -281,6 +302,17 @@ def _item(text: str, cost: str, ns, culprit: str, cause: str) -> dict:
             "projected_step_ns": None, "culprit": culprit, "because": why}
 
 
+def straggler_lever(jv: dict) -> dict | None:
+    """The job verdict's own lever (make the straggler arrive on time) with what it saves:
+    the lateness it imposes over the analysed steps; None without a straggler."""
+    s = jv.get("straggler_rank", -1)
+    if s is None or s < 0:
+        return None
+    return {"id": "straggler", "lever": _lever(jv, s), "cost": "code",
+            "cause": jv.get("bound") or "unknown", "saves_ns": int(jv.get("late_total_ns") or 0) or None,
+            "rank": int(s)}
+
+
 def _lever(jv: dict, s: int) -> str:
     cause = jv.get("cause")
     if cause in STRAGGLER_LEVERS:
@@ -290,4 +322,4 @@ def _lever(jv: dict, s: int) -> str:
     return levers[0] if levers else f"profile rank {s} to see why it is late"
 
 
-__all__ = ["job_verdict", "adjust_rank_verdicts", "cause_bound"]
+__all__ = ["job_verdict", "adjust_rank_verdicts", "cause_bound", "straggler_lever"]
