@@ -269,7 +269,8 @@ def test_a_non_torch_chrome_trace_says_what_it_ignored(tmp_path):
     for path, want in _chrome_shapes(tmp_path).items():
         for cmd in (["analyze"], ["info"], ["analyze", "--format", "json"]):
             r = CliRunner().invoke(main, cmd + ["--no-cache", str(path)])
-            if "read as 0 plain" in want:   # nothing became a row: refused, saying what it ignored
+            if path.name in ("async.json", "counters.json", "triton_trace_file.json"):
+                # nothing became a row: refused, saying what it ignored
                 lines = r.stderr.splitlines()
                 assert r.exit_code == 1 and len(lines) == 1, (path.name, r.stderr)
                 assert lines[0].startswith("traceread: error: ") and want in lines[0], lines[0]
