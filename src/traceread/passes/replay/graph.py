@@ -44,6 +44,10 @@ EVENT_LATENCY_NS = attr.EVENT_LATENCY_NS
 # A call that "ran through" the GPU's last op and returned as the GPU went idle is blocking
 # by behaviour only when it lasted this long: a 5 us launch that happens to end there is not.
 BLOCKING_MIN_NS = 10_000
+# A launch this long waited for a free slot of a full queue (a launch takes a few us); it
+# returned this soon after the GPU op whose end freed the slot.
+QUEUE_FULL_MIN_NS = 50_000
+QUEUE_FULL_WAKE_NS = 20_000
 # Above this many nodes the replay takes a contiguous run of the analysed steps (and says so).
 MAX_NODES = 400_000
 NEG = np.int64(-(1 << 62))
@@ -511,11 +515,12 @@ def _argcummax(x: np.ndarray) -> np.ndarray:
 
 def _gpu_nodes(gops: pd.DataFrame) -> dict:
     kind = gops["kind"].astype(str).to_numpy(object)
-    names = gops["name"].astype(str).to_numpy(object)
+    uniq, inv = np.unique(gops["name"].astype(str).to_numpy(object), return_inverse=True)
+    names = uniq[inv.reshape(-1)] if len(uniq) else np.empty(0, object)
     k = np.where(kind == "memcpy", "gpu_copy", np.where(kind == "memset", "gpu_memset",
                                                         "gpu_kernel")).astype(object)
-    nccl = np.array([any(t in s for t in _NCCL) for s in names], bool) if len(names) else \
-        np.zeros(0, bool)
+    is_nccl = np.array([any(t in s for t in _NCCL) for s in uniq], bool)   # once per name
+    nccl = is_nccl[inv.reshape(-1)] if len(uniq) else np.zeros(0, bool)
     k[nccl & (k == "gpu_kernel")] = "collective"
     return {"ts": gops["ts"].to_numpy(np.int64), "end": gops["end"].to_numpy(np.int64),
             "pid": gops["pid"].to_numpy(np.int64), "device": gops["device"].to_numpy(np.int64),
@@ -651,8 +656,10 @@ def _gpu_lags(nodes, gops, gpu_ids, launch_id, edges) -> None:
     ei = np.flatnonzero(e_src >= 0)
     edges.append(("engine", gpu_ids[e_src[ei]], gpu_ids[ei],
                   np.where(bind[ei] == 3, np.maximum(resid[ei], 0), 0)))
-    # no predecessor in the graph at all (a launch before the window): start as measured
+    # no predecessor in the graph at all (a launch before the window): start as measured;
+    # a stream's first op with its launch in the graph starts when that lets it
     none = (prev < 0) & ~has_l & (w_src < 0) & (e_src < 0)
+    nodes["release_ns"][gpu_ids] = NEG
     nodes["release_ns"][gpu_ids[none]] = ts[none]
     # an op whose launch is outside the graph but that follows its stream: released then
     nol = ~has_l & (prev >= 0) & (bind == 0)
@@ -729,7 +736,11 @@ def _drain_edges(ev, nodes, gops, gpu_ids, host, edges) -> None:
     launched_ts = np.where(l_ts >= 0, l_ts, g_ts)
     behaves = _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev)
     blocking = explicit | pageable | behaves
+    # a launch into a full queue returns when a slot frees: when a GPU op ends
+    full = _queue_full(c_ts, c_end, c_pid, host["cat"][pos] == "launch", g_end, g_pid) & \
+        ~blocking
     src, dst, lag = [], [], []
+    _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, gpu_ids, nodes, src, dst, lag)
     for p in np.unique(c_pid[blocking]).tolist():
         mine = np.flatnonzero(g_pid == p)
         if not len(mine):
@@ -754,10 +765,50 @@ def _drain_edges(ev, nodes, gops, gpu_ids, host, edges) -> None:
             nodes["kind"][node] = "sync_wait"
             src.append(gpu_ids[gi])
             dst.append(node)
-            lag.append(max(int(c_end[i]) - int(oe[j]), 0))
+            # measured wake-up; down to -SKEW_NS where the clocks disagree by that much
+            lag.append(int(c_end[i]) - int(oe[j]))
     if src:
         edges.append(("drain", np.array(src, np.int64), np.array(dst, np.int64),
                       np.array(lag, np.int64)))
+
+
+def _queue_full(c_ts, c_end, c_pid, is_launch, g_end, g_pid) -> np.ndarray:
+    """Launch calls that blocked on a full queue: they lasted ``QUEUE_FULL_MIN_NS`` or more
+    (a launch takes a few us) and returned within [op end - SKEW_NS, op end +
+    QUEUE_FULL_WAKE_NS] of a GPU op of their process that ended while they ran."""
+    out = np.zeros(len(c_ts), bool)
+    cand = np.flatnonzero(is_launch & ((c_end - c_ts) >= QUEUE_FULL_MIN_NS))
+    if not len(cand):
+        return out
+    for p in np.unique(c_pid[cand]).tolist():
+        ends = np.sort(g_end[g_pid == p])
+        mine = cand[c_pid[cand] == p]
+        if not len(ends) or not len(mine):
+            continue
+        k = np.searchsorted(ends, c_end[mine] + SKEW_NS, side="right") - 1
+        kk = np.maximum(k, 0)
+        out[mine] = (k >= 0) & (ends[kk] >= c_end[mine] - QUEUE_FULL_WAKE_NS) & \
+            (ends[kk] > c_ts[mine])
+    return out
+
+
+def _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, gpu_ids, nodes, src, dst,
+                lag) -> None:
+    """Drain edges of the launches that waited for a free slot: the op whose end freed it
+    -> the call; the call's cost is its time after that op ended."""
+    for p in np.unique(c_pid[full]).tolist():
+        mine = np.flatnonzero(g_pid == p)
+        o = mine[np.argsort(g_end[mine], kind="stable")]
+        oe = g_end[o]
+        idx = np.flatnonzero(full & (c_pid == p))
+        k = np.searchsorted(oe, c_end[idx] + SKEW_NS, side="right") - 1
+        for i, j in zip(idx.tolist(), k.tolist()):
+            node = pos[i]
+            tail = max(int(c_end[i]) - int(oe[j]), 0)
+            nodes["cost_ns"][node] = min(tail, int(nodes["cost_ns"][node]))
+            src.append(gpu_ids[o[j]])
+            dst.append(node)
+            lag.append(int(c_end[i]) - int(oe[j]))
 
 
 def _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev) -> np.ndarray:
