@@ -49,7 +49,7 @@ BLOCKING_MIN_NS = 10_000
 QUEUE_FULL_MIN_NS = 50_000
 QUEUE_FULL_WAKE_NS = 20_000
 # Above this many nodes the replay takes a contiguous run of the analysed steps (and says so).
-MAX_NODES = 400_000
+MAX_NODES = 200_000
 NEG = np.int64(-(1 << 62))
 _HOST_CATS = attr.CPU_CATEGORIES
 _NCCL = ("nccl", "rccl", "Nccl", "Rccl")
@@ -294,7 +294,8 @@ def build_graph(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, *,
     nodes["step"] = step_col
     edge_df = _edge_frame(edges)
     graph_steps = _step_frame(st_tab, host, whole, t0, t1)
-    node_df = pd.DataFrame(nodes)
+    node_df = pd.DataFrame({k: (pd.Series(v, dtype=object) if v.dtype == object else v)
+                            for k, v in nodes.items()})
     origin = int(min(t0, int(node_df["ts_ns"].min()) if len(node_df) else t0))
     if whole and not (host["what"] == "step").any():
         notes.append("no steps: the window is replayed as one")
@@ -513,10 +514,23 @@ def _argcummax(x: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(idx)
 
 
+def _strings(col: pd.Series) -> np.ndarray:
+    """A string column as an object array, one Python string per distinct value."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = np.asarray(col.cat.categories.astype(str), object)
+        codes = col.cat.codes.to_numpy()
+        out = np.empty(len(codes), object)
+        ok = codes >= 0
+        out[ok] = cats[codes[ok]]
+        out[~ok] = ""
+        return out
+    return col.astype(str).to_numpy(object)
+
+
 def _gpu_nodes(gops: pd.DataFrame) -> dict:
-    kind = gops["kind"].astype(str).to_numpy(object)
-    uniq, inv = np.unique(gops["name"].astype(str).to_numpy(object), return_inverse=True)
-    names = uniq[inv.reshape(-1)] if len(uniq) else np.empty(0, object)
+    kind = _strings(gops["kind"])
+    names = _strings(gops["name"])
+    uniq, inv = np.unique(names, return_inverse=True) if len(names) else (names, names)
     k = np.where(kind == "memcpy", "gpu_copy", np.where(kind == "memset", "gpu_memset",
                                                         "gpu_kernel")).astype(object)
     is_nccl = np.array([any(t in s for t in _NCCL) for s in uniq], bool)   # once per name
@@ -532,10 +546,11 @@ def _assemble(host: dict, gpu: dict):
     """Node columns (host first, then GPU ops) and the lane table."""
     hk = host["key"]
     h_lanes, h_lane = np.unique(hk, return_inverse=True)
-    gk = pd.MultiIndex.from_arrays([gpu["pid"], gpu["device"], gpu["stream"]]) \
-        if len(gpu["ts"]) else None
-    if gk is not None:
-        codes, uniq = pd.factorize(gk, sort=True)
+    if len(gpu["ts"]):
+        trip = np.column_stack([gpu["pid"], gpu["device"], gpu["stream"]])
+        uq, codes = np.unique(trip, axis=0, return_inverse=True)
+        codes = codes.reshape(-1)
+        uniq = [tuple(r) for r in uq.tolist()]
     else:
         codes, uniq = np.zeros(0, np.int64), []
     n_hl = len(h_lanes)
@@ -675,6 +690,9 @@ def _event_waits(gops, ts, end, ready) -> tuple[np.ndarray, np.ndarray]:
         return W, src
     pid, dev = gops["pid"].to_numpy(np.int64), gops["device"].to_numpy(np.int64)
     stream = gops["stream"].to_numpy(np.int64)
+    # a stream waits only on an event recorded before the wait was queued: the other op
+    # was launched no later than the waiting one
+    lts = gops["launch_ts"].to_numpy(np.int64)
     for (p, d), idx in pd.DataFrame({"p": pid, "d": dev}).groupby(["p", "d"]).indices.items():
         o = idx[np.argsort(end[idx], kind="stable")]
         oe = end[o]
@@ -687,7 +705,8 @@ def _event_waits(gops, ts, end, ready) -> tuple[np.ndarray, np.ndarray]:
             cand = o[kk]
             ok = (k - back >= 0) & (stream[cand] != stream[want]) & \
                 (oe[kk] >= ts[want] - EVENT_LATENCY_NS) & (src[want] < 0) & \
-                (oe[kk] > ready[want])
+                (oe[kk] > ready[want]) & ((lts[cand] < 0) | (lts[want] < 0) |
+                                         (lts[cand] <= lts[want]))
             W[want[ok]] = end[cand[ok]]
             src[want[ok]] = cand[ok]
     return W, src
@@ -740,7 +759,8 @@ def _drain_edges(ev, nodes, gops, gpu_ids, host, edges) -> None:
     full = _queue_full(c_ts, c_end, c_pid, host["cat"][pos] == "launch", g_end, g_pid) & \
         ~blocking
     src, dst, lag = [], [], []
-    _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, gpu_ids, nodes, src, dst, lag)
+    _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, launched_ts, gpu_ids, nodes,
+                src, dst, lag)
     for p in np.unique(c_pid[blocking]).tolist():
         mine = np.flatnonzero(g_pid == p)
         if not len(mine):
@@ -792,10 +812,11 @@ def _queue_full(c_ts, c_end, c_pid, is_launch, g_end, g_pid) -> np.ndarray:
     return out
 
 
-def _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, gpu_ids, nodes, src, dst,
-                lag) -> None:
+def _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, launched_ts, gpu_ids, nodes,
+                src, dst, lag) -> None:
     """Drain edges of the launches that waited for a free slot: the op whose end freed it
-    -> the call; the call's cost is its time after that op ended."""
+    (launched before the call began: never the call's own op) -> the call; the call's cost
+    is its time after that op ended."""
     for p in np.unique(c_pid[full]).tolist():
         mine = np.flatnonzero(g_pid == p)
         o = mine[np.argsort(g_end[mine], kind="stable")]
@@ -803,6 +824,11 @@ def _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, gpu_ids, nodes, src
         idx = np.flatnonzero(full & (c_pid == p))
         k = np.searchsorted(oe, c_end[idx] + SKEW_NS, side="right") - 1
         for i, j in zip(idx.tolist(), k.tolist()):
+            while j >= 0 and launched_ts[o[j]] >= c_ts[i] and \
+                    oe[j] >= c_end[i] - QUEUE_FULL_WAKE_NS:
+                j -= 1
+            if j < 0 or oe[j] < c_end[i] - QUEUE_FULL_WAKE_NS or oe[j] <= c_ts[i]:
+                continue
             node = pos[i]
             tail = max(int(c_end[i]) - int(oe[j]), 0)
             nodes["cost_ns"][node] = min(tail, int(nodes["cost_ns"][node]))
@@ -844,7 +870,8 @@ def _edge_frame(edges) -> pd.DataFrame:
     return pd.DataFrame({
         "src": np.concatenate([e[1] for e in edges]).astype(np.int64),
         "dst": np.concatenate([e[2] for e in edges]).astype(np.int64),
-        "kind": np.concatenate([np.full(len(e[1]), e[0], object) for e in edges]),
+        "kind": pd.Series(np.concatenate([np.full(len(e[1]), e[0], object) for e in edges]),
+                          dtype=object),
         "lag_ns": np.concatenate([e[3] for e in edges]).astype(np.int64)})
 
 
