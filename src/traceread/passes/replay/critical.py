@@ -17,7 +17,7 @@ from .sim import Schedule
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
           "another rank")
 TOP = 10
-MAX_SEGMENTS = 3000
+MAX_SEGMENTS = 1000
 
 
 def node_labels(graph: StepGraph) -> np.ndarray:
