@@ -49,7 +49,7 @@ BLOCKING_MIN_NS = 10_000
 QUEUE_FULL_MIN_NS = 50_000
 QUEUE_FULL_WAKE_NS = 20_000
 # Above this many nodes the replay takes a contiguous run of the analysed steps (and says so).
-MAX_NODES = 200_000
+MAX_NODES = 120_000
 NEG = np.int64(-(1 << 62))
 _HOST_CATS = attr.CPU_CATEGORIES
 _NCCL = ("nccl", "rccl", "Nccl", "Rccl")
