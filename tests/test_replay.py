@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from traceread.analysis import analyze
-from traceread.passes.replay import simulate, sim as sim_mod
+from traceread.passes.replay import gap_labels, simulate, sim as sim_mod
 from traceread.synth.scenarios import TraceBuilder, US
 
 from conftest import CORPUS, corpus_or_skip
@@ -179,3 +179,17 @@ def test_corpus_trace_replays_its_steps(rel):
         return
     errs = _check(r)
     assert statistics.median(errs) <= 3.0
+
+
+@pytest.mark.parametrize("path", [FIX / "h200" / "queue.fixed.json.gz",
+                                  FIX / "gpu" / "host.fixed.json.gz",
+                                  FIX / "gpu" / "sync.bad.json.gz"], ids=lambda p: p.name)
+def test_gap_labels_from_the_replay_agree_with_the_attribution(path):
+    """Issue 30: the replay's launch edges read the same labels as the attribution (host-late
+    = sync / starved, else queued) for every gap whose closing op the graph holds."""
+    a = analyze(path)
+    got = gap_labels(a.replay_graph, a.gaps)
+    want = np.where(a.gaps["drain"].to_numpy() == "queued", "queued", "host_late")
+    inside = got != ""
+    assert inside.sum() >= 0.9 * len(got)
+    assert (got[inside] == want[inside]).all()

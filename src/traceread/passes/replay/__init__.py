@@ -16,7 +16,7 @@ from .graph import EDGE_KINDS, MAX_NODES, NODE_KINDS, StepGraph, build_graph
 from .sim import Schedule, simulate
 
 __all__ = ["StepGraph", "Schedule", "build_graph", "simulate", "critical_path", "replay",
-           "run", "result", "node_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
+           "run", "result", "node_labels", "gap_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
            "LEFT_OUT"]
 
 # What the graph does not model (said in every result).
@@ -95,3 +95,39 @@ def result(graph: StepGraph, sched: Schedule) -> dict:
 
 def _r(x):
     return None if x is None or not np.isfinite(x) else round(float(x), 3)
+
+
+def gap_labels(graph: StepGraph, gaps: pd.DataFrame, skew_ns: int = 5_000) -> np.ndarray:
+    """Per gap (start, end, device; ``gaps.gpu_gaps`` rows), read from the graph: ``queued``
+    when every GPU op that starts at the gap's end has its launch call in the graph and
+    that call returned at least ``skew_ns`` before the gap began; ``host_late`` when one of
+    them has no launch edge or a later one; ``""`` when no op of the graph starts there
+    (the gap lies outside the replayed steps). Issue 30's rule, from the replay's edges."""
+    out = np.full(len(gaps), "", object)
+    n = graph.nodes
+    if not len(n) or not len(gaps):
+        return out
+    gpu = n["kind"].isin(("gpu_kernel", "gpu_copy", "gpu_memset", "collective")).to_numpy() & \
+        graph.lanes.set_index("lane").loc[n["lane"], "what"].eq("gpu").to_numpy()
+    dev = graph.lanes.set_index("lane").loc[n["lane"], "device"].to_numpy()
+    pid = graph.lanes.set_index("lane").loc[n["lane"], "pid"].to_numpy()
+    ids = n["id"].to_numpy()
+    end = (n["ts_ns"] + n["dur_ns"]).to_numpy()
+    e = graph.edges[graph.edges["kind"] == "launch"]
+    ret = pd.Series(end[pd.Index(ids).get_indexer(e["src"].to_numpy())],
+                    index=e["dst"].to_numpy())
+    ret = ret[~ret.index.duplicated()]
+    at = pd.DataFrame({"ts": n["ts_ns"].to_numpy()[gpu], "pid": pid[gpu], "dev": dev[gpu],
+                       "ret": ret.reindex(ids[gpu]).to_numpy()})
+    worst = at.assign(late=np.isnan(at["ret"])).groupby(["pid", "dev", "ts"]).agg(
+        ret=("ret", "max"), late=("late", "any"))
+    key = pd.MultiIndex.from_arrays([gaps["pid"].to_numpy(), gaps["device"].to_numpy(),
+                                     gaps["end"].to_numpy()])
+    k = worst.index.get_indexer(key)
+    hit = k >= 0
+    r = worst["ret"].to_numpy()[np.maximum(k, 0)]
+    late = worst["late"].to_numpy()[np.maximum(k, 0)] | \
+        (r > gaps["start"].to_numpy() - skew_ns)
+    out[hit] = np.where(late[hit], "host_late", "queued")
+    return out
+

@@ -547,7 +547,8 @@ def _assemble(host: dict, gpu: dict):
     hk = host["key"]
     h_lanes, h_lane = np.unique(hk, return_inverse=True)
     if len(gpu["ts"]):
-        trip = np.column_stack([gpu["pid"], gpu["device"], gpu["stream"]])
+        trip = np.column_stack([gpu["pid"], gpu["device"], gpu["stream"],
+                                _overlap_sublanes(gpu)])
         uq, codes = np.unique(trip, axis=0, return_inverse=True)
         codes = codes.reshape(-1)
         uniq = [tuple(r) for r in uq.tolist()]
@@ -589,6 +590,7 @@ def _assemble(host: dict, gpu: dict):
     h_pid = h_lanes >> 32
     h_tid = h_lanes & 0xFFFFFFFF
     h_tid = np.where(h_tid >= 1 << 31, h_tid - (1 << 32), h_tid)
+    uniq = [u[:3] for u in uniq]   # the sub-lane only splits; lanes name the stream
     g_pid = np.array([u[0] for u in uniq], np.int64)
     g_dev = np.array([u[1] for u in uniq], np.int64)
     g_str = np.array([u[2] for u in uniq], np.int64)
@@ -603,6 +605,22 @@ def _assemble(host: dict, gpu: dict):
                       for w, t, d, s in zip(lanes["what"], lanes["tid"], lanes["device"],
                                             lanes["stream"])]
     return nodes, lanes
+
+
+def _overlap_sublanes(gpu: dict) -> np.ndarray:
+    """0 for the ops of a stream that run one after another; an op that starts before the
+    stream's earlier ops ended (a concurrent kernel nsys recorded on one stream) gets a lane
+    of its own (1, 2, ...), so stream order never pushes it later than it ran."""
+    n = len(gpu["ts"])
+    out = np.zeros(n, np.int64)
+    key = (gpu["pid"] * 1_000_003 + gpu["device"]) * 1_000_003 + gpu["stream"]
+    o = np.lexsort((gpu["ts"], key))
+    k, ts, end = key[o], gpu["ts"][o], gpu["end"][o]
+    first = np.r_[True, k[1:] != k[:-1]]
+    reach = _seg_cummax(first, end)
+    over = ~first & (ts < np.r_[NEG, reach[:-1]])
+    out[o[over]] = 1 + np.arange(int(over.sum()))
+    return out
 
 
 def _launch_ids(ev, gops, rows_map: pd.Series) -> np.ndarray:
