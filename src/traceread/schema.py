@@ -730,6 +730,7 @@ class Replay(_S):
     edges_by_kind: Optional[IntMap] = None
     sweeps: Optional[int] = None
     notes: list[str] = []
+    kept_gpu_wait_ns: Optional[int] = None   # GPU waits no traced edge explains, kept as measured
     critical_path: Optional[CriticalPath] = None
 
 
