@@ -236,8 +236,13 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
 def _replay(ev, ops, step_rows, op_step, pattern, steady) -> tuple:
     """(graph, JSON result) of the analysed steps' replay (passes/replay)."""
     sampled = bool(steady and steady.get("state") == "sampled")
-    graph, _sched, out = replay_mod.run(ev, ops, step_rows, step_pattern=pattern,
-                                        sampled=sampled, op_step=op_step)
+    try:
+        graph, _sched, out = replay_mod.run(ev, ops, step_rows, step_pattern=pattern,
+                                            sampled=sampled, op_step=op_step)
+    except (ValueError, IndexError, KeyError, TypeError) as e:
+        # the replay is one pass of many: a trace it cannot model keeps every other figure
+        # (and the verdict prices levers by their bounds)
+        return None, replay_mod.not_replayable(f"the graph could not be built ({type(e).__name__}: {e})")
     return graph, out
 
 

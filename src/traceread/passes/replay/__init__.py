@@ -16,7 +16,7 @@ from .graph import EDGE_KINDS, MAX_NODES, NODE_KINDS, StepGraph, build_graph
 from .sim import Schedule, simulate
 
 __all__ = ["StepGraph", "Schedule", "build_graph", "simulate", "critical_path", "replay",
-           "run", "result", "node_labels", "gap_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
+           "run", "result", "not_replayable", "node_labels", "gap_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
            "LEFT_OUT"]
 
 # What the graph does not model (said in every result).
@@ -25,12 +25,15 @@ LEFT_OUT = ("collectives between ranks (each trace is replayed alone: a wait for
             "dependencies between host threads other than through the GPU")
 
 
+NO_GPU = "no GPU work in the window"
+
+
 def unreplayable(ev: pd.DataFrame, ops: pd.DataFrame, sampled: bool = False) -> str | None:
     """Why the window cannot be replayed, or None."""
     if sampled:
         return "events were dropped (sampled trace): the graph would miss most of its nodes"
     if not len(ops):
-        return "no GPU work in the window"
+        return NO_GPU
     if not kind_in(ev, ("runtime", "driver")).any():
         return "no launch calls traced (GPU-only trace): the host side cannot be replayed"
     if (ops["launch_ts"].to_numpy() < 0).all():
