@@ -155,11 +155,12 @@ class TopOp(_S):
 
 class Attribution(_S):
     by_cpu: IntMap
-    by_drain: IntMap
+    by_drain: IntMap                # idle ns by gap label (sync / starved / queued): sums to idle
     drain_x_cpu: dict[str, IntMap]
     by_sync_op: dict[str, SyncOp]
     devices: list[DeviceAttribution]
     top_ops: list[TopOp]
+    host_late_queued_ns: int = 0    # of the host-late gaps, the tails the GPU sat with the op queued
 
 
 class CommDevice(_S):
@@ -682,6 +683,71 @@ class Parallelism(_S):
     comm_model: Optional[list[CommModel]] = None
 
 
+class ReplayStep(_S):
+    step: int
+    measured_ns: int
+    replayed_ns: int
+    error_pct: Optional[float]
+
+
+class CriticalContributor(_S):
+    label: str                      # passes/replay/critical.py LABELS: host op, launch, kernel, ...
+    name: str
+    ns: int
+    count: int
+    pct: float                      # of the replayed steps' critical time
+
+
+class CriticalSegment(_S):
+    start_ns: int
+    end_ns: int
+    label: str
+    name: str
+    lane: str                       # "thread N" or "GPU d stream s"
+    step: int
+
+
+class CriticalStep(_S):
+    step: int
+    by_label: IntMap
+
+
+class CriticalPath(_S):
+    """The chain that set each replayed step's time (``passes/replay/critical.py``)."""
+
+    total_ns: int
+    by_label: IntMap
+    top: list[CriticalContributor]
+    steps: list[CriticalStep]
+    segments: list[CriticalSegment]
+
+
+class Replay(_S):
+    """The analysed steps replayed as a dependency graph (``passes/replay``, docs/analysis.md
+    "Replay"): how well the unmodified replay reproduces the measured steps."""
+
+    replayable: bool
+    reason: Optional[str]           # why not, when not replayable
+    savings: str                    # "replay" or "bounds" (not replayable: savings are bounds)
+    left_out: list[str]
+    error_pct: Optional[float] = None
+    median_error_pct: Optional[float] = None
+    max_error_pct: Optional[float] = None
+    measured_ns: Optional[int] = None
+    replayed_ns: Optional[int] = None
+    steps: list[ReplayStep] = []
+    steps_replayed: Optional[int] = None
+    steps_total: Optional[int] = None
+    sampled: Optional[bool] = None
+    nodes: Optional[int] = None
+    edges: Optional[int] = None
+    edges_by_kind: Optional[IntMap] = None
+    sweeps: Optional[int] = None
+    notes: list[str] = []
+    kept_gpu_wait_ns: Optional[int] = None   # GPU waits no traced edge explains, kept as measured
+    critical_path: Optional[CriticalPath] = None
+
+
 class Proof(_S):
     """One event that proves a program fact (``passes/facts.py``): its name, where it first
     runs in the window and in which step; ``ts_ns`` null: the proof is a count or metadata,
@@ -703,7 +769,7 @@ class Facts(_S):
     program: dict[str, Any]
     evidence: dict[str, list[Proof]]
     frames: dict[str, int]
-    replay: Optional[dict[str, Any]] = None
+    replay: Optional[dict[str, Any]] = None   # the top-level replay less its critical-path segments
 
 
 class AnalyzeTrace(_S, kw_only=True):
@@ -725,6 +791,7 @@ class AnalyzeTrace(_S, kw_only=True):
     utilization: Optional[Utilization] = None
     steady_state: Optional[SteadyState] = None
     parallelism: Optional[Parallelism] = None
+    replay: Optional[Replay] = None
     facts: Optional[Facts] = None
     verdict: Verdict
 

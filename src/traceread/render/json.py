@@ -63,6 +63,7 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "utilization": utilization_dict(getattr(a, "utilization", None)),
         "steady_state": _py(getattr(a, "steady_state", None)),
         "parallelism": _py(getattr(a, "parallelism", None)),
+        "replay": _py(getattr(a, "replay", None)),
         "facts": _facts(getattr(a, "facts", None)),
     }
 
@@ -70,7 +71,15 @@ def analysis_to_dict(a) -> dict[str, Any]:
 def _facts(f) -> dict | None:
     """The facts record the verdict was judged on (passes/facts.py): figures, program facts,
     their evidence, the frames' sizes."""
-    return _py(f.to_dict()) if f is not None else None
+    if f is None:
+        return None
+    d = f.to_dict()
+    r = d.get("replay")
+    if isinstance(r, dict) and isinstance(r.get("critical_path"), dict):
+        # the segments are drawn from the top-level replay: not twice in the document
+        d["replay"] = {**r, "critical_path": {k: v for k, v in r["critical_path"].items()
+                                              if k != "segments"}}
+    return _py(d)
 
 
 def utilization_dict(u: dict | None) -> dict | None:
@@ -169,7 +178,9 @@ def _attribution(a) -> dict:
             "pid": pid, "device": dev, "idle_ns": int(dur.sum()),
             "by_cpu": {c: int(part[f"cpu_{c}"].sum()) for c in CPU_CATEGORIES},
             "by_drain": drain_times(part)}))
-    return {"by_cpu": s["by_cpu"], "by_drain": s["by_drain"], "drain_x_cpu": s["drain_x_cpu"],
+    return {"by_cpu": s["by_cpu"], "by_drain": s["by_drain"],
+            "host_late_queued_ns": int(s.get("host_late_queued_ns", 0)),
+            "drain_x_cpu": s["drain_x_cpu"],
             "by_sync_op": s["by_sync_op"], "devices": per_dev,
             "top_ops": _records(a.top_ops)}
 

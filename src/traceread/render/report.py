@@ -10,7 +10,8 @@ from ..verdict.because import because_text
 from ..verdict.bounds import TITLE
 from . import safe
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
-from .text import ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time, utilization_lines
+from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time,
+                   replay_lines, utilization_lines)
 
 BOUND_TITLE = TITLE
 STEP_ROWS = 12
@@ -37,6 +38,7 @@ def render_report(a) -> str:
         out += _devices(a)
         out += _attribution(a)
     out += _steps(a)
+    out += replay_lines(getattr(a, "replay", None))
     if len(a.gaps):
         out += _gaps(a)
         out += _top_ops(a)
@@ -215,6 +217,10 @@ def _attribution(a) -> list[str]:
     lines.append(f"  queue drained by a blocking sync: {fmt_ns(d['sync'])} {_pct(d['sync'], idle).strip()}"
                  f"; host simply late (starved): {fmt_ns(d['starved'])} "
                  f"{_pct(d['starved'], idle).strip()}")
+    late_q = s.get("host_late_queued_ns") or 0
+    if late_q:
+        lines.append(f"    of the host-late gaps, {fmt_ns(late_q)} passed with the next op already "
+                     "launched (not charged to the host)")
     if d.get("queued"):
         lines.append(f"  next op already queued (GPU waited on something else): "
                      f"{fmt_ns(d['queued'])} {_pct(d['queued'], idle).strip()}"

@@ -1,0 +1,195 @@
+"""The critical path of a replayed step: the chain of nodes that set its end.
+
+Walking back from a step's end marker, each node was released by exactly one thing: its
+lane's previous node, a cross-lane edge (the launch call that queued a kernel, the op another
+stream waited for), or -- for a blocking call -- the GPU op it waited for. Each link covers the
+time from its predecessor's end to its own end, so the links of a step add up to the step's
+replayed duration exactly. A link is labelled by what held the step there (``LABELS``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .graph import END_EDGES, NEG, StepGraph
+from .sim import Schedule
+
+LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
+          "another rank")
+TOP = 10
+MAX_SEGMENTS = 1000
+
+
+def node_labels(graph: StepGraph) -> np.ndarray:
+    """What each node holds a step with, as one of ``LABELS``."""
+    kind = graph.nodes["kind"].to_numpy(object)
+    cat = graph.nodes["cat"].to_numpy(object)
+    out = np.full(len(kind), "host op", object)
+    out[kind == "launch"] = "launch"
+    out[(kind == "gpu_kernel") | (kind == "gpu_memset")] = "kernel"
+    out[kind == "gpu_copy"] = "copy"
+    out[(kind == "sync_wait") | (cat == "sync")] = "sync wait"
+    out[(kind == "dataloader") | (cat == "dataloader")] = "data load"
+    out[(kind == "collective") | (cat == "comm_wait")] = "collective"
+    return out
+
+
+def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
+    """Per replayed step the chain that set its end; returns ``{"by_label": {label: ns},
+    "top": [{label, name, ns, pct, count}], "steps": [{step, by_label}], "segments": [...]}``
+    (``segments``: start_ns, end_ns, label, name, lane, step -- for the timeline and overlay,
+    in the replay's time, which is the trace's for the unmodified replay)."""
+    n = graph.nodes
+    N = len(n)
+    empty = {"by_label": {}, "top": [], "steps": [], "segments": [], "total_ns": 0}
+    if not N or not len(graph.steps):
+        return empty
+    pos = pd.Index(n["id"].to_numpy(np.int64))
+    start, end = schedule.start_ns, schedule.end_ns
+    pred, how, lag_launch = _binding_preds(graph, schedule, pos)
+    labels = node_labels(graph)
+    lab_codes, lab_names = pd.factorize(labels)
+    lab_names = list(lab_names)
+    for extra in ("sync wait", "launch"):
+        if extra not in lab_names:
+            lab_names.append(extra)
+    sync_code, launch_code = lab_names.index("sync wait"), lab_names.index("launch")
+    names = n["name"].to_numpy(object)
+    lane = n["lane"].to_numpy(np.int64)
+    lane_lab = graph.lanes.set_index("lane")["label"].to_dict()
+    pred_l, end_l = pred.tolist(), end.tolist()
+    by_label: dict = {}
+    all_code, all_node, all_d = [], [], []
+    per_step, segments = [], []
+    total = 0
+    for srow in graph.steps.itertuples(index=False):
+        if srow.begin < 0 or srow.end < 0:
+            v, t0 = int(np.argmax(end)), int(start.min())
+        else:
+            bi, ei = pos.get_indexer([srow.begin, srow.end])
+            if bi < 0 or ei < 0:
+                continue
+            v, t0 = int(ei), int(start[bi])
+        path = []
+        while v >= 0 and end_l[v] > t0 and len(path) < N:
+            path.append(v)
+            v = pred_l[v]
+        if not path:
+            per_step.append({"step": int(srow.step), "by_label": {}})
+            continue
+        p = np.asarray(path, np.int64)
+        u = pred[p]
+        lo = np.where(u >= 0, end[np.maximum(u, 0)], start[p])
+        lo = np.maximum(lo, t0)
+        hi = end[p]
+        own_lo = np.maximum(np.where(how[p] == 1, start[p], lo), lo)
+        # a link: the node's own part, and (start edges) the lag before it started
+        seg_lo = np.r_[own_lo, lo]
+        seg_hi = np.r_[hi, own_lo]
+        code = np.r_[np.where(how[p] == 0, sync_code, lab_codes[p]),
+                     np.where(lag_launch[p], launch_code, lab_codes[p])]
+        node = np.r_[p, p]
+        d = seg_hi - seg_lo
+        keep = d > 0
+        seg_lo, seg_hi, code, node, d = seg_lo[keep], seg_hi[keep], code[keep], node[keep], d[keep]
+        mine = np.bincount(code, weights=d, minlength=len(lab_names))
+        step_lab = {lab_names[i]: int(mine[i]) for i in np.flatnonzero(mine)}
+        for k, x in step_lab.items():
+            by_label[k] = by_label.get(k, 0) + x
+        total += int(d.sum())
+        all_code.append(code)
+        all_node.append(node)
+        all_d.append(d)
+        per_step.append({"step": int(srow.step), "by_label": dict(
+            sorted(step_lab.items(), key=lambda x: -x[1]))})
+        room = MAX_SEGMENTS - len(segments)
+        if room > 0:
+            o = np.argsort(seg_lo, kind="stable")[:room]
+            segments += [{"start_ns": int(a), "end_ns": int(b), "label": lab_names[c],
+                          "name": str(names[v_]), "lane": str(lane_lab.get(int(lane[v_]), "")),
+                          "step": int(srow.step)}
+                         for a, b, c, v_ in zip(seg_lo[o], seg_hi[o], code[o], node[o])]
+    top = _top(all_code, all_node, all_d, names, lab_names)
+    return {
+        "total_ns": int(total),
+        "by_label": {k: int(d) for k, d in sorted(by_label.items(), key=lambda x: -x[1])},
+        "top": [{"label": k[0], "name": k[1], "ns": int(v[0]), "count": int(v[1]),
+                 "pct": round(100.0 * v[0] / total, 2) if total else 0.0} for k, v in top],
+        "steps": per_step,
+        "segments": _merge(segments)}
+
+
+def _top(codes, nodes, ds, names, lab_names) -> list:
+    """The (label, name) pairs with the most critical time: [((label, name), (ns, links))]."""
+    if not codes:
+        return []
+    code, node, d = np.concatenate(codes), np.concatenate(nodes), np.concatenate(ds)
+    name_code, uniq = pd.factorize(names[node])
+    key = code.astype(np.int64) * max(len(uniq), 1) + name_code
+    k, inv = np.unique(key, return_inverse=True)
+    ns = np.bincount(inv, weights=d)
+    cnt = np.bincount(inv)
+    best = np.argsort(-ns, kind="stable")[:TOP]
+    return [((lab_names[int(k[i] // max(len(uniq), 1))], str(uniq[int(k[i] % max(len(uniq), 1))])),
+             (int(ns[i]), int(cnt[i]))) for i in best]
+
+
+def _binding_preds(graph, schedule, pos):
+    """Per node: the predecessor that released it (position, -1: none), how (0: a drain --
+    the GPU op a blocking call waited for; 1: a cross-lane start edge; 2: its lane's previous
+    node; 3: its release time), and whether that start edge is a launch."""
+    n = graph.nodes
+    N = len(n)
+    start, end = schedule.start_ns, schedule.end_ns
+    cost = n["cost_ns"].to_numpy(np.int64)
+    lane = n["lane"].to_numpy(np.int64)
+    order = np.lexsort((n["seq"].to_numpy(np.int64), lane))
+    prev = np.full(N, -1, np.int64)
+    same = np.r_[False, lane[order][1:] == lane[order][:-1]]
+    prev[order[same]] = order[np.flatnonzero(same) - 1]
+    gap = n["gap_ns"].to_numpy(np.int64)
+    e = graph.edges
+    src = pos.get_indexer(e["src"].to_numpy(np.int64))
+    dst = pos.get_indexer(e["dst"].to_numpy(np.int64))
+    kind = e["kind"].to_numpy(object)
+    ok = (src >= 0) & (dst >= 0)
+    val = np.where(ok, end[np.maximum(src, 0)] + e["lag_ns"].to_numpy(np.int64), NEG)
+    is_drain = np.isin(kind, END_EDGES)
+    s_src, s_kind = _binding(N, src, dst, val, ok & ~is_drain, kind)
+    d_src, d_kind = _binding(N, src, dst, val, ok & is_drain, kind)
+    a, b = schedule.ready_ns, schedule.drain_ns
+    lane_ready = np.where(prev >= 0, end[np.maximum(prev, 0)] + gap, NEG)
+    drained = (d_src >= 0) & (b != NEG) & (b >= end) & (b > start + cost)
+    cross = ~drained & (s_src >= 0) & (a != NEG) & (a >= lane_ready) & (a >= start)
+    by_lane = ~drained & ~cross & (prev >= 0)
+    pred = np.where(drained, d_src, np.where(cross, s_src, np.where(by_lane, prev, -1)))
+    how = np.where(drained, 0, np.where(cross, 1, np.where(by_lane, 2, 3)))
+    # a join (another thread's burst ended) is the waiting node's own time, not a sync's
+    how = np.where(drained & (d_kind == "join"), 2, how)
+    return pred, how, cross & (s_kind == "launch")
+
+
+def _binding(N, src, dst, val, m, kind):
+    """Per node, the edge source (position) whose ready time is the latest, and its kind."""
+    out = np.full(N, -1, np.int64)
+    ok_kind = np.full(N, "", object)
+    idx = np.flatnonzero(m)
+    if not len(idx):
+        return out, ok_kind
+    o = idx[np.lexsort((val[idx], dst[idx]))]
+    last = np.r_[dst[o][1:] != dst[o][:-1], True]
+    out[dst[o[last]]] = src[o[last]]
+    ok_kind[dst[o[last]]] = kind[o[last]]
+    return out, ok_kind
+
+
+def _merge(segments: list) -> list:
+    """Adjacent links of one lane, label and name: one segment."""
+    out = []
+    for s in sorted(segments, key=lambda x: (x["start_ns"], x["end_ns"])):
+        if out and out[-1]["lane"] == s["lane"] and out[-1]["label"] == s["label"] and \
+                out[-1]["name"] == s["name"] and out[-1]["end_ns"] == s["start_ns"]:
+            out[-1]["end_ns"] = s["end_ns"]
+        else:
+            out.append(dict(s))
+    return out
