@@ -214,6 +214,7 @@ def replay_lines(r: dict | None) -> list[str]:
                            if v >= 0.01 * total)
         out.append(f"  critical path: {labels}")
         for t in cp.get("top", [])[:4]:
-            name = " ".join(str(t["name"]).split())[:60]
-            out.append(f"    {t['label']:<10} {fmt_ns(t['ns']):>10} {t['pct']:5.1f}%  {safe.name(name)}")
+            row = f"    {t['label']:<10} {fmt_ns(t['ns']):>10} {t['pct']:5.1f}%  "
+            name = " ".join(str(t["name"]).split())   # the row keeps within 80 columns
+            out.append(row + safe.short(name, max(20, 80 - len(row))))
     return out
