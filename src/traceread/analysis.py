@@ -193,6 +193,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     classes = side.get("classes")
     copies = side.get("copies")
     ctx = side.get("ctx")
+    _add_trace_facts(ctx, all_ev)
     # the layout reads only these two context keys: it runs beside culprits and the verdict
     side.submit("layout", parallelism, ref("ev"), trace.meta,
                 {k: ctx.get(k) for k in ("framework_evidence", "comm_backend")},
@@ -216,6 +217,15 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                     min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
                     context=ctx, utilization=utilization, steady_state=steady,
                     parallelism=layout)
+
+
+def _add_trace_facts(ctx: dict, all_ev: pd.DataFrame) -> None:
+    """The facts read over every step of the trace (periodic stalls), into the context."""
+    from .passes.newfacts import trace_facts
+
+    tf = trace_facts(all_ev)
+    ctx.setdefault("facts_evidence", {}).update(tf.pop("facts_evidence", {}))
+    ctx.update(tf)
 
 
 def _pass_workers(rows: int) -> int:

@@ -432,6 +432,99 @@ def ddp_or_fsdp(c: Ctx) -> bool:
     return ddp(c) or fsdp(c)
 
 
+# -- program facts (passes/newfacts.py): each reads one fact; a missing key is "unknown" --
+
+def capturable(c: Ctx) -> bool:
+    """Nothing in the step rules a CUDA graph out (``capturable``: no sync followed by more
+    GPU work, no data-dependent shape, no fresh host data mid-step); unknown: yes."""
+    return c.get("capturable") is not False
+
+
+def input_batch_copies(c: Ctx) -> bool:
+    """Host-to-device copies of the step's input batch (``payloads``); unknown: yes."""
+    p = c.get("payloads")
+    return p is None or "input_batch" in p
+
+
+def resent_copies(c: Ctx) -> bool:
+    """The same host tensor is sent again every step (``payloads``: resent); unknown: yes."""
+    p = c.get("payloads")
+    return p is None or "resent" in p
+
+
+def dynamic_shapes(c: Ctx) -> bool:
+    """Ops with data-dependent output shapes run (``dynamic_shapes_per_step``); unknown: yes."""
+    n = c.get("dynamic_shapes_per_step")
+    return n is None or n > 0
+
+
+def optimizer_offloaded(c: Ctx) -> bool:
+    """Gradients copied out, an optimizer step on CPU tensors, parameters copied back."""
+    return bool(c.get("optimizer_offload"))
+
+
+def checkpoint_stall(c: Ctx) -> bool:
+    """Steps stalled at a fixed period by a checkpoint (``periodic_stall``)."""
+    st = c.get("periodic_stall") or {}
+    return st.get("what") == "checkpoint" and bool(st.get("period")) \
+        and int(st.get("excess_ns_per_stall") or 0) > 0
+
+
+def periodic_other_stall(c: Ctx) -> bool:
+    """Steps stalled at a fixed period by something else (an eval, a flush)."""
+    st = c.get("periodic_stall") or {}
+    return bool(st.get("period")) and st.get("what") not in (None, "checkpoint") \
+        and int(st.get("excess_ns_per_stall") or 0) > 0
+
+
+def other_process(c: Ctx) -> bool:
+    """The trace shows another process's GPU work on the same device."""
+    return bool(c.get("other_process"))
+
+
+def no_other_process(c: Ctx) -> bool:
+    return not other_process(c)
+
+
+def no_fp16(c: Ctx) -> bool:
+    """fp16 does not already run (fp16 GEMM kernels, fp16 autocast): bf16 advice would be a
+    lateral move there."""
+    return not c.get("fp16_runs") and not (c.get("dtypes") or {}).get("fp16")
+
+
+def _stall_text(c: Ctx) -> str:
+    st = c["periodic_stall"]
+    return (f"move the checkpoint off the step path: every {st['period']} steps "
+            f"{st.get('op') or 'torch.save'} stalls the step by "
+            f"{int(st['excess_ns_per_stall']) / 1e6:.1f} ms ({st['stalled_steps']} of "
+            f"{st['steps_seen']} steps traced) -- save asynchronously "
+            "(torch.distributed.checkpoint.async_save, or copy the state_dict to pinned host "
+            "memory and write it from a background thread), or save less often")
+
+
+def _other_stall_text(c: Ctx) -> str:
+    st = c["periodic_stall"]
+    return (f"every {st['period']} steps {st.get('op') or 'an operation'} ({st['what']}) "
+            f"stalls the step by {int(st['excess_ns_per_stall']) / 1e6:.1f} ms: run it less "
+            "often, asynchronously, or off the training process")
+
+
+def _offload_text(c: Ctx) -> str:
+    o = c["optimizer_offload"]
+    return (f"run the optimizer on the GPU: each step copies {o['grads_per_step']:g} gradients "
+            f"to the host, steps {o['optimizer']} on CPU tensors and copies "
+            f"{o['params_per_step']:g} parameters back ({int(o['ns_per_step']) / 1e6:.1f} ms a "
+            "step); keep the optimizer state on the GPU (fused=True) if it fits, or shard it "
+            "(ZeRO / FSDP) instead of offloading")
+
+
+def _queued_other_text(c: Ctx) -> str:
+    o = c["other_process"]
+    return (f"the GPU idles with work queued while process {o['processes'][1]} also runs on "
+            f"device {o['device']}: another process shares the GPU -- give each process its own "
+            "GPU (or MPS / MIG partitions)")
+
+
 def _all(*ps: Pred) -> tuple:
     return tuple(ps)
 
@@ -481,6 +574,11 @@ SAVINGS = {
     "ep_share": "the all_to_all time (ep_a2a_ns) x (1 - 1/imbalance): balanced, every rank "
                 "moves the mean bytes instead of the hot rank's max; an upper bound (all of the "
                 "time bandwidth-bound)",
+    "offload": "the offloaded optimizer's span per step (first gradient copy out to last "
+               "parameter copy back: optimizer_offload.ns_per_step) x steps, capped at the lost "
+               "time: on the GPU the optimizer takes a few ms",
+    "stall": "the stall's excess over the median step (periodic_stall.excess_ns_per_stall) x "
+             "the stalls traced: priced per period, the steady window leaves them out",
     "none": "no estimate: offered after the levers with one",
 }
 
@@ -522,13 +620,15 @@ LEVERS: tuple[Lever, ...] = (
           "DataLoader(pin_memory=True)) and copy with .to(device, non_blocking=True)", "free",
           saves="pin", when=_all(PT)),
     Lever("keep_on_gpu", "copy", "keep the data on the GPU: do not re-send the same tensor "
-          "every step", "code", when=_all(PT)),
+          "every step", "code", when=_all(PT, resent_copies)),
     Lever("side_stream_copy", "copy", "prefetch the next batch on a side stream so the copy "
-          "overlaps compute", "code", when=_all(PT)),
+          "overlaps compute", "code", when=_all(PT, input_batch_copies)),
+    Lever("optimizer_on_gpu", "copy", _offload_text, "code", saves="offload",
+          when=_all(PT, optimizer_offloaded), first=True),
     Lever("pin_copy_native", "copy", "pinned host memory (cudaHostAlloc / cudaHostRegister) for "
           "the host<->device copies", "free", saves="pin", when=_all(NV)),
     Lever("keep_on_gpu_native", "copy", "keep the data on the GPU between iterations", "code",
-          when=_all(NV)),
+          when=_all(NV, resent_copies)),
     Lever("async_copy_native", "copy", "cudaMemcpyAsync on a second stream so the copy overlaps "
           "compute", "code", when=_all(NV)),
     # sync
@@ -541,7 +641,7 @@ LEVERS: tuple[Lever, ...] = (
           "on the GPU", "code", when=_all(PT)),
     Lever("no_dynamic_shapes", "sync", "avoid data-dependent shapes that force a sync "
           "(torch.nonzero, boolean masks, tensor-valued Python conditions)", "code",
-          when=_all(PT)),
+          when=_all(PT, dynamic_shapes)),
     Lever("late_read", "sync", "copy results with .to('cpu', non_blocking=True) into pinned "
           "memory and read them one step later", "code", when=_all(PT)),
     Lever("remove_syncs_native", "sync", "remove blocking syncs from the loop "
@@ -554,7 +654,7 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
     Lever("cuda_graphs", "launch", "capture the step with CUDA graphs: "
           "torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs", "code",
-          when=_all(PT, no_graphs), after=("per_param_item",), group="cuda_graphs"),
+          when=_all(PT, no_graphs, capturable), after=("per_param_item",), group="cuda_graphs"),
     Lever("compile_fuse", "launch", "torch.compile to fuse small elementwise kernels (fewer "
           "launches)", "code", when=_all(PT, no_graphs, not_compiled), group="compile"),
     Lever("larger_batch", "launch", "larger micro-batch: more work per kernel for the same "
@@ -577,7 +677,7 @@ LEVERS: tuple[Lever, ...] = (
     Lever("compile_fuse_rest", "launch", "torch.compile to fuse the remaining small elementwise "
           "kernels", "code", when=_all(PT, graphs_replayed, not_compiled), group="compile"),
     Lever("cuda_graphs_native", "launch", "CUDA graphs: capture the loop body once "
-          "(cudaStreamBeginCapture, cudaGraphLaunch)", "code", when=_all(NV, no_graphs),
+          "(cudaStreamBeginCapture, cudaGraphLaunch)", "code", when=_all(NV, no_graphs, capturable),
           group="cuda_graphs"),
     Lever("graph_coverage_native", "launch", "the program already launches CUDA graphs: bring "
           "the kernels still launched one by one into them", "code", when=_all(NV, uses_graphs),
@@ -598,11 +698,15 @@ LEVERS: tuple[Lever, ...] = (
           group="compile"),
     Lever("graphs_host", "host", "capture the step with CUDA graphs so the GPU runs ahead of the "
           "host: torch.compile(mode=\"reduce-overhead\")", "code", saves="host_rest",
-          when=_all(PT, no_graphs), after=("per_param_item",), group="cuda_graphs"),
+          when=_all(PT, no_graphs, capturable), after=("per_param_item",), group="cuda_graphs"),
+    Lever("checkpoint_off_path", "host", _stall_text, "code", saves="stall",
+          when=_all(PT, checkpoint_stall), first=True),
+    Lever("periodic_stall", "host", _other_stall_text, "code", saves="stall",
+          when=_all(periodic_other_stall), first=True),
     Lever("off_thread_native", "host", "move host work off the launching thread, or overlap it "
           "with queued GPU work", "code", saves="host_rest", when=_all(NV)),
     Lever("graphs_host_native", "host", "CUDA graphs so the GPU runs ahead of the host", "code",
-          saves="host_rest", when=_all(NV, no_graphs), group="cuda_graphs"),
+          saves="host_rest", when=_all(NV, no_graphs, capturable), group="cuda_graphs"),
     Lever("allocator_on", "host", "turn PyTorch's caching allocator back on: unset "
           "PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING (tensors' frees call "
           "the driver inside the ops)", "free", saves="alloc",
@@ -683,15 +787,21 @@ LEVERS: tuple[Lever, ...] = (
     Lever("front_end", "queued", "mostly GPU-side gaps between back-to-back kernels: fewer, "
           "larger kernels (torch.compile fusion) or CUDA graphs cut the per-kernel front-end "
           "latency", "code", saves="queued", waits="gpu_side"),
+    Lever("queued_other_process", "queued", _queued_other_text, "infra", saves="queued",
+          waits="untraced", when=_all(other_process), first=True),
+    Lever("queued_in_graphs", "queued", "the GPU idles with work queued inside the program's "
+          "own CUDA graph replays: trace the graphs' nodes (nsys --cuda-graph-trace=node) to "
+          "see which node waits, and what it waits for", "free", saves="queued",
+          waits="untraced", when=_all(no_other_process, uses_graphs)),
     Lever("queued_untraced", "queued", "the GPU idles with work queued and nothing traced "
-          "explains it: look for another process or context sharing the GPU, or GPU work the "
-          "profiler did not record (CUDA graph nodes: nsys --cuda-graph-trace=node)", "free",
-          saves="queued", waits="untraced"),
+          "explains it: record the whole device (nsys profile without a process filter, "
+          "--cuda-graph-trace=node) to see the GPU work this trace did not record", "free",
+          saves="queued", waits="untraced", when=_all(no_other_process, no_graphs)),
     # gpu: busy-time levers with a saving (passes/busy.py), for every bound
     Lever("tf32", "gpu", TF32_TEXT, "free", saves="busy", busy="tf32",
           when=_all(PT, tf32_device)),
     Lever("bf16_autocast", "gpu", BF16_TEXT, "code", saves="busy", busy="bf16_autocast",
-          when=_all(PT, bf16_device)),
+          when=_all(PT, bf16_device, no_fp16)),
     Lever("fp16_autocast", "gpu", FP16_TEXT, "code", saves="busy", busy="fp16_autocast",
           when=_all(PT)),
     Lever("fp16_for_bf16", "gpu", FP16_TEXT, "code", saves="busy", busy="bf16_autocast",
@@ -707,7 +817,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("tune_kernel", "gpu", lambda c: _tune_kernel_text(c), "code", saves="none",
           when=_all(gpu_bound, no_busy_evidence, dominant_kernel)),
     Lever("autocast_generic", "gpu", BF16_TEXT, "code", saves="none",
-          when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, bf16_device, not_lowp)),
+          when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, bf16_device, not_lowp,
+                    no_fp16)),
     Lever("fp16_generic", "gpu", FP16_TEXT, "code", saves="none",
           when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, no_bf16_device, not_lowp)),
     Lever("tf32_generic", "gpu", TF32_TEXT, "free", saves="none",
@@ -814,6 +925,13 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
         return None if not x or t is None else int(int(t) * (1 - 1 / float(x)))
     if lv.saves == "pp_excess":
         return int(ctx.get("pp_excess_busy_ns") or 0)
+    if lv.saves == "offload":
+        o = ctx.get("optimizer_offload") or {}
+        n = int(o.get("ns_per_step") or 0) * max(1, int(ctx.get("steps_seen") or 1))
+        return min(n, int(ctx.get("lost_ns") or n))
+    if lv.saves == "stall":
+        st = ctx.get("periodic_stall") or {}
+        return int(st.get("excess_ns_per_stall") or 0) * len(st.get("stalled_steps") or [])
     if lv.saves == "buffers":   # the context's figure is per step (context.steps_seen)
         per_step = int(ctx.get("ddp_buffer_broadcast_ns") or 0)
         return min(per_step * max(1, int(ctx.get("steps_seen") or 1)), int(ctx.get("lost_ns") or 0))
