@@ -221,11 +221,14 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
 
 def _add_trace_facts(ctx: dict, all_ev: pd.DataFrame) -> None:
     """The facts read over every step of the trace (periodic stalls), into the context."""
+    from .passes.factkit import has_gpu
     from .passes.newfacts import trace_facts
 
     tf = trace_facts(all_ev)
     ctx.setdefault("facts_evidence", {}).update(tf.pop("facts_evidence", {}))
     ctx.update(tf)
+    if ctx.get("cpu_only") and all_ev is not None and has_gpu(all_ev):
+        ctx["cpu_only"]["window_without_gpu"] = True   # the trace has GPU work, not here
 
 
 def _pass_workers(rows: int) -> int:

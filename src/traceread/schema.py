@@ -518,6 +518,28 @@ class PeriodicStall(_S):
     what: str                    # checkpoint | eval | flush | other
 
 
+class HostOp(_S):
+    name: str
+    ns: int
+    share: float
+
+
+class CpuOnly(_S):
+    """What a trace with no GPU work holds (passes/newfacts.cpu_only)."""
+
+    cut_before_gpu: bool         # launches and no kernel, or a cut file whose header names a GPU
+    launches: int
+    truncated: bool
+    span_ns: int
+    compile_ns: int
+    compile_share: float
+    dataloader_ns: int
+    dataloader_share: float      # of the steps' time (of the span without steps)
+    step_mean_ns: Optional[int]
+    top_ops: list[HostOp]
+    window_without_gpu: Optional[bool] = None   # the trace has GPU work, the window none
+
+
 class Context(_S):
     """What the trace already does (``passes/context.py``, ``passes/program.py``; every rule in
     docs/analysis.md "Levers that fit what the trace already does"). ``*_evidence``: the event
@@ -558,6 +580,7 @@ class Context(_S):
     per_param_syncs: bool
     per_param_syncs_evidence: Optional[str]
     # program facts of passes/newfacts.py, each with its evidence in facts_evidence
+    cpu_only: Optional[CpuOnly] = None
     blocking: Optional[Blocking] = None
     capturable: Optional[bool] = None
     dynamic_shapes_per_step: Optional[float] = None

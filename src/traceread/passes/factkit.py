@@ -105,14 +105,13 @@ class Stacks:
         self.ts = ev["ts"].to_numpy(np.int64)
         self.end = self.ts + ev["dur"].to_numpy(np.int64)
         host = np.flatnonzero(kind_in(ev, kinds))
-        self.key = thread_key(ev, host)
-        self.by_thread = {}
-        self.parent = {}
-        for t in np.unique(self.key).tolist():
-            rows = host[self.key == t]
-            rows = rows[np.lexsort((-(self.end[rows] - self.ts[rows]), self.ts[rows]))]
-            self.by_thread[t] = rows
-            self.parent[t] = self._parents(rows)
+        key = thread_key(ev, host)
+        order = np.lexsort((-(self.end[host] - self.ts[host]), self.ts[host], key))
+        host, key = host[order], key[order]
+        cut = np.flatnonzero(np.diff(key)) + 1
+        self.by_thread = {int(k[0]): r for k, r in zip(np.split(key, cut), np.split(host, cut))
+                          if len(r)}
+        self._parent: dict = {}   # per thread, on first use
         self._all_key = None
 
     def _parents(self, rows: np.ndarray) -> np.ndarray:
@@ -141,7 +140,9 @@ class Stacks:
         if rows is None or not len(rows):
             return np.empty(0, np.int64)
         end = ts if end is None else end
-        par = self.parent[thread]
+        par = self._parent.get(thread)
+        if par is None:
+            par = self._parent[thread] = self._parents(rows)
         j = int(np.searchsorted(self.ts[rows], ts, side="right")) - 1
         out = []
         while j >= 0:

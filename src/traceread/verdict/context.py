@@ -68,7 +68,7 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
                             or _has_non_step_ranges(ev)),
         "allocator_uncached": allocator_uncached(ev),
         **prog,
-        **window_facts(ev),   # blocking calls, copy payloads, precision (passes/newfacts.py)
+        **window_facts(ev, meta),   # blocking calls, copy payloads, precision (passes/newfacts.py)
     }
 
 

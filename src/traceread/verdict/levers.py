@@ -525,6 +525,73 @@ def _queued_other_text(c: Ctx) -> str:
             "GPU (or MPS / MIG partitions)")
 
 
+CPU_SHARE = 0.3   # a CPU-only trace's compile / DataLoader share worth a lever of its own
+
+
+def _cpu(c: Ctx) -> dict:
+    return c.get("cpu_only") or {}
+
+
+def cut_before_gpu(c: Ctx) -> bool:
+    """Kernel launches recorded and no GPU event: the trace was cut before its GPU events."""
+    return bool(_cpu(c).get("cut_before_gpu"))
+
+
+def window_without_gpu(c: Ctx) -> bool:
+    """The analysed window holds no GPU event while the trace has some."""
+    return bool(_cpu(c).get("window_without_gpu"))
+
+
+def not_cut(c: Ctx) -> bool:
+    return not cut_before_gpu(c) and not window_without_gpu(c)
+
+
+def cpu_compile_heavy(c: Ctx) -> bool:
+    return float(_cpu(c).get("compile_share") or 0) >= CPU_SHARE
+
+
+def cpu_data_heavy(c: Ctx) -> bool:
+    return float(_cpu(c).get("dataloader_share") or 0) >= CPU_SHARE
+
+
+def has_dynamic_shapes(c: Ctx) -> bool:
+    """Data-dependent shapes are known to run (``dynamic_shapes_per_step`` > 0)."""
+    return float(c.get("dynamic_shapes_per_step") or 0) > 0
+
+
+def _cpu_dynamic_text(c: Ctx) -> str:
+    d = (c.get("blocking") or {}).get("dynamic_shapes") or {}
+    what = ", ".join(f"{k} x{v:g}" for k, v in d.items()) or "data-dependent shapes"
+    return (f"{what} a step: on a GPU each one is a host sync and rules out CUDA graphs -- "
+            "use fixed-size routing (sort or one-hot by expert with a capacity, "
+            "torch.nonzero_static, index_add / scatter with static sizes)")
+
+
+def _cpu_cut_text(c: Ctx) -> str:
+    n = _cpu(c).get("launches", 0)
+    what = f"{n} kernel launches are recorded and no kernel" if n else \
+        "the file is cut short and its header names a GPU"
+    return (f"the trace was cut before its GPU events: {what} -- record it again complete (a shorter active window: torch.profiler "
+            "schedule(active=N), or a larger trace buffer) before judging the GPU side")
+
+
+def _cpu_compile_text(c: Ctx) -> str:
+    x = _cpu(c)
+    return (f"torch.compile takes {x['compile_ns'] / 1e9:.2f} s, {100 * x['compile_share']:.0f}% "
+            "of this trace: it is one-time work -- profile after warm-up; cache it across runs "
+            "(TORCHINDUCTOR_FX_GRAPH_CACHE=1, torch.compiler.save_cache_artifacts) and mark the "
+            "varying dimensions dynamic so it does not recompile")
+
+
+def _cpu_data_text(c: Ctx) -> str:
+    x = _cpu(c)
+    how = ("raise num_workers / prefetch_factor, or make each sample cheaper to load"
+           if workers(c) else "DataLoader(num_workers=N, persistent_workers=True) moves it "
+           "to worker processes")
+    return (f"the DataLoader takes {100 * x['dataloader_share']:.0f}% of the steps on the "
+            f"training thread: {how}")
+
+
 def _all(*ps: Pred) -> tuple:
     return tuple(ps)
 
@@ -835,9 +902,24 @@ LEVERS: tuple[Lever, ...] = (
     Lever("fuse_generic_native", "gpu", "fuse kernels to cut memory traffic", "code",
           saves="none", when=_all(NV, gpu_bound, no_busy_evidence)),
     # the verdicts with no cause to fix: how to record what is missing
+    Lever("cpu_cut", "cpu_only", _cpu_cut_text, "free", saves="none",
+          when=_all(cut_before_gpu)),
+    Lever("cpu_window", "cpu_only", "the analysed window holds no GPU event, although the "
+          "trace has GPU work: widen --window (or --steps) to a stretch where the GPU runs",
+          "free", saves="none", when=_all(window_without_gpu)),
+    Lever("cpu_compile", "cpu_only", _cpu_compile_text, "free", saves="none",
+          when=_all(not_cut, cpu_compile_heavy)),
+    Lever("cpu_dataloader", "cpu_only", _cpu_data_text, "free", saves="none",
+          when=_all(not_cut, cpu_data_heavy)),
+    Lever("cpu_checkpoint", "cpu_only", _stall_text, "code", saves="none",
+          when=_all(not_cut, checkpoint_stall)),
+    Lever("cpu_periodic_stall", "cpu_only", _other_stall_text, "code", saves="none",
+          when=_all(not_cut, periodic_other_stall)),
+    Lever("cpu_dynamic_shapes", "cpu_only", _cpu_dynamic_text, "code", saves="none",
+          when=_all(not_cut, has_dynamic_shapes)),
     Lever("record_gpu", "cpu_only", "this trace has no GPU activity: profile with "
           "ProfilerActivity.CUDA (torch.profiler) or nsys --trace=cuda to see the GPU side",
-          "free", saves="none"),
+          "free", saves="none", when=_all(not_cut)),
     Lever("record_host", "unknown", "host activity was not traced while the GPU idled: record "
           "CPU activities (ProfilerActivity.CPU, with_stack=True) or nsys "
           "--trace=cuda,nvtx,osrt", "free", saves="none"),
