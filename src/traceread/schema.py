@@ -495,6 +495,7 @@ class OptimizerOffload(_S):
     params_per_step: float
     ns_per_step: int             # first gradient copy out to last parameter copy back
     optimizer: str
+    transport: str               # "device": host<->device copies; "host": no GPU in the trace
 
 
 class OtherProcess(_S):

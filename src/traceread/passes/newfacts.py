@@ -192,7 +192,8 @@ def other_process(ev: pd.DataFrame) -> dict | None:
     dev = ev["device"].to_numpy()[rows]
     pid = ev["pid"].to_numpy()[rows]
     for d in np.unique(dev).tolist():
-        pids = np.unique(pid[dev == d])
+        # the device's main process first (most GPU ops), then the others
+        pids = pd.Series(pid[dev == d]).value_counts().index.to_numpy()
         if len(pids) > 1:
             r = rows[(dev == d) & (pid == pids[1])][0]
             return {"device": int(d), "processes": [int(x) for x in pids],

@@ -6,7 +6,9 @@ around that call) gets one payload, first rule that holds:
 
 * ``checkpoint``: ``torch.save`` / ``state_dict`` / ``torch.distributed.checkpoint`` /
   the serializer's ``write_record`` around it;
-* ``metrics``: a DtoH copy of at most ``METRIC_BYTES`` (a loss, an accuracy, a flag);
+* ``shape_readback`` / ``metrics``: a DtoH copy of at most ``METRIC_BYTES`` -- inside a
+  data-dependent op (``nonzero``...) the output size it must read back, else a metric (a
+  loss, an accuracy, a flag);
 * ``gradients`` / ``parameters``: with an optimizer step, DtoH copies after the step's
   backward began and before the optimizer step ended, HtoD copies after it began -- the
   shape of an optimizer offloaded to the CPU (``optimizer_offload`` when the optimizer
@@ -46,9 +48,12 @@ INERT_OP_RX = namerx.compile(
     r"|alias|contiguous|clone|resolve_conj|resolve_neg|lift_fresh|_unsafe_view|pin_memory"
     r"|_pin_memory|is_pinned|record_stream|set_|zeros|zero_|fill_|ones)$")
 LAUNCH_RX = namerx.compile(r"Launch")
-PAYLOADS = ("checkpoint", "metrics", "gradients", "parameters", "input_batch", "resent",
+DYNAMIC_OP_RX = namerx.compile(r"^aten::(?:nonzero|argwhere|masked_select|_unique2?|unique_dim"
+                               r"|unique_consecutive|repeat_interleave|index|is_nonzero)\b")
+PAYLOADS = ("checkpoint", "shape_readback", "metrics", "gradients", "parameters", "input_batch", "resent",
             "unknown")
 TEXT = {"checkpoint": "checkpoint state (torch.save / state_dict)",
+        "shape_readback": "an output size read back by a data-dependent op (nonzero, ...)",
         "metrics": "metrics (a few bytes read back)",
         "gradients": "gradients copied out to the optimizer",
         "parameters": "parameters copied back from the optimizer",
@@ -68,6 +73,11 @@ def copy_payloads(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
         kinds = ev["copy_kind"].take(cp).astype(object).to_numpy()
         cp = cp[np.isin(kinds, ("HtoD", "DtoH"))]
     if not len(cp):
+        if not len(rows_of(ev, ("kernel", "memcpy", "memset"))):
+            off = _host_offload(ev, steps)
+            if off:
+                out["evidence"]["optimizer_offload"] = off.pop("evidence")
+                out["optimizer_offload"] = off
         return out
     stacks = Stacks(ev)
     lr = launcher(ev, cp)
@@ -152,6 +162,8 @@ def _payload_of(names: list[str], direction: str, nbytes: int, s: int, t: int,
     if any(CHECKPOINT_RX.search(n) for n in names):
         return "checkpoint"
     if direction == "DtoH" and 0 <= nbytes <= METRIC_BYTES:
+        if any(DYNAMIC_OP_RX.search(n) for n in names):
+            return "shape_readback"
         return "metrics"
     if s >= 0 and s in marks["opt"] and nbytes > METRIC_BYTES:
         o0 = min(a for a, _, _ in marks["opt"][s])
@@ -259,7 +271,58 @@ def _offload(ev, payload, direction, sidx, cp, marks, steps: Steps) -> dict | No
     name = str(ev["name"].iat[marks["opt"][sorted(marks["opt"])[0]][0][2]])
     return {"steps": len(spans), "grads_per_step": round(len(g) / len(spans), 1),
             "params_per_step": round(len(p) / len(spans), 1),
-            "ns_per_step": int(np.median(spans)), "optimizer": name, "evidence": ev_items}
+            "ns_per_step": int(np.median(spans)), "optimizer": name, "transport": "device",
+            "evidence": ev_items}
+
+
+COPY_OP_RX = namerx.compile(r"^aten::copy_$")
+
+
+def _host_offload(ev: pd.DataFrame, steps: Steps) -> dict | None:
+    """A trace with no GPU work: the offloaded optimizer's shape from the host ops alone --
+    per step, tensor copies (``aten::copy_`` not inside another op) after the backward began
+    and before the optimizer step, and as many after it began, the optimizer step between
+    them (``transport`` "host": nothing moved between devices in this trace)."""
+    marks = _step_marks(ev, steps)
+    if not marks["opt"]:
+        return None
+    stacks = Stacks(ev, ("cpu_op",))
+    copies = rows_named(ev, COPY_OP_RX, ("cpu_op",))
+    copies = np.array([r for r in copies.tolist() if not len(stacks.around_row(r))], np.int64)
+    if not len(copies):
+        return None
+    pid = ev["pid"].to_numpy()
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    si = steps.index_of(pid[copies], ts[copies])
+    spans, counts, first = [], [], None
+    for s, opts in sorted(marks["opt"].items()):
+        o0, o1, orow = opts[0]
+        bw = marks["backward"].get(s)
+        mine = copies[si == s]
+        before = mine[(ts[mine] < o0) & (ts[mine] >= (bw if bw is not None else o0))]
+        after = mine[ts[mine] > o0]
+        if len(before) < 2 or len(after) < 2:
+            continue
+        spans.append(int(end[after].max() - ts[before].min()))
+        counts.append((len(before), len(after)))
+        if first is None:
+            first = (before[0], orow, after[0], int(steps.number[s]), len(before), len(after))
+    if not spans:
+        return None
+    g0, orow, p0, n, nb, na = first
+    grads = float(np.mean([c[0] for c in counts]))
+    params = float(np.mean([c[1] for c in counts]))
+    return {"steps": len(spans), "grads_per_step": round(grads, 1),
+            "params_per_step": round(params, 1),
+            "ns_per_step": int(np.median(spans)), "optimizer": str(ev["name"].iat[orow]),
+            "transport": "host",
+            "evidence": [item(ev["name"].iat[g0], ts[g0], n,
+                              f"{nb} tensor copies after the backward, before the optimizer"),
+                         item(ev["name"].iat[orow], ts[orow], n,
+                              "the optimizer step between them (no GPU in this trace)"),
+                         item(ev["name"].iat[p0], ts[p0], n,
+                              f"{na} tensor copies after it began")]}
 
 
 def _launch_rows(ev: pd.DataFrame) -> np.ndarray:

@@ -167,6 +167,7 @@ def _convolutions(ev, steps: Steps, evidence) -> dict:
     ops = rows_named(ev, CONV_OP_RX, ("cpu_op",))
     host_ops = bool(len(rows_named(ev, namerx.compile(r"^aten::"), ("cpu_op",))))
     if len(ops):
+        ops = _outermost(ev, ops)   # aten::convolution > aten::cudnn_convolution: one call
         evidence["convolutions"] = [item(ev["name"].iat[r], ev["ts"].iat[r],
                                          steps.of(ev["pid"].to_numpy()[[r]],
                                                   ev["ts"].to_numpy()[[r]])[0],
@@ -187,6 +188,23 @@ def _convolutions(ev, steps: Steps, evidence) -> dict:
                 "channels_last": _channels_last(ev)}
     return {"convolution_ops": False if len(k) else None, "convolution_ops_per_step": None,
             "channels_last": None}
+
+
+def _outermost(ev, rows: np.ndarray) -> np.ndarray:
+    """The rows not nested in an earlier one of ``rows`` on the same thread."""
+    from .factkit import thread_key
+
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    end = ts + ev["dur"].to_numpy(np.int64)[rows]
+    key = thread_key(ev, rows)
+    keep = np.ones(len(rows), bool)
+    for t in np.unique(key).tolist():
+        idx = np.flatnonzero(key == t)
+        idx = idx[np.argsort(ts[idx], kind="stable")]
+        reach = np.maximum.accumulate(end[idx])
+        prev = np.concatenate([[np.iinfo(np.int64).min], reach[:-1]])
+        keep[idx] = end[idx] > prev
+    return rows[keep]
 
 
 def _channels_last(ev) -> bool | None:
