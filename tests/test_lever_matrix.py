@@ -13,7 +13,7 @@ from traceread import load
 from traceread.analysis import analyze
 from traceread.passes.newfacts import trace_facts
 from traceread.verdict import levers as L
-from traceread.verdict.context import trace_context
+from traceread.passes.context import trace_context
 
 FIX = Path(__file__).parent / "fixtures"
 

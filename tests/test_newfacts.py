@@ -18,7 +18,7 @@ from traceread.passes.payload import copy_payloads
 from traceread.passes.precision import gemm_kernel_precision, precision_facts
 from traceread.passes.stalls import periodic_stalls
 from traceread.passes.userframe import is_user_frame, readable
-from traceread.verdict.context import trace_context
+from traceread.passes.context import trace_context
 
 FIX = Path(__file__).parent / "fixtures"
 TRUTH = json.loads((FIX / "facts" / "truth.json").read_text())

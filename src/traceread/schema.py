@@ -24,7 +24,8 @@ from typing import Any, Optional
 import msgspec
 from msgspec import Struct, field
 
-SCHEMA_VERSION = "2.0"   # 2.0: several inputs give {schema_version, traces} (analyze: + cross_rank), never a list
+SCHEMA_VERSION = "2.1"   # 2.0: several inputs give {schema_version, traces} (analyze: + cross_rank), never a list
+# 2.1: analyze: + facts (the record the verdict was judged on), verdict.actions[].because
 
 
 class _S(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -274,6 +275,20 @@ class Action(_S):
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
     culprit: Optional[str]
+    # the facts that made the lever apply (verdict/because.py); a job's own lever has none
+    because: list[Because] = []
+
+
+class Because(_S):
+    """One fact an offered lever's predicates read (or the figure that priced it): its value
+    (cut to a few items), whether the facts record knew it (``known`` false: the predicate
+    took the unknown's default), and its proofs (the record's evidence: ``[]`` read from
+    absence; null: the record names no event for it)."""
+
+    fact: str
+    value: Any
+    known: bool
+    evidence: Optional[list[Proof]]
 
 
 class WhatIf(_S):
@@ -580,7 +595,7 @@ class Context(_S):
     syncs_per_step: float
     per_param_syncs: bool
     per_param_syncs_evidence: Optional[str]
-    # program facts of passes/newfacts.py, each with its evidence in facts_evidence
+    # program facts of passes/newfacts.py; their evidence is in the facts block's evidence
     cpu_only: Optional[CpuOnly] = None
     blocking: Optional[Blocking] = None
     capturable: Optional[bool] = None
@@ -597,7 +612,6 @@ class Context(_S):
     sdpa: Optional[Sdpa] = None
     fp16_runs: Optional[bool] = None
     periodic_stall: Optional[PeriodicStall] = None
-    facts_evidence: dict[str, list[FactEvidence]] = field(default_factory=dict)
     graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
     device: Optional[DeviceCaps] = None   # set by analysis.py from the trace's metadata
 
@@ -764,6 +778,30 @@ class Parallelism(_S):
     comm_model: Optional[list[CommModel]] = None
 
 
+class Proof(_S):
+    """One event that proves a program fact (``passes/facts.py``): its name, where it first
+    runs in the window and in which step; ``ts_ns`` null: the proof is a count or metadata,
+    not an event (``detail`` says so)."""
+
+    name: str
+    ts_ns: Optional[int]
+    step: Optional[int]
+    detail: str
+
+
+class Facts(_S):
+    """The facts record the verdict was judged on (``passes/facts.py``: ``WindowFacts``):
+    every figure the judgement reads, the program facts (the ``context`` keys), each fact's
+    proof (``evidence``: an empty list = read from the absence of any such event), and the
+    size of each frame the verdict may show."""
+
+    figures: dict[str, Any]
+    program: dict[str, Any]
+    evidence: dict[str, list[Proof]]
+    frames: dict[str, int]
+    replay: Optional[dict[str, Any]] = None
+
+
 class AnalyzeTrace(_S, kw_only=True):
     """One trace's analysis (``Analysis.to_dict()``)."""
 
@@ -783,6 +821,7 @@ class AnalyzeTrace(_S, kw_only=True):
     utilization: Optional[Utilization] = None
     steady_state: Optional[SteadyState] = None
     parallelism: Optional[Parallelism] = None
+    facts: Optional[Facts] = None
     verdict: Verdict
 
 

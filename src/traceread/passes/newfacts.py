@@ -66,6 +66,15 @@ def window_facts(ev: pd.DataFrame, meta=None) -> dict:
         cpu = cpu_only(ev, steps, meta)
         evidence["cpu_only"] = cpu.pop("evidence")
         out["cpu_only"] = cpu
+    # evidence under the fact keys the lever predicates read (verdict/because.py)
+    for old, new in (("blocking_calls", "syncs_per_step"), ("copy_payloads", "payloads"),
+                     ("dynamic_shapes", "dynamic_shapes_per_step"),
+                     ("gemm_precision", "gemm_precision_ns")):
+        if old in evidence:
+            evidence[new] = evidence.pop(old)
+    if out.get("fp16_runs"):
+        evidence["fp16_runs"] = [e for e in evidence.get("gemm_precision_ns", [])
+                                 if e["detail"].startswith("fp16")] or evidence.get("autocast", [])
     out["facts_evidence"] = {k: v for k, v in evidence.items() if v}
     return out
 

@@ -63,7 +63,14 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "utilization": utilization_dict(getattr(a, "utilization", None)),
         "steady_state": _py(getattr(a, "steady_state", None)),
         "parallelism": _py(getattr(a, "parallelism", None)),
+        "facts": _facts(getattr(a, "facts", None)),
     }
+
+
+def _facts(f) -> dict | None:
+    """The facts record the verdict was judged on (passes/facts.py): figures, program facts,
+    their evidence, the frames' sizes."""
+    return _py(f.to_dict()) if f is not None else None
 
 
 def utilization_dict(u: dict | None) -> dict | None:
