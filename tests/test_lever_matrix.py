@@ -141,3 +141,14 @@ def test_analyze_checkpoint_priced_per_period():
     assert item["saves_ns"] == st["excess_ns_per_stall"] * 2
     ids = [x["id"] for x in a.verdict["actions"]]
     assert "keep_on_gpu" not in ids and "side_stream_copy" not in ids
+
+
+def test_implicit_syncs_get_the_dynamic_shape_lever_not_remove_item():
+    moe = ctx_of(F.moe_nonzero())
+    assert offered("no_dynamic_shapes", moe) and not offered("remove_syncs", moe)
+    assert offered("remove_syncs", ctx_of(F.tail_item()))
+
+
+def test_offloaded_optimizer_is_not_generic_host_work():
+    assert not offered("off_step_path", ctx_of(F.offload()))
+    assert offered("off_step_path", ctx_of(F.tail_item()))

@@ -458,6 +458,21 @@ def dynamic_shapes(c: Ctx) -> bool:
     return n is None or n > 0
 
 
+def explicit_syncs(c: Ctx) -> bool:
+    """Syncs the user wrote (.item(), .cpu(), synchronize, a blocking copy) run
+    (``blocking.by_kind``); only data-dependent ops: no. Unknown: yes."""
+    b = c.get("blocking")
+    if not isinstance(b, dict):
+        return True
+    kinds = b.get("by_kind") or {}
+    return not kinds or any(v.get("explicit") or k in ("blocking_copy", "pageable_copy", "other")
+                            for k, v in kinds.items())
+
+
+def not_offloaded(c: Ctx) -> bool:
+    return not optimizer_offloaded(c)
+
+
 def optimizer_offloaded(c: Ctx) -> bool:
     """Gradients copied out, an optimizer step on CPU tensors, parameters copied back."""
     return bool(c.get("optimizer_offload"))
@@ -705,7 +720,7 @@ LEVERS: tuple[Lever, ...] = (
           "a sync", "code", when=_all(PT, per_param_syncs), first=True),
     Lever("remove_syncs", "sync", "remove per-step host syncs: .item(), .cpu(), .tolist(), "
           "print(tensor), torch.cuda.synchronize() -- log every N steps, or accumulate metrics "
-          "on the GPU", "code", when=_all(PT)),
+          "on the GPU", "code", when=_all(PT, explicit_syncs)),
     Lever("no_dynamic_shapes", "sync", "avoid data-dependent shapes that force a sync "
           "(torch.nonzero, boolean masks, tensor-valued Python conditions)", "code",
           when=_all(PT, dynamic_shapes)),
@@ -756,7 +771,7 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
     Lever("off_step_path", "host", "move the host work off the step path: precompute, cache, "
           "or do it in DataLoader workers / a background thread", "code", saves="host_rest",
-          when=_all(PT, not_host_dispatch)),
+          when=_all(PT, not_host_dispatch, not_offloaded)),
     Lever("fewer_ops", "host", "the host time is PyTorch's own per-op dispatch: issue fewer, "
           "larger ops -- batch small tensors, replace Python loops over tensors with vectorised "
           "ops", "code", saves="host_rest", when=_all(PT, host_dispatch)),
