@@ -220,3 +220,21 @@ def test_one_lazy_load_does_not_hide_a_launch_bound_steady_state():
     assert v["evidence"]["one_time_ns"] >= 30 * MS    # reported apart
     assert "one-time" in v["summary"]
     assert "cuda_graphs" in [a["id"] for a in v["actions"]]
+
+
+def test_a_sampled_straggler_stays_unknown_inside_a_job():
+    from traceread.jobs import multirank as mr
+    from traceread.synth.multirank import JobSpec, make_job
+
+    res = mr.analyze_traces(make_job(JobSpec(ranks=3, slow_rank=2, with_seq=False,
+                                             cause="dataloader")))[0]
+    sampled = {"bound": "unknown", "summary": "sampled trace", "evidence":
+               {"steady_state": "sampled"}, "levers": [], "actions": []}
+    plain = {"bound": "unknown", "summary": "host not traced", "evidence": {}, "levers": [],
+             "actions": []}
+    out = mr.adjust_rank_verdicts({0: dict(plain), 2: dict(sampled)}, res)
+    assert out[2]["bound"] == "unknown" and out[2]["actions"] == []
+    assert out[2]["job"]["role"] == "straggler" and "sampled" in out[2]["summary"]
+    # not sampled: the job names the straggler's cause
+    out = mr.adjust_rank_verdicts({2: dict(plain)}, res)
+    assert out[2]["bound"] == "data"
