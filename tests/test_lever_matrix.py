@@ -152,3 +152,17 @@ def test_implicit_syncs_get_the_dynamic_shape_lever_not_remove_item():
 def test_offloaded_optimizer_is_not_generic_host_work():
     assert not offered("off_step_path", ctx_of(F.offload()))
     assert offered("off_step_path", ctx_of(F.tail_item()))
+
+
+def test_launches_without_kernels_in_a_whole_file_are_not_a_cut():
+    from traceread.synth.scenarios import MS, T0, TraceBuilder
+
+    b = TraceBuilder()
+    for k in range(3):
+        b.step(k, T0 + k * MS, MS)
+        b.cpu("aten::mm", T0 + k * MS, 500_000)
+        b.runtime("cudaLaunchKernel", T0 + k * MS + 100_000, 10_000)
+    c = ctx_of(b.build())
+    assert not c["cpu_only"]["cut_before_gpu"] and c["cpu_only"]["launches"] == 3
+    assert offered("record_gpu_launches", c) and not offered("cpu_cut", c)
+    assert not offered("record_gpu", c)

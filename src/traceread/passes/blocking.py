@@ -23,8 +23,9 @@ capturability). Nested calls count once: the
 outermost call names the kind (``x[mask]`` is one boolean-mask index, not also a nonzero).
 
 A step is **capturable** when nothing in it rules a CUDA graph out: no blocking call
-followed by more GPU work in the step (a sync after the step's last launch -- the usual
-``loss.item()`` -- leaves everything before it one capturable region), no
+between two of the step's launches (a sync before the first -- a blocking input copy --
+or after the last -- the usual ``loss.item()`` -- leaves the GPU work one capturable
+region), no
 data-dependent shape, no fresh host data copied to the device after the step's first
 kernel (a graph replays the same addresses: only an input copied in before the replay is
 allowed). Each reason keeps the event that proves it.
@@ -62,6 +63,7 @@ EXPLICIT = {k for k, e, _, _ in KINDS if e}
 DYNAMIC = ("nonzero", "masked_select", "unique", "repeat_interleave", "bool_mask_index")
 COPY_OP_RX = namerx.compile(r"^aten::(?:to|_to_copy|copy_|contiguous|clone)$")
 PAGEABLE_RX = namerx.compile(r"(?i)pageable")
+INDEX_OP_RX = namerx.compile(r"^aten::(?:index|index_put_|_index_put_impl_)$")
 _KIND_ROWS = ("cpu_op", "python", "annotation")
 
 
@@ -200,6 +202,8 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
     dyn_rows = [(r, kind_names[k]) for r, k, o in zip(cand.tolist(), kidx.tolist(),
                                                       outer.tolist())
                 if kind_names[k] in DYNAMIC and (o or kind_names[k] == "nonzero")]
+    seen = {r for r, _ in dyn_rows}
+    dyn_rows += [(r, k) for r, k in roots.items() if k in DYNAMIC and r not in seen]
     dyn_rows = _outermost_dynamic(dyn_rows, stacks)
     dyn: dict[str, float] = {}
     dyn_ev = []
@@ -226,9 +230,10 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
 
 
 def _mid_step(ev: pd.DataFrame, steps: Steps, roots: np.ndarray) -> np.ndarray:
-    """Per blocking call: whether its step launches GPU work after it returns (the sync
-    splits the step; one at the step's end, after its last launch, leaves the work before
-    it capturable as one graph). Without steps the window is one step."""
+    """Per blocking call: whether its step launches GPU work both before it and after it
+    returns (the sync splits the step; one before the step's first launch -- a blocking
+    input copy -- or after its last -- ``loss.item()`` -- leaves the step's GPU work one
+    capturable region). Without steps the window is one step."""
     out = np.zeros(len(roots), bool)
     if not len(roots):
         return out
@@ -242,13 +247,14 @@ def _mid_step(ev: pd.DataFrame, steps: Steps, roots: np.ndarray) -> np.ndarray:
     end = ts + ev["dur"].to_numpy(np.int64)
     if len(steps):
         ks = steps.index_of(pid[kl], ts[kl])
-        last = pd.Series(ts[kl]).groupby(ks).max().to_dict()
+        g = pd.Series(ts[kl]).groupby(ks)
+        first, last = g.min().to_dict(), g.max().to_dict()
         rs = steps.index_of(pid[roots], ts[roots])
-        for i, (s, e) in enumerate(zip(rs.tolist(), end[roots].tolist())):
-            out[i] = s in last and last[s] > e
+        for i, (s, b, e) in enumerate(zip(rs.tolist(), ts[roots].tolist(),
+                                          end[roots].tolist())):
+            out[i] = s in last and first[s] < b and last[s] > e
         return out
-    last = int(ts[kl].max())
-    return end[roots] < last
+    return (ts[kl].min() < ts[roots]) & (end[roots] < ts[kl].max())
 
 
 def _outermost_dynamic(rows, stacks: Stacks):
@@ -275,6 +281,8 @@ def _behaviour_kind(ev: pd.DataFrame, root: int, api_row: int) -> str:
         return "synchronize"
     if COPY_OP_RX.search(name):
         return "blocking_copy"
+    if INDEX_OP_RX.search(name):   # an index op that waited read a boolean mask's count
+        return "bool_mask_index"
     return "other"
 
 
@@ -336,9 +344,13 @@ def _fresh_copies(ev: pd.DataFrame, steps: Steps, stacks: Stacks) -> list[dict]:
     for c, r, s in zip(cp.tolist(), lr.tolist(), c_step.tolist()):
         if s >= 0 and s in first and ts[r] > first[s] and len(out) < MAX_EVIDENCE:
             out.append(item(ev["name"].iat[c], ts[c], int(steps.number[s]),
-                            f"host_copy: {int(ev['bytes'].iat[c])} B host->device after the "
-                            "step's first kernel"))
+                            f"host_copy: {_size(int(ev['bytes'].iat[c]))} host->device after "
+                            "the step's first kernel"))
     return out
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n >= 0 else "a copy (size not recorded)"
 
 
 def _capturable(gpu: bool, blocking: list, dynamic: list, fresh: list):

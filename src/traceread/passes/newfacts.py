@@ -10,8 +10,8 @@ evidence (``facts_evidence``: fact key -> [{"name", "ts_ns", "step", "detail"}])
 * ``other_process``: GPU work of another process on the same device in the trace;
 * ``cpu_only``: for a trace with no GPU work, what it holds -- compile time, the
   DataLoader's share of the steps, the heaviest host ops -- and whether it was cut before
-  its first GPU event (``cut_before_gpu``: kernel launches recorded and no kernel, or a
-  truncated file whose header names a GPU).
+  its first GPU event (``cut_before_gpu``: a truncated file whose header names a GPU;
+  ``launches`` with no kernel in a whole file: the GPU side was not traced).
 """
 from __future__ import annotations
 
@@ -101,8 +101,8 @@ def cpu_only(ev: pd.DataFrame, steps: Steps, meta=None) -> dict:
         launches = int(len(lr))
         if launches:
             evidence.append(item(ev["name"].iat[lr[0]], ts[lr[0]], None,
-                                 f"{launches} kernel launches recorded and no GPU event: the "
-                                 "trace ends before its GPU events"))
+                                 f"{launches} kernel launches recorded and no GPU event: "
+                                 "the GPU side was not traced"))
     extra = getattr(meta, "extra", None) or {}
     truncated = bool(extra.get("truncated"))
     # a cut file that recorded a GPU (its devices, the CUDA/CUPTI versions) lost its GPU events
@@ -126,7 +126,9 @@ def cpu_only(ev: pd.DataFrame, steps: Steps, meta=None) -> dict:
         if r is not None:
             evidence.append(item(ev["name"].iat[r], ts[r], None, what))
     top = _top_ops(ev, steps if in_steps else None)
-    return {"cut_before_gpu": bool(launches) or (truncated and gpu_recorded),
+    # only a truncated file is "cut": launches with no kernel and the file whole mean the
+    # GPU activities were not recorded (CUPTI range profiling, CUDA activities off)
+    return {"cut_before_gpu": truncated and gpu_recorded,
             "launches": launches, "truncated": truncated, "span_ns": span,
             "compile_ns": comp_ns, "compile_share": round(comp_ns / span, 3) if span else 0.0,
             "dataloader_ns": data_ns,

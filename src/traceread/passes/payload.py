@@ -7,8 +7,9 @@ around that call) gets one payload, first rule that holds:
 * ``checkpoint``: ``torch.save`` / ``state_dict`` / ``torch.distributed.checkpoint`` /
   the serializer's ``write_record`` around it;
 * ``shape_readback`` / ``metrics``: a DtoH copy of at most ``METRIC_BYTES`` -- inside a
-  data-dependent op (``nonzero``...) the output size it must read back, else a metric (a
-  loss, an accuracy, a flag);
+  data-dependent op (``nonzero``, a boolean-mask index...) the output size it must read
+  back, inside ``aten::is_nonzero`` a tensor-valued condition, else a metric (a loss, an
+  accuracy, a flag);
 * ``gradients`` / ``parameters``: with an optimizer step, DtoH copies after the step's
   backward began and before the optimizer step ended, HtoD copies after it began -- the
   shape of an optimizer offloaded to the CPU (``optimizer_offload`` when the optimizer
@@ -49,11 +50,13 @@ INERT_OP_RX = namerx.compile(
     r"|_pin_memory|is_pinned|record_stream|set_|zeros|zero_|fill_|ones)$")
 LAUNCH_RX = namerx.compile(r"Launch")
 DYNAMIC_OP_RX = namerx.compile(r"^aten::(?:nonzero|argwhere|masked_select|_unique2?|unique_dim"
-                               r"|unique_consecutive|repeat_interleave|index|is_nonzero)\b")
-PAYLOADS = ("checkpoint", "shape_readback", "metrics", "gradients", "parameters", "input_batch", "resent",
+                               r"|unique_consecutive|repeat_interleave|index|index_put_)$")
+CONDITION_RX = namerx.compile(r"^aten::is_nonzero$")
+PAYLOADS = ("checkpoint", "shape_readback", "condition", "metrics", "gradients", "parameters", "input_batch", "resent",
             "unknown")
 TEXT = {"checkpoint": "checkpoint state (torch.save / state_dict)",
         "shape_readback": "an output size read back by a data-dependent op (nonzero, ...)",
+        "condition": "a tensor-valued Python condition read back (if tensor: ...)",
         "metrics": "metrics (a few bytes read back)",
         "gradients": "gradients copied out to the optimizer",
         "parameters": "parameters copied back from the optimizer",
@@ -162,8 +165,10 @@ def _payload_of(names: list[str], direction: str, nbytes: int, s: int, t: int,
     if any(CHECKPOINT_RX.search(n) for n in names):
         return "checkpoint"
     if direction == "DtoH" and 0 <= nbytes <= METRIC_BYTES:
-        if any(DYNAMIC_OP_RX.search(n) for n in names):
+        if any(DYNAMIC_OP_RX.search(n.split(",", 1)[0]) for n in names):
             return "shape_readback"
+        if any(CONDITION_RX.search(n.split(",", 1)[0]) for n in names):
+            return "condition"
         return "metrics"
     if s >= 0 and s in marks["opt"] and nbytes > METRIC_BYTES:
         o0 = min(a for a, _, _ in marks["opt"][s])

@@ -557,6 +557,15 @@ def window_without_gpu(c: Ctx) -> bool:
     return bool(_cpu(c).get("window_without_gpu"))
 
 
+def launches_untraced(c: Ctx) -> bool:
+    """Kernel launches recorded in a whole file with no GPU event: GPU activities were off."""
+    return int(_cpu(c).get("launches") or 0) > 0
+
+
+def no_launches(c: Ctx) -> bool:
+    return not launches_untraced(c)
+
+
 def not_cut(c: Ctx) -> bool:
     return not cut_before_gpu(c) and not window_without_gpu(c)
 
@@ -584,8 +593,8 @@ def _cpu_dynamic_text(c: Ctx) -> str:
 
 def _cpu_cut_text(c: Ctx) -> str:
     n = _cpu(c).get("launches", 0)
-    what = f"{n} kernel launches are recorded and no kernel" if n else \
-        "the file is cut short and its header names a GPU"
+    what = "the file is cut short and its header names a GPU" + \
+        (f"; {n} kernel launches are recorded and no kernel" if n else "")
     return (f"the trace was cut before its GPU events: {what} -- record it again complete (a shorter active window: torch.profiler "
             "schedule(active=N), or a larger trace buffer) before judging the GPU side")
 
@@ -932,9 +941,14 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(not_cut, periodic_other_stall)),
     Lever("cpu_dynamic_shapes", "cpu_only", _cpu_dynamic_text, "code", saves="none",
           when=_all(not_cut, has_dynamic_shapes)),
+    Lever("record_gpu_launches", "cpu_only", lambda c: f"{_cpu(c).get('launches', 0)} kernel "
+          "launches are recorded but no GPU activity: the profiler did not trace the GPU side "
+          "(CUPTI range profiling, or CUDA activities off) -- record with "
+          "ProfilerActivity.CUDA (torch.profiler) or nsys --trace=cuda", "free", saves="none",
+          when=_all(not_cut, launches_untraced)),
     Lever("record_gpu", "cpu_only", "this trace has no GPU activity: profile with "
           "ProfilerActivity.CUDA (torch.profiler) or nsys --trace=cuda to see the GPU side",
-          "free", saves="none", when=_all(not_cut)),
+          "free", saves="none", when=_all(not_cut, no_launches)),
     Lever("record_host", "unknown", "host activity was not traced while the GPU idled: record "
           "CPU activities (ProfilerActivity.CPU, with_stack=True) or nsys "
           "--trace=cuda,nvtx,osrt", "free", saves="none"),

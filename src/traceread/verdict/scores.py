@@ -66,9 +66,11 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     ctx = dict(ctx or {})
     if not has_gpu:
         cut = (ctx.get("cpu_only") or {}).get("cut_before_gpu")
+        launches = int((ctx.get("cpu_only") or {}).get("launches") or 0)
         out = _out("cpu_only", "the trace ends before its first GPU event: the file is cut "
-                   "short (or kernel launches are recorded and no kernel)" if cut else
-                   "no GPU operations in this trace", ev, _unpriced("cpu_only", ctx, proofs))
+                   "short" if cut else f"{launches} kernel launches recorded, no GPU activity "
+                   "traced" if launches else "no GPU operations in this trace", ev,
+                   _unpriced("cpu_only", ctx, proofs))
         if (ctx.get("cpu_only") or {}).get("window_without_gpu"):
             out["title"] = "no GPU event in the analysed window (the trace has GPU work)"
             out["summary"] = "the analysed window holds no GPU event; the rest of the trace does"
