@@ -166,3 +166,11 @@ def test_launches_without_kernels_in_a_whole_file_are_not_a_cut():
     assert not c["cpu_only"]["cut_before_gpu"] and c["cpu_only"]["launches"] == 3
     assert offered("record_gpu_launches", c) and not offered("cpu_cut", c)
     assert not offered("record_gpu", c)
+
+
+def test_host_time_of_a_checkpoint_gets_no_graphs_nor_generic_host_lever():
+    a = analyze(F.checkpoint(), steps="all")
+    ids = [x["id"] for x in a.verdict["actions"]]
+    assert ids[0] == "checkpoint_off_path"
+    assert "graphs_host" not in ids and "off_step_path" not in ids
+    assert a.context["periodic_stall"]["stalls_in_window"] == 2

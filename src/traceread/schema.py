@@ -532,6 +532,7 @@ class PeriodicStall(_S):
     excess_ns_per_stall: int
     op: Optional[str]
     what: str                    # checkpoint | eval | flush | other
+    stalls_in_window: int = 0    # of the stalled steps, those in the analysed window
 
 
 class HostOp(_S):

@@ -186,9 +186,13 @@ def _top_ops(ev: pd.DataFrame, steps: Steps | None) -> list[tuple[str, int]]:
     return [(str(n), int(v)) for n, v in top.items()]
 
 
-def trace_facts(all_ev: pd.DataFrame) -> dict:
-    """The facts read over the whole trace (every step), not the window."""
+def trace_facts(all_ev: pd.DataFrame, ev: pd.DataFrame | None = None) -> dict:
+    """The facts read over the whole trace (every step), not the window; ``ev``: the
+    analysed window's events (``periodic_stall.stalls_in_window``: its stalled steps)."""
     st = periodic_stalls(all_ev)
+    if st:
+        inside = set(Steps(ev).number.tolist()) if ev is not None else set(st["stalled_steps"])
+        st["stalls_in_window"] = sum(1 for n in st["stalled_steps"] if n in inside)
     out = {"periodic_stall": st}
     if st:
         out["facts_evidence"] = {"periodic_stall": st.pop("evidence")}

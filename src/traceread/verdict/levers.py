@@ -492,6 +492,19 @@ def periodic_other_stall(c: Ctx) -> bool:
         and int(st.get("excess_ns_per_stall") or 0) > 0
 
 
+STALL_HOST_SHARE = 0.5
+
+
+def host_not_stall(c: Ctx) -> bool:
+    """The host time is not mostly a periodic stall's (a checkpoint, an eval): the stalls in
+    the window (excess over the median step each) are < STALL_HOST_SHARE of the host cause.
+    CUDA graphs or generic "move host work" cannot shorten a torch.save."""
+    st = c.get("periodic_stall") or {}
+    host = int((c.get("cause_ns") or {}).get("host") or 0)
+    stall = int(st.get("excess_ns_per_stall") or 0) * int(st.get("stalls_in_window") or 0)
+    return not (host and stall >= STALL_HOST_SHARE * host)
+
+
 def other_process(c: Ctx) -> bool:
     """The trace shows another process's GPU work on the same device."""
     return bool(c.get("other_process"))
@@ -780,7 +793,7 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
     Lever("off_step_path", "host", "move the host work off the step path: precompute, cache, "
           "or do it in DataLoader workers / a background thread", "code", saves="host_rest",
-          when=_all(PT, not_host_dispatch, not_offloaded)),
+          when=_all(PT, not_host_dispatch, not_offloaded, host_not_stall)),
     Lever("fewer_ops", "host", "the host time is PyTorch's own per-op dispatch: issue fewer, "
           "larger ops -- batch small tensors, replace Python loops over tensors with vectorised "
           "ops", "code", saves="host_rest", when=_all(PT, host_dispatch)),
@@ -789,7 +802,8 @@ LEVERS: tuple[Lever, ...] = (
           group="compile"),
     Lever("graphs_host", "host", "capture the step with CUDA graphs so the GPU runs ahead of the "
           "host: torch.compile(mode=\"reduce-overhead\")", "code", saves="host_rest",
-          when=_all(PT, no_graphs, capturable), after=("per_param_item",), group="cuda_graphs"),
+          when=_all(PT, no_graphs, capturable, host_not_stall), after=("per_param_item",),
+          group="cuda_graphs"),
     Lever("checkpoint_off_path", "host", _stall_text, "code", saves="stall",
           when=_all(PT, checkpoint_stall), first=True),
     Lever("periodic_stall", "host", _other_stall_text, "code", saves="stall",
