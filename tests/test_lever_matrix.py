@@ -174,3 +174,9 @@ def test_host_time_of_a_checkpoint_gets_no_graphs_nor_generic_host_lever():
     assert ids[0] == "checkpoint_off_path"
     assert "graphs_host" not in ids and "off_step_path" not in ids
     assert a.context["periodic_stall"]["stalls_in_window"] == 2
+
+
+def test_a_tensor_valued_condition_gets_the_dynamic_shape_lever():
+    c = ctx_of(F.tail_item())
+    c["blocking"] = dict(c["blocking"], by_kind={"condition": {"per_step": 1.0}})
+    assert offered("no_dynamic_shapes", c)

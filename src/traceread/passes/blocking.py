@@ -117,9 +117,10 @@ def _bool_index(types) -> bool:
 
 
 def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
-    """{"blocking_per_step", "by_kind": {kind: {"per_step", "explicit", "name"}},
-    "dynamic_shapes_per_step", "dynamic_shapes": {kind: per_step}, "capturable",
-    "evidence": {...}} (module doc)."""
+    """{"blocking_per_step", "mid_step_per_step", "by_kind": {kind: {"per_step",
+    "mid_step_per_step", "explicit", "name"}}, "dynamic_shapes_per_step", "dynamic_shapes":
+    {kind: per_step}, "capturable", "not_capturable_because", "evidence": {...}} (module
+    doc)."""
     steps = steps or Steps(ev)
     n_steps = steps.count()
     gpu = has_gpu(ev)
@@ -188,8 +189,8 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
         d["mid"] += int(m)
         e = item(_op_base(str(ev["name"].iat[r])), ts[r], s,
                  f"{kind}: {how.get(r, '')}".rstrip(": ")
-                 + ("; more GPU work is launched after it in the step" if m else
-                    "; the step launches nothing after it"))
+                 + ("; between two of the step's launches: it splits the step" if m else
+                    "; before the step's first launch or after its last"))
         if sum(1 for x in evidence if x["detail"].startswith(kind)) < 2 and \
                 len(evidence) < 2 * MAX_EVIDENCE:
             evidence.append(e)

@@ -453,9 +453,11 @@ def resent_copies(c: Ctx) -> bool:
 
 
 def dynamic_shapes(c: Ctx) -> bool:
-    """Ops with data-dependent output shapes run (``dynamic_shapes_per_step``); unknown: yes."""
+    """Ops with data-dependent output shapes run (``dynamic_shapes_per_step``), or
+    tensor-valued conditions block (``blocking.by_kind.condition``); unknown: yes."""
     n = c.get("dynamic_shapes_per_step")
-    return n is None or n > 0
+    kinds = (c.get("blocking") or {}).get("by_kind") or {}
+    return n is None or n > 0 or "condition" in kinds
 
 
 def explicit_syncs(c: Ctx) -> bool:
