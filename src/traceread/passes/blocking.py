@@ -41,7 +41,8 @@ from .. import namerx
 from ..table import scan_name
 from .attribution import SYNC_API_RX, _op_base
 from .common import kind_in, lut_at, rows_of
-from .factkit import MAX_EVIDENCE, Stacks, Steps, has_gpu, item, launcher, thread_key
+from .factkit import (MAX_EVIDENCE, Stacks, Steps, has_gpu, item, launcher, rows_named,
+                      thread_key)
 
 # (kind, explicit, regex over the op's base name, kinds of rows it is read from)
 KINDS = tuple((k, e, namerx.compile(p), rk) for k, e, p, rk in (
@@ -63,6 +64,7 @@ EXPLICIT = {k for k, e, _, _ in KINDS if e}
 DYNAMIC = ("nonzero", "masked_select", "unique", "repeat_interleave", "bool_mask_index")
 COPY_OP_RX = namerx.compile(r"^aten::(?:to|_to_copy|copy_|contiguous|clone)$")
 PAGEABLE_RX = namerx.compile(r"(?i)pageable")
+SYNC_FRAME_RX = namerx.compile(r"synchronize")   # torch.cuda.synchronize's python frame
 INDEX_OP_RX = namerx.compile(r"^aten::(?:index|index_put_|_index_put_impl_)$")
 _KIND_ROWS = ("cpu_op", "python", "annotation")
 
@@ -116,7 +118,8 @@ def _bool_index(types) -> bool:
     return any("bool" in str(x).lower() for x in (t[1:] if isinstance(t, list) else [t]))
 
 
-def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
+def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None,
+                   stacks: Stacks | None = None) -> dict:
     """{"blocking_per_step", "mid_step_per_step", "by_kind": {kind: {"per_step",
     "mid_step_per_step", "explicit", "name"}}, "dynamic_shapes_per_step", "dynamic_shapes":
     {kind: per_step}, "capturable", "not_capturable_because", "evidence": {...}} (module
@@ -128,7 +131,9 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
     api_traced = bool(len(api))
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
-    stacks = Stacks(ev, ("cpu_op", "python", "annotation"))
+    stacks = stacks or Stacks(ev, ("cpu_op", "python", "annotation"))
+    is_op = kind_in(ev, ("cpu_op",))
+    sync_frames = set(rows_named(ev, SYNC_FRAME_RX, ("python",)).tolist())
     cand, kidx = _candidates(ev)
     # outermost candidates: drop one nested in another on its thread
     cand_set = set(cand.tolist())
@@ -150,7 +155,7 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
         if named:
             root, kind = named[0], kind_names[cand_kind[named[0]]]
         else:
-            ops = [a for a in around.tolist() if _is_op(ev, a)]
+            ops = [a for a in around.tolist() if is_op[a] or a in sync_frames]
             root = ops[0] if ops else r
             kind = _behaviour_kind(ev, root, r)
         roots.setdefault(root, kind)
@@ -269,11 +274,6 @@ def _outermost_dynamic(rows, stacks: Stacks):
     return keep
 
 
-def _is_op(ev: pd.DataFrame, row: int) -> bool:
-    k = str(ev["kind"].iat[row])
-    return k == "cpu_op" or (k == "python" and "synchronize" in str(ev["name"].iat[row]))
-
-
 def _behaviour_kind(ev: pd.DataFrame, root: int, api_row: int) -> str:
     name = _op_base(str(ev["name"].iat[root]))
     if root == api_row:
@@ -296,6 +296,7 @@ def _sync_api_rows(ev: pd.DataFrame, api: np.ndarray) -> np.ndarray:
 
 def _pageable_roots(ev: pd.DataFrame, stacks: Stacks):
     """(outermost op, memcpy row) of each pageable host<->device copy with a launch record."""
+    is_op = kind_in(ev, ("cpu_op",))
     cp = rows_of(ev, ("memcpy",))
     if not len(cp):
         return []
@@ -310,7 +311,7 @@ def _pageable_roots(ev: pd.DataFrame, stacks: Stacks):
             continue
         t = thread_key(ev, np.array([r]))[0]
         ops = [a for a in stacks.around(t, int(stacks.ts[r]), int(stacks.end[r])).tolist()
-               if str(ev["kind"].iat[a]) == "cpu_op"]
+               if is_op[a]]
         out.append((ops[0] if ops else r, c))
     return out
 

@@ -112,6 +112,7 @@ class Stacks:
         self.by_thread = {int(k[0]): r for k, r in zip(np.split(key, cut), np.split(host, cut))
                           if len(r)}
         self._parent: dict = {}   # per thread, on first use
+        self._thread_ts: dict = {}
         self._all_key = None
 
     def _parents(self, rows: np.ndarray) -> np.ndarray:
@@ -142,14 +143,15 @@ class Stacks:
         end = ts if end is None else end
         par = self._parent.get(thread)
         if par is None:
-            par = self._parent[thread] = self._parents(rows)
-        j = int(np.searchsorted(self.ts[rows], ts, side="right")) - 1
+            par = self._parent[thread] = self._parents(rows).tolist()
+            self._thread_ts[thread] = (self.ts[rows], self.end[rows].tolist(), rows.tolist())
+        tts, tend, trows = self._thread_ts[thread]
+        j = int(np.searchsorted(tts, ts, side="right")) - 1
         out = []
         while j >= 0:
-            r = rows[j]
-            if self.end[r] >= end:
-                out.append(r)
-            j = int(par[j])
+            if tend[j] >= end:
+                out.append(trows[j])
+            j = par[j]
         return np.array(out[::-1], np.int64)
 
     def around_row(self, row: int) -> np.ndarray:
@@ -178,13 +180,15 @@ def launcher(ev: pd.DataFrame, gpu_rows: np.ndarray) -> np.ndarray:
     api = api[corr[api] >= 0]
     if not len(api):
         return out
-    key = pd.Index(list(zip(pid[api].tolist(), corr[api].tolist())))
-    if not key.is_unique:
-        keep = ~key.duplicated()
-        key, api = key[keep], api[keep]
-    want = pd.Index(list(zip(pid[gpu_rows].tolist(), corr[gpu_rows].tolist())))
-    pos = key.get_indexer(want)
-    ok = (pos >= 0) & (corr[gpu_rows] >= 0)
+    # one int64 key per (process, correlation): pids and ids both fit in 31 bits in practice;
+    # a collision would only pair a GPU op with a wrong launch of the same id
+    key = (pid[api] << 32) ^ corr[api]
+    order = np.argsort(key, kind="stable")   # the first launch of a duplicated key wins
+    key, api = key[order], api[order]
+    want = (pid[gpu_rows] << 32) ^ corr[gpu_rows]
+    pos = np.searchsorted(key, want)
+    ok = (pos < len(key)) & (corr[gpu_rows] >= 0)
+    ok[ok] = key[pos[ok]] == want[ok]
     out[ok] = api[pos[ok]]
     return out
 

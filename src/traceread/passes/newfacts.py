@@ -23,7 +23,7 @@ from . import intervals
 from .attribution import COMPILE_RX, DATALOADER_RX, is_compile_name
 from .blocking import blocking_calls
 from .common import kind_in, lut_at, rows_of
-from .factkit import Steps, has_gpu, item
+from .factkit import Stacks, Steps, has_gpu, item
 from .payload import copy_payloads
 from .precision import precision_facts
 from .stalls import periodic_stalls
@@ -32,12 +32,13 @@ from .stalls import periodic_stalls
 def window_facts(ev: pd.DataFrame, meta=None) -> dict:
     """The facts of the analysed window (module doc), as context keys."""
     steps = Steps(ev)
+    stacks = Stacks(ev)   # one nesting walk for both detectors
     evidence: dict[str, list] = {}
-    b = blocking_calls(ev, steps)
+    b = blocking_calls(ev, steps, stacks)
     evidence.update(b.pop("evidence"))
-    p = copy_payloads(ev, steps)
+    p = copy_payloads(ev, steps, stacks)
     evidence.update(p.pop("evidence"))
-    pr = precision_facts(ev, steps)
+    pr = precision_facts(ev, steps, stacks)
     evidence.update(pr.pop("evidence"))
     other = other_process(ev)
     if other:

@@ -24,6 +24,8 @@ around that call) gets one payload, first rule that holds:
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -65,7 +67,8 @@ TEXT = {"checkpoint": "checkpoint state (torch.save / state_dict)",
         "unknown": "cannot tell"}
 
 
-def copy_payloads(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
+def copy_payloads(ev: pd.DataFrame, steps: Steps | None = None,
+                  stacks: Stacks | None = None) -> dict:
     """{"copies": [{payload, direction, count, per_step, bytes_per_step, copy_ns, site}],
     "payloads": [...], "optimizer_offload": {...} | None, "evidence": {...}}."""
     steps = steps or Steps(ev)
@@ -82,7 +85,7 @@ def copy_payloads(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
                 out["evidence"]["optimizer_offload"] = off.pop("evidence")
                 out["optimizer_offload"] = off
         return out
-    stacks = Stacks(ev)
+    stacks = stacks or Stacks(ev)
     lr = launcher(ev, cp)
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
@@ -160,14 +163,23 @@ def _step_marks(ev: pd.DataFrame, steps: Steps) -> dict:
     return marks
 
 
+@lru_cache(maxsize=1 << 16)
+def _name_flags(name: str) -> tuple[bool, bool, bool]:
+    """(checkpoint, data-dependent op, condition) for one frame/op name, matched once."""
+    base = name.split(",", 1)[0]
+    return (bool(CHECKPOINT_RX.search(name)), bool(DYNAMIC_OP_RX.search(base)),
+            bool(CONDITION_RX.search(base)))
+
+
 def _payload_of(names: list[str], direction: str, nbytes: int, s: int, t: int,
                 marks: dict) -> str:
-    if any(CHECKPOINT_RX.search(n) for n in names):
+    flags = [_name_flags(n) for n in names]
+    if any(f[0] for f in flags):
         return "checkpoint"
     if direction == "DtoH" and 0 <= nbytes <= METRIC_BYTES:
-        if any(DYNAMIC_OP_RX.search(n.split(",", 1)[0]) for n in names):
+        if any(f[1] for f in flags):
             return "shape_readback"
-        if any(CONDITION_RX.search(n.split(",", 1)[0]) for n in names):
+        if any(f[2] for f in flags):
             return "condition"
         return "metrics"
     if s >= 0 and s in marks["opt"] and nbytes > METRIC_BYTES:

@@ -31,7 +31,7 @@ import pandas as pd
 from .. import namerx
 from ..table import scan_name
 from .busy import is_simt, is_tf32_kernel
-from .common import rows_of
+from .common import kind_in, rows_of
 from .factkit import MAX_EVIDENCE, Stacks, Steps, item, rows_named
 from .kernel_classes import _classify_one
 
@@ -83,11 +83,12 @@ def gemm_kernel_precision(name: str) -> str:
     return "unknown"
 
 
-def precision_facts(ev: pd.DataFrame, steps: Steps | None = None) -> dict:
+def precision_facts(ev: pd.DataFrame, steps: Steps | None = None,
+                    stacks: Stacks | None = None) -> dict:
     steps = steps or Steps(ev)
     out: dict = {"evidence": {}}
     out.update(_gemm_precision(ev, out["evidence"]))
-    out.update(_autocast(ev, out["evidence"]))
+    out.update(_autocast(ev, out["evidence"], stacks))
     out.update(_convolutions(ev, steps, out["evidence"]))
     out.update(_sdpa(ev, steps, out["evidence"]))
     return out
@@ -119,7 +120,7 @@ def _gemm_precision(ev, evidence) -> dict:
     return {"gemm_precision_ns": by}
 
 
-def _autocast(ev, evidence) -> dict:
+def _autocast(ev, evidence, stacks: Stacks | None = None) -> dict:
     casts = rows_named(ev, CAST_RX, ("cpu_op",))
     if not len(casts) or "concrete_inputs" not in ev:
         return {"autocast": None}
@@ -131,11 +132,12 @@ def _autocast(ev, evidence) -> dict:
             lowp.append((r, LOWP_CODES[code]))
     if not lowp:
         return {"autocast": None}
-    stacks = Stacks(ev, ("cpu_op",))
+    stacks = stacks or Stacks(ev, ("cpu_op",))
+    is_op = kind_in(ev, ("cpu_op",))
     seen: dict[str, tuple] = {}
     for r, dt in lowp[:_AUTOCAST_SAMPLE]:
-        around = stacks.around_row(r)
-        if not len(around):
+        around = [a for a in stacks.around_row(r).tolist() if is_op[a]]
+        if not around:
             continue
         parent = str(ev["name"].iat[around[-1]])
         if GEMM_OP_RX.search(parent) and dt not in seen:
