@@ -180,3 +180,10 @@ def test_a_tensor_valued_condition_gets_the_dynamic_shape_lever():
     c = ctx_of(F.tail_item())
     c["blocking"] = dict(c["blocking"], by_kind={"condition": {"per_step": 1.0}})
     assert offered("no_dynamic_shapes", c)
+
+
+def test_copies_of_unknown_payload_still_get_a_lever():
+    fresh = ctx_of(F.copies("fresh"))
+    assert offered("copy_unknown", fresh)
+    assert not offered("keep_on_gpu", fresh) and not offered("side_stream_copy", fresh)
+    assert not offered("copy_unknown", ctx_of(F.copies("input")))

@@ -452,6 +452,11 @@ def resent_copies(c: Ctx) -> bool:
     return p is None or "resent" in p
 
 
+def unknown_copies(c: Ctx) -> bool:
+    """Copies whose payload the trace cannot tell (``payloads``: unknown)."""
+    return "unknown" in (c.get("payloads") or [])
+
+
 def dynamic_shapes(c: Ctx) -> bool:
     """Ops with data-dependent output shapes run (``dynamic_shapes_per_step``), or
     tensor-valued conditions block (``blocking.by_kind.condition``); unknown: yes."""
@@ -731,12 +736,21 @@ LEVERS: tuple[Lever, ...] = (
           "overlaps compute", "code", when=_all(PT, input_batch_copies)),
     Lever("optimizer_on_gpu", "copy", _offload_text, "code", saves="offload",
           when=_all(PT, optimizer_offloaded), first=True),
+    Lever("copy_unknown", "copy", "the trace cannot tell what these copies carry (no input "
+          "batch, re-sent tensor or optimizer state recognised around them): fresh data -- "
+          "copy it non_blocking from pinned memory on a side stream, ahead of use; data that "
+          "does not change -- keep it on the GPU; record with_stack=True to see where they come "
+          "from", "code", when=_all(PT, unknown_copies)),
     Lever("pin_copy_native", "copy", "pinned host memory (cudaHostAlloc / cudaHostRegister) for "
           "the host<->device copies", "free", saves="pin", when=_all(NV)),
     Lever("keep_on_gpu_native", "copy", "keep the data on the GPU between iterations", "code",
           when=_all(NV, resent_copies)),
     Lever("async_copy_native", "copy", "cudaMemcpyAsync on a second stream so the copy overlaps "
           "compute", "code", when=_all(NV)),
+    Lever("copy_unknown_native", "copy", "the trace cannot tell what these copies carry: "
+          "overlap fresh data with compute (pinned memory, cudaMemcpyAsync on a second stream) "
+          "and keep data that does not change on the GPU between iterations", "code",
+          when=_all(NV, unknown_copies)),
     # sync
     Lever("per_param_item", "sync", "remove the per-parameter syncs (an .item()/.cpu() for every "
           "parameter each step): compute the norms/checks on the GPU in one op "
