@@ -16,7 +16,7 @@ import traceread
 from traceread.cli import main
 from traceread.passes.parallelism import ddp_overlap, job_parallelism, parallelism
 from traceread.passes.figures import layout_figures
-from traceread.verdict.figures import job_levers
+from traceread.verdict.parallel import job_levers
 
 from conftest import FIXTURES
 

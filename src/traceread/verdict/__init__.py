@@ -8,7 +8,7 @@ judges from one window's facts record (``passes/facts.py``: ``WindowFacts``) alo
   what-if model;
 * ``levers.py``   -- the lever table: each lever's text, cost, saving model and predicates;
 * ``busy.py``     -- the busy-time and allocator levers and the GPU-use headline;
-* ``figures.py``  -- the parallelism rows of a whole job's layout;
+* ``parallel.py`` -- the parallelism rows of a whole job's layout;
 * ``steady.py``   -- what the verdict says of a window that is not the steady state;
 * ``decision.py`` -- ``decide``: all of the above over one window's facts.
 
