@@ -187,3 +187,19 @@ def test_copies_of_unknown_payload_still_get_a_lever():
     assert offered("copy_unknown", fresh)
     assert not offered("keep_on_gpu", fresh) and not offered("side_stream_copy", fresh)
     assert not offered("copy_unknown", ctx_of(F.copies("input")))
+
+
+def test_compiled_call_overhead_is_not_sent_to_dataloader_workers():
+    from traceread.passes.newfacts import compiled_call_host
+
+    assert compiled_call_host("## Call CompiledFxGraph f7s2 ## spans 249 us of idle GPU time")
+    assert not compiled_call_host("aten::addmm spans 268 us of idle GPU time (inside "
+                                  "CompiledFunction, 682 us)")
+    c = ctx_of(F.tail_item(), host_in_compiled_call=True)
+    assert offered("compiled_call", c) and not offered("off_step_path", c)
+    assert offered("off_step_path", ctx_of(F.tail_item(), host_in_compiled_call=False))
+    # the real reduce-overhead capture (H100 graphs.fixed): host time in the compiled call
+    a = analyze(_real("gpu/graphs.fixed.json.gz"))
+    ids = [x["id"] for x in a.verdict["actions"]]
+    assert a.facts.figures["host_in_compiled_call"]
+    assert "off_step_path" not in ids and "compiled_call" in ids

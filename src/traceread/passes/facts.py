@@ -34,6 +34,7 @@ from .common import kind_in
 from .context import flag_evidence, has_non_step_ranges
 from .figures import layout_figures, slow_collective, startup, window_figures
 from .frames import code_in
+from .newfacts import compiled_call_host
 from .peaks import device_caps, device_name
 
 __all__ = ["CAUSES", "WindowFacts", "build_facts", "layout_figures"]
@@ -99,6 +100,7 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     culprits = culprits_mod.culprits(ev, gaps, ops, summary, top_ops, copies, collectives,
                                      comp, kernels, parts, ctx)
     release_heap()   # culprits' interval sets; the layout and steady passes may run here next
+    fig["host_in_compiled_call"] = compiled_call_host(culprits.get("host", ""))
     fig.update(cause_ns=parts, copies=copies, window_summary=summ,
                steps=stats["count"] if stats else 0,
                step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),

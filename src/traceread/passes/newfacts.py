@@ -80,6 +80,22 @@ def window_facts(ev: pd.DataFrame, meta=None) -> dict:
     return out
 
 
+# torch.compile's own per-call work: the compiled graph's call, its wrappers and guards
+COMPILED_CALL_RX = namerx.compile(r"^## Call CompiledFxGraph|^Torch-Compiled Region|^CompiledFunction"
+                                  r"|^TorchDynamo Cache Lookup|cudagraph_trees\.py|torch/_dynamo/"
+                                  r"eval_frame\.py|torch/_inductor/(?:output_code|utils|"
+                                  r"compile_fx)\.py")
+
+
+def compiled_call_host(host_culprit: str) -> bool:
+    """The host culprit (passes/culprits.py: the frame that spans the host-bound time) is
+    torch.compile's own per-call work, not the user's code: ``## Call CompiledFxGraph ##``,
+    ``Torch-Compiled Region``, ``CompiledFunction``, dynamo's guard lookup, the CUDA graph
+    trees' wrapper (when the named frame is the compiled call itself, not an op inside it)."""
+    head = str(host_culprit or "").split(" spans ", 1)[0]
+    return bool(head) and bool(COMPILED_CALL_RX.search(head))
+
+
 LAUNCH_API_RX = namerx.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch\w*$"
                                r"|^(?:cuda|cu|hip)GraphLaunch\w*$")
 TOP_HOST = 3

@@ -476,6 +476,16 @@ def explicit_syncs(c: Ctx) -> bool:
                             for k, v in kinds.items())
 
 
+def compiled_call(c: Ctx) -> bool:
+    """The host-bound time is torch.compile's own per-call work (``host_in_compiled_call``:
+    the host culprit is the compiled graph's call / wrapper / guards)."""
+    return bool(c.get("host_in_compiled_call"))
+
+
+def not_compiled_call(c: Ctx) -> bool:
+    return not compiled_call(c)
+
+
 def not_offloaded(c: Ctx) -> bool:
     return not optimizer_offloaded(c)
 
@@ -809,7 +819,12 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
     Lever("off_step_path", "host", "move the host work off the step path: precompute, cache, "
           "or do it in DataLoader workers / a background thread", "code", saves="host_rest",
-          when=_all(PT, not_host_dispatch, not_offloaded, host_not_stall)),
+          when=_all(PT, not_host_dispatch, not_offloaded, host_not_stall, not_compiled_call)),
+    Lever("compiled_call", "host", "the host time is torch.compile's own per-call work (the "
+          "compiled graph's call, guards, CUDA graph tree bookkeeping), not your code: call the "
+          "compiled function fewer times -- compile the whole step (or a larger module) instead "
+          "of many small ones, avoid graph breaks that split it, keep guards stable", "code",
+          saves="host_rest", when=_all(PT, compiled_call), first=True),
     Lever("fewer_ops", "host", "the host time is PyTorch's own per-op dispatch: issue fewer, "
           "larger ops -- batch small tensors, replace Python loops over tensors with vectorised "
           "ops", "code", saves="host_rest", when=_all(PT, host_dispatch)),
