@@ -23,7 +23,8 @@ LIBRARY_RX = namerx.compile(
     r"(?:^|/)(?:torch|torchvision|torchaudio|site-packages|dist-packages|multiprocessing"
     r"|threading|runpy|concurrent|asyncio|importlib|contextlib|functools|selectors|queue"
     r"|pickle|copyreg|abc|typing|collections|_bootstrap\w*|triton|numpy|transformers"
-    r"|accelerate|deepspeed|lightning|pytorch_lightning|apex)(?:/|\.py\()")
+    r"|accelerate|deepspeed|lightning|pytorch_lightning|apex|diffusers|peft|vllm|sglang"
+    r"|xformers|timm|huggingface_hub|safetensors|megatron|fbgemm_gpu|torchrec)(?:/|\.py\()")
 DESCRIPTOR_RX = namerx.compile(r"^<built-in |^<frozen |^<string>|pybind11_builtins|^<lambda>"
                                r"|object at 0x[0-9a-f]+>?$")
 _ADDR_RX = re.compile(r" (?:of|at) (?:pybind11_builtins\.)?\S* ?object at 0x[0-9a-f]+")
