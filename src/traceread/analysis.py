@@ -294,6 +294,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     classes = side.get("classes")
     copies = side.get("copies")
     ctx = side.get("ctx")
+    _add_trace_facts(ctx, all_ev, ev)
     # the layout reads only these two context keys: it runs beside culprits and the verdict
     side.submit("layout", parallelism, ref("ev"), trace.meta,
                 {k: ctx.get(k) for k in ("framework_evidence", "comm_backend")},
@@ -350,6 +351,19 @@ def _with_levers(u: dict | None, judged: dict) -> dict | None:
         out["memory"] = {**u["memory"], "levers": judged["memory"]}
     out["headline"] = judged["headline"]
     return out
+
+
+def _add_trace_facts(ctx: dict, all_ev: pd.DataFrame, ev: pd.DataFrame) -> None:
+    """The facts read over every step of the trace (periodic stalls), into the context;
+    ``ev``: the window's events (which stalled steps it holds)."""
+    from .passes.factkit import has_gpu
+    from .passes.newfacts import trace_facts
+
+    tf = trace_facts(all_ev, ev)
+    ctx.setdefault("facts_evidence", {}).update(tf.pop("facts_evidence", {}))
+    ctx.update(tf)
+    if ctx.get("cpu_only") and all_ev is not None and has_gpu(all_ev):
+        ctx["cpu_only"]["window_without_gpu"] = True   # the trace has GPU work, not here
 
 
 def _pass_workers(rows: int) -> int:

@@ -89,7 +89,8 @@ def normalize_collective(name: str | None) -> str | None:
 #              namespaces kept)                                     collective
 #   nccl/rccl  ``ncclKernel_*``, ``ncclDevKernel_*``, ``rccl*``     from the stem (None
 #                                                        for NCCL >= 2.19 ``Generic``)
-#   deepep     ``deep_ep::`` dispatch/combine/notify kernels (MoE   all_to_all
+#   deepep     ``deep_ep::`` / ``dpsk::ep::`` dispatch/combine/     all_to_all
+#              notify kernels (MoE
 #              token exchange over NVLink/RDMA)
 #   nvshmem    ``nvshmem_*`` / ``nvshmemi_*`` / ``nvshmemx_*``       from the name, else None
 #   symm_mem   torch/vLLM symmetric memory: ``multimem_*reduce|gather``,
@@ -106,7 +107,7 @@ def normalize_collective(name: str | None) -> str | None:
 COMM_KERNELS: tuple[tuple[str, str, str | None], ...] = (
     ("nccl", r"(?i)^_*nccl", None),
     ("rccl", r"(?i)^_*rccl", None),
-    ("deepep", r"(?:^|::)deep_?ep(?:::|_)", "all_to_all"),
+    ("deepep", r"(?:^|::)deep_?ep(?:::|_)|(?:^|::)dpsk::ep::", "all_to_all"),
     ("nvshmem", r"(?:^|::)nvshmem[ix]?_", None),
     ("symm_mem", r"(?:^|::)multimem_\w*(?:reduce|gather|scatter)|(?:^|::)(?:one|two)_shot_all_reduce", None),
     ("custom_ar", r"cross_device_reduce_[12]stage|(?:^|::)(?:oneShot|twoShot)?[aA]llReduce"

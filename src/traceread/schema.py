@@ -465,6 +465,100 @@ class DeviceCaps(_S):
     fp8: Optional[bool]
 
 
+class FactEvidence(_S):
+    """One event that proves a program fact (passes/factkit.item)."""
+
+    name: str
+    ts_ns: Optional[int]         # start on the trace clock; null: a figure over many events
+    step: Optional[int]          # ProfilerStep number it lies in
+    detail: str
+
+
+class BlockingKind(_S):
+    per_step: float
+    mid_step_per_step: float     # followed by more GPU work in the step: splits the step
+    explicit: bool               # the user wrote a sync (.item(), synchronize) vs implied one
+    name: str                    # the outermost op of the first such call
+
+
+class Blocking(_S):
+    """Every call that blocks the host on the GPU (passes/blocking.py)."""
+
+    blocking_per_step: float
+    mid_step_per_step: float
+    by_kind: dict[str, BlockingKind]   # item, tolist, cpu, synchronize, condition, nonzero, ...
+    dynamic_shapes_per_step: float
+    dynamic_shapes: dict[str, float]
+    capturable: Optional[bool]   # null: no GPU work in the trace
+    not_capturable_because: list[FactEvidence]
+
+
+class CopyPayload(_S):
+    """What host<->device copies carry (passes/payload.py)."""
+
+    payload: str                 # checkpoint|metrics|gradients|parameters|input_batch|resent|unknown
+    what: str
+    direction: str
+    count: int
+    per_step: float
+    bytes_per_step: int
+    copy_ns: int
+    site: Optional[str]          # the user's file:line, else the op
+
+
+class OptimizerOffload(_S):
+    steps: int
+    grads_per_step: float
+    params_per_step: float
+    ns_per_step: int             # first gradient copy out to last parameter copy back
+    optimizer: str
+    transport: str               # "device": host<->device copies; "host": no GPU in the trace
+
+
+class OtherProcess(_S):
+    device: int
+    processes: list[int]
+
+
+class Sdpa(_S):
+    backend: str                 # flash | mem_efficient | cudnn | fused | math
+    explicit_mask: Optional[bool]
+    calls_per_step: float
+
+
+class PeriodicStall(_S):
+    period: Optional[int]        # steps between stalls; null: one stall
+    stalled_steps: list[int]
+    steps_seen: int
+    median_step_ns: int
+    excess_ns_per_stall: int
+    op: Optional[str]
+    what: str                    # checkpoint | eval | flush | other
+    stalls_in_window: int = 0    # of the stalled steps, those in the analysed window
+
+
+class HostOp(_S):
+    name: str
+    ns: int
+    share: float
+
+
+class CpuOnly(_S):
+    """What a trace with no GPU work holds (passes/newfacts.cpu_only)."""
+
+    cut_before_gpu: bool         # launches and no kernel, or a cut file whose header names a GPU
+    launches: int
+    truncated: bool
+    span_ns: int
+    compile_ns: int
+    compile_share: float
+    dataloader_ns: int
+    dataloader_share: float      # of the steps' time (of the span without steps)
+    step_mean_ns: Optional[int]
+    top_ops: list[HostOp]
+    window_without_gpu: Optional[bool] = None   # the trace has GPU work, the window none
+
+
 class Context(_S):
     """What the trace already does (``passes/context.py``, ``passes/program.py``; every rule in
     docs/analysis.md "Levers that fit what the trace already does"). ``*_evidence``: the event
@@ -504,6 +598,23 @@ class Context(_S):
     syncs_per_step: float
     per_param_syncs: bool
     per_param_syncs_evidence: Optional[str]
+    # program facts of passes/newfacts.py; their evidence is in the facts block's evidence
+    cpu_only: Optional[CpuOnly] = None
+    blocking: Optional[Blocking] = None
+    capturable: Optional[bool] = None
+    dynamic_shapes_per_step: Optional[float] = None
+    copy_payloads: list[CopyPayload] = field(default_factory=list)
+    payloads: list[str] = field(default_factory=list)
+    optimizer_offload: Optional[OptimizerOffload] = None
+    other_process: Optional[OtherProcess] = None
+    gemm_precision_ns: dict[str, int] = field(default_factory=dict)   # fp8/bf16/fp16/tf32/fp32
+    autocast: Optional[str] = None               # bf16 | fp16
+    convolution_ops: Optional[bool] = None       # by operator (aten::conv*), not kernel name
+    convolution_ops_per_step: Optional[float] = None
+    channels_last: Optional[bool] = None
+    sdpa: Optional[Sdpa] = None
+    fp16_runs: Optional[bool] = None
+    periodic_stall: Optional[PeriodicStall] = None
     graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
     device: Optional[DeviceCaps] = None   # set by analysis.py from the trace's metadata
 

@@ -37,7 +37,7 @@ _TC_MARK = re.compile(r"^nvjet_|xmma|hmma|wgmma|tensorop|s884|h884|s1688|h1688|s
 _TF32 = re.compile(r"tf32", re.I)
 _F32_ACC = re.compile(r"s1688|s16816|f32f32", re.I)   # fp32 accumulate: TF32 only with f32 inputs
 # nvjet_[sm90_]<in><compute><out>_: t = bf16, h = fp16, e/q = fp8 inputs
-_LOWP = re.compile(r"bf16|f16|half|h1688|h16816|i8|fp8|e4m3|e5m2|^nvjet_(?:sm\d+_)?[theq][a-z]{2}_",
+_LOWP = re.compile(r"bf16|f16|fp16|half|h1688|h16816|i8|fp8|e4m3|e5m2|^nvjet_(?:sm\d+_)?[theq][a-z]{2}_",
                    re.I)
 _SOFTMAX = re.compile(r"softmax", re.I)
 _LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.I)

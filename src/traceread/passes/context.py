@@ -27,6 +27,7 @@ import pandas as pd
 from .. import namerx
 from ..passes import intervals
 from ..passes.common import GRAPH_LAUNCH_RX, kind_in
+from ..passes.newfacts import window_facts
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
 MULTI_WORKER_RX = namerx.compile(r"_MultiProcessingDataLoaderIter")
@@ -68,6 +69,7 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
                             or has_non_step_ranges(ev)),
         "allocator_uncached": allocator_uncached(ev),
         **prog,
+        **window_facts(ev, meta),   # blocking calls, copy payloads, precision (passes/newfacts.py)
     }
 
 

@@ -32,6 +32,7 @@ import pandas as pd
 from . import attribution as attr
 from . import intervals
 from .common import fmt_ms as _ms, kind_in
+from .userframe import culprit_frame, is_user_frame, readable
 from .steps import (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, INFERENCE_STEP_PATTERN,
                     UNNUMBERED_STEP_PATTERN)
 
@@ -63,7 +64,7 @@ def culprits(ev, gaps, ops, summary, top_ops, copies, collectives, comp, kernels
         rate = f" at {big['gbps']:.1f} GB/s" if big.get("gbps") else ""
         out["copy"] = (f"{_bytes(big['bytes'])} {big['direction']} {kind} copy "
                        f"×{big['count']}{rate}")
-    out["host"] = host_culprit(ev, gaps, ops, parts, top_ops)
+    out["host"] = _in_user_code(ev, host_culprit(ev, gaps, ops, parts, top_ops))
     data = top_ops[top_ops["category"] == "dataloader"] if len(top_ops) else top_ops
     if len(data):
         out["data"] = str(data["name"].iloc[0]) + (
@@ -105,6 +106,26 @@ def launch_culprit(top_ops, kernels) -> str:
     elif n and not bits:
         bits.append(f"none of {n:,} kernels averages under 10 us")
     return "; ".join(bits)
+
+
+_NAMED_RX = re.compile(r"^(.+?) spans ")
+
+
+def _in_user_code(ev, text: str) -> str:
+    """The host culprit as the user reads it: a pybind descriptor or NVTX payload dict made
+    readable, and -- when the named frame is not the user's own code -- the user's frame
+    that calls it (file:line, passes/userframe.py)."""
+    m = _NAMED_RX.match(text)
+    if not m:
+        return text
+    name = m.group(1)
+    nice = readable(name)
+    out = nice + text[len(name):]
+    if not is_user_frame(name):
+        where = culprit_frame(ev, name)
+        if where:
+            out += f", called from {where}"
+    return out
 
 
 def _bytes(n: int) -> str:
@@ -386,8 +407,9 @@ def sync_caller(ev: pd.DataFrame, sync_name: str, gaps: pd.DataFrame | None = No
                 continue
             kinds = ev["kind"].iloc[[j for j, _ in cand]].astype(str).tolist()
             # the user's own line: not torch internals, not a C builtin
-            py = [c for c, k_ in zip(cand, kinds) if k_ == "python" and ".py(" in c[1]
-                  and "torch/" not in c[1] and not c[1].startswith("<built-in")]
+            py = [c for c, k_ in zip(cand, kinds) if k_ == "python" and is_user_frame(c[1])] \
+                or [c for c, k_ in zip(cand, kinds) if k_ == "python" and ".py(" in c[1]
+                    and "torch/" not in c[1] and not c[1].startswith("<built-in")]
             ann = [c for c, k_ in zip(cand, kinds) if k_ == "annotation"]
             pool = py or ann or cand
             j, n = min(pool, key=lambda c: te[c[0]] - ts[c[0]])

@@ -34,6 +34,7 @@ from .common import kind_in
 from .context import flag_evidence, has_non_step_ranges
 from .figures import layout_figures, slow_collective, startup, window_figures
 from .frames import code_in
+from .newfacts import compiled_call_host
 from .peaks import device_caps, device_name
 
 __all__ = ["CAUSES", "WindowFacts", "build_facts", "layout_figures"]
@@ -99,6 +100,7 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     culprits = culprits_mod.culprits(ev, gaps, ops, summary, top_ops, copies, collectives,
                                      comp, kernels, parts, ctx)
     release_heap()   # culprits' interval sets; the layout and steady passes may run here next
+    fig["host_in_compiled_call"] = compiled_call_host(culprits.get("host", ""))
     fig.update(cause_ns=parts, copies=copies, window_summary=summ,
                steps=stats["count"] if stats else 0,
                step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
@@ -118,8 +120,11 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     # the window's GPU ops stay out: the Analysis would hold them (its largest table) alive
     frames = {"gaps": gaps, "top_ops": top_ops, "steps": step_tab, "devices": devices,
               "kernels": kernels, "collectives": collectives, "nccl": nccl}
-    return WindowFacts(figures=fig, program=ctx, evidence=program_evidence(ev, ctx, step_tab),
-                       frames=frames)
+    # the newer detectors (passes/newfacts.py) bring their evidence located already
+    located = ctx.pop("facts_evidence", None) or {}
+    evidence = program_evidence(ev, ctx, step_tab)
+    evidence.update(located)
+    return WindowFacts(figures=fig, program=ctx, evidence=evidence, frames=frames)
 
 
 def complete_context(ctx: dict, meta: TraceMeta, graphs: dict, source: str, ops: int) -> None:

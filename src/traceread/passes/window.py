@@ -114,6 +114,13 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
     if window is not None:
         lo = t0 + max(0, int(window[0]))
         hi = t1 if window[1] is None else min(t1, t0 + int(window[1]))
+        if lo >= t1 or hi <= lo:
+            from ..errors import TraceError
+
+            raise TraceError("--window", f"{int(window[0]) / 1e6:g}:"
+                             f"{'' if window[1] is None else f'{int(window[1]) / 1e6:g}'} ms "
+                             f"lies outside the trace (0 to {(t1 - t0) / 1e6:g} ms after its "
+                             "first event)")
         kept = _steps_inside(steps, lo, hi)
         w = Window("explicit", lo, max(lo, hi), kept, len(steps), t0, t1)
         w.excluded = _edges(ev, w, "before the window", "after the window")

@@ -432,6 +432,220 @@ def ddp_or_fsdp(c: Ctx) -> bool:
     return ddp(c) or fsdp(c)
 
 
+# -- program facts (passes/newfacts.py): each reads one fact; a missing key is "unknown" --
+
+def capturable(c: Ctx) -> bool:
+    """Nothing in the step rules a CUDA graph out (``capturable``: no sync followed by more
+    GPU work, no data-dependent shape, no fresh host data mid-step); unknown: yes."""
+    return c.get("capturable") is not False
+
+
+def input_batch_copies(c: Ctx) -> bool:
+    """Host-to-device copies of the step's input batch (``payloads``); unknown: yes."""
+    p = c.get("payloads")
+    return p is None or "input_batch" in p
+
+
+def resent_copies(c: Ctx) -> bool:
+    """The same host tensor is sent again every step (``payloads``: resent); unknown: yes."""
+    p = c.get("payloads")
+    return p is None or "resent" in p
+
+
+def unknown_copies(c: Ctx) -> bool:
+    """Copies whose payload the trace cannot tell (``payloads``: unknown)."""
+    return "unknown" in (c.get("payloads") or [])
+
+
+def dynamic_shapes(c: Ctx) -> bool:
+    """Ops with data-dependent output shapes run (``dynamic_shapes_per_step``), or
+    tensor-valued conditions block (``blocking.by_kind.condition``); unknown: yes."""
+    n = c.get("dynamic_shapes_per_step")
+    kinds = (c.get("blocking") or {}).get("by_kind") or {}
+    return n is None or n > 0 or "condition" in kinds
+
+
+def explicit_syncs(c: Ctx) -> bool:
+    """Syncs the user wrote (.item(), .cpu(), synchronize, a blocking copy) run
+    (``blocking.by_kind``); only data-dependent ops: no. Unknown: yes."""
+    b = c.get("blocking")
+    if not isinstance(b, dict):
+        return True
+    kinds = b.get("by_kind") or {}
+    return not kinds or any(v.get("explicit") or k in ("blocking_copy", "pageable_copy", "other")
+                            for k, v in kinds.items())
+
+
+def compiled_call(c: Ctx) -> bool:
+    """The host-bound time is torch.compile's own per-call work (``host_in_compiled_call``:
+    the host culprit is the compiled graph's call / wrapper / guards)."""
+    return bool(c.get("host_in_compiled_call"))
+
+
+def not_compiled_call(c: Ctx) -> bool:
+    return not compiled_call(c)
+
+
+def not_offloaded(c: Ctx) -> bool:
+    return not optimizer_offloaded(c)
+
+
+def optimizer_offloaded(c: Ctx) -> bool:
+    """Gradients copied out, an optimizer step on CPU tensors, parameters copied back."""
+    return bool(c.get("optimizer_offload"))
+
+
+def checkpoint_stall(c: Ctx) -> bool:
+    """Steps stalled at a fixed period by a checkpoint (``periodic_stall``)."""
+    st = c.get("periodic_stall") or {}
+    return st.get("what") == "checkpoint" and bool(st.get("period")) \
+        and int(st.get("excess_ns_per_stall") or 0) > 0
+
+
+def periodic_other_stall(c: Ctx) -> bool:
+    """Steps stalled at a fixed period by something else (an eval, a flush)."""
+    st = c.get("periodic_stall") or {}
+    return bool(st.get("period")) and st.get("what") not in (None, "checkpoint") \
+        and int(st.get("excess_ns_per_stall") or 0) > 0
+
+
+STALL_HOST_SHARE = 0.5
+
+
+def host_not_stall(c: Ctx) -> bool:
+    """The host time is not mostly a periodic stall's (a checkpoint, an eval): the stalls in
+    the window (excess over the median step each) are < STALL_HOST_SHARE of the host cause.
+    CUDA graphs or generic "move host work" cannot shorten a torch.save."""
+    st = c.get("periodic_stall") or {}
+    host = int((c.get("cause_ns") or {}).get("host") or 0)
+    stall = int(st.get("excess_ns_per_stall") or 0) * int(st.get("stalls_in_window") or 0)
+    return not (host and stall >= STALL_HOST_SHARE * host)
+
+
+def other_process(c: Ctx) -> bool:
+    """The trace shows another process's GPU work on the same device."""
+    return bool(c.get("other_process"))
+
+
+def no_other_process(c: Ctx) -> bool:
+    return not other_process(c)
+
+
+def no_fp16(c: Ctx) -> bool:
+    """fp16 does not already run (fp16 GEMM kernels, fp16 autocast): bf16 advice would be a
+    lateral move there."""
+    return not c.get("fp16_runs") and not (c.get("dtypes") or {}).get("fp16")
+
+
+def _stall_text(c: Ctx) -> str:
+    st = c["periodic_stall"]
+    return (f"move the checkpoint off the step path: every {st['period']} steps "
+            f"{st.get('op') or 'torch.save'} stalls the step by "
+            f"{int(st['excess_ns_per_stall']) / 1e6:.1f} ms ({st['stalled_steps']} of "
+            f"{st['steps_seen']} steps traced) -- save asynchronously "
+            "(torch.distributed.checkpoint.async_save, or copy the state_dict to pinned host "
+            "memory and write it from a background thread), or save less often")
+
+
+def _other_stall_text(c: Ctx) -> str:
+    st = c["periodic_stall"]
+    return (f"every {st['period']} steps {st.get('op') or 'an operation'} ({st['what']}) "
+            f"stalls the step by {int(st['excess_ns_per_stall']) / 1e6:.1f} ms: run it less "
+            "often, asynchronously, or off the training process")
+
+
+def _offload_text(c: Ctx) -> str:
+    o = c["optimizer_offload"]
+    return (f"run the optimizer on the GPU: each step copies {o['grads_per_step']:g} gradients "
+            f"to the host, steps {o['optimizer']} on CPU tensors and copies "
+            f"{o['params_per_step']:g} parameters back ({int(o['ns_per_step']) / 1e6:.1f} ms a "
+            "step); keep the optimizer state on the GPU (fused=True) if it fits, or shard it "
+            "(ZeRO / FSDP) instead of offloading")
+
+
+def _queued_other_text(c: Ctx) -> str:
+    o = c["other_process"]
+    return (f"the GPU idles with work queued while process {o['processes'][1]} also runs on "
+            f"device {o['device']}: another process shares the GPU -- give each process its own "
+            "GPU (or MPS / MIG partitions)")
+
+
+CPU_SHARE = 0.3   # a CPU-only trace's compile / DataLoader share worth a lever of its own
+
+
+def _cpu(c: Ctx) -> dict:
+    return c.get("cpu_only") or {}
+
+
+def cut_before_gpu(c: Ctx) -> bool:
+    """Kernel launches recorded and no GPU event: the trace was cut before its GPU events."""
+    return bool(_cpu(c).get("cut_before_gpu"))
+
+
+def window_without_gpu(c: Ctx) -> bool:
+    """The analysed window holds no GPU event while the trace has some."""
+    return bool(_cpu(c).get("window_without_gpu"))
+
+
+def launches_untraced(c: Ctx) -> bool:
+    """Kernel launches recorded in a whole file with no GPU event: GPU activities were off."""
+    return int(_cpu(c).get("launches") or 0) > 0
+
+
+def no_launches(c: Ctx) -> bool:
+    return not launches_untraced(c)
+
+
+def not_cut(c: Ctx) -> bool:
+    return not cut_before_gpu(c) and not window_without_gpu(c)
+
+
+def cpu_compile_heavy(c: Ctx) -> bool:
+    return float(_cpu(c).get("compile_share") or 0) >= CPU_SHARE
+
+
+def cpu_data_heavy(c: Ctx) -> bool:
+    return float(_cpu(c).get("dataloader_share") or 0) >= CPU_SHARE
+
+
+def has_dynamic_shapes(c: Ctx) -> bool:
+    """Data-dependent shapes are known to run (``dynamic_shapes_per_step`` > 0)."""
+    return float(c.get("dynamic_shapes_per_step") or 0) > 0
+
+
+def _cpu_dynamic_text(c: Ctx) -> str:
+    d = (c.get("blocking") or {}).get("dynamic_shapes") or {}
+    what = ", ".join(f"{k} x{v:g}" for k, v in d.items()) or "data-dependent shapes"
+    return (f"{what} a step: on a GPU each one is a host sync and rules out CUDA graphs -- "
+            "use fixed-size routing (sort or one-hot by expert with a capacity, "
+            "torch.nonzero_static, index_add / scatter with static sizes)")
+
+
+def _cpu_cut_text(c: Ctx) -> str:
+    n = _cpu(c).get("launches", 0)
+    what = "the file is cut short and its header names a GPU" + \
+        (f"; {n} kernel launches are recorded and no kernel" if n else "")
+    return (f"the trace was cut before its GPU events: {what} -- record it again complete (a shorter active window: torch.profiler "
+            "schedule(active=N), or a larger trace buffer) before judging the GPU side")
+
+
+def _cpu_compile_text(c: Ctx) -> str:
+    x = _cpu(c)
+    return (f"torch.compile takes {x['compile_ns'] / 1e9:.2f} s, {100 * x['compile_share']:.0f}% "
+            "of this trace: it is one-time work -- profile after warm-up; cache it across runs "
+            "(TORCHINDUCTOR_FX_GRAPH_CACHE=1, torch.compiler.save_cache_artifacts) and mark the "
+            "varying dimensions dynamic so it does not recompile")
+
+
+def _cpu_data_text(c: Ctx) -> str:
+    x = _cpu(c)
+    how = ("raise num_workers / prefetch_factor, or make each sample cheaper to load"
+           if workers(c) else "DataLoader(num_workers=N, persistent_workers=True) moves it "
+           "to worker processes")
+    return (f"the DataLoader takes {100 * x['dataloader_share']:.0f}% of the steps on the "
+            f"training thread: {how}")
+
+
 def _all(*ps: Pred) -> tuple:
     return tuple(ps)
 
@@ -481,6 +695,11 @@ SAVINGS = {
     "ep_share": "the all_to_all time (ep_a2a_ns) x (1 - 1/imbalance): balanced, every rank "
                 "moves the mean bytes instead of the hot rank's max; an upper bound (all of the "
                 "time bandwidth-bound)",
+    "offload": "the offloaded optimizer's span per step (first gradient copy out to last "
+               "parameter copy back: optimizer_offload.ns_per_step) x steps, capped at the lost "
+               "time: on the GPU the optimizer takes a few ms",
+    "stall": "the stall's excess over the median step (periodic_stall.excess_ns_per_stall) x "
+             "the stalls traced: priced per period, the steady window leaves them out",
     "none": "no estimate: offered after the levers with one",
 }
 
@@ -522,15 +741,26 @@ LEVERS: tuple[Lever, ...] = (
           "DataLoader(pin_memory=True)) and copy with .to(device, non_blocking=True)", "free",
           saves="pin", when=_all(PT)),
     Lever("keep_on_gpu", "copy", "keep the data on the GPU: do not re-send the same tensor "
-          "every step", "code", when=_all(PT)),
+          "every step", "code", when=_all(PT, resent_copies)),
     Lever("side_stream_copy", "copy", "prefetch the next batch on a side stream so the copy "
-          "overlaps compute", "code", when=_all(PT)),
+          "overlaps compute", "code", when=_all(PT, input_batch_copies)),
+    Lever("optimizer_on_gpu", "copy", _offload_text, "code", saves="offload",
+          when=_all(PT, optimizer_offloaded), first=True),
+    Lever("copy_unknown", "copy", "the trace cannot tell what these copies carry (no input "
+          "batch, re-sent tensor or optimizer state recognised around them): fresh data -- "
+          "copy it non_blocking from pinned memory on a side stream, ahead of use; data that "
+          "does not change -- keep it on the GPU; record with_stack=True to see where they come "
+          "from", "code", when=_all(PT, unknown_copies)),
     Lever("pin_copy_native", "copy", "pinned host memory (cudaHostAlloc / cudaHostRegister) for "
           "the host<->device copies", "free", saves="pin", when=_all(NV)),
     Lever("keep_on_gpu_native", "copy", "keep the data on the GPU between iterations", "code",
-          when=_all(NV)),
+          when=_all(NV, resent_copies)),
     Lever("async_copy_native", "copy", "cudaMemcpyAsync on a second stream so the copy overlaps "
           "compute", "code", when=_all(NV)),
+    Lever("copy_unknown_native", "copy", "the trace cannot tell what these copies carry: "
+          "overlap fresh data with compute (pinned memory, cudaMemcpyAsync on a second stream) "
+          "and keep data that does not change on the GPU between iterations", "code",
+          when=_all(NV, unknown_copies)),
     # sync
     Lever("per_param_item", "sync", "remove the per-parameter syncs (an .item()/.cpu() for every "
           "parameter each step): compute the norms/checks on the GPU in one op "
@@ -538,10 +768,10 @@ LEVERS: tuple[Lever, ...] = (
           "a sync", "code", when=_all(PT, per_param_syncs), first=True),
     Lever("remove_syncs", "sync", "remove per-step host syncs: .item(), .cpu(), .tolist(), "
           "print(tensor), torch.cuda.synchronize() -- log every N steps, or accumulate metrics "
-          "on the GPU", "code", when=_all(PT)),
+          "on the GPU", "code", when=_all(PT, explicit_syncs)),
     Lever("no_dynamic_shapes", "sync", "avoid data-dependent shapes that force a sync "
           "(torch.nonzero, boolean masks, tensor-valued Python conditions)", "code",
-          when=_all(PT)),
+          when=_all(PT, dynamic_shapes)),
     Lever("late_read", "sync", "copy results with .to('cpu', non_blocking=True) into pinned "
           "memory and read them one step later", "code", when=_all(PT)),
     Lever("remove_syncs_native", "sync", "remove blocking syncs from the loop "
@@ -554,7 +784,7 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
     Lever("cuda_graphs", "launch", "capture the step with CUDA graphs: "
           "torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs", "code",
-          when=_all(PT, no_graphs), after=("per_param_item",), group="cuda_graphs"),
+          when=_all(PT, no_graphs, capturable), after=("per_param_item",), group="cuda_graphs"),
     Lever("compile_fuse", "launch", "torch.compile to fuse small elementwise kernels (fewer "
           "launches)", "code", when=_all(PT, no_graphs, not_compiled), group="compile"),
     Lever("larger_batch", "launch", "larger micro-batch: more work per kernel for the same "
@@ -577,7 +807,7 @@ LEVERS: tuple[Lever, ...] = (
     Lever("compile_fuse_rest", "launch", "torch.compile to fuse the remaining small elementwise "
           "kernels", "code", when=_all(PT, graphs_replayed, not_compiled), group="compile"),
     Lever("cuda_graphs_native", "launch", "CUDA graphs: capture the loop body once "
-          "(cudaStreamBeginCapture, cudaGraphLaunch)", "code", when=_all(NV, no_graphs),
+          "(cudaStreamBeginCapture, cudaGraphLaunch)", "code", when=_all(NV, no_graphs, capturable),
           group="cuda_graphs"),
     Lever("graph_coverage_native", "launch", "the program already launches CUDA graphs: bring "
           "the kernels still launched one by one into them", "code", when=_all(NV, uses_graphs),
@@ -589,7 +819,12 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
     Lever("off_step_path", "host", "move the host work off the step path: precompute, cache, "
           "or do it in DataLoader workers / a background thread", "code", saves="host_rest",
-          when=_all(PT, not_host_dispatch)),
+          when=_all(PT, not_host_dispatch, not_offloaded, host_not_stall, not_compiled_call)),
+    Lever("compiled_call", "host", "the host time is torch.compile's own per-call work (the "
+          "compiled graph's call, guards, CUDA graph tree bookkeeping), not your code: call the "
+          "compiled function fewer times -- compile the whole step (or a larger module) instead "
+          "of many small ones, avoid graph breaks that split it, keep guards stable", "code",
+          saves="host_rest", when=_all(PT, compiled_call), first=True),
     Lever("fewer_ops", "host", "the host time is PyTorch's own per-op dispatch: issue fewer, "
           "larger ops -- batch small tensors, replace Python loops over tensors with vectorised "
           "ops", "code", saves="host_rest", when=_all(PT, host_dispatch)),
@@ -598,11 +833,16 @@ LEVERS: tuple[Lever, ...] = (
           group="compile"),
     Lever("graphs_host", "host", "capture the step with CUDA graphs so the GPU runs ahead of the "
           "host: torch.compile(mode=\"reduce-overhead\")", "code", saves="host_rest",
-          when=_all(PT, no_graphs), after=("per_param_item",), group="cuda_graphs"),
+          when=_all(PT, no_graphs, capturable, host_not_stall), after=("per_param_item",),
+          group="cuda_graphs"),
+    Lever("checkpoint_off_path", "host", _stall_text, "code", saves="stall",
+          when=_all(PT, checkpoint_stall), first=True),
+    Lever("periodic_stall", "host", _other_stall_text, "code", saves="stall",
+          when=_all(periodic_other_stall), first=True),
     Lever("off_thread_native", "host", "move host work off the launching thread, or overlap it "
           "with queued GPU work", "code", saves="host_rest", when=_all(NV)),
     Lever("graphs_host_native", "host", "CUDA graphs so the GPU runs ahead of the host", "code",
-          saves="host_rest", when=_all(NV, no_graphs), group="cuda_graphs"),
+          saves="host_rest", when=_all(NV, no_graphs, capturable), group="cuda_graphs"),
     Lever("allocator_on", "host", "turn PyTorch's caching allocator back on: unset "
           "PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING (tensors' frees call "
           "the driver inside the ops)", "free", saves="alloc",
@@ -683,15 +923,21 @@ LEVERS: tuple[Lever, ...] = (
     Lever("front_end", "queued", "mostly GPU-side gaps between back-to-back kernels: fewer, "
           "larger kernels (torch.compile fusion) or CUDA graphs cut the per-kernel front-end "
           "latency", "code", saves="queued", waits="gpu_side"),
+    Lever("queued_other_process", "queued", _queued_other_text, "infra", saves="queued",
+          waits="untraced", when=_all(other_process), first=True),
+    Lever("queued_in_graphs", "queued", "the GPU idles with work queued inside the program's "
+          "own CUDA graph replays: trace the graphs' nodes (nsys --cuda-graph-trace=node) to "
+          "see which node waits, and what it waits for", "free", saves="queued",
+          waits="untraced", when=_all(no_other_process, uses_graphs)),
     Lever("queued_untraced", "queued", "the GPU idles with work queued and nothing traced "
-          "explains it: look for another process or context sharing the GPU, or GPU work the "
-          "profiler did not record (CUDA graph nodes: nsys --cuda-graph-trace=node)", "free",
-          saves="queued", waits="untraced"),
+          "explains it: record the whole device (nsys profile without a process filter, "
+          "--cuda-graph-trace=node) to see the GPU work this trace did not record", "free",
+          saves="queued", waits="untraced", when=_all(no_other_process, no_graphs)),
     # gpu: busy-time levers with a saving (passes/busy.py), for every bound
     Lever("tf32", "gpu", TF32_TEXT, "free", saves="busy", busy="tf32",
           when=_all(PT, tf32_device)),
     Lever("bf16_autocast", "gpu", BF16_TEXT, "code", saves="busy", busy="bf16_autocast",
-          when=_all(PT, bf16_device)),
+          when=_all(PT, bf16_device, no_fp16)),
     Lever("fp16_autocast", "gpu", FP16_TEXT, "code", saves="busy", busy="fp16_autocast",
           when=_all(PT)),
     Lever("fp16_for_bf16", "gpu", FP16_TEXT, "code", saves="busy", busy="bf16_autocast",
@@ -707,7 +953,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("tune_kernel", "gpu", lambda c: _tune_kernel_text(c), "code", saves="none",
           when=_all(gpu_bound, no_busy_evidence, dominant_kernel)),
     Lever("autocast_generic", "gpu", BF16_TEXT, "code", saves="none",
-          when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, bf16_device, not_lowp)),
+          when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, bf16_device, not_lowp,
+                    no_fp16)),
     Lever("fp16_generic", "gpu", FP16_TEXT, "code", saves="none",
           when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, no_bf16_device, not_lowp)),
     Lever("tf32_generic", "gpu", TF32_TEXT, "free", saves="none",
@@ -724,9 +971,29 @@ LEVERS: tuple[Lever, ...] = (
     Lever("fuse_generic_native", "gpu", "fuse kernels to cut memory traffic", "code",
           saves="none", when=_all(NV, gpu_bound, no_busy_evidence)),
     # the verdicts with no cause to fix: how to record what is missing
+    Lever("cpu_cut", "cpu_only", _cpu_cut_text, "free", saves="none",
+          when=_all(cut_before_gpu)),
+    Lever("cpu_window", "cpu_only", "the analysed window holds no GPU event, although the "
+          "trace has GPU work: widen --window (or --steps) to a stretch where the GPU runs",
+          "free", saves="none", when=_all(window_without_gpu)),
+    Lever("cpu_compile", "cpu_only", _cpu_compile_text, "free", saves="none",
+          when=_all(not_cut, cpu_compile_heavy)),
+    Lever("cpu_dataloader", "cpu_only", _cpu_data_text, "free", saves="none",
+          when=_all(not_cut, cpu_data_heavy)),
+    Lever("cpu_checkpoint", "cpu_only", _stall_text, "code", saves="none",
+          when=_all(not_cut, checkpoint_stall)),
+    Lever("cpu_periodic_stall", "cpu_only", _other_stall_text, "code", saves="none",
+          when=_all(not_cut, periodic_other_stall)),
+    Lever("cpu_dynamic_shapes", "cpu_only", _cpu_dynamic_text, "code", saves="none",
+          when=_all(not_cut, has_dynamic_shapes)),
+    Lever("record_gpu_launches", "cpu_only", lambda c: f"{_cpu(c).get('launches', 0)} kernel "
+          "launches are recorded but no GPU activity: the profiler did not trace the GPU side "
+          "(CUPTI range profiling, or CUDA activities off) -- record with "
+          "ProfilerActivity.CUDA (torch.profiler) or nsys --trace=cuda", "free", saves="none",
+          when=_all(not_cut, launches_untraced)),
     Lever("record_gpu", "cpu_only", "this trace has no GPU activity: profile with "
           "ProfilerActivity.CUDA (torch.profiler) or nsys --trace=cuda to see the GPU side",
-          "free", saves="none"),
+          "free", saves="none", when=_all(not_cut, no_launches)),
     Lever("record_host", "unknown", "host activity was not traced while the GPU idled: record "
           "CPU activities (ProfilerActivity.CPU, with_stack=True) or nsys "
           "--trace=cuda,nvtx,osrt", "free", saves="none"),
@@ -814,6 +1081,13 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
         return None if not x or t is None else int(int(t) * (1 - 1 / float(x)))
     if lv.saves == "pp_excess":
         return int(ctx.get("pp_excess_busy_ns") or 0)
+    if lv.saves == "offload":
+        o = ctx.get("optimizer_offload") or {}
+        n = int(o.get("ns_per_step") or 0) * max(1, int(ctx.get("steps_seen") or 1))
+        return min(n, int(ctx.get("lost_ns") or n))
+    if lv.saves == "stall":
+        st = ctx.get("periodic_stall") or {}
+        return int(st.get("excess_ns_per_stall") or 0) * len(st.get("stalled_steps") or [])
     if lv.saves == "buffers":   # the context's figure is per step (context.steps_seen)
         per_step = int(ctx.get("ddp_buffer_broadcast_ns") or 0)
         return min(per_step * max(1, int(ctx.get("steps_seen") or 1)), int(ctx.get("lost_ns") or 0))

@@ -65,8 +65,18 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     proofs = facts_evidence or {}
     ctx = dict(ctx or {})
     if not has_gpu:
-        return _out("cpu_only", "no GPU operations in this trace", ev,
-                    _unpriced("cpu_only", ctx, proofs))
+        cut = (ctx.get("cpu_only") or {}).get("cut_before_gpu")
+        launches = int((ctx.get("cpu_only") or {}).get("launches") or 0)
+        out = _out("cpu_only", "the trace ends before its first GPU event: the file is cut "
+                   "short" if cut else f"{launches} kernel launches recorded, no GPU activity "
+                   "traced" if launches else "no GPU operations in this trace", ev,
+                   _unpriced("cpu_only", ctx, proofs))
+        if (ctx.get("cpu_only") or {}).get("window_without_gpu"):
+            out["title"] = "no GPU event in the analysed window (the trace has GPU work)"
+            out["summary"] = "the analysed window holds no GPU event; the rest of the trace does"
+        elif cut:
+            out["title"] = "trace cut before its first GPU event"
+        return out
     copy = copy or {}
     exposed_copy = int(copy.get("exposed_ns", 0))
     lost = int(idle_ns) + int(exposed_comm_ns) + exposed_copy

@@ -30,11 +30,23 @@ IDLE_KEYS = ("idle_ns", "idle_pct", "busy_ns", "lost_ns", "lost_pct", "scores_ns
              "exposed_copy_pct")
 
 
+IDLE_BOUND_LOST = 0.10   # verdict/scores.GPU_BOUND_LOST: below it a window is GPU-bound
+
+
+def _idle_bound_without(ev: dict, one_time_ns: int) -> bool:
+    """The window's lost time less the one-time events' is still >= IDLE_BOUND_LOST of the
+    window: the steady idle time stands on its own."""
+    window = int(ev.get("window_ns") or 0)
+    lost = int(ev.get("lost_ns") or 0)
+    return window > 0 and lost - one_time_ns >= IDLE_BOUND_LOST * window
+
+
 def adjust_verdict(verdict: dict, steady: dict) -> None:
     """Say what the window is when it is not the steady state, in place.
 
     A sampled window loses its idle figures; a cold-start or JIT window (unless the GPU was
-    busy anyway) is named for what it is, and its to-do list becomes the one lever that gets a
+    busy anyway, or -- cold start -- what is left without the one-time events is still
+    idle-bound: then both are reported) is named for what it is, and its to-do list becomes the one lever that gets a
     steady window (a whole trace keeps its lever to mark the steps, ``mark_steps``).
     """
     state = steady.get("state", "steady")
@@ -44,6 +56,18 @@ def adjust_verdict(verdict: dict, steady: dict) -> None:
     ev["steady_state"] = state
     if state in ("cold_start", "jit") and verdict["bound"] == "gpu":
         return   # the GPU was busy regardless: the kernel levers still stand
+    if state == "cold_start" and _idle_bound_without(ev, int(steady.get("ns") or 0)):
+        # one-time events apart, the window is still idle-bound: both are reported, the
+        # steady verdict and its levers stand (one lazy-loading launch is not the story)
+        top = steady["evidence"][0] if steady["evidence"] else None
+        ev["one_time_ns"] = int(steady.get("ns") or 0)
+        ev["one_time_events"] = [{"what": e["what"], "name": e["name"], "ns": int(e["ns"])}
+                                 for e in steady["evidence"][:3]]
+        ev["steady_state"] = "steady_with_one_time_events"
+        verdict["summary"] += (f"; besides, {_ms(ev['one_time_ns'])} of one-time start-up work"
+                               + (f" ({top['name']})" if top else "")
+                               + " -- kept apart from the steady idle time")
+        return
     title, lever = STATE_TEXT[state]
     ev["bound_if_steady"] = verdict["bound"]
     proof = ""

@@ -236,8 +236,15 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
         elif rank == s:
             v["job"] = {"job": res.job, "role": "straggler", "late_by_ns": jv["late_by_ns"],
                         "cause": jv["cause"], "summary": jv["summary"], "basis": jv.get("basis")}
-            # its own trace blames communication, or cannot tell: the job knows its cause
-            if _blames_comms(v) or (v.get("bound") == "unknown" and jv["bound"] not in (None, "unknown")):
+            # its own trace blames communication, or cannot tell: the job knows its cause --
+            # unless its trace is sampled: nothing measured between its kept events can say
+            # what the rank did, so it stays unknown (the job's lateness is still reported)
+            if _sampled(v):
+                v["summary"] = (f"{v.get('summary', '')}; straggler of the job "
+                                f"({jv['summary']}), but its trace is sampled: its own cause "
+                                "cannot be read from it")
+            elif _blames_comms(v) or (v.get("bound") == "unknown"
+                                      and jv["bound"] not in (None, "unknown")):
                 _straggler_not_comms(v, jv, s)
         else:
             w = waits.get(rank, {})
@@ -255,6 +262,11 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
                            jv["summary"])
         out[rank] = v
     return out
+
+
+def _sampled(v: dict) -> bool:
+    """The rank's own trace is sampled (verdict/steady.py): its idle figures mean nothing."""
+    return (v.get("evidence") or {}).get("steady_state") == "sampled"
 
 
 def _blames_comms(v: dict) -> bool:

@@ -1,0 +1,197 @@
+"""Shared helpers of the program-fact detectors (blocking, payload, precision, stalls, frames).
+
+Every fact carries its evidence: a list of ``{"name", "ts_ns", "step", "detail"}`` items,
+the events that prove it (``item``). The detectors place host rows in their profiler step
+(``Steps``), find the host rows around a row on its own thread (``Stacks``), and the host
+call that launched a GPU op (``launcher``).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .. import namerx
+from ..table import scan_name
+from .common import kind_in, lut_at, rows_of
+
+STEP_RX = namerx.compile(r"^ProfilerStep#(\d+)$")
+HOST_STACK_KINDS = ("cpu_op", "python", "annotation")
+MAX_EVIDENCE = 5
+
+
+def item(name, ts_ns, step=None, detail: str = "") -> dict:
+    """One piece of evidence: the event's name, start (ns on the trace clock), step number."""
+    return {"name": str(name), "ts_ns": None if ts_ns is None else int(ts_ns),
+            "step": None if step is None or step < 0 else int(step), "detail": detail}
+
+
+def rows_named(ev: pd.DataFrame, rx: re.Pattern, kinds) -> np.ndarray:
+    """Rows of ``kinds`` whose name matches ``rx`` (one match per distinct name)."""
+    rows = rows_of(ev, kinds)
+    lut, codes = lut_at(ev["name"], rows, lambda n: bool(rx.search(scan_name(n))), False, bool)
+    return rows[lut.take(codes)]
+
+
+def names(ev: pd.DataFrame, rows: np.ndarray) -> list[str]:
+    return ev["name"].take(rows).astype(str).tolist() if len(rows) else []
+
+
+class Steps:
+    """The ``ProfilerStep#N`` spans of each process: which step a host time lies in."""
+
+    def __init__(self, ev: pd.DataFrame):
+        rows = rows_named(ev, STEP_RX, ("annotation", "cpu_op"))
+        ts = ev["ts"].to_numpy(np.int64)
+        self.pid = ev["pid"].to_numpy()[rows]
+        self.start = ts[rows]
+        self.end = self.start + ev["dur"].to_numpy(np.int64)[rows]
+        self.number = np.array([int(STEP_RX.match(n).group(1)) for n in names(ev, rows)],
+                               np.int64)
+        order = np.lexsort((self.start, self.pid))
+        self.pid, self.start, self.end, self.number = (a[order] for a in (
+            self.pid, self.start, self.end, self.number))
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def count(self) -> int:
+        """Steps of the process with the most (a rank traces its own); 1 when none."""
+        if not len(self.pid):
+            return 1
+        return max(1, int(pd.Series(self.pid).value_counts().max()))
+
+    def of(self, pid: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """The step number each (pid, ts) lies in; -1 outside every step."""
+        out = np.full(len(ts), -1, np.int64)
+        for p in np.unique(self.pid):
+            m = np.flatnonzero(pid == p)
+            sel = self.pid == p
+            s, e, n = self.start[sel], self.end[sel], self.number[sel]
+            k = np.searchsorted(s, ts[m], side="right") - 1
+            ok = (k >= 0) & (ts[m] < e[np.maximum(k, 0)])
+            out[m[ok]] = n[k[ok]]
+        return out
+
+    def index_of(self, pid: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Like ``of`` but the step's index among this object's spans (-1 outside)."""
+        out = np.full(len(ts), -1, np.int64)
+        for p in np.unique(self.pid):
+            m = np.flatnonzero(pid == p)
+            idx = np.flatnonzero(self.pid == p)
+            s, e = self.start[idx], self.end[idx]
+            k = np.searchsorted(s, ts[m], side="right") - 1
+            ok = (k >= 0) & (ts[m] < e[np.maximum(k, 0)])
+            out[m[ok]] = idx[k[ok]]
+        return out
+
+
+def thread_key(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    from .attribution import thread_key as tk
+
+    return tk(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
+
+
+class Stacks:
+    """The host rows (ops, python frames, ranges) around a time on one thread.
+
+    Host events on one thread nest; each row's parent (the innermost row that encloses it)
+    is found once per thread by a sweep, so the rows around a time are a walk up from the
+    last row that started by then."""
+
+    def __init__(self, ev: pd.DataFrame, kinds=HOST_STACK_KINDS):
+        self.ev = ev
+        self.ts = ev["ts"].to_numpy(np.int64)
+        self.end = self.ts + ev["dur"].to_numpy(np.int64)
+        host = np.flatnonzero(kind_in(ev, kinds))
+        key = thread_key(ev, host)
+        order = np.lexsort((-(self.end[host] - self.ts[host]), self.ts[host], key))
+        host, key = host[order], key[order]
+        cut = np.flatnonzero(np.diff(key)) + 1
+        self.by_thread = {int(k[0]): r for k, r in zip(np.split(key, cut), np.split(host, cut))
+                          if len(r)}
+        self._parent: dict = {}   # per thread, on first use
+        self._thread_ts: dict = {}
+        self._all_key = None
+
+    def _parents(self, rows: np.ndarray) -> np.ndarray:
+        """Index (into ``rows``) of each row's innermost open enclosing row; -1 at the top."""
+        par = np.full(len(rows), -1, np.int64)
+        stack: list[int] = []
+        ts, end = self.ts[rows].tolist(), self.end[rows].tolist()
+        for i in range(len(rows)):
+            while stack and end[stack[-1]] <= ts[i] and end[stack[-1]] > ts[stack[-1]]:
+                stack.pop()
+            while stack and end[stack[-1]] < ts[i]:
+                stack.pop()
+            par[i] = stack[-1] if stack else -1
+            stack.append(i)
+        return par
+
+    def thread_of(self, row: int):
+        if self._all_key is None:
+            self._all_key = thread_key(self.ev, np.arange(len(self.ev)))
+        return self._all_key[row]
+
+    def around(self, thread, ts: int, end: int | None = None) -> np.ndarray:
+        """Rows on ``thread`` that start at or before ``ts`` and end at or after ``end``
+        (default ``ts``), outermost first."""
+        rows = self.by_thread.get(thread)
+        if rows is None or not len(rows):
+            return np.empty(0, np.int64)
+        end = ts if end is None else end
+        par = self._parent.get(thread)
+        if par is None:
+            par = self._parent[thread] = self._parents(rows).tolist()
+            self._thread_ts[thread] = (self.ts[rows], self.end[rows].tolist(), rows.tolist())
+        tts, tend, trows = self._thread_ts[thread]
+        j = int(np.searchsorted(tts, ts, side="right")) - 1
+        out = []
+        while j >= 0:
+            if tend[j] >= end:
+                out.append(trows[j])
+            j = par[j]
+        return np.array(out[::-1], np.int64)
+
+    def around_row(self, row: int) -> np.ndarray:
+        """The rows around ``row`` on its own thread (``row`` itself excluded)."""
+        out = self.around(self.thread_of(row), int(self.ts[row]), int(self.end[row]))
+        return out[out != row]
+
+    def inside(self, row: int) -> np.ndarray:
+        """Host rows on ``row``'s thread nested in it (itself excluded)."""
+        rows = self.by_thread.get(self.thread_of(row), np.empty(0, np.int64))
+        a = np.searchsorted(self.ts[rows], self.ts[row], side="left")
+        b = np.searchsorted(self.ts[rows], self.end[row], side="right")
+        cand = rows[a:b]
+        return cand[(self.end[cand] <= self.end[row]) & (cand != row)]
+
+
+def launcher(ev: pd.DataFrame, gpu_rows: np.ndarray) -> np.ndarray:
+    """The runtime/driver row that launched each GPU op (same correlation and process);
+    -1 when none was recorded."""
+    out = np.full(len(gpu_rows), -1, np.int64)
+    if not len(gpu_rows) or "correlation" not in ev:
+        return out
+    api = rows_of(ev, ("runtime", "driver"))
+    corr = ev["correlation"].to_numpy(np.int64)
+    pid = ev["pid"].to_numpy(np.int64)
+    api = api[corr[api] >= 0]
+    if not len(api):
+        return out
+    # one int64 key per (process, correlation): pids and ids both fit in 31 bits in practice;
+    # a collision would only pair a GPU op with a wrong launch of the same id
+    key = (pid[api] << 32) ^ corr[api]
+    order = np.argsort(key, kind="stable")   # the first launch of a duplicated key wins
+    key, api = key[order], api[order]
+    want = (pid[gpu_rows] << 32) ^ corr[gpu_rows]
+    pos = np.searchsorted(key, want)
+    ok = (pos < len(key)) & (corr[gpu_rows] >= 0)
+    ok[ok] = key[pos[ok]] == want[ok]
+    out[ok] = api[pos[ok]]
+    return out
+
+
+def has_gpu(ev: pd.DataFrame) -> bool:
+    return bool(kind_in(ev, ("kernel", "memcpy", "memset", "graph")).any())

@@ -1,0 +1,205 @@
+"""The lever matrix: for each lever, a program where its facts must offer it and one where they
+must not (issue 29). The context is what the passes build from the trace (trace_context, the
+whole-trace facts), never written by hand; a lever is offered when all its predicates hold
+(verdict/levers.py ``rows``). End-to-end checks on analyze() close the file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import factscenes as F
+from traceread import load
+from traceread.analysis import analyze
+from traceread.passes.newfacts import trace_facts
+from traceread.verdict import levers as L
+from traceread.passes.context import trace_context
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def ctx_of(trace, **extra) -> dict:
+    c = trace_context(trace.events, trace.meta)
+    tf = trace_facts(trace.events)
+    tf.pop("facts_evidence", None)
+    c.update(tf)
+    c.update(extra)
+    return c
+
+
+def offered(lever_id: str, ctx: dict) -> bool:
+    lv = L.BY_ID[lever_id]
+    return lv in L.rows(lv.cause, ctx, L.LEVERS + L.DIAGNOSTICS)
+
+
+def _real(name: str):
+    return load(FIX / name)
+
+
+GPU = {"bound": "gpu"}
+# (lever, the program that must get it, the program that must not)
+MATRIX = [
+    ("cuda_graphs", F.tail_item, F.moe_nonzero),                  # a sync mid-step
+    ("graphs_host", F.tail_item, F.moe_nonzero),
+    ("cuda_graphs", F.tail_item, lambda: F.compiled(graphs=True)),  # already replays graphs
+    ("compile_fuse", F.tail_item, F.compiled),                    # already compiled
+    ("no_dynamic_shapes", F.moe_nonzero, F.tail_item),
+    ("side_stream_copy", lambda: F.copies("input"), F.checkpoint),
+    ("side_stream_copy", lambda: F.copies("input"), lambda: F.copies("resent")),
+    ("keep_on_gpu", lambda: F.copies("resent"), F.checkpoint),
+    ("keep_on_gpu", lambda: F.copies("resent"), lambda: F.copies("input")),
+    ("keep_on_gpu", lambda: F.copies("resent"), lambda: F.copies("fresh")),
+    ("optimizer_on_gpu", F.offload, lambda: F.copies("input")),
+    ("side_stream_copy", lambda: F.copies("input"), F.offload),   # gradients, not a batch
+    ("checkpoint_off_path", F.checkpoint, lambda: F.copies("input")),
+    ("channels_last", F.convolution, F.attention_only),           # cuDNN SDPA is not a conv
+    ("queued_other_process", F.two_processes, lambda: F.gemms(F.BF16_GEMM)),
+    ("queued_untraced", lambda: F.gemms(F.BF16_GEMM), F.two_processes),
+    ("queued_untraced", lambda: F.gemms(F.BF16_GEMM), lambda: F.compiled(graphs=True)),
+    ("queued_in_graphs", lambda: F.compiled(graphs=True), lambda: F.gemms(F.BF16_GEMM)),
+    ("bf16_autocast", lambda: F.gemms(F.F32_GEMM), lambda: F.gemms(F.FP16_GEMM)),
+    ("cpu_dynamic_shapes", lambda: _real("facts/moe.json.gz"),
+     lambda: _real("facts/sdpa.json.gz")),
+    ("cpu_checkpoint", lambda: _real("facts/ckpt.json.gz"), lambda: _real("facts/sdpa.json.gz")),
+    ("cpu_compile", lambda: _real("cpu/compile.first.json.gz"),
+     lambda: _real("cpu/batch16.json.gz")),
+    ("cpu_dataloader", lambda: _real("cpu/batch16.json.gz"), lambda: _real("facts/moe.json.gz")),
+]
+MATRIX_GPU = [   # generic GPU-bound advice (no busy-time evidence)
+    ("channels_last_generic", F.convolution, F.attention_only),
+    ("autocast_generic", lambda: F.gemms(F.F32_GEMM), lambda: F.gemms(F.FP16_GEMM)),
+    ("compile_generic", lambda: F.gemms(F.BF16_GEMM), F.compiled),
+]
+
+
+@pytest.mark.parametrize("lever,yes,no", MATRIX, ids=[m[0] for m in MATRIX])
+def test_lever_offered_only_where_its_facts_hold(lever, yes, no):
+    assert offered(lever, ctx_of(yes())), f"{lever} not offered where its facts hold"
+    assert not offered(lever, ctx_of(no())), f"{lever} offered against its facts"
+
+
+@pytest.mark.parametrize("lever,yes,no", MATRIX_GPU, ids=[m[0] for m in MATRIX_GPU])
+def test_generic_gpu_levers_fit_the_program(lever, yes, no):
+    assert offered(lever, ctx_of(yes(), **GPU))
+    assert not offered(lever, ctx_of(no(), **GPU))
+
+
+def test_every_new_lever_is_in_the_matrix():
+    new = {"optimizer_on_gpu", "checkpoint_off_path", "queued_other_process", "queued_in_graphs",
+           "cpu_dynamic_shapes", "cpu_checkpoint", "cpu_compile", "cpu_dataloader"}
+    covered = {m[0] for m in MATRIX + MATRIX_GPU}
+    assert new <= covered and new <= set(L.BY_ID)
+
+
+def test_cut_trace_says_so_not_record_with_cuda(tmp_path):
+    import gzip
+
+    text = gzip.open(FIX / "gpu" / "sync.bad.json.gz", "rt").read()
+    first_gpu = text.find('"cat": "kernel"')
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[:text.rfind("{", 0, first_gpu)])
+    c = ctx_of(load(cut))
+    assert c["cpu_only"]["cut_before_gpu"]
+    assert offered("cpu_cut", c) and not offered("record_gpu", c)
+    v = analyze(load(cut)).verdict
+    assert "cut before" in v["title"] and v["actions"][0]["id"] == "cpu_cut"
+    # a CPU-only program is still told to record with CUDA
+    assert offered("record_gpu", ctx_of(_real("facts/sdpa.json.gz")))
+
+
+# ------------------------------------------------------------------ end to end
+
+def _ids(trace) -> list[str]:
+    return [a["id"] for a in analyze(trace).verdict["actions"]]
+
+
+def test_analyze_moe_syncs_get_no_cuda_graphs():
+    ids = _ids(F.moe_nonzero())
+    assert "cuda_graphs" not in ids and "graphs_host" not in ids
+
+
+def test_analyze_tail_sync_launch_bound_gets_cuda_graphs():
+    ids = _ids(F.tail_item())
+    assert "cuda_graphs" in ids or "graphs_host" in ids
+
+
+def test_analyze_offload_runs_the_optimizer_on_the_gpu_first():
+    a = analyze(F.offload())
+    ids = [x["id"] for x in a.verdict["actions"]]
+    assert "optimizer_on_gpu" in ids and "side_stream_copy" not in ids \
+        and "keep_on_gpu" not in ids
+    item = next(x for x in a.verdict["actions"] if x["id"] == "optimizer_on_gpu")
+    assert "4 gradients" in item["lever"] and item["saves_ns"] > 0
+
+
+def test_analyze_checkpoint_priced_per_period():
+    a = analyze(F.checkpoint(), steps="all")
+    item = next(x for x in a.verdict["actions"] if x["id"] == "checkpoint_off_path")
+    st = a.context["periodic_stall"]
+    assert st["period"] == 3 and st["stalled_steps"] == [2, 5] and st["what"] == "checkpoint"
+    assert "every 3 steps" in item["lever"] and "train.py:50 save_checkpoint" in item["lever"]
+    assert item["saves_ns"] == st["excess_ns_per_stall"] * 2
+    ids = [x["id"] for x in a.verdict["actions"]]
+    assert "keep_on_gpu" not in ids and "side_stream_copy" not in ids
+
+
+def test_implicit_syncs_get_the_dynamic_shape_lever_not_remove_item():
+    moe = ctx_of(F.moe_nonzero())
+    assert offered("no_dynamic_shapes", moe) and not offered("remove_syncs", moe)
+    assert offered("remove_syncs", ctx_of(F.tail_item()))
+
+
+def test_offloaded_optimizer_is_not_generic_host_work():
+    assert not offered("off_step_path", ctx_of(F.offload()))
+    assert offered("off_step_path", ctx_of(F.tail_item()))
+
+
+def test_launches_without_kernels_in_a_whole_file_are_not_a_cut():
+    from traceread.synth.scenarios import MS, T0, TraceBuilder
+
+    b = TraceBuilder()
+    for k in range(3):
+        b.step(k, T0 + k * MS, MS)
+        b.cpu("aten::mm", T0 + k * MS, 500_000)
+        b.runtime("cudaLaunchKernel", T0 + k * MS + 100_000, 10_000)
+    c = ctx_of(b.build())
+    assert not c["cpu_only"]["cut_before_gpu"] and c["cpu_only"]["launches"] == 3
+    assert offered("record_gpu_launches", c) and not offered("cpu_cut", c)
+    assert not offered("record_gpu", c)
+
+
+def test_host_time_of_a_checkpoint_gets_no_graphs_nor_generic_host_lever():
+    a = analyze(F.checkpoint(), steps="all")
+    ids = [x["id"] for x in a.verdict["actions"]]
+    assert ids[0] == "checkpoint_off_path"
+    assert "graphs_host" not in ids and "off_step_path" not in ids
+    assert a.context["periodic_stall"]["stalls_in_window"] == 2
+
+
+def test_a_tensor_valued_condition_gets_the_dynamic_shape_lever():
+    c = ctx_of(F.tail_item())
+    c["blocking"] = dict(c["blocking"], by_kind={"condition": {"per_step": 1.0}})
+    assert offered("no_dynamic_shapes", c)
+
+
+def test_copies_of_unknown_payload_still_get_a_lever():
+    fresh = ctx_of(F.copies("fresh"))
+    assert offered("copy_unknown", fresh)
+    assert not offered("keep_on_gpu", fresh) and not offered("side_stream_copy", fresh)
+    assert not offered("copy_unknown", ctx_of(F.copies("input")))
+
+
+def test_compiled_call_overhead_is_not_sent_to_dataloader_workers():
+    from traceread.passes.newfacts import compiled_call_host
+
+    assert compiled_call_host("## Call CompiledFxGraph f7s2 ## spans 249 us of idle GPU time")
+    assert not compiled_call_host("aten::addmm spans 268 us of idle GPU time (inside "
+                                  "CompiledFunction, 682 us)")
+    c = ctx_of(F.tail_item(), host_in_compiled_call=True)
+    assert offered("compiled_call", c) and not offered("off_step_path", c)
+    assert offered("off_step_path", ctx_of(F.tail_item(), host_in_compiled_call=False))
+    # the real reduce-overhead capture (H100 graphs.fixed): host time in the compiled call
+    a = analyze(_real("gpu/graphs.fixed.json.gz"))
+    ids = [x["id"] for x in a.verdict["actions"]]
+    assert a.facts.figures["host_in_compiled_call"]
+    assert "off_step_path" not in ids and "compiled_call" in ids
