@@ -20,6 +20,7 @@ from .passes import attribution as attr_mod
 from .passes import window as window_mod
 from .passes import steady as steady_mod
 from .passes import steps as steps_mod
+from .passes import replay as replay_mod
 from .passes import utilization as util_mod
 from .passes.side import SidePasses
 from .passes.compile import compile_counts, compile_summary
@@ -66,6 +67,8 @@ class Analysis:
     utilization: dict | None = None  # passes/utilization.py: MFU, busy classes + levers, memory
     steady_state: dict | None = None  # passes/steady.py: cold start, JIT, sampled -- or steady
     parallelism: dict | None = None   # passes/parallelism.py: DDP/FSDP/TP/PP/EP and their losses
+    replay: dict | None = None        # passes/replay: the steps replayed, error, critical path
+    replay_graph: Any = field(default=None, repr=False)   # passes.replay.StepGraph (None: not replayable)
 
     def listed_gaps(self) -> pd.DataFrame:
         """Gaps longer than ``min_gap_ns`` (the listing filter; totals never use it)."""
@@ -201,6 +204,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
     utilization = side.get("utilization")
     later = functools.lru_cache(maxsize=None)(side.get)   # each side result is taken once
+    replay_graph, replay = _replay(ev, ops, step_rows, op_step, pattern, later("steady"))
     verdict = verdict_mod.decide(
         meta=trace.meta, ev=ev, window_mode=win.mode, source=source, ops=ops, gaps=gaps,
         top_ops=att["top_ops"], summary=summary, step_tab=step_tab, stats=stats,
@@ -215,7 +219,15 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                     kernel_classes=classes, verdict=verdict, graphs=graphs,
                     min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
                     context=ctx, utilization=utilization, steady_state=steady,
-                    parallelism=layout)
+                    parallelism=layout, replay=replay, replay_graph=replay_graph)
+
+
+def _replay(ev, ops, step_rows, op_step, pattern, steady) -> tuple:
+    """(graph, JSON result) of the analysed steps' replay (passes/replay)."""
+    sampled = bool(steady and steady.get("state") == "sampled")
+    graph, _sched, out = replay_mod.run(ev, ops, step_rows, step_pattern=pattern,
+                                        sampled=sampled, op_step=op_step)
+    return graph, out
 
 
 def _pass_workers(rows: int) -> int:

@@ -653,6 +653,70 @@ class Parallelism(_S):
     comm_model: Optional[list[CommModel]] = None
 
 
+class ReplayStep(_S):
+    step: int
+    measured_ns: int
+    replayed_ns: int
+    error_pct: Optional[float]
+
+
+class CriticalContributor(_S):
+    label: str                      # passes/replay/critical.py LABELS: host op, launch, kernel, ...
+    name: str
+    ns: int
+    count: int
+    pct: float                      # of the replayed steps' critical time
+
+
+class CriticalSegment(_S):
+    start_ns: int
+    end_ns: int
+    label: str
+    name: str
+    lane: str                       # "thread N" or "GPU d stream s"
+    step: int
+
+
+class CriticalStep(_S):
+    step: int
+    by_label: IntMap
+
+
+class CriticalPath(_S):
+    """The chain that set each replayed step's time (``passes/replay/critical.py``)."""
+
+    total_ns: int
+    by_label: IntMap
+    top: list[CriticalContributor]
+    steps: list[CriticalStep]
+    segments: list[CriticalSegment]
+
+
+class Replay(_S):
+    """The analysed steps replayed as a dependency graph (``passes/replay``, docs/analysis.md
+    "Replay"): how well the unmodified replay reproduces the measured steps."""
+
+    replayable: bool
+    reason: Optional[str]           # why not, when not replayable
+    savings: str                    # "replay" or "bounds" (not replayable: savings are bounds)
+    left_out: list[str]
+    error_pct: Optional[float] = None
+    median_error_pct: Optional[float] = None
+    max_error_pct: Optional[float] = None
+    measured_ns: Optional[int] = None
+    replayed_ns: Optional[int] = None
+    steps: list[ReplayStep] = []
+    steps_replayed: Optional[int] = None
+    steps_total: Optional[int] = None
+    sampled: Optional[bool] = None
+    nodes: Optional[int] = None
+    edges: Optional[int] = None
+    edges_by_kind: Optional[IntMap] = None
+    sweeps: Optional[int] = None
+    notes: list[str] = []
+    critical_path: Optional[CriticalPath] = None
+
+
 class AnalyzeTrace(_S, kw_only=True):
     """One trace's analysis (``Analysis.to_dict()``)."""
 
@@ -672,6 +736,7 @@ class AnalyzeTrace(_S, kw_only=True):
     utilization: Optional[Utilization] = None
     steady_state: Optional[SteadyState] = None
     parallelism: Optional[Parallelism] = None
+    replay: Optional[Replay] = None
     verdict: Verdict
 
 

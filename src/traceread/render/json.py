@@ -63,6 +63,7 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "utilization": utilization_dict(getattr(a, "utilization", None)),
         "steady_state": _py(getattr(a, "steady_state", None)),
         "parallelism": _py(getattr(a, "parallelism", None)),
+        "replay": _py(getattr(a, "replay", None)),
     }
 
 

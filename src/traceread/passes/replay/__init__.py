@@ -1,0 +1,97 @@
+"""Replay the analysed steps (issue 30): the step as a graph, its replay, the critical path.
+
+``build_graph`` (graph.py) turns the window into a ``StepGraph``, ``simulate`` (sim.py) replays
+it with the measured durations, ``critical_path`` (critical.py) names the chain that set each
+step's time. ``replay`` runs the three and returns the JSON result; ``run`` also returns the
+graph and its schedule, for the levers that transform the graph and replay it again.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..common import kind_in
+from .critical import LABELS, critical_path, node_labels
+from .graph import EDGE_KINDS, MAX_NODES, NODE_KINDS, StepGraph, build_graph
+from .sim import Schedule, simulate
+
+__all__ = ["StepGraph", "Schedule", "build_graph", "simulate", "critical_path", "replay",
+           "run", "result", "node_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
+           "LEFT_OUT"]
+
+# What the graph does not model (said in every result).
+LEFT_OUT = ("collectives between ranks (each trace is replayed alone: a wait for another "
+            "rank is kept as measured)",
+            "dependencies between host threads other than through the GPU")
+
+
+def unreplayable(ev: pd.DataFrame, ops: pd.DataFrame, sampled: bool = False) -> str | None:
+    """Why the window cannot be replayed, or None."""
+    if sampled:
+        return "events were dropped (sampled trace): the graph would miss most of its nodes"
+    if not len(ops):
+        return "no GPU work in the window"
+    if not kind_in(ev, ("runtime", "driver")).any():
+        return "no launch calls traced (GPU-only trace): the host side cannot be replayed"
+    if (ops["launch_ts"].to_numpy() < 0).all():
+        return "no GPU op is linked to its launch call (no correlation ids)"
+    return None
+
+
+def run(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, *,
+        step_pattern: str | None = None, sampled: bool = False, max_nodes: int = MAX_NODES,
+        op_step: np.ndarray | None = None):
+    """(graph or None, schedule or None, result dict)."""
+    why = unreplayable(ev, ops, sampled)
+    if why:
+        return None, None, not_replayable(why)
+    graph = build_graph(ev, ops, steps, step_pattern=step_pattern, max_nodes=max_nodes,
+                        op_step=op_step)
+    sched = simulate(graph)
+    if not sched.converged:
+        return graph, sched, not_replayable(
+            f"the replay did not settle after {sched.sweeps} sweeps (a dependency cycle)")
+    return graph, sched, result(graph, sched)
+
+
+def replay(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, **kw) -> dict:
+    """The JSON result of replaying the window's steps (see ``result``)."""
+    return run(ev, ops, steps, **kw)[2]
+
+
+def not_replayable(reason: str) -> dict:
+    return {"replayable": False, "reason": reason, "savings": "bounds",
+            "left_out": list(LEFT_OUT)}
+
+
+def result(graph: StepGraph, sched: Schedule) -> dict:
+    """``replayable``, ``error_pct`` (overall: replayed vs measured time of the replayed
+    steps), ``median_error_pct``, ``max_error_pct`` (largest absolute), ``steps`` (each
+    step, measured_ns, replayed_ns, error_pct), the graph's size, and ``critical_path``."""
+    st = sched.steps
+    ok = np.isfinite(st["error_pct"].to_numpy(float)) if len(st) else np.zeros(0, bool)
+    meas = st["measured_ns"].to_numpy(np.int64)[ok]
+    rep = st["replayed_ns"].to_numpy(np.int64)[ok]
+    err = st["error_pct"].to_numpy(float)[ok]
+    overall = 100.0 * (rep.sum() - meas.sum()) / meas.sum() if len(meas) and meas.sum() else None
+    kinds = graph.edges["kind"].value_counts().to_dict() if len(graph.edges) else {}
+    cp = critical_path(graph, sched)
+    return {
+        "replayable": True, "reason": None, "savings": "replay",
+        "error_pct": _r(overall),
+        "median_error_pct": _r(float(np.median(err))) if len(err) else None,
+        "max_error_pct": _r(float(err[np.argmax(np.abs(err))])) if len(err) else None,
+        "measured_ns": int(meas.sum()), "replayed_ns": int(rep.sum()),
+        "steps": [{"step": int(s), "measured_ns": int(m), "replayed_ns": int(r),
+                   "error_pct": _r(x)}
+                  for s, m, r, x in zip(st["step"].to_numpy()[ok], meas, rep, err)],
+        "steps_replayed": int(len(graph.steps)), "steps_total": int(graph.steps_total),
+        "sampled": bool(graph.sampled), "nodes": int(len(graph.nodes)),
+        "edges": int(len(graph.edges)), "edges_by_kind": {str(k): int(v) for k, v in
+                                                          kinds.items()},
+        "sweeps": int(sched.sweeps), "notes": list(graph.notes), "left_out": list(LEFT_OUT),
+        "critical_path": cp}
+
+
+def _r(x):
+    return None if x is None or not np.isfinite(x) else round(float(x), 3)

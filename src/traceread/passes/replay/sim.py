@@ -1,0 +1,142 @@
+"""Replay a ``StepGraph``: list scheduling with every lane running one node at a time.
+
+A node starts when its lane's previous node ended (+ its ``gap_ns``), every cross-lane
+predecessor ended (+ the edge's lag) and its ``release_ns`` passed; it ends ``cost_ns`` later,
+and no earlier than each ``drain`` predecessor's end (+ lag): a blocking call returns when the
+GPU op it waits for is done. On a DAG these equations have one solution; it is found by
+sweeps that are vectorised over all nodes: one lane is a max-plus recurrence
+``e_i = max(e_{i-1} + gap_i + cost_i, r_i)``, solved for every lane at once with a segmented
+cumulative max, and cross-lane readiness is gathered from the previous sweep. Sweeps stop when
+nothing moves; each one settles at least one more cross-lane hop of every path, so their
+number is bounded by the longest chain of lane changes (host -> GPU -> host at each sync).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .graph import NEG, StepGraph
+
+MAX_SWEEPS = 20_000
+
+
+@dataclass
+class Schedule:
+    """Simulated ``start_ns`` / ``end_ns`` per node (aligned with ``graph.nodes`` rows,
+    absolute ns like the trace), per-step ``steps`` (index, step, measured_ns, replayed_ns,
+    error_pct), ``total_ns`` (first start to last end), ``sweeps`` and ``converged``."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    steps: pd.DataFrame
+    total_ns: int
+    sweeps: int
+    converged: bool
+    # per node (graph.nodes rows): the binding cross-lane ready time before start (for the
+    # critical path): a = max(release, start edges), b = max(drain edges)
+    ready_ns: np.ndarray | None = None
+    drain_ns: np.ndarray | None = None
+
+
+def simulate(graph: StepGraph, *, max_sweeps: int = MAX_SWEEPS) -> Schedule:
+    n = graph.nodes
+    N = len(n)
+    origin = graph.origin_ns
+    if not N:
+        empty = np.empty(0, np.int64)
+        return Schedule(empty, empty, _step_table(graph, empty), 0, 0, True, empty, empty)
+    ids = n["id"].to_numpy(np.int64)
+    lane = n["lane"].to_numpy(np.int64)
+    order = np.lexsort((n["seq"].to_numpy(np.int64), lane))
+    lane_o = lane[order]
+    first = np.r_[True, lane_o[1:] != lane_o[:-1]]
+    pos_of = pd.Index(ids[order])
+    cost = n["cost_ns"].to_numpy(np.int64)[order]
+    gap = n["gap_ns"].to_numpy(np.int64)[order]
+    gap = np.where(first, 0, gap)
+    rel = n["release_ns"].to_numpy(np.int64)[order]
+    rel = np.where(rel == NEG, NEG, rel - origin)
+    e = graph.edges
+    src = pos_of.get_indexer(e["src"].to_numpy(np.int64))
+    dst = pos_of.get_indexer(e["dst"].to_numpy(np.int64))
+    ok = (src >= 0) & (dst >= 0)
+    drain = e["kind"].to_numpy(object) == "drain"
+    lag = e["lag_ns"].to_numpy(np.int64)
+    s_src, s_dst, s_lag = src[ok & ~drain], dst[ok & ~drain], lag[ok & ~drain]
+    d_src, d_dst, d_lag = src[ok & drain], dst[ok & drain], lag[ok & drain]
+    # prefix sums of gap + cost per lane
+    step_c = gap + cost
+    C = np.cumsum(step_c)
+    base = np.maximum.accumulate(np.where(first, np.arange(N), 0))
+    C = C - (C[base] - step_c[base])
+    # start from the measured schedule (the fixed point when nothing changed)
+    meas = (n["ts_ns"].to_numpy(np.int64) + n["dur_ns"].to_numpy(np.int64))[order] - origin
+    end = meas.copy()
+    floor = np.int64(-(1 << 50))
+    sweeps, converged = 0, False
+    a = b = None
+    while sweeps < max_sweeps:
+        sweeps += 1
+        a = rel.copy()
+        if len(s_src):
+            np.maximum.at(a, s_dst, end[s_src] + s_lag)
+        b = np.full(N, NEG, np.int64)
+        if len(d_src):
+            np.maximum.at(b, d_dst, end[d_src] + d_lag)
+        r = np.maximum(np.where(a == NEG, NEG, a + cost), b)
+        r = np.maximum(r, floor)
+        new = C + _seg_cummax(first, r - C)
+        if np.array_equal(new, end):
+            converged = True
+            break
+        end = new
+    prev_end = np.r_[NEG, end[:-1]]
+    lane_ready = np.where(first, NEG, prev_end + gap)
+    start = np.maximum(np.maximum(a, lane_ready), floor)
+    # a node bound only by a drain: it started when its lane let it
+    start = np.minimum(start, end)
+    out_s, out_e = np.empty(N, np.int64), np.empty(N, np.int64)
+    out_s[order], out_e[order] = start + origin, end + origin
+    ra, rb = np.empty(N, np.int64), np.empty(N, np.int64)
+    ra[order] = np.where(a == NEG, NEG, a + origin)
+    rb[order] = np.where(b == NEG, NEG, b + origin)
+    total = int(out_e.max() - out_s.min())
+    return Schedule(out_s, out_e, _step_table(graph, out_s, out_e), total, sweeps, converged,
+                    ra, rb)
+
+
+def _seg_cummax(first: np.ndarray, x: np.ndarray) -> np.ndarray:
+    g = np.cumsum(first) - 1
+    lo, hi = int(x.min()), int(x.max())
+    span = hi - lo + 1
+    if span * (int(g[-1]) + 1) < 2**62:
+        off = g * span - lo
+        return np.maximum.accumulate(x + off) - off
+    out = x.copy()
+    b = np.flatnonzero(first).tolist() + [len(x)]
+    for a, c in zip(b[:-1], b[1:]):
+        out[a:c] = np.maximum.accumulate(x[a:c])
+    return out
+
+
+def _step_table(graph: StepGraph, start: np.ndarray, end: np.ndarray | None = None):
+    st = graph.steps
+    cols = ["index", "step", "measured_ns", "replayed_ns", "error_pct"]
+    if not len(st) or not len(start):
+        return pd.DataFrame({c: [] for c in cols})
+    ids = pd.Index(graph.nodes["id"].to_numpy(np.int64))
+    meas = st["dur_ns"].to_numpy(np.int64)
+    if (st["begin"].to_numpy() < 0).all():   # a whole-trace window: first start to last end
+        rep = np.array([int(end.max() - start.min())], np.int64)
+        meas = np.array([int((graph.nodes["ts_ns"] + graph.nodes["dur_ns"]).max()
+                             - graph.nodes["ts_ns"].min())], np.int64)
+    else:
+        b = ids.get_indexer(st["begin"].to_numpy(np.int64))
+        e = ids.get_indexer(st["end"].to_numpy(np.int64))
+        okk = (b >= 0) & (e >= 0)
+        rep = np.where(okk, start[np.maximum(e, 0)] - start[np.maximum(b, 0)], -1)
+    err = np.where((meas > 0) & (rep >= 0), 100.0 * (rep - meas) / np.maximum(meas, 1), np.nan)
+    return pd.DataFrame({"index": st["index"].to_numpy(), "step": st["step"].to_numpy(),
+                         "measured_ns": meas, "replayed_ns": rep, "error_pct": err})
