@@ -209,7 +209,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         meta=trace.meta, ev=ev, window_mode=win.mode, source=source, ops=ops, gaps=gaps,
         top_ops=att["top_ops"], summary=summary, step_tab=step_tab, stats=stats,
         devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
-        copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
+        copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later,
+        replay_graph=replay_graph)
     layout, steady = later("layout"), later("steady")
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,

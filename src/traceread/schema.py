@@ -274,6 +274,7 @@ class Action(_S):
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
     culprit: Optional[str]
+    basis: Optional[str] = None         # "replay": step replayed with the lever; "bound"
 
 
 class WhatIf(_S):
@@ -281,6 +282,7 @@ class WhatIf(_S):
     saves_pct: Optional[float]
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
+    models: Optional[list[str]] = None   # levers_together: the whatif models replayed at once
 
 
 class JobRole(_S):
@@ -924,9 +926,27 @@ class VerdictChange(_S):
     changed: bool
 
 
+class Proof(_S):
+    """Promised vs realised for the lever(s) the two programs show pulled (diffs/proof.py)."""
+
+    levers: list[str]           # whatif models (verdict/whatif.py) applied to BEFORE's replay
+    evidence: list[str]         # what changed between the traces, one line per lever
+    promised_ns: Optional[int]  # per step: replay(BEFORE) - replay(BEFORE with the levers)
+    realised_ns: Optional[int]  # per step (per sample x BEFORE's batch when it changed)
+    basis: Optional[str]        # replay | bound (BEFORE not replayable: its verdict's bound)
+    error_pct: Optional[float]  # (promised - realised) / realised
+    promised_pct: Optional[float] = None   # of BEFORE's replayed step
+    realised_pct: Optional[float] = None   # of BEFORE's measured step
+    refused: dict[str, str] = {}           # model -> why it does not apply
+    replay_before_ns: Optional[int] = None
+    replay_after_ns: Optional[int] = None
+    not_replayed: Optional[str] = None
+
+
 class Saving(_S):
     realised_ns: Optional[int]
     promised_ns: Optional[int]
+    proof: Optional[Proof] = None
 
 
 class BatchSizes(_S):

@@ -21,6 +21,7 @@ import re
 
 import numpy as np
 
+from ..passes import attribution as attr
 from ..passes.attribution import ALLOC_API_RX
 
 EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
@@ -49,7 +50,7 @@ def signature(a) -> dict:
     return {
         "workers": bool(c.get("dataloader_workers")),
         "loads_on_thread": bool(c.get("dataloader_single")),
-        "syncs_per_step": float(c.get("syncs_per_step") or 0),
+        "syncs_per_step": max(float(c.get("syncs_per_step") or 0), _syncs(ev) / steps),
         "compiled": bool(c.get("compiled")) or count(TRITON_RX) > 0,
         "graphs_replayed": int((a.graphs or {}).get("replays") or 0) > 0,
         "graphs_not_replayed": bool(c.get("graphs_not_replayed")),
@@ -64,6 +65,19 @@ def signature(a) -> dict:
         "layout_kernels_per_step": count(LAYOUT_RX, ("kernel",)),
         "host_untraced_ns": int(by_cpu.get("untraced", 0) + by_cpu.get("python", 0)) // steps,
     }
+
+
+def _syncs(ev) -> float:
+    """Blocking sync calls and .item() ops in the window (attribution.sync_calls), the
+    .item() counted once (not again for the stream sync it makes)."""
+    if ev is None or not len(ev):
+        return 0.0
+    rows = attr.sync_calls(ev)
+    rows = np.flatnonzero(rows) if rows.dtype == bool else rows
+    names = ev["name"].astype(str).to_numpy(object)[rows]
+    items = sum(1 for x in names if x.startswith("aten::item"))
+    api = sum(1 for x in names if not x.startswith("aten::"))
+    return float(items if items else api)
 
 
 def _window_events(a):
@@ -149,6 +163,10 @@ def proof(before, after, d) -> dict | None:
         out.update(promised_ns=_bound(before, ids), basis="bound", not_replayed=why)
     p, r = out["promised_ns"], out["realised_ns"]
     out["error_pct"] = round(100.0 * (p - r) / abs(r), 1) if p is not None and r else None
+    ref = out.get("replay_before_ns")
+    out["promised_pct"] = round(100.0 * p / ref, 2) if p is not None and ref else None
+    mb = d.before.get("step_mean_ns")
+    out["realised_pct"] = round(100.0 * r / mb, 2) if r is not None and mb else None
     return out
 
 

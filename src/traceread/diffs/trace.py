@@ -99,6 +99,7 @@ class TraceDiff:
     unmatched: list = field(default_factory=list)  # {side, path, reason} left out of the pairs
     jobs: list | None = None                      # batch diffs: one change record per job
     source: str = "traces"                        # traces | directories | batch
+    proof: dict | None = None                     # promised vs realised (diffs/proof.py)
 
     @property
     def unit(self) -> str:
@@ -163,7 +164,10 @@ class TraceDiff:
         """Realised saving per step vs what the before-verdict's lever promised (when it did)."""
         b, a = self.before.get("step_mean_ns"), self.after.get("step_mean_ns")
         realised = int(b - a) if self.unit == "step" and b is not None and a is not None else None
-        return {"realised_ns": realised, "promised_ns": self.before.get("promised_saving_ns")}
+        out = {"realised_ns": realised, "promised_ns": self.before.get("promised_saving_ns")}
+        if self.proof is not None:
+            out["proof"] = self.proof
+        return out
 
 
 def _round(x):
@@ -287,9 +291,13 @@ def diff_analyses(before, after, label: str = "", batch: tuple | None = None) ->
     sizes; else they are read from the traces' shapes (``batch_sizes``)."""
     from ..passes.batchsize import batch_sizes
 
+    from .proof import proof
+
     found = user_batch(batch) if batch else batch_sizes(before, after)
-    return diff_sides((figures(before), before.kernels, before.kernel_classes),
-                      (figures(after), after.kernels, after.kernel_classes), label, found)
+    d = diff_sides((figures(before), before.kernels, before.kernel_classes),
+                   (figures(after), after.kernels, after.kernel_classes), label, found)
+    d.proof = proof(before, after, d)
+    return d
 
 
 def user_batch(batch: tuple) -> dict:

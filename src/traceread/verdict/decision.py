@@ -21,7 +21,7 @@ from ..passes.common import kind_in
 from ..passes.frames import code_in
 from ..passes.peaks import device_caps, device_name
 from ..table import TraceMeta, release_heap
-from . import scores
+from . import scores, whatif
 from .context import _has_non_step_ranges
 from .figures import lever_context, slow_collective, startup, window_figures
 from .steady import adjust_verdict
@@ -32,7 +32,7 @@ def decide(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: str,
            step_tab: pd.DataFrame, stats: dict | None, devices: pd.DataFrame,
            nccl: pd.DataFrame, collectives: pd.DataFrame, comp: dict, kernels: pd.DataFrame,
            copies: dict, graphs: dict, utilization: dict | None, ctx: dict,
-           later: Callable[[str], Any]) -> dict:
+           later: Callable[[str], Any], replay_graph=None) -> dict:
     """The verdict of one analysed window.
 
     ``ev``: the window's events; ``window_mode``: the window's (``whole_trace`` or a step
@@ -41,7 +41,9 @@ def decide(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: str,
     ``trace_context``'s dict, completed here in place (the device, CUDA graphs seen
     anywhere, graphs never replayed); ``later(name)``: the result of a side pass still
     running (``layout``, ``steady``), fetched only when the verdict needs it so that it
-    runs beside the verdict's own work.
+    runs beside the verdict's own work. ``replay_graph``: the replayable step graph
+    (passes/replay), None when the window cannot be replayed: the levers it can price are
+    priced by replaying it changed (whatif.py), the others keep their bound.
     """
     _complete_context(ctx, meta, graphs, source, len(ops))
     release_heap()
@@ -67,6 +69,8 @@ def decide(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: str,
     vctx.update(lever_context(later("layout")))
     vctx["culprits"].setdefault("queued", attr_mod.waited_summary(gaps))
     vctx["queued_on"] = attr_mod.waited_by(gaps)
+    if replay_graph is not None and len(ops):
+        vctx["replay_levers"] = whatif.price_window(replay_graph, ev, vctx, copies)
     verdict = scores.score(has_gpu=len(ops) > 0, window_ns=window_ns, idle_ns=idle,
                            parts=parts if len(ops) else None, exposed_comm_ns=exposed,
                            copy=copies, ctx=vctx, extra_evidence=extra)
@@ -76,6 +80,10 @@ def decide(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: str,
         verdict["summary"] += f"; {headline}"
     release_heap()
     adjust_verdict(verdict, later("steady"))
+    if vctx.get("replay_levers"):
+        together = whatif.together(vctx["replay_levers"], verdict.get("actions") or [], vctx)
+        if together:
+            verdict["what_if"]["levers_together"] = together
     return verdict
 
 

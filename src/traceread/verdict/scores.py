@@ -241,14 +241,16 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> li
     for x in items:
         lv = L.BY_ID[x["id"]]
         if lv.saves == "busy":
-            why = busy[lv.busy].get("why", "")
+            why = (busy.get(lv.busy) or {}).get("why", "")
             culprit = why
         elif lv.saves == "buffers":
             culprit = "DDP's buffer broadcast before each forward"
         else:
             culprit = culprits.get(x["cause"], "")
-        out.append({**x, **_gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx,
-                                 window_ns), "culprit": culprit or ""})
+        gain = _gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx, window_ns)
+        if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
+            gain["projected_step_ns"] = x["projected_step_ns"]
+        out.append({**x, **gain, "culprit": culprit or ""})
     return out
 
 

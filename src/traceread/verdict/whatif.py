@@ -531,7 +531,7 @@ def dataloader_workers(g, f: Facts, p: dict):
     fetch = np.minimum(load, FETCH_NS)
     _set_cost(g, m, _spread(m, fetch))
     steps = max(1, int(g.steps["index"].nunique()))
-    rest = max(1.0, step_mean(simulate(g)) - fetch.sum() / steps)
+    rest = max(1.0, step_mean(simulate(g), g) - fetch.sum() / steps)
     per_step = load.sum() / steps
     workers = int(p.get("workers") or min(MAX_WORKERS, math.ceil(per_step / rest) + 1))
     wait = np.maximum(0.0, load / workers - rest * (load / max(load.sum() / steps, 1)))
@@ -699,12 +699,13 @@ MODELS: tuple[Model, ...] = (
           "or tf32/bf16 dense peak); pointwise kernels unchanged (autocast keeps many fp32)"),
     Model("fp16", ("fp16_autocast", "fp16_for_bf16", "fp16_generic"), precision("fp16"),
           "as bf16, with the fp16 peak"),
-    Model("pin_copies", ("pin_copy", "pin_copy_native", "pin_batch"), pin_copies,
+    Model("pin_copies", ("pin_copy", "pin_copy_native"), pin_copies,
           "pageable copies at the pinned bandwidth the trace's best pinned copy reached"),
     Model("overlap_copies", ("side_stream_copy", "async_copy_native"), overlap_copies,
           "copies issued early on a side stream: the host does not wait for them and they run "
           "beside the kernels queued before them"),
-    Model("workers", ("num_workers", "more_workers", "prefetch_factor"), dataloader_workers,
+    Model("workers", ("num_workers", "more_workers", "prefetch_factor", "persistent_workers"),
+          dataloader_workers,
           f"workers load in parallel; the training thread takes a ready batch in "
           f"{FETCH_NS / 1e6:g} ms and waits max(0, load/N - rest of step)"),
     Model("fused_optimizer", ("fused_optimizer", "foreach_optimizer", "foreach_to_fused"),
@@ -738,15 +739,37 @@ BY_ID = {m.id: m for m in MODELS}
 
 # -- replaying -------------------------------------------------------------------------
 
-def step_mean(sched) -> float:
-    """The schedule's mean replayed step (ns)."""
+def step_mean(sched, graph=None) -> float:
+    """The schedule's mean replayed step (ns), in steady state: a step is never shorter
+    than the work any one lane must do in it (its nodes' time and gaps) -- where a lever
+    lets the host run ahead of the GPU (no sync left), the three replayed steps' markers
+    would pass long before the GPU finishes, but step after step the GPU's own work sets
+    the pace. Only GPU lanes count: a host thread's stretches include its idle waits (the
+    autograd thread between backward passes)."""
     st = sched.steps
-    if len(st):
-        r = st["replayed_ns"].to_numpy(np.int64)
-        r = r[r >= 0]
-        if len(r):
-            return float(r.mean())
-    return float(sched.total_ns)
+    if not len(st):
+        return float(sched.total_ns)
+    r = st["replayed_ns"].to_numpy(np.int64).astype(float)
+    if graph is not None:
+        load = lane_load(graph)
+        idx = st["index"].to_numpy()
+        r = np.maximum(r, np.array([load.get(int(i), 0) for i in idx], float))
+    r = r[r >= 0]
+    return float(r.mean()) if len(r) else float(sched.total_ns)
+
+
+def lane_load(graph) -> dict:
+    """Step index -> the largest time one GPU lane spends on that step's nodes (cost +
+    gap)."""
+    n = graph.nodes
+    gpu_lanes = graph.lanes.loc[graph.lanes["what"] == "gpu", "lane"].to_numpy()
+    m = (n["step"].to_numpy() >= 0) & np.isin(n["lane"].to_numpy(), gpu_lanes)
+    if not m.any():
+        return {}
+    t = pd.DataFrame({"step": n["step"].to_numpy()[m], "lane": n["lane"].to_numpy()[m],
+                      "ns": (n["cost_ns"].to_numpy(np.int64) + np.maximum(
+                          n["gap_ns"].to_numpy(np.int64), 0))[m]})
+    return t.groupby(["step", "lane"])["ns"].sum().groupby(level=0).max().to_dict()
 
 
 ORDER = ("drop_syncs", "no_empty_cache", "no_recompile", "replay_graphs", "workers", "host_off_path",
@@ -764,7 +787,7 @@ def replay_levers(graph, facts: Facts, ids: list[str], params: dict | None = Non
     (the syncs go before a graph is captured)."""
     from ..passes.replay import simulate
 
-    before = before_ns if before_ns is not None else step_mean(simulate(graph))
+    before = before_ns if before_ns is not None else step_mean(simulate(graph), graph)
     g = graph.copy()
     params = {k: dict(v) for k, v in (params or {}).items()}
     applied, refused = [], {}
@@ -776,7 +799,7 @@ def replay_levers(graph, facts: Facts, ids: list[str], params: dict | None = Non
         else:
             g = out
             applied.append(mid)
-    after = step_mean(simulate(g)) if applied else before
+    after = step_mean(simulate(g), g) if applied else before
     x = float(params.get("larger_batch", {}).get("per_sample_x") or 1.0)
     return {"before_ns": int(before), "after_ns": int(after), "per_sample_x": x,
             "saves_ns": int(round(before - after / x)), "applied": applied,
@@ -788,7 +811,7 @@ def price_levers(graph, facts: Facts, lever_ids: list[str]) -> dict:
     alone on the same graph (the unmodified replay once)."""
     from ..passes.replay import simulate
 
-    before = step_mean(simulate(graph))
+    before = step_mean(simulate(graph), graph)
     out, done = {}, {}
     for lid in lever_ids:
         m = BY_LEVER.get(lid)
@@ -822,8 +845,8 @@ def graph_of(a) -> tuple:
         why = unreplayable(ev, ops, bool((a.steady_state or {}).get("state") == "sampled"))
         if why and len(ops):
             return None, why
-        if not len(a.steps):
-            return None, "no steps"
+        if not len(ops) and (a.step_source == "whole_trace" or not len(a.steps)):
+            return None, "no GPU work and no steps: a host-only window is replayed per step"
         g = build_graph(ev, ops, a.steps, step_pattern=a.step_pattern or None)
     g = split(g, ev, a.step_pattern or None)
     if not simulate(g).converged:
@@ -834,19 +857,14 @@ def graph_of(a) -> tuple:
 def facts_from_analysis(a) -> Facts:
     """The facts the models read, from an analysis (its context, copies, annotations)."""
     ctx = dict(a.context or {})
-    regions, region_ops = {}, {}
+    ev = None
     if a.trace is not None:
-        ev = a.trace.events
-        ann = ev["kind"].astype(str).isin(("annotation", "cpu_op")).to_numpy()
-        names = ev["name"].astype(str).to_numpy(object)
-        hit = ann & pd.Series(names).str.contains(OPTIMIZER_RX.pattern, regex=True).to_numpy()
-        ts = ev["ts"].to_numpy(np.int64)
-        end = ts + ev["dur"].to_numpy(np.int64)
-        for i in np.flatnonzero(hit).tolist():
-            regions.setdefault(str(names[i]), []).append((int(ts[i]), int(end[i])))
-            region_ops[int(ts[i])] = _children(ev, i, ts, end)
-    return Facts(ctx=ctx, device=ctx.get("device") or {}, regions=regions,
-                 copies=dict(a.copies or {}), region_ops=region_ops)
+        from ..passes import window as window_mod
+        w = a.window
+        ev = a.trace.events if w is None or w.mode == "whole_trace" else \
+            window_mod.slice_events(a.trace.events, w.start, w.end)
+    return Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(a.copies or {}),
+                 **_regions(ev))
 
 
 def _children(ev, i, ts, end) -> tuple[int, int]:
@@ -863,3 +881,92 @@ def _children(ev, i, ts, end) -> tuple[int, int]:
     outer = idx[np.r_[True, ts[idx][1:] >= reach[:-1]]]
     d = end[outer] - ts[outer]
     return int(d.sum()), int(d.max())
+
+
+# -- in the verdict --------------------------------------------------------------------
+
+def price_window(graph, ev: pd.DataFrame, ctx: dict, copies: dict) -> dict:
+    """Every model replayed alone on the window's graph (its host stretches cut at their
+    ops): {"before_ns", "models": {model id: replay_levers result}, "graph", "facts"} --
+    what ``levers.saving`` reads for the levers a model covers (ctx["replay_levers"])."""
+    from ..passes.replay import simulate
+    from ..passes.replay.split import split
+
+    g = split(graph, ev)
+    facts = Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(copies or {}),
+                  **_regions(ev))
+    before = step_mean(simulate(g), g)
+    models = {m.id: replay_levers(g, facts, [m.id], before_ns=before) for m in MODELS}
+    return {"before_ns": int(before), "models": models, "graph": g, "facts": facts}
+
+
+def lever_price(ctx: dict, lever_id: str) -> dict | None:
+    """The replay result of the model that prices ``lever_id`` (None: no model, or the
+    window was not replayed)."""
+    r = ctx.get("replay_levers")
+    m = BY_LEVER.get(lever_id)
+    if not r or m is None:
+        return None
+    return r["models"].get(m.id)
+
+
+EXCLUSIVE = (("tf32", "bf16", "fp16"),)
+
+
+def together(prices: dict, actions: list[dict], ctx: dict) -> dict | None:
+    """The offered replay-priced levers applied together and replayed once (never summed):
+    a what-if row (saves_ns over the window, per step, projected step) with the models in
+    ``models``; of mutually exclusive precisions the one saving most; a larger batch is
+    left out (it changes what a step is)."""
+    models = []
+    for x in actions:
+        if x.get("basis") != "replay":
+            continue
+        m = BY_LEVER.get(x["id"])
+        if m is None or m.id in models or m.id == "larger_batch":
+            continue
+        models.append(m.id)
+    for group in EXCLUSIVE:
+        mine = [m for m in models if m in group]
+        if len(mine) > 1:
+            best = max(mine, key=lambda m: prices["models"][m]["saves_ns"])
+            models = [m for m in models if m not in group or m == best]
+    if len(models) < 2:
+        return None
+    r = replay_levers(prices["graph"], prices["facts"], models, before_ns=prices["before_ns"])
+    if not r["applied"]:
+        return None
+    steps = max(1, int(ctx.get("steps") or 1))
+    per = int(r["saves_ns"])
+    return {"saves_ns": per * steps, "saves_pct": None, "saves_per_step_ns": per,
+            "projected_step_ns": projected(ctx, r), "models": r["applied"]}
+
+
+def projected(ctx: dict, r: dict) -> int | None:
+    """The projected step of a replay result, in the measured step's frame: the measured
+    mean x replayed after / replayed before (the replay's own error cancels)."""
+    ref = int(ctx.get("step_mean_ns") or 0)
+    if not ref or not r["before_ns"]:
+        return None
+    x = float(r.get("per_sample_x") or 1.0)
+    return int(round(ref * r["after_ns"] / x / r["before_ns"]))
+
+
+def _regions(ev: pd.DataFrame) -> dict:
+    """The optimizer-step regions the annotations mark, and their ops' time."""
+    regions, region_ops = {}, {}
+    if ev is None or not len(ev):
+        return {"regions": regions, "region_ops": region_ops}
+    kind = ev["kind"].astype(str).to_numpy(object)
+    ann = np.isin(kind, ("annotation", "cpu_op"))
+    names = ev["name"].astype(str).to_numpy(object)
+    hit = np.flatnonzero(ann & pd.Series(names).str.contains(OPTIMIZER_RX.pattern,
+                                                             regex=True).to_numpy())
+    if not len(hit):
+        return {"regions": regions, "region_ops": region_ops}
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    for i in hit.tolist():
+        regions.setdefault(str(names[i]), []).append((int(ts[i]), int(end[i])))
+        region_ops[int(ts[i])] = _children(ev, i, ts, end)
+    return {"regions": regions, "region_ops": region_ops}
