@@ -188,7 +188,7 @@ def drop_syncs(g, f: Facts, p: dict):
     call, the blocking wait -- and their drain edges with them, so the host's work after
     them overlaps the GPU's. The work that computed the synced value stays."""
     m = _sync_nodes(g)
-    if not (m & (g.nodes["cost_ns"].to_numpy() > 0)).any():
+    if not (m & ((g.nodes["cost_ns"].to_numpy() > 0) | _blocking(g))).any():
         return "no blocking sync in the replayed steps"
     # the .item()'s own copy: a memcpy call right before the sync op's stretch or wait
     memcpy = _kind(g, "launch", "sync_wait") & _match(g, re.compile(r"(?i)memcpy"))
@@ -467,14 +467,18 @@ def pin_copies(g, f: Facts, p: dict):
         ratio[i] = min(1.0, float(gb) / pinned) if gb else 1.0
     _set_cost(g, m, g.nodes["cost_ns"].to_numpy(float) * ratio)
     calls = _launches_of(g, m)
-    typical = _typical_launch(g)
+    typical = _typical_launch(g, calls)
     _set_cost(g, calls, np.minimum(g.nodes["cost_ns"].to_numpy(np.int64), typical))
     _drop_drains_into(g, calls)
     return g
 
 
-def _typical_launch(g) -> int:
-    c = g.nodes.loc[_kind(g, "launch") & _cat(g, "launch"), "cost_ns"]
+def _typical_launch(g, but=None) -> int:
+    """The median launch call's time (the calls in ``but`` left out)."""
+    m = _kind(g, "launch") & _cat(g, "launch")
+    if but is not None:
+        m &= ~np.asarray(but, bool)
+    c = g.nodes.loc[m, "cost_ns"]
     return int(c.median()) if len(c) else 5_000
 
 
