@@ -159,6 +159,11 @@ def proof(before, after, d) -> dict | None:
         r = replay_levers(graph, facts_from_analysis(before), ids, params)
         out.update(promised_ns=r["saves_ns"], basis="replay", refused=r["refused"],
                    replay_before_ns=r["before_ns"], replay_after_ns=r["after_ns"])
+        n = r["params"].get("workers", {}).get("workers")
+        if n and not params.get("workers"):   # the count is not in the traces: say it
+            out["evidence"] = [e + f" (promise for {n} workers: the fewest that hide the load,"
+                               " +1)" if m == "workers" else e
+                               for (m, _, _), e in zip(ch, out["evidence"])]
     else:
         out.update(promised_ns=_bound(before, ids), basis="bound", not_replayed=why)
     p, r = out["promised_ns"], out["realised_ns"]

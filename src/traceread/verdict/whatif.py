@@ -94,8 +94,27 @@ def _cat(g, *cats) -> np.ndarray:
     return g.nodes["cat"].isin(cats).to_numpy()
 
 
+_MEMO: dict = {}
+_MEMO_MAX = 200_000
+
+
+def _per_name(g, key, fn) -> np.ndarray:
+    """``fn(names)`` (a list -> a list) for every node, computed once per distinct name and
+    remembered across the models that ask again: the names repeat, the copies share them."""
+    codes, uniq = pd.factorize(g.nodes["name"].to_numpy(object), sort=False)
+    if sum(len(v) for v in _MEMO.values()) > _MEMO_MAX:
+        _MEMO.clear()
+    memo = _MEMO.setdefault(key, {})
+    names = uniq.tolist()
+    missing = [u for u in names if u not in memo]
+    if missing:
+        memo.update(zip(missing, fn(missing)))
+    out = np.array([memo[u] for u in names] + [None], dtype=object)[:-1]
+    return out[codes] if len(codes) else np.empty(0, object)
+
+
 def _match(g, rx: re.Pattern) -> np.ndarray:
-    return _names(g).map(lambda s: bool(rx.search(s))).to_numpy(bool)
+    return _per_name(g, rx.pattern, lambda xs: [bool(rx.search(x)) for x in xs]).astype(bool)
 
 
 def _ids(g, mask) -> np.ndarray:
@@ -160,12 +179,11 @@ def _in_regions(g, spans) -> np.ndarray:
 
 
 def _kernel_class(g) -> np.ndarray:
-    n = g.nodes
-    out = np.full(len(n), "", object)
-    k = n["kind"].to_numpy() == "gpu_kernel"
-    if k.any():
-        out[k] = classify_kernels(n["name"][k].astype(str)).to_numpy()
-    return out
+    k = g.nodes["kind"].to_numpy() == "gpu_kernel"
+    if not k.any():
+        return np.full(len(k), "", object)
+    cls = _per_name(g, "class", lambda xs: classify_kernels(pd.Series(xs)).astype(str).tolist())
+    return np.where(k, cls, "")
 
 
 def _has_gpu(g) -> bool:
@@ -435,7 +453,8 @@ def precision(target: str):
         gemm = _kind(g, "gpu_kernel") & (_kernel_class(g) == "gemm")
         if not gemm.any():
             return "no matmul kernels in the replayed steps"
-        prec = np.array([gemm_precision(s) if m else "" for s, m in zip(_names(g), gemm)])
+        prec = np.where(gemm, _per_name(g, "precision",
+                                        lambda xs: [gemm_precision(x) for x in xs]), "")
         ratio = np.ones(len(gemm))
         ratio[prec == "fp32"] = peaks.get("fp32", peaks[target]) / peaks[target]
         if target != "tf32" and peaks.get("tf32"):
@@ -770,10 +789,15 @@ def lane_load(graph) -> dict:
     m = (n["step"].to_numpy() >= 0) & np.isin(n["lane"].to_numpy(), gpu_lanes)
     if not m.any():
         return {}
-    t = pd.DataFrame({"step": n["step"].to_numpy()[m], "lane": n["lane"].to_numpy()[m],
-                      "ns": (n["cost_ns"].to_numpy(np.int64) + np.maximum(
-                          n["gap_ns"].to_numpy(np.int64), 0))[m]})
-    return t.groupby(["step", "lane"])["ns"].sum().groupby(level=0).max().to_dict()
+    step, lane = n["step"].to_numpy(np.int64)[m], n["lane"].to_numpy(np.int64)[m]
+    ns = (n["cost_ns"].to_numpy(np.int64) + np.maximum(n["gap_ns"].to_numpy(np.int64), 0))[m]
+    key, inv = np.unique(step * (int(lane.max()) + 1) + lane, return_inverse=True)
+    tot = np.bincount(inv, weights=ns)
+    st = key // (int(lane.max()) + 1)
+    out: dict = {}
+    for s_, v in zip(st.tolist(), tot.tolist()):
+        out[s_] = max(out.get(s_, 0), int(v))
+    return out
 
 
 ORDER = ("drop_syncs", "no_empty_cache", "no_recompile", "replay_graphs", "workers", "host_off_path",

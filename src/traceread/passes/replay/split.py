@@ -65,16 +65,19 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
         by_thread[k] = (ts[o], end[o], o)
     new_rows, drop = [], []
     next_id = int(n["id"].max()) + 1
+    cols = {c: n[c].to_numpy() for c in ("lane", "ts_ns", "dur_ns", "step", "seq", "gap_ns",
+                                         "release_ns", "id")}
+    lane_key = dict(zip(lanes.index.tolist(), attr.thread_key(
+        lanes["pid"].to_numpy(np.int64).copy(), lanes["tid"].to_numpy(np.int64).copy()).tolist()))
     for i in np.flatnonzero(cand).tolist():
-        lane = int(n["lane"].iat[i])
-        pid, tid = int(lanes.at[lane, "pid"]), int(lanes.at[lane, "tid"])
-        k = int(attr.thread_key(np.array([pid]), np.array([tid]))[0])
+        lane = int(cols["lane"][i])
+        k = lane_key.get(lane)
         if k not in by_thread:
             continue
-        s0 = int(n["ts_ns"].iat[i])
-        s1 = s0 + int(n["dur_ns"].iat[i])
+        s0 = int(cols["ts_ns"][i])
+        s1 = s0 + int(cols["dur_ns"][i])
         t, e, o = by_thread[k]
-        lo = max(0, int(np.searchsorted(e, s0, side="right")))
+        lo = int(np.searchsorted(e, s0, side="right"))
         hi = int(np.searchsorted(t, s1, side="left"))
         if hi - lo < 1:
             continue
@@ -82,22 +85,22 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
         if len(pieces) < 2:
             continue
         drop.append(i)
+        last = len(pieces) - 1
         for j, (a, b, c, nm) in enumerate(pieces):
-            new_rows.append({
-                "id": next_id, "step": int(n["step"].iat[i]), "lane": lane,
-                "seq": int(n["seq"].iat[i]), "sub": j,
-                "kind": "dataloader" if c == "dataloader" else
-                "collective" if c == "comm_wait" else "host",
-                "name": nm, "cat": c, "ts_ns": a, "dur_ns": b - a,
-                "corr": -1, "cost_ns": b - a,
-                "gap_ns": int(n["gap_ns"].iat[i]) if j == 0 else 0,
-                "release_ns": int(n["release_ns"].iat[i]) if j == 0 else int(NEG),
-                "was": int(n["id"].iat[i]), "last": j == len(pieces) - 1})
+            new_rows.append((next_id, int(cols["step"][i]), lane, int(cols["seq"][i]), j,
+                             "dataloader" if c == "dataloader" else
+                             "collective" if c == "comm_wait" else "host",
+                             nm, c, a, b - a, -1, b - a,
+                             int(cols["gap_ns"][i]) if j == 0 else 0,
+                             int(cols["release_ns"][i]) if j == 0 else int(NEG),
+                             int(cols["id"][i]), j == last))
             next_id += 1
     if not new_rows:
         return graph.copy()
     g = graph.copy()
-    add = pd.DataFrame(new_rows)
+    add = pd.DataFrame(new_rows, columns=["id", "step", "lane", "seq", "sub", "kind", "name",
+                                          "cat", "ts_ns", "dur_ns", "corr", "cost_ns",
+                                          "gap_ns", "release_ns", "was", "last"])
     old = g.nodes.drop(index=drop).assign(sub=0)
     nodes = pd.concat([old, add[list(old.columns)]], ignore_index=True)
     # lane order: the pieces take their stretch's place
