@@ -154,11 +154,12 @@ class TopOp(_S):
 
 class Attribution(_S):
     by_cpu: IntMap
-    by_drain: IntMap
+    by_drain: IntMap                # idle ns by gap label (sync / starved / queued): sums to idle
     drain_x_cpu: dict[str, IntMap]
     by_sync_op: dict[str, SyncOp]
     devices: list[DeviceAttribution]
     top_ops: list[TopOp]
+    host_late_queued_ns: int = 0    # of the host-late gaps, the tails the GPU sat with the op queued
 
 
 class CommDevice(_S):

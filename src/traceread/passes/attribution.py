@@ -796,7 +796,8 @@ def summarize(gaps: pd.DataFrame) -> dict:
     ops = pd.DataFrame({"drain_op": gaps["drain_op"][sync], "duration": host[sync]}).groupby(
         "drain_op")["duration"].agg(["sum", "size"])
     by_sync_op = {str(k): {"ns": int(r["sum"]), "gaps": int(r["size"])} for k, r in ops.iterrows()}
-    return {"by_cpu": by_cpu, "by_drain": by_drain, "drain_x_cpu": cross, "by_sync_op": by_sync_op}
+    return {"by_cpu": by_cpu, "by_drain": by_drain, "drain_x_cpu": cross, "by_sync_op": by_sync_op,
+            "host_late_queued_ns": host_late_queued_ns(gaps)}
 
 
 def queued_ns(gaps: pd.DataFrame) -> np.ndarray:
@@ -807,14 +808,25 @@ def queued_ns(gaps: pd.DataFrame) -> np.ndarray:
 
 
 def drain_times(gaps: pd.DataFrame) -> dict:
-    """Idle ns by drain: ``queued`` is every gap's queued part (whole and partly queued gaps),
-    ``sync`` / ``starved`` the rest of the gaps so labelled. Sums to the idle time."""
+    """Idle ns by drain label: the whole duration of the gaps labelled ``sync``, ``starved``
+    and ``queued``. Sums to the idle time. A host-late gap (sync / starved) counts whole, its
+    queued tail included (``host_late_queued_ns`` says how much of it that is): the label is
+    why the queue ran empty, and the host had not launched the next op when it did."""
     dur = gaps["duration"].to_numpy(np.int64)
-    q = queued_ns(gaps)
-    host = dur - q
     sync = is_sync_drained(gaps)
-    return {"sync": int(host[sync].sum()), "starved": int(host[~sync].sum()),
-            "queued": int(q.sum())}
+    queued = (gaps["drain"] == "queued").to_numpy(bool) if "drain" in gaps else \
+        np.zeros(len(gaps), bool)
+    return {"sync": int(dur[sync].sum()), "starved": int(dur[~sync & ~queued].sum()),
+            "queued": int(dur[queued].sum())}
+
+
+def host_late_queued_ns(gaps: pd.DataFrame) -> int:
+    """The queued tails of host-late gaps: after the closing op's launch returned, the GPU
+    still waited this long with it queued (the verdict never charges it to the host)."""
+    if "drain" not in gaps:
+        return 0
+    late = (gaps["drain"] != "queued").to_numpy(bool)
+    return int(queued_ns(gaps)[late].sum())
 
 
 def waited_by(gaps: pd.DataFrame) -> dict:
@@ -972,13 +984,19 @@ def queued(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> tuple:
         m = np.flatnonzero((o_pid == pid) & (o_dev == dev))
         if not len(m):
             continue
-        close[idx] = _at_instant(m, o_ts[m], lend[m], ge_all[idx])
+        # the op whose launch returned last -- an untraced launch counts as latest: the
+        # host may have been late for it, the trace cannot tell it was not
+        rank = np.where(lend[m] >= 0, lend[m], np.iinfo(np.int64).max)
+        close[idx] = _at_instant(m, o_ts[m], rank, ge_all[idx])
         before[idx] = _at_instant(m, o_end[m], o_ts[m], gs_all[idx])
     has = close >= 0
     L = np.where(has, lend[np.maximum(close, 0)], -1)
     linked = has & (L >= 0)
-    whole = linked & (L <= gs_all + SKEW_NS)
-    part = linked & ~whole & (ge_all - L > SKEW_NS)   # less is clock-alignment noise
+    # queued only when the launch returned before the gap began, by more than the clock
+    # alignment error: a launch that returned within SKEW_NS of the GPU going idle may have
+    # been late (the launch-bound case: each kernel launched just in time)
+    whole = linked & (L <= gs_all - SKEW_NS)
+    part = linked & ~whole & (L > gs_all + SKEW_NS) & (ge_all - L > SKEW_NS)
     qns[whole] = (ge_all - gs_all)[whole]
     qns[part] = (ge_all - L)[part]
     q = np.flatnonzero(qns > 0)

@@ -66,7 +66,8 @@ def summary_html(a) -> str:
 
 def analysis_body(a) -> str:
     d = a.to_dict()
-    parts = [_header(d), _verdict(a, d), _timeline_section(a), _steps_section(d), _idle_section(d),
+    parts = [_header(d), _verdict(a, d), _timeline_section(a), _steps_section(d),
+             _replay_section(d), _idle_section(d),
              _gaps_section(a, d), _kernels_section(d), _comm_section(d), _copies_section(d),
              _compile_section(a, d)]
     return "\n".join(p for p in parts if p)
@@ -264,13 +265,52 @@ def _timeline_section(a) -> str:
             inner += _comm_lane(iv, r, label_w, y)
             y += 8
         y += 8
+    crit, y = _critical_lane(a, lanes, label_w, y)
+    inner += crit
     more = f" (first {MAX_LANES} of {len(dev)} devices)" if len(dev) > MAX_LANES else ""
     steps = _step_ticks(a, lanes, label_w)
     head = (f"<h2>GPU timeline{more}</h2><p class='meta'>Each column is "
             f"{fmt_ns((lanes[0]['window_end'] - lanes[0]['window_start']) / COLUMNS)} of the device's "
-            f"active window: blue = busy, colours = idle, by what the host was doing. Ticks: step starts.</p>")
+            f"active window: blue = busy, colours = idle, by what the host was doing. Ticks: step starts."
+            + (" Critical path: what held each replayed step (its end set by this chain)."
+               if crit else "") + "</p>")
     keys = ["busy", *CPU_CATEGORIES] + (["exposed"] if exposed else [])
     return head + _legend(keys) + svg(width, y + 14, inner + steps, "GPU timeline")
+
+
+# critical-path links: the label's colour (passes/replay/critical.py LABELS)
+CRITICAL_COLORS = {"kernel": "#1f77b4", "copy": "#17becf", "launch": "#ff7f0e",
+                   "host op": "#d62728", "sync wait": "#9467bd", "data load": "#8c564b",
+                   "collective": "#e377c2", "another rank": "#7f7f7f"}
+
+
+def _critical_lane(a, lanes: list[dict], x0: int, y: int) -> tuple[list[str], int]:
+    """The replay's critical path under the device lanes, on the first lane's time axis:
+    each column coloured by the label that held the most of it."""
+    r = getattr(a, "replay", None) or {}
+    segs = (r.get("critical_path") or {}).get("segments") or []
+    if not segs or not lanes:
+        return [], y
+    w0, w1 = int(lanes[0]["window_start"]), int(lanes[0]["window_end"])
+    edges = np.linspace(w0, w1, COLUMNS + 1)
+    labels = sorted({s["label"] for s in segs})
+    per = {}
+    for lab in labels:
+        mine = [s for s in segs if s["label"] == lab]
+        st = np.array([s["start_ns"] for s in mine], np.float64)
+        en = np.array([s["end_ns"] for s in mine], np.float64)
+        per[lab] = np.diff(_integral(st, en, np.ones(len(st)), edges))
+    stack = np.vstack([per[lab] for lab in labels])
+    top = stack.argmax(axis=0)
+    out = [f'<text x="2" y="{y + 8}">critical path</text>']
+    for col in np.flatnonzero(stack.max(axis=0) > 0):
+        lab = labels[int(top[col])]
+        out.append(f'<rect x="{x0 + col}" y="{y}" width="1" height="10" '
+                   f'fill="{CRITICAL_COLORS.get(lab, "#777777")}"><title>{escape(lab)}</title></rect>')
+    keys = " ".join(f'<tspan fill="{CRITICAL_COLORS.get(lab, "#777")}">■ {escape(lab)}</tspan>'
+                    for lab in labels)
+    out.append(f'<text x="{x0}" y="{y + 22}">{keys}</text>')
+    return out, y + 30
 
 
 def _exposed(a) -> dict:
@@ -329,6 +369,16 @@ def _step_ticks(a, lanes: list[dict], x0: int) -> list[str]:
 
 
 # --- steps, idle by cause ------------------------------------------------------------
+
+
+def _replay_section(d: dict) -> str:
+    """The replay's fit to the measured steps and the critical path's top links."""
+    from .text import replay_lines
+
+    lines = replay_lines(d.get("replay"))
+    if not lines:
+        return ""
+    return "<h2>Replay</h2><pre>" + escape("\n".join(x.strip("\n") for x in lines[1:])) + "</pre>"
 
 
 def _steps_section(d: dict) -> str:

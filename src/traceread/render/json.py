@@ -163,7 +163,9 @@ def _attribution(a) -> dict:
             "pid": pid, "device": dev, "idle_ns": int(dur.sum()),
             "by_cpu": {c: int(part[f"cpu_{c}"].sum()) for c in CPU_CATEGORIES},
             "by_drain": drain_times(part)}))
-    return {"by_cpu": s["by_cpu"], "by_drain": s["by_drain"], "drain_x_cpu": s["drain_x_cpu"],
+    return {"by_cpu": s["by_cpu"], "by_drain": s["by_drain"],
+            "host_late_queued_ns": int(s.get("host_late_queued_ns", 0)),
+            "drain_x_cpu": s["drain_x_cpu"],
             "by_sync_op": s["by_sync_op"], "devices": per_dev,
             "top_ops": _records(a.top_ops)}
 

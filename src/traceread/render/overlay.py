@@ -10,6 +10,8 @@ trace JSON. The overlay is the input trace with extra processes (``traceread · 
 * torch.compile compile/recompile episodes;
 * for several ranks of one job: the straggler waits (the part of each matched
   collective a rank spent waiting for the last rank to arrive, ``multirank.py``);
+* the critical path of the replayed steps (``passes/replay``): one slice per link, named
+  by what held the step there (kernel, launch, host op, sync wait, ...) and the node;
 * the verdict, as a global instant at the start of the GPU window.
 
 Kineto / Chrome JSON input is copied byte for byte and the added events are
@@ -126,6 +128,7 @@ def overlay_events(a, waits: pd.DataFrame | None = None) -> list[str]:
     out += _comm_events(a, clock, tracks)
     out += _wait_events(waits, clock, tracks)
     out += _compile_events(a, clock, tracks)
+    out += _critical_events(a, clock, tracks)
     out += _verdict_event(a, clock, tracks)
     return tracks.metadata() + out
 
@@ -386,6 +389,18 @@ def _compile_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
         args = {"compile_ns": int(r["compile_ns"]), "step": int(r["step"]), "span": str(r["name"])}
         out.append(_slice(clock, pid, tid, name, r["ts"], r["end"], args))
     return out
+
+
+def _critical_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
+    """The replay's critical path, as the analysis gives it (``replay.critical_path``)."""
+    r = getattr(a, "replay", None) or {}
+    segs = (r.get("critical_path") or {}).get("segments") or []
+    if not segs:
+        return []
+    pid, tid = tracks.tid("traceread · critical path", "what held each step")
+    return [_slice(clock, pid, tid, f"{x['label']}: {x['name']}", int(x["start_ns"]),
+                   int(x["end_ns"]), {"label": x["label"], "lane": x["lane"], "step": x["step"]})
+            for x in segs]
 
 
 def _verdict_event(a, clock: _Clock, tracks: _Tracks) -> list[str]:

@@ -9,7 +9,8 @@ from ..passes.attribution import CPU_CATEGORIES, waited_summary
 from ..verdict.bounds import TITLE
 from . import safe
 from .fmt import WIDTH, fit, fit_list, plural, short_name, tail_lines
-from .text import ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time, utilization_lines
+from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time,
+                   replay_lines, utilization_lines)
 
 BOUND_TITLE = TITLE
 STEP_ROWS = 12
@@ -36,6 +37,7 @@ def render_report(a) -> str:
         out += _devices(a)
         out += _attribution(a)
     out += _steps(a)
+    out += replay_lines(getattr(a, "replay", None))
     if len(a.gaps):
         out += _gaps(a)
         out += _top_ops(a)
@@ -207,6 +209,10 @@ def _attribution(a) -> list[str]:
     lines.append(f"  queue drained by a blocking sync: {fmt_ns(d['sync'])} {_pct(d['sync'], idle).strip()}"
                  f"; host simply late (starved): {fmt_ns(d['starved'])} "
                  f"{_pct(d['starved'], idle).strip()}")
+    late_q = s.get("host_late_queued_ns") or 0
+    if late_q:
+        lines.append(f"    of the host-late gaps, {fmt_ns(late_q)} passed with the next op already "
+                     "launched (not charged to the host)")
     if d.get("queued"):
         lines.append(f"  next op already queued (GPU waited on something else): "
                      f"{fmt_ns(d['queued'])} {_pct(d['queued'], idle).strip()}"

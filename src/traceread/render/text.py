@@ -189,3 +189,28 @@ def utilization_lines(u: dict | None) -> list[str]:
     for lv in mem.get("levers") or []:
         out.append(f"  lever {lv['lever']}: {lv['why']} -- {lv['advice']}")
     return out
+
+
+def replay_lines(r: dict | None) -> list[str]:
+    """The replay (passes/replay): how well it reproduces the steps, and the critical path."""
+    if not r:
+        return []
+    if not r.get("replayable"):
+        return ["", f"Replay: not replayable -- {r.get('reason')}; savings are bounds"]
+    worst = r.get("max_error_pct")
+    sampled = f" (sampled: {r['steps_replayed']} of {r['steps_total']} steps)" \
+        if r.get("sampled") else ""
+    out = ["", f"Replay: {r['steps_replayed']} step(s) as a graph of {r['nodes']:,} nodes, "
+           f"{r['edges']:,} cross-lane edges{sampled}: measured {fmt_ns(r['measured_ns'])}, "
+           f"replayed {fmt_ns(r['replayed_ns'])} (error {r['error_pct']:+.2f}%"
+           + (f", worst step {worst:+.2f}%)" if worst is not None else ")")]
+    cp = r.get("critical_path") or {}
+    total = cp.get("total_ns") or 0
+    if total:
+        labels = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in cp["by_label"].items()
+                           if v >= 0.01 * total)
+        out.append(f"  critical path: {labels}")
+        for t in cp.get("top", [])[:4]:
+            name = " ".join(str(t["name"]).split())[:60]
+            out.append(f"    {t['label']:<10} {fmt_ns(t['ns']):>10} {t['pct']:5.1f}%  {safe.name(name)}")
+    return out

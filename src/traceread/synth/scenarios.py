@@ -156,8 +156,9 @@ def dataloader_bound(steps: int = 5, period: int = 50 * MS, fetch: int = 30 * MS
         "gap_ns": gap,
         "by_cpu": {"dataloader": steps * fetch, "untraced": steps * tail,
                    "cpu_op": steps * 80 * US, "launch": steps * 20 * US},
-        # the first kernel of a step starts 30us after its launch call returned: queued
-        "by_drain": {"starved": steps * (gap - 30 * US), "sync": 0, "queued": steps * 30 * US},
+        # the first kernel of a step starts 30us after its launch call returned: a queued
+        # tail (host_late_queued_ns) of a host-late gap, which counts whole by its label
+        "by_drain": {"starved": steps * gap, "sync": 0, "queued": 0},
         "bound": "data",
     }
     return b.build(), truth
@@ -216,10 +217,11 @@ def item_sync_bound(steps: int = 6, kernels: int = 20, kernel_dur: int = 250 * U
                    "python": steps * (host_after // 2),
                    "cpu_op": steps * (host_after - host_after // 2 + 80 * US),
                    "launch": steps * 20 * US},
-        # the first kernel of a step starts 40us after its launch returned (queued); the
-        # trailing edge gap has no closing op
-        "by_drain": {"sync": steps * (20 * US + host_after) + n_gaps * 60 * US,
-                     "starved": 60 * US, "queued": steps * 40 * US},
+        # the first kernel of a step starts 40us after its launch returned: a queued tail
+        # of its host-late gap (sync-drained; the first step's starved), counted whole by
+        # its label; the trailing edge gap has no closing op
+        "by_drain": {"sync": steps * (20 * US + host_after) + n_gaps * 60 * US
+                     + (steps - 1) * 40 * US, "starved": 60 * US + 40 * US, "queued": 0},
         "drain_op": "aten::item",
         "bound": "sync",
     }
@@ -306,9 +308,9 @@ def gpu_bound(steps: int = 4, kernels: int = 50, kernel_dur: int = 2 * MS, bubbl
         "window_ns": steps * (per_step_kernels + relaunch) + 3 * US,
         # bubbles: the next kernel was launched long before (queued, GPU-side); a step's
         # first kernel starts relaunch - 18us after its launch returned (first step: - 15us)
-        "by_drain": {"sync": (steps - 1) * 18 * US + 3 * US, "starved": 15 * US,
-                     "queued": n_gaps_bubbles * bubble + (steps - 1) * (relaunch - 18 * US)
-                     + relaunch - 15 * US},
+        # (that tail is host_late_queued_ns: the gaps count whole by their label)
+        "by_drain": {"sync": (steps - 1) * relaunch + 3 * US, "starved": relaunch,
+                     "queued": n_gaps_bubbles * bubble},
         "by_cpu": _gpu_bound_cpu(steps, n_gaps_bubbles * bubble, relaunch),
         "drain_op": "cudaDeviceSynchronize",
         "bound": "gpu",

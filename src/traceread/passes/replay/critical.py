@@ -44,8 +44,102 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     empty = {"by_label": {}, "top": [], "steps": [], "segments": [], "total_ns": 0}
     if not N or not len(graph.steps):
         return empty
-    ids = n["id"].to_numpy(np.int64)
-    pos = pd.Index(ids)
+    pos = pd.Index(n["id"].to_numpy(np.int64))
+    start, end = schedule.start_ns, schedule.end_ns
+    pred, how, lag_launch = _binding_preds(graph, schedule, pos)
+    labels = node_labels(graph)
+    lab_codes, lab_names = pd.factorize(labels)
+    lab_names = list(lab_names)
+    for extra in ("sync wait", "launch"):
+        if extra not in lab_names:
+            lab_names.append(extra)
+    sync_code, launch_code = lab_names.index("sync wait"), lab_names.index("launch")
+    names = n["name"].to_numpy(object)
+    lane = n["lane"].to_numpy(np.int64)
+    lane_lab = graph.lanes.set_index("lane")["label"].to_dict()
+    pred_l, end_l = pred.tolist(), end.tolist()
+    by_label: dict = {}
+    all_code, all_node, all_d = [], [], []
+    per_step, segments = [], []
+    total = 0
+    for srow in graph.steps.itertuples(index=False):
+        if srow.begin < 0 or srow.end < 0:
+            v, t0 = int(np.argmax(end)), int(start.min())
+        else:
+            bi, ei = pos.get_indexer([srow.begin, srow.end])
+            if bi < 0 or ei < 0:
+                continue
+            v, t0 = int(ei), int(start[bi])
+        path = []
+        while v >= 0 and end_l[v] > t0 and len(path) < N:
+            path.append(v)
+            v = pred_l[v]
+        if not path:
+            per_step.append({"step": int(srow.step), "by_label": {}})
+            continue
+        p = np.asarray(path, np.int64)
+        u = pred[p]
+        lo = np.where(u >= 0, end[np.maximum(u, 0)], start[p])
+        lo = np.maximum(lo, t0)
+        hi = end[p]
+        own_lo = np.maximum(np.where(how[p] == 1, start[p], lo), lo)
+        # a link: the node's own part, and (start edges) the lag before it started
+        seg_lo = np.r_[own_lo, lo]
+        seg_hi = np.r_[hi, own_lo]
+        code = np.r_[np.where(how[p] == 0, sync_code, lab_codes[p]),
+                     np.where(lag_launch[p], launch_code, lab_codes[p])]
+        node = np.r_[p, p]
+        d = seg_hi - seg_lo
+        keep = d > 0
+        seg_lo, seg_hi, code, node, d = seg_lo[keep], seg_hi[keep], code[keep], node[keep], d[keep]
+        mine = np.bincount(code, weights=d, minlength=len(lab_names))
+        step_lab = {lab_names[i]: int(mine[i]) for i in np.flatnonzero(mine)}
+        for k, x in step_lab.items():
+            by_label[k] = by_label.get(k, 0) + x
+        total += int(d.sum())
+        all_code.append(code)
+        all_node.append(node)
+        all_d.append(d)
+        per_step.append({"step": int(srow.step), "by_label": dict(
+            sorted(step_lab.items(), key=lambda x: -x[1]))})
+        room = MAX_SEGMENTS - len(segments)
+        if room > 0:
+            o = np.argsort(seg_lo, kind="stable")[:room]
+            segments += [{"start_ns": int(a), "end_ns": int(b), "label": lab_names[c],
+                          "name": str(names[v_]), "lane": str(lane_lab.get(int(lane[v_]), "")),
+                          "step": int(srow.step)}
+                         for a, b, c, v_ in zip(seg_lo[o], seg_hi[o], code[o], node[o])]
+    top = _top(all_code, all_node, all_d, names, lab_names)
+    return {
+        "total_ns": int(total),
+        "by_label": {k: int(d) for k, d in sorted(by_label.items(), key=lambda x: -x[1])},
+        "top": [{"label": k[0], "name": k[1], "ns": int(v[0]), "count": int(v[1]),
+                 "pct": round(100.0 * v[0] / total, 2) if total else 0.0} for k, v in top],
+        "steps": per_step,
+        "segments": _merge(segments)}
+
+
+def _top(codes, nodes, ds, names, lab_names) -> list:
+    """The (label, name) pairs with the most critical time: [((label, name), (ns, links))]."""
+    if not codes:
+        return []
+    code, node, d = np.concatenate(codes), np.concatenate(nodes), np.concatenate(ds)
+    name_code, uniq = pd.factorize(names[node])
+    key = code.astype(np.int64) * max(len(uniq), 1) + name_code
+    k, inv = np.unique(key, return_inverse=True)
+    ns = np.bincount(inv, weights=d)
+    cnt = np.bincount(inv)
+    best = np.argsort(-ns, kind="stable")[:TOP]
+    return [((lab_names[int(k[i] // max(len(uniq), 1))], str(uniq[int(k[i] % max(len(uniq), 1))])),
+             (int(ns[i]), int(cnt[i]))) for i in best]
+
+
+def _binding_preds(graph, schedule, pos):
+    """Per node: the predecessor that released it (position, -1: none), how (0: a drain --
+    the GPU op a blocking call waited for; 1: a cross-lane start edge; 2: its lane's previous
+    node; 3: its release time), and whether that start edge is a launch."""
+    n = graph.nodes
+    N = len(n)
     start, end = schedule.start_ns, schedule.end_ns
     cost = n["cost_ns"].to_numpy(np.int64)
     lane = n["lane"].to_numpy(np.int64)
@@ -63,55 +157,14 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     is_drain = kind == "drain"
     s_src, s_kind = _binding(N, src, dst, val, ok & ~is_drain, kind)
     d_src, _ = _binding(N, src, dst, val, ok & is_drain, kind)
-    labels = node_labels(graph)
-    names = n["name"].to_numpy(object)
-    a = schedule.ready_ns
-    b = schedule.drain_ns
-    lane_lab = graph.lanes.set_index("lane")["label"].to_dict()
-    by_label: dict = {}
-    by_name: dict = {}
-    per_step = []
-    segments = []
-    total = 0
-    for srow in graph.steps.itertuples(index=False):
-        if srow.begin < 0 or srow.end < 0:
-            v, t0 = int(np.argmax(end)), int(start.min())
-        else:
-            bi, ei = pos.get_indexer([srow.begin, srow.end])
-            if bi < 0 or ei < 0:
-                continue
-            v, t0 = int(ei), int(start[bi])
-        links = _walk(v, t0, start, end, cost, prev, gap, a, b, s_src, s_kind, d_src)
-        mine: dict = {}
-        for node, lo, hi, lab in links:
-            lab = lab or labels[node]
-            d = hi - lo
-            if d <= 0:
-                continue
-            mine[lab] = mine.get(lab, 0) + d
-            key = (lab, str(names[node]))
-            c = by_name.setdefault(key, [0, 0])
-            c[0] += d
-            c[1] += 1
-            if len(segments) < MAX_SEGMENTS:
-                segments.append({"start_ns": int(lo), "end_ns": int(hi), "label": lab,
-                                 "name": str(names[node]),
-                                 "lane": str(lane_lab.get(int(lane[node]), "")),
-                                 "step": int(srow.step)})
-        for k, d in mine.items():
-            by_label[k] = by_label.get(k, 0) + d
-        total += sum(mine.values())
-        per_step.append({"step": int(srow.step), "by_label": {k: int(d) for k, d in
-                                                               sorted(mine.items(),
-                                                                      key=lambda x: -x[1])}})
-    top = sorted(by_name.items(), key=lambda x: -x[1][0])[:TOP]
-    return {
-        "total_ns": int(total),
-        "by_label": {k: int(d) for k, d in sorted(by_label.items(), key=lambda x: -x[1])},
-        "top": [{"label": k[0], "name": k[1], "ns": int(v[0]), "count": int(v[1]),
-                 "pct": round(100.0 * v[0] / total, 2) if total else 0.0} for k, v in top],
-        "steps": per_step,
-        "segments": _merge(segments)}
+    a, b = schedule.ready_ns, schedule.drain_ns
+    lane_ready = np.where(prev >= 0, end[np.maximum(prev, 0)] + gap, NEG)
+    drained = (d_src >= 0) & (b != NEG) & (b >= end) & (b > start + cost)
+    cross = ~drained & (s_src >= 0) & (a != NEG) & (a >= lane_ready) & (a >= start)
+    by_lane = ~drained & ~cross & (prev >= 0)
+    pred = np.where(drained, d_src, np.where(cross, s_src, np.where(by_lane, prev, -1)))
+    how = np.where(drained, 0, np.where(cross, 1, np.where(by_lane, 2, 3)))
+    return pred, how, cross & (s_kind == "launch")
 
 
 def _binding(N, src, dst, val, m, kind):
@@ -126,38 +179,6 @@ def _binding(N, src, dst, val, m, kind):
     out[dst[o[last]]] = src[o[last]]
     ok_kind[dst[o[last]]] = kind[o[last]]
     return out, ok_kind
-
-
-def _walk(v, t0, start, end, cost, prev, gap, a, b, s_src, s_kind, d_src):
-    """Links (node, from, to, label or None for the node's own) back from node ``v`` until
-    time ``t0``."""
-    links = []
-    guard = 0
-    while v >= 0 and end[v] > t0 and guard < 10_000_000:
-        guard += 1
-        ev_, sv = int(end[v]), int(start[v])
-        if d_src[v] >= 0 and b[v] != NEG and b[v] >= ev_ and b[v] > sv + cost[v]:
-            u = int(d_src[v])
-            links.append((v, max(int(end[u]), t0), ev_, "sync wait"))
-            v = u
-            continue
-        lane_ready = int(end[prev[v]]) + int(gap[v]) if prev[v] >= 0 else int(NEG)
-        if a[v] != NEG and a[v] >= lane_ready and s_src[v] >= 0 and a[v] >= sv:
-            u = int(s_src[v])
-            lo = max(int(end[u]), t0)
-            links.append((v, max(sv, t0), ev_, None))
-            if sv > lo:
-                links.append((v, lo, sv, "launch" if s_kind[v] == "launch" else None))
-            v = u
-            continue
-        if prev[v] >= 0 and lane_ready >= (a[v] if a[v] != NEG else lane_ready):
-            u = int(prev[v])
-            links.append((v, max(int(end[u]), t0), ev_, None))
-            v = u
-            continue
-        links.append((v, max(sv, t0), ev_, None))   # released at its measured start
-        break
-    return links
 
 
 def _merge(segments: list) -> list:

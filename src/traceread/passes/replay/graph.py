@@ -44,8 +44,12 @@ EVENT_LATENCY_NS = attr.EVENT_LATENCY_NS
 # A call that "ran through" the GPU's last op and returned as the GPU went idle is blocking
 # by behaviour only when it lasted this long: a 5 us launch that happens to end there is not.
 BLOCKING_MIN_NS = 10_000
+# A launch this long waited for a free slot of a full queue (a launch takes a few us); it
+# returned this soon after the GPU op whose end freed the slot.
+QUEUE_FULL_MIN_NS = 50_000
+QUEUE_FULL_WAKE_NS = 20_000
 # Above this many nodes the replay takes a contiguous run of the analysed steps (and says so).
-MAX_NODES = 400_000
+MAX_NODES = 200_000
 NEG = np.int64(-(1 << 62))
 _HOST_CATS = attr.CPU_CATEGORIES
 _NCCL = ("nccl", "rccl", "Nccl", "Rccl")
@@ -290,7 +294,8 @@ def build_graph(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, *,
     nodes["step"] = step_col
     edge_df = _edge_frame(edges)
     graph_steps = _step_frame(st_tab, host, whole, t0, t1)
-    node_df = pd.DataFrame(nodes)
+    node_df = pd.DataFrame({k: (pd.Series(v, dtype=object) if v.dtype == object else v)
+                            for k, v in nodes.items()})
     origin = int(min(t0, int(node_df["ts_ns"].min()) if len(node_df) else t0))
     if whole and not (host["what"] == "step").any():
         notes.append("no steps: the window is replayed as one")
@@ -509,13 +514,27 @@ def _argcummax(x: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(idx)
 
 
+def _strings(col: pd.Series) -> np.ndarray:
+    """A string column as an object array, one Python string per distinct value."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = np.asarray(col.cat.categories.astype(str), object)
+        codes = col.cat.codes.to_numpy()
+        out = np.empty(len(codes), object)
+        ok = codes >= 0
+        out[ok] = cats[codes[ok]]
+        out[~ok] = ""
+        return out
+    return col.astype(str).to_numpy(object)
+
+
 def _gpu_nodes(gops: pd.DataFrame) -> dict:
-    kind = gops["kind"].astype(str).to_numpy(object)
-    names = gops["name"].astype(str).to_numpy(object)
+    kind = _strings(gops["kind"])
+    names = _strings(gops["name"])
+    uniq, inv = np.unique(names, return_inverse=True) if len(names) else (names, names)
     k = np.where(kind == "memcpy", "gpu_copy", np.where(kind == "memset", "gpu_memset",
                                                         "gpu_kernel")).astype(object)
-    nccl = np.array([any(t in s for t in _NCCL) for s in names], bool) if len(names) else \
-        np.zeros(0, bool)
+    is_nccl = np.array([any(t in s for t in _NCCL) for s in uniq], bool)   # once per name
+    nccl = is_nccl[inv.reshape(-1)] if len(uniq) else np.zeros(0, bool)
     k[nccl & (k == "gpu_kernel")] = "collective"
     return {"ts": gops["ts"].to_numpy(np.int64), "end": gops["end"].to_numpy(np.int64),
             "pid": gops["pid"].to_numpy(np.int64), "device": gops["device"].to_numpy(np.int64),
@@ -527,10 +546,11 @@ def _assemble(host: dict, gpu: dict):
     """Node columns (host first, then GPU ops) and the lane table."""
     hk = host["key"]
     h_lanes, h_lane = np.unique(hk, return_inverse=True)
-    gk = pd.MultiIndex.from_arrays([gpu["pid"], gpu["device"], gpu["stream"]]) \
-        if len(gpu["ts"]) else None
-    if gk is not None:
-        codes, uniq = pd.factorize(gk, sort=True)
+    if len(gpu["ts"]):
+        trip = np.column_stack([gpu["pid"], gpu["device"], gpu["stream"]])
+        uq, codes = np.unique(trip, axis=0, return_inverse=True)
+        codes = codes.reshape(-1)
+        uniq = [tuple(r) for r in uq.tolist()]
     else:
         codes, uniq = np.zeros(0, np.int64), []
     n_hl = len(h_lanes)
@@ -651,8 +671,10 @@ def _gpu_lags(nodes, gops, gpu_ids, launch_id, edges) -> None:
     ei = np.flatnonzero(e_src >= 0)
     edges.append(("engine", gpu_ids[e_src[ei]], gpu_ids[ei],
                   np.where(bind[ei] == 3, np.maximum(resid[ei], 0), 0)))
-    # no predecessor in the graph at all (a launch before the window): start as measured
+    # no predecessor in the graph at all (a launch before the window): start as measured;
+    # a stream's first op with its launch in the graph starts when that lets it
     none = (prev < 0) & ~has_l & (w_src < 0) & (e_src < 0)
+    nodes["release_ns"][gpu_ids] = NEG
     nodes["release_ns"][gpu_ids[none]] = ts[none]
     # an op whose launch is outside the graph but that follows its stream: released then
     nol = ~has_l & (prev >= 0) & (bind == 0)
@@ -668,6 +690,9 @@ def _event_waits(gops, ts, end, ready) -> tuple[np.ndarray, np.ndarray]:
         return W, src
     pid, dev = gops["pid"].to_numpy(np.int64), gops["device"].to_numpy(np.int64)
     stream = gops["stream"].to_numpy(np.int64)
+    # a stream waits only on an event recorded before the wait was queued: the other op
+    # was launched no later than the waiting one
+    lts = gops["launch_ts"].to_numpy(np.int64)
     for (p, d), idx in pd.DataFrame({"p": pid, "d": dev}).groupby(["p", "d"]).indices.items():
         o = idx[np.argsort(end[idx], kind="stable")]
         oe = end[o]
@@ -680,7 +705,8 @@ def _event_waits(gops, ts, end, ready) -> tuple[np.ndarray, np.ndarray]:
             cand = o[kk]
             ok = (k - back >= 0) & (stream[cand] != stream[want]) & \
                 (oe[kk] >= ts[want] - EVENT_LATENCY_NS) & (src[want] < 0) & \
-                (oe[kk] > ready[want])
+                (oe[kk] > ready[want]) & ((lts[cand] < 0) | (lts[want] < 0) |
+                                         (lts[cand] <= lts[want]))
             W[want[ok]] = end[cand[ok]]
             src[want[ok]] = cand[ok]
     return W, src
@@ -729,7 +755,12 @@ def _drain_edges(ev, nodes, gops, gpu_ids, host, edges) -> None:
     launched_ts = np.where(l_ts >= 0, l_ts, g_ts)
     behaves = _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev)
     blocking = explicit | pageable | behaves
+    # a launch into a full queue returns when a slot frees: when a GPU op ends
+    full = _queue_full(c_ts, c_end, c_pid, host["cat"][pos] == "launch", g_end, g_pid) & \
+        ~blocking
     src, dst, lag = [], [], []
+    _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, launched_ts, gpu_ids, nodes,
+                src, dst, lag)
     for p in np.unique(c_pid[blocking]).tolist():
         mine = np.flatnonzero(g_pid == p)
         if not len(mine):
@@ -754,10 +785,56 @@ def _drain_edges(ev, nodes, gops, gpu_ids, host, edges) -> None:
             nodes["kind"][node] = "sync_wait"
             src.append(gpu_ids[gi])
             dst.append(node)
-            lag.append(max(int(c_end[i]) - int(oe[j]), 0))
+            # measured wake-up; down to -SKEW_NS where the clocks disagree by that much
+            lag.append(int(c_end[i]) - int(oe[j]))
     if src:
         edges.append(("drain", np.array(src, np.int64), np.array(dst, np.int64),
                       np.array(lag, np.int64)))
+
+
+def _queue_full(c_ts, c_end, c_pid, is_launch, g_end, g_pid) -> np.ndarray:
+    """Launch calls that blocked on a full queue: they lasted ``QUEUE_FULL_MIN_NS`` or more
+    (a launch takes a few us) and returned within [op end - SKEW_NS, op end +
+    QUEUE_FULL_WAKE_NS] of a GPU op of their process that ended while they ran."""
+    out = np.zeros(len(c_ts), bool)
+    cand = np.flatnonzero(is_launch & ((c_end - c_ts) >= QUEUE_FULL_MIN_NS))
+    if not len(cand):
+        return out
+    for p in np.unique(c_pid[cand]).tolist():
+        ends = np.sort(g_end[g_pid == p])
+        mine = cand[c_pid[cand] == p]
+        if not len(ends) or not len(mine):
+            continue
+        k = np.searchsorted(ends, c_end[mine] + SKEW_NS, side="right") - 1
+        kk = np.maximum(k, 0)
+        out[mine] = (k >= 0) & (ends[kk] >= c_end[mine] - QUEUE_FULL_WAKE_NS) & \
+            (ends[kk] > c_ts[mine])
+    return out
+
+
+def _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, launched_ts, gpu_ids, nodes,
+                src, dst, lag) -> None:
+    """Drain edges of the launches that waited for a free slot: the op whose end freed it
+    (launched before the call began: never the call's own op) -> the call; the call's cost
+    is its time after that op ended."""
+    for p in np.unique(c_pid[full]).tolist():
+        mine = np.flatnonzero(g_pid == p)
+        o = mine[np.argsort(g_end[mine], kind="stable")]
+        oe = g_end[o]
+        idx = np.flatnonzero(full & (c_pid == p))
+        k = np.searchsorted(oe, c_end[idx] + SKEW_NS, side="right") - 1
+        for i, j in zip(idx.tolist(), k.tolist()):
+            while j >= 0 and launched_ts[o[j]] >= c_ts[i] and \
+                    oe[j] >= c_end[i] - QUEUE_FULL_WAKE_NS:
+                j -= 1
+            if j < 0 or oe[j] < c_end[i] - QUEUE_FULL_WAKE_NS or oe[j] <= c_ts[i]:
+                continue
+            node = pos[i]
+            tail = max(int(c_end[i]) - int(oe[j]), 0)
+            nodes["cost_ns"][node] = min(tail, int(nodes["cost_ns"][node]))
+            src.append(gpu_ids[o[j]])
+            dst.append(node)
+            lag.append(int(c_end[i]) - int(oe[j]))
 
 
 def _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev) -> np.ndarray:
@@ -793,7 +870,8 @@ def _edge_frame(edges) -> pd.DataFrame:
     return pd.DataFrame({
         "src": np.concatenate([e[1] for e in edges]).astype(np.int64),
         "dst": np.concatenate([e[2] for e in edges]).astype(np.int64),
-        "kind": np.concatenate([np.full(len(e[1]), e[0], object) for e in edges]),
+        "kind": pd.Series(np.concatenate([np.full(len(e[1]), e[0], object) for e in edges]),
+                          dtype=object),
         "lag_ns": np.concatenate([e[3] for e in edges]).astype(np.int64)})
 
 
