@@ -749,7 +749,7 @@ MODELS: tuple[Model, ...] = (
     Model("host_off_path", ("off_step_path", "off_thread_native"), host_off_path,
           f"untraced host gaps above {HOST_LAG_FLOOR_NS / 1e3:g} us and Python frames outside "
           "ops move off the launching thread"),
-    Model("checkpoint_off_path", ("async_checkpoint",), checkpoint_off_path,
+    Model("checkpoint_off_path", ("checkpoint_off_path", "cpu_checkpoint"), checkpoint_off_path,
           "checkpoint saves run in the background"),
     Model("larger_batch", ("larger_batch",), larger_batch,
           "time above each lane's shortest op scales with the batch; launches and waits do not"),
@@ -913,14 +913,16 @@ def _children(ev, i, ts, end) -> tuple[int, int]:
 
 # -- in the verdict --------------------------------------------------------------------
 
-def price_window(graph, ev: pd.DataFrame, ctx: dict, copies: dict) -> dict:
+def price_window(graph, ev: pd.DataFrame | None, ctx: dict, copies: dict) -> dict:
     """Every model replayed alone on the window's graph (its host stretches cut at their
     ops): {"before_ns", "models": {model id: replay_levers result}, "graph", "facts"} --
-    what ``levers.saving`` reads for the levers a model covers (ctx["replay_levers"])."""
+    what ``levers.saving`` reads for the levers a model covers (ctx["replay_levers"]).
+    ``ev``: the window's events (None: the stretches stay whole and no optimizer region is
+    known -- the models that need them refuse)."""
     from ..passes.replay import simulate
     from ..passes.replay.split import split
 
-    g = split(graph, ev)
+    g = split(graph, ev) if ev is not None else graph
     facts = Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(copies or {}),
                   **_regions(ev))
     before = step_mean(simulate(g), g)
