@@ -641,10 +641,33 @@ def host_off_path(g, f: Facts, p: dict):
     take no time; PyTorch's dispatch (operator stretches) and the launches stay."""
     m = _kind(g, "host") & _cat(g, "untraced", "python") & \
         (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
+    m &= ~_others_busy(g, m)
     if not m.any():
         return "no host work between the launches beyond dispatch"
     _zero(g, m)
     return g
+
+
+def _others_busy(g, mask) -> np.ndarray:
+    """Masked stretches during which another host thread launched GPU work: the thread was
+    most likely waiting for it (the main thread in backward() while autograd's thread
+    launches, or autograd's thread idle while the main thread runs the forward) -- the
+    graph has no edge between host threads, so such time is a wait, not movable work."""
+    n = g.nodes
+    launch = _kind(g, "launch", "sync_wait")
+    lanes = n["lane"].to_numpy()
+    ts = n["ts_ns"].to_numpy(np.int64)
+    end = ts + n["dur_ns"].to_numpy(np.int64)
+    out = np.zeros(len(n), bool)
+    for lane in np.unique(lanes[mask]).tolist():
+        other = np.sort(ts[launch & (lanes != lane)])
+        if not len(other):
+            continue
+        idx = np.flatnonzero(mask & (lanes == lane))
+        lo = np.searchsorted(other, ts[idx], side="left")
+        hi = np.searchsorted(other, end[idx], side="left")
+        out[idx] = hi > lo
+    return out
 
 
 def checkpoint_off_path(g, f: Facts, p: dict):
