@@ -947,7 +947,6 @@ class Proof(_S):
 class Saving(_S):
     realised_ns: Optional[int]
     promised_ns: Optional[int]
-    proof: Optional[Proof] = None
 
 
 class BatchSizes(_S):
@@ -970,6 +969,7 @@ class DiffPair(_S):
     per_sample: Optional[Delta]  # step time (or per-iteration time) / batch size
     warnings: list[str]         # why the two sides' figures are not like for like
     kernels: KernelChanges
+    proof: Optional[Proof] = None   # promised vs realised for the lever that changed (traces)
 
 
 class Unmatched(_S):

@@ -155,7 +155,7 @@ class TraceDiff:
                 "slower_pct": _round(self.slower_pct()),
                 "verdict": {"before": self.before["verdict"], "after": self.after["verdict"],
                             "changed": self.before["verdict"] != self.after["verdict"]},
-                "saving": self.saving(),
+                "saving": self.saving(), "proof": self.proof,
                 "batch": self.batch, "per_sample": self.per_sample(),
                 "warnings": list(self.warnings),
                 "kernels": self.kernels}
@@ -164,10 +164,7 @@ class TraceDiff:
         """Realised saving per step vs what the before-verdict's lever promised (when it did)."""
         b, a = self.before.get("step_mean_ns"), self.after.get("step_mean_ns")
         realised = int(b - a) if self.unit == "step" and b is not None and a is not None else None
-        out = {"realised_ns": realised, "promised_ns": self.before.get("promised_saving_ns")}
-        if self.proof is not None:
-            out["proof"] = self.proof
-        return out
+        return {"realised_ns": realised, "promised_ns": self.before.get("promised_saving_ns")}
 
 
 def _round(x):

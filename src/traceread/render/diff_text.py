@@ -200,8 +200,8 @@ def _saving_lines(d) -> list[str]:
     r = s["realised_ns"]
     lines = [f"  saving realised per step: {fmt_ns(r)}" if r >= 0
              else f"  no saving: each step is {fmt_ns(-r)} slower"]
-    if s.get("proof"):
-        lines += _proof_lines(s["proof"])
+    if d.proof:
+        lines += _proof_lines(d.proof)
     elif s["promised_ns"] is not None:
         lines.append(f"    (the before-verdict's top action promised {fmt_ns(s['promised_ns'])})")
     return lines

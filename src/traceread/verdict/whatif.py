@@ -305,7 +305,7 @@ def capture_graphs(g, f: Facts, p: dict):
     if not launch.any():
         return "no kernel launches in the replayed steps"
     start = launch | (_kind(g, "host") & _match(g, COMPILED_RX)) if existing else launch
-    runs = _launch_runs(g, launch, start)
+    runs = _launch_runs(g, launch, start, through_syncs=existing)
     if isinstance(runs, str):
         return runs
     n = g.nodes
@@ -316,6 +316,9 @@ def capture_graphs(g, f: Facts, p: dict):
         if not existing and (inside & _cat(g, "compile", "graph_capture")).any():
             return "the step compiles: its shapes change and a graph would not be replayed"
     gpu_ids = np.concatenate([_ids(g, _launched_by(g, inside)) for _, _, _, inside in runs])
+    if existing:   # the syncs inside were the re-recording's: replaying, nothing waits there
+        for _, _, _, inside in runs:
+            _drop_drains_into(g, inside)
     for lane, first, last, _ in runs:
         g = g.replace_run(first, last, name="cudaGraphLaunch",
                           dur_ns=GRAPH_LAUNCH_NS if lane == main else 0)
@@ -331,10 +334,11 @@ def capture_graphs(g, f: Facts, p: dict):
     return g
 
 
-def _launch_runs(g, launch, start):
+def _launch_runs(g, launch, start, through_syncs: bool = False):
     """(lane, first id, last id, mask of the run) per (step, launching lane): the lane's
     nodes from the step's first ``start`` node to its last launch before the first
-    blocking sync; a refusal when kernels are launched after that sync."""
+    blocking sync (``through_syncs``: to its last launch); a refusal when kernels are
+    launched after that sync."""
     n = g.nodes
     steps, lanes = n["step"].to_numpy(), n["lane"].to_numpy()
     seq, ids = n["seq"].to_numpy(), n["id"].to_numpy()
@@ -346,7 +350,7 @@ def _launch_runs(g, launch, start):
         here = (steps == s) & (lanes == lane)
         lm = launch & here
         sync_at = seq[blocking & here]
-        cut = sync_at.min() if len(sync_at) else np.iinfo(np.int64).max
+        cut = sync_at.min() if len(sync_at) and not through_syncs else np.iinfo(np.int64).max
         after = lm & (seq > cut)
         if _launched_by(g, after).any() and \
                 _kind(g, "gpu_kernel")[_launched_by(g, after)].any():
