@@ -81,6 +81,7 @@ def decide(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: str,
     release_heap()
     adjust_verdict(verdict, later("steady"))
     if vctx.get("replay_levers"):
+        verdict["evidence"]["levers_replayed_on"] = vctx["replay_levers"]["steps_priced"]
         together = whatif.together(vctx["replay_levers"], verdict.get("actions") or [], vctx)
         if together:
             verdict["what_if"]["levers_together"] = together

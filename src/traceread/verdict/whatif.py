@@ -903,7 +903,8 @@ def graph_of(a) -> tuple:
         if not len(ops) and (a.step_source == "whole_trace" or not len(a.steps)):
             return None, "no GPU work and no steps: a host-only window is replayed per step"
         g = build_graph(ev, ops, a.steps, step_pattern=a.step_pattern or None)
-    g = split(g, ev, a.step_pattern or None)
+    g, _ = sample_steps(g)
+    g = split(g, _within(ev, g), a.step_pattern or None)
     if not simulate(g).converged:
         return None, "the replay did not settle"
     return g, None
@@ -922,13 +923,14 @@ def facts_from_analysis(a) -> Facts:
                  **_regions(ev))
 
 
-def _children(ev, i, ts, end) -> tuple[int, int]:
-    """(total, longest) ns of the outermost ops inside row ``i`` on its thread."""
+def _children(ev, i, ts, end, ops) -> tuple[int, int]:
+    """(total, longest) ns of the outermost operators inside row ``i`` on its thread
+    (``ops``: the operator rows, by start)."""
+    lo = np.searchsorted(ts[ops], ts[i], side="left")
+    hi = np.searchsorted(ts[ops], end[i], side="right")
+    idx = ops[lo:hi]
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
-    m = (pid == pid[i]) & (tid == tid[i]) & (ts >= ts[i]) & (end <= end[i]) & \
-        ev["kind"].astype(str).isin(("cpu_op",)).to_numpy()
-    m[i] = False
-    idx = np.flatnonzero(m)
+    idx = idx[(pid[idx] == pid[i]) & (tid[idx] == tid[i]) & (end[idx] <= end[i]) & (idx != i)]
     if not len(idx):
         return 0, 0
     idx = idx[np.lexsort((-end[idx], ts[idx]))]
@@ -949,12 +951,62 @@ def price_window(graph, ev: pd.DataFrame | None, ctx: dict, copies: dict) -> dic
     from ..passes.replay import simulate
     from ..passes.replay.split import split
 
-    g = split(graph, ev) if ev is not None else graph
+    g, priced = sample_steps(graph)
+    ev = _within(ev, g)
+    g = split(g, ev) if ev is not None else g
     facts = Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(copies or {}),
                   **_regions(ev))
     before = step_mean(simulate(g), g)
     models = {m.id: replay_levers(g, facts, [m.id], before_ns=before) for m in MODELS}
-    return {"before_ns": int(before), "models": models, "graph": g, "facts": facts}
+    return {"before_ns": int(before), "models": models, "graph": g, "facts": facts,
+            "steps_priced": priced}
+
+
+def _within(ev: pd.DataFrame | None, g) -> pd.DataFrame | None:
+    """The events that overlap the graph's time span (the sampled steps)."""
+    if ev is None or not len(g.nodes):
+        return ev
+    ts = g.nodes["ts_ns"].to_numpy(np.int64)
+    lo, hi = int(ts.min()), int((ts + g.nodes["dur_ns"].to_numpy(np.int64)).max())
+    t = ev["ts"].to_numpy(np.int64)
+    m = (t < hi) & (t + ev["dur"].to_numpy(np.int64) > lo)
+    return ev if m.all() else ev[m]
+
+
+PRICE_STEPS = 8   # the levers are priced on at most this many replayed steps (per step)
+
+
+def sample_steps(graph, most: int = PRICE_STEPS) -> tuple:
+    """(graph of the first ``most`` replayed steps, "N of M steps") -- every step when there
+    are no more: a saving is per step, and each model replays the graph once, so a long
+    window is priced on a run of its steps (the replay's own figures keep them all). The
+    kept lanes' first nodes start no earlier than they did."""
+    st = graph.steps
+    n_all = len(st)
+    if n_all <= most or (st["begin"].to_numpy() < 0).all():
+        return graph, f"{n_all} of {n_all} steps"
+    keep_st = st.sort_values("start_ns", kind="stable").iloc[:most]
+    lo, hi = int(keep_st["start_ns"].min()), int(keep_st["end_ns"].max())
+    n = graph.nodes
+    step = n["step"].to_numpy()
+    ts = n["ts_ns"].to_numpy(np.int64)
+    keep = np.isin(step, keep_st["index"].to_numpy()) | ((step < 0) & (ts >= lo) & (ts < hi))
+    g = graph.copy()
+    nodes = n[keep].copy()
+    order = np.lexsort((nodes["seq"].to_numpy(), nodes["lane"].to_numpy()))
+    lane_o = nodes["lane"].to_numpy()[order]
+    first = order[np.r_[True, lane_o[1:] != lane_o[:-1]]]
+    rel = nodes["release_ns"].to_numpy(np.int64).copy()
+    rel[first] = np.maximum(rel[first], nodes["ts_ns"].to_numpy(np.int64)[first])
+    nodes["release_ns"] = rel
+    g.nodes = nodes.reset_index(drop=True)
+    ids = g.nodes["id"].to_numpy()
+    e = graph.edges
+    g.edges = e[np.isin(e["src"].to_numpy(), ids) & np.isin(e["dst"].to_numpy(), ids)] \
+        .reset_index(drop=True)
+    g.steps = keep_st.reset_index(drop=True)
+    g.origin_ns = int(min(graph.origin_ns, lo))
+    return g, f"{len(keep_st)} of {n_all} steps"
 
 
 def lever_price(ctx: dict, lever_id: str) -> dict | None:
@@ -1014,16 +1066,18 @@ def _regions(ev: pd.DataFrame) -> dict:
     regions, region_ops = {}, {}
     if ev is None or not len(ev):
         return {"regions": regions, "region_ops": region_ops}
-    kind = ev["kind"].astype(str).to_numpy(object)
-    ann = np.isin(kind, ("annotation", "cpu_op"))
-    names = ev["name"].astype(str).to_numpy(object)
-    hit = np.flatnonzero(ann & pd.Series(names).str.contains(OPTIMIZER_RX.pattern,
-                                                             regex=True).to_numpy())
+    codes, uniq = pd.factorize(ev["name"].to_numpy(object), sort=False)
+    hit_names = np.array([bool(OPTIMIZER_RX.search(str(u))) for u in uniq] + [False])
+    kind = ev["kind"].to_numpy(object)
+    hit = np.flatnonzero(hit_names[codes] & np.isin(kind, ("annotation", "cpu_op")))
     if not len(hit):
         return {"regions": regions, "region_ops": region_ops}
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
+    ops = np.flatnonzero(kind == "cpu_op")
+    ops = ops[np.argsort(ts[ops], kind="stable")]
+    names = uniq.to_numpy(object) if hasattr(uniq, "to_numpy") else np.asarray(uniq, object)
     for i in hit.tolist():
-        regions.setdefault(str(names[i]), []).append((int(ts[i]), int(end[i])))
-        region_ops[int(ts[i])] = _children(ev, i, ts, end)
+        regions.setdefault(str(names[codes[i]]), []).append((int(ts[i]), int(end[i])))
+        region_ops[int(ts[i])] = _children(ev, i, ts, end, ops)
     return {"regions": regions, "region_ops": region_ops}
