@@ -315,6 +315,8 @@ def capture_graphs(g, f: Facts, p: dict):
             return "data loading runs between the step's launches: capture cannot hold it"
         if not existing and (inside & _cat(g, "compile", "graph_capture")).any():
             return "the step compiles: its shapes change and a graph would not be replayed"
+    if not runs:
+        return "no launches in the replayed steps before their first blocking sync"
     gpu_ids = np.concatenate([_ids(g, _launched_by(g, inside)) for _, _, _, inside in runs])
     if existing:   # the syncs inside were the re-recording's: replaying, nothing waits there
         for _, _, _, inside in runs:
@@ -848,7 +850,10 @@ def replay_levers(graph, facts: Facts, ids: list[str], params: dict | None = Non
     applied, refused = [], {}
     for mid in sorted(ids, key=lambda x: ORDER.index(x) if x in ORDER else 99):
         p = params.setdefault(mid, {})
-        out = BY_ID[mid].apply(g, facts, p)
+        try:
+            out = BY_ID[mid].apply(g, facts, p)
+        except (ValueError, IndexError, KeyError) as e:   # a graph shape no model foresaw:
+            out = f"not modelled on this trace ({type(e).__name__}: {e})"   # never fail analyze
         if isinstance(out, str):
             refused[mid] = out
         else:
