@@ -139,6 +139,21 @@ def test_drop_syncs_takes_the_check_that_feeds_the_item():
     assert r["after_ns"] == 500 * US
 
 
+def test_a_free_after_the_dropped_sync_waits_in_its_place():
+    g = G()
+    a = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("k", 1000 * US, a)
+    s = g.h("sync_wait", "cudaStreamSynchronize", 0)
+    g.drain.append((0, s))
+    g.h("host", "cudaFree", 20 * US, cat="alloc")     # cudaFree synchronizes the device
+    g.h("host", "aten::add", 50 * US)
+    r = saves(g.build(), ["drop_syncs"])
+    # the wait moves to the free: only the free's own 20 us, now overlapping the wait, is
+    # saved (without the moved wait the host would run 1000 us ahead)
+    assert r["before_ns"] == 1080 * US and r["saves_ns"] == 20 * US
+    assert saves(g.build(), ["no_empty_cache"])["saves_ns"] == 20 * US
+
+
 def test_capture_replaces_the_launches_and_is_refused_across_a_sync():
     g = G()
     for i in range(20):

@@ -214,7 +214,42 @@ def drop_syncs(g, f: Facts, p: dict):
     gone = m | calls
     gone |= _feeders(g, gone)
     _zero(g, gone | _launched_by(g, gone))
+    _free_drains(g)
     return g
+
+
+FREE_RX = re.compile(r"^(?:cudaFree|cuMemFree|cuMemUnmap|cuMemRelease|hipFree|cudaFreeHost)"
+                     r"(?:_v\d+)?$")
+
+
+def _free_drains(g) -> None:
+    """A device free synchronizes the device (cudaFree waits for all queued work): with
+    the program's own sync gone, a free not already waiting on a GPU op (a drain edge)
+    now waits for the last op launched before it on its thread -- the wait moves there."""
+    n = g.nodes
+    free = _kind(g, *HOST_NODES) & _match(g, FREE_RX) & ~_blocking(g)
+    if not free.any():
+        return
+    e = g.edges
+    lau = e[e["kind"] == "launch"]
+    if not len(lau):
+        return
+    pos = pd.Index(n["id"].to_numpy())
+    src = pos.get_indexer(lau["src"].to_numpy())
+    ok = src >= 0
+    l_lane, l_seq = n["lane"].to_numpy()[src[ok]], n["seq"].to_numpy()[src[ok]]
+    l_dst = lau["dst"].to_numpy()[ok]
+    add = []
+    for i in np.flatnonzero(free).tolist():
+        lane, seq = n["lane"].iat[i], n["seq"].iat[i]
+        mine = (l_lane == lane) & (l_seq < seq)
+        if mine.any():
+            add.append((int(l_dst[mine][np.argmax(l_seq[mine])]), int(n["id"].iat[i])))
+    if add:
+        g.edges = pd.concat([e, pd.DataFrame({"src": [a for a, _ in add],
+                                              "dst": [b for _, b in add],
+                                              "kind": "drain", "lag_ns": 0})],
+                            ignore_index=True)
 
 
 CHECK_OPS = re.compile(r"^aten::(?:isnan|isinf|isfinite|any|all|ne|eq|lt|gt|le|ge|"
@@ -767,11 +802,11 @@ MODELS: tuple[Model, ...] = (
     Model("no_empty_cache", ("no_empty_cache", "allocator_on"), drop_empty_cache,
           "empty_cache(), the frees and the re-mallocs it causes, and their device syncs go"),
     Model("replay_graphs", ("graphs_not_replayed", "graphs_not_replayed_host",
-                            "fixed_shapes_capture"),
+                            "fixed_shapes_capture", "capture_in_warmup"),
           lambda g, f, p: capture_graphs(g, f, dict(p, existing=True)),
           "fixed shapes let the program's own CUDA graphs replay: the compiled region's host "
           "work and launches become one graph launch, as for cuda_graphs"),
-    Model("no_recompile", ("mark_dynamic", "bucket_shapes", "warm_up", "capture_in_warmup"),
+    Model("no_recompile", ("mark_dynamic", "bucket_shapes", "warm_up"),
           drop_compile,
           "compilation and graph recording inside the steps go; the compiled code's run time "
           "is the measured one"),
