@@ -51,7 +51,7 @@ def row(path: Path) -> dict:
     rp.run(ev, ops, a.steps[cols], step_pattern=a.step_pattern)
     t_rep = time.perf_counter() - t
     r = a.replay or {}
-    return {"trace": path.name, "replayable": r.get("replayable"), "reason": r.get("reason"),
+    return {"trace": f"{path.parent.name}/{path.name}", "replayable": r.get("replayable"), "reason": r.get("reason"),
             "steps": r.get("steps_replayed"), "measured_ns": r.get("measured_ns"),
             "replayed_ns": r.get("replayed_ns"), "error_pct": r.get("error_pct"),
             "worst": max((abs(s["error_pct"]) for s in r.get("steps", []) if s["error_pct"]

@@ -10,7 +10,7 @@ Two tables, each from fresh processes on this checkout (``--baseline`` sides too
   the error, and the median and worst of them;
 * **replay + levers vs analyze** per trace (``--trace``, default: the largest pair traces):
   ``analyze`` end to end, then, on the same window, the replay alone (``passes.replay.run``:
-  graph + unmodified replay + critical path) and the levers (``whatif.price_window``: the
+  graph + unmodified replay + critical path) and the levers (``whatif.price_models``: the
   host stretches cut at their ops, every model replayed once) -- their share of analyze.
 
     python -m benchmarks whatif [--trace T ...] [--repeat N]
@@ -100,7 +100,7 @@ def promises() -> dict:
     import traceread
     from traceread.diffs.proof import proof
     from traceread.diffs.trace import diff_analyses
-    from traceread.verdict import whatif as W
+    from traceread.passes.replay import whatif as W
 
     truth = json.loads((FIX / "pairs" / "truth.json").read_text())
     rows = []
@@ -126,7 +126,7 @@ def promises() -> dict:
             promised = p["promised_ns"] / p["replay_before_ns"]
             if "num_workers" in t:   # the change's own worker count (not in the traces)
                 g, _ = W.graph_of(before)
-                r = W.replay_levers(g, W.facts_from_analysis(before), p["levers"],
+                r = W.replay_models(g, W.facts_from_analysis(before), p["levers"],
                                     {"workers": {"workers": t["num_workers"]["after"]}})
                 promised = r["saves_ns"] / r["before_ns"]
             sb, sa = t["step_ns"]["before"], t["step_ns"]["after"]
@@ -154,7 +154,7 @@ def costs(trace: str) -> dict:
     from traceread.passes import replay as R
     from traceread.passes import steps as S
     from traceread.passes import window as Wm
-    from traceread.verdict import whatif as W
+    from traceread.passes.replay import whatif as W
 
     t = time.perf_counter()
     a = traceread.analyze(trace)
@@ -168,9 +168,12 @@ def costs(trace: str) -> dict:
     t_rep = time.perf_counter() - t
     if graph is None:
         return {"skip": f"not replayable: {res.get('reason')}"}
+    from traceread.passes.replay.split import optimizer_regions, priced_graph
+
     ctx = dict(a.context, steps=len(a.steps), step_mean_ns=(a.step_stats or {}).get("mean_ns"))
     t = time.perf_counter()
-    W.price_window(graph, ev, ctx, a.copies)
+    W.price_models(priced_graph(graph, ev, a.step_pattern or None), ctx, a.copies,
+                   optimizer_regions(ev))
     t_lev = time.perf_counter() - t
     return {"analyze_s": t_an, "replay_s": t_rep, "levers_s": t_lev,
             "share": (t_rep + t_lev) / t_an, "nodes": int(len(graph.nodes)),

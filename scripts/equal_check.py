@@ -74,7 +74,23 @@ def dump(out: Path, dirs: list[Path], max_bytes: int) -> int:
     return 0
 
 
-def compare(a: Path, b: Path) -> int:
+def _drop(rec, path: list[str]) -> None:
+    """Remove the key at ``path`` (``[]`` steps into every item of a list) in place."""
+    if not path:
+        return
+    head, rest = path[0], path[1:]
+    if head.endswith("[]"):
+        items = rec.get(head[:-2]) if isinstance(rec, dict) else None
+        for x in items if isinstance(items, list) else []:
+            _drop(x, rest)
+    elif isinstance(rec, dict):
+        if rest:
+            _drop(rec.get(head), rest)
+        else:
+            rec.pop(head, None)
+
+
+def compare(a: Path, b: Path, ignore: list[str] = ()) -> int:
     bad = 0
     names = sorted({p.name for p in a.glob("*.json")} | {p.name for p in b.glob("*.json")})
     for n in names:
@@ -83,6 +99,9 @@ def compare(a: Path, b: Path) -> int:
             bad += 1
             continue
         ra, rb = (json.loads((d / n).read_text()) for d in (a, b))
+        for path in ignore:   # keys one side added on purpose
+            for r in (ra, rb):
+                _drop(r, path.split("."))
         if ra != rb:
             bad += 1
             diff = [k for k in ("table", "analysis", "error") if ra.get(k) != rb.get(k)]
@@ -103,11 +122,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip corpus traces above this size (default 60000000)")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("DIR_A", "DIR_B"),
                     help="compare two dumps instead; exit 1 if any trace differs")
+    ap.add_argument("--ignore", action="append", default=[], metavar="KEY.PATH",
+                    help="with --compare: leave out this key of every record, dotted, "
+                         "`[]` for every item of a list (analysis.facts, "
+                         "analysis.verdict.actions[].because); repeatable")
     args = ap.parse_args(argv)
     if args.compare:
         if args.out_dir:
             ap.error("--compare takes no OUT_DIR")
-        return compare(*args.compare)
+        return compare(*args.compare, args.ignore)
     if args.out_dir is None:
         ap.error("OUT_DIR is required (or --compare DIR_A DIR_B)")
     corpus = next((c / "shared" / "corpus" for c in ROOT.parents

@@ -6,7 +6,7 @@ from conftest import corpus_or_skip
 
 from traceread import load
 from traceread.analysis import analyze
-from traceread.verdict.context import allocator_uncached
+from traceread.passes.context import allocator_uncached
 from traceread.synth.scenarios import TraceBuilder
 
 MS = 1_000_000

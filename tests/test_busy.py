@@ -1,10 +1,12 @@
-"""Busy doing what: tensor-core vs SIMT GEMMs, short kernels, copy bandwidth, levers."""
+"""Busy doing what: tensor-core vs SIMT GEMMs, short kernels, copy bandwidth; the busy-time
+levers (verdict/busy.py) on the figures the pass measured."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from traceread.passes.busy import busy_breakdown, is_tf32_kernel
+from traceread.verdict.busy import busy_levers
 from traceread.table import Trace, TraceMeta, build_table
 
 SGEMM = "volta_sgemm_128x64_nn"
@@ -34,7 +36,7 @@ def test_simt_and_tensor_core_gemms_split_and_tf32_lever():
     b = busy_breakdown(_trace([(6000, "kernel", SGEMM), (2000, "kernel", TC),
                                (2000, "kernel", EW)]))
     assert _shares(b) == {"gemm_simt": 60.0, "gemm_tensor": 20.0, "elementwise": 20.0}
-    lev = {x["lever"]: x for x in b["levers"]}
+    lev = {x["lever"]: x for x in busy_levers(b["figures"])}
     # H100: fp32 66.9 -> tf32 494.7 TFLOP/s
     assert lev["tf32"]["saving_ns"] == int(6000 * (1 - 66.9 / 494.7))
     assert "torch_compile" not in lev  # elementwise only 20 %
@@ -43,7 +45,7 @@ def test_simt_and_tensor_core_gemms_split_and_tf32_lever():
 def test_v100_gets_fp16_autocast_not_tf32():
     b = busy_breakdown(_trace([(6000, "kernel", SGEMM), (1000, "kernel", EW)],
                               device="Tesla V100-SXM2-32GB"))
-    lev = {x["lever"]: x for x in b["levers"]}
+    lev = {x["lever"]: x for x in busy_levers(b["figures"])}
     assert "tf32" not in lev and "bf16_autocast" not in lev
     assert lev["fp16_autocast"]["saving_ns"] == int(6000 * (1 - 15.7 / 125))
 
@@ -52,7 +54,7 @@ def test_unfused_attention_layout_and_pointwise_levers():
     b = busy_breakdown(_trace([(3000, "kernel", SOFTMAX), (2000, "kernel", TC),
                                (1000, "kernel", "void cudnn::ops::nchwToNhwcKernel<float>()"),
                                (4000, "kernel", EW)]))
-    lev = {x["lever"]: x["saving_ns"] for x in b["levers"]}
+    lev = {x["lever"]: x["saving_ns"] for x in busy_levers(b["figures"])}
     assert lev["sdpa"] == 3000
     assert lev["channels_last"] == 1000
     assert lev["torch_compile"] == (3000 + 1000 + 4000) // 2  # softmax is a reduction

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from traceread.verdict.context import trace_context
+from traceread.passes.context import trace_context
 from traceread.synth.scenarios import MS, T0, US, TraceBuilder
 from traceread.table import TraceMeta
 

@@ -142,3 +142,71 @@ def test_the_checks_see_what_they_guard(tmp_path):
     lazy = tmp_path / "x.py"      # an import inside a function counts too
     lazy.write_text("def g():\n    from traceread.render.text import fmt_ns\n")
     assert ("traceread.render.text", ["fmt_ns"]) in list(_edges(lazy))
+
+
+# -- facts below, judgement above (issue 29): the verdict decides from the facts record alone
+
+# the record, and the step replay the verdict may run levers through (issue 30)
+VERDICT_MAY_READ = {"traceread.passes.facts", "traceread.passes.replay"}
+
+
+def _in_room(room: str):
+    return {m: p for m, p in MODULES.items() if _room(m) == room}
+
+
+def test_the_verdict_reads_only_the_facts_record():
+    """verdict/ takes nothing from passes/ but the record: no detector, no event table."""
+    bad = {m: sorted(t for t, _ in _edges(p) if _room(t) == "passes" and t not in VERDICT_MAY_READ)
+           for m, p in _in_room("verdict").items()}
+    assert len(bad) >= 8
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_the_verdict_computes_no_table():
+    """No module of verdict/ imports pandas or numpy: whatever needs a table is a pass."""
+    bad = {m: sorted(t for t, _ in _edges(p) if t.split(".")[0] in ("pandas", "numpy"))
+           for m, p in _in_room("verdict").items()}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def _functions(path: Path) -> list[str]:
+    return [n.name for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_no_pass_writes_a_lever():
+    """passes/ defines no lever (no function named *lever*, no ``Lever`` row, no ``levers``
+    key); the lever table's texts appear nowhere in passes/."""
+    from traceread.verdict import levers as L
+
+    passes = _in_room("passes")
+    named = {m: [f for f in _functions(p) if "lever" in f.lower()] for m, p in passes.items()}
+    assert {k: v for k, v in named.items() if v} == {}
+    texts = [lv.text for lv in L.LEVERS + L.DIAGNOSTICS if isinstance(lv.text, str)]
+    assert len(texts) > 50
+    for m, p in passes.items():
+        tree = ast.parse(p.read_text())
+        strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                   and isinstance(n.value, str)]
+        assert not [s for s in strings if s in ("levers", "lever", "advice")], m
+        calls = [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name)]
+        assert "Lever" not in calls, m
+        # a lever's words start no string of a pass (the first 40 characters of each text)
+        heads = {t[:40] for t in texts if len(t) >= 40}
+        assert not [s for s in strings if s[:40] in heads], m
+
+
+def test_the_fact_checks_see_what_they_guard(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text("import pandas as pd\nfrom traceread.passes.culprits import culprits\n"
+                   "def busy_levers():\n    return {'levers': []}\n")
+    edges = [t for t, _ in _edges(bad)]
+    assert "pandas" in edges
+    assert [t for t in edges if _room(t) == "passes" and t not in VERDICT_MAY_READ] == \
+        ["traceread.passes.culprits"]
+    assert "busy_levers" in _functions(bad)
+    # the verdict's own modules are seen, and decision.py reads the record
+    verdict = _in_room("verdict")
+    assert "traceread.verdict.decision" in verdict
+    assert ("traceread.passes.facts", ["WindowFacts"]) in list(_edges(verdict["traceread.verdict.decision"]))

@@ -289,7 +289,7 @@ def test_projected_step_starts_from_the_gpu_step_when_it_is_longer():
 def test_host_dispatch_needs_many_short_aten_ops_over_most_of_the_host_time():
     import pandas as pd
 
-    from traceread.verdict.figures import host_dispatch as _host_dispatch
+    from traceread.passes.figures import host_dispatch as _host_dispatch
     gaps = pd.DataFrame({"duration": [5_000_000], "cpu_cpu_op": [4_000_000], "cpu_python": [0],
                          "cpu_alloc": [0], "cpu_untraced": [1_000_000]})
     many = pd.DataFrame({"name": ["aten::add", "aten::mul"], "category": ["cpu_op", "cpu_op"],
@@ -343,7 +343,7 @@ def test_slow_collective_reads_as_waiting_on_peers():
 def test_slow_collective_needs_big_messages_and_several_ranks():
     import pandas as pd
 
-    from traceread.verdict.figures import slow_collective as _slow_collective
+    from traceread.passes.figures import slow_collective as _slow_collective
 
     def row(**kw):
         base = {"collective": "all_reduce", "exposed_ns": 10, "busbw_gbps": 2.6,

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 import traceread
 from traceread.cli import main
 from traceread.passes.parallelism import ddp_overlap, job_parallelism, parallelism
-from traceread.verdict.figures import job_levers, lever_context
+from traceread.passes.figures import layout_figures
+from traceread.verdict.parallel import job_levers
 
 from conftest import FIXTURES
 
@@ -366,7 +367,7 @@ def test_fsdp_exposure_on_planted_kernels_and_the_real_fsdp2_units():
         assert real["reduce_scatter"] is None   # gloo runs it as an all_reduce span
         # prefetch saves the exposed gathers, at most the compute no comm overlaps
         assert 0 < real["free_compute_ns"] <= sum(x["step_ns"] for x in _truth("fsdp2")["per_rank"][str(r)])
-        ctx = dict(lever_context(_layout("fsdp2", r)), framework_evidence={"fsdp2": "x"},
+        ctx = dict(layout_figures(_layout("fsdp2", r)), framework_evidence={"fsdp2": "x"},
                    collectives=["all_gather"])
         from traceread.verdict.levers import offered
         (lv,) = [x for x in offered({"comms": 1 << 40}, {}, {}, ctx, 1, ("comms",))

@@ -216,7 +216,7 @@ def test_synthetic_pp_x_dp_job_names_the_slow_stage_and_the_late_dp_group():
 def test_interleaved_lever_uses_its_virtual_stages():
     """The microbatch lever projects with (p-1)/(v m+p-1): 11% at m=4, 6% at m=8 for v=2."""
     from traceread.passes.parallelism import job_parallelism
-    from traceread.verdict.figures import job_levers
+    from traceread.verdict.parallel import job_levers
 
     _, traces = _load("pp_interleaved2")
     layout = job_parallelism({i: traceread.analyze(t).parallelism for i, t in enumerate(traces)})

@@ -7,6 +7,7 @@ from traceread.analysis import analyze
 from traceread.verdict import bounds as B
 from traceread.verdict import scores as V
 from traceread.passes.attribution import CPU_CATEGORIES, sync_share
+from traceread.passes.causes import cause_parts
 from traceread.synth import scenarios as sc
 from traceread.synth.scenarios import TraceBuilder
 
@@ -120,11 +121,11 @@ def test_cause_parts_split_short_and_long_starved_gaps():
     g.loc[0, ["cpu_cpu_op", "cpu_launch"]] = [30_000, 20_000]      # short gap: dispatch
     g.loc[1, ["cpu_cpu_op", "cpu_launch", "cpu_untraced"]] = [3_000_000, 10_000, 1_990_000]
     g.loc[2, ["cpu_sync", "cpu_python"]] = [100_000, 300_000]
-    p = V.cause_parts(g, host_traced=True)
+    p = cause_parts(g, host_traced=True)
     assert p["launch"] == 50_000 + 10_000
     assert p["host"] == 3_000_000 + 1_990_000 and p["host_untraced"] == 1_990_000
     assert p["sync"] == 400_000
-    p = V.cause_parts(g, host_traced=False)
+    p = cause_parts(g, host_traced=False)
     assert p["host"] == 3_000_000 and p["unexplained"] == 1_990_000
 
 
@@ -140,7 +141,7 @@ def test_sync_share_is_capped_by_the_gpu_work_it_hid():
     g.loc[0, "cpu_launch"] = 50_000
     g.loc[1, ["cpu_sync", "cpu_python"]] = [100_000, 300_000]
     assert list(sync_share(g)) == [0.0, 0.25]
-    p = V.cause_parts(g, host_traced=True)
+    p = cause_parts(g, host_traced=True)
     assert p["sync"] == 0.25 * 400_000 + 0.75 * 100_000      # the share + the wait itself
     assert p["host"] == 0.75 * 300_000
     assert p["sync"] + p["host"] + p["launch"] == 450_000

@@ -68,10 +68,10 @@ def test_a_waiting_thread_explains_nothing_by_itself(how, tmp_path):
 
 @pytest.mark.parametrize("how", FORMS)
 def test_wait_time_is_no_host_cause(how, tmp_path):
-    from traceread.verdict import scores as V
+    from traceread.passes.causes import cause_parts
 
     a = analyze(materialise(two_threads(how), how, tmp_path, "wait"), steps="all")
-    parts = V.cause_parts(a.gaps)
+    parts = cause_parts(a.gaps)
     assert parts["comms"] == 10 * MS
     assert parts["host"] == 10 * MS                 # gap 1 only: 4 ms op + 6 ms untraced
     assert parts["unexplained"] == 10 * MS          # gap 2: waiting on nothing the trace shows

@@ -1,4 +1,5 @@
-"""Levers as transformations of the replayed step (verdict/whatif.py), and their proof.
+"""Levers as transformations of the replayed step (passes/replay/whatif.py, verdict/whatif.py),
+and their proof.
 
 Synthetic graphs: each model's arithmetic on a graph whose replay is worked out by hand
 (exact savings, refusals). Real pairs: each before/after pair differs in one change; the
@@ -23,7 +24,7 @@ from traceread.diffs.proof import proof
 from traceread.diffs.trace import diff_analyses
 from traceread.passes.replay import simulate
 from traceread.passes.replay.graph import NEG, StepGraph
-from traceread.verdict import whatif as W
+from traceread.passes.replay import whatif as W
 
 from conftest import FIXTURES
 
@@ -83,7 +84,7 @@ def replay(g: StepGraph) -> float:
 
 
 def saves(g, ids, facts=None, params=None) -> dict:
-    return W.replay_levers(g, facts or W.Facts(), ids, params)
+    return W.replay_models(g, facts or W.Facts(), ids, params)
 
 
 US = 1_000
@@ -353,7 +354,7 @@ def _cpu_error(name: str, params: dict | None = None) -> tuple[float, dict]:
     t = _truth(name)
     if params:
         g, _ = W.graph_of(before)
-        r = W.replay_levers(g, W.facts_from_analysis(before), p["levers"], params)
+        r = W.replay_models(g, W.facts_from_analysis(before), p["levers"], params)
         promised = r["saves_ns"] / r["before_ns"]
     else:
         promised = p["promised_ns"] / p["replay_before_ns"]

@@ -1,9 +1,11 @@
 """``analyze``: why is the GPU underfed, and which lever to pull.
 
-One call runs every pass over a trace -- steps, GPU idle gaps, gap
-attribution, communication overlap, compilation, kernels -- and returns an
-``Analysis`` whose DataFrame attributes hold the detail and whose
-``to_dict()`` is the JSON contract documented in docs/analysis.md.
+One call: read -> window -> passes -> facts -> decide. It runs every pass over the
+trace's window -- steps, GPU idle gaps, gap attribution, communication overlap,
+compilation, kernels --, gathers their results into one facts record
+(``passes.facts.build_facts``), asks the verdict to judge that record
+(``verdict.decide``) and returns an ``Analysis`` whose DataFrame attributes hold the
+detail and whose ``to_dict()`` is the JSON contract documented in docs/analysis.md.
 """
 from __future__ import annotations
 
@@ -17,13 +19,16 @@ import pandas as pd
 
 from . import verdict as verdict_mod
 from .passes import attribution as attr_mod
+from .passes import facts as facts_mod
 from .passes import window as window_mod
 from .passes import steady as steady_mod
 from .passes import steps as steps_mod
 from .passes import replay as replay_mod
+from .passes.replay import split as split_mod
 from .passes import utilization as util_mod
 from .passes.side import SidePasses
 from .passes.compile import compile_counts, compile_summary
+from .passes.context import trace_context
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
 from .passes.graphs import graph_launches, graph_recording, graph_summary
@@ -64,9 +69,11 @@ class Analysis:
     window: Any = None               # passes.window.Window: what was analysed and excluded
     copies: dict = field(default_factory=dict)    # host<->device copies (passes.copies)
     context: dict = field(default_factory=dict)   # what the trace already does
-    utilization: dict | None = None  # passes/utilization.py: MFU, busy classes + levers, memory
+    utilization: dict | None = None  # passes/utilization.py: MFU, busy classes, memory; + the
+    #                                  verdict's levers and headline (verdict/busy.py)
     steady_state: dict | None = None  # passes/steady.py: cold start, JIT, sampled -- or steady
     parallelism: dict | None = None   # passes/parallelism.py: DDP/FSDP/TP/PP/EP and their losses
+    facts: Any = None                 # passes.facts.WindowFacts: what the verdict was judged on
     replay: dict | None = None        # passes/replay: the steps replayed, error, critical path
     replay_graph: Any = field(default=None, repr=False)   # passes.replay.StepGraph (None: not replayable)
 
@@ -149,7 +156,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("collectives", collective_summary, ref("ev"))
     side.submit("graphs", _graphs, ref("ev"), ref("all_ev"))
     side.submit("classes", _classes, ref("ev"))
-    side.submit("ctx", verdict_mod.trace_context, ref("ev"), trace.meta)
+    side.submit("ctx", trace_context, ref("ev"), trace.meta)
     side.submit("copies", copy_summary, ref("ev"), [str(d.get("name", ""))
                                                     for d in trace.meta.devices
                                                     if isinstance(d, dict)])
@@ -205,12 +212,20 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     utilization = side.get("utilization")
     later = functools.lru_cache(maxsize=None)(side.get)   # each side result is taken once
     replay_graph, replay = _replay(ev, ops, step_rows, op_step, pattern, later("steady"))
-    verdict = verdict_mod.decide(
+    facts = facts_mod.build_facts(
         meta=trace.meta, ev=ev, window_mode=win.mode, source=source, ops=ops, gaps=gaps,
         top_ops=att["top_ops"], summary=summary, step_tab=step_tab, stats=stats,
         devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
-        copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later,
-        replay_graph=replay_graph)
+        copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
+    facts.graph, facts.replay = replay_graph, replay   # the step as a graph (passes/replay)
+    if replay_graph is not None and len(ops):
+        # what the what-if models change (passes/replay/whatif.py): the first steps, host
+        # stretches cut at their ops
+        facts.graph = split_mod.priced_graph(replay_graph, ev, pattern)
+        facts.frames["optimizer_regions"] = split_mod.optimizer_regions(ev)
+    release_heap()
+    verdict = verdict_mod.decide(facts)
+    utilization = _with_levers(utilization, verdict_mod.utilization_levers(facts))
     layout, steady = later("layout"), later("steady")
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
     return Analysis(meta=trace.meta, events=len(all_ev), span_ns=span, step_source=source,
@@ -220,15 +235,35 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                     kernel_classes=classes, verdict=verdict, graphs=graphs,
                     min_gap_ns=int(min_gap_ns), trace=trace, window=win, copies=copies,
                     context=ctx, utilization=utilization, steady_state=steady,
-                    parallelism=layout, replay=replay, replay_graph=replay_graph)
+                    parallelism=layout, facts=facts, replay=replay,
+                    replay_graph=replay_graph)
 
 
 def _replay(ev, ops, step_rows, op_step, pattern, steady) -> tuple:
     """(graph, JSON result) of the analysed steps' replay (passes/replay)."""
     sampled = bool(steady and steady.get("state") == "sampled")
-    graph, _sched, out = replay_mod.run(ev, ops, step_rows, step_pattern=pattern,
-                                        sampled=sampled, op_step=op_step)
+    try:
+        graph, _sched, out = replay_mod.run(ev, ops, step_rows, step_pattern=pattern,
+                                            sampled=sampled, op_step=op_step)
+    except (ValueError, IndexError, KeyError, TypeError) as e:
+        # the replay is one pass of many: a trace it cannot model keeps every other figure
+        # (and the verdict prices levers by their bounds)
+        return None, replay_mod.not_replayable(f"the graph could not be built ({type(e).__name__}: {e})")
     return graph, out
+
+
+def _with_levers(u: dict | None, judged: dict) -> dict | None:
+    """The GPU-use section as the report shows it: the passes' figures with the verdict's
+    busy-time and allocator levers and its headline (verdict.utilization_levers)."""
+    if u is None:
+        return None
+    out = dict(u)
+    if isinstance(u.get("busy"), dict):
+        out["busy"] = {**u["busy"], "levers": judged["busy"]}
+    if isinstance(u.get("memory"), dict):
+        out["memory"] = {**u["memory"], "levers": judged["memory"]}
+    out["headline"] = judged["headline"]
+    return out
 
 
 def _pass_workers(rows: int) -> int:

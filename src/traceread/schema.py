@@ -24,7 +24,8 @@ from typing import Any, Optional
 import msgspec
 from msgspec import Struct, field
 
-SCHEMA_VERSION = "2.0"   # 2.0: several inputs give {schema_version, traces} (analyze: + cross_rank), never a list
+SCHEMA_VERSION = "2.1"   # 2.0: several inputs give {schema_version, traces} (analyze: + cross_rank), never a list
+# 2.1: analyze: + facts (the record the verdict was judged on), verdict.actions[].because
 
 
 class _S(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -276,6 +277,20 @@ class Action(_S):
     projected_step_ns: Optional[int]
     culprit: Optional[str]
     basis: Optional[str] = None         # "replay": step replayed with the lever; "bound"
+    # the facts that made the lever apply (verdict/because.py); a job's own lever has none
+    because: list[Because] = []
+
+
+class Because(_S):
+    """One fact an offered lever's predicates read (or the figure that priced it): its value
+    (cut to a few items), whether the facts record knew it (``known`` false: the predicate
+    took the unknown's default), and its proofs (the record's evidence: ``[]`` read from
+    absence; null: the record names no event for it)."""
+
+    fact: str
+    value: Any
+    known: bool
+    evidence: Optional[list[Proof]]
 
 
 class WhatIf(_S):
@@ -717,7 +732,32 @@ class Replay(_S):
     edges_by_kind: Optional[IntMap] = None
     sweeps: Optional[int] = None
     notes: list[str] = []
+    kept_gpu_wait_ns: Optional[int] = None   # GPU waits no traced edge explains, kept as measured
     critical_path: Optional[CriticalPath] = None
+
+
+class Proof(_S):
+    """One event that proves a program fact (``passes/facts.py``): its name, where it first
+    runs in the window and in which step; ``ts_ns`` null: the proof is a count or metadata,
+    not an event (``detail`` says so)."""
+
+    name: str
+    ts_ns: Optional[int]
+    step: Optional[int]
+    detail: str
+
+
+class Facts(_S):
+    """The facts record the verdict was judged on (``passes/facts.py``: ``WindowFacts``):
+    every figure the judgement reads, the program facts (the ``context`` keys), each fact's
+    proof (``evidence``: an empty list = read from the absence of any such event), and the
+    size of each frame the verdict may show."""
+
+    figures: dict[str, Any]
+    program: dict[str, Any]
+    evidence: dict[str, list[Proof]]
+    frames: dict[str, int]
+    replay: Optional[dict[str, Any]] = None   # the top-level replay less its critical-path segments
 
 
 class AnalyzeTrace(_S, kw_only=True):
@@ -740,6 +780,7 @@ class AnalyzeTrace(_S, kw_only=True):
     steady_state: Optional[SteadyState] = None
     parallelism: Optional[Parallelism] = None
     replay: Optional[Replay] = None
+    facts: Optional[Facts] = None
     verdict: Verdict
 
 
@@ -927,10 +968,10 @@ class VerdictChange(_S):
     changed: bool
 
 
-class Proof(_S):
+class LeverProof(_S):
     """Promised vs realised for the lever(s) the two programs show pulled (diffs/proof.py)."""
 
-    levers: list[str]           # whatif models (verdict/whatif.py) applied to BEFORE's replay
+    levers: list[str]           # what-if models (passes/replay/whatif.py) applied to BEFORE
     evidence: list[str]         # what changed between the traces, one line per lever
     promised_ns: Optional[int]  # per step: replay(BEFORE) - replay(BEFORE with the levers)
     realised_ns: Optional[int]  # per step (per sample x BEFORE's batch when it changed)
@@ -969,7 +1010,7 @@ class DiffPair(_S):
     per_sample: Optional[Delta]  # step time (or per-iteration time) / batch size
     warnings: list[str]         # why the two sides' figures are not like for like
     kernels: KernelChanges
-    proof: Optional[Proof] = None   # promised vs realised for the lever that changed (traces)
+    proof: Optional[LeverProof] = None   # promised vs realised for the lever that changed
 
 
 class Unmatched(_S):

@@ -203,7 +203,7 @@ def _with_layout(job: dict, results: list) -> dict:
 def _layout_of(job: dict, results: list) -> dict:
     """``passes/parallelism.job_parallelism`` of the job's ranks (matched by path)."""
     from ..passes.parallelism import job_parallelism
-    from ..verdict.figures import job_levers
+    from ..verdict.parallel import job_levers
 
     path_rank = {str(p): int(r) for r, p in job.get("paths", {}).items()}
     layout = job_parallelism({path_rank[str(a.meta.path)]: a.parallelism for a in results

@@ -3,7 +3,7 @@
 ``traceread diff BEFORE AFTER`` finds the lever(s) that changed between the two programs
 from the traces' own evidence (``changed``: DataLoader workers appeared, the syncs per step
 fell, CUDA graphs are replayed, the optimizer became fused, empty_cache() went, ...),
-prices exactly that change on BEFORE's replayed step graph (verdict/whatif.py: the
+prices exactly that change on BEFORE's replayed step graph (passes/replay/whatif.py: the
 models, combined when several levers changed, with the change's own parameters -- the
 batch factor, the workers) and sets it beside the measured step difference:
 
@@ -144,7 +144,7 @@ def proof(before, after, d) -> dict | None:
     """{"levers": [model ids], "evidence": [...], "promised_ns", "realised_ns", "basis":
     "replay" | "bound", "error_pct", "refused"} for the diff ``d`` of two analyses; None
     when no lever's evidence changed."""
-    from ..verdict.whatif import facts_from_analysis, graph_of, replay_levers
+    from ..passes.replay.whatif import facts_from_analysis, graph_of, replay_models
 
     ch = changed(signature(before), signature(after), d.batch)
     if not ch:
@@ -156,7 +156,7 @@ def proof(before, after, d) -> dict | None:
            "promised_ns": None, "basis": None, "refused": {}}
     graph, why = graph_of(before)
     if graph is not None:
-        r = replay_levers(graph, facts_from_analysis(before), ids, params)
+        r = replay_models(graph, facts_from_analysis(before), ids, params)
         out.update(promised_ns=r["saves_ns"], basis="replay", refused=r["refused"],
                    replay_before_ns=r["before_ns"], replay_after_ns=r["after_ns"])
         n = r["params"].get("workers", {}).get("workers")
@@ -185,9 +185,9 @@ def _realised(d) -> int | None:
 
 def _bound(a, ids: list[str]) -> int | None:
     """The before-verdict's largest per-step saving among the levers these models price."""
-    from ..verdict.whatif import BY_ID
+    from ..verdict.whatif import levers_of
 
-    levers = {lv for m in ids for lv in BY_ID[m].levers}
+    levers = {lv for m in ids for lv in levers_of(m)}
     got = [x.get("saves_per_step_ns") for x in (a.verdict or {}).get("actions", [])
            if x["id"] in levers and x.get("saves_per_step_ns") is not None]
     return max(got) if got else None

@@ -1,31 +1,15 @@
-"""When the GPU is busy, busy doing what -- and which lever would shorten it.
+"""When the GPU is busy, busy doing what -- and the figures the busy-time levers read.
 
 ``busy_breakdown`` splits GPU-op time (summed durations, like ``nsys stats``)
 into work classes, refining ``kernel_classes``: GEMMs/convolutions are split
 into tensor-core and FP32 SIMT ones (``sgemm``, ``*_ffma_*``, ``*simt*``,
 ``gemv``, cuDNN ``scudnn``, and ``<float>``-templated kernels without a
-tensor-core marker such as cuDNN's ``dgrad_engine<float,...>``). It also reports the short kernels (< 5 us,
-launch-dominated) and the achieved bandwidth of each copy direction, and
-estimates what each lever would save, with a deliberately simple what-if
-model (each estimate says its assumption):
-
-* **TF32** (``torch.backends.cuda.matmul.allow_tf32 = True`` /
-  ``torch.set_float32_matmul_precision('high')``) when FP32 SIMT GEMMs run:
-  their time x (1 - fp32 peak / tf32 peak) -- the GEMMs keep the same
-  fraction of the (higher) tensor-core peak.
-* **bf16 autocast** (fp16 on devices without bf16, e.g. V100/T4) when the
-  matmuls are fp32/TF32 (op dtypes, or f32 kernel names): SIMT GEMM time x
-  (1 - fp32 peak / bf16 peak) + TF32 GEMM time x (1 - tf32 peak / bf16 peak).
-  TF32 and autocast are alternatives for the same GEMMs: do not add them up.
-  Unknown devices use fp32 : tf32 : bf16 = 1 : 4 : 8.
-* **SDPA / flash attention** when attention is unfused (softmax kernels run
-  and no fused attention kernel does): the softmax time, which a fused
-  kernel never writes to memory (a lower bound: the bmm's traffic goes too).
-* **channels_last** when cuDNN converts layouts (``nchwToNhwc`` kernels): the
-  conversion time.
-* **torch.compile** when elementwise + reduction/norm kernels take over a
-  quarter of the busy time: half of that time (fusion typically halves the
-  memory traffic of chains of pointwise ops).
+tensor-core marker such as cuDNN's ``dgrad_engine<float,...>``). It also reports the short
+kernels (< 5 us, launch-dominated) and the achieved bandwidth of each copy direction, and
+measures what the busy-time levers read (``figures``: GEMM time by the math its kernels run,
+softmax and layout-conversion time, the device's peaks). The levers themselves -- TF32,
+bf16 autocast, SDPA, channels_last, torch.compile -- and their saving models are judgement:
+verdict/busy.py.
 """
 from __future__ import annotations
 
@@ -97,7 +81,8 @@ def _gpu_rows(ev: pd.DataFrame, window: tuple[int, int] | None) -> np.ndarray:
 
 def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
                    meta=None) -> dict:
-    """Busy time by class, short kernels, copy bandwidth and levers with savings.
+    """Busy time by class, short kernels, copy bandwidth, and the figures the busy-time
+    levers read (``figures``, taken out by utilization.py into the facts record).
 
     ``window``: (start, end) ns on the trace clock (ops starting inside count);
     ``op_dtypes``: the ``flops.op_flops`` table, to know the matmul dtype.
@@ -107,10 +92,10 @@ def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
     dur = ev["dur"].to_numpy(np.int64).take(rows)
     total = int(dur.sum())
     out: dict = {"busy_ns": total, "classes": [], "small_kernels": None, "copies": [],
-                 "levers": []}
+                 "figures": None}
     if not total:
         return out
-    # classes and levers are decided once per (name, kind), not per event
+    # classes and lever figures are decided once per (name, kind), not per event
     pairs = gpu_op_pairs(ev, rows)
     pairs["cls"] = _pair_classes(pairs)
     by = pairs.groupby("cls")[["ns", "count"]].sum()
@@ -128,7 +113,7 @@ def busy_breakdown(trace, window: tuple[int, int] | None = None, op_dtypes=None,
     # name -> class for occupancy.py (popped by utilization: not part of the JSON)
     out["kernel_class"] = dict(zip(pairs.loc[pairs["kind"] == "kernel", "name"],
                                    pairs.loc[pairs["kind"] == "kernel", "cls"]))
-    out["levers"] = _levers(pairs.rename(columns={"ns": "dur"}), total, meta, op_dtypes)
+    out["figures"] = _busy_figures(pairs.rename(columns={"ns": "dur"}), total, meta, op_dtypes)
     return out
 
 
@@ -176,59 +161,24 @@ def gemm_precision(name: str) -> str:
 _FP64 = re.compile(r"dgemm|\bdouble\b|_f64|fp64|d884|dmma", re.I)
 
 
-def _lever(name: str, why: str, saving: float, total: int, assumption: str) -> dict:
-    return {"lever": name, "why": why, "saving_ns": int(saving),
-            "saving_pct_of_busy": 100.0 * saving / total, "assumption": assumption}
-
-
-def _levers(by_name: pd.DataFrame, total: int, meta, op_dtypes) -> list[dict]:
+def _busy_figures(by_name: pd.DataFrame, total: int, meta, op_dtypes) -> dict:
+    """What the busy-time levers (verdict/busy.py) read: busy ns per class, the GEMM time by
+    the math its kernels run, whether the matmul ops are fp32, the softmax and layout-
+    conversion kernels' time, and the device's peaks."""
     t = by_name.groupby("cls")["dur"].sum().to_dict()
     t = {c: int(t.get(c, 0)) for c in BUSY_CLASSES}
     names, dur, cls = (by_name[c].to_numpy() for c in ("name", "dur", "cls"))
     caps = device_caps(meta)
     p, src = _precisions(caps)
-    levers = []
     prec = [gemm_precision(n) if c in ("gemm_simt", "gemm_tensor") else None
             for n, c in zip(names, cls)]
-    # only GEMMs whose kernels run fp32 math: an fp16 gemv or a dgemm is no TF32 candidate
-    simt = int(sum(d for d, q in zip(dur, prec) if q == "fp32"))
-    f32_tc = int(sum(d for d, q in zip(dur, prec) if q == "tf32"))
-    if simt > 0.05 * total and p["tf32"]:
-        levers.append(_lever(
-            "tf32", f"FP32 SIMT GEMMs (sgemm/ffma kernels) take {100 * simt / total:.0f}% "
-            "of GPU busy time", simt * (1 - p["fp32"] / p["tf32"]), total,
-            f"GEMMs run at the same fraction of the TF32 peak ({src}); "
-            "torch.set_float32_matmul_precision('high')"))
     fp32_ops = op_dtypes is not None and len(op_dtypes) > 0 and \
         bool((op_dtypes["dtype"] == "fp32").mean() > 0.5)
-    simt_f32 = simt if (fp32_ops or not p["tf32"]) else 0
-    lowp_saving = simt_f32 * (1 - p["fp32"] / p["lowp"]) if p["lowp"] else 0
-    if p["tf32"] and p["lowp"]:
-        lowp_saving += f32_tc * (1 - p["tf32"] / p["lowp"])
-    if (simt_f32 + f32_tc) > 0.1 * total and lowp_saving > 0:
-        dt = p["lowp_dtype"]
-        how = ("torch.autocast('cuda', dtype=torch.bfloat16)" if dt == "bf16" else
-               "torch.autocast('cuda', dtype=torch.float16) with a torch.amp.GradScaler when "
-               f"training ({caps['name'] or 'this device'} has no fast bf16)")
-        levers.append(_lever(
-            f"{dt}_autocast", f"fp32/TF32 matmuls take {100 * (simt_f32 + f32_tc) / total:.0f}% "
-            "of busy time", lowp_saving, total,
-            f"matmuls at the same fraction of the {dt} peak ({src}); {how}"))
-    softmax = int(sum(d for d, n in zip(dur, names) if _SOFTMAX.search(scan_name(n))))
-    if softmax > 0.02 * total and t["attention"] == 0:
-        levers.append(_lever(
-            "sdpa", "attention is unfused: softmax kernels run and no fused attention kernel does",
-            softmax, total, "a fused kernel (F.scaled_dot_product_attention) never materialises "
-            "the scores: at least the softmax time goes"))
-    layout = int(sum(d for d, n in zip(dur, names) if _LAYOUT.search(scan_name(n))))
-    if layout > 0.02 * total:
-        levers.append(_lever(
-            "channels_last", "cuDNN converts NCHW<->NHWC around the convolutions", layout, total,
-            "model.to(memory_format=torch.channels_last) removes the conversions"))
-    pointwise = t["elementwise"] + t["reduction"]
-    if pointwise > 0.25 * total:
-        levers.append(_lever(
-            "torch_compile", f"elementwise/reduction kernels take {100 * pointwise / total:.0f}% "
-            "of busy time", pointwise * 0.5, total,
-            "fusing pointwise chains halves their memory traffic (torch.compile)"))
-    return sorted(levers, key=lambda x: -x["saving_ns"])
+    # only GEMMs whose kernels run fp32 math: an fp16 gemv or a dgemm is no TF32 candidate
+    return {"busy_ns": int(total), "class_ns": t,
+            "fp32_gemm_ns": int(sum(d for d, q in zip(dur, prec) if q == "fp32")),
+            "tf32_gemm_ns": int(sum(d for d, q in zip(dur, prec) if q == "tf32")),
+            "fp32_ops": fp32_ops,
+            "softmax_ns": int(sum(d for d, n in zip(dur, names) if _SOFTMAX.search(scan_name(n)))),
+            "layout_ns": int(sum(d for d, n in zip(dur, names) if _LAYOUT.search(scan_name(n)))),
+            "peaks": p, "peak_source": src, "device": caps["name"]}

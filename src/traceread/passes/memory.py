@@ -10,7 +10,8 @@ From both formats, the device allocation API calls (``cudaMalloc``,
 steady training loop the caching allocator should not call them at all, so
 calls after the first step point at ``torch.cuda.empty_cache()`` in the loop,
 or at an allocator that runs out of cached blocks (fragmentation / near
-capacity: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``).
+capacity: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``; the levers that say so are
+verdict/busy.py's ``memory_levers``).
 """
 from __future__ import annotations
 
@@ -50,13 +51,14 @@ def alloc_calls(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def memory_summary(trace, steps: pd.DataFrame | None = None, meta=None) -> dict:
-    """Allocator peaks/churn per device and step, allocation API cost, and the levers."""
+    """Allocator peaks/churn per device and step, and the allocation API's cost (the
+    allocator levers that read them: verdict/busy.py)."""
     from .steps import assign_steps
 
     ev = events_of(trace)
     mem = _mem_rows(ev)
     out: dict = {"has_memory_events": bool(len(mem)), "note": None, "devices": [],
-                 "steps": None, "api": None, "levers": []}
+                 "steps": None, "api": None}
     have_steps = steps is not None and len(steps) > 0 and "start" in steps
     if len(mem):
         out["devices"] = _per_device(mem, _capacity(meta if meta is not None else
@@ -69,7 +71,6 @@ def memory_summary(trace, steps: pd.DataFrame | None = None, meta=None) -> dict:
     calls = alloc_calls(ev)
     first_end = int(steps["end"].min()) if have_steps else None
     out["api"] = _api(calls, first_end, steps if have_steps else None)
-    out["levers"] = _levers(out)
     return out
 
 
@@ -169,46 +170,3 @@ def _api(calls: pd.DataFrame, first_step_end: int | None, steps) -> dict:
                                    "frees": int((inside & calls["free"]).sum()),
                                    "ns": int(calls.loc[inside, "dur"].sum())}
     return rec
-
-
-def _levers(s: dict) -> list[dict]:
-    api = s["api"] or {}
-    late = api.get("after_first_step")
-    levers = []
-    if late and late["count"]:
-        if late["frees"]:
-            levers.append({
-                "lever": "no_empty_cache_in_loop",
-                "why": f"{late['frees']} device free call(s) after the first step "
-                       f"({late['ns'] / 1e6:.1f} ms of allocation API time)",
-                "saving_ns": late["ns"],
-                "advice": "the caching allocator is handing memory back every step: drop "
-                          "torch.cuda.empty_cache() / gc-triggered frees from the loop; if "
-                          "it is not called, the cache runs dry (see fragmentation)"})
-        else:
-            levers.append({
-                "lever": "allocator_growth",
-                "why": f"{late['count']} device allocation call(s) after the first step",
-                "saving_ns": late["ns"],
-                "advice": "memory keeps growing across steps (varying shapes?): pad to fixed "
-                          "shapes or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"})
-    for d in s["devices"]:
-        cap, r, a = d.get("capacity"), d["peak_reserved"], d["peak_allocated"]
-        if not r or a is None:
-            continue
-        if r > 0 and d["device"] >= 0 and (r - a) > 0.25 * r and (late or {}).get("count"):
-            levers.append({
-                "lever": "expandable_segments",
-                "why": f"device {d['device']}: {100 * (r - a) / r:.0f}% of reserved memory unused "
-                       "at the peak while the allocator still calls the driver (fragmentation)",
-                "saving_ns": 0,
-                "advice": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"})
-        if cap and r > 0.9 * cap and (late or {}).get("count"):  # vLLM reserves 90% by design
-            levers.append({
-                "lever": "near_capacity",
-                "why": f"device {d['device']}: reserved peak {r / 2**30:.1f} GiB of "
-                       f"{cap / 2**30:.1f} GiB",
-                "saving_ns": 0,
-                "advice": "close to the memory limit: allocator retries (cudaFree + cudaMalloc) "
-                          "are likely; reduce batch / activation memory (checkpointing)"})
-    return levers

@@ -1,7 +1,7 @@
 """The job's parallel layout (DDP, FSDP, TP, PP, EP) and each strategy's own losses.
 
 A pure function of the event table, the trace's ``distributedInfo`` and the program context
-(``verdict/program.py``). Every strategy names the event that proves it; docs/parallelism.md
+(``passes/program.py``). Every strategy names the event that proves it; docs/parallelism.md
 gives each rule and formula.
 
 * comm calls: host rows whose name is a c10d / gloo / nccl call (``c10d::send``,

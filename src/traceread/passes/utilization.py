@@ -1,9 +1,10 @@
-"""How well the GPU is used when it is busy: FLOPs/MFU, work classes and levers, memory.
+"""How well the GPU is used when it is busy: FLOPs/MFU, work classes, occupancy, memory.
 
 One entry point for ``analysis.py``: ``utilization(trace, steps)`` runs
 ``flops.mfu_summary``, ``busy.busy_breakdown``, ``occupancy.occupancy_summary`` and
-``memory.memory_summary``
-over the same steps (the analysis window) and returns their dicts.
+``memory.memory_summary`` over the same steps (the analysis window) and returns their dicts.
+The levers on them and the GPU-bound headline are the verdict's (verdict/busy.py), from
+the facts record.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from .peaks import device_caps
 
 def utilization(trace, steps: pd.DataFrame | None = None, peak_tflops: float | None = None,
                 events: pd.DataFrame | None = None) -> dict:
-    """{"mfu": ..., "busy": ..., "occupancy": ..., "memory": ...}.
+    """{"mfu": ..., "busy": ..., "occupancy": ..., "memory": ..., "busy_figures": ...}
+    (``busy_figures``: what the busy-time levers read, for the facts record; not JSON).
 
     ``steps``: the analysed steps (start/end/step; None or the whole-trace pseudo
     step: the whole trace); ``events``: the analysed slice of ``trace.events``.
@@ -30,12 +32,12 @@ def utilization(trace, steps: pd.DataFrame | None = None, peak_tflops: float | N
     mfu = flops.mfu_summary(ev, st, peak_tflops, meta=meta, ops=ops)
     b = busy.busy_breakdown(ev, window, ops, meta=meta)
     classes = b.pop("kernel_class", None) or {}
+    figures = b.pop("figures", None)
     if ops is not None and len(ops):
         _uncounted(mfu, flops.uncounted_matmuls(ev, ops, classes, window), b["busy_ns"])
     out = {"mfu": mfu, "busy": b,
            "occupancy": occupancy.occupancy_summary(ev, window, device_caps(meta), classes),
-           "memory": memory.memory_summary(ev, st, meta=meta)}
-    out["headline"] = headline(out)
+           "memory": memory.memory_summary(ev, st, meta=meta), "busy_figures": figures}
     return out
 
 
@@ -62,29 +64,3 @@ def _window(steps: pd.DataFrame) -> tuple[int, int]:
     if "gpu_end" in steps:
         end = max(end, int(steps["gpu_end"].max()))
     return int(steps["start"].min()), end
-
-
-def headline(u: dict) -> str:
-    """One sentence for a GPU-bound verdict: how well the GPU is used and the top lever."""
-    bits = []
-    m = u.get("mfu") or {}
-    if m.get("mfu") is not None and m.get("peak_tflops") and m.get("flops"):
-        bits.append(f"MFU {100 * m['mfu']:.1f}% of {m['peak_tflops']:g} TFLOP/s {m['dtype']}"
-                    + (f" ({m['device']})" if m.get("device") else ""))
-    elif m.get("has_shapes") is False:
-        bits.append("no shapes recorded (record_shapes=True gives MFU)")
-    b = u.get("busy") or {}
-    share = {c["class"]: c["pct"] for c in b.get("classes") or []}
-    gemm = share.get("gemm_tensor", 0.0) + share.get("gemm_simt", 0.0)
-    if gemm:
-        bits.append(f"GEMMs {gemm:.0f}% of busy time, {share.get('gemm_tensor', 0.0):.0f}% "
-                    "on tensor cores")
-    under = (u.get("occupancy") or {}).get("underfilled")
-    if under:
-        bits.append(f"busy but under-filled: {under['sm_idle_pct']:.0f}% of kernel time leaves "
-                    "SMs empty (grids smaller than the SM count)")
-    levers = b.get("levers") or []
-    if levers:
-        top = levers[0]
-        bits.append(f"top lever {top['lever']} (~{top['saving_pct_of_busy']:.0f}% of busy time)")
-    return "; ".join(bits)

@@ -163,11 +163,16 @@ def _actions(v: dict) -> str:
     """The verdict's one ranked to-do list -- the same items, order and words as the text
     report (render/text.py action_gain): the first TODO_ROWS, the rest folded, then the
     unranked diagnostics."""
+    from ..verdict.because import because_text
     from .text import TODO_ROWS, TODO_TITLE, action_gain
+
+    def why(x: dict) -> str:   # a tooltip: the page keeps its height (charts above the fold)
+        text = because_text(x.get("because") or [])
+        return f" title='because: {escape(text)}'" if text else ""
 
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
     if acts:
-        items = [f"<li>{escape(str(x.get('lever', '')))} <span class='meta'>"
+        items = [f"<li{why(x)}>{escape(str(x.get('lever', '')))} <span class='meta'>"
                  f"[{escape(str(x.get('cost', '')))}]</span><br><span class='meta'>"
                  f"{escape(action_gain(x, acts[i - 1] if i else None))}</span></li>"
                  for i, x in enumerate(acts)]

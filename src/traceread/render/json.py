@@ -64,7 +64,22 @@ def analysis_to_dict(a) -> dict[str, Any]:
         "steady_state": _py(getattr(a, "steady_state", None)),
         "parallelism": _py(getattr(a, "parallelism", None)),
         "replay": _py(getattr(a, "replay", None)),
+        "facts": _facts(getattr(a, "facts", None)),
     }
+
+
+def _facts(f) -> dict | None:
+    """The facts record the verdict was judged on (passes/facts.py): figures, program facts,
+    their evidence, the frames' sizes."""
+    if f is None:
+        return None
+    d = f.to_dict()
+    r = d.get("replay")
+    if isinstance(r, dict) and isinstance(r.get("critical_path"), dict):
+        # the segments are drawn from the top-level replay: not twice in the document
+        d["replay"] = {**r, "critical_path": {k: v for k, v in r["critical_path"].items()
+                                              if k != "segments"}}
+    return _py(d)
 
 
 def utilization_dict(u: dict | None) -> dict | None:

@@ -398,9 +398,16 @@ def _critical_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
     if not segs:
         return []
     pid, tid = tracks.tid("traceread · critical path", "what held each step")
-    return [_slice(clock, pid, tid, f"{x['label']}: {x['name']}", int(x["start_ns"]),
-                   int(x["end_ns"]), {"label": x["label"], "lane": x["lane"], "step": x["step"]})
-            for x in segs]
+    segs = sorted(segs, key=lambda x: (int(x["start_ns"]), int(x["end_ns"])))
+    out = []
+    for i, x in enumerate(segs):
+        s, e = int(x["start_ns"]), int(x["end_ns"])
+        nxt = int(segs[i + 1]["start_ns"]) if i + 1 < len(segs) else None
+        if nxt is not None and e >= nxt and nxt - s > 1:
+            e = nxt - 1   # 1 ns apart: a viewer's float microseconds never overlap them
+        out.append(_slice(clock, pid, tid, f"{x['label']}: {x['name']}", s, e,
+                          {"label": x["label"], "lane": x["lane"], "step": x["step"]}))
+    return out
 
 
 def _verdict_event(a, clock: _Clock, tracks: _Tracks) -> list[str]:

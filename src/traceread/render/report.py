@@ -6,6 +6,7 @@ import re
 import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES, waited_summary
+from ..verdict.because import because_text
 from ..verdict.bounds import TITLE
 from . import safe
 from .fmt import WIDTH, fit, fit_list, plural, short_name, tail_lines
@@ -143,6 +144,9 @@ def todo_lines(v: dict) -> list[str]:
             gain = action_gain(x, acts[i - 2] if i > 1 else None)
             if gain:
                 lines += tail_lines("       ", gain)
+            why = because_text(x.get("because") or [])
+            if why:
+                lines += tail_lines("       ", f"because: {why}")
     else:
         lines += [f"    {i}. {lv}" for i, lv in enumerate(v.get("levers", [])[:TODO_ROWS], 1)]
     more = max(len(acts), len(v.get("levers", []))) - TODO_ROWS

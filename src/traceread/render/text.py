@@ -196,6 +196,8 @@ def replay_lines(r: dict | None) -> list[str]:
     if not r:
         return []
     if not r.get("replayable"):
+        if str(r.get("reason", "")).startswith("no GPU work"):   # a CPU-only trace: nothing to say
+            return []
         return ["", f"Replay: not replayable -- {r.get('reason')}; savings are bounds"]
     worst = r.get("max_error_pct")
     sampled = f" (sampled: {r['steps_replayed']} of {r['steps_total']} steps)" \

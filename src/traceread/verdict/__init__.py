@@ -1,21 +1,23 @@
 """The verdict: which bound the GPU is under, which levers to pull, and what each saves.
 
-One place for every rule that judges (docs/analysis.md, "Where a new lever goes"):
+One place for every rule that judges (docs/analysis.md, "Where a new lever goes"), and it
+judges from one window's facts record (``passes/facts.py``: ``WindowFacts``) alone:
 
 * ``bounds.py``   -- the causes and verdicts, their titles and what each means;
-* ``scores.py``   -- each cause's score from the labelled gaps, the bound, the what-if model;
+* ``scores.py``   -- each cause's score from the record's cause figures, the bound, the
+  what-if model;
 * ``levers.py``   -- the lever table: each lever's text, cost, saving model and predicates;
-* ``context.py``, ``program.py`` -- what the trace already does (the predicates read it);
-* ``figures.py``  -- the other figures the predicates read, from the passes' results;
+* ``busy.py``     -- the busy-time and allocator levers and the GPU-use headline;
+* ``parallel.py`` -- the parallelism rows of a whole job's layout;
 * ``steady.py``   -- what the verdict says of a window that is not the steady state;
-* ``decision.py`` -- ``decide``: all of the above over one analysed window.
+* ``decision.py`` -- ``decide``: all of the above over one window's facts.
 
-The passes (``passes/``) compute facts from the event table and never import this package.
-``analysis.py`` runs ``trace_context`` beside the other passes and then calls ``decide``.
+The passes (``passes/``) compute the facts and never import this package; this package
+imports nothing from ``passes/`` but the record (``passes.facts``) and the step replay
+(``passes.replay``). ``analysis.py`` builds the record, then calls ``decide``.
 """
 from __future__ import annotations
 
-from .context import trace_context
-from .decision import decide
+from .decision import decide, utilization_levers
 
-__all__ = ["decide", "trace_context"]
+__all__ = ["decide", "utilization_levers"]

@@ -5,9 +5,9 @@ table in verdict/levers.py.
 """
 from __future__ import annotations
 
-# The causes that explain lost GPU time, in tie-break order.
-CAUSES = ("data", "copy", "sync", "launch", "host", "comms", "compile", "graph_capture",
-          "queued")
+# The causes that explain lost GPU time, in tie-break order (the passes measure each one's
+# share of the idle time: passes/causes.py, a figure of the facts record).
+from ..passes.facts import CAUSES
 # Every verdict: a cause above, or one of these (cold_start / jit: passes/steady.py).
 VERDICTS = CAUSES + ("gpu", "mixed", "unknown", "cpu_only", "cold_start", "jit")
 COST_ORDER = {"free": 0, "code": 1, "infra": 2}

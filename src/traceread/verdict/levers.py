@@ -881,7 +881,9 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
                 "saves_ns": ns, "basis": None if ns is None else "bound"}
         if rep is not None:   # the projected step from the replay, in the measured frame
             from .whatif import lever_price, projected
-            item.update(basis="replay", projected_step_ns=projected(ctx, lever_price(ctx, lv.id)))
+            from .whatif import MODEL_OF
+            item.update(basis="replay", projected_step_ns=projected(ctx, lever_price(ctx, lv.id)),
+                        model=MODEL_OF[lv.id])
         items.append(item)
     return _rank(_cap_bounds(items), gpu_bound(ctx))
 

@@ -2,7 +2,8 @@
 
 Lost GPU time = idle time in the analysed window + exposed communication (comm
 kernels with no compute beside them) + exposed copies (host<->device memcpy with
-no compute beside them). Each cause gets a score in ns (``cause_parts``):
+no compute beside them). Each cause gets a score in ns (``passes/causes.cause_parts``,
+a figure of the facts record):
 
 * ``data``    -- idle time the launch threads spent in the DataLoader;
 * ``compile`` -- idle time inside dynamo/inductor compilation;
@@ -36,11 +37,8 @@ cause's "pin" lever saves only the time beyond pinned bandwidth.
 """
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-
-from ..passes.attribution import SHORT_GAP_NS, is_sync_drained, queued_ns, sync_share
 from . import levers as L
+from .because import because
 from .bounds import CAUSES, TITLE, WHAT
 
 GPU_BOUND_LOST = 0.10
@@ -51,96 +49,24 @@ LEAD_RATIO = 1.5
 UNKNOWN_SHARE = 0.50
 MIN_ACTION_SHARE = 0.01       # causes worth < 1% of the window get no lever of their own
 
-HOST_PARTS = ("cpu_op", "python", "alloc")
-
-
-def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool = True) -> dict:
-    """ns of idle time per cause (+ ``unexplained``, ``alloc``) from the labelled gaps.
-
-    Untraced time counts as launch overhead in short gaps when launch calls were
-    traced, and as host work in long gaps when host activity was traced; else it
-    is unexplained. A gap drained by a sync counts as ``sync`` only up to the GPU
-    work queued since the previous sync (``sync_share``): without the sync the host's
-    work after it could have overlapped that much and no more; the rest of the gap
-    is whatever the host did (a 15 ms Python tail after a 0.4 ms step is host time).
-    Allocator time in a drained gap is never the sync's (cudaFree synchronizes itself).
-    Queued time (``queued_ns``: the GPU sat with the gap's closing op already launched) is
-    its own cause, ``queued``; host causes count only the host's part of each gap (the
-    categories of the queued part, ``qcpu_<category>``, are taken out).
-    """
-    out = {c: 0 for c in CAUSES}
-    out.update(unexplained=0, alloc=0, wait=0)
-    if not len(gaps):
-        return out
-    n = len(gaps)
-    dur = gaps["duration"].to_numpy(np.int64)
-    # the queued part of a gap is no host cause's: each category keeps the host's part only
-    qn = queued_ns(gaps)
-    cols = {c: _col(gaps, f"cpu_{c}") - _col(gaps, f"qcpu_{c}") for c in _CPU_COLS}
-    sync = is_sync_drained(gaps)
-    # 1 where the whole gap is the sync's, 0 if none (analysis stores the capped share)
-    f = gaps["sync_share"].to_numpy(float) if "sync_share" in gaps else sync_share(gaps)
-    short = dur <= SHORT_GAP_NS
-
-    def part(c, m, w=None):
-        v = cols[c][m] if w is None else cols[c][m] * w[m]
-        return int(np.rint(v.sum()))
-
-    rest = 1.0 - f                           # the share of each gap left to the host's causes
-    whole = np.ones(n)
-    out["queued"] = int(qn.sum())
-    out["data"] = part("dataloader", whole > 0)
-    out["compile"] = part("compile", whole > 0)
-    out["graph_capture"] = part("graph_capture", whole > 0)
-    out["comms"] = part("comm_wait", whole > 0)
-    # every launch thread waiting, on nothing traced: unexplained, and said to be a wait
-    out["wait"] = part("wait", whole > 0)
-    out["unexplained"] += out["wait"]
-    # allocator calls are never the sync's: cudaFree synchronizes on its own, so removing
-    # the .item() before an empty_cache() saves none of it
-    w = {c: (whole if c == "alloc" else rest) for c in _CPU_COLS}
-    out["sync"] = sum(part(c, sync, f) for c in _HOST_ALL if c != "alloc") \
-        + part("sync", ~sync) + part("sync", sync, rest)
-    out["launch"] = sum(part(c, short, w[c]) for c in ("alloc", "launch", "cpu_op", "python")) \
-        + part("launch", ~short, rest)
-    if api_traced:
-        out["launch"] += part("untraced", short, rest)
-    else:
-        out["unexplained"] += part("untraced", short, rest)
-    out["host"] = sum(part(c, ~short, w[c]) for c in HOST_PARTS)
-    out["alloc"] = part("alloc", ~short, whole)
-    untraced = part("untraced", ~short, rest)
-    if host_traced:
-        out["host"] += untraced
-        out["host_untraced"] = untraced
-    else:
-        out["unexplained"] += untraced
-    return out
-
-
-def _col(gaps: pd.DataFrame, name: str) -> np.ndarray:
-    return gaps[name].to_numpy(np.int64) if name in gaps else np.zeros(len(gaps), np.int64)
-
-
-_CPU_COLS = ("dataloader", "compile", "graph_capture", "comm_wait", "sync", "alloc", "launch",
-             "wait", "cpu_op", "python", "untraced")
-_HOST_ALL = ("sync", "alloc", "launch", "cpu_op", "python", "untraced")
-
 
 def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
            exposed_comm_ns: int = 0, copy: dict | None = None, ctx: dict | None = None,
-           extra_evidence: dict | None = None) -> dict:
+           extra_evidence: dict | None = None, facts_evidence: dict | None = None) -> dict:
     """{"bound", "summary", "evidence", "levers", "actions", "diagnostics", "what_if"}.
 
-    ``parts``: ``cause_parts`` output; ``copy``: ``copies.copy_summary`` output;
+    ``parts``: ``passes.causes.cause_parts`` output; ``copy``: ``copies.copy_summary`` output;
     ``ctx``: what the trace already does (``context``), the busy-time levers and the step
     figures -- the lever table (levers.py) reads it. ``actions`` is the one ranked
     to-do list (every offered lever with its saving); ``levers`` its texts, same order.
+    ``facts_evidence``: the facts record's evidence, for each action's ``because``.
     """
     ev = dict(extra_evidence or {})
+    proofs = facts_evidence or {}
     ctx = dict(ctx or {})
     if not has_gpu:
-        return _out("cpu_only", "no GPU operations in this trace", ev, _unpriced("cpu_only", ctx))
+        return _out("cpu_only", "no GPU operations in this trace", ev,
+                    _unpriced("cpu_only", ctx, proofs))
     copy = copy or {}
     exposed_copy = int(copy.get("exposed_ns", 0))
     lost = int(idle_ns) + int(exposed_comm_ns) + exposed_copy
@@ -191,9 +117,9 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
         ev["startup_calls"] = [{"name": n, "ns": int(ns)} for n, ns in ctx["startup"]["calls"]]
     if bound == "gpu":
         _tensor_core_evidence(ev, ctx)
-    actions = _actions(sc, parts or {}, copy, ctx, window_ns)
+    actions = _actions(sc, parts or {}, copy, ctx, window_ns, proofs)
     if bound == "unknown":
-        actions = _unpriced("waiting" if "waiting_ns" in ev else "unknown", ctx) + actions
+        actions = _unpriced("waiting" if "waiting_ns" in ev else "unknown", ctx, proofs) + actions
     out = _out(bound, summary, ev, actions, what_if)
     if "waiting_ns" in ev:
         out["title"] = WAITING_TITLE
@@ -231,9 +157,10 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
             "saves_per_step_ns": per_step, "projected_step_ns": proj}
 
 
-def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> list[dict]:
+def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
+             proofs: dict | None = None) -> list[dict]:
     """The ranked to-do list: every lever the table offers (levers.offered), with its saving
-    per step and projected step."""
+    per step and projected step, and ``because``: the facts that made it apply."""
     items = L.offered(sc, parts, copy, ctx, MIN_ACTION_SHARE * window_ns, CAUSES)
     busy = ctx.get("busy_levers") or {}
     culprits = ctx.get("culprits") or {}
@@ -250,15 +177,39 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int) -> li
         gain = _gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx, window_ns)
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
             gain["projected_step_ns"] = x["projected_step_ns"]
-        out.append({**x, **gain, "culprit": culprit or ""})
+        priced = ("replay_levers." + x["model"], gain["saves_per_step_ns"]) \
+            if x.get("basis") == "replay" else _priced(lv, sc, busy)
+        out.append({**{k: v for k, v in x.items() if k != "model"}, **gain,
+                    "culprit": culprit or "", "because": because(lv, ctx, proofs or {}, priced)})
     return out
 
 
-def _unpriced(cause: str, ctx: dict) -> list[dict]:
+def _priced(lv, sc: dict, busy: dict) -> tuple[str, object] | None:
+    """The figure a lever's saving stands on: its busy-time lever's evidence, or the score of
+    the cause it saves."""
+    if lv.saves == "busy":
+        return f"busy_levers.{lv.busy}", (busy.get(lv.busy) or {}).get("why", "")
+    if lv.saves in L.CAUSE_PRICED:
+        return f"cause_ns.{lv.cause}", int(sc.get(lv.cause, 0))
+    return None
+
+
+def _unpriced(cause: str, ctx: dict, proofs: dict | None = None) -> list[dict]:
     """The table's levers for a verdict with no cause to price (cpu_only, unknown)."""
     return [{"id": lv.id, "lever": lv.words(ctx), "cost": lv.cost, "cause": cause,
              "saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
-             "projected_step_ns": None, "culprit": ""} for lv in L.rows(cause, ctx)]
+             "projected_step_ns": None, "culprit": "",
+             "because": because(lv, ctx, proofs or {}, _unpriced_fact(cause, ctx))}
+            for lv in L.rows(cause, ctx)]
+
+
+# what makes a verdict with no cause to price: no GPU op; the host not traced
+_UNPRICED_FACT = {"cpu_only": "gpu_ops", "unknown": "host_traced"}
+
+
+def _unpriced_fact(cause: str, ctx: dict) -> tuple[str, object] | None:
+    key = _UNPRICED_FACT.get(cause)
+    return (key, ctx[key]) if key in ctx else None
 
 
 def _tensor_core_evidence(ev: dict, ctx: dict) -> None:

@@ -14,9 +14,11 @@ from ..common import kind_in
 from .critical import LABELS, critical_path, node_labels
 from .graph import EDGE_KINDS, MAX_NODES, NODE_KINDS, StepGraph, build_graph
 from .sim import Schedule, simulate
+from .whatif import price_models, replay_models
 
 __all__ = ["StepGraph", "Schedule", "build_graph", "simulate", "critical_path", "replay",
-           "run", "result", "node_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
+           "price_models", "replay_models",
+           "run", "result", "not_replayable", "node_labels", "gap_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
            "LEFT_OUT"]
 
 # What the graph does not model (said in every result).
@@ -25,12 +27,15 @@ LEFT_OUT = ("collectives between ranks (each trace is replayed alone: a wait for
             "dependencies between host threads other than through the GPU")
 
 
+NO_GPU = "no GPU work in the window"
+
+
 def unreplayable(ev: pd.DataFrame, ops: pd.DataFrame, sampled: bool = False) -> str | None:
     """Why the window cannot be replayed, or None."""
     if sampled:
         return "events were dropped (sampled trace): the graph would miss most of its nodes"
     if not len(ops):
-        return "no GPU work in the window"
+        return NO_GPU
     if not kind_in(ev, ("runtime", "driver")).any():
         return "no launch calls traced (GPU-only trace): the host side cannot be replayed"
     if (ops["launch_ts"].to_numpy() < 0).all():
@@ -75,6 +80,15 @@ def result(graph: StepGraph, sched: Schedule) -> dict:
     err = st["error_pct"].to_numpy(float)[ok]
     overall = 100.0 * (rep.sum() - meas.sum()) / meas.sum() if len(meas) and meas.sum() else None
     kinds = graph.edges["kind"].value_counts().to_dict() if len(graph.edges) else {}
+    gpu_lane = graph.lanes.set_index("lane")["what"].reindex(graph.nodes["lane"]).to_numpy() \
+        == "gpu"
+    kept = int(graph.nodes["gap_ns"].to_numpy(np.int64)[gpu_lane].sum())
+    e = graph.edges
+    lag = e["lag_ns"].to_numpy(np.int64)
+    launch = (e["kind"] == "launch").to_numpy()
+    if launch.any():   # a launch lag beyond the typical one: the op waited on something else
+        kept += int(np.maximum(lag[launch] - int(np.median(lag[launch])), 0).sum())
+    kept += int(np.maximum(lag[(e["kind"] == "event_wait").to_numpy()], 0).sum())
     cp = critical_path(graph, sched)
     return {
         "replayable": True, "reason": None, "savings": "replay",
@@ -90,8 +104,48 @@ def result(graph: StepGraph, sched: Schedule) -> dict:
         "edges": int(len(graph.edges)), "edges_by_kind": {str(k): int(v) for k, v in
                                                           kinds.items()},
         "sweeps": int(sched.sweeps), "notes": list(graph.notes), "left_out": list(LEFT_OUT),
+        # GPU waits no traced edge explains (an op started this long after its stream's
+        # previous one, its launch long returned): kept as measured, the replay's fit owes
+        # them nothing, a lever does not move them
+        "kept_gpu_wait_ns": kept,
         "critical_path": cp}
 
 
 def _r(x):
     return None if x is None or not np.isfinite(x) else round(float(x), 3)
+
+
+def gap_labels(graph: StepGraph, gaps: pd.DataFrame, skew_ns: int = 5_000) -> np.ndarray:
+    """Per gap (start, end, device; ``gaps.gpu_gaps`` rows), read from the graph: ``queued``
+    when every GPU op that starts at the gap's end has its launch call in the graph and
+    that call returned at least ``skew_ns`` before the gap began; ``host_late`` when one of
+    them has no launch edge or a later one; ``""`` when no op of the graph starts there
+    (the gap lies outside the replayed steps). Issue 30's rule, from the replay's edges."""
+    out = np.full(len(gaps), "", object)
+    n = graph.nodes
+    if not len(n) or not len(gaps):
+        return out
+    gpu = n["kind"].isin(("gpu_kernel", "gpu_copy", "gpu_memset", "collective")).to_numpy() & \
+        graph.lanes.set_index("lane").loc[n["lane"], "what"].eq("gpu").to_numpy()
+    dev = graph.lanes.set_index("lane").loc[n["lane"], "device"].to_numpy()
+    pid = graph.lanes.set_index("lane").loc[n["lane"], "pid"].to_numpy()
+    ids = n["id"].to_numpy()
+    end = (n["ts_ns"] + n["dur_ns"]).to_numpy()
+    e = graph.edges[graph.edges["kind"] == "launch"]
+    ret = pd.Series(end[pd.Index(ids).get_indexer(e["src"].to_numpy())],
+                    index=e["dst"].to_numpy())
+    ret = ret[~ret.index.duplicated()]
+    at = pd.DataFrame({"ts": n["ts_ns"].to_numpy()[gpu], "pid": pid[gpu], "dev": dev[gpu],
+                       "ret": ret.reindex(ids[gpu]).to_numpy()})
+    worst = at.assign(late=np.isnan(at["ret"])).groupby(["pid", "dev", "ts"]).agg(
+        ret=("ret", "max"), late=("late", "any"))
+    key = pd.MultiIndex.from_arrays([gaps["pid"].to_numpy(), gaps["device"].to_numpy(),
+                                     gaps["end"].to_numpy()])
+    k = worst.index.get_indexer(key)
+    hit = k >= 0
+    r = worst["ret"].to_numpy()[np.maximum(k, 0)]
+    late = worst["late"].to_numpy()[np.maximum(k, 0)] | \
+        (r > gaps["start"].to_numpy() - skew_ns)
+    out[hit] = np.where(late[hit], "host_late", "queued")
+    return out
+

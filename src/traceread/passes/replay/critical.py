@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .graph import NEG, StepGraph
+from .graph import END_EDGES, NEG, StepGraph
 from .sim import Schedule
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
           "another rank")
 TOP = 10
-MAX_SEGMENTS = 3000
+MAX_SEGMENTS = 1000
 
 
 def node_labels(graph: StepGraph) -> np.ndarray:
@@ -154,7 +154,7 @@ def _binding_preds(graph, schedule, pos):
     kind = e["kind"].to_numpy(object)
     ok = (src >= 0) & (dst >= 0)
     val = np.where(ok, end[np.maximum(src, 0)] + e["lag_ns"].to_numpy(np.int64), NEG)
-    is_drain = kind == "drain"
+    is_drain = np.isin(kind, END_EDGES)
     s_src, s_kind = _binding(N, src, dst, val, ok & ~is_drain, kind)
     d_src, _ = _binding(N, src, dst, val, ok & is_drain, kind)
     a, b = schedule.ready_ns, schedule.drain_ns

@@ -37,7 +37,10 @@ from ..steps import assign_steps, pair_keys, step_of_gpu_ops
 
 NODE_KINDS = ("host", "launch", "gpu_kernel", "gpu_copy", "gpu_memset", "sync_wait",
               "dataloader", "collective", "step")
-EDGE_KINDS = ("lane_order", "launch", "event_wait", "engine", "drain", "data", "collective")
+EDGE_KINDS = ("lane_order", "launch", "event_wait", "engine", "drain", "thread", "join",
+              "data", "collective")
+# edges that bound their destination's end, not its start
+END_EDGES = ("drain", "join")
 SKEW_NS = attr.SKEW_NS
 SYNC_TOLERANCE_NS = attr.SYNC_TOLERANCE_NS
 EVENT_LATENCY_NS = attr.EVENT_LATENCY_NS
@@ -48,8 +51,14 @@ BLOCKING_MIN_NS = 10_000
 # returned this soon after the GPU op whose end freed the slot.
 QUEUE_FULL_MIN_NS = 50_000
 QUEUE_FULL_WAKE_NS = 20_000
+# Another thread's burst of work: the helper idles >= IDLE_MIN_NS between bursts, wakes within
+# WAKE_MAX_NS of the handing thread's last node, and that thread resumes within JOIN_MAX_NS of
+# the burst's end.
+IDLE_MIN_NS = 1_000_000
+WAKE_MAX_NS = 1_000_000
+JOIN_MAX_NS = 2_000_000
 # Above this many nodes the replay takes a contiguous run of the analysed steps (and says so).
-MAX_NODES = 200_000
+MAX_NODES = 120_000
 NEG = np.int64(-(1 << 62))
 _HOST_CATS = attr.CPU_CATEGORIES
 _NCCL = ("nccl", "rccl", "Nccl", "Rccl")
@@ -281,6 +290,7 @@ def build_graph(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, *,
     launch_id = _launch_ids(ev, gops, api_node_of_row)
     _gpu_lags(nodes, gops, gpu_ids, launch_id, edges)
     _drain_edges(ev, nodes, gops, gpu_ids, host, edges)
+    _thread_handoffs(nodes, host, edges)
     # steps of nodes: host by where they start in their process, GPU ops by their launch
     st_tab = sel_steps if not whole else steps
     step_col = np.full(len(nodes["id"]), -1, np.int64)
@@ -547,7 +557,8 @@ def _assemble(host: dict, gpu: dict):
     hk = host["key"]
     h_lanes, h_lane = np.unique(hk, return_inverse=True)
     if len(gpu["ts"]):
-        trip = np.column_stack([gpu["pid"], gpu["device"], gpu["stream"]])
+        trip = np.column_stack([gpu["pid"], gpu["device"], gpu["stream"],
+                                _overlap_sublanes(gpu)])
         uq, codes = np.unique(trip, axis=0, return_inverse=True)
         codes = codes.reshape(-1)
         uniq = [tuple(r) for r in uq.tolist()]
@@ -589,6 +600,7 @@ def _assemble(host: dict, gpu: dict):
     h_pid = h_lanes >> 32
     h_tid = h_lanes & 0xFFFFFFFF
     h_tid = np.where(h_tid >= 1 << 31, h_tid - (1 << 32), h_tid)
+    uniq = [u[:3] for u in uniq]   # the sub-lane only splits; lanes name the stream
     g_pid = np.array([u[0] for u in uniq], np.int64)
     g_dev = np.array([u[1] for u in uniq], np.int64)
     g_str = np.array([u[2] for u in uniq], np.int64)
@@ -603,6 +615,22 @@ def _assemble(host: dict, gpu: dict):
                       for w, t, d, s in zip(lanes["what"], lanes["tid"], lanes["device"],
                                             lanes["stream"])]
     return nodes, lanes
+
+
+def _overlap_sublanes(gpu: dict) -> np.ndarray:
+    """0 for the ops of a stream that run one after another; an op that starts before the
+    stream's earlier ops ended (a concurrent kernel nsys recorded on one stream) gets a lane
+    of its own (1, 2, ...), so stream order never pushes it later than it ran."""
+    n = len(gpu["ts"])
+    out = np.zeros(n, np.int64)
+    key = (gpu["pid"] * 1_000_003 + gpu["device"]) * 1_000_003 + gpu["stream"]
+    o = np.lexsort((gpu["ts"], key))
+    k, ts, end = key[o], gpu["ts"][o], gpu["end"][o]
+    first = np.r_[True, k[1:] != k[:-1]]
+    reach = _seg_cummax(first, end)
+    over = ~first & (ts < np.r_[NEG, reach[:-1]])
+    out[o[over]] = 1 + np.arange(int(over.sum()))
+    return out
 
 
 def _launch_ids(ev, gops, rows_map: pd.Series) -> np.ndarray:
@@ -790,6 +818,67 @@ def _drain_edges(ev, nodes, gops, gpu_ids, host, edges) -> None:
     if src:
         edges.append(("drain", np.array(src, np.int64), np.array(dst, np.int64),
                       np.array(lag, np.int64)))
+
+
+def _thread_handoffs(nodes, host, edges) -> None:
+    """A helper thread's burst of work handed over by another thread (PyTorch's autograd
+    thread running backward while the main thread waits in ``backward()``), found by
+    behaviour: the helper idles (a host stretch >= ``IDLE_MIN_NS``), its burst starts within
+    ``WAKE_MAX_NS`` after a node of another thread ended, that thread then sits in one node
+    >= ``IDLE_MIN_NS`` long, and that node ends within ``JOIN_MAX_NS`` after the burst's last
+    node. Edges: that node -> the burst's first (``thread``, start, lag measured) and the
+    burst's last -> the waiting node (``join``: it ends no earlier, lag measured). The
+    helper's idle stretch and the waiting node cost nothing of their own: each ends when the
+    other thread lets it."""
+    what = host["what"]
+    n_h = len(what)
+    if not n_h:
+        return
+    key, ts, end = host["key"], host["ts"], host["end"]
+    lanes = np.unique(key)
+    if len(lanes) < 2:
+        return
+    stepped = set(np.unique(key[what == "step"]).tolist())
+    long_ = (what == "stretch") & (end - ts >= IDLE_MIN_NS)
+    kinds = nodes["kind"]
+    src, dst, lag, j_src, j_dst, j_lag = [], [], [], [], [], []
+    for y in lanes.tolist():
+        if y in stepped:
+            continue
+        mine = np.flatnonzero(key == y)
+        idle = mine[long_[mine]]
+        others = np.flatnonzero((key != y) & np.isin(key, list(stepped) or lanes))
+        if not len(idle) or not len(others):
+            continue
+        o_end_order = others[np.argsort(end[others], kind="stable")]
+        o_ends = end[o_end_order]
+        bounds = idle.tolist() + [mine[-1] + 1]
+        for i1, i2 in zip(bounds[:-1], bounds[1:]):
+            first, last = i1 + 1, i2 - 1   # the burst: between two idle stretches
+            if first > last or key[first] != y or key[last] != y:
+                continue
+            k = np.searchsorted(o_ends, ts[first], side="right") - 1
+            if k < 0 or ts[first] - o_ends[k] > WAKE_MAX_NS:
+                continue
+            w = o_end_order[k]
+            wait = w + 1
+            if wait >= n_h or key[wait] != key[w] or what[wait] != "stretch" or \
+                    end[wait] - ts[wait] < IDLE_MIN_NS or end[wait] < end[last] or \
+                    end[wait] - end[last] > JOIN_MAX_NS or kinds[wait] == "sync_wait":
+                continue
+            src.append(w)
+            dst.append(first)
+            lag.append(int(ts[first] - end[w]))
+            j_src.append(last)
+            j_dst.append(wait)
+            j_lag.append(int(end[wait] - end[last]))
+            nodes["cost_ns"][i1] = 0
+            nodes["cost_ns"][wait] = 0
+    if src:
+        edges.append(("thread", np.array(src, np.int64), np.array(dst, np.int64),
+                      np.array(lag, np.int64)))
+        edges.append(("join", np.array(j_src, np.int64), np.array(j_dst, np.int64),
+                      np.array(j_lag, np.int64)))
 
 
 def _queue_full(c_ts, c_end, c_pid, is_launch, g_end, g_pid) -> np.ndarray:

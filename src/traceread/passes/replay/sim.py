@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .graph import NEG, StepGraph
+from .graph import END_EDGES, NEG, StepGraph
 
 MAX_SWEEPS = 20_000
 # Vectorised sweeps first (each settles one more lane change of every path: the unmodified
@@ -65,7 +65,7 @@ def simulate(graph: StepGraph, *, max_sweeps: int = MAX_SWEEPS) -> Schedule:
     src = pos_of.get_indexer(e["src"].to_numpy(np.int64))
     dst = pos_of.get_indexer(e["dst"].to_numpy(np.int64))
     ok = (src >= 0) & (dst >= 0)
-    drain = e["kind"].to_numpy(object) == "drain"
+    drain = np.isin(e["kind"].to_numpy(object), END_EDGES)
     lag = e["lag_ns"].to_numpy(np.int64)
     s_src, s_dst, s_lag = src[ok & ~drain], dst[ok & ~drain], lag[ok & ~drain]
     d_src, d_dst, d_lag = src[ok & drain], dst[ok & drain], lag[ok & drain]

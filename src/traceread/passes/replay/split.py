@@ -12,6 +12,8 @@ gap, so the unmodified replay is unchanged.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -37,7 +39,10 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
           min_ns: int = SPLIT_MIN_NS) -> StepGraph:
     """A new graph whose long host stretches are cut at their outermost ops (module doc)."""
     n = graph.nodes
-    cand = stretches(graph) & (n["dur_ns"].to_numpy(np.int64) >= min_ns)
+    # a stretch whose cost is not its duration was given a role by the builder (a thread
+    # waiting for another, a helper's idle between bursts): it stays whole
+    cand = stretches(graph) & (n["dur_ns"].to_numpy(np.int64) >= min_ns) & \
+        (n["cost_ns"].to_numpy(np.int64) == n["dur_ns"].to_numpy(np.int64))
     if not cand.any():
         return graph.copy()
     rows = np.flatnonzero(kind_in(ev, ("cpu_op", "python", "annotation")))
@@ -146,3 +151,168 @@ def _pieces(s0, s1, t, e, o, cat, kinds, names) -> list[tuple[int, int, str, str
     if at < s1:
         out.append((at, s1, "untraced", "untraced"))
     return out
+
+
+# -- the graph the what-if models change (whatif.py) -------------------------------------
+
+PRICE_STEPS = 8   # the levers are priced on at most this many replayed steps (per step)
+
+
+def priced_graph(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
+                most: int = PRICE_STEPS) -> StepGraph:
+    """The graph the what-if models change: its first ``most`` replayed steps
+    (``sample_steps``) with their host stretches cut at their ops (``split``). It replays
+    as the built graph does on those steps; a note says how many steps it holds."""
+    g, priced = sample_steps(graph, most)
+    g = split(g, within(ev, g), step_pattern)
+    paired = pair_helper_bursts(g)
+    g.notes = list(g.notes) + [f"levers: {priced}"] + \
+        ([f"levers: {paired} helper-thread bursts released by the step thread"] if paired else [])
+    return g
+
+
+HELPER_IDLE_NS = 1_000_000
+
+
+def pair_helper_bursts(g: StepGraph) -> int:
+    """A helper thread (a host lane with no step markers: autograd's backward thread) idles
+    between bursts; in the trace each burst began right after a step thread handed it work.
+    A burst the builder left unpaired (no ``thread`` edge) gets one from the step thread's
+    node that ended last before it (lag as measured), and the idle before it costs nothing:
+    when a lever moves the step thread, the burst moves with it instead of waiting out the
+    measured idle. In place; returns how many bursts were paired."""
+    n = g.nodes
+    kind = n["kind"].to_numpy(object)
+    lane = n["lane"].to_numpy()
+    stepped = np.unique(lane[kind == "step"])
+    host_lanes = g.lanes.loc[g.lanes["what"] == "host", "lane"].to_numpy()
+    helpers = np.setdiff1d(host_lanes, stepped)
+    if not len(helpers) or not len(stepped):
+        return 0
+    ts = n["ts_ns"].to_numpy(np.int64)
+    end = ts + n["dur_ns"].to_numpy(np.int64)
+    cost = n["cost_ns"].to_numpy(np.int64).copy()
+    ids = n["id"].to_numpy()
+    on_step = np.flatnonzero(np.isin(lane, stepped) & (kind != "step"))
+    by_end = on_step[np.argsort(end[on_step], kind="stable")]
+    e = g.edges
+    has_thread = set(e.loc[e["kind"] == "thread", "dst"].tolist())
+    order = np.lexsort((n["seq"].to_numpy(), lane))
+    add = []
+    rel = n["release_ns"].to_numpy(np.int64).copy()
+    for h in helpers.tolist():
+        seq_idx = order[lane[order] == h]
+        if not len(seq_idx):
+            continue
+        first = int(seq_idx[0])
+        if rel[first] != NEG and ids[first] not in has_thread:
+            # the lane's first burst: the builder holds it at its measured start (what woke
+            # it lay outside the graph); a step thread node that ended before it woke it
+            k = np.searchsorted(end[by_end], ts[first], side="right") - 1
+            if k >= 0:
+                add.append((int(ids[by_end[k]]), int(ids[first]), int(ts[first] - end[by_end[k]])))
+                rel[first] = NEG
+        for a, b in zip(seq_idx[:-1].tolist(), seq_idx[1:].tolist()):
+            idle = kind[a] == "host" and n["cat"].iat[a] in ("untraced", "wait") and \
+                end[a] - ts[a] >= HELPER_IDLE_NS and cost[a] == end[a] - ts[a]
+            if not idle or ids[b] in has_thread:
+                continue
+            k = np.searchsorted(end[by_end], ts[b], side="right") - 1
+            if k < 0:
+                continue
+            src = by_end[k]
+            add.append((int(ids[src]), int(ids[b]), int(ts[b] - end[src])))
+            cost[a] = 0
+    if add:
+        n["cost_ns"] = cost
+        n["release_ns"] = rel
+        g.edges = pd.concat([e, pd.DataFrame({"src": [x for x, _, _ in add],
+                                              "dst": [y for _, y, _ in add],
+                                              "kind": "thread",
+                                              "lag_ns": [z for _, _, z in add]})],
+                            ignore_index=True)
+    return len(add)
+
+
+def sample_steps(graph: StepGraph, most: int = PRICE_STEPS) -> tuple[StepGraph, str]:
+    """(graph of the first ``most`` replayed steps, "N of M steps") -- every step when there
+    are no more: a saving is per step, and each model replays the graph once, so a long
+    window is priced on a run of its steps (the replay's own figures keep them all). The
+    kept lanes' first nodes start no earlier than they did."""
+    st = graph.steps
+    n_all = len(st)
+    if n_all <= most or (st["begin"].to_numpy() < 0).all():
+        return graph.copy(), f"{n_all} of {n_all} steps"
+    keep_st = st.sort_values("start_ns", kind="stable").iloc[:most]
+    lo, hi = int(keep_st["start_ns"].min()), int(keep_st["end_ns"].max())
+    n = graph.nodes
+    step = n["step"].to_numpy()
+    ts = n["ts_ns"].to_numpy(np.int64)
+    keep = np.isin(step, keep_st["index"].to_numpy()) | ((step < 0) & (ts >= lo) & (ts < hi))
+    g = graph.copy()
+    nodes = n[keep].copy()
+    order = np.lexsort((nodes["seq"].to_numpy(), nodes["lane"].to_numpy()))
+    lane_o = nodes["lane"].to_numpy()[order]
+    first = order[np.r_[True, lane_o[1:] != lane_o[:-1]]]
+    rel = nodes["release_ns"].to_numpy(np.int64).copy()
+    rel[first] = np.maximum(rel[first], nodes["ts_ns"].to_numpy(np.int64)[first])
+    nodes["release_ns"] = rel
+    g.nodes = nodes.reset_index(drop=True)
+    ids = g.nodes["id"].to_numpy()
+    e = graph.edges
+    g.edges = e[np.isin(e["src"].to_numpy(), ids) & np.isin(e["dst"].to_numpy(), ids)] \
+        .reset_index(drop=True)
+    g.steps = keep_st.reset_index(drop=True)
+    return g, f"{len(keep_st)} of {n_all} steps"
+
+
+def within(ev: pd.DataFrame, g: StepGraph) -> pd.DataFrame:
+    """The events that overlap the graph's time span."""
+    if not len(g.nodes):
+        return ev
+    ts = g.nodes["ts_ns"].to_numpy(np.int64)
+    lo, hi = int(ts.min()), int((ts + g.nodes["dur_ns"].to_numpy(np.int64)).max())
+    t = ev["ts"].to_numpy(np.int64)
+    m = (t < hi) & (t + ev["dur"].to_numpy(np.int64) > lo)
+    return ev if m.all() else ev[m]
+
+
+OPTIMIZER_RX = r"^Optimizer\.step#|optimizer\.step"
+
+
+def optimizer_regions(ev: pd.DataFrame) -> pd.DataFrame:
+    """The optimizer steps the annotations mark (``Optimizer.step#Adam.step``): name,
+    start_ns, end_ns, and the outermost operators inside each on its thread -- their total
+    (ops_ns) and longest (longest_ns) time."""
+    cols = ["name", "start_ns", "end_ns", "ops_ns", "longest_ns"]
+    if ev is None or not len(ev):
+        return pd.DataFrame({c: [] for c in cols})
+    codes, uniq = pd.factorize(ev["name"].to_numpy(object), sort=False)
+    rx = re.compile(OPTIMIZER_RX)
+    hit_names = np.array([bool(rx.search(str(u))) for u in uniq] + [False])
+    kind = ev["kind"].to_numpy(object)
+    hit = np.flatnonzero(hit_names[codes] & np.isin(kind, ("annotation", "cpu_op")))
+    if not len(hit):
+        return pd.DataFrame({c: [] for c in cols})
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    ops = np.flatnonzero(kind == "cpu_op")
+    ops = ops[np.argsort(ts[ops], kind="stable")]
+    names = np.asarray(uniq, object)
+    rows = []
+    for i in hit.tolist():
+        lo = np.searchsorted(ts[ops], ts[i], side="left")
+        hi = np.searchsorted(ts[ops], end[i], side="right")
+        idx = ops[lo:hi]
+        idx = idx[(pid[idx] == pid[i]) & (tid[idx] == tid[i]) & (end[idx] <= end[i])
+                  & (idx != i)]
+        total = longest = 0
+        if len(idx):
+            idx = idx[np.lexsort((-end[idx], ts[idx]))]
+            reach = np.maximum.accumulate(end[idx])
+            outer = idx[np.r_[True, ts[idx][1:] >= reach[:-1]]]
+            d = end[outer] - ts[outer]
+            total, longest = int(d.sum()), int(d.max())
+        rows.append((str(names[codes[i]]), int(ts[i]), int(end[i]), total, longest))
+    return pd.DataFrame(rows, columns=cols)

@@ -1,8 +1,9 @@
-"""What the trace already does, so the levers never suggest it again.
+"""What the trace already does (program facts of the facts record, passes/facts.py), so the
+levers never suggest it again.
 
 * ``uses_cuda_graphs``: graph launches (``cudaGraphLaunch``, ``hipGraphLaunch``,
   ``cuGraphLaunch``) or graph-replay rows in the window;
-* ``training``: an optimizer step or backward work (``verdict/program.py``: an inference
+* ``training``: an optimizer step or backward work (``passes/program.py``: an inference
   trace gets no optimizer or micro-batch advice);
 * ``fused_optimizer``: the optimizer runs fused (``_fused_adam(w)``, ``_fused_sgd``, FusedAdam);
 * ``dataloader_workers``: the DataLoader iterator is the multi-process one
@@ -14,7 +15,7 @@
   (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``), so every allocation and free calls the driver.
 
 The program keys (framework, collectives, optimizer, compile, dtypes, ...) come from
-``verdict/program.py``; docs/analysis.md lists every key with its evidence rule.
+``passes/program.py``; docs/analysis.md lists every key with its evidence rule.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
         or any(PYTORCH_KERNEL_RX.search(n) for n in kernels),
         "api_traced": bool(len(api)),
         "host_traced": bool(ev["kind"].isin(HOST_DETAIL_KINDS).any()
-                            or _has_non_step_ranges(ev)),
+                            or has_non_step_ranges(ev)),
         "allocator_uncached": allocator_uncached(ev),
         **prog,
     }
@@ -126,9 +127,40 @@ def _innermost_ops(ev: pd.DataFrame, rows: np.ndarray) -> list[str]:
     return out
 
 
-def _has_non_step_ranges(ev: pd.DataFrame) -> bool:
+def has_non_step_ranges(ev: pd.DataFrame) -> bool:
     """NVTX/record_function ranges other than step markers show the host was traced."""
     names = _names_of(ev, ("annotation",))
     step = namerx.compile(r"(?i)^(?:ProfilerStep#\d+|(?:train[_ ]?)?(?:step|iter|iteration|batch)"
                       r"[\s_#:=-]*\d+)$")
     return any(not step.match(n) for n in names)
+
+
+def flag_evidence(ev: pd.DataFrame, ctx: dict) -> dict[str, list[str]]:
+    """The event names that prove ``trace_context``'s flags (those with no ``*_evidence`` key
+    of their own), by the same rules: a true flag -> the first proving name in the window
+    (none: proved outside it, e.g. graphs recorded at start-up); a false one -> [] (read from
+    the absence of any such event)."""
+    api = _names_of(ev, ("runtime", "driver"))
+    host = _names_of(ev, ("cpu_op", "annotation", "python"))
+    rules = {
+        "uses_cuda_graphs": lambda: [n for n in api if GRAPH_LAUNCH_RX.match(n)]
+        + _names_of(ev, ("graph",)),
+        "dataloader_workers": lambda: [n for n in host if MULTI_WORKER_RX.search(n)],
+        "dataloader_single": lambda: [n for n in host if SINGLE_WORKER_RX.search(n)],
+        "pytorch": lambda: [n for n in host if PYTORCH_HOST_RX.search(n)]
+        + [n for n in _names_of(ev, ("kernel",)) if PYTORCH_KERNEL_RX.search(n)],
+        "api_traced": lambda: api,
+        "host_traced": lambda: _names_of(ev, HOST_DETAIL_KINDS) or _names_of(ev, ("annotation",)),
+        "allocator_uncached": lambda: [n for n in api if DEVICE_FREE_RX.match(n)],
+    }
+    out = {}
+    for key, names in rules.items():
+        if key not in ctx:
+            continue
+        if not ctx[key]:
+            out[key] = []
+            continue
+        found = names()
+        if found:
+            out[key] = found[:1]
+    return out

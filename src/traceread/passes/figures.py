@@ -1,18 +1,18 @@
-"""The figures the lever table reads besides ``trace_context``: from the passes' results
-(busy classes, top kernel, compile counts, step spans, the slowest collective, allocator
-churn, host dispatch, one-time start-up calls) and from the parallelism layout.
+"""The figures of the facts record (passes/facts.py) that the lever table reads besides the
+program facts: from the passes' results (busy classes, top kernel, compile counts, step
+spans, the slowest collective, allocator churn, host dispatch, one-time start-up calls) and
+from the parallelism layout.
 
 Each figure names the pass result it comes from; the predicates that read them are in
-levers.py, their rules in docs/analysis.md ("What each lever would save").
+verdict/levers.py, their rules in docs/analysis.md ("What each lever would save").
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from ..passes.attribution import ALLOC_API_RX, SHORT_GAP_NS
-from .levers import offered
-from .scores import HOST_PARTS
+from .attribution import ALLOC_API_RX, SHORT_GAP_NS
+from .causes import HOST_PARTS
 
 SLOW_BUSBW_GBPS = 10.0       # below any GPU interconnect (NVLink, xGMI, PCIe, IB) for ...
 SLOW_BUSBW_MIN_BYTES = 1 << 20   # ... messages this large
@@ -47,14 +47,13 @@ def alloc_frees(top_ops) -> int:
 
 def window_figures(step_tab, gaps, top_ops, utilization: dict | None, kernels, comp: dict,
                    culprits: dict, device: str, devices: int) -> dict:
-    """What the lever table reads besides ``trace_context`` and the layout: the busy-time
-    levers and classes (passes/busy.py), the top kernel, the compile figures, the GPU's step span and busy time
+    """What the lever table reads besides ``trace_context`` and the layout: the busy classes
+    (passes/busy.py), the top kernel, the compile figures, the GPU's step span and busy time
     per step (the projected step starts from the GPU's step when it is the longer)."""
     busy = (utilization or {}).get("busy") or {}
     classes = {c.get("class"): int(c.get("ns", 0)) for c in busy.get("classes") or []}
     total = sum(classes.values())
-    out = {"busy_levers": {lv["lever"]: lv for lv in busy.get("levers") or []},
-           "busy_classes": classes, "device_name": device,
+    out = {"busy_classes": classes, "device_name": device,
            "attention_ns": classes.get("attention", 0),
            "triton_share": classes.get("triton", 0) / total if total else 0.0,
            "host_dispatch": host_dispatch(gaps, top_ops, culprits.get("host", "")),
@@ -110,7 +109,7 @@ def startup(cold: dict) -> dict:
             "alloc": bool(ALLOC_API_RX.match(top))}
 
 
-def lever_context(layout: dict) -> dict:
+def layout_figures(layout: dict) -> dict:
     """The figures the lever table reads (verdict/levers.py), from one rank's layout or a job's
     (``job_parallelism``: the slowest stage and the receive imbalance are known only there)."""
     fsdp = layout.get("fsdp") or {}
@@ -143,16 +142,3 @@ def lever_context(layout: dict) -> dict:
                    ep_imbalance_of="received" if job else "sent by this rank",
                    ep_a2a_ns=ep.get("a2a_ns"))
     return out
-
-
-
-
-PARALLEL_LEVERS = ("pp_microbatches", "pp_rebalance", "ep_balance")
-
-
-def job_levers(layout: dict) -> list[dict]:
-    """The lever table's parallelism rows (verdict/levers.py) that a job's merged layout
-    (``passes.parallelism.job_parallelism``) proves, ranked, with their savings: id, lever,
-    cost, cause, saves_ns."""
-    items = offered({}, {}, {}, lever_context(layout), 1, ())
-    return [x for x in items if x["id"] in PARALLEL_LEVERS]

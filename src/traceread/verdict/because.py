@@ -1,0 +1,126 @@
+"""Why a lever is offered (``verdict.actions[].because``): the facts its predicates read --
+each with its value and the events that prove it (the facts record's ``evidence``) -- and
+the figure that priced it.
+
+The predicates (levers.py) read the lever context with ``c.get(key)`` / ``c[key]`` /
+``key in c``; a context that remembers those reads names exactly the facts a predicate
+looked at, so the list cannot drift from the rules. A key the context lacks was unknown to
+the predicate (``known`` false): the lever was offered on the unknown's default.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .steady import _ms
+
+VALUE_ITEMS = 8      # a list or dict value keeps its first few items
+VALUE_CHARS = 160    # a string value is cut here
+
+
+class Reading(dict):
+    """The lever context, remembering which keys were read, in order."""
+
+    def __init__(self, base: dict):
+        super().__init__(base)
+        self.read: list[str] = []
+
+    def _saw(self, key) -> None:
+        if key not in self.read:
+            self.read.append(key)
+
+    def get(self, key, default=None):
+        self._saw(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self._saw(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key) -> bool:
+        self._saw(key)
+        return super().__contains__(key)
+
+
+def facts_read(lv, ctx: dict) -> list[str]:
+    """The context keys ``lv``'s predicates read (all of them run, in table order)."""
+    r = Reading(ctx)
+    for p in lv.when:
+        p(r)
+    return r.read
+
+
+def because(lv, ctx: dict, evidence: dict, priced: tuple[str, Any] | None = None) -> list[dict]:
+    """``[{fact, value, known, evidence}]`` for an offered lever: the figure that priced it
+    (``priced``: key and value), then each fact its predicates read. ``evidence``: the
+    record's (fact -> proofs, ``<fact>.<sub>`` for dict-valued facts); None where the record
+    names no event for a fact that holds."""
+    out = []
+    if priced is not None:
+        out.append({"fact": priced[0], "value": brief(priced[1]), "known": True,
+                    "evidence": None})
+    for key in facts_read(lv, ctx):
+        out.append({"fact": key, "value": brief(ctx.get(key)), "known": key in ctx,
+                    "evidence": proofs(key, evidence)})
+    return out
+
+
+def proofs(key: str, evidence: dict) -> list[dict] | None:
+    """The record's proofs of ``key`` (and of its ``key.sub`` parts); None: none recorded."""
+    own = evidence.get(key)
+    subs = [p for k, v in evidence.items() if k.startswith(f"{key}.") for p in v]
+    if own is None and not subs:
+        return None
+    return list(own or []) + subs
+
+
+def brief(v: Any) -> Any:
+    """A JSON-sized copy of a fact's value: long lists / dicts / strings cut."""
+    if isinstance(v, str):
+        return v if len(v) <= VALUE_CHARS else v[:VALUE_CHARS] + "..."
+    if isinstance(v, dict):
+        return {str(k): brief(x) for k, x in list(v.items())[:VALUE_ITEMS]}
+    if isinstance(v, (list, tuple)):
+        return [brief(x) for x in list(v)[:VALUE_ITEMS]]
+    return v
+
+
+def because_text(items: list[dict], limit: int = 4) -> str:
+    """One short line: ``launch time 12.3 ms; compiled=False (none seen); dtypes={bf16}
+    (ampere_bf16_s16816gemm...)``: the first proof of each fact in parentheses, "none seen"
+    for a fact read from absence; ``pytorch`` (read by every torch lever) only when it is
+    false or unknown."""
+    bits = []
+    for x in items:
+        if x["fact"] == "pytorch" and x["known"] and x["value"] is True:
+            continue
+        bits.append(_fact_text(x))
+    more = len(bits) - limit
+    return "; ".join(bits[:limit]) + (f"; +{more} more" if more > 0 else "")
+
+
+def _fact_text(x: dict) -> str:
+    if not x["known"]:
+        return f"{x['fact']} unknown"
+    v, fact = x["value"], x["fact"]
+    if fact.startswith("cause_ns.") and isinstance(v, int):
+        return f"{fact[len('cause_ns.'):]} time {_ms(v)}"
+    if fact.startswith("busy_levers.") and isinstance(v, str):
+        return v if len(v) <= 60 else v[:57] + "..."
+    if isinstance(v, int) and not isinstance(v, bool) and any(
+            p.endswith("_ns") for p in fact.split(".")):
+        shown = _ms(v)
+    elif isinstance(v, dict):
+        shown = "{" + ", ".join(f"{k}" for k, b in v.items() if b) + "}" \
+            if all(isinstance(b, bool) for b in v.values()) else "{...}"
+    elif isinstance(v, list):
+        shown = "[" + ", ".join(str(i) for i in v[:3]) + (", ..." if len(v) > 3 else "") + "]"
+    elif isinstance(v, str):
+        shown = v if len(v) <= 40 else v[:37] + "..."
+    else:
+        shown = str(v)
+    proof = (x.get("evidence") or [None])[0]
+    name = proof["name"] if proof else ""
+    tail = f" ({name[:40]}{'...' if len(name) > 40 else ''})" if name else \
+        " (none seen)" if x.get("evidence") == [] and not v else ""
+    return f"{x['fact']}={shown}{tail}"
+
