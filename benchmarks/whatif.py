@@ -168,12 +168,12 @@ def costs(trace: str) -> dict:
     t_rep = time.perf_counter() - t
     if graph is None:
         return {"skip": f"not replayable: {res.get('reason')}"}
-    from traceread.passes.replay.split import optimizer_regions, priced_graph
+    from traceread.passes.replay.split import optimizer_regions, priced_graph, within
 
     ctx = dict(a.context, steps=len(a.steps), step_mean_ns=(a.step_stats or {}).get("mean_ns"))
     t = time.perf_counter()
-    W.price_models(priced_graph(graph, ev, a.step_pattern or None), ctx, a.copies,
-                   optimizer_regions(ev))
+    g = priced_graph(graph, ev, a.step_pattern or None)
+    W.price_models(g, ctx, a.copies, optimizer_regions(within(ev, g)))
     t_lev = time.perf_counter() - t
     return {"analyze_s": t_an, "replay_s": t_rep, "levers_s": t_lev,
             "share": (t_rep + t_lev) / t_an, "nodes": int(len(graph.nodes)),

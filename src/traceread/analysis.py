@@ -222,7 +222,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         # what the what-if models change (passes/replay/whatif.py): the first steps, host
         # stretches cut at their ops
         facts.graph = split_mod.priced_graph(replay_graph, ev, pattern)
-        facts.frames["optimizer_regions"] = split_mod.optimizer_regions(ev)
+        facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
+            split_mod.within(ev, facts.graph))
     release_heap()
     verdict = verdict_mod.decide(facts)
     utilization = _with_levers(utilization, verdict_mod.utilization_levers(facts))

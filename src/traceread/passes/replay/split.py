@@ -198,6 +198,7 @@ def pair_helper_bursts(g: StepGraph) -> int:
     e = g.edges
     has_thread = set(e.loc[e["kind"] == "thread", "dst"].tolist())
     order = np.lexsort((n["seq"].to_numpy(), lane))
+    cat = n["cat"].to_numpy(object)
     add = []
     rel = n["release_ns"].to_numpy(np.int64).copy()
     for h in helpers.tolist():
@@ -213,7 +214,7 @@ def pair_helper_bursts(g: StepGraph) -> int:
                 add.append((int(ids[by_end[k]]), int(ids[first]), int(ts[first] - end[by_end[k]])))
                 rel[first] = NEG
         for a, b in zip(seq_idx[:-1].tolist(), seq_idx[1:].tolist()):
-            idle = kind[a] == "host" and n["cat"].iat[a] in ("untraced", "wait") and \
+            idle = kind[a] == "host" and cat[a] in ("untraced", "wait") and \
                 end[a] - ts[a] >= HELPER_IDLE_NS and cost[a] == end[a] - ts[a]
             if not idle or ids[b] in has_thread:
                 continue
