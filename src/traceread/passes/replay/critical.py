@@ -156,7 +156,7 @@ def _binding_preds(graph, schedule, pos):
     val = np.where(ok, end[np.maximum(src, 0)] + e["lag_ns"].to_numpy(np.int64), NEG)
     is_drain = np.isin(kind, END_EDGES)
     s_src, s_kind = _binding(N, src, dst, val, ok & ~is_drain, kind)
-    d_src, _ = _binding(N, src, dst, val, ok & is_drain, kind)
+    d_src, d_kind = _binding(N, src, dst, val, ok & is_drain, kind)
     a, b = schedule.ready_ns, schedule.drain_ns
     lane_ready = np.where(prev >= 0, end[np.maximum(prev, 0)] + gap, NEG)
     drained = (d_src >= 0) & (b != NEG) & (b >= end) & (b > start + cost)
@@ -164,6 +164,8 @@ def _binding_preds(graph, schedule, pos):
     by_lane = ~drained & ~cross & (prev >= 0)
     pred = np.where(drained, d_src, np.where(cross, s_src, np.where(by_lane, prev, -1)))
     how = np.where(drained, 0, np.where(cross, 1, np.where(by_lane, 2, 3)))
+    # a join (another thread's burst ended) is the waiting node's own time, not a sync's
+    how = np.where(drained & (d_kind == "join"), 2, how)
     return pred, how, cross & (s_kind == "launch")
 
 

@@ -36,7 +36,7 @@ from ..common import kind_in
 from ..steps import assign_steps, pair_keys, step_of_gpu_ops
 
 NODE_KINDS = ("host", "launch", "gpu_kernel", "gpu_copy", "gpu_memset", "sync_wait",
-              "dataloader", "collective", "step")
+              "dataloader", "collective", "step", "wait")
 EDGE_KINDS = ("lane_order", "launch", "event_wait", "engine", "drain", "thread", "join",
               "data", "collective")
 # edges that bound their destination's end, not its start
@@ -55,6 +55,9 @@ QUEUE_FULL_WAKE_NS = 20_000
 # WAKE_MAX_NS of the handing thread's last node, and that thread resumes within JOIN_MAX_NS of
 # the burst's end.
 IDLE_MIN_NS = 1_000_000
+# what a waiting stretch may look like (a DataLoader fetch, a collective, a compile is work
+# of its own, never a wait for another thread)
+WAIT_CATS = ("untraced", "wait", "python", "cpu_op")
 WAKE_MAX_NS = 1_000_000
 JOIN_MAX_NS = 2_000_000
 # Above this many nodes the replay takes a contiguous run of the analysed steps (and says so).
@@ -828,8 +831,8 @@ def _thread_handoffs(nodes, host, edges) -> None:
     >= ``IDLE_MIN_NS`` long, and that node ends within ``JOIN_MAX_NS`` after the burst's last
     node. Edges: that node -> the burst's first (``thread``, start, lag measured) and the
     burst's last -> the waiting node (``join``: it ends no earlier, lag measured). The
-    helper's idle stretch and the waiting node cost nothing of their own: each ends when the
-    other thread lets it."""
+    helper's idle stretch and the waiting node cost nothing of their own (kind ``wait``):
+    each ends when the other thread lets it."""
     what = host["what"]
     n_h = len(what)
     if not n_h:
@@ -853,6 +856,7 @@ def _thread_handoffs(nodes, host, edges) -> None:
         o_end_order = others[np.argsort(end[others], kind="stable")]
         o_ends = end[o_end_order]
         bounds = idle.tolist() + [mine[-1] + 1]
+        found = []
         for i1, i2 in zip(bounds[:-1], bounds[1:]):
             first, last = i1 + 1, i2 - 1   # the burst: between two idle stretches
             if first > last or key[first] != y or key[last] != y:
@@ -864,16 +868,25 @@ def _thread_handoffs(nodes, host, edges) -> None:
             wait = w + 1
             if wait >= n_h or key[wait] != key[w] or what[wait] != "stretch" or \
                     end[wait] - ts[wait] < IDLE_MIN_NS or end[wait] < end[last] or \
-                    end[wait] - end[last] > JOIN_MAX_NS or kinds[wait] == "sync_wait":
+                    end[wait] - end[last] > JOIN_MAX_NS or kinds[wait] != "host" or \
+                    host["cat"][wait] not in WAIT_CATS or host["cat"][i1] not in WAIT_CATS:
                 continue
+            found.append((i1, w, first, last, wait))
+        # all or nothing per helper thread: a burst left anchored at its measured time would
+        # hold a waiting thread that the others let go earlier
+        if len(found) < len(idle):
+            continue
+        for i1, w, first, last, wait in found:
             src.append(w)
             dst.append(first)
             lag.append(int(ts[first] - end[w]))
             j_src.append(last)
             j_dst.append(wait)
             j_lag.append(int(end[wait] - end[last]))
-            nodes["cost_ns"][i1] = 0
-            nodes["cost_ns"][wait] = 0
+            for idle_node in (i1, wait):   # waits, not work: no lever shortens them
+                nodes["cost_ns"][idle_node] = 0
+                nodes["kind"][idle_node] = "wait"
+                nodes["cat"][idle_node] = "wait"
     if src:
         edges.append(("thread", np.array(src, np.int64), np.array(dst, np.int64),
                       np.array(lag, np.int64)))
