@@ -320,8 +320,11 @@ def test_text_json_and_html_show_the_same_list_in_the_same_order():
     shown = acts[:8]
     at = [text.index(" ".join(x["lever"].split())) for x in shown]
     assert at == sorted(at)
-    items = re.findall(r"<li>(.*?) <span class='meta'>\[", page)
+    # each item's because is its tooltip: escaped in the page, so no quote or > ends it early
+    items = [html.unescape(x) for x in re.findall(r"<li(?: title='[^']*')?>(.*?) <span class='meta'>\[",
+                                                   analysis_body(a))]
     assert items[:len(acts)] == [x["lever"] for x in acts]
+    assert "title='because: " in analysis_body(a)
     if len(acts) > 8:
         assert f"and {len(acts) - 8} more" in text and f"and {len(acts) - 8} more" in page
 

@@ -50,8 +50,13 @@ class WindowFacts:
     replay: dict | None = None        # its replay result
 
     def to_dict(self) -> dict:
-        """The JSON ``facts`` block: figures, program facts, evidence; frames by row count."""
-        return {"figures": self.figures, "program": self.program, "evidence": self.evidence,
+        """The JSON ``facts`` block: figures, program facts, evidence; frames by row count.
+        The top kernel's 50 names (for the tune-it lever's vendor guess) stay out: they are
+        the JSON's ``kernels``, the kernels frame's first rows."""
+        fig = dict(self.figures)
+        if isinstance(fig.get("top_kernel"), dict):
+            fig["top_kernel"] = {k: v for k, v in fig["top_kernel"].items() if k != "names"}
+        return {"figures": fig, "program": self.program, "evidence": self.evidence,
                 "frames": {k: int(len(v)) for k, v in self.frames.items() if v is not None},
                 "replay": self.replay}
 
