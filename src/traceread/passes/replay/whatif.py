@@ -653,11 +653,9 @@ def fused_optimizer(g, f: Facts, p: dict):
 
 
 def drop_empty_cache(g, f: Facts, p: dict):
-    """Drop torch.cuda.empty_cache() from the loop: the allocator's driver calls (the
-    frees it makes and the mallocs that map the memory back, each synchronizing the
-    device) and the empty_cache op take no time; their drain edges go."""
-    if f.ctx.get("allocator_uncached"):
-        return "the caching allocator is off: turn it on first"
+    """Drop torch.cuda.empty_cache() from the loop (or turn the caching allocator back on):
+    the allocator's driver calls (the frees and the mallocs that map the memory back, each
+    synchronizing the device) and the empty_cache op take no time; their drain edges go."""
     m = (_cat(g, "alloc") | _match(g, EMPTY_CACHE_RX)) & _kind(g, *HOST_NODES)
     if not m.any():
         return "no empty_cache / device frees or mallocs in the replayed steps"
