@@ -826,15 +826,16 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
 
 def replayed(lv: Lever, ctx: Ctx) -> int | None:
     """The replay's saving of ``lv`` over the window (per step x steps x devices, the
-    figure ``saves_ns`` holds); 0 where its model refused (the lever does not apply to this
-    program: a graph cannot capture a sync); None: not priced by a replay."""
-    from .whatif import lever_price
+    figure ``saves_ns`` holds); 0 where its model refused because the change does not fit
+    the program (a graph cannot capture a sync); None: not priced by a replay (no model,
+    no replay, or the graph shows nothing for the model to change: the bound stays)."""
+    from .whatif import lever_price, withdrawn
 
     r = lever_price(ctx, lv.id)
     if r is None:
         return None
-    if not r["applied"]:
-        return 0
+    if not r["applied"]:   # withdrawn where the change does not fit, else its bound
+        return 0 if withdrawn(r) else None
     steps = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
     return max(0, int(r["saves_ns"])) * steps
 
@@ -888,13 +889,21 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
     return _rank(_cap_bounds(items), gpu_bound(ctx))
 
 
+# the what-if model that removes a cause's time altogether (verdict/whatif.py MODEL_OF)
+CAUSE_REMOVED_BY = {"data": "workers", "host": "host_off_path", "sync": "drop_syncs",
+                    "compile": "no_recompile", "graph_capture": "replay_graphs",
+                    "copy": "pin_copies"}
+
+
 def _cap_bounds(items: list[dict]) -> list[dict]:
     """On a replayed window a bound cannot outrank the replay of its own cause: a lever
-    priced by its bound saves at most the most any replayed lever of that cause saves
-    (removing the cause's time, replayed, gives back that much and no more)."""
+    priced by its bound saves at most what the replayed removal of that cause's time saves
+    (``CAUSE_REMOVED_BY``: the DataLoader's time given back by workers, replayed, is the
+    most any data lever can give back)."""
     best: dict = {}
     for x in items:
-        if x.get("basis") == "replay" and x["saves_ns"] is not None:
+        if x.get("basis") == "replay" and x["saves_ns"] is not None and \
+                x.get("model") == CAUSE_REMOVED_BY.get(x["cause"]):
             best[x["cause"]] = max(best.get(x["cause"], 0), x["saves_ns"])
     for x in items:
         if x.get("basis") == "bound" and x["cause"] in best and x["saves_ns"] is not None:

@@ -9,7 +9,7 @@ every lever of a window that cannot be replayed, keeps its bound (levers.saving)
 """
 from __future__ import annotations
 
-from ..passes.replay import price_models, replay_models
+from ..passes.replay import price_models, replay_models, unfit
 
 # lever id -> the what-if model of the change it asks for (docs/analysis.md)
 MODEL_OF = {
@@ -48,6 +48,12 @@ def price(graph, ctx: dict, copies: dict, regions=None) -> dict:
     """Every model replayed once on the window's graph (passes/replay/whatif.py
     ``price_models``): what ``lever_price`` reads (``ctx["replay_levers"]``)."""
     return price_models(graph, ctx, copies, regions)
+
+
+def withdrawn(r: dict) -> bool:
+    """A replay result whose model refused because the change does not fit the program
+    (the lever is not offered); any other refusal leaves the lever its bound."""
+    return not r["applied"] and any(unfit(why) for why in r["refused"].values())
 
 
 def lever_price(ctx: dict, lever_id: str) -> dict | None:

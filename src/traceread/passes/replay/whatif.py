@@ -677,13 +677,17 @@ def host_off_path(g, f: Facts, p: dict):
     """Move the host's own work off the step path (precompute, cache, a background thread):
     the launching threads' untraced stretches and Python frames above HOST_LAG_FLOOR_NS
     take no time; PyTorch's dispatch (operator stretches) and the launches stay."""
-    m = _kind(g, "host") & _cat(g, "untraced", "python") & \
+    python = _cat(g, "untraced", "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
+    m = _kind(g, "host") & python & \
         (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
     m &= ~_others_busy(g, m)
     if not m.any():
         return "no host work between the launches beyond dispatch"
     _zero(g, m)
     return g
+
+
+PY_FRAME_RX = re.compile(r"\.py\(\d+\): ")
 
 
 def _others_busy(g, mask) -> np.ndarray:
@@ -809,6 +813,20 @@ MODELS: tuple[Model, ...] = (
           "the layout conversions go, convolutions keep their time"),
 )
 BY_ID = {m.id: m for m in MODELS}
+
+
+# A refusal that says the change does not fit the program (the lever is withdrawn), as
+# opposed to one that says the graph shows nothing for the model to change (the lever then
+# keeps its bound: the attribution may see what the graph's names do not).
+UNFIT = ("the program already", "the program's CUDA graphs are replayed already",
+         "data loading runs between", "the step compiles", "the step syncs between",
+         "the program is already compiled", "workers load the batches already",
+         "the optimizer is already fused", "no convolutions run", "no matmul runs slower")
+
+
+def unfit(reason: str) -> bool:
+    """The refusal says the change does not fit this program (``UNFIT``)."""
+    return str(reason).startswith(UNFIT)
 
 
 # -- replaying -------------------------------------------------------------------------
