@@ -22,6 +22,9 @@ COMMANDS = {
     "batch": ("batch", "add_args", "main", "batch analysis of a corpus, 1 worker vs N"),
     "multirank": ("multirank", "add_args", "main", "multi-rank job time and memory vs rank count"),
     "cache-hash": ("cache_hash", "add_args", "main", "a full content hash vs a cache hit"),
+    "whatif": ("whatif", "add_args", "main",
+               "levers' promised vs realised saving per before/after pair; replay + levers "
+               "vs analyze time"),
     "hta-compare": ("hta_compare", "add_args", "main",
                     "figures of HTA vs traceread on HTA's own test traces (no timing)"),
 }

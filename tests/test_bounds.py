@@ -25,9 +25,16 @@ def test_host_bound_names_the_python_frame(how, tmp_path):
     assert v["evidence"]["scores_ns"]["launch"] == truth["scores"]["launch"]
     assert truth["culprit"] in v["summary"]
     act = v["actions"][0]
-    assert act["cause"] == "host" and act["saves_ns"] == truth["scores"]["host"]
-    assert act["saves_per_step_ns"] == truth["scores"]["host"] // truth["steps"]
-    assert act["projected_step_ns"] == truth["step_dur"] - truth["scores"]["host"] // truth["steps"]
+    assert act["cause"] == "host"
+    host = truth["scores"]["host"]
+    if act["basis"] == "bound":
+        assert act["saves_ns"] == host
+        assert act["saves_per_step_ns"] == host // truth["steps"]
+        assert act["projected_step_ns"] == truth["step_dur"] - host // truth["steps"]
+    else:   # replayed (whatif.py): the planted Python and the untraced host time around it
+        assert abs(act["saves_ns"] - host) <= 0.01 * host
+        assert abs(act["projected_step_ns"] - (truth["step_dur"] - host // truth["steps"])) \
+            <= 0.01 * truth["step_dur"]
     assert not any("CUDA graphs: torch.compile(mode" in lv and "capture the step" in lv
                    for lv in v["levers"][:1])
 
@@ -59,7 +66,11 @@ def test_pageable_copies_are_copy_bound_not_gpu_bound(how, tmp_path):
     assert a.copies["largest"]["gbps"] == truth["gbps"]
     assert "2.00 GiB HtoD pageable" in v["summary"]
     pin = [x for x in v["actions"] if x["lever"].startswith("pin the host")]
-    assert pin and pin[0]["saves_ns"] == truth["pin_saves_ns"]
+    assert pin
+    if pin[0]["basis"] == "bound":
+        assert pin[0]["saves_ns"] == truth["pin_saves_ns"]
+    else:   # replayed: the copies at pinned bandwidth, and non_blocking: the host waits less
+        assert truth["pin_saves_ns"] <= pin[0]["saves_ns"] <= 1.05 * truth["pin_saves_ns"]
 
 
 @pytest.mark.parametrize("how", PATHS)

@@ -25,9 +25,12 @@ def alloc():
 
 
 def _record(a, **change) -> WindowFacts:
+    """A copy of the analysis' record; ``graph=None``: without the replayed graph (every
+    lever priced by its bound, the predicates alone decide)."""
     f = a.facts
     return WindowFacts(figures=copy.deepcopy(f.figures), program=copy.deepcopy(f.program),
-                       evidence=copy.deepcopy(f.evidence), frames=change.pop("frames", f.frames))
+                       evidence=copy.deepcopy(f.evidence), frames=change.pop("frames", f.frames),
+                       graph=change.pop("graph", f.graph), replay=f.replay)
 
 
 def test_the_record_holds_what_the_verdict_reports(alloc):
@@ -49,9 +52,11 @@ def test_decide_reads_the_record_alone(alloc):
 
 
 def test_a_fact_changed_in_the_record_changes_the_levers(alloc):
-    ids = [x["id"] for x in alloc.verdict["actions"]]
+    ids = [x["id"] for x in decide(_record(alloc, frames={}, graph=None))["actions"]]
     assert "cuda_graphs" in ids
-    rec = _record(alloc, frames={})
+    # replayed, the capture is refused: empty_cache()'s cudaFree syncs between the launches
+    assert "cuda_graphs" not in [x["id"] for x in alloc.verdict["actions"]]
+    rec = _record(alloc, frames={}, graph=None)
     rec.program["uses_cuda_graphs"] = True
     got = [x["id"] for x in decide(rec)["actions"]]
     assert "cuda_graphs" not in got and "graph_coverage_inference" in got   # no backward
@@ -71,7 +76,10 @@ def test_program_facts_are_proved_by_events_of_the_window(alloc):
 
 
 def test_because_names_the_facts_the_predicates_read(alloc):
-    act = {x["id"]: x for x in alloc.verdict["actions"]}
+    # a lever priced by the replay stands on its model's replayed saving
+    replayed = next(x for x in alloc.verdict["actions"] if x["basis"] == "replay")
+    assert replayed["because"][0]["fact"].startswith("replay_levers.")
+    act = {x["id"]: x for x in decide(_record(alloc, graph=None))["actions"]}   # bounds
     why = {b["fact"]: b for b in act["cuda_graphs"]["because"]}
     # what priced it, then what its predicates (pytorch, no_graphs) read
     assert act["cuda_graphs"]["because"][0]["fact"] == "cause_ns.launch"
@@ -84,6 +92,7 @@ def test_because_names_the_facts_the_predicates_read(alloc):
     assert busy["fact"] == "busy_levers.torch_compile" and "busy time" in busy["value"]
     # every item of every action carries its because
     assert all("because" in x for x in alloc.verdict["actions"])
+    assert all("because" in x for x in act.values())
 
 
 def test_facts_read_follows_the_predicates():

@@ -24,6 +24,7 @@ from .passes import window as window_mod
 from .passes import steady as steady_mod
 from .passes import steps as steps_mod
 from .passes import replay as replay_mod
+from .passes.replay import split as split_mod
 from .passes import utilization as util_mod
 from .passes.side import SidePasses
 from .passes.compile import compile_counts, compile_summary
@@ -310,6 +311,12 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
         copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
     facts.graph, facts.replay = replay_graph, replay   # the step as a graph (passes/replay)
+    if replay_graph is not None and len(ops):
+        # what the what-if models change (passes/replay/whatif.py): the first steps, host
+        # stretches cut at their ops
+        facts.graph = split_mod.priced_graph(replay_graph, ev, pattern)
+        facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
+            split_mod.within(ev, facts.graph))
     release_heap()
     verdict = verdict_mod.decide(facts)
     utilization = _with_levers(utilization, verdict_mod.utilization_levers(facts))

@@ -276,6 +276,7 @@ class Action(_S):
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
     culprit: Optional[str]
+    basis: Optional[str] = None         # "replay": step replayed with the lever; "bound"
     # the facts that made the lever apply (verdict/because.py); a job's own lever has none
     because: list[Because] = []
 
@@ -297,6 +298,7 @@ class WhatIf(_S):
     saves_pct: Optional[float]
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
+    models: Optional[list[str]] = None   # levers_together: the whatif models replayed at once
 
 
 class JobRole(_S):
@@ -1092,6 +1094,23 @@ class VerdictChange(_S):
     changed: bool
 
 
+class LeverProof(_S):
+    """Promised vs realised for the lever(s) the two programs show pulled (diffs/proof.py)."""
+
+    levers: list[str]           # what-if models (passes/replay/whatif.py) applied to BEFORE
+    evidence: list[str]         # what changed between the traces, one line per lever
+    promised_ns: Optional[int]  # per step: replay(BEFORE) - replay(BEFORE with the levers)
+    realised_ns: Optional[int]  # per step (per sample x BEFORE's batch when it changed)
+    basis: Optional[str]        # replay | bound (BEFORE not replayable: its verdict's bound)
+    error_pct: Optional[float]  # (promised - realised) / realised
+    promised_pct: Optional[float] = None   # of BEFORE's replayed step
+    realised_pct: Optional[float] = None   # of BEFORE's measured step
+    refused: dict[str, str] = {}           # model -> why it does not apply
+    replay_before_ns: Optional[int] = None
+    replay_after_ns: Optional[int] = None
+    not_replayed: Optional[str] = None
+
+
 class Saving(_S):
     realised_ns: Optional[int]
     promised_ns: Optional[int]
@@ -1117,6 +1136,7 @@ class DiffPair(_S):
     per_sample: Optional[Delta]  # step time (or per-iteration time) / batch size
     warnings: list[str]         # why the two sides' figures are not like for like
     kernels: KernelChanges
+    proof: Optional[LeverProof] = None   # promised vs realised for the lever that changed
 
 
 class Unmatched(_S):

@@ -99,6 +99,7 @@ class TraceDiff:
     unmatched: list = field(default_factory=list)  # {side, path, reason} left out of the pairs
     jobs: list | None = None                      # batch diffs: one change record per job
     source: str = "traces"                        # traces | directories | batch
+    proof: dict | None = None                     # promised vs realised (diffs/proof.py)
 
     @property
     def unit(self) -> str:
@@ -154,7 +155,7 @@ class TraceDiff:
                 "slower_pct": _round(self.slower_pct()),
                 "verdict": {"before": self.before["verdict"], "after": self.after["verdict"],
                             "changed": self.before["verdict"] != self.after["verdict"]},
-                "saving": self.saving(),
+                "saving": self.saving(), "proof": self.proof,
                 "batch": self.batch, "per_sample": self.per_sample(),
                 "warnings": list(self.warnings),
                 "kernels": self.kernels}
@@ -287,9 +288,13 @@ def diff_analyses(before, after, label: str = "", batch: tuple | None = None) ->
     sizes; else they are read from the traces' shapes (``batch_sizes``)."""
     from ..passes.batchsize import batch_sizes
 
+    from .proof import proof
+
     found = user_batch(batch) if batch else batch_sizes(before, after)
-    return diff_sides((figures(before), before.kernels, before.kernel_classes),
-                      (figures(after), after.kernels, after.kernel_classes), label, found)
+    d = diff_sides((figures(before), before.kernels, before.kernel_classes),
+                   (figures(after), after.kernels, after.kernel_classes), label, found)
+    d.proof = proof(before, after, d)
+    return d
 
 
 def user_batch(batch: tuple) -> dict:

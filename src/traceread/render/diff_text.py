@@ -222,8 +222,30 @@ def _saving_lines(d) -> list[str]:
     r = s["realised_ns"]
     lines = [f"  saving realised per step: {fmt_ns(r)}" if r >= 0
              else f"  no saving: each step is {fmt_ns(-r)} slower"]
-    if s["promised_ns"] is not None:
+    if d.proof:
+        lines += _proof_lines(d.proof)
+    elif s["promised_ns"] is not None:
         lines.append(f"    (the before-verdict's top action promised {fmt_ns(s['promised_ns'])})")
+    return lines
+
+
+def _proof_lines(p: dict) -> list[str]:
+    """Promised vs realised for the lever(s) that changed (diffs/proof.py)."""
+    what = ", ".join(p["levers"])
+    lines = _wrap(f"the change: {what} ({'; '.join(p['evidence'])})", "  ")
+    if p["promised_ns"] is None:
+        return lines + _wrap("promised: not priced (no replay, no bound for this lever)", "    ")
+    how = "BEFORE's replay with the change" if p["basis"] == "replay" else \
+        f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
+    pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None else ""
+    lines.append(f"    promised {fmt_ns(p['promised_ns'])} per step{pct}, from {how}")
+    if p["realised_ns"] is not None:
+        rp = f" ({p['realised_pct']:.1f}%)" if p.get("realised_pct") is not None else ""
+        err = f", promise off by {p['error_pct']:+.1f}%" if p.get("error_pct") is not None \
+            else ""
+        lines.append(f"    realised {fmt_ns(p['realised_ns'])} per step{rp}{err}")
+    for m, why in (p.get("refused") or {}).items():
+        lines += _wrap(f"{m} not applied: {why}", "    ")
     return lines
 
 

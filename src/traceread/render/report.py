@@ -152,6 +152,13 @@ def todo_lines(v: dict) -> list[str]:
     more = max(len(acts), len(v.get("levers", []))) - TODO_ROWS
     if more > 0:
         lines.append(f"    ... and {more} more (all in the JSON's verdict.actions)")
+    both = (v.get("what_if") or {}).get("levers_together")
+    if isinstance(both, dict) and both.get("saves_per_step_ns") is not None:
+        step = f", step -> {fmt_ns(both['projected_step_ns'])}" \
+            if both.get("projected_step_ns") else ""
+        lines += tail_lines("  ", f"The replayed levers together ({', '.join(both['models'])}),"
+                            f" replayed at once, not summed: saves ~"
+                            f"{fmt_ns(both['saves_per_step_ns'])} per step{step}")
     diag = v.get("diagnostics") or []
     if diag:
         lines += ["", "  To find out more:"] + [f"    - {d}" for d in diag]

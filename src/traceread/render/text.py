@@ -7,8 +7,8 @@ from . import safe
 
 
 TODO_ROWS = 8   # to-do items the text and HTML show before "and N more"
-TODO_TITLE = ("To do, largest saving first (each saving an upper bound: the rest of the step "
-              "unchanged):")
+TODO_TITLE = ("To do, largest saving first (replayed: the step re-simulated with the lever "
+              "pulled; [bound]: at most this, the rest of the step unchanged):")
 
 
 def action_gain(x: dict, prev: dict | None = None) -> str:
@@ -28,6 +28,8 @@ def action_gain(x: dict, prev: dict | None = None) -> str:
         parts.append("saving not estimated")
     if isinstance(x.get("saves_pct"), (int, float)):
         parts[-1] += f" ({x['saves_pct']:.1f}% of the window)"
+    if x.get("basis") == "bound":
+        parts[-1] += " [bound]"
     if x.get("projected_step_ns"):
         parts.append(f"step -> {fmt_ns(x['projected_step_ns'])}")
     text = ", ".join(parts)

@@ -10,7 +10,7 @@ named when it is not the steady state (steady.py).
 from __future__ import annotations
 
 from ..passes.facts import WindowFacts
-from . import scores
+from . import scores, whatif
 from .busy import busy_levers, headline, memory_levers
 from .steady import adjust_verdict
 
@@ -20,16 +20,25 @@ def decide(facts: WindowFacts) -> dict:
     f = facts.figures
     blev = busy_levers(f.get("busy"))
     has_gpu = f["gpu_ops"] > 0
+    ctx = lever_context(facts, blev)
+    if facts.graph is not None and has_gpu:   # levers priced by replaying them (whatif.py)
+        ctx["replay_levers"] = whatif.price(facts.graph, ctx, f["copies"],
+                                            facts.frames.get("optimizer_regions"))
     verdict = scores.score(has_gpu=has_gpu, window_ns=f["window_ns"], idle_ns=f["idle_ns"],
                            parts=f["cause_ns"] if has_gpu else None,
                            exposed_comm_ns=f["exposed_comm_ns"], copy=f["copies"],
-                           ctx=lever_context(facts, blev), extra_evidence=f["window_summary"],
+                           ctx=ctx, extra_evidence=f["window_summary"],
                            facts_evidence=facts.evidence)
     verdict["missing"] = missing(f.get("missing") or {})
     head = headline(f.get("utilization"), blev)
     if verdict["bound"] == "gpu" and head:
         verdict["summary"] += f"; {head}"
     adjust_verdict(verdict, f.get("steady") or {})
+    if ctx.get("replay_levers"):
+        verdict["evidence"]["levers_replayed_on"] = ctx["replay_levers"]["steps_priced"]
+        together = whatif.together(ctx["replay_levers"], verdict.get("actions") or [], ctx)
+        if together:
+            verdict["what_if"]["levers_together"] = together
     return verdict
 
 

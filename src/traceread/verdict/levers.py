@@ -1045,7 +1045,11 @@ def diagnostics(causes, ctx: Ctx) -> list[str]:
 
 
 def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int | None:
-    """The ns ``lv`` would save under its model (``SAVINGS``)."""
+    """The ns ``lv`` would save: replayed (whatif.py) where the window was replayed and a
+    model covers the lever, else under its bound model (``SAVINGS``)."""
+    r = replayed(lv, ctx)
+    if r is not None:
+        return r
     alloc = int(parts.get("alloc", 0)) if lv.cause == "host" else 0
     if lv.saves == "cause":
         return int(cause_ns)
@@ -1094,6 +1098,22 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
     return None
 
 
+def replayed(lv: Lever, ctx: Ctx) -> int | None:
+    """The replay's saving of ``lv`` over the window (per step x steps x devices, the
+    figure ``saves_ns`` holds); 0 where its model refused because the change does not fit
+    the program (a graph cannot capture a sync); None: not priced by a replay (no model,
+    no replay, or the graph shows nothing for the model to change: the bound stays)."""
+    from .whatif import lever_price, withdrawn
+
+    r = lever_price(ctx, lv.id)
+    if r is None:
+        return None
+    if not r["applied"]:   # withdrawn where the change does not fit, else its bound
+        return 0 if withdrawn(r) else None
+    steps = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
+    return max(0, int(r["saves_ns"])) * steps
+
+
 def queued_by_kind(waited: dict | None) -> dict | None:
     """Queued ns per kind of ``waited_on`` evidence (attribution.waited_by: ns per text):
     ``event`` (an event wait or another stream's op), ``gpu_side``, ``untraced`` (nothing
@@ -1114,12 +1134,15 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
 
     ``scores``: ns per cause (the verdict's); a cause below ``min_ns`` offers nothing, and
     neither does a lever that saves less. Busy-time levers (cause ``gpu``) are priced by
-    passes/busy.py. Items: id, lever, cost, cause, saves_ns (None: no estimate)."""
+    passes/busy.py. Items: id, lever, cost, cause, saves_ns (None: no estimate), basis
+    ("replay": replayed with the lever applied, whatif.py; "bound": its SAVINGS model),
+    and projected_step_ns for a replayed one."""
     items = []
     causes = [c for c in cause_order if scores.get(c, 0) > 0 and scores[c] >= min_ns]
     for lv in LEVERS:
         if lv.cause in ("cpu_only", "unknown", "waiting") or not all(p(ctx) for p in lv.when):
             continue
+        rep = replayed(lv, ctx)
         if lv.saves in CAUSE_PRICED and lv.cause not in causes:
             continue
         ns = saving(lv, scores.get(lv.cause, 0), parts, copy, ctx)
@@ -1127,10 +1150,39 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
             continue
         text = lv.words(ctx)
         if lv.saves == "busy":   # the evidence busy.py priced it on
-            text += f" -- {ctx['busy_levers'][lv.busy].get('why', '')}"
-        items.append({"id": lv.id, "lever": text, "cost": lv.cost, "cause": lv.cause,
-                      "saves_ns": ns})
-    return _rank(items, gpu_bound(ctx))
+            why = ((ctx.get("busy_levers") or {}).get(lv.busy) or {}).get("why", "")
+            text += f" -- {why}" if why else ""
+        item = {"id": lv.id, "lever": text, "cost": lv.cost, "cause": lv.cause,
+                "saves_ns": ns, "basis": None if ns is None else "bound"}
+        if rep is not None:   # the projected step from the replay, in the measured frame
+            from .whatif import lever_price, projected
+            from .whatif import MODEL_OF
+            item.update(basis="replay", projected_step_ns=projected(ctx, lever_price(ctx, lv.id)),
+                        model=MODEL_OF[lv.id])
+        items.append(item)
+    return _rank(_cap_bounds(items), gpu_bound(ctx))
+
+
+# the what-if model that removes a cause's time altogether (verdict/whatif.py MODEL_OF)
+CAUSE_REMOVED_BY = {"data": "workers", "host": "host_off_path", "sync": "drop_syncs",
+                    "compile": "no_recompile", "graph_capture": "replay_graphs",
+                    "copy": "pin_copies"}
+
+
+def _cap_bounds(items: list[dict]) -> list[dict]:
+    """On a replayed window a bound cannot outrank the replay of its own cause: a lever
+    priced by its bound saves at most what the replayed removal of that cause's time saves
+    (``CAUSE_REMOVED_BY``: the DataLoader's time given back by workers, replayed, is the
+    most any data lever can give back)."""
+    best: dict = {}
+    for x in items:
+        if x.get("basis") == "replay" and x["saves_ns"] is not None and \
+                x.get("model") == CAUSE_REMOVED_BY.get(x["cause"]):
+            best[x["cause"]] = max(best.get(x["cause"], 0), x["saves_ns"])
+    for x in items:
+        if x.get("basis") == "bound" and x["cause"] in best and x["saves_ns"] is not None:
+            x["saves_ns"] = min(x["saves_ns"], best[x["cause"]])
+    return items
 
 
 def _rank(items: list[dict], kernels_first: bool = False) -> list[dict]:

@@ -178,15 +178,19 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
     for x in items:
         lv = L.BY_ID[x["id"]]
         if lv.saves == "busy":
-            why = busy[lv.busy].get("why", "")
+            why = (busy.get(lv.busy) or {}).get("why", "")
             culprit = why
         elif lv.saves == "buffers":
             culprit = "DDP's buffer broadcast before each forward"
         else:
             culprit = culprits.get(x["cause"], "")
-        out.append({**x, **_gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx,
-                                 window_ns), "culprit": culprit or "",
-                    "because": because(lv, ctx, proofs or {}, _priced(lv, sc, busy))})
+        gain = _gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx, window_ns)
+        if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
+            gain["projected_step_ns"] = x["projected_step_ns"]
+        priced = ("replay_levers." + x["model"], gain["saves_per_step_ns"]) \
+            if x.get("basis") == "replay" else _priced(lv, sc, busy)
+        out.append({**{k: v for k, v in x.items() if k != "model"}, **gain,
+                    "culprit": culprit or "", "because": because(lv, ctx, proofs or {}, priced)})
     return out
 
 
@@ -194,7 +198,7 @@ def _priced(lv, sc: dict, busy: dict) -> tuple[str, object] | None:
     """The figure a lever's saving stands on: its busy-time lever's evidence, or the score of
     the cause it saves."""
     if lv.saves == "busy":
-        return f"busy_levers.{lv.busy}", busy[lv.busy].get("why", "")
+        return f"busy_levers.{lv.busy}", (busy.get(lv.busy) or {}).get("why", "")
     if lv.saves in L.CAUSE_PRICED:
         return f"cause_ns.{lv.cause}", int(sc.get(lv.cause, 0))
     return None

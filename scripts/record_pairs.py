@@ -1,0 +1,211 @@
+"""Record the CPU before/after pairs that prove the what-if levers (tests/fixtures/pairs).
+
+Each pair differs in ONE change, the change a lever asks for:
+
+* ``workers``:  DataLoader(num_workers=0) -> num_workers=2, a __getitem__ that waits 0.5 ms
+  (I/O-like: sleeps, no CPU) for each of 16 samples, an MLP step behind it;
+* ``compile``:  an eager MLP whose layers end in chains of pointwise ops -> torch.compile;
+* ``fused_opt``: Adam(foreach=False) over 48 small parameters -> Adam(fused=True);
+* ``batch``:    the same MLP training step at batch 8 -> batch 64 (compared per sample);
+* ``item``:     loss.item() every step -> none (on CPU there is no device queue to drain:
+  the pair shows that a sync lever promises nothing here, and nothing is realised).
+
+Each side is profiled (CPU activities, ProfilerStep#N marks, 4 active steps) and then timed
+UNPROFILED: ``ROUNDS`` rounds, before and after interleaved so the shared machine's load hits
+both alike, each round the mean of ``STEPS`` back-to-back steps (one clock read at each end).
+The truth (truth.json) keeps every round; its ``step_ns`` is the median of the round means.
+
+    python scripts/record_pairs.py tests/fixtures/pairs [PAIR ...]
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+from torch.utils.data import DataLoader, Dataset
+
+ROUNDS = 5
+STEPS = 20
+WARM = 5
+
+
+class SlowSet(Dataset):
+    """Samples that take ``wait_s`` each to "read" (a sleep: I/O, not CPU)."""
+
+    def __init__(self, n: int = 100_000, wait_s: float = 0.0005):
+        self.n, self.wait_s = n, wait_s
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.wait_s)
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(128, generator=g), i % 10
+
+
+def mlp(width: int = 128, depth: int = 3, pointwise: bool = False) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for _ in range(depth):
+        layers.append(torch.nn.Linear(width, width))
+        layers.append(PointwiseChain() if pointwise else torch.nn.ReLU())
+    layers.append(torch.nn.Linear(width, 10))
+    return torch.nn.Sequential(*layers)
+
+
+class PointwiseChain(torch.nn.Module):
+    """Eight elementwise ops in a row: eager runs eight kernels, compile fuses them."""
+
+    def forward(self, x):
+        x = torch.nn.functional.gelu(x)
+        x = x * 1.01 + 0.1
+        x = torch.tanh(x)
+        x = x - x.mean(dim=-1, keepdim=True)
+        x = torch.sigmoid(x) * x
+        return x.clamp(-3, 3)
+
+
+class Loop:
+    """One side of a pair: ``step()`` runs one training/inference step."""
+
+    def __init__(self, step, batches=None):
+        self._step, self.batches = step, batches
+
+    def step(self):
+        self._step(next(self.batches) if self.batches is not None else None)
+
+
+def _train_step(model, opt, batch_size, width=128, item=False):
+    x = torch.randn(batch_size, width)
+    y = torch.randint(0, 10, (batch_size,))
+
+    def run(batch):
+        xb, yb = batch if batch is not None else (x, y)
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if item:
+            loss.item()
+    return run
+
+
+def side(pair: str, variant: str) -> Loop:
+    if pair == "workers":
+        model = mlp(depth=6)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = DataLoader(SlowSet(), batch_size=16, shuffle=False,
+                            num_workers=0 if variant == "before" else 2,
+                            persistent_workers=variant == "after")
+        return Loop(_train_step(model, opt, 16), iter(loader))
+    if pair == "compile":
+        model = mlp(width=256, depth=4, pointwise=True).eval()
+        if variant == "after":
+            model = torch.compile(model)
+        x = torch.randn(64, 256)
+
+        def infer(_):
+            with torch.no_grad():
+                model(x)
+        return Loop(infer)
+    if pair == "fused_opt":
+        model = mlp(width=32, depth=23)           # 48 parameters
+        kw = {"foreach": False} if variant == "before" else {"fused": True}
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, **kw)
+        return Loop(_train_step(model, opt, 8, width=32))
+    if pair == "batch":
+        model = mlp(depth=6)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        return Loop(_train_step(model, opt, 8 if variant == "before" else 64))
+    if pair == "item":
+        model = mlp(depth=6)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        return Loop(_train_step(model, opt, 16, item=variant == "before"))
+    raise SystemExit(f"unknown pair {pair}")
+
+
+PAIRS = ("workers", "compile", "fused_opt", "batch", "item")
+WHAT = {
+    "workers": ("DataLoader num_workers=0, 16 x 0.5 ms samples per batch",
+                "DataLoader num_workers=2 (persistent), same samples"),
+    "compile": ("eager MLP, 4 layers each ending in 8 pointwise ops, inference",
+                "the same model under torch.compile (default mode)"),
+    "fused_opt": ("Adam(foreach=False), 48 parameters", "Adam(fused=True), same parameters"),
+    "batch": ("MLP training step, batch 8", "the same step at batch 64"),
+    "item": ("MLP training step with loss.item() every step", "the same step, no .item()"),
+}
+LEVER = {"workers": "num_workers", "compile": "compile_pointwise", "fused_opt":
+         "fused_optimizer", "batch": "larger_batch", "item": "remove_syncs"}
+
+
+def _gz(src: str, dst: str) -> None:
+    with open(src, "rb") as f, gzip.open(dst, "wb", compresslevel=9) as g:
+        shutil.copyfileobj(f, g)
+    os.remove(src)
+
+
+def record(loop: Loop, out: str) -> None:
+    raw = out + ".tmp.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=1, warmup=2, active=4)) as prof:
+        for _ in range(7):
+            loop.step()
+            prof.step()
+    prof.export_chrome_trace(raw)
+    _gz(raw, out)
+
+
+def timed(loop: Loop) -> float:
+    """The mean of STEPS back-to-back steps, unprofiled (ns)."""
+    t = time.perf_counter_ns()
+    for _ in range(STEPS):
+        loop.step()
+    return (time.perf_counter_ns() - t) / STEPS
+
+
+def record_pair(folder: str, pair: str) -> dict:
+    loops = {v: side(pair, v) for v in ("before", "after")}
+    for v, loop in loops.items():
+        for _ in range(WARM):
+            loop.step()
+        record(loop, os.path.join(folder, f"{pair}.{v}.json.gz"))
+    rounds = {"before": [], "after": []}
+    for _ in range(ROUNDS):
+        for v, loop in loops.items():
+            rounds[v].append(round(timed(loop)))
+    out = {"lever": LEVER[pair], "rounds_ns": rounds,
+           "step_ns": {v: round(statistics.median(r)) for v, r in rounds.items()},
+           "what": {"before": WHAT[pair][0], "after": WHAT[pair][1]}}
+    if pair == "batch":
+        out["batch"] = {"before": 8, "after": 64}
+    if pair == "workers":
+        out["num_workers"] = {"before": 0, "after": 2}
+    return out
+
+
+def main(folder: str, pairs: list[str]) -> None:
+    os.makedirs(folder, exist_ok=True)
+    torch.set_num_threads(1)   # 2 shared cores: one thread keeps the rounds comparable
+    path = os.path.join(folder, "truth.json")
+    truth = json.load(open(path)) if os.path.exists(path) else {}
+    truth.update({"torch": torch.__version__, "threads": 1, "rounds": ROUNDS,
+                  "steps_per_round": STEPS})
+    for pair in pairs:
+        t = time.time()
+        truth[pair] = record_pair(folder, pair)
+        print(f"{pair}: {truth[pair]['step_ns']} ({time.time() - t:.0f} s)", flush=True)
+        with open(path, "w") as f:
+            json.dump(truth, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/pairs",
+         sys.argv[2:] or list(PAIRS))

@@ -1,0 +1,193 @@
+"""Promised vs realised: did the lever save what the before-trace's replay said it would?
+
+``traceread diff BEFORE AFTER`` finds the lever(s) that changed between the two programs
+from the traces' own evidence (``changed``: DataLoader workers appeared, the syncs per step
+fell, CUDA graphs are replayed, the optimizer became fused, empty_cache() went, ...),
+prices exactly that change on BEFORE's replayed step graph (passes/replay/whatif.py: the
+models, combined when several levers changed, with the change's own parameters -- the
+batch factor, the workers) and sets it beside the measured step difference:
+
+    promised = replay(BEFORE) - replay(BEFORE with the change)     (per step)
+    realised = BEFORE's measured step - AFTER's                     (per step; per sample
+                                                                     of BEFORE's batch when
+                                                                     the batch changed)
+
+Where BEFORE cannot be replayed the promise is the before-verdict's own saving for that
+lever (levers.saving), labelled ``bound``.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..passes import attribution as attr
+from ..passes.attribution import ALLOC_API_RX
+
+EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
+LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
+TRITON_RX = re.compile(r"^triton_|^cpp_fused|^kernel_cpp|Torch-Compiled Region|CompiledFunction")
+
+
+def signature(a) -> dict:
+    """What a program does, per analysed step, as the levers read it (evidence only)."""
+    c = a.context or {}
+    steps = max(1, len(a.steps)) if a.step_source != "whole_trace" else 1
+    ev = _window_events(a)
+    names = ev["name"].astype(str) if ev is not None else None
+
+    def count(rx, kinds=None) -> float:
+        if names is None:
+            return 0.0
+        m = names.map(lambda s: bool(rx.search(s))).to_numpy(bool).copy()
+        if kinds:
+            m &= ev["kind"].isin(kinds).to_numpy()
+        return float(m.sum()) / steps
+
+    opt = c.get("optimizer") or {}
+    dt = c.get("dtypes") or {}
+    by_cpu = (a.attribution or {}).get("by_cpu") or {}
+    return {
+        "workers": bool(c.get("dataloader_workers")),
+        "loads_on_thread": bool(c.get("dataloader_single")),
+        "syncs_per_step": max(float(c.get("syncs_per_step") or 0), _syncs(ev) / steps),
+        "compiled": bool(c.get("compiled")) or count(TRITON_RX) > 0,
+        "graphs_replayed": int((a.graphs or {}).get("replays") or 0) > 0,
+        "graphs_not_replayed": bool(c.get("graphs_not_replayed")),
+        "fused_optimizer": bool(c.get("fused_optimizer")) or opt.get("impl") == "fused",
+        "empty_cache_per_step": count(EMPTY_CACHE_RX),
+        "driver_allocs_per_step": count(ALLOC_API_RX, ("runtime", "driver")),
+        "pageable_ns": int((a.copies or {}).get("pageable_ns") or 0),
+        "exposed_copy_ns": int((a.copies or {}).get("exposed_ns") or 0),
+        "recompiles": int((a.compile or {}).get("recompiles") or 0),
+        "lowp": bool(dt.get("bf16") or dt.get("fp16")),
+        "tf32": bool(dt.get("tf32")),
+        "layout_kernels_per_step": count(LAYOUT_RX, ("kernel",)),
+        "host_untraced_ns": int(by_cpu.get("untraced", 0) + by_cpu.get("python", 0)) // steps,
+    }
+
+
+def _syncs(ev) -> float:
+    """Blocking sync calls and .item() ops in the window (attribution.sync_calls), the
+    .item() counted once (not again for the stream sync it makes)."""
+    if ev is None or not len(ev):
+        return 0.0
+    rows = attr.sync_calls(ev)
+    rows = np.flatnonzero(rows) if rows.dtype == bool else rows
+    names = ev["name"].astype(str).to_numpy(object)[rows]
+    items = sum(1 for x in names if x.startswith("aten::item"))
+    api = sum(1 for x in names if not x.startswith("aten::"))
+    return float(items if items else api)
+
+
+def _window_events(a):
+    if a.trace is None:
+        return None
+    ev = a.trace.events
+    w = a.window
+    if w is None:
+        return ev
+    ts = ev["ts"].to_numpy(np.int64)
+    return ev[(ts >= int(w.start)) & (ts < int(w.end))]
+
+
+def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str, dict]]:
+    """(whatif model id, evidence, params) for each lever the two signatures show pulled."""
+    out = []
+    if b["loads_on_thread"] and not b["workers"] and a["workers"]:
+        out.append(("workers", "DataLoader worker processes appeared", {}))
+    if b["syncs_per_step"] >= 1 and a["syncs_per_step"] <= 0.5 * b["syncs_per_step"] and \
+            b["syncs_per_step"] - a["syncs_per_step"] >= 1:
+        out.append(("drop_syncs", f"blocking syncs per step {b['syncs_per_step']:g} -> "
+                                  f"{a['syncs_per_step']:g}", {}))
+    if b["empty_cache_per_step"] > 0 and a["empty_cache_per_step"] == 0 or \
+            b["driver_allocs_per_step"] >= 2 and a["driver_allocs_per_step"] <= \
+            0.1 * b["driver_allocs_per_step"]:
+        out.append(("no_empty_cache", f"device frees/mallocs per step "
+                                      f"{b['driver_allocs_per_step']:g} -> "
+                                      f"{a['driver_allocs_per_step']:g}", {}))
+    if b["graphs_not_replayed"] and not a["graphs_not_replayed"] and a["graphs_replayed"]:
+        out.append(("replay_graphs", "the program's CUDA graphs are replayed now", {}))
+    elif b["recompiles"] > 0 and a["recompiles"] == 0:
+        out.append(("no_recompile", f"recompiles {b['recompiles']} -> {a['recompiles']}"
+                    + (", CUDA graphs replayed" if a["graphs_replayed"] else ""), {}))
+    if not b["graphs_replayed"] and not b["graphs_not_replayed"] and a["graphs_replayed"]:
+        out.append(("cuda_graphs", "CUDA graphs replayed", {}))
+    if not b["compiled"] and a["compiled"] and not a["graphs_replayed"]:
+        out.append(("fuse_pointwise", "torch.compile'd code runs", {}))
+    if not b["fused_optimizer"] and a["fused_optimizer"]:
+        out.append(("fused_optimizer", "the optimizer runs fused", {}))
+    if b["pageable_ns"] > 0 and a["pageable_ns"] <= 0.05 * b["pageable_ns"]:
+        out.append(("pin_copies", "pageable copies became pinned", {}))
+    if b["exposed_copy_ns"] > 0 and a["exposed_copy_ns"] < 0.2 * b["exposed_copy_ns"] and \
+            b["pageable_ns"] > 0:
+        out.append(("overlap_copies", "copies no longer exposed (issued early)", {}))
+    if not b["lowp"] and a["lowp"]:
+        out.append(("bf16", "bf16/fp16 kernels appeared", {}))
+    elif not b["tf32"] and a["tf32"]:
+        out.append(("tf32", "TF32 kernels appeared", {}))
+    if b["layout_kernels_per_step"] > 0 and a["layout_kernels_per_step"] == 0:
+        out.append(("channels_last", "layout conversion kernels gone", {}))
+    if batch and batch.get("before") and batch.get("after") and \
+            batch["after"] > batch["before"]:
+        out.append(("larger_batch", f"batch {batch['before']} -> {batch['after']}",
+                    {"x": batch["after"] / batch["before"]}))
+    if not out and b["host_untraced_ns"] > 0 and \
+            a["host_untraced_ns"] < 0.5 * b["host_untraced_ns"]:
+        out.append(("host_off_path", "the host's untraced work between ops fell "
+                                     f"{b['host_untraced_ns'] / 1e6:.1f} -> "
+                                     f"{a['host_untraced_ns'] / 1e6:.1f} ms per step", {}))
+    return out
+
+
+def proof(before, after, d) -> dict | None:
+    """{"levers": [model ids], "evidence": [...], "promised_ns", "realised_ns", "basis":
+    "replay" | "bound", "error_pct", "refused"} for the diff ``d`` of two analyses; None
+    when no lever's evidence changed."""
+    from ..passes.replay.whatif import facts_from_analysis, graph_of, replay_models
+
+    ch = changed(signature(before), signature(after), d.batch)
+    if not ch:
+        return None
+    ids = [m for m, _, _ in ch]
+    params = {m: p for m, _, p in ch}
+    realised = _realised(d)
+    out = {"levers": ids, "evidence": [e for _, e, _ in ch], "realised_ns": realised,
+           "promised_ns": None, "basis": None, "refused": {}}
+    graph, why = graph_of(before)
+    if graph is not None:
+        r = replay_models(graph, facts_from_analysis(before), ids, params)
+        out.update(promised_ns=r["saves_ns"], basis="replay", refused=r["refused"],
+                   replay_before_ns=r["before_ns"], replay_after_ns=r["after_ns"])
+        n = r["params"].get("workers", {}).get("workers")
+        if n and not params.get("workers"):   # the count is not in the traces: say it
+            out["evidence"] = [e + f" (promise for {n} workers: the fewest that hide the load,"
+                               " +1)" if m == "workers" else e
+                               for (m, _, _), e in zip(ch, out["evidence"])]
+    else:
+        out.update(promised_ns=_bound(before, ids), basis="bound", not_replayed=why)
+    p, r = out["promised_ns"], out["realised_ns"]
+    out["error_pct"] = round(100.0 * (p - r) / abs(r), 1) if p is not None and r else None
+    ref = out.get("replay_before_ns")
+    out["promised_pct"] = round(100.0 * p / ref, 2) if p is not None and ref else None
+    mb = d.before.get("step_mean_ns")
+    out["realised_pct"] = round(100.0 * r / mb, 2) if r is not None and mb else None
+    return out
+
+
+def _realised(d) -> int | None:
+    """The measured saving per step (per sample x BEFORE's batch when the batch changed)."""
+    ps = d.per_sample()
+    if ps is not None and ps["delta"] is not None:
+        return int(round(-ps["delta"] * d.batch["before"]))
+    return d.saving()["realised_ns"]
+
+
+def _bound(a, ids: list[str]) -> int | None:
+    """The before-verdict's largest per-step saving among the levers these models price."""
+    from ..verdict.whatif import levers_of
+
+    levers = {lv for m in ids for lv in levers_of(m)}
+    got = [x.get("saves_per_step_ns") for x in (a.verdict or {}).get("actions", [])
+           if x["id"] in levers and x.get("saves_per_step_ns") is not None]
+    return max(got) if got else None

@@ -1,0 +1,319 @@
+"""Host stretches cut at the outermost traced ops inside them, for the levers.
+
+``build_graph`` makes one node of the host time between two runtime calls (a *stretch*),
+labelled by what covers its middle. That is enough to replay it, but a lever changes one
+op, not a stretch: the DataLoader's 16 ms at the top of a step share a stretch with the
+Python after it, and a CPU-only step is one stretch from its start to its end. ``split``
+cuts each host stretch of at least ``SPLIT_MIN_NS`` at the boundaries of the outermost
+traced ops (operators, annotations, Python frames; the step ranges themselves excluded)
+on its thread: one node per op piece, one per untraced piece between them, each labelled
+with its own category (``attribution.classify_host``). The pieces tile the stretch with no
+gap, so the unmodified replay is unchanged.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .. import attribution as attr
+from ..common import kind_in
+from .graph import NEG, StepGraph
+
+SPLIT_MIN_NS = 20_000
+_CATS = attr.CPU_CATEGORIES
+_CALL_RX = r"^(?:cuda|cu|hip|nccl|cudnn|cublas)[A-Z]"
+
+
+def stretches(graph: StepGraph) -> np.ndarray:
+    """Mask of the host stretches (host work between calls, not calls or step markers)."""
+    n = graph.nodes
+    host_lane = n["lane"].isin(graph.lanes.loc[graph.lanes["what"] == "host", "lane"])
+    k = n["kind"].isin(("host", "dataloader", "collective"))
+    call = n["name"].astype(str).str.contains(_CALL_RX, regex=True)
+    return (host_lane & k & ~call).to_numpy()
+
+
+def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
+          min_ns: int = SPLIT_MIN_NS) -> StepGraph:
+    """A new graph whose long host stretches are cut at their outermost ops (module doc)."""
+    n = graph.nodes
+    # a stretch whose cost is not its duration was given a role by the builder (a thread
+    # waiting for another, a helper's idle between bursts): it stays whole
+    cand = stretches(graph) & (n["dur_ns"].to_numpy(np.int64) >= min_ns) & \
+        (n["cost_ns"].to_numpy(np.int64) == n["dur_ns"].to_numpy(np.int64))
+    if not cand.any():
+        return graph.copy()
+    rows = np.flatnonzero(kind_in(ev, ("cpu_op", "python", "annotation")))
+    if not len(rows):
+        return graph.copy()
+    cat = attr.classify_host(ev.iloc[rows], step_pattern)
+    kinds = ev["kind"].astype(str).to_numpy(object)[rows]
+    keep = cat != -2       # the step ranges cover everything: never a piece
+    keep &= ~pd.Series(ev["name"].astype(str).to_numpy(object)[rows]).str.match(
+        r"^ProfilerStep#").to_numpy()
+    rows, cat, kinds = rows[keep], cat[keep], kinds[keep]
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    end = ts + ev["dur"].to_numpy(np.int64)[rows]
+    key = attr.thread_key(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
+    names = ev["name"].astype(str).to_numpy(object)[rows]
+    lanes = graph.lanes.set_index("lane")
+    by_thread = {}
+    for k in np.unique(key).tolist():
+        o = np.flatnonzero(key == k)
+        o = o[np.lexsort((-end[o], ts[o]))]
+        # outermost: not inside the reach of an earlier row of the thread
+        reach = np.maximum.accumulate(end[o])
+        outer = np.r_[True, ts[o][1:] >= reach[:-1]]
+        o = o[outer]
+        by_thread[k] = (ts[o], end[o], o)
+    new_rows, drop = [], []
+    next_id = int(n["id"].max()) + 1
+    cols = {c: n[c].to_numpy() for c in ("lane", "ts_ns", "dur_ns", "step", "seq", "gap_ns",
+                                         "release_ns", "id")}
+    lane_key = dict(zip(lanes.index.tolist(), attr.thread_key(
+        lanes["pid"].to_numpy(np.int64).copy(), lanes["tid"].to_numpy(np.int64).copy()).tolist()))
+    for i in np.flatnonzero(cand).tolist():
+        lane = int(cols["lane"][i])
+        k = lane_key.get(lane)
+        if k not in by_thread:
+            continue
+        s0 = int(cols["ts_ns"][i])
+        s1 = s0 + int(cols["dur_ns"][i])
+        t, e, o = by_thread[k]
+        lo = int(np.searchsorted(e, s0, side="right"))
+        hi = int(np.searchsorted(t, s1, side="left"))
+        if hi - lo < 1:
+            continue
+        pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], cat, kinds, names)
+        if len(pieces) < 2:
+            continue
+        drop.append(i)
+        last = len(pieces) - 1
+        for j, (a, b, c, nm) in enumerate(pieces):
+            new_rows.append((next_id, int(cols["step"][i]), lane, int(cols["seq"][i]), j,
+                             "dataloader" if c == "dataloader" else
+                             "collective" if c == "comm_wait" else "host",
+                             nm, c, a, b - a, -1, b - a,
+                             int(cols["gap_ns"][i]) if j == 0 else 0,
+                             int(cols["release_ns"][i]) if j == 0 else int(NEG),
+                             int(cols["id"][i]), j == last))
+            next_id += 1
+    if not new_rows:
+        return graph.copy()
+    g = graph.copy()
+    add = pd.DataFrame(new_rows, columns=["id", "step", "lane", "seq", "sub", "kind", "name",
+                                          "cat", "ts_ns", "dur_ns", "corr", "cost_ns",
+                                          "gap_ns", "release_ns", "was", "last"])
+    old = g.nodes.drop(index=drop).assign(sub=0)
+    nodes = pd.concat([old, add[list(old.columns)]], ignore_index=True)
+    # lane order: the pieces take their stretch's place
+    order = np.lexsort((nodes["sub"].to_numpy(), nodes["seq"].to_numpy(),
+                        nodes["lane"].to_numpy()))
+    lane_o = nodes["lane"].to_numpy()[order]
+    first = np.r_[True, lane_o[1:] != lane_o[:-1]]
+    rank = np.arange(len(order)) - np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    seq = np.empty(len(order), np.int64)
+    seq[order] = rank
+    nodes["seq"] = seq
+    g.nodes = nodes.drop(columns=["sub"]).astype({c: n[c].dtype for c in n.columns
+                                                   if c in ("id", "step", "lane", "seq",
+                                                            "ts_ns", "dur_ns", "corr",
+                                                            "cost_ns", "gap_ns",
+                                                            "release_ns")})
+    # edges of a split stretch: into its first piece, out of its last
+    firsts = add[add["sub"] == 0].set_index("was")["id"]
+    lasts = add[add["last"]].set_index("was")["id"]
+    e = g.edges.copy()
+    e["dst"] = e["dst"].map(firsts).fillna(e["dst"]).astype(np.int64)
+    e["src"] = e["src"].map(lasts).fillna(e["src"]).astype(np.int64)
+    g.edges = e
+    return g
+
+
+def _pieces(s0, s1, t, e, o, cat, kinds, names) -> list[tuple[int, int, str, str]]:
+    """(start, end, category, name) pieces tiling [s0, s1): the ops clipped to it, and the
+    untraced stretches between them."""
+    out = []
+    at = s0
+    for a, b, r in zip(t.tolist(), e.tolist(), o.tolist()):
+        a, b = max(a, s0), min(b, s1)
+        if b <= a:
+            continue
+        if a > at:
+            out.append((at, a, "untraced", "untraced"))
+        c = int(cat[r])
+        label = _CATS[c] if c >= 0 else "wait" if c == -3 else \
+            ("python" if kinds[r] == "python" else "cpu_op")
+        out.append((a, b, label, str(names[r])))
+        at = b
+    if at < s1:
+        out.append((at, s1, "untraced", "untraced"))
+    return out
+
+
+# -- the graph the what-if models change (whatif.py) -------------------------------------
+
+PRICE_STEPS = 8   # the levers are priced on at most this many replayed steps (per step)
+
+
+def priced_graph(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
+                most: int = PRICE_STEPS) -> StepGraph:
+    """The graph the what-if models change: its first ``most`` replayed steps
+    (``sample_steps``) with their host stretches cut at their ops (``split``). It replays
+    as the built graph does on those steps; a note says how many steps it holds."""
+    g, priced = sample_steps(graph, most)
+    g = split(g, within(ev, g), step_pattern)
+    paired = pair_helper_bursts(g)
+    g.notes = list(g.notes) + [f"levers: {priced}"] + \
+        ([f"levers: {paired} helper-thread bursts released by the step thread"] if paired else [])
+    return g
+
+
+HELPER_IDLE_NS = 1_000_000
+
+
+def pair_helper_bursts(g: StepGraph) -> int:
+    """A helper thread (a host lane with no step markers: autograd's backward thread) idles
+    between bursts; in the trace each burst began right after a step thread handed it work.
+    A burst the builder left unpaired (no ``thread`` edge) gets one from the step thread's
+    node that ended last before it (lag as measured), and the idle before it costs nothing:
+    when a lever moves the step thread, the burst moves with it instead of waiting out the
+    measured idle. In place; returns how many bursts were paired."""
+    n = g.nodes
+    kind = n["kind"].to_numpy(object)
+    lane = n["lane"].to_numpy()
+    stepped = np.unique(lane[kind == "step"])
+    host_lanes = g.lanes.loc[g.lanes["what"] == "host", "lane"].to_numpy()
+    helpers = np.setdiff1d(host_lanes, stepped)
+    if not len(helpers) or not len(stepped):
+        return 0
+    ts = n["ts_ns"].to_numpy(np.int64)
+    end = ts + n["dur_ns"].to_numpy(np.int64)
+    cost = n["cost_ns"].to_numpy(np.int64).copy()
+    ids = n["id"].to_numpy()
+    on_step = np.flatnonzero(np.isin(lane, stepped) & (kind != "step"))
+    by_end = on_step[np.argsort(end[on_step], kind="stable")]
+    e = g.edges
+    has_thread = set(e.loc[e["kind"] == "thread", "dst"].tolist())
+    order = np.lexsort((n["seq"].to_numpy(), lane))
+    cat = n["cat"].to_numpy(object)
+    add = []
+    rel = n["release_ns"].to_numpy(np.int64).copy()
+    for h in helpers.tolist():
+        seq_idx = order[lane[order] == h]
+        if not len(seq_idx):
+            continue
+        first = int(seq_idx[0])
+        if rel[first] != NEG and ids[first] not in has_thread:
+            # the lane's first burst: the builder holds it at its measured start (what woke
+            # it lay outside the graph); a step thread node that ended before it woke it
+            k = np.searchsorted(end[by_end], ts[first], side="right") - 1
+            if k >= 0:
+                add.append((int(ids[by_end[k]]), int(ids[first]), int(ts[first] - end[by_end[k]])))
+                rel[first] = NEG
+        for a, b in zip(seq_idx[:-1].tolist(), seq_idx[1:].tolist()):
+            idle = kind[a] == "host" and cat[a] in ("untraced", "wait") and \
+                end[a] - ts[a] >= HELPER_IDLE_NS and cost[a] == end[a] - ts[a]
+            if not idle or ids[b] in has_thread:
+                continue
+            k = np.searchsorted(end[by_end], ts[b], side="right") - 1
+            if k < 0:
+                continue
+            src = by_end[k]
+            add.append((int(ids[src]), int(ids[b]), int(ts[b] - end[src])))
+            cost[a] = 0
+    if add:
+        n["cost_ns"] = cost
+        n["release_ns"] = rel
+        g.edges = pd.concat([e, pd.DataFrame({"src": [x for x, _, _ in add],
+                                              "dst": [y for _, y, _ in add],
+                                              "kind": "thread",
+                                              "lag_ns": [z for _, _, z in add]})],
+                            ignore_index=True)
+    return len(add)
+
+
+def sample_steps(graph: StepGraph, most: int = PRICE_STEPS) -> tuple[StepGraph, str]:
+    """(graph of the first ``most`` replayed steps, "N of M steps") -- every step when there
+    are no more: a saving is per step, and each model replays the graph once, so a long
+    window is priced on a run of its steps (the replay's own figures keep them all). The
+    kept lanes' first nodes start no earlier than they did."""
+    st = graph.steps
+    n_all = len(st)
+    if n_all <= most or (st["begin"].to_numpy() < 0).all():
+        return graph.copy(), f"{n_all} of {n_all} steps"
+    keep_st = st.sort_values("start_ns", kind="stable").iloc[:most]
+    lo, hi = int(keep_st["start_ns"].min()), int(keep_st["end_ns"].max())
+    n = graph.nodes
+    step = n["step"].to_numpy()
+    ts = n["ts_ns"].to_numpy(np.int64)
+    keep = np.isin(step, keep_st["index"].to_numpy()) | ((step < 0) & (ts >= lo) & (ts < hi))
+    g = graph.copy()
+    nodes = n[keep].copy()
+    order = np.lexsort((nodes["seq"].to_numpy(), nodes["lane"].to_numpy()))
+    lane_o = nodes["lane"].to_numpy()[order]
+    first = order[np.r_[True, lane_o[1:] != lane_o[:-1]]]
+    rel = nodes["release_ns"].to_numpy(np.int64).copy()
+    rel[first] = np.maximum(rel[first], nodes["ts_ns"].to_numpy(np.int64)[first])
+    nodes["release_ns"] = rel
+    g.nodes = nodes.reset_index(drop=True)
+    ids = g.nodes["id"].to_numpy()
+    e = graph.edges
+    g.edges = e[np.isin(e["src"].to_numpy(), ids) & np.isin(e["dst"].to_numpy(), ids)] \
+        .reset_index(drop=True)
+    g.steps = keep_st.reset_index(drop=True)
+    return g, f"{len(keep_st)} of {n_all} steps"
+
+
+def within(ev: pd.DataFrame, g: StepGraph) -> pd.DataFrame:
+    """The events that overlap the graph's time span."""
+    if not len(g.nodes):
+        return ev
+    ts = g.nodes["ts_ns"].to_numpy(np.int64)
+    lo, hi = int(ts.min()), int((ts + g.nodes["dur_ns"].to_numpy(np.int64)).max())
+    t = ev["ts"].to_numpy(np.int64)
+    m = (t < hi) & (t + ev["dur"].to_numpy(np.int64) > lo)
+    return ev if m.all() else ev[m]
+
+
+OPTIMIZER_RX = r"^Optimizer\.step#|optimizer\.step"
+
+
+def optimizer_regions(ev: pd.DataFrame) -> pd.DataFrame:
+    """The optimizer steps the annotations mark (``Optimizer.step#Adam.step``): name,
+    start_ns, end_ns, and the outermost operators inside each on its thread -- their total
+    (ops_ns) and longest (longest_ns) time."""
+    cols = ["name", "start_ns", "end_ns", "ops_ns", "longest_ns"]
+    if ev is None or not len(ev):
+        return pd.DataFrame({c: [] for c in cols})
+    codes, uniq = pd.factorize(ev["name"].to_numpy(object), sort=False)
+    rx = re.compile(OPTIMIZER_RX)
+    hit_names = np.array([bool(rx.search(str(u))) for u in uniq] + [False])
+    kind = ev["kind"].to_numpy(object)
+    hit = np.flatnonzero(hit_names[codes] & np.isin(kind, ("annotation", "cpu_op")))
+    if not len(hit):
+        return pd.DataFrame({c: [] for c in cols})
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    ops = np.flatnonzero(kind == "cpu_op")
+    ops = ops[np.argsort(ts[ops], kind="stable")]
+    names = np.asarray(uniq, object)
+    rows = []
+    for i in hit.tolist():
+        lo = np.searchsorted(ts[ops], ts[i], side="left")
+        hi = np.searchsorted(ts[ops], end[i], side="right")
+        idx = ops[lo:hi]
+        idx = idx[(pid[idx] == pid[i]) & (tid[idx] == tid[i]) & (end[idx] <= end[i])
+                  & (idx != i)]
+        total = longest = 0
+        if len(idx):
+            idx = idx[np.lexsort((-end[idx], ts[idx]))]
+            reach = np.maximum.accumulate(end[idx])
+            outer = idx[np.r_[True, ts[idx][1:] >= reach[:-1]]]
+            d = end[outer] - ts[outer]
+            total, longest = int(d.sum()), int(d.max())
+        rows.append((str(names[codes[i]]), int(ts[i]), int(end[i]), total, longest))
+    return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,989 @@
+"""What-if models: changes to the program as transformations of the replayable step graph.
+
+Each model changes the step graph (``StepGraph``) the way a change to the program would
+(drop the syncs, capture a CUDA graph, add DataLoader workers, ...) and the changed graph
+is replayed; the verdict (verdict/whatif.py) prices the levers that ask for each change:
+
+    saving = replay(before) - replay(after)        (per step, mean over the replayed steps)
+
+The unmodified replay reproduces the measured step (the replay's ``error_pct``); each model
+edits only durations, lags and edges -- a node a lever removes keeps its place with zero
+duration, so the graph's structure (lanes, launches, waits) stays what the trace proved.
+Several changes are applied to one copy and replayed together, never summed.
+
+A model's preconditions are read from the trace's facts (``Facts``: the verdict context,
+the device, the regions the annotations mark); a model that does not apply answers
+``refused`` with the reason (a CUDA graph cannot capture a step that syncs).
+
+Each model's assumptions are documented in docs/analysis.md ("Levers as transformations").
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..busy import gemm_precision
+from ..kernel_classes import classify_kernels
+from ..peaks import device_peaks
+
+HOST_NODES = ("host", "launch", "sync_wait", "dataloader")
+GPU_NODES = ("gpu_kernel", "gpu_copy", "gpu_memset", "collective")
+
+# -- constants of the models (docs/analysis.md, "Levers as transformations") ------------
+GRAPH_LAUNCH_NS = 8_000       # one cudaGraphLaunch on the host (H100, CUDA 12: 5-10 us)
+GRAPH_KERNEL_GAP_NS = 1_000   # GPU-side gap between a graph's kernels (~1 us front-end)
+FETCH_NS = 150_000            # the training thread's cost to take a batch from a worker
+MAX_WORKERS = 8               # the default num_workers never exceeds this
+FUSED_TRAFFIC = 0.5           # a fused pointwise chain / optimizer moves half the bytes
+HOST_LAG_FLOOR_NS = 50_000    # untraced host time above this between ops is movable work
+DEFAULT_BATCH_X = 2           # "larger batch": twice the samples per step
+PINNED_GBPS_DEFAULT = 24.0    # when the trace has no pinned copy to measure
+
+POINTWISE_OPS = re.compile(
+    r"^aten::(?:add|sub|mul|div|neg|exp|log|tanh|sigmoid|relu|gelu|silu|clamp|clamp_min|"
+    r"clamp_max|where|pow|sqrt|rsqrt|abs|mean|sum|softmax|_softmax|dropout|native_dropout|"
+    r"layer_norm|native_layer_norm|threshold|leaky_relu|hardtanh|erf|maximum|minimum|"
+    r"lerp|addcmul|addcdiv|fill|zero|copy|mul_|add_|sub_|div_|addcmul_|addcdiv_|lerp_|"
+    r"sqrt_|clamp_|exp_|zero_|fill_|copy_|relu_|sigmoid_|tanh_|gelu_)$")
+OPTIMIZER_RX = re.compile(r"^Optimizer\.step#|optimizer\.step|Optimizer\.zero_grad#")
+CHECKPOINT_RX = re.compile(r"(?i)torch\.save|checkpoint|save_state_dict|dcp\.save|"
+                           r"_save\b|serializ")
+EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
+PAGEABLE_RX = re.compile(r"(?i)pageable")
+LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
+DATA_DEPENDENT = re.compile(r"^aten::(?:nonzero|masked_select|unique|_unique2|repeat_interleave)")
+
+
+@dataclass
+class Facts:
+    """What the models read besides the graph (from the facts record / the verdict's
+    context): ``ctx`` (context keys, levers.py), the device caps, marked regions
+    (name -> [(start_ns, end_ns)]), the copies summary, the batch size when known."""
+    ctx: dict = field(default_factory=dict)
+    device: dict = field(default_factory=dict)
+    regions: dict = field(default_factory=dict)
+    copies: dict = field(default_factory=dict)
+    batch: int | None = None
+    region_ops: dict = field(default_factory=dict)   # region start ns -> (ops' ns, longest)
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    apply: Callable          # (graph, facts, params) -> the changed graph, or a refusal
+    assumes: str
+
+
+# -- graph access: every edit goes through these --------------------------------------
+
+def _names(g) -> pd.Series:
+    return g.nodes["name"].astype(str)
+
+
+def _kind(g, *kinds) -> np.ndarray:
+    return g.nodes["kind"].isin(kinds).to_numpy()
+
+
+def _cat(g, *cats) -> np.ndarray:
+    return g.nodes["cat"].isin(cats).to_numpy()
+
+
+_MEMO: dict = {}
+_MEMO_MAX = 200_000
+
+
+def _per_name(g, key, fn) -> np.ndarray:
+    """``fn(names)`` (a list -> a list) for every node, computed once per distinct name and
+    remembered across the models that ask again: the names repeat, the copies share them."""
+    codes, uniq = pd.factorize(g.nodes["name"].to_numpy(object), sort=False)
+    if sum(len(v) for v in _MEMO.values()) > _MEMO_MAX:
+        _MEMO.clear()
+    memo = _MEMO.setdefault(key, {})
+    names = uniq.tolist()
+    missing = [u for u in names if u not in memo]
+    if missing:
+        memo.update(zip(missing, fn(missing)))
+    out = np.array([memo[u] for u in names] + [None], dtype=object)[:-1]
+    return out[codes] if len(codes) else np.empty(0, object)
+
+
+def _match(g, rx: re.Pattern) -> np.ndarray:
+    return _per_name(g, rx.pattern, lambda xs: [bool(rx.search(x)) for x in xs]).astype(bool)
+
+
+def _ids(g, mask) -> np.ndarray:
+    return g.nodes["id"].to_numpy()[np.asarray(mask, bool)]
+
+
+def _set_cost(g, mask, value) -> None:
+    """The masked nodes take ``value`` ns (scalar or array) on their lane."""
+    m = np.asarray(mask, bool)
+    for c in ("cost_ns", "dur_ns"):
+        v = g.nodes[c].to_numpy(np.int64).copy()
+        v[m] = np.rint(np.broadcast_to(value, v.shape)[m] if np.ndim(value) else value)
+        g.nodes[c] = v
+
+
+def _zero(g, mask) -> int:
+    """The masked nodes take no time and keep no lane gap before them; they stay in the
+    graph (their place in lane order kept), and so do their cross-lane edges, except the
+    drain edges into them: a node that takes no time waits for nothing."""
+    m = np.asarray(mask, bool)
+    _set_cost(g, m, 0)
+    gap = g.nodes["gap_ns"].to_numpy(np.int64).copy()
+    gap[m] = 0
+    g.nodes["gap_ns"] = gap
+    _drop_drains_into(g, m)
+    return int(m.sum())
+
+
+def _drop_drains_into(g, mask) -> None:
+    e = g.edges
+    bad = (e["kind"] == "drain").to_numpy() & np.isin(e["dst"].to_numpy(), _ids(g, mask))
+    g.edges = e[~bad].reset_index(drop=True)
+
+
+def _launched_by(g, mask) -> np.ndarray:
+    """Mask of the GPU ops launched by the masked host nodes."""
+    e = g.edges
+    src = _ids(g, mask)
+    dst = e.loc[(e["kind"] == "launch").to_numpy() & np.isin(e["src"].to_numpy(), src), "dst"]
+    return np.isin(g.nodes["id"].to_numpy(), dst.to_numpy())
+
+
+def _launches_of(g, mask) -> np.ndarray:
+    """Mask of the host calls that launched the masked GPU ops."""
+    e = g.edges
+    dst = _ids(g, mask)
+    src = e.loc[(e["kind"] == "launch").to_numpy() & np.isin(e["dst"].to_numpy(), dst), "src"]
+    return np.isin(g.nodes["id"].to_numpy(), src.to_numpy())
+
+
+def _lane_order(g) -> np.ndarray:
+    n = g.nodes
+    return np.lexsort((n["seq"].to_numpy(), n["lane"].to_numpy()))
+
+
+def _in_regions(g, spans) -> np.ndarray:
+    ts = g.nodes["ts_ns"].to_numpy(np.int64)
+    m = np.zeros(len(ts), bool)
+    for lo, hi in spans:
+        m |= (ts >= lo) & (ts < hi)
+    return m
+
+
+def _kernel_class(g) -> np.ndarray:
+    k = g.nodes["kind"].to_numpy() == "gpu_kernel"
+    if not k.any():
+        return np.full(len(k), "", object)
+    cls = _per_name(g, "class", lambda xs: classify_kernels(pd.Series(xs)).astype(str).tolist())
+    return np.where(k, cls, "")
+
+
+def _has_gpu(g) -> bool:
+    return bool(_kind(g, *GPU_NODES).any())
+
+
+# -- the models: each takes a copy of the graph and returns the changed graph, or a refusal
+# (a string: why the lever does not apply to this program)
+
+def _sync_nodes(g) -> np.ndarray:
+    """Host nodes that block on the GPU because the program asked: explicit syncs and
+    .item() (category ``sync``), not allocator frees or blocking copies (other levers'),
+    nor the data-dependent shapes whose sync is inherent."""
+    return _cat(g, "sync") & _kind(g, *HOST_NODES) & ~_match(g, DATA_DEPENDENT)
+
+
+def drop_syncs(g, f: Facts, p: dict):
+    """Remove the step's blocking syncs (.item(), .cpu(), synchronize): the sync ops go
+    whole -- their host stretches, the device-to-host copy a .item() reads through and its
+    call, the blocking wait -- and their drain edges with them, so the host's work after
+    them overlaps the GPU's. The work that computed the synced value stays."""
+    m = _sync_nodes(g)
+    if not (m & ((g.nodes["cost_ns"].to_numpy() > 0) | _blocking(g))).any():
+        return "no blocking sync in the replayed steps"
+    # the .item()'s own copy: a memcpy call right before the sync op's stretch or wait
+    memcpy = _kind(g, "launch", "sync_wait") & _match(g, re.compile(r"(?i)memcpy"))
+    calls = memcpy & (_before(g, m, np.ones(len(m), bool)) | _after(g, m))
+    gone = m | calls
+    gone |= _feeders(g, gone)
+    _zero(g, gone | _launched_by(g, gone))
+    _free_drains(g)
+    return g
+
+
+FREE_RX = re.compile(r"^(?:cudaFree|cuMemFree|cuMemUnmap|cuMemRelease|hipFree|cudaFreeHost)"
+                     r"(?:_v\d+)?$")
+
+
+def _free_drains(g) -> None:
+    """A device free synchronizes the device (cudaFree waits for all queued work): with
+    the program's own sync gone, a free not already waiting on a GPU op (a drain edge)
+    now waits for the last op launched before it on its thread -- the wait moves there."""
+    n = g.nodes
+    free = _kind(g, *HOST_NODES) & _match(g, FREE_RX) & ~_blocking(g)
+    if not free.any():
+        return
+    e = g.edges
+    lau = e[e["kind"] == "launch"]
+    if not len(lau):
+        return
+    pos = pd.Index(n["id"].to_numpy())
+    src = pos.get_indexer(lau["src"].to_numpy())
+    ok = src >= 0
+    l_lane, l_seq = n["lane"].to_numpy()[src[ok]], n["seq"].to_numpy()[src[ok]]
+    l_dst = lau["dst"].to_numpy()[ok]
+    add = []
+    for i in np.flatnonzero(free).tolist():
+        lane, seq = n["lane"].iat[i], n["seq"].iat[i]
+        mine = (l_lane == lane) & (l_seq < seq)
+        if mine.any():
+            add.append((int(l_dst[mine][np.argmax(l_seq[mine])]), int(n["id"].iat[i])))
+    if add:
+        g.edges = pd.concat([e, pd.DataFrame({"src": [a for a, _ in add],
+                                              "dst": [b for _, b in add],
+                                              "kind": "drain", "lag_ns": 0})],
+                            ignore_index=True)
+
+
+CHECK_OPS = re.compile(r"^aten::(?:isnan|isinf|isfinite|any|all|ne|eq|lt|gt|le|ge|"
+                       r"logical_\w+|amax|amin|norm|linalg_vector_norm|abs|_local_scalar_dense|"
+                       r"item)$")
+_STOP_CLASSES = ("gemm", "attention", "nccl")
+
+
+def _feeders(g, sync: np.ndarray) -> np.ndarray:
+    """The ops that compute only the value a sync reads: walking back on the lane from each
+    sync op, the check ops (isnan, any, comparisons, norms: ``CHECK_OPS``), the untraced
+    stretches and launches between them -- stopping at any other op, a launch of a matmul
+    / attention / collective kernel, or the step's start. Logging every N steps drops them
+    with the sync; a check kept on the GPU would keep them (the model assumes the former)."""
+    n = g.nodes
+    o = _lane_order(g)
+    lane = n["lane"].to_numpy()[o]
+    kind = n["kind"].to_numpy()[o]
+    cat = n["cat"].to_numpy()[o]
+    name = n["name"].astype(str).to_numpy()[o]
+    s = np.asarray(sync, bool)[o]
+    cls = _kernel_class(g)
+    e = g.edges
+    lau = e[e["kind"] == "launch"]
+    stop_ids = set(lau.loc[np.isin(lau["dst"].to_numpy(),
+                                   n["id"].to_numpy()[np.isin(cls, _STOP_CLASSES)]),
+                           "src"].tolist())
+    ids = n["id"].to_numpy()[o]
+    out = np.zeros(len(o), bool)
+    for i in np.flatnonzero(s & ~np.r_[False, s[:-1]]).tolist():   # each sync chain's start
+        j = i - 1
+        while j >= 0 and lane[j] == lane[i] and not s[j]:
+            if kind[j] == "step" or ids[j] in stop_ids:
+                break
+            if kind[j] in ("launch",) or cat[j] == "untraced" or CHECK_OPS.match(name[j]):
+                out[j] = True
+                j -= 1
+                continue
+            break
+        # trailing untraced/launch nodes the walk took before meeting a non-check op are
+        # the op's own dispatch, not the check's: keep only runs that hold a check op
+        k = j + 1
+        if not any(CHECK_OPS.match(name[x]) for x in range(k, i)):
+            out[k:i] = False
+    res = np.zeros(len(o), bool)
+    res[o] = out
+    return res
+
+
+def _after(g, mask) -> np.ndarray:
+    """The node right after each masked node on its lane."""
+    o = _lane_order(g)
+    lane = g.nodes["lane"].to_numpy()[o]
+    m = np.asarray(mask, bool)[o]
+    nxt = np.zeros(len(o), bool)
+    nxt[1:] = m[:-1] & (lane[1:] == lane[:-1])
+    out = np.zeros(len(o), bool)
+    out[o] = nxt
+    return out
+
+
+def _blocking(g) -> np.ndarray:
+    """Blocking calls still waiting for the GPU (a drain edge into them)."""
+    e = g.edges
+    return np.isin(g.nodes["id"].to_numpy(), e.loc[e["kind"] == "drain", "dst"].to_numpy())
+
+
+COMPILED_RX = re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|"
+                         r"TorchDynamo Cache Lookup|cudagraph")
+
+
+def capture_graphs(g, f: Facts, p: dict):
+    """Capture each step's launches in one CUDA graph: on each launching thread the run
+    from the step's first launch to the last one before its first blocking sync becomes
+    one cudaGraphLaunch (GRAPH_LAUNCH_NS on the thread with most launches, none on the
+    others); the GPU runs the captured ops back to back, GRAPH_KERNEL_GAP_NS apart.
+    Refused where the step cannot be captured: kernels launched after a blocking sync
+    (a graph cannot hold the sync), data loading or compilation between the launches,
+    or (unless ``p['existing']``: the program's own graphs made to replay) graphs in use.
+    With ``existing`` the run starts at the compiled region's first host op."""
+    ctx = f.ctx
+    existing = bool(p.get("existing"))
+    if not existing and (ctx.get("uses_cuda_graphs") or ctx.get("compile_mode_graphs")):
+        return "the program already uses CUDA graphs"
+    if existing and not ctx.get("graphs_not_replayed"):
+        return "the program's CUDA graphs are replayed already"
+    launch = _kind(g, "launch", "sync_wait") & _cat(g, "launch")
+    if not launch.any():
+        return "no kernel launches in the replayed steps"
+    start = launch | (_kind(g, "host") & _match(g, COMPILED_RX)) if existing else launch
+    runs = _launch_runs(g, launch, start, through_syncs=existing)
+    if isinstance(runs, str):
+        return runs
+    n = g.nodes
+    main = int(pd.Series(n["lane"].to_numpy()[launch]).mode().iat[0])
+    for lane, first, last, inside in runs:
+        if (inside & (_kind(g, "dataloader") | _cat(g, "dataloader"))).any():
+            return "data loading runs between the step's launches: capture cannot hold it"
+        if not existing and (inside & _cat(g, "compile", "graph_capture")).any():
+            return "the step compiles: its shapes change and a graph would not be replayed"
+    if not runs:
+        return "no launches in the replayed steps before their first blocking sync"
+    gpu_ids = np.concatenate([_ids(g, _launched_by(g, inside)) for _, _, _, inside in runs])
+    if existing:   # the syncs inside were the re-recording's: replaying, nothing waits there
+        for _, _, _, inside in runs:
+            _drop_drains_into(g, inside)
+    for lane, first, last, _ in runs:
+        g = g.replace_run(first, last, name="cudaGraphLaunch",
+                          dur_ns=GRAPH_LAUNCH_NS if lane == main else 0)
+    captured = np.isin(g.nodes["id"].to_numpy(), gpu_ids)
+    gap = g.nodes["gap_ns"].to_numpy(np.int64).copy()
+    gap[captured] = GRAPH_KERNEL_GAP_NS
+    g.nodes["gap_ns"] = gap
+    e = g.edges
+    lau = (e["kind"] == "launch").to_numpy() & np.isin(e["dst"].to_numpy(), _ids(g, captured))
+    lag = e["lag_ns"].to_numpy(np.int64).copy()
+    lag[lau] = np.minimum(np.maximum(lag[lau], 0), GRAPH_KERNEL_GAP_NS)
+    e["lag_ns"] = lag
+    return g
+
+
+def _launch_runs(g, launch, start, through_syncs: bool = False):
+    """(lane, first id, last id, mask of the run) per (step, launching lane): the lane's
+    nodes from the step's first ``start`` node to its last launch before the first
+    blocking sync (``through_syncs``: to its last launch); a refusal when kernels are
+    launched after that sync."""
+    n = g.nodes
+    steps, lanes = n["step"].to_numpy(), n["lane"].to_numpy()
+    seq, ids = n["seq"].to_numpy(), n["id"].to_numpy()
+    blocking = _blocking(g) & (n["cost_ns"].to_numpy() >= 0)
+    out = []
+    for s, lane in sorted(set(zip(steps[launch].tolist(), lanes[launch].tolist()))):
+        if s < 0:
+            continue
+        here = (steps == s) & (lanes == lane)
+        lm = launch & here
+        sync_at = seq[blocking & here]
+        cut = sync_at.min() if len(sync_at) and not through_syncs else np.iinfo(np.int64).max
+        after = lm & (seq > cut)
+        if _launched_by(g, after).any() and \
+                _kind(g, "gpu_kernel")[_launched_by(g, after)].any():
+            return ("the step syncs between its launches: a CUDA graph cannot capture a "
+                    "blocking sync (remove the syncs first)")
+        lm &= seq < cut
+        if not lm.any():
+            continue
+        lo = seq[(start & here & (seq < cut))].min()
+        hi = seq[lm].max()
+        inside = here & (seq >= lo) & (seq <= hi)
+        first = ids[here & (seq == lo)][0]
+        last = ids[lm][np.argmax(seq[lm])]
+        out.append((lane, int(first), int(last), inside))
+    return out
+
+
+def fuse_pointwise(g, f: Facts, p: dict):
+    """torch.compile's fusion: each run of >= 2 back-to-back elementwise/reduction kernels
+    on one stream becomes one kernel moving FUSED_TRAFFIC of their bytes (never shorter than
+    the run's longest member), launched once -- the other members' launch calls and the
+    host op stretch before each take no time. A host-only (CPU) step: the same for runs of
+    pointwise aten ops (their dispatch goes with them)."""
+    ctx = f.ctx
+    if ctx.get("compiled") or ctx.get("compile_mode_graphs"):
+        return "the program is already compiled"
+    n = g.nodes
+    if _has_gpu(g):
+        member = _kind(g, "gpu_kernel") & np.isin(_kernel_class(g), ("elementwise", "reduction"))
+        skip = np.zeros(len(n), bool)
+    else:
+        member = _kind(g, "host") & _match(g, POINTWISE_OPS)
+        skip = _kind(g, "host") & _cat(g, "untraced")   # the Python between two ops
+    runs = _runs(g, member, skip)
+    if not runs:
+        return "no chain of two or more pointwise kernels in a row"
+    dur = n["cost_ns"].to_numpy(np.int64).copy()
+    gone = np.zeros(len(n), bool)
+    for idx in runs:
+        d = dur[idx]
+        dur[idx[0]] = max(int(d.max()), int(FUSED_TRAFFIC * d.sum()))
+        gone[idx[1:]] = True
+    _set_cost(g, np.ones(len(n), bool), dur)
+    if _has_gpu(g):   # the fused members' launches, and the op dispatch before each
+        calls = _launches_of(g, gone)
+        gone |= calls | _before(g, calls, _kind(g, "host") & _cat(g, "cpu_op", "untraced"))
+    _zero(g, gone)
+    return g
+
+
+def _before(g, mask, allowed) -> np.ndarray:
+    """The node right before each masked node on its lane, when ``allowed``."""
+    o = _lane_order(g)
+    lane = g.nodes["lane"].to_numpy()[o]
+    m = np.asarray(mask, bool)[o]
+    prev = np.zeros(len(o), bool)
+    prev[:-1] = m[1:] & (lane[1:] == lane[:-1])
+    out = np.zeros(len(o), bool)
+    out[o] = prev
+    return out & allowed
+
+
+def _runs(g, member: np.ndarray, skip: np.ndarray) -> list[np.ndarray]:
+    """Index arrays of runs (>= 2 members) of member nodes next to each other in lane order
+    within a step (``skip`` nodes between them do not break a run)."""
+    n = g.nodes
+    o = _lane_order(g)
+    lanes, steps = n["lane"].to_numpy(), n["step"].to_numpy()
+    out, cur, last = [], [], None
+    for i in o.tolist():
+        key = (lanes[i], steps[i])
+        if member[i] and (not cur or key == last):
+            cur.append(i)
+            last = key
+        elif skip[i] and cur and key == last:
+            continue
+        else:
+            if len(cur) >= 2:
+                out.append(np.array(cur))
+            cur = [i] if member[i] else []
+            last = key
+    if len(cur) >= 2:
+        out.append(np.array(cur))
+    return out
+
+
+def _peaks(f: Facts) -> dict | None:
+    name = str(f.device.get("name") or "")
+    return device_peaks(name, f.device) if name else None
+
+
+def precision(target: str):
+    """TF32 / bf16 / fp16: each matmul kernel whose math is slower than ``target`` is
+    scaled by the device's dense peak ratio for its math class (passes/peaks.py):
+    fp32 SIMT -> fp32/target peak, TF32 tensor-core -> tf32/target peak."""
+    def apply(g, f: Facts, p: dict):
+        peaks = _peaks(f)
+        if not peaks or not peaks.get(target):
+            return f"the device's {target} peak is unknown (no known device name in the trace)"
+        if target in ("bf16", "fp16"):
+            dt = f.ctx.get("dtypes") or {}
+            if dt.get("bf16") or dt.get("fp16"):
+                return "the program already runs bf16/fp16"
+        gemm = _kind(g, "gpu_kernel") & (_kernel_class(g) == "gemm")
+        if not gemm.any():
+            return "no matmul kernels in the replayed steps"
+        prec = np.where(gemm, _per_name(g, "precision",
+                                        lambda xs: [gemm_precision(x) for x in xs]), "")
+        ratio = np.ones(len(gemm))
+        ratio[prec == "fp32"] = peaks.get("fp32", peaks[target]) / peaks[target]
+        if target != "tf32" and peaks.get("tf32"):
+            ratio[prec == "tf32"] = peaks["tf32"] / peaks[target]
+        ratio = np.minimum(ratio, 1.0)
+        if (ratio >= 1).all():
+            return f"no matmul runs slower math than {target}"
+        p["ratios"] = sorted({round(float(r), 3) for r in ratio[ratio < 1]})
+        _set_cost(g, ratio < 1, g.nodes["cost_ns"].to_numpy(float) * ratio)
+        return g
+    return apply
+
+
+def pin_copies(g, f: Facts, p: dict):
+    """Pinned memory + non_blocking for the pageable copies: each pageable copy runs at
+    the pinned bandwidth (the trace's best pinned copy, else PINNED_GBPS_DEFAULT) --
+    its time x its direction's measured bandwidth / pinned -- and its call returns once
+    queued (a launch's time), instead of staging the copy through a bounce buffer."""
+    m = _kind(g, "gpu_copy") & _match(g, PAGEABLE_RX)
+    if not m.any():
+        return "no pageable copy in the replayed steps"
+    pinned = float(f.copies.get("pinned_gbps") or PINNED_GBPS_DEFAULT)
+    by = {d["direction"]: d.get("gbps") for d in f.copies.get("by_direction") or []}
+    names = _names(g).to_numpy(object)
+    ratio = np.ones(len(m))
+    for i in np.flatnonzero(m).tolist():
+        d = "HtoD" if "HtoD" in names[i] else "DtoH" if "DtoH" in names[i] else None
+        gb = by.get(d) if d else None
+        ratio[i] = min(1.0, float(gb) / pinned) if gb else 1.0
+    _set_cost(g, m, g.nodes["cost_ns"].to_numpy(float) * ratio)
+    calls = _launches_of(g, m)
+    typical = _typical_launch(g, calls)
+    _set_cost(g, calls, np.minimum(g.nodes["cost_ns"].to_numpy(np.int64), typical))
+    _drop_drains_into(g, calls)
+    return g
+
+
+def _typical_launch(g, but=None) -> int:
+    """The median launch call's time (the calls in ``but`` left out)."""
+    m = _kind(g, "launch") & _cat(g, "launch")
+    if but is not None:
+        m &= ~np.asarray(but, bool)
+    c = g.nodes.loc[m, "cost_ns"]
+    return int(c.median()) if len(c) else 5_000
+
+
+def overlap_copies(g, f: Facts, p: dict):
+    """Copies issued early on a side stream (non_blocking, prefetch): each host<->device
+    copy moves to a stream of its own, so it no longer waits for the kernels queued before
+    it (the op after it on its old stream waits for it instead: an event), and the host
+    does not wait for it (its call's drain edges go)."""
+    m = _kind(g, "gpu_copy") & (g.nodes["cost_ns"].to_numpy() > 50_000)
+    if not m.any():
+        return "no host<->device copy worth overlapping in the replayed steps"
+    n = g.nodes
+    o = _lane_order(g)
+    lane_o = n["lane"].to_numpy()[o]
+    nxt = np.full(len(n), -1, np.int64)
+    same = np.r_[lane_o[1:] == lane_o[:-1], False]
+    nxt[o[np.flatnonzero(same)]] = n["id"].to_numpy()[o[np.flatnonzero(same) + 1]]
+    new_lane = int(g.lanes["lane"].max()) + 1
+    side = []
+    for k, i in enumerate(np.flatnonzero(m).tolist()):
+        if nxt[i] >= 0:
+            side.append((int(n["id"].iat[i]), int(nxt[i])))
+    lanes = n["lane"].to_numpy().copy()
+    lanes[m] = new_lane
+    seq = n["seq"].to_numpy().copy()
+    seq[m] = np.arange(int(m.sum()))
+    gap = n["gap_ns"].to_numpy().copy()
+    gap[m] = 0
+    n["lane"], n["seq"], n["gap_ns"] = lanes, seq, gap
+    row = g.lanes.iloc[[0]].copy()
+    row["lane"], row["what"], row["label"] = new_lane, "gpu", "copy side stream"
+    g.lanes = pd.concat([g.lanes, row], ignore_index=True)
+    if side:
+        g.edges = pd.concat([g.edges, pd.DataFrame(
+            {"src": [a for a, _ in side], "dst": [b for _, b in side],
+             "kind": "event_wait", "lag_ns": 0})], ignore_index=True)
+    _drop_drains_into(g, _launches_of(g, m))
+    return g
+
+
+def dataloader_workers(g, f: Facts, p: dict):
+    """DataLoader(num_workers=N): N processes load batches ahead, the training thread only
+    takes a ready batch (FETCH_NS) -- and waits when N workers load slower than a step
+    runs: its wait is max(0, load/N - the rest of the step). N: ``p['workers']``, else the
+    fewest that hide the load (+1), at most MAX_WORKERS."""
+    if f.ctx.get("dataloader_workers"):
+        return "workers load the batches already (num_workers > 0): raise their number"
+    m = _kind(g, "dataloader") | (_kind(g, "host") & _cat(g, "dataloader"))
+    if not m.any():
+        return "no data loading on the training thread in the replayed steps"
+    from .sim import simulate
+
+    load = g.nodes["cost_ns"].to_numpy(float)[m]
+    fetch = np.minimum(load, FETCH_NS)
+    _set_cost(g, m, _spread(m, fetch))
+    steps = max(1, int(g.steps["index"].nunique()))
+    rest = max(1.0, step_mean(simulate(g), g) - fetch.sum() / steps)
+    per_step = load.sum() / steps
+    workers = int(p.get("workers") or min(MAX_WORKERS, math.ceil(per_step / rest) + 1))
+    wait = np.maximum(0.0, load / workers - rest * (load / max(load.sum() / steps, 1)))
+    _set_cost(g, m, _spread(m, fetch + wait))
+    p.setdefault("workers", workers)
+    return g
+
+
+def _spread(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(mask))
+    out[mask] = values
+    return out
+
+
+def fused_optimizer(g, f: Facts, p: dict):
+    """fused=True: the optimizer step (its Optimizer.step# region) runs one kernel for all
+    parameters: its kernels become one moving FUSED_TRAFFIC of their bytes (at least the
+    longest), its launch calls and host op stretches but the first take no time. A
+    host-only step: the region's ops become one op of FUSED_TRAFFIC of their time."""
+    if f.ctx.get("fused_optimizer") or (f.ctx.get("optimizer") or {}).get("impl") == "fused":
+        return "the optimizer is already fused"
+    spans = [s for k, v in f.regions.items() if OPTIMIZER_RX.search(k) and "zero_grad" not in k
+             for s in v]
+    if not spans:
+        return "no optimizer step marked in the trace (Optimizer.step#...)"
+    n = g.nodes
+    region = _in_regions(g, spans) & (n["step"].to_numpy() >= 0)
+    host = region & _kind(g, "host", "launch") & ~_cat(g, "step")
+    gpu = _launched_by(g, host & _kind(g, "launch"))
+    target = gpu if gpu.any() else host
+    if target.sum() < 2 and not (f.region_ops and not gpu.any()):
+        return "the optimizer step runs fewer than two ops"
+    steps = n["step"].to_numpy()
+    ts = n["ts_ns"].to_numpy()
+    dur = n["cost_ns"].to_numpy(np.int64).copy()
+    gone = np.zeros(len(n), bool)
+    for s in np.unique(steps[target]).tolist():
+        idx = np.flatnonzero(target & (steps == s))
+        idx = idx[np.argsort(ts[idx])]
+        if gpu.any():
+            d = dur[idx]
+            dur[idx[0]] = max(int(d.max()), int(FUSED_TRAFFIC * d.sum()))
+            gone[idx[1:]] = True
+            h = np.flatnonzero(host & (steps == s))
+            gone[h[np.argsort(ts[h])][1:]] = True
+        else:   # host-only: the region's ops (their own time, from the facts) fused
+            work = sum(f.region_ops.get(int(ts[i]), (0, 0))[0] for i in idx)
+            longest = max((f.region_ops.get(int(ts[i]), (0, 0))[1] for i in idx), default=0)
+            d = dur[idx]
+            new = max(longest, int(FUSED_TRAFFIC * work)) if work else int(FUSED_TRAFFIC * d.sum())
+            dur[idx[0]] = min(int(d.sum()), new)
+            gone[idx[1:]] = True
+    _set_cost(g, np.ones(len(n), bool), dur)
+    _zero(g, gone)
+    return g
+
+
+def drop_empty_cache(g, f: Facts, p: dict):
+    """Drop torch.cuda.empty_cache() from the loop (or turn the caching allocator back on):
+    the allocator's driver calls (the frees and the mallocs that map the memory back, each
+    synchronizing the device) and the empty_cache op take no time; their drain edges go."""
+    m = (_cat(g, "alloc") | _match(g, EMPTY_CACHE_RX)) & _kind(g, *HOST_NODES)
+    if not m.any():
+        return "no empty_cache / device frees or mallocs in the replayed steps"
+    _zero(g, m)
+    return g
+
+
+def drop_compile(g, f: Facts, p: dict):
+    """Stop the recompiles (mark_dynamic / bucketing / warm-up before profiling): the
+    compilation and graph recording inside the steps take no time."""
+    m = _kind(g, *HOST_NODES) & _cat(g, "compile", "graph_capture")
+    if not m.any():
+        return "no compilation inside the replayed steps"
+    _zero(g, m)
+    return g
+
+
+def host_off_path(g, f: Facts, p: dict):
+    """Move the host's own work off the step path (precompute, cache, a background thread):
+    the launching threads' untraced stretches and Python frames above HOST_LAG_FLOOR_NS
+    take no time; PyTorch's dispatch (operator stretches) and the launches stay."""
+    python = _cat(g, "untraced", "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
+    m = _kind(g, "host") & python & \
+        (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
+    m &= ~_others_busy(g, m)
+    if not m.any():
+        return "no host work between the launches beyond dispatch"
+    _zero(g, m)
+    return g
+
+
+PY_FRAME_RX = re.compile(r"\.py\(\d+\): ")
+
+
+def _others_busy(g, mask) -> np.ndarray:
+    """Masked stretches during which another host thread launched GPU work: the thread was
+    most likely waiting for it (the main thread in backward() while autograd's thread
+    launches, or autograd's thread idle while the main thread runs the forward) -- the
+    graph has no edge between host threads, so such time is a wait, not movable work."""
+    n = g.nodes
+    launch = _kind(g, "launch", "sync_wait")
+    lanes = n["lane"].to_numpy()
+    ts = n["ts_ns"].to_numpy(np.int64)
+    end = ts + n["dur_ns"].to_numpy(np.int64)
+    out = np.zeros(len(n), bool)
+    for lane in np.unique(lanes[mask]).tolist():
+        other = np.sort(ts[launch & (lanes != lane)])
+        if not len(other):
+            continue
+        idx = np.flatnonzero(mask & (lanes == lane))
+        lo = np.searchsorted(other, ts[idx], side="left")
+        hi = np.searchsorted(other, end[idx], side="left")
+        out[idx] = hi > lo
+    return out
+
+
+def checkpoint_off_path(g, f: Facts, p: dict):
+    """Save checkpoints from a background thread / asynchronously (torch.distributed.
+    checkpoint.async_save): the save's host work on the training thread takes no time."""
+    m = _kind(g, *HOST_NODES) & _match(g, CHECKPOINT_RX)
+    if not m.any():
+        return "no checkpoint save inside the replayed steps"
+    _zero(g, m)
+    return g
+
+
+def larger_batch(g, f: Facts, p: dict):
+    """k times the samples per step (``p['x']``, default DEFAULT_BATCH_X): every op's time
+    above its lane's floor (the lane's shortest op: latency, not work) grows k times, and
+    data loading k times; launch calls and sync waits do not. On a GPU trace the host's
+    operator stretches are dispatch and stay; on a host-only trace they are the work.
+    Compared per sample: the saving is the old step less the new step / k."""
+    k = float(p.get("x") or DEFAULT_BATCH_X)
+    if _has_gpu(g):
+        work = _kind(g, "gpu_kernel", "gpu_copy", "gpu_memset")
+    else:
+        work = _kind(g, "host") & _cat(g, "cpu_op")
+    data = _kind(g, "dataloader")
+    if not work.any():
+        return "no work to scale"
+    n = g.nodes
+    dur = n["cost_ns"].to_numpy(float)
+    lanes = n["lane"].to_numpy()
+    new = dur.copy()
+    for lane in np.unique(lanes[work]).tolist():
+        m = work & (lanes == lane) & (dur > 0)
+        if m.any():
+            floor = dur[m].min()
+            new[m] = floor + k * (dur[m] - floor)
+    new[data] = dur[data] * k
+    _set_cost(g, work | data, new)
+    p["per_sample_x"] = k
+    return g
+
+
+def channels_last(g, f: Facts, p: dict):
+    """channels_last: cuDNN's NCHW<->NHWC conversion kernels around the convolutions go
+    (and their launch calls); the convolutions keep their measured time."""
+    if f.ctx.get("convolutions") is False:
+        return "no convolutions run"
+    m = _kind(g, "gpu_kernel") & _match(g, LAYOUT_RX)
+    if not m.any():
+        return "no layout conversion kernels in the replayed steps"
+    _zero(g, m | _launches_of(g, m))
+    return g
+
+
+MODELS: tuple[Model, ...] = (
+    Model("drop_syncs", drop_syncs,
+          "the synced value is not needed inside the step (logged every N steps, read a step "
+          "later); data-dependent shapes (nonzero, masked_select) keep their sync"),
+    Model("cuda_graphs", capture_graphs,
+          f"one cudaGraphLaunch of {GRAPH_LAUNCH_NS / 1e3:g} us per step replaces the launches "
+          "and the host ops between them; kernels keep their measured time with a "
+          f"{GRAPH_KERNEL_GAP_NS / 1e3:g} us GPU-side gap; refused where the step syncs, "
+          "loads data between launches or compiles"),
+    Model("fuse_pointwise", fuse_pointwise,
+          f"a fused chain moves {FUSED_TRAFFIC:g} of the chain's bytes (at least its longest "
+          "member's time), one launch; GEMMs and other kernels unchanged"),
+    Model("tf32", precision("tf32"),
+          "each fp32 SIMT matmul runs at the same fraction of the TF32 peak as of the FP32 "
+          "peak (time x fp32/tf32 dense peak)"),
+    Model("bf16", precision("bf16"),
+          "each fp32 / TF32 matmul at the same fraction of the bf16 peak (time x fp32/bf16 "
+          "or tf32/bf16 dense peak); pointwise kernels unchanged (autocast keeps many fp32)"),
+    Model("fp16", precision("fp16"),
+          "as bf16, with the fp16 peak"),
+    Model("pin_copies", pin_copies,
+          "pageable copies at the pinned bandwidth the trace's best pinned copy reached"),
+    Model("overlap_copies", overlap_copies,
+          "copies issued early on a side stream: the host does not wait for them and they run "
+          "beside the kernels queued before them"),
+    Model("workers", dataloader_workers,
+          f"workers load in parallel; the training thread takes a ready batch in "
+          f"{FETCH_NS / 1e6:g} ms and waits max(0, load/N - rest of step)"),
+    Model("fused_optimizer", fused_optimizer,
+          f"the optimizer's kernels become one per step moving {FUSED_TRAFFIC:g} of their "
+          "bytes, its host ops one"),
+    Model("no_empty_cache", drop_empty_cache,
+          "empty_cache(), the frees and the re-mallocs it causes, and their device syncs go"),
+    Model("replay_graphs", lambda g, f, p: capture_graphs(g, f, dict(p, existing=True)),
+          "fixed shapes let the program's own CUDA graphs replay: the compiled region's host "
+          "work and launches become one graph launch, as for cuda_graphs"),
+    Model("no_recompile", drop_compile,
+          "compilation and graph recording inside the steps go; the compiled code's run time "
+          "is the measured one"),
+    Model("host_off_path", host_off_path,
+          f"untraced host gaps above {HOST_LAG_FLOOR_NS / 1e3:g} us and Python frames outside "
+          "ops move off the launching thread"),
+    Model("checkpoint_off_path", checkpoint_off_path,
+          "checkpoint saves run in the background"),
+    Model("larger_batch", larger_batch,
+          "time above each lane's shortest op scales with the batch; launches and waits do not"),
+    Model("channels_last", channels_last,
+          "the layout conversions go, convolutions keep their time"),
+)
+BY_ID = {m.id: m for m in MODELS}
+
+
+# A refusal that says the change does not fit the program (the lever is withdrawn), as
+# opposed to one that says the graph shows nothing for the model to change (the lever then
+# keeps its bound: the attribution may see what the graph's names do not).
+UNFIT = ("the program already", "the program's CUDA graphs are replayed already",
+         "data loading runs between", "the step compiles", "the step syncs between",
+         "the program is already compiled", "workers load the batches already",
+         "the optimizer is already fused", "no convolutions run", "no matmul runs slower")
+
+
+def unfit(reason: str) -> bool:
+    """The refusal says the change does not fit this program (``UNFIT``)."""
+    return str(reason).startswith(UNFIT)
+
+
+# -- replaying -------------------------------------------------------------------------
+
+def step_mean(sched, graph=None) -> float:
+    """The schedule's mean replayed step (ns), in steady state: a step is never shorter
+    than the work any one lane must do in it (its nodes' time and gaps) -- where a lever
+    lets the host run ahead of the GPU (no sync left), the three replayed steps' markers
+    would pass long before the GPU finishes, but step after step the GPU's own work sets
+    the pace. Only GPU lanes count: a host thread's stretches include its idle waits (the
+    autograd thread between backward passes)."""
+    st = sched.steps
+    if not len(st):
+        return float(sched.total_ns)
+    r = st["replayed_ns"].to_numpy(np.int64).astype(float)
+    if graph is not None:
+        load = lane_load(graph)
+        idx = st["index"].to_numpy()
+        r = np.maximum(r, np.array([load.get(int(i), 0) for i in idx], float))
+    r = r[r >= 0]
+    return float(r.mean()) if len(r) else float(sched.total_ns)
+
+
+def lane_load(graph) -> dict:
+    """Step index -> the largest time one GPU lane spends on that step's nodes (cost +
+    gap)."""
+    n = graph.nodes
+    gpu_lanes = graph.lanes.loc[graph.lanes["what"] == "gpu", "lane"].to_numpy()
+    m = (n["step"].to_numpy() >= 0) & np.isin(n["lane"].to_numpy(), gpu_lanes)
+    if not m.any():
+        return {}
+    step, lane = n["step"].to_numpy(np.int64)[m], n["lane"].to_numpy(np.int64)[m]
+    ns = (n["cost_ns"].to_numpy(np.int64) + np.maximum(n["gap_ns"].to_numpy(np.int64), 0))[m]
+    key, inv = np.unique(step * (int(lane.max()) + 1) + lane, return_inverse=True)
+    tot = np.bincount(inv, weights=ns)
+    st = key // (int(lane.max()) + 1)
+    out: dict = {}
+    for s_, v in zip(st.tolist(), tot.tolist()):
+        out[s_] = max(out.get(s_, 0), int(v))
+    return out
+
+
+ORDER = ("drop_syncs", "no_empty_cache", "no_recompile", "replay_graphs", "workers", "host_off_path",
+         "checkpoint_off_path", "pin_copies", "overlap_copies", "fused_optimizer",
+         "fuse_pointwise", "tf32", "bf16", "fp16", "channels_last", "cuda_graphs",
+         "larger_batch")
+
+
+def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = None,
+                  before_ns: float | None = None) -> dict:
+    """Apply the models ``ids`` (MODELS ids) to one copy of ``graph`` and replay it.
+
+    {"before_ns", "after_ns", "saves_ns" (per step; per sample x the old batch for a
+    larger batch), "applied", "refused": {id: why}, "params"}. Models run in ``ORDER``
+    (the syncs go before a graph is captured)."""
+    from .sim import simulate
+
+    before = before_ns if before_ns is not None else step_mean(simulate(graph), graph)
+    g = graph.copy()
+    params = {k: dict(v) for k, v in (params or {}).items()}
+    applied, refused = [], {}
+    for mid in sorted(ids, key=lambda x: ORDER.index(x) if x in ORDER else 99):
+        p = params.setdefault(mid, {})
+        try:
+            out = BY_ID[mid].apply(g, facts, p)
+        except (ValueError, IndexError, KeyError) as e:   # a graph shape no model foresaw:
+            out = f"not modelled on this trace ({type(e).__name__}: {e})"   # never fail analyze
+        if isinstance(out, str):
+            refused[mid] = out
+        else:
+            g = out
+            applied.append(mid)
+    after = step_mean(simulate(g), g) if applied else before
+    x = float(params.get("larger_batch", {}).get("per_sample_x") or 1.0)
+    return {"before_ns": int(before), "after_ns": int(after), "per_sample_x": x,
+            "saves_ns": int(round(before - after / x)), "applied": applied,
+            "refused": refused, "params": params}
+
+
+def graph_of(a) -> tuple:
+    """(the levers' graph of an analysis -- its first PRICE_STEPS replayed steps, host
+    stretches cut at their ops -- or None; why not). A host-only window (CPU trace) is
+    built here from its steps: the replay pass leaves it out, the host levers price it."""
+    from .. import steps as steps_mod
+    from .graph import build_graph
+    from .sim import simulate
+    from .split import priced_graph
+
+    facts = getattr(a, "facts", None)
+    if facts is not None and facts.graph is not None:
+        return facts.graph, None
+    if a.trace is None:
+        return None, "the analysis keeps no events"
+    ev = _window_events(a)
+    ops = steps_mod.gpu_ops(ev, positive_ts=a.meta.format == "nsys")
+    rep = a.replay or {}
+    if len(ops) and not rep.get("replayable", False):
+        return None, rep.get("reason") or "not replayed"
+    if not len(ops) and (a.step_source == "whole_trace" or not len(a.steps)):
+        return None, "no GPU work and no steps: a host-only window is replayed per step"
+    g = priced_graph(build_graph(ev, ops, a.steps, step_pattern=a.step_pattern or None), ev,
+                    a.step_pattern or None)
+    if not simulate(g).converged:
+        return None, "the replay did not settle"
+    return g, None
+
+
+def _window_events(a):
+    from .. import window as window_mod
+
+    w = a.window
+    return a.trace.events if w is None or w.mode == "whole_trace" else \
+        window_mod.slice_events(a.trace.events, w.start, w.end)
+
+
+def facts_from_analysis(a) -> Facts:
+    """The facts the models read, from an analysis (its context, copies, optimizer
+    regions)."""
+    from .split import optimizer_regions
+
+    ctx = dict(a.context or {})
+    facts = getattr(a, "facts", None)
+    frame = facts.frames.get("optimizer_regions") if facts is not None else None
+    if frame is None and a.trace is not None:
+        frame = optimizer_regions(_window_events(a))
+    return Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(a.copies or {}),
+                 **regions_of(frame))
+
+
+# -- in the verdict --------------------------------------------------------------------
+
+def price_models(graph, ctx: dict, copies: dict, regions: pd.DataFrame | None = None) -> dict:
+    """Every model replayed alone on the levers' graph (``split.priced_graph``: the first
+    PRICE_STEPS replayed steps, host stretches cut at their ops): {"before_ns", "models":
+    {model id: replay_models result}, "graph", "facts", "steps_priced"} -- what the
+    verdict prices its levers with.
+    ``regions``: the optimizer-step regions (``split.optimizer_regions``; None: unknown, the
+    fused-optimizer model refuses)."""
+    from .sim import simulate
+
+    facts = Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(copies or {}),
+                  **regions_of(regions))
+    before = step_mean(simulate(graph), graph)
+    models = {m.id: replay_models(graph, facts, [m.id], before_ns=before) for m in MODELS}
+    priced = next((x.split(": ", 1)[1] for x in graph.notes if x.startswith("levers: ")),
+                  f"{len(graph.steps)} of {len(graph.steps)} steps")
+    return {"before_ns": int(before), "models": models, "graph": graph, "facts": facts,
+            "steps_priced": priced}
+
+
+def regions_of(frame: pd.DataFrame | None) -> dict:
+    """Facts' ``regions`` / ``region_ops`` from an optimizer-regions frame."""
+    regions, region_ops = {}, {}
+    if frame is None or not len(frame):
+        return {"regions": regions, "region_ops": region_ops}
+    for name, a, b, ops, longest in frame[["name", "start_ns", "end_ns", "ops_ns",
+                                           "longest_ns"]].itertuples(index=False):
+        regions.setdefault(str(name), []).append((int(a), int(b)))
+        region_ops[int(a)] = (int(ops), int(longest))
+    return {"regions": regions, "region_ops": region_ops}

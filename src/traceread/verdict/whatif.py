@@ -1,0 +1,106 @@
+"""Levers priced by replaying the step with the lever pulled (issue 30): predict, don't bound.
+
+The what-if models (passes/replay/whatif.py) change the replayable step graph the way a
+program change would and replay it; here each lever of the table (levers.py) is tied to
+the model of the change it asks for (``MODEL_OF``), priced from the window's replay
+(``price``: every model once, on the facts record's graph), and the levers offered
+together are replayed at once (``together``), never summed. A lever no model covers, and
+every lever of a window that cannot be replayed, keeps its bound (levers.saving).
+"""
+from __future__ import annotations
+
+from ..passes.replay import price_models, replay_models, unfit
+
+# lever id -> the what-if model of the change it asks for (docs/analysis.md)
+MODEL_OF = {
+    **dict.fromkeys(("remove_syncs", "per_param_item", "late_read", "remove_syncs_native",
+                     "late_read_native"), "drop_syncs"),
+    **dict.fromkeys(("cuda_graphs", "graphs_host", "cuda_graphs_native",
+                     "graphs_host_native"), "cuda_graphs"),
+    **dict.fromkeys(("compile_fuse", "compile_pointwise", "compile_dispatch",
+                     "compile_fuse_rest", "compile_generic", "fuse_native"), "fuse_pointwise"),
+    **dict.fromkeys(("tf32", "tf32_generic"), "tf32"),
+    **dict.fromkeys(("bf16_autocast", "autocast_generic"), "bf16"),
+    **dict.fromkeys(("fp16_autocast", "fp16_for_bf16", "fp16_generic"), "fp16"),
+    **dict.fromkeys(("pin_copy", "pin_copy_native"), "pin_copies"),
+    **dict.fromkeys(("side_stream_copy", "async_copy_native"), "overlap_copies"),
+    **dict.fromkeys(("num_workers", "more_workers", "prefetch_factor", "persistent_workers"),
+                    "workers"),
+    **dict.fromkeys(("fused_optimizer", "foreach_optimizer", "foreach_to_fused"),
+                    "fused_optimizer"),
+    **dict.fromkeys(("no_empty_cache", "allocator_on"), "no_empty_cache"),
+    **dict.fromkeys(("graphs_not_replayed", "graphs_not_replayed_host", "fixed_shapes_capture",
+                     "capture_in_warmup"), "replay_graphs"),
+    **dict.fromkeys(("mark_dynamic", "bucket_shapes", "warm_up"), "no_recompile"),
+    **dict.fromkeys(("off_step_path", "off_thread_native"), "host_off_path"),
+    **dict.fromkeys(("checkpoint_off_path", "cpu_checkpoint"), "checkpoint_off_path"),
+    "larger_batch": "larger_batch",
+    **dict.fromkeys(("channels_last", "channels_last_generic"), "channels_last"),
+}
+
+
+def levers_of(model: str) -> list[str]:
+    """The levers that ask for the change ``model`` makes."""
+    return [lv for lv, m in MODEL_OF.items() if m == model]
+
+
+def price(graph, ctx: dict, copies: dict, regions=None) -> dict:
+    """Every model replayed once on the window's graph (passes/replay/whatif.py
+    ``price_models``): what ``lever_price`` reads (``ctx["replay_levers"]``)."""
+    return price_models(graph, ctx, copies, regions)
+
+
+def withdrawn(r: dict) -> bool:
+    """A replay result whose model refused because the change does not fit the program
+    (the lever is not offered); any other refusal leaves the lever its bound."""
+    return not r["applied"] and any(unfit(why) for why in r["refused"].values())
+
+
+def lever_price(ctx: dict, lever_id: str) -> dict | None:
+    """The replay result of the model that prices ``lever_id`` (None: no model, or the
+    window was not replayed)."""
+    r = ctx.get("replay_levers")
+    m = MODEL_OF.get(lever_id)
+    if not r or m is None:
+        return None
+    return r["models"].get(m)
+
+
+EXCLUSIVE = (("tf32", "bf16", "fp16"),)
+
+
+def together(prices: dict, actions: list[dict], ctx: dict) -> dict | None:
+    """The offered replay-priced levers applied together and replayed once (never summed):
+    a what-if row (saves_ns over the window, per step, projected step) with the models in
+    ``models``; of mutually exclusive precisions the one saving most; a larger batch is
+    left out (it changes what a step is)."""
+    models = []
+    for x in actions:
+        m = MODEL_OF.get(x["id"])
+        if x.get("basis") != "replay" or m is None or m in models or m == "larger_batch":
+            continue
+        models.append(m)
+    for group in EXCLUSIVE:
+        mine = [m for m in models if m in group]
+        if len(mine) > 1:
+            best = max(mine, key=lambda m: prices["models"][m]["saves_ns"])
+            models = [m for m in models if m not in group or m == best]
+    if len(models) < 2:
+        return None
+    r = replay_models(prices["graph"], prices["facts"], models, before_ns=prices["before_ns"])
+    if not r["applied"]:
+        return None
+    steps = max(1, int(ctx.get("steps") or 1))
+    per = int(r["saves_ns"])
+    return {"saves_ns": per * steps, "saves_pct": None, "saves_per_step_ns": per,
+            "projected_step_ns": projected(ctx, r), "models": r["applied"]}
+
+
+def projected(ctx: dict, r: dict) -> int | None:
+    """The projected step of a replay result, in the measured step's frame: the measured
+    mean x replayed after / replayed before (the replay's own error cancels)."""
+    ref = int(ctx.get("step_mean_ns") or 0)
+    if not ref or not r["before_ns"]:
+        return None
+    x = float(r.get("per_sample_x") or 1.0)
+    return int(round(ref * r["after_ns"] / x / r["before_ns"]))
