@@ -117,7 +117,6 @@ def _fill(t, n: int):
 def job(folder: str) -> dict:
     """Probe: the batch run of the job's traces with one worker, then the cross-rank pass."""
     import pickle
-    import resource
 
     batch = h.first_module("traceread.jobs.batch", "traceread.batch")
     multirank = h.first_module("traceread.jobs.multirank", "traceread.multirank")
@@ -129,7 +128,7 @@ def job(folder: str) -> dict:
     t2 = time.perf_counter()
     s = jobs[0].straggler
     return {"seconds": t2 - t0, "cross_rank_s": t2 - t1,
-            "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "rss": h.own_peak_rss(),
             "kept_kb": sum(len(pickle.dumps(i)) for i in inputs) / max(len(inputs), 1) / 1024,
             "straggler": s["rank"], "delay_ns": s["median_delay_ns"],
             "matched": int(jobs[0].matches["instance"].nunique())}
