@@ -268,10 +268,10 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
     """
     per_rank = add_lanes({r: normalise_collectives(df) for r, df in per_rank.items()})
     lanes = sorted({lane for df in per_rank.values() for lane in df["lane"].unique()})
+    by_lane = split_lanes(per_rank, lanes)
     parts, unmatched, methods, redo = [], [], {}, []
     for lane in lanes:
-        members = {r: df[df["lane"] == lane] for r, df in per_rank.items()}
-        members = {r: d for r, d in members.items() if len(d)}
+        members = by_lane.pop(lane)   # each lane's tables are dropped once it is matched
         if len(members) < 2:
             for r, d in members.items():
                 unmatched += [{"rank": r, "collective": c, "msg_bytes": -1, "ref_rank": -1, "lane": lane,
@@ -300,6 +300,20 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
         unmatched += [dict(u, lane=lane) for u in um]
         methods[lane] = "end"
     return _finish(parts), _dedupe(unmatched), {"offsets": offsets, "methods": methods}
+
+
+def split_lanes(per_rank: dict[int, pd.DataFrame], lanes: list) -> dict:
+    """{lane: {rank: that rank's rows of the lane}} (ranks in ``per_rank``'s order, rows in
+    their order), in one pass over each rank's table: filtering every table once per lane
+    cost ranks x lanes, quadratic when lanes grow with the ranks (P2P pairs, groups)."""
+    out: dict = {lane: {} for lane in lanes}
+    for r, df in per_rank.items():
+        codes, names = pd.factorize(df["lane"], sort=False)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+        for k, lane in enumerate(names):
+            out[lane][r] = df.iloc[order[bounds[k]:bounds[k + 1]]]
+    return out
 
 
 def _dedupe(unmatched: list[dict]) -> list[dict]:
