@@ -140,3 +140,48 @@ def test_cross_rank_pass_memory_grows_linearly():
         tracemalloc.stop()
         assert res.straggler["rank"] == n // 2
     assert peaks[64] < 1.5 * peaks[16], peaks
+
+
+# ----------------------------------------------------------------------------- progress
+
+def _batch_stderr(folder: Path, out: Path, tty: bool) -> str:
+    """``traceread batch`` with stderr on a pseudo-terminal (or a pipe): what it wrote there."""
+    import pty
+    import select
+
+    cmd = [sys.executable, "-m", "traceread", "batch", str(folder), "-o", str(out), "-j", "2"]
+    env = {**os.environ, "COLUMNS": "100", "TERM": "xterm"}
+    if not tty:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return r.stderr
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slave, env=env)
+    os.close(slave)
+    got = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(master, 1 << 16)
+            except OSError:   # the child closed the terminal
+                break
+            if not chunk:
+                break
+            got += chunk
+        elif proc.poll() is not None:
+            break
+    assert proc.wait(timeout=300) == 0
+    os.close(master)
+    return got.decode(errors="replace")
+
+
+def test_batch_shows_a_progress_bar_only_on_a_terminal(tmp_path):
+    """A terminal sees "analysing ... n/N" on stderr while the files run; a pipe sees none."""
+    from traceread.synth.multirank import write_job
+
+    write_job(tmp_path / "job", JobSpec(ranks=4, slow_rank=1, steps=3))
+    on_tty = _batch_stderr(tmp_path / "job", tmp_path / "out1", tty=True)
+    assert "analysing" in on_tty and "4/4" in on_tty, on_tty[-500:]
+    piped = _batch_stderr(tmp_path / "job", tmp_path / "out2", tty=False)
+    assert "analysing" not in piped and "4/4" not in piped
