@@ -94,6 +94,28 @@ def _old_split(per_rank: dict, lanes: list) -> dict:
     return out
 
 
+def _old_dedupe(unmatched: list[dict]) -> list[dict]:
+    """The old merge of unmatched records: each one copied."""
+    out: dict = {}
+    for u in unmatched:
+        k = (u.get("lane"), u["rank"], u.get("index", id(u)))
+        if k in out and u["reason"].startswith("not issued by") and \
+                out[k]["reason"].startswith("not issued by"):
+            out[k]["missing_on"].append(u["ref_rank"])
+            continue
+        out.setdefault(k, dict(u, missing_on=[u["ref_rank"]] if u["reason"].startswith("not issued by") else []))
+    for u in out.values():
+        if len(u["missing_on"]) > 1:
+            u["reason"] = f"not issued by {len(u['missing_on'])} ranks"
+        u.pop("index", None)
+    return list(out.values())
+
+
+def _old_way(monkeypatch) -> None:
+    monkeypatch.setattr(match, "split_lanes", _old_split)
+    monkeypatch.setattr(match, "_dedupe", _old_dedupe)
+
+
 def _same_job(a, b) -> None:
     pd.testing.assert_frame_equal(a.matches, b.matches)
     pd.testing.assert_frame_equal(a.per_rank, b.per_rank)
@@ -103,14 +125,17 @@ def _same_job(a, b) -> None:
     assert a.verdict() == b.verdict()
 
 
-@pytest.mark.parametrize("kw", [{}, {"extra": {1: [2]}, "drop": {3: [4]}}])
+@pytest.mark.parametrize("kw", [{}, {"extra": {1: [2]}, "drop": {3: [4]}}, {"extra": {1: [2]}}])
 def test_lane_split_equals_the_per_lane_filter(monkeypatch, kw):
-    """A planted straggler (and, second case, an extra all_gather and a dropped kernel,
-    so lanes are aligned): the one-pass lane split gives the job the per-lane filter gave."""
+    """A planted straggler; with an extra all_gather and a dropped kernel (matched by end
+    time); with an extra all_gather alone (aligned: one record "not issued by 7 ranks",
+    merged from seven): the one-pass lane split and the in-place merge give the job the
+    per-lane filter and the copying merge gave."""
     inputs = _inputs(8, **kw)
     new = analyze_job(inputs)
     assert new.straggler["rank"] == 4 and new.straggler["significant"]
-    monkeypatch.setattr(match, "split_lanes", _old_split)
+    assert bool(new.unmatched) == bool(kw)
+    _old_way(monkeypatch)
     _same_job(new, analyze_job(inputs))
 
 
@@ -122,7 +147,7 @@ def test_lane_split_equals_the_per_lane_filter_on_a_pipeline(monkeypatch):
     new = analyze_job(inputs)
     assert len(new.methods) > 10 and any(k.startswith("p2p:") for k in new.methods)
     assert new.stages
-    monkeypatch.setattr(match, "split_lanes", _old_split)
+    _old_way(monkeypatch)
     old = analyze_job(inputs)
     _same_job(new, old)
     assert new.stages == old.stages and new.groups == old.groups

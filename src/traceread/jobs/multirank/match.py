@@ -277,10 +277,12 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
                 unmatched += [{"rank": r, "collective": c, "msg_bytes": -1, "ref_rank": -1, "lane": lane,
                                "reason": "lane seen on one rank only"} for c in d["collective"]]
             continue
-        for r in sorted(set(per_rank) - set(members)):
+        absent = sorted(set(per_rank) - set(members))
+        if absent:   # one reason text per lane: a pipeline has lanes x ranks of these records
             n = max(len(d) for d in members.values())
-            unmatched.append({"rank": r, "collective": None, "msg_bytes": -1, "ref_rank": -1, "lane": lane,
-                              "reason": f"issued none of this lane's collectives ({n} on other ranks)"})
+            why = f"issued none of this lane's collectives ({n} on other ranks)"
+            unmatched += [{"rank": r, "collective": None, "msg_bytes": -1, "ref_rank": -1,
+                           "lane": lane, "reason": why} for r in absent]
         rows, method, um, ambiguous = match_lane(members)
         if ambiguous:
             redo.append((lane, members))
@@ -319,13 +321,15 @@ def split_lanes(per_rank: dict[int, pd.DataFrame], lanes: list) -> dict:
 def _dedupe(unmatched: list[dict]) -> list[dict]:
     """One record per unmatched instance: "not issued by rank a", "... rank b" merge."""
     out: dict = {}
-    for u in unmatched:
+    for u in unmatched:   # records made by match_rows alone: completed in place, not copied
         k = (u.get("lane"), u["rank"], u.get("index", id(u)))
-        if k in out and u["reason"].startswith("not issued by") and \
-                out[k]["reason"].startswith("not issued by"):
-            out[k]["missing_on"].append(u["ref_rank"])
+        missing = u["reason"].startswith("not issued by")
+        if k in out:
+            if missing and out[k]["reason"].startswith("not issued by"):
+                out[k]["missing_on"].append(u["ref_rank"])
             continue
-        out.setdefault(k, dict(u, missing_on=[u["ref_rank"]] if u["reason"].startswith("not issued by") else []))
+        u["missing_on"] = [u["ref_rank"]] if missing else []
+        out[k] = u
     for u in out.values():
         if len(u["missing_on"]) > 1:
             u["reason"] = f"not issued by {len(u['missing_on'])} ranks"
