@@ -169,12 +169,13 @@ def test_cross_rank_pass_memory_grows_linearly():
 
 # ----------------------------------------------------------------------------- progress
 
-def _batch_stderr(folder: Path, out: Path, tty: bool) -> str:
+def _batch_stderr(folder: Path, out: Path, tty: bool, *how: str) -> str:
     """``traceread batch`` with stderr on a pseudo-terminal (or a pipe): what it wrote there."""
     import pty
     import select
 
-    cmd = [sys.executable, "-m", "traceread", "batch", str(folder), "-o", str(out), "-j", "2"]
+    cmd = [sys.executable, "-m", "traceread", "batch", str(folder), "-o", str(out),
+           *(how or ("-j", "2"))]
     env = {**os.environ, "COLUMNS": "100", "TERM": "xterm"}
     if not tty:
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
@@ -210,3 +211,18 @@ def test_batch_shows_a_progress_bar_only_on_a_terminal(tmp_path):
     assert "analysing" in on_tty and "4/4" in on_tty, on_tty[-500:]
     piped = _batch_stderr(tmp_path / "job", tmp_path / "out2", tty=False)
     assert "analysing" not in piped and "4/4" not in piped
+
+
+def test_batch_on_dask_shows_the_progress_bar_too(tmp_path):
+    """``--scheduler``: the same bar, fed as each Dask future completes."""
+    pytest.importorskip("distributed")
+    from dask.distributed import LocalCluster
+
+    from traceread.synth.multirank import write_job
+
+    write_job(tmp_path / "job", JobSpec(ranks=3, slow_rank=1, steps=3))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
+                      host="127.0.0.1", dashboard_address=None) as c:
+        on_tty = _batch_stderr(tmp_path / "job", tmp_path / "out", True,
+                               "--scheduler", c.scheduler_address)
+    assert "analysing" in on_tty and "3/3" in on_tty, on_tty[-500:]
