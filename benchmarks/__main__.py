@@ -21,6 +21,8 @@ COMMANDS = {
              "nsys reader on a big synthetic export: time, peak RSS, vs pandas read_sql"),
     "batch": ("batch", "add_args", "main", "batch analysis of a corpus, 1 worker vs N"),
     "multirank": ("multirank", "add_args", "main", "multi-rank job time and memory vs rank count"),
+    "gpubox": ("gpubox", "add_args", "main",
+               "issue 34's tables on a many-core box: read / analyze and a batch job by workers, time-boxed"),
     "cache-hash": ("cache_hash", "add_args", "main", "a full content hash vs a cache hit"),
     "whatif": ("whatif", "add_args", "main",
                "levers' promised vs realised saving per before/after pair; replay + levers "

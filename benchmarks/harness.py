@@ -398,6 +398,22 @@ def first_module(*names: str):
     raise ModuleNotFoundError(f"none of {names}")
 
 
+def own_peak_rss() -> int:
+    """Bytes: this process's own peak RSS (``VmHWM``). ``ru_maxrss`` would not do in a probe:
+    Linux carries it over from the parent through fork + exec, so a probe started by a big
+    benchmark process reports the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def write_json(path: Path | None, data) -> None:
     if path:
         path.write_text(json.dumps(data, indent=1, default=_plain))

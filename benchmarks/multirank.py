@@ -22,6 +22,10 @@ from . import harness as h
 
 def add_args(ap) -> None:
     ap.add_argument("--ranks", default="2,8,32,64")
+    ap.add_argument("--pass-only", choices=("dp", "pp"),
+                    help="time only the cross-rank pass (analyze_job) on per-rank inputs built in "
+                         "memory: dp = one data-parallel group (rank N/2 late), pp = 4 pipeline "
+                         "stages x N/4 data-parallel replicas (P2P lanes grow with N)")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--filler", type=int, default=0, help="extra host ops per step per rank")
     ap.add_argument("--repeat", type=int, default=1, help="interleaved rounds (best is kept)")
@@ -30,6 +34,8 @@ def add_args(ap) -> None:
 
 def main(args) -> int:
     ranks = h.ints(args.ranks)
+    if args.pass_only:
+        return pass_main(args, ranks)
     with tempfile.TemporaryDirectory(prefix="trbench-") as tmp:
         sides = h.sides(args, Path(tmp))
         print(h.machine(sides) + "\n")
@@ -117,7 +123,6 @@ def _fill(t, n: int):
 def job(folder: str) -> dict:
     """Probe: the batch run of the job's traces with one worker, then the cross-rank pass."""
     import pickle
-    import resource
 
     batch = h.first_module("traceread.jobs.batch", "traceread.batch")
     multirank = h.first_module("traceread.jobs.multirank", "traceread.multirank")
@@ -129,7 +134,74 @@ def job(folder: str) -> dict:
     t2 = time.perf_counter()
     s = jobs[0].straggler
     return {"seconds": t2 - t0, "cross_rank_s": t2 - t1,
-            "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "rss": h.own_peak_rss(),
             "kept_kb": sum(len(pickle.dumps(i)) for i in inputs) / max(len(inputs), 1) / 1024,
             "straggler": s["rank"], "delay_ns": s["median_delay_ns"],
             "matched": int(jobs[0].matches["instance"].nunique())}
+
+
+# --- the cross-rank pass alone ------------------------------------------------------------------
+
+def pass_main(args, ranks: list[int]) -> int:
+    with tempfile.TemporaryDirectory(prefix="trbench-") as tmp:
+        sides = h.sides(args, Path(tmp))
+        print(h.machine(sides) + "\n")
+        runs = h.interleave(ranks, sides, args.repeat,
+                            lambda n, side: h.probe(side, cross_pass, n, args.pass_only, args.steps))
+    best = {(n, s.name): h.best(runs[(n, s.name)]) for n in ranks for s in sides}
+    for key, r in best.items():
+        if r is None:
+            print(f"{key[0]} ranks on {key[1]} failed: {h.failure(runs[key])}")
+    table = h.Table(sides, "ranks")
+    for n in ranks:
+        def col(f):
+            return {s.name: f(best[(n, s.name)].result, best[(ranks[0], s.name)].result)
+                    if best[(n, s.name)] and best[(ranks[0], s.name)] else None for s in sides}
+
+        lab = f"{n} ranks"
+        table.add(f"{lab}: cross-rank pass", col(lambda r, b: r["seconds"]))
+        table.add(f"{lab}: s per rank vs {ranks[0]} ranks",
+                  col(lambda r, b: r["seconds"] / n / (b["seconds"] / ranks[0])), lambda x: f"{x:.2f}×")
+        table.add(f"{lab}: peak allocated (tracemalloc)", col(lambda r, b: r["peak"]), h.fmt_mb)
+        table.add(f"{lab}: peak per rank vs {ranks[0]} ranks",
+                  col(lambda r, b: r["peak"] / n / (b["peak"] / ranks[0])), lambda x: f"{x:.2f}×")
+        table.add(f"{lab}: inputs held", col(lambda r, b: r["inputs"]), h.fmt_mb)
+        table.add(f"{lab}: lanes / unmatched records",
+                  col(lambda r, b: f"{r['lanes']} / {r['unmatched']}"))
+        table.add(f"{lab}: straggler", col(lambda r, b: f"rank {r['straggler']} "
+                                                        f"+{r['delay_ns'] / 1e6:.2f} ms"))
+    print(f"the cross-rank pass alone, {args.pass_only} job, {args.steps} steps "
+          f"(best of {args.repeat}):\n\n{table.markdown()}")
+    return 0
+
+
+def cross_pass(n: int, shape: str, steps: int) -> dict:
+    """Probe: per-rank inputs of a planted job built in memory (not timed), then
+    ``analyze_job`` timed, then run again under tracemalloc for its peak allocation."""
+    import pickle
+    import tracemalloc
+
+    from traceread.jobs.multirank.inputs import rank_input
+    from traceread.jobs.multirank.job import analyze_job
+
+    if shape == "pp":
+        from traceread.synth.pipeline import PPxDP, make_pp_dp_job
+
+        traces = make_pp_dp_job(PPxDP(stages=4, dp=max(1, n // 4), steps=max(1, steps)))
+    else:
+        from traceread.synth.multirank import JobSpec, make_job
+
+        traces = make_job(JobSpec(ranks=n, slow_rank=n // 2, steps=steps, with_seq=False,
+                                  clock_offset_ns=[((r * 37) % 9 - 4) * 3_000_000 for r in range(n)]))
+    inputs = [rank_input(t) for t in traces]
+    del traces
+    t0 = time.perf_counter()
+    res = analyze_job(inputs)
+    seconds = time.perf_counter() - t0
+    tracemalloc.start()
+    analyze_job(inputs)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"seconds": seconds, "peak": peak, "inputs": len(pickle.dumps(inputs)),
+            "lanes": len(res.methods), "unmatched": len(res.unmatched),
+            "straggler": res.straggler["rank"], "delay_ns": res.straggler["median_delay_ns"]}

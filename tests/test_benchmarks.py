@@ -43,3 +43,68 @@ def test_trace_read_example_against_a_baseline_dir():
     assert cells[1].endswith(("ms", " s")) and cells[2].endswith(("ms", " s"))
     assert cells[3].endswith("×")
     assert any(x.startswith("| read: peak RSS |") and x.count(" MB") == 2 for x in lines)
+
+
+def _gpubox(tmp_path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    example = ROOT / "src" / "traceread" / "examples" / "h200_pageable_copy.json.gz"
+    return _bench("gpubox", "--sizes", "", "--real", str(example), "--workers", "1,2",
+                  "--workdir", str(tmp_path), *extra, timeout=timeout)
+
+
+def _table(lines: list[str], head: str) -> list[list[str]]:
+    """The rows of the markdown table whose header line starts with ``head``."""
+    i = next(k for k, x in enumerate(lines) if x.startswith(head))
+    rows = []
+    for x in lines[i + 2:]:
+        if not x.startswith("|"):
+            break
+        rows.append([c.strip() for c in x.strip("|").split("|")])
+    return rows
+
+
+def test_gpubox_tables_at_tiny_sizes(tmp_path):
+    """issue 34's GPU-box benchmark, shrunk: the trace table has a read and an analyze row
+    per trace with a wall per worker count, the job table a row per batch worker count,
+    and the planted straggler is found at every worker count."""
+    r = _gpubox(tmp_path, "--ranks", "4", "--rank-size", "300KB", "--rank-steps", "6",
+                "--budget", "200")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    rows = _table(lines, "| trace | raw | step | 1 | 2 |")
+    assert [x[2] for x in rows] == ["read", "analyze"]
+    for x in rows:
+        assert x[0] == "h200_pageable_copy.json.gz"
+        assert x[3].endswith(("ms", " s")) and x[4].endswith(("ms", " s")), x
+        assert x[5].endswith("× (2)") and x[6].count("×") == 2, x
+    job = _table(lines, "| batch workers | wall |")
+    assert [x[0] for x in job] == ["1", "2"]
+    assert all(x[-1] == "rank 2 +3.00 ms (0 failed)" for x in job), job
+    assert "straggler the same at every worker count" in r.stdout
+    assert "dropped" not in r.stdout
+
+
+def test_gpubox_drops_what_the_budget_cannot_hold(tmp_path):
+    """With no time at all every cell is dropped and each one is named; still exit 0."""
+    r = _gpubox(tmp_path, "--ranks", "4", "--rank-size", "300KB", "--budget", "0.5", timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    rows = _table(lines, "| trace | raw | step | 1 | 2 |")
+    assert all(x[3:5] == ["—", "—"] for x in rows)
+    assert "dropped to stay within 0 s (largest first):" in r.stdout or \
+        "dropped to stay within 1 s (largest first):" in r.stdout
+    dropped = [x for x in lines if x.startswith("* ")]
+    assert len(dropped) == 5, dropped   # 2 steps x 2 worker counts, and the job
+    assert any("the job table" in x for x in dropped)
+
+
+def test_gpubox_predicts_from_fewer_workers_then_smaller_traces():
+    from benchmarks.gpubox import Budget, predict
+
+    raw = {"a": 100, "b": 400}
+    cells = {("a", "read", 1): {"wall": 2.0}, ("a", "read", 2): {"wall": 1.5}}
+    assert predict(cells, "a", "read", 4, raw) == 1.5       # the most workers below
+    assert predict(cells, "b", "read", 1, raw) == 8.0       # 1-worker time x size ratio
+    assert predict(cells, "a", "analyze", 1, raw) is None  # nothing to go by
+    b = Budget(10)
+    assert b.fits("x", 5.0, b.end) and not b.fits("y", 50.0, b.end)
+    assert b.dropped and b.dropped[0].startswith("y: predicted 50.0 s")

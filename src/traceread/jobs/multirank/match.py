@@ -268,19 +268,21 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
     """
     per_rank = add_lanes({r: normalise_collectives(df) for r, df in per_rank.items()})
     lanes = sorted({lane for df in per_rank.values() for lane in df["lane"].unique()})
+    by_lane = split_lanes(per_rank, lanes)
     parts, unmatched, methods, redo = [], [], {}, []
     for lane in lanes:
-        members = {r: df[df["lane"] == lane] for r, df in per_rank.items()}
-        members = {r: d for r, d in members.items() if len(d)}
+        members = by_lane.pop(lane)   # each lane's tables are dropped once it is matched
         if len(members) < 2:
             for r, d in members.items():
                 unmatched += [{"rank": r, "collective": c, "msg_bytes": -1, "ref_rank": -1, "lane": lane,
                                "reason": "lane seen on one rank only"} for c in d["collective"]]
             continue
-        for r in sorted(set(per_rank) - set(members)):
+        absent = sorted(set(per_rank) - set(members))
+        if absent:   # one reason text per lane: a pipeline has lanes x ranks of these records
             n = max(len(d) for d in members.values())
-            unmatched.append({"rank": r, "collective": None, "msg_bytes": -1, "ref_rank": -1, "lane": lane,
-                              "reason": f"issued none of this lane's collectives ({n} on other ranks)"})
+            why = f"issued none of this lane's collectives ({n} on other ranks)"
+            unmatched += [{"rank": r, "collective": None, "msg_bytes": -1, "ref_rank": -1,
+                           "lane": lane, "reason": why} for r in absent]
         rows, method, um, ambiguous = match_lane(members)
         if ambiguous:
             redo.append((lane, members))
@@ -302,16 +304,32 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
     return _finish(parts), _dedupe(unmatched), {"offsets": offsets, "methods": methods}
 
 
+def split_lanes(per_rank: dict[int, pd.DataFrame], lanes: list) -> dict:
+    """{lane: {rank: that rank's rows of the lane}} (ranks in ``per_rank``'s order, rows in
+    their order), in one pass over each rank's table: filtering every table once per lane
+    cost ranks x lanes, quadratic when lanes grow with the ranks (P2P pairs, groups)."""
+    out: dict = {lane: {} for lane in lanes}
+    for r, df in per_rank.items():
+        codes, names = pd.factorize(df["lane"], sort=False)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+        for k, lane in enumerate(names):
+            out[lane][r] = df.iloc[order[bounds[k]:bounds[k + 1]]]
+    return out
+
+
 def _dedupe(unmatched: list[dict]) -> list[dict]:
     """One record per unmatched instance: "not issued by rank a", "... rank b" merge."""
     out: dict = {}
-    for u in unmatched:
+    for u in unmatched:   # records made by match_rows alone: completed in place, not copied
         k = (u.get("lane"), u["rank"], u.get("index", id(u)))
-        if k in out and u["reason"].startswith("not issued by") and \
-                out[k]["reason"].startswith("not issued by"):
-            out[k]["missing_on"].append(u["ref_rank"])
+        missing = u["reason"].startswith("not issued by")
+        if k in out:
+            if missing and out[k]["reason"].startswith("not issued by"):
+                out[k]["missing_on"].append(u["ref_rank"])
             continue
-        out.setdefault(k, dict(u, missing_on=[u["ref_rank"]] if u["reason"].startswith("not issued by") else []))
+        u["missing_on"] = [u["ref_rank"]] if missing else []
+        out[k] = u
     for u in out.values():
         if len(u["missing_on"]) > 1:
             u["reason"] = f"not issued by {len(u['missing_on'])} ranks"
