@@ -11,6 +11,7 @@ from traceread.passes.busy import busy_breakdown, gemm_precision, is_tf32_kernel
 from traceread.passes.flops import mfu_summary
 from traceread.passes.peaks import CAPS_KEYS, device_caps, device_peaks
 from traceread.table import Trace, TraceMeta, build_table
+from traceread.verdict.busy import busy_levers
 
 RTX = {"id": 0, "name": "NVIDIA GeForce RTX 2080 Ti", "computeMajor": 7, "computeMinor": 5,
        "numSms": 68, "warpSize": 32}
@@ -73,7 +74,7 @@ def _busy(rows, dev):
             "kind": ["kernel"] * n, "name": list(name), "device": np.zeros(n, int),
             "pid": np.ones(n, int)}
     t = Trace(build_table(cols, n), TraceMeta(format="kineto", devices=[dev]))
-    return {x["lever"]: x for x in busy_breakdown(t)["levers"]}
+    return {x["lever"]: x for x in busy_levers(busy_breakdown(t)["figures"])}
 
 
 def test_turing_gets_fp16_autocast_not_bf16_or_tf32():

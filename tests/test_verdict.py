@@ -165,10 +165,12 @@ def test_cpu_only_trace():
     assert a.to_dict()["gaps"]["total_idle_ns"] == 0
 
 
-def test_empty_trace():
-    a = analyze(TraceBuilder().build())
-    assert a.verdict["bound"] == "cpu_only"
-    assert a.to_dict()["steps"]["source"] == "whole_trace"
+def test_empty_trace_is_refused():
+    # an analysis of nothing is refused (issue 32), not a "cpu_only" verdict of no events
+    from traceread.errors import TraceError
+
+    with pytest.raises(TraceError, match="no trace events"):
+        analyze(TraceBuilder().build())
 
 
 def test_a_clear_cause_beats_untraced_time():
