@@ -98,20 +98,40 @@ def because_text(items: list[dict], limit: int = 4) -> str:
     return "; ".join(bits[:limit]) + (f"; +{more} more" if more > 0 else "")
 
 
+def _dict_text(v: dict, limit: int = 3) -> str:
+    """A dict fact as its set parts: flags by name, other values as k=v, nested dicts by
+    their keys -- never a bare "{...}" that tells the reader nothing."""
+    if all(isinstance(b, bool) for b in v.values()):
+        return "{" + ", ".join(f"{k}" for k, b in v.items() if b) + "}"
+    parts = []
+    for k, b in v.items():
+        if isinstance(b, dict):
+            if b:
+                parts.append(f"{k}={{{', '.join(str(i) for i in list(b)[:3])}}}")
+        elif isinstance(b, list):
+            if b:
+                parts.append(f"{k}=[{', '.join(str(i) for i in b[:2])}{', ...' if len(b) > 2 else ''}]")
+        elif b not in (None, 0, False, ""):
+            parts.append(f"{k}={b}")
+    more = ", ..." if len(parts) > limit else ""
+    return "{" + ", ".join(parts[:limit]) + more + "}"
+
+
 def _fact_text(x: dict) -> str:
     if not x["known"]:
         return f"{x['fact']} unknown"
     v, fact = x["value"], x["fact"]
     if fact.startswith("cause_ns.") and isinstance(v, int):
         return f"{fact[len('cause_ns.'):]} time {_ms(v)}"
+    if fact.startswith("replay_levers.") and isinstance(v, int) and not isinstance(v, bool):
+        return f"replayed saving {_ms(v)}"   # the lever's own replay: the figure it stands on
     if fact.startswith("busy_levers.") and isinstance(v, str):
         return v if len(v) <= 60 else v[:57] + "..."
     if isinstance(v, int) and not isinstance(v, bool) and any(
             p.endswith("_ns") for p in fact.split(".")):
         shown = _ms(v)
     elif isinstance(v, dict):
-        shown = "{" + ", ".join(f"{k}" for k, b in v.items() if b) + "}" \
-            if all(isinstance(b, bool) for b in v.values()) else "{...}"
+        shown = _dict_text(v)
     elif isinstance(v, list):
         shown = "[" + ", ".join(str(i) for i in v[:3]) + (", ..." if len(v) > 3 else "") + "]"
     elif isinstance(v, str):
