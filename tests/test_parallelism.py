@@ -472,3 +472,89 @@ def test_gloo_job_bus_bandwidth_from_the_spans_shapes():
         calls = [c for row in truth["per_rank"][r] for c in row["all_reduce_bytes_ns"]]
         loop = sum(b for b, _ in calls) / sum(ns for _, ns in calls)    # n = 2: bus factor 1
         assert bw["busbw_gbps"] == pytest.approx(loop, rel=0.10)
+
+
+def _fitted(models: list) -> tuple[np.ndarray, np.ndarray]:
+    """The sizes and medians a rank's comm model fitted (waited sizes left out)."""
+    xs = [x for m in models for x in m["by_size"] if not x["waited"]]
+    return np.array([x["bytes"] for x in xs], float), np.array([x["median_ns"] for x in xs], float)
+
+
+def _grid_minimax(b: np.ndarray, t: np.ndarray) -> float:
+    """Brute force: the least worst relative error (%) of ``alpha + b * slope`` over a grid of
+    alpha >= 0 and slope > 0 (upper bound of the true minimum: the grid may miss it)."""
+    alpha = np.concatenate([[0.0], np.geomspace(t.min() * 1e-3, t.max(), 1500)])
+    r = t / b
+    slope = np.geomspace(r.min() * 0.05, r.max() * 2, 1500)
+    worst = np.zeros((len(alpha), len(slope)))
+    for bi, ti in zip(b, t):
+        worst = np.maximum(worst, np.abs(alpha[:, None] + bi * slope[None, :] - ti) / ti)
+    return 100 * float(worst.min())
+
+
+@pytest.mark.parametrize("job,ranks", [("sweep2", 2), ("sweep2_wide", 2), ("sweep2_dense", 2)])
+def test_each_regime_is_the_minimax_line(job, ranks):
+    """No line on a fine (alpha, slope) grid beats a regime's fitted worst error, and the
+    fitted line is within 0.3 points of the grid's best: the fit is the least worst one."""
+    for r in range(ranks):
+        for m in _layout(job, r)["comm_model"]:
+            b, t = _fitted([m])
+            grid = _grid_minimax(b * 1.0, t)   # all_reduce x2: bus bytes = bytes
+            assert m["worst_error_pct"] <= grid + 0.05, (job, r, m["min_bytes"])
+            assert grid - m["worst_error_pct"] <= 0.3, (job, r, m["min_bytes"])
+
+
+def _lp_minimax(b: np.ndarray, t: np.ndarray) -> float:
+    """The exact least worst relative error (%) of a line alpha >= 0, slope >= 0 (an LP)."""
+    from scipy.optimize import linprog
+
+    a_ub = [[s / ti, s * bi / ti, -1] for bi, ti in zip(b, t) for s in (1, -1)]
+    b_ub = [s for _ in t for s in (1, -1)]
+    res = linprog([0, 0, 1], A_ub=a_ub, b_ub=b_ub, bounds=[(0, None)] * 3, method="highs")
+    return 100 * float(res.x[2])
+
+
+def _best_partition(b: np.ndarray, t: np.ndarray) -> tuple[float, list]:
+    """The least worst error (%) over every split of the sizes into contiguous regimes of
+    >= 3 sizes, each its own exact minimax line -- no halving rule: the floor any regime
+    model can reach."""
+    n, best = len(t), {len(t): (0.0, [])}
+    for i in range(n - 3, -1, -1):
+        opts = [(max(_lp_minimax(b[i:j], t[i:j]), best[j][0]), [(i, j)] + best[j][1])
+                for j in range(i + 3, n + 1) if j in best]
+        if opts:
+            best[i] = min(opts, key=lambda o: o[0])
+    return best[0]
+
+
+def test_comm_model_sweeps_cannot_all_reach_20_pct():
+    """The goal of 20% at every size, against what the medians allow. sweep2 and sweep2_wide
+    rank 0: no split into regimes of >= 3 sizes, however chosen, gets under 23.9% / 21.1% /
+    27.3% (exact LP per regime) -- the medians fall with size (sweep2: 4 KiB 343 us, 16 KiB
+    211 us) or cost more per byte at a larger size (4 MiB 1.23 ns/B, 16 MiB 2.16). The fit
+    meets that floor where its regimes are the best split (sweep2_wide rank 0). sweep2_wide
+    rank 1 could reach 19.8% only with a third, flat 1..16 KiB regime, which halves no
+    size's error: the rule keeps 23.8%."""
+    pytest.importorskip("scipy")
+    floors = {("sweep2", 0): 23.9, ("sweep2", 1): 21.1, ("sweep2_wide", 0): 27.3,
+              ("sweep2_wide", 1): 19.8}
+    fits = {("sweep2", 0): [30.6], ("sweep2", 1): [28.9], ("sweep2_wide", 0): [11.1, 27.3],
+            ("sweep2_wide", 1): [23.8, 19.8]}
+    for (job, r), floor in floors.items():
+        models = _layout(job, r)["comm_model"]
+        b, t = _fitted(models)
+        got, parts = _best_partition(b, t)
+        assert got == pytest.approx(floor, abs=0.1), (job, r)
+        assert [m["worst_error_pct"] for m in models] == fits[(job, r)]
+        assert all(m["worst_error_pct"] + 0.1 >= _lp_minimax(*_fitted([m])) for m in models)
+    # the 4 and 16 MiB medians alone force 27.3% on any line with alpha >= 0
+    hi = _layout("sweep2_wide", 0)["comm_model"][1]
+    assert hi["limit"] == {"bytes": [4 << 20, 16 << 20], "median_ns": [5168646, 36203881],
+                           "why": "per_byte_rises", "floor_pct": 27.3}
+    assert _layout("sweep2", 0)["comm_model"][0]["limit"]["why"] == "time_falls"
+    # rank 1: the third regime the floor needs does not halve two sizes' error on its side
+    (lo, _) = _layout("sweep2_wide", 1)["comm_model"]
+    b, t = _fitted([lo])
+    left = _lp_minimax(b[:3], t[:3])
+    assert sum(left <= x["error_pct"] / 2 for x in lo["by_size"][:3]) < 2
+

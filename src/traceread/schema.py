@@ -722,6 +722,15 @@ class CommSizeFit(_S):
     waited: bool                    # median over 2x the next size's: its calls waited on a peer
 
 
+class CommFitLimit(_S):
+    """The pair of sizes no latency-bandwidth line meets both closely (``fit_limit``)."""
+
+    bytes: list[int]                # the smaller and the larger size
+    median_ns: list[int]            # their median calls
+    why: str                        # time_falls | per_byte_rises
+    floor_pct: float                # no alpha >= 0, beta > 0 line misses both by less
+
+
 class CommModel(_S):
     """``T = alpha + bus_bytes / beta`` fitted to the trace's own sized collectives, per size
     regime (docs/parallelism.md, "Communication model")."""
@@ -745,6 +754,7 @@ class CommModel(_S):
     link_gbps: Optional[float] = None          # --link-gbps
     link_pct: Optional[float] = None           # 100 beta / link_gbps
     below_link: Optional[bool] = None          # link_pct under 25
+    limit: Optional[CommFitLimit] = None   # worst over 20%: the pair of sizes that forbids less
 
 
 class CommExposure(_S):

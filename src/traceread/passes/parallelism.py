@@ -768,8 +768,9 @@ def comm_model(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict],
     only when splitting at a size halves the error on at least ``SPLIT_MIN_BETTER`` sizes on
     each side -- a split that merely shaves noise is not a regime -- the split with the
     least worst error among those. ``fit_error_pct`` / ``worst_error_pct``: median / max
-    |fit - median| / median over a regime's sizes; ``slow_calls``: calls above ``SLOW_X`` x
-    the fit, ``slowest_call`` the worst of them."""
+    |fit - median| / median over a regime's sizes; ``limit`` (worst over ``FIT_TOL_PCT``):
+    the pair of sizes that no line meets both closely (``fit_limit``); ``slow_calls``: calls
+    above ``SLOW_X`` x the fit, ``slowest_call`` the worst of them."""
     t0 = int(ev["ts"].min()) if len(ev) else 0
     return fit_sizes(_sized_calls(ev, calls, groups), backend, t0)
 
@@ -813,31 +814,49 @@ SPLIT_MIN_BETTER = 2   # sizes on each side whose error a split must halve
 
 
 def _line(bus: np.ndarray, t: np.ndarray):
-    """(alpha, slope, relative errors) of the line whose worst relative error over the
-    sizes is least (minimax: Lawson's reweighted least squares -- the goal is every size
-    within a bound, not a small average); None when no latency-bandwidth line fits
-    (slope <= 0). A negative latency is not one: then the best line through the origin."""
-    a = np.column_stack([1 / t, bus / t])     # rows scaled by 1/T: relative residuals
-    w = np.full(len(t), 1.0 / len(t))
-    p = np.zeros(2)
-    for _ in range(LAWSON_ROUNDS):
-        sw = np.sqrt(w)
-        p = np.linalg.lstsq(a * sw[:, None], sw, rcond=None)[0]
-        r = np.abs(a @ p - 1)
-        if r.max() < 1e-9:     # an exact line
-            break
-        w = w * r
-        w /= w.sum()
-    alpha, slope = float(p[0]), float(p[1])
-    if slope <= 0:
+    """(alpha, slope, relative errors) of the line ``alpha + slope * bus`` with alpha >= 0 and
+    slope >= 0 whose worst relative error over the sizes is least (minimax: the goal is every
+    size within a bound, not a small average); None when the best such line is flat (slope
+    0: the times fall with size, no bandwidth can be read). Exact: for a given alpha the best
+    slope is a weighted 1-D minimax (``_best_slope``), and the worst error is convex in alpha
+    (a partial minimum of a convex function), so a golden-section search over alpha finds
+    the optimum."""
+    lo, hi = 0.0, float(t.max())
+    g = (np.sqrt(5) - 1) / 2
+    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    f1, f2 = _best_slope(x1, bus, t)[1], _best_slope(x2, bus, t)[1]
+    for _ in range(GOLDEN_ROUNDS):
+        if f1 <= f2:
+            hi, x2, f2 = x2, x1, f1
+            x1 = hi - g * (hi - lo)
+            f1 = _best_slope(x1, bus, t)[1]
+        else:
+            lo, x1, f1 = x1, x2, f2
+            x2 = lo + g * (hi - lo)
+            f2 = _best_slope(x2, bus, t)[1]
+    # alpha = 0 is the boundary the search approaches but never evaluates
+    cands = [(0.0, *_best_slope(0.0, bus, t)), (x1, *_best_slope(x1, bus, t))]
+    alpha, slope, _ = min(cands, key=lambda c: c[2])
+    if slope * bus.max() <= FLAT * t.max():   # flat, to rounding: no bandwidth to read
         return None
-    if alpha < 0:
-        q = bus / t
-        slope, alpha = 2 / (q.min() + q.max()), 0.0
     return alpha, slope, np.abs(alpha + bus * slope - t) / t
 
 
-LAWSON_ROUNDS = 60
+FLAT = 1e-9   # a slope moving the largest size by less than this share of its time is 0
+GOLDEN_ROUNDS = 120   # interval shrinks 0.618^120 ~ 1e-25 of the largest time: exact
+
+
+def _best_slope(alpha: float, bus: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(slope >= 0, worst relative error) of the best line through ``alpha``: size i's error
+    is w_i |slope - c_i| with w_i = bus_i / t_i and c_i = (t_i - alpha) / bus_i, whose
+    minimax over the slope is met by the pair (i, j) with the largest
+    w_i w_j (c_j - c_i) / (w_i + w_j), at their weighted mean."""
+    w, c = bus / t, (t - alpha) / bus
+    gap = (c[None, :] - c[:, None]) * (w[:, None] * w[None, :]) / (w[:, None] + w[None, :])
+    i, j = np.unravel_index(int(np.argmax(gap)), gap.shape)
+    slope = float((w[i] * c[i] + w[j] * c[j]) / (w[i] + w[j])) if gap[i, j] > 0 else float(c[0])
+    slope = max(slope, 0.0)
+    return slope, float(np.max(w * np.abs(slope - c)))
 
 
 def _regimes(bus: np.ndarray, t: np.ndarray) -> list[tuple]:
@@ -867,6 +886,27 @@ def _regimes(bus: np.ndarray, t: np.ndarray) -> list[tuple]:
     return [(0, len(t), one[0], one[1])] if one else []
 
 
+def fit_limit(bus: np.ndarray, t: np.ndarray, sizes: np.ndarray) -> dict | None:
+    """Why no line fits a regime closer: the pair of sizes that no ``alpha >= 0, beta > 0``
+    line can meet both within ``floor_pct`` -- a smaller size slower than a larger one
+    (``time_falls``: a line's time only grows with size; best: both at their harmonic mean)
+    or a larger size costing more per bus byte (``per_byte_rises``: alpha / bytes + 1 / beta
+    only falls with size). A floor, not the fit's error: three sizes can miss by more."""
+    best = None
+    for i in range(len(t)):
+        for j in range(i + 1, len(t)):
+            for why, lo, hi in (("time_falls", t[j], t[i]),
+                                ("per_byte_rises", t[i] / bus[i], t[j] / bus[j])):
+                floor = (hi - lo) / (hi + lo)
+                if floor > 0 and (best is None or floor > best[0]):
+                    best = (floor, why, i, j)
+    if best is None:
+        return None
+    floor, why, i, j = best
+    return {"bytes": [int(sizes[i]), int(sizes[j])], "median_ns": [int(t[i]), int(t[j])],
+            "why": why, "floor_pct": round(100 * float(floor), 1)}
+
+
 def _regime_row(coll, n, backend, g, factor, alpha, slope, sizes, t, t0, waited) -> dict:
     fit = alpha + g["bytes"].to_numpy(float) * factor * slope
     x = g["dur"].to_numpy(float) / np.maximum(fit, 1.0)
@@ -882,6 +922,8 @@ def _regime_row(coll, n, backend, g, factor, alpha, slope, sizes, t, t0, waited)
                          "error_pct": round(100 * float(e), 1), "waited": bool(w)}
                         for b, m, f, e, w in zip(sizes, t, at, err_all, waited)],
             "waited_sizes": int(waited.sum()),
+            "limit": fit_limit(sizes[~waited] * factor, t[~waited], sizes[~waited])
+            if err.max() * 100 > FIT_TOL_PCT else None,
             "min_bytes": int(g["bytes"].min()), "max_bytes": int(g["bytes"].max()),
             "sizes": int((~waited).sum()), "calls": int(len(g)), "slow_calls": int((x > SLOW_X).sum()),
             "worst_x_fit": round(float(x[worst]), 1),

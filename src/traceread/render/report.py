@@ -406,6 +406,13 @@ def _comm_model_text(m: dict) -> str:
     if m.get("link_pct") is not None:
         t += f", {m['link_pct']:.0f}% of the {m['link_gbps']:g} GB/s link" + \
             (" -- far below it" if m.get("below_link") else "")
+    lim = m.get("limit")
+    if lim:   # why the worst error cannot be small: two sizes no line meets both closely
+        (a, b), (ta, tb) = lim["bytes"], lim["median_ns"]
+        how = (f"{_size(a)} takes {fmt_ns(ta)}, {_size(b)} only {fmt_ns(tb)}"
+               if lim["why"] == "time_falls" else
+               f"{_size(b)} costs more per byte than {_size(a)} ({fmt_ns(tb)} vs {fmt_ns(ta)})")
+        t += f" -- {how}: no latency-bandwidth line is within {lim['floor_pct']}% of both"
     t += f", {plural(m['slow_calls'], 'call')} over 2x the fit"
     s = m.get("slowest_call")
     if s:
