@@ -558,3 +558,21 @@ def test_comm_model_sweeps_cannot_all_reach_20_pct():
     left = _lp_minimax(b[:3], t[:3])
     assert sum(left <= x["error_pct"] / 2 for x in lo["by_size"][:3]) < 2
 
+
+def test_a_1f1b_first_stage_with_few_microbatches_reports_the_jobs_schedule():
+    """1F1B, p=4, m=4: stage 0 runs its four forwards before its first backward -- alone it
+    reads as GPipe -- while the last stage alternates: the job says 1F1B, and so does every
+    rank's own report now (stage 0 keeps what it read alone as ``schedule_own``)."""
+    paths = [str(GLOO / "pp3/1f1b_p4_m4_heavy2" / f"rank-{r}.json.gz") for r in range(4)]
+    assert traceread.analyze(paths[0]).parallelism["pipeline"]["schedule"] == "gpipe"
+    job = traceread.job(paths)
+    assert job.layout["pipeline"]["schedule"] == "1f1b"
+    for r, a in job.analyses.items():
+        pl = a.parallelism["pipeline"]
+        assert (pl["schedule"], pl["microbatches"], pl["theoretical_bubble_pct"]) == ("1f1b", 4, 42.9)
+        assert pl.get("schedule_own") == ("gpipe" if r == 0 else None)
+    res = CliRunner().invoke(main, ["analyze", "--format", "json", *paths])
+    doc = json.loads(res.output)
+    assert [t["parallelism"]["pipeline"]["schedule"] for t in doc["traces"]] == ["1f1b"] * 4
+    text = CliRunner().invoke(main, ["analyze", *paths]).output
+    assert "schedule 1f1b, the job's; this stage alone reads gpipe" in " ".join(text.split())

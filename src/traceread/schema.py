@@ -681,6 +681,7 @@ class Pipeline(_S):
     theoretical_bubble_pct: Optional[float]   # 100 (p-1)/(m+p-1)
     slowest_stage: Optional[int]    # a job's analysis: the stage with the least bubble
     p2p_bytes_per_step: Optional[int]
+    schedule_own: Optional[str] = None   # in a job: what this stage read alone, when the job's differs
 
 
 class ExpertParallel(_S):

@@ -1011,6 +1011,28 @@ def job_parallelism(per_rank: dict[int, dict]) -> dict:
     return out
 
 
+def agree_with_job(per_rank: dict[int, dict], layout: dict) -> None:
+    """Each rank's ``pipeline`` told the job's schedule (in place): one stage alone cannot
+    always read it -- a 1F1B first stage with m <= p runs all its forwards before its first
+    backward and reads as GPipe, a middle stage reads none -- while any stage that
+    alternates proves 1F1B for all (``_job_pipeline``). What the rank read alone stays as
+    ``schedule_own``; a stage that read no microbatch count takes the job's."""
+    job = layout.get("pipeline") or {}
+    if not job.get("schedule"):
+        return
+    for p in per_rank.values():
+        pl = (p or {}).get("pipeline")
+        if not pl or pl.get("schedule") == job["schedule"]:
+            continue
+        if pl.get("schedule"):   # a middle stage reads none: nothing to keep
+            pl["schedule_own"] = pl["schedule"]
+        pl["schedule"] = job["schedule"]
+        m = pl["microbatches"] = pl.get("microbatches") or job.get("microbatches")
+        n, v = pl.get("stages"), pl.get("virtual_stages") or 1
+        pl["theoretical_bubble_pct"] = round(100.0 * (n - 1) / (v * m + n - 1), 1) \
+            if n and m else job.get("theoretical_bubble_pct")
+
+
 def _job_pipeline(stages: dict[int, dict]) -> dict:
     # one stage alternating forwards and backwards proves 1F1B: its first stage runs all its
     # warm-up forwards first and reads as GPipe when m <= p

@@ -377,7 +377,9 @@ def _layout(p: dict | None) -> list[str]:
     pp, ep, dp = p.get("pipeline"), p.get("ep"), p.get("ddp")
     if pp:
         bubble = next(iter(pp["bubble_pct_by_stage"].values()))
-        theory = f" (schedule {pp['schedule']}, m={pp['microbatches']}: " \
+        own = f", the job's; this stage alone reads {pp['schedule_own']}" \
+            if pp.get("schedule_own") else ""
+        theory = f" (schedule {pp['schedule']}{own}, m={pp['microbatches']}: " \
                  f"{pp['theoretical_bubble_pct']}% in theory)" if pp["theoretical_bubble_pct"] else ""
         parts.append(f"stage {pp['stage']} idle {bubble}% of the step{theory}")
     if ep and ep.get("send_imbalance"):

@@ -94,14 +94,15 @@ def build_jobs(prepared: list[dict], link_gbps: float | None = None) -> list[Job
 def _attach(res: JobResult, by_path: dict, link_gbps: float | None) -> None:
     """The job's windows and layout from its members' ``prepare`` records (a process of a
     split export has no analysis of its own here: its layout stays empty)."""
-    from ...passes.parallelism import job_parallelism, with_link
+    from ...passes.parallelism import agree_with_job, job_parallelism, with_link
     from ...verdict.parallel import job_levers
 
     members = {r: by_path.get(str(path)) for r, path in res.paths.items()}
     res.windows = {r: (list(m["window"]) if m and m.get("window") else None)
                    for r, m in members.items()}
-    layout = job_parallelism({r: m["parallelism"] for r, m in members.items()
-                              if m and m.get("parallelism")})
+    ranks = {r: m["parallelism"] for r, m in members.items() if m and m.get("parallelism")}
+    layout = job_parallelism(ranks)
+    agree_with_job(ranks, layout)   # a rank's report says the job's schedule, not its guess
     layout = with_link(layout, link_gbps) or layout
     layout["levers"] = job_levers(layout)
     res.layout = layout
