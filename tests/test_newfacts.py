@@ -238,3 +238,21 @@ def test_a_sampled_straggler_stays_unknown_inside_a_job():
     # not sampled: the job names the straggler's cause
     out = mr.adjust_rank_verdicts({2: dict(plain)}, res)
     assert out[2]["bound"] == "data"
+
+
+def test_a_device_free_between_two_launches_rules_out_capture():
+    # cudaFree/hipFree waits for the device and is refused inside a stream capture; a sync
+    # call returning the instant the next launch starts still lies between the two launches
+    from traceread import analyze
+    from traceread.synth.scenarios import US, TraceBuilder
+
+    for api, dur in (("hipFree", 2000 * US), ("hipMemcpyWithStream", 500 * US)):
+        b = TraceBuilder()
+        b.launch(0, 10 * US, 0, 100 * US)
+        b.runtime(api, 100 * US, dur)
+        b.launch(100 * US + dur, 10 * US, 110 * US + dur, 100 * US)
+        a = analyze(b.build())
+        blocking = a.facts.program["blocking"]
+        assert blocking["capturable"] is False, api
+        assert any(api in e["name"] for e in blocking["not_capturable_because"]), blocking
+        assert not any(x["id"].startswith("cuda_graphs") for x in a.verdict["actions"])

@@ -222,7 +222,7 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None,
             dyn_ev.append(item(_op_base(str(ev["name"].iat[r])), ts[r], s,
                                f"{k}: output size depends on the data"))
     dyn = {k: round(v / n_steps, 1) for k, v in dyn.items()}
-    fresh = _fresh_copies(ev, steps, stacks)
+    fresh = _fresh_copies(ev, steps, stacks) + _mid_step_frees(ev, steps, api)
     # with no GPU in the trace nothing waited for one: the named calls are what would block
     capturable, why = _capturable(gpu, mid_ev if gpu else [], dyn_ev, fresh)
     total = sum(d["per_step"] for d in by_kind.values())
@@ -233,6 +233,31 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None,
             "capturable": capturable, "not_capturable_because": why,
             "evidence": {"blocking_calls": evidence, "dynamic_shapes": dyn_ev,
                          "capturable": why}}
+
+
+# a device free (not the stream-ordered Async kind) waits for the device and is refused
+# inside a stream capture: one between two launches splits the step like a sync
+FREE_API_RX = namerx.compile(r"^(?:(?:cuda|hip)Free(?:Array)?|cuMemFree)(?:_v\d+)?$")
+
+
+def _mid_step_frees(ev: pd.DataFrame, steps: Steps, api: np.ndarray) -> list[dict]:
+    """Evidence items for the device frees that lie between two of their step's launches."""
+    if not len(api):
+        return []
+    lut, codes = lut_at(ev["name"], api, lambda n: bool(FREE_API_RX.match(n)), False, bool)
+    frees = api[lut.take(codes)]
+    if not len(frees):
+        return []
+    mid = _mid_step(ev, steps, frees)
+    out = []
+    ts = ev["ts"].to_numpy(np.int64)
+    pid = ev["pid"].to_numpy()
+    for r in frees[mid][:MAX_EVIDENCE].tolist():
+        s = steps.of(pid[[r]], ts[[r]])[0] if len(steps) else None
+        out.append(item(str(ev["name"].iat[r]), ts[r], s,
+                        "device free between two of the step's launches: it waits for the "
+                        "device and cannot be captured"))
+    return out
 
 
 def _mid_step(ev: pd.DataFrame, steps: Steps, roots: np.ndarray) -> np.ndarray:
@@ -258,9 +283,10 @@ def _mid_step(ev: pd.DataFrame, steps: Steps, roots: np.ndarray) -> np.ndarray:
         rs = steps.index_of(pid[roots], ts[roots])
         for i, (s, b, e) in enumerate(zip(rs.tolist(), ts[roots].tolist(),
                                           end[roots].tolist())):
-            out[i] = s in last and first[s] < b and last[s] > e
+            out[i] = s in last and first[s] < b and last[s] >= e
         return out
-    return (ts[kl].min() < ts[roots]) & (end[roots] < ts[kl].max())
+    # a launch that starts the instant the call returned comes after it
+    return (ts[kl].min() < ts[roots]) & (end[roots] <= ts[kl].max())
 
 
 def _outermost_dynamic(rows, stacks: Stacks):

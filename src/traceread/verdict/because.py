@@ -123,8 +123,10 @@ def _fact_text(x: dict) -> str:
     v, fact = x["value"], x["fact"]
     if fact.startswith("cause_ns.") and isinstance(v, int):
         return f"{fact[len('cause_ns.'):]} time {_ms(v)}"
-    if fact.startswith("replay_levers.") and isinstance(v, int) and not isinstance(v, bool):
-        return f"replayed saving {_ms(v)}"   # the lever's own replay: the figure it stands on
+    if fact.startswith("replay_levers."):   # the lever's own replay: the figure it stands on
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"replayed saving {_ms(v)}"
+        return "replayed (the step re-simulated with the change)"
     if fact.startswith("busy_levers.") and isinstance(v, str):
         return v if len(v) <= 60 else v[:57] + "..."
     if isinstance(v, int) and not isinstance(v, bool) and any(

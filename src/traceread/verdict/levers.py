@@ -1176,12 +1176,20 @@ def _cap_bounds(items: list[dict]) -> list[dict]:
     most any data lever can give back)."""
     best: dict = {}
     for x in items:
-        if x.get("basis") == "replay" and x["saves_ns"] is not None and \
-                x.get("model") == CAUSE_REMOVED_BY.get(x["cause"]):
+        if x.get("basis") != "replay" or x["saves_ns"] is None:
+            continue
+        if x.get("model") == CAUSE_REMOVED_BY.get(x["cause"]):
             best[x["cause"]] = max(best.get(x["cause"], 0), x["saves_ns"])
+        if x.get("model") == "no_empty_cache":   # every allocator call gone, replayed
+            best["alloc"] = max(best.get("alloc", 0), x["saves_ns"])
     for x in items:
-        if x.get("basis") == "bound" and x["cause"] in best and x["saves_ns"] is not None:
-            x["saves_ns"] = min(x["saves_ns"], best[x["cause"]])
+        if x.get("basis") != "bound" or x["saves_ns"] is None:
+            continue
+        # a lever priced by the allocator's calls is capped by their replayed removal, not
+        # by host_off_path's (which leaves them in place)
+        key = "alloc" if BY_ID[x["id"]].saves == "alloc" else x["cause"]
+        if key in best:
+            x["saves_ns"] = min(x["saves_ns"], best[key])
     return items
 
 

@@ -28,7 +28,9 @@ MODEL_OF = {
                     "workers"),
     **dict.fromkeys(("fused_optimizer", "foreach_optimizer", "foreach_to_fused"),
                     "fused_optimizer"),
-    **dict.fromkeys(("no_empty_cache", "allocator_on"), "no_empty_cache"),
+    # the native program's allocator calls in the step go too when it reuses its buffers
+    **dict.fromkeys(("no_empty_cache", "allocator_on", "reuse_buffers_native"),
+                    "no_empty_cache"),
     **dict.fromkeys(("graphs_not_replayed", "graphs_not_replayed_host", "fixed_shapes_capture",
                      "capture_in_warmup"), "replay_graphs"),
     **dict.fromkeys(("mark_dynamic", "bucket_shapes", "warm_up"), "no_recompile"),
