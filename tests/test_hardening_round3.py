@@ -347,7 +347,9 @@ def test_one_line_trace_full_of_fake_boundaries_is_linear(tmp_path):
     data = json.dumps({"schemaVersion": 1, "traceEvents": evs}, separators=(",", ":")).encode()
     assert b"\n" not in data and len(data) > 40e6
     p = H.write(tmp_path, "fake.json", data)
-    assert _ratio_to_info(p, tmp_path) < 4
+    # analyze runs every pass (facts, replay, what-if) over the names info only reads once:
+    # ~4x here when linear; the quadratic reader and whole-name patterns gave ~19x
+    assert _ratio_to_info(p, tmp_path) < 6
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ...table import scan_name as scan
 from .. import attribution as attr
 from ..common import kind_in
 from .graph import NEG, StepGraph
@@ -290,7 +291,7 @@ def optimizer_regions(ev: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({c: [] for c in cols})
     codes, uniq = pd.factorize(ev["name"].to_numpy(object), sort=False)
     rx = re.compile(OPTIMIZER_RX)
-    hit_names = np.array([bool(rx.search(str(u))) for u in uniq] + [False])
+    hit_names = np.array([bool(rx.search(scan(str(u)))) for u in uniq] + [False])
     kind = ev["kind"].to_numpy(object)
     hit = np.flatnonzero(hit_names[codes] & np.isin(kind, ("annotation", "cpu_op")))
     if not len(hit):

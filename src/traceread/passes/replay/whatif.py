@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ...table import scan_name as scan
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
@@ -113,7 +114,8 @@ def _per_name(g, key, fn) -> np.ndarray:
 
 
 def _match(g, rx: re.Pattern) -> np.ndarray:
-    return _per_name(g, rx.pattern, lambda xs: [bool(rx.search(x)) for x in xs]).astype(bool)
+    # a pattern reads a name's first SCAN_CHARS, as every name pattern does (namerx.py)
+    return _per_name(g, rx.pattern, lambda xs: [bool(rx.search(scan(x))) for x in xs]).astype(bool)
 
 
 def _ids(g, mask) -> np.ndarray:
