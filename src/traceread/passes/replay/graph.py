@@ -421,7 +421,7 @@ def _host_nodes(ev, api, sel_steps, t0, t1, step_pattern):
     is_call = what == "call"
     call_rows = row[is_call]
     names[is_call] = _names_at(ev, call_rows)
-    call_cat = attr.classify_host(ev.iloc[call_rows], step_pattern) if len(call_rows) else \
+    call_cat = host_classes(ev, call_rows, step_pattern) if len(call_rows) else \
         np.empty(0, np.int64)
     cats[is_call] = [_HOST_CATS[c] if c >= 0 else "launch" for c in call_cat.tolist()]
     mk = np.flatnonzero(what == "step")
@@ -462,6 +462,23 @@ def _seg_cummax(first: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def str_at(col: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """``col.astype(str).to_numpy(object)[rows]`` without converting the whole column: a
+    categorical column is read through its codes (a null reads "nan", as astype gives)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy()[rows]
+        cats = np.asarray(list(col.cat.categories.astype(str)) + ["nan"], object)
+        return cats[codes]
+    return col.iloc[rows].astype(str).to_numpy(object)
+
+
+def host_classes(ev: pd.DataFrame, rows: np.ndarray, step_pattern) -> np.ndarray:
+    """``attribution.classify_host`` of ``ev``'s ``rows``, taking only the columns it reads
+    (a row subset of the whole frame copies every column)."""
+    cols = [c for c in ("name", "kind", "domain") if c in ev]
+    return attr.classify_host(ev[cols].iloc[rows], step_pattern)
+
+
 def _names_at(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     col = ev["name"]
     if isinstance(col.dtype, pd.CategoricalDtype):
@@ -482,7 +499,7 @@ def _label_stretches(ev, s_key, s_ts, s_end, step_pattern):
     rows = np.flatnonzero(kind_in(ev, ("cpu_op", "python", "annotation", "osrt")))
     if not len(rows):
         return cat, name
-    c = attr.classify_host(ev.iloc[rows], step_pattern)
+    c = host_classes(ev, rows, step_pattern)
     ok = c >= 0
     rows, c = rows[ok], c[ok]
     ts = ev["ts"].to_numpy(np.int64)[rows]
@@ -543,7 +560,8 @@ def _strings(col: pd.Series) -> np.ndarray:
 def _gpu_nodes(gops: pd.DataFrame) -> dict:
     kind = _strings(gops["kind"])
     names = _strings(gops["name"])
-    uniq, inv = np.unique(names, return_inverse=True) if len(names) else (names, names)
+    # distinct names (sorted, as np.unique gives them) without sorting every row's string
+    inv, uniq = pd.factorize(names, sort=True) if len(names) else (names, names)
     k = np.where(kind == "memcpy", "gpu_copy", np.where(kind == "memset", "gpu_memset",
                                                         "gpu_kernel")).astype(object)
     is_nccl = np.array([any(t in s for t in _NCCL) for s in uniq], bool)   # once per name
@@ -555,6 +573,17 @@ def _gpu_nodes(gops: pd.DataFrame) -> dict:
             "corr": gops["correlation"].to_numpy(np.int64)}
 
 
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, axis=0, return_inverse=True)`` of an integer matrix (rows in
+    lexicographic order), by one lexsort: np.unique's row view sorts far slower."""
+    order = np.lexsort(a.T[::-1])
+    s = a[order]
+    new = np.r_[True, (s[1:] != s[:-1]).any(axis=1)]
+    codes = np.empty(len(a), np.int64)
+    codes[order] = np.cumsum(new) - 1
+    return s[new], codes
+
+
 def _assemble(host: dict, gpu: dict):
     """Node columns (host first, then GPU ops) and the lane table."""
     hk = host["key"]
@@ -562,8 +591,7 @@ def _assemble(host: dict, gpu: dict):
     if len(gpu["ts"]):
         trip = np.column_stack([gpu["pid"], gpu["device"], gpu["stream"],
                                 _overlap_sublanes(gpu)])
-        uq, codes = np.unique(trip, axis=0, return_inverse=True)
-        codes = codes.reshape(-1)
+        uq, codes = _unique_rows(trip)
         uniq = [tuple(r) for r in uq.tolist()]
     else:
         codes, uniq = np.zeros(0, np.int64), []

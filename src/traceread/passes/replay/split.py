@@ -19,7 +19,7 @@ import pandas as pd
 
 from .. import attribution as attr
 from ..common import kind_in
-from .graph import NEG, StepGraph
+from .graph import NEG, StepGraph, host_classes, str_at
 
 SPLIT_MIN_NS = 20_000
 _CATS = attr.CPU_CATEGORIES
@@ -48,16 +48,15 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     rows = np.flatnonzero(kind_in(ev, ("cpu_op", "python", "annotation")))
     if not len(rows):
         return graph.copy()
-    cat = attr.classify_host(ev.iloc[rows], step_pattern)
-    kinds = ev["kind"].astype(str).to_numpy(object)[rows]
+    cat = host_classes(ev, rows, step_pattern)
+    kinds = str_at(ev["kind"], rows)
+    names = str_at(ev["name"], rows)
     keep = cat != -2       # the step ranges cover everything: never a piece
-    keep &= ~pd.Series(ev["name"].astype(str).to_numpy(object)[rows]).str.match(
-        r"^ProfilerStep#").to_numpy()
-    rows, cat, kinds = rows[keep], cat[keep], kinds[keep]
+    keep &= ~pd.Series(names).str.match(r"^ProfilerStep#").to_numpy()
+    rows, cat, kinds, names = rows[keep], cat[keep], kinds[keep], names[keep]
     ts = ev["ts"].to_numpy(np.int64)[rows]
     end = ts + ev["dur"].to_numpy(np.int64)[rows]
     key = attr.thread_key(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
-    names = ev["name"].astype(str).to_numpy(object)[rows]
     lanes = graph.lanes.set_index("lane")
     by_thread = {}
     for k in np.unique(key).tolist():
