@@ -947,24 +947,33 @@ def _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, launched_ts, gpu_id
     """Drain edges of the launches that waited for a free slot: the op whose end freed it
     (launched before the call began: never the call's own op) -> the call; the call's cost
     is its time after that op ended."""
+    if not full.any():
+        return
+    # plain Python numbers in the loop: numpy scalar reads cost more than the loop itself
+    c_ts_l, c_end_l, pos_l = c_ts.tolist(), c_end.tolist(), pos.tolist()
+    cost = nodes["cost_ns"]
+    at, tails = [], []
     for p in np.unique(c_pid[full]).tolist():
         mine = np.flatnonzero(g_pid == p)
         o = mine[np.argsort(g_end[mine], kind="stable")]
         oe = g_end[o]
         idx = np.flatnonzero(full & (c_pid == p))
         k = np.searchsorted(oe, c_end[idx] + SKEW_NS, side="right") - 1
+        oe_l, lts, gid = oe.tolist(), launched_ts[o].tolist(), gpu_ids[o].tolist()
         for i, j in zip(idx.tolist(), k.tolist()):
-            while j >= 0 and launched_ts[o[j]] >= c_ts[i] and \
-                    oe[j] >= c_end[i] - QUEUE_FULL_WAKE_NS:
+            ct, ce = c_ts_l[i], c_end_l[i]
+            while j >= 0 and lts[j] >= ct and oe_l[j] >= ce - QUEUE_FULL_WAKE_NS:
                 j -= 1
-            if j < 0 or oe[j] < c_end[i] - QUEUE_FULL_WAKE_NS or oe[j] <= c_ts[i]:
+            if j < 0 or oe_l[j] < ce - QUEUE_FULL_WAKE_NS or oe_l[j] <= ct:
                 continue
-            node = pos[i]
-            tail = max(int(c_end[i]) - int(oe[j]), 0)
-            nodes["cost_ns"][node] = min(tail, int(nodes["cost_ns"][node]))
-            src.append(gpu_ids[o[j]])
-            dst.append(node)
-            lag.append(int(c_end[i]) - int(oe[j]))
+            at.append(pos_l[i])
+            tails.append(max(ce - oe_l[j], 0))
+            src.append(gid[j])
+            dst.append(pos_l[i])
+            lag.append(ce - oe_l[j])
+    if at:   # each call once: its cost is its time after that op ended, if shorter
+        at_a = np.asarray(at, np.int64)
+        cost[at_a] = np.minimum(np.asarray(tails, np.int64), cost[at_a])
 
 
 def _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev) -> np.ndarray:

@@ -67,44 +67,63 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
         outer = np.r_[True, ts[o][1:] >= reach[:-1]]
         o = o[outer]
         by_thread[k] = (ts[o], end[o], o)
-    new_rows, drop = [], []
+    drop = []
+    # the pieces' columns, filled as plain lists (a frame from row tuples infers each type)
+    P = {c: [] for c in ("step", "lane", "seq", "sub", "kind", "name", "cat", "ts_ns",
+                         "dur_ns", "gap_ns", "release_ns", "was", "last")}
     next_id = int(n["id"].max()) + 1
-    cols = {c: n[c].to_numpy() for c in ("lane", "ts_ns", "dur_ns", "step", "seq", "gap_ns",
-                                         "release_ns", "id")}
+    cols = {c: n[c].to_numpy().tolist() for c in ("lane", "ts_ns", "dur_ns", "step", "seq",
+                                                  "gap_ns", "release_ns", "id")}
     lane_key = dict(zip(lanes.index.tolist(), attr.thread_key(
         lanes["pid"].to_numpy(np.int64).copy(), lanes["tid"].to_numpy(np.int64).copy()).tolist()))
+    neg = int(NEG)
     for i in np.flatnonzero(cand).tolist():
         lane = int(cols["lane"][i])
         k = lane_key.get(lane)
         if k not in by_thread:
             continue
-        s0 = int(cols["ts_ns"][i])
-        s1 = s0 + int(cols["dur_ns"][i])
+        s0 = cols["ts_ns"][i]
+        s1 = s0 + cols["dur_ns"][i]
         t, e, o = by_thread[k]
         lo = int(np.searchsorted(e, s0, side="right"))
         hi = int(np.searchsorted(t, s1, side="left"))
         if hi - lo < 1:
             continue
         pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], cat, kinds, names)
-        if len(pieces) < 2:
+        m = len(pieces)
+        if m < 2:
             continue
         drop.append(i)
-        last = len(pieces) - 1
-        for j, (a, b, c, nm) in enumerate(pieces):
-            new_rows.append((next_id, int(cols["step"][i]), lane, int(cols["seq"][i]), j,
-                             "dataloader" if c == "dataloader" else
-                             "collective" if c == "comm_wait" else "host",
-                             nm, c, a, b - a, -1, b - a,
-                             int(cols["gap_ns"][i]) if j == 0 else 0,
-                             int(cols["release_ns"][i]) if j == 0 else int(NEG),
-                             int(cols["id"][i]), j == last))
-            next_id += 1
-    if not new_rows:
+        a, b, c, nm = zip(*pieces)
+        P["step"] += [cols["step"][i]] * m
+        P["lane"] += [lane] * m
+        P["seq"] += [cols["seq"][i]] * m
+        P["sub"] += range(m)
+        P["kind"] += ["dataloader" if x == "dataloader" else
+                      "collective" if x == "comm_wait" else "host" for x in c]
+        P["name"] += nm
+        P["cat"] += c
+        P["ts_ns"] += a
+        P["dur_ns"] += [y - x for x, y in zip(a, b)]
+        P["gap_ns"] += [cols["gap_ns"][i]] + [0] * (m - 1)
+        P["release_ns"] += [cols["release_ns"][i]] + [neg] * (m - 1)
+        P["was"] += [cols["id"][i]] * m
+        P["last"] += [False] * (m - 1) + [True]
+    if not drop:
         return graph.copy()
     g = graph.copy()
-    add = pd.DataFrame(new_rows, columns=["id", "step", "lane", "seq", "sub", "kind", "name",
-                                          "cat", "ts_ns", "dur_ns", "corr", "cost_ns",
-                                          "gap_ns", "release_ns", "was", "last"])
+    m = len(P["step"])
+    add = pd.DataFrame({
+        "id": np.arange(next_id, next_id + m, dtype=np.int64),
+        "step": np.asarray(P["step"], np.int64), "lane": np.asarray(P["lane"], np.int64),
+        "seq": np.asarray(P["seq"], np.int64), "sub": np.asarray(P["sub"], np.int64),
+        "kind": np.asarray(P["kind"], object), "name": np.asarray(P["name"], object),
+        "cat": np.asarray(P["cat"], object), "ts_ns": np.asarray(P["ts_ns"], np.int64),
+        "dur_ns": np.asarray(P["dur_ns"], np.int64), "corr": np.full(m, -1, np.int64),
+        "cost_ns": np.asarray(P["dur_ns"], np.int64),
+        "gap_ns": np.asarray(P["gap_ns"], np.int64),
+        "release_ns": np.asarray(P["release_ns"], np.int64),
+        "was": np.asarray(P["was"], np.int64), "last": np.asarray(P["last"], bool)})
     old = g.nodes.drop(index=drop).assign(sub=0)
     nodes = pd.concat([old, add[list(old.columns)]], ignore_index=True)
     # lane order: the pieces take their stretch's place
