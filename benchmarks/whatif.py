@@ -13,7 +13,7 @@ Two tables, each from fresh processes on this checkout (``--baseline`` sides too
   graph + unmodified replay + critical path) and the levers (``whatif.price_models``: the
   host stretches cut at their ops, every model replayed once) -- their share of analyze.
 
-    python -m benchmarks whatif [--trace T ...] [--repeat N]
+    python -m benchmarks whatif [--trace T ...] [--repeat N] [--costs-only]
 """
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ def add_args(ap) -> None:
     ap.add_argument("--trace", type=Path, action="append", default=None,
                     help="a trace to time replay + levers on (repeatable)")
     ap.add_argument("--repeat", "--reps", type=int, default=3, dest="repeat")
+    ap.add_argument("--costs-only", action="store_true",
+                    help="only the replay + levers vs analyze table (skip the pairs)")
     h.add_side_args(ap)
 
 
@@ -47,7 +49,7 @@ def main(args) -> int:
     with tempfile.TemporaryDirectory(prefix="trbench-") as tmp:
         sides = h.sides(args, Path(tmp))
         print(h.machine(sides) + "\n")
-        pairs = {s.name: h.probe(s, promises) for s in sides}
+        pairs = {} if args.costs_only else {s.name: h.probe(s, promises) for s in sides}
         runs = h.interleave(traces, sides, args.repeat, lambda t, s: h.probe(s, costs, t))
     for name, r in pairs.items():
         print(f"### promised vs realised ({name})\n")
