@@ -557,11 +557,23 @@ def _strings(col: pd.Series) -> np.ndarray:
     return col.astype(str).to_numpy(object)
 
 
+def _distinct(col: pd.Series, strings: np.ndarray) -> tuple[np.ndarray, list]:
+    """(code per row, distinct values) of a string column read by ``_strings``: a
+    categorical's own codes (hashing every row's string costs more than the rest)."""
+    if not len(strings):
+        return np.zeros(0, np.int64), []
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy().astype(np.int64)
+        cats = [str(c) for c in col.cat.categories] + [""]   # -1 (null) reads "" there
+        return np.where(codes >= 0, codes, len(cats) - 1), cats
+    inv, uniq = pd.factorize(strings, sort=False)
+    return inv, list(uniq)
+
+
 def _gpu_nodes(gops: pd.DataFrame) -> dict:
     kind = _strings(gops["kind"])
     names = _strings(gops["name"])
-    # distinct names (sorted, as np.unique gives them) without sorting every row's string
-    inv, uniq = pd.factorize(names, sort=True) if len(names) else (names, names)
+    inv, uniq = _distinct(gops["name"], names)
     k = np.where(kind == "memcpy", "gpu_copy", np.where(kind == "memset", "gpu_memset",
                                                         "gpu_kernel")).astype(object)
     is_nccl = np.array([any(t in s for t in _NCCL) for s in uniq], bool)   # once per name

@@ -306,7 +306,11 @@ def optimizer_regions(ev: pd.DataFrame) -> pd.DataFrame:
     cols = ["name", "start_ns", "end_ns", "ops_ns", "longest_ns"]
     if ev is None or not len(ev):
         return pd.DataFrame({c: [] for c in cols})
-    codes, uniq = pd.factorize(ev["name"].to_numpy(object), sort=False)
+    col = ev["name"]
+    if isinstance(col.dtype, pd.CategoricalDtype):   # its codes: no hashing of every row
+        codes, uniq = col.cat.codes.to_numpy(), col.cat.categories
+    else:
+        codes, uniq = pd.factorize(col.to_numpy(object), sort=False)
     rx = re.compile(OPTIMIZER_RX)
     hit_names = np.array([bool(rx.search(str(u))) for u in uniq] + [False])
     kind = ev["kind"].to_numpy(object)
