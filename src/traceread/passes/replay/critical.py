@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .graph import END_EDGES, NEG, StepGraph
+from .graph import END_EDGES, NEG, StepGraph, factorize
 from .sim import Schedule
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
@@ -48,7 +48,7 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     start, end = schedule.start_ns, schedule.end_ns
     pred, how, lag_launch = _binding_preds(graph, schedule, pos)
     labels = node_labels(graph)
-    lab_codes, lab_names = pd.factorize(labels)
+    lab_codes, lab_names = factorize(labels)
     lab_names = list(lab_names)
     for extra in ("sync wait", "launch"):
         if extra not in lab_names:
@@ -124,7 +124,7 @@ def _top(codes, nodes, ds, names, lab_names) -> list:
     if not codes:
         return []
     code, node, d = np.concatenate(codes), np.concatenate(nodes), np.concatenate(ds)
-    name_code, uniq = pd.factorize(names[node])
+    name_code, uniq = factorize(names[node])
     key = code.astype(np.int64) * max(len(uniq), 1) + name_code
     k, inv = np.unique(key, return_inverse=True)
     ns = np.bincount(inv, weights=d)

@@ -462,6 +462,20 @@ def _seg_cummax(first: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(values)`` of an object array of strings (codes in order of first
+    appearance) by a dict: several times faster than pandas' object hash table. Anything
+    but strings (a null) goes to pandas."""
+    seen: dict = {}
+    codes = np.fromiter((seen.setdefault(v, len(seen)) for v in values.tolist()), np.int64,
+                        len(values))
+    if not all(type(v) is str for v in seen):
+        return pd.factorize(values, sort=False)
+    uniq = np.empty(len(seen), object)
+    uniq[:] = list(seen)
+    return codes, uniq
+
+
 def str_at(col: pd.Series, rows: np.ndarray) -> np.ndarray:
     """``col.astype(str).to_numpy(object)[rows]`` without converting the whole column: a
     categorical column is read through its codes (a null reads "nan", as astype gives)."""
@@ -566,7 +580,7 @@ def _distinct(col: pd.Series, strings: np.ndarray) -> tuple[np.ndarray, list]:
         codes = col.cat.codes.to_numpy().astype(np.int64)
         cats = [str(c) for c in col.cat.categories] + [""]   # -1 (null) reads "" there
         return np.where(codes >= 0, codes, len(cats) - 1), cats
-    inv, uniq = pd.factorize(strings, sort=False)
+    inv, uniq = factorize(strings)
     return inv, list(uniq)
 
 

@@ -30,6 +30,7 @@ import pandas as pd
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
+from .graph import factorize
 
 HOST_NODES = ("host", "launch", "sync_wait", "dataloader")
 GPU_NODES = ("gpu_kernel", "gpu_copy", "gpu_memset", "collective")
@@ -116,9 +117,9 @@ def _as_last(key: str, arrays: tuple, fn):
 
 
 def _name_codes(g) -> tuple:
-    """(codes, distinct names) of the nodes' names (``pd.factorize``)."""
+    """(codes, distinct names) of the nodes' names (``graph.factorize``)."""
     names = g.nodes["name"].to_numpy(object)
-    return _as_last("names", (names,), lambda: pd.factorize(names, sort=False))
+    return _as_last("names", (names,), lambda: factorize(names))
 
 
 def _per_name(g, key, fn) -> np.ndarray:
