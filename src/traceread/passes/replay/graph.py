@@ -423,7 +423,8 @@ def _host_nodes(ev, api, sel_steps, t0, t1, step_pattern):
     names[is_call] = _names_at(ev, call_rows)
     call_cat = host_classes(ev, call_rows, step_pattern) if len(call_rows) else \
         np.empty(0, np.int64)
-    cats[is_call] = [_HOST_CATS[c] if c >= 0 else "launch" for c in call_cat.tolist()]
+    lut = np.array(list(_HOST_CATS) + ["launch"], object)   # any negative class: a launch
+    cats[is_call] = lut[np.where(call_cat >= 0, call_cat, len(_HOST_CATS))]
     mk = np.flatnonzero(what == "step")
     mi = -1 - row[mk]
     names[mk] = np.where(m_which[mi] == 0, "step begin", "step end") if len(mk) else []
