@@ -919,7 +919,7 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
     {"before_ns", "after_ns", "saves_ns" (per step; per sample x the old batch for a
     larger batch), "applied", "refused": {id: why}, "params"}. Models run in ``ORDER``
     (the syncs go before a graph is captured)."""
-    from .sim import simulate
+    from .sim import WHATIF_FAST_SWEEPS, simulate
 
     before = before_ns if before_ns is not None else step_mean(simulate(graph), graph)
     g = graph.copy()
@@ -936,7 +936,7 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
         else:
             g = out
             applied.append(mid)
-    after = step_mean(simulate(g), g) if applied else before
+    after = step_mean(simulate(g, fast_sweeps=WHATIF_FAST_SWEEPS), g) if applied else before
     x = float(params.get("larger_batch", {}).get("per_sample_x") or 1.0)
     return {"before_ns": int(before), "after_ns": int(after), "per_sample_x": x,
             "saves_ns": int(round(before - after / x)), "applied": applied,
