@@ -976,31 +976,35 @@ def _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, launched_ts, gpu_id
     is its time after that op ended."""
     if not full.any():
         return
-    # plain Python numbers in the loop: numpy scalar reads cost more than the loop itself
-    c_ts_l, c_end_l, pos_l = c_ts.tolist(), c_end.tolist(), pos.tolist()
     cost = nodes["cost_ns"]
-    at, tails = [], []
     for p in np.unique(c_pid[full]).tolist():
         mine = np.flatnonzero(g_pid == p)
         o = mine[np.argsort(g_end[mine], kind="stable")]
         oe = g_end[o]
+        lts = launched_ts[o]
         idx = np.flatnonzero(full & (c_pid == p))
-        k = np.searchsorted(oe, c_end[idx] + SKEW_NS, side="right") - 1
-        oe_l, lts, gid = oe.tolist(), launched_ts[o].tolist(), gpu_ids[o].tolist()
-        for i, j in zip(idx.tolist(), k.tolist()):
-            ct, ce = c_ts_l[i], c_end_l[i]
-            while j >= 0 and lts[j] >= ct and oe_l[j] >= ce - QUEUE_FULL_WAKE_NS:
-                j -= 1
-            if j < 0 or oe_l[j] < ce - QUEUE_FULL_WAKE_NS or oe_l[j] <= ct:
-                continue
-            at.append(pos_l[i])
-            tails.append(max(ce - oe_l[j], 0))
-            src.append(gid[j])
-            dst.append(pos_l[i])
-            lag.append(ce - oe_l[j])
-    if at:   # each call once: its cost is its time after that op ended, if shorter
-        at_a = np.asarray(at, np.int64)
-        cost[at_a] = np.minimum(np.asarray(tails, np.int64), cost[at_a])
+        ct, ce = c_ts[idx], c_end[idx]
+        j = np.searchsorted(oe, ce + SKEW_NS, side="right") - 1
+        # step back over ops queued after the call began that ended near its return (they
+        # cannot have freed its slot); few calls need it: a loop over those alone
+        jj = np.maximum(j, 0)
+        back = np.flatnonzero((j >= 0) & (lts[jj] >= ct) & (oe[jj] >= ce - QUEUE_FULL_WAKE_NS))
+        if len(back):
+            oe_l, lts_l = oe.tolist(), lts.tolist()
+            for t in back.tolist():
+                x, c0, c1 = int(j[t]), int(ct[t]), int(ce[t])
+                while x >= 0 and lts_l[x] >= c0 and oe_l[x] >= c1 - QUEUE_FULL_WAKE_NS:
+                    x -= 1
+                j[t] = x
+        jj = np.maximum(j, 0)
+        ok = (j >= 0) & (oe[jj] >= ce - QUEUE_FULL_WAKE_NS) & (oe[jj] > ct)
+        at = pos[idx[ok]]
+        w = ce[ok] - oe[jj[ok]]
+        # each call once: its cost is its time after that op ended, if shorter
+        cost[at] = np.minimum(np.maximum(w, 0), cost[at])
+        src.extend(gpu_ids[o[jj[ok]]].tolist())
+        dst.extend(at.tolist())
+        lag.extend(w.tolist())
 
 
 def _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev) -> np.ndarray:
