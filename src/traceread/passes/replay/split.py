@@ -12,6 +12,7 @@ gap, so the unmodified replay is unchanged.
 """
 from __future__ import annotations
 
+import bisect
 import re
 
 import numpy as np
@@ -66,7 +67,13 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
         reach = np.maximum.accumulate(end[o])
         outer = np.r_[True, ts[o][1:] >= reach[:-1]]
         o = o[outer]
-        by_thread[k] = (ts[o], end[o], o)
+        by_thread[k] = (ts[o].tolist(), end[o].tolist(), o.tolist())
+    # each row's piece label and name, as Python lists (the loop below reads a few per stretch)
+    label = np.where(cat >= 0, np.asarray(_CATS, object)[np.maximum(cat, 0)],
+                     np.where(cat == -3, "wait",
+                              np.where(kinds == "python", "python", "cpu_op"))).tolist() \
+        if len(cat) else []
+    name_l = [str(x) for x in names.tolist()]
     drop = []
     # the pieces' columns, filled as plain lists (a frame from row tuples infers each type)
     P = {c: [] for c in ("step", "lane", "seq", "sub", "kind", "name", "cat", "ts_ns",
@@ -85,11 +92,11 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
         s0 = cols["ts_ns"][i]
         s1 = s0 + cols["dur_ns"][i]
         t, e, o = by_thread[k]
-        lo = int(np.searchsorted(e, s0, side="right"))
-        hi = int(np.searchsorted(t, s1, side="left"))
+        lo = bisect.bisect_right(e, s0)   # both sorted: outermost ops do not overlap
+        hi = bisect.bisect_left(t, s1)
         if hi - lo < 1:
             continue
-        pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], cat, kinds, names)
+        pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], label, name_l)
         m = len(pieces)
         if m < 2:
             continue
@@ -150,21 +157,18 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     return g
 
 
-def _pieces(s0, s1, t, e, o, cat, kinds, names) -> list[tuple[int, int, str, str]]:
-    """(start, end, category, name) pieces tiling [s0, s1): the ops clipped to it, and the
-    untraced stretches between them."""
+def _pieces(s0, s1, t, e, o, label, names) -> list[tuple[int, int, str, str]]:
+    """(start, end, category, name) pieces tiling [s0, s1): the ops (starts ``t``, ends
+    ``e``, rows ``o``: lists) clipped to it, and the untraced stretches between them."""
     out = []
     at = s0
-    for a, b, r in zip(t.tolist(), e.tolist(), o.tolist()):
+    for a, b, r in zip(t, e, o):
         a, b = max(a, s0), min(b, s1)
         if b <= a:
             continue
         if a > at:
             out.append((at, a, "untraced", "untraced"))
-        c = int(cat[r])
-        label = _CATS[c] if c >= 0 else "wait" if c == -3 else \
-            ("python" if kinds[r] == "python" else "cpu_op")
-        out.append((a, b, label, str(names[r])))
+        out.append((a, b, label[r], names[r]))
         at = b
     if at < s1:
         out.append((at, s1, "untraced", "untraced"))
