@@ -83,7 +83,12 @@ class Model:
 # -- graph access: every edit goes through these --------------------------------------
 
 def _names(g) -> pd.Series:
-    return g.nodes["name"].astype(str)
+    return pd.Series(_str_names(g), index=g.nodes.index)
+
+
+def _str_names(g) -> np.ndarray:
+    """``g.nodes["name"].astype(str)`` as an object array, once per distinct name."""
+    return _per_name(g, "str", lambda xs: [str(x) for x in xs])
 
 
 def _kind(g, *kinds) -> np.ndarray:
@@ -294,7 +299,7 @@ def _feeders(g, sync: np.ndarray) -> np.ndarray:
     lane = n["lane"].to_numpy()[o]
     kind = n["kind"].to_numpy()[o]
     cat = n["cat"].to_numpy()[o]
-    name = n["name"].astype(str).to_numpy()[o]
+    name = _str_names(g)[o]
     s = np.asarray(sync, bool)[o]
     cls = _kernel_class(g)
     e = g.edges
