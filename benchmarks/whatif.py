@@ -11,9 +11,12 @@ Two tables, each from fresh processes on this checkout (``--baseline`` sides too
 * **replay + levers vs analyze** per trace (``--trace``, default: the largest pair traces):
   ``analyze`` end to end, then, on the same window, the replay alone (``passes.replay.run``:
   graph + unmodified replay + critical path) and the levers (``whatif.price_models``: the
-  host stretches cut at their ops, every model replayed once) -- their share of analyze.
+  host stretches cut at their ops, every model replayed once) -- their share of analyze, by
+  wall time and by CPU time (analyze's side-pass workers counted: on a loaded machine the
+  CPU share is the steadier one). Each figure is the lowest of the repeats, the share too
+  (the lowest per-run share, not a ratio of lowest figures).
 
-    python -m benchmarks whatif [--trace T ...] [--repeat N]
+    python -m benchmarks whatif [--trace T ...] [--repeat N] [--costs-only]
 """
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ def add_args(ap) -> None:
     ap.add_argument("--trace", type=Path, action="append", default=None,
                     help="a trace to time replay + levers on (repeatable)")
     ap.add_argument("--repeat", "--reps", type=int, default=3, dest="repeat")
+    ap.add_argument("--costs-only", action="store_true",
+                    help="only the replay + levers vs analyze table (skip the pairs)")
     h.add_side_args(ap)
 
 
@@ -47,7 +52,7 @@ def main(args) -> int:
     with tempfile.TemporaryDirectory(prefix="trbench-") as tmp:
         sides = h.sides(args, Path(tmp))
         print(h.machine(sides) + "\n")
-        pairs = {s.name: h.probe(s, promises) for s in sides}
+        pairs = {} if args.costs_only else {s.name: h.probe(s, promises) for s in sides}
         runs = h.interleave(traces, sides, args.repeat, lambda t, s: h.probe(s, costs, t))
     for name, r in pairs.items():
         print(f"### promised vs realised ({name})\n")
@@ -66,6 +71,13 @@ def main(args) -> int:
                       {n: r.result.get(key) if r else None for n, r in got.items()})
         table.add(f"{label}: replay + levers / analyze",
                   {n: r.result.get("share") if r else None for n, r in got.items()},
+                  fmt=lambda x: f"{100 * x:.1f}%")
+        for key, what in (("analyze_cpu_s", "analyze CPU (with its side-pass workers)"),
+                          ("replay_levers_cpu_s", "replay + levers CPU")):
+            table.add(f"{label}: {what}",
+                      {n: r.result.get(key) if r else None for n, r in got.items()})
+        table.add(f"{label}: replay + levers / analyze (CPU)",
+                  {n: r.result.get("share_cpu") if r else None for n, r in got.items()},
                   fmt=lambda x: f"{100 * x:.1f}%")
         table.add(f"{label}: nodes, steps replayed",
                   {n: f"{r.result.get('nodes')} nodes, {r.result.get('steps')} steps"
@@ -156,25 +168,33 @@ def costs(trace: str) -> dict:
     from traceread.passes import window as Wm
     from traceread.passes.replay import whatif as W
 
-    t = time.perf_counter()
+    import resource
+
+    def cpu() -> float:   # this process and the side-pass workers it waited for
+        return time.process_time() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + \
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+
+    t, c = time.perf_counter(), cpu()
     a = traceread.analyze(trace)
-    t_an = time.perf_counter() - t
+    t_an, c_an = time.perf_counter() - t, cpu() - c
     w = a.window
     ev = a.trace.events if w.mode == "whole_trace" else Wm.slice_events(a.trace.events,
                                                                          w.start, w.end)
     ops = S.gpu_ops(ev, positive_ts=a.meta.format == "nsys")
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     graph, _, res = R.run(ev, ops, a.steps, step_pattern=a.step_pattern or None)
-    t_rep = time.perf_counter() - t
+    t_rep, c_rep = time.perf_counter() - t, time.process_time() - c
     if graph is None:
         return {"skip": f"not replayable: {res.get('reason')}"}
     from traceread.passes.replay.split import optimizer_regions, priced_graph, within
 
     ctx = dict(a.context, steps=len(a.steps), step_mean_ns=(a.step_stats or {}).get("mean_ns"))
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     g = priced_graph(graph, ev, a.step_pattern or None)
     W.price_models(g, ctx, a.copies, optimizer_regions(within(ev, g)))
-    t_lev = time.perf_counter() - t
+    t_lev, c_lev = time.perf_counter() - t, time.process_time() - c
     return {"analyze_s": t_an, "replay_s": t_rep, "levers_s": t_lev,
-            "share": (t_rep + t_lev) / t_an, "nodes": int(len(graph.nodes)),
+            "share": (t_rep + t_lev) / t_an, "analyze_cpu_s": c_an,
+            "replay_levers_cpu_s": c_rep + c_lev, "share_cpu": (c_rep + c_lev) / c_an,
+            "nodes": int(len(graph.nodes)),
             "steps": int(len(graph.steps))}

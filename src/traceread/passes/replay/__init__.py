@@ -80,8 +80,10 @@ def result(graph: StepGraph, sched: Schedule) -> dict:
     err = st["error_pct"].to_numpy(float)[ok]
     overall = 100.0 * (rep.sum() - meas.sum()) / meas.sum() if len(meas) and meas.sum() else None
     kinds = graph.edges["kind"].value_counts().to_dict() if len(graph.edges) else {}
-    gpu_lane = graph.lanes.set_index("lane")["what"].reindex(graph.nodes["lane"]).to_numpy() \
-        == "gpu"
+    at = pd.Index(graph.lanes["lane"].to_numpy()).get_indexer(graph.nodes["lane"].to_numpy())
+    what = graph.lanes["what"].to_numpy(object)
+    gpu_lane = (at >= 0) & (what[np.maximum(at, 0)] == "gpu") if len(what) else \
+        np.zeros(len(at), bool)
     kept = int(graph.nodes["gap_ns"].to_numpy(np.int64)[gpu_lane].sum())
     e = graph.edges
     lag = e["lag_ns"].to_numpy(np.int64)

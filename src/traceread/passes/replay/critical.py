@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .graph import END_EDGES, NEG, StepGraph
+from .graph import END_EDGES, NEG, StepGraph, factorize
 from .sim import Schedule
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
@@ -22,16 +22,31 @@ MAX_SEGMENTS = 1000
 
 def node_labels(graph: StepGraph) -> np.ndarray:
     """What each node holds a step with, as one of ``LABELS``."""
+    return np.asarray(LABELS, object)[_label_index(graph)]
+
+
+def _label_index(graph: StepGraph) -> np.ndarray:
+    """``node_labels`` as positions in ``LABELS`` (later rules win)."""
     kind = graph.nodes["kind"].to_numpy(object)
     cat = graph.nodes["cat"].to_numpy(object)
-    out = np.full(len(kind), "host op", object)
-    out[kind == "launch"] = "launch"
-    out[(kind == "gpu_kernel") | (kind == "gpu_memset")] = "kernel"
-    out[kind == "gpu_copy"] = "copy"
-    out[(kind == "sync_wait") | (cat == "sync")] = "sync wait"
-    out[(kind == "dataloader") | (cat == "dataloader")] = "data load"
-    out[(kind == "collective") | (cat == "comm_wait")] = "collective"
+    out = np.zeros(len(kind), np.int64)   # host op
+    out[kind == "launch"] = 1
+    out[(kind == "gpu_kernel") | (kind == "gpu_memset")] = 2
+    out[kind == "gpu_copy"] = 3
+    out[(kind == "sync_wait") | (cat == "sync")] = 4
+    out[(kind == "dataloader") | (cat == "dataloader")] = 5
+    out[(kind == "collective") | (cat == "comm_wait")] = 6
     return out
+
+
+def _label_codes(graph: StepGraph) -> tuple[np.ndarray, list]:
+    """``pd.factorize(node_labels(graph))`` (codes in order of first appearance) from the
+    label positions: no string hashing per node."""
+    idx = _label_index(graph)
+    seen = pd.unique(idx)
+    remap = np.zeros(len(LABELS), np.int64)
+    remap[seen] = np.arange(len(seen))
+    return remap[idx], [LABELS[i] for i in seen.tolist()]
 
 
 def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
@@ -47,9 +62,7 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     pos = pd.Index(n["id"].to_numpy(np.int64))
     start, end = schedule.start_ns, schedule.end_ns
     pred, how, lag_launch = _binding_preds(graph, schedule, pos)
-    labels = node_labels(graph)
-    lab_codes, lab_names = pd.factorize(labels)
-    lab_names = list(lab_names)
+    lab_codes, lab_names = _label_codes(graph)
     for extra in ("sync wait", "launch"):
         if extra not in lab_names:
             lab_names.append(extra)
@@ -124,7 +137,7 @@ def _top(codes, nodes, ds, names, lab_names) -> list:
     if not codes:
         return []
     code, node, d = np.concatenate(codes), np.concatenate(nodes), np.concatenate(ds)
-    name_code, uniq = pd.factorize(names[node])
+    name_code, uniq = factorize(names[node])
     key = code.astype(np.int64) * max(len(uniq), 1) + name_code
     k, inv = np.unique(key, return_inverse=True)
     ns = np.bincount(inv, weights=d)

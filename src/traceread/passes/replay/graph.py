@@ -421,9 +421,10 @@ def _host_nodes(ev, api, sel_steps, t0, t1, step_pattern):
     is_call = what == "call"
     call_rows = row[is_call]
     names[is_call] = _names_at(ev, call_rows)
-    call_cat = attr.classify_host(ev.iloc[call_rows], step_pattern) if len(call_rows) else \
+    call_cat = host_classes(ev, call_rows, step_pattern) if len(call_rows) else \
         np.empty(0, np.int64)
-    cats[is_call] = [_HOST_CATS[c] if c >= 0 else "launch" for c in call_cat.tolist()]
+    lut = np.array(list(_HOST_CATS) + ["launch"], object)   # any negative class: a launch
+    cats[is_call] = lut[np.where(call_cat >= 0, call_cat, len(_HOST_CATS))]
     mk = np.flatnonzero(what == "step")
     mi = -1 - row[mk]
     names[mk] = np.where(m_which[mi] == 0, "step begin", "step end") if len(mk) else []
@@ -462,6 +463,37 @@ def _seg_cummax(first: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(values)`` of an object array of strings (codes in order of first
+    appearance) by a dict: several times faster than pandas' object hash table. Anything
+    but strings (a null) goes to pandas."""
+    seen: dict = {}
+    codes = np.fromiter((seen.setdefault(v, len(seen)) for v in values.tolist()), np.int64,
+                        len(values))
+    if not all(type(v) is str for v in seen):
+        return pd.factorize(values, sort=False)
+    uniq = np.empty(len(seen), object)
+    uniq[:] = list(seen)
+    return codes, uniq
+
+
+def str_at(col: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """``col.astype(str).to_numpy(object)[rows]`` without converting the whole column: a
+    categorical column is read through its codes (a null reads "nan", as astype gives)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy()[rows]
+        cats = np.asarray(list(col.cat.categories.astype(str)) + ["nan"], object)
+        return cats[codes]
+    return col.iloc[rows].astype(str).to_numpy(object)
+
+
+def host_classes(ev: pd.DataFrame, rows: np.ndarray, step_pattern) -> np.ndarray:
+    """``attribution.classify_host`` of ``ev``'s ``rows``, taking only the columns it reads
+    (a row subset of the whole frame copies every column)."""
+    cols = [c for c in ("name", "kind", "domain") if c in ev]
+    return attr.classify_host(ev[cols].iloc[rows], step_pattern)
+
+
 def _names_at(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     col = ev["name"]
     if isinstance(col.dtype, pd.CategoricalDtype):
@@ -482,7 +514,7 @@ def _label_stretches(ev, s_key, s_ts, s_end, step_pattern):
     rows = np.flatnonzero(kind_in(ev, ("cpu_op", "python", "annotation", "osrt")))
     if not len(rows):
         return cat, name
-    c = attr.classify_host(ev.iloc[rows], step_pattern)
+    c = host_classes(ev, rows, step_pattern)
     ok = c >= 0
     rows, c = rows[ok], c[ok]
     ts = ev["ts"].to_numpy(np.int64)[rows]
@@ -540,10 +572,23 @@ def _strings(col: pd.Series) -> np.ndarray:
     return col.astype(str).to_numpy(object)
 
 
+def _distinct(col: pd.Series, strings: np.ndarray) -> tuple[np.ndarray, list]:
+    """(code per row, distinct values) of a string column read by ``_strings``: a
+    categorical's own codes (hashing every row's string costs more than the rest)."""
+    if not len(strings):
+        return np.zeros(0, np.int64), []
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy().astype(np.int64)
+        cats = [str(c) for c in col.cat.categories] + [""]   # -1 (null) reads "" there
+        return np.where(codes >= 0, codes, len(cats) - 1), cats
+    inv, uniq = factorize(strings)
+    return inv, list(uniq)
+
+
 def _gpu_nodes(gops: pd.DataFrame) -> dict:
     kind = _strings(gops["kind"])
     names = _strings(gops["name"])
-    uniq, inv = np.unique(names, return_inverse=True) if len(names) else (names, names)
+    inv, uniq = _distinct(gops["name"], names)
     k = np.where(kind == "memcpy", "gpu_copy", np.where(kind == "memset", "gpu_memset",
                                                         "gpu_kernel")).astype(object)
     is_nccl = np.array([any(t in s for t in _NCCL) for s in uniq], bool)   # once per name
@@ -555,6 +600,17 @@ def _gpu_nodes(gops: pd.DataFrame) -> dict:
             "corr": gops["correlation"].to_numpy(np.int64)}
 
 
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, axis=0, return_inverse=True)`` of an integer matrix (rows in
+    lexicographic order), by one lexsort: np.unique's row view sorts far slower."""
+    order = np.lexsort(a.T[::-1])
+    s = a[order]
+    new = np.r_[True, (s[1:] != s[:-1]).any(axis=1)]
+    codes = np.empty(len(a), np.int64)
+    codes[order] = np.cumsum(new) - 1
+    return s[new], codes
+
+
 def _assemble(host: dict, gpu: dict):
     """Node columns (host first, then GPU ops) and the lane table."""
     hk = host["key"]
@@ -562,8 +618,7 @@ def _assemble(host: dict, gpu: dict):
     if len(gpu["ts"]):
         trip = np.column_stack([gpu["pid"], gpu["device"], gpu["stream"],
                                 _overlap_sublanes(gpu)])
-        uq, codes = np.unique(trip, axis=0, return_inverse=True)
-        codes = codes.reshape(-1)
+        uq, codes = _unique_rows(trip)
         uniq = [tuple(r) for r in uq.tolist()]
     else:
         codes, uniq = np.zeros(0, np.int64), []
@@ -919,24 +974,37 @@ def _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, launched_ts, gpu_id
     """Drain edges of the launches that waited for a free slot: the op whose end freed it
     (launched before the call began: never the call's own op) -> the call; the call's cost
     is its time after that op ended."""
+    if not full.any():
+        return
+    cost = nodes["cost_ns"]
     for p in np.unique(c_pid[full]).tolist():
         mine = np.flatnonzero(g_pid == p)
         o = mine[np.argsort(g_end[mine], kind="stable")]
         oe = g_end[o]
+        lts = launched_ts[o]
         idx = np.flatnonzero(full & (c_pid == p))
-        k = np.searchsorted(oe, c_end[idx] + SKEW_NS, side="right") - 1
-        for i, j in zip(idx.tolist(), k.tolist()):
-            while j >= 0 and launched_ts[o[j]] >= c_ts[i] and \
-                    oe[j] >= c_end[i] - QUEUE_FULL_WAKE_NS:
-                j -= 1
-            if j < 0 or oe[j] < c_end[i] - QUEUE_FULL_WAKE_NS or oe[j] <= c_ts[i]:
-                continue
-            node = pos[i]
-            tail = max(int(c_end[i]) - int(oe[j]), 0)
-            nodes["cost_ns"][node] = min(tail, int(nodes["cost_ns"][node]))
-            src.append(gpu_ids[o[j]])
-            dst.append(node)
-            lag.append(int(c_end[i]) - int(oe[j]))
+        ct, ce = c_ts[idx], c_end[idx]
+        j = np.searchsorted(oe, ce + SKEW_NS, side="right") - 1
+        # step back over ops queued after the call began that ended near its return (they
+        # cannot have freed its slot); few calls need it: a loop over those alone
+        jj = np.maximum(j, 0)
+        back = np.flatnonzero((j >= 0) & (lts[jj] >= ct) & (oe[jj] >= ce - QUEUE_FULL_WAKE_NS))
+        if len(back):
+            oe_l, lts_l = oe.tolist(), lts.tolist()
+            for t in back.tolist():
+                x, c0, c1 = int(j[t]), int(ct[t]), int(ce[t])
+                while x >= 0 and lts_l[x] >= c0 and oe_l[x] >= c1 - QUEUE_FULL_WAKE_NS:
+                    x -= 1
+                j[t] = x
+        jj = np.maximum(j, 0)
+        ok = (j >= 0) & (oe[jj] >= ce - QUEUE_FULL_WAKE_NS) & (oe[jj] > ct)
+        at = pos[idx[ok]]
+        w = ce[ok] - oe[jj[ok]]
+        # each call once: its cost is its time after that op ended, if shorter
+        cost[at] = np.minimum(np.maximum(w, 0), cost[at])
+        src.extend(gpu_ids[o[jj[ok]]].tolist())
+        dst.extend(at.tolist())
+        lag.extend(w.tolist())
 
 
 def _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev) -> np.ndarray:

@@ -12,6 +12,7 @@ gap, so the unmodified replay is unchanged.
 """
 from __future__ import annotations
 
+import bisect
 import re
 
 import numpy as np
@@ -20,7 +21,7 @@ import pandas as pd
 from ...table import scan_name as scan
 from .. import attribution as attr
 from ..common import kind_in
-from .graph import NEG, StepGraph
+from .graph import NEG, StepGraph, host_classes, str_at
 
 SPLIT_MIN_NS = 20_000
 _CATS = attr.CPU_CATEGORIES
@@ -49,16 +50,15 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     rows = np.flatnonzero(kind_in(ev, ("cpu_op", "python", "annotation")))
     if not len(rows):
         return graph.copy()
-    cat = attr.classify_host(ev.iloc[rows], step_pattern)
-    kinds = ev["kind"].astype(str).to_numpy(object)[rows]
+    cat = host_classes(ev, rows, step_pattern)
+    kinds = str_at(ev["kind"], rows)
+    names = str_at(ev["name"], rows)
     keep = cat != -2       # the step ranges cover everything: never a piece
-    keep &= ~pd.Series(ev["name"].astype(str).to_numpy(object)[rows]).str.match(
-        r"^ProfilerStep#").to_numpy()
-    rows, cat, kinds = rows[keep], cat[keep], kinds[keep]
+    keep &= ~pd.Series(names).str.match(r"^ProfilerStep#").to_numpy()
+    rows, cat, kinds, names = rows[keep], cat[keep], kinds[keep], names[keep]
     ts = ev["ts"].to_numpy(np.int64)[rows]
     end = ts + ev["dur"].to_numpy(np.int64)[rows]
     key = attr.thread_key(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
-    names = ev["name"].astype(str).to_numpy(object)[rows]
     lanes = graph.lanes.set_index("lane")
     by_thread = {}
     for k in np.unique(key).tolist():
@@ -68,45 +68,70 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
         reach = np.maximum.accumulate(end[o])
         outer = np.r_[True, ts[o][1:] >= reach[:-1]]
         o = o[outer]
-        by_thread[k] = (ts[o], end[o], o)
-    new_rows, drop = [], []
+        by_thread[k] = (ts[o].tolist(), end[o].tolist(), o.tolist())
+    # each row's piece label and name, as Python lists (the loop below reads a few per stretch)
+    label = np.where(cat >= 0, np.asarray(_CATS, object)[np.maximum(cat, 0)],
+                     np.where(cat == -3, "wait",
+                              np.where(kinds == "python", "python", "cpu_op"))).tolist() \
+        if len(cat) else []
+    name_l = [str(x) for x in names.tolist()]
+    drop = []
+    # the pieces' columns, filled as plain lists (a frame from row tuples infers each type)
+    P = {c: [] for c in ("step", "lane", "seq", "sub", "kind", "name", "cat", "ts_ns",
+                         "dur_ns", "gap_ns", "release_ns", "was", "last")}
     next_id = int(n["id"].max()) + 1
-    cols = {c: n[c].to_numpy() for c in ("lane", "ts_ns", "dur_ns", "step", "seq", "gap_ns",
-                                         "release_ns", "id")}
+    cols = {c: n[c].to_numpy().tolist() for c in ("lane", "ts_ns", "dur_ns", "step", "seq",
+                                                  "gap_ns", "release_ns", "id")}
     lane_key = dict(zip(lanes.index.tolist(), attr.thread_key(
         lanes["pid"].to_numpy(np.int64).copy(), lanes["tid"].to_numpy(np.int64).copy()).tolist()))
+    neg = int(NEG)
     for i in np.flatnonzero(cand).tolist():
         lane = int(cols["lane"][i])
         k = lane_key.get(lane)
         if k not in by_thread:
             continue
-        s0 = int(cols["ts_ns"][i])
-        s1 = s0 + int(cols["dur_ns"][i])
+        s0 = cols["ts_ns"][i]
+        s1 = s0 + cols["dur_ns"][i]
         t, e, o = by_thread[k]
-        lo = int(np.searchsorted(e, s0, side="right"))
-        hi = int(np.searchsorted(t, s1, side="left"))
+        lo = bisect.bisect_right(e, s0)   # both sorted: outermost ops do not overlap
+        hi = bisect.bisect_left(t, s1)
         if hi - lo < 1:
             continue
-        pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], cat, kinds, names)
-        if len(pieces) < 2:
+        pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], label, name_l)
+        m = len(pieces)
+        if m < 2:
             continue
         drop.append(i)
-        last = len(pieces) - 1
-        for j, (a, b, c, nm) in enumerate(pieces):
-            new_rows.append((next_id, int(cols["step"][i]), lane, int(cols["seq"][i]), j,
-                             "dataloader" if c == "dataloader" else
-                             "collective" if c == "comm_wait" else "host",
-                             nm, c, a, b - a, -1, b - a,
-                             int(cols["gap_ns"][i]) if j == 0 else 0,
-                             int(cols["release_ns"][i]) if j == 0 else int(NEG),
-                             int(cols["id"][i]), j == last))
-            next_id += 1
-    if not new_rows:
+        a, b, c, nm = zip(*pieces)
+        P["step"] += [cols["step"][i]] * m
+        P["lane"] += [lane] * m
+        P["seq"] += [cols["seq"][i]] * m
+        P["sub"] += range(m)
+        P["kind"] += ["dataloader" if x == "dataloader" else
+                      "collective" if x == "comm_wait" else "host" for x in c]
+        P["name"] += nm
+        P["cat"] += c
+        P["ts_ns"] += a
+        P["dur_ns"] += [y - x for x, y in zip(a, b)]
+        P["gap_ns"] += [cols["gap_ns"][i]] + [0] * (m - 1)
+        P["release_ns"] += [cols["release_ns"][i]] + [neg] * (m - 1)
+        P["was"] += [cols["id"][i]] * m
+        P["last"] += [False] * (m - 1) + [True]
+    if not drop:
         return graph.copy()
     g = graph.copy()
-    add = pd.DataFrame(new_rows, columns=["id", "step", "lane", "seq", "sub", "kind", "name",
-                                          "cat", "ts_ns", "dur_ns", "corr", "cost_ns",
-                                          "gap_ns", "release_ns", "was", "last"])
+    m = len(P["step"])
+    add = pd.DataFrame({
+        "id": np.arange(next_id, next_id + m, dtype=np.int64),
+        "step": np.asarray(P["step"], np.int64), "lane": np.asarray(P["lane"], np.int64),
+        "seq": np.asarray(P["seq"], np.int64), "sub": np.asarray(P["sub"], np.int64),
+        "kind": np.asarray(P["kind"], object), "name": np.asarray(P["name"], object),
+        "cat": np.asarray(P["cat"], object), "ts_ns": np.asarray(P["ts_ns"], np.int64),
+        "dur_ns": np.asarray(P["dur_ns"], np.int64), "corr": np.full(m, -1, np.int64),
+        "cost_ns": np.asarray(P["dur_ns"], np.int64),
+        "gap_ns": np.asarray(P["gap_ns"], np.int64),
+        "release_ns": np.asarray(P["release_ns"], np.int64),
+        "was": np.asarray(P["was"], np.int64), "last": np.asarray(P["last"], bool)})
     old = g.nodes.drop(index=drop).assign(sub=0)
     nodes = pd.concat([old, add[list(old.columns)]], ignore_index=True)
     # lane order: the pieces take their stretch's place
@@ -133,21 +158,18 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     return g
 
 
-def _pieces(s0, s1, t, e, o, cat, kinds, names) -> list[tuple[int, int, str, str]]:
-    """(start, end, category, name) pieces tiling [s0, s1): the ops clipped to it, and the
-    untraced stretches between them."""
+def _pieces(s0, s1, t, e, o, label, names) -> list[tuple[int, int, str, str]]:
+    """(start, end, category, name) pieces tiling [s0, s1): the ops (starts ``t``, ends
+    ``e``, rows ``o``: lists) clipped to it, and the untraced stretches between them."""
     out = []
     at = s0
-    for a, b, r in zip(t.tolist(), e.tolist(), o.tolist()):
+    for a, b, r in zip(t, e, o):
         a, b = max(a, s0), min(b, s1)
         if b <= a:
             continue
         if a > at:
             out.append((at, a, "untraced", "untraced"))
-        c = int(cat[r])
-        label = _CATS[c] if c >= 0 else "wait" if c == -3 else \
-            ("python" if kinds[r] == "python" else "cpu_op")
-        out.append((a, b, label, str(names[r])))
+        out.append((a, b, label[r], names[r]))
         at = b
     if at < s1:
         out.append((at, s1, "untraced", "untraced"))
@@ -289,7 +311,11 @@ def optimizer_regions(ev: pd.DataFrame) -> pd.DataFrame:
     cols = ["name", "start_ns", "end_ns", "ops_ns", "longest_ns"]
     if ev is None or not len(ev):
         return pd.DataFrame({c: [] for c in cols})
-    codes, uniq = pd.factorize(ev["name"].to_numpy(object), sort=False)
+    col = ev["name"]
+    if isinstance(col.dtype, pd.CategoricalDtype):   # its codes: no hashing of every row
+        codes, uniq = col.cat.codes.to_numpy(), col.cat.categories
+    else:
+        codes, uniq = pd.factorize(col.to_numpy(object), sort=False)
     rx = re.compile(OPTIMIZER_RX)
     hit_names = np.array([bool(rx.search(scan(str(u)))) for u in uniq] + [False])
     kind = ev["kind"].to_numpy(object)

@@ -31,6 +31,7 @@ from ...table import scan_name as scan
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
+from .graph import factorize
 
 HOST_NODES = ("host", "launch", "sync_wait", "dataloader")
 GPU_NODES = ("gpu_kernel", "gpu_copy", "gpu_memset", "collective")
@@ -83,7 +84,12 @@ class Model:
 # -- graph access: every edit goes through these --------------------------------------
 
 def _names(g) -> pd.Series:
-    return g.nodes["name"].astype(str)
+    return pd.Series(_str_names(g), index=g.nodes.index)
+
+
+def _str_names(g) -> np.ndarray:
+    """``g.nodes["name"].astype(str)`` as an object array, once per distinct name."""
+    return _per_name(g, "str", lambda xs: [str(x) for x in xs])
 
 
 def _kind(g, *kinds) -> np.ndarray:
@@ -98,10 +104,34 @@ _MEMO: dict = {}
 _MEMO_MAX = 200_000
 
 
+_LAST: dict = {}
+
+
+def _as_last(key: str, arrays: tuple, fn):
+    """``fn()``, or its result for the last call under ``key`` when ``arrays`` are equal to
+    that call's (each model works on a copy of the same graph: most ask the same questions
+    of the same columns; comparing them costs far less than the sort or hash it saves).
+    The result is shared: callers only read it."""
+    hit = _LAST.get(key)
+    if hit is not None and len(hit[0]) == len(arrays) and all(
+            a.shape == b.shape and a.dtype == b.dtype and bool((a == b).all())
+            for a, b in zip(hit[0], arrays)):
+        return hit[1]
+    out = fn()
+    _LAST[key] = (tuple(a.copy() for a in arrays), out)
+    return out
+
+
+def _name_codes(g) -> tuple:
+    """(codes, distinct names) of the nodes' names (``graph.factorize``)."""
+    names = g.nodes["name"].to_numpy(object)
+    return _as_last("names", (names,), lambda: factorize(names))
+
+
 def _per_name(g, key, fn) -> np.ndarray:
     """``fn(names)`` (a list -> a list) for every node, computed once per distinct name and
     remembered across the models that ask again: the names repeat, the copies share them."""
-    codes, uniq = pd.factorize(g.nodes["name"].to_numpy(object), sort=False)
+    codes, uniq = _name_codes(g)
     if sum(len(v) for v in _MEMO.values()) > _MEMO_MAX:
         _MEMO.clear()
     memo = _MEMO.setdefault(key, {})
@@ -168,7 +198,8 @@ def _launches_of(g, mask) -> np.ndarray:
 
 def _lane_order(g) -> np.ndarray:
     n = g.nodes
-    return np.lexsort((n["seq"].to_numpy(), n["lane"].to_numpy()))
+    seq, lane = n["seq"].to_numpy(), n["lane"].to_numpy()
+    return _as_last("lane_order", (seq, lane), lambda: np.lexsort((seq, lane)))
 
 
 def _in_regions(g, spans) -> np.ndarray:
@@ -270,7 +301,7 @@ def _feeders(g, sync: np.ndarray) -> np.ndarray:
     lane = n["lane"].to_numpy()[o]
     kind = n["kind"].to_numpy()[o]
     cat = n["cat"].to_numpy()[o]
-    name = n["name"].astype(str).to_numpy()[o]
+    name = _str_names(g)[o]
     s = np.asarray(sync, bool)[o]
     cls = _kernel_class(g)
     e = g.edges
@@ -422,15 +453,17 @@ def fuse_pointwise(g, f: Facts, p: dict):
     else:
         member = _kind(g, "host") & _match(g, POINTWISE_OPS)
         skip = _kind(g, "host") & _cat(g, "untraced")   # the Python between two ops
-    runs = _runs(g, member, skip)
-    if not runs:
+    idx, starts = _run_bounds(g, member, skip)
+    if not len(starts):
         return "no chain of two or more pointwise kernels in a row"
     dur = n["cost_ns"].to_numpy(np.int64).copy()
     gone = np.zeros(len(n), bool)
-    for idx in runs:
-        d = dur[idx]
-        dur[idx[0]] = max(int(d.max()), int(FUSED_TRAFFIC * d.sum()))
-        gone[idx[1:]] = True
+    d = dur[idx]
+    # each run: its first kernel takes the run's fused time, the others go
+    fused = (FUSED_TRAFFIC * np.add.reduceat(d, starts)).astype(np.int64)
+    dur[idx[starts]] = np.maximum(np.maximum.reduceat(d, starts), fused)
+    gone[idx] = True
+    gone[idx[starts]] = False
     _set_cost(g, np.ones(len(n), bool), dur)
     if _has_gpu(g):   # the fused members' launches, and the op dispatch before each
         calls = _launches_of(g, gone)
@@ -454,25 +487,34 @@ def _before(g, mask, allowed) -> np.ndarray:
 def _runs(g, member: np.ndarray, skip: np.ndarray) -> list[np.ndarray]:
     """Index arrays of runs (>= 2 members) of member nodes next to each other in lane order
     within a step (``skip`` nodes between them do not break a run)."""
+    idx, starts = _run_bounds(g, member, skip)
+    return np.split(idx, starts[1:]) if len(starts) else []
+
+
+def _run_bounds(g, member: np.ndarray, skip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the runs' node indices, one run after another; where each run starts in them)."""
     n = g.nodes
     o = _lane_order(g)
-    lanes, steps = n["lane"].to_numpy(), n["step"].to_numpy()
-    out, cur, last = [], [], None
-    for i in o.tolist():
-        key = (lanes[i], steps[i])
-        if member[i] and (not cur or key == last):
-            cur.append(i)
-            last = key
-        elif skip[i] and cur and key == last:
-            continue
-        else:
-            if len(cur) >= 2:
-                out.append(np.array(cur))
-            cur = [i] if member[i] else []
-            last = key
-    if len(cur) >= 2:
-        out.append(np.array(cur))
-    return out
+    mem = np.asarray(member, bool)[o]
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    pos = np.arange(len(o))
+    last = np.maximum.accumulate(np.where(mem, pos, -1)) if len(o) else pos
+    lm = np.maximum(last, 0)
+    # a skip node is passed over only within the (lane, step) of the member before it;
+    # any other node ends a run
+    through = np.asarray(skip, bool)[o] & ~mem & (last >= 0) & (lane[lm] == lane) & \
+        (step[lm] == step)
+    kept = ~through
+    o, mem, lane, step = o[kept], mem[kept], lane[kept], step[kept]
+    cont = np.r_[False, mem[1:] & mem[:-1] & (lane[1:] == lane[:-1]) & (step[1:] == step[:-1])]
+    first = mem & ~cont
+    rid = np.cumsum(first)[mem] - 1
+    size = np.bincount(rid) if len(rid) else np.zeros(0, np.int64)
+    ok = size[rid] >= 2
+    idx, rid = o[mem][ok], rid[ok]
+    starts = np.flatnonzero(np.r_[True, rid[1:] != rid[:-1]]) if len(rid) else \
+        np.zeros(0, np.int64)
+    return idx, starts
 
 
 def _peaks(f: Facts) -> dict | None:
@@ -884,7 +926,7 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
     {"before_ns", "after_ns", "saves_ns" (per step; per sample x the old batch for a
     larger batch), "applied", "refused": {id: why}, "params"}. Models run in ``ORDER``
     (the syncs go before a graph is captured)."""
-    from .sim import simulate
+    from .sim import WHATIF_FAST_SWEEPS, simulate
 
     before = before_ns if before_ns is not None else step_mean(simulate(graph), graph)
     g = graph.copy()
@@ -901,7 +943,7 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
         else:
             g = out
             applied.append(mid)
-    after = step_mean(simulate(g), g) if applied else before
+    after = step_mean(simulate(g, fast_sweeps=WHATIF_FAST_SWEEPS), g) if applied else before
     x = float(params.get("larger_batch", {}).get("per_sample_x") or 1.0)
     return {"before_ns": int(before), "after_ns": int(after), "per_sample_x": x,
             "saves_ns": int(round(before - after / x)), "applied": applied,
