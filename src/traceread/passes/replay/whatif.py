@@ -378,7 +378,10 @@ def _launch_runs(g, launch, start, through_syncs: bool = False):
     n = g.nodes
     steps, lanes = n["step"].to_numpy(), n["lane"].to_numpy()
     seq, ids = n["seq"].to_numpy(), n["id"].to_numpy()
-    blocking = _blocking(g) & (n["cost_ns"].to_numpy() >= 0)
+    # a device free synchronizes the device by its API, waited or not (and cannot be
+    # captured): empty_cache()'s cudaFree between launches ends the capturable run
+    frees = _kind(g, *HOST_NODES) & _match(g, FREE_RX)
+    blocking = (_blocking(g) | frees) & (n["cost_ns"].to_numpy() >= 0)
     out = []
     for s, lane in sorted(set(zip(steps[launch].tolist(), lanes[launch].tolist()))):
         if s < 0:
