@@ -1170,6 +1170,11 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
             # the projection is the saving's (scores._gain, floored at the busy time)
             item.update(basis="replay", projected_step_ns=None if capped else projected(ctx, r),
                         model=MODEL_OF[lv.id])
+            k = float(r.get("per_sample_x") or 1.0)
+            if k != 1.0 and item["projected_step_ns"]:
+                # a larger batch saves per sample; the step itself grows: project the
+                # step at k x the batch, not a per-sample step no run would show
+                item.update(per_sample_x=k, projected_step_ns=int(item["projected_step_ns"] * k))
         items.append(item)
     return _rank(_cap_bounds(items), gpu_bound(ctx))
 
