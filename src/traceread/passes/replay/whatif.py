@@ -316,6 +316,7 @@ def _blocking(g) -> np.ndarray:
     return np.isin(g.nodes["id"].to_numpy(), e.loc[e["kind"] == "drain", "dst"].to_numpy())
 
 
+GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 COMPILED_RX = re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|"
                          r"TorchDynamo Cache Lookup|cudagraph")
 
@@ -334,6 +335,11 @@ def capture_graphs(g, f: Facts, p: dict):
     if not existing and (ctx.get("uses_cuda_graphs") or ctx.get("compile_mode_graphs")):
         return "the program already uses CUDA graphs"
     if existing and not ctx.get("graphs_not_replayed"):
+        if not _match(g, GRAPH_LAUNCH_RX).any():
+            # recorded, never replayed here: a start-up capture (a whole trace of it), not a
+            # program whose graphs already replay -- the capture levers keep their bounds
+            return "the graphs are only recorded in this window, never replayed: nothing to " \
+                "replay in its place"
         return "the program's CUDA graphs are replayed already"
     launch = _kind(g, "launch", "sync_wait") & _cat(g, "launch")
     if not launch.any():
