@@ -48,3 +48,6 @@ def test_vllm_startup_capture_keeps_its_capture_lever():
     assert v["bound"] == "graph_capture"
     first = v["actions"][0]
     assert first["id"] == "capture_in_warmup" and first["basis"] == "bound"
+    for x in v["actions"]:
+        if x.get("basis") == "replay":
+            assert x["because"][0]["value"] is not None, x["id"]
