@@ -1,6 +1,7 @@
-"""A replayed lever that only feeds the GPU (drop a sync, CUDA graphs, workers, ...) gives
-back idle time: it never saves more than the window's lost time, and its projected step never
-drops below the GPU's busy time (review of the replay-priced levers)."""
+"""A replayed lever gives back at most the window's idle time plus the GPU work its change
+removed (``gpu_saved_ns``): a sync dropped, a graph captured, workers added cannot make the
+GPU's own work shorter, so the projected step never drops below the GPU's busy time (review
+of the replay-priced levers: H100 Qwen promised 13.5 ms from 4 ms of idle)."""
 from pathlib import Path
 
 import pytest
@@ -12,26 +13,27 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 QWEN = CORPUS / "AMD-AGI__TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 
 
-def _ctx(saves_ns: int, model: str = "drop_syncs") -> dict:
+def _ctx(saves_ns: int, model: str = "drop_syncs", gpu_saved: int = 0) -> dict:
     r = {"applied": [model], "refused": {}, "saves_ns": saves_ns, "before_ns": 47_000_000,
-         "after_ns": 47_000_000 - saves_ns}
+         "after_ns": 47_000_000 - saves_ns, "gpu_saved_ns": gpu_saved, "per_sample_x": 1.0}
     return {"steps": 1, "devices": 1, "lost_ns": 4_000_000, "step_mean_ns": 47_000_000,
             "replay_levers": {"models": {model: r}}}
 
 
-def test_idle_only_lever_saves_at_most_the_lost_time():
-    ctx = _ctx(13_500_000)
-    assert L.replayed(L.BY_ID["remove_syncs"], ctx) == 4_000_000
+def test_a_lever_that_only_feeds_the_gpu_saves_at_most_the_lost_time():
+    assert L.replayed(L.BY_ID["remove_syncs"], _ctx(13_500_000)) == 4_000_000
     assert L.replayed(L.BY_ID["cuda_graphs"], _ctx(13_500_000, "cuda_graphs")) == 4_000_000
 
 
-def test_gpu_work_lever_is_not_capped_by_idle():
-    # fusing kernels shortens the GPU's own work: more than the idle time can go
-    ctx = _ctx(7_000_000, "fuse_pointwise")
+def test_gpu_work_removed_adds_to_the_cap():
+    # fusing kernels shortens the GPU's own work: idle + that work can go
+    ctx = _ctx(7_000_000, "fuse_pointwise", gpu_saved=5_000_000)
     assert L.replayed(L.BY_ID["compile_fuse"], ctx) == 7_000_000
+    ctx = _ctx(13_500_000, "drop_syncs", gpu_saved=1_000_000)   # the check kernels went too
+    assert L.replayed(L.BY_ID["remove_syncs"], ctx) == 5_000_000
 
 
-def test_idle_cap_unknown_lost_leaves_the_replay():
+def test_unknown_lost_leaves_the_replay():
     ctx = _ctx(13_500_000)
     del ctx["lost_ns"]
     assert L.replayed(L.BY_ID["remove_syncs"], ctx) == 13_500_000
@@ -46,14 +48,9 @@ def test_qwen_sync_lever_never_promises_a_step_below_the_gpu_busy_time():
 
     v = analyze(load(QWEN)).verdict
     lost = v["evidence"]["lost_ns"]
-    for x in v["actions"]:
-        if W.MODEL_OF.get(x["id"]) in W.IDLE_ONLY_MODELS and x["saves_ns"] is not None:
-            assert x["saves_ns"] <= lost, x["id"]
     sync = next(x for x in v["actions"] if x["id"] == "remove_syncs")
-    assert sync["projected_step_ns"] >= v["evidence"]["step_mean_ns"] - lost - 1000
+    assert sync["saves_ns"] <= lost + 1_000_000
+    assert sync["projected_step_ns"] >= v["evidence"]["step_mean_ns"] - lost - 1_000_000
     tog = v["what_if"].get("levers_together")
-    if tog:
-        own = sum(x["saves_ns"] for x in v["actions"] if x.get("basis") == "replay"
-                  and W.MODEL_OF.get(x["id"]) not in W.IDLE_ONLY_MODELS
-                  and W.MODEL_OF.get(x["id"]) in tog["models"])
-        assert tog["saves_ns"] <= lost + own
+    # together: the 4 ms of idle once, plus the GPU work fusion removes -- not 13.5 + 7 ms
+    assert tog and tog["saves_ns"] < 13_500_000 + 6_990_000 - 1_000_000

@@ -39,22 +39,23 @@ MODEL_OF = {
 }
 
 
-# what-if models that change only when the GPU is fed, never the GPU's own work: their
-# saving gives back idle time, so it is at most the window's lost time. (The replay can
-# miss GPU work of the window -- kernels queued before the trace began carry no step --
-# and would then promise a step shorter than the GPU's busy time.)
-IDLE_ONLY_MODELS = frozenset(("drop_syncs", "cuda_graphs", "replay_graphs", "workers",
-                              "no_empty_cache", "no_recompile", "host_off_path",
-                              "checkpoint_off_path", "overlap_copies"))
-
-
 def idle_cap(lever_id: str, ctx: dict) -> int | None:
-    """The most a replayed lever that only feeds the GPU can save over the window: the
-    window's lost time (None: no cap, the model changes GPU work or the figure is unknown)."""
+    """The most a replayed lever can save over the window: the window's lost time plus the
+    GPU work its change removed (``gpu_saved_ns`` per step x steps). Idle time given back
+    cannot shorten the GPU's own work -- and the replay can miss some of it (kernels queued
+    before the trace began carry no step) and promise a step shorter than the GPU's busy
+    time. None: no cap (a larger batch, compared per sample; the lost time unknown)."""
+    r = lever_price(ctx, lever_id)
+    return None if r is None else cap_of(r, ctx)
+
+
+def cap_of(r: dict, ctx: dict) -> int | None:
+    """``idle_cap`` of one replay result."""
     lost = ctx.get("lost_ns")
-    if MODEL_OF.get(lever_id) not in IDLE_ONLY_MODELS or lost is None:
+    if lost is None or float(r.get("per_sample_x") or 1.0) != 1.0:
         return None
-    return max(0, int(lost))
+    steps = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
+    return max(0, int(lost)) + int(r.get("gpu_saved_ns") or 0) * steps
 
 
 def levers_of(model: str) -> list[str]:
@@ -111,25 +112,14 @@ def together(prices: dict, actions: list[dict], ctx: dict) -> dict | None:
     steps = max(1, int(ctx.get("steps") or 1))
     per = int(r["saves_ns"])
     proj = projected(ctx, r)
-    cap = _together_cap(actions, r["applied"], ctx, steps)
+    cap = cap_of(r, ctx)
+    cap = None if cap is None else cap // (steps * max(1, int(ctx.get("devices") or 1)))
     if cap is not None and per > cap:   # idle given back once, GPU work shrunk by the rest
         per = cap
         ref = max(int(ctx.get("step_mean_ns") or 0), int(ctx.get("gpu_step_mean_ns") or 0))
         proj = max(int(ctx.get("busy_step_mean_ns") or 0), ref - per) if ref else None
     return {"saves_ns": per * steps, "saves_pct": None, "saves_per_step_ns": per,
             "projected_step_ns": proj, "models": r["applied"]}
-
-
-def _together_cap(actions: list[dict], models: list, ctx: dict, steps: int) -> int | None:
-    """The most the levers together can save per step: the window's lost time (what the
-    idle-only models give back, at most once) plus each GPU-work model's own saving."""
-    lost = ctx.get("lost_ns")
-    if lost is None:
-        return None
-    own = {MODEL_OF.get(x["id"]): x for x in actions if x.get("basis") == "replay"}
-    extra = sum(int((own.get(m) or {}).get("saves_ns") or 0) for m in models
-                if m not in IDLE_ONLY_MODELS)
-    return (max(0, int(lost)) + extra) // max(1, steps * max(1, int(ctx.get("devices") or 1)))
 
 
 def projected(ctx: dict, r: dict) -> int | None:

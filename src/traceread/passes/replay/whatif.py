@@ -912,7 +912,16 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
     x = float(params.get("larger_batch", {}).get("per_sample_x") or 1.0)
     return {"before_ns": int(before), "after_ns": int(after), "per_sample_x": x,
             "saves_ns": int(round(before - after / x)), "applied": applied,
-            "refused": refused, "params": params}
+            "refused": refused, "params": params,
+            "gpu_saved_ns": gpu_saved(graph, g) if applied else 0}
+
+
+def gpu_saved(before, after) -> int:
+    """The GPU's own work (its ops' time) a change removed, per step: with the window's
+    idle time, the most the change can give back (verdict/whatif.py caps a saving by it)."""
+    def work(g) -> int:
+        return int(g.nodes["cost_ns"].to_numpy(np.int64)[_kind(g, *GPU_NODES)].clip(0).sum())
+    return max(0, work(before) - work(after)) // max(1, len(before.steps))
 
 
 def graph_of(a) -> tuple:
