@@ -54,3 +54,20 @@ def test_qwen_sync_lever_never_promises_a_step_below_the_gpu_busy_time():
     tog = v["what_if"].get("levers_together")
     # together: the 4 ms of idle once, plus the GPU work fusion removes -- not 13.5 + 7 ms
     assert tog and tog["saves_ns"] < 13_500_000 + 6_990_000 - 1_000_000
+
+
+def test_a_launch_bound_never_outranks_the_replayed_graph_capture():
+    # H200 queue.bad: the fusion model finds no pointwise chain by name, so compile_fuse keeps
+    # the launch cause's bound (3.76 ms/step) -- more than a CUDA graph, which removes every
+    # launch and the host work between them, saves when replayed (3.42 ms/step)
+    from traceread import load
+    from traceread.analysis import analyze
+
+    fix = Path(__file__).parent / "fixtures" / "h200" / "queue.bad.json.gz"
+    acts = analyze(load(fix)).verdict["actions"]
+    graphs = next(x for x in acts if x["id"] == "cuda_graphs")
+    assert graphs["basis"] == "replay"
+    for x in acts:
+        if x["cause"] == "launch" and x.get("basis") == "bound":
+            assert x["saves_ns"] <= graphs["saves_ns"], x["id"]
+    assert acts[0]["id"] == "cuda_graphs"

@@ -1180,9 +1180,10 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
 
 
 # the what-if model that removes a cause's time altogether (verdict/whatif.py MODEL_OF)
+# (launch: a CUDA graph replaces every launch and the host work between them)
 CAUSE_REMOVED_BY = {"data": "workers", "host": "host_off_path", "sync": "drop_syncs",
                     "compile": "no_recompile", "graph_capture": "replay_graphs",
-                    "copy": "pin_copies"}
+                    "copy": "pin_copies", "launch": "cuda_graphs"}
 
 
 def _cap_bounds(items: list[dict]) -> list[dict]:
