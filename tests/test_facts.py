@@ -116,3 +116,8 @@ def test_the_text_report_says_why(alloc):
     assert lines and any("uses_cuda_graphs=False (none seen)" in ln for ln in lines)
     assert because_text([{"fact": "cause_ns.sync", "value": 2_500_000, "known": True,
                           "evidence": None}]) == "sync time 2.5 ms"
+    # a known fact with nothing in it reads as its absence, never a raw "=None" / "={}"
+    empty = [{"fact": "periodic_stall", "value": None, "known": True, "evidence": None},
+             {"fact": "startup", "value": {}, "known": True, "evidence": None}]
+    assert because_text(empty) == "no periodic_stall; no startup"
+    assert not any("=None" in ln or "={}" in ln for ln in lines)
