@@ -277,6 +277,9 @@ class Action(_S):
     projected_step_ns: Optional[int]
     culprit: Optional[str]
     basis: Optional[str] = None         # "replay": step replayed with the lever; "bound"
+    # a larger batch: saved per sample (x the old batch); projected_step_ns is the step at
+    # per_sample_x times the batch
+    per_sample_x: Optional[float] = None
     # the facts that made the lever apply (verdict/because.py); a job's own lever has none
     because: list[Because] = []
 

@@ -20,7 +20,10 @@ def action_gain(x: dict, prev: dict | None = None) -> str:
         return f"the same {x.get('cause')} time as the lever above (not in addition to it)"
     parts = []
     per, ns = x.get("saves_per_step_ns"), x.get("saves_ns")
-    if per is not None:
+    k = x.get("per_sample_x")
+    if per is not None and k:
+        parts.append(f"saves ~{fmt_ns(per)} per step's worth of samples at {k:g}x the batch")
+    elif per is not None:
         parts.append(f"saves ~{fmt_ns(per)} per step")
     elif ns is not None:
         parts.append(f"saves ~{fmt_ns(ns)}")
@@ -31,7 +34,8 @@ def action_gain(x: dict, prev: dict | None = None) -> str:
     if x.get("basis") == "bound":
         parts[-1] += " [bound]"
     if x.get("projected_step_ns"):
-        parts.append(f"step -> {fmt_ns(x['projected_step_ns'])}")
+        at = f" at {k:g}x the batch" if k else ""
+        parts.append(f"step{at} -> {fmt_ns(x['projected_step_ns'])}")
     text = ", ".join(parts)
     cause = x.get("cause", "")
     culprit = " ".join(str(x.get("culprit") or "").split())

@@ -121,6 +121,8 @@ def _fact_text(x: dict) -> str:
     if not x["known"]:
         return f"{x['fact']} unknown"
     v, fact = x["value"], x["fact"]
+    if v is None or (isinstance(v, (dict, list, tuple)) and not v):
+        return f"no {fact}"   # known and empty (no stall, no offload): not "=None" / "={}"
     if fact.startswith("cause_ns.") and isinstance(v, int):
         return f"{fact[len('cause_ns.'):]} time {_ms(v)}"
     if fact.startswith("replay_levers."):   # the lever's own replay: the figure it stands on

@@ -36,7 +36,8 @@ def decide(facts: WindowFacts) -> dict:
     adjust_verdict(verdict, f.get("steady") or {})
     if ctx.get("replay_levers"):
         verdict["evidence"]["levers_replayed_on"] = ctx["replay_levers"]["steps_priced"]
-        together = whatif.together(ctx["replay_levers"], verdict.get("actions") or [], ctx)
+        together = whatif.together(ctx["replay_levers"], verdict.get("actions") or [],
+                                   {**ctx, "lost_ns": verdict["evidence"].get("lost_ns")})
         if together:
             verdict["what_if"]["levers_together"] = together
     return verdict

@@ -1111,7 +1111,13 @@ def replayed(lv: Lever, ctx: Ctx) -> int | None:
     if not r["applied"]:   # withdrawn where the change does not fit, else its bound
         return 0 if withdrawn(r) else None
     steps = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
-    return max(0, int(r["saves_ns"])) * steps
+    ns = max(0, int(r["saves_ns"])) * steps
+    from .whatif import idle_cap
+
+    cap = idle_cap(lv.id, ctx)
+    return ns if cap is None else min(ns, cap)
+
+
 
 
 def queued_by_kind(waited: dict | None) -> dict | None:
@@ -1157,16 +1163,27 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
         if rep is not None:   # the projected step from the replay, in the measured frame
             from .whatif import lever_price, projected
             from .whatif import MODEL_OF
-            item.update(basis="replay", projected_step_ns=projected(ctx, lever_price(ctx, lv.id)),
+            r = lever_price(ctx, lv.id)
+            capped = rep < max(0, int(r["saves_ns"])) * max(1, int(ctx.get("steps") or 1)) * \
+                max(1, int(ctx.get("devices") or 1))
+            # capped at the lost time: the replay's own projection is past the GPU's work,
+            # the projection is the saving's (scores._gain, floored at the busy time)
+            item.update(basis="replay", projected_step_ns=None if capped else projected(ctx, r),
                         model=MODEL_OF[lv.id])
+            k = float(r.get("per_sample_x") or 1.0)
+            if k != 1.0 and item["projected_step_ns"]:
+                # a larger batch saves per sample; the step itself grows: project the
+                # step at k x the batch, not a per-sample step no run would show
+                item.update(per_sample_x=k, projected_step_ns=int(item["projected_step_ns"] * k))
         items.append(item)
     return _rank(_cap_bounds(items), gpu_bound(ctx))
 
 
 # the what-if model that removes a cause's time altogether (verdict/whatif.py MODEL_OF)
+# (launch: a CUDA graph replaces every launch and the host work between them)
 CAUSE_REMOVED_BY = {"data": "workers", "host": "host_off_path", "sync": "drop_syncs",
                     "compile": "no_recompile", "graph_capture": "replay_graphs",
-                    "copy": "pin_copies"}
+                    "copy": "pin_copies", "launch": "cuda_graphs"}
 
 
 def _cap_bounds(items: list[dict]) -> list[dict]:

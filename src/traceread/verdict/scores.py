@@ -187,7 +187,10 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
         gain = _gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx, window_ns)
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
             gain["projected_step_ns"] = x["projected_step_ns"]
-        priced = ("replay_levers." + x["model"], gain["saves_per_step_ns"]) \
+        # the replayed saving per step; over the window where it has no steps (whole trace)
+        per = gain["saves_per_step_ns"] if gain["saves_per_step_ns"] is not None \
+            else gain["saves_ns"]
+        priced = ("replay_levers." + x["model"], per) \
             if x.get("basis") == "replay" else _priced(lv, sc, busy)
         out.append({**{k: v for k, v in x.items() if k != "model"}, **gain,
                     "culprit": culprit or "", "because": because(lv, ctx, proofs or {}, priced)})

@@ -41,6 +41,25 @@ MODEL_OF = {
 }
 
 
+def idle_cap(lever_id: str, ctx: dict) -> int | None:
+    """The most a replayed lever can save over the window: the window's lost time plus the
+    GPU work its change removed (``gpu_saved_ns`` per step x steps). Idle time given back
+    cannot shorten the GPU's own work -- and the replay can miss some of it (kernels queued
+    before the trace began carry no step) and promise a step shorter than the GPU's busy
+    time. None: no cap (a larger batch, compared per sample; the lost time unknown)."""
+    r = lever_price(ctx, lever_id)
+    return None if r is None else cap_of(r, ctx)
+
+
+def cap_of(r: dict, ctx: dict) -> int | None:
+    """``idle_cap`` of one replay result."""
+    lost = ctx.get("lost_ns")
+    if lost is None or float(r.get("per_sample_x") or 1.0) != 1.0:
+        return None
+    steps = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
+    return max(0, int(lost)) + int(r.get("gpu_saved_ns") or 0) * steps
+
+
 def levers_of(model: str) -> list[str]:
     """The levers that ask for the change ``model`` makes."""
     return [lv for lv, m in MODEL_OF.items() if m == model]
@@ -94,8 +113,15 @@ def together(prices: dict, actions: list[dict], ctx: dict) -> dict | None:
         return None
     steps = max(1, int(ctx.get("steps") or 1))
     per = int(r["saves_ns"])
+    proj = projected(ctx, r)
+    cap = cap_of(r, ctx)
+    cap = None if cap is None else cap // (steps * max(1, int(ctx.get("devices") or 1)))
+    if cap is not None and per > cap:   # idle given back once, GPU work shrunk by the rest
+        per = cap
+        ref = max(int(ctx.get("step_mean_ns") or 0), int(ctx.get("gpu_step_mean_ns") or 0))
+        proj = max(int(ctx.get("busy_step_mean_ns") or 0), ref - per) if ref else None
     return {"saves_ns": per * steps, "saves_pct": None, "saves_per_step_ns": per,
-            "projected_step_ns": projected(ctx, r), "models": r["applied"]}
+            "projected_step_ns": proj, "models": r["applied"]}
 
 
 def projected(ctx: dict, r: dict) -> int | None:

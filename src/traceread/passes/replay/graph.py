@@ -26,6 +26,7 @@ replayed alone: a collective's wait for another rank is kept as its measured dur
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -840,6 +841,9 @@ def _drain_edges(ev, nodes, gops, gpu_ids, host, edges) -> None:
     l_ts = gops["launch_ts"].to_numpy(np.int64)
     launched_ts = np.where(l_ts >= 0, l_ts, g_ts)
     behaves = _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev)
+    # a kernel launch never waits for the GPU to drain (only for a queue slot: ``full``
+    # below); one that returned as the GPU went idle did so by coincidence
+    behaves &= ~kernel_launch_calls(host["name"][pos])
     blocking = explicit | pageable | behaves
     # a launch into a full queue returns when a slot frees: when a GPU op ends
     full = _queue_full(c_ts, c_end, c_pid, host["cat"][pos] == "launch", g_end, g_pid) & \
@@ -1005,6 +1009,17 @@ def _full_edges(pos, c_ts, c_end, c_pid, full, g_end, g_pid, launched_ts, gpu_id
         src.extend(gpu_ids[o[jj[ok]]].tolist())
         dst.extend(at.tolist())
         lag.extend(w.tolist())
+
+
+KERNEL_LAUNCH_RX = re.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Cooperative)?Kernel|"
+                              r"^(?:cuda|cu|hip)GraphLaunch")
+
+
+def kernel_launch_calls(names) -> np.ndarray:
+    """Which runtime calls launch a kernel (or a graph): cudaLaunchKernel, cuLaunchKernelEx,
+    hipModuleLaunchKernel, cudaGraphLaunch, ..."""
+    return np.fromiter((bool(KERNEL_LAUNCH_RX.match(str(n))) for n in names), bool,
+                       count=len(names))
 
 
 def _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev) -> np.ndarray:

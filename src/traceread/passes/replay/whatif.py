@@ -349,6 +349,7 @@ def _blocking(g) -> np.ndarray:
     return np.isin(g.nodes["id"].to_numpy(), e.loc[e["kind"] == "drain", "dst"].to_numpy())
 
 
+GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 COMPILED_RX = re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|"
                          r"TorchDynamo Cache Lookup|cudagraph")
 
@@ -367,6 +368,11 @@ def capture_graphs(g, f: Facts, p: dict):
     if not existing and (ctx.get("uses_cuda_graphs") or ctx.get("compile_mode_graphs")):
         return "the program already uses CUDA graphs"
     if existing and not ctx.get("graphs_not_replayed"):
+        if not _match(g, GRAPH_LAUNCH_RX).any():
+            # recorded, never replayed here: a start-up capture (a whole trace of it), not a
+            # program whose graphs already replay -- the capture levers keep their bounds
+            return "the graphs are only recorded in this window, never replayed: nothing to " \
+                "replay in its place"
         return "the program's CUDA graphs are replayed already"
     launch = _kind(g, "launch", "sync_wait") & _cat(g, "launch")
     if not launch.any():
@@ -411,7 +417,10 @@ def _launch_runs(g, launch, start, through_syncs: bool = False):
     n = g.nodes
     steps, lanes = n["step"].to_numpy(), n["lane"].to_numpy()
     seq, ids = n["seq"].to_numpy(), n["id"].to_numpy()
-    blocking = _blocking(g) & (n["cost_ns"].to_numpy() >= 0)
+    # a device free synchronizes the device by its API, waited or not (and cannot be
+    # captured): empty_cache()'s cudaFree between launches ends the capturable run
+    frees = _kind(g, *HOST_NODES) & _match(g, FREE_RX)
+    blocking = (_blocking(g) | frees) & (n["cost_ns"].to_numpy() >= 0)
     out = []
     for s, lane in sorted(set(zip(steps[launch].tolist(), lanes[launch].tolist()))):
         if s < 0:
@@ -947,7 +956,16 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
     x = float(params.get("larger_batch", {}).get("per_sample_x") or 1.0)
     return {"before_ns": int(before), "after_ns": int(after), "per_sample_x": x,
             "saves_ns": int(round(before - after / x)), "applied": applied,
-            "refused": refused, "params": params}
+            "refused": refused, "params": params,
+            "gpu_saved_ns": gpu_saved(graph, g) if applied else 0}
+
+
+def gpu_saved(before, after) -> int:
+    """The GPU's own work (its ops' time) a change removed, per step: with the window's
+    idle time, the most the change can give back (verdict/whatif.py caps a saving by it)."""
+    def work(g) -> int:
+        return int(g.nodes["cost_ns"].to_numpy(np.int64)[_kind(g, *GPU_NODES)].clip(0).sum())
+    return max(0, work(before) - work(after)) // max(1, len(before.steps))
 
 
 def graph_of(a) -> tuple:
