@@ -136,6 +136,8 @@ def _fact_text(x: dict) -> str:
         shown = _ms(v)
     elif isinstance(v, dict):
         shown = _dict_text(v)
+        if shown == "{}":   # every part empty or zero: nothing set
+            return f"no {fact}"
     elif isinstance(v, list):
         shown = "[" + ", ".join(str(i) for i in v[:3]) + (", ..." if len(v) > 3 else "") + "]"
     elif isinstance(v, str):
