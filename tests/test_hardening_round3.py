@@ -396,7 +396,7 @@ def _hostile_parquets(d: Path) -> list[Path]:
     import pyarrow.parquet as pq
 
     import traceread
-    from traceread.table import _META_KEY
+    from traceread.table import PARQUET_META_KEY as _META_KEY
 
     good = d / "good.parquet"
     traceread.load(H.write(d, "t.json", H.doc_bytes(H.events(20)))).to_parquet(good)

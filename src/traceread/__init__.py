@@ -13,7 +13,7 @@ from .version import __version__
 _LAZY = {"load": ("readers", "read"), "Trace": ("table", "Trace"),
          "TraceMeta": ("table", "TraceMeta"), "COLUMNS": ("table", "COLUMNS"),
          "KINDS": ("table", "KINDS"), "SCHEMA": ("table", "SCHEMA"),
-         "read_parquet": ("table", "read_parquet"), "Analysis": ("analysis", "Analysis")}
+         "read_parquet": ("readers.parquet", "read_parquet"), "Analysis": ("analysis", "Analysis")}
 
 
 def __getattr__(name: str):
