@@ -32,7 +32,7 @@ from .. import namerx
 from ..table import scan_name
 from .busy import is_simt, is_tf32_kernel
 from .common import kind_in, rows_of
-from .factkit import MAX_EVIDENCE, Stacks, Steps, item, rows_named
+from .factkit import Stacks, Steps, item, rows_named
 from .kernel_classes import _classify_one
 
 FP8_RX = namerx.compile(r"(?i)e4m3|e5m2|fp8|^nvjet_(?:sm\d+_)?[eq][a-z]{2}_")

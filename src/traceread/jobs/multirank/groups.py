@@ -160,4 +160,4 @@ def pipeline_decides(s: dict) -> bool:
 
 
 __all__ = ["IMBALANCE_X", "rank_busy", "pipelines", "stage_ranks", "stage_balance",
-           "job_groups", "groups_line", "pipeline_decides"]
+           "job_groups", "pipeline_decides"]

@@ -271,7 +271,6 @@ def build_graph(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, *,
         notes.append(f"sampled: {len(sel_steps)} of {len(steps)} steps replayed "
                      f"(over {max_nodes} nodes)")
     ts_all = ev["ts"].to_numpy(np.int64)
-    end_all = ts_all + ev["dur"].to_numpy(np.int64)
     # GPU ops of the replayed steps, and older ones still running when they begin
     o_ts, o_end = ops["ts"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
     if whole:
@@ -377,7 +376,7 @@ def _host_nodes(ev, api, sel_steps, t0, t1, step_pattern):
                                                               p_marker))
     first = np.r_[True, p_key[1:] != p_key[:-1]] if len(p_key) else np.zeros(0, bool)
     # nested calls (inside the previous call on their thread) fold into their container
-    reach = _seg_cummax(first, p_end)
+    reach = seg_cummax(first, p_end)
     prev_reach = np.r_[NEG, reach[:-1]] if len(reach) else reach
     nested = ~first & (p_ts < prev_reach) & ~p_marker
     # a marker inside a call moves to the call's end (the step boundary fell inside it)
@@ -447,7 +446,7 @@ def _host_nodes(ev, api, sel_steps, t0, t1, step_pattern):
     return col, rows_map
 
 
-def _seg_cummax(first: np.ndarray, x: np.ndarray) -> np.ndarray:
+def seg_cummax(first: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Running max of ``x`` restarting where ``first`` is True."""
     if not len(x):
         return x.copy()
@@ -686,7 +685,7 @@ def _overlap_sublanes(gpu: dict) -> np.ndarray:
     o = np.lexsort((gpu["ts"], key))
     k, ts, end = key[o], gpu["ts"][o], gpu["end"][o]
     first = np.r_[True, k[1:] != k[:-1]]
-    reach = _seg_cummax(first, end)
+    reach = seg_cummax(first, end)
     over = ~first & (ts < np.r_[NEG, reach[:-1]])
     out[o[over]] = 1 + np.arange(int(over.sum()))
     return out

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .graph import END_EDGES, NEG, StepGraph
+from .graph import END_EDGES, NEG, StepGraph, seg_cummax
 
 MAX_SWEEPS = 20_000
 # Vectorised sweeps first (each settles one more lane change of every path: the unmodified
@@ -100,7 +100,7 @@ def simulate(graph: StepGraph, *, max_sweeps: int = MAX_SWEEPS,
             np.maximum.at(b, d_dst, end[d_src] + d_lag)
         r = np.maximum(np.where(a == NEG, NEG, a + cost), b)
         r = np.maximum(r, floor)
-        new = C + _seg_cummax(first, r - C)
+        new = C + seg_cummax(first, r - C)
         if np.array_equal(new, end):
             converged = True
             break
@@ -170,20 +170,6 @@ def _topological(first, gap, cost, rel, s_src, s_dst, s_lag, d_src, d_dst, d_lag
             if indeg[w] == 0:
                 ready.append(w)
     return np.asarray(end, np.int64), done == n
-
-
-def _seg_cummax(first: np.ndarray, x: np.ndarray) -> np.ndarray:
-    g = np.cumsum(first) - 1
-    lo, hi = int(x.min()), int(x.max())
-    span = hi - lo + 1
-    if span * (int(g[-1]) + 1) < 2**62:
-        off = g * span - lo
-        return np.maximum.accumulate(x + off) - off
-    out = x.copy()
-    b = np.flatnonzero(first).tolist() + [len(x)]
-    for a, c in zip(b[:-1], b[1:]):
-        out[a:c] = np.maximum.accumulate(x[a:c])
-    return out
 
 
 def _step_table(graph: StepGraph, start: np.ndarray, end: np.ndarray | None = None):
