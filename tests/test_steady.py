@@ -395,4 +395,9 @@ def test_minitoy_foreach_to_fused_excludes_the_lazy_loading_launch():
     assert fused["basis"] == "bound" and fused["saves_ns"] == ev["scores_ns"]["launch"]
     assert fused["saves_ns"] < 0.5 * MS        # was 6.9 ms: the lazy load priced per step
     assert all((x["saves_ns"] or 0) < lazy for x in v["actions"])
+    # a larger batch, per sample, gives back no more than the steady lost time and the GPU's
+    # work (it was 4.67 ms: half the lazy load counted as a per-sample saving)
+    batch = next(x for x in v["actions"] if x["id"] == "larger_batch")
+    assert batch["per_sample_x"] == 2.0
+    assert batch["saves_ns"] <= ev["lost_ns"] + ev["busy_ns"]
     assert "kept apart" in v["summary"]
