@@ -330,3 +330,74 @@ def test_module_loading_and_library_init_in_the_gaps_are_a_cold_start(how, name,
     assert (top["what"], top["ns"], top["idle_ns"], top["calls"]) == \
         ("start-up call", 5 * MS, 5 * MS, 1)
     assert top["name"] == (name if how != "nsys" else name.split("_v")[0])  # nsys drops _v2
+
+
+def _steady_with_lazy_launch(lazy: bool = True, steps: int = 10) -> TraceBuilder:
+    """``steps`` steps of three short launches (5 us call, 20 us kernel, 30 us gaps: every
+    gap launch overhead), and in step 1 one 4 ms launch call: of a kernel never launched
+    before (lazy module loading) or, ``lazy=False``, of one launched every step."""
+    b = TraceBuilder()
+    t = T0
+    for k in range(steps):
+        s = t
+        step = b.step(k, s, 0)
+        for name in ("fwd", "bwd", "opt"):
+            b.launch(t, 5 * US, t + 10 * US, 20 * US, name=name)
+            t += 50 * US
+        if k == 1:
+            b.launch(t, 4 * MS, t + 4 * MS + 10 * US, 20 * US,
+                     name="vector_dot" if lazy else "fwd")
+            t += 4 * MS + 50 * US
+        step["dur"] = t - s
+    return b
+
+
+def test_lazy_loading_launch_is_not_priced_as_a_steady_launch_saving():
+    a = analyze(_steady_with_lazy_launch().build())
+    v = a.verdict
+    ev = v["evidence"]
+    # 30 gaps of launch overhead (29 x 30 us, the 10 us lead, the 20 us tail): 900 us; the
+    # 4 ms lazy-loading call (4,030 us gap: its 30 us rest is host) is kept apart
+    assert a.steady_state["one_time_launch_ns"] == 4 * MS
+    assert a.facts.figures["cause_ns"]["launch"] == 900 * US + 4 * MS
+    assert ev["scores_ns"]["launch"] == 900 * US
+    assert ev["one_time_apart_ns"] == 4 * MS and ev["lost_ns"] == 930 * US
+    assert v["bound"] == "launch" and "kept apart" in v["summary"]
+    bound = [x for x in v["actions"] if x.get("basis") == "bound"]
+    assert bound and all(x["saves_ns"] <= 900 * US for x in bound)
+    fuse = next(x for x in v["actions"] if x["id"] == "compile_fuse")
+    assert fuse["basis"] == "bound" and fuse["saves_ns"] == 900 * US
+    # no lever, replayed or bound, prices the one-time call as a saving
+    assert all((x["saves_ns"] or 0) <= ev["lost_ns"] for x in v["actions"])
+
+
+def test_slow_launch_that_recurs_is_kept_in_the_steady_launch_time():
+    # the same 4 ms call launching a kernel run every step: no one-time event, nothing apart
+    a = analyze(_steady_with_lazy_launch(lazy=False).build())
+    ev = a.verdict["evidence"]
+    assert a.steady_state["one_time_launch_ns"] == 0
+    assert ev["scores_ns"]["launch"] == 900 * US + 4 * MS
+    assert "one_time_apart_ns" not in ev
+
+
+@pytest.mark.corpus
+def test_minitoy_foreach_to_fused_excludes_the_lazy_loading_launch():
+    c = corpus_or_skip()
+    a = analyze(c / "facebookresearch__HolisticTraceAnalysis/tests/data/amd_trace/"
+                    "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    v = a.verdict
+    ev = v["evidence"]
+    lazy = a.steady_state["one_time_launch_ns"]
+    assert 6.5 * MS < lazy < 6.6 * MS          # one hipLaunchKernel, lazily loaded
+    assert ev["one_time_apart_ns"] == lazy
+    assert ev["scores_ns"]["launch"] == a.facts.figures["cause_ns"]["launch"] - lazy
+    fused = next(x for x in v["actions"] if x["id"] == "foreach_to_fused")
+    assert fused["basis"] == "bound" and fused["saves_ns"] == ev["scores_ns"]["launch"]
+    assert fused["saves_ns"] < 0.5 * MS        # was 6.9 ms: the lazy load priced per step
+    assert all((x["saves_ns"] or 0) < lazy for x in v["actions"])
+    # a larger batch, per sample, gives back no more than the steady lost time and the GPU's
+    # work (it was 4.67 ms: half the lazy load counted as a per-sample saving)
+    batch = next(x for x in v["actions"] if x["id"] == "larger_batch")
+    assert batch["per_sample_x"] == 2.0
+    assert batch["saves_ns"] <= ev["lost_ns"] + ev["busy_ns"]
+    assert "kept apart" in v["summary"]

@@ -653,6 +653,9 @@ class SteadyState(_S):
     cold_start_ns: int
     jit_ns: int
     sampled: Optional[SampledIds]
+    # idle time of lazy-loading launches (any state): kept out of the steady launch cause
+    one_time_launch_ns: int = 0
+    one_time_launches: list[SteadyEvidence] = []
 
 
 class Strategy(_S):

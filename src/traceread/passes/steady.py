@@ -50,6 +50,7 @@ SAMPLED_EXT_JUMP = 3           # median jump of consecutive External ids (comple
 SAMPLED_CORR_JUMP = 30         # median jump of runtime correlation ids (complete: <= ~10)
 SAMPLED_MIN_IDS = 100          # fewer ids: too few to tell
 TOP_EVIDENCE = 5
+LAZY_LAUNCH = "lazy module load (first launch)"
 HOST_KINDS = ("runtime", "driver", "cpu_op", "annotation", "python", "osrt")
 
 LAUNCH_API_RX = namerx.compile(
@@ -76,8 +77,13 @@ def steady_state(ev: pd.DataFrame, gaps: pd.DataFrame) -> dict:
     cold_ns = _covered(cold_ev, idle) + kernel_excess
     jit_ns = _covered(jit_ev, idle)
     base = int(idle[1].sum() - idle[0].sum()) if len(idle[0]) else 0
+    # the idle time of lazy-loading launches: a launch call, so charged to the launch cause,
+    # but paid once -- the verdict keeps it out of the steady causes (verdict/scores.py)
+    lazy = [x for x in cold_ev if x["what"] == LAZY_LAUNCH]
     out = {"state": "steady", "ns": 0, "share_pct": 0.0, "evidence": [],
-           "cold_start_ns": cold_ns, "jit_ns": jit_ns, "sampled": sampled}
+           "cold_start_ns": cold_ns, "jit_ns": jit_ns, "sampled": sampled,
+           "one_time_launch_ns": _covered(lazy, idle),
+           "one_time_launches": _top(lazy, idle)}
     if sampled:
         out.update(state="sampled", ns=base, share_pct=100.0 if base else 0.0,
                    evidence=[{"what": f"{sampled['ids']} id gaps",
@@ -169,7 +175,7 @@ def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) ->
             key = (int(pid[i]), int(corr[i]))
             if key in first["linked"] and key not in first["first"]:
                 continue   # it launched a kernel seen before: not lazy loading
-            out.append(_item("lazy module load (first launch)", cats[c[i]], int(ts[i]),
+            out.append(_item(LAZY_LAUNCH, cats[c[i]], int(ts[i]),
                              int(dur[i]), med[i]))
     for i in np.flatnonzero(alloc):
         out.append(_item("first-call allocator growth", cats[c[i]], int(ts[i]), int(dur[i]),

@@ -28,7 +28,8 @@ def decide(facts: WindowFacts) -> dict:
                            parts=f["cause_ns"] if has_gpu else None,
                            exposed_comm_ns=f["exposed_comm_ns"], copy=f["copies"],
                            ctx=ctx, extra_evidence=f["window_summary"],
-                           facts_evidence=facts.evidence)
+                           facts_evidence=facts.evidence,
+                           one_time_launch_ns=one_time_launch_ns(f.get("steady")))
     verdict["missing"] = missing(f.get("missing") or {})
     head = headline(f.get("utilization"), blev)
     if verdict["bound"] == "gpu" and head:
@@ -41,6 +42,13 @@ def decide(facts: WindowFacts) -> dict:
         if together:
             verdict["what_if"]["levers_together"] = together
     return verdict
+
+
+def one_time_launch_ns(steady: dict | None) -> int:
+    """Idle time of the window's lazy-loading launches (passes/steady.py), none in a sampled
+    window (its idle figures are dropped)."""
+    s = steady or {}
+    return 0 if s.get("state") == "sampled" else int(s.get("one_time_launch_ns") or 0)
 
 
 def lever_context(facts: WindowFacts, blev: list[dict] | None = None) -> dict:

@@ -1171,10 +1171,17 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
             item.update(basis="replay", projected_step_ns=None if capped else projected(ctx, r),
                         model=MODEL_OF[lv.id])
             k = float(r.get("per_sample_x") or 1.0)
-            if k != 1.0 and item["projected_step_ns"]:
-                # a larger batch saves per sample; the step itself grows: project the
-                # step at k x the batch, not a per-sample step no run would show
-                item.update(per_sample_x=k, projected_step_ns=int(item["projected_step_ns"] * k))
+            if k != 1.0:
+                # a larger batch saves per sample (capped or not); the step itself grows:
+                # project the step at k x the batch, not a per-sample step no run would show
+                item["per_sample_x"] = k
+                if capped:   # the capped saving per sample, from the measured step
+                    n = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
+                    ref = int(ctx.get("step_mean_ns") or 0)
+                    item["projected_step_ns"] = int(k * (ref - rep // n)) \
+                        if ref > rep // n else None
+                elif item["projected_step_ns"]:
+                    item["projected_step_ns"] = int(item["projected_step_ns"] * k)
         items.append(item)
     return _rank(_cap_bounds(items), gpu_bound(ctx))
 

@@ -52,7 +52,8 @@ MIN_ACTION_SHARE = 0.01       # causes worth < 1% of the window get no lever of 
 
 def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
            exposed_comm_ns: int = 0, copy: dict | None = None, ctx: dict | None = None,
-           extra_evidence: dict | None = None, facts_evidence: dict | None = None) -> dict:
+           extra_evidence: dict | None = None, facts_evidence: dict | None = None,
+           one_time_launch_ns: int = 0) -> dict:
     """{"bound", "summary", "evidence", "levers", "actions", "diagnostics", "what_if"}.
 
     ``parts``: ``passes.causes.cause_parts`` output; ``copy``: ``copies.copy_summary`` output;
@@ -60,6 +61,10 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     figures -- the lever table (levers.py) reads it. ``actions`` is the one ranked
     to-do list (every offered lever with its saving); ``levers`` its texts, same order.
     ``facts_evidence``: the facts record's evidence, for each action's ``because``.
+    ``one_time_launch_ns``: idle time of lazy-loading launches (passes/steady.py): paid once,
+    it is kept out of the launch cause and the lost time -- no steady lever is priced on it
+    -- unless without it the window is no longer idle-bound (then it is the cold start that
+    steady.adjust_verdict names).
     """
     ev = dict(extra_evidence or {})
     proofs = facts_evidence or {}
@@ -83,6 +88,11 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     sc = {c: int((parts or {}).get(c, 0)) for c in CAUSES}
     sc["comms"] += int(exposed_comm_ns)
     sc["copy"] += exposed_copy
+    apart = min(int(one_time_launch_ns), sc["launch"])
+    if apart > 0 and lost - apart >= GPU_BOUND_LOST * window_ns:
+        sc["launch"] -= apart
+        lost -= apart
+        ev["one_time_apart_ns"] = apart
     unexplained = int((parts or {}).get("unexplained", 0))
     ev.update({
         "window_ns": int(window_ns), "idle_ns": int(idle_ns),

@@ -37,7 +37,8 @@ def _idle_bound_without(ev: dict, one_time_ns: int) -> bool:
     """The window's lost time less the one-time events' is still >= IDLE_BOUND_LOST of the
     window: the steady idle time stands on its own."""
     window = int(ev.get("window_ns") or 0)
-    lost = int(ev.get("lost_ns") or 0)
+    # scores.score took the lazy-loading launches out of lost_ns already: the whole lost time
+    lost = int(ev.get("lost_ns") or 0) + int(ev.get("one_time_apart_ns") or 0)
     return window > 0 and lost - one_time_ns >= IDLE_BOUND_LOST * window
 
 
@@ -50,7 +51,10 @@ def adjust_verdict(verdict: dict, steady: dict) -> None:
     steady window (a whole trace keeps its lever to mark the steps, ``mark_steps``).
     """
     state = steady.get("state", "steady")
-    if state == "steady" or verdict.get("bound") == "cpu_only":
+    if verdict.get("bound") == "cpu_only":
+        return
+    if state == "steady":
+        _say_apart(verdict, steady)
         return
     ev = verdict["evidence"]
     ev["steady_state"] = state
@@ -97,6 +101,22 @@ def adjust_verdict(verdict: dict, steady: dict) -> None:
     verdict["actions"] = [item] + keep
     verdict["levers"] = [a["lever"] for a in verdict["actions"]]
     verdict["what_if"] = {}
+
+
+def _say_apart(verdict: dict, steady: dict) -> None:
+    """A steady window whose lazy-loading launches were kept out of its causes
+    (scores.score: ``one_time_apart_ns``) says so."""
+    ev = verdict["evidence"]
+    apart = int(ev.get("one_time_apart_ns") or 0)
+    if not apart:
+        return
+    top = (steady.get("one_time_launches") or [None])[0]
+    ev["one_time_ns"] = apart
+    ev["one_time_events"] = [{"what": e["what"], "name": e["name"], "ns": int(e["ns"])}
+                             for e in (steady.get("one_time_launches") or [])[:3]]
+    verdict["summary"] += (f"; besides, {_ms(apart)} of one-time lazy-loading launches"
+                           + (f" ({top['name']})" if top else "")
+                           + " -- kept apart from the steady idle time")
 
 
 def _proof(x: dict) -> dict:

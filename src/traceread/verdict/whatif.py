@@ -46,7 +46,8 @@ def idle_cap(lever_id: str, ctx: dict) -> int | None:
     GPU work its change removed (``gpu_saved_ns`` per step x steps). Idle time given back
     cannot shorten the GPU's own work -- and the replay can miss some of it (kernels queued
     before the trace began carry no step) and promise a step shorter than the GPU's busy
-    time. None: no cap (a larger batch, compared per sample; the lost time unknown)."""
+    time. A larger batch, compared per sample: the lost time plus the GPU work less its
+    share per sample were it all fixed cost. None: no cap (the lost time unknown)."""
     r = lever_price(ctx, lever_id)
     return None if r is None else cap_of(r, ctx)
 
@@ -54,9 +55,15 @@ def idle_cap(lever_id: str, ctx: dict) -> int | None:
 def cap_of(r: dict, ctx: dict) -> int | None:
     """``idle_cap`` of one replay result."""
     lost = ctx.get("lost_ns")
-    if lost is None or float(r.get("per_sample_x") or 1.0) != 1.0:
+    if lost is None:
         return None
     steps = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
+    k = float(r.get("per_sample_x") or 1.0)
+    if k != 1.0:
+        # per sample: at most the lost time, and the GPU work were it all fixed cost
+        # (busy / k per sample) -- a one-time call kept out of lost_ns is no per-sample saving
+        busy = int(ctx.get("busy_step_mean_ns") or 0) * steps
+        return max(0, int(lost)) + int(busy * max(0.0, 1 - 1 / k)) if k > 1 else None
     return max(0, int(lost)) + int(r.get("gpu_saved_ns") or 0) * steps
 
 
