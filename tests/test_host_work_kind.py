@@ -90,3 +90,19 @@ def test_bert_small_h100_forward_is_the_model():
     hw = a.facts.figures["host_work_kind"]
     assert hw["kind"] == "model" and hw["model_share"] > 0.8
     assert "off_step_path" not in [x["id"] for x in a.verdict["actions"]]
+
+
+def test_untraced_host_time_is_unknown():
+    """Gaps with no frame or op in them but the step's own range (a trace without stacks,
+    ProfilerStep recorded as an op, as older Kineto does): the kind is not guessed."""
+    b = TraceBuilder(path="untraced.json")
+    t = T0
+    for k in range(4):
+        b.cpu(f"ProfilerStep#{k}", t, 3 * MS)
+        for j in range(3):
+            b.launch(t + j * MS + 900 * US, 10 * US, t + j * MS + 915 * US, 5 * US)
+        t += 3 * MS
+    hw, ids = _run(b.build())
+    assert hw is None or hw["kind"] == "unknown"
+    assert "off_step_path" in ids   # no evidence it is the model: the lever stays
+    assert "compile_model_host" not in ids

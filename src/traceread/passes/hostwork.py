@@ -38,7 +38,7 @@ MODEL_SHARE = 0.5   # the model's share of the host time above which the host wo
 
 
 def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> dict | None:
-    """{"kind": "model" | "off_path", "model_share", "host_ns", "model_ns", "top_model",
+    """{"kind": "model" | "off_path" | "unknown", "model_share", "host_ns", "model_ns", "top_model",
     "top_other", "evidence"}; None when the gaps hold no host-owned time."""
     if not len(gaps) or not len(ev):
         return None
@@ -60,7 +60,9 @@ def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> d
     model_ns = sp.covered(lambda r, base: mask[r])
     share = model_ns / host_ns
     top_model, top_other = _top(ev, threads, names, mask)
-    kind = "model" if share >= MODEL_SHARE else "off_path"
+    # no traced frame or op in the host time at all: what it is, the trace cannot say
+    kind = "unknown" if top_model is None and top_other is None \
+        else "model" if share >= MODEL_SHARE else "off_path"
     ts = ev["ts"].to_numpy(np.int64)
     lead = top_model if kind == "model" else top_other
     detail = (f"{share:.0%} of {host_ns / 1e6:.2f} ms host time in the gaps is inside the "
