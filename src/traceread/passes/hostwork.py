@@ -69,18 +69,19 @@ def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> d
               f"model's module calls / kernel-launching ops")
     ev_rows = [item(lead[0], ts[lead[2]], None, detail)] if lead else [item("host", None, None,
                                                                            detail)]
-    return {"kind": kind, "model_share": round(share, 3), "host_ns": int(host_ns),
-            "model_ns": int(model_ns), "top_model": top_model[0] if top_model else None,
-            "top_other": top_other[0] if top_other else None, "evidence": ev_rows}
+    return {"kind": kind, "model_share": round(share, 3),
+            "top_model": top_model[0] if top_model else None,
+            "top_other": top_other[0] if top_other else None,
+            "host_ns": int(host_ns), "model_ns": int(model_ns), "evidence": ev_rows}
 
 
 def _model_rows(ev: pd.DataFrame, cand: np.ndarray) -> set:
     """The candidate rows that are the model's: module call frames, and ops with a kernel
     launch nested in them on their own thread."""
     cand = np.unique(cand)
-    names = ev["name"].to_numpy()
-    frame = np.fromiter((bool(MODULE_FRAME_RX.search(str(names[i]))) for i in cand), bool,
-                        len(cand))
+    lut, codes = lut_at(ev["name"], cand, lambda n: bool(MODULE_FRAME_RX.search(n)), False,
+                        bool)
+    frame = lut.take(codes)
     out = set(cand[frame].tolist())
     api = rows_of(ev, ("runtime", "driver"))
     if not len(api):
@@ -119,8 +120,9 @@ def _top(ev: pd.DataFrame, threads, names: dict, mask: np.ndarray):
             parts.append((region, r[keep], base[keep]))
         sp = _Spans(ev, parts)
         first: dict[int, int] = {}
-        for _, r, base in parts:
-            for row, b in zip(r.tolist(), base.tolist()):
+        for _, r, base in parts:   # each name's first row (its evidence), per distinct name
+            ids, at = np.unique(base, return_index=True)
+            for b, row in zip(ids.tolist(), r[at].tolist()):
                 if b >= 0:
                     first.setdefault(b, row)
         tot = {b: ns for b, ns in sp.every(list(first)).items()
