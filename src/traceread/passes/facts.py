@@ -34,6 +34,7 @@ from .common import kind_in
 from .context import flag_evidence, has_non_step_ranges
 from .figures import layout_figures, slow_collective, startup, window_figures
 from .frames import code_in
+from .hostwork import host_work_kind
 from .newfacts import compiled_call_host
 from .peaks import device_caps, device_name
 
@@ -101,6 +102,9 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
                                      comp, kernels, parts, ctx)
     release_heap()   # culprits' interval sets; the layout and steady passes may run here next
     fig["host_in_compiled_call"] = compiled_call_host(culprits.get("host", ""))
+    hw = host_work_kind(ev, gaps, ops)
+    hw_evidence = hw.pop("evidence") if hw else None
+    fig["host_work_kind"] = hw
     fig.update(cause_ns=parts, copies=copies, window_summary=summ,
                steps=stats["count"] if stats else 0,
                step_mean_ns=stats["mean_ns"] if stats else 0, devices=max(1, len(devices)),
@@ -124,6 +128,8 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     located = ctx.pop("facts_evidence", None) or {}
     evidence = program_evidence(ev, ctx, step_tab)
     evidence.update(located)
+    if hw_evidence:
+        evidence["host_work_kind"] = hw_evidence
     return WindowFacts(figures=fig, program=ctx, evidence=evidence, frames=frames)
 
 

@@ -139,6 +139,24 @@ def not_host_dispatch(c: Ctx) -> bool:
     return not host_dispatch(c)
 
 
+def host_in_model(c: Ctx) -> bool:
+    """The host time between launches is the model's own forward: most of it is inside
+    module calls (``nn.Module.__call__`` / ``forward`` frames) or ops that launch kernels
+    (``host_work_kind``, passes/hostwork.py). Work that is the model cannot move to
+    DataLoader workers; fewer, larger ops (compile, graphs, a larger batch) shorten it."""
+    hw = c.get("host_work_kind")
+    return isinstance(hw, dict) and hw.get("kind") == "model"
+
+
+def host_off_model(c: Ctx) -> bool:
+    return not host_in_model(c)
+
+
+def model_host(c: Ctx) -> bool:
+    """Per-op dispatch or the model's forward Python: the host work is the model's."""
+    return host_dispatch(c) or host_in_model(c)
+
+
 def per_param_syncs(c: Ctx) -> bool:
     """A sync per parameter per step (``.item()`` in a loop over parameters)."""
     return bool(c.get("per_param_syncs"))
@@ -819,7 +837,8 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
     Lever("off_step_path", "host", "move the host work off the step path: precompute, cache, "
           "or do it in DataLoader workers / a background thread", "code", saves="host_rest",
-          when=_all(PT, not_host_dispatch, not_offloaded, host_not_stall, not_compiled_call)),
+          when=_all(PT, not_host_dispatch, host_off_model, not_offloaded, host_not_stall,
+                    not_compiled_call)),
     Lever("compiled_call", "host", "the host time is torch.compile's own per-call work (the "
           "compiled graph's call, guards, CUDA graph tree bookkeeping), not your code: call the "
           "compiled function fewer times -- compile the whole step (or a larger module) instead "
@@ -830,6 +849,13 @@ LEVERS: tuple[Lever, ...] = (
           "ops", "code", saves="host_rest", when=_all(PT, host_dispatch)),
     Lever("compile_dispatch", "host", "torch.compile the step: fused kernels leave fewer ops to "
           "dispatch", "code", saves="host_rest", when=_all(PT, host_dispatch, not_compiled),
+          group="compile"),
+    Lever("compile_model_host", "host", "the host time is the model's own forward (module "
+          "calls and the dispatch of many small ops), which cannot move off the step: "
+          "torch.compile the model (fused kernels, less Python per step), capture it with CUDA "
+          "graphs where the step allows, or run a larger batch per call", "code",
+          saves="host_rest", when=_all(PT, host_in_model, not_host_dispatch, not_compiled,
+                                       not_compiled_call, host_not_stall), first=True,
           group="compile"),
     Lever("graphs_host", "host", "capture the step with CUDA graphs so the GPU runs ahead of the "
           "host: torch.compile(mode=\"reduce-overhead\")", "code", saves="host_rest",

@@ -17,7 +17,7 @@ MODEL_OF = {
                      "late_read_native"), "drop_syncs"),
     **dict.fromkeys(("cuda_graphs", "graphs_host", "cuda_graphs_native",
                      "graphs_host_native"), "cuda_graphs"),
-    **dict.fromkeys(("compile_fuse", "compile_pointwise", "compile_dispatch",
+    **dict.fromkeys(("compile_fuse", "compile_pointwise", "compile_dispatch", "compile_model_host",
                      "compile_fuse_rest", "compile_generic", "fuse_native"), "fuse_pointwise"),
     **dict.fromkeys(("tf32", "tf32_generic"), "tf32"),
     **dict.fromkeys(("bf16_autocast", "autocast_generic"), "bf16"),

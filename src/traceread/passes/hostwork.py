@@ -1,0 +1,135 @@
+"""What the host time between launches is (``host_work_kind``): the model's own forward
+Python and operator dispatch, or host work that does not feed the GPU.
+
+Measured over the same host-owned instants the host culprit is named from
+(``culprits._work_rows``: the launch threads' part of the long gaps the host explains, no
+container of another cause over it, the thread not waiting). An instant is the *model's*
+when a launch-thread row covering it is
+
+* a module call frame: ``nn.Module: X`` (record_shapes/with_modules), ``torch/nn/modules/
+  module.py(N): _call_impl`` / ``_wrapped_call_impl``, or a ``forward`` frame
+  (with_stack=True), or
+* an operator that launches GPU work itself (a kernel launch API call nested in it on the
+  same thread): that op's dispatch is on the step's own path.
+
+Everything else (data preparation on CPU tensors, logging, file I/O, a ``time.sleep``, the
+untraced rest) is host work that does not feed the GPU: it can move to DataLoader workers
+or a background thread; the model's forward cannot.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import attribution as attr
+from . import intervals
+from .common import kind_in, lut_at, rows_of
+from .culprits import _Spans, _work_rows
+from .factkit import item
+
+MODULE_FRAME_RX = re.compile(r"^nn\.Module: "
+                             r"|torch/nn/modules/module\.py\(\d+\): _(?:wrapped_)?call_impl$"
+                             r"|\(\d+\): forward$")
+LAUNCH_RX = re.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch\w*$"
+                       r"|^(?:cuda|cu|hip)GraphLaunch\w*$")
+MODEL_SHARE = 0.5   # the model's share of the host time above which the host work is the model's
+
+
+def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> dict | None:
+    """{"kind": "model" | "off_path" | "unknown", "model_share", "host_ns", "model_ns", "top_model",
+    "top_other", "evidence"}; None when the gaps hold no host-owned time."""
+    if not len(gaps) or not len(ev):
+        return None
+    long_ = gaps["duration"].to_numpy(np.int64) > attr.SHORT_GAP_NS
+    if "drain" in gaps:
+        long_ &= (gaps["drain"] != "queued").to_numpy(bool)
+    threads, names = _work_rows(ev, gaps[long_], ops, ("python", "cpu_op"))
+    if not threads:
+        return None
+    host_iv = intervals.union(np.concatenate([r[0][0] for r in threads]),
+                              np.concatenate([r[0][1] for r in threads]))
+    host_ns = intervals.total(host_iv)
+    if host_ns <= 0:
+        return None
+    model = _model_rows(ev, np.concatenate([r for _, r, _ in threads]))
+    sp = _Spans(ev, threads)
+    mask = np.zeros(len(ev), bool)
+    mask[np.fromiter(model, np.int64, len(model))] = True
+    model_ns = sp.covered(lambda r, base: mask[r])
+    share = model_ns / host_ns
+    top_model, top_other = _top(ev, threads, names, mask)
+    # no traced frame or op in the host time at all: what it is, the trace cannot say
+    kind = "unknown" if top_model is None and top_other is None \
+        else "model" if share >= MODEL_SHARE else "off_path"
+    ts = ev["ts"].to_numpy(np.int64)
+    lead = top_model if kind == "model" else top_other
+    detail = (f"{share:.0%} of {host_ns / 1e6:.2f} ms host time in the gaps is inside the "
+              f"model's module calls / kernel-launching ops")
+    ev_rows = [item(lead[0], ts[lead[2]], None, detail)] if lead else [item("host", None, None,
+                                                                           detail)]
+    return {"kind": kind, "model_share": round(share, 3),
+            "top_model": top_model[0] if top_model else None,
+            "top_other": top_other[0] if top_other else None,
+            "host_ns": int(host_ns), "model_ns": int(model_ns), "evidence": ev_rows}
+
+
+def _model_rows(ev: pd.DataFrame, cand: np.ndarray) -> set:
+    """The candidate rows that are the model's: module call frames, and ops with a kernel
+    launch nested in them on their own thread."""
+    cand = np.unique(cand)
+    lut, codes = lut_at(ev["name"], cand, lambda n: bool(MODULE_FRAME_RX.search(n)), False,
+                        bool)
+    frame = lut.take(codes)
+    out = set(cand[frame].tolist())
+    api = rows_of(ev, ("runtime", "driver"))
+    if not len(api):
+        return out
+    lut, codes = lut_at(ev["name"], api, lambda n: bool(LAUNCH_RX.match(n)), False, bool)
+    launch = api[lut.take(codes)]
+    if not len(launch):
+        return out
+    key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    ops = cand[~frame & kind_in(ev, ("cpu_op",))[cand]]
+    for k in np.unique(key[ops]).tolist():
+        lt = np.sort(ts[launch[key[launch] == k]])
+        mine = ops[key[ops] == k]
+        hit = np.searchsorted(lt, te[mine], "left") > np.searchsorted(lt, ts[mine], "left")
+        out.update(mine[hit].tolist())
+    return out
+
+
+def _top(ev: pd.DataFrame, threads, names: dict, mask: np.ndarray):
+    """(name, ns, first row) of the model name covering the most host time, and of the
+    other name covering the most host time outside the model's rows (a frame enclosing
+    the whole loop -- the script's body, ``spawn_main`` -- covers the model's time too, and
+    is not what runs beside it)."""
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    out = []
+    for want in (True, False):
+        parts = []
+        for region, r, base in threads:
+            if not want:   # the time outside the model's rows only
+                m = r[mask[r]]
+                region = intervals.subtract(region, intervals.union(ts[m], te[m]))
+            keep = mask[r] == want
+            parts.append((region, r[keep], base[keep]))
+        sp = _Spans(ev, parts)
+        first: dict[int, int] = {}
+        for _, r, base in parts:   # each name's first row (its evidence), per distinct name
+            ids, at = np.unique(base, return_index=True)
+            for b, row in zip(ids.tolist(), r[at].tolist()):
+                if b >= 0:
+                    first.setdefault(b, row)
+        tot = {b: ns for b, ns in sp.every(list(first)).items()
+               if ns > 0 and not names[b].startswith("ProfilerStep")}
+        if not tot:
+            out.append(None)
+            continue
+        b = max(tot, key=tot.get)
+        out.append((names[b], tot[b], first[b]))
+    return out[0], out[1]

@@ -1,0 +1,108 @@
+"""``host_work_kind`` (passes/hostwork.py): is the host time between launches the model's own
+forward (module calls, ops that launch kernels) or host work beside it (data preparation)?
+The first cannot move to DataLoader workers: ``off_step_path`` is offered only for the
+second, ``compile_model_host`` for the first (issue 29)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from traceread.analysis import analyze
+from traceread.synth.scenarios import MS, T0, US, TraceBuilder
+
+CALL = "torch/nn/modules/module.py(1743): _call_impl"
+BERT = Path("/work/shared/corpus/AMD-AGI__TraceLens/tests/traces/h100/"
+            "gaunernst_bert-small-uncased__1016001.json.gz")
+
+
+def _ops(b: TraceBuilder, t: int, n: int, *, python_ns: int) -> int:
+    """n module calls, each ``python_ns`` of forward Python around one small op + kernel."""
+    for _ in range(n):
+        b.cpu(CALL, t, python_ns + 40 * US, kind="python")
+        b.cpu("model.py(12): forward", t + 1 * US, python_ns + 38 * US, kind="python")
+        op = t + python_ns
+        b.op_with_kernel("aten::linear", op, 30 * US, 10 * US, 10 * US, op + 25 * US, 5 * US,
+                         name="void gemv_kernel<float>(float*)")
+        t += python_ns + 40 * US
+    return t
+
+
+def model_python(steps: int = 4):
+    """The gaps are the model's own forward Python between tiny kernels."""
+    b = TraceBuilder(path="model_python.json")
+    t = T0
+    for k in range(steps):
+        start = t
+        b.cpu("nn.Module: Net_0", t, 30 * 240 * US, kind="python")
+        t = _ops(b, t, 30, python_ns=200 * US)
+        b.step(k, start, t - start)
+    return b.build()
+
+
+def data_prep(steps: int = 4):
+    """The gaps are a CPU data preparation step (no kernel launched) between short forwards."""
+    b = TraceBuilder(path="data_prep.json")
+    t = T0
+    for k in range(steps):
+        start = t
+        b.cpu("train.py(30): prepare_batch", t, 3 * MS, kind="python")
+        b.cpu("aten::randn", t + 100 * US, 2 * MS)
+        t += 3 * MS
+        b.cpu("nn.Module: Net_0", t, 10 * 45 * US, kind="python")
+        t = _ops(b, t, 10, python_ns=5 * US)
+        b.step(k, start, t - start)
+    return b.build()
+
+
+def _run(trace):
+    a = analyze(trace, steps="all")
+    return a.facts.figures["host_work_kind"], [x["id"] for x in a.verdict["actions"]]
+
+
+def test_model_forward_python_is_not_moved_off_the_step():
+    hw, ids = _run(model_python())
+    assert hw["kind"] == "model" and hw["model_share"] > 0.9
+    assert hw["top_model"] in (CALL, "nn.Module: Net_0", "model.py(12): forward")
+    assert "off_step_path" not in ids
+    assert "compile_model_host" in ids
+
+
+def test_data_preparation_is_moved_off_the_step():
+    hw, ids = _run(data_prep())
+    assert hw["kind"] == "off_path" and hw["model_share"] < 0.2
+    assert hw["top_other"] in ("aten::randn", "train.py(30): prepare_batch")
+    assert "off_step_path" in ids
+    assert "compile_model_host" not in ids
+
+
+def test_because_cites_the_fact():
+    a = analyze(model_python(), steps="all")
+    x = next(x for x in a.verdict["actions"] if x["id"] == "compile_model_host")
+    fact = next(b for b in x["because"] if b["fact"] == "host_work_kind")
+    assert fact["evidence"] and "host time in the gaps" in fact["evidence"][0]["detail"]
+
+
+@pytest.mark.skipif(not BERT.exists(), reason="needs ../shared/corpus")
+def test_bert_small_h100_forward_is_the_model():
+    from traceread import load
+    a = analyze(load(BERT))
+    hw = a.facts.figures["host_work_kind"]
+    assert hw["kind"] == "model" and hw["model_share"] > 0.8
+    assert "off_step_path" not in [x["id"] for x in a.verdict["actions"]]
+
+
+def test_untraced_host_time_is_unknown():
+    """Gaps with no frame or op in them but the step's own range (a trace without stacks,
+    ProfilerStep recorded as an op, as older Kineto does): the kind is not guessed."""
+    b = TraceBuilder(path="untraced.json")
+    t = T0
+    for k in range(4):
+        b.cpu(f"ProfilerStep#{k}", t, 3 * MS)
+        for j in range(3):
+            b.launch(t + j * MS + 900 * US, 10 * US, t + j * MS + 915 * US, 5 * US)
+        t += 3 * MS
+    hw, ids = _run(b.build())
+    assert hw is None or hw["kind"] == "unknown"
+    assert "off_step_path" in ids   # no evidence it is the model: the lever stays
+    assert "compile_model_host" not in ids
