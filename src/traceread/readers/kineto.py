@@ -533,6 +533,8 @@ def _foreign_records(doc: Any, events: list, meta: TraceMeta) -> None:
         note["ignored_phases"] = dict(sorted(phases.items(), key=lambda kv: -kv[1])[:5])
 
 
+_INT64_MAX = (1 << 63) - 1
+
 # Phases that become rows (E folds into its B) or names (M): never "ignored".
 _ROW_PHASES = frozenset(("X", "B", "E", "i", "I", "M"))
 
@@ -1017,7 +1019,8 @@ def _pair_begin_end(batch: dec.Batch, ts: np.ndarray, dur: np.ndarray, keep: np.
             st = stacks.get(key)
             if st:
                 b = st.pop()
-                dur[b] = ts[i] - ts[b]
+                # in Python ints: hostile times far apart would wrap an int64 to a negative
+                dur[b] = min(int(ts[i]) - int(ts[b]), _INT64_MAX)
     unmatched = sum(len(s) for s in stacks.values())
     if unmatched:
         meta.extra["unmatched_begin_events"] = unmatched
