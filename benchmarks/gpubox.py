@@ -81,7 +81,7 @@ class Budget:
 
 def main(args) -> int:
     budget = Budget(args.budget)
-    workers = h.ints(args.workers or "") or _powers_of_two(os.cpu_count() or 1)
+    workers = h.ints(args.workers or "") or h.powers_of_two(os.cpu_count() or 1)
     side = h.this_side()
     print(h.machine([side]))
     print(f"budget {args.budget:.0f} s; workers {','.join(map(str, workers))}\n")
@@ -111,14 +111,6 @@ def _exists(p: Path) -> bool:
     if not p.is_file():
         h.say(f"{p}: not a file, left out")
     return p.is_file()
-
-
-def _powers_of_two(n: int) -> list[int]:
-    out, w = [], 1
-    while w < n:
-        out.append(w)
-        w *= 2
-    return out + [n]
 
 
 # --- the trace table ---------------------------------------------------------------------

@@ -382,6 +382,15 @@ def parse_size(text: str) -> int:
     return ps(text)
 
 
+def powers_of_two(n: int) -> list[int]:
+    """Worker counts 1, 2, 4, ... below ``n``, then ``n`` itself."""
+    out, w = [], 1
+    while w < n:
+        out.append(w)
+        w *= 2
+    return out + [n]
+
+
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 

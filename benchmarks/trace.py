@@ -108,7 +108,7 @@ def add_big_args(ap) -> None:
 
 def big_main(args) -> int:
     made = inputs(args)
-    workers = h.ints(args.workers or "") or _powers_of_two(os.cpu_count() or 1)
+    workers = h.ints(args.workers or "") or h.powers_of_two(os.cpu_count() or 1)
     have_hta = not args.no_hta and hta_available(args.hta_python)
     if not args.no_hta and not have_hta:
         h.say(f"HTA not available at {args.hta_python}: skipping it (see --hta-python)")
@@ -220,9 +220,3 @@ def inputs(args) -> list[Path]:
     return made
 
 
-def _powers_of_two(n: int) -> list[int]:
-    out, w = [], 1
-    while w < n:
-        out.append(w)
-        w *= 2
-    return out + [n]
