@@ -203,3 +203,15 @@ def test_compiled_call_overhead_is_not_sent_to_dataloader_workers():
     ids = [x["id"] for x in a.verdict["actions"]]
     assert a.facts.figures["host_in_compiled_call"]
     assert "off_step_path" not in ids and "compiled_call" in ids
+
+
+def test_no_fp16_lever_on_a_device_with_fast_bf16(corpus_dir):
+    # A100 (bf16: yes) with FP32 GEMMs: the fp16 + GradScaler lever ("this GPU has no fast
+    # bf16") was offered once the replay priced it, past the busy pass that rules it out
+    import traceread
+
+    a = traceread.analyze(str(corpus_dir / "facebookresearch__HolisticTraceAnalysis/tests/data/"
+                              "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"))
+    ids = [x["id"] for x in a.verdict["actions"]]
+    assert a.context["device"]["bf16"] is True and "bf16_autocast" in ids
+    assert "fp16_autocast" not in ids and "fp16_for_bf16" not in ids

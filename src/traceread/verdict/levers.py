@@ -1177,6 +1177,10 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
         rep = replayed(lv, ctx)
         if lv.saves in CAUSE_PRICED and lv.cause not in causes:
             continue
+        if lv.saves == "busy" and not (ctx.get("busy_levers") or {}).get(lv.busy):
+            # the busy pass decides whether the change applies (fp16 autocast only where the
+            # device has no fast bf16, TF32 only with FP32 GEMMs); a replay prices, not decides
+            continue
         ns = saving(lv, scores.get(lv.cause, 0), parts, copy, ctx)
         if ns is not None and (ns <= 0 or ns < min_ns):
             continue
