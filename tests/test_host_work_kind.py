@@ -4,16 +4,17 @@ The first cannot move to DataLoader workers: ``off_step_path`` is offered only f
 second, ``compile_model_host`` for the first (issue 29)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from traceread.analysis import analyze
+from conftest import CORPUS
 from traceread.synth.scenarios import MS, T0, US, TraceBuilder
 
 CALL = "torch/nn/modules/module.py(1743): _call_impl"
-BERT = Path("/work/shared/corpus/AMD-AGI__TraceLens/tests/traces/h100/"
-            "gaunernst_bert-small-uncased__1016001.json.gz")
+BERT = CORPUS / "AMD-AGI__TraceLens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+EVENT_SYNC = CORPUS / ("facebookresearch__HolisticTraceAnalysis/tests/data/critical_path/"
+                       "cuda_event_sync/event_sync_trace.json.gz")
 
 
 def _ops(b: TraceBuilder, t: int, n: int, *, python_ns: int) -> int:
@@ -106,3 +107,14 @@ def test_untraced_host_time_is_unknown():
     assert hw is None or hw["kind"] == "unknown"
     assert "off_step_path" in ids   # no evidence it is the model: the lever stays
     assert "compile_model_host" not in ids
+
+
+@pytest.mark.skipif(not EVENT_SYNC.exists(), reason="needs ../shared/corpus")
+def test_a_first_allocation_inside_a_launching_op_is_not_the_model():
+    """HTA's cuda_event_sync: aten::ones spends 2.2 ms in its aten::empty (the first
+    allocation) and then launches a fill: the wait is not the model's dispatch."""
+    from traceread import load
+    a = analyze(load(EVENT_SYNC))
+    hw = a.facts.figures["host_work_kind"]
+    assert hw["kind"] == "off_path" and hw["model_share"] < 0.1
+    assert a.verdict["actions"][0]["id"] == "off_step_path"

@@ -54,10 +54,9 @@ def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> d
     if host_ns <= 0:
         return None
     model = _model_rows(ev, np.concatenate([r for _, r, _ in threads]))
-    sp = _Spans(ev, threads)
     mask = np.zeros(len(ev), bool)
     mask[np.fromiter(model, np.int64, len(model))] = True
-    model_ns = sp.covered(lambda r, base: mask[r])
+    model_ns = _model_ns(ev, threads, mask)
     share = model_ns / host_ns
     top_model, top_other = _top(ev, threads, names, mask)
     # no traced frame or op in the host time at all: what it is, the trace cannot say
@@ -73,6 +72,31 @@ def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> d
             "top_model": top_model[0] if top_model else None,
             "top_other": top_other[0] if top_other else None,
             "host_ns": int(host_ns), "model_ns": int(model_ns), "evidence": ev_rows}
+
+
+def _model_ns(ev: pd.DataFrame, threads, mask: np.ndarray) -> int:
+    """Host-owned ns inside the model's rows, less the instants inside an operator that
+    launches nothing and runs outside every module frame: an ``aten::empty`` waiting on the
+    first allocation inside ``aten::ones`` is not the model's dispatch because ``fill_``
+    beside it launches a kernel."""
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    is_op = kind_in(ev, ("cpu_op",))
+    rows = np.unique(np.concatenate([r for _, r, _ in threads]))
+    lut, codes = lut_at(ev["name"], rows, lambda n: bool(MODULE_FRAME_RX.search(n)), False, bool)
+    frame = np.zeros(len(ev), bool)
+    frame[rows] = lut.take(codes)
+    s, e = [], []
+    for region, r, _ in threads:
+        m, o, f = r[mask[r]], r[is_op[r] & ~mask[r]], r[frame[r]]
+        if not len(m):
+            continue
+        mine = intervals.intersect(region, intervals.union(ts[m], te[m]))
+        idle_op = intervals.subtract(intervals.union(ts[o], te[o]), intervals.union(ts[f], te[f]))
+        mine = intervals.subtract(mine, idle_op)
+        s.append(mine[0])
+        e.append(mine[1])
+    return intervals.total(intervals.union(np.concatenate(s), np.concatenate(e))) if s else 0
 
 
 def _model_rows(ev: pd.DataFrame, cand: np.ndarray) -> set:
