@@ -357,7 +357,9 @@ class Inflater:
 
     Unlike ``gzip.GzipFile`` it hands out every byte inflated before a cut
     (a killed writer) and only then raises EOFError, and it never inflates
-    more than ``n`` bytes per call (a gzip bomb stays bounded per read).
+    more than ``n`` bytes per call (a gzip bomb stays bounded per read). The one
+    inflater of every gzip path (the small-file reader and the streaming reader), so
+    a multi-member file reads the same at every size, level and block size.
     """
 
     def __init__(self, f, block: int = 1 << 20):
@@ -377,18 +379,23 @@ class Inflater:
                     self.done = self.cut = True
                     break
             b = self.d.decompress(self.pending, n - size)
-            self.pending = self.d.unconsumed_tail
             out.append(b)
             size += len(b)
             if self.d.eof:
+                # at a member's end zlib leaves what follows it in unused_data, and
+                # (when this input was an earlier call's unconsumed_tail) in
+                # unconsumed_tail too: the next member starts from unused_data alone
+                self.pending = b""
                 self._next_member()
+            else:
+                self.pending = self.d.unconsumed_tail
         data = b"".join(out)
         if not data and self.cut:
             raise EOFError("compressed data ends early")
         return data
 
     def _next_member(self) -> None:
-        rest = self.d.unused_data + self.pending
+        rest = self.d.unused_data
         while len(rest) < 2:  # the next member's magic may straddle a block boundary
             more = self.f.read(self.block)
             if not more:
@@ -399,4 +406,14 @@ class Inflater:
         elif rest.strip(b"\x00"):
             raise zlib.error("trailing garbage after the gzip stream")
         else:
-            self.done, self.pending = True, b""
+            self._drain_zeros()
+
+    def _drain_zeros(self) -> None:
+        """A zero-padded tail (a preallocated file) ends the stream; anything else there is garbage."""
+        while True:
+            more = self.f.read(self.block)
+            if not more:
+                self.done, self.pending = True, b""
+                return
+            if more.strip(b"\x00"):
+                raise zlib.error("trailing garbage after the gzip stream")

@@ -30,7 +30,7 @@ from ..errors import TraceError
 from ..table import KINDS, Trace, TraceMeta, build_table, release_heap
 from . import _kineto_decode as dec
 from .common import JSON_OUT, coerce_event, json_error, mark_truncated, not_a_trace, progress_bar
-from ._json_edges import inflate_cap_message, max_inflated, truncation_info
+from ._json_edges import Inflater, inflate_cap_message, max_inflated, truncation_info
 
 try:  # isal's zlib is ~3x faster at inflate; the "fast" extra installs it
     from isal import isal_zlib as _zlib
@@ -231,40 +231,34 @@ def _gunzip(p: Path, data: bytes, tick, strict: bool = False) -> tuple[bytes, bo
     """Inflate all gzip members, with progress; clean errors for bad input.
 
     A stream that ends early (a killed writer) gives what it inflated so far
-    and True, unless ``strict``.
+    and True, unless ``strict``. The streaming reader's ``Inflater`` does the work, so
+    both paths read every multi-member file the same way.
     """
+    import io
+
+    n = len(data)
+    src = io.BytesIO(data)
+    inf = Inflater(src, _GZ_CHUNK)
     parts = []
-    pos, n = 0, len(data)
-    view = memoryview(data)
     cap, total = max_inflated(n), 0
     try:
-        while pos < n:
-            d = _zlib.decompressobj(31)
-            while not d.eof:
-                if pos >= n:
-                    if strict:
-                        raise TraceError(p, f"truncated gzip: compressed data ends at byte {n}")
-                    parts.append(d.flush())
-                    return b"".join(parts), True
-                chunk = view[pos:pos + _GZ_CHUNK]
-                # bounded per call: a bomb is stopped at the cap, not after inflating
-                out = d.decompress(d.unconsumed_tail or chunk, _GZ_CHUNK * 64)
-                parts.append(out)
-                total += len(out)
-                if cap and total > cap:
-                    raise TraceError(p, inflate_cap_message(cap, n))
-                if d.unconsumed_tail:
-                    continue
-                pos += len(chunk) - len(d.unused_data)
-                tick("gunzip", pos / n)
-            parts.append(d.flush())
-            if pos < n and data[pos:pos + 2] != b"\x1f\x8b":
-                if data[pos:].strip(b"\x00"):
-                    raise TraceError(p, f"corrupt gzip: trailing garbage at byte {pos}")
+        while True:
+            # bounded per call: a bomb is stopped at the cap, not after inflating
+            out = inf.read(_GZ_CHUNK * 64)
+            if not out:
                 break
+            parts.append(out)
+            total += len(out)
+            if cap and total > cap:
+                raise TraceError(p, inflate_cap_message(cap, n))
+            tick("gunzip", src.tell() / max(1, n))
+    except EOFError:
+        if strict:
+            raise TraceError(p, f"truncated gzip: compressed data ends at byte {n}") from None
+        return b"".join(parts), True
     except (zlib.error, getattr(_zlib, "error", zlib.error)) as e:
         raise TraceError(p, f"corrupt gzip: {e}") from None
-    return b"".join(parts), False
+    return b"".join(parts), inf.cut
 
 
 # --- decode -------------------------------------------------------------------
