@@ -38,8 +38,7 @@ def flame(trace, fmt, out, source, min_gap, step_pattern, steps_spec, window):
     instead (--from). `-o idle.folded` opens in speedscope or flamegraph.pl;
     `-o idle.svg` draws it.
     """
-    from ..passes.flame import collapsed
-    from ..render.flame import flame_svg, idle_flame
+    from ..render.flame import flame_svg, folded, idle_flame
 
     results, failed = _analyses([trace], step_pattern, 0, steps_spec, window)
     a = results[0]
@@ -48,7 +47,7 @@ def flame(trace, fmt, out, source, min_gap, step_pattern, steps_spec, window):
     if fmt == "svg":
         emit(flame_svg(stacks) or _empty_svg(), out, terminal=False)
     else:
-        emit(collapsed(stacks) or "", out, terminal=False)
+        emit(folded(stacks) or "", out, terminal=False)
     if not stacks:
         warn(f"{trace}: no GPU-idle gaps in the analysed window: nothing to draw" if not len(gaps)
              else f"{trace}: nothing inside the GPU-idle gaps to draw (from {made_of})")

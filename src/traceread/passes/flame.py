@@ -30,6 +30,12 @@ from .intervals import covered_before, union
 
 HOST_RANGE_KINDS = ("python", "cpu_op", "annotation", "runtime", "driver", "osrt")
 UNTRACED = "[untraced]"
+# A stack keeps its outermost MAX_STACK frames; the ranges nested deeper give their time to
+# one frame DEEPER below them. Real stacks (Python frames with with_stack, operators, CUDA
+# calls, NVTX) stay well inside it; 16,000 nested ranges made every stack, its key and its
+# folded line as long as the nesting: time and output quadratic in the depth.
+MAX_STACK = 128
+DEEPER = "[deeper]"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _MODULE_INSTANCE = re.compile(r"^(nn\.Module: .+?)_\d+$")
 _STEP_NUMBER = re.compile(r"#\d+$")        # ProfilerStep#12 -> ProfilerStep#N
@@ -123,13 +129,28 @@ def _thread_stacks(rows: pd.DataFrame, spans: tuple[np.ndarray, np.ndarray]) -> 
     own = self_ns.tolist()
     for i in order.tolist():                           # parents first: their paths exist
         p = up[i]
-        paths[i] = (paths[p] + (names[i],)) if p >= 0 else (names[i],)
+        paths[i] = _child_path(paths[p], names[i]) if p >= 0 else (names[i],)
         if own[i] > 0:
             out[paths[i]] += own[i]
     untraced = int((s1 - s0).sum() - cov[~has].sum())  # span time with no range open
     if untraced > 0:
         out[(UNTRACED,)] += untraced
     return out
+
+
+def _child_path(parent: tuple, frame: str) -> tuple:
+    """A range's stack from its parent's: at most MAX_STACK frames and one DEEPER
+    (a path that already ends in DEEPER is shared, not copied: linear in the ranges)."""
+    if len(parent) < MAX_STACK:
+        return parent + (frame,)
+    return parent if parent[-1] == DEEPER else parent + (DEEPER,)
+
+
+def bounded(frames) -> tuple:
+    """A sampled call stack (outermost first) cut like a range stack: MAX_STACK frames
+    and DEEPER."""
+    frames = tuple(frames)
+    return frames if len(frames) <= MAX_STACK else frames[:MAX_STACK] + (DEEPER,)
 
 
 def sampled_idle_stacks(samples: pd.DataFrame, events: pd.DataFrame,
@@ -166,7 +187,7 @@ def sampled_idle_stacks(samples: pd.DataFrame, events: pd.DataFrame,
             inside = (k >= 0) & (ts < s1[np.maximum(k, 0)])
             root = proc + ((f"thread {tid}",) if len(tids) > 1 else ())
             for frames in rows["frames"].to_numpy(object)[inside]:
-                out[root + tuple(frame_name(f) for f in frames)] += period
+                out[root + bounded(frame_name(f) for f in frames)] += period
     return {k: v for k, v in out.items() if v > 0}
 
 
@@ -180,7 +201,8 @@ def _period(samples: pd.DataFrame) -> int:
 
 
 def collapsed(stacks: dict[tuple[str, ...], int]) -> str:
-    """The collapsed-stack text (``a;b;c 123`` per line, heaviest first; ns)."""
+    """The collapsed-stack text (``a;b;c 123`` per line, heaviest first; ns), names as they
+    are: what reaches a file or terminal is ``render.flame.folded`` (names escaped)."""
     rows = sorted(stacks.items(), key=lambda kv: (-kv[1], kv[0]))
     return "".join(f"{';'.join(k)} {v}\n" for k, v in rows if v > 0)
 

@@ -8,8 +8,8 @@ section and ``traceread flame -o x.svg``.
 from __future__ import annotations
 
 import zlib
-from html import escape
 
+from .safe import folded as _frame, xml as escape
 from .text import fmt_ns
 
 ROW_H = 17
@@ -85,6 +85,13 @@ def _fit(text: str, px: float) -> str:
     if room < 3:
         return ""
     return text if len(text) <= room else text[: room - 1] + "…"
+
+
+def folded(stacks: dict) -> str:
+    """The collapsed-stack text (``a;b;c 123`` per line, heaviest first; ns) with every frame
+    escaped (``safe.folded``): a name cannot start a line or add a frame."""
+    rows = sorted(stacks.items(), key=lambda kv: (-kv[1], kv[0]))
+    return "".join(f"{';'.join(_frame(f) for f in k)} {v}\n" for k, v in rows if v > 0)
 
 
 SOURCES = ("auto", "ranges", "samples")

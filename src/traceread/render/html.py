@@ -14,7 +14,8 @@ diff tables.
 """
 from __future__ import annotations
 
-from html import escape
+from .safe import html as escape  # every string: one inert, escaped line
+from .safe import html_block
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def cross_rank_html(jobs) -> str:
     from .cross_rank import render_detail, render_summary
 
     text = (render_summary(jobs) + "\n\n" + render_detail(jobs)).strip()
-    return f"<h2>Across ranks</h2>{''.join(_wait_bars(j) for j in jobs)}<pre>{escape(text)}</pre>"
+    return f"<h2>Across ranks</h2>{''.join(_wait_bars(j) for j in jobs)}<pre>{html_block(text)}</pre>"
 
 
 def _wait_bars(job) -> str:
@@ -457,7 +458,7 @@ def _replay_section(d: dict) -> str:
     lines = replay_lines(d.get("replay"))
     if not lines:
         return ""
-    return "<h2>Replay</h2><pre>" + escape("\n".join(x.strip("\n") for x in lines[1:])) + "</pre>"
+    return "<h2>Replay</h2><pre>" + html_block("\n".join(x.strip("\n") for x in lines[1:])) + "</pre>"
 
 
 def _steps_section(d: dict) -> str:

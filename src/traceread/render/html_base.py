@@ -3,7 +3,7 @@ colours, and the small inline-SVG and table helpers (``html.py``, ``html_diff.py
 ``html_batch.py``)."""
 from __future__ import annotations
 
-from html import escape
+from .safe import html as escape  # every string: one inert, escaped line
 
 # GPU activity kinds: compute blue, copies brown-orange, comm teal -- no idle cause's colour.
 ACTIVITY_COLORS = {"compute": "#3b6ea8", "copy": "#a0522d", "comm": "#00838f", "idle": "#c9c9c9"}
@@ -71,4 +71,4 @@ def name_span(name, width: int = 160) -> str:
     """A kernel/op name, cut to ``width`` characters (the full name on hover)."""
     full = " ".join(str(name).split())
     short = full if len(full) <= width else full[: width - 1] + "…"
-    return f'<span class="name" title="{escape(full)}">{escape(short)}</span>'
+    return f'<bdi class="name" title="{escape(full)}">{escape(short)}</bdi>'

@@ -1,7 +1,7 @@
 """``traceread batch``'s job summary as one self-contained page (OUT/report.html)."""
 from __future__ import annotations
 
-from html import escape
+from .safe import html as escape  # every string: one inert, escaped line
 
 import pandas as pd
 

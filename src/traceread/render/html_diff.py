@@ -1,7 +1,7 @@
 """The HTML body of a ``TraceDiff`` (``traceread diff --format html``)."""
 from __future__ import annotations
 
-from html import escape
+from .safe import html as escape  # every string: one inert, escaped line
 
 from ..passes.attribution import CPU_CATEGORIES
 from .html_base import COLORS, name_span, svg, table

@@ -18,6 +18,16 @@ newline or carriage return in a name forges a line of our own output. So:
 * ``short(name, w)`` / ``short_names_in(prose)``: a name fitted to a terminal column,
   an inductor kernel keeping the tail that tells it apart.
 
+* ``xml(text)``: a name as XML 1.0 character data or attribute value (the SVG flame graph):
+  ``name()`` first (C0 controls, U+FFFE/U+FFFF and lone surrogates are not XML
+  characters at all: one makes the whole document unreadable), then ``&<>"'`` escaped.
+* ``html(text)``: a name (or any string) as HTML text or attribute value: ``xml()``, so no
+  bidi control, control character or noncharacter reaches the page raw;
+  ``html_block(text)`` keeps the newlines of a ``<pre>`` block; ``bdi(text)`` isolates a
+  name's direction from the text around it (``<bdi>``).
+* ``folded(frame)``: one frame of a collapsed stack (``a;b;c 123``): ``name()``, and its
+  separator ``;`` made ``,``.
+
 JSON needs neither: ``json.dumps`` escapes every control itself and the values stay exact.
 """
 from __future__ import annotations
@@ -32,7 +42,7 @@ FORMAT_CHARS = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
                 "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
                 "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
 # the rest: C1, line/paragraph separators, lone surrogates (undecodable file-name bytes)
-_OTHER = "\x7f-\x9f\u2028\u2029\ud800-\udfff" + FORMAT_CHARS
+_OTHER = "\x7f-\x9f\u2028\u2029\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff" + FORMAT_CHARS
 _NAME_BAD = re.compile("[\x00-\x1f" + _OTHER + "]")
 _TEXT_BAD = re.compile("[\x00-\x08\x0b-\x1f" + _OTHER + "]")
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -74,6 +84,36 @@ def name(value) -> str:
     """``value`` as one terminal-safe line: every control character made visible."""
     s = str(value)
     return _NAME_BAD.sub(_escape, s) if _NAME_BAD.search(s) else s
+
+
+def xml(value) -> str:
+    """``value`` as well-formed XML 1.0 text or attribute content, one inert line."""
+    from html import escape
+
+    return escape(name(value), quote=True)
+
+
+def html(value) -> str:
+    """``value`` as HTML text or attribute content: one inert line, ``&<>"'`` escaped."""
+    return xml(value)
+
+
+def html_block(value) -> str:
+    """A multi-line text for ``<pre>``: ``text()`` (its newlines and tabs stay), escaped."""
+    from html import escape
+
+    return escape(text(value), quote=True)
+
+
+def bdi(value) -> str:
+    """A name as HTML text in its own ``<bdi>``: a right-to-left name cannot reorder the
+    numbers and words around it."""
+    return f"<bdi>{html(value)}</bdi>"
+
+
+def folded(frame) -> str:
+    """One frame of a collapsed-stack line: one inert line without the ``;`` separator."""
+    return name(frame).replace(";", ",")
 
 
 def text(value) -> str:
@@ -144,13 +184,74 @@ def strings(value):
     return _each_string(value, name)
 
 
+def inert(value):
+    """``value`` with every string inside it ``name()``-escaped: dict keys and values, list
+    and tuple items, and every text column (and text index) of a DataFrame inside it. The
+    one escaping step between an analysis and the text report: a section cannot forget a
+    name, whichever field it reads it from."""
+    if isinstance(value, str):
+        return name(value)
+    if isinstance(value, dict):
+        return {inert(k): inert(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(inert(v) for v in value)
+    if _is_frame(value):
+        return _inert_frame(value)
+    return value
+
+
+def _is_frame(value) -> bool:
+    return type(value).__name__ == "DataFrame" and hasattr(value, "select_dtypes")
+
+
+def _inert_frame(df):
+    """A copy of DataFrame ``df`` whose string cells (object columns, the index) are escaped;
+    ``df`` itself when none needs it (most do not: the check is one scan)."""
+    text = [c for c in df.columns if df[c].dtype == object or str(df[c].dtype) in ("string", "category")]
+    bad = [c for c in text if df[c].map(lambda v: isinstance(v, str) and _NAME_BAD.search(v) is not None
+                                        ).any()]
+    index_bad = df.index.dtype == object and any(isinstance(v, str) and _NAME_BAD.search(v)
+                                                 for v in df.index)
+    if not bad and not index_bad:
+        return df
+    df = df.copy()
+    for c in bad:
+        df[c] = df[c].astype(object).map(lambda v: name(v) if isinstance(v, str) else v)
+    if index_bad:
+        df.index = [name(v) if isinstance(v, str) else v for v in df.index]
+    df.attrs = inert(dict(df.attrs))
+    return df
+
+
 def for_display(a):
-    """A shallow copy of Analysis ``a`` for the text report: its verdict's prose (which
-    quotes op, kernel and file names) made one inert line per string. ``a`` itself
-    and everything JSON reads keep the exact names."""
+    """A shallow copy of Analysis ``a`` for the text report: every string of every field
+    it reads (the verdict's prose, the utilization record's device name, the gaps' op
+    names, the DataFrames' name columns...) made one inert line (``inert``). ``a``
+    itself and everything JSON reads keep the exact names."""
     import copy
+    import dataclasses
 
     shown = copy.copy(a)
+    keep = {"trace", "replay_graph", "facts", "window"}   # read for numbers, never shown
+    for f in dataclasses.fields(a) if dataclasses.is_dataclass(a) else ():
+        if f.name not in keep and f.name != "verdict":
+            setattr(shown, f.name, inert(getattr(a, f.name)))
+    shown.meta = _inert_meta(a.meta) if hasattr(a, "meta") else None
     # the inductor kernel names in its strings shortened too (``short_names_in``)
     shown.verdict = _each_string(a.verdict, lambda v: short_names_in(name(v)))
+    return shown
+
+
+def _inert_meta(meta):
+    """A copy of TraceMeta ``meta`` with its strings (devices, process names, extras) escaped."""
+    import copy
+    import dataclasses
+
+    if not dataclasses.is_dataclass(meta):
+        return meta
+    shown = copy.copy(meta)
+    for f in dataclasses.fields(meta):
+        v = getattr(meta, f.name)
+        if f.name != "path" and isinstance(v, (str, dict, list, tuple)):
+            setattr(shown, f.name, inert(v))
     return shown
