@@ -512,7 +512,8 @@ def test_second_batch_into_its_own_subfolder(tmp_path):
     for _ in range(2):
         r = run_inprocess("batch", d, "-o", d / "out", "-j", "1", cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-        assert r.stdout.startswith("2 files: 2 analysed, 0 failed\n"), r.stdout
+        assert r.stdout.startswith("2 files: 2 analysed, 0 failed"), r.stdout
+        assert "failed: " not in r.stdout
 
 
 def test_batch_over_a_folder_holding_an_earlier_output(tmp_path):
@@ -526,7 +527,9 @@ def test_batch_over_a_folder_holding_an_earlier_output(tmp_path):
     shutil.copytree(tmp_path / "first", d / "old")
     r = run_inprocess("batch", d, "-o", tmp_path / "second", "-j", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("1 files: 1 analysed, 0 failed\n"), r.stdout
+    assert r.stdout.startswith("1 files: 1 analysed, 0 failed, "), r.stdout
+    # issue 40: the earlier output is named, as one folder (its files' bytes as recorded)
+    assert "skipped: " + str(d / "old") + os.sep + ": the output of an earlier" in r.stdout
 
 
 # ------------------------------------------------------------------ processes apart

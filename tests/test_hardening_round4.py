@@ -231,3 +231,67 @@ def test_flame_linear_in_nesting_depth():
 
     small, big = cost(2000), cost(16000)
     assert big < 8 * small * 3 + 0.5, (small, big)
+
+
+# ------------------------------------------------------------------ batch: nothing lost
+
+def _planted(tmp_path: Path) -> Path:
+    import hardening_cases as H
+
+    d = tmp_path / "received"
+    (d / "tables").mkdir(parents=True)
+    trace = H.doc_bytes(H.events(30))
+    for name in ("a.json", "jobs.json", "report.html", "tables/t.json"):
+        (d / name).write_bytes(trace)
+    (d / "summary.csv").write_text("anything\n")
+    (d / "tables" / ".traceread-batch").write_text("planted\n")
+    return d
+
+
+def test_batch_never_drops_a_trace_named_like_its_outputs(tmp_path):
+    # a summary.csv of any content made jobs.json and report.html (traces) vanish, and a
+    # planted .traceread-batch everything under tables/: not analysed, counted or listed
+    import pandas as pd
+
+    d = _planted(tmp_path)
+    out = tmp_path / "out"
+    r = run_cli("batch", d, "-o", out, "-j", "1", cwd=tmp_path)
+    _clean(r)
+    assert r.returncode == 0, r.stderr
+    s = pd.read_parquet(out / "summary.parquet")
+    got = {os.path.relpath(f, d) for f in s["file"]}
+    assert got == {"a.json", "jobs.json", "report.html", os.path.join("tables", "t.json")}
+    assert s["error"].isna().all()
+    # the two files that are not traces are named, with why
+    assert "skipped: " + str(d / "summary.csv") in r.stdout
+    assert "skipped: " + str(d / "tables" / ".traceread-batch") in r.stdout
+
+
+def test_batch_rerun_skips_only_the_bytes_it_wrote(tmp_path):
+    import pandas as pd
+
+    from traceread.jobs.discover import EARLIER_OUTPUT, discover
+
+    d = _planted(tmp_path)
+    out = d / "out"
+    for _ in range(2):      # the second run finds the first's output inside its input
+        r = run_cli("batch", d, "-o", out, "-j", "1", cwd=tmp_path)
+        _clean(r)
+        assert r.returncode == 0, r.stderr
+        assert len(pd.read_parquet(out / "summary.parquet")) == 4
+    found, skipped = discover(d)
+    assert not any(p.startswith(str(out)) for p in found)
+    assert {skipped.why[p] for p in skipped if p.startswith(str(out))} == {EARLIER_OUTPUT}
+    # an output file edited since (or a trace put in its place) is read again
+    (out / "jobs.json").write_bytes((d / "a.json").read_bytes())
+    found, _ = discover(d)
+    assert str(out / "jobs.json") in found
+
+
+def test_diff_of_folders_pairs_traces_named_like_batch_outputs(tmp_path):
+    from traceread.diffs.paths import match_dirs
+
+    a, b = _planted(tmp_path / "a"), _planted(tmp_path / "b")
+    m = match_dirs(str(a), str(b))
+    labels = {os.path.basename(str(label)) for label, _, _ in m.pairs}
+    assert labels == {"a.json", "jobs.json", "report.html", "t.json"} and not m.unmatched

@@ -104,18 +104,38 @@ def _need_dask(scheduler: str) -> None:
                                     "installed (pip install 'traceread[dask]')") from None
 
 
+SKIPPED_SHOWN = 20
+
+
+def _skipped_lines(skipped) -> list[str]:
+    """Every skipped file named with why (the first SKIPPED_SHOWN, then how many more); an
+    earlier batch's output as its folder and its count of files."""
+    from ..jobs.discover import EARLIER_OUTPUT, NOT_A_TRACE
+
+    why = getattr(skipped, "why", {})
+    outputs = getattr(skipped, "outputs", {})
+    out = [f"  skipped: {safe.name(d)}{os.sep}: the output of an earlier traceread batch "
+           f"({n} files, the bytes its manifest recorded)" for d, n in outputs.items()]
+    rest = [p for p in skipped if why.get(p) != EARLIER_OUTPUT]
+    out += [f"  skipped: {safe.name(p)}: {why.get(p, NOT_A_TRACE)}" for p in rest[:SKIPPED_SHOWN]]
+    if len(rest) > SKIPPED_SHOWN:
+        out.append(f"  ... {len(rest) - SKIPPED_SHOWN} more skipped")
+    return out
+
+
 def render_summary(res, out: str) -> str:
     from ..render.cross_rank import render_text
 
     s = res.summary
     ok = s[s["error"].isna()]
     lines = [f"{len(s)} files: {len(ok)} analysed, {res.failed} failed"
-             + (f", {len(res.skipped)} skipped (not traces by content or name)" if res.skipped else "")]
+             + (f", {len(res.skipped)} skipped" if res.skipped else "")]
     if len(ok):
         verdicts = ok["verdict"].fillna("?").value_counts()
         lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
     for r in s[s["error"].notna()].itertuples():
         lines.append(f"  failed: {safe.name(r.file)}: {safe.name(r.error)}")
+    lines += _skipped_lines(res.skipped)
     if "truncated_at_byte" in s:
         for r in s[s["truncated_at_byte"].notna() & s["error"].isna()].itertuples():
             lines.append(f"  truncated: {safe.name(r.file)}: cut at byte {r.truncated_at_byte:,}, "

@@ -66,11 +66,13 @@ def write(result, out_dir: str | os.PathLike, report: str | None = None) -> Path
             with open(st.file("report.html"), "w", encoding="utf-8") as f:
                 f.write(encodable(report))
         tables_dir = Path(st.dir("tables"))
-        (tables_dir / TABLES_MARKER).write_text("written by traceread batch; replaced on each run\n")
         for name, df in result.tables.items():
             ds.write_dataset(_to_arrow(df), tables_dir / name, format="parquet",
                              partitioning=["trace_id"], partitioning_flavor="hive",
                              existing_data_behavior="overwrite_or_ignore")
+        # the marker is the manifest of what this run wrote (its content, not its names, is
+        # what a later batch over a folder holding OUT recognises: jobs/discover.py)
+        (tables_dir / TABLES_MARKER).write_text(json.dumps(_manifest(st, tables_dir)))
         st.commit()
     partial = out / PARTIAL_SUMMARY
     if partial.is_file() and not partial.is_symlink():
@@ -82,6 +84,19 @@ OUTPUT_FILES = ("summary.parquet", "summary.csv", "ranks.parquet", "matches.parq
                 "jobs.parquet", "jobs.json", "report.html")
 PARTIAL_SUMMARY = "summary.partial.csv"
 TABLES_MARKER = ".traceread-batch"
+
+
+def _manifest(st, tables_dir: Path) -> dict:
+    """{"written_by", "files": {path relative to OUT: [size, sha256]}} of the staged outputs."""
+    from .discover import MANIFEST_KIND, file_digest
+
+    files = {name: file_digest(tmp) for name, tmp in st.files.items()}
+    for dirpath, _, filenames in os.walk(tables_dir):
+        for f in filenames:
+            full = os.path.join(dirpath, f)
+            rel = os.path.relpath(full, tables_dir).replace(os.sep, "/")
+            files["tables/" + rel] = file_digest(full)
+    return {"written_by": MANIFEST_KIND, "files": files}
 
 
 def check_out_dir(out: str | os.PathLike, inputs: Iterable[str]) -> None:

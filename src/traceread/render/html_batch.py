@@ -49,6 +49,12 @@ def batch_page(res) -> str:
         parts.append("<h2>Failed</h2>" + table(["file", "error"], [
             [f'<span class="name">{escape(str(r["file"]))}</span>', escape(str(r["error"]))]
             for _, r in bad.iterrows()]))
+    skipped = list(getattr(res, "skipped", None) or [])
+    if skipped:   # nothing left out unnamed (jobs/discover.py)
+        why = getattr(res.skipped, "why", {})
+        parts.append(f"<h2>Skipped ({len(skipped)})</h2>" + table(["file", "why"], [
+            [f'<bdi class="name">{escape(str(p))}</bdi>', escape(why.get(p, "not a trace"))]
+            for p in skipped]))
     if getattr(res, "jobs", None):
         from .html import cross_rank_html
 
