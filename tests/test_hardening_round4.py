@@ -295,3 +295,213 @@ def test_diff_of_folders_pairs_traces_named_like_batch_outputs(tmp_path):
     m = match_dirs(str(a), str(b))
     labels = {os.path.basename(str(label)) for label, _, _ in m.pairs}
     assert labels == {"a.json", "jobs.json", "report.html", "t.json"} and not m.unmatched
+
+
+# ------------------------------------------------------------------ Flight Recorder dumps
+
+FR = FIXTURES / "gloo" / "fr2"
+
+
+def _one_error(r, name: str) -> str:
+    _clean(r)
+    assert r.returncode == 1, (r.stdout[-500:], r.stderr[-2000:])
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("traceread: error: ") and name in lines[0], lines
+    assert "Warning" not in r.stderr
+    return lines[0]
+
+
+def _fr_doc() -> dict:
+    return json.loads((FR / "fr-rank-0.json").read_text())
+
+
+def _pickle_ops(*items: bytes) -> bytes:
+    """A protocol-2 pickle: {"version": "2.10", "entries": <items>} by hand."""
+    def s(t: str) -> bytes:
+        return b"X" + len(t).to_bytes(4, "little") + t.encode()
+    return (b"\x80\x02}(" + s("version") + s("2.10") + s("entries") + b"".join(items)
+            + b"u.")
+
+
+def _tuple_dag_key(levels: int = 64) -> bytes:
+    """By hand (building it in Python would hash 2^64 nodes): t0 = ("x",), t(i+1) = (ti, ti)
+    through the pickle memo, t64 a dict key."""
+    dag = b"X\x01\x00\x00\x00x\x85q\x00"                       # TUPLE1, BINPUT 0
+    for i in range(1, levels + 1):
+        dag += b"h" + bytes([i - 1]) + b"h" + bytes([i - 1]) + b"\x86q" + bytes([i])
+    return _pickle_ops(b"]", dag, b"K\x01")
+
+
+def _shared_entries(n: int) -> bytes:
+    import pickle
+
+    e = _fr_doc()["entries"][0]
+    return pickle.dumps({"version": "2.10", "entries": [e] * n}, protocol=2)
+
+
+HOSTILE_PICKLES = {
+    # 905 bytes: a dict key that is a 64-level tuple DAG (2^64 nodes to hash): hung
+    "tuple_dag": lambda: _tuple_dag_key(),
+    # shared references: one entry a million times from 2 MB (10.5 s, 942 MB before)
+    "shared_entries": lambda: _shared_entries(1_000_000),
+    # an 8 MB LONG4 integer
+    "long4": lambda: _pickle_ops(b"]", b"X\x04\x00\x00\x00junk", b"\x8b" + (8 << 20).to_bytes(4, "little")
+                                 + b"\x01" * (8 << 20)),
+    # a list nested a million deep: an internal error (RecursionError) before
+    "deep_list": lambda: _pickle_ops(b"]" * 1_000_000 + b"a" * 999_999),
+    # a million distinct empty entries: more than any recorder buffer
+    "many_entries": lambda: _pickle_ops(b"](" + b"}" * 1_000_000 + b"e"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_PICKLES))
+def test_hostile_pickled_dump_is_refused_fast(tmp_path, case):
+    p = tmp_path / "nccl_trace_rank_0"
+    p.write_bytes(HOSTILE_PICKLES[case]())
+    q = tmp_path / "nccl_trace_rank_1"
+    q.write_bytes(__import__("pickle").dumps(_fr_doc(), protocol=2))
+    t0 = time.monotonic()
+    r = run_cli("analyze", p, q, cwd=tmp_path, timeout=60)
+    assert time.monotonic() - t0 < 30
+    _one_error(r, "nccl_trace_rank_0")
+
+
+def _deep_json(depth: int) -> bytes:
+    return (b'{"comm_lib_version": "", "entries": [{"time_created_ns": 1, "input_sizes": '
+            + b"[" * depth + b"]" * depth + b'}], "version": "2.10"}')
+
+
+HOSTILE_FIELDS = {
+    "time_is_text": {"time_created_ns": "soon"},
+    "time_is_huge": {"time_created_ns": 10 ** 30},
+    "time_is_bool": {"time_created_ns": True},
+    "sizes_is_object": {"input_sizes": {"a": 1}},
+    "sizes_overflow": {"input_sizes": [[2 ** 40, 2 ** 40, 2 ** 40]]},
+    "dims_negative": {"input_sizes": [[-5]]},
+    "dtypes_is_list_of_lists": {"input_dtypes": [[1]]},
+    "dtypes_is_object": {"input_dtypes": {"0": "Float"}},
+    "group_is_object": {"process_group": {"a": 1}},
+    "seq_is_float": {"collective_seq_id": 1.5},
+    "name_is_list": {"profiling_name": ["gloo:all_reduce"]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_FIELDS))
+def test_hostile_dump_field_is_one_line_with_the_file_name(tmp_path, case):
+    doc = _fr_doc()
+    doc["entries"][3].update(HOSTILE_FIELDS[case])
+    p = tmp_path / "fr-rank-0.json"
+    p.write_text(json.dumps(doc))
+    shutil_copy(FR / "fr-rank-1.json", tmp_path / "fr-rank-1.json")
+    r = run_cli("analyze", p, tmp_path / "fr-rank-1.json", cwd=tmp_path)
+    if case == "sizes_overflow":     # valid: the byte count is capped, no overflow warning
+        _clean(r)
+        assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+        return
+    line = _one_error(r, "fr-rank-0.json")
+    assert "entry 3" in line
+
+
+@pytest.mark.parametrize("case", ["deep_json", "pg_config_list", "entries_object", "ranks_deep"])
+def test_hostile_dump_document_is_one_line(tmp_path, case):
+    doc = _fr_doc()
+    p = tmp_path / "fr-rank-0.json"
+    if case == "deep_json":
+        p.write_bytes(_deep_json(200_000))
+    else:
+        if case == "pg_config_list":
+            doc["pg_config"] = [1, 2]
+        elif case == "entries_object":
+            doc["entries"] = {"0": doc["entries"][0]}
+        else:
+            doc["pg_config"] = {"0": {"ranks": "[" * 100_000}}
+        p.write_text(json.dumps(doc))
+    shutil_copy(FR / "fr-rank-1.json", tmp_path / "fr-rank-1.json")
+    r = run_cli("analyze", p, tmp_path / "fr-rank-1.json", cwd=tmp_path)
+    if case == "ranks_deep":          # an unreadable ranks list: the group's size is unknown
+        _clean(r)
+        assert "Warning" not in r.stderr
+        return
+    _one_error(r, "fr-rank-0.json")
+
+
+def shutil_copy(a: Path, b: Path) -> None:
+    b.write_bytes(a.read_bytes())
+
+
+def _encoded(data: bytes, how: str) -> bytes:
+    text = data.decode()
+    return {"utf-8-bom": b"\xef\xbb\xbf" + data, "utf-16": text.encode("utf-16"),
+            "utf-16-be": text.encode("utf-16-be"), "utf-32": text.encode("utf-32"),
+            "gzip": gzip.compress(data, mtime=0)}[how]
+
+
+@pytest.mark.parametrize("how", ["utf-8-bom", "utf-16", "utf-16-be", "utf-32", "gzip"])
+def test_dump_in_every_encoding_is_the_same_job(tmp_path, how):
+    # were "not a trace"
+    for r in (0, 1):
+        (tmp_path / f"fr-rank-{r}.json").write_bytes(
+            _encoded((FR / f"fr-rank-{r}.json").read_bytes(), how))
+    r = run_cli("analyze", tmp_path / "fr-rank-0.json", tmp_path / "fr-rank-1.json", cwd=tmp_path)
+    _clean(r)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("JOB job0: ranks 0, 1 of 2 · gloo\n  STRAGGLER  rank 1 arrives 20.1 ms late")
+
+
+def test_pickled_dump_in_gzip_is_a_job(tmp_path):
+    import pickle
+
+    for r in (0, 1):
+        doc = json.loads((FR / f"fr-rank-{r}.json").read_text())
+        (tmp_path / f"nccl_trace_rank_{r}").write_bytes(gzip.compress(pickle.dumps(doc), mtime=0))
+    r = run_cli("analyze", tmp_path / "nccl_trace_rank_0", tmp_path / "nccl_trace_rank_1",
+                cwd=tmp_path)
+    _clean(r)
+    assert r.returncode == 0 and "STRAGGLER  rank 1" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("case", ["one_rank", "two_rank_0", "rank_5_of_2"])
+def test_dumps_that_form_no_job_are_said_so(tmp_path, case):
+    # printed an empty line and exited 0 (cross_rank null, traces []); rank 5 was never checked
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = tmp_path / "a" / "fr-rank-0.json"
+    shutil_copy(FR / "fr-rank-0.json", a)
+    paths = {"one_rank": [a], "two_rank_0": [a, tmp_path / "b" / "fr-rank-0.json"],
+             "rank_5_of_2": [a, tmp_path / "b" / "fr-rank-5.json"]}[case]
+    for p in paths[1:]:
+        shutil_copy(FR / "fr-rank-1.json", p)
+    r = run_cli("analyze", *paths, cwd=tmp_path)
+    line = _one_error(r, {"one_rank": "a/fr-rank-0.json", "two_rank_0": "b/fr-rank-0.json",
+                          "rank_5_of_2": "fr-rank-5.json"}[case])
+    assert {"one_rank": "forms no job", "two_rank_0": "claims rank 0",
+            "rank_5_of_2": "rank 5 in a world of 2"}[case] in line
+    assert not r.stdout.strip()
+    r = run_cli("analyze", *paths, "--format", "json", cwd=tmp_path)
+    assert r.returncode == 1
+
+
+def test_library_says_a_lone_dump_forms_no_job(tmp_path):
+    import traceread
+    from traceread.errors import TraceError
+
+    with pytest.raises(TraceError, match="forms no job"):
+        traceread.all_jobs([str(FR / "fr-rank-0.json")])
+
+
+def test_dump_sniff_never_parses_a_trace(tmp_path, monkeypatch):
+    # a trace whose first 64 KB hold the dump's key names (in a header field) was parsed
+    # whole with the stdlib json (63 MB) before it was found not to be a dump
+    import msgspec
+
+    from traceread.jobs.multirank import flight
+
+    head = {"schemaVersion": 1, "note": '"entries" "profiling_name" "collective_seq_id"' * 2000}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({**head, "traceEvents": [{"ph": "X", "name": "k"}]}))
+
+    def boom(*a, **k):
+        raise AssertionError("parsed")
+    monkeypatch.setattr(msgspec.json, "decode", boom)
+    monkeypatch.setattr(json, "loads", boom)
+    assert flight.read_dump(p) is None

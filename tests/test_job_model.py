@@ -185,7 +185,10 @@ def test_a_pickled_flight_recorder_dump_loads_no_class(tmp_path):
             return (print, ("pwned",))
     bad = tmp_path / "nccl_trace_rank_1"
     bad.write_bytes(pickle.dumps({"version": "2.10", "entries": [Evil()]}))
-    assert read_dump(bad) is None
+    from traceread.errors import TraceError
+
+    with pytest.raises(TraceError, match="refusing to load"):   # a dump, refused (issue 40)
+        read_dump(bad)
 
 
 def test_diff_of_two_batch_outputs_shows_each_jobs_change(tmp_path):

@@ -10,6 +10,7 @@ from ._common import (duration_callback, each_trace, emit, emit_json, exit_if_fa
                       format_callback, format_option, no_cache_option, output_option, parse_duration,
                       strict_option)
 from ..analysis import analyze as run_analysis
+from ..errors import TraceError
 from ..render.json import gap_records
 from ..render.fmt import fit_list, short_name
 from ..render.report import render_report, render_steps
@@ -174,6 +175,13 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
             raise errors[0]
         jobs = multirank.build_jobs(prepared, link_gbps)   # the one job model (traceread.job)
         multirank.apply_job_verdicts(results, jobs)
+        if dumps:   # a dump that is no job's rank is said so, never an empty report
+            from ..jobs.multirank.flight import check_members
+
+            check_members(list(dumps.values()), jobs, others=len(traces))
+    except TraceError as e:   # an input's fault: its one line; the per-rank reports still print
+        click.echo(f"traceread: error: {safe.name(str(e))}", err=True)
+        failed += 1
     except Exception as e:  # the per-rank reports still print; the run fails
         click.echo(f"traceread: error: cross-rank analysis: {type(e).__name__}: {safe.name(' '.join(str(e).split()))}",
                    err=True)
@@ -197,7 +205,8 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
             from ..render.cross_rank import render_detail
 
             parts.append(render_detail(jobs))
-        emit("\n\n".join(parts), out)
+        if parts or not dumps:   # dumps that formed no job print nothing: their error says why
+            emit("\n\n".join(parts), out)
     exit_if_failed(failed)
 
 
@@ -209,12 +218,9 @@ def _flight_dumps(paths) -> dict:
     out = {}
     for p in paths:
         doc = flight.read_dump(p)   # sniffs the first 64 KB: a trace is never parsed here
-        if doc is not None:
-            try:
-                out[p] = {"path": str(p), "input": flight.rank_input_of(p, doc), "split": [],
-                          "window": None, "parallelism": None}
-            except ValueError as e:
-                raise click.UsageError(str(e))
+        if doc is not None:   # a dump that names no rank, or one outside its world: TraceError
+            out[p] = {"path": str(p), "input": flight.rank_input_of(p, doc), "split": [],
+                      "window": None, "parallelism": None}
     return out
 
 

@@ -145,6 +145,8 @@ def jobs_of(items, link_gbps: float | None = None, **analyze_kwargs) -> list[Job
     prepared = [prepare(a, with_input=len(analyses) + len(dumps) >= 2
                         or "split_from" in (a.meta.extra or {})) for a in analyses] + dumps
     jobs = build_jobs(prepared, link_gbps)
+    if dumps:   # a dump that is no job's rank is a TraceError, not an empty list
+        flight.check_members(dumps, jobs, others=len(analyses))
     apply_job_verdicts(analyses, jobs)
     by_path = {str(a.meta.path): a for a in analyses}
     for res in jobs:
