@@ -505,3 +505,44 @@ def test_dump_sniff_never_parses_a_trace(tmp_path, monkeypatch):
     monkeypatch.setattr(msgspec.json, "decode", boom)
     monkeypatch.setattr(json, "loads", boom)
     assert flight.read_dump(p) is None
+
+
+# ------------------------------------------------------------------ nsys strings
+
+def _sampled_export(tmp_path: Path, symbol: str) -> Path:
+    import shutil
+    import sqlite3
+
+    p = tmp_path / "s.sqlite"
+    shutil.copy(FIXTURES / "nsys" / "ex-gpu.s10.sqlite", p)
+    con = sqlite3.connect(p)
+    (sid,) = con.execute("SELECT symbol FROM SAMPLING_CALLCHAINS WHERE unresolved IS NULL "
+                         "AND symbol IS NOT NULL LIMIT 1").fetchone()
+    con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (symbol, sid))
+    con.commit()
+    con.close()
+    return p
+
+
+def test_sampled_stacks_read_symbols_clipped(tmp_path):
+    # the sampled-stack reader read StringIds whole (a 16 MB symbol in every frame: out of
+    # memory), bypassing the 64 KiB clip of every other nsys string
+    from traceread.readers._nsys_db import MAX_TEXT_BYTES
+    from traceread.readers.nsys_stacks import cpu_samples
+
+    p = _sampled_export(tmp_path, "S" * (16 << 20))
+    s = cpu_samples(p)
+    longest = max(len(f) for fr in s["frames"] for f in fr)
+    assert len(s) == 611 and MAX_TEXT_BYTES < longest <= MAX_TEXT_BYTES + 40
+
+
+@pytest.mark.parametrize("char", ["\u00e9", "\u20ac", "\U0001f600"])
+def test_nsys_cut_never_splits_a_character(tmp_path, char):
+    # the cut counted bytes: a 2-, 3- or 4-byte character across it became U+FFFD
+    from traceread.readers._nsys_db import MAX_TEXT_BYTES
+    from traceread.readers.nsys_stacks import cpu_samples
+
+    name = "a" + char * MAX_TEXT_BYTES
+    s = cpu_samples(_sampled_export(tmp_path, name))
+    cut = next(f for fr in s["frames"] for f in fr if f.startswith("a" + char))
+    assert "\ufffd" not in cut and cut.startswith(name[:MAX_TEXT_BYTES]) and "more bytes]" in cut

@@ -99,19 +99,25 @@ def budget_spent(con: sqlite3.Connection) -> bool:
     return bool(left) and left[0] < 0
 
 
-# Every text cell is cut to this many bytes inside SQLite, before Python sees it (the
+# Every text cell is cut to this many characters inside SQLite, before Python sees it (the
 # Kineto bound, MAX_NAME_CHARS; no real kernel, API or NVTX name comes close): a 256 MB
-# StringIds value cost 50 s and 3.7 GB and ended in MemoryError.
+# StringIds value cost 50 s and 3.7 GB and ended in MemoryError. The cut counts characters
+# (SQLite's substr of text, in UTF-8 whatever the database's encoding): a cut of the bytes
+# split a multi-byte character (a U+FFFD in the name) or a UTF-16 surrogate pair.
 MAX_TEXT_BYTES = 1 << 16
 
 
-def bounded(col: str) -> str:
-    """SQL for text column ``col`` cut to MAX_TEXT_BYTES, with a marker saying how much
-    was cut (NULL stays NULL; a number keeps its text)."""
-    b = f'CAST("{col}" AS BLOB)'
-    return (f"CASE WHEN length({b}) > {MAX_TEXT_BYTES} THEN substr({b}, 1, {MAX_TEXT_BYTES}) "
-            f"|| CAST(printf('...[%d more bytes]', length({b}) - {MAX_TEXT_BYTES}) AS BLOB) "
-            f'ELSE "{col}" END')
+def bounded(col: str, table: str | None = None) -> str:
+    """SQL for text column ``col`` (of ``table``, an alias, when given) cut to
+    MAX_TEXT_BYTES characters, with a marker saying how many bytes were cut (NULL stays
+    NULL; a number keeps its text)."""
+    q = (f'{table}."{col}"' if table else f'"{col}"')
+    t = f"CAST({q} AS TEXT)"
+    b = f"CAST({q} AS BLOB)"
+    cut = f"substr({t}, 1, {MAX_TEXT_BYTES})"
+    return (f"CASE WHEN length({b}) > {MAX_TEXT_BYTES} AND length({t}) > {MAX_TEXT_BYTES} "
+            f"THEN {cut} || printf('...[%d more bytes]', length({b}) - length(CAST({cut} AS BLOB))) "
+            f"ELSE {q} END")
 
 
 def text(v) -> str | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._nsys_db import connect, text
+from ._nsys_db import bounded, connect, text
 
 MAX_SAMPLES = 2_000_000   # more are cut to the first ones in time (and said so: ``cut``)
 
@@ -41,12 +41,13 @@ def cpu_samples(path, start: int | None = None, end: int | None = None) -> pd.Da
         ev = ev[:MAX_SAMPLES]
         lo, hi = min(r[0] for r in ev), max(r[0] for r in ev)
         frames = con.execute(
-            "SELECT c.id, c.stackDepth, s.value, m.value, c.unresolved FROM SAMPLING_CALLCHAINS c "
-            "LEFT JOIN StringIds s ON s.id = c.symbol LEFT JOIN StringIds m ON m.id = c.module "
+            "SELECT c.id, c.stackDepth, c.symbol, c.module, c.unresolved FROM SAMPLING_CALLCHAINS c "
             "WHERE c.id BETWEEN ? AND ? ORDER BY c.id, c.stackDepth DESC", (lo, hi)).fetchall()
+        names = _strings(con, {r[2] for r in frames} | {r[3] for r in frames})
     finally:
         con.close()
-    stacks = _stacks(frames)
+    stacks = _stacks([(sid, d, names.get(sym), names.get(mod), u)
+                      for sid, d, sym, mod, u in frames])
     ids = np.fromiter((r[0] for r in ev), np.int64, len(ev))
     g = np.fromiter((r[2] for r in ev), np.int64, len(ev))
     df = pd.DataFrame({"ts": np.fromiter((r[1] for r in ev), np.int64, len(ev)),
@@ -55,6 +56,19 @@ def cpu_samples(path, start: int | None = None, end: int | None = None) -> pd.Da
     df = df[df["frames"].map(len) > 0].reset_index(drop=True)
     df.attrs["cut"] = cut
     return df
+
+
+def _strings(con, ids) -> dict:
+    """{StringIds id: its value cut like every nsys string (``bounded``)}, each read once
+    however many frames name it (a 16 MB symbol in every frame ran out of memory)."""
+    ids = sorted(int(i) for i in ids if isinstance(i, int))
+    out = {}
+    for k in range(0, len(ids), 500):
+        part = ids[k:k + 500]
+        rows = con.execute(f"SELECT id, {bounded('value')} FROM StringIds WHERE id IN "
+                           f"({','.join('?' * len(part))})", part).fetchall()
+        out.update({int(i): v for i, v in rows})
+    return out
 
 
 def _range(start, end) -> tuple[str, tuple]:
