@@ -546,3 +546,58 @@ def test_nsys_cut_never_splits_a_character(tmp_path, char):
     s = cpu_samples(_sampled_export(tmp_path, name))
     cut = next(f for fr in s["frames"] for f in fr if f.startswith("a" + char))
     assert "\ufffd" not in cut and cut.startswith(name[:MAX_TEXT_BYTES]) and "more bytes]" in cut
+
+
+# ------------------------------------------------------------------ options and the library
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_link_gbps_must_be_finite(value):
+    # --link-gbps inf wrote Infinity into the JSON (no JSON reader takes it)
+    r = run_cli("analyze", FR / "fr-rank-0.json", FR / "fr-rank-1.json", "--link-gbps", value,
+                "--format", "json")
+    _clean(r)
+    assert r.returncode == 2 and "Infinity" not in r.stdout and "NaN" not in r.stdout
+    assert "--link-gbps" in r.stderr
+
+
+LIBRARY_CALLS = {
+    "link_inf": ({"link_gbps": float("inf")}, ValueError),
+    "link_nan": ({"link_gbps": float("nan")}, ValueError),
+    "link_negative": ({"link_gbps": -1.0}, ValueError),
+    "link_text": ({"link_gbps": "fast"}, TypeError),
+    "unknown_keyword": ({"bogus": 1}, TypeError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LIBRARY_CALLS))
+def test_library_job_refuses_bad_arguments(case):
+    # accepted on the dumps-only path (never passed to analyze), inf reached the JSON
+    import traceread
+
+    kw, err = LIBRARY_CALLS[case]
+    with pytest.raises(err):
+        traceread.job([str(FR / "fr-rank-0.json"), str(FR / "fr-rank-1.json")], **kw)
+
+
+def test_library_job_takes_bytes_paths_of_dumps():
+    import traceread
+
+    j = traceread.job([os.fsencode(FR / f"fr-rank-{r}.json") for r in (0, 1)])
+    assert j.verdict()["straggler_rank"] == 1
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_FIELDS))
+def test_library_hostile_dump_raises_trace_error(tmp_path, case):
+    import traceread
+    from traceread.errors import TraceError
+
+    doc = _fr_doc()
+    doc["entries"][3].update(HOSTILE_FIELDS[case])
+    p = tmp_path / "fr-rank-0.json"
+    p.write_text(json.dumps(doc))
+    paths = [str(p), str(FR / "fr-rank-1.json")]
+    if case == "sizes_overflow":
+        traceread.job(paths)
+        return
+    with pytest.raises(TraceError, match="fr-rank-0.json: Flight Recorder dump: entry 3"):
+        traceread.job(paths)

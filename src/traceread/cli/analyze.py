@@ -27,6 +27,16 @@ def _regex(ctx, param, value):
     return value
 
 
+def _finite(ctx, param, value):
+    """A rate must be a number: ``inf`` and ``nan`` pass click's range check but would be
+    written into JSON as ``Infinity`` / ``NaN``, which no JSON reader takes."""
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 def _steps_spec(ctx, param, value):
     from ..passes.window import parse_steps
 
@@ -65,7 +75,7 @@ min_gap_option = click.option(
     "--min-gap", "min_gap", default=None, callback=duration_callback, metavar="DURATION",
     help="List only gaps longer than this (e.g. 100us, 1ms); totals always count every gap.")
 peak_option = click.option(
-    "--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+    "--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None, callback=_finite,
     metavar="TFLOPS", help="Peak dense TFLOP/s per GPU for MFU (default: looked up from the device).")
 step_pattern_option = click.option(
     "--step-pattern", default=None, metavar="REGEX", callback=_regex,
@@ -124,7 +134,8 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, aft
 
 
 link_gbps_option = click.option(
-    "--link-gbps", "link_gbps", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GB/S",
+    "--link-gbps", "link_gbps", type=click.FloatRange(min=0, min_open=True), default=None,
+    metavar="GB/S", callback=_finite,
     help="Interconnect peak in GB/s: multi-rank jobs report collective bus bandwidth as a % of it; "
          "each trace's fitted communication model (parallelism.comm_model) too.")
 

@@ -77,6 +77,7 @@ def build_jobs(prepared: list[dict], link_gbps: float | None = None) -> list[Job
     ``batch``, ``overlay``, ``diff``, HTML, ``traceread.job``). Each job carries its ranks'
     analysis windows, its cross-rank verdict and its layout (``passes/parallelism
     .job_parallelism`` of its ranks) with the layout's levers."""
+    _check_link(link_gbps)
     inputs = [p["input"] for p in prepared if p.get("input") is not None]
     # (loaded only when there is a job: a single trace's analyze needs none of it)
     jobs = _get("analyze_inputs")(inputs, link_gbps) if len(inputs) >= 2 else []
@@ -89,6 +90,19 @@ def build_jobs(prepared: list[dict], link_gbps: float | None = None) -> list[Job
     for res in jobs:
         _attach(res, by_path, link_gbps)
     return jobs
+
+
+def _check_link(link_gbps) -> None:
+    """A link peak is a finite positive number of GB/s (``inf`` would reach JSON as
+    ``Infinity``)."""
+    import math
+
+    if link_gbps is None:
+        return
+    if isinstance(link_gbps, bool) or not isinstance(link_gbps, (int, float)):
+        raise TypeError(f"link_gbps must be a number of GB/s, not {type(link_gbps).__name__}")
+    if not (math.isfinite(link_gbps) and link_gbps > 0):
+        raise ValueError(f"link_gbps must be a finite positive number of GB/s, not {link_gbps}")
 
 
 def _attach(res: JobResult, by_path: dict, link_gbps: float | None) -> None:
@@ -124,10 +138,19 @@ def jobs_of(items, link_gbps: float | None = None, **analyze_kwargs) -> list[Job
 
     from . import flight
 
-    if isinstance(items, (str, os.PathLike, Trace, Analysis)):
+    import inspect
+
+    unknown = set(analyze_kwargs) - set(inspect.signature(analyze).parameters)
+    if unknown:   # checked before any input is read: a dump alone never calls analyze
+        raise TypeError(f"unexpected keyword argument(s) {', '.join(sorted(unknown))} "
+                        "(they go to traceread.analyze)")
+    _check_link(link_gbps)
+    if isinstance(items, (str, bytes, os.PathLike, Trace, Analysis)):
         items = [items]
     analyses, dumps = [], []
     for x in items:
+        if isinstance(x, bytes):   # a file name as bytes (not UTF-8 maybe): as the OS gives it
+            x = os.fsdecode(x)
         doc = flight.read_dump(x) if isinstance(x, (str, os.PathLike)) else None
         if doc is not None:   # a Flight Recorder dump: a rank with no trace
             dumps.append({"path": str(x), "input": flight.rank_input_of(x, doc), "split": [],
