@@ -126,11 +126,33 @@ def render_summary(results: list) -> str:
         if layout:
             lines.append(f"  layout     {layout}")
         for lv in res.levers:
-            saves = f" (saves {fmt_ns(lv['saves_ns'])})" if lv.get("saves_ns") else ""
-            lines.append(f"  lever      {lv['lever']}{saves}")
+            lines.append(f"  lever      {lv['lever']}{job_saving(lv, res)}")
         lines.append(f"  clocks     {_clock_line(res)}")
         lines.append("")
     return _fit_labelled(lines)
+
+
+def job_steps(res) -> int:
+    """The analysed steps of a job: the most any of its ranks analysed (0: none)."""
+    pr = getattr(res, "per_rank", None)
+    if pr is None or not len(pr) or "steps" not in pr:
+        return 0
+    n = pr["steps"].max()
+    return int(n) if n == n and n > 0 else 0
+
+
+def job_saving(lv: dict, res) -> str:
+    """A job lever's saving in the rank levers' unit: per step (its ``saves_ns`` is a total
+    over the job's analysed steps), with the total beside it; '' when it has none."""
+    ns = lv.get("saves_ns")
+    if not ns:
+        return ""
+    n = job_steps(res)
+    if not n:
+        return f" (saves ~{fmt_ns(ns)} over the analysed window)"
+    if n == 1:
+        return f" (saves ~{fmt_ns(ns)} per step)"
+    return f" (saves ~{fmt_ns(ns / n)} per step; {fmt_ns(ns)} over the {n} analysed steps)"
 
 
 def layout_line(p: dict | None) -> str:

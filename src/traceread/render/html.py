@@ -161,7 +161,7 @@ def _verdict(a, d: dict) -> str:
             + f" — {escape(str(job.get('summary', '')))}</p>") if job else ""
     return (f'<div class="verdict" id="verdict"><div class="bound">VERDICT {escape(bound.upper())}</div>'
             f"<div>{escape(str(title))}</div><p>{escape(str(v.get('summary', '')))}</p>{role}"
-            f"{_window_line(a, d)}{_utilization_line(d)}{_actions(v)}"
+            f"{_window_line(a, d)}{_utilization_line(d, v)}{_actions(v)}"
             + (f"<b>Not in this trace</b><ul>{missing}</ul>" if missing else "") + "</div>")
 
 
@@ -169,11 +169,11 @@ def _actions(v: dict) -> str:
     """The verdict's one ranked to-do list -- the same items, order and words as the text
     report (render/text.py action_gain): the first TODO_ROWS, the rest folded, then the
     unranked diagnostics."""
-    from ..verdict.because import because_text
     from .text import TODO_ROWS, TODO_TITLE, action_gain
+    from .words import because_words
 
     def why(x: dict) -> str:   # a tooltip: the page keeps its height (charts above the fold)
-        text = because_text(x.get("because") or [])
+        text = because_words(x.get("because") or [])
         return f" title='because: {escape(text)}'" if text else ""
 
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
@@ -195,10 +195,18 @@ def _actions(v: dict) -> str:
     return "".join(out)
 
 
-def _utilization_line(d: dict) -> str:
+def _utilization_line(d: dict, v: dict) -> str:
+    """The GPU-use headline; its top lever says where the to-do list has it, or why not."""
+    from .words import busy_note
+
     u = d.get("utilization")
     head = u.get("headline") if isinstance(u, dict) else None
-    return f'<p class="meta">GPU use: {escape(str(head))}</p>' if head else ""
+    if not head:
+        return ""
+    top = ((u.get("busy") or {}).get("levers") or [{}])[0].get("lever")
+    note = busy_note(top, v.get("withdrawn")) if top else ""
+    return f'<p class="meta">GPU use: {escape(str(head))}' + \
+        (f" ({escape(note)})" if note else "") + "</p>"
 
 
 def _window_line(a, d: dict) -> str:

@@ -6,10 +6,10 @@ import re
 import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES, waited_summary
-from ..verdict.because import because_text
 from ..verdict.bounds import TITLE
 from . import safe
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
+from .words import because_words, together_words
 from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time,
                    replay_lines, utilization_lines)
 
@@ -47,8 +47,20 @@ def render_report(a) -> str:
     out += _compile(a)
     out += _graphs(a)
     out += _kernels(a)
-    out += utilization_lines(getattr(a, "utilization", None))
+    out += utilization_lines(getattr(a, "utilization", None), a.verdict.get("withdrawn"),
+                             window_steps(a))
     return "\n".join(fit("\n".join(out).split("\n"))).rstrip() + "\n"
+
+
+def window_steps(a) -> int:
+    """What a window total divides by to be per step, as the to-do list's savings are: the
+    analysed steps x the devices (0: no steps, figures stay over the window)."""
+    n = (a.verdict.get("evidence") or {}).get("steps")
+    if not isinstance(n, (int, float)) or n <= 0:
+        return 0
+    facts = getattr(a, "facts", None)
+    dev = (getattr(facts, "figures", None) or {}).get("devices") if facts is not None else None
+    return int(n) * max(1, int(dev or 1))
 
 
 def _header(a) -> list[str]:
@@ -144,7 +156,7 @@ def todo_lines(v: dict) -> list[str]:
             gain = action_gain(x, acts[i - 2] if i > 1 else None)
             if gain:
                 lines += tail_lines("       ", gain)
-            why = because_text(x.get("because") or [])
+            why = because_words(x.get("because") or [])
             if why:
                 lines += tail_lines("       ", f"because: {why}")
     else:
@@ -156,7 +168,7 @@ def todo_lines(v: dict) -> list[str]:
     if isinstance(both, dict) and both.get("saves_per_step_ns") is not None:
         step = f", step -> {fmt_ns(both['projected_step_ns'])}" \
             if both.get("projected_step_ns") else ""
-        lines += tail_lines("  ", f"The replayed levers together ({', '.join(both['models'])}),"
+        lines += tail_lines("  ", f"The replayed levers together ({together_words(both, acts)}),"
                             f" replayed at once, not summed: saves ~"
                             f"{fmt_ns(both['saves_per_step_ns'])} per step{step}")
     diag = v.get("diagnostics") or []

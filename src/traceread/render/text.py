@@ -138,8 +138,12 @@ def _occupancy_lines(o: dict) -> list[str]:
     return out
 
 
-def utilization_lines(u: dict | None) -> list[str]:
-    """The report section for passes/utilization.py: MFU, busy doing what, levers, memory."""
+def utilization_lines(u: dict | None, withdrawn: list[dict] | None = None,
+                      steps: int = 0) -> list[str]:
+    """The report section for passes/utilization.py: MFU, busy doing what, levers, memory;
+    each busy-time lever says where the to-do list has it, or why not (``withdrawn``)."""
+    from .words import busy_note
+
     if not u:
         return []
     out = ["", "GPU USE (when busy)"]
@@ -177,8 +181,13 @@ def utilization_lines(u: dict | None) -> list[str]:
                 out.append(f"  memcpy {c['copy_kind']}: {n:,} cop{'y' if n == 1 else 'ies'}, "
                            f"{fmt_bytes(c['bytes'])} at {fmt_rate(c['gb_per_s'])}")
         for lv in b.get("levers") or []:
-            out.append(f"  lever {lv['lever']}: saves ~{fmt_ns(lv['saving_ns'])} "
-                       f"({lv['saving_pct_of_busy']:.0f}% of busy) -- {lv['why']}")
+            note = busy_note(lv["lever"], withdrawn)
+            ns = lv["saving_ns"]
+            amount = (f"~{fmt_ns(ns / steps)} of GPU time per step" if steps else
+                      f"~{fmt_ns(ns)} of GPU time over the window")
+            out.append(f"  lever {lv['lever']}: saves {amount} "
+                       f"({lv['saving_pct_of_busy']:.0f}% of busy) -- {lv['why']}"
+                       + (f"; {note}" if note else ""))
     out += _occupancy_lines(u.get("occupancy") or {})
     mem = u.get("memory") or {}
     for d in mem.get("devices") or []:
