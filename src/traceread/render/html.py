@@ -22,7 +22,7 @@ from ..passes.attribution import CPU_CATEGORIES
 from .base import Renderer
 from .fmt import plural
 from .html_base import ACTIVITY_COLORS, COLORS, hbars, name_span, page, rect, svg, table
-from .text import fmt_bytes, fmt_ns, fmt_rate, rel_time
+from .text import critical_stop, critical_stop_note, fmt_bytes, fmt_ns, fmt_rate, rel_time
 
 COLUMNS = 800          # timeline resolution (SVG columns per device lane)
 MAX_LANES = 8
@@ -169,7 +169,7 @@ def _actions(v: dict) -> str:
     """The verdict's one ranked to-do list -- the same items, order and words as the text
     report (render/text.py action_gain): the first TODO_ROWS, the rest folded, then the
     unranked diagnostics."""
-    from .text import TODO_ROWS, TODO_TITLE, action_gain
+    from .text import TODO_ROWS, TODO_TITLE, action_gain, empty_todo
     from .words import because_words
 
     def why(x: dict) -> str:   # a tooltip: the page keeps its height (charts above the fold)
@@ -184,7 +184,10 @@ def _actions(v: dict) -> str:
                  for i, x in enumerate(acts)]
     else:
         items = [f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", [])]
-    out = [f"<b>{escape(TODO_TITLE)}</b><ol>", "".join(items[:TODO_ROWS]), "</ol>"]
+    if not items:
+        out = [f"<b>{escape(TODO_TITLE)}</b><p>{escape(empty_todo(v))}</p>"]
+    else:
+        out = [f"<b>{escape(TODO_TITLE)}</b><ol>", "".join(items[:TODO_ROWS]), "</ol>"]
     if len(items) > TODO_ROWS:
         out.append(f"<details><summary>and {len(items) - TODO_ROWS} more</summary>"
                    f"<ol start='{TODO_ROWS + 1}'>{''.join(items[TODO_ROWS:])}</ol></details>")
@@ -327,9 +330,12 @@ def _activity_bars(lanes: list[dict], acts: dict) -> str:
 
 
 # critical-path links: the label's colour (passes/replay/critical.py LABELS)
-CRITICAL_COLORS = {"kernel": "#1f77b4", "copy": "#17becf", "launch": "#ff7f0e",
-                   "host op": "#d62728", "sync wait": "#9467bd", "data load": "#8c564b",
-                   "collective": "#e377c2", "another rank": "#7f7f7f"}
+# one colour per thing on the page: a kernel the busy blue, a copy / collective the activity
+# colours (html_base.ACTIVITY_COLORS), launch / sync / data / host the idle causes' (COLORS)
+CRITICAL_COLORS = {"kernel": ACTIVITY_COLORS["compute"], "copy": ACTIVITY_COLORS["copy"],
+                   "launch": COLORS["launch"], "host op": COLORS["cpu_op"],
+                   "sync wait": COLORS["sync"], "data load": COLORS["dataloader"],
+                   "collective": ACTIVITY_COLORS["comm"], "another rank": "#7f7f7f"}
 
 
 def _critical_lane(a, lanes: list[dict], x0: int, y: int) -> tuple[list[str], int]:
@@ -358,6 +364,13 @@ def _critical_lane(a, lanes: list[dict], x0: int, y: int) -> tuple[list[str], in
     keys = " ".join(f'<tspan fill="{CRITICAL_COLORS.get(lab, "#777")}">■ {escape(lab)}</tspan>'
                     for lab in labels)
     out.append(f'<text x="{x0}" y="{y + 22}">{keys}</text>')
+    stop = critical_stop(r.get("critical_path") or {})
+    if stop is not None and w0 <= stop < w1:   # the links end before the window: say where
+        x = x0 + int(COLUMNS * (stop - w0) / (w1 - w0))
+        out.append(f'<line x1="{x}" y1="{y - 2}" x2="{x}" y2="{y + 12}" stroke="#222"/>')
+        out.append(f'<text x="{x0}" y="{y + 36}">{escape(critical_stop_note(r["critical_path"]))}'
+                   "</text>")
+        return out, y + 44
     return out, y + 30
 
 
@@ -526,9 +539,13 @@ def _idle_section(d: dict) -> str:
     rows = [(c, by[c], f"{fmt_ns(by[c])} ({100 * by[c] / idle:.1f}%)", COLORS.get(c, "#777777"))
             for c in sorted(CPU_CATEGORIES, key=lambda c: -by.get(c, 0)) if by.get(c)]
     dr = att.get("by_drain") or {}
+    late_q = int(att.get("host_late_queued_ns") or 0)
+    queued = int(dr.get("queued", 0)) + late_q   # the verdict's queued time: both kinds
+    late = (f" ({fmt_ns(late_q)} of it inside host-late gaps: the host was busy, but the GPU "
+            "already had its next op, so the verdict charges it to queued)" if late_q else "")
     drain = (f"<p>queue drained by a blocking sync: {fmt_ns(dr.get('sync', 0))}; host simply late "
              f"(starved): {fmt_ns(dr.get('starved', 0))}; next op already queued: "
-             f"{fmt_ns(dr.get('queued', 0))}</p>")
+             f"{fmt_ns(queued)}{escape(late)}</p>")
     return (f"<h2>Where the idle GPU time went ({fmt_ns(idle)})</h2>"
             f"<p class='meta'>What the launching host threads were doing while the GPU idled.</p>"
             + hbars(rows) + drain)

@@ -10,7 +10,7 @@ from ..verdict.bounds import TITLE
 from . import safe
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
 from .words import because_words, together_words
-from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time,
+from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, empty_todo, fmt_ns, rel_time,
                    replay_lines, utilization_lines)
 
 BOUND_TITLE = TITLE
@@ -159,8 +159,10 @@ def todo_lines(v: dict) -> list[str]:
             why = because_words(x.get("because") or [])
             if why:
                 lines += tail_lines("       ", f"because: {why}")
-    else:
+    elif v.get("levers"):
         lines += [f"    {i}. {lv}" for i, lv in enumerate(v.get("levers", [])[:TODO_ROWS], 1)]
+    else:
+        lines += tail_lines("    ", empty_todo(v))
     more = max(len(acts), len(v.get("levers", []))) - TODO_ROWS
     if more > 0:
         lines.append(f"    ... and {more} more (all in the JSON's verdict.actions)")
@@ -236,14 +238,15 @@ def _attribution(a) -> list[str]:
     lines.append(f"  queue drained by a blocking sync: {fmt_ns(d['sync'])} {_pct(d['sync'], idle).strip()}"
                  f"; host simply late (starved): {fmt_ns(d['starved'])} "
                  f"{_pct(d['starved'], idle).strip()}")
-    late_q = s.get("host_late_queued_ns") or 0
-    if late_q:
-        lines.append(f"    of the host-late gaps, {fmt_ns(late_q)} passed with the next op already "
-                     "launched (not charged to the host)")
-    if d.get("queued"):
+    late_q = int(s.get("host_late_queued_ns") or 0)
+    queued = int(d.get("queued") or 0) + late_q   # the verdict's queued time: both kinds
+    if queued:
         lines.append(f"  next op already queued (GPU waited on something else): "
-                     f"{fmt_ns(d['queued'])} {_pct(d['queued'], idle).strip()}"
-                     + _waited(a.gaps))
+                     f"{fmt_ns(queued)} {_pct(queued, idle).strip()}" + _waited(a.gaps))
+    if late_q:
+        lines += tail_lines("    ", f"{fmt_ns(late_q)} of it inside host-late gaps: the host was "
+                            "busy (the bars above) but the GPU already had its next op, so the "
+                            "verdict charges that time to queued, not to the host")
     for op, v in sorted(s["by_sync_op"].items(), key=lambda kv: -kv[1]["ns"])[:4]:
         lines.append(f"    after {op}: {fmt_ns(v['ns'])} in {plural(v['gaps'], 'gap')}")
     return lines

@@ -11,6 +11,19 @@ TODO_TITLE = ("To do, largest saving first (replayed: the step re-simulated with
               "pulled; [bound]: at most this, the rest of the step unchanged):")
 
 
+def empty_todo(v: dict) -> str:
+    """Why a verdict's to-do list is empty, in place of a bare title (text and HTML)."""
+    text = ("nothing to pull: no lever of the table applies to this trace (each one's "
+            "preconditions fail, or it would save under 1% of the window)")
+    if v.get("bound") == "gpu":
+        top = (v.get("evidence") or {}).get("top_kernel")
+        text += ("; the GPU is busy with its own work: to make it cheaper, profile the "
+                 "kernels that take the time (Nsight Compute, rocprof)")
+        if top:
+            text += f", first {safe.short(str(top), 60)}"
+    return text
+
+
 def action_gain(x: dict, prev: dict | None = None) -> str:
     """One to-do item's saving, projected step and culprit, in the words every renderer uses;
     an item saving the same time of the same cause as ``prev`` says so (alternatives for one
@@ -233,3 +246,23 @@ def replay_lines(r: dict | None) -> list[str]:
             name = " ".join(str(t["name"]).split())   # the row keeps within 80 columns
             out.append(row + safe.short(name, max(20, 80 - len(row))))
     return out
+
+
+def critical_stop(cp: dict) -> int | None:
+    """Where the critical path's drawn links stop when the analysis kept only the first of
+    them (passes/replay/critical.py keeps at most MAX_SEGMENTS): the last link's end; None
+    when the links cover the whole path (their time adds up to its total)."""
+    segs = cp.get("segments") or []
+    total = int(cp.get("total_ns") or 0)
+    drawn = sum(int(s["end_ns"]) - int(s["start_ns"]) for s in segs)
+    if not segs or not total or drawn >= 0.99 * total:
+        return None
+    return max(int(s["end_ns"]) for s in segs)
+
+
+def critical_stop_note(cp: dict) -> str:
+    """The words for where the drawn critical path stops (HTML lane, overlay track)."""
+    segs = cp.get("segments") or []
+    drawn = sum(int(s["end_ns"]) - int(s["start_ns"]) for s in segs)
+    return (f"the critical path is drawn only up to the bar: the analysis keeps its first "
+            f"links ({fmt_ns(drawn)} of its {fmt_ns(cp['total_ns'])}); its totals count every link")
