@@ -1,13 +1,16 @@
 """Shared test helpers: where the real-artifact corpus and the fixtures live."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # ../shared/corpus beside the checkout (see the project brief); absent on most machines.
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+# TRACEREAD_CORPUS names it elsewhere (a git worktree one folder deeper, a CI cache).
+CORPUS = Path(os.environ.get("TRACEREAD_CORPUS") or
+              Path(__file__).resolve().parents[2] / "shared" / "corpus")
 
 
 GOLDEN = CORPUS.parent / "golden"

@@ -148,7 +148,7 @@ def _header(d: dict) -> str:
 
 
 def _verdict(a, d: dict) -> str:
-    from .report import BOUND_TITLE
+    from .report import BOUND_TITLE, busy_floor
 
     v = d.get("verdict") or {}
     bound = str(v.get("bound", "unknown"))
@@ -161,11 +161,11 @@ def _verdict(a, d: dict) -> str:
             + f" — {escape(str(job.get('summary', '')))}</p>") if job else ""
     return (f'<div class="verdict" id="verdict"><div class="bound">VERDICT {escape(bound.upper())}</div>'
             f"<div>{escape(str(title))}</div><p>{escape(str(v.get('summary', '')))}</p>{role}"
-            f"{_window_line(a, d)}{_utilization_line(d, v)}{_actions(v)}"
+            f"{_window_line(a, d)}{_utilization_line(d, v)}{_actions(v, busy_floor(a))}"
             + (f"<b>Not in this trace</b><ul>{missing}</ul>" if missing else "") + "</div>")
 
 
-def _actions(v: dict) -> str:
+def _actions(v: dict, floor: int | None = None) -> str:
     """The verdict's one ranked to-do list -- the same items, order and words as the text
     report (render/text.py action_gain): the first TODO_ROWS, the rest folded, then the
     unranked diagnostics."""
@@ -180,7 +180,7 @@ def _actions(v: dict) -> str:
     if acts:
         items = [f"<li{why(x)}>{escape(str(x.get('lever', '')))} <span class='meta'>"
                  f"[{escape(str(x.get('cost', '')))}]</span><br><span class='meta'>"
-                 f"{escape(action_gain(x, acts[i - 1] if i else None))}</span></li>"
+                 f"{escape(action_gain(x, acts[i - 1] if i else None, floor))}</span></li>"
                  for i, x in enumerate(acts)]
     else:
         items = [f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", [])]

@@ -10,7 +10,8 @@ from ..verdict.bounds import TITLE
 from . import safe
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
 from .words import because_words, together_words
-from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, empty_todo, fmt_ns, rel_time,
+from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, empty_todo, fmt_ns,
+                   projected_words, rel_time,
                    replay_lines, utilization_lines)
 
 BOUND_TITLE = TITLE
@@ -141,11 +142,20 @@ def _verdict(a) -> list[str]:
         lines.append(f"  {f}")
     for m in v.get("missing", []):
         lines.append(f"  missing: {m}")
-    lines += todo_lines(v)
+    lines += todo_lines(v, busy_floor(a))
     return lines
 
 
-def todo_lines(v: dict) -> list[str]:
+def busy_floor(a) -> int | None:
+    """The GPU's busy time per step (facts ``busy_step_mean_ns``): no projected step is
+    shorter (docs/analysis.md, "Projected step"). None where the record lacks it."""
+    facts = getattr(a, "facts", None)
+    ns = (getattr(facts, "figures", None) or {}).get("busy_step_mean_ns") \
+        if facts is not None else None
+    return int(ns) if ns else None
+
+
+def todo_lines(v: dict, floor_ns: int | None = None) -> list[str]:
     """The verdict's one ranked to-do list (``verdict.actions``; plain ``levers`` when a
     verdict has none), the first TODO_ROWS of it, then the unranked diagnostics."""
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
@@ -153,7 +163,7 @@ def todo_lines(v: dict) -> list[str]:
     if acts:
         for i, x in enumerate(acts[:TODO_ROWS], 1):
             lines += tail_lines(f"    {i}. ", f"{x['lever']} [{x.get('cost', '')}]")
-            gain = action_gain(x, acts[i - 2] if i > 1 else None)
+            gain = action_gain(x, acts[i - 2] if i > 1 else None, floor_ns)
             if gain:
                 lines += tail_lines("       ", gain)
             why = because_words(x.get("because") or [])
@@ -168,7 +178,7 @@ def todo_lines(v: dict) -> list[str]:
         lines.append(f"    ... and {more} more (all in the JSON's verdict.actions)")
     both = (v.get("what_if") or {}).get("levers_together")
     if isinstance(both, dict) and both.get("saves_per_step_ns") is not None:
-        step = f", step -> {fmt_ns(both['projected_step_ns'])}" \
+        step = f", step -> {projected_words(both['projected_step_ns'], floor_ns)}" \
             if both.get("projected_step_ns") else ""
         lines += tail_lines("  ", f"The replayed levers together ({together_words(both, acts)}),"
                             f" replayed at once, not summed: saves ~"

@@ -24,7 +24,16 @@ def empty_todo(v: dict) -> str:
     return text
 
 
-def action_gain(x: dict, prev: dict | None = None) -> str:
+def projected_words(ns: int, floor_ns: int | None = None, per_sample: bool = False) -> str:
+    """A projected step; one at or under the GPU's own busy time per step (``floor_ns``) is
+    that busy time "at best": given-back idle time cannot shorten the GPU's work, so two
+    levers of different savings that both reach it read the same, and say why."""
+    if floor_ns and not per_sample and ns <= floor_ns * 1.005:
+        return f"{fmt_ns(floor_ns)} at best (the GPU's own busy time per step)"
+    return fmt_ns(ns)
+
+
+def action_gain(x: dict, prev: dict | None = None, floor_ns: int | None = None) -> str:
     """One to-do item's saving, projected step and culprit, in the words every renderer uses;
     an item saving the same time of the same cause as ``prev`` says so (alternatives for one
     piece of lost time, not savings to add up)."""
@@ -48,7 +57,7 @@ def action_gain(x: dict, prev: dict | None = None) -> str:
         parts[-1] += " [bound]"
     if x.get("projected_step_ns"):
         at = f" at {k:g}x the batch" if k else ""
-        parts.append(f"step{at} -> {fmt_ns(x['projected_step_ns'])}")
+        parts.append(f"step{at} -> {projected_words(x['projected_step_ns'], floor_ns, bool(k))}")
     text = ", ".join(parts)
     cause = x.get("cause", "")
     culprit = " ".join(str(x.get("culprit") or "").split())
