@@ -9,7 +9,7 @@ from ..passes.attribution import CPU_CATEGORIES, waited_summary
 from ..verdict.bounds import TITLE
 from . import safe
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
-from .words import because_words, together_words
+from .words import because_words, busy_note, together_words
 from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, empty_todo, fmt_ns,
                    projected_words, rel_time,
                    replay_lines, utilization_lines)
@@ -48,8 +48,10 @@ def render_report(a) -> str:
     out += _compile(a)
     out += _graphs(a)
     out += _kernels(a)
-    out += utilization_lines(getattr(a, "utilization", None), a.verdict.get("withdrawn"),
-                             window_steps(a))
+    u = getattr(a, "utilization", None)
+    notes = {lv["lever"]: busy_note(lv["lever"], a.verdict.get("withdrawn"))
+             for lv in ((u or {}).get("busy") or {}).get("levers") or []}
+    out += utilization_lines(u, notes, window_steps(a))
     return "\n".join(fit("\n".join(out).split("\n"))).rstrip() + "\n"
 
 

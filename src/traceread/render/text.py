@@ -160,12 +160,10 @@ def _occupancy_lines(o: dict) -> list[str]:
     return out
 
 
-def utilization_lines(u: dict | None, withdrawn: list[dict] | None = None,
-                      steps: int = 0) -> list[str]:
+def utilization_lines(u: dict | None, notes: dict | None = None, steps: int = 0) -> list[str]:
     """The report section for passes/utilization.py: MFU, busy doing what, levers, memory;
-    each busy-time lever says where the to-do list has it, or why not (``withdrawn``)."""
-    from .words import busy_note
-
+    each busy-time lever says where the to-do list has it, or why not (``notes``: busy lever
+    id -> words, render/words.py ``busy_note``); ``steps``: what a window total divides by."""
     if not u:
         return []
     out = ["", "GPU USE (when busy)"]
@@ -203,7 +201,7 @@ def utilization_lines(u: dict | None, withdrawn: list[dict] | None = None,
                 out.append(f"  memcpy {c['copy_kind']}: {n:,} cop{'y' if n == 1 else 'ies'}, "
                            f"{fmt_bytes(c['bytes'])} at {fmt_rate(c['gb_per_s'])}")
         for lv in b.get("levers") or []:
-            note = busy_note(lv["lever"], withdrawn)
+            note = (notes or {}).get(lv["lever"], "")
             ns = lv["saving_ns"]
             amount = (f"~{fmt_ns(ns / steps)} of GPU time per step" if steps else
                       f"~{fmt_ns(ns)} of GPU time over the window")

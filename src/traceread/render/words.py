@@ -105,6 +105,11 @@ FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     "triton_share": lambda v: f"Triton kernels {_pct(v)} of GPU time" if v is not None else None,
     "optimizer_offload": _flag("the optimizer step runs on the CPU", "no optimizer offload"),
     "periodic_stall": _flag("a periodic stall", "no periodic stall"),
+    "allocator_uncached": _flag("the caching allocator is off", "the caching allocator is on"),
+    "alloc_frees": lambda v: None if v is None else "no device frees in the analysed steps"
+    if not v else f"{v:,} device frees in the analysed steps",
+    "startup": lambda v: None if v is None else _flag("one-time start-up work in the window",
+                                                      "no one-time start-up work")(v),
     "job.late_by_ns": lambda v: f"the straggler arrives {fmt_ns(v)} late" if v else None,
 }
 
