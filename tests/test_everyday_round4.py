@@ -280,3 +280,15 @@ def test_html_page_has_nothing_wider_than_the_page(r50_html):
         assert int(m.group(1)) <= 800
     assert "white-space:nowrap" not in re.sub(r"\.(word|n)[^}]*\}|td\.n,th\.n\{[^}]*\}", "",
                                               r50_html.split("</style>")[0])
+
+
+# --- the notebook's charts ---------------------------------------------------------------
+
+def test_notebook_charts_use_the_report_figures_and_keep_legends_off_the_bars():
+    nb = json.loads((ROOT / "notebooks" / "batch_walkthrough.ipynb").read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "step_segments(it)" in code                 # the HTML report's per-step pieces
+    assert '[["busy_ns", "idle_ns"]]' not in code       # no busy + every-gap idle stacking
+    assert "waiting for other ranks" in code and "straggler" in code
+    plots = code.count(".plot.") + code.count(".barh(")
+    assert code.count("bbox_to_anchor") >= 4 and plots >= 5
