@@ -292,3 +292,20 @@ def test_notebook_charts_use_the_report_figures_and_keep_legends_off_the_bars():
     assert "waiting for other ranks" in code and "straggler" in code
     plots = code.count(".plot.") + code.count(".barh(")
     assert code.count("bbox_to_anchor") >= 4 and plots >= 5
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_table_rows_fit_a_narrow_terminal(r50, columns):
+    """At 60 columns the tables' rows used to be 64-80 wide: the terminal split each in two.
+    Every row now fits (columns one space apart, the free-text column cut); only the path
+    header, which is copied whole, may pass."""
+    from traceread.render.fmt import set_width
+    from traceread.render.report import render_report
+
+    try:
+        set_width(columns)
+        text = render_report(r50)
+    finally:
+        set_width(None)
+    wide = [ln for ln in text.splitlines()[1:] if len(ln) > columns]
+    assert wide == []

@@ -223,15 +223,29 @@ def _job_role(job: dict | None) -> list[str]:
 
 def _devices(a) -> list[str]:
     whole = getattr(a, "window", None) is None or a.window.mode == "whole_trace"
+    # (name, window, figure, share, gaps) column widths; one space apart when narrow
+    n, w, f, p, k = (6, 9, 8, 6, 6) if narrow() else (14, 10, 9, 8, 7)
+    g = _gap()
     lines = ["", "GPU activity (" + ("first to last GPU op of each device)" if whole
                                     else "in the analysed window)"),
-             f"  {'device':<14}{'window':>10}  {'busy':>18}  {'idle':>18}  {'gaps':>7}"]
+             f"  {'device':<{n}}{'window':>{w}}{g}{'busy':>{f + 1 + p}}{g}"
+             f"{'idle':>{f + 1 + p}}{g}{'gaps':>{k}}"]
     for r in a.devices.itertuples():
         name = f"{r.device}" + (f" pid {r.pid}" if a.devices["pid"].nunique() > 1 else "")
-        lines.append(f"  {name:<14}{fmt_ns(r.window_ns):>10}  "
-                     f"{fmt_ns(r.busy_ns):>9} {_pct(r.busy_ns, r.window_ns):>8}  "
-                     f"{fmt_ns(r.idle_ns):>9} {_pct(r.idle_ns, r.window_ns):>8}  {r.gaps:>7,}")
+        lines.append(f"  {name:<{n}}{fmt_ns(r.window_ns):>{w}}{g}"
+                     f"{fmt_ns(r.busy_ns):>{f}} {_pct(r.busy_ns, r.window_ns):>{p}}{g}"
+                     f"{fmt_ns(r.idle_ns):>{f}} {_pct(r.idle_ns, r.window_ns):>{p}}{g}{r.gaps:>{k},}")
     return lines
+
+
+def narrow() -> bool:
+    """A terminal narrower than the tables' TABLE_WIDTH: columns one space apart and the
+    free-text column cut, so each row stays on one line (a 60-column terminal)."""
+    return width() < TABLE_WIDTH
+
+
+def _gap() -> str:
+    return " " if narrow() else "  "
 
 
 def _attribution(a) -> list[str]:
@@ -284,8 +298,15 @@ def step_stats_line(a) -> str:
             f"cv {s['cv']:.2f} ({even} step times)")
 
 
-STEP_HEAD = (f"  {'step':>6}  {'host time':>9}  {'GPU busy':>8}  {'GPU idle':>8}  "
-             f"{'in span':>8}  {'gaps':>5}  main idle cause")
+def step_head(start: bool = False) -> str:
+    """The step table's header (``start``: the ``steps`` command's start column)."""
+    g = _gap()
+    at = f"{g}{'start':>11}" if start else ""
+    return (f"  {'step':>6}{at}{g}{'host time':>9}{g}{'GPU busy':>8}{g}{'GPU idle':>8}{g}"
+            f"{'in span':>8}{g}{'gaps':>5}{g}" + ("cause" if narrow() else "main idle cause"))
+
+
+STEP_HEAD = step_head()
 
 
 def _table_width() -> int:
@@ -295,15 +316,17 @@ def _table_width() -> int:
 def step_row(r: dict, start: str | None = None) -> str:
     """One step's row; ``start`` (the ``steps`` command's column) after the step number.
     The cause's time is dropped where the row would pass TABLE_WIDTH."""
-    at = f"  {start:>11}" if start is not None else ""
-    row = (f"  {'#' + str(r['step']):>6}{at}  {fmt_ns(r['dur']):>9}  {fmt_ns(r['busy_ns']):>8}  "
-           f"{fmt_ns(r['idle_ns']):>8}  {fmt_ns(r['idle_in_span_ns']):>8}  {r['gaps']:>5,}  ")
+    g = _gap()
+    at = f"{g}{start:>11}" if start is not None else ""
+    row = (f"  {'#' + str(r['step']):>6}{at}{g}{fmt_ns(r['dur']):>9}{g}{fmt_ns(r['busy_ns']):>8}{g}"
+           f"{fmt_ns(r['idle_ns']):>8}{g}{fmt_ns(r['idle_in_span_ns']):>8}{g}{r['gaps']:>5,}{g}")
     if not r["idle_ns"]:
         return row.rstrip()
     vals = np.array([r[f"idle_{c}"] for c in CPU_CATEGORIES])
     j = int(vals.argmax())
     cause = f"{CPU_CATEGORIES[j]} {fmt_ns(vals[j])}"
-    return row + (cause if len(row) + len(cause) <= _table_width() else CPU_CATEGORIES[j])
+    room = _table_width() - len(row)
+    return row + (cause if len(cause) <= room else CPU_CATEGORIES[j][:max(room, 4)])
 
 
 def _steps(a) -> list[str]:
@@ -311,7 +334,7 @@ def _steps(a) -> list[str]:
     if a.step_source == "whole_trace":
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
-    lines = ["", step_stats_line(a), STEP_IDLE_LEGEND, STEP_HEAD]
+    lines = ["", step_stats_line(a), STEP_IDLE_LEGEND, step_head()]
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
         rows = st.sort_values("dur", ascending=False, kind="stable").head(STEP_ROWS).sort_values(
@@ -328,7 +351,7 @@ def render_steps(a) -> str:
     if a.step_source == "whole_trace" or not len(a.steps):
         return "\n".join(fit(lines + _steps(a)[1:])) + "\n"
     t0 = trace_origin(a)
-    head = STEP_HEAD.replace("  host time", f"  {'start':>11}  host time", 1)
+    head = step_head(start=True)
     lines += [step_stats_line(a), STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
     lines += [step_row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
     return "\n".join(fit(lines)) + "\n"
@@ -349,8 +372,10 @@ def _gaps(a) -> list[str]:
     title = f"Largest idle gaps (of {len(a.gaps):,}, {fmt_ns(total)} in total"
     if a.min_gap_ns:
         title += f"; {len(g):,} longer than {fmt_ns(a.min_gap_ns)}"
+    sp, dw = _gap(), (12 if narrow() else 20)
     lines = ["", title + ")", ORIGIN_NOTE,
-             f"  {'start':>11}  {'duration':>9}  {'dev':>3}  {'step':>6}  {'drained by':<20}  host was in"]
+             f"  {'start':>11}{sp}{'duration':>9}{sp}{'dev':>3}{sp}{'step':>6}{sp}"
+             f"{'drained by':<{dw}}{sp}host was in"]
     if not len(g):
         return lines[:2]
     t0 = trace_origin(a)
@@ -361,8 +386,8 @@ def _gaps(a) -> list[str]:
         if r["drain"] == "queued" and r.get("waited_on"):
             drain = "queued: " + r["waited_on"]
         step = "#" + str(r["step"]) if r["step"] >= 0 else "-"
-        row = (f"  {rel_time(r['start'] - t0):>11}  {fmt_ns(r['duration']):>9}  {r['device']:>3}  "
-               f"{step:>6}  {short_name(drain, 20):<20}  ")
+        row = (f"  {rel_time(r['start'] - t0):>11}{sp}{fmt_ns(r['duration']):>9}{sp}"
+               f"{r['device']:>3}{sp}{step:>6}{sp}{short_name(drain, dw):<{dw}}{sp}")
         lines.append(row + fit_list(row, [f"{c} {fmt_ns(ns)}" for ns, c in parts[:3]]))
     return lines
 

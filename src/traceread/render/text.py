@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import safe
+from .fmt import width
 
 
 TODO_ROWS = 8   # to-do items the text and HTML show before "and N more"
@@ -250,8 +251,8 @@ def replay_lines(r: dict | None) -> list[str]:
         out.append(f"  critical path: {labels}")
         for t in cp.get("top", [])[:4]:
             row = f"    {t['label']:<10} {fmt_ns(t['ns']):>10} {t['pct']:5.1f}%  "
-            name = " ".join(str(t["name"]).split())   # the row keeps within 80 columns
-            out.append(row + safe.short(name, max(20, 80 - len(row))))
+            name = " ".join(str(t["name"]).split())   # the row keeps within the table width
+            out.append(row + safe.short(name, max(12, min(width(), 80) - len(row))))
     return out
 
 
