@@ -117,6 +117,11 @@ def test_diff_text_and_html_promise_the_same_figure(tmp_path):
     assert r.exit_code == 0, r.output
     html = page.read_text()
     assert promised and re.findall(r"promised ([\d.]+ \w+)", html)[:1] == promised[:1]
+    from test_html import CHROMIUM
+
+    if CHROMIUM is not None:   # and the page fits a narrow window
+        scroll, window, wide = _overflow(page, 800)
+        assert scroll <= window and not wide, (scroll, window, wide)
     # the figure table: every row's change column ends where the header's does
     lines = text.splitlines()
     head = next(x for x in lines if x.rstrip().endswith("change"))
@@ -309,3 +314,37 @@ def test_table_rows_fit_a_narrow_terminal(r50, columns):
         set_width(None)
     wide = [ln for ln in text.splitlines()[1:] if len(ln) > columns]
     assert wide == []
+
+
+# --- the pages in a real browser: nothing runs past 1280 or 800 px -------------------------
+
+PROBE = ("<script>window.addEventListener('load',()=>{const v=window.innerWidth;"
+         "const wide=[...document.querySelectorAll('body *')].filter(e=>"
+         "e.getBoundingClientRect().right>v+1).map(e=>e.tagName);"
+         "document.body.setAttribute('data-probe',document.documentElement.scrollWidth+'/'+v+"
+         "' '+wide.slice(0,5).join(','));});</script>")
+
+
+def _overflow(page: Path, px: int) -> tuple[int, int, str]:
+    """(page width, window width, the first elements past the window's right edge) as
+    headless Chromium lays ``page`` out in a window ``px`` wide (a copy carries the probe)."""
+    from test_html import _chromium
+
+    probe = page.with_name(page.stem + f".probe{px}.html")
+    probe.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    r = _chromium(f"--window-size={px},900", "--dump-dom", probe.as_uri())
+    m = re.search(r'data-probe="(\d+)/(\d+) ?([^"]*)"', r.stdout)
+    assert m, r.stderr[-400:]
+    return int(m.group(1)), int(m.group(2)), m.group(3)
+
+
+@pytest.mark.parametrize("px", [1280, 800])
+def test_pages_fit_the_window_in_headless_chromium(r50_html, tmp_path, px):
+    from test_html import CHROMIUM
+
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (Debian: apt-get install chromium)")
+    page = tmp_path / "r50.html"
+    page.write_text(r50_html)
+    scroll, window, wide = _overflow(page, px)
+    assert scroll <= window and not wide, (scroll, window, wide)
