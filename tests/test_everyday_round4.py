@@ -348,3 +348,21 @@ def test_pages_fit_the_window_in_headless_chromium(r50_html, tmp_path, px):
     page.write_text(r50_html)
     scroll, window, wide = _overflow(page, px)
     assert scroll <= window and not wide, (scroll, window, wide)
+
+
+# --- the default run stays fast ----------------------------------------------------------
+
+def test_every_slow_entry_names_a_test():
+    """conftest.SLOW marks by name: a renamed test would silently run again by default."""
+    from conftest import SLOW
+
+    for key in SLOW:
+        file, name = key.split("::")
+        src = (ROOT / "tests" / file).read_text()
+        assert f"def {name.split('[')[0]}(" in src, key
+
+
+def test_readme_states_the_measured_test_time():
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"measured (\d+(?:\.\d+)?) minutes", text)
+    assert m and float(m.group(1)) < 6
