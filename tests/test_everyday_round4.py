@@ -186,6 +186,7 @@ def test_job_levers_save_per_step():
     assert m, lever
     late = re.search(r"arrives ([\d.]+ \w+) late", block).group(1)
     assert m.group(1) == late     # one figure for one straggler: its lateness per step
+    assert "held back" not in block   # the one group of both ranks: no second lateness figure
 
 
 # --- plain words -------------------------------------------------------------------------
