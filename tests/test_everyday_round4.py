@@ -367,3 +367,14 @@ def test_readme_states_the_measured_test_time():
     text = (ROOT / "README.md").read_text()
     m = re.search(r"measured (\d+(?:\.\d+)?) minutes", text)
     assert m and float(m.group(1)) < 6
+
+
+def test_a_long_wait_after_a_launch_is_not_called_launch():
+    import traceread
+    from traceread.render.text import replay_lines
+
+    a = traceread.analyze(_corpus(SGLANG))
+    text = "\n".join(replay_lines(a.replay))
+    top = [x for x in text.splitlines() if "resolve_future" in x or "resolve_" in x]
+    assert top and top[0].split()[0] == "queued", text
+    assert "critical path: queued after launch" in text
