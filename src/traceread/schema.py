@@ -317,6 +317,16 @@ class JobRole(_S):
     wait_ns: Optional[int] = None
 
 
+class Withdrawn(_S):
+    """A busy-time lever the GPU-use section prices (verdict/withdrawn.py): where the to-do
+    list carries its change (``in_list``, 1-based), or why it does not (``reason``)."""
+
+    busy: str                           # utilization.busy.levers[].lever
+    id: str                             # the lever table's id
+    in_list: Optional[int] = None
+    reason: Optional[str] = None
+
+
 class Verdict(_S):
     bound: str
     title: str
@@ -328,6 +338,7 @@ class Verdict(_S):
     what_if: dict[str, WhatIf]
     missing: list[str]
     job: Optional[JobRole] = None   # ranks of a job only
+    withdrawn: list[Withdrawn] = []     # busy-time levers: in the list where, or why not
 
 
 class Excluded(_S):

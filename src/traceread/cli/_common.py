@@ -21,6 +21,33 @@ LOADING: dict = {"path": None}
 _STRICT = {"on": False}
 
 
+TRACE_SUFFIXES = (".json.gz", ".json", ".sqlite")
+
+
+def files_glob(folder: str, most: int = 5000) -> str:
+    """A shell glob that matches the traces under ``folder``, where they are: ``DIR/*.json.gz``
+    beside it, ``DIR/*/*.json.gz`` one folder down; mixed depths: ``$(find ...)``. The first
+    ``most`` entries are looked at (a hint, not a scan)."""
+    found: dict[tuple[int, str], int] = {}
+    seen = 0
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        depth = os.path.relpath(root, folder).count(os.sep) + (root != folder)
+        for f in files:
+            seen += 1
+            suffix = next((x for x in TRACE_SUFFIXES if f.endswith(x)), None)
+            if suffix:
+                found[(depth, suffix)] = found.get((depth, suffix), 0) + 1
+        if seen >= most:
+            break
+    if not found:
+        return os.path.join(folder, "*.json.gz")
+    (depth, suffix), _ = max(found.items(), key=lambda kv: kv[1])
+    if len({d for d, _ in found}) > 1:
+        return f"$(find {folder} -name '*{suffix}')"
+    return os.path.join(folder, *(["*"] * depth), f"*{suffix}")
+
+
 def load_trace(path: str) -> Trace:
     """Load with a progress indicator on stderr for slow files (tty only).
 
@@ -35,7 +62,7 @@ def load_trace(path: str) -> Trace:
     if os.path.isdir(path):   # the one-trace commands: say what takes a folder
         raise TraceError(path, "is a directory, not a trace file: `traceread batch "
                          f"{path}` analyses every trace under it, or pass the files "
-                         f"({os.path.join(path, '*.json.gz')})")
+                         f"({files_glob(path)})")
     use = _USE_CACHE["on"] and not os.environ.get("TRACEREAD_NO_CACHE")
     trace = _load(path, progress=sys.stderr.isatty(), cache=use and worth_caching(path),
                   strict=_STRICT["on"])

@@ -4,8 +4,33 @@ from __future__ import annotations
 import click
 
 from . import main
-from ._common import (duration_callback, emit, exit_if_failed, format_callback, no_cache_option,
-                      output_option, strict_option, warn)
+from ._common import (_output_callback, duration_callback, emit, exit_if_failed,
+                      format_callback, no_cache_option, strict_option, warn)
+from ..errors import TraceError
+
+# -o suffixes flame writes; any other is refused (not folded text under an .html name)
+FLAME_SUFFIXES = (".folded", ".collapsed", ".txt", ".svg")
+
+output_option = click.option(
+    "-o", "--output", "out", type=click.Path(dir_okay=False, readable=False), default=None,
+    callback=_output_callback,
+    help="Write to this file instead of stdout: .folded (or .collapsed, .txt) for the "
+         "collapsed stacks, .svg for the picture; other suffixes are refused.")
+
+
+def check_output(out, fmt_given: bool) -> None:
+    """Refuse an -o whose suffix names a format flame does not write (``x.html``, ``x.json``)
+    unless --format says what to write into it."""
+    import os.path
+
+    if not out or out == "-" or fmt_given:
+        return
+    suffix = os.path.splitext(str(out))[1].lower()
+    if suffix and suffix not in FLAME_SUFFIXES:
+        raise TraceError(out, f"flame writes collapsed stacks (.folded) or an .svg, not "
+                              f"{suffix}: name the output .folded or .svg (the HTML report, "
+                              "`traceread analyze TRACE -o report.html`, draws the flame graph "
+                              "too)")
 from .analyze import _analyses, step_pattern_option, steps_option, window_option
 
 
@@ -40,6 +65,7 @@ def flame(trace, fmt, out, source, min_gap, step_pattern, steps_spec, window):
     """
     from ..render.flame import flame_svg, folded, idle_flame
 
+    check_output(out, not click.get_current_context().meta.get("traceread.fmt_defaulted"))
     results, failed = _analyses([trace], step_pattern, 0, steps_spec, window)
     a = results[0]
     gaps = a.gaps[a.gaps["duration"] > min_gap] if min_gap else a.gaps

@@ -119,18 +119,40 @@ def render_summary(results: list) -> str:
             detail = (f" (rank {s} works {fmt_ns(work[s])} per step, the others' median"
                       f" {fmt_ns(others[len(others) // 2])})") if loc["locality"] == "rank-local" and others and s in work else ""
             lines.append(f"  slowdown   {loc['locality']}{detail}")
-        grp = groups_line(res.groups, res.stages)
+        grp = groups_line(res.groups, res.stages, list(res.ranks))
         if grp:
             lines.append(f"  groups     {grp}")
         layout = layout_line(res.layout)
         if layout:
             lines.append(f"  layout     {layout}")
         for lv in res.levers:
-            saves = f" (saves {fmt_ns(lv['saves_ns'])})" if lv.get("saves_ns") else ""
-            lines.append(f"  lever      {lv['lever']}{saves}")
+            lines.append(f"  lever      {lv['lever']}{job_saving(lv, res)}")
         lines.append(f"  clocks     {_clock_line(res)}")
         lines.append("")
     return _fit_labelled(lines)
+
+
+def job_steps(res) -> int:
+    """The analysed steps of a job: the most any of its ranks analysed (0: none)."""
+    pr = getattr(res, "per_rank", None)
+    if pr is None or not len(pr) or "steps" not in pr:
+        return 0
+    n = pr["steps"].max()
+    return int(n) if n == n and n > 0 else 0
+
+
+def job_saving(lv: dict, res) -> str:
+    """A job lever's saving in the rank levers' unit: per step (its ``saves_ns`` is a total
+    over the job's analysed steps), with the total beside it; '' when it has none."""
+    ns = lv.get("saves_ns")
+    if not ns:
+        return ""
+    n = job_steps(res)
+    if not n:
+        return f" (saves ~{fmt_ns(ns)} over the analysed window)"
+    if n == 1:
+        return f" (saves ~{fmt_ns(ns)} per step)"
+    return f" (saves ~{fmt_ns(ns / n)} per step; {fmt_ns(ns)} over the {n} analysed steps)"
 
 
 def layout_line(p: dict | None) -> str:
@@ -265,9 +287,11 @@ def render_text(results: list) -> str:
     return render_summary(results) + "\n\n" + render_detail(results)
 
 
-def groups_line(groups: list[dict], balance: dict | None) -> str:
+def groups_line(groups: list[dict], balance: dict | None, ranks: list[int] | None = None) -> str:
     """One line: the stage that computes most (when the stages are not balanced), the group
-    that holds the others back most, and the one that waits most."""
+    that holds the others back most, and the one that waits most. A job of one collective
+    group of all its ``ranks`` gets no group figures: the straggler line is that group's,
+    and a second figure for the same lateness (summed over its collectives) only confuses."""
     parts = []
     if balance:
         k = balance["slow_stage"]
@@ -280,6 +304,8 @@ def groups_line(groups: list[dict], balance: dict | None) -> str:
             parts.append(f"stage {k} ({who}) computes {balance['slowest_x_others']}x the "
                          f"other stages, {fmt_ns(balance['excess_ns'])} more per step")
     coll = [g for g in groups if g["kind"] not in ("pp_stage", "pp")]
+    if ranks and len(coll) == 1 and set(coll[0]["ranks"]) >= set(ranks):
+        coll = []
     late = max(coll, key=lambda g: g["lateness_ns_per_step"], default=None)
     if late and late["lateness_ns_per_step"] > 0:
         parts.append(f"{group_label(late)} held back {fmt_ns(late['lateness_ns_per_step'])} per step"

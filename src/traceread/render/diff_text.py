@@ -115,6 +115,9 @@ def _strag(s: dict) -> str:
 
 
 _PER = {"step": " per step", "iteration": " per iteration"}
+# the row labels' column: the longest label ("pageable copies per iteration", "time per
+# sample (GPU window)") fits, so every figure column starts at the same place
+LABEL_W = 31
 
 
 def _one(d) -> str:
@@ -124,7 +127,7 @@ def _one(d) -> str:
     lines = [f"before  {safe.name(b['path'])}", f"        ({b['format']}, {_steps(b)})",
              f"after   {safe.name(a['path'])}", f"        ({a['format']}, {_steps(a)})"]
     lines += _unit_lines(d)
-    lines += ["", f"  {'':<26}{'before':>12}{'after':>12}{'change':>12}"]
+    lines += ["", f"  {'':<{LABEL_W}}{'before':>12}{'after':>12}{'change':>12}"]
     rows = [("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns")]
     if unit != "step":
         rows.append(("wall time" + per, "wall_ns"))
@@ -142,13 +145,13 @@ def _one(d) -> str:
     if ps is not None:
         lines.append(_row(f"time per sample ({_time_name(d)})", ps["before"], ps["after"]))
     if b["gpu_window_ns"] or a["gpu_window_ns"]:
-        lines.append(f"  {'GPU idle %':<26}{b['gpu_idle_pct']:>11.1f}%{a['gpu_idle_pct']:>11.1f}%"
-                     f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:>+9.1f} pts")
+        lines.append(f"  {'GPU idle %':<{LABEL_W}}{b['gpu_idle_pct']:>11.1f}%{a['gpu_idle_pct']:>11.1f}%"
+                     f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:>+8.1f} pts")
     if b["compiles"] or a["compiles"]:
-        lines.append(f"  {'recompiles':<26}{b['recompiles']:>12}{a['recompiles']:>12}"
+        lines.append(f"  {'recompiles':<{LABEL_W}}{b['recompiles']:>12}{a['recompiles']:>12}"
                      f"{a['recompiles'] - b['recompiles']:>+12}")
     changed = "" if b["verdict"] == a["verdict"] else "  (changed)"
-    lines += [f"  {'verdict':<26}{str(b['verdict']).upper():>12}{str(a['verdict']).upper():>12}{changed}"]
+    lines += [f"  {'verdict':<{LABEL_W}}{str(b['verdict']).upper():>12}{str(a['verdict']).upper():>12}{changed}"]
     lines += _saving_lines(d)
     if any(b["idle_by_cpu"].values()) or any(a["idle_by_cpu"].values()):
         lines += ["", f"Idle by cause{per} (what the host was doing while the GPU idled)"]
@@ -205,9 +208,9 @@ def _wrap(text: str, indent: str = "  ") -> list[str]:
 
 def _row(label: str, x, y) -> str:
     if x is None or y is None:
-        return f"  {label:<26}{_ns(x):>12}{_ns(y):>12}"
+        return f"  {label:<{LABEL_W}}{_ns(x):>12}{_ns(y):>12}"
     pct = f"{100.0 * (y - x) / x:+.1f}%" if x else ("new" if y else "")
-    return f"  {label:<26}{fmt_ns(x):>12}{fmt_ns(y):>12}{pct:>12}"
+    return f"  {label:<{LABEL_W}}{fmt_ns(x):>12}{fmt_ns(y):>12}{pct:>12}"
 
 
 def _saving_lines(d) -> list[str]:
@@ -224,9 +227,28 @@ def _saving_lines(d) -> list[str]:
              else f"  no saving: each step is {fmt_ns(-r)} slower"]
     if d.proof:
         lines += _proof_lines(d.proof)
-    elif s["promised_ns"] is not None:
-        lines.append(f"    (the before-verdict's top action promised {fmt_ns(s['promised_ns'])})")
+    elif promise_text(d):
+        lines.append(f"    ({promise_text(d)})")
     return lines
+
+
+def promise_text(d) -> str | None:
+    """The one promised figure of a diff, worded the same in text and HTML: the proof's
+    (the lever that changed, priced by BEFORE's replay or bound) where there is one, else
+    the before-verdict's top action's. None: nothing was promised."""
+    p = d.proof
+    if p:
+        if p["promised_ns"] is None:
+            return None
+        how = "BEFORE's replay with the change" if p["basis"] == "replay" else \
+            f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
+        pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None \
+            else ""
+        return f"promised {fmt_ns(p['promised_ns'])} per step{pct}, from {how}"
+    s = d.saving()
+    if s["promised_ns"] is None:
+        return None
+    return f"the before-verdict's top action promised {fmt_ns(s['promised_ns'])} per step"
 
 
 def _proof_lines(p: dict) -> list[str]:

@@ -23,7 +23,7 @@ from ..passes.attribution import CPU_CATEGORIES
 from .base import Renderer
 from .fmt import plural
 from .html_base import ACTIVITY_COLORS, COLORS, hbars, name_span, page, rect, svg, table
-from .text import fmt_bytes, fmt_ns, fmt_rate, rel_time
+from .text import critical_stop, critical_stop_note, fmt_bytes, fmt_ns, fmt_rate, rel_time
 
 COLUMNS = 800          # timeline resolution (SVG columns per device lane)
 MAX_LANES = 8
@@ -149,7 +149,7 @@ def _header(d: dict) -> str:
 
 
 def _verdict(a, d: dict) -> str:
-    from .report import BOUND_TITLE
+    from .report import BOUND_TITLE, busy_floor
 
     v = d.get("verdict") or {}
     bound = str(v.get("bound", "unknown"))
@@ -162,30 +162,33 @@ def _verdict(a, d: dict) -> str:
             + f" — {escape(str(job.get('summary', '')))}</p>") if job else ""
     return (f'<div class="verdict" id="verdict"><div class="bound">VERDICT {escape(bound.upper())}</div>'
             f"<div>{escape(str(title))}</div><p>{escape(str(v.get('summary', '')))}</p>{role}"
-            f"{_window_line(a, d)}{_utilization_line(d)}{_actions(v)}"
+            f"{_window_line(a, d)}{_utilization_line(d, v)}{_actions(v, busy_floor(a))}"
             + (f"<b>Not in this trace</b><ul>{missing}</ul>" if missing else "") + "</div>")
 
 
-def _actions(v: dict) -> str:
+def _actions(v: dict, floor: int | None = None) -> str:
     """The verdict's one ranked to-do list -- the same items, order and words as the text
     report (render/text.py action_gain): the first TODO_ROWS, the rest folded, then the
     unranked diagnostics."""
-    from ..verdict.because import because_text
-    from .text import TODO_ROWS, TODO_TITLE, action_gain
+    from .text import TODO_ROWS, TODO_TITLE, action_gain, empty_todo
+    from .words import because_words
 
     def why(x: dict) -> str:   # a tooltip: the page keeps its height (charts above the fold)
-        text = because_text(x.get("because") or [])
+        text = because_words(x.get("because") or [])
         return f" title='because: {escape(text)}'" if text else ""
 
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
     if acts:
         items = [f"<li{why(x)}>{escape(str(x.get('lever', '')))} <span class='meta'>"
                  f"[{escape(str(x.get('cost', '')))}]</span><br><span class='meta'>"
-                 f"{escape(action_gain(x, acts[i - 1] if i else None))}</span></li>"
+                 f"{escape(action_gain(x, acts[i - 1] if i else None, floor))}</span></li>"
                  for i, x in enumerate(acts)]
     else:
         items = [f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", [])]
-    out = [f"<b>{escape(TODO_TITLE)}</b><ol>", "".join(items[:TODO_ROWS]), "</ol>"]
+    if not items:
+        out = [f"<b>{escape(TODO_TITLE)}</b><p>{escape(empty_todo(v))}</p>"]
+    else:
+        out = [f"<b>{escape(TODO_TITLE)}</b><ol>", "".join(items[:TODO_ROWS]), "</ol>"]
     if len(items) > TODO_ROWS:
         out.append(f"<details><summary>and {len(items) - TODO_ROWS} more</summary>"
                    f"<ol start='{TODO_ROWS + 1}'>{''.join(items[TODO_ROWS:])}</ol></details>")
@@ -196,10 +199,18 @@ def _actions(v: dict) -> str:
     return "".join(out)
 
 
-def _utilization_line(d: dict) -> str:
+def _utilization_line(d: dict, v: dict) -> str:
+    """The GPU-use headline; its top lever says where the to-do list has it, or why not."""
+    from .words import busy_note
+
     u = d.get("utilization")
     head = u.get("headline") if isinstance(u, dict) else None
-    return f'<p class="meta">GPU use: {escape(str(head))}</p>' if head else ""
+    if not head:
+        return ""
+    top = ((u.get("busy") or {}).get("levers") or [{}])[0].get("lever")
+    note = busy_note(top, v.get("withdrawn")) if top else ""
+    return f'<p class="meta">GPU use: {escape(str(head))}' + \
+        (f" ({escape(note)})" if note else "") + "</p>"
 
 
 def _window_line(a, d: dict) -> str:
@@ -320,9 +331,12 @@ def _activity_bars(lanes: list[dict], acts: dict) -> str:
 
 
 # critical-path links: the label's colour (passes/replay/critical.py LABELS)
-CRITICAL_COLORS = {"kernel": "#1f77b4", "copy": "#17becf", "launch": "#ff7f0e",
-                   "host op": "#d62728", "sync wait": "#9467bd", "data load": "#8c564b",
-                   "collective": "#e377c2", "another rank": "#7f7f7f"}
+# one colour per thing on the page: a kernel the busy blue, a copy / collective the activity
+# colours (html_base.ACTIVITY_COLORS), launch / sync / data / host the idle causes' (COLORS)
+CRITICAL_COLORS = {"kernel": ACTIVITY_COLORS["compute"], "copy": ACTIVITY_COLORS["copy"],
+                   "launch": COLORS["launch"], "host op": COLORS["cpu_op"],
+                   "sync wait": COLORS["sync"], "data load": COLORS["dataloader"],
+                   "collective": ACTIVITY_COLORS["comm"], "another rank": "#7f7f7f"}
 
 
 def _critical_lane(a, lanes: list[dict], x0: int, y: int) -> tuple[list[str], int]:
@@ -351,6 +365,13 @@ def _critical_lane(a, lanes: list[dict], x0: int, y: int) -> tuple[list[str], in
     keys = " ".join(f'<tspan fill="{CRITICAL_COLORS.get(lab, "#777")}">■ {escape(lab)}</tspan>'
                     for lab in labels)
     out.append(f'<text x="{x0}" y="{y + 22}">{keys}</text>')
+    stop = critical_stop(r.get("critical_path") or {})
+    if stop is not None and w0 <= stop < w1:   # the links end before the window: say where
+        x = x0 + int(COLUMNS * (stop - w0) / (w1 - w0))
+        out.append(f'<line x1="{x}" y1="{y - 2}" x2="{x}" y2="{y + 12}" stroke="#222"/>')
+        out.append(f'<text x="{x0}" y="{y + 36}">{escape(critical_stop_note(r["critical_path"]))}'
+                   "</text>")
+        return out, y + 44
     return out, y + 30
 
 
@@ -519,9 +540,13 @@ def _idle_section(d: dict) -> str:
     rows = [(c, by[c], f"{fmt_ns(by[c])} ({100 * by[c] / idle:.1f}%)", COLORS.get(c, "#777777"))
             for c in sorted(CPU_CATEGORIES, key=lambda c: -by.get(c, 0)) if by.get(c)]
     dr = att.get("by_drain") or {}
+    late_q = int(att.get("host_late_queued_ns") or 0)
+    queued = int(dr.get("queued", 0)) + late_q   # the verdict's queued time: both kinds
+    late = (f" ({fmt_ns(late_q)} of it inside host-late gaps: the host was busy, but the GPU "
+            "already had its next op, so the verdict charges it to queued)" if late_q else "")
     drain = (f"<p>queue drained by a blocking sync: {fmt_ns(dr.get('sync', 0))}; host simply late "
              f"(starved): {fmt_ns(dr.get('starved', 0))}; next op already queued: "
-             f"{fmt_ns(dr.get('queued', 0))}</p>")
+             f"{fmt_ns(queued)}{escape(late)}</p>")
     return (f"<h2>Where the idle GPU time went ({fmt_ns(idle)})</h2>"
             f"<p class='meta'>What the launching host threads were doing while the GPU idled.</p>"
             + hbars(rows) + drain)

@@ -6,7 +6,7 @@ from .safe import html as escape  # every string: one inert, escaped line
 import pandas as pd
 
 from .fmt import plural
-from .html_base import hbars, page, table
+from .html_base import hbars, page, table, word
 
 # One colour per verdict, no two alike (tests/test_html.py): a chart coloured by verdict
 # must tell mixed from cold start from unknown.
@@ -97,7 +97,7 @@ def _summary_table(ok: pd.DataFrame, root: str = "") -> str:
     for _, r in ok.sort_values(["job", "rank", "file"], na_position="last").head(MAX_ROWS).iterrows():
         top = f"{r['top_cpu']} {_num(r['top_cpu_pct'], '{:.0f}%')}" if isinstance(r["top_cpu"], str) else "-"
         rank = None if pd.isna(r["rank"]) or r["rank"] < 0 else r["rank"]
-        rows.append([f'<span class="name">{escape(_rel(r["file"], root))}</span>', _num(rank, "{:.0f}"), escape(str(r["verdict"]).upper()),
+        rows.append([f'<span class="name">{escape(_rel(r["file"], root))}</span>', _num(rank, "{:.0f}"), word(str(r["verdict"]).upper()),
                      _num(r["steps"], "{:.0f}"), _num(r["step_mean_ms"], "{:.1f} ms"),
                      _num(r["idle_pct"], "{:.1f}%"), escape(top), _num(r["exposed_comm_pct"], "{:.1f}%"),
                      _num(r["recompiles"], "{:.0f}")])

@@ -4,7 +4,8 @@ from __future__ import annotations
 from .safe import html as escape  # every string: one inert, escaped line
 
 from ..passes.attribution import CPU_CATEGORIES
-from .html_base import COLORS, name_span, svg, table
+from .html_base import COLORS, name_span, svg, table, word
+from .diff_text import promise_text
 from .text import fmt_ns
 
 _ROWS = (("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
@@ -47,7 +48,7 @@ def _many(d) -> str:
         rows.append([name_span(p.label, 400), _ns(p.before.get(key)), _ns(p.after.get(key)),
                      _change(p.before.get(key), p.after.get(key)),
                      f"{p.before['gpu_idle_pct']:.1f}%", f"{p.after['gpu_idle_pct']:.1f}%",
-                     escape(f"{str(p.before['verdict']).upper()} → {str(p.after['verdict']).upper()}")])
+                     f"{word(str(p.before['verdict']).upper())} → {word(str(p.after['verdict']).upper())}"])
     out.append("<h2>Every matched trace</h2>" + table(
         ["trace", "step before", "after", "change", "idle before", "idle after", "verdict"],
         rows, {1, 2, 3, 4, 5}))
@@ -96,7 +97,7 @@ def _one(d) -> str:
     rows.append(["GPU idle %", f"{b['gpu_idle_pct']:.1f}%", f"{a['gpu_idle_pct']:.1f}%",
                  f"{a['gpu_idle_pct'] - b['gpu_idle_pct']:+.1f} pts"])
     rows.append(["recompiles", b["recompiles"], a["recompiles"], ""])
-    rows.append(["verdict", escape(str(b["verdict"]).upper()), escape(str(a["verdict"]).upper()),
+    rows.append(["verdict", word(str(b["verdict"]).upper()), word(str(a["verdict"]).upper()),
                  "changed" if b["verdict"] != a["verdict"] else ""])
     out = [f"<h1>diff: {escape(b['path'])} → {escape(a['path'])}</h1>",
            f'<div class="{_box(d.slower_pct())}" id="verdict"><div class="bound">{escape(str(b["verdict"]).upper())} → '
@@ -152,8 +153,9 @@ def _headline(d) -> str:
         r = s["realised_ns"]
         text += (f"; saving realised per step {fmt_ns(r)}" if r >= 0 else
                  f"; each step {fmt_ns(-r)} slower")
-        if s["promised_ns"] is not None:
-            text += f" (the before-verdict's top action promised {fmt_ns(s['promised_ns'])})"
+        promise = promise_text(d)
+        if promise:
+            text += f" ({promise})"
     return escape(text)
 
 

@@ -407,6 +407,14 @@ def _critical_events(a, clock: _Clock, tracks: _Tracks) -> list[str]:
             e = nxt - 1   # 1 ns apart: a viewer's float microseconds never overlap them
         out.append(_slice(clock, pid, tid, f"{x['label']}: {x['name']}", s, e,
                           {"label": x["label"], "lane": x["lane"], "step": x["step"]}))
+    from .text import critical_stop, critical_stop_note
+
+    cp = r.get("critical_path") or {}
+    stop = critical_stop(cp)
+    if stop is not None:   # the track ends early: an instant there says so
+        head = json.dumps({"ph": "i", "s": "t", "cat": CAT, "name": critical_stop_note(cp),
+                           "pid": pid, "tid": tid}, separators=(",", ":"))[:-1]
+        out.append(f'{head},"ts":{clock.us(stop)}}}')
     return out
 
 

@@ -6,11 +6,12 @@ import re
 import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES, waited_summary
-from ..verdict.because import because_text
 from ..verdict.bounds import TITLE
 from . import safe
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
-from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time,
+from .words import because_words, busy_note, together_words
+from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, empty_todo, fmt_ns,
+                   projected_words, rel_time,
                    replay_lines, utilization_lines)
 
 BOUND_TITLE = TITLE
@@ -47,8 +48,22 @@ def render_report(a) -> str:
     out += _compile(a)
     out += _graphs(a)
     out += _kernels(a)
-    out += utilization_lines(getattr(a, "utilization", None))
+    u = getattr(a, "utilization", None)
+    notes = {lv["lever"]: busy_note(lv["lever"], a.verdict.get("withdrawn"))
+             for lv in ((u or {}).get("busy") or {}).get("levers") or []}
+    out += utilization_lines(u, notes, window_steps(a))
     return "\n".join(fit("\n".join(out).split("\n"))).rstrip() + "\n"
+
+
+def window_steps(a) -> int:
+    """What a window total divides by to be per step, as the to-do list's savings are: the
+    analysed steps x the devices (0: no steps, figures stay over the window)."""
+    n = (a.verdict.get("evidence") or {}).get("steps")
+    if not isinstance(n, (int, float)) or n <= 0:
+        return 0
+    facts = getattr(a, "facts", None)
+    dev = (getattr(facts, "figures", None) or {}).get("devices") if facts is not None else None
+    return int(n) * max(1, int(dev or 1))
 
 
 def _header(a) -> list[str]:
@@ -129,11 +144,20 @@ def _verdict(a) -> list[str]:
         lines.append(f"  {f}")
     for m in v.get("missing", []):
         lines.append(f"  missing: {m}")
-    lines += todo_lines(v)
+    lines += todo_lines(v, busy_floor(a))
     return lines
 
 
-def todo_lines(v: dict) -> list[str]:
+def busy_floor(a) -> int | None:
+    """The GPU's busy time per step (facts ``busy_step_mean_ns``): no projected step is
+    shorter (docs/analysis.md, "Projected step"). None where the record lacks it."""
+    facts = getattr(a, "facts", None)
+    ns = (getattr(facts, "figures", None) or {}).get("busy_step_mean_ns") \
+        if facts is not None else None
+    return int(ns) if ns else None
+
+
+def todo_lines(v: dict, floor_ns: int | None = None) -> list[str]:
     """The verdict's one ranked to-do list (``verdict.actions``; plain ``levers`` when a
     verdict has none), the first TODO_ROWS of it, then the unranked diagnostics."""
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
@@ -141,22 +165,24 @@ def todo_lines(v: dict) -> list[str]:
     if acts:
         for i, x in enumerate(acts[:TODO_ROWS], 1):
             lines += tail_lines(f"    {i}. ", f"{x['lever']} [{x.get('cost', '')}]")
-            gain = action_gain(x, acts[i - 2] if i > 1 else None)
+            gain = action_gain(x, acts[i - 2] if i > 1 else None, floor_ns)
             if gain:
                 lines += tail_lines("       ", gain)
-            why = because_text(x.get("because") or [])
+            why = because_words(x.get("because") or [])
             if why:
                 lines += tail_lines("       ", f"because: {why}")
-    else:
+    elif v.get("levers"):
         lines += [f"    {i}. {lv}" for i, lv in enumerate(v.get("levers", [])[:TODO_ROWS], 1)]
+    else:
+        lines += tail_lines("    ", empty_todo(v))
     more = max(len(acts), len(v.get("levers", []))) - TODO_ROWS
     if more > 0:
         lines.append(f"    ... and {more} more (all in the JSON's verdict.actions)")
     both = (v.get("what_if") or {}).get("levers_together")
     if isinstance(both, dict) and both.get("saves_per_step_ns") is not None:
-        step = f", step -> {fmt_ns(both['projected_step_ns'])}" \
+        step = f", step -> {projected_words(both['projected_step_ns'], floor_ns)}" \
             if both.get("projected_step_ns") else ""
-        lines += tail_lines("  ", f"The replayed levers together ({', '.join(both['models'])}),"
+        lines += tail_lines("  ", f"The replayed levers together ({together_words(both, acts)}),"
                             f" replayed at once, not summed: saves ~"
                             f"{fmt_ns(both['saves_per_step_ns'])} per step{step}")
     diag = v.get("diagnostics") or []
@@ -197,15 +223,29 @@ def _job_role(job: dict | None) -> list[str]:
 
 def _devices(a) -> list[str]:
     whole = getattr(a, "window", None) is None or a.window.mode == "whole_trace"
+    # (name, window, figure, share, gaps) column widths; one space apart when narrow
+    n, w, f, p, k = (6, 9, 8, 6, 6) if narrow() else (14, 10, 9, 8, 7)
+    g = _gap()
     lines = ["", "GPU activity (" + ("first to last GPU op of each device)" if whole
                                     else "in the analysed window)"),
-             f"  {'device':<14}{'window':>10}  {'busy':>18}  {'idle':>18}  {'gaps':>7}"]
+             f"  {'device':<{n}}{'window':>{w}}{g}{'busy':>{f + 1 + p}}{g}"
+             f"{'idle':>{f + 1 + p}}{g}{'gaps':>{k}}"]
     for r in a.devices.itertuples():
         name = f"{r.device}" + (f" pid {r.pid}" if a.devices["pid"].nunique() > 1 else "")
-        lines.append(f"  {name:<14}{fmt_ns(r.window_ns):>10}  "
-                     f"{fmt_ns(r.busy_ns):>9} {_pct(r.busy_ns, r.window_ns):>8}  "
-                     f"{fmt_ns(r.idle_ns):>9} {_pct(r.idle_ns, r.window_ns):>8}  {r.gaps:>7,}")
+        lines.append(f"  {name:<{n}}{fmt_ns(r.window_ns):>{w}}{g}"
+                     f"{fmt_ns(r.busy_ns):>{f}} {_pct(r.busy_ns, r.window_ns):>{p}}{g}"
+                     f"{fmt_ns(r.idle_ns):>{f}} {_pct(r.idle_ns, r.window_ns):>{p}}{g}{r.gaps:>{k},}")
     return lines
+
+
+def narrow() -> bool:
+    """A terminal narrower than the tables' TABLE_WIDTH: columns one space apart and the
+    free-text column cut, so each row stays on one line (a 60-column terminal)."""
+    return width() < TABLE_WIDTH
+
+
+def _gap() -> str:
+    return " " if narrow() else "  "
 
 
 def _attribution(a) -> list[str]:
@@ -224,14 +264,15 @@ def _attribution(a) -> list[str]:
     lines.append(f"  queue drained by a blocking sync: {fmt_ns(d['sync'])} {_pct(d['sync'], idle).strip()}"
                  f"; host simply late (starved): {fmt_ns(d['starved'])} "
                  f"{_pct(d['starved'], idle).strip()}")
-    late_q = s.get("host_late_queued_ns") or 0
-    if late_q:
-        lines.append(f"    of the host-late gaps, {fmt_ns(late_q)} passed with the next op already "
-                     "launched (not charged to the host)")
-    if d.get("queued"):
+    late_q = int(s.get("host_late_queued_ns") or 0)
+    queued = int(d.get("queued") or 0) + late_q   # the verdict's queued time: both kinds
+    if queued:
         lines.append(f"  next op already queued (GPU waited on something else): "
-                     f"{fmt_ns(d['queued'])} {_pct(d['queued'], idle).strip()}"
-                     + _waited(a.gaps))
+                     f"{fmt_ns(queued)} {_pct(queued, idle).strip()}" + _waited(a.gaps))
+    if late_q:
+        lines += tail_lines("    ", f"{fmt_ns(late_q)} of it inside host-late gaps: the host was "
+                            "busy (the bars above) but the GPU already had its next op, so the "
+                            "verdict charges that time to queued, not to the host")
     for op, v in sorted(s["by_sync_op"].items(), key=lambda kv: -kv[1]["ns"])[:4]:
         lines.append(f"    after {op}: {fmt_ns(v['ns'])} in {plural(v['gaps'], 'gap')}")
     return lines
@@ -257,8 +298,15 @@ def step_stats_line(a) -> str:
             f"cv {s['cv']:.2f} ({even} step times)")
 
 
-STEP_HEAD = (f"  {'step':>6}  {'host time':>9}  {'GPU busy':>8}  {'GPU idle':>8}  "
-             f"{'in span':>8}  {'gaps':>5}  main idle cause")
+def step_head(start: bool = False) -> str:
+    """The step table's header (``start``: the ``steps`` command's start column)."""
+    g = _gap()
+    at = f"{g}{'start':>11}" if start else ""
+    return (f"  {'step':>6}{at}{g}{'host time':>9}{g}{'GPU busy':>8}{g}{'GPU idle':>8}{g}"
+            f"{'in span':>8}{g}{'gaps':>5}{g}" + ("cause" if narrow() else "main idle cause"))
+
+
+STEP_HEAD = step_head()
 
 
 def _table_width() -> int:
@@ -268,15 +316,17 @@ def _table_width() -> int:
 def step_row(r: dict, start: str | None = None) -> str:
     """One step's row; ``start`` (the ``steps`` command's column) after the step number.
     The cause's time is dropped where the row would pass TABLE_WIDTH."""
-    at = f"  {start:>11}" if start is not None else ""
-    row = (f"  {'#' + str(r['step']):>6}{at}  {fmt_ns(r['dur']):>9}  {fmt_ns(r['busy_ns']):>8}  "
-           f"{fmt_ns(r['idle_ns']):>8}  {fmt_ns(r['idle_in_span_ns']):>8}  {r['gaps']:>5,}  ")
+    g = _gap()
+    at = f"{g}{start:>11}" if start is not None else ""
+    row = (f"  {'#' + str(r['step']):>6}{at}{g}{fmt_ns(r['dur']):>9}{g}{fmt_ns(r['busy_ns']):>8}{g}"
+           f"{fmt_ns(r['idle_ns']):>8}{g}{fmt_ns(r['idle_in_span_ns']):>8}{g}{r['gaps']:>5,}{g}")
     if not r["idle_ns"]:
         return row.rstrip()
     vals = np.array([r[f"idle_{c}"] for c in CPU_CATEGORIES])
     j = int(vals.argmax())
     cause = f"{CPU_CATEGORIES[j]} {fmt_ns(vals[j])}"
-    return row + (cause if len(row) + len(cause) <= _table_width() else CPU_CATEGORIES[j])
+    room = _table_width() - len(row)
+    return row + (cause if len(cause) <= room else CPU_CATEGORIES[j][:max(room, 4)])
 
 
 def _steps(a) -> list[str]:
@@ -284,7 +334,7 @@ def _steps(a) -> list[str]:
     if a.step_source == "whole_trace":
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
-    lines = ["", step_stats_line(a), STEP_IDLE_LEGEND, STEP_HEAD]
+    lines = ["", step_stats_line(a), STEP_IDLE_LEGEND, step_head()]
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
         rows = st.sort_values("dur", ascending=False, kind="stable").head(STEP_ROWS).sort_values(
@@ -301,7 +351,7 @@ def render_steps(a) -> str:
     if a.step_source == "whole_trace" or not len(a.steps):
         return "\n".join(fit(lines + _steps(a)[1:])) + "\n"
     t0 = trace_origin(a)
-    head = STEP_HEAD.replace("  host time", f"  {'start':>11}  host time", 1)
+    head = step_head(start=True)
     lines += [step_stats_line(a), STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
     lines += [step_row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
     return "\n".join(fit(lines)) + "\n"
@@ -322,8 +372,10 @@ def _gaps(a) -> list[str]:
     title = f"Largest idle gaps (of {len(a.gaps):,}, {fmt_ns(total)} in total"
     if a.min_gap_ns:
         title += f"; {len(g):,} longer than {fmt_ns(a.min_gap_ns)}"
+    sp, dw = _gap(), (12 if narrow() else 20)
     lines = ["", title + ")", ORIGIN_NOTE,
-             f"  {'start':>11}  {'duration':>9}  {'dev':>3}  {'step':>6}  {'drained by':<20}  host was in"]
+             f"  {'start':>11}{sp}{'duration':>9}{sp}{'dev':>3}{sp}{'step':>6}{sp}"
+             f"{'drained by':<{dw}}{sp}host was in"]
     if not len(g):
         return lines[:2]
     t0 = trace_origin(a)
@@ -334,8 +386,8 @@ def _gaps(a) -> list[str]:
         if r["drain"] == "queued" and r.get("waited_on"):
             drain = "queued: " + r["waited_on"]
         step = "#" + str(r["step"]) if r["step"] >= 0 else "-"
-        row = (f"  {rel_time(r['start'] - t0):>11}  {fmt_ns(r['duration']):>9}  {r['device']:>3}  "
-               f"{step:>6}  {short_name(drain, 20):<20}  ")
+        row = (f"  {rel_time(r['start'] - t0):>11}{sp}{fmt_ns(r['duration']):>9}{sp}"
+               f"{r['device']:>3}{sp}{step:>6}{sp}{short_name(drain, dw):<{dw}}{sp}")
         lines.append(row + fit_list(row, [f"{c} {fmt_ns(ns)}" for ns, c in parts[:3]]))
     return lines
 

@@ -1,9 +1,11 @@
 """Plain-text renderings for the terminal."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from . import safe
+from .fmt import width
 
 
 TODO_ROWS = 8   # to-do items the text and HTML show before "and N more"
@@ -11,7 +13,29 @@ TODO_TITLE = ("To do, largest saving first (replayed: the step re-simulated with
               "pulled; [bound]: at most this, the rest of the step unchanged):")
 
 
-def action_gain(x: dict, prev: dict | None = None) -> str:
+def empty_todo(v: dict) -> str:
+    """Why a verdict's to-do list is empty, in place of a bare title (text and HTML)."""
+    text = ("nothing to pull: no lever of the table applies to this trace (each one's "
+            "preconditions fail, or it would save under 1% of the window)")
+    if v.get("bound") == "gpu":
+        top = (v.get("evidence") or {}).get("top_kernel")
+        text += ("; the GPU is busy with its own work: to make it cheaper, profile the "
+                 "kernels that take the time (Nsight Compute, rocprof)")
+        if top:
+            text += f", first {safe.short(str(top), 60)}"
+    return text
+
+
+def projected_words(ns: int, floor_ns: int | None = None, per_sample: bool = False) -> str:
+    """A projected step; one at or under the GPU's own busy time per step (``floor_ns``) is
+    that busy time "at best": given-back idle time cannot shorten the GPU's work, so two
+    levers of different savings that both reach it read the same, and say why."""
+    if floor_ns and not per_sample and ns <= floor_ns * 1.005:
+        return f"{fmt_ns(floor_ns)} at best (the GPU's own busy time per step)"
+    return fmt_ns(ns)
+
+
+def action_gain(x: dict, prev: dict | None = None, floor_ns: int | None = None) -> str:
     """One to-do item's saving, projected step and culprit, in the words every renderer uses;
     an item saving the same time of the same cause as ``prev`` says so (alternatives for one
     piece of lost time, not savings to add up)."""
@@ -35,7 +59,7 @@ def action_gain(x: dict, prev: dict | None = None) -> str:
         parts[-1] += " [bound]"
     if x.get("projected_step_ns"):
         at = f" at {k:g}x the batch" if k else ""
-        parts.append(f"step{at} -> {fmt_ns(x['projected_step_ns'])}")
+        parts.append(f"step{at} -> {projected_words(x['projected_step_ns'], floor_ns, bool(k))}")
     text = ", ".join(parts)
     cause = x.get("cause", "")
     culprit = " ".join(str(x.get("culprit") or "").split())
@@ -138,8 +162,10 @@ def _occupancy_lines(o: dict) -> list[str]:
     return out
 
 
-def utilization_lines(u: dict | None) -> list[str]:
-    """The report section for passes/utilization.py: MFU, busy doing what, levers, memory."""
+def utilization_lines(u: dict | None, notes: dict | None = None, steps: int = 0) -> list[str]:
+    """The report section for passes/utilization.py: MFU, busy doing what, levers, memory;
+    each busy-time lever says where the to-do list has it, or why not (``notes``: busy lever
+    id -> words, render/words.py ``busy_note``); ``steps``: what a window total divides by."""
     if not u:
         return []
     out = ["", "GPU USE (when busy)"]
@@ -177,8 +203,13 @@ def utilization_lines(u: dict | None) -> list[str]:
                 out.append(f"  memcpy {c['copy_kind']}: {n:,} cop{'y' if n == 1 else 'ies'}, "
                            f"{fmt_bytes(c['bytes'])} at {fmt_rate(c['gb_per_s'])}")
         for lv in b.get("levers") or []:
-            out.append(f"  lever {lv['lever']}: saves ~{fmt_ns(lv['saving_ns'])} "
-                       f"({lv['saving_pct_of_busy']:.0f}% of busy) -- {lv['why']}")
+            note = (notes or {}).get(lv["lever"], "")
+            ns = lv["saving_ns"]
+            amount = (f"~{fmt_ns(ns / steps)} of GPU time per step" if steps else
+                      f"~{fmt_ns(ns)} of GPU time over the window")
+            out.append(f"  lever {lv['lever']}: saves {amount} "
+                       f"({lv['saving_pct_of_busy']:.0f}% of busy) -- {lv['why']}"
+                       + (f"; {note}" if note else ""))
     out += _occupancy_lines(u.get("occupancy") or {})
     mem = u.get("memory") or {}
     for d in mem.get("devices") or []:
@@ -196,6 +227,19 @@ def utilization_lines(u: dict | None) -> list[str]:
     for lv in mem.get("levers") or []:
         out.append(f"  lever {lv['lever']}: {lv['why']} -- {lv['advice']}")
     return out
+
+
+LAUNCH_CALL = re.compile(r"(?i)(launch|graphlaunch|memcpy|memset)")
+
+
+def critical_label(label: str, name: str) -> str:
+    """A critical-path link's label in words. The replay labels "launch" both a launch call
+    on the path and the lag between a launch and its kernel's start (passes/replay/critical.py);
+    the second, named by the kernel, is the GPU holding queued work (a stream wait, a busy
+    queue) -- 493 ms of it behind a ``resolve_future`` kernel is no launch cost."""
+    if label == "launch" and name and not LAUNCH_CALL.search(str(name)):
+        return "queued after launch"
+    return label
 
 
 def replay_lines(r: dict | None) -> list[str]:
@@ -216,11 +260,40 @@ def replay_lines(r: dict | None) -> list[str]:
     cp = r.get("critical_path") or {}
     total = cp.get("total_ns") or 0
     if total:
-        labels = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in cp["by_label"].items()
-                           if v >= 0.01 * total)
+        by = dict(cp["by_label"])
+        for x in cp.get("top", []):   # the largest launch lags, named as the rows below are
+            said = critical_label(x["label"], x["name"])
+            if said != x["label"] and by.get(x["label"], 0) >= x["ns"]:
+                by[x["label"]] -= x["ns"]
+                by[said] = by.get(said, 0) + x["ns"]
+        labels = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in
+                           sorted(by.items(), key=lambda kv: -kv[1]) if v >= 0.01 * total)
         out.append(f"  critical path: {labels}")
-        for t in cp.get("top", [])[:4]:
-            row = f"    {t['label']:<10} {fmt_ns(t['ns']):>10} {t['pct']:5.1f}%  "
-            name = " ".join(str(t["name"]).split())   # the row keeps within 80 columns
-            out.append(row + safe.short(name, max(20, 80 - len(row))))
+        top = cp.get("top", [])[:4]
+        lw = max([10] + [len(critical_label(t["label"], t["name"])) for t in top])
+        for t in top:
+            label = critical_label(t["label"], t["name"])
+            row = f"    {label:<{lw}} {fmt_ns(t['ns']):>10} {t['pct']:5.1f}%  "
+            name = " ".join(str(t["name"]).split())   # the row keeps within the table width
+            out.append(row + safe.short(name, max(12, min(width(), 80) - len(row))))
     return out
+
+
+def critical_stop(cp: dict) -> int | None:
+    """Where the critical path's drawn links stop when the analysis kept only the first of
+    them (passes/replay/critical.py keeps at most MAX_SEGMENTS): the last link's end; None
+    when the links cover the whole path (their time adds up to its total)."""
+    segs = cp.get("segments") or []
+    total = int(cp.get("total_ns") or 0)
+    drawn = sum(int(s["end_ns"]) - int(s["start_ns"]) for s in segs)
+    if not segs or not total or drawn >= 0.99 * total:
+        return None
+    return max(int(s["end_ns"]) for s in segs)
+
+
+def critical_stop_note(cp: dict) -> str:
+    """The words for where the drawn critical path stops (HTML lane, overlay track)."""
+    segs = cp.get("segments") or []
+    drawn = sum(int(s["end_ns"]) - int(s["start_ns"]) for s in segs)
+    return (f"the critical path is drawn only up to the bar: the analysis keeps its first "
+            f"links ({fmt_ns(drawn)} of its {fmt_ns(cp['total_ns'])}); its totals count every link")

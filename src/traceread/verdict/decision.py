@@ -13,6 +13,7 @@ from ..passes.facts import WindowFacts
 from . import scores, whatif
 from .busy import busy_levers, headline, memory_levers
 from .steady import adjust_verdict
+from .withdrawn import withdrawn
 
 
 def decide(facts: WindowFacts) -> dict:
@@ -31,6 +32,8 @@ def decide(facts: WindowFacts) -> dict:
                            facts_evidence=facts.evidence,
                            one_time_launch_ns=one_time_launch_ns(f.get("steady")))
     verdict["missing"] = missing(f.get("missing") or {})
+    verdict["withdrawn"] = withdrawn(ctx, verdict.get("actions") or [],
+                                     scores.MIN_ACTION_SHARE * f["window_ns"]) if has_gpu else []
     head = headline(f.get("utilization"), blev)
     if verdict["bound"] == "gpu" and head:
         verdict["summary"] += f"; {head}"

@@ -1,0 +1,216 @@
+"""The words a user knows, for what the JSON keeps as ids: the facts behind a lever
+(``verdict.actions[].because``: ``host_work_kind={kind=off_path, model_share=0.023}`` reads
+"98% of the host time in the gaps runs outside the model's calls"), the what-if models a
+lever was replayed with (``fuse_pointwise``: "torch.compile fusion"), and a busy-time
+lever's place in the to-do list (``verdict.withdrawn``).
+
+Text and HTML both read these; the JSON keeps the ids (``fact``, ``models``)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .text import fmt_ns
+
+CAUSE_WORDS = {"data": "waiting for the DataLoader", "copy": "host-device copies",
+               "sync": "host syncs", "launch": "kernel launches", "host": "other host work",
+               "comms": "communication", "compile": "compiling", "queued": "queued work",
+               "graph_capture": "recording CUDA graphs", "gpu": "the GPU's own work"}
+
+# what-if models (passes/replay/whatif.py) -> the change they replay
+MODEL_WORDS = {"drop_syncs": "no per-step syncs", "cuda_graphs": "CUDA graphs",
+               "fuse_pointwise": "torch.compile fusion", "tf32": "TF32 matmuls",
+               "bf16": "bf16 autocast", "fp16": "fp16 autocast", "pin_copies": "pinned copies",
+               "overlap_copies": "copies on a side stream", "workers": "DataLoader workers",
+               "fused_optimizer": "a fused optimizer", "no_empty_cache": "no allocator calls",
+               "replay_graphs": "graphs replayed, not re-recorded",
+               "no_recompile": "no recompiles", "host_off_path": "host work off the step path",
+               "checkpoint_off_path": "checkpoints off the step path",
+               "larger_batch": "a larger batch", "channels_last": "channels_last"}
+
+
+def _pct(x) -> str:
+    return f"{100 * float(x):.0f}%"
+
+
+def _host_work(v: dict) -> str | None:
+    share, kind = v.get("model_share"), v.get("kind")
+    if share is None:
+        return None
+    if kind == "model":
+        top = f" (mostly {v['top_model']})" if v.get("top_model") else ""
+        return f"{_pct(share)} of the host time in the gaps is the model's own calls{top}"
+    top = f" (mostly {v['top_other']})" if v.get("top_other") else ""
+    return (f"{_pct(1 - float(share))} of the host time in the gaps runs outside the "
+            f"model's calls{top}")
+
+
+def _blocking(v: dict) -> str | None:
+    n = v.get("blocking_per_step")
+    kinds = ", ".join(str(k).replace("_", " ") for k in (v.get("by_kind") or {}))
+    if n is None:
+        return None
+    return f"{float(n):g} blocking call(s) per step" + (f" ({kinds})" if kinds else "")
+
+
+def _slow_collective(v: dict) -> str | None:
+    if not v.get("collective"):
+        return None
+    bw = f" at {float(v['busbw_gbps']):.1f} GB/s bus bandwidth" if v.get("busbw_gbps") else ""
+    size = f" on {int(v['avg_msg_bytes']) / 2**20:.1f} MiB messages" \
+        if v.get("avg_msg_bytes") else ""
+    return f"{v['collective']}{bw}{size}"
+
+
+def _optimizer(v: dict) -> str | None:
+    if not v.get("name"):
+        return None
+    impl = f" ({str(v['impl']).replace('_', ' ')})" if v.get("impl") else ""
+    return f"optimizer {v['name']}{impl}"
+
+
+def _flag(yes: str, no: str) -> Callable[[Any], str | None]:
+    return lambda v: yes if v else no
+
+
+def _listed(what: str) -> Callable[[Any], str | None]:
+    return lambda v: f"{what}: {', '.join(str(i) for i in v[:4])}" if v else f"no {what}"
+
+
+# fact id -> its value in words (None: fall back to the generic form)
+FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
+    "pytorch": _flag("", "not a PyTorch program"),
+    "training": _flag("a training step", "inference (no optimizer step)"),
+    "dataloader_workers": _flag("the DataLoader already uses worker processes",
+                                "the DataLoader loads on the training thread (no workers)"),
+    "compiled": _flag("already torch.compile'd", "not torch.compile'd"),
+    "compile_mode_graphs": _flag("torch.compile already captures CUDA graphs",
+                                 "no torch.compile CUDA-graph mode"),
+    "uses_cuda_graphs": _flag("CUDA graphs in use", "no CUDA graphs in use"),
+    "capturable": _flag("nothing in the step stops a CUDA-graph capture",
+                        "the step cannot be captured as a CUDA graph"),
+    "host_dispatch": _flag("the host time is op dispatch", "the host time is not op dispatch"),
+    "fused_optimizer": _flag("a fused optimizer already runs", "the optimizer is not fused"),
+    "host_in_compiled_call": _flag("the host time is inside compiled code",
+                                   "the host time is outside compiled code"),
+    "host_work_kind": lambda v: _host_work(v) if isinstance(v, dict) else None,
+    "blocking": lambda v: _blocking(v) if isinstance(v, dict) else None,
+    "slow_collective": lambda v: _slow_collective(v) if isinstance(v, dict) else None,
+    "optimizer": lambda v: _optimizer(v) if isinstance(v, dict) else None,
+    "torch_version": lambda v: f"PyTorch {v}" if v else None,
+    "comm_backend": lambda v: f"collectives over {v}" if v else None,
+    "framework": _listed("framework"),
+    "collectives": _listed("collectives"),
+    "ddp_buffer_broadcast_ns": lambda v: f"DDP broadcasts its buffers for {fmt_ns(v)} per step"
+    if v else None,
+    "triton_share": lambda v: f"Triton kernels {_pct(v)} of GPU time" if v is not None else None,
+    "optimizer_offload": _flag("the optimizer step runs on the CPU", "no optimizer offload"),
+    "periodic_stall": _flag("a periodic stall", "no periodic stall"),
+    "allocator_uncached": _flag("the caching allocator is off", "the caching allocator is on"),
+    "alloc_frees": lambda v: None if v is None else "no device frees in the analysed steps"
+    if not v else f"{v:,} device frees in the analysed steps",
+    "startup": lambda v: None if v is None else _flag("one-time start-up work in the window",
+                                                      "no one-time start-up work")(v),
+    "job.late_by_ns": lambda v: f"the straggler arrives {fmt_ns(v)} late" if v else None,
+}
+
+
+def fact_words(x: dict) -> str:
+    """One fact of a lever's ``because`` in words: its value (and the first event that proves
+    it, or "none seen" where it was read from absence)."""
+    fact, v = str(x.get("fact", "")), x.get("value")
+    if not x.get("known", True):
+        return f"{_human(fact)}: unknown"
+    if fact.startswith("replay_levers."):
+        return f"replayed: saves {fmt_ns(v)} per step" if _int(v) else \
+            "replayed (the step re-simulated with the change)"
+    if fact.startswith("busy_levers."):
+        return str(v)
+    if fact.startswith("cause_ns.") and _int(v):
+        cause = fact.split(".", 1)[1]
+        return f"{fmt_ns(v)} lost to {CAUSE_WORDS.get(cause, cause)} in the window"
+    if fact == "cause_ns" and isinstance(v, dict):
+        top = sorted(((c, n) for c, n in v.items() if _int(n) and n > 0), key=lambda t: -t[1])
+        return "lost time: " + ", ".join(f"{CAUSE_WORDS.get(c, c)} {fmt_ns(n)}"
+                                          for c, n in top[:3]) if top else "no lost time"
+    said = FACT_WORDS[fact](v) if fact in FACT_WORDS else None
+    if said is not None:   # its own words say "no ..." already: only a seen event is added
+        return _with_proof(said, x, v) if said and v else said or ""
+    said = _generic(fact, v)
+    return _with_proof(said, x, v) if said else ""
+
+
+def _with_proof(said: str, x: dict, v) -> str:
+    proof = _proof(x, v)
+    name = proof[len(" (seen: "):-1].rstrip(".") if proof.startswith(" (seen: ") else ""
+    return said if name and name in said else said + proof
+
+
+def because_words(items: list[dict], limit: int = 4) -> str:
+    """A lever's ``because`` as one line of plain sentences (the JSON keeps the fact ids)."""
+    bits = [w for w in (fact_words(x) for x in items) if w]
+    more = len(bits) - limit
+    return "; ".join(bits[:limit]) + (f"; and {more} more fact{'s' * (more > 1)} in the JSON"
+                                      if more > 0 else "")
+
+
+def _proof(x: dict, v) -> str:
+    proof = (x.get("evidence") or [None])[0]
+    if proof and proof.get("name") and v:
+        name = " ".join(str(proof["name"]).split())
+        return f" (seen: {name[:40]}{'...' if len(name) > 40 else ''})"
+    if x.get("evidence") == [] and not v:
+        return " (none seen)"
+    return ""
+
+
+def _int(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _human(fact: str) -> str:
+    return fact.split(".")[-1].replace("_ns", "").replace("_", " ")
+
+
+def _generic(fact: str, v) -> str:
+    """A fact with no words of its own: its name in words and its value."""
+    name = _human(fact)
+    if isinstance(v, bool):
+        return name if v else f"no {name}"
+    if v is None or (isinstance(v, (dict, list, tuple)) and not v):
+        return f"no {name}"
+    if _int(v) and fact.endswith("_ns"):
+        return f"{name} {fmt_ns(v)}"
+    if isinstance(v, dict):
+        parts = [f"{str(k).replace('_', ' ')} {b}" for k, b in v.items()
+                 if b not in (None, False, "", 0) and not isinstance(b, (dict, list))]
+        return f"{name}: {', '.join(parts[:3])}" if parts else f"no {name}"
+    if isinstance(v, (list, tuple)):
+        return f"{name}: {', '.join(str(i) for i in v[:3])}"
+    return f"{name} {v}"
+
+
+def together_words(both: dict, actions: list[dict]) -> str:
+    """Which to-do items the replay pulled at once: their numbers and the changes in words
+    (the models' ids stay in the JSON's ``what_if.levers_together.models``)."""
+    from ..verdict.whatif import MODEL_OF
+
+    parts = []
+    for m in both.get("models") or []:
+        at = next((i for i, x in enumerate(actions, 1)
+                   if MODEL_OF.get(x.get("id")) == m and x.get("basis") == "replay"), None)
+        what = MODEL_WORDS.get(m, m.replace("_", " "))
+        parts.append((at or 10**6, f"{at}. {what}" if at else what))
+    return ", ".join(p for _, p in sorted(parts, key=lambda t: t[0]))
+
+
+def busy_note(busy_id: str, withdrawn: list[dict] | None) -> str:
+    """Where a busy-time lever of the GPU-use section stands in the to-do list: the item
+    that carries its change, or why none does ('' when the verdict does not say)."""
+    for w in withdrawn or []:
+        if w.get("busy") != busy_id:
+            continue
+        if w.get("in_list"):
+            return f"to-do item {w['in_list']}"
+        if w.get("reason"):
+            return f"not in the to-do list: {w['reason']}"
+    return ""
