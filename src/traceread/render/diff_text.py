@@ -125,7 +125,8 @@ def _one(d) -> str:
              f"after   {safe.name(a['path'])}", f"        ({a['format']}, {_steps(a)})"]
     lines += _unit_lines(d)
     lines += ["", f"  {'':<26}{'before':>12}{'after':>12}{'change':>12}"]
-    rows = [("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns")]
+    rows = [("program step (mean)", "program_step_ns"), ("step time (mean)", "step_mean_ns"),
+            ("step time (median)", "step_median_ns")]
     if unit != "step":
         rows.append(("wall time" + per, "wall_ns"))
     rows += [("GPU window" + per, "gpu_window_ns"), ("GPU busy" + per, "gpu_busy_ns"),
@@ -180,7 +181,7 @@ def _steps(s: dict) -> str:
 
 
 def _time_name(d) -> str:
-    return {"step_mean_ns": "step", "gpu_window_ns": "GPU window", "wall_ns": "wall"}[d.time_key()]
+    return {"program_step_ns": "step", "step_mean_ns": "step", "gpu_window_ns": "GPU window", "wall_ns": "wall"}[d.time_key()]
 
 
 def _unit_lines(d) -> list[str]:
@@ -222,6 +223,9 @@ def _saving_lines(d) -> list[str]:
     r = s["realised_ns"]
     lines = [f"  saving realised per step: {fmt_ns(r)}" if r >= 0
              else f"  no saving: each step is {fmt_ns(-r)} slower"]
+    if d.time_key() == "program_step_ns" and "gpu" in (d.before.get("step_bound_by"),
+                                                       d.after.get("step_bound_by")):
+        lines[-1] += " (on the program's step: the GPU paces it, not the host's span)"
     if d.proof:
         lines += _proof_lines(d.proof)
     elif s["promised_ns"] is not None:

@@ -135,7 +135,7 @@ def _notes(d) -> list[str]:
     return [f"<ul>{''.join(f'<li>{escape(x)}</li>' for x in items)}</ul>"] if items else []
 
 
-_TIME_NAME = {"step_mean_ns": "step time", "gpu_window_ns": "GPU window", "wall_ns": "wall time"}
+_TIME_NAME = {"program_step_ns": "step time", "step_mean_ns": "step time", "gpu_window_ns": "GPU window", "wall_ns": "wall time"}
 
 
 def _headline(d) -> str:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from . import levers as L
 from .because import because
+from .units import per_step, program_step_ns
 from .bounds import CAUSES, TITLE, WHAT
 
 GPU_BOUND_LOST = 0.10
@@ -157,24 +158,34 @@ def _worth(sc: dict, window_ns: int) -> list[tuple[str, int]]:
 def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     """saves_ns / saves_pct / saves_per_step_ns / projected_step_ns of a saving of ``ns``.
 
-    Per step: ns / steps / devices. The projected step starts from the longer of the
-    host's step and the GPU's (first to last GPU op of the step): when the GPU lags the
-    host, the step is the GPU's. It never drops below the GPU's busy time per step (less
-    the saving itself for a busy-time lever, ``kind`` "busy"): idle time given back cannot
-    make the GPU's own work shorter."""
+    Per step (verdict/units.per_step): ns / steps / devices, never above the program's step
+    (units.program_step_ns: per step the later of the host's span and the GPU's work) nor
+    above the time there is to give back per step -- the GPU's idle time, plus its busy
+    time for a busy-time lever (``kind`` "busy"). The projected step is the program step
+    less the saving, never below the GPU's busy time per step (less the saving itself for a
+    busy-time lever): idle time given back cannot make the GPU's own work shorter;
+    ``projected_floor`` says "gpu_busy" when that floor set it."""
     if ns is None:
         return {"saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
                 "projected_step_ns": None}
     steps = int(ctx.get("steps") or 0)
-    per_step = int(round(ns / steps / max(1, int(ctx.get("devices") or 1)))) if steps else None
-    ref = max(int(ctx.get("step_mean_ns") or 0), int(ctx.get("gpu_step_mean_ns") or 0))
-    proj = None
-    if ref and per_step is not None:
-        floor = int(ctx.get("busy_step_mean_ns") or 0) - (per_step if kind == "busy" else 0)
-        proj = max(floor, ref - per_step)
-        proj = proj if proj > 0 else None
-    return {"saves_ns": int(ns), "saves_pct": _pct(ns, window_ns),
-            "saves_per_step_ns": per_step, "projected_step_ns": proj}
+    devices = max(1, int(ctx.get("devices") or 1))
+    busy = int(ctx.get("busy_step_mean_ns") or 0)
+    idle = int(ctx.get("idle_ns") or 0) / steps / devices if steps else 0
+    limit = None
+    if steps and ctx.get("idle_ns") is not None and (busy or kind != "busy"):
+        limit = idle + (busy if kind == "busy" else 0)
+    got = per_step(ns, steps, devices, program_step_ns(ctx), limit)
+    if got is not None and got.clamped:   # the total follows its per-step unit
+        ns = got.ns * steps * devices
+    out = {"saves_ns": int(ns), "saves_pct": _pct(ns, window_ns),
+           "saves_per_step_ns": got.ns if got else None, "projected_step_ns": None}
+    if got is not None and got.step_ns:
+        floor = busy - (got.ns if kind == "busy" else 0)
+        out["projected_step_ns"] = got.projected(floor)
+        if out["projected_step_ns"] and floor > got.step_ns - got.ns:
+            out["projected_floor"] = "gpu_busy"
+    return out
 
 
 def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
