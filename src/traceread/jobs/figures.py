@@ -86,6 +86,7 @@ def figures_table(a) -> pd.DataFrame:
     row = {k: v for k, v in f.items() if k != "idle_by_cpu"}
     row.update({f"idle_{c}": v for c, v in f["idle_by_cpu"].items()})
     df = pd.DataFrame([row])
-    for c in ("step_mean_ns", "step_median_ns", "promised_saving_ns"):
+    for c in ("step_mean_ns", "step_median_ns", "promised_saving_ns", "program_step_ns"):
         df[c] = df[c].astype("Int64")
+    df["step_bound_by"] = df["step_bound_by"].astype(object)
     return df

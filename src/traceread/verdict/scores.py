@@ -105,7 +105,8 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
         "scores_ns": sc, "share_pct": {k: _pct(v, lost) for k, v in sc.items()},
         "unexplained_ns": unexplained, "unexplained_pct": _pct(unexplained, lost),
     })
-    what_if = {c: _gain(ns, "idle", ctx, window_ns) for c, ns in _worth(sc, window_ns)}
+    what_if = {c: _gain(ns, GAIN_KIND.get(c, "idle"), ctx, window_ns)
+               for c, ns in _worth(sc, window_ns)}
     ranked = sorted(sc.items(), key=lambda kv: (-kv[1], CAUSES.index(kv[0])))
     (top, top_ns), (second, second_ns) = ranked[0], ranked[1]
     if lost < GPU_BOUND_LOST * window_ns or lost == 0:
@@ -155,13 +156,19 @@ def _worth(sc: dict, window_ns: int) -> list[tuple[str, int]]:
                   key=lambda kv: (-kv[1], CAUSES.index(kv[0]) if kv[0] in CAUSES else 99))
 
 
+# what a lever of each cause gives back besides GPU idle time (verdict/units.StepSaving's
+# limit): a busy-time lever shrinks GPU work; exposed copies and collectives are GPU work
+GAIN_KIND = {"gpu": "busy", "copy": "work", "comms": "work"}
+
+
 def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     """saves_ns / saves_pct / saves_per_step_ns / projected_step_ns of a saving of ``ns``.
 
     Per step (verdict/units.per_step): ns / steps / devices, never above the program's step
     (units.program_step_ns: per step the later of the host's span and the GPU's work) nor
     above the time there is to give back per step -- the GPU's idle time, plus its busy
-    time for a busy-time lever (``kind`` "busy"). The projected step is the program step
+    time where the lever removes GPU work (``kind`` "busy": a busy-time lever; "work": a
+    copy or communication lever, whose exposed transfers are GPU work). The projected step is the program step
     less the saving, never below the GPU's busy time per step (less the saving itself for a
     busy-time lever): idle time given back cannot make the GPU's own work shorter;
     ``projected_floor`` says "gpu_busy" when that floor set it."""
@@ -173,8 +180,8 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     busy = int(ctx.get("busy_step_mean_ns") or 0)
     idle = int(ctx.get("idle_ns") or 0) / steps / devices if steps else 0
     limit = None
-    if steps and ctx.get("idle_ns") is not None and (busy or kind != "busy"):
-        limit = idle + (busy if kind == "busy" else 0)
+    if steps and ctx.get("idle_ns") is not None and (busy or kind == "idle"):
+        limit = idle + (busy if kind != "idle" else 0)
     got = per_step(ns, steps, devices, program_step_ns(ctx), limit)
     if got is not None and got.clamped:   # the total follows its per-step unit
         ns = got.ns * steps * devices
@@ -205,7 +212,7 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
             culprit = "DDP's buffer broadcast before each forward"
         else:
             culprit = culprits.get(x["cause"], "")
-        gain = _gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx, window_ns)
+        gain = _gain(x["saves_ns"], GAIN_KIND.get(x["cause"], "idle"), ctx, window_ns)
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
             gain["projected_step_ns"] = x["projected_step_ns"]
         # the replayed saving per step; over the window where it has no steps (whole trace)
