@@ -70,6 +70,8 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     ev = dict(extra_evidence or {})
     proofs = facts_evidence or {}
     ctx = dict(ctx or {})
+    if ctx.get("program_step_mean_ns"):   # the step savings are taken from (verdict/units.py)
+        ev["program_step_ns"] = program_step_ns(ctx)
     if not has_gpu:
         cut = (ctx.get("cpu_only") or {}).get("cut_before_gpu")
         launches = int((ctx.get("cpu_only") or {}).get("launches") or 0)
