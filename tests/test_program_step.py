@@ -1,0 +1,138 @@
+"""The step the program waits on (passes/steps.program_columns / program_step): per step the
+later of the host's span and the GPU's work for it, used by diff, the projected step, MFU and
+the savings' unit (verdict/units.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import traceread
+from traceread.diffs.trace import diff_analyses
+from traceread.synth.scenarios import MS, T0, US, TraceBuilder
+from traceread.verdict.units import StepSaving, per_step
+
+FIX = Path(__file__).parent / "fixtures"
+XFORMER = FIX / "h200" / "xformer.bad.json.gz"
+
+
+def _host_ahead(kernel_ns: int, steps: int = 6, kernels: int = 20, host_ns: int = 5 * MS):
+    """A loop whose host launches ``kernels`` kernels in ``host_ns`` per step and never
+    syncs: the GPU runs them back to back, far behind the host (GPU-bound)."""
+    b = TraceBuilder(path="ahead.json")
+    g = T0 + 100 * US
+    for k in range(steps):
+        s = T0 + k * host_ns
+        b.step(k, s, host_ns)
+        for i in range(kernels):
+            t = s + i * (host_ns // kernels)
+            g = max(g, t + 20 * US)
+            b.op_with_kernel("aten::mm", t, 40 * US, 5 * US, 10 * US, g, kernel_ns,
+                             name="ampere_sgemm_128x64_nn")
+            g += kernel_ns + 2 * US
+    return b.build()
+
+
+def test_real_gpu_bound_steps_are_the_gpus_not_the_hosts():
+    """H200 bf16 transformer, no sync in the step (the host runs ahead): each step's program
+    step is its GPU time measured by CUDA events in the loop (truth ``gpu_ms``) within 1%;
+    the host's span of the first profiled step is 6% short of it."""
+    truth = json.loads((FIX / "h200" / "xformer.bad.kineto.truth.json").read_text())
+    a = traceread.analyze(XFORMER)
+    st = a.steps
+    assert list(st["bound_by"]) == ["gpu"] * len(st)
+    for r in st.to_dict(orient="records"):
+        gpu_ns = truth["planted"][str(r["step"])]["gpu_ms"] * 1e6
+        assert abs(r["program_ns"] - gpu_ns) <= 0.01 * gpu_ns, r
+    first = st.iloc[0]
+    want = truth["planted"][str(int(first["step"]))]["gpu_ms"] * 1e6
+    assert first["dur"] < 0.95 * want          # the host's span is not the step
+    p = a.facts.figures["program_step"]
+    assert p["bound_by"] == "gpu" and p["gpu_bound_steps"] == len(st)
+    assert p["mean_ns"] > p["host_mean_ns"] and p["host_ahead_ns"] > 0
+    assert a.facts.figures["program_step_mean_ns"] == p["mean_ns"]
+
+
+def test_real_gpu_bound_projection_stops_at_the_gpus_busy_time():
+    """No projected step of the GPU-bound trace drops below its GPU busy time per step."""
+    a = traceread.analyze(XFORMER)
+    busy = a.facts.figures["busy_step_mean_ns"]
+    step = a.facts.figures["program_step_mean_ns"]
+    for x in a.verdict["actions"]:
+        if x.get("saves_per_step_ns") is not None:
+            assert x["saves_per_step_ns"] <= step
+        if x.get("projected_step_ns") is not None and x["cause"] != "gpu":
+            assert x["projected_step_ns"] >= busy, x
+
+
+def test_steps_text_and_json_show_the_program_step():
+    from traceread.render.report import render_steps
+
+    a = traceread.analyze(XFORMER)
+    text = render_steps(a)
+    assert "program step" in text and "GPU-bound: the host runs ahead by" in text
+    from traceread.render.json import _steps
+    doc = _steps(a)
+    assert doc["program"]["bound_by"] == "gpu"
+    assert all(i["bound_by"] == "gpu" and i["program_ns"] >= i["dur_ns"] for i in doc["items"])
+
+
+def test_diff_realises_the_saving_on_the_gpu_paced_step(tmp_path):
+    """A GPU-bound loop whose kernels got twice as fast (TF32-like) while the host's spans
+    stayed the same: the realised saving is the GPU step's fall (10 ms a step), not the
+    host's (0), and ``slower_pct`` says -50%."""
+    from traceread.synth.kineto import write_kineto
+
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    write_kineto(_host_ahead(1 * MS), before)
+    write_kineto(_host_ahead(MS // 2), after)
+    a, b = traceread.analyze(before), traceread.analyze(after)
+    assert a.step_stats["mean_ns"] == b.step_stats["mean_ns"]      # the host did not move
+    d = diff_analyses(a, b)
+    realised = d.saving()["realised_ns"]
+    assert realised == pytest.approx(10 * MS, rel=0.02)
+    assert d.slower_pct() == pytest.approx(-50.0, abs=1.0)
+    assert d.before["step_bound_by"] == "gpu"
+    doc = d.to_dict()
+    assert doc["change"]["program_step_ns"]["delta"] == pytest.approx(-10 * MS, rel=0.02)
+
+
+def test_host_bound_steps_keep_the_hosts_span():
+    """The CPU pairs and the synced GPU fixtures: the program step is the host's span."""
+    a = traceread.analyze(FIX / "gpu" / "launch.bad.json.gz")
+    p = a.facts.figures["program_step"]
+    assert p["bound_by"] == "host"
+    assert p["mean_ns"] == a.step_stats["mean_ns"]
+
+
+def test_a_saving_is_per_step_and_never_above_its_step():
+    s = StepSaving.of(30 * MS, 20 * MS)
+    assert (s.ns, s.clamped, s.pct) == (20 * MS, "step", 100.0)
+    s = StepSaving.of(8 * MS, 20 * MS, limit_ns=5 * MS)
+    assert (s.ns, s.clamped) == (5 * MS, "limit")
+    assert StepSaving.of(-3, 20 * MS).ns == 0
+    assert StepSaving.of(4 * MS, 20 * MS).projected(floor_ns=18 * MS) == 18 * MS
+    # a whole-window total over 6 steps on 2 devices
+    got = per_step(120 * MS, 6, 2, 20 * MS)
+    assert got.ns == 10 * MS and got.clamped is None
+    assert per_step(10, 0) is None
+
+
+def test_gloo_job_lever_saves_the_planted_delay_once_per_step():
+    """Real 2-rank gloo DDP job on one GPU, rank 1 sleeping 20 ms before every forward:
+    the waiting rank's job lever gives back about 20 ms a step (its two gradient buckets
+    wait together: summing them promised 41.1 ms a step), never more than its step."""
+    paths = sorted(str(p) for p in (FIX / "gpu" / "ddp2").glob("rank-*.json.gz"))
+    truth = json.loads((FIX / "gpu" / "ddp2" / "truth.json").read_text())
+    from traceread.jobs.multirank import apply_job_verdicts, jobs_of_analyses
+
+    analyses = [traceread.analyze(p) for p in paths]
+    apply_job_verdicts(analyses, jobs_of_analyses(analyses))
+    delay = truth["planted_delay_ns"]
+    for a in analyses:
+        rank, top = a.meta.rank, a.verdict["actions"][0]
+        assert top["id"] == "straggler"
+        per = top["saves_per_step_ns"]
+        assert 0.9 * delay <= per <= 1.15 * delay, (rank, per)
+        assert top["saves_pct"] < 100
