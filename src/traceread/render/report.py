@@ -244,7 +244,7 @@ def _waited(gaps) -> str:
 
 # The per-step idle columns: launch-charged (the verdict's) and where it occurs.
 STEP_IDLE_LEGEND = ("  GPU idle: the gaps ended by work the step launched; in span: idle inside "
-                    "the step's own host time; program: the later of the host time and the "
+                    "the step's own host time; program: the later of the host's time and the "
                     "GPU's work (* GPU-bound)")
 
 
@@ -277,7 +277,7 @@ def program_step_line(a) -> str | None:
             f"({what}): per step the later of the host's span and the GPU's work")
 
 
-STEP_HEAD = (f"  {'step':>6}  {'host time':>9}  {'program':>9}  {'GPU busy':>8}  {'GPU idle':>8}  "
+STEP_HEAD = (f"  {'step':>5}  {'host':>8} {'program':>8}  {'GPU busy':>8}  {'GPU idle':>8}  "
              f"{'in span':>8}  {'gaps':>5}  main idle cause")
 
 
@@ -291,7 +291,7 @@ def step_row(r: dict, start: str | None = None) -> str:
     at = f"  {start:>11}" if start is not None else ""
     prog = r.get("program_ns")
     prog = "-" if prog is None else fmt_ns(prog) + ("*" if r.get("bound_by") == "gpu" else " ")
-    row = (f"  {'#' + str(r['step']):>6}{at}  {fmt_ns(r['dur']):>9}  {prog:>9}  "
+    row = (f"  {'#' + str(r['step']):>5}{at}  {fmt_ns(r['dur']):>8} {prog:>8}  "
            f"{fmt_ns(r['busy_ns']):>8}  "
            f"{fmt_ns(r['idle_ns']):>8}  {fmt_ns(r['idle_in_span_ns']):>8}  {r['gaps']:>5,}  ")
     if not r["idle_ns"]:
@@ -326,7 +326,7 @@ def render_steps(a) -> str:
     if a.step_source == "whole_trace" or not len(a.steps):
         return "\n".join(fit(lines + _steps(a)[1:])) + "\n"
     t0 = trace_origin(a)
-    head = STEP_HEAD.replace("  host time", f"  {'start':>11}  host time", 1)
+    head = STEP_HEAD.replace("  " + f"{'host':>8}", f"  {'start':>11}  {'host':>8}", 1)
     lines += [step_stats_line(a)] + [x for x in [program_step_line(a)] if x] + \
         [STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
     lines += [step_row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
