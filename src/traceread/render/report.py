@@ -272,7 +272,7 @@ def program_step_line(a) -> str | None:
                else "the host waits on it")
         what = f"GPU-bound: {why}; {n}"
     else:
-        what = f"host-bound: the GPU's work per step {fmt_ns(p['gpu_mean_ns'])}; {n}"
+        what = f"host-bound: the GPU waits on the host; {n}"
     return (f"  program step {fmt_ns(p['mean_ns'])} mean, median {fmt_ns(p['median_ns'])} "
             f"({what}): per step the later of the host's span and the GPU's work")
 

@@ -335,8 +335,9 @@ def _lead_with(v: dict, text: str, ns, culprit: str, cause: str = "comms") -> No
 
 
 def _item(text: str, cost: str, ns, culprit: str, cause: str) -> dict:
-    # why: what the job's ranks showed together (no single trace's fact proves it)
-    why = [{"fact": "job.late_by_ns", "value": int(ns), "known": True, "evidence": None}] \
+    # why: what the job's ranks showed together (no single trace's fact proves it): the
+    # lateness over the window (the union of its intervals), of which the saving is per step
+    why = [{"fact": "job.late_total_ns", "value": int(ns), "known": True, "evidence": None}] \
         if ns else []
     return {"id": "straggler", "lever": text, "cost": cost, "cause": cause,
             "saves_ns": int(ns) if ns else None, "saves_pct": None, "saves_per_step_ns": None,
