@@ -136,3 +136,39 @@ def test_gloo_job_lever_saves_the_planted_delay_once_per_step():
         per = top["saves_per_step_ns"]
         assert 0.9 * delay <= per <= 1.15 * delay, (rank, per)
         assert top["saves_pct"] < 100
+
+
+def test_real_nsys_capture_whose_host_runs_ahead_is_paced_by_the_gpu(tmp_path):
+    """The same H200 transformer under nsys (NVTX steps, no profiler throttling the host):
+    steps 1 and 2 span 20 and 18 ms on the host while the GPU works 85 and 87.5 ms for them.
+    Every program step is the loop's CUDA-event GPU time within 1%; the host's mean is 17%
+    short of the program's."""
+    import lzma
+    import shutil
+
+    truth = json.loads((FIX / "h200" / "xformer.bad.plain.truth.json").read_text())
+    db = tmp_path / "xformer.sqlite"
+    with lzma.open(FIX / "h200" / "xformer.bad.sqlite.xz") as src, open(db, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    a = traceread.analyze(db)
+    st = a.steps
+    assert len(st) >= 10 and set(st["bound_by"]) == {"gpu"}
+    for r in st.to_dict(orient="records"):
+        gpu_ns = truth["planted"][str(r["step"])]["gpu_ms"] * 1e6
+        assert abs(r["program_ns"] - gpu_ns) <= 0.01 * gpu_ns, r
+    early = st[st["step"].isin([1, 2])]
+    assert (early["dur"] < 0.25 * early["program_ns"]).all()
+    p = a.facts.figures["program_step"]
+    assert p["host_mean_ns"] < 0.85 * p["mean_ns"]
+    want = sum(truth["planted"][str(s)]["gpu_ms"] for s in st["step"]) / len(st) * 1e6
+    assert p["mean_ns"] == pytest.approx(want, rel=0.01)
+
+
+def test_error_pct_sets_promise_and_realised_saving_on_the_same_step():
+    """A replay whose step is the host's 10 ms span promises 2 ms (20%); the program's
+    GPU-paced 40 ms step fell 8 ms (20%): the promise was right, not 75% short."""
+    from traceread.diffs.proof import error_pct
+
+    assert error_pct(2 * MS, 8 * MS, 10 * MS, 40 * MS) == 0.0
+    assert error_pct(2 * MS, 8 * MS, None, None) == -75.0
+    assert error_pct(2 * MS, 0, 10 * MS, 40 * MS) is None
