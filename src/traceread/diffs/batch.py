@@ -143,7 +143,12 @@ class JobView:
 def batch_jobs(o: BatchOutput) -> JobView:
     s = o.summary
     job_of = {t: j for t, j in zip(s["trace_id"], s["job"]) if isinstance(j, str)}
-    return JobView(o.jobs, job_of, {t: o.side(t)[0]["step_mean_ns"] for t in job_of})
+    return JobView(o.jobs, job_of, {t: _pace(o.side(t)[0]) for t in job_of})
+
+
+def _pace(fig: dict):
+    """A trace's step as a diff reads it: the program's when the batch wrote it."""
+    return fig.get("program_step_ns") or fig.get("step_mean_ns")
 
 
 def traces_jobs(prepared: list[dict], steps: dict, alias: dict) -> JobView:

@@ -7,7 +7,8 @@ from ..passes.attribution import CPU_CATEGORIES
 from .html_base import COLORS, name_span, svg, table
 from .text import fmt_ns
 
-_ROWS = (("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
+_ROWS = (("program step (mean)", "program_step_ns"), ("step time (mean)", "step_mean_ns"),
+         ("step time (median)", "step_median_ns"),
          ("GPU window", "gpu_window_ns"), ("GPU busy", "gpu_busy_ns"), ("GPU idle", "gpu_idle_ns"),
          ("exposed comm", "exposed_comm_ns"), ("copies", "copy_ns"),
          ("exposed copies", "exposed_copy_ns"), ("pageable copies", "pageable_copy_ns"))
@@ -85,7 +86,7 @@ def _change(x, y) -> str:
 def _one(d) -> str:
     b, a = d.before, d.after
     per = {"step": "per step", "iteration": "per iteration"}.get(d.unit, "whole trace")
-    shown = _ROWS if d.unit == "step" else _ROWS[:2] + (("wall time", "wall_ns"),) + _ROWS[2:]
+    shown = _ROWS if d.unit == "step" else _ROWS[:3] + (("wall time", "wall_ns"),) + _ROWS[3:]
     rows = [[escape(label), fmt_ns(b[k]), fmt_ns(a[k]), _change(b[k], a[k])]
             for label, k in shown if b.get(k) is not None and a.get(k) is not None
             and (b[k] or a[k] or k.startswith("step"))]
