@@ -172,3 +172,33 @@ def test_error_pct_sets_promise_and_realised_saving_on_the_same_step():
     assert error_pct(2 * MS, 8 * MS, 10 * MS, 40 * MS) == 0.0
     assert error_pct(2 * MS, 8 * MS, None, None) == -75.0
     assert error_pct(2 * MS, 0, 10 * MS, 40 * MS) is None
+
+
+def test_a_host_lever_does_not_project_a_gpu_bound_step_below_its_gpu_work():
+    """An 18 ms GPU-bound step (17.5 ms of GPU busy) whose replay (in the host's frame) says
+    a host lever takes the step from 10 ms to 0.5 ms: the projection stops at the GPU's
+    busy time, not at 18 x 0.05 = 0.9 ms; a lever that removes 5 ms of GPU work goes
+    below it by that much."""
+    from traceread.verdict.whatif import projected
+
+    ctx = {"program_step_mean_ns": 18 * MS, "step_mean_ns": 10 * MS,
+           "busy_step_mean_ns": 17_500_000}
+    r = {"before_ns": 10 * MS, "after_ns": MS // 2, "gpu_saved_ns": 0}
+    assert projected(ctx, r) == 17_500_000
+    assert projected(ctx, {**r, "gpu_saved_ns": 5 * MS}) == 12_500_000
+
+
+def test_saving_text_says_when_the_gpu_busy_time_set_the_projection():
+    from traceread.render.text import action_gain
+    from traceread.verdict.scores import _gain
+
+    ctx = {"steps": 2, "program_step_mean_ns": 30 * MS, "busy_step_mean_ns": 25 * MS,
+           "idle_ns": 10 * MS, "program_step": {"bound_by": "gpu"}}
+    g = _gain(8 * MS, "idle", ctx, 60 * MS)
+    # 4 ms a step asked, 5 ms of idle a step there: the GPU's 25 ms of work stays
+    assert g["saves_per_step_ns"] == 4 * MS and g["projected_step_ns"] == 26 * MS
+    g = _gain(30 * MS, "idle", ctx, 60 * MS)   # 15 ms a step asked: only 5 ms idle a step
+    assert g["saves_per_step_ns"] == 5 * MS and g["saves_ns"] == 10 * MS
+    assert g["projected_step_ns"] == 25 * MS and g["projected_floor"] == "gpu_busy"
+    text = action_gain({**g, "cause": "host", "culprit": ""})
+    assert "step -> 25 ms (the GPU's busy time)" in text

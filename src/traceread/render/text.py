@@ -36,6 +36,8 @@ def action_gain(x: dict, prev: dict | None = None) -> str:
     if x.get("projected_step_ns"):
         at = f" at {k:g}x the batch" if k else ""
         parts.append(f"step{at} -> {fmt_ns(x['projected_step_ns'])}")
+        if x.get("projected_floor") == "gpu_busy":   # the GPU-bound step's own work stays
+            parts[-1] += " (the GPU's busy time)"
     text = ", ".join(parts)
     cause = x.get("cause", "")
     culprit = " ".join(str(x.get("culprit") or "").split())

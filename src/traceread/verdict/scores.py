@@ -192,7 +192,7 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     if got is not None and got.step_ns:
         floor = busy - (got.ns if kind == "busy" else 0)
         out["projected_step_ns"] = got.projected(floor)
-        if out["projected_step_ns"] and floor > got.step_ns - got.ns:
+        if out["projected_step_ns"] and floor > 0 and out["projected_step_ns"] == floor:
             out["projected_floor"] = "gpu_busy"
     return out
 
