@@ -202,3 +202,15 @@ def test_saving_text_says_when_the_gpu_busy_time_set_the_projection():
     assert g["projected_step_ns"] == 25 * MS and g["projected_floor"] == "gpu_busy"
     text = action_gain({**g, "cause": "host", "culprit": ""})
     assert "step -> 25 ms (the GPU's busy time)" in text
+
+
+def test_diff_text_names_the_gpu_paced_step(tmp_path):
+    from traceread.render.diff_text import render_diff
+    from traceread.synth.kineto import write_kineto
+
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    write_kineto(_host_ahead(1 * MS), before)
+    write_kineto(_host_ahead(MS // 2), after)
+    text = render_diff(diff_analyses(traceread.analyze(before), traceread.analyze(after)))
+    assert "program step (mean)" in text
+    assert "saving realised per step: 10 ms (on the program's step: the GPU paces it" in text

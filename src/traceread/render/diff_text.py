@@ -223,14 +223,20 @@ def _saving_lines(d) -> list[str]:
     r = s["realised_ns"]
     lines = [f"  saving realised per step: {fmt_ns(r)}" if r >= 0
              else f"  no saving: each step is {fmt_ns(-r)} slower"]
-    if d.time_key() == "program_step_ns" and "gpu" in (d.before.get("step_bound_by"),
-                                                       d.after.get("step_bound_by")):
+    if d.time_key() == "program_step_ns" and any(_gpu_paced(x) for x in (d.before, d.after)):
         lines[-1] += " (on the program's step: the GPU paces it, not the host's span)"
     if d.proof:
         lines += _proof_lines(d.proof)
     elif s["promised_ns"] is not None:
         lines.append(f"    (the before-verdict's top action promised {fmt_ns(s['promised_ns'])})")
     return lines
+
+
+def _gpu_paced(side: dict) -> bool:
+    """The GPU sets the side's step and the host's span is over 1% shorter than it."""
+    prog, host = side.get("program_step_ns"), side.get("step_mean_ns")
+    return side.get("step_bound_by") == "gpu" and bool(prog) and host is not None \
+        and prog - host > 0.01 * prog
 
 
 def _proof_lines(p: dict) -> list[str]:
