@@ -162,6 +162,9 @@ def test_real_nsys_capture_whose_host_runs_ahead_is_paced_by_the_gpu(tmp_path):
     assert p["host_mean_ns"] < 0.85 * p["mean_ns"]
     want = sum(truth["planted"][str(s)]["gpu_ms"] for s in st["step"]) / len(st) * 1e6
     assert p["mean_ns"] == pytest.approx(want, rel=0.01)
+    # the host's spans vary (cv 0.35), the program's pace does not: no "bursty" fact
+    assert a.step_stats["bursty"] and not p["bursty"]
+    assert not a.facts.figures["window_summary"]["bursty"]
 
 
 def test_error_pct_sets_promise_and_realised_saving_on_the_same_step():

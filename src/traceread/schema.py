@@ -104,6 +104,8 @@ class ProgramStep(_S):
     gpu_bound_steps: int
     steps: int
     host_ahead_ns: int              # mean (program - host span) over the GPU-bound steps
+    cv: float                       # of the program steps (StepStats.cv)
+    bursty: bool                    # StepStats.bursty, of the program steps
 
 
 class Steps(_S):

@@ -416,20 +416,25 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray) -> pd.DataFrame:
 
 def program_step(tab: pd.DataFrame | None) -> dict | None:
     """The window's program step (``program_columns``): mean and median of ``program_ns``,
-    the host's and the GPU's means beside it, which bounds most steps, and how far the
-    host runs ahead of the GPU on the GPU-bound steps (mean of program - host span)."""
+    the host's and the GPU's means beside it, which bounds most steps, how far the host
+    runs ahead of the GPU on the GPU-bound steps (mean of program - host span), and the
+    program steps' cv and burstiness (``step_stats``)."""
     if tab is None or not len(tab) or "program_ns" not in tab:
         return None
     prog = tab["program_ns"].to_numpy(np.int64)
     gpu_bound = tab["bound_by"].to_numpy(object) == "gpu"
     ahead = (prog - tab["dur"].to_numpy(np.int64))[gpu_bound]
+    st = step_stats(prog)
     return {"mean_ns": int(round(float(prog.mean()))),
             "median_ns": int(round(float(np.median(prog)))),
             "host_mean_ns": int(round(float(tab["dur"].mean()))),
             "gpu_mean_ns": int(round(float(tab["gpu_ns"].mean()))),
             "bound_by": "gpu" if 2 * int(gpu_bound.sum()) >= len(prog) else "host",
             "gpu_bound_steps": int(gpu_bound.sum()), "steps": int(len(prog)),
-            "host_ahead_ns": int(round(float(ahead.mean()))) if len(ahead) else 0}
+            "host_ahead_ns": int(round(float(ahead.mean()))) if len(ahead) else 0,
+            # how alike the program's steps are (step_stats): a host whose spans vary while
+            # the GPU keeps its pace is not a bursty program
+            "cv": st["cv"], "bursty": st["bursty"]}
 
 
 def program_step_of(a) -> dict | None:

@@ -273,7 +273,8 @@ def program_step_line(a) -> str | None:
         what = f"GPU-bound: {why}; {n}"
     else:
         what = f"host-bound: the GPU waits on the host; {n}"
-    return (f"  program step {fmt_ns(p['mean_ns'])} mean, median {fmt_ns(p['median_ns'])} "
+    cv = f", cv {p['cv']:.2f}" if "cv" in p else ""
+    return (f"  program step {fmt_ns(p['mean_ns'])} mean, median {fmt_ns(p['median_ns'])}{cv} "
             f"({what}): per step the later of the host's span and the GPU's work")
 
 
