@@ -128,8 +128,14 @@ def test_gloo_job_lever_saves_the_planted_delay_once_per_step():
     from traceread.jobs.multirank import apply_job_verdicts, jobs_of_analyses
 
     analyses = [traceread.analyze(p) for p in paths]
-    apply_job_verdicts(analyses, jobs_of_analyses(analyses))
+    jobs = jobs_of_analyses(analyses)
+    apply_job_verdicts(analyses, jobs)
     delay = truth["planted_delay_ns"]
+    # the group figures count the lateness once too: held back ~20 ms a step (41.3 summed),
+    # and of the two ranks only rank 0 waits (~10 ms per step per rank, 20.7 summed)
+    g = jobs[0].groups[0]
+    assert 0.9 * delay <= g["lateness_ns_per_step"] <= 1.15 * delay, g
+    assert 0.45 * delay <= g["wait_ns_per_step"] <= 0.6 * delay, g
     for a in analyses:
         rank, top = a.meta.rank, a.verdict["actions"][0]
         assert top["id"] == "straggler"

@@ -28,7 +28,7 @@ import copy
 from ...verdict import bounds
 from ...verdict.units import per_step
 from ...render.text import fmt_ns
-from .groups import IMBALANCE_X, pipeline_decides
+from .groups import IMBALANCE_X, interval_total, pipeline_decides
 from .waits import HOW_TO_RECORD, LATE_MIN_NS as WAIT_LATE_MIN_NS
 from .why import CAUSE_TEXT
 
@@ -223,17 +223,9 @@ def _waiting(res, r: int, collective: str) -> list[dict]:
         # (DDP's gradient buckets) waits the straggler's lateness once, not twice
         start = g["arrival_ns"].to_numpy("int64")
         out.append({"rank": int(q), "instances": int(len(g)),
-                    "wait_ns": _union_ns(start, start + g["wait_ns"].to_numpy("int64")),
+                    "wait_ns": interval_total(start, start + g["wait_ns"].to_numpy("int64")),
                     "wait_per_collective_ns": int(g["wait_ns"].mean())})
     return out
-
-
-def _union_ns(start, end) -> int:
-    """Length of the union of the intervals [start, end)."""
-    from ...passes import intervals
-
-    s, e = intervals.union(start, end)
-    return int((e - s).sum())
 
 
 def late_total(res, r: int) -> int:
@@ -243,7 +235,7 @@ def late_total(res, r: int) -> int:
     m = res.matches
     mine = m[(m["rank"] == r) & m["last"] & (m["lateness_ns"] >= LATE_NS)]
     end = mine["arrival_ns"].to_numpy("int64")
-    return _union_ns(end - mine["lateness_ns"].to_numpy("int64"), end)
+    return interval_total(end - mine["lateness_ns"].to_numpy("int64"), end)
 
 
 def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
