@@ -214,7 +214,10 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
             culprit = "DDP's buffer broadcast before each forward"
         else:
             culprit = culprits.get(x["cause"], "")
-        gain = _gain(x["saves_ns"], GAIN_KIND.get(x["cause"], "idle"), ctx, window_ns)
+        kind = GAIN_KIND.get(x["cause"], "idle")
+        if kind == "idle" and x.get("basis") == "replay":
+            kind = "work"   # capped already at the lost time + the GPU work it removes
+        gain = _gain(x["saves_ns"], kind, ctx, window_ns)
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
             gain["projected_step_ns"] = x["projected_step_ns"]
         # the replayed saving per step; over the window where it has no steps (whole trace)
