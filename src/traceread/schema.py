@@ -86,6 +86,26 @@ class StepItem(_S):
     gaps: int
     idle_by_cpu: IntMap
     idle_in_span_ns: int            # idle inside this step's own CPU span (analysis.md §2)
+    # the step the program waits on (passes/steps.program_columns): the GPU's work for the
+    # step (less what overlaps the previous step's), the later of it and the host's span,
+    # and which of the two bounds the step ("host" / "gpu")
+    gpu_ns: Optional[int] = None
+    program_ns: Optional[int] = None
+    bound_by: Optional[str] = None
+
+
+class ProgramStep(_S):
+    """The step the program waits on (passes/steps.program_step), over the analysed steps."""
+    mean_ns: int
+    median_ns: int
+    host_mean_ns: int               # the host's span
+    gpu_mean_ns: int                # the GPU's work per step
+    bound_by: str                   # host | gpu: what bounds most steps
+    gpu_bound_steps: int
+    steps: int
+    host_ahead_ns: int              # mean (program - host span) over the GPU-bound steps
+    cv: float                       # of the program steps (StepStats.cv)
+    bursty: bool                    # StepStats.bursty, of the program steps
 
 
 class Steps(_S):
@@ -94,6 +114,7 @@ class Steps(_S):
     count: int
     stats: Optional[StepStats]
     items: list[StepItem]
+    program: Optional[ProgramStep] = None
 
 
 class Device(_S):
@@ -280,6 +301,9 @@ class Action(_S):
     # a larger batch: saved per sample (x the old batch); projected_step_ns is the step at
     # per_sample_x times the batch
     per_sample_x: Optional[float] = None
+    # "gpu_busy": the projected step stopped at the GPU's busy time per step (a GPU-bound
+    # step: idle given back cannot shorten the GPU's own work)
+    projected_floor: Optional[str] = None
     # the facts that made the lever apply (verdict/because.py); a job's own lever has none
     because: list[Because] = []
 
@@ -1083,6 +1107,10 @@ class DiffSide(_S):
     verdict_summary: str
     promised_saving_ns: Optional[int]
     kernel_classes: IntMap
+    # the step the program waits on (mean; passes/steps.program_step): the step a diff
+    # realises savings on; and what bounds most steps (host | gpu)
+    program_step_ns: Optional[int] = None
+    step_bound_by: Optional[str] = None
 
 
 class Delta(_S):
@@ -1130,9 +1158,11 @@ class LeverProof(_S):
     promised_ns: Optional[int]  # per step: replay(BEFORE) - replay(BEFORE with the levers)
     realised_ns: Optional[int]  # per step (per sample x BEFORE's batch when it changed)
     basis: Optional[str]        # replay | bound (BEFORE not replayable: its verdict's bound)
-    error_pct: Optional[float]  # (promised - realised) / realised
+    # (promised - realised) / realised, both as shares of their own step (the replayed step,
+    # the program step) when the promise was replayed
+    error_pct: Optional[float]
     promised_pct: Optional[float] = None   # of BEFORE's replayed step
-    realised_pct: Optional[float] = None   # of BEFORE's measured step
+    realised_pct: Optional[float] = None   # of BEFORE's program step (its measured step)
     refused: dict[str, str] = {}           # model -> why it does not apply
     replay_before_ns: Optional[int] = None
     replay_after_ns: Optional[int] = None

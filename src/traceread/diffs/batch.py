@@ -103,8 +103,9 @@ def _figures(row: dict) -> dict[str, Any]:
     for k in ("steps", "gpu_window_ns", "gpu_idle_ns", "comm_ns", "exposed_comm_ns", "copy_ns",
               "exposed_copy_ns", "pageable_copy_ns", "compiles", "recompiles"):
         out[k] = int(val(k) or 0)
-    for k in ("step_mean_ns", "step_median_ns", "promised_saving_ns"):
+    for k in ("step_mean_ns", "step_median_ns", "promised_saving_ns", "program_step_ns"):
         out[k] = None if val(k) is None else int(val(k))
+    out["step_bound_by"] = val("step_bound_by")   # an older batch output has neither
     out["idle_by_cpu"] = {c: int(val(f"idle_{c}") or 0) for c in CPU_CATEGORIES}
     # written since the per-iteration diff; an older batch output has none of them
     out["window_mode"] = val("window_mode")
@@ -142,7 +143,12 @@ class JobView:
 def batch_jobs(o: BatchOutput) -> JobView:
     s = o.summary
     job_of = {t: j for t, j in zip(s["trace_id"], s["job"]) if isinstance(j, str)}
-    return JobView(o.jobs, job_of, {t: o.side(t)[0]["step_mean_ns"] for t in job_of})
+    return JobView(o.jobs, job_of, {t: _pace(o.side(t)[0]) for t in job_of})
+
+
+def _pace(fig: dict):
+    """A trace's step as a diff reads it: the program's when the batch wrote it."""
+    return fig.get("program_step_ns") or fig.get("step_mean_ns")
 
 
 def traces_jobs(prepared: list[dict], steps: dict, alias: dict) -> JobView:

@@ -83,8 +83,10 @@ def _diff_folders(matched: Matched, run, batch: tuple | None = None) -> TraceDif
         for i, (an, key) in enumerate(((ax, x), (ay, y))):
             prep[i].append(prepare(an))
             alias[i][str(an.meta.path)] = key  # jobs name traces by their meta path
-    steps = ({x: p.before["step_mean_ns"] for (_, x, _), p in zip(matched.pairs, pairs)},
-             {y: p.after["step_mean_ns"] for (_, _, y), p in zip(matched.pairs, pairs)})
+    # each trace's step as the diff reads it: the program's (the later of host and GPU)
+    key = [p.time_key() if p.unit == "step" else "step_mean_ns" for p in pairs]
+    steps = ({x: p.before[k] for (_, x, _), p, k in zip(matched.pairs, pairs, key)},
+             {y: p.after[k] for (_, _, y), p, k in zip(matched.pairs, pairs, key)})
     views = [traces_jobs(pr, st, al) for pr, st, al in zip(prep, steps, alias)]
     jobs = job_changes(views[0], views[1], matched) if len(views[0].jobs) or len(views[1].jobs) \
         else None

@@ -8,9 +8,14 @@ models, combined when several levers changed, with the change's own parameters -
 batch factor, the workers) and sets it beside the measured step difference:
 
     promised = replay(BEFORE) - replay(BEFORE with the change)     (per step)
-    realised = BEFORE's measured step - AFTER's                     (per step; per sample
+    realised = BEFORE's program step - AFTER's                      (per step; per sample
                                                                      of BEFORE's batch when
                                                                      the batch changed)
+
+The program step (passes/steps.program_step) is, per step, the later of the host's span and
+the GPU's work for it: on a GPU-bound pair whose host runs ahead the host's span barely
+moves while the GPU's step falls. ``error_pct`` sets the promise and the realised saving on
+the same step (``error_pct``).
 
 Where BEFORE cannot be replayed the promise is the before-verdict's own saving for that
 lever (levers.saving), labelled ``bound``.
@@ -167,12 +172,24 @@ def proof(before, after, d) -> dict | None:
     else:
         out.update(promised_ns=_bound(before, ids), basis="bound", not_replayed=why)
     p, r = out["promised_ns"], out["realised_ns"]
-    out["error_pct"] = round(100.0 * (p - r) / abs(r), 1) if p is not None and r else None
     ref = out.get("replay_before_ns")
     out["promised_pct"] = round(100.0 * p / ref, 2) if p is not None and ref else None
-    mb = d.before.get("step_mean_ns")
+    mb = d.before.get(d.time_key()) if d.unit == "step" else None
     out["realised_pct"] = round(100.0 * r / mb, 2) if r is not None and mb else None
+    out["error_pct"] = error_pct(p, r, ref, mb)
     return out
+
+
+def error_pct(promised, realised, promised_base, realised_base) -> float | None:
+    """(promised - realised) / |realised| in percent, like with like: when both have their
+    own step (the replayed step, the program's step) the promise is first put on the
+    realised saving's step (promised / its base x the program step), so a replay whose step
+    is the host's span is not set against a saving on the GPU-paced step."""
+    if promised is None or not realised:
+        return None
+    if promised_base and realised_base:
+        promised = promised / promised_base * realised_base
+    return round(100.0 * (promised - realised) / abs(realised), 1)
 
 
 def _realised(d) -> int | None:

@@ -44,6 +44,8 @@ def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
     per = steps if unit == "step" and steps > 0 else iters if unit == "iteration" else 1
     window, idle = int(fig["gpu_window_ns"]), int(fig["gpu_idle_ns"])
     out = {k: fig[k] for k in ("path", "format", "steps", "step_mean_ns", "step_median_ns")}
+    out["program_step_ns"] = _opt_int(fig.get("program_step_ns")) if unit == "step" else None
+    out["step_bound_by"] = fig.get("step_bound_by") if out["program_step_ns"] else None
     out.update({
         "unit": unit, "iterations": iters, "iteration_evidence": fig.get("iteration_evidence", ""),
         "window_mode": fig.get("window_mode"), "compile_ns": int(fig.get("compile_ns") or 0),
@@ -106,10 +108,13 @@ class TraceDiff:
         return self.before["unit"] if self.before["unit"] == self.after["unit"] else "trace"
 
     def time_key(self) -> str:
-        """The figure ``slower_pct`` compares: the step time; without steps the GPU window
-        per unit, or the analysed wall time when a side has no GPU work."""
+        """The figure ``slower_pct`` compares and the realised saving is taken on: the
+        program's step (the later of the host's span and the GPU's work, per step) when both
+        sides have it, else the host's step time; without steps the GPU window per unit, or
+        the analysed wall time when a side has no GPU work."""
         if self.unit == "step":
-            return "step_mean_ns"
+            both = self.before.get("program_step_ns") and self.after.get("program_step_ns")
+            return "program_step_ns" if both else "step_mean_ns"
         return "gpu_window_ns" if self.before["gpu_window_ns"] and self.after["gpu_window_ns"] \
             else "wall_ns"
 
@@ -161,17 +166,23 @@ class TraceDiff:
                 "kernels": self.kernels}
 
     def saving(self) -> dict[str, Any]:
-        """Realised saving per step vs what the before-verdict's lever promised (when it did)."""
-        b, a = self.before.get("step_mean_ns"), self.after.get("step_mean_ns")
+        """Realised saving per step (on ``time_key``: the program's step) vs what the
+        before-verdict's lever promised (when it did)."""
+        key = self.time_key()
+        b, a = self.before.get(key), self.after.get(key)
         realised = int(b - a) if self.unit == "step" and b is not None and a is not None else None
         return {"realised_ns": realised, "promised_ns": self.before.get("promised_saving_ns")}
+
+
+def _opt_int(x):
+    return None if x is None or x != x else int(x)
 
 
 def _round(x):
     return None if x is None else round(x, 2)
 
 
-_COMPARED = ("step_mean_ns", "step_median_ns", "gpu_window_ns", "gpu_busy_ns", "gpu_idle_ns",
+_COMPARED = ("program_step_ns", "step_mean_ns", "step_median_ns", "gpu_window_ns", "gpu_busy_ns", "gpu_idle_ns",
              "gpu_idle_pct", "comm_ns", "exposed_comm_ns", "copy_ns", "exposed_copy_ns",
              "pageable_copy_ns", "compiles", "recompiles")
 

@@ -14,8 +14,11 @@ from ..passes.attribution import CPU_CATEGORIES
 def figures(a) -> dict[str, Any]:
     """The whole-window totals of one analysis that a diff compares (batch stores them
     as its ``figures`` table, so batch outputs diff like the traces themselves)."""
+    from ..passes.steps import program_step_of
+
     stats = a.step_stats or {}
     steps = 0 if a.step_source == "whole_trace" else int(len(a.steps))
+    prog = program_step_of(a) if steps else None
     dev = a.devices
     n = a.nccl
     comp = a.compile or {}
@@ -25,6 +28,9 @@ def figures(a) -> dict[str, Any]:
         "path": str(a.meta.path), "format": str(a.meta.format), "steps": steps,
         "step_mean_ns": _int(stats.get("mean_ns")) if steps else None,
         "step_median_ns": _int(stats.get("median_ns")) if steps else None,
+        # the step the program waits on (passes/steps.program_step): diff's step
+        "program_step_ns": _int(prog.get("mean_ns")) if steps and prog else None,
+        "step_bound_by": prog.get("bound_by") if steps and prog else None,
         "gpu_window_ns": int(dev["window_ns"].sum()) if len(dev) else 0,
         "gpu_idle_ns": int(dev["idle_ns"].sum()) if len(dev) else 0,
         "idle_by_cpu": {c: int(a.attribution["by_cpu"].get(c, 0)) for c in CPU_CATEGORIES},
@@ -80,6 +86,7 @@ def figures_table(a) -> pd.DataFrame:
     row = {k: v for k, v in f.items() if k != "idle_by_cpu"}
     row.update({f"idle_{c}": v for c, v in f["idle_by_cpu"].items()})
     df = pd.DataFrame([row])
-    for c in ("step_mean_ns", "step_median_ns", "promised_saving_ns"):
+    for c in ("step_mean_ns", "step_median_ns", "promised_saving_ns", "program_step_ns"):
         df[c] = df[c].astype("Int64")
+    df["step_bound_by"] = df["step_bound_by"].astype(object)
     return df

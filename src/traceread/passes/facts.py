@@ -28,6 +28,7 @@ import pandas as pd
 from ..table import TraceMeta, release_heap
 from . import attribution as attr_mod
 from . import culprits as culprits_mod
+from . import steps as steps_mod
 from . import window as window_mod
 from .causes import CAUSES, cause_parts
 from .common import kind_in
@@ -114,6 +115,10 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
                                 max(1, len(devices))))
     if whole and len(ops):
         fig["startup"] = startup(window_mod.one_time_calls(ev, gaps))
+    fig["program_step"] = steps_mod.program_step(step_tab if source != "whole_trace" else None)
+    fig["program_step_mean_ns"] = (fig["program_step"] or {}).get("mean_ns", 0)
+    if fig["program_step"]:   # bursty: the program's steps, not the host's spans
+        summ.update(step_cv=fig["program_step"]["cv"], bursty=fig["program_step"]["bursty"])
     fig["slow_collective"] = slow_collective(collectives)
     fig.update(layout_figures(later("layout")))
     culprits.setdefault("queued", attr_mod.waited_summary(gaps))

@@ -70,7 +70,9 @@ def window_figures(step_tab, gaps, top_ops, utilization: dict | None, kernels, c
     if step_tab is not None and len(step_tab) and "gpu_start" in step_tab:
         has = step_tab["gpu_start"].to_numpy(np.int64) >= 0
         if has.any():
-            span = (step_tab["gpu_end"] - step_tab["gpu_start"]).to_numpy(np.int64)[has]
+            # the GPU's work per step as the program step reads it (steps.program_columns)
+            span = (step_tab["gpu_ns"] if "gpu_ns" in step_tab else
+                    step_tab["gpu_end"] - step_tab["gpu_start"]).to_numpy(np.int64)[has]
             out["gpu_step_mean_ns"] = int(span.mean())
             out["busy_step_mean_ns"] = int(step_tab["busy_ns"].to_numpy(np.int64)[has].mean()
                                            / devices)

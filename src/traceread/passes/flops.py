@@ -486,7 +486,8 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     ideal_again = np.bincount(k[again], weights=np.nan_to_num(ideal_ns[again]), minlength=n)[:n]
     host = w["dur"].to_numpy(np.int64)
     span = _gpu_span(w)
-    wall = np.maximum(host, span)     # the GPU's time when the host runs ahead of it
+    # the program's step (steps.program_columns): the GPU's time when the host runs ahead
+    wall = w["program_ns"].to_numpy(np.int64) if "program_ns" in w else np.maximum(host, span)
     busy = _busy(ev, w)
     gpus = _gpus(ev)
     per_step = pd.DataFrame({"step": w["step"].to_numpy() if "step" in w else np.arange(n),

@@ -350,6 +350,7 @@ def step_table(steps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> p
     gpu_end = np.full(n, -1, np.int64)
     count = np.zeros(n, np.int64)
     busy = np.zeros(n, np.int64)
+    busy_max = np.zeros(n, np.int64)
     if len(ops) and n:
         st = op_step
         m = st >= 0
@@ -370,11 +371,79 @@ def step_table(steps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> p
             grp = k * len(dev_codes) + dev_idx
             per = grouped_union_total(grp, s, e, n * len(dev_codes))
             busy = per.reshape(n, len(dev_codes)).sum(axis=1)
+            busy_max = per.reshape(n, len(dev_codes)).max(axis=1)
     out["gpu_start"] = gpu_start
     out["gpu_end"] = gpu_end
     out["gpu_ops"] = count
     out["busy_ns"] = busy
+    return program_columns(out, busy_max)
+
+
+# A step whose GPU is busy this share of it is the GPU's even when the host's span is the
+# longer: the host spent the rest waiting on it (a sync, a full launch queue).
+GPU_BOUND_BUSY = 0.9
+
+
+def program_columns(tab: pd.DataFrame, busy_max: np.ndarray) -> pd.DataFrame:
+    """The step the program waits on (docs/analysis.md, "The program's step"), per step.
+
+    ``gpu_ns``: the GPU's work for the step -- first start to last end of the ops it
+    launched, less what overlaps the previous step's GPU work of the same process (when the
+    GPU lags, the GPU window per step); ``program_ns``: the later of the host's span and
+    ``gpu_ns``; ``bound_by``: "gpu" when ``gpu_ns`` is the longer or the busiest device
+    was busy >= GPU_BOUND_BUSY of the step, else "host". Steps sorted by (pid, start), as
+    ``find_steps`` returns them. Adds the columns to ``tab`` itself."""
+    out = tab
+    n = len(out)
+    gs = out["gpu_start"].to_numpy(np.int64)
+    ge = out["gpu_end"].to_numpy(np.int64)
+    dur = out["dur"].to_numpy(np.int64)
+    has = gs >= 0
+    prev = np.full(n, -1, np.int64)
+    if n > 1:
+        pid = out["pid"].to_numpy(np.int64)
+        first = np.r_[True, pid[1:] != pid[:-1]]
+        reach = _group_cummax(first, np.where(has, ge, -1))
+        prev[1:] = np.where(first[1:], -1, reach[:-1])
+    gpu = np.where(has, np.maximum(0, ge - np.maximum(gs, prev)), 0)
+    prog = np.maximum(dur, gpu)
+    gpu_bound = (gpu > dur) | (has & (busy_max >= GPU_BOUND_BUSY * np.maximum(prog, 1)))
+    out["gpu_ns"] = gpu.astype(np.int64)
+    out["program_ns"] = prog.astype(np.int64)
+    out["bound_by"] = np.where(gpu_bound, "gpu", "host").astype(object)
     return out
+
+
+def program_step(tab: pd.DataFrame | None) -> dict | None:
+    """The window's program step (``program_columns``): mean and median of ``program_ns``,
+    the host's and the GPU's means beside it, which bounds most steps, how far the host
+    runs ahead of the GPU on the GPU-bound steps (mean of program - host span), and the
+    program steps' cv and burstiness (``step_stats``)."""
+    if tab is None or not len(tab) or "program_ns" not in tab:
+        return None
+    prog = tab["program_ns"].to_numpy(np.int64)
+    gpu_bound = tab["bound_by"].to_numpy(object) == "gpu"
+    ahead = (prog - tab["dur"].to_numpy(np.int64))[gpu_bound]
+    st = step_stats(prog)
+    return {"mean_ns": int(round(float(prog.mean()))),
+            "median_ns": int(round(float(np.median(prog)))),
+            "host_mean_ns": int(round(float(tab["dur"].mean()))),
+            "gpu_mean_ns": int(round(float(tab["gpu_ns"].mean()))),
+            "bound_by": "gpu" if 2 * int(gpu_bound.sum()) >= len(prog) else "host",
+            "gpu_bound_steps": int(gpu_bound.sum()), "steps": int(len(prog)),
+            "host_ahead_ns": int(round(float(ahead.mean()))) if len(ahead) else 0,
+            # how alike the program's steps are (step_stats): a host whose spans vary while
+            # the GPU keeps its pace is not a bursty program
+            "cv": st["cv"], "bursty": st["bursty"]}
+
+
+def program_step_of(a) -> dict | None:
+    """An analysis's program step: its facts record's figure, else from its step table
+    (None for a window without steps)."""
+    fig = getattr(getattr(a, "facts", None), "figures", None) or {}
+    if "program_step" in fig:
+        return fig["program_step"]
+    return program_step(a.steps) if a.step_source != "whole_trace" else None
 
 
 def idle_in_span(steps: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:

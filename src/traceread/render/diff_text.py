@@ -128,7 +128,7 @@ def _one(d) -> str:
              f"after   {safe.name(a['path'])}", f"        ({a['format']}, {_steps(a)})"]
     lines += _unit_lines(d)
     lines += ["", f"  {'':<{LABEL_W}}{'before':>12}{'after':>12}{'change':>12}"]
-    rows = [("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns")]
+    rows = [("program step (mean)", "program_step_ns"), ("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns")]
     if unit != "step":
         rows.append(("wall time" + per, "wall_ns"))
     rows += [("GPU window" + per, "gpu_window_ns"), ("GPU busy" + per, "gpu_busy_ns"),
@@ -183,7 +183,7 @@ def _steps(s: dict) -> str:
 
 
 def _time_name(d) -> str:
-    return {"step_mean_ns": "step", "gpu_window_ns": "GPU window", "wall_ns": "wall"}[d.time_key()]
+    return {"program_step_ns": "step", "step_mean_ns": "step", "gpu_window_ns": "GPU window", "wall_ns": "wall"}[d.time_key()]
 
 
 def _unit_lines(d) -> list[str]:
@@ -225,6 +225,8 @@ def _saving_lines(d) -> list[str]:
     r = s["realised_ns"]
     lines = [f"  saving realised per step: {fmt_ns(r)}" if r >= 0
              else f"  no saving: each step is {fmt_ns(-r)} slower"]
+    if d.time_key() == "program_step_ns" and any(_gpu_paced(x) for x in (d.before, d.after)):
+        lines[-1] += " (on the program's step: the GPU paces it, not the host's span)"
     if d.proof:
         lines += _proof_lines(d.proof)
     elif promise_text(d):
@@ -249,6 +251,13 @@ def promise_text(d) -> str | None:
     if s["promised_ns"] is None:
         return None
     return f"the before-verdict's top action promised {fmt_ns(s['promised_ns'])} per step"
+
+
+def _gpu_paced(side: dict) -> bool:
+    """The GPU sets the side's step and the host's span is over 1% shorter than it."""
+    prog, host = side.get("program_step_ns"), side.get("step_mean_ns")
+    return side.get("step_bound_by") == "gpu" and bool(prog) and host is not None \
+        and prog - host > 0.01 * prog
 
 
 def _proof_lines(p: dict) -> list[str]:

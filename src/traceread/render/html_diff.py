@@ -8,7 +8,8 @@ from .html_base import COLORS, name_span, svg, table, word
 from .diff_text import promise_text
 from .text import fmt_ns
 
-_ROWS = (("step time (mean)", "step_mean_ns"), ("step time (median)", "step_median_ns"),
+_ROWS = (("program step (mean)", "program_step_ns"), ("step time (mean)", "step_mean_ns"),
+         ("step time (median)", "step_median_ns"),
          ("GPU window", "gpu_window_ns"), ("GPU busy", "gpu_busy_ns"), ("GPU idle", "gpu_idle_ns"),
          ("exposed comm", "exposed_comm_ns"), ("copies", "copy_ns"),
          ("exposed copies", "exposed_copy_ns"), ("pageable copies", "pageable_copy_ns"))
@@ -86,7 +87,7 @@ def _change(x, y) -> str:
 def _one(d) -> str:
     b, a = d.before, d.after
     per = {"step": "per step", "iteration": "per iteration"}.get(d.unit, "whole trace")
-    shown = _ROWS if d.unit == "step" else _ROWS[:2] + (("wall time", "wall_ns"),) + _ROWS[2:]
+    shown = _ROWS if d.unit == "step" else _ROWS[:3] + (("wall time", "wall_ns"),) + _ROWS[3:]
     rows = [[escape(label), fmt_ns(b[k]), fmt_ns(a[k]), _change(b[k], a[k])]
             for label, k in shown if b.get(k) is not None and a.get(k) is not None
             and (b[k] or a[k] or k.startswith("step"))]
@@ -136,7 +137,7 @@ def _notes(d) -> list[str]:
     return [f"<ul>{''.join(f'<li>{escape(x)}</li>' for x in items)}</ul>"] if items else []
 
 
-_TIME_NAME = {"step_mean_ns": "step time", "gpu_window_ns": "GPU window", "wall_ns": "wall time"}
+_TIME_NAME = {"program_step_ns": "step time", "step_mean_ns": "step time", "gpu_window_ns": "GPU window", "wall_ns": "wall time"}
 
 
 def _headline(d) -> str:

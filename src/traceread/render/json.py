@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..passes.attribution import CPU_CATEGORIES, drain_times
+from ..passes.steps import program_step_of
 
 
 def _py(x):
@@ -124,10 +125,13 @@ def _steps(a) -> dict:
             "busy_ns": r["busy_ns"], "idle_ns": r["idle_ns"], "gaps": r["gaps"],
             "idle_by_cpu": {c: r[f"idle_{c}"] for c in CPU_CATEGORIES},
             "idle_in_span_ns": r["idle_in_span_ns"],
+            "gpu_ns": r.get("gpu_ns"), "program_ns": r.get("program_ns"),
+            "bound_by": r.get("bound_by"),
         }))
     return {"source": a.step_source, "pattern": a.step_pattern,
             "count": 0 if a.step_source == "whole_trace" else len(st),
-            "stats": _py(a.step_stats), "items": items}
+            "stats": _py(a.step_stats), "items": items,
+            "program": _py(program_step_of(a))}
 
 
 def _devices(a) -> list[dict]:

@@ -285,7 +285,8 @@ def _waited(gaps) -> str:
 
 # The per-step idle columns: launch-charged (the verdict's) and where it occurs.
 STEP_IDLE_LEGEND = ("  GPU idle: the gaps ended by work the step launched; in span: idle inside "
-                    "the step's own host time")
+                    "the step's own host time; program: the later of the host's time and the "
+                    "GPU's work (* GPU-bound)")
 
 
 def step_stats_line(a) -> str:
@@ -302,8 +303,30 @@ def step_head(start: bool = False) -> str:
     """The step table's header (``start``: the ``steps`` command's start column)."""
     g = _gap()
     at = f"{g}{'start':>11}" if start else ""
-    return (f"  {'step':>6}{at}{g}{'host time':>9}{g}{'GPU busy':>8}{g}{'GPU idle':>8}{g}"
+    return (f"  {'step':>6}{at}{g}{'host time':>9}{g}{'program':>8}{g}"
+            f"{'GPU busy':>8}{g}{'GPU idle':>8}{g}"
             f"{'in span':>8}{g}{'gaps':>5}{g}" + ("cause" if narrow() else "main idle cause"))
+
+
+def program_step_line(a) -> str | None:
+    """The step the program waits on (passes/steps.program_step) and what bounds it:
+    "program step 18.2 ms mean (GPU-bound: the host runs ahead by 12 ms; 6 of 6 steps)"."""
+    from ..passes.steps import program_step_of
+
+    p = program_step_of(a)
+    if not p:
+        return None
+    n = f"{p['gpu_bound_steps']} of {p['steps']} steps GPU-bound"
+    if p["bound_by"] == "gpu":
+        why = (f"the host runs ahead by {fmt_ns(p['host_ahead_ns'])}" if p["host_ahead_ns"] > 0
+               else "the host waits on it")
+        what = f"GPU-bound: {why}; {n}"
+    else:
+        what = f"host-bound: the GPU waits on the host; {n}"
+    cv = f", cv {p['cv']:.2f}" if "cv" in p else ""
+    return (f"  program step {fmt_ns(p['mean_ns'])} mean, median {fmt_ns(p['median_ns'])}{cv} "
+            f"({what}): per step the later of the host's span and the GPU's work")
+
 
 
 STEP_HEAD = step_head()
@@ -317,8 +340,11 @@ def step_row(r: dict, start: str | None = None) -> str:
     """One step's row; ``start`` (the ``steps`` command's column) after the step number.
     The cause's time is dropped where the row would pass TABLE_WIDTH."""
     g = _gap()
+    prog = r.get("program_ns")
+    prog = "-" if prog is None else fmt_ns(prog) + ("*" if r.get("bound_by") == "gpu" else " ")
     at = f"{g}{start:>11}" if start is not None else ""
-    row = (f"  {'#' + str(r['step']):>6}{at}{g}{fmt_ns(r['dur']):>9}{g}{fmt_ns(r['busy_ns']):>8}{g}"
+    row = (f"  {'#' + str(r['step']):>6}{at}{g}{fmt_ns(r['dur']):>9}{g}{prog:>8}{g}"
+           f"{fmt_ns(r['busy_ns']):>8}{g}"
            f"{fmt_ns(r['idle_ns']):>8}{g}{fmt_ns(r['idle_in_span_ns']):>8}{g}{r['gaps']:>5,}{g}")
     if not r["idle_ns"]:
         return row.rstrip()
@@ -334,12 +360,14 @@ def _steps(a) -> list[str]:
     if a.step_source == "whole_trace":
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
-    lines = ["", step_stats_line(a), STEP_IDLE_LEGEND, step_head()]
+    lines = ["", step_stats_line(a)] + [x for x in [program_step_line(a)] if x] + \
+        [STEP_IDLE_LEGEND, step_head()]
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
-        rows = st.sort_values("dur", ascending=False, kind="stable").head(STEP_ROWS).sort_values(
+        key = "program_ns" if "program_ns" in st else "dur"
+        rows = st.sort_values(key, ascending=False, kind="stable").head(STEP_ROWS).sort_values(
             "start", kind="stable")
-        lines[-3] += f"; showing the {STEP_ROWS} slowest"
+        lines[1] += f"; showing the {STEP_ROWS} slowest"
     lines += [step_row(r) for r in rows.to_dict(orient="records")]
     return lines
 
@@ -352,7 +380,8 @@ def render_steps(a) -> str:
         return "\n".join(fit(lines + _steps(a)[1:])) + "\n"
     t0 = trace_origin(a)
     head = step_head(start=True)
-    lines += [step_stats_line(a), STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
+    lines += [step_stats_line(a)] + [x for x in [program_step_line(a)] if x] + \
+        [STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
     lines += [step_row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
     return "\n".join(fit(lines)) + "\n"
 

@@ -60,6 +60,8 @@ def action_gain(x: dict, prev: dict | None = None, floor_ns: int | None = None) 
     if x.get("projected_step_ns"):
         at = f" at {k:g}x the batch" if k else ""
         parts.append(f"step{at} -> {projected_words(x['projected_step_ns'], floor_ns, bool(k))}")
+        if x.get("projected_floor") == "gpu_busy" and "at best" not in parts[-1]:
+            parts[-1] += " (the GPU's busy time)"   # the GPU-bound step's own work stays
     text = ", ".join(parts)
     cause = x.get("cause", "")
     culprit = " ".join(str(x.get("culprit") or "").split())

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from . import levers as L
 from .because import because
+from .units import per_step, program_step_ns
 from .bounds import CAUSES, TITLE, WHAT
 
 GPU_BOUND_LOST = 0.10
@@ -69,6 +70,8 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     ev = dict(extra_evidence or {})
     proofs = facts_evidence or {}
     ctx = dict(ctx or {})
+    if ctx.get("program_step_mean_ns"):   # the step savings are taken from (verdict/units.py)
+        ev["program_step_ns"] = program_step_ns(ctx)
     if not has_gpu:
         cut = (ctx.get("cpu_only") or {}).get("cut_before_gpu")
         launches = int((ctx.get("cpu_only") or {}).get("launches") or 0)
@@ -104,7 +107,8 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
         "scores_ns": sc, "share_pct": {k: _pct(v, lost) for k, v in sc.items()},
         "unexplained_ns": unexplained, "unexplained_pct": _pct(unexplained, lost),
     })
-    what_if = {c: _gain(ns, "idle", ctx, window_ns) for c, ns in _worth(sc, window_ns)}
+    what_if = {c: _gain(ns, GAIN_KIND.get(c, "idle"), ctx, window_ns)
+               for c, ns in _worth(sc, window_ns)}
     ranked = sorted(sc.items(), key=lambda kv: (-kv[1], CAUSES.index(kv[0])))
     (top, top_ns), (second, second_ns) = ranked[0], ranked[1]
     if lost < GPU_BOUND_LOST * window_ns or lost == 0:
@@ -154,27 +158,43 @@ def _worth(sc: dict, window_ns: int) -> list[tuple[str, int]]:
                   key=lambda kv: (-kv[1], CAUSES.index(kv[0]) if kv[0] in CAUSES else 99))
 
 
+# what a lever of each cause gives back besides GPU idle time (verdict/units.StepSaving's
+# limit): a busy-time lever shrinks GPU work; exposed copies and collectives are GPU work
+GAIN_KIND = {"gpu": "busy", "copy": "work", "comms": "work"}
+
+
 def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     """saves_ns / saves_pct / saves_per_step_ns / projected_step_ns of a saving of ``ns``.
 
-    Per step: ns / steps / devices. The projected step starts from the longer of the
-    host's step and the GPU's (first to last GPU op of the step): when the GPU lags the
-    host, the step is the GPU's. It never drops below the GPU's busy time per step (less
-    the saving itself for a busy-time lever, ``kind`` "busy"): idle time given back cannot
-    make the GPU's own work shorter."""
+    Per step (verdict/units.per_step): ns / steps / devices, never above the program's step
+    (units.program_step_ns: per step the later of the host's span and the GPU's work) nor
+    above the time there is to give back per step -- the GPU's idle time, plus its busy
+    time where the lever removes GPU work (``kind`` "busy": a busy-time lever; "work": a
+    copy or communication lever, whose exposed transfers are GPU work). The projected step is the program step
+    less the saving, never below the GPU's busy time per step (less the saving itself for a
+    busy-time lever): idle time given back cannot make the GPU's own work shorter;
+    ``projected_floor`` says "gpu_busy" when that floor set it."""
     if ns is None:
         return {"saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
                 "projected_step_ns": None}
     steps = int(ctx.get("steps") or 0)
-    per_step = int(round(ns / steps / max(1, int(ctx.get("devices") or 1)))) if steps else None
-    ref = max(int(ctx.get("step_mean_ns") or 0), int(ctx.get("gpu_step_mean_ns") or 0))
-    proj = None
-    if ref and per_step is not None:
-        floor = int(ctx.get("busy_step_mean_ns") or 0) - (per_step if kind == "busy" else 0)
-        proj = max(floor, ref - per_step)
-        proj = proj if proj > 0 else None
-    return {"saves_ns": int(ns), "saves_pct": _pct(ns, window_ns),
-            "saves_per_step_ns": per_step, "projected_step_ns": proj}
+    devices = max(1, int(ctx.get("devices") or 1))
+    busy = int(ctx.get("busy_step_mean_ns") or 0)
+    idle = int(ctx.get("idle_ns") or 0) / steps / devices if steps else 0
+    limit = None
+    if steps and ctx.get("idle_ns") is not None and (busy or kind == "idle"):
+        limit = idle + (busy if kind != "idle" else 0)
+    got = per_step(ns, steps, devices, program_step_ns(ctx), limit)
+    if got is not None and got.clamped:   # the total follows its per-step unit
+        ns = got.ns * steps * devices
+    out = {"saves_ns": int(ns), "saves_pct": _pct(ns, window_ns),
+           "saves_per_step_ns": got.ns if got else None, "projected_step_ns": None}
+    if got is not None and got.step_ns:
+        floor = busy - (got.ns if kind == "busy" else 0)
+        out["projected_step_ns"] = got.projected(floor)
+        if out["projected_step_ns"] and floor > 0 and out["projected_step_ns"] == floor:
+            out["projected_floor"] = "gpu_busy"
+    return out
 
 
 def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
@@ -194,7 +214,10 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
             culprit = "DDP's buffer broadcast before each forward"
         else:
             culprit = culprits.get(x["cause"], "")
-        gain = _gain(x["saves_ns"], "busy" if x["cause"] == "gpu" else "idle", ctx, window_ns)
+        kind = GAIN_KIND.get(x["cause"], "idle")
+        if kind == "idle" and x.get("basis") == "replay":
+            kind = "work"   # capped already at the lost time + the GPU work it removes
+        gain = _gain(x["saves_ns"], kind, ctx, window_ns)
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
             gain["projected_step_ns"] = x["projected_step_ns"]
         # the replayed saving per step; over the window where it has no steps (whole trace)

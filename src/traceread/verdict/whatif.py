@@ -10,6 +10,7 @@ every lever of a window that cannot be replayed, keeps its bound (levers.saving)
 from __future__ import annotations
 
 from ..passes.replay import price_models, replay_models, unfit
+from .units import program_step_ns
 
 # lever id -> the what-if model of the change it asks for (docs/analysis.md)
 MODEL_OF = {
@@ -125,7 +126,7 @@ def together(prices: dict, actions: list[dict], ctx: dict) -> dict | None:
     cap = None if cap is None else cap // (steps * max(1, int(ctx.get("devices") or 1)))
     if cap is not None and per > cap:   # idle given back once, GPU work shrunk by the rest
         per = cap
-        ref = max(int(ctx.get("step_mean_ns") or 0), int(ctx.get("gpu_step_mean_ns") or 0))
+        ref = program_step_ns(ctx)
         proj = max(int(ctx.get("busy_step_mean_ns") or 0), ref - per) if ref else None
     return {"saves_ns": per * steps, "saves_pct": None, "saves_per_step_ns": per,
             "projected_step_ns": proj, "models": r["applied"]}
@@ -133,9 +134,13 @@ def together(prices: dict, actions: list[dict], ctx: dict) -> dict | None:
 
 def projected(ctx: dict, r: dict) -> int | None:
     """The projected step of a replay result, in the measured step's frame: the measured
-    mean x replayed after / replayed before (the replay's own error cancels)."""
-    ref = int(ctx.get("step_mean_ns") or 0)
+    mean x replayed after / replayed before (the replay's own error cancels); the program
+    step's (verdict/units.py), never below the GPU's busy time per step less the GPU work the
+    change removed (an 18 ms GPU-bound step is not projected to 0.92 ms by a host lever)."""
+    ref = program_step_ns(ctx)
     if not ref or not r["before_ns"]:
         return None
     x = float(r.get("per_sample_x") or 1.0)
-    return int(round(ref * r["after_ns"] / x / r["before_ns"]))
+    out = int(round(ref * r["after_ns"] / x / r["before_ns"]))
+    floor = int(ctx.get("busy_step_mean_ns") or 0) - int(r.get("gpu_saved_ns") or 0)
+    return max(out, floor) if x == 1.0 else out   # per sample: the step itself grows

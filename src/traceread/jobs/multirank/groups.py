@@ -135,10 +135,9 @@ def _row(kind: str, ranks: list[int], sub: pd.DataFrame, busy: dict, n_steps: di
          stage: int | None = None) -> dict:
     mine = sub[sub["rank"].isin(ranks)] if len(sub) else sub
     known = [busy[r] for r in ranks if r in busy]
-    sums = mine.groupby("rank")[["wait_ns", "lateness_ns"]].sum() if len(mine) else None
-    got = (lambda r, c: float(sums.at[r, c]) if sums is not None and r in sums.index else 0.0)
-    wait = [got(r, "wait_ns") / n_steps.get(r, 1) for r in ranks]
-    late = {r: got(r, "lateness_ns") / n_steps.get(r, 1) for r in ranks}
+    by = {int(r): g for r, g in mine.groupby("rank")} if len(mine) else {}
+    wait = [_waited(by.get(r)) / n_steps.get(r, 1) for r in ranks]
+    late = {r: _held_back(by.get(r)) / n_steps.get(r, 1) for r in ranks}
     hot = max(late, key=late.get) if late and max(late.values()) > 0 else None
     return {"kind": kind, "stage": stage, "ranks": [int(r) for r in ranks],
             "collectives": sorted(str(c) for c in pd.unique(mine["collective"].dropna()))
@@ -149,6 +148,41 @@ def _row(kind: str, ranks: list[int], sub: pd.DataFrame, busy: dict, n_steps: di
             "wait_ns_per_step": int(np.mean(wait)) if wait else 0,
             "lateness_ns_per_step": int(sum(late.values())),
             "late_rank": hot}
+
+
+def interval_total(start, end) -> int:
+    """Length of the union of the intervals [start, end): time spent once, however many
+    collectives overlap it (DDP's gradient buckets wait for a late rank together)."""
+    from ...passes import intervals
+
+    s, e = intervals.union(np.asarray(start, np.int64), np.asarray(end, np.int64))
+    return int((e - s).sum())
+
+
+def _waited(g: pd.DataFrame | None) -> int:
+    """A rank's time waiting in its matched collectives (arrival .. arrival + wait), once
+    (summed where the rows carry no time)."""
+    if g is None or not len(g):
+        return 0
+    a = _arrival(g)
+    w = g["wait_ns"].to_numpy(np.int64)
+    return int(w.sum()) if a is None else interval_total(a, a + w)
+
+
+def _held_back(g: pd.DataFrame | None) -> int:
+    """The time a rank held the others back (arrival - lateness .. arrival), once."""
+    if g is None or not len(g):
+        return 0
+    a = _arrival(g)
+    late = g["lateness_ns"].to_numpy(np.int64)
+    return int(late.sum()) if a is None else interval_total(a - late, a)
+
+
+def _arrival(g: pd.DataFrame):
+    for c in ("arrival_ns", "ts"):
+        if c in g:
+            return g[c].to_numpy(np.int64)
+    return None
 
 
 def pipeline_decides(s: dict) -> bool:

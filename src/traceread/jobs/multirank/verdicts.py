@@ -26,8 +26,9 @@ from __future__ import annotations
 import copy
 
 from ...verdict import bounds
+from ...verdict.units import per_step
 from ...render.text import fmt_ns
-from .groups import IMBALANCE_X, pipeline_decides
+from .groups import IMBALANCE_X, interval_total, pipeline_decides
 from .waits import HOW_TO_RECORD, LATE_MIN_NS as WAIT_LATE_MIN_NS
 from .why import CAUSE_TEXT
 
@@ -72,7 +73,8 @@ def job_verdict(res) -> dict:
     return out
 
 
-LATE_DEF = f"late: arriving after the next-latest rank, by >= {fmt_ns(100_000)}"
+LATE_NS = 100_000
+LATE_DEF = f"late: arriving after the next-latest rank, by >= {fmt_ns(LATE_NS)}"
 
 
 def _job_verdict(res) -> dict:
@@ -111,7 +113,7 @@ def _job_verdict(res) -> dict:
                         f" others in {_short(k[0]['name'])}")
     return {"status": "straggler", "basis": "collectives", "straggler_rank": r,
             "late_by_ns": int(rec["median_delay_ns"]), "collective": main,
-            "late_total_ns": int(rec["median_delay_ns"]) * int(rec["times_late"]),
+            "late_total_ns": late_total(res, r),
             "cause": why.get("cause"),
             "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
             "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
@@ -217,9 +219,23 @@ def _waiting(res, r: int, collective: str) -> list[dict]:
     sub = m[m["instance"].isin(late) & (m["rank"] != r)]
     out = []
     for q, g in sub.groupby("rank"):
-        out.append({"rank": int(q), "instances": int(len(g)), "wait_ns": int(g["wait_ns"].sum()),
+        # the time it spent waiting, once: a rank waiting at two collectives issued together
+        # (DDP's gradient buckets) waits the straggler's lateness once, not twice
+        start = g["arrival_ns"].to_numpy("int64")
+        out.append({"rank": int(q), "instances": int(len(g)),
+                    "wait_ns": interval_total(start, start + g["wait_ns"].to_numpy("int64")),
                     "wait_per_collective_ns": int(g["wait_ns"].mean())})
     return out
+
+
+def late_total(res, r: int) -> int:
+    """The time rank ``r`` held the others back over the matched collectives: the union of
+    its lateness intervals (arrival - lateness .. arrival), so collectives issued together
+    count their common lateness once (a median x a count would count it at each)."""
+    m = res.matches
+    mine = m[(m["rank"] == r) & m["last"] & (m["lateness_ns"] >= LATE_NS)]
+    end = mine["arrival_ns"].to_numpy("int64")
+    return interval_total(end - mine["lateness_ns"].to_numpy("int64"), end)
 
 
 def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
@@ -287,7 +303,8 @@ def _straggler_not_comms(v: dict, jv: dict, s: int) -> None:
     if not own and v["bound"] in bounds.LEVERS:
         own = [_item(t, c, None, "", v["bound"]) for t, c in bounds.LEVERS[v["bound"]]]
     v["actions"] = own
-    _lead_with(v, _lever(jv, s), jv.get("late_by_ns"), jv["summary"], cause=v["bound"])
+    _lead_with(v, _lever(jv, s), jv.get("late_total_ns") or jv.get("late_by_ns"),
+               jv["summary"], cause=v["bound"])
 
 
 def _lead_with(v: dict, text: str, ns, culprit: str, cause: str = "comms") -> None:
@@ -295,10 +312,14 @@ def _lead_with(v: dict, text: str, ns, culprit: str, cause: str = "comms") -> No
     (its texts, same order): the job knows better than the rank's own trace."""
     ev = v.get("evidence") or {}
     item = _item(text, "code", ns, culprit, cause)
-    if ns and ev.get("steps"):
-        item["saves_per_step_ns"] = int(round(ns / ev["steps"]))
-        if ev.get("step_mean_ns") and ev["step_mean_ns"] > item["saves_per_step_ns"]:
-            item["projected_step_ns"] = int(ev["step_mean_ns"]) - item["saves_per_step_ns"]
+    # per step of this rank's analysed window, never above its step (verdict/units.py)
+    got = per_step(ns, int(ev.get("steps") or 0), 1,
+                   int(ev.get("program_step_ns") or ev.get("step_mean_ns") or 0)) if ns else None
+    if got is not None:
+        item["saves_per_step_ns"] = got.ns
+        item["projected_step_ns"] = got.projected() if got.ns < got.step_ns else None
+        ns = got.ns * int(ev["steps"])
+        item["saves_ns"] = ns
     if ns and ev.get("window_ns"):
         item["saves_pct"] = round(100.0 * ns / ev["window_ns"], 2)
     v["actions"] = [item] + [a for a in v.get("actions") or [] if a.get("lever") != text]
@@ -306,8 +327,9 @@ def _lead_with(v: dict, text: str, ns, culprit: str, cause: str = "comms") -> No
 
 
 def _item(text: str, cost: str, ns, culprit: str, cause: str) -> dict:
-    # why: what the job's ranks showed together (no single trace's fact proves it)
-    why = [{"fact": "job.late_by_ns", "value": int(ns), "known": True, "evidence": None}] \
+    # why: what the job's ranks showed together (no single trace's fact proves it): the
+    # lateness over the window (the union of its intervals), of which the saving is per step
+    why = [{"fact": "job.late_total_ns", "value": int(ns), "known": True, "evidence": None}] \
         if ns else []
     return {"id": "straggler", "lever": text, "cost": cost, "cause": cause,
             "saves_ns": int(ns) if ns else None, "saves_pct": None, "saves_per_step_ns": None,

@@ -1,0 +1,225 @@
+"""The step the program waits on (passes/steps.program_columns / program_step): per step the
+later of the host's span and the GPU's work for it, used by diff, the projected step, MFU and
+the savings' unit (verdict/units.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import traceread
+from traceread.diffs.trace import diff_analyses
+from traceread.synth.scenarios import MS, T0, US, TraceBuilder
+from traceread.verdict.units import StepSaving, per_step
+
+FIX = Path(__file__).parent / "fixtures"
+XFORMER = FIX / "h200" / "xformer.bad.json.gz"
+
+
+def _host_ahead(kernel_ns: int, steps: int = 6, kernels: int = 20, host_ns: int = 5 * MS):
+    """A loop whose host launches ``kernels`` kernels in ``host_ns`` per step and never
+    syncs: the GPU runs them back to back, far behind the host (GPU-bound)."""
+    b = TraceBuilder(path="ahead.json")
+    g = T0 + 100 * US
+    for k in range(steps):
+        s = T0 + k * host_ns
+        b.step(k, s, host_ns)
+        for i in range(kernels):
+            t = s + i * (host_ns // kernels)
+            g = max(g, t + 20 * US)
+            b.op_with_kernel("aten::mm", t, 40 * US, 5 * US, 10 * US, g, kernel_ns,
+                             name="ampere_sgemm_128x64_nn")
+            g += kernel_ns + 2 * US
+    return b.build()
+
+
+def test_real_gpu_bound_steps_are_the_gpus_not_the_hosts():
+    """H200 bf16 transformer, no sync in the step (the host runs ahead): each step's program
+    step is its GPU time measured by CUDA events in the loop (truth ``gpu_ms``) within 1%;
+    the host's span of the first profiled step is 6% short of it."""
+    truth = json.loads((FIX / "h200" / "xformer.bad.kineto.truth.json").read_text())
+    a = traceread.analyze(XFORMER)
+    st = a.steps
+    assert list(st["bound_by"]) == ["gpu"] * len(st)
+    for r in st.to_dict(orient="records"):
+        gpu_ns = truth["planted"][str(r["step"])]["gpu_ms"] * 1e6
+        assert abs(r["program_ns"] - gpu_ns) <= 0.01 * gpu_ns, r
+    first = st.iloc[0]
+    want = truth["planted"][str(int(first["step"]))]["gpu_ms"] * 1e6
+    assert first["dur"] < 0.95 * want          # the host's span is not the step
+    p = a.facts.figures["program_step"]
+    assert p["bound_by"] == "gpu" and p["gpu_bound_steps"] == len(st)
+    assert p["mean_ns"] > p["host_mean_ns"] and p["host_ahead_ns"] > 0
+    assert a.facts.figures["program_step_mean_ns"] == p["mean_ns"]
+
+
+def test_real_gpu_bound_projection_stops_at_the_gpus_busy_time():
+    """No projected step of the GPU-bound trace drops below its GPU busy time per step."""
+    a = traceread.analyze(XFORMER)
+    busy = a.facts.figures["busy_step_mean_ns"]
+    step = a.facts.figures["program_step_mean_ns"]
+    for x in a.verdict["actions"]:
+        if x.get("saves_per_step_ns") is not None:
+            assert x["saves_per_step_ns"] <= step
+        if x.get("projected_step_ns") is not None and x["cause"] != "gpu":
+            assert x["projected_step_ns"] >= busy, x
+
+
+def test_steps_text_and_json_show_the_program_step():
+    from traceread.render.report import render_steps
+
+    a = traceread.analyze(XFORMER)
+    text = render_steps(a)
+    assert "program step" in text and "GPU-bound: the host runs ahead by" in text
+    from traceread.render.json import _steps
+    doc = _steps(a)
+    assert doc["program"]["bound_by"] == "gpu"
+    assert all(i["bound_by"] == "gpu" and i["program_ns"] >= i["dur_ns"] for i in doc["items"])
+
+
+def test_diff_realises_the_saving_on_the_gpu_paced_step(tmp_path):
+    """A GPU-bound loop whose kernels got twice as fast (TF32-like) while the host's spans
+    stayed the same: the realised saving is the GPU step's fall (10 ms a step), not the
+    host's (0), and ``slower_pct`` says -50%."""
+    from traceread.synth.kineto import write_kineto
+
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    write_kineto(_host_ahead(1 * MS), before)
+    write_kineto(_host_ahead(MS // 2), after)
+    a, b = traceread.analyze(before), traceread.analyze(after)
+    assert a.step_stats["mean_ns"] == b.step_stats["mean_ns"]      # the host did not move
+    d = diff_analyses(a, b)
+    realised = d.saving()["realised_ns"]
+    assert realised == pytest.approx(10 * MS, rel=0.02)
+    assert d.slower_pct() == pytest.approx(-50.0, abs=1.0)
+    assert d.before["step_bound_by"] == "gpu"
+    doc = d.to_dict()
+    assert doc["change"]["program_step_ns"]["delta"] == pytest.approx(-10 * MS, rel=0.02)
+
+
+def test_host_bound_steps_keep_the_hosts_span():
+    """The CPU pairs and the synced GPU fixtures: the program step is the host's span."""
+    a = traceread.analyze(FIX / "gpu" / "launch.bad.json.gz")
+    p = a.facts.figures["program_step"]
+    assert p["bound_by"] == "host"
+    assert p["mean_ns"] == a.step_stats["mean_ns"]
+
+
+def test_a_saving_is_per_step_and_never_above_its_step():
+    s = StepSaving.of(30 * MS, 20 * MS)
+    assert (s.ns, s.clamped, s.pct) == (20 * MS, "step", 100.0)
+    s = StepSaving.of(8 * MS, 20 * MS, limit_ns=5 * MS)
+    assert (s.ns, s.clamped) == (5 * MS, "limit")
+    assert StepSaving.of(-3, 20 * MS).ns == 0
+    assert StepSaving.of(4 * MS, 20 * MS).projected(floor_ns=18 * MS) == 18 * MS
+    # a whole-window total over 6 steps on 2 devices
+    got = per_step(120 * MS, 6, 2, 20 * MS)
+    assert got.ns == 10 * MS and got.clamped is None
+    assert per_step(10, 0) is None
+
+
+def test_gloo_job_lever_saves_the_planted_delay_once_per_step():
+    """Real 2-rank gloo DDP job on one GPU, rank 1 sleeping 20 ms before every forward:
+    the waiting rank's job lever gives back about 20 ms a step (its two gradient buckets
+    wait together: summing them promised 41.1 ms a step), never more than its step."""
+    paths = sorted(str(p) for p in (FIX / "gpu" / "ddp2").glob("rank-*.json.gz"))
+    truth = json.loads((FIX / "gpu" / "ddp2" / "truth.json").read_text())
+    from traceread.jobs.multirank import apply_job_verdicts, jobs_of_analyses
+
+    analyses = [traceread.analyze(p) for p in paths]
+    jobs = jobs_of_analyses(analyses)
+    apply_job_verdicts(analyses, jobs)
+    delay = truth["planted_delay_ns"]
+    # the group figures count the lateness once too: held back ~20 ms a step (41.3 summed),
+    # and of the two ranks only rank 0 waits (~10 ms per step per rank, 20.7 summed)
+    g = jobs[0].groups[0]
+    assert 0.9 * delay <= g["lateness_ns_per_step"] <= 1.15 * delay, g
+    assert 0.45 * delay <= g["wait_ns_per_step"] <= 0.6 * delay, g
+    for a in analyses:
+        rank, top = a.meta.rank, a.verdict["actions"][0]
+        assert top["id"] == "straggler"
+        per = top["saves_per_step_ns"]
+        assert 0.9 * delay <= per <= 1.15 * delay, (rank, per)
+        assert top["saves_pct"] < 100
+
+
+def test_real_nsys_capture_whose_host_runs_ahead_is_paced_by_the_gpu(tmp_path):
+    """The same H200 transformer under nsys (NVTX steps, no profiler throttling the host):
+    steps 1 and 2 span 20 and 18 ms on the host while the GPU works 85 and 87.5 ms for them.
+    Every program step is the loop's CUDA-event GPU time within 1%; the host's mean is 17%
+    short of the program's."""
+    import lzma
+    import shutil
+
+    truth = json.loads((FIX / "h200" / "xformer.bad.plain.truth.json").read_text())
+    db = tmp_path / "xformer.sqlite"
+    with lzma.open(FIX / "h200" / "xformer.bad.sqlite.xz") as src, open(db, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    a = traceread.analyze(db)
+    st = a.steps
+    assert len(st) >= 10 and set(st["bound_by"]) == {"gpu"}
+    for r in st.to_dict(orient="records"):
+        gpu_ns = truth["planted"][str(r["step"])]["gpu_ms"] * 1e6
+        assert abs(r["program_ns"] - gpu_ns) <= 0.01 * gpu_ns, r
+    early = st[st["step"].isin([1, 2])]
+    assert (early["dur"] < 0.25 * early["program_ns"]).all()
+    p = a.facts.figures["program_step"]
+    assert p["host_mean_ns"] < 0.85 * p["mean_ns"]
+    want = sum(truth["planted"][str(s)]["gpu_ms"] for s in st["step"]) / len(st) * 1e6
+    assert p["mean_ns"] == pytest.approx(want, rel=0.01)
+    # the host's spans vary (cv 0.35), the program's pace does not: no "bursty" fact
+    assert a.step_stats["bursty"] and not p["bursty"]
+    assert not a.facts.figures["window_summary"]["bursty"]
+
+
+def test_error_pct_sets_promise_and_realised_saving_on_the_same_step():
+    """A replay whose step is the host's 10 ms span promises 2 ms (20%); the program's
+    GPU-paced 40 ms step fell 8 ms (20%): the promise was right, not 75% short."""
+    from traceread.diffs.proof import error_pct
+
+    assert error_pct(2 * MS, 8 * MS, 10 * MS, 40 * MS) == 0.0
+    assert error_pct(2 * MS, 8 * MS, None, None) == -75.0
+    assert error_pct(2 * MS, 0, 10 * MS, 40 * MS) is None
+
+
+def test_a_host_lever_does_not_project_a_gpu_bound_step_below_its_gpu_work():
+    """An 18 ms GPU-bound step (17.5 ms of GPU busy) whose replay (in the host's frame) says
+    a host lever takes the step from 10 ms to 0.5 ms: the projection stops at the GPU's
+    busy time, not at 18 x 0.05 = 0.9 ms; a lever that removes 5 ms of GPU work goes
+    below it by that much."""
+    from traceread.verdict.whatif import projected
+
+    ctx = {"program_step_mean_ns": 18 * MS, "step_mean_ns": 10 * MS,
+           "busy_step_mean_ns": 17_500_000}
+    r = {"before_ns": 10 * MS, "after_ns": MS // 2, "gpu_saved_ns": 0}
+    assert projected(ctx, r) == 17_500_000
+    assert projected(ctx, {**r, "gpu_saved_ns": 5 * MS}) == 12_500_000
+
+
+def test_saving_text_says_when_the_gpu_busy_time_set_the_projection():
+    from traceread.render.text import action_gain
+    from traceread.verdict.scores import _gain
+
+    ctx = {"steps": 2, "program_step_mean_ns": 30 * MS, "busy_step_mean_ns": 25 * MS,
+           "idle_ns": 10 * MS, "program_step": {"bound_by": "gpu"}}
+    g = _gain(8 * MS, "idle", ctx, 60 * MS)
+    # 4 ms a step asked, 5 ms of idle a step there: the GPU's 25 ms of work stays
+    assert g["saves_per_step_ns"] == 4 * MS and g["projected_step_ns"] == 26 * MS
+    g = _gain(30 * MS, "idle", ctx, 60 * MS)   # 15 ms a step asked: only 5 ms idle a step
+    assert g["saves_per_step_ns"] == 5 * MS and g["saves_ns"] == 10 * MS
+    assert g["projected_step_ns"] == 25 * MS and g["projected_floor"] == "gpu_busy"
+    text = action_gain({**g, "cause": "host", "culprit": ""})
+    assert "step -> 25 ms (the GPU's busy time)" in text
+
+
+def test_diff_text_names_the_gpu_paced_step(tmp_path):
+    from traceread.render.diff_text import render_diff
+    from traceread.synth.kineto import write_kineto
+
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    write_kineto(_host_ahead(1 * MS), before)
+    write_kineto(_host_ahead(MS // 2), after)
+    text = render_diff(diff_analyses(traceread.analyze(before), traceread.analyze(after)))
+    assert "program step (mean)" in text
+    assert "saving realised per step: 10 ms (on the program's step: the GPU paces it" in text
