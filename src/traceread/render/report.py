@@ -303,9 +303,18 @@ def step_head(start: bool = False) -> str:
     """The step table's header (``start``: the ``steps`` command's start column)."""
     g = _gap()
     at = f"{g}{'start':>11}" if start else ""
-    return (f"  {'step':>6}{at}{g}{'host time':>9}{g}{'program':>8}{g}"
-            f"{'GPU busy':>8}{g}{'GPU idle':>8}{g}"
-            f"{'in span':>8}{g}{'gaps':>5}{g}" + ("cause" if narrow() else "main idle cause"))
+    span = f"{'in span':>8}{g}" if _with_span(start) else ""
+    head = (f"  {'step':>6}{at}{g}{'host':>8}{g}{'program':>8}{g}"
+            f"{'GPU busy':>8}{g}{'GPU idle':>8}{g}{span}{'gaps':>5}{g}")
+    room = _table_width() - len(head)
+    return head + next(w for w in ("main idle cause", "idle cause", "cause") if len(w) <= room
+                       or w == "cause")
+
+
+def _with_span(start) -> bool:
+    """The in-span column (a part of GPU idle) where the row has room for it: not on a
+    narrow terminal, nor beside the ``steps`` command's start column."""
+    return not narrow() and not start
 
 
 def program_step_line(a) -> str | None:
@@ -329,11 +338,12 @@ def program_step_line(a) -> str | None:
 
 
 
-STEP_HEAD = step_head()
-
 
 def _table_width() -> int:
     return min(width(), TABLE_WIDTH)
+
+
+STEP_HEAD = step_head()
 
 
 def step_row(r: dict, start: str | None = None) -> str:
@@ -343,9 +353,9 @@ def step_row(r: dict, start: str | None = None) -> str:
     prog = r.get("program_ns")
     prog = "-" if prog is None else fmt_ns(prog) + ("*" if r.get("bound_by") == "gpu" else " ")
     at = f"{g}{start:>11}" if start is not None else ""
-    row = (f"  {'#' + str(r['step']):>6}{at}{g}{fmt_ns(r['dur']):>9}{g}{prog:>8}{g}"
-           f"{fmt_ns(r['busy_ns']):>8}{g}"
-           f"{fmt_ns(r['idle_ns']):>8}{g}{fmt_ns(r['idle_in_span_ns']):>8}{g}{r['gaps']:>5,}{g}")
+    span = f"{fmt_ns(r['idle_in_span_ns']):>8}{g}" if _with_span(start) else ""
+    row = (f"  {'#' + str(r['step']):>6}{at}{g}{fmt_ns(r['dur']):>8}{g}{prog:>8}{g}"
+           f"{fmt_ns(r['busy_ns']):>8}{g}{fmt_ns(r['idle_ns']):>8}{g}{span}{r['gaps']:>5,}{g}")
     if not r["idle_ns"]:
         return row.rstrip()
     vals = np.array([r[f"idle_{c}"] for c in CPU_CATEGORIES])
