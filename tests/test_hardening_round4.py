@@ -496,7 +496,7 @@ def test_dump_sniff_never_parses_a_trace(tmp_path, monkeypatch):
 
     from traceread.jobs.multirank import flight
 
-    head = {"schemaVersion": 1, "note": '"entries" "profiling_name" "collective_seq_id"' * 2000}
+    head = {"schemaVersion": 1, "distributedInfo": {"entries": [], "profiling_name": "x" * 70_000}}
     p = tmp_path / "t.json"
     p.write_text(json.dumps({**head, "traceEvents": [{"ph": "X", "name": "k"}]}))
 
