@@ -267,6 +267,7 @@ def test_batch_never_drops_a_trace_named_like_its_outputs(tmp_path):
     assert "skipped: " + str(d / "tables" / ".traceread-batch") in r.stdout
 
 
+@pytest.mark.slow
 def test_batch_rerun_skips_only_the_bytes_it_wrote(tmp_path):
     import pandas as pd
 
