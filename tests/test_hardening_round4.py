@@ -552,10 +552,10 @@ def test_nsys_cut_never_splits_a_character(tmp_path, char):
 # ------------------------------------------------------------------ options and the library
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
-def test_link_gbps_must_be_finite(value):
+def test_link_gbps_must_be_finite(value, tmp_path):
     # --link-gbps inf wrote Infinity into the JSON (no JSON reader takes it)
     r = run_cli("analyze", FR / "fr-rank-0.json", FR / "fr-rank-1.json", "--link-gbps", value,
-                "--format", "json")
+                "--format", "json", cwd=tmp_path)
     _clean(r)
     assert r.returncode == 2 and "Infinity" not in r.stdout and "NaN" not in r.stdout
     assert "--link-gbps" in r.stderr
