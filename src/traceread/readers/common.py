@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from . import _kineto_decode as dec
+from ._json_edges import Inflater  # noqa: F401 - the one gzip inflater, for other rooms too
 
 if TYPE_CHECKING:
     from ..table import Trace

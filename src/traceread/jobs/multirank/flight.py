@@ -102,7 +102,7 @@ def _plain(path, data: bytes, f) -> bytes:
     """The whole dump inflated and as UTF-8 (a pickle stays bytes), bounded in size."""
     import io
 
-    from ...readers._json_edges import Inflater
+    from ...readers.common import Inflater
 
     if len(data) > MAX_DUMP_BYTES:
         _bad(path, f"larger than {MAX_DUMP_BYTES:,} bytes: refused")
