@@ -27,6 +27,8 @@ COMMANDS = {
     "whatif": ("whatif", "add_args", "main",
                "levers' promised vs realised saving per before/after pair; replay + levers "
                "vs analyze time"),
+    "names": ("names", "add_args", "main",
+              "a trace of 800,000 distinct op names: info / analyze vs the old per-name path"),
     "hta-compare": ("hta_compare", "add_args", "main",
                     "figures of HTA vs traceread on HTA's own test traces (no timing)"),
 }

@@ -40,7 +40,7 @@ import pandas as pd
 from .. import namerx
 from ..table import scan_name
 from .attribution import SYNC_API_RX, _op_base
-from .common import kind_in, lut_at, rows_of
+from .common import kind_in, lut_at, name_codes, name_table, rows_of
 from .factkit import (MAX_EVIDENCE, Stacks, Steps, has_gpu, item, launcher, rows_named,
                       thread_key)
 
@@ -77,6 +77,26 @@ def _kind_of(name: str, kind: str) -> str | None:
     return None
 
 
+def _kind_lut(table, kind: str, codes: np.ndarray) -> np.ndarray:
+    """Index into KINDS of ``_kind_of(name, kind)`` per name of ``table`` (-1: none; the
+    last slot, null, -1): the table's classes for names that are their own base op name,
+    ``_kind_of`` itself for the others used by ``codes``."""
+    rules = [(i, rx) for i, (_, _, rx, rk) in enumerate(KINDS) if kind in rk]
+    lut = np.full(len(table) + 1, -1, np.int64)
+    if rules:
+        lut = np.select([table.hits(rx) for _, rx in rules], [i for i, _ in rules], -1)
+        lut[-1] = -1
+    odd = ~table.bare() & np.logical_or.reduce([table.may(rx) for _, rx in rules] + [
+        np.zeros(len(lut), bool)])   # a base name holding no rule's literal matches none
+    used = np.zeros(len(lut), bool)
+    used[codes] = True
+    order = [k for k, _, _, _ in KINDS]
+    for i in np.flatnonzero(odd & used).tolist():
+        k = _kind_of(table.names[i], kind)
+        lut[i] = order.index(k) if k else -1
+    return lut
+
+
 def _candidates(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Rows named like a blocking call, and their kind index into KINDS."""
     rows = rows_of(ev, _KIND_ROWS)
@@ -86,11 +106,11 @@ def _candidates(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         else np.asarray(ev["kind"].cat.categories.astype(str))[ev["kind"].cat.codes.to_numpy()[rows]]
     out = np.full(len(rows), -1, np.int64)
     order = [k for k, _, _, _ in KINDS]
+    table = name_table(ev["name"])
+    codes = name_codes(ev["name"]).take(rows)
     for kind in np.unique(kinds).tolist():
         m = np.flatnonzero(kinds == kind)
-        lut, codes = lut_at(ev["name"], rows[m], lambda n, kd=kind: _kind_of(n, kd), None)
-        ks = lut.take(codes)
-        out[m] = [order.index(k) if k else -1 for k in ks]
+        out[m] = _kind_lut(table, kind, codes[m]).take(codes[m])
     keep = out >= 0
     rows, out = rows[keep], out[keep]
     # boolean-mask indexing only when an index is recorded as bool

@@ -32,7 +32,7 @@ import pandas as pd
 
 from .. import namerx
 from ..table import GPU_OP_KINDS
-from .common import kind_in
+from .common import kind_in, table_of
 from .frames import code_in, take_columns
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
@@ -68,8 +68,7 @@ def name_mask(ev: pd.DataFrame, pattern: str, kinds=None) -> np.ndarray:
     c = codes[rows]
     used = np.flatnonzero(np.bincount(c, minlength=len(names.cat.categories)))
     rx = namerx.compile(pattern)
-    texts = names.cat.categories.take(used).astype(str).tolist()
-    hit = used[np.array([bool(rx.search(t)) for t in texts], bool)]
+    hit = used[table_of(names.cat.categories).hits(rx)[used]]   # names classified once
     if len(hit):
         m[rows] = code_in(c, hit)
     return m
