@@ -222,6 +222,14 @@ class NameTable:
         """Every name holding ``lit`` is live: it holds a known literal (one inside ``lit``)."""
         return lit in self._lits or any(k in lit for k in self._lits)
 
+    def objects(self) -> np.ndarray:
+        """The names as a numpy object array (built once): gathers of many names."""
+        def make():
+            out = np.empty(len(self.names), dtype=object)
+            out[:] = self.names
+            return out
+        return self.derived("objects", make)
+
     def contains(self, text: str) -> np.ndarray:
         """Names holding ``text`` (case-sensitive), with the null slot (False)."""
         def make():
@@ -291,8 +299,10 @@ class NameTable:
         return self.derived(("may", rx.rx.pattern, rx.rx.flags), make)
 
     def hits(self, rx, how: str = "search") -> np.ndarray:
+        # a plain re.Pattern reads whole names, a NameRx the first SCAN_CHARS (search, match)
+        cut = isinstance(rx, NameRx) and how != "fullmatch"
         rx = compile(rx)
-        key = (rx.rx.pattern, rx.rx.flags, how)
+        key = (rx.rx.pattern, rx.rx.flags, how, cut)
         out = self._hits.get(key)
         if out is None:
             out = np.zeros(len(self.names) + 1, bool)
@@ -300,7 +310,6 @@ class NameTable:
             idx = range(len(self.names)) if cand is None else cand.tolist()
             test = getattr(rx.rx, how)
             names = self.names
-            cut = how != "fullmatch"
             hit = [i for i in idx if test(_scanned(names[i]) if cut else names[i])]
             out[hit] = True
             self._hits[key] = out
@@ -314,8 +323,7 @@ class NameList(list):
     def __init__(self, table: NameTable, idx):
         self.idx = np.asarray(idx, np.int64)
         self.table = table
-        names = table.names
-        super().__init__([names[i] for i in self.idx.tolist()])
+        super().__init__(table.objects()[self.idx].tolist())
 
     def mask(self, rx, how: str = "search") -> np.ndarray:
         return self.table.hits(rx, how)[self.idx]

@@ -102,15 +102,18 @@ def _candidates(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     rows = rows_of(ev, _KIND_ROWS)
     if not len(rows):
         return rows, rows
-    kinds = ev["kind"].to_numpy()[rows] if not isinstance(ev["kind"].dtype, pd.CategoricalDtype) \
-        else np.asarray(ev["kind"].cat.categories.astype(str))[ev["kind"].cat.codes.to_numpy()[rows]]
+    # each row's kind as a code into the kinds present (no np.unique over row strings)
+    kcol = ev["kind"] if isinstance(ev["kind"].dtype, pd.CategoricalDtype) \
+        else ev["kind"].astype("category")
+    kcodes = kcol.array.codes.take(rows)
+    kind_names = [str(k) for k in kcol.cat.categories]
     out = np.full(len(rows), -1, np.int64)
     order = [k for k, _, _, _ in KINDS]
     table = name_table(ev["name"])
     codes = name_codes(ev["name"]).take(rows)
-    for kind in np.unique(kinds).tolist():
-        m = np.flatnonzero(kinds == kind)
-        out[m] = _kind_lut(table, kind, codes[m]).take(codes[m])
+    for kc in np.flatnonzero(np.bincount(kcodes, minlength=len(kind_names))).tolist():
+        m = np.flatnonzero(kcodes == kc)
+        out[m] = _kind_lut(table, kind_names[kc], codes[m]).take(codes[m])
     keep = out >= 0
     rows, out = rows[keep], out[keep]
     # boolean-mask indexing only when an index is recorded as bool

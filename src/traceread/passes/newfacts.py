@@ -100,6 +100,7 @@ def compiled_call_host(host_culprit: str) -> bool:
 LAUNCH_API_RX = namerx.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch\w*$"
                                r"|^(?:cuda|cu|hip)GraphLaunch\w*$")
 TOP_HOST = 3
+ATEN_RX = namerx.compile(r"aten::")   # (match: the name starts with it)
 
 
 def cpu_only(ev: pd.DataFrame, steps: Steps, meta=None) -> dict:
@@ -183,11 +184,14 @@ def _top_ops(ev: pd.DataFrame, steps: Steps | None) -> list[tuple[str, int]]:
     rows = np.flatnonzero(m)
     if not len(rows):
         return []
-    names = ev["name"].take(rows).astype(str).to_numpy()
-    aten = np.char.startswith(names.astype(str), "aten::")
-    rows, names = rows[aten], names[aten]
+    # the aten rows from the shared name table; strings for those rows only
+    table = name_table(ev["name"])
+    codes = name_codes(ev["name"]).take(rows)
+    aten = table.hits(ATEN_RX, "match").take(codes)
+    rows, codes = rows[aten], codes[aten]
     if not len(rows):
         return []
+    names = np.array([table.names[c] for c in codes.tolist()], dtype=object)
     ts = ev["ts"].to_numpy(np.int64)[rows]
     end = ts + ev["dur"].to_numpy(np.int64)[rows]
     from .factkit import thread_key

@@ -39,6 +39,8 @@ from .attribution import ALLOC_API_RX, SYNC_API_RX
 from .common import kind_in, table_of
 from .window import STARTUP_RX
 
+namerx.compile(STARTUP_RX)   # its literals in a trace's first name-table scan
+
 OUTLIER_MIN_NS = 1_000_000     # a one-time call takes >= 1 ms ...
 OUTLIER_RATIO = 50             # ... and >= 50x the median call of its API
 FIRST_RATIO = 20               # a first call / first kernel run >= 20x its later median

@@ -46,6 +46,10 @@ UNNUMBERED_STEP_PATTERN = r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration)$
 INFERENCE_STEP_PATTERN = (r"^step\[[^\]]*\]$|^execute_(?:\d+_)?context_\d+\("
                           r"|^(?:.*[/\\]gpu_model_runner\.py\(\d+\): )?execute_model$")
 STEP_KINDS = ("annotation", "cpu_op", "python")
+# made at import: a trace's first name-table scan covers their literals (namerx.NameTable)
+for _p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN,
+           INFERENCE_STEP_PATTERN):
+    namerx.compile(_p)
 LAUNCH_KINDS = ("runtime", "driver")
 
 STEP_COLUMNS = ("index", "step", "name", "pid", "tid", "start", "end", "dur")
