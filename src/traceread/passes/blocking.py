@@ -40,7 +40,7 @@ import pandas as pd
 from .. import namerx
 from ..table import scan_name
 from .attribution import SYNC_API_RX, _op_base
-from .common import kind_in, lut_at, name_codes, name_table, rows_of
+from .common import kind_in, name_codes, name_hits, name_table, rows_of
 from .factkit import (MAX_EVIDENCE, Stacks, Steps, has_gpu, item, launcher, rows_named,
                       thread_key)
 
@@ -267,8 +267,7 @@ def _mid_step_frees(ev: pd.DataFrame, steps: Steps, api: np.ndarray) -> list[dic
     """Evidence items for the device frees that lie between two of their step's launches."""
     if not len(api):
         return []
-    lut, codes = lut_at(ev["name"], api, lambda n: bool(FREE_API_RX.match(n)), False, bool)
-    frees = api[lut.take(codes)]
+    frees = api[name_hits(ev["name"], FREE_API_RX, "match")[api]]
     if not len(frees):
         return []
     mid = _mid_step(ev, steps, frees)
@@ -339,8 +338,7 @@ def _behaviour_kind(ev: pd.DataFrame, root: int, api_row: int) -> str:
 def _sync_api_rows(ev: pd.DataFrame, api: np.ndarray) -> np.ndarray:
     if not len(api):
         return api
-    lut, codes = lut_at(ev["name"], api, lambda n: bool(SYNC_API_RX.match(n)), False, bool)
-    return api[lut.take(codes)]
+    return api[name_hits(ev["name"], SYNC_API_RX, "match")[api]]
 
 
 def _pageable_roots(ev: pd.DataFrame, stacks: Stacks):
@@ -349,8 +347,7 @@ def _pageable_roots(ev: pd.DataFrame, stacks: Stacks):
     cp = rows_of(ev, ("memcpy",))
     if not len(cp):
         return []
-    lut, codes = lut_at(ev["name"], cp, lambda n: bool(PAGEABLE_RX.search(n)), False, bool)
-    cp = cp[lut.take(codes)]
+    cp = cp[name_hits(ev["name"], PAGEABLE_RX, "search")[cp]]
     if not len(cp):
         return []
     lr = launcher(ev, cp)

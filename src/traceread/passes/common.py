@@ -121,6 +121,13 @@ def name_lut(col: pd.Series, rx, how: str = "search") -> np.ndarray:
     return name_table(col).hits(rx, how)
 
 
+def unique_sorted(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` by a sort: numpy 2.4's np.unique hashes, ~3 us per distinct value
+    (2.7 s for 800,000 row numbers; the sort takes 60 ms)."""
+    a = np.sort(np.asarray(a), kind="stable")
+    return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
+
+
 def name_codes(col: pd.Series) -> np.ndarray:
     """The category codes of a (name) column, -1 for null; made categorical if it is not."""
     if not isinstance(col.dtype, pd.CategoricalDtype):
