@@ -77,16 +77,17 @@ def _measure(args) -> int:
             print(f"* {w} workers failed: {h.failure(runs[(w, 'this')])}")
             return 1
         res[w] = min(good, key=lambda r: r.result["total"]["wall"]).result
+        res[w]["peak"] = min(r.peak for r in good)
     raw = h.raw_size(args.trace)
     print(f"{args.trace.name} ({raw / 1e6:.0f} MB raw), best of {args.repeat}, "
           f"load {h.load()}:\n")
-    print(_table(res, workers) + "\n")
+    print(_table(res, workers, raw) + "\n")
     for line in _summary(res, workers):
         print(line)
     return 0
 
 
-def _table(res: dict, workers: list[int]) -> str:
+def _table(res: dict, workers: list[int], raw: int) -> str:
     head = ["stage"] + [f"{w} worker{'s' * (w > 1)}: wall / parent CPU / workers' CPU"
                         for w in workers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -94,6 +95,8 @@ def _table(res: dict, workers: list[int]) -> str:
         cells = [f"{h.fmt_s(res[w][st]['wall'])} / {h.fmt_s(res[w][st]['cpu'])} / "
                  f"{h.fmt_s(res[w][st]['child'])}" for w in workers]
         lines.append(f"| {st.replace('_', ' + ')} | " + " | ".join(cells) + " |")
+    lines.append("| peak RSS (process tree) / raw | " + " | ".join(
+        f"{h.fmt_mb(res[w]['peak'])} / {res[w]['peak'] / raw:.2f}x" for w in workers) + " |")
     return "\n".join(lines)
 
 

@@ -330,7 +330,9 @@ class NameList(list):
 
 
 def where(rx, names, how: str = "search") -> list[str]:
-    """The names (in order) that ``rx`` matches (``how``: search / match / fullmatch)."""
+    """The names (in order) that ``rx`` matches (``how``: search / match / fullmatch; a
+    plain ``re`` pattern as its NameRx: the first SCAN_CHARS of a name)."""
+    rx = compile(rx)
     if isinstance(names, NameList):
         return [names[i] for i in np.flatnonzero(names.mask(rx, how)).tolist()]
     test = getattr(compile(rx), how)
@@ -338,7 +340,8 @@ def where(rx, names, how: str = "search") -> list[str]:
 
 
 def first(rx, names, how: str = "search") -> str | None:
-    """The first of ``names`` that ``rx`` matches; None when none does."""
+    """The first of ``names`` that ``rx`` matches; None when none does (see ``where``)."""
+    rx = compile(rx)
     if isinstance(names, NameList):
         hit = np.flatnonzero(names.mask(rx, how))
         return names[int(hit[0])] if len(hit) else None

@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from .. import namerx
-from ..table import scan_name
 from .common import kind_in, name_codes, name_lut, rows_of
 
 STEP_RX = namerx.compile(r"^ProfilerStep#(\d+)$")
@@ -31,6 +30,7 @@ def rows_named(ev: pd.DataFrame, rx: re.Pattern, kinds) -> np.ndarray:
     """Rows of ``kinds`` whose name matches ``rx`` (one match per distinct name)."""
     rows = rows_of(ev, kinds)
     col = ev["name"]
+    rx = namerx.compile(rx)   # a NameRx reads a name's first SCAN_CHARS (scan_name)
     return rows[name_lut(col, rx).take(name_codes(col).take(rows))] if len(rows) else rows
 
 

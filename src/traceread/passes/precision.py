@@ -87,14 +87,17 @@ def precision_facts(ev: pd.DataFrame, steps: Steps | None = None,
                     stacks: Stacks | None = None) -> dict:
     steps = steps or Steps(ev)
     out: dict = {"evidence": {}}
-    out.update(_gemm_precision(ev, out["evidence"]))
-    out.update(_autocast(ev, out["evidence"], stacks))
-    out.update(_convolutions(ev, steps, out["evidence"]))
-    out.update(_sdpa(ev, steps, out["evidence"]))
+    try:
+        out.update(_gemm_precision(ev, out["evidence"]))
+        out.update(_autocast(ev, out["evidence"], stacks))
+        out.update(_convolutions(ev, steps, out["evidence"]))
+        out.update(_sdpa(ev, steps, out["evidence"]))
+    finally:
+        _KERNELS.clear()   # the window's events are not held past this pass
     return out
 
 
-_KERNELS: list = []   # [(the events, their kernel table)]: the last one asked (4 asks a pass)
+_KERNELS: list = []   # [(the events, their kernel table)] while precision_facts runs (4 asks)
 
 
 def _kernel_table(ev: pd.DataFrame) -> pd.DataFrame:

@@ -52,6 +52,7 @@ def _rows_named(ev: pd.DataFrame, rx: re.Pattern, kinds=None) -> np.ndarray:
     if codes is None:
         col = col.astype("category")
         codes = col.array.codes
+    rx = namerx.compile(rx)   # a NameRx reads a name's first SCAN_CHARS (scan_name)
     hit = name_lut(col, rx).take(codes if rows is None else codes.take(rows))
     return rows[hit] if rows is not None else np.flatnonzero(hit)
 
