@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 
+import weakref
+
 import numpy as np
 import pandas as pd
 
@@ -70,9 +72,9 @@ def take(ev: pd.DataFrame, rows: np.ndarray, cols) -> pd.DataFrame:
     return pd.DataFrame(data, columns=list(cols), copy=False)
 
 
-# categories Index id -> (the Index, its NameTable): every pass of every window of a trace
-# shares one table (a window's columns keep the trace's categories). The Index is held, so
-# its id cannot be reused while the entry lives; a few traces' tables are kept.
+# categories Index id -> (a weak reference to the Index, its NameTable): every pass of every
+# window of a trace shares one table (a window's columns keep the trace's categories). An
+# entry goes when its Index does (the trace is dropped), so a session holds no old table.
 _NAME_TABLES: dict[int, tuple] = {}
 
 
@@ -87,13 +89,21 @@ def name_table(col: pd.Series) -> namerx.NameTable:
 def table_of(cats: pd.Index) -> namerx.NameTable:
     """The shared NameTable of a categories Index (``name_table``)."""
     got = _NAME_TABLES.get(id(cats))
-    if got is not None and got[0] is cats:
+    if got is not None and got[0]() is cats:
         return got[1]
     table = namerx.NameTable(_category_arrow(cats))
-    if len(_NAME_TABLES) >= 8:
-        _NAME_TABLES.pop(next(iter(_NAME_TABLES)))
-    _NAME_TABLES[id(cats)] = (cats, table)
+    try:
+        ref = weakref.ref(cats, lambda _r, k=id(cats): _drop_table(k, _r))
+    except TypeError:      # not weakly referable: not shared
+        return table
+    _NAME_TABLES[id(cats)] = (ref, table)
     return table
+
+
+def _drop_table(key: int, ref) -> None:
+    got = _NAME_TABLES.get(key)
+    if got is not None and got[0] is ref:
+        del _NAME_TABLES[key]
 
 
 def _category_arrow(cats: pd.Index):
