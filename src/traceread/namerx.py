@@ -141,6 +141,22 @@ def _re2_alternation(literals) -> str:
     return "(?i)" + "|".join(esc)
 
 
+def _holding(arr, literals: list) -> np.ndarray:
+    """Per string of ``arr``: it holds one of ``literals`` (ASCII case-insensitively). One
+    RE2 scan; a set too big for one RE2 program is split in two."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        got = pc.match_substring_regex(arr, _re2_alternation(literals))
+        return got.to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:
+        if len(literals) < 2:
+            raise
+        half = len(literals) // 2
+        return _holding(arr, literals[:half]) | _holding(arr, literals[half:])
+
+
 class NameTable:
     """Which patterns each of a trace's distinct names matches; one instance per set of
     names (a categorical column's categories), shared by every pass.
@@ -176,7 +192,7 @@ class NameTable:
             return None      # a lone surrogate (not UTF-8): every name goes to ``re``
         return arr
 
-    def _ascii(self) -> np.ndarray:
+    def _non_ascii(self) -> np.ndarray:
         import pyarrow.compute as pc
 
         if self._other is None:
@@ -190,15 +206,14 @@ class NameTable:
         import pyarrow.compute as pc
 
         arr = self._arr if idx is None else self._arr.take(idx)
-        got = pc.match_substring_regex(arr, _re2_alternation(literals))
-        found = np.flatnonzero(got.to_numpy(zero_copy_only=False))
+        found = np.flatnonzero(_holding(arr, sorted(literals)))
         found = found if idx is None else idx[found]
-        if not len(self._ascii()):
+        if not len(self._non_ascii()):
             return found
         # a mask, not np.union1d: numpy 2.4's hashed np.unique takes ~3 us per distinct value
         m = np.zeros(len(self.names), bool)
         m[found] = True
-        m[self._ascii()] = True
+        m[self._non_ascii()] = True
         return np.flatnonzero(m)
 
     def _candidates(self, rx: NameRx) -> np.ndarray | None:
