@@ -27,6 +27,10 @@ COMMANDS = {
     "whatif": ("whatif", "add_args", "main",
                "levers' promised vs realised saving per before/after pair; replay + levers "
                "vs analyze time"),
+    "names": ("names", "add_args", "main",
+              "a trace of 800,000 distinct op names: info / analyze vs the old per-name path"),
+    "serial": ("serial", "add_args", "main",
+               "CPU by stage and the serial (Amdahl) fraction from 1 and 2 workers, big trace"),
     "hta-compare": ("hta_compare", "add_args", "main",
                     "figures of HTA vs traceread on HTA's own test traces (no timing)"),
 }

@@ -39,14 +39,16 @@ process (then of the trace).
 from __future__ import annotations
 
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from .. import namerx
 from . import intervals
-from .compile import is_compile_name
+from .compile import compile_name_lut, is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
-from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at
+from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at, table_of
 from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -155,14 +157,23 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
     return col.cat.codes.to_numpy(), col.cat.categories
 
 
-def _name_lut(cats: pd.Index, codes: np.ndarray, fn, dtype=np.int64, default=-1) -> np.ndarray:
+def _name_lut(cats: pd.Index, codes: np.ndarray, fn, dtype=np.int64, default=-1,
+              vec=None) -> np.ndarray:
     """``fn(name)`` per category used by ``codes``, ``default`` elsewhere.
 
     One slot more than there are categories: index -1 (a null name) reads the
-    last slot, which stays ``default``.
+    last slot, which stays ``default``. ``vec(table, idx)``: the same answers for the
+    names ``idx`` of the shared NameTable at once (names without an emit_nvtx suffix).
     """
     lut = np.full(len(cats) + 1, default, dtype)
     used = np.flatnonzero(np.bincount(codes[codes >= 0].astype(np.intp), minlength=len(cats)))
+    if vec is not None and len(used):
+        table = table_of(cats)
+        # a suffix needs " = ": the names without one are their own base name
+        odd = table.contains(" = ")[used]
+        plain = used[~odd]
+        lut[plain] = vec(table, plain)
+        used = used[odd]
     # nsys traces carry tens of thousands of distinct NVTX texts: never touch unused ones
     texts = cats.take(used).astype(str).tolist()
     # emit_nvtx makes every call a distinct name ("aten::add, seq = 12, op_id = 7"):
@@ -192,6 +203,38 @@ _OPS = (HOST_KINDS.index("cpu_op"), HOST_KINDS.index("annotation"))
 
 def _is_api(kind: np.ndarray) -> np.ndarray:
     return (kind == _API[0]) | (kind == _API[1])
+
+
+# ``_op_base(n) in SYNC_OPS`` as a pattern (fullmatch): strip() and ``\s`` skip the same
+# characters
+SYNC_BASE_RX = namerx.compile(r"\s*(?:" + "|".join(re.escape(o) for o in SYNC_OPS)
+                              + r")\s*(?:,.*)?", re.S)
+
+
+def _by_name_vec(step_rx, cat):
+    """``by_name`` of ``_classify`` over names of the NameTable (see there), vectorised."""
+    def vec(t, idx):
+        conds = [t.hits(WAIT_OSRT_RX, "match") | t.hits(WAIT_PY_RX),
+                 np.logical_or.reduce([t.hits(r) for r in step_rx]),
+                 t.hits(GRAPH_RECORD_RX), t.hits(COMPILE_RX) | compile_name_lut(t),
+                 t.hits(DATALOADER_RX), t.hits(COMM_RX), t.hits(SYNC_BASE_RX, "fullmatch")]
+        vals = [-3, -2, cat["graph_capture"], cat["compile"], cat["dataloader"],
+                cat["comm_wait"], cat["sync"]]
+        return np.select([c[idx] for c in conds], vals, -1)
+    return vec
+
+
+def _api_vec(cat):
+    def vec(t, idx):
+        conds = [t.hits(GRAPH_RECORD_RX), t.hits(SYNC_API_RX, "match"),
+                 t.hits(ALLOC_API_RX, "match")]
+        return np.select([c[idx] for c in conds],
+                         [cat["graph_capture"], cat["sync"], cat["alloc"]], cat["launch"])
+    return vec
+
+
+def _rx_vec(rx, how="search"):
+    return lambda t, idx: t.hits(rx, how)[idx]
 
 
 def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
@@ -227,12 +270,13 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
 
     is_api = _is_api(kind)
     out = np.full(len(kind), -1, np.int8)
-    api_lut = _name_lut(name_cats, name[is_api], api, np.int8)
+    api_lut = _name_lut(name_cats, name[is_api], api, np.int8, vec=_api_vec(cat))
     out[is_api] = api_lut[name[is_api]]
     del is_api
     other = kind >= 0
     other &= ~_is_api(kind)
-    named_lut = _name_lut(name_cats, name[other], by_name, np.int8)
+    named_lut = _name_lut(name_cats, name[other], by_name, np.int8,
+                          vec=_by_name_vec(step_rx, cat))
     del other
     for k, default in (("cpu_op", cat["cpu_op"]), ("annotation", cat["cpu_op"]),
                        ("osrt", cat["cpu_op"]), ("python", cat["python"])):
@@ -261,8 +305,10 @@ def _sync(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index) -> np.ndarray
     is_api = _is_api(kind)
     # aten::item as an operator (Kineto) or as an NVTX range (nsys, emit_nvtx)
     is_op = (kind == _OPS[0]) | (kind == _OPS[1])
-    api = _name_lut(name_cats, name[is_api], lambda n: bool(SYNC_API_RX.match(n)), bool, False)
-    op = _name_lut(name_cats, name[is_op], lambda n: _op_base(n) in SYNC_OPS, bool, False)
+    api = _name_lut(name_cats, name[is_api], lambda n: bool(SYNC_API_RX.match(n)), bool, False,
+                    vec=_rx_vec(SYNC_API_RX, "match"))
+    op = _name_lut(name_cats, name[is_op], lambda n: _op_base(n) in SYNC_OPS, bool, False,
+                   vec=_rx_vec(SYNC_BASE_RX, "fullmatch"))
     out = np.zeros(len(kind), bool)
     out[is_api] = api[name[is_api]]
     out[is_op] = op[name[is_op]]
@@ -497,10 +543,12 @@ def _capture_regions(kind, name, name_cats, hs, he, key):
     During capture, launches are recorded, not run: the GPU idles by design, and the
     operators inside are the graph's recording cost, not host overhead.
     """
-    begin = _name_lut(name_cats, name, lambda n: bool(CAPTURE_BEGIN_RX.search(n)), bool, False)[name]
+    begin = _name_lut(name_cats, name, lambda n: bool(CAPTURE_BEGIN_RX.search(n)), bool, False,
+                      vec=_rx_vec(CAPTURE_BEGIN_RX))[name]
     if not begin.any():
         return None
-    end = _name_lut(name_cats, name, lambda n: bool(CAPTURE_END_RX.search(n)), bool, False)[name]
+    end = _name_lut(name_cats, name, lambda n: bool(CAPTURE_END_RX.search(n)), bool, False,
+                    vec=_rx_vec(CAPTURE_END_RX))[name]
     rows, stops = capture_pairs(hs, he, key, begin, end)
     if not len(rows):
         return None

@@ -40,7 +40,7 @@ import pandas as pd
 from .. import namerx
 from ..table import scan_name
 from .attribution import SYNC_API_RX, _op_base
-from .common import kind_in, lut_at, rows_of
+from .common import kind_in, name_codes, name_hits, name_table, rows_of
 from .factkit import (MAX_EVIDENCE, Stacks, Steps, has_gpu, item, launcher, rows_named,
                       thread_key)
 
@@ -77,20 +77,43 @@ def _kind_of(name: str, kind: str) -> str | None:
     return None
 
 
+def _kind_lut(table, kind: str, codes: np.ndarray) -> np.ndarray:
+    """Index into KINDS of ``_kind_of(name, kind)`` per name of ``table`` (-1: none; the
+    last slot, null, -1): the table's classes for names that are their own base op name,
+    ``_kind_of`` itself for the others used by ``codes``."""
+    rules = [(i, rx) for i, (_, _, rx, rk) in enumerate(KINDS) if kind in rk]
+    lut = np.full(len(table) + 1, -1, np.int64)
+    if rules:
+        lut = np.select([table.hits(rx) for _, rx in rules], [i for i, _ in rules], -1)
+        lut[-1] = -1
+    odd = ~table.bare() & np.logical_or.reduce([table.may(rx) for _, rx in rules] + [
+        np.zeros(len(lut), bool)])   # a base name holding no rule's literal matches none
+    used = np.zeros(len(lut), bool)
+    used[codes] = True
+    order = [k for k, _, _, _ in KINDS]
+    for i in np.flatnonzero(odd & used).tolist():
+        k = _kind_of(table.names[i], kind)
+        lut[i] = order.index(k) if k else -1
+    return lut
+
+
 def _candidates(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Rows named like a blocking call, and their kind index into KINDS."""
     rows = rows_of(ev, _KIND_ROWS)
     if not len(rows):
         return rows, rows
-    kinds = ev["kind"].to_numpy()[rows] if not isinstance(ev["kind"].dtype, pd.CategoricalDtype) \
-        else np.asarray(ev["kind"].cat.categories.astype(str))[ev["kind"].cat.codes.to_numpy()[rows]]
+    # each row's kind as a code into the kinds present (no np.unique over row strings)
+    kcol = ev["kind"] if isinstance(ev["kind"].dtype, pd.CategoricalDtype) \
+        else ev["kind"].astype("category")
+    kcodes = kcol.array.codes.take(rows)
+    kind_names = [str(k) for k in kcol.cat.categories]
     out = np.full(len(rows), -1, np.int64)
     order = [k for k, _, _, _ in KINDS]
-    for kind in np.unique(kinds).tolist():
-        m = np.flatnonzero(kinds == kind)
-        lut, codes = lut_at(ev["name"], rows[m], lambda n, kd=kind: _kind_of(n, kd), None)
-        ks = lut.take(codes)
-        out[m] = [order.index(k) if k else -1 for k in ks]
+    table = name_table(ev["name"])
+    codes = name_codes(ev["name"]).take(rows)
+    for kc in np.flatnonzero(np.bincount(kcodes, minlength=len(kind_names))).tolist():
+        m = np.flatnonzero(kcodes == kc)
+        out[m] = _kind_lut(table, kind_names[kc], codes[m]).take(codes[m])
     keep = out >= 0
     rows, out = rows[keep], out[keep]
     # boolean-mask indexing only when an index is recorded as bool
@@ -244,8 +267,7 @@ def _mid_step_frees(ev: pd.DataFrame, steps: Steps, api: np.ndarray) -> list[dic
     """Evidence items for the device frees that lie between two of their step's launches."""
     if not len(api):
         return []
-    lut, codes = lut_at(ev["name"], api, lambda n: bool(FREE_API_RX.match(n)), False, bool)
-    frees = api[lut.take(codes)]
+    frees = api[name_hits(ev["name"], FREE_API_RX, "match")[api]]
     if not len(frees):
         return []
     mid = _mid_step(ev, steps, frees)
@@ -316,8 +338,7 @@ def _behaviour_kind(ev: pd.DataFrame, root: int, api_row: int) -> str:
 def _sync_api_rows(ev: pd.DataFrame, api: np.ndarray) -> np.ndarray:
     if not len(api):
         return api
-    lut, codes = lut_at(ev["name"], api, lambda n: bool(SYNC_API_RX.match(n)), False, bool)
-    return api[lut.take(codes)]
+    return api[name_hits(ev["name"], SYNC_API_RX, "match")[api]]
 
 
 def _pageable_roots(ev: pd.DataFrame, stacks: Stacks):
@@ -326,8 +347,7 @@ def _pageable_roots(ev: pd.DataFrame, stacks: Stacks):
     cp = rows_of(ev, ("memcpy",))
     if not len(cp):
         return []
-    lut, codes = lut_at(ev["name"], cp, lambda n: bool(PAGEABLE_RX.search(n)), False, bool)
-    cp = cp[lut.take(codes)]
+    cp = cp[name_hits(ev["name"], PAGEABLE_RX, "search")[cp]]
     if not len(cp):
         return []
     lr = launcher(ev, cp)

@@ -40,7 +40,7 @@ import pandas as pd
 from .. import namerx
 from ..table import GPU_OP_KINDS
 from . import intervals
-from .common import events_of, kind_in, map_names_at
+from .common import events_of, kind_in, map_names_at, name_table
 from .frames import take_rows
 
 # Phase names dynamo_timed writes without the " (dynamo_timed)" suffix.
@@ -97,6 +97,24 @@ def is_compile_name(s: str) -> bool:
     return s in COMPILE_PHASES or bool(_PHASE_RE.search(s)) or bool(_marker_search(s))
 
 
+def compile_name_lut(table: namerx.NameTable) -> np.ndarray:
+    """``is_compile_name`` of every name of ``table`` (null slot False), once per table."""
+    def make():
+        return ~table.hits(_CUDAGRAPH_RE) & (table.equals(COMPILE_PHASES)
+                                              | table.hits(_PHASE_RE) | marker_lut(table))
+    return table.derived("compile_name", make)
+
+
+def marker_lut(table: namerx.NameTable) -> np.ndarray:
+    """Names holding a compile-id marker (``_marker_search``), null slot False."""
+    def make():
+        out = table.contains("_data: ").copy()
+        idx = np.flatnonzero(out)
+        out[idx] = [bool(_marker_search(table.names[i])) for i in idx.tolist()]
+        return out
+    return table.derived("compile_marker", make)
+
+
 def _is_cudagraph_record(s: str) -> bool:
     return bool(_CUDAGRAPH_RE.search(s)) and s.endswith("(dynamo_timed)")
 
@@ -126,9 +144,11 @@ def _host_rows(ev: pd.DataFrame) -> np.ndarray:
     return np.flatnonzero(kind_in(ev, _HOST_KINDS))
 
 
-def _host(ev: pd.DataFrame, fn, rows: np.ndarray | None = None) -> pd.DataFrame:
+def _host(ev: pd.DataFrame, fn, rows: np.ndarray | None = None, cand=None) -> pd.DataFrame:
     """ts, dur, pid, tid, name and ``val = fn(name)`` of the host rows (``rows``: their
-    positions, if known) whose ``fn`` is neither None nor False."""
+    positions, if known) whose ``fn`` is neither None nor False. ``cand(table)``: the names
+    (a bool lut of the shared NameTable) outside which ``fn`` is None or False for sure:
+    ``fn`` runs on those only."""
     if rows is None:
         rows = _host_rows(ev)
     names = ev["name"]
@@ -137,7 +157,7 @@ def _host(ev: pd.DataFrame, fn, rows: np.ndarray | None = None) -> pd.DataFrame:
         keep = rows[~pd.isna(val) & (val != False)]  # noqa: E712 -- object array of bool/str/None
         val = val[~pd.isna(val) & (val != False)]  # noqa: E712
     else:   # decide per distinct name, then gather only the rows kept
-        lut = np.array([fn(str(n)) for n in names.cat.categories] + [fn("")], dtype=object)
+        lut = _fn_lut(names, fn, cand)
         ok = ~pd.isna(lut) & (lut != False)  # noqa: E712 -- object array of bool/str/None
         codes = names.cat.codes.to_numpy()[rows]   # code -1 (null) reads the last slot
         hit = ok[codes]
@@ -146,6 +166,28 @@ def _host(ev: pd.DataFrame, fn, rows: np.ndarray | None = None) -> pd.DataFrame:
     out.index = ev.index[keep]
     out["val"] = val
     return out
+
+
+def _fn_lut(names: pd.Series, fn, cand) -> np.ndarray:
+    """``fn`` per category (and ``fn("")`` in the null slot), run only where ``cand`` says."""
+    table = name_table(names)
+    if cand is None:
+        return np.array([fn(n) for n in table.names] + [fn("")], dtype=object)
+    lut = np.full(len(table) + 1, None, dtype=object)
+    idx = np.flatnonzero(cand(table)[:-1]).tolist()
+    vals = [fn(table.names[i]) for i in idx]
+    for i, v in zip(idx, vals):
+        lut[i] = v
+    lut[-1] = fn("")
+    return lut
+
+
+def _region_cand(table):
+    return table.hits(_REGION_RE, "match")
+
+
+def _marker_cand(table):
+    return table.contains("_data: ")
 
 
 _MARKER_PREFIX_RE = namerx.compile(r"^(.+?)_data: ")
@@ -159,8 +201,11 @@ def compile_spans(events, rows: np.ndarray | None = None) -> pd.DataFrame:
     ev = events_of(events)
     names = ev["name"]
     # a row subset keeps every category: the host rows' categories are the column's
-    cats = names.cat.categories if names.dtype == "category" else \
-        pd.Index(names.iloc[_host_rows(ev)].unique())
+    if names.dtype == "category":
+        table = name_table(names)
+        cats = [table.names[i] for i in np.flatnonzero(marker_lut(table)[:-1]).tolist()]
+    else:
+        cats = pd.Index(names.iloc[_host_rows(ev)].unique())
     marked = set()
     for c in cats:
         c = str(c)
@@ -169,7 +214,8 @@ def compile_spans(events, rows: np.ndarray | None = None) -> pd.DataFrame:
             if m:
                 marked.add(m.group(1))
     return _host(ev, lambda s: True if (is_compile_name(s) or (s in marked and not _CUDAGRAPH_RE.search(s)))
-                 else None, rows)
+                 else None, rows,
+                 cand=lambda t: compile_name_lut(t) | t.equals(marked))
 
 
 def _step_of(pid: np.ndarray, ts: np.ndarray, steps: pd.DataFrame | None) -> np.ndarray:
@@ -221,9 +267,9 @@ def compile_events(events, steps=None, *, spans=None, regions=None) -> pd.DataFr
         return pd.DataFrame({c: pd.Series(dtype=object) for c in EVENT_COLUMNS})
     if steps is None:
         steps = _default_steps(ev)
-    markers = _host(ev, _marker_id)
+    markers = _host(ev, _marker_id, cand=_marker_cand)
     if regions is None:
-        regions = _host(ev, _region_id)
+        regions = _host(ev, _region_id, cand=_region_cand)
     rows = []
     for (pid, tid), g in spans.groupby(["pid", "tid"], sort=False):
         s = g["ts"].to_numpy(np.int64)
@@ -306,16 +352,18 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
     ev = events_of(events)
     rows = _host_rows(ev)
     spans = compile_spans(ev, rows)
-    regions = _host(ev, _region_id, rows)
+    regions = _host(ev, _region_id, rows, cand=_region_cand)
     ce = compile_events(ev, steps=steps, spans=spans, regions=regions)
     s = spans["ts"].to_numpy(np.int64)
     comp_iv = intervals.union(s, s + spans["dur"].to_numpy(np.int64))
-    look = _host(ev, lambda n: True if n == CACHE_LOOKUP else None, rows)
+    look = _host(ev, lambda n: True if n == CACHE_LOOKUP else None, rows,
+                 cand=lambda t: t.equals((CACHE_LOOKUP,)))
     ls = look["ts"].to_numpy(np.int64)
     look_iv = intervals.union(ls, ls + look["dur"].to_numpy(np.int64))
     idle, has_gpu = _idle(ev, gaps)
     idle_overlap = intervals.total(intervals.intersect(comp_iv, idle)) if has_gpu else 0
-    cg = _host(ev, lambda n: True if _is_cudagraph_record(n) else None, rows)
+    cg = _host(ev, lambda n: True if _is_cudagraph_record(n) else None, rows,
+               cand=lambda t: t.hits(_CUDAGRAPH_RE))
     cs = cg["ts"].to_numpy(np.int64)
     cg_ns = intervals.total(intervals.union(cs, cs + cg["dur"].to_numpy(np.int64)))
 
@@ -386,7 +434,7 @@ def compile_counts(events) -> dict:
     ev = events_of(events)
     rows = _host_rows(ev)
     spans = compile_spans(ev, rows)
-    regions = _host(ev, _region_id, rows)
+    regions = _host(ev, _region_id, rows, cand=_region_cand)
     ce = compile_events(ev, steps=pd.DataFrame(), spans=spans, regions=regions)
     ids = ce["compile_id"]
     distinct = ce[ids.notna()].drop_duplicates("compile_id")

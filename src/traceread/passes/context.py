@@ -26,7 +26,7 @@ import pandas as pd
 
 from .. import namerx
 from ..passes import intervals
-from ..passes.common import GRAPH_LAUNCH_RX, kind_in
+from ..passes.common import GRAPH_LAUNCH_RX, kind_in, name_lut
 from ..passes.newfacts import window_facts
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
@@ -57,13 +57,13 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
     prog = program_context(ev, meta, host=all_host, kernels=kernels, api=api)
     opt = prog["optimizer"]
     return {
-        "uses_cuda_graphs": graph_rows or any(GRAPH_LAUNCH_RX.match(n) for n in api),
+        "uses_cuda_graphs": graph_rows or namerx.any_of(GRAPH_LAUNCH_RX, api, "match"),
         "fused_optimizer": bool(opt and opt["impl"] == "fused"),
-        "dataloader_workers": any(MULTI_WORKER_RX.search(n) for n in host)
-        and not any(SINGLE_WORKER_RX.search(n) for n in host),
-        "dataloader_single": any(SINGLE_WORKER_RX.search(n) for n in host),
-        "pytorch": any(PYTORCH_HOST_RX.search(n) for n in host)
-        or any(PYTORCH_KERNEL_RX.search(n) for n in kernels),
+        "dataloader_workers": namerx.any_of(MULTI_WORKER_RX, host)
+        and not namerx.any_of(SINGLE_WORKER_RX, host),
+        "dataloader_single": namerx.any_of(SINGLE_WORKER_RX, host),
+        "pytorch": namerx.any_of(PYTORCH_HOST_RX, host)
+        or namerx.any_of(PYTORCH_KERNEL_RX, kernels),
         "api_traced": bool(len(api)),
         "host_traced": bool(ev["kind"].isin(HOST_DETAIL_KINDS).any()
                             or has_non_step_ranges(ev)),
@@ -93,9 +93,8 @@ def allocator_uncached(ev: pd.DataFrame) -> bool:
         return False
     rows = np.flatnonzero(free)
     col = ev["name"]
-    if isinstance(col.dtype, pd.CategoricalDtype):   # test each distinct name once
-        hit = np.array([bool(DEVICE_FREE_RX.match(str(n))) for n in col.cat.categories] + [False])
-        rows = rows[hit[col.cat.codes.to_numpy()[rows]]]
+    if isinstance(col.dtype, pd.CategoricalDtype):   # each distinct name tested once
+        rows = rows[name_lut(col, DEVICE_FREE_RX, "match")[col.array.codes[rows]]]
     else:
         rows = rows[[bool(DEVICE_FREE_RX.match(str(n))) for n in col.to_numpy()[rows]]]
     if len(rows) < UNCACHED_MIN_FREES:
@@ -134,6 +133,8 @@ def has_non_step_ranges(ev: pd.DataFrame) -> bool:
     names = _names_of(ev, ("annotation",))
     step = namerx.compile(r"(?i)^(?:ProfilerStep#\d+|(?:train[_ ]?)?(?:step|iter|iteration|batch)"
                       r"[\s_#:=-]*\d+)$")
+    if isinstance(names, namerx.NameList):
+        return not names.mask(step, "match").all()
     return any(not step.match(n) for n in names)
 
 
@@ -145,15 +146,15 @@ def flag_evidence(ev: pd.DataFrame, ctx: dict) -> dict[str, list[str]]:
     api = _names_of(ev, ("runtime", "driver"))
     host = _names_of(ev, ("cpu_op", "annotation", "python"))
     rules = {
-        "uses_cuda_graphs": lambda: [n for n in api if GRAPH_LAUNCH_RX.match(n)]
+        "uses_cuda_graphs": lambda: namerx.where(GRAPH_LAUNCH_RX, api, "match")
         + _names_of(ev, ("graph",)),
-        "dataloader_workers": lambda: [n for n in host if MULTI_WORKER_RX.search(n)],
-        "dataloader_single": lambda: [n for n in host if SINGLE_WORKER_RX.search(n)],
-        "pytorch": lambda: [n for n in host if PYTORCH_HOST_RX.search(n)]
-        + [n for n in _names_of(ev, ("kernel",)) if PYTORCH_KERNEL_RX.search(n)],
+        "dataloader_workers": lambda: namerx.where(MULTI_WORKER_RX, host),
+        "dataloader_single": lambda: namerx.where(SINGLE_WORKER_RX, host),
+        "pytorch": lambda: namerx.where(PYTORCH_HOST_RX, host)
+        + namerx.where(PYTORCH_KERNEL_RX, _names_of(ev, ("kernel",))),
         "api_traced": lambda: api,
         "host_traced": lambda: _names_of(ev, HOST_DETAIL_KINDS) or _names_of(ev, ("annotation",)),
-        "allocator_uncached": lambda: [n for n in api if DEVICE_FREE_RX.match(n)],
+        "allocator_uncached": lambda: namerx.where(DEVICE_FREE_RX, api, "match"),
     }
     out = {}
     for key, names in rules.items():

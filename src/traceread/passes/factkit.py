@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .. import namerx
-from ..table import scan_name
-from .common import kind_in, lut_at, rows_of
+from .common import kind_in, name_codes, name_lut, rows_of
 
 STEP_RX = namerx.compile(r"^ProfilerStep#(\d+)$")
 HOST_STACK_KINDS = ("cpu_op", "python", "annotation")
@@ -30,8 +29,9 @@ def item(name, ts_ns, step=None, detail: str = "") -> dict:
 def rows_named(ev: pd.DataFrame, rx: re.Pattern, kinds) -> np.ndarray:
     """Rows of ``kinds`` whose name matches ``rx`` (one match per distinct name)."""
     rows = rows_of(ev, kinds)
-    lut, codes = lut_at(ev["name"], rows, lambda n: bool(rx.search(scan_name(n))), False, bool)
-    return rows[lut.take(codes)]
+    col = ev["name"]
+    rx = namerx.compile(rx)   # a NameRx reads a name's first SCAN_CHARS (scan_name)
+    return rows[name_lut(col, rx).take(name_codes(col).take(rows))] if len(rows) else rows
 
 
 def names(ev: pd.DataFrame, rows: np.ndarray) -> list[str]:

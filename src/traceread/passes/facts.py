@@ -31,7 +31,7 @@ from . import culprits as culprits_mod
 from . import steps as steps_mod
 from . import window as window_mod
 from .causes import CAUSES, cause_parts
-from .common import kind_in
+from .common import kind_in, table_of
 from .context import flag_evidence, has_non_step_ranges
 from .figures import layout_figures, slow_collective, startup, window_figures
 from .frames import code_in
@@ -269,7 +269,8 @@ def _first_rows(ev: pd.DataFrame, names: set[str]) -> dict[str, int]:
     if isinstance(col.dtype, pd.CategoricalDtype):
         cats = col.cat.categories
         codes = col.cat.codes.to_numpy()
-        want = {i: str(c) for i, c in enumerate(cats) if str(c) in names}
+        table = table_of(cats)   # the shared name table: no Python pass over every name
+        want = {i: table.names[i] for i in np.flatnonzero(table.equals(names)[:-1]).tolist()}
         if not want:
             return {}
         rows = np.flatnonzero(code_in(codes, np.fromiter(want, np.int64)))

@@ -31,7 +31,7 @@ import pandas as pd
 from .. import namerx
 from ..table import GPU_OP_KINDS
 from . import attribution, intervals
-from .common import GRAPH_LAUNCH_RX, events_of, kind_in, lookup_at, rows_of, take, union_total
+from .common import GRAPH_LAUNCH_RX, events_of, kind_in, lookup_at, name_hits, rows_of, take, union_total
 
 # Host spans and API calls that record (capture / instantiate) a CUDA graph: the same rule
 # the gap attribution uses for its graph_capture category.
@@ -54,6 +54,10 @@ def is_graph_launch(name: str) -> bool:
 
 def _name_mask(ev: pd.DataFrame, rows: np.ndarray, fn) -> np.ndarray:
     """``fn(name)`` for the given rows, evaluated once per distinct name."""
+    rx = {is_graph_recording: (GRAPH_RECORD_RX, "search"),
+          is_graph_launch: (GRAPH_LAUNCH_RX, "match")}.get(fn)
+    if rx is not None:   # the shared name table's class (names classified once)
+        return name_hits(ev["name"], *rx)[rows]
     return lookup_at(ev["name"], rows, lambda t: bool(fn(t)), False, bool)
 
 

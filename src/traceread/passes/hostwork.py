@@ -25,7 +25,7 @@ import pandas as pd
 
 from . import attribution as attr
 from . import intervals
-from .common import kind_in, lut_at, rows_of
+from .common import kind_in, name_codes, name_lut, rows_of, unique_sorted
 from .culprits import _Spans, _work_rows
 from .factkit import item
 
@@ -82,10 +82,9 @@ def _model_ns(ev: pd.DataFrame, threads, mask: np.ndarray) -> int:
     ts = ev["ts"].to_numpy(np.int64)
     te = ts + ev["dur"].to_numpy(np.int64)
     is_op = kind_in(ev, ("cpu_op",))
-    rows = np.unique(np.concatenate([r for _, r, _ in threads]))
-    lut, codes = lut_at(ev["name"], rows, lambda n: bool(MODULE_FRAME_RX.search(n)), False, bool)
+    rows = unique_sorted(np.concatenate([r for _, r, _ in threads]))
     frame = np.zeros(len(ev), bool)
-    frame[rows] = lut.take(codes)
+    frame[rows] = name_lut(ev["name"], MODULE_FRAME_RX).take(name_codes(ev["name"]).take(rows))
     s, e = [], []
     for region, r, _ in threads:
         m, o, f = r[mask[r]], r[is_op[r] & ~mask[r]], r[frame[r]]
@@ -102,16 +101,14 @@ def _model_ns(ev: pd.DataFrame, threads, mask: np.ndarray) -> int:
 def _model_rows(ev: pd.DataFrame, cand: np.ndarray) -> set:
     """The candidate rows that are the model's: module call frames, and ops with a kernel
     launch nested in them on their own thread."""
-    cand = np.unique(cand)
-    lut, codes = lut_at(ev["name"], cand, lambda n: bool(MODULE_FRAME_RX.search(n)), False,
-                        bool)
-    frame = lut.take(codes)
+    cand = unique_sorted(cand)
+    codes = name_codes(ev["name"])
+    frame = name_lut(ev["name"], MODULE_FRAME_RX).take(codes.take(cand))
     out = set(cand[frame].tolist())
     api = rows_of(ev, ("runtime", "driver"))
     if not len(api):
         return out
-    lut, codes = lut_at(ev["name"], api, lambda n: bool(LAUNCH_RX.match(n)), False, bool)
-    launch = api[lut.take(codes)]
+    launch = api[name_lut(ev["name"], LAUNCH_RX, "match").take(codes.take(api))]
     if not len(launch):
         return out
     key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())

@@ -20,9 +20,10 @@ import pandas as pd
 
 from .. import namerx
 from . import intervals
-from .attribution import COMPILE_RX, DATALOADER_RX, is_compile_name
+from .attribution import COMPILE_RX, DATALOADER_RX
 from .blocking import blocking_calls
-from .common import kind_in, lut_at, rows_of
+from .common import kind_in, name_codes, name_lut, name_table, rows_of
+from .compile import compile_name_lut
 from .factkit import Stacks, Steps, has_gpu, item
 from .payload import copy_payloads
 from .precision import precision_facts
@@ -99,6 +100,7 @@ def compiled_call_host(host_culprit: str) -> bool:
 LAUNCH_API_RX = namerx.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch\w*$"
                                r"|^(?:cuda|cu|hip)GraphLaunch\w*$")
 TOP_HOST = 3
+ATEN_RX = namerx.compile(r"aten::")   # (match: the name starts with it)
 
 
 def cpu_only(ev: pd.DataFrame, steps: Steps, meta=None) -> dict:
@@ -113,8 +115,8 @@ def cpu_only(ev: pd.DataFrame, steps: Steps, meta=None) -> dict:
     api = rows_of(ev, ("runtime", "driver"))
     launches = 0
     if len(api):
-        lut, codes = lut_at(ev["name"], api, lambda n: bool(LAUNCH_API_RX.match(n)), False, bool)
-        lr = api[lut.take(codes)]
+        col = ev["name"]
+        lr = api[name_lut(col, LAUNCH_API_RX, "match").take(name_codes(col).take(api))]
         launches = int(len(lr))
         if launches:
             evidence.append(item(ev["name"].iat[lr[0]], ts[lr[0]], None,
@@ -136,9 +138,9 @@ def cpu_only(ev: pd.DataFrame, steps: Steps, meta=None) -> dict:
         in_steps = True
     else:
         base, in_steps = span, False
-    comp_ns, comp_ev = _union_of(ev, lambda n: bool(COMPILE_RX.search(n) or is_compile_name(n)))
-    data_ns, data_ev = _union_of(ev, lambda n: bool(DATALOADER_RX.search(n)),
-                                 steps if in_steps else None)
+    table = name_table(ev["name"])
+    comp_ns, comp_ev = _union_of(ev, table.hits(COMPILE_RX) | compile_name_lut(table))
+    data_ns, data_ev = _union_of(ev, table.hits(DATALOADER_RX), steps if in_steps else None)
     for r, what in ((comp_ev, "compile"), (data_ev, "DataLoader")):
         if r is not None:
             evidence.append(item(ev["name"].iat[r], ts[r], None, what))
@@ -156,14 +158,14 @@ def cpu_only(ev: pd.DataFrame, steps: Steps, meta=None) -> dict:
             "evidence": evidence}
 
 
-def _union_of(ev: pd.DataFrame, match, steps: Steps | None = None):
-    """ns covered by the host rows whose name ``match``es (clipped to the steps when given),
-    and the first such row."""
+def _union_of(ev: pd.DataFrame, lut: np.ndarray, steps: Steps | None = None):
+    """ns covered by the host rows whose name is marked in ``lut`` (a NameTable class:
+    one slot per category, the last for null) clipped to the steps when given, and the
+    first such row."""
     rows = rows_of(ev, ("cpu_op", "python", "annotation"))
     if not len(rows):
         return 0, None
-    lut, codes = lut_at(ev["name"], rows, match, False, bool)
-    rows = rows[lut.take(codes)]
+    rows = rows[lut.take(name_codes(ev["name"]).take(rows))]
     if not len(rows):
         return 0, None
     s = ev["ts"].to_numpy(np.int64)[rows]
@@ -182,11 +184,14 @@ def _top_ops(ev: pd.DataFrame, steps: Steps | None) -> list[tuple[str, int]]:
     rows = np.flatnonzero(m)
     if not len(rows):
         return []
-    names = ev["name"].take(rows).astype(str).to_numpy()
-    aten = np.char.startswith(names.astype(str), "aten::")
-    rows, names = rows[aten], names[aten]
+    # the aten rows from the shared name table; strings for those rows only
+    table = name_table(ev["name"])
+    codes = name_codes(ev["name"]).take(rows)
+    aten = table.hits(ATEN_RX, "match").take(codes)
+    rows, codes = rows[aten], codes[aten]
     if not len(rows):
         return []
+    names = np.array([table.names[c] for c in codes.tolist()], dtype=object)
     ts = ev["ts"].to_numpy(np.int64)[rows]
     end = ts + ev["dur"].to_numpy(np.int64)[rows]
     from .factkit import thread_key

@@ -30,7 +30,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from .common import events_of, rows_of
+from .common import events_of, rows_of, table_of
 
 UNDERFILLED_SHARE = 0.25     # SM-idle time / kernel time that flags "busy but under-filled"
 TOP_KERNELS = 5
@@ -124,8 +124,9 @@ def _codes_at(col: pd.Series, rows: np.ndarray, null) -> tuple[list, np.ndarray]
     """The distinct values of ``col`` (str) and each row's code into them; a missing value
     is ``null``: a code of its own (-1) when None, else merged with that string."""
     if isinstance(col.dtype, pd.CategoricalDtype):
+        # the categories' strings from the shared table (built once per trace)
         codes, cats = col.cat.codes.to_numpy().take(rows).astype(np.int64), \
-            [str(c) for c in col.cat.categories]
+            list(table_of(col.cat.categories).names)
     else:
         vals = col.take(rows).to_numpy(dtype=object)
         codes, uniq = pd.factorize(vals, use_na_sentinel=True)

@@ -78,7 +78,8 @@ def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
     on_gpu = kind_in(ev, ("kernel",))
     kern = np.flatnonzero(on_gpu)
     # one regex per distinct name, not per row (a trace holds millions of host rows)
-    h_coll = lookup_at(ev["name"], host, _host_collective, None)
+    h_coll = lookup_at(ev["name"], host, _host_collective, None,
+                       cand=lambda t: t.hits(COMM_NAME_RX))
     k_coll = lookup_at(ev["name"], kern, _kernel_collective, None)
     if "collective" in ev:    # record_param_comms / NCCL args name it better than the name
         for rows_, got in ((host, h_coll), (kern, k_coll)):

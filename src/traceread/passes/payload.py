@@ -31,7 +31,7 @@ import pandas as pd
 
 from .. import namerx
 from ..table import scan_name
-from .common import lut_at, rows_of
+from .common import name_hits, rows_of
 from .factkit import (MAX_EVIDENCE, Stacks, Steps, item, launcher, rows_named, thread_key)
 from .userframe import readable, user_frame_at
 
@@ -346,5 +346,4 @@ def _launch_rows(ev: pd.DataFrame) -> np.ndarray:
     api = rows_of(ev, ("runtime", "driver"))
     if not len(api):
         return api
-    lut, codes = lut_at(ev["name"], api, lambda n: bool(LAUNCH_RX.search(n)), False, bool)
-    return api[lut.take(codes)]
+    return api[name_hits(ev["name"], LAUNCH_RX, "search")[api]]

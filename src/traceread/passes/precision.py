@@ -31,7 +31,7 @@ import pandas as pd
 from .. import namerx
 from ..table import scan_name
 from .busy import is_simt, is_tf32_kernel
-from .common import kind_in, rows_of
+from .common import kind_in, name_codes, name_table, rows_of
 from .factkit import Stacks, Steps, item, rows_named
 from .kernel_classes import _classify_one
 
@@ -87,21 +87,39 @@ def precision_facts(ev: pd.DataFrame, steps: Steps | None = None,
                     stacks: Stacks | None = None) -> dict:
     steps = steps or Steps(ev)
     out: dict = {"evidence": {}}
-    out.update(_gemm_precision(ev, out["evidence"]))
-    out.update(_autocast(ev, out["evidence"], stacks))
-    out.update(_convolutions(ev, steps, out["evidence"]))
-    out.update(_sdpa(ev, steps, out["evidence"]))
+    try:
+        out.update(_gemm_precision(ev, out["evidence"]))
+        out.update(_autocast(ev, out["evidence"], stacks))
+        out.update(_convolutions(ev, steps, out["evidence"]))
+        out.update(_sdpa(ev, steps, out["evidence"]))
+    finally:
+        _KERNELS.clear()   # the window's events are not held past this pass
     return out
 
 
+_KERNELS: list = []   # [(the events, their kernel table)] while precision_facts runs (4 asks)
+
+
 def _kernel_table(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per distinct kernel name (first-seen order; unnamed kernels left out): name, ns
+    (summed), ts (first start). Grouped by name code, names from the shared table."""
+    if _KERNELS and _KERNELS[0][0] is ev:
+        return _KERNELS[0][1]
     rows = rows_of(ev, ("kernel",))
+    codes = name_codes(ev["name"]).take(rows)
+    keep = codes >= 0
+    rows, codes = rows[keep], codes[keep]
     if not len(rows):
-        return pd.DataFrame({"name": [], "ns": [], "ts": []})
-    df = pd.DataFrame({"name": ev["name"].take(rows).astype(str).to_numpy(),
-                       "ns": ev["dur"].to_numpy(np.int64)[rows],
-                       "ts": ev["ts"].to_numpy(np.int64)[rows]})
-    return df.groupby("name", sort=False).agg(ns=("ns", "sum"), ts=("ts", "min")).reset_index()
+        out = pd.DataFrame({"name": [], "ns": [], "ts": []})
+    else:
+        df = pd.DataFrame({"c": codes, "ns": ev["dur"].to_numpy(np.int64)[rows],
+                           "ts": ev["ts"].to_numpy(np.int64)[rows]})
+        g = df.groupby("c", sort=False).agg(ns=("ns", "sum"), ts=("ts", "min"))
+        names = name_table(ev["name"]).names
+        out = pd.DataFrame({"name": [names[c] for c in g.index.tolist()],
+                            "ns": g["ns"].to_numpy(np.int64), "ts": g["ts"].to_numpy(np.int64)})
+    _KERNELS[:] = [(ev, out)]
+    return out
 
 
 def _gemm_precision(ev, evidence) -> dict:

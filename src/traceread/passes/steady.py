@@ -36,8 +36,10 @@ import pandas as pd
 from .. import namerx
 from . import intervals
 from .attribution import ALLOC_API_RX, SYNC_API_RX
-from .common import kind_in
+from .common import kind_in, table_of
 from .window import STARTUP_RX
+
+namerx.compile(STARTUP_RX)   # its literals in a trace's first name-table scan
 
 OUTLIER_MIN_NS = 1_000_000     # a one-time call takes >= 1 ms ...
 OUTLIER_RATIO = 50             # ... and >= 50x the median call of its API
@@ -256,7 +258,7 @@ def _codes(ev: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
 
 def _lut(cats: pd.Index, rx) -> np.ndarray:
     """``rx`` searched once per category; one slot more (False) for code -1."""
-    return np.array([bool(rx.search(str(c))) for c in cats] + [False], bool)
+    return table_of(cats).hits(rx)
 
 
 def _mask(ev: pd.DataFrame, rx, kinds=None) -> np.ndarray:

@@ -32,7 +32,7 @@ import pandas as pd
 
 from .. import namerx
 from ..table import GPU_OP_KINDS
-from .common import kind_in
+from .common import kind_in, table_of
 from .frames import code_in, take_columns
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#\d+$"
@@ -46,6 +46,10 @@ UNNUMBERED_STEP_PATTERN = r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration)$
 INFERENCE_STEP_PATTERN = (r"^step\[[^\]]*\]$|^execute_(?:\d+_)?context_\d+\("
                           r"|^(?:.*[/\\]gpu_model_runner\.py\(\d+\): )?execute_model$")
 STEP_KINDS = ("annotation", "cpu_op", "python")
+# made at import: a trace's first name-table scan covers their literals (namerx.NameTable)
+for _p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN,
+           INFERENCE_STEP_PATTERN):
+    namerx.compile(_p)
 LAUNCH_KINDS = ("runtime", "driver")
 
 STEP_COLUMNS = ("index", "step", "name", "pid", "tid", "start", "end", "dur")
@@ -68,8 +72,7 @@ def name_mask(ev: pd.DataFrame, pattern: str, kinds=None) -> np.ndarray:
     c = codes[rows]
     used = np.flatnonzero(np.bincount(c, minlength=len(names.cat.categories)))
     rx = namerx.compile(pattern)
-    texts = names.cat.categories.take(used).astype(str).tolist()
-    hit = used[np.array([bool(rx.search(t)) for t in texts], bool)]
+    hit = used[table_of(names.cat.categories).hits(rx)[used]]   # names classified once
     if len(hit):
         m[rows] = code_in(c, hit)
     return m
