@@ -257,6 +257,20 @@ def step_stats_line(a) -> str:
             f"cv {s['cv']:.2f} ({even} step times)")
 
 
+def overhead_lines(a) -> list[str]:
+    """The profiler's estimated cost (passes/overhead.py), where it is material:
+    "Profiler: profiled 40.8 ms a step; ~27 ms without the profiler (...)"."""
+    o = ((a.facts.figures if a.facts is not None else {}) or {}).get("profiler_overhead")
+    if not o or not o.get("material"):
+        return []
+    how = [f"{o['busiest_thread_ops_per_step']:,.0f} ops a step on the busiest thread"]
+    how += [w for w, on in (("record_shapes", o["record_shapes"]),
+                            ("with_stack", o["with_stack"])) if on]
+    return [f"Profiler: profiled {fmt_ns(o['profiled_step_ns'])} a step; "
+            f"~{fmt_ns(o['unprofiled_step_ns'])} without the profiler ({', '.join(how)}; "
+            f"host levers priced without it)"]
+
+
 STEP_HEAD = (f"  {'step':>6}  {'host time':>9}  {'GPU busy':>8}  {'GPU idle':>8}  "
              f"{'in span':>8}  {'gaps':>5}  main idle cause")
 
@@ -284,12 +298,12 @@ def _steps(a) -> list[str]:
     if a.step_source == "whole_trace":
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
-    lines = ["", step_stats_line(a), STEP_IDLE_LEGEND, STEP_HEAD]
+    lines = ["", step_stats_line(a)] + overhead_lines(a) + [STEP_IDLE_LEGEND, STEP_HEAD]
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
         rows = st.sort_values("dur", ascending=False, kind="stable").head(STEP_ROWS).sort_values(
             "start", kind="stable")
-        lines[-3] += f"; showing the {STEP_ROWS} slowest"
+        lines[-3 - len(overhead_lines(a))] += f"; showing the {STEP_ROWS} slowest"
     lines += [step_row(r) for r in rows.to_dict(orient="records")]
     return lines
 

@@ -952,7 +952,16 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
         else:
             g = out
             applied.append(mid)
-    after = step_mean(simulate(g, fast_sweeps=WHATIF_FAST_SWEEPS), g) if applied else before
+    after = before
+    if applied:
+        sched = simulate(g, fast_sweeps=WHATIF_FAST_SWEEPS)
+        if not sched.converged:   # no price without a settled replay: the levers keep bounds
+            why = (f"the replay with the change did not settle after {sched.sweeps} sweeps "
+                   "(a dependency cycle): priced by its bound")
+            refused.update(dict.fromkeys(applied, why))
+            applied = []
+        else:
+            after = step_mean(sched, g)
     x = float(params.get("larger_batch", {}).get("per_sample_x") or 1.0)
     return {"before_ns": int(before), "after_ns": int(after), "per_sample_x": x,
             "saves_ns": int(round(before - after / x)), "applied": applied,
@@ -1031,12 +1040,57 @@ def price_models(graph, ctx: dict, copies: dict, regions: pd.DataFrame | None = 
 
     facts = Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(copies or {}),
                   **regions_of(regions))
-    before = step_mean(simulate(graph), graph)
-    models = {m.id: replay_models(graph, facts, [m.id], before_ns=before) for m in MODELS}
+    graph, profiled = unprofiled_base(graph)
+    sched = simulate(graph)
+    before = step_mean(sched, graph)
+    if not sched.converged:   # nothing is priced from a replay that did not settle
+        why = (f"the unmodified replay did not settle after {sched.sweeps} sweeps: "
+               "priced by its bound")
+        models = {m.id: {"before_ns": int(before), "after_ns": int(before), "per_sample_x": 1.0,
+                         "saves_ns": 0, "applied": [], "refused": {m.id: why}, "params": {},
+                         "gpu_saved_ns": 0} for m in MODELS}
+    else:
+        models = {m.id: replay_models(graph, facts, [m.id], before_ns=before) for m in MODELS}
     priced = next((x.split(": ", 1)[1] for x in graph.notes if x.startswith("levers: ")),
                   f"{len(graph.steps)} of {len(graph.steps)} steps")
     return {"before_ns": int(before), "models": models, "graph": graph, "facts": facts,
-            "steps_priced": priced}
+            "steps_priced": priced, "profiled_before_ns": profiled}
+
+
+def profiler_ratio(graph) -> float | None:
+    """The marked graph's (passes/overhead.py ``mark``) replayed step without the
+    profiler's cost over the step with it; None: no mark, or a replay did not settle."""
+    from ..overhead import without
+    from .sim import simulate
+
+    if graph is None or "profiler_ns" not in graph.nodes or not len(graph.steps):
+        return None
+    bare = without(graph)
+    s0, s1 = simulate(graph), simulate(bare)
+    if not (s0.converged and s1.converged):
+        return None
+    b0 = step_mean(s0, graph)
+    return step_mean(s1, bare) / b0 if b0 > 0 else None
+
+
+def unprofiled_base(graph) -> tuple:
+    """(the graph the levers are priced on, the profiled replay's step or None): the graph
+    without the profiler's estimated cost (passes/overhead.py marks it) where that cost
+    shortens the replayed step by at least ``MATERIAL_SHARE`` -- a saving is what the
+    program would gain unprofiled -- else the graph as measured."""
+    from ..overhead import MATERIAL_SHARE, without
+    from .sim import simulate
+
+    if "profiler_ns" not in graph.nodes or not graph.nodes["profiler_ns"].any():
+        return graph, None
+    bare = without(graph)
+    s0, s1 = simulate(graph), simulate(bare)
+    if not (s0.converged and s1.converged):
+        return graph, None
+    b0, b1 = step_mean(s0, graph), step_mean(s1, bare)
+    if b0 - b1 < MATERIAL_SHARE * b0:
+        return graph, None
+    return bare, int(b0)
 
 
 def regions_of(frame: pd.DataFrame | None) -> dict:
