@@ -305,22 +305,24 @@ def validate() -> dict:
                 continue
             # the same change (the Kineto pair's) priced on the nsys capture of the bad run
             nb = analysis(_path(k["folder"], name, "bad", "nsys", Path(tmp)))
-            other = _promise(nb, k["levers_ids"], k.get("params") or {}, W)
+            other, refused = _promise(nb, k["levers_ids"], k.get("params") or {}, W)
             nk.append({"pair": f"{k['folder']}/{name}", "levers": k["levers"],
-                       "kineto_pts": k["promise_pts"], "nsys_pts": other})
+                       "kineto_pts": k["promise_pts"], "nsys_pts": other,
+                       "nsys_refused": refused})
     return {"pairs": rows, "loso": loso, "nsys_kineto": nk}
 
 
 def _promise(before, ids, params, W):
-    """The promise of the models ``ids`` on BEFORE, in points of its replayed step (without
-    the profiler where that is material); None: no graph."""
-    g, _ = W.graph_of(before)
+    """(the promise of the models ``ids`` on BEFORE, in points of its replayed step --
+    without the profiler where that is material -- or None; the models refused: why)."""
+    g, why = W.graph_of(before)
     if g is None:
-        return None
+        return None, {"all": why}
     base, _ = W.unprofiled_base(g)
     r = W.replay_models(base, W.facts_from_analysis(before), ids, params)
-    return round(100.0 * r["saves_ns"] / r["before_ns"], 1) if r["applied"] and \
+    pts = round(100.0 * r["saves_ns"] / r["before_ns"], 1) if r["applied"] and \
         r["before_ns"] else None
+    return pts, r["refused"]
 
 
 def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, diff_analyses):
@@ -420,7 +422,8 @@ def validation_tables(r: dict) -> str:
         out.append(f"\nthe replay beats the baseline on {wins} of {tot} traces "
                    f"({100 * wins / tot:.0f}%; goal 80%)")
     out += ["\n### (c) one run, two tracers: the same change priced on each capture of BAD\n",
-            "| pair | change | Kineto | nsys | difference |", "|---|---|---|---|---|"]
+            "| pair | change | Kineto | nsys | difference | refused on nsys |",
+            "|---|---|---|---|---|---|"]
     diffs = []
     for x in r["nsys_kineto"]:
         k, n = x["kineto_pts"], x["nsys_pts"]
@@ -429,7 +432,9 @@ def validation_tables(r: dict) -> str:
             diffs.append(abs(dif))
         out.append(f"| {x['pair']} | {x['levers']} | {k if k is not None else '—'} | "
                    f"{n if n is not None else '—'} | "
-                   f"{'—' if dif is None else f'{dif:+.1f}'} |")
+                   f"{'—' if dif is None else f'{dif:+.1f}'} | "
+                   + "; ".join(f"{m}: {w}" for m, w in (x.get("nsys_refused") or {}).items())
+                   + " |")
     if diffs:
         within = sum(d_ <= 5 for d_ in diffs)
         out.append(f"\nwithin 5 points on {within} of {len(diffs)}; median |difference| "

@@ -245,9 +245,92 @@ def drop_syncs(g, f: Facts, p: dict):
     calls = memcpy & (_before(g, m, np.ones(len(m), bool)) | _after(g, m))
     gone = m | calls
     gone |= _feeders(g, gone)
+    gone |= _untraced_feeders(g, gone)
+    gone |= _own_lags(g, gone, after_blocking=True)
     _zero(g, gone | _launched_by(g, gone))
     _free_drains(g)
     return g
+
+
+FEED_CLASSES = ("reduction", "elementwise")
+
+
+def _untraced_feeders(g, sync: np.ndarray) -> np.ndarray:
+    """``_feeders`` where the trace names no op (nsys without op ranges): walking back on
+    the lane from each removed run, the copy it reads through, the launches of the
+    reduction that computes the read value -- reduction kernels, memsets, and the pointwise kernels right before them --
+    with the stretches and attribute queries between, stopping at any other kernel (a
+    matmul, attention, a collective) or the step's start; taken only where the walk met
+    a reduction (a pointwise kernel alone is the model's own work)."""
+    n = g.nodes
+    out = np.zeros(len(n), bool)
+    lanes = n["lane"].to_numpy()
+    traced = np.unique(lanes[_kind(g, "host") & _cat(g, "cpu_op", "sync", "python")])
+    s = np.asarray(sync, bool) & _kind(g, "launch", "sync_wait") & ~np.isin(lanes, traced)
+    if not s.any():
+        return out
+    o = _lane_order(g)
+    lane, kind, cat = lanes[o], n["kind"].to_numpy()[o], n["cat"].to_numpy()[o]
+    so = s[o]
+    e = g.edges
+    lau = e[e["kind"] == "launch"]
+    pos = pd.Index(n["id"].to_numpy())
+    dst = pos.get_indexer(lau["dst"].to_numpy())
+    cls = _kernel_class(g)
+    kern = np.full(len(n), "none", object)   # per launching node: what it queued
+    src = pos.get_indexer(lau["src"].to_numpy())
+    ok = (src >= 0) & (dst >= 0)
+    what = np.where(_kind(g, "gpu_memset")[np.maximum(dst, 0)], "memset",
+                    np.where(_kind(g, "gpu_copy")[np.maximum(dst, 0)], "copy",
+                             cls[np.maximum(dst, 0)]))
+    kern[src[ok]] = what[ok]
+    kern = kern[o]
+    for i in np.flatnonzero(so & ~np.r_[False, so[:-1]]).tolist():
+        j, took, red = i - 1, [], False
+        while j >= 0 and lane[j] == lane[i] and kind[j] != "step" and not so[j]:
+            if kind[j] == "host" and cat[j] == "untraced":
+                took.append(j)
+            elif kind[j] == "launch" and kern[j] == "none":   # an attribute query
+                took.append(j)
+            elif kind[j] == "launch" and kern[j] == "copy" and not red and \
+                    not any(kern[t] not in ("none",) for t in took if kind[t] == "launch"):
+                took.append(j)   # the copy the sync reads through (.item()'s DtoH)
+            elif kind[j] == "launch" and kern[j] in ("reduction", "memset"):
+                took.append(j)
+                red = True
+            elif kind[j] == "launch" and kern[j] == "elementwise" and red:
+                took.append(j)
+            else:
+                break
+            j -= 1
+        # the stretch and queries before the first launch taken are the next-back op's
+        while took and not (kind[took[-1]] == "launch" and kern[took[-1]] != "none"):
+            took.pop()
+        if red and took:
+            out[o[np.asarray(took)]] = True
+    return out
+
+
+def _own_lags(g, gone, after_blocking: bool = False) -> np.ndarray:
+    """The host time that belongs to the removed calls where the trace names no op (an
+    nsys capture without op ranges: the host between two calls is one untraced stretch):
+    the untraced stretch right before each removed run of calls on its lane (the removed
+    op's Python line and dispatch) and, with ``after_blocking``, the one right after a
+    removed blocking call (its wake-up and return path). Where ops are traced their own
+    stretches (cat cpu_op / sync) hold that time already and nothing more goes."""
+    m = np.asarray(gone, bool) & _kind(g, "launch", "sync_wait")
+    if not m.any():
+        return np.zeros(len(m), bool)
+    lanes = g.nodes["lane"].to_numpy()
+    traced_ops = np.unique(lanes[_kind(g, "host") & _cat(g, "cpu_op", "sync", "python")])
+    m &= ~np.isin(lanes, traced_ops)
+    untraced = _kind(g, "host") & _cat(g, "untraced") & ~np.asarray(gone, bool)
+    run_start = m & ~_after(g, m | (np.asarray(gone, bool) & ~untraced))
+    out = _before(g, run_start, untraced)
+    if after_blocking:
+        blocking = m & (_kind(g, "sync_wait") | _blocking(g))
+        out |= _after(g, blocking) & untraced
+    return out
 
 
 FREE_RX = re.compile(r"^(?:cudaFree|cuMemFree|cuMemUnmap|cuMemRelease|hipFree|cudaFreeHost)"
