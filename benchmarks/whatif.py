@@ -309,7 +309,19 @@ def validate() -> dict:
             nk.append({"pair": f"{k['folder']}/{name}", "levers": k["levers"],
                        "kineto_pts": k["promise_pts"], "nsys_pts": other,
                        "nsys_refused": refused})
-    return {"pairs": rows, "loso": loso, "nsys_kineto": nk}
+        over = []
+        for path, a in cache.items():
+            p_ = Path(str(path))
+            if not p_.name.endswith(".json.gz") or p_.parent.name not in ("gpu", "h200"):
+                continue
+            name, variant = p_.name[:-len(".json.gz")].split(".", 1)
+            truth = _unprofiled(p_.parent.name, name, variant)
+            o = a.facts.figures.get("profiler_overhead") if a.facts is not None else None
+            if truth and o:
+                over.append({"trace": f"{p_.parent.name}/{name}.{variant}", "truth_ns": truth,
+                             "profiled_ns": o["profiled_step_ns"],
+                             "estimate_ns": o["unprofiled_step_ns"], "basis": o["basis"]})
+    return {"pairs": rows, "loso": loso, "nsys_kineto": nk, "overhead": over}
 
 
 def _promise(before, ids, params, W):
@@ -439,4 +451,20 @@ def validation_tables(r: dict) -> str:
         within = sum(d_ <= 5 for d_ in diffs)
         out.append(f"\nwithin 5 points on {within} of {len(diffs)}; median |difference| "
                    f"{statistics.median(diffs):.1f}, worst {max(diffs):.1f} points")
+    out += ["\n### (d) the unprofiled step: estimate vs the plain run (Kineto captures)\n",
+            "| trace | profiled | estimate | unprofiled run | error of the estimate | "
+            "error of the profiled step |", "|---|---|---|---|---|---|"]
+    e_est, e_prof = [], []
+    for x in r.get("overhead") or []:
+        t = x["truth_ns"]
+        a_, b_ = (x["estimate_ns"] - t) / t, (x["profiled_ns"] - t) / t
+        e_est.append(abs(a_))
+        e_prof.append(abs(b_))
+        out.append(f"| {x['trace']} | {x['profiled_ns'] / 1e6:.3f} ms | "
+                   f"{x['estimate_ns'] / 1e6:.3f} ms | {t / 1e6:.3f} ms | {100 * a_:+.1f}% | "
+                   f"{100 * b_:+.1f}% |")
+    if e_est:
+        out.append(f"\nmedian |error|: estimate {100 * statistics.median(e_est):.1f}%, "
+                   f"profiled step {100 * statistics.median(e_prof):.1f}%; mean "
+                   f"{100 * statistics.mean(e_est):.1f}% vs {100 * statistics.mean(e_prof):.1f}%")
     return "\n".join(out)
