@@ -373,6 +373,10 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
                             else 1.0)
     if tb and ta:
         row.update(realised_pts=round(100.0 * (tb - ta / k) / tb, 1), truth="unprofiled")
+        if k == 1.0:   # AFTER's unprofiled step from BEFORE's and the promise
+            pred_u = tb * (1 - row["promise_pts"] / 100)
+            row.update(after_u_pred_ms=round(pred_u / 1e6, 3), after_u_ms=round(ta / 1e6, 3),
+                       after_u_err_pct=round(100.0 * (pred_u - ta) / ta, 1))
     elif mb and ma:
         row.update(realised_pts=round(100.0 * (mb - ma / k) / mb, 1), truth="profiled")
     if row.get("realised_pts") is not None:
@@ -392,12 +396,13 @@ def validation_tables(r: dict) -> str:
     """The validation's three tables and their summaries, in markdown."""
     out = ["### (a) promised vs realised, every recorded pair (points of BEFORE's step)\n",
            "| pair | capture | change (models) | promise | realised | error | AFTER predicted "
-           "/ measured | first lever |", "|---|---|---|---|---|---|---|---|"]
-    errs, after_errs, firsts = [], [], []
+           "/ measured (profiled) | AFTER predicted / run (unprofiled) | first lever |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    errs, after_errs, firsts, after_u = [], [], [], []
     for x in r["pairs"]:
         if x.get("promise_pts") is None:
             out.append(f"| {x['pair']} | {x['format']} | {x.get('levers') or '—'} | — | — | "
-                       f"{x.get('note', '')} | — | — |")
+                       f"{x.get('note', '')} | — | — | — |")
             continue
         real = "—" if x.get("realised_pts") is None else \
             f"{x['realised_pts']:+.1f} ({x['truth']})"
@@ -408,16 +413,24 @@ def validation_tables(r: dict) -> str:
         if x.get("after_err_pct") is not None:
             after_errs.append(abs(x["after_err_pct"]))
             aft = f"{x['after_pred_ms']:.3f} / {x['after_ms']:.3f} ms ({x['after_err_pct']:+.1f}%)"
+        aft_u = "—"
+        if x.get("after_u_err_pct") is not None:
+            after_u.append(abs(x["after_u_err_pct"]))
+            aft_u = (f"{x['after_u_pred_ms']:.3f} / {x['after_u_ms']:.3f} ms "
+                     f"({x['after_u_err_pct']:+.1f}%)")
         firsts.append(x["first_fixes"])
         base = " (unprofiled base)" if x.get("unprofiled_base") else ""
         out.append(f"| {x['pair']} | {x['format']} | {x['levers']} | "
-                   f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | "
+                   f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | {aft_u} | "
                    f"{x['first']}{' ✓' if x['first_fixes'] else ' ✗'} |")
     if errs:
         out.append(f"\n|promise - realised|: median {statistics.median(errs):.1f} points, "
                    f"worst {max(errs):.1f} points over {len(errs)} pairs (goal: 5 / 15); "
                    f"AFTER predicted: median |error| {statistics.median(after_errs):.1f}% "
-                   f"(goal 10%); the change's lever first on {sum(firsts)} of {len(firsts)}")
+                   f"(goal 10%), against the unprofiled runs "
+                   f"{statistics.median(after_u) if after_u else float('nan'):.1f}% over "
+                   f"{len(after_u)} pairs; the change's lever first on {sum(firsts)} of "
+                   f"{len(firsts)}")
     out += ["\n### (b) leave one step out (median |error| over the held-out steps)\n",
             "| trace | steps | replay | median of the other steps | replay better |",
             "|---|---|---|---|---|"]

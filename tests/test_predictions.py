@@ -213,3 +213,33 @@ def test_nsys_and_kineto_captures_promise_the_same_sync_saving(tmp_path):
         r = W.replay_models(base, W.facts_from_analysis(a), ["drop_syncs"])
         pts.append(100 * r["saves_ns"] / r["before_ns"])
     assert abs(pts[0] - pts[1]) <= 5, pts
+
+
+def test_validation_tables_print_every_row_and_the_goals():
+    """The benchmark's tables (benchmarks whatif --validate) show every pair, refused or
+    not, and the summary lines against the issue's goals."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.whatif import validation_tables
+
+    r = {"pairs": [
+        {"pair": "gpu/sync", "format": "kineto", "levers": "drop_syncs", "promise_pts": 55.0,
+         "realised_pts": 52.0, "truth": "unprofiled", "error_pts": 3.0, "after_pred_ms": 1.7,
+         "after_ms": 1.71, "after_err_pct": -0.6, "after_u_pred_ms": 1.49, "after_u_ms": 1.59,
+         "after_u_err_pct": -6.3, "first": "remove_syncs", "first_fixes": True},
+        {"pair": "gpu/data", "format": "nsys", "note": "no change found in the traces"}],
+        "loso": [{"trace": "a.json.gz", "steps": 3, "replay_error_pct": 1.0,
+                  "baseline_error_pct": 2.0, "beats_baseline": True},
+                 {"trace": "b.json.gz", "note": "no graph"}],
+        "nsys_kineto": [{"pair": "gpu/sync", "levers": "drop_syncs", "kineto_pts": 55.0,
+                         "nsys_pts": 58.2, "nsys_refused": {}}],
+        "overhead": [{"trace": "gpu/sync.bad", "truth_ns": 3.3e6, "profiled_ns": 3.6e6,
+                      "estimate_ns": 3.45e6, "basis": "replay"}]}
+    out = validation_tables(r)
+    assert "| gpu/data | nsys | — |" in out and "no change found" in out
+    assert "median 3.0 points, worst 3.0 points over 1 pairs" in out
+    assert "beats the baseline on 1 of 1 traces" in out
+    assert "within 5 points on 1 of 1" in out
+    assert "| gpu/sync.bad | 3.600 ms | 3.450 ms | 3.300 ms | +4.5% | +9.1% |" in out
