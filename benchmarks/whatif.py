@@ -330,7 +330,7 @@ def _promise(before, ids, params, W):
     g, why = W.graph_of(before)
     if g is None:
         return None, {"all": why}
-    base, _ = W.unprofiled_base(g)
+    base, _, _ = W.unprofiled_base(g)
     r = W.replay_models(base, W.facts_from_analysis(before), ids, params)
     pts = round(100.0 * r["saves_ns"] / r["before_ns"], 1) if r["applied"] and \
         r["before_ns"] else None
@@ -356,7 +356,7 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
         row["note"] = f"not replayed: {why}"
         return row
     facts = W.facts_from_analysis(before)
-    base, profiled = W.unprofiled_base(g)
+    base, _, profiled = W.unprofiled_base(g)
     prof = W.replay_models(g, facts, ids, params)
     unp = W.replay_models(base, facts, ids, params) if profiled else prof
     if not unp["applied"]:

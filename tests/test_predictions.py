@@ -209,7 +209,7 @@ def test_nsys_and_kineto_captures_promise_the_same_sync_saving(tmp_path):
     for path in (GPU / "sync.bad.json.gz", db):
         a = traceread.analyze(str(path))
         g, _ = W.graph_of(a)
-        base, _ = W.unprofiled_base(g)
+        base, _, _ = W.unprofiled_base(g)
         r = W.replay_models(base, W.facts_from_analysis(a), ["drop_syncs"])
         pts.append(100 * r["saves_ns"] / r["before_ns"])
     assert abs(pts[0] - pts[1]) <= 5, pts

@@ -1123,8 +1123,7 @@ def price_models(graph, ctx: dict, copies: dict, regions: pd.DataFrame | None = 
 
     facts = Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(copies or {}),
                   **regions_of(regions))
-    graph, profiled = unprofiled_base(graph)
-    sched = simulate(graph)
+    graph, sched, profiled = unprofiled_base(graph)
     before = step_mean(sched, graph)
     if not sched.converged:   # nothing is priced from a replay that did not settle
         why = (f"the unmodified replay did not settle after {sched.sweeps} sweeps: "
@@ -1140,16 +1139,30 @@ def price_models(graph, ctx: dict, copies: dict, regions: pd.DataFrame | None = 
             "steps_priced": priced, "profiled_before_ns": profiled}
 
 
-def profiler_ratio(graph) -> float | None:
-    """The marked graph's (passes/overhead.py ``mark``) replayed step without the
-    profiler's cost over the step with it; None: no mark, or a replay did not settle."""
+_BARE: list = []   # the last graph asked about, and its replays with and without the profiler
+
+
+def _with_and_without(graph) -> tuple:
+    """(the graph without the profiler's cost, its schedule, the graph's schedule) for a
+    marked graph (passes/overhead.py ``mark``); the analysis asks for the ratio, the
+    pricing for the base: the replays are made once."""
     from ..overhead import without
     from .sim import simulate
 
+    if _BARE and _BARE[0][0] is graph:
+        return _BARE[0][1]
+    bare = without(graph)
+    out = (bare, simulate(bare), simulate(graph))
+    _BARE[:] = [(graph, out)]
+    return out
+
+
+def profiler_ratio(graph) -> float | None:
+    """The marked graph's (passes/overhead.py ``mark``) replayed step without the
+    profiler's cost over the step with it; None: no mark, or a replay did not settle."""
     if graph is None or "profiler_ns" not in graph.nodes or not len(graph.steps):
         return None
-    bare = without(graph)
-    s0, s1 = simulate(graph), simulate(bare)
+    bare, s1, s0 = _with_and_without(graph)
     if not (s0.converged and s1.converged):
         return None
     b0 = step_mean(s0, graph)
@@ -1157,23 +1170,22 @@ def profiler_ratio(graph) -> float | None:
 
 
 def unprofiled_base(graph) -> tuple:
-    """(the graph the levers are priced on, the profiled replay's step or None): the graph
-    without the profiler's estimated cost (passes/overhead.py marks it) where that cost
-    shortens the replayed step by at least ``MATERIAL_SHARE`` -- a saving is what the
-    program would gain unprofiled -- else the graph as measured."""
-    from ..overhead import MATERIAL_SHARE, without
+    """(the graph the levers are priced on, its schedule, the profiled replay's step or
+    None): the graph without the profiler's estimated cost (passes/overhead.py marks it)
+    where that cost shortens the replayed step by at least ``MATERIAL_SHARE`` -- a saving
+    is what the program would gain unprofiled -- else the graph as measured."""
+    from ..overhead import MATERIAL_SHARE
     from .sim import simulate
 
     if "profiler_ns" not in graph.nodes or not graph.nodes["profiler_ns"].any():
-        return graph, None
-    bare = without(graph)
-    s0, s1 = simulate(graph), simulate(bare)
+        return graph, simulate(graph), None
+    bare, s1, s0 = _with_and_without(graph)
     if not (s0.converged and s1.converged):
-        return graph, None
+        return graph, s0, None
     b0, b1 = step_mean(s0, graph), step_mean(s1, bare)
     if b0 - b1 < MATERIAL_SHARE * b0:
-        return graph, None
-    return bare, int(b0)
+        return graph, s0, None
+    return bare, s1, int(b0)
 
 
 def regions_of(frame: pd.DataFrame | None) -> dict:
