@@ -7,7 +7,6 @@ import json
 import lzma
 import statistics
 
-import numpy as np
 import pandas as pd
 import pytest
 

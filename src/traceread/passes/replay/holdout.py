@@ -6,8 +6,9 @@ measured time, each lag its measured lag). To test it as a model, each replayed 
 turn is held out: its nodes take the times their kind of node took in the *other* steps
 (``fit``: per lane, the median cost and lane gap of the nodes at the same place in the
 other steps, else of the same op between the same neighbours -- host time belongs to the op
-it precedes and follows --, else of the same op, of the same kind, of the lane), its cross-lane edges the median lag of their kind in the other steps, and the
-graph is replayed. The prediction is the held-out step's replayed time; the baseline it must
+it precedes and follows --, else of the same op, of the same kind, of the lane), its
+cross-lane edges the median lag of the same kind of edge into the same place (``_fit_lags``),
+and the graph is replayed. The prediction is the held-out step's replayed time; the baseline it must
 beat is the median of the other steps' measured times. Where the steps run the same ops in
 the same order the model's times are the per-place medians of the other steps: it can beat
 the baseline only where the steps' time lies in what differs between them (a recompile, a
@@ -41,7 +42,8 @@ def _keyed(nodes: pd.DataFrame) -> pd.DataFrame:
     cols = {"place": np.arange(len(o)) - start,
             "prev": np.where(same_prev, np.concatenate([blank, name[:-1]]), ""),
             "next": np.where(same_next, np.concatenate([name[1:], blank]), "")}
-    out = pd.DataFrame({"lane": nodes["lane"].to_numpy(), "kind": nodes["kind"].astype(str).to_numpy(),
+    out = pd.DataFrame({"lane": nodes["lane"].to_numpy(),
+                        "kind": nodes["kind"].astype(str).to_numpy(),
                         "cat": nodes["cat"].astype(str).to_numpy(),
                         "name": nodes["name"].astype(str).to_numpy()})
     for c, v in cols.items():

@@ -252,16 +252,13 @@ def drop_syncs(g, f: Facts, p: dict):
     return g
 
 
-FEED_CLASSES = ("reduction", "elementwise")
-
-
 def _untraced_feeders(g, sync: np.ndarray) -> np.ndarray:
     """``_feeders`` where the trace names no op (nsys without op ranges): walking back on
-    the lane from each removed run, the copy it reads through, the launches of the
-    reduction that computes the read value -- reduction kernels, memsets, and the pointwise kernels right before them --
-    with the stretches and attribute queries between, stopping at any other kernel (a
-    matmul, attention, a collective) or the step's start; taken only where the walk met
-    a reduction (a pointwise kernel alone is the model's own work)."""
+    the lane from each removed run, the copy it reads through and the launches of the
+    reduction that computes the read value -- reduction kernels, memsets, and the pointwise
+    kernels right before them -- with the stretches and attribute queries between, stopping
+    at any other kernel (a matmul, attention, a collective) or the step's start; taken only
+    where the walk met a reduction (a pointwise kernel alone is the model's own work)."""
     n = g.nodes
     out = np.zeros(len(n), bool)
     lanes = n["lane"].to_numpy()
@@ -293,7 +290,7 @@ def _untraced_feeders(g, sync: np.ndarray) -> np.ndarray:
             elif kind[j] == "launch" and kern[j] == "none":   # an attribute query
                 took.append(j)
             elif kind[j] == "launch" and kern[j] == "copy" and not red and \
-                    not any(kern[t] not in ("none",) for t in took if kind[t] == "launch"):
+                    not any(kern[t] != "none" for t in took if kind[t] == "launch"):
                 took.append(j)   # the copy the sync reads through (.item()'s DtoH)
             elif kind[j] == "launch" and kern[j] in ("reduction", "memset"):
                 took.append(j)
