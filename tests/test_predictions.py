@@ -242,3 +242,13 @@ def test_validation_tables_print_every_row_and_the_goals():
     assert "beats the baseline on 1 of 1 traces" in out
     assert "within 5 points on 1 of 1" in out
     assert "| gpu/sync.bad | 3.600 ms | 3.450 ms | 3.300 ms | +4.5% | +9.1% |" in out
+
+
+def test_capture_whose_replay_does_not_settle_keeps_its_bound_and_says_why():
+    """gpu/data.fixed: capturing the step in a CUDA graph makes a dependency cycle; the
+    lever was priced from that unsettled replay before, now it keeps its bound and the
+    verdict says why."""
+    a = traceread.analyze(str(GPU / "data.fixed.json.gz"))
+    acts = {x["id"]: x for x in a.verdict["actions"]}
+    assert acts["cuda_graphs"]["basis"] == "bound"
+    assert "did not settle" in a.verdict["evidence"]["levers_on_bounds"]["cuda_graphs"]
