@@ -252,3 +252,31 @@ def test_capture_whose_replay_does_not_settle_keeps_its_bound_and_says_why():
     acts = {x["id"]: x for x in a.verdict["actions"]}
     assert acts["cuda_graphs"]["basis"] == "bound"
     assert "did not settle" in a.verdict["evidence"]["levers_on_bounds"]["cuda_graphs"]
+
+
+def test_pageable_copy_read_from_the_copy_facts_where_its_name_has_no_memory_kind():
+    """nsys names a copy ``[CUDA memcpy Host-to-Device]`` and keeps pageable vs pinned
+    apart (the copy pass reads it): pin_copies refused every nsys capture ("no pageable
+    copy") where the Kineto capture of the same run promised 81%. A direction the copy
+    facts found pageable throughout is priced; one with a pinned copy is not."""
+    b = TraceBuilder()
+    for k in range(3):
+        t = 1_000_000 + k * 1000 * US
+        b.step(k, t, 1000 * US)
+        b.launch(t + 10 * US, 405 * US, t + 15 * US, 400 * US,
+                 name="[CUDA memcpy Host-to-Device]", api="cudaMemcpyAsync", kind="memcpy",
+                 copy_kind="HtoD", bytes=2_000_000)
+        b.launch(t + 420 * US, 5 * US, t + 430 * US, 300 * US, name="ampere_sgemm_128x64_nn")
+        b.runtime("cudaDeviceSynchronize", t + 430 * US, 305 * US)
+    g = analyze(b.build(), steps="all").replay_graph
+    copies = {"pinned_gbps": 20.0, "by_direction": [
+        {"direction": "HtoD", "count": 3, "pageable": 3, "gbps": 5.0}]}
+    out = W.pin_copies(g.copy(), W.Facts(copies=copies), {})
+    assert not isinstance(out, str)
+    n = out.nodes
+    cp = n[(n["kind"] == "gpu_copy").to_numpy()]
+    assert (cp["cost_ns"] == 100 * US).all()   # 400 us x 5 / 20 GB/s
+    mixed = {**copies, "by_direction": [{"direction": "HtoD", "count": 3, "pageable": 2,
+                                         "gbps": 5.0}]}
+    assert W.pin_copies(g.copy(), W.Facts(copies=mixed), {}) == \
+        "no pageable copy in the replayed steps"

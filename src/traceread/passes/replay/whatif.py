@@ -646,7 +646,7 @@ def pin_copies(g, f: Facts, p: dict):
     the pinned bandwidth (the trace's best pinned copy, else PINNED_GBPS_DEFAULT) --
     its time x its direction's measured bandwidth / pinned -- and its call returns once
     queued (a launch's time), instead of staging the copy through a bounce buffer."""
-    m = _kind(g, "gpu_copy") & _match(g, PAGEABLE_RX)
+    m = _pageable(g, f)
     if not m.any():
         return "no pageable copy in the replayed steps"
     pinned = float(f.copies.get("pinned_gbps") or PINNED_GBPS_DEFAULT)
@@ -654,7 +654,7 @@ def pin_copies(g, f: Facts, p: dict):
     names = _names(g).to_numpy(object)
     ratio = np.ones(len(m))
     for i in np.flatnonzero(m).tolist():
-        d = "HtoD" if "HtoD" in names[i] else "DtoH" if "DtoH" in names[i] else None
+        d = _direction(names[i])
         gb = by.get(d) if d else None
         ratio[i] = min(1.0, float(gb) / pinned) if gb else 1.0
     _set_cost(g, m, g.nodes["cost_ns"].to_numpy(float) * ratio)
@@ -663,6 +663,37 @@ def pin_copies(g, f: Facts, p: dict):
     _set_cost(g, calls, np.minimum(g.nodes["cost_ns"].to_numpy(np.int64), typical))
     _drop_drains_into(g, calls)
     return g
+
+
+MEM_KIND_RX = re.compile(r"(?i)pageable|pinned|->")
+
+
+def _direction(name: str) -> str | None:
+    """HtoD / DtoH from a copy's name (Kineto's ``Memcpy HtoD (...)``, nsys's
+    ``[CUDA memcpy Host-to-Device]``)."""
+    if "HtoD" in name or "Host-to-Device" in name:
+        return "HtoD"
+    if "DtoH" in name or "Device-to-Host" in name:
+        return "DtoH"
+    return None
+
+
+def _pageable(g, f: Facts) -> np.ndarray:
+    """The pageable copies: named so (Kineto), or -- where the copy's name carries no memory
+    kind (an nsys export keeps it apart, in the copy pass's ``raw_name``) -- every copy of a
+    direction the copies facts found pageable throughout (``by_direction``: pageable =
+    count; the copy pass reads the memory kinds, or infers them from the bandwidth)."""
+    copy = _kind(g, "gpu_copy")
+    m = copy & _match(g, PAGEABLE_RX)
+    unnamed = copy & ~_match(g, MEM_KIND_RX)
+    if not unnamed.any():
+        return m
+    all_pageable = {d["direction"] for d in f.copies.get("by_direction") or []
+                    if d.get("count") and int(d.get("pageable") or 0) >= int(d["count"])}
+    if all_pageable:
+        dirs = _per_name(g, "direction", lambda xs: [_direction(x) for x in xs])
+        m |= unnamed & np.isin(dirs.astype(str), list(all_pageable))
+    return m
 
 
 def _typical_launch(g, but=None) -> int:
