@@ -16,7 +16,18 @@ Two tables, each from fresh processes on this checkout (``--baseline`` sides too
   CPU share is the steadier one). Each figure is the lowest of the repeats, the share too
   (the lowest per-run share, not a ratio of lowest figures).
 
-    python -m benchmarks whatif [--trace T ...] [--repeat N] [--costs-only]
+* **validation** (``--validate``; docs/analysis.md "Validation"), from this checkout only:
+  (a) every recorded pair -- Kineto and nsys captures of the GPU pairs, the CPU pairs --:
+  the change the traces show applied to BEFORE's graph, priced without the profiler where
+  it is material (passes/overhead.py); the promise and the realised saving in points of
+  BEFORE's step (realised on the unprofiled timings where the pair recorded them, else on
+  the profiled steps), the AFTER step predicted (BEFORE's mean step x the replay's after /
+  before) against AFTER's measured mean step, and whether BEFORE's first lever is one of
+  the change's; (b) every trace's steps each held out and predicted from the others
+  (passes/replay/holdout.py) against the median of the other steps; (c) per GPU scenario,
+  the promise for the same change on the Kineto and the nsys capture of the BAD run.
+
+    python -m benchmarks whatif [--trace T ...] [--repeat N] [--costs-only] [--validate]
 """
 from __future__ import annotations
 
@@ -44,10 +55,19 @@ def add_args(ap) -> None:
     ap.add_argument("--repeat", "--reps", type=int, default=3, dest="repeat")
     ap.add_argument("--costs-only", action="store_true",
                     help="only the replay + levers vs analyze table (skip the pairs)")
+    ap.add_argument("--validate", action="store_true",
+                    help="only the validation tables (pairs, held-out steps, nsys vs Kineto)")
     h.add_side_args(ap)
 
 
 def main(args) -> int:
+    if args.validate:
+        r = h.probe(h.this_side(), validate)
+        if not r.ok:
+            print(f"failed: {r.err}")
+            return 1
+        print(validation_tables(r.result))
+        return 0
     traces = [str(t) for t in (args.trace or TRACES)]
     with tempfile.TemporaryDirectory(prefix="trbench-") as tmp:
         sides = h.sides(args, Path(tmp))
@@ -198,3 +218,266 @@ def costs(trace: str) -> dict:
             "replay_levers_cpu_s": c_rep + c_lev, "share_cpu": (c_rep + c_lev) / c_an,
             "nodes": int(len(graph.nodes)),
             "steps": int(len(graph.steps))}
+
+
+# -- validation (--validate) ---------------------------------------------------------------
+
+NSYS = ("data", "sync", "copy", "launch", "host", "compile", "alloc", "graphs")
+VAL_PAIRS = [("gpu", s_, "bad", "fixed", "kineto") for s_ in NSYS] + \
+    [("gpu", s_, "bad", "fixed", "nsys") for s_ in NSYS] + \
+    [("h200", s_, "bad", "fixed", "kineto") for s_ in ("pageable", "queue", "cold")] + \
+    [("h200", s_, "bad", "fixed", "nsys") for s_ in ("pageable", "queue", "cold")] + \
+    [("pairs", s_, "before", "after", "kineto") for s_ in
+     ("workers", "compile", "fused_opt", "batch", "item")] + \
+    [("cpu", "batch", "batch16", "batch256", "kineto")]
+
+
+def _path(folder, name, variant, fmt, tmp: Path) -> Path | None:
+    """The trace of one side: the Kineto JSON, or the nsys capture decompressed into tmp."""
+    import lzma
+
+    stem = f"{name}.{variant}" if folder != "cpu" else variant
+    if fmt == "kineto":
+        p = FIX / folder / f"{stem}.json.gz"
+        return p if p.exists() else None
+    xz = FIX / folder / f"{stem}.sqlite.xz"
+    if not xz.exists():
+        return None
+    out = tmp / f"{folder}.{stem}.sqlite"
+    if not out.exists():
+        out.write_bytes(lzma.open(xz).read())
+    return out
+
+
+def _unprofiled(folder, name, variant) -> float | None:
+    """The unprofiled step of one side where the pair recorded it: the median of the plain
+    run's steps after the first two (GPU pairs), the truth's step (CPU pairs)."""
+    if folder in ("gpu", "h200"):
+        p = FIX / folder / f"{name}.{variant}.plain.truth.json"
+        if not p.exists():
+            return None
+        st = json.loads(p.read_text())["step_ns"]
+        return float(statistics.median(v for k, v in st.items() if int(k) >= 2))
+    if folder == "pairs":
+        t = json.loads((FIX / "pairs" / "truth.json").read_text()).get(name, {})
+        side = "before" if variant == "before" else "after"
+        return float(t["step_ns"][side]) if "step_ns" in t else None
+    return None
+
+
+def validate() -> dict:
+    """Probe: the three validation tables' rows."""
+    import traceread
+    from traceread.diffs.proof import changed, signature
+    from traceread.diffs.trace import diff_analyses
+    from traceread.passes.replay import holdout as H
+    from traceread.passes.replay import whatif as W
+
+    cache: dict = {}
+    rows, loso, same = [], [], {}
+    with tempfile.TemporaryDirectory(prefix="trval-") as tmp:
+        def analysis(path):
+            if path not in cache:
+                cache[path] = traceread.analyze(str(path))
+            return cache[path]
+
+        for folder, name, b, a, fmt in VAL_PAIRS:
+            pb, pa = (_path(folder, name, v, fmt, Path(tmp)) for v in (b, a))
+            if pb is None or pa is None:
+                continue
+            before, after = analysis(pb), analysis(pa)
+            row = _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature,
+                            diff_analyses)
+            rows.append(row)
+            if folder in ("gpu", "h200") and row.get("levers"):
+                same.setdefault(name, {})[fmt] = row
+        for path, a in cache.items():
+            g = a.replay_graph
+            if g is None:
+                g, _ = W.graph_of(a)
+            sc = H.score(H.leave_one_out(g)) if g is not None else None
+            loso.append({"trace": Path(str(path)).name, **(sc or {"note": "no graph"})})
+        nk = []
+        for name, by in sorted(same.items()):
+            k = by.get("kineto")
+            n = by.get("nsys")
+            if not k or not n:
+                continue
+            # the same change (the Kineto pair's) priced on the nsys capture of the bad run
+            nb = analysis(_path(k["folder"], name, "bad", "nsys", Path(tmp)))
+            other, refused = _promise(nb, k["levers_ids"], k.get("params") or {}, W)
+            nk.append({"pair": f"{k['folder']}/{name}", "levers": k["levers"],
+                       "kineto_pts": k["promise_pts"], "nsys_pts": other,
+                       "nsys_refused": refused})
+        over = []
+        for path, a in cache.items():
+            p_ = Path(str(path))
+            if not p_.name.endswith(".json.gz") or p_.parent.name not in ("gpu", "h200"):
+                continue
+            name, variant = p_.name[:-len(".json.gz")].split(".", 1)
+            truth = _unprofiled(p_.parent.name, name, variant)
+            o = a.facts.figures.get("profiler_overhead") if a.facts is not None else None
+            if truth and o:
+                over.append({"trace": f"{p_.parent.name}/{name}.{variant}", "truth_ns": truth,
+                             "profiled_ns": o["profiled_step_ns"],
+                             "estimate_ns": o["unprofiled_step_ns"], "basis": o["basis"]})
+    return {"pairs": rows, "loso": loso, "nsys_kineto": nk, "overhead": over}
+
+
+def _promise(before, ids, params, W):
+    """(the promise of the models ``ids`` on BEFORE, in points of its replayed step --
+    without the profiler where that is material -- or None; the models refused: why)."""
+    g, why = W.graph_of(before)
+    if g is None:
+        return None, {"all": why}
+    base, _, _ = W.unprofiled_base(g)
+    r = W.replay_models(base, W.facts_from_analysis(before), ids, params)
+    pts = round(100.0 * r["saves_ns"] / r["before_ns"], 1) if r["applied"] and \
+        r["before_ns"] else None
+    return pts, r["refused"]
+
+
+def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, diff_analyses):
+    d = diff_analyses(before, after)
+    row = {"pair": f"{folder}/{name}", "folder": folder, "format": fmt}
+    ch = changed(signature(before), signature(after), d.batch)
+    if not ch:
+        row["note"] = "no change found in the traces"
+        return row
+    ids = [m for m, _, _ in ch]
+    params = {m: p for m, _, p in ch}
+    if folder == "pairs":   # the change's own worker count (not in the traces)
+        t = json.loads((FIX / "pairs" / "truth.json").read_text()).get(name, {})
+        if "num_workers" in t:
+            params["workers"] = {"workers": t["num_workers"]["after"]}
+    row.update(levers=", ".join(ids), levers_ids=ids, params=params)
+    g, why = W.graph_of(before)
+    if g is None:
+        row["note"] = f"not replayed: {why}"
+        return row
+    facts = W.facts_from_analysis(before)
+    base, _, profiled = W.unprofiled_base(g)
+    prof = W.replay_models(g, facts, ids, params)
+    unp = W.replay_models(base, facts, ids, params) if profiled else prof
+    if not unp["applied"]:
+        row["note"] = "; ".join(f"{k}: {v}" for k, v in unp["refused"].items())
+        return row
+    x = float(unp.get("per_sample_x") or 1.0)
+    row["promise_pts"] = round(100.0 * unp["saves_ns"] / unp["before_ns"], 1)
+    row["unprofiled_base"] = bool(profiled)
+    tb, ta = _unprofiled(folder, name, b), _unprofiled(folder, name, a)
+    mb = (before.step_stats or {}).get("mean_ns")
+    ma = (after.step_stats or {}).get("mean_ns")
+    k = x if x != 1.0 else (d.batch["after"] / d.batch["before"]
+                            if d.batch and d.batch.get("before") and d.batch.get("after")
+                            else 1.0)
+    if tb and ta:
+        row.update(realised_pts=round(100.0 * (tb - ta / k) / tb, 1), truth="unprofiled")
+        if k == 1.0:   # AFTER's unprofiled step from BEFORE's and the promise
+            pred_u = tb * (1 - row["promise_pts"] / 100)
+            row.update(after_u_pred_ms=round(pred_u / 1e6, 3), after_u_ms=round(ta / 1e6, 3),
+                       after_u_err_pct=round(100.0 * (pred_u - ta) / ta, 1))
+    elif mb and ma:
+        row.update(realised_pts=round(100.0 * (mb - ma / k) / mb, 1), truth="profiled")
+    if row.get("realised_pts") is not None:
+        row["error_pts"] = round(row["promise_pts"] - row["realised_pts"], 1)
+    if mb and ma and prof["applied"] and prof["before_ns"]:
+        pred = mb * prof["after_ns"] / prof["before_ns"]
+        row.update(after_pred_ms=round(pred / 1e6, 3), after_ms=round(ma / 1e6, 3),
+                   after_err_pct=round(100.0 * (pred - ma) / ma, 1))
+    acts = (before.verdict or {}).get("actions") or []
+    from traceread.verdict.whatif import MODEL_OF
+    row["first"] = acts[0]["id"] if acts else None
+    row["first_fixes"] = bool(acts) and MODEL_OF.get(acts[0]["id"]) in ids
+    return row
+
+
+def validation_tables(r: dict) -> str:
+    """The validation's three tables and their summaries, in markdown."""
+    out = ["### (a) promised vs realised, every recorded pair (points of BEFORE's step)\n",
+           "| pair | capture | change (models) | promise | realised | error | AFTER predicted "
+           "/ measured (profiled) | AFTER predicted / run (unprofiled) | first lever |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    errs, after_errs, firsts, after_u = [], [], [], []
+    for x in r["pairs"]:
+        if x.get("promise_pts") is None:
+            out.append(f"| {x['pair']} | {x['format']} | {x.get('levers') or '—'} | — | — | "
+                       f"{x.get('note', '')} | — | — | — |")
+            continue
+        real = "—" if x.get("realised_pts") is None else \
+            f"{x['realised_pts']:+.1f} ({x['truth']})"
+        err = "—" if x.get("error_pts") is None else f"{x['error_pts']:+.1f}"
+        if x.get("error_pts") is not None:
+            errs.append(abs(x["error_pts"]))
+        aft = "—"
+        if x.get("after_err_pct") is not None:
+            after_errs.append(abs(x["after_err_pct"]))
+            aft = f"{x['after_pred_ms']:.3f} / {x['after_ms']:.3f} ms ({x['after_err_pct']:+.1f}%)"
+        aft_u = "—"
+        if x.get("after_u_err_pct") is not None:
+            after_u.append(abs(x["after_u_err_pct"]))
+            aft_u = (f"{x['after_u_pred_ms']:.3f} / {x['after_u_ms']:.3f} ms "
+                     f"({x['after_u_err_pct']:+.1f}%)")
+        firsts.append(x["first_fixes"])
+        base = " (unprofiled base)" if x.get("unprofiled_base") else ""
+        out.append(f"| {x['pair']} | {x['format']} | {x['levers']} | "
+                   f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | {aft_u} | "
+                   f"{x['first']}{' ✓' if x['first_fixes'] else ' ✗'} |")
+    if errs:
+        out.append(f"\n|promise - realised|: median {statistics.median(errs):.1f} points, "
+                   f"worst {max(errs):.1f} points over {len(errs)} pairs (goal: 5 / 15); "
+                   f"AFTER predicted: median |error| {statistics.median(after_errs):.1f}% "
+                   f"(goal 10%), against the unprofiled runs "
+                   f"{statistics.median(after_u) if after_u else float('nan'):.1f}% over "
+                   f"{len(after_u)} pairs; the change's lever first on {sum(firsts)} of "
+                   f"{len(firsts)}")
+    out += ["\n### (b) leave one step out (median |error| over the held-out steps)\n",
+            "| trace | steps | replay | median of the other steps | replay better |",
+            "|---|---|---|---|---|"]
+    wins = tot = 0
+    for x in r["loso"]:
+        if "replay_error_pct" not in x:
+            out.append(f"| {x['trace']} | — | — | — | {x.get('note', '')} |")
+            continue
+        tot += 1
+        wins += x["beats_baseline"]
+        out.append(f"| {x['trace']} | {x['steps']} | {x['replay_error_pct']:.2f}% | "
+                   f"{x['baseline_error_pct']:.2f}% | {'yes' if x['beats_baseline'] else 'no'} |")
+    if tot:
+        out.append(f"\nthe replay beats the baseline on {wins} of {tot} traces "
+                   f"({100 * wins / tot:.0f}%; goal 80%)")
+    out += ["\n### (c) one run, two tracers: the same change priced on each capture of BAD\n",
+            "| pair | change | Kineto | nsys | difference | refused on nsys |",
+            "|---|---|---|---|---|---|"]
+    diffs = []
+    for x in r["nsys_kineto"]:
+        k, n = x["kineto_pts"], x["nsys_pts"]
+        dif = None if k is None or n is None else round(n - k, 1)
+        if dif is not None:
+            diffs.append(abs(dif))
+        out.append(f"| {x['pair']} | {x['levers']} | {k if k is not None else '—'} | "
+                   f"{n if n is not None else '—'} | "
+                   f"{'—' if dif is None else f'{dif:+.1f}'} | "
+                   + "; ".join(f"{m}: {w}" for m, w in (x.get("nsys_refused") or {}).items())
+                   + " |")
+    if diffs:
+        within = sum(d_ <= 5 for d_ in diffs)
+        out.append(f"\nwithin 5 points on {within} of {len(diffs)}; median |difference| "
+                   f"{statistics.median(diffs):.1f}, worst {max(diffs):.1f} points")
+    out += ["\n### (d) the unprofiled step: estimate vs the plain run (Kineto captures)\n",
+            "| trace | profiled | estimate | unprofiled run | error of the estimate | "
+            "error of the profiled step |", "|---|---|---|---|---|---|"]
+    e_est, e_prof = [], []
+    for x in r.get("overhead") or []:
+        t = x["truth_ns"]
+        a_, b_ = (x["estimate_ns"] - t) / t, (x["profiled_ns"] - t) / t
+        e_est.append(abs(a_))
+        e_prof.append(abs(b_))
+        out.append(f"| {x['trace']} | {x['profiled_ns'] / 1e6:.3f} ms | "
+                   f"{x['estimate_ns'] / 1e6:.3f} ms | {t / 1e6:.3f} ms | {100 * a_:+.1f}% | "
+                   f"{100 * b_:+.1f}% |")
+    if e_est:
+        out.append(f"\nmedian |error|: estimate {100 * statistics.median(e_est):.1f}%, "
+                   f"profiled step {100 * statistics.median(e_prof):.1f}%; mean "
+                   f"{100 * statistics.mean(e_est):.1f}% vs {100 * statistics.mean(e_prof):.1f}%")
+    return "\n".join(out)

@@ -241,3 +241,50 @@ def test_full_launch_queue_waits_for_a_slot():
     # A now ends before the launch begins: it does not block, it costs its 3 us after the
     # slot freed -- the host saves 623 - 426 = 197 us a step
     assert s.steps["replayed_ns"].tolist() == [803 * US] * STEPS
+
+
+def _mutual_waits(steps: int):
+    """Each step: two zero-length kernels on two streams that start together, each made to
+    wait for the other (an event-wait edge both ways), then a sync: their binding
+    predecessors form a cycle."""
+    import pandas as pd
+
+    b = TraceBuilder()
+    for k in range(steps):
+        t = 1_000_000 + k * 1000 * US
+        b.step(k, t, 1000 * US)
+        b.launch(t + 10 * US, 5 * US, t + 100 * US, 0, name="kernel_X")
+        b.launch(t + 30 * US, 5 * US, t + 100 * US, 0, name="kernel_Y", stream=9)
+        b.runtime("cudaDeviceSynchronize", t + 40 * US, 70 * US)
+    g = analyze(b.build(), steps="all").replay_graph.copy()
+    ew = g.edges[g.edges["kind"] == "event_wait"]
+    assert len(ew) == steps
+    g.edges = pd.concat([g.edges, ew.rename(columns={"src": "dst", "dst": "src"})],
+                        ignore_index=True)
+    return g
+
+
+def test_critical_path_walk_is_linear_when_waits_loop(monkeypatch):
+    """Issue 40: two zero-length kernels waiting on each other made every step's walk go
+    round their cycle until it had taken as many links as the graph has nodes (2,000
+    steps: O(steps x nodes)). Each node is taken once per step, and the links still add up
+    to each step's replayed time."""
+    from traceread.passes.replay import critical as C
+
+    g = _mutual_waits(60)
+    s = simulate(g)
+    assert s.converged
+    walked = []
+    real = C._walk
+
+    def counting(*a):
+        out = real(*a)
+        walked.append(len(out[0]))
+        return out
+
+    monkeypatch.setattr(C, "_walk", counting)
+    r = C.critical_path(g, s)
+    assert sum(walked) <= len(g.nodes)
+    rep = dict(zip(s.steps["step"].tolist(), s.steps["replayed_ns"].tolist()))
+    for st in r["steps"]:
+        assert sum(st["by_label"].values()) == rep[st["step"]] == 1000 * US

@@ -23,6 +23,7 @@ from .passes import facts as facts_mod
 from .passes import window as window_mod
 from .passes import steady as steady_mod
 from .passes import steps as steps_mod
+from .passes import overhead as overhead_mod
 from .passes import replay as replay_mod
 from .passes.replay import split as split_mod
 from .passes import utilization as util_mod
@@ -315,8 +316,15 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         # what the what-if models change (passes/replay/whatif.py): the first steps, host
         # stretches cut at their ops
         facts.graph = split_mod.priced_graph(replay_graph, ev, pattern)
+        facts.graph = overhead_mod.mark(facts.graph, ev)   # the profiler's cost per node
         facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
             split_mod.within(ev, facts.graph))
+    facts.figures["profiler_overhead"] = overhead_mod.estimate(
+        ev, steps=len(step_tab) if stats else 0, step_mean_ns=(stats or {}).get("mean_ns"),
+        busy_step_ns=facts.figures.get("busy_step_mean_ns"),
+        replay_ratio=replay_mod.whatif.profiler_ratio(facts.graph))
+    if replay is not None and replay.get("replayable"):
+        replay["profiler_overhead"] = facts.figures["profiler_overhead"]
     release_heap()
     verdict = verdict_mod.decide(facts)
     utilization = _with_levers(utilization, verdict_mod.utilization_levers(facts))

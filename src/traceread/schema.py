@@ -887,6 +887,28 @@ class CriticalPath(_S):
     segments: list[CriticalSegment]
 
 
+class ProfilerOverhead(_S):
+    """The profiler's own cost in the analysed steps (``passes/overhead.py``, docs/analysis.md
+    "Profiler overhead"): the unprofiled step estimated from what the trace shows."""
+
+    profiled_step_ns: int           # the measured mean step
+    unprofiled_step_ns: int         # the estimate without the profiler
+    overhead_step_ns: int           # their difference
+    overhead_pct: float             # of the profiled step
+    profiler_host_ns_per_step: int  # the profiler's host time per step, on every thread
+    basis: str                      # "replay": the graph replayed without it; "host ops"
+    material: bool                  # >= MATERIAL_SHARE of the step: levers priced without it
+    per_op_ns: int                  # the model's constants (per op, + with shapes, per frame)
+    shapes_ns: int
+    frame_ns: int
+    ops_per_step: float             # recorded ops per step (all threads)
+    busiest_thread_ops_per_step: float
+    frames_per_step: float          # Python frames recorded (with_stack)
+    record_shapes: bool             # ops carry Input Dims
+    with_stack: bool                # Python frames recorded
+    floor_spacing_ns: Optional[int]  # 5th percentile gap between back-to-back ops
+
+
 class Replay(_S):
     """The analysed steps replayed as a dependency graph (``passes/replay``, docs/analysis.md
     "Replay"): how well the unmodified replay reproduces the measured steps."""
@@ -911,6 +933,7 @@ class Replay(_S):
     notes: list[str] = []
     kept_gpu_wait_ns: Optional[int] = None   # GPU waits no traced edge explains, kept as measured
     critical_path: Optional[CriticalPath] = None
+    profiler_overhead: Optional[ProfilerOverhead] = None
 
 
 class Proof(_S):

@@ -337,6 +337,20 @@ def program_step_line(a) -> str | None:
             f"({what}): per step the later of the host's span and the GPU's work")
 
 
+def overhead_lines(a) -> list[str]:
+    """The profiler's estimated cost (passes/overhead.py), where it is material:
+    "Profiler: profiled 40.8 ms a step; ~27 ms without the profiler (...)"."""
+    o = ((a.facts.figures if a.facts is not None else {}) or {}).get("profiler_overhead")
+    if not o or not o.get("material"):
+        return []
+    how = [f"{o['busiest_thread_ops_per_step']:,.0f} ops a step on the busiest thread"]
+    how += [w for w, on in (("record_shapes", o["record_shapes"]),
+                            ("with_stack", o["with_stack"])) if on]
+    return [f"Profiler: profiled {fmt_ns(o['profiled_step_ns'])} a step; "
+            f"~{fmt_ns(o['unprofiled_step_ns'])} without the profiler ({', '.join(how)}; "
+            f"host levers priced without it)"]
+
+
 
 
 def _table_width() -> int:
@@ -371,7 +385,7 @@ def _steps(a) -> list[str]:
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
     lines = ["", step_stats_line(a)] + [x for x in [program_step_line(a)] if x] + \
-        [STEP_IDLE_LEGEND, step_head()]
+        overhead_lines(a) + [STEP_IDLE_LEGEND, step_head()]
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
         key = "program_ns" if "program_ns" in st else "dur"

@@ -38,6 +38,9 @@ def decide(facts: WindowFacts) -> dict:
     if verdict["bound"] == "gpu" and head:
         verdict["summary"] += f"; {head}"
     adjust_verdict(verdict, f.get("steady") or {})
+    on_bounds = whatif.bound_reasons(ctx, verdict.get("actions") or [], facts.replay)
+    if on_bounds:   # a lever a model covers, priced by its bound: why (no unsettled replay)
+        verdict["evidence"]["levers_on_bounds"] = on_bounds
     if ctx.get("replay_levers"):
         verdict["evidence"]["levers_replayed_on"] = ctx["replay_levers"]["steps_priced"]
         together = whatif.together(ctx["replay_levers"], verdict.get("actions") or [],

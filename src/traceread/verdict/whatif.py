@@ -144,3 +144,24 @@ def projected(ctx: dict, r: dict) -> int | None:
     out = int(round(ref * r["after_ns"] / x / r["before_ns"]))
     floor = int(ctx.get("busy_step_mean_ns") or 0) - int(r.get("gpu_saved_ns") or 0)
     return max(out, floor) if x == 1.0 else out   # per sample: the step itself grows
+
+
+def bound_reasons(ctx: dict, actions: list[dict], replay: dict | None) -> dict:
+    """Why each offered lever a model covers kept its bound (lever id -> the reason): the
+    window was not replayed, its replay did not settle, or the model refused on this graph
+    (nothing for it to change, or its own replay did not settle). A price is never taken
+    from a replay that did not settle."""
+    out = {}
+    prices = ctx.get("replay_levers")
+    for x in actions:
+        m = MODEL_OF.get(x.get("id"))
+        if m is None or x.get("basis") == "replay":
+            continue
+        if not prices:
+            why = (replay or {}).get("reason") or "the window was not replayed"
+        else:
+            r = prices["models"].get(m) or {}
+            why = "; ".join(sorted(set((r.get("refused") or {}).values())))
+        if why:
+            out[str(x["id"])] = why
+    return out

@@ -46,15 +46,16 @@ def unreplayable(ev: pd.DataFrame, ops: pd.DataFrame, sampled: bool = False) -> 
 def run(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, *,
         step_pattern: str | None = None, sampled: bool = False, max_nodes: int = MAX_NODES,
         op_step: np.ndarray | None = None):
-    """(graph or None, schedule or None, result dict)."""
+    """(graph or None, schedule or None, result dict); the graph is None where the window
+    cannot be replayed or its replay did not settle (the levers then keep their bounds)."""
     why = unreplayable(ev, ops, sampled)
     if why:
         return None, None, not_replayable(why)
     graph = build_graph(ev, ops, steps, step_pattern=step_pattern, max_nodes=max_nodes,
                         op_step=op_step)
     sched = simulate(graph)
-    if not sched.converged:
-        return graph, sched, not_replayable(
+    if not sched.converged:   # no graph: nothing is priced from a replay that did not settle
+        return None, sched, not_replayable(
             f"the replay did not settle after {sched.sweeps} sweeps (a dependency cycle)")
     return graph, sched, result(graph, sched)
 

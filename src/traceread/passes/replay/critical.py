@@ -61,7 +61,7 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
         return empty
     pos = pd.Index(n["id"].to_numpy(np.int64))
     start, end = schedule.start_ns, schedule.end_ns
-    pred, how, lag_launch = _binding_preds(graph, schedule, pos)
+    pred, how, lag_launch, prev, starts = _binding_preds(graph, schedule, pos)
     lab_codes, lab_names = _label_codes(graph)
     for extra in ("sync wait", "launch"):
         if extra not in lab_names:
@@ -70,12 +70,12 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     names = n["name"].to_numpy(object)
     lane = n["lane"].to_numpy(np.int64)
     lane_lab = graph.lanes.set_index("lane")["label"].to_dict()
-    pred_l, end_l = pred.tolist(), end.tolist()
+    links = _Links(pred, how, lag_launch, prev, end, starts)
     by_label: dict = {}
     all_code, all_node, all_d = [], [], []
     per_step, segments = [], []
     total = 0
-    for srow in graph.steps.itertuples(index=False):
+    for k_step, srow in enumerate(graph.steps.itertuples(index=False)):
         if srow.begin < 0 or srow.end < 0:
             v, t0 = int(np.argmax(end)), int(start.min())
         else:
@@ -83,24 +83,22 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
             if bi < 0 or ei < 0:
                 continue
             v, t0 = int(ei), int(start[bi])
-        path = []
-        while v >= 0 and end_l[v] > t0 and len(path) < N:
-            path.append(v)
-            v = pred_l[v]
+        path, via, via_how, via_launch = _walk(v, t0, k_step, links)
         if not path:
             per_step.append({"step": int(srow.step), "by_label": {}})
             continue
         p = np.asarray(path, np.int64)
-        u = pred[p]
+        u = np.asarray(via, np.int64)
+        how_p = np.asarray(via_how, np.int64)
         lo = np.where(u >= 0, end[np.maximum(u, 0)], start[p])
         lo = np.maximum(lo, t0)
         hi = end[p]
-        own_lo = np.maximum(np.where(how[p] == 1, start[p], lo), lo)
+        own_lo = np.maximum(np.where(how_p == 1, start[p], lo), lo)
         # a link: the node's own part, and (start edges) the lag before it started
         seg_lo = np.r_[own_lo, lo]
         seg_hi = np.r_[hi, own_lo]
-        code = np.r_[np.where(how[p] == 0, sync_code, lab_codes[p]),
-                     np.where(lag_launch[p], launch_code, lab_codes[p])]
+        code = np.r_[np.where(how_p == 0, sync_code, lab_codes[p]),
+                     np.where(np.asarray(via_launch, bool), launch_code, lab_codes[p])]
         node = np.r_[p, p]
         d = seg_hi - seg_lo
         keep = d > 0
@@ -132,6 +130,57 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
         "segments": _merge(segments)}
 
 
+class _Links:
+    """What the walk reads per node (as lists: it steps one node at a time): the binding
+    predecessor, how it released the node, whether through a launch, the lane's previous
+    node, its end; and every start edge into each node (for a cycle's way out)."""
+
+    def __init__(self, pred, how, lag_launch, prev, end, starts):
+        self.pred, self.how = pred.tolist(), how.tolist()
+        self.launch, self.prev, self.end = lag_launch.tolist(), prev.tolist(), end.tolist()
+        self.gap = starts["gap"].tolist()
+        src, dst, val, is_launch = starts["src"], starts["dst"], starts["val"], starts["launch"]
+        o = np.argsort(dst, kind="stable")
+        self.ptr = np.searchsorted(dst[o], np.arange(len(pred) + 1)).tolist()
+        self.src, self.val, self.is_launch = src[o].tolist(), val[o].tolist(), \
+            is_launch[o].tolist()
+        self.seen = [-1] * len(pred)   # the step whose walk took the node
+
+    def way_out(self, v: int, k: int) -> tuple[int, int, bool]:
+        """The latest-ready predecessor of ``v`` not yet taken by step ``k``'s walk -- a
+        start edge (how 1) or the lane's previous node (how 2) -- or (-1, 3, False)."""
+        best, how, launch, t = -1, 3, False, None
+        p = self.prev[v]
+        if p >= 0 and self.seen[p] != k:
+            best, how, t = p, 2, self.end[p] + self.gap[v]
+        for i in range(self.ptr[v], self.ptr[v + 1]):
+            u = self.src[i]
+            if self.seen[u] != k and (t is None or self.val[i] > t):
+                best, how, launch, t = u, 1, self.is_launch[i], self.val[i]
+        return best, how, launch
+
+
+def _walk(v: int, t0: int, k: int, ln: _Links) -> tuple[list, list, list, list]:
+    """The chain back from node ``v`` while nodes end after ``t0``: (nodes, the predecessor
+    that released each, how, whether through a launch). Each node is taken once per step
+    ``k``: where the binding predecessor was taken already (zero-length ops that wait on
+    each other bind in a cycle) the latest-ready predecessor not taken releases it instead,
+    so a step's walk is linear in its nodes however the waits loop."""
+    path, via, hows, launches = [], [], [], []
+    seen, pred, end = ln.seen, ln.pred, ln.end
+    while v >= 0 and end[v] > t0 and seen[v] != k:
+        seen[v] = k
+        u, how, launch = pred[v], ln.how[v], ln.launch[v]
+        if u >= 0 and seen[u] == k:
+            u, how, launch = ln.way_out(v, k)
+        path.append(v)
+        via.append(u)
+        hows.append(how)
+        launches.append(launch)
+        v = u
+    return path, via, hows, launches
+
+
 def _top(codes, nodes, ds, names, lab_names) -> list:
     """The (label, name) pairs with the most critical time: [((label, name), (ns, links))]."""
     if not codes:
@@ -150,7 +199,9 @@ def _top(codes, nodes, ds, names, lab_names) -> list:
 def _binding_preds(graph, schedule, pos):
     """Per node: the predecessor that released it (position, -1: none), how (0: a drain --
     the GPU op a blocking call waited for; 1: a cross-lane start edge; 2: its lane's previous
-    node; 3: its release time), and whether that start edge is a launch."""
+    node; 3: its release time), whether that start edge is a launch, the lane's previous
+    node (position, -1: none), and the start edges (src, dst, ready time, is a launch) with
+    the lane gaps, for ``_Links.way_out``."""
     n = graph.nodes
     N = len(n)
     start, end = schedule.start_ns, schedule.end_ns
@@ -179,7 +230,10 @@ def _binding_preds(graph, schedule, pos):
     how = np.where(drained, 0, np.where(cross, 1, np.where(by_lane, 2, 3)))
     # a join (another thread's burst ended) is the waiting node's own time, not a sync's
     how = np.where(drained & (d_kind == "join"), 2, how)
-    return pred, how, cross & (s_kind == "launch")
+    st = ok & ~is_drain
+    starts = {"src": src[st], "dst": dst[st], "val": val[st], "launch": kind[st] == "launch",
+              "gap": gap}
+    return pred, how, cross & (s_kind == "launch"), prev, starts
 
 
 def _binding(N, src, dst, val, m, kind):

@@ -245,9 +245,89 @@ def drop_syncs(g, f: Facts, p: dict):
     calls = memcpy & (_before(g, m, np.ones(len(m), bool)) | _after(g, m))
     gone = m | calls
     gone |= _feeders(g, gone)
+    gone |= _untraced_feeders(g, gone)
+    gone |= _own_lags(g, gone, after_blocking=True)
     _zero(g, gone | _launched_by(g, gone))
     _free_drains(g)
     return g
+
+
+def _untraced_feeders(g, sync: np.ndarray) -> np.ndarray:
+    """``_feeders`` where the trace names no op (nsys without op ranges): walking back on
+    the lane from each removed run, the copy it reads through and the launches of the
+    reduction that computes the read value -- reduction kernels, memsets, and the pointwise
+    kernels right before them -- with the stretches and attribute queries between, stopping
+    at any other kernel (a matmul, attention, a collective) or the step's start; taken only
+    where the walk met a reduction (a pointwise kernel alone is the model's own work)."""
+    n = g.nodes
+    out = np.zeros(len(n), bool)
+    lanes = n["lane"].to_numpy()
+    traced = np.unique(lanes[_kind(g, "host") & _cat(g, "cpu_op", "sync", "python")])
+    s = np.asarray(sync, bool) & _kind(g, "launch", "sync_wait") & ~np.isin(lanes, traced)
+    if not s.any():
+        return out
+    o = _lane_order(g)
+    lane, kind, cat = lanes[o], n["kind"].to_numpy()[o], n["cat"].to_numpy()[o]
+    so = s[o]
+    e = g.edges
+    lau = e[e["kind"] == "launch"]
+    pos = pd.Index(n["id"].to_numpy())
+    dst = pos.get_indexer(lau["dst"].to_numpy())
+    cls = _kernel_class(g)
+    kern = np.full(len(n), "none", object)   # per launching node: what it queued
+    src = pos.get_indexer(lau["src"].to_numpy())
+    ok = (src >= 0) & (dst >= 0)
+    what = np.where(_kind(g, "gpu_memset")[np.maximum(dst, 0)], "memset",
+                    np.where(_kind(g, "gpu_copy")[np.maximum(dst, 0)], "copy",
+                             cls[np.maximum(dst, 0)]))
+    kern[src[ok]] = what[ok]
+    kern = kern[o]
+    for i in np.flatnonzero(so & ~np.r_[False, so[:-1]]).tolist():
+        j, took, red = i - 1, [], False
+        while j >= 0 and lane[j] == lane[i] and kind[j] != "step" and not so[j]:
+            if kind[j] == "host" and cat[j] == "untraced":
+                took.append(j)
+            elif kind[j] == "launch" and kern[j] == "none":   # an attribute query
+                took.append(j)
+            elif kind[j] == "launch" and kern[j] == "copy" and not red and \
+                    not any(kern[t] != "none" for t in took if kind[t] == "launch"):
+                took.append(j)   # the copy the sync reads through (.item()'s DtoH)
+            elif kind[j] == "launch" and kern[j] in ("reduction", "memset"):
+                took.append(j)
+                red = True
+            elif kind[j] == "launch" and kern[j] == "elementwise" and red:
+                took.append(j)
+            else:
+                break
+            j -= 1
+        # the stretch and queries before the first launch taken are the next-back op's
+        while took and not (kind[took[-1]] == "launch" and kern[took[-1]] != "none"):
+            took.pop()
+        if red and took:
+            out[o[np.asarray(took)]] = True
+    return out
+
+
+def _own_lags(g, gone, after_blocking: bool = False) -> np.ndarray:
+    """The host time that belongs to the removed calls where the trace names no op (an
+    nsys capture without op ranges: the host between two calls is one untraced stretch):
+    the untraced stretch right before each removed run of calls on its lane (the removed
+    op's Python line and dispatch) and, with ``after_blocking``, the one right after a
+    removed blocking call (its wake-up and return path). Where ops are traced their own
+    stretches (cat cpu_op / sync) hold that time already and nothing more goes."""
+    m = np.asarray(gone, bool) & _kind(g, "launch", "sync_wait")
+    if not m.any():
+        return np.zeros(len(m), bool)
+    lanes = g.nodes["lane"].to_numpy()
+    traced_ops = np.unique(lanes[_kind(g, "host") & _cat(g, "cpu_op", "sync", "python")])
+    m &= ~np.isin(lanes, traced_ops)
+    untraced = _kind(g, "host") & _cat(g, "untraced") & ~np.asarray(gone, bool)
+    run_start = m & ~_after(g, m | (np.asarray(gone, bool) & ~untraced))
+    out = _before(g, run_start, untraced)
+    if after_blocking:
+        blocking = m & (_kind(g, "sync_wait") | _blocking(g))
+        out |= _after(g, blocking) & untraced
+    return out
 
 
 FREE_RX = re.compile(r"^(?:cudaFree|cuMemFree|cuMemUnmap|cuMemRelease|hipFree|cudaFreeHost)"
@@ -566,7 +646,7 @@ def pin_copies(g, f: Facts, p: dict):
     the pinned bandwidth (the trace's best pinned copy, else PINNED_GBPS_DEFAULT) --
     its time x its direction's measured bandwidth / pinned -- and its call returns once
     queued (a launch's time), instead of staging the copy through a bounce buffer."""
-    m = _kind(g, "gpu_copy") & _match(g, PAGEABLE_RX)
+    m = _pageable(g, f)
     if not m.any():
         return "no pageable copy in the replayed steps"
     pinned = float(f.copies.get("pinned_gbps") or PINNED_GBPS_DEFAULT)
@@ -574,7 +654,7 @@ def pin_copies(g, f: Facts, p: dict):
     names = _names(g).to_numpy(object)
     ratio = np.ones(len(m))
     for i in np.flatnonzero(m).tolist():
-        d = "HtoD" if "HtoD" in names[i] else "DtoH" if "DtoH" in names[i] else None
+        d = _direction(names[i])
         gb = by.get(d) if d else None
         ratio[i] = min(1.0, float(gb) / pinned) if gb else 1.0
     _set_cost(g, m, g.nodes["cost_ns"].to_numpy(float) * ratio)
@@ -583,6 +663,37 @@ def pin_copies(g, f: Facts, p: dict):
     _set_cost(g, calls, np.minimum(g.nodes["cost_ns"].to_numpy(np.int64), typical))
     _drop_drains_into(g, calls)
     return g
+
+
+MEM_KIND_RX = re.compile(r"(?i)pageable|pinned|->")
+
+
+def _direction(name: str) -> str | None:
+    """HtoD / DtoH from a copy's name (Kineto's ``Memcpy HtoD (...)``, nsys's
+    ``[CUDA memcpy Host-to-Device]``)."""
+    if "HtoD" in name or "Host-to-Device" in name:
+        return "HtoD"
+    if "DtoH" in name or "Device-to-Host" in name:
+        return "DtoH"
+    return None
+
+
+def _pageable(g, f: Facts) -> np.ndarray:
+    """The pageable copies: named so (Kineto), or -- where the copy's name carries no memory
+    kind (an nsys export keeps it apart, in the copy pass's ``raw_name``) -- every copy of a
+    direction the copies facts found pageable throughout (``by_direction``: pageable =
+    count; the copy pass reads the memory kinds, or infers them from the bandwidth)."""
+    copy = _kind(g, "gpu_copy")
+    m = copy & _match(g, PAGEABLE_RX)
+    unnamed = copy & ~_match(g, MEM_KIND_RX)
+    if not unnamed.any():
+        return m
+    all_pageable = {d["direction"] for d in f.copies.get("by_direction") or []
+                    if d.get("count") and int(d.get("pageable") or 0) >= int(d["count"])}
+    if all_pageable:
+        dirs = _per_name(g, "direction", lambda xs: [_direction(x) for x in xs])
+        m |= unnamed & np.isin(dirs.astype(str), list(all_pageable))
+    return m
 
 
 def _typical_launch(g, but=None) -> int:
@@ -952,7 +1063,16 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
         else:
             g = out
             applied.append(mid)
-    after = step_mean(simulate(g, fast_sweeps=WHATIF_FAST_SWEEPS), g) if applied else before
+    after = before
+    if applied:
+        sched = simulate(g, fast_sweeps=WHATIF_FAST_SWEEPS)
+        if not sched.converged:   # no price without a settled replay: the levers keep bounds
+            why = (f"the replay with the change did not settle after {sched.sweeps} sweeps "
+                   "(a dependency cycle): priced by its bound")
+            refused.update(dict.fromkeys(applied, why))
+            applied = []
+        else:
+            after = step_mean(sched, g)
     x = float(params.get("larger_batch", {}).get("per_sample_x") or 1.0)
     return {"before_ns": int(before), "after_ns": int(after), "per_sample_x": x,
             "saves_ns": int(round(before - after / x)), "applied": applied,
@@ -1031,12 +1151,69 @@ def price_models(graph, ctx: dict, copies: dict, regions: pd.DataFrame | None = 
 
     facts = Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(copies or {}),
                   **regions_of(regions))
-    before = step_mean(simulate(graph), graph)
-    models = {m.id: replay_models(graph, facts, [m.id], before_ns=before) for m in MODELS}
+    graph, sched, profiled = unprofiled_base(graph)
+    before = step_mean(sched, graph)
+    if not sched.converged:   # nothing is priced from a replay that did not settle
+        why = (f"the unmodified replay did not settle after {sched.sweeps} sweeps: "
+               "priced by its bound")
+        models = {m.id: {"before_ns": int(before), "after_ns": int(before), "per_sample_x": 1.0,
+                         "saves_ns": 0, "applied": [], "refused": {m.id: why}, "params": {},
+                         "gpu_saved_ns": 0} for m in MODELS}
+    else:
+        models = {m.id: replay_models(graph, facts, [m.id], before_ns=before) for m in MODELS}
     priced = next((x.split(": ", 1)[1] for x in graph.notes if x.startswith("levers: ")),
                   f"{len(graph.steps)} of {len(graph.steps)} steps")
     return {"before_ns": int(before), "models": models, "graph": graph, "facts": facts,
-            "steps_priced": priced}
+            "steps_priced": priced, "profiled_before_ns": profiled}
+
+
+_BARE: list = []   # the last graph asked about, and its replays with and without the profiler
+
+
+def _with_and_without(graph) -> tuple:
+    """(the graph without the profiler's cost, its schedule, the graph's schedule) for a
+    marked graph (passes/overhead.py ``mark``); the analysis asks for the ratio, the
+    pricing for the base: the replays are made once."""
+    from ..overhead import without
+    from .sim import simulate
+
+    if _BARE and _BARE[0][0] is graph:
+        return _BARE[0][1]
+    bare = without(graph)
+    out = (bare, simulate(bare), simulate(graph))
+    _BARE[:] = [(graph, out)]
+    return out
+
+
+def profiler_ratio(graph) -> float | None:
+    """The marked graph's (passes/overhead.py ``mark``) replayed step without the
+    profiler's cost over the step with it; None: no mark, or a replay did not settle."""
+    if graph is None or "profiler_ns" not in graph.nodes or not len(graph.steps):
+        return None
+    bare, s1, s0 = _with_and_without(graph)
+    if not (s0.converged and s1.converged):
+        return None
+    b0 = step_mean(s0, graph)
+    return step_mean(s1, bare) / b0 if b0 > 0 else None
+
+
+def unprofiled_base(graph) -> tuple:
+    """(the graph the levers are priced on, its schedule, the profiled replay's step or
+    None): the graph without the profiler's estimated cost (passes/overhead.py marks it)
+    where that cost shortens the replayed step by at least ``MATERIAL_SHARE`` -- a saving
+    is what the program would gain unprofiled -- else the graph as measured."""
+    from ..overhead import MATERIAL_SHARE
+    from .sim import simulate
+
+    if "profiler_ns" not in graph.nodes or not graph.nodes["profiler_ns"].any():
+        return graph, simulate(graph), None
+    bare, s1, s0 = _with_and_without(graph)
+    if not (s0.converged and s1.converged):
+        return graph, s0, None
+    b0, b1 = step_mean(s0, graph), step_mean(s1, bare)
+    if b0 - b1 < MATERIAL_SHARE * b0:
+        return graph, s0, None
+    return bare, s1, int(b0)
 
 
 def regions_of(frame: pd.DataFrame | None) -> dict:
