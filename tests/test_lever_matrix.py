@@ -202,7 +202,13 @@ def test_compiled_call_overhead_is_not_sent_to_dataloader_workers():
     a = analyze(_real("gpu/graphs.fixed.json.gz"))
     ids = [x["id"] for x in a.verdict["actions"]]
     assert a.facts.figures["host_in_compiled_call"]
-    assert "off_step_path" not in ids and "compiled_call" in ids
+    assert "off_step_path" not in ids
+    # the whole step is one compiled graph called once per step (3 calls in 3 steps): "call
+    # it fewer times" cannot apply; the once-per-step lever says what is left (issue 39)
+    assert a.facts.program["compiled_calls_per_step"]["max"] == 1.0
+    assert "compiled_call_once" in ids and "compiled_call" not in ids
+    w = {x["id"]: x for x in a.verdict["withdrawn"]}
+    assert w["compiled_call"]["precondition"] == "compiled_called_often"
 
 
 def test_no_fp16_lever_on_a_device_with_fast_bf16(corpus_dir):

@@ -317,6 +317,16 @@ class JobRole(_S):
     wait_ns: Optional[int] = None
 
 
+class Withdrawn(_S):
+    """A lever of a cause worth fixing that does not fit this program (verdict/leverkit.py)."""
+
+    id: str
+    cause: str
+    reason: str                     # the failed precondition's own words, or the replay's
+    precondition: str               # its name ("replay": the replay refused the change)
+    facts: list[str]                # the facts it read
+
+
 class Verdict(_S):
     bound: str
     title: str
@@ -328,6 +338,7 @@ class Verdict(_S):
     what_if: dict[str, WhatIf]
     missing: list[str]
     job: Optional[JobRole] = None   # ranks of a job only
+    withdrawn: list[Withdrawn] = []   # levers that do not fit, with the reason (issue 39)
 
 
 class Excluded(_S):
@@ -457,6 +468,40 @@ class Dtypes(_S):
     tf32: bool
 
 
+class KernelArch(_S):
+    """The newest cuBLAS/cuDNN kernel family seen (``volta_``, ``sm80_``...): a lower bound."""
+
+    arch: str
+    cc: str
+    tf32: bool
+    bf16: bool
+    kernels: int                 # kernels named by a family
+
+
+class H2dSource(_S):
+    """The host->device copies by source memory (``Pinned -> Device``...)."""
+
+    copies: int
+    pinned: int
+    pageable: int
+    unknown: int
+
+
+class StartupPhase(_S):
+    """An engine's start-up frames (vLLM / SGLang model runner set-up, graph capture)."""
+
+    frames: list[str]
+    ns: int
+
+
+class CompiledCalls(_S):
+    """Calls of each torch.compile graph per profiler step."""
+
+    graphs: dict[str, float]
+    max: float
+    steps: int
+
+
 class DeviceCaps(_S):
     """What the device can do (``passes/peaks.py: device_caps``); null = not known."""
 
@@ -468,6 +513,7 @@ class DeviceCaps(_S):
     bf16: Optional[bool]
     tf32: Optional[bool]
     fp8: Optional[bool]
+    caps_from: Optional[str] = None   # "kernel names (volta_)": unknowns filled from kernel_arch
 
 
 class FactEvidence(_S):
@@ -622,6 +668,14 @@ class Context(_S):
     periodic_stall: Optional[PeriodicStall] = None
     graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
     device: Optional[DeviceCaps] = None   # set by analysis.py from the trace's metadata
+    # the levers' preconditions (passes/preconditions.py, issue 39); evidence in facts.evidence
+    kernel_arch: Optional[KernelArch] = None
+    fp32_gemv_share: Optional[float] = None
+    h2d_source: Optional[H2dSource] = None
+    sync_copy_directions: Optional[dict[str, int]] = None
+    graph_launches: Optional[int] = None
+    startup_phase: Optional[StartupPhase] = None
+    compiled_calls_per_step: Optional[CompiledCalls] = None
 
 
 class SteadyEvidence(_S):

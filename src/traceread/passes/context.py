@@ -28,6 +28,7 @@ from .. import namerx
 from ..passes import intervals
 from ..passes.common import GRAPH_LAUNCH_RX, kind_in
 from ..passes.newfacts import window_facts
+from ..passes.preconditions import precondition_facts
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
 MULTI_WORKER_RX = namerx.compile(r"_MultiProcessingDataLoaderIter")
@@ -56,7 +57,7 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
     graph_rows = bool((ev["kind"] == "graph").any()) if len(ev) else False
     prog = program_context(ev, meta, host=all_host, kernels=kernels, api=api)
     opt = prog["optimizer"]
-    return {
+    out = {
         "uses_cuda_graphs": graph_rows or any(GRAPH_LAUNCH_RX.match(n) for n in api),
         "fused_optimizer": bool(opt and opt["impl"] == "fused"),
         "dataloader_workers": any(MULTI_WORKER_RX.search(n) for n in host)
@@ -71,6 +72,11 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
         **prog,
         **window_facts(ev, meta),   # blocking calls, copy payloads, precision (passes/newfacts.py)
     }
+    pre = precondition_facts(ev, kernels)   # the levers' preconditions (passes/preconditions.py)
+    located = out.get("facts_evidence") or {}
+    located.update(pre.pop("facts_evidence"))
+    out.update(pre, facts_evidence=located)
+    return out
 
 
 # With the caching allocator on, PyTorch calls the driver's free only from empty_cache() or

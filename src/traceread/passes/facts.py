@@ -37,6 +37,7 @@ from .frames import code_in
 from .hostwork import host_work_kind
 from .newfacts import compiled_call_host
 from .peaks import device_caps, device_name
+from .preconditions import host_other_kind
 
 __all__ = ["CAUSES", "WindowFacts", "build_facts", "layout_figures"]
 
@@ -104,6 +105,8 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     fig["host_in_compiled_call"] = compiled_call_host(culprits.get("host", ""))
     hw = host_work_kind(ev, gaps, ops)
     hw_evidence = hw.pop("evidence") if hw else None
+    if hw:   # the host work beside the model's: the framework's own, or work that can move
+        hw["other_kind"] = host_other_kind(hw.get("top_other"))
     fig["host_work_kind"] = hw
     fig.update(cause_ns=parts, copies=copies, window_summary=summ,
                steps=stats["count"] if stats else 0,
@@ -135,12 +138,25 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
 
 def complete_context(ctx: dict, meta: TraceMeta, graphs: dict, source: str, ops: int) -> None:
     """What the trace already does, from the passes besides ``trace_context`` (in place)."""
-    ctx["device"] = device_caps(meta)
+    ctx["device"] = with_kernel_arch(device_caps(meta), ctx.get("kernel_arch"))
     # a program that records or replays graphs anywhere already uses them
     ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]
     # graphs set up but never replayed in steady state: a new shape every step
     ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
                                       and source != "whole_trace" and ops)
+
+
+def with_kernel_arch(device: dict, arch: dict | None) -> dict:
+    """The device's capabilities, its unknowns (None) filled from the kernel family
+    (``kernel_arch``: volta_ kernels -> no TF32) and marked ``caps_from``."""
+    if not arch or not isinstance(device, dict):
+        return device
+    fill = {k: arch[k] for k in ("tf32", "bf16") if device.get(k) is None}
+    if device.get("cc") is None and device.get("tf32") is None:
+        fill["cc"] = arch["cc"]
+    if not fill:
+        return device
+    return {**device, **fill, "caps_from": f"kernel names ({arch['arch']}_)"}
 
 
 _MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
