@@ -19,6 +19,7 @@ no fact. docs/architecture.md, "The facts record", lists what goes where.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -39,7 +40,23 @@ from .newfacts import compiled_call_host
 from .peaks import device_caps, device_name
 from .preconditions import host_other_kind
 
-__all__ = ["CAUSES", "WindowFacts", "build_facts", "layout_figures"]
+__all__ = ["CAUSES", "RECORD_VERSION", "WindowFacts", "build_facts", "layout_figures"]
+
+RECORD_VERSION = 1   # WindowFacts.to_json's layout
+
+
+def _plain(x):
+    """JSON for what the record's dicts hold besides JSON types: numpy scalars and arrays,
+    sets, tuples (as lists); anything else as its text."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (set, frozenset)):
+        return sorted(x, key=str)
+    if isinstance(x, pd.Timestamp):
+        return str(x)
+    return str(x)
 
 @dataclass(repr=False)
 class WindowFacts:
@@ -51,6 +68,11 @@ class WindowFacts:
     frames: dict = field(default_factory=dict)
     graph: Any = None                 # passes.replay StepGraph, None when not built
     replay: dict | None = None        # its replay result
+    # the replay's per-lever prices (passes.replay.price_models without its graph): set
+    # when the verdict first prices the levers on ``graph``, so a saved record judges again
+    # without the graph; ``together``: the offered levers replayed at once, by model list
+    prices: dict | None = None
+    together: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The JSON ``facts`` block: figures, program facts, evidence; frames by row count.
@@ -62,6 +84,27 @@ class WindowFacts:
         return {"figures": fig, "program": self.program, "evidence": self.evidence,
                 "frames": {k: int(len(v)) for k, v in self.frames.items() if v is not None},
                 "replay": self.replay}
+
+    def to_json(self) -> str:
+        """The record as JSON text that ``from_json`` reads back: figures, program facts,
+        evidence, the replay summary and the per-lever prices -- what ``verdict.decide``
+        reads. The frames and the step graph stay out: a saved record is judged from its
+        prices (docs/architecture.md, "The facts record")."""
+        return json.dumps({"record": RECORD_VERSION, "figures": self.figures,
+                           "program": self.program, "evidence": self.evidence,
+                           "replay": self.replay, "prices": self.prices,
+                           "together": [[list(k), v] for k, v in self.together.items()]},
+                          default=_plain, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "WindowFacts":
+        """A record saved by ``to_json``: no frames, no graph; its prices price the levers."""
+        d = json.loads(text)
+        if not isinstance(d, dict) or d.get("record") != RECORD_VERSION:
+            raise ValueError(f"not a facts record of version {RECORD_VERSION}")
+        return cls(figures=d["figures"], program=d["program"], evidence=d["evidence"],
+                   replay=d.get("replay"), prices=d.get("prices"),
+                   together={tuple(k): v for k, v in d.get("together") or []})
 
     def __repr__(self) -> str:
         return (f"<WindowFacts: {len(self.figures)} figures, {len(self.program)} program facts, "

@@ -24,6 +24,9 @@ def decide(facts: WindowFacts) -> dict:
     if facts.graph is not None and has_gpu:   # levers priced by replaying them (whatif.py)
         ctx["replay_levers"] = whatif.price(facts.graph, ctx, f["copies"],
                                             facts.frames.get("optimizer_regions"))
+        facts.prices = whatif.saved_prices(ctx["replay_levers"])   # a saved record's prices
+    elif facts.prices and has_gpu:   # a saved record: the prices it was judged with
+        ctx["replay_levers"] = dict(facts.prices)
     verdict = scores.score(has_gpu=has_gpu, window_ns=f["window_ns"], idle_ns=f["idle_ns"],
                            parts=f["cause_ns"] if has_gpu else None,
                            exposed_comm_ns=f["exposed_comm_ns"], copy=f["copies"],
@@ -38,7 +41,8 @@ def decide(facts: WindowFacts) -> dict:
     if ctx.get("replay_levers"):
         verdict["evidence"]["levers_replayed_on"] = ctx["replay_levers"]["steps_priced"]
         together = whatif.together(ctx["replay_levers"], verdict.get("actions") or [],
-                                   {**ctx, "lost_ns": verdict["evidence"].get("lost_ns")})
+                                   {**ctx, "lost_ns": verdict["evidence"].get("lost_ns")},
+                                   facts.together)
         if together:
             verdict["what_if"]["levers_together"] = together
     return verdict

@@ -1118,7 +1118,9 @@ LEVERS: tuple[Lever, ...] = (
     # graph_capture
     Lever("startup_capture", "graph_capture", lambda c: _startup_text(c), "free", saves="none",
           when=_all(engine_startup), first=True,
-          doc=LeverDoc(example="TraceLens sglang_decode/capture_traces/bs_32_rank0 (SGLang "
+          doc=LeverDoc(what="this window is the serving engine's start-up: its graph captures "
+                       "run once per server start -- profile the serving steps; capture fewer "
+                       "batch sizes to start faster", example="TraceLens sglang_decode/capture_traces/bs_32_rank0 (SGLang "
                        "cuda_graph_runner __init__), vllm graph_capture_rank_0")),
     Lever("fixed_shapes_capture", "graph_capture", "keep input shapes fixed (pad or bucket) so "
           "recorded CUDA graphs are replayed, not re-recorded", "code", when=_all(steady_window)),
@@ -1523,7 +1525,7 @@ def withdrawn(scores: dict, ctx: Ctx, min_ns: float, cause_order: tuple) -> list
 
 # -- the lever table as documentation (docs/analysis.md) ----------------------------------
 
-DOC_BEGIN = "<!-- lever-table:begin (python -m traceread.verdict.levers --doc) -->"
+DOC_BEGIN = "<!-- lever-table:begin (python scripts/lever_table.py) -->"
 DOC_END = "<!-- lever-table:end -->"
 
 
@@ -1560,7 +1562,7 @@ def doc_table() -> str:
 
 
 def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return str(text).replace("``", "`").replace("|", "\\|").replace("\n", " ")
 
 
 def write_doc(path: str) -> bool:
@@ -1577,7 +1579,7 @@ def write_doc(path: str) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m traceread.verdict.levers --doc [docs/analysis.md]``: regenerate the table;
+    """``python scripts/lever_table.py --doc [docs/analysis.md]``: regenerate the table;
     ``--print``: print it."""
     if "--print" in argv:
         print(doc_table())
@@ -1592,9 +1594,5 @@ def main(argv: list[str]) -> int:
             return 2
         print(f"{path}: {'updated' if changed else 'current'}")
         return 0
-    print("usage: python -m traceread.verdict.levers --doc [PATH] | --print", file=sys.stderr)
+    print("usage: python scripts/lever_table.py --doc [PATH] | --print", file=sys.stderr)
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
