@@ -65,7 +65,8 @@ def normalize_collective(name: str | None) -> str | None:
     """
     if not name:
         return None
-    s = str(name).strip()
+    # nsys --pytorch=autograd-nvtx appends the op's ids: "nccl:all_to_all, op_id = 998652"
+    s = str(name).split(", op_id =", 1)[0].split(", seq =", 1)[0].strip()
     if ":" in s:  # "nccl:all_reduce", "c10d::allreduce_"
         s = s.rsplit(":", 1)[1]
     s = re.sub(r"[^a-z]", "", s.lower())

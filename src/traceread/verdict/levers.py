@@ -182,12 +182,15 @@ def ddp(c: Ctx) -> bool:
 
 
 def fsdp(c: Ctx) -> bool:
-    """FSDP1/FSDP2 named; framework unknown: all_gather or reduce_scatter run (collectives
-    unknown too: yes). A DDP job gets no FSDP advice."""
+    """FSDP's collectives run: FSDP1/FSDP2 named and all_gather or reduce_scatter seen
+    (collectives unknown: named is enough); framework unknown: all_gather or reduce_scatter
+    run (collectives unknown too: yes). A DDP job gets no FSDP advice, nor a job whose only
+    collective is another's (Ulysses' all_to_all beside an FSDP2 that gathers nothing)."""
     fw, co = _framework(c), _collectives(c)
+    moves = co is None or "all_gather" in co or "reduce_scatter" in co
     if fw is not None:
-        return "fsdp1" in fw or "fsdp2" in fw
-    return co is None or "all_gather" in co or "reduce_scatter" in co
+        return ("fsdp1" in fw or "fsdp2" in fw) and moves
+    return moves
 
 
 FSDP_HIDDEN_PCT = 10.0   # all_gathers at most this exposed: prefetch already hides them
