@@ -21,8 +21,9 @@
 * ``compiled_calls_per_step``: calls of each torch.compile graph (``## Call CompiledFxGraph
   <hash> ##``, ``CompiledFunction``) per profiler step; the most called one.
 * ``host_other_kind``: what the host work that is not the model's forward is --
-  ``framework`` (optimizer step, module call wrappers, autograd engine: it cannot move to a
-  DataLoader worker) or ``movable`` (data preparation, logging, I/O, sleeps).
+  ``framework`` (optimizer step, module call wrappers, autograd engine, a serving engine's
+  loop: it cannot move to a DataLoader worker), ``compute`` (the job's own matmuls on the
+  host), ``movable`` (data preparation, copies, logging, I/O, sleeps) or ``unknown``.
 """
 from __future__ import annotations
 
@@ -272,18 +273,32 @@ def _graph_key(name: str):
 FRAMEWORK_FRAME_RX = namerx.compile(
     r"^Optimizer\.(?:step|zero_grad)|^torch/optim/|\boptimizer\.py\(|^autograd::engine"
     r"|^torch/autograd/|torch/nn/modules/module\.py\(\d+\): (?:_call_impl|_wrapped_call_impl"
-    r"|__getattr__|__setattr__)|^torch/nn/parallel/|torch/distributed/fsdp/|^aten::_foreach_"
-    r"|^(?:cuda|hip)StreamSynchronize$|^aten::(?:item|_local_scalar_dense)$|^Torch-Compiled"
-    r"|^## Call CompiledFxGraph")
+    r"|__getattr__|__setattr__)|torch/nn/parallel/|torch/distributed/|^aten::_foreach_"
+    r"|^aten::(?:un)?flatten_dense_tensors$|^(?:cuda|hip)StreamSynchronize$"
+    r"|^aten::(?:item|_local_scalar_dense)$|^Torch-Compiled|^## Call CompiledFxGraph"
+    # serving / diffusion engines' own step loops: the scheduler, the model runner
+    r"|/managers/scheduler\.py\(|/model_executor/|/worker/\w*model_runner\.py\(")
+# the job's own arithmetic on the host (a CPU model): it is the work, not a side task
+HOST_COMPUTE_RX = namerx.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|einsum|conv\w*"
+                                 r"|_convolution|mkldnn_\w+|native_layer_norm|softmax|_softmax)$")
+# the outermost frames of a script: they name no work of their own
+SCRIPT_FRAME_RX = namerx.compile(r"<module>$|_run_module_as_main$|\): decorate_context$")
 
 
 def host_other_kind(top_other: str | None) -> str | None:
-    """``framework`` when the largest host work outside the model is the framework's own
-    (optimizer step, module-call wrappers, autograd engine, a sync): it cannot move to a
-    worker process; ``movable`` for anything else; None: nothing outside the model."""
+    """What the largest host work outside the model's forward is: ``framework`` (optimizer
+    step, module-call wrappers, autograd engine, DDP's bucket copies, a serving engine's
+    step loop: it cannot move to a worker), ``compute`` (the job's own matmuls on CPU
+    tensors: it is the work), ``movable`` (data preparation, copies, I/O, sleeps), or
+    ``unknown`` (only a script's outermost frame is named); None: nothing outside it."""
     if not top_other:
         return None
-    return "framework" if FRAMEWORK_FRAME_RX.search(str(top_other)) else "movable"
+    name = str(top_other)
+    if FRAMEWORK_FRAME_RX.search(name):
+        return "framework"
+    if HOST_COMPUTE_RX.search(name):
+        return "compute"
+    return "unknown" if SCRIPT_FRAME_RX.search(name) else "movable"
 
 
 # -- all of them --------------------------------------------------------------------------

@@ -182,15 +182,19 @@ def ddp(c: Ctx) -> bool:
 
 
 def fsdp(c: Ctx) -> bool:
-    """FSDP's collectives run: FSDP1/FSDP2 named and all_gather or reduce_scatter seen
-    (collectives unknown: named is enough); framework unknown: all_gather or reduce_scatter
-    run (collectives unknown too: yes). A DDP job gets no FSDP advice, nor a job whose only
-    collective is another's (Ulysses' all_to_all beside an FSDP2 that gathers nothing)."""
+    """FSDP1/FSDP2 named; framework unknown: all_gather or reduce_scatter run (collectives
+    unknown too: yes). A DDP job gets no FSDP advice."""
     fw, co = _framework(c), _collectives(c)
-    moves = co is None or "all_gather" in co or "reduce_scatter" in co
     if fw is not None:
-        return ("fsdp1" in fw or "fsdp2" in fw) and moves
-    return moves
+        return "fsdp1" in fw or "fsdp2" in fw
+    return co is None or "all_gather" in co or "reduce_scatter" in co
+
+
+def fsdp_comms_run(c: Ctx) -> bool:
+    """FSDP's own collectives (all_gather, reduce_scatter) run in the window: not another
+    one's alone (Ulysses' all_to_all beside an FSDP2 that gathers nothing). Unknown: yes."""
+    co = _collectives(c)
+    return co is None or "all_gather" in co or "reduce_scatter" in co
 
 
 FSDP_HIDDEN_PCT = 10.0   # all_gathers at most this exposed: prefetch already hides them
@@ -448,8 +452,9 @@ def allocator_cached(c: Ctx) -> bool:
 
 
 def ddp_or_fsdp(c: Ctx) -> bool:
-    """Gradient communication every micro-batch (DDP or FSDP): no_sync() applies."""
-    return ddp(c) or fsdp(c)
+    """Gradient communication every micro-batch (DDP, or FSDP whose collectives run):
+    no_sync() applies."""
+    return ddp(c) or (fsdp(c) and fsdp_comms_run(c))
 
 
 # -- program facts (passes/newfacts.py): each reads one fact; a missing key is "unknown" --
@@ -733,10 +738,11 @@ def compiled_called_once(c: Ctx) -> bool:
 
 
 def host_movable(c: Ctx) -> bool:
-    """The host work outside the model is not the framework's own (optimizer step, module
-    call wrappers, autograd engine: those cannot move to a worker); unknown: yes."""
+    """The host work outside the model is neither the framework's own (optimizer step,
+    module-call wrappers, autograd engine, a serving engine's loop) nor the job's own
+    arithmetic on the host: those cannot move to a worker. Unknown: yes."""
     hw = c.get("host_work_kind")
-    return not (isinstance(hw, dict) and hw.get("other_kind") == "framework")
+    return not (isinstance(hw, dict) and hw.get("other_kind") in ("framework", "compute"))
 
 
 def _startup_text(c: Ctx) -> str:
@@ -987,13 +993,15 @@ LEVERS: tuple[Lever, ...] = (
                                                           fused_available)),
     Lever("graph_coverage", "launch", "the step already replays CUDA graphs: bring the parts "
           "still launched eagerly into the graph (graph breaks, optimizer, loss/metrics code)",
-          "code", when=_all(PT, graphs_replayed, training), first=True, group="graph_coverage"),
+          "code", when=_all(PT, uses_graphs, graphs_replayed, training), first=True,
+          group="graph_coverage"),
     Lever("graph_coverage_inference", "launch", "the step already replays CUDA graphs: bring "
           "the parts still launched eagerly into the graph (graph breaks, sampling, pre- and "
-          "post-processing)", "code", when=_all(PT, graphs_replayed, inference), first=True,
-          group="graph_coverage"),
+          "post-processing)", "code", when=_all(PT, uses_graphs, graphs_replayed, inference),
+          first=True, group="graph_coverage"),
     Lever("compile_fuse_rest", "launch", "torch.compile to fuse the remaining small elementwise "
-          "kernels", "code", when=_all(PT, graphs_replayed, not_compiled, compile_available),
+          "kernels", "code",
+          when=_all(PT, uses_graphs, graphs_replayed, not_compiled, compile_available),
           group="compile"),
     Lever("cuda_graphs_native", "launch", "CUDA graphs: capture the loop body once "
           "(cudaStreamBeginCapture, cudaGraphLaunch)", "code", when=_all(NV, no_graphs, capturable),
@@ -1077,7 +1085,8 @@ LEVERS: tuple[Lever, ...] = (
           "need no syncing (or sync them every N steps)", "free", saves="buffers",
           when=_all(PT, buffer_broadcast), first=True),
     Lever("fsdp_prefetch", "comms", "FSDP: forward/backward prefetch, limit_all_gathers, larger "
-          "wrap units", "free", saves="fsdp_hide", when=_all(PT, fsdp, fsdp_gathers_exposed)),
+          "wrap units", "free", saves="fsdp_hide",
+          when=_all(PT, fsdp, fsdp_comms_run, fsdp_gathers_exposed)),
     Lever("deepspeed_overlap", "comms", "DeepSpeed ZeRO: overlap_comm=True, larger "
           "reduce_bucket_size / allgather_bucket_size, contiguous_gradients=True", "free",
           when=_all(PT, deepspeed)),
@@ -1496,11 +1505,18 @@ def kernel_base_name(name: str, limit: int | None = KERNEL_NAME_CHARS) -> str:
 
 # -- withdrawn levers: refusals as values -------------------------------------------------
 
-# preconditions that say a lever is about another kind of program or verdict (a CUDA C++
-# lever for a PyTorch program, generic kernel advice outside a GPU-bound verdict): not a
-# refusal worth reporting, the lever was never a candidate
-SCOPE_PRECONDITIONS = ("pytorch", "native", "gpu_bound", "no_busy_evidence", "training",
-                       "inference")
+# the preconditions whose failure says the lever does not fit this program (what it already
+# does, its hardware, its torch, its phase): a refusal worth reporting. The others say the
+# trace does not point at the lever (no stall, no recompile, another framework): it was
+# never a candidate, and is not listed.
+REFUSING = frozenset({
+    "not_gemv", "tf32_device", "bf16_device", "no_fp16", "not_lowp", "compile_available",
+    "graphs_api_available", "fused_available", "h2d_pageable", "dtoh_waits", "graphs_replayed",
+    "graphs_launched", "steady_window", "compiled_called_often", "host_movable",
+    "fsdp_comms_run", "capturable", "no_graphs", "not_compiled", "not_compiled_call",
+    "host_off_model", "not_host_dispatch", "not_offloaded", "host_not_stall",
+    "allocator_cached", "no_startup_alloc", "convolutions", "attention_unfused",
+    "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused"})
 
 
 def withdrawn(scores: dict, ctx: Ctx, min_ns: float, cause_order: tuple) -> list[Withdrawn]:
@@ -1516,7 +1532,7 @@ def withdrawn(scores: dict, ctx: Ctx, min_ns: float, cause_order: tuple) -> list
             continue
         w = lv.refusal(ctx)
         if w is not None:
-            if w.precondition not in SCOPE_PRECONDITIONS:
+            if w.precondition in REFUSING:
                 out.append(w)
             continue
         r = lever_price(ctx, lv.id)

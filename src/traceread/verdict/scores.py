@@ -256,7 +256,7 @@ def _summary(bound: str, ev: dict, ctx: dict) -> str:
 def _out(bound: str, summary: str, ev: dict, actions: list, what_if=None) -> dict:
     return {"bound": bound, "title": TITLE[bound], "summary": summary, "evidence": ev,
             "levers": [a["lever"] for a in actions], "actions": list(actions),
-            "diagnostics": [], "what_if": dict(what_if or {})}
+            "diagnostics": [], "what_if": dict(what_if or {}), "withdrawn": []}
 
 
 def _pct(a, b, digits: int = 2) -> float:
