@@ -1526,9 +1526,10 @@ def withdrawn(scores: dict, ctx: Ctx, min_ns: float, cause_order: tuple) -> list
     from .whatif import lever_price, withdrawn as replay_unfit
 
     causes = {c for c in cause_order if scores.get(c, 0) > 0 and scores[c] >= min_ns}
+    priced = ctx.get("busy_levers") or {}   # busy-time levers the busy pass priced
     out = []
     for lv in LEVERS:
-        if lv.cause not in causes:
+        if lv.cause not in causes and not (lv.saves == "busy" and lv.busy in priced):
             continue
         w = lv.refusal(ctx)
         if w is not None:
