@@ -76,6 +76,7 @@ def workers(c: Ctx) -> bool:
 
 
 def no_workers(c: Ctx) -> bool:
+    """The DataLoader runs in the training process (no worker processes seen)."""
     return not workers(c)
 
 
@@ -135,6 +136,7 @@ def host_dispatch(c: Ctx) -> bool:
 
 
 def not_host_dispatch(c: Ctx) -> bool:
+    """The host time is not PyTorch's own per-op dispatch."""
     return not host_dispatch(c)
 
 
@@ -148,6 +150,7 @@ def host_in_model(c: Ctx) -> bool:
 
 
 def host_off_model(c: Ctx) -> bool:
+    """The host time is not the model's own forward (module calls, launching ops)."""
     return not host_in_model(c)
 
 
@@ -296,10 +299,12 @@ def _ep_balance_text(c: Ctx) -> str:
 
 
 def deepspeed(c: Ctx) -> bool:
+    """DeepSpeed is named."""
     return "deepspeed" in (_framework(c) or [])
 
 
 def megatron(c: Ctx) -> bool:
+    """Megatron is named."""
     return "megatron" in (_framework(c) or [])
 
 
@@ -429,6 +434,7 @@ def startup_alloc(c: Ctx) -> bool:
 
 
 def no_startup_alloc(c: Ctx) -> bool:
+    """The start-up's largest call is not an allocator call."""
     return not startup_alloc(c)
 
 
@@ -448,6 +454,7 @@ def allocator_growing(c: Ctx) -> bool:
 
 
 def allocator_cached(c: Ctx) -> bool:
+    """PyTorch's caching allocator is on."""
     return not allocator_uncached(c)
 
 
@@ -508,10 +515,12 @@ def compiled_call(c: Ctx) -> bool:
 
 
 def not_compiled_call(c: Ctx) -> bool:
+    """The host time is not torch.compile's own per-call work."""
     return not compiled_call(c)
 
 
 def not_offloaded(c: Ctx) -> bool:
+    """The optimizer is not offloaded to the host."""
     return not optimizer_offloaded(c)
 
 
@@ -553,6 +562,7 @@ def other_process(c: Ctx) -> bool:
 
 
 def no_other_process(c: Ctx) -> bool:
+    """No other process's GPU work shows on the device."""
     return not other_process(c)
 
 
@@ -618,18 +628,22 @@ def launches_untraced(c: Ctx) -> bool:
 
 
 def no_launches(c: Ctx) -> bool:
+    """No kernel launch is recorded in a trace with no GPU event."""
     return not launches_untraced(c)
 
 
 def not_cut(c: Ctx) -> bool:
+    """The trace is whole and its window holds GPU work when the trace has some."""
     return not cut_before_gpu(c) and not window_without_gpu(c)
 
 
 def cpu_compile_heavy(c: Ctx) -> bool:
+    """torch.compile takes at least CPU_SHARE of a CPU-only trace."""
     return float(_cpu(c).get("compile_share") or 0) >= CPU_SHARE
 
 
 def cpu_data_heavy(c: Ctx) -> bool:
+    """The DataLoader takes at least CPU_SHARE of a CPU-only trace's steps."""
     return float(_cpu(c).get("dataloader_share") or 0) >= CPU_SHARE
 
 
