@@ -308,7 +308,22 @@ def pool() -> dict:
     out["native CUDA, no mid-step sync, re-sent copies"] = dict(
         native, capturable=True, payloads=["resent", "unknown"])
     import traceread
+    from traceread.jobs import multirank as mr
+    from traceread.jobs.multirank.verdicts import job_verdict
 
+    # a job's verdict: the straggler and why it is late (our gloo recordings)
+    for j in ("ddp2", "pp_gpipe3_slow1"):
+        res = mr.analyze_traces([load(p) for p in sorted((FIX / "gloo" / j).glob("rank-*.json.gz"))])[0]
+        jv = job_verdict(res)
+        out[f"job {j}"] = {"straggler_rank": jv["straggler_rank"], "straggler_cause": jv["cause"]}
+    for cause in ("stage_untraced", "untraced", "comm_wait", "sleep", "gpu_compute"):
+        out[f"job ddp2, late because {cause}"] = dict(out["job ddp2"], straggler_cause=cause)
+    # the GPU-use section: allocator calls after the first step (our H100 recording)
+    alloc = traceread.analyze(str(FIX / "gpu" / "alloc.bad.json.gz"))
+    out["memory alloc.bad"] = {"memory": alloc.facts.figures["memory"]}
+    mem = alloc.facts.figures["memory"]
+    out["memory alloc.bad, no frees"] = {"memory": {**mem, "after_first_step": {
+        **mem["after_first_step"], "frees": 0}}}
     for j in ("pp_gpipe3_slow1", "tp2", "a2a4"):
         out[f"layout {j}"] = layout_figures(
             traceread.analyze(str(FIX / "gloo" / j / "rank-1.json.gz")).parallelism)
@@ -318,7 +333,7 @@ def pool() -> dict:
 ALWAYS = {"storage", "warm_up", "stream_waits", "front_end", "record_host", "find_the_wait"}
 
 
-@pytest.mark.parametrize("lever_id", [str(lv.id) for lv in L.LEVERS + L.DIAGNOSTICS])
+@pytest.mark.parametrize("lever_id", [str(lv.id) for lv in L.LEVERS + L.DIAGNOSTICS + L.APART])
 def test_every_lever_offered_where_its_facts_hold_withdrawn_where_not(lever_id, pool):
     lv = L.BY_ID[lever_id]
     holds = [k for k, c in pool.items() if lv.refusal(c) is None]

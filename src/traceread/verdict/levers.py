@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import sys
 from enum import Enum
+from typing import Callable
 
 from .leverkit import (COST_ORDER, Ctx, Lever, LeverDoc, Pred, SavingModel, Withdrawn,
                        first_line, register_ids)
@@ -1244,6 +1245,98 @@ LEVERS: tuple[Lever, ...] = (
           "free", saves="none"),
 )
 
+# -- job levers: a whole job's straggler (jobs/multirank/verdicts.py), priced by the lateness
+# it imposes; the context is the job verdict: ``straggler_rank``, ``straggler_cause``
+
+def _late_because(cause: str, doc: str) -> Pred:
+    """A precondition: the straggler's late windows are explained by ``cause``."""
+    def pred(c: Ctx) -> bool:
+        return c.get("straggler_cause") == cause
+    pred.__name__ = f"late_{cause}"
+    pred.__doc__ = doc
+    return pred
+
+
+def _rank_text(template: str) -> Callable[[Ctx], str]:
+    def text(c: Ctx) -> str:
+        return template.format(r=c.get("straggler_rank"))
+    text.__doc__ = template.format(r="R")
+    return text
+
+
+STRAGGLER_ROWS = (
+    ("stage_compute", "its pipeline stage computes more than the others",
+     "move layers off the pipeline stage of rank {r} (the split points) so the stages compute "
+     "alike"),
+    ("stage_untraced", "its stage runs host work outside profiled ops",
+     "look at what pipeline rank {r} runs outside profiled ops inside its stage's step (a "
+     "sleep, logging, checkpointing, I/O or Python only that stage does; profile "
+     "with_stack=True): the other stages wait on it"),
+    ("untraced", "it runs host work outside profiled ops before its collectives",
+     "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
+     "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)"),
+    ("gpu_compute", "its GPU was still busy with compute kernels",
+     "rank {r}'s GPU computes longer: uneven inputs (batch or sequence lengths), a slower or "
+     "throttled GPU, or other work sharing it"),
+    ("comm_wait", "it is itself blocked in another collective",
+     "rank {r} is itself blocked in another collective: look at that group's straggler"),
+    ("sleep", "its launching thread sleeps",
+     "rank {r}'s launching thread sleeps before it reaches the collective (time.sleep/"
+     "clock_nanosleep): remove the sleep, or the polling/rate-limiting loop that calls it"),
+)
+JOB_LEVERS: tuple[Lever, ...] = tuple(
+    Lever(f"straggler_{cause}", "job", _rank_text(text), "code", saves="none",
+          when=(_late_because(cause, f"The straggler is late because {why}."),),
+          doc=LeverDoc(what=text.format(r="R"), example="gloo ddp2 / pp_gpipe3_slow1 "
+                       "recordings (tests/fixtures/gloo)"))
+    for cause, why, text in STRAGGLER_ROWS)
+
+
+def straggler_text(cause: str | None, rank: int) -> str | None:
+    """The job lever's words for a straggler late because of ``cause`` (None: no row)."""
+    lv = BY_ID.get(f"straggler_{cause}")
+    return lv.words({"straggler_rank": rank}) if lv is not None else None
+
+
+# -- memory levers: the GPU-use section's allocator advice (verdict/busy.py), on the record's
+# ``memory`` figures: device allocator calls after the first step, each device's peaks
+
+def late_frees(c: Ctx) -> bool:
+    """Device free calls run after the first step: the cache hands memory back every step."""
+    late = (c.get("memory") or {}).get("after_first_step") or {}
+    return bool(late.get("count")) and bool(late.get("frees"))
+
+
+def late_allocs_only(c: Ctx) -> bool:
+    """Device allocations and no free run after the first step: memory keeps growing."""
+    late = (c.get("memory") or {}).get("after_first_step") or {}
+    return bool(late.get("count")) and not late.get("frees")
+
+
+def late_allocator_calls(c: Ctx) -> bool:
+    """The allocator still calls the driver after the first step."""
+    return bool(((c.get("memory") or {}).get("after_first_step") or {}).get("count"))
+
+
+MEMORY_LEVERS: tuple[Lever, ...] = (
+    Lever("no_empty_cache_in_loop", "memory", "the caching allocator is handing memory back "
+          "every step: drop torch.cuda.empty_cache() / gc-triggered frees from the loop; if it "
+          "is not called, the cache runs dry (see fragmentation)", "free", saves="none",
+          when=(late_frees,)),
+    Lever("memory_growth", "memory", "memory keeps growing across steps (varying shapes?): pad "
+          "to fixed shapes or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "free",
+          saves="none", when=(late_allocs_only,)),
+    Lever("expandable_segments", "memory", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+          "free", saves="none", when=(late_allocator_calls,),
+          doc=LeverDoc(why="a device's reserved memory is > 25% unused at its peak while the "
+                       "allocator still calls the driver (fragmentation)")),
+    Lever("near_capacity", "memory", "close to the memory limit: allocator retries (cudaFree + "
+          "cudaMalloc) are likely; reduce batch / activation memory (checkpointing)", "free",
+          saves="none", when=(late_allocator_calls,),
+          doc=LeverDoc(why="a device's reserved peak is > 90% of its capacity while the "
+                       "allocator still calls the driver")),
+)
+
 # Unranked "to find out more": tools that show the culprit, offered with their cause.
 DIAGNOSTICS: tuple[Lever, ...] = (
     Lever("mark_steps", "startup", "mark the steps (torch.profiler prof.step() or NVTX ranges "
@@ -1267,6 +1360,8 @@ try:   # verdict/anatomy.py (issue 38): step-anatomy levers, merged separately
 except ImportError:   # not merged yet
     ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving = (), {}, None
 LEVERS = LEVERS + tuple(ANATOMY_LEVERS)
+# the rows the ranked to-do list of one window never offers: a job's, the GPU-use section's
+APART = JOB_LEVERS + MEMORY_LEVERS
 SAVINGS.update(ANATOMY_SAVINGS)
 
 
@@ -1278,13 +1373,18 @@ def appended_saving(lv: Lever, ctx: Ctx) -> int | None:
 
 
 # every lever id, one enum (a str Enum: ``LeverId.NUM_WORKERS == "num_workers"``)
-LeverId = Enum("LeverId", {str(lv.id).upper(): str(lv.id) for lv in LEVERS + DIAGNOSTICS},
+LeverId = Enum("LeverId", {str(lv.id).upper(): str(lv.id)
+                           for lv in LEVERS + DIAGNOSTICS + APART},
                type=str, module=__name__)
 LeverId.__str__ = lambda self: self.value   # f"{id}" is the plain id
 register_ids(LeverId)
 LEVERS = tuple(Lever(**{**lv.__dict__, "id": LeverId(str(lv.id))}) for lv in LEVERS)
 DIAGNOSTICS = tuple(Lever(**{**lv.__dict__, "id": LeverId(str(lv.id))}) for lv in DIAGNOSTICS)
-BY_ID = {lv.id: lv for lv in LEVERS + DIAGNOSTICS}
+JOB_LEVERS = tuple(Lever(**{**lv.__dict__, "id": LeverId(str(lv.id))}) for lv in JOB_LEVERS)
+MEMORY_LEVERS = tuple(Lever(**{**lv.__dict__, "id": LeverId(str(lv.id))})
+                      for lv in MEMORY_LEVERS)
+APART = JOB_LEVERS + MEMORY_LEVERS
+BY_ID = {lv.id: lv for lv in LEVERS + DIAGNOSTICS + APART}
 
 
 def rows(cause: str, ctx: Ctx, table: tuple = LEVERS) -> list[Lever]:
@@ -1586,7 +1686,7 @@ def doc_table() -> str:
     """docs/analysis.md's lever table: one row per lever of the table, in table order."""
     rows = ["| lever | cause | cost | what | offered when | saves (model; assumptions) "
             "| example |", "|---|---|---|---|---|---|---|"]
-    for lv in LEVERS + DIAGNOSTICS:
+    for lv in LEVERS + DIAGNOSTICS + APART:
         d = describe(lv)
         kind = " (diagnostic)" if lv in DIAGNOSTICS else ""
         saves = d.saving + (f"; {d.assumptions}" if d.assumptions else "")
