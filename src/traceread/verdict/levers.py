@@ -19,6 +19,7 @@ lever would save").
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from enum import Enum
@@ -1355,9 +1356,11 @@ DIAGNOSTICS: tuple[Lever, ...] = (
 
 # The modules whose lever rows the table appends (the same Lever shape, verdict/leverkit.py):
 # each gives LEVERS rows, saving-model docs and a pricing hook for its own models.
-try:   # verdict/anatomy.py (issue 38): step-anatomy levers, merged separately
+if importlib.util.find_spec(f"{__package__}.anatomy") is not None:
+    # verdict/anatomy.py (issue 38): the step-anatomy levers (they import the shape from
+    # verdict/leverkit.py, never from here: no import circle)
     from .anatomy import ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving
-except ImportError:   # not merged yet
+else:   # not merged yet
     ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving = (), {}, None
 LEVERS = LEVERS + tuple(ANATOMY_LEVERS)
 # the rows the ranked to-do list of one window never offers: a job's, the GPU-use section's
