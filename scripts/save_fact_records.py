@@ -40,6 +40,8 @@ RECORDS = {
     "ulysses_a2a": ("GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite", False),
     # our own H100 recording (tests/fixtures): DataLoader(pin_memory=True), non_blocking copies
     "pinned_batch": ("fixtures:gpu/data.bad.json.gz", False),
+    # the same program under nsys (-t cuda,nvtx,osrt): no DataLoader names, OS calls only
+    "nsys_main_thread_data": ("fixtures:gpu/data.bad.sqlite.xz", False),
 }
 
 
@@ -47,6 +49,14 @@ def source(corpus: Path, rel: str, strip: bool, tmp: Path) -> Path:
     """The trace to analyse: the corpus file, or a copy without its device properties."""
     path = ROOT / "tests" / "fixtures" / rel[len("fixtures:"):] \
         if rel.startswith("fixtures:") else corpus / rel
+    if path.name.endswith(".xz"):   # our nsys recordings are stored compressed
+        import lzma
+        import shutil
+
+        out = tmp / path.name[:-3]
+        with lzma.open(path) as i, open(out, "wb") as o:
+            shutil.copyfileobj(i, o)
+        return out
     if not strip:
         return path
     opener = gzip.open if path.name.endswith(".gz") else open

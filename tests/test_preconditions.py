@@ -189,6 +189,7 @@ def test_a_planted_straggler_stays_significant():
 # -- the records are today's facts ---------------------------------------------------------
 
 PRECONDITION_FACTS = ("kernel_arch", "fp32_gemv_share", "h2d_source", "sync_copy_directions",
+                      "step_head_wait",
                       "graph_launches", "startup_phase", "compiled_calls_per_step",
                       "torch_version", "collectives", "framework", "device")
 
@@ -206,3 +207,20 @@ def test_saved_records_hold_todays_facts(name, corpus_dir):
     saved = record(name)
     for k in PRECONDITION_FACTS:
         assert now["program"].get(k) == json.loads(json.dumps(saved.program.get(k))), k
+
+
+# -- 6. data loading on the main thread, priced at its whole wait ---------------------------
+
+def test_nsys_data_loading_on_the_main_thread_priced_at_its_whole_wait():
+    # our H100 nsys recording (-t cuda,nvtx,osrt): DataLoader(num_workers=0), 16 samples of
+    # 1 ms each a batch -- ~18-23 ms a step planted. No DataLoader name in the export: the
+    # OS calls before each step's first launch show it. It was priced 21 ms over 11 steps
+    # (the replay of "move host work off the step path") with "larger batch" first.
+    f, v, ids, gone = judged("nsys_main_thread_data")
+    h = f.program["step_head_wait"]
+    assert h["calls"][0] == "clock_nanosleep" and h["steps"] == 11
+    assert 16_000_000 <= h["per_step_ns"] <= 23_000_000
+    top = v["actions"][0]
+    assert top["id"] == "input_on_main_thread" and top["saves_ns"] >= 11 * 16_000_000
+    assert ids.index("input_on_main_thread") < ids.index("larger_batch")
+    assert "num_workers" in top["lever"]

@@ -494,6 +494,15 @@ class StartupPhase(_S):
     ns: int
 
 
+class StepHeadWait(_S):
+    """OS-runtime calls before each step's first launch while the GPU idles (nsys)."""
+
+    per_step_ns: int
+    steps: int
+    share: float
+    calls: list[str]
+
+
 class CompiledCalls(_S):
     """Calls of each torch.compile graph per profiler step."""
 
@@ -676,6 +685,7 @@ class Context(_S):
     graph_launches: Optional[int] = None
     startup_phase: Optional[StartupPhase] = None
     compiled_calls_per_step: Optional[CompiledCalls] = None
+    step_head_wait: Optional[StepHeadWait] = None
 
 
 class SteadyEvidence(_S):

@@ -38,7 +38,7 @@ from .frames import code_in
 from .hostwork import host_work_kind
 from .newfacts import compiled_call_host
 from .peaks import device_caps, device_name
-from .preconditions import host_other_kind
+from .preconditions import host_other_kind, step_head_wait
 
 __all__ = ["CAUSES", "RECORD_VERSION", "WindowFacts", "build_facts", "layout_figures"]
 
@@ -166,6 +166,10 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     fig["queued_on"] = attr_mod.waited_by(gaps)
     fig.update(_utilization_figures(utilization))
     fig["missing"] = missing_figures(meta, ev, ctx)
+    head, head_ev = step_head_wait(ev, step_tab if source != "whole_trace" else None)
+    ctx["step_head_wait"] = head   # the host fetching each step's input (an nsys osrt fact)
+    if head_ev:
+        ctx.setdefault("facts_evidence", {})["step_head_wait"] = head_ev
     fig["steady"] = later("steady")
     # the window's GPU ops stay out: the Analysis would hold them (its largest table) alive
     frames = {"gaps": gaps, "top_ops": top_ops, "steps": step_tab, "devices": devices,

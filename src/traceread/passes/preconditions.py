@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .. import namerx
-from .common import GRAPH_LAUNCH_RX, lut_at, rows_of
+from .common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
 from .factkit import Steps, item
 
 # -- GPU generation from kernel names -----------------------------------------------------
@@ -301,6 +301,62 @@ def host_other_kind(top_other: str | None) -> str | None:
     return "unknown" if SCRIPT_FRAME_RX.search(name) else "movable"
 
 
+# -- the host work at the head of each step ----------------------------------------------
+
+LAUNCH_CALL_RX = re.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch\w*$"
+                            r"|^(?:cuda|cu|hip)GraphLaunch\w*$|^(?:cuda|hip)Memcpy\w*$")
+HEAD_MIN_SHARE = 0.1   # of the median step: shorter heads are the step's own set-up
+
+
+def step_head_wait(ev: pd.DataFrame, step_tab: pd.DataFrame | None) -> tuple[dict | None, list]:
+    """Per step, the OS-runtime calls (nsys ``osrt``: read, open, clock_nanosleep, poll ...) on
+    the step's launching thread between the step's start and its first launch or copy call,
+    while no GPU op runs: the host fetches the step's input before it can launch anything
+    (a DataLoader with num_workers=0 does this on the training thread). {"per_step_ns"
+    (median), "steps", "share" (of the median step), "calls": the heaviest call names} or
+    None: no step, no OS-runtime calls traced, or the median under HEAD_MIN_SHARE."""
+    if step_tab is None or not len(step_tab) or not kind_in(ev, ("osrt",)).any():
+        return None, []
+    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    api = rows_of(ev, ("runtime", "driver"))
+    lut, codes = lut_at(ev["name"], api, lambda n: bool(LAUNCH_CALL_RX.match(n)), False, bool)
+    launch = api[lut.take(codes)]
+    osrt = rows_of(ev, ("osrt",))
+    gpu = rows_of(ev, ("kernel", "memcpy", "memset"))
+    heads, names, first = [], {}, None
+    for s, e, p, t in step_tab[["start", "end", "pid", "tid"]].itertuples(index=False):
+        mine = launch[(pid[launch] == p) & (tid[launch] == t) & (ts[launch] >= s) & (ts[launch] < e)]
+        if not len(mine):
+            continue
+        head_end = int(ts[mine].min())
+        # while the GPU still runs earlier work the host's calls cost nothing: from when it
+        # is idle (the last GPU op that began before the head ends)
+        busy = gpu[(ts[gpu] < head_end) & (ts[gpu] + dur[gpu] > s)]
+        idle_from = max(s, int((ts[busy] + dur[busy]).max())) if len(busy) else s
+        calls = osrt[(pid[osrt] == p) & (tid[osrt] == t) & (ts[osrt] + dur[osrt] > idle_from)
+                     & (ts[osrt] < head_end)]
+        a = np.maximum(ts[calls], idle_from)
+        b = np.minimum(ts[calls] + dur[calls], head_end)
+        ns = int(np.clip(b - a, 0, None).sum()) if len(calls) else 0
+        heads.append(ns)
+        for r in calls.tolist():
+            n = str(ev["name"].iat[r])
+            names[n] = names.get(n, 0) + int(dur[r])
+            first = r if first is None else first
+    if not heads or first is None:
+        return None, []
+    med = int(np.median(heads))
+    step = float(np.median(step_tab["dur"].to_numpy(np.int64)))
+    if step <= 0 or med < HEAD_MIN_SHARE * step:
+        return None, []
+    top = [n for n, _ in sorted(names.items(), key=lambda kv: -kv[1])[:3]]
+    return ({"per_step_ns": med, "steps": len(heads), "share": round(med / step, 3),
+             "calls": top},
+            [item(ev["name"].iat[first], ts[first], None,
+                  f"{med / 1e6:.1f} ms a step in OS calls before the step's first launch")])
+
+
 # -- all of them --------------------------------------------------------------------------
 
 def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
@@ -322,5 +378,5 @@ def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
     return out
 
 
-__all__ = ["precondition_facts", "kernel_arch", "fp32_gemv_share", "h2d_source",
+__all__ = ["precondition_facts", "step_head_wait", "kernel_arch", "fp32_gemv_share", "h2d_source",
            "graph_launches", "startup_phase", "compiled_calls_per_step", "host_other_kind"]

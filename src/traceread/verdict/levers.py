@@ -761,6 +761,27 @@ def host_movable(c: Ctx) -> bool:
     return not (isinstance(hw, dict) and hw.get("other_kind") in ("framework", "compute"))
 
 
+def step_head_waits(c: Ctx) -> bool:
+    """Each step's launching thread spends a share of the step in OS calls before its first
+    launch while the GPU idles (``step_head_wait``: nsys OS-runtime calls)."""
+    return bool(c.get("step_head_wait"))
+
+
+def no_dataloader_names(c: Ctx) -> bool:
+    """The trace names no DataLoader iterator: its wait is not already the data cause's."""
+    return not c.get("dataloader_single") and not c.get("dataloader_workers")
+
+
+def _head_text(c: Ctx) -> str:
+    h = c["step_head_wait"]
+    calls = ", ".join(h.get("calls") or []) or "OS calls"
+    return (f"each step waits {h['per_step_ns'] / 1e6:.1f} ms ({100 * h['share']:.0f}% of the "
+            f"step) on the training thread before its first launch, in {calls}, while the GPU "
+            "idles: the step's input is fetched there (a DataLoader with num_workers=0 runs on "
+            "the training thread) -- DataLoader(num_workers=N, pin_memory=True) fetches it in "
+            "worker processes while the GPU runs the previous step")
+
+
 def _startup_text(c: Ctx) -> str:
     st = c.get("startup_phase") or {}
     frame = (st.get("frames") or ["the model runner's set-up"])[0]
@@ -854,6 +875,13 @@ def _save_buffers(lv, cause_ns, parts, copy, ctx):
     return min(per_step * max(1, int(ctx.get("steps_seen") or 1)), int(ctx.get("lost_ns") or 0))
 
 
+def _save_step_head(lv, cause_ns, parts, copy, ctx):
+    h = ctx.get("step_head_wait") or {}
+    n = int(h.get("per_step_ns") or 0) * int(h.get("steps") or 0)
+    lost = ctx.get("lost_ns")
+    return n if lost is None else min(n, int(lost))
+
+
 def _save_none(lv, cause_ns, parts, copy, ctx):
     return None
 
@@ -903,6 +931,10 @@ SAVING_MODELS: dict[str, SavingModel] = {m.id: m for m in (
     SavingModel("stall", "the stall's excess over the median step "
                 "(periodic_stall.excess_ns_per_stall) x the stalls traced", _save_stall, False,
                 "priced per period: the steady window leaves them out"),
+    SavingModel("step_head", "the OS-call time before each step's first launch while the GPU "
+                "idles (step_head_wait.per_step_ns, the median) x the steps that show it, "
+                "capped at the lost time", _save_step_head, False,
+                "workers fetch the input while the GPU runs: the whole wait goes"),
     SavingModel("none", "no estimate: offered after the levers with one", _save_none, False,
                 "advice without a measured saving"),
 )}
@@ -943,6 +975,12 @@ LEVERS: tuple[Lever, ...] = (
     Lever("prefetch_factor", "data", "raise prefetch_factor so batches are ready before the "
           "step needs them", "free", when=_all(PT, no_workers)),
     Lever("storage", "data", STORAGE, "infra"),
+    Lever("input_on_main_thread", "data", _head_text, "free", saves="step_head",
+          when=_all(PT, step_head_waits, no_dataloader_names), first=True,
+          doc=LeverDoc(what="the step's input is fetched on the training thread before its "
+                       "first launch: DataLoader(num_workers=N) fetches it in workers",
+                       example="our H100 nsys recording gpu/data.bad.sqlite (num_workers=0, "
+                       "16 x 1 ms samples: 17.1 ms a step, ~20 ms planted)")),
     # copy
     Lever("pin_copy", "copy", "pin the host tensor (tensor.pin_memory() once, or "
           "DataLoader(pin_memory=True)) and copy with .to(device, non_blocking=True)", "free",
@@ -1633,6 +1671,7 @@ REFUSING = frozenset({
     "fsdp_comms_run", "capturable", "no_graphs", "not_compiled", "not_compiled_call",
     "host_off_model", "not_host_dispatch", "not_offloaded", "host_not_stall",
     "allocator_cached", "no_startup_alloc", "convolutions", "attention_unfused",
+    "no_dataloader_names",
     "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused"})
 
 
