@@ -18,6 +18,7 @@ once; ``--records`` judges every saved record again with ``verdict.decide`` in s
 from __future__ import annotations
 
 import csv
+import gzip
 import re
 import sys
 import time
@@ -62,19 +63,20 @@ def rejudge(records: Path, ids: bool) -> int:
     from traceread.passes.facts import WindowFacts
     from traceread.verdict import decide
 
-    files = sorted(records.glob("*.facts.json"))
+    files = sorted(list(records.glob("*.facts.json")) + list(records.glob("*.facts.json.gz")))
     if not files:
-        print(f"no saved facts records (*.facts.json) in {records}", file=sys.stderr)
+        print(f"no saved facts records (*.facts.json[.gz]) in {records}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     for p in files:
         t = time.perf_counter()
         try:
-            v = decide(WindowFacts.from_json(p.read_text()))
-        except (ValueError, KeyError) as e:
+            text = gzip.open(p, "rt").read() if p.name.endswith(".gz") else p.read_text()
+            v = decide(WindowFacts.from_json(text))
+        except (OSError, ValueError, KeyError) as e:
             print(f"unreadable  {p.name}: {e}")
             continue
-        name = p.name[: -len(".facts.json")]
+        name = p.name.split(".facts.json")[0]
         print(_ids_line(v, name) if ids else _line(v, None, time.perf_counter() - t, name),
               flush=True)
     print(f"# {len(files)} records judged in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
