@@ -224,3 +224,12 @@ def test_nsys_data_loading_on_the_main_thread_priced_at_its_whole_wait():
     assert top["id"] == "input_on_main_thread" and top["saves_ns"] >= 11 * 16_000_000
     assert ids.index("input_on_main_thread") < ids.index("larger_batch")
     assert "num_workers" in top["lever"]
+
+
+def test_the_gpu_use_section_names_no_withdrawn_busy_lever():
+    # the busy pass priced TF32 on the volta_ kernels (device unknown); the GPU-use section
+    # and its headline list only what a row of the table offers
+    from traceread.verdict.decision import utilization_levers
+
+    u = utilization_levers(record("volta_nodevice"))
+    assert "tf32" not in [b["lever"] for b in u["busy"]] and "tf32" not in u["headline"]

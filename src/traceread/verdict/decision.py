@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..passes.facts import WindowFacts
 from . import scores, whatif
+from .levers import fitting_busy
 from .busy import busy_levers, headline, memory_levers
 from .steady import adjust_verdict
 
@@ -34,7 +35,7 @@ def decide(facts: WindowFacts) -> dict:
                            facts_evidence=facts.evidence,
                            one_time_launch_ns=one_time_launch_ns(f.get("steady")))
     verdict["missing"] = missing(f.get("missing") or {})
-    head = headline(f.get("utilization"), blev)
+    head = headline(f.get("utilization"), fitting_busy(blev, ctx))
     if verdict["bound"] == "gpu" and head:
         verdict["summary"] += f"; {head}"
     adjust_verdict(verdict, f.get("steady") or {})
@@ -67,7 +68,7 @@ def utilization_levers(facts: WindowFacts) -> dict:
     """The levers of the GPU-use section (``utilization.busy.levers``,
     ``utilization.memory.levers``) and its headline sentence."""
     f = facts.figures
-    blev = busy_levers(f.get("busy"))
+    blev = fitting_busy(busy_levers(f.get("busy")), lever_context(facts))
     return {"busy": blev, "memory": memory_levers(f.get("memory")),
             "headline": headline(f.get("utilization"), blev)}
 

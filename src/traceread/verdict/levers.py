@@ -1658,6 +1658,17 @@ def kernel_base_name(name: str, limit: int | None = KERNEL_NAME_CHARS) -> str:
     return (s.rsplit("::", 1)[-1].strip() or name)[:limit]
 
 
+def fitting_busy(blev: list[dict], ctx: Ctx) -> list[dict]:
+    """The busy pass's priced levers that some row of the table offers here (its
+    preconditions hold: no TF32 lever on volta_ kernels): what the GPU-use section and its
+    headline may name."""
+    rows: dict[str, list[Lever]] = {}
+    for lv in LEVERS:
+        if lv.saves == "busy":
+            rows.setdefault(lv.busy, []).append(lv)
+    return [b for b in blev if any(lv.holds(ctx) for lv in rows.get(b["lever"], ()))]
+
+
 # -- withdrawn levers: refusals as values -------------------------------------------------
 
 # the preconditions whose failure says the lever does not fit this program (what it already
