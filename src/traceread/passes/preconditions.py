@@ -324,26 +324,33 @@ def step_head_wait(ev: pd.DataFrame, step_tab: pd.DataFrame | None) -> tuple[dic
     launch = api[lut.take(codes)]
     osrt = rows_of(ev, ("osrt",))
     gpu = rows_of(ev, ("kernel", "memcpy", "memset"))
+    gpu = gpu[np.argsort(ts[gpu], kind="stable")]
+    g_ts, g_end = ts[gpu], np.maximum.accumulate(ts[gpu] + dur[gpu]) if len(gpu) else gpu
     heads, names, first = [], {}, None
-    for s, e, p, t in step_tab[["start", "end", "pid", "tid"]].itertuples(index=False):
-        mine = launch[(pid[launch] == p) & (tid[launch] == t) & (ts[launch] >= s) & (ts[launch] < e)]
-        if not len(mine):
-            continue
-        head_end = int(ts[mine].min())
-        # while the GPU still runs earlier work the host's calls cost nothing: from when it
-        # is idle (the last GPU op that began before the head ends)
-        busy = gpu[(ts[gpu] < head_end) & (ts[gpu] + dur[gpu] > s)]
-        idle_from = max(s, int((ts[busy] + dur[busy]).max())) if len(busy) else s
-        calls = osrt[(pid[osrt] == p) & (tid[osrt] == t) & (ts[osrt] + dur[osrt] > idle_from)
-                     & (ts[osrt] < head_end)]
-        a = np.maximum(ts[calls], idle_from)
-        b = np.minimum(ts[calls] + dur[calls], head_end)
-        ns = int(np.clip(b - a, 0, None).sum()) if len(calls) else 0
-        heads.append(ns)
-        for r in calls.tolist():
-            n = str(ev["name"].iat[r])
-            names[n] = names.get(n, 0) + int(dur[r])
-            first = r if first is None else first
+    for (p, t), sg in step_tab.groupby(["pid", "tid"], sort=False):
+        lr = launch[(pid[launch] == p) & (tid[launch] == t)]
+        lr = lr[np.argsort(ts[lr], kind="stable")]
+        orow = osrt[(pid[osrt] == p) & (tid[osrt] == t)]
+        orow = orow[np.argsort(ts[orow], kind="stable")]
+        for s_, e_ in sg[["start", "end"]].itertuples(index=False):
+            k = int(np.searchsorted(ts[lr], s_))
+            if k >= len(lr) or ts[lr[k]] >= e_:
+                continue   # no launch in this step
+            head_end = int(ts[lr[k]])
+            # while the GPU still runs earlier work the host's calls cost nothing: from when
+            # it is idle (the latest end of the GPU ops begun before the head ends)
+            g = int(np.searchsorted(g_ts, head_end))
+            idle_from = max(int(s_), int(g_end[g - 1])) if g else int(s_)
+            lo, hi = np.searchsorted(ts[orow], [s_, head_end])
+            calls = orow[lo:hi]
+            a_ = np.maximum(ts[calls], idle_from)
+            b_ = np.minimum(ts[calls] + dur[calls], head_end)
+            took = np.clip(b_ - a_, 0, None)
+            heads.append(int(took.sum()))
+            for r in calls[took > 0].tolist():
+                n = str(ev["name"].iat[r])
+                names[n] = names.get(n, 0) + int(dur[r])
+                first = r if first is None else first
     if not heads or first is None:
         return None, []
     med = int(np.median(heads))
