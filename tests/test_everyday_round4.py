@@ -56,7 +56,7 @@ def r50_html(r50):
 def test_a_busy_lever_left_out_of_the_list_says_why(r50, r50_text, r50_html):
     ids = [x["id"] for x in r50.verdict["actions"]]
     assert "fp16_autocast" not in ids
-    w = {x["busy"]: x for x in r50.verdict["withdrawn"]}
+    w = {x["busy"]: x for x in r50.verdict["busy_placement"]}
     assert w["fp16_autocast"]["in_list"] is None and "not get shorter" in w["fp16_autocast"]["reason"]
     # the torch.compile busy lever is carried by an item of the list, named by its number
     assert ids[w["torch_compile"]["in_list"] - 1] == w["torch_compile"]["id"]
@@ -69,7 +69,7 @@ def test_a_busy_lever_left_out_of_the_list_says_why(r50, r50_text, r50_html):
 def test_docs_no_longer_rank_autocast_above_num_workers():
     text = (ROOT / "docs" / "analysis.md").read_text()
     assert "ranks above `num_workers`" not in text
-    assert "verdict.withdrawn" in text
+    assert "verdict.busy_placement" in text
 
 
 def test_projected_steps_never_below_the_gpu_busy_time():

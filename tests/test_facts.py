@@ -62,6 +62,10 @@ def test_a_fact_changed_in_the_record_changes_the_levers(alloc):
     rec = _record(alloc, frames={}, graph=None)
     rec.program["uses_cuda_graphs"] = True
     got = [x["id"] for x in decide(rec)["actions"]]
+    # graphs set up but none launched in the window: never "already replays" (issue 39)
+    assert "cuda_graphs" not in got and "graph_coverage_inference" not in got
+    rec.program["graph_launches"] = 12
+    got = [x["id"] for x in decide(rec)["actions"]]
     assert "cuda_graphs" not in got and "graph_coverage_inference" in got   # no backward
 
 

@@ -14,6 +14,7 @@ from traceread.analysis import analyze
 from traceread.passes.newfacts import trace_facts
 from traceread.verdict import levers as L
 from traceread.passes.context import trace_context
+from traceread.passes.facts import layout_figures
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -202,7 +203,13 @@ def test_compiled_call_overhead_is_not_sent_to_dataloader_workers():
     a = analyze(_real("gpu/graphs.fixed.json.gz"))
     ids = [x["id"] for x in a.verdict["actions"]]
     assert a.facts.figures["host_in_compiled_call"]
-    assert "off_step_path" not in ids and "compiled_call" in ids
+    assert "off_step_path" not in ids
+    # the whole step is one compiled graph called once per step (3 calls in 3 steps): "call
+    # it fewer times" cannot apply; the once-per-step lever says what is left (issue 39)
+    assert a.facts.program["compiled_calls_per_step"]["max"] == 1.0
+    assert "compiled_call_once" in ids and "compiled_call" not in ids
+    w = {x["id"]: x for x in a.verdict["withdrawn"]}
+    assert w["compiled_call"]["precondition"] == "compiled_called_often"
 
 
 def test_no_fp16_lever_on_a_device_with_fast_bf16(corpus_dir):
@@ -215,3 +222,127 @@ def test_no_fp16_lever_on_a_device_with_fast_bf16(corpus_dir):
     ids = [x["id"] for x in a.verdict["actions"]]
     assert a.context["device"]["bf16"] is True and "bf16_autocast" in ids
     assert "fp16_autocast" not in ids and "fp16_for_bf16" not in ids
+
+
+# ------------------------------------------------------------------ every lever (issue 39)
+#
+# Every lever of the table, offered where its facts hold and withdrawn -- a ``Withdrawn``
+# value naming the failed precondition and its reason -- where they do not. The contexts are
+# the facts of real traces (saved records of the corpus, our recordings, the planted
+# scenes); a fact no trace of ours shows (a DeepSpeed job, a cut file) is one change to a
+# real context, named in VARIANTS.
+
+RECORDS = FIX / "records"
+
+
+def _record_ctx(name: str) -> dict:
+    import gzip
+
+    from traceread.passes.facts import WindowFacts
+    from traceread.verdict import decide
+    from traceread.verdict.decision import lever_context
+
+    f = WindowFacts.from_json(gzip.open(RECORDS / f"{name}.facts.json.gz", "rt").read())
+    v = decide(f)
+    return dict(lever_context(f), bound=v["bound"], lost_ns=v["evidence"].get("lost_ns"))
+
+
+# one change to a real context each: (name, base, the facts changed)
+VARIANTS = [
+    ("graphs_set_up_not_replayed", "pinned_batch", {"uses_cuda_graphs": True,
+                                                    "graphs_not_replayed": True}),
+    ("graphs_replayed_training", "pinned_batch", {"uses_cuda_graphs": True,
+                                                  "graph_launches": 24}),
+    ("compiled_called_thrice", "compiled_once", {
+        "compiled_calls_per_step": {"graphs": {"CompiledFunction": 3.0}, "max": 3.0,
+                                    "steps": 5}}),
+    ("eval_every_4_steps", "pinned_batch", {"periodic_stall": {
+        "what": "eval", "period": 4, "op": "evaluate", "excess_ns_per_stall": 5_000_000,
+        "stalled_steps": [4, 8], "steps_seen": 9, "stalls_in_window": 0}}),
+    ("caching_allocator_off", "pinned_batch", {"allocator_uncached": True}),
+    ("deepspeed_job", "ddp_unflatten", {"framework": ["deepspeed"]}),
+    ("megatron_job", "ddp_unflatten", {"framework": ["megatron"]}),
+    ("torchrec_job", "ddp_unflatten", {"framework": ["ddp", "torchrec"],
+                                       "collectives": ["all_reduce", "all_to_all"]}),
+    ("slow_stage", "ddp_unflatten", {"pp_slowest_stage": 1, "pp_slowest_x": 1.6,
+                                     "pp_excess_busy_ns": 9_000_000}),
+    ("cut_file", "gemv_v100", {"cpu_only": {"cut_before_gpu": True, "launches": 12}}),
+    ("window_without_gpu", "gemv_v100", {"cpu_only": {"window_without_gpu": True}}),
+    ("cpu_eval_stall", "gemv_v100", {"cpu_only": {}, "periodic_stall": {
+        "what": "eval", "period": 4, "excess_ns_per_stall": 5_000_000, "stalled_steps": [4]}}),
+    ("launches_no_gpu", "gemv_v100", {"cpu_only": {"launches": 120}}),
+    ("cold_start", "sglang_capture", {"startup": {"ns": 40_000_000, "calls": [], "alloc": False},
+                                      "lost_ns": 50_000_000}),
+]
+
+
+@pytest.fixture(scope="module")
+def pool() -> dict:
+    out = {}
+    names = sorted(p.name.split(".")[0] for p in RECORDS.glob("*.facts.json.gz"))
+    for n in names:
+        out[f"record {n}"] = _record_ctx(n)
+        out[f"record {n}, GPU-bound, nothing priced"] = dict(out[f"record {n}"], bound="gpu",
+                                                             busy_levers={})
+    for name, base, change in VARIANTS:
+        out[f"{name} ({base})"] = {**out[f"record {base}"], **change}
+    scenes = {"moe_nonzero": F.moe_nonzero, "tail_item": F.tail_item,
+              "checkpoint": F.checkpoint, "offload": F.offload,
+              "attention_only": F.attention_only, "convolution": F.convolution,
+              "two_processes": F.two_processes, "compiled_graphs": lambda: F.compiled(True),
+              "copies_input": lambda: F.copies("input"),
+              "copies_resent": lambda: F.copies("resent")}
+    for n, build in scenes.items():
+        out[f"scene {n}"] = ctx_of(build())
+    for g in (F.F32_GEMM, F.BF16_GEMM):
+        out[f"scene gemms {g[:12]}"] = ctx_of(F.gemms(g), bound="gpu")
+    for p in ("cpu/compile.first.json.gz", "cpu/batch16.json.gz", "facts/moe.json.gz",
+              "facts/ckpt.json.gz", "gpu/data.fixed.json.gz", "gloo/ddp2/rank-0.json.gz"):
+        out[f"fixture {p}"] = ctx_of(load(FIX / p))
+    native = ctx_of(load(FIX / "nsys" / "ex-gpu.s10.sqlite"))   # a CUDA C++ program
+    assert native["pytorch"] is False
+    out["native CUDA"] = native
+    out["native CUDA, GPU-bound"] = dict(native, bound="gpu", busy_levers={})
+    out["native CUDA, graphs launched"] = dict(native, uses_cuda_graphs=True, graph_launches=8)
+    # the same program without its cudaDeviceSynchronize between launches, re-sending data
+    out["native CUDA, no mid-step sync, re-sent copies"] = dict(
+        native, capturable=True, payloads=["resent", "unknown"])
+    import traceread
+    from traceread.jobs import multirank as mr
+    from traceread.jobs.multirank.verdicts import job_verdict
+
+    # a job's verdict: the straggler and why it is late (our gloo recordings)
+    for j in ("ddp2", "pp_gpipe3_slow1"):
+        res = mr.analyze_traces([load(p) for p in sorted((FIX / "gloo" / j).glob("rank-*.json.gz"))])[0]
+        jv = job_verdict(res)
+        out[f"job {j}"] = {"straggler_rank": jv["straggler_rank"], "straggler_cause": jv["cause"]}
+    for cause in ("stage_untraced", "untraced", "comm_wait", "sleep", "gpu_compute"):
+        out[f"job ddp2, late because {cause}"] = dict(out["job ddp2"], straggler_cause=cause)
+    # the GPU-use section: allocator calls after the first step (our H100 recording)
+    alloc = traceread.analyze(str(FIX / "gpu" / "alloc.bad.json.gz"))
+    out["memory alloc.bad"] = {"memory": alloc.facts.figures["memory"]}
+    mem = alloc.facts.figures["memory"]
+    out["memory alloc.bad, no frees"] = {"memory": {**mem, "after_first_step": {
+        **mem["after_first_step"], "frees": 0}}}
+    for j in ("pp_gpipe3_slow1", "tp2", "a2a4"):
+        out[f"layout {j}"] = layout_figures(
+            traceread.analyze(str(FIX / "gloo" / j / "rank-1.json.gz")).parallelism)
+    return out
+
+
+ALWAYS = {"storage", "warm_up", "stream_waits", "front_end", "record_host", "find_the_wait"}
+
+
+@pytest.mark.parametrize("lever_id", [str(lv.id) for lv in L.LEVERS + L.DIAGNOSTICS + L.APART])
+def test_every_lever_offered_where_its_facts_hold_withdrawn_where_not(lever_id, pool):
+    lv = L.BY_ID[lever_id]
+    holds = [k for k, c in pool.items() if lv.refusal(c) is None]
+    assert holds, f"{lever_id}: no trace's facts offer it"
+    if not lv.when:   # no precondition: offered with its cause, wherever
+        assert lever_id in ALWAYS and len(holds) == len(pool)
+        return
+    refused = {k: lv.refusal(c) for k, c in pool.items() if lv.refusal(c) is not None}
+    assert refused, f"{lever_id}: no trace's facts withdraw it"
+    for w in refused.values():   # a value, with the precondition's own reason
+        assert w.id == lever_id and w.precondition in {p.__name__ for p in lv.when}
+        assert w.reason and w.reason != w.precondition

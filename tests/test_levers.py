@@ -234,8 +234,9 @@ def test_diagnostics_are_not_levers():
 
 
 def test_every_row_is_well_formed():
-    assert len(L.BY_ID) == len(L.LEVERS) + len(L.DIAGNOSTICS)   # ids are unique
-    for lv in L.LEVERS + L.DIAGNOSTICS:
+    every = L.LEVERS + L.DIAGNOSTICS + L.APART   # the job and memory rows too (issue 39)
+    assert len(L.BY_ID) == len(every)   # ids are unique
+    for lv in every:
         assert lv.cost in L.COST_ORDER and lv.saves in L.SAVINGS
         assert all(callable(p) for p in lv.when)
         assert not lv.busy or lv.saves == "busy"

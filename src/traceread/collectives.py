@@ -65,7 +65,8 @@ def normalize_collective(name: str | None) -> str | None:
     """
     if not name:
         return None
-    s = str(name).strip()
+    # nsys --pytorch=autograd-nvtx appends the op's ids: "nccl:all_to_all, op_id = 998652"
+    s = str(name).split(", op_id =", 1)[0].split(", seq =", 1)[0].strip()
     if ":" in s:  # "nccl:all_reduce", "c10d::allreduce_"
         s = s.rsplit(":", 1)[1]
     s = re.sub(r"[^a-z]", "", s.lower())
@@ -213,3 +214,22 @@ COMM_NAME_RX = namerx.compile(r"^(?:nccl|rccl|gloo|mpi|ucc|c10d|_c10d_functional
 
 __all__ = ["COLLECTIVES", "COMM_KERNELS", "normalize_collective", "collective_from_kernel",
            "is_comm_kernel", "comm_kernel", "kernel_head", "dtype_size", "COMM_NAME_RX"]
+
+
+def issued_in_order(span_ts, span_coll, op_ts, op_coll):
+    """Each backend span's collective as the op that issued it names it: CPU backends run
+    their work queue in issue order, so the k-th span of a process is its k-th c10d op --
+    gloo runs ``c10d::_reduce_scatter_base_`` as a ``gloo:all_reduce`` span. Applied only
+    where both counts agree and every op starts before its span; else the spans' own names
+    (a list like ``span_coll``)."""
+    out = list(span_coll)
+    if len(span_ts) != len(op_ts) or not len(span_ts):
+        return out
+    spans = sorted(range(len(span_ts)), key=lambda i: span_ts[i])
+    ops = sorted(range(len(op_ts)), key=lambda i: op_ts[i])
+    if any(op_ts[o] > span_ts[s] for s, o in zip(spans, ops)):
+        return out
+    for s, o in zip(spans, ops):
+        if op_coll[o]:
+            out[s] = op_coll[o]
+    return out

@@ -342,7 +342,17 @@ class JobRole(_S):
 
 
 class Withdrawn(_S):
-    """A busy-time lever the GPU-use section prices (verdict/withdrawn.py): where the to-do
+    """A lever of a cause worth fixing that does not fit this program (verdict/leverkit.py)."""
+
+    id: str
+    cause: str
+    reason: str                     # the failed precondition's own words, or the replay's
+    precondition: str               # its name ("replay": the replay refused the change)
+    facts: list[str]                # the facts it read
+
+
+class BusyPlacement(_S):
+    """A busy-time lever the GPU-use section prices (verdict/placement.py): where the to-do
     list carries its change (``in_list``, 1-based), or why it does not (``reason``)."""
 
     busy: str                           # utilization.busy.levers[].lever
@@ -362,7 +372,8 @@ class Verdict(_S):
     what_if: dict[str, WhatIf]
     missing: list[str]
     job: Optional[JobRole] = None   # ranks of a job only
-    withdrawn: list[Withdrawn] = []     # busy-time levers: in the list where, or why not
+    withdrawn: list[Withdrawn] = []   # levers that do not fit, with the reason (issue 39)
+    busy_placement: list[BusyPlacement] = []   # busy-time levers: in the list where, or why not
 
 
 class Excluded(_S):
@@ -492,6 +503,49 @@ class Dtypes(_S):
     tf32: bool
 
 
+class KernelArch(_S):
+    """The newest cuBLAS/cuDNN kernel family seen (``volta_``, ``sm80_``...): a lower bound."""
+
+    arch: str
+    cc: str
+    tf32: bool
+    bf16: bool
+    kernels: int                 # kernels named by a family
+
+
+class H2dSource(_S):
+    """The host->device copies by source memory (``Pinned -> Device``...)."""
+
+    copies: int
+    pinned: int
+    pageable: int
+    unknown: int
+
+
+class StartupPhase(_S):
+    """An engine's start-up frames (vLLM / SGLang model runner set-up, graph capture)."""
+
+    frames: list[str]
+    ns: int
+
+
+class StepHeadWait(_S):
+    """OS-runtime calls before each step's first launch while the GPU idles (nsys)."""
+
+    per_step_ns: int
+    steps: int
+    share: float
+    calls: list[str]
+
+
+class CompiledCalls(_S):
+    """Calls of each torch.compile graph per profiler step."""
+
+    graphs: dict[str, float]
+    max: float
+    steps: int
+
+
 class DeviceCaps(_S):
     """What the device can do (``passes/peaks.py: device_caps``); null = not known."""
 
@@ -503,6 +557,7 @@ class DeviceCaps(_S):
     bf16: Optional[bool]
     tf32: Optional[bool]
     fp8: Optional[bool]
+    caps_from: Optional[str] = None   # "kernel names (volta_)": unknowns filled from kernel_arch
 
 
 class FactEvidence(_S):
@@ -657,6 +712,15 @@ class Context(_S):
     periodic_stall: Optional[PeriodicStall] = None
     graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
     device: Optional[DeviceCaps] = None   # set by analysis.py from the trace's metadata
+    # the levers' preconditions (passes/preconditions.py, issue 39); evidence in facts.evidence
+    kernel_arch: Optional[KernelArch] = None
+    fp32_gemv_share: Optional[float] = None
+    h2d_source: Optional[H2dSource] = None
+    sync_copy_directions: Optional[dict[str, int]] = None
+    graph_launches: Optional[int] = None
+    startup_phase: Optional[StartupPhase] = None
+    compiled_calls_per_step: Optional[CompiledCalls] = None
+    step_head_wait: Optional[StepHeadWait] = None
 
 
 class SteadyEvidence(_S):

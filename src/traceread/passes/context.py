@@ -28,6 +28,7 @@ from .. import namerx
 from ..passes import intervals
 from ..passes.common import GRAPH_LAUNCH_RX, kind_in, name_lut
 from ..passes.newfacts import window_facts
+from ..passes.preconditions import precondition_facts
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
 MULTI_WORKER_RX = namerx.compile(r"_MultiProcessingDataLoaderIter")
@@ -56,7 +57,7 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
     graph_rows = bool((ev["kind"] == "graph").any()) if len(ev) else False
     prog = program_context(ev, meta, host=all_host, kernels=kernels, api=api)
     opt = prog["optimizer"]
-    return {
+    out = {
         "uses_cuda_graphs": graph_rows or namerx.any_of(GRAPH_LAUNCH_RX, api, "match"),
         "fused_optimizer": bool(opt and opt["impl"] == "fused"),
         "dataloader_workers": namerx.any_of(MULTI_WORKER_RX, host)
@@ -71,6 +72,11 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
         **prog,
         **window_facts(ev, meta),   # blocking calls, copy payloads, precision (passes/newfacts.py)
     }
+    pre = precondition_facts(ev, kernels)   # the levers' preconditions (passes/preconditions.py)
+    located = out.get("facts_evidence") or {}
+    located.update(pre.pop("facts_evidence"))
+    out.update(pre, facts_evidence=located)
+    return out
 
 
 # With the caching allocator on, PyTorch calls the driver's free only from empty_cache() or

@@ -19,6 +19,7 @@ no fact. docs/architecture.md, "The facts record", lists what goes where.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -38,8 +39,25 @@ from .frames import code_in
 from .hostwork import host_work_kind
 from .newfacts import compiled_call_host
 from .peaks import device_caps, device_name
+from .preconditions import host_other_kind, step_head_wait
 
-__all__ = ["CAUSES", "WindowFacts", "build_facts", "layout_figures"]
+__all__ = ["CAUSES", "RECORD_VERSION", "WindowFacts", "build_facts", "layout_figures"]
+
+RECORD_VERSION = 1   # WindowFacts.to_json's layout
+
+
+def _plain(x):
+    """JSON for what the record's dicts hold besides JSON types: numpy scalars and arrays,
+    sets, tuples (as lists); anything else as its text."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (set, frozenset)):
+        return sorted(x, key=str)
+    if isinstance(x, pd.Timestamp):
+        return str(x)
+    return str(x)
 
 @dataclass(repr=False)
 class WindowFacts:
@@ -51,6 +69,11 @@ class WindowFacts:
     frames: dict = field(default_factory=dict)
     graph: Any = None                 # passes.replay StepGraph, None when not built
     replay: dict | None = None        # its replay result
+    # the replay's per-lever prices (passes.replay.price_models without its graph): set
+    # when the verdict first prices the levers on ``graph``, so a saved record judges again
+    # without the graph; ``together``: the offered levers replayed at once, by model list
+    prices: dict | None = None
+    together: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The JSON ``facts`` block: figures, program facts, evidence; frames by row count.
@@ -62,6 +85,27 @@ class WindowFacts:
         return {"figures": fig, "program": self.program, "evidence": self.evidence,
                 "frames": {k: int(len(v)) for k, v in self.frames.items() if v is not None},
                 "replay": self.replay}
+
+    def to_json(self) -> str:
+        """The record as JSON text that ``from_json`` reads back: figures, program facts,
+        evidence, the replay summary and the per-lever prices -- what ``verdict.decide``
+        reads. The frames and the step graph stay out: a saved record is judged from its
+        prices (docs/architecture.md, "The facts record")."""
+        return json.dumps({"record": RECORD_VERSION, "figures": self.figures,
+                           "program": self.program, "evidence": self.evidence,
+                           "replay": self.replay, "prices": self.prices,
+                           "together": [[list(k), v] for k, v in self.together.items()]},
+                          default=_plain, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "WindowFacts":
+        """A record saved by ``to_json``: no frames, no graph; its prices price the levers."""
+        d = json.loads(text)
+        if not isinstance(d, dict) or d.get("record") != RECORD_VERSION:
+            raise ValueError(f"not a facts record of version {RECORD_VERSION}")
+        return cls(figures=d["figures"], program=d["program"], evidence=d["evidence"],
+                   replay=d.get("replay"), prices=d.get("prices"),
+                   together={tuple(k): v for k, v in d.get("together") or []})
 
     def __repr__(self) -> str:
         return (f"<WindowFacts: {len(self.figures)} figures, {len(self.program)} program facts, "
@@ -105,6 +149,8 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     fig["host_in_compiled_call"] = compiled_call_host(culprits.get("host", ""))
     hw = host_work_kind(ev, gaps, ops)
     hw_evidence = hw.pop("evidence") if hw else None
+    if hw:   # the host work beside the model's: the framework's own, or work that can move
+        hw["other_kind"] = host_other_kind(hw.get("top_other"))
     fig["host_work_kind"] = hw
     fig.update(cause_ns=parts, copies=copies, window_summary=summ,
                steps=stats["count"] if stats else 0,
@@ -125,6 +171,10 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     fig["queued_on"] = attr_mod.waited_by(gaps)
     fig.update(_utilization_figures(utilization))
     fig["missing"] = missing_figures(meta, ev, ctx)
+    head, head_ev = step_head_wait(ev, step_tab if source != "whole_trace" else None)
+    ctx["step_head_wait"] = head   # the host fetching each step's input (an nsys osrt fact)
+    if head_ev:
+        ctx.setdefault("facts_evidence", {})["step_head_wait"] = head_ev
     fig["steady"] = later("steady")
     # the window's GPU ops stay out: the Analysis would hold them (its largest table) alive
     frames = {"gaps": gaps, "top_ops": top_ops, "steps": step_tab, "devices": devices,
@@ -140,12 +190,25 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
 
 def complete_context(ctx: dict, meta: TraceMeta, graphs: dict, source: str, ops: int) -> None:
     """What the trace already does, from the passes besides ``trace_context`` (in place)."""
-    ctx["device"] = device_caps(meta)
+    ctx["device"] = with_kernel_arch(device_caps(meta), ctx.get("kernel_arch"))
     # a program that records or replays graphs anywhere already uses them
     ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]
     # graphs set up but never replayed in steady state: a new shape every step
     ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
                                       and source != "whole_trace" and ops)
+
+
+def with_kernel_arch(device: dict, arch: dict | None) -> dict:
+    """The device's capabilities, its unknowns (None) filled from the kernel family
+    (``kernel_arch``: volta_ kernels -> no TF32) and marked ``caps_from``."""
+    if not arch or not isinstance(device, dict):
+        return device
+    fill = {k: arch[k] for k in ("tf32", "bf16") if device.get(k) is None}
+    if device.get("cc") is None and device.get("tf32") is None:
+        fill["cc"] = arch["cc"]
+    if not fill:
+        return device
+    return {**device, **fill, "caps_from": f"kernel names ({arch['arch']}_)"}
 
 
 _MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..collectives import (COMM_NAME_RX, collective_from_kernel, dtype_size, is_comm_kernel,
+                           issued_in_order,
                            normalize_collective)
 from . import intervals as iv
 from .common import kind_in, lookup_at
@@ -99,7 +100,25 @@ def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
                        "issue": kind_in(ev, ("cpu_op",))[rows],
                        "pg": _col_at(ev, "process_group", rows, None),
                        "gsize": _col_at(ev, "group_size", rows, -1)})
-    return _outermost(df.sort_values(["pid", "tid", "ts", "end"], ascending=[1, 1, 1, 0]))
+    df = _outermost(df.sort_values(["pid", "tid", "ts", "end"], ascending=[1, 1, 1, 0]))
+    return _issued_names(df)
+
+
+def _issued_names(df: pd.DataFrame) -> pd.DataFrame:
+    """Backend spans (``gloo:all_reduce``: not an issuing op, not a kernel) take the
+    collective of the c10d op that issued them, paired in issue order per process
+    (``collectives.issued_in_order``): gloo runs FSDP's reduce_scatter as an all_reduce."""
+    span = ~df["issue"].to_numpy(bool) & ~df["on_gpu"].to_numpy(bool)
+    op = df["issue"].to_numpy(bool) & df["name"].astype(str).str.startswith("c10d::").to_numpy()
+    if not span.any() or not op.any():
+        return df
+    coll = df["collective"].to_numpy(object).copy()
+    pid, ts = df["pid"].to_numpy(), df["ts"].to_numpy(np.int64)
+    for p in np.unique(pid[span]):
+        s_, o_ = np.flatnonzero(span & (pid == p)), np.flatnonzero(op & (pid == p))
+        coll[s_] = issued_in_order(ts[s_].tolist(), list(coll[s_]), ts[o_].tolist(),
+                                   list(coll[o_]))
+    return df.assign(collective=coll)
 
 
 def _col_at(ev: pd.DataFrame, col: str, rows: np.ndarray, null):
@@ -702,8 +721,8 @@ def fsdp_exposure(ev: pd.DataFrame, calls: pd.DataFrame, spans) -> dict:
     """Per collective of FSDP (all_gather: parameters before each unit's forward/backward;
     reduce_scatter: gradients after it): its time inside the steps and the part no compute
     covers (``exposed``: prefetch did not hide it). Only calls whose data movement is recorded
-    (kernels, gloo worker spans); gloo runs FSDP2's reduce_scatter as an all_reduce span that
-    cannot be told from a real all_reduce, so its reduce_scatter stays unmeasured (null).
+    (kernels, gloo worker spans); gloo runs FSDP2's reduce_scatter as an all_reduce span,
+    named reduce_scatter by the c10d op that issued it (``comm_calls``).
     ``units``: distinct FSDP2 ``FSDP::pre_forward (unit)`` names."""
     tid = spans[0][2]
     compute = compute_intervals(ev, calls, tid)

@@ -208,7 +208,7 @@ def _utilization_line(d: dict, v: dict) -> str:
     if not head:
         return ""
     top = ((u.get("busy") or {}).get("levers") or [{}])[0].get("lever")
-    note = busy_note(top, v.get("withdrawn")) if top else ""
+    note = busy_note(top, v.get("busy_placement")) if top else ""
     return f'<p class="meta">GPU use: {escape(str(head))}' + \
         (f" ({escape(note)})" if note else "") + "</p>"
 

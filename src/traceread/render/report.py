@@ -49,7 +49,7 @@ def render_report(a) -> str:
     out += _graphs(a)
     out += _kernels(a)
     u = getattr(a, "utilization", None)
-    notes = {lv["lever"]: busy_note(lv["lever"], a.verdict.get("withdrawn"))
+    notes = {lv["lever"]: busy_note(lv["lever"], a.verdict.get("busy_placement"))
              for lv in ((u or {}).get("busy") or {}).get("levers") or []}
     out += utilization_lines(u, notes, window_steps(a))
     return "\n".join(fit("\n".join(out).split("\n"))).rstrip() + "\n"

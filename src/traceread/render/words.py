@@ -2,7 +2,7 @@
 (``verdict.actions[].because``: ``host_work_kind={kind=off_path, model_share=0.023}`` reads
 "98% of the host time in the gaps runs outside the model's calls"), the what-if models a
 lever was replayed with (``fuse_pointwise``: "torch.compile fusion"), and a busy-time
-lever's place in the to-do list (``verdict.withdrawn``).
+lever's place in the to-do list (``verdict.busy_placement``).
 
 Text and HTML both read these; the JSON keeps the ids (``fact``, ``models``)."""
 from __future__ import annotations

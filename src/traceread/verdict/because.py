@@ -11,34 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .leverkit import Reading
 from .steady import _ms
 
 VALUE_ITEMS = 8      # a list or dict value keeps its first few items
 VALUE_CHARS = 160    # a string value is cut here
-
-
-class Reading(dict):
-    """The lever context, remembering which keys were read, in order."""
-
-    def __init__(self, base: dict):
-        super().__init__(base)
-        self.read: list[str] = []
-
-    def _saw(self, key) -> None:
-        if key not in self.read:
-            self.read.append(key)
-
-    def get(self, key, default=None):
-        self._saw(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key):
-        self._saw(key)
-        return super().__getitem__(key)
-
-    def __contains__(self, key) -> bool:
-        self._saw(key)
-        return super().__contains__(key)
 
 
 def facts_read(lv, ctx: dict) -> list[str]:

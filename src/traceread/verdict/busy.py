@@ -81,46 +81,43 @@ def busy_levers(f: dict | None) -> list[dict]:
 
 def memory_levers(m: dict | None) -> list[dict]:
     """The allocator levers from ``passes.memory``'s figures: device alloc/free calls after the
-    first step (``after_first_step``) and each device's reserved vs allocated peak."""
+    first step (``after_first_step``) and each device's reserved vs allocated peak. Their
+    words and preconditions are the lever table's memory rows (levers.MEMORY_LEVERS); the
+    per-device peaks decide the last two here, device by device."""
+    from .levers import BY_ID
+
     m = m or {}
+    ctx = {"memory": m}
     late = m.get("after_first_step")
     levers = []
-    if late and late["count"]:
-        if late["frees"]:
-            levers.append({
-                "lever": "no_empty_cache_in_loop",
-                "why": f"{late['frees']} device free call(s) after the first step "
-                       f"({late['ns'] / 1e6:.1f} ms of allocation API time)",
-                "saving_ns": late["ns"],
-                "advice": "the caching allocator is handing memory back every step: drop "
-                          "torch.cuda.empty_cache() / gc-triggered frees from the loop; if "
-                          "it is not called, the cache runs dry (see fragmentation)"})
-        else:
-            levers.append({
-                "lever": "allocator_growth",
-                "why": f"{late['count']} device allocation call(s) after the first step",
-                "saving_ns": late["ns"],
-                "advice": "memory keeps growing across steps (varying shapes?): pad to fixed "
-                          "shapes or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"})
+    if BY_ID["no_empty_cache_in_loop"].holds(ctx):
+        levers.append({
+            "lever": "no_empty_cache_in_loop",
+            "why": f"{late['frees']} device free call(s) after the first step "
+                   f"({late['ns'] / 1e6:.1f} ms of allocation API time)",
+            "saving_ns": late["ns"], "advice": BY_ID["no_empty_cache_in_loop"].words(ctx)})
+    elif BY_ID["memory_growth"].holds(ctx):
+        levers.append({
+            "lever": "allocator_growth",   # the JSON's name of the memory_growth row
+            "why": f"{late['count']} device allocation call(s) after the first step",
+            "saving_ns": late["ns"], "advice": BY_ID["memory_growth"].words(ctx)})
+    calls = BY_ID["expandable_segments"].holds(ctx)
     for d in m.get("devices") or []:
         cap, r, a = d.get("capacity"), d["peak_reserved"], d["peak_allocated"]
         if not r or a is None:
             continue
-        if r > 0 and d["device"] >= 0 and (r - a) > 0.25 * r and (late or {}).get("count"):
+        if r > 0 and d["device"] >= 0 and (r - a) > 0.25 * r and calls:
             levers.append({
                 "lever": "expandable_segments",
                 "why": f"device {d['device']}: {100 * (r - a) / r:.0f}% of reserved memory unused "
                        "at the peak while the allocator still calls the driver (fragmentation)",
-                "saving_ns": 0,
-                "advice": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"})
-        if cap and r > 0.9 * cap and (late or {}).get("count"):  # vLLM reserves 90% by design
+                "saving_ns": 0, "advice": BY_ID["expandable_segments"].words(ctx)})
+        if cap and r > 0.9 * cap and calls:  # vLLM reserves 90% by design
             levers.append({
                 "lever": "near_capacity",
                 "why": f"device {d['device']}: reserved peak {r / 2**30:.1f} GiB of "
                        f"{cap / 2**30:.1f} GiB",
-                "saving_ns": 0,
-                "advice": "close to the memory limit: allocator retries (cudaFree + cudaMalloc) "
-                          "are likely; reduce batch / activation memory (checkpointing)"})
+                "saving_ns": 0, "advice": BY_ID["near_capacity"].words(ctx)})
     return levers
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from ..passes.facts import WindowFacts
 from . import scores, whatif
+from .levers import fitting_busy
 from .busy import busy_levers, headline, memory_levers
 from .steady import adjust_verdict
-from .withdrawn import withdrawn
+from .placement import busy_placement
 
 
 def decide(facts: WindowFacts) -> dict:
@@ -25,6 +26,9 @@ def decide(facts: WindowFacts) -> dict:
     if facts.graph is not None and has_gpu:   # levers priced by replaying them (whatif.py)
         ctx["replay_levers"] = whatif.price(facts.graph, ctx, f["copies"],
                                             facts.frames.get("optimizer_regions"))
+        facts.prices = whatif.saved_prices(ctx["replay_levers"])   # a saved record's prices
+    elif facts.prices and has_gpu:   # a saved record: the prices it was judged with
+        ctx["replay_levers"] = dict(facts.prices)
     verdict = scores.score(has_gpu=has_gpu, window_ns=f["window_ns"], idle_ns=f["idle_ns"],
                            parts=f["cause_ns"] if has_gpu else None,
                            exposed_comm_ns=f["exposed_comm_ns"], copy=f["copies"],
@@ -32,9 +36,9 @@ def decide(facts: WindowFacts) -> dict:
                            facts_evidence=facts.evidence,
                            one_time_launch_ns=one_time_launch_ns(f.get("steady")))
     verdict["missing"] = missing(f.get("missing") or {})
-    verdict["withdrawn"] = withdrawn(ctx, verdict.get("actions") or [],
-                                     scores.MIN_ACTION_SHARE * f["window_ns"]) if has_gpu else []
-    head = headline(f.get("utilization"), blev)
+    verdict["busy_placement"] = busy_placement(ctx, verdict.get("actions") or [],
+                                               scores.MIN_ACTION_SHARE * f["window_ns"]) if has_gpu else []
+    head = headline(f.get("utilization"), fitting_busy(blev, ctx))
     if verdict["bound"] == "gpu" and head:
         verdict["summary"] += f"; {head}"
     adjust_verdict(verdict, f.get("steady") or {})
@@ -44,7 +48,8 @@ def decide(facts: WindowFacts) -> dict:
     if ctx.get("replay_levers"):
         verdict["evidence"]["levers_replayed_on"] = ctx["replay_levers"]["steps_priced"]
         together = whatif.together(ctx["replay_levers"], verdict.get("actions") or [],
-                                   {**ctx, "lost_ns": verdict["evidence"].get("lost_ns")})
+                                   {**ctx, "lost_ns": verdict["evidence"].get("lost_ns")},
+                                   facts.together)
         if together:
             verdict["what_if"]["levers_together"] = together
     return verdict
@@ -69,7 +74,7 @@ def utilization_levers(facts: WindowFacts) -> dict:
     """The levers of the GPU-use section (``utilization.busy.levers``,
     ``utilization.memory.levers``) and its headline sentence."""
     f = facts.figures
-    blev = busy_levers(f.get("busy"))
+    blev = fitting_busy(busy_levers(f.get("busy")), lever_context(facts))
     return {"busy": blev, "memory": memory_levers(f.get("memory")),
             "headline": headline(f.get("utilization"), blev)}
 

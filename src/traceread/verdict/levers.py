@@ -19,14 +19,14 @@ lever would save").
 """
 from __future__ import annotations
 
+import importlib.util
 import re
-from dataclasses import dataclass
+import sys
+from enum import Enum
 from typing import Callable
 
-COST_ORDER = {"free": 0, "code": 1, "infra": 2}
-
-Ctx = dict
-Pred = Callable[[Ctx], bool]
+from .leverkit import (COST_ORDER, Ctx, Lever, LeverDoc, Pred, SavingModel, Withdrawn,
+                       first_line, register_ids)
 
 
 # -- predicates over the trace context ---------------------------------------------------
@@ -68,7 +68,8 @@ def graphs_not_replayed(c: Ctx) -> bool:
 
 
 def graphs_replayed(c: Ctx) -> bool:
-    return uses_graphs(c) and not graphs_not_replayed(c)
+    """CUDA graphs are set up and replayed: graph launches are seen in the window."""
+    return uses_graphs(c) and not graphs_not_replayed(c) and graphs_launched(c)
 
 
 def workers(c: Ctx) -> bool:
@@ -77,6 +78,7 @@ def workers(c: Ctx) -> bool:
 
 
 def no_workers(c: Ctx) -> bool:
+    """The DataLoader runs in the training process (no worker processes seen)."""
     return not workers(c)
 
 
@@ -136,6 +138,7 @@ def host_dispatch(c: Ctx) -> bool:
 
 
 def not_host_dispatch(c: Ctx) -> bool:
+    """The host time is not PyTorch's own per-op dispatch."""
     return not host_dispatch(c)
 
 
@@ -149,6 +152,7 @@ def host_in_model(c: Ctx) -> bool:
 
 
 def host_off_model(c: Ctx) -> bool:
+    """The host time is not the model's own forward (module calls, launching ops)."""
     return not host_in_model(c)
 
 
@@ -188,6 +192,13 @@ def fsdp(c: Ctx) -> bool:
     fw, co = _framework(c), _collectives(c)
     if fw is not None:
         return "fsdp1" in fw or "fsdp2" in fw
+    return co is None or "all_gather" in co or "reduce_scatter" in co
+
+
+def fsdp_comms_run(c: Ctx) -> bool:
+    """FSDP's own collectives (all_gather, reduce_scatter) run in the window: not another
+    one's alone (Ulysses' all_to_all beside an FSDP2 that gathers nothing). Unknown: yes."""
+    co = _collectives(c)
     return co is None or "all_gather" in co or "reduce_scatter" in co
 
 
@@ -290,10 +301,12 @@ def _ep_balance_text(c: Ctx) -> str:
 
 
 def deepspeed(c: Ctx) -> bool:
+    """DeepSpeed is named."""
     return "deepspeed" in (_framework(c) or [])
 
 
 def megatron(c: Ctx) -> bool:
+    """Megatron is named."""
     return "megatron" in (_framework(c) or [])
 
 
@@ -423,6 +436,7 @@ def startup_alloc(c: Ctx) -> bool:
 
 
 def no_startup_alloc(c: Ctx) -> bool:
+    """The start-up's largest call is not an allocator call."""
     return not startup_alloc(c)
 
 
@@ -442,12 +456,14 @@ def allocator_growing(c: Ctx) -> bool:
 
 
 def allocator_cached(c: Ctx) -> bool:
+    """PyTorch's caching allocator is on."""
     return not allocator_uncached(c)
 
 
 def ddp_or_fsdp(c: Ctx) -> bool:
-    """Gradient communication every micro-batch (DDP or FSDP): no_sync() applies."""
-    return ddp(c) or fsdp(c)
+    """Gradient communication every micro-batch (DDP, or FSDP whose collectives run):
+    no_sync() applies."""
+    return ddp(c) or (fsdp(c) and fsdp_comms_run(c))
 
 
 # -- program facts (passes/newfacts.py): each reads one fact; a missing key is "unknown" --
@@ -501,10 +517,12 @@ def compiled_call(c: Ctx) -> bool:
 
 
 def not_compiled_call(c: Ctx) -> bool:
+    """The host time is not torch.compile's own per-call work."""
     return not compiled_call(c)
 
 
 def not_offloaded(c: Ctx) -> bool:
+    """The optimizer is not offloaded to the host."""
     return not optimizer_offloaded(c)
 
 
@@ -546,6 +564,7 @@ def other_process(c: Ctx) -> bool:
 
 
 def no_other_process(c: Ctx) -> bool:
+    """No other process's GPU work shows on the device."""
     return not other_process(c)
 
 
@@ -611,18 +630,22 @@ def launches_untraced(c: Ctx) -> bool:
 
 
 def no_launches(c: Ctx) -> bool:
+    """No kernel launch is recorded in a trace with no GPU event."""
     return not launches_untraced(c)
 
 
 def not_cut(c: Ctx) -> bool:
+    """The trace is whole and its window holds GPU work when the trace has some."""
     return not cut_before_gpu(c) and not window_without_gpu(c)
 
 
 def cpu_compile_heavy(c: Ctx) -> bool:
+    """torch.compile takes at least CPU_SHARE of a CPU-only trace."""
     return float(_cpu(c).get("compile_share") or 0) >= CPU_SHARE
 
 
 def cpu_data_heavy(c: Ctx) -> bool:
+    """The DataLoader takes at least CPU_SHARE of a CPU-only trace's steps."""
     return float(_cpu(c).get("dataloader_share") or 0) >= CPU_SHARE
 
 
@@ -664,65 +687,263 @@ def _cpu_data_text(c: Ctx) -> str:
             f"training thread: {how}")
 
 
+# -- preconditions of issue 39 (passes/preconditions.py): each reads one fact ------------
+
+GEMV_SHARE = 0.5   # GEMV-shaped kernels' share of the FP32 GEMM time above which TF32 does not pay
+
+
+def not_gemv(c: Ctx) -> bool:
+    """The FP32 GEMMs are not mostly GEMV-shaped (gemmSN / gemv kernels of a tiny batch are
+    memory-bound: tensor cores do not speed them); unknown: yes."""
+    return float(c.get("fp32_gemv_share") or 0) < GEMV_SHARE
+
+
+def compile_available(c: Ctx) -> bool:
+    """torch.compile exists: torch >= 2.0 (unknown version: yes)."""
+    v = _torch_version(c)
+    return v is None or v >= (2, 0)
+
+
+def graphs_api_available(c: Ctx) -> bool:
+    """CUDA graphs are in torch (torch.cuda.graphs, torch >= 1.10; unknown version: yes)."""
+    v = _torch_version(c)
+    return v is None or v >= (1, 10)
+
+
+def h2d_pageable(c: Ctx) -> bool:
+    """Some host->device copies come from pageable (or unmarked) memory; all pinned: pinning
+    is done. Unknown: yes."""
+    h = c.get("h2d_source")
+    return not isinstance(h, dict) or int(h.get("pageable") or 0) + int(h.get("unknown") or 0) > 0
+
+
+def dtoh_waits(c: Ctx) -> bool:
+    """The host waits for device->host copies (a result read back); only HtoD copies waited
+    for: a read-back remedy does not apply. Unknown: yes."""
+    d = c.get("sync_copy_directions")
+    return not isinstance(d, dict) or set(d) != {"HtoD"}
+
+
+def graphs_launched(c: Ctx) -> bool:
+    """CUDA graph launches are seen in the window (``graph_launches`` > 0; unknown: yes)."""
+    n = c.get("graph_launches")
+    return n is None or int(n) > 0
+
+
+def steady_window(c: Ctx) -> bool:
+    """The window is not an engine's start-up (``startup_phase``: vLLM / SGLang model-runner
+    set-up frames), whose graph captures and allocations happen once."""
+    return not c.get("startup_phase")
+
+
+def engine_startup(c: Ctx) -> bool:
+    """The window is an engine's start-up: model-runner set-up and graph-capture frames."""
+    return not steady_window(c)
+
+
+def compiled_called_often(c: Ctx) -> bool:
+    """A compiled graph is called more than once per step (``compiled_calls_per_step``);
+    once per step: calling it fewer times is not possible. Unknown: yes."""
+    cc = c.get("compiled_calls_per_step")
+    return not isinstance(cc, dict) or float(cc.get("max") or 0) > 1.0
+
+
+def compiled_called_once(c: Ctx) -> bool:
+    """Every compiled graph is called at most once per step."""
+    return not compiled_called_often(c)
+
+
+def host_movable(c: Ctx) -> bool:
+    """The host work outside the model is neither the framework's own (optimizer step,
+    module-call wrappers, autograd engine, a serving engine's loop) nor the job's own
+    arithmetic on the host: those cannot move to a worker. Unknown: yes."""
+    hw = c.get("host_work_kind")
+    return not (isinstance(hw, dict) and hw.get("other_kind") in ("framework", "compute"))
+
+
+def step_head_waits(c: Ctx) -> bool:
+    """Each step's launching thread spends a share of the step in OS calls before its first
+    launch while the GPU idles (``step_head_wait``: nsys OS-runtime calls)."""
+    return bool(c.get("step_head_wait"))
+
+
+def no_dataloader_names(c: Ctx) -> bool:
+    """The trace names no DataLoader iterator: its wait is not already the data cause's."""
+    return not c.get("dataloader_single") and not c.get("dataloader_workers")
+
+
+def _head_text(c: Ctx) -> str:
+    h = c["step_head_wait"]
+    calls = ", ".join(h.get("calls") or []) or "OS calls"
+    return (f"each step waits {h['per_step_ns'] / 1e6:.1f} ms ({100 * h['share']:.0f}% of the "
+            f"step) on the training thread before its first launch, in {calls}, while the GPU "
+            "idles: the step's input is fetched there (a DataLoader with num_workers=0 runs on "
+            "the training thread) -- DataLoader(num_workers=N, pin_memory=True) fetches it in "
+            "worker processes while the GPU runs the previous step")
+
+
+def _startup_text(c: Ctx) -> str:
+    st = c.get("startup_phase") or {}
+    frame = (st.get("frames") or ["the model runner's set-up"])[0]
+    return (f"this window is the serving engine's start-up ({frame}): its CUDA graph captures "
+            "and allocations run once per server start, not every step -- profile the serving "
+            "steps (prefill / decode) to judge per-step cost; to start faster, capture fewer "
+            "batch sizes (vLLM cudagraph_capture_sizes, SGLang --cuda-graph-max-bs)")
+
+
 def _all(*ps: Pred) -> tuple:
     return tuple(ps)
 
 
 # -- the table ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Lever:
-    id: str
-    cause: str            # the score it saves ("gpu": GPU busy time)
-    text: str | Callable[[Ctx], str]
-    cost: str             # free / code / infra
-    saves: str = "cause"  # the saving model: a key of SAVINGS
-    when: tuple = ()      # predicates over the context; all must hold
-    first: bool = False   # the trace itself points at it: before generic ones of equal saving
-    after: tuple = ()     # ids that must rank before it when both are offered
-    group: str = ""       # levers of other causes that are the same advice (one kept)
-    busy: str = ""        # the passes/busy.py lever id whose saving it takes
-    waits: str = ""       # queued levers: the kind of waited_on evidence it answers
+# -- the saving models: what a lever saves where no replay prices it -------------------
 
-    def words(self, c: Ctx) -> str:
-        return self.text(c) if callable(self.text) else self.text
+def _save_cause(lv, cause_ns, parts, copy, ctx):
+    return int(cause_ns)
 
 
-SAVINGS = {
-    "cause": "the cause's whole score (an upper bound: the GPU's own work unchanged)",
-    "alloc": "the allocator calls' time in every gap (alloc_gap_ns: the host cause's long gaps "
-             "and the short ones charged to launch), capped at host + launch scores",
-    "host_rest": "the host cause's score less its allocator time",
-    "pin": "the pageable copies' time beyond pinned bandwidth (copies.pin_saves_ns)",
-    "busy": "the busy-time lever's saving_ns from passes/busy.py (its own documented model)",
-    "buffers": "DDP's buffer broadcast time (ddp_buffer_broadcast_ns per step x steps_seen), "
-               "capped at the lost time",
-    "queued": "the queued time whose waited_on evidence is this lever's kind (queued_on: an "
-              "event wait or another stream's op, GPU-side front-end latency, or nothing "
-              "traced / a graph replay), capped at the queued score",
-    "pp_bubble": "the pipeline step time (pp_step_ns) x (min(measured bubble, theory at m) - "
-                 "theory at 2m): only the schedule's part of the bubble shrinks",
-    "pp_excess": "the slowest stage's busy time above the stages' mean (pp_excess_busy_ns)",
-    "fsdp_hide": "the exposed all_gather time (fsdp_all_gather_exposed_ns) capped at the "
-                 "compute no data-moving comm overlaps (fsdp_free_compute_ns) -- prefetch can "
-                 "hide a gather only behind compute -- and at the comms score; not measured: "
-                 "the comms score",
-    "tp_hide": "the TP all_reduces' exposed time (tp_exposed_ns) capped at the layers' "
-               "compute (tp_compute_ns: what an overlapped all_reduce can hide behind) and at "
-               "the comms score",
-    "ep_share": "the all_to_all time (ep_a2a_ns) x (1 - 1/imbalance): balanced, every rank "
-                "moves the mean bytes instead of the hot rank's max; an upper bound (all of the "
-                "time bandwidth-bound)",
-    "offload": "the offloaded optimizer's span per step (first gradient copy out to last "
-               "parameter copy back: optimizer_offload.ns_per_step) x steps, capped at the lost "
-               "time: on the GPU the optimizer takes a few ms",
-    "stall": "the stall's excess over the median step (periodic_stall.excess_ns_per_stall) x "
-             "the stalls traced: priced per period, the steady window leaves them out",
-    "none": "no estimate: offered after the levers with one",
-}
+def _host_alloc(lv, parts) -> int:
+    return int(parts.get("alloc", 0)) if lv.cause == "host" else 0
 
+
+def _save_alloc(lv, cause_ns, parts, copy, ctx):
+    # allocator calls in short gaps too (charged to launch there): the churn goes whole
+    every = max(_host_alloc(lv, parts), int(ctx.get("alloc_gap_ns") or 0))
+    return min(every, int(cause_ns) + int(ctx.get("launch_ns") or 0))
+
+
+def _save_host_rest(lv, cause_ns, parts, copy, ctx):
+    return max(0, int(cause_ns) - _host_alloc(lv, parts))
+
+
+def _save_pin(lv, cause_ns, parts, copy, ctx):
+    return int(copy.get("pin_saves_ns", 0)) if copy.get("pageable_ns") else 0
+
+
+def _save_busy(lv, cause_ns, parts, copy, ctx):
+    b = (ctx.get("busy_levers") or {}).get(lv.busy)
+    return int(b.get("saving_ns", 0)) if b else 0
+
+
+def _save_queued(lv, cause_ns, parts, copy, ctx):
+    by = queued_by_kind(ctx.get("queued_on"))
+    return min(int(cause_ns), by[lv.waits]) if by else int(cause_ns)
+
+
+def _save_pp_bubble(lv, cause_ns, parts, copy, ctx):
+    p, m, b = int(ctx["pp_stages"]), int(ctx["pp_microbatches"]), float(ctx["pp_bubble_pct"])
+    v = int(ctx.get("pp_virtual") or 1)
+    cut = min(b, pp_theory_pct(p, m, v)) - pp_theory_pct(p, 2 * m, v)
+    return int(int(ctx.get("pp_step_ns") or 0) * max(0.0, cut) / 100)
+
+
+def _save_fsdp_hide(lv, cause_ns, parts, copy, ctx):
+    ex, free = ctx.get("fsdp_all_gather_exposed_ns"), ctx.get("fsdp_free_compute_ns")
+    if ex is None or free is None:   # not measured: the comms cause, as before
+        return int(cause_ns)
+    return min(int(ex), int(free), int(cause_ns))
+
+
+def _save_tp_hide(lv, cause_ns, parts, copy, ctx):
+    return min(int(ctx.get("tp_exposed_ns") or 0), int(ctx.get("tp_compute_ns") or 0),
+               int(cause_ns))
+
+
+def _save_ep_share(lv, cause_ns, parts, copy, ctx):
+    x, t = ctx.get("ep_imbalance"), ctx.get("ep_a2a_ns")
+    return None if not x or t is None else int(int(t) * (1 - 1 / float(x)))
+
+
+def _save_pp_excess(lv, cause_ns, parts, copy, ctx):
+    return int(ctx.get("pp_excess_busy_ns") or 0)
+
+
+def _save_offload(lv, cause_ns, parts, copy, ctx):
+    o = ctx.get("optimizer_offload") or {}
+    n = int(o.get("ns_per_step") or 0) * max(1, int(ctx.get("steps_seen") or 1))
+    return min(n, int(ctx.get("lost_ns") or n))
+
+
+def _save_stall(lv, cause_ns, parts, copy, ctx):
+    st = ctx.get("periodic_stall") or {}
+    return int(st.get("excess_ns_per_stall") or 0) * len(st.get("stalled_steps") or [])
+
+
+def _save_buffers(lv, cause_ns, parts, copy, ctx):
+    per_step = int(ctx.get("ddp_buffer_broadcast_ns") or 0)   # per step (context.steps_seen)
+    return min(per_step * max(1, int(ctx.get("steps_seen") or 1)), int(ctx.get("lost_ns") or 0))
+
+
+def _save_step_head(lv, cause_ns, parts, copy, ctx):
+    h = ctx.get("step_head_wait") or {}
+    n = int(h.get("per_step_ns") or 0) * int(h.get("steps") or 0)
+    lost = ctx.get("lost_ns")
+    return n if lost is None else min(n, int(lost))
+
+
+def _save_none(lv, cause_ns, parts, copy, ctx):
+    return None
+
+
+SAVING_MODELS: dict[str, SavingModel] = {m.id: m for m in (
+    SavingModel("cause", "the cause's whole score", _save_cause, True,
+                "an upper bound: the GPU's own work unchanged"),
+    SavingModel("alloc", "the allocator calls' time in every gap (alloc_gap_ns: the host "
+                "cause's long gaps and the short ones charged to launch), capped at host + "
+                "launch scores", _save_alloc, True, "every allocator call in the steps goes"),
+    SavingModel("host_rest", "the host cause's score less its allocator time", _save_host_rest,
+                True, "the host work leaves the step path whole"),
+    SavingModel("pin", "the pageable copies' time beyond pinned bandwidth "
+                "(copies.pin_saves_ns)", _save_pin, True,
+                "pinned copies reach the measured pinned bandwidth"),
+    SavingModel("busy", "the busy-time lever's saving_ns from passes/busy.py (its own "
+                "documented model)", _save_busy, False,
+                "the kernels keep their fraction of the new precision's peak"),
+    SavingModel("buffers", "DDP's buffer broadcast time (ddp_buffer_broadcast_ns per step x "
+                "steps_seen), capped at the lost time", _save_buffers, False,
+                "the broadcast is exposed"),
+    SavingModel("queued", "the queued time whose waited_on evidence is this lever's kind "
+                "(queued_on: an event wait or another stream's op, GPU-side front-end "
+                "latency, or nothing traced / a graph replay), capped at the queued score",
+                _save_queued, True, "the wait goes whole"),
+    SavingModel("pp_bubble", "the pipeline step time (pp_step_ns) x (min(measured bubble, "
+                "theory at m) - theory at 2m): only the schedule's part of the bubble shrinks",
+                _save_pp_bubble, False, "balanced stages"),
+    SavingModel("pp_excess", "the slowest stage's busy time above the stages' mean "
+                "(pp_excess_busy_ns)", _save_pp_excess, False, "layers move freely"),
+    SavingModel("fsdp_hide", "the exposed all_gather time (fsdp_all_gather_exposed_ns) capped "
+                "at the compute no data-moving comm overlaps (fsdp_free_compute_ns) -- "
+                "prefetch can hide a gather only behind compute -- and at the comms score; "
+                "not measured: the comms score", _save_fsdp_hide, True,
+                "a prefetched gather hides wholly behind free compute"),
+    SavingModel("tp_hide", "the TP all_reduces' exposed time (tp_exposed_ns) capped at the "
+                "layers' compute (tp_compute_ns: what an overlapped all_reduce can hide "
+                "behind) and at the comms score", _save_tp_hide, True,
+                "an overlapped all_reduce hides wholly"),
+    SavingModel("ep_share", "the all_to_all time (ep_a2a_ns) x (1 - 1/imbalance): balanced, "
+                "every rank moves the mean bytes instead of the hot rank's max",
+                _save_ep_share, False, "an upper bound (all of the time bandwidth-bound)"),
+    SavingModel("offload", "the offloaded optimizer's span per step (first gradient copy out "
+                "to last parameter copy back: optimizer_offload.ns_per_step) x steps, capped "
+                "at the lost time", _save_offload, False,
+                "on the GPU the optimizer takes a few ms"),
+    SavingModel("stall", "the stall's excess over the median step "
+                "(periodic_stall.excess_ns_per_stall) x the stalls traced", _save_stall, False,
+                "priced per period: the steady window leaves them out"),
+    SavingModel("step_head", "the OS-call time before each step's first launch while the GPU "
+                "idles (step_head_wait.per_step_ns, the median) x the steps that show it, "
+                "capped at the lost time", _save_step_head, False,
+                "workers fetch the input while the GPU runs: the whole wait goes"),
+    SavingModel("none", "no estimate: offered after the levers with one", _save_none, False,
+                "advice without a measured saving"),
+)}
+
+# the saving-model docs by id (the anatomy helper's models join them: ANATOMY_SAVINGS)
+SAVINGS = {k: f"{m.doc} ({m.assumptions})" if m.assumptions else m.doc
+           for k, m in SAVING_MODELS.items()}
 # saving models priced from a cause's score: such a lever needs its cause worth fixing
-CAUSE_PRICED = ("cause", "alloc", "host_rest", "pin", "queued", "fsdp_hide", "tp_hide")
+CAUSE_PRICED = tuple(k for k, m in SAVING_MODELS.items() if m.cause_priced)
 
 GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA graphs are "
                        "replayed: they are set up (reduce-overhead / cudagraphify) but none was "
@@ -748,16 +969,22 @@ LEVERS: tuple[Lever, ...] = (
     Lever("more_workers", "data", "the DataLoader already uses worker processes and they "
           "cannot keep up: raise num_workers (and prefetch_factor), or make each sample cheaper "
           "to load", "free", when=_all(PT, workers)),
-    Lever("pin_batch", "data", DATALOADER_PIN, "free", when=_all(PT)),
+    Lever("pin_batch", "data", DATALOADER_PIN, "free", when=_all(PT, h2d_pageable)),
     Lever("persistent_workers", "data", "persistent_workers=True: do not restart workers every "
           "epoch", "free", when=_all(PT, no_workers)),
     Lever("prefetch_factor", "data", "raise prefetch_factor so batches are ready before the "
           "step needs them", "free", when=_all(PT, no_workers)),
     Lever("storage", "data", STORAGE, "infra"),
+    Lever("input_on_main_thread", "data", _head_text, "free", saves="step_head",
+          when=_all(PT, step_head_waits, no_dataloader_names), first=True,
+          doc=LeverDoc(what="the step's input is fetched on the training thread before its "
+                       "first launch: DataLoader(num_workers=N) fetches it in workers",
+                       example="our H100 nsys recording gpu/data.bad.sqlite (num_workers=0, "
+                       "16 x 1 ms samples: 17.1 ms a step, ~20 ms planted)")),
     # copy
     Lever("pin_copy", "copy", "pin the host tensor (tensor.pin_memory() once, or "
           "DataLoader(pin_memory=True)) and copy with .to(device, non_blocking=True)", "free",
-          saves="pin", when=_all(PT)),
+          saves="pin", when=_all(PT, h2d_pageable)),
     Lever("keep_on_gpu", "copy", "keep the data on the GPU: do not re-send the same tensor "
           "every step", "code", when=_all(PT, resent_copies)),
     Lever("side_stream_copy", "copy", "prefetch the next batch on a side stream so the copy "
@@ -791,22 +1018,25 @@ LEVERS: tuple[Lever, ...] = (
           "(torch.nonzero, boolean masks, tensor-valued Python conditions)", "code",
           when=_all(PT, dynamic_shapes)),
     Lever("late_read", "sync", "copy results with .to('cpu', non_blocking=True) into pinned "
-          "memory and read them one step later", "code", when=_all(PT)),
+          "memory and read them one step later", "code", when=_all(PT, dtoh_waits)),
     Lever("remove_syncs_native", "sync", "remove blocking syncs from the loop "
           "(cudaDeviceSynchronize, cudaStreamSynchronize, synchronous cudaMemcpy): wait on an "
           "event only where the result is needed", "code", when=_all(NV)),
     Lever("late_read_native", "sync", "cudaMemcpyAsync into pinned memory and read the result "
-          "one iteration later", "code", when=_all(NV)),
+          "one iteration later", "code", when=_all(NV, dtoh_waits)),
     # launch
     Lever("graphs_not_replayed", "launch", GRAPHS_NOT_REPLAYED, "code",
-          when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
+          when=_all(PT, graphs_not_replayed, steady_window), first=True,
+          group="graphs_not_replayed"),
     Lever("cuda_graphs", "launch", "capture the step with CUDA graphs: "
           "torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs", "code",
-          when=_all(PT, no_graphs, capturable), after=("per_param_item",), group="cuda_graphs"),
+          when=_all(PT, no_graphs, capturable, graphs_api_available), after=("per_param_item",),
+          group="cuda_graphs"),
     Lever("compile_fuse", "launch", "torch.compile to fuse small elementwise kernels (fewer "
-          "launches)", "code", when=_all(PT, no_graphs, not_compiled), group="compile"),
+          "launches)", "code", when=_all(PT, no_graphs, not_compiled, compile_available),
+          group="compile"),
     Lever("larger_batch", "launch", "larger micro-batch: more work per kernel for the same "
-          "launch cost", "code", when=_all(PT, training)),
+          "launch cost", "code", when=_all(PT, training, steady_window)),
     Lever("fused_optimizer", "launch", "fused optimizers (foreach=True / fused=True) and fused "
           "layers", "free", when=_all(PT, optimizer_unfused, fused_available)),
     Lever("foreach_optimizer", "launch", "multi-tensor optimizers (torch.optim._multi_tensor / "
@@ -817,49 +1047,63 @@ LEVERS: tuple[Lever, ...] = (
                                                           fused_available)),
     Lever("graph_coverage", "launch", "the step already replays CUDA graphs: bring the parts "
           "still launched eagerly into the graph (graph breaks, optimizer, loss/metrics code)",
-          "code", when=_all(PT, graphs_replayed, training), first=True, group="graph_coverage"),
+          "code", when=_all(PT, uses_graphs, graphs_replayed, training), first=True,
+          group="graph_coverage"),
     Lever("graph_coverage_inference", "launch", "the step already replays CUDA graphs: bring "
           "the parts still launched eagerly into the graph (graph breaks, sampling, pre- and "
-          "post-processing)", "code", when=_all(PT, graphs_replayed, inference), first=True,
-          group="graph_coverage"),
+          "post-processing)", "code", when=_all(PT, uses_graphs, graphs_replayed, inference),
+          first=True, group="graph_coverage"),
     Lever("compile_fuse_rest", "launch", "torch.compile to fuse the remaining small elementwise "
-          "kernels", "code", when=_all(PT, graphs_replayed, not_compiled), group="compile"),
+          "kernels", "code",
+          when=_all(PT, uses_graphs, graphs_replayed, not_compiled, compile_available),
+          group="compile"),
     Lever("cuda_graphs_native", "launch", "CUDA graphs: capture the loop body once "
           "(cudaStreamBeginCapture, cudaGraphLaunch)", "code", when=_all(NV, no_graphs, capturable),
           group="cuda_graphs"),
     Lever("graph_coverage_native", "launch", "the program already launches CUDA graphs: bring "
-          "the kernels still launched one by one into them", "code", when=_all(NV, uses_graphs),
+          "the kernels still launched one by one into them", "code",
+          when=_all(NV, uses_graphs, graphs_launched),
           first=True),
     Lever("fuse_native", "launch", "fuse small kernels: more work per launch", "code",
           when=_all(NV), group="fuse_native"),
     # host (less its allocator time, which the alloc levers save)
     Lever("graphs_not_replayed_host", "host", GRAPHS_NOT_REPLAYED, "code", saves="host_rest",
-          when=_all(PT, graphs_not_replayed), first=True, group="graphs_not_replayed"),
+          when=_all(PT, graphs_not_replayed, steady_window), first=True,
+          group="graphs_not_replayed"),
     Lever("off_step_path", "host", "move the host work off the step path: precompute, cache, "
           "or do it in DataLoader workers / a background thread", "code", saves="host_rest",
           when=_all(PT, not_host_dispatch, host_off_model, not_offloaded, host_not_stall,
-                    not_compiled_call)),
+                    not_compiled_call, host_movable)),
     Lever("compiled_call", "host", "the host time is torch.compile's own per-call work (the "
           "compiled graph's call, guards, CUDA graph tree bookkeeping), not your code: call the "
           "compiled function fewer times -- compile the whole step (or a larger module) instead "
           "of many small ones, avoid graph breaks that split it, keep guards stable", "code",
-          saves="host_rest", when=_all(PT, compiled_call), first=True),
+          saves="host_rest", when=_all(PT, compiled_call, compiled_called_often), first=True),
+    Lever("compiled_call_once", "host", "the host time is torch.compile's own per-call work and "
+          "each compiled graph already runs once per step: what is left is its guards, wrapper "
+          "and launches -- mode=\"reduce-overhead\" (CUDA graphs) takes the launches off the "
+          "host; keep the guards few and stable", "code", saves="host_rest",
+          when=_all(PT, compiled_call, compiled_called_once), first=True,
+          doc=LeverDoc(example="HTA df_index_resolver: CompiledFunction 5 calls in 5 steps")),
     Lever("fewer_ops", "host", "the host time is PyTorch's own per-op dispatch: issue fewer, "
           "larger ops -- batch small tensors, replace Python loops over tensors with vectorised "
           "ops", "code", saves="host_rest", when=_all(PT, host_dispatch)),
     Lever("compile_dispatch", "host", "torch.compile the step: fused kernels leave fewer ops to "
-          "dispatch", "code", saves="host_rest", when=_all(PT, host_dispatch, not_compiled),
+          "dispatch", "code", saves="host_rest",
+          when=_all(PT, host_dispatch, not_compiled, compile_available),
           group="compile"),
     Lever("compile_model_host", "host", "the host time is the model's own forward (module "
           "calls and the dispatch of many small ops), which cannot move off the step: "
           "torch.compile the model (fused kernels, less Python per step), capture it with CUDA "
           "graphs where the step allows, or run a larger batch per call", "code",
           saves="host_rest", when=_all(PT, host_in_model, not_host_dispatch, not_compiled,
-                                       not_compiled_call, host_not_stall), first=True,
+                                       not_compiled_call, host_not_stall, compile_available),
+          first=True,
           group="compile"),
     Lever("graphs_host", "host", "capture the step with CUDA graphs so the GPU runs ahead of the "
           "host: torch.compile(mode=\"reduce-overhead\")", "code", saves="host_rest",
-          when=_all(PT, no_graphs, capturable, host_not_stall), after=("per_param_item",),
+          when=_all(PT, no_graphs, capturable, host_not_stall, graphs_api_available),
+          after=("per_param_item",),
           group="cuda_graphs"),
     Lever("checkpoint_off_path", "host", _stall_text, "code", saves="stall",
           when=_all(PT, checkpoint_stall), first=True),
@@ -876,14 +1120,14 @@ LEVERS: tuple[Lever, ...] = (
     Lever("no_empty_cache", "host", "stop device-memory churn: remove torch.cuda.empty_cache() "
           "from the loop; PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF="
           "expandable_segments:True", "free", saves="alloc",
-          when=_all(PT, allocator_cached, no_startup_alloc, device_frees)),
+          when=_all(PT, allocator_cached, no_startup_alloc, device_frees, steady_window)),
     Lever("allocator_growth", "host", "the caching allocator is still growing (cudaMalloc "
           "inside the analysed steps, no frees): profile after more warm-up steps, or let it "
           "map memory in larger pieces (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
           "free", saves="alloc", when=_all(PT, allocator_cached, no_startup_alloc,
-                                           allocator_growing)),
+                                           allocator_growing, steady_window)),
     Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
-          when=_all(PT, no_startup_alloc)),
+          when=_all(PT, no_startup_alloc, steady_window)),
     Lever("reuse_buffers_native", "host", "allocate once outside the loop and reuse the buffers, "
           "or a stream-ordered pool (cudaMallocAsync / cudaMemPool)", "code", saves="alloc",
           when=_all(NV, no_startup_alloc)),
@@ -895,7 +1139,8 @@ LEVERS: tuple[Lever, ...] = (
           "need no syncing (or sync them every N steps)", "free", saves="buffers",
           when=_all(PT, buffer_broadcast), first=True),
     Lever("fsdp_prefetch", "comms", "FSDP: forward/backward prefetch, limit_all_gathers, larger "
-          "wrap units", "free", saves="fsdp_hide", when=_all(PT, fsdp, fsdp_gathers_exposed)),
+          "wrap units", "free", saves="fsdp_hide",
+          when=_all(PT, fsdp, fsdp_comms_run, fsdp_gathers_exposed)),
     Lever("deepspeed_overlap", "comms", "DeepSpeed ZeRO: overlap_comm=True, larger "
           "reduce_bucket_size / allgather_bucket_size, contiguous_gradients=True", "free",
           when=_all(PT, deepspeed)),
@@ -937,10 +1182,16 @@ LEVERS: tuple[Lever, ...] = (
     Lever("warm_up", "compile", "warm up (compile) before profiling; enable the inductor FX "
           "graph cache", "free"),
     # graph_capture
+    Lever("startup_capture", "graph_capture", lambda c: _startup_text(c), "free", saves="none",
+          when=_all(engine_startup), first=True,
+          doc=LeverDoc(what="this window is the serving engine's start-up: its graph captures "
+                       "run once per server start -- profile the serving steps; capture fewer "
+                       "batch sizes to start faster", example="TraceLens sglang_decode/capture_traces/bs_32_rank0 (SGLang "
+                       "cuda_graph_runner __init__), vllm graph_capture_rank_0")),
     Lever("fixed_shapes_capture", "graph_capture", "keep input shapes fixed (pad or bucket) so "
-          "recorded CUDA graphs are replayed, not re-recorded", "code"),
+          "recorded CUDA graphs are replayed, not re-recorded", "code", when=_all(steady_window)),
     Lever("capture_in_warmup", "graph_capture", "record the graphs during warm-up, before the "
-          "measured steps", "free"),
+          "measured steps", "free", when=_all(steady_window)),
     # queued: the GPU waited with its next op already launched (passes/attribution.py)
     Lever("stream_waits", "queued", "check the cross-stream waits (cudaStreamWaitEvent / event "
           "records) that hold the queued kernels: record the event earlier, or run the "
@@ -961,7 +1212,7 @@ LEVERS: tuple[Lever, ...] = (
           saves="queued", waits="untraced", when=_all(no_other_process, no_graphs)),
     # gpu: busy-time levers with a saving (passes/busy.py), for every bound
     Lever("tf32", "gpu", TF32_TEXT, "free", saves="busy", busy="tf32",
-          when=_all(PT, tf32_device)),
+          when=_all(PT, tf32_device, not_gemv)),
     Lever("bf16_autocast", "gpu", BF16_TEXT, "code", saves="busy", busy="bf16_autocast",
           when=_all(PT, bf16_device, no_fp16)),
     Lever("fp16_autocast", "gpu", FP16_TEXT, "code", saves="busy", busy="fp16_autocast",
@@ -973,7 +1224,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("channels_last", "gpu", "channels_last memory format for the convolution model and "
           "its inputs", "code", saves="busy", busy="channels_last", when=_all(PT, convolutions)),
     Lever("compile_pointwise", "gpu", "torch.compile to fuse the elementwise/reduction kernels",
-          "code", saves="busy", busy="torch_compile", when=_all(PT, not_compiled),
+          "code", saves="busy", busy="torch_compile",
+          when=_all(PT, not_compiled, compile_available),
           group="compile"),
     # gpu: generic advice when GPU-bound and busy.py found nothing to price (no saving)
     Lever("tune_kernel", "gpu", lambda c: _tune_kernel_text(c), "code", saves="none",
@@ -984,11 +1236,12 @@ LEVERS: tuple[Lever, ...] = (
     Lever("fp16_generic", "gpu", FP16_TEXT, "code", saves="none",
           when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, no_bf16_device, not_lowp)),
     Lever("tf32_generic", "gpu", TF32_TEXT, "free", saves="none",
-          when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, tf32_device)),
+          when=_all(PT, gpu_bound, no_busy_evidence, gemm_fp32, tf32_device, not_gemv)),
     Lever("sdpa_generic", "gpu", SDPA_TEXT, "code", saves="none",
           when=_all(PT, gpu_bound, no_busy_evidence, attention_unfused, softmax_runs)),
     Lever("compile_generic", "gpu", "torch.compile for kernel fusion", "code", saves="none",
-          when=_all(PT, gpu_bound, no_busy_evidence, not_compiled), group="compile"),
+          when=_all(PT, gpu_bound, no_busy_evidence, not_compiled, compile_available),
+          group="compile"),
     Lever("channels_last_generic", "gpu", "channels_last for convolutions", "code",
           saves="none", when=_all(PT, gpu_bound, no_busy_evidence, convolutions)),
     Lever("tensor_cores_native", "gpu", "tensor-core precision for GEMM-heavy code (TF32 / BF16 "
@@ -1031,6 +1284,98 @@ LEVERS: tuple[Lever, ...] = (
           "free", saves="none"),
 )
 
+# -- job levers: a whole job's straggler (jobs/multirank/verdicts.py), priced by the lateness
+# it imposes; the context is the job verdict: ``straggler_rank``, ``straggler_cause``
+
+def _late_because(cause: str, doc: str) -> Pred:
+    """A precondition: the straggler's late windows are explained by ``cause``."""
+    def pred(c: Ctx) -> bool:
+        return c.get("straggler_cause") == cause
+    pred.__name__ = f"late_{cause}"
+    pred.__doc__ = doc
+    return pred
+
+
+def _rank_text(template: str) -> Callable[[Ctx], str]:
+    def text(c: Ctx) -> str:
+        return template.format(r=c.get("straggler_rank"))
+    text.__doc__ = template.format(r="R")
+    return text
+
+
+STRAGGLER_ROWS = (
+    ("stage_compute", "its pipeline stage computes more than the others",
+     "move layers off the pipeline stage of rank {r} (the split points) so the stages compute "
+     "alike"),
+    ("stage_untraced", "its stage runs host work outside profiled ops",
+     "look at what pipeline rank {r} runs outside profiled ops inside its stage's step (a "
+     "sleep, logging, checkpointing, I/O or Python only that stage does; profile "
+     "with_stack=True): the other stages wait on it"),
+    ("untraced", "it runs host work outside profiled ops before its collectives",
+     "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
+     "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)"),
+    ("gpu_compute", "its GPU was still busy with compute kernels",
+     "rank {r}'s GPU computes longer: uneven inputs (batch or sequence lengths), a slower or "
+     "throttled GPU, or other work sharing it"),
+    ("comm_wait", "it is itself blocked in another collective",
+     "rank {r} is itself blocked in another collective: look at that group's straggler"),
+    ("sleep", "its launching thread sleeps",
+     "rank {r}'s launching thread sleeps before it reaches the collective (time.sleep/"
+     "clock_nanosleep): remove the sleep, or the polling/rate-limiting loop that calls it"),
+)
+JOB_LEVERS: tuple[Lever, ...] = tuple(
+    Lever(f"straggler_{cause}", "job", _rank_text(text), "code", saves="none",
+          when=(_late_because(cause, f"The straggler is late because {why}."),),
+          doc=LeverDoc(what=text.format(r="R"), example="gloo ddp2 / pp_gpipe3_slow1 "
+                       "recordings (tests/fixtures/gloo)"))
+    for cause, why, text in STRAGGLER_ROWS)
+
+
+def straggler_text(cause: str | None, rank: int) -> str | None:
+    """The job lever's words for a straggler late because of ``cause`` (None: no row)."""
+    lv = BY_ID.get(f"straggler_{cause}")
+    return lv.words({"straggler_rank": rank}) if lv is not None else None
+
+
+# -- memory levers: the GPU-use section's allocator advice (verdict/busy.py), on the record's
+# ``memory`` figures: device allocator calls after the first step, each device's peaks
+
+def late_frees(c: Ctx) -> bool:
+    """Device free calls run after the first step: the cache hands memory back every step."""
+    late = (c.get("memory") or {}).get("after_first_step") or {}
+    return bool(late.get("count")) and bool(late.get("frees"))
+
+
+def late_allocs_only(c: Ctx) -> bool:
+    """Device allocations and no free run after the first step: memory keeps growing."""
+    late = (c.get("memory") or {}).get("after_first_step") or {}
+    return bool(late.get("count")) and not late.get("frees")
+
+
+def late_allocator_calls(c: Ctx) -> bool:
+    """The allocator still calls the driver after the first step."""
+    return bool(((c.get("memory") or {}).get("after_first_step") or {}).get("count"))
+
+
+MEMORY_LEVERS: tuple[Lever, ...] = (
+    Lever("no_empty_cache_in_loop", "memory", "the caching allocator is handing memory back "
+          "every step: drop torch.cuda.empty_cache() / gc-triggered frees from the loop; if it "
+          "is not called, the cache runs dry (see fragmentation)", "free", saves="none",
+          when=(late_frees,)),
+    Lever("memory_growth", "memory", "memory keeps growing across steps (varying shapes?): pad "
+          "to fixed shapes or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "free",
+          saves="none", when=(late_allocs_only,)),
+    Lever("expandable_segments", "memory", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+          "free", saves="none", when=(late_allocator_calls,),
+          doc=LeverDoc(why="a device's reserved memory is > 25% unused at its peak while the "
+                       "allocator still calls the driver (fragmentation)")),
+    Lever("near_capacity", "memory", "close to the memory limit: allocator retries (cudaFree + "
+          "cudaMalloc) are likely; reduce batch / activation memory (checkpointing)", "free",
+          saves="none", when=(late_allocator_calls,),
+          doc=LeverDoc(why="a device's reserved peak is > 90% of its capacity while the "
+                       "allocator still calls the driver")),
+)
+
 # Unranked "to find out more": tools that show the culprit, offered with their cause.
 DIAGNOSTICS: tuple[Lever, ...] = (
     Lever("mark_steps", "startup", "mark the steps (torch.profiler prof.step() or NVTX ranges "
@@ -1047,7 +1392,40 @@ DIAGNOSTICS: tuple[Lever, ...] = (
           "and topology the collectives use", "free", when=_all(gpu_transport)),
 )
 
-BY_ID = {lv.id: lv for lv in LEVERS + DIAGNOSTICS}
+# The modules whose lever rows the table appends (the same Lever shape, verdict/leverkit.py):
+# each gives LEVERS rows, saving-model docs and a pricing hook for its own models.
+if importlib.util.find_spec(f"{__package__}.anatomy") is not None:
+    # verdict/anatomy.py (issue 38): the step-anatomy levers (they import the shape from
+    # verdict/leverkit.py, never from here: no import circle)
+    from .anatomy import ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving
+else:   # not merged yet
+    ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving = (), {}, None
+LEVERS = LEVERS + tuple(ANATOMY_LEVERS)
+# the rows the ranked to-do list of one window never offers: a job's, the GPU-use section's
+APART = JOB_LEVERS + MEMORY_LEVERS
+SAVINGS.update(ANATOMY_SAVINGS)
+
+
+def appended_saving(lv: Lever, ctx: Ctx) -> int | None:
+    """The saving of a lever whose model an appended module prices (None: no estimate)."""
+    if anatomy_saving is not None and lv.saves in ANATOMY_SAVINGS:
+        return anatomy_saving(lv, ctx)
+    return None
+
+
+# every lever id, one enum (a str Enum: ``LeverId.NUM_WORKERS == "num_workers"``)
+LeverId = Enum("LeverId", {str(lv.id).upper(): str(lv.id)
+                           for lv in LEVERS + DIAGNOSTICS + APART},
+               type=str, module=__name__)
+LeverId.__str__ = lambda self: self.value   # f"{id}" is the plain id
+register_ids(LeverId)
+LEVERS = tuple(Lever(**{**lv.__dict__, "id": LeverId(str(lv.id))}) for lv in LEVERS)
+DIAGNOSTICS = tuple(Lever(**{**lv.__dict__, "id": LeverId(str(lv.id))}) for lv in DIAGNOSTICS)
+JOB_LEVERS = tuple(Lever(**{**lv.__dict__, "id": LeverId(str(lv.id))}) for lv in JOB_LEVERS)
+MEMORY_LEVERS = tuple(Lever(**{**lv.__dict__, "id": LeverId(str(lv.id))})
+                      for lv in MEMORY_LEVERS)
+APART = JOB_LEVERS + MEMORY_LEVERS
+BY_ID = {lv.id: lv for lv in LEVERS + DIAGNOSTICS + APART}
 
 
 def rows(cause: str, ctx: Ctx, table: tuple = LEVERS) -> list[Lever]:
@@ -1076,52 +1454,10 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
     r = replayed(lv, ctx)
     if r is not None:
         return r
-    alloc = int(parts.get("alloc", 0)) if lv.cause == "host" else 0
-    if lv.saves == "cause":
-        return int(cause_ns)
-    if lv.saves == "alloc":
-        # allocator calls in short gaps too (charged to launch there): the churn goes whole
-        every = max(alloc, int(ctx.get("alloc_gap_ns") or 0))
-        return min(every, int(cause_ns) + int(ctx.get("launch_ns") or 0))
-    if lv.saves == "host_rest":
-        return max(0, int(cause_ns) - alloc)
-    if lv.saves == "pin":
-        return int(copy.get("pin_saves_ns", 0)) if copy.get("pageable_ns") else 0
-    if lv.saves == "busy":
-        b = (ctx.get("busy_levers") or {}).get(lv.busy)
-        return int(b.get("saving_ns", 0)) if b else 0
-    if lv.saves == "queued":
-        by = queued_by_kind(ctx.get("queued_on"))
-        return min(int(cause_ns), by[lv.waits]) if by else int(cause_ns)
-    if lv.saves == "pp_bubble":
-        p, m, b = int(ctx["pp_stages"]), int(ctx["pp_microbatches"]), float(ctx["pp_bubble_pct"])
-        v = int(ctx.get("pp_virtual") or 1)
-        cut = min(b, pp_theory_pct(p, m, v)) - pp_theory_pct(p, 2 * m, v)
-        return int(int(ctx.get("pp_step_ns") or 0) * max(0.0, cut) / 100)
-    if lv.saves == "fsdp_hide":
-        ex, free = ctx.get("fsdp_all_gather_exposed_ns"), ctx.get("fsdp_free_compute_ns")
-        if ex is None or free is None:   # not measured: the comms cause, as before
-            return int(cause_ns)
-        return min(int(ex), int(free), int(cause_ns))
-    if lv.saves == "tp_hide":
-        return min(int(ctx.get("tp_exposed_ns") or 0), int(ctx.get("tp_compute_ns") or 0),
-                   int(cause_ns))
-    if lv.saves == "ep_share":
-        x, t = ctx.get("ep_imbalance"), ctx.get("ep_a2a_ns")
-        return None if not x or t is None else int(int(t) * (1 - 1 / float(x)))
-    if lv.saves == "pp_excess":
-        return int(ctx.get("pp_excess_busy_ns") or 0)
-    if lv.saves == "offload":
-        o = ctx.get("optimizer_offload") or {}
-        n = int(o.get("ns_per_step") or 0) * max(1, int(ctx.get("steps_seen") or 1))
-        return min(n, int(ctx.get("lost_ns") or n))
-    if lv.saves == "stall":
-        st = ctx.get("periodic_stall") or {}
-        return int(st.get("excess_ns_per_stall") or 0) * len(st.get("stalled_steps") or [])
-    if lv.saves == "buffers":   # the context's figure is per step (context.steps_seen)
-        per_step = int(ctx.get("ddp_buffer_broadcast_ns") or 0)
-        return min(per_step * max(1, int(ctx.get("steps_seen") or 1)), int(ctx.get("lost_ns") or 0))
-    return None
+    model = SAVING_MODELS.get(lv.saves)
+    if model is None:   # a saving model of a module the table appends (verdict/anatomy.py)
+        return appended_saving(lv, ctx)
+    return model.price(lv, cause_ns, parts, copy, ctx)
 
 
 def replayed(lv: Lever, ctx: Ctx) -> int | None:
@@ -1188,7 +1524,7 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
         if lv.saves == "busy":   # the evidence busy.py priced it on
             why = ((ctx.get("busy_levers") or {}).get(lv.busy) or {}).get("why", "")
             text += f" -- {why}" if why else ""
-        item = {"id": lv.id, "lever": text, "cost": lv.cost, "cause": lv.cause,
+        item = {"id": str(lv.id), "lever": text, "cost": lv.cost, "cause": lv.cause,
                 "saves_ns": ns, "basis": None if ns is None else "bound"}
         if rep is not None:   # the projected step from the replay, in the measured frame
             from .whatif import lever_price, projected
@@ -1320,3 +1656,130 @@ def kernel_base_name(name: str, limit: int | None = KERNEL_NAME_CHARS) -> str:
             break
         s = t
     return (s.rsplit("::", 1)[-1].strip() or name)[:limit]
+
+
+def fitting_busy(blev: list[dict], ctx: Ctx) -> list[dict]:
+    """The busy pass's priced levers that some row of the table offers here (its
+    preconditions hold: no TF32 lever on volta_ kernels): what the GPU-use section and its
+    headline may name."""
+    rows: dict[str, list[Lever]] = {}
+    for lv in LEVERS:
+        if lv.saves == "busy":
+            rows.setdefault(lv.busy, []).append(lv)
+    return [b for b in blev if any(lv.holds(ctx) for lv in rows.get(b["lever"], ()))]
+
+
+# -- withdrawn levers: refusals as values -------------------------------------------------
+
+# the preconditions whose failure says the lever does not fit this program (what it already
+# does, its hardware, its torch, its phase): a refusal worth reporting. The others say the
+# trace does not point at the lever (no stall, no recompile, another framework): it was
+# never a candidate, and is not listed.
+REFUSING = frozenset({
+    "not_gemv", "tf32_device", "bf16_device", "no_fp16", "not_lowp", "compile_available",
+    "graphs_api_available", "fused_available", "h2d_pageable", "dtoh_waits", "graphs_replayed",
+    "graphs_launched", "steady_window", "compiled_called_often", "host_movable",
+    "fsdp_comms_run", "capturable", "no_graphs", "not_compiled", "not_compiled_call",
+    "host_off_model", "not_host_dispatch", "not_offloaded", "host_not_stall",
+    "allocator_cached", "no_startup_alloc", "convolutions", "attention_unfused",
+    "no_dataloader_names",
+    "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused"})
+
+
+def withdrawn(scores: dict, ctx: Ctx, min_ns: float, cause_order: tuple) -> list[Withdrawn]:
+    """The levers of the causes worth fixing that do not fit this program, each with the
+    precondition that failed and its reason; a lever whose replay refused the change
+    (``whatif.withdrawn``: a graph cannot capture a sync) with the replay's reason."""
+    from .whatif import lever_price, withdrawn as replay_unfit
+
+    causes = {c for c in cause_order if scores.get(c, 0) > 0 and scores[c] >= min_ns}
+    priced = ctx.get("busy_levers") or {}   # busy-time levers the busy pass priced
+    out = []
+    for lv in LEVERS:
+        if lv.cause not in causes and not (lv.saves == "busy" and lv.busy in priced):
+            continue
+        w = lv.refusal(ctx)
+        if w is not None:
+            if w.precondition in REFUSING:
+                out.append(w)
+            continue
+        r = lever_price(ctx, lv.id)
+        if r is not None and replay_unfit(r):
+            why = "; ".join(str(v) for v in r["refused"].values())
+            out.append(Withdrawn(lv.id, lv.cause, why, "replay", ("replay_levers",)))
+    return out
+
+
+# -- the lever table as documentation (docs/analysis.md) ----------------------------------
+
+DOC_BEGIN = "<!-- lever-table:begin (python scripts/lever_table.py) -->"
+DOC_END = "<!-- lever-table:end -->"
+
+
+def describe(lv: Lever) -> LeverDoc:
+    """The lever's doc, each empty field filled from the row: what (its text; a worded one
+    by its function's doc), why (its preconditions' first doc lines), the saving model and
+    its assumptions (``SAVING_MODELS``; the replay's what-if model where one prices it)."""
+    from .whatif import MODEL_OF
+
+    d = lv.doc
+    what = d.what or (lv.text if isinstance(lv.text, str) else
+                      first_line(getattr(lv.text, "__doc__", "")) or "(worded from the facts)")
+    why = d.why or "; ".join(first_line(p.__doc__) or p.__name__ for p in lv.when
+                             if p.__name__ not in ("pytorch",)) or "always, with its cause"
+    model = SAVING_MODELS.get(lv.saves)
+    saving = d.saving or (model.doc if model else SAVINGS.get(lv.saves, lv.saves))
+    if MODEL_OF.get(str(lv.id)):
+        saving = f"replay `{MODEL_OF[str(lv.id)]}`; bound: {saving}"
+    return LeverDoc(what=what, why=why, example=d.example, saving=saving,
+                    assumptions=d.assumptions or (model.assumptions if model else ""))
+
+
+def doc_table() -> str:
+    """docs/analysis.md's lever table: one row per lever of the table, in table order."""
+    rows = ["| lever | cause | cost | what | offered when | saves (model; assumptions) "
+            "| example |", "|---|---|---|---|---|---|---|"]
+    for lv in LEVERS + DIAGNOSTICS + APART:
+        d = describe(lv)
+        kind = " (diagnostic)" if lv in DIAGNOSTICS else ""
+        saves = d.saving + (f"; {d.assumptions}" if d.assumptions else "")
+        cells = [f"`{lv.id}`{kind}", lv.cause, lv.cost, d.what, d.why, saves, d.example or ""]
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("``", "`").replace("|", "\\|").replace("\n", " ")
+
+
+def write_doc(path: str) -> bool:
+    """Put ``doc_table`` between the markers of ``path``; True when the file changed."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    a, b = text.index(DOC_BEGIN) + len(DOC_BEGIN), text.index(DOC_END)
+    new = text[:a] + "\n" + doc_table() + "\n" + text[b:]
+    if new == text:
+        return False
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(new)
+    return True
+
+
+def main(argv: list[str]) -> int:
+    """``python scripts/lever_table.py --doc [docs/analysis.md]``: regenerate the table;
+    ``--print``: print it."""
+    if "--print" in argv:
+        print(doc_table())
+        return 0
+    if "--doc" in argv:
+        rest = [a for a in argv if not a.startswith("--")]
+        path = rest[0] if rest else "docs/analysis.md"
+        try:
+            changed = write_doc(path)
+        except (OSError, ValueError) as e:
+            print(f"cannot update {path}: {e}", file=sys.stderr)
+            return 2
+        print(f"{path}: {'updated' if changed else 'current'}")
+        return 0
+    print("usage: python scripts/lever_table.py --doc [PATH] | --print", file=sys.stderr)
+    return 2

@@ -148,6 +148,8 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     if "waiting_ns" in ev:
         out["title"] = WAITING_TITLE
     out["diagnostics"] = L.diagnostics([c for c, _ in _worth(sc, window_ns)], ctx)
+    out["withdrawn"] = [w.to_dict() for w in
+                        L.withdrawn(sc, ctx, MIN_ACTION_SHARE * window_ns, CAUSES)]
     return out
 
 
@@ -242,7 +244,7 @@ def _priced(lv, sc: dict, busy: dict) -> tuple[str, object] | None:
 
 def _unpriced(cause: str, ctx: dict, proofs: dict | None = None) -> list[dict]:
     """The table's levers for a verdict with no cause to price (cpu_only, unknown)."""
-    return [{"id": lv.id, "lever": lv.words(ctx), "cost": lv.cost, "cause": cause,
+    return [{"id": str(lv.id), "lever": lv.words(ctx), "cost": lv.cost, "cause": cause,
              "saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
              "projected_step_ns": None, "culprit": "",
              "because": because(lv, ctx, proofs or {}, _unpriced_fact(cause, ctx))}
@@ -277,7 +279,7 @@ def _summary(bound: str, ev: dict, ctx: dict) -> str:
 def _out(bound: str, summary: str, ev: dict, actions: list, what_if=None) -> dict:
     return {"bound": bound, "title": TITLE[bound], "summary": summary, "evidence": ev,
             "levers": [a["lever"] for a in actions], "actions": list(actions),
-            "diagnostics": [], "what_if": dict(what_if or {})}
+            "diagnostics": [], "what_if": dict(what_if or {}), "withdrawn": []}
 
 
 def _pct(a, b, digits: int = 2) -> float:

@@ -98,7 +98,14 @@ def lever_price(ctx: dict, lever_id: str) -> dict | None:
 EXCLUSIVE = (("tf32", "bf16", "fp16"),)
 
 
-def together(prices: dict, actions: list[dict], ctx: dict) -> dict | None:
+def saved_prices(prices: dict) -> dict:
+    """``price``'s result without the graph and the replay's facts: what a saved facts
+    record keeps to judge again (passes/facts.py ``WindowFacts.prices``)."""
+    return {k: v for k, v in prices.items() if k not in ("graph", "facts")}
+
+
+def together(prices: dict, actions: list[dict], ctx: dict,
+             saved: dict | None = None) -> dict | None:
     """The offered replay-priced levers applied together and replayed once (never summed):
     a what-if row (saves_ns over the window, per step, projected step) with the models in
     ``models``; of mutually exclusive precisions the one saving most; a larger batch is
@@ -116,7 +123,16 @@ def together(prices: dict, actions: list[dict], ctx: dict) -> dict | None:
             models = [m for m in models if m not in group or m == best]
     if len(models) < 2:
         return None
-    r = replay_models(prices["graph"], prices["facts"], models, before_ns=prices["before_ns"])
+    key = tuple(models)
+    if "graph" not in prices:   # a saved record: the replay of the same models, if it has it
+        r = (saved or {}).get(key)
+    else:
+        r = replay_models(prices["graph"], prices["facts"], models, before_ns=prices["before_ns"])
+        if saved is not None:
+            saved[key] = {k: r[k] for k in ("before_ns", "after_ns", "per_sample_x", "saves_ns",
+                                           "applied", "gpu_saved_ns")}
+    if r is None:
+        return None
     if not r["applied"]:
         return None
     steps = max(1, int(ctx.get("steps") or 1))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...collectives import normalize_collective
+from ...collectives import issued_in_order, normalize_collective
 from ...passes import intervals
 from ...readers.kineto import rank_from_filename
 from ...table import Trace
@@ -116,6 +116,8 @@ def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
     keep = ~pd.isna(coll)
     h = h[keep].copy()
     h["collective"] = coll[keep]
+    if rx is HOST_EXEC_RX:   # the c10d op names the collective the backend runs it as
+        h["collective"] = issued_as(events, h)
     h["device"] = -1
     h["stream"] = -1
     h["peer"] = _p2p_peers(events, h)
@@ -124,6 +126,28 @@ def _host_collectives(events: pd.DataFrame, rx: re.Pattern) -> pd.DataFrame:
         h = h.sort_values(["ts", "dur"], ascending=[True, False]).drop_duplicates(["tid", "ts"])
         h = _drop_nested(h)
     return normalise_collectives(h)
+
+
+C10D_ISSUE_RX = re.compile(r"^c10d::")
+
+
+def issued_as(events: pd.DataFrame, h: pd.DataFrame) -> np.ndarray:
+    """Each backend span's collective as the c10d op that issued it names it, per process
+    (``collectives.issued_in_order``: gloo runs ``c10d::_reduce_scatter_base_`` as a
+    ``gloo:all_reduce``)."""
+    out = h["collective"].to_numpy(object).copy()
+    issue = events[name_matches(events["name"], C10D_ISSUE_RX)]
+    if not len(issue) or not len(h):
+        return out
+    kind = np.array([normalize_collective(str(n)) for n in issue["name"]], object)
+    issue, kind = issue[~pd.isna(kind)], kind[~pd.isna(kind)]
+    for pid in np.unique(h["pid"].to_numpy()):
+        mine = np.flatnonzero(h["pid"].to_numpy() == pid)
+        ops = np.flatnonzero(issue["pid"].to_numpy() == pid)
+        out[mine] = issued_in_order(h["ts"].to_numpy(np.int64)[mine].tolist(), list(out[mine]),
+                                    issue["ts"].to_numpy(np.int64)[ops].tolist(),
+                                    list(kind[ops]))
+    return out
 
 
 def _span_bytes(h: pd.DataFrame) -> np.ndarray:

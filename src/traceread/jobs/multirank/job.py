@@ -18,6 +18,8 @@ late windows.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -38,6 +40,16 @@ MATCH_COLUMNS = ["lane", "key", "instance", "method", "collective", "rank", "ts"
 # straggler is worth naming when it is the late one in at least this share of them.
 LATE_MIN_NS = 100_000
 STRAGGLER_MIN_SHARE = 0.5
+# ... and, against chance and the steps' own noise (issue 39): last more often than one
+# rank in ``ranks`` would be by chance (one-sided binomial tail below LAST_P; fewer than
+# LAST_MIN_N instances cannot tell), and late, net of the other ranks' lateness, by at least
+# SPREAD_X of the step time's own spread a step (the steps' standard deviation; with fewer
+# than SPREAD_MIN_STEPS steps, SPREAD_STEP_SHARE of the mean step)
+LAST_P = 0.05
+LAST_MIN_N = 10
+SPREAD_MIN_STEPS = 3
+SPREAD_STEP_SHARE = 0.01
+SPREAD_X = 0.5
 
 
 def score(rows: pd.DataFrame, offsets: dict[int, int], source: str = "kernel") -> pd.DataFrame:
@@ -157,6 +169,74 @@ def straggler_of(m: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def significance(strag: dict, m: pd.DataFrame, steps: dict) -> dict:
+    """``strag`` with its significance tested against chance and noise (issue 39):
+    ``last_p`` -- how often last: the chance of being last this often as one rank of
+    ``ranks`` (one-sided binomial); ``net_late_per_step_ns`` -- by how much: its lateness
+    less the other ranks' mean lateness, per step; ``spread_ns`` -- the steps' own spread
+    (the median over ranks of their step times' standard deviation, or SPREAD_STEP_SHARE of
+    the mean step). ``significant`` stays only when its net lateness per step is at least
+    SPREAD_X of the spread and, unless it exceeds the whole spread, it is last more often
+    than chance (with enough instances to tell); the reason it is not is in
+    ``not_significant_because``."""
+    if strag["rank"] < 0 or not strag["instances"] or not len(m):
+        return strag
+    r = strag["rank"]
+    n = int(m.loc[m["rank"] == r, "instance"].nunique())
+    ranks = max(2, int(m.groupby("instance")["rank"].nunique().median()))
+    p = binomial_tail(int(strag["times_last"]), n, 1.0 / ranks)
+    late = m[m["last"]].groupby("rank")["lateness_ns"].sum()
+    others = float(late.drop(r, errors="ignore").sum()) / (ranks - 1)
+    n_steps = max([len(s) for s in steps.values() if s is not None] + [1])
+    net = int((float(late.get(r, 0)) - others) / n_steps)
+    spread = step_spread(steps)
+    frequent = n < LAST_MIN_N or p < LAST_P
+    large = net >= max(LATE_MIN_NS, SPREAD_X * spread if spread else 0)
+    # last no more often than chance: only a lateness beyond the whole spread still counts
+    # (one collective a step held back by a planted 30 ms, the others on time)
+    beyond = net >= max(LATE_MIN_NS, spread or 0)
+    strag.update(last_p=round(p, 4), net_late_per_step_ns=net, spread_ns=spread)
+    if strag["significant"] and not (large and (frequent or beyond)):
+        strag["significant"] = False
+        strag["not_significant_because"] = (
+            f"last in {strag['times_last']} of {n} collectives "
+            f"({100 * strag['times_last'] / max(1, n):.0f}%, chance {100 / ranks:.0f}%: "
+            f"p={p:.2g})" if not frequent else
+            f"late by {net / 1e6:.2f} ms a step more than the other ranks, under half the "
+            f"steps' own spread ({(spread or 0) / 1e6:.2f} ms)")
+    return strag
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), in log space (n may be thousands)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp
+             + (n - i) * lq for i in range(k, n + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
+def step_spread(steps: dict) -> int | None:
+    """The step time's own spread: the median over ranks of the standard deviation of their
+    step times (>= SPREAD_MIN_STEPS steps), else SPREAD_STEP_SHARE of the mean step; None
+    without steps."""
+    sd, means = [], []
+    for s in steps.values():
+        if s is None or not len(s) or "dur" not in s:
+            continue
+        d = s["dur"].to_numpy(np.int64)
+        means.append(float(d.mean()))
+        if len(d) >= SPREAD_MIN_STEPS:
+            sd.append(float(d.std()))
+    if sd:
+        return int(np.median(sd))
+    return int(SPREAD_STEP_SHARE * np.median(means)) if means else None
+
+
 @dataclass
 class JobResult:
     """Cross-rank results of one job (``to_dict()``: the documented ``cross_rank`` object)."""
@@ -229,7 +309,7 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
     rows, unmatched, info = match_rows({i.rank: i.collectives for i in inputs}, offsets_for, tol)
     offsets = offsets_for(rows)  # final estimate from every matched instance
     matches = score(rows, offsets, source)
-    strag = straggler_of(matches)
+    strag = significance(straggler_of(matches), matches, {i.rank: i.steps for i in inputs})
     by_rank = {i.rank: i for i in inputs}
     if strag["rank"] >= 0:
         s = strag["rank"]

@@ -27,6 +27,7 @@ import copy
 
 from ...verdict import bounds
 from ...verdict.units import per_step
+from ...verdict.levers import straggler_text
 from ...render.text import fmt_ns
 from .groups import IMBALANCE_X, interval_total, pipeline_decides
 from .waits import HOW_TO_RECORD, LATE_MIN_NS as WAIT_LATE_MIN_NS
@@ -36,20 +37,6 @@ from .why import CAUSE_TEXT
 CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "graph_capture", "sync": "sync",
                "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host", "stage_untraced": "host",
                "gpu_compute": "gpu", "comm_wait": "mixed", "wait": "mixed", "sleep": "host"}
-STRAGGLER_LEVERS = {
-    "stage_compute": "move layers off the pipeline stage of rank {r} (the split points) so the "
-                     "stages compute alike",
-    "stage_untraced": "look at what pipeline rank {r} runs outside profiled ops inside its stage's "
-                      "step (a sleep, logging, checkpointing, I/O or Python only that stage does; "
-                      "profile with_stack=True): the other stages wait on it",
-    "untraced": "look at what rank {r} runs outside profiled ops before its collectives: a sleep, "
-                "logging, checkpointing, I/O or Python only that rank does (profile with_stack=True)",
-    "gpu_compute": "rank {r}'s GPU computes longer: uneven inputs (batch or sequence lengths), a slower "
-                   "or throttled GPU, or other work sharing it",
-    "comm_wait": "rank {r} is itself blocked in another collective: look at that group's straggler",
-    "sleep": "rank {r}'s launching thread sleeps before it reaches the collective (time.sleep/"
-             "clock_nanosleep): remove the sleep, or the polling/rate-limiting loop that calls it",
-}
 
 
 def cause_bound(cause: str | None) -> str:
@@ -349,8 +336,9 @@ def straggler_lever(jv: dict) -> dict | None:
 
 def _lever(jv: dict, s: int) -> str:
     cause = jv.get("cause")
-    if cause in STRAGGLER_LEVERS:
-        return STRAGGLER_LEVERS[cause].format(r=s)
+    text = straggler_text(cause, s)   # the lever table's job rows (verdict/levers.py)
+    if text is not None:
+        return text
     b = cause_bound(cause)
     levers = bounds.lever_texts(b) if b in bounds.LEVERS else []
     return levers[0] if levers else f"profile rank {s} to see why it is late"

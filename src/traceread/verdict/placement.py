@@ -5,8 +5,8 @@ busy-time change on the GPU's own time; the to-do list (``verdict.actions``) ran
 shortens the step. Where the two differ the report must say so, or a reader finds a
 headline lever that the ranked list never mentions (a V100 fp32 ResNet-50 whose
 DataLoader starves the GPU: fp16 autocast halves the matmuls, and the replayed step does
-not get shorter). ``withdrawn`` gives each such lever its reason, from the same context
-the list was ranked on (``verdict.withdrawn``: busy lever id, the table's lever id,
+not get shorter). ``busy_placement`` gives each such lever its reason, from the same context
+the list was ranked on (``verdict.busy_placement``: busy lever id, the table's lever id,
 reason).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ NO_GAIN = ("replayed with the change, the step does not get shorter: the step wa
 TOO_SMALL = "saves less than 1% of the window once replayed"
 
 
-def withdrawn(ctx: dict, actions: list[dict], min_ns: float) -> list[dict]:
+def busy_placement(ctx: dict, actions: list[dict], min_ns: float) -> list[dict]:
     """``[{busy, id, reason, in_list}]`` for each busy-time lever of ``ctx["busy_levers"]``
     with a saving: ``in_list`` the 1-based to-do position of the item that carries its
     change (the same lever, or one of its group), else ``reason`` why none does."""

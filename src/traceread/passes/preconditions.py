@@ -1,0 +1,389 @@
+"""Facts that a lever's preconditions read (issue 39), each with the events that prove it
+(``facts_evidence``: fact key -> [{"name", "ts_ns", "step", "detail"}]).
+
+* ``kernel_arch``: the GPU generation the kernels were built for, when the device is not
+  recorded: cuBLAS/cuDNN name their kernels by family (``volta_sgemm``, ``turing_fp16_s1688``,
+  ``ampere_sgemm``, ``sm80_xmma``, ``sm90_xmma``). The newest family seen is a lower bound
+  on the device; a trace whose newest is ``volta_``/``turing_`` runs on sm70/sm75 (no TF32,
+  no fast bf16): cuBLAS picks ``ampere_``/``sm80_`` kernels on sm80 and later.
+* ``fp32_gemv_share``: of the FP32 SIMT GEMM time, the share in GEMV-shaped kernels
+  (``gemmSN``: small-N, ``gemv``, ``gemmk1``): memory-bound, a tensor-core precision does
+  not speed them (a tiny batch).
+* ``h2d_source``: where the host->device copies come from -- ``pinned`` / ``pageable`` /
+  ``unknown`` copies (``Memcpy HtoD (Pinned -> Device)``); all pinned: pinning is done.
+* ``sync_copy_directions``: which way the copies the host waited for went (``DtoH`` a
+  result read back, ``HtoD`` an input sent blocking): a read-back remedy fits only the first.
+* ``graph_launches``: CUDA graph launches (``cudaGraphLaunch``...) and replay rows in the
+  window: a step "already replays CUDA graphs" only with at least one.
+* ``startup_phase``: the window is an engine's start-up (vLLM / SGLang model runner
+  ``__init__``, ``capture_model``, ``_capture_cudagraphs``, ``init_device_graphs``): its
+  graph captures and allocations happen once, not every step.
+* ``compiled_calls_per_step``: calls of each torch.compile graph (``## Call CompiledFxGraph
+  <hash> ##``, ``CompiledFunction``) per profiler step; the most called one.
+* ``host_other_kind``: what the host work that is not the model's forward is --
+  ``framework`` (optimizer step, module call wrappers, autograd engine, a serving engine's
+  loop: it cannot move to a DataLoader worker), ``compute`` (the job's own matmuls on the
+  host), ``movable`` (data preparation, copies, logging, I/O, sleeps) or ``unknown``.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .. import namerx
+from .common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
+from .factkit import Steps, item
+
+# -- GPU generation from kernel names -----------------------------------------------------
+
+# family -> (compute capability, tf32, fast bf16); ordered oldest first
+ARCH_FAMILIES = {
+    "volta": ("7.0", False, False),
+    "turing": ("7.5", False, False),
+    "ampere": ("8.0", True, True),
+    "sm80": ("8.0", True, True),
+    "sm86": ("8.6", True, True),
+    "sm89": ("8.9", True, True),
+    "sm90": ("9.0", True, True),
+    "sm100": ("10.0", True, True),
+}
+ARCH_RX = re.compile(r"^(?:void\s+)?(?:cutlass\w*::)?(volta|turing|ampere|sm(?:80|86|89|90|100))_")
+ARCH_MIN_KERNELS = 2     # distinct family kernel names before the family is taken as proof
+
+
+def kernel_arch(kernels: list[str]) -> tuple[dict | None, list[dict]]:
+    """({"arch", "cc", "tf32", "bf16", "kernels"} of the newest kernel family seen, or None;
+    evidence). Fewer than ``ARCH_MIN_KERNELS`` distinct names of all families: None."""
+    seen: dict[str, str] = {}
+    count = 0
+    for n in kernels:
+        m = ARCH_RX.match(str(n))
+        if m:
+            count += 1
+            seen.setdefault(m.group(1), str(n))
+    if count < ARCH_MIN_KERNELS:
+        return None, []
+    order = list(ARCH_FAMILIES)
+    newest = max(seen, key=order.index)
+    cc, tf32, bf16 = ARCH_FAMILIES[newest]
+    fact = {"arch": newest, "cc": cc, "tf32": tf32, "bf16": bf16, "kernels": count}
+    why = (f"newest kernel family {newest}_ (sm{cc.replace('.', '')}): "
+           + ("TF32 and bf16 tensor cores" if tf32 else "no TF32, no fast bf16"))
+    return fact, [item(seen[newest], None, None, why)]
+
+
+# -- GEMV-shaped FP32 GEMMs ---------------------------------------------------------------
+
+FP32_GEMM_RX = re.compile(r"sgemm|gemmSN|gemv|gemmk1|gemm_?f32|s\d+gemm", re.I)
+GEMV_RX = re.compile(r"gemmSN|gemv|gemmk1", re.I)
+TENSOR_CORE_RX = re.compile(r"tf32|bf16|fp16|h\d{3,4}gemm|s16816|s1688|xmma|wmma|hmma", re.I)
+
+
+def fp32_gemv_share(ev: pd.DataFrame) -> tuple[float | None, list[dict]]:
+    """(GEMV-shaped share of the FP32 SIMT GEMM kernel time, evidence); None: no such GEMM."""
+    rows = rows_of(ev, ("kernel",))
+    if not len(rows):
+        return None, []
+    lut, codes = lut_at(ev["name"], rows, _gemm_class, 0, np.int8)
+    cls = lut.take(codes)
+    dur = ev["dur"].to_numpy(np.int64)[rows]
+    total = int(dur[cls > 0].sum())
+    if total <= 0:
+        return None, []
+    gemv = int(dur[cls == 2].sum())
+    share = round(gemv / total, 3)
+    if not gemv:
+        return share, []
+    first = rows[np.flatnonzero(cls == 2)[0]]
+    return share, [item(ev["name"].iat[first], ev["ts"].iat[first], None,
+                        f"GEMV-shaped kernels: {100 * share:.0f}% of FP32 GEMM time")]
+
+
+def _gemm_class(name: str) -> int:
+    """0: not an FP32 SIMT GEMM; 1: a GEMM; 2: a GEMV-shaped one."""
+    if not FP32_GEMM_RX.search(name) or TENSOR_CORE_RX.search(name):
+        return 0
+    return 2 if GEMV_RX.search(name) else 1
+
+
+# -- host->device copies: pinned or pageable ----------------------------------------------
+
+PINNED_RX = re.compile(r"Pinned\s*->", re.I)
+PAGEABLE_RX = re.compile(r"Pageable\s*->", re.I)
+
+
+def h2d_source(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
+    """({"copies", "pinned", "pageable", "unknown"} of the HtoD copies, evidence); None: none."""
+    rows = rows_of(ev, ("memcpy",))
+    if not len(rows) or "copy_kind" not in ev:
+        return None, []
+    kind = ev["copy_kind"].astype(object).to_numpy()[rows]
+    rows = rows[kind == "HtoD"]
+    if not len(rows):
+        return None, []
+    lut, codes = lut_at(ev["name"], rows, _memory_kind, 0, np.int8)
+    mk = lut.take(codes)
+    out = {"copies": int(len(rows)), "pinned": int((mk == 1).sum()),
+           "pageable": int((mk == 2).sum()), "unknown": int((mk == 0).sum())}
+    pick = np.flatnonzero(mk == 2) if out["pageable"] else np.flatnonzero(mk == 1)
+    if not len(pick):
+        return out, []
+    r = rows[pick[0]]
+    return out, [item(ev["name"].iat[r], ev["ts"].iat[r], None,
+                      f"{out['pinned']} pinned, {out['pageable']} pageable of {out['copies']} "
+                      "HtoD copies")]
+
+
+def _memory_kind(name: str) -> int:
+    return 2 if PAGEABLE_RX.search(name) else 1 if PINNED_RX.search(name) else 0
+
+
+# -- which way the blocking copies go ----------------------------------------------------
+
+SYNC_API_RX = re.compile(r"^(?:cuda|hip)(?:Stream|Device|Event)Synchronize$|^cuStreamSynchronize")
+SYNC_COPY_API_RX = re.compile(r"^(?:cuda|hip)Memcpy(?:2D|3D)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$")
+
+
+def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
+    """({direction: count} of the copies the host waited for -- launched by a synchronous
+    memcpy call, or followed on the launching thread by a synchronize before any other
+    runtime call --, evidence); None: no copy in the window."""
+    cp = rows_of(ev, ("memcpy",))
+    api = rows_of(ev, ("runtime", "driver"))
+    if not len(cp) or not len(api) or "correlation" not in ev:
+        return None, []
+    corr = ev["correlation"].to_numpy(np.int64)
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    ts = ev["ts"].to_numpy(np.int64)
+    order = api[np.lexsort((ts[api], tid[api], pid[api]))]
+    lut, codes = lut_at(ev["name"], order, _sync_class, 0, np.int8)
+    cls = lut.take(codes)
+    pos = {int(c): i for i, c in enumerate(corr[order]) if c >= 0}
+    kind = ev["copy_kind"].astype(object).to_numpy() if "copy_kind" in ev else None
+    out: dict[str, int] = {}
+    first = None
+    for r in cp.tolist():
+        i = pos.get(int(corr[r]))
+        if i is None or kind is None:
+            continue
+        nxt = i + 1
+        waited = cls[i] == 2 or (nxt < len(order) and cls[nxt] == 1
+                                 and pid[order[nxt]] == pid[order[i]]
+                                 and tid[order[nxt]] == tid[order[i]])
+        if waited:
+            d = str(kind[r] or "unknown")
+            out[d] = out.get(d, 0) + 1
+            first = r if first is None else first
+    if first is None:
+        return {}, []
+    return out, [item(ev["name"].iat[first], ev["ts"].iat[first], None,
+                      "the host waited for it: " + ", ".join(f"{k} x{v}" for k, v in out.items()))]
+
+
+def _sync_class(name: str) -> int:
+    """2: a synchronous copy call; 1: a synchronize; 0: anything else."""
+    return 2 if SYNC_COPY_API_RX.match(name) else 1 if SYNC_API_RX.match(name) else 0
+
+
+# -- CUDA graph launches ------------------------------------------------------------------
+
+def graph_launches(ev: pd.DataFrame) -> tuple[int, list[dict]]:
+    """(graph launches + graph replay rows in the window, evidence of the first)."""
+    api = rows_of(ev, ("runtime", "driver"))
+    hit = np.zeros(0, np.int64)
+    if len(api):
+        lut, codes = lut_at(ev["name"], api, lambda n: bool(GRAPH_LAUNCH_RX.match(n)), False,
+                            bool)
+        hit = api[lut.take(codes)]
+    replays = rows_of(ev, ("graph",))
+    n = int(len(hit) + len(replays))
+    if not n:
+        return 0, []
+    r = hit[0] if len(hit) else replays[0]
+    return n, [item(ev["name"].iat[r], ev["ts"].iat[r], None, f"{n} graph launches")]
+
+
+# -- an engine's start-up -----------------------------------------------------------------
+
+# vLLM / SGLang / TensorRT-LLM engine set-up frames: the model runner built, its graphs captured
+STARTUP_RX = namerx.compile(
+    r"(?:model_runner|cuda_graph_runner|gpu_model_runner|gpu_worker|worker|llm_engine|engine"
+    r"|scheduler|model_executor\w*)\.py\(\d+\): (?:__init__|initialize\w*|init_device_graphs"
+    r"|capture_model|_capture_cudagraphs|capture|capture_one_batch_size|_capture_graph"
+    r"|profile_run|load_model|determine_available_memory)$")
+
+
+def startup_phase(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
+    """({"frames": [names], "ns": the longest such frame's span} or None, evidence)."""
+    rows = rows_of(ev, ("python", "cpu_op", "annotation"))
+    if not len(rows):
+        return None, []
+    lut, codes = lut_at(ev["name"], rows, lambda n: bool(STARTUP_RX.search(n)), False, bool)
+    hit = rows[lut.take(codes)]
+    if not len(hit):
+        return None, []
+    dur = ev["dur"].to_numpy(np.int64)[hit]
+    names = list(dict.fromkeys(str(ev["name"].iat[r]) for r in hit))
+    top = hit[int(np.argmax(dur))]
+    return ({"frames": names[:8], "ns": int(dur.max())},
+            [item(ev["name"].iat[top], ev["ts"].iat[top], None,
+                  "an engine's start-up: graphs captured and memory set up once")])
+
+
+# -- torch.compile graph calls per step ---------------------------------------------------
+
+COMPILED_GRAPH_RX = namerx.compile(r"^## Call CompiledFxGraph (\w+) ##$|^(CompiledFunction)$"
+                                   r"|^(Torch-Compiled Region: [\d/]+)")
+
+
+def compiled_calls_per_step(ev: pd.DataFrame, steps: Steps) -> tuple[dict | None, list[dict]]:
+    """({"graphs": {graph: calls per step}, "max": the most called one's} or None, evidence).
+    Only calls inside the steps count; no profiler steps: None (a rate needs steps)."""
+    if not len(steps):
+        return None, []
+    rows = rows_of(ev, ("cpu_op", "annotation", "python"))
+    lut, codes = lut_at(ev["name"], rows, _graph_key, None)
+    keys = lut.take(codes)
+    hit = np.flatnonzero(~pd.isna(keys))
+    if not len(hit):
+        return None, []
+    r = rows[hit]
+    inside = steps.of(ev["pid"].to_numpy()[r], ev["ts"].to_numpy(np.int64)[r]) >= 0
+    if not inside.any():
+        return None, []
+    n = steps.count()
+    per = pd.Series(keys[hit][inside]).value_counts()
+    graphs = {str(k): round(int(v) / n, 2) for k, v in per.items()}
+    top = max(graphs, key=graphs.get)
+    first = r[inside][np.flatnonzero(keys[hit][inside] == top)[0]]
+    return ({"graphs": dict(list(graphs.items())[:8]), "max": graphs[top], "steps": n},
+            [item(ev["name"].iat[first], ev["ts"].iat[first], None,
+                  f"{int(per.max())} calls in {n} steps")])
+
+
+def _graph_key(name: str):
+    m = COMPILED_GRAPH_RX.match(name)
+    return None if m is None else next(g for g in m.groups() if g)
+
+
+# -- what the host work beside the model is -----------------------------------------------
+
+FRAMEWORK_FRAME_RX = namerx.compile(
+    r"^Optimizer\.(?:step|zero_grad)|^torch/optim/|\boptimizer\.py\(|^autograd::engine"
+    r"|^torch/autograd/|torch/nn/modules/module\.py\(\d+\): (?:_call_impl|_wrapped_call_impl"
+    r"|__getattr__|__setattr__)|torch/nn/parallel/|torch/distributed/|^aten::_foreach_"
+    r"|^aten::(?:un)?flatten_dense_tensors$|^(?:cuda|hip)StreamSynchronize$"
+    r"|^aten::(?:item|_local_scalar_dense)$|^Torch-Compiled|^## Call CompiledFxGraph"
+    # serving / diffusion engines' own step loops: the scheduler, the model runner
+    r"|/managers/scheduler\.py\(|/model_executor/|/worker/\w*model_runner\.py\(")
+# the job's own arithmetic on the host (a CPU model): it is the work, not a side task
+HOST_COMPUTE_RX = namerx.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|einsum|conv\w*"
+                                 r"|_convolution|mkldnn_\w+|native_layer_norm|softmax|_softmax)$")
+# the outermost frames of a script: they name no work of their own
+SCRIPT_FRAME_RX = namerx.compile(r"<module>$|_run_module_as_main$|\): decorate_context$")
+
+
+def host_other_kind(top_other: str | None) -> str | None:
+    """What the largest host work outside the model's forward is: ``framework`` (optimizer
+    step, module-call wrappers, autograd engine, DDP's bucket copies, a serving engine's
+    step loop: it cannot move to a worker), ``compute`` (the job's own matmuls on CPU
+    tensors: it is the work), ``movable`` (data preparation, copies, I/O, sleeps), or
+    ``unknown`` (only a script's outermost frame is named); None: nothing outside it."""
+    if not top_other:
+        return None
+    name = str(top_other)
+    if FRAMEWORK_FRAME_RX.search(name):
+        return "framework"
+    if HOST_COMPUTE_RX.search(name):
+        return "compute"
+    return "unknown" if SCRIPT_FRAME_RX.search(name) else "movable"
+
+
+# -- the host work at the head of each step ----------------------------------------------
+
+LAUNCH_CALL_RX = re.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch\w*$"
+                            r"|^(?:cuda|cu|hip)GraphLaunch\w*$|^(?:cuda|hip)Memcpy\w*$")
+HEAD_MIN_SHARE = 0.1   # of the median step: shorter heads are the step's own set-up
+
+
+def step_head_wait(ev: pd.DataFrame, step_tab: pd.DataFrame | None) -> tuple[dict | None, list]:
+    """Per step, the OS-runtime calls (nsys ``osrt``: read, open, clock_nanosleep, poll ...) on
+    the step's launching thread between the step's start and its first launch or copy call,
+    while no GPU op runs: the host fetches the step's input before it can launch anything
+    (a DataLoader with num_workers=0 does this on the training thread). {"per_step_ns"
+    (median), "steps", "share" (of the median step), "calls": the heaviest call names} or
+    None: no step, no OS-runtime calls traced, or the median under HEAD_MIN_SHARE."""
+    if step_tab is None or not len(step_tab) or not kind_in(ev, ("osrt",)).any():
+        return None, []
+    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    api = rows_of(ev, ("runtime", "driver"))
+    lut, codes = lut_at(ev["name"], api, lambda n: bool(LAUNCH_CALL_RX.match(n)), False, bool)
+    launch = api[lut.take(codes)]
+    osrt = rows_of(ev, ("osrt",))
+    gpu = rows_of(ev, ("kernel", "memcpy", "memset"))
+    gpu = gpu[np.argsort(ts[gpu], kind="stable")]
+    g_ts, g_end = ts[gpu], np.maximum.accumulate(ts[gpu] + dur[gpu]) if len(gpu) else gpu
+    heads, names, first = [], {}, None
+    for (p, t), sg in step_tab.groupby(["pid", "tid"], sort=False):
+        lr = launch[(pid[launch] == p) & (tid[launch] == t)]
+        lr = lr[np.argsort(ts[lr], kind="stable")]
+        orow = osrt[(pid[osrt] == p) & (tid[osrt] == t)]
+        orow = orow[np.argsort(ts[orow], kind="stable")]
+        for s_, e_ in sg[["start", "end"]].itertuples(index=False):
+            k = int(np.searchsorted(ts[lr], s_))
+            if k >= len(lr) or ts[lr[k]] >= e_:
+                continue   # no launch in this step
+            head_end = int(ts[lr[k]])
+            # while the GPU still runs earlier work the host's calls cost nothing: from when
+            # it is idle (the latest end of the GPU ops begun before the head ends)
+            g = int(np.searchsorted(g_ts, head_end))
+            idle_from = max(int(s_), int(g_end[g - 1])) if g else int(s_)
+            lo, hi = np.searchsorted(ts[orow], [s_, head_end])
+            calls = orow[lo:hi]
+            a_ = np.maximum(ts[calls], idle_from)
+            b_ = np.minimum(ts[calls] + dur[calls], head_end)
+            took = np.clip(b_ - a_, 0, None)
+            heads.append(int(took.sum()))
+            for r in calls[took > 0].tolist():
+                n = str(ev["name"].iat[r])
+                names[n] = names.get(n, 0) + int(dur[r])
+                first = r if first is None else first
+    if not heads or first is None:
+        return None, []
+    med = int(np.median(heads))
+    step = float(np.median(step_tab["dur"].to_numpy(np.int64)))
+    if step <= 0 or med < HEAD_MIN_SHARE * step:
+        return None, []
+    top = [n for n, _ in sorted(names.items(), key=lambda kv: -kv[1])[:3]]
+    return ({"per_step_ns": med, "steps": len(heads), "share": round(med / step, 3),
+             "calls": top},
+            [item(ev["name"].iat[first], ts[first], None,
+                  f"{med / 1e6:.1f} ms a step in OS calls before the step's first launch")])
+
+
+# -- all of them --------------------------------------------------------------------------
+
+def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
+    """The facts above as program keys, with ``facts_evidence`` (see module doc)."""
+    evidence: dict[str, list] = {}
+    out: dict = {}
+    for key, (val, proof) in (
+            ("kernel_arch", kernel_arch(kernels)),
+            ("fp32_gemv_share", fp32_gemv_share(ev)),
+            ("h2d_source", h2d_source(ev)),
+            ("sync_copy_directions", sync_copy_directions(ev)),
+            ("graph_launches", graph_launches(ev)),
+            ("startup_phase", startup_phase(ev)),
+            ("compiled_calls_per_step", compiled_calls_per_step(ev, Steps(ev)))):
+        out[key] = val
+        if proof:
+            evidence[key] = proof
+    out["facts_evidence"] = evidence
+    return out
+
+
+__all__ = ["precondition_facts", "step_head_wait", "kernel_arch", "fp32_gemv_share", "h2d_source",
+           "graph_launches", "startup_phase", "compiled_calls_per_step", "host_other_kind"]
