@@ -407,6 +407,8 @@ def _module_in_backward(ev: pd.DataFrame, rows: np.ndarray, ops: pd.DataFrame) -
         k = np.searchsorted(bs, mt, side="right") - 1
         inb = (k >= 0) & (mt < be[np.maximum(k, 0)])
         ms, me = intervals.union(mt[inb], (m["ts"] + m["dur"]).to_numpy(np.int64)[inb])
+        if not len(ms):
+            continue
         sel = (pid == p) & (tid == t)
         j = np.searchsorted(ms, ts[sel], side="right") - 1
         out[np.flatnonzero(sel)] = (j >= 0) & (ts[sel] < me[np.maximum(j, 0)])

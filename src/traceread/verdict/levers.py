@@ -20,8 +20,10 @@ lever would save").
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Callable
+
+from .anatomy import ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving
+from .leverrow import Lever
 
 COST_ORDER = {"free": 0, "code": 1, "infra": 2}
 
@@ -670,24 +672,6 @@ def _all(*ps: Pred) -> tuple:
 
 # -- the table ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Lever:
-    id: str
-    cause: str            # the score it saves ("gpu": GPU busy time)
-    text: str | Callable[[Ctx], str]
-    cost: str             # free / code / infra
-    saves: str = "cause"  # the saving model: a key of SAVINGS
-    when: tuple = ()      # predicates over the context; all must hold
-    first: bool = False   # the trace itself points at it: before generic ones of equal saving
-    after: tuple = ()     # ids that must rank before it when both are offered
-    group: str = ""       # levers of other causes that are the same advice (one kept)
-    busy: str = ""        # the passes/busy.py lever id whose saving it takes
-    waits: str = ""       # queued levers: the kind of waited_on evidence it answers
-
-    def words(self, c: Ctx) -> str:
-        return self.text(c) if callable(self.text) else self.text
-
-
 SAVINGS = {
     "cause": "the cause's whole score (an upper bound: the GPU's own work unchanged)",
     "alloc": "the allocator calls' time in every gap (alloc_gap_ns: the host cause's long gaps "
@@ -1031,6 +1015,9 @@ LEVERS: tuple[Lever, ...] = (
           "free", saves="none"),
 )
 
+LEVERS += ANATOMY_LEVERS   # verdict/anatomy.py: the step anatomy's levers
+SAVINGS.update(ANATOMY_SAVINGS)
+
 # Unranked "to find out more": tools that show the culprit, offered with their cause.
 DIAGNOSTICS: tuple[Lever, ...] = (
     Lever("mark_steps", "startup", "mark the steps (torch.profiler prof.step() or NVTX ranges "
@@ -1076,6 +1063,8 @@ def saving(lv: Lever, cause_ns: int, parts: dict, copy: dict, ctx: Ctx) -> int |
     r = replayed(lv, ctx)
     if r is not None:
         return r
+    if lv.saves in ANATOMY_SAVINGS:
+        return anatomy_saving(lv, ctx)
     alloc = int(parts.get("alloc", 0)) if lv.cause == "host" else 0
     if lv.saves == "cause":
         return int(cause_ns)
