@@ -1,0 +1,226 @@
+"""The step's anatomy (passes/anatomy.py) and its levers (verdict/anatomy.py), checked on
+real CPU recordings (tests/fixtures/anatomy, scripts/record_anatomy.py) against each loop's
+own truth (truth.json: the planted counts, unprofiled step times)."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import traceread
+from traceread.passes.anatomy import step_anatomy
+from traceread.passes.flops import causal_fraction, flops_of, mfu_summary
+from traceread.verdict.anatomy import ANATOMY_LEVERS, anatomy_saving
+from traceread.verdict.levers import BY_ID, LEVERS
+
+HERE = Path(__file__).parent / "fixtures" / "anatomy"
+TRUTH = json.loads((HERE / "truth.json").read_text())
+NAMES = ("valid", "accum", "ckpt", "save", "infer1", "infer64")
+
+
+@lru_cache(maxsize=None)
+def analysis(name: str):
+    return traceread.analyze(str(HERE / f"{name}.json.gz"))
+
+
+def anatomy(name: str) -> dict:
+    return analysis(name).context["anatomy"]
+
+
+def offered(name: str) -> set[str]:
+    return {a["id"] for a in analysis(name).verdict["actions"]}
+
+
+def ctx(name: str) -> dict:
+    a = analysis(name)
+    return {**a.facts.program, **a.facts.figures}
+
+
+def profiled_step(truth: dict, i: int) -> int:
+    """The ProfilerStep number of loop iteration ``i`` (the schedule skips wait + warmup)."""
+    return i
+
+
+def test_phases_add_up_to_the_step_and_name_backward_and_optimizer():
+    for name in ("valid", "accum", "ckpt", "save"):
+        an = anatomy(name)
+        for row in an["per_step"]:
+            assert sum(row["host_ns"].values()) == row["dur_ns"]
+        ph = an["phases"]
+        assert ph["forward"]["host_ns"] > 0 and ph["backward"]["host_ns"] > 0
+        assert ph["optimizer"]["host_ns"] > 0
+        assert ph["data"]["host_ns"] == 0          # no DataLoader in these loops
+        assert ph["forward"]["gpu_ns"] is None     # CPU only: no GPU time to split
+        assert an["training"] is True
+    for name in ("infer1", "infer64"):
+        an = anatomy(name)
+        assert an["training"] is False
+        assert an["phases"]["backward"]["host_ns"] == 0
+        assert an["phases"]["optimizer"]["host_ns"] == 0
+
+
+def test_micro_batches_per_optimizer_step():
+    t = TRUTH["accum"]
+    mb = anatomy("accum")["micro_batches"]
+    assert mb["per_optimizer_step"] == t["micro_batches"]
+    assert mb["syncs_per_micro_batch"] == t["item_calls_per_step"] / t["micro_batches"]
+    for name in ("valid", "ckpt", "save"):          # one forward/backward per optimizer step
+        assert anatomy(name)["micro_batches"]["per_optimizer_step"] == 1
+
+
+def test_fewer_micro_batches_offered_and_priced_against_the_one_batch_loop():
+    assert "fewer_micro_batches_cpu" in offered("accum")
+    for name in ("valid", "ckpt", "save", "infer1"):
+        assert "fewer_micro_batches_cpu" not in offered(name)
+    t = TRUTH["accum"]
+    c = ctx("accum")
+    per_step = anatomy_saving(BY_ID["fewer_micro_batches_cpu"], c) / c["steps"]
+    # the truth: unprofiled, one batch of 4x the size against 4 micro-batches
+    share = per_step / anatomy("accum")["step_ns"]
+    true_share = 1 - t["one_batch_step_ns"] / t["step_ns"]
+    assert 0.1 < share < 1.0
+    assert true_share / 3 < share < true_share * 1.5
+
+
+def test_recomputation_names_the_checkpointed_modules():
+    t = TRUTH["ckpt"]
+    rc = anatomy("ckpt")["recompute"]
+    assert rc["layers"] == t["checkpointed_layers"]
+    # nn.Module frames name a module ClassName_<instance>: blocks.i is Block_i
+    assert rc["modules"] == [f"Block_{m.split('.')[1]}" for m in t["checkpointed_modules"]]
+    assert 0 < rc["host_ns_per_step"] <= rc["checkpoint_ns_per_step"]
+    for name in ("valid", "accum", "save", "infer1"):
+        assert anatomy(name)["recompute"] is None
+
+
+def test_checkpoint_fewer_priced_against_the_loop_without_checkpointing():
+    t = TRUTH["ckpt"]
+    assert "checkpoint_fewer_cpu" in offered("ckpt")
+    for name in ("valid", "accum", "save", "infer1"):
+        assert "checkpoint_fewer_cpu" not in offered(name)
+    c = ctx("ckpt")
+    share = anatomy_saving(BY_ID["checkpoint_fewer_cpu"], c) / c["steps"] / \
+        anatomy("ckpt")["step_ns"]
+    true_share = 1 - t["no_checkpoint_step_ns"] / t["step_ns"]
+    assert true_share / 3 < share < true_share * 2
+
+
+def test_hfu_counts_the_recomputed_forward_and_mfu_does_not():
+    t = TRUTH["ckpt"]
+    m = mfu_summary(traceread.load(str(HERE / "ckpt.json.gz")), peak_tflops=1.0)
+    # one Block's forward FLOPs (x of 8 x 64 x 128; causal attention over 64 keys)
+    rows, d = 8 * 64, 128
+    linear = 2 * rows * d * (3 * d + d + 4 * d) + 2 * rows * 4 * d * d
+    attn = int(2 * 2 * 8 * 4 * 64 * 64 * 32 * causal_fraction(64, 64))
+    steps = anatomy("ckpt")["steps_seen"]
+    assert m["recomputed_flops"] == (linear + attn) * t["checkpointed_layers"] * steps
+    assert m["hfu"] > m["mfu"]
+
+
+def test_causal_sdpa_flops_from_is_causal():
+    dims = json.dumps([[2, 4, 128, 64]] * 3 + [[]] * 4)
+    full = flops_of("aten::_scaled_dot_product_flash_attention", dims,
+                    json.dumps(["", "", "", "0.", "False", "False", ""]))
+    causal = flops_of("aten::_scaled_dot_product_flash_attention", dims,
+                      json.dumps(["", "", "", "0.", "True", "False", ""]))
+    assert full == 4 * 2 * 4 * 128 * 128 * 64
+    assert causal == int(full * (128 * 129 / 2) / (128 * 128))
+    assert causal_fraction(4, 8) == (1 + 2 + 3 + 4) / 32     # fewer queries than keys
+    assert causal_fraction(8, 4) == (1 + 2 + 3 + 4 + 4 * 4) / 32
+
+
+def test_validation_step_is_the_odd_step_out_with_its_period():
+    t = TRUTH["valid"]
+    odd = anatomy("valid")["odd_steps"]
+    assert len(odd) == 1
+    g = odd[0]
+    assert g["period"] == t["every"]
+    assert g["steps"] == [profiled_step(t, i) for i in t["validation_loop_steps"]]
+    holds = {h["what"]: h for h in g["holds"]}
+    assert holds["forward_only_passes"]["count"] == t["val_batches"]
+    assert holds["forward_only_passes"]["no_grad"] is True
+    assert holds["host_syncs"]["count"] == t["item_calls_per_validation"]
+    assert "save" not in holds
+
+
+def test_validate_less_priced_against_the_loop_without_validation():
+    t = TRUTH["valid"]
+    assert "validate_less_cpu" in offered("valid")
+    for name in ("accum", "ckpt", "save", "infer1"):
+        assert "validate_less_cpu" not in offered(name)
+    c = ctx("valid")
+    an = anatomy("valid")
+    share = anatomy_saving(BY_ID["validate_less_cpu"], c) / c["steps"] / an["mean_step_ns"]
+    true_share = 1 - t["no_validation_step_ns"] / t["mean_step_ns"]
+    assert true_share / 2 < share < min(1.0, true_share * 1.5)
+
+
+def test_periodic_save_is_the_odd_step_out():
+    t = TRUTH["save"]
+    odd = anatomy("save")["odd_steps"]
+    assert len(odd) == 1
+    g = odd[0]
+    assert g["period"] == t["every"]
+    assert g["steps"] == [profiled_step(t, i) for i in t["save_loop_steps"]]
+    assert [h["what"] for h in g["holds"]] == ["save"]
+    assert 0 < g["holds"][0]["host_ns"] <= g["excess_ns"] * 1.2
+    assert "save_async_cpu" in offered("save")
+    for name in ("valid", "accum", "ckpt", "infer1"):
+        assert "save_async_cpu" not in offered(name)
+    c = ctx("save")
+    share = anatomy_saving(BY_ID["save_async_cpu"], c) / c["steps"] / anatomy("save")["mean_step_ns"]
+    true_share = 1 - t["no_save_step_ns"] / t["mean_step_ns"]
+    assert true_share / 2 < share < min(1.0, true_share * 1.5)
+
+
+def test_no_odd_step_in_even_loops():
+    for name in ("accum", "ckpt", "infer1", "infer64"):
+        assert anatomy(name)["odd_steps"] == []
+
+
+def test_inference_batch_from_shapes_and_the_batch_lever():
+    for name in ("infer1", "infer64"):
+        inf = anatomy(name)["inference"]
+        assert inf["batch"] == TRUTH[name]["batch"]
+    assert "batch_requests_cpu" in offered("infer1")
+    assert "batch_requests_cpu" not in offered("infer64")   # already batched
+    for name in ("valid", "accum", "ckpt", "save"):         # training: not inference requests
+        assert "batch_requests_cpu" not in offered(name)
+        assert anatomy(name)["inference"] is None
+    # the estimate is a lower one: batch 64 really gives back more per request than it says
+    c = ctx("infer1")
+    per_request = anatomy_saving(BY_ID["batch_requests_cpu"], c) / c["steps"]
+    r1, r64 = TRUTH["infer1"]["request_ns"], TRUTH["infer64"]["request_ns"]
+    true_saving = r1 - r64 / 64
+    assert 0 < per_request / anatomy("infer1")["inference"]["request_ns"] < true_saving / r1
+
+
+def test_anatomy_levers_are_in_the_table_once():
+    ids = [lv.id for lv in LEVERS]
+    for lv in ANATOMY_LEVERS:
+        assert ids.count(lv.id) == 1
+
+
+def test_evidence_is_located():
+    ev = analysis("valid").facts.evidence
+    assert ev["anatomy.odd_steps"][0]["step"] == TRUTH["valid"]["validation_loop_steps"][0]
+    names = {e["name"] for e in ev["anatomy.odd_steps"]}
+    assert "aten::item" in names
+    rc = analysis("ckpt").facts.evidence["anatomy.recompute"]
+    assert all(e["name"].startswith("nn.Module: Block_") and e["ts_ns"] for e in rc)
+
+
+def test_no_steps_no_anatomy():
+    import pandas as pd
+
+    t = traceread.load(str(HERE / "infer1.json.gz"))
+    ev = t.events
+    keep = ~ev["name"].astype(str).str.startswith("ProfilerStep#")
+    assert step_anatomy(ev[keep].reset_index(drop=True)) is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fixture_is_small(name):
+    assert (HERE / f"{name}.json.gz").stat().st_size < 300_000
