@@ -224,3 +224,13 @@ def test_no_steps_no_anatomy():
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_is_small(name):
     assert (HERE / f"{name}.json.gz").stat().st_size < 300_000
+
+
+def test_steps_text_shows_phases_and_the_odd_step():
+    from traceread.render.report import render_steps
+
+    out = render_steps(analysis("valid"))
+    assert "Phases, ordinary step: data 0 ns · forward" in out
+    assert "odd steps #3, #7 (every 4)" in out
+    assert "6 forward only passes" in out
+    assert "4 micro-batches per optimizer step" in render_steps(analysis("accum"))

@@ -9,6 +9,7 @@ from ..passes.attribution import CPU_CATEGORIES, waited_summary
 from ..verdict.because import because_text
 from ..verdict.bounds import TITLE
 from . import safe
+from .anatomy_text import anatomy_lines
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
 from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, fmt_ns, rel_time,
                    replay_lines, utilization_lines)
@@ -284,12 +285,12 @@ def _steps(a) -> list[str]:
     if a.step_source == "whole_trace":
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
-    lines = ["", step_stats_line(a), STEP_IDLE_LEGEND, STEP_HEAD]
+    lines = ["", step_stats_line(a), *anatomy_lines(a), STEP_IDLE_LEGEND, STEP_HEAD]
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
         rows = st.sort_values("dur", ascending=False, kind="stable").head(STEP_ROWS).sort_values(
             "start", kind="stable")
-        lines[-3] += f"; showing the {STEP_ROWS} slowest"
+        lines[1] += f"; showing the {STEP_ROWS} slowest"
     lines += [step_row(r) for r in rows.to_dict(orient="records")]
     return lines
 
@@ -302,7 +303,7 @@ def render_steps(a) -> str:
         return "\n".join(fit(lines + _steps(a)[1:])) + "\n"
     t0 = trace_origin(a)
     head = STEP_HEAD.replace("  host time", f"  {'start':>11}  host time", 1)
-    lines += [step_stats_line(a), STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
+    lines += [step_stats_line(a), *anatomy_lines(a), STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
     lines += [step_row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
     return "\n".join(fit(lines)) + "\n"
 
