@@ -7,6 +7,8 @@ ckpt:    a stack of transformer-ish blocks (causal SDPA + MLP); CKPT_LAYERS of t
          torch.utils.checkpoint.checkpoint(use_reentrant=False);
 save:    an MLP training loop that torch.save()s model + optimizer state to a file every
          SAVE_EVERY-th step;
+valid_never / accum_one: the fixed programs of diff pairs (no validation; one batch of
+         MICRO x MICRO_BATCH rows);
 infer1 / infer64: the same MLP served under torch.inference_mode(), one request per
          ProfilerStep, batch 1 and batch 64.
 
@@ -138,7 +140,7 @@ def validate(model, batches):
     return total
 
 
-def record_valid(out: str) -> dict:
+def record_valid(out: str, with_validation: bool = True) -> dict:
     model = MLP()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
@@ -154,10 +156,13 @@ def record_valid(out: str) -> dict:
 
     with _profile(VALID_ACTIVE) as prof:
         for i in range(VALID_ACTIVE + 2):
-            if step(i):
+            if step(i, with_validation):
                 valid_at.append(i)
             prof.step()
     _export(prof, out)
+    if not with_validation:      # the fixed program of a diff pair
+        return {"every": None, "validation_loop_steps": [],
+                "step_ns": _mean(_timed(lambda i: step(i, False)))}
     times = _timed(step)
     plain = [t for i, t in enumerate(times) if i % VALID_EVERY != VALID_EVERY - 1]
     with_v = [t for i, t in enumerate(times) if i % VALID_EVERY == VALID_EVERY - 1]
@@ -168,7 +173,7 @@ def record_valid(out: str) -> dict:
             "mean_step_ns": _mean(times), "no_validation_step_ns": _mean(never)}
 
 
-def record_accum(out: str) -> dict:
+def record_accum(out: str, micro: int = MICRO) -> dict:
     model = MLP()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     xs = [torch.randn(MICRO_BATCH, 64) for _ in range(MICRO)]
@@ -189,9 +194,12 @@ def record_accum(out: str) -> dict:
 
     with _profile(ACCUM_ACTIVE) as prof:
         for i in range(ACCUM_ACTIVE + 2):
-            step(i)
+            step(i) if micro > 1 else one(i)
             prof.step()
     _export(prof, out)
+    if micro == 1:               # the fixed program of a diff pair: one batch of MICRO x
+        return {"micro_batches": 1, "micro_batch": MICRO * MICRO_BATCH,
+                "step_ns": _mean(_timed(one))}
     return {"micro_batches": MICRO, "micro_batch": MICRO_BATCH, "item_calls_per_step": MICRO,
             "step_ns": _mean(_timed(step)), "one_batch_step_ns": _mean(_timed(one))}
 
@@ -275,6 +283,8 @@ def main(argv) -> int:
     truth = json.load(open(truth_path)) if os.path.exists(truth_path) else {}
     truth["torch"] = torch.__version__
     jobs = {"valid": lambda p: record_valid(p), "accum": lambda p: record_accum(p),
+            "valid_never": lambda p: record_valid(p, False),
+            "accum_one": lambda p: record_accum(p, 1),
             "ckpt": lambda p: record_ckpt(p), "save": lambda p: record_save(p),
             "infer1": lambda p: record_infer(p, 1), "infer64": lambda p: record_infer(p, 64)}
     for name, fn in jobs.items():

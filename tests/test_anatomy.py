@@ -234,3 +234,30 @@ def test_steps_text_shows_phases_and_the_odd_step():
     assert "odd steps #3, #7 (every 4)" in out
     assert "6 forward only passes" in out
     assert "4 micro-batches per optimizer step" in render_steps(analysis("accum"))
+
+
+def test_gpu_recording_phases_and_micro_batches():
+    """A real H100 recording (tests/fixtures/gpu, scripts/record_gpu.py ``data``): 4 forward/
+    backward passes per optimizer step, a DataLoader with no workers in each step."""
+    p = Path(__file__).parent / "fixtures" / "gpu"
+    truth = json.loads((p / "data.bad.kineto.truth.json").read_text())
+    an = step_anatomy(traceread.load(str(p / "data.bad.json.gz")).events)
+    assert an["micro_batches"]["per_optimizer_step"] == 4
+    assert an["gpu_traced"] and an["phases"]["backward"]["gpu_ns"] > 0
+    assert an["phases"]["data"]["gpu_ns"] == 0
+    waits = [truth["planted"][str(i)]["dataloader_wait_ns"] for i in truth["profiled_steps"]]
+    got = [r["host_ns"]["data"] for r in an["per_step"]]
+    assert all(0.8 < g / w < 1.25 for g, w in zip(got, waits))
+
+
+def test_diff_names_the_anatomy_change_not_drop_syncs():
+    """The validation pass held the .item() syncs: the pair's change is validating less,
+    promised by the before-program's own model, not a drop_syncs."""
+    d = traceread.diff(str(HERE / "valid.json.gz"), str(HERE / "valid_never.json.gz"))
+    p = d.proof
+    assert p["levers"] == ["validate_less"]
+    assert "drop_syncs" not in p["levers"]
+    assert p["promised_ns"] > 0 and p["realised_ns"] > 0
+    d = traceread.diff(str(HERE / "accum.json.gz"), str(HERE / "accum_one.json.gz"))
+    assert [x["lever"] for x in d.proof["anatomy"]] == ["fewer_micro_batches"]
+    assert "drop_syncs" not in d.proof["levers"]

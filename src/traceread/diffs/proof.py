@@ -147,6 +147,14 @@ def proof(before, after, d) -> dict | None:
     from ..passes.replay.whatif import facts_from_analysis, graph_of, replay_models
 
     ch = changed(signature(before), signature(after), d.batch)
+    # the step anatomy's changes (verdict/anatomy.py): a validation pass or micro-batches
+    # gone take their .item() syncs with them -- not a drop_syncs of its own
+    from ..verdict.anatomy import anatomy_changes
+    anat = anatomy_changes(before.context or {}, after.context or {})
+    if any(x["sync_drop"] for x in anat):
+        ch = [x for x in ch if x[0] != "drop_syncs"]
+    if not ch and anat:
+        return _anatomy_proof(anat, d)
     if not ch:
         return None
     ids = [m for m, _, _ in ch]
@@ -166,6 +174,8 @@ def proof(before, after, d) -> dict | None:
                                for (m, _, _), e in zip(ch, out["evidence"])]
     else:
         out.update(promised_ns=_bound(before, ids), basis="bound", not_replayed=why)
+    if anat:
+        out["anatomy"] = anat
     p, r = out["promised_ns"], out["realised_ns"]
     out["error_pct"] = round(100.0 * (p - r) / abs(r), 1) if p is not None and r else None
     ref = out.get("replay_before_ns")
@@ -173,6 +183,19 @@ def proof(before, after, d) -> dict | None:
     mb = d.before.get("step_mean_ns")
     out["realised_pct"] = round(100.0 * r / mb, 2) if r is not None and mb else None
     return out
+
+
+def _anatomy_proof(anat: list[dict], d) -> dict:
+    """The proof of a pair whose only changes are the step anatomy's: promised by the
+    before-program's own saving models (a bound), realised as measured."""
+    got = [x["promised_per_step_ns"] for x in anat if x["promised_per_step_ns"] is not None]
+    p, r = (sum(got) if got else None), _realised(d)
+    mb = d.before.get("step_mean_ns")
+    return {"levers": [x["lever"] for x in anat], "evidence": [x["evidence"] for x in anat],
+            "realised_ns": r, "promised_ns": p, "basis": "bound", "refused": {},
+            "anatomy": anat, "error_pct": round(100.0 * (p - r) / abs(r), 1)
+            if p is not None and r else None, "promised_pct": None,
+            "realised_pct": round(100.0 * r / mb, 2) if r is not None and mb else None}
 
 
 def _realised(d) -> int | None:

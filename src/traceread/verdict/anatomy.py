@@ -275,3 +275,48 @@ ANATOMY_LEVERS: tuple[Lever, ...] = (
     Lever("batch_requests_cpu", "cpu_only", _batch_text, "code", saves="batch_requests",
           when=(cpu_trace, small_inference_batch)),
 )
+
+
+# -- diff: which of these changes a pair of programs shows ------------------------------------
+
+def _period(g: dict | None) -> int | None:
+    return None if g is None else g.get("period")
+
+
+def anatomy_changes(before: Ctx, after: Ctx) -> list[dict]:
+    """The anatomy levers pulled between two programs' contexts, each {"lever", "evidence",
+    "promised_per_step_ns" (before's own saving model; None: unknown), "sync_drop": whether
+    the host syncs that went were the pulled pass's}. ``diff`` names these instead of the
+    generic sync / host levers."""
+    out = []
+    b, a = _an(before), _an(after)
+    if not b or not a:
+        return out
+
+    def add(lever, text, model, syncs=False):
+        fn = _MODELS[model]
+        ns = fn(before)
+        out.append({"lever": lever, "evidence": text, "sync_drop": syncs,
+                    "promised_per_step_ns": None if ns is None else int(ns / _steps(before))})
+    vb, va = _odd(before, "forward_only_passes"), _odd(after, "forward_only_passes")
+    if vb and (va is None or (_period(va) or 0) > (_period(vb) or 0)):
+        add("validate_less", f"forward-only passes every {_period(vb)} steps -> "
+            + (f"every {_period(va)}" if va else "none"), "validation", syncs=True)
+    sb, sa = _odd(before, "save"), _odd(after, "save")
+    if sb and (sa is None or (_period(sa) or 0) > (_period(sb) or 0)):
+        add("save_async", f"a save every {_period(sb)} steps -> "
+            + (f"every {_period(sa)}" if sa else "none on the step"), "save")
+    mb = int((b.get("micro_batches") or {}).get("per_optimizer_step") or 0)
+    ma = int((a.get("micro_batches") or {}).get("per_optimizer_step") or 0)
+    if mb >= 2 and 0 < ma < mb:
+        add("fewer_micro_batches", f"micro-batches per optimizer step {mb} -> {ma}",
+            "micro_batches", syncs=True)
+    lb = int((b.get("recompute") or {}).get("layers") or 0)
+    la = int((a.get("recompute") or {}).get("layers") or 0)
+    if lb and la < lb:
+        add("checkpoint_fewer", f"checkpointed modules {lb} -> {la}", "recompute")
+    ib = int((b.get("inference") or {}).get("batch") or 0)
+    ia = int((a.get("inference") or {}).get("batch") or 0)
+    if ib and ia > ib:
+        add("batch_requests", f"inference batch {ib} -> {ia}", "batch_requests")
+    return out
