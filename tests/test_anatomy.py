@@ -261,3 +261,16 @@ def test_diff_names_the_anatomy_change_not_drop_syncs():
     d = traceread.diff(str(HERE / "accum.json.gz"), str(HERE / "accum_one.json.gz"))
     assert [x["lever"] for x in d.proof["anatomy"]] == ["fewer_micro_batches"]
     assert "drop_syncs" not in d.proof["levers"]
+
+
+def test_gpu_levers_offered_where_the_recording_holds_their_facts():
+    """The GPU rows on real H100 recordings: fewer micro-batches where 4 passes share an
+    optimizer step, and not on the sync/host programs (one pass, or no backward)."""
+    p = Path(__file__).parent / "fixtures" / "gpu"
+
+    def ids(name):
+        return {a["id"] for a in traceread.analyze(str(p / name)).verdict["actions"]}
+    assert "fewer_micro_batches" in ids("data.bad.json.gz")
+    for name in ("sync.bad.json.gz", "host.bad.json.gz"):
+        got = ids(name)
+        assert not got & {lv.id for lv in ANATOMY_LEVERS}

@@ -366,14 +366,8 @@ def _add_trace_facts(ctx: dict, all_ev: pd.DataFrame, ev: pd.DataFrame) -> None:
     from .passes.factkit import has_gpu
     from .passes.newfacts import trace_facts
 
-    from .passes.anatomy import step_anatomy
-
     tf = trace_facts(all_ev, ev)
     ctx.setdefault("facts_evidence", {}).update(tf.pop("facts_evidence", {}))
-    an = step_anatomy(all_ev)
-    if an:
-        ctx["facts_evidence"].update(an.pop("evidence"))
-    ctx["anatomy"] = an
     ctx.update(tf)
     if ctx.get("cpu_only") and all_ev is not None and has_gpu(all_ev):
         ctx["cpu_only"]["window_without_gpu"] = True   # the trace has GPU work, not here
