@@ -274,3 +274,28 @@ def test_gpu_levers_offered_where_the_recording_holds_their_facts():
     for name in ("sync.bad.json.gz", "host.bad.json.gz"):
         got = ids(name)
         assert not got & {lv.id for lv in ANATOMY_LEVERS}
+
+
+def test_roofline_of_the_top_matmul_kernels_on_h200():
+    """A real H200 transformer recording with shapes: each top kernel's bytes are its
+    operands and output (bf16), its rate below the HBM's, its FLOPs per byte vs the ridge."""
+    from traceread.passes.roofline import mm_bytes
+
+    p = Path(__file__).parent / "fixtures" / "h200" / "xformer.bad.json.gz"
+    t = traceread.load(str(p))
+    m = mfu_summary(t)
+    r = m["roofline"]
+    assert r["device"] == "NVIDIA H200" and r["hbm_tbps"] == 4.8
+    for k in r["kernels"]:
+        assert 0 < k["bw_share"] < 1
+        assert k["intensity"] == pytest.approx(k["flops"] / k["bytes"])
+        assert k["ridge"] == pytest.approx(989.4 / 4.8)
+        assert k["bound"] == ("memory" if k["intensity"] < k["ridge"] else "compute")
+    # a batch-1 GEMV reads the whole weight for 2*K*N FLOPs: ~1 FLOP per byte in bf16
+    b = mm_bytes("aten::mm", json.dumps([[1, 4096], [4096, 4096]]), "bf16")
+    assert b == (4096 + 4096 * 4096 + 4096) * 2
+    assert 2 * 4096 * 4096 / b == pytest.approx(1.0, rel=0.01)
+    # phases on the GPU: the kernels each phase launched, backward about twice forward
+    an = step_anatomy(t.events)
+    ph = an["phases"]
+    assert 1.5 < ph["backward"]["gpu_ns"] / ph["forward"]["gpu_ns"] < 2.5

@@ -609,6 +609,9 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
         notes.append("kernels replayed from CUDA graphs have no recorded operator shapes: their "
                      "FLOPs are not counted, so achieved FLOP/s and MFU are lower bounds")
     out["note"] = "; ".join(notes) or None
+    # bytes moved and bandwidth share of the top matmul kernels (passes/roofline.py)
+    from .roofline import matmul_roofline
+    out["roofline"] = matmul_roofline(ev, name, peaks, ops)
     return out
 
 

@@ -41,4 +41,18 @@ def anatomy_lines(a) -> list[str]:
                     f"+{fmt_ns(g['excess_ns'])}: {what}")
     if bits:
         lines.append("  " + " · ".join(bits))
-    return lines
+    return lines + roofline_lines(a)
+
+
+def roofline_lines(a) -> list[str]:
+    """The top matmul kernel's place on the roofline (passes/roofline.py), when linked."""
+    mfu = ((getattr(a, "utilization", None) or {}).get("mfu") or {})
+    r = mfu.get("roofline") if isinstance(mfu, dict) else None
+    if not r or not r.get("kernels"):
+        return []
+    k = r["kernels"][0]
+    bw = f" ({100 * k['bw_share']:.0f}% of {r['hbm_tbps']:g} TB/s)" if k.get("bw_share") else ""
+    ridge = f" vs ridge {k['ridge']:.0f}: {k['bound']}-bound" if k.get("ridge") else ""
+    gemv = " (GEMV)" if k.get("m") == 1 else ""
+    return [f"  top matmul kernel{gemv}: {k['name'][:48]} moves >= {k['tbps']:.2f} TB/s{bw}, "
+            f"{k['intensity']:.0f} FLOP/byte{ridge}"]
