@@ -9,6 +9,7 @@ save:    an MLP training loop that torch.save()s model + optimizer state to a fi
          SAVE_EVERY-th step;
 valid_never / accum_one: the fixed programs of diff pairs (no validation; one batch of
          MICRO x MICRO_BATCH rows);
+log:     every LOG_EVERY-th step the metrics all-gathered (gloo, world size 1) and logged;
 infer1 / infer64: the same MLP served under torch.inference_mode(), one request per
          ProfilerStep, batch 1 and batch 64.
 
@@ -41,6 +42,7 @@ MICRO, MICRO_BATCH, ACCUM_ACTIVE = 4, 16, 4
 LAYERS, CKPT_LAYERS, CKPT_ACTIVE = 3, 2, 3
 SAVE_EVERY, SAVE_ACTIVE, SAVE_FLOATS = 3, 6, 2_000_000
 INFER_ACTIVE = 6
+LOG_EVERY, LOG_ACTIVE = 3, 6
 TIMED = 24          # unprofiled steps timed after the profiled ones
 
 
@@ -258,6 +260,52 @@ def record_save(out: str) -> dict:
             "no_save_step_ns": _mean(never)}
 
 
+def record_log(out: str) -> dict:
+    """Every LOG_EVERY-th step: the metrics all-gathered (gloo, one process) and logged with
+    .item() -- the logging step of a real loop."""
+    import logging
+
+    import torch.distributed as dist
+
+    log = logging.getLogger("train")
+    log.addHandler(logging.NullHandler())
+    log.setLevel(logging.INFO)
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29517", rank=0,
+                                world_size=1)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    logged = []
+
+    def step(i):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i % LOG_EVERY == LOG_EVERY - 1:
+            metrics = torch.stack([loss.detach(), loss.detach() * 2])
+            gathered = [torch.zeros_like(metrics) for _ in range(dist.get_world_size())]
+            dist.all_gather(gathered, metrics)
+            log.info("step %d loss %.4f", i, torch.stack(gathered).mean().item())
+            return True
+        return False
+
+    try:
+        with _profile(LOG_ACTIVE) as prof:
+            for i in range(LOG_ACTIVE + 2):
+                if step(i):
+                    logged.append(i)
+                prof.step()
+        _export(prof, out)
+    finally:
+        if own:
+            dist.destroy_process_group()
+    return {"every": LOG_EVERY, "log_loop_steps": logged, "all_gathers_per_log": 1,
+            "item_calls_per_log": 1}
+
+
 def record_infer(out: str, batch: int) -> dict:
     model = MLP(width=1024, depth=4).eval()
     x = torch.randn(batch, 64)
@@ -286,6 +334,7 @@ def main(argv) -> int:
             "valid_never": lambda p: record_valid(p, False),
             "accum_one": lambda p: record_accum(p, 1),
             "ckpt": lambda p: record_ckpt(p), "save": lambda p: record_save(p),
+            "log": lambda p: record_log(p),
             "infer1": lambda p: record_infer(p, 1), "infer64": lambda p: record_infer(p, 64)}
     for name, fn in jobs.items():
         if only and name not in only:

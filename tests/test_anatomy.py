@@ -17,7 +17,7 @@ from traceread.verdict.levers import BY_ID, LEVERS
 
 HERE = Path(__file__).parent / "fixtures" / "anatomy"
 TRUTH = json.loads((HERE / "truth.json").read_text())
-NAMES = ("valid", "accum", "ckpt", "save", "infer1", "infer64")
+NAMES = ("valid", "valid_never", "accum", "accum_one", "ckpt", "save", "log", "infer1", "infer64")
 
 
 @lru_cache(maxsize=None)
@@ -299,3 +299,21 @@ def test_roofline_of_the_top_matmul_kernels_on_h200():
     an = step_anatomy(t.events)
     ph = an["phases"]
     assert 1.5 < ph["backward"]["gpu_ns"] / ph["forward"]["gpu_ns"] < 2.5
+
+
+def test_logging_step_with_a_metric_all_gather():
+    t = TRUTH["log"]
+    odd = anatomy("log")["odd_steps"]
+    assert len(odd) == 1
+    g = odd[0]
+    assert g["period"] == t["every"] and g["steps"] == t["log_loop_steps"]
+    holds = {h["what"]: h for h in g["holds"]}
+    assert holds["metric_all_gather"]["count"] == t["all_gathers_per_log"]
+    assert holds["host_syncs"]["count"] == t["item_calls_per_log"]
+    assert holds["logging"]["count"] == 1
+    assert g["cost_ns"] == g["held_ns"] == sum(h["host_ns"] for h in g["holds"])
+    assert "log_less_cpu" in offered("log")
+    for name in ("valid", "accum", "ckpt", "save", "infer1"):
+        assert "log_less_cpu" not in offered(name)
+    # the validation and the save are no logging steps
+    assert "validate_less_cpu" not in offered("log") and "save_async_cpu" not in offered("log")

@@ -577,7 +577,9 @@ class AnatomyOddSteps(_S):
     steps: list[int]
     period: Optional[int]        # null: one step, or no common difference
     excess_ns: int               # over the ordinary step (mean of these - median of those)
-    per_step_ns: int             # the excess per step of its period (or of the steps seen)
+    held_ns: Optional[int]       # the host time of what it holds (null: a piece untimed)
+    cost_ns: int                 # held_ns capped by the excess (the excess without it)
+    per_step_ns: int             # the cost per step of its period (or of the steps seen)
     ordinary_step_ns: int
     holds: list[AnatomyHolds]    # empty: slower with the same contents
 

@@ -35,7 +35,6 @@ from .. import namerx
 from . import intervals as iv
 from .common import kind_in, lookup_at, rows_of
 from .factkit import STEP_RX, item, launcher
-from .stalls import FLUSH_RX
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 PRIORITY = ("data", "optimizer", "backward", "forward")   # a moment in two counts in the first
@@ -58,6 +57,10 @@ FILE_WRITE_RX = namerx.compile(r"^(?:p?write(?:v|64)?|fsync|fdatasync)$")
 EVAL_MODE_RX = namerx.compile(r"torch/nn/modules/module\.py\(\d+\): eval$"
                               r"|autograd/grad_mode\.py\(\d+\): __enter__$|inference_mode")
 ALL_GATHER_RX = namerx.compile(r"(?i)all_?gather")
+# a logging call (the logging module's entry points, print, experiment trackers)
+LOG_RX = namerx.compile(r"logging/__init__\.py\(\d+\): (?:debug|info|warning|warn|error|exception"
+                        r"|critical|log)$|<built-in function print>|wandb\S*\(\d+\): log$"
+                        r"|tensorboard\S*\(\d+\): add_\w+$")
 CHECKPOINT_FRAME_RX = namerx.compile(r"torch/utils/checkpoint\.py\(\d+\): ")
 # forward operators a backward formula never calls (it calls mm, not linear): run inside a
 # backward node they recompute a forward
@@ -146,7 +149,7 @@ def _classify(name: str) -> str:
             return "range_" + phase
     if ALL_GATHER_RX.search(name):
         return "all_gather"
-    if FLUSH_RX.search(name) and "(" in name:      # a python frame: print / logging / writer
+    if LOG_RX.search(name):
         return "log"
     return ""
 
@@ -287,12 +290,13 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     gpu_ns = _gpu_by_phase(gpu, sets, a, b)
     passes = _backward_passes(h, main, bw)
     fw = _forward_calls(h, root, bw)
+    fo_ns = _forward_only_ns(h, root, bw, passes, b)
     rc = _recompute_rows(h, bw, root)
     ck_cost = _checkpoint_cost(h, bw, rc["set"], a, b)
     outside_opt = ~_inside(sets["optimizer"], h["ts"])
     syncs = (cls == "sync") & outside_opt & ~_nested_sync(h)
     save = _union(h, np.isin(cls, ("save", "write")), a, b)
-    ag = (cls == "all_gather") & ~_inside(bw, h["ts"]) & outside_opt
+    ag = (cls == "all_gather") & h["outer"] & ~_inside(bw, h["ts"]) & outside_opt
     return {"step": int(s.number), "start": a, "dur": b - a, "host_ns": host_ns,
             "gpu_ns": gpu_ns, "backward_passes": len(passes), "pass_spans": passes,
             "forward_calls": fw, "optimizer_steps": int(((cls == "optimizer_step")).sum()),
@@ -301,7 +305,9 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
             "syncs": int(syncs.sum()), "sync_rows": h["rows"][syncs][:3].tolist(),
             "sync_ns": int((h["end"][syncs] - h["ts"][syncs]).sum()),
             "save_ns": iv.total(save), "save_rows": h["rows"][np.isin(cls, ("save", "write"))][:2].tolist(),
-            "all_gathers": int(ag.sum()), "log": int((cls == "log").sum()),
+            "all_gathers": int(ag.sum()), "all_gather_ns": _ns(h, ag),
+            "log": int((cls == "log").sum()), "log_ns": _ns(h, cls == "log"),
+            "forward_only_ns": fo_ns,
             "recompute_ns": iv.total(rc["set"]), "recompute_gpu_ns": _gpu_in(gpu, rc["set"]),
             "recompute_modules": rc["modules"], "recompute_rows": rc["rows"],
             "checkpoint_ns": ck_cost, "batch": _batch(h),
@@ -398,6 +404,25 @@ def _batch(h) -> list[int] | None:
         if x:
             return [int(x[0]), int(x[0] * x[1]) if len(x) == 3 else int(x[0])]
     return None
+
+
+def _ns(h, mask) -> int:
+    return iv.total(iv.union(h["ts"][mask], h["end"][mask]))
+
+
+def _forward_only_ns(h, root, bw, passes, b: int) -> int:
+    """Host time of the root module's calls that no backward pass follows before the next
+    call (or the step's end): the forward-only passes."""
+    if not root:
+        return 0
+    m = np.flatnonzero((h["name"] == root) & ~_inside(bw, h["ts"]))
+    starts = np.array([p[0] for p in passes], np.int64)
+    total = 0
+    for i, r in enumerate(m.tolist()):
+        nxt = h["ts"][m[i + 1]] if i + 1 < len(m) else b
+        if not ((starts >= h["end"][r]) & (starts < nxt)).any():
+            total += int(h["end"][r] - h["ts"][r])
+    return total
 
 
 def _forward_calls(h, root, bw) -> int:
@@ -568,18 +593,25 @@ def _odd_group(tab, sel, base_sel, med, c, base) -> dict:
     for what, (odd, ordinary) in names.items():
         if odd > ordinary:
             holds.append(_holds(tab[sel], what, odd, ordinary))
-    per = excess / period if period else excess * int(sel.sum()) / len(tab)
+    held = [h["host_ns"] for h in holds]
+    # what it costs: the work it holds, timed, where every piece of it is (the excess over
+    # a median also holds the steps' jitter), capped by the excess
+    cost = min(excess, sum(held)) if holds and None not in held else excess
+    per = cost / period if period else cost * int(sel.sum()) / len(tab)
     return {"steps": [int(x) for x in nums], "period": period, "excess_ns": excess,
-            "per_step_ns": int(per), "ordinary_step_ns": int(med), "holds": holds,
+            "held_ns": int(sum(held)) if holds and None not in held else None,
+            "cost_ns": int(cost), "per_step_ns": int(per), "ordinary_step_ns": int(med),
+            "holds": holds,
             "_rows": _group_rows(tab[sel])}
 
 
+HELD_NS = {"save": "save_ns", "syncs": "sync_ns", "all_gathers": "all_gather_ns",
+           "log": "log_ns", "forward_only": "forward_only_ns"}
+
+
 def _holds(t: pd.DataFrame, what: str, odd, ordinary) -> dict:
-    ns = None
-    if what == "save":
-        ns = int(t["save_ns"].mean())
-    elif what == "syncs":
-        ns = int(t["sync_ns"].mean())
+    col = HELD_NS.get(what)
+    ns = int(t[col].mean()) if col else None
     out = {"what": {"forward_only": "forward_only_passes", "syncs": "host_syncs",
                     "all_gathers": "metric_all_gather", "log": "logging"}.get(what, what),
            "count": int(odd) - int(ordinary) if not isinstance(odd, bool) else 1,
