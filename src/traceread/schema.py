@@ -604,7 +604,7 @@ class Anatomy(_S):
     root_module: Optional[str]
     phase_source: str            # "module frames" | "operators"
     gpu_traced: bool
-    training: bool
+    training: Optional[bool]     # null: no framework op traced (nsys without torch ranges)
     phases: dict[str, AnatomyPhase]   # data, forward, backward, optimizer, other
     step_ns: int                 # ordinary step (mean)
     mean_step_ns: int            # every step

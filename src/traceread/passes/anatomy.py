@@ -34,7 +34,7 @@ import pandas as pd
 from .. import namerx
 from . import intervals as iv
 from .common import kind_in, lookup_at, rows_of
-from .factkit import STEP_RX, item, launcher
+from .factkit import item, launcher
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 PRIORITY = ("data", "optimizer", "backward", "forward")   # a moment in two counts in the first
@@ -69,6 +69,7 @@ FORWARD_OPS = frozenset({
     "aten::group_norm", "aten::batch_norm", "aten::rms_norm", "aten::embedding",
     "aten::scaled_dot_product_attention", "aten::dropout", "aten::gelu", "aten::silu",
     "aten::softmax", "aten::matmul"})
+SAVE_MIN_NS = 1_000_000   # file writes under this a step: a log line, not a save
 SLOW_X = 3.0           # same contents, this many times the median step: odd all the same
 MIN_ODD_SHARE = 0.1    # an odd step's excess under this share of the median: noise
 HOST_KINDS = ("cpu_op", "python", "annotation")
@@ -92,15 +93,14 @@ def step_anatomy(ev: pd.DataFrame) -> dict | None:
     ordinary = tab[~tab["step"].isin(oddn)] if len(oddn) < len(tab) else tab
     out = {"steps_seen": int(len(tab)), "ordinary_steps": int(len(ordinary)),
            "root_module": root, "phase_source": "module frames" if root else "operators",
-           "gpu_traced": bool(len(gpu["ts"])), "training": bool(
-               (tab["backward_passes"] > 0).any() or (tab["optimizer_steps"] > 0).any()),
+           "gpu_traced": bool(len(gpu["ts"])), "training": _training(tab, host),
            "phases": _phase_means(ordinary), "step_ns": int(ordinary["dur"].mean()),
            "mean_step_ns": int(tab["dur"].mean()), "per_step": _per_step_rows(tab)}
     out["passes"] = _passes(ordinary)
     out["micro_batches"] = _micro_batches(host, steps, ordinary)
     out["recompute"] = _recompute(ordinary)
     out["odd_steps"] = odd
-    out["inference"] = _inference(ordinary) if not out["training"] else None
+    out["inference"] = _inference(ordinary) if out["training"] is False else None
     out["evidence"] = _evidence(tab, host, out)
     return out
 
@@ -108,16 +108,17 @@ def step_anatomy(ev: pd.DataFrame) -> dict | None:
 # -- the inputs ------------------------------------------------------------------------------
 
 def _steps(ev: pd.DataFrame) -> pd.DataFrame:
-    rows = rows_of(ev, ("annotation", "cpu_op"))
-    hit = lookup_at(ev["name"], rows, lambda n: bool(STEP_RX.match(n)), False, bool)
-    rows = rows[hit]
-    if not len(rows):
+    """The main process's steps (passes/steps.py: ProfilerStep#N, else step-like ranges such
+    as nsys NVTX ``step_N``): pid, tid, start, end, number."""
+    from .steps import find_steps
+
+    st, _pat = find_steps(ev)
+    if not len(st):
         return pd.DataFrame(columns=["pid", "tid", "start", "end", "number"])
-    ts = ev["ts"].to_numpy(np.int64)[rows]
-    df = pd.DataFrame({"pid": ev["pid"].to_numpy()[rows], "tid": ev["tid"].to_numpy()[rows],
-                       "start": ts, "end": ts + ev["dur"].to_numpy(np.int64)[rows],
-                       "number": [int(STEP_RX.match(n).group(1))
-                                  for n in ev["name"].take(rows).astype(str)]})
+    df = pd.DataFrame({"pid": st["pid"].to_numpy(), "tid": st["tid"].to_numpy(),
+                       "start": st["start"].to_numpy(np.int64),
+                       "end": st["end"].to_numpy(np.int64),
+                       "number": st["step"].to_numpy(np.int64)})
     main = df["pid"].value_counts().index[0]      # a rank traces its own process
     df = df[df["pid"] == main].sort_values("start")
     return df.drop_duplicates("number").reset_index(drop=True)
@@ -510,6 +511,14 @@ def _micro_batches(host: dict, steps: pd.DataFrame, tab: pd.DataFrame) -> dict |
             "sync_ns_per_step": int(ordinary["sync_ns"].median())}
 
 
+def _training(tab: pd.DataFrame, host: dict) -> bool | None:
+    """Backward or optimizer work in the steps; None when no framework op is traced at all
+    (an nsys capture without torch's ranges cannot tell)."""
+    if (tab["backward_passes"] > 0).any() or (tab["optimizer_steps"] > 0).any():
+        return True
+    return False if (host["kind"] == "cpu_op").any() else None
+
+
 def _inference(tab: pd.DataFrame) -> dict | None:
     """Per-request reading of a program with no backward: the batch and tokens of each step
     from its first matmul's input, prefill (several tokens a row) and decode (one) steps."""
@@ -550,7 +559,7 @@ CONTENTS = ("forward_only", "save", "syncs", "all_gathers", "log", "backward_pas
 
 
 def _contents(r) -> tuple:
-    return (int(r.forward_only), r.save_ns > 0, int(r.syncs), int(r.all_gathers),
+    return (int(r.forward_only), r.save_ns >= SAVE_MIN_NS, int(r.syncs), int(r.all_gathers),
             r.log > 0, int(r.backward_passes), int(r.optimizer_steps))
 
 
