@@ -101,7 +101,7 @@ def step_anatomy(ev: pd.DataFrame) -> dict | None:
     out["recompute"] = _recompute(ordinary)
     out["odd_steps"] = odd
     out["inference"] = _inference(ordinary) if out["training"] is False else None
-    out["evidence"] = _evidence(tab, host, out)
+    out["evidence"] = _evidence(tab, ev, out)
     return out
 
 
@@ -164,12 +164,24 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
     order = np.argsort(ts, kind="stable")
     rows, cls, ts = rows[order], cls[order], ts[order]
     kind = ev["kind"].to_numpy()[rows].astype(str)
+    dims = _dims(ev, rows)
     return {"rows": rows, "cls": cls.astype(str), "ts": ts,
             "end": ts + ev["dur"].to_numpy(np.int64)[rows], "tid": ev["tid"].to_numpy()[rows],
-            "kind": kind, "name": ev["name"].take(rows).astype(str).to_numpy(),
+            "kind": kind, "name": _names(ev, rows, cls),
             "outer": _outermost(ts, ts + ev["dur"].to_numpy(np.int64)[rows],
                                 ev["tid"].to_numpy()[rows], kind == "cpu_op"),
-            "flop_ns": _flop_op_ns(ev, rows), "dims": _dims(ev, rows)}
+            "flop_ns": _flop_op_ns(ev, rows), "dims": dims,
+            "has_dims": np.array([d is not None for d in dims], bool)}
+
+
+def _names(ev: pd.DataFrame, rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """The names the passes compare (module frames, syncs); "" elsewhere (all host names
+    as strings would cost more than the whole pass)."""
+    out = np.full(len(rows), "", object)
+    sel = np.flatnonzero(np.isin(cls, ("module", "sync")))
+    if len(sel):
+        out[sel] = ev["name"].take(rows[sel]).astype(str).to_numpy()
+    return out
 
 
 def _outermost(ts, end, tid, is_op) -> np.ndarray:
@@ -373,14 +385,13 @@ def _backward_passes(h, main, bw) -> list[list[int]]:
     s, e = bw
     ops = main & (h["kind"] == "cpu_op") & ~nodes & ~_inside(bw, h["ts"])
     cuts = np.sort(h["ts"][ops])
-    out = [[int(s[0]), int(e[0])]]
-    for x, y in zip(s[1:].tolist(), e[1:].tolist()):
-        k = np.searchsorted(cuts, out[-1][1], side="left")
-        if k < len(cuts) and cuts[k] < x:
-            out.append([x, y])
-        else:
-            out[-1][1] = y
-    return out
+    # a new pass where a host op of the step's thread starts between two backward stretches
+    k = np.searchsorted(cuts, e[:-1], side="left")
+    new = (k < len(cuts)) & (cuts[np.minimum(k, max(0, len(cuts) - 1))] < s[1:]) \
+        if len(cuts) else np.zeros(len(s) - 1, bool)
+    first = np.flatnonzero(np.concatenate([[True], new]))
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return [[int(s[a]), int(e[b])] for a, b in zip(first.tolist(), last.tolist())]
 
 
 def _checkpoint_cost(h, bw, rc, a: int, b: int) -> int:
@@ -399,7 +410,7 @@ def _batch(h) -> list[int] | None:
     """[batch, tokens] of the step's first counted matmul/conv's first input: its leading
     dimension and the product of all but its last (None without shapes)."""
     dims = h.get("dims")
-    k = np.flatnonzero([d is not None for d in dims]) if dims is not None else []
+    k = np.flatnonzero(h["has_dims"]) if dims is not None else []
     for i in k[:1]:
         x = next((d for d in dims[i] if isinstance(d, list) and len(d) >= 2), None)
         if x:
@@ -636,9 +647,21 @@ def _group_rows(t: pd.DataFrame) -> dict:
             "eval": [r for rs in t["eval_rows"] for r in rs][:2]}
 
 
+class _Lookup:
+    """``x[row]``: one column's value at an event row."""
+
+    def __init__(self, col: pd.Series):
+        self.col = col
+
+    def __getitem__(self, row: int):
+        v = self.col.iat[int(row)]
+        return str(v) if isinstance(v, str) or self.col.dtype == object or \
+            isinstance(self.col.dtype, pd.CategoricalDtype) else int(v)
+
+
 # -- evidence ----------------------------------------------------------------------------------
 
-def _evidence(tab: pd.DataFrame, host: dict, out: dict) -> dict:
+def _evidence(tab: pd.DataFrame, events: pd.DataFrame, out: dict) -> dict:
     """fact key -> [{name, ts_ns, step, detail}]; the odd groups' row lists are dropped."""
     ev: dict = {}
     first = tab.iloc[0]
@@ -646,8 +669,8 @@ def _evidence(tab: pd.DataFrame, host: dict, out: dict) -> dict:
     ev["anatomy.phases"] = [item(f"ProfilerStep#{int(first.step)}", int(first.start),
                                  int(first.step), ", ".join(
                                      f"{p} {ph[p]['host_ns'] / 1e6:.2f} ms" for p in PHASES))]
-    names = dict(zip(host["rows"].tolist(), host["name"].tolist()))
-    tss = dict(zip(host["rows"].tolist(), host["ts"].tolist()))
+    names = _Lookup(events["name"])
+    tss = _Lookup(events["ts"])
     mb = out["micro_batches"]
     if mb:
         ev["anatomy.micro_batches"] = [item(f"ProfilerStep#{int(r.step)}", int(r.start),
