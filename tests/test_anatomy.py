@@ -317,3 +317,12 @@ def test_logging_step_with_a_metric_all_gather():
         assert "log_less_cpu" not in offered(name)
     # the validation and the save are no logging steps
     assert "validate_less_cpu" not in offered("log") and "save_async_cpu" not in offered("log")
+
+
+def test_html_report_has_the_phase_bars():
+    from traceread.render.anatomy_html import anatomy_section
+
+    html = anatomy_section(analysis("valid").to_dict())
+    assert "<h2>Step anatomy</h2>" in html
+    assert html.count("#3 *") == 1 and html.count("#7 *") == 1   # the odd steps marked
+    assert "odd steps #3, #7 (every 4)" in html
