@@ -326,3 +326,22 @@ def test_html_report_has_the_phase_bars():
     assert "<h2>Step anatomy</h2>" in html
     assert html.count("#3 *") == 1 and html.count("#7 *") == 1   # the odd steps marked
     assert "odd steps #3, #7 (every 4)" in html
+
+
+def test_one_odd_step_in_an_nsys_export(tmp_path):
+    """nsys marks steps with NVTX step_N and traces no framework op: training is unknown,
+    and the one slow step (the first: start-up) is odd on its own, with no period and
+    nothing of its own to remove."""
+    import lzma
+    import shutil
+
+    src = Path(__file__).parent / "fixtures" / "gpu" / "data.bad.sqlite.xz"
+    out = tmp_path / "data.bad.sqlite"
+    with lzma.open(src) as f, open(out, "wb") as g:
+        shutil.copyfileobj(f, g)
+    an = step_anatomy(traceread.load(str(out)).events)
+    assert an["training"] is None and an["inference"] is None
+    assert len(an["odd_steps"]) == 1
+    g = an["odd_steps"][0]
+    assert g["steps"] == [0] and g["period"] is None and g["holds"] == []
+    assert g["excess_ns"] >= 2 * g["ordinary_step_ns"]      # SLOW_X x the median
