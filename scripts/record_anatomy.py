@@ -9,6 +9,7 @@ save:    an MLP training loop that torch.save()s model + optimizer state to a fi
          SAVE_EVERY-th step;
 valid_never / accum_one: the fixed programs of diff pairs (no validation; one batch of
          MICRO x MICRO_BATCH rows);
+decode:  generation, batch 2: a PROMPT-token prefill step then DECODE one-token steps;
 log:     every LOG_EVERY-th step the metrics all-gathered (gloo, world size 1) and logged;
 infer1 / infer64: the same MLP served under torch.inference_mode(), one request per
          ProfilerStep, batch 1 and batch 64.
@@ -43,6 +44,7 @@ LAYERS, CKPT_LAYERS, CKPT_ACTIVE = 3, 2, 3
 SAVE_EVERY, SAVE_ACTIVE, SAVE_FLOATS = 3, 6, 2_000_000
 INFER_ACTIVE = 6
 LOG_EVERY, LOG_ACTIVE = 3, 6
+PROMPT, DECODE, DECODE_ACTIVE = 32, 4, 10
 TIMED = 24          # unprofiled steps timed after the profiled ones
 
 
@@ -306,6 +308,32 @@ def record_log(out: str) -> dict:
             "item_calls_per_log": 1}
 
 
+def record_decode(out: str) -> dict:
+    """Generation: each request one prefill step (PROMPT tokens) then DECODE one-token steps,
+    one ProfilerStep each, batch 2."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 64)).eval()
+    prompt = torch.randn(2, PROMPT, 64)
+    kinds = []
+
+    def step(i):
+        with torch.inference_mode():
+            if i % (DECODE + 1) == 0:
+                model(prompt)
+                return "prefill"
+            model(prompt[:, -1:, :])
+            return "decode"
+
+    with _profile(DECODE_ACTIVE) as prof:
+        for i in range(DECODE_ACTIVE + 2):
+            kinds.append(step(i))
+            prof.step()
+    _export(prof, out)
+    return {"batch": 2, "prompt": PROMPT, "decode_per_request": DECODE,
+            "profiled_kinds": kinds[2:]}
+
+
 def record_infer(out: str, batch: int) -> dict:
     model = MLP(width=1024, depth=4).eval()
     x = torch.randn(batch, 64)
@@ -335,6 +363,7 @@ def main(argv) -> int:
             "accum_one": lambda p: record_accum(p, 1),
             "ckpt": lambda p: record_ckpt(p), "save": lambda p: record_save(p),
             "log": lambda p: record_log(p),
+            "decode": lambda p: record_decode(p),
             "infer1": lambda p: record_infer(p, 1), "infer64": lambda p: record_infer(p, 64)}
     for name, fn in jobs.items():
         if only and name not in only:

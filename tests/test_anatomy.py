@@ -17,7 +17,8 @@ from traceread.verdict.levers import BY_ID, LEVERS
 
 HERE = Path(__file__).parent / "fixtures" / "anatomy"
 TRUTH = json.loads((HERE / "truth.json").read_text())
-NAMES = ("valid", "valid_never", "accum", "accum_one", "ckpt", "save", "log", "infer1", "infer64")
+NAMES = ("valid", "valid_never", "accum", "accum_one", "ckpt", "save", "log", "decode",
+         "infer1", "infer64")
 
 
 @lru_cache(maxsize=None)
@@ -345,3 +346,14 @@ def test_one_odd_step_in_an_nsys_export(tmp_path):
     g = an["odd_steps"][0]
     assert g["steps"] == [0] and g["period"] is None and g["holds"] == []
     assert g["excess_ns"] >= 2 * g["ordinary_step_ns"]      # SLOW_X x the median
+
+
+def test_prefill_and_decode_steps_from_shapes():
+    t = TRUTH["decode"]
+    inf = anatomy("decode")["inference"]
+    assert inf["batch"] == t["batch"]
+    assert inf["prefill_steps"] == t["profiled_kinds"].count("prefill")
+    assert inf["decode_steps"] == t["profiled_kinds"].count("decode")
+    assert inf["tokens_per_row"] == 1.0          # most steps decode one token a row
+    # one-request inference has no prefill/decode split
+    assert anatomy("infer1")["inference"]["prefill_steps"] is None

@@ -100,7 +100,7 @@ def step_anatomy(ev: pd.DataFrame) -> dict | None:
     out["micro_batches"] = _micro_batches(host, steps, ordinary)
     out["recompute"] = _recompute(ordinary)
     out["odd_steps"] = odd
-    out["inference"] = _inference(ordinary) if out["training"] is False else None
+    out["inference"] = _inference(tab) if out["training"] is False else None
     out["evidence"] = _evidence(tab, ev, out)
     return out
 
