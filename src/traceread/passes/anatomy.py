@@ -33,7 +33,7 @@ import pandas as pd
 
 from .. import namerx
 from . import intervals as iv
-from .common import kind_in, lookup_at, rows_of
+from .common import lookup_at, rows_of
 from .factkit import item, launcher
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
