@@ -351,3 +351,11 @@ def test_prefill_and_decode_steps_from_shapes():
     assert inf["tokens_per_row"] == 1.0          # most steps decode one token a row
     # one-request inference has no prefill/decode split
     assert anatomy("infer1")["inference"]["prefill_steps"] is None
+
+
+def test_diff_text_names_the_anatomy_change_beside_the_replayed_one():
+    from traceread.render.diff_text import _proof_lines
+
+    d = traceread.diff(str(HERE / "accum.json.gz"), str(HERE / "accum_one.json.gz"))
+    text = "\n".join(_proof_lines(d.proof))
+    assert "also: fewer_micro_batches (micro-batches per optimizer step 4 -> 1)" in text
