@@ -7,6 +7,7 @@ ckpt:    a stack of transformer-ish blocks (causal SDPA + MLP); CKPT_LAYERS of t
          torch.utils.checkpoint.checkpoint(use_reentrant=False);
 save:    an MLP training loop that torch.save()s model + optimizer state to a file every
          SAVE_EVERY-th step;
+valid_nostack: the validation loop recorded without with_stack (no module frames);
 valid_never / accum_one: the fixed programs of diff pairs (no validation; one batch of
          MICRO x MICRO_BATCH rows);
 decode:  generation, batch 2: a PROMPT-token prefill step then DECODE one-token steps;
@@ -54,8 +55,8 @@ def _gz(src: str, dst: str) -> None:
     os.remove(src)
 
 
-def _profile(active: int):
-    return profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True,
+def _profile(active: int, stack: bool = True):
+    return profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=stack,
                    schedule=schedule(wait=1, warmup=1, active=active))
 
 
@@ -144,7 +145,7 @@ def validate(model, batches):
     return total
 
 
-def record_valid(out: str, with_validation: bool = True) -> dict:
+def record_valid(out: str, with_validation: bool = True, stack: bool = True) -> dict:
     model = MLP()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
@@ -158,7 +159,7 @@ def record_valid(out: str, with_validation: bool = True) -> dict:
             return True
         return False
 
-    with _profile(VALID_ACTIVE) as prof:
+    with _profile(VALID_ACTIVE, stack) as prof:
         for i in range(VALID_ACTIVE + 2):
             if step(i, with_validation):
                 valid_at.append(i)
@@ -360,6 +361,7 @@ def main(argv) -> int:
     truth["torch"] = torch.__version__
     jobs = {"valid": lambda p: record_valid(p), "accum": lambda p: record_accum(p),
             "valid_never": lambda p: record_valid(p, False),
+            "valid_nostack": lambda p: record_valid(p, stack=False),
             "accum_one": lambda p: record_accum(p, 1),
             "ckpt": lambda p: record_ckpt(p), "save": lambda p: record_save(p),
             "log": lambda p: record_log(p),

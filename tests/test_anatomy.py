@@ -17,7 +17,7 @@ from traceread.verdict.levers import BY_ID, LEVERS
 
 HERE = Path(__file__).parent / "fixtures" / "anatomy"
 TRUTH = json.loads((HERE / "truth.json").read_text())
-NAMES = ("valid", "valid_never", "accum", "accum_one", "ckpt", "save", "log", "decode",
+NAMES = ("valid", "valid_nostack", "valid_never", "accum", "accum_one", "ckpt", "save", "log", "decode",
          "infer1", "infer64")
 
 
@@ -359,3 +359,22 @@ def test_diff_text_names_the_anatomy_change_beside_the_replayed_one():
     d = traceread.diff(str(HERE / "accum.json.gz"), str(HERE / "accum_one.json.gz"))
     text = "\n".join(_proof_lines(d.proof))
     assert "also: fewer_micro_batches (micro-batches per optimizer step 4 -> 1)" in text
+
+
+def test_validation_found_without_module_frames():
+    """Recorded without with_stack: the forward operators after the step's last backward
+    pass are the evaluation; its passes counted by its first layer's calls -- the syncs are
+    the validation's, not a sync lever of their own."""
+    t = TRUTH["valid_nostack"]
+    an = anatomy("valid_nostack")
+    assert an["phase_source"] == "operators"
+    g = an["odd_steps"][0]
+    assert g["steps"] == t["validation_loop_steps"] and g["period"] == t["every"]
+    holds = {h["what"]: h for h in g["holds"]}
+    assert holds["forward_only_passes"]["count"] == t["val_batches"]
+    assert holds["host_syncs"]["count"] == t["item_calls_per_validation"]
+    assert "validate_less_cpu" in offered("valid_nostack")
+    c = ctx("valid_nostack")
+    share = anatomy_saving(BY_ID["validate_less_cpu"], c) / c["steps"] / an["mean_step_ns"]
+    true_share = 1 - t["no_validation_step_ns"] / t["mean_step_ns"]
+    assert true_share / 2 < share < min(1.0, true_share * 2)

@@ -570,7 +570,7 @@ class AnatomyHolds(_S):
     what: str                    # forward_only_passes | save | host_syncs | metric_all_gather | logging | backward_passes | optimizer_steps
     count: int
     host_ns: Optional[int]
-    no_grad: Optional[bool] = None
+    no_grad: Optional[bool] = None   # forward-only passes: grad_mode / eval() frames seen
 
 
 class AnatomyOddSteps(_S):

@@ -178,7 +178,7 @@ def _names(ev: pd.DataFrame, rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
     """The names the passes compare (module frames, syncs); "" elsewhere (all host names
     as strings would cost more than the whole pass)."""
     out = np.full(len(rows), "", object)
-    sel = np.flatnonzero(np.isin(cls, ("module", "sync")))
+    sel = np.flatnonzero(np.isin(cls, ("module", "sync", "forward_op")))
     if len(sel):
         out[sel] = ev["name"].take(rows[sel]).astype(str).to_numpy()
     return out
@@ -303,7 +303,11 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     gpu_ns = _gpu_by_phase(gpu, sets, a, b)
     passes = _backward_passes(h, main, bw)
     fw = _forward_calls(h, root, bw)
-    fo_ns = _forward_only_ns(h, root, bw, passes, b)
+    if root:
+        fo_ns = _forward_only_ns(h, root, bw, passes, b)
+        fo = max(0, fw - len(passes))
+    else:
+        fo_ns, fo = _forward_only_ops(h, main, sets, passes)
     rc = _recompute_rows(h, bw, root)
     ck_cost = _checkpoint_cost(h, bw, rc["set"], a, b)
     outside_opt = ~_inside(sets["optimizer"], h["ts"])
@@ -313,7 +317,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     return {"step": int(s.number), "start": a, "dur": b - a, "host_ns": host_ns,
             "gpu_ns": gpu_ns, "backward_passes": len(passes), "pass_spans": passes,
             "forward_calls": fw, "optimizer_steps": int(((cls == "optimizer_step")).sum()),
-            "forward_only": max(0, fw - len(passes)) if root else 0,
+            "forward_only": fo,
             "no_grad": bool((cls == "no_grad").any()),
             "syncs": int(syncs.sum()), "sync_rows": h["rows"][syncs][:3].tolist(),
             "sync_ns": int((h["end"][syncs] - h["ts"][syncs]).sum()),
@@ -435,6 +439,25 @@ def _forward_only_ns(h, root, bw, passes, b: int) -> int:
         if not ((starts >= h["end"][r]) & (starts < nxt)).any():
             total += int(h["end"][r] - h["ts"][r])
     return total
+
+
+def _forward_only_ops(h, main, sets, passes) -> tuple[int, int]:
+    """Without module frames: forward operators (``aten::linear``, ...) on the step's thread
+    after its last backward pass, outside the other phases -- a forward no backward follows.
+    (host ns of their stretch, passes: the calls of its first operator with its shapes, as
+    each pass starts with the same first layer)."""
+    if not passes:
+        return 0, 0
+    other = iv.union(*_both(_both(sets["data"], sets["optimizer"]), sets["backward"]))
+    f = np.flatnonzero(main & h["outer"] & (h["cls"] == "forward_op")
+                       & (h["ts"] >= passes[-1][1]) & ~_inside(other, h["ts"]))
+    if not len(f):
+        return 0, 0
+    span = iv.subtract(iv.union([h["ts"][f[0]]], [h["end"][f].max()]), other)
+    first, name = h["dims"][f[0]], h["name"][f[0]]
+    n = sum(1 for j in f.tolist() if h["dims"][j] == first and h["name"][j] == name) \
+        if first is not None else 1
+    return iv.total(span), n
 
 
 def _forward_calls(h, root, bw) -> int:
@@ -637,7 +660,7 @@ def _holds(t: pd.DataFrame, what: str, odd, ordinary) -> dict:
            "count": int(odd) - int(ordinary) if not isinstance(odd, bool) else 1,
            "host_ns": ns}
     if what == "forward_only":
-        out["no_grad"] = bool(t["no_grad"].any())
+        out["no_grad"] = True if t["no_grad"].any() else None   # None: not seen (no frames)
     return out
 
 
