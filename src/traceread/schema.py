@@ -608,7 +608,7 @@ class Anatomy(_S):
     phases: dict[str, AnatomyPhase]   # data, forward, backward, optimizer, other
     step_ns: int                 # ordinary step (mean)
     mean_step_ns: int            # every step
-    per_step: list[dict[str, Any]]
+    per_step: list[dict[str, Any]]   # the first 128 steps: step, dur_ns, host_ns/gpu_ns by phase, passes, syncs
     passes: dict[str, float]
     micro_batches: Optional[AnatomyMicroBatches]
     recompute: Optional[AnatomyRecompute]

@@ -70,6 +70,7 @@ FORWARD_OPS = frozenset({
     "aten::scaled_dot_product_attention", "aten::dropout", "aten::gelu", "aten::silu",
     "aten::softmax", "aten::matmul"})
 SAVE_MIN_NS = 1_000_000   # file writes under this a step: a log line, not a save
+PER_STEP_ROWS = 128       # the JSON's per-step rows: the first ones (steps_seen counts all)
 SLOW_X = 3.0           # same contents, this many times the median step: odd all the same
 MIN_ODD_SHARE = 0.1    # an odd step's excess under this share of the median: noise
 HOST_KINDS = ("cpu_op", "python", "annotation")
@@ -95,7 +96,7 @@ def step_anatomy(ev: pd.DataFrame) -> dict | None:
            "root_module": root, "phase_source": "module frames" if root else "operators",
            "gpu_traced": bool(len(gpu["ts"])), "training": _training(tab, host),
            "phases": _phase_means(ordinary), "step_ns": int(ordinary["dur"].mean()),
-           "mean_step_ns": int(tab["dur"].mean()), "per_step": _per_step_rows(tab)}
+           "mean_step_ns": int(tab["dur"].mean()), "per_step": _per_step_rows(tab.head(PER_STEP_ROWS))}
     out["passes"] = _passes(ordinary)
     out["micro_batches"] = _micro_batches(host, steps, ordinary)
     out["recompute"] = _recompute(ordinary)
