@@ -632,6 +632,80 @@ class PeriodicStall(_S):
     stalls_in_window: int = 0    # of the stalled steps, those in the analysed window
 
 
+class AnatomyPhase(_S):
+    host_ns: int                 # the step's wall time in the phase (mean, ordinary steps)
+    gpu_ns: Optional[int]        # GPU ops launched in it; null: no GPU traced
+
+
+class AnatomyMicroBatches(_S):
+    per_optimizer_step: int      # backward passes between two optimizer steps
+    basis: str                   # "optimizer steps" | "profiler steps"
+    host_ns_each: int            # forward + backward host time of one micro-batch
+    gpu_ns_each: Optional[int]
+    flop_host_ns_each: int       # of it, host time inside matmul/conv/attention ops
+    syncs_per_micro_batch: float
+    sync_ns_per_step: int
+
+
+class AnatomyRecompute(_S):
+    host_ns_per_step: int        # forward re-run inside backward nodes
+    gpu_ns_per_step: Optional[int]
+    modules: list[str]           # the checkpointed modules (module frames inside backward)
+    layers: Optional[int]
+    checkpoint_ns_per_step: int  # recompute + the checkpoint hooks, less the forward itself
+    share_of_backward: Optional[float]
+
+
+class AnatomyHolds(_S):
+    what: str                    # forward_only_passes | save | host_syncs | metric_all_gather | logging | backward_passes | optimizer_steps
+    count: int
+    host_ns: Optional[int]
+    no_grad: Optional[bool] = None   # forward-only passes: grad_mode / eval() frames seen
+
+
+class AnatomyOddSteps(_S):
+    steps: list[int]
+    period: Optional[int]        # null: one step, or no common difference
+    excess_ns: int               # over the ordinary step (mean of these - median of those)
+    held_ns: Optional[int]       # the host time of what it holds (null: a piece untimed)
+    cost_ns: int                 # held_ns capped by the excess (the excess without it)
+    per_step_ns: int             # the cost per step of its period (or of the steps seen)
+    ordinary_step_ns: int
+    holds: list[AnatomyHolds]    # empty: slower with the same contents
+
+
+class AnatomyInference(_S):
+    batch: int                   # leading dim of each step's first matmul input (median)
+    tokens_per_row: float
+    request_ns: int
+    forward_host_ns: int
+    flop_host_ns: int
+    decode_steps: Optional[int]  # one token a row (with prefill steps beside)
+    prefill_steps: Optional[int]
+    prefill_ns: Optional[int] = None
+    decode_ns: Optional[int] = None
+
+
+class Anatomy(_S):
+    """The step's anatomy (``passes/anatomy.py``), over every profiler step of the trace."""
+
+    steps_seen: int
+    ordinary_steps: int
+    root_module: Optional[str]
+    phase_source: str            # "module frames" | "operators"
+    gpu_traced: bool
+    training: Optional[bool]     # null: no framework op traced (nsys without torch ranges)
+    phases: dict[str, AnatomyPhase]   # data, forward, backward, optimizer, other
+    step_ns: int                 # ordinary step (mean)
+    mean_step_ns: int            # every step
+    per_step: list[dict[str, Any]]   # the first 128 steps: step, dur_ns, host_ns/gpu_ns by phase, passes, syncs
+    passes: dict[str, float]
+    micro_batches: Optional[AnatomyMicroBatches]
+    recompute: Optional[AnatomyRecompute]
+    odd_steps: list[AnatomyOddSteps]
+    inference: Optional[AnatomyInference]
+
+
 class HostOp(_S):
     name: str
     ns: int
@@ -710,6 +784,7 @@ class Context(_S):
     sdpa: Optional[Sdpa] = None
     fp16_runs: Optional[bool] = None
     periodic_stall: Optional[PeriodicStall] = None
+    anatomy: Optional[Anatomy] = None            # passes/anatomy.py
     graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
     device: Optional[DeviceCaps] = None   # set by analysis.py from the trace's metadata
     # the levers' preconditions (passes/preconditions.py, issue 39); evidence in facts.evidence

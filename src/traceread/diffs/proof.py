@@ -152,6 +152,14 @@ def proof(before, after, d) -> dict | None:
     from ..passes.replay.whatif import facts_from_analysis, graph_of, replay_models
 
     ch = changed(signature(before), signature(after), d.batch)
+    # the step anatomy's changes (verdict/anatomy.py): a validation pass or micro-batches
+    # gone take their .item() syncs with them -- not a drop_syncs of its own
+    from ..verdict.anatomy import anatomy_changes
+    anat = anatomy_changes(before.context or {}, after.context or {})
+    if any(x["sync_drop"] for x in anat):
+        ch = [x for x in ch if x[0] != "drop_syncs"]
+    if not ch and anat:
+        return _anatomy_proof(anat, d)
     if not ch:
         return None
     ids = [m for m, _, _ in ch]
@@ -171,6 +179,8 @@ def proof(before, after, d) -> dict | None:
                                for (m, _, _), e in zip(ch, out["evidence"])]
     else:
         out.update(promised_ns=_bound(before, ids), basis="bound", not_replayed=why)
+    if anat:
+        out["anatomy"] = anat
     p, r = out["promised_ns"], out["realised_ns"]
     ref = out.get("replay_before_ns")
     out["promised_pct"] = round(100.0 * p / ref, 2) if p is not None and ref else None
@@ -190,6 +200,18 @@ def error_pct(promised, realised, promised_base, realised_base) -> float | None:
     if promised_base and realised_base:
         promised = promised / promised_base * realised_base
     return round(100.0 * (promised - realised) / abs(realised), 1)
+
+
+def _anatomy_proof(anat: list[dict], d) -> dict:
+    """The proof of a pair whose only changes are the step anatomy's: promised by the
+    before-program's own saving models (a bound), realised as measured."""
+    got = [x["promised_per_step_ns"] for x in anat if x["promised_per_step_ns"] is not None]
+    p, r = (sum(got) if got else None), _realised(d)
+    mb = d.before.get(d.time_key()) if d.unit == "step" else None
+    return {"levers": [x["lever"] for x in anat], "evidence": [x["evidence"] for x in anat],
+            "realised_ns": r, "promised_ns": p, "basis": "bound", "refused": {},
+            "anatomy": anat, "error_pct": error_pct(p, r, None, None), "promised_pct": None,
+            "realised_pct": round(100.0 * r / mb, 2) if r is not None and mb else None}
 
 
 def _realised(d) -> int | None:

@@ -37,6 +37,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from . import intervals
 from .common import device_groups, events_of, kind_in, lookup_at, rows_of, take
 
 HOW_TO_RECORD = ("no operator shapes in this trace: record with "
@@ -135,13 +136,45 @@ def _conv_backward_flops(dims: list, conc: list | None) -> int:
     return one * n
 
 
-def _sdpa_flops(dims: list, backward: bool) -> int:
+# where is_causal sits in each SDPA operator's arguments (its ATen schema)
+_CAUSAL_ARG = {"aten::_scaled_dot_product_flash_attention": 4,
+               "aten::_scaled_dot_product_flash_attention_for_cpu": 4,
+               "aten::_scaled_dot_product_efficient_attention": 6,
+               "aten::_scaled_dot_product_cudnn_attention": 6,
+               "aten::_scaled_dot_product_fused_attention_overrideable": 5,
+               "aten::_scaled_dot_product_flash_attention_backward": 11,
+               "aten::_scaled_dot_product_flash_attention_for_cpu_backward": 7,
+               "aten::_scaled_dot_product_efficient_attention_backward": 11,
+               "aten::_scaled_dot_product_cudnn_attention_backward": 14,
+               "aten::_scaled_dot_product_fused_attention_overrideable_backward": 11}
+
+
+def causal_of(name: str, conc: list | None) -> bool:
+    """The SDPA call's is_causal argument (recorded Concrete Inputs); False when absent."""
+    i = _CAUSAL_ARG.get(name)
+    return bool(i is not None and isinstance(conc, list) and len(conc) > i
+                and str(conc[i]) == "True")
+
+
+def causal_fraction(sq: int, sk: int) -> float:
+    """Share of the sq x sk score matrix a causal (top-left aligned, torch's is_causal) mask
+    keeps: row i sees min(i + 1, sk) keys."""
+    if sq <= 0 or sk <= 0:
+        return 1.0
+    n = min(sq, sk)
+    kept = n * (n + 1) // 2 + max(0, sq - sk) * sk
+    return kept / (sq * sk)
+
+
+def _sdpa_flops(dims: list, backward: bool, causal: bool = False) -> int:
     q, k, v = dims[1:4] if backward else dims[0:3]
     if len(q) != 4 or len(k) != 4 or len(v) != 4:
         return -1
     b, h, sq, d = q
     sk, dv = k[2], v[3]
     fwd = 2 * b * h * sq * sk * d + 2 * b * h * sq * sk * dv
+    if causal:   # the masked half of the scores is never computed (flash / causal kernels)
+        fwd = int(fwd * causal_fraction(sq, sk))
     return 2 * fwd if backward else fwd
 
 
@@ -160,7 +193,7 @@ def flops_of(name: str, dims_text: str | None, conc_text: str | None) -> int:
             return _conv_backward_flops(dims, _json(conc_text))
         base = name[:-9] if name.endswith("_backward") else name
         if base in _SDPA:
-            return _sdpa_flops(dims, name != base)
+            return _sdpa_flops(dims, name != base, causal_of(name, _json(conc_text)))
     except (IndexError, TypeError, ValueError):
         return -1
     return -1
@@ -331,6 +364,7 @@ def recomputed(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     rows = rows_of(ev, ("cpu_op", "python", "annotation"))
     if not len(ops) or not len(rows):
         return out
+    out |= _module_in_backward(ev, rows, ops)
     is_rc = lookup_at(ev["name"], rows, lambda x: bool(_RECOMPUTE.search(x)), False, bool)
     if not is_rc.any():
         return out
@@ -348,6 +382,36 @@ def recomputed(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
         for b in nb.itertuples(index=False):
             inside &= ~((ts >= b.ts) & (ts < b.ts + b.dur))
         out |= inside
+    return out
+
+
+def _module_in_backward(ev: pd.DataFrame, rows: np.ndarray, ops: pd.DataFrame) -> np.ndarray:
+    """Ops inside a module frame that runs inside a backward node (with_stack): the non-
+    reentrant checkpoint recomputes the module's forward in the node's unpack hook."""
+    out = np.zeros(len(ops), bool)
+    is_mod = lookup_at(ev["name"], rows, lambda x: x.startswith("nn.Module: "), False, bool)
+    if not is_mod.any():
+        return out
+    is_bw = lookup_at(ev["name"], rows, lambda x: bool(_BACKWARD.search(x)), False, bool)
+    if not is_bw.any():
+        return out
+    mod = take(ev, rows[is_mod], ["ts", "dur", "pid", "tid"])
+    bw = take(ev, rows[is_bw], ["ts", "dur", "pid", "tid"])
+    pid, tid, ts = (ops[c].to_numpy() for c in ("pid", "tid", "ts"))
+    for (p, t), b in bw.groupby(["pid", "tid"]):
+        m = mod[(mod["pid"] == p) & (mod["tid"] == t)]
+        if not len(m):
+            continue
+        bs, be = intervals.union(b["ts"].to_numpy(), (b["ts"] + b["dur"]).to_numpy())
+        mt = m["ts"].to_numpy(np.int64)
+        k = np.searchsorted(bs, mt, side="right") - 1
+        inb = (k >= 0) & (mt < be[np.maximum(k, 0)])
+        ms, me = intervals.union(mt[inb], (m["ts"] + m["dur"]).to_numpy(np.int64)[inb])
+        if not len(ms):
+            continue
+        sel = (pid == p) & (tid == t)
+        j = np.searchsorted(ms, ts[sel], side="right") - 1
+        out[np.flatnonzero(sel)] = (j >= 0) & (ts[sel] < me[np.maximum(j, 0)])
     return out
 
 
@@ -546,6 +610,9 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
         notes.append("kernels replayed from CUDA graphs have no recorded operator shapes: their "
                      "FLOPs are not counted, so achieved FLOP/s and MFU are lower bounds")
     out["note"] = "; ".join(notes) or None
+    # bytes moved and bandwidth share of the top matmul kernels (passes/roofline.py)
+    from .roofline import matmul_roofline
+    out["roofline"] = matmul_roofline(ev, name, peaks, ops)
     return out
 
 

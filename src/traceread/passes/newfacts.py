@@ -7,6 +7,8 @@ evidence (``facts_evidence``: fact key -> [{"name", "ts_ns", "step", "detail"}])
   (passes/precision.py);
 * ``periodic_stall`` (passes/stalls.py, over every step of the trace: the steady window
   leaves the stalled steps out);
+* ``anatomy`` (passes/anatomy.py, over every step too): phases, micro-batches,
+  recomputation, the odd steps out, the inference batch;
 * ``other_process``: GPU work of another process on the same device in the trace;
 * ``cpu_only``: for a trace with no GPU work, what it holds -- compile time, the
   DataLoader's share of the steps, the heaviest host ops -- and whether it was cut before
@@ -27,6 +29,7 @@ from .compile import compile_name_lut
 from .factkit import Stacks, Steps, has_gpu, item
 from .payload import copy_payloads
 from .precision import precision_facts
+from .anatomy import step_anatomy
 from .stalls import periodic_stalls
 
 
@@ -218,6 +221,10 @@ def trace_facts(all_ev: pd.DataFrame, ev: pd.DataFrame | None = None) -> dict:
     out = {"periodic_stall": st}
     if st:
         out["facts_evidence"] = {"periodic_stall": st.pop("evidence")}
+    an = step_anatomy(all_ev)        # phases, micro-batches, recompute, odd steps
+    if an:
+        out.setdefault("facts_evidence", {}).update(an.pop("evidence"))
+    out["anatomy"] = an
     return out
 
 

@@ -264,6 +264,11 @@ def _proof_lines(p: dict) -> list[str]:
     """Promised vs realised for the lever(s) that changed (diffs/proof.py)."""
     what = ", ".join(p["levers"])
     lines = _wrap(f"the change: {what} ({'; '.join(p['evidence'])})", "  ")
+    for x in p.get("anatomy") or []:     # the step anatomy's changes (verdict/anatomy.py)
+        if x["lever"] not in p["levers"]:
+            bound = f", its bound {fmt_ns(x['promised_per_step_ns'])} per step" \
+                if x.get("promised_per_step_ns") is not None else ""
+            lines += _wrap(f"also: {x['lever']} ({x['evidence']}){bound}", "  ")
     if p["promised_ns"] is None:
         return lines + _wrap("promised: not priced (no replay, no bound for this lever)", "    ")
     how = "BEFORE's replay with the change" if p["basis"] == "replay" else \

@@ -20,6 +20,7 @@ from .safe import html_block
 import numpy as np
 
 from ..passes.attribution import CPU_CATEGORIES
+from .anatomy_html import anatomy_section
 from .base import Renderer
 from .fmt import plural
 from .html_base import ACTIVITY_COLORS, COLORS, hbars, name_span, page, rect, svg, table
@@ -68,6 +69,7 @@ def summary_html(a) -> str:
 def analysis_body(a) -> str:
     d = a.to_dict()
     parts = [_header(d), _verdict(a, d), _timeline_section(a), _steps_section(d),
+             anatomy_section(d),
              _replay_section(d), _idle_section(d), _flame_section(a), _gaps_section(a, d),
              _kernels_section(d), _comm_section(d), _copies_section(d),
              _compile_section(a, d)]

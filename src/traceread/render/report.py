@@ -8,6 +8,7 @@ import numpy as np
 from ..passes.attribution import CPU_CATEGORIES, waited_summary
 from ..verdict.bounds import TITLE
 from . import safe
+from .anatomy_text import anatomy_lines
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
 from .words import because_words, busy_note, together_words
 from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, empty_todo, fmt_ns,
@@ -385,7 +386,7 @@ def _steps(a) -> list[str]:
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
     lines = ["", step_stats_line(a)] + [x for x in [program_step_line(a)] if x] + \
-        overhead_lines(a) + [STEP_IDLE_LEGEND, step_head()]
+        overhead_lines(a) + anatomy_lines(a) + [STEP_IDLE_LEGEND, step_head()]
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
         key = "program_ns" if "program_ns" in st else "dur"
@@ -405,7 +406,7 @@ def render_steps(a) -> str:
     t0 = trace_origin(a)
     head = step_head(start=True)
     lines += [step_stats_line(a)] + [x for x in [program_step_line(a)] if x] + \
-        [STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
+        anatomy_lines(a) + [STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
     lines += [step_row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
     return "\n".join(fit(lines)) + "\n"
 

@@ -19,7 +19,6 @@ lever would save").
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from enum import Enum
@@ -1394,12 +1393,10 @@ DIAGNOSTICS: tuple[Lever, ...] = (
 
 # The modules whose lever rows the table appends (the same Lever shape, verdict/leverkit.py):
 # each gives LEVERS rows, saving-model docs and a pricing hook for its own models.
-if importlib.util.find_spec(f"{__package__}.anatomy") is not None:
-    # verdict/anatomy.py (issue 38): the step-anatomy levers (they import the shape from
-    # verdict/leverkit.py, never from here: no import circle)
-    from .anatomy import ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving
-else:   # not merged yet
-    ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving = (), {}, None
+# verdict/anatomy.py (issue 38): the step-anatomy levers (they import the shape from
+# verdict/leverkit.py, never from here: no import circle)
+from .anatomy import ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving  # noqa: E402
+
 LEVERS = LEVERS + tuple(ANATOMY_LEVERS)
 # the rows the ranked to-do list of one window never offers: a job's, the GPU-use section's
 APART = JOB_LEVERS + MEMORY_LEVERS
@@ -1408,7 +1405,7 @@ SAVINGS.update(ANATOMY_SAVINGS)
 
 def appended_saving(lv: Lever, ctx: Ctx) -> int | None:
     """The saving of a lever whose model an appended module prices (None: no estimate)."""
-    if anatomy_saving is not None and lv.saves in ANATOMY_SAVINGS:
+    if lv.saves in ANATOMY_SAVINGS:
         return anatomy_saving(lv, ctx)
     return None
 

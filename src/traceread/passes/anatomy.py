@@ -1,0 +1,720 @@
+"""The step's anatomy: its phases, its micro-batches, recomputation, and the odd step out
+(docs/analysis.md, "The step's anatomy").
+
+Read over every ``ProfilerStep#N`` of the main process (the odd steps are what the steady
+window leaves out), from evidence in the trace, not from names a user chose:
+
+* **phases** -- data (``enumerate(DataLoader)#...`` spans), forward (the outermost
+  ``nn.Module:`` frames; without python frames the host ops outside the other phases),
+  backward (``autograd::engine::evaluate_function:`` nodes, on whichever thread autograd
+  runs them), optimizer (``Optimizer.step#`` / ``Optimizer.zero_grad#`` spans), NVTX ranges
+  named forward/backward/optimizer/data in nsys; other: the rest of the step. Host time is
+  the step's wall time in each (a moment in two phases counts in the first of data,
+  optimizer, backward, forward); GPU time is the time of the GPU ops launched in each.
+* **passes** -- a backward pass is a run of backward nodes that no host op of the step's
+  thread interrupts; a forward pass is a call of the model's root module (the outermost
+  module whose calls take the most time). Micro-batches per optimizer step: the backward
+  passes between two ``Optimizer.step`` spans. Forward passes beyond the backward passes run
+  without one: an evaluation under ``no_grad``/``eval()``.
+* **recomputation** -- module frames (else forward-only operators such as ``aten::linear``)
+  running *inside* a backward node: a checkpointed segment's forward run again (non-
+  reentrant ``torch.utils.checkpoint``; the reentrant one's ``CheckpointFunctionBackward``).
+* **the odd step out** -- steps whose contents differ from the ordinary steps' (the most
+  common contents): forward-only passes, a save (``torch/serialization.py: save``,
+  ``aten::_save``, distributed checkpoint, file writes), host syncs (``.item()``), metric
+  all-gathers, logging -- or, with the same contents, a step ``SLOW_X`` x the median. Each
+  with its steps, its period (the common difference of their numbers; one step: none), its
+  excess over the ordinary step and that excess per step of the period.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import namerx
+from . import intervals as iv
+from .common import lookup_at, rows_of
+from .factkit import item, launcher
+
+PHASES = ("data", "forward", "backward", "optimizer", "other")
+PRIORITY = ("data", "optimizer", "backward", "forward")   # a moment in two counts in the first
+BACKWARD_RX = namerx.compile(r"^autograd::engine::evaluate_function: |^CheckpointFunctionBackward")
+OPTIMIZER_RX = namerx.compile(r"^Optimizer\.(?:step|zero_grad)#")
+OPTIMIZER_STEP_RX = namerx.compile(r"^Optimizer\.step#")
+DATA_RX = namerx.compile(r"^enumerate\(DataLoader\)#")
+MODULE_RX = namerx.compile(r"^nn\.Module: ")
+# NVTX / record_function ranges a program names after its phases (nsys, torch)
+RANGE_RX = {"forward": namerx.compile(r"(?i)^(?:model[_ .])?forward(?:[_ ]pass)?$"),
+            "backward": namerx.compile(r"(?i)^(?:model[_ .])?backward(?:[_ ]pass)?$"),
+            "optimizer": namerx.compile(r"(?i)^optimi[sz]er(?:[_ .]step)?$"),
+            "data": namerx.compile(r"(?i)^(?:data(?:[_ ]?load(?:ing)?)?|get[_ ]batch|next[_ ]batch)$")}
+SYNC_RX = namerx.compile(r"^aten::(?:item|_local_scalar_dense)$|^(?:cuda|hip)(?:Stream|Device|Event)"
+                         r"Synchroni[sz]e|^cu(?:Stream|Ctx|Event)Synchroni[sz]e")
+SAVE_RX = namerx.compile(r"torch/serialization\.py\(\d+\): _?save$|^aten::_save$"
+                         r"|torch/distributed/checkpoint/\S*\(\d+\): (?:async_)?save"
+                         r"|safetensors\S*\(\d+\): save")
+FILE_WRITE_RX = namerx.compile(r"^(?:p?write(?:v|64)?|fsync|fdatasync)$")
+EVAL_MODE_RX = namerx.compile(r"torch/nn/modules/module\.py\(\d+\): eval$"
+                              r"|autograd/grad_mode\.py\(\d+\): __enter__$|inference_mode")
+ALL_GATHER_RX = namerx.compile(r"(?i)all_?gather")
+# a logging call (the logging module's entry points, print, experiment trackers)
+LOG_RX = namerx.compile(r"logging/__init__\.py\(\d+\): (?:debug|info|warning|warn|error|exception"
+                        r"|critical|log)$|<built-in function print>|wandb\S*\(\d+\): log$"
+                        r"|tensorboard\S*\(\d+\): add_\w+$")
+CHECKPOINT_FRAME_RX = namerx.compile(r"torch/utils/checkpoint\.py\(\d+\): ")
+# forward operators a backward formula never calls (it calls mm, not linear): run inside a
+# backward node they recompute a forward
+FORWARD_OPS = frozenset({
+    "aten::linear", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::layer_norm",
+    "aten::group_norm", "aten::batch_norm", "aten::rms_norm", "aten::embedding",
+    "aten::scaled_dot_product_attention", "aten::dropout", "aten::gelu", "aten::silu",
+    "aten::softmax", "aten::matmul"})
+SAVE_MIN_NS = 1_000_000   # file writes under this a step: a log line, not a save
+PER_STEP_ROWS = 128       # the JSON's per-step rows: the first ones (steps_seen counts all)
+SLOW_X = 3.0           # same contents, this many times the median step: odd all the same
+MIN_ODD_SHARE = 0.1    # an odd step's excess under this share of the median: noise
+HOST_KINDS = ("cpu_op", "python", "annotation")
+GPU_KINDS = ("kernel", "memcpy", "memset")
+
+
+def step_anatomy(ev: pd.DataFrame) -> dict | None:
+    """The anatomy of the main process's profiler steps (module doc); None without steps."""
+    steps = _steps(ev)
+    if len(steps) == 0:
+        return None
+    pid = int(steps["pid"].iat[0])
+    host = _host(ev, pid)
+    gpu = _gpu(ev, pid)
+    root = _root_module(host)
+    per = [_one_step(host, gpu, root, s) for s in steps.itertuples(index=False)]
+    tab = pd.DataFrame(per)
+    odd = _odd_steps(tab)
+    oddn = {n for g in odd for n in g["steps"]}
+    # the ordinary steps' phases: an odd step's validation or save is its own fact
+    ordinary = tab[~tab["step"].isin(oddn)] if len(oddn) < len(tab) else tab
+    out = {"steps_seen": int(len(tab)), "ordinary_steps": int(len(ordinary)),
+           "root_module": root, "phase_source": "module frames" if root else "operators",
+           "gpu_traced": bool(len(gpu["ts"])), "training": _training(tab, host),
+           "phases": _phase_means(ordinary), "step_ns": int(ordinary["dur"].mean()),
+           "mean_step_ns": int(tab["dur"].mean()), "per_step": _per_step_rows(tab.head(PER_STEP_ROWS))}
+    out["passes"] = _passes(ordinary)
+    out["micro_batches"] = _micro_batches(host, steps, ordinary)
+    out["recompute"] = _recompute(ordinary)
+    out["odd_steps"] = odd
+    out["inference"] = _inference(tab) if out["training"] is False else None
+    out["evidence"] = _evidence(tab, ev, out)
+    return out
+
+
+# -- the inputs ------------------------------------------------------------------------------
+
+def _steps(ev: pd.DataFrame) -> pd.DataFrame:
+    """The main process's steps (passes/steps.py: ProfilerStep#N, else step-like ranges such
+    as nsys NVTX ``step_N``): pid, tid, start, end, number."""
+    from .steps import find_steps
+
+    st, _pat = find_steps(ev)
+    if not len(st):
+        return pd.DataFrame(columns=["pid", "tid", "start", "end", "number"])
+    df = pd.DataFrame({"pid": st["pid"].to_numpy(), "tid": st["tid"].to_numpy(),
+                       "start": st["start"].to_numpy(np.int64),
+                       "end": st["end"].to_numpy(np.int64),
+                       "number": st["step"].to_numpy(np.int64)})
+    main = df["pid"].value_counts().index[0]      # a rank traces its own process
+    df = df[df["pid"] == main].sort_values("start")
+    return df.drop_duplicates("number").reset_index(drop=True)
+
+
+def _classify(name: str) -> str:
+    if BACKWARD_RX.search(name):
+        return "backward"
+    if OPTIMIZER_RX.search(name):
+        return "optimizer_step" if OPTIMIZER_STEP_RX.search(name) else "optimizer"
+    if DATA_RX.search(name):
+        return "data"
+    if MODULE_RX.search(name):
+        return "module"
+    if SYNC_RX.search(name):
+        return "sync"
+    if SAVE_RX.search(name):
+        return "save"
+    if FILE_WRITE_RX.search(name):
+        return "write"
+    if EVAL_MODE_RX.search(name):
+        return "no_grad"
+    if name in FORWARD_OPS:
+        return "forward_op"
+    if CHECKPOINT_FRAME_RX.search(name):
+        return "ckpt"
+    for phase, rx in RANGE_RX.items():
+        if rx.search(name):
+            return "range_" + phase
+    if ALL_GATHER_RX.search(name):
+        return "all_gather"
+    if LOG_RX.search(name):
+        return "log"
+    return ""
+
+
+def _host(ev: pd.DataFrame, pid: int) -> dict:
+    """The main process's host rows with their class (``_classify``), sorted by start."""
+    rows = rows_of(ev, HOST_KINDS + ("osrt",))
+    rows = rows[ev["pid"].to_numpy()[rows] == pid]
+    cls = lookup_at(ev["name"], rows, _classify, "", object)
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    order = np.argsort(ts, kind="stable")
+    rows, cls, ts = rows[order], cls[order], ts[order]
+    kind = ev["kind"].to_numpy()[rows].astype(str)
+    dims = _dims(ev, rows)
+    return {"rows": rows, "cls": cls.astype(str), "ts": ts,
+            "end": ts + ev["dur"].to_numpy(np.int64)[rows], "tid": ev["tid"].to_numpy()[rows],
+            "kind": kind, "name": _names(ev, rows, cls),
+            "outer": _outermost(ts, ts + ev["dur"].to_numpy(np.int64)[rows],
+                                ev["tid"].to_numpy()[rows], kind == "cpu_op"),
+            "flop_ns": _flop_op_ns(ev, rows), "dims": dims,
+            "has_dims": np.array([d is not None for d in dims], bool)}
+
+
+def _names(ev: pd.DataFrame, rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """The names the passes compare (module frames, syncs); "" elsewhere (all host names
+    as strings would cost more than the whole pass)."""
+    out = np.full(len(rows), "", object)
+    sel = np.flatnonzero(np.isin(cls, ("module", "sync", "forward_op")))
+    if len(sel):
+        out[sel] = ev["name"].take(rows[sel]).astype(str).to_numpy()
+    return out
+
+
+def _outermost(ts, end, tid, is_op) -> np.ndarray:
+    """Cpu ops that no other cpu op of their thread encloses."""
+    out = np.zeros(len(ts), bool)
+    for t in np.unique(tid[is_op]):
+        m = np.flatnonzero(is_op & (tid == t))
+        prev = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end[m][:-1]]))
+        out[m] = ts[m] >= prev
+    return out
+
+
+def _dims(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Each counted op's input dims (parsed once per distinct text); None elsewhere."""
+    from .flops import FLOP_OPS
+
+    if "input_dims" not in ev:
+        return np.full(len(rows), None, object)
+    hit = lookup_at(ev["name"], rows, lambda n: n in FLOP_OPS or n in FORWARD_OPS, False, bool)
+    out = np.full(len(rows), None, object)
+    cache: dict = {}
+    for i, text in zip(np.flatnonzero(hit).tolist(),
+                       ev["input_dims"].take(rows[hit]).tolist()):
+        if text not in cache:
+            cache[text] = _parse(text)
+        out[i] = cache[text]
+    return out
+
+
+def _parse(text):
+    import json
+
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _flop_op_ns(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Host ns of each row that is a counted matmul/conv/attention op (its compute on a CPU)."""
+    from .flops import FLOP_OPS
+
+    hit = lookup_at(ev["name"], rows, lambda n: n in FLOP_OPS, False, bool)
+    return np.where(hit, ev["dur"].to_numpy(np.int64)[rows], 0)
+
+
+def _gpu(ev: pd.DataFrame, pid: int) -> dict:
+    """GPU ops of the process with the start of the call that launched each (-1: none)."""
+    rows = rows_of(ev, GPU_KINDS)
+    rows = rows[ev["pid"].to_numpy()[rows] == pid] if len(rows) else rows
+    lr = launcher(ev, rows)
+    ts = ev["ts"].to_numpy(np.int64)
+    return {"ts": ts[rows], "dur": ev["dur"].to_numpy(np.int64)[rows],
+            "launch": np.where(lr >= 0, ts[np.maximum(lr, 0)], -1),
+            "launch_tid": np.where(lr >= 0, ev["tid"].to_numpy()[np.maximum(lr, 0)], -1)}
+
+
+def _root_module(host: dict) -> str | None:
+    """The model: the outermost module frame outside backward with the most time."""
+    m = host["cls"] == "module"
+    if not m.any():
+        return None
+    ts, end, tid = host["ts"][m], host["end"][m], host["tid"][m]
+    names = host["name"][m]
+    outer = np.zeros(len(ts), bool)
+    for t in np.unique(tid):
+        k = np.flatnonzero(tid == t)
+        prev = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end[k][:-1]]))
+        outer[k] = ts[k] >= prev
+    bw = _union(host, host["cls"] == "backward")
+    outside = ~_inside(bw, ts)
+    sel = outer & outside
+    if not sel.any():
+        return None
+    tot = pd.Series(end[sel] - ts[sel]).groupby(names[sel]).sum()
+    return str(tot.idxmax())
+
+
+# -- interval helpers --------------------------------------------------------------------------
+
+def _union(host: dict, mask: np.ndarray, lo: int | None = None, hi: int | None = None):
+    s, e = host["ts"][mask], host["end"][mask]
+    if lo is not None:
+        s, e = np.clip(s, lo, hi), np.clip(e, lo, hi)
+    return iv.union(s, e)
+
+
+def _inside(u, ts: np.ndarray) -> np.ndarray:
+    """Whether each time lies inside the interval set ``u``."""
+    s, e = u
+    if not len(s) or not len(ts):
+        return np.zeros(len(ts), bool)
+    k = np.searchsorted(s, ts, side="right") - 1
+    return (k >= 0) & (ts < e[np.maximum(k, 0)])
+
+
+# -- one step ----------------------------------------------------------------------------------
+
+def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
+    a, b = int(s.start), int(s.end)
+    lo = np.searchsorted(host["ts"], a, side="left")
+    hi = np.searchsorted(host["ts"], b, side="left")
+    h = {k: v[lo:hi] for k, v in host.items()}
+    cls, main = h["cls"], h["tid"] == s.tid
+    bw = _union(h, cls == "backward", a, b)
+    sets = {"data": iv.union(*_both(_union(h, cls == "data", a, b),
+                                    _union(h, cls == "range_data", a, b))),
+            "optimizer": _union(h, np.isin(cls, ("optimizer", "optimizer_step",
+                                                 "range_optimizer")), a, b),
+            "backward": iv.union(*_both(bw, _union(h, cls == "range_backward", a, b)))}
+    fwd = _forward_set(h, main, root, sets, a, b)
+    sets["forward"] = fwd
+    host_ns, taken = {}, (np.empty(0, np.int64), np.empty(0, np.int64))
+    for p in PRIORITY:
+        own = iv.subtract(sets[p], taken)
+        host_ns[p] = iv.total(own)
+        taken = iv.union(*_both(taken, sets[p]))
+    host_ns["other"] = max(0, (b - a) - iv.total(iv.intersect(taken, iv.union([a], [b]))))
+    gpu_ns = _gpu_by_phase(gpu, sets, a, b)
+    passes = _backward_passes(h, main, bw)
+    fw = _forward_calls(h, root, bw)
+    if root:
+        fo_ns = _forward_only_ns(h, root, bw, passes, b)
+        fo = max(0, fw - len(passes))
+    else:
+        fo_ns, fo = _forward_only_ops(h, main, sets, passes)
+    rc = _recompute_rows(h, bw, root)
+    ck_cost = _checkpoint_cost(h, bw, rc["set"], a, b)
+    outside_opt = ~_inside(sets["optimizer"], h["ts"])
+    syncs = (cls == "sync") & outside_opt & ~_nested_sync(h)
+    save = _union(h, np.isin(cls, ("save", "write")), a, b)
+    ag = (cls == "all_gather") & h["outer"] & ~_inside(bw, h["ts"]) & outside_opt
+    return {"step": int(s.number), "start": a, "dur": b - a, "host_ns": host_ns,
+            "gpu_ns": gpu_ns, "backward_passes": len(passes), "pass_spans": passes,
+            "forward_calls": fw, "optimizer_steps": int(((cls == "optimizer_step")).sum()),
+            "forward_only": fo,
+            "no_grad": bool((cls == "no_grad").any()),
+            "syncs": int(syncs.sum()), "sync_rows": h["rows"][syncs][:3].tolist(),
+            "sync_ns": int((h["end"][syncs] - h["ts"][syncs]).sum()),
+            "save_ns": iv.total(save), "save_rows": h["rows"][np.isin(cls, ("save", "write"))][:2].tolist(),
+            "all_gathers": int(ag.sum()), "all_gather_ns": _ns(h, ag),
+            "log": int((cls == "log").sum()), "log_ns": _ns(h, cls == "log"),
+            "forward_only_ns": fo_ns,
+            "recompute_ns": iv.total(rc["set"]), "recompute_gpu_ns": _gpu_in(gpu, rc["set"]),
+            "recompute_modules": rc["modules"], "recompute_rows": rc["rows"],
+            "checkpoint_ns": ck_cost, "batch": _batch(h),
+            "flop_ns_fb": int(h["flop_ns"][_inside(iv.union(*_both(fwd, bw)), h["ts"])].sum()),
+            "eval_rows": h["rows"][cls == "no_grad"][:2].tolist()}
+
+
+def _both(x, y):
+    return np.concatenate([x[0], y[0]]), np.concatenate([x[1], y[1]])
+
+
+def _forward_set(h, main, root, sets, a, b):
+    """Forward: the outermost module frames (every module, the loss's too) and the forward
+    ranges; without frames, the step thread's outermost ops outside the other phases."""
+    cls = h["cls"]
+    if root:
+        f = _union(h, cls == "module", a, b)
+    else:
+        other = iv.union(*_both(_both(sets["data"], sets["optimizer"]), sets["backward"]))
+        ops = h["outer"] & main & ~_inside(other, h["ts"])
+        f = _union(h, ops, a, b) if sets["backward"][0].size else iv.union([], [])
+    return iv.union(*_both(f, _union(h, cls == "range_forward", a, b)))
+
+
+def _gpu_by_phase(gpu: dict, sets: dict, a: int, b: int) -> dict:
+    """GPU ns of the ops each phase launched (by the launching call's start)."""
+    if not len(gpu["ts"]):
+        return {p: None for p in PHASES}
+    m = (gpu["launch"] >= a) & (gpu["launch"] < b)
+    lt, dur = gpu["launch"][m], gpu["dur"][m]
+    left = np.ones(len(lt), bool)
+    out = {}
+    for p in PRIORITY:
+        hit = left & _inside(sets[p], lt)
+        out[p] = int(dur[hit].sum())
+        left &= ~hit
+    out["other"] = int(dur[left].sum())
+    return out
+
+
+def _gpu_in(gpu: dict, u) -> int | None:
+    if not len(gpu["ts"]):
+        return None
+    return int(gpu["dur"][_inside(u, gpu["launch"])].sum())
+
+
+def _nested_sync(h) -> np.ndarray:
+    """A ``_local_scalar_dense`` inside an ``aten::item``: one sync, counted once."""
+    dense = h["name"] == "aten::_local_scalar_dense"
+    if not dense.any():
+        return dense
+    items = h["name"] == "aten::item"
+    return dense & _inside(iv.union(h["ts"][items], h["end"][items]), h["ts"])
+
+
+def _backward_passes(h, main, bw) -> list[list[int]]:
+    """[start, end] of each backward pass: backward nodes no host op of the step's own thread
+    interrupts (the next micro-batch's forward, its loss, its .item())."""
+    nodes = h["cls"] == "backward"
+    if not nodes.any():
+        return []
+    s, e = bw
+    ops = main & (h["kind"] == "cpu_op") & ~nodes & ~_inside(bw, h["ts"])
+    cuts = np.sort(h["ts"][ops])
+    # a new pass where a host op of the step's thread starts between two backward stretches
+    k = np.searchsorted(cuts, e[:-1], side="left")
+    new = (k < len(cuts)) & (cuts[np.minimum(k, max(0, len(cuts) - 1))] < s[1:]) \
+        if len(cuts) else np.zeros(len(s) - 1, bool)
+    first = np.flatnonzero(np.concatenate([[True], new]))
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return [[int(s[a]), int(e[b])] for a, b in zip(first.tolist(), last.tolist())]
+
+
+def _checkpoint_cost(h, bw, rc, a: int, b: int) -> int:
+    """Host time checkpointing adds: its frames (the pack hooks in forward, the unpack hooks
+    that recompute in backward) and the recomputation, less the forward inside them (which
+    runs without checkpointing too)."""
+    ck = _union(h, h["cls"] == "ckpt", a, b)
+    if not len(ck[0]) and not len(rc[0]):
+        return 0
+    allc = iv.union(*_both(ck, rc))
+    fwd = (h["cls"] == "module") & ~_inside(bw, h["ts"])
+    return max(0, iv.total(allc) - iv.total(iv.intersect(_union(h, fwd, a, b), ck)))
+
+
+def _batch(h) -> list[int] | None:
+    """[batch, tokens] of the step's first counted matmul/conv's first input: its leading
+    dimension and the product of all but its last (None without shapes)."""
+    dims = h.get("dims")
+    k = np.flatnonzero(h["has_dims"]) if dims is not None else []
+    for i in k[:1]:
+        x = next((d for d in dims[i] if isinstance(d, list) and len(d) >= 2), None)
+        if x:
+            return [int(x[0]), int(x[0] * x[1]) if len(x) == 3 else int(x[0])]
+    return None
+
+
+def _ns(h, mask) -> int:
+    return iv.total(iv.union(h["ts"][mask], h["end"][mask]))
+
+
+def _forward_only_ns(h, root, bw, passes, b: int) -> int:
+    """Host time of the root module's calls that no backward pass follows before the next
+    call (or the step's end): the forward-only passes."""
+    if not root:
+        return 0
+    m = np.flatnonzero((h["name"] == root) & ~_inside(bw, h["ts"]))
+    starts = np.array([p[0] for p in passes], np.int64)
+    total = 0
+    for i, r in enumerate(m.tolist()):
+        nxt = h["ts"][m[i + 1]] if i + 1 < len(m) else b
+        if not ((starts >= h["end"][r]) & (starts < nxt)).any():
+            total += int(h["end"][r] - h["ts"][r])
+    return total
+
+
+def _forward_only_ops(h, main, sets, passes) -> tuple[int, int]:
+    """Without module frames: forward operators (``aten::linear``, ...) on the step's thread
+    after its last backward pass, outside the other phases -- a forward no backward follows.
+    (host ns of their stretch, passes: the calls of its first operator with its shapes, as
+    each pass starts with the same first layer)."""
+    if not passes:
+        return 0, 0
+    other = iv.union(*_both(_both(sets["data"], sets["optimizer"]), sets["backward"]))
+    f = np.flatnonzero(main & h["outer"] & (h["cls"] == "forward_op")
+                       & (h["ts"] >= passes[-1][1]) & ~_inside(other, h["ts"]))
+    if not len(f):
+        return 0, 0
+    span = iv.subtract(iv.union([h["ts"][f[0]]], [h["end"][f].max()]), other)
+    first, name = h["dims"][f[0]], h["name"][f[0]]
+    n = sum(1 for j in f.tolist() if h["dims"][j] == first and h["name"][j] == name) \
+        if first is not None else 1
+    return iv.total(span), n
+
+
+def _forward_calls(h, root, bw) -> int:
+    if not root:
+        return 0
+    m = (h["name"] == root) & ~_inside(bw, h["ts"])
+    return int(m.sum())
+
+
+def _recompute_rows(h, bw, root) -> dict:
+    """Forward work inside backward nodes: the outermost module frames there (the
+    checkpointed modules), else forward-only operators there."""
+    ins = _inside(bw, h["ts"])
+    cls = h["cls"]
+    mods = ins & (cls == "module")
+    if mods.any():
+        ts, end = h["ts"][mods], h["end"][mods]
+        prev = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end[:-1]]))
+        outer = ts >= prev
+        names = h["name"][mods][outer]
+        u = iv.union(ts[outer], end[outer])
+        return {"set": u, "modules": sorted({n[len("nn.Module: "):] for n in names}),
+                "rows": h["rows"][mods][outer][:3].tolist()}
+    f = ins & (cls == "forward_op") & h["outer"]
+    return {"set": iv.union(h["ts"][f], h["end"][f]), "modules": [],
+            "rows": h["rows"][f][:3].tolist()}
+
+
+# -- over the steps ----------------------------------------------------------------------------
+
+def _phase_means(tab: pd.DataFrame) -> dict:
+    out = {}
+    for p in PHASES:
+        host = [r[p] for r in tab["host_ns"]]
+        g = [r[p] for r in tab["gpu_ns"]]
+        out[p] = {"host_ns": int(np.mean(host)),
+                  "gpu_ns": None if g[0] is None else int(np.mean(g))}
+    return out
+
+
+def _per_step_rows(tab: pd.DataFrame) -> list[dict]:
+    return [{"step": int(r.step), "dur_ns": int(r.dur), "host_ns": dict(r.host_ns),
+             "gpu_ns": dict(r.gpu_ns), "forward_calls": int(r.forward_calls),
+             "backward_passes": int(r.backward_passes), "optimizer_steps": int(r.optimizer_steps),
+             "syncs": int(r.syncs), "recompute_ns": int(r.recompute_ns)}
+            for r in tab.itertuples(index=False)]
+
+
+def _passes(tab: pd.DataFrame) -> dict:
+    return {"forward_per_step": float(tab["forward_calls"].median()),
+            "backward_per_step": float(tab["backward_passes"].median()),
+            "optimizer_steps_per_step": float(tab["optimizer_steps"].median())}
+
+
+def _micro_batches(host: dict, steps: pd.DataFrame, tab: pd.DataFrame) -> dict | None:
+    """Backward passes per optimizer step, and what one forward + backward costs."""
+    spans = [p for ps in tab["pass_spans"] for p in ps]
+    if not spans:
+        return None
+    opt = host["ts"][host["cls"] == "optimizer_step"]
+    if len(opt):
+        # passes ending between consecutive optimizer steps (the first group may be cut)
+        k = np.searchsorted(np.sort(opt), [e for _s, e in spans], side="left")
+        counts = pd.Series(k).value_counts().sort_index()
+        inner = counts[(counts.index > 0) & (counts.index < len(opt))]
+        per = inner if len(inner) else counts
+        m = int(per.median())
+        basis = "optimizer steps"
+    else:
+        m = int(tab["backward_passes"].median())
+        basis = "profiler steps"
+    if m < 1:
+        return None
+    ordinary = tab[tab["backward_passes"] == tab["backward_passes"].median()]
+    fb = np.array([r["forward"] + r["backward"] for r in ordinary["host_ns"]], float)
+    gfb = [r["forward"] + r["backward"] if r["forward"] is not None else None
+           for r in ordinary["gpu_ns"]]
+    per_step = max(1, int(ordinary["backward_passes"].median()))
+    syncs = float(ordinary["syncs"].median())
+    return {"per_optimizer_step": m, "basis": basis,
+            "host_ns_each": int(fb.mean() / per_step),
+            "gpu_ns_each": None if gfb[0] is None else int(np.mean(gfb) / per_step),
+            "flop_host_ns_each": int(ordinary["flop_ns_fb"].mean() / per_step),
+            "syncs_per_micro_batch": syncs / per_step,
+            "sync_ns_per_step": int(ordinary["sync_ns"].median())}
+
+
+def _training(tab: pd.DataFrame, host: dict) -> bool | None:
+    """Backward or optimizer work in the steps; None when no framework op is traced at all
+    (an nsys capture without torch's ranges cannot tell)."""
+    if (tab["backward_passes"] > 0).any() or (tab["optimizer_steps"] > 0).any():
+        return True
+    return False if (host["kind"] == "cpu_op").any() else None
+
+
+def _inference(tab: pd.DataFrame) -> dict | None:
+    """Per-request reading of a program with no backward: the batch and tokens of each step
+    from its first matmul's input, prefill (several tokens a row) and decode (one) steps."""
+    b = [x for x in tab["batch"] if x]
+    if not b:
+        return None
+    batch = int(np.median([x[0] for x in b]))
+    per_row = [x[1] / max(1, x[0]) for x in b]
+    decode = [x for x, r in zip(tab.itertuples(index=False), tab["batch"]) if r and r[1] == r[0]]
+    prefill = [x for x, r in zip(tab.itertuples(index=False), tab["batch"]) if r and r[1] > r[0]]
+    out = {"batch": batch, "tokens_per_row": float(np.median(per_row)),
+           "request_ns": int(tab["dur"].mean()),
+           "forward_host_ns": int(np.mean([r["forward"] for r in tab["host_ns"]])),
+           "flop_host_ns": int(tab["flop_ns_fb"].mean()),
+           "decode_steps": len(decode) if prefill and decode else None,
+           "prefill_steps": len(prefill) if prefill and decode else None}
+    if prefill and decode:
+        out["prefill_ns"] = int(np.mean([x.dur for x in prefill]))
+        out["decode_ns"] = int(np.mean([x.dur for x in decode]))
+    return out
+
+
+def _recompute(tab: pd.DataFrame) -> dict | None:
+    if not (tab["recompute_ns"] > 0).any():
+        return None
+    mods = sorted({m for ms in tab["recompute_modules"] for m in ms})
+    bw = np.array([r["backward"] for r in tab["host_ns"]], float)
+    g = tab["recompute_gpu_ns"]
+    return {"host_ns_per_step": int(tab["recompute_ns"].mean()),
+            "gpu_ns_per_step": None if g.iloc[0] is None else int(g.mean()),
+            "modules": mods, "layers": len(mods) or None,
+            "checkpoint_ns_per_step": int(tab["checkpoint_ns"].mean()),
+            "share_of_backward": float(tab["recompute_ns"].sum() / bw.sum()) if bw.sum() else None}
+
+
+CONTENTS = ("forward_only", "save", "syncs", "all_gathers", "log", "backward_passes",
+            "optimizer_steps")
+
+
+def _contents(r) -> tuple:
+    return (int(r.forward_only), r.save_ns >= SAVE_MIN_NS, int(r.syncs), int(r.all_gathers),
+            r.log > 0, int(r.backward_passes), int(r.optimizer_steps))
+
+
+def _odd_steps(tab: pd.DataFrame) -> list[dict]:
+    """Groups of steps whose contents differ from the ordinary steps', or that are SLOW_X x
+    the median step with the same contents; each with what it holds the others do not."""
+    if len(tab) < 2:
+        return []
+    sig = [_contents(r) for r in tab.itertuples(index=False)]
+    common = pd.Series(sig).value_counts()
+    if len(common) > 1 and common.iloc[0] == common.iloc[1]:
+        # a tie: the contents with the shortest steps are the ordinary ones
+        tied = [c for c in common.index if common[c] == common.iloc[0]]
+        base = min(tied, key=lambda c: tab["dur"][[s == c for s in sig]].median())
+    else:
+        base = common.index[0]
+    is_base = np.array([s == base for s in sig])
+    med = float(tab["dur"][is_base].median())
+    out = []
+    for c in [c for c in common.index if c != base]:
+        sel = np.array([s == c for s in sig])
+        out.append(_odd_group(tab, sel, is_base, med, c, base))
+    slow = is_base & (tab["dur"].to_numpy() >= SLOW_X * med)
+    if slow.any() and is_base.sum() - slow.sum() >= 1:
+        med2 = float(tab["dur"][is_base & ~slow].median())
+        out.append(_odd_group(tab, slow, is_base & ~slow, med2, base, base))
+    n = len(tab)
+    # a group is odd when it costs something, and is the minority or holds work of its own
+    return [g for g in out if g["excess_ns"] >= MIN_ODD_SHARE * med
+            and (len(g["steps"]) <= n / 2 or g["holds"])]
+
+
+def _odd_group(tab, sel, base_sel, med, c, base) -> dict:
+    nums = tab["step"][sel].to_numpy()
+    d = np.diff(np.sort(nums))
+    period = int(d[0]) if len(d) and (d == d[0]).all() and d[0] > 0 else None
+    excess = int(tab["dur"][sel].mean() - med)
+    holds = []
+    names = dict(zip(CONTENTS, zip(c, base)))
+    for what, (odd, ordinary) in names.items():
+        if odd > ordinary:
+            holds.append(_holds(tab[sel], what, odd, ordinary))
+    held = [h["host_ns"] for h in holds]
+    # what it costs: the work it holds, timed, where every piece of it is (the excess over
+    # a median also holds the steps' jitter), capped by the excess
+    cost = min(excess, sum(held)) if holds and None not in held else excess
+    per = cost / period if period else cost * int(sel.sum()) / len(tab)
+    return {"steps": [int(x) for x in nums], "period": period, "excess_ns": excess,
+            "held_ns": int(sum(held)) if holds and None not in held else None,
+            "cost_ns": int(cost), "per_step_ns": int(per), "ordinary_step_ns": int(med),
+            "holds": holds,
+            "_rows": _group_rows(tab[sel])}
+
+
+HELD_NS = {"save": "save_ns", "syncs": "sync_ns", "all_gathers": "all_gather_ns",
+           "log": "log_ns", "forward_only": "forward_only_ns"}
+
+
+def _holds(t: pd.DataFrame, what: str, odd, ordinary) -> dict:
+    col = HELD_NS.get(what)
+    ns = int(t[col].mean()) if col else None
+    out = {"what": {"forward_only": "forward_only_passes", "syncs": "host_syncs",
+                    "all_gathers": "metric_all_gather", "log": "logging"}.get(what, what),
+           "count": int(odd) - int(ordinary) if not isinstance(odd, bool) else 1,
+           "host_ns": ns}
+    if what == "forward_only":
+        out["no_grad"] = True if t["no_grad"].any() else None   # None: not seen (no frames)
+    return out
+
+
+def _group_rows(t: pd.DataFrame) -> dict:
+    return {"save": [r for rs in t["save_rows"] for r in rs][:2],
+            "sync": [r for rs in t["sync_rows"] for r in rs][:2],
+            "eval": [r for rs in t["eval_rows"] for r in rs][:2]}
+
+
+class _Lookup:
+    """``x[row]``: one column's value at an event row."""
+
+    def __init__(self, col: pd.Series):
+        self.col = col
+
+    def __getitem__(self, row: int):
+        v = self.col.iat[int(row)]
+        return str(v) if isinstance(v, str) or self.col.dtype == object or \
+            isinstance(self.col.dtype, pd.CategoricalDtype) else int(v)
+
+
+# -- evidence ----------------------------------------------------------------------------------
+
+def _evidence(tab: pd.DataFrame, events: pd.DataFrame, out: dict) -> dict:
+    """fact key -> [{name, ts_ns, step, detail}]; the odd groups' row lists are dropped."""
+    ev: dict = {}
+    first = tab.iloc[0]
+    ph = out["phases"]
+    ev["anatomy.phases"] = [item(f"ProfilerStep#{int(first.step)}", int(first.start),
+                                 int(first.step), ", ".join(
+                                     f"{p} {ph[p]['host_ns'] / 1e6:.2f} ms" for p in PHASES))]
+    names = _Lookup(events["name"])
+    tss = _Lookup(events["ts"])
+    mb = out["micro_batches"]
+    if mb:
+        ev["anatomy.micro_batches"] = [item(f"ProfilerStep#{int(r.step)}", int(r.start),
+                                            int(r.step), f"{r.backward_passes} backward passes, "
+                                            f"{r.optimizer_steps} optimizer steps")
+                                       for r in tab.head(2).itertuples(index=False)]
+    rc = out["recompute"]
+    if rc:
+        rows = [x for rs in tab["recompute_rows"] for x in rs][:3]
+        ev["anatomy.recompute"] = [item(names[x], tss[x], int(tab["step"].iloc[0]),
+                                        "forward run inside a backward node") for x in rows]
+    odd_ev = []
+    for g in out["odd_steps"]:
+        rows = g.pop("_rows")
+        what = ", ".join(h["what"] for h in g["holds"]) or "nothing of its own"
+        odd_ev.append(item(f"ProfilerStep#{g['steps'][0]}", None, g["steps"][0],
+                           f"{g['excess_ns'] / 1e6:.1f} ms over the ordinary step; holds {what}"))
+        for key in ("save", "sync", "eval"):
+            for x in rows[key][:1]:
+                odd_ev.append(item(names[x], tss[x], None, key))
+    if odd_ev:
+        ev["anatomy.odd_steps"] = odd_ev[:8]
+    return ev

@@ -1,0 +1,380 @@
+"""The step's anatomy (passes/anatomy.py) and its levers (verdict/anatomy.py), checked on
+real CPU recordings (tests/fixtures/anatomy, scripts/record_anatomy.py) against each loop's
+own truth (truth.json: the planted counts, unprofiled step times)."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import traceread
+from traceread.passes.anatomy import step_anatomy
+from traceread.passes.flops import causal_fraction, flops_of, mfu_summary
+from traceread.verdict.anatomy import ANATOMY_LEVERS, anatomy_saving
+from traceread.verdict.levers import BY_ID, LEVERS
+
+HERE = Path(__file__).parent / "fixtures" / "anatomy"
+TRUTH = json.loads((HERE / "truth.json").read_text())
+NAMES = ("valid", "valid_nostack", "valid_never", "accum", "accum_one", "ckpt", "save", "log", "decode",
+         "infer1", "infer64")
+
+
+@lru_cache(maxsize=None)
+def analysis(name: str):
+    return traceread.analyze(str(HERE / f"{name}.json.gz"))
+
+
+def anatomy(name: str) -> dict:
+    return analysis(name).context["anatomy"]
+
+
+def offered(name: str) -> set[str]:
+    return {a["id"] for a in analysis(name).verdict["actions"]}
+
+
+def ctx(name: str) -> dict:
+    a = analysis(name)
+    return {**a.facts.program, **a.facts.figures}
+
+
+def test_phases_add_up_to_the_step_and_name_backward_and_optimizer():
+    for name in ("valid", "accum", "ckpt", "save"):
+        an = anatomy(name)
+        for row in an["per_step"]:
+            assert sum(row["host_ns"].values()) == row["dur_ns"]
+        ph = an["phases"]
+        assert ph["forward"]["host_ns"] > 0 and ph["backward"]["host_ns"] > 0
+        assert ph["optimizer"]["host_ns"] > 0
+        assert ph["data"]["host_ns"] == 0          # no DataLoader in these loops
+        assert ph["forward"]["gpu_ns"] is None     # CPU only: no GPU time to split
+        assert an["training"] is True
+    for name in ("infer1", "infer64"):
+        an = anatomy(name)
+        assert an["training"] is False
+        assert an["phases"]["backward"]["host_ns"] == 0
+        assert an["phases"]["optimizer"]["host_ns"] == 0
+
+
+def test_micro_batches_per_optimizer_step():
+    t = TRUTH["accum"]
+    mb = anatomy("accum")["micro_batches"]
+    assert mb["per_optimizer_step"] == t["micro_batches"]
+    assert mb["syncs_per_micro_batch"] == t["item_calls_per_step"] / t["micro_batches"]
+    for name in ("valid", "ckpt", "save"):          # one forward/backward per optimizer step
+        assert anatomy(name)["micro_batches"]["per_optimizer_step"] == 1
+
+
+def test_fewer_micro_batches_offered_and_priced_against_the_one_batch_loop():
+    assert "fewer_micro_batches_cpu" in offered("accum")
+    for name in ("valid", "ckpt", "save", "infer1"):
+        assert "fewer_micro_batches_cpu" not in offered(name)
+    t = TRUTH["accum"]
+    c = ctx("accum")
+    per_step = anatomy_saving(BY_ID["fewer_micro_batches_cpu"], c) / c["steps"]
+    # the truth: unprofiled, one batch of 4x the size against 4 micro-batches
+    share = per_step / anatomy("accum")["step_ns"]
+    true_share = 1 - t["one_batch_step_ns"] / t["step_ns"]
+    assert 0.1 < share < 1.0
+    assert true_share / 3 < share < true_share * 1.5
+
+
+def test_recomputation_names_the_checkpointed_modules():
+    t = TRUTH["ckpt"]
+    rc = anatomy("ckpt")["recompute"]
+    assert rc["layers"] == t["checkpointed_layers"]
+    # nn.Module frames name a module ClassName_<instance>: blocks.i is Block_i
+    assert rc["modules"] == [f"Block_{m.split('.')[1]}" for m in t["checkpointed_modules"]]
+    assert 0 < rc["host_ns_per_step"] <= rc["checkpoint_ns_per_step"]
+    for name in ("valid", "accum", "save", "infer1"):
+        assert anatomy(name)["recompute"] is None
+
+
+def test_checkpoint_fewer_priced_against_the_loop_without_checkpointing():
+    t = TRUTH["ckpt"]
+    assert "checkpoint_fewer_cpu" in offered("ckpt")
+    for name in ("valid", "accum", "save", "infer1"):
+        assert "checkpoint_fewer_cpu" not in offered(name)
+    c = ctx("ckpt")
+    share = anatomy_saving(BY_ID["checkpoint_fewer_cpu"], c) / c["steps"] / \
+        anatomy("ckpt")["step_ns"]
+    true_share = 1 - t["no_checkpoint_step_ns"] / t["step_ns"]
+    assert true_share / 3 < share < true_share * 2
+
+
+def test_hfu_counts_the_recomputed_forward_and_mfu_does_not():
+    t = TRUTH["ckpt"]
+    m = mfu_summary(traceread.load(str(HERE / "ckpt.json.gz")), peak_tflops=1.0)
+    # one Block's forward FLOPs (x of 8 x 64 x 128; causal attention over 64 keys)
+    rows, d = 8 * 64, 128
+    linear = 2 * rows * d * (3 * d + d + 4 * d) + 2 * rows * 4 * d * d
+    attn = int(2 * 2 * 8 * 4 * 64 * 64 * 32 * causal_fraction(64, 64))
+    steps = anatomy("ckpt")["steps_seen"]
+    assert m["recomputed_flops"] == (linear + attn) * t["checkpointed_layers"] * steps
+    assert m["hfu"] > m["mfu"]
+
+
+def test_causal_sdpa_flops_from_is_causal():
+    dims = json.dumps([[2, 4, 128, 64]] * 3 + [[]] * 4)
+    full = flops_of("aten::_scaled_dot_product_flash_attention", dims,
+                    json.dumps(["", "", "", "0.", "False", "False", ""]))
+    causal = flops_of("aten::_scaled_dot_product_flash_attention", dims,
+                      json.dumps(["", "", "", "0.", "True", "False", ""]))
+    assert full == 4 * 2 * 4 * 128 * 128 * 64
+    assert causal == int(full * (128 * 129 / 2) / (128 * 128))
+    assert causal_fraction(4, 8) == (1 + 2 + 3 + 4) / 32     # fewer queries than keys
+    assert causal_fraction(8, 4) == (1 + 2 + 3 + 4 + 4 * 4) / 32
+
+
+def test_validation_step_is_the_odd_step_out_with_its_period():
+    t = TRUTH["valid"]
+    odd = anatomy("valid")["odd_steps"]
+    assert len(odd) == 1
+    g = odd[0]
+    assert g["period"] == t["every"]
+    # ProfilerStep#N is loop iteration N (prof.step() once per iteration from the start)
+    assert g["steps"] == t["validation_loop_steps"]
+    holds = {h["what"]: h for h in g["holds"]}
+    assert holds["forward_only_passes"]["count"] == t["val_batches"]
+    assert holds["forward_only_passes"]["no_grad"] is True
+    assert holds["host_syncs"]["count"] == t["item_calls_per_validation"]
+    assert "save" not in holds
+
+
+def test_validate_less_priced_against_the_loop_without_validation():
+    t = TRUTH["valid"]
+    assert "validate_less_cpu" in offered("valid")
+    for name in ("accum", "ckpt", "save", "infer1"):
+        assert "validate_less_cpu" not in offered(name)
+    c = ctx("valid")
+    an = anatomy("valid")
+    share = anatomy_saving(BY_ID["validate_less_cpu"], c) / c["steps"] / an["mean_step_ns"]
+    true_share = 1 - t["no_validation_step_ns"] / t["mean_step_ns"]
+    assert true_share / 2 < share < min(1.0, true_share * 1.5)
+
+
+def test_periodic_save_is_the_odd_step_out():
+    t = TRUTH["save"]
+    odd = anatomy("save")["odd_steps"]
+    assert len(odd) == 1
+    g = odd[0]
+    assert g["period"] == t["every"]
+    assert g["steps"] == t["save_loop_steps"]
+    assert [h["what"] for h in g["holds"]] == ["save"]
+    assert 0 < g["holds"][0]["host_ns"] <= g["excess_ns"] * 1.2
+    assert "save_async_cpu" in offered("save")
+    for name in ("valid", "accum", "ckpt", "infer1"):
+        assert "save_async_cpu" not in offered(name)
+    c = ctx("save")
+    share = anatomy_saving(BY_ID["save_async_cpu"], c) / c["steps"] / anatomy("save")["mean_step_ns"]
+    true_share = 1 - t["no_save_step_ns"] / t["mean_step_ns"]
+    assert true_share / 2 < share < min(1.0, true_share * 1.5)
+
+
+def test_no_odd_step_in_even_loops():
+    for name in ("accum", "ckpt", "infer1", "infer64"):
+        assert anatomy(name)["odd_steps"] == []
+
+
+def test_inference_batch_from_shapes_and_the_batch_lever():
+    for name in ("infer1", "infer64"):
+        inf = anatomy(name)["inference"]
+        assert inf["batch"] == TRUTH[name]["batch"]
+    assert "batch_requests_cpu" in offered("infer1")
+    assert "batch_requests_cpu" not in offered("infer64")   # already batched
+    for name in ("valid", "accum", "ckpt", "save"):         # training: not inference requests
+        assert "batch_requests_cpu" not in offered(name)
+        assert anatomy(name)["inference"] is None
+    # the estimate is a lower one: batch 64 really gives back more per request than it says
+    c = ctx("infer1")
+    per_request = anatomy_saving(BY_ID["batch_requests_cpu"], c) / c["steps"]
+    r1, r64 = TRUTH["infer1"]["request_ns"], TRUTH["infer64"]["request_ns"]
+    true_saving = r1 - r64 / 64
+    assert 0 < per_request / anatomy("infer1")["inference"]["request_ns"] < true_saving / r1
+
+
+def test_anatomy_levers_are_in_the_table_once():
+    ids = [lv.id for lv in LEVERS]
+    for lv in ANATOMY_LEVERS:
+        assert ids.count(lv.id) == 1
+
+
+def test_evidence_is_located():
+    ev = analysis("valid").facts.evidence
+    assert ev["anatomy.odd_steps"][0]["step"] == TRUTH["valid"]["validation_loop_steps"][0]
+    names = {e["name"] for e in ev["anatomy.odd_steps"]}
+    assert "aten::item" in names
+    rc = analysis("ckpt").facts.evidence["anatomy.recompute"]
+    assert all(e["name"].startswith("nn.Module: Block_") and e["ts_ns"] for e in rc)
+
+
+def test_no_steps_no_anatomy():
+    t = traceread.load(str(HERE / "infer1.json.gz"))
+    ev = t.events
+    keep = ~ev["name"].astype(str).str.startswith("ProfilerStep#")
+    assert step_anatomy(ev[keep].reset_index(drop=True)) is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fixture_is_small(name):
+    assert (HERE / f"{name}.json.gz").stat().st_size < 300_000
+
+
+def test_steps_text_shows_phases_and_the_odd_step():
+    from traceread.render.report import render_steps
+
+    out = render_steps(analysis("valid"))
+    assert "Phases, ordinary step: data 0 ns · forward" in out
+    assert "odd steps #3, #7 (every 4)" in out
+    assert "6 forward only passes" in out
+    assert "4 micro-batches per optimizer step" in render_steps(analysis("accum"))
+
+
+def test_gpu_recording_phases_and_micro_batches():
+    """A real H100 recording (tests/fixtures/gpu, scripts/record_gpu.py ``data``): 4 forward/
+    backward passes per optimizer step, a DataLoader with no workers in each step."""
+    p = Path(__file__).parent / "fixtures" / "gpu"
+    truth = json.loads((p / "data.bad.kineto.truth.json").read_text())
+    an = step_anatomy(traceread.load(str(p / "data.bad.json.gz")).events)
+    assert an["micro_batches"]["per_optimizer_step"] == 4
+    assert an["gpu_traced"] and an["phases"]["backward"]["gpu_ns"] > 0
+    assert an["phases"]["data"]["gpu_ns"] == 0
+    waits = [truth["planted"][str(i)]["dataloader_wait_ns"] for i in truth["profiled_steps"]]
+    got = [r["host_ns"]["data"] for r in an["per_step"]]
+    assert all(0.8 < g / w < 1.25 for g, w in zip(got, waits))
+
+
+def test_diff_names_the_anatomy_change_not_drop_syncs():
+    """The validation pass held the .item() syncs: the pair's change is validating less,
+    promised by the before-program's own model, not a drop_syncs."""
+    d = traceread.diff(str(HERE / "valid.json.gz"), str(HERE / "valid_never.json.gz"))
+    p = d.proof
+    assert p["levers"] == ["validate_less"]
+    assert "drop_syncs" not in p["levers"]
+    assert p["promised_ns"] > 0 and p["realised_ns"] > 0
+    d = traceread.diff(str(HERE / "accum.json.gz"), str(HERE / "accum_one.json.gz"))
+    assert [x["lever"] for x in d.proof["anatomy"]] == ["fewer_micro_batches"]
+    assert "drop_syncs" not in d.proof["levers"]
+
+
+def test_gpu_levers_offered_where_the_recording_holds_their_facts():
+    """The GPU rows on real H100 recordings: fewer micro-batches where 4 passes share an
+    optimizer step, and not on the sync/host programs (one pass, or no backward)."""
+    p = Path(__file__).parent / "fixtures" / "gpu"
+
+    def ids(name):
+        return {a["id"] for a in traceread.analyze(str(p / name)).verdict["actions"]}
+    assert "fewer_micro_batches" in ids("data.bad.json.gz")
+    for name in ("sync.bad.json.gz", "host.bad.json.gz"):
+        got = ids(name)
+        assert not got & {lv.id for lv in ANATOMY_LEVERS}
+
+
+def test_roofline_of_the_top_matmul_kernels_on_h200():
+    """A real H200 transformer recording with shapes: each top kernel's bytes are its
+    operands and output (bf16), its rate below the HBM's, its FLOPs per byte vs the ridge."""
+    from traceread.passes.roofline import mm_bytes
+
+    p = Path(__file__).parent / "fixtures" / "h200" / "xformer.bad.json.gz"
+    t = traceread.load(str(p))
+    m = mfu_summary(t)
+    r = m["roofline"]
+    assert r["device"] == "NVIDIA H200" and r["hbm_tbps"] == 4.8
+    for k in r["kernels"]:
+        assert 0 < k["bw_share"] < 1
+        assert k["intensity"] == pytest.approx(k["flops"] / k["bytes"])
+        assert k["ridge"] == pytest.approx(989.4 / 4.8)
+        assert k["bound"] == ("memory" if k["intensity"] < k["ridge"] else "compute")
+    # a batch-1 GEMV reads the whole weight for 2*K*N FLOPs: ~1 FLOP per byte in bf16
+    b = mm_bytes("aten::mm", json.dumps([[1, 4096], [4096, 4096]]), "bf16")
+    assert b == (4096 + 4096 * 4096 + 4096) * 2
+    assert 2 * 4096 * 4096 / b == pytest.approx(1.0, rel=0.01)
+    # phases on the GPU: the kernels each phase launched, backward about twice forward
+    an = step_anatomy(t.events)
+    ph = an["phases"]
+    assert 1.5 < ph["backward"]["gpu_ns"] / ph["forward"]["gpu_ns"] < 2.5
+
+
+def test_logging_step_with_a_metric_all_gather():
+    t = TRUTH["log"]
+    odd = anatomy("log")["odd_steps"]
+    assert len(odd) == 1
+    g = odd[0]
+    assert g["period"] == t["every"] and g["steps"] == t["log_loop_steps"]
+    holds = {h["what"]: h for h in g["holds"]}
+    assert holds["metric_all_gather"]["count"] == t["all_gathers_per_log"]
+    assert holds["host_syncs"]["count"] == t["item_calls_per_log"]
+    assert holds["logging"]["count"] == 1
+    assert g["cost_ns"] == g["held_ns"] == sum(h["host_ns"] for h in g["holds"])
+    assert "log_less_cpu" in offered("log")
+    for name in ("valid", "accum", "ckpt", "save", "infer1"):
+        assert "log_less_cpu" not in offered(name)
+    # the validation and the save are no logging steps
+    assert "validate_less_cpu" not in offered("log") and "save_async_cpu" not in offered("log")
+
+
+def test_html_report_has_the_phase_bars():
+    from traceread.render.anatomy_html import anatomy_section
+
+    html = anatomy_section(analysis("valid").to_dict())
+    assert "<h2>Step anatomy</h2>" in html
+    assert html.count("#3 *") == 1 and html.count("#7 *") == 1   # the odd steps marked
+    assert "odd steps #3, #7 (every 4)" in html
+
+
+def test_one_odd_step_in_an_nsys_export(tmp_path):
+    """nsys marks steps with NVTX step_N and traces no framework op: training is unknown,
+    and the one slow step (the first: start-up) is odd on its own, with no period and
+    nothing of its own to remove."""
+    import lzma
+    import shutil
+
+    src = Path(__file__).parent / "fixtures" / "gpu" / "data.bad.sqlite.xz"
+    out = tmp_path / "data.bad.sqlite"
+    with lzma.open(src) as f, open(out, "wb") as g:
+        shutil.copyfileobj(f, g)
+    an = step_anatomy(traceread.load(str(out)).events)
+    assert an["training"] is None and an["inference"] is None
+    assert len(an["odd_steps"]) == 1
+    g = an["odd_steps"][0]
+    assert g["steps"] == [0] and g["period"] is None and g["holds"] == []
+    assert g["excess_ns"] >= 2 * g["ordinary_step_ns"]      # SLOW_X x the median
+
+
+def test_prefill_and_decode_steps_from_shapes():
+    t = TRUTH["decode"]
+    inf = anatomy("decode")["inference"]
+    assert inf["batch"] == t["batch"]
+    assert inf["prefill_steps"] == t["profiled_kinds"].count("prefill")
+    assert inf["decode_steps"] == t["profiled_kinds"].count("decode")
+    assert inf["tokens_per_row"] == 1.0          # most steps decode one token a row
+    # one-request inference has no prefill/decode split
+    assert anatomy("infer1")["inference"]["prefill_steps"] is None
+
+
+def test_diff_text_names_the_anatomy_change_beside_the_replayed_one():
+    from traceread.render.diff_text import _proof_lines
+
+    d = traceread.diff(str(HERE / "accum.json.gz"), str(HERE / "accum_one.json.gz"))
+    text = "\n".join(_proof_lines(d.proof))
+    assert "also: fewer_micro_batches (micro-batches per optimizer step 4 -> 1)" in text
+
+
+def test_validation_found_without_module_frames():
+    """Recorded without with_stack: the forward operators after the step's last backward
+    pass are the evaluation; its passes counted by its first layer's calls -- the syncs are
+    the validation's, not a sync lever of their own."""
+    t = TRUTH["valid_nostack"]
+    an = anatomy("valid_nostack")
+    assert an["phase_source"] == "operators"
+    g = an["odd_steps"][0]
+    assert g["steps"] == t["validation_loop_steps"] and g["period"] == t["every"]
+    holds = {h["what"]: h for h in g["holds"]}
+    assert holds["forward_only_passes"]["count"] == t["val_batches"]
+    assert holds["host_syncs"]["count"] == t["item_calls_per_validation"]
+    assert "validate_less_cpu" in offered("valid_nostack")
+    c = ctx("valid_nostack")
+    share = anatomy_saving(BY_ID["validate_less_cpu"], c) / c["steps"] / an["mean_step_ns"]
+    true_share = 1 - t["no_validation_step_ns"] / t["mean_step_ns"]
+    assert true_share / 2 < share < min(1.0, true_share * 2)
