@@ -160,7 +160,9 @@ def test_real_qwen_trace_matches_the_model_config(gpu):
     t, layers = 16 * 559, 24
     assert by["aten::addmm"] == 3 * 1024 * 1024 * 2 * t * layers            # q, k, v (+bias)
     assert by["aten::mm"] == (1024 * 1024 + 3 * 1024 * 2816) * 2 * t * layers  # o, gate, up, down
-    assert by["aten::_scaled_dot_product_flash_attention"] == 4 * 16 * 16 * 559 * 559 * 64 * layers
+    # a causal prefill (is_causal=True in the recorded arguments): row i scores i + 1 keys
+    assert by["aten::_scaled_dot_product_flash_attention"] == \
+        4 * 16 * 16 * (559 * 560 // 2) * 64 * layers
     assert set(ops.loc[ops["name"] != "aten::bmm", "dtype"]) == {"bf16"}
 
 

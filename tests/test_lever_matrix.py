@@ -260,6 +260,9 @@ VARIANTS = [
         "what": "eval", "period": 4, "op": "evaluate", "excess_ns_per_stall": 5_000_000,
         "stalled_steps": [4, 8], "steps_seen": 9, "stalls_in_window": 0}}),
     ("caching_allocator_off", "pinned_batch", {"allocator_uncached": True}),
+    # an explicit mask tensor keeps SDPA off the flash kernels (precision.py's sdpa fact)
+    ("sdpa_math_with_mask", "pinned_batch", {"sdpa": {"backend": "math", "explicit_mask": True,
+                                                      "calls_per_step": 4.0}}),
     ("deepspeed_job", "ddp_unflatten", {"framework": ["deepspeed"]}),
     ("megatron_job", "ddp_unflatten", {"framework": ["megatron"]}),
     ("torchrec_job", "ddp_unflatten", {"framework": ["ddp", "torchrec"],
@@ -299,6 +302,12 @@ def pool() -> dict:
     for p in ("cpu/compile.first.json.gz", "cpu/batch16.json.gz", "facts/moe.json.gz",
               "facts/ckpt.json.gz", "gpu/data.fixed.json.gz", "gloo/ddp2/rank-0.json.gz"):
         out[f"fixture {p}"] = ctx_of(load(FIX / p))
+    # the step anatomy's CPU recordings (tests/fixtures/anatomy: a validation pass, micro-batches,
+    # checkpointing, a save, logging, batch-1 inference), as recorded and as if on a GPU
+    for p in sorted((FIX / "anatomy").glob("*.json.gz")):
+        c = ctx_of(load(p))
+        out[f"anatomy {p.name} (CPU)"] = c
+        out[f"anatomy {p.name} (as on a GPU)"] = {k: v for k, v in c.items() if k != "cpu_only"}
     native = ctx_of(load(FIX / "nsys" / "ex-gpu.s10.sqlite"))   # a CUDA C++ program
     assert native["pytorch"] is False
     out["native CUDA"] = native

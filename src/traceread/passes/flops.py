@@ -156,14 +156,18 @@ def causal_of(name: str, conc: list | None) -> bool:
                 and str(conc[i]) == "True")
 
 
-def causal_fraction(sq: int, sk: int) -> float:
-    """Share of the sq x sk score matrix a causal (top-left aligned, torch's is_causal) mask
+def causal_kept(sq: int, sk: int) -> int:
+    """Scores of the sq x sk matrix a causal (top-left aligned, torch's is_causal) mask
     keeps: row i sees min(i + 1, sk) keys."""
+    n = min(sq, sk)
+    return n * (n + 1) // 2 + max(0, sq - sk) * sk
+
+
+def causal_fraction(sq: int, sk: int) -> float:
+    """Share of the sq x sk score matrix a causal mask keeps (``causal_kept``)."""
     if sq <= 0 or sk <= 0:
         return 1.0
-    n = min(sq, sk)
-    kept = n * (n + 1) // 2 + max(0, sq - sk) * sk
-    return kept / (sq * sk)
+    return causal_kept(sq, sk) / (sq * sk)
 
 
 def _sdpa_flops(dims: list, backward: bool, causal: bool = False) -> int:
@@ -172,9 +176,9 @@ def _sdpa_flops(dims: list, backward: bool, causal: bool = False) -> int:
         return -1
     b, h, sq, d = q
     sk, dv = k[2], v[3]
-    fwd = 2 * b * h * sq * sk * d + 2 * b * h * sq * sk * dv
-    if causal:   # the masked half of the scores is never computed (flash / causal kernels)
-        fwd = int(fwd * causal_fraction(sq, sk))
+    scores = causal_kept(sq, sk) if causal and sq > 0 and sk > 0 else sq * sk
+    # causal: the masked half of the scores is never computed (flash / causal kernels)
+    fwd = 2 * b * h * scores * d + 2 * b * h * scores * dv
     return 2 * fwd if backward else fwd
 
 

@@ -84,10 +84,12 @@ def masked_sdpa(c: Ctx) -> bool:
 
 
 def gpu_trace(c: Ctx) -> bool:
+    """the trace holds GPU work (a CPU-only trace gets the _cpu twin)"""
     return not c.get("cpu_only")
 
 
 def cpu_trace(c: Ctx) -> bool:
+    """the trace is CPU-only (a GPU trace gets the priced lever)"""
     return bool(c.get("cpu_only"))
 
 
