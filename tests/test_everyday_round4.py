@@ -58,8 +58,9 @@ def test_a_busy_lever_left_out_of_the_list_says_why(r50, r50_text, r50_html):
     assert "fp16_autocast" not in ids
     w = {x["busy"]: x for x in r50.verdict["busy_placement"]}
     assert w["fp16_autocast"]["in_list"] is None and "not get shorter" in w["fp16_autocast"]["reason"]
-    # the torch.compile busy lever is carried by an item of the list, named by its number
-    assert ids[w["torch_compile"]["in_list"] - 1] == w["torch_compile"]["id"]
+    # torch.compile is withdrawn on this torch 1.8 trace: the reason is the precondition's
+    assert w["torch_compile"]["in_list"] is None
+    assert "precondition does not hold here: torch.compile exists" in w["torch_compile"]["reason"]
     line = next(x for x in r50_text.split("\n  lever ") if x.startswith("fp16_autocast"))
     assert "not in the to-do list" in line and "per step" in line
     head = re.search(r"GPU use: (.*?)</p>", r50_html).group(1)
@@ -184,7 +185,7 @@ def test_job_levers_save_per_step():
     m = re.search(r"\(saves ~([\d.]+ \w+) per step; ([\d.]+ \w+) over the 2 analysed steps\)",
                   lever)
     assert m, lever
-    late = re.search(r"arrives ([\d.]+ \w+) late", block).group(1)
+    late = re.search(r"; ([\d.]+ \w+) a step in all", " ".join(block.split())).group(1)
     assert m.group(1) == late     # one figure for one straggler: its lateness per step
     assert "held back" not in block   # the one group of both ranks: no second lateness figure
 
@@ -205,7 +206,8 @@ def test_because_lines_and_the_replayed_together_are_words(r50, r50_text):
     assert m and "fuse_pointwise" not in m.group(1) and re.match(r"\d+\. ", m.group(1))
     # the JSON keeps the ids
     acts = r50.verdict["actions"]
-    assert any(b["fact"] == "host_work_kind" for x in acts for b in x["because"])
+    facts = {b["fact"] for x in acts for b in x["because"]}
+    assert facts and any("_" in f for f in facts) and "host_work_kind" not in flat
 
 
 def test_words_of_a_fact():

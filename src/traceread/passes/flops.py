@@ -558,6 +558,9 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
     wall = w["program_ns"].to_numpy(np.int64) if "program_ns" in w else np.maximum(host, span)
     busy = _busy(ev, w)
     gpus = _gpus(ev)
+    # never shorter than the GPU work counted in it: the step's ops attributed by launch
+    # (program_ns) and by time (busy) can differ on a step whose work spills over
+    wall = np.maximum(wall, busy // max(gpus, 1))
     per_step = pd.DataFrame({"step": w["step"].to_numpy() if "step" in w else np.arange(n),
                              "flops": flops.astype(np.int64), "dur": host, "gpu_span_ns": span,
                              "time_ns": wall, "busy_ns": busy})

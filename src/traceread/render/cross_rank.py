@@ -96,7 +96,7 @@ def render_summary(results: list) -> str:
         elif jv["straggler_rank"] < 0:
             lines.append(f"  NO STRAGGLER  {jv['summary']}")
         else:
-            lines.append(f"  STRAGGLER  {jv['headline']}")
+            lines.append(f"  STRAGGLER  {jv['headline']}{_late_per_step(jv, res)}")
             if jv["because"]:
                 lines.append(f"  why        {jv['because']}")
         if jv["waiting"] and jv.get("basis") == "pipeline":
@@ -130,6 +130,13 @@ def render_summary(results: list) -> str:
         lines.append(f"  clocks     {_clock_line(res)}")
         lines.append("")
     return _fit_labelled(lines)
+
+
+def _late_per_step(jv: dict, res) -> str:
+    """The straggler's lateness per step, the figure its lever saves (its lateness intervals
+    counted once each, over the job's analysed steps): one figure for one straggler."""
+    n, ns = job_steps(res), jv.get("late_total_ns")
+    return f"; {fmt_ns(ns / n)} a step in all" if n and ns else ""
 
 
 def job_steps(res) -> int:

@@ -63,9 +63,9 @@ def _applying(rows: list, ctx: dict):
 
 
 def _reason(lv, ctx: dict, min_ns: float) -> str:
-    failed = [getattr(p, "__name__", "a precondition") for p in lv.when if not p(ctx)]
-    if failed:
-        return "does not apply here (" + ", ".join(n.replace("_", " ") for n in failed) + ")"
+    w = lv.refusal(ctx)   # the failed precondition in its own words (verdict/leverkit.py)
+    if w is not None:
+        return f"withdrawn, its precondition does not hold here: {w.reason}"
     r = lever_price(ctx, lv.id)
     if r is not None and not r["applied"]:
         why = [w for w in (r.get("refused") or {}).values() if unfit(w)]

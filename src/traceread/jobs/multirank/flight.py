@@ -63,6 +63,8 @@ def read_dump(path: str | os.PathLike) -> dict | None:
             if head is None or not _looks_like_dump(head):   # a trace is never parsed here
                 return None
             data = _plain(path, raw_head + f.read(MAX_DUMP_BYTES + 1 - len(raw_head)), f)
+    except PermissionError:   # the readers' own words (readers/detect.read_head)
+        raise TraceError(path, "permission denied") from None
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     doc = _parse(path, data)
