@@ -370,6 +370,7 @@ def test_readme_states_how_the_tests_were_timed():
     text = (ROOT / "README.md").read_text()
     para = text.split("## Set up")[1].split("## A 30-second example")[0]
     assert "Measured on 20" in para and "conftest.py" in para and "about 4-5 minutes" not in para
+    assert re.search(r"minutes of CPU", para)
 
 
 
