@@ -42,7 +42,9 @@ SLOW = {
     "test_hardening_round3.py::test_batch_keeps_every_odd_name_in_every_output": 19.1,
     "test_hardening_round3.py::test_multi_trace_analyze_of_odd_names[text]": 13.1,  # [json]
     "test_hardening_round3.py::test_one_line_trace_full_of_fake_boundaries_is_linear": 32.8,
+    "test_mfu_gpu_time.py::test_no_corpus_trace_reports_impossible_figures": 56.9,  # its spill-over twin
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
+    "test_scale.py::test_batch_parent_keeps_per_rank_records_not_event_tables": 41.2,  # test_cross_rank_pass_memory_grows_linearly
     "test_torch_compile_real.py::test_aot_eager_recompile_found_in_step": 12.5,
     "test_torch_compile_real.py::test_training_graph_break_and_lazy_backward_compile": 15.3,
 }
