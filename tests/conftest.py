@@ -25,8 +25,8 @@ def corpus_or_skip() -> Path:
     return CORPUS
 
 
-# The default run leaves these out (`-m slow` runs them): each took >= 12 s of one core on
-# the loaded 2-core box (pytest --durations, 2026-11-29), and a faster test covers the same
+# The default run leaves these out (`-m slow` runs them): the slowest of the default run, each
+# 5 s or more of one core (pytest --durations, 2026-11-29), and a faster test covers the same
 # code path in the default run (named after the #). Keep the list sorted by file.
 SLOW = {
     "test_batch.py::test_run_rows_errors_and_ranks": 13.2,          # test_batch: other batch runs
@@ -34,14 +34,19 @@ SLOW = {
     "test_dask.py::test_dask_same_as_local": 12.1,                  # a local Dask cluster
     "test_diff.py::test_directory_diff_matches_files_by_relative_path": 15.2,
     "test_diff.py::test_real_recorded_dataloader_pair": 14.1,       # test_everyday_round4's diff
+    "test_diff.py::test_real_hta_trace_diff_pair": 5.5,            # test_diff_gpu's real pairs
+    "test_diff.py::test_real_nsys_mfu_pair": 7.0,                  # test_job_model's nsys diffs
     "test_diff_batch.py::test_batch_diff_equals_the_diff_of_the_traces": 12.3,
+    "test_diff_batch.py::test_real_kineto_num_workers_0_vs_4_batch_outputs": 7.6,  # by path
     "test_everyday.py::test_parquet_a_user_reads_has_null_not_minus_one_for_unknowns": 16.4,
+    "test_html.py::test_every_html_page_lays_out_at_1280_and_800_px_in_headless_chromium": 10.0,  # round4's pages
     "test_hardening.py::test_batch_limits_make_error_rows": 14.7,
     "test_hardening.py::test_batch_rerun_into_same_out_dir": 18.1,
     "test_hardening.py::test_batch_with_fifo_finishes_and_reports_it": 18.6,
     "test_hardening_round3.py::test_batch_keeps_every_odd_name_in_every_output": 19.1,
     "test_hardening_round3.py::test_multi_trace_analyze_of_odd_names[text]": 13.1,  # [json]
     "test_hardening_round3.py::test_one_line_trace_full_of_fake_boundaries_is_linear": 32.8,
+    "test_job_model.py::test_diff_of_two_real_two_gpu_exports": 6.3,  # its multi-process twin
     "test_mfu_gpu_time.py::test_no_corpus_trace_reports_impossible_figures": 56.9,  # its spill-over twin
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
     "test_scale.py::test_batch_parent_keeps_per_rank_records_not_event_tables": 41.2,  # test_cross_rank_pass_memory_grows_linearly
