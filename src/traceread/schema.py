@@ -326,6 +326,7 @@ class WhatIf(_S):
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
     models: Optional[list[str]] = None   # levers_together: the whatif models replayed at once
+    projected_floor: Optional[str] = None   # "gpu_busy": as Action.projected_floor
 
 
 class JobRole(_S):
