@@ -263,20 +263,17 @@ ANATOMY_LEVERS: tuple[Lever, ...] = (
           when=(gpu_trace, small_inference_batch), first=True),
     Lever("sdpa_is_causal", "gpu", CAUSAL_TEXT, "code", saves="none",
           when=(gpu_trace, masked_sdpa)),
-    # the same advice on a CPU-only trace (no cause to price: the figure is in the text)
-    Lever("checkpoint_fewer_cpu", "cpu_only", _checkpoint_text, "code", saves="recompute",
-          when=(cpu_trace, recomputes)),
-    Lever("fewer_micro_batches_cpu", "cpu_only", _micro_text, "code", saves="micro_batches",
-          when=(cpu_trace, micro_batched)),
-    Lever("validate_less_cpu", "cpu_only", _validation_text, "code", saves="validation",
-          when=(cpu_trace, odd_validation)),
-    Lever("save_async_cpu", "cpu_only", _save_text, "code", saves="save",
-          when=(cpu_trace, odd_save)),
-    Lever("log_less_cpu", "cpu_only", _log_text, "code", saves="logging",
-          when=(cpu_trace, odd_log)),
-    Lever("batch_requests_cpu", "cpu_only", _batch_text, "code", saves="batch_requests",
-          when=(cpu_trace, small_inference_batch)),
 )
+
+
+def _cpu_twin(lv: Lever) -> Lever:
+    """``lv``'s advice on a CPU-only trace (no cause to price: the figure is in the text)."""
+    return Lever(f"{lv.id}_cpu", "cpu_only", lv.text, lv.cost, saves=lv.saves,
+                 when=(cpu_trace,) + lv.when[1:])
+
+
+# the same advice on a CPU-only trace (the causal-SDPA one has no CPU figure to give)
+ANATOMY_LEVERS += tuple(_cpu_twin(lv) for lv in ANATOMY_LEVERS if lv.saves != "none")
 
 
 # -- diff: which of these changes a pair of programs shows ------------------------------------
