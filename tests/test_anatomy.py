@@ -378,3 +378,17 @@ def test_validation_found_without_module_frames():
     share = anatomy_saving(BY_ID["validate_less_cpu"], c) / c["steps"] / an["mean_step_ns"]
     true_share = 1 - t["no_validation_step_ns"] / t["mean_step_ns"]
     assert true_share / 2 < share < min(1.0, true_share * 2)
+
+
+def test_the_batch_is_not_read_from_an_embedding_table():
+    """xDiT Flux (TraceLens corpus): the first op with shapes is CLIP's aten::embedding, whose
+    first input is its [49408, 768] vocabulary -- it read as 'inference batch 49408'."""
+    import numpy as np
+
+    from traceread.passes import anatomy as A
+
+    h = {"dims": np.array([[[49408, 768], [1, 77]], [[1, 77, 768], [3072, 768]]], dtype=object),
+         "has_dims": np.array([True, True]), "batch_op": np.array([False, True])}
+    assert A._batch(h) == [1, 77]
+    h["batch_op"] = np.array([True, True])   # the table taken as the batch: the old reading
+    assert A._batch(h) == [49408, 49408]

@@ -64,6 +64,8 @@ LOG_RX = namerx.compile(r"logging/__init__\.py\(\d+\): (?:debug|info|warning|war
 CHECKPOINT_FRAME_RX = namerx.compile(r"torch/utils/checkpoint\.py\(\d+\): ")
 # forward operators a backward formula never calls (it calls mm, not linear): run inside a
 # backward node they recompute a forward
+# forward ops whose first input is a lookup table, not the batch (CLIP's [49408, 768] vocabulary)
+TABLE_OPS = frozenset({"aten::embedding", "aten::embedding_bag"})
 FORWARD_OPS = frozenset({
     "aten::linear", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::layer_norm",
     "aten::group_norm", "aten::batch_norm", "aten::rms_norm", "aten::embedding",
@@ -172,7 +174,8 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
             "outer": _outermost(ts, ts + ev["dur"].to_numpy(np.int64)[rows],
                                 ev["tid"].to_numpy()[rows], kind == "cpu_op"),
             "flop_ns": _flop_op_ns(ev, rows), "dims": dims,
-            "has_dims": np.array([d is not None for d in dims], bool)}
+            "has_dims": np.array([d is not None for d in dims], bool),
+            "batch_op": lookup_at(ev["name"], rows, lambda n: n not in TABLE_OPS, False, bool)}
 
 
 def _names(ev: pd.DataFrame, rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
@@ -413,9 +416,10 @@ def _checkpoint_cost(h, bw, rc, a: int, b: int) -> int:
 
 def _batch(h) -> list[int] | None:
     """[batch, tokens] of the step's first counted matmul/conv's first input: its leading
-    dimension and the product of all but its last (None without shapes)."""
+    dimension and the product of all but its last (None without shapes). An embedding's
+    first input is its table, not the batch."""
     dims = h.get("dims")
-    k = np.flatnonzero(h["has_dims"]) if dims is not None else []
+    k = np.flatnonzero(h["has_dims"] & h["batch_op"]) if dims is not None else []
     for i in k[:1]:
         x = next((d for d in dims[i] if isinstance(d, list) and len(d) >= 2), None)
         if x:
