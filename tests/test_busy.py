@@ -73,3 +73,29 @@ def test_tf32_kernel_names():
     assert is_tf32_kernel("cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4")
     assert not is_tf32_kernel("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128")
     assert not is_tf32_kernel(TC)
+
+
+def test_headline_says_mfu_is_a_lower_bound():
+    """Where GEMM/attention kernels launched by no counted op (graph replays, custom ops) hold
+    busy time, MFU counts only part of the FLOPs: the headline says '>=' and why."""
+    from traceread.verdict.busy import headline
+
+    m = {"mfu": 0.015, "peak_tflops": 1307.4, "flops": 15e12, "dtype": "bf16",
+         "device": "AMD Instinct MI300X", "has_shapes": True}
+    plain = headline({"mfu": m}, [])
+    assert plain.startswith("MFU 1.5% of 1307.4") and "lower bound" not in plain
+    low = headline({"mfu": {**m, "lower_bound": "GEMM/attention kernels taking 74% of busy "
+                                                "time have no counted operator"}}, [])
+    assert low.startswith("MFU >= 1.5% of 1307.4") and "(a lower bound: GEMM/attention" in low
+
+
+def test_flux_graph_replays_mark_mfu_lower_bound():
+    """Real MI300X Flux trace (TraceLens corpus): the transformer replays from graphs, its GEMMs
+    have no shapes, so the facts record marks the MFU as a lower bound."""
+    from conftest import corpus_or_skip
+    import traceread
+
+    path = corpus_or_skip() / ("AMD-AGI__TraceLens/tests/traces/inference/xdit_flux_aiter_sage/"
+                               "profile_trace_rank_0.json.gz")
+    mfu = traceread.analyze(path).facts.figures["utilization"]["mfu"]
+    assert mfu["lower_bound"] and "74% of busy" in mfu["lower_bound"]

@@ -268,7 +268,7 @@ def window_summary(stats, summary, top_ops, kernels, comp) -> dict:
     return ev
 
 
-MFU_KEYS = ("mfu", "peak_tflops", "flops", "dtype", "device", "has_shapes")
+MFU_KEYS = ("mfu", "peak_tflops", "flops", "dtype", "device", "has_shapes", "lower_bound")
 
 
 def _utilization_figures(u: dict | None) -> dict:

@@ -614,6 +614,7 @@ def mfu_summary(trace, steps: pd.DataFrame | None = None,
                      f"the TF32 peak ({peaks['tf32']:g}) this device has -- "
                      "torch.set_float32_matmul_precision('high') would use it")
     if _graph_replays(ev):
+        out["lower_bound"] = "graph replays"
         notes.append("kernels replayed from CUDA graphs have no recorded operator shapes: their "
                      "FLOPs are not counted, so achieved FLOP/s and MFU are lower bounds")
     out["note"] = "; ".join(notes) or None

@@ -48,6 +48,8 @@ def _uncounted(mfu: dict, u: dict | None, busy_ns: int) -> None:
     u["pct_of_busy"] = 100.0 * u["ns"] / busy_ns
     mfu["uncounted_matmul"] = u
     if u["pct_of_busy"] >= UNCOUNTED_NOTE_PCT:
+        mfu["lower_bound"] = (f"GEMM/attention kernels taking {u['pct_of_busy']:.0f}% of busy "
+                              "time have no counted operator")
         msg = (f"GEMM/attention kernels that no counted operator launched (custom ops, fp8/fp4 "
                f"GEMMs, graph replays) take {u['pct_of_busy']:.0f}% of busy time, e.g. "
                f"{u['kernels'][0]['name'][:60]}: their FLOPs are not counted, so MFU is a "

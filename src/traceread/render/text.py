@@ -177,7 +177,8 @@ def utilization_lines(u: dict | None, notes: dict | None = None, steps: int = 0)
     else:
         peak = (f"{m['peak_tflops']:g} TFLOP/s {m['dtype']} dense ({m['peak_source']})"
                 if m.get("peak_tflops") else "peak unknown")
-        mfu = f"MFU {100 * m['mfu']:.1f}%" if m.get("mfu") is not None else "MFU n/a"
+        low = ">= " if m.get("lower_bound") else ""
+        mfu = f"MFU {low}{100 * m['mfu']:.1f}%" if m.get("mfu") is not None else "MFU n/a"
         wall = m.get("tflops_wall")
         gpu = m.get("tflops_gpu")
         rate = (f"achieved {wall:.1f} TFLOP/s over the step time, {gpu:.1f} over GPU-busy time"

@@ -128,8 +128,10 @@ def headline(u: dict | None, levers: list[dict]) -> str:
     bits = []
     m = u.get("mfu") or {}
     if m.get("mfu") is not None and m.get("peak_tflops") and m.get("flops"):
-        bits.append(f"MFU {100 * m['mfu']:.1f}% of {m['peak_tflops']:g} TFLOP/s {m['dtype']}"
-                    + (f" ({m['device']})" if m.get("device") else ""))
+        low = m.get("lower_bound")
+        bits.append(f"MFU {'>= ' if low else ''}{100 * m['mfu']:.1f}% of {m['peak_tflops']:g} "
+                    f"TFLOP/s {m['dtype']}" + (f" ({m['device']})" if m.get("device") else "")
+                    + (f" (a lower bound: {low})" if low else ""))
     elif m.get("has_shapes") is False:
         bits.append("no shapes recorded (record_shapes=True gives MFU)")
     share = u.get("class_pct") or {}
