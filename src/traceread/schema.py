@@ -685,6 +685,7 @@ class AnatomyInference(_S):
     prefill_steps: Optional[int]
     prefill_ns: Optional[int] = None
     decode_ns: Optional[int] = None
+    gpu_ns: Optional[int] = None  # GPU work a request launched (None: no GPU in the trace)
 
 
 class Anatomy(_S):

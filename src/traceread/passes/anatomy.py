@@ -572,6 +572,9 @@ def _inference(tab: pd.DataFrame) -> dict | None:
            "request_ns": int(tab["dur"].mean()),
            "forward_host_ns": int(np.mean([r["forward"] for r in tab["host_ns"]])),
            "flop_host_ns": int(tab["flop_ns_fb"].mean()),
+           # a GPU request's compute is its GPU work, not the host's time in matmul ops
+           "gpu_ns": None if tab["gpu_ns"].iloc[0]["forward"] is None else
+           int(np.mean([sum(r.values()) for r in tab["gpu_ns"]])),
            "decode_steps": len(decode) if prefill and decode else None,
            "prefill_steps": len(prefill) if prefill and decode else None}
     if prefill and decode:

@@ -130,8 +130,15 @@ def batch_saving(c: Ctx) -> int | None:
     if not b:
         return None
     k = max(1, BATCH_TO // b)
-    fixed = max(0, int(inf.get("request_ns") or 0) - int(inf.get("flop_host_ns") or 0))
+    fixed = max(0, int(inf.get("request_ns") or 0) - _compute_ns(inf))
     return int(fixed * (1 - 1 / k)) * _steps(c)
+
+
+def _compute_ns(inf: dict) -> int:
+    """What grows with the batch: the GPU work a request launched on a GPU trace, the host's
+    matmul time on a CPU one."""
+    g = inf.get("gpu_ns")
+    return int(g if g is not None else inf.get("flop_host_ns") or 0)
 
 
 _MODELS = {"recompute": checkpoint_saving, "micro_batches": micro_batch_saving,
@@ -152,7 +159,8 @@ ANATOMY_SAVINGS = {
             "steps: an asynchronous save leaves the copy to host",
     "logging": "the logging steps' excess over the ordinary step per step of its period x "
                "steps",
-    "batch_requests": f"(1 - 1/k) of a request's time less its compute, k = {BATCH_TO} / batch "
+    "batch_requests": f"(1 - 1/k) of a request's time less its compute (the GPU work it "
+                      f"launched; on a CPU trace its matmul ops' time), k = {BATCH_TO} / batch "
                       "requests per forward, x steps (a lower estimate for memory-bound GEMVs)",
 }
 
@@ -239,7 +247,8 @@ def _log_text(c: Ctx) -> str:
 def _batch_text(c: Ctx) -> str:
     inf = _an(c)["inference"]
     return (f"batch inference requests: each forward serves a batch of {inf['batch']} in "
-            f"{_ms(inf['request_ns'])}, {_ms(inf['flop_host_ns'])} of it in matmuls -- "
+            f"{_ms(inf['request_ns'])}, {_ms(_compute_ns(inf))} of it "
+            f"{'GPU work' if inf.get('gpu_ns') is not None else 'in matmuls'} -- "
             f"gather up to {BATCH_TO} requests per forward (dynamic batching): more samples "
             "for nearly the same weight traffic and launches" + _priced(c, batch_saving(c)))
 
