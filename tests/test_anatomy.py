@@ -225,10 +225,22 @@ def test_steps_text_shows_phases_and_the_odd_step():
     from traceread.render.report import render_steps
 
     out = render_steps(analysis("valid"))
-    assert "Phases, ordinary step: data 0 ns · forward" in out
+    # no data phase on either side: not printed
+    assert "Phases, ordinary step: forward " in out and "data 0 ns" not in out
     assert "odd steps #3, #7 (every 4)" in out
     assert "6 forward only passes" in out
     assert "4 micro-batches per optimizer step" in render_steps(analysis("accum"))
+
+
+def test_no_phases_line_when_nothing_was_recognised():
+    """The bundled H200 example records no modules, backward or optimizer: every phase but
+    'other' is zero, and a line of zeros says nothing."""
+    import traceread
+    from traceread.examples import path as example_path
+    from traceread.render.report import render_steps
+
+    out = render_steps(traceread.analyze(example_path("h200_pageable_copy.json.gz")))
+    assert "Phases" not in out and "Steps: 3" in out
 
 
 def test_gpu_recording_phases_and_micro_batches():

@@ -19,7 +19,10 @@ def anatomy_lines(a) -> list[str]:
         g = ph[p]["gpu_ns"]
         return f"{p} {fmt_ns(ph[p]['host_ns'])}" + (f" / {fmt_ns(g)}" if g is not None else "")
     gpu = " (host / GPU)" if an.get("gpu_traced") else ""
-    lines = [f"  Phases{gpu}, ordinary step: " + " · ".join(one(p) for p in PHASES)]
+    # a phase with no time on either side is noise; with only "other" nothing was recognised
+    shown = [p for p in PHASES if ph[p]["host_ns"] or ph[p]["gpu_ns"]]
+    lines = ([f"  Phases{gpu}, ordinary step: " + " · ".join(one(p) for p in shown)]
+             if set(shown) - {"other"} else [])
     bits = []
     mb = an.get("micro_batches") or {}
     if mb.get("per_optimizer_step", 0) >= 2:
