@@ -485,7 +485,7 @@ def test_analyze_takes_a_bytes_path_and_renders_it_anywhere(tmp_path):
 @pytest.mark.parametrize("doc", [
     b'[{"a": 1}, {"b": 2}]', b'{"traceEvents": []}', b"[]", b'[{"ph": "X"}]',
     b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}}]}',
-    gzip.compress(b'{"traceEvents": []}'), b"42", b"null", b'"trace"', b"true",
+    gzip.compress(b'{"traceEvents": []}', mtime=0), b"42", b"null", b'"trace"', b"true",
     b'{"traceEvents": [1, 2]}', b'{"traceEvents": [{}]}', b"{}", b"[[]]"],
     ids=lambda d: d[:24].decode("latin-1"))
 def test_not_a_trace_is_one_line_exit_1(tmp_path, doc):
