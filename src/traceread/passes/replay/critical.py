@@ -83,7 +83,7 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     all_code, all_node, all_d = [], [], []
     per_step, segments = [], []
     total = 0
-    gpu_last, gpu_from = _gpu_windows(graph, schedule)
+    gpu_last, gpu_from = _gpu_windows(graph, start, end)
     for k_step, srow in enumerate(graph.steps.itertuples(index=False)):
         if srow.begin < 0 or srow.end < 0:
             v, t0 = int(np.argmax(end)), int(start.min())
@@ -141,7 +141,31 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
         "segments": _merge(segments)}
 
 
-def _gpu_windows(graph: StepGraph, schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
+def program_spans(graph: StepGraph, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per graph step, its program step under the node times ``start`` / ``end`` (a
+    schedule's, or the measured ``ts_ns`` / ``ts_ns + dur_ns``): the longer of the host's
+    span (end marker - begin marker) and the GPU's window for the step (``_gpu_windows``);
+    first start to last end for a whole-trace window; -1 where a marker is missing."""
+    st = graph.steps
+    out = np.full(len(st), -1, np.int64)
+    if not len(st) or not len(graph.nodes):
+        return out
+    if (st["begin"].to_numpy() < 0).all():
+        out[:] = int(end.max() - start.min())
+        return out
+    pos = pd.Index(graph.nodes["id"].to_numpy(np.int64))
+    bi = pos.get_indexer(st["begin"].to_numpy(np.int64))
+    ei = pos.get_indexer(st["end"].to_numpy(np.int64))
+    last, opens = _gpu_windows(graph, start, end)
+    for k in np.flatnonzero((bi >= 0) & (ei >= 0)).tolist():
+        v, t0, _ = _program_end(int(bi[k]), int(ei[k]), int(last[k]), int(opens[k]), start,
+                                end)
+        out[k] = int(end[v] if v != ei[k] else start[v]) - t0
+    return out
+
+
+def _gpu_windows(graph: StepGraph, start: np.ndarray,
+                 end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per graph step: the GPU op it launched that ends last (node position, -1: none) and
     where the step's GPU window opens in the replay -- its first op's start, or the end of
     the earlier steps' GPU work of its process where that overlaps (``program_columns``);
@@ -159,7 +183,6 @@ def _gpu_windows(graph: StepGraph, schedule: Schedule) -> tuple[np.ndarray, np.n
     sel = np.flatnonzero(on_gpu & (step >= 0) & (step < k))
     if not len(sel):
         return last, opens
-    start, end = schedule.start_ns, schedule.end_ns
     o = sel[np.lexsort((end[sel], step[sel]))]   # by step, the latest end last
     s_o = step[o]
     tail = np.r_[s_o[1:] != s_o[:-1], True]
