@@ -295,8 +295,12 @@ def validate() -> dict:
             g = a.replay_graph
             if g is None:
                 g, _ = W.graph_of(a)
-            sc = H.score(H.leave_one_out(g)) if g is not None else None
-            loso.append({"trace": Path(str(path)).name, **(sc or {"note": "no graph"})})
+            rows_ = H.leave_one_out(g) if g is not None else []
+            sc = H.score(rows_)
+            note = "no graph" if g is None else (
+                f"{len(rows_)} steps: too few to score (fewer than {H.MIN_STEPS})"
+                if len(rows_) < H.MIN_STEPS else "no prediction")
+            loso.append({"trace": Path(str(path)).name, **(sc or {"note": note})})
         nk = []
         for name, by in sorted(same.items()):
             k = by.get("kineto")
@@ -432,20 +436,29 @@ def validation_tables(r: dict) -> str:
                    f"{len(after_u)} pairs; the change's lever first on {sum(firsts)} of "
                    f"{len(firsts)}")
     out += ["\n### (b) leave one step out (median |error| over the held-out steps)\n",
-            "| trace | steps | replay | median of the other steps | replay better |",
-            "|---|---|---|---|---|"]
-    wins = tot = 0
+            "| trace | steps | replay | median of the other steps | replay | closer on "
+            "| mean |error| replay / baseline |", "|---|---|---|---|---|---|---|"]
+    count = {"better": 0, "tie": 0, "worse": 0}
+    by_mean = unscored = 0
     for x in r["loso"]:
         if "replay_error_pct" not in x:
-            out.append(f"| {x['trace']} | — | — | — | {x.get('note', '')} |")
+            unscored += 1
+            out.append(f"| {x['trace']} | — | — | — | {x.get('note', '')} | — | — |")
             continue
-        tot += 1
-        wins += x["beats_baseline"]
+        outcome = x.get("outcome") or ("better" if x["beats_baseline"] else "worse")
+        count[outcome] += 1
+        mean_r, mean_b = x.get("replay_mean_error_pct"), x.get("baseline_mean_error_pct")
+        by_mean += mean_r is not None and mean_r < mean_b
         out.append(f"| {x['trace']} | {x['steps']} | {x['replay_error_pct']:.2f}% | "
-                   f"{x['baseline_error_pct']:.2f}% | {'yes' if x['beats_baseline'] else 'no'} |")
+                   f"{x['baseline_error_pct']:.2f}% | {outcome} | "
+                   f"{x.get('closer_steps', '—')} of {x['steps']} | "
+                   + (f"{mean_r:.2f}% / {mean_b:.2f}%" if mean_r is not None else "—") + " |")
+    tot = sum(count.values())
     if tot:
-        out.append(f"\nthe replay beats the baseline on {wins} of {tot} traces "
-                   f"({100 * wins / tot:.0f}%; goal 80%)")
+        out.append(f"\nthe replay beats the baseline on {count['better']} of {tot} traces "
+                   f"({100 * count['better'] / tot:.0f}%; goal 80%), ties on {count['tie']}, "
+                   f"is worse on {count['worse']}; by mean |error| it is better on {by_mean} of "
+                   f"{tot}" + (f"; {unscored} trace(s) not scored" if unscored else ""))
     out += ["\n### (c) one run, two tracers: the same change priced on each capture of BAD\n",
             "| pair | change | Kineto | nsys | difference | refused on nsys |",
             "|---|---|---|---|---|---|"]

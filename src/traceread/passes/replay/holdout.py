@@ -89,47 +89,78 @@ def _keyed(nodes: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _median_by(frame: pd.DataFrame, v: np.ndarray, learn: np.ndarray, todo: np.ndarray,
-               keys) -> np.ndarray:
-    """Per row, the median ``v`` of the ``learn`` rows sharing its most specific key
-    (``keys`` in order), for the ``todo`` rows; NaN where none shares any."""
-    out = np.full(len(frame), np.nan)
-    done = ~todo
+def _groups(frame: pd.DataFrame, keys) -> list[np.ndarray]:
+    """Per key of ``keys``, each row's group: an int code shared by the rows that agree on
+    every column of the key (computed once per graph, reused for every held-out step)."""
+    codes = {c: pd.factorize(frame[c])[0].astype(np.int64) for k in keys for c in k}
+    out = []
     for key in keys:
+        g = codes[key[0]]
+        for c in key[1:]:
+            g = pd.factorize(g * (int(codes[c].max(initial=0)) + 1) + codes[c])[0]
+        out.append(np.asarray(g, np.int64))
+    return out
+
+
+def _estimate(groups: list[np.ndarray], v: np.ndarray, learn: np.ndarray,
+              todo: np.ndarray) -> np.ndarray:
+    """Per ``todo`` row, the trimmed mean (``_trimmed``) of ``v`` over the ``learn`` rows in
+    its group of the most specific key (``groups`` in order); NaN where none shares any."""
+    out = np.full(len(v), np.nan)
+    done = ~todo
+    for g in groups:
         if done.all():
             break
-        key = list(key)
-        f = frame[key].copy()
-        f["v"] = v
-        med = _trimmed_mean(f[learn].groupby(key)["v"])
-        idx = pd.MultiIndex.from_frame(f[key]) if len(key) > 1 else pd.Index(f[key[0]])
-        got = med.reindex(idx).to_numpy()
+        est = _trimmed(g[learn], v[learn], int(g.max(initial=-1)) + 1)
+        got = est[g]
         take = ~done & np.isfinite(got)
         out[take] = got[take]
         done |= take
     return out
 
 
-def _trimmed_mean(grouped) -> pd.Series:
+def _trimmed(g: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
     """Per group, the mean of its values without the lowest and the highest one (the
-    median of three; the mean of one or two): a node's time summed over a step is its mean,
-    and a stall that struck one training step is dropped."""
-    agg = grouped.agg(["sum", "min", "max", "count"])
-    c = agg["count"].to_numpy(np.float64)
-    trim = c >= 3
-    tot = agg["sum"].to_numpy(np.float64) - np.where(trim, agg["min"] + agg["max"], 0)
-    return pd.Series(tot / np.where(trim, c - 2, c), index=agg.index)
+    median of three; the mean of one or two; NaN for none): a node's time summed over a
+    step is its mean, and a stall that struck one training step is dropped."""
+    cnt = np.bincount(g, minlength=size).astype(np.float64)
+    tot = np.bincount(g, weights=v, minlength=size)
+    hi = np.full(size, -np.inf)
+    lo = np.full(size, np.inf)
+    np.maximum.at(hi, g, v)
+    np.minimum.at(lo, g, v)
+    trim = cnt >= 3
+    tot = tot - np.where(trim, np.where(trim, hi, 0.0) + np.where(trim, lo, 0.0), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, tot / np.where(trim, cnt - 2, cnt), np.nan)
+
+
+class _Fit:
+    """What the fit reads of one graph, computed once: the nodes' keys and groups
+    (``KEYS``), each edge's destination and its groups (``LAG_KEYS``)."""
+
+    def __init__(self, graph):
+        n = graph.nodes
+        self.keyed = _keyed(n)
+        self.node_groups = _groups(self.keyed, KEYS)
+        e = graph.edges
+        self.dst = pd.Index(n["id"].to_numpy()).get_indexer(e["dst"].to_numpy()) \
+            if len(e) else np.zeros(0, np.int64)
+        dk = self.keyed.iloc[np.maximum(self.dst, 0)].reset_index(drop=True)
+        frame = dk.assign(kind=e["kind"].astype(str).to_numpy())
+        self.edge_groups = _groups(frame, LAG_KEYS) if len(e) else []
 
 
 def fit(nodes: pd.DataFrame, train: np.ndarray, col: str, keyed=None,
-        test: np.ndarray | None = None) -> np.ndarray:
-    """Per node of ``test`` (default: every node), the median ``col`` of the ``train``
-    nodes that share its most specific key (``KEYS``, in order); 0 where none shares any
-    (never the node's own value); the other nodes keep theirs."""
-    keyed = _keyed(nodes) if keyed is None else keyed
+        test: np.ndarray | None = None, groups=None) -> np.ndarray:
+    """Per node of ``test`` (default: every node), the trimmed mean ``col`` of the
+    ``train`` nodes that share its most specific key (``KEYS``, in order); 0 where none
+    shares any (never the node's own value); the other nodes keep theirs."""
+    if groups is None:
+        groups = _groups(_keyed(nodes) if keyed is None else keyed, KEYS)
     test = np.ones(len(nodes), bool) if test is None else test
     own = nodes[col].to_numpy(np.float64)
-    got = _median_by(keyed, own, train, test, KEYS)
+    got = _estimate(groups, own, train, test)
     out = np.where(test, np.nan_to_num(got, nan=0.0), own)
     return np.rint(out).astype(np.int64)
 
@@ -163,7 +194,7 @@ def alike(sig: pd.DataFrame, index: int) -> np.ndarray:
     return others & (d <= d[others].min() + room)
 
 
-def held_out(graph, index: int, sig: pd.DataFrame | None = None, keyed=None):
+def held_out(graph, index: int, sig: pd.DataFrame | None = None, fitting: _Fit | None = None):
     """``graph`` with step ``index``'s nodes and the edges into them fitted on the steps
     like it (``alike``, ``fit``); None where no other step is there to learn from."""
     n = graph.nodes
@@ -175,32 +206,27 @@ def held_out(graph, index: int, sig: pd.DataFrame | None = None, keyed=None):
     if not train.any() or not test.any():
         return None
     g = graph.copy()
-    keyed = _keyed(n) if keyed is None else keyed
+    f = _Fit(graph) if fitting is None else fitting
     for col in ("cost_ns", "gap_ns"):
-        g.nodes[col] = fit(n, train, col, keyed, test)
+        g.nodes[col] = fit(n, train, col, test=test, groups=f.node_groups)
     g.nodes["dur_ns"] = g.nodes["cost_ns"]
     e = g.edges
     if len(e):
-        pos = pd.Index(n["id"].to_numpy())
-        d = pos.get_indexer(e["dst"].to_numpy())
+        d = f.dst
         into = (d >= 0) & test[np.maximum(d, 0)]
         learn = (d >= 0) & train[np.maximum(d, 0)]
-        e["lag_ns"] = _fit_lags(e, keyed, d, into, learn)
+        e["lag_ns"] = _fit_lags(e, f.edge_groups, into, learn)
     return g
 
 
-def _fit_lags(e: pd.DataFrame, keyed: pd.DataFrame, d: np.ndarray, into: np.ndarray,
+def _fit_lags(e: pd.DataFrame, groups: list, into: np.ndarray,
               learn: np.ndarray) -> np.ndarray:
-    """The lags of the edges ``into`` the held-out step: the median lag of the training
-    edges of the same kind into the same node (a pageable copy's launch lag is -8 ms, a
-    kernel's +5 us: a lag belongs to its edge's ends), else into the same op, else of the
-    same kind (``LAG_KEYS``); 0 where none was learnt."""
+    """The lags of the edges ``into`` the held-out step: the trimmed mean lag of the
+    training edges of the same kind into the same node (a pageable copy's launch lag is
+    -8 ms, a kernel's +5 us: a lag belongs to its edge's ends), else into the same op, else
+    of the same kind (``LAG_KEYS``); 0 where none was learnt."""
     lag = e["lag_ns"].to_numpy(np.int64).copy()
-    dk = keyed.iloc[np.maximum(d, 0)].reset_index(drop=True)
-    frame = pd.DataFrame({"kind": e["kind"].astype(str).to_numpy(), "lane": dk["lane"],
-                          "place": dk["place"], "nth3": dk["nth3"], "name": dk["name"],
-                          "prev": dk["prev"], "next": dk["next"]})
-    got = _median_by(frame, lag.astype(float), learn, into, LAG_KEYS)
+    got = _estimate(groups, lag.astype(np.float64), learn, into)
     lag[into] = np.rint(np.nan_to_num(got[into], nan=0.0)).astype(np.int64)
     return lag
 
@@ -216,10 +242,10 @@ def leave_one_out(graph) -> list[dict]:
     ts = n["ts_ns"].to_numpy(np.int64)
     meas = program_spans(graph, ts, ts + n["dur_ns"].to_numpy(np.int64))
     sig = signature(graph)
-    keyed = _keyed(n)
+    fitting = _Fit(graph)
     out = []
     for i, step in enumerate(st["step"].to_numpy()):
-        g = held_out(graph, i, sig, keyed)
+        g = held_out(graph, i, sig, fitting)
         if g is None or meas[i] < 0:
             continue
         s = simulate(g)
