@@ -24,10 +24,14 @@ Two tables, each from fresh processes on this checkout (``--baseline`` sides too
   the profiled steps), the AFTER step predicted (BEFORE's mean step x the replay's after /
   before) against AFTER's measured mean step, and whether BEFORE's first lever is one of
   the change's; (b) every trace's steps each held out and predicted from the others
-  (passes/replay/holdout.py) against the median of the other steps; (c) per GPU scenario,
-  the promise for the same change on the Kineto and the nsys capture of the BAD run.
+  (passes/replay/holdout.py: from its graph and the other steps' times) against the median
+  of the other steps, per trace better / tie / worse; (c) per GPU scenario, the promise for
+  the same change on the Kineto and the nsys capture of the BAD run; (d) the profiler's
+  overhead estimate against the plain runs. ``--tables b`` (any of abcd) prints only those:
+  every trace is analysed once either way, the pairs are priced only for (a) and (c).
 
-    python -m benchmarks whatif [--trace T ...] [--repeat N] [--costs-only] [--validate]
+    python -m benchmarks whatif [--trace T ...] [--repeat N] [--costs-only]
+                                [--validate [--tables abcd]]
 """
 from __future__ import annotations
 
@@ -57,12 +61,19 @@ def add_args(ap) -> None:
                     help="only the replay + levers vs analyze table (skip the pairs)")
     ap.add_argument("--validate", action="store_true",
                     help="only the validation tables (pairs, held-out steps, nsys vs Kineto)")
+    ap.add_argument("--tables", default="abcd",
+                    help="with --validate: which tables, e.g. 'b' (held-out steps only) or 'ac' "
+                         "(default: abcd)")
     h.add_side_args(ap)
 
 
 def main(args) -> int:
     if args.validate:
-        r = h.probe(h.this_side(), validate)
+        tables = "".join(c for c in "abcd" if c in args.tables.lower())
+        if not tables:
+            print(f"--tables: none of a, b, c, d in {args.tables!r}")
+            return 2
+        r = h.probe(h.this_side(), validate, tables)
         if not r.ok:
             print(f"failed: {r.err}")
             return 1
@@ -265,8 +276,9 @@ def _unprofiled(folder, name, variant) -> float | None:
     return None
 
 
-def validate() -> dict:
-    """Probe: the three validation tables' rows."""
+def validate(tables: str = "abcd") -> dict:
+    """Probe: the validation tables' rows, for the ``tables`` asked (letters a-d): the pairs
+    are priced only for (a) and (c), every trace is analysed once and shared."""
     import traceread
     from traceread.diffs.proof import changed, signature
     from traceread.diffs.trace import diff_analyses
@@ -286,12 +298,14 @@ def validate() -> dict:
             if pb is None or pa is None:
                 continue
             before, after = analysis(pb), analysis(pa)
+            if "a" not in tables and "c" not in tables:
+                continue
             row = _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature,
                             diff_analyses)
             rows.append(row)
             if folder in ("gpu", "h200") and row.get("levers"):
                 same.setdefault(name, {})[fmt] = row
-        for path, a in cache.items():
+        for path, a in cache.items() if "b" in tables else ():
             g = a.replay_graph
             if g is None:
                 g, _ = W.graph_of(a)
@@ -300,9 +314,11 @@ def validate() -> dict:
             note = "no graph" if g is None else (
                 f"{len(rows_)} steps: too few to score (fewer than {H.MIN_STEPS})"
                 if len(rows_) < H.MIN_STEPS else "no prediction")
-            loso.append({"trace": Path(str(path)).name, **(sc or {"note": note})})
+            p_ = Path(str(path))   # an nsys capture's name carries its folder already
+            label = p_.name if p_.suffix == ".sqlite" else f"{p_.parent.name}/{p_.name}"
+            loso.append({"trace": label, **(sc or {"note": note})})
         nk = []
-        for name, by in sorted(same.items()):
+        for name, by in sorted(same.items()) if "c" in tables else ():
             k = by.get("kineto")
             n = by.get("nsys")
             if not k or not n:
@@ -314,7 +330,7 @@ def validate() -> dict:
                        "kineto_pts": k["promise_pts"], "nsys_pts": other,
                        "nsys_refused": refused})
         over = []
-        for path, a in cache.items():
+        for path, a in cache.items() if "d" in tables else ():
             p_ = Path(str(path))
             if not p_.name.endswith(".json.gz") or p_.parent.name not in ("gpu", "h200"):
                 continue
@@ -325,7 +341,8 @@ def validate() -> dict:
                 over.append({"trace": f"{p_.parent.name}/{name}.{variant}", "truth_ns": truth,
                              "profiled_ns": o["profiled_step_ns"],
                              "estimate_ns": o["unprofiled_step_ns"], "basis": o["basis"]})
-    return {"pairs": rows, "loso": loso, "nsys_kineto": nk, "overhead": over}
+    return {"pairs": rows, "loso": loso, "nsys_kineto": nk, "overhead": over,
+            "tables": tables}
 
 
 def _promise(before, ids, params, W):
@@ -397,7 +414,9 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
 
 
 def validation_tables(r: dict) -> str:
-    """The validation's three tables and their summaries, in markdown."""
+    """The validation's tables (those ``r["tables"]`` names) and their summaries, in
+    markdown."""
+    part = {}
     out = ["### (a) promised vs realised, every recorded pair (points of BEFORE's step)\n",
            "| pair | capture | change (models) | promise | realised | error | AFTER predicted "
            "/ measured (profiled) | AFTER predicted / run (unprofiled) | first lever |",
@@ -435,6 +454,7 @@ def validation_tables(r: dict) -> str:
                    f"{statistics.median(after_u) if after_u else float('nan'):.1f}% over "
                    f"{len(after_u)} pairs; the change's lever first on {sum(firsts)} of "
                    f"{len(firsts)}")
+    part["a"], out = out, []
     out += ["\n### (b) leave one step out (median |error| over the held-out steps)\n",
             "| trace | steps | replay | median of the other steps | replay | closer on "
             "| mean |error| replay / baseline |", "|---|---|---|---|---|---|---|"]
@@ -459,6 +479,7 @@ def validation_tables(r: dict) -> str:
                    f"({100 * count['better'] / tot:.0f}%; goal 80%), ties on {count['tie']}, "
                    f"is worse on {count['worse']}; by mean |error| it is better on {by_mean} of "
                    f"{tot}" + (f"; {unscored} trace(s) not scored" if unscored else ""))
+    part["b"], out = out, []
     out += ["\n### (c) one run, two tracers: the same change priced on each capture of BAD\n",
             "| pair | change | Kineto | nsys | difference | refused on nsys |",
             "|---|---|---|---|---|---|"]
@@ -477,6 +498,7 @@ def validation_tables(r: dict) -> str:
         within = sum(d_ <= 5 for d_ in diffs)
         out.append(f"\nwithin 5 points on {within} of {len(diffs)}; median |difference| "
                    f"{statistics.median(diffs):.1f}, worst {max(diffs):.1f} points")
+    part["c"], out = out, []
     out += ["\n### (d) the unprofiled step: estimate vs the plain run (Kineto captures)\n",
             "| trace | profiled | estimate | unprofiled run | error of the estimate | "
             "error of the profiled step |", "|---|---|---|---|---|---|"]
@@ -493,4 +515,6 @@ def validation_tables(r: dict) -> str:
         out.append(f"\nmedian |error|: estimate {100 * statistics.median(e_est):.1f}%, "
                    f"profiled step {100 * statistics.median(e_prof):.1f}%; mean "
                    f"{100 * statistics.mean(e_est):.1f}% vs {100 * statistics.mean(e_prof):.1f}%")
-    return "\n".join(out)
+    part["d"] = out
+    text = "\n".join(x for t in r.get("tables", "abcd") for x in part[t])
+    return text.lstrip("\n")
