@@ -102,3 +102,26 @@ def test_a_step_unlike_every_other_learns_from_the_nearest():
     assert H.alike(sig, 3).tolist() == [False, False, False, False, True]
     lone = pd.DataFrame([[1, 0], [1, 0], [90, 0]])
     assert H.alike(lone, 2).tolist() == [True, True, False]
+
+
+def test_validation_table_b_counts_ties_and_unscored_traces_apart():
+    """benchmarks whatif --validate --tables b: only table (b); a tie is not a win, a
+    2-step trace is said and not counted."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.whatif import validation_tables
+
+    row = {"steps": 3, "replay_mean_error_pct": 1.0, "baseline_mean_error_pct": 2.0,
+           "closer_steps": 2}
+    r = {"pairs": [], "nsys_kineto": [], "overhead": [], "tables": "b", "loso": [
+        {"trace": "a", **row, "replay_error_pct": 1.0, "baseline_error_pct": 2.0,
+         "beats_baseline": True, "outcome": "better"},
+        {"trace": "b", **row, "replay_error_pct": 2.0, "baseline_error_pct": 2.0,
+         "beats_baseline": False, "outcome": "tie"},
+        {"trace": "c", "note": "2 steps: too few to score (fewer than 3)"}]}
+    out = validation_tables(r)
+    assert out.startswith("### (b)") and "### (a)" not in out and "### (d)" not in out
+    assert "beats the baseline on 1 of 2 traces (50%; goal 80%), ties on 1, is worse on 0" in out
+    assert "1 trace(s) not scored" in out and "too few to score" in out
