@@ -410,7 +410,17 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
     from traceread.verdict.whatif import MODEL_OF
     row["first"] = acts[0]["id"] if acts else None
     row["first_fixes"] = bool(acts) and MODEL_OF.get(acts[0]["id"]) in ids
+    # where the change's own lever ranks when it is not first (for the ranking's work)
+    fix = [i for i, x in enumerate(acts) if MODEL_OF.get(x["id"]) in ids]
+    row["fix_rank"], row["fix"] = (fix[0] + 1, acts[fix[0]]["id"]) if fix else (None, None)
     return row
+
+
+def _fix_note(x: dict) -> str:
+    """Where the change's own lever ranked, when another one came first."""
+    if x.get("first_fixes") or "fix_rank" not in x:
+        return ""
+    return f" ({x['fix']} #{x['fix_rank']})" if x.get("fix_rank") else " (the change's lever not offered)"
 
 
 def validation_tables(r: dict) -> str:
@@ -445,7 +455,7 @@ def validation_tables(r: dict) -> str:
         base = " (unprofiled base)" if x.get("unprofiled_base") else ""
         out.append(f"| {x['pair']} | {x['format']} | {x['levers']} | "
                    f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | {aft_u} | "
-                   f"{x['first']}{' ✓' if x['first_fixes'] else ' ✗'} |")
+                   f"{x['first']}{' ✓' if x['first_fixes'] else ' ✗'}{_fix_note(x)} |")
     if errs:
         out.append(f"\n|promise - realised|: median {statistics.median(errs):.1f} points, "
                    f"worst {max(errs):.1f} points over {len(errs)} pairs (goal: 5 / 15); "
