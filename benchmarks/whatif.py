@@ -466,7 +466,7 @@ def validation_tables(r: dict) -> str:
                    f"{len(firsts)}")
     part["a"], out = out, []
     out += ["\n### (b) leave one step out (median |error| over the held-out steps)\n",
-            "| trace | steps | replay | median of the other steps | replay | closer on "
+            "| trace | steps | replay | median of the other steps | outcome | closer on "
             "| mean |error| replay / baseline |", "|---|---|---|---|---|---|---|"]
     count = {"better": 0, "tie": 0, "worse": 0}
     by_mean = unscored = 0
