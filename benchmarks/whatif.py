@@ -420,7 +420,9 @@ def _fix_note(x: dict) -> str:
     """Where the change's own lever ranked, when another one came first."""
     if x.get("first_fixes") or "fix_rank" not in x:
         return ""
-    return f" ({x['fix']} #{x['fix_rank']})" if x.get("fix_rank") else " (the change's lever not offered)"
+    if x.get("fix_rank"):
+        return f" ({x['fix']} #{x['fix_rank']})"
+    return " (the change's lever not offered)"
 
 
 def validation_tables(r: dict) -> str:
