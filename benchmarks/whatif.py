@@ -24,10 +24,14 @@ Two tables, each from fresh processes on this checkout (``--baseline`` sides too
   the profiled steps), the AFTER step predicted (BEFORE's mean step x the replay's after /
   before) against AFTER's measured mean step, and whether BEFORE's first lever is one of
   the change's; (b) every trace's steps each held out and predicted from the others
-  (passes/replay/holdout.py) against the median of the other steps; (c) per GPU scenario,
-  the promise for the same change on the Kineto and the nsys capture of the BAD run.
+  (passes/replay/holdout.py: from its graph and the other steps' times) against the median
+  of the other steps, per trace better / tie / worse; (c) per GPU scenario, the promise for
+  the same change on the Kineto and the nsys capture of the BAD run; (d) the profiler's
+  overhead estimate against the plain runs. ``--tables b`` (any of abcd) prints only those:
+  every trace is analysed once either way, the pairs are priced only for (a) and (c).
 
-    python -m benchmarks whatif [--trace T ...] [--repeat N] [--costs-only] [--validate]
+    python -m benchmarks whatif [--trace T ...] [--repeat N] [--costs-only]
+                                [--validate [--tables abcd]]
 """
 from __future__ import annotations
 
@@ -57,12 +61,19 @@ def add_args(ap) -> None:
                     help="only the replay + levers vs analyze table (skip the pairs)")
     ap.add_argument("--validate", action="store_true",
                     help="only the validation tables (pairs, held-out steps, nsys vs Kineto)")
+    ap.add_argument("--tables", default="abcd",
+                    help="with --validate: which tables, e.g. 'b' (held-out steps only) or 'ac' "
+                         "(default: abcd)")
     h.add_side_args(ap)
 
 
 def main(args) -> int:
     if args.validate:
-        r = h.probe(h.this_side(), validate)
+        tables = "".join(c for c in "abcd" if c in args.tables.lower())
+        if not tables:
+            print(f"--tables: none of a, b, c, d in {args.tables!r}")
+            return 2
+        r = h.probe(h.this_side(), validate, tables)
         if not r.ok:
             print(f"failed: {r.err}")
             return 1
@@ -265,8 +276,9 @@ def _unprofiled(folder, name, variant) -> float | None:
     return None
 
 
-def validate() -> dict:
-    """Probe: the three validation tables' rows."""
+def validate(tables: str = "abcd") -> dict:
+    """Probe: the validation tables' rows, for the ``tables`` asked (letters a-d): the pairs
+    are priced only for (a) and (c), every trace is analysed once and shared."""
     import traceread
     from traceread.diffs.proof import changed, signature
     from traceread.diffs.trace import diff_analyses
@@ -286,19 +298,27 @@ def validate() -> dict:
             if pb is None or pa is None:
                 continue
             before, after = analysis(pb), analysis(pa)
+            if "a" not in tables and "c" not in tables:
+                continue
             row = _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature,
                             diff_analyses)
             rows.append(row)
             if folder in ("gpu", "h200") and row.get("levers"):
                 same.setdefault(name, {})[fmt] = row
-        for path, a in cache.items():
+        for path, a in cache.items() if "b" in tables else ():
             g = a.replay_graph
             if g is None:
                 g, _ = W.graph_of(a)
-            sc = H.score(H.leave_one_out(g)) if g is not None else None
-            loso.append({"trace": Path(str(path)).name, **(sc or {"note": "no graph"})})
+            rows_ = H.leave_one_out(g) if g is not None else []
+            sc = H.score(rows_)
+            note = "no graph" if g is None else (
+                f"{len(rows_)} steps: too few to score (fewer than {H.MIN_STEPS})"
+                if len(rows_) < H.MIN_STEPS else "no prediction")
+            p_ = Path(str(path))   # an nsys capture's name carries its folder already
+            label = p_.name if p_.suffix == ".sqlite" else f"{p_.parent.name}/{p_.name}"
+            loso.append({"trace": label, **(sc or {"note": note})})
         nk = []
-        for name, by in sorted(same.items()):
+        for name, by in sorted(same.items()) if "c" in tables else ():
             k = by.get("kineto")
             n = by.get("nsys")
             if not k or not n:
@@ -310,7 +330,7 @@ def validate() -> dict:
                        "kineto_pts": k["promise_pts"], "nsys_pts": other,
                        "nsys_refused": refused})
         over = []
-        for path, a in cache.items():
+        for path, a in cache.items() if "d" in tables else ():
             p_ = Path(str(path))
             if not p_.name.endswith(".json.gz") or p_.parent.name not in ("gpu", "h200"):
                 continue
@@ -321,7 +341,8 @@ def validate() -> dict:
                 over.append({"trace": f"{p_.parent.name}/{name}.{variant}", "truth_ns": truth,
                              "profiled_ns": o["profiled_step_ns"],
                              "estimate_ns": o["unprofiled_step_ns"], "basis": o["basis"]})
-    return {"pairs": rows, "loso": loso, "nsys_kineto": nk, "overhead": over}
+    return {"pairs": rows, "loso": loso, "nsys_kineto": nk, "overhead": over,
+            "tables": tables}
 
 
 def _promise(before, ids, params, W):
@@ -389,11 +410,25 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
     from traceread.verdict.whatif import MODEL_OF
     row["first"] = acts[0]["id"] if acts else None
     row["first_fixes"] = bool(acts) and MODEL_OF.get(acts[0]["id"]) in ids
+    # where the change's own lever ranks when it is not first (for the ranking's work)
+    fix = [i for i, x in enumerate(acts) if MODEL_OF.get(x["id"]) in ids]
+    row["fix_rank"], row["fix"] = (fix[0] + 1, acts[fix[0]]["id"]) if fix else (None, None)
     return row
 
 
+def _fix_note(x: dict) -> str:
+    """Where the change's own lever ranked, when another one came first."""
+    if x.get("first_fixes") or "fix_rank" not in x:
+        return ""
+    if x.get("fix_rank"):
+        return f" ({x['fix']} #{x['fix_rank']})"
+    return " (the change's lever not offered)"
+
+
 def validation_tables(r: dict) -> str:
-    """The validation's three tables and their summaries, in markdown."""
+    """The validation's tables (those ``r["tables"]`` names) and their summaries, in
+    markdown."""
+    part = {}
     out = ["### (a) promised vs realised, every recorded pair (points of BEFORE's step)\n",
            "| pair | capture | change (models) | promise | realised | error | AFTER predicted "
            "/ measured (profiled) | AFTER predicted / run (unprofiled) | first lever |",
@@ -422,7 +457,7 @@ def validation_tables(r: dict) -> str:
         base = " (unprofiled base)" if x.get("unprofiled_base") else ""
         out.append(f"| {x['pair']} | {x['format']} | {x['levers']} | "
                    f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | {aft_u} | "
-                   f"{x['first']}{' ✓' if x['first_fixes'] else ' ✗'} |")
+                   f"{x['first']}{' ✓' if x['first_fixes'] else ' ✗'}{_fix_note(x)} |")
     if errs:
         out.append(f"\n|promise - realised|: median {statistics.median(errs):.1f} points, "
                    f"worst {max(errs):.1f} points over {len(errs)} pairs (goal: 5 / 15); "
@@ -431,21 +466,32 @@ def validation_tables(r: dict) -> str:
                    f"{statistics.median(after_u) if after_u else float('nan'):.1f}% over "
                    f"{len(after_u)} pairs; the change's lever first on {sum(firsts)} of "
                    f"{len(firsts)}")
+    part["a"], out = out, []
     out += ["\n### (b) leave one step out (median |error| over the held-out steps)\n",
-            "| trace | steps | replay | median of the other steps | replay better |",
-            "|---|---|---|---|---|"]
-    wins = tot = 0
+            "| trace | steps | replay | median of the other steps | outcome | closer on "
+            "| mean |error| replay / baseline |", "|---|---|---|---|---|---|---|"]
+    count = {"better": 0, "tie": 0, "worse": 0}
+    by_mean = unscored = 0
     for x in r["loso"]:
         if "replay_error_pct" not in x:
-            out.append(f"| {x['trace']} | — | — | — | {x.get('note', '')} |")
+            unscored += 1
+            out.append(f"| {x['trace']} | — | — | — | {x.get('note', '')} | — | — |")
             continue
-        tot += 1
-        wins += x["beats_baseline"]
+        outcome = x.get("outcome") or ("better" if x["beats_baseline"] else "worse")
+        count[outcome] += 1
+        mean_r, mean_b = x.get("replay_mean_error_pct"), x.get("baseline_mean_error_pct")
+        by_mean += mean_r is not None and mean_r < mean_b
         out.append(f"| {x['trace']} | {x['steps']} | {x['replay_error_pct']:.2f}% | "
-                   f"{x['baseline_error_pct']:.2f}% | {'yes' if x['beats_baseline'] else 'no'} |")
+                   f"{x['baseline_error_pct']:.2f}% | {outcome} | "
+                   f"{x.get('closer_steps', '—')} of {x['steps']} | "
+                   + (f"{mean_r:.2f}% / {mean_b:.2f}%" if mean_r is not None else "—") + " |")
+    tot = sum(count.values())
     if tot:
-        out.append(f"\nthe replay beats the baseline on {wins} of {tot} traces "
-                   f"({100 * wins / tot:.0f}%; goal 80%)")
+        out.append(f"\nthe replay beats the baseline on {count['better']} of {tot} traces "
+                   f"({100 * count['better'] / tot:.0f}%; goal 80%), ties on {count['tie']}, "
+                   f"is worse on {count['worse']}; by mean |error| it is better on {by_mean} of "
+                   f"{tot}" + (f"; {unscored} trace(s) not scored" if unscored else ""))
+    part["b"], out = out, []
     out += ["\n### (c) one run, two tracers: the same change priced on each capture of BAD\n",
             "| pair | change | Kineto | nsys | difference | refused on nsys |",
             "|---|---|---|---|---|---|"]
@@ -464,6 +510,7 @@ def validation_tables(r: dict) -> str:
         within = sum(d_ <= 5 for d_ in diffs)
         out.append(f"\nwithin 5 points on {within} of {len(diffs)}; median |difference| "
                    f"{statistics.median(diffs):.1f}, worst {max(diffs):.1f} points")
+    part["c"], out = out, []
     out += ["\n### (d) the unprofiled step: estimate vs the plain run (Kineto captures)\n",
             "| trace | profiled | estimate | unprofiled run | error of the estimate | "
             "error of the profiled step |", "|---|---|---|---|---|---|"]
@@ -480,4 +527,6 @@ def validation_tables(r: dict) -> str:
         out.append(f"\nmedian |error|: estimate {100 * statistics.median(e_est):.1f}%, "
                    f"profiled step {100 * statistics.median(e_prof):.1f}%; mean "
                    f"{100 * statistics.mean(e_est):.1f}% vs {100 * statistics.mean(e_prof):.1f}%")
-    return "\n".join(out)
+    part["d"] = out
+    text = "\n".join(x for t in r.get("tables", "abcd") for x in part[t])
+    return text.lstrip("\n")

@@ -108,14 +108,16 @@ def test_topological_pass_equals_the_sweeps(monkeypatch):
 
 
 def test_critical_path_names_what_held_the_step():
-    """The sync loop's step: 10 us of Python, launch A (5 us call + 5 us until its kernel
-    starts), kernel A, kernel B queued behind it, the sync's 5 us wake-up, 275 us of Python.
-    Launch B and the Python around it ran while A did: not on the path."""
+    """The sync loop's step: 10 us of Python, launch A (a 5 us call, then 5 us until its
+    kernel starts: queued after launch), kernel A, kernel B queued behind it, the sync's 5 us
+    wake-up, 275 us of Python. Launch B and the Python around it ran while A did: not on the
+    path. The host syncs, so the step ends at its marker."""
     r = analyze(sync_loop(), steps="all").replay["critical_path"]
     per = r["steps"][1]["by_label"]
     assert sum(per.values()) == 1000 * US
-    assert per == {"kernel": 700 * US, "host op": 285 * US, "launch": 10 * US,
-                   "sync wait": 5 * US}
+    assert per == {"kernel": 700 * US, "host op": 285 * US, "launch": 5 * US,
+                   "queued after launch": 5 * US, "sync wait": 5 * US}
+    assert r["steps"][1]["ends_at"] == "host"
     assert r["top"][0]["name"] == "kernel_B"
 
 
@@ -288,3 +290,49 @@ def test_critical_path_walk_is_linear_when_waits_loop(monkeypatch):
     rep = dict(zip(s.steps["step"].tolist(), s.steps["replayed_ns"].tolist()))
     for st in r["steps"]:
         assert sum(st["by_label"].values()) == rep[st["step"]] == 1000 * US
+
+
+def host_ahead_loop(steps: int = STEPS):
+    """The host runs ahead of a busy GPU: each 1000 us host step launches one 3000 us kernel
+    and never waits, so each kernel queues behind the previous step's (the program's step
+    is the GPU's 3000 us; the host's span is 1000 us of Python and one launch)."""
+    b = TraceBuilder()
+    gpu_free = 0
+    for k in range(steps):
+        t = 1_000_000 + k * 1000 * US
+        b.step(k, t, 1000 * US)
+        start = max(t + 20 * US, gpu_free)
+        b.launch(t + 10 * US, 5 * US, start, 3000 * US, name="big_gemm")
+        gpu_free = start + 3000 * US
+    return b.build()
+
+
+def test_critical_path_of_a_gpu_bound_step_ends_with_its_last_kernel():
+    """Issue 37: walking back from the host's marker gave a host-ahead GPU-bound step a path
+    of host time alone. The walk starts where the program waits -- the step's last kernel
+    ended after the host's marker -- and covers the program step: the GPU's 3000 us window,
+    all kernel."""
+    a = analyze(host_ahead_loop(), steps="all")
+    cp = a.replay["critical_path"]
+    for st in cp["steps"][1:]:
+        assert st["ends_at"] == "gpu"
+        assert st["by_label"] == {"kernel": 3000 * US}
+    # the first step: its kernel started 20 us after the host's step began (10 us of
+    # Python, the 5 us call, 5 us queued), then ran 3000 us; the window ends there
+    first = cp["steps"][0]["by_label"]
+    assert sum(first.values()) == 3000 * US and first["kernel"] > 2990 * US
+    assert a.steps["bound_by"].tolist()[1:] == ["gpu"] * (STEPS - 1)
+
+
+@pytest.mark.skipif(not (FIX / "h200" / "xformer.bad.json.gz").exists(), reason="no fixture")
+def test_critical_path_of_the_h200_transformer_is_gpu_work():
+    """The H200 transformer capture runs its GPU ~99% busy with the host ~1.8 ms ahead: its
+    path is kernels (and copies), and each step's links add up to its program step."""
+    a = analyze(str(FIX / "h200" / "xformer.bad.json.gz"))
+    cp = a.replay["critical_path"]
+    gpu = sum(v for k, v in cp["by_label"].items() if k in ("kernel", "copy"))
+    assert gpu >= 0.95 * cp["total_ns"], cp["by_label"]
+    prog = dict(zip(a.steps["step"].tolist(), a.steps["program_ns"].tolist()))
+    for st in cp["steps"]:
+        assert abs(sum(st["by_label"].values()) - prog[st["step"]]) <= 0.001 * prog[st["step"]]
+    assert any(st["ends_at"] == "gpu" for st in cp["steps"])

@@ -997,7 +997,7 @@ class ReplayStep(_S):
 
 
 class CriticalContributor(_S):
-    label: str                      # passes/replay/critical.py LABELS: host op, launch, kernel, ...
+    label: str                      # passes/replay/critical.py LABELS: host op, launch, queued after launch, kernel, ...
     name: str
     ns: int
     count: int
@@ -1016,6 +1016,8 @@ class CriticalSegment(_S):
 class CriticalStep(_S):
     step: int
     by_label: IntMap
+    ends_at: str                    # where the walk started: "gpu" (the step's last GPU op, which ended
+                                    # after the host's end marker), "host" (the marker), "window"
 
 
 class CriticalPath(_S):

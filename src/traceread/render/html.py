@@ -336,7 +336,8 @@ def _activity_bars(lanes: list[dict], acts: dict) -> str:
 # one colour per thing on the page: a kernel the busy blue, a copy / collective the activity
 # colours (html_base.ACTIVITY_COLORS), launch / sync / data / host the idle causes' (COLORS)
 CRITICAL_COLORS = {"kernel": ACTIVITY_COLORS["compute"], "copy": ACTIVITY_COLORS["copy"],
-                   "launch": COLORS["launch"], "host op": COLORS["cpu_op"],
+                   "launch": COLORS["launch"], "queued after launch": "#f7b6d2",
+                   "host op": COLORS["cpu_op"],
                    "sync wait": COLORS["sync"], "data load": COLORS["dataloader"],
                    "collective": ACTIVITY_COLORS["comm"], "another rank": "#7f7f7f"}
 

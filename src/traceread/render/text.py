@@ -1,7 +1,6 @@
 """Plain-text renderings for the terminal."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from . import safe
@@ -232,19 +231,6 @@ def utilization_lines(u: dict | None, notes: dict | None = None, steps: int = 0)
     return out
 
 
-LAUNCH_CALL = re.compile(r"(?i)(launch|graphlaunch|memcpy|memset)")
-
-
-def critical_label(label: str, name: str) -> str:
-    """A critical-path link's label in words. The replay labels "launch" both a launch call
-    on the path and the lag between a launch and its kernel's start (passes/replay/critical.py);
-    the second, named by the kernel, is the GPU holding queued work (a stream wait, a busy
-    queue) -- 493 ms of it behind a ``resolve_future`` kernel is no launch cost."""
-    if label == "launch" and name and not LAUNCH_CALL.search(str(name)):
-        return "queued after launch"
-    return label
-
-
 def replay_lines(r: dict | None) -> list[str]:
     """The replay (passes/replay): how well it reproduces the steps, and the critical path."""
     if not r:
@@ -263,19 +249,14 @@ def replay_lines(r: dict | None) -> list[str]:
     cp = r.get("critical_path") or {}
     total = cp.get("total_ns") or 0
     if total:
-        by = dict(cp["by_label"])
-        for x in cp.get("top", []):   # the largest launch lags, named as the rows below are
-            said = critical_label(x["label"], x["name"])
-            if said != x["label"] and by.get(x["label"], 0) >= x["ns"]:
-                by[x["label"]] -= x["ns"]
-                by[said] = by.get(said, 0) + x["ns"]
+        by = cp["by_label"]
         labels = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in
                            sorted(by.items(), key=lambda kv: -kv[1]) if v >= 0.01 * total)
         out.append(f"  critical path: {labels}")
         top = cp.get("top", [])[:4]
-        lw = max([10] + [len(critical_label(t["label"], t["name"])) for t in top])
+        lw = max([10] + [len(t["label"]) for t in top])
         for t in top:
-            label = critical_label(t["label"], t["name"])
+            label = t["label"]
             row = f"    {label:<{lw}} {fmt_ns(t['ns']):>10} {t['pct']:5.1f}%  "
             name = " ".join(str(t["name"]).split())   # the row keeps within the table width
             out.append(row + safe.short(name, max(12, min(width(), 80) - len(row))))

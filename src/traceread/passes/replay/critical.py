@@ -1,10 +1,17 @@
 """The critical path of a replayed step: the chain of nodes that set its end.
 
-Walking back from a step's end marker, each node was released by exactly one thing: its
-lane's previous node, a cross-lane edge (the launch call that queued a kernel, the op another
-stream waited for), or -- for a blocking call -- the GPU op it waited for. Each link covers the
-time from its predecessor's end to its own end, so the links of a step add up to the step's
-replayed duration exactly. A link is labelled by what held the step there (``LABELS``).
+The walk starts where the program waits for the step: the later of the host's step end and
+the end of the GPU work the step launched (the program step of ``passes/steps.py``
+``program_columns``: where the host runs ahead of a busy GPU, the step ends with its last
+kernel, not with the host's marker). Walking back, each node was released by exactly one
+thing: its lane's previous node, a cross-lane edge (the launch call that queued a kernel,
+the op another stream waited for), or -- for a blocking call -- the GPU op it waited for.
+Each link covers the time from its predecessor's end to its own end, so the links of a step
+add up to its program step in the replay exactly (the host's span where the host is the
+longer, else the GPU's window for the step). A link is labelled by what held the step there
+(``LABELS``); the lag between a launch call's return and its op's start is "queued after
+launch" (the GPU held queued work: a stream wait, a busy queue, the launch latency), the call
+itself "launch".
 """
 from __future__ import annotations
 
@@ -15,7 +22,8 @@ from .graph import END_EDGES, NEG, StepGraph, factorize
 from .sim import Schedule
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
-          "another rank")
+          "another rank", "queued after launch")
+QUEUED = "queued after launch"
 TOP = 10
 MAX_SEGMENTS = 1000
 
@@ -63,10 +71,10 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     start, end = schedule.start_ns, schedule.end_ns
     pred, how, lag_launch, prev, starts = _binding_preds(graph, schedule, pos)
     lab_codes, lab_names = _label_codes(graph)
-    for extra in ("sync wait", "launch"):
+    for extra in ("sync wait", QUEUED):
         if extra not in lab_names:
             lab_names.append(extra)
-    sync_code, launch_code = lab_names.index("sync wait"), lab_names.index("launch")
+    sync_code, queued_code = lab_names.index("sync wait"), lab_names.index(QUEUED)
     names = n["name"].to_numpy(object)
     lane = n["lane"].to_numpy(np.int64)
     lane_lab = graph.lanes.set_index("lane")["label"].to_dict()
@@ -75,17 +83,20 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     all_code, all_node, all_d = [], [], []
     per_step, segments = [], []
     total = 0
+    gpu_last, gpu_from = _gpu_windows(graph, start, end)
     for k_step, srow in enumerate(graph.steps.itertuples(index=False)):
         if srow.begin < 0 or srow.end < 0:
             v, t0 = int(np.argmax(end)), int(start.min())
+            bound = "window"   # a whole-trace window: its last end
         else:
             bi, ei = pos.get_indexer([srow.begin, srow.end])
             if bi < 0 or ei < 0:
                 continue
-            v, t0 = int(ei), int(start[bi])
+            v, t0, bound = _program_end(int(bi), int(ei), int(gpu_last[k_step]),
+                                        int(gpu_from[k_step]), start, end)
         path, via, via_how, via_launch = _walk(v, t0, k_step, links)
         if not path:
-            per_step.append({"step": int(srow.step), "by_label": {}})
+            per_step.append({"step": int(srow.step), "by_label": {}, "ends_at": bound})
             continue
         p = np.asarray(path, np.int64)
         u = np.asarray(via, np.int64)
@@ -98,7 +109,7 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
         seg_lo = np.r_[own_lo, lo]
         seg_hi = np.r_[hi, own_lo]
         code = np.r_[np.where(how_p == 0, sync_code, lab_codes[p]),
-                     np.where(np.asarray(via_launch, bool), launch_code, lab_codes[p])]
+                     np.where(np.asarray(via_launch, bool), queued_code, lab_codes[p])]
         node = np.r_[p, p]
         d = seg_hi - seg_lo
         keep = d > 0
@@ -112,7 +123,7 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
         all_node.append(node)
         all_d.append(d)
         per_step.append({"step": int(srow.step), "by_label": dict(
-            sorted(step_lab.items(), key=lambda x: -x[1]))})
+            sorted(step_lab.items(), key=lambda x: -x[1])), "ends_at": bound})
         room = MAX_SEGMENTS - len(segments)
         if room > 0:
             o = np.argsort(seg_lo, kind="stable")[:room]
@@ -128,6 +139,83 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
                  "pct": round(100.0 * v[0] / total, 2) if total else 0.0} for k, v in top],
         "steps": per_step,
         "segments": _merge(segments)}
+
+
+def program_spans(graph: StepGraph, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per graph step, its program step under the node times ``start`` / ``end`` (a
+    schedule's, or the measured ``ts_ns`` / ``ts_ns + dur_ns``): the longer of the host's
+    span (end marker - begin marker) and the GPU's window for the step (``_gpu_windows``);
+    first start to last end for a whole-trace window; -1 where a marker is missing."""
+    st = graph.steps
+    out = np.full(len(st), -1, np.int64)
+    if not len(st) or not len(graph.nodes):
+        return out
+    if (st["begin"].to_numpy() < 0).all():
+        out[:] = int(end.max() - start.min())
+        return out
+    pos = pd.Index(graph.nodes["id"].to_numpy(np.int64))
+    bi = pos.get_indexer(st["begin"].to_numpy(np.int64))
+    ei = pos.get_indexer(st["end"].to_numpy(np.int64))
+    last, opens = _gpu_windows(graph, start, end)
+    for k in np.flatnonzero((bi >= 0) & (ei >= 0)).tolist():
+        v, t0, _ = _program_end(int(bi[k]), int(ei[k]), int(last[k]), int(opens[k]), start,
+                                end)
+        out[k] = int(end[v] if v != ei[k] else start[v]) - t0
+    return out
+
+
+def _gpu_windows(graph: StepGraph, start: np.ndarray,
+                 end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per graph step: the GPU op it launched that ends last (node position, -1: none) and
+    where the step's GPU window opens in the replay -- its first op's start, or the end of
+    the earlier steps' GPU work of its process where that overlaps (``program_columns``);
+    -1 where the step launched nothing."""
+    st = graph.steps
+    k = len(st)
+    last = np.full(k, -1, np.int64)
+    opens = np.full(k, -1, np.int64)
+    n = graph.nodes
+    if not k or not len(n):
+        return last, opens
+    what = graph.lanes.set_index("lane")["what"]
+    on_gpu = (what.reindex(n["lane"].to_numpy()).to_numpy(object) == "gpu")
+    step = n["step"].to_numpy(np.int64)
+    sel = np.flatnonzero(on_gpu & (step >= 0) & (step < k))
+    if not len(sel):
+        return last, opens
+    o = sel[np.lexsort((end[sel], step[sel]))]   # by step, the latest end last
+    s_o = step[o]
+    tail = np.r_[s_o[1:] != s_o[:-1], True]
+    last[s_o[tail]] = o[tail]
+    first = np.full(k, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, step[sel], start[sel])
+    has = last >= 0
+    ge = np.where(has, end[np.maximum(last, 0)], -1)
+    # the earlier steps of the same process, in start order: how far their GPU work reached
+    pid = st["pid"].to_numpy(np.int64)
+    t = st["start_ns"].to_numpy(np.int64)
+    reach = np.full(k, -1, np.int64)
+    for p in np.unique(pid).tolist():
+        idx = np.flatnonzero(pid == p)
+        idx = idx[np.argsort(t[idx], kind="stable")]
+        run = np.maximum.accumulate(ge[idx])
+        reach[idx[1:]] = run[:-1]
+    opens = np.where(has, np.maximum(first, reach), -1)
+    return last, opens
+
+
+def _program_end(bi: int, ei: int, g_last: int, g_from: int, start, end):
+    """(the node the step's walk starts from, the time it walks back to, where the step
+    ends: "host" or "gpu"): the host's end marker over the host's span, or -- where the
+    step's GPU work ends later -- its last GPU op, over the program step (the longer of the
+    host's span and the GPU's window, ``program_columns``) ending there."""
+    h0, h1 = int(start[bi]), int(start[ei])
+    if g_last < 0 or int(end[g_last]) <= h1:
+        return ei, h0, "host"
+    g1 = int(end[g_last])
+    gpu = max(0, g1 - g_from)
+    prog = max(h1 - h0, gpu)
+    return g_last, g1 - prog, "gpu"
 
 
 class _Links:
