@@ -319,6 +319,13 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         facts.graph = overhead_mod.mark(facts.graph, ev)   # the profiler's cost per node
         facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
             split_mod.within(ev, facts.graph))
+    elif not len(ops) and source != "whole_trace" and len(step_tab):
+        # a host-only window (CPU trace): its steps as a graph, so the host levers are
+        # priced by the same replay as a GPU trace's (the replay pass leaves it out)
+        facts.graph = _host_graph(ev, ops, step_tab, pattern)
+        if facts.graph is not None:
+            facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
+                split_mod.within(ev, facts.graph))
     facts.figures["profiler_overhead"] = overhead_mod.estimate(
         ev, steps=len(step_tab) if stats else 0, step_mean_ns=(stats or {}).get("mean_ns"),
         busy_step_ns=facts.figures.get("busy_step_mean_ns"),
@@ -352,6 +359,20 @@ def _replay(ev, ops, step_rows, op_step, pattern, steady) -> tuple:
         # (and the verdict prices levers by their bounds)
         return None, replay_mod.not_replayable(f"the graph could not be built ({type(e).__name__}: {e})")
     return graph, out
+
+
+def _host_graph(ev, ops, steps, pattern):
+    """The levers' graph of a host-only window (passes/replay/whatif.py ``graph_of``), None
+    where it cannot be built or its replay does not settle."""
+    from .passes.replay.graph import build_graph
+    from .passes.replay.sim import simulate
+
+    try:
+        g = split_mod.priced_graph(build_graph(ev, ops, steps, step_pattern=pattern or None),
+                                   ev, pattern or None)
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+    return g if simulate(g).converged else None
 
 
 def _with_levers(u: dict | None, judged: dict) -> dict | None:
