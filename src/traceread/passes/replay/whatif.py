@@ -556,9 +556,22 @@ def fuse_pointwise(g, f: Facts, p: dict):
     _set_cost(g, np.ones(len(n), bool), dur)
     if _has_gpu(g):   # the fused members' launches, and the op dispatch before each
         calls = _launches_of(g, gone)
-        gone |= calls | _before(g, calls, _kind(g, "host") & _cat(g, "cpu_op", "untraced"))
+        host = _kind(g, "host") & _cat(g, "cpu_op", "untraced")
+        lead = _before(g, calls, host)
+        # where a driver call that launches nothing sits between the dispatch and its launch
+        # (nsys: cuKernelGetName, a short stretch, then cudaLaunchKernel), the dispatch is
+        # the stretch before that call: it goes with the launch, as on a Kineto capture
+        helper = _before(g, lead, _kind(g, "launch") & ~_launches_any(g))
+        gone |= calls | lead | helper | _before(g, helper, host)
     _zero(g, gone)
     return g
+
+
+def _launches_any(g) -> np.ndarray:
+    """Mask of the host nodes that launched some GPU op."""
+    e = g.edges
+    src = e.loc[(e["kind"] == "launch").to_numpy(), "src"]
+    return np.isin(g.nodes["id"].to_numpy(), src.to_numpy())
 
 
 def _before(g, mask, allowed) -> np.ndarray:
