@@ -1,0 +1,95 @@
+"""Issue 37: the lever that fixes a recorded pair is ranked by its price, on either tracer.
+
+* A CPU trace's to-do list ranks the levers the replay of its host steps prices -- the
+  DataLoader's workers, compile fusion, the fused optimizer, a larger batch -- before the
+  advice to record the GPU, which saves no step time (tests/fixtures/pairs: each BEFORE
+  trace and the change its AFTER twin made).
+* An nsys capture's program facts read its NVTX step ranges: the ``.item()`` that ends each
+  step of gpu/launch does not split the step, so CUDA graphs stay offered as on Kineto.
+* Compile fusion removes the dispatch before each fused launch on both tracers (on nsys a
+  driver helper call sits between the dispatch and the launch).
+"""
+from __future__ import annotations
+
+import lzma
+import shutil
+from pathlib import Path
+
+import pytest
+
+import traceread
+
+FIX = Path(__file__).parent / "fixtures"
+_CACHE: dict = {}
+
+
+def _analysis(path: Path):
+    if path not in _CACHE:
+        _CACHE[path] = traceread.analyze(str(path))
+    return _CACHE[path]
+
+
+@pytest.fixture(scope="module")
+def launch_nsys(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rank_nsys") / "launch.bad.sqlite"
+    with lzma.open(FIX / "gpu" / "launch.bad.sqlite.xz") as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+@pytest.mark.parametrize("name,first", [
+    ("workers", "num_workers"),          # DataLoader on the training thread
+    ("compile", "compile_fuse"),         # chains of pointwise ops
+    ("fused_opt", "fused_optimizer"),    # a per-parameter optimizer loop
+    ("batch", "larger_batch"),           # a tiny batch
+])
+def test_cpu_pair_ranks_its_fix_first(name, first):
+    v = _analysis(FIX / "pairs" / f"{name}.before.json.gz").verdict
+    assert v["bound"] == "cpu_only"
+    top = v["actions"][0]
+    assert top["id"] == first
+    assert top["basis"] == "replay" and top["saves_per_step_ns"] > 0
+    assert any(b["fact"].startswith("replay_levers.") for b in top["because"])
+    # the record-the-GPU advice has no price: it comes after every priced lever
+    ids = [a["id"] for a in v["actions"]]
+    priced = [i for i, a in enumerate(v["actions"]) if a["saves_ns"] is not None]
+    if "record_gpu" in ids:
+        assert ids.index("record_gpu") > max(priced)
+
+
+def test_cpu_dataloader_advice_is_one_item_with_the_priced_workers():
+    """num_workers (priced) and the CPU DataLoader advice ask for the same change: one is
+    kept, the priced one."""
+    ids = [a["id"] for a in _analysis(FIX / "pairs" / "workers.before.json.gz").verdict["actions"]]
+    assert ids[0] == "num_workers" and "cpu_dataloader" not in ids
+
+
+def test_cpu_trace_with_untraced_launches_gets_no_host_price():
+    """A GPU program's host side alone (launches recorded, no GPU activity) is not priced:
+    what its GPU would wait on is not in the trace."""
+    from traceread.verdict.levers import offered_host
+
+    ctx = {"cpu_only": {"launches": 120}, "replay_levers": {"models": {}}}
+    assert offered_host(ctx, 0) == []
+
+
+def test_nsys_steps_keep_the_step_end_sync_capturable(launch_nsys):
+    """gpu/launch on nsys: 600 tiny kernels then ``.item()`` per NVTX ``step_N``; the sync
+    ends the step, so the step is capturable and CUDA graphs are offered and priced."""
+    a = _analysis(launch_nsys)
+    assert a.facts.program["capturable"] is True
+    ids = {x["id"]: x for x in a.verdict["actions"]}
+    assert "cuda_graphs" in ids and ids["cuda_graphs"]["basis"] == "replay"
+    assert "cuda_graphs" not in {w["id"] for w in a.verdict["withdrawn"]}
+
+
+def test_fusion_priced_alike_on_both_tracers(launch_nsys):
+    """The same 600 pointwise kernels fused: within 5 points of the step on Kineto and
+    nsys (the nsys dispatch stretch sits before cuKernelGetName, not the launch)."""
+    def share(a):
+        x = next(x for x in a.verdict["actions"] if x["id"] == "compile_fuse")
+        return 100.0 * x["saves_per_step_ns"] / a.facts.figures["program_step_mean_ns"]
+
+    k = share(_analysis(FIX / "gpu" / "launch.bad.json.gz"))
+    n = share(_analysis(launch_nsys))
+    assert k > 80 and n > 80 and abs(k - n) < 5
