@@ -93,3 +93,17 @@ def test_fusion_priced_alike_on_both_tracers(launch_nsys):
     k = share(_analysis(FIX / "gpu" / "launch.bad.json.gz"))
     n = share(_analysis(launch_nsys))
     assert k > 80 and n > 80 and abs(k - n) < 5
+
+
+def test_pageable_read_back_is_a_waited_dtoh_copy():
+    """h200/pageable: ``loss`` copied non_blocking into a pageable host tensor. CUDA stages
+    it, so the host waits: the read-back lever stands on that copy, not on "no sync copy
+    directions"."""
+    from traceread.verdict.because import because_text
+
+    a = _analysis(FIX / "h200" / "pageable.bad.json.gz")
+    assert a.facts.program["sync_copy_directions"] == {"DtoH": 3}
+    proof = a.facts.evidence["sync_copy_directions"][0]
+    assert "Pageable" in proof["name"] and "staged through pageable" in proof["detail"]
+    late = next(x for x in a.verdict["actions"] if x["id"] == "late_read")
+    assert "sync_copy_directions={DtoH=3}" in because_text(late["because"])
