@@ -187,3 +187,41 @@ def test_untraced_compile_needs_long_host_work_in_two_steps():
     assert len(untraced_compile(_loads(lazy, 2_500_000), lazy)[0]) == 0
     once = _gaps([200_000_000, 150_000_000], [0, -1])   # the second outside the steps
     assert len(untraced_compile(_loads(once, 200_000), once)[0]) == 0
+
+
+def _item(id_, saves):
+    return {"id": id_, "saves_ns": saves}
+
+
+def test_unpriced_gpu_lever_leads_only_on_evidence_it_is_larger():
+    """A GPU-bound verdict puts kernel advice before idle levers only where the kernels it
+    acts on take at least the best priced saving: channels_last has no such evidence (no
+    class holds the convolutions), TF32 on 400 ms of FP32 GEMMs has."""
+    from traceread.verdict.levers import rank
+
+    ctx = {"busy_classes": {"gemm_simt": 400_000_000, "elementwise": 5_000_000}}
+    items = [_item("channels_last_generic", None), _item("remove_syncs", 20_000_000)]
+    assert [x["id"] for x in rank(list(items), True, ctx)][0] == "remove_syncs"
+    items = [_item("tf32_generic", None), _item("remove_syncs", 20_000_000)]
+    assert [x["id"] for x in rank(list(items), True, ctx)][0] == "tf32_generic"
+    items = [_item("compile_generic", None), _item("remove_syncs", 20_000_000)]
+    assert [x["id"] for x in rank(list(items), True, ctx)][0] == "remove_syncs"
+    # nothing priced: the kernel advice leads as before
+    assert rank([_item("channels_last_generic", None)], True, ctx)[0]["id"] == \
+        "channels_last_generic"
+
+
+def test_flux_channels_last_does_not_outrank_priced_levers():
+    """TraceLens xDiT Flux (MI300X): 35 conv2d ops a step, no convolution kernel class --
+    'channels_last for convolutions' (no estimate) follows the priced levers."""
+    from conftest import corpus_or_skip
+
+    p = corpus_or_skip() / "AMD-AGI__TraceLens/tests/traces/inference/xdit_flux_aiter/" \
+        "profile_trace_rank_0.json.gz"
+    if not p.exists():
+        pytest.skip(f"{p} not in this corpus")
+    acts = _analysis(p).verdict["actions"]
+    ids = [a["id"] for a in acts]
+    assert "channels_last_generic" in ids
+    first_priced = next(i for i, a in enumerate(acts) if a["saves_ns"] is not None)
+    assert ids.index("channels_last_generic") > first_priced

@@ -1526,7 +1526,7 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
         if rep is not None:
             _replay_item(item, lv, rep, ctx)
         items.append(item)
-    return rank(_cap_bounds(items), gpu_bound(ctx))
+    return rank(_cap_bounds(items), gpu_bound(ctx), ctx)
 
 
 def _replay_item(item: dict, lv: Lever, rep: int, ctx: Ctx) -> None:
@@ -1610,17 +1610,47 @@ def _cap_bounds(items: list[dict]) -> list[dict]:
     return items
 
 
-def rank(items: list[dict], kernels_first: bool = False) -> list[dict]:
+# the busy classes (passes/kernel_classes.py) a generic GPU lever with no estimate acts on:
+# the most it could change; a lever not listed has no such evidence (channels_last: no
+# class holds the convolutions)
+GENERIC_REACH = {
+    **dict.fromkeys(("autocast_generic", "fp16_generic", "tf32_generic",
+                     "tensor_cores_native"), ("gemm_simt",)),
+    **dict.fromkeys(("compile_generic", "fuse_generic_native"), ("elementwise", "reduction")),
+}
+
+
+def reach_ns(lv: Lever, ctx: Ctx) -> int | None:
+    """The GPU time an unpriced GPU lever acts on, over the window: its kernel classes'
+    busy time (GENERIC_REACH), or the dominant kernel's for tune_kernel; None: no evidence."""
+    b = ctx.get("busy_classes") or {}
+    if str(lv.id) == "tune_kernel":
+        pct = float((ctx.get("top_kernel") or {}).get("pct") or 0)
+        return int(sum(b.values()) * pct / 100) if b and pct else None
+    classes = GENERIC_REACH.get(str(lv.id))
+    return None if classes is None or not b else int(sum(b.get(c, 0) for c in classes))
+
+
+def rank(items: list[dict], kernels_first: bool = False, ctx: Ctx | None = None) -> list[dict]:
     """Largest saving first, then the lever the trace points at, then the cheaper, then
     table order; items with no estimate after those with one -- before them when
     ``kernels_first`` (a GPU-bound verdict: the idle causes together are under 10% of the
-    window, the GPU's own work is the rest)."""
+    window, the GPU's own work is the rest) and the kernels the lever acts on take at least
+    the largest estimated saving (``reach_ns``; an unpriced lever outranks a priced one only
+    on that evidence)."""
     order = {lv.id: i for i, lv in enumerate(LEVERS)}
+    best = max((x["saves_ns"] for x in items if x["saves_ns"] is not None), default=0)
+
+    def leads(lv) -> bool:
+        if not best:
+            return True
+        r = reach_ns(lv, ctx or {})
+        return r is not None and r >= best
 
     def key(x):
         lv = BY_ID[x["id"]]
         known = x["saves_ns"] is not None
-        lead = kernels_first and not known and lv.cause == "gpu"
+        lead = kernels_first and not known and lv.cause == "gpu" and leads(lv)
         return (not lead, not known, -(x["saves_ns"] or 0), not lv.first, COST_ORDER[lv.cost],
                 order[lv.id])
     items.sort(key=key)
