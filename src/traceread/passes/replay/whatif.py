@@ -853,8 +853,11 @@ def drop_compile(g, f: Facts, p: dict):
 def host_off_path(g, f: Facts, p: dict):
     """Move the host's own work off the step path (precompute, cache, a background thread):
     the launching threads' untraced stretches and Python frames above HOST_LAG_FLOOR_NS
-    take no time; PyTorch's dispatch (operator stretches) and the launches stay."""
-    python = _cat(g, "untraced", "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
+    take no time; PyTorch's dispatch (operator stretches) and the launches stay. A
+    host-only (CPU) step: its traced Python frames only -- there the untraced time between
+    ops may be the compute itself, which no thread can take off the step."""
+    untraced = ("untraced",) if _has_gpu(g) else ()
+    python = _cat(g, *untraced, "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
     m = _kind(g, "host") & python & \
         (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
     m &= ~_others_busy(g, m)
