@@ -29,9 +29,9 @@ def _analysis(path: Path):
     return _CACHE[path]
 
 
-def _sqlite(tmp_path_factory, name: str) -> Path:
+def _sqlite(tmp_path_factory, name: str, folder: str = "gpu") -> Path:
     out = tmp_path_factory.mktemp("rank_nsys") / f"{name}.sqlite"
-    with lzma.open(FIX / "gpu" / f"{name}.sqlite.xz") as src, open(out, "wb") as dst:
+    with lzma.open(FIX / folder / f"{name}.sqlite.xz") as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst)
     return out
 
@@ -225,3 +225,29 @@ def test_flux_channels_last_does_not_outrank_priced_levers():
     assert "channels_last_generic" in ids
     first_priced = next(i for i, a in enumerate(acts) if a["saves_ns"] is not None)
     assert ids.index("channels_last_generic") > first_priced
+
+
+def test_diff_sees_the_nsys_recompiles_go(compile_nsys, tmp_path_factory):
+    """The nsys pair of gpu/compile: the detected change is no_recompile (before, only the
+    per-step syncs were seen) -- the lever ranked first on BEFORE (warm_up) prices it."""
+    from traceread.diffs.proof import changed, signature
+    from traceread.verdict.whatif import MODEL_OF
+
+    before = _analysis(compile_nsys)
+    after = _analysis(_sqlite(tmp_path_factory, "compile.fixed"))
+    ids = [m for m, _, _ in changed(signature(before), signature(after))]
+    assert "no_recompile" in ids
+    assert MODEL_OF[before.verdict["actions"][0]["id"]] in ids
+
+
+def test_diff_sees_one_sync_a_step_go_on_nsys(tmp_path_factory):
+    """h200/queue on nsys: torch.cuda.synchronize() once a step (1.0 a step over the NVTX
+    steps), none in the fixed run but the one after its loop (1/11): one whole sync a step
+    went, the drop_syncs change."""
+    from traceread.diffs.proof import changed, signature
+
+    b = _analysis(_sqlite(tmp_path_factory, "queue.bad", "h200"))
+    a = _analysis(_sqlite(tmp_path_factory, "queue.fixed", "h200"))
+    sb, sa = signature(b), signature(a)
+    assert sb["syncs_per_step"] == 1.0 and sa["syncs_per_step"] < 0.1
+    assert "drop_syncs" in [m for m, _, _ in changed(sb, sa)]
