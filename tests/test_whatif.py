@@ -256,10 +256,23 @@ def test_empty_cache_frees_and_mallocs_go():
 
 def test_host_work_off_the_step_path_keeps_dispatch():
     g = G()
+    a = g.h("launch", "cudaLaunchKernel", 5 * US)
+    g.k("k", 50 * US, a)
     g.h("host", "aten::linear", 100 * US)
     g.h("host", "untraced", 5_000 * US, cat="untraced")
     g.h("host", "untraced", 20 * US, cat="untraced")      # dispatch-sized: stays
     assert saves(g.build(), ["host_off_path"])["saves_ns"] == 5_000 * US
+
+
+def test_host_only_step_moves_traced_python_not_untraced_time():
+    """A CPU step: the untraced time between ops may be the compute itself (a trimmed trace,
+    ops not recorded); only traced Python frames move off the step."""
+    g = G()
+    g.h("host", "aten::linear", 100 * US)
+    g.h("host", "untraced", 5_000 * US, cat="untraced")
+    assert "no host work" in saves(g.build(), ["host_off_path"])["refused"]["host_off_path"]
+    g.h("host", "train.py(12): log_metrics", 2_000 * US, cat="python")
+    assert saves(g.build(), ["host_off_path"])["saves_ns"] == 2_000 * US
 
 
 def test_pinned_copy_runs_at_pinned_bandwidth_and_its_call_returns():

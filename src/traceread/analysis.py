@@ -25,6 +25,7 @@ from .passes import steady as steady_mod
 from .passes import steps as steps_mod
 from .passes import overhead as overhead_mod
 from .passes import replay as replay_mod
+from .passes import compile as compile_mod
 from .passes.replay import split as split_mod
 from .passes import utilization as util_mod
 from .passes.side import SidePasses
@@ -273,7 +274,10 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     release_heap()
     att = attr_mod.attribute(ev, gaps, ops, pattern)
     release_heap()
-    gaps = att["gaps"]
+    # compilation an untraced host shows only through the driver's module loads (nsys):
+    # the host time of the gaps that end in freshly built code is compile time
+    jit, jit_evidence = compile_mod.untraced_compile(ev, att["gaps"])
+    gaps = compile_mod.charge_compile(att["gaps"], jit)
     # steady state reads only the gaps' bounds (set by the attribution): it runs beside the rest
     side.submit("steady", steady_mod.steady_state, ref("ev"), gaps[["start", "end"]].copy())
     gaps["sync_share"] = attr_mod.sync_share(gaps, att["sync_blocked"])
@@ -297,6 +301,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     copies = side.get("copies")
     ctx = side.get("ctx")
     _add_trace_facts(ctx, all_ev, ev)
+    if len(jit):
+        ctx["untraced_compile_gaps"] = int(len(jit))
     # the layout reads only these two context keys: it runs beside culprits and the verdict
     side.submit("layout", parallelism, ref("ev"), trace.meta,
                 {k: ctx.get(k) for k in ("framework_evidence", "comm_backend")},
@@ -312,13 +318,23 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
         copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
     facts.graph, facts.replay = replay_graph, replay   # the step as a graph (passes/replay)
+    if jit_evidence:
+        facts.evidence["untraced_compile_gaps"] = jit_evidence
     if replay_graph is not None and len(ops):
         # what the what-if models change (passes/replay/whatif.py): the first steps, host
         # stretches cut at their ops
         facts.graph = split_mod.priced_graph(replay_graph, ev, pattern)
         facts.graph = overhead_mod.mark(facts.graph, ev)   # the profiler's cost per node
+        facts.graph = compile_mod.mark_compile(facts.graph, gaps, jit)
         facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
             split_mod.within(ev, facts.graph))
+    elif not len(ops) and source != "whole_trace" and len(step_tab):
+        # a host-only window (CPU trace): its steps as a graph, so the host levers are
+        # priced by the same replay as a GPU trace's (the replay pass leaves it out)
+        facts.graph = _host_graph(ev, ops, step_tab, pattern)
+        if facts.graph is not None:
+            facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
+                split_mod.within(ev, facts.graph))
     facts.figures["profiler_overhead"] = overhead_mod.estimate(
         ev, steps=len(step_tab) if stats else 0, step_mean_ns=(stats or {}).get("mean_ns"),
         busy_step_ns=facts.figures.get("busy_step_mean_ns"),
@@ -352,6 +368,20 @@ def _replay(ev, ops, step_rows, op_step, pattern, steady) -> tuple:
         # (and the verdict prices levers by their bounds)
         return None, replay_mod.not_replayable(f"the graph could not be built ({type(e).__name__}: {e})")
     return graph, out
+
+
+def _host_graph(ev, ops, steps, pattern):
+    """The levers' graph of a host-only window (passes/replay/whatif.py ``graph_of``), None
+    where it cannot be built or its replay does not settle."""
+    from .passes.replay.graph import build_graph
+    from .passes.replay.sim import simulate
+
+    try:
+        g = split_mod.priced_graph(build_graph(ev, ops, steps, step_pattern=pattern or None),
+                                   ev, pattern or None)
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+    return g if simulate(g).converged else None
 
 
 def _with_levers(u: dict | None, judged: dict) -> dict | None:

@@ -798,6 +798,10 @@ class Context(_S):
     startup_phase: Optional[StartupPhase] = None
     compiled_calls_per_step: Optional[CompiledCalls] = None
     step_head_wait: Optional[StepHeadWait] = None
+    # GPU-idle gaps ending in freshly built GPU code (a driver module load after host work
+    # many times its length, in two or more steps): compilation the host did not name
+    # (passes/compile.py untraced_compile); absent when none
+    untraced_compile_gaps: Optional[int] = None
 
 
 class SteadyEvidence(_S):

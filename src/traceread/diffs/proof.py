@@ -64,7 +64,10 @@ def signature(a) -> dict:
         "driver_allocs_per_step": count(ALLOC_API_RX, ("runtime", "driver")),
         "pageable_ns": int((a.copies or {}).get("pageable_ns") or 0),
         "exposed_copy_ns": int((a.copies or {}).get("exposed_ns") or 0),
-        "recompiles": int((a.compile or {}).get("recompiles") or 0),
+        # recompiles the host named (dynamo ranges), or the gaps an nsys capture shows ending
+        # in freshly built code (passes/compile.py untraced_compile)
+        "recompiles": int((a.compile or {}).get("recompiles") or 0)
+        or int(c.get("untraced_compile_gaps") or 0),
         "lowp": bool(dt.get("bf16") or dt.get("fp16")),
         "tf32": bool(dt.get("tf32")),
         "layout_kernels_per_step": count(LAYOUT_RX, ("kernel",)),
@@ -101,8 +104,9 @@ def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str,
     out = []
     if b["loads_on_thread"] and not b["workers"] and a["workers"]:
         out.append(("workers", "DataLoader worker processes appeared", {}))
+    # one whole sync a step gone: 1 -> 1/11 (a last sync after the loop) is one
     if b["syncs_per_step"] >= 1 and a["syncs_per_step"] <= 0.5 * b["syncs_per_step"] and \
-            b["syncs_per_step"] - a["syncs_per_step"] >= 1:
+            round(b["syncs_per_step"]) - round(a["syncs_per_step"]) >= 1:
         out.append(("drop_syncs", f"blocking syncs per step {b['syncs_per_step']:g} -> "
                                   f"{a['syncs_per_step']:g}", {}))
     if b["empty_cache_per_step"] > 0 and a["empty_cache_per_step"] == 0 or \

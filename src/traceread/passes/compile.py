@@ -446,3 +446,108 @@ def compile_counts(events) -> dict:
 def _frame_sort(key: str):
     parts = re.findall(r"\d+", key)
     return (key.startswith("!"), [int(p) for p in parts], key)
+
+
+# -- compilation an untraced host shows only through the driver ---------------------------
+# An nsys capture without Python frames or dynamo ranges shows a recompile as a long GPU-idle
+# gap on the launching thread that ends with the freshly built code being loaded into the
+# driver (cuModuleLoad / cuModuleLoadData / cuLibraryLoadData). Lazy module loading loads a
+# kernel once, at its first launch, and the gap around it is little more than the load; a
+# build loads code in step after step, after host work many times the load's own length.
+LOAD_API_RX = namerx.compile(r"^cu(?:Module|Library)Load(?:Data(?:Ex)?|FatBinary)?(?:_v\d+)?$")
+JIT_GAP_X = 20        # the gap's host time >= 20x the load call: code was built before it
+JIT_MIN_GAP_NS = 1_000_000
+JIT_MIN_STEPS = 2     # in at least two analysed steps: lazy loading loads each kernel once
+HOST_COLS = ("untraced", "wait", "cpu_op", "python")   # the host work a build shows as
+
+
+def untraced_compile(ev: pd.DataFrame, gaps: pd.DataFrame) -> tuple[np.ndarray, list[dict]]:
+    """(the indices of the GPU-idle gaps in which the program built GPU code at run time --
+    each inside an analysed step, holding a driver module load, its host time at least
+    ``JIT_GAP_X`` x the load call and ``JIT_MIN_GAP_NS``, such gaps in at least
+    ``JIT_MIN_STEPS`` steps --, evidence: the loads). Empty where the driver API is not
+    traced (a Kineto trace names its compilation: ``compile_spans``)."""
+    none = np.zeros(0, np.int64)
+    if not len(gaps) or "step_index" not in gaps:
+        return none, []
+    rows = np.flatnonzero(kind_in(ev, ("driver",)))
+    if not len(rows):
+        return none, []
+    hit = namerx.compile(LOAD_API_RX).search
+    rows = rows[[bool(hit(n)) for n in ev["name"].take(rows).astype(str).tolist()]]
+    if not len(rows):
+        return none, []
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    dur = ev["dur"].to_numpy(np.int64)[rows]
+    start, end = gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64)
+    order = np.argsort(start, kind="stable")
+    k = np.searchsorted(start[order], ts, side="right") - 1
+    at = np.where(k >= 0, order[np.maximum(k, 0)], -1)
+    inside = (at >= 0) & (ts < end[np.maximum(at, 0)])
+    host = sum(gaps[f"cpu_{c}"].to_numpy(np.int64) for c in HOST_COLS if f"cpu_{c}" in gaps)
+    step = gaps["step_index"].to_numpy(np.int64)
+    a = np.maximum(at, 0)
+    built = inside & (step[a] >= 0) & (host[a] >= JIT_GAP_X * dur) & \
+        (host[a] >= JIT_MIN_GAP_NS)
+    if len(np.unique(step[a[built]])) < JIT_MIN_STEPS:
+        return none, []
+    idx = np.unique(at[built])
+    names = ev["name"].take(rows).astype(str).to_numpy()
+    evidence = [{"name": names[i], "ts_ns": int(ts[i]),
+                 "step": int(gaps["step"].iat[at[i]]) if "step" in gaps else None,
+                 "detail": f"GPU code loaded after {host[at[i]] / 1e6:.1f} ms of host work "
+                           f"with the GPU idle ({host[at[i]] / max(1, dur[i]):.0f}x the load): "
+                           "built at run time"}
+                for i in np.flatnonzero(built)[:5].tolist()]
+    return idx, evidence
+
+
+def charge_compile(gaps: pd.DataFrame, idx: np.ndarray) -> pd.DataFrame:
+    """``gaps`` with the host time of the gaps ``idx`` (``untraced_compile``) moved to the
+    compile category (the host's and the queued part alike)."""
+    if not len(idx):
+        return gaps
+    out = gaps.copy()
+    for pre in ("cpu_", "qcpu_"):
+        if f"{pre}compile" not in out:
+            continue
+        total = out[f"{pre}compile"].to_numpy(np.int64).copy()
+        for c in HOST_COLS:
+            col = f"{pre}{c}"
+            if col in out:
+                v = out[col].to_numpy(np.int64).copy()
+                total[idx] += v[idx]
+                v[idx] = 0
+                out[col] = v
+        out[f"{pre}compile"] = total
+    if "cpu" in out:   # the gap's leading category
+        cpu = out["cpu"].astype(object).to_numpy().copy()
+        cpu[idx] = "compile"
+        out["cpu"] = cpu
+    return out
+
+
+def mark_compile(graph, gaps: pd.DataFrame, idx: np.ndarray):
+    """The replay graph with its host stretches inside the gaps ``idx`` (``untraced_compile``)
+    labelled compile: what the no-recompile change removes (passes/replay/whatif.py)."""
+    if graph is None or not len(idx):
+        return graph
+    n = graph.nodes
+    start = gaps["start"].to_numpy(np.int64)[idx]
+    end = gaps["end"].to_numpy(np.int64)[idx]
+    # a stretch belongs to the gap its middle lies in: the build starts while the GPU still
+    # drains the work queued before it, so its first stretch begins before the gap
+    mid = n["ts_ns"].to_numpy(np.int64) + n["dur_ns"].to_numpy(np.int64) // 2
+    o = np.argsort(start)
+    start, end = start[o], end[o]
+    k = np.searchsorted(start, mid, side="right") - 1
+    within = (k >= 0) & (mid < end[np.maximum(k, 0)])
+    host = (n["kind"].astype(str).to_numpy() == "host") & \
+        n["cat"].astype(str).isin(HOST_COLS).to_numpy()
+    m = within & host
+    if not m.any():
+        return graph
+    cat = n["cat"].astype(object).to_numpy().copy()
+    cat[m] = "compile"
+    graph.nodes = n.assign(cat=cat)
+    return graph

@@ -16,6 +16,7 @@ from .. import namerx
 from .common import kind_in, name_codes, name_lut, rows_of
 
 STEP_RX = namerx.compile(r"^ProfilerStep#(\d+)$")
+STEP_NUMBER_RX = re.compile(r"(\d+)\D*$")   # a step range's number: its last digits
 HOST_STACK_KINDS = ("cpu_op", "python", "annotation")
 MAX_EVIDENCE = 5
 
@@ -43,11 +44,20 @@ class Steps:
 
     def __init__(self, ev: pd.DataFrame):
         rows = rows_named(ev, STEP_RX, ("annotation", "cpu_op"))
+        if not len(rows):
+            # no ProfilerStep (an nsys capture): the numbered step ranges the steps pass
+            # falls back to (NVTX ``step_3``, ``iteration 3``): without them every per-step
+            # figure was a whole-window total, and the sync ending one step split it
+            from .steps import FALLBACK_STEP_PATTERN
+            rows = rows_named(ev, namerx.compile(FALLBACK_STEP_PATTERN), ("annotation",))
+            rows = rows[ev["dur"].to_numpy()[rows] > 0]
         ts = ev["ts"].to_numpy(np.int64)
         self.pid = ev["pid"].to_numpy()[rows]
         self.start = ts[rows]
         self.end = self.start + ev["dur"].to_numpy(np.int64)[rows]
-        self.number = np.array([int(STEP_RX.match(n).group(1)) for n in names(ev, rows)],
+        found = names(ev, rows)
+        self.names = frozenset(found)   # the step ranges' own names (no step's culprit)
+        self.number = np.array([int(STEP_NUMBER_RX.search(n).group(1)) for n in found],
                                np.int64)
         order = np.lexsort((self.start, self.pid))
         self.pid, self.start, self.end, self.number = (a[order] for a in (

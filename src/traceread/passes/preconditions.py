@@ -148,8 +148,10 @@ SYNC_COPY_API_RX = re.compile(r"^(?:cuda|hip)Memcpy(?:2D|3D)?$|^cuMemcpy[DH]to[D
 
 def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
     """({direction: count} of the copies the host waited for -- launched by a synchronous
-    memcpy call, or followed on the launching thread by a synchronize before any other
-    runtime call --, evidence); None: no copy in the window."""
+    memcpy call, followed on the launching thread by a synchronize before any other
+    runtime call, or to / from pageable memory (``Device -> Pageable``: CUDA stages such a
+    copy through the host, which waits for it and for the queue before it, non_blocking or
+    not) --, evidence); None: no copy in the window."""
     cp = rows_of(ev, ("memcpy",))
     api = rows_of(ev, ("runtime", "driver"))
     if not len(cp) or not len(api) or "correlation" not in ev:
@@ -162,8 +164,11 @@ def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
     cls = lut.take(codes)
     pos = {int(c): i for i, c in enumerate(corr[order]) if c >= 0}
     kind = ev["copy_kind"].astype(object).to_numpy() if "copy_kind" in ev else None
+    mlut, mcodes = lut_at(ev["name"], cp, _host_pageable, 0, np.int8)
+    pageable = dict(zip(cp.tolist(), (mlut.take(mcodes) == 1).tolist()))
     out: dict[str, int] = {}
     first = None
+    staged = 0
     for r in cp.tolist():
         i = pos.get(int(corr[r]))
         if i is None or kind is None:
@@ -172,14 +177,25 @@ def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
         waited = cls[i] == 2 or (nxt < len(order) and cls[nxt] == 1
                                  and pid[order[nxt]] == pid[order[i]]
                                  and tid[order[nxt]] == tid[order[i]])
-        if waited:
+        if waited or pageable[r]:
             d = str(kind[r] or "unknown")
             out[d] = out.get(d, 0) + 1
+            staged += bool(pageable[r] and not waited)
             first = r if first is None else first
     if first is None:
         return {}, []
+    how = f" ({staged} staged through pageable memory)" if staged else ""
     return out, [item(ev["name"].iat[first], ev["ts"].iat[first], None,
-                      "the host waited for it: " + ", ".join(f"{k} x{v}" for k, v in out.items()))]
+                      "the host waited for it: " + ", ".join(f"{k} x{v}" for k, v in out.items())
+                      + how)]
+
+
+HOST_PAGEABLE_RX = re.compile(r"Pageable\s*->|->\s*Pageable", re.I)   # either side
+
+
+def _host_pageable(name: str) -> int:
+    """1: a copy from or into pageable host memory (its host side unpinned)."""
+    return 1 if HOST_PAGEABLE_RX.search(name) else 0
 
 
 def _sync_class(name: str) -> int:

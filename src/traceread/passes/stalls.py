@@ -84,7 +84,7 @@ def _stall_op(ev, steps: Steps, stalled, normal, pid) -> tuple[str | None, int]:
     names = ev["name"].take(host).astype(str).to_numpy()
     df = pd.DataFrame({"n": names, "s": si, "d": dur})
     df = df[df["s"] >= 0]
-    df = df[~df["n"].str.match(STEP_RX.pattern)]
+    df = df[~df["n"].str.match(STEP_RX.pattern) & ~df["n"].isin(steps.names)]
     per = df.groupby(["n", "s"], sort=False)["d"].sum().unstack(fill_value=0)
     st = [s for s in stalled.tolist() if s in per.columns]
     no = [s for s in normal.tolist() if s in per.columns]

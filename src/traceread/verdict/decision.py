@@ -23,11 +23,12 @@ def decide(facts: WindowFacts) -> dict:
     blev = busy_levers(f.get("busy"))
     has_gpu = f["gpu_ops"] > 0
     ctx = lever_context(facts, blev)
-    if facts.graph is not None and has_gpu:   # levers priced by replaying them (whatif.py)
+    if facts.graph is not None:   # levers priced by replaying them (whatif.py); a CPU
+        # trace's graph holds its host steps: the host levers are priced on it
         ctx["replay_levers"] = whatif.price(facts.graph, ctx, f["copies"],
                                             facts.frames.get("optimizer_regions"))
         facts.prices = whatif.saved_prices(ctx["replay_levers"])   # a saved record's prices
-    elif facts.prices and has_gpu:   # a saved record: the prices it was judged with
+    elif facts.prices:   # a saved record: the prices it was judged with
         ctx["replay_levers"] = dict(facts.prices)
     verdict = scores.score(has_gpu=has_gpu, window_ns=f["window_ns"], idle_ns=f["idle_ns"],
                            parts=f["cause_ns"] if has_gpu else None,

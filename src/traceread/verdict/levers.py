@@ -964,10 +964,10 @@ PT, NV = pytorch, native
 LEVERS: tuple[Lever, ...] = (
     # data
     Lever("num_workers", "data", "DataLoader(num_workers=N): load batches in worker processes, "
-          "off the training thread", "free", when=_all(PT, no_workers)),
+          "off the training thread", "free", when=_all(PT, no_workers), group="workers"),
     Lever("more_workers", "data", "the DataLoader already uses worker processes and they "
           "cannot keep up: raise num_workers (and prefetch_factor), or make each sample cheaper "
-          "to load", "free", when=_all(PT, workers)),
+          "to load", "free", when=_all(PT, workers), group="workers"),
     Lever("pin_batch", "data", DATALOADER_PIN, "free", when=_all(PT, h2d_pageable)),
     Lever("persistent_workers", "data", "persistent_workers=True: do not restart workers every "
           "epoch", "free", when=_all(PT, no_workers)),
@@ -1257,7 +1257,7 @@ LEVERS: tuple[Lever, ...] = (
     Lever("cpu_compile", "cpu_only", _cpu_compile_text, "free", saves="none",
           when=_all(not_cut, cpu_compile_heavy)),
     Lever("cpu_dataloader", "cpu_only", _cpu_data_text, "free", saves="none",
-          when=_all(not_cut, cpu_data_heavy)),
+          when=_all(not_cut, cpu_data_heavy), group="workers"),
     Lever("cpu_checkpoint", "cpu_only", _stall_text, "code", saves="none",
           when=_all(not_cut, checkpoint_stall)),
     Lever("cpu_periodic_stall", "cpu_only", _other_stall_text, "code", saves="none",
@@ -1523,30 +1523,60 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
             text += f" -- {why}" if why else ""
         item = {"id": str(lv.id), "lever": text, "cost": lv.cost, "cause": lv.cause,
                 "saves_ns": ns, "basis": None if ns is None else "bound"}
-        if rep is not None:   # the projected step from the replay, in the measured frame
-            from .whatif import lever_price, projected
-            from .whatif import MODEL_OF
-            r = lever_price(ctx, lv.id)
-            capped = rep < max(0, int(r["saves_ns"])) * max(1, int(ctx.get("steps") or 1)) * \
-                max(1, int(ctx.get("devices") or 1))
-            # capped at the lost time: the replay's own projection is past the GPU's work,
-            # the projection is the saving's (scores._gain, floored at the busy time)
-            item.update(basis="replay", projected_step_ns=None if capped else projected(ctx, r),
-                        model=MODEL_OF[lv.id])
-            k = float(r.get("per_sample_x") or 1.0)
-            if k != 1.0:
-                # a larger batch saves per sample (capped or not); the step itself grows:
-                # project the step at k x the batch, not a per-sample step no run would show
-                item["per_sample_x"] = k
-                if capped:   # the capped saving per sample, from the measured step
-                    n = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
-                    ref = int(ctx.get("step_mean_ns") or 0)
-                    item["projected_step_ns"] = int(k * (ref - rep // n)) \
-                        if ref > rep // n else None
-                elif item["projected_step_ns"]:
-                    item["projected_step_ns"] = int(item["projected_step_ns"] * k)
+        if rep is not None:
+            _replay_item(item, lv, rep, ctx)
         items.append(item)
-    return _rank(_cap_bounds(items), gpu_bound(ctx))
+    return rank(_cap_bounds(items), gpu_bound(ctx), ctx)
+
+
+def _replay_item(item: dict, lv: Lever, rep: int, ctx: Ctx) -> None:
+    """Mark ``item`` priced by the replay: its model, and the projected step from the replay
+    in the measured frame."""
+    from .whatif import MODEL_OF, lever_price, projected
+
+    r = lever_price(ctx, lv.id)
+    capped = rep < max(0, int(r["saves_ns"])) * max(1, int(ctx.get("steps") or 1)) * \
+        max(1, int(ctx.get("devices") or 1))
+    # capped at the lost time: the replay's own projection is past the GPU's work,
+    # the projection is the saving's (scores._gain, floored at the busy time)
+    item.update(basis="replay", projected_step_ns=None if capped else projected(ctx, r),
+                model=MODEL_OF[lv.id])
+    k = float(r.get("per_sample_x") or 1.0)
+    if k != 1.0:
+        # a larger batch saves per sample (capped or not); the step itself grows:
+        # project the step at k x the batch, not a per-sample step no run would show
+        item["per_sample_x"] = k
+        if capped:   # the capped saving per sample, from the measured step
+            n = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
+            ref = int(ctx.get("step_mean_ns") or 0)
+            item["projected_step_ns"] = int(k * (ref - rep // n)) if ref > rep // n else None
+        elif item["projected_step_ns"]:
+            item["projected_step_ns"] = int(item["projected_step_ns"] * k)
+
+
+def offered_host(ctx: Ctx, min_ns: float) -> list[dict]:
+    """The levers of a host-only window (a CPU trace: no cause scores), each priced by the
+    replay of its steps: only a lever whose model changed the graph and saves at least
+    ``min_ns`` is offered (the GPU's models -- CUDA graphs, copies, precisions -- find no
+    kernel or copy to change and refuse). Unranked; ``rank`` orders them with the
+    cpu_only advice, which has no saving and goes after (``rank``). Only a program that
+    runs on the CPU: no kernel launch recorded, the trace whole (a GPU program's host side
+    alone does not show what its GPU would wait on)."""
+    items = []
+    if not (no_launches(ctx) and not_cut(ctx)):
+        return items
+    for lv in LEVERS:
+        if lv.cause in ("cpu_only", "unknown", "waiting") or lv.saves == "busy" \
+                or not all(p(ctx) for p in lv.when):
+            continue
+        rep = replayed(lv, ctx)
+        if rep is None or rep <= 0 or rep < min_ns:
+            continue
+        item = {"id": str(lv.id), "lever": lv.words(ctx), "cost": lv.cost, "cause": lv.cause,
+                "saves_ns": rep, "basis": "bound"}
+        _replay_item(item, lv, rep, ctx)
+        items.append(item)
+    return items
 
 
 # the what-if model that removes a cause's time altogether (verdict/whatif.py MODEL_OF)
@@ -1580,17 +1610,47 @@ def _cap_bounds(items: list[dict]) -> list[dict]:
     return items
 
 
-def _rank(items: list[dict], kernels_first: bool = False) -> list[dict]:
+# the busy classes (passes/kernel_classes.py) a generic GPU lever with no estimate acts on:
+# the most it could change; a lever not listed has no such evidence (channels_last: no
+# class holds the convolutions)
+GENERIC_REACH = {
+    **dict.fromkeys(("autocast_generic", "fp16_generic", "tf32_generic",
+                     "tensor_cores_native"), ("gemm_simt",)),
+    **dict.fromkeys(("compile_generic", "fuse_generic_native"), ("elementwise", "reduction")),
+}
+
+
+def reach_ns(lv: Lever, ctx: Ctx) -> int | None:
+    """The GPU time an unpriced GPU lever acts on, over the window: its kernel classes'
+    busy time (GENERIC_REACH), or the dominant kernel's for tune_kernel; None: no evidence."""
+    b = ctx.get("busy_classes") or {}
+    if str(lv.id) == "tune_kernel":
+        pct = float((ctx.get("top_kernel") or {}).get("pct") or 0)
+        return int(sum(b.values()) * pct / 100) if b and pct else None
+    classes = GENERIC_REACH.get(str(lv.id))
+    return None if classes is None or not b else int(sum(b.get(c, 0) for c in classes))
+
+
+def rank(items: list[dict], kernels_first: bool = False, ctx: Ctx | None = None) -> list[dict]:
     """Largest saving first, then the lever the trace points at, then the cheaper, then
     table order; items with no estimate after those with one -- before them when
     ``kernels_first`` (a GPU-bound verdict: the idle causes together are under 10% of the
-    window, the GPU's own work is the rest)."""
+    window, the GPU's own work is the rest) and the kernels the lever acts on take at least
+    the largest estimated saving (``reach_ns``; an unpriced lever outranks a priced one only
+    on that evidence)."""
     order = {lv.id: i for i, lv in enumerate(LEVERS)}
+    best = max((x["saves_ns"] for x in items if x["saves_ns"] is not None), default=0)
+
+    def leads(lv) -> bool:
+        if not best:
+            return True
+        r = reach_ns(lv, ctx or {})
+        return r is not None and r >= best
 
     def key(x):
         lv = BY_ID[x["id"]]
         known = x["saves_ns"] is not None
-        lead = kernels_first and not known and lv.cause == "gpu"
+        lead = kernels_first and not known and lv.cause == "gpu" and leads(lv)
         return (not lead, not known, -(x["saves_ns"] or 0), not lv.first, COST_ORDER[lv.cost],
                 order[lv.id])
     items.sort(key=key)

@@ -78,7 +78,8 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
         out = _out("cpu_only", "the trace ends before its first GPU event: the file is cut "
                    "short" if cut else f"{launches} kernel launches recorded, no GPU activity "
                    "traced" if launches else "no GPU operations in this trace", ev,
-                   _unpriced("cpu_only", ctx, proofs))
+                   L.rank(_host_actions(ctx, window_ns, proofs)
+                           + _unpriced("cpu_only", ctx, proofs)))
         if (ctx.get("cpu_only") or {}).get("window_without_gpu"):
             out["title"] = "no GPU event in the analysed window (the trace has GPU work)"
             out["summary"] = "the analysed window holds no GPU event; the rest of the trace does"
@@ -229,6 +230,28 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
             if x.get("basis") == "replay" else _priced(lv, sc, busy)
         out.append({**{k: v for k, v in x.items() if k != "model"}, **gain,
                     "culprit": culprit or "", "because": because(lv, ctx, proofs or {}, priced)})
+    return out
+
+
+def _host_actions(ctx: dict, window_ns: int, proofs: dict | None = None) -> list[dict]:
+    """A CPU trace's levers priced by the replay of its steps (levers.offered_host), with
+    their saving per step: what the change saves on the host, whatever the device. Advice
+    to record the GPU saves no step time and ranks after them."""
+    if not ctx.get("replay_levers"):
+        return []
+    # no GPU window: the steps' span is the window a saving is a share of
+    span = window_ns or program_step_ns(ctx) * int(ctx.get("steps") or 0)
+    out = []
+    for x in L.offered_host(ctx, MIN_ACTION_SHARE * span):
+        lv = L.BY_ID[x["id"]]
+        gain = _gain(x["saves_ns"], "work", ctx, span)
+        if x.get("projected_step_ns") is not None:
+            gain["projected_step_ns"] = x["projected_step_ns"]
+        per = gain["saves_per_step_ns"] if gain["saves_per_step_ns"] is not None \
+            else gain["saves_ns"]
+        out.append({**{k: v for k, v in x.items() if k != "model"}, **gain, "culprit": "",
+                    "because": because(lv, ctx, proofs or {},
+                                       ("replay_levers." + x["model"], per))})
     return out
 
 

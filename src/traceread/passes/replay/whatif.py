@@ -556,9 +556,22 @@ def fuse_pointwise(g, f: Facts, p: dict):
     _set_cost(g, np.ones(len(n), bool), dur)
     if _has_gpu(g):   # the fused members' launches, and the op dispatch before each
         calls = _launches_of(g, gone)
-        gone |= calls | _before(g, calls, _kind(g, "host") & _cat(g, "cpu_op", "untraced"))
+        host = _kind(g, "host") & _cat(g, "cpu_op", "untraced")
+        lead = _before(g, calls, host)
+        # where a driver call that launches nothing sits between the dispatch and its launch
+        # (nsys: cuKernelGetName, a short stretch, then cudaLaunchKernel), the dispatch is
+        # the stretch before that call: it goes with the launch, as on a Kineto capture
+        helper = _before(g, lead, _kind(g, "launch") & ~_launches_any(g))
+        gone |= calls | lead | helper | _before(g, helper, host)
     _zero(g, gone)
     return g
+
+
+def _launches_any(g) -> np.ndarray:
+    """Mask of the host nodes that launched some GPU op."""
+    e = g.edges
+    src = e.loc[(e["kind"] == "launch").to_numpy(), "src"]
+    return np.isin(g.nodes["id"].to_numpy(), src.to_numpy())
 
 
 def _before(g, mask, allowed) -> np.ndarray:
@@ -840,8 +853,11 @@ def drop_compile(g, f: Facts, p: dict):
 def host_off_path(g, f: Facts, p: dict):
     """Move the host's own work off the step path (precompute, cache, a background thread):
     the launching threads' untraced stretches and Python frames above HOST_LAG_FLOOR_NS
-    take no time; PyTorch's dispatch (operator stretches) and the launches stay."""
-    python = _cat(g, "untraced", "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
+    take no time; PyTorch's dispatch (operator stretches) and the launches stay. A
+    host-only (CPU) step: its traced Python frames only -- there the untraced time between
+    ops may be the compute itself, which no thread can take off the step."""
+    untraced = ("untraced",) if _has_gpu(g) else ()
+    python = _cat(g, *untraced, "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
     m = _kind(g, "host") & python & \
         (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
     m &= ~_others_busy(g, m)
