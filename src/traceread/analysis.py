@@ -27,7 +27,7 @@ from .passes import overhead as overhead_mod
 from .passes import replay as replay_mod
 from .passes.replay import split as split_mod
 from .passes import utilization as util_mod
-from .passes.side import SidePasses
+from .passes.side import SidePasses, map_forked
 from .passes.compile import compile_counts, compile_summary
 from .passes.context import trace_context
 from .passes.copies import copy_summary
@@ -326,7 +326,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     if replay is not None and replay.get("replayable"):
         replay["profiler_overhead"] = facts.figures["profiler_overhead"]
     release_heap()
-    verdict = verdict_mod.decide(facts)
+    verdict = _decide(facts, side.workers)
     utilization = _with_levers(utilization, verdict_mod.utilization_levers(facts))
     layout, steady = later("layout"), later("steady")
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
@@ -339,6 +339,19 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                     context=ctx, utilization=utilization, steady_state=steady,
                     parallelism=layout, facts=facts, replay=replay,
                     replay_graph=replay_graph)
+
+
+def _decide(facts, workers: int) -> dict:
+    """The verdict, its what-if models' replays (independent, one per model) shared with
+    ``workers - 1`` processes forked once the graph is built (passes/side.py ``map_forked``)."""
+    if workers < 2 or facts.graph is None:
+        return verdict_mod.decide(facts)
+    pooled = functools.partial(map_forked, workers=workers)
+    replay_mod.whatif.MAP.append(pooled)
+    try:
+        return verdict_mod.decide(facts)
+    finally:
+        replay_mod.whatif.MAP.remove(pooled)
 
 
 def _replay(ev, ops, step_rows, op_step, pattern, steady) -> tuple:
