@@ -135,3 +135,42 @@ def test_c_loop_equals_numpy_loop_on_real_graphs(path, monkeypatch):
     py = whatif.price_models(priced, ctx, a.copies, regions)
     assert c["models"] == py["models"] and c["before_ns"] == py["before_ns"]
     assert any(m["applied"] for m in c["models"].values())
+
+
+def _nested(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Host rows as a thread records them: nested calls, zero-length ones, siblings that touch
+    and a few that overlap without nesting; sorted by start, longest first."""
+    ts = np.sort(rng.integers(0, 10 * n, n))
+    dur = np.where(rng.random(n) < 0.2, 0, rng.integers(0, 40, n))
+    end = ts + dur
+    order = np.lexsort((-(end - ts), ts))
+    return ts[order].astype(np.int64), end[order].astype(np.int64)
+
+
+@csim
+@pytest.mark.parametrize("seed", range(20))
+def test_c_parents_equal_python_parents(seed):
+    from traceread.passes import factkit
+
+    ts, end = _nested(np.random.default_rng(seed), 1 + seed * 37)
+    par = np.empty(len(ts), np.int64)
+    sim_mod._csim.parents(ts, end, par)
+    assert par.tolist() == factkit.parents_py(ts, end).tolist()
+
+
+@csim
+@pytest.mark.parametrize("path", [FIX / "h200" / "xformer.bad.json.gz",
+                                  FIX / "gpu" / "compile.bad.json.gz"], ids=lambda p: p.name)
+def test_c_parents_on_real_threads(path, monkeypatch):
+    from traceread import load
+    from traceread.passes import factkit
+
+    ev = load(path).events
+    st = factkit.Stacks(ev)
+    deep = 0
+    for rows in st.by_thread.values():
+        c = st._parents(rows)
+        py = factkit.parents_py(st.ts[rows], st.end[rows])
+        assert c.tolist() == py.tolist()
+        deep += int((c >= 0).sum())
+    assert deep > 100   # rows nested in others were compared, not only top-level ones

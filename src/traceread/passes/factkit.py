@@ -7,6 +7,7 @@ call that launched a GPU op (``launcher``).
 """
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -14,6 +15,7 @@ import pandas as pd
 
 from .. import namerx
 from .common import kind_in, name_codes, name_lut, rows_of
+from .replay.sim import SIM_ENV, _csim
 
 STEP_RX = namerx.compile(r"^ProfilerStep#(\d+)$")
 HOST_STACK_KINDS = ("cpu_op", "python", "annotation")
@@ -117,17 +119,12 @@ class Stacks:
 
     def _parents(self, rows: np.ndarray) -> np.ndarray:
         """Index (into ``rows``) of each row's innermost open enclosing row; -1 at the top."""
-        par = np.full(len(rows), -1, np.int64)
-        stack: list[int] = []
-        ts, end = self.ts[rows].tolist(), self.end[rows].tolist()
-        for i in range(len(rows)):
-            while stack and end[stack[-1]] <= ts[i] and end[stack[-1]] > ts[stack[-1]]:
-                stack.pop()
-            while stack and end[stack[-1]] < ts[i]:
-                stack.pop()
-            par[i] = stack[-1] if stack else -1
-            stack.append(i)
-        return par
+        ts, end = self.ts[rows], self.end[rows]
+        if _csim is not None and os.environ.get(SIM_ENV, "").strip().lower() != "python":
+            par = np.empty(len(rows), np.int64)
+            _csim.parents(np.ascontiguousarray(ts), np.ascontiguousarray(end), par)
+            return par
+        return parents_py(ts, end)
 
     def thread_of(self, row: int):
         if self._all_key is None:
@@ -166,6 +163,21 @@ class Stacks:
         b = np.searchsorted(self.ts[rows], self.end[row], side="right")
         cand = rows[a:b]
         return cand[(self.end[cand] <= self.end[row]) & (cand != row)]
+
+
+def parents_py(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``Stacks._parents``'s sweep in Python (replay/_csim.c ``parents`` is the same loop)."""
+    par = np.full(len(ts), -1, np.int64)
+    stack: list[int] = []
+    ts, end = ts.tolist(), end.tolist()
+    for i in range(len(ts)):
+        while stack and end[stack[-1]] <= ts[i] and end[stack[-1]] > ts[stack[-1]]:
+            stack.pop()
+        while stack and end[stack[-1]] < ts[i]:
+            stack.pop()
+        par[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return par
 
 
 def launcher(ev: pd.DataFrame, gpu_rows: np.ndarray) -> np.ndarray:

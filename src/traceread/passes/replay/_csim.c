@@ -1,4 +1,7 @@
-/* The replay's fixed-point loop (passes/replay/sim.py) in C: the same sweeps, the same
+/* Two loops in C: the replay's fixed-point loop (passes/replay/sim.py), and the parents of
+ * nested host rows (passes/factkit.py ``Stacks._parents``).
+ *
+ * The replay's fixed-point loop (passes/replay/sim.py) in C: the same sweeps, the same
  * topological pass, the same integers. sim.py's ``_sweeps_py`` is the reference; this file
  * follows it step for step (tests/test_csim.py compares both on every corpus graph and on
  * random graphs with cycles), so a build without a C compiler gives the same schedules.
@@ -121,6 +124,7 @@ done:
 /* run(first, gap, cost, rel, C, s_src, s_dst, s_lag, d_src, d_dst, d_lag, end, a, b,
  *     max_sweeps, fast_sweeps, floor, neg) -> (sweeps, converged, swept) */
 static PyObject *run(PyObject *self, PyObject *args) {
+    (void)self;
     PyObject *o[14];
     Py_ssize_t k, i;
     long long max_sweeps, fast_sweeps, floor_, neg;
@@ -228,12 +232,57 @@ out:
     return res;
 }
 
+/* parents(ts, end, out): factkit.Stacks._parents's sweep -- out[i] is the index of row i's
+ * innermost open enclosing row (-1 at the top); rows sorted by start, longest first. The
+ * same stack, the same pops, the same answers. */
+static PyObject *parents(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2]))
+        return NULL;
+    static const char *names[3] = {"ts", "end", "out"};
+    Py_buffer v[3];
+    int got = 0;
+    PyObject *res = NULL;
+    for (; got < 3; got++)
+        if (get_buf(o[got], &v[got], 8, got == 2, names[got]) < 0)
+            goto out;
+    Py_ssize_t n = v[0].len / 8, i;
+    if (v[1].len / 8 != n || v[2].len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "array lengths differ");
+        goto out;
+    }
+    const i64 *ts = v[0].buf, *end = v[1].buf;
+    i64 *par = v[2].buf;
+    Py_ssize_t *stack = malloc(((size_t)n + 1) * sizeof(Py_ssize_t)), top = 0;
+    if (!stack) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        while (top && end[stack[top - 1]] <= ts[i] && end[stack[top - 1]] > ts[stack[top - 1]])
+            top--;
+        while (top && end[stack[top - 1]] < ts[i])
+            top--;
+        par[i] = top ? stack[top - 1] : -1;
+        stack[top++] = i;
+    }
+    free(stack);
+    Py_INCREF(Py_None);
+    res = Py_None;
+out:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&v[k]);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "The replay's sweeps and topological pass (sim.py)."},
+    {"parents", parents, METH_VARARGS, "Innermost enclosing row of each nested row (factkit)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_csim",
-                                    "The replay's fixed-point loop in C (passes/replay/sim.py).",
+                                    "Loops in C: the replay's (sim.py), nested rows' parents (factkit.py).",
                                     -1, methods};
 
 PyMODINIT_FUNC PyInit__csim(void) { return PyModule_Create(&module); }
