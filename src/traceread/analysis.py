@@ -36,6 +36,7 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
+from .passes.newfacts import trace_facts
 from .passes.parallelism import parallelism
 from .table import Trace, TraceMeta, release_heap
 
@@ -256,6 +257,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("kernels", kernel_summary, ref("ev"))
     if ev is not all_ev:   # the whole trace's compile counts, labelled apart from the window's
         side.submit("compile_whole", compile_counts, ref("all_ev"))
+    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"))
     if ops is None:
         ops = _gpu_ops(ev, is_nsys)
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
@@ -296,7 +298,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     classes = side.get("classes")
     copies = side.get("copies")
     ctx = side.get("ctx")
-    _add_trace_facts(ctx, all_ev, ev)
+    _add_trace_facts(ctx, all_ev, side.get("trace_facts"))
     # the layout reads only these two context keys: it runs beside culprits and the verdict
     side.submit("layout", parallelism, ref("ev"), trace.meta,
                 {k: ctx.get(k) for k in ("framework_evidence", "comm_backend")},
@@ -381,13 +383,11 @@ def _with_levers(u: dict | None, judged: dict) -> dict | None:
     return out
 
 
-def _add_trace_facts(ctx: dict, all_ev: pd.DataFrame, ev: pd.DataFrame) -> None:
-    """The facts read over every step of the trace (periodic stalls), into the context;
-    ``ev``: the window's events (which stalled steps it holds)."""
+def _add_trace_facts(ctx: dict, all_ev: pd.DataFrame, tf: dict) -> None:
+    """The facts read over every step of the trace (periodic stalls, the steps' anatomy:
+    ``newfacts.trace_facts``, a side pass), into the context."""
     from .passes.factkit import has_gpu
-    from .passes.newfacts import trace_facts
 
-    tf = trace_facts(all_ev, ev)
     ctx.setdefault("facts_evidence", {}).update(tf.pop("facts_evidence", {}))
     ctx.update(tf)
     if ctx.get("cpu_only") and all_ev is not None and has_gpu(all_ev):

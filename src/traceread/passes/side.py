@@ -78,9 +78,11 @@ class SidePasses:
             self.close()
 
     def get(self, key: str) -> Any:
+        """The job's result: from its worker, or computed here when no worker started it
+        yet (this process would only wait)."""
         fn, args, kw = self.jobs.pop(key)
         fut = self.futs.pop(key, None)
-        if fut is not None:
+        if fut is not None and not fut.cancel():   # a worker has it (a queued one runs here)
             try:
                 return fut.result()
             except cf.process.BrokenProcessPool:  # a child was killed (OOM): do it here
