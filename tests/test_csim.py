@@ -174,3 +174,16 @@ def test_c_parents_on_real_threads(path, monkeypatch):
         assert c.tolist() == py.tolist()
         deep += int((c >= 0).sum())
     assert deep > 100   # rows nested in others were compared, not only top-level ones
+
+
+@pytest.mark.parametrize("ids", [np.arange(50), np.array([7, 3, 0, 12, 5]), np.array([], np.int64),
+                                 np.array([10**12, 5, 3]), np.array([-4, 2, 9])],
+                         ids=["dense", "shuffled", "empty", "sparse", "negative"])
+def test_positions_are_get_indexer(ids):
+    import pandas as pd
+
+    ids = ids.astype(np.int64)
+    want = np.array([0, 3, 5, 12, 49, 50, -1, -4, 10**12, 10**13, 7], np.int64)
+    got = sim_mod.positions(ids, want, want[::-1].copy())
+    assert [x.tolist() for x in got] == [pd.Index(ids).get_indexer(w).tolist()
+                                         for w in (want, want[::-1])]

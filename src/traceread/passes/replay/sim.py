@@ -68,15 +68,13 @@ def simulate(graph: StepGraph, *, max_sweeps: int = MAX_SWEEPS,
     order = np.lexsort((n["seq"].to_numpy(np.int64), lane))
     lane_o = lane[order]
     first = np.r_[True, lane_o[1:] != lane_o[:-1]]
-    pos_of = pd.Index(ids[order])
     cost = n["cost_ns"].to_numpy(np.int64)[order]
     gap = n["gap_ns"].to_numpy(np.int64)[order]
     gap = np.where(first, 0, gap)
     rel = n["release_ns"].to_numpy(np.int64)[order]
     rel = np.where(rel == NEG, NEG, rel - origin)
     e = graph.edges
-    src = pos_of.get_indexer(e["src"].to_numpy(np.int64))
-    dst = pos_of.get_indexer(e["dst"].to_numpy(np.int64))
+    src, dst = positions(ids[order], e["src"].to_numpy(np.int64), e["dst"].to_numpy(np.int64))
     ok = (src >= 0) & (dst >= 0)
     drain = np.isin(e["kind"].to_numpy(object), END_EDGES)
     lag = e["lag_ns"].to_numpy(np.int64)
@@ -106,6 +104,26 @@ def simulate(graph: StepGraph, *, max_sweeps: int = MAX_SWEEPS,
     total = int(out_e.max() - out_s.min())
     return Schedule(out_s, out_e, _step_table(graph, out_s, out_e), total, sweeps, converged,
                     ra, rb)
+
+
+def positions(ids: np.ndarray, *wanted: np.ndarray) -> list[np.ndarray]:
+    """``pd.Index(ids).get_indexer(w)`` for each ``w`` in ``wanted`` (-1: not there). Node
+    ids are unique and dense from 0 (graph.py numbers them): a lookup table answers without
+    the hash table pandas builds on every call; other ids go to pandas."""
+    n = len(ids)
+    if n and int(ids.min()) >= 0 and int(ids.max()) < 4 * n + 1024:
+        lut = np.full(int(ids.max()) + 1, -1, np.int64)
+        lut[ids] = np.arange(n)
+        if int(np.count_nonzero(lut >= 0)) == n:   # unique, as get_indexer requires
+            out = []
+            for w in wanted:
+                ok = (w >= 0) & (w < len(lut))
+                pos = np.full(len(w), -1, np.int64)
+                pos[ok] = lut[w[ok]]
+                out.append(pos)
+            return out
+    index = pd.Index(ids)
+    return [index.get_indexer(w) for w in wanted]
 
 
 def _sweeps(first, gap, cost, rel, C, s_edges, d_edges, meas, max_sweeps, fast_sweeps, floor):
@@ -215,15 +233,14 @@ def _step_table(graph: StepGraph, start: np.ndarray, end: np.ndarray | None = No
     cols = ["index", "step", "measured_ns", "replayed_ns", "error_pct"]
     if not len(st) or not len(start):
         return pd.DataFrame({c: [] for c in cols})
-    ids = pd.Index(graph.nodes["id"].to_numpy(np.int64))
+    ids = graph.nodes["id"].to_numpy(np.int64)
     meas = st["dur_ns"].to_numpy(np.int64)
     if (st["begin"].to_numpy() < 0).all():   # a whole-trace window: first start to last end
         rep = np.array([int(end.max() - start.min())], np.int64)
         meas = np.array([int((graph.nodes["ts_ns"] + graph.nodes["dur_ns"]).max()
                              - graph.nodes["ts_ns"].min())], np.int64)
     else:
-        b = ids.get_indexer(st["begin"].to_numpy(np.int64))
-        e = ids.get_indexer(st["end"].to_numpy(np.int64))
+        b, e = positions(ids, st["begin"].to_numpy(np.int64), st["end"].to_numpy(np.int64))
         okk = (b >= 0) & (e >= 0)
         rep = np.where(okk, start[np.maximum(e, 0)] - start[np.maximum(b, 0)], -1)
     err = np.where((meas > 0) & (rep >= 0), 100.0 * (rep - meas) / np.maximum(meas, 1), np.nan)
