@@ -150,11 +150,12 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
         source = "ProfilerStep" if pattern == steps_mod.DEFAULT_STEP_PATTERN else "pattern"
     else:
         step_rows, source = steps_mod.whole_trace_window(ev), "whole_trace"
-    ops = all_ops if ev is all_ev else None   # the window's: once the side passes run
+    # the window's GPU ops before the fork: the replay's side job reads them from there
+    ops = all_ops if ev is all_ev else _gpu_ops(ev, is_nsys)
     del all_ops
     release_heap()  # each pass frees its temporaries; hand the pages back before the next
-    with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace}) \
-            as side:
+    with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace,
+                                                 "ops": ops}) as side:
         return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
                                is_nsys, min_gap_ns, peak_tflops)
 
@@ -258,9 +259,12 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     if ev is not all_ev:   # the whole trace's compile counts, labelled apart from the window's
         side.submit("compile_whole", compile_counts, ref("all_ev"))
     side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"))
-    if ops is None:
-        ops = _gpu_ops(ev, is_nsys)
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
+    # the step replay, the levers' graph and its optimizer regions: one side job beside the
+    # attribution and the facts (a sampled window is not replayed: its ids, read once here)
+    sampled = steady_mod.sampled_ids(ev)
+    side.submit("replay", _replay_side, ref("ev"), ref("ops"), step_rows, op_step, pattern,
+                bool(sampled))
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
     gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
@@ -277,7 +281,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     release_heap()
     gaps = att["gaps"]
     # steady state reads only the gaps' bounds (set by the attribution): it runs beside the rest
-    side.submit("steady", steady_mod.steady_state, ref("ev"), gaps[["start", "end"]].copy())
+    side.submit("steady", steady_mod.steady_state, ref("ev"), gaps[["start", "end"]].copy(),
+                sampled)
     gaps["sync_share"] = attr_mod.sync_share(gaps, att["sync_blocked"])
     summary = attr_mod.summarize(gaps)
     step_tab = _step_idle(step_tab, gaps)
@@ -307,20 +312,16 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
     utilization = side.get("utilization")
     later = functools.lru_cache(maxsize=None)(side.get)   # each side result is taken once
-    replay_graph, replay = _replay(ev, ops, step_rows, op_step, pattern, later("steady"))
+    replay_graph, replay, priced, regions = side.get("replay")
     facts = facts_mod.build_facts(
         meta=trace.meta, ev=ev, window_mode=win.mode, source=source, ops=ops, gaps=gaps,
         top_ops=att["top_ops"], summary=summary, step_tab=step_tab, stats=stats,
         devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
         copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
     facts.graph, facts.replay = replay_graph, replay   # the step as a graph (passes/replay)
-    if replay_graph is not None and len(ops):
-        # what the what-if models change (passes/replay/whatif.py): the first steps, host
-        # stretches cut at their ops
-        facts.graph = split_mod.priced_graph(replay_graph, ev, pattern)
-        facts.graph = overhead_mod.mark(facts.graph, ev)   # the profiler's cost per node
-        facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
-            split_mod.within(ev, facts.graph))
+    if priced is not None:
+        facts.graph = priced
+        facts.frames["optimizer_regions"] = regions
     facts.figures["profiler_overhead"] = overhead_mod.estimate(
         ev, steps=len(step_tab) if stats else 0, step_mean_ns=(stats or {}).get("mean_ns"),
         busy_step_ns=facts.figures.get("busy_step_mean_ns"),
@@ -356,9 +357,21 @@ def _decide(facts, workers: int) -> dict:
         replay_mod.whatif.MAP.remove(pooled)
 
 
-def _replay(ev, ops, step_rows, op_step, pattern, steady) -> tuple:
+def _replay_side(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
+    """(the replay's graph, its JSON result, the levers' graph, its optimizer regions): the
+    step replay and the graph the what-if models change (passes/replay/whatif.py: the first
+    steps, host stretches cut at their ops, the profiler's cost per node marked); the last
+    two None when the window was not replayed or has no GPU op."""
+    graph, out = _replay(ev, ops, step_rows, op_step, pattern, sampled)
+    if graph is None or not len(ops):
+        return graph, out, None, None
+    priced = split_mod.priced_graph(graph, ev, pattern)
+    priced = overhead_mod.mark(priced, ev)   # the profiler's cost per node
+    return graph, out, priced, split_mod.optimizer_regions(split_mod.within(ev, priced))
+
+
+def _replay(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
     """(graph, JSON result) of the analysed steps' replay (passes/replay)."""
-    sampled = bool(steady and steady.get("state") == "sampled")
     try:
         graph, _sched, out = replay_mod.run(ev, ops, step_rows, step_pattern=pattern,
                                             sampled=sampled, op_step=op_step)
