@@ -116,6 +116,31 @@ class Stacks:
         self._parent: dict = {}   # per thread, on first use
         self._thread_ts: dict = {}
         self._all_key = None
+        self._name_codes = None   # the name column's category codes, on first use
+        self._name_of: dict = {}
+
+    def names(self, rows: np.ndarray) -> list[str]:
+        """``ev["name"].take(rows).astype(str).tolist()`` through the category codes: the
+        detectors ask per copy / sync / op for the names around it, and a pandas take and
+        astype cost ~0.1 ms a call (3.7 s of a 60 MB sync-heavy trace's 5.6)."""
+        if not len(rows):
+            return []
+        if self._name_codes is None:
+            col = self.ev["name"]
+            ok = isinstance(col.dtype, pd.CategoricalDtype) and \
+                all(type(c) is str for c in col.cat.categories[:1])
+            self._name_codes = col.cat.codes.to_numpy() if ok else False
+            self._name_cats = col.cat.categories if ok else None
+        if self._name_codes is False:
+            return self.ev["name"].take(rows).astype(str).tolist()
+        memo, cats, codes = self._name_of, self._name_cats, self._name_codes
+        out = []
+        for r, c in zip(rows.tolist(), codes[rows].tolist()):
+            if c not in memo:   # a missing name: whatever astype(str) makes of it
+                memo[c] = str(cats[c]) if c >= 0 else \
+                    self.ev["name"].take([r]).astype(str).tolist()[0]
+            out.append(memo[c])
+        return out
 
     def _parents(self, rows: np.ndarray) -> np.ndarray:
         """Index (into ``rows``) of each row's innermost open enclosing row; -1 at the top."""
