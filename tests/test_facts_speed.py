@@ -37,3 +37,21 @@ def test_stack_names_with_a_missing_name(col):
     st = factkit.Stacks(ev)
     rows = np.array([1, 0, 2, 3, 1])
     assert st.names(rows) == ev["name"].take(rows).astype(str).tolist()
+
+
+@pytest.mark.parametrize("col", [
+    pd.Categorical(["a", None, "b", "a"]),
+    pd.Series(["a", None, "b", "a"], dtype=object)], ids=["categorical", "object"])
+def test_name_at_is_iat(col):
+    ev = pd.DataFrame({"name": col})
+    at = factkit.name_at(ev)
+    for r in range(4):
+        x, y = at(r), ev["name"].iat[r]
+        assert x is y or x == y
+        assert str(x) == str(y)
+
+
+def test_name_at_on_a_real_trace():
+    ev = load(FIX / "gpu" / "sync.bad.json.gz").events
+    at = factkit.name_at(ev)
+    assert all(at(r) == ev["name"].iat[r] for r in range(0, len(ev), 97))

@@ -205,6 +205,20 @@ def parents_py(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     return par
 
 
+def name_at(ev: pd.DataFrame):
+    """``r -> ev["name"].iat[r]`` (the same object) without a frame lookup and an indexer per
+    call: the detectors' loops ask it per sync, copy or root."""
+    col = ev["name"]
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return col.iat.__getitem__
+    codes, cats = col.cat.codes.to_numpy(), col.cat.categories
+
+    def at(r):
+        c = codes[r]
+        return cats[c] if c >= 0 else col.iat[r]
+    return at
+
+
 def launcher(ev: pd.DataFrame, gpu_rows: np.ndarray) -> np.ndarray:
     """The runtime/driver row that launched each GPU op (same correlation and process);
     -1 when none was recorded."""
