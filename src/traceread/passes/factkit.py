@@ -212,10 +212,15 @@ def name_at(ev: pd.DataFrame):
     if not isinstance(col.dtype, pd.CategoricalDtype):
         return col.iat.__getitem__
     codes, cats = col.cat.codes.to_numpy(), col.cat.categories
+    memo: dict = {}
 
     def at(r):
-        c = codes[r]
-        return cats[c] if c >= 0 else col.iat[r]
+        c = int(codes[r])
+        if c < 0:
+            return col.iat[r]
+        if c not in memo:
+            memo[c] = cats[c]
+        return memo[c]
     return at
 
 
