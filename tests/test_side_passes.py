@@ -120,3 +120,26 @@ def test_levers_priced_on_forked_workers_equal_in_process(rel, monkeypatch):
     monkeypatch.setattr(A, "map_forked", spy)
     assert _analysis_json(trace) == alone
     assert calls == [(whatif._replay_one, len(whatif.MODELS), 2)]
+
+
+def _pid_after(s):
+    import os
+    import time
+
+    time.sleep(s)
+    return os.getpid()
+
+
+def test_a_job_no_worker_started_runs_here():
+    """One worker busy with a long job: the jobs queued behind it are not waited for, the
+    caller runs them itself (SidePasses.get); the long one still comes from the worker."""
+    import os
+
+    with SidePasses(2, {}) as side:
+        side.submit("long", _pid_after, 1.5)
+        for k in range(4):
+            side.submit(f"q{k}", _pid_after, 0)
+        here = [side.get(f"q{k}") for k in (3, 2)]
+        assert os.getpid() in here   # at most the one queued call item went to the worker
+        assert side.get("long") != os.getpid()
+        side.get("q0"), side.get("q1")
