@@ -1,8 +1,9 @@
-"""Builds the optional native chunk decoder (src/traceread/readers/_cscan.c).
+"""Builds the optional native chunk decoder (src/traceread/readers/_cscan.c) and the
+replay's loop (src/traceread/passes/replay/_csim.c).
 
 Everything else is in pyproject.toml. The extension is optional: without a C
 compiler the build goes on and traceread uses its pure-Python (msgspec)
-decoder -- same tables, slower ingest.
+decoder -- same tables, slower ingest -- and the replay's numpy loop (same schedules).
 """
 import sys
 
@@ -27,7 +28,7 @@ class OptionalBuildExt(build_ext):
 
     @staticmethod
     def _skip(e):
-        print(f"traceread: native decoder not built ({e}); using the Python decoder",
+        print(f"traceread: a native extension not built ({e}); using its Python path",
               file=sys.stderr)
 
 
@@ -36,6 +37,11 @@ setup(
                            depends=[f"src/traceread/readers/_cscan_{h}.h"
                                     for h in ("intern", "json", "values")],
                            extra_compile_args=["-std=c99", "-fno-strict-aliasing"],
+                           optional=True),
+                 Extension("traceread.passes.replay._csim",
+                           ["src/traceread/passes/replay/_csim.c"],
+                           # -fwrapv: int64 arithmetic wraps as numpy's does
+                           extra_compile_args=["-std=c99", "-fno-strict-aliasing", "-fwrapv"],
                            optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

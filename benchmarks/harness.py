@@ -128,15 +128,19 @@ def export(ref: str, dest: Path) -> Path:
             shutil.copy2(so, readers)
     elif c.exists():
         _build_cscan(c)
+    sim = dest / "src" / "traceread" / "passes" / "replay" / "_csim.c"
+    if sim.exists():   # the replay's C loop (a baseline without it replays in numpy)
+        _build_cscan(sim, ["-fwrapv"])
     return dest / "src"
 
 
-def _build_cscan(c: Path) -> None:
-    """Compile a baseline's own C decoder (its module falls back to msgspec if this fails)."""
-    out = c.with_name("_cscan" + sysconfig.get_config_var("EXT_SUFFIX"))
+def _build_cscan(c: Path, extra: list[str] = ()) -> None:
+    """Compile a baseline's own C extension (``_cscan``: its module falls back to msgspec
+    if this fails; ``_csim``: to the numpy loop)."""
+    out = c.with_name(c.stem + sysconfig.get_config_var("EXT_SUFFIX"))
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
     subprocess.run(cc + ["-O3", "-fPIC", "-shared", "-DNDEBUG", "-std=c99",
-                         "-fno-strict-aliasing", f"-I{sysconfig.get_paths()['include']}",
+                         "-fno-strict-aliasing", *extra, f"-I{sysconfig.get_paths()['include']}",
                          str(c), "-o", str(out)], capture_output=True)
 
 

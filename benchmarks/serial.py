@@ -13,6 +13,11 @@ serial fraction f (an upper bound: some work that more workers would take stays 
 parent at 2). Amdahl then bounds the speed-up on n cores by 1 / (f + (1 - f) / n).
 The Karp-Flatt metric from the walls, e = (2 / S - 1) with S = wall(1) / wall(2), is
 printed too: on a shared machine it is noise-prone (the load average is printed).
+
+``--baseline REF`` measures other sources in the same run (interleaved rounds) and prints
+each side's table, then this checkout's figures against each baseline's. The run kept per
+(side, workers) is the one of least CPU (parent + workers): steadier than the wall on a
+shared machine.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ def add_args(ap) -> None:
     ap.add_argument("--keep", action="store_true", help="keep the tiled trace")
     ap.add_argument("--workers", default="1,2", help="TRACEREAD_WORKERS values (first: base)")
     ap.add_argument("--repeat", type=int, default=1, help="interleaved rounds (best kept)")
+    h.add_side_args(ap)
 
 
 def main(args) -> int:
@@ -62,29 +68,64 @@ def main(args) -> int:
 
 
 def _measure(args) -> int:
-    side = h.this_side()
     workers = h.ints(args.workers)
-    print(h.machine([side]) + "\n")
+    with tempfile.TemporaryDirectory(prefix="trserial-") as tmp:
+        sides = h.sides(args, Path(tmp))
+        print(h.machine(sides) + "\n")
 
-    def measure(w, _side):
-        return h.probe(side, staged, str(args.trace), env={"TRACEREAD_WORKERS": str(w)})
+        def measure(w, side):
+            return h.probe(side, staged, str(args.trace), env={"TRACEREAD_WORKERS": str(w)})
 
-    runs = h.interleave(workers, [side], args.repeat, measure)
-    res = {}
-    for w in workers:
-        good = [r for r in runs[(w, "this")] if r is not None and r.ok]
-        if not good:
-            print(f"* {w} workers failed: {h.failure(runs[(w, 'this')])}")
-            return 1
-        res[w] = min(good, key=lambda r: r.result["total"]["wall"]).result
-        res[w]["peak"] = min(r.peak for r in good)
+        runs = h.interleave(workers, sides, args.repeat, measure)
     raw = h.raw_size(args.trace)
-    print(f"{args.trace.name} ({raw / 1e6:.0f} MB raw), best of {args.repeat}, "
-          f"load {h.load()}:\n")
-    print(_table(res, workers, raw) + "\n")
-    for line in _summary(res, workers):
-        print(line)
+    every = {}
+    for side in sides:
+        res = {}
+        for w in workers:
+            good = [r for r in runs[(w, side.name)] if r is not None and r.ok]
+            if not good:
+                print(f"* {side.name}, {w} workers failed: {h.failure(runs[(w, side.name)])}")
+                return 1
+            res[w] = min(good, key=lambda r: _all_cpu(r.result)).result
+            res[w]["peak"] = min(r.peak for r in good)
+        every[side.name] = res
+        print(f"{side.name}: {args.trace.name} ({raw / 1e6:.0f} MB raw), best of {args.repeat}, "
+              f"load {h.load()}:\n")
+        print(_table(res, workers, raw) + "\n")
+        for line in _summary(res, workers):
+            print(line)
+        print()
+    if len(sides) > 1:
+        print(_against(every, sides, workers))
+    print(f"\nload average after: {h.load()}")
     return 0
+
+
+def _all_cpu(r: dict) -> float:
+    return r["total"]["cpu"] + r["total"]["child"]
+
+
+def _against(every: dict, sides, workers: list[int]) -> str:
+    """This checkout's figures against each baseline's, same run."""
+    base, names = workers[0], [s.name for s in sides]
+    rows = [(f"CPU at {base} worker{'s' * (base > 1)} (all processes)",
+             lambda r: _all_cpu(r[base]), h.fmt_s),
+            (f"passes CPU at {base} worker{'s' * (base > 1)}",
+             lambda r: r[base]["passes"]["cpu"] + r[base]["passes"]["child"], h.fmt_s)]
+    for w in workers[1:]:
+        rows += [(f"parent CPU at {w} workers", lambda r, w=w: r[w]["total"]["cpu"], h.fmt_s),
+                 (f"passes: parent CPU at {w} workers",
+                  lambda r, w=w: r[w]["passes"]["cpu"], h.fmt_s),
+                 (f"**serial fraction** (parent CPU at {w} / all CPU at {base})",
+                  lambda r, w=w: serial_fraction(r, base, w), lambda x: f"{100 * x:.0f}%"),
+                 (f"wall at {w} workers", lambda r, w=w: r[w]["total"]["wall"], h.fmt_s)]
+    head = ["figure", *names] + [f"{n} / this" for n in names[1:]]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, get, fmt in rows:
+        vals = [get(every[n]) for n in names]
+        out.append(f"| {label} | " + " | ".join(fmt(v) for v in vals) + " | "
+                   + " | ".join(h.fmt_ratio(v, vals[0]) for v in vals[1:]) + " |")
+    return "\n".join(out)
 
 
 def _table(res: dict, workers: list[int], raw: int) -> str:

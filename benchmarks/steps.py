@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import harness as h
 
-STEPS = ("read", "analyze", "passes", "decode", "stages")
+STEPS = ("read", "analyze", "info", "passes", "decode", "stages")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,8 @@ def measure(case: Case, side: h.Side) -> h.Run:
     if case.step == "analyze":
         return h.cli(side, "analyze", "--no-cache", "--format", "json", case.trace,
                      env=case.env())
+    if case.step == "info":   # the CLI's read alone (imports + read + summary): analyze's yardstick
+        return h.cli(side, "info", case.trace, env=case.env())
     fn = {"read": read_table, "passes": passes, "decode": decode, "stages": stages}[case.step]
     return h.probe(side, fn, case.trace, env=case.env())
 
@@ -77,6 +79,8 @@ def rows(table: h.Table, case: Case, runs: dict, raw: int) -> None:
         table.add_runs(lab, runs, ("cpu", "peak", "pss"))
     elif case.step == "analyze":
         table.add_runs(lab, runs)
+    elif case.step == "info":
+        table.add_runs(lab, runs, ("wall", "cpu"))
     elif case.step == "passes":
         for key, name in (("read_s", "read"), ("analyze_s", "analyze wall"),
                           ("analyze_cpu", "analyze CPU"), ("children_cpu", "side workers' CPU")):

@@ -53,6 +53,8 @@ def trace_main(args) -> int:
         runs = h.interleave(cases, sides, args.repeat, measure)
     print(report(args.traces, cases, sides, runs, f"best of {args.repeat}") + "\n")
     same = same_json(cases, sides, runs)
+    for line in over_info(cases, sides, runs):
+        print(line)
     print(f"load average after: {h.load()}")
     h.write_json(args.json_out, {f"{c} on {s}": r for (c, s), r in runs.items()})
     return 0 if same is not False else 1
@@ -73,6 +75,23 @@ def report(traces, cases, sides, runs, how: str) -> str:
         out += [f"{Path(t).name} ({h.fmt_mb(Path(t).stat().st_size)} on disk, "
                 f"{h.fmt_mb(raw)} raw JSON; {how}):", "", table.markdown(), ""]
     return "\n".join(out).rstrip()
+
+
+def over_info(cases, sides, runs) -> list[str]:
+    """``analyze`` CPU over ``info`` CPU (same trace, workers, decoder) per side: issue 42's
+    goal is <= 1.5 at 250 MB."""
+    out = []
+    for c in [c for c in cases if c.step == "analyze"]:
+        info = Case("info", c.trace, c.workers, c.decoder)
+        if info not in cases:
+            continue
+        cells = []
+        for s in sides:
+            a, i = h.best(runs[(c, s.name)]), h.best(runs[(info, s.name)])
+            cells.append(f"{s.name} {a.cpu / i.cpu:.2f}" if a and i and i.cpu else
+                         f"{s.name} —")
+        out.append(f"* {c}: analyze / info (CPU): " + ", ".join(cells))
+    return out
 
 
 def same_json(cases, sides, runs) -> bool | None:

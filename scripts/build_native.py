@@ -18,15 +18,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "src" / "traceread" / "readers" / "_cscan.c"
+SIM = REPO / "src" / "traceread" / "passes" / "replay" / "_csim.c"
 
 
 def build_direct() -> int:
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
-    out = SRC.with_name("_cscan" + sysconfig.get_config_var("EXT_SUFFIX"))
-    cmd = cc + ["-O3", "-fPIC", "-shared", "-DNDEBUG", "-std=c99", "-fno-strict-aliasing",
-                f"-I{sysconfig.get_paths()['include']}", str(SRC), "-o", str(out)]
-    print(" ".join(cmd), file=sys.stderr)
-    return subprocess.call(cmd)
+    rc = 0
+    for src, extra in ((SRC, []), (SIM, ["-fwrapv"])):
+        out = src.with_name(src.stem + sysconfig.get_config_var("EXT_SUFFIX"))
+        cmd = cc + ["-O3", "-fPIC", "-shared", "-DNDEBUG", "-std=c99", "-fno-strict-aliasing",
+                    *extra, f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(out)]
+        print(" ".join(cmd), file=sys.stderr)
+        rc = rc or subprocess.call(cmd)
+    return rc
 
 
 def main() -> int:
@@ -36,10 +40,12 @@ def main() -> int:
     except ImportError:
         rc = build_direct()
     check = subprocess.run([sys.executable, "-c",
-                            "from traceread.readers import decoder_name; print(decoder_name())"],
+                            "from traceread.readers import decoder_name; print(decoder_name())\n"
+                            "from traceread.passes.replay import sim\n"
+                            "print('replay loop:', 'C' if sim._csim else 'numpy')"],
                            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
                            capture_output=True, text=True)
-    print("decoder:", (check.stdout or check.stderr).strip().splitlines()[-1:])
+    print("decoder:", (check.stdout or check.stderr).strip().splitlines()[-2:])
     return rc
 
 

@@ -45,6 +45,28 @@ def test_trace_read_example_against_a_baseline_dir():
     assert any(x.startswith("| read: peak RSS |") and x.count(" MB") == 2 for x in lines)
 
 
+def test_trace_analyze_over_info_and_serial_against_a_baseline_dir():
+    """`trace --steps info,analyze` prints analyze / info CPU per side; `serial` with a
+    baseline prints each side's stage table and this checkout against the baseline
+    (issue 42)."""
+    example = ROOT / "src" / "traceread" / "examples" / "h200_pageable_copy.json.gz"
+    r = _bench("trace", str(example), "--steps", "info,analyze", "--workers", "1",
+               "--repeat", "1", "--baseline-src", str(ROOT / "src"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    name = ROOT.name
+    line = next(x for x in r.stdout.splitlines() if "analyze / info (CPU)" in x)
+    assert "this " in line and f"{name} " in line and "—" not in line, line
+    assert any(x.startswith("| info (1 worker): CPU |") for x in r.stdout.splitlines())
+    r = _bench("serial", str(example), "--repeat", "1", "--baseline-src", str(ROOT / "src"),
+               timeout=180)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert sum(x.startswith("* serial fraction") for x in lines) == 2   # one per side
+    rows = _table(lines, "| figure | this |")
+    assert rows[0][0].startswith("CPU at 1 worker") and rows[0][3].endswith("×")
+    assert any(x[0].startswith("**serial fraction**") and x[1].endswith("%") for x in rows)
+
+
 def _gpubox(tmp_path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
     example = ROOT / "src" / "traceread" / "examples" / "h200_pageable_copy.json.gz"
     return _bench("gpubox", "--sizes", "", "--real", str(example), "--workers", "1,2",

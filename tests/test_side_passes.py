@@ -76,3 +76,70 @@ def _sleep_then(x):
 
     time.sleep(30)
     return x
+
+
+def _slow_square(x):
+    import os
+    import time
+    time.sleep(0.05)   # long enough that a child starts before this process took them all
+    return x * x, os.getpid()
+
+
+def test_map_forked_gives_the_list_in_order_and_shares_the_items():
+    import os
+
+    from traceread.passes.side import map_forked
+    out = map_forked(_slow_square, range(12), workers=2)
+    assert [v for v, _ in out] == [x * x for x in range(12)]
+    pids = {p for _, p in out}
+    assert out[0][1] == os.getpid()   # the first item runs here, before the fork
+    assert len(pids) == 2, "no item ran on a child"
+    assert map_forked(_slow_square, range(3), workers=1) == [(x * x, os.getpid())
+                                                              for x in range(3)]
+
+
+@pytest.mark.parametrize("rel", ["h200/xformer.bad.json.gz", "gpu/compile.bad.json.gz"])
+def test_levers_priced_on_forked_workers_equal_in_process(rel, monkeypatch):
+    """The what-if models' replays shared with forked children (analysis._decide): the same
+    analysis, and the children did price some of them."""
+    from traceread.passes import side as side_mod
+    from traceread.passes.replay import whatif
+
+    trace = load(FIXTURES / rel)
+    monkeypatch.setenv(S.WORKERS_ENV, "1")
+    alone = _analysis_json(trace)
+    monkeypatch.setattr(A, "PARALLEL_PASSES_ROWS", 0)
+    monkeypatch.setenv(S.WORKERS_ENV, "2")
+    calls = []
+    real = side_mod.map_forked
+
+    def spy(fn, items, workers, first=1):
+        out = real(fn, items, workers, first)
+        calls.append((fn.func, len(out), workers))
+        return out
+    monkeypatch.setattr(A, "map_forked", spy)
+    assert _analysis_json(trace) == alone
+    assert calls == [(whatif._replay_one, len(whatif.MODELS), 2)]
+
+
+def _pid_after(s):
+    import os
+    import time
+
+    time.sleep(s)
+    return os.getpid()
+
+
+def test_a_job_no_worker_started_runs_here():
+    """One worker busy with a long job: the jobs queued behind it are not waited for, the
+    caller runs them itself (SidePasses.get); the long one still comes from the worker."""
+    import os
+
+    with SidePasses(2, {}) as side:
+        side.submit("long", _pid_after, 1.5)
+        for k in range(4):
+            side.submit(f"q{k}", _pid_after, 0)
+        here = [side.get(f"q{k}") for k in (3, 2)]
+        assert os.getpid() in here   # at most the one queued call item went to the worker
+        assert side.get("long") != os.getpid()
+        side.get("q0"), side.get("q1")

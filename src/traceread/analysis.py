@@ -28,7 +28,7 @@ from .passes import replay as replay_mod
 from .passes import compile as compile_mod
 from .passes.replay import split as split_mod
 from .passes import utilization as util_mod
-from .passes.side import SidePasses
+from .passes.side import SidePasses, map_forked
 from .passes.compile import compile_counts, compile_summary
 from .passes.context import trace_context
 from .passes.copies import copy_summary
@@ -37,6 +37,7 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
+from .passes.newfacts import trace_facts
 from .passes.parallelism import parallelism
 from .table import Trace, TraceMeta, release_heap
 
@@ -150,11 +151,12 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
         source = "ProfilerStep" if pattern == steps_mod.DEFAULT_STEP_PATTERN else "pattern"
     else:
         step_rows, source = steps_mod.whole_trace_window(ev), "whole_trace"
-    ops = all_ops if ev is all_ev else None   # the window's: once the side passes run
+    # the window's GPU ops before the fork: the replay's side job reads them from there
+    ops = all_ops if ev is all_ev else _gpu_ops(ev, is_nsys)
     del all_ops
     release_heap()  # each pass frees its temporaries; hand the pages back before the next
-    with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace}) \
-            as side:
+    with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace,
+                                                 "ops": ops}) as side:
         return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
                                is_nsys, min_gap_ns, peak_tflops)
 
@@ -257,9 +259,13 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("kernels", kernel_summary, ref("ev"))
     if ev is not all_ev:   # the whole trace's compile counts, labelled apart from the window's
         side.submit("compile_whole", compile_counts, ref("all_ev"))
-    if ops is None:
-        ops = _gpu_ops(ev, is_nsys)
+    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"))
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
+    # the step replay, the levers' graph and its optimizer regions: one side job beside the
+    # attribution and the facts (a sampled window is not replayed: its ids, read once here)
+    sampled = steady_mod.sampled_ids(ev)
+    side.submit("replay", _replay_side, ref("ev"), ref("ops"), step_rows, op_step, pattern,
+                bool(sampled))
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
     gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
@@ -279,7 +285,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     jit, jit_evidence = compile_mod.untraced_compile(ev, att["gaps"])
     gaps = compile_mod.charge_compile(att["gaps"], jit)
     # steady state reads only the gaps' bounds (set by the attribution): it runs beside the rest
-    side.submit("steady", steady_mod.steady_state, ref("ev"), gaps[["start", "end"]].copy())
+    side.submit("steady", steady_mod.steady_state, ref("ev"), gaps[["start", "end"]].copy(),
+                sampled)
     gaps["sync_share"] = attr_mod.sync_share(gaps, att["sync_blocked"])
     summary = attr_mod.summarize(gaps)
     step_tab = _step_idle(step_tab, gaps)
@@ -300,7 +307,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     classes = side.get("classes")
     copies = side.get("copies")
     ctx = side.get("ctx")
-    _add_trace_facts(ctx, all_ev, ev)
+    _add_trace_facts(ctx, all_ev, side.get("trace_facts"))
     if len(jit):
         ctx["untraced_compile_gaps"] = int(len(jit))
     # the layout reads only these two context keys: it runs beside culprits and the verdict
@@ -311,7 +318,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
     utilization = side.get("utilization")
     later = functools.lru_cache(maxsize=None)(side.get)   # each side result is taken once
-    replay_graph, replay = _replay(ev, ops, step_rows, op_step, pattern, later("steady"))
+    replay_graph, replay, priced, regions = side.get("replay")
     facts = facts_mod.build_facts(
         meta=trace.meta, ev=ev, window_mode=win.mode, source=source, ops=ops, gaps=gaps,
         top_ops=att["top_ops"], summary=summary, step_tab=step_tab, stats=stats,
@@ -320,14 +327,11 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     facts.graph, facts.replay = replay_graph, replay   # the step as a graph (passes/replay)
     if jit_evidence:
         facts.evidence["untraced_compile_gaps"] = jit_evidence
-    if replay_graph is not None and len(ops):
-        # what the what-if models change (passes/replay/whatif.py): the first steps, host
-        # stretches cut at their ops
-        facts.graph = split_mod.priced_graph(replay_graph, ev, pattern)
-        facts.graph = overhead_mod.mark(facts.graph, ev)   # the profiler's cost per node
-        facts.graph = compile_mod.mark_compile(facts.graph, gaps, jit)
-        facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
-            split_mod.within(ev, facts.graph))
+    if priced is not None:
+        # the levers' graph (built beside the attribution) with the compile stretches the
+        # attribution found marked
+        facts.graph = compile_mod.mark_compile(priced, gaps, jit)
+        facts.frames["optimizer_regions"] = regions
     elif not len(ops) and source != "whole_trace" and len(step_tab):
         # a host-only window (CPU trace): its steps as a graph, so the host levers are
         # priced by the same replay as a GPU trace's (the replay pass leaves it out)
@@ -342,7 +346,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     if replay is not None and replay.get("replayable"):
         replay["profiler_overhead"] = facts.figures["profiler_overhead"]
     release_heap()
-    verdict = verdict_mod.decide(facts)
+    verdict = _decide(facts, side.workers)
     utilization = _with_levers(utilization, verdict_mod.utilization_levers(facts))
     layout, steady = later("layout"), later("steady")
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0
@@ -357,9 +361,34 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                     replay_graph=replay_graph)
 
 
-def _replay(ev, ops, step_rows, op_step, pattern, steady) -> tuple:
+def _decide(facts, workers: int) -> dict:
+    """The verdict, its what-if models' replays (independent, one per model) shared with
+    ``workers - 1`` processes forked once the graph is built (passes/side.py ``map_forked``)."""
+    if workers < 2 or facts.graph is None:
+        return verdict_mod.decide(facts)
+    pooled = functools.partial(map_forked, workers=workers)
+    replay_mod.whatif.MAP.append(pooled)
+    try:
+        return verdict_mod.decide(facts)
+    finally:
+        replay_mod.whatif.MAP.remove(pooled)
+
+
+def _replay_side(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
+    """(the replay's graph, its JSON result, the levers' graph, its optimizer regions): the
+    step replay and the graph the what-if models change (passes/replay/whatif.py: the first
+    steps, host stretches cut at their ops, the profiler's cost per node marked); the last
+    two None when the window was not replayed or has no GPU op."""
+    graph, out = _replay(ev, ops, step_rows, op_step, pattern, sampled)
+    if graph is None or not len(ops):
+        return graph, out, None, None
+    priced = split_mod.priced_graph(graph, ev, pattern)
+    priced = overhead_mod.mark(priced, ev)   # the profiler's cost per node
+    return graph, out, priced, split_mod.optimizer_regions(split_mod.within(ev, priced))
+
+
+def _replay(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
     """(graph, JSON result) of the analysed steps' replay (passes/replay)."""
-    sampled = bool(steady and steady.get("state") == "sampled")
     try:
         graph, _sched, out = replay_mod.run(ev, ops, step_rows, step_pattern=pattern,
                                             sampled=sampled, op_step=op_step)
@@ -398,13 +427,11 @@ def _with_levers(u: dict | None, judged: dict) -> dict | None:
     return out
 
 
-def _add_trace_facts(ctx: dict, all_ev: pd.DataFrame, ev: pd.DataFrame) -> None:
-    """The facts read over every step of the trace (periodic stalls), into the context;
-    ``ev``: the window's events (which stalled steps it holds)."""
+def _add_trace_facts(ctx: dict, all_ev: pd.DataFrame, tf: dict) -> None:
+    """The facts read over every step of the trace (periodic stalls, the steps' anatomy:
+    ``newfacts.trace_facts``, a side pass), into the context."""
     from .passes.factkit import has_gpu
-    from .passes.newfacts import trace_facts
 
-    tf = trace_facts(all_ev, ev)
     ctx.setdefault("facts_evidence", {}).update(tf.pop("facts_evidence", {}))
     ctx.update(tf)
     if ctx.get("cpu_only") and all_ev is not None and has_gpu(all_ev):

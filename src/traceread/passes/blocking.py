@@ -41,8 +41,8 @@ from .. import namerx
 from ..table import scan_name
 from .attribution import SYNC_API_RX, _op_base
 from .common import kind_in, name_codes, name_hits, name_table, rows_of
-from .factkit import (MAX_EVIDENCE, Stacks, Steps, has_gpu, item, launcher, rows_named,
-                      thread_key)
+from .factkit import (MAX_EVIDENCE, Stacks, Steps, has_gpu, item, launcher, name_at,
+                      rows_named, thread_key)
 
 # (kind, explicit, regex over the op's base name, kinds of rows it is read from)
 KINDS = tuple((k, e, namerx.compile(p), rk) for k, e, p, rk in (
@@ -155,6 +155,7 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None,
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
     stacks = stacks or Stacks(ev, ("cpu_op", "python", "annotation"))
+    name_of = name_at(ev)
     is_op = kind_in(ev, ("cpu_op",))
     sync_frames = set(rows_named(ev, SYNC_FRAME_RX, ("python",)).tolist())
     cand, kidx = _candidates(ev)
@@ -182,12 +183,12 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None,
             root = ops[0] if ops else r
             kind = _behaviour_kind(ev, root, r)
         roots.setdefault(root, kind)
-        how.setdefault(root, f"{ev['name'].iat[r]} inside")
+        how.setdefault(root, f"{name_of(r)} inside")
     # pageable copies: staged synchronously by the host
     for root, r in _pageable_roots(ev, stacks):
         if root not in roots:
             roots[root] = "pageable_copy"
-            how[root] = f"{ev['name'].iat[r]} (pageable)"
+            how[root] = f"{name_of(r)} (pageable)"
     # by name: where the API is not traced (explicit always, implicit with GPU work)
     if not api_traced:
         for r, k, o in zip(cand.tolist(), kidx.tolist(), outer.tolist()):
@@ -212,10 +213,10 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None,
         kind = roots[r]
         d = by_kind.setdefault(kind, {"count": 0, "explicit": kind in EXPLICIT or
                                       kind == "runtime_sync",
-                                      "name": _op_base(str(ev["name"].iat[r])), "mid": 0})
+                                      "name": _op_base(str(name_of(r))), "mid": 0})
         d["count"] += 1
         d["mid"] += int(m)
-        e = item(_op_base(str(ev["name"].iat[r])), ts[r], s,
+        e = item(_op_base(str(name_of(r))), ts[r], s,
                  f"{kind}: {how.get(r, '')}".rstrip(": ")
                  + ("; between two of the step's launches: it splits the step" if m else
                     "; before the step's first launch or after its last"))
@@ -242,7 +243,7 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None,
         dyn[k] = dyn.get(k, 0) + 1
         if len(dyn_ev) < MAX_EVIDENCE:
             s = steps.of(pid[[r]], ts[[r]])[0]
-            dyn_ev.append(item(_op_base(str(ev["name"].iat[r])), ts[r], s,
+            dyn_ev.append(item(_op_base(str(name_of(r))), ts[r], s,
                                f"{k}: output size depends on the data"))
     dyn = {k: round(v / n_steps, 1) for k, v in dyn.items()}
     fresh = _fresh_copies(ev, steps, stacks) + _mid_step_frees(ev, steps, api)

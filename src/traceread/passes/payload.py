@@ -103,7 +103,7 @@ def copy_payloads(ev: pd.DataFrame, steps: Steps | None = None,
             continue
         r = int(lr[i])
         around = stacks.around(threads[i], int(ts[r]), int(end[r]))
-        names = [scan_name(n) for n in ev["name"].take(around).astype(str).tolist()]
+        names = [scan_name(n) for n in stacks.names(around)]
         site[i] = user_frame_at(stacks, threads[i], int(ts[r]), int(end[r])) or \
             next((readable(n) for n in names if n.startswith("aten::")), "")
         payload[i] = _payload_of(names, direction[i], int(nbytes[i]), int(sidx[i]),

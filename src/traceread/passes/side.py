@@ -16,6 +16,7 @@ import pickle
 from typing import Any, Callable
 
 _SHARED: dict[str, Any] = {}   # set before the fork: the children inherit it
+_TASK: list = []   # (fn, items) of the running ``map_forked``: its children inherit it
 
 
 class Ref:
@@ -45,6 +46,7 @@ class SidePasses:
 
     def __init__(self, workers: int, shared: dict[str, Any], max_jobs: int = 3):
         self.shared = shared
+        self.workers = workers
         self.jobs: dict[str, tuple[Callable, tuple, dict]] = {}
         self.futs: dict[str, cf.Future] = {}
         self.pool = None
@@ -76,9 +78,11 @@ class SidePasses:
             self.close()
 
     def get(self, key: str) -> Any:
+        """The job's result: from its worker, or computed here when no worker started it
+        yet (this process would only wait)."""
         fn, args, kw = self.jobs.pop(key)
         fut = self.futs.pop(key, None)
-        if fut is not None:
+        if fut is not None and not fut.cancel():   # a worker has it (a queued one runs here)
             try:
                 return fut.result()
             except cf.process.BrokenProcessPool:  # a child was killed (OOM): do it here
@@ -105,3 +109,50 @@ class SidePasses:
 
     def __exit__(self, exc_type, *exc):
         self.close(abandon=exc_type is not None)
+
+
+def _item(i: int) -> Any:
+    fn, items = _TASK[0]
+    return fn(items[i])
+
+
+def map_forked(fn: Callable, items, workers: int, first: int = 1) -> list:
+    """``[fn(x) for x in items]`` with the items after the first ``first`` shared with up to
+    ``workers - 1`` children forked now, so they inherit ``fn``'s data as it stands (a graph
+    built a moment ago: nothing pickled on the way in, only each result on the way back).
+    ``fn`` must be pure: any process computes the same result. The first items run here
+    before the fork (they fill the caches the rest share); then this process takes the items
+    no child has started yet, from the end, while the children take them from the front.
+    With one worker, without ``fork``, or when a child dies, the items run here."""
+    items = list(items)
+    n = min(workers - 1, len(items) - first - 1)
+    if n < 1 or "fork" not in mp.get_all_start_methods():
+        return [fn(x) for x in items]
+    out = [fn(x) for x in items[:first]]
+    _TASK[:] = [(fn, items)]
+    try:
+        pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"))
+    except Exception:  # noqa: BLE001 - no pool (e.g. inside a daemonic worker): run here
+        _TASK.clear()
+        return out + [fn(x) for x in items[first:]]
+    done: dict[int, Any] = {}
+    try:
+        futs = {}
+        for i in range(first, len(items)):
+            try:
+                futs[i] = pool.submit(_item, i)
+            except Exception:  # noqa: BLE001 - the pool broke or cannot fork: run here
+                break
+        for i in reversed(range(first, len(items))):
+            if i not in futs or futs[i].cancel():   # no child took it: this process does
+                done[i] = fn(items[i])
+        for i, fut in futs.items():
+            if i not in done:
+                try:
+                    done[i] = fut.result()
+                except cf.process.BrokenProcessPool:   # a child was killed (OOM): do it here
+                    done[i] = fn(items[i])
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        _TASK.clear()
+    return out + [done[i] for i in range(first, len(items))]

@@ -66,14 +66,15 @@ JIT_RX = namerx.compile(
     r"|ProfilingGraphExecutorImpl|runProfilingOptimizations|runProfilingInsensitiveOptimizations"
     r"|runNondiffOptimization|torch::jit::.*(?:[Cc]ompile|[Oo]ptimi[sz])")
 
-def steady_state(ev: pd.DataFrame, gaps: pd.DataFrame) -> dict:
+def steady_state(ev: pd.DataFrame, gaps: pd.DataFrame, sampled=False) -> dict:
     """{"state", "ns", "share_pct", "evidence", "cold_start_ns", "jit_ns", "sampled"}.
 
     ``ev``: the window's events; ``gaps``: its GPU idle gaps (start, end, duration).
     ``ns``: the idle time (plus excess first-run kernel time) the state's evidence covers.
+    ``sampled``: ``sampled_ids(ev)`` when the caller has it already (False: not known yet).
     """
     idle = _idle(gaps)
-    sampled = sampled_ids(ev)
+    sampled = sampled_ids(ev) if sampled is False else sampled
     cold_ev, kernel_excess = _cold_evidence(ev)
     jit_ev = _rows(ev, _mask(ev, JIT_RX, HOST_KINDS), "JIT compilation")
     cold_ns = _covered(cold_ev, idle) + kernel_excess

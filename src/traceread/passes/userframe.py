@@ -75,8 +75,7 @@ def _payload(s: str) -> dict | None:
 
 def user_frame(stacks: Stacks, row: int) -> str | None:
     """file:line fn of the innermost user frame around ``row`` on its thread (None: none)."""
-    around = stacks.around_row(row)
-    names = stacks.ev["name"].take(around).astype(str).tolist() if len(around) else []
+    names = stacks.names(stacks.around_row(row))
     for n in reversed(names):
         if is_user_frame(n):
             return frame_text(n)
@@ -84,8 +83,7 @@ def user_frame(stacks: Stacks, row: int) -> str | None:
 
 
 def user_frame_at(stacks: Stacks, thread, ts: int, end: int) -> str | None:
-    around = stacks.around(thread, ts, end)
-    names = stacks.ev["name"].take(around).astype(str).tolist() if len(around) else []
+    names = stacks.names(stacks.around(thread, ts, end))
     for n in reversed(names):
         if is_user_frame(n):
             return frame_text(n)

@@ -12,12 +12,20 @@ number is bounded by the longest chain of lane changes (host -> GPU -> host at e
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from .graph import END_EDGES, NEG, StepGraph, seg_cummax
+
+try:   # the loop in C (setup.py builds it where a compiler is); else the same loop in numpy
+    from . import _csim
+except ImportError:
+    _csim = None
+
+SIM_ENV = "TRACEREAD_SIM"
 
 MAX_SWEEPS = 20_000
 # Vectorised sweeps first (each settles one more lane change of every path: the unmodified
@@ -60,15 +68,13 @@ def simulate(graph: StepGraph, *, max_sweeps: int = MAX_SWEEPS,
     order = np.lexsort((n["seq"].to_numpy(np.int64), lane))
     lane_o = lane[order]
     first = np.r_[True, lane_o[1:] != lane_o[:-1]]
-    pos_of = pd.Index(ids[order])
     cost = n["cost_ns"].to_numpy(np.int64)[order]
     gap = n["gap_ns"].to_numpy(np.int64)[order]
     gap = np.where(first, 0, gap)
     rel = n["release_ns"].to_numpy(np.int64)[order]
     rel = np.where(rel == NEG, NEG, rel - origin)
     e = graph.edges
-    src = pos_of.get_indexer(e["src"].to_numpy(np.int64))
-    dst = pos_of.get_indexer(e["dst"].to_numpy(np.int64))
+    src, dst = positions(ids[order], e["src"].to_numpy(np.int64), e["dst"].to_numpy(np.int64))
     ok = (src >= 0) & (dst >= 0)
     drain = np.isin(e["kind"].to_numpy(object), END_EDGES)
     lag = e["lag_ns"].to_numpy(np.int64)
@@ -81,8 +87,70 @@ def simulate(graph: StepGraph, *, max_sweeps: int = MAX_SWEEPS,
     C = C - (C[base] - step_c[base])
     # start from the measured schedule (the fixed point when nothing changed)
     meas = (n["ts_ns"].to_numpy(np.int64) + n["dur_ns"].to_numpy(np.int64))[order] - origin
-    end = meas.copy()
     floor = np.int64(-(1 << 50))
+    end, a, b, sweeps, converged = _sweeps(
+        first, gap, cost, rel, C, (s_src, s_dst, s_lag), (d_src, d_dst, d_lag), meas,
+        max_sweeps, fast_sweeps, floor)
+    prev_end = np.r_[NEG, end[:-1]]
+    lane_ready = np.where(first, NEG, prev_end + gap)
+    start = np.maximum(np.maximum(a, lane_ready), floor)
+    # a node bound only by a drain: it started when its lane let it
+    start = np.minimum(start, end)
+    out_s, out_e = np.empty(N, np.int64), np.empty(N, np.int64)
+    out_s[order], out_e[order] = start + origin, end + origin
+    ra, rb = np.empty(N, np.int64), np.empty(N, np.int64)
+    ra[order] = np.where(a == NEG, NEG, a + origin)
+    rb[order] = np.where(b == NEG, NEG, b + origin)
+    total = int(out_e.max() - out_s.min())
+    return Schedule(out_s, out_e, _step_table(graph, out_s, out_e), total, sweeps, converged,
+                    ra, rb)
+
+
+def positions(ids: np.ndarray, *wanted: np.ndarray) -> list[np.ndarray]:
+    """``pd.Index(ids).get_indexer(w)`` for each ``w`` in ``wanted`` (-1: not there). Node
+    ids are unique and dense from 0 (graph.py numbers them): a lookup table answers without
+    the hash table pandas builds on every call; other ids go to pandas."""
+    n = len(ids)
+    if n and int(ids.min()) >= 0 and int(ids.max()) < 4 * n + 1024:
+        lut = np.full(int(ids.max()) + 1, -1, np.int64)
+        lut[ids] = np.arange(n)
+        if int(np.count_nonzero(lut >= 0)) == n:   # unique, as get_indexer requires
+            out = []
+            for w in wanted:
+                ok = (w >= 0) & (w < len(lut))
+                pos = np.full(len(w), -1, np.int64)
+                pos[ok] = lut[w[ok]]
+                out.append(pos)
+            return out
+    index = pd.Index(ids)
+    return [index.get_indexer(w) for w in wanted]
+
+
+def _sweeps(first, gap, cost, rel, C, s_edges, d_edges, meas, max_sweeps, fast_sweeps, floor):
+    """(end, a, b, sweeps, converged) of the fixed-point loop, by the C loop (``_csim.c``)
+    where it is built, else ``_sweeps_py``: the same integers either way
+    (tests/test_csim.py); ``TRACEREAD_SIM=python`` forces the Python loop."""
+    if _csim is None or os.environ.get(SIM_ENV, "").strip().lower() == "python":
+        return _sweeps_py(first, gap, cost, rel, C, s_edges, d_edges, meas, max_sweeps,
+                          fast_sweeps, floor)
+    i64 = [np.ascontiguousarray(x, np.int64) for x in (gap, cost, rel, C, *s_edges, *d_edges)]
+    end = np.array(meas, np.int64, copy=True, order="C")
+    n = len(end)
+    a, b = np.empty(n, np.int64), np.empty(n, np.int64)
+    sweeps, converged, swept = _csim.run(np.ascontiguousarray(first, np.uint8), *i64, end, a, b,
+                                         int(max_sweeps), int(fast_sweeps), int(floor), int(NEG))
+    if not swept:   # as the Python loop: no sweep ran, no ready times
+        a = b = None
+    return end, a, b, int(sweeps), bool(converged)
+
+
+def _sweeps_py(first, gap, cost, rel, C, s_edges, d_edges, meas, max_sweeps, fast_sweeps,
+               floor):
+    """The reference loop: vectorised sweeps from the measured ends, then (past
+    ``fast_sweeps``) one topological pass and a sweep to confirm it."""
+    (s_src, s_dst, s_lag), (d_src, d_dst, d_lag) = s_edges, d_edges
+    N = len(first)
+    end = meas.copy()
     sweeps, converged = 0, False
     a = b = None
     while sweeps < max_sweeps:
@@ -105,19 +173,7 @@ def simulate(graph: StepGraph, *, max_sweeps: int = MAX_SWEEPS,
             converged = True
             break
         end = new
-    prev_end = np.r_[NEG, end[:-1]]
-    lane_ready = np.where(first, NEG, prev_end + gap)
-    start = np.maximum(np.maximum(a, lane_ready), floor)
-    # a node bound only by a drain: it started when its lane let it
-    start = np.minimum(start, end)
-    out_s, out_e = np.empty(N, np.int64), np.empty(N, np.int64)
-    out_s[order], out_e[order] = start + origin, end + origin
-    ra, rb = np.empty(N, np.int64), np.empty(N, np.int64)
-    ra[order] = np.where(a == NEG, NEG, a + origin)
-    rb[order] = np.where(b == NEG, NEG, b + origin)
-    total = int(out_e.max() - out_s.min())
-    return Schedule(out_s, out_e, _step_table(graph, out_s, out_e), total, sweeps, converged,
-                    ra, rb)
+    return end, a, b, sweeps, converged
 
 
 def _topological(first, gap, cost, rel, s_src, s_dst, s_lag, d_src, d_dst, d_lag, floor):
@@ -177,15 +233,14 @@ def _step_table(graph: StepGraph, start: np.ndarray, end: np.ndarray | None = No
     cols = ["index", "step", "measured_ns", "replayed_ns", "error_pct"]
     if not len(st) or not len(start):
         return pd.DataFrame({c: [] for c in cols})
-    ids = pd.Index(graph.nodes["id"].to_numpy(np.int64))
+    ids = graph.nodes["id"].to_numpy(np.int64)
     meas = st["dur_ns"].to_numpy(np.int64)
     if (st["begin"].to_numpy() < 0).all():   # a whole-trace window: first start to last end
         rep = np.array([int(end.max() - start.min())], np.int64)
         meas = np.array([int((graph.nodes["ts_ns"] + graph.nodes["dur_ns"]).max()
                              - graph.nodes["ts_ns"].min())], np.int64)
     else:
-        b = ids.get_indexer(st["begin"].to_numpy(np.int64))
-        e = ids.get_indexer(st["end"].to_numpy(np.int64))
+        b, e = positions(ids, st["begin"].to_numpy(np.int64), st["end"].to_numpy(np.int64))
         okk = (b >= 0) & (e >= 0)
         rep = np.where(okk, start[np.maximum(e, 0)] - start[np.maximum(b, 0)], -1)
     err = np.where((meas > 0) & (rep >= 0), 100.0 * (rep - meas) / np.maximum(meas, 1), np.nan)

@@ -19,6 +19,7 @@ Each model's assumptions are documented in docs/analysis.md ("Levers as transfor
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -1156,6 +1157,16 @@ def facts_from_analysis(a) -> Facts:
 
 # -- in the verdict --------------------------------------------------------------------
 
+def _replay_one(graph, facts: Facts, before: float, mid: str) -> dict:
+    return replay_models(graph, facts, [mid], before_ns=before)
+
+
+# How ``price_models`` runs its independent replays: ``MAP[-1](fn, ids)`` is ``[fn(x) for x in
+# ids]``; analysis.py pushes its worker processes for the verdict (passes/side.py
+# ``map_forked``: the same results, the models shared across cores).
+MAP: list = [lambda fn, items: [fn(x) for x in items]]
+
+
 def price_models(graph, ctx: dict, copies: dict, regions: pd.DataFrame | None = None) -> dict:
     """Every model replayed alone on the levers' graph (``split.priced_graph``: the first
     PRICE_STEPS replayed steps, host stretches cut at their ops): {"before_ns", "models":
@@ -1176,7 +1187,9 @@ def price_models(graph, ctx: dict, copies: dict, regions: pd.DataFrame | None = 
                          "saves_ns": 0, "applied": [], "refused": {m.id: why}, "params": {},
                          "gpu_saved_ns": 0} for m in MODELS}
     else:
-        models = {m.id: replay_models(graph, facts, [m.id], before_ns=before) for m in MODELS}
+        ids = [m.id for m in MODELS]
+        models = dict(zip(ids, MAP[-1](functools.partial(_replay_one, graph, facts, before),
+                                       ids)))
     priced = next((x.split(": ", 1)[1] for x in graph.notes if x.startswith("levers: ")),
                   f"{len(graph.steps)} of {len(graph.steps)} steps")
     return {"before_ns": int(before), "models": models, "graph": graph, "facts": facts,
