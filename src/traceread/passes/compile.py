@@ -473,8 +473,9 @@ def untraced_compile(ev: pd.DataFrame, gaps: pd.DataFrame) -> tuple[np.ndarray, 
     rows = np.flatnonzero(kind_in(ev, ("driver",)))
     if not len(rows):
         return none, []
-    hit = namerx.compile(LOAD_API_RX).search
-    rows = rows[[bool(hit(n)) for n in ev["name"].take(rows).astype(str).tolist()]]
+    from .common import name_lut, name_codes   # each distinct name tested once
+
+    rows = rows[name_lut(ev["name"], LOAD_API_RX).take(name_codes(ev["name"])[rows])]
     if not len(rows):
         return none, []
     ts = ev["ts"].to_numpy(np.int64)[rows]
