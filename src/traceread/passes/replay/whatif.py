@@ -31,6 +31,7 @@ from ...table import scan_name as scan
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
+from . import hostcost
 from .graph import factorize
 
 HOST_NODES = ("host", "launch", "sync_wait", "dataloader")
@@ -72,6 +73,7 @@ class Facts:
     copies: dict = field(default_factory=dict)
     batch: int | None = None
     region_ops: dict = field(default_factory=dict)   # region start ns -> (ops' ns, longest)
+    ops: pd.DataFrame | None = None   # the window's cpu ops (tid, ts, dur, name, input_dims)
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,27 @@ def _zero(g, mask) -> int:
     return int(m.sum())
 
 
+def _remove_ops(g, mask) -> int:
+    """``_zero`` for a change that removes ops: each removed op's call goes whole (its
+    stretches around the launches it made, when all of them go: ``hostcost.whole_calls``),
+    and where the trace names its ops, the untraced stretch right before each removed call
+    loses the op's fitted lag (its Python line and dispatch: ``hostcost.fitted_lag``,
+    fitted on this graph, never more than the stretch holds). Where no op is named (nsys)
+    ``_own_lags`` does that part."""
+    gone = hostcost.whole_calls(g, mask)
+    lanes = _traced_lanes(g)
+    if len(lanes):
+        cost = hostcost.removed_lags(g, gone, hostcost.fitted_lag(g), lanes)
+        _set_cost(g, np.ones(len(cost), bool), cost)
+    return _zero(g, gone)
+
+
+def _traced_lanes(g) -> np.ndarray:
+    """The host lanes whose ops the trace names (Kineto: cpu_op / sync / python stretches)."""
+    lanes = g.nodes["lane"].to_numpy()
+    return np.unique(lanes[_kind(g, "host") & _cat(g, "cpu_op", "sync", "python")])
+
+
 def _drop_drains_into(g, mask) -> None:
     e = g.edges
     bad = (e["kind"] == "drain").to_numpy() & np.isin(e["dst"].to_numpy(), _ids(g, mask))
@@ -247,7 +270,7 @@ def drop_syncs(g, f: Facts, p: dict):
     gone |= _feeders(g, gone)
     gone |= _untraced_feeders(g, gone)
     gone |= _own_lags(g, gone, after_blocking=True)
-    _zero(g, gone | _launched_by(g, gone))
+    _remove_ops(g, gone | _launched_by(g, gone))
     _free_drains(g)
     return g
 
@@ -557,7 +580,7 @@ def fuse_pointwise(g, f: Facts, p: dict):
     if _has_gpu(g):   # the fused members' launches, and the op dispatch before each
         calls = _launches_of(g, gone)
         gone |= calls | _before(g, calls, _kind(g, "host") & _cat(g, "cpu_op", "untraced"))
-    _zero(g, gone)
+    _remove_ops(g, gone)
     return g
 
 
@@ -823,7 +846,7 @@ def drop_empty_cache(g, f: Facts, p: dict):
     m = (_cat(g, "alloc") | _match(g, EMPTY_CACHE_RX)) & _kind(g, *HOST_NODES)
     if not m.any():
         return "no empty_cache / device frees or mallocs in the replayed steps"
-    _zero(g, m)
+    _remove_ops(g, m)
     return g
 
 
@@ -887,11 +910,17 @@ def checkpoint_off_path(g, f: Facts, p: dict):
 
 
 def larger_batch(g, f: Facts, p: dict):
-    """k times the samples per step (``p['x']``, default DEFAULT_BATCH_X): every op's time
-    above its lane's floor (the lane's shortest op: latency, not work) grows k times, and
-    data loading k times; launch calls and sync waits do not. On a GPU trace the host's
-    operator stretches are dispatch and stay; on a host-only trace they are the work.
-    Compared per sample: the saving is the old step less the new step / k."""
+    """k times the samples per step (``p['x']``, default DEFAULT_BATCH_X); data loading
+    grows k times; launch calls and sync waits do not. Compared per sample: the saving is
+    the old step less the new step / k.
+    A host-only trace that recorded shapes, the batch known (``p['batch']`` or
+    ``facts.batch``): only the ops with an input that carries the batch grow, each by
+    (k - 1) x its own time above its fixed part (``hostcost.batch_work``: fitted per op
+    name over the sizes the trace shows; the dispatch floor where it shows one size);
+    the Python between ops and the ops on parameters (optimizer, gradient accumulation)
+    stay. Otherwise every op's time above its lane's floor (the lane's shortest op:
+    latency, not work) grows k times -- on a GPU trace the kernels, the host's operator
+    stretches being dispatch; on a host-only trace the ops."""
     k = float(p.get("x") or DEFAULT_BATCH_X)
     if _has_gpu(g):
         work = _kind(g, "gpu_kernel", "gpu_copy", "gpu_memset")
@@ -902,17 +931,49 @@ def larger_batch(g, f: Facts, p: dict):
         return "no work to scale"
     n = g.nodes
     dur = n["cost_ns"].to_numpy(float)
-    lanes = n["lane"].to_numpy()
     new = dur.copy()
-    for lane in np.unique(lanes[work]).tolist():
-        m = work & (lanes == lane) & (dur > 0)
-        if m.any():
-            floor = dur[m].min()
-            new[m] = floor + k * (dur[m] - floor)
-    new[data] = dur[data] * k
+    grown = None if _has_gpu(g) else _shaped_growth(g, f, p, k)
+    loader = _loader_growth(f, p, g, k)
+    if grown is not None:
+        new[work] = dur[work] + grown[work]
+    else:
+        lanes = n["lane"].to_numpy()
+        for lane in np.unique(lanes[work]).tolist():
+            m = work & (lanes == lane) & (dur > 0)
+            if m.any():
+                floor = dur[m].min()
+                new[m] = floor + k * (dur[m] - floor)
+        p["basis"] = "floor"
+    new[data] = dur[data] * k if loader is None else dur[data] + loader[data]
     _set_cost(g, work | data, new)
     p["per_sample_x"] = k
     return g
+
+
+def _loader_growth(f: Facts, p: dict, g, k: float) -> np.ndarray | None:
+    batch = p.get("batch") or f.batch
+    if not batch or f.ops is None:
+        return None
+    out = hostcost.loader_growth(g, f.ops, int(batch), k)
+    p["loader"] = "per-sample ops" if out is not None else "whole"
+    return out
+
+
+def _shaped_growth(g, f: Facts, p: dict, k: float) -> np.ndarray | None:
+    """Per node: the host time it gains with k times the batch, from the recorded shapes
+    (``hostcost.node_growth``); None where shapes or the batch are unknown."""
+    batch = p.get("batch") or f.batch
+    if not batch or f.ops is None:
+        return None
+    bw = hostcost.batch_work(f.ops, int(batch))
+    if bw is None or not bw["carries"].any():
+        return None
+    fit = bw.attrs["fit"]
+    p["basis"] = "shapes"
+    p["dispatch_floor_ns"] = int(bw.attrs["floor_ns"])
+    p["fitted_ops"] = int((fit["how"] != "dispatch floor").sum()) if len(fit) else 0
+    p["batch_ops"] = int(len(fit))
+    return hostcost.node_growth(g, f.ops, bw, k)
 
 
 def channels_last(g, f: Facts, p: dict):
@@ -923,7 +984,7 @@ def channels_last(g, f: Facts, p: dict):
     m = _kind(g, "gpu_kernel") & _match(g, LAYOUT_RX)
     if not m.any():
         return "no layout conversion kernels in the replayed steps"
-    _zero(g, m | _launches_of(g, m))
+    _remove_ops(g, m | _launches_of(g, m))
     return g
 
 
@@ -1135,7 +1196,18 @@ def facts_from_analysis(a) -> Facts:
     if frame is None and a.trace is not None:
         frame = optimizer_regions(_window_events(a))
     return Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(a.copies or {}),
-                 **regions_of(frame))
+                 ops=_cpu_ops(a), **regions_of(frame))
+
+
+def _cpu_ops(a) -> pd.DataFrame | None:
+    """The window's cpu ops with their shapes (what ``larger_batch`` reads), or None."""
+    if a.trace is None:
+        return None
+    ev = _window_events(a)
+    if "input_dims" not in ev:
+        return None
+    return ev.loc[(ev["kind"] == "cpu_op").to_numpy(),
+                  ["tid", "ts", "dur", "name", "input_dims"]]
 
 
 # -- in the verdict --------------------------------------------------------------------
