@@ -39,7 +39,7 @@ GPU_NODES = ("gpu_kernel", "gpu_copy", "gpu_memset", "collective")
 
 # -- constants of the models (docs/analysis.md, "Levers as transformations") ------------
 GRAPH_LAUNCH_NS = 8_000       # one cudaGraphLaunch on the host (H100, CUDA 12: 5-10 us)
-GRAPH_KERNEL_GAP_NS = 1_000   # GPU-side gap between a graph's kernels (~1 us front-end)
+GRAPH_KERNEL_GAP_NS = 256     # GPU-side gap between a graph's kernels (H100: graphs.fixed, median)
 FETCH_NS = 150_000            # the training thread's cost to take a batch from a worker
 MAX_WORKERS = 8               # the default num_workers never exceeds this
 FUSED_TRAFFIC = 0.5           # a fused pointwise chain / optimizer moves half the bytes
@@ -1033,7 +1033,9 @@ MODELS: tuple[Model, ...] = (
     Model("checkpoint_off_path", checkpoint_off_path,
           "checkpoint saves run in the background"),
     Model("larger_batch", larger_batch,
-          "time above each lane's shortest op scales with the batch; launches and waits do not"),
+          "with recorded shapes (host-only): the ops that carry the batch grow above their "
+          "fitted fixed part, per-sample loading grows; else time above each lane's shortest "
+          "op scales with the batch; launches and waits do not"),
     Model("channels_last", channels_last,
           "the layout conversions go, convolutions keep their time"),
 )

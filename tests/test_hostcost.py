@@ -1,0 +1,167 @@
+"""The host cost per op (passes/replay/hostcost.py): fitted exactly on planted graphs, and
+used by the what-if models so removed ops take their host time with them."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import traceread
+from traceread.passes.replay import hostcost as H
+from traceread.passes.replay import whatif as W
+from traceread.passes.replay.graph import NEG, StepGraph
+
+from conftest import FIXTURES
+
+US = 1_000
+
+
+def host_graph(steps: list[list[tuple]]) -> StepGraph:
+    """One host lane, one step per list of (kind, name, ns, cat) nodes between the markers."""
+    rows, step_rows = [], []
+    for s, nodes in enumerate(steps):
+        begin = len(rows)
+        rows.append((s, "step", "step begin", 0, "step"))
+        rows += [(s, *n) for n in nodes]
+        rows.append((s, "step", "step end", 0, "step"))
+        step_rows.append((s, begin, len(rows) - 1))
+    ts = np.cumsum([0] + [r[3] for r in rows])[:-1]
+    nodes = pd.DataFrame({
+        "id": range(len(rows)), "step": [r[0] for r in rows], "lane": 0, "seq": range(len(rows)),
+        "kind": [r[1] for r in rows], "name": [r[2] for r in rows], "cat": [r[4] for r in rows],
+        "ts_ns": ts, "dur_ns": [r[3] for r in rows], "corr": -1,
+        "cost_ns": [r[3] for r in rows], "gap_ns": 0, "release_ns": NEG})
+    nodes.loc[0, "release_ns"] = 0
+    edges = pd.DataFrame(columns=["src", "dst", "kind", "lag_ns"]).astype(
+        {"src": np.int64, "dst": np.int64, "lag_ns": np.int64})
+    lanes = pd.DataFrame({"lane": [0], "what": ["host"], "pid": 1, "tid": [1], "device": [-1],
+                          "stream": [-1], "label": ["thread 1"]})
+    st = pd.DataFrame({"index": [s for s, _, _ in step_rows], "step": [s + 1 for s, _, _ in step_rows],
+                       "pid": 1, "start_ns": [int(ts[b]) for _, b, _ in step_rows],
+                       "end_ns": [int(ts[e]) for _, _, e in step_rows], "dur_ns": 0,
+                       "begin": [b for _, b, _ in step_rows], "end": [e for _, _, e in step_rows]})
+    return StepGraph(nodes=nodes, edges=edges, lanes=lanes, steps=st, origin_ns=0)
+
+
+def py(ns):
+    return ("host", "untraced", ns, "untraced")
+
+
+def op(name, ns):
+    return ("host", name, ns, "cpu_op")
+
+
+# planted per step: the Python before aten::add is 3 us, before aten::mul 7 us (one call 9),
+# aten::linear has none (it follows the step marker directly)
+PLANTED = [[op("aten::linear", 50 * US), py(3 * US), op("aten::add", 4 * US), py(7 * US),
+            op("aten::mul", 5 * US)],
+           [op("aten::linear", 52 * US), py(3 * US), op("aten::add", 4 * US), py(9 * US),
+            op("aten::mul", 5 * US)],
+           [op("aten::linear", 51 * US), py(3 * US), op("aten::add", 6 * US), py(7 * US),
+            op("aten::mul", 5 * US)]]
+
+
+def test_fit_recovers_the_planted_lags_and_costs():
+    t = H.fit(host_graph(PLANTED)).set_index("name")
+    assert t.loc["aten::add", "lag_ns"] == 3 * US and t.loc["aten::add", "lag_spread_ns"] == 0
+    assert t.loc["aten::mul", "lag_ns"] == 7 * US      # median of 7, 9, 7
+    assert t.loc["aten::mul", "lag_spread_ns"] == 1 * US
+    assert t.loc["aten::linear", "lag_ns"] == 0 and t.loc["aten::linear", "lag_seen"] == 0
+    assert t.loc["aten::add", "own_ns"] == 4 * US and t.loc["aten::linear", "own_ns"] == 51 * US
+    assert (t["n"] == 3).all() and t.loc["aten::mul", "lag_seen"] == 3
+
+
+def test_a_removed_op_takes_its_fitted_lag_and_no_more():
+    g = host_graph(PLANTED)
+    gone = (g.nodes["name"] == "aten::mul").to_numpy()
+    cost = H.removed_lags(g, gone, H.fitted_lag(g))
+    before = g.nodes["cost_ns"].to_numpy()
+    unt = (g.nodes["cat"] == "untraced").to_numpy()
+    # the stretches before aten::mul lose 7 us each: 7 -> 0, 9 -> 2 (the excess stays);
+    # the stretches before aten::add (kept) are untouched
+    assert sorted((cost[unt]).tolist()) == sorted([3 * US, 0, 3 * US, 2 * US, 3 * US, 0])
+    assert int((before - cost).sum()) == 21 * US
+
+
+def test_cpu_fusion_removes_the_python_between_the_fused_ops():
+    g = host_graph(PLANTED)
+    r = W.replay_models(g, W.Facts(), ["fuse_pointwise"])
+    # each step's add + mul run becomes one op of max(longest, half their time); the mul's
+    # Python (its fitted 7 us) goes with it: 7 + 9 + 7 less what stays (2 us)
+    steps = [50 + 3 + 4 + 7 + 5, 52 + 3 + 4 + 9 + 5, 51 + 3 + 6 + 7 + 5]
+    fused = [50 + 3 + 5, 52 + 3 + 5 + 2, 51 + 3 + 6]
+    assert r["before_ns"] == round(US * sum(steps) / 3)
+    assert r["after_ns"] == round(US * sum(fused) / 3)
+
+
+def _cut_call(kept_launch: bool) -> StepGraph:
+    """A Kineto-like step: aten::add cut at the launch it makes (stretch, launch, stretch),
+    after 6 us of Python; with ``kept_launch`` the op launches a second kernel too."""
+    nodes = [py(6 * US), op("aten::add", 3 * US), ("launch", "cudaLaunchKernel", 5 * US, "launch"),
+             op("aten::add", 2 * US)]
+    if kept_launch:
+        nodes += [("launch", "cudaLaunchKernel", 5 * US, "launch"), op("aten::add", 1 * US)]
+    nodes += [py(4 * US), op("aten::linear", 20 * US)]
+    return host_graph([nodes, nodes])
+
+
+def test_a_call_goes_whole_only_when_all_its_launches_go():
+    g = _cut_call(False)
+    first = np.flatnonzero((g.nodes["kind"] == "launch").to_numpy())[:1]
+    mask = np.zeros(len(g.nodes), bool)
+    mask[first] = True
+    grown = H.whole_calls(g, mask)
+    names = g.nodes["name"].to_numpy()[grown].tolist()
+    assert names == ["aten::add", "cudaLaunchKernel", "aten::add"]
+    g2 = _cut_call(True)
+    first = np.flatnonzero((g2.nodes["kind"] == "launch").to_numpy())[:1]
+    mask = np.zeros(len(g2.nodes), bool)
+    mask[first] = True
+    # the op keeps a launch: its stretches stay, only the launch removed goes
+    assert H.whole_calls(g2, mask).sum() == 1
+
+
+def test_batch_work_fits_the_fixed_part_exactly():
+    # aten::mm at two sizes with own = 2000 + 0.01 x (m*n*k); relu at one size takes the
+    # dispatch floor (the median own time of the leaf ops without the batch: 300 ns);
+    # aten::add_ on a parameter carries no batch and is fixed whole
+    rows = []
+    t = 0
+    for m, n_, k_ in [(8, 128, 128), (8, 10, 128)] * 3:
+        rows.append(("aten::mm", [[m, k_], [k_, n_]], 2000 + m * n_ * k_ // 100))
+    rows += [("aten::relu", [[8, 128]], 900)] * 2 + [("aten::add_", [[128, 128], [128, 128]], 300)] * 3
+    ts, dur, names, dims = [], [], [], []
+    for name, d, ns in rows:
+        ts.append(t)
+        dur.append(ns)
+        names.append(name)
+        dims.append(json.dumps(d))
+        t += ns + 100
+    ops = pd.DataFrame({"tid": 1, "ts": ts, "dur": dur, "name": names, "input_dims": dims})
+    bw = H.batch_work(ops, 8)
+    fit = bw.attrs["fit"].set_index("name")
+    assert fit.loc["aten::mm", "fixed_ns"] == 2000 and fit.loc["aten::mm", "sizes"] == 2
+    assert fit.loc["aten::relu", "fixed_ns"] == 300 and fit.loc["aten::relu", "how"] == "dispatch floor"
+    add = (ops["name"] == "aten::add_").to_numpy()
+    assert not bw["carries"].to_numpy()[add].any()
+    assert (bw["fixed_ns"].to_numpy()[add] == 300).all()
+    assert H.batch_work(ops.assign(input_dims=None), 8) is None
+
+
+# -- a real pair: the removed syncs take their Python with them ---------------------------
+
+def test_real_sync_pair_removed_syncs_take_their_lags(monkeypatch):
+    a = traceread.analyze(str(FIXTURES / "gpu" / "sync.bad.json.gz"))
+    g, why = W.graph_of(a)
+    assert g is not None, why
+    f = W.facts_from_analysis(a)
+    with_lags = W.replay_models(g, f, ["drop_syncs"])
+    # the same change with the removed calls zeroed alone (the stretches before them kept)
+    monkeypatch.setattr(W, "_remove_ops", W._zero)
+    without = W.replay_models(g, f, ["drop_syncs"])
+    assert with_lags["applied"] == without["applied"] == ["drop_syncs"]
+    lag = H.fit(g).set_index("name")
+    assert lag.loc["cudaMemcpyAsync", "lag_ns"] > 0     # the .item()'s Python before its copy
+    assert with_lags["after_ns"] < without["after_ns"]
