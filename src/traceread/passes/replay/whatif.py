@@ -269,7 +269,10 @@ def drop_syncs(g, f: Facts, p: dict):
     gone = m | calls
     gone |= _feeders(g, gone)
     gone |= _untraced_feeders(g, gone)
-    gone |= _own_lags(g, gone, after_blocking=True)
+    wake = _own_lags(g, gone, after_blocking=True)
+    before = _own_lags(g, gone)
+    _keep_next_lag(g, wake & ~before)
+    gone |= before
     _remove_ops(g, gone | _launched_by(g, gone))
     _free_drains(g)
     return g
@@ -351,6 +354,30 @@ def _own_lags(g, gone, after_blocking: bool = False) -> np.ndarray:
         blocking = m & (_kind(g, "sync_wait") | _blocking(g))
         out |= _after(g, blocking) & untraced
     return out
+
+
+def _keep_next_lag(g, stretches) -> None:
+    """The untraced stretch after a removed blocking call holds the call's wake-up and the
+    Python leading to the next call, which stays: it keeps the next node's fitted lag
+    (``hostcost.fitted_lag``, never more than it holds), the rest goes."""
+    m = np.asarray(stretches, bool)
+    if not m.any():
+        return
+    nxt = _after(g, m)
+    lag = hostcost.fitted_lag(g)
+    o = _lane_order(g)
+    pos = np.empty(len(o), np.int64)
+    pos[o] = np.arange(len(o))
+    idx = np.flatnonzero(m)
+    follow = np.full(len(idx), -1)
+    ok = pos[idx] + 1 < len(o)
+    cand = o[np.minimum(pos[idx] + 1, len(o) - 1)]
+    same = g.nodes["lane"].to_numpy()[cand] == g.nodes["lane"].to_numpy()[idx]
+    follow[ok & same & nxt[cand]] = cand[ok & same & nxt[cand]]
+    cost = g.nodes["cost_ns"].to_numpy(np.int64).copy()
+    keep = np.where(follow >= 0, lag[np.maximum(follow, 0)], 0)
+    cost[idx] = np.minimum(cost[idx], keep)
+    _set_cost(g, m, cost)
 
 
 FREE_RX = re.compile(r"^(?:cudaFree|cuMemFree|cuMemUnmap|cuMemRelease|hipFree|cudaFreeHost)"
