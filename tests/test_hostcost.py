@@ -165,3 +165,45 @@ def test_real_sync_pair_removed_syncs_take_their_lags(monkeypatch):
     lag = H.fit(g).set_index("name")
     assert lag.loc["cudaMemcpyAsync", "lag_ns"] > 0     # the .item()'s Python before its copy
     assert with_lags["after_ns"] < without["after_ns"]
+
+
+def test_gpu_ops_launched_from_parameter_ops_do_not_grow_with_the_batch():
+    # two kernels of 1 ms: one launched inside aten::mm on a [8, 64] input (the batch), one
+    # inside the optimizer's aten::add_ on a [64, 64] parameter; the stream's shortest op
+    # is a 10 us kernel launched with no op around it (taken to carry the batch)
+    rows = [op("aten::mm", 10 * US), ("launch", "cudaLaunchKernel", 5 * US, "launch"),
+            op("aten::add_", 10 * US), ("launch", "cudaLaunchKernel", 5 * US, "launch"),
+            ("launch", "cudaLaunchKernel", 5 * US, "launch"),
+            ("sync_wait", "cudaDeviceSynchronize", 0, "sync")]
+    g = host_graph([rows])
+    n = g.nodes
+    launches = n.index[n["kind"] == "launch"].tolist()
+    k = len(n)
+    gpu = pd.DataFrame({"id": [k, k + 1, k + 2], "step": 0, "lane": 1, "seq": [0, 1, 2],
+                        "kind": "gpu_kernel", "name": ["gemm", "adam", "tiny"], "cat": "",
+                        "ts_ns": 0, "dur_ns": [1000 * US, 1000 * US, 10 * US], "corr": -1,
+                        "cost_ns": [1000 * US, 1000 * US, 10 * US], "gap_ns": 0, "release_ns": NEG})
+    gpu.loc[0, "release_ns"] = 0
+    g.nodes = pd.concat([n, gpu], ignore_index=True)
+    g.edges = pd.DataFrame({"src": [int(n["id"][i]) for i in launches] + [k + 2],
+                            "dst": [k, k + 1, k + 2, int(n["id"][n["kind"] == "sync_wait"].iloc[0])],
+                            "kind": ["launch"] * 3 + ["drain"], "lag_ns": 0})
+    g.lanes = pd.concat([g.lanes, pd.DataFrame({"lane": [1], "what": ["gpu"], "pid": 1,
+                                                "tid": [-1], "device": [0], "stream": [7],
+                                                "label": ["GPU 0 stream 7"]})], ignore_index=True)
+    ts = n["ts_ns"].to_numpy()
+    # the ops span their stretch and the launch after it (the launch is made inside them)
+    ops = pd.DataFrame({"tid": 1, "ts": [int(ts[launches[0] - 1]), int(ts[launches[1] - 1])],
+                        "dur": [15 * US, 15 * US], "name": ["aten::mm", "aten::add_"],
+                        "input_dims": [json.dumps([[8, 64], [64, 64]]),
+                                       json.dumps([[64, 64], [64, 64]])]})
+    carries = H.gpu_carries(g, ops, 8)
+    assert carries[[k, k + 1, k + 2]].tolist() == [True, False, True]
+    f = W.Facts(ops=ops)
+    r = W.replay_models(g, f, ["larger_batch"], {"larger_batch": {"x": 2, "batch": 8}})
+    # the gemm grows above the 10 us floor: 10 + 2 x 990; the optimizer's kernel stays
+    gpu_after = (10 + 2 * 990) * US + 1000 * US + 10 * US
+    assert r["params"]["larger_batch"]["fixed_gpu_ops"] == 1
+    plain = W.replay_models(g, W.Facts(), ["larger_batch"], {"larger_batch": {"x": 2}})
+    assert r["after_ns"] < plain["after_ns"]
+    assert r["after_ns"] >= gpu_after

@@ -345,3 +345,56 @@ def loader_growth(g, ops: pd.DataFrame, batch: int, k: float) -> np.ndarray | No
         own += float(np.clip(gaps, 0, None)[is_per[1:] & is_per[:-1]].sum())
         out[i] = (k - 1.0) * min(own, float(n["cost_ns"].iat[i]))
     return out if seen else None
+
+
+def _parents(ops_sorted_ts, ops_sorted_end, tid) -> np.ndarray:
+    """Per op (sorted by thread, start, longest first): the index of the op it is nested in
+    on its thread, -1 for an outermost op."""
+    parent = np.full(len(ops_sorted_ts), -1, np.int64)
+    stack: list = []
+    for i in range(len(ops_sorted_ts)):
+        while stack and (tid[stack[-1]] != tid[i] or ops_sorted_end[stack[-1]] < ops_sorted_end[i]):
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return parent
+
+
+def gpu_carries(g, ops: pd.DataFrame, batch: int) -> np.ndarray | None:
+    """Per node: the GPU op was launched from inside an op with an input that carries the
+    batch (the innermost op around its launch call on the launching thread that recorded
+    shapes); None when no shapes were recorded. GPU ops with no launch call found are
+    taken to carry it (nothing says they do not)."""
+    if ops is None or not len(ops) or "input_dims" not in ops or not ops["input_dims"].notna().any():
+        return None
+    o = np.lexsort((-ops["dur"].to_numpy(np.int64), ops["ts"].to_numpy(np.int64),
+                    ops["tid"].to_numpy()))
+    ts = ops["ts"].to_numpy(np.int64)[o]
+    end = ts + ops["dur"].to_numpy(np.int64)[o]
+    tid = ops["tid"].to_numpy()[o]
+    dims = [_dims(s) for s in ops["input_dims"].to_numpy(object)[o]]
+    shaped = np.array([bool(d) for d in dims])
+    carries = np.array([any(batch in x for x in d) for d in dims])
+    parent = _parents(ts, end, tid)
+    n = g.nodes
+    e = g.edges
+    lau = e[(e["kind"] == "launch").to_numpy()]
+    pos = pd.Index(n["id"].to_numpy())
+    src, dst = pos.get_indexer(lau["src"].to_numpy()), pos.get_indexer(lau["dst"].to_numpy())
+    ok = (src >= 0) & (dst >= 0)
+    src, dst = src[ok], dst[ok]
+    tids = dict(zip(g.lanes["lane"].to_numpy().tolist(), g.lanes["tid"].to_numpy().tolist()))
+    out = np.ones(len(n), bool)
+    lt = n["ts_ns"].to_numpy(np.int64)[src]
+    ltid = np.array([tids.get(x, -1) for x in n["lane"].to_numpy()[src].tolist()])
+    key = tid.astype(np.int64)
+    for s_, d_, t_, th in zip(src.tolist(), dst.tolist(), lt.tolist(), ltid.tolist()):
+        lo, hi = np.searchsorted(key, th, "left"), np.searchsorted(key, th, "right")
+        j = lo + int(np.searchsorted(ts[lo:hi], t_, "right")) - 1
+        while j >= lo and not (ts[j] <= t_ < end[j] and shaped[j]):
+            j = parent[j] if parent[j] >= lo else -1
+            if j < 0:
+                break
+        if j >= lo:
+            out[d_] = bool(carries[j])
+    return out

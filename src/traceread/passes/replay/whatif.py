@@ -947,7 +947,9 @@ def larger_batch(g, f: Facts, p: dict):
     the Python between ops and the ops on parameters (optimizer, gradient accumulation)
     stay. Otherwise every op's time above its lane's floor (the lane's shortest op:
     latency, not work) grows k times -- on a GPU trace the kernels, the host's operator
-    stretches being dispatch; on a host-only trace the ops."""
+    stretches being dispatch (with shapes and the batch known, only the GPU ops launched
+    from inside an op that carries the batch: not the optimizer's, nor any op's on the
+    parameters alone); on a host-only trace the ops."""
     k = float(p.get("x") or DEFAULT_BATCH_X)
     if _has_gpu(g):
         work = _kind(g, "gpu_kernel", "gpu_copy", "gpu_memset")
@@ -964,22 +966,39 @@ def larger_batch(g, f: Facts, p: dict):
     if grown is not None:
         new[work] = dur[work] + grown[work]
     else:
+        carries = _gpu_carries(g, f, p) if _has_gpu(g) else None
+        if carries is not None:   # GPU ops launched from ops on parameters do not grow
+            work = work & carries
         lanes = n["lane"].to_numpy()
         for lane in np.unique(lanes[work]).tolist():
             m = work & (lanes == lane) & (dur > 0)
             if m.any():
                 floor = dur[m].min()
                 new[m] = floor + k * (dur[m] - floor)
-        p["basis"] = "floor"
+        p.setdefault("basis", "floor")
     new[data] = dur[data] * k if loader is None else dur[data] + loader[data]
     _set_cost(g, work | data, new)
     p["per_sample_x"] = k
     return g
 
 
+def _gpu_carries(g, f: Facts, p: dict) -> np.ndarray | None:
+    """Per node: the GPU op's launching op carries the batch (``hostcost.gpu_carries``);
+    None where shapes or the batch are unknown."""
+    batch = p.get("batch") or f.batch
+    if not batch or int(batch) < 2 or f.ops is None:   # a dimension of 1 says nothing
+        return None
+    out = hostcost.gpu_carries(g, f.ops, int(batch))
+    if out is not None:
+        gpu = _kind(g, "gpu_kernel", "gpu_copy", "gpu_memset")
+        p["basis"] = "floor, ops that carry the batch"
+        p["fixed_gpu_ops"] = int((gpu & ~out).sum())
+    return out
+
+
 def _loader_growth(f: Facts, p: dict, g, k: float) -> np.ndarray | None:
     batch = p.get("batch") or f.batch
-    if not batch or f.ops is None:
+    if not batch or int(batch) < 2 or f.ops is None:   # a dimension of 1 says nothing
         return None
     out = hostcost.loader_growth(g, f.ops, int(batch), k)
     p["loader"] = "per-sample ops" if out is not None else "whole"
@@ -990,7 +1009,7 @@ def _shaped_growth(g, f: Facts, p: dict, k: float) -> np.ndarray | None:
     """Per node: the host time it gains with k times the batch, from the recorded shapes
     (``hostcost.node_growth``); None where shapes or the batch are unknown."""
     batch = p.get("batch") or f.batch
-    if not batch or f.ops is None:
+    if not batch or int(batch) < 2 or f.ops is None:   # a dimension of 1 says nothing
         return None
     bw = hostcost.batch_work(f.ops, int(batch))
     if bw is None or not bw["carries"].any():
