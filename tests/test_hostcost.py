@@ -159,7 +159,7 @@ def test_real_sync_pair_removed_syncs_take_their_lags(monkeypatch):
     f = W.facts_from_analysis(a)
     with_lags = W.replay_models(g, f, ["drop_syncs"])
     # the same change with the removed calls zeroed alone (the stretches before them kept)
-    monkeypatch.setattr(W, "_remove_ops", W._zero)
+    monkeypatch.setattr(W, "_remove_ops", lambda g, m, p=None: W._zero(g, m))
     without = W.replay_models(g, f, ["drop_syncs"])
     assert with_lags["applied"] == without["applied"] == ["drop_syncs"]
     lag = H.fit(g).set_index("name")
@@ -207,3 +207,12 @@ def test_gpu_ops_launched_from_parameter_ops_do_not_grow_with_the_batch():
     plain = W.replay_models(g, W.Facts(), ["larger_batch"], {"larger_batch": {"x": 2}})
     assert r["after_ns"] < plain["after_ns"]
     assert r["after_ns"] >= gpu_after
+
+
+def test_removal_reports_the_lags_it_took_and_their_fits():
+    g = host_graph(PLANTED)
+    r = W.replay_models(g, W.Facts(), ["fuse_pointwise"])
+    p = r["params"]["fuse_pointwise"]
+    assert p["host_lags_removed_ns"] == 7 * US            # 21 us over 3 steps
+    assert p["lag_fits"] == [{"name": "aten::mul", "n": 3, "lag_ns": 7 * US,
+                              "lag_spread_ns": 1 * US, "lag_seen": 3}]

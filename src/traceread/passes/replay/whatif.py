@@ -176,7 +176,7 @@ def _zero(g, mask) -> int:
     return int(m.sum())
 
 
-def _remove_ops(g, mask) -> int:
+def _remove_ops(g, mask, p: dict | None = None) -> int:
     """``_zero`` for a change that removes ops: each removed op's call goes whole (its
     stretches around the launches it made, when all of them go: ``hostcost.whole_calls``),
     and where the trace names its ops, the untraced stretch right before each removed call
@@ -186,7 +186,16 @@ def _remove_ops(g, mask) -> int:
     gone = hostcost.whole_calls(g, mask)
     lanes = _traced_lanes(g)
     if len(lanes):
-        cost = hostcost.removed_lags(g, gone, hostcost.fitted_lag(g), lanes)
+        table = hostcost.fit(g)
+        cost = hostcost.removed_lags(g, gone, hostcost.fitted_lag(g, table), lanes)
+        was = g.nodes["cost_ns"].to_numpy(np.int64)
+        if p is not None:   # the evidence: what went per step, and the fits it came from
+            p["host_lags_removed_ns"] = int((was - cost).sum()) // max(1, len(g.steps))
+            names = set(g.nodes["name"].astype(str).to_numpy()[gone].tolist())
+            used = table[table["name"].isin(names) & (table["lag_ns"] > 0)]
+            p["lag_fits"] = [{"name": str(r.name), "n": int(r.n), "lag_ns": int(r.lag_ns),
+                              "lag_spread_ns": int(r.lag_spread_ns), "lag_seen": int(r.lag_seen)}
+                             for r in used.itertuples(index=False)]
         _set_cost(g, np.ones(len(cost), bool), cost)
     return _zero(g, gone)
 
@@ -273,7 +282,7 @@ def drop_syncs(g, f: Facts, p: dict):
     before = _own_lags(g, gone)
     _keep_next_lag(g, wake & ~before)
     gone |= before
-    _remove_ops(g, gone | _launched_by(g, gone))
+    _remove_ops(g, gone | _launched_by(g, gone), p)
     _free_drains(g)
     return g
 
@@ -607,7 +616,7 @@ def fuse_pointwise(g, f: Facts, p: dict):
     if _has_gpu(g):   # the fused members' launches, and the op dispatch before each
         calls = _launches_of(g, gone)
         gone |= calls | _before(g, calls, _kind(g, "host") & _cat(g, "cpu_op", "untraced"))
-    _remove_ops(g, gone)
+    _remove_ops(g, gone, p)
     return g
 
 
@@ -873,7 +882,7 @@ def drop_empty_cache(g, f: Facts, p: dict):
     m = (_cat(g, "alloc") | _match(g, EMPTY_CACHE_RX)) & _kind(g, *HOST_NODES)
     if not m.any():
         return "no empty_cache / device frees or mallocs in the replayed steps"
-    _remove_ops(g, m)
+    _remove_ops(g, m, p)
     return g
 
 
@@ -1030,7 +1039,7 @@ def channels_last(g, f: Facts, p: dict):
     m = _kind(g, "gpu_kernel") & _match(g, LAYOUT_RX)
     if not m.any():
         return "no layout conversion kernels in the replayed steps"
-    _remove_ops(g, m | _launches_of(g, m))
+    _remove_ops(g, m | _launches_of(g, m), p)
     return g
 
 
