@@ -216,3 +216,23 @@ def test_removal_reports_the_lags_it_took_and_their_fits():
     assert p["host_lags_removed_ns"] == 7 * US            # 21 us over 3 steps
     assert p["lag_fits"] == [{"name": "aten::mul", "n": 3, "lag_ns": 7 * US,
                               "lag_spread_ns": 1 * US, "lag_seen": 3}]
+
+
+def _call(name, ns, kind="launch"):
+    return (kind, name, ns, "sync" if kind == "sync_wait" else "launch")
+
+
+def test_nsys_sync_removal_keeps_the_next_calls_python():
+    # an nsys-like lane (calls and untraced stretches only): the Python before a launch is
+    # 6 us; the stretch after the blocking sync holds its wake-up and the next launch's
+    # Python (30 us). Dropping the sync takes the .item()'s line (the 6 us before its
+    # copy), the copy and the wait, and of the 30 us all but the next launch's fitted 6 us
+    step = [py(6 * US), _call("cudaLaunchKernel", 5 * US), py(6 * US),
+            _call("cudaLaunchKernel", 5 * US), py(6 * US), _call("cudaMemcpyAsync", 4 * US),
+            _call("cudaStreamSynchronize", 20 * US, "sync_wait"), py(30 * US),
+            _call("cudaLaunchKernel", 5 * US)]
+    g = host_graph([step, step, step])
+    assert H.fit(g).set_index("name").loc["cudaLaunchKernel", "lag_ns"] == 6 * US
+    r = W.replay_models(g, W.Facts(), ["drop_syncs"])
+    assert r["before_ns"] == 87 * US
+    assert r["after_ns"] == (6 + 5 + 6 + 5 + 6 + 5) * US
