@@ -236,3 +236,41 @@ def test_nsys_sync_removal_keeps_the_next_calls_python():
     r = W.replay_models(g, W.Facts(), ["drop_syncs"])
     assert r["before_ns"] == 87 * US
     assert r["after_ns"] == (6 + 5 + 6 + 5 + 6 + 5) * US
+
+
+def _with_gpu(g: StepGraph, launchers: list[int], ns: int = 10 * US) -> StepGraph:
+    """``g`` with a GPU lane: one kernel of ``ns`` per node index in ``launchers``."""
+    n = g.nodes
+    k = len(n)
+    m = len(launchers)
+    gpu = pd.DataFrame({"id": range(k, k + m), "step": n["step"].to_numpy()[launchers],
+                        "lane": 1, "seq": range(m), "kind": "gpu_kernel",
+                        "name": [f"k{i}" for i in range(m)], "cat": "", "ts_ns": 0,
+                        "dur_ns": ns, "corr": -1, "cost_ns": ns, "gap_ns": 0, "release_ns": NEG})
+    gpu.loc[0, "release_ns"] = 0
+    g.nodes = pd.concat([n, gpu], ignore_index=True)
+    g.edges = pd.DataFrame({"src": [int(n["id"][i]) for i in launchers],
+                            "dst": list(range(k, k + m)), "kind": "launch", "lag_ns": 0})
+    g.lanes = pd.concat([g.lanes, pd.DataFrame({"lane": [1], "what": ["gpu"], "pid": 1,
+                                                "tid": [-1], "device": [0], "stream": [7],
+                                                "label": ["GPU 0 stream 7"]})], ignore_index=True)
+    return g
+
+
+def test_nsys_compile_is_read_from_the_module_load_it_ends_in():
+    # no op named: the long stretches around a module load, back to the last launch that
+    # queued GPU work and on to the next, are the compile; the 0.5 ms stretch is not
+    step = [_call("cudaLaunchKernel", 5 * US), py(50_000 * US),
+            _call("cudaStreamIsCapturing", 1 * US), py(145_000 * US), _call("cuModuleLoad", 900 * US),
+            py(3_000 * US), _call("cudaMemsetAsync", 5 * US), py(500 * US)]
+    g = host_graph([step, step])
+    launchers = [i for i, nm in enumerate(g.nodes["name"]) if nm in ("cudaLaunchKernel", "cudaMemsetAsync")]
+    g = _with_gpu(g, launchers)
+    taken = W._untraced_compiles(g)
+    assert sorted(g.nodes["cost_ns"].to_numpy()[taken].tolist()) == \
+        sorted([50_000 * US, 145_000 * US, 3_000 * US] * 2)
+    r = W.replay_models(g, W.Facts(), ["no_recompile"])
+    assert r["params"]["no_recompile"]["compile_ns"] == 198_000 * US
+    # nothing to take where no module is loaded
+    steady = host_graph([[c for c in step if c[1] != "cuModuleLoad"]] * 2)
+    assert not W._untraced_compiles(steady).any()
