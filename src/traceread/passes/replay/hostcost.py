@@ -97,10 +97,6 @@ def lag_before(g) -> np.ndarray:
     return out
 
 
-def _iqr(x: pd.Series) -> float:
-    return float(x.quantile(0.75) - x.quantile(0.25)) if len(x) else 0.0
-
-
 def fit(g) -> pd.DataFrame:
     """Per (lane, op name) over the replayed steps' op calls (``call_starts``): n, own_ns (median time on its
     lane), own_spread_ns, lag_ns (median untraced stretch right before it), lag_spread_ns,
@@ -113,14 +109,19 @@ def fit(g) -> pd.DataFrame:
     if not len(d):
         return pd.DataFrame(columns=["lane", "name", "n", "own_ns", "own_spread_ns", "lag_ns",
                                      "lag_spread_ns", "lag_seen"])
+    d["seen"] = d["lag"] > 0
     gb = d.groupby(["lane", "name"], sort=True)
+
+    def iqr(col):
+        return (gb[col].quantile(0.75) - gb[col].quantile(0.25)).round().astype(np.int64)
+
     out = pd.DataFrame({
         "n": gb.size(),
         "own_ns": gb["own"].median().round().astype(np.int64),
-        "own_spread_ns": gb["own"].agg(_iqr).round().astype(np.int64),
+        "own_spread_ns": iqr("own"),
         "lag_ns": gb["lag"].median().round().astype(np.int64),
-        "lag_spread_ns": gb["lag"].agg(_iqr).round().astype(np.int64),
-        "lag_seen": gb["lag"].agg(lambda x: int((x > 0).sum())),
+        "lag_spread_ns": iqr("lag"),
+        "lag_seen": gb["seen"].sum().astype(np.int64),
     }).reset_index()
     return out
 
