@@ -274,3 +274,26 @@ def test_nsys_compile_is_read_from_the_module_load_it_ends_in():
     # nothing to take where no module is loaded
     steady = host_graph([[c for c in step if c[1] != "cuModuleLoad"]] * 2)
     assert not W._untraced_compiles(steady).any()
+
+
+def test_gpu_fusion_takes_each_removed_ops_whole_call_and_python():
+    # Kineto-like: 4 x (6 us of Python, aten::mul cut at its launch: 3 us, launch 5 us,
+    # 2 us), 1 us kernels, a sync at the end. Fused: one call and one 2 us kernel remain;
+    # the other three calls go whole with the Python before each (its fitted 6 us)
+    ops = []
+    for _ in range(4):
+        ops += [py(6 * US), op("aten::mul", 3 * US), _call("cudaLaunchKernel", 5 * US),
+                op("aten::mul", 2 * US)]
+    g = host_graph([ops + [_call("cudaStreamSynchronize", 0, "sync_wait")]])
+    launchers = [i for i, nm in enumerate(g.nodes["name"]) if nm == "cudaLaunchKernel"]
+    g = _with_gpu(g, launchers, ns=1 * US)
+    g.nodes.loc[g.nodes["kind"] == "gpu_kernel", "name"] = \
+        "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor>"
+    sync = int(g.nodes.index[g.nodes["kind"] == "sync_wait"][0])
+    last = int(g.nodes["id"][g.nodes["kind"] == "gpu_kernel"].max())
+    g.edges = pd.concat([g.edges, pd.DataFrame({"src": [last], "dst": [int(g.nodes["id"][sync])],
+                                                "kind": ["drain"], "lag_ns": [0]})], ignore_index=True)
+    r = W.replay_models(g, W.Facts(), ["fuse_pointwise"])
+    assert r["before_ns"] == 64 * US
+    assert r["after_ns"] == 16 * US
+    assert r["params"]["fuse_pointwise"]["host_lags_removed_ns"] == 18 * US

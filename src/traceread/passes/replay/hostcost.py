@@ -56,7 +56,7 @@ def _untraced(g) -> np.ndarray:
 def call_starts(g) -> np.ndarray:
     """Mask of the op nodes that begin a call: not the continuation of an op cut at its
     launches (``aten::any`` before and after the ``cudaLaunchKernel`` inside it is one
-    call), nor a launch inside an op's stretch."""
+    call), nor a call made inside an op (between two of its stretches)."""
     o = _order(g)
     n = g.nodes
     lane = n["lane"].to_numpy()[o]
@@ -73,8 +73,12 @@ def call_starts(g) -> np.ndarray:
     stretch2 = np.r_[False, False, stretch[:-2]][:len(name)]
     # a stretch after a call that follows a stretch of the same op: the op's return path
     cont = stretch & prev_call & same2 & stretch2 & (name2 == name)
-    # a call right after an op's stretch: made inside that op
-    inside = call & prev_stretch
+    # a call between two stretches of one op: made inside that op
+    nxt_same = np.r_[lane[1:] == lane[:-1], False]
+    next_stretch = np.r_[stretch[1:], False] & nxt_same
+    next_name = np.concatenate([name[1:], np.array([""], object)])
+    prev_name = np.concatenate([np.array([""], object), name[:-1]])
+    inside = call & prev_stretch & next_stretch & (next_name == prev_name)
     out = np.zeros(len(o), bool)
     out[o] = ops & ~cont & ~inside
     return out

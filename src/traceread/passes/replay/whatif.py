@@ -613,9 +613,12 @@ def fuse_pointwise(g, f: Facts, p: dict):
     gone[idx] = True
     gone[idx[starts]] = False
     _set_cost(g, np.ones(len(n), bool), dur)
-    if _has_gpu(g):   # the fused members' launches, and the op dispatch before each
+    if _has_gpu(g):   # the fused members' launches, and the op dispatch before each: the
+        # op's stretch; where no op is named (nsys) the untraced stretch before the launch
+        # (where ops are named, that stretch loses the op's fitted lag: ``_remove_ops``)
         calls = _launches_of(g, gone)
-        gone |= calls | _before(g, calls, _kind(g, "host") & _cat(g, "cpu_op", "untraced"))
+        untraced = _cat(g, "untraced") & ~np.isin(g.nodes["lane"].to_numpy(), _traced_lanes(g))
+        gone |= calls | _before(g, calls, _kind(g, "host") & (_cat(g, "cpu_op") | untraced))
     _remove_ops(g, gone, p)
     return g
 
