@@ -1305,14 +1305,17 @@ def facts_from_analysis(a) -> Facts:
 
 
 def _cpu_ops(a) -> pd.DataFrame | None:
-    """The window's cpu ops with their shapes (what ``larger_batch`` reads), or None."""
+    """The window's cpu ops with their shapes (what ``larger_batch`` reads), or None where
+    no shape was recorded (nothing then reads them: the batch is read from shapes too)."""
     if a.trace is None:
         return None
     ev = _window_events(a)
     if "input_dims" not in ev:
         return None
-    return ev.loc[(ev["kind"] == "cpu_op").to_numpy(),
-                  ["tid", "ts", "dur", "name", "input_dims"]]
+    ops = (ev["kind"] == "cpu_op").to_numpy()
+    if not (ops & ev["input_dims"].notna().to_numpy()).any():
+        return None
+    return ev.loc[ops, ["tid", "ts", "dur", "name", "input_dims"]]
 
 
 # -- in the verdict --------------------------------------------------------------------
