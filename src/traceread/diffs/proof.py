@@ -140,7 +140,7 @@ def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str,
     if batch and batch.get("before") and batch.get("after") and \
             batch["after"] > batch["before"]:
         out.append(("larger_batch", f"batch {batch['before']} -> {batch['after']}",
-                    {"x": batch["after"] / batch["before"]}))
+                    {"x": batch["after"] / batch["before"], "batch": batch["before"]}))
     if not out and b["host_untraced_ns"] > 0 and \
             a["host_untraced_ns"] < 0.5 * b["host_untraced_ns"]:
         out.append(("host_off_path", "the host's untraced work between ops fell "

@@ -32,6 +32,7 @@ from ...table import scan_name as scan
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
+from . import hostcost
 from .graph import factorize
 
 HOST_NODES = ("host", "launch", "sync_wait", "dataloader")
@@ -39,7 +40,7 @@ GPU_NODES = ("gpu_kernel", "gpu_copy", "gpu_memset", "collective")
 
 # -- constants of the models (docs/analysis.md, "Levers as transformations") ------------
 GRAPH_LAUNCH_NS = 8_000       # one cudaGraphLaunch on the host (H100, CUDA 12: 5-10 us)
-GRAPH_KERNEL_GAP_NS = 1_000   # GPU-side gap between a graph's kernels (~1 us front-end)
+GRAPH_KERNEL_GAP_NS = 256     # GPU-side gap between a graph's kernels (H100: graphs.fixed, median)
 FETCH_NS = 150_000            # the training thread's cost to take a batch from a worker
 MAX_WORKERS = 8               # the default num_workers never exceeds this
 FUSED_TRAFFIC = 0.5           # a fused pointwise chain / optimizer moves half the bytes
@@ -73,6 +74,7 @@ class Facts:
     copies: dict = field(default_factory=dict)
     batch: int | None = None
     region_ops: dict = field(default_factory=dict)   # region start ns -> (ops' ns, longest)
+    ops: pd.DataFrame | None = None   # the window's cpu ops (tid, ts, dur, name, input_dims)
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,46 @@ def _zero(g, mask) -> int:
     return int(m.sum())
 
 
+def _remove_ops(g, mask, p: dict | None = None) -> int:
+    """``_zero`` for a change that removes ops: each removed op's call goes whole (its
+    stretches around the launches it made, when all of them go: ``hostcost.whole_calls``),
+    and where the trace names its ops, the untraced stretch right before each removed call
+    loses the op's fitted lag (its Python line and dispatch: ``hostcost.fitted_lag``,
+    fitted on this graph, never more than the stretch holds). Where no op is named (nsys)
+    ``_own_lags`` does that part."""
+    gone = hostcost.whole_calls(g, mask)
+    lanes = _traced_lanes(g)
+    if len(lanes):
+        table = hostcost.fit(g)
+        cost = hostcost.removed_lags(g, gone, hostcost.fitted_lag(g, table), lanes)
+        was = g.nodes["cost_ns"].to_numpy(np.int64)
+        if p is not None:   # the evidence: what went per step, and the fits it came from
+            p["host_lags_removed_ns"] = int((was - cost).sum()) // max(1, len(g.steps))
+            names = set(g.nodes["name"].astype(str).to_numpy()[gone].tolist())
+            used = table[table["name"].isin(names) & (table["lag_ns"] > 0)]
+            p["lag_fits"] = [{"name": str(r.name), "n": int(r.n), "lag_ns": int(r.lag_ns),
+                              "lag_spread_ns": int(r.lag_spread_ns), "lag_seen": int(r.lag_seen)}
+                             for r in used.itertuples(index=False)]
+        _set_cost(g, np.ones(len(cost), bool), cost)
+    return _zero(g, gone)
+
+
+def _traced_lanes(g) -> np.ndarray:
+    """The host lanes whose ops the trace names (Kineto: cpu_op / python stretches around
+    most launches). A sync stretch or a few named ranges do not make a lane traced: an nsys
+    capture has sync stretches and may name an op or two (gpu/launch: 2 cpu_op stretches
+    beside 9,624 launch calls), and its untraced stretches still hold the dispatch."""
+    lanes = g.nodes["lane"].to_numpy()
+    named = lanes[_kind(g, "host") & _cat(g, "cpu_op", "python")]
+    calls = lanes[_kind(g, "launch")]
+    out = [x for x in np.unique(named).tolist()
+           if TRACED_SHARE * int((calls == x).sum()) <= int((named == x).sum())]
+    return np.asarray(out, dtype=lanes.dtype)
+
+
+TRACED_SHARE = 0.1   # named stretches per launch call on a lane whose ops are traced
+
+
 def _drop_drains_into(g, mask) -> None:
     e = g.edges
     bad = (e["kind"] == "drain").to_numpy() & np.isin(e["dst"].to_numpy(), _ids(g, mask))
@@ -247,8 +289,11 @@ def drop_syncs(g, f: Facts, p: dict):
     gone = m | calls
     gone |= _feeders(g, gone)
     gone |= _untraced_feeders(g, gone)
-    gone |= _own_lags(g, gone, after_blocking=True)
-    _zero(g, gone | _launched_by(g, gone))
+    wake = _own_lags(g, gone, after_blocking=True)
+    before = _own_lags(g, gone)
+    _keep_next_lag(g, wake & ~before)
+    gone |= before
+    _remove_ops(g, gone | _launched_by(g, gone), p)
     _free_drains(g)
     return g
 
@@ -329,6 +374,30 @@ def _own_lags(g, gone, after_blocking: bool = False) -> np.ndarray:
         blocking = m & (_kind(g, "sync_wait") | _blocking(g))
         out |= _after(g, blocking) & untraced
     return out
+
+
+def _keep_next_lag(g, stretches) -> None:
+    """The untraced stretch after a removed blocking call holds the call's wake-up and the
+    Python leading to the next call, which stays: it keeps the next node's fitted lag
+    (``hostcost.fitted_lag``, never more than it holds), the rest goes."""
+    m = np.asarray(stretches, bool)
+    if not m.any():
+        return
+    nxt = _after(g, m)
+    lag = hostcost.fitted_lag(g)
+    o = _lane_order(g)
+    pos = np.empty(len(o), np.int64)
+    pos[o] = np.arange(len(o))
+    idx = np.flatnonzero(m)
+    follow = np.full(len(idx), -1)
+    ok = pos[idx] + 1 < len(o)
+    cand = o[np.minimum(pos[idx] + 1, len(o) - 1)]
+    same = g.nodes["lane"].to_numpy()[cand] == g.nodes["lane"].to_numpy()[idx]
+    follow[ok & same & nxt[cand]] = cand[ok & same & nxt[cand]]
+    cost = g.nodes["cost_ns"].to_numpy(np.int64).copy()
+    keep = np.where(follow >= 0, lag[np.maximum(follow, 0)], 0)
+    cost[idx] = np.minimum(cost[idx], keep)
+    _set_cost(g, m, cost)
 
 
 FREE_RX = re.compile(r"^(?:cudaFree|cuMemFree|cuMemUnmap|cuMemRelease|hipFree|cudaFreeHost)"
@@ -555,16 +624,19 @@ def fuse_pointwise(g, f: Facts, p: dict):
     gone[idx] = True
     gone[idx[starts]] = False
     _set_cost(g, np.ones(len(n), bool), dur)
-    if _has_gpu(g):   # the fused members' launches, and the op dispatch before each
+    if _has_gpu(g):   # the fused members' launches, and the op dispatch before each: the
+        # op's stretch; where no op is named (nsys) the untraced stretch before the launch
+        # (where ops are named, that stretch loses the op's fitted lag: ``_remove_ops``)
         calls = _launches_of(g, gone)
-        host = _kind(g, "host") & _cat(g, "cpu_op", "untraced")
+        untraced = _cat(g, "untraced") & ~np.isin(g.nodes["lane"].to_numpy(), _traced_lanes(g))
+        host = _kind(g, "host") & (_cat(g, "cpu_op") | untraced)
         lead = _before(g, calls, host)
         # where a driver call that launches nothing sits between the dispatch and its launch
         # (nsys: cuKernelGetName, a short stretch, then cudaLaunchKernel), the dispatch is
         # the stretch before that call: it goes with the launch, as on a Kineto capture
         helper = _before(g, lead, _kind(g, "launch") & ~_launches_any(g))
         gone |= calls | lead | helper | _before(g, helper, host)
-    _zero(g, gone)
+    _remove_ops(g, gone, p)
     return g
 
 
@@ -837,18 +909,63 @@ def drop_empty_cache(g, f: Facts, p: dict):
     m = (_cat(g, "alloc") | _match(g, EMPTY_CACHE_RX)) & _kind(g, *HOST_NODES)
     if not m.any():
         return "no empty_cache / device frees or mallocs in the replayed steps"
-    _zero(g, m)
+    _remove_ops(g, m, p)
     return g
 
 
 def drop_compile(g, f: Facts, p: dict):
     """Stop the recompiles (mark_dynamic / bucketing / warm-up before profiling): the
-    compilation and graph recording inside the steps take no time."""
+    compilation and graph recording inside the steps take no time. Where the trace names
+    no op (nsys), the compilation is read from the module loads it ends in
+    (``_untraced_compiles``)."""
     m = _kind(g, *HOST_NODES) & _cat(g, "compile", "graph_capture")
+    m |= _untraced_compiles(g)
     if not m.any():
         return "no compilation inside the replayed steps"
+    p["compile_ns"] = int(g.nodes["cost_ns"].to_numpy(np.int64)[m].sum()) // max(1, len(g.steps))
     _zero(g, m)
     return g
+
+
+MODULE_LOAD_RX = re.compile(r"^(?:cuModuleLoad|cuLibraryLoad|hipModuleLoad|cudaLibraryLoad)")
+COMPILE_STRETCH_NS = 1_000_000   # compiling a kernel takes far longer; a dispatch far less
+
+
+def _untraced_compiles(g) -> np.ndarray:
+    """On lanes whose ops the trace does not name: the untraced stretches >=
+    COMPILE_STRETCH_NS of each compile episode inside a step -- a module load (new kernel
+    code: cuModuleLoad, cuLibraryLoadData) and, on either side of it, the untraced
+    stretches and calls that queued no GPU work (Inductor's stream queries), up to the
+    nearest call that queued a GPU op or the step's edge."""
+    n = g.nodes
+    load = _kind(g, "launch") & _match(g, MODULE_LOAD_RX) & (n["step"].to_numpy() >= 0)
+    lanes = n["lane"].to_numpy()
+    load &= ~np.isin(lanes, _traced_lanes(g))
+    out = np.zeros(len(n), bool)
+    if not load.any():
+        return out
+    o = _lane_order(g)
+    lane, kind = lanes[o], n["kind"].to_numpy(object)[o]
+    cat, step = n["cat"].to_numpy(object)[o], n["step"].to_numpy()[o]
+    queued = _launches_any(g)[o]
+    quiet = ((kind == "host") & (cat == "untraced")) | ((kind == "launch") & ~queued)
+    cost = n["cost_ns"].to_numpy(np.int64)[o]
+    take = np.zeros(len(o), bool)
+    for i in np.flatnonzero(load[o]).tolist():
+        for d in (-1, 1):
+            j = i + d
+            while 0 <= j < len(o) and lane[j] == lane[i] and step[j] == step[i] and quiet[j]:
+                take[j] |= kind[j] == "host" and cost[j] >= COMPILE_STRETCH_NS
+                j += d
+    out[o] = take
+    return out
+
+
+def _launches_any(g) -> np.ndarray:
+    """Mask of the host calls that queued a GPU op (a launch edge out of them)."""
+    e = g.edges
+    src = e.loc[(e["kind"] == "launch").to_numpy(), "src"].to_numpy()
+    return np.isin(g.nodes["id"].to_numpy(), src)
 
 
 def host_off_path(g, f: Facts, p: dict):
@@ -904,11 +1021,19 @@ def checkpoint_off_path(g, f: Facts, p: dict):
 
 
 def larger_batch(g, f: Facts, p: dict):
-    """k times the samples per step (``p['x']``, default DEFAULT_BATCH_X): every op's time
-    above its lane's floor (the lane's shortest op: latency, not work) grows k times, and
-    data loading k times; launch calls and sync waits do not. On a GPU trace the host's
-    operator stretches are dispatch and stay; on a host-only trace they are the work.
-    Compared per sample: the saving is the old step less the new step / k."""
+    """k times the samples per step (``p['x']``, default DEFAULT_BATCH_X); data loading
+    grows k times; launch calls and sync waits do not. Compared per sample: the saving is
+    the old step less the new step / k.
+    A host-only trace that recorded shapes, the batch known (``p['batch']`` or
+    ``facts.batch``): only the ops with an input that carries the batch grow, each by
+    (k - 1) x its own time above its fixed part (``hostcost.batch_work``: fitted per op
+    name over the sizes the trace shows; the dispatch floor where it shows one size);
+    the Python between ops and the ops on parameters (optimizer, gradient accumulation)
+    stay. Otherwise every op's time above its lane's floor (the lane's shortest op:
+    latency, not work) grows k times -- on a GPU trace the kernels, the host's operator
+    stretches being dispatch (with shapes and the batch known, only the GPU ops launched
+    from inside an op that carries the batch: not the optimizer's, nor any op's on the
+    parameters alone); on a host-only trace the ops."""
     k = float(p.get("x") or DEFAULT_BATCH_X)
     if _has_gpu(g):
         work = _kind(g, "gpu_kernel", "gpu_copy", "gpu_memset")
@@ -919,17 +1044,66 @@ def larger_batch(g, f: Facts, p: dict):
         return "no work to scale"
     n = g.nodes
     dur = n["cost_ns"].to_numpy(float)
-    lanes = n["lane"].to_numpy()
     new = dur.copy()
-    for lane in np.unique(lanes[work]).tolist():
-        m = work & (lanes == lane) & (dur > 0)
-        if m.any():
-            floor = dur[m].min()
-            new[m] = floor + k * (dur[m] - floor)
-    new[data] = dur[data] * k
+    grown = None if _has_gpu(g) else _shaped_growth(g, f, p, k)
+    loader = _loader_growth(f, p, g, k)
+    if grown is not None:
+        new[work] = dur[work] + grown[work]
+    else:
+        carries = _gpu_carries(g, f, p) if _has_gpu(g) else None
+        if carries is not None:   # GPU ops launched from ops on parameters do not grow
+            work = work & carries
+        lanes = n["lane"].to_numpy()
+        for lane in np.unique(lanes[work]).tolist():
+            m = work & (lanes == lane) & (dur > 0)
+            if m.any():
+                floor = dur[m].min()
+                new[m] = floor + k * (dur[m] - floor)
+        p.setdefault("basis", "floor")
+    new[data] = dur[data] * k if loader is None else dur[data] + loader[data]
     _set_cost(g, work | data, new)
     p["per_sample_x"] = k
     return g
+
+
+def _gpu_carries(g, f: Facts, p: dict) -> np.ndarray | None:
+    """Per node: the GPU op's launching op carries the batch (``hostcost.gpu_carries``);
+    None where shapes or the batch are unknown."""
+    batch = p.get("batch") or f.batch
+    if not batch or int(batch) < 2 or f.ops is None:   # a dimension of 1 says nothing
+        return None
+    out = hostcost.gpu_carries(g, f.ops, int(batch))
+    if out is not None:
+        gpu = _kind(g, "gpu_kernel", "gpu_copy", "gpu_memset")
+        p["basis"] = "floor, ops that carry the batch"
+        p["fixed_gpu_ops"] = int((gpu & ~out).sum())
+    return out
+
+
+def _loader_growth(f: Facts, p: dict, g, k: float) -> np.ndarray | None:
+    batch = p.get("batch") or f.batch
+    if not batch or int(batch) < 2 or f.ops is None:   # a dimension of 1 says nothing
+        return None
+    out = hostcost.loader_growth(g, f.ops, int(batch), k)
+    p["loader"] = "per-sample ops" if out is not None else "whole"
+    return out
+
+
+def _shaped_growth(g, f: Facts, p: dict, k: float) -> np.ndarray | None:
+    """Per node: the host time it gains with k times the batch, from the recorded shapes
+    (``hostcost.node_growth``); None where shapes or the batch are unknown."""
+    batch = p.get("batch") or f.batch
+    if not batch or int(batch) < 2 or f.ops is None:   # a dimension of 1 says nothing
+        return None
+    bw = hostcost.batch_work(f.ops, int(batch))
+    if bw is None or not bw["carries"].any():
+        return None
+    fit = bw.attrs["fit"]
+    p["basis"] = "shapes"
+    p["dispatch_floor_ns"] = int(bw.attrs["floor_ns"])
+    p["fitted_ops"] = int((fit["how"] != "dispatch floor").sum()) if len(fit) else 0
+    p["batch_ops"] = int(len(fit))
+    return hostcost.node_growth(g, f.ops, bw, k)
 
 
 def channels_last(g, f: Facts, p: dict):
@@ -940,7 +1114,7 @@ def channels_last(g, f: Facts, p: dict):
     m = _kind(g, "gpu_kernel") & _match(g, LAYOUT_RX)
     if not m.any():
         return "no layout conversion kernels in the replayed steps"
-    _zero(g, m | _launches_of(g, m))
+    _remove_ops(g, m | _launches_of(g, m), p)
     return g
 
 
@@ -989,7 +1163,9 @@ MODELS: tuple[Model, ...] = (
     Model("checkpoint_off_path", checkpoint_off_path,
           "checkpoint saves run in the background"),
     Model("larger_batch", larger_batch,
-          "time above each lane's shortest op scales with the batch; launches and waits do not"),
+          "with recorded shapes (host-only): the ops that carry the batch grow above their "
+          "fitted fixed part, per-sample loading grows; else time above each lane's shortest "
+          "op scales with the batch; launches and waits do not"),
     Model("channels_last", channels_last,
           "the layout conversions go, convolutions keep their time"),
 )
@@ -1152,7 +1328,21 @@ def facts_from_analysis(a) -> Facts:
     if frame is None and a.trace is not None:
         frame = optimizer_regions(_window_events(a))
     return Facts(ctx=ctx, device=ctx.get("device") or {}, copies=dict(a.copies or {}),
-                 **regions_of(frame))
+                 ops=_cpu_ops(a), **regions_of(frame))
+
+
+def _cpu_ops(a) -> pd.DataFrame | None:
+    """The window's cpu ops with their shapes (what ``larger_batch`` reads), or None where
+    no shape was recorded (nothing then reads them: the batch is read from shapes too)."""
+    if a.trace is None:
+        return None
+    ev = _window_events(a)
+    if "input_dims" not in ev:
+        return None
+    ops = (ev["kind"] == "cpu_op").to_numpy()
+    if not (ops & ev["input_dims"].notna().to_numpy()).any():
+        return None
+    return ev.loc[ops, ["tid", "ts", "dur", "name", "input_dims"]]
 
 
 # -- in the verdict --------------------------------------------------------------------
