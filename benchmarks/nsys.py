@@ -37,6 +37,8 @@ def add_args(ap) -> None:
                     help="also time `traceread analyze --no-cache` end to end")
     ap.add_argument("--timeout", type=float, default=240.0, help="--analyze: stop a run after this")
     ap.add_argument("--build-only", action="store_true", help="only write the export to --out")
+    ap.add_argument("--tile", metavar="SQLITE", help="tile this real export to --kernels "
+                    "(scripts/make_big_nsys.py) instead of writing a synthetic one")
     ap.add_argument("--no-pandas", action="store_true", help="skip the read_sql yardstick")
     ap.add_argument("--repeat", type=int, default=1, help="interleaved rounds (best is kept)")
     h.add_side_args(ap)
@@ -46,7 +48,10 @@ def main(args) -> int:
     path = Path(args.out)
     if args.build_only or not (args.keep and path.exists()):
         h.say(f"writing {path} ({args.kernels:,} kernels)")
-        build(path, args.kernels)
+        if args.tile:
+            _tile(Path(args.tile), path, args.kernels)
+        else:
+            build(path, args.kernels)
     if args.build_only:
         print(f"{path}: {h.fmt_mb(path.stat().st_size)}")
         return 0
@@ -55,6 +60,17 @@ def main(args) -> int:
     finally:
         if not args.keep:
             path.unlink(missing_ok=True)
+
+
+def _tile(src: Path, path: Path, kernels: int) -> None:
+    """``scripts/make_big_nsys.py``: SRC's capture repeated until it holds ``kernels``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_big_nsys", Path(__file__).resolve().parents[1] / "scripts" / "make_big_nsys.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    print(mod.tile(src, path, kernels))
 
 
 def measure_all(path: Path, args) -> int:

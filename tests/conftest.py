@@ -50,6 +50,7 @@ SLOW = {
     "test_mfu_gpu_time.py::test_no_corpus_trace_reports_impossible_figures": 56.9,  # its spill-over twin
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
     "test_scale.py::test_batch_parent_keeps_per_rank_records_not_event_tables": 41.2,  # test_cross_rank_pass_memory_grows_linearly
+    "test_scale.py::test_pipeline_pass_memory_grows_linearly": 6.4,  # test_pipeline_reports_no_rank_absent_from_a_pair_it_was_never_in
     "test_torch_compile_real.py::test_aot_eager_recompile_found_in_step": 12.5,
     "test_torch_compile_real.py::test_training_graph_break_and_lazy_backward_compile": 15.3,
 }

@@ -81,11 +81,13 @@ def _stall_op(ev, steps: Steps, stalled, normal, pid) -> tuple[str | None, int]:
     ts = ev["ts"].to_numpy(np.int64)[host]
     dur = ev["dur"].to_numpy(np.int64)[host]
     si = steps.index_of(np.full(len(host), pid), ts)
-    names = ev["name"].take(host).astype(str).to_numpy()
-    df = pd.DataFrame({"n": names, "s": si, "d": dur})
+    code, label = _name_codes(ev["name"], host)
+    df = pd.DataFrame({"n": code, "s": si, "d": dur})
     df = df[df["s"] >= 0]
-    df = df[~df["n"].str.match(STEP_RX.pattern) & ~df["n"].isin(steps.names)]
+    step = _step_names(label) | np.isin(label, np.array(sorted(steps.names), dtype=object))
+    df = df[~step[df["n"].to_numpy()]]
     per = df.groupby(["n", "s"], sort=False)["d"].sum().unstack(fill_value=0)
+    per.index = label[per.index.to_numpy()]   # codes -> names (one name per code)
     st = [s for s in stalled.tolist() if s in per.columns]
     no = [s for s in normal.tolist() if s in per.columns]
     if not st:
@@ -100,7 +102,8 @@ def _stall_op(ev, steps: Steps, stalled, normal, pid) -> tuple[str | None, int]:
     cand = gain[gain >= SHARE * best]
     # the innermost: the shortest mean call among the candidates, a user frame or a
     # recognised operation first
-    mean = df[df["n"].isin(cand.index)].groupby("n")["d"].mean()
+    mean = df.groupby("n")["d"].mean()
+    mean.index = label[mean.index.to_numpy()]
     def rank(n):
         known = bool(CHECKPOINT_RX.search(n) or EVAL_RX.search(n) or FLUSH_RX.search(n))
         return (not known, not is_user_frame(n), mean.get(n, 0))
@@ -115,6 +118,30 @@ def _stall_op(ev, steps: Steps, stalled, normal, pid) -> tuple[str | None, int]:
     else:
         n = min(pool, key=rank)
     return n, int(gain[n])
+
+
+def _name_codes(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a code per row, the name of each code): the names as ``astype(str)`` reads them,
+    without a Python string per host row (1.6 M of them were ~200 MB at 1 GB). A null
+    reads "nan", the code of a category "nan" when there is one."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        code, uniq = pd.factorize(col.take(rows).astype(str).to_numpy(), sort=False)
+        return code, np.asarray(uniq, object)
+    label = np.asarray(col.cat.categories.astype(str), object)
+    code = col.cat.codes.to_numpy()[rows].astype(np.int64)
+    if (code < 0).any():
+        same = np.flatnonzero(label == "nan")
+        code[code < 0] = same[0] if len(same) else len(label)
+        label = label if len(same) else np.r_[label, np.array(["nan"], object)]
+    return code, label
+
+
+def _step_names(label: np.ndarray) -> np.ndarray:
+    """Per name: a step marker (``str.match`` of ``STEP_RX``'s pattern, as per row before)."""
+    import re
+
+    rx = re.compile(STEP_RX.pattern)
+    return np.array([rx.match(n) is not None for n in label.tolist()], bool)
 
 
 def _what(op: str | None) -> str:

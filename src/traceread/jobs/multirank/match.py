@@ -277,8 +277,8 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
                 unmatched += [{"rank": r, "collective": c, "msg_bytes": -1, "ref_rank": -1, "lane": lane,
                                "reason": "lane seen on one rank only"} for c in d["collective"]]
             continue
-        absent = sorted(set(per_rank) - set(members))
-        if absent:   # one reason text per lane: a pipeline has lanes x ranks of these records
+        absent = expected_absent(lane, members, per_rank)
+        if absent:   # one reason text per lane
             n = max(len(d) for d in members.values())
             why = f"issued none of this lane's collectives ({n} on other ranks)"
             unmatched += [{"rank": r, "collective": None, "msg_bytes": -1, "ref_rank": -1,
@@ -302,6 +302,31 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
         unmatched += [dict(u, lane=lane) for u in um]
         methods[lane] = "end"
     return _finish(parts), _dedupe(unmatched), {"offsets": offsets, "methods": methods}
+
+
+def expected_absent(lane: str, members: dict, per_rank: dict) -> list[int]:
+    """The ranks outside ``members`` that the lane should have held, sorted.
+
+    A P2P lane (``p2p:a>b``) is the pair a, b; a named group whose rows give its size and
+    already has that many members expects no one else. Any other lane (the default
+    group, a comm stream, a group of unknown size) expects every rank. Listing every
+    absent rank for every lane made lanes x ranks records on a pipeline (one P2P lane
+    per pair of neighbours), nearly all of them ranks that were never in the lane.
+    """
+    if lane.startswith("p2p:"):
+        pair = set()
+        for r in lane[4:].split(">"):
+            try:
+                pair.add(int(r))
+            except ValueError:   # a peer the trace wrote oddly: expect every rank
+                return sorted(set(per_rank) - set(members))
+        return sorted((pair & set(per_rank)) - set(members))
+    if lane.startswith("pg:") and lane != "pg:default":
+        size = max((int(d["group_size"].max()) for d in members.values()
+                    if "group_size" in d and len(d)), default=-1)
+        if 0 < size <= len(members):
+            return []
+    return sorted(set(per_rank) - set(members))
 
 
 def split_lanes(per_rank: dict[int, pd.DataFrame], lanes: list) -> dict:
