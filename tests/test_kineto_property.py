@@ -110,3 +110,13 @@ def test_complete_events_come_back_exactly(tmp_path_factory, rows, base):
                      t.events["name"].astype(str).tolist()))
     want = sorted((base + ts * 1000, d * 1000, n) for n, ts, d, _ in rows)
     assert got == want
+
+
+def test_empty_object_last_event_reads_on_both_paths(tmp_path):
+    """Found by the property above: an empty object ``{}`` as the last item has no key, so
+    no event start was found in it and the streaming reader called the closed document
+    'not closed properly' while the small-file reader read it."""
+    p = _write(tmp_path, [{}, {"ts": None}, {}], {})
+    small = _outcome(read_kineto, p)
+    streamed = _outcome(lambda q: read_stream(q, workers=1, chunk_bytes=512), p)
+    assert small[0] == streamed[0]

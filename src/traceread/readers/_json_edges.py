@@ -204,12 +204,28 @@ def _ends_with_event(buf, lo: int, p: int, need_ph: bool = True) -> bool:
         return True  # empty array
     if buf[q - 1] != 0x7D:  # "}"
         return False
+    if _empty_object_before(buf, lo, q - 1):
+        return not need_ph   # "{}": an object (no key, so no event start is found in it)
     for tries, start in enumerate(_starts_backwards(buf, lo, q)):
         if tries >= _RECOVER_TRIES:
             break
         if _object_end(buf, start, need_ph) == q:
             return True
     return False
+
+
+def _empty_object_before(buf, lo: int, close: int) -> bool:
+    """Is ``buf[close]`` ("}") the end of an empty object ``{ }`` that is an array item
+    (after "[" or ",")?"""
+    k = close - 1
+    while k >= lo and buf[k] in b" \t\r\n":
+        k -= 1
+    if k < lo or buf[k] != 0x7B:  # "{"
+        return False
+    k -= 1
+    while k >= 0 and buf[k] in b" \t\r\n":
+        k -= 1
+    return k >= 0 and buf[k] in b",["
 
 
 # --- truncation recovery (a killed run, a full disk) ---------------------------
