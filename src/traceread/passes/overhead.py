@@ -22,6 +22,8 @@ steps of the H100 pairs (tests/fixtures/gpu, h200: Kineto defaults) closest to t
 unprofiled timings (``*.plain.truth.json``); the shapes and stack costs are the ratios
 scripts/record_overhead.py measured on a CPU (tests/fixtures/overhead/truth.json: 1.33 us
 an op, +0.61 us with record_shapes, +0.47 us a frame with with_stack), applied to it.
+``CALL_NS`` is fitted on the same pairs by scripts/fit_overhead.py (``fit_call_ns``), which
+also reports each pair predicted from the others (``leave_one_pair_out``).
 """
 from __future__ import annotations
 
