@@ -98,3 +98,17 @@ def test_call_costs_bring_the_estimate_nearer_the_plain_run(folder, stem):
     zero = {c: 0 for c in O.CALL_NS}
     before = _unprofiled(a.facts.graph, a.trace.events, o["profiled_step_ns"], zero)
     assert abs(o["unprofiled_step_ns"] - truth) < abs(before - truth) - 0.02 * truth
+
+
+def test_host_only_step_loses_its_calls_cost_too():
+    """No replay (no GPU work): the busiest thread's ops and its traced calls come off."""
+    b = TraceBuilder()
+    for k in range(4):
+        t = 1_000_000 + k * 1000 * US
+        b.step(k, t, 1000 * US)
+        for i in range(100):
+            b.cpu("aten::add", t + 10 * US + i * 4 * US, 3 * US)
+        b.runtime("cudaFree", t + 500 * US, 80 * US)
+    o = analyze(b.build(), steps="all").facts.figures["profiler_overhead"]
+    assert o["basis"] == "host ops" and o["calls_per_step"]["free"] == 1
+    assert o["overhead_step_ns"] == 100 * O.PER_OP_NS + min(O.CALL_NS["free"], 80 * US)
