@@ -61,9 +61,9 @@ def costs(ev: pd.DataFrame, call_ns: dict | None = None) -> pd.DataFrame:
     """The profiler's estimated cost of each recorded op, Python frame and runtime / driver
     call: pid, tid, ts, ns (sorted by thread, then time). ``call_ns``: the per-call cost by
     class (default ``CALL_NS``)."""
-    ops = ev[(ev["kind"] == "cpu_op").to_numpy()]
-    py = ev[(ev["kind"] == "python").to_numpy()]
-    calls = ev[ev["kind"].isin(CALL_KINDS).to_numpy()]
+    ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "input_dims"))
+    py = _rows_of(ev, "python", ("pid", "tid", "ts"))
+    calls = _calls(ev, ("pid", "tid", "ts"))
     shaped = _shaped(ops)
     ns = np.r_[np.where(shaped, PER_OP_NS + SHAPES_NS, PER_OP_NS),
                np.full(len(py), FRAME_NS), call_cost(calls, call_ns)].astype(np.int64)
@@ -77,14 +77,15 @@ def call_class(calls: pd.DataFrame) -> np.ndarray:
     """Each runtime / driver call's class: "driver" for a driver-API call (CUPTI records it
     beside the runtime call it serves: a GEMM's cuLaunchKernelEx inside cudaLaunchKernel),
     else by name (``CALL_CLASSES``; "other" when none matches)."""
-    out = np.full(len(calls), "other", dtype=object)
-    left = np.array(calls["kind"] != "driver", dtype=bool)
-    out[~left] = "driver"
-    s = calls["name"].astype(str)
+    names, at = np.unique(calls["name"].astype(str).to_numpy(), return_inverse=True)
+    by_name = np.full(len(names), "other", dtype=object)   # per distinct name
+    left = np.ones(len(names), bool)
     for cls, rx in CALL_CLASSES:
-        m = left & s.str.contains(rx, regex=True).to_numpy()
-        out[m] = cls
+        m = left & pd.Series(names, dtype=object).str.contains(rx, regex=True).to_numpy()
+        by_name[m] = cls
         left &= ~m
+    out = by_name[at.reshape(-1)] if len(calls) else np.zeros(0, dtype=object)
+    out[np.asarray(calls["kind"] == "driver", dtype=bool)] = "driver"
     return out
 
 
@@ -104,7 +105,23 @@ def _shaped(ops: pd.DataFrame) -> np.ndarray:
     if "input_dims" not in ops or not len(ops):
         return np.zeros(len(ops), bool)
     d = ops["input_dims"]
+    if isinstance(d.dtype, pd.CategoricalDtype):   # per distinct value, not a str per row
+        cats = np.asarray(d.cat.categories.astype(str), dtype=object)
+        ok = np.r_[(cats != "") & (cats != "[]"), False].astype(bool)
+        return ok[d.cat.codes.to_numpy()]   # code -1 (null) reads the trailing False
     return (d.notna() & (d.astype(str) != "") & (d.astype(str) != "[]")).to_numpy()
+
+
+def _rows_of(ev: pd.DataFrame, kind: str, cols: tuple) -> pd.DataFrame:
+    """The rows of one kind, only the columns a caller reads (every column of every host
+    op was ~165 B a row: the analysis's peak at 1 GB)."""
+    return ev.loc[(ev["kind"] == kind).to_numpy(), [c for c in cols if c in ev]]
+
+
+def _calls(ev: pd.DataFrame, cols: tuple) -> pd.DataFrame:
+    """The runtime / driver calls, with ``cols`` and what ``call_cost`` reads."""
+    keep = [c for c in dict.fromkeys(("kind", "name", "dur") + cols) if c in ev]
+    return ev.loc[ev["kind"].isin(CALL_KINDS).to_numpy(), keep]
 
 
 def mark(graph, ev: pd.DataFrame, call_ns: dict | None = None):
@@ -170,9 +187,9 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
     driver calls (by class) per step, how many ops carry shapes, and the floor spacing of
     back-to-back ops on the busiest thread (the 5th percentile of the positive gaps between
     one op's end and the next one's start: the least the profiler leaves between two ops)."""
-    ops = ev[(ev["kind"] == "cpu_op").to_numpy()]
-    py = ev[(ev["kind"] == "python").to_numpy()]
-    calls = ev[ev["kind"].isin(CALL_KINDS).to_numpy()]
+    ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "dur", "input_dims"))
+    py_rows = int((ev["kind"] == "python").sum())
+    calls = _calls(ev, ())
     k = max(1, int(steps))
     floor = None
     busiest = 0
@@ -187,9 +204,9 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
     shaped = int(_shaped(ops).sum())
     cls = pd.Series(call_class(calls)).value_counts()
     return {"ops_per_step": round(len(ops) / k, 1), "busiest_thread_ops_per_step":
-            round(busiest / k, 1), "frames_per_step": round(len(py) / k, 1),
+            round(busiest / k, 1), "frames_per_step": round(py_rows / k, 1),
             "calls_per_step": {c: round(float(cls.get(c, 0)) / k, 1) for c in CALL_NS},
-            "record_shapes": bool(shaped), "with_stack": bool(len(py)),
+            "record_shapes": bool(shaped), "with_stack": bool(py_rows),
             "floor_spacing_ns": floor}
 
 
@@ -204,8 +221,8 @@ def _busiest(ops: pd.DataFrame):
 
 def _busiest_calls_ns(ev: pd.DataFrame) -> int:
     """CUPTI's estimated cost of the runtime / driver calls on the busiest op thread."""
-    ops = ev[(ev["kind"] == "cpu_op").to_numpy()]
-    calls = ev[ev["kind"].isin(CALL_KINDS).to_numpy()]
+    ops = _rows_of(ev, "cpu_op", ("pid", "tid"))
+    calls = _calls(ev, ("pid", "tid"))
     if not len(ops) or not len(calls):
         return 0
     return int(call_cost(calls[(_key(calls) == _busiest(ops)).to_numpy()]).sum())
