@@ -112,3 +112,13 @@ def test_host_only_step_loses_its_calls_cost_too():
     o = analyze(b.build(), steps="all").facts.figures["profiler_overhead"]
     assert o["basis"] == "host ops" and o["calls_per_step"]["free"] == 1
     assert o["overhead_step_ns"] == 100 * O.PER_OP_NS + min(O.CALL_NS["free"], 80 * US)
+
+
+def test_calls_as_nsys_records_them_carry_no_cost():
+    """The per-call costs were fitted on Kineto captures; nsys records every driver call."""
+    b = TraceBuilder()
+    b.runtime("cudaFree", 1_000, 80 * US)
+    b.add("driver", "cuMemFree_v2", 100 * US, 70 * US, cat="CUPTI_ACTIVITY_KIND_RUNTIME",
+          pid=b.pid, tid=b.tid)
+    c = O.costs(b.build().events)
+    assert list(c["ns"]) == [min(O.CALL_NS["free"], 80 * US)]
