@@ -1054,6 +1054,10 @@ class ProfilerOverhead(_S):
     record_shapes: bool             # ops carry Input Dims
     with_stack: bool                # Python frames recorded
     floor_spacing_ns: Optional[int]  # 5th percentile gap between back-to-back ops
+    # CUPTI's cost per traced runtime / driver call by class (launch, alloc, other), and
+    # the calls per step of each class (all threads)
+    call_ns: Optional[IntMap] = None
+    calls_per_step: Optional[dict[str, float]] = None
 
 
 class Replay(_S):

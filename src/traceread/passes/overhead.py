@@ -12,13 +12,18 @@ and the graph is replayed -- where the GPU sets the pace the shorter host change
 Without a graph (no GPU, or not replayable) the step loses the cost of its busiest thread's
 ops, never below the GPU's busy time per step.
 
-A CUDA graph launch costs CUPTI ``GRAPH_NODE_NS`` per kernel of the graph.
+A CUDA graph launch costs CUPTI ``GRAPH_NODE_NS`` per kernel of the graph. Every runtime /
+driver call CUPTI records costs the calling thread its callbacks too (``CALL_NS``, by class:
+runtime kernel launches and copy / memset enqueues, driver-API calls, the allocator's
+mallocs, its frees, every other call), never more than the call's own time.
 
 Calibration (docs/analysis.md): ``PER_OP_NS`` is the per-op cost that brings the profiled
 steps of the H100 pairs (tests/fixtures/gpu, h200: Kineto defaults) closest to their
 unprofiled timings (``*.plain.truth.json``); the shapes and stack costs are the ratios
 scripts/record_overhead.py measured on a CPU (tests/fixtures/overhead/truth.json: 1.33 us
 an op, +0.61 us with record_shapes, +0.47 us a frame with with_stack), applied to it.
+``CALL_NS`` is fitted on the same pairs by scripts/fit_overhead.py (``fit_call_ns``), which
+also reports each pair predicted from the others (``leave_one_pair_out``).
 """
 from __future__ import annotations
 
@@ -32,25 +37,79 @@ FRAME_NS = 350        # with_stack: per recorded Python frame (0.35 x an op's co
 # launch took 715 us profiled; the unprofiled step was 0.72 ms shorter)
 GRAPH_NODE_NS = 1_100
 GRAPH_LAUNCH = r"^(?:cuda|hip|cu)GraphLaunch"
+# CUPTI's cost per traced runtime / driver call, by class: the grid point (``CALL_GRID``)
+# nearest the calibration pairs' plain runs, all pairs in (scripts/fit_overhead.py; its
+# leave-one-pair-out figures are in docs/analysis.md). "driver" sits at the grid's top
+# (queue.bad: 400 cuLaunchKernelEx a step; held out, it is still predicted within 1.2%).
+# "free" is not fitted: one pair only has frees (alloc.bad, 28 cudaFree a step), so its
+# 60 us would be read off the very run it is then checked on (held out it predicts
+# nothing: +17.2%); 0 until a second recording shows it.
+CALL_NS = {"launch": 500, "driver": 7_000, "alloc": 0, "free": 0, "other": 0}
+CALL_KINDS = ("runtime", "driver")
+# only calls as Kineto records them carry the cost: the fit saw Kineto captures, and nsys
+# records every driver call (2,372 in alloc.bad's capture vs Kineto's 72) at its own cost
+CALL_CATS = ("cuda_runtime", "cuda_driver")
+CALL_CLASSES = (   # first match wins; the rest is "other"
+    ("launch", r"^(?:cuda|hip|cu)(?:Launch|Memcpy|Memset|GraphLaunch|ModuleLaunch)"),
+    ("free", r"^(?:cuda|hip|cu)(?:Free|MemFree|HostUnregister|MemUnmap|MemRelease|"
+             r"MemAddressFree)"),
+    ("alloc", r"^(?:cuda|hip|cu)(?:Malloc|MemAlloc|HostAlloc|HostRegister|MemHost|MemCreate|"
+              r"MemMap|MemAddressReserve)"),
+)
 # below this share of the step the estimate is inside its own error: levers are priced
 # on the profiled replay as measured
 MATERIAL_SHARE = 0.03
 HOST_KINDS = ("host", "launch", "sync_wait", "dataloader")
 
 
-def costs(ev: pd.DataFrame) -> pd.DataFrame:
-    """The profiler's estimated cost of each recorded op and Python frame: pid, tid, ts,
-    ns (sorted by thread, then time)."""
+def costs(ev: pd.DataFrame, call_ns: dict | None = None) -> pd.DataFrame:
+    """The profiler's estimated cost of each recorded op, Python frame and runtime / driver
+    call: pid, tid, ts, ns (sorted by thread, then time). ``call_ns``: the per-call cost by
+    class (default ``CALL_NS``)."""
     ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "input_dims"))
     py = _rows_of(ev, "python", ("pid", "tid", "ts"))
+    calls = _calls(ev, ("pid", "tid", "ts"))
     shaped = _shaped(ops)
     ns = np.r_[np.where(shaped, PER_OP_NS + SHAPES_NS, PER_OP_NS),
-               np.full(len(py), FRAME_NS)].astype(np.int64)
-    out = pd.DataFrame({"pid": np.r_[ops["pid"].to_numpy(np.int64), py["pid"].to_numpy(np.int64)],
-                        "tid": np.r_[ops["tid"].to_numpy(np.int64), py["tid"].to_numpy(np.int64)],
-                        "ts": np.r_[ops["ts"].to_numpy(np.int64), py["ts"].to_numpy(np.int64)],
-                        "ns": ns})
+               np.full(len(py), FRAME_NS), call_cost(calls, call_ns)].astype(np.int64)
+    col = lambda c: np.r_[ops[c].to_numpy(np.int64), py[c].to_numpy(np.int64),  # noqa: E731
+                          calls[c].to_numpy(np.int64)]
+    out = pd.DataFrame({"pid": col("pid"), "tid": col("tid"), "ts": col("ts"), "ns": ns})
     return out.sort_values(["pid", "tid", "ts"], kind="stable").reset_index(drop=True)
+
+
+def call_class(calls: pd.DataFrame) -> np.ndarray:
+    """Each runtime / driver call's class: "driver" for a driver-API call (CUPTI records it
+    beside the runtime call it serves: a GEMM's cuLaunchKernelEx inside cudaLaunchKernel),
+    else by name (``CALL_CLASSES``; "other" when none matches)."""
+    col = calls["name"]
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype(str).astype("category")
+    col = col.cat.remove_unused_categories()   # the calls' names, not the trace's
+    # per distinct name (the categories), a last slot for a missing name
+    names = np.r_[col.cat.categories.astype(str).to_numpy(object), np.array([""], object)]
+    at = np.asarray(col.cat.codes, np.int64)
+    at = np.where(at < 0, len(names) - 1, at)
+    by_name = np.full(len(names), "other", dtype=object)
+    left = np.ones(len(names), bool)
+    for cls, rx in CALL_CLASSES:
+        m = left & pd.Series(names, dtype=object).str.contains(rx, regex=True).to_numpy()
+        by_name[m] = cls
+        left &= ~m
+    out = by_name[at.reshape(-1)] if len(calls) else np.zeros(0, dtype=object)
+    out[np.asarray(calls["kind"] == "driver", dtype=bool)] = "driver"
+    return out
+
+
+def call_cost(calls: pd.DataFrame, call_ns: dict | None = None) -> np.ndarray:
+    """CUPTI's cost of each runtime / driver call: its class's ``call_ns``, never above the
+    call's own time (a 0.7 us query cannot give back 2 us)."""
+    if not len(calls):
+        return np.zeros(0, np.int64)
+    per = CALL_NS if call_ns is None else call_ns
+    cls = call_class(calls)
+    ns = pd.Series(cls, dtype=object).map(per).fillna(0).to_numpy(np.int64)
+    return np.minimum(ns, np.maximum(calls["dur"].to_numpy(np.int64), 0))
 
 
 def _shaped(ops: pd.DataFrame) -> np.ndarray:
@@ -71,13 +130,24 @@ def _rows_of(ev: pd.DataFrame, kind: str, cols: tuple) -> pd.DataFrame:
     return ev.loc[(ev["kind"] == kind).to_numpy(), [c for c in cols if c in ev]]
 
 
-def mark(graph, ev: pd.DataFrame):
-    """``graph`` with a ``profiler_ns`` column: per host node, the profiler's cost of the ops
-    and frames that start inside it on its thread (never above the node's own time)."""
+def _calls(ev: pd.DataFrame, cols: tuple) -> pd.DataFrame:
+    """The runtime / driver calls Kineto recorded (``CALL_CATS``), with ``cols`` and what
+    ``call_cost`` reads."""
+    keep = [c for c in dict.fromkeys(("kind", "name", "dur") + cols) if c in ev]
+    m = np.array(ev["kind"].isin(CALL_KINDS), dtype=bool)
+    if "cat" in ev:
+        m &= np.array(ev["cat"].isin(CALL_CATS), dtype=bool)
+    return ev.loc[m, keep]
+
+
+def mark(graph, ev: pd.DataFrame, call_ns: dict | None = None):
+    """``graph`` with a ``profiler_ns`` column: per host node, the profiler's cost of the
+    ops, frames and runtime / driver calls that start inside it on its thread (never above
+    the node's own time). ``call_ns``: the per-call costs (default ``CALL_NS``)."""
     g = graph.copy()
     n = g.nodes
     out = np.zeros(len(n), np.int64)
-    c = costs(ev)
+    c = costs(ev, call_ns)
     lanes = g.lanes.set_index("lane")
     host = n["kind"].isin(HOST_KINDS).to_numpy()
     if len(c) and host.any():
@@ -129,19 +199,18 @@ def without(graph):
 
 
 def features(ev: pd.DataFrame, steps: int) -> dict:
-    """What the trace shows of its profiler: recorded ops and Python frames per step, how
-    many ops carry shapes, and the floor spacing of back-to-back ops on the busiest thread
-    (the 5th percentile of the positive gaps between one op's end and the next one's start:
-    the least the profiler leaves between two ops)."""
+    """What the trace shows of its profiler: recorded ops, Python frames and runtime /
+    driver calls (by class) per step, how many ops carry shapes, and the floor spacing of
+    back-to-back ops on the busiest thread (the 5th percentile of the positive gaps between
+    one op's end and the next one's start: the least the profiler leaves between two ops)."""
     ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "dur", "input_dims"))
     py_rows = int((ev["kind"] == "python").sum())
+    calls = _calls(ev, ())
     k = max(1, int(steps))
     floor = None
     busiest = 0
     if len(ops):
-        key = ops["pid"].astype(np.int64) * (1 << 32) + ops["tid"].astype(np.int64)
-        top = key.value_counts().index[0]
-        mine = ops[(key == top).to_numpy()].sort_values("ts")
+        mine = ops[(_key(ops) == _busiest(ops)).to_numpy()].sort_values("ts")
         busiest = len(mine)
         ts = mine["ts"].to_numpy(np.int64)
         run_end = np.maximum.accumulate(ts + mine["dur"].to_numpy(np.int64))
@@ -149,10 +218,30 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
         gaps = gaps[gaps > 0]
         floor = int(np.percentile(gaps, 5)) if len(gaps) else None
     shaped = int(_shaped(ops).sum())
+    cls = pd.Series(call_class(calls)).value_counts()
     return {"ops_per_step": round(len(ops) / k, 1), "busiest_thread_ops_per_step":
             round(busiest / k, 1), "frames_per_step": round(py_rows / k, 1),
+            "calls_per_step": {c: round(float(cls.get(c, 0)) / k, 1) for c in CALL_NS},
             "record_shapes": bool(shaped), "with_stack": bool(py_rows),
             "floor_spacing_ns": floor}
+
+
+def _key(ev: pd.DataFrame) -> pd.Series:
+    return ev["pid"].astype(np.int64) * (1 << 32) + ev["tid"].astype(np.int64)
+
+
+def _busiest(ops: pd.DataFrame):
+    """The thread (``_key``) that records the most ops."""
+    return _key(ops).value_counts().index[0]
+
+
+def _busiest_calls_ns(ev: pd.DataFrame) -> int:
+    """CUPTI's estimated cost of the runtime / driver calls on the busiest op thread."""
+    ops = _rows_of(ev, "cpu_op", ("pid", "tid"))
+    calls = _calls(ev, ("pid", "tid"))
+    if not len(ops) or not len(calls):
+        return 0
+    return int(call_cost(calls[(_key(calls) == _busiest(ops)).to_numpy()]).sum())
 
 
 def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
@@ -161,7 +250,7 @@ def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
 
     ``replay_ratio``: the marked graph's replayed step without the profiler's cost over
     with it (replay/whatif.py ``profiler_ratio``), applied to the measured mean step; else
-    the busiest thread's ops' cost per step comes off the step, never below
+    the busiest thread's ops' and calls' cost per step comes off the step, never below
     ``busy_step_ns`` (the GPU's work per step)."""
     if not steps or not step_mean_ns:
         return None
@@ -172,7 +261,8 @@ def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
         basis = "replay"
     else:
         busiest = f["busiest_thread_ops_per_step"] * (
-            PER_OP_NS + (SHAPES_NS if f["record_shapes"] else 0))
+            PER_OP_NS + (SHAPES_NS if f["record_shapes"] else 0)) + \
+            _busiest_calls_ns(ev) / max(1, steps)
         unprof = int(min(step_mean_ns, max(int(busy_step_ns or 0), step_mean_ns - busiest, 0)))
         basis = "host ops"
     over = int(step_mean_ns) - unprof
@@ -180,4 +270,62 @@ def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
             "overhead_step_ns": over, "overhead_pct": round(100.0 * over / step_mean_ns, 1),
             "profiler_host_ns_per_step": per_step, "basis": basis,
             "material": bool(over >= MATERIAL_SHARE * step_mean_ns),
-            "per_op_ns": PER_OP_NS, "shapes_ns": SHAPES_NS, "frame_ns": FRAME_NS, **f}
+            "per_op_ns": PER_OP_NS, "shapes_ns": SHAPES_NS, "frame_ns": FRAME_NS,
+            "call_ns": {c: int(v) for c, v in CALL_NS.items()}, **f}
+
+
+# The candidates ``fit_call_ns`` tries for each class's per-call cost (ns)
+# (ns)
+CALL_GRID = {"launch": [0, 500],
+             "driver": [0, 3000, 4000, 5000, 6000, 7000],
+             "alloc": [0, 10_000, 20_000, 30_000],
+             "free": [0, 20_000, 40_000, 60_000],
+             "other": [0, 1000]}
+
+
+def fit_call_ns(samples: list, predict, grid: dict | None = None) -> dict:
+    """The per-call costs (one value per class from ``grid``, default ``CALL_GRID``) whose
+    predictions ``predict(sample, call_ns)`` lie nearest each sample's ``truth`` (least mean
+    |relative error|; ties: the smaller costs). ``samples``: dicts with ``truth`` (the
+    unprofiled step, ns)."""
+    combos = _combos(grid)
+    err = _errors(samples, predict, combos)
+    return combos[_best(err, range(len(samples)))]
+
+
+def leave_one_pair_out(samples: list, predict, grid: dict | None = None) -> list[dict]:
+    """Per sample (dicts with ``pair`` and ``truth``): the costs fitted on the other pairs'
+    samples and this sample's prediction with them -- the figure a new pair would get."""
+    combos = _combos(grid)
+    err = _errors(samples, predict, combos)
+    out = []
+    for pair in dict.fromkeys(s["pair"] for s in samples):
+        i = _best(err, [j for j, s in enumerate(samples) if s["pair"] != pair])
+        for j, s in enumerate(samples):
+            if s["pair"] == pair:
+                out.append({"sample": s, "call_ns": combos[i],
+                            "predicted_ns": s["truth"] * (1 + err[i][j])})
+    return out
+
+
+def _combos(grid: dict | None) -> list[dict]:
+    g = CALL_GRID if grid is None else grid
+    keys = list(g)
+    out = [{}]
+    for k in keys:
+        out = [{**c, k: v} for c in out for v in g[k]]
+    return out
+
+
+def _errors(samples: list, predict, combos: list) -> list[list[float]]:
+    """err[combo][sample]: the prediction's relative error against the sample's truth."""
+    return [[(predict(s, c) - s["truth"]) / s["truth"] for s in samples] for c in combos]
+
+
+def _best(err: list, keep) -> int:
+    """The combo with the least mean |error| over the samples ``keep`` (first on ties: the
+    grid runs from small costs up)."""
+    keep = list(keep)
+    score = [sum(abs(e[j]) for j in keep) for e in err]
+    return int(np.argmin(score)) if keep else 0
+
