@@ -26,11 +26,12 @@ def corpus_or_skip() -> Path:
 
 
 # The default run leaves these out (`-m slow` runs them): the slowest of the default run, each
-# 5 s or more of one core (pytest --durations, 2026-11-29), and a faster test covers the same
+# 3 s or more of one core (pytest --durations, 2026-11-29), and a faster test covers the same
 # code path in the default run (named after the #). Keep the list sorted by file.
 SLOW = {
     "test_batch.py::test_run_rows_errors_and_ranks": 13.2,          # test_batch: other batch runs
     "test_benchmarks.py::test_gpubox_tables_at_tiny_sizes": 52.3,   # a benchmark: its own command
+    "test_benchmarks.py::test_trace_analyze_over_info_and_serial_against_a_baseline_dir": 10.3,  # test_trace_read_example_against_a_baseline_dir
     "test_dask.py::test_dask_same_as_local": 12.1,                  # a local Dask cluster
     "test_diff.py::test_directory_diff_matches_files_by_relative_path": 15.2,
     "test_diff.py::test_real_recorded_dataloader_pair": 14.1,       # test_everyday_round4's diff
@@ -43,6 +44,7 @@ SLOW = {
     "test_hardening.py::test_batch_limits_make_error_rows": 14.7,
     "test_hardening.py::test_batch_rerun_into_same_out_dir": 18.1,
     "test_hardening.py::test_batch_with_fifo_finishes_and_reports_it": 18.6,
+    "test_hardening_limits.py::test_gzip_whitespace_bomb_default_cap": 9.2,  # test_gzip_bomb_capped_with_override
     "test_hardening_round3.py::test_batch_keeps_every_odd_name_in_every_output": 19.1,
     "test_hardening_round3.py::test_multi_trace_analyze_of_odd_names[text]": 13.1,  # [json]
     "test_hardening_round3.py::test_one_line_trace_full_of_fake_boundaries_is_linear": 32.8,
@@ -51,6 +53,9 @@ SLOW = {
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
     "test_scale.py::test_batch_parent_keeps_per_rank_records_not_event_tables": 41.2,  # test_cross_rank_pass_memory_grows_linearly
     "test_scale.py::test_pipeline_pass_memory_grows_linearly": 6.4,  # test_pipeline_reports_no_rank_absent_from_a_pair_it_was_never_in
+    "test_scale.py::test_batch_on_dask_shows_the_progress_bar_too": 4.7,  # test_batch_shows_a_progress_bar_only_on_a_terminal
+    "test_side_passes.py::test_levers_priced_on_forked_workers_equal_in_process[gpu/compile.bad.json.gz]": 3.0,  # [h200/xformer.bad.json.gz]
+    "test_stream.py::test_fixtures_stream_equals_small_path[tracelens_b200_eager_trace.json.gz]": 7.8,  # the other fixtures
     "test_torch_compile_real.py::test_aot_eager_recompile_found_in_step": 12.5,
     "test_torch_compile_real.py::test_training_graph_break_and_lazy_backward_compile": 15.3,
 }
