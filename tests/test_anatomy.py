@@ -404,3 +404,15 @@ def test_the_batch_is_not_read_from_an_embedding_table():
     assert A._batch(h) == [1, 77]
     h["batch_op"] = np.array([True, True])   # the table taken as the batch: the old reading
     assert A._batch(h) == [49408, 49408]
+
+
+def test_sync_names_are_the_attributions():
+    """anatomy's SYNC_RX is the attribution's sync ops and explicit sync calls (one list)."""
+    from traceread.passes.anatomy import SYNC_RX
+    from traceread.passes.attribution import SYNC_API_RX, SYNC_OPS
+
+    assert all(SYNC_RX.search(o) for o in SYNC_OPS)
+    for call in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cuCtxSynchronize",
+                 "cudaEventSynchronize", "hipCtxSynchronize", "cuStreamSynchronize_v2"):
+        assert SYNC_RX.search(call) and SYNC_API_RX.match(call)
+    assert not SYNC_RX.search("cudaMemcpyAsync") and SYNC_API_RX.match("cudaMemcpy")

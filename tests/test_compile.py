@@ -191,3 +191,73 @@ def test_analyze_labels_window_and_whole_trace_counts(tmp_path):
     assert "whole trace: 6 compiles (4 recompiles), 1 graph break" in r.output
     assert "graph break: frame 0 resumes in frame 1" in r.output
     assert "1 graph break (3x eager code between compiled regions)" in " ".join(r.output.split())
+
+
+def test_one_module_load_pattern_for_every_reader():
+    """passes/common.py MODULE_LOAD_RX: the driver's, the runtime's and HIP's code loads, each
+    variant and versioned entry point; not the calls that look kernels up or unload."""
+    from traceread.passes.common import MODULE_LOAD_RX
+    from traceread.passes.facts import module_loads
+
+    loads = ["cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
+             "cuLibraryLoadData", "cuLibraryLoadFromFile", "cudaLibraryLoadData",
+             "hipModuleLoad", "hipModuleLoadData", "cuModuleLoadData_v2"]
+    others = ["cuModuleGetFunction", "cuModuleUnload", "cuLibraryGetKernel", "cuLaunchKernel",
+              "cudaLaunchKernel"]
+    assert all(MODULE_LOAD_RX.search(x) for x in loads)
+    assert not any(MODULE_LOAD_RX.search(x) for x in others)
+    ev = pd.DataFrame({"kind": ["driver"] * len(loads + others) + ["cpu_op"],
+                       "name": loads + others + ["cuModuleLoad"]})
+    assert module_loads(ev) == len(loads)   # a cpu_op of that name is no load
+
+
+def _bench_graph(with_timing: bool):
+    """One host lane (nsys-like: calls and untraced stretches): a build stretch, the
+    autotuner's timed runs (device syncs around event-recorded launches, the events read
+    back) when ``with_timing``, then the step's own launch and its .item() sync."""
+    import numpy as np
+
+    from traceread.passes.replay.graph import NEG, StepGraph
+
+    rows = [("step", "step begin", "step"), ("host", "untraced", "untraced"),
+            ("host", "untraced", "untraced")]   # the second: the build (marked)
+    if with_timing:
+        rows += [("sync_wait", "cudaDeviceSynchronize", "sync"),
+                 ("launch", "cudaEventRecordWithFlags", "launch"), ("launch", "cuLaunchKernel", "launch"),
+                 ("launch", "cudaEventRecordWithFlags", "launch"),
+                 ("sync_wait", "cudaDeviceSynchronize", "sync"), ("host", "untraced", "untraced"),
+                 ("launch", "cudaEventQuery", "launch"), ("launch", "cudaEventDestroy", "launch")]
+    rows += [("host", "untraced", "untraced"), ("launch", "cudaLaunchKernel", "launch"),
+             ("launch", "cudaMemcpyAsync", "launch"), ("sync_wait", "cudaStreamSynchronize", "sync"),
+             ("step", "step end", "step")]
+    k = len(rows)
+    nodes = pd.DataFrame({"id": range(k), "step": 0, "lane": 0, "seq": range(k),
+                          "kind": [r[0] for r in rows], "name": [r[1] for r in rows],
+                          "cat": [r[2] for r in rows], "ts_ns": range(0, 1000 * k, 1000),
+                          "dur_ns": 1000, "corr": -1, "cost_ns": 1000, "gap_ns": 0,
+                          "release_ns": NEG})
+    g = StepGraph(nodes=nodes, edges=pd.DataFrame(columns=["src", "dst", "kind", "lag_ns"]),
+                  lanes=pd.DataFrame({"lane": [0], "what": ["host"], "pid": 1, "tid": [1],
+                                      "device": [-1], "stream": [-1], "label": ["t"]}),
+                  steps=pd.DataFrame({"index": [0], "step": [1], "pid": 1, "start_ns": 0,
+                                      "end_ns": 1000 * k, "dur_ns": 1000 * k, "begin": 0,
+                                      "end": k - 1}), origin_ns=0)
+    built = np.zeros(k, bool)
+    built[2] = True
+    return g, built
+
+
+def test_the_autotuners_timed_runs_after_a_build_are_compile_time():
+    """mark_compile's ``_timed_runs``: after the marked build, the runs closed by a device-wide
+    sync that record CUDA events (the autotuner timing its candidates) and the event reads
+    right after are the build's; the step's own launch, copy and stream sync are not. A
+    build with no timed run marks nothing more."""
+    from traceread.passes.compile import _timed_runs
+
+    g, built = _bench_graph(True)
+    got = g.nodes["name"][_timed_runs(g, built)].tolist()
+    assert got == ["cudaDeviceSynchronize", "cudaEventRecordWithFlags", "cuLaunchKernel",
+                   "cudaEventRecordWithFlags", "cudaDeviceSynchronize", "untraced",
+                   "cudaEventQuery", "cudaEventDestroy"]
+    g, built = _bench_graph(False)
+    assert not _timed_runs(g, built).any()

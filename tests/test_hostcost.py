@@ -257,23 +257,67 @@ def _with_gpu(g: StepGraph, launchers: list[int], ns: int = 10 * US) -> StepGrap
     return g
 
 
-def test_nsys_compile_is_read_from_the_module_load_it_ends_in():
-    # no op named: the long stretches around a module load, back to the last launch that
-    # queued GPU work and on to the next, are the compile; the 0.5 ms stretch is not
+def _mark(g, names_or_mask, cat="compile"):
+    """``g`` with the nodes named (or masked) labelled ``cat``: the facts' compile mark."""
+    n = g.nodes
+    m = n["name"].isin(names_or_mask).to_numpy() if isinstance(names_or_mask, (set, list)) \
+        else np.asarray(names_or_mask, bool)
+    g.nodes = n.assign(cat=np.where(m, cat, n["cat"].to_numpy(object)))
+    return g
+
+
+def test_no_recompile_reads_the_facts_compile_marks_alone():
+    # nsys-like: no op named, a module load among long untraced stretches. Unmarked (the
+    # facts found no build) nothing is compilation; marked (passes/compile.py mark_compile),
+    # the marked stretches are, and nothing else is
     step = [_call("cudaLaunchKernel", 5 * US), py(50_000 * US),
             _call("cudaStreamIsCapturing", 1 * US), py(145_000 * US), _call("cuModuleLoad", 900 * US),
             py(3_000 * US), _call("cudaMemsetAsync", 5 * US), py(500 * US)]
     g = host_graph([step, step])
     launchers = [i for i, nm in enumerate(g.nodes["name"]) if nm in ("cudaLaunchKernel", "cudaMemsetAsync")]
     g = _with_gpu(g, launchers)
-    taken = W._untraced_compiles(g)
-    assert sorted(g.nodes["cost_ns"].to_numpy()[taken].tolist()) == \
-        sorted([50_000 * US, 145_000 * US, 3_000 * US] * 2)
     r = W.replay_models(g, W.Facts(), ["no_recompile"])
-    assert r["params"]["no_recompile"]["compile_ns"] == 198_000 * US
-    # nothing to take where no module is loaded
-    steady = host_graph([[c for c in step if c[1] != "cuModuleLoad"]] * 2)
-    assert not W._untraced_compiles(steady).any()
+    assert r["applied"] == [] and "no compilation" in r["refused"]["no_recompile"]
+    c = g.nodes["cost_ns"].to_numpy()
+    marked = _mark(g.copy(), np.isin(c, [50_000 * US, 145_000 * US]) & (g.nodes["kind"] == "host").to_numpy())
+    r = W.replay_models(marked, W.Facts(), ["no_recompile"])
+    # the two marked stretches and the 1 us query made between them (inside the build)
+    assert r["params"]["no_recompile"]["compile_ns"] == 195_001 * US
+
+
+def test_calls_made_inside_a_compile_op_go_with_it_and_their_kernels():
+    # Kineto-like: the autotuner (a compile op cut at the launches it made) benchmarks a
+    # kernel twice, then the compiled code runs it once. No recompile: the benchmark's
+    # launches and kernels go with the compile, the real run stays
+    tune = "CachingAutotuner.benchmark_all_configs (dynamo_timed)"
+    step = [(("host", tune, 2_000 * US, "compile")), _call("cudaLaunchKernel", 5 * US),
+            ("host", tune, 10 * US, "compile"), _call("cudaLaunchKernel", 5 * US),
+            ("host", tune, 10 * US, "compile"), op("Torch-Compiled Region: 0/1", 20 * US),
+            _call("cudaLaunchKernel", 5 * US), op("Torch-Compiled Region: 0/1", 3 * US)]
+    g = host_graph([step])
+    launchers = [i for i, nm in enumerate(g.nodes["name"]) if nm == "cudaLaunchKernel"]
+    g = _with_gpu(g, launchers, ns=100 * US)
+    inside = W._calls_inside(g, W._cat(g, "compile"))
+    assert inside.sum() == 2 and set(g.nodes["seq"].to_numpy()[inside].tolist()) == {2, 4}
+    p = {}
+    out = W.drop_compile(g.copy(), W.Facts(), p)
+    kern = out.nodes[out.nodes["kind"] == "gpu_kernel"]["cost_ns"].tolist()
+    assert kern == [0, 0, 100 * US] and p["compile_gpu_ops"] == 2
+    assert p["compile_ns"] == 2_020 * US + 10 * US   # the compile stretches and the 2 calls
+
+
+def test_fit_is_reused_only_where_its_inputs_are_equal():
+    g = host_graph(PLANTED)
+    t = H.fit(g)
+    assert H.fit(g.copy()) is t            # a copy of the same graph: the same fit
+    h = g.copy()
+    c = h.nodes["cost_ns"].to_numpy().copy()
+    c[h.nodes["name"].to_numpy() == "untraced"] += 1 * US   # every lag 1 us longer
+    h.nodes["cost_ns"] = c
+    t2 = H.fit(h)
+    assert t2 is not t
+    assert t2.set_index("name").loc["aten::add", "lag_ns"] == 4 * US
+    assert H.fit(g).set_index("name").loc["aten::add", "lag_ns"] == 3 * US
 
 
 def test_gpu_fusion_takes_each_removed_ops_whole_call_and_python():

@@ -28,11 +28,14 @@ window leaves out), from evidence in the trace, not from names a user chose:
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from .. import namerx
 from . import intervals as iv
+from .attribution import SYNC_CALL, SYNC_OPS
 from .common import lookup_at, rows_of
 from .factkit import item, launcher
 
@@ -48,8 +51,8 @@ RANGE_RX = {"forward": namerx.compile(r"(?i)^(?:model[_ .])?forward(?:[_ ]pass)?
             "backward": namerx.compile(r"(?i)^(?:model[_ .])?backward(?:[_ ]pass)?$"),
             "optimizer": namerx.compile(r"(?i)^optimi[sz]er(?:[_ .]step)?$"),
             "data": namerx.compile(r"(?i)^(?:data(?:[_ ]?load(?:ing)?)?|get[_ ]batch|next[_ ]batch)$")}
-SYNC_RX = namerx.compile(r"^aten::(?:item|_local_scalar_dense)$|^(?:cuda|hip)(?:Stream|Device|Event)"
-                         r"Synchroni[sz]e|^cu(?:Stream|Ctx|Event)Synchroni[sz]e")
+# the sync ops and explicit sync calls the attribution names (not its blocking copies)
+SYNC_RX = namerx.compile(r"^(?:" + "|".join(re.escape(o) for o in SYNC_OPS) + r")$|^" + SYNC_CALL)
 SAVE_RX = namerx.compile(r"torch/serialization\.py\(\d+\): _?save$|^aten::_save$"
                          r"|torch/distributed/checkpoint/\S*\(\d+\): (?:async_)?save"
                          r"|safetensors\S*\(\d+\): save")

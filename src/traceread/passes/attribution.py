@@ -64,8 +64,10 @@ DRAINS = ("sync", "starved", "queued")
 SYNC_TOLERANCE_NS = 50_000
 SKEW_NS = 5_000
 
+# an explicit sync call: the host waits for a stream, the device (context) or an event
+SYNC_CALL = r"(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize"
 SYNC_API_RX = namerx.compile(
-    r"^(?:(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize"
+    r"^(?:" + SYNC_CALL +
     r"|(?:cuda|hip)Memcpy(?:2D|3D|Peer|FromSymbol|ToSymbol|DtoH|HtoD|DtoD|WithStream)?"
     r"|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer|AtoH|HtoA)?)(?:_v\d+)?(?:_ptsz|_ptds)?$")
 # Device-memory allocation and release: not launches. cudaFree/hipFree block until the

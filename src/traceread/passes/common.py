@@ -12,6 +12,11 @@ from ..table import Trace
 
 # a CUDA/HIP graph replay launch (runtime or driver API)
 GRAPH_LAUNCH_RX = namerx.compile(r"^(?:cuda|hip|cu)GraphLaunch")
+# GPU code loaded into the driver (a module or library: the driver, runtime or HIP API, each
+# load variant, a versioned entry point): new kernel code appearing (lazy loading, a JIT
+# build). One pattern for the facts' count, the compile pass and the replay's models.
+MODULE_LOAD_RX = namerx.compile(
+    r"^(?:cu|cuda|hip)(?:Module|Library)Load(?:Data(?:Ex)?|FatBinary|FromFile)?(?:_v\d+)?$")
 
 
 def events_of(trace_or_events) -> pd.DataFrame:

@@ -40,7 +40,8 @@ import pandas as pd
 from .. import namerx
 from ..table import GPU_OP_KINDS
 from . import intervals
-from .common import events_of, kind_in, map_names_at, name_table
+from .common import (MODULE_LOAD_RX, events_of, kind_in, map_names_at, name_codes, name_lut,
+                     name_table)
 from .frames import take_rows
 
 # Phase names dynamo_timed writes without the " (dynamo_timed)" suffix.
@@ -454,7 +455,6 @@ def _frame_sort(key: str):
 # driver (cuModuleLoad / cuModuleLoadData / cuLibraryLoadData). Lazy module loading loads a
 # kernel once, at its first launch, and the gap around it is little more than the load; a
 # build loads code in step after step, after host work many times the load's own length.
-LOAD_API_RX = namerx.compile(r"^cu(?:Module|Library)Load(?:Data(?:Ex)?|FatBinary)?(?:_v\d+)?$")
 JIT_GAP_X = 20        # the gap's host time >= 20x the load call: code was built before it
 JIT_MIN_GAP_NS = 1_000_000
 JIT_MIN_STEPS = 2     # in at least two analysed steps: lazy loading loads each kernel once
@@ -473,9 +473,7 @@ def untraced_compile(ev: pd.DataFrame, gaps: pd.DataFrame) -> tuple[np.ndarray, 
     rows = np.flatnonzero(kind_in(ev, ("driver",)))
     if not len(rows):
         return none, []
-    from .common import name_lut, name_codes   # each distinct name tested once
-
-    rows = rows[name_lut(ev["name"], LOAD_API_RX).take(name_codes(ev["name"])[rows])]
+    rows = rows[name_lut(ev["name"], MODULE_LOAD_RX).take(name_codes(ev["name"])[rows])]
     if not len(rows):
         return none, []
     ts = ev["ts"].to_numpy(np.int64)[rows]
@@ -548,7 +546,58 @@ def mark_compile(graph, gaps: pd.DataFrame, idx: np.ndarray):
     m = within & host
     if not m.any():
         return graph
+    m |= _timed_runs(graph, m)
     cat = n["cat"].astype(object).to_numpy().copy()
     cat[m] = "compile"
     graph.nodes = n.assign(cat=cat)
     return graph
+
+
+# The autotuner times each candidate kernel once it is built: a device-wide sync, CUDA
+# events recorded around its launches, a device-wide sync, the events' times read back.
+DEVICE_SYNC_RX = namerx.compile(r"^(?:cuda|hip)DeviceSynchronize(?:_v\d+)?$|^cuCtxSynchronize(?:_v\d+)?$")
+EVENT_RECORD_RX = namerx.compile(r"^(?:cuda|hip|cu)EventRecord")
+EVENT_CALL_RX = namerx.compile(r"^(?:cuda|hip|cu)Event(?:Query|Destroy|ElapsedTime|Synchronize)")
+
+
+def _timed_runs(graph, built: np.ndarray) -> np.ndarray:
+    """The nodes of the build's benchmark runs: on each lane, in each step with marked build
+    stretches (``built``), from the last of them to the last device-wide sync (cudaDevice-
+    Synchronize) that ends a run of calls recording CUDA events -- the autotuner timing its
+    candidate kernels -- and on to the calls that read the events back right after. The
+    program's own step work follows; a step that builds without timing keeps all of it."""
+    n = graph.nodes
+    o = np.lexsort((n["seq"].to_numpy(), n["lane"].to_numpy()))
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    names = n["name"].astype(str).to_numpy(object)[o]
+    kind = n["kind"].astype(str).to_numpy(object)[o]
+    call = np.isin(kind, ("launch", "sync_wait"))
+    dsync = call & np.array([bool(DEVICE_SYNC_RX.search(x)) for x in names], bool)
+    record = call & np.array([bool(EVENT_RECORD_RX.search(x)) for x in names], bool)
+    readout = call & np.array([bool(EVENT_CALL_RX.search(x)) for x in names], bool) | \
+        ((kind == "host") & (n["cat"].astype(str).to_numpy(object)[o] == "untraced"))
+    b = np.asarray(built, bool)[o]
+    out = np.zeros(len(o), bool)
+    for ln, st in set(zip(lane[b].tolist(), step[b].tolist())):
+        if st < 0:
+            continue
+        here = np.flatnonzero((lane == ln) & (step == st))
+        lo = int(here[b[here]].max()) + 1
+        after = here[here >= lo]
+        end, seen = -1, False
+        for i in after.tolist():
+            seen |= bool(record[i])
+            if dsync[i]:
+                if seen:
+                    end = i
+                seen = False
+        if end < 0:
+            continue
+        hi = j = end + 1
+        while j <= int(here.max()) and readout[j]:
+            j += 1
+            hi = j if kind[j - 1] != "host" else hi   # through the last event call
+        out[lo:hi] = True
+    res = np.zeros(len(o), bool)
+    res[o] = out
+    return res

@@ -32,7 +32,7 @@ from . import culprits as culprits_mod
 from . import steps as steps_mod
 from . import window as window_mod
 from .causes import CAUSES, cause_parts
-from .common import kind_in, table_of
+from .common import MODULE_LOAD_RX, kind_in, name_codes, name_lut, table_of
 from .context import flag_evidence, has_non_step_ranges
 from .figures import layout_figures, slow_collective, startup, window_figures
 from .frames import code_in
@@ -211,25 +211,14 @@ def with_kernel_arch(device: dict, arch: dict | None) -> dict:
     return {**device, **fill, "caps_from": f"kernel names ({arch['arch']}_)"}
 
 
-_MODULE_LOAD_RX = r"^(?:cu|hip)(?:Module|Library)Load"
-
-
 def module_loads(ev: pd.DataFrame) -> int:
-    """GPU code modules loaded inside the window: past start-up, new kernels appearing every
-    step are being JIT-compiled (torch.compile recompiles, Triton autotuning)."""
+    """GPU code modules loaded inside the window (``common.MODULE_LOAD_RX``): past start-up,
+    new kernels appearing every step are being JIT-compiled (torch.compile recompiles,
+    Triton autotuning)."""
     api = kind_in(ev, ("runtime", "driver"))
     if not api.any():
         return 0
-    names = ev["name"]
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names[api].astype("category")
-        return int(np.isin(names.cat.codes.to_numpy(), np.flatnonzero(
-            names.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX, regex=True))).sum())
-    hit = np.flatnonzero(names.cat.categories.astype(str).str.contains(_MODULE_LOAD_RX,
-                                                                       regex=True))
-    if not len(hit):
-        return 0
-    return int(code_in(names.cat.codes.to_numpy()[api], hit).sum())
+    return int(name_lut(ev["name"], MODULE_LOAD_RX).take(name_codes(ev["name"])[api]).sum())
 
 
 def missing_figures(meta: TraceMeta, ev: pd.DataFrame, ctx: dict) -> dict:

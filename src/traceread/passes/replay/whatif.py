@@ -915,57 +915,43 @@ def drop_empty_cache(g, f: Facts, p: dict):
 
 def drop_compile(g, f: Facts, p: dict):
     """Stop the recompiles (mark_dynamic / bucketing / warm-up before profiling): the
-    compilation and graph recording inside the steps take no time. Where the trace names
-    no op (nsys), the compilation is read from the module loads it ends in
-    (``_untraced_compiles``)."""
+    compilation and graph recording inside the steps take no time, with the calls made
+    inside them and the GPU work those queued (the autotuner's benchmark runs, a recording's
+    warm-up). What is compilation is the facts' mark: a ``compile`` / ``graph_capture``
+    node -- named so (Kineto), or marked where the trace names no op (nsys:
+    ``passes/compile.py`` ``mark_compile``)."""
     m = _kind(g, *HOST_NODES) & _cat(g, "compile", "graph_capture")
-    m |= _untraced_compiles(g)
     if not m.any():
         return "no compilation inside the replayed steps"
+    m |= _calls_inside(g, m)
     p["compile_ns"] = int(g.nodes["cost_ns"].to_numpy(np.int64)[m].sum()) // max(1, len(g.steps))
-    _zero(g, m)
+    gpu = _launched_by(g, m)
+    p["compile_gpu_ops"] = int(gpu.sum()) // max(1, len(g.steps))
+    _zero(g, m | gpu)
     return g
 
 
-MODULE_LOAD_RX = re.compile(r"^(?:cuModuleLoad|cuLibraryLoad|hipModuleLoad|cudaLibraryLoad)")
-COMPILE_STRETCH_NS = 1_000_000   # compiling a kernel takes far longer; a dispatch far less
-
-
-def _untraced_compiles(g) -> np.ndarray:
-    """On lanes whose ops the trace does not name: the untraced stretches >=
-    COMPILE_STRETCH_NS of each compile episode inside a step -- a module load (new kernel
-    code: cuModuleLoad, cuLibraryLoadData) and, on either side of it, the untraced
-    stretches and calls that queued no GPU work (Inductor's stream queries), up to the
-    nearest call that queued a GPU op or the step's edge."""
+def _calls_inside(g, stretches) -> np.ndarray:
+    """The calls (launches, syncs) made inside the masked host stretches: on their lane,
+    runs of calls with a masked stretch right before and right after (an op the graph cut
+    at the calls it made: ``CachingAutotuner.benchmark_all_configs`` around its kernel
+    launches and event queries)."""
     n = g.nodes
-    load = _kind(g, "launch") & _match(g, MODULE_LOAD_RX) & (n["step"].to_numpy() >= 0)
-    lanes = n["lane"].to_numpy()
-    load &= ~np.isin(lanes, _traced_lanes(g))
-    out = np.zeros(len(n), bool)
-    if not load.any():
-        return out
     o = _lane_order(g)
-    lane, kind = lanes[o], n["kind"].to_numpy(object)[o]
-    cat, step = n["cat"].to_numpy(object)[o], n["step"].to_numpy()[o]
-    queued = _launches_any(g)[o]
-    quiet = ((kind == "host") & (cat == "untraced")) | ((kind == "launch") & ~queued)
-    cost = n["cost_ns"].to_numpy(np.int64)[o]
-    take = np.zeros(len(o), bool)
-    for i in np.flatnonzero(load[o]).tolist():
-        for d in (-1, 1):
-            j = i + d
-            while 0 <= j < len(o) and lane[j] == lane[i] and step[j] == step[i] and quiet[j]:
-                take[j] |= kind[j] == "host" and cost[j] >= COMPILE_STRETCH_NS
-                j += d
-    out[o] = take
+    lane = n["lane"].to_numpy()[o]
+    call = _kind(g, "launch", "sync_wait")[o]
+    s = np.asarray(stretches, bool)[o] & ~call
+    pos = np.arange(len(o))
+    # the nearest non-call node before / after each node on its lane
+    prev = np.maximum.accumulate(np.where(~call, pos, -1))
+    nxt = np.minimum.accumulate(np.where(~call, pos, len(o))[::-1])[::-1]
+    pb, nb = np.r_[-1, prev[:-1]], np.r_[nxt[1:], len(o)]
+    ok = call & (pb >= 0) & (nb < len(o))
+    pb, nb = np.maximum(pb, 0), np.minimum(nb, len(o) - 1)
+    ok &= s[pb] & s[nb] & (lane[pb] == lane) & (lane[nb] == lane)
+    out = np.zeros(len(o), bool)
+    out[o] = ok
     return out
-
-
-def _launches_any(g) -> np.ndarray:
-    """Mask of the host calls that queued a GPU op (a launch edge out of them)."""
-    e = g.edges
-    src = e.loc[(e["kind"] == "launch").to_numpy(), "src"].to_numpy()
-    return np.isin(g.nodes["id"].to_numpy(), src)
 
 
 def host_off_path(g, f: Facts, p: dict):
