@@ -1141,8 +1141,9 @@ MODELS: tuple[Model, ...] = (
           "fixed shapes let the program's own CUDA graphs replay: the compiled region's host "
           "work and launches become one graph launch, as for cuda_graphs"),
     Model("no_recompile", drop_compile,
-          "compilation and graph recording inside the steps go; the compiled code's run time "
-          "is the measured one"),
+          "compilation and graph recording inside the steps go, with the calls made inside "
+          "them and the GPU work those queued (autotuning runs); the compiled code's run "
+          "time is the measured one"),
     Model("host_off_path", host_off_path,
           f"untraced host gaps above {HOST_LAG_FLOOR_NS / 1e3:g} us and Python frames outside "
           "ops move off the launching thread"),
