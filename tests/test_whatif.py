@@ -464,3 +464,21 @@ def test_a_trace_that_cannot_be_replayed_keeps_bounds_labelled():
     assert acts and all(x["basis"] == "bound" for x in acts)
     text = a.report("text")
     assert "[bound]" in text
+
+
+def test_a_step_the_replay_could_not_time_is_not_counted():
+    """step_mean: a step whose replayed time is -1 (its end marker not in the graph: the
+    last step of an nsys window) is left out, not replaced by its GPU lane's load (which
+    counted a 0.3 ms "step" among 16 ms ones on gpu/host nsys and pulled the mean 12% down)."""
+    from types import SimpleNamespace
+
+    g = G()
+    a = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("k", 300 * US, a)
+    graph = g.build()
+    graph.nodes.loc[graph.nodes["kind"] == "gpu_kernel", "step"] = 1   # the untimed step's work
+    steps = pd.DataFrame({"index": [0, 1], "step": [1, 2], "measured_ns": [16_000 * US] * 2,
+                          "replayed_ns": [16_000 * US, -1], "error_pct": [0.0, np.nan]})
+    sched = SimpleNamespace(steps=steps, total_ns=32_000 * US)
+    assert W.step_mean(sched, graph) == 16_000 * US
+    assert W.step_mean(sched) == 16_000 * US

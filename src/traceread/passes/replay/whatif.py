@@ -1186,11 +1186,13 @@ def step_mean(sched, graph=None) -> float:
     if not len(st):
         return float(sched.total_ns)
     r = st["replayed_ns"].to_numpy(np.int64).astype(float)
-    if graph is not None:
-        load = lane_load(graph)
-        idx = st["index"].to_numpy()
-        r = np.maximum(r, np.array([load.get(int(i), 0) for i in idx], float))
+    # a step the replay could not time (-1: its end marker is not in the graph, the last
+    # step of an nsys window) is no step: its lane load alone must not count as one
+    idx = st["index"].to_numpy()[r >= 0]
     r = r[r >= 0]
+    if graph is not None and len(r):
+        load = lane_load(graph)
+        r = np.maximum(r, np.array([load.get(int(i), 0) for i in idx], float))
     return float(r.mean()) if len(r) else float(sched.total_ns)
 
 
