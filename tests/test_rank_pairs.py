@@ -94,10 +94,15 @@ def test_nsys_steps_keep_the_step_end_sync_capturable(launch_nsys):
 
 def test_fusion_priced_alike_on_both_tracers(launch_nsys):
     """The same 600 pointwise kernels fused: within 5 points of the step on Kineto and
-    nsys (the nsys dispatch stretch sits before cuKernelGetName, not the launch)."""
+    nsys (the nsys dispatch stretch sits before cuKernelGetName, not the launch). Points of
+    the step the saving is priced on: without the profiler where its cost is material (the
+    Kineto capture: 8.26 ms profiled, ~7.36 ms without), as the levers are priced."""
     def share(a):
         x = next(x for x in a.verdict["actions"] if x["id"] == "compile_fuse")
-        return 100.0 * x["saves_per_step_ns"] / a.facts.figures["program_step_mean_ns"]
+        o = a.facts.figures.get("profiler_overhead") or {}
+        step = o["unprofiled_step_ns"] if o.get("material") else \
+            a.facts.figures["program_step_mean_ns"]
+        return 100.0 * x["saves_per_step_ns"] / step
 
     k = share(_analysis(FIX / "gpu" / "launch.bad.json.gz"))
     n = share(_analysis(launch_nsys))
