@@ -572,9 +572,13 @@ def _timed_runs(graph, built: np.ndarray) -> np.ndarray:
     names = n["name"].astype(str).to_numpy(object)[o]
     kind = n["kind"].astype(str).to_numpy(object)[o]
     call = np.isin(kind, ("launch", "sync_wait"))
-    dsync = call & np.array([bool(DEVICE_SYNC_RX.search(x)) for x in names], bool)
-    record = call & np.array([bool(EVENT_RECORD_RX.search(x)) for x in names], bool)
-    readout = call & np.array([bool(EVENT_CALL_RX.search(x)) for x in names], bool) | \
+    codes, uniq = pd.factorize(names)   # each distinct name tested once
+
+    def hits(rx):
+        return np.array([bool(rx.search(x)) for x in uniq], bool)[codes]
+
+    dsync, record = call & hits(DEVICE_SYNC_RX), call & hits(EVENT_RECORD_RX)
+    readout = call & hits(EVENT_CALL_RX) | \
         ((kind == "host") & (n["cat"].astype(str).to_numpy(object)[o] == "untraced"))
     b = np.asarray(built, bool)[o]
     out = np.zeros(len(o), bool)
