@@ -482,3 +482,45 @@ def test_a_step_the_replay_could_not_time_is_not_counted():
     sched = SimpleNamespace(steps=steps, total_ns=32_000 * US)
     assert W.step_mean(sched, graph) == 16_000 * US
     assert W.step_mean(sched) == 16_000 * US
+
+
+def test_drop_syncs_keeps_the_syncs_the_change_kept():
+    """A diff whose AFTER still syncs once a step (``keep``: AFTER's syncs per step) keeps
+    each step's last sync op -- the step-end read -- and drops the ones before it: the host
+    still waits for the step's GPU work at its end."""
+    g = G()
+    g.h("host", "aten::linear", 100 * US)
+    a = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("k1", 1000 * US, a)
+    s1 = g.h("sync_wait", "cudaStreamSynchronize", 0)
+    g.drain.append((0, s1))
+    g.h("host", "python bookkeeping", 800 * US, cat="untraced")
+    b = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("k2", 100 * US, b)
+    s2 = g.h("sync_wait", "cudaStreamSynchronize", 0)
+    g.drain.append((1, s2))
+    graph = g.build()
+    last = W._last_syncs(graph, W._sync_nodes(graph), 1)
+    assert graph.nodes["id"][last].tolist() == [1 + s2]
+    # the first sync gone, the last kept: 110, 800 of host work, launch at 920, k2 waits for
+    # k1 (to 1110) and ends at 1210, where the host's last wait returns
+    r = saves(graph, ["drop_syncs"], params={"drop_syncs": {"keep": 1}})
+    assert r["after_ns"] == 1210 * US and r["saves_ns"] == 810 * US
+    # keeping every sync leaves nothing to drop
+    assert saves(graph, ["drop_syncs"], params={"drop_syncs": {"keep": 2}})["applied"] == []
+
+
+def test_a_diff_keeps_the_syncs_after_still_makes():
+    """diffs/proof.changed: 25 syncs a step -> 1 is drop_syncs keeping one a step (the model
+    then keeps each step's last); 1 -> 0 keeps none."""
+    from traceread.diffs.proof import changed
+
+    sig = dict(loads_on_thread=False, workers=False, syncs_per_step=25.0,
+               empty_cache_per_step=0, driver_allocs_per_step=0, graphs_not_replayed=False,
+               graphs_replayed=False, recompiles=0, compiled=False, fused_optimizer=False,
+               pageable_ns=0, exposed_copy_ns=0, lowp=False, tf32=False,
+               layout_kernels_per_step=0, host_untraced_ns=0)
+    got = {m: p for m, _, p in changed(sig, dict(sig, syncs_per_step=1.0))}
+    assert got == {"drop_syncs": {"keep": 1}}
+    got = {m: p for m, _, p in changed(dict(sig, syncs_per_step=1.0), dict(sig, syncs_per_step=0.09))}
+    assert got == {"drop_syncs": {}}

@@ -107,8 +107,10 @@ def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str,
     # one whole sync a step gone: 1 -> 1/11 (a last sync after the loop) is one
     if b["syncs_per_step"] >= 1 and a["syncs_per_step"] <= 0.5 * b["syncs_per_step"] and \
             round(b["syncs_per_step"]) - round(a["syncs_per_step"]) >= 1:
+        # the syncs AFTER still makes a step stay (the model keeps each step's last ones)
+        keep = int(round(a["syncs_per_step"]))
         out.append(("drop_syncs", f"blocking syncs per step {b['syncs_per_step']:g} -> "
-                                  f"{a['syncs_per_step']:g}", {}))
+                                  f"{a['syncs_per_step']:g}", {"keep": keep} if keep else {}))
     if b["empty_cache_per_step"] > 0 and a["empty_cache_per_step"] == 0 or \
             b["driver_allocs_per_step"] >= 2 and a["driver_allocs_per_step"] <= \
             0.1 * b["driver_allocs_per_step"]:

@@ -281,6 +281,8 @@ def drop_syncs(g, f: Facts, p: dict):
     call, the blocking wait -- and their drain edges with them, so the host's work after
     them overlaps the GPU's. The work that computed the synced value stays."""
     m = _sync_nodes(g)
+    if p.get("keep"):   # the change kept some (a diff: AFTER's syncs per step)
+        m &= ~_last_syncs(g, m, int(p["keep"]))
     if not (m & ((g.nodes["cost_ns"].to_numpy() > 0) | _blocking(g))).any():
         return "no blocking sync in the replayed steps"
     # the .item()'s own copy: a memcpy call right before the sync op's stretch or wait
@@ -296,6 +298,30 @@ def drop_syncs(g, f: Facts, p: dict):
     _remove_ops(g, gone | _launched_by(g, gone), p)
     _free_drains(g)
     return g
+
+
+def _last_syncs(g, sync: np.ndarray, keep: int) -> np.ndarray:
+    """The nodes of the last ``keep`` sync ops of each step on each lane: a sync op is a run
+    of sync nodes in lane order with only calls between them (``.item()``: its op, the
+    copy call, ``_local_scalar_dense``, the stream sync). The step-end read is the one a
+    program that syncs less keeps (one check per step, the loss read at the step's end)."""
+    n = g.nodes
+    o = _lane_order(g)
+    s = np.asarray(sync, bool)[o] & (n["step"].to_numpy()[o] >= 0)
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    part = s | _kind(g, "launch", "sync_wait")[o]   # what a sync op's run may hold
+    brk = ~part | np.r_[True, (lane[1:] != lane[:-1]) | (step[1:] != step[:-1])]
+    run = np.cumsum(brk)
+    idx = np.flatnonzero(s)
+    out = np.zeros(len(o), bool)
+    if not len(idx) or keep <= 0:
+        return out
+    d = pd.DataFrame({"lane": lane[idx], "step": step[idx], "run": run[idx]})
+    last = d.drop_duplicates("run").groupby(["lane", "step"])["run"].nth(slice(-keep, None))
+    out[idx[np.isin(run[idx], last.to_numpy())]] = True
+    res = np.zeros(len(o), bool)
+    res[o] = out
+    return res
 
 
 def _untraced_feeders(g, sync: np.ndarray) -> np.ndarray:
@@ -500,8 +526,9 @@ def _blocking(g) -> np.ndarray:
 
 
 GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
-COMPILED_RX = re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|"
-                         r"TorchDynamo Cache Lookup|cudagraph")
+# where the program's own CUDA graph replay begins: its compiled region (not dynamo's cache
+# lookup before it: the guards are checked on every call, replayed or recorded)
+COMPILED_RX = re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|cudagraph")
 
 
 def capture_graphs(g, f: Facts, p: dict):
