@@ -524,3 +524,28 @@ def test_a_diff_keeps_the_syncs_after_still_makes():
     assert got == {"drop_syncs": {"keep": 1}}
     got = {m: p for m, _, p in changed(dict(sig, syncs_per_step=1.0), dict(sig, syncs_per_step=0.09))}
     assert got == {"drop_syncs": {}}
+
+
+def test_replaying_the_programs_graphs_replaces_its_compiled_region_only():
+    """replay_graphs: the program's CUDA graph holds its compiled region's launches and host
+    work; the input made before the region and the loss read after it stay (they ran
+    around the region in the fixed program too)."""
+    g = G()
+    a = g.h("launch", "cudaLaunchKernel", 10 * US)          # the input (randn)
+    g.k("randn", 5 * US, a)
+    g.h("host", "Torch-Compiled Region: 0/0", 400 * US)
+    b = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("gemm", 30 * US, b)
+    g.h("host", "Torch-Compiled Region: 0/0", 2000 * US)   # recording the graph
+    c = g.h("launch", "cudaLaunchKernel", 20 * US)          # the loss read after it
+    k = g.k("sum", 5 * US, c)
+    s = g.h("sync_wait", "cudaStreamSynchronize", 0)
+    g.drain.append((k, s))
+    graph = g.build()
+    r = saves(graph, ["replay_graphs"], W.Facts(ctx={"graphs_not_replayed": True}))
+    assert r["applied"] == ["replay_graphs"]
+    # host: 10 (input's launch) + 8 (one graph launch for the region) + 20 (the read's
+    # launch); GPU: the gemm from the graph launch's end (18 us) to 48, the read's kernel
+    # after it to 53, where the sync returns. Had the graph taken the input and the read
+    # too, one 8 us launch would have queued all three (about 49 us)
+    assert r["after_ns"] == 10 * US + W.GRAPH_LAUNCH_NS + 30 * US + 5 * US

@@ -554,8 +554,10 @@ def capture_graphs(g, f: Facts, p: dict):
     launch = _kind(g, "launch", "sync_wait") & _cat(g, "launch")
     if not launch.any():
         return "no kernel launches in the replayed steps"
-    start = launch | (_kind(g, "host") & _match(g, COMPILED_RX)) if existing else launch
-    runs = _launch_runs(g, launch, start, through_syncs=existing)
+    region = _kind(g, "host") & _match(g, COMPILED_RX)
+    start = launch | region if existing else launch
+    runs = _launch_runs(g, launch, start, through_syncs=existing,
+                        within=region if existing else None)
     if isinstance(runs, str):
         return runs
     n = g.nodes
@@ -586,11 +588,14 @@ def capture_graphs(g, f: Facts, p: dict):
     return g
 
 
-def _launch_runs(g, launch, start, through_syncs: bool = False):
+def _launch_runs(g, launch, start, through_syncs: bool = False, within=None):
     """(lane, first id, last id, mask of the run) per (step, launching lane): the lane's
     nodes from the step's first ``start`` node to its last launch before the first
     blocking sync (``through_syncs``: to its last launch); a refusal when kernels are
-    launched after that sync."""
+    launched after that sync. ``within``: where the (step, lane) has such nodes, the run
+    is from its first to its last of them (the program's compiled region: its CUDA graph
+    replaces the region's host work and launches, not the input made before it or the loss
+    read after it)."""
     n = g.nodes
     steps, lanes = n["step"].to_numpy(), n["lane"].to_numpy()
     seq, ids = n["seq"].to_numpy(), n["id"].to_numpy()
@@ -612,13 +617,16 @@ def _launch_runs(g, launch, start, through_syncs: bool = False):
             return ("the step syncs between its launches: a CUDA graph cannot capture a "
                     "blocking sync (remove the syncs first)")
         lm &= seq < cut
+        w = seq[within & here] if within is not None else seq[:0]
+        if len(w):
+            lm &= (seq >= w.min()) & (seq <= w.max())
         if not lm.any():
             continue
-        lo = seq[(start & here & (seq < cut))].min()
-        hi = seq[lm].max()
+        lo = w.min() if len(w) else seq[(start & here & (seq < cut))].min()
+        hi = w.max() if len(w) else seq[lm].max()
         inside = here & (seq >= lo) & (seq <= hi)
         first = ids[here & (seq == lo)][0]
-        last = ids[lm][np.argmax(seq[lm])]
+        last = ids[here & (seq == hi)][0]
         out.append((lane, int(first), int(last), inside))
     return out
 
