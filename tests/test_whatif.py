@@ -549,3 +549,35 @@ def test_replaying_the_programs_graphs_replaces_its_compiled_region_only():
     # after it to 53, where the sync returns. Had the graph taken the input and the read
     # too, one 8 us launch would have queued all three (about 49 us)
     assert r["after_ns"] == 10 * US + W.GRAPH_LAUNCH_NS + 30 * US + 5 * US
+
+
+def test_where_no_region_is_named_the_step_end_read_stays_outside_the_graph():
+    """replay_graphs on an nsys-like lane (no region names): the step's last sync op, the
+    copy it reads through and the reduction launch that computes the value stay outside the
+    replayed graph (a graph cannot hold a blocking read)."""
+    g = G()
+    a = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("gemm", 30 * US, a)
+    g.h("host", "untraced", 400 * US, cat="untraced")
+    a2 = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("sm90_xmma_gemm_bf16", 1 * US, a2)      # the region's last kernel: a matmul
+    b = g.h("launch", "cudaLaunchKernel", 20 * US)
+    g.k("reduce_kernel", 5 * US, b)
+    c = g.h("launch", "cudaMemcpyAsync", 15 * US)
+    k = g.k("Memcpy DtoH", 2 * US, c, kind="gpu_copy")
+    s = g.h("sync_wait", "cudaStreamSynchronize", 0)
+    g.drain.append((k, s))
+    graph = g.build()
+    read = W._step_end_read(graph)
+    names = set(graph.nodes["name"][read])
+    assert {"cudaStreamSynchronize", "cudaMemcpyAsync"} <= names
+    assert "gemm" not in names and int(read.sum()) >= 3   # the reduction's launch too
+    assert "sm90_xmma_gemm_bf16" not in names
+    out = W.capture_graphs(graph.copy(), W.Facts(ctx={"graphs_not_replayed": True}),
+                           {"existing": True})
+    n = out.nodes[out.nodes["kind"].isin(["host", "launch", "sync_wait"])]
+    # the two matmuls' launches and the 400 us between them: one graph launch; the read's
+    # calls stay as measured
+    assert n["name"].tolist() == ["cudaGraphLaunch", "cudaLaunchKernel", "cudaMemcpyAsync",
+                                  "cudaStreamSynchronize"]
+    assert n["cost_ns"].tolist()[:3] == [W.GRAPH_LAUNCH_NS, 20 * US, 15 * US]

@@ -556,6 +556,8 @@ def capture_graphs(g, f: Facts, p: dict):
         return "no kernel launches in the replayed steps"
     region = _kind(g, "host") & _match(g, COMPILED_RX)
     start = launch | region if existing else launch
+    if existing:   # where no region is named (nsys): the step's last read stays outside
+        launch = launch & ~_step_end_read(g)
     runs = _launch_runs(g, launch, start, through_syncs=existing,
                         within=region if existing else None)
     if isinstance(runs, str):
@@ -586,6 +588,31 @@ def capture_graphs(g, f: Facts, p: dict):
     lag[lau] = np.minimum(np.maximum(lag[lau], 0), GRAPH_KERNEL_GAP_NS)
     e["lag_ns"] = lag
     return g
+
+
+def _step_end_read(g) -> np.ndarray:
+    """Each step's last sync op and what computes the value it reads -- the reduction's
+    launches and the copy it reads through (``_feeders`` / ``_untraced_feeders``), and the
+    launches after it: the loss read at the step's end, which a CUDA graph cannot hold
+    (it ends in a blocking sync)."""
+    last = _last_syncs(g, _sync_nodes(g), 1)
+    if not last.any():
+        return last
+    memcpy = _kind(g, "launch", "sync_wait") & _match(g, re.compile(r"(?i)memcpy"))
+    out = last | (memcpy & (_before(g, last, np.ones(len(last), bool)) | _after(g, last)))
+    out |= _feeders(g, out) | _untraced_feeders(g, out)
+    n = g.nodes
+    o = _lane_order(g)
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    oo = out[o]
+    # everything after the read's first node on its lane in the step goes with it
+    first = np.zeros(len(o), bool)
+    key = lane.astype(np.int64) * (int(step.max()) + 2) + (step + 1)
+    seen = pd.Series(oo).groupby(key).cummax().to_numpy()
+    first[:] = seen
+    res = np.zeros(len(o), bool)
+    res[o] = first
+    return res & (n["step"].to_numpy() >= 0)
 
 
 def _launch_runs(g, launch, start, through_syncs: bool = False, within=None):
