@@ -485,29 +485,31 @@ def test_a_step_the_replay_could_not_time_is_not_counted():
 
 
 def test_drop_syncs_keeps_the_syncs_the_change_kept():
-    """A diff whose AFTER still syncs once a step (``keep``: AFTER's syncs per step) keeps
-    each step's last sync op -- the step-end read -- and drops the ones before it: the host
+    """A diff whose AFTER still syncs (``keep``: AFTER's syncs per step) keeps each step's
+    last ``keep`` sync ops -- the step-end read -- and drops the ones before them: the host
     still waits for the step's GPU work at its end."""
     g = G()
-    g.h("host", "aten::linear", 100 * US)
-    a = g.h("launch", "cudaLaunchKernel", 10 * US)
-    g.k("k1", 1000 * US, a)
-    s1 = g.h("sync_wait", "cudaStreamSynchronize", 0)
-    g.drain.append((0, s1))
-    g.h("host", "python bookkeeping", 800 * US, cat="untraced")
-    b = g.h("launch", "cudaLaunchKernel", 10 * US)
-    g.k("k2", 100 * US, b)
-    s2 = g.h("sync_wait", "cudaStreamSynchronize", 0)
-    g.drain.append((1, s2))
+    syncs = []
+    for k_ns, py_ns in ((1000, 800), (100, 50), (100, 0)):
+        a = g.h("launch", "cudaLaunchKernel", 10 * US)
+        k = g.k(f"k{len(syncs)}", k_ns * US, a)
+        syncs.append(g.h("sync_wait", "cudaStreamSynchronize", 0))
+        g.drain.append((k, syncs[-1]))
+        if py_ns:
+            g.h("host", "python", py_ns * US, cat="untraced")
     graph = g.build()
     last = W._last_syncs(graph, W._sync_nodes(graph), 1)
-    assert graph.nodes["id"][last].tolist() == [1 + s2]
-    # the first sync gone, the last kept: 110, 800 of host work, launch at 920, k2 waits for
-    # k1 (to 1110) and ends at 1210, where the host's last wait returns
+    assert graph.nodes["id"][last].tolist() == [1 + syncs[-1]]
+    # keep 1: launches at 0, 820, 880 (10 us each); the kernels run 10-1010, 1010-1110,
+    # 1110-1210, where the last sync returns
     r = saves(graph, ["drop_syncs"], params={"drop_syncs": {"keep": 1}})
-    assert r["after_ns"] == 1210 * US and r["saves_ns"] == 810 * US
+    assert r["after_ns"] == 1210 * US
+    # keep 2: the host waits for k1 at the second sync (1110), 50 us of Python, the launch,
+    # k2 runs 1170-1270
+    r = saves(graph, ["drop_syncs"], params={"drop_syncs": {"keep": 2}})
+    assert r["after_ns"] == 1270 * US
     # keeping every sync leaves nothing to drop
-    assert saves(graph, ["drop_syncs"], params={"drop_syncs": {"keep": 2}})["applied"] == []
+    assert saves(graph, ["drop_syncs"], params={"drop_syncs": {"keep": 3}})["applied"] == []
 
 
 def test_a_diff_keeps_the_syncs_after_still_makes():
