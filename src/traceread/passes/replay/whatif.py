@@ -539,7 +539,8 @@ def capture_graphs(g, f: Facts, p: dict):
     Refused where the step cannot be captured: kernels launched after a blocking sync
     (a graph cannot hold the sync), data loading or compilation between the launches,
     or (unless ``p['existing']``: the program's own graphs made to replay) graphs in use.
-    With ``existing`` the run starts at the compiled region's first host op."""
+    With ``existing`` the run is the compiled region (its first to its last host op), or
+    where no region is named, the step's launches but its last read (``_step_end_read``)."""
     ctx = f.ctx
     existing = bool(p.get("existing"))
     if not existing and (ctx.get("uses_cuda_graphs") or ctx.get("compile_mode_graphs")):
