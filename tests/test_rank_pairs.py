@@ -114,8 +114,13 @@ def test_pageable_read_back_is_a_waited_dtoh_copy():
     assert a.facts.program["sync_copy_directions"] == {"DtoH": 3}
     proof = a.facts.evidence["sync_copy_directions"][0]
     assert "Pageable" in proof["name"] and "staged through pageable" in proof["detail"]
-    late = next(x for x in a.verdict["actions"] if x["id"] == "late_read")
-    assert "sync_copy_directions={DtoH=3}" in because_text(late["because"])
+    # the read-back lever is the pinned read (pin_read), standing on the copy call that
+    # waited for its copy into pageable memory; late_read (priced by drop_syncs, which leaves
+    # blocking copies to the copy models) is not offered beside it
+    late = next(x for x in a.verdict["actions"] if x["id"] == "pin_read")
+    assert "pageable_reads={copies=3, waited=3" in because_text(late["because"])
+    assert "(cudaMemcpyAsync)" in because_text(late["because"])
+    assert "late_read" not in {x["id"] for x in a.verdict["actions"]}
 
 
 def _promise(a, ids) -> float:
