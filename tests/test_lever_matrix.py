@@ -319,6 +319,10 @@ def pool() -> dict:
     out["native CUDA"] = native
     out["native CUDA, GPU-bound"] = dict(native, bound="gpu", busy_levers={})
     out["native CUDA, graphs launched"] = dict(native, uses_cuda_graphs=True, graph_launches=8)
+    # the same program reading a result back through pageable memory (its call waited)
+    out["native CUDA, pageable read-back"] = dict(
+        native, pageable_reads={"copies": 10, "waited": 10, "waited_ns": 4_000_000},
+        sync_copy_directions={"DtoH": 10})
     # the same program without its cudaDeviceSynchronize between launches, re-sending data
     out["native CUDA, no mid-step sync, re-sent copies"] = dict(
         native, capturable=True, payloads=["resent", "unknown"])

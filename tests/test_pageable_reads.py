@@ -14,30 +14,37 @@ FIX = Path(__file__).parent / "fixtures"
 KERNELS, KERNEL_NS, PY_NS = 10, 200 * US, 2 * MS
 
 
-def read_back(pinned: bool, steps: int = 4):
+def read_back(pinned: bool, steps: int = 4, native: bool = False):
     """Per step: 10 launches (10 us each) of 200 us kernels, the loss copied to the host
     (4 B), then 2 ms of Python. Pageable: the copy call returns 5 us after its copy, which
-    ran after the queued kernels (~2 ms); pinned: the call returns after 10 us."""
+    ran after the queued kernels (~2 ms); pinned: the call returns after 10 us. ``native``:
+    no PyTorch ops (a CUDA C++ loop), steps as NVTX ranges."""
     b = TraceBuilder(path="read_back.json")
     t = T0
     for k in range(steps):
         s = t
         gpu = s + 20 * US
         for i in range(KERNELS):
-            b.cpu("aten::mm", t, 10 * US)
+            if not native:
+                b.cpu("aten::mm", t, 10 * US)
             b.launch(t, 10 * US, max(gpu, t + 15 * US), KERNEL_NS, name="sm90_xmma_gemm_bf16")
             gpu = max(gpu, t + 15 * US) + KERNEL_NS
             t += 10 * US
         mem = "Pinned" if pinned else "Pageable"
         copy_at = gpu + 2 * US
         call = 10 * US if pinned else copy_at + 2 * US + 5 * US - t
-        b.cpu("aten::copy_", t, call)
+        if not native:
+            b.cpu("aten::copy_", t, call)
         b.launch(t, call, copy_at, 2 * US, name=f"Memcpy DtoH (Device -> {mem})",
                  api="cudaMemcpyAsync", kind="memcpy", copy_kind="DtoH", bytes=4)
         t += call
-        b.cpu("train.py(40): bookkeeping", t, PY_NS, kind="python")
+        if not native:
+            b.cpu("train.py(40): bookkeeping", t, PY_NS, kind="python")
         t += PY_NS
-        b.step(k, s, t - s)
+        if native:
+            b.cpu(f"step_{k}", s, t - s, kind="nvtx", cat="nvtx")
+        else:
+            b.step(k, s, t - s)
     return b.build()
 
 
@@ -63,6 +70,15 @@ def test_pin_read_is_offered_and_priced_by_the_pinned_copy_replay():
     assert proof["name"] == "cudaMemcpyAsync"
     assert "late_read" not in acts       # the same advice, not twice
     assert "pin_read" not in {y["id"] for y in analyze(read_back(pinned=True)).verdict["actions"]}
+
+
+def test_a_native_program_gets_the_cuda_words_for_the_pinned_read():
+    a = analyze(read_back(pinned=False, native=True))
+    acts = {x["id"]: x for x in a.verdict["actions"]}
+    assert a.facts.program["pytorch"] is False
+    x = acts["pin_read_native"]
+    assert x["basis"] == "replay" and "cudaMallocHost" in x["lever"]
+    assert "late_read_native" not in acts and "pin_read" not in acts
 
 
 def test_h200_pageable_offers_pin_read_priced_near_its_realised_saving():

@@ -1048,8 +1048,12 @@ LEVERS: tuple[Lever, ...] = (
     Lever("remove_syncs_native", "sync", "remove blocking syncs from the loop "
           "(cudaDeviceSynchronize, cudaStreamSynchronize, synchronous cudaMemcpy): wait on an "
           "event only where the result is needed", "code", when=_all(NV)),
+    Lever("pin_read_native", "sync", "read results into pinned host memory (cudaMallocHost / "
+          "cudaHostRegister): cudaMemcpyAsync then returns at once; wait on an event where the "
+          "result is read, one iteration later -- a copy into pageable memory waits for the "
+          "whole queue", "code", when=_all(NV, pageable_read_waits)),
     Lever("late_read_native", "sync", "cudaMemcpyAsync into pinned memory and read the result "
-          "one iteration later", "code", when=_all(NV, dtoh_waits)),
+          "one iteration later", "code", when=_all(NV, dtoh_waits, reads_not_all_pageable)),
     # launch
     Lever("graphs_not_replayed", "launch", GRAPHS_NOT_REPLAYED, "code",
           when=_all(PT, graphs_not_replayed, steady_window), first=True,
