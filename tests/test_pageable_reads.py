@@ -109,3 +109,45 @@ def test_h200_pageable_nsys_reads_the_memory_kind_from_the_raw_name(tmp_path):
     assert a.facts.program["pageable_reads"]["waited"] == 11
     x = {y["id"]: y for y in a.verdict["actions"]}["pin_read"]
     assert x["basis"] == "replay" and 6.0 <= x["saves_pct"] <= 11.0
+
+
+def test_a_host_running_ahead_counts_its_gpu_backlog_once():
+    # three replayed steps once the host no longer waits: the first two end before their GPU
+    # work does (2.11, 2.08 ms), the last carries the backlog (3.18 ms); each step's GPU lane
+    # holds 2.55 ms of work. The steady step is the GPU's 2.55 ms -- floored step by step it
+    # was (2.55 + 2.55 + 3.18) / 3 = 2.76 ms, the backlog counted twice.
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from traceread.passes.replay import whatif as W
+
+    graph = SimpleNamespace(
+        nodes=pd.DataFrame({"step": [0, 1, 2, 0, 1, 2], "lane": [1, 1, 1, 0, 0, 0],
+                            "cost_ns": [2_500_000, 2_500_000, 2_500_000, 9, 9, 9],
+                            "gap_ns": [50_000, 50_000, 50_000, 0, 0, 0]}),
+        lanes=pd.DataFrame({"lane": [0, 1], "what": ["host", "gpu"]}))
+    sched = SimpleNamespace(steps=pd.DataFrame({"index": [0, 1, 2],
+                                                "replayed_ns": [2_110_000, 2_080_000, 3_177_000]}),
+                            total_ns=7_367_000)
+    assert W.step_mean(sched, graph) == 2_550_000
+    # steps that wait for their GPU work (a sync each) are their own spans
+    sched.steps["replayed_ns"] = [2_600_000, 2_700_000, 2_650_000]
+    assert W.step_mean(sched, graph) == 2_650_000
+
+
+def test_pinning_the_copy_never_slows_the_python_off_the_step_path():
+    # h200/pageable: with the Python off the step path the host still waits for each copy;
+    # pinned too, it no longer waits and the GPU's ~2.55 ms a step sets the pace. Before, the
+    # two together replayed 2.76 ms, slower than the Python moved alone (2.70 ms).
+    from traceread.passes.replay import whatif as W
+
+    a = analyze(load(FIX / "h200" / "pageable.bad.json.gz"))
+    g, _ = W.graph_of(a)
+    base, _, _ = W.unprofiled_base(g)
+    f = W.facts_from_analysis(a)
+    alone = W.replay_models(base, f, ["host_off_path"])
+    both = W.replay_models(base, f, ["host_off_path", "pin_copies"])
+    busy = a.facts.figures["busy_step_mean_ns"]
+    assert both["after_ns"] < alone["after_ns"]
+    assert busy <= both["after_ns"] <= 1.05 * busy
