@@ -96,8 +96,12 @@ def test_fusion_priced_alike_on_both_tracers(launch_nsys):
     """The same 600 pointwise kernels fused: within 5 points of the step on Kineto and
     nsys (the nsys dispatch stretch sits before cuKernelGetName, not the launch)."""
     def share(a):
-        x = next(x for x in a.verdict["actions"] if x["id"] == "compile_fuse")
-        return 100.0 * x["saves_per_step_ns"] / a.facts.figures["program_step_mean_ns"]
+        # in the frame it was priced in: the replayed step without the profiler on Kineto
+        # (7.36 ms, where the profiled step is 8.26 ms), the replayed step on nsys. Against
+        # the profiled step the two agreed only while the nsys replay counted a step it had
+        # not replayed (its 8th, cut at the window's end) at its GPU load
+        m = a.facts.prices["models"]["fuse_pointwise"]
+        return 100.0 * m["saves_ns"] / m["before_ns"]
 
     k = share(_analysis(FIX / "gpu" / "launch.bad.json.gz"))
     n = share(_analysis(launch_nsys))
