@@ -51,6 +51,12 @@ SLOW = {
     "test_job_model.py::test_diff_of_two_real_two_gpu_exports": 6.3,  # its multi-process twin
     "test_mfu_gpu_time.py::test_no_corpus_trace_reports_impossible_figures": 56.9,  # its spill-over twin
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
+    # the two plain-run nsys captures of h200/queue analysed once for the module (5.7 s):
+    # test_pageable_reads' nsys test covers the same path on the pageable pair
+    "test_queue_pair.py::test_the_plain_fixed_run_is_paced_by_its_gpu_not_its_host_timing": 5.7,
+    "test_queue_pair.py::test_the_sync_costs_the_gpu_tens_of_microseconds_a_step_not_the_inner_gaps": 0.1,
+    "test_queue_pair.py::test_drop_syncs_promise_holds_against_the_plain_runs_program_steps[nsys]": 0.5,
+    "test_queue_pair.py::test_drop_syncs_promise_holds_against_the_plain_runs_program_steps[kineto]": 1.3,
     "test_scale.py::test_batch_parent_keeps_per_rank_records_not_event_tables": 41.2,  # test_cross_rank_pass_memory_grows_linearly
     "test_scale.py::test_pipeline_pass_memory_grows_linearly": 6.4,  # test_pipeline_reports_no_rank_absent_from_a_pair_it_was_never_in
     "test_scale.py::test_batch_on_dask_shows_the_progress_bar_too": 4.7,  # test_batch_shows_a_progress_bar_only_on_a_terminal

@@ -65,6 +65,11 @@ MATRIX = [
     ("cpu_compile", lambda: _real("cpu/compile.first.json.gz"),
      lambda: _real("cpu/batch16.json.gz")),
     ("cpu_dataloader", lambda: _real("cpu/batch16.json.gz"), lambda: _real("facts/moe.json.gz")),
+    # the loss read back through pageable memory (the call waits for the queue) vs pinned
+    ("pin_read", lambda: _real("h200/pageable.bad.json.gz"),
+     lambda: _real("h200/pageable.fixed.json.gz")),
+    # an .item() (pinned copy + synchronize) keeps late_read; the pageable read-back is pin_read's
+    ("late_read", lambda: _real("gpu/sync.bad.json.gz"), lambda: _real("h200/pageable.bad.json.gz")),
 ]
 MATRIX_GPU = [   # generic GPU-bound advice (no busy-time evidence)
     ("channels_last_generic", F.convolution, F.attention_only),
@@ -300,7 +305,8 @@ def pool() -> dict:
     for g in (F.F32_GEMM, F.BF16_GEMM):
         out[f"scene gemms {g[:12]}"] = ctx_of(F.gemms(g), bound="gpu")
     for p in ("cpu/compile.first.json.gz", "cpu/batch16.json.gz", "facts/moe.json.gz",
-              "facts/ckpt.json.gz", "gpu/data.fixed.json.gz", "gloo/ddp2/rank-0.json.gz"):
+              "facts/ckpt.json.gz", "gpu/data.fixed.json.gz", "gloo/ddp2/rank-0.json.gz",
+              "h200/pageable.bad.json.gz"):
         out[f"fixture {p}"] = ctx_of(load(FIX / p))
     # the step anatomy's CPU recordings (tests/fixtures/anatomy: a validation pass, micro-batches,
     # checkpointing, a save, logging, batch-1 inference), as recorded and as if on a GPU
@@ -313,6 +319,10 @@ def pool() -> dict:
     out["native CUDA"] = native
     out["native CUDA, GPU-bound"] = dict(native, bound="gpu", busy_levers={})
     out["native CUDA, graphs launched"] = dict(native, uses_cuda_graphs=True, graph_launches=8)
+    # the same program reading a result back through pageable memory (its call waited)
+    out["native CUDA, pageable read-back"] = dict(
+        native, pageable_reads={"copies": 10, "waited": 10, "waited_ns": 4_000_000},
+        sync_copy_directions={"DtoH": 10})
     # the same program without its cudaDeviceSynchronize between launches, re-sending data
     out["native CUDA, no mid-step sync, re-sent copies"] = dict(
         native, capturable=True, payloads=["resent", "unknown"])

@@ -78,7 +78,9 @@ def test_no_read_back_remedy_for_a_blocking_host_to_device_copy():
     assert "late_read" not in ids and gone["late_read"]["precondition"] == "dtoh_waits"
     # nsys-ai mfu_2gpu_before: the same rule from an nsys export's records
     u = record("ulysses_a2a")
-    assert u.program["sync_copy_directions"] == {"HtoD": 29}
+    # 29 waited for by a synchronize, 3 more staged through pageable memory: an nsys export
+    # keeps the memory kind in the copy's raw name (``Memcpy HtoD (Pageable -> Device)``)
+    assert u.program["sync_copy_directions"] == {"HtoD": 32}
     assert L.BY_ID["late_read"].refusal(lever_context(u)).precondition == "dtoh_waits"
 
 
@@ -189,6 +191,7 @@ def test_a_planted_straggler_stays_significant():
 # -- the records are today's facts ---------------------------------------------------------
 
 PRECONDITION_FACTS = ("kernel_arch", "fp32_gemv_share", "h2d_source", "sync_copy_directions",
+                      "pageable_reads",
                       "step_head_wait",
                       "graph_launches", "startup_phase", "compiled_calls_per_step",
                       "torch_version", "collectives", "framework", "device")

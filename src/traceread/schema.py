@@ -523,6 +523,15 @@ class H2dSource(_S):
     unknown: int
 
 
+class PageableReads(_S):
+    """Device->host copies into pageable memory (``passes/preconditions.py``): how many, how
+    many held their own call until the copy was done, and the host's time in those calls."""
+
+    copies: int
+    waited: int
+    waited_ns: int
+
+
 class StartupPhase(_S):
     """An engine's start-up frames (vLLM / SGLang model runner set-up, graph capture)."""
 
@@ -794,6 +803,7 @@ class Context(_S):
     fp32_gemv_share: Optional[float] = None
     h2d_source: Optional[H2dSource] = None
     sync_copy_directions: Optional[dict[str, int]] = None
+    pageable_reads: Optional[PageableReads] = None
     graph_launches: Optional[int] = None
     startup_phase: Optional[StartupPhase] = None
     compiled_calls_per_step: Optional[CompiledCalls] = None

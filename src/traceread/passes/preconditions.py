@@ -13,6 +13,9 @@
   ``unknown`` copies (``Memcpy HtoD (Pinned -> Device)``); all pinned: pinning is done.
 * ``sync_copy_directions``: which way the copies the host waited for went (``DtoH`` a
   result read back, ``HtoD`` an input sent blocking): a read-back remedy fits only the first.
+* ``pageable_reads``: device->host copies into pageable memory, and how many of them held
+  their own call until the copy was done (a read-back staged through a bounce buffer: the
+  host waits for the whole queue before it, ``non_blocking`` or not).
 * ``graph_launches``: CUDA graph launches (``cudaGraphLaunch``...) and replay rows in the
   window: a step "already replays CUDA graphs" only with at least one.
 * ``startup_phase``: the window is an engine's start-up (vLLM / SGLang model runner
@@ -164,8 +167,7 @@ def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
     cls = lut.take(codes)
     pos = {int(c): i for i, c in enumerate(corr[order]) if c >= 0}
     kind = ev["copy_kind"].astype(object).to_numpy() if "copy_kind" in ev else None
-    mlut, mcodes = lut_at(ev["name"], cp, _host_pageable, 0, np.int8)
-    pageable = dict(zip(cp.tolist(), (mlut.take(mcodes) == 1).tolist()))
+    pageable = dict(zip(cp.tolist(), _pageable_host(ev, cp).tolist()))
     out: dict[str, int] = {}
     first = None
     staged = 0
@@ -196,6 +198,64 @@ HOST_PAGEABLE_RX = re.compile(r"Pageable\s*->|->\s*Pageable", re.I)   # either s
 def _host_pageable(name: str) -> int:
     """1: a copy from or into pageable host memory (its host side unpinned)."""
     return 1 if HOST_PAGEABLE_RX.search(name) else 0
+
+
+def _pageable_host(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Per copy row: its host side is pageable, by its name (Kineto: ``Memcpy DtoH (Device ->
+    Pageable)``) or, where an nsys export keeps the memory kind apart, its ``raw_name``."""
+    lut, codes = lut_at(ev["name"], rows, _host_pageable, 0, np.int8)
+    out = lut.take(codes) == 1
+    if "raw_name" in ev and len(rows):
+        rlut, rcodes = lut_at(ev["raw_name"], rows, _host_pageable, 0, np.int8)
+        out |= rlut.take(rcodes) == 1
+    return out
+
+
+# -- results read back through pageable memory --------------------------------------------
+
+READ_WAIT_NS = 50_000   # the call returned this soon after its copy ended: it waited for it
+CLOCK_SLACK_NS = 5_000  # host and GPU clocks may disagree this much (the replay's drain slack)
+
+
+def pageable_reads(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
+    """({"copies", "waited", "waited_ns"} of the device->host copies into pageable memory:
+    how many, how many of them held their own call until the copy was done -- the call
+    returned at most ``READ_WAIT_NS`` after the copy ended (``CLOCK_SLACK_NS`` before it); CUDA stages such a copy through
+    a bounce buffer, so a non_blocking read-back still waits for the whole queue before it
+    -- and the time the host spent in those calls; evidence: the longest such wait). None:
+    no device->host copy into pageable memory in the window."""
+    cp = rows_of(ev, ("memcpy",))
+    if not len(cp) or "copy_kind" not in ev or "correlation" not in ev:
+        return None, []
+    kind = ev["copy_kind"].astype(object).to_numpy()[cp]
+    cp = cp[(kind == "DtoH") & _pageable_host(ev, cp)]
+    if not len(cp):
+        return None, []
+    api = rows_of(ev, ("runtime", "driver"))
+    pid = ev["pid"].to_numpy(np.int64)
+    corr = ev["correlation"].to_numpy(np.int64)
+    api = api[np.isin(corr[api], corr[cp])]   # only the copies' own calls
+    call = {(int(pid[r]), int(corr[r])): r for r in api.tolist()}
+    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    waited, waited_ns, best = 0, 0, None
+    for r in cp.tolist():
+        c = call.get((int(pid[r]), int(corr[r])))
+        if c is None:
+            continue
+        after = int(ts[c] + dur[c] - (ts[r] + dur[r]))   # call end - copy end
+        if -CLOCK_SLACK_NS <= after <= READ_WAIT_NS:
+            waited += 1
+            waited_ns += int(dur[c])
+            if best is None or dur[c] > dur[best[0]]:
+                best = (c, r, after)
+    out = {"copies": int(len(cp)), "waited": waited, "waited_ns": waited_ns}
+    if best is None:
+        return out, []
+    c, r, after = best
+    return out, [item(ev["name"].iat[c], ev["ts"].iat[c], None,
+                      f"waited {dur[c] / 1e3:.0f} us, returned {after / 1e3:.0f} us after its "
+                      f"{int(ev['bytes'].iat[r])} B copy into pageable "
+                      f"memory ended ({waited} of {len(cp)} such copies)")]
 
 
 def _sync_class(name: str) -> int:
@@ -391,6 +451,7 @@ def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
             ("fp32_gemv_share", fp32_gemv_share(ev)),
             ("h2d_source", h2d_source(ev)),
             ("sync_copy_directions", sync_copy_directions(ev)),
+            ("pageable_reads", pageable_reads(ev)),
             ("graph_launches", graph_launches(ev)),
             ("startup_phase", startup_phase(ev)),
             ("compiled_calls_per_step", compiled_calls_per_step(ev, Steps(ev)))):
@@ -402,4 +463,5 @@ def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
 
 
 __all__ = ["precondition_facts", "step_head_wait", "kernel_arch", "fp32_gemv_share", "h2d_source",
+           "pageable_reads",
            "graph_launches", "startup_phase", "compiled_calls_per_step", "host_other_kind"]

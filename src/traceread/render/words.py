@@ -111,6 +111,9 @@ FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     "startup": lambda v: None if v is None else _flag("one-time start-up work in the window",
                                                       "no one-time start-up work")(v),
     "job.late_by_ns": lambda v: f"the straggler arrives {fmt_ns(v)} late" if v else None,
+    "pageable_reads": lambda v: None if not isinstance(v, dict) else
+    f"{v.get('waited', 0)} of {v.get('copies', 0)} device->host copies into pageable memory "
+    f"held their call until done ({fmt_ns(int(v.get('waited_ns') or 0))} in those calls)",
 }
 
 

@@ -723,6 +723,23 @@ def dtoh_waits(c: Ctx) -> bool:
     return not isinstance(d, dict) or set(d) != {"HtoD"}
 
 
+def pageable_read_waits(c: Ctx) -> bool:
+    """The host waited in a device->host copy into pageable memory (``pageable_reads``: its
+    call returned as the copy ended); unknown: no -- the fact names the copy that proves it."""
+    p = c.get("pageable_reads")
+    return isinstance(p, dict) and int(p.get("waited") or 0) > 0
+
+
+def reads_not_all_pageable(c: Ctx) -> bool:
+    """Some device->host copy the host waited for is not a pageable read-back that waited by
+    itself (an .item()'s copy and its synchronize): those are the pinned-read lever's.
+    Unknown: yes."""
+    d, p = c.get("sync_copy_directions"), c.get("pageable_reads")
+    if not isinstance(d, dict) or not isinstance(p, dict):
+        return True
+    return int(d.get("DtoH") or 0) > int(p.get("waited") or 0)
+
+
 def graphs_launched(c: Ctx) -> bool:
     """CUDA graph launches are seen in the window (``graph_launches`` > 0; unknown: yes)."""
     n = c.get("graph_launches")
@@ -1016,13 +1033,27 @@ LEVERS: tuple[Lever, ...] = (
     Lever("no_dynamic_shapes", "sync", "avoid data-dependent shapes that force a sync "
           "(torch.nonzero, boolean masks, tensor-valued Python conditions)", "code",
           when=_all(PT, dynamic_shapes)),
+    Lever("pin_read", "sync", "read results back into pinned memory: a host tensor allocated "
+          "once with pin_memory=True, .copy_(x, non_blocking=True), read after an event a step "
+          "later -- a copy into pageable memory waits for the GPU's whole queue, non_blocking or "
+          "not", "code", when=_all(PT, pageable_read_waits),
+          doc=LeverDoc(what="a device->host copy into pageable memory holds its call until the "
+                       "queue before it drains (CUDA stages it through a bounce buffer): a "
+                       "pinned buffer makes the copy asynchronous",
+                       example="our H200 recording h200/pageable.bad (the loss copied to a "
+                       "pageable tensor with non_blocking=True every step)")),
     Lever("late_read", "sync", "copy results with .to('cpu', non_blocking=True) into pinned "
-          "memory and read them one step later", "code", when=_all(PT, dtoh_waits)),
+          "memory and read them one step later", "code",
+          when=_all(PT, dtoh_waits, reads_not_all_pageable)),
     Lever("remove_syncs_native", "sync", "remove blocking syncs from the loop "
           "(cudaDeviceSynchronize, cudaStreamSynchronize, synchronous cudaMemcpy): wait on an "
           "event only where the result is needed", "code", when=_all(NV)),
+    Lever("pin_read_native", "sync", "read results into pinned host memory (cudaMallocHost / "
+          "cudaHostRegister): cudaMemcpyAsync then returns at once; wait on an event where the "
+          "result is read, one iteration later -- a copy into pageable memory waits for the "
+          "whole queue", "code", when=_all(NV, pageable_read_waits)),
     Lever("late_read_native", "sync", "cudaMemcpyAsync into pinned memory and read the result "
-          "one iteration later", "code", when=_all(NV, dtoh_waits)),
+          "one iteration later", "code", when=_all(NV, dtoh_waits, reads_not_all_pageable)),
     # launch
     Lever("graphs_not_replayed", "launch", GRAPHS_NOT_REPLAYED, "code",
           when=_all(PT, graphs_not_replayed, steady_window), first=True,

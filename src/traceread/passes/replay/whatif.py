@@ -1244,19 +1244,25 @@ def step_mean(sched, graph=None) -> float:
     lets the host run ahead of the GPU (no sync left), the three replayed steps' markers
     would pass long before the GPU finishes, but step after step the GPU's own work sets
     the pace. Only GPU lanes count: a host thread's stretches include its idle waits (the
-    autograd thread between backward passes)."""
+    autograd thread between backward passes).
+
+    The floor is the steps' mean load, not each step's: once the host runs ahead, the early
+    steps' spans end before their GPU work does and the last step's span carries the
+    backlog -- floored step by step, the backlog counted twice (h200/pageable with its Python
+    off the step path and its copy pinned replayed 2.76 ms a step for 2.55 ms of GPU work)."""
     st = sched.steps
     if not len(st):
         return float(sched.total_ns)
     r = st["replayed_ns"].to_numpy(np.int64).astype(float)
-    # a step the replay could not time (-1: its end marker is not in the graph, the last
-    # step of an nsys window) is no step: its lane load alone must not count as one
-    idx = st["index"].to_numpy()[r >= 0]
-    r = r[r >= 0]
-    if graph is not None and len(r):
+    keep = r >= 0
+    if not keep.any():
+        return float(sched.total_ns)
+    mean = float(r[keep].mean())
+    if graph is not None:
         load = lane_load(graph)
-        r = np.maximum(r, np.array([load.get(int(i), 0) for i in idx], float))
-    return float(r.mean()) if len(r) else float(sched.total_ns)
+        idx = st["index"].to_numpy()[keep]
+        mean = max(mean, float(np.mean([load.get(int(i), 0) for i in idx])))
+    return mean
 
 
 def lane_load(graph) -> dict:

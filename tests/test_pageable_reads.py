@@ -1,0 +1,112 @@
+"""A result read back through pageable memory (issue 37): the copy's own call waits for the
+GPU's whole queue, non_blocking or not, so the lever is a pinned buffer read a step later
+(``pin_read``), priced by the replay of the pinned copy (``pin_copies``), and the event that
+proves it is the copy call that returned as its copy ended (``pageable_reads``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from traceread import analyze, load
+from traceread.passes.preconditions import pageable_reads
+from traceread.synth.scenarios import MS, T0, US, TraceBuilder
+
+FIX = Path(__file__).parent / "fixtures"
+KERNELS, KERNEL_NS, PY_NS = 10, 200 * US, 2 * MS
+
+
+def read_back(pinned: bool, steps: int = 4, native: bool = False):
+    """Per step: 10 launches (10 us each) of 200 us kernels, the loss copied to the host
+    (4 B), then 2 ms of Python. Pageable: the copy call returns 5 us after its copy, which
+    ran after the queued kernels (~2 ms); pinned: the call returns after 10 us. ``native``:
+    no PyTorch ops (a CUDA C++ loop), steps as NVTX ranges."""
+    b = TraceBuilder(path="read_back.json")
+    t = T0
+    for k in range(steps):
+        s = t
+        gpu = s + 20 * US
+        for i in range(KERNELS):
+            if not native:
+                b.cpu("aten::mm", t, 10 * US)
+            b.launch(t, 10 * US, max(gpu, t + 15 * US), KERNEL_NS, name="sm90_xmma_gemm_bf16")
+            gpu = max(gpu, t + 15 * US) + KERNEL_NS
+            t += 10 * US
+        mem = "Pinned" if pinned else "Pageable"
+        copy_at = gpu + 2 * US
+        call = 10 * US if pinned else copy_at + 2 * US + 5 * US - t
+        if not native:
+            b.cpu("aten::copy_", t, call)
+        b.launch(t, call, copy_at, 2 * US, name=f"Memcpy DtoH (Device -> {mem})",
+                 api="cudaMemcpyAsync", kind="memcpy", copy_kind="DtoH", bytes=4)
+        t += call
+        if not native:
+            b.cpu("train.py(40): bookkeeping", t, PY_NS, kind="python")
+        t += PY_NS
+        if native:
+            b.cpu(f"step_{k}", s, t - s, kind="nvtx", cat="nvtx")
+        else:
+            b.step(k, s, t - s)
+    return b.build()
+
+
+def test_the_pageable_read_back_is_proved_by_its_own_call():
+    out, proof = pageable_reads(read_back(pinned=False).events)
+    assert out == {"copies": 4, "waited": 4, "waited_ns": out["waited_ns"]}
+    assert out["waited_ns"] >= 4 * 1_900 * US     # each call waited for ~2 ms of kernels
+    assert proof[0]["name"] == "cudaMemcpyAsync" and "pageable" in proof[0]["detail"]
+    assert pageable_reads(read_back(pinned=True).events) == (None, [])
+
+
+def test_pin_read_is_offered_and_priced_by_the_pinned_copy_replay():
+    a = analyze(read_back(pinned=False))
+    acts = {x["id"]: x for x in a.verdict["actions"]}
+    x = acts["pin_read"]
+    assert x["basis"] == "replay" and x["because"][0]["fact"] == "replay_levers.pin_copies"
+    # the host no longer waits for the queue: its step is its 10 launches (100 us), the copy
+    # call at a launch's time (10 us) and the Python (2 ms) = 2.11 ms, the GPU's 2 ms of
+    # kernels hidden under the Python; measured 4.029 ms (the call waited ~1.92 ms)
+    assert a.step_stats["mean_ns"] == 4_029_000
+    assert abs(x["saves_per_step_ns"] - (4_029_000 - 2_110_000)) <= 2 * US
+    proof = [b for b in x["because"] if b["fact"] == "pageable_reads"][0]["evidence"][0]
+    assert proof["name"] == "cudaMemcpyAsync"
+    assert "late_read" not in acts       # the same advice, not twice
+    assert "pin_read" not in {y["id"] for y in analyze(read_back(pinned=True)).verdict["actions"]}
+
+
+def test_a_native_program_gets_the_cuda_words_for_the_pinned_read():
+    a = analyze(read_back(pinned=False, native=True))
+    acts = {x["id"]: x for x in a.verdict["actions"]}
+    assert a.facts.program["pytorch"] is False
+    x = acts["pin_read_native"]
+    assert x["basis"] == "replay" and "cudaMallocHost" in x["lever"]
+    assert "late_read_native" not in acts and "pin_read" not in acts
+
+
+def test_h200_pageable_offers_pin_read_priced_near_its_realised_saving():
+    # the loss copied each step to a pageable host tensor with non_blocking=True, then 2 ms of
+    # Python; fixed = a pinned buffer read a step later: 4.85 -> 4.41 ms unprofiled (9.1%).
+    # Before, pin_copy needed a pageable HtoD copy and late_read was priced by drop_syncs,
+    # which leaves blocking copies to the copy models: only a bound was offered.
+    a = analyze(load(FIX / "h200" / "pageable.bad.json.gz"))
+    assert a.facts.program["pageable_reads"]["waited"] == 3
+    acts = {x["id"]: x for x in a.verdict["actions"]}
+    x = acts["pin_read"]
+    assert x["basis"] == "replay" and 7.0 <= x["saves_pct"] <= 12.0
+    assert "late_read" not in acts
+    fixed = analyze(load(FIX / "h200" / "pageable.fixed.json.gz"))
+    assert fixed.facts.program["pageable_reads"] is None
+    assert "pin_read" not in {y["id"] for y in fixed.verdict["actions"]}
+
+
+def test_h200_pageable_nsys_reads_the_memory_kind_from_the_raw_name(tmp_path):
+    # an nsys export names the copy "[CUDA memcpy Device-to-Host]"; the memory kind is in
+    # its raw name. Before, sync_copy_directions was {} on this capture.
+    import lzma
+
+    p = tmp_path / "pageable.bad.sqlite"
+    p.write_bytes(lzma.open(FIX / "h200" / "pageable.bad.sqlite.xz").read())
+    a = analyze(load(p))
+    assert a.facts.program["sync_copy_directions"] == {"DtoH": 11}
+    assert a.facts.program["pageable_reads"]["waited"] == 11
+    x = {y["id"]: y for y in a.verdict["actions"]}["pin_read"]
+    assert x["basis"] == "replay" and 6.0 <= x["saves_pct"] <= 11.0
+
