@@ -243,6 +243,9 @@ VAL_PAIRS = [("gpu", s_, "bad", "fixed", "kineto") for s_ in NSYS] + \
     [("cpu", "batch", "batch16", "batch256", "kineto")]
 
 
+MIN_REALISED_PTS = 1.0   # as verdict.scores.MIN_ACTION_SHARE: under 1% of the step is no lever
+
+
 def _path(folder, name, variant, fmt, tmp: Path) -> Path | None:
     """The trace of one side: the Kineto JSON, or the nsys capture decompressed into tmp."""
     import lzma
@@ -260,20 +263,42 @@ def _path(folder, name, variant, fmt, tmp: Path) -> Path | None:
     return out
 
 
-def _unprofiled(folder, name, variant) -> float | None:
-    """The unprofiled step of one side where the pair recorded it: the median of the plain
-    run's steps after the first two (GPU pairs), the truth's step (CPU pairs)."""
+def _unprofiled(folder, name, variant, nsys=None) -> float | None:
+    """The unprofiled step of one side where the pair recorded it: the plain run's loop
+    time per step (back-to-back steps, one sync at the end) where recorded; else the later
+    of the plain run's host step (the median after the first two) and its GPU's window per
+    step, read from the nsys capture of that same run (``nsys``: a callable giving its
+    analysis) -- a host that runs ahead finishes its steps before the GPU does, so the host
+    alone undercounts the program's step (h200/queue.fixed: 10.69 ms host, 11.57 ms GPU);
+    the truth's step for the CPU pairs."""
     if folder in ("gpu", "h200"):
         p = FIX / folder / f"{name}.{variant}.plain.truth.json"
         if not p.exists():
             return None
-        st = json.loads(p.read_text())["step_ns"]
-        return float(statistics.median(v for k, v in st.items() if int(k) >= 2))
+        t = json.loads(p.read_text())
+        if t.get("loop_ns_per_step"):
+            return float(t["loop_ns_per_step"])
+        host = float(statistics.median(v for k, v in t["step_ns"].items() if int(k) >= 2))
+        gpu = _gpu_window(nsys() if nsys else None)
+        return max(host, gpu) if gpu else host
     if folder == "pairs":
         t = json.loads((FIX / "pairs" / "truth.json").read_text()).get(name, {})
         side = "before" if variant == "before" else "after"
         return float(t["step_ns"][side]) if "step_ns" in t else None
     return None
+
+
+def _gpu_window(a) -> float | None:
+    """The median GPU window per step (first start to last end of the step's GPU work)
+    over the steps after the first two, from an analysis of the plain run's capture."""
+    st = getattr(a, "steps", None) if a is not None else None
+    if st is None or "gpu_ns" not in st:
+        return None
+    import pandas as pd
+
+    n = st["name"].astype(str).str.extract(r"step_(\d+)$", expand=False)
+    keep = n.notna() & (pd.to_numeric(n, errors="coerce") >= 2)
+    return float(st.loc[keep, "gpu_ns"].median()) if keep.any() else None
 
 
 def validate(tables: str = "abcd") -> dict:
@@ -300,8 +325,11 @@ def validate(tables: str = "abcd") -> dict:
             before, after = analysis(pb), analysis(pa)
             if "a" not in tables and "c" not in tables:
                 continue
+            def plain(v, folder=folder, name=name):   # the nsys capture of that plain run
+                return _nsys_of(folder, name, v, Path(tmp), analysis)
+
             row = _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature,
-                            diff_analyses)
+                            diff_analyses, plain)
             rows.append(row)
             if folder in ("gpu", "h200") and row.get("levers"):
                 same.setdefault(name, {})[fmt] = row
@@ -330,12 +358,13 @@ def validate(tables: str = "abcd") -> dict:
                        "kineto_pts": k["promise_pts"], "nsys_pts": other,
                        "nsys_refused": refused})
         over = []
-        for path, a in cache.items() if "d" in tables else ():
+        for path, a in list(cache.items()) if "d" in tables else ():
             p_ = Path(str(path))
             if not p_.name.endswith(".json.gz") or p_.parent.name not in ("gpu", "h200"):
                 continue
             name, variant = p_.name[:-len(".json.gz")].split(".", 1)
-            truth = _unprofiled(p_.parent.name, name, variant)
+            truth = _unprofiled(p_.parent.name, name, variant, lambda f=p_.parent.name, n=name,
+                                v=variant: _nsys_of(f, n, v, Path(tmp), analysis))
             o = a.facts.figures.get("profiler_overhead") if a.facts is not None else None
             if truth and o:
                 over.append({"trace": f"{p_.parent.name}/{name}.{variant}", "truth_ns": truth,
@@ -343,6 +372,12 @@ def validate(tables: str = "abcd") -> dict:
                              "estimate_ns": o["unprofiled_step_ns"], "basis": o["basis"]})
     return {"pairs": rows, "loso": loso, "nsys_kineto": nk, "overhead": over,
             "tables": tables}
+
+
+def _nsys_of(folder, name, variant, tmp, analysis):
+    """The analysis of a side's nsys capture (the plain run), or None."""
+    q = _path(folder, name, variant, "nsys", tmp)
+    return analysis(q) if q is not None else None
 
 
 def _promise(before, ids, params, W):
@@ -358,7 +393,8 @@ def _promise(before, ids, params, W):
     return pts, r["refused"]
 
 
-def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, diff_analyses):
+def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, diff_analyses,
+              plain=None):
     d = diff_analyses(before, after)
     row = {"pair": f"{folder}/{name}", "folder": folder, "format": fmt}
     ch = changed(signature(before), signature(after), d.batch)
@@ -386,9 +422,9 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
     x = float(unp.get("per_sample_x") or 1.0)
     row["promise_pts"] = round(100.0 * unp["saves_ns"] / unp["before_ns"], 1)
     row["unprofiled_base"] = bool(profiled)
-    tb, ta = _unprofiled(folder, name, b), _unprofiled(folder, name, a)
-    mb = (before.step_stats or {}).get("mean_ns")
-    ma = (after.step_stats or {}).get("mean_ns")
+    tb, ta = (_unprofiled(folder, name, v, (lambda v=v: plain(v)) if plain else None)
+              for v in (b, a))
+    mb, ma = _measured_step(before), _measured_step(after)
     k = x if x != 1.0 else (d.batch["after"] / d.batch["before"]
                             if d.batch and d.batch.get("before") and d.batch.get("after")
                             else 1.0)
@@ -414,6 +450,15 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
     fix = [i for i, x in enumerate(acts) if MODEL_OF.get(x["id"]) in ids]
     row["fix_rank"], row["fix"] = (fix[0] + 1, acts[fix[0]]["id"]) if fix else (None, None)
     return row
+
+
+def _measured_step(a) -> float | None:
+    """A profiled side's mean step: the program's step (the later of the host's span and
+    the GPU's work, per step) where the trace has one, else the host's steps."""
+    from traceread.passes.steps import program_step_of
+
+    p = program_step_of(a) or {}
+    return p.get("mean_ns") or (a.step_stats or {}).get("mean_ns")
 
 
 def _fix_note(x: dict) -> str:
@@ -453,11 +498,16 @@ def validation_tables(r: dict) -> str:
             after_u.append(abs(x["after_u_err_pct"]))
             aft_u = (f"{x['after_u_pred_ms']:.3f} / {x['after_u_ms']:.3f} ms "
                      f"({x['after_u_err_pct']:+.1f}%)")
-        firsts.append(x["first_fixes"])
+        # a change that realised under MIN_REALISED_PTS fixed nothing: no lever should lead
+        nothing = x.get("realised_pts") is not None and x["realised_pts"] < MIN_REALISED_PTS
+        mark = " (n/a: the change realised under 1 point)" if nothing else \
+            (" ✓" if x["first_fixes"] else " ✗") + _fix_note(x)
+        if not nothing:
+            firsts.append(x["first_fixes"])
         base = " (unprofiled base)" if x.get("unprofiled_base") else ""
         out.append(f"| {x['pair']} | {x['format']} | {x['levers']} | "
                    f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | {aft_u} | "
-                   f"{x['first']}{' ✓' if x['first_fixes'] else ' ✗'}{_fix_note(x)} |")
+                   f"{x['first']}{mark} |")
     if errs:
         out.append(f"\n|promise - realised|: median {statistics.median(errs):.1f} points, "
                    f"worst {max(errs):.1f} points over {len(errs)} pairs (goal: 5 / 15); "
@@ -465,7 +515,8 @@ def validation_tables(r: dict) -> str:
                    f"(goal 10%), against the unprofiled runs "
                    f"{statistics.median(after_u) if after_u else float('nan'):.1f}% over "
                    f"{len(after_u)} pairs; the change's lever first on {sum(firsts)} of "
-                   f"{len(firsts)}")
+                   f"{len(firsts)} (pairs that realised under {MIN_REALISED_PTS:g} point "
+                   f"not counted)")
     part["a"], out = out, []
     out += ["\n### (b) leave one step out (median |error| over the held-out steps)\n",
             "| trace | steps | replay | median of the other steps | outcome | closer on "
