@@ -60,3 +60,64 @@ def test_split_stretch_mask_reads_each_name_once():
     call = n["name"].astype(str).str.contains(split_mod._CALL_RX, regex=True)
     want = (host_lane & kind & ~call).to_numpy()
     assert (split_mod.stretches(g) == want).all()
+
+
+def _lane_load_by_unique(graph) -> dict:
+    """``whatif.lane_load`` as it was: the (step, lane) keys by ``np.unique``."""
+    import numpy as np
+
+    n = graph.nodes
+    gpu_lanes = graph.lanes.loc[graph.lanes["what"] == "gpu", "lane"].to_numpy()
+    m = (n["step"].to_numpy() >= 0) & np.isin(n["lane"].to_numpy(), gpu_lanes)
+    if not m.any():
+        return {}
+    step, lane = n["step"].to_numpy(np.int64)[m], n["lane"].to_numpy(np.int64)[m]
+    ns = (n["cost_ns"].to_numpy(np.int64) + np.maximum(n["gap_ns"].to_numpy(np.int64), 0))[m]
+    key, inv = np.unique(step * (int(lane.max()) + 1) + lane, return_inverse=True)
+    tot = np.bincount(inv, weights=ns)
+    out: dict = {}
+    for s_, v in zip((key // (int(lane.max()) + 1)).tolist(), tot.tolist()):
+        out[s_] = max(out.get(s_, 0), int(v))
+    return out
+
+
+@pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()], ids=lambda p: p.name)
+def test_lane_load_equals_the_sorted_keys(path):
+    from traceread.passes.replay import whatif
+
+    g, _ev, _p = _graph_and_window(path)
+    assert whatif.lane_load(g) == _lane_load_by_unique(g)
+    sparse = g.copy()   # step numbers far apart: the sorted path
+    sparse.nodes["step"] = sparse.nodes["step"].where(sparse.nodes["step"] < 0,
+                                                      sparse.nodes["step"] * 1_000_003)
+    assert whatif.lane_load(sparse) == _lane_load_by_unique(sparse)
+
+
+def test_lane_order_is_the_lexsort():
+    import numpy as np
+
+    from traceread.passes.replay.sim import lane_order
+
+    rng = np.random.default_rng(7)
+    for n, lanes, seqs in ((0, 1, 1), (1, 1, 1), (500, 3, 40), (5000, 40, 3), (2000, 2, 10**6)):
+        lane = rng.integers(-5, lanes, n).astype(np.int64)
+        seq = rng.integers(-3, seqs, n).astype(np.int64)   # ties too: the stable order kept
+        assert (lane_order(lane, seq) == np.lexsort((seq, lane))).all()
+    big = np.array([0, 2**40, 5, 2**40], np.int64)   # a key too wide for one int64
+    assert (lane_order(big, big[::-1].copy()) == np.lexsort((big[::-1], big))).all()
+
+
+@pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()][:3], ids=lambda p: p.name)
+def test_lane_order_and_drain_edges_on_real_graphs(path):
+    import numpy as np
+
+    from traceread.passes.replay.graph import END_EDGES
+    from traceread.passes.replay.sim import _among, lane_order
+
+    g, _ev, _p = _graph_and_window(path)
+    lane, seq = g.nodes["lane"].to_numpy(np.int64), g.nodes["seq"].to_numpy(np.int64)
+    assert (lane_order(lane, seq) == np.lexsort((seq, lane))).all()
+    kinds = g.edges["kind"].to_numpy(object)
+    assert (_among(kinds, END_EDGES) == np.isin(kinds, END_EDGES)).all()
+    odd = np.array(["drain", None, float("nan"), "join", "x", 3], object)
+    assert (_among(odd, END_EDGES) == np.isin(odd, END_EDGES)).all()
