@@ -47,21 +47,6 @@ def test_split_pieces_equal_the_per_stretch_loop(path, min_ns, monkeypatch):
     pd.testing.assert_frame_equal(fast.edges, slow.edges)
 
 
-def test_split_stretch_mask_reads_each_name_once():
-    """``stretches`` classifies the distinct names: a missing name is not a call, as
-    ``astype(str)`` ("nan", "None") read it."""
-    g, _ev, _p = _graph_and_window(FIX / "gpu" / "sync.bad.json.gz")
-    g = g.copy()
-    n = g.nodes
-    n.loc[n.index[:3], "name"] = [None, float("nan"), "cudaLaunchKernel"]
-    g.nodes = n
-    host_lane = n["lane"].isin(g.lanes.loc[g.lanes["what"] == "host", "lane"])
-    kind = n["kind"].isin(("host", "dataloader", "collective"))
-    call = n["name"].astype(str).str.contains(split_mod._CALL_RX, regex=True)
-    want = (host_lane & kind & ~call).to_numpy()
-    assert (split_mod.stretches(g) == want).all()
-
-
 def _lane_load_by_unique(graph) -> dict:
     """``whatif.lane_load`` as it was: the (step, lane) keys by ``np.unique``."""
     import numpy as np
@@ -121,3 +106,22 @@ def test_lane_order_and_drain_edges_on_real_graphs(path):
     assert (_among(kinds, END_EDGES) == np.isin(kinds, END_EDGES)).all()
     odd = np.array(["drain", None, float("nan"), "join", "x", 3], object)
     assert (_among(odd, END_EDGES) == np.isin(odd, END_EDGES)).all()
+
+
+@pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()][:4], ids=lambda p: p.name)
+def test_overhead_call_costs_and_total_equal_the_mapped_frame(path):
+    import numpy as np
+
+    from traceread.passes import overhead
+
+    ev = load(str(path)).events
+    calls = overhead._calls(ev, ("pid", "tid", "ts"))
+    assert len(calls)
+    for per in (None, {"launch": 500, "driver": 7_000}, {"launch": 333.7, "other": 1000,
+                                                        "free": 20_000, "alloc": 10_000}):
+        cls = overhead.call_class(calls)
+        want = pd.Series(cls, dtype=object).map(overhead.CALL_NS if per is None else per) \
+            .fillna(0).to_numpy(np.int64)
+        want = np.minimum(want, np.maximum(calls["dur"].to_numpy(np.int64), 0))
+        assert (overhead.call_cost(calls, per) == want).all()
+        assert int(overhead._cost_ns(ev, per).sum()) == int(overhead.costs(ev, per)["ns"].sum())

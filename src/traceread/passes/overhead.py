@@ -78,6 +78,15 @@ def costs(ev: pd.DataFrame, call_ns: dict | None = None) -> pd.DataFrame:
     return out.sort_values(["pid", "tid", "ts"], kind="stable").reset_index(drop=True)
 
 
+def _cost_ns(ev: pd.DataFrame, call_ns: dict | None = None) -> np.ndarray:
+    """The ``ns`` of ``costs`` in no order (what a total needs)."""
+    ops = _rows_of(ev, "cpu_op", ("input_dims",))
+    py = int((ev["kind"] == "python").sum())
+    calls = _calls(ev, ())
+    return np.r_[np.where(_shaped(ops), PER_OP_NS + SHAPES_NS, PER_OP_NS),
+                 np.full(py, FRAME_NS), call_cost(calls, call_ns)].astype(np.int64)
+
+
 def call_class(calls: pd.DataFrame) -> np.ndarray:
     """Each runtime / driver call's class: "driver" for a driver-API call (CUPTI records it
     beside the runtime call it serves: a GEMM's cuLaunchKernelEx inside cudaLaunchKernel),
@@ -108,7 +117,9 @@ def call_cost(calls: pd.DataFrame, call_ns: dict | None = None) -> np.ndarray:
         return np.zeros(0, np.int64)
     per = CALL_NS if call_ns is None else call_ns
     cls = call_class(calls)
-    ns = pd.Series(cls, dtype=object).map(per).fillna(0).to_numpy(np.int64)
+    ns = np.zeros(len(cls), np.int64)   # a class without a cost: 0
+    for c, v in per.items():   # a few classes: one compare each (a map hashed every call)
+        ns[cls == c] = v
     return np.minimum(ns, np.maximum(calls["dur"].to_numpy(np.int64), 0))
 
 
@@ -255,7 +266,7 @@ def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
     if not steps or not step_mean_ns:
         return None
     f = features(ev, steps)
-    per_step = int(costs(ev)["ns"].sum()) // max(1, steps)
+    per_step = int(_cost_ns(ev).sum()) // max(1, steps)   # the total: no frame, no sort
     if replay_ratio is not None:
         unprof = int(round(step_mean_ns * min(1.0, max(0.0, replay_ratio))))
         basis = "replay"

@@ -32,12 +32,8 @@ def stretches(graph: StepGraph) -> np.ndarray:
     n = graph.nodes
     host_lane = n["lane"].isin(graph.lanes.loc[graph.lanes["what"] == "host", "lane"])
     k = n["kind"].isin(("host", "dataloader", "collective"))
-    # per distinct name, not per node (a missing name reads "nan", as astype(str) gives)
-    codes, uniq = pd.factorize(n["name"].to_numpy(object))
-    hit = np.r_[pd.Series(uniq, dtype=object).astype(str)
-                .str.contains(_CALL_RX, regex=True).to_numpy(bool), False]
-    call = hit[codes] if len(codes) else np.zeros(0, bool)
-    return (host_lane & k).to_numpy() & ~call
+    call = n["name"].astype(str).str.contains(_CALL_RX, regex=True)
+    return (host_lane & k & ~call).to_numpy()
 
 
 def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
