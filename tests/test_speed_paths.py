@@ -125,3 +125,75 @@ def test_overhead_call_costs_and_total_equal_the_mapped_frame(path):
         want = np.minimum(want, np.maximum(calls["dur"].to_numpy(np.int64), 0))
         assert (overhead.call_cost(calls, per) == want).all()
         assert int(overhead._cost_ns(ev, per).sum()) == int(overhead.costs(ev, per)["ns"].sum())
+
+
+def test_median_of_counts_is_np_median():
+    import numpy as np
+
+    from traceread.passes.steady import median_of_counts
+
+    rng = np.random.default_rng(3)
+    cases = [np.array([5]), np.array([1, 2]), np.array([1, 1, 4, 9]), np.array([0, 0, 0]),
+             rng.integers(0, 3, 1001), rng.integers(0, 3, 1000), rng.integers(1, 50, 20000),
+             np.r_[np.ones(5000, np.int64), [285_002] * 3], rng.integers(0, 10**9, 50),
+             np.array([-1, 2, 3])]
+    for d in cases:
+        assert median_of_counts(d.astype(np.int64)) == float(np.median(d)), d[:10]
+
+
+@pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()][:4], ids=lambda p: p.name)
+@pytest.mark.parametrize("loose", [False, True])
+def test_slow_first_rows_equal_the_groupby(path, loose, monkeypatch):
+    import numpy as np
+
+    from traceread.passes import steady
+    from traceread.passes.common import kind_in
+
+    if loose:   # every (pid, name) with later rows qualifies: the order and medians compared
+        monkeypatch.setattr(steady, "OUTLIER_MIN_NS", 0)
+        monkeypatch.setattr(steady, "FIRST_RATIO", 0)
+    ev = load(str(path)).events
+    codes, _cats = steady._codes(ev)
+    for kinds in (("cpu_op",), ("kernel",), ("runtime", "driver")):
+        rows = np.flatnonzero(kind_in(ev, kinds) & (codes >= 0))
+        args = (codes[rows], ev["ts"].to_numpy(np.int64)[rows],
+                ev["dur"].to_numpy(np.int64)[rows], ev["pid"].to_numpy(np.int64)[rows])
+        fast, slow = steady._slow_firsts(*args), steady._slow_firsts_frame(*args)
+        assert len(fast[0]) or not loose
+        for a, b in zip(fast, slow):
+            assert a.tolist() == b.tolist()
+
+
+def test_slow_first_rows_on_ties_and_processes(monkeypatch):
+    import numpy as np
+
+    from traceread.passes import steady
+
+    monkeypatch.setattr(steady, "FIRST_RATIO", 1.5)   # some firsts pass, some do not
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    args = (rng.integers(0, 30, n), rng.integers(0, 500, n) * 1000,   # equal ts: ties
+            rng.integers(1, 4_000_000, n), rng.integers(0, 3, n))
+    args = tuple(np.asarray(a, np.int64) for a in args)
+    fast, slow = steady._slow_firsts(*args), steady._slow_firsts_frame(*args)
+    assert 0 < len(fast[0]) < 90
+    for a, b in zip(fast, slow):
+        assert a.tolist() == b.tolist()
+
+
+def test_slow_first_rows_with_names_too_wide_for_one_key(monkeypatch):
+    import numpy as np
+
+    from traceread.passes import steady
+
+    monkeypatch.setattr(steady, "FIRST_RATIO", 1.5)
+    rng = np.random.default_rng(5)
+    n = 3000
+    name = rng.choice(np.array([0, 2**61, 7, 2**61 + 3], np.int64), n)
+    args = (name, rng.integers(0, 300, n) * 10, rng.integers(1, 4_000_000, n),
+            rng.integers(0, 5, n).astype(np.int64))
+    fast, slow = steady._slow_firsts(*args), steady._slow_firsts_frame(*args)
+    assert len(fast[0])
+    for a, b in zip(fast, slow):
+        assert a.tolist() == b.tolist()
