@@ -197,3 +197,25 @@ def test_slow_first_rows_with_names_too_wide_for_one_key(monkeypatch):
     assert len(fast[0])
     for a, b in zip(fast, slow):
         assert a.tolist() == b.tolist()
+
+
+def test_stacks_shared_inside_an_analysis_answer_as_fresh_ones():
+    import numpy as np
+
+    from traceread.passes import factkit
+    from traceread.passes.userframe import culprit_frame
+
+    ev = load(str(FIX / "gpu" / "sync.bad.json.gz")).events
+    assert factkit.stacks_of(ev) is not factkit.stacks_of(ev)   # no scope: nothing kept
+    with factkit.sharing():
+        a = factkit.stacks_of(ev)
+        assert factkit.stacks_of(ev) is a
+        assert factkit.stacks_of(ev, ("cpu_op",)) is not a
+        assert factkit.stacks_of(ev.copy()) is not a              # another frame
+        rows = np.flatnonzero(ev["kind"].isin(["cpu_op", "runtime"]).to_numpy())[::97]
+        fresh = factkit.Stacks(ev)
+        for r in rows.tolist():
+            assert a.around_row(r).tolist() == fresh.around_row(r).tolist()
+        shared = culprit_frame(ev, "aten::item")
+    assert not factkit._SHARING
+    assert shared == culprit_frame(ev, "aten::item")

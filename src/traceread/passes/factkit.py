@@ -7,6 +7,7 @@ call that launched a GPU op (``launcher``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
@@ -103,6 +104,34 @@ def thread_key(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     from .attribution import thread_key as tk
 
     return tk(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
+
+
+_SHARING: list[dict] = []   # the open ``sharing`` scopes: {(id(ev), kinds): Stacks}
+
+
+@contextlib.contextmanager
+def sharing():
+    """Inside: ``stacks_of`` hands every pass that asks of one frame the same ``Stacks``
+    (its sort and per-thread nesting made once per analysis, not per pass); they are
+    dropped when the scope closes."""
+    _SHARING.append({})
+    try:
+        yield
+    finally:
+        _SHARING.pop()
+
+
+def stacks_of(ev: pd.DataFrame, kinds=HOST_STACK_KINDS) -> "Stacks":
+    """``Stacks(ev, kinds)``, shared inside a ``sharing`` scope (it only caches: a shared one
+    answers as a fresh one would)."""
+    if not _SHARING:
+        return Stacks(ev, kinds)
+    memo = _SHARING[-1]
+    key = (id(ev), tuple(kinds))
+    got = memo.get(key)
+    if got is None or got.ev is not ev:   # the Stacks holds its frame: the id is its own
+        got = memo[key] = Stacks(ev, kinds)
+    return got
 
 
 class Stacks:
