@@ -219,3 +219,16 @@ def test_stacks_shared_inside_an_analysis_answer_as_fresh_ones():
         shared = culprit_frame(ev, "aten::item")
     assert not factkit._SHARING
     assert shared == culprit_frame(ev, "aten::item")
+
+
+def test_last_position_of_each_correlation_is_the_dict_lookup():
+    import numpy as np
+
+    from traceread.passes.preconditions import _last_at
+
+    rng = np.random.default_rng(2)
+    for n in (0, 1, 50, 5000):
+        keys = rng.integers(-3, max(1, n // 3), n).astype(np.int64)   # repeats and -1s
+        wanted = rng.integers(-2, max(1, n // 2), 300).astype(np.int64)
+        pos = {int(c): i for i, c in enumerate(keys) if c >= 0}
+        assert _last_at(keys, wanted).tolist() == [pos.get(int(w), -1) for w in wanted]
