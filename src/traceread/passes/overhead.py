@@ -185,8 +185,9 @@ def _graph_kernels(g) -> np.ndarray:
     each of a replayed graph's kernels: the launch call's cost grows with them)."""
     n, e = g.nodes, g.edges
     out = np.zeros(len(n), np.int64)
-    gl = n["name"].astype(str).str.contains(GRAPH_LAUNCH, regex=True).to_numpy() & \
-        (n["kind"] == "launch").to_numpy()
+    gl = (n["kind"] == "launch").to_numpy(bool, copy=True)
+    at = np.flatnonzero(gl)   # only the launch nodes' names matched (the rest cannot be)
+    gl[at] = n["name"].iloc[at].astype(str).str.contains(GRAPH_LAUNCH, regex=True).to_numpy()
     if not gl.any() or not len(e):
         return out
     lau = e[(e["kind"] == "launch").to_numpy()]

@@ -32,8 +32,10 @@ def stretches(graph: StepGraph) -> np.ndarray:
     n = graph.nodes
     host_lane = n["lane"].isin(graph.lanes.loc[graph.lanes["what"] == "host", "lane"])
     k = n["kind"].isin(("host", "dataloader", "collective"))
-    call = n["name"].astype(str).str.contains(_CALL_RX, regex=True)
-    return (host_lane & k & ~call).to_numpy()
+    out = (host_lane & k).to_numpy(bool, copy=True)
+    at = np.flatnonzero(out)   # only these nodes' names matched (the rest are out anyway)
+    out[at] = ~n["name"].iloc[at].astype(str).str.contains(_CALL_RX, regex=True).to_numpy()
+    return out
 
 
 def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
