@@ -232,3 +232,27 @@ def test_last_position_of_each_correlation_is_the_dict_lookup():
         wanted = rng.integers(-2, max(1, n // 2), 300).astype(np.int64)
         pos = {int(c): i for i, c in enumerate(keys) if c >= 0}
         assert _last_at(keys, wanted).tolist() == [pos.get(int(w), -1) for w in wanted]
+
+
+@pytest.mark.parametrize("path", sorted((FIX / "anatomy").glob("*.json.gz"))[:6]
+                         + [p for p in SPLIT_TRACES if p.exists()][:2], ids=lambda p: p.name)
+def test_anatomy_class_codes_select_the_rows_the_names_do(path):
+    """``anatomy._cls`` (small-int class codes) against the object compares it replaced,
+    for every class the trace has and one it does not, whole and per step slice."""
+    import numpy as np
+
+    from traceread.passes import anatomy
+
+    ev = load(str(path)).events
+    steps = anatomy._steps(ev)
+    if not len(steps):
+        pytest.skip("no steps")
+    host = anatomy._host(ev, int(steps["pid"].iat[0]))
+    classes = sorted(set(host["cls"].tolist())) + ["no_such_class"]
+    assert len(classes) > 2
+    lo, hi = np.searchsorted(host["ts"], [steps["start"].iat[0], steps["end"].iat[0]])
+    part = {k: v[lo:hi] for k, v in host.items()}
+    for h in (host, part):
+        for c in classes:
+            assert (anatomy._cls(h, c) == (h["cls"] == c)).all(), c
+        assert (anatomy._cls(h, *classes[:3]) == np.isin(h["cls"], classes[:3])).all()
