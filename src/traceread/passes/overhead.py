@@ -91,6 +91,15 @@ def call_class(calls: pd.DataFrame) -> np.ndarray:
     """Each runtime / driver call's class: "driver" for a driver-API call (CUPTI records it
     beside the runtime call it serves: a GEMM's cuLaunchKernelEx inside cudaLaunchKernel),
     else by name (``CALL_CLASSES``; "other" when none matches)."""
+    by_name, at, driver = _classes_by_name(calls)
+    out = by_name[at] if len(calls) else np.zeros(0, dtype=object)
+    out[driver] = "driver"
+    return out
+
+
+def _classes_by_name(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class per distinct call name -- a last slot for a missing name --, each call's slot,
+    the driver-API calls' mask): ``call_class`` is ``by_name[at]``, "driver" where masked."""
     col = calls["name"]
     if not isinstance(col.dtype, pd.CategoricalDtype):
         col = col.astype(str).astype("category")
@@ -98,16 +107,14 @@ def call_class(calls: pd.DataFrame) -> np.ndarray:
     # per distinct name (the categories), a last slot for a missing name
     names = np.r_[col.cat.categories.astype(str).to_numpy(object), np.array([""], object)]
     at = np.asarray(col.cat.codes, np.int64)
-    at = np.where(at < 0, len(names) - 1, at)
+    at = np.where(at < 0, len(names) - 1, at).reshape(-1)
     by_name = np.full(len(names), "other", dtype=object)
     left = np.ones(len(names), bool)
     for cls, rx in CALL_CLASSES:
         m = left & pd.Series(names, dtype=object).str.contains(rx, regex=True).to_numpy()
         by_name[m] = cls
         left &= ~m
-    out = by_name[at.reshape(-1)] if len(calls) else np.zeros(0, dtype=object)
-    out[np.asarray(calls["kind"] == "driver", dtype=bool)] = "driver"
-    return out
+    return by_name, at, np.asarray(calls["kind"] == "driver", dtype=bool)
 
 
 def call_cost(calls: pd.DataFrame, call_ns: dict | None = None) -> np.ndarray:
@@ -116,10 +123,13 @@ def call_cost(calls: pd.DataFrame, call_ns: dict | None = None) -> np.ndarray:
     if not len(calls):
         return np.zeros(0, np.int64)
     per = CALL_NS if call_ns is None else call_ns
-    cls = call_class(calls)
-    ns = np.zeros(len(cls), np.int64)   # a class without a cost: 0
-    for c, v in per.items():   # a few classes: one compare each (a map hashed every call)
-        ns[cls == c] = v
+    by_name, at, driver = _classes_by_name(calls)
+    # the cost per distinct name, then per call (a class without a cost: 0; a cost in
+    # float ns truncated, as the per-call map through pandas did)
+    cost = np.array([per.get(c, 0) for c in by_name.tolist()] + [per.get("driver", 0)],
+                    np.float64).astype(np.int64)
+    ns = cost[:-1][at]
+    ns[driver] = cost[-1]
     return np.minimum(ns, np.maximum(calls["dur"].to_numpy(np.int64), 0))
 
 
