@@ -124,7 +124,12 @@ def test_overhead_call_costs_and_total_equal_the_mapped_frame(path):
             .fillna(0).to_numpy(np.int64)
         want = np.minimum(want, np.maximum(calls["dur"].to_numpy(np.int64), 0))
         assert (overhead.call_cost(calls, per) == want).all()
-        assert int(overhead._cost_ns(ev, per).sum()) == int(overhead.costs(ev, per)["ns"].sum())
+    feats, total = overhead._features(ev, 7)
+    assert total == int(overhead.costs(ev)["ns"].sum())
+    by_class = pd.Series(overhead.call_class(overhead._calls(ev, ()))).value_counts()
+    assert feats["calls_per_step"] == {c: round(float(by_class.get(c, 0)) / 7, 1)
+                                       for c in overhead.CALL_NS}
+    assert feats == overhead.features(ev, 7)
 
 
 def test_median_of_counts_is_np_median():

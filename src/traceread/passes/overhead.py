@@ -78,15 +78,6 @@ def costs(ev: pd.DataFrame, call_ns: dict | None = None) -> pd.DataFrame:
     return out.sort_values(["pid", "tid", "ts"], kind="stable").reset_index(drop=True)
 
 
-def _cost_ns(ev: pd.DataFrame, call_ns: dict | None = None) -> np.ndarray:
-    """The ``ns`` of ``costs`` in no order (what a total needs)."""
-    ops = _rows_of(ev, "cpu_op", ("input_dims",))
-    py = int((ev["kind"] == "python").sum())
-    calls = _calls(ev, ())
-    return np.r_[np.where(_shaped(ops), PER_OP_NS + SHAPES_NS, PER_OP_NS),
-                 np.full(py, FRAME_NS), call_cost(calls, call_ns)].astype(np.int64)
-
-
 def call_class(calls: pd.DataFrame) -> np.ndarray:
     """Each runtime / driver call's class: "driver" for a driver-API call (CUPTI records it
     beside the runtime call it serves: a GEMM's cuLaunchKernelEx inside cudaLaunchKernel),
@@ -123,14 +114,18 @@ def call_cost(calls: pd.DataFrame, call_ns: dict | None = None) -> np.ndarray:
     if not len(calls):
         return np.zeros(0, np.int64)
     per = CALL_NS if call_ns is None else call_ns
-    by_name, at, driver = _classes_by_name(calls)
-    # the cost per distinct name, then per call (a class without a cost: 0; a cost in
-    # float ns truncated, as the per-call map through pandas did)
+    return _call_cost(_classes_by_name(calls), calls["dur"].to_numpy(np.int64), per)
+
+
+def _call_cost(classes: tuple, dur: np.ndarray, per: dict) -> np.ndarray:
+    """``call_cost`` from ``_classes_by_name``: the cost per distinct name, then per call (a
+    class without a cost: 0; a cost in float ns truncated, as a per-call map did)."""
+    by_name, at, driver = classes
     cost = np.array([per.get(c, 0) for c in by_name.tolist()] + [per.get("driver", 0)],
                     np.float64).astype(np.int64)
     ns = cost[:-1][at]
     ns[driver] = cost[-1]
-    return np.minimum(ns, np.maximum(calls["dur"].to_numpy(np.int64), 0))
+    return np.minimum(ns, np.maximum(dur, 0))
 
 
 def _shaped(ops: pd.DataFrame) -> np.ndarray:
@@ -225,6 +220,11 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
     driver calls (by class) per step, how many ops carry shapes, and the floor spacing of
     back-to-back ops on the busiest thread (the 5th percentile of the positive gaps between
     one op's end and the next one's start: the least the profiler leaves between two ops)."""
+    return _features(ev, steps)[0]
+
+
+def _features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
+    """(``features``, the total of ``costs``' ns: from the same rows, read once)."""
     ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "dur", "input_dims"))
     py_rows = int((ev["kind"] == "python").sum())
     calls = _calls(ev, ())
@@ -240,12 +240,21 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
         gaps = gaps[gaps > 0]
         floor = int(np.percentile(gaps, 5)) if len(gaps) else None
     shaped = int(_shaped(ops).sum())
-    cls = pd.Series(call_class(calls)).value_counts()
+    classes = _classes_by_name(calls) if len(calls) else None
+    if classes is not None:
+        by_name, at, driver = classes
+        per_call = by_name[at]
+        per_call[driver] = "driver"
+        call_ns = int(_call_cost(classes, calls["dur"].to_numpy(np.int64), CALL_NS).sum())
+    else:
+        per_call, call_ns = np.zeros(0, dtype=object), 0
+    cls = pd.Series(per_call).value_counts()
+    total = len(ops) * PER_OP_NS + shaped * SHAPES_NS + py_rows * FRAME_NS + call_ns
     return {"ops_per_step": round(len(ops) / k, 1), "busiest_thread_ops_per_step":
             round(busiest / k, 1), "frames_per_step": round(py_rows / k, 1),
             "calls_per_step": {c: round(float(cls.get(c, 0)) / k, 1) for c in CALL_NS},
             "record_shapes": bool(shaped), "with_stack": bool(py_rows),
-            "floor_spacing_ns": floor}
+            "floor_spacing_ns": floor}, total
 
 
 def _key(ev: pd.DataFrame) -> pd.Series:
@@ -276,8 +285,8 @@ def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
     ``busy_step_ns`` (the GPU's work per step)."""
     if not steps or not step_mean_ns:
         return None
-    f = features(ev, steps)
-    per_step = int(_cost_ns(ev).sum()) // max(1, steps)   # the total: no frame, no sort
+    f, total = _features(ev, steps)   # the costs' total from the same rows: no frame, no sort
+    per_step = total // max(1, steps)
     if replay_ratio is not None:
         unprof = int(round(step_mean_ns * min(1.0, max(0.0, replay_ratio))))
         basis = "replay"
