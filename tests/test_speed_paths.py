@@ -222,8 +222,23 @@ def test_stacks_shared_inside_an_analysis_answer_as_fresh_ones():
         for r in rows.tolist():
             assert a.around_row(r).tolist() == fresh.around_row(r).tolist()
         shared = culprit_frame(ev, "aten::item")
+        factkit.drop_shared()
+        assert factkit.stacks_of(ev) is not a   # dropped: a new one
     assert not factkit._SHARING
     assert shared == culprit_frame(ev, "aten::item")
+
+
+def test_stacks_are_not_kept_by_a_forked_worker(monkeypatch):
+    import os
+
+    from traceread.passes import factkit
+
+    ev = load(str(FIX / "gpu" / "sync.bad.json.gz")).events
+    with factkit.sharing():
+        a = factkit.stacks_of(ev)
+        monkeypatch.setattr(os, "getpid", lambda: -1)   # as a child forked inside the scope
+        assert factkit.stacks_of(ev) is not a
+        assert factkit.stacks_of(ev) is not factkit.stacks_of(ev)
 
 
 def test_last_position_of_each_correlation_is_the_dict_lookup():

@@ -28,7 +28,7 @@ from .passes import replay as replay_mod
 from .passes import compile as compile_mod
 from .passes.replay import split as split_mod
 from .passes import utilization as util_mod
-from .passes.factkit import sharing
+from .passes.factkit import drop_shared, sharing
 from .passes.side import SidePasses, map_forked
 from .passes.compile import compile_counts, compile_summary
 from .passes.context import trace_context
@@ -325,6 +325,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         top_ops=att["top_ops"], summary=summary, step_tab=step_tab, stats=stats,
         devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
         copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
+    drop_shared()   # the window's host stacks: read by the facts, by nothing after them
     facts.graph, facts.replay = replay_graph, replay   # the step as a graph (passes/replay)
     if jit_evidence:
         facts.evidence["untraced_compile_gaps"] = jit_evidence
