@@ -276,3 +276,22 @@ def test_anatomy_class_codes_select_the_rows_the_names_do(path):
         for c in classes:
             assert (anatomy._cls(h, c) == (h["cls"] == c)).all(), c
         assert (anatomy._cls(h, *classes[:3]) == np.isin(h["cls"], classes[:3])).all()
+
+
+@pytest.mark.parametrize("min_gap", [0, 5_000, 10**12])
+def test_json_largest_gaps_are_the_sorted_frame_head(min_gap):
+    """``render.json._gaps``: the 20 longest listed gaps by position, as the stable sort of
+    the listed frame gave them (ties on duration included)."""
+    from traceread.render.json import _gaps, gap_records
+
+    a = analyze(load(str(FIX / "gpu" / "sync.bad.json.gz")), min_gap_ns=min_gap)
+    g = a.gaps.copy()
+    g.loc[g.index[:40], "duration"] = 7_000   # ties
+    a.gaps = g
+    listed = a.listed_gaps()
+    want = listed.sort_values(["duration", "start"], ascending=[False, True],
+                              kind="stable").head(20)
+    got = _gaps(a)
+    assert got["largest"] == gap_records(want)
+    assert got["listed"] == len(listed) and got["count"] == len(g)
+    assert got["listed_ns"] == (int(listed["duration"].sum()) if len(listed) else 0)
