@@ -38,9 +38,14 @@ class Case:
     trace: str
     workers: int = 0      # 0: the library's own choice
     decoder: str = ""     # "": the library's own choice
+    pyc: str = ""         # a PYTHONPYCACHEPREFIX: bytecode cached there, as an install has it
 
     def env(self) -> dict:
         env = {}
+        if self.pyc:   # (else the environment's choice: PYTHONDONTWRITEBYTECODE compiles
+            #            every module of traceread on every run)
+            env["PYTHONPYCACHEPREFIX"] = self.pyc
+            env["PYTHONDONTWRITEBYTECODE"] = ""
         if self.workers:
             env["TRACEREAD_WORKERS"] = str(self.workers)
         if self.decoder:
@@ -50,7 +55,7 @@ class Case:
     def label(self) -> str:
         bits = [f"{self.workers} worker{'s' * (self.workers > 1)}" if self.workers else "",
                 {"python": "msgspec", "native": "native C"}.get(self.decoder, "")]
-        bits = [b for b in bits if b]
+        bits = [b for b in bits if b] + (["bytecode cached"] if self.pyc else [])
         return self.step + (f" ({', '.join(bits)})" if bits else "")
 
     def __str__(self) -> str:

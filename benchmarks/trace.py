@@ -35,6 +35,10 @@ def add_trace_args(ap) -> None:
                     help="TRACEREAD_DECODER values: python (msgspec), native (default: the "
                          "library's choice)")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds (best is kept)")
+    ap.add_argument("--bytecode", choices=("env", "cached"), default="env",
+                    help="env: as the environment has it (PYTHONDONTWRITEBYTECODE=1 compiles "
+                         "the sources every run); cached: bytecode written once per side to "
+                         "a temporary PYTHONPYCACHEPREFIX, as an installed package has it")
     ap.add_argument("--json-out", type=Path, help="also write every run's figures here")
     h.add_side_args(ap)
 
@@ -44,12 +48,15 @@ def trace_main(args) -> int:
     bad = set(steps) - set(STEPS)
     if bad:
         raise SystemExit(f"unknown steps {sorted(bad)}; known: {', '.join(STEPS)}")
-    cases = [Case(s, str(t), w, d) for t in args.traces
-             for w in (h.ints(args.workers) or [0])
-             for d in (args.decoder.split(",") if args.decoder else [""]) for s in steps]
     with tempfile.TemporaryDirectory(prefix="trbench-") as tmp:
+        pyc = str(Path(tmp) / "pyc") if args.bytecode == "cached" else ""
+        cases = [Case(s, str(t), w, d, pyc) for t in args.traces
+                 for w in (h.ints(args.workers) or [0])
+                 for d in (args.decoder.split(",") if args.decoder else [""]) for s in steps]
         sides = h.sides(args, Path(tmp))
         print(h.machine(sides) + "\n")
+        if pyc:
+            warm_bytecode(sides, Case("analyze", str(h.EXAMPLE), pyc=pyc))
         runs = h.interleave(cases, sides, args.repeat, measure)
     print(report(args.traces, cases, sides, runs, f"best of {args.repeat}") + "\n")
     same = same_json(cases, sides, runs)
@@ -58,6 +65,14 @@ def trace_main(args) -> int:
     print(f"load average after: {h.load()}")
     h.write_json(args.json_out, {f"{c} on {s}": r for (c, s), r in runs.items()})
     return 0 if same is not False else 1
+
+
+def warm_bytecode(sides, case: Case) -> None:
+    """Each side's bytecode written to the case's PYTHONPYCACHEPREFIX (the site packages'
+    too: the prefix holds every module's), by ``info`` and ``analyze`` of a small trace."""
+    for s in sides:
+        for step in ("info", "analyze"):
+            measure(Case(step, case.trace, pyc=case.pyc), s)
 
 
 def report(traces, cases, sides, runs, how: str) -> str:
@@ -82,7 +97,7 @@ def over_info(cases, sides, runs) -> list[str]:
     goal is <= 1.5 at 250 MB."""
     out = []
     for c in [c for c in cases if c.step == "analyze"]:
-        info = Case("info", c.trace, c.workers, c.decoder)
+        info = Case("info", c.trace, c.workers, c.decoder, c.pyc)
         if info not in cases:
             continue
         cells = []

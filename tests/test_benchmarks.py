@@ -67,6 +67,20 @@ def test_trace_analyze_over_info_and_serial_against_a_baseline_dir():
     assert any(x[0].startswith("**serial fraction**") and x[1].endswith("%") for x in rows)
 
 
+def test_trace_with_bytecode_cached_labels_its_rows():
+    """`trace --bytecode cached`: each side's bytecode written once to a temporary prefix
+    (as an installed package has it); the rows and the analyze / info line say so."""
+    example = ROOT / "src" / "traceread" / "examples" / "h200_pageable_copy.json.gz"
+    r = _bench("trace", str(example), "--steps", "info,analyze", "--workers", "1",
+               "--repeat", "1", "--bytecode", "cached", "--baseline-src", str(ROOT / "src"),
+               timeout=180)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(x.startswith("| info (1 worker, bytecode cached): CPU |") for x in lines)
+    line = next(x for x in lines if "analyze / info (CPU)" in x)
+    assert "bytecode cached" in line and "—" not in line, line
+
+
 def _gpubox(tmp_path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
     example = ROOT / "src" / "traceread" / "examples" / "h200_pageable_copy.json.gz"
     return _bench("gpubox", "--sizes", "", "--real", str(example), "--workers", "1,2",

@@ -28,6 +28,7 @@ from .passes import replay as replay_mod
 from .passes import compile as compile_mod
 from .passes.replay import split as split_mod
 from .passes import utilization as util_mod
+from .passes.factkit import drop_shared, sharing
 from .passes.side import SidePasses, map_forked
 from .passes.compile import compile_counts, compile_summary
 from .passes.context import trace_context
@@ -156,7 +157,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     del all_ops
     release_heap()  # each pass frees its temporaries; hand the pages back before the next
     with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace,
-                                                 "ops": ops}) as side:
+                                                 "ops": ops}) as side, sharing():
         return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
                                is_nsys, min_gap_ns, peak_tflops)
 
@@ -324,6 +325,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         top_ops=att["top_ops"], summary=summary, step_tab=step_tab, stats=stats,
         devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
         copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
+    drop_shared()   # the window's host stacks: read by the facts, by nothing after them
     facts.graph, facts.replay = replay_graph, replay   # the step as a graph (passes/replay)
     if jit_evidence:
         facts.evidence["untraced_compile_gaps"] = jit_evidence

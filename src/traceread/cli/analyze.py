@@ -13,9 +13,9 @@ from ..analysis import analyze as run_analysis
 from ..errors import TraceError
 from ..render.json import gap_records
 from ..render.fmt import fit_list, short_name
-from ..render.report import render_report, render_steps
 from ..render import safe
-from ..render.text import ORIGIN_NOTE, fmt_ns, rel_time
+# the text renderers (render.report, render.text) are imported where a text report is made:
+# `analyze --format json` never needs them
 
 def _regex(ctx, param, value):
     if value is None:
@@ -206,6 +206,8 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         cross = [j.to_dict() for j in jobs] or None
         emit_json([a.to_dict() for a in results], out, len(traces), cross_rank=cross)
     else:
+        from ..render.report import render_report
+
         head = []
         if jobs:  # (a single trace's report needs none of the cross-rank rendering)
             from ..render.cross_rank import render_summary
@@ -244,6 +246,8 @@ def steps(traces, fmt, out, step_pattern, steps_spec, window):
         emit_json(docs, out, len(traces))
         exit_if_failed(failed)
         return
+    from ..render.report import render_steps
+
     emit("\n\n".join(render_steps(safe.for_display(a)).rstrip("\n") for a in results), out)
     exit_if_failed(failed)
 
@@ -263,6 +267,8 @@ def idle(traces, fmt, out, min_gap, rows, step_pattern, steps_spec, window):
         emit_json(docs, out, len(traces))
         exit_if_failed(failed)
         return
+    from ..render.text import ORIGIN_NOTE, fmt_ns, rel_time
+
     blocks = []
     for a in results:
         g = a.listed_gaps()

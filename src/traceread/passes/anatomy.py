@@ -36,7 +36,7 @@ import pandas as pd
 from .. import namerx
 from . import intervals as iv
 from .attribution import SYNC_CALL, SYNC_OPS
-from .common import lookup_at, rows_of
+from .common import lookup_at, lut_at, rows_of
 from .factkit import item, launcher
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -165,22 +165,47 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
     """The main process's host rows with their class (``_classify``), sorted by start."""
     rows = rows_of(ev, HOST_KINDS + ("osrt",))
     rows = rows[ev["pid"].to_numpy()[rows] == pid]
-    cls = lookup_at(ev["name"], rows, _classify, "", object)
+    lut, codes = lut_at(ev["name"], rows, _classify, "", object)
+    cls = lut.take(codes)
+    cls_i = _class_codes(lut).take(codes)
     ts = ev["ts"].to_numpy(np.int64)[rows]
     order = np.argsort(ts, kind="stable")
-    rows, cls, ts = rows[order], cls[order], ts[order]
+    rows, cls, cls_i, ts = rows[order], cls[order], cls_i[order], ts[order]
     kind = _labels(ev["kind"], rows)
     dims = _dims(ev, rows)
     # object arrays of shared strings (8 B a row): fixed-width str arrays were 48-56 B a
     # row for each of kind and cls, the analysis's peak at 1 GB (~170 MB)
-    return {"rows": rows, "cls": cls, "ts": ts,
+    return {"rows": rows, "cls": cls, "cls_i": cls_i, "ts": ts,
             "end": ts + ev["dur"].to_numpy(np.int64)[rows], "tid": ev["tid"].to_numpy()[rows],
-            "kind": kind, "name": _names(ev, rows, cls),
+            "kind": kind, "name": _names(ev, rows, {"cls_i": cls_i}),
             "outer": _outermost(ts, ts + ev["dur"].to_numpy(np.int64)[rows],
                                 ev["tid"].to_numpy()[rows], kind == "cpu_op"),
             "flop_ns": _flop_op_ns(ev, rows), "dims": dims,
             "has_dims": np.array([d is not None for d in dims], bool),
             "batch_op": lookup_at(ev["name"], rows, lambda n: n not in TABLE_OPS, False, bool)}
+
+
+_CLASS_CODE: dict[str, int] = {}   # a class (``_classify``) -> its small-int code
+
+
+def _class_codes(lut: np.ndarray) -> np.ndarray:
+    """The codes (``_CLASS_CODE``) of an object array of classes, per distinct class."""
+    at, uniq = pd.factorize(lut)
+    codes = np.array([_CLASS_CODE.setdefault(str(u), len(_CLASS_CODE)) for u in uniq] + [-1],
+                     np.int16)
+    return codes[at]
+
+
+def _cls(h: dict, *names: str) -> np.ndarray:
+    """Rows of ``h`` (the host rows or a step's slice) whose class is one of ``names``:
+    small-int compares (an object compare per row and name was ~1/4 of the steps' loop)."""
+    ci = h["cls_i"]
+    out = np.zeros(len(ci), bool)
+    for n in names:
+        c = _CLASS_CODE.get(n)
+        if c is not None:
+            out |= ci == c
+    return out
 
 
 def _labels(col: pd.Series, rows: np.ndarray) -> np.ndarray:
@@ -192,11 +217,11 @@ def _labels(col: pd.Series, rows: np.ndarray) -> np.ndarray:
     return np.r_[cats, np.array(["nan"], object)][col.cat.codes.to_numpy()[rows]]
 
 
-def _names(ev: pd.DataFrame, rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
+def _names(ev: pd.DataFrame, rows: np.ndarray, h: dict) -> np.ndarray:
     """The names the passes compare (module frames, syncs); "" elsewhere (all host names
     as strings would cost more than the whole pass)."""
     out = np.full(len(rows), "", object)
-    sel = np.flatnonzero(np.isin(cls, ("module", "sync", "forward_op")))
+    sel = np.flatnonzero(_cls(h, "module", "sync", "forward_op"))
     if len(sel):
         out[sel] = ev["name"].take(rows[sel]).astype(str).to_numpy()
     return out
@@ -259,7 +284,7 @@ def _gpu(ev: pd.DataFrame, pid: int) -> dict:
 
 def _root_module(host: dict) -> str | None:
     """The model: the outermost module frame outside backward with the most time."""
-    m = host["cls"] == "module"
+    m = _cls(host, "module")
     if not m.any():
         return None
     ts, end, tid = host["ts"][m], host["end"][m], host["tid"][m]
@@ -269,7 +294,7 @@ def _root_module(host: dict) -> str | None:
         k = np.flatnonzero(tid == t)
         prev = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end[k][:-1]]))
         outer[k] = ts[k] >= prev
-    bw = _union(host, host["cls"] == "backward")
+    bw = _union(host, _cls(host, "backward"))
     outside = ~_inside(bw, ts)
     sel = outer & outside
     if not sel.any():
@@ -303,13 +328,13 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     lo = np.searchsorted(host["ts"], a, side="left")
     hi = np.searchsorted(host["ts"], b, side="left")
     h = {k: v[lo:hi] for k, v in host.items()}
-    cls, main = h["cls"], h["tid"] == s.tid
-    bw = _union(h, cls == "backward", a, b)
-    sets = {"data": iv.union(*_both(_union(h, cls == "data", a, b),
-                                    _union(h, cls == "range_data", a, b))),
-            "optimizer": _union(h, np.isin(cls, ("optimizer", "optimizer_step",
+    main = h["tid"] == s.tid
+    bw = _union(h, _cls(h, "backward"), a, b)
+    sets = {"data": iv.union(*_both(_union(h, _cls(h, "data"), a, b),
+                                    _union(h, _cls(h, "range_data"), a, b))),
+            "optimizer": _union(h, _cls(h, *("optimizer", "optimizer_step",
                                                  "range_optimizer")), a, b),
-            "backward": iv.union(*_both(bw, _union(h, cls == "range_backward", a, b)))}
+            "backward": iv.union(*_both(bw, _union(h, _cls(h, "range_backward"), a, b)))}
     fwd = _forward_set(h, main, root, sets, a, b)
     sets["forward"] = fwd
     host_ns, taken = {}, (np.empty(0, np.int64), np.empty(0, np.int64))
@@ -329,25 +354,25 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     rc = _recompute_rows(h, bw, root)
     ck_cost = _checkpoint_cost(h, bw, rc["set"], a, b)
     outside_opt = ~_inside(sets["optimizer"], h["ts"])
-    syncs = (cls == "sync") & outside_opt & ~_nested_sync(h)
-    save = _union(h, np.isin(cls, ("save", "write")), a, b)
-    ag = (cls == "all_gather") & h["outer"] & ~_inside(bw, h["ts"]) & outside_opt
+    syncs = (_cls(h, "sync")) & outside_opt & ~_nested_sync(h)
+    save = _union(h, _cls(h, "save", "write"), a, b)
+    ag = (_cls(h, "all_gather")) & h["outer"] & ~_inside(bw, h["ts"]) & outside_opt
     return {"step": int(s.number), "start": a, "dur": b - a, "host_ns": host_ns,
             "gpu_ns": gpu_ns, "backward_passes": len(passes), "pass_spans": passes,
-            "forward_calls": fw, "optimizer_steps": int(((cls == "optimizer_step")).sum()),
+            "forward_calls": fw, "optimizer_steps": int(((_cls(h, "optimizer_step"))).sum()),
             "forward_only": fo,
-            "no_grad": bool((cls == "no_grad").any()),
+            "no_grad": bool((_cls(h, "no_grad")).any()),
             "syncs": int(syncs.sum()), "sync_rows": h["rows"][syncs][:3].tolist(),
             "sync_ns": int((h["end"][syncs] - h["ts"][syncs]).sum()),
-            "save_ns": iv.total(save), "save_rows": h["rows"][np.isin(cls, ("save", "write"))][:2].tolist(),
+            "save_ns": iv.total(save), "save_rows": h["rows"][_cls(h, "save", "write")][:2].tolist(),
             "all_gathers": int(ag.sum()), "all_gather_ns": _ns(h, ag),
-            "log": int((cls == "log").sum()), "log_ns": _ns(h, cls == "log"),
+            "log": int((_cls(h, "log")).sum()), "log_ns": _ns(h, _cls(h, "log")),
             "forward_only_ns": fo_ns,
             "recompute_ns": iv.total(rc["set"]), "recompute_gpu_ns": _gpu_in(gpu, rc["set"]),
             "recompute_modules": rc["modules"], "recompute_rows": rc["rows"],
             "checkpoint_ns": ck_cost, "batch": _batch(h),
             "flop_ns_fb": int(h["flop_ns"][_inside(iv.union(*_both(fwd, bw)), h["ts"])].sum()),
-            "eval_rows": h["rows"][cls == "no_grad"][:2].tolist()}
+            "eval_rows": h["rows"][_cls(h, "no_grad")][:2].tolist()}
 
 
 def _both(x, y):
@@ -357,14 +382,13 @@ def _both(x, y):
 def _forward_set(h, main, root, sets, a, b):
     """Forward: the outermost module frames (every module, the loss's too) and the forward
     ranges; without frames, the step thread's outermost ops outside the other phases."""
-    cls = h["cls"]
     if root:
-        f = _union(h, cls == "module", a, b)
+        f = _union(h, _cls(h, "module"), a, b)
     else:
         other = iv.union(*_both(_both(sets["data"], sets["optimizer"]), sets["backward"]))
         ops = h["outer"] & main & ~_inside(other, h["ts"])
         f = _union(h, ops, a, b) if sets["backward"][0].size else iv.union([], [])
-    return iv.union(*_both(f, _union(h, cls == "range_forward", a, b)))
+    return iv.union(*_both(f, _union(h, _cls(h, "range_forward"), a, b)))
 
 
 def _gpu_by_phase(gpu: dict, sets: dict, a: int, b: int) -> dict:
@@ -401,7 +425,7 @@ def _nested_sync(h) -> np.ndarray:
 def _backward_passes(h, main, bw) -> list[list[int]]:
     """[start, end] of each backward pass: backward nodes no host op of the step's own thread
     interrupts (the next micro-batch's forward, its loss, its .item())."""
-    nodes = h["cls"] == "backward"
+    nodes = _cls(h, "backward")
     if not nodes.any():
         return []
     s, e = bw
@@ -420,11 +444,11 @@ def _checkpoint_cost(h, bw, rc, a: int, b: int) -> int:
     """Host time checkpointing adds: its frames (the pack hooks in forward, the unpack hooks
     that recompute in backward) and the recomputation, less the forward inside them (which
     runs without checkpointing too)."""
-    ck = _union(h, h["cls"] == "ckpt", a, b)
+    ck = _union(h, _cls(h, "ckpt"), a, b)
     if not len(ck[0]) and not len(rc[0]):
         return 0
     allc = iv.union(*_both(ck, rc))
-    fwd = (h["cls"] == "module") & ~_inside(bw, h["ts"])
+    fwd = (_cls(h, "module")) & ~_inside(bw, h["ts"])
     return max(0, iv.total(allc) - iv.total(iv.intersect(_union(h, fwd, a, b), ck)))
 
 
@@ -468,7 +492,7 @@ def _forward_only_ops(h, main, sets, passes) -> tuple[int, int]:
     if not passes:
         return 0, 0
     other = iv.union(*_both(_both(sets["data"], sets["optimizer"]), sets["backward"]))
-    f = np.flatnonzero(main & h["outer"] & (h["cls"] == "forward_op")
+    f = np.flatnonzero(main & h["outer"] & (_cls(h, "forward_op"))
                        & (h["ts"] >= passes[-1][1]) & ~_inside(other, h["ts"]))
     if not len(f):
         return 0, 0
@@ -490,8 +514,7 @@ def _recompute_rows(h, bw, root) -> dict:
     """Forward work inside backward nodes: the outermost module frames there (the
     checkpointed modules), else forward-only operators there."""
     ins = _inside(bw, h["ts"])
-    cls = h["cls"]
-    mods = ins & (cls == "module")
+    mods = ins & (_cls(h, "module"))
     if mods.any():
         ts, end = h["ts"][mods], h["end"][mods]
         prev = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end[:-1]]))
@@ -500,7 +523,7 @@ def _recompute_rows(h, bw, root) -> dict:
         u = iv.union(ts[outer], end[outer])
         return {"set": u, "modules": sorted({n[len("nn.Module: "):] for n in names}),
                 "rows": h["rows"][mods][outer][:3].tolist()}
-    f = ins & (cls == "forward_op") & h["outer"]
+    f = ins & (_cls(h, "forward_op")) & h["outer"]
     return {"set": iv.union(h["ts"][f], h["end"][f]), "modules": [],
             "rows": h["rows"][f][:3].tolist()}
 
@@ -536,7 +559,7 @@ def _micro_batches(host: dict, steps: pd.DataFrame, tab: pd.DataFrame) -> dict |
     spans = [p for ps in tab["pass_spans"] for p in ps]
     if not spans:
         return None
-    opt = host["ts"][host["cls"] == "optimizer_step"]
+    opt = host["ts"][_cls(host, "optimizer_step")]
     if len(opt):
         # passes ending between consecutive optimizer steps (the first group may be cut)
         k = np.searchsorted(np.sort(opt), [e for _s, e in spans], side="left")

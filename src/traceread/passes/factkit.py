@@ -7,6 +7,7 @@ call that launched a GPU op (``launcher``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
@@ -103,6 +104,43 @@ def thread_key(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     from .attribution import thread_key as tk
 
     return tk(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
+
+
+_SHARING: list[tuple[int, dict]] = []   # the open ``sharing`` scopes: (the pid that opened
+#                                         it, {(id(ev), kinds): Stacks})
+
+
+@contextlib.contextmanager
+def sharing():
+    """Inside: ``stacks_of`` hands every pass of this process that asks of one frame the
+    same ``Stacks`` (its sort and per-thread nesting made once per analysis, not per pass);
+    they are dropped when the scope closes or at ``drop_shared``. A forked side worker
+    keeps none (it would hold them for its whole life)."""
+    _SHARING.append((os.getpid(), {}))
+    try:
+        yield
+    finally:
+        _SHARING.pop()
+
+
+def drop_shared() -> None:
+    """Forget the open scope's Stacks (~30 MB at 250 MB: the passes that read them are
+    done; the rest of the analysis should not carry them)."""
+    if _SHARING:
+        _SHARING[-1][1].clear()
+
+
+def stacks_of(ev: pd.DataFrame, kinds=HOST_STACK_KINDS) -> "Stacks":
+    """``Stacks(ev, kinds)``, shared inside a ``sharing`` scope (it only caches: a shared one
+    answers as a fresh one would)."""
+    if not _SHARING or _SHARING[-1][0] != os.getpid():
+        return Stacks(ev, kinds)
+    memo = _SHARING[-1][1]
+    key = (id(ev), tuple(kinds))
+    got = memo.get(key)
+    if got is None or got.ev is not ev:   # the Stacks holds its frame: the id is its own
+        got = memo[key] = Stacks(ev, kinds)
+    return got
 
 
 class Stacks:

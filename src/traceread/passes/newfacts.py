@@ -26,7 +26,7 @@ from .attribution import COMPILE_RX, DATALOADER_RX
 from .blocking import blocking_calls
 from .common import kind_in, name_codes, name_lut, name_table, rows_of
 from .compile import compile_name_lut
-from .factkit import Stacks, Steps, has_gpu, item
+from .factkit import Steps, has_gpu, item, stacks_of
 from .payload import copy_payloads
 from .precision import precision_facts
 from .anatomy import step_anatomy
@@ -36,7 +36,7 @@ from .stalls import periodic_stalls
 def window_facts(ev: pd.DataFrame, meta=None) -> dict:
     """The facts of the analysed window (module doc), as context keys."""
     steps = Steps(ev)
-    stacks = Stacks(ev)   # one nesting walk for both detectors
+    stacks = stacks_of(ev)   # one nesting walk for the detectors (and the culprits')
     evidence: dict[str, list] = {}
     b = blocking_calls(ev, steps, stacks)
     evidence.update(b.pop("evidence"))

@@ -82,6 +82,15 @@ def call_class(calls: pd.DataFrame) -> np.ndarray:
     """Each runtime / driver call's class: "driver" for a driver-API call (CUPTI records it
     beside the runtime call it serves: a GEMM's cuLaunchKernelEx inside cudaLaunchKernel),
     else by name (``CALL_CLASSES``; "other" when none matches)."""
+    by_name, at, driver = _classes_by_name(calls)
+    out = by_name[at] if len(calls) else np.zeros(0, dtype=object)
+    out[driver] = "driver"
+    return out
+
+
+def _classes_by_name(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class per distinct call name -- a last slot for a missing name --, each call's slot,
+    the driver-API calls' mask): ``call_class`` is ``by_name[at]``, "driver" where masked."""
     col = calls["name"]
     if not isinstance(col.dtype, pd.CategoricalDtype):
         col = col.astype(str).astype("category")
@@ -89,16 +98,14 @@ def call_class(calls: pd.DataFrame) -> np.ndarray:
     # per distinct name (the categories), a last slot for a missing name
     names = np.r_[col.cat.categories.astype(str).to_numpy(object), np.array([""], object)]
     at = np.asarray(col.cat.codes, np.int64)
-    at = np.where(at < 0, len(names) - 1, at)
+    at = np.where(at < 0, len(names) - 1, at).reshape(-1)
     by_name = np.full(len(names), "other", dtype=object)
     left = np.ones(len(names), bool)
     for cls, rx in CALL_CLASSES:
         m = left & pd.Series(names, dtype=object).str.contains(rx, regex=True).to_numpy()
         by_name[m] = cls
         left &= ~m
-    out = by_name[at.reshape(-1)] if len(calls) else np.zeros(0, dtype=object)
-    out[np.asarray(calls["kind"] == "driver", dtype=bool)] = "driver"
-    return out
+    return by_name, at, np.asarray(calls["kind"] == "driver", dtype=bool)
 
 
 def call_cost(calls: pd.DataFrame, call_ns: dict | None = None) -> np.ndarray:
@@ -107,9 +114,18 @@ def call_cost(calls: pd.DataFrame, call_ns: dict | None = None) -> np.ndarray:
     if not len(calls):
         return np.zeros(0, np.int64)
     per = CALL_NS if call_ns is None else call_ns
-    cls = call_class(calls)
-    ns = pd.Series(cls, dtype=object).map(per).fillna(0).to_numpy(np.int64)
-    return np.minimum(ns, np.maximum(calls["dur"].to_numpy(np.int64), 0))
+    return _call_cost(_classes_by_name(calls), calls["dur"].to_numpy(np.int64), per)
+
+
+def _call_cost(classes: tuple, dur: np.ndarray, per: dict) -> np.ndarray:
+    """``call_cost`` from ``_classes_by_name``: the cost per distinct name, then per call (a
+    class without a cost: 0; a cost in float ns truncated, as a per-call map did)."""
+    by_name, at, driver = classes
+    cost = np.array([per.get(c, 0) for c in by_name.tolist()] + [per.get("driver", 0)],
+                    np.float64).astype(np.int64)
+    ns = cost[:-1][at]
+    ns[driver] = cost[-1]
+    return np.minimum(ns, np.maximum(dur, 0))
 
 
 def _shaped(ops: pd.DataFrame) -> np.ndarray:
@@ -174,8 +190,9 @@ def _graph_kernels(g) -> np.ndarray:
     each of a replayed graph's kernels: the launch call's cost grows with them)."""
     n, e = g.nodes, g.edges
     out = np.zeros(len(n), np.int64)
-    gl = n["name"].astype(str).str.contains(GRAPH_LAUNCH, regex=True).to_numpy() & \
-        (n["kind"] == "launch").to_numpy()
+    gl = (n["kind"] == "launch").to_numpy(bool, copy=True)
+    at = np.flatnonzero(gl)   # only the launch nodes' names matched (the rest cannot be)
+    gl[at] = n["name"].iloc[at].astype(str).str.contains(GRAPH_LAUNCH, regex=True).to_numpy()
     if not gl.any() or not len(e):
         return out
     lau = e[(e["kind"] == "launch").to_numpy()]
@@ -203,6 +220,11 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
     driver calls (by class) per step, how many ops carry shapes, and the floor spacing of
     back-to-back ops on the busiest thread (the 5th percentile of the positive gaps between
     one op's end and the next one's start: the least the profiler leaves between two ops)."""
+    return _features(ev, steps)[0]
+
+
+def _features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
+    """(``features``, the total of ``costs``' ns: from the same rows, read once)."""
     ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "dur", "input_dims"))
     py_rows = int((ev["kind"] == "python").sum())
     calls = _calls(ev, ())
@@ -218,12 +240,21 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
         gaps = gaps[gaps > 0]
         floor = int(np.percentile(gaps, 5)) if len(gaps) else None
     shaped = int(_shaped(ops).sum())
-    cls = pd.Series(call_class(calls)).value_counts()
+    classes = _classes_by_name(calls) if len(calls) else None
+    if classes is not None:
+        by_name, at, driver = classes
+        per_call = by_name[at]
+        per_call[driver] = "driver"
+        call_ns = int(_call_cost(classes, calls["dur"].to_numpy(np.int64), CALL_NS).sum())
+    else:
+        per_call, call_ns = np.zeros(0, dtype=object), 0
+    cls = pd.Series(per_call).value_counts()
+    total = len(ops) * PER_OP_NS + shaped * SHAPES_NS + py_rows * FRAME_NS + call_ns
     return {"ops_per_step": round(len(ops) / k, 1), "busiest_thread_ops_per_step":
             round(busiest / k, 1), "frames_per_step": round(py_rows / k, 1),
             "calls_per_step": {c: round(float(cls.get(c, 0)) / k, 1) for c in CALL_NS},
             "record_shapes": bool(shaped), "with_stack": bool(py_rows),
-            "floor_spacing_ns": floor}
+            "floor_spacing_ns": floor}, total
 
 
 def _key(ev: pd.DataFrame) -> pd.Series:
@@ -254,8 +285,8 @@ def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
     ``busy_step_ns`` (the GPU's work per step)."""
     if not steps or not step_mean_ns:
         return None
-    f = features(ev, steps)
-    per_step = int(costs(ev)["ns"].sum()) // max(1, steps)
+    f, total = _features(ev, steps)   # the costs' total from the same rows: no frame, no sort
+    per_step = total // max(1, steps)
     if replay_ratio is not None:
         unprof = int(round(step_mean_ns * min(1.0, max(0.0, replay_ratio))))
         basis = "replay"

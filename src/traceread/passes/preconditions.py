@@ -165,15 +165,14 @@ def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
     order = api[np.lexsort((ts[api], tid[api], pid[api]))]
     lut, codes = lut_at(ev["name"], order, _sync_class, 0, np.int8)
     cls = lut.take(codes)
-    pos = {int(c): i for i, c in enumerate(corr[order]) if c >= 0}
+    at = _last_at(corr[order], corr[cp])
     kind = ev["copy_kind"].astype(object).to_numpy() if "copy_kind" in ev else None
     pageable = dict(zip(cp.tolist(), _pageable_host(ev, cp).tolist()))
     out: dict[str, int] = {}
     first = None
     staged = 0
-    for r in cp.tolist():
-        i = pos.get(int(corr[r]))
-        if i is None or kind is None:
+    for r, i in zip(cp.tolist(), at.tolist()):
+        if i < 0 or kind is None:
             continue
         nxt = i + 1
         waited = cls[i] == 2 or (nxt < len(order) and cls[nxt] == 1
@@ -190,6 +189,20 @@ def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
     return out, [item(ev["name"].iat[first], ev["ts"].iat[first], None,
                       "the host waited for it: " + ", ".join(f"{k} x{v}" for k, v in out.items())
                       + how)]
+
+
+def _last_at(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Per wanted value, the last position of it in ``keys`` among those >= 0 (-1: none):
+    ``{k: i for i, k in enumerate(keys) if k >= 0}.get(w, -1)`` by one stable sort."""
+    ok = np.flatnonzero(keys >= 0)
+    o = ok[np.argsort(keys[ok], kind="stable")]   # equal keys keep their order: last = latest
+    if not len(o):
+        return np.full(len(wanted), -1, np.int64)
+    srt = keys[o]
+    k = np.searchsorted(srt, wanted, side="right") - 1
+    hit = (k >= 0) & (wanted >= 0)
+    hit[hit] = srt[k[hit]] == wanted[hit]
+    return np.where(hit, o[np.maximum(k, 0)], -1)
 
 
 HOST_PAGEABLE_RX = re.compile(r"Pageable\s*->|->\s*Pageable", re.I)   # either side

@@ -131,13 +131,27 @@ def _jumps(ev: pd.DataFrame, kinds: tuple, col: str) -> dict | None:
     counts = np.bincount(code)
     top = pids[counts == counts.max()].min()
     # np.unique hashes first (~25 ms on 200 k ids); they come nearly sorted: sort, then drop repeats
-    u = np.sort(ids[ok & (pid == top)].astype(np.int64))
+    u = np.sort(ids[ok & (pid == top)].astype(np.int64), kind="stable")   # runs: merged
     u = u[np.r_[True, u[1:] != u[:-1]]] if len(u) else u
     if len(u) < 3:
         return None
     span = int(u[-1] - u[0] + 1)
-    return {"count": int(len(u)), "median_jump": int(np.median(np.diff(u))),
+    return {"count": int(len(u)), "median_jump": int(median_of_counts(np.diff(u))),
             "dropped_pct": round(100.0 * (1 - len(u) / span), 1)}
+
+
+def median_of_counts(d: np.ndarray) -> float:
+    """``np.median(d)`` of non-negative ints, by counting them when their range is small
+    (the jumps between ids: mostly 1, where np.median's partition took ~30 ms at 200 k)."""
+    n = len(d)
+    if not n or int(d.min()) < 0 or int(d.max()) >= 4 * n + 4096:
+        return float(np.median(d))
+    c = np.cumsum(np.bincount(d))
+    hi = int(np.searchsorted(c, n // 2 + 1))    # the (n // 2)-th smallest, 0-based
+    if n % 2:
+        return float(hi)
+    lo = int(np.searchsorted(c, n // 2))        # and the one before it
+    return (float(lo) + float(hi)) / 2.0
 
 
 def _cold_evidence(ev: pd.DataFrame) -> tuple[list, int]:
@@ -208,9 +222,70 @@ def _first_calls(ev: pd.DataFrame, m: np.ndarray, what: str, codes: np.ndarray, 
     rows = np.flatnonzero(m & (codes >= 0))
     if len(rows) < FIRST_MIN_LATER + 1:
         return []
-    df = pd.DataFrame({"name": codes[rows], "ts": ev["ts"].to_numpy(np.int64)[rows],
-                       "dur": ev["dur"].to_numpy(np.int64)[rows],
-                       "pid": ev["pid"].to_numpy(np.int64)[rows]})
+    pid, code, ts, dur, med = _slow_firsts(codes[rows], ev["ts"].to_numpy(np.int64)[rows],
+                                           ev["dur"].to_numpy(np.int64)[rows],
+                                           ev["pid"].to_numpy(np.int64)[rows])
+    out = []
+    for p, c, t, d, m_ in zip(pid.tolist(), code.tolist(), ts.tolist(), dur.tolist(),
+                              med.tolist()):
+        # start and end through float64, as the pandas rows this replaced read them
+        s, e = int(float(t)), int(float(t) + float(d))
+        if wait is not None and _waits(ev, wait, p, s, e) >= WAIT_FILLS * (e - s):
+            continue   # its time is a wait or the allocator's, judged by their own rules
+        out.append(_item(what, cats[c], s, e - s, float(m_)))
+    return _innermost(out)
+
+
+def _slow_firsts(name, ts, dur, pid) -> tuple:
+    """(pid, name, ts, dur, median of the later durs) of each (pid, name)'s first row (by
+    ts) with >= FIRST_MIN_LATER later rows, >= OUTLIER_MIN_NS and >= FIRST_RATIO x their
+    median; in the order of those first rows. Hashed groups, and only the few candidates'
+    later rows sorted (a groupby of every row took ~25 ms at 250 MB);
+    ``_slow_firsts_frame`` is the pandas reference its tests compare with."""
+    o = np.argsort(ts, kind="stable")
+    name, ts, dur, pid = name[o], ts[o], dur[o], pid[o]
+    n = len(name)
+    if not n:
+        e = np.zeros(0, np.int64)
+        return e, e, e, e, np.zeros(0, np.float64)
+    pc = pd.factorize(pid)[0].astype(np.int64)
+    nm = name.astype(np.int64) - int(name.min())
+    width = int(nm.max()) + 1
+    pair = pc * width + nm if (int(pc.max()) + 1) * width < 2**62 else \
+        pd.MultiIndex.from_arrays([pc, nm])
+    code = pd.factorize(pair)[0].astype(np.int64)   # numbered by first appearance: ts order
+    top = np.maximum.accumulate(code)
+    is_first = np.r_[True, top[1:] > top[:-1]]
+    first = np.flatnonzero(is_first)                # group k's first row is first[k]
+    size = np.bincount(code, minlength=len(first)) - 1
+    cand = (size >= max(1, FIRST_MIN_LATER)) & (dur[first] >= OUTLIER_MIN_NS)
+    later = np.flatnonzero(~is_first & cand[code])
+    # each candidate's later durations sorted: its median from the middle one or two
+    ld = dur[later][_stable_by(code[later], dur[later].astype(np.int64))]
+    k = size[cand]
+    b = np.r_[0, np.cumsum(k)][:-1]
+    med = (ld[b + (k - 1) // 2].astype(np.float64) + ld[b + k // 2].astype(np.float64)) / 2.0
+    f = first[cand]
+    keep = dur[f] >= FIRST_RATIO * np.maximum(med, 1)
+    f, med = f[keep], med[keep]
+    return pid[f], name[f], ts[f], dur[f], med
+
+
+def _stable_by(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
+    """``np.lexsort((minor, major))`` by one stable sort of a combined int64 key when it
+    fits (lexsort's two passes cost several times more)."""
+    if not len(major):
+        return np.zeros(0, np.intp)
+    a0, b0 = int(major.min()), int(minor.min())
+    width = int(minor.max()) - b0 + 1
+    if (int(major.max()) - a0 + 1) * width >= 2**62:
+        return np.lexsort((minor, major))
+    return np.argsort((major - a0) * width + (minor - b0), kind="stable")
+
+
+def _slow_firsts_frame(name, ts, dur, pid) -> tuple:
+    """``_slow_firsts`` by pandas (the code it replaced), for the tests."""
+    df = pd.DataFrame({"name": name, "ts": ts, "dur": dur, "pid": pid})
     df = df.sort_values("ts", kind="stable")
     again = df.duplicated(["pid", "name"]).to_numpy()   # not the (pid, name)'s first row
     first = df[~again].set_index(["pid", "name"])
@@ -218,13 +293,9 @@ def _first_calls(ev: pd.DataFrame, m: np.ndarray, what: str, codes: np.ndarray, 
     j = first.join(later, how="inner")
     j = j[(j["size"] >= FIRST_MIN_LATER) & (j["dur"] >= OUTLIER_MIN_NS)
           & (j["dur"] >= FIRST_RATIO * np.maximum(j["median"], 1))]
-    out = []
-    for (pid, code), r in j.iterrows():
-        s, e = int(r["ts"]), int(r["ts"] + r["dur"])
-        if wait is not None and _waits(ev, wait, pid, s, e) >= WAIT_FILLS * (e - s):
-            continue   # its time is a wait or the allocator's, judged by their own rules
-        out.append(_item(what, cats[code], s, e - s, float(r["median"])))
-    return _innermost(out)
+    return (j.index.get_level_values(0).to_numpy(np.int64),
+            j.index.get_level_values(1).to_numpy(np.int64), j["ts"].to_numpy(np.int64),
+            j["dur"].to_numpy(np.int64), j["median"].to_numpy(np.float64))
 
 
 def _innermost(items: list) -> list:

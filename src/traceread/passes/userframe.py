@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from .. import namerx
-from .factkit import Stacks
+from .factkit import Stacks, stacks_of
 
 PY_FRAME_RX = namerx.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<fn>.+)$")
 # library and machinery files: not the user's code
@@ -97,7 +97,7 @@ def culprit_frame(ev, name: str, limit: int = 50) -> str | None:
     rows = np.flatnonzero((col == name).to_numpy())[:limit]
     if not len(rows):
         return None
-    stacks = Stacks(ev)
+    stacks = stacks_of(ev)   # the window facts' own, inside an analysis
     votes: dict[str, int] = {}
     for r in rows.tolist():
         f = user_frame(stacks, r)

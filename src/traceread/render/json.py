@@ -163,13 +163,15 @@ def gap_records(gaps: pd.DataFrame) -> list[dict]:
 
 def _gaps(a) -> dict:
     g = a.gaps
-    listed = a.listed_gaps()
-    largest = listed.sort_values(["duration", "start"], ascending=[False, True],
-                                 kind="stable").head(20)
-    return {"total_idle_ns": int(g["duration"].sum()) if len(g) else 0, "count": len(g),
+    dur = g["duration"].to_numpy(np.int64)
+    listed = np.flatnonzero(dur > a.min_gap_ns)   # ``a.listed_gaps()``, as positions
+    # the 20 longest, earliest first on ties (a stable sort of every listed gap's row took
+    # ~25 ms at 90 k gaps; two columns suffice)
+    top = listed[np.lexsort((g["start"].to_numpy(np.int64)[listed], -dur[listed]))][:20]
+    return {"total_idle_ns": int(dur.sum()) if len(g) else 0, "count": len(g),
             "min_gap_ns": a.min_gap_ns, "listed": len(listed),
-            "listed_ns": int(listed["duration"].sum()) if len(listed) else 0,
-            "largest": gap_records(largest)}
+            "listed_ns": int(dur[listed].sum()) if len(listed) else 0,
+            "largest": gap_records(g.iloc[top])}
 
 
 def _attribution(a) -> dict:

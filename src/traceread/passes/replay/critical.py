@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .graph import END_EDGES, NEG, StepGraph, factorize
-from .sim import Schedule
+from .sim import Schedule, _among, lane_order, positions
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
           "another rank", "queued after launch")
@@ -67,7 +67,7 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     empty = {"by_label": {}, "top": [], "steps": [], "segments": [], "total_ns": 0}
     if not N or not len(graph.steps):
         return empty
-    pos = pd.Index(n["id"].to_numpy(np.int64))
+    pos = _Positions(n["id"].to_numpy(np.int64))
     start, end = schedule.start_ns, schedule.end_ns
     pred, how, lag_launch, prev, starts = _binding_preds(graph, schedule, pos)
     lab_codes, lab_names = _label_codes(graph)
@@ -153,7 +153,7 @@ def program_spans(graph: StepGraph, start: np.ndarray, end: np.ndarray) -> np.nd
     if (st["begin"].to_numpy() < 0).all():
         out[:] = int(end.max() - start.min())
         return out
-    pos = pd.Index(graph.nodes["id"].to_numpy(np.int64))
+    pos = _Positions(graph.nodes["id"].to_numpy(np.int64))
     bi = pos.get_indexer(st["begin"].to_numpy(np.int64))
     ei = pos.get_indexer(st["end"].to_numpy(np.int64))
     last, opens = _gpu_windows(graph, start, end)
@@ -295,7 +295,7 @@ def _binding_preds(graph, schedule, pos):
     start, end = schedule.start_ns, schedule.end_ns
     cost = n["cost_ns"].to_numpy(np.int64)
     lane = n["lane"].to_numpy(np.int64)
-    order = np.lexsort((n["seq"].to_numpy(np.int64), lane))
+    order = lane_order(lane, n["seq"].to_numpy(np.int64))
     prev = np.full(N, -1, np.int64)
     same = np.r_[False, lane[order][1:] == lane[order][:-1]]
     prev[order[same]] = order[np.flatnonzero(same) - 1]
@@ -306,7 +306,7 @@ def _binding_preds(graph, schedule, pos):
     kind = e["kind"].to_numpy(object)
     ok = (src >= 0) & (dst >= 0)
     val = np.where(ok, end[np.maximum(src, 0)] + e["lag_ns"].to_numpy(np.int64), NEG)
-    is_drain = np.isin(kind, END_EDGES)
+    is_drain = _among(kind, END_EDGES)
     s_src, s_kind = _binding(N, src, dst, val, ok & ~is_drain, kind)
     d_src, d_kind = _binding(N, src, dst, val, ok & is_drain, kind)
     a, b = schedule.ready_ns, schedule.drain_ns
@@ -322,6 +322,17 @@ def _binding_preds(graph, schedule, pos):
     starts = {"src": src[st], "dst": dst[st], "val": val[st], "launch": kind[st] == "launch",
               "gap": gap}
     return pred, how, cross & (s_kind == "launch"), prev, starts
+
+
+class _Positions:
+    """``pd.Index(ids).get_indexer`` by ``sim.positions`` (a lookup table for the dense
+    node ids: no hash table of every id)."""
+
+    def __init__(self, ids: np.ndarray):
+        self.ids = ids
+
+    def get_indexer(self, wanted) -> np.ndarray:
+        return positions(self.ids, np.asarray(wanted, np.int64))[0]
 
 
 def _binding(N, src, dst, val, m, kind):

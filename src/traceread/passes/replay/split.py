@@ -12,7 +12,6 @@ gap, so the unmodified replay is unchanged.
 """
 from __future__ import annotations
 
-import bisect
 import re
 
 import numpy as np
@@ -33,8 +32,10 @@ def stretches(graph: StepGraph) -> np.ndarray:
     n = graph.nodes
     host_lane = n["lane"].isin(graph.lanes.loc[graph.lanes["what"] == "host", "lane"])
     k = n["kind"].isin(("host", "dataloader", "collective"))
-    call = n["name"].astype(str).str.contains(_CALL_RX, regex=True)
-    return (host_lane & k & ~call).to_numpy()
+    out = (host_lane & k).to_numpy(bool, copy=True)
+    at = np.flatnonzero(out)   # only these nodes' names matched (the rest are out anyway)
+    out[at] = ~n["name"].iloc[at].astype(str).str.contains(_CALL_RX, regex=True).to_numpy()
+    return out
 
 
 def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
@@ -60,78 +61,27 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     end = ts + ev["dur"].to_numpy(np.int64)[rows]
     key = attr.thread_key(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
     lanes = graph.lanes.set_index("lane")
-    by_thread = {}
-    for k in np.unique(key).tolist():
-        o = np.flatnonzero(key == k)
-        o = o[np.lexsort((-end[o], ts[o]))]
-        # outermost: not inside the reach of an earlier row of the thread
-        reach = np.maximum.accumulate(end[o])
-        outer = np.r_[True, ts[o][1:] >= reach[:-1]]
-        o = o[outer]
-        by_thread[k] = (ts[o].tolist(), end[o].tolist(), o.tolist())
-    # each row's piece label and name, as Python lists (the loop below reads a few per stretch)
     label = np.where(cat >= 0, np.asarray(_CATS, object)[np.maximum(cat, 0)],
                      np.where(cat == -3, "wait",
-                              np.where(kinds == "python", "python", "cpu_op"))).tolist() \
-        if len(cat) else []
-    name_l = [str(x) for x in names.tolist()]
-    drop = []
-    # the pieces' columns, filled as plain lists (a frame from row tuples infers each type)
-    P = {c: [] for c in ("step", "lane", "seq", "sub", "kind", "name", "cat", "ts_ns",
-                         "dur_ns", "gap_ns", "release_ns", "was", "last")}
-    next_id = int(n["id"].max()) + 1
-    cols = {c: n[c].to_numpy().tolist() for c in ("lane", "ts_ns", "dur_ns", "step", "seq",
-                                                  "gap_ns", "release_ns", "id")}
+                              np.where(kinds == "python", "python", "cpu_op"))).astype(object) \
+        if len(cat) else np.zeros(0, object)
     lane_key = dict(zip(lanes.index.tolist(), attr.thread_key(
         lanes["pid"].to_numpy(np.int64).copy(), lanes["tid"].to_numpy(np.int64).copy()).tolist()))
-    neg = int(NEG)
-    for i in np.flatnonzero(cand).tolist():
-        lane = int(cols["lane"][i])
-        k = lane_key.get(lane)
-        if k not in by_thread:
-            continue
-        s0 = cols["ts_ns"][i]
-        s1 = s0 + cols["dur_ns"][i]
-        t, e, o = by_thread[k]
-        lo = bisect.bisect_right(e, s0)   # both sorted: outermost ops do not overlap
-        hi = bisect.bisect_left(t, s1)
-        if hi - lo < 1:
-            continue
-        pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], label, name_l)
-        m = len(pieces)
-        if m < 2:
-            continue
-        drop.append(i)
-        a, b, c, nm = zip(*pieces)
-        P["step"] += [cols["step"][i]] * m
-        P["lane"] += [lane] * m
-        P["seq"] += [cols["seq"][i]] * m
-        P["sub"] += range(m)
-        P["kind"] += ["dataloader" if x == "dataloader" else
-                      "collective" if x == "comm_wait" else "host" for x in c]
-        P["name"] += nm
-        P["cat"] += c
-        P["ts_ns"] += a
-        P["dur_ns"] += [y - x for x, y in zip(a, b)]
-        P["gap_ns"] += [cols["gap_ns"][i]] + [0] * (m - 1)
-        P["release_ns"] += [cols["release_ns"][i]] + [neg] * (m - 1)
-        P["was"] += [cols["id"][i]] * m
-        P["last"] += [False] * (m - 1) + [True]
+    outer = _outermost_by_thread(key, ts, end)
+    P = _piece_table(n, np.flatnonzero(cand), lane_key, outer, ts, end, label, names)
+    drop = P.pop("drop")
     if not drop:
         return graph.copy()
     g = graph.copy()
     m = len(P["step"])
+    next_id = int(n["id"].max()) + 1
     add = pd.DataFrame({
         "id": np.arange(next_id, next_id + m, dtype=np.int64),
-        "step": np.asarray(P["step"], np.int64), "lane": np.asarray(P["lane"], np.int64),
-        "seq": np.asarray(P["seq"], np.int64), "sub": np.asarray(P["sub"], np.int64),
-        "kind": np.asarray(P["kind"], object), "name": np.asarray(P["name"], object),
-        "cat": np.asarray(P["cat"], object), "ts_ns": np.asarray(P["ts_ns"], np.int64),
-        "dur_ns": np.asarray(P["dur_ns"], np.int64), "corr": np.full(m, -1, np.int64),
-        "cost_ns": np.asarray(P["dur_ns"], np.int64),
-        "gap_ns": np.asarray(P["gap_ns"], np.int64),
-        "release_ns": np.asarray(P["release_ns"], np.int64),
-        "was": np.asarray(P["was"], np.int64), "last": np.asarray(P["last"], bool)})
+        "step": P["step"], "lane": P["lane"], "seq": P["seq"], "sub": P["sub"],
+        "kind": P["kind"], "name": P["name"], "cat": P["cat"], "ts_ns": P["ts_ns"],
+        "dur_ns": P["dur_ns"], "corr": np.full(m, -1, np.int64), "cost_ns": P["dur_ns"].copy(),
+        "gap_ns": P["gap_ns"], "release_ns": P["release_ns"], "was": P["was"],
+        "last": P["last"]})
     old = g.nodes.drop(index=drop).assign(sub=0)
     nodes = pd.concat([old, add[list(old.columns)]], ignore_index=True)
     # lane order: the pieces take their stretch's place
@@ -156,6 +106,164 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     e["src"] = e["src"].map(lasts).fillna(e["src"]).astype(np.int64)
     g.edges = e
     return g
+
+
+def _outermost_by_thread(key: np.ndarray, ts: np.ndarray, end: np.ndarray) -> dict:
+    """Per thread key: (starts, ends, rows) of its outermost ops (none inside the reach of
+    an earlier op of the thread), sorted by start; they do not overlap, so ends are sorted
+    too."""
+    out = {}
+    for k in np.unique(key).tolist():
+        o = np.flatnonzero(key == k)
+        o = o[np.lexsort((-end[o], ts[o]))]
+        reach = np.maximum.accumulate(end[o])
+        o = o[np.r_[True, ts[o][1:] >= reach[:-1]]]
+        out[k] = (ts[o], end[o], o)
+    return out
+
+
+_PIECE_COLS = ("step", "lane", "seq", "sub", "kind", "name", "cat", "ts_ns", "dur_ns",
+               "gap_ns", "release_ns", "was", "last")
+
+
+def _piece_table(n: pd.DataFrame, cand: np.ndarray, lane_key: dict, outer: dict,
+                 ts: np.ndarray, end: np.ndarray, label: np.ndarray,
+                 names: np.ndarray) -> dict:
+    """The pieces of every candidate stretch (node rows ``cand``) that cuts into two or more
+    (``_pieces``: the outermost ops clipped to it, the untraced time between and after them),
+    as column arrays in stretch order, then piece order; ``drop``: the stretches cut.
+    Vectorised over all stretches (one Python turn per stretch was most of the pass);
+    ``_piece_table_loop`` is the per-stretch reference the tests hold it to."""
+    lane = n["lane"].to_numpy(np.int64)[cand]
+    s0 = n["ts_ns"].to_numpy(np.int64)[cand]
+    s1 = s0 + n["dur_ns"].to_numpy(np.int64)[cand]
+    lanes_k = np.asarray(list(lane_key), np.int64)
+    keys_k = np.asarray(list(lane_key.values()), np.int64)
+    order = np.argsort(lanes_k, kind="stable")
+    lanes_k, keys_k = lanes_k[order], keys_k[order]
+    pos = np.minimum(np.searchsorted(lanes_k, lane), max(len(lanes_k) - 1, 0))
+    known = (lanes_k[pos] == lane) if len(lanes_k) else np.zeros(len(lane), bool)
+    key = keys_k[pos] if len(keys_k) else np.zeros(len(lane), np.int64)
+    # each stretch's run [lo, hi) of its thread's outermost ops, as positions into the
+    # threads' ops laid end to end
+    lo = np.zeros(len(cand), np.int64)
+    hi = np.zeros(len(cand), np.int64)
+    base = 0
+    parts_t, parts_e, parts_o = [], [], []
+    for k, (t, e, o) in outer.items():
+        m = np.flatnonzero(known & (key == k))
+        lo[m] = base + np.searchsorted(e, s0[m], side="right")
+        hi[m] = base + np.searchsorted(t, s1[m], side="left")
+        parts_t.append(t), parts_e.append(e), parts_o.append(o)
+        base += len(t)
+    T = np.concatenate(parts_t) if parts_t else np.zeros(0, np.int64)
+    E = np.concatenate(parts_e) if parts_e else np.zeros(0, np.int64)
+    O = np.concatenate(parts_o) if parts_o else np.zeros(0, np.int64)
+    cnt = np.maximum(hi - lo, 0)
+    # one entry per (stretch, op of its run): the op clipped to the stretch
+    who = np.repeat(np.arange(len(cand)), cnt)
+    at = np.arange(len(who)) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)
+    a = np.maximum(T[at], s0[who])
+    b = np.minimum(E[at], s1[who])
+    ok = b > a
+    who, at, a, b = who[ok], at[ok], a[ok], b[ok]
+    first = np.r_[True, who[1:] != who[:-1]] if len(who) else np.zeros(0, bool)
+    prev = np.where(first, s0[who], np.r_[0, b[:-1]] if len(b) else b)
+    gap = a > prev          # untraced time before the op
+    # the untraced tail of each stretch: after its last op, or all of it without one
+    last_b = s0.copy()
+    if len(who):
+        end_of = np.r_[who[1:] != who[:-1], True]
+        last_b[who[end_of]] = b[end_of]
+    tail = last_b < s1
+    # the pieces, each with its stretch and its place there: gap 2j, op 2j+1, tail last
+    j = np.arange(len(who)) - np.maximum.accumulate(np.where(first, np.arange(len(who)), 0)) \
+        if len(who) else np.zeros(0, np.int64)
+    g_who, g_pos = who[gap], 2 * j[gap]
+    t_who = np.flatnonzero(tail)
+    t_pos = np.full(len(t_who), np.iinfo(np.int64).max)
+    p_who = np.r_[g_who, who, t_who].astype(np.int64)
+    p_pos = np.r_[g_pos, 2 * j + 1, t_pos].astype(np.int64)
+    p_a = np.r_[prev[gap], a, last_b[t_who]].astype(np.int64)
+    p_b = np.r_[a[gap], b, s1[t_who]].astype(np.int64)
+    untraced = np.asarray(["untraced"], object)
+    p_cat = np.r_[np.repeat(untraced, len(g_who)), label[O[at]], np.repeat(untraced, len(t_who))]
+    p_name = np.r_[np.repeat(untraced, len(g_who)), names[O[at]],
+                   np.repeat(untraced, len(t_who))]
+    order = np.lexsort((p_pos, p_who))
+    p_who, p_a, p_b, p_cat, p_name = (x[order] for x in (p_who, p_a, p_b, p_cat, p_name))
+    per = np.bincount(p_who, minlength=len(cand))
+    keep = per[p_who] >= 2      # a stretch with one piece stays whole
+    p_who, p_a, p_b, p_cat, p_name = (x[keep] for x in (p_who, p_a, p_b, p_cat, p_name))
+    start = np.r_[True, p_who[1:] != p_who[:-1]] if len(p_who) else np.zeros(0, bool)
+    sub = np.arange(len(p_who)) - np.maximum.accumulate(np.where(start, np.arange(len(p_who)), 0))\
+        if len(p_who) else np.zeros(0, np.int64)
+    last = np.r_[start[1:], True] if len(p_who) else np.zeros(0, bool)
+    node = cand[p_who]
+    col = {c: n[c].to_numpy(np.int64)[node] for c in ("step", "seq", "gap_ns", "release_ns",
+                                                        "id")}
+    kind = np.full(len(p_who), "host", object)
+    kind[p_cat == "dataloader"] = "dataloader"
+    kind[p_cat == "comm_wait"] = "collective"
+    return {"step": col["step"], "lane": n["lane"].to_numpy(np.int64)[node], "seq": col["seq"],
+            "sub": sub.astype(np.int64), "kind": kind, "name": p_name, "cat": p_cat,
+            "ts_ns": p_a, "dur_ns": p_b - p_a,
+            "gap_ns": np.where(start, col["gap_ns"], 0).astype(np.int64),
+            "release_ns": np.where(start, col["release_ns"], int(NEG)).astype(np.int64),
+            "was": col["id"], "last": last.astype(bool),
+            "drop": cand[np.flatnonzero(per >= 2)].tolist()}
+
+
+def _piece_table_loop(n: pd.DataFrame, cand: np.ndarray, lane_key: dict, outer: dict,
+                      ts: np.ndarray, end: np.ndarray, label: np.ndarray,
+                      names: np.ndarray) -> dict:
+    """``_piece_table`` one stretch at a time (``_pieces``): the reference its tests compare
+    with."""
+    import bisect
+
+    by_thread = {k: (t.tolist(), e.tolist(), o.tolist()) for k, (t, e, o) in outer.items()}
+    label, names = label.tolist(), names.tolist()
+    P = {c: [] for c in _PIECE_COLS}
+    drop = []
+    cols = {c: n[c].to_numpy().tolist() for c in ("lane", "ts_ns", "dur_ns", "step", "seq",
+                                                  "gap_ns", "release_ns", "id")}
+    neg = int(NEG)
+    for i in cand.tolist():
+        lane = int(cols["lane"][i])
+        k = lane_key.get(lane)
+        if k not in by_thread:
+            continue
+        s0 = cols["ts_ns"][i]
+        s1 = s0 + cols["dur_ns"][i]
+        t, e, o = by_thread[k]
+        lo = bisect.bisect_right(e, s0)   # both sorted: outermost ops do not overlap
+        hi = bisect.bisect_left(t, s1)
+        if hi - lo < 1:
+            continue
+        pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], label, names)
+        m = len(pieces)
+        if m < 2:
+            continue
+        drop.append(i)
+        a, b, c, nm = zip(*pieces)
+        P["step"] += [cols["step"][i]] * m
+        P["lane"] += [lane] * m
+        P["seq"] += [cols["seq"][i]] * m
+        P["sub"] += range(m)
+        P["kind"] += ["dataloader" if x == "dataloader" else
+                      "collective" if x == "comm_wait" else "host" for x in c]
+        P["name"] += nm
+        P["cat"] += c
+        P["ts_ns"] += a
+        P["dur_ns"] += [y - x for x, y in zip(a, b)]
+        P["gap_ns"] += [cols["gap_ns"][i]] + [0] * (m - 1)
+        P["release_ns"] += [cols["release_ns"][i]] + [neg] * (m - 1)
+        P["was"] += [cols["id"][i]] * m
+        P["last"] += [False] * (m - 1) + [True]
+    out = {c: np.asarray(P[c], object if c in ("kind", "name", "cat") else
+                         bool if c == "last" else np.int64) for c in _PIECE_COLS}
+    out["drop"] = drop
+    return out
 
 
 def _pieces(s0, s1, t, e, o, label, names) -> list[tuple[int, int, str, str]]:

@@ -1275,9 +1275,16 @@ def lane_load(graph) -> dict:
         return {}
     step, lane = n["step"].to_numpy(np.int64)[m], n["lane"].to_numpy(np.int64)[m]
     ns = (n["cost_ns"].to_numpy(np.int64) + np.maximum(n["gap_ns"].to_numpy(np.int64), 0))[m]
-    key, inv = np.unique(step * (int(lane.max()) + 1) + lane, return_inverse=True)
-    tot = np.bincount(inv, weights=ns)
-    st = key // (int(lane.max()) + 1)
+    width = int(lane.max()) + 1
+    flat = step * width + lane
+    if int(flat.min()) >= 0 and int(flat.max()) < 4 * len(flat) + 4096:   # dense: no sort
+        tot = np.bincount(flat, weights=ns)
+        key = np.flatnonzero(np.bincount(flat))
+        tot = tot[key]
+    else:
+        key, inv = np.unique(flat, return_inverse=True)
+        tot = np.bincount(inv, weights=ns)
+    st = key // width
     out: dict = {}
     for s_, v in zip(st.tolist(), tot.tolist()):
         out[s_] = max(out.get(s_, 0), int(v))

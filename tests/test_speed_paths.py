@@ -1,0 +1,297 @@
+"""The vectorised fast paths of the analysis (issue 42, speed) against the per-row code they
+replaced, on real captures: the same frames, row for row."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from traceread import load
+from traceread.analysis import analyze
+from traceread.passes import window as window_mod
+from traceread.passes.replay import split as split_mod
+
+FIX = Path(__file__).parent / "fixtures"
+# GPU captures whose priced graphs cut many host stretches (data loading, Python between ops,
+# a CPU-bound step, syncs, a CUDA-graph step) and a CPU-only one
+SPLIT_TRACES = [FIX / "gpu" / "data.bad.json.gz", FIX / "gpu" / "host.fixed.json.gz",
+                FIX / "gpu" / "sync.bad.json.gz", FIX / "h200" / "queue.fixed.json.gz",
+                FIX / "h200" / "xformer.bad.json.gz", FIX / "gpu" / "graphs.bad.json.gz"]
+
+
+@functools.lru_cache(maxsize=None)
+def _graph_and_window(path: Path):
+    """The replay's graph of the trace's analysed steps, sampled as the levers price it, and
+    the events inside it."""
+    a = analyze(load(str(path)))
+    if a.replay_graph is None:
+        pytest.skip(f"{path.name}: no replay graph")
+    ev = a.trace.events
+    if a.window.mode != "whole_trace":
+        ev = window_mod.slice_events(ev, a.window.start, a.window.end)
+    g, _ = split_mod.sample_steps(a.replay_graph)
+    return g, split_mod.within(ev, g), a.step_pattern
+
+
+@pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()], ids=lambda p: p.name)
+@pytest.mark.parametrize("min_ns", [split_mod.SPLIT_MIN_NS, 0])
+def test_split_pieces_equal_the_per_stretch_loop(path, min_ns, monkeypatch):
+    g, ev, pattern = _graph_and_window(path)
+    fast = split_mod.split(g, ev, pattern, min_ns=min_ns)
+    monkeypatch.setattr(split_mod, "_piece_table", split_mod._piece_table_loop)
+    slow = split_mod.split(g, ev, pattern, min_ns=min_ns)
+    assert len(fast.nodes) > len(g.nodes)   # something was cut
+    pd.testing.assert_frame_equal(fast.nodes, slow.nodes)
+    pd.testing.assert_frame_equal(fast.edges, slow.edges)
+
+
+def _lane_load_by_unique(graph) -> dict:
+    """``whatif.lane_load`` as it was: the (step, lane) keys by ``np.unique``."""
+    import numpy as np
+
+    n = graph.nodes
+    gpu_lanes = graph.lanes.loc[graph.lanes["what"] == "gpu", "lane"].to_numpy()
+    m = (n["step"].to_numpy() >= 0) & np.isin(n["lane"].to_numpy(), gpu_lanes)
+    if not m.any():
+        return {}
+    step, lane = n["step"].to_numpy(np.int64)[m], n["lane"].to_numpy(np.int64)[m]
+    ns = (n["cost_ns"].to_numpy(np.int64) + np.maximum(n["gap_ns"].to_numpy(np.int64), 0))[m]
+    key, inv = np.unique(step * (int(lane.max()) + 1) + lane, return_inverse=True)
+    tot = np.bincount(inv, weights=ns)
+    out: dict = {}
+    for s_, v in zip((key // (int(lane.max()) + 1)).tolist(), tot.tolist()):
+        out[s_] = max(out.get(s_, 0), int(v))
+    return out
+
+
+@pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()], ids=lambda p: p.name)
+def test_lane_load_equals_the_sorted_keys(path):
+    from traceread.passes.replay import whatif
+
+    g, _ev, _p = _graph_and_window(path)
+    assert whatif.lane_load(g) == _lane_load_by_unique(g)
+    sparse = g.copy()   # step numbers far apart: the sorted path
+    sparse.nodes["step"] = sparse.nodes["step"].where(sparse.nodes["step"] < 0,
+                                                      sparse.nodes["step"] * 1_000_003)
+    assert whatif.lane_load(sparse) == _lane_load_by_unique(sparse)
+
+
+def test_lane_order_is_the_lexsort():
+    import numpy as np
+
+    from traceread.passes.replay.sim import lane_order
+
+    rng = np.random.default_rng(7)
+    for n, lanes, seqs in ((0, 1, 1), (1, 1, 1), (500, 3, 40), (5000, 40, 3), (2000, 2, 10**6)):
+        lane = rng.integers(-5, lanes, n).astype(np.int64)
+        seq = rng.integers(-3, seqs, n).astype(np.int64)   # ties too: the stable order kept
+        assert (lane_order(lane, seq) == np.lexsort((seq, lane))).all()
+    big = np.array([0, 2**40, 5, 2**40], np.int64)   # a key too wide for one int64
+    assert (lane_order(big, big[::-1].copy()) == np.lexsort((big[::-1], big))).all()
+
+
+@pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()][:3], ids=lambda p: p.name)
+def test_lane_order_and_drain_edges_on_real_graphs(path):
+    import numpy as np
+
+    from traceread.passes.replay.graph import END_EDGES
+    from traceread.passes.replay.sim import _among, lane_order
+
+    g, _ev, _p = _graph_and_window(path)
+    lane, seq = g.nodes["lane"].to_numpy(np.int64), g.nodes["seq"].to_numpy(np.int64)
+    assert (lane_order(lane, seq) == np.lexsort((seq, lane))).all()
+    kinds = g.edges["kind"].to_numpy(object)
+    assert (_among(kinds, END_EDGES) == np.isin(kinds, END_EDGES)).all()
+    odd = np.array(["drain", None, float("nan"), "join", "x", 3], object)
+    assert (_among(odd, END_EDGES) == np.isin(odd, END_EDGES)).all()
+
+
+@pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()][:4], ids=lambda p: p.name)
+def test_overhead_call_costs_and_total_equal_the_mapped_frame(path):
+    import numpy as np
+
+    from traceread.passes import overhead
+
+    ev = load(str(path)).events
+    calls = overhead._calls(ev, ("pid", "tid", "ts"))
+    assert len(calls)
+    for per in (None, {"launch": 500, "driver": 7_000}, {"launch": 333.7, "other": 1000,
+                                                        "free": 20_000, "alloc": 10_000}):
+        cls = overhead.call_class(calls)
+        want = pd.Series(cls, dtype=object).map(overhead.CALL_NS if per is None else per) \
+            .fillna(0).to_numpy(np.int64)
+        want = np.minimum(want, np.maximum(calls["dur"].to_numpy(np.int64), 0))
+        assert (overhead.call_cost(calls, per) == want).all()
+    feats, total = overhead._features(ev, 7)
+    assert total == int(overhead.costs(ev)["ns"].sum())
+    by_class = pd.Series(overhead.call_class(overhead._calls(ev, ()))).value_counts()
+    assert feats["calls_per_step"] == {c: round(float(by_class.get(c, 0)) / 7, 1)
+                                       for c in overhead.CALL_NS}
+    assert feats == overhead.features(ev, 7)
+
+
+def test_median_of_counts_is_np_median():
+    import numpy as np
+
+    from traceread.passes.steady import median_of_counts
+
+    rng = np.random.default_rng(3)
+    cases = [np.array([5]), np.array([1, 2]), np.array([1, 1, 4, 9]), np.array([0, 0, 0]),
+             rng.integers(0, 3, 1001), rng.integers(0, 3, 1000), rng.integers(1, 50, 20000),
+             np.r_[np.ones(5000, np.int64), [285_002] * 3], rng.integers(0, 10**9, 50),
+             np.array([-1, 2, 3])]
+    for d in cases:
+        assert median_of_counts(d.astype(np.int64)) == float(np.median(d)), d[:10]
+
+
+@pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()][:4], ids=lambda p: p.name)
+@pytest.mark.parametrize("loose", [False, True])
+def test_slow_first_rows_equal_the_groupby(path, loose, monkeypatch):
+    import numpy as np
+
+    from traceread.passes import steady
+    from traceread.passes.common import kind_in
+
+    if loose:   # every (pid, name) with later rows qualifies: the order and medians compared
+        monkeypatch.setattr(steady, "OUTLIER_MIN_NS", 0)
+        monkeypatch.setattr(steady, "FIRST_RATIO", 0)
+    ev = load(str(path)).events
+    codes, _cats = steady._codes(ev)
+    for kinds in (("cpu_op",), ("kernel",), ("runtime", "driver")):
+        rows = np.flatnonzero(kind_in(ev, kinds) & (codes >= 0))
+        args = (codes[rows], ev["ts"].to_numpy(np.int64)[rows],
+                ev["dur"].to_numpy(np.int64)[rows], ev["pid"].to_numpy(np.int64)[rows])
+        fast, slow = steady._slow_firsts(*args), steady._slow_firsts_frame(*args)
+        assert len(fast[0]) or not loose
+        for a, b in zip(fast, slow):
+            assert a.tolist() == b.tolist()
+
+
+def test_slow_first_rows_on_ties_and_processes(monkeypatch):
+    import numpy as np
+
+    from traceread.passes import steady
+
+    monkeypatch.setattr(steady, "FIRST_RATIO", 1.5)   # some firsts pass, some do not
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    args = (rng.integers(0, 30, n), rng.integers(0, 500, n) * 1000,   # equal ts: ties
+            rng.integers(1, 4_000_000, n), rng.integers(0, 3, n))
+    args = tuple(np.asarray(a, np.int64) for a in args)
+    fast, slow = steady._slow_firsts(*args), steady._slow_firsts_frame(*args)
+    assert 0 < len(fast[0]) < 90
+    for a, b in zip(fast, slow):
+        assert a.tolist() == b.tolist()
+
+
+def test_slow_first_rows_with_names_too_wide_for_one_key(monkeypatch):
+    import numpy as np
+
+    from traceread.passes import steady
+
+    monkeypatch.setattr(steady, "FIRST_RATIO", 1.5)
+    rng = np.random.default_rng(5)
+    n = 3000
+    name = rng.choice(np.array([0, 2**61, 7, 2**61 + 3], np.int64), n)
+    args = (name, rng.integers(0, 300, n) * 10, rng.integers(1, 4_000_000, n),
+            rng.integers(0, 5, n).astype(np.int64))
+    fast, slow = steady._slow_firsts(*args), steady._slow_firsts_frame(*args)
+    assert len(fast[0])
+    for a, b in zip(fast, slow):
+        assert a.tolist() == b.tolist()
+
+
+def test_stacks_shared_inside_an_analysis_answer_as_fresh_ones():
+    import numpy as np
+
+    from traceread.passes import factkit
+    from traceread.passes.userframe import culprit_frame
+
+    ev = load(str(FIX / "gpu" / "sync.bad.json.gz")).events
+    assert factkit.stacks_of(ev) is not factkit.stacks_of(ev)   # no scope: nothing kept
+    with factkit.sharing():
+        a = factkit.stacks_of(ev)
+        assert factkit.stacks_of(ev) is a
+        assert factkit.stacks_of(ev, ("cpu_op",)) is not a
+        assert factkit.stacks_of(ev.copy()) is not a              # another frame
+        rows = np.flatnonzero(ev["kind"].isin(["cpu_op", "runtime"]).to_numpy())[::97]
+        fresh = factkit.Stacks(ev)
+        for r in rows.tolist():
+            assert a.around_row(r).tolist() == fresh.around_row(r).tolist()
+        shared = culprit_frame(ev, "aten::item")
+        factkit.drop_shared()
+        assert factkit.stacks_of(ev) is not a   # dropped: a new one
+    assert not factkit._SHARING
+    assert shared == culprit_frame(ev, "aten::item")
+
+
+def test_stacks_are_not_kept_by_a_forked_worker(monkeypatch):
+    import os
+
+    from traceread.passes import factkit
+
+    ev = load(str(FIX / "gpu" / "sync.bad.json.gz")).events
+    with factkit.sharing():
+        a = factkit.stacks_of(ev)
+        monkeypatch.setattr(os, "getpid", lambda: -1)   # as a child forked inside the scope
+        assert factkit.stacks_of(ev) is not a
+        assert factkit.stacks_of(ev) is not factkit.stacks_of(ev)
+
+
+def test_last_position_of_each_correlation_is_the_dict_lookup():
+    import numpy as np
+
+    from traceread.passes.preconditions import _last_at
+
+    rng = np.random.default_rng(2)
+    for n in (0, 1, 50, 5000):
+        keys = rng.integers(-3, max(1, n // 3), n).astype(np.int64)   # repeats and -1s
+        wanted = rng.integers(-2, max(1, n // 2), 300).astype(np.int64)
+        pos = {int(c): i for i, c in enumerate(keys) if c >= 0}
+        assert _last_at(keys, wanted).tolist() == [pos.get(int(w), -1) for w in wanted]
+
+
+@pytest.mark.parametrize("path", sorted((FIX / "anatomy").glob("*.json.gz"))[:6]
+                         + [p for p in SPLIT_TRACES if p.exists()][:2], ids=lambda p: p.name)
+def test_anatomy_class_codes_select_the_rows_the_names_do(path):
+    """``anatomy._cls`` (small-int class codes) against the object compares it replaced,
+    for every class the trace has and one it does not, whole and per step slice."""
+    import numpy as np
+
+    from traceread.passes import anatomy
+
+    ev = load(str(path)).events
+    steps = anatomy._steps(ev)
+    if not len(steps):
+        pytest.skip("no steps")
+    host = anatomy._host(ev, int(steps["pid"].iat[0]))
+    classes = sorted(set(host["cls"].tolist())) + ["no_such_class"]
+    assert len(classes) > 2
+    lo, hi = np.searchsorted(host["ts"], [steps["start"].iat[0], steps["end"].iat[0]])
+    part = {k: v[lo:hi] for k, v in host.items()}
+    for h in (host, part):
+        for c in classes:
+            assert (anatomy._cls(h, c) == (h["cls"] == c)).all(), c
+        assert (anatomy._cls(h, *classes[:3]) == np.isin(h["cls"], classes[:3])).all()
+
+
+@pytest.mark.parametrize("min_gap", [0, 5_000, 10**12])
+def test_json_largest_gaps_are_the_sorted_frame_head(min_gap):
+    """``render.json._gaps``: the 20 longest listed gaps by position, as the stable sort of
+    the listed frame gave them (ties on duration included)."""
+    from traceread.render.json import _gaps, gap_records
+
+    a = analyze(load(str(FIX / "gpu" / "sync.bad.json.gz")), min_gap_ns=min_gap)
+    g = a.gaps.copy()
+    g.loc[g.index[:40], "duration"] = 7_000   # ties
+    a.gaps = g
+    listed = a.listed_gaps()
+    want = listed.sort_values(["duration", "start"], ascending=[False, True],
+                              kind="stable").head(20)
+    got = _gaps(a)
+    assert got["largest"] == gap_records(want)
+    assert got["listed"] == len(listed) and got["count"] == len(g)
+    assert got["listed_ns"] == (int(listed["duration"].sum()) if len(listed) else 0)
