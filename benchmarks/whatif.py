@@ -511,7 +511,8 @@ def validation_tables(r: dict) -> str:
     if errs:
         out.append(f"\n|promise - realised|: median {statistics.median(errs):.1f} points, "
                    f"worst {max(errs):.1f} points over {len(errs)} pairs (goal: 5 / 15); "
-                   f"AFTER predicted: median |error| {statistics.median(after_errs):.1f}% "
+                   f"AFTER predicted: median |error| "
+                   f"{statistics.median(after_errs) if after_errs else float('nan'):.1f}% "
                    f"(goal 10%), against the unprofiled runs "
                    f"{statistics.median(after_u) if after_u else float('nan'):.1f}% over "
                    f"{len(after_u)} pairs; the change's lever first on {sum(firsts)} of "

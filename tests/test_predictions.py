@@ -280,3 +280,46 @@ def test_pageable_copy_read_from_the_copy_facts_where_its_name_has_no_memory_kin
                                          "gbps": 5.0}]}
     assert W.pin_copies(g.copy(), W.Facts(copies=mixed), {}) == \
         "no pageable copy in the replayed steps"
+
+
+def _bench_whatif():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import benchmarks.whatif as B
+    return B
+
+
+def test_plain_run_step_is_the_later_of_host_and_gpu(tmp_path):
+    """h200/queue.fixed's host queues a step in ~10.7 ms and runs ahead; its GPU finishes one
+    every ~11.57 ms (the nsys capture of the same plain run). The program's step is the
+    GPU's; a host-bound run (gpu/sync.bad) keeps its host step."""
+    B = _bench_whatif()
+    cache = {}
+
+    def analysis(p):
+        return cache.setdefault(p, traceread.analyze(str(p)))
+
+    def nsys(folder, name, variant):
+        return lambda: B._nsys_of(folder, name, variant, tmp_path, analysis)
+
+    host_only = B._unprofiled("h200", "queue", "fixed")
+    step = B._unprofiled("h200", "queue", "fixed", nsys("h200", "queue", "fixed"))
+    assert 10.5e6 < host_only < 10.9e6
+    assert 11.5e6 < step < 11.65e6
+    sync = B._unprofiled("gpu", "sync", "bad", nsys("gpu", "sync", "bad"))
+    assert sync == B._unprofiled("gpu", "sync", "bad")
+
+
+def test_first_lever_not_counted_where_the_change_realised_nothing():
+    B = _bench_whatif()
+    row = {"format": "kineto", "levers": "drop_syncs", "promise_pts": 0.2, "truth": "unprofiled",
+           "error_pts": 0.2, "first_fixes": False, "fix_rank": None, "fix": None}
+    r = {"pairs": [dict(row, pair="pairs/item", realised_pts=0.0, first="larger_batch"),
+                   dict(row, pair="gpu/sync", realised_pts=52.0, promise_pts=55.0,
+                        first="remove_syncs", first_fixes=True)],
+         "loso": [], "nsys_kineto": [], "overhead": [], "tables": "a"}
+    out = B.validation_tables(r)
+    assert "larger_batch (n/a: the change realised under 1 point)" in out
+    assert "the change's lever first on 1 of 1" in out
