@@ -81,6 +81,25 @@ def pytest_runtest_makereport(item, call):
             rep.longrepr = (path, line, f"{reason}: {CORPUS_HINT}")
 
 
+# One analysis per trace file and test process (each xdist worker), shared by every test that
+# asks: the committed fixtures and the corpus traces are analysed by many test files (the
+# report width, the replay, the planted causes, the what-if pairs, ...), each ~0.5 s of one
+# core. The result is read-only: a test that changes an Analysis (a job verdict replaces
+# ``a.verdict``) analyses its own copy with traceread.analyze.
+_ANALYSED: dict = {}
+
+
+def analysed(path, **kwargs):
+    """``traceread.analyze(path, **kwargs)`` of a file, computed once per test process (keyed
+    by the path as spelt: the report's header prints it)."""
+    key = (str(path), tuple(sorted(kwargs.items())))
+    if key not in _ANALYSED:
+        import traceread
+
+        _ANALYSED[key] = traceread.analyze(str(path), **kwargs)
+    return _ANALYSED[key]
+
+
 @pytest.fixture
 def corpus_dir() -> Path:
     return corpus_or_skip()

@@ -18,7 +18,7 @@ from traceread.cli import main
 from traceread.diffs.paths import diff_paths
 from traceread.diffs.trace import diff_analyses
 
-from conftest import FIXTURES
+from conftest import FIXTURES, analysed
 
 GPU = FIXTURES / "gpu"
 MS = 1_000_000
@@ -27,7 +27,7 @@ SCENARIOS = ("data", "sync", "copy", "launch", "host", "compile", "gpu", "alloc"
 
 @lru_cache(maxsize=None)
 def _analysis(scenario: str, variant: str):
-    return traceread.analyze(str(GPU / f"{scenario}.{variant}.json.gz"))
+    return analysed(GPU / f"{scenario}.{variant}.json.gz")
 
 
 @lru_cache(maxsize=None)

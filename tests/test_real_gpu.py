@@ -17,6 +17,8 @@ import pytest
 
 import traceread
 
+from conftest import analysed
+
 GPU = Path(__file__).parent / "fixtures" / "gpu"
 SCENARIOS = ("data", "sync", "copy", "launch", "host", "compile", "gpu")
 
@@ -38,7 +40,7 @@ def analysis(sqlite_dir, scenario: str, variant: str, fmt: str):
     if key not in _CACHE:
         path = GPU / f"{scenario}.{variant}.json.gz" if fmt == "kineto" else \
             sqlite_dir / f"{scenario}.{variant}.sqlite"
-        _CACHE[key] = traceread.analyze(str(path))
+        _CACHE[key] = analysed(path)
     return _CACHE[key]
 
 

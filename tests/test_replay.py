@@ -13,7 +13,7 @@ from traceread.analysis import analyze
 from traceread.passes.replay import gap_labels, simulate, sim as sim_mod
 from traceread.synth.scenarios import TraceBuilder, US
 
-from conftest import CORPUS, corpus_or_skip
+from conftest import CORPUS, analysed, corpus_or_skip
 
 FIX = Path(__file__).parent / "fixtures"
 STEPS = 4
@@ -156,7 +156,7 @@ def _check(r: dict) -> list[float]:
 
 @pytest.mark.parametrize("path", FIXTURE_TRACES, ids=lambda p: p.name)
 def test_real_capture_replays_its_steps(path):
-    errs = _check(analyze(path).replay)
+    errs = _check(analysed(path).replay)
     assert statistics.median(errs) <= 3.0
 
 
@@ -175,7 +175,7 @@ def _corpus_traces() -> list[str]:
 @pytest.mark.parametrize("rel", _corpus_traces() or ["(no corpus)"])
 def test_corpus_trace_replays_its_steps(rel):
     root = corpus_or_skip()
-    r = analyze(root / rel).replay
+    r = analysed(root / rel).replay
     if not r["replayable"]:   # sampled traces say so; nothing else may refuse
         assert "sampled" in r["reason"], r["reason"]
         return
@@ -189,7 +189,7 @@ def test_corpus_trace_replays_its_steps(rel):
 def test_gap_labels_from_the_replay_agree_with_the_attribution(path):
     """Issue 30: the replay's launch edges read the same labels as the attribution (host-late
     = sync / starved, else queued) for every gap whose closing op the graph holds."""
-    a = analyze(path)
+    a = analysed(path)
     got = gap_labels(a.replay_graph, a.gaps)
     want = np.where(a.gaps["drain"].to_numpy() == "queued", "queued", "host_late")
     inside = got != ""
@@ -328,7 +328,7 @@ def test_critical_path_of_a_gpu_bound_step_ends_with_its_last_kernel():
 def test_critical_path_of_the_h200_transformer_is_gpu_work():
     """The H200 transformer capture runs its GPU ~99% busy with the host ~1.8 ms ahead: its
     path is kernels (and copies), and each step's links add up to its program step."""
-    a = analyze(str(FIX / "h200" / "xformer.bad.json.gz"))
+    a = analysed(FIX / "h200" / "xformer.bad.json.gz")
     cp = a.replay["critical_path"]
     gpu = sum(v for k, v in cp["by_label"].items() if k in ("kernel", "copy"))
     assert gpu >= 0.95 * cp["total_ns"], cp["by_label"]
