@@ -28,6 +28,8 @@ def corpus_or_skip() -> Path:
 # The default run leaves these out (`-m slow` runs them): the slowest of the default run, each
 # 3 s or more of one core (pytest --durations, 2026-11-29), and a faster test covers the same
 # code path in the default run (named after the #). Keep the list sorted by file.
+# (Corpus sweeps split by trace size are marked in their files: test_analyze_corpus,
+# test_overlay_rules and test_replay run the small traces by default, the big ones with -m slow.)
 SLOW = {
     "test_batch.py::test_run_rows_errors_and_ranks": 13.2,          # test_batch: other batch runs
     "test_benchmarks.py::test_gpubox_tables_at_tiny_sizes": 52.3,   # a benchmark: its own command
@@ -98,6 +100,20 @@ def analysed(path, **kwargs):
 
         _ANALYSED[key] = traceread.analyze(str(path), **kwargs)
     return _ANALYSED[key]
+
+
+@pytest.fixture(scope="session")
+def gpu_sqlite(tmp_path_factory) -> Path:
+    """The committed nsys exports of fixtures/gpu (``*.sqlite.xz``), decompressed once per test
+    process into one folder (their analyses then share ``analysed``): read them, never write."""
+    import lzma
+    import shutil
+
+    out = tmp_path_factory.mktemp("gpu_sqlite")
+    for xz in sorted((FIXTURES / "gpu").glob("*.sqlite.xz")):
+        with lzma.open(xz) as src, open(out / xz.name[:-3], "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return out
 
 
 @pytest.fixture

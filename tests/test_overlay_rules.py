@@ -8,7 +8,6 @@ import csv
 import glob
 import gzip
 import json
-import lzma
 from pathlib import Path
 
 import pytest
@@ -89,9 +88,8 @@ QUICK_NSYS = ("launch.fixed.sqlite.xz", "data.bad.sqlite.xz")
 
 @pytest.mark.parametrize("name", [n if n in QUICK_NSYS else pytest.param(n, marks=pytest.mark.slow)
                                   for n in GPU_NSYS])
-def test_real_h100_nsys_overlays_obey_the_rules(name, tmp_path):
-    src = tmp_path / name[:-3]
-    src.write_bytes(lzma.open(FIXTURES / "gpu" / name).read())
+def test_real_h100_nsys_overlays_obey_the_rules(name, tmp_path, gpu_sqlite):
+    src = gpu_sqlite / name[:-3]
     assert _all_problems(_overlay_doc(src, tmp_path), whole=True) == []
 
 

@@ -17,8 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import traceread
-
 from conftest import analysed
 
 FIX = Path(__file__).parent / "fixtures"

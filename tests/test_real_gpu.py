@@ -8,8 +8,6 @@ The nsys exports are whole-program captures (start-up, module loading, warm-up, 
 from __future__ import annotations
 
 import json
-import lzma
-import shutil
 import statistics
 from pathlib import Path
 
@@ -24,12 +22,8 @@ SCENARIOS = ("data", "sync", "copy", "launch", "host", "compile", "gpu")
 
 
 @pytest.fixture(scope="module")
-def sqlite_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu_nsys")
-    for xz in GPU.glob("*.sqlite.xz"):
-        with lzma.open(xz) as src, open(out / xz.name[:-3], "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return out
+def sqlite_dir(gpu_sqlite):
+    return gpu_sqlite   # conftest: decompressed once per test process, shared
 
 
 _CACHE: dict = {}
