@@ -52,12 +52,16 @@ SLOW = {
     "test_hardening_round3.py::test_one_line_trace_full_of_fake_boundaries_is_linear": 32.8,
     "test_job_model.py::test_diff_of_two_real_two_gpu_exports": 6.3,  # its multi-process twin
     "test_mfu_gpu_time.py::test_no_corpus_trace_reports_impossible_figures": 56.9,  # its spill-over twin
+    "test_multirank_synth.py::test_no_seq_offsets_straggler[64-37]": 3.6,  # [8-5]: the same path at 8 ranks
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
+    "test_nsys_corpus.py::test_corpus_nsys_cli_info_analyze[GindaChen__nsys-ai/tests/fixtures/h100_2gpu_1s.sqlite]": 2.8,  # [mfu_2gpu_before.sqlite]; test_multirank_waits::test_real_nsys_ai_2gpu_cannot_tell (its job)
+    "test_nsys_corpus.py::test_corpus_nsys_cli_info_analyze[GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_after.sqlite]": 3.4,  # [mfu_2gpu_before.sqlite]; test_job_model's CLI diff of the pair
     "test_scale.py::test_batch_parent_keeps_per_rank_records_not_event_tables": 41.2,  # test_cross_rank_pass_memory_grows_linearly
     "test_scale.py::test_pipeline_pass_memory_grows_linearly": 6.4,  # test_pipeline_reports_no_rank_absent_from_a_pair_it_was_never_in
     "test_scale.py::test_batch_on_dask_shows_the_progress_bar_too": 4.7,  # test_batch_shows_a_progress_bar_only_on_a_terminal
     "test_side_passes.py::test_levers_priced_on_forked_workers_equal_in_process[gpu/compile.bad.json.gz]": 3.0,  # [h200/xformer.bad.json.gz]
     "test_stream.py::test_fixtures_stream_equals_small_path[tracelens_b200_eager_trace.json.gz]": 7.8,  # the other fixtures
+    "test_stream.py::test_corpus_stream_equals_small_path[mtia_rank_0.json.gz]": 5.6,  # the other corpus picks
     "test_torch_compile_real.py::test_aot_eager_recompile_found_in_step": 12.5,
     "test_torch_compile_real.py::test_training_graph_break_and_lazy_backward_compile": 15.3,
 }
