@@ -347,7 +347,7 @@ def test_flame_of_a_real_with_stack_trace(tmp_path):
     nanosecond of the idle gaps, Python frames included, and open as collapsed stacks."""
     from traceread.passes.flame import idle_stacks
 
-    a = traceread.analyze(traceread.load(STACKS))
+    a = analysed(STACKS)
     st = idle_stacks(a.trace.events, a.gaps)
     assert sum(st.values()) == int(a.gaps["duration"].sum())
     assert any(".py(" in f for k in st for f in k)
