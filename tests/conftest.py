@@ -28,6 +28,8 @@ def corpus_or_skip() -> Path:
 # The default run leaves these out (`-m slow` runs them): the slowest of the default run, each
 # 3 s or more of one core (pytest --durations, 2026-11-29), and a faster test covers the same
 # code path in the default run (named after the #). Keep the list sorted by file.
+# (Corpus sweeps split by trace size are marked in their files: test_analyze_corpus,
+# test_overlay_rules and test_replay run the small traces by default, the big ones with -m slow.)
 SLOW = {
     "test_batch.py::test_run_rows_errors_and_ranks": 13.2,          # test_batch: other batch runs
     "test_benchmarks.py::test_gpubox_tables_at_tiny_sizes": 52.3,   # a benchmark: its own command
@@ -50,6 +52,7 @@ SLOW = {
     "test_hardening_round3.py::test_one_line_trace_full_of_fake_boundaries_is_linear": 32.8,
     "test_job_model.py::test_diff_of_two_real_two_gpu_exports": 6.3,  # its multi-process twin
     "test_mfu_gpu_time.py::test_no_corpus_trace_reports_impossible_figures": 56.9,  # its spill-over twin
+    "test_multirank_synth.py::test_no_seq_offsets_straggler[64-37]": 3.6,  # [8-5]: the same path at 8 ranks
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
     # the two plain-run nsys captures of h200/queue analysed once for the module (5.7 s):
     # test_pageable_reads' nsys test covers the same path on the pageable pair
@@ -57,11 +60,14 @@ SLOW = {
     "test_queue_pair.py::test_the_sync_costs_the_gpu_tens_of_microseconds_a_step_not_the_inner_gaps": 0.1,
     "test_queue_pair.py::test_drop_syncs_promise_holds_against_the_plain_runs_program_steps[nsys]": 0.5,
     "test_queue_pair.py::test_drop_syncs_promise_holds_against_the_plain_runs_program_steps[kineto]": 1.3,
+    "test_nsys_corpus.py::test_corpus_nsys_cli_info_analyze[GindaChen__nsys-ai/tests/fixtures/h100_2gpu_1s.sqlite]": 2.8,  # [mfu_2gpu_before.sqlite]; test_multirank_waits::test_real_nsys_ai_2gpu_cannot_tell (its job)
+    "test_nsys_corpus.py::test_corpus_nsys_cli_info_analyze[GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_after.sqlite]": 3.4,  # [mfu_2gpu_before.sqlite]; test_job_model's CLI diff of the pair
     "test_scale.py::test_batch_parent_keeps_per_rank_records_not_event_tables": 41.2,  # test_cross_rank_pass_memory_grows_linearly
     "test_scale.py::test_pipeline_pass_memory_grows_linearly": 6.4,  # test_pipeline_reports_no_rank_absent_from_a_pair_it_was_never_in
     "test_scale.py::test_batch_on_dask_shows_the_progress_bar_too": 4.7,  # test_batch_shows_a_progress_bar_only_on_a_terminal
     "test_side_passes.py::test_levers_priced_on_forked_workers_equal_in_process[gpu/compile.bad.json.gz]": 3.0,  # [h200/xformer.bad.json.gz]
     "test_stream.py::test_fixtures_stream_equals_small_path[tracelens_b200_eager_trace.json.gz]": 7.8,  # the other fixtures
+    "test_stream.py::test_corpus_stream_equals_small_path[mtia_rank_0.json.gz]": 5.6,  # the other corpus picks
     "test_torch_compile_real.py::test_aot_eager_recompile_found_in_step": 12.5,
     "test_torch_compile_real.py::test_training_graph_break_and_lazy_backward_compile": 15.3,
 }
@@ -85,6 +91,39 @@ def pytest_runtest_makereport(item, call):
         path, line, reason = rep.longrepr
         if ("corpus" in reason or "golden" in reason) and str(CORPUS) not in reason:
             rep.longrepr = (path, line, f"{reason}: {CORPUS_HINT}")
+
+
+# One analysis per trace file and test process (each xdist worker), shared by every test that
+# asks: the committed fixtures and the corpus traces are analysed by many test files (the
+# report width, the replay, the planted causes, the what-if pairs, ...), each ~0.5 s of one
+# core. The result is read-only: a test that changes an Analysis (a job verdict replaces
+# ``a.verdict``) analyses its own copy with traceread.analyze.
+_ANALYSED: dict = {}
+
+
+def analysed(path, **kwargs):
+    """``traceread.analyze(path, **kwargs)`` of a file, computed once per test process (keyed
+    by the path as spelt: the report's header prints it)."""
+    key = (str(path), tuple(sorted(kwargs.items())))
+    if key not in _ANALYSED:
+        import traceread
+
+        _ANALYSED[key] = traceread.analyze(str(path), **kwargs)
+    return _ANALYSED[key]
+
+
+@pytest.fixture(scope="session")
+def gpu_sqlite(tmp_path_factory) -> Path:
+    """The committed nsys exports of fixtures/gpu (``*.sqlite.xz``), decompressed once per test
+    process into one folder (their analyses then share ``analysed``): read them, never write."""
+    import lzma
+    import shutil
+
+    out = tmp_path_factory.mktemp("gpu_sqlite")
+    for xz in sorted((FIXTURES / "gpu").glob("*.sqlite.xz")):
+        with lzma.open(xz) as src, open(out / xz.name[:-3], "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return out
 
 
 @pytest.fixture

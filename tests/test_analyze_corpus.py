@@ -8,12 +8,11 @@ from functools import lru_cache
 import pytest
 
 from traceread import TraceError, load
-from traceread.analysis import analyze
 from traceread.passes.attribution import CPU_CATEGORIES
 from traceread.verdict.bounds import VERDICTS
 from traceread.render.report import render_report
 
-from conftest import corpus_or_skip
+from conftest import analysed, corpus_or_skip
 
 pytestmark = pytest.mark.corpus
 KINDS = ("kineto-json", "kineto-json-gz", "nsys-sqlite")
@@ -30,9 +29,8 @@ def _manifest():
         return [r for r in csv.DictReader(f, delimiter="\t") if r["kind"] in KINDS]
 
 
-@lru_cache(maxsize=8)
 def _analysis(rel: str):
-    return analyze(load(corpus_or_skip() / rel))
+    return analysed(corpus_or_skip() / rel)
 
 
 def _check(a):
@@ -64,10 +62,10 @@ def _files(small: bool):
 
 def _analyse_or_refuse(rel):
     try:
-        trace = load(corpus_or_skip() / rel)
+        load(corpus_or_skip() / rel)
     except TraceError:
         return None  # readers refuse non-trace files cleanly; their own tests cover that
-    a = analyze(trace)
+    a = analysed(corpus_or_skip() / rel)   # shared with the other corpus tests
     _check(a)
     return a
 

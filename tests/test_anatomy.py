@@ -15,6 +15,8 @@ from traceread.passes.flops import causal_fraction, flops_of, mfu_summary
 from traceread.verdict.anatomy import ANATOMY_LEVERS, anatomy_saving
 from traceread.verdict.levers import BY_ID, LEVERS
 
+from conftest import analysed
+
 HERE = Path(__file__).parent / "fixtures" / "anatomy"
 TRUTH = json.loads((HERE / "truth.json").read_text())
 NAMES = ("valid", "valid_nostack", "valid_never", "accum", "accum_one", "ckpt", "save", "log", "decode",
@@ -23,7 +25,7 @@ NAMES = ("valid", "valid_nostack", "valid_never", "accum", "accum_one", "ckpt", 
 
 @lru_cache(maxsize=None)
 def analysis(name: str):
-    return traceread.analyze(str(HERE / f"{name}.json.gz"))
+    return analysed(HERE / f"{name}.json.gz")
 
 
 def anatomy(name: str) -> dict:

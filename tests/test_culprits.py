@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import corpus_or_skip, materialise
+from conftest import analysed, corpus_or_skip, materialise
 from traceread.analysis import analyze
 from traceread.passes import culprits as C
 from traceread.synth.scenarios import DATALOADER_OP, MS, US, TraceBuilder
@@ -205,7 +205,7 @@ def test_xdit_flux_capture_culprit_fits_in_its_gaps():
     import numpy as np
     from traceread.passes import attribution as A
 
-    a = analyze(str(corpus_or_skip() / XDIT))
+    a = analysed(str(corpus_or_skip() / XDIT))
     name, ms = _host(a)
     g = a.gaps
     long_ = ~A.is_sync_drained(g) & (g["duration"].to_numpy(np.int64) > A.SHORT_GAP_NS)
@@ -219,6 +219,6 @@ def test_xdit_flux_capture_culprit_fits_in_its_gaps():
 def test_nsys_culprits_are_launch_thread_frames():
     """nsys-ai mfu_2gpu: the host culprit is an operator of the launching thread, its
     emit_nvtx per-call suffix pooled ("aten::addmm", not "…, seq = 47729, op_id = …")."""
-    a = analyze(str(corpus_or_skip() / "GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite"))
+    a = analysed(str(corpus_or_skip() / "GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite"))
     name, ms = _host(a)
     assert "seq =" not in name and name.startswith("aten::")

@@ -13,7 +13,7 @@ from traceread.diffs.trace import diff_analyses
 from traceread.synth.kineto import write_kineto
 from traceread.synth.scenarios import MS, US, dataloader_bound
 
-from conftest import FIXTURES
+from conftest import FIXTURES, analysed
 
 
 def _pair(tmp_path, before: dict, after: dict):
@@ -122,7 +122,7 @@ def test_real_nsys_mfu_pair(corpus_dir):
 
 
 def test_identical_traces_diff_to_zero():
-    a = traceread.analyze(str(FIXTURES / "kineto" / "hta_sampled_rank-1.json.gz"))
+    a = analysed(FIXTURES / "kineto" / "hta_sampled_rank-1.json.gz")
     d = diff_analyses(a, a)
     assert d.slower_pct() == 0.0
     assert d.kernels["slower_count"] == d.kernels["faster_count"] == d.kernels["new_count"] == 0

@@ -12,13 +12,12 @@ from statistics import mean
 import pytest
 from click.testing import CliRunner
 
-import traceread
 from traceread.jobs.batch import analyze_dir
 from traceread.cli import main
 from traceread.diffs.paths import diff_paths
 from traceread.diffs.trace import diff_analyses
 
-from conftest import FIXTURES
+from conftest import FIXTURES, analysed
 
 GPU = FIXTURES / "gpu"
 MS = 1_000_000
@@ -27,7 +26,7 @@ SCENARIOS = ("data", "sync", "copy", "launch", "host", "compile", "gpu", "alloc"
 
 @lru_cache(maxsize=None)
 def _analysis(scenario: str, variant: str):
-    return traceread.analyze(str(GPU / f"{scenario}.{variant}.json.gz"))
+    return analysed(GPU / f"{scenario}.{variant}.json.gz")
 
 
 @lru_cache(maxsize=None)
@@ -175,21 +174,15 @@ NSYS_PAIRS = ("data", "copy", "launch")
 
 
 @pytest.fixture(scope="module")
-def nsys_pairs(tmp_path_factory):
-    """The whole-program nsys exports of a few pairs, decompressed."""
-    import lzma
-
-    out = tmp_path_factory.mktemp("gpu_nsys_pairs")
-    for s in NSYS_PAIRS:
-        for v in ("bad", "fixed"):
-            (out / f"{s}.{v}.sqlite").write_bytes(lzma.open(GPU / f"{s}.{v}.sqlite.xz").read())
-    return out
+def nsys_pairs(gpu_sqlite):
+    """The whole-program nsys exports of the pairs, decompressed (conftest, shared)."""
+    return gpu_sqlite
 
 
 @pytest.mark.parametrize("scenario", NSYS_PAIRS)
 def test_nsys_pairs_match_the_loops_truth_too(nsys_pairs, scenario):
     """nsys: step_<i> NVTX ranges of a whole-program capture (start-up step 0 excluded)."""
-    a = {v: traceread.analyze(str(nsys_pairs / f"{scenario}.{v}.sqlite")) for v in ("bad", "fixed")}
+    a = {v: analysed(nsys_pairs / f"{scenario}.{v}.sqlite") for v in ("bad", "fixed")}
     d = diff_analyses(a["bad"], a["fixed"])
     truth = {}
     for v, side in (("bad", d.before), ("fixed", d.after)):

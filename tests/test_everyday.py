@@ -17,7 +17,7 @@ import traceread
 from traceread.cli import main
 from traceread.examples import path as example
 
-from conftest import FIXTURES
+from conftest import FIXTURES, analysed
 
 H200 = example("h200_pageable_copy.json.gz")
 STACKS = FIXTURES / "kineto" / "tracelens_b200_eager_trace.json.gz"   # real, with_stack frames
@@ -30,7 +30,7 @@ def run(*args):
 
 @pytest.fixture(scope="module")
 def h200():
-    return traceread.analyze(traceread.load(H200))
+    return analysed(H200)
 
 
 # --- the terminal: wrapped once, at its width --------------------------------------------
@@ -347,7 +347,7 @@ def test_flame_of_a_real_with_stack_trace(tmp_path):
     nanosecond of the idle gaps, Python frames included, and open as collapsed stacks."""
     from traceread.passes.flame import idle_stacks
 
-    a = traceread.analyze(traceread.load(STACKS))
+    a = analysed(STACKS)
     st = idle_stacks(a.trace.events, a.gaps)
     assert sum(st.values()) == int(a.gaps["duration"].sum())
     assert any(".py(" in f for k in st for f in k)

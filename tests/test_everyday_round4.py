@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, corpus_or_skip
+from conftest import FIXTURES, analysed, corpus_or_skip
 from traceread.cli import main
 
 R50 = "pytorch__kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
@@ -34,7 +34,7 @@ def _corpus(rel: str) -> Path:
 def r50():
     import traceread
 
-    return traceread.analyze(_corpus(R50))
+    return analysed(_corpus(R50))
 
 
 @pytest.fixture(scope="module")

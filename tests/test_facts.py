@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from traceread import analyze
 from traceread.passes.facts import WindowFacts
 from traceread.verdict import decide
 from traceread.verdict import levers as L
 from traceread.verdict.because import because_text, facts_read
+
+from conftest import analysed
 
 FIX = Path(__file__).parent / "fixtures" / "gpu"
 
@@ -21,7 +22,7 @@ FIX = Path(__file__).parent / "fixtures" / "gpu"
 @pytest.fixture(scope="module")
 def alloc():
     """H100 recording: empty_cache() churn, launch-bound eager steps, no CUDA graphs."""
-    return analyze(str(FIX / "alloc.bad.json.gz"))
+    return analysed(FIX / "alloc.bad.json.gz")
 
 
 def _record(a, **change) -> WindowFacts:

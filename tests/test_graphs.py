@@ -23,7 +23,7 @@ from traceread.synth.kineto import write_kineto
 from traceread.synth.nsys import NsysWriter, gpid
 from traceread.synth.scenarios import gpu_bound
 
-from conftest import corpus_or_skip
+from conftest import analysed, corpus_or_skip
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +258,7 @@ def test_corpus_cuda_graph_launches_hta():
 
 def test_corpus_capture_trace_records_not_compiles():
     path = corpus_or_skip() / _TL / "xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz"
-    a = analyze(path)
+    a = analysed(path)
     by = a.attribution["by_cpu"]
     assert by["graph_capture"] > 200_000_000          # CUDAGraphNode.record: 243 ms
     assert by["compile"] < by["graph_capture"] / 4
@@ -298,7 +298,7 @@ def test_stream_capture_region_is_graph_capture():
 def test_corpus_vllm_capture_trace_is_graph_recording():
     path = corpus_or_skip() / _TL / ("vllm_decode_full/capture_traces/"
                                      "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz")
-    a = analyze(path)
+    a = analysed(path)
     by = a.attribution["by_cpu"]
     assert by["graph_capture"] > 0.9 * sum(by.values())
     assert a.graphs["uses_cuda_graphs"] and a.graphs["replays"] == 0
@@ -314,7 +314,7 @@ def test_corpus_vllm_capture_trace_is_graph_recording():
     "rank0.json.gz",
 ])
 def test_corpus_graph_replays_get_no_capture_advice(rel):
-    a = analyze(corpus_or_skip() / rel)
+    a = analysed(corpus_or_skip() / rel)
     assert a.graphs["uses_cuda_graphs"] and a.context["uses_cuda_graphs"]
     levers = [lv if isinstance(lv, str) else str(lv) for lv in a.verdict["levers"]]
     assert not any("capture the step with CUDA graphs" in lv for lv in levers)
@@ -325,6 +325,6 @@ def test_corpus_steady_replays_are_not_graph_capture():
     deferred_cudagraphify) are not recording."""
     path = corpus_or_skip() / _TL / ("xdit_flux.1/split_traces/profile_trace_rank_0_annotation_"
                                      "iteration_0_execute_diffusion_1_256x256.json.gz")
-    a = analyze(path)
+    a = analysed(path)
     assert a.graphs["replays"] == 4 and a.graphs["recording"]["ns"] == 0
     assert a.attribution["by_cpu"]["graph_capture"] == 0

@@ -1,6 +1,7 @@
 """A real CPU trace recorded by torch.profiler in this run loads exactly."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,7 +13,9 @@ import pytest
 
 from traceread.readers.kineto import read_kineto
 
-pytest.importorskip("torch")
+# the recording imports torch in its own process; collecting this file (every xdist worker)
+# need not import it: ~1 s of CPU each
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
 RECORD = textwrap.dedent("""
     import sys, time, torch

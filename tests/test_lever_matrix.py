@@ -16,6 +16,8 @@ from traceread.verdict import levers as L
 from traceread.passes.context import trace_context
 from traceread.passes.facts import layout_figures
 
+from conftest import analysed
+
 FIX = Path(__file__).parent / "fixtures"
 
 
@@ -338,14 +340,14 @@ def pool() -> dict:
     for cause in ("stage_untraced", "untraced", "comm_wait", "sleep", "gpu_compute"):
         out[f"job ddp2, late because {cause}"] = dict(out["job ddp2"], straggler_cause=cause)
     # the GPU-use section: allocator calls after the first step (our H100 recording)
-    alloc = traceread.analyze(str(FIX / "gpu" / "alloc.bad.json.gz"))
+    alloc = analysed(FIX / "gpu" / "alloc.bad.json.gz")
     out["memory alloc.bad"] = {"memory": alloc.facts.figures["memory"]}
     mem = alloc.facts.figures["memory"]
     out["memory alloc.bad, no frees"] = {"memory": {**mem, "after_first_step": {
         **mem["after_first_step"], "frees": 0}}}
     for j in ("pp_gpipe3_slow1", "tp2", "a2a4"):
         out[f"layout {j}"] = layout_figures(
-            traceread.analyze(str(FIX / "gloo" / j / "rank-1.json.gz")).parallelism)
+            analysed(FIX / "gloo" / j / "rank-1.json.gz").parallelism)
     return out
 
 

@@ -5,8 +5,6 @@ reproduced byte for byte, the version switch, and info/analyze on each export.
 The exports are committed xz-compressed; they are decompressed once per session."""
 from __future__ import annotations
 
-import lzma
-import shutil
 import warnings
 from pathlib import Path
 
@@ -38,13 +36,7 @@ def _goldens() -> list[tuple[str, str]]:
             if (GOLDEN / f"{name}_{rep}.csv").exists()]
 
 
-@pytest.fixture(scope="session")
-def gpu_sqlite(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("gpu_sqlite")
-    for name in _exports():
-        with lzma.open(GPU / f"{name}.sqlite.xz") as src, open(out / f"{name}.sqlite", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return out
+# gpu_sqlite (conftest): every fixtures/gpu/*.sqlite.xz decompressed once per test process
 
 
 _TRACES: dict = {}

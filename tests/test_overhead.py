@@ -8,14 +8,13 @@ import statistics
 
 import pytest
 
-import traceread
 from traceread.analysis import analyze
 from traceread.passes import overhead as O
 from traceread.passes.replay.sim import simulate
 from traceread.passes.replay.whatif import step_mean
 from traceread.synth.scenarios import US, TraceBuilder
 
-from conftest import FIXTURES
+from conftest import FIXTURES, analysed
 
 PLANTED_NS = 2_000   # CUPTI's cost per launch call in the synthetic "profiled" traces
 
@@ -91,7 +90,7 @@ def test_call_costs_bring_the_estimate_nearer_the_plain_run(folder, stem):
     """queue.bad: 800 traced launch calls a step on a host-bound loop. The estimate with the
     fitted per-call costs lies nearer the plain run than the one without them (alloc.bad's
     frees are not fitted: one pair only, overhead.CALL_NS)."""
-    a = traceread.analyze(str(FIXTURES / folder / f"{stem}.json.gz"))
+    a = analysed(FIXTURES / folder / f"{stem}.json.gz")
     o = a.facts.figures["profiler_overhead"]
     assert o["basis"] == "replay" and o["call_ns"] == O.CALL_NS
     truth = _plain(folder, stem)

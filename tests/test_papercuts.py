@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from traceread.render.text import fmt_bytes, fmt_rate
 
+from conftest import analysed
+
 
 def test_small_sizes_and_rates_keep_their_unit():
     # a 6 kB copy once printed as "6.11e-06 GB at 0.0 GB/s"
@@ -124,7 +126,7 @@ def test_analysis_in_a_notebook_is_short_and_has_a_report():
     import traceread
     from conftest import FIXTURES
 
-    a = traceread.analyze(str(FIXTURES / "gpu" / "data.bad.json.gz"))
+    a = analysed(FIXTURES / "gpu" / "data.bad.json.gz")
     r = repr(a)
     assert len(r) < 200 and "DATA" in r and "3 steps" in r
     html = a._repr_html_()

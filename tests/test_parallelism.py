@@ -18,14 +18,14 @@ from traceread.passes.parallelism import ddp_overlap, job_parallelism, paralleli
 from traceread.passes.figures import layout_figures
 from traceread.verdict.parallel import job_levers
 
-from conftest import FIXTURES
+from conftest import FIXTURES, analysed
 
 GLOO = FIXTURES / "gloo"
 
 
 @lru_cache(maxsize=None)
 def _layout(job: str, rank: int) -> dict:
-    return traceread.analyze(str(GLOO / job / f"rank-{rank}.json.gz")).parallelism
+    return analysed(GLOO / job / f"rank-{rank}.json.gz").parallelism
 
 
 def _truth(job: str) -> dict:
@@ -366,7 +366,7 @@ def test_each_strategy_gets_the_group_its_calls_name():
 
 
 def test_vllm_all_reduce_is_tensor_parallel_over_its_named_group():
-    p = traceread.analyze(str(FIXTURES / "kineto" / "tracelens_b200_eager_trace.json.gz")).parallelism
+    p = analysed(FIXTURES / "kineto" / "tracelens_b200_eager_trace.json.gz").parallelism
     (tp,) = p["strategies"]
     assert (tp["kind"], tp["group_size"], tp["ranks"]) == ("tp", 8, list(range(8)))
     assert tp["evidence"][0] == "vllm: vllm::all_reduce"

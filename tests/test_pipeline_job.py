@@ -117,9 +117,9 @@ def test_bubble_is_the_steps_share_in_p2p_calls(job):
     vs 50.8; most within 1 point."""
     truth, traces = _pp3(job)
     a = truth["args"]
-    read = []
-    for t in traces:
-        pl = traceread.analyze(t, steps="all").parallelism["pipeline"]
+    read, analyses = [], [traceread.analyze(t, steps="all") for t in traces]
+    for t, an in zip(traces, analyses):
+        pl = an.parallelism["pipeline"]
         r = t.meta.rank
         rows = truth["per_rank"][str(r)]
         loop = 100 * sum(x["p2p_ns"] for x in rows) / sum(x["barrier_ns"] + x["step_ns"] for x in rows)
@@ -131,7 +131,8 @@ def test_bubble_is_the_steps_share_in_p2p_calls(job):
         assert pl["microbatches"] == a["microbatches"]
         read.append(pl["schedule"])
     assert a["schedule"] in read
-    layout = traceread.job(traces, steps="all").layout["pipeline"]
+    # the job of those analyses (the whole trace each): what job(traces, steps="all") builds
+    layout = traceread.job(analyses).layout["pipeline"]
     assert (layout["schedule"], layout["microbatches"]) == (a["schedule"], a["microbatches"])
 
 

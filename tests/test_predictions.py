@@ -18,7 +18,7 @@ from traceread.passes.replay import whatif as W
 from traceread.synth.scenarios import US, TraceBuilder
 from traceread.verdict.whatif import bound_reasons
 
-from conftest import FIXTURES
+from conftest import FIXTURES, analysed
 
 GPU = FIXTURES / "gpu"
 
@@ -55,7 +55,7 @@ def test_unprofiled_estimate_is_nearer_the_unprofiled_run(name):
     """H100 recordings with unprofiled timings: the estimate lies nearer the plain run's
     step than the profiled step does (launch.fixed: a CUDA graph of 600 kernels, whose
     launch CUPTI slows by ~1.2 us a kernel)."""
-    o = traceread.analyze(str(GPU / f"{name}.json.gz")).facts.figures["profiler_overhead"]
+    o = analysed(GPU / f"{name}.json.gz").facts.figures["profiler_overhead"]
     truth = _plain_step(name)
     assert o["basis"] == "replay" and o["material"]
     assert abs(o["unprofiled_step_ns"] - truth) < abs(o["profiled_step_ns"] - truth)
@@ -64,7 +64,7 @@ def test_unprofiled_estimate_is_nearer_the_unprofiled_run(name):
 
 def test_gpu_bound_step_keeps_its_length():
     """The GPU sets the pace: the host's shorter ops give nothing back."""
-    a = traceread.analyze(str(GPU / "gpu.bad.json.gz"))
+    a = analysed(GPU / "gpu.bad.json.gz")
     o = a.facts.figures["profiler_overhead"]
     assert o["profiler_host_ns_per_step"] > 0
     assert o["overhead_pct"] < 1.0 and not o["material"]
@@ -72,7 +72,7 @@ def test_gpu_bound_step_keeps_its_length():
 
 
 def test_levers_are_priced_without_the_profiler_where_it_is_material():
-    a = traceread.analyze(str(GPU / "launch.bad.json.gz"))
+    a = analysed(GPU / "launch.bad.json.gz")
     p = W.price_models(a.facts.graph, dict(a.context), a.copies)
     assert p["profiled_before_ns"] is not None and p["before_ns"] < p["profiled_before_ns"]
     assert "Profiler: profiled" in a.report("text")
@@ -149,7 +149,7 @@ def test_held_out_lag_belongs_to_its_edge():
     """A pageable copy's call returns after its copy began (launch lag -8 ms), a kernel's
     5 us after: the held-out step's lags are learnt per edge, not per kind (the median
     launch lag doubled the copy step: 19 ms for 10.9 ms)."""
-    a = traceread.analyze(str(GPU / "copy.bad.json.gz"))
+    a = analysed(GPU / "copy.bad.json.gz")
     sc = H.score(H.leave_one_out(a.replay_graph))
     assert sc["replay_error_pct"] < 2.0
 
@@ -248,7 +248,7 @@ def test_capture_whose_replay_does_not_settle_keeps_its_bound_and_says_why():
     """gpu/data.fixed: capturing the step in a CUDA graph makes a dependency cycle; the
     lever was priced from that unsettled replay before, now it keeps its bound and the
     verdict says why."""
-    a = traceread.analyze(str(GPU / "data.fixed.json.gz"))
+    a = analysed(GPU / "data.fixed.json.gz")
     acts = {x["id"]: x for x in a.verdict["actions"]}
     assert acts["cuda_graphs"]["basis"] == "bound"
     assert "did not settle" in a.verdict["evidence"]["levers_on_bounds"]["cuda_graphs"]

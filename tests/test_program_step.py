@@ -13,6 +13,8 @@ from traceread.diffs.trace import diff_analyses
 from traceread.synth.scenarios import MS, T0, US, TraceBuilder
 from traceread.verdict.units import StepSaving, per_step
 
+from conftest import analysed
+
 FIX = Path(__file__).parent / "fixtures"
 XFORMER = FIX / "h200" / "xformer.bad.json.gz"
 
@@ -39,7 +41,7 @@ def test_real_gpu_bound_steps_are_the_gpus_not_the_hosts():
     step is its GPU time measured by CUDA events in the loop (truth ``gpu_ms``) within 1%;
     the host's span of the first profiled step is 6% short of it."""
     truth = json.loads((FIX / "h200" / "xformer.bad.kineto.truth.json").read_text())
-    a = traceread.analyze(XFORMER)
+    a = analysed(XFORMER)
     st = a.steps
     assert list(st["bound_by"]) == ["gpu"] * len(st)
     for r in st.to_dict(orient="records"):
@@ -56,7 +58,7 @@ def test_real_gpu_bound_steps_are_the_gpus_not_the_hosts():
 
 def test_real_gpu_bound_projection_stops_at_the_gpus_busy_time():
     """No projected step of the GPU-bound trace drops below its GPU busy time per step."""
-    a = traceread.analyze(XFORMER)
+    a = analysed(XFORMER)
     busy = a.facts.figures["busy_step_mean_ns"]
     step = a.facts.figures["program_step_mean_ns"]
     for x in a.verdict["actions"]:
@@ -69,7 +71,7 @@ def test_real_gpu_bound_projection_stops_at_the_gpus_busy_time():
 def test_steps_text_and_json_show_the_program_step():
     from traceread.render.report import render_steps
 
-    a = traceread.analyze(XFORMER)
+    a = analysed(XFORMER)
     text = render_steps(a)
     assert "program step" in text and "GPU-bound: the host runs ahead by" in text
     from traceread.render.json import _steps
@@ -100,7 +102,7 @@ def test_diff_realises_the_saving_on_the_gpu_paced_step(tmp_path):
 
 def test_host_bound_steps_keep_the_hosts_span():
     """The CPU pairs and the synced GPU fixtures: the program step is the host's span."""
-    a = traceread.analyze(FIX / "gpu" / "launch.bad.json.gz")
+    a = analysed(FIX / "gpu" / "launch.bad.json.gz")
     p = a.facts.figures["program_step"]
     assert p["bound_by"] == "host"
     assert p["mean_ns"] == a.step_stats["mean_ns"]

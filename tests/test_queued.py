@@ -12,7 +12,7 @@ from traceread.passes import attribution as A
 from traceread.synth.scenarios import TraceBuilder, US
 from traceread.synth.scenarios_queued import PAGEABLE_DRAIN, queued_and_blocking_copy
 
-from conftest import corpus_or_skip, materialise
+from conftest import analysed, corpus_or_skip, materialise
 
 PATHS = ("table", "kineto-2.4", "nsys")
 
@@ -174,7 +174,7 @@ RULE_TRACES = [
 @pytest.mark.corpus
 @pytest.mark.parametrize("rel,share", RULE_TRACES)
 def test_gap_labels_agree_with_the_rule(rel, share):
-    a = analyze(_corpus(rel))
+    a = analysed(_corpus(rel))
     assert host_late_share(a) == pytest.approx(rule_host_late_share(a), abs=1e-9)
     assert host_late_share(a) == pytest.approx(share, abs=0.001)
 
@@ -184,7 +184,7 @@ def test_gap_labels_agree_with_the_rule_h100_h200(name, share):
     """Real captures: a launch-bound loop (queue.fixed: 400 GEMMs launched just in time)
     read 22.3% host-late when a launch returning within 5 us of the gap's start was queued."""
     sub = "h200" if name.startswith("queue") else "gpu"
-    a = analyze(Path(__file__).parent / "fixtures" / sub / f"{name}.json.gz")
+    a = analysed(Path(__file__).parent / "fixtures" / sub / f"{name}.json.gz")
     assert host_late_share(a) == pytest.approx(rule_host_late_share(a), abs=1e-9)
     assert host_late_share(a) == pytest.approx(share, abs=0.001)
 
@@ -194,7 +194,7 @@ def test_hta_ns_resolution_gaps_are_mostly_queued():
     """V100 DDP: 4,350 kernels on one stream, launched well ahead. Checked from the raw
     JSON: 5.49 of the window's 11.06 ms idle (49.6%) follow a kernel whose cudaLaunchKernel
     had returned at least 5 us before the GPU went idle."""
-    a = analyze(_corpus(f"{HTA}/ns_resolution_trace/rank-0*.json.gz"))
+    a = analysed(_corpus(f"{HTA}/ns_resolution_trace/rank-0*.json.gz"))
     assert _queued_share(a) == pytest.approx(0.496, abs=0.01)
     assert A.waited_summary(a.gaps).startswith("GPU-side")
     assert a.verdict["evidence"]["scores_ns"]["queued"] == \
@@ -205,7 +205,7 @@ def test_hta_ns_resolution_gaps_are_mostly_queued():
 def test_tracelens_timesformer_inter_kernel_gaps_are_queued():
     """H100 timesformer: of the 1.56 ms idle between kernels, 0.836 ms (53%) follow a kernel
     already launched; the rest of the window's idle is preprocessing before the first one."""
-    a = analyze(_corpus(f"{TL}/h100/facebook_timesformer*.json.gz"))
+    a = analysed(_corpus(f"{TL}/h100/facebook_timesformer*.json.gz"))
     assert a.attribution["by_drain"]["queued"] == pytest.approx(836_000, rel=0.01)
     assert a.verdict["bound"] == "host"
 
@@ -215,7 +215,7 @@ def test_torchrec_pageable_copy_is_a_blocking_call_not_launch():
     """TorchRec: a 704-byte DtoH copy into pageable memory blocks ~146 ms a step. It is now a
     sync call (it drains gaps, named as the copy), never launch time; the GPU time it sat
     through had queued work (CUDA graph replays crawling with ms holes), so it is queued."""
-    a = analyze(_corpus(f"{HTA}/negative_queue_length_values_check/rank0.json.gz"))
+    a = analysed(_corpus(f"{HTA}/negative_queue_length_values_check/rank0.json.gz"))
     assert PAGEABLE_DRAIN in a.attribution["by_sync_op"]
     top = a.top_ops[a.top_ops["name"] == "cudaMemcpyAsync"]
     assert set(top["category"]) == {"sync"}
@@ -232,8 +232,8 @@ def test_sglang_memcpy_with_stream_waits_on_an_event_wait():
     kernels ahead of its copy on stream 3 were launched 52-263 us into the trace, right
     after a hipStreamWaitEvent: the GPU sat 463 ms with them queued. The call is still a
     sync (it drains the gap after its copy); the 463 ms are queued on the event wait."""
-    a = analyze(_corpus(f"{TL}/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"),
-                steps="all")
+    a = analysed(_corpus(f"{TL}/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"),
+                 steps="all")
     big = a.gaps.sort_values("duration").iloc[-1]
     assert int(big["duration"]) > 460_000_000
     assert big["waited_on"] == "hipStreamWaitEvent"

@@ -17,16 +17,13 @@ from pathlib import Path
 
 import pytest
 
-import traceread
+from conftest import analysed
 
 FIX = Path(__file__).parent / "fixtures"
-_CACHE: dict = {}
 
 
 def _analysis(path: Path):
-    if path not in _CACHE:
-        _CACHE[path] = traceread.analyze(str(path))
-    return _CACHE[path]
+    return analysed(path)
 
 
 def _sqlite(tmp_path_factory, name: str, folder: str = "gpu") -> Path:

@@ -8,8 +8,6 @@ The nsys exports are whole-program captures (start-up, module loading, warm-up, 
 from __future__ import annotations
 
 import json
-import lzma
-import shutil
 import statistics
 from pathlib import Path
 
@@ -17,17 +15,15 @@ import pytest
 
 import traceread
 
+from conftest import analysed
+
 GPU = Path(__file__).parent / "fixtures" / "gpu"
 SCENARIOS = ("data", "sync", "copy", "launch", "host", "compile", "gpu")
 
 
 @pytest.fixture(scope="module")
-def sqlite_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu_nsys")
-    for xz in GPU.glob("*.sqlite.xz"):
-        with lzma.open(xz) as src, open(out / xz.name[:-3], "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return out
+def sqlite_dir(gpu_sqlite):
+    return gpu_sqlite   # conftest: decompressed once per test process, shared
 
 
 _CACHE: dict = {}
@@ -38,7 +34,7 @@ def analysis(sqlite_dir, scenario: str, variant: str, fmt: str):
     if key not in _CACHE:
         path = GPU / f"{scenario}.{variant}.json.gz" if fmt == "kineto" else \
             sqlite_dir / f"{scenario}.{variant}.sqlite"
-        _CACHE[key] = traceread.analyze(str(path))
+        _CACHE[key] = analysed(path)
     return _CACHE[key]
 
 

@@ -21,6 +21,8 @@ import pytest
 
 import traceread
 
+from conftest import analysed
+
 H200 = Path(__file__).parent / "fixtures" / "h200"
 PAGEABLE = "cudaMemcpyAsync (DtoH pageable)"
 
@@ -91,15 +93,15 @@ def test_a_sync_on_a_full_queue_saves_nothing(sqlite):
 
 
 def test_first_calls_of_a_fresh_process_read_as_cold_start():
-    a = traceread.analyze(str(H200 / "cold.bad.json.gz"), steps="all")
+    a = analysed(H200 / "cold.bad.json.gz", steps="all")
     v = a.verdict
     assert v["bound"] == "cold_start" and a.steady_state["state"] == "cold_start"
     assert [x["id"] for x in v["actions"]] == ["steady_cold_start"]   # no CUDA-graph advice
     # the warmed-up twin's three calls are steady: its verdict is no cold start
-    warm = traceread.analyze(str(H200 / "cold.fixed.json.gz"), steps="all").verdict
+    warm = analysed(H200 / "cold.fixed.json.gz", steps="all").verdict
     assert warm["bound"] != "cold_start"
     # the default window drops the first call as start-up work and reads the warm calls
-    d = traceread.analyze(str(H200 / "cold.bad.json.gz"))
+    d = analysed(H200 / "cold.bad.json.gz")
     assert d.window.to_dict()["first_step"] == 1 and d.verdict["bound"] != "cold_start"
 
 
@@ -110,7 +112,7 @@ def test_mfu_over_the_gpus_time_matches_the_hand_count():
     loop's CUDA events give the GPU time of each step."""
     from traceread.passes.flops import causal_fraction
 
-    a = traceread.analyze(str(H200 / "xformer.bad.json.gz"))
+    a = analysed(H200 / "xformer.bad.json.gz")
     m = a.utilization["mfu"]
     t = json.loads((H200 / "xformer.bad.kineto.truth.json").read_text())
     steps = [str(s) for s in t["profiled_steps"]]
@@ -175,7 +177,7 @@ def test_per_step_idle_in_span_is_steady_where_launch_charge_grows():
     """pageable.bad: a steady loop (host time 4.8-4.95 ms a step, GPU busy 2.48 ms each).
     Charged by launch, idle reads 0.39 / 2.41 / 4.49 ms (the queue drains behind the host);
     inside each step's own span it is steady, and no idle is counted twice."""
-    a = traceread.analyze(str(H200 / "pageable.bad.json.gz"))
+    a = analysed(H200 / "pageable.bad.json.gz")
     st = a.steps
     assert st["step"].tolist() == [3, 4, 5]
     charged, in_span = st["idle_ns"].tolist(), st["idle_in_span_ns"].tolist()

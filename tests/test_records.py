@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from traceread import analyze
 from traceread.passes.facts import WindowFacts
 from traceread.verdict import decide
+
+from conftest import analysed
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -22,7 +23,7 @@ def _plain(v) -> dict:
 
 @pytest.mark.parametrize("name", ["gpu/alloc.bad.json.gz", "gpu/graphs.fixed.json.gz"])
 def test_a_saved_record_is_judged_to_the_same_verdict(name):
-    a = analyze(str(FIX / name))
+    a = analysed(FIX / name)
     text = a.facts.to_json()
     saved = WindowFacts.from_json(text)
     assert saved.graph is None and not saved.frames      # judged without the step graph
@@ -32,7 +33,7 @@ def test_a_saved_record_is_judged_to_the_same_verdict(name):
 
 
 def test_a_rule_change_rejudges_a_saved_record():
-    a = analyze(str(FIX / "gpu" / "alloc.bad.json.gz"))
+    a = analysed(FIX / "gpu" / "alloc.bad.json.gz")
     saved = WindowFacts.from_json(a.facts.to_json())
     saved.program["uses_cuda_graphs"] = True
     saved.program["graph_launches"] = 6

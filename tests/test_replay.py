@@ -13,7 +13,7 @@ from traceread.analysis import analyze
 from traceread.passes.replay import gap_labels, simulate, sim as sim_mod
 from traceread.synth.scenarios import TraceBuilder, US
 
-from conftest import CORPUS, corpus_or_skip
+from conftest import CORPUS, analysed, corpus_or_skip
 
 FIX = Path(__file__).parent / "fixtures"
 STEPS = 4
@@ -156,26 +156,51 @@ def _check(r: dict) -> list[float]:
 
 @pytest.mark.parametrize("path", FIXTURE_TRACES, ids=lambda p: p.name)
 def test_real_capture_replays_its_steps(path):
-    errs = _check(analyze(path).replay)
+    errs = _check(analysed(path).replay)
     assert statistics.median(errs) <= 3.0
 
 
-def _corpus_traces() -> list[str]:
+# The default run replays every corpus trace up to this size (test_analyze_corpus analyses
+# them too: conftest.analysed shares the analysis) and the bigger ones other default tests
+# analyse (SHARED); the other bigger ones (1-4 MB, ~1.5 s of one core each, 27 s in all) are
+# the slow sweep. The 25 committed H100 / H200 captures above run in both.
+SMALL_BYTES = 600_000
+SHARED = ("resnet50_num_workers_0/", "resnet50_num_workers_4/worker0.1623212756351",
+          "ns_resolution_trace/rank-0", "negative_queue_length_values_check/rank0")
+
+
+def _corpus_traces(small: bool) -> list[str]:
     if not (CORPUS / "MANIFEST.tsv").is_file():
         return []
     out = []
     for r in csv.DictReader(open(CORPUS / "MANIFEST.tsv"), delimiter="\t"):
         if (r.get("has_gpu_kernels") or "0") not in ("", "0") and \
-                "ProfilerSteps=" in (r.get("notes") or "") and "__blob" not in r["local_path"]:
+                "ProfilerSteps=" in (r.get("notes") or "") and "__blob" not in r["local_path"] \
+                and _default(r) == small:
             out.append(r["local_path"])
     return out
 
 
+def _default(row: dict) -> bool:
+    return int(row["bytes"]) <= SMALL_BYTES or any(k in row["local_path"] for k in SHARED)
+
+
 @pytest.mark.corpus
-@pytest.mark.parametrize("rel", _corpus_traces() or ["(no corpus)"])
+@pytest.mark.parametrize("rel", _corpus_traces(small=True) or ["(no corpus)"])
 def test_corpus_trace_replays_its_steps(rel):
+    _replays_its_steps(rel)
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", _corpus_traces(small=False) or ["(no corpus)"])
+def test_large_corpus_trace_replays_its_steps(rel):
+    _replays_its_steps(rel)
+
+
+def _replays_its_steps(rel: str):
     root = corpus_or_skip()
-    r = analyze(root / rel).replay
+    r = analysed(root / rel).replay
     if not r["replayable"]:   # sampled traces say so; nothing else may refuse
         assert "sampled" in r["reason"], r["reason"]
         return
@@ -189,7 +214,7 @@ def test_corpus_trace_replays_its_steps(rel):
 def test_gap_labels_from_the_replay_agree_with_the_attribution(path):
     """Issue 30: the replay's launch edges read the same labels as the attribution (host-late
     = sync / starved, else queued) for every gap whose closing op the graph holds."""
-    a = analyze(path)
+    a = analysed(path)
     got = gap_labels(a.replay_graph, a.gaps)
     want = np.where(a.gaps["drain"].to_numpy() == "queued", "queued", "host_late")
     inside = got != ""
@@ -328,7 +353,7 @@ def test_critical_path_of_a_gpu_bound_step_ends_with_its_last_kernel():
 def test_critical_path_of_the_h200_transformer_is_gpu_work():
     """The H200 transformer capture runs its GPU ~99% busy with the host ~1.8 ms ahead: its
     path is kernels (and copies), and each step's links add up to its program step."""
-    a = analyze(str(FIX / "h200" / "xformer.bad.json.gz"))
+    a = analysed(FIX / "h200" / "xformer.bad.json.gz")
     cp = a.replay["critical_path"]
     gpu = sum(v for k, v in cp["by_label"].items() if k in ("kernel", "copy"))
     assert gpu >= 0.95 * cp["total_ns"], cp["by_label"]

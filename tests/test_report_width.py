@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from traceread.cli import main
 from traceread.render.fmt import fit, short_path, tail_lines
 
-from conftest import FIXTURES
+from conftest import FIXTURES, analysed
 
 
 def test_a_row_wraps_its_last_column_under_itself_and_keeps_units_whole():
@@ -70,7 +70,7 @@ def test_report_of_every_committed_trace_fits_100_columns(rel):
     from traceread.render.report import render_report
 
     try:
-        a = traceread.analyze(str(FIXTURES / rel))
+        a = analysed(FIXTURES / rel)
     except traceread.TraceError:
         pytest.skip("refused cleanly (not a trace)")
     path = str(FIXTURES / rel)  # the header's path prints whole (copyable), whatever its length

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import corpus_or_skip, materialise
+from conftest import analysed, corpus_or_skip, materialise
 from traceread.analysis import analyze
 from traceread.passes import steady as SD
 from traceread.passes import steps as S
@@ -268,7 +268,7 @@ TL = "AMD-AGI__TraceLens/tests/traces/inference/"
 def test_sglang_decode_answers_the_blocking_copy():
     c = corpus_or_skip()
     p = c / TL / "sglang_decode/sglang_Qwen3-8B_decode.json.gz"
-    a = analyze(p)
+    a = analysed(p)
     assert a.window.mode == "steps" and a.window.total_steps == 1
     # the stall stays in the window; the raw events say what held it: the host blocked in the
     # copy while the 4 kernels ahead of it on stream 3 sat queued behind a hipStreamWaitEvent
@@ -277,7 +277,7 @@ def test_sglang_decode_answers_the_blocking_copy():
     assert a.verdict["evidence"]["top_sync_op"] == "hipMemcpyWithStream"
     assert a.verdict["actions"][0]["id"] == "stream_waits"
     # without step markers the leading part is kept: the 463 ms copy is no warm-up
-    b = analyze(p, step_pattern=r"^no such step$")
+    b = analysed(p, step_pattern=r"^no such step$")
     assert b.window.mode == "whole_trace" and "hipMemcpyWithStream" in b.window.note
     assert b.verdict["bound"] == "queued"
 
@@ -288,7 +288,7 @@ def test_sglang_decode_answers_the_blocking_copy():
                                   "vllm_prefilldecode_piecewise/graph_execution.json.gz"))
 def test_inference_traces_have_their_step(path):
     c = corpus_or_skip()
-    st, pat = S.find_steps(analyze(c / TL / path).trace.events)
+    st, pat = S.find_steps(analysed(c / TL / path).trace.events)
     assert pat == S.INFERENCE_STEP_PATTERN and len(st) == 1
     assert st["name"].iloc[0].startswith("execute_")
 
@@ -298,7 +298,7 @@ def test_inference_traces_have_their_step(path):
                                   "trace_filter/sampled_rank-1.json.gz"))
 def test_hta_sampled_traces_say_sampled(path):
     c = corpus_or_skip()
-    a = analyze(c / "facebookresearch__HolisticTraceAnalysis/tests/data" / path)
+    a = analysed(c / "facebookresearch__HolisticTraceAnalysis/tests/data" / path)
     assert a.steady_state["state"] == "sampled"
     assert a.steady_state["sampled"]["median_jump"] >= SD.SAMPLED_EXT_JUMP
     assert a.verdict["bound"] == "unknown" and "idle_pct" not in a.verdict["evidence"]
@@ -308,7 +308,7 @@ def test_hta_sampled_traces_say_sampled(path):
 @pytest.mark.corpus
 def test_extrap_lazy_module_load_is_a_cold_start():
     c = corpus_or_skip()
-    a = analyze(c / "extra-p__extrap/ex-gpu.s10.sqlite")
+    a = analysed(c / "extra-p__extrap/ex-gpu.s10.sqlite")
     st = a.steady_state
     assert st["state"] == "cold_start"
     top = st["evidence"][0]
@@ -383,8 +383,8 @@ def test_slow_launch_that_recurs_is_kept_in_the_steady_launch_time():
 @pytest.mark.corpus
 def test_minitoy_foreach_to_fused_excludes_the_lazy_loading_launch():
     c = corpus_or_skip()
-    a = analyze(c / "facebookresearch__HolisticTraceAnalysis/tests/data/amd_trace/"
-                    "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    a = analysed(c / "facebookresearch__HolisticTraceAnalysis/tests/data/amd_trace/"
+                     "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     v = a.verdict
     ev = v["evidence"]
     lazy = a.steady_state["one_time_launch_ns"]

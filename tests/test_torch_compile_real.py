@@ -6,6 +6,7 @@ four profiler steps, the input shape changes in step 2 -> recompile 0/1.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -16,7 +17,9 @@ import pytest
 import traceread
 from traceread.passes.compile import compile_events, compile_summary
 
-torch = pytest.importorskip("torch")
+# the recordings import torch in their own process; collecting this file (every xdist worker)
+# need not import it: ~1 s of CPU each
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
 RECORD = textwrap.dedent("""
     import sys, torch

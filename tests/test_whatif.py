@@ -26,7 +26,7 @@ from traceread.passes.replay import simulate
 from traceread.passes.replay.graph import NEG, StepGraph
 from traceread.passes.replay import whatif as W
 
-from conftest import FIXTURES
+from conftest import FIXTURES, analysed
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "vendor": "nvidia", "cc": "9.0", "bf16": True,
         "tf32": True, "fp8": True}
@@ -343,8 +343,8 @@ TOLERANCE = 0.25
 
 @lru_cache(maxsize=None)
 def _pair(folder: str, name: str, b: str, a: str):
-    before = traceread.analyze(str(FIXTURES / folder / f"{name}.{b}.json.gz"))
-    after = traceread.analyze(str(FIXTURES / folder / f"{name}.{a}.json.gz"))
+    before = analysed(FIXTURES / folder / f"{name}.{b}.json.gz")
+    after = analysed(FIXTURES / folder / f"{name}.{a}.json.gz")
     d = diff_analyses(before, after)
     return before, after, d, proof(before, after, d)
 
