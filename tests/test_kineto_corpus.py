@@ -6,7 +6,6 @@ import csv
 import gzip
 import json
 from decimal import Decimal
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,8 @@ import pytest
 from traceread import KINDS, TraceError, load
 from traceread.readers.kineto import read_kineto
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+from conftest import CORPUS   # honours TRACEREAD_CORPUS (a worktree one folder deeper)
+
 BIG = 1_000_000
 pytestmark = pytest.mark.corpus
 

@@ -14,8 +14,9 @@ from traceread.errors import TraceError
 from traceread.passes.api import api_summary, render_api
 from traceread.passes.kernels import kernel_summary, render_summary
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CORPUS = SHARED / "corpus"
+from conftest import CORPUS   # honours TRACEREAD_CORPUS (a worktree one folder deeper)
+
+SHARED = CORPUS.parent
 GOLDEN = SHARED / "golden" / "nsys-stats-2023.4"
 
 pytestmark = pytest.mark.corpus

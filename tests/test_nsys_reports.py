@@ -17,9 +17,10 @@ from traceread.passes.kernels import render_csv
 from traceread.synth.nsys import NsysWriter
 from traceread.table import Trace, TraceMeta, build_table
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+from conftest import CORPUS   # honours TRACEREAD_CORPUS (a worktree one folder deeper)
+
+SHARED = CORPUS.parent
 GOLDEN = SHARED / "golden" / "nsys-stats-2023.4"
-CORPUS = SHARED / "corpus"
 REPORTS = ("nvtx_sum.csv", "osrt_sum.csv", "cuda_gpu_mem_time_sum.csv",
            "cuda_gpu_mem_size_sum.csv", "gpu_time_util.csv")
 
