@@ -70,10 +70,11 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
         o = o[outer]
         by_thread[k] = (ts[o].tolist(), end[o].tolist(), o.tolist())
     # each row's piece label and name, as Python lists (the loop below reads a few per stretch)
-    label = np.where(cat >= 0, np.asarray(_CATS, object)[np.maximum(cat, 0)],
-                     np.where(cat == -3, "wait",
-                              np.where(kinds == "python", "python", "cpu_op"))).tolist() \
-        if len(cat) else []
+    # (one string object per label, not one per row: a million-row window kept ~55 B a row)
+    nc = len(_CATS)
+    label = np.asarray(list(_CATS) + ["wait", "python", "cpu_op"], object)[
+        np.where(cat >= 0, np.maximum(cat, 0), np.where(cat == -3, nc, np.where(
+            kinds == "python", nc + 1, nc + 2)))].tolist() if len(cat) else []
     name_l = [str(x) for x in names.tolist()]
     drop = []
     # the pieces' columns, filled as plain lists (a frame from row tuples infers each type)
