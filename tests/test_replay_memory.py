@@ -48,10 +48,12 @@ def test_transformed_copies_leave_the_graph_as_it_was():
         assert np.shares_memory(c.edges["lag_ns"].to_numpy(), g.edges["lag_ns"].to_numpy())
 
 
-def test_node_kinds_are_shared_strings():
-    g = analyze(_loop(), steps="all").replay_graph
-    kinds = g.nodes["kind"].to_numpy(object)
-    assert set(kinds) <= set(NODE_KINDS)
-    assert len({id(k) for k in kinds}) == len(set(kinds))   # one object per distinct kind
+def test_node_strings_are_shared():
+    a = analyze(_loop(), steps="all")
+    assert set(a.replay_graph.nodes["kind"]) <= set(NODE_KINDS)
+    for g in (a.replay_graph, a.facts.graph):   # the replay's and the levers' (split) graph
+        for col in (g.nodes["kind"], g.nodes["name"], g.nodes["cat"], g.edges["kind"]):
+            v = col.to_numpy(object)   # one object per distinct value, none per row
+            assert len({id(x) for x in v}) == len(set(v)), col.name
     got = labels(("a", "b"), np.array([True, False, True]))
     assert got.dtype == object and got.tolist() == ["b", "a", "b"] and got[0] is got[2]

@@ -442,7 +442,7 @@ def _host_nodes(ev, api, sel_steps, t0, t1, step_pattern):
     cats[is_call] = lut[np.where(call_cat >= 0, call_cat, len(_HOST_CATS))]
     mk = np.flatnonzero(what == "step")
     mi = -1 - row[mk]
-    names[mk] = np.where(m_which[mi] == 0, "step begin", "step end") if len(mk) else []
+    names[mk] = labels(("step end", "step begin"), m_which[mi] == 0) if len(mk) else []
     cats[mk] = "step"
     marker_of = np.full(len(m_ts), -1, np.int64)
     marker_of[mi] = mk
@@ -522,8 +522,8 @@ def _label_stretches(ev, s_key, s_ts, s_end, step_pattern):
     """(category, name) of each host stretch: the first category (priority order) whose
     rows on its thread cover the stretch's middle, named by the innermost such row."""
     n = len(s_ts)
-    cat = np.full(n, "untraced", object)
-    name = np.full(n, "untraced", object)
+    cat = filled(n, "untraced")
+    name = filled(n, "untraced")
     if not n:
         return cat, name
     rows = np.flatnonzero(kind_in(ev, ("cpu_op", "python", "annotation", "osrt")))
@@ -613,6 +613,14 @@ def _gpu_nodes(gops: pd.DataFrame) -> dict:
             "pid": gops["pid"].to_numpy(np.int64), "device": gops["device"].to_numpy(np.int64),
             "stream": gops["stream"].to_numpy(np.int64), "kind": k, "name": names,
             "corr": gops["correlation"].to_numpy(np.int64)}
+
+
+def filled(n: int, value: str) -> np.ndarray:
+    """An object array of ``n`` references to ``value``: ``np.full(n, value, object)``
+    converts the string per element, one Python string (~55 B) per row."""
+    out = np.empty(n, object)
+    out.fill(value)
+    return out
 
 
 def labels(choices: tuple, codes: np.ndarray) -> np.ndarray:
@@ -1076,7 +1084,7 @@ def _edge_frame(edges) -> pd.DataFrame:
     return pd.DataFrame({
         "src": np.concatenate([e[1] for e in edges]).astype(np.int64),
         "dst": np.concatenate([e[2] for e in edges]).astype(np.int64),
-        "kind": pd.Series(np.concatenate([np.full(len(e[1]), e[0], object) for e in edges]),
+        "kind": pd.Series(np.concatenate([filled(len(e[1]), e[0]) for e in edges]),
                           dtype=object),
         "lag_ns": np.concatenate([e[3] for e in edges]).astype(np.int64)})
 
