@@ -20,6 +20,8 @@ COMMANDS = {
     "nsys": ("nsys", "add_args", "main",
              "nsys reader on a big synthetic export: time, peak RSS, vs pandas read_sql"),
     "batch": ("batch", "add_args", "main", "batch analysis of a corpus, 1 worker vs N"),
+    "jobs": ("jobs", "add_args", "main",
+             "a multi-rank job through batch: tree memory vs workers × one trace, results vs baselines"),
     "multirank": ("multirank", "add_args", "main", "multi-rank job time and memory vs rank count"),
     "gpubox": ("gpubox", "add_args", "main",
                "issue 34's tables on a many-core box: read / analyze and a batch job by workers, time-boxed"),

@@ -10,14 +10,16 @@ kernels: 89 MB, 6.5 M: ~0.6 GB) under /tmp, then, each in its own process:
   fetched whole tables with ``fetchall()``): wall, peak RSS (``ru_maxrss``), RSS after
   the imports, the table's ``nbytes`` and a digest of every column (values, nulls,
   dictionaries and their order): every side must build the same table;
-* with ``--analyze``: ``traceread analyze --no-cache`` end to end on every side (wall,
-  CPU and peak memory of the process tree), per million kernel rows; ``--timeout``
+* with ``--analyze``: ``traceread analyze --no-cache --format json`` end to end on every
+  side (wall, CPU and peak memory of the process tree), per million kernel rows, and
+  whether every side printed the same JSON; ``--timeout``
   stops a run that would take too long.
 
 ``--build-only`` writes the export to ``--out`` and stops (e.g. for profiling).
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 import tempfile
 import time
@@ -85,8 +87,8 @@ def measure_all(path: Path, args) -> int:
         def one(case, side):
             if case == "load":
                 return h.probe(side, load, str(path))
-            return h.run([sys.executable, "-m", "traceread", "analyze", "--no-cache", str(path)],
-                         side.env(), args.timeout)
+            return h.run([sys.executable, "-m", "traceread", "analyze", "--no-cache", "--format",
+                          "json", str(path)], side.env(), args.timeout)
 
         runs = h.interleave(cases, sides, args.repeat, one)
     best = {s.name: h.best(runs[("load", s.name)]) for s in sides}
@@ -123,6 +125,10 @@ def measure_all(path: Path, args) -> int:
     if yard is not None and best["this"]:
         print(f"* pandas read_sql / traceread.load: "
               f"{h.fmt_ratio(yard.result.get('seconds'), best['this'].result['seconds'])}")
+    if args.analyze:   # the analysis itself (JSON report) must not move either
+        out = {n: hashlib.sha256(r.out).hexdigest() for n, r in a.items() if r}
+        print(f"* analyze --format json identical to this checkout's: "
+              f"{ {n: d == out.get('this') for n, d in out.items() if n != 'this'} }")
     checks = {n: (r.result["check"], r.result["rows"]) for n, r in best.items() if r}
     same = {n: c == checks.get("this") for n, c in checks.items() if n != "this"}
     if same:

@@ -218,7 +218,7 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
                       "time (no per-file time or memory limit). Put the call under the guard for "
                       "parallel, isolated workers.", RuntimeWarning, stacklevel=2)
         for i in order:
-            results[i] = analyze_file(paths[i], step_pattern)
+            results[i] = kept(analyze_file(paths[i], step_pattern))
             if on_result:
                 on_result(results[i])
         return [results[i] for i in range(len(paths))]
@@ -230,10 +230,23 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
     ctx.set_forkserver_preload(["traceread.jobs.batch", "traceread.analysis", "traceread.readers.kineto"])
     pool = _Workers(ctx, max(1, jobs), step_pattern)
     for i, res in pool.run([(i, paths[i]) for i in order]):
-        results[i] = res
+        results[i] = res = kept(res)
         if on_result:
             on_result(res)
     return [results[i] for i in range(len(paths))]
+
+
+def kept(res: dict) -> dict:
+    """A worker's result as the parent keeps it until the cross-rank pass: the rank's
+    interval arrays (host timeline, GPU compute, waits) moved to a file of their own
+    (``multirank.spill``), so the parent grows by ranks × a small record, not ranks × the
+    arrays. The result's ``member`` holds the same ``RankInput`` object."""
+    ri = res.get("rank_input")
+    if ri is not None:
+        from .multirank.spill import spill
+
+        spill(ri)
+    return res
 
 
 def unguarded_main_call() -> str | None:
@@ -397,6 +410,7 @@ def run_dask(paths: list[str], scheduler: str, step_pattern: str | None = None,
             except Exception as e:
                 results[i] = _crashed(paths[i], e)
             fut.release()
+            results[i] = kept(results[i])
             if on_result:
                 on_result(results[i])
     return [results[i] for i in range(len(paths))]

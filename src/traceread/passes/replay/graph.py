@@ -63,6 +63,19 @@ WAKE_MAX_NS = 1_000_000
 JOIN_MAX_NS = 2_000_000
 # Above this many nodes the replay takes a contiguous run of the analysed steps (and says so).
 MAX_NODES = 120_000
+
+
+def copy_on_write() -> bool:
+    """pandas copies a frame's columns only when one is written (always from pandas 3):
+    then ``StepGraph.copy`` shares them, and each what-if model's copy of a million-node
+    graph costs the columns it changes, not all of them. Under pandas 2's default a
+    shallow copy would let a write through to the original, so it copies deeply."""
+    if int(pd.__version__.split(".")[0]) >= 3:
+        return True
+    try:
+        return pd.get_option("mode.copy_on_write") is True
+    except (KeyError, pd.errors.OptionError):
+        return False
 NEG = np.int64(-(1 << 62))
 _HOST_CATS = attr.CPU_CATEGORIES
 _NCCL = ("nccl", "rccl", "Nccl", "Rccl")
@@ -115,9 +128,11 @@ class StepGraph:
 
     # -- transformations (each returns a new graph; the original is untouched) ----------
     def copy(self) -> "StepGraph":
-        return dataclasses.replace(self, nodes=self.nodes.copy(), edges=self.edges.copy(),
-                                   lanes=self.lanes.copy(), steps=self.steps.copy(),
-                                   notes=list(self.notes))
+        deep = not copy_on_write()
+        return dataclasses.replace(self, nodes=self.nodes.copy(deep=deep),
+                                   edges=self.edges.copy(deep=deep),
+                                   lanes=self.lanes.copy(deep=deep),
+                                   steps=self.steps.copy(deep=deep), notes=list(self.notes))
 
     def scale(self, mask, factor: float) -> "StepGraph":
         """Durations (measured and cost) of the masked nodes times ``factor``."""
@@ -413,7 +428,7 @@ def _host_nodes(ev, api, sel_steps, t0, t1, step_pattern):
     row[pos_p] = k_row
     what = np.empty(total, object)
     what[pos_s] = "stretch"
-    what[pos_p] = np.where(k_mark, "step", "call")
+    what[pos_p] = labels(("call", "step"), k_mark)
     names = np.empty(total, object)
     names[pos_s] = name
     cats = np.empty(total, object)
@@ -427,7 +442,7 @@ def _host_nodes(ev, api, sel_steps, t0, t1, step_pattern):
     cats[is_call] = lut[np.where(call_cat >= 0, call_cat, len(_HOST_CATS))]
     mk = np.flatnonzero(what == "step")
     mi = -1 - row[mk]
-    names[mk] = np.where(m_which[mi] == 0, "step begin", "step end") if len(mk) else []
+    names[mk] = labels(("step end", "step begin"), m_which[mi] == 0) if len(mk) else []
     cats[mk] = "step"
     marker_of = np.full(len(m_ts), -1, np.int64)
     marker_of[mi] = mk
@@ -507,8 +522,8 @@ def _label_stretches(ev, s_key, s_ts, s_end, step_pattern):
     """(category, name) of each host stretch: the first category (priority order) whose
     rows on its thread cover the stretch's middle, named by the innermost such row."""
     n = len(s_ts)
-    cat = np.full(n, "untraced", object)
-    name = np.full(n, "untraced", object)
+    cat = filled(n, "untraced")
+    name = filled(n, "untraced")
     if not n:
         return cat, name
     rows = np.flatnonzero(kind_in(ev, ("cpu_op", "python", "annotation", "osrt")))
@@ -589,8 +604,8 @@ def _gpu_nodes(gops: pd.DataFrame) -> dict:
     kind = _strings(gops["kind"])
     names = _strings(gops["name"])
     inv, uniq = _distinct(gops["name"], names)
-    k = np.where(kind == "memcpy", "gpu_copy", np.where(kind == "memset", "gpu_memset",
-                                                        "gpu_kernel")).astype(object)
+    k = labels(("gpu_kernel", "gpu_copy", "gpu_memset"),
+               np.where(kind == "memcpy", 1, np.where(kind == "memset", 2, 0)))
     is_nccl = np.array([any(t in s for t in _NCCL) for s in uniq], bool)   # once per name
     nccl = is_nccl[inv.reshape(-1)] if len(uniq) else np.zeros(0, bool)
     k[nccl & (k == "gpu_kernel")] = "collective"
@@ -598,6 +613,21 @@ def _gpu_nodes(gops: pd.DataFrame) -> dict:
             "pid": gops["pid"].to_numpy(np.int64), "device": gops["device"].to_numpy(np.int64),
             "stream": gops["stream"].to_numpy(np.int64), "kind": k, "name": names,
             "corr": gops["correlation"].to_numpy(np.int64)}
+
+
+def filled(n: int, value: str) -> np.ndarray:
+    """An object array of ``n`` references to ``value``: ``np.full(n, value, object)``
+    converts the string per element, one Python string (~55 B) per row."""
+    out = np.empty(n, object)
+    out.fill(value)
+    return out
+
+
+def labels(choices: tuple, codes: np.ndarray) -> np.ndarray:
+    """``choices[codes]`` as an object array of the choices' own strings: ``np.where`` of
+    string literals then ``astype(object)`` makes one Python string per row (~55 B each,
+    ~70 MB for a million-node graph), where this stores 8 B per row."""
+    return np.asarray(choices, object)[np.asarray(codes).astype(np.intp)]
 
 
 def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -624,10 +654,10 @@ def _assemble(host: dict, gpu: dict):
         codes, uniq = np.zeros(0, np.int64), []
     n_hl = len(h_lanes)
     lane = np.concatenate([h_lane.astype(np.int64), codes.astype(np.int64) + n_hl])
-    h_kind = np.where(host["what"] == "step", "step", "host").astype(object)
+    h_kind = labels(("host", "step"), host["what"] == "step")
     h_cat = host["cat"]
     is_call = host["what"] == "call"
-    h_kind[is_call] = np.where(h_cat[is_call] == "sync", "sync_wait", "launch")
+    h_kind[is_call] = labels(("launch", "sync_wait"), h_cat[is_call] == "sync")
     h_kind[is_call & (h_cat == "alloc")] = "host"
     stretch = host["what"] == "stretch"
     h_kind[stretch & (h_cat == "dataloader")] = "dataloader"
@@ -1077,7 +1107,7 @@ def _edge_frame(edges) -> pd.DataFrame:
     return pd.DataFrame({
         "src": np.concatenate([e[1] for e in edges]).astype(np.int64),
         "dst": np.concatenate([e[2] for e in edges]).astype(np.int64),
-        "kind": pd.Series(np.concatenate([np.full(len(e[1]), e[0], object) for e in edges]),
+        "kind": pd.Series(np.concatenate([filled(len(e[1]), e[0]) for e in edges]),
                           dtype=object),
         "lag_ns": np.concatenate([e[3] for e in edges]).astype(np.int64)})
 

@@ -61,10 +61,11 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     end = ts + ev["dur"].to_numpy(np.int64)[rows]
     key = attr.thread_key(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
     lanes = graph.lanes.set_index("lane")
-    label = np.where(cat >= 0, np.asarray(_CATS, object)[np.maximum(cat, 0)],
-                     np.where(cat == -3, "wait",
-                              np.where(kinds == "python", "python", "cpu_op"))).astype(object) \
-        if len(cat) else np.zeros(0, object)
+    # one string object per label, not one per row (a million-row window kept ~55 B a row)
+    nc = len(_CATS)
+    label = np.asarray(list(_CATS) + ["wait", "python", "cpu_op"], object)[
+        np.where(cat >= 0, np.maximum(cat, 0), np.where(cat == -3, nc, np.where(
+            kinds == "python", nc + 1, nc + 2)))] if len(cat) else np.zeros(0, object)
     lane_key = dict(zip(lanes.index.tolist(), attr.thread_key(
         lanes["pid"].to_numpy(np.int64).copy(), lanes["tid"].to_numpy(np.int64).copy()).tolist()))
     outer = _outermost_by_thread(key, ts, end)

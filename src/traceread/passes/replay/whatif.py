@@ -33,7 +33,7 @@ from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
 from . import hostcost
-from .graph import factorize
+from .graph import factorize, filled
 
 HOST_NODES = ("host", "launch", "sync_wait", "dataloader")
 GPU_NODES = ("gpu_kernel", "gpu_copy", "gpu_memset", "collective")
@@ -346,7 +346,7 @@ def _untraced_feeders(g, sync: np.ndarray) -> np.ndarray:
     pos = pd.Index(n["id"].to_numpy())
     dst = pos.get_indexer(lau["dst"].to_numpy())
     cls = _kernel_class(g)
-    kern = np.full(len(n), "none", object)   # per launching node: what it queued
+    kern = filled(len(n), "none")   # per launching node: what it queued
     src = pos.get_indexer(lau["src"].to_numpy())
     ok = (src >= 0) & (dst >= 0)
     what = np.where(_kind(g, "gpu_memset")[np.maximum(dst, 0)], "memset",

@@ -1,0 +1,59 @@
+"""The replay graph's memory (issue 42): copies share columns under copy-on-write and never
+let a write through to the original; node kinds are shared label strings, not one Python
+string per row."""
+from __future__ import annotations
+
+import numpy as np
+
+from traceread.analysis import analyze
+from traceread.passes.replay.graph import NODE_KINDS, copy_on_write, labels
+from traceread.synth.scenarios import TraceBuilder, US
+
+
+def _loop(steps: int = 4):
+    b = TraceBuilder()
+    for k in range(steps):
+        t = 1_000_000 + k * 1000 * US
+        b.step(k, t, 1000 * US)
+        b.launch(t + 10 * US, 5 * US, t + 20 * US, 300 * US, name="kernel_A")
+        b.launch(t + 30 * US, 5 * US, t + 320 * US, 400 * US, name="kernel_B")
+        b.runtime("cudaStreamSynchronize", t + 40 * US, 685 * US)
+    return b.build()
+
+
+def _frame_state(g) -> dict:
+    return {k: getattr(g, k).copy(deep=True) for k in ("nodes", "edges", "lanes", "steps")}
+
+
+def _unchanged(g, before: dict) -> None:
+    for k, df in before.items():
+        assert getattr(g, k).equals(df), k
+
+
+def test_transformed_copies_leave_the_graph_as_it_was():
+    g = analyze(_loop(), steps="all").replay_graph
+    before = _frame_state(g)
+    n = g.nodes
+    calls = n[(n["kind"] == "launch") & (n["step"] == 1)]["id"].tolist()
+    merged = g.replace_run(calls[0], calls[-1], name="cudaGraphLaunch", dur_ns=3 * US)  # .loc writes
+    scaled = g.scale((n["kind"] == "gpu_kernel").to_numpy(), 0.5)
+    removed = g.remove((n["kind"] == "sync_wait").to_numpy())
+    c = g.copy()
+    c.nodes.loc[0, "dur_ns"] = 123_456_789
+    c.steps.loc[0, "end"] = -7
+    _unchanged(g, before)
+    assert len(merged.nodes) < len(n) and len(removed.nodes) < len(n)
+    assert (scaled.nodes["dur_ns"] != n["dur_ns"]).any()
+    if copy_on_write():   # a copy shares the columns it has not written
+        assert np.shares_memory(c.edges["lag_ns"].to_numpy(), g.edges["lag_ns"].to_numpy())
+
+
+def test_node_strings_are_shared():
+    a = analyze(_loop(), steps="all")
+    assert set(a.replay_graph.nodes["kind"]) <= set(NODE_KINDS)
+    for g in (a.replay_graph, a.facts.graph):   # the replay's and the levers' (split) graph
+        for col in (g.nodes["kind"], g.nodes["name"], g.nodes["cat"], g.edges["kind"]):
+            v = col.to_numpy(object)   # one object per distinct value, none per row
+            assert len({id(x) for x in v}) == len(set(v)), col.name
+    got = labels(("a", "b"), np.array([True, False, True]))
+    assert got.dtype == object and got.tolist() == ["b", "a", "b"] and got[0] is got[2]
