@@ -34,6 +34,7 @@ SLOW = {
     "test_batch.py::test_run_rows_errors_and_ranks": 13.2,          # test_batch: other batch runs
     "test_benchmarks.py::test_gpubox_tables_at_tiny_sizes": 52.3,   # a benchmark: its own command
     "test_benchmarks.py::test_trace_analyze_over_info_and_serial_against_a_baseline_dir": 10.3,  # test_trace_read_example_against_a_baseline_dir
+    "test_benchmarks.py::test_trace_with_bytecode_cached_labels_its_rows": 8.9,  # test_trace_read_example_against_a_baseline_dir
     "test_dask.py::test_dask_same_as_local": 12.1,                  # a local Dask cluster
     "test_diff.py::test_directory_diff_matches_files_by_relative_path": 15.2,
     "test_diff.py::test_real_recorded_dataloader_pair": 14.1,       # test_everyday_round4's diff

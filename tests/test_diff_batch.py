@@ -14,6 +14,9 @@ from traceread.cli import main
 from traceread.synth.multirank import JobSpec, write_job
 from traceread.diffs.paths import diff_paths
 
+# one worker builds this file's module fixture (`--dist loadgroup`), not both
+pytestmark = pytest.mark.xdist_group("diff_batch")
+
 MS = 1_000_000
 
 

@@ -18,6 +18,9 @@ from traceread.passes.facts import layout_figures
 
 from conftest import analysed
 
+# one worker builds this file's module fixture (`--dist loadgroup`), not both
+pytestmark = pytest.mark.xdist_group("lever_matrix")
+
 FIX = Path(__file__).parent / "fixtures"
 
 
