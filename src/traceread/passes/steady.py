@@ -36,7 +36,7 @@ import pandas as pd
 from .. import namerx
 from . import intervals
 from .attribution import ALLOC_API_RX, SYNC_API_RX
-from .common import kind_in, table_of
+from .common import kind_in, stable_by, table_of
 from .window import STARTUP_RX
 
 namerx.compile(STARTUP_RX)   # its literals in a trace's first name-table scan
@@ -261,7 +261,7 @@ def _slow_firsts(name, ts, dur, pid) -> tuple:
     cand = (size >= max(1, FIRST_MIN_LATER)) & (dur[first] >= OUTLIER_MIN_NS)
     later = np.flatnonzero(~is_first & cand[code])
     # each candidate's later durations sorted: its median from the middle one or two
-    ld = dur[later][_stable_by(code[later], dur[later].astype(np.int64))]
+    ld = dur[later][stable_by(code[later], dur[later].astype(np.int64))]
     k = size[cand]
     b = np.r_[0, np.cumsum(k)][:-1]
     med = (ld[b + (k - 1) // 2].astype(np.float64) + ld[b + k // 2].astype(np.float64)) / 2.0
@@ -269,18 +269,6 @@ def _slow_firsts(name, ts, dur, pid) -> tuple:
     keep = dur[f] >= FIRST_RATIO * np.maximum(med, 1)
     f, med = f[keep], med[keep]
     return pid[f], name[f], ts[f], dur[f], med
-
-
-def _stable_by(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
-    """``np.lexsort((minor, major))`` by one stable sort of a combined int64 key when it
-    fits (lexsort's two passes cost several times more)."""
-    if not len(major):
-        return np.zeros(0, np.intp)
-    a0, b0 = int(major.min()), int(minor.min())
-    width = int(minor.max()) - b0 + 1
-    if (int(major.max()) - a0 + 1) * width >= 2**62:
-        return np.lexsort((minor, major))
-    return np.argsort((major - a0) * width + (minor - b0), kind="stable")
 
 
 def _slow_firsts_frame(name, ts, dur, pid) -> tuple:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..common import stable_by
 from .graph import END_EDGES, NEG, StepGraph, seg_cummax
 
 try:   # the loop in C (setup.py builds it where a compiler is); else the same loop in numpy
@@ -107,15 +108,8 @@ def simulate(graph: StepGraph, *, max_sweeps: int = MAX_SWEEPS,
 
 
 def lane_order(lane: np.ndarray, seq: np.ndarray) -> np.ndarray:
-    """``np.lexsort((seq, lane))``: one stable sort of a combined key when it fits in an
-    int64 (the nodes come in runs of a lane in seq order: a few merges, not a full sort)."""
-    if not len(lane):
-        return np.zeros(0, np.intp)
-    l0, s0 = int(lane.min()), int(seq.min())
-    width = int(seq.max()) - s0 + 1
-    if (int(lane.max()) - l0 + 1) * width >= 2**62:
-        return np.lexsort((seq, lane))
-    return np.argsort((lane - l0) * width + (seq - s0), kind="stable")
+    """``np.lexsort((seq, lane))`` (``common.stable_by``)."""
+    return stable_by(lane, seq)
 
 
 def _among(values: np.ndarray, wanted) -> np.ndarray:
