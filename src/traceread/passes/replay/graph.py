@@ -64,6 +64,10 @@ JOIN_MAX_NS = 2_000_000
 # Above this many nodes the replay takes a contiguous run of the analysed steps (and says so).
 MAX_NODES = 120_000
 
+NEG = np.int64(-(1 << 62))
+_HOST_CATS = attr.CPU_CATEGORIES
+_NCCL = ("nccl", "rccl", "Nccl", "Rccl")
+
 
 def copy_on_write() -> bool:
     """pandas copies a frame's columns only when one is written (always from pandas 3):
@@ -76,9 +80,6 @@ def copy_on_write() -> bool:
         return pd.get_option("mode.copy_on_write") is True
     except (KeyError, pd.errors.OptionError):
         return False
-NEG = np.int64(-(1 << 62))
-_HOST_CATS = attr.CPU_CATEGORIES
-_NCCL = ("nccl", "rccl", "Nccl", "Rccl")
 
 
 @dataclass
