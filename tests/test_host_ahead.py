@@ -106,3 +106,23 @@ def test_a_kernel_its_launch_released_keeps_the_gpus_own_gap_after_its_stream():
     k3 = n[n["name"].astype(str) == "k3"]
     k1 = n[n["name"].astype(str) == "k1"]
     assert (k1["gap_ns"] == 1 * US).all() and (k3["gap_ns"] == 1 * US).all()
+
+
+def test_front_end_gap_is_learnt_only_from_gpu_side_queued_gaps():
+    """HTA's trace_compare: the ops its stream released started 0.1-108 ms after their
+    predecessor (waits nothing traced shows), one at 6 us. A kernel its launch released
+    with 3 ms of idle before it gets the 6 us GPU-side gap, not the 2.6 ms median."""
+    import numpy as np
+
+    from traceread.passes.replay.graph import _front_end_gaps
+
+    gaps = [450_000, 10_632_000, 25_401_000, 2_594_000, 128_000, 6_000]
+    n = len(gaps) + 1
+    lane = np.zeros(n, np.int64)
+    bind = np.r_[np.zeros(len(gaps), np.int64), 1]       # the last: released by its launch
+    prev = np.arange(-1, n - 1, dtype=np.int64)
+    prev[0] = 0
+    lane_gap = np.r_[np.array(gaps, np.int64), 0]
+    idle = np.r_[np.array(gaps, np.int64), 3_000_000]
+    out = _front_end_gaps(lane, bind, prev, idle, lane_gap)
+    assert out[-1] == 6_000 and not out[:-1].any()

@@ -805,14 +805,18 @@ def _gpu_lags(nodes, gops, gpu_ids, launch_id, edges) -> None:
 def _front_end_gaps(lane, bind, prev, idle, lane_gap) -> np.ndarray:
     """Per GPU op not released by its stream's previous op: that lane's median gap between
     queued ops (the GPU-side gap), capped at the idle it had after the previous op; 0 for
-    the others and on a lane with no queued op."""
+    the others and on a lane with no queued op. Only queued gaps the attribution calls
+    GPU-side (<= ``EVENT_LATENCY_NS``) count: a queued op that started milliseconds after
+    its predecessor waited on something untraced, not on the GPU's front end (HTA's
+    trace_compare: queued gaps of 0.1-108 ms put a 2.6 ms "front-end gap" on a kernel)."""
     out = np.zeros(len(lane), np.int64)
     queued = (bind == 0) & (prev >= 0)
     other = ~queued & (prev >= 0)
-    if not queued.any() or not other.any():
+    learn = queued & (lane_gap <= attr.EVENT_LATENCY_NS)
+    if not learn.any() or not other.any():
         return out
     for ln in np.unique(lane[other]).tolist():
-        q = queued & (lane == ln)
+        q = learn & (lane == ln)
         if not q.any():
             continue
         typ = int(np.median(lane_gap[q]))
