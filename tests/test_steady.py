@@ -401,3 +401,22 @@ def test_minitoy_foreach_to_fused_excludes_the_lazy_loading_launch():
     assert batch["per_sample_x"] == 2.0
     assert batch["saves_ns"] <= ev["lost_ns"] + ev["busy_ns"]
     assert "kept apart" in v["summary"]
+
+
+def test_first_call_times_are_exact_ns_since_the_epoch():
+    """Kineto and nsys ts are ns since the epoch (~1.8e18, past 2**53): a slow first call's
+    start and length are the event's own integers, not rounded through float64 (256 ns)."""
+    import numpy as np
+    import pandas as pd
+
+    from traceread.passes import steady as S
+
+    t0 = 1_795_417_141_613_637_393            # odd: float64 cannot hold it
+    first = 50 * S.OUTLIER_MIN_NS + 1
+    ts = [t0] + [t0 + 10 ** 9 * (i + 1) + 7 for i in range(S.FIRST_MIN_LATER + 2)]
+    dur = [first] + [S.OUTLIER_MIN_NS // 10 + 3] * (S.FIRST_MIN_LATER + 2)
+    ev = pd.DataFrame({"ts": np.array(ts, np.int64), "dur": np.array(dur, np.int64),
+                       "pid": 1, "name": pd.Categorical(["aten::mm"] * len(ts))})
+    codes, cats = S._codes(ev)
+    items = S._first_calls(ev, np.ones(len(ev), bool), "first call", codes, cats)
+    assert [(x["start_ns"], x["ns"]) for x in items] == [(t0, first)]

@@ -228,8 +228,8 @@ def _first_calls(ev: pd.DataFrame, m: np.ndarray, what: str, codes: np.ndarray, 
     out = []
     for p, c, t, d, m_ in zip(pid.tolist(), code.tolist(), ts.tolist(), dur.tolist(),
                               med.tolist()):
-        # start and end through float64, as the pandas rows this replaced read them
-        s, e = int(float(t)), int(float(t) + float(d))
+        # exact ints: ns since the epoch pass 2**53, where float64 rounds to 256 ns
+        s, e = t, t + d
         if wait is not None and _waits(ev, wait, p, s, e) >= WAIT_FILLS * (e - s):
             continue   # its time is a wait or the allocator's, judged by their own rules
         out.append(_item(what, cats[c], s, e - s, float(m_)))
