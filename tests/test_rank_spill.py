@@ -111,3 +111,24 @@ def test_batch_parent_keeps_spilled_records(tmp_path, monkeypatch):
     res = batch.assemble(results)
     assert res.ranks.equals(plain.ranks) and res.matches.equals(plain.matches)
     assert repr(res.jobs[0].verdict()) == repr(plain.jobs[0].verdict())
+
+
+def test_a_full_disk_keeps_the_rank_in_memory_and_leaves_no_file(tmp_path, monkeypatch):
+    """A spill that cannot be written (no room, no temporary folder) keeps the rank's arrays
+    in memory: the batch goes on with every rank's result, and no half-written file stays."""
+    import traceread.jobs.multirank.spill as S
+
+    traces = make_job(JobSpec(ranks=2, slow_rank=1, with_seq=False, steps=3))
+    ri = mr.rank_input(traces[0])
+    act = {k: (s.copy(), e.copy()) for k, (s, e) in ri.activity.items()}
+    monkeypatch.setattr(S.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(S, "_folder_ref", None)
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(S.np, "savez", full)
+    assert not spill(ri, min_bytes=0)
+    assert type(ri.activity) is dict and type(ri.gpu_compute) is tuple
+    assert all(np.array_equal(ri.activity[k][0], act[k][0]) for k in act)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []

@@ -42,8 +42,12 @@ class _File:
     def __init__(self, folder: _Folder, arrays: dict[str, np.ndarray]):
         self.folder = folder   # keeps the folder alive while this file is
         fd, self.path = tempfile.mkstemp(dir=folder.path, suffix=".npz")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **arrays)
+        except BaseException:
+            _unlink(self.path)   # a full disk leaves no half-written file behind
+            raise
         weakref.finalize(self, _unlink, self.path)
 
     def read(self, key: str) -> np.ndarray:
@@ -141,7 +145,10 @@ def spill(ri, min_bytes: int | None = None) -> bool:
         for j, k in enumerate(keys):
             arrays[f"{prefix}{j}.s"], arrays[f"{prefix}{j}.e"] = src[k]
     arrays["g.s"], arrays["g.e"] = ri.gpu_compute
-    file = _File(_folder(), arrays)
+    try:
+        file = _File(_folder(), arrays)
+    except OSError:   # no room or no temporary folder: keep this rank's arrays in memory
+        return False
     ri.activity = SpilledMap(file, "a", cats)
     ri.gpu_compute = SpilledPair(file, "g")
     if ri.waits:
