@@ -79,7 +79,10 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     add = pd.DataFrame({
         "id": np.arange(next_id, next_id + m, dtype=np.int64),
         "step": P["step"], "lane": P["lane"], "seq": P["seq"], "sub": P["sub"],
-        "kind": P["kind"], "name": P["name"], "cat": P["cat"], "ts_ns": P["ts_ns"],
+        # object, as the graph's: pandas 3 infers its str dtype here, and the concat below
+        # turned that back into object with a new Python string per row
+        "kind": pd.Series(P["kind"], dtype=object), "name": pd.Series(P["name"], dtype=object),
+        "cat": pd.Series(P["cat"], dtype=object), "ts_ns": P["ts_ns"],
         "dur_ns": P["dur_ns"], "corr": np.full(m, -1, np.int64), "cost_ns": P["dur_ns"].copy(),
         "gap_ns": P["gap_ns"], "release_ns": P["release_ns"], "was": P["was"],
         "last": P["last"]})
