@@ -19,6 +19,7 @@ from traceread.synth.scenarios import US, TraceBuilder
 from traceread.verdict.whatif import bound_reasons
 
 from conftest import FIXTURES, analysed
+from test_replay import sync_loop
 
 GPU = FIXTURES / "gpu"
 
@@ -90,22 +91,11 @@ def _cycle(graph):
     return g
 
 
-def _sync_loop(steps: int = 4):
-    b = TraceBuilder()
-    for k in range(steps):
-        t = 1_000_000 + k * 1000 * US
-        b.step(k, t, 1000 * US)
-        b.launch(t + 10 * US, 5 * US, t + 20 * US, 300 * US, name="kernel_A")
-        b.launch(t + 30 * US, 5 * US, t + 320 * US, 400 * US, name="kernel_B")
-        b.runtime("cudaStreamSynchronize", t + 40 * US, 685 * US)
-    return b.build()
-
-
 def test_no_price_from_a_replay_that_did_not_settle():
     """Issue 37: a replay that did not converge still priced CUDA graphs (78-92% of the
     step, ranked first). Every model now refuses, and the verdict says why the levers
     kept their bounds."""
-    a = analyze(_sync_loop(), steps="all")
+    a = analyze(sync_loop(), steps="all")
     bad = _cycle(a.replay_graph)
     from traceread.passes.replay import simulate
 
@@ -131,7 +121,7 @@ def test_unsettled_window_replay_gives_no_graph(monkeypatch):
         return s
 
     monkeypatch.setattr(R, "simulate", unsettled)
-    a = analyze(_sync_loop(), steps="all")
+    a = analyze(sync_loop(), steps="all")
     assert a.replay["replayable"] is False and "did not settle" in a.replay["reason"]
     assert a.replay_graph is None and a.facts.graph is None
     priced = [x for x in a.verdict["actions"] if x.get("basis") == "replay"]
@@ -139,7 +129,7 @@ def test_unsettled_window_replay_gives_no_graph(monkeypatch):
 
 
 def test_held_out_identical_steps_are_predicted_exactly():
-    a = analyze(_sync_loop(6), steps="all")
+    a = analyze(sync_loop(6), steps="all")
     rows = H.leave_one_out(a.replay_graph)
     assert len(rows) == 6
     assert all(r["predicted_ns"] == r["measured_ns"] == 1000 * US for r in rows)

@@ -7,18 +7,9 @@ import numpy as np
 
 from traceread.analysis import analyze
 from traceread.passes.replay.graph import NODE_KINDS, copy_on_write, labels
-from traceread.synth.scenarios import TraceBuilder, US
+from traceread.synth.scenarios import US
 
-
-def _loop(steps: int = 4):
-    b = TraceBuilder()
-    for k in range(steps):
-        t = 1_000_000 + k * 1000 * US
-        b.step(k, t, 1000 * US)
-        b.launch(t + 10 * US, 5 * US, t + 20 * US, 300 * US, name="kernel_A")
-        b.launch(t + 30 * US, 5 * US, t + 320 * US, 400 * US, name="kernel_B")
-        b.runtime("cudaStreamSynchronize", t + 40 * US, 685 * US)
-    return b.build()
+from test_replay import sync_loop
 
 
 def _frame_state(g) -> dict:
@@ -31,7 +22,7 @@ def _unchanged(g, before: dict) -> None:
 
 
 def test_transformed_copies_leave_the_graph_as_it_was():
-    g = analyze(_loop(), steps="all").replay_graph
+    g = analyze(sync_loop(), steps="all").replay_graph
     before = _frame_state(g)
     n = g.nodes
     calls = n[(n["kind"] == "launch") & (n["step"] == 1)]["id"].tolist()
@@ -49,7 +40,7 @@ def test_transformed_copies_leave_the_graph_as_it_was():
 
 
 def test_node_strings_are_shared():
-    a = analyze(_loop(), steps="all")
+    a = analyze(sync_loop(), steps="all")
     assert set(a.replay_graph.nodes["kind"]) <= set(NODE_KINDS)
     for g in (a.replay_graph, a.facts.graph):   # the replay's and the levers' (split) graph
         for col in (g.nodes["kind"], g.nodes["name"], g.nodes["cat"], g.edges["kind"]):
