@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from traceread import load
 from traceread.analysis import analyze
+from traceread.passes import steady
 from traceread.passes import window as window_mod
 from traceread.passes.replay import split as split_mod
 
@@ -35,12 +37,81 @@ def _graph_and_window(path: Path):
     return g, split_mod.within(ev, g), a.step_pattern
 
 
+def _piece_table_loop(n: pd.DataFrame, cand: np.ndarray, lane_key: dict, outer: dict,
+                      ts: np.ndarray, end: np.ndarray, label: np.ndarray,
+                      names: np.ndarray) -> dict:
+    """``split._piece_table`` one stretch at a time (``_pieces``): the code it replaced."""
+    import bisect
+
+    by_thread = {k: (t.tolist(), e.tolist(), o.tolist()) for k, (t, e, o) in outer.items()}
+    label, names = label.tolist(), names.tolist()
+    P = {c: [] for c in split_mod._PIECE_COLS}
+    drop = []
+    cols = {c: n[c].to_numpy().tolist() for c in ("lane", "ts_ns", "dur_ns", "step", "seq",
+                                                  "gap_ns", "release_ns", "id")}
+    neg = int(split_mod.NEG)
+    for i in cand.tolist():
+        lane = int(cols["lane"][i])
+        k = lane_key.get(lane)
+        if k not in by_thread:
+            continue
+        s0 = cols["ts_ns"][i]
+        s1 = s0 + cols["dur_ns"][i]
+        t, e, o = by_thread[k]
+        lo = bisect.bisect_right(e, s0)   # both sorted: outermost ops do not overlap
+        hi = bisect.bisect_left(t, s1)
+        if hi - lo < 1:
+            continue
+        pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], label, names)
+        m = len(pieces)
+        if m < 2:
+            continue
+        drop.append(i)
+        a, b, c, nm = zip(*pieces)
+        P["step"] += [cols["step"][i]] * m
+        P["lane"] += [lane] * m
+        P["seq"] += [cols["seq"][i]] * m
+        P["sub"] += range(m)
+        P["kind"] += ["dataloader" if x == "dataloader" else
+                      "collective" if x == "comm_wait" else "host" for x in c]
+        P["name"] += nm
+        P["cat"] += c
+        P["ts_ns"] += a
+        P["dur_ns"] += [y - x for x, y in zip(a, b)]
+        P["gap_ns"] += [cols["gap_ns"][i]] + [0] * (m - 1)
+        P["release_ns"] += [cols["release_ns"][i]] + [neg] * (m - 1)
+        P["was"] += [cols["id"][i]] * m
+        P["last"] += [False] * (m - 1) + [True]
+    out = {c: np.asarray(P[c], object if c in ("kind", "name", "cat") else
+                         bool if c == "last" else np.int64) for c in split_mod._PIECE_COLS}
+    out["drop"] = drop
+    return out
+
+
+def _pieces(s0, s1, t, e, o, label, names) -> list[tuple[int, int, str, str]]:
+    """(start, end, category, name) pieces tiling [s0, s1): the ops (starts ``t``, ends
+    ``e``, rows ``o``: lists) clipped to it, and the untraced stretches between them."""
+    out = []
+    at = s0
+    for a, b, r in zip(t, e, o):
+        a, b = max(a, s0), min(b, s1)
+        if b <= a:
+            continue
+        if a > at:
+            out.append((at, a, "untraced", "untraced"))
+        out.append((a, b, label[r], names[r]))
+        at = b
+    if at < s1:
+        out.append((at, s1, "untraced", "untraced"))
+    return out
+
+
 @pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()], ids=lambda p: p.name)
 @pytest.mark.parametrize("min_ns", [split_mod.SPLIT_MIN_NS, 0])
 def test_split_pieces_equal_the_per_stretch_loop(path, min_ns, monkeypatch):
     g, ev, pattern = _graph_and_window(path)
     fast = split_mod.split(g, ev, pattern, min_ns=min_ns)
-    monkeypatch.setattr(split_mod, "_piece_table", split_mod._piece_table_loop)
+    monkeypatch.setattr(split_mod, "_piece_table", _piece_table_loop)
     slow = split_mod.split(g, ev, pattern, min_ns=min_ns)
     assert len(fast.nodes) > len(g.nodes)   # something was cut
     pd.testing.assert_frame_equal(fast.nodes, slow.nodes)
@@ -146,6 +217,21 @@ def test_median_of_counts_is_np_median():
         assert median_of_counts(d.astype(np.int64)) == float(np.median(d)), d[:10]
 
 
+def _slow_firsts_frame(name, ts, dur, pid) -> tuple:
+    """``steady._slow_firsts`` by pandas (the code it replaced)."""
+    df = pd.DataFrame({"name": name, "ts": ts, "dur": dur, "pid": pid})
+    df = df.sort_values("ts", kind="stable")
+    again = df.duplicated(["pid", "name"]).to_numpy()   # not the (pid, name)'s first row
+    first = df[~again].set_index(["pid", "name"])
+    later = df[again].groupby(["pid", "name"])["dur"].agg(["median", "size"])
+    j = first.join(later, how="inner")
+    j = j[(j["size"] >= steady.FIRST_MIN_LATER) & (j["dur"] >= steady.OUTLIER_MIN_NS)
+          & (j["dur"] >= steady.FIRST_RATIO * np.maximum(j["median"], 1))]
+    return (j.index.get_level_values(0).to_numpy(np.int64),
+            j.index.get_level_values(1).to_numpy(np.int64), j["ts"].to_numpy(np.int64),
+            j["dur"].to_numpy(np.int64), j["median"].to_numpy(np.float64))
+
+
 @pytest.mark.parametrize("path", [p for p in SPLIT_TRACES if p.exists()][:4], ids=lambda p: p.name)
 @pytest.mark.parametrize("loose", [False, True])
 def test_slow_first_rows_equal_the_groupby(path, loose, monkeypatch):
@@ -163,7 +249,7 @@ def test_slow_first_rows_equal_the_groupby(path, loose, monkeypatch):
         rows = np.flatnonzero(kind_in(ev, kinds) & (codes >= 0))
         args = (codes[rows], ev["ts"].to_numpy(np.int64)[rows],
                 ev["dur"].to_numpy(np.int64)[rows], ev["pid"].to_numpy(np.int64)[rows])
-        fast, slow = steady._slow_firsts(*args), steady._slow_firsts_frame(*args)
+        fast, slow = steady._slow_firsts(*args), _slow_firsts_frame(*args)
         assert len(fast[0]) or not loose
         for a, b in zip(fast, slow):
             assert a.tolist() == b.tolist()
@@ -181,7 +267,7 @@ def test_slow_first_rows_on_ties_and_processes(monkeypatch):
     args = (rng.integers(0, 30, n), rng.integers(0, 500, n) * 1000,   # equal ts: ties
             rng.integers(1, 4_000_000, n), rng.integers(0, 3, n))
     args = tuple(np.asarray(a, np.int64) for a in args)
-    fast, slow = steady._slow_firsts(*args), steady._slow_firsts_frame(*args)
+    fast, slow = steady._slow_firsts(*args), _slow_firsts_frame(*args)
     assert 0 < len(fast[0]) < 90
     for a, b in zip(fast, slow):
         assert a.tolist() == b.tolist()
@@ -198,7 +284,7 @@ def test_slow_first_rows_with_names_too_wide_for_one_key(monkeypatch):
     name = rng.choice(np.array([0, 2**61, 7, 2**61 + 3], np.int64), n)
     args = (name, rng.integers(0, 300, n) * 10, rng.integers(1, 4_000_000, n),
             rng.integers(0, 5, n).astype(np.int64))
-    fast, slow = steady._slow_firsts(*args), steady._slow_firsts_frame(*args)
+    fast, slow = steady._slow_firsts(*args), _slow_firsts_frame(*args)
     assert len(fast[0])
     for a, b in zip(fast, slow):
         assert a.tolist() == b.tolist()

@@ -241,7 +241,7 @@ def _slow_firsts(name, ts, dur, pid) -> tuple:
     ts) with >= FIRST_MIN_LATER later rows, >= OUTLIER_MIN_NS and >= FIRST_RATIO x their
     median; in the order of those first rows. Hashed groups, and only the few candidates'
     later rows sorted (a groupby of every row took ~25 ms at 250 MB);
-    ``_slow_firsts_frame`` is the pandas reference its tests compare with."""
+    tests/test_speed_paths.py compares it with the pandas code it replaced."""
     o = np.argsort(ts, kind="stable")
     name, ts, dur, pid = name[o], ts[o], dur[o], pid[o]
     n = len(name)
@@ -269,21 +269,6 @@ def _slow_firsts(name, ts, dur, pid) -> tuple:
     keep = dur[f] >= FIRST_RATIO * np.maximum(med, 1)
     f, med = f[keep], med[keep]
     return pid[f], name[f], ts[f], dur[f], med
-
-
-def _slow_firsts_frame(name, ts, dur, pid) -> tuple:
-    """``_slow_firsts`` by pandas (the code it replaced), for the tests."""
-    df = pd.DataFrame({"name": name, "ts": ts, "dur": dur, "pid": pid})
-    df = df.sort_values("ts", kind="stable")
-    again = df.duplicated(["pid", "name"]).to_numpy()   # not the (pid, name)'s first row
-    first = df[~again].set_index(["pid", "name"])
-    later = df[again].groupby(["pid", "name"])["dur"].agg(["median", "size"])
-    j = first.join(later, how="inner")
-    j = j[(j["size"] >= FIRST_MIN_LATER) & (j["dur"] >= OUTLIER_MIN_NS)
-          & (j["dur"] >= FIRST_RATIO * np.maximum(j["median"], 1))]
-    return (j.index.get_level_values(0).to_numpy(np.int64),
-            j.index.get_level_values(1).to_numpy(np.int64), j["ts"].to_numpy(np.int64),
-            j["dur"].to_numpy(np.int64), j["median"].to_numpy(np.float64))
 
 
 def _innermost(items: list) -> list:

@@ -137,7 +137,7 @@ def _piece_table(n: pd.DataFrame, cand: np.ndarray, lane_key: dict, outer: dict,
     (``_pieces``: the outermost ops clipped to it, the untraced time between and after them),
     as column arrays in stretch order, then piece order; ``drop``: the stretches cut.
     Vectorised over all stretches (one Python turn per stretch was most of the pass);
-    ``_piece_table_loop`` is the per-stretch reference the tests hold it to."""
+    tests/test_speed_paths.py holds it to the per-stretch loop it replaced."""
     lane = n["lane"].to_numpy(np.int64)[cand]
     s0 = n["ts_ns"].to_numpy(np.int64)[cand]
     s1 = s0 + n["dur_ns"].to_numpy(np.int64)[cand]
@@ -216,76 +216,6 @@ def _piece_table(n: pd.DataFrame, cand: np.ndarray, lane_key: dict, outer: dict,
             "release_ns": np.where(start, col["release_ns"], int(NEG)).astype(np.int64),
             "was": col["id"], "last": last.astype(bool),
             "drop": cand[np.flatnonzero(per >= 2)].tolist()}
-
-
-def _piece_table_loop(n: pd.DataFrame, cand: np.ndarray, lane_key: dict, outer: dict,
-                      ts: np.ndarray, end: np.ndarray, label: np.ndarray,
-                      names: np.ndarray) -> dict:
-    """``_piece_table`` one stretch at a time (``_pieces``): the reference its tests compare
-    with."""
-    import bisect
-
-    by_thread = {k: (t.tolist(), e.tolist(), o.tolist()) for k, (t, e, o) in outer.items()}
-    label, names = label.tolist(), names.tolist()
-    P = {c: [] for c in _PIECE_COLS}
-    drop = []
-    cols = {c: n[c].to_numpy().tolist() for c in ("lane", "ts_ns", "dur_ns", "step", "seq",
-                                                  "gap_ns", "release_ns", "id")}
-    neg = int(NEG)
-    for i in cand.tolist():
-        lane = int(cols["lane"][i])
-        k = lane_key.get(lane)
-        if k not in by_thread:
-            continue
-        s0 = cols["ts_ns"][i]
-        s1 = s0 + cols["dur_ns"][i]
-        t, e, o = by_thread[k]
-        lo = bisect.bisect_right(e, s0)   # both sorted: outermost ops do not overlap
-        hi = bisect.bisect_left(t, s1)
-        if hi - lo < 1:
-            continue
-        pieces = _pieces(s0, s1, t[lo:hi], e[lo:hi], o[lo:hi], label, names)
-        m = len(pieces)
-        if m < 2:
-            continue
-        drop.append(i)
-        a, b, c, nm = zip(*pieces)
-        P["step"] += [cols["step"][i]] * m
-        P["lane"] += [lane] * m
-        P["seq"] += [cols["seq"][i]] * m
-        P["sub"] += range(m)
-        P["kind"] += ["dataloader" if x == "dataloader" else
-                      "collective" if x == "comm_wait" else "host" for x in c]
-        P["name"] += nm
-        P["cat"] += c
-        P["ts_ns"] += a
-        P["dur_ns"] += [y - x for x, y in zip(a, b)]
-        P["gap_ns"] += [cols["gap_ns"][i]] + [0] * (m - 1)
-        P["release_ns"] += [cols["release_ns"][i]] + [neg] * (m - 1)
-        P["was"] += [cols["id"][i]] * m
-        P["last"] += [False] * (m - 1) + [True]
-    out = {c: np.asarray(P[c], object if c in ("kind", "name", "cat") else
-                         bool if c == "last" else np.int64) for c in _PIECE_COLS}
-    out["drop"] = drop
-    return out
-
-
-def _pieces(s0, s1, t, e, o, label, names) -> list[tuple[int, int, str, str]]:
-    """(start, end, category, name) pieces tiling [s0, s1): the ops (starts ``t``, ends
-    ``e``, rows ``o``: lists) clipped to it, and the untraced stretches between them."""
-    out = []
-    at = s0
-    for a, b, r in zip(t, e, o):
-        a, b = max(a, s0), min(b, s1)
-        if b <= a:
-            continue
-        if a > at:
-            out.append((at, a, "untraced", "untraced"))
-        out.append((a, b, label[r], names[r]))
-        at = b
-    if at < s1:
-        out.append((at, s1, "untraced", "untraced"))
-    return out
 
 
 # -- the graph the what-if models change (whatif.py) -------------------------------------
