@@ -796,11 +796,15 @@ def pin_copies(g, f: Facts, p: dict):
     its time x its direction's measured bandwidth / pinned -- and its call returns once
     queued (a launch's time), instead of staging the copy through a bounce buffer."""
     m = _pageable(g, f)
+    names = _names(g).to_numpy(object)
+    if p.get("direction"):   # pin_reads: only the results read back
+        dirs = _per_name(g, "direction", lambda xs: [_direction(x) for x in xs])
+        m &= dirs.astype(str) == p["direction"]
     if not m.any():
-        return "no pageable copy in the replayed steps"
+        return "no pageable copy in the replayed steps" if not p.get("direction") else \
+            f"no pageable {p['direction']} copy in the replayed steps"
     pinned = float(f.copies.get("pinned_gbps") or PINNED_GBPS_DEFAULT)
     by = {d["direction"]: d.get("gbps") for d in f.copies.get("by_direction") or []}
-    names = _names(g).to_numpy(object)
     ratio = np.ones(len(m))
     for i in np.flatnonzero(m).tolist():
         d = _direction(names[i])
@@ -1189,6 +1193,8 @@ MODELS: tuple[Model, ...] = (
           "as bf16, with the fp16 peak"),
     Model("pin_copies", pin_copies,
           "pageable copies at the pinned bandwidth the trace's best pinned copy reached"),
+    Model("pin_reads", lambda g, f, p: pin_copies(g, f, dict(p, direction="DtoH")),
+          "pin_copies for the device->host copies alone: the results read back"),
     Model("overlap_copies", overlap_copies,
           "copies issued early on a side stream: the host does not wait for them and they run "
           "beside the kernels queued before them"),
@@ -1292,7 +1298,7 @@ def lane_load(graph) -> dict:
 
 
 ORDER = ("drop_syncs", "no_empty_cache", "no_recompile", "replay_graphs", "workers", "host_off_path",
-         "checkpoint_off_path", "pin_copies", "overlap_copies", "fused_optimizer",
+         "checkpoint_off_path", "pin_copies", "pin_reads", "overlap_copies", "fused_optimizer",
          "fuse_pointwise", "tf32", "bf16", "fp16", "channels_last", "cuda_graphs",
          "larger_batch")
 
