@@ -445,9 +445,11 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
     acts = (before.verdict or {}).get("actions") or []
     from traceread.verdict.whatif import MODEL_OF
     row["first"] = acts[0]["id"] if acts else None
-    row["first_fixes"] = bool(acts) and MODEL_OF.get(acts[0]["id"]) in ids
+    # pinning every pageable copy includes pinning the reads (pin_read's model, pin_reads)
+    covers = set(ids) | ({"pin_reads"} if "pin_copies" in ids else set())
+    row["first_fixes"] = bool(acts) and MODEL_OF.get(acts[0]["id"]) in covers
     # where the change's own lever ranks when it is not first (for the ranking's work)
-    fix = [i for i, x in enumerate(acts) if MODEL_OF.get(x["id"]) in ids]
+    fix = [i for i, x in enumerate(acts) if MODEL_OF.get(x["id"]) in covers]
     row["fix_rank"], row["fix"] = (fix[0] + 1, acts[fix[0]]["id"]) if fix else (None, None)
     return row
 
