@@ -82,6 +82,18 @@ def test_full_grids_are_not_flagged_and_no_sms_no_coverage():
     assert o["coverage"] is None and "SM count" in o["note"]
 
 
+def test_short_kernel_shares_are_not_rounded_to_ns():
+    # kineto's docs trace: one 1-block kernel of 20 ns on 132 SMs. Truncating its SM-idle
+    # time to 19 ns read "95% of kernel time leaves SMs empty"; it is 131/132 = 99.2%.
+    b = TraceBuilder()
+    b.launch(T0, 5, T0 + 10, 20, name=SMALL, launch='{"grid":[1,1,1],"block":[1,1,1]}')
+    t = b.build(devices=[H100])
+    o = occupancy_summary(t, caps=device_caps(t.meta))
+    assert o["underfilled"]["sm_idle_pct"] == pytest.approx(100 * 131 / 132)
+    assert o["coverage"] == pytest.approx(1 / 132)
+    assert o["sm_idle_ns"] == 20 and o["covered_ns"] == 0
+
+
 FIX = Path(__file__).parent / "fixtures" / "gpu"
 
 

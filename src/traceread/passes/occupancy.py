@@ -88,10 +88,12 @@ def occupancy_summary(trace, window: tuple[int, int] | None = None, caps: dict |
     g["cov"] = np.minimum(1.0, g["blocks"] / sms)
     g["idle"] = g["ns"] * (1 - g["cov"])
     tot = float(g["ns"].sum())
-    out.update(covered_ns=int((g["ns"] * g["cov"]).sum()), sm_idle_ns=int(g["idle"].sum()))
-    out["coverage"] = out["covered_ns"] / tot if tot else None
+    covered, idle = float((g["ns"] * g["cov"]).sum()), float(g["idle"].sum())
+    out.update(covered_ns=int(round(covered)), sm_idle_ns=int(round(idle)))
+    # shares from the unrounded sums: on short kernels rounding to ns moves them by points
+    out["coverage"] = covered / tot if tot else None
     out["classes"] = _by_class(g, tot)
-    share = out["sm_idle_ns"] / tot if tot else 0.0
+    share = idle / tot if tot else 0.0
     if share >= UNDERFILLED_SHARE:
         out["underfilled"] = {"sm_idle_pct": 100.0 * share, "kernels": _culprits(g, tot, sms)}
     return out
@@ -159,7 +161,7 @@ def _culprits(g: pd.DataFrame, tot: float, sms: int) -> list[dict]:
     blocks = g.assign(w=g["blocks"] * g["ns"]).groupby("name", sort=False)["w"].sum()
     by = by[by["idle"] > 0].sort_values("idle", ascending=False).head(TOP_KERNELS)
     return [{"name": str(n), "ns": int(r["ns"]), "count": int(r["count"]),
-             "sm_idle_ns": int(r["idle"]), "pct_of_kernel_time": 100.0 * r["ns"] / tot,
+             "sm_idle_ns": int(round(r["idle"])), "pct_of_kernel_time": 100.0 * r["ns"] / tot,
              "blocks": int(round(blocks[n] / r["ns"])) if r["ns"] else 0,
              "coverage": float(1 - r["idle"] / r["ns"]) if r["ns"] else None, "sms": int(sms)}
             for n, r in by.iterrows()]
