@@ -350,6 +350,9 @@ class Withdrawn(_S):
     reason: str                     # the failed precondition's own words, or the replay's
     precondition: str               # its name ("replay": the replay refused the change)
     facts: list[str]                # the facts it read
+    # those facts, values and the events that prove them, the deciding (last read) one last;
+    # empty for a replay's refusal
+    because: list[Because] = []
 
 
 class BusyPlacement(_S):

@@ -157,6 +157,20 @@ def because_words(items: list[dict], limit: int = 4) -> str:
                                       if more > 0 else "")
 
 
+def refusal_words(items: list[dict]) -> str:
+    """A withdrawn lever's ``because`` in words. Unlike an offered lever's, a false fact here
+    is the refusal, and its events (the sync that splits the step) are what proves it."""
+    bits = []
+    for x in items:
+        said = fact_words(x)
+        v = x.get("value")
+        if said and not v and x.get("evidence") and "(seen: " not in said:
+            said += _proof(x, True)
+        if said:
+            bits.append(said)
+    return "; ".join(bits)
+
+
 def _proof(x: dict, v) -> str:
     proof = (x.get("evidence") or [None])[0]
     if proof and proof.get("name") and v:

@@ -38,7 +38,7 @@ cause's "pin" lever saves only the time beyond pinned bandwidth.
 from __future__ import annotations
 
 from . import levers as L
-from .because import because
+from .because import because, brief, proofs as fact_proofs
 from .units import per_step, program_step_ns
 from .bounds import CAUSES, TITLE, WHAT
 
@@ -149,9 +149,19 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     if "waiting_ns" in ev:
         out["title"] = WAITING_TITLE
     out["diagnostics"] = L.diagnostics([c for c, _ in _worth(sc, window_ns)], ctx)
-    out["withdrawn"] = [w.to_dict() for w in
+    out["withdrawn"] = [_withdrawn(w, ctx, proofs or {}) for w in
                         L.withdrawn(sc, ctx, MIN_ACTION_SHARE * window_ns, CAUSES)]
     return out
+
+
+def _withdrawn(w, ctx: dict, proofs: dict) -> dict:
+    """A refusal with the facts its failed precondition read, each with its value and the
+    events that prove it (a replay's refusal carries its own reason)."""
+    d = w.to_dict()
+    d["because"] = [] if w.precondition == "replay" else [
+        {"fact": k, "value": brief(ctx.get(k)), "known": k in ctx, "evidence": fact_proofs(k, proofs)}
+        for k in w.facts]
+    return d
 
 
 def _worth(sc: dict, window_ns: int) -> list[tuple[str, int]]:
