@@ -293,7 +293,7 @@ class Action(_S):
     cost: str                           # free / code / infra
     cause: str                          # the score it saves; "gpu": GPU busy time
     saves_ns: Optional[int]             # null: no estimate (ranked after those with one)
-    saves_pct: Optional[float]          # of the analysed window
+    saves_pct: Optional[float]          # of the GPU's window (saves_pct_of says otherwise)
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
     culprit: Optional[str]
@@ -306,6 +306,9 @@ class Action(_S):
     projected_floor: Optional[str] = None
     # the facts that made the lever apply (verdict/because.py); a job's own lever has none
     because: list[Because] = []
+    # "run": no steps, and the run the replay measured outlasts the GPU's window (host work
+    # before its first op): saves_pct is a share of that run
+    saves_pct_of: Optional[str] = None
 
 
 class Because(_S):
@@ -327,6 +330,7 @@ class WhatIf(_S):
     projected_step_ns: Optional[int]
     models: Optional[list[str]] = None   # levers_together: the whatif models replayed at once
     projected_floor: Optional[str] = None   # "gpu_busy": as Action.projected_floor
+    saves_pct_of: Optional[str] = None      # "run": as Action.saves_pct_of
 
 
 class JobRole(_S):

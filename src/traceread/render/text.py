@@ -53,7 +53,7 @@ def action_gain(x: dict, prev: dict | None = None, floor_ns: int | None = None) 
     else:
         parts.append("saving not estimated")
     if isinstance(x.get("saves_pct"), (int, float)):
-        parts[-1] += f" ({x['saves_pct']:.1f}% of the window)"
+        parts[-1] += f" ({x['saves_pct']:.1f}% of the {x.get('saves_pct_of') or 'window'})"
     if x.get("basis") == "bound":
         parts[-1] += " [bound]"
     if x.get("projected_step_ns"):

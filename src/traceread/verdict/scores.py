@@ -200,14 +200,27 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     got = per_step(ns, steps, devices, program_step_ns(ctx), limit)
     if got is not None and got.clamped:   # the total follows its per-step unit
         ns = got.ns * steps * devices
-    out = {"saves_ns": int(ns), "saves_pct": _pct(ns, window_ns),
+    span = share_span(ctx, window_ns)
+    out = {"saves_ns": int(ns), "saves_pct": _pct(ns, span),
            "saves_per_step_ns": got.ns if got else None, "projected_step_ns": None}
+    if span != window_ns:
+        out["saves_pct_of"] = "run"
     if got is not None and got.step_ns:
         floor = busy - (got.ns if kind == "busy" else 0)
         out["projected_step_ns"] = got.projected(floor)
         if out["projected_step_ns"] and floor > 0 and out["projected_step_ns"] == floor:
             out["projected_floor"] = "gpu_busy"
     return out
+
+
+def share_span(ctx: dict, window_ns: int) -> int:
+    """What a saving is a share of: the GPU's window; with no steps (the whole trace is one
+    run) the run as the replay measured it where that is longer -- host work before the
+    first GPU op (start-up allocations) is saved from the run, not from the GPU's window."""
+    if int(ctx.get("steps") or 0):
+        return window_ns
+    run = int((ctx.get("replay_levers") or {}).get("before_ns") or 0)
+    return max(int(window_ns), run)
 
 
 def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
