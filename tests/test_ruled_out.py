@@ -4,7 +4,8 @@ and the text report names the deciding fact and its event under the to-do list."
 from __future__ import annotations
 
 from conftest import CORPUS, analysed, corpus_or_skip
-from traceread.render.report import RULED_OUT_ROWS, ruled_out_lines
+from traceread.render.report import ruled_out_lines
+from traceread.render.words import RULED_OUT_ROWS
 
 AT = {"name": "aten::to", "ts_ns": 1, "step": 0, "detail": "sync: pageable_copy"}
 
@@ -48,3 +49,17 @@ def test_vllm_eager_step_names_the_copy_that_rules_out_cuda_graphs():
     assert last["evidence"][0]["name"] == "aten::to"
     assert "pageable" in last["evidence"][0]["detail"]
     assert "cuda_graphs" not in [x["id"] for x in a.to_dict()["verdict"]["actions"]]
+
+
+def test_text_and_html_list_the_same_refusal():
+    corpus_or_skip()
+    from traceread.render.html import analysis_body
+    from traceread.render.report import todo_lines
+
+    a = analysed(CORPUS / "AMD-AGI__TraceLens/tests/traces/b200/eager_trace.json.gz")
+    v = a.to_dict()["verdict"]
+    text = "\n".join(todo_lines(v))
+    assert "cuda graphs, graphs host: the step cannot be captured as a CUDA graph " \
+           "(seen: aten::to)" in text
+    assert "<li>cuda graphs, graphs host: the step cannot be captured as a CUDA graph " \
+           "(seen: aten::to)</li>" in analysis_body(a)

@@ -194,11 +194,24 @@ def _actions(v: dict, floor: int | None = None) -> str:
     if len(items) > TODO_ROWS:
         out.append(f"<details><summary>and {len(items) - TODO_ROWS} more</summary>"
                    f"<ol start='{TODO_ROWS + 1}'>{''.join(items[TODO_ROWS:])}</ol></details>")
+    out.append(_ruled_out(v.get("withdrawn") or []))
     diag = v.get("diagnostics") or []
     if diag:
         out.append("<b>To find out more</b><ul>"
                    + "".join(f"<li>{escape(str(d))}</li>" for d in diag) + "</ul>")
     return "".join(out)
+
+
+def _ruled_out(withdrawn: list[dict]) -> str:
+    """The levers the program rules out, as the text report lists them (words.ruled_out)."""
+    from .words import RULED_OUT_ROWS, RULED_OUT_TITLE, ruled_out
+
+    rows = [f"<li>{escape(ids)}: {escape(why)}</li>" for ids, why in ruled_out(withdrawn)]
+    if not rows:
+        return ""
+    more = (f"<details><summary>and {len(rows) - RULED_OUT_ROWS} more</summary><ul>"
+            f"{''.join(rows[RULED_OUT_ROWS:])}</ul></details>") if len(rows) > RULED_OUT_ROWS else ""
+    return f"<b>{escape(RULED_OUT_TITLE)}</b><ul>{''.join(rows[:RULED_OUT_ROWS])}</ul>{more}"
 
 
 def _utilization_line(d: dict, v: dict) -> str:

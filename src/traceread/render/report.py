@@ -10,7 +10,8 @@ from ..verdict.bounds import TITLE
 from . import safe
 from .anatomy_text import anatomy_lines
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
-from .words import because_words, busy_note, refusal_words, together_words
+from .words import (RULED_OUT_ROWS, RULED_OUT_TITLE, because_words, busy_note, ruled_out,
+                    together_words)
 from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, empty_todo, fmt_ns,
                    projected_words, rel_time,
                    replay_lines, utilization_lines)
@@ -193,27 +194,16 @@ def todo_lines(v: dict, floor_ns: int | None = None) -> list[str]:
     return lines
 
 
-RULED_OUT_ROWS = 3
-
-
 def ruled_out_lines(withdrawn: list[dict]) -> list[str]:
-    """The levers of the lost time's causes that the program rules out, one line per reason
-    (the facts that failed, with the event that proves them): why a reader does not see,
-    say, CUDA graphs offered. A replay's refusal gives its own reason."""
-    by_reason: dict[str, list[str]] = {}
-    for w in withdrawn:
-        if not isinstance(w, dict):
-            continue
-        # a precondition stops at the read that decides it: its last fact is the refusal
-        why = refusal_words((w.get("because") or [])[-1:]) or str(w.get("reason") or "")
-        if why:
-            by_reason.setdefault(why, []).append(str(w.get("id", "")).replace("_", " "))
-    if not by_reason:
+    """The levers the program rules out (words.ruled_out), one line per reason, under the
+    to-do list: why a reader does not see, say, CUDA graphs offered."""
+    rows = ruled_out(withdrawn)
+    if not rows:
         return []
-    lines = ["", "  Not offered: the program rules them out"]
-    for why, ids in list(by_reason.items())[:RULED_OUT_ROWS]:
-        lines += tail_lines("    - ", f"{', '.join(ids)}: {why}")
-    more = len(by_reason) - RULED_OUT_ROWS
+    lines = ["", f"  {RULED_OUT_TITLE}"]
+    for ids, why in rows[:RULED_OUT_ROWS]:
+        lines += tail_lines("    - ", f"{ids}: {why}")
+    more = len(rows) - RULED_OUT_ROWS
     if more > 0:
         lines.append(f"    ... and {more} more (the JSON's verdict.withdrawn)")
     return lines

@@ -157,6 +157,24 @@ def because_words(items: list[dict], limit: int = 4) -> str:
                                       if more > 0 else "")
 
 
+RULED_OUT_TITLE = "Not offered: the program rules them out"
+RULED_OUT_ROWS = 3
+
+
+def ruled_out(withdrawn: list[dict]) -> list[tuple[str, str]]:
+    """``verdict.withdrawn`` as (the levers, why) rows, one per reason: a precondition stops
+    at the read that decides it, so its last fact (with the event that proves it) is the
+    reason; a replay's refusal gives its own."""
+    by_reason: dict[str, list[str]] = {}
+    for w in withdrawn:
+        if not isinstance(w, dict):
+            continue
+        why = refusal_words((w.get("because") or [])[-1:]) or str(w.get("reason") or "")
+        if why:
+            by_reason.setdefault(why, []).append(str(w.get("id", "")).replace("_", " "))
+    return [(", ".join(ids), why) for why, ids in by_reason.items()]
+
+
 def refusal_words(items: list[dict]) -> str:
     """A withdrawn lever's ``because`` in words. Unlike an offered lever's, a false fact here
     is the refusal, and its events (the sync that splits the step) are what proves it."""
