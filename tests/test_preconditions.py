@@ -236,3 +236,20 @@ def test_the_gpu_use_section_names_no_withdrawn_busy_lever():
 
     u = utilization_levers(record("volta_nodevice"))
     assert "tf32" not in [b["lever"] for b in u["busy"]] and "tf32" not in u["headline"]
+
+
+def test_the_waited_copy_classes_are_attributions_blocking_calls():
+    # one pattern of blocking calls, split in two: a synchronous copy call (2), a synchronize
+    # (1). Before, preconditions kept its own: cuCtxSynchronize, the _ptsz stream syncs and
+    # cudaMemcpyPeer / ToSymbol were not waits there while the attribution counted them.
+    from traceread.passes.attribution import SYNC_API_RX
+    from traceread.passes.preconditions import _sync_class
+
+    cases = {"cudaStreamSynchronize": 1, "cuCtxSynchronize": 1, "cudaEventSynchronize": 1,
+             "cudaStreamSynchronize_ptsz": 1, "hipDeviceSynchronize": 1, "cudaMemcpy": 2,
+             "cudaMemcpyPeer": 2, "cudaMemcpyToSymbol": 2, "cuMemcpyDtoH_v2": 2,
+             "cudaMemcpy2D": 2, "cudaMemcpyAsync": 0, "cudaLaunchKernel": 0,
+             "cudaStreamWaitEvent": 0}
+    for name, want in cases.items():
+        assert _sync_class(name) == want, name
+        assert bool(SYNC_API_RX.match(name)) == (want > 0), name

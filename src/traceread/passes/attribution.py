@@ -66,10 +66,11 @@ SKEW_NS = 5_000
 
 # an explicit sync call: the host waits for a stream, the device (context) or an event
 SYNC_CALL = r"(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize"
-SYNC_API_RX = namerx.compile(
-    r"^(?:" + SYNC_CALL +
-    r"|(?:cuda|hip)Memcpy(?:2D|3D|Peer|FromSymbol|ToSymbol|DtoH|HtoD|DtoD|WithStream)?"
-    r"|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer|AtoH|HtoA)?)(?:_v\d+)?(?:_ptsz|_ptds)?$")
+# a synchronous copy call: returns when its copy is done (the Async ones do not)
+SYNC_COPY_CALL = (r"(?:cuda|hip)Memcpy(?:2D|3D|Peer|FromSymbol|ToSymbol|DtoH|HtoD|DtoD|WithStream)?"
+                  r"|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer|AtoH|HtoA)?")
+API_TAIL = r"(?:_v\d+)?(?:_ptsz|_ptds)?$"
+SYNC_API_RX = namerx.compile(r"^(?:" + SYNC_CALL + "|" + SYNC_COPY_CALL + ")" + API_TAIL)
 # Device-memory allocation and release: not launches. cudaFree/hipFree block until the
 # device is idle and can take ms each (allocator churn, torch.cuda.empty_cache()).
 ALLOC_API_RX = namerx.compile(

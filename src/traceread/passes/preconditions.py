@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .. import namerx
+from .attribution import API_TAIL, SYNC_CALL, SYNC_COPY_CALL
 from .common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
 from .factkit import Steps, item
 
@@ -145,8 +146,9 @@ def _memory_kind(name: str) -> int:
 
 # -- which way the blocking copies go ----------------------------------------------------
 
-SYNC_API_RX = re.compile(r"^(?:cuda|hip)(?:Stream|Device|Event)Synchronize$|^cuStreamSynchronize")
-SYNC_COPY_API_RX = re.compile(r"^(?:cuda|hip)Memcpy(?:2D|3D)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$")
+# attribution's blocking calls, split: a synchronize, and a synchronous copy call
+SYNC_CALL_RX = re.compile(r"^" + SYNC_CALL + API_TAIL)
+SYNC_COPY_API_RX = re.compile(r"^(?:" + SYNC_COPY_CALL + ")" + API_TAIL)
 
 
 def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
@@ -273,7 +275,7 @@ def pageable_reads(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
 
 def _sync_class(name: str) -> int:
     """2: a synchronous copy call; 1: a synchronize; 0: anything else."""
-    return 2 if SYNC_COPY_API_RX.match(name) else 1 if SYNC_API_RX.match(name) else 0
+    return 2 if SYNC_COPY_API_RX.match(name) else 1 if SYNC_CALL_RX.match(name) else 0
 
 
 # -- CUDA graph launches ------------------------------------------------------------------
