@@ -1358,6 +1358,8 @@ class LeverProof(_S):
     replay_before_ns: Optional[int] = None
     replay_after_ns: Optional[int] = None
     not_replayed: Optional[str] = None
+    # why the promise is not judged against the realised saving (the jobs or GPUs differ)
+    not_judged: Optional[str] = None
 
 
 class Saving(_S):

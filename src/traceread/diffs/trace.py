@@ -304,8 +304,29 @@ def diff_analyses(before, after, label: str = "", batch: tuple | None = None) ->
     found = user_batch(batch) if batch else batch_sizes(before, after)
     d = diff_sides((figures(before), before.kernels, before.kernel_classes),
                    (figures(after), after.kernels, after.kernel_classes), label, found)
+    apart = not_the_same_job(before.meta, after.meta)
+    d.warnings += apart
     d.proof = proof(before, after, d)
+    if d.proof and apart:   # the change is not the only difference: no error is measured
+        d.proof.update(error_pct=None, not_judged=apart[0].split(" -- ")[0])
     return d
+
+
+def not_the_same_job(mb, ma) -> list[str]:
+    """Where the two captures ran on different jobs or hardware (the traces' distributedInfo
+    and device properties): a rank's share of the work, or the GPU's speed, changed with
+    the program, so the change's effect is not what the figures show."""
+    from ..passes.peaks import device_name
+
+    out = []
+    wb, wa = int(getattr(mb, "world_size", -1) or -1), int(getattr(ma, "world_size", -1) or -1)
+    if wb > 0 and wa > 0 and wb != wa:
+        out.append(f"the jobs differ: {wb} ranks BEFORE, {wa} AFTER -- each rank's share of "
+                   "the work and its collectives changed with the program")
+    db, da = device_name(mb), device_name(ma)
+    if db and da and db != da:
+        out.append(f"the GPUs differ: {db} BEFORE, {da} AFTER")
+    return out
 
 
 def user_batch(batch: tuple) -> dict:

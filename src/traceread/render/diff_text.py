@@ -280,6 +280,9 @@ def _proof_lines(p: dict) -> list[str]:
         err = f", promise off by {p['error_pct']:+.1f}%" if p.get("error_pct") is not None \
             else ""
         lines.append(f"    realised {fmt_ns(p['realised_ns'])} per step{rp}{err}")
+    if p.get("not_judged"):
+        lines += _wrap(f"not judged: {p['not_judged']} (the change is not the only difference)",
+                       "    ")
     for m, why in (p.get("refused") or {}).items():
         lines += _wrap(f"{m} not applied: {why}", "    ")
     return lines

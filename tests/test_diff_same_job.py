@@ -1,0 +1,38 @@
+"""A diff whose two captures ran on different jobs or GPUs says so, and does not judge the
+change's promise against a saving the hardware or the job's shape made (HTA's trace_diff
+pair: 8 ranks on A100 BEFORE, 2 ranks on V100 AFTER, read as "cuda_graphs: promise off by
++100%")."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from conftest import CORPUS, corpus_or_skip
+from traceread.diffs.trace import not_the_same_job
+
+A100 = [{"name": "NVIDIA A100-SXM4-80GB"}]
+
+
+def _meta(world, devices):
+    return SimpleNamespace(world_size=world, devices=devices)
+
+
+def test_world_size_and_gpu_differences_are_named():
+    assert not_the_same_job(_meta(8, A100), _meta(8, A100)) == []
+    assert not_the_same_job(_meta(-1, A100), _meta(2, [])) == []   # unknown: not claimed
+    w = not_the_same_job(_meta(8, A100), _meta(2, [{"name": "Tesla V100-SXM2-16GB"}]))
+    assert w[0].startswith("the jobs differ: 8 ranks BEFORE, 2 AFTER")
+    assert w[1] == "the GPUs differ: NVIDIA A100-SXM4-80GB BEFORE, Tesla V100-SXM2-16GB AFTER"
+
+
+def test_hta_trace_diff_pair_is_not_judged():
+    corpus_or_skip()
+    import traceread
+    from traceread.render.diff_text import render_diff
+
+    root = CORPUS / "facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff"
+    d = traceread.diff(str(root / "control/control.json.gz"), str(root / "test/test.json.gz"))
+    assert any(w.startswith("the jobs differ: 8 ranks BEFORE, 2 AFTER") for w in d.warnings)
+    assert any("Tesla V100" in w for w in d.warnings)
+    p = d.proof
+    assert p["error_pct"] is None and p["not_judged"].startswith("the jobs differ")
+    assert "promise off by" not in render_diff(d)
