@@ -180,6 +180,27 @@ def test_capture_replaces_the_launches_and_is_refused_across_a_sync():
     assert both["saves_ns"] > saves(graph, ["drop_syncs"])["saves_ns"]
 
 
+def test_capture_keeps_the_programs_own_host_work_between_the_launches():
+    # 10 launches with dispatch between them, and 5 ms of untraced Python halfway (HTA's
+    # trace_compare: 108 ms of it a step was "saved" by CUDA graphs): a graph replays the
+    # kernels and their dispatch, not that work -- host_off_path is the lever that moves it
+    g = G()
+    for i in range(10):
+        a = g.h("launch", "cudaLaunchKernel", 5 * US)
+        g.k(f"k{i}", 2 * US, a)
+        if i == 4:
+            g.h("host", "untraced", 5_000 * US, cat="untraced")
+        elif i < 9:
+            g.h("host", "aten::mul", 20 * US)
+    graph = g.build()
+    r = saves(graph, ["cuda_graphs"])
+    assert r["before_ns"] == (10 * 5 + 8 * 20 + 5_000) * US
+    # the graph launch holds the Python: the step is the host's 5 ms + one launch (the
+    # kernels run back to back after it, 22.6 us of GPU load)
+    assert r["after_ns"] == 5_000 * US + W.GRAPH_LAUNCH_NS
+    assert saves(graph, ["host_off_path"])["saves_ns"] == 5_000 * US
+
+
 def test_capture_refused_where_graphs_are_in_use():
     g = G()
     a = g.h("launch", "cudaLaunchKernel", 5 * US)

@@ -535,7 +535,9 @@ def capture_graphs(g, f: Facts, p: dict):
     """Capture each step's launches in one CUDA graph: on each launching thread the run
     from the step's first launch to the last one before its first blocking sync becomes
     one cudaGraphLaunch (GRAPH_LAUNCH_NS on the thread with most launches, none on the
-    others); the GPU runs the captured ops back to back, GRAPH_KERNEL_GAP_NS apart.
+    others) that also holds the run's host work beyond dispatch (``_movable_host``: a graph
+    does not run the program's other Python for it); the GPU runs the captured ops back to
+    back, GRAPH_KERNEL_GAP_NS apart.
     Refused where the step cannot be captured: kernels launched after a blocking sync
     (a graph cannot hold the sync), data loading or compilation between the launches,
     or (unless ``p['existing']``: the program's own graphs made to replay) graphs in use.
@@ -576,9 +578,15 @@ def capture_graphs(g, f: Facts, p: dict):
     if existing:   # the syncs inside were the re-recording's: replaying, nothing waits there
         for _, _, _, inside in runs:
             _drop_drains_into(g, inside)
-    for lane, first, last, _ in runs:
+    # a graph replays the kernels and the dispatch that issued them, not the program's own
+    # work between them (host_off_path's): that stays on the thread, before the launch.
+    # The program's own graphs replace their compiled region whole.
+    own = _movable_host(g) if not existing else np.zeros(len(g.nodes), bool)
+    cost = g.nodes["cost_ns"].to_numpy(np.int64)
+    kept = [int(cost[own & inside].sum()) for _, _, _, inside in runs]
+    for (lane, first, last, _), stays in zip(runs, kept):
         g = g.replace_run(first, last, name="cudaGraphLaunch",
-                          dur_ns=GRAPH_LAUNCH_NS if lane == main else 0)
+                          dur_ns=(GRAPH_LAUNCH_NS if lane == main else 0) + stays)
     captured = np.isin(g.nodes["id"].to_numpy(), gpu_ids)
     gap = g.nodes["gap_ns"].to_numpy(np.int64).copy()
     gap[captured] = GRAPH_KERNEL_GAP_NS
@@ -1027,15 +1035,22 @@ def host_off_path(g, f: Facts, p: dict):
     take no time; PyTorch's dispatch (operator stretches) and the launches stay. A
     host-only (CPU) step: its traced Python frames only -- there the untraced time between
     ops may be the compute itself, which no thread can take off the step."""
-    untraced = ("untraced",) if _has_gpu(g) else ()
-    python = _cat(g, *untraced, "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
-    m = _kind(g, "host") & python & \
-        (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
-    m &= ~_others_busy(g, m)
+    m = _movable_host(g)
     if not m.any():
         return "no host work between the launches beyond dispatch"
     _zero(g, m)
     return g
+
+
+def _movable_host(g) -> np.ndarray:
+    """The launching threads' own work in the steps beyond dispatch: untraced stretches (with
+    a GPU in the trace) and Python frames above HOST_LAG_FLOOR_NS, less the time another
+    thread's launches show to be a wait (``_others_busy``)."""
+    untraced = ("untraced",) if _has_gpu(g) else ()
+    python = _cat(g, *untraced, "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
+    m = _kind(g, "host") & python & \
+        (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
+    return m & ~_others_busy(g, m)
 
 
 PY_FRAME_RX = re.compile(r"\.py\(\d+\): ")
