@@ -125,7 +125,8 @@ def fact_words(x: dict) -> str:
     if not x.get("known", True):
         return f"{_human(fact)}: unknown"
     if fact.startswith("replay_levers."):
-        return f"replayed: saves {fmt_ns(v)} per step" if _int(v) else \
+        # the figure the saving line above shows, per step or (no steps) over the window
+        return f"replayed: saves {fmt_ns(v)}" if _int(v) else \
             "replayed (the step re-simulated with the change)"
     if fact.startswith("busy_levers."):
         return str(v)
