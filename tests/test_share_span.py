@@ -37,3 +37,14 @@ def test_start_up_allocations_are_a_share_of_the_run():
     assert abs(first["saves_pct"] - 100 * first["saves_ns"] / run) < 0.05
     assert run > gpu_window
     assert all(a.get("saves_pct") is None or a["saves_pct"] <= 100 for a in d["verdict"]["actions"])
+
+
+def test_levers_together_with_no_steps_is_over_the_window():
+    corpus_or_skip()
+    from traceread.render.report import todo_lines
+
+    d = analysed(CORPUS / "extra-p__extrap/concurrent_profile16.sqlite").to_dict()
+    both = d["verdict"]["what_if"]["levers_together"]
+    assert both["saves_per_step_ns"] is None and both["saves_ns"] > 0
+    line = " ".join(" ".join(todo_lines(d["verdict"])).split())
+    assert "not summed: saves ~" in line and "per step" not in line.split("not summed")[1][:40]

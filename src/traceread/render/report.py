@@ -181,12 +181,13 @@ def todo_lines(v: dict, floor_ns: int | None = None) -> list[str]:
     if more > 0:
         lines.append(f"    ... and {more} more (all in the JSON's verdict.actions)")
     both = (v.get("what_if") or {}).get("levers_together")
-    if isinstance(both, dict) and both.get("saves_per_step_ns") is not None:
+    if isinstance(both, dict) and both.get("saves_ns") is not None:
         step = f", step -> {projected_words(both['projected_step_ns'], floor_ns)}" \
             if both.get("projected_step_ns") else ""
+        per = both.get("saves_per_step_ns")
+        saves = f"{fmt_ns(per)} per step" if per is not None else fmt_ns(both["saves_ns"])
         lines += tail_lines("  ", f"The replayed levers together ({together_words(both, acts)}),"
-                            f" replayed at once, not summed: saves ~"
-                            f"{fmt_ns(both['saves_per_step_ns'])} per step{step}")
+                            f" replayed at once, not summed: saves ~{saves}{step}")
     lines += ruled_out_lines(v.get("withdrawn") or [])
     diag = v.get("diagnostics") or []
     if diag:

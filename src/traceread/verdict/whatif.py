@@ -146,7 +146,9 @@ def together(prices: dict, actions: list[dict], ctx: dict,
         per = cap
         ref = program_step_ns(ctx)
         proj = max(int(ctx.get("busy_step_mean_ns") or 0), ref - per) if ref else None
-    return {"saves_ns": per * steps, "saves_pct": None, "saves_per_step_ns": per,
+    # no steps (the whole trace as one run): a saving over the window, none per step
+    return {"saves_ns": per * steps, "saves_pct": None,
+            "saves_per_step_ns": per if ctx.get("steps") else None,
             "projected_step_ns": proj, "models": r["applied"]}
 
 
