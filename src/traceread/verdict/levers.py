@@ -985,7 +985,10 @@ LEVERS: tuple[Lever, ...] = (
     Lever("more_workers", "data", "the DataLoader already uses worker processes and they "
           "cannot keep up: raise num_workers (and prefetch_factor), or make each sample cheaper "
           "to load", "free", when=_all(PT, workers), group="workers"),
-    Lever("pin_batch", "data", DATALOADER_PIN, "free", when=_all(PT, h2d_pageable)),
+    # pinning speeds the batch's copy, not its loading: priced as the pinned copies, and
+    # one item with pin_copy (the same change named for the batch)
+    Lever("pin_batch", "data", DATALOADER_PIN, "free", saves="pin", when=_all(PT, h2d_pageable),
+          group="pin_copy"),
     Lever("persistent_workers", "data", "persistent_workers=True: do not restart workers every "
           "epoch", "free", when=_all(PT, no_workers)),
     Lever("prefetch_factor", "data", "raise prefetch_factor so batches are ready before the "
@@ -1000,7 +1003,7 @@ LEVERS: tuple[Lever, ...] = (
     # copy
     Lever("pin_copy", "copy", "pin the host tensor (tensor.pin_memory() once, or "
           "DataLoader(pin_memory=True)) and copy with .to(device, non_blocking=True)", "free",
-          saves="pin", when=_all(PT, h2d_pageable)),
+          saves="pin", when=_all(PT, h2d_pageable), group="pin_copy"),
     Lever("keep_on_gpu", "copy", "keep the data on the GPU: do not re-send the same tensor "
           "every step", "code", when=_all(PT, resent_copies)),
     Lever("side_stream_copy", "copy", "prefetch the next batch on a side stream so the copy "
