@@ -381,3 +381,55 @@ def test_json_largest_gaps_are_the_sorted_frame_head(min_gap):
     assert got["largest"] == gap_records(want)
     assert got["listed"] == len(listed) and got["count"] == len(g)
     assert got["listed_ns"] == (int(listed["duration"].sum()) if len(listed) else 0)
+
+
+def test_kind_in_equals_isin_for_every_kind_set():
+    """``kind_in`` (compares of the int8 codes, or of the codes that miss, or a lookup
+    table) against pandas' ``isin`` on a categorical column with nulls: every size of
+    kind set, with and without the null."""
+    import itertools
+
+    import numpy as np
+    import pandas as pd
+
+    from traceread.passes.common import kind_in
+
+    cats = ["cpu_op", "python", "annotation", "runtime", "driver", "kernel", "memcpy",
+            "memset", "gpu_annotation", "sync", "osrt", "instant", "other", "graph",
+            "k14", "k15", "k16", "k17", "k18", "k19"]
+    rng = np.random.default_rng(5)
+    codes = rng.integers(-1, len(cats), 5000).astype(np.int8)
+    ev = pd.DataFrame({"kind": pd.Categorical.from_codes(codes, categories=cats)})
+    plain = ev.astype({"kind": object})
+    for size in range(len(cats) + 1):
+        for start in (0, 3, 7):
+            kinds = tuple(itertools.islice(itertools.cycle(cats), start, start + size))
+            for extra in ((), (None,), ("not a kind",)):
+                want = ev["kind"].isin(kinds + extra).to_numpy()
+                got = kind_in(ev, kinds + extra)
+                assert got.dtype == bool and got.tolist() == want.tolist(), (kinds, extra)
+                if extra != (None,):   # (an object column's nulls are NaN, not None)
+                    assert kind_in(plain, kinds + extra).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_far_from_trace_no_gap_shortcut_flags_the_same_rows(seed, monkeypatch):
+    """validate's shortcut (no gap over GAP_NS known from the span, or from starts in
+    order) against the full sort, on sorted starts with steps and tails at GAP_NS +- 1."""
+    from traceread.readers import validate
+
+    G = validate.GAP_NS
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    steps = rng.choice([0, 1, 1000, G // 3, G - 1, G, G + 1], n,
+                       p=[.2, .2, .3, .15, .06, .06, .03] if seed % 2 else
+                       [.2, .2, .3, .3, 0, 0, 0])
+    ts = np.cumsum(steps).astype(np.int64) - int(rng.integers(0, 2)) * G
+    dur = rng.choice([0, 5, G // 2, G - 1, G, G + 1, -3], n,
+                     p=[.3, .3, .2, .05, .05, .05, .05]).astype(np.int64)
+    if seed % 4 == 0:
+        ts = ts[rng.permutation(n)]   # starts out of order: the sort decides
+    end = ts + np.maximum(dur, 0)
+    fast = validate._far_from_trace(ts, end, dur)
+    monkeypatch.setattr(validate, "_no_gap", lambda ts, end: False)
+    np.testing.assert_array_equal(fast, validate._far_from_trace(ts, end, dur))
