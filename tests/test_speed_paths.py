@@ -433,3 +433,48 @@ def test_far_from_trace_no_gap_shortcut_flags_the_same_rows(seed, monkeypatch):
     fast = validate._far_from_trace(ts, end, dur)
     monkeypatch.setattr(validate, "_no_gap", lambda ts, end: False)
     np.testing.assert_array_equal(fast, validate._far_from_trace(ts, end, dur))
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_models_priced_with_the_base_graphs_answers_kept_price_the_same(path, monkeypatch):
+    """``price_models`` keeps the base graph's kind / cat / name answers for its copies
+    (whatif ``_on_base``): every model's replay is the same without that."""
+    import contextlib
+
+    from traceread.passes.replay import whatif as W
+
+    a = analyze(load(str(path)))
+    if a.facts is None or a.facts.graph is None:
+        pytest.skip(f"{path.name}: no levers' graph")
+    args = (a.facts.graph, a.context, a.copies, a.facts.frames.get("optimizer_regions"))
+    kept = W.price_models(*args)["models"]
+    monkeypatch.setattr(W, "_base_graph", lambda g: contextlib.nullcontext())
+    assert W.price_models(*args)["models"] == kept
+
+
+def test_base_graph_answers_follow_a_copy_that_edits_its_columns():
+    """A copy whose kind / name column was edited (in place after its first write, or
+    replaced) gets fresh answers, the untouched copies the kept ones."""
+    from traceread.passes.replay import whatif as W
+
+    g = _graph_and_window(SPLIT_TRACES[0])[0]
+    kinds = ("gpu_kernel", "gpu_copy")
+    want = g.nodes["kind"].isin(kinds).to_numpy()
+    with W._base_graph(g):
+        a = g.copy()
+        assert W._kind(a, *kinds).tolist() == want.tolist()
+        got = W._kind(a, *kinds)
+        got[:] = False   # a caller editing its mask does not edit the kept one
+        assert W._kind(g.copy(), *kinds).tolist() == want.tolist()
+        b = g.copy()
+        i = int(np.flatnonzero(want)[0])
+        b.nodes.loc[i, "kind"] = "host_op"          # the copy's first write copies the column
+        b.nodes.loc[i + 1, "kind"] = "gpu_kernel"   # later writes land in the copy's own
+        assert W._kind(b, *kinds).tolist() == b.nodes["kind"].isin(kinds).to_numpy().tolist()
+        b.nodes.loc[i + 2, "kind"] = "host_op"
+        assert W._kind(b, *kinds).tolist() == b.nodes["kind"].isin(kinds).to_numpy().tolist()
+        c = g.copy()
+        c.nodes["name"] = "x" + c.nodes["name"].astype(str)
+        assert W._str_names(c).tolist() == c.nodes["name"].astype(str).tolist()
+        assert W._kind(g, *kinds).tolist() == want.tolist()
+    assert W._BASE["cols"] is None and not W._BASE["memo"]
