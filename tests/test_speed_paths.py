@@ -478,3 +478,21 @@ def test_base_graph_answers_follow_a_copy_that_edits_its_columns():
         assert W._str_names(c).tolist() == c.nodes["name"].astype(str).tolist()
         assert W._kind(g, *kinds).tolist() == want.tolist()
     assert W._BASE["cols"] is None and not W._BASE["memo"]
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES, ids=lambda p: p.name)
+def test_profiler_marks_from_the_graphs_span_equal_the_whole_windows(path, monkeypatch):
+    """``overhead.mark`` reads only the events starting inside the host nodes' span: the
+    same ``profiler_ns`` as from every event of the window."""
+    from traceread.passes import overhead
+
+    g, _ev, _pattern = _graph_and_window(path)
+    a = analyze(load(str(path)))
+    ev = a.trace.events
+    if a.window.mode != "whole_trace":
+        ev = window_mod.slice_events(ev, a.window.start, a.window.end)
+    fast = overhead.mark(g, ev).nodes
+    monkeypatch.setattr(overhead, "_in_span", lambda ev, n, host: ev)
+    slow = overhead.mark(g, ev).nodes
+    assert fast["profiler_ns"].tolist() == slow["profiler_ns"].tolist()
+    assert slow["profiler_ns"].sum() > 0 or path.name.startswith("graphs")
