@@ -35,6 +35,7 @@ from .passes.context import trace_context
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
 from .passes.graphs import graph_launches, graph_recording, graph_summary
+from .passes.hostwork import HOSTWORK_GAP_COLUMNS, host_work_kind
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
@@ -294,6 +295,9 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     gaps["step"] = np.where(gaps["step_index"] >= 0,
                             step_tab["step"].to_numpy()[np.maximum(gaps["step_index"], 0)]
                             if len(step_tab) else -1, -1)
+    # the host work's kind reads only the gaps' bounds and drains: beside the rest too
+    side.submit("hostwork", host_work_kind, ref("ev"),
+                gaps[[c for c in HOSTWORK_GAP_COLUMNS if c in gaps]].copy(), ref("ops"))
     devices = _devices(ops, gaps, trace.meta, win)
 
     side.submit("utilization", util_mod.utilization, ref("trace"), step_tab, peak_tflops,
@@ -384,9 +388,11 @@ def _replay_side(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
     graph, out = _replay(ev, ops, step_rows, op_step, pattern, sampled)
     if graph is None or not len(ops):
         return graph, out, None, None
-    priced = split_mod.priced_graph(graph, ev, pattern)
+    priced, priced_ev, span = split_mod.priced_graph_events(graph, ev, pattern)
     priced = overhead_mod.mark(priced, ev)   # the profiler's cost per node
-    return graph, out, priced, split_mod.optimizer_regions(split_mod.within(ev, priced))
+    if split_mod.span_of(priced) != span:
+        priced_ev = split_mod.within(ev, priced)
+    return graph, out, priced, split_mod.optimizer_regions(priced_ev)
 
 
 def _replay(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
