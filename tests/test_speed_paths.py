@@ -496,3 +496,18 @@ def test_profiler_marks_from_the_graphs_span_equal_the_whole_windows(path, monke
     slow = overhead.mark(g, ev).nodes
     assert fast["profiler_ns"].tolist() == slow["profiler_ns"].tolist()
     assert slow["profiler_ns"].sum() > 0 or path.name.startswith("graphs")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_comm_calls_order_is_sort_values_order(seed):
+    """``parallelism.comm_calls`` orders its calls by one ``np.lexsort`` of (pid, tid, ts,
+    end descending): the order ``sort_values`` of those keys gave, ties in row order."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 500))
+    df = pd.DataFrame({"pid": rng.integers(0, 3, n), "tid": rng.integers(-2, 3, n),
+                       "ts": rng.integers(0, 20, n), "end": rng.integers(0, 25, n),
+                       "row": np.arange(n)})
+    want = df.sort_values(["pid", "tid", "ts", "end"], ascending=[1, 1, 1, 0])["row"]
+    got = np.lexsort((-df["end"].to_numpy(), df["ts"].to_numpy(), df["tid"].to_numpy(),
+                      df["pid"].to_numpy()))
+    assert got.tolist() == want.tolist()
