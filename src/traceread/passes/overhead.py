@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .common import take
+from .common import kind_in, take
 
 PER_OP_NS = 1_000     # Kineto's enter + exit callbacks per recorded op (H100 hosts, fit)
 SHAPES_NS = 460       # record_shapes: + 0.46 x an op's cost (CPU calibration's ratio)
@@ -145,14 +145,14 @@ def _shaped(ops: pd.DataFrame) -> np.ndarray:
 def _rows_of(ev: pd.DataFrame, kind: str, cols: tuple) -> pd.DataFrame:
     """The rows of one kind, only the columns a caller reads (every column of every host
     op was ~165 B a row: the analysis's peak at 1 GB)."""
-    return ev.loc[(ev["kind"] == kind).to_numpy(), [c for c in cols if c in ev]]
+    return ev.loc[kind_in(ev, (kind,)), [c for c in cols if c in ev]]
 
 
 def _calls(ev: pd.DataFrame, cols: tuple) -> pd.DataFrame:
     """The runtime / driver calls Kineto recorded (``CALL_CATS``), with ``cols`` and what
     ``call_cost`` reads."""
     keep = [c for c in dict.fromkeys(("kind", "name", "dur") + cols) if c in ev]
-    m = np.array(ev["kind"].isin(CALL_KINDS), dtype=bool)
+    m = kind_in(ev, CALL_KINDS)
     if "cat" in ev:
         m &= np.array(ev["cat"].isin(CALL_CATS), dtype=bool)
     return ev.loc[m, keep]
@@ -246,7 +246,7 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
 def _features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
     """(``features``, the total of ``costs``' ns: from the same rows, read once)."""
     ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "dur", "input_dims"))
-    py_rows = int((ev["kind"] == "python").sum())
+    py_rows = int(kind_in(ev, ("python",)).sum())
     calls = _calls(ev, ())
     k = max(1, int(steps))
     floor = None
@@ -261,14 +261,16 @@ def _features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
         floor = int(np.percentile(gaps, 5)) if len(gaps) else None
     shaped = int(_shaped(ops).sum())
     classes = _classes_by_name(calls) if len(calls) else None
+    cls: dict = {}   # calls per class: per distinct name counted, then per class
     if classes is not None:
         by_name, at, driver = classes
-        per_call = by_name[at]
-        per_call[driver] = "driver"
+        per_name = np.bincount(at[~driver], minlength=len(by_name))
+        for c, n in zip(by_name.tolist(), per_name.tolist()):
+            cls[c] = cls.get(c, 0) + n
+        cls["driver"] = cls.get("driver", 0) + int(driver.sum())
         call_ns = int(_call_cost(classes, calls["dur"].to_numpy(np.int64), CALL_NS).sum())
     else:
-        per_call, call_ns = np.zeros(0, dtype=object), 0
-    cls = pd.Series(per_call).value_counts()
+        call_ns = 0
     total = len(ops) * PER_OP_NS + shaped * SHAPES_NS + py_rows * FRAME_NS + call_ns
     return {"ops_per_step": round(len(ops) / k, 1), "busiest_thread_ops_per_step":
             round(busiest / k, 1), "frames_per_step": round(py_rows / k, 1),
