@@ -511,3 +511,18 @@ def test_comm_calls_order_is_sort_values_order(seed):
     got = np.lexsort((-df["end"].to_numpy(), df["ts"].to_numpy(), df["tid"].to_numpy(),
                       df["pid"].to_numpy()))
     assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES, ids=lambda p: p.name)
+def test_overhead_calls_per_class_equal_value_counts(path):
+    """``overhead._features``' calls per class (counted per distinct name) against the
+    ``value_counts`` of every call's class it replaced."""
+    from traceread.passes import overhead
+
+    ev = load(str(path)).events
+    calls = overhead._calls(ev, ())
+    f, _total = overhead._features(ev, 1)
+    per_call = overhead.call_class(calls) if len(calls) else np.zeros(0, object)
+    cls = pd.Series(per_call, dtype=object).value_counts()
+    assert f["calls_per_step"] == {c: round(float(cls.get(c, 0)), 1) for c in overhead.CALL_NS}
+    assert len(calls) == 0 or sum(f["calls_per_step"].values()) > 0 or not len(cls)
