@@ -321,6 +321,9 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 step_rows if source != "whole_trace" else None)
     graphs = side.get("graphs")
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
+    n_steps = len(step_tab) if stats else 0
+    if n_steps and stats.get("mean_ns"):   # what the overhead estimate reads of the events
+        side.submit("overhead_features", overhead_mod.cost_features, ref("ev"), n_steps)
     utilization = side.get("utilization")
     later = functools.lru_cache(maxsize=None)(side.get)   # each side result is taken once
     replay_graph, replay, priced, regions = side.get("replay")
@@ -346,9 +349,10 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
             facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
                 split_mod.within(ev, facts.graph))
     facts.figures["profiler_overhead"] = overhead_mod.estimate(
-        ev, steps=len(step_tab) if stats else 0, step_mean_ns=(stats or {}).get("mean_ns"),
+        ev, steps=n_steps, step_mean_ns=(stats or {}).get("mean_ns"),
         busy_step_ns=facts.figures.get("busy_step_mean_ns"),
-        replay_ratio=replay_mod.whatif.profiler_ratio(facts.graph))
+        replay_ratio=replay_mod.whatif.profiler_ratio(facts.graph),
+        features=later("overhead_features") if n_steps and stats.get("mean_ns") else None)
     if replay is not None and replay.get("replayable"):
         replay["profiler_overhead"] = facts.figures["profiler_overhead"]
     release_heap()

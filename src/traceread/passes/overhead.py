@@ -279,6 +279,12 @@ def _features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
             "floor_spacing_ns": floor}, total
 
 
+def cost_features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
+    """What ``estimate`` reads of the events (``_features``): its part that needs neither
+    the replay nor the facts, so the analysis runs it beside the other passes."""
+    return _features(ev, steps)
+
+
 def _key(ev: pd.DataFrame) -> pd.Series:
     return ev["pid"].astype(np.int64) * (1 << 32) + ev["tid"].astype(np.int64)
 
@@ -298,16 +304,19 @@ def _busiest_calls_ns(ev: pd.DataFrame) -> int:
 
 
 def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
-             busy_step_ns: int | None = None, replay_ratio: float | None = None) -> dict | None:
+             busy_step_ns: int | None = None, replay_ratio: float | None = None,
+             features: tuple | None = None) -> dict | None:
     """The unprofiled step (``ProfilerOverhead`` in schema.py), or None without steps.
 
     ``replay_ratio``: the marked graph's replayed step without the profiler's cost over
     with it (replay/whatif.py ``profiler_ratio``), applied to the measured mean step; else
     the busiest thread's ops' and calls' cost per step comes off the step, never below
-    ``busy_step_ns`` (the GPU's work per step)."""
+    ``busy_step_ns`` (the GPU's work per step). ``features``: ``cost_features(ev, steps)``
+    when computed already (the analysis runs it as a side pass)."""
     if not steps or not step_mean_ns:
         return None
-    f, total = _features(ev, steps)   # the costs' total from the same rows: no frame, no sort
+    # the costs' total from the same rows: no frame, no sort
+    f, total = features if features is not None else _features(ev, steps)
     per_step = total // max(1, steps)
     if replay_ratio is not None:
         unprof = int(round(step_mean_ns * min(1.0, max(0.0, replay_ratio))))
