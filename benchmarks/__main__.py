@@ -33,6 +33,9 @@ COMMANDS = {
               "a trace of 800,000 distinct op names: info / analyze vs the old per-name path"),
     "serial": ("serial", "add_args", "main",
                "CPU by stage and the serial (Amdahl) fraction from 1 and 2 workers, big trace"),
+    "cuts": ("cuts", "add_args", "main",
+             "CPU of the passes the speed rounds cut (kind_in, validate, what-if pricing, "
+             "marks, ...), in process, vs baselines"),
     "hta-compare": ("hta_compare", "add_args", "main",
                     "figures of HTA vs traceread on HTA's own test traces (no timing)"),
 }

@@ -144,3 +144,17 @@ def test_gpubox_predicts_from_fewer_workers_then_smaller_traces():
     b = Budget(10)
     assert b.fits("x", 5.0, b.end) and not b.fits("y", 50.0, b.end)
     assert b.dropped and b.dropped[0].startswith("y: predicted 50.0 s")
+
+
+def test_cuts_on_the_example_against_a_baseline_dir():
+    """`cuts` of the bundled example against this checkout's own src: every row has both
+    sides and a ratio, and both sides' results are the same."""
+    example = ROOT / "src" / "traceread" / "examples" / "h200_pageable_copy.json.gz"
+    r = _bench("cuts", str(example), "--repeat", "1", "--inner", "1",
+               "--baseline-src", str(ROOT / "src"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    row = next(x for x in lines if x.startswith("| analyze (in process, trace loaded): CPU |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1].endswith(("ms", " s")) and cells[3].endswith("×")
+    assert any("same results as this checkout" in x and "False" not in x for x in lines)

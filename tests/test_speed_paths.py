@@ -381,3 +381,148 @@ def test_json_largest_gaps_are_the_sorted_frame_head(min_gap):
     assert got["largest"] == gap_records(want)
     assert got["listed"] == len(listed) and got["count"] == len(g)
     assert got["listed_ns"] == (int(listed["duration"].sum()) if len(listed) else 0)
+
+
+def test_kind_in_equals_isin_for_every_kind_set():
+    """``kind_in`` (compares of the int8 codes, or of the codes that miss, or a lookup
+    table) against pandas' ``isin`` on a categorical column with nulls: every size of
+    kind set, with and without the null."""
+    import itertools
+
+    import numpy as np
+    import pandas as pd
+
+    from traceread.passes.common import kind_in
+
+    cats = ["cpu_op", "python", "annotation", "runtime", "driver", "kernel", "memcpy",
+            "memset", "gpu_annotation", "sync", "osrt", "instant", "other", "graph",
+            "k14", "k15", "k16", "k17", "k18", "k19"]
+    rng = np.random.default_rng(5)
+    codes = rng.integers(-1, len(cats), 5000).astype(np.int8)
+    ev = pd.DataFrame({"kind": pd.Categorical.from_codes(codes, categories=cats)})
+    plain = ev.astype({"kind": object})
+    for size in range(len(cats) + 1):
+        for start in (0, 3, 7):
+            kinds = tuple(itertools.islice(itertools.cycle(cats), start, start + size))
+            for extra in ((), (None,), ("not a kind",)):
+                want = ev["kind"].isin(kinds + extra).to_numpy()
+                got = kind_in(ev, kinds + extra)
+                assert got.dtype == bool and got.tolist() == want.tolist(), (kinds, extra)
+                if extra != (None,):   # (an object column's nulls are NaN, not None)
+                    assert kind_in(plain, kinds + extra).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_far_from_trace_no_gap_shortcut_flags_the_same_rows(seed, monkeypatch):
+    """validate's shortcut (no gap over GAP_NS known from the span, or from starts in
+    order) against the full sort, on sorted starts with steps and tails at GAP_NS +- 1."""
+    from traceread.readers import validate
+
+    G = validate.GAP_NS
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    steps = rng.choice([0, 1, 1000, G // 3, G - 1, G, G + 1], n,
+                       p=[.2, .2, .3, .15, .06, .06, .03] if seed % 2 else
+                       [.2, .2, .3, .3, 0, 0, 0])
+    ts = np.cumsum(steps).astype(np.int64) - int(rng.integers(0, 2)) * G
+    dur = rng.choice([0, 5, G // 2, G - 1, G, G + 1, -3], n,
+                     p=[.3, .3, .2, .05, .05, .05, .05]).astype(np.int64)
+    if seed % 4 == 0:
+        ts = ts[rng.permutation(n)]   # starts out of order: the sort decides
+    end = ts + np.maximum(dur, 0)
+    fast = validate._far_from_trace(ts, end, dur)
+    monkeypatch.setattr(validate, "_no_gap", lambda ts, end: False)
+    np.testing.assert_array_equal(fast, validate._far_from_trace(ts, end, dur))
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_models_priced_with_the_base_graphs_answers_kept_price_the_same(path, monkeypatch):
+    """``price_models`` keeps the base graph's kind / cat / name answers for its copies
+    (whatif ``_on_base``): every model's replay is the same without that."""
+    import contextlib
+
+    from traceread.passes.replay import whatif as W
+
+    a = analyze(load(str(path)))
+    if a.facts is None or a.facts.graph is None:
+        pytest.skip(f"{path.name}: no levers' graph")
+    args = (a.facts.graph, a.context, a.copies, a.facts.frames.get("optimizer_regions"))
+    kept = W.price_models(*args)["models"]
+    monkeypatch.setattr(W, "_base_graph", lambda g: contextlib.nullcontext())
+    assert W.price_models(*args)["models"] == kept
+
+
+def test_base_graph_answers_follow_a_copy_that_edits_its_columns():
+    """A copy whose kind / name column was edited (in place after its first write, or
+    replaced) gets fresh answers, the untouched copies the kept ones."""
+    from traceread.passes.replay import whatif as W
+
+    g = _graph_and_window(SPLIT_TRACES[0])[0]
+    kinds = ("gpu_kernel", "gpu_copy")
+    want = g.nodes["kind"].isin(kinds).to_numpy()
+    with W._base_graph(g):
+        a = g.copy()
+        assert W._kind(a, *kinds).tolist() == want.tolist()
+        got = W._kind(a, *kinds)
+        got[:] = False   # a caller editing its mask does not edit the kept one
+        assert W._kind(g.copy(), *kinds).tolist() == want.tolist()
+        b = g.copy()
+        i = int(np.flatnonzero(want)[0])
+        b.nodes.loc[i, "kind"] = "host_op"          # the copy's first write copies the column
+        b.nodes.loc[i + 1, "kind"] = "gpu_kernel"   # later writes land in the copy's own
+        assert W._kind(b, *kinds).tolist() == b.nodes["kind"].isin(kinds).to_numpy().tolist()
+        b.nodes.loc[i + 2, "kind"] = "host_op"
+        assert W._kind(b, *kinds).tolist() == b.nodes["kind"].isin(kinds).to_numpy().tolist()
+        c = g.copy()
+        c.nodes["name"] = "x" + c.nodes["name"].astype(str)
+        assert W._str_names(c).tolist() == c.nodes["name"].astype(str).tolist()
+        assert W._kind(g, *kinds).tolist() == want.tolist()
+    assert W._BASE["cols"] is None and not W._BASE["memo"]
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES, ids=lambda p: p.name)
+def test_profiler_marks_from_the_graphs_span_equal_the_whole_windows(path, monkeypatch):
+    """``overhead.mark`` reads only the events starting inside the host nodes' span: the
+    same ``profiler_ns`` as from every event of the window."""
+    from traceread.passes import overhead
+
+    g, _ev, _pattern = _graph_and_window(path)
+    a = analyze(load(str(path)))
+    ev = a.trace.events
+    if a.window.mode != "whole_trace":
+        ev = window_mod.slice_events(ev, a.window.start, a.window.end)
+    fast = overhead.mark(g, ev).nodes
+    monkeypatch.setattr(overhead, "_in_span", lambda ev, n, host: ev)
+    slow = overhead.mark(g, ev).nodes
+    assert fast["profiler_ns"].tolist() == slow["profiler_ns"].tolist()
+    assert slow["profiler_ns"].sum() > 0 or path.name.startswith("graphs")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_comm_calls_order_is_sort_values_order(seed):
+    """``parallelism.comm_calls`` orders its calls by one ``np.lexsort`` of (pid, tid, ts,
+    end descending): the order ``sort_values`` of those keys gave, ties in row order."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 500))
+    df = pd.DataFrame({"pid": rng.integers(0, 3, n), "tid": rng.integers(-2, 3, n),
+                       "ts": rng.integers(0, 20, n), "end": rng.integers(0, 25, n),
+                       "row": np.arange(n)})
+    want = df.sort_values(["pid", "tid", "ts", "end"], ascending=[1, 1, 1, 0])["row"]
+    got = np.lexsort((-df["end"].to_numpy(), df["ts"].to_numpy(), df["tid"].to_numpy(),
+                      df["pid"].to_numpy()))
+    assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES, ids=lambda p: p.name)
+def test_overhead_calls_per_class_equal_value_counts(path):
+    """``overhead._features``' calls per class (counted per distinct name) against the
+    ``value_counts`` of every call's class it replaced."""
+    from traceread.passes import overhead
+
+    ev = load(str(path)).events
+    calls = overhead._calls(ev, ())
+    f, _total = overhead._features(ev, 1)
+    per_call = overhead.call_class(calls) if len(calls) else np.zeros(0, object)
+    cls = pd.Series(per_call, dtype=object).value_counts()
+    assert f["calls_per_step"] == {c: round(float(cls.get(c, 0)), 1) for c in overhead.CALL_NS}
+    assert len(calls) == 0 or sum(f["calls_per_step"].values()) > 0 or not len(cls)

@@ -35,6 +35,7 @@ from .passes.context import trace_context
 from .passes.copies import copy_summary
 from .passes.gaps import gpu_gaps
 from .passes.graphs import graph_launches, graph_recording, graph_summary
+from .passes.hostwork import HOSTWORK_GAP_COLUMNS, host_work_kind
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
 from .passes.nccl import collective_summary, comm_overlap
@@ -294,6 +295,9 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     gaps["step"] = np.where(gaps["step_index"] >= 0,
                             step_tab["step"].to_numpy()[np.maximum(gaps["step_index"], 0)]
                             if len(step_tab) else -1, -1)
+    # the host work's kind reads only the gaps' bounds and drains: beside the rest too
+    side.submit("hostwork", host_work_kind, ref("ev"),
+                gaps[[c for c in HOSTWORK_GAP_COLUMNS if c in gaps]].copy(), ref("ops"))
     devices = _devices(ops, gaps, trace.meta, win)
 
     side.submit("utilization", util_mod.utilization, ref("trace"), step_tab, peak_tflops,
@@ -317,6 +321,9 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 step_rows if source != "whole_trace" else None)
     graphs = side.get("graphs")
     stats = steps_mod.step_stats(step_tab["dur"]) if source != "whole_trace" else None
+    n_steps = len(step_tab) if stats else 0
+    if n_steps and stats.get("mean_ns"):   # what the overhead estimate reads of the events
+        side.submit("overhead_features", overhead_mod.cost_features, ref("ev"), n_steps)
     utilization = side.get("utilization")
     later = functools.lru_cache(maxsize=None)(side.get)   # each side result is taken once
     replay_graph, replay, priced, regions = side.get("replay")
@@ -342,9 +349,10 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
             facts.frames["optimizer_regions"] = split_mod.optimizer_regions(
                 split_mod.within(ev, facts.graph))
     facts.figures["profiler_overhead"] = overhead_mod.estimate(
-        ev, steps=len(step_tab) if stats else 0, step_mean_ns=(stats or {}).get("mean_ns"),
+        ev, steps=n_steps, step_mean_ns=(stats or {}).get("mean_ns"),
         busy_step_ns=facts.figures.get("busy_step_mean_ns"),
-        replay_ratio=replay_mod.whatif.profiler_ratio(facts.graph))
+        replay_ratio=replay_mod.whatif.profiler_ratio(facts.graph),
+        features=later("overhead_features") if n_steps and stats.get("mean_ns") else None)
     if replay is not None and replay.get("replayable"):
         replay["profiler_overhead"] = facts.figures["profiler_overhead"]
     release_heap()
@@ -384,9 +392,11 @@ def _replay_side(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
     graph, out = _replay(ev, ops, step_rows, op_step, pattern, sampled)
     if graph is None or not len(ops):
         return graph, out, None, None
-    priced = split_mod.priced_graph(graph, ev, pattern)
+    priced, priced_ev, span = split_mod.priced_graph_events(graph, ev, pattern)
     priced = overhead_mod.mark(priced, ev)   # the profiler's cost per node
-    return graph, out, priced, split_mod.optimizer_regions(split_mod.within(ev, priced))
+    if split_mod.span_of(priced) != span:
+        priced_ev = split_mod.within(ev, priced)
+    return graph, out, priced, split_mod.optimizer_regions(priced_ev)
 
 
 def _replay(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:

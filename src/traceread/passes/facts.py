@@ -36,7 +36,6 @@ from .common import MODULE_LOAD_RX, kind_in, name_codes, name_lut, table_of
 from .context import flag_evidence, has_non_step_ranges
 from .figures import layout_figures, slow_collective, startup, window_figures
 from .frames import code_in
-from .hostwork import host_work_kind
 from .newfacts import compiled_call_host
 from .peaks import device_caps, device_name
 from .preconditions import host_other_kind, step_head_wait
@@ -126,8 +125,8 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     ``trace_context``'s dict, completed here in place (the device, CUDA graphs seen
     anywhere, graphs never replayed) -- the record's ``program``; ``utilization``: its
     ``busy_figures`` are taken out into the record; ``later(name)``: the result of a side
-    pass still running (``layout``, ``steady``), fetched only when needed so that it runs
-    beside the culprits.
+    pass still running (``layout``, ``steady``, ``hostwork``: ``host_work_kind``), fetched
+    only when needed so that it runs beside the culprits.
     """
     complete_context(ctx, meta, graphs, source, len(ops))
     release_heap()
@@ -147,7 +146,7 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
                                      comp, kernels, parts, ctx)
     release_heap()   # culprits' interval sets; the layout and steady passes may run here next
     fig["host_in_compiled_call"] = compiled_call_host(culprits.get("host", ""))
-    hw = host_work_kind(ev, gaps, ops)
+    hw = later("hostwork")   # host_work_kind(ev, gaps, ops), a side pass
     hw_evidence = hw.pop("evidence") if hw else None
     if hw:   # the host work beside the model's: the framework's own, or work that can move
         hw["other_kind"] = host_other_kind(hw.get("top_other"))

@@ -37,6 +37,10 @@ LAUNCH_RX = re.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch\w*$"
 MODEL_SHARE = 0.5   # the model's share of the host time above which the host work is the model's
 
 
+# the gaps' columns ``host_work_kind`` reads (the analysis hands a side worker only these)
+HOSTWORK_GAP_COLUMNS = ("pid", "device", "start", "end", "duration", "drain")
+
+
 def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> dict | None:
     """{"kind": "model" | "off_path" | "unknown", "model_share", "host_ns", "model_ns", "top_model",
     "top_other", "evidence"}; None when the gaps hold no host-owned time."""

@@ -30,6 +30,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .common import kind_in, take
+
 PER_OP_NS = 1_000     # Kineto's enter + exit callbacks per recorded op (H100 hosts, fit)
 SHAPES_NS = 460       # record_shapes: + 0.46 x an op's cost (CPU calibration's ratio)
 FRAME_NS = 350        # with_stack: per recorded Python frame (0.35 x an op's cost)
@@ -143,14 +145,14 @@ def _shaped(ops: pd.DataFrame) -> np.ndarray:
 def _rows_of(ev: pd.DataFrame, kind: str, cols: tuple) -> pd.DataFrame:
     """The rows of one kind, only the columns a caller reads (every column of every host
     op was ~165 B a row: the analysis's peak at 1 GB)."""
-    return ev.loc[(ev["kind"] == kind).to_numpy(), [c for c in cols if c in ev]]
+    return ev.loc[kind_in(ev, (kind,)), [c for c in cols if c in ev]]
 
 
 def _calls(ev: pd.DataFrame, cols: tuple) -> pd.DataFrame:
     """The runtime / driver calls Kineto recorded (``CALL_CATS``), with ``cols`` and what
     ``call_cost`` reads."""
     keep = [c for c in dict.fromkeys(("kind", "name", "dur") + cols) if c in ev]
-    m = np.array(ev["kind"].isin(CALL_KINDS), dtype=bool)
+    m = kind_in(ev, CALL_KINDS)
     if "cat" in ev:
         m &= np.array(ev["cat"].isin(CALL_CATS), dtype=bool)
     return ev.loc[m, keep]
@@ -163,9 +165,9 @@ def mark(graph, ev: pd.DataFrame, call_ns: dict | None = None):
     g = graph.copy()
     n = g.nodes
     out = np.zeros(len(n), np.int64)
-    c = costs(ev, call_ns)
-    lanes = g.lanes.set_index("lane")
     host = n["kind"].isin(HOST_KINDS).to_numpy()
+    c = costs(_in_span(ev, n, host), call_ns)
+    lanes = g.lanes.set_index("lane")
     if len(c) and host.any():
         pid = lanes.loc[n["lane"], "pid"].to_numpy(np.int64)
         tid = lanes.loc[n["lane"], "tid"].to_numpy(np.int64)
@@ -183,6 +185,24 @@ def mark(graph, ev: pd.DataFrame, call_ns: dict | None = None):
     out += _graph_kernels(g) * GRAPH_NODE_NS
     n["profiler_ns"] = np.minimum(out, np.maximum(n["cost_ns"].to_numpy(np.int64), 0))
     return g
+
+
+def _in_span(ev: pd.DataFrame, n: pd.DataFrame, host: np.ndarray) -> pd.DataFrame:
+    """The events that start inside the host nodes' span, with the columns ``costs`` reads:
+    only they can start inside a node (the levers' graph holds a few of the window's steps:
+    a quarter of the 247 MB trace's rows)."""
+    if not host.any():
+        return ev
+    ts = n["ts_ns"].to_numpy(np.int64)[host]
+    lo = int(ts.min())
+    hi = int((ts + np.maximum(n["dur_ns"].to_numpy(np.int64)[host], 0)).max())
+    t = ev["ts"].to_numpy(np.int64)
+    keep = (t >= lo) & (t < hi)
+    if keep.all():
+        return ev
+    cols = [c for c in ("kind", "cat", "name", "dur", "pid", "tid", "ts", "input_dims")
+            if c in ev]
+    return take(ev, np.flatnonzero(keep), cols)
 
 
 def _graph_kernels(g) -> np.ndarray:
@@ -226,7 +246,7 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
 def _features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
     """(``features``, the total of ``costs``' ns: from the same rows, read once)."""
     ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "dur", "input_dims"))
-    py_rows = int((ev["kind"] == "python").sum())
+    py_rows = int(kind_in(ev, ("python",)).sum())
     calls = _calls(ev, ())
     k = max(1, int(steps))
     floor = None
@@ -241,20 +261,28 @@ def _features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
         floor = int(np.percentile(gaps, 5)) if len(gaps) else None
     shaped = int(_shaped(ops).sum())
     classes = _classes_by_name(calls) if len(calls) else None
+    cls: dict = {}   # calls per class: per distinct name counted, then per class
     if classes is not None:
         by_name, at, driver = classes
-        per_call = by_name[at]
-        per_call[driver] = "driver"
+        per_name = np.bincount(at[~driver], minlength=len(by_name))
+        for c, n in zip(by_name.tolist(), per_name.tolist()):
+            cls[c] = cls.get(c, 0) + n
+        cls["driver"] = cls.get("driver", 0) + int(driver.sum())
         call_ns = int(_call_cost(classes, calls["dur"].to_numpy(np.int64), CALL_NS).sum())
     else:
-        per_call, call_ns = np.zeros(0, dtype=object), 0
-    cls = pd.Series(per_call).value_counts()
+        call_ns = 0
     total = len(ops) * PER_OP_NS + shaped * SHAPES_NS + py_rows * FRAME_NS + call_ns
     return {"ops_per_step": round(len(ops) / k, 1), "busiest_thread_ops_per_step":
             round(busiest / k, 1), "frames_per_step": round(py_rows / k, 1),
             "calls_per_step": {c: round(float(cls.get(c, 0)) / k, 1) for c in CALL_NS},
             "record_shapes": bool(shaped), "with_stack": bool(py_rows),
             "floor_spacing_ns": floor}, total
+
+
+def cost_features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
+    """What ``estimate`` reads of the events (``_features``): its part that needs neither
+    the replay nor the facts, so the analysis runs it beside the other passes."""
+    return _features(ev, steps)
 
 
 def _key(ev: pd.DataFrame) -> pd.Series:
@@ -276,16 +304,19 @@ def _busiest_calls_ns(ev: pd.DataFrame) -> int:
 
 
 def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
-             busy_step_ns: int | None = None, replay_ratio: float | None = None) -> dict | None:
+             busy_step_ns: int | None = None, replay_ratio: float | None = None,
+             features: tuple | None = None) -> dict | None:
     """The unprofiled step (``ProfilerOverhead`` in schema.py), or None without steps.
 
     ``replay_ratio``: the marked graph's replayed step without the profiler's cost over
     with it (replay/whatif.py ``profiler_ratio``), applied to the measured mean step; else
     the busiest thread's ops' and calls' cost per step comes off the step, never below
-    ``busy_step_ns`` (the GPU's work per step)."""
+    ``busy_step_ns`` (the GPU's work per step). ``features``: ``cost_features(ev, steps)``
+    when computed already (the analysis runs it as a side pass)."""
     if not steps or not step_mean_ns:
         return None
-    f, total = _features(ev, steps)   # the costs' total from the same rows: no frame, no sort
+    # the costs' total from the same rows: no frame, no sort
+    f, total = features if features is not None else _features(ev, steps)
     per_step = total // max(1, steps)
     if replay_ratio is not None:
         unprof = int(round(step_mean_ns * min(1.0, max(0.0, replay_ratio))))

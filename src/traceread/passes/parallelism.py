@@ -93,14 +93,20 @@ def comm_calls(ev: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     names = ev["name"].iloc[rows].astype(object).to_numpy()   # those rows' names only
     ts = ev["ts"].to_numpy(np.int64)[rows]
+    issue = kind_in(ev, ("cpu_op",))[rows]
     df = pd.DataFrame({"row": rows, "collective": colls, "name": names,
                        "pid": ev["pid"].to_numpy()[rows], "tid": ev["tid"].to_numpy()[rows],
                        "ts": ts, "end": ts + ev["dur"].to_numpy(np.int64)[rows],
-                       "on_gpu": on_gpu[rows],
-                       "issue": kind_in(ev, ("cpu_op",))[rows],
+                       "on_gpu": on_gpu[rows], "issue": issue,
                        "pg": _col_at(ev, "process_group", rows, None),
                        "gsize": _col_at(ev, "group_size", rows, -1)})
-    df = _outermost(df.sort_values(["pid", "tid", "ts", "end"], ascending=[1, 1, 1, 0]))
+    # by thread, then time, the longer call first (stable: sort_values of those four keys
+    # gives this order), then only the outermost calls: one take of the frame
+    pid, tid, end = df["pid"].to_numpy(), df["tid"].to_numpy(), df["end"].to_numpy()
+    order = np.lexsort((-end, ts, tid, pid))
+    keep = order[_outermost_keep(pid[order], tid[order], end[order], issue[order],
+                                 on_gpu[rows][order])]
+    df = df.take(keep).reset_index(drop=True)
     return _issued_names(df)
 
 
@@ -138,23 +144,23 @@ def _kernel_collective(name: str) -> str | None:
     return (collective_from_kernel(name) or "unknown") if is_comm_kernel(name) else None
 
 
-def _outermost(df: pd.DataFrame) -> pd.DataFrame:
-    """Drop host calls that lie inside an earlier issuing operator of the same thread (the
-    same call: ``gloo:send`` inside ``c10d::send``). A backend span (``gloo:send``) runs on
-    after its operator returns, so a later ``c10d::recv_`` inside it is a call of its own."""
-    # per thread (df is sorted by pid, tid), each row's reach: the latest end of the
-    # issuing host calls before it (-1: none); a host call ending by then is dropped
-    g = df["on_gpu"].to_numpy(bool)
-    e = df["end"].to_numpy(np.int64)
-    grows = np.where(df["issue"].to_numpy(bool) & ~g, e, -1)
-    p, t = df["pid"].to_numpy(), df["tid"].to_numpy()
+def _outermost_keep(p: np.ndarray, t: np.ndarray, e: np.ndarray, issue: np.ndarray,
+                    g: np.ndarray) -> np.ndarray:
+    """The calls to keep (a mask) of calls sorted by thread (pid ``p``, tid ``t``), then
+    time: drop host calls that lie inside an earlier issuing operator of the same thread
+    (the same call: ``gloo:send`` inside ``c10d::send``). A backend span (``gloo:send``) runs
+    on after its operator returns, so a later ``c10d::recv_`` inside it is a call of its
+    own. ``e``: ends; ``issue``: an issuing op (cpu_op); ``g``: on the GPU (always kept)."""
+    # per thread, each row's reach: the latest end of the issuing host calls before it
+    # (-1: none); a host call ending by then is dropped
+    g = np.asarray(g, bool)
+    grows = np.where(np.asarray(issue, bool) & ~g, e, -1)
     cut = np.flatnonzero((p[1:] != p[:-1]) | (t[1:] != t[:-1])) + 1
-    reach = np.full(len(df), -1, np.int64)
-    for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(df)].tolist()):
+    reach = np.full(len(e), -1, np.int64)
+    for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(e)].tolist()):
         if b - a > 1:
             reach[a + 1:b] = np.maximum.accumulate(grows[a:b - 1])
-    keep = g | (e > reach)
-    return df[keep].reset_index(drop=True)
+    return g | (e > reach)
 
 
 def process_groups(meta) -> list[dict]:

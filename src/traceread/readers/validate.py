@@ -118,6 +118,8 @@ def _far_from_trace(ts: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndar
     """Rows with a start or end outside the bulk: the group of times without a GAP_NS gap
     inside that holds the most intervals (rows of positive duration; 200k unclosed 'B'
     events on another clock are instants and do not make the bulk)."""
+    if not len(ts) or _no_gap(ts, end):
+        return np.zeros(len(ts), bool)
     t = np.concatenate([ts, end])
     t.sort()
     cut = np.flatnonzero(np.diff(t) > GAP_NS)
@@ -137,6 +139,21 @@ def _far_from_trace(ts: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndar
     a, b = t[lo[best]], t[hi[best]]
     del t, tp
     return (ts < a) | (ts > b) | (end < a) | (end > b)
+
+
+def _no_gap(ts: np.ndarray, end: np.ndarray) -> bool:
+    """True when no two neighbours of the sorted starts and ends are over GAP_NS apart,
+    known without sorting them (~100 ms at 600 k rows): the whole span is under GAP_NS,
+    or the starts are in order with no such gap between them and no end more than GAP_NS
+    past the last start (each end is >= its start, so it lies inside that chain of starts
+    or within GAP_NS past its last link)."""
+    lo, hi = min(int(ts.min()), int(end.min())), max(int(ts.max()), int(end.max()))
+    if hi - lo <= GAP_NS:
+        return True
+    if len(ts) < 2 or not (end >= ts).all():
+        return False
+    step = np.diff(ts)
+    return bool(step.min() >= 0 and step.max() <= GAP_NS and hi - int(ts[-1]) <= GAP_NS)
 
 
 def _kept(keep: np.ndarray, *cols: np.ndarray) -> tuple:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ...table import scan_name as scan
 from .. import attribution as attr
-from ..common import kind_in
+from ..common import kind_in, rows_of
 from .graph import NEG, StepGraph, host_classes, str_at
 
 SPLIT_MIN_NS = 20_000
@@ -228,12 +228,22 @@ def priced_graph(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = 
     """The graph the what-if models change: its first ``most`` replayed steps
     (``sample_steps``) with their host stretches cut at their ops (``split``). It replays
     as the built graph does on those steps; a note says how many steps it holds."""
+    return priced_graph_events(graph, ev, step_pattern, most)[0]
+
+
+def priced_graph_events(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
+                        most: int = PRICE_STEPS) -> tuple:
+    """(``priced_graph``, the events it was split with: ``within(ev, sampled graph)``, and
+    that graph's ``span``): a caller that needs ``within(ev, priced)`` reuses them when the
+    spans are the same (the split cuts stretches inside their own span)."""
     g, priced = sample_steps(graph, most)
-    g = split(g, within(ev, g), step_pattern)
+    span = span_of(g)
+    g_ev = within(ev, g)
+    g = split(g, g_ev, step_pattern)
     paired = pair_helper_bursts(g)
     g.notes = list(g.notes) + [f"levers: {priced}"] + \
         ([f"levers: {paired} helper-thread bursts released by the step thread"] if paired else [])
-    return g
+    return g, g_ev, span
 
 
 HELPER_IDLE_NS = 1_000_000
@@ -332,12 +342,20 @@ def sample_steps(graph: StepGraph, most: int = PRICE_STEPS) -> tuple[StepGraph, 
     return g, f"{len(keep_st)} of {n_all} steps"
 
 
+def span_of(g: StepGraph) -> tuple | None:
+    """(first node's start, last node's end) of the graph; None without nodes."""
+    if not len(g.nodes):
+        return None
+    ts = g.nodes["ts_ns"].to_numpy(np.int64)
+    return int(ts.min()), int((ts + g.nodes["dur_ns"].to_numpy(np.int64)).max())
+
+
 def within(ev: pd.DataFrame, g: StepGraph) -> pd.DataFrame:
     """The events that overlap the graph's time span."""
-    if not len(g.nodes):
+    span = span_of(g)
+    if span is None:
         return ev
-    ts = g.nodes["ts_ns"].to_numpy(np.int64)
-    lo, hi = int(ts.min()), int((ts + g.nodes["dur_ns"].to_numpy(np.int64)).max())
+    lo, hi = span
     t = ev["ts"].to_numpy(np.int64)
     m = (t < hi) & (t + ev["dur"].to_numpy(np.int64) > lo)
     return ev if m.all() else ev[m]
@@ -360,14 +378,13 @@ def optimizer_regions(ev: pd.DataFrame) -> pd.DataFrame:
         codes, uniq = pd.factorize(col.to_numpy(object), sort=False)
     rx = re.compile(OPTIMIZER_RX)
     hit_names = np.array([bool(rx.search(scan(str(u)))) for u in uniq] + [False])
-    kind = ev["kind"].to_numpy(object)
-    hit = np.flatnonzero(hit_names[codes] & np.isin(kind, ("annotation", "cpu_op")))
+    hit = np.flatnonzero(hit_names[codes] & kind_in(ev, ("annotation", "cpu_op")))
     if not len(hit):
         return pd.DataFrame({c: [] for c in cols})
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
-    ops = np.flatnonzero(kind == "cpu_op")
+    ops = rows_of(ev, ("cpu_op",))
     ops = ops[np.argsort(ts[ops], kind="stable")]
     names = np.asarray(uniq, object)
     rows = []

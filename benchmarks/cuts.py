@@ -1,0 +1,135 @@
+"""``cuts``: the CPU of the passes issue 42's speed rounds cut, one trace, in process, vs baselines.
+
+Each side loads the trace once in a fresh process, then times (CPU seconds, best of
+``--inner`` calls) the functions whose cost a round changed, on the same inputs every
+side builds through its own code: ``kind_in`` over the window's kind sets the passes ask
+most, validate's far-from-trace rule, the what-if pricing of every model on the levers'
+graph (``price_models``, its caches emptied first), the profiler's marks on that graph
+(``overhead.mark``), the overhead estimate's features, the comm calls of the layout
+pass, the optimizer regions of the levers' graph's events, and ``analyze`` itself. Sides
+run in interleaved rounds (``--repeat``), the least CPU kept; the table gives each
+baseline over this checkout (``2.00×``: the baseline takes twice the CPU).
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from . import harness as h
+
+# the kind sets the passes ask most of the window (an instrumented analyze of the 247 MB
+# trace: 117 kind_in calls, these 10 sets are 80 of them)
+KIND_SETS = [("runtime", "driver"), ("kernel", "memcpy", "memset", "graph"), ("cpu_op",),
+             ("memcpy",), ("kernel",), ("cpu_op", "annotation", "python"), ("graph",),
+             ("annotation", "cpu_op"), ("python", "cpu_op"),
+             ("runtime", "driver", "cpu_op", "annotation", "python", "osrt")]
+
+
+def add_args(ap) -> None:
+    ap.add_argument("trace", help="the trace (e.g. /tmp/speed/big.json, 247 MB tiled)")
+    ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds (best is kept)")
+    ap.add_argument("--inner", type=int, default=3, help="calls per function per round")
+    h.add_side_args(ap)
+
+
+ROWS = [("kind_in", "kind_in × 10 kind sets (window)"),
+        ("far_from_trace", "validate: far-from-trace rule"),
+        ("price_models", "what-if pricing (price_models, 18 models)"),
+        ("mark", "profiler marks on the levers' graph (overhead.mark)"),
+        ("features", "overhead estimate's features"),
+        ("comm_calls", "layout: comm_calls"),
+        ("optimizer_regions", "optimizer regions (within + regions)"),
+        ("analyze", "analyze (in process, trace loaded)")]
+
+
+def main(args) -> int:
+    trace = str(Path(args.trace).resolve())
+    with tempfile.TemporaryDirectory(prefix="trbench-") as tmp:
+        sides = h.sides(args, Path(tmp))
+        print(h.machine(sides) + "\n")
+        env = {"TRACEREAD_WORKERS": "1"}
+        runs = h.interleave([trace], sides, args.repeat,
+                            lambda t, side: h.probe(side, cut_cpu, t, args.inner, env=env))
+    best = {s.name: h.best(runs[(trace, s.name)]) for s in sides}
+    for s in sides:
+        if best[s.name] is None:
+            print(f"{s.name}: failed: {h.failure(runs[(trace, s.name)])}")
+    table = h.Table(sides)
+    for key, label in ROWS:
+        table.add(f"{label}: CPU", {n: r.result.get(key) if r else None
+                                    for n, r in best.items()}, h.fmt_s)
+    print(f"{Path(trace).name} (best of {args.repeat} rounds x {args.inner} calls, 1 "
+          f"worker; load {h.load()}):\n\n{table.markdown()}")
+    same = {n: r.result.get("digest") == best[sides[0].name].result.get("digest")
+            for n, r in best.items() if r and best[sides[0].name]}
+    print(f"\nsame results as this checkout (prices, marks, features, comm calls, regions): "
+          f"{same}")
+    return 0
+
+
+def _cpu(fn, inner: int) -> tuple[float, object]:
+    """(least CPU seconds of ``inner`` calls of ``fn``, its last result)."""
+    best, out = None, None
+    for _ in range(inner):
+        t = time.process_time()
+        out = fn()
+        t = time.process_time() - t
+        best = t if best is None else min(best, t)
+    return best, out
+
+
+def cut_cpu(path: str, inner: int) -> dict:
+    """Probe: CPU seconds of each cut function on this side's code (see module doc)."""
+    import hashlib
+    import json
+
+    import numpy as np
+
+    import traceread
+    from traceread.analysis import analyze
+    from traceread.passes import overhead, parallelism
+    from traceread.passes import window as window_mod
+    from traceread.passes.common import kind_in
+    from traceread.passes.replay import split, whatif
+    from traceread.readers import validate as val
+
+    tr = traceread.load(path)
+    out: dict = {}
+    out["analyze"], a = _cpu(lambda: analyze(tr), 1)
+    ev = tr.events
+    if a.window.mode != "whole_trace":
+        ev = window_mod.slice_events(ev, a.window.start, a.window.end)
+    out["kind_in"], _ = _cpu(lambda: [kind_in(ev, k) for k in KIND_SETS], inner)
+    ts = tr.events["ts"].to_numpy(np.int64)
+    dur = tr.events["dur"].to_numpy(np.int64)
+    end = ts + np.maximum(dur, 0)
+    out["far_from_trace"], far = _cpu(lambda: val._far_from_trace(ts, end, dur), inner)
+    digest = {"far": int(far.sum())}
+    g = a.facts.graph if a.facts is not None else None
+    if g is None or a.replay_graph is None:   # nothing replayed: the levers' cuts not timed
+        out["digest"] = hashlib.sha256(json.dumps(digest).encode()).hexdigest()[:16]
+        return out
+    regions = a.facts.frames.get("optimizer_regions")
+
+    def price():
+        whatif._LAST.clear()
+        whatif._MEMO.clear()
+        return whatif.price_models(g, a.context, a.copies, regions)
+    out["price_models"], priced = _cpu(price, inner)
+    digest["prices"] = {k: (v["after_ns"], sorted(v["refused"])) for k, v in
+                        priced["models"].items()}
+    bare = split.priced_graph(a.replay_graph, ev, a.step_pattern or None)
+    out["mark"], marked = _cpu(lambda: overhead.mark(bare, ev), inner)
+    digest["marks"] = int(marked.nodes["profiler_ns"].sum())
+    steps = len(a.steps) if a.step_stats else 0
+    out["features"], feat = _cpu(lambda: overhead._features(ev, max(1, steps)), inner)
+    digest["features"] = feat
+    out["comm_calls"], cc = _cpu(lambda: parallelism.comm_calls(ev), inner)
+    digest["comm_calls"] = [len(cc), int(cc["row"].sum()) if len(cc) else 0]
+    out["optimizer_regions"], reg = _cpu(
+        lambda: split.optimizer_regions(split.within(ev, bare)), inner)
+    digest["regions"] = reg.to_dict("list")
+    out["digest"] = hashlib.sha256(json.dumps(digest, sort_keys=True, default=str)
+                                   .encode()).hexdigest()[:16]
+    return out
