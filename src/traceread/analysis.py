@@ -575,6 +575,9 @@ def _step_idle(step_tab: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     step_tab["idle_in_span_ns"] = steps_mod.idle_in_span(step_tab, gaps)
     for c in attr_mod.CPU_CATEGORIES:
         step_tab[f"idle_{c}"] = _sum_by(k[m], gaps[f"cpu_{c}"].to_numpy(np.int64)[m], n)
+    lead = steps_mod.queued_lead(step_tab, gaps)
+    if lead.any():   # the GPU held a step's work before its first op started: its time
+        step_tab = steps_mod.program_columns(step_tab, step_tab["busy_max_ns"].to_numpy(), lead)
     return step_tab
 
 

@@ -379,6 +379,7 @@ def step_table(steps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> p
     out["gpu_end"] = gpu_end
     out["gpu_ops"] = count
     out["busy_ns"] = busy
+    out["busy_max_ns"] = busy_max   # what program_columns reads again with the queued lead
     return program_columns(out, busy_max)
 
 
@@ -387,18 +388,23 @@ def step_table(steps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> p
 GPU_BOUND_BUSY = 0.9
 
 
-def program_columns(tab: pd.DataFrame, busy_max: np.ndarray) -> pd.DataFrame:
+def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
+                    lead: np.ndarray | None = None) -> pd.DataFrame:
     """The step the program waits on (docs/analysis.md, "The program's step"), per step.
 
     ``gpu_ns``: the GPU's work for the step -- first start to last end of the ops it
-    launched, less what overlaps the previous step's GPU work of the same process (when the
-    GPU lags, the GPU window per step); ``program_ns``: the later of the host's span and
-    ``gpu_ns``; ``bound_by``: "gpu" when ``gpu_ns`` is the longer or the busiest device
-    was busy >= GPU_BOUND_BUSY of the step, else "host". Steps sorted by (pid, start), as
-    ``find_steps`` returns them. Adds the columns to ``tab`` itself."""
+    launched, from ``lead`` ns earlier where its first op was already queued while the GPU
+    idled (``queued_lead``: the GPU had the step's work), less what overlaps the previous
+    step's GPU work of the same process (when the GPU lags, the GPU window per step);
+    ``program_ns``: the later of the host's span and ``gpu_ns``; ``bound_by``: "gpu" when
+    ``gpu_ns`` is the longer or the busiest device was busy >= GPU_BOUND_BUSY of the step,
+    else "host". Steps sorted by (pid, start), as ``find_steps`` returns them. Adds the
+    columns to ``tab`` itself."""
     out = tab
     n = len(out)
     gs = out["gpu_start"].to_numpy(np.int64)
+    if lead is not None:
+        gs = np.where(gs >= 0, gs - np.maximum(lead, 0), gs)
     ge = out["gpu_end"].to_numpy(np.int64)
     dur = out["dur"].to_numpy(np.int64)
     has = gs >= 0
@@ -414,6 +420,27 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray) -> pd.DataFrame:
     out["gpu_ns"] = gpu.astype(np.int64)
     out["program_ns"] = prog.astype(np.int64)
     out["bound_by"] = np.where(gpu_bound, "gpu", "host").astype(object)
+    return out
+
+
+def queued_lead(tab: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:
+    """Per step: how long its first GPU op had been queued when it started, where the GPU sat
+    idle before it (the queued part of the gap that ends at it, ``queued_ns`` from the
+    attribution): the GPU held the step's work and waited on its front-end or on something
+    the trace does not show -- the GPU's time for the step, not the host's."""
+    n = len(tab)
+    out = np.zeros(n, np.int64)
+    if not n or not len(gaps) or "queued_ns" not in gaps:
+        return out
+    k = gaps["step_index"].to_numpy(np.int64)
+    m = (k >= 0) & (k < n)
+    gs = tab["gpu_start"].to_numpy(np.int64)
+    end = gaps["end"].to_numpy(np.int64)
+    m &= end == gs[np.clip(k, 0, n - 1)]
+    if m.any():
+        q = np.minimum(gaps["queued_ns"].to_numpy(np.int64),
+                       gaps["duration"].to_numpy(np.int64))
+        np.maximum.at(out, k[m], np.maximum(q[m], 0))
     return out
 
 
