@@ -63,3 +63,15 @@ def test_text_and_html_list_the_same_refusal():
            "(seen: aten::to)" in text
     assert "<li>cuda graphs, graphs host: the step cannot be captured as a CUDA graph " \
            "(seen: aten::to)</li>" in analysis_body(a)
+
+
+def test_workers_that_cannot_keep_up_are_offered_more():
+    # param's resnet Kineto trace: _MultiProcessingDataLoaderIter.__next__ holds 4.7 s of the
+    # window. "Raise num_workers" was priced by the workers model, whose refusal for a program
+    # that has workers ("already num_workers > 0") withdrew the one lever written for it.
+    corpus_or_skip()
+    a = analysed(CORPUS / "facebookresearch__param/et_replay/tests/inputs/resnet_kineto.json.gz")
+    v = a.to_dict()["verdict"]
+    first = v["actions"][0]
+    assert first["id"] == "more_workers" and first["basis"] == "bound"
+    assert "more_workers" not in [w["id"] for w in v["withdrawn"]]

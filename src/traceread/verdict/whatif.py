@@ -27,8 +27,9 @@ MODEL_OF = {
     # a read-back lever is priced on the device->host copies alone, not the inputs sent
     **dict.fromkeys(("pin_read", "pin_read_native"), "pin_reads"),
     **dict.fromkeys(("side_stream_copy", "async_copy_native"), "overlap_copies"),
-    **dict.fromkeys(("num_workers", "more_workers", "prefetch_factor", "persistent_workers"),
-                    "workers"),
+    # workers already loading (more_workers): the replay cannot tell how many more would
+    # keep up -- its bound, not the model's refusal ("already num_workers > 0")
+    **dict.fromkeys(("num_workers", "prefetch_factor", "persistent_workers"), "workers"),
     **dict.fromkeys(("fused_optimizer", "foreach_optimizer", "foreach_to_fused"),
                     "fused_optimizer"),
     # the native program's allocator calls in the step go too when it reuses its buffers
