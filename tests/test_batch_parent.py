@@ -14,7 +14,7 @@ import pytest
 from traceread.jobs import batch
 from traceread.synth.multirank import JobSpec, write_job
 
-SPEC = JobSpec(ranks=3, slow_rank=1, delay_ns=2_500_000, steps=4, step_skew_ns=100_000)
+SPEC = JobSpec(ranks=2, slow_rank=1, delay_ns=2_500_000, steps=3, step_skew_ns=100_000)
 SRC = str(Path(batch.__file__).resolve().parents[2])
 
 
@@ -33,26 +33,36 @@ def _python(code: str, *args: str) -> str:
     return r.stdout
 
 
-def test_parent_imports_no_pandas_while_workers_run(ranks):
+def test_parent_holds_rows_only_while_workers_run_and_a_bad_result_file_costs_its_row(ranks):
     code = """
 import json, sys
+from pathlib import Path
 from traceread.jobs import batch
 heavy = ("pandas", "numpy", "pyarrow")
-seen = []
+seen, spoiled = [], []
 def note(res):
     seen.append({"loaded": [m for m in heavy if m in sys.modules], "keys": sorted(res),
                  "types": sorted({type(v).__name__ for v in res["row"].values()})})
+    if not spoiled:   # the first file's result, overwritten before the parent reads it
+        Path(res["spool"]).write_bytes(b"not a pickle")
+        spoiled.append(res["row"]["file"])
 res = batch.run_local(sys.argv[1:], jobs=2, on_result=note)
-print(json.dumps({"seen": seen, "tables": [sorted(r["tables"]) for r in res],
+print(json.dumps({"seen": seen, "spoiled": spoiled[0], "rows": [r["row"] for r in res],
+                  "tables": [sorted(r["tables"]) for r in res],
                   "inputs": [r["rank_input"] is not None for r in res]}))
 """
     out = json.loads(_python(code, *ranks).splitlines()[-1])
-    assert len(out["seen"]) == 3
+    assert len(out["seen"]) == len(ranks)
     for s in out["seen"]:
         assert s["loaded"] == [] and s["keys"] == ["file_bytes", "row", "spool"]
         assert set(s["types"]) <= {"str", "int", "float", "NoneType"}
-    assert all("steps" in t and "collectives" in t for t in out["tables"])
-    assert out["inputs"] == [True, True, True]
+    for row, tables, has_input in zip(out["rows"], out["tables"], out["inputs"]):
+        if row["file"] == out["spoiled"]:
+            assert row["error"].startswith("worker failed: UnpicklingError")
+            assert tables == [] and not has_input
+        else:
+            assert row["error"] is None and row["verdict"]
+            assert "steps" in tables and "collectives" in tables and has_input
 
 
 def test_results_from_the_workers_files_are_the_files_analysed_here(ranks):
@@ -70,21 +80,6 @@ def test_results_from_the_workers_files_are_the_files_analysed_here(ranks):
     pd.testing.assert_frame_equal(one.matches, two.matches)
     assert one.jobs[0].verdict() == two.jobs[0].verdict()
     assert one.jobs[0].straggler == two.jobs[0].straggler
-
-
-def test_an_unreadable_result_file_costs_only_its_row(ranks):
-    spoiled = []
-
-    def spoil(res):   # the first file's result, overwritten before the parent reads it
-        if not spoiled:
-            Path(res["spool"]).write_bytes(b"not a pickle")
-            spoiled.append(res["row"]["file"])
-
-    res = batch.assemble(batch.run_local(ranks, jobs=2, on_result=spoil))
-    s = res.summary.set_index("file")
-    assert s.loc[spoiled[0], "error"].startswith("worker failed: UnpicklingError")
-    assert s.drop(spoiled[0])["error"].isna().all()
-    assert s.drop(spoiled[0])["verdict"].notna().all()
 
 
 def test_no_room_for_the_result_file_sends_it_whole(ranks, tmp_path):
