@@ -110,3 +110,17 @@ assert analyze_file(sys.argv[1])["row"]["error"] is None
 print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("traceread"))))
 """
     assert json.loads(_python(code, ranks[0]).splitlines()[-1]) == []
+
+
+def test_no_temporary_folder_sends_every_result_whole(ranks, monkeypatch):
+    def refuse(*a, **k):
+        raise PermissionError("no temporary folder")
+
+    with monkeypatch.context() as m:   # (multiprocessing needs one for its own socket)
+        m.setattr(batch.tempfile, "mkdtemp", refuse)
+        assert batch._spool_folder() is None
+    monkeypatch.setattr(batch, "_spool_folder", lambda: None)
+    seen = []
+    res = batch.run_local(ranks, jobs=2, on_result=lambda r: seen.append(sorted(r)))
+    assert all("spool" not in keys and "tables" in keys for keys in seen)
+    assert all(r["row"]["error"] is None and "steps" in r["tables"] for r in res)

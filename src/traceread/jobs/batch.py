@@ -241,7 +241,7 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
     # makes each worker start with pandas/pyarrow/traceread already imported.
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(WORKER_PRELOAD))
-    spool = tempfile.mkdtemp(prefix="traceread-batch-")
+    spool = _spool_folder()
     try:
         pool = _Workers(ctx, max(1, jobs), step_pattern, spool)
         for i, res in pool.run([(i, paths[i]) for i in order]):
@@ -253,7 +253,8 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
         for i in order:
             results[i] = kept(_unspool(results[i], paths[i]))
     finally:
-        shutil.rmtree(spool, ignore_errors=True)
+        if spool:
+            shutil.rmtree(spool, ignore_errors=True)
     return [results[i] for i in range(len(paths))]
 
 
@@ -268,6 +269,15 @@ WORKER_PRELOAD = ("traceread.jobs.batch", "traceread.analysis", "traceread.reade
                   "traceread.jobs.multirank.waits", "traceread.jobs._frozen")
 
 _SPOOL = "spool"   # a worker's message: the path of the file holding its whole result
+
+
+def _spool_folder() -> str | None:
+    """A private temporary folder for the workers' result files; None when none can be
+    made (then each result comes whole through its pipe)."""
+    try:
+        return tempfile.mkdtemp(prefix="traceread-batch-")
+    except OSError:
+        return None
 
 
 def _unspool(res: dict, path: str) -> dict:
