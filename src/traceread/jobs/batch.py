@@ -260,7 +260,7 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
 
 # What a worker imports, loaded once in the forkserver: a module a worker imported itself
 # would be private to each worker (its code objects, its tables), not shared.
-# (tests/test_batch.py checks that analysing a trace imports nothing more). Last,
+# (tests/test_batch_parent.py checks that analysing a trace imports nothing more). Last,
 # ``_frozen``: what those imports made is frozen out of the workers' collections.
 WORKER_PRELOAD = ("traceread.jobs.batch", "traceread.analysis", "traceread.readers.kineto",
                   "traceread.readers.stream", "traceread.readers.validate", "pyarrow.pandas_compat",
