@@ -8,8 +8,9 @@ trace*, and the job's results compared between the sides.
 Per side, one fresh process runs ``jobs.batch.run_local`` + ``assemble`` over the files
 with ``--workers`` batch workers (``TRACEREAD_WORKERS=1`` inside each, as ``gpubox``):
 wall, peak RSS and peak PSS of the process tree (the parent, the forkserver and the
-workers; PSS counts a page they share once), the parent's own peak RSS, the cross-rank
-pass's seconds. *One trace*: ``traceread analyze --no-cache --format json`` of the
+workers; PSS counts a page they share once), the parent's own peak RSS (assembly and
+cross-rank pass included) and its largest RSS when a file's result arrives (while the
+workers run), the cross-rank pass's seconds. *One trace*: ``traceread analyze --no-cache --format json`` of the
 largest file alone (``TRACEREAD_WORKERS=1``), peak RSS and PSS. The goal's figure:
 tree peak PSS / (workers × one trace's peak RSS).
 
@@ -69,6 +70,9 @@ def main(args) -> int:
               {k: r.peak for k, r in ok.items()}, h.fmt_mb)
     table.add("job: the batch parent's peak RSS", {k: r.result["parent_rss"] for k, r in ok.items()},
               h.fmt_mb)
+    table.add("job: the batch parent's RSS while workers run (largest at a result)",
+              {k: r.result["parent_rss_running"] for k, r in ok.items()
+               if "parent_rss_running" in r.result}, h.fmt_mb)
     table.add("job: cross-rank pass", {k: r.result["cross_rank_s"] for k, r in ok.items()})
     one = {k: r for k, r in single.items() if r.ok}
     table.add("one trace: analyze peak RSS", {k: r.peak for k, r in one.items()}, h.fmt_mb)
@@ -112,16 +116,32 @@ def batch_job(paths: list[str], jobs: int, spill_all: bool) -> dict:
             spill.SPILL_MIN_BYTES = 0
         except ImportError:
             pass
+    running = [0]
+
+    def note(res) -> None:   # the parent's RSS now, as each file's result arrives
+        running[0] = max(running[0], _rss_now())
+
     t0 = time.perf_counter()
-    results = batch.run_local(paths, jobs=jobs)
+    results = batch.run_local(paths, jobs=jobs, on_result=note)
     t1 = time.perf_counter()
     res = batch.assemble(results)
     t2 = time.perf_counter()
     text = json.dumps(job_results(res), indent=1, sort_keys=True, default=str)
     jv = res.jobs[0].verdict() if res.jobs else {}
     return {"seconds": t2 - t0, "cross_rank_s": t2 - t1, "failed": int(res.failed),
-            "parent_rss": h.own_peak_rss(), "straggler": int(jv.get("straggler_rank", -1)),
+            "parent_rss": h.own_peak_rss(), "parent_rss_running": running[0], "straggler": int(jv.get("straggler_rank", -1)),
             "digest": hashlib.sha256(text.encode()).hexdigest(), "json": text}
+
+
+def _rss_now() -> int:
+    """Bytes: this process's resident size now (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    import os
+
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def job_results(res) -> dict:

@@ -32,6 +32,7 @@ def corpus_or_skip() -> Path:
 # test_overlay_rules and test_replay run the small traces by default, the big ones with -m slow.)
 SLOW = {
     "test_batch.py::test_run_rows_errors_and_ranks": 13.2,          # test_batch: other batch runs
+    "test_batch_parent.py::test_results_from_the_workers_files_are_the_files_analysed_here": 21.3,  # its rows-only twin (busy box)
     "test_benchmarks.py::test_gpubox_tables_at_tiny_sizes": 52.3,   # a benchmark: its own command
     "test_benchmarks.py::test_trace_analyze_over_info_and_serial_against_a_baseline_dir": 10.3,  # test_trace_read_example_against_a_baseline_dir
     "test_benchmarks.py::test_trace_with_bytecode_cached_labels_its_rows": 8.9,  # test_trace_read_example_against_a_baseline_dir

@@ -335,8 +335,8 @@ def test_batch_killed_worker_costs_one_row(tmp_path, monkeypatch):
     victim = str(d / "t2.json")
     real_init = batch._Worker.__init__
 
-    def init(self, ctx, i, path, step_pattern):
-        real_init(self, ctx, i, path, step_pattern)
+    def init(self, ctx, i, path, *rest):
+        real_init(self, ctx, i, path, *rest)
         if path == victim:
             os.kill(self.proc.pid, signal.SIGKILL)
 

@@ -8,11 +8,18 @@ imported only when a scheduler address is given.
 
 Inputs may be local paths or fsspec URLs (``s3://bucket/run/``); fsspec is imported
 only for URLs. Which files are traces: ``discover.py``; what is written: ``output.py``.
+
+The batch parent of local workers stays small while they run: this module imports no
+pandas, numpy or pyarrow at its top, and each worker leaves its result in a file of
+its own and sends back only its summary row (``_child``); the parent reads the files
+back once every worker is done (``run_local``). So the job's peak is its workers', not
+theirs plus the parent's imports and results (docs/performance.md, "Jobs, round 3").
 """
 from __future__ import annotations
 
 import ast
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -21,11 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import pandas as pd
-
 from ..errors import TraceError, display_path, out_of_memory
 from .discover import discover, is_url
-from .figures import figures_table, promised_saving
 from .output import SUMMARY_COLUMNS, TABLES, PartialSummary, check_out_dir, write
 
 def _size(path: str) -> int:
@@ -42,6 +46,10 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
 
     Returns ``{"row": dict, "tables": {name: DataFrame}, "rank_input": RankInput|None}``.
     """
+    import pandas as pd
+
+    from .figures import figures_table
+
     t0 = time.perf_counter()
     row: dict[str, Any] = {c: None for c in SUMMARY_COLUMNS}
     # the row names the file as text any output takes (a name's non-UTF-8 bytes as \xNN);
@@ -174,7 +182,7 @@ def memory_limit(path: str) -> int:
 
 def _raw_size(path: str) -> int:
     try:
-        from ..readers.stream import estimated_raw_size
+        from ..readers.detect import estimated_raw_size   # no pandas in the batch parent
 
         return estimated_raw_size(path) if not is_url(path) else 0
     except (OSError, TraceError):
@@ -205,6 +213,11 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
     A worker that dies (killed, out of memory), runs past ``time_limit`` or
     grows past ``memory_limit`` costs only its own file an error row: the
     other files' results are never lost.
+
+    ``on_result`` sees each file as it finishes: its ``row`` (and ``file_bytes``)
+    always; from worker processes not yet its tables and rank input, which stay in
+    the worker's result file until every worker is done (the returned results have
+    them), so this process holds no DataFrame while the workers run.
     """
     results: dict[int, dict] = {}
     order = sorted(range(len(paths)), key=lambda i: -_size(paths[i]))
@@ -227,13 +240,62 @@ def run_local(paths: list[str], jobs: int = 1, step_pattern: str | None = None,
     # forkserver: no fork of a threaded parent (progress bar, notebooks); the preload
     # makes each worker start with pandas/pyarrow/traceread already imported.
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["traceread.jobs.batch", "traceread.analysis", "traceread.readers.kineto"])
-    pool = _Workers(ctx, max(1, jobs), step_pattern)
-    for i, res in pool.run([(i, paths[i]) for i in order]):
-        results[i] = res = kept(res)
-        if on_result:
-            on_result(res)
+    ctx.set_forkserver_preload(list(WORKER_PRELOAD))
+    spool = _spool_folder()
+    try:
+        pool = _Workers(ctx, max(1, jobs), step_pattern, spool)
+        for i, res in pool.run([(i, paths[i]) for i in order]):
+            results[i] = res if _SPOOL in res else kept(res)
+            if on_result:
+                on_result(res)
+        # every worker is done: now the results' DataFrames may come in (one at a time,
+        # each rank's interval arrays spilled again as it arrives)
+        for i in order:
+            results[i] = kept(_unspool(results[i], paths[i]))
+    finally:
+        if spool:
+            shutil.rmtree(spool, ignore_errors=True)
     return [results[i] for i in range(len(paths))]
+
+
+# What a worker imports, loaded once in the forkserver: a module a worker imported itself
+# would be private to each worker (its code objects, its tables), not shared.
+# (tests/test_batch_parent.py checks that analysing a trace imports nothing more). Last,
+# ``_frozen``: what those imports made is frozen out of the workers' collections.
+WORKER_PRELOAD = ("traceread.jobs.batch", "traceread.analysis", "traceread.readers.kineto",
+                  "traceread.readers.stream", "traceread.readers.validate", "pyarrow.pandas_compat",
+                  "traceread.passes.nccl", "traceread.passes.iterations", "traceread.jobs.figures",
+                  "traceread.jobs.multirank", "traceread.jobs.multirank.inputs",
+                  "traceread.jobs.multirank.waits", "traceread.jobs._frozen")
+
+_SPOOL = "spool"   # a worker's message: the path of the file holding its whole result
+
+
+def _spool_folder() -> str | None:
+    """A private temporary folder for the workers' result files; None when none can be
+    made (then each result comes whole through its pipe)."""
+    try:
+        return tempfile.mkdtemp(prefix="traceread-batch-")
+    except OSError:
+        return None
+
+
+def _unspool(res: dict, path: str) -> dict:
+    """A worker's whole result from its file (the message itself when it came whole
+    through the pipe); a file that cannot be read back is that file's error row only."""
+    spool = res.get(_SPOOL)
+    if spool is None:
+        return res
+    try:
+        with open(spool, "rb") as f:
+            return pickle.load(f)
+    except Exception as e:  # noqa: BLE001 - unreadable or not unpicklable here
+        return _crashed(path, e)
+    finally:
+        try:
+            os.unlink(spool)
+        except OSError:
+            pass
 
 
 def kept(res: dict) -> dict:
@@ -291,19 +353,46 @@ def _is_main_guard(test) -> bool:
     return names == ["__name__"] and consts == ["__main__"]
 
 
-def _child(conn, path: str, step_pattern: str | None) -> None:
-    """Worker process body: one file, its result sent back through ``conn``."""
+def _child(conn, path: str, step_pattern: str | None, spool: str | None = None) -> None:
+    """Worker process body: one file. Its whole result is written to ``spool`` and only
+    its summary row sent through ``conn``, so the parent unpickles no DataFrame (and
+    imports no pandas) while workers run; with no room for the file, the whole result
+    goes through ``conn`` as it always could."""
     try:
-        conn.send(analyze_file(path, step_pattern))
+        res = analyze_file(path, step_pattern)
+        conn.send(_message(res, spool) if spool and _write_spool(res, spool) else res)
     finally:
         conn.close()
 
 
+def _write_spool(res: dict, spool: str) -> bool:
+    """``res`` pickled to ``spool``; False (and no file left) when it cannot be written."""
+    try:
+        with open(spool, "wb") as f:
+            pickle.dump(res, f, protocol=pickle.HIGHEST_PROTOCOL)
+        return True
+    except OSError:
+        try:
+            os.unlink(spool)
+        except OSError:
+            pass
+        return False
+
+
+def _message(res: dict, spool: str) -> dict:
+    """What the parent receives while workers run: the row in plain Python values (a
+    numpy scalar would make the parent import numpy), the path's bytes, the file."""
+    row = {k: v.item() if type(v).__module__ == "numpy" and hasattr(v, "item") else v
+           for k, v in res["row"].items()}
+    return {"row": row, "file_bytes": res.get("file_bytes"), _SPOOL: spool}
+
+
 class _Worker:
-    def __init__(self, ctx, i: int, path: str, step_pattern: str | None):
+    def __init__(self, ctx, i: int, path: str, step_pattern: str | None, spool: str | None = None):
         self.i, self.path = i, path
         self.recv, send = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=_child, args=(send, path, step_pattern), daemon=True)
+        target = os.path.join(spool, f"{i}.pickle") if spool else None
+        self.proc = ctx.Process(target=_child, args=(send, path, step_pattern, target), daemon=True)
         self.proc.start()
         send.close()
         self.t0 = time.monotonic()
@@ -328,8 +417,8 @@ class _Worker:
 class _Workers:
     """At most ``jobs`` worker processes, one file each; yields (index, result)."""
 
-    def __init__(self, ctx, jobs: int, step_pattern: str | None):
-        self.ctx, self.jobs, self.step_pattern = ctx, jobs, step_pattern
+    def __init__(self, ctx, jobs: int, step_pattern: str | None, spool: str | None = None):
+        self.ctx, self.jobs, self.step_pattern, self.spool = ctx, jobs, step_pattern, spool
 
     def run(self, items: list[tuple[int, str]]):
         from multiprocessing.connection import wait
@@ -340,7 +429,7 @@ class _Workers:
             while todo or running:
                 while todo and len(running) < self.jobs:
                     i, path = todo.pop()
-                    running.append(_Worker(self.ctx, i, path, self.step_pattern))
+                    running.append(_Worker(self.ctx, i, path, self.step_pattern, self.spool))
                 ready = wait([w.recv for w in running] + [w.proc.sentinel for w in running],
                              timeout=_POLL_S)
                 for w in list(running):
@@ -446,6 +535,8 @@ class BatchResult:
 
 
 def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
+    import pandas as pd
+
     from . import multirank
 
     rows = [r["row"] for r in results]
@@ -509,6 +600,10 @@ def _job_verdicts(summary: pd.DataFrame, results: list[dict], jobs: list) -> Non
 
 def _job_figures(result: dict, verdict: dict) -> None:
     """A job member's ``figures`` carry its job-adjusted verdict, as its summary row does."""
+    import pandas as pd
+
+    from .figures import promised_saving
+
     fig = result["tables"].get("figures")
     if fig is None or not len(fig):
         return

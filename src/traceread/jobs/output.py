@@ -1,14 +1,14 @@
 """What ``traceread batch -o OUT`` writes: the summary row's columns, the per-trace
 tables, and the writing itself -- atomic (``outputs.Staging``), refusing an OUT that
-would destroy an input or foreign data, with a partial summary while the batch runs."""
+would destroy an input or foreign data, with a partial summary while the batch runs.
+
+The batch parent imports this module while its workers run: numpy, pandas and pyarrow
+are imported only by the writing itself."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Iterable
-
-import numpy as np
-import pandas as pd
 
 from ..errors import TraceError
 from ..outputs import Staging, fresh_file, make_dir, same_file
@@ -178,9 +178,11 @@ UNKNOWN_IS_MINUS_ONE = frozenset({
     "msg_nelems", "msg_bytes", "group_size", "seq", "straggler_rank", "waits_for"})
 
 
-def _to_arrow(df: pd.DataFrame):
+def _to_arrow(df):
     """DataFrame -> Arrow; categories become plain strings, mixed-type columns strings,
     -1 in an UNKNOWN_IS_MINUS_ONE column null."""
+    import numpy as np
+    import pandas as pd
     import pyarrow as pa
 
     df = df.copy()

@@ -10,6 +10,7 @@ from ..errors import TraceError
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
+GZ_RATIO_GUESS = 10             # typical Kineto gzip ratio, for the size estimate only
 
 
 def as_path(path, who: str):
@@ -43,6 +44,15 @@ def special_file_reason(mode: int) -> str | None:
     if stat.S_ISSOCK(mode):
         return "is a socket, not a regular file"
     return "not a regular file"
+
+
+def estimated_raw_size(path: str | os.PathLike) -> int:
+    """Uncompressed size estimate used to choose the streaming path (here, with the
+    standard library only, so a batch parent sizes its workers' limits without pandas)."""
+    size = os.path.getsize(path)
+    if read_head(path, 2) == GZIP_MAGIC:  # read_head: a FIFO is refused, never waited on
+        return size * GZ_RATIO_GUESS
+    return size
 
 
 def read_head(path: str | os.PathLike, n: int = 4096) -> bytes:

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .detect import read_head, sniff
+from .detect import GZ_RATIO_GUESS, estimated_raw_size, read_head, sniff  # noqa: F401
 from ..errors import TraceError
 from ..table import Trace, build_table, release_heap
 from ._json_edges import inflate_cap_message, max_inflated
@@ -58,19 +58,10 @@ CHUNK_BYTES = 16 << 20          # decoded per task; ~0.25 s of work, ~80 MB peak
 STREAM_MIN_BYTES = 32 << 20     # read() streams files at least this big (uncompressed estimate);
                                 # at 61 MB both paths take ~1.5 s, streaming peaks at 215 vs 347 MB
 STREAM_MIN_BYTES_NATIVE = 2 << 20  # with the native decoder streaming wins from ~1 MB (1 worker)
-GZ_RATIO_GUESS = 10             # typical Kineto gzip ratio, for the size estimate only
 
 # A mis-cut heals after one merge; a chunk still invalid at this many chunk sizes
 # (or 1 MB) is bad JSON, reported as such -- memory stays bounded either way.
 _MERGE_CHUNKS = 4
-
-
-def estimated_raw_size(path: str | os.PathLike) -> int:
-    """Uncompressed size estimate used to choose the streaming path."""
-    size = os.path.getsize(path)
-    if read_head(path, 2) == b"\x1f\x8b":  # read_head: a FIFO is refused, never waited on
-        return size * GZ_RATIO_GUESS
-    return size
 
 
 def stream_min_bytes() -> int:

@@ -77,8 +77,10 @@ def thread_waits(ev, thread: tuple[int, int]) -> dict:
     empty = (np.empty(0, np.int64), np.empty(0, np.int64))
     if thread[0] < 0 or not len(ev):
         return {"waits": empty, "sleeps": empty, "wait_names": {}}
+    from ...passes.common import take
+
     on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy() & ev["kind"].isin(HOST_KINDS).to_numpy()
-    mine = ev[on]
+    mine = take(ev, np.flatnonzero(on), ["ts", "dur", "name"])   # not every column of those rows
     from .names import name_matches   # one regex match per distinct name
 
     s = mine["ts"].to_numpy(np.int64)
@@ -86,7 +88,7 @@ def thread_waits(ev, thread: tuple[int, int]) -> dict:
     is_wait = name_matches(mine["name"], WAIT_RX)
     is_sleep = name_matches(mine["name"], SLEEP_RX)
     top: dict[str, int] = {}
-    for n, d in zip(mine["name"].astype(str).to_numpy()[is_wait], (e - s)[is_wait]):
+    for n, d in zip(mine["name"].iloc[np.flatnonzero(is_wait)].astype(str).to_numpy(), (e - s)[is_wait]):
         top[n] = top.get(n, 0) + int(d)
     return {"waits": intervals.union(s[is_wait], e[is_wait]),
             "sleeps": intervals.union(s[is_sleep], e[is_sleep]),
