@@ -217,6 +217,10 @@ def test_words_of_a_fact():
          "value": {"kind": "off_path", "model_share": 0.023, "top_other": "aten::copy_"}}
     assert fact_words(x) == ("98% of the host time in the gaps runs outside the model's calls "
                              "(mostly aten::copy_)")
+    # what decides whether that work can move (verdict/levers.host_movable) is said too
+    fw = {**x, "value": {**x["value"], "other_kind": "framework"}}
+    assert fact_words(fw).endswith("(mostly aten::copy_): the framework's own loop, which "
+                                   "cannot move off the thread")
     assert fact_words({"fact": "compiled", "known": True, "value": False, "evidence": []}) == \
         "not torch.compile'd"
     assert fact_words({"fact": "some_new_fact", "known": False, "value": None}) == \

@@ -41,8 +41,15 @@ def _host_work(v: dict) -> str | None:
         top = f" (mostly {v['top_model']})" if v.get("top_model") else ""
         return f"{_pct(share)} of the host time in the gaps is the model's own calls{top}"
     top = f" (mostly {v['top_other']})" if v.get("top_other") else ""
+    what = OTHER_KIND_WORDS.get(v.get("other_kind"), "")
     return (f"{_pct(1 - float(share))} of the host time in the gaps runs outside the "
-            f"model's calls{top}")
+            f"model's calls{top}" + (f": {what}" if what else ""))
+
+
+# host_work_kind.other_kind: what the work outside the model is (what decides if it moves)
+OTHER_KIND_WORDS = {"framework": "the framework's own loop, which cannot move off the thread",
+                    "compute": "the job's own arithmetic on the host, which cannot move off "
+                               "the thread"}
 
 
 def _blocking(v: dict) -> str | None:
