@@ -217,6 +217,12 @@ def test_words_of_a_fact():
          "value": {"kind": "off_path", "model_share": 0.023, "top_other": "aten::copy_"}}
     assert fact_words(x) == ("98% of the host time in the gaps runs outside the model's calls "
                              "(mostly aten::copy_)")
+    st = {"fact": "startup_phase", "known": True, "evidence": [],
+          "value": {"frames": ["vllm/v1/worker/gpu_model_runner.py(5362): capture_model"],
+                    "ns": 59_013_466}}
+    assert fact_words(st) == ("the window is the engine's start-up (59 ms in vllm/v1/worker/"
+                              "gpu_model_runner.py(5362): capture_model): its captures and "
+                              "allocations happen once")
     # what decides whether that work can move (verdict/levers.host_movable) is said too
     fw = {**x, "value": {**x["value"], "other_kind": "framework"}}
     assert fact_words(fw).endswith("(mostly aten::copy_): the framework's own loop, which "
