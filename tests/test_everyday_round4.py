@@ -223,6 +223,8 @@ def test_words_of_a_fact():
     assert fact_words(st) == ("the window is the engine's start-up (59 ms in vllm/v1/worker/"
                               "gpu_model_runner.py(5362): capture_model): its captures and "
                               "allocations happen once")
+    assert fact_words({"fact": "graph_launches", "known": True, "value": 0, "evidence": []}) \
+        == "no CUDA graph launch in the window"
     # what decides whether that work can move (verdict/levers.host_movable) is said too
     fw = {**x, "value": {**x["value"], "other_kind": "framework"}}
     assert fact_words(fw).endswith("(mostly aten::copy_): the framework's own loop, which "

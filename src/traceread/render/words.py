@@ -116,6 +116,8 @@ FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     "allocator_uncached": _flag("the caching allocator is off", "the caching allocator is on"),
     "alloc_frees": lambda v: None if v is None else "no device frees in the analysed steps"
     if not v else f"{v:,} device frees in the analysed steps",
+    "graph_launches": lambda v: None if not isinstance(v, int) else
+    f"{v:,} CUDA graph launches in the window" if v else "no CUDA graph launch in the window",
     "startup_phase": lambda v: f"the window is the engine's start-up ({fmt_ns(v['ns'])} in "
     f"{str((v.get('frames') or ['its set-up'])[0])[:60]}): its captures and allocations "
     "happen once" if isinstance(v, dict) and v.get("ns") else None,
