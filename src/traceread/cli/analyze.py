@@ -125,8 +125,9 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, aft
             from ..readers.nsys_split import split_processes
 
             parts = split_processes(trace)
-            if parts:
-                return [single(path, p) for p in parts]
+            if parts:   # one part alive at a time: the whole export and each analysed part
+                del trace   # are let go (the part once its analysis drops it)
+                return [single(path, parts.pop(0)) for _ in range(len(parts))]
         return single(path, trace)
 
     results, failed = each_trace(traces, one)
