@@ -171,8 +171,11 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         except Exception as e:  # reported below; the trace's own report still prints
             errors.append(e)
         finally:
-            if not keep_trace:
-                a.trace = None
+            if not keep_trace:   # the step graphs too: the verdict priced its levers on
+                a.trace = None   # them, the reports read only the replay's figures
+                a.replay_graph = None
+                if a.facts is not None:
+                    a.facts.graph = None
 
     dumps = _flight_dumps(traces)   # Flight Recorder dumps: ranks of a job, no trace
     traces = [t for t in traces if t not in dumps]
