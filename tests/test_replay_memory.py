@@ -48,3 +48,16 @@ def test_node_strings_are_shared():
             assert len({id(x) for x in v}) == len(set(v)), col.name
     got = labels(("a", "b"), np.array([True, False, True]))
     assert got.dtype == object and got.tolist() == ["b", "a", "b"] and got[0] is got[2]
+
+
+def test_analysis_leaves_no_graph_in_the_whatif_caches():
+    """The levers' base replays (the unprofiled copy and its schedules) and the models'
+    caches go with the analysis that priced them: a later analysis prices the same."""
+    from traceread.examples import path
+    from traceread.passes.replay import whatif
+
+    first = analyze(path("h200_pageable_copy.json.gz"))
+    assert first.facts.graph is not None and "profiler_ns" in first.facts.graph.nodes
+    assert not whatif._BARE and not whatif._LAST and not whatif._MEMO
+    again = analyze(path("h200_pageable_copy.json.gz"))
+    assert again.to_dict() == first.to_dict()

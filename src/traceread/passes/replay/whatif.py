@@ -1476,10 +1476,13 @@ def _with_and_without(graph) -> tuple:
 
 
 def forget() -> None:
-    """Let go of the last graph's replays (``_with_and_without``): kept for the pricing
-    that follows the ratio, not past the analysis that asked (a graph, its unprofiled
-    copy and two schedules: ~230 MB on a 250 k-kernel nsys window)."""
+    """Let go of the last graph's replays (``_with_and_without``: kept for the pricing
+    that follows the ratio, not past the analysis that asked; a graph, its unprofiled
+    copy and two schedules) and of the models' caches (``_LAST``, ``_MEMO``): pure
+    caches, so the next analysis computes the same figures."""
     _BARE.clear()
+    _LAST.clear()
+    _MEMO.clear()
 
 
 def profiler_ratio(graph) -> float | None:
