@@ -61,3 +61,16 @@ def test_analysis_leaves_no_graph_in_the_whatif_caches():
     assert not whatif._BARE and not whatif._LAST and not whatif._MEMO
     again = analyze(path("h200_pageable_copy.json.gz"))
     assert again.to_dict() == first.to_dict()
+
+
+def test_analysis_of_a_trace_whose_frame_is_built_keeps_no_second_table():
+    """``analyze`` of a trace whose DataFrame a notebook already built: the empty-trace check
+    reads the row count, not ``trace.table`` (which rebuilt the whole table from the frame and
+    kept it beside it for the rest of the analysis)."""
+    import traceread
+    from traceread.examples import path
+
+    t = traceread.load(path("h200_pageable_copy.json.gz"))
+    t.events   # noqa: B018 - built first, as in a notebook
+    analyze(t)
+    assert t.has_frame and t._table is None
