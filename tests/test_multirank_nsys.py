@@ -5,7 +5,7 @@ import pytest
 
 import traceread
 from traceread.jobs import multirank as mr
-from traceread.readers.nsys_split import split_processes
+from traceread.readers.nsys_split import gpu_processes, split_processes
 from traceread.synth.multirank import JobSpec, write_nsys_job
 
 
@@ -27,6 +27,21 @@ def test_synthetic_nsys_job_split_and_straggler(tmp_path):
     assert job.straggler["rank"] == 3 and job.straggler["median_delay_ns"] == truth["delay_ns"]
     assert job.straggler["why"]["cause"] == "cpu_op"
     assert all(o["reason"] in ("reference clock", "one clock (same export or same host)") for o in job.clock.values())
+
+
+def test_split_reads_the_table_as_loaded(tmp_path):
+    """The split never builds the whole export's DataFrame, and gives the parts (rows,
+    ranks, backends) the frame's path gives."""
+    spec = JobSpec(ranks=3, slow_rank=1, with_seq=False, steps=3, cause="cpu_op")
+    path = write_nsys_job(tmp_path / "job.sqlite", spec)
+    fresh, framed = traceread.load(path), traceread.load(path)
+    framed.events   # noqa: B018 - the frame built first: gpu_processes reads it
+    parts = split_processes(fresh)
+    assert not fresh.has_frame and framed.has_frame
+    assert gpu_processes(fresh) == gpu_processes(framed) == [(1000, 0), (1001, 1), (1002, 2)]
+    for a, b in zip(parts, split_processes(framed), strict=True):
+        assert a.meta.distributed == b.meta.distributed and a.meta.path == b.meta.path
+        assert a.table.equals(b.table)
 
 
 def test_analyze_cli_on_one_multi_process_export(tmp_path):

@@ -48,3 +48,29 @@ def test_node_strings_are_shared():
             assert len({id(x) for x in v}) == len(set(v)), col.name
     got = labels(("a", "b"), np.array([True, False, True]))
     assert got.dtype == object and got.tolist() == ["b", "a", "b"] and got[0] is got[2]
+
+
+def test_analysis_leaves_no_graph_in_the_whatif_caches():
+    """The levers' base replays (the unprofiled copy and its schedules) and the models'
+    caches go with the analysis that priced them: a later analysis prices the same."""
+    from traceread.examples import path
+    from traceread.passes.replay import whatif
+
+    first = analyze(path("h200_pageable_copy.json.gz"))
+    assert first.facts.graph is not None and "profiler_ns" in first.facts.graph.nodes
+    assert not whatif._BARE and not whatif._LAST and not whatif._MEMO
+    again = analyze(path("h200_pageable_copy.json.gz"))
+    assert again.to_dict() == first.to_dict()
+
+
+def test_analysis_of_a_trace_whose_frame_is_built_keeps_no_second_table():
+    """``analyze`` of a trace whose DataFrame a notebook already built: the empty-trace check
+    reads the row count, not ``trace.table`` (which rebuilt the whole table from the frame and
+    kept it beside it for the rest of the analysis)."""
+    import traceread
+    from traceread.examples import path
+
+    t = traceread.load(path("h200_pageable_copy.json.gz"))
+    t.events   # noqa: B018 - built first, as in a notebook
+    analyze(t)
+    assert t.has_frame and t._table is None

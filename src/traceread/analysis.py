@@ -357,6 +357,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         replay["profiler_overhead"] = facts.figures["profiler_overhead"]
     release_heap()
     verdict = _decide(facts, side.workers)
+    replay_mod.whatif.forget()   # the levers are priced: their base replays are let go
     utilization = _with_levers(utilization, verdict_mod.utilization_levers(facts))
     layout, steady = later("layout"), later("steady")
     span = int((all_ev["ts"] + all_ev["dur"]).max() - all_ev["ts"].min()) if len(all_ev) else 0

@@ -277,6 +277,11 @@ class Trace:
         self._events = None
 
     @property
+    def has_frame(self) -> bool:
+        """``events`` is built (and the table let go: asking for ``table`` rebuilds it)."""
+        return self._events is not None
+
+    @property
     def events(self) -> pd.DataFrame:
         if self._events is None:
             table, self._table = self._table, None

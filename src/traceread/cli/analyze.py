@@ -125,8 +125,9 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, aft
             from ..readers.nsys_split import split_processes
 
             parts = split_processes(trace)
-            if parts:
-                return [single(path, p) for p in parts]
+            if parts:   # one part alive at a time: the whole export and each analysed part
+                del trace   # are let go (the part once its analysis drops it)
+                return [single(path, parts.pop(0)) for _ in range(len(parts))]
         return single(path, trace)
 
     results, failed = each_trace(traces, one)
@@ -170,8 +171,11 @@ def analyze(traces, fmt, out, min_gap, link_gbps, peak_tflops, step_pattern, ste
         except Exception as e:  # reported below; the trace's own report still prints
             errors.append(e)
         finally:
-            if not keep_trace:
-                a.trace = None
+            if not keep_trace:   # the step graphs too: the verdict priced its levers on
+                a.trace = None   # them, the reports read only the replay's figures
+                a.replay_graph = None
+                if a.facts is not None:
+                    a.facts.graph = None
 
     dumps = _flight_dumps(traces)   # Flight Recorder dumps: ranks of a job, no trace
     traces = [t for t in traces if t not in dumps]

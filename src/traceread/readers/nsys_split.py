@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..table import GPU_OP_KINDS, Trace
@@ -17,22 +18,34 @@ from ..table import GPU_OP_KINDS, Trace
 
 def gpu_processes(trace: Trace) -> list[tuple[int, int]]:
     """(pid, first device) of every process with GPU operations, in rank order."""
-    ev = trace.events
-    gpu = ev[ev["kind"].isin(GPU_OP_KINDS).to_numpy() & (ev["pid"] >= 0).to_numpy()]
-    if gpu.empty:
-        return []
-    first = gpu.groupby("pid", observed=True)["device"].min()
-    return sorted(((int(p), int(d)) for p, d in first.items()), key=lambda pd_: (pd_[1], pd_[0]))
+    if trace.has_frame:
+        ev = trace.events
+        gpu = ev[ev["kind"].isin(GPU_OP_KINDS).to_numpy() & (ev["pid"] >= 0).to_numpy()]
+        if gpu.empty:
+            return []
+        first = gpu.groupby("pid", observed=True)["device"].min()
+        pairs = first.items()
+    else:   # from the table: a whole export's frame would be built only to be split
+        t = trace.table
+        gpu = t.filter(pc.and_(pc.is_in(t.column("kind"), value_set=pa.array(GPU_OP_KINDS)),
+                               pc.greater_equal(t.column("pid"), 0)))
+        first = gpu.group_by("pid").aggregate([("device", "min")])
+        pairs = zip(first.column("pid").to_pylist(), first.column("device_min").to_pylist())
+    return sorted(((int(p), int(d)) for p, d in pairs), key=lambda pd_: (pd_[1], pd_[0]))
 
 
 def split_processes(trace: Trace) -> list[Trace]:
-    """One Trace per GPU process when the trace holds >= 2 of them (nsys); else []."""
+    """One Trace per GPU process when the trace holds >= 2 of them (nsys); else [].
+
+    Read from the table as loaded: the whole export's DataFrame is never built (it and
+    the table rebuilt from it stayed beside the parts: ~2x the export's table more)."""
     if trace.meta.format != "nsys":
         return []
     procs = gpu_processes(trace)
     if len(procs) < 2:
         return []
-    pid_col = trace.table.column("pid")
+    table = trace.table
+    pid_col = table.column("pid")
     parts = []
     for rank, (pid, _dev) in enumerate(procs):
         meta = copy.deepcopy(trace.meta)
@@ -41,21 +54,23 @@ def split_processes(trace: Trace) -> list[Trace]:
         meta.processes = {pid: trace.meta.processes.get(pid, "")}
         meta.extra = dict(meta.extra or {}, clock_domain=f"nsys:{trace.meta.path}", split_from=trace.meta.path,
                           pid=pid)
-        backend = _comm_backend(trace, pid)
+        backend = _comm_backend(table, pid)
         meta.distributed = dict(meta.distributed or {}, rank=rank, world_size=len(procs),
                                 **({"backend": backend} if backend else {}))
-        parts.append(Trace(trace.table.filter(pc.equal(pid_col, pid)), meta))
+        parts.append(Trace(table.filter(pc.equal(pid_col, pid)), meta))
     return parts
 
 
-def _comm_backend(trace: Trace, pid: int) -> str:
+def _comm_backend(table, pid: int) -> str:
     """The communication library of the process's comm kernels (``collectives.COMM_KERNELS``
     family; NCCL first), "" when it ran none."""
     from ..collectives import comm_kernel
 
-    ev = trace.events
-    k = ev[(ev["kind"] == "kernel").to_numpy() & (ev["pid"] == pid).to_numpy()]
-    fams = {hit[0] for n in k["name"].astype(str).unique() if (hit := comm_kernel(n))}
+    k = table.filter(pc.and_(pc.equal(table.column("kind"), "kernel"),
+                             pc.equal(table.column("pid"), pid)))
+    # each distinct name once; a null name read as the frame's str() of it did ("nan")
+    names = {"nan" if n is None else n for n in k.column("name").unique().to_pylist()}
+    fams = {hit[0] for n in names if (hit := comm_kernel(n))}
     return "nccl" if "nccl" in fams else (sorted(fams)[0] if fams else "")
 
 

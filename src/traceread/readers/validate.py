@@ -226,7 +226,7 @@ def require_events(trace: Trace) -> Trace:
     """``trace``, or TraceError when it holds no event to analyse: ``{"traceEvents": []}``,
     ``[]``, an array of objects none of which is an event, only metadata (``ph: M``). The
     readers load such a file (its metadata is real); an analysis of nothing is refused."""
-    if trace.table.num_rows == 0:
+    if len(trace) == 0:   # not trace.table: with the frame built, that rebuilt the table
         what = "no GPU or CPU activity" if trace.meta.format == "nsys" else (
             "an empty traceEvents array, or no object in it is an event with a ph and a name")
         raise TraceError(trace.meta.path, f"no trace events ({what}): not a trace")

@@ -1553,6 +1553,16 @@ def _with_and_without(graph) -> tuple:
     return out
 
 
+def forget() -> None:
+    """Let go of the last graph's replays (``_with_and_without``: kept for the pricing
+    that follows the ratio, not past the analysis that asked; a graph, its unprofiled
+    copy and two schedules) and of the models' caches (``_LAST``, ``_MEMO``): pure
+    caches, so the next analysis computes the same figures."""
+    _BARE.clear()
+    _LAST.clear()
+    _MEMO.clear()
+
+
 def profiler_ratio(graph) -> float | None:
     """The marked graph's (passes/overhead.py ``mark``) replayed step without the
     profiler's cost over the step with it; None: no mark, or a replay did not settle."""
