@@ -12,14 +12,16 @@ from traceread.diffs.trace import not_the_same_job
 A100 = [{"name": "NVIDIA A100-SXM4-80GB"}]
 
 
-def _meta(world, devices):
-    return SimpleNamespace(world_size=world, devices=devices)
+def _fig(world, devices):
+    from traceread.passes.peaks import device_name
+
+    return {"world_size": world, "device_name": device_name(SimpleNamespace(devices=devices))}
 
 
 def test_world_size_and_gpu_differences_are_named():
-    assert not_the_same_job(_meta(8, A100), _meta(8, A100)) == []
-    assert not_the_same_job(_meta(-1, A100), _meta(2, [])) == []   # unknown: not claimed
-    w = not_the_same_job(_meta(8, A100), _meta(2, [{"name": "Tesla V100-SXM2-16GB"}]))
+    assert not_the_same_job(_fig(8, A100), _fig(8, A100)) == []
+    assert not_the_same_job(_fig(-1, A100), _fig(2, [])) == []   # unknown: not claimed
+    w = not_the_same_job(_fig(8, A100), _fig(2, [{"name": "Tesla V100-SXM2-16GB"}]))
     assert w[0].startswith("the jobs differ: 8 ranks BEFORE, 2 AFTER")
     assert w[1] == "the GPUs differ: NVIDIA A100-SXM4-80GB BEFORE, Tesla V100-SXM2-16GB AFTER"
 
@@ -36,3 +38,24 @@ def test_hta_trace_diff_pair_is_not_judged():
     p = d.proof
     assert p["error_pct"] is None and p["not_judged"].startswith("the jobs differ")
     assert "promise off by" not in render_diff(d)
+
+
+def test_batch_outputs_of_different_jobs_warn_too(tmp_path):
+    # the batch stores each trace's world size and GPU in its figures table: a diff of two
+    # batch outputs names the difference as the traces' diff does
+    corpus_or_skip()
+    import subprocess
+    import sys
+
+    import traceread
+
+    root = CORPUS / "facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff"
+    outs = []
+    for side in ("control", "test"):
+        out = tmp_path / side
+        p = subprocess.run([sys.executable, "-m", "traceread", "batch", str(root / side), "-o",
+                            str(out)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        outs.append(out)
+    d = traceread.diff(str(outs[0]), str(outs[1]))
+    assert any("the jobs differ: 8 ranks BEFORE, 2 AFTER" in w for w in d.warnings), d.warnings

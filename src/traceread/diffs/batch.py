@@ -113,6 +113,9 @@ def _figures(row: dict) -> dict[str, Any]:
     for k in ("window_ns", "compile_ns", "iterations"):
         out[k] = int(val(k) or 0)
     out["iterations"] = out["iterations"] or 1
+    # written since the job/GPU warnings; an older batch output has neither (unknown)
+    out["world_size"] = int(val("world_size") if val("world_size") is not None else -1)
+    out["device_name"] = val("device_name") or ""
     return out
 
 

@@ -286,6 +286,7 @@ def not_alike(fb: dict, fa: dict) -> list[str]:
     kb, ka = _window_kind(fb), _window_kind(fa)
     if kb and ka and kb != ka and bool(sb) == bool(sa):
         out.append(f"the windows differ in kind: BEFORE analyses {kb}, AFTER {ka}")
+    out += not_the_same_job(fb, fa)
     cb, ca = int(fb.get("compile_ns") or 0), int(fa.get("compile_ns") or 0)
     if bool(cb) != bool(ca):
         who, ns = ("BEFORE", cb) if cb else ("AFTER", ca)
@@ -302,28 +303,27 @@ def diff_analyses(before, after, label: str = "", batch: tuple | None = None) ->
     from .proof import proof
 
     found = user_batch(batch) if batch else batch_sizes(before, after)
-    d = diff_sides((figures(before), before.kernels, before.kernel_classes),
-                   (figures(after), after.kernels, after.kernel_classes), label, found)
-    apart = not_the_same_job(before.meta, after.meta)
-    d.warnings += apart
+    fb, fa = figures(before), figures(after)
+    d = diff_sides((fb, before.kernels, before.kernel_classes),
+                   (fa, after.kernels, after.kernel_classes), label, found)
     d.proof = proof(before, after, d)
+    apart = not_the_same_job(fb, fa)
     if d.proof and apart:   # the change is not the only difference: no error is measured
         d.proof.update(error_pct=None, not_judged=apart[0].split(" -- ")[0])
     return d
 
 
-def not_the_same_job(mb, ma) -> list[str]:
-    """Where the two captures ran on different jobs or hardware (the traces' distributedInfo
-    and device properties): a rank's share of the work, or the GPU's speed, changed with
-    the program, so the change's effect is not what the figures show."""
-    from ..passes.peaks import device_name
-
+def not_the_same_job(fb: dict, fa: dict) -> list[str]:
+    """Where the two captures ran on different jobs or hardware (the figures' world size
+    and device name, from the traces' distributedInfo and device properties): a rank's
+    share of the work, or the GPU's speed, changed with the program, so the change's effect
+    is not what the figures show. Unknown on either side: not claimed."""
     out = []
-    wb, wa = int(getattr(mb, "world_size", -1) or -1), int(getattr(ma, "world_size", -1) or -1)
+    wb, wa = int(fb.get("world_size") or -1), int(fa.get("world_size") or -1)
     if wb > 0 and wa > 0 and wb != wa:
         out.append(f"the jobs differ: {wb} ranks BEFORE, {wa} AFTER -- each rank's share of "
                    "the work and its collectives changed with the program")
-    db, da = device_name(mb), device_name(ma)
+    db, da = fb.get("device_name") or "", fa.get("device_name") or ""
     if db and da and db != da:
         out.append(f"the GPUs differ: {db} BEFORE, {da} AFTER")
     return out

@@ -14,6 +14,7 @@ from ..passes.attribution import CPU_CATEGORIES
 def figures(a) -> dict[str, Any]:
     """The whole-window totals of one analysis that a diff compares (batch stores them
     as its ``figures`` table, so batch outputs diff like the traces themselves)."""
+    from ..passes.peaks import device_name
     from ..passes.steps import program_step_of
 
     stats = a.step_stats or {}
@@ -42,6 +43,9 @@ def figures(a) -> dict[str, Any]:
         "verdict": verdict.get("bound"), "verdict_summary": str(verdict.get("summary", "")),
         "promised_saving_ns": promised_saving(verdict),
         "compile_ns": int(comp.get("compile_ns", 0) or 0),
+        # the job and the hardware: a diff across different ones is not like for like
+        "world_size": int(getattr(a.meta, "world_size", -1) or -1),
+        "device_name": device_name(a.meta),
         **_window_figures(a, steps),
     }
 
