@@ -40,6 +40,7 @@ SLOW = {
     "test_diff.py::test_directory_diff_matches_files_by_relative_path": 15.2,
     "test_diff.py::test_real_recorded_dataloader_pair": 14.1,       # test_everyday_round4's diff
     "test_diff.py::test_real_hta_trace_diff_pair": 5.5,            # test_diff_gpu's real pairs
+    "test_diff_same_job.py::test_batch_outputs_of_different_jobs_warn_too": 6.2,  # test_world_size_and_gpu_differences_are_named
     "test_diff.py::test_real_nsys_mfu_pair": 7.0,                  # test_job_model's nsys diffs
     "test_diff_batch.py::test_batch_diff_equals_the_diff_of_the_traces": 12.3,
     "test_diff_batch.py::test_real_kineto_num_workers_0_vs_4_batch_outputs": 7.6,  # by path
