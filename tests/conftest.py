@@ -41,6 +41,8 @@ SLOW = {
     "test_diff.py::test_real_recorded_dataloader_pair": 14.1,       # test_everyday_round4's diff
     "test_diff.py::test_real_hta_trace_diff_pair": 5.5,            # test_diff_gpu's real pairs
     "test_diff_same_job.py::test_batch_outputs_of_different_jobs_warn_too": 6.2,  # test_world_size_and_gpu_differences_are_named
+    "test_diff_same_job.py::test_hta_trace_diff_pair_is_not_judged": 4.1,  # test_a_promise_across_different_gpus_is_not_judged
+    "test_benchmarks.py::test_cuts_on_the_example_against_a_baseline_dir": 3.5,  # test_trace_read_example_against_a_baseline_dir
     "test_diff.py::test_real_nsys_mfu_pair": 7.0,                  # test_job_model's nsys diffs
     "test_diff_batch.py::test_batch_diff_equals_the_diff_of_the_traces": 12.3,
     "test_diff_batch.py::test_real_kineto_num_workers_0_vs_4_batch_outputs": 7.6,  # by path

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from conftest import CORPUS, corpus_or_skip
+from conftest import CORPUS, analysed, corpus_or_skip
 from traceread.diffs.trace import not_the_same_job
 
 A100 = [{"name": "NVIDIA A100-SXM4-80GB"}]
@@ -24,6 +24,25 @@ def test_world_size_and_gpu_differences_are_named():
     w = not_the_same_job(_fig(8, A100), _fig(2, [{"name": "Tesla V100-SXM2-16GB"}]))
     assert w[0].startswith("the jobs differ: 8 ranks BEFORE, 2 AFTER")
     assert w[1] == "the GPUs differ: NVIDIA A100-SXM4-80GB BEFORE, Tesla V100-SXM2-16GB AFTER"
+
+
+def test_a_promise_across_different_gpus_is_not_judged():
+    # the recorded H100 sync pair, AFTER's meta saying another GPU: warned, and the change's
+    # promise is not set against the realised saving
+    import copy
+    import dataclasses
+
+    from conftest import FIXTURES
+    from traceread.diffs.trace import diff_analyses
+
+    before = analysed(FIXTURES / "gpu" / "sync.bad.json.gz")
+    after = copy.copy(analysed(FIXTURES / "gpu" / "sync.fixed.json.gz"))
+    same = diff_analyses(before, after)
+    assert same.proof and same.proof["error_pct"] is not None and not same.proof.get("not_judged")
+    after.meta = dataclasses.replace(after.meta, devices=[{"name": "Tesla V100-SXM2-16GB"}])
+    d = diff_analyses(before, after)
+    assert any(w.startswith("the GPUs differ: ") for w in d.warnings)
+    assert d.proof["error_pct"] is None and d.proof["not_judged"].startswith("the GPUs differ")
 
 
 def test_hta_trace_diff_pair_is_not_judged():
