@@ -649,9 +649,9 @@ def _carve_block(remaining, cats, hs, he, out: np.ndarray) -> None:
         if not m.any() or not len(remaining[0]):
             continue
         cover = _union(hs[m], he[m])
-        piece = _intersect_sets(remaining, cover)
+        piece = intervals.intersect_sorted(remaining, cover)
         _sum_into(out[:, j], piece)
-        remaining = _subtract_sets(remaining, piece)
+        remaining = intervals.subtract_sorted(remaining, piece)
     _sum_into(out[:, -1], remaining)
 
 
@@ -672,9 +672,9 @@ def _carve_overlapping(gs, ge, cats, hs, he, out: np.ndarray) -> np.ndarray:
         if not m.any() or not len(remaining[0]):
             continue
         cover = _union(hs[m], he[m])
-        piece = _intersect_sets(remaining, cover)[:2]
+        piece = intervals.intersect_sorted(remaining, cover)[:2]
         out[:, j] = intervals.overlap(piece, gs, ge)
-        remaining = _subtract_sets(remaining, piece)[:2]
+        remaining = intervals.subtract_sorted(remaining, piece)[:2]
     out[:, -1] = intervals.overlap(remaining, gs, ge)
     return out
 
@@ -696,49 +696,6 @@ def _union(s: np.ndarray, e: np.ndarray) -> intervals.Intervals:
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
     return s[first], reach[last]
-
-
-def _intersect_sets(a, b: intervals.Intervals) -> tuple:
-    """``intervals.intersect`` for two disjoint sorted sets, in O(pieces) memory.
-
-    The general sweep allocates ~10 int64 arrays of 4 x (|a| + |b|) events. Here
-    each b interval is paired with the a intervals it overlaps (at most |a| + |b|
-    pairs); both sets being sorted, disjoint and non-touching, the clipped pairs
-    come out sorted, non-empty and non-touching: already the normal form. An ``a``
-    with a third array (a label per interval, e.g. its gap) passes each piece the
-    label of the ``a`` interval it came from.
-    """
-    (a_s, a_e), (b_s, b_e) = a[:2], b[:2]
-    if not len(a_s) or not len(b_s):
-        return (a_s[:0].astype(np.int64), a_e[:0].astype(np.int64)) + \
-            tuple(x[:0] for x in a[2:])
-    lo = np.searchsorted(a_e, b_s, side="right")   # first a ending after b starts
-    cnt = np.searchsorted(a_s, b_e, side="left")   # a intervals starting before b ends
-    cnt -= lo
-    np.maximum(cnt, 0, out=cnt)
-    j = np.repeat(np.arange(len(b_s)), cnt)
-    i = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
-    del lo, cnt
-    i += np.arange(len(j))
-    start = np.maximum(a_s[i], b_s[j])
-    end = np.minimum(a_e[i], b_e[j])
-    return (start, end) + tuple(x[i] for x in a[2:])
-
-
-def _subtract_sets(a, b: intervals.Intervals) -> tuple:
-    """``intervals.subtract`` for two disjoint sorted sets: a intersected with b's holes
-    (labels of ``a``'s intervals carried as in ``_intersect_sets``)."""
-    (a_s, a_e), (b_s, b_e) = a[:2], b[:2]
-    if not len(a_s) or not len(b_s):
-        if len(a) > 2:
-            return a
-        return intervals.union(a_s, a_e)
-    lo = min(int(a_s[0]), int(b_s[0]))
-    hi = max(int(a_e[-1]), int(b_e[-1]))
-    hs = np.concatenate(([lo], b_e))
-    he = np.concatenate((b_s, [hi]))
-    keep = he > hs
-    return _intersect_sets(a, (hs[keep], he[keep]))
 
 
 def _drain(gs, ge, names, ss, se, vocab: dict) -> np.ndarray:
