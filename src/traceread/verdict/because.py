@@ -35,10 +35,14 @@ def because(lv, ctx: dict, evidence: dict, priced: tuple[str, Any] | None = None
     if priced is not None:
         out.append({"fact": priced[0], "value": brief(priced[1]), "known": True,
                     "evidence": None})
-    for key in facts_read(lv, ctx):
-        out.append({"fact": key, "value": brief(ctx.get(key)), "known": key in ctx,
-                    "evidence": proofs(key, evidence)})
-    return out
+    return out + [fact_item(key, ctx, evidence) for key in facts_read(lv, ctx)]
+
+
+def fact_item(key: str, ctx: dict, evidence: dict) -> dict:
+    """One fact as a ``because`` item: its value (cut), whether the context knew it, and the
+    record's proofs of it."""
+    return {"fact": key, "value": brief(ctx.get(key)), "known": key in ctx,
+            "evidence": proofs(key, evidence)}
 
 
 def proofs(key: str, evidence: dict) -> list[dict] | None:

@@ -38,7 +38,7 @@ cause's "pin" lever saves only the time beyond pinned bandwidth.
 from __future__ import annotations
 
 from . import levers as L
-from .because import because, brief, proofs as fact_proofs
+from .because import because, fact_item
 from .units import per_step, program_step_ns
 from .bounds import CAUSES, TITLE, WHAT
 
@@ -158,9 +158,8 @@ def _withdrawn(w, ctx: dict, proofs: dict) -> dict:
     """A refusal with the facts its failed precondition read, each with its value and the
     events that prove it (a replay's refusal carries its own reason)."""
     d = w.to_dict()
-    d["because"] = [] if w.precondition == "replay" else [
-        {"fact": k, "value": brief(ctx.get(k)), "known": k in ctx, "evidence": fact_proofs(k, proofs)}
-        for k in w.facts]
+    d["because"] = [] if w.precondition == "replay" else [fact_item(k, ctx, proofs)
+                                                          for k in w.facts]
     return d
 
 
