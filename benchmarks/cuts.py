@@ -123,7 +123,7 @@ def cut_cpu(path: str, inner: int) -> dict:
     out["mark"], marked = _cpu(lambda: overhead.mark(bare, ev), inner)
     digest["marks"] = int(marked.nodes["profiler_ns"].sum())
     steps = len(a.steps) if a.step_stats else 0
-    out["features"], feat = _cpu(lambda: overhead._features(ev, max(1, steps)), inner)
+    out["features"], feat = _cpu(lambda: overhead.cost_features(ev, max(1, steps)), inner)
     digest["features"] = feat
     out["comm_calls"], cc = _cpu(lambda: parallelism.comm_calls(ev), inner)
     digest["comm_calls"] = [len(cc), int(cc["row"].sum()) if len(cc) else 0]

@@ -122,13 +122,12 @@ def _lane_load_by_unique(graph) -> dict:
     """``whatif.lane_load`` as it was: the (step, lane) keys by ``np.unique``."""
     import numpy as np
 
-    n = graph.nodes
-    gpu_lanes = graph.lanes.loc[graph.lanes["what"] == "gpu", "lane"].to_numpy()
-    m = (n["step"].to_numpy() >= 0) & np.isin(n["lane"].to_numpy(), gpu_lanes)
-    if not m.any():
+    from traceread.passes.replay import whatif
+
+    got = whatif.gpu_lane_costs(graph)   # the same nodes; only the keying was replaced
+    if got is None:
         return {}
-    step, lane = n["step"].to_numpy(np.int64)[m], n["lane"].to_numpy(np.int64)[m]
-    ns = (n["cost_ns"].to_numpy(np.int64) + np.maximum(n["gap_ns"].to_numpy(np.int64), 0))[m]
+    step, lane, ns = got
     key, inv = np.unique(step * (int(lane.max()) + 1) + lane, return_inverse=True)
     tot = np.bincount(inv, weights=ns)
     out: dict = {}
@@ -195,7 +194,7 @@ def test_overhead_call_costs_and_total_equal_the_mapped_frame(path):
             .fillna(0).to_numpy(np.int64)
         want = np.minimum(want, np.maximum(calls["dur"].to_numpy(np.int64), 0))
         assert (overhead.call_cost(calls, per) == want).all()
-    feats, total = overhead._features(ev, 7)
+    feats, total = overhead.cost_features(ev, 7)
     assert total == int(overhead.costs(ev)["ns"].sum())
     by_class = pd.Series(overhead.call_class(overhead._calls(ev, ()))).value_counts()
     assert feats["calls_per_step"] == {c: round(float(by_class.get(c, 0)) / 7, 1)
@@ -521,7 +520,7 @@ def test_overhead_calls_per_class_equal_value_counts(path):
 
     ev = load(str(path)).events
     calls = overhead._calls(ev, ())
-    f, _total = overhead._features(ev, 1)
+    f, _total = overhead.cost_features(ev, 1)
     per_call = overhead.call_class(calls) if len(calls) else np.zeros(0, object)
     cls = pd.Series(per_call, dtype=object).value_counts()
     assert f["calls_per_step"] == {c: round(float(cls.get(c, 0)), 1) for c in overhead.CALL_NS}

@@ -240,11 +240,13 @@ def features(ev: pd.DataFrame, steps: int) -> dict:
     driver calls (by class) per step, how many ops carry shapes, and the floor spacing of
     back-to-back ops on the busiest thread (the 5th percentile of the positive gaps between
     one op's end and the next one's start: the least the profiler leaves between two ops)."""
-    return _features(ev, steps)[0]
+    return cost_features(ev, steps)[0]
 
 
-def _features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
-    """(``features``, the total of ``costs``' ns: from the same rows, read once)."""
+def cost_features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
+    """(``features``, the total of ``costs``' ns: from the same rows, read once): what
+    ``estimate`` reads of the events, needing neither the replay nor the facts, so the
+    analysis runs it beside the other passes."""
     ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "dur", "input_dims"))
     py_rows = int(kind_in(ev, ("python",)).sum())
     calls = _calls(ev, ())
@@ -279,12 +281,6 @@ def _features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
             "floor_spacing_ns": floor}, total
 
 
-def cost_features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
-    """What ``estimate`` reads of the events (``_features``): its part that needs neither
-    the replay nor the facts, so the analysis runs it beside the other passes."""
-    return _features(ev, steps)
-
-
 def _key(ev: pd.DataFrame) -> pd.Series:
     return ev["pid"].astype(np.int64) * (1 << 32) + ev["tid"].astype(np.int64)
 
@@ -316,7 +312,7 @@ def estimate(ev: pd.DataFrame, *, steps: int, step_mean_ns: int | None,
     if not steps or not step_mean_ns:
         return None
     # the costs' total from the same rows: no frame, no sort
-    f, total = features if features is not None else _features(ev, steps)
+    f, total = features if features is not None else cost_features(ev, steps)
     per_step = total // max(1, steps)
     if replay_ratio is not None:
         unprof = int(round(step_mean_ns * min(1.0, max(0.0, replay_ratio))))

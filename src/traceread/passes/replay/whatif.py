@@ -105,7 +105,7 @@ def _isin(g, col: str, values: tuple) -> np.ndarray:
     (factorized once: an isin of the 110 k objects cost ~5 ms, each of ~20 kind sets)."""
     if not _is_base(g, col):
         return g.nodes[col].isin(values).to_numpy()
-    codes, uniq = _on_base(g, col, ("codes",),
+    codes, uniq = _on_base(g, col, ("isin_codes",),
                            lambda: pd.factorize(g.nodes[col].to_numpy(object), sort=False))
     lut = np.append(pd.Series(uniq, dtype=object).isin(values).to_numpy(bool), False)
     return lut[codes]   # code -1 (a null) reads the last slot: never one of the values
@@ -1348,16 +1348,25 @@ def step_mean(sched, graph=None) -> float:
     return mean
 
 
-def lane_load(graph) -> dict:
-    """Step index -> the largest time one GPU lane spends on that step's nodes (cost +
-    gap)."""
+def gpu_lane_costs(graph) -> tuple | None:
+    """(step, lane, cost + gap) of the steps' nodes on GPU lanes; None: there are none."""
     n = graph.nodes
     gpu_lanes = graph.lanes.loc[graph.lanes["what"] == "gpu", "lane"].to_numpy()
     m = (n["step"].to_numpy() >= 0) & np.isin(n["lane"].to_numpy(), gpu_lanes)
     if not m.any():
-        return {}
+        return None
     step, lane = n["step"].to_numpy(np.int64)[m], n["lane"].to_numpy(np.int64)[m]
     ns = (n["cost_ns"].to_numpy(np.int64) + np.maximum(n["gap_ns"].to_numpy(np.int64), 0))[m]
+    return step, lane, ns
+
+
+def lane_load(graph) -> dict:
+    """Step index -> the largest time one GPU lane spends on that step's nodes (cost +
+    gap)."""
+    got = gpu_lane_costs(graph)
+    if got is None:
+        return {}
+    step, lane, ns = got
     width = int(lane.max()) + 1
     flat = step * width + lane
     if int(flat.min()) >= 0 and int(flat.max()) < 4 * len(flat) + 4096:   # dense: no sort
