@@ -34,7 +34,7 @@ from . import window as window_mod
 from .causes import CAUSES, cause_parts
 from .common import MODULE_LOAD_RX, kind_in, name_codes, name_lut, table_of
 from .context import flag_evidence, has_non_step_ranges
-from .figures import layout_figures, slow_collective, startup, window_figures
+from .figures import backlog, layout_figures, slow_collective, startup, window_figures
 from .frames import code_in
 from .newfacts import compiled_call_host
 from .peaks import device_caps, device_name
@@ -160,6 +160,7 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
                                 max(1, len(devices))))
     if whole and len(ops):
         fig["startup"] = startup(window_mod.one_time_calls(ev, gaps))
+    fig.update(backlog(step_tab if source != "whole_trace" else None, gaps, devices))
     fig["program_step"] = steps_mod.program_step(step_tab if source != "whole_trace" else None)
     fig["program_step_mean_ns"] = (fig["program_step"] or {}).get("mean_ns", 0)
     if fig["program_step"]:   # bursty: the program's steps, not the host's spans

@@ -79,6 +79,47 @@ def window_figures(step_tab, gaps, top_ops, utilization: dict | None, kernels, c
     return out
 
 
+def backlog(step_tab, gaps: pd.DataFrame, devices: pd.DataFrame) -> dict:
+    """The GPU work the window holds besides its steps': the GPU's busy time between the
+    window's start and the first program step's start (``backlog_ns``, mean per device) --
+    work launched before the window that the GPU was still draining while the host ran
+    ahead. A program step starts where it is paced from (steps.program_columns): a GPU-bound
+    step at its own GPU work, so a lagging GPU's earlier work lies before it; a host-bound
+    step at its host span, which the backlog then overlaps and does not lengthen.
+    ``window_steps``: the steps' worth of GPU work the window holds, the analysed steps plus
+    that backlog in busy steps -- what a window total is divided by to be one step's
+    (verdict/units.py). Empty without steps or a GPU."""
+    need = ("gpu_start", "gpu_end", "gpu_ns", "bound_by", "busy_ns")
+    if step_tab is None or not len(step_tab) or any(c not in step_tab for c in need) \
+            or devices is None or not len(devices) or "window_start" not in devices:
+        return {}
+    has = step_tab["gpu_start"].to_numpy(np.int64) >= 0
+    busy_step = step_tab["busy_ns"].to_numpy(np.int64)[has]
+    if not len(busy_step) or busy_step.mean() <= 0:
+        return {}
+    gpu_paced = step_tab["bound_by"].to_numpy(object) == "gpu"
+    starts = np.where(has & gpu_paced, step_tab["gpu_end"].to_numpy(np.int64)
+                      - step_tab["gpu_ns"].to_numpy(np.int64), step_tab["start"].to_numpy(np.int64))
+    first = int(starts.min())
+    busy = 0
+    for dev, start in zip(devices["device"].to_numpy(), devices["window_start"].to_numpy(np.int64)):
+        lead = first - int(start)
+        if lead <= 0:
+            continue
+        idle = 0
+        if len(gaps):
+            g = gaps[gaps["device"].to_numpy() == dev]
+            s = np.maximum(g["start"].to_numpy(np.int64), start)
+            e = np.minimum(g["end"].to_numpy(np.int64), first)
+            idle = int(np.maximum(e - s, 0).sum())
+        busy += max(0, lead - idle)
+    ndev = max(1, len(devices))
+    per_dev = busy / ndev
+    # busy_ns per step sums the devices (window_figures' busy_step_mean_ns divides them)
+    return {"backlog_ns": int(round(per_dev)),
+            "window_steps": round(len(step_tab) + per_dev / (busy_step.mean() / ndev), 4)}
+
+
 HOST_DISPATCH_SHARE = 0.5
 DISPATCH_OP_NS = 50_000     # per-op dispatch: many aten ops averaging under 50 us each
 DISPATCH_MIN_OPS = 20

@@ -26,10 +26,12 @@ def empty_todo(v: dict) -> str:
 
 
 def projected_words(ns: int, floor_ns: int | None = None, per_sample: bool = False) -> str:
-    """A projected step; one at or under the GPU's own busy time per step (``floor_ns``) is
-    that busy time "at best": given-back idle time cannot shorten the GPU's work, so two
-    levers of different savings that both reach it read the same, and say why."""
-    if floor_ns and not per_sample and ns <= floor_ns * 1.005:
+    """A projected step; one within 0.5% of the GPU's own busy time per step (``floor_ns``)
+    is that busy time "at best": given-back idle time cannot shorten the GPU's work, so two
+    levers of different savings that both reach it read the same, and say why. The verdict
+    floors each projection already (scores._gain, whatif.projected); one below the busy time
+    is a lever that removes GPU work (fused kernels, an exposed collective) and reads as is."""
+    if floor_ns and not per_sample and floor_ns * 0.995 <= ns <= floor_ns * 1.005:
         return f"{fmt_ns(floor_ns)} at best (the GPU's own busy time per step)"
     return fmt_ns(ns)
 

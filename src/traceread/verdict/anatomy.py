@@ -5,13 +5,14 @@ step, batch inference requests, is_causal for a masked SDPA. levers.py appends
 their rows with ``anatomy_saving``.
 
 Every saving is a bound read from the facts (docs/analysis.md, "The step's anatomy"): the
-work the change removes, per step, times the window's steps. The levers with a ``_cpu``
-twin (cause ``cpu_only``) are the same advice on a CPU-only trace, whose verdict prices
+work the change removes, per step, times the window's steps (units.window_total). The
+levers with a ``_cpu`` twin (cause ``cpu_only``) are the same advice on a CPU-only trace, whose verdict prices
 nothing: their text carries the figure instead.
 """
 from __future__ import annotations
 
 from .leverkit import Ctx, Lever
+from .units import step_share, window_total
 
 BATCH_TO = 8            # the batch the request-batching lever prices (small, any server has it)
 SMALL_BATCH = 8         # a batch at most this is worth batching further
@@ -19,10 +20,6 @@ SMALL_BATCH = 8         # a batch at most this is worth batching further
 
 def _an(c: Ctx) -> dict:
     return c.get("anatomy") or {}
-
-
-def _steps(c: Ctx) -> int:
-    return max(1, int(c.get("steps") or c.get("steps_seen") or 1))
 
 
 def _ms(ns) -> str:
@@ -100,7 +97,7 @@ def checkpoint_saving(c: Ctx) -> int | None:
     checkpointing adds (recompute + hooks); x steps."""
     r = _an(c).get("recompute") or {}
     per = r.get("gpu_ns_per_step") if _an(c).get("gpu_traced") else r.get("checkpoint_ns_per_step")
-    return None if per is None else int(per) * _steps(c)
+    return None if per is None else window_total(int(per), c, traced=True)
 
 
 def micro_batch_saving(c: Ctx) -> int | None:
@@ -114,11 +111,11 @@ def micro_batch_saving(c: Ctx) -> int | None:
         return None
     compute = mb.get("gpu_ns_each") if _an(c).get("gpu_traced") else mb.get("flop_host_ns_each")
     fixed = max(0, int(mb.get("host_ns_each") or 0) - int(compute or 0))
-    return int(fixed * (m - 1)) * _steps(c)
+    return window_total(int(fixed * (m - 1)), c, traced=True)
 
 
 def _odd_saving(g: dict | None, c: Ctx) -> int | None:
-    return None if g is None else int(g["per_step_ns"]) * _steps(c)
+    return None if g is None else window_total(int(g["per_step_ns"]), c, traced=True)
 
 
 def batch_saving(c: Ctx) -> int | None:
@@ -131,7 +128,7 @@ def batch_saving(c: Ctx) -> int | None:
         return None
     k = max(1, BATCH_TO // b)
     fixed = max(0, int(inf.get("request_ns") or 0) - _compute_ns(inf))
-    return int(fixed * (1 - 1 / k)) * _steps(c)
+    return window_total(int(fixed * (1 - 1 / k)), c, traced=True)
 
 
 def _compute_ns(inf: dict) -> int:
@@ -177,7 +174,7 @@ def _priced(c: Ctx, ns: int | None) -> str:
     """A CPU-only trace's verdict prices nothing: the figure goes in the text."""
     if not cpu_trace(c) or ns is None:
         return ""
-    return f" (bound: about {_ms(ns / _steps(c))} a step)"
+    return f" (bound: about {_ms(step_share(ns, c, traced=True))} a step)"
 
 
 def _checkpoint_text(c: Ctx) -> str:
@@ -305,7 +302,8 @@ def anatomy_changes(before: Ctx, after: Ctx) -> list[dict]:
         fn = _MODELS[model]
         ns = fn(before)
         out.append({"lever": lever, "evidence": text, "sync_drop": syncs,
-                    "promised_per_step_ns": None if ns is None else int(ns / _steps(before))})
+                    "promised_per_step_ns": None if ns is None
+                    else int(step_share(ns, before, traced=True))})
     vb, va = _odd(before, "forward_only_passes"), _odd(after, "forward_only_passes")
     if vb and (va is None or (_period(va) or 0) > (_period(vb) or 0)):
         add("validate_less", f"forward-only passes every {_period(vb)} steps -> "

@@ -24,6 +24,7 @@ import sys
 from enum import Enum
 from typing import Callable
 
+from .units import step_share, window_total
 from .leverkit import (COST_ORDER, Ctx, Lever, LeverDoc, Pred, SavingModel, Withdrawn,
                        first_line, register_ids)
 
@@ -877,7 +878,7 @@ def _save_pp_excess(lv, cause_ns, parts, copy, ctx):
 
 def _save_offload(lv, cause_ns, parts, copy, ctx):
     o = ctx.get("optimizer_offload") or {}
-    n = int(o.get("ns_per_step") or 0) * max(1, int(ctx.get("steps_seen") or 1))
+    n = window_total(int(o.get("ns_per_step") or 0), ctx, traced=True)
     return min(n, int(ctx.get("lost_ns") or n))
 
 
@@ -888,12 +889,12 @@ def _save_stall(lv, cause_ns, parts, copy, ctx):
 
 def _save_buffers(lv, cause_ns, parts, copy, ctx):
     per_step = int(ctx.get("ddp_buffer_broadcast_ns") or 0)   # per step (context.steps_seen)
-    return min(per_step * max(1, int(ctx.get("steps_seen") or 1)), int(ctx.get("lost_ns") or 0))
+    return min(window_total(per_step, ctx, traced=True), int(ctx.get("lost_ns") or 0))
 
 
 def _save_step_head(lv, cause_ns, parts, copy, ctx):
     h = ctx.get("step_head_wait") or {}
-    n = int(h.get("per_step_ns") or 0) * int(h.get("steps") or 0)
+    n = window_total(int(h.get("per_step_ns") or 0), ctx, traced=True) if h.get("steps") else 0
     lost = ctx.get("lost_ns")
     return n if lost is None else min(n, int(lost))
 
@@ -1503,8 +1504,7 @@ def replayed(lv: Lever, ctx: Ctx) -> int | None:
         return None
     if not r["applied"]:   # withdrawn where the change does not fit, else its bound
         return 0 if withdrawn(r) else None
-    steps = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
-    ns = max(0, int(r["saves_ns"])) * steps
+    ns = window_total(max(0, int(r["saves_ns"])), ctx)
     from .whatif import idle_cap
 
     cap = idle_cap(lv.id, ctx)
@@ -1569,8 +1569,7 @@ def _replay_item(item: dict, lv: Lever, rep: int, ctx: Ctx) -> None:
     from .whatif import MODEL_OF, lever_price, projected
 
     r = lever_price(ctx, lv.id)
-    capped = rep < max(0, int(r["saves_ns"])) * max(1, int(ctx.get("steps") or 1)) * \
-        max(1, int(ctx.get("devices") or 1))
+    capped = rep < window_total(max(0, int(r["saves_ns"])), ctx)
     # capped at the lost time: the replay's own projection is past the GPU's work,
     # the projection is the saving's (scores._gain, floored at the busy time)
     item.update(basis="replay", projected_step_ns=None if capped else projected(ctx, r),
@@ -1581,9 +1580,9 @@ def _replay_item(item: dict, lv: Lever, rep: int, ctx: Ctx) -> None:
         # project the step at k x the batch, not a per-sample step no run would show
         item["per_sample_x"] = k
         if capped:   # the capped saving per sample, from the measured step
-            n = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
+            per = int(step_share(rep, ctx))
             ref = int(ctx.get("step_mean_ns") or 0)
-            item["projected_step_ns"] = int(k * (ref - rep // n)) if ref > rep // n else None
+            item["projected_step_ns"] = int(k * (ref - per)) if ref > per else None
         elif item["projected_step_ns"]:
             item["projected_step_ns"] = int(item["projected_step_ns"] * k)
 

@@ -12,6 +12,7 @@ reason).
 from __future__ import annotations
 
 from . import levers as L
+from .units import window_total
 from .whatif import lever_price, unfit
 
 NO_GAIN = ("replayed with the change, the step does not get shorter: the step waits on its "
@@ -73,6 +74,5 @@ def _reason(lv, ctx: dict, min_ns: float) -> str:
             return f"the change does not fit this program: {why[0]}"
     if r is not None and r["applied"]:
         ns = int(r.get("saves_ns") or 0)
-        return NO_GAIN if ns <= 0 else TOO_SMALL if ns * max(1, int(ctx.get("steps") or 1)) < \
-            min_ns else NO_GAIN
+        return NO_GAIN if ns <= 0 else TOO_SMALL if window_total(ns, ctx) < min_ns else NO_GAIN
     return TOO_SMALL

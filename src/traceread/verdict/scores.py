@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from . import levers as L
 from .because import because, fact_item
-from .units import per_step, program_step_ns
+from .units import per_step, program_step_ns, window_steps
 from .bounds import CAUSES, TITLE, WHAT
 
 GPU_BOUND_LOST = 0.10
@@ -178,18 +178,21 @@ GAIN_KIND = {"gpu": "busy", "copy": "work", "comms": "work"}
 def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     """saves_ns / saves_pct / saves_per_step_ns / projected_step_ns of a saving of ``ns``.
 
-    Per step (verdict/units.per_step): ns / steps / devices, never above the program's step
-    (units.program_step_ns: per step the later of the host's span and the GPU's work) nor
-    above the time there is to give back per step -- the GPU's idle time, plus its busy
+    Per step (verdict/units.per_step): ns / the window's steps (``units.window_steps``: with
+    the backlog of earlier GPU work the window holds) / devices, never above the program's
+    step (units.program_step_ns: per step the later of the host's span and the GPU's work)
+    nor above the time there is to give back per step -- the GPU's idle time, plus its busy
     time where the lever removes GPU work (``kind`` "busy": a busy-time lever; "work": a
-    copy or communication lever, whose exposed transfers are GPU work). The projected step is the program step
-    less the saving, never below the GPU's busy time per step (less the saving itself for a
-    busy-time lever): idle time given back cannot make the GPU's own work shorter;
-    ``projected_floor`` says "gpu_busy" when that floor set it."""
+    copy or communication lever, whose exposed transfers are GPU work; "replay": a host
+    lever the replay priced, capped at the lost time and the GPU work it removes). The
+    projected step is the program step less the saving, never below the GPU's busy time per
+    step less the GPU work the lever removes ("busy" and "work": the saving itself): idle
+    time given back cannot make the GPU's own work shorter; ``projected_floor`` says
+    "gpu_busy" when that floor set it."""
     if ns is None:
         return {"saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
                 "projected_step_ns": None}
-    steps = int(ctx.get("steps") or 0)
+    steps = window_steps(ctx)
     devices = max(1, int(ctx.get("devices") or 1))
     busy = int(ctx.get("busy_step_mean_ns") or 0)
     idle = int(ctx.get("idle_ns") or 0) / steps / devices if steps else 0
@@ -198,14 +201,14 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
         limit = idle + (busy if kind != "idle" else 0)
     got = per_step(ns, steps, devices, program_step_ns(ctx), limit)
     if got is not None and got.clamped:   # the total follows its per-step unit
-        ns = got.ns * steps * devices
+        ns = int(round(got.ns * steps * devices))
     span = share_span(ctx, window_ns)
     out = {"saves_ns": int(ns), "saves_pct": _pct(ns, span),
            "saves_per_step_ns": got.ns if got else None, "projected_step_ns": None}
     if span != window_ns:
         out["saves_pct_of"] = "run"
     if got is not None and got.step_ns:
-        floor = busy - (got.ns if kind == "busy" else 0)
+        floor = busy - (got.ns if kind in ("busy", "work") else 0)
         out["projected_step_ns"] = got.projected(floor)
         if out["projected_step_ns"] and floor > 0 and out["projected_step_ns"] == floor:
             out["projected_floor"] = "gpu_busy"
@@ -241,7 +244,7 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
             culprit = culprits.get(x["cause"], "")
         kind = GAIN_KIND.get(x["cause"], "idle")
         if kind == "idle" and x.get("basis") == "replay":
-            kind = "work"   # capped already at the lost time + the GPU work it removes
+            kind = "replay"   # capped already at the lost time + the GPU work it removes
         gain = _gain(x["saves_ns"], kind, ctx, window_ns)
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
             gain["projected_step_ns"] = x["projected_step_ns"]

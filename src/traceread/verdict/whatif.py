@@ -10,7 +10,7 @@ every lever of a window that cannot be replayed, keeps its bound (levers.saving)
 from __future__ import annotations
 
 from ..passes.replay import price_models, replay_models, unfit
-from .units import program_step_ns
+from .units import program_step_ns, step_share, window_total
 
 # lever id -> the what-if model of the change it asks for (docs/analysis.md)
 MODEL_OF = {
@@ -61,14 +61,13 @@ def cap_of(r: dict, ctx: dict) -> int | None:
     lost = ctx.get("lost_ns")
     if lost is None:
         return None
-    steps = max(1, int(ctx.get("steps") or 1)) * max(1, int(ctx.get("devices") or 1))
     k = float(r.get("per_sample_x") or 1.0)
     if k != 1.0:
         # per sample: at most the lost time, and the GPU work were it all fixed cost
         # (busy / k per sample) -- a one-time call kept out of lost_ns is no per-sample saving
-        busy = int(ctx.get("busy_step_mean_ns") or 0) * steps
+        busy = window_total(int(ctx.get("busy_step_mean_ns") or 0), ctx)
         return max(0, int(lost)) + int(busy * max(0.0, 1 - 1 / k)) if k > 1 else None
-    return max(0, int(lost)) + int(r.get("gpu_saved_ns") or 0) * steps
+    return max(0, int(lost)) + window_total(int(r.get("gpu_saved_ns") or 0), ctx)
 
 
 def levers_of(model: str) -> list[str]:
@@ -138,17 +137,16 @@ def together(prices: dict, actions: list[dict], ctx: dict,
         return None
     if not r["applied"]:
         return None
-    steps = max(1, int(ctx.get("steps") or 1))
     per = int(r["saves_ns"])
     proj = projected(ctx, r)
     cap = cap_of(r, ctx)
-    cap = None if cap is None else cap // (steps * max(1, int(ctx.get("devices") or 1)))
+    cap = None if cap is None else int(step_share(cap, ctx))
     if cap is not None and per > cap:   # idle given back once, GPU work shrunk by the rest
         per = cap
         ref = program_step_ns(ctx)
         proj = max(int(ctx.get("busy_step_mean_ns") or 0), ref - per) if ref else None
     # no steps (the whole trace as one run): a saving over the window, none per step
-    return {"saves_ns": per * steps, "saves_pct": None,
+    return {"saves_ns": window_total(per, ctx), "saves_pct": None,
             "saves_per_step_ns": per if ctx.get("steps") else None,
             "projected_step_ns": proj, "models": r["applied"]}
 
