@@ -396,7 +396,9 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
     launched, from ``lead`` ns earlier where its first op was already queued while the GPU
     idled (``queued_lead``: the GPU had the step's work), less what overlaps the previous
     step's GPU work of the same process (when the GPU lags, the GPU window per step);
-    ``program_ns``: the later of the host's span and ``gpu_ns``; ``bound_by``: "gpu" when
+    ``program_ns``: the later of the host's span and ``gpu_ns``, at most the time from the
+    previous step's end (the later of its host end and its GPU work's) to this step's own;
+    ``bound_by``: "gpu" when
     ``gpu_ns`` is the longer or the busiest device was busy >= GPU_BOUND_BUSY of the step,
     else "host". Steps sorted by (pid, start), as ``find_steps`` returns them. Adds the
     columns to ``tab`` itself."""
@@ -417,6 +419,15 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
     gpu = np.where(has, np.maximum(0, ge - np.maximum(gs, prev)), 0)
     prog = np.maximum(dur, gpu)
     gpu_bound = (gpu > dur) | (has & (busy_max >= GPU_BOUND_BUSY * np.maximum(prog, 1)))
+    if n > 1:
+        # a step adds to the program's time at most what lies between the previous step's
+        # end (the later of its host span and its GPU work) and its own: a host that starts
+        # the next step while the GPU still runs this one overlaps the two steps
+        end = np.maximum(out["end"].to_numpy(np.int64), np.where(has, ge, -1))
+        reach_end = _group_cummax(first, end)
+        prev_end = np.full(n, -1, np.int64)
+        prev_end[1:] = np.where(first[1:], -1, reach_end[:-1])
+        prog = np.where(prev_end >= 0, np.minimum(prog, np.maximum(end - prev_end, 0)), prog)
     out["gpu_ns"] = gpu.astype(np.int64)
     out["program_ns"] = prog.astype(np.int64)
     out["bound_by"] = np.where(gpu_bound, "gpu", "host").astype(object)
@@ -453,7 +464,7 @@ def program_step(tab: pd.DataFrame | None) -> dict | None:
         return None
     prog = tab["program_ns"].to_numpy(np.int64)
     gpu_bound = tab["bound_by"].to_numpy(object) == "gpu"
-    ahead = (prog - tab["dur"].to_numpy(np.int64))[gpu_bound]
+    ahead = np.maximum(prog - tab["dur"].to_numpy(np.int64), 0)[gpu_bound]
     st = step_stats(prog)
     return {"mean_ns": int(round(float(prog.mean()))),
             "median_ns": int(round(float(np.median(prog)))),
