@@ -115,3 +115,20 @@ def test_a_host_paced_single_step_keeps_its_saving():
     assert a.facts.figures["window_steps"] == 1.0
     sync = next(x for x in a.verdict["actions"] if x["id"] == "remove_syncs")
     assert sync["saves_per_step_ns"] == sync["saves_ns"] > 3_900_000
+
+
+def test_batching_requests_projects_the_larger_step_not_a_shorter_one():
+    # xDiT SD3.5 on MI300, batch 1 at 1.2 s a request (712 ms of GPU work): batching 8
+    # requests saves per request; the step at 8 requests grows (it read "step -> 773 ms")
+    from traceread.render.text import action_gain
+    from traceread.verdict.scores import _per_sample_step
+
+    assert _per_sample_step(8.0, 400, {"program_step_mean_ns": 1_000}) == 4_800
+    a = analysed(_corpus("AMD-AGI__TraceLens/tests/traces/inference/xdit_sd_3.5/"
+                         "profile_trace_rank_0.json.gz"))
+    x = next(x for x in a.verdict["actions"] if x["id"] == "batch_requests")
+    step = a.facts.figures["program_step_mean_ns"]
+    assert x["per_sample_x"] == 8.0
+    assert x["projected_step_ns"] == int(8 * (step - x["saves_per_step_ns"])) > step
+    words = action_gain(x)
+    assert "per step's worth of samples at 8x the batch" in words and "at 8x the batch ->" in words

@@ -88,6 +88,7 @@ def _listed(what: str) -> Callable[[Any], str | None]:
 FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     "pytorch": _flag("", "not a PyTorch program"),
     "training": _flag("a training step", "inference (no optimizer step)"),
+    "cpu_only": _flag("a CPU-only trace", "the trace records GPU work"),
     "dataloader_workers": _flag("the DataLoader already uses worker processes",
                                 "the DataLoader loads on the training thread (no workers)"),
     "compiled": _flag("already torch.compile'd", "not torch.compile'd"),

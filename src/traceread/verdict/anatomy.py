@@ -123,12 +123,18 @@ def batch_saving(c: Ctx) -> int | None:
     for BATCH_TO requests; the compute is taken to grow with the batch (a memory-bound GEMV
     does not: the saving is then larger -- a lower estimate)."""
     inf = _an(c).get("inference") or {}
-    b = int(inf.get("batch") or 0)
-    if not b:
+    k = batch_factor(c)
+    if k is None:
         return None
-    k = max(1, BATCH_TO // b)
     fixed = max(0, int(inf.get("request_ns") or 0) - _compute_ns(inf))
     return window_total(int(fixed * (1 - 1 / k)), c, traced=True)
+
+
+def batch_factor(c: Ctx) -> int | None:
+    """How many times the batch the request-batching lever prices (BATCH_TO / the batch):
+    its saving is per request, at a step that many times the size (None: no batch seen)."""
+    b = int((_an(c).get("inference") or {}).get("batch") or 0)
+    return max(1, BATCH_TO // b) if b else None
 
 
 def _compute_ns(inf: dict) -> int:

@@ -1430,7 +1430,7 @@ DIAGNOSTICS: tuple[Lever, ...] = (
 # each gives LEVERS rows, saving-model docs and a pricing hook for its own models.
 # verdict/anatomy.py (issue 38): the step-anatomy levers (they import the shape from
 # verdict/leverkit.py, never from here: no import circle)
-from .anatomy import ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving  # noqa: E402
+from .anatomy import ANATOMY_LEVERS, ANATOMY_SAVINGS, anatomy_saving, batch_factor  # noqa: E402
 
 LEVERS = LEVERS + tuple(ANATOMY_LEVERS)
 # the rows the ranked to-do list of one window never offers: a job's, the GPU-use section's
@@ -1559,6 +1559,9 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
                 "saves_ns": ns, "basis": None if ns is None else "bound"}
         if rep is not None:
             _replay_item(item, lv, rep, ctx)
+        elif lv.saves == "batch_requests" and batch_factor(ctx):
+            # a saving per request: the step itself grows to k requests (scores._actions)
+            item["per_sample_x"] = float(batch_factor(ctx))
         items.append(item)
     return rank(_cap_bounds(items), gpu_bound(ctx), ctx)
 

@@ -215,6 +215,13 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     return out
 
 
+def _per_sample_step(k: float, per: int, ctx: dict) -> int | None:
+    """A bound saved per sample at ``k`` x the batch: the step at that batch is k x the step
+    less the saving (a batch of k requests is one step), not the step less the saving."""
+    step = program_step_ns(ctx)
+    return int(k * (step - per)) if step > per else None
+
+
 def share_span(ctx: dict, window_ns: int) -> int:
     """What a saving is a share of: the GPU's window; with no steps (the whole trace is one
     run) the run as the replay measured it where that is longer -- host work before the
@@ -248,6 +255,10 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
         gain = _gain(x["saves_ns"], kind, ctx, window_ns)
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
             gain["projected_step_ns"] = x["projected_step_ns"]
+        elif x.get("per_sample_x") and gain["saves_per_step_ns"] is not None:
+            gain.pop("projected_floor", None)
+            gain["projected_step_ns"] = _per_sample_step(x["per_sample_x"],
+                                                         gain["saves_per_step_ns"], ctx)
         # the replayed saving per step; over the window where it has no steps (whole trace)
         per = gain["saves_per_step_ns"] if gain["saves_per_step_ns"] is not None \
             else gain["saves_ns"]
