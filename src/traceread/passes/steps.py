@@ -397,7 +397,8 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
     idled (``queued_lead``: the GPU had the step's work), less what overlaps the previous
     step's GPU work of the same process (when the GPU lags, the GPU window per step);
     ``program_ns``: the later of the host's span and ``gpu_ns``, at most the time from the
-    previous step's end (the later of its host end and its GPU work's) to this step's own;
+    previous step's end (its GPU work's where the GPU paces it, else its host span's) to
+    this step's own (the later of the two);
     ``bound_by``: "gpu" when ``gpu_ns`` is longer than the host's span after that previous
     end, or the busiest device was busy >= GPU_BOUND_BUSY of the step, else "host". Steps sorted by (pid, start), as ``find_steps`` returns them. Adds the
     columns to ``tab`` itself."""
@@ -418,19 +419,22 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
     gpu = np.where(has, np.maximum(0, ge - np.maximum(gs, prev)), 0)
     host = dur
     prog = np.maximum(dur, gpu)
+    paced = (gpu > dur) | (has & (busy_max >= GPU_BOUND_BUSY * np.maximum(prog, 1)))
     if n > 1:
         # a step adds to the program's time at most what lies between the previous step's
-        # end (the later of its host span and its GPU work) and its own: a host that starts
-        # the next step while the GPU still runs this one overlaps the two steps, and only
-        # its host time after that end can pace the step
-        end = np.maximum(out["end"].to_numpy(np.int64), np.where(has, ge, -1))
-        reach_end = _group_cummax(first, end)
+        # end and its own: a host that starts the next step while the GPU still runs this
+        # one overlaps the two steps, and only its host time after that end can pace the
+        # step. A step ends with its GPU work where the GPU paces it, else with its host
+        # span (a host-paced step's stray late kernel does not hold the next one back).
+        h_end = out["end"].to_numpy(np.int64)
+        end = np.maximum(h_end, np.where(has, ge, -1))
+        reach_end = _group_cummax(first, np.where(paced, end, h_end))
         prev_end = np.full(n, -1, np.int64)
         prev_end[1:] = np.where(first[1:], -1, reach_end[:-1])
         after = prev_end >= 0
         prog = np.where(after, np.minimum(prog, np.maximum(end - prev_end, 0)), prog)
-        host = np.where(after, np.maximum(0, out["end"].to_numpy(np.int64)
-                                          - np.maximum(out["start"].to_numpy(np.int64), prev_end)), dur)
+        host = np.where(after, np.maximum(0, h_end - np.maximum(out["start"].to_numpy(np.int64),
+                                                                prev_end)), dur)
     gpu_bound = (gpu > host) | (has & (busy_max >= GPU_BOUND_BUSY * np.maximum(prog, 1)))
     out["gpu_ns"] = gpu.astype(np.int64)
     out["program_ns"] = prog.astype(np.int64)
