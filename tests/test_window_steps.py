@@ -132,3 +132,28 @@ def test_batching_requests_projects_the_larger_step_not_a_shorter_one():
     assert x["projected_step_ns"] == int(8 * (step - x["saves_per_step_ns"])) > step
     words = action_gain(x)
     assert "per step's worth of samples at 8x the batch" in words and "at 8x the batch ->" in words
+
+
+def _prog(rows, busy_max):
+    from traceread.passes.steps import program_columns
+
+    tab = pd.DataFrame(rows, columns=["pid", "start", "end", "gpu_start", "gpu_end"])
+    tab["dur"] = tab["end"] - tab["start"]
+    return program_columns(tab, np.asarray(busy_max, np.int64))
+
+
+def test_a_step_costs_at_most_the_time_since_the_previous_one_ended():
+    # GPU-paced: #1's work ends at 150; #2's host span (100-220) overlaps it and its GPU
+    # work ends at 265: #2 adds 115, not its 120 of host time; #3 likewise
+    t = _prog([(1, 0, 100, 0, 150), (1, 100, 220, 150, 265), (1, 220, 250, 265, 380)],
+              [150, 115, 115])
+    assert t["program_ns"].tolist() == [150, 115, 115]
+    assert t["program_ns"].sum() == 380   # the steps add up to the run
+    assert t["bound_by"].tolist() == ["gpu"] * 3
+
+
+def test_a_host_paced_steps_late_kernel_does_not_shorten_the_next():
+    # #1 host-paced (a 1-unit kernel that ran late, at 150); #2's host span is its step
+    t = _prog([(1, 0, 100, 150, 151), (1, 100, 220, 160, 170)], [1, 10])
+    assert t["program_ns"].tolist() == [100, 120]
+    assert t["bound_by"].tolist() == ["host", "host"]
