@@ -36,7 +36,7 @@ def decide(facts: WindowFacts) -> dict:
                            ctx=ctx, extra_evidence=f["window_summary"],
                            facts_evidence=facts.evidence,
                            one_time_launch_ns=one_time_launch_ns(f.get("steady")))
-    verdict["missing"] = missing(f.get("missing") or {})
+    verdict["missing"] = missing(f.get("missing") or {}, ctx.get("pytorch", True))
     verdict["busy_placement"] = busy_placement(ctx, verdict.get("actions") or [],
                                                scores.MIN_ACTION_SHARE * f["window_ns"]) if has_gpu else []
     head = headline(f.get("utilization"), fitting_busy(blev, ctx))
@@ -80,13 +80,21 @@ def utilization_levers(facts: WindowFacts) -> dict:
             "headline": headline(f.get("utilization"), blev)}
 
 
-def missing(m: dict) -> list[str]:
-    """What this capture cannot show, and how to record it."""
+def missing(m: dict, pytorch: bool = True) -> list[str]:
+    """What this capture cannot show, and how to record it (PyTorch's options only for a
+    PyTorch program: a CUDA code of its own names its phases with NVTX itself)."""
     if m.get("nsys_host_untraced"):
+        if not pytorch:
+            return ["no NVTX ranges or OS-runtime calls: what the host does between launches "
+                    "is invisible -- record with nsys profile --trace=cuda,nvtx,osrt and mark "
+                    "the loop's phases with NVTX ranges (nvtxRangePush / nvtxRangePop)"]
         return ["no NVTX ranges or OS-runtime calls: DataLoader waits, .item() calls and "
                 "framework ops are invisible -- record with nsys profile "
                 "--trace=cuda,nvtx,osrt --pytorch=autograd-nvtx, or use torch.profiler"]
     if m.get("nsys_no_framework_ranges"):
+        if not pytorch:
+            return ["no NVTX ranges: mark the loop's phases (nvtxRangePush / nvtxRangePop) to "
+                    "see which part of the host's work the GPU waits on"]
         return ["no framework operators: the DataLoader and .item() show only through "
                 "NVTX; nsys profile --pytorch=autograd-nvtx names them"]
     return []
