@@ -711,8 +711,10 @@ def _launch_runs(g, launch, start, through_syncs: bool = False, within=None):
         after = lm & (seq > cut)
         if _launched_by(g, after).any() and \
                 _kind(g, "gpu_kernel")[_launched_by(g, after)].any():
-            return ("the step syncs between its launches: a CUDA graph cannot capture a "
-                    "blocking sync (remove the syncs first)")
+            seen = n["name"].to_numpy()[blocking & here & (seq == cut)]
+            name = f" (seen: {str(seen[0])[:60]})" if len(seen) else ""
+            return (f"the step syncs between its launches{name}: a CUDA graph cannot "
+                    "capture a blocking sync (remove the syncs first)")
         lm &= seq < cut
         w = seq[within & here] if within is not None else seq[:0]
         if len(w):
