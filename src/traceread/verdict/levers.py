@@ -1161,7 +1161,7 @@ LEVERS: tuple[Lever, ...] = (
           "free", saves="alloc", when=_all(PT, allocator_cached, no_startup_alloc,
                                            allocator_growing, steady_window)),
     Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
-          when=_all(PT, no_startup_alloc, steady_window)),
+          when=_all(PT, allocator_cached, no_startup_alloc, steady_window)),
     Lever("reuse_buffers_native", "host", "allocate once outside the loop and reuse the buffers, "
           "or a stream-ordered pool (cudaMallocAsync / cudaMemPool)", "code", saves="alloc",
           when=_all(NV, no_startup_alloc)),
