@@ -31,3 +31,31 @@ def test_a_capture_refused_for_a_sync_names_the_call():
     v = analysed(_corpus(LINEAR)).verdict
     gone = {w["id"]: w for w in v["withdrawn"]}
     assert "the step syncs between its launches (seen: cudaMalloc)" in gone["cuda_graphs"]["reason"]
+
+
+MI250 = "facebookresearch__HolisticTraceAnalysis/tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+
+
+def test_a_last_step_the_trace_cut_short_is_left_out():
+    # HTA's MI250 toy: step #2 is 49 us long and launches nothing -- the profiler stopped in
+    # it; with it the mean step was 4.67 ms (cv 0.99 for two steps of 9.29 ms and 49 us)
+    a = analysed(_corpus(MI250))
+    assert a.window.steps["step"].tolist() == [1]
+    cut = [x for x in a.window.excluded if x["what"] == "step #2"]
+    assert cut and cut[0]["reason"].startswith("cut short")
+    after = [x for x in a.window.excluded if x["what"] == "after the last analysed step"]
+    # the trailing edge starts after the cut step: no time is excluded twice
+    assert all(x["start_ns"] >= cut[0]["start_ns"] + cut[0]["ns"] for x in after)
+
+
+def test_a_short_last_step_that_launches_work_stays():
+    from traceread.passes.window import _drop_cut_last
+    import pandas as pd
+
+    kept = pd.DataFrame({"index": [0, 1, 2], "step": [1, 2, 3], "pid": [1, 1, 1],
+                         "start": [0, 100, 200], "end": [100, 200, 210], "dur": [100, 100, 10]})
+    ops = pd.DataFrame({"launch_ts": [50, 150, 205], "launch_pid": [1, 1, 1],
+                        "ts": [60, 160, 206], "pid": [1, 1, 1], "end": [90, 190, 208]})
+    assert len(_drop_cut_last(kept, ops)[0]) == 3          # it launched work: a real step
+    got, cut = _drop_cut_last(kept, ops.iloc[:2])
+    assert len(got) == 2 and cut[0]["step"] == 3            # it launched none: cut short

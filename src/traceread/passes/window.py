@@ -149,6 +149,7 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
     main = _main_steps(steps)
     mode, lo, hi = parse_steps(steps_spec)
     excluded: list = []
+    cut: list = []
     if mode == "range":
         num = main["step"].to_numpy(np.int64)
         keep = np.ones(len(main), bool)
@@ -172,12 +173,16 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
             # the steps left launched nothing: a window without GPU work explains nothing
             kept, warm = main, []
         excluded += warm
+        kept, cut = _drop_cut_last(kept, ops)
+        excluded += cut
     start = int(kept["start"].min())
     end = max(int(kept["end"].max()), _gpu_end_of(kept, ops))
     w = Window(label, start, end, kept.reset_index(drop=True), len(main), t0, t1)
     # excluded steps are listed on their own: the leading edge stops at the first step
     w.excluded = _edges(ev, w, "before the first step", "after the last analysed step",
-                        before_end=int(main["start"].iloc[0]) if excluded else None) + excluded
+                        before_end=int(main["start"].iloc[0]) if excluded else None,
+                        after_start=max(w.end, int(main["end"].iloc[-1])) if cut else None) \
+        + excluded
     w.excluded.sort(key=lambda x: x.get("start_ns", 0))
     return w
 
@@ -373,6 +378,24 @@ def _drop_warmup(ev: pd.DataFrame, main: pd.DataFrame, ops: pd.DataFrame):
     return main.iloc[first:], excluded
 
 
+CUT_SHARE = 0.5   # a last step under half the median of the others ...
+
+
+def _drop_cut_last(kept: pd.DataFrame, ops: pd.DataFrame):
+    """The last step dropped when the trace ends inside it: it launched no GPU op while the
+    steps before it did, and it is under CUT_SHARE of their median span -- the profiler
+    stopped while the step had barely begun (a mean over it halves the step)."""
+    if len(kept) < 2 or not len(ops):
+        return kept, []
+    dur = kept["dur"].to_numpy(np.int64)
+    if dur[-1] >= CUT_SHARE * float(np.median(dur[:-1])) or _gpu_end_of(kept.iloc[-1:], ops) \
+            or not _gpu_end_of(kept.iloc[:-1], ops):
+        return kept, []
+    r = kept.iloc[-1]
+    return kept.iloc[:-1], [_step_item(r, "cut short: the trace ends inside it (no GPU work "
+                                          "launched; the profiler stopped)", "")]
+
+
 def _kind_of(reason: str) -> str:
     """ "warm-up: compiles (2.40 s)" -> "warm-up: compiles" """
     return reason.split(" (", 1)[0]
@@ -401,7 +424,9 @@ def _top_names(rows: pd.DataFrame, flags: dict, lo: int, hi: int, k: int = 3) ->
 
 
 def _edges(ev: pd.DataFrame, w: Window, before: str, after: str,
-           before_end: int | None = None) -> list:
+           before_end: int | None = None, after_start: int | None = None) -> list:
+    """The trace before the window and after it; ``before_end`` / ``after_start``: where
+    excluded steps listed on their own take over (the edges stop at them)."""
     out = []
     stop = min(w.start, before_end) if before_end is not None else w.start
     if stop > w.trace_start:
@@ -410,8 +435,9 @@ def _edges(ev: pd.DataFrame, w: Window, before: str, after: str,
         reason = "start-up" if detail else before
         out.append({"what": before, "start_ns": int(w.trace_start),
                     "ns": int(stop - w.trace_start), "reason": reason, "detail": detail})
-    if w.trace_end > w.end:
-        out.append({"what": after, "start_ns": int(w.end), "ns": int(w.trace_end - w.end),
+    begin = w.end if after_start is None else after_start
+    if w.trace_end > begin:
+        out.append({"what": after, "start_ns": int(begin), "ns": int(w.trace_end - begin),
                     "reason": after, "detail": ""})
     return out
 
