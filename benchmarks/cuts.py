@@ -6,7 +6,9 @@ side builds through its own code: ``kind_in`` over the window's kind sets the pa
 most, validate's far-from-trace rule, the what-if pricing of every model on the levers'
 graph (``price_models``, its caches emptied first), the profiler's marks on that graph
 (``overhead.mark``), the overhead estimate's features, the comm calls of the layout
-pass, the optimizer regions of the levers' graph's events, and ``analyze`` itself. Sides
+pass, the optimizer regions of the levers' graph's events, the levers' graph itself
+(``priced_graph``), the replay's critical path, the steps' anatomy, the launch calls'
+pattern over the window's runtime calls, and ``analyze`` itself. Sides
 run in interleaved rounds (``--repeat``), the least CPU kept; the table gives each
 baseline over this checkout (``2.00×``: the baseline takes twice the CPU).
 """
@@ -40,6 +42,10 @@ ROWS = [("kind_in", "kind_in × 10 kind sets (window)"),
         ("features", "overhead estimate's features"),
         ("comm_calls", "layout: comm_calls"),
         ("optimizer_regions", "optimizer regions (within + regions)"),
+        ("priced_graph", "levers' graph: sample, split (priced_graph)"),
+        ("critical_path", "critical path of the replay (critical_path)"),
+        ("step_anatomy", "steps' anatomy (step_anatomy)"),
+        ("launch_calls", "kernel launch calls by name (kernel_launch_calls)"),
         ("analyze", "analyze (in process, trace loaded)")]
 
 
@@ -63,8 +69,8 @@ def main(args) -> int:
           f"worker; load {h.load()}):\n\n{table.markdown()}")
     same = {n: r.result.get("digest") == best[sides[0].name].result.get("digest")
             for n, r in best.items() if r and best[sides[0].name]}
-    print(f"\nsame results as this checkout (prices, marks, features, comm calls, regions): "
-          f"{same}")
+    print("\nsame results as this checkout (prices, marks, features, comm calls, regions, "
+          f"levers' graph, critical path, anatomy, launch calls): {same}")
     return 0
 
 
@@ -130,6 +136,30 @@ def cut_cpu(path: str, inner: int) -> dict:
     out["optimizer_regions"], reg = _cpu(
         lambda: split.optimizer_regions(split.within(ev, bare)), inner)
     digest["regions"] = reg.to_dict("list")
+    out["priced_graph"], pg = _cpu(
+        lambda: split.priced_graph(a.replay_graph, ev, a.step_pattern or None), inner)
+    digest["priced_graph"] = [len(pg.nodes), int(pg.nodes["cost_ns"].sum()), len(pg.edges)]
+    _round5(out, digest, a, ev, inner)
     out["digest"] = hashlib.sha256(json.dumps(digest, sort_keys=True, default=str)
                                    .encode()).hexdigest()[:16]
     return out
+
+
+def _round5(out: dict, digest: dict, a, ev, inner: int) -> None:
+    """Round 5's cuts: the critical path (its lane and label lookups), the steps' anatomy
+    (its host rows' dims mask), the launch calls' pattern per distinct name."""
+    from traceread.passes import anatomy
+    from traceread.passes.replay import critical
+    from traceread.passes.replay.graph import kernel_launch_calls, str_at
+    from traceread.passes.replay.sim import simulate
+    from traceread.passes.common import rows_of
+
+    g = a.replay_graph
+    sched = simulate(g)
+    out["critical_path"], cp = _cpu(lambda: critical.critical_path(g, sched), inner)
+    digest["critical_path"] = [cp["total_ns"], cp["by_label"], cp["top"]]
+    out["step_anatomy"], an = _cpu(lambda: anatomy.step_anatomy(ev), inner)
+    digest["step_anatomy"] = an
+    names = str_at(ev["name"], rows_of(ev, ("runtime", "driver")))
+    out["launch_calls"], lc = _cpu(lambda: kernel_launch_calls(names), inner)
+    digest["launch_calls"] = int(lc.sum())

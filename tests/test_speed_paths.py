@@ -525,3 +525,144 @@ def test_overhead_calls_per_class_equal_value_counts(path):
     cls = pd.Series(per_call, dtype=object).value_counts()
     assert f["calls_per_step"] == {c: round(float(cls.get(c, 0)), 1) for c in overhead.CALL_NS}
     assert len(calls) == 0 or sum(f["calls_per_step"].values()) > 0 or not len(cls)
+
+
+# -- round 5 -----------------------------------------------------------------------------
+
+
+def _label_index_by_compares(graph) -> np.ndarray:
+    """``critical._label_index`` as it was: ten object compares per node, later rules win."""
+    kind = graph.nodes["kind"].to_numpy(object)
+    cat = graph.nodes["cat"].to_numpy(object)
+    out = np.zeros(len(kind), np.int64)
+    out[kind == "launch"] = 1
+    out[(kind == "gpu_kernel") | (kind == "gpu_memset")] = 2
+    out[kind == "gpu_copy"] = 3
+    out[(kind == "sync_wait") | (cat == "sync")] = 4
+    out[(kind == "dataloader") | (cat == "dataloader")] = 5
+    out[(kind == "collective") | (cat == "comm_wait")] = 6
+    return out
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_critical_path_lookups_equal_the_object_compares(path):
+    from traceread.passes.replay import critical
+
+    g, _ev, _pat = _graph_and_window(path)
+    assert np.array_equal(critical._label_index(g), _label_index_by_compares(g))
+    what = g.lanes.set_index("lane")["what"]
+    lane = g.nodes["lane"].to_numpy(np.int64)
+    want = what.reindex(lane).to_numpy(object) == "gpu"
+    assert want.any() and np.array_equal(critical._gpu_lane(g.lanes, lane), want)
+
+
+def test_label_index_and_gpu_lane_on_crafted_nodes():
+    from traceread.passes.replay import critical
+    from traceread.passes.replay.graph import StepGraph
+
+    kinds = ["host", "launch", "gpu_kernel", "gpu_memset", "gpu_copy", "sync_wait", "dataloader",
+             "collective", None, "launch", "host", "gpu_copy"]
+    cats = ["sync", "dataloader", "comm_wait", None, "x", "sync", "comm_wait", "sync",
+            "dataloader", "comm_wait", "other", "sync"]
+    lanes = pd.DataFrame({"lane": [7, 3, 5], "what": ["gpu", "host", "gpu"]})
+    nodes = pd.DataFrame({"kind": pd.Series(kinds, dtype=object),
+                          "cat": pd.Series(cats, dtype=object),
+                          "lane": [7, 3, 5, 9, 3, 7, 5, 5, 3, 7, -1, 5]})
+    g = StepGraph(nodes=nodes, edges=pd.DataFrame(), lanes=lanes, steps=pd.DataFrame())
+    assert np.array_equal(critical._label_index(g), _label_index_by_compares(g))
+    want = lanes.set_index("lane")["what"].reindex(nodes["lane"].to_numpy()).to_numpy(object) \
+        == "gpu"
+    assert np.array_equal(critical._gpu_lane(lanes, nodes["lane"].to_numpy(np.int64)), want)
+    with pytest.raises(ValueError):   # as reindex on duplicate lanes
+        critical._gpu_lane(pd.DataFrame({"lane": [1, 1], "what": ["gpu", "host"]}),
+                           np.array([1]))
+
+
+def test_launch_and_graph_launch_names_per_distinct_name_equal_per_row():
+    from traceread.passes import overhead
+    from traceread.passes.replay.graph import KERNEL_LAUNCH_RX, kernel_launch_calls
+
+    names = np.array(["cudaLaunchKernel", "cuLaunchKernelEx", "hipModuleLaunchKernel",
+                      "cudaGraphLaunch", "cuGraphLaunch_v2", "cudaMemcpyAsync", None, np.nan,
+                      "xcudaLaunchKernel", "cudaLaunchCooperativeKernel", ""] * 3, object)
+    want = np.array([bool(KERNEL_LAUNCH_RX.match(str(n))) for n in names])
+    assert np.array_equal(kernel_launch_calls(names), want) and want.sum() == 18
+    assert kernel_launch_calls(np.array([], object)).shape == (0,)
+    col = pd.Series(names, dtype=object)
+    at = np.array([0, 3, 4, 5, 8, 10, 14, 15])
+    ref = col.iloc[at].astype(str).str.contains(overhead.GRAPH_LAUNCH, regex=True).to_numpy()
+    assert np.array_equal(overhead._graph_launches(col, at), ref.astype(bool))
+    nulls = np.array([6, 3])   # a missing name: the pandas way, as before
+    assert np.array_equal(overhead._graph_launches(col, nulls),
+                          col.iloc[nulls].astype(str).str.contains(overhead.GRAPH_LAUNCH,
+                                                                   regex=True).to_numpy())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_thread_pairs_equal_drop_duplicates(seed):
+    from traceread.passes.attribution import _pairs
+
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 50, 5000):
+        for dt in (np.int64, np.int32):
+            pid = (rng.integers(-3, 4, n) * 7919).astype(dt)
+            tid = (rng.integers(-2, 3, n) * (2**31 - 1) // 2).astype(dt)
+            d = pd.DataFrame({"pid": pid, "tid": tid}).drop_duplicates()
+            got = _pairs(pid, tid)
+            assert got == set(zip(d["pid"].tolist(), d["tid"].tolist()))
+            assert all(type(p) is int and type(t) is int for p, t in got)
+    wide = np.array([2**40, 5, 2**40]), np.array([1, 2**33, 1])   # past 32 bits: pandas
+    assert _pairs(*wide) == {(2**40, 1), (5, 2**33)}
+
+
+def _sync_copy_directions_loop(ev):
+    """``preconditions.sync_copy_directions`` as it was: one Python turn per copy."""
+    from traceread.passes import preconditions as pc
+    from traceread.passes.common import lut_at, rows_of
+    from traceread.passes.factkit import item
+
+    cp = rows_of(ev, ("memcpy",))
+    api = rows_of(ev, ("runtime", "driver"))
+    if not len(cp) or not len(api) or "correlation" not in ev:
+        return None, []
+    corr = ev["correlation"].to_numpy(np.int64)
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    ts = ev["ts"].to_numpy(np.int64)
+    order = api[np.lexsort((ts[api], tid[api], pid[api]))]
+    lut, codes = lut_at(ev["name"], order, pc._sync_class, 0, np.int8)
+    cls = lut.take(codes)
+    at = pc._last_at(corr[order], corr[cp])
+    kind = ev["copy_kind"].astype(object).to_numpy() if "copy_kind" in ev else None
+    pageable = dict(zip(cp.tolist(), pc._pageable_host(ev, cp).tolist()))
+    out, first, staged = {}, None, 0
+    for r, i in zip(cp.tolist(), at.tolist()):
+        if i < 0 or kind is None:
+            continue
+        nxt = i + 1
+        waited = cls[i] == 2 or (nxt < len(order) and cls[nxt] == 1
+                                 and pid[order[nxt]] == pid[order[i]]
+                                 and tid[order[nxt]] == tid[order[i]])
+        if waited or pageable[r]:
+            d = str(kind[r] or "unknown")
+            out[d] = out.get(d, 0) + 1
+            staged += bool(pageable[r] and not waited)
+            first = r if first is None else first
+    if first is None:
+        return {}, []
+    how = f" ({staged} staged through pageable memory)" if staged else ""
+    return out, [item(ev["name"].iat[first], ev["ts"].iat[first], None,
+                      "the host waited for it: " + ", ".join(f"{k} x{v}" for k, v in out.items())
+                      + how)]
+
+
+@pytest.mark.parametrize("path", [FIX / "gpu" / "copy.bad.json.gz", FIX / "gpu" / "copy.fixed.json.gz",
+                                  FIX / "gpu" / "sync.bad.json.gz",
+                                  FIX / "h200" / "queue.fixed.json.gz"], ids=lambda p: p.name)
+def test_sync_copy_directions_equal_the_per_copy_loop(path):
+    from traceread.passes.preconditions import sync_copy_directions
+
+    ev = load(str(path)).events
+    got = sync_copy_directions(ev)
+    assert got == _sync_copy_directions_loop(ev)
+    if path.name.startswith("copy.bad"):   # both directions counted, in first-copy order
+        assert got[0] == {"HtoD": 3, "DtoH": 3}

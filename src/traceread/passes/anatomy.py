@@ -172,7 +172,7 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
     order = np.argsort(ts, kind="stable")
     rows, cls, cls_i, ts = rows[order], cls[order], cls_i[order], ts[order]
     kind = _labels(ev["kind"], rows)
-    dims = _dims(ev, rows)
+    dims, has_dims = _dims(ev, rows)
     # object arrays of shared strings (8 B a row): fixed-width str arrays were 48-56 B a
     # row for each of kind and cls, the analysis's peak at 1 GB (~170 MB)
     return {"rows": rows, "cls": cls, "cls_i": cls_i, "ts": ts,
@@ -181,7 +181,7 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
             "outer": _outermost(ts, ts + ev["dur"].to_numpy(np.int64)[rows],
                                 ev["tid"].to_numpy()[rows], kind == "cpu_op"),
             "flop_ns": _flop_op_ns(ev, rows), "dims": dims,
-            "has_dims": np.array([d is not None for d in dims], bool),
+            "has_dims": has_dims,
             "batch_op": lookup_at(ev["name"], rows, lambda n: n not in TABLE_OPS, False, bool)}
 
 
@@ -237,21 +237,24 @@ def _outermost(ts, end, tid, is_op) -> np.ndarray:
     return out
 
 
-def _dims(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    """Each counted op's input dims (parsed once per distinct text); None elsewhere."""
+def _dims(ev: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each counted op's input dims (parsed once per distinct text), None elsewhere; where
+    they are not None): the mask set here, not by a test of every host row after."""
     from .flops import FLOP_OPS
 
-    if "input_dims" not in ev:
-        return np.full(len(rows), None, object)
-    hit = lookup_at(ev["name"], rows, lambda n: n in FLOP_OPS or n in FORWARD_OPS, False, bool)
     out = np.full(len(rows), None, object)
+    has = np.zeros(len(rows), bool)
+    if "input_dims" not in ev:
+        return out, has
+    hit = lookup_at(ev["name"], rows, lambda n: n in FLOP_OPS or n in FORWARD_OPS, False, bool)
     cache: dict = {}
     for i, text in zip(np.flatnonzero(hit).tolist(),
                        ev["input_dims"].take(rows[hit]).tolist()):
         if text not in cache:
             cache[text] = _parse(text)
         out[i] = cache[text]
-    return out
+        has[i] = cache[text] is not None
+    return out, has
 
 
 def _parse(text):

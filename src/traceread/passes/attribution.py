@@ -354,6 +354,15 @@ def sync_calls(ev: pd.DataFrame) -> np.ndarray:
 
 
 def _pairs(pid: np.ndarray, tid: np.ndarray) -> set:
+    """The distinct (pid, tid) pairs, as Python ints: one int64 key per pair where both fit
+    32 bits, hashed (a DataFrame's drop_duplicates was ~4 ms at 100 k ops)."""
+    pid, tid = np.asarray(pid), np.asarray(tid)
+    if len(pid) and pid.dtype.kind in "iu" and tid.dtype.kind in "iu" and \
+            -2**31 <= int(pid.min()) and int(pid.max()) < 2**31 and \
+            -2**31 <= int(tid.min()) and int(tid.max()) < 2**31:
+        key = pd.unique(pid.astype(np.int64) * (1 << 32) + (tid.astype(np.int64) + 2**31))
+        low = key & 0xFFFFFFFF
+        return set(zip(((key - low) >> 32).tolist(), (low - 2**31).tolist()))
     d = pd.DataFrame({"pid": pid, "tid": tid}).drop_duplicates()
     return set(zip(d["pid"].tolist(), d["tid"].tolist()))
 

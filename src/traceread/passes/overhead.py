@@ -27,6 +27,8 @@ also reports each pair predicted from the others (``leave_one_pair_out``).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -210,9 +212,9 @@ def _graph_kernels(g) -> np.ndarray:
     each of a replayed graph's kernels: the launch call's cost grows with them)."""
     n, e = g.nodes, g.edges
     out = np.zeros(len(n), np.int64)
-    gl = (n["kind"] == "launch").to_numpy(bool, copy=True)
+    gl = n["kind"].to_numpy(object) == "launch"
     at = np.flatnonzero(gl)   # only the launch nodes' names matched (the rest cannot be)
-    gl[at] = n["name"].iloc[at].astype(str).str.contains(GRAPH_LAUNCH, regex=True).to_numpy()
+    gl[at] = _graph_launches(n["name"], at)
     if not gl.any() or not len(e):
         return out
     lau = e[(e["kind"] == "launch").to_numpy()]
@@ -220,6 +222,18 @@ def _graph_kernels(g) -> np.ndarray:
     ids = n["id"].to_numpy()
     out[gl] = cnt.reindex(ids[gl]).fillna(0).to_numpy(np.int64)
     return out
+
+
+def _graph_launches(names: pd.Series, at: np.ndarray) -> np.ndarray:
+    """``names.iloc[at].astype(str).str.contains(GRAPH_LAUNCH)`` with the pattern tested
+    once per distinct name (the launch nodes repeat a few call names); a missing name
+    goes the pandas way."""
+    codes, uniq = pd.factorize(names.to_numpy(object)[at], sort=False)
+    if (codes < 0).any():
+        return names.iloc[at].astype(str).str.contains(GRAPH_LAUNCH, regex=True).to_numpy()
+    rx = re.compile(GRAPH_LAUNCH)
+    return np.array([bool(rx.search(str(u))) for u in uniq], bool)[codes] if len(uniq) \
+        else np.zeros(len(at), bool)
 
 
 def without(graph):

@@ -168,29 +168,34 @@ def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
     lut, codes = lut_at(ev["name"], order, _sync_class, 0, np.int8)
     cls = lut.take(codes)
     at = _last_at(corr[order], corr[cp])
-    kind = ev["copy_kind"].astype(object).to_numpy() if "copy_kind" in ev else None
-    pageable = dict(zip(cp.tolist(), _pageable_host(ev, cp).tolist()))
+    waited, pageable = _waited_copies(at, cls, pid[order], tid[order]), _pageable_host(ev, cp)
+    # the counted copies in row order: each one's direction (a missing one reads "nan", an
+    # empty one "unknown", as ``astype(object)`` gives them); a loop of copies was ~15 ms
+    counted = (at >= 0) & (waited | pageable) if "copy_kind" in ev else np.zeros(len(cp), bool)
     out: dict[str, int] = {}
-    first = None
-    staged = 0
-    for r, i in zip(cp.tolist(), at.tolist()):
-        if i < 0 or kind is None:
-            continue
-        nxt = i + 1
-        waited = cls[i] == 2 or (nxt < len(order) and cls[nxt] == 1
-                                 and pid[order[nxt]] == pid[order[i]]
-                                 and tid[order[nxt]] == tid[order[i]])
-        if waited or pageable[r]:
-            d = str(kind[r] or "unknown")
-            out[d] = out.get(d, 0) + 1
-            staged += bool(pageable[r] and not waited)
-            first = r if first is None else first
+    for k in ev["copy_kind"].iloc[cp[counted]].astype(object).tolist() if counted.any() else ():
+        d = str(k or "unknown")
+        out[d] = out.get(d, 0) + 1
+    staged = int((counted & pageable & ~waited).sum())
+    first = int(cp[counted][0]) if counted.any() else None
     if first is None:
         return {}, []
     how = f" ({staged} staged through pageable memory)" if staged else ""
     return out, [item(ev["name"].iat[first], ev["ts"].iat[first], None,
                       "the host waited for it: " + ", ".join(f"{k} x{v}" for k, v in out.items())
                       + how)]
+
+
+def _waited_copies(at: np.ndarray, cls: np.ndarray, pid: np.ndarray,
+                   tid: np.ndarray) -> np.ndarray:
+    """Per copy: its launching call (position ``at`` in the calls' thread order, -1: none)
+    was a synchronous copy call (class 2), or the next call on its thread is a
+    synchronize (class 1)."""
+    n = len(cls)
+    i = np.clip(at, 0, max(n - 1, 0))
+    nxt = np.minimum(i + 1, max(n - 1, 0))
+    follows = ((i + 1) < n) & (cls[nxt] == 1) & (pid[nxt] == pid[i]) & (tid[nxt] == tid[i])
+    return (at >= 0) & ((cls[i] == 2) | follows) if n else np.zeros(len(at), bool)
 
 
 def _last_at(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:

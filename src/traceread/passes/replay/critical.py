@@ -35,16 +35,22 @@ def node_labels(graph: StepGraph) -> np.ndarray:
 
 def _label_index(graph: StepGraph) -> np.ndarray:
     """``node_labels`` as positions in ``LABELS`` (later rules win)."""
-    kind = graph.nodes["kind"].to_numpy(object)
-    cat = graph.nodes["cat"].to_numpy(object)
-    out = np.zeros(len(kind), np.int64)   # host op
-    out[kind == "launch"] = 1
-    out[(kind == "gpu_kernel") | (kind == "gpu_memset")] = 2
-    out[kind == "gpu_copy"] = 3
-    out[(kind == "sync_wait") | (cat == "sync")] = 4
-    out[(kind == "dataloader") | (cat == "dataloader")] = 5
-    out[(kind == "collective") | (cat == "comm_wait")] = 6
-    return out
+    # each rule's label is its place in the order, so the last rule that holds is the
+    # highest: per node the larger of its kind's label and its cat's, each looked up once
+    # per distinct value (ten object compares per node were ~9 ms at 110 k nodes)
+    k_codes, kinds = pd.factorize(graph.nodes["kind"].to_numpy(object), sort=False)
+    c_codes, cats = pd.factorize(graph.nodes["cat"].to_numpy(object), sort=False)
+    k_lut = np.array([_KIND_LABEL.get(k, 0) if isinstance(k, str) else 0 for k in kinds]
+                     + [0], np.int64)
+    c_lut = np.array([_CAT_LABEL.get(c, 0) if isinstance(c, str) else 0 for c in cats]
+                     + [0], np.int64)
+    return np.maximum(k_lut[k_codes], c_lut[c_codes])
+
+
+# the label (position in ``LABELS``) a node's kind or cat gives it (0: host op)
+_KIND_LABEL = {"launch": 1, "gpu_kernel": 2, "gpu_memset": 2, "gpu_copy": 3, "sync_wait": 4,
+               "dataloader": 5, "collective": 6}
+_CAT_LABEL = {"sync": 4, "dataloader": 5, "comm_wait": 6}
 
 
 def _label_codes(graph: StepGraph) -> tuple[np.ndarray, list]:
@@ -177,8 +183,7 @@ def _gpu_windows(graph: StepGraph, start: np.ndarray,
     n = graph.nodes
     if not k or not len(n):
         return last, opens
-    what = graph.lanes.set_index("lane")["what"]
-    on_gpu = (what.reindex(n["lane"].to_numpy()).to_numpy(object) == "gpu")
+    on_gpu = _gpu_lane(graph.lanes, n["lane"].to_numpy(np.int64))
     step = n["step"].to_numpy(np.int64)
     sel = np.flatnonzero(on_gpu & (step >= 0) & (step < k))
     if not len(sel):
@@ -202,6 +207,20 @@ def _gpu_windows(graph: StepGraph, start: np.ndarray,
         reach[idx[1:]] = run[:-1]
     opens = np.where(has, np.maximum(first, reach), -1)
     return last, opens
+
+
+def _gpu_lane(lanes: pd.DataFrame, lane: np.ndarray) -> np.ndarray:
+    """Per node: its lane is a GPU stream's (``lanes.set_index("lane")["what"]``
+    reindexed by ``lane`` == "gpu": a lane not in ``lanes`` is not), by a search in the
+    few lanes instead of an object Series of every node."""
+    ids = lanes["lane"].to_numpy(np.int64)
+    gpu = lanes["what"].to_numpy(object) == "gpu"
+    if len(np.unique(ids)) != len(ids):   # as reindex: duplicate lanes are an error
+        raise ValueError("cannot reindex on an axis with duplicate labels")
+    o = np.argsort(ids, kind="stable")
+    ids, gpu = ids[o], gpu[o]
+    at = np.minimum(np.searchsorted(ids, lane), max(len(ids) - 1, 0))
+    return (ids[at] == lane) & gpu[at] if len(ids) else np.zeros(len(lane), bool)
 
 
 def _program_end(bi: int, ei: int, g_last: int, g_from: int, start, end):

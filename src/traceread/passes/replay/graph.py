@@ -1074,9 +1074,11 @@ KERNEL_LAUNCH_RX = re.compile(r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Coop
 
 def kernel_launch_calls(names) -> np.ndarray:
     """Which runtime calls launch a kernel (or a graph): cudaLaunchKernel, cuLaunchKernelEx,
-    hipModuleLaunchKernel, cudaGraphLaunch, ..."""
-    return np.fromiter((bool(KERNEL_LAUNCH_RX.match(str(n))) for n in names), bool,
-                       count=len(names))
+    hipModuleLaunchKernel, cudaGraphLaunch, ...; the pattern tested once per distinct name
+    (a missing one, -1 from the factorize, matches nothing, as its str() "None" / "nan")."""
+    codes, uniq = pd.factorize(np.asarray(names, object), sort=False)
+    lut = np.array([bool(KERNEL_LAUNCH_RX.match(str(n))) for n in uniq] + [False], bool)
+    return lut[codes]
 
 
 def _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev) -> np.ndarray:

@@ -19,12 +19,14 @@ import pandas as pd
 
 from ...table import scan_name as scan
 from .. import attribution as attr
-from ..common import kind_in, rows_of
+from ..common import kind_in, name_hits, rows_of
 from .graph import NEG, StepGraph, host_classes, str_at
 
 SPLIT_MIN_NS = 20_000
 _CATS = attr.CPU_CATEGORIES
 _CALL_RX = r"^(?:cuda|cu|hip|nccl|cudnn|cublas)[A-Z]"
+# the profiler's step ranges, as ``str.match`` read them (whole names, not a scan's prefix)
+_STEP_MARK_RX = re.compile(r"^ProfilerStep#")
 
 
 def stretches(graph: StepGraph) -> np.ndarray:
@@ -55,7 +57,7 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     kinds = str_at(ev["kind"], rows)
     names = str_at(ev["name"], rows)
     keep = cat != -2       # the step ranges cover everything: never a piece
-    keep &= ~pd.Series(names).str.match(r"^ProfilerStep#").to_numpy()
+    keep &= ~name_hits(ev["name"], _STEP_MARK_RX, "match")[rows]
     rows, cat, kinds, names = rows[keep], cat[keep], kinds[keep], names[keep]
     ts = ev["ts"].to_numpy(np.int64)[rows]
     end = ts + ev["dur"].to_numpy(np.int64)[rows]

@@ -1569,9 +1569,12 @@ def forget() -> None:
     that follows the ratio, not past the analysis that asked; a graph, its unprofiled
     copy and two schedules) and of the models' caches (``_LAST``, ``_MEMO``): pure
     caches, so the next analysis computes the same figures."""
+    from . import sim
+
     _BARE.clear()
     _LAST.clear()
     _MEMO.clear()
+    sim.forget()   # the last replay's lane layout
 
 
 def profiler_ratio(graph) -> float | None:
