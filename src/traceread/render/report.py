@@ -312,7 +312,9 @@ def step_stats_line(a) -> str:
     """Count, mean, median, p90 and cv of the step times. "even" / "BURSTY" judges only how
     alike the steps are; whether the window is the steady state is passes/steady's word."""
     s = a.step_stats
-    even = "BURSTY" if s["bursty"] else "even"
+    # bursty needs 3 steps (passes/steps.step_stats); two unlike steps are not "even"
+    even = "BURSTY" if s["bursty"] else "even" if s["count"] >= 3 or s["cv"] <= 0.25 \
+        else "too few to judge"
     return (f"Steps: {s['count']} ({short_name(a.steps['name'].iloc[0], 30)} …), mean "
             f"{fmt_ns(s['mean_ns'])}, median {fmt_ns(s['median_ns'])}, p90 {fmt_ns(s['p90_ns'])}, "
             f"cv {s['cv']:.2f} ({even} step times)")
@@ -353,7 +355,8 @@ def program_step_line(a) -> str | None:
         what = f"host-bound: the GPU waits on the host; {n}"
     cv = f", cv {p['cv']:.2f}" if "cv" in p else ""
     return (f"  program step {fmt_ns(p['mean_ns'])} mean, median {fmt_ns(p['median_ns'])}{cv} "
-            f"({what}): per step the later of the host's span and the GPU's work")
+            f"({what}): per step the later of the host's span and the GPU's work, "
+            "from the previous step's end")
 
 
 def overhead_lines(a) -> list[str]:

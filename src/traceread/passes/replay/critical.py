@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..steps import GPU_BOUND_BUSY
 from .graph import END_EDGES, NEG, StepGraph, factorize
 from .sim import Schedule, _among, lane_order, positions
 
@@ -90,6 +91,9 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     per_step, segments = [], []
     total = 0
     gpu_last, gpu_from = _gpu_windows(graph, start, end)
+    bis = pos.get_indexer(graph.steps["begin"].to_numpy(np.int64))
+    eis = pos.get_indexer(graph.steps["end"].to_numpy(np.int64))
+    after = _previous_ends(graph, start, end, bis, eis, gpu_last, gpu_from)
     for k_step, srow in enumerate(graph.steps.itertuples(index=False)):
         if srow.begin < 0 or srow.end < 0:
             v, t0 = int(np.argmax(end)), int(start.min())
@@ -99,7 +103,7 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
             if bi < 0 or ei < 0:
                 continue
             v, t0, bound = _program_end(int(bi), int(ei), int(gpu_last[k_step]),
-                                        int(gpu_from[k_step]), start, end)
+                                        int(gpu_from[k_step]), start, end, int(after[k_step]))
         path, via, via_how, via_launch = _walk(v, t0, k_step, links)
         if not path:
             per_step.append({"step": int(srow.step), "by_label": {}, "ends_at": bound})
@@ -163,10 +167,59 @@ def program_spans(graph: StepGraph, start: np.ndarray, end: np.ndarray) -> np.nd
     bi = pos.get_indexer(st["begin"].to_numpy(np.int64))
     ei = pos.get_indexer(st["end"].to_numpy(np.int64))
     last, opens = _gpu_windows(graph, start, end)
+    after = _previous_ends(graph, start, end, bi, ei, last, opens)
     for k in np.flatnonzero((bi >= 0) & (ei >= 0)).tolist():
         v, t0, _ = _program_end(int(bi[k]), int(ei[k]), int(last[k]), int(opens[k]), start,
-                                end)
+                                end, int(after[k]))
         out[k] = int(end[v] if v != ei[k] else start[v]) - t0
+    return out
+
+
+def _previous_ends(graph: StepGraph, start: np.ndarray, end: np.ndarray, bi: np.ndarray,
+                   ei: np.ndarray, last: np.ndarray, opens: np.ndarray) -> np.ndarray:
+    """Per graph step: where the earlier steps of its process ended (-1: none), as
+    ``steps.program_columns`` reads it -- a step paced by the GPU (its GPU window longer than
+    the host's span, or its busiest GPU lane busy >= GPU_BOUND_BUSY of its program step)
+    ends with its GPU work, any other with its host span. A step's program step starts no
+    earlier (``_program_end``)."""
+    st = graph.steps
+    k = len(st)
+    out = np.full(k, -1, np.int64)
+    ok = (bi >= 0) & (ei >= 0)
+    if k < 2 or not ok.any():
+        return out
+    h0 = np.where(ok, start[np.maximum(bi, 0)], 0)
+    h1 = np.where(ok, start[np.maximum(ei, 0)], 0)
+    has = last >= 0
+    g1 = np.where(has, end[np.maximum(last, 0)], -1)
+    gpu = np.where(has, np.maximum(0, g1 - opens), 0)
+    prog = np.maximum(h1 - h0, gpu)
+    paced = (gpu > h1 - h0) | (_busiest_lane(graph, start, end, k) >= GPU_BOUND_BUSY
+                               * np.maximum(prog, 1))
+    fin = np.where(ok, np.where(paced & has, np.maximum(h1, g1), h1), -1)
+    pid = st["pid"].to_numpy(np.int64)
+    t = st["start_ns"].to_numpy(np.int64)
+    for p in np.unique(pid).tolist():
+        idx = np.flatnonzero(pid == p)
+        idx = idx[np.argsort(t[idx], kind="stable")]
+        out[idx[1:]] = np.maximum.accumulate(fin[idx])[:-1]
+    return out
+
+
+def _busiest_lane(graph: StepGraph, start: np.ndarray, end: np.ndarray, k: int) -> np.ndarray:
+    """Per graph step: the busy time of its GPU ops on their busiest lane."""
+    n = graph.nodes
+    out = np.zeros(k, np.int64)
+    step = n["step"].to_numpy(np.int64)
+    sel = np.flatnonzero(_gpu_lane(graph.lanes, n["lane"].to_numpy(np.int64))
+                         & (step >= 0) & (step < k))
+    if not len(sel):
+        return out
+    lane = n["lane"].to_numpy(np.int64)[sel]
+    key, uniq = pd.factorize(step[sel] * (int(lane.max()) + 1) + lane)
+    busy = np.bincount(key, weights=(end[sel] - start[sel]).astype(float))
+    np.maximum.at(out, (uniq // (int(lane.max()) + 1)).astype(np.int64),
+                  busy.astype(np.int64))
     return out
 
 
@@ -223,18 +276,19 @@ def _gpu_lane(lanes: pd.DataFrame, lane: np.ndarray) -> np.ndarray:
     return (ids[at] == lane) & gpu[at] if len(ids) else np.zeros(len(lane), bool)
 
 
-def _program_end(bi: int, ei: int, g_last: int, g_from: int, start, end):
+def _program_end(bi: int, ei: int, g_last: int, g_from: int, start, end, after: int = -1):
     """(the node the step's walk starts from, the time it walks back to, where the step
     ends: "host" or "gpu"): the host's end marker over the host's span, or -- where the
     step's GPU work ends later -- its last GPU op, over the program step (the longer of the
-    host's span and the GPU's window, ``program_columns``) ending there."""
+    host's span and the GPU's window, ``program_columns``) ending there; never from before
+    ``after``, where the earlier steps ended (``_previous_ends``)."""
     h0, h1 = int(start[bi]), int(start[ei])
     if g_last < 0 or int(end[g_last]) <= h1:
-        return ei, h0, "host"
+        return ei, max(h0, after) if after <= h1 else h1, "host"
     g1 = int(end[g_last])
     gpu = max(0, g1 - g_from)
     prog = max(h1 - h0, gpu)
-    return g_last, g1 - prog, "gpu"
+    return g_last, max(g1 - prog, min(after, g1)), "gpu"
 
 
 class _Links:

@@ -489,6 +489,13 @@ def _keep_next_lag(g, stretches) -> None:
 
 FREE_RX = re.compile(r"^(?:cudaFree|cuMemFree|cuMemUnmap|cuMemRelease|hipFree|cudaFreeHost)"
                      r"(?:_v\d+)?$")
+# A call that waited on the GPU stops a capture where the program asked for the wait: a
+# synchronize, or a copy / memset that returned when done (a pageable copy's Async call
+# too). Other calls that happened to wait -- an allocation while the caching allocator
+# grows (a captured graph takes its memory from its own pool once, at capture), a module
+# loaded lazily under an occupancy query -- are not repeated by a replay.
+CAPTURE_STOP_RX = re.compile(r"^(?:(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize"
+                             r"|(?:cuda|hip)Mem(?:cpy|set)\w*|cuMem(?:cpy|set)\w*)")
 
 
 def _free_drains(g) -> None:
@@ -636,9 +643,10 @@ def capture_graphs(g, f: Facts, p: dict):
     if not runs:
         return "no launches in the replayed steps before their first blocking sync"
     gpu_ids = np.concatenate([_ids(g, _launched_by(g, inside)) for _, _, _, inside in runs])
-    if existing:   # the syncs inside were the re-recording's: replaying, nothing waits there
-        for _, _, _, inside in runs:
-            _drop_drains_into(g, inside)
+    # nothing inside a run waits in a replay: the syncs were the re-recording's (existing),
+    # or waits a replay does not repeat (an allocation, a lazy module load: CAPTURE_STOP_RX)
+    for _, _, _, inside in runs:
+        _drop_drains_into(g, inside)
     # a graph replays the kernels and the dispatch that issued them, not the program's own
     # work between them (host_off_path's): that stays on the thread, before the launch.
     # The program's own graphs replace their compiled region whole.
@@ -698,8 +706,10 @@ def _launch_runs(g, launch, start, through_syncs: bool = False, within=None):
     seq, ids = n["seq"].to_numpy(), n["id"].to_numpy()
     # a device free synchronizes the device by its API, waited or not (and cannot be
     # captured): empty_cache()'s cudaFree between launches ends the capturable run
-    frees = _kind(g, *HOST_NODES) & _match(g, FREE_RX)
-    blocking = (_blocking(g) | frees) & (n["cost_ns"].to_numpy() >= 0)
+    host = _kind(g, *HOST_NODES)
+    frees = host & _match(g, FREE_RX)
+    blocking = ((_blocking(g) & _match(g, CAPTURE_STOP_RX)) | frees) \
+        & (n["cost_ns"].to_numpy() >= 0)
     out = []
     for s, lane in sorted(set(zip(steps[launch].tolist(), lanes[launch].tolist()))):
         if s < 0:
