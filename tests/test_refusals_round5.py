@@ -31,14 +31,16 @@ def test_waits_a_replay_does_not_repeat_do_not_stop_a_capture():
     # param's linear_kineto: a cudaMalloc and a lazily loading occupancy query waited on the
     # GPU mid-step; a captured graph allocates from its own pool and loads nothing: the
     # capture is replayed (it was refused: "the step syncs between its launches")
-    from traceread.passes.replay.whatif import CAPTURE_STOP_RX
+    from traceread.passes.replay.whatif import NOT_A_STOP_RX
 
     for name in ("cudaStreamSynchronize", "cudaDeviceSynchronize_ptsz", "hipEventSynchronize",
-                 "cudaMemcpy", "cudaMemcpyAsync", "cuMemcpyDtoH_v2", "cudaMemsetAsync"):
-        assert CAPTURE_STOP_RX.match(name), name
-    for name in ("cudaMalloc", "hipMalloc", "cuMemAlloc_v2",
-                 "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cudaLaunchKernel"):
-        assert not CAPTURE_STOP_RX.match(name), name
+                 "cudaMemcpy", "cudaMemcpyAsync", "cuMemcpyDtoH_v2", "synchronizeStream",
+                 "cudaLaunchKernel"):
+        assert not NOT_A_STOP_RX.match(name), name
+    for name in ("cudaMalloc", "hipMalloc", "cuMemAlloc_v2", "cudaHostAlloc",
+                 "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuModuleLoadData",
+                 "cudaFuncGetAttributes"):
+        assert NOT_A_STOP_RX.match(name), name
     v = analysed(_corpus(LINEAR)).verdict
     gone = {w["id"]: w for w in v["withdrawn"]}
     assert "cuda_graphs" not in gone
@@ -72,3 +74,18 @@ def test_a_short_last_step_that_launches_work_stays():
     assert len(_drop_cut_last(kept, ops)[0]) == 3          # it launched work: a real step
     got, cut = _drop_cut_last(kept, ops.iloc[:2])
     assert len(got) == 2 and cut[0]["step"] == 3            # it launched none: cut short
+
+
+def test_a_capture_refusal_names_the_sync():
+    # TraceLens' timesformer on H100: a cudaStreamSynchronize mid-step with launches after it
+    v = analysed(_corpus("AMD-AGI__TraceLens/tests/traces/h100/"
+                         "facebook_timesformer-base-finetuned-k400__1016002.json.gz")).verdict
+    gone = {w["id"]: w for w in v["withdrawn"]}
+    assert gone["graphs_host"]["reason"].startswith(
+        "the step syncs between its launches (seen: cudaStreamSynchronize)")
+
+
+def test_mtias_own_sync_still_stops_a_capture():
+    v = analysed(_corpus("facebookresearch__HolisticTraceAnalysis/tests/data/"
+                         "mtia_inference_trace/mtia_inference_rank_0.json.gz")).verdict
+    assert "cuda_graphs" not in [x["id"] for x in v["actions"]]

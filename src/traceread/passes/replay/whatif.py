@@ -489,13 +489,17 @@ def _keep_next_lag(g, stretches) -> None:
 
 FREE_RX = re.compile(r"^(?:cudaFree|cuMemFree|cuMemUnmap|cuMemRelease|hipFree|cudaFreeHost)"
                      r"(?:_v\d+)?$")
-# A call that waited on the GPU stops a capture where the program asked for the wait: a
-# synchronize, or a copy / memset that returned when done (a pageable copy's Async call
-# too). Other calls that happened to wait -- an allocation while the caching allocator
-# grows (a captured graph takes its memory from its own pool once, at capture), a module
-# loaded lazily under an occupancy query -- are not repeated by a replay.
-CAPTURE_STOP_RX = re.compile(r"^(?:(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize"
-                             r"|(?:cuda|hip)Mem(?:cpy|set)\w*|cuMem(?:cpy|set)\w*)")
+# A call that waited on the GPU stops a capture (a synchronize, a copy or memset that
+# returned when done -- a pageable copy's Async call too -- any runtime's), but for the
+# calls that wait for the driver's own reasons and that a replay does not repeat: an
+# allocation while the caching allocator grows (a captured graph takes its memory from its
+# own pool once, at capture), a module loaded lazily under an occupancy or attribute query.
+NOT_A_STOP_RX = re.compile(
+    r"^(?:(?:cuda|hip)(?:Malloc|HostAlloc|MallocHost)\w*|cuMem(?:Alloc|Create|Map|AddressReserve)\w*"
+    r"|(?:cuda|hip|cu)Occupancy\w*|(?:cuda|hip)FuncGetAttributes\w*|cuFuncGetAttribute\w*"
+    r"|(?:cuda|hip)(?:GetDevice|DeviceGetAttribute|GetDeviceProperties|PointerGetAttributes)\w*"
+    r"|cu(?:Module|Library)(?:Load|GetFunction|GetKernel|GetModule)\w*"
+    r"|hipModule(?:Load|GetFunction)\w*)")
 
 
 def _free_drains(g) -> None:
@@ -708,7 +712,7 @@ def _launch_runs(g, launch, start, through_syncs: bool = False, within=None):
     # captured): empty_cache()'s cudaFree between launches ends the capturable run
     host = _kind(g, *HOST_NODES)
     frees = host & _match(g, FREE_RX)
-    blocking = ((_blocking(g) & _match(g, CAPTURE_STOP_RX)) | frees) \
+    blocking = ((_blocking(g) & ~(host & _match(g, NOT_A_STOP_RX))) | frees) \
         & (n["cost_ns"].to_numpy() >= 0)
     out = []
     for s, lane in sorted(set(zip(steps[launch].tolist(), lanes[launch].tolist()))):
