@@ -894,7 +894,7 @@ def _save_buffers(lv, cause_ns, parts, copy, ctx):
 
 def _save_step_head(lv, cause_ns, parts, copy, ctx):
     h = ctx.get("step_head_wait") or {}
-    n = window_total(int(h.get("per_step_ns") or 0), ctx, traced=True) if h.get("steps") else 0
+    n = int(h.get("per_step_ns") or 0) * int(h.get("steps") or 0)   # the steps that show it
     lost = ctx.get("lost_ns")
     return n if lost is None else min(n, int(lost))
 
