@@ -162,4 +162,7 @@ def test_warmup_is_not_dropped_for_a_cut_short_last_step():
         b.launch(i * 800 * sc.US, 20 * sc.US, i * 800 * sc.US + 50 * sc.US, 5 * sc.US)
     b.step(2, 9 * sc.MS, 49 * sc.US)
     a = analyze(b.build())
-    assert a.window.to_dict()["steps_analysed"] == 2 and a.verdict["bound"] != "cpu_only"
+    # the step with the work stays; the cut-short last one is left out (window._drop_cut_last)
+    assert a.window.steps["step"].tolist() == [1] and a.verdict["bound"] != "cpu_only"
+    assert any(x["what"] == "step #2" and x["reason"].startswith("cut short")
+               for x in a.window.excluded)
