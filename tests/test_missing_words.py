@@ -31,3 +31,13 @@ def test_cloverleaf_is_not_told_about_pytorch():
         pytest.skip("CloverLeaf export not in the corpus")
     v = analysed(p).verdict
     assert v["missing"] and all("pytorch" not in m.lower() for m in v["missing"])
+
+
+def test_attention_figure_is_said_as_fused_kernels():
+    # TraceLens' timesformer (unfused attention: GEMMs + softmax) read "attention 0 ns" beside
+    # a 68.8 ms fused-attention saving
+    from traceread.render.words import fact_words
+
+    assert fact_words({"fact": "attention_ns", "value": 0}) == "no fused attention kernel runs"
+    assert fact_words({"fact": "attention_ns", "value": 2_500_000}) == \
+        "fused attention kernels 2.5 ms"

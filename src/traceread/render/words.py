@@ -89,6 +89,9 @@ FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     "pytorch": _flag("", "not a PyTorch program"),
     "training": _flag("a training step", "inference (no optimizer step)"),
     "cpu_only": _flag("a CPU-only trace", "the trace records GPU work"),
+    # the busy class "attention": fused attention kernels (an unfused one is GEMMs + softmax)
+    "attention_ns": lambda v: None if not isinstance(v, (int, float)) else
+    f"fused attention kernels {fmt_ns(v)}" if v else "no fused attention kernel runs",
     "dataloader_workers": _flag("the DataLoader already uses worker processes",
                                 "the DataLoader loads on the training thread (no workers)"),
     "compiled": _flag("already torch.compile'd", "not torch.compile'd"),
