@@ -6,8 +6,8 @@ their rows with ``anatomy_saving``.
 
 Every saving is a bound read from the facts (docs/analysis.md, "The step's anatomy"): the
 work the change removes, per step, times the window's steps (units.window_total). The
-levers with a ``_cpu`` twin (cause ``cpu_only``) are the same advice on a CPU-only trace, whose verdict prices
-nothing: their text carries the figure instead.
+levers with a ``_cpu`` twin (cause ``cpu_only``) are the same advice on a CPU-only trace,
+whose verdict prices nothing: their text carries the figure instead.
 """
 from __future__ import annotations
 

@@ -495,7 +495,8 @@ FREE_RX = re.compile(r"^(?:cudaFree|cuMemFree|cuMemUnmap|cuMemRelease|hipFree|cu
 # allocation while the caching allocator grows (a captured graph takes its memory from its
 # own pool once, at capture), a module loaded lazily under an occupancy or attribute query.
 NOT_A_STOP_RX = re.compile(
-    r"^(?:(?:cuda|hip)(?:Malloc|HostAlloc|MallocHost)\w*|cuMem(?:Alloc|Create|Map|AddressReserve)\w*"
+    r"^(?:(?:cuda|hip)(?:Malloc|HostAlloc|MallocHost)\w*"
+    r"|cuMem(?:Alloc|Create|Map|AddressReserve)\w*"
     r"|(?:cuda|hip|cu)Occupancy\w*|(?:cuda|hip)FuncGetAttributes\w*|cuFuncGetAttribute\w*"
     r"|(?:cuda|hip)(?:GetDevice|DeviceGetAttribute|GetDeviceProperties|PointerGetAttributes)\w*"
     r"|cu(?:Module|Library)(?:Load|GetFunction|GetKernel|GetModule)\w*"
