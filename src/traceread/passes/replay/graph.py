@@ -231,6 +231,45 @@ class StepGraph:
         g.nodes = nodes[~drop].reset_index(drop=True)
         return g
 
+    def replace_runs(self, runs, *, name: str, kind: str = "launch") -> "StepGraph":
+        """``replace_run`` of several disjoint runs at once -- one copy of the graph, not one
+        per run (a capture replaces a run per step and launching thread). ``runs``: (first,
+        last, dur_ns) each."""
+        n = self.nodes
+        ids = n["id"].to_numpy()
+        lane, seq = n["lane"].to_numpy(), n["seq"].to_numpy()
+        pos = pd.Index(ids)
+        into = np.full(len(n), -1, np.int64)   # per node: the run's node it merges into
+        rows, durs = [], []
+        for first, last, dur_ns in runs:
+            a, b = pos.get_loc(first), pos.get_loc(last)
+            if lane[a] != lane[b]:
+                raise ValueError("replace_run: first and last are on different lanes")
+            into[(lane == lane[a]) & (seq >= seq[a]) & (seq <= seq[b])] = int(first)
+            rows.append(a)
+            durs.append(int(dur_ns))
+        g = self.copy()
+        nodes = g.nodes
+        at = n.index[rows]
+        nodes.loc[at, ["kind", "name", "cat"]] = [kind, name, "launch"]
+        nodes.loc[at, "dur_ns"] = durs
+        nodes.loc[at, "cost_ns"] = durs
+        e = g.edges
+        src = e["src"].to_numpy().copy()
+        dst = e["dst"].to_numpy().copy()
+        ps, pd_ = pos.get_indexer(src), pos.get_indexer(dst)
+        in_s = (ps >= 0) & (into[np.maximum(ps, 0)] >= 0)
+        in_d = (pd_ >= 0) & (into[np.maximum(pd_, 0)] >= 0)
+        src[in_s] = into[ps[in_s]]
+        dst[in_d] = into[pd_[in_d]]
+        lag = e["lag_ns"].to_numpy(np.int64).copy()
+        lag[in_s] = np.maximum(lag[in_s], 0)
+        g.edges = pd.DataFrame({"src": src, "dst": dst, "kind": e["kind"].to_numpy(),
+                                "lag_ns": lag})
+        g.edges = g.edges[g.edges["src"] != g.edges["dst"]].reset_index(drop=True)
+        g.nodes = nodes[~((into >= 0) & (ids != into))].reset_index(drop=True)
+        return g
+
     def edge_table(self) -> pd.DataFrame:
         """Every edge, the implicit lane-order ones included (kind ``lane_order``)."""
         n = self.nodes

@@ -658,9 +658,9 @@ def capture_graphs(g, f: Facts, p: dict):
     own = _movable_host(g) if not existing else np.zeros(len(g.nodes), bool)
     cost = g.nodes["cost_ns"].to_numpy(np.int64)
     kept = [int(cost[own & inside].sum()) for _, _, _, inside in runs]
-    for (lane, first, last, _), stays in zip(runs, kept):
-        g = g.replace_run(first, last, name="cudaGraphLaunch",
-                          dur_ns=(GRAPH_LAUNCH_NS if lane == main else 0) + stays)
+    g = g.replace_runs([(first, last, (GRAPH_LAUNCH_NS if lane == main else 0) + stays)
+                        for (lane, first, last, _), stays in zip(runs, kept)],
+                       name="cudaGraphLaunch")
     captured = np.isin(g.nodes["id"].to_numpy(), gpu_ids)
     gap = g.nodes["gap_ns"].to_numpy(np.int64).copy()
     gap[captured] = GRAPH_KERNEL_GAP_NS
