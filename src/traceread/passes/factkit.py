@@ -213,8 +213,10 @@ class Stacks:
         end = ts if end is None else end
         par = self._parent.get(thread)
         if par is None:
-            par = self._parent[thread] = self._parents(rows).tolist()
-            self._thread_ts[thread] = (self.ts[rows], self.end[rows].tolist(), rows.tolist())
+            # int64 arrays read through memoryviews (a Python int per read): 8 B a row, where
+            # lists of ints held ~40 B a row for the whole facts pass (~90 MB at 1 GB, at the peak)
+            par = self._parent[thread] = _ints(self._parents(rows))
+            self._thread_ts[thread] = (self.ts[rows], _ints(self.end[rows]), _ints(rows))
         tts, tend, trows = self._thread_ts[thread]
         j = int(np.searchsorted(tts, ts, side="right")) - 1
         out = []
@@ -236,6 +238,11 @@ class Stacks:
         b = np.searchsorted(self.ts[rows], self.end[row], side="right")
         cand = rows[a:b]
         return cand[(self.end[cand] <= self.end[row]) & (cand != row)]
+
+
+def _ints(a: np.ndarray) -> memoryview:
+    """``a`` as int64 whose items read as Python ints (as fast as a list's, 8 B an item)."""
+    return memoryview(np.ascontiguousarray(a, np.int64))
 
 
 def parents_py(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
