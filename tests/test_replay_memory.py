@@ -50,15 +50,19 @@ def test_node_strings_are_shared():
     assert got.dtype == object and got.tolist() == ["b", "a", "b"] and got[0] is got[2]
 
 
-def test_analysis_leaves_no_graph_in_the_whatif_caches():
+def test_analysis_leaves_no_graph_in_the_whatif_caches(monkeypatch):
     """The levers' base replays (the unprofiled copy and its schedules) and the models'
     caches go with the analysis that priced them: a later analysis prices the same."""
     from traceread.examples import path
-    from traceread.passes.replay import whatif
+    from traceread.passes.replay import hostcost, whatif
 
+    fits = []   # the host-cost fit ran on this trace: its cache had something to let go
+    fit = hostcost._fit
+    monkeypatch.setattr(hostcost, "_fit", lambda g: fits.append(1) or fit(g))
     first = analyze(path("h200_pageable_copy.json.gz"))
     assert first.facts.graph is not None and "profiler_ns" in first.facts.graph.nodes
     assert not whatif._BARE and not whatif._LAST and not whatif._MEMO
+    assert fits and not hostcost._FIT_LAST   # nor the fit's copy of seven node columns
     again = analyze(path("h200_pageable_copy.json.gz"))
     assert again.to_dict() == first.to_dict()
 

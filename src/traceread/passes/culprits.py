@@ -192,7 +192,11 @@ def _work_rows(ev, gaps, ops, kinds):
     name ids), and the base names ({id: name}). Host-owned: no container of another cause
     on a launch thread (``_OTHER``) and the thread itself not waiting."""
     ts = ev["ts"].to_numpy(np.int64)
-    te = ts + ev["dur"].to_numpy(np.int64)
+    dur = ev["dur"].to_numpy(np.int64)
+
+    def te(r):   # the rows' ends: a whole-window ts + dur was 8 B a row at the passes' peak
+        return ts[r] + dur[r]
+
     host = kind_in(ev, attr.HOST_KINDS)
     want = kind_in(ev, kinds)
     codes, cats = attr._codes(ev["name"])
@@ -201,19 +205,19 @@ def _work_rows(ev, gaps, ops, kinds):
     for gs, ge, on, key in _launch_rows(ev, gaps, ops):
         gaps_iv = intervals.union(gs, ge)
         rows = np.flatnonzero(host & on)
-        rows = rows[intervals.reaching(gaps_iv, ts[rows], te[rows])]
+        rows = rows[intervals.reaching(gaps_iv, ts[rows], te(rows))]
         if not len(rows):
             continue
         cat = _categories(ev, rows)
         other = np.isin(cat, _OTHER)
-        free = intervals.subtract(gaps_iv, intervals.union(ts[rows[other]], te[rows[other]]))
+        free = intervals.subtract(gaps_iv, intervals.union(ts[rows[other]], te(rows[other])))
         cand = want[rows] & np.isin(cat, _WORK)
         for t in np.unique(key[rows[cand]]).tolist():
             mine = key[rows] == t
             wait = rows[mine & (cat == _CAT["wait"])]
-            region = intervals.subtract(free, intervals.union(ts[wait], te[wait]))
+            region = intervals.subtract(free, intervals.union(ts[wait], te(wait)))
             r = rows[mine & cand]
-            r = r[intervals.overlap_hits(region, ts[r], te[r])[0]]
+            r = r[intervals.overlap_hits(region, ts[r], te(r))[0]]
             base = attr._name_lut(cats, codes[r], lambda n: bases.setdefault(n, len(bases)))
             out.append((region, r, base[codes[r]]))
     return out, {i: n for n, i in bases.items()}

@@ -15,6 +15,8 @@ import multiprocessing as mp
 import pickle
 from typing import Any, Callable
 
+from ..table import release_heap
+
 _SHARED: dict[str, Any] = {}   # set before the fork: the children inherit it
 _TASK: list = []   # (fn, items) of the running ``map_forked``: its children inherit it
 
@@ -88,7 +90,11 @@ class SidePasses:
             except cf.process.BrokenProcessPool:  # a child was killed (OOM): do it here
                 pass
         args, kw = _resolve(args, kw, self.shared)
-        return fn(*args, **kw)
+        out = fn(*args, **kw)
+        # its temporaries are freed: hand their pages back before the next pass climbs on them
+        # (run here, one side pass after another kept ~110 MB of freed heap at 1 GB)
+        release_heap()
+        return out
 
     def close(self, abandon: bool = False) -> None:
         """Shut the pool down; ``abandon``: stop its workers first (the caller failed

@@ -122,6 +122,11 @@ def fit(g) -> pd.DataFrame:
     return out
 
 
+def forget() -> None:
+    """Let go of the last fit's inputs and table (a pure cache: the next fit recomputes)."""
+    _FIT_LAST.clear()
+
+
 def _fit(g) -> pd.DataFrame:
     n = g.nodes
     lag = lag_before(g)

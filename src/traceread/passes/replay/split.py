@@ -233,14 +233,19 @@ def priced_graph(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = 
     return priced_graph_events(graph, ev, step_pattern, most)[0]
 
 
+# what ``split`` and ``optimizer_regions`` read of the priced steps' events: their rows of
+# every column were ~20 MB at 247 MB, held through the replay side job's peak
+PRICED_COLS = ("ts", "dur", "kind", "name", "pid", "tid", "domain")
+
+
 def priced_graph_events(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
                         most: int = PRICE_STEPS) -> tuple:
-    """(``priced_graph``, the events it was split with: ``within(ev, sampled graph)``, and
-    that graph's ``span``): a caller that needs ``within(ev, priced)`` reuses them when the
-    spans are the same (the split cuts stretches inside their own span)."""
+    """(``priced_graph``, the events it was split with -- ``within(ev, sampled graph)``, its
+    ``PRICED_COLS`` --, and that graph's ``span``): a caller that needs ``within(ev, priced)``
+    reuses them when the spans are the same (the split cuts stretches inside their own span)."""
     g, priced = sample_steps(graph, most)
     span = span_of(g)
-    g_ev = within(ev, g)
+    g_ev = within(ev[[c for c in PRICED_COLS if c in ev]], g)
     g = split(g, g_ev, step_pattern)
     paired = pair_helper_bursts(g)
     g.notes = list(g.notes) + [f"levers: {priced}"] + \

@@ -1583,13 +1583,15 @@ def forget() -> None:
     """Let go of the last graph's replays (``_with_and_without``: kept for the pricing
     that follows the ratio, not past the analysis that asked; a graph, its unprofiled
     copy and two schedules) and of the models' caches (``_LAST``, ``_MEMO``): pure
-    caches, so the next analysis computes the same figures."""
+    caches, so the next analysis computes the same figures; and the host-cost fit's (a copy
+    of seven node columns: 45 MB at 1.7 M nodes, kept into the next rank's analysis)."""
     from . import sim
 
     _BARE.clear()
     _LAST.clear()
     _MEMO.clear()
     sim.forget()   # the last replay's lane layout
+    hostcost.forget()
 
 
 def profiler_ratio(graph) -> float | None:
