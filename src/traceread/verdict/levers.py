@@ -24,9 +24,9 @@ import sys
 from enum import Enum
 from typing import Callable
 
-from .units import step_share, window_total
 from .leverkit import (COST_ORDER, Ctx, Lever, LeverDoc, Pred, SavingModel, Withdrawn,
                        first_line, register_ids)
+from .units import step_share, window_total
 
 
 # -- predicates over the trace context ---------------------------------------------------
