@@ -68,6 +68,9 @@ def _tile(src: Path, path: Path, kernels: int) -> None:
     """``scripts/make_big_nsys.py``: SRC's capture repeated until it holds ``kernels``."""
     import importlib.util
 
+    if not src.is_file():
+        raise SystemExit(f"--tile {src}: no such export (give its path)")
+
     spec = importlib.util.spec_from_file_location(
         "make_big_nsys", Path(__file__).resolve().parents[1] / "scripts" / "make_big_nsys.py")
     mod = importlib.util.module_from_spec(spec)

@@ -209,6 +209,8 @@ def main(argv=None) -> int:
                     help="one compact event per line (denser than Kineto's indented layout)")
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
+    if not a.src.is_file():
+        sys.exit(f"{a.src}: not a trace file (give a Kineto .json or .json.gz)")
     if a.output.resolve() == a.src.resolve():
         sys.exit("refusing to overwrite the source trace")
     info = make(a.src, a.size, a.output, a.level, a.quiet, a.compact)
