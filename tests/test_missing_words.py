@@ -41,3 +41,16 @@ def test_attention_figure_is_said_as_fused_kernels():
     assert fact_words({"fact": "attention_ns", "value": 0}) == "no fused attention kernel runs"
     assert fact_words({"fact": "attention_ns", "value": 2_500_000}) == \
         "fused attention kernels 2.5 ms"
+
+
+def test_a_step_paced_by_a_waiting_queue_is_not_called_gpu_bound():
+    # sglang decode on MI300: the GPU busy 9.8 ms of a 474 ms step, its queued kernels held by
+    # a hipStreamWaitEvent -- the step is the GPU's timeline, but not busy kernels
+    from traceread.render.report import program_step_line
+
+    p = corpus_or_skip() / ("AMD-AGI__TraceLens/tests/traces/inference/sglang_decode/"
+                            "sglang_Qwen3-8B_decode.json.gz")
+    if not p.is_file():
+        pytest.skip("sglang decode trace not in the corpus")
+    line = " ".join(program_step_line(analysed(p)).split())
+    assert "paced by the GPU's queue, busy only 2% of it" in line and "GPU-bound" not in line

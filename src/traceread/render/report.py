@@ -338,6 +338,9 @@ def _with_span(start) -> bool:
     return not narrow() and not start
 
 
+QUEUE_PACED = 0.5   # a GPU-paced step the GPU is busy less than half of: its queue paces it
+
+
 def program_step_line(a) -> str | None:
     """The step the program waits on (passes/steps.program_step) and what bounds it:
     "program step 18.2 ms mean (GPU-bound: the host runs ahead by 12 ms; 6 of 6 steps)"."""
@@ -347,7 +350,15 @@ def program_step_line(a) -> str | None:
     if not p:
         return None
     n = f"{p['gpu_bound_steps']} of {p['steps']} steps GPU-bound"
-    if p["bound_by"] == "gpu":
+    busy = int(((getattr(a, "facts", None) and a.facts.figures) or {}).get("busy_step_mean_ns")
+               or 0)
+    if p["bound_by"] == "gpu" and busy and busy < QUEUE_PACED * p["mean_ns"]:
+        # paced by the GPU's timeline while it mostly idles: its queued work waits (on an
+        # event, another stream, its front-end), not busy kernels
+        what = (f"paced by the GPU's queue, busy only {100 * busy / p['mean_ns']:.0f}% of it: "
+                f"its queued work waits; {p['gpu_bound_steps']} of {p['steps']} steps paced by "
+                "the GPU")
+    elif p["bound_by"] == "gpu":
         why = (f"the host runs ahead by {fmt_ns(p['host_ahead_ns'])}" if p["host_ahead_ns"] > 0
                else "the host waits on it")
         what = f"GPU-bound: {why}; {n}"
