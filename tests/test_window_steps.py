@@ -121,9 +121,9 @@ def test_batching_requests_projects_the_larger_step_not_a_shorter_one():
     # xDiT SD3.5 on MI300, batch 1 at 1.2 s a request (712 ms of GPU work): batching 8
     # requests saves per request; the step at 8 requests grows (it read "step -> 773 ms")
     from traceread.render.text import action_gain
-    from traceread.verdict.scores import _per_sample_step
+    from traceread.verdict.units import per_sample_step
 
-    assert _per_sample_step(8.0, 400, {"program_step_mean_ns": 1_000}) == 4_800
+    assert per_sample_step(8.0, 400, 1_000) == 4_800
     a = analysed(_corpus("AMD-AGI__TraceLens/tests/traces/inference/xdit_sd_3.5/"
                          "profile_trace_rank_0.json.gz"))
     x = next(x for x in a.verdict["actions"] if x["id"] == "batch_requests")

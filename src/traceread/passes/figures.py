@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import intervals
 from .attribution import ALLOC_API_RX, SHORT_GAP_NS
 from .causes import HOST_PARTS
 
@@ -107,11 +108,11 @@ def backlog(step_tab, gaps: pd.DataFrame, devices: pd.DataFrame) -> dict:
         if lead <= 0:
             continue
         idle = 0
-        if len(gaps):
+        if len(gaps):   # as steps.idle_in_span: the device's gaps as one set, clipped
             g = gaps[gaps["device"].to_numpy() == dev]
-            s = np.maximum(g["start"].to_numpy(np.int64), start)
-            e = np.minimum(g["end"].to_numpy(np.int64), first)
-            idle = int(np.maximum(e - s, 0).sum())
+            idle = int(intervals.overlap(intervals.union(g["start"].to_numpy(np.int64),
+                                                         g["end"].to_numpy(np.int64)),
+                                         [int(start)], [first])[0])
         busy += max(0, lead - idle)
     ndev = max(1, len(devices))
     per_dev = busy / ndev

@@ -350,8 +350,7 @@ def program_step_line(a) -> str | None:
     if not p:
         return None
     n = f"{p['gpu_bound_steps']} of {p['steps']} steps GPU-bound"
-    busy = int(((getattr(a, "facts", None) and a.facts.figures) or {}).get("busy_step_mean_ns")
-               or 0)
+    busy = busy_floor(a) or 0
     if p["bound_by"] == "gpu" and busy and busy < QUEUE_PACED * p["mean_ns"]:
         # paced by the GPU's timeline while it mostly idles: its queued work waits (on an
         # event, another stream, its front-end), not busy kernels

@@ -26,7 +26,7 @@ from typing import Callable
 
 from .leverkit import (COST_ORDER, Ctx, Lever, LeverDoc, Pred, SavingModel, Withdrawn,
                        first_line, register_ids)
-from .units import step_share, window_total
+from .units import per_sample_step, step_share, window_total
 
 
 # -- predicates over the trace context ---------------------------------------------------
@@ -1583,9 +1583,8 @@ def _replay_item(item: dict, lv: Lever, rep: int, ctx: Ctx) -> None:
         # project the step at k x the batch, not a per-sample step no run would show
         item["per_sample_x"] = k
         if capped:   # the capped saving per sample, from the measured step
-            per = int(step_share(rep, ctx))
-            ref = int(ctx.get("step_mean_ns") or 0)
-            item["projected_step_ns"] = int(k * (ref - per)) if ref > per else None
+            item["projected_step_ns"] = per_sample_step(
+                k, int(step_share(rep, ctx)), int(ctx.get("step_mean_ns") or 0))
         elif item["projected_step_ns"]:
             item["projected_step_ns"] = int(item["projected_step_ns"] * k)
 

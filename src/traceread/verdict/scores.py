@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from . import levers as L
 from .because import because, fact_item
-from .units import per_step, program_step_ns, window_steps
+from .units import per_sample_step, per_step, program_step_ns, window_steps
 from .bounds import CAUSES, TITLE, WHAT
 
 GPU_BOUND_LOST = 0.10
@@ -215,13 +215,6 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     return out
 
 
-def _per_sample_step(k: float, per: int, ctx: dict) -> int | None:
-    """A bound saved per sample at ``k`` x the batch: the step at that batch is k x the step
-    less the saving (a batch of k requests is one step), not the step less the saving."""
-    step = program_step_ns(ctx)
-    return int(k * (step - per)) if step > per else None
-
-
 def share_span(ctx: dict, window_ns: int) -> int:
     """What a saving is a share of: the GPU's window; with no steps (the whole trace is one
     run) the run as the replay measured it where that is longer -- host work before the
@@ -257,8 +250,9 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
             gain["projected_step_ns"] = x["projected_step_ns"]
         elif x.get("per_sample_x") and gain["saves_per_step_ns"] is not None:
             gain.pop("projected_floor", None)
-            gain["projected_step_ns"] = _per_sample_step(x["per_sample_x"],
-                                                         gain["saves_per_step_ns"], ctx)
+            gain["projected_step_ns"] = per_sample_step(x["per_sample_x"],
+                                                        gain["saves_per_step_ns"],
+                                                        program_step_ns(ctx))
         # the replayed saving per step; over the window where it has no steps (whole trace)
         per = gain["saves_per_step_ns"] if gain["saves_per_step_ns"] is not None \
             else gain["saves_ns"]

@@ -55,6 +55,13 @@ def step_share(total_ns: float, ctx: dict, traced: bool = False) -> float:
     return float(total_ns) / _held(ctx, traced)
 
 
+def per_sample_step(k: float, per_ns: int, step_ns: int) -> int | None:
+    """The step at ``k`` x the batch where a saving of ``per_ns`` per step's worth of
+    samples is taken: k x (the step - the saving) -- a batch of k is one step, which grows,
+    not the step less the saving. None when the saving is the whole step."""
+    return int(k * (step_ns - per_ns)) if step_ns > per_ns else None
+
+
 def gpu_bound(ctx: dict) -> bool:
     """Most analysed steps are paced by the GPU (passes/steps.program_step's ``bound_by``)."""
     return ((ctx.get("program_step") or {}).get("bound_by")) == "gpu"

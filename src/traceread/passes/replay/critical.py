@@ -99,7 +99,7 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
             v, t0 = int(np.argmax(end)), int(start.min())
             bound = "window"   # a whole-trace window: its last end
         else:
-            bi, ei = pos.get_indexer([srow.begin, srow.end])
+            bi, ei = bis[k_step], eis[k_step]
             if bi < 0 or ei < 0:
                 continue
             v, t0, bound = _program_end(int(bi), int(ei), int(gpu_last[k_step]),
@@ -196,14 +196,7 @@ def _previous_ends(graph: StepGraph, start: np.ndarray, end: np.ndarray, bi: np.
     prog = np.maximum(h1 - h0, gpu)
     paced = (gpu > h1 - h0) | (_busiest_lane(graph, start, end, k) >= GPU_BOUND_BUSY
                                * np.maximum(prog, 1))
-    fin = np.where(ok, np.where(paced & has, np.maximum(h1, g1), h1), -1)
-    pid = st["pid"].to_numpy(np.int64)
-    t = st["start_ns"].to_numpy(np.int64)
-    for p in np.unique(pid).tolist():
-        idx = np.flatnonzero(pid == p)
-        idx = idx[np.argsort(t[idx], kind="stable")]
-        out[idx[1:]] = np.maximum.accumulate(fin[idx])[:-1]
-    return out
+    return _earlier_max(st, np.where(ok, np.where(paced & has, np.maximum(h1, g1), h1), -1))
 
 
 def _busiest_lane(graph: StepGraph, start: np.ndarray, end: np.ndarray, k: int) -> np.ndarray:
@@ -250,16 +243,21 @@ def _gpu_windows(graph: StepGraph, start: np.ndarray,
     has = last >= 0
     ge = np.where(has, end[np.maximum(last, 0)], -1)
     # the earlier steps of the same process, in start order: how far their GPU work reached
+    opens = np.where(has, np.maximum(first, _earlier_max(st, ge)), -1)
+    return last, opens
+
+
+def _earlier_max(st: pd.DataFrame, x: np.ndarray) -> np.ndarray:
+    """Per graph step: the largest ``x`` of the earlier steps of its process, in start
+    order (-1 for a process's first step)."""
     pid = st["pid"].to_numpy(np.int64)
     t = st["start_ns"].to_numpy(np.int64)
-    reach = np.full(k, -1, np.int64)
+    out = np.full(len(st), -1, np.int64)
     for p in np.unique(pid).tolist():
         idx = np.flatnonzero(pid == p)
         idx = idx[np.argsort(t[idx], kind="stable")]
-        run = np.maximum.accumulate(ge[idx])
-        reach[idx[1:]] = run[:-1]
-    opens = np.where(has, np.maximum(first, reach), -1)
-    return last, opens
+        out[idx[1:]] = np.maximum.accumulate(x[idx])[:-1]
+    return out
 
 
 def _gpu_lane(lanes: pd.DataFrame, lane: np.ndarray) -> np.ndarray:

@@ -195,41 +195,7 @@ class StepGraph:
         (a CUDA graph launch, say). Edges into and out of the run attach to the new node;
         edges out keep their lag, clamped at >= 0 (the work they queued follows the one
         call's return)."""
-        n = self.nodes
-        idx = pd.Index(n["id"].to_numpy())
-        a, b = idx.get_loc(first), idx.get_loc(last)
-        lane = int(n["lane"].iat[a])
-        if int(n["lane"].iat[b]) != lane:
-            raise ValueError("replace_run: first and last are on different lanes")
-        s0, s1 = int(n["seq"].iat[a]), int(n["seq"].iat[b])
-        run = (n["lane"].to_numpy() == lane) & (n["seq"].to_numpy() >= s0) & \
-            (n["seq"].to_numpy() <= s1)
-        g = self.copy()
-        ids = set(n["id"].to_numpy()[run].tolist())
-        keep_id = int(first)
-        nodes = g.nodes
-        row = nodes.index[nodes["id"] == keep_id][0]
-        nodes.loc[row, ["kind", "name", "cat"]] = [kind, name, "launch"]
-        end = int((n["ts_ns"] + n["dur_ns"]).to_numpy()[run].max())
-        nodes.loc[row, "dur_ns"] = int(dur_ns)
-        nodes.loc[row, "cost_ns"] = int(dur_ns)
-        nodes.loc[row, "ts_ns"] = int(n["ts_ns"].iat[a])
-        _ = end
-        drop = run & (n["id"].to_numpy() != keep_id)
-        e = g.edges
-        src = e["src"].to_numpy().copy()
-        dst = e["dst"].to_numpy().copy()
-        in_run_s = np.isin(src, list(ids))
-        in_run_d = np.isin(dst, list(ids))
-        src[in_run_s] = keep_id
-        dst[in_run_d] = keep_id
-        lag = e["lag_ns"].to_numpy(np.int64).copy()
-        lag[in_run_s] = np.maximum(lag[in_run_s], 0)
-        g.edges = pd.DataFrame({"src": src, "dst": dst, "kind": e["kind"].to_numpy(),
-                                "lag_ns": lag})
-        g.edges = g.edges[g.edges["src"] != g.edges["dst"]].reset_index(drop=True)
-        g.nodes = nodes[~drop].reset_index(drop=True)
-        return g
+        return self.replace_runs([(first, last, dur_ns)], name=name, kind=kind)
 
     def replace_runs(self, runs, *, name: str, kind: str = "launch") -> "StepGraph":
         """``replace_run`` of several disjoint runs at once -- one copy of the graph, not one
