@@ -22,3 +22,20 @@ def test_larger_batch_projects_the_larger_step_and_says_per_sample():
     words = action_gain(x)
     assert "at 2x the batch" in words and "per step's worth of samples" in words
     json.dumps(a.to_dict())
+
+
+def test_a_capped_larger_batch_projects_from_the_program_step():
+    # the host's markers span 30 ms, the step the program waits on is 50 ms (GPU-paced):
+    # the step at 2x the batch is taken from the 50 ms step, as the bound's is
+    from traceread.verdict import levers as L
+
+    r = {"applied": ["larger_batch"], "refused": {}, "saves_ns": 20_000_000, "before_ns": 50_000_000,
+         "after_ns": 60_000_000, "gpu_saved_ns": 0, "per_sample_x": 2.0}
+    ctx = {"steps": 1, "devices": 1, "lost_ns": 4_000_000, "step_mean_ns": 30_000_000,
+           "program_step_mean_ns": 50_000_000, "busy_step_mean_ns": 0,
+           "replay_levers": {"models": {"larger_batch": r}}}
+    item = {"id": "larger_batch"}
+    L._replay_item(item, L.BY_ID["larger_batch"], L.replayed(L.BY_ID["larger_batch"], ctx), ctx)
+    assert item["per_sample_x"] == 2.0
+    # capped at the 4 ms lost: 2 x (50 - 4) ms
+    assert item["projected_step_ns"] == 92_000_000

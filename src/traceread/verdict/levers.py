@@ -26,7 +26,7 @@ from typing import Callable
 
 from .leverkit import (COST_ORDER, Ctx, Lever, LeverDoc, Pred, SavingModel, Withdrawn,
                        first_line, register_ids)
-from .units import per_sample_step, step_share, window_total
+from .units import per_sample_step, program_step_ns, step_share, window_total
 
 
 # -- predicates over the trace context ---------------------------------------------------
@@ -1582,9 +1582,9 @@ def _replay_item(item: dict, lv: Lever, rep: int, ctx: Ctx) -> None:
         # a larger batch saves per sample (capped or not); the step itself grows:
         # project the step at k x the batch, not a per-sample step no run would show
         item["per_sample_x"] = k
-        if capped:   # the capped saving per sample, from the measured step
+        if capped:   # the capped saving per sample, from the step the program waits on
             item["projected_step_ns"] = per_sample_step(
-                k, int(step_share(rep, ctx)), int(ctx.get("step_mean_ns") or 0))
+                k, int(step_share(rep, ctx)), program_step_ns(ctx))
         elif item["projected_step_ns"]:
             item["projected_step_ns"] = int(item["projected_step_ns"] * k)
 

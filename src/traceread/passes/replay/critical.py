@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..steps import GPU_BOUND_BUSY
-from .graph import END_EDGES, NEG, StepGraph, factorize
+from ..steps import GPU_BOUND_BUSY, grouped_union_total
+from .graph import END_EDGES, NEG, SKEW_NS, StepGraph, factorize
 from .sim import Schedule, _among, lane_order, positions
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
@@ -200,28 +200,31 @@ def _previous_ends(graph: StepGraph, start: np.ndarray, end: np.ndarray, bi: np.
 
 
 def _busiest_lane(graph: StepGraph, start: np.ndarray, end: np.ndarray, k: int) -> np.ndarray:
-    """Per graph step: the busy time of its GPU ops on their busiest lane."""
+    """Per graph step: the busy time of its GPU ops on their busiest device (the union of
+    its streams' ops, as ``steps.step_table``'s ``busy_max_ns``: two streams that overlap
+    keep the device busy once, two that alternate keep it busy twice as long as either)."""
     n = graph.nodes
     out = np.zeros(k, np.int64)
     step = n["step"].to_numpy(np.int64)
-    sel = np.flatnonzero(_gpu_lane(graph.lanes, n["lane"].to_numpy(np.int64))
-                         & (step >= 0) & (step < k))
+    lane = n["lane"].to_numpy(np.int64)
+    sel = np.flatnonzero(_gpu_lane(graph.lanes, lane) & (step >= 0) & (step < k))
     if not len(sel):
         return out
-    lane = n["lane"].to_numpy(np.int64)[sel]
-    key, uniq = pd.factorize(step[sel] * (int(lane.max()) + 1) + lane)
-    busy = np.bincount(key, weights=(end[sel] - start[sel]).astype(float))
-    np.maximum.at(out, (uniq // (int(lane.max()) + 1)).astype(np.int64),
-                  busy.astype(np.int64))
-    return out
+    lanes = graph.lanes
+    dev = lanes["device"].to_numpy(np.int64)[
+        pd.Index(lanes["lane"].to_numpy(np.int64)).get_indexer(lane[sel])]
+    codes, idx = np.unique(dev, return_inverse=True)
+    per = grouped_union_total(step[sel] * len(codes) + idx, start[sel], end[sel],
+                              k * len(codes))
+    return per.reshape(k, len(codes)).max(axis=1).astype(np.int64)
 
 
 def _gpu_windows(graph: StepGraph, start: np.ndarray,
                  end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per graph step: the GPU op it launched that ends last (node position, -1: none) and
-    where the step's GPU window opens in the replay -- its first op's start, or the end of
-    the earlier steps' GPU work of its process where that overlaps (``program_columns``);
-    -1 where the step launched nothing."""
+    where the step's GPU window opens in the replay -- its first op's start (from when it
+    was queued, ``_queued_from``), or the end of the earlier steps' GPU work of its process
+    where that overlaps (``program_columns``); -1 where the step launched nothing."""
     st = graph.steps
     k = len(st)
     last = np.full(k, -1, np.int64)
@@ -238,13 +241,64 @@ def _gpu_windows(graph: StepGraph, start: np.ndarray,
     s_o = step[o]
     tail = np.r_[s_o[1:] != s_o[:-1], True]
     last[s_o[tail]] = o[tail]
-    first = np.full(k, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(first, step[sel], start[sel])
+    first = _queued_from(graph, start, end, sel, step, k)
     has = last >= 0
     ge = np.where(has, end[np.maximum(last, 0)], -1)
     # the earlier steps of the same process, in start order: how far their GPU work reached
     opens = np.where(has, np.maximum(first, _earlier_max(st, ge)), -1)
     return last, opens
+
+
+def _queued_from(graph: StepGraph, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
+                 step: np.ndarray, k: int) -> np.ndarray:
+    """Per graph step: where its GPU work starts -- its first GPU op's start, or, where the
+    op sat queued on an idle device (no GPU op of its process and device ran then, and its
+    launch call returned more than SKEW_NS before it started), from when it was queued:
+    the GPU had the step's work and waited (``steps.queued_lead``, the attribution's queued
+    part of the gap the op ends). ``sel``: the steps' GPU nodes."""
+    out = np.full(k, np.iinfo(np.int64).max, np.int64)
+    o = sel[np.lexsort((start[sel], step[sel]))]   # by step, the earliest start first
+    s_o = step[o]
+    head = o[np.r_[True, s_o[1:] != s_o[:-1]]]
+    out[step[head]] = start[head]
+    e = graph.edges
+    launch = (e["kind"] == "launch").to_numpy() if len(e) else np.zeros(0, bool)
+    if not launch.any():
+        return out
+    ids = graph.nodes["id"].to_numpy(np.int64)
+    src, dst = positions(ids, e["src"].to_numpy(np.int64)[launch],
+                         e["dst"].to_numpy(np.int64)[launch])
+    call = np.full(len(ids), -1, np.int64)
+    call[dst[dst >= 0]] = src[dst >= 0]
+    c = call[head]
+    idle_from = np.where(c >= 0, end[np.maximum(c, 0)], np.iinfo(np.int64).max)
+    idle_from = np.maximum(idle_from, _device_busy_before(graph, start, end, head))
+    queued = start[head] - idle_from > SKEW_NS
+    out[step[head[queued]]] = idle_from[queued]
+    return out
+
+
+def _device_busy_before(graph: StepGraph, start: np.ndarray, end: np.ndarray,
+                        at: np.ndarray) -> np.ndarray:
+    """Per node of ``at`` (GPU nodes): how far the GPU ops of its process and device that
+    started before it reach (int64 max where one still runs at its start: the device was
+    not idle; int64 min where none started before)."""
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    lanes = graph.lanes
+    lane = graph.nodes["lane"].to_numpy(np.int64)
+    gpu = np.flatnonzero(_gpu_lane(lanes, lane))
+    lpos = pd.Index(lanes["lane"].to_numpy(np.int64)).get_indexer(lane)
+    dev = np.where(lpos >= 0, (lanes["pid"].to_numpy(np.int64)[np.maximum(lpos, 0)] << 16)
+                   + lanes["device"].to_numpy(np.int64)[np.maximum(lpos, 0)] + 1, -1)
+    out = np.full(len(at), lo, np.int64)
+    for d in np.unique(dev[at]).tolist():
+        g = gpu[dev[gpu] == d]
+        g = g[np.argsort(start[g], kind="stable")]
+        reach = np.maximum.accumulate(end[g])
+        mine = np.flatnonzero(dev[at] == d)
+        k = np.searchsorted(start[g], start[at[mine]], side="left")   # started strictly before
+        out[mine] = np.where(k > 0, reach[np.maximum(k - 1, 0)], lo)
+    return np.where(out > start[at], hi, out)
 
 
 def _earlier_max(st: pd.DataFrame, x: np.ndarray) -> np.ndarray:
