@@ -157,3 +157,25 @@ def test_a_host_paced_steps_late_kernel_does_not_shorten_the_next():
     t = _prog([(1, 0, 100, 150, 151), (1, 100, 220, 160, 170)], [1, 10])
     assert t["program_ns"].tolist() == [100, 120]
     assert t["bound_by"].tolist() == ["host", "host"]
+
+
+def test_busy_per_step_is_at_most_the_step_it_paces():
+    from traceread.passes.figures import busy_per_step
+
+    # step 0's own ops: 120 of busy time, but its collective overlaps step 1's compute: the
+    # device paces a 100 step at most 100 busy
+    tab = pd.DataFrame({"busy_ns": [120, 80], "program_ns": [100, 100]})
+    assert busy_per_step(tab, 1).tolist() == [100, 80]
+    assert busy_per_step(tab.drop(columns="program_ns"), 2).tolist() == [60, 40]
+
+
+def test_no_projection_above_the_step_where_steps_overlap_on_the_gpu():
+    # HTA trace_diff test (rank 1): the all_to_all of one step overlaps the next's compute;
+    # each step's own busy time summed to 126.4 ms a step for a 124.0 ms step, and the
+    # front-end lever read "step -> 126 ms at best"
+    a = analysed(_corpus("facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff/test/test.json.gz"))
+    f = a.facts.figures
+    assert f["busy_step_mean_ns"] <= f["program_step_mean_ns"]
+    for x in a.verdict["actions"]:
+        if x.get("projected_step_ns") is not None and not x.get("per_sample_x"):
+            assert x["projected_step_ns"] <= f["program_step_mean_ns"], x["id"]
