@@ -53,7 +53,8 @@ def render_report(a) -> str:
     u = getattr(a, "utilization", None)
     notes = {lv["lever"]: busy_note(lv["lever"], a.verdict.get("busy_placement"))
              for lv in ((u or {}).get("busy") or {}).get("levers") or []}
-    out += utilization_lines(u, notes, window_steps(a))
+    if len(a.devices):   # a CPU-only trace: no GPU to use
+        out += utilization_lines(u, notes, window_steps(a))
     return "\n".join(fit("\n".join(out).split("\n"))).rstrip() + "\n"
 
 
@@ -416,16 +417,32 @@ def _steps(a) -> list[str]:
     if a.step_source == "whole_trace":
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
-    lines = ["", step_stats_line(a)] + [x for x in [program_step_line(a)] if x] + \
-        overhead_lines(a) + anatomy_lines(a) + [STEP_IDLE_LEGEND, step_head()]
+    gpu = bool(len(a.devices))
+    lines = ["", step_stats_line(a)] + [x for x in [program_step_line(a)] if x and gpu] + \
+        overhead_lines(a) + anatomy_lines(a) + ([STEP_IDLE_LEGEND, step_head()] if gpu
+                                                else [host_step_head()])
     rows = st
     if len(st) > STEP_ROWS:  # the slowest steps matter most
         key = "program_ns" if "program_ns" in st else "dur"
         rows = st.sort_values(key, ascending=False, kind="stable").head(STEP_ROWS).sort_values(
             "start", kind="stable")
         lines[1] += f"; showing the {STEP_ROWS} slowest"
-    lines += [step_row(r) for r in rows.to_dict(orient="records")]
+    row = step_row if gpu else host_step_row
+    lines += [row(r) for r in rows.to_dict(orient="records")]
     return lines
+
+
+def host_step_head(start: bool = False) -> str:
+    """The step table of a trace without GPU work: the host's span is the step."""
+    g = _gap()
+    at = f"{g}{'start':>11}" if start else ""
+    return f"  {'step':>6}{at}{g}{'host':>8}"
+
+
+def host_step_row(r: dict, start: str | None = None) -> str:
+    g = _gap()
+    at = f"{g}{start:>11}" if start is not None else ""
+    return f"  {'#' + str(r['step']):>6}{at}{g}{fmt_ns(r['dur']):>8}"
 
 
 def render_steps(a) -> str:
@@ -435,10 +452,12 @@ def render_steps(a) -> str:
     if a.step_source == "whole_trace" or not len(a.steps):
         return "\n".join(fit(lines + _steps(a)[1:])) + "\n"
     t0 = trace_origin(a)
-    head = step_head(start=True)
-    lines += [step_stats_line(a)] + [x for x in [program_step_line(a)] if x] + \
-        anatomy_lines(a) + [STEP_IDLE_LEGEND, ORIGIN_NOTE, head]
-    lines += [step_row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
+    gpu = bool(len(a.devices))
+    head = step_head(start=True) if gpu else host_step_head(start=True)
+    lines += [step_stats_line(a)] + [x for x in [program_step_line(a)] if x and gpu] + \
+        anatomy_lines(a) + ([STEP_IDLE_LEGEND] if gpu else []) + [ORIGIN_NOTE, head]
+    row = step_row if gpu else host_step_row
+    lines += [row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]
     return "\n".join(fit(lines)) + "\n"
 
 

@@ -979,6 +979,14 @@ SDPA_TEXT = "fused attention: F.scaled_dot_product_attention (flash / memory-eff
 
 PT, NV = pytorch, native
 
+
+def _batch_words(c: Ctx) -> str:
+    """larger micro-batch: more work per kernel for the same launch cost (a CPU program's: per
+    op for the same dispatch cost)."""
+    if c.get("gpu_ops", 1) == 0:   # no kernels to launch: a larger batch spreads each op's dispatch
+        return "larger micro-batch: more work per op for the same per-op dispatch cost"
+    return "larger micro-batch: more work per kernel for the same launch cost"
+
 LEVERS: tuple[Lever, ...] = (
     # data
     Lever("num_workers", "data", "DataLoader(num_workers=N): load batches in worker processes, "
@@ -1069,8 +1077,7 @@ LEVERS: tuple[Lever, ...] = (
     Lever("compile_fuse", "launch", "torch.compile to fuse small elementwise kernels (fewer "
           "launches)", "code", when=_all(PT, no_graphs, not_compiled, compile_available),
           group="compile"),
-    Lever("larger_batch", "launch", "larger micro-batch: more work per kernel for the same "
-          "launch cost", "code", when=_all(PT, training, steady_window)),
+    Lever("larger_batch", "launch", _batch_words, "code", when=_all(PT, training, steady_window)),
     Lever("fused_optimizer", "launch", "fused optimizers (foreach=True / fused=True) and fused "
           "layers", "free", when=_all(PT, optimizer_unfused, fused_available)),
     Lever("foreach_optimizer", "launch", "multi-tensor optimizers (torch.optim._multi_tensor / "
