@@ -149,7 +149,10 @@ def test_analyze_checkpoint_priced_per_period():
     st = a.context["periodic_stall"]
     assert st["period"] == 3 and st["stalled_steps"] == [2, 5] and st["what"] == "checkpoint"
     assert "every 3 steps" in item["lever"] and "train.py:50 save_checkpoint" in item["lever"]
-    assert item["saves_ns"] == st["excess_ns_per_stall"] * 2
+    # replayed: the save's write_record piece moved off the step, the host stretch it labels
+    # (60.8 ms, to the step's end) a little longer than the planted 60 ms excess
+    assert item["basis"] == "replay"
+    assert abs(item["saves_ns"] - st["excess_ns_per_stall"] * 2) <= 0.02 * st["excess_ns_per_stall"] * 2
     ids = [x["id"] for x in a.verdict["actions"]]
     assert "keep_on_gpu" not in ids and "side_stream_copy" not in ids
 

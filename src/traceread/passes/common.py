@@ -17,6 +17,12 @@ GRAPH_LAUNCH_RX = namerx.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 # build). One pattern for the facts' count, the compile pass and the replay's models.
 MODULE_LOAD_RX = namerx.compile(
     r"^(?:cu|cuda|hip)(?:Module|Library)Load(?:Data(?:Ex)?|FatBinary|FromFile)?(?:_v\d+)?$")
+# a checkpoint save's frames and calls: torch.save's own frame, the state_dict, the zip
+# writer's write_record, torch.distributed.checkpoint. One pattern for the periodic-stall
+# pass that names a stall a checkpoint and the replay model that moves it off the step.
+CHECKPOINT_RX = namerx.compile(r"torch/serialization\.py\(\d+\): _?save\b|\bstate_dict\b"
+                               r"|torch/distributed/checkpoint/|write_record|(?i:checkpoint|"
+                               r"\bsave\b)")
 
 
 def events_of(trace_or_events) -> pd.DataFrame:

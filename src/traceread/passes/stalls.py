@@ -17,15 +17,12 @@ import numpy as np
 import pandas as pd
 
 from .. import namerx
-from .common import kind_in
+from .common import CHECKPOINT_RX, kind_in
 from .factkit import STEP_RX, Steps, item
 from .userframe import frame_text, is_user_frame, readable
 
 STALL_X = 3.0          # a stalled step is >= 3x the median step
 MIN_STEPS = 4          # fewer steps: no median to stand out of
-CHECKPOINT_RX = namerx.compile(r"torch/serialization\.py\(\d+\): _?save\b|\bstate_dict\b"
-                               r"|torch/distributed/checkpoint/|write_record|(?i:checkpoint|"
-                               r"\bsave\b)")
 EVAL_RX = namerx.compile(r"(?i)\beval(?:uate|uation)?\b|\bvalidat|\bval_|\btest_step")
 FLUSH_RX = namerx.compile(r"(?i)\bflush\b|\blog(?:ging|ger)?\b|\bprint\b|tensorboard|wandb"
                           r"|SummaryWriter|\bwrite\b")

@@ -281,7 +281,7 @@ ANATOMY_LEVERS: tuple[Lever, ...] = (
 def _cpu_twin(lv: Lever) -> Lever:
     """``lv``'s advice on a CPU-only trace (no cause to price: the figure is in the text)."""
     return Lever(f"{lv.id}_cpu", "cpu_only", lv.text, lv.cost, saves=lv.saves,
-                 when=(cpu_trace,) + lv.when[1:])
+                 when=(cpu_trace,) + lv.when[1:], first=lv.first, group=lv.group)
 
 
 # the same advice on a CPU-only trace (the causal-SDPA one has no CPU figure to give)

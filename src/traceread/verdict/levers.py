@@ -1300,10 +1300,12 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(not_cut, cpu_compile_heavy)),
     Lever("cpu_dataloader", "cpu_only", _cpu_data_text, "free", saves="none",
           when=_all(not_cut, cpu_data_heavy), group="workers"),
+    # the same advice as the host levers' (one kept of a group: a CPU trace's replay may
+    # offer those, and its anatomy the same odd steps as a save or a validation pass)
     Lever("cpu_checkpoint", "cpu_only", _stall_text, "code", saves="none",
-          when=_all(not_cut, checkpoint_stall)),
+          when=_all(not_cut, checkpoint_stall), group="checkpoint_off_path"),
     Lever("cpu_periodic_stall", "cpu_only", _other_stall_text, "code", saves="none",
-          when=_all(not_cut, periodic_other_stall)),
+          when=_all(not_cut, periodic_other_stall), group="periodic_stall"),
     Lever("cpu_dynamic_shapes", "cpu_only", _cpu_dynamic_text, "code", saves="none",
           when=_all(not_cut, has_dynamic_shapes)),
     Lever("record_gpu_launches", "cpu_only", lambda c: f"{_cpu(c).get('launches', 0)} kernel "

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ...table import scan_name as scan
+from ..common import CHECKPOINT_RX as STALL_SAVE_RX
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
@@ -56,8 +57,10 @@ POINTWISE_OPS = re.compile(
     r"lerp|addcmul|addcdiv|fill|zero|copy|mul_|add_|sub_|div_|addcmul_|addcdiv_|lerp_|"
     r"sqrt_|clamp_|exp_|zero_|fill_|copy_|relu_|sigmoid_|tanh_|gelu_)$")
 OPTIMIZER_RX = re.compile(r"^Optimizer\.step#|optimizer\.step|Optimizer\.zero_grad#")
+# the save's pieces: what passes/stalls.py names a checkpoint stall by (its write_record, the
+# state_dict, torch.save's own frame) and the calls that reach it
 CHECKPOINT_RX = re.compile(r"(?i)torch\.save|checkpoint|save_state_dict|dcp\.save|"
-                           r"_save\b|serializ")
+                           r"_save\b|serializ|" + f"(?-i:{STALL_SAVE_RX.rx.pattern})")
 EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
 PAGEABLE_RX = re.compile(r"(?i)pageable")
 LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
