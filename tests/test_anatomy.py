@@ -421,11 +421,18 @@ def test_sync_names_are_the_attributions():
     assert not SYNC_RX.search("cudaMemcpyAsync") and SYNC_API_RX.match("cudaMemcpy")
 
 
-def test_the_replayed_save_moves_the_whole_write_off_the_step():
-    # the real CPU capture's save: its user frame (7.4 ms) and the zip writer's write_record
-    # (40.5 ms), which the periodic-stall pass names the stall by; the model moved only the
-    # frame whose name said "save" (1.48 ms a step) until it read the stall pass's pattern
-    acts = {x["id"]: x for x in analysis("save").verdict["actions"]}
-    ck = acts["checkpoint_off_path"]
+def test_the_replayed_save_moves_the_save_and_only_the_save():
+    # the real CPU capture's analysed steps hold one torch.save (its frame 24.2 ms; truth: a
+    # save step 24.0 ms vs 3.0 ms unprofiled). The model once matched only frames whose names
+    # said "save" -- the recording script's whole loop function among them -- and a stretch
+    # the zip writer's write_record labelled: the whole 40.5 ms step went
+    a = analysis("save")
+    ck = next(x for x in a.verdict["actions"] if x["id"] == "checkpoint_off_path")
     assert ck["basis"] == "replay"
-    assert ck["saves_per_step_ns"] >= 0.9 * acts["off_step_path"]["saves_per_step_ns"]
+    ev = a.trace.events
+    w = a.window
+    save = ev[(ev["name"].astype(str) == "torch/serialization.py(944): save")
+              & (ev["ts"] >= w.start) & (ev["ts"] < w.end)]
+    assert len(save) == 1
+    per = int(save["dur"].sum()) / len(a.steps)
+    assert abs(ck["saves_per_step_ns"] - per) <= 0.05 * per

@@ -70,6 +70,11 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
             kinds == "python", nc + 1, nc + 2)))] if len(cat) else np.zeros(0, object)
     lane_key = dict(zip(lanes.index.tolist(), attr.thread_key(
         lanes["pid"].to_numpy(np.int64).copy(), lanes["tid"].to_numpy(np.int64).copy()).tolist()))
+    if not (graph.lanes["what"] == "gpu").any():
+        # a host-only step: cut at the ops inside the Python frames that hold them
+        inner = ~_holds_ops(kinds, key, ts, end)
+        rows, label, kinds, names, ts, end, key = (x[inner] for x in
+                                                   (rows, label, kinds, names, ts, end, key))
     outer = _outermost_by_thread(key, ts, end)
     P = _piece_table(n, np.flatnonzero(cand), lane_key, outer, ts, end, label, names)
     drop = P.pop("drop")
@@ -112,6 +117,28 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     e["src"] = e["src"].map(lasts).fillna(e["src"]).astype(np.int64)
     g.edges = e
     return g
+
+
+def _holds_ops(kinds: np.ndarray, key: np.ndarray, ts: np.ndarray,
+               end: np.ndarray) -> np.ndarray:
+    """The Python frames with an operator inside them on their thread. On a host-only trace
+    such a frame (``run_backward``, a module's ``forward``) is the program's compute, not
+    Python's own time: cut at it, the real CPU captures' backward was one 42 ms "python"
+    piece the host-work lever moved off the step and a larger batch did not grow; cut at the
+    ops inside it, each op is priced as an op and the Python between them stays."""
+    out = np.zeros(len(kinds), bool)
+    py = np.flatnonzero(kinds == "python")
+    ops = np.flatnonzero(kinds == "cpu_op")
+    if not len(py) or not len(ops):
+        return out
+    for k in np.unique(key[py]).tolist():
+        starts = np.sort(ts[ops[key[ops] == k]])
+        mine = py[key[py] == k]
+        if not len(starts):
+            continue
+        first = np.searchsorted(starts, ts[mine], side="left")
+        out[mine] = (first < len(starts)) & (starts[np.minimum(first, len(starts) - 1)] < end[mine])
+    return out
 
 
 def _outermost_by_thread(key: np.ndarray, ts: np.ndarray, end: np.ndarray) -> dict:

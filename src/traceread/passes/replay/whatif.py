@@ -325,8 +325,15 @@ def _kernel_class(g) -> np.ndarray:
     return np.where(k, cls, "")
 
 
+def _gpu_work(g) -> np.ndarray:
+    """The GPU's ops: ``GPU_NODES`` on a GPU stream's lane -- a host thread's wait in a
+    collective (gloo's, a comm_wait stretch) is a "collective" node too, and no GPU work."""
+    gpu_lanes = g.lanes["lane"].to_numpy()[(g.lanes["what"] == "gpu").to_numpy()]
+    return _kind(g, *GPU_NODES) & np.isin(g.nodes["lane"].to_numpy(), gpu_lanes)
+
+
 def _has_gpu(g) -> bool:
-    return bool(_kind(g, *GPU_NODES).any())
+    return bool((g.lanes["what"] == "gpu").any()) and bool(_gpu_work(g).any())
 
 
 # -- the models: each takes a copy of the graph and returns the changed graph, or a refusal
@@ -1130,12 +1137,16 @@ def _movable_host(g) -> np.ndarray:
     thread's launches show to be a wait (``_others_busy``)."""
     untraced = ("untraced",) if _has_gpu(g) else ()
     python = _cat(g, *untraced, "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
-    m = _kind(g, "host") & python & \
+    m = _kind(g, "host") & python & ~_match(g, PROFILER_FRAME_RX) & \
         (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
     return m & ~_others_busy(g, m)
 
 
 PY_FRAME_RX = re.compile(r"\.py\(\d+\): ")
+# the profiler's own Python (prof.step(), record_function's enter / exit): its cost, which the
+# unprofiled program does not pay (passes/overhead.py), not host work a thread could take
+# (TraceLens-style CPU inference capture: prof.step() 2.5 ms a request, promised back)
+PROFILER_FRAME_RX = re.compile(r"torch/profiler/\w+\.py\(\d+\): |torch/autograd/profiler\.py\(\d+\): ")
 
 
 def _others_busy(g, mask) -> np.ndarray:
@@ -1454,7 +1465,7 @@ def gpu_saved(before, after) -> int:
     """The GPU's own work (its ops' time) a change removed, per step: with the window's
     idle time, the most the change can give back (verdict/whatif.py caps a saving by it)."""
     def work(g) -> int:
-        return int(g.nodes["cost_ns"].to_numpy(np.int64)[_kind(g, *GPU_NODES)].clip(0).sum())
+        return int(g.nodes["cost_ns"].to_numpy(np.int64)[_gpu_work(g)].clip(0).sum())
     return max(0, work(before) - work(after)) // max(1, len(before.steps))
 
 
