@@ -436,3 +436,20 @@ def test_the_replayed_save_moves_the_save_and_only_the_save():
     assert len(save) == 1
     per = int(save["dur"].sum()) / len(a.steps)
     assert abs(ck["saves_per_step_ns"] - per) <= 0.05 * per
+
+
+def test_a_cpu_backward_is_the_programs_work_not_host_work_to_move():
+    # the real CPU logging capture: its backward runs inside one Python frame (run_backward)
+    # and its metrics go through gloo's host-side all_gather. The host-work lever promised
+    # 8.4 ms of a 16.2 ms step (the backward, and -- the collective taken for GPU work --
+    # the untraced time between ops); a larger batch grew the forward only
+    import traceread.passes.replay.whatif as W
+
+    a = analysis("log")
+    acts = {x["id"]: x for x in a.verdict["actions"]}
+    step = a.facts.figures["program_step_mean_ns"]
+    assert acts.get("off_step_path", {}).get("saves_per_step_ns", 0) < 0.05 * step
+    lb = acts["larger_batch"]
+    assert lb["saves_per_step_ns"] < 0.4 * step   # the backward grows with the batch too
+    g = W.graph_of(a)[0]
+    assert not W._has_gpu(g) and (g.nodes["kind"] == "collective").any()
