@@ -686,3 +686,61 @@ def test_replace_runs_is_replace_run_of_each_run():
     both = g.replace_runs(spec, name="cudaGraphLaunch")
     pd.testing.assert_frame_equal(one.nodes, both.nodes)
     pd.testing.assert_frame_equal(one.edges, both.edges)
+
+
+# -- round 6 ------------------------------------------------------------------------------
+
+def _runs_key(runs):
+    if isinstance(runs, str):
+        return runs
+    return [(lane, first, last, np.flatnonzero(inside).tolist())
+            for lane, first, last, inside in runs]
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES, ids=lambda p: p.name)
+def test_launch_runs_by_groups_equal_the_whole_graph_masks(path):
+    """The capture model's runs per (step, lane), read from each pair's own nodes, are the
+    runs (or the refusal) the whole-graph masks give: plain, through syncs, within a
+    region, and on the graph with its blocking calls' names as the run starts."""
+    from traceread.passes.replay import whatif as W
+
+    a = analyze(load(str(path)))
+    if a.facts is None or a.facts.graph is None:
+        pytest.skip(f"{path.name}: no levers' graph")
+    g = a.facts.graph
+    launch = W._kind(g, "launch", "sync_wait") & W._cat(g, "launch")
+    region = W._kind(g, "host") & W._match(g, W.COMPILED_RX)
+    host = W._kind(g, "host")
+    seen = set()
+    for start, through, within in ((launch, False, None), (launch, True, None),
+                                   (launch | region, True, region), (launch | host, False, host)):
+        got = W._launch_runs(g, launch, start, through, within)
+        want = W._launch_runs_loop(g, launch, start, through, within)
+        assert _runs_key(got) == _runs_key(want)
+        seen.add(isinstance(got, str))
+    if path.name.startswith("sync.bad"):
+        assert seen == {True, False}   # refused without the syncs, runs through them
+
+
+def test_launch_runs_on_crafted_graphs_with_odd_steps_and_lanes():
+    """Nodes outside every step, a refusal's blocking call, and keys the dense grouping
+    cannot take (a step below -1) answer as the masks do."""
+    from traceread.passes.replay import whatif as W
+
+    g = _graph_and_window(SPLIT_TRACES[2])[0].copy()   # sync.bad: syncs between launches
+    launch = W._kind(g, "launch", "sync_wait") & W._cat(g, "launch")
+    for through in (False, True):
+        assert _runs_key(W._launch_runs(g, launch, launch, through)) == \
+            _runs_key(W._launch_runs_loop(g, launch, launch, through))
+    odd = g.copy()
+    step = odd.nodes["step"].to_numpy().copy()
+    step[np.flatnonzero(launch)[:3]] = -1
+    odd.nodes["step"] = step
+    for through in (False, True):
+        assert _runs_key(W._launch_runs(odd, launch, launch, through)) == \
+            _runs_key(W._launch_runs_loop(odd, launch, launch, through))
+    step[np.flatnonzero(launch)[3]] = -5   # no dense key: the masks' way, same answer
+    odd.nodes["step"] = step
+    assert W._step_lane_groups(step, odd.nodes["lane"].to_numpy(), launch) is None
+    assert _runs_key(W._launch_runs(odd, launch, launch, True)) == \
+        _runs_key(W._launch_runs_loop(odd, launch, launch, True))
