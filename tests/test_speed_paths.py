@@ -744,3 +744,43 @@ def test_launch_runs_on_crafted_graphs_with_odd_steps_and_lanes():
     assert W._step_lane_groups(step, odd.nodes["lane"].to_numpy(), launch) is None
     assert _runs_key(W._launch_runs(odd, launch, launch, True)) == \
         _runs_key(W._launch_runs_loop(odd, launch, launch, True))
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_joint_replay_on_the_pricings_kept_answers_equals_a_fresh_one(path):
+    """The verdict's joint replay (``together``) starts from the pricing's answers about the
+    graph it priced (whatif ``_KEPT``): the same result as with none kept."""
+    from traceread.passes.replay import whatif as W
+
+    a = analyze(load(str(path)))
+    if a.facts is None or a.facts.graph is None:
+        pytest.skip(f"{path.name}: no levers' graph")
+    W.forget()
+    p = W.price_models(a.facts.graph, a.context, a.copies,
+                       a.facts.frames.get("optimizer_regions"))
+    ids = [m for m, r in p["models"].items() if r["applied"] and m != "larger_batch"][:3] \
+        or ["cuda_graphs", "host_off_path"]
+    assert W._KEPT["memo"]   # the pricing's answers are there to start from
+    kept = W.replay_models(p["graph"], p["facts"], ids, before_ns=p["before_ns"])
+    W.forget()
+    assert not W._KEPT
+    assert W.replay_models(p["graph"], p["facts"], ids, before_ns=p["before_ns"]) == kept
+
+
+def test_kept_answers_are_not_read_after_a_write_into_the_graphs_column():
+    from traceread.passes.replay import whatif as W
+
+    g = _graph_and_window(SPLIT_TRACES[0])[0].copy()
+    kinds = ("gpu_kernel",)
+    W.forget()
+    with W._base_graph(g):
+        assert W._kind(g, *kinds).tolist() == g.nodes["kind"].isin(kinds).tolist()
+    col = W._KEPT["cols"]["kind"]   # the graph's own memory (read-only under copy-on-write)
+    i = int(np.flatnonzero(col == "gpu_kernel")[0])
+    col.flags.writeable = True   # a writer that went around pandas: written in place
+    col[i] = "host"
+    col.flags.writeable = False
+    with W._base_graph(g):
+        got = W._kind(g, *kinds)
+    assert not got[i] and got.tolist() == (col == "gpu_kernel").tolist()
+    W.forget()

@@ -159,22 +159,41 @@ def _is_base(g, col: str) -> bool:
     base = _BASE["cols"]
     if base is None or col not in base:
         return False
-    a, b = g.nodes[col].to_numpy(), base[col]
-    return (a.shape == b.shape and a.dtype == b.dtype and a.strides == b.strides
-            and a.ctypes.data == b.ctypes.data)
+    return _same_memory(g.nodes[col].to_numpy(), base[col])
+
+
+# The last priced graph's answers, past ``price_models``: the verdict replays the levers it
+# offers together on the same graph next (verdict/whatif.py ``together``: ~30 ms of the same
+# isins and name patterns again at 110 k nodes). ``forget`` lets them go.
+_KEPT: dict = {}
 
 
 @contextlib.contextmanager
 def _base_graph(graph):
     """Answers about ``graph``'s kind / cat / name columns kept for its copies (``_on_base``)
-    inside the block; the columns are held, so no other array can take their addresses."""
-    _BASE["cols"] = {c: graph.nodes[c].to_numpy() for c in ("kind", "cat", "name")
-                     if c in graph.nodes}
-    _BASE["memo"] = {}
+    inside the block; the columns are held, so no other array can take their addresses.
+    Inside a block already open (the models replayed by ``price_models``) it adds nothing;
+    a block on the graph priced last starts from that pricing's answers (``_KEPT``)."""
+    if _BASE["cols"] is not None:
+        yield
+        return
+    cols = {c: graph.nodes[c].to_numpy() for c in ("kind", "cat", "name") if c in graph.nodes}
+    kept, seen = _KEPT.get("cols"), _KEPT.get("seen")
+    # the same memory holding the same values (nothing wrote into it since: ~1 ms a column)
+    same = kept is not None and kept.keys() == cols.keys() and all(
+        _same_memory(cols[c], kept[c]) and bool((cols[c] == seen[c]).all()) for c in cols)
+    _BASE["cols"], _BASE["memo"] = cols, (_KEPT["memo"] if same else {})
     try:
         yield
     finally:
+        _KEPT.update(cols=cols, seen={c: v.copy() for c, v in cols.items()} if not same
+                     else seen, memo=_BASE["memo"])
         _BASE["cols"], _BASE["memo"] = None, {}
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.shape == b.shape and a.dtype == b.dtype and a.strides == b.strides
+            and a.ctypes.data == b.ctypes.data)
 
 
 def _name_codes(g) -> tuple:
@@ -1498,6 +1517,12 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
     {"before_ns", "after_ns", "saves_ns" (per step; per sample x the old batch for a
     larger batch), "applied", "refused": {id: why}, "params"}. Models run in ``ORDER``
     (the syncs go before a graph is captured)."""
+    with _base_graph(graph):   # the models' questions of the graph's columns, asked once
+        return _replay_models(graph, facts, ids, params, before_ns)
+
+
+def _replay_models(graph, facts: Facts, ids: list[str], params: dict | None,
+                   before_ns: float | None) -> dict:
     from .sim import WHATIF_FAST_SWEEPS, simulate
 
     before = before_ns if before_ns is not None else step_mean(simulate(graph), graph)
@@ -1675,6 +1700,7 @@ def forget() -> None:
     _BARE.clear()
     _LAST.clear()
     _MEMO.clear()
+    _KEPT.clear()
     sim.forget()   # the last replay's lane layout
     hostcost.forget()
 
