@@ -784,3 +784,92 @@ def test_kept_answers_are_not_read_after_a_write_into_the_graphs_column():
         got = W._kind(g, *kinds)
     assert not got[i] and got.tolist() == (col == "gpu_kernel").tolist()
     W.forget()
+
+
+class _ListLinks:
+    """critical.py's ``_Links`` as it was: every array turned into a list up front."""
+
+    def __init__(self, pred, how, lag_launch, prev, end, starts):
+        self.pred, self.how = pred.tolist(), how.tolist()
+        self.launch, self.prev, self.end = lag_launch.tolist(), prev.tolist(), end.tolist()
+        self.gap = starts["gap"].tolist()
+        src, dst, val, is_launch = starts["src"], starts["dst"], starts["val"], starts["launch"]
+        o = np.argsort(dst, kind="stable")
+        self.ptr = np.searchsorted(dst[o], np.arange(len(pred) + 1)).tolist()
+        self.src, self.val = src[o].tolist(), val[o].tolist()
+        self.is_launch = is_launch[o].tolist()
+        self.seen = [-1] * len(pred)
+
+    def way_out(self, v, k):
+        best, how, launch, t = -1, 3, False, None
+        p = self.prev[v]
+        if p >= 0 and self.seen[p] != k:
+            best, how, t = p, 2, self.end[p] + self.gap[v]
+        for i in range(self.ptr[v], self.ptr[v + 1]):
+            u = self.src[i]
+            if self.seen[u] != k and (t is None or self.val[i] > t):
+                best, how, launch, t = u, 1, self.is_launch[i], self.val[i]
+        return best, how, launch
+
+
+def _list_walk(v, t0, k, ln):
+    path, via, hows, launches = [], [], [], []
+    while v >= 0 and ln.end[v] > t0 and ln.seen[v] != k:
+        ln.seen[v] = k
+        u, how, launch = ln.pred[v], ln.how[v], ln.launch[v]
+        if u >= 0 and ln.seen[u] == k:
+            u, how, launch = ln.way_out(v, k)
+        path.append(v)
+        via.append(u)
+        hows.append(how)
+        launches.append(launch)
+        v = u
+    return path, via, hows, launches
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES, ids=lambda p: p.name)
+def test_critical_walk_reading_arrays_equals_the_lists(path, monkeypatch):
+    """The critical path's walk reads each node's links from the arrays where it steps
+    (``_Links``), not from lists of every node: the same path, with every what-if model's
+    graph too (their cycles take the way-out branch)."""
+    from traceread.passes.replay import critical, whatif
+    from traceread.passes.replay.sim import simulate
+
+    a = analyze(load(str(path)))
+    if a.replay_graph is None:
+        pytest.skip(f"{path.name}: no replay graph")
+    graphs = [a.replay_graph]
+    if a.facts is not None and a.facts.graph is not None:
+        graphs.append(a.facts.graph)
+        for m in ("cuda_graphs", "drop_syncs", "host_off_path"):
+            out = whatif.BY_ID[m].apply(a.facts.graph.copy(), whatif.Facts(ctx=a.context), {})
+            if not isinstance(out, str):
+                graphs.append(out)
+    for g in graphs:
+        s = simulate(g)
+        got = critical.critical_path(g, s)
+        with monkeypatch.context() as mp:
+            mp.setattr(critical, "_Links", _ListLinks)
+            mp.setattr(critical, "_walk", _list_walk)
+            assert critical.critical_path(g, s) == got
+
+
+def test_critical_walk_reading_arrays_takes_the_way_out_as_the_lists(monkeypatch):
+    """Zero-length kernels waiting on each other (test_replay ``_mutual_waits``): every
+    step's walk takes the way out of their cycle, the same from the arrays as the lists."""
+    from test_replay import _mutual_waits
+
+    from traceread.passes.replay import critical
+    from traceread.passes.replay.sim import simulate
+
+    g = _mutual_waits(12)
+    s = simulate(g)
+    outs = []
+    real = critical._Links.way_out
+    monkeypatch.setattr(critical._Links, "way_out",
+                        lambda self, v, k: outs.append(v) or real(self, v, k))
+    got = critical.critical_path(g, s)
+    assert outs   # the branch ran
+    monkeypatch.setattr(critical, "_Links", _ListLinks)
+    monkeypatch.setattr(critical, "_walk", _list_walk)
+    assert critical.critical_path(g, s) == got
