@@ -873,3 +873,19 @@ def test_critical_walk_reading_arrays_takes_the_way_out_as_the_lists(monkeypatch
     monkeypatch.setattr(critical, "_Links", _ListLinks)
     monkeypatch.setattr(critical, "_walk", _list_walk)
     assert critical.critical_path(g, s) == got
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES + [FIX / "gpu" / "compile.bad.json.gz"],
+                         ids=lambda p: p.name)
+def test_trace_facts_with_the_analysis_steps_equal_their_own(path):
+    """The steps' anatomy reads the steps the analysis found (``find_steps`` of the whole
+    trace, no pattern) instead of finding them again: the same trace facts."""
+    import json
+
+    from traceread.passes.newfacts import trace_facts
+    from traceread.passes.steps import find_steps
+
+    ev = load(str(path)).events
+    given = trace_facts(ev, ev, find_steps(ev)[0])
+    assert json.dumps(given, sort_keys=True, default=str) == \
+        json.dumps(trace_facts(ev, ev), sort_keys=True, default=str)

@@ -139,6 +139,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     is_nsys = trace.meta.format == "nsys"
     all_ev = trace.events
     all_steps, pattern = steps_mod.find_steps(all_ev, step_pattern)
+    # the steps the anatomy finds with no pattern given (its own copy: later edits stay ours)
+    found = all_steps.copy(deep=False) if step_pattern is None else None
     all_ops = _gpu_ops(all_ev, is_nsys)
     apart = _apart_window(trace, all_ev) if window is None else None
     win = window_mod.choose(all_ev, all_steps, all_ops, steps_spec=steps,
@@ -160,7 +162,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace,
                                                  "ops": ops}) as side, sharing():
         return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
-                               is_nsys, min_gap_ns, peak_tflops)
+                               is_nsys, min_gap_ns, peak_tflops, found)
 
 
 def _apart_window(trace, all_ev) -> tuple | None:
@@ -246,8 +248,9 @@ def _checked_args(trace, step_pattern, steps, min_gap_ns, peak_tflops) -> int:
 
 
 def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win, is_nsys,
-                    min_gap_ns, peak_tflops) -> Analysis:
-    """The passes over the window ``ev``; ``ops``: its GPU ops (None: not computed yet)."""
+                    min_gap_ns, peak_tflops, found=None) -> Analysis:
+    """The passes over the window ``ev``; ``ops``: its GPU ops (None: not computed yet);
+    ``found``: the trace's steps as ``find_steps(all_ev)`` finds them (None: not known)."""
     # Passes that need neither the gaps nor the steps run beside the attribution.
     ref = side.ref
     side.submit("nccl", comm_overlap, ref("ev"))
@@ -261,7 +264,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("kernels", kernel_summary, ref("ev"))
     if ev is not all_ev:   # the whole trace's compile counts, labelled apart from the window's
         side.submit("compile_whole", compile_counts, ref("all_ev"))
-    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"))
+    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found)
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
     # the step replay, the levers' graph and its optimizer regions: one side job beside the
     # attribution and the facts (a sampled window is not replayed: its ids, read once here)
