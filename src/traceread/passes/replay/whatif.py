@@ -1473,10 +1473,13 @@ def gpu_lane_costs(graph) -> tuple | None:
     """(step, lane, cost + gap) of the steps' nodes on GPU lanes; None: there are none."""
     n = graph.nodes
     gpu_lanes = graph.lanes.loc[graph.lanes["what"] == "gpu", "lane"].to_numpy()
-    m = (n["step"].to_numpy() >= 0) & np.isin(n["lane"].to_numpy(), gpu_lanes)
-    if not m.any():
+    step, lane = n["step"].to_numpy(), n["lane"].to_numpy()
+    # the models' copies keep the nodes' steps and lanes: the mask of the last graph asked
+    m = _as_last("gpu_lane_nodes", (step, lane, gpu_lanes),
+                 lambda: np.flatnonzero((step >= 0) & np.isin(lane, gpu_lanes)))
+    if not len(m):
         return None
-    step, lane = n["step"].to_numpy(np.int64)[m], n["lane"].to_numpy(np.int64)[m]
+    step, lane = step.astype(np.int64, copy=False)[m], lane.astype(np.int64, copy=False)[m]
     ns = (n["cost_ns"].to_numpy(np.int64) + np.maximum(n["gap_ns"].to_numpy(np.int64), 0))[m]
     return step, lane, ns
 
