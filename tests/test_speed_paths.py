@@ -889,3 +889,28 @@ def test_trace_facts_with_the_analysis_steps_equal_their_own(path):
     given = trace_facts(ev, ev, find_steps(ev)[0])
     assert json.dumps(given, sort_keys=True, default=str) == \
         json.dumps(trace_facts(ev, ev), sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:5], ids=lambda p: p.name)
+def test_attribution_with_the_queued_part_from_a_side_pass_is_the_same(path):
+    """The analysis runs ``attribution.queued`` as a side pass on the gaps' bounds alone
+    (``QUEUED_GAP_COLUMNS``) and hands it to the attribution: the same gaps and top ops."""
+    from traceread import analysis as A
+    from traceread.passes import attribution as attr
+    from traceread.passes import steps as steps_mod
+    from traceread.passes.gaps import gpu_gaps
+
+    ev = load(str(path)).events
+    ops = steps_mod.gpu_ops(ev)
+    gaps = gpu_gaps(ev, 0)
+    bounds = gaps[list(A.QUEUED_GAP_COLUMNS)].copy()
+    asked = []
+    side = attr.attribute(ev, gaps, ops, queued_of=lambda: asked.append(1)
+                          or attr.queued(ev, bounds, ops))
+    here = attr.attribute(ev, gaps, ops)
+    assert asked == [1]
+    pd.testing.assert_frame_equal(side["gaps"], here["gaps"])
+    pd.testing.assert_frame_equal(side["top_ops"], here["top_ops"])
+    assert side["sync_blocked"] == here["sync_blocked"]
+    if path.name == "sync.bad.json.gz":
+        assert (here["gaps"]["queued_ns"] > 0).any()   # a trace with queued gaps in it

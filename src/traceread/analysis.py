@@ -251,8 +251,16 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                     min_gap_ns, peak_tflops, found=None) -> Analysis:
     """The passes over the window ``ev``; ``ops``: its GPU ops (None: not computed yet);
     ``found``: the trace's steps as ``find_steps(all_ev)`` finds them (None: not known)."""
-    # Passes that need neither the gaps nor the steps run beside the attribution.
     ref = side.ref
+    op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
+    gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
+    if win.mode != "whole_trace":
+        gaps = _edge_gaps(gaps, ops, win)
+    # which gaps the GPU spent with work queued reads only their bounds: the first side pass,
+    # beside the rest of the attribution (a third of its time)
+    side.submit("queued", attr_mod.queued, ref("ev"), gaps[list(QUEUED_GAP_COLUMNS)].copy(),
+                ref("ops"))
+    # Passes that need neither the gaps nor the steps run beside the attribution.
     side.submit("nccl", comm_overlap, ref("ev"))
     side.submit("collectives", collective_summary, ref("ev"))
     side.submit("graphs", _graphs, ref("ev"), ref("all_ev"))
@@ -265,7 +273,6 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     if ev is not all_ev:   # the whole trace's compile counts, labelled apart from the window's
         side.submit("compile_whole", compile_counts, ref("all_ev"))
     side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found)
-    op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
     # the step replay, the levers' graph and its optimizer regions: one side job beside the
     # attribution and the facts (a sampled window is not replayed: its ids, read once here)
     sampled = steady_mod.sampled_ids(ev)
@@ -273,9 +280,6 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 bool(sampled))
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
-    gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
-    if win.mode != "whole_trace":
-        gaps = _edge_gaps(gaps, ops, win)
     gaps["step_index"] = _step_of_gaps(gaps, ops, op_step)
     if source != "whole_trace":   # a gap whose closing op no step launched: the step it lies in
         lost = gaps["step_index"].to_numpy() < 0
@@ -283,7 +287,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
             gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
                 step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
     release_heap()
-    att = attr_mod.attribute(ev, gaps, ops, pattern)
+    att = attr_mod.attribute(ev, gaps, ops, pattern, queued_of=lambda: side.get("queued"))
     release_heap()
     # compilation an untraced host shows only through the driver's module loads (nsys):
     # the host time of the gaps that end in freshly built code is compile time
@@ -462,6 +466,9 @@ def _pass_workers(rows: int) -> int:
         return 1
     return env_workers() or default_workers()
 
+
+# What ``attribution.queued`` reads of the gaps (a side pass: only these travel)
+QUEUED_GAP_COLUMNS = ("start", "end", "pid", "device")
 
 # Below this many events the passes run in one process (measured: ~0.1 s of passes).
 PARALLEL_PASSES_ROWS = 200_000
