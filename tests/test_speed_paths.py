@@ -894,7 +894,7 @@ def test_trace_facts_with_the_analysis_steps_equal_their_own(path):
 @pytest.mark.parametrize("path", SPLIT_TRACES[:5], ids=lambda p: p.name)
 def test_attribution_with_the_queued_part_from_a_side_pass_is_the_same(path):
     """The analysis runs ``attribution.queued`` as a side pass on the gaps' bounds alone
-    (``QUEUED_GAP_COLUMNS``) and hands it to the attribution: the same gaps and top ops."""
+    (``GAP_BOUNDS``) and hands it to the attribution: the same gaps and top ops."""
     from traceread import analysis as A
     from traceread.passes import attribution as attr
     from traceread.passes import steps as steps_mod
@@ -903,7 +903,7 @@ def test_attribution_with_the_queued_part_from_a_side_pass_is_the_same(path):
     ev = load(str(path)).events
     ops = steps_mod.gpu_ops(ev)
     gaps = gpu_gaps(ev, 0)
-    bounds = gaps[list(A.QUEUED_GAP_COLUMNS)].copy()
+    bounds = gaps[list(A.GAP_BOUNDS)].copy()
     asked = []
     side = attr.attribute(ev, gaps, ops, queued_of=lambda: asked.append(1)
                           or attr.queued(ev, bounds, ops))
@@ -914,3 +914,24 @@ def test_attribution_with_the_queued_part_from_a_side_pass_is_the_same(path):
     assert side["sync_blocked"] == here["sync_blocked"]
     if path.name == "sync.bad.json.gz":
         assert (here["gaps"]["queued_ns"] > 0).any()   # a trace with queued gaps in it
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4] + [FIX / "gpu" / "compile.bad.json.gz"],
+                         ids=lambda p: p.name)
+def test_compile_summary_of_the_gaps_bounds_equals_the_attributed_gaps(path):
+    """The analysis runs ``compile_summary`` as a side pass on the gaps' bounds, before the
+    attribution: the summary of the attributed (and compile-charged) gaps is the same."""
+    a = analyze(load(str(path)))
+    from traceread import analysis as A
+    from traceread.passes import window as window_mod
+    from traceread.passes.compile import compile_summary
+
+    ev = a.trace.events
+    if a.window.mode != "whole_trace":
+        ev = window_mod.slice_events(ev, a.window.start, a.window.end)
+    want = compile_summary(ev, gaps=a.gaps)
+    assert compile_summary(ev, gaps=a.gaps[list(A.GAP_BOUNDS)].copy()) == want
+    got = dict(a.compile)
+    for k in ("scope", "whole_trace"):
+        got.pop(k, None)
+    assert got == want

@@ -258,8 +258,10 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         gaps = _edge_gaps(gaps, ops, win)
     # which gaps the GPU spent with work queued reads only their bounds: the first side pass,
     # beside the rest of the attribution (a third of its time)
-    side.submit("queued", attr_mod.queued, ref("ev"), gaps[list(QUEUED_GAP_COLUMNS)].copy(),
-                ref("ops"))
+    bounds = gaps[list(GAP_BOUNDS)].copy()
+    side.submit("queued", attr_mod.queued, ref("ev"), bounds, ref("ops"))
+    # the compile summary reads the gaps' bounds too (the GPU's idle time under compiles)
+    side.submit("compile", compile_summary, ref("ev"), gaps=bounds)
     # Passes that need neither the gaps nor the steps run beside the attribution.
     side.submit("nccl", comm_overlap, ref("ev"))
     side.submit("collectives", collective_summary, ref("ev"))
@@ -311,7 +313,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 events=ref("ev"))
     nccl, collectives = side.get("nccl"), side.get("collectives")
     release_heap()
-    comp = compile_summary(ev, gaps=gaps)
+    comp = side.get("compile")   # compile_summary(ev, gaps=gaps): their bounds, the same
     comp["scope"] = "window" if ev is not all_ev else "whole_trace"
     comp["whole_trace"] = side.get("compile_whole") if ev is not all_ev else \
         {k: comp[k] for k in ("compiles", "recompiles", "graph_breaks")}
@@ -467,8 +469,9 @@ def _pass_workers(rows: int) -> int:
     return env_workers() or default_workers()
 
 
-# What ``attribution.queued`` reads of the gaps (a side pass: only these travel)
-QUEUED_GAP_COLUMNS = ("start", "end", "pid", "device")
+# What ``attribution.queued`` and ``compile_summary`` read of the gaps (side passes: only
+# these travel)
+GAP_BOUNDS = ("start", "end", "pid", "device")
 
 # Below this many events the passes run in one process (measured: ~0.1 s of passes).
 PARALLEL_PASSES_ROWS = 200_000
