@@ -289,7 +289,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
             gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
                 step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
     release_heap()
-    att = attr_mod.attribute(ev, gaps, ops, pattern, queued_of=lambda: side.get("queued"))
+    att = attr_mod.attribute(ev, gaps, ops, pattern, queued_of=lambda: side.get("queued", release=False))
     release_heap()
     # compilation an untraced host shows only through the driver's module loads (nsys):
     # the host time of the gaps that end in freshly built code is compile time
@@ -313,7 +313,9 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 events=ref("ev"))
     nccl, collectives = side.get("nccl"), side.get("collectives")
     release_heap()
-    comp = side.get("compile")   # compile_summary(ev, gaps=gaps): their bounds, the same
+    # compile_summary(ev, gaps=gaps): their bounds, the same (small temporaries: no trim,
+    # as when it ran here)
+    comp = side.get("compile", release=False)
     comp["scope"] = "window" if ev is not all_ev else "whole_trace"
     comp["whole_trace"] = side.get("compile_whole") if ev is not all_ev else \
         {k: comp[k] for k in ("compiles", "recompiles", "graph_breaks")}
