@@ -935,3 +935,17 @@ def test_compile_summary_of_the_gaps_bounds_equals_the_attributed_gaps(path):
     for k in ("scope", "whole_trace"):
         got.pop(k, None)
     assert got == want
+
+
+def test_side_get_trims_the_heap_unless_asked_not_to(monkeypatch):
+    """A side pass run here hands its freed pages back after it, unless the caller asks for
+    a small pass in the middle of another (``release=False``)."""
+    from traceread.passes import side as side_mod
+
+    trims = []
+    monkeypatch.setattr(side_mod, "release_heap", lambda: trims.append(1))
+    with side_mod.SidePasses(1, {}) as side:
+        side.submit("a", sum, [1, 2])
+        side.submit("b", sum, [3, 4])
+        assert side.get("a") == 3 and trims == [1]
+        assert side.get("b", release=False) == 7 and trims == [1]
