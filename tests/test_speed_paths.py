@@ -448,7 +448,7 @@ def test_models_priced_with_the_base_graphs_answers_kept_price_the_same(path, mo
 
     from traceread.passes.replay import whatif as W
 
-    a = analyze(load(str(path)))
+    a = _analysed(path)
     if a.facts is None or a.facts.graph is None:
         pytest.skip(f"{path.name}: no levers' graph")
     args = (a.facts.graph, a.context, a.copies, a.facts.frames.get("optimizer_regions"))
@@ -492,7 +492,7 @@ def test_profiler_marks_from_the_graphs_span_equal_the_whole_windows(path, monke
     from traceread.passes import overhead
 
     g, _ev, _pattern = _graph_and_window(path)
-    a = analyze(load(str(path)))
+    a = _analysed(path)
     ev = a.trace.events
     if a.window.mode != "whole_trace":
         ev = window_mod.slice_events(ev, a.window.start, a.window.end)
