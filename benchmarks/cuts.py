@@ -8,7 +8,8 @@ graph (``price_models``, its caches emptied first), the profiler's marks on that
 (``overhead.mark``), the overhead estimate's features, the comm calls of the layout
 pass, the optimizer regions of the levers' graph's events, the levers' graph itself
 (``priced_graph``), the replay's critical path, the steps' anatomy, the launch calls'
-pattern over the window's runtime calls, and ``analyze`` itself. Sides
+pattern over the window's runtime calls, the capture model alone and the pricing followed by
+the joint replay of the models it applied (round 6), and ``analyze`` itself. Sides
 run in interleaved rounds (``--repeat``), the least CPU kept; the table gives each
 baseline over this checkout (``2.00×``: the baseline takes twice the CPU).
 """
@@ -46,6 +47,8 @@ ROWS = [("kind_in", "kind_in × 10 kind sets (window)"),
         ("critical_path", "critical path of the replay (critical_path)"),
         ("step_anatomy", "steps' anatomy (step_anatomy)"),
         ("launch_calls", "kernel launch calls by name (kernel_launch_calls)"),
+        ("capture", "CUDA-graph capture model alone (cuda_graphs on the levers' graph)"),
+        ("price_together", "what-if pricing, then the levers together (price + together)"),
         ("analyze", "analyze (in process, trace loaded)")]
 
 
@@ -70,7 +73,7 @@ def main(args) -> int:
     same = {n: r.result.get("digest") == best[sides[0].name].result.get("digest")
             for n, r in best.items() if r and best[sides[0].name]}
     print("\nsame results as this checkout (prices, marks, features, comm calls, regions, "
-          f"levers' graph, critical path, anatomy, launch calls): {same}")
+          f"levers' graph, critical path, anatomy, launch calls, capture, together): {same}")
     return 0
 
 
@@ -163,3 +166,31 @@ def _round5(out: dict, digest: dict, a, ev, inner: int) -> None:
     names = str_at(ev["name"], rows_of(ev, ("runtime", "driver")))
     out["launch_calls"], lc = _cpu(lambda: kernel_launch_calls(names), inner)
     digest["launch_calls"] = int(lc.sum())
+    _round6(out, digest, a, inner)
+
+
+def _round6(out: dict, digest: dict, a, inner: int) -> None:
+    """Round 6's cuts: the capture model (its runs per step and lane, the runs' drains at
+    once) alone on the levers' graph; the pricing followed by the joint replay of the models
+    it applied, as the verdict's ``together`` asks it (the pricing's answers kept for it)."""
+    from traceread.passes.replay import whatif
+
+    g = a.facts.graph
+    regions = a.facts.frames.get("optimizer_regions")
+    facts = whatif.Facts(ctx=a.context, device=a.context.get("device") or {},
+                         copies=dict(a.copies or {}), **whatif.regions_of(regions))
+
+    def capture():
+        whatif.forget()
+        return whatif.replay_models(g, facts, ["cuda_graphs"])
+    out["capture"], cap = _cpu(capture, inner)
+    digest["capture"] = [cap["after_ns"], sorted(cap["refused"])]
+
+    def price_together():
+        whatif.forget()
+        p = whatif.price_models(g, a.context, a.copies, regions)
+        ids = [m for m, r in p["models"].items() if r["applied"] and m != "larger_batch"]
+        return whatif.replay_models(p["graph"], p["facts"], ids, before_ns=p["before_ns"])
+    out["price_together"], tog = _cpu(price_together, inner)
+    digest["together"] = [tog["after_ns"], tog["applied"], sorted(tog["refused"])]
+    whatif.forget()

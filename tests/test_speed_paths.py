@@ -24,10 +24,16 @@ SPLIT_TRACES = [FIX / "gpu" / "data.bad.json.gz", FIX / "gpu" / "host.fixed.json
 
 
 @functools.lru_cache(maxsize=None)
+def _analysed(path: Path):
+    """One analysis per fixture, shared by the tests that only read it."""
+    return analyze(load(str(path)))
+
+
+@functools.lru_cache(maxsize=None)
 def _graph_and_window(path: Path):
     """The replay's graph of the trace's analysed steps, sampled as the levers price it, and
     the events inside it."""
-    a = analyze(load(str(path)))
+    a = _analysed(path)
     if a.replay_graph is None:
         pytest.skip(f"{path.name}: no replay graph")
     ev = a.trace.events
@@ -442,7 +448,7 @@ def test_models_priced_with_the_base_graphs_answers_kept_price_the_same(path, mo
 
     from traceread.passes.replay import whatif as W
 
-    a = analyze(load(str(path)))
+    a = _analysed(path)
     if a.facts is None or a.facts.graph is None:
         pytest.skip(f"{path.name}: no levers' graph")
     args = (a.facts.graph, a.context, a.copies, a.facts.frames.get("optimizer_regions"))
@@ -486,7 +492,7 @@ def test_profiler_marks_from_the_graphs_span_equal_the_whole_windows(path, monke
     from traceread.passes import overhead
 
     g, _ev, _pattern = _graph_and_window(path)
-    a = analyze(load(str(path)))
+    a = _analysed(path)
     ev = a.trace.events
     if a.window.mode != "whole_trace":
         ev = window_mod.slice_events(ev, a.window.start, a.window.end)
@@ -686,3 +692,271 @@ def test_replace_runs_is_replace_run_of_each_run():
     both = g.replace_runs(spec, name="cudaGraphLaunch")
     pd.testing.assert_frame_equal(one.nodes, both.nodes)
     pd.testing.assert_frame_equal(one.edges, both.edges)
+
+
+# -- round 6 ------------------------------------------------------------------------------
+
+def _runs_key(runs):
+    if isinstance(runs, str):
+        return runs
+    return [(lane, first, last, np.flatnonzero(inside).tolist())
+            for lane, first, last, inside in runs]
+
+
+# syncs between launches (a refusal, then runs through them), a transformer's, CUDA graphs
+ROUND6_TRACES = [SPLIT_TRACES[2], SPLIT_TRACES[4], SPLIT_TRACES[5]]
+
+
+@pytest.mark.parametrize("path", ROUND6_TRACES, ids=lambda p: p.name)
+def test_launch_runs_by_groups_equal_the_whole_graph_masks(path):
+    """The capture model's runs per (step, lane), read from each pair's own nodes, are the
+    runs (or the refusal) the whole-graph masks give: plain, through syncs, within a
+    region, and on the graph with its blocking calls' names as the run starts."""
+    from traceread.passes.replay import whatif as W
+
+    a = _analysed(path)
+    if a.facts is None or a.facts.graph is None:
+        pytest.skip(f"{path.name}: no levers' graph")
+    g = a.facts.graph
+    launch = W._kind(g, "launch", "sync_wait") & W._cat(g, "launch")
+    region = W._kind(g, "host") & W._match(g, W.COMPILED_RX)
+    host = W._kind(g, "host")
+    seen = set()
+    for start, through, within in ((launch, False, None), (launch, True, None),
+                                   (launch | region, True, region), (launch | host, False, host)):
+        got = W._launch_runs(g, launch, start, through, within)
+        want = W._launch_runs_loop(g, launch, start, through, within)
+        assert _runs_key(got) == _runs_key(want)
+        seen.add(isinstance(got, str))
+    if path.name.startswith("sync.bad"):
+        assert seen == {True, False}   # refused without the syncs, runs through them
+
+
+def test_launch_runs_on_crafted_graphs_with_odd_steps_and_lanes():
+    """Nodes outside every step, a refusal's blocking call, and keys the dense grouping
+    cannot take (a step below -1) answer as the masks do."""
+    from traceread.passes.replay import whatif as W
+
+    g = _graph_and_window(SPLIT_TRACES[2])[0].copy()   # sync.bad: syncs between launches
+    launch = W._kind(g, "launch", "sync_wait") & W._cat(g, "launch")
+    for through in (False, True):
+        assert _runs_key(W._launch_runs(g, launch, launch, through)) == \
+            _runs_key(W._launch_runs_loop(g, launch, launch, through))
+    odd = g.copy()
+    step = odd.nodes["step"].to_numpy().copy()
+    step[np.flatnonzero(launch)[:3]] = -1
+    odd.nodes["step"] = step
+    for through in (False, True):
+        assert _runs_key(W._launch_runs(odd, launch, launch, through)) == \
+            _runs_key(W._launch_runs_loop(odd, launch, launch, through))
+    step[np.flatnonzero(launch)[3]] = -5   # no dense key: the masks' way, same answer
+    odd.nodes["step"] = step
+    assert W._step_lane_groups(step, odd.nodes["lane"].to_numpy(), launch) is None
+    assert _runs_key(W._launch_runs(odd, launch, launch, True)) == \
+        _runs_key(W._launch_runs_loop(odd, launch, launch, True))
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:3:2], ids=lambda p: p.name)
+def test_joint_replay_on_the_pricings_kept_answers_equals_a_fresh_one(path):
+    """The verdict's joint replay (``together``) starts from the pricing's answers about the
+    graph it priced (whatif ``_KEPT``): the same result as with none kept."""
+    from traceread.passes.replay import whatif as W
+
+    a = _analysed(path)
+    if a.facts is None or a.facts.graph is None:
+        pytest.skip(f"{path.name}: no levers' graph")
+    W.forget()
+    p = W.price_models(a.facts.graph, a.context, a.copies,
+                       a.facts.frames.get("optimizer_regions"))
+    ids = [m for m, r in p["models"].items() if r["applied"] and m != "larger_batch"][:3] \
+        or ["cuda_graphs", "host_off_path"]
+    assert W._KEPT["memo"]   # the pricing's answers are there to start from
+    kept = W.replay_models(p["graph"], p["facts"], ids, before_ns=p["before_ns"])
+    W.forget()
+    assert not W._KEPT
+    assert W.replay_models(p["graph"], p["facts"], ids, before_ns=p["before_ns"]) == kept
+
+
+def test_kept_answers_are_not_read_after_a_write_into_the_graphs_column():
+    from traceread.passes.replay import whatif as W
+
+    g = _graph_and_window(SPLIT_TRACES[0])[0].copy()
+    g.nodes = g.nodes.copy(deep=True)   # its own memory: the write below stays in this test
+    kinds = ("gpu_kernel",)
+    W.forget()
+    with W._base_graph(g):
+        assert W._kind(g, *kinds).tolist() == g.nodes["kind"].isin(kinds).tolist()
+    col = W._KEPT["cols"]["kind"]   # the graph's own memory (read-only under copy-on-write)
+    i = int(np.flatnonzero(col == "gpu_kernel")[0])
+    col.flags.writeable = True   # a writer that went around pandas: written in place
+    col[i] = "host"
+    col.flags.writeable = False
+    with W._base_graph(g):
+        got = W._kind(g, *kinds)
+    assert not got[i] and got.tolist() == (col == "gpu_kernel").tolist()
+    W.forget()
+
+
+class _ListLinks:
+    """critical.py's ``_Links`` as it was: every array turned into a list up front."""
+
+    def __init__(self, pred, how, lag_launch, prev, end, starts):
+        self.pred, self.how = pred.tolist(), how.tolist()
+        self.launch, self.prev, self.end = lag_launch.tolist(), prev.tolist(), end.tolist()
+        self.gap = starts["gap"].tolist()
+        src, dst, val, is_launch = starts["src"], starts["dst"], starts["val"], starts["launch"]
+        o = np.argsort(dst, kind="stable")
+        self.ptr = np.searchsorted(dst[o], np.arange(len(pred) + 1)).tolist()
+        self.src, self.val = src[o].tolist(), val[o].tolist()
+        self.is_launch = is_launch[o].tolist()
+        self.seen = [-1] * len(pred)
+
+    def way_out(self, v, k):
+        best, how, launch, t = -1, 3, False, None
+        p = self.prev[v]
+        if p >= 0 and self.seen[p] != k:
+            best, how, t = p, 2, self.end[p] + self.gap[v]
+        for i in range(self.ptr[v], self.ptr[v + 1]):
+            u = self.src[i]
+            if self.seen[u] != k and (t is None or self.val[i] > t):
+                best, how, launch, t = u, 1, self.is_launch[i], self.val[i]
+        return best, how, launch
+
+
+def _list_walk(v, t0, k, ln):
+    path, via, hows, launches = [], [], [], []
+    while v >= 0 and ln.end[v] > t0 and ln.seen[v] != k:
+        ln.seen[v] = k
+        u, how, launch = ln.pred[v], ln.how[v], ln.launch[v]
+        if u >= 0 and ln.seen[u] == k:
+            u, how, launch = ln.way_out(v, k)
+        path.append(v)
+        via.append(u)
+        hows.append(how)
+        launches.append(launch)
+        v = u
+    return path, via, hows, launches
+
+
+@pytest.mark.parametrize("path", ROUND6_TRACES, ids=lambda p: p.name)
+def test_critical_walk_reading_arrays_equals_the_lists(path, monkeypatch):
+    """The critical path's walk reads each node's links from the arrays where it steps
+    (``_Links``), not from lists of every node: the same path, with every what-if model's
+    graph too (their cycles take the way-out branch)."""
+    from traceread.passes.replay import critical, whatif
+    from traceread.passes.replay.sim import simulate
+
+    a = _analysed(path)
+    if a.replay_graph is None:
+        pytest.skip(f"{path.name}: no replay graph")
+    graphs = [a.replay_graph]
+    if a.facts is not None and a.facts.graph is not None:
+        graphs.append(a.facts.graph)
+        for m in ("cuda_graphs", "drop_syncs", "host_off_path"):
+            out = whatif.BY_ID[m].apply(a.facts.graph.copy(), whatif.Facts(ctx=a.context), {})
+            if not isinstance(out, str):
+                graphs.append(out)
+    for g in graphs:
+        s = simulate(g)
+        got = critical.critical_path(g, s)
+        with monkeypatch.context() as mp:
+            mp.setattr(critical, "_Links", _ListLinks)
+            mp.setattr(critical, "_walk", _list_walk)
+            assert critical.critical_path(g, s) == got
+
+
+def test_critical_walk_reading_arrays_takes_the_way_out_as_the_lists(monkeypatch):
+    """Zero-length kernels waiting on each other (test_replay ``_mutual_waits``): every
+    step's walk takes the way out of their cycle, the same from the arrays as the lists."""
+    from test_replay import _mutual_waits
+
+    from traceread.passes.replay import critical
+    from traceread.passes.replay.sim import simulate
+
+    g = _mutual_waits(12)
+    s = simulate(g)
+    outs = []
+    real = critical._Links.way_out
+    monkeypatch.setattr(critical._Links, "way_out",
+                        lambda self, v, k: outs.append(v) or real(self, v, k))
+    got = critical.critical_path(g, s)
+    assert outs   # the branch ran
+    monkeypatch.setattr(critical, "_Links", _ListLinks)
+    monkeypatch.setattr(critical, "_walk", _list_walk)
+    assert critical.critical_path(g, s) == got
+
+
+@pytest.mark.parametrize("path", [SPLIT_TRACES[0], SPLIT_TRACES[4],
+                                  FIX / "gpu" / "compile.bad.json.gz"], ids=lambda p: p.name)
+def test_trace_facts_with_the_analysis_steps_equal_their_own(path):
+    """The steps' anatomy reads the steps the analysis found (``find_steps`` of the whole
+    trace, no pattern) instead of finding them again: the same trace facts."""
+    import json
+
+    from traceread.passes.newfacts import trace_facts
+    from traceread.passes.steps import find_steps
+
+    ev = load(str(path)).events
+    given = trace_facts(ev, ev, find_steps(ev)[0])
+    assert json.dumps(given, sort_keys=True, default=str) == \
+        json.dumps(trace_facts(ev, ev), sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("path", ROUND6_TRACES, ids=lambda p: p.name)
+def test_attribution_with_the_queued_part_from_a_side_pass_is_the_same(path):
+    """The analysis runs ``attribution.queued`` as a side pass on the gaps' bounds alone
+    (``GAP_BOUNDS``) and hands it to the attribution: the same gaps and top ops."""
+    from traceread import analysis as A
+    from traceread.passes import attribution as attr
+    from traceread.passes import steps as steps_mod
+    from traceread.passes.gaps import gpu_gaps
+
+    ev = load(str(path)).events
+    ops = steps_mod.gpu_ops(ev)
+    gaps = gpu_gaps(ev, 0)
+    bounds = gaps[list(A.GAP_BOUNDS)].copy()
+    asked = []
+    side = attr.attribute(ev, gaps, ops, queued_of=lambda: asked.append(1)
+                          or attr.queued(ev, bounds, ops))
+    here = attr.attribute(ev, gaps, ops)
+    assert asked == [1]
+    pd.testing.assert_frame_equal(side["gaps"], here["gaps"])
+    pd.testing.assert_frame_equal(side["top_ops"], here["top_ops"])
+    assert side["sync_blocked"] == here["sync_blocked"]
+    if path.name == "sync.bad.json.gz":
+        assert (here["gaps"]["queued_ns"] > 0).any()   # a trace with queued gaps in it
+
+
+@pytest.mark.parametrize("path", ROUND6_TRACES[:2] + [FIX / "gpu" / "compile.bad.json.gz"],
+                         ids=lambda p: p.name)
+def test_compile_summary_of_the_gaps_bounds_equals_the_attributed_gaps(path):
+    """The analysis runs ``compile_summary`` as a side pass on the gaps' bounds, before the
+    attribution: the summary of the attributed (and compile-charged) gaps is the same."""
+    a = _analysed(path)
+    from traceread import analysis as A
+    from traceread.passes import window as window_mod
+    from traceread.passes.compile import compile_summary
+
+    ev = a.trace.events
+    if a.window.mode != "whole_trace":
+        ev = window_mod.slice_events(ev, a.window.start, a.window.end)
+    want = compile_summary(ev, gaps=a.gaps)
+    assert compile_summary(ev, gaps=a.gaps[list(A.GAP_BOUNDS)].copy()) == want
+    got = dict(a.compile)
+    for k in ("scope", "whole_trace"):
+        got.pop(k, None)
+    assert got == want
+
+
+def test_side_get_trims_the_heap_unless_asked_not_to(monkeypatch):
+    """A side pass run here hands its freed pages back after it, unless the caller asks for
+    a small pass in the middle of another (``release=False``)."""
+    from traceread.passes import side as side_mod
+
+    trims = []
+    monkeypatch.setattr(side_mod, "release_heap", lambda: trims.append(1))
+    with side_mod.SidePasses(1, {}) as side:
+        side.submit("a", sum, [1, 2])
+        side.submit("b", sum, [3, 4])
+        assert side.get("a") == 3 and trims == [1]
+        assert side.get("b", release=False) == 7 and trims == [1]

@@ -139,6 +139,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     is_nsys = trace.meta.format == "nsys"
     all_ev = trace.events
     all_steps, pattern = steps_mod.find_steps(all_ev, step_pattern)
+    # the steps the anatomy finds with no pattern given (its own copy: later edits stay ours)
+    found = all_steps.copy(deep=False) if step_pattern is None else None
     all_ops = _gpu_ops(all_ev, is_nsys)
     apart = _apart_window(trace, all_ev) if window is None else None
     win = window_mod.choose(all_ev, all_steps, all_ops, steps_spec=steps,
@@ -160,7 +162,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace,
                                                  "ops": ops}) as side, sharing():
         return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
-                               is_nsys, min_gap_ns, peak_tflops)
+                               is_nsys, min_gap_ns, peak_tflops, found)
 
 
 def _apart_window(trace, all_ev) -> tuple | None:
@@ -246,10 +248,21 @@ def _checked_args(trace, step_pattern, steps, min_gap_ns, peak_tflops) -> int:
 
 
 def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win, is_nsys,
-                    min_gap_ns, peak_tflops) -> Analysis:
-    """The passes over the window ``ev``; ``ops``: its GPU ops (None: not computed yet)."""
-    # Passes that need neither the gaps nor the steps run beside the attribution.
+                    min_gap_ns, peak_tflops, found=None) -> Analysis:
+    """The passes over the window ``ev``; ``ops``: its GPU ops (None: not computed yet);
+    ``found``: the trace's steps as ``find_steps(all_ev)`` finds them (None: not known)."""
     ref = side.ref
+    op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
+    gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
+    if win.mode != "whole_trace":
+        gaps = _edge_gaps(gaps, ops, win)
+    # which gaps the GPU spent with work queued reads only their bounds: the first side pass,
+    # beside the rest of the attribution (a third of its time)
+    bounds = gaps[list(GAP_BOUNDS)].copy()
+    side.submit("queued", attr_mod.queued, ref("ev"), bounds, ref("ops"))
+    # the compile summary reads the gaps' bounds too (the GPU's idle time under compiles)
+    side.submit("compile", compile_summary, ref("ev"), gaps=bounds)
+    # Passes that need neither the gaps nor the steps run beside the attribution.
     side.submit("nccl", comm_overlap, ref("ev"))
     side.submit("collectives", collective_summary, ref("ev"))
     side.submit("graphs", _graphs, ref("ev"), ref("all_ev"))
@@ -261,8 +274,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("kernels", kernel_summary, ref("ev"))
     if ev is not all_ev:   # the whole trace's compile counts, labelled apart from the window's
         side.submit("compile_whole", compile_counts, ref("all_ev"))
-    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"))
-    op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
+    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found)
     # the step replay, the levers' graph and its optimizer regions: one side job beside the
     # attribution and the facts (a sampled window is not replayed: its ids, read once here)
     sampled = steady_mod.sampled_ids(ev)
@@ -270,9 +282,6 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 bool(sampled))
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
-    gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
-    if win.mode != "whole_trace":
-        gaps = _edge_gaps(gaps, ops, win)
     gaps["step_index"] = _step_of_gaps(gaps, ops, op_step)
     if source != "whole_trace":   # a gap whose closing op no step launched: the step it lies in
         lost = gaps["step_index"].to_numpy() < 0
@@ -280,7 +289,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
             gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
                 step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
     release_heap()
-    att = attr_mod.attribute(ev, gaps, ops, pattern)
+    att = attr_mod.attribute(ev, gaps, ops, pattern, queued_of=lambda: side.get("queued", release=False))
     release_heap()
     # compilation an untraced host shows only through the driver's module loads (nsys):
     # the host time of the gaps that end in freshly built code is compile time
@@ -304,7 +313,9 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 events=ref("ev"))
     nccl, collectives = side.get("nccl"), side.get("collectives")
     release_heap()
-    comp = compile_summary(ev, gaps=gaps)
+    # compile_summary(ev, gaps=gaps): their bounds, the same (small temporaries: no trim,
+    # as when it ran here)
+    comp = side.get("compile", release=False)
     comp["scope"] = "window" if ev is not all_ev else "whole_trace"
     comp["whole_trace"] = side.get("compile_whole") if ev is not all_ev else \
         {k: comp[k] for k in ("compiles", "recompiles", "graph_breaks")}
@@ -459,6 +470,10 @@ def _pass_workers(rows: int) -> int:
         return 1
     return env_workers() or default_workers()
 
+
+# What ``attribution.queued`` and ``compile_summary`` read of the gaps (side passes: only
+# these travel)
+GAP_BOUNDS = ("start", "end", "pid", "device")
 
 # Below this many events the passes run in one process (measured: ~0.1 s of passes).
 PARALLEL_PASSES_ROWS = 200_000

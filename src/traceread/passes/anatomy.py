@@ -82,9 +82,11 @@ HOST_KINDS = ("cpu_op", "python", "annotation")
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
 
-def step_anatomy(ev: pd.DataFrame) -> dict | None:
-    """The anatomy of the main process's profiler steps (module doc); None without steps."""
-    steps = _steps(ev)
+def step_anatomy(ev: pd.DataFrame, found: pd.DataFrame | None = None) -> dict | None:
+    """The anatomy of the main process's profiler steps (module doc); None without steps.
+    ``found``: ``steps.find_steps(ev)``'s steps when the caller has them (the analysis
+    finds them first: ~12 ms at 247 MB not spent twice)."""
+    steps = _steps(ev, found)
     if len(steps) == 0:
         return None
     pid = int(steps["pid"].iat[0])
@@ -113,12 +115,12 @@ def step_anatomy(ev: pd.DataFrame) -> dict | None:
 
 # -- the inputs ------------------------------------------------------------------------------
 
-def _steps(ev: pd.DataFrame) -> pd.DataFrame:
+def _steps(ev: pd.DataFrame, found: pd.DataFrame | None = None) -> pd.DataFrame:
     """The main process's steps (passes/steps.py: ProfilerStep#N, else step-like ranges such
-    as nsys NVTX ``step_N``): pid, tid, start, end, number."""
+    as nsys NVTX ``step_N``): pid, tid, start, end, number. ``found``: ``find_steps(ev)``'s."""
     from .steps import find_steps
 
-    st, _pat = find_steps(ev)
+    st = find_steps(ev)[0] if found is None else found
     if not len(st):
         return pd.DataFrame(columns=["pid", "tid", "start", "end", "number"])
     df = pd.DataFrame({"pid": st["pid"].to_numpy(), "tid": st["tid"].to_numpy(),

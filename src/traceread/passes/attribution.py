@@ -405,11 +405,13 @@ def _thread_mask(key: np.ndarray, threads: set) -> np.ndarray:
 
 
 def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
-              step_pattern: str | None = None, top: int = 15) -> dict:
+              step_pattern: str | None = None, top: int = 15, queued_of=None) -> dict:
     """Label and split every gap.
 
     ``gaps``: start, end, duration, pid, device (+ anything else, kept).
     ``ops``: ``steps.gpu_ops(ev)`` (launch linkage decides the launch threads).
+    ``queued_of``: a call that returns ``queued(ev, gaps, ops)`` (the analysis runs it as a
+    side pass beside this one: it reads only the gaps' bounds); None: computed here.
     Returns {"gaps": gaps + drain, drain_op, cpu (largest category) and one
     ``cpu_<category>`` ns column per category; "top_ops": DataFrame name,
     category, ns (inclusive time inside gaps), count; "sync_blocked": per (pid, device)
@@ -454,7 +456,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         sync_label = np.concatenate([sync_label, np.full(len(cs), -1, np.int64)])
     top_parts = []
     blocked: dict = {}   # (pid, device) -> ns its launch threads spent inside sync calls
-    queued_ns, waited_on = queued(ev, gaps, ops)
+    queued_ns, waited_on = queued(ev, gaps, ops) if queued_of is None else queued_of()
     # the categories of each gap's queued part: zero unless queued_ns > 0, so only those
     # gaps are kept (and carved, for a part) until the host arrays are freed
     q_parts: list = []

@@ -79,9 +79,10 @@ class SidePasses:
         except Exception:  # noqa: BLE001 - the pool broke or cannot fork: run here
             self.close()
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str, release: bool = True) -> Any:
         """The job's result: from its worker, or computed here when no worker started it
-        yet (this process would only wait)."""
+        yet (this process would only wait); ``release``: hand its freed pages back after
+        (False for a pass of small temporaries, asked for in the middle of another)."""
         fn, args, kw = self.jobs.pop(key)
         fut = self.futs.pop(key, None)
         if fut is not None and not fut.cancel():   # a worker has it (a queued one runs here)
@@ -93,7 +94,8 @@ class SidePasses:
         out = fn(*args, **kw)
         # its temporaries are freed: hand their pages back before the next pass climbs on them
         # (run here, one side pass after another kept ~110 MB of freed heap at 1 GB)
-        release_heap()
+        if release:
+            release_heap()
         return out
 
     def close(self, abandon: bool = False) -> None:

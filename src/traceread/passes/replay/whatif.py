@@ -162,22 +162,41 @@ def _is_base(g, col: str) -> bool:
     base = _BASE["cols"]
     if base is None or col not in base:
         return False
-    a, b = g.nodes[col].to_numpy(), base[col]
-    return (a.shape == b.shape and a.dtype == b.dtype and a.strides == b.strides
-            and a.ctypes.data == b.ctypes.data)
+    return _same_memory(g.nodes[col].to_numpy(), base[col])
+
+
+# The last priced graph's answers, past ``price_models``: the verdict replays the levers it
+# offers together on the same graph next (verdict/whatif.py ``together``: ~30 ms of the same
+# isins and name patterns again at 110 k nodes). ``forget`` lets them go.
+_KEPT: dict = {}
 
 
 @contextlib.contextmanager
 def _base_graph(graph):
     """Answers about ``graph``'s kind / cat / name columns kept for its copies (``_on_base``)
-    inside the block; the columns are held, so no other array can take their addresses."""
-    _BASE["cols"] = {c: graph.nodes[c].to_numpy() for c in ("kind", "cat", "name")
-                     if c in graph.nodes}
-    _BASE["memo"] = {}
+    inside the block; the columns are held, so no other array can take their addresses.
+    Inside a block already open (the models replayed by ``price_models``) it adds nothing;
+    a block on the graph priced last starts from that pricing's answers (``_KEPT``)."""
+    if _BASE["cols"] is not None:
+        yield
+        return
+    cols = {c: graph.nodes[c].to_numpy() for c in ("kind", "cat", "name") if c in graph.nodes}
+    kept, seen = _KEPT.get("cols"), _KEPT.get("seen")
+    # the same memory holding the same values (nothing wrote into it since: ~1 ms a column)
+    same = kept is not None and kept.keys() == cols.keys() and all(
+        _same_memory(cols[c], kept[c]) and bool((cols[c] == seen[c]).all()) for c in cols)
+    _BASE["cols"], _BASE["memo"] = cols, (_KEPT["memo"] if same else {})
     try:
         yield
     finally:
+        _KEPT.update(cols=cols, seen={c: v.copy() for c, v in cols.items()} if not same
+                     else seen, memo=_BASE["memo"])
         _BASE["cols"], _BASE["memo"] = None, {}
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.shape == b.shape and a.dtype == b.dtype and a.strides == b.strides
+            and a.ctypes.data == b.ctypes.data)
 
 
 def _name_codes(g) -> tuple:
@@ -650,18 +669,21 @@ def capture_graphs(g, f: Facts, p: dict):
         return runs
     n = g.nodes
     main = int(pd.Series(n["lane"].to_numpy()[launch]).mode().iat[0])
+    loading = _kind(g, "dataloader") | _cat(g, "dataloader")
+    compiling = _cat(g, "compile", "graph_capture") if not existing else None
     for lane, first, last, inside in runs:
-        if (inside & (_kind(g, "dataloader") | _cat(g, "dataloader"))).any():
+        if (inside & loading).any():
             return "data loading runs between the step's launches: capture cannot hold it"
-        if not existing and (inside & _cat(g, "compile", "graph_capture")).any():
+        if compiling is not None and (inside & compiling).any():
             return "the step compiles: its shapes change and a graph would not be replayed"
     if not runs:
         return "no launches in the replayed steps before their first blocking sync"
-    gpu_ids = np.concatenate([_ids(g, _launched_by(g, inside)) for _, _, _, inside in runs])
+    # the runs are disjoint: what they launch, and the drains into them, taken at once
+    any_run = np.logical_or.reduce([inside for _, _, _, inside in runs])
+    gpu_ids = _ids(g, _launched_by(g, any_run))
     # nothing inside a run waits in a replay: the syncs were the re-recording's (existing),
     # or waits a replay does not repeat (an allocation, a lazy module load: CAPTURE_STOP_RX)
-    for _, _, _, inside in runs:
-        _drop_drains_into(g, inside)
+    _drop_drains_into(g, any_run)
     # a graph replays the kernels and the dispatch that issued them, not the program's own
     # work between them (host_off_path's): that stays on the thread, before the launch.
     # The program's own graphs replace their compiled region whole.
@@ -710,6 +732,88 @@ def _step_end_read(g) -> np.ndarray:
 
 def _launch_runs(g, launch, start, through_syncs: bool = False, within=None):
     """(lane, first id, last id, mask of the run) per (step, launching lane): the lane's
+    nodes from the step's first ``start`` node to its last launch before the first
+    blocking sync (``through_syncs``: to its last launch); a refusal when kernels are
+    launched after that sync. ``within``: where the (step, lane) has such nodes, the run
+    is from its first to its last of them (the program's compiled region: its CUDA graph
+    replaces the region's host work and launches, not the input made before it or the loss
+    read after it).
+    Each (step, lane) reads its own nodes (grouped once), not masks of the whole graph:
+    the same runs as ``_launch_runs_loop``, ~10 x faster on 110 k nodes."""
+    n = g.nodes
+    steps, lanes = n["step"].to_numpy(), n["lane"].to_numpy()
+    seq, ids = n["seq"].to_numpy(), n["id"].to_numpy()
+    launch, start = np.asarray(launch, bool), np.asarray(start, bool)
+    host = _kind(g, *HOST_NODES)
+    frees = host & _match(g, FREE_RX)
+    blocking = ((_blocking(g) & ~(host & _match(g, NOT_A_STOP_RX))) | frees) \
+        & (n["cost_ns"].to_numpy() >= 0)
+    groups = _step_lane_groups(steps, lanes, launch)
+    if groups is None:   # lanes or steps outside the dense key: the masks' way
+        return _launch_runs_loop(g, launch, start, through_syncs, within)
+    kernel_launch = _launches_kind(g, "gpu_kernel")
+    out = []
+    for (s, lane), idx in groups:
+        q = seq[idx]
+        lm = launch[idx]
+        sync_at = q[blocking[idx]]
+        cut = sync_at.min() if len(sync_at) and not through_syncs else np.iinfo(np.int64).max
+        if (lm & (q > cut) & kernel_launch[idx]).any():
+            seen = n["name"].to_numpy()[idx[blocking[idx] & (q == cut)]]
+            name = f" (seen: {str(seen[0])[:60]})" if len(seen) else ""
+            return (f"the step syncs between its launches{name}: a CUDA graph cannot "
+                    "capture a blocking sync (remove the syncs first)")
+        lm &= q < cut
+        w = q[within[idx]] if within is not None else q[:0]
+        if len(w):
+            lm &= (q >= w.min()) & (q <= w.max())
+        if not lm.any():
+            continue
+        lo = w.min() if len(w) else q[start[idx] & (q < cut)].min()
+        hi = w.max() if len(w) else q[lm].max()
+        inside = np.zeros(len(n), bool)
+        inside[idx[(q >= lo) & (q <= hi)]] = True
+        first = ids[idx[q == lo]][0]
+        last = ids[idx[q == hi]][0]
+        out.append((lane, int(first), int(last), inside))
+    return out
+
+
+def _step_lane_groups(steps: np.ndarray, lanes: np.ndarray, launch: np.ndarray):
+    """[((step, lane), the indices of its nodes in node order)] for each (step >= 0, lane)
+    with a ``launch`` node, in (step, lane) order; None where steps below -1 or lanes below
+    0 would break the dense key (the caller masks instead)."""
+    if not len(steps):
+        return []
+    st, ln = steps.astype(np.int64), lanes.astype(np.int64)
+    if int(st.min()) < -1 or int(ln.min()) < 0:
+        return None
+    width = int(ln.max()) + 1
+    key = (st + 1) * width + ln
+    pairs = np.unique(key[launch & (st >= 0)])
+    if not len(pairs):
+        return []
+    at = np.searchsorted(pairs, key)
+    mine = pairs[np.minimum(at, len(pairs) - 1)] == key
+    at = np.where(mine, at, len(pairs))
+    order = np.argsort(at, kind="stable")
+    bounds = np.searchsorted(at[order], np.arange(len(pairs) + 1))
+    return [((int(k // width) - 1, int(k % width)), order[bounds[i]:bounds[i + 1]])
+            for i, k in enumerate(pairs.tolist())]
+
+
+def _launches_kind(g, *kinds) -> np.ndarray:
+    """Mask of the nodes with a launch edge into a node of ``kinds``."""
+    e = g.edges
+    lau = (e["kind"] == "launch").to_numpy()
+    into = _ids(g, _kind(g, *kinds))
+    src = e["src"].to_numpy()[lau & np.isin(e["dst"].to_numpy(), into)]
+    return np.isin(g.nodes["id"].to_numpy(), src)
+
+
+def _launch_runs_loop(g, launch, start, through_syncs: bool = False, within=None):
+    """``_launch_runs`` by full-graph masks per (step, lane): the tests' reference.
+    (lane, first id, last id, mask of the run) per (step, launching lane): the lane's
     nodes from the step's first ``start`` node to its last launch before the first
     blocking sync (``through_syncs``: to its last launch); a refusal when kernels are
     launched after that sync. ``within``: where the (step, lane) has such nodes, the run
@@ -1383,10 +1487,13 @@ def gpu_lane_costs(graph) -> tuple | None:
     """(step, lane, cost + gap) of the steps' nodes on GPU lanes; None: there are none."""
     n = graph.nodes
     gpu_lanes = graph.lanes.loc[graph.lanes["what"] == "gpu", "lane"].to_numpy()
-    m = (n["step"].to_numpy() >= 0) & np.isin(n["lane"].to_numpy(), gpu_lanes)
-    if not m.any():
+    step, lane = n["step"].to_numpy(), n["lane"].to_numpy()
+    # the models' copies keep the nodes' steps and lanes: the mask of the last graph asked
+    m = _as_last("gpu_lane_nodes", (step, lane, gpu_lanes),
+                 lambda: np.flatnonzero((step >= 0) & np.isin(lane, gpu_lanes)))
+    if not len(m):
         return None
-    step, lane = n["step"].to_numpy(np.int64)[m], n["lane"].to_numpy(np.int64)[m]
+    step, lane = step.astype(np.int64, copy=False)[m], lane.astype(np.int64, copy=False)[m]
     ns = (n["cost_ns"].to_numpy(np.int64) + np.maximum(n["gap_ns"].to_numpy(np.int64), 0))[m]
     return step, lane, ns
 
@@ -1427,6 +1534,12 @@ def replay_models(graph, facts: Facts, ids: list[str], params: dict | None = Non
     {"before_ns", "after_ns", "saves_ns" (per step; per sample x the old batch for a
     larger batch), "applied", "refused": {id: why}, "params"}. Models run in ``ORDER``
     (the syncs go before a graph is captured)."""
+    with _base_graph(graph):   # the models' questions of the graph's columns, asked once
+        return _replay_models(graph, facts, ids, params, before_ns)
+
+
+def _replay_models(graph, facts: Facts, ids: list[str], params: dict | None,
+                   before_ns: float | None) -> dict:
     from .sim import WHATIF_FAST_SWEEPS, simulate
 
     before = before_ns if before_ns is not None else step_mean(simulate(graph), graph)
@@ -1604,6 +1717,7 @@ def forget() -> None:
     _BARE.clear()
     _LAST.clear()
     _MEMO.clear()
+    _KEPT.clear()
     sim.forget()   # the last replay's lane layout
     hostcost.forget()
 
