@@ -93,8 +93,40 @@ def find_steps(ev: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataFra
             steps = _merge_ranges(ev[m], numbered=pat != INFERENCE_STEP_PATTERN)
             if pat == UNNUMBERED_STEP_PATTERN and len(steps) < 2:
                 continue
-            return steps, pat
+            return _clip_to_recording(steps, recording_end(ev)), pat
     return _empty_steps(), patterns[0]
+
+
+RECORD_END = "Record Window End"
+
+
+def recording_end(ev: pd.DataFrame) -> int | None:
+    """When the profiler stopped recording (Kineto's "Record Window End" instant), or None:
+    nothing after it was recorded."""
+    if "kind" not in ev or not len(ev):
+        return None
+    inst = np.flatnonzero((ev["kind"] == "instant").to_numpy())
+    if not len(inst):
+        return None
+    names = ev["name"].take(inst).astype(str).to_numpy()
+    at = inst[names == RECORD_END]
+    return int(ev["ts"].to_numpy(np.int64)[at].max()) if len(at) else None
+
+
+def _clip_to_recording(steps: pd.DataFrame, rec_end: int | None) -> pd.DataFrame:
+    """Steps end no later than the recording: a step range closed after the profiler
+    stopped (HTA's triton example: ProfilerStep#1 spans 13.3 s, the recording 1.8 ms of it)
+    holds no recorded work after the stop -- its span there is no host time."""
+    if rec_end is None or not len(steps):
+        return steps
+    end = steps["end"].to_numpy(np.int64)
+    start = steps["start"].to_numpy(np.int64)
+    if not ((end > rec_end) & (start < rec_end)).any():
+        return steps
+    out = steps.copy()
+    out["end"] = np.where(start < rec_end, np.minimum(end, rec_end), end).astype(np.int64)
+    out["dur"] = out["end"] - out["start"]
+    return out
 
 
 def _empty_steps() -> pd.DataFrame:
