@@ -54,3 +54,18 @@ def test_a_step_paced_by_a_waiting_queue_is_not_called_gpu_bound():
         pytest.skip("sglang decode trace not in the corpus")
     line = " ".join(program_step_line(analysed(p)).split())
     assert "paced by the GPU's queue, busy only 2% of it" in line and "GPU-bound" not in line
+
+
+def test_the_busy_share_in_the_verdict_is_the_device_tables():
+    # MTIA inference: 94.5% busy in the device table; the verdict said "GPU busy 92.1%",
+    # the share without its exposed copies, under the same words
+    import re
+
+    from conftest import analysed, corpus_or_skip
+
+    a = analysed(corpus_or_skip() / "facebookresearch__HolisticTraceAnalysis/tests/data/"
+                 "mtia_inference_trace/mtia_inference_rank_0.json.gz")
+    d = a.devices.iloc[0]
+    said = float(re.search(r"GPU busy ([\d.]+)%", a.verdict["summary"]).group(1))
+    assert abs(said - 100 * d["busy_ns"] / d["window_ns"]) < 0.06
+    assert "without the exposed copies" in a.verdict["summary"]

@@ -114,7 +114,12 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     (top, top_ns), (second, second_ns) = ranked[0], ranked[1]
     if lost < GPU_BOUND_LOST * window_ns or lost == 0:
         bound = "gpu"
-        summary = f"GPU busy {100 - _pct(lost, window_ns, 3):.1f}% of the analysed window"
+        # busy as the device table counts it (copies and collectives are busy time); the
+        # part of it that is exposed copies / collectives (lost, not compute) said beside it
+        summary = f"GPU busy {100 - _pct(idle_ns, window_ns, 3):.1f}% of the analysed window"
+        if lost > idle_ns:
+            summary += (f" ({100 - _pct(lost, window_ns, 3):.1f}% without the exposed copies "
+                        "and collectives)")
     else:
         ev["dominant"], ev["dominant_pct"] = top, _pct(top_ns, lost)
         ev["runner_up"], ev["runner_up_pct"] = second, _pct(second_ns, lost)
