@@ -69,3 +69,14 @@ def test_the_busy_share_in_the_verdict_is_the_device_tables():
     said = float(re.search(r"GPU busy ([\d.]+)%", a.verdict["summary"]).group(1))
     assert abs(said - 100 * d["busy_ns"] / d["window_ns"]) < 0.06
     assert "without the exposed copies" in a.verdict["summary"]
+
+
+def test_a_device_neither_nvidia_nor_amd_gets_no_ncu_or_rocprof():
+    from traceread.verdict.levers import _tune_kernel_text
+
+    c = {"top_kernel": {"name": "merge", "pct": 84.5}, "device_name": "ARTEMIS"}
+    words = _tune_kernel_text(c)
+    assert "ncu" not in words and "rocprof" not in words and "ARTEMIS" in words
+    both = _tune_kernel_text({"top_kernel": {"name": "merge", "pct": 84.5}})
+    assert "ncu" in both and "rocprof-compute" in both
+    assert "rocprof" not in _tune_kernel_text({**c, "device_name": "NVIDIA H100"})

@@ -1737,7 +1737,8 @@ def _tune_kernel_text(c: Ctx) -> str:
     amd = AMD_DEVICE_RX.search(device) or (not device and any(
         AMD_KERNEL_RX.search(str(n)) for n in k.get("names", [name])))
     tool = rocm if amd else ncu if NVIDIA_DEVICE_RX.search(device) \
-        else f"the vendor's kernel profiler: {ncu} or {rocm}"
+        else f"the vendor's kernel profiler: {ncu} or {rocm}" if not device \
+        else f"its vendor's kernel profiler ({safe_device(device)} is neither an NVIDIA nor an AMD device)"
     how = "autotune its block sizes / num_warps" if base.startswith("triton_") else \
         "compare its achieved memory throughput and FLOP rate with the GPU's peaks"
     return f"tune the kernel that takes {pct:.0f}% of GPU time, {base}: profile it with {tool} " \
@@ -1745,6 +1746,12 @@ def _tune_kernel_text(c: Ctx) -> str:
 
 
 KERNEL_NAME_CHARS = 80
+
+
+def safe_device(device: str) -> str:
+    """A device name as the trace gives it, one line, at most 40 characters."""
+    d = " ".join(device.split())
+    return d if len(d) <= 40 else d[:39] + "…"
 
 
 def kernel_base_name(name: str, limit: int | None = KERNEL_NAME_CHARS) -> str:
