@@ -31,3 +31,11 @@ def test_only_steps_running_at_the_stop_are_clipped():
     assert out["end"].tolist() == [100, 300] and out["dur"].tolist() == [100, 200]
     assert _clip_to_recording(steps, None) is steps
     assert _clip_to_recording(steps, 600) is steps
+
+
+def test_the_time_after_the_recording_is_said_to_be_unrecorded():
+    a = analysed(corpus_or_skip() / TRITON)
+    ex = {x["what"]: x for x in a.window.excluded}
+    after = ex["after the recording stopped"]
+    assert after["ns"] > 13_000_000_000 and "nothing recorded" in after["reason"]
+    assert "after the last analysed step" not in ex or ex["after the last analysed step"]["ns"] < 1_000_000

@@ -24,7 +24,7 @@ import pandas as pd
 
 from .attribution import COMPILE_RX, GRAPH_RECORD_RX, SYNC_API_RX
 from .compile import is_compile_name
-from .steps import assign_steps
+from .steps import assign_steps, recording_end
 from .common import fmt_ms as _ms, kind_in
 from .frames import code_in, take_rows
 
@@ -436,9 +436,16 @@ def _edges(ev: pd.DataFrame, w: Window, before: str, after: str,
         out.append({"what": before, "start_ns": int(w.trace_start),
                     "ns": int(stop - w.trace_start), "reason": reason, "detail": detail})
     begin = w.end if after_start is None else after_start
-    if w.trace_end > begin:
-        out.append({"what": after, "start_ns": int(begin), "ns": int(w.trace_end - begin),
+    stopped = recording_end(ev)
+    last = w.trace_end if stopped is None or stopped >= w.trace_end else max(stopped, begin)
+    if last > begin:
+        out.append({"what": after, "start_ns": int(begin), "ns": int(last - begin),
                     "reason": after, "detail": ""})
+    if w.trace_end > last:   # a range the profiler closed after it stopped: nothing recorded
+        out.append({"what": "after the recording stopped", "start_ns": int(last),
+                    "ns": int(w.trace_end - last),
+                    "reason": "nothing recorded: a range closed after the profiler stopped "
+                              "reaches here", "detail": ""})
     return out
 
 
