@@ -1360,6 +1360,11 @@ class LeverProof(_S):
     not_replayed: Optional[str] = None
     # why the promise is not judged against the realised saving (the jobs or GPUs differ)
     not_judged: Optional[str] = None
+    # where either capture pays a material profiler cost (passes/overhead.py): the saving
+    # between the estimated unprofiled steps, which error_pct is then taken on
+    realised_unprofiled_ns: Optional[int] = None
+    realised_unprofiled_pct: Optional[float] = None   # of BEFORE's estimated unprofiled step
+    unprofiled_steps_ns: Optional[list[int]] = None    # [BEFORE, AFTER] estimated
 
 
 class Saving(_S):

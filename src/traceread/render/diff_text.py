@@ -279,7 +279,14 @@ def _proof_lines(p: dict) -> list[str]:
         rp = f" ({p['realised_pct']:.1f}%)" if p.get("realised_pct") is not None else ""
         err = f", promise off by {p['error_pct']:+.1f}%" if p.get("error_pct") is not None \
             else ""
-        lines.append(f"    realised {fmt_ns(p['realised_ns'])} per step{rp}{err}")
+        if p.get("realised_unprofiled_ns") is not None:   # judged without the profiler
+            ub, ua = p["unprofiled_steps_ns"]
+            lines.append(f"    realised {fmt_ns(p['realised_ns'])} per step{rp} as profiled")
+            lines += _wrap(f"without the profiler (estimated: {fmt_ns(ub)} -> {fmt_ns(ua)} a "
+                           f"step, the captures pay different profiler costs): "
+                           f"{fmt_ns(p['realised_unprofiled_ns'])} per step{err}", "    ")
+        else:
+            lines.append(f"    realised {fmt_ns(p['realised_ns'])} per step{rp}{err}")
     if p.get("not_judged"):
         lines += _wrap(f"not judged: {p['not_judged']} (the change is not the only difference)",
                        "    ")
