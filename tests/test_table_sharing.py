@@ -129,3 +129,23 @@ def test_filled_shares_one_string(value):
 
     a = filled(5, value)
     assert list(a) == [value] * 5 and len({id(x) for x in a}) == 1
+
+
+def test_the_cli_runs_arrow_on_the_system_allocator_unless_told_otherwise():
+    import os
+    import subprocess
+    import sys
+
+    def pool(module: str, **env) -> str:
+        e = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+        code = f"import {module}, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+        out = subprocess.run([sys.executable, "-c", code], env={**e, **env},
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert pool("traceread.cli") == "system"
+    default = pool("pyarrow")
+    assert pool("traceread") == default   # the library leaves the user's process alone
+    if default != "system":   # a value the user set wins
+        assert pool("traceread.cli", ARROW_DEFAULT_MEMORY_POOL=default) == default
