@@ -8,8 +8,10 @@ kernels: 89 MB, 6.5 M: ~0.6 GB) under /tmp, then, each in its own process:
   with StringIds and of NVTX_EVENTS, what most nsys scripts do (no table built);
 * ``traceread.load`` on every side (e.g. ``--baseline 8c9534e``, the last reader that
   fetched whole tables with ``fetchall()``): wall, peak RSS (``ru_maxrss``), RSS after
-  the imports, the table's ``nbytes`` and a digest of every column (values, nulls,
-  dictionaries and their order): every side must build the same table;
+  the imports, the table's ``nbytes`` (a buffer shared by several columns counted once
+  per column), its bytes with each buffer once, per kernel row, and a digest of every
+  column (values, nulls, dictionaries and their order): every side must build the same
+  table;
 * with ``--analyze``: ``traceread analyze --no-cache --format json`` end to end on every
   side (wall, CPU and peak memory of the process tree), per million kernel rows, and
   whether every side printed the same JSON; ``--timeout``
