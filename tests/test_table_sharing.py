@@ -149,3 +149,37 @@ def test_the_cli_runs_arrow_on_the_system_allocator_unless_told_otherwise():
     assert pool("traceread") == default   # the library leaves the user's process alone
     if default != "system":   # a value the user set wins
         assert pool("traceread.cli", ARROW_DEFAULT_MEMORY_POOL=default) == default
+
+
+def test_a_packed_trace_gives_back_the_same_table_and_frame():
+    from traceread.table import Trace
+
+    fresh = read(SRC)
+    t = Trace(fresh.table, fresh.meta)
+    t.pack()
+    assert t._table is None and t._packed is not None   # held compressed
+    assert len(t) == len(fresh)
+    assert t.table.equals(fresh.table) and t.table.schema == SCHEMA
+    assert _distinct_buffers(t.table) <= _distinct_buffers(fresh.table)
+    u = Trace(fresh.table, fresh.meta)
+    u.pack()
+    assert u.events.equals(read(SRC).events)   # the frame, straight from the packed table
+    u.pack()   # a built frame: nothing to pack
+    assert u._packed is None and u.has_frame
+
+
+def test_split_parts_wait_packed_and_equal_the_filtered_export(tmp_path):
+    import traceread
+    from traceread.readers.nsys_split import split_processes
+    from traceread.synth.multirank import JobSpec, write_nsys_job
+
+    path = write_nsys_job(tmp_path / "job.sqlite", JobSpec(ranks=3, slow_rank=1,
+                                                           with_seq=False, steps=3))
+    whole = traceread.load(path)
+    table = whole.table
+    parts = split_processes(whole)
+    assert [p._packed is not None for p in parts] == [False, True, True]
+    for p in parts:
+        pid = p.meta.extra["pid"]
+        assert p.table.equals(table.filter(pa.compute.equal(table.column("pid"), pid)))
+        assert _distinct_buffers(p.table) <= _distinct_buffers(table)

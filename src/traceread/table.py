@@ -328,9 +328,39 @@ class Trace:
         self._table: pa.Table | None = table
         self.meta = meta
         self._events: pd.DataFrame | None = None
+        self._packed: tuple | None = None   # (Arrow IPC bytes, rows): see ``pack``
+
+    def pack(self) -> None:
+        """Hold the table as LZ4-compressed Arrow IPC until it is next asked for: a rank of
+        a split nsys export waiting for its turn (113 MB -> 16 MB a rank at 252 k kernels,
+        ~0.3 CPU-s to pack and unpack). The same table comes back. No-op once the frame
+        is built."""
+        if self._table is None or self._events is not None:
+            return
+        import pyarrow.ipc as ipc
+
+        sink = pa.BufferOutputStream()
+        with ipc.new_stream(sink, self._table.schema,
+                            options=ipc.IpcWriteOptions(compression="lz4")) as w:
+            w.write_table(self._table)
+        self._packed, self._table = (sink.getvalue(), self._table.num_rows), None
+
+    def _unpack(self) -> None:
+        if self._packed is not None:
+            import pyarrow.ipc as ipc
+
+            release_heap()   # what the rank before let go, before this one's table lands
+            buf, self._packed = self._packed[0], None
+            with ipc.open_stream(buf) as r:
+                table = r.read_all()
+            del buf
+            # one chunk a column as written; IPC gives each shared default column its own
+            self._table = share_defaults(table.combine_chunks())
 
     @property
     def table(self) -> pa.Table:
+        if self._table is None:
+            self._unpack()
         if self._table is None:
             self._table = pandas_to_table(self._events)
         return self._table
@@ -339,6 +369,7 @@ class Trace:
     def table(self, table: pa.Table) -> None:
         self._table = table
         self._events = None
+        self._packed = None
 
     @property
     def has_frame(self) -> bool:
@@ -348,6 +379,7 @@ class Trace:
     @property
     def events(self) -> pd.DataFrame:
         if self._events is None:
+            self._unpack()
             table, self._table = self._table, None
             self._events = table_to_pandas(table, release=True)
             del table
@@ -355,6 +387,8 @@ class Trace:
         return self._events
 
     def __len__(self) -> int:
+        if self._packed is not None:
+            return self._packed[1]
         return self._table.num_rows if self._table is not None else len(self._events)
 
     def __repr__(self) -> str:
