@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import TraceError
-from ..table import COLUMNS, PARQUET_META_KEY, SCHEMA, Trace, TraceMeta
+from ..table import COLUMNS, PARQUET_META_KEY, SCHEMA, Trace, TraceMeta, share_defaults
 from .detect import as_path, read_head
 
 STRING_TYPE = pa.dictionary(pa.int32(), pa.string())   # the table's text columns
@@ -45,7 +45,7 @@ def read_parquet(path: str | Path) -> Trace:
     for col in ("ts", "dur", "kind"):
         if table.column(col).null_count:
             raise TraceError(path, f"not a traceread event table: null values in {col!r}")
-    return Trace(_clip_strings(table), meta)
+    return Trace(share_defaults(_clip_strings(table)), meta)   # Parquet: one copy a column
 
 
 PARQUET_MAX_CHARS = 1 << 16   # = readers' MAX_NAME_CHARS: a hostile table's names, clipped

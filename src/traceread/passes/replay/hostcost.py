@@ -29,6 +29,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from .graph import copy_on_write, str_values
+
 OP_KINDS = ("host", "launch", "sync_wait", "dataloader")
 NOT_OPS = ("untraced", "step", "wait", "")
 MATMUL_RX = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|_addmm_activation)$")
@@ -61,7 +63,7 @@ def call_starts(g) -> np.ndarray:
     n = g.nodes
     lane = n["lane"].to_numpy()[o]
     kind = n["kind"].to_numpy(object)[o]
-    name = n["name"].astype(str).to_numpy(object)[o]
+    name = str_values(n["name"])[o]
     ops = op_nodes(g)[o]
     call = np.isin(kind, ("launch", "sync_wait"))
     stretch = ops & ~call
@@ -113,13 +115,23 @@ def fit(g) -> pd.DataFrame:
     The models each fit a copy of the same graph, most of them unchanged where the fit
     looks: the last table is reused when every column it reads (``FIT_COLS``) is equal to
     the last call's -- a comparison, far cheaper than the fit. Callers only read it."""
-    cols = tuple(g.nodes[c].to_numpy() for c in FIT_COLS)
-    if _FIT_LAST and all(a.shape == b.shape and a.dtype == b.dtype and bool((a == b).all())
-                         for a, b in zip(_FIT_LAST[0][0], cols)):
+    cols = tuple(g.nodes[c] for c in FIT_COLS)
+    if _FIT_LAST and all(_same(a.to_numpy(), b.to_numpy()) for a, b in zip(_FIT_LAST[0][0], cols)):
         return _FIT_LAST[0][1]
     out = _fit(g)
-    _FIT_LAST[:] = [(tuple(a.copy() for a in cols), out)]
+    # Under copy-on-write the columns are held as Series (pandas copies a column before a
+    # write reaches one it shares): the models' copies share them with the levers' graph,
+    # where a copy of the seven was 46 MB at 865 k nodes, alive through the pricing.
+    kept = cols if copy_on_write() else tuple(c.copy(deep=True) for c in cols)
+    _FIT_LAST[:] = [(kept, out)]
     return out
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    # one buffer (a column the copies share, held above: never written, never freed)
+    return (a.ctypes.data == b.ctypes.data and a.strides == b.strides) or bool((a == b).all())
 
 
 def forget() -> None:
@@ -131,7 +143,7 @@ def _fit(g) -> pd.DataFrame:
     n = g.nodes
     lag = lag_before(g)
     m = (lag >= 0) & (n["step"].to_numpy() >= 0)
-    d = pd.DataFrame({"lane": n["lane"].to_numpy()[m], "name": n["name"].astype(str).to_numpy()[m],
+    d = pd.DataFrame({"lane": n["lane"].to_numpy()[m], "name": str_values(n["name"])[m],
                       "own": n["cost_ns"].to_numpy(np.int64)[m], "lag": lag[m]})
     if not len(d):
         return pd.DataFrame(columns=["lane", "name", "n", "own_ns", "own_spread_ns", "lag_ns",
@@ -160,7 +172,7 @@ def fitted_lag(g, table: pd.DataFrame | None = None) -> np.ndarray:
     n = g.nodes
     if not len(t):
         return np.zeros(len(n), np.int64)
-    key = pd.MultiIndex.from_arrays([n["lane"].to_numpy(), n["name"].astype(str).to_numpy()])
+    key = pd.MultiIndex.from_arrays([n["lane"].to_numpy(), str_values(n["name"])])
     idx = pd.MultiIndex.from_frame(t[["lane", "name"]]).get_indexer(key)
     out = np.where(idx >= 0, t["lag_ns"].to_numpy(np.int64)[np.maximum(idx, 0)], 0)
     return np.where(call_starts(g), out, 0).astype(np.int64)

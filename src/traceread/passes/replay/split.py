@@ -20,7 +20,7 @@ import pandas as pd
 from ...table import scan_name as scan
 from .. import attribution as attr
 from ..common import kind_in, name_hits, rows_of
-from .graph import NEG, StepGraph, host_classes, str_at
+from .graph import NEG, StepGraph, filled, host_classes, str_at
 
 SPLIT_MIN_NS = 20_000
 _CATS = attr.CPU_CATEGORIES
@@ -235,7 +235,7 @@ def _piece_table(n: pd.DataFrame, cand: np.ndarray, lane_key: dict, outer: dict,
     node = cand[p_who]
     col = {c: n[c].to_numpy(np.int64)[node] for c in ("step", "seq", "gap_ns", "release_ns",
                                                         "id")}
-    kind = np.full(len(p_who), "host", object)
+    kind = filled(len(p_who), "host")   # np.full made a Python string per row
     kind[p_cat == "dataloader"] = "dataloader"
     kind[p_cat == "comm_wait"] = "collective"
     return {"step": col["step"], "lane": n["lane"].to_numpy(np.int64)[node], "seq": col["seq"],

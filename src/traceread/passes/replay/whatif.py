@@ -35,7 +35,7 @@ from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
 from . import hostcost
-from .graph import factorize, filled
+from .graph import factorize, filled, str_values
 
 HOST_NODES = ("host", "launch", "sync_wait", "dataloader")
 GPU_NODES = ("gpu_kernel", "gpu_copy", "gpu_memset", "collective")
@@ -275,7 +275,7 @@ def _remove_ops(g, mask, p: dict | None = None) -> int:
         was = g.nodes["cost_ns"].to_numpy(np.int64)
         if p is not None:   # the evidence: what went per step, and the fits it came from
             p["host_lags_removed_ns"] = int((was - cost).sum()) // max(1, len(g.steps))
-            names = set(g.nodes["name"].astype(str).to_numpy()[gone].tolist())
+            names = set(str_values(g.nodes["name"])[gone].tolist())   # no string a row
             used = table[table["name"].isin(names) & (table["lag_ns"] > 0)]
             p["lag_fits"] = [{"name": str(r.name), "n": int(r.n), "lag_ns": int(r.lag_ns),
                               "lag_spread_ns": int(r.lag_spread_ns), "lag_seen": int(r.lag_seen)}
