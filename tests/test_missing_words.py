@@ -80,3 +80,27 @@ def test_a_device_neither_nvidia_nor_amd_gets_no_ncu_or_rocprof():
     both = _tune_kernel_text({"top_kernel": {"name": "merge", "pct": 84.5}})
     assert "ncu" in both and "rocprof-compute" in both
     assert "rocprof" not in _tune_kernel_text({**c, "device_name": "NVIDIA H100"})
+
+
+def test_a_busy_gpu_the_host_paces_gets_no_kernel_saving_it_cannot_give():
+    # nsys-ai's "healthy" export: 1 ms kernels launched every 1.01 ms, each just in time
+    # (397 of 397 gaps starved, the critical path 99.5% host): 99% busy, yet faster kernels
+    # leave the loop at the host's pace -- the compile lever's bound promised 99 ms (24.7%)
+    from conftest import analysed, corpus_or_skip
+
+    a = analysed(corpus_or_skip() / "GindaChen__nsys-ai/tests/fixtures/healthy_1pct.sqlite")
+    assert "the host paces it" in a.verdict["summary"]
+    assert not [x for x in a.verdict["actions"] if x.get("saves_ns")]
+    # where the replay prices a kernel lever, the bounds of the others keep to its scale
+    j = analysed(corpus_or_skip() / "GindaChen__nsys-ai/tests/fixtures/healthy_judged_1pct.sqlite")
+    acts = {x["id"]: x for x in j.verdict["actions"]}
+    assert acts["compile_pointwise"]["saves_ns"] <= acts["tf32"]["saves_ns"]
+
+
+def test_the_host_pace_is_not_claimed_from_a_profiled_host():
+    # h200/queue.fixed: the profiler's own cost makes the host pace the profiled run (33% of
+    # the path GPU work); the plain run is GPU-paced (11.58 ms a step for ~11.1 ms of GPU work)
+    from conftest import FIXTURES, analysed
+
+    a = analysed(FIXTURES / "h200" / "queue.fixed.json.gz")
+    assert "the host paces it" not in a.verdict["summary"]

@@ -120,6 +120,13 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
         if lost > idle_ns:
             summary += (f" ({100 - _pct(lost, window_ns, 3):.1f}% without the exposed copies "
                         "and collectives)")
+        share = ctx.get("gpu_path_share")
+        if share is not None and share < HOST_PACED_SHARE:
+            # busy, yet the program waits on the host: it launches each kernel just in time
+            ev["gpu_path_share"] = round(share, 4)
+            summary += (f"; yet the host paces it: the critical path is {100 * share:.0f}% "
+                        "GPU work -- each kernel launched just in time, so faster kernels "
+                        "alone would not shorten the loop")
     else:
         ev["dominant"], ev["dominant_pct"] = top, _pct(top_ns, lost)
         ev["runner_up"], ev["runner_up_pct"] = second, _pct(second_ns, lost)
@@ -218,6 +225,10 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
         if out["projected_step_ns"] and floor > 0 and out["projected_step_ns"] == floor:
             out["projected_floor"] = "gpu_busy"
     return out
+
+
+# a GPU-bound window whose critical path is under this share GPU work is paced by its host
+HOST_PACED_SHARE = 0.5
 
 
 def share_span(ctx: dict, window_ns: int) -> int:
