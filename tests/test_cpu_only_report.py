@@ -28,3 +28,11 @@ def test_the_steps_command_of_a_cpu_trace_lists_host_spans():
     text = render_steps(a)
     assert "GPU idle" not in text and "program step" not in text
     assert "host" in text.splitlines()[-len(a.steps) - 1]
+
+
+def test_the_html_steps_of_a_cpu_trace_are_host_time():
+    from traceread.render.html import _steps_section
+
+    d = analyze(load(ACCUM)).to_dict()
+    html = _steps_section(d)
+    assert "host time" in html and "GPU busy" not in html

@@ -506,20 +506,29 @@ def _steps_section(d: dict) -> str:
     shown = items[:MAX_STEPS]
     top = max(it["dur_ns"] for it in shown) or 1
     bar_w, row_h, x0 = 760, 16, 70
+    gpu = bool(d.get("devices"))   # a CPU-only trace: the bar is the host's span alone
     inner = []
     for i, it in enumerate(shown):
         y = i * (row_h + 3)
         inner.append(f'<text x="0" y="{y + 12}">#{escape(str(it["step"]))}</text>')
         x = x0
-        for key, ns, color in step_segments(it):
+        parts = step_segments(it) if gpu else [("host", float(it["dur_ns"]), "#e0e0e0")]
+        for key, ns, color in parts:
             w = bar_w * ns / top
             inner.append(rect(x, y, w, row_h, color, f"step {it['step']}: {key} {fmt_ns(ns)}"))
             x += w
+        label = (f' (GPU busy {fmt_ns(it["busy_ns"])}, idle {fmt_ns(it["idle_in_span_ns"])})'
+                 if gpu else "")
         inner.append(f'<text x="{x0 + bar_w * it["dur_ns"] / top + 4:.0f}" y="{y + 12}">'
-                     f'{fmt_ns(it["dur_ns"])} (GPU busy {fmt_ns(it["busy_ns"])}, idle '
-                     f'{fmt_ns(it["idle_in_span_ns"])})</text>')
+                     f'{fmt_ns(it["dur_ns"])}{label}</text>')
     s = st.get("stats") or {}
     more = f"; first {MAX_STEPS} of {len(items)}" if len(items) > MAX_STEPS else ""
+    if not gpu:
+        return (f"<h2>Steps</h2><p class='meta'>{plural(st['count'], 'step')}, mean "
+                f"{fmt_ns(s.get('mean_ns', 0))}, median {fmt_ns(s.get('median_ns', 0))}, cv "
+                f"{s.get('cv', 0):.2f}{more}. Each bar is the step's host time (no GPU work in "
+                "the trace).</p>" + svg(x0 + bar_w + 290, len(shown) * (row_h + 3), inner,
+                                        "per-step host time"))
     head = (f"<h2>Steps</h2><p class='meta'>{plural(st['count'], 'step')}, mean {fmt_ns(s.get('mean_ns', 0))}, "
             f"median {fmt_ns(s.get('median_ns', 0))}, cv {s.get('cv', 0):.2f}{more}. Each bar is "
             f"the step's own time, labelled with it: GPU busy inside the step, then the GPU idle "
