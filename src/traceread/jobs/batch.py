@@ -77,7 +77,8 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         from ..passes.nccl import collective_instances
 
         coll = collective_instances(trace.events)
-        rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a))
+        rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a),
+                                          program=a.steps)   # the analysis' program steps
         # what the job model keeps of it (multirank.prepare): input, window, layout
         member = {"path": str(path), "input": rank_input, "split": [],
                   "window": multirank.analysis_window(a), "parallelism": a.parallelism}

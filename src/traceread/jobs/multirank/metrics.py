@@ -7,7 +7,7 @@
   compute kernels in the step (CPU-only ranks: its issuing thread's traced host
   time outside collectives); comm = union of its collective instances in the step.
   Steps where either is 0 are skipped; the rank's value is the mean over steps.
-* **slowdown locality**: per rank, ``work = step time - collective wait per
+* **slowdown locality**: per rank, ``work = program step - collective wait per
   step``. Synchronous training equalises step times (everybody waits for the
   slowest), so the spread of *work* says whether one rank is slow (``rank-local``:
   a significant straggler whose work exceeds the others' median by

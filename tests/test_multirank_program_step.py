@@ -1,0 +1,111 @@
+"""The job's per-rank step is the program step (passes/steps.program_columns), the step the
+single-trace report gives: one definition of the step everywhere (the guide)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from traceread.jobs import multirank as mr
+from traceread.table import Trace, TraceMeta, build_table
+
+US, MS = 1_000, 1_000_000
+BASE = 1_700_000_000_000_000_000
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+COLS = ("ts", "dur", "kind", "name", "cat", "pid", "tid", "device", "stream", "correlation",
+        "external_id", "collective", "msg_bytes", "msg_nelems", "dtype", "group_size",
+        "process_group", "seq")
+STR = ("kind", "name", "cat", "collective", "dtype", "process_group")
+
+
+def _lagging_rank(r: int, compute_ns: int, steps: int = 5, period: int = 20 * MS) -> Trace:
+    """One rank whose host marks only the launching part of each step (a 1 ms step_N range:
+    a gemm, then an all_reduce) while its GPU runs the step's work after it: the compute
+    (``compute_ns``), then the all_reduce, which ends 800 us after the slowest rank's compute
+    (14 ms). The host's sync lies outside the range (no event)."""
+    rows = {c: [] for c in COLS}
+
+    def add(**kw):
+        for c in COLS:
+            rows[c].append(kw.get(c, None if c in STR and c != "kind" and c != "name" else -1))
+
+    pid = tid = 100 + r
+    corr = 1
+    for s in range(steps):
+        t0 = BASE + s * period
+        add(ts=t0, dur=1 * MS, kind="annotation", name=f"ProfilerStep#{s + 1}", cat="user_annotation",
+            pid=pid, tid=tid)
+        add(ts=t0 + 90 * US, dur=30 * US, kind="cpu_op", name="aten::mm", cat="cpu_op", pid=pid, tid=tid)
+        add(ts=t0 + 100 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
+            pid=pid, tid=tid, correlation=corr, external_id=corr)
+        add(ts=t0 + 200 * US, dur=compute_ns, kind="kernel", name="ampere_sgemm_128x64_tn", cat="kernel",
+            pid=pid, device=r, stream=7, correlation=corr, external_id=corr)
+        corr += 1
+        coll = dict(collective="all_reduce", msg_bytes=4 << 20, msg_nelems=1 << 20, dtype="Float",
+                    group_size=2, process_group="0", seq=s)
+        add(ts=t0 + 300 * US, dur=35 * US, kind="cpu_op", name="record_param_comms", cat="cpu_op",
+            pid=pid, tid=tid, external_id=corr, **coll)
+        add(ts=t0 + 310 * US, dur=10 * US, kind="runtime", name="cudaLaunchKernel", cat="cuda_runtime",
+            pid=pid, tid=tid, correlation=corr, external_id=corr)
+        arrive = t0 + 200 * US + compute_ns
+        end = t0 + 200 * US + 14 * MS + 800 * US
+        add(ts=arrive, dur=end - arrive, kind="kernel", name=NCCL, cat="kernel", pid=pid, device=r,
+            stream=20, correlation=corr, external_id=corr, **coll)
+        corr += 1
+    cols = {c: (v if c in STR else np.asarray(v, dtype=np.int64)) for c, v in rows.items()}
+    meta = TraceMeta(path=f"rank-{r}.json.gz", format="kineto", format_version="1.0.1",
+                     producer="test", clock="epoch_ns", rank=r, world_size=2,
+                     rank_source="distributedInfo",
+                     distributed={"backend": "nccl", "rank": r, "world_size": 2},
+                     devices=[{"device": r, "name": "Synthetic GPU"}],
+                     processes={pid: f"rank{r}"}, threads={tid: "main"})
+    return Trace(build_table(cols, len(rows["ts"])), meta)
+
+
+def test_gpu_lagging_job_reads_the_program_step():
+    """Rank 1's GPU computes 14 ms a step, rank 0's 10 ms: rank 0 waits 4 ms at each
+    all_reduce. Each rank's program step is its GPU work, 14.8 ms (gemm + all_reduce); the
+    1 ms host range is only the launching. Read from the host ranges (the old definition),
+    rank 0 waited 4 ms a step in 1 ms steps, its work (step - wait) was -3 ms, and the
+    slowdown read 'global'; it is rank-local: rank 1 works 14.8 ms, rank 0 10.8 ms."""
+    res = mr.analyze_traces([_lagging_rank(0, 10 * MS), _lagging_rank(1, 14 * MS)])[0]
+    assert res.straggler["rank"] == 1 and res.straggler["significant"]
+    pr = res.per_rank.set_index("rank")
+    assert pr.loc[0, "step_mean_ns"] == pr.loc[1, "step_mean_ns"] == 14_800 * US
+    assert pr.loc[0, "wait_ns"] == 5 * 4 * MS
+    # a wait is never longer than the step it lies in
+    assert (pr["wait_ns"] // pr["steps"] <= pr["step_mean_ns"]).all()
+    slow = res.seed["slowdown"]
+    assert slow["locality"] == "rank-local"
+    assert slow["work_ns"] == {0: 10_800 * US, 1: 14_800 * US}
+    # compute then all_reduce, back to back on both ranks: nothing hidden
+    assert res.seed["overlap_efficiency"] == {0: 0.0, 1: 0.0}
+
+
+@pytest.mark.corpus
+def test_real_gpu_paced_rank_job_steps_are_its_program_steps(corpus_dir):
+    """HTA's trace_diff test trace (rank 1 of a V100 job, GPU-bound: the host runs 17.8 ms
+    ahead): its host ranges last 82-166 ms (cv 0.26) for program steps of 115-157 ms. The
+    job (the rank beside a copy of itself as rank 0) reports the rank's program steps, the
+    figure its own report gives, not the ranges."""
+    import traceread
+    from traceread.jobs.multirank.job import step_spread
+
+    f = corpus_dir / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data" / "trace_diff" \
+        / "test" / "test.json.gz"
+    if not f.is_file():
+        pytest.skip("HTA trace_diff not in the corpus")
+    a1 = traceread.analyze(str(f))
+    t0 = traceread.load(str(f))
+    t0.meta.rank, t0.meta.path = 0, "rank-0-copy.json.gz"
+    a0 = traceread.analyze(t0)
+    jobs = mr.jobs_of([a0, a1])
+    assert len(jobs) == 1
+    res = jobs[0]
+    prog = a1.steps["program_ns"].to_numpy(np.int64)
+    pr = res.per_rank.set_index("rank")
+    assert pr.loc[1, "steps"] == len(prog) == 6
+    assert pr.loc[1, "step_mean_ns"] == int(prog.mean())
+    assert list(res.steps["min_ns"]) == list(prog)   # step_skew: per step, the program step
+    # the steps' own spread (the straggler test's noise floor) is the program steps' (~15 ms),
+    # not the host ranges' (~33 ms)
+    assert step_spread({1: res.steps.rename(columns={"min_ns": "dur"})}) == int(prog.std())
