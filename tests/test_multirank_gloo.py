@@ -301,3 +301,21 @@ def test_pipeline_sends_and_recvs_pair_by_peer_and_find_the_slow_stage(job):
         assert not mine[mine["last"]]["collective"].eq("recv").any()
     assert res.mismatched == 0
     assert res.straggler["rank"] == truth["args"]["slow_stage"] == 1
+
+
+def test_ranks_analysing_different_steps_are_matched_on_their_common_steps():
+    """gloo a2a4 (no rank planted slow): rank 3's analysis leaves out its slow first step
+    (steps #2-#3; ranks 0-2 analyse #1-#3). Matched as analysed, rank 3's step #2 barrier
+    paired with the others' step #1 one -- a step apart: rank 3 'arrived' 1.5-2.5 ms late at
+    every instance, was named the straggler, and step #1's collectives were 'not issued by
+    rank 3'. On the common steps each instance's members start within 1 ms of each other
+    (the trace: rank 0 is last at 3 of the 4, by 216-566 us) and nothing is unmatched."""
+    jobs = mr.jobs_of([str(GLOO / "a2a4" / f"rank-{r}.json.gz") for r in range(4)])
+    res = jobs[0]
+    assert [res.analyses[r].steps["step"].tolist() for r in range(4)] == [[1, 2, 3]] * 3 + [[2, 3]]
+    assert res.unmatched == [] and res.per_rank["steps"].tolist() == [2, 2, 2, 2]
+    m = res.matches
+    assert m["instance"].nunique() == 4 and (m.groupby("instance")["rank"].nunique() == 4).all()
+    spread = m.groupby("instance")["arrival_ns"].agg(lambda a: a.max() - a.min())
+    assert (spread < 1 * MS).all()
+    assert res.straggler["rank"] == 0 and res.straggler["times_last"] == 3

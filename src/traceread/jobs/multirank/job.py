@@ -295,6 +295,7 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
     ranks = [i.rank for i in inputs]
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"duplicate ranks in job {job}: {ranks}")
+    inputs = common_steps(inputs)
     sources = {i.source for i in inputs if i.source}
     source = "kernel" if "kernel" in sources else ("host" if "host" in sources else
                                                    ("issue" if sources else ""))
@@ -336,6 +337,33 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
     if not strag["instances"]:
         res.inferred = waits.infer(inputs)
     return res
+
+
+def common_steps(inputs: list[RankInput]) -> list[RankInput]:
+    """Each rank cut to the steps every rank analysed. A rank's analysis may leave out a
+    step the others keep (its own warm-up: gloo a2a4's rank 3 analysed steps #2-#3, the
+    others #1-#3); matched as they were, rank 3's first collectives paired with the
+    others' step #1 ones -- a step apart, so it 'arrived' 1.5-2.5 ms late at every one and
+    was named the straggler while rank 0 was the last to arrive. Only steps numbered alike
+    on every rank are compared; without such steps the inputs stay as they are."""
+    sets = [set(i.steps["step"].tolist()) for i in inputs if len(i.steps)]
+    if len(sets) < len(inputs) or len(inputs) < 2:
+        return inputs
+    common = set.intersection(*sets)
+    if not common or all(len(s) == len(common) for s in sets):
+        return inputs
+    import dataclasses
+
+    out = []
+    for i in inputs:
+        st = i.steps[i.steps["step"].isin(common).to_numpy()].reset_index(drop=True)
+        lo, hi = int(st["ts"].min()), int((st["ts"] + st["dur"]).max())
+        c = i.collectives
+        keep = ((c["ts"] >= lo) & (c["ts"] < hi)).to_numpy() if len(c) else np.zeros(0, bool)
+        cut = c[keep].reset_index(drop=True)
+        cut.attrs.update(c.attrs)
+        out.append(dataclasses.replace(i, steps=st, collectives=cut))
+    return out
 
 
 def _per_rank(inputs: list[RankInput], m: pd.DataFrame) -> pd.DataFrame:
