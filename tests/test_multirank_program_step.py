@@ -109,3 +109,38 @@ def test_real_gpu_paced_rank_job_steps_are_its_program_steps(corpus_dir):
     # the steps' own spread (the straggler test's noise floor) is the program steps' (~15 ms),
     # not the host ranges' (~33 ms)
     assert step_spread({1: res.steps.rename(columns={"min_ns": "dur"})}) == int(prog.std())
+
+
+@pytest.mark.corpus
+def test_kernel_excess_of_a_job_without_steps_is_not_per_step(corpus_dir):
+    """nsys-ai mfu_2gpu_before (one export, 2 GPU processes, no step markers): rank 1's GPU
+    spends 431 us more than rank 0 in an nvjet gemm over the analysed window. The verdict said
+    'more per step' of a trace with no step; it says the window."""
+    f = corpus_dir / "GindaChen__nsys-ai" / "tests" / "fixtures" / "mfu_2gpu_before.sqlite"
+    if not f.exists():
+        pytest.skip("nsys-ai fixture not in the corpus")
+    res = mr.jobs_of([str(f)])[0]
+    assert res.per_rank["steps"].tolist() == [0, 0]
+    jv = res.verdict()
+    assert jv["straggler_rank"] == 1 and jv["cause"] == "gpu_compute"
+    assert "more in the analysed window than the others in nvjet" in jv["because"]
+    assert "per step" not in jv["because"]
+
+
+def test_kernel_time_per_step_over_the_steps_it_covers():
+    """A rank cut to the job's common steps (job.common_steps) keeps the kernel time of its
+    own window: per step, that time over the window's steps, not over the fewer ones kept."""
+    import pandas as pd
+
+    from traceread.jobs.multirank.inputs import RankInput
+    from traceread.jobs.multirank.job import common_steps
+    from traceread.jobs.multirank.why import kernel_excess
+
+    def ri(rank, steps, ns):
+        st = pd.DataFrame({"step": steps, "ts": [s * 10 * MS for s in steps], "dur": [9 * MS] * len(steps)})
+        return RankInput(path=f"r{rank}", rank=rank, steps=st, kernel_ns={"gemm": ns},
+                         kernel_steps=len(steps))
+
+    a, b = common_steps([ri(0, [1, 2, 3], 30 * MS), ri(1, [2, 3], 20 * MS)])
+    assert a.steps["step"].tolist() == [2, 3]
+    assert kernel_excess([a, b], 0) == []    # 10 ms a step on both ranks

@@ -61,6 +61,7 @@ class RankInput:
     gpu_compute: tuple = (np.empty(0, np.int64), np.empty(0, np.int64))  # union of compute kernels
     thread: tuple = (-1, -1)    # (pid, tid) of the issuing thread
     kernel_ns: dict = field(default_factory=dict)   # compute kernel name -> GPU ns (top KERNEL_TOP)
+    kernel_steps: int = -1      # the steps kernel_ns covers (-1: len(steps))
     waits: dict = field(default_factory=dict)       # waits.thread_waits of the launching thread
 
 
@@ -459,7 +460,7 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
                      start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
                      clock_domain=clock_domain(m.extra or {}),
                      activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
-                     kernel_ns=kernels, waits=waits)
+                     kernel_ns=kernels, kernel_steps=len(steps), waits=waits)
 
 
 # names that do not tell one machine from another (containers default to them)

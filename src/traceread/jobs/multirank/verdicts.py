@@ -96,7 +96,9 @@ def _job_verdict(res) -> dict:
                    f"{fmt_ns(why['cause_ns'] // n)} of {fmt_ns(why['window_ns'] // n)} per {main}")
         k = (s.get("why") or {}).get("kernels") or []
         if why["cause"] == "gpu_compute" and k:
-            because += (f"; its GPU spends {fmt_ns(k[0]['excess_ns_per_step'])} more per step than the"
+            # a trace without steps: the figure is over its analysed window, not a step's
+            per = "per step" if _steps_of(res, r) else "in the analysed window"
+            because += (f"; its GPU spends {fmt_ns(k[0]['excess_ns_per_step'])} more {per} than the"
                         f" others in {_short(k[0]['name'])}")
     return {"status": "straggler", "basis": "collectives", "straggler_rank": r,
             "late_by_ns": int(rec["median_delay_ns"]), "collective": main,
@@ -104,6 +106,15 @@ def _job_verdict(res) -> dict:
             "cause": why.get("cause"),
             "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
             "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
+
+
+def _steps_of(res, r: int) -> int:
+    """The analysed steps of rank ``r`` in the job (0: none, a whole window)."""
+    pr = res.per_rank
+    if pr is None or not len(pr) or "steps" not in pr:
+        return 0
+    n = pr.loc[pr["rank"] == r, "steps"]
+    return int(n.max()) if len(n) else 0
 
 
 def _pipeline_verdict(res, loc, tail: str) -> dict:

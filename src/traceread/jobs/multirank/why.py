@@ -81,7 +81,8 @@ def kernel_excess(inputs: list[RankInput], rank: int, top: int = 3) -> list[dict
     median (``different kernels`` / longer GPU compute): [{name, ns_per_step, others_ns_per_step,
     excess_ns_per_step}], largest excess first."""
     def per_step(ri: RankInput) -> dict[str, float]:
-        n = max(len(ri.steps), 1)
+        # the steps its kernel time covers (the job may compare fewer: job.common_steps)
+        n = max(ri.kernel_steps if ri.kernel_steps >= 0 else len(ri.steps), 1)
         return {k: v / n for k, v in ri.kernel_ns.items()}
 
     mine = next((per_step(i) for i in inputs if i.rank == rank), {})
