@@ -341,3 +341,19 @@ def test_collectives_in_flight_together_count_their_time_once():
     comm = res.matches.groupby("rank")["dur"].sum()
     for r, ns in res.per_rank.set_index("rank")["comm_ns"].items():
         assert 0 <= comm[r] - ns < 100_000, r
+
+
+def test_functional_collective_wait_is_a_comm_wait_not_cpu_work():
+    """gloo tp2 (DTensor TP: ``_c10d_functional::all_reduce`` + ``wait_tensor``): rank 1's
+    main thread sits ~10 ms in ``_c10d_functional::wait_tensor`` per layer, then issues its
+    next all_reduce 5-8 ms after rank 0. The late windows were 'CPU operators' (40.6 of
+    61.3 ms: the wait_tensor was read as a CPU op) and the lever 'move the host work off the
+    step path'; they are the thread waiting on a collective. Overlap efficiency counted the
+    wait_tensor as compute beside the all_reduce (0.55 / 0.18); each layer's compute and its
+    all_reduce run back to back (truth: per layer, the comm follows the compute): 0."""
+    _, traces = _load(GLOO / "tp2")
+    res = mr.analyze_traces(traces)[0]
+    why = res.straggler["why"]
+    assert res.straggler["rank"] == 1 and why["cause"] == "comm_wait"
+    assert why["by_category"]["comm_wait"] > 0.6 * why["window_ns"]
+    assert res.seed["overlap_efficiency"] == {0: 0.0, 1: 0.0}
