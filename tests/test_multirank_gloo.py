@@ -357,3 +357,24 @@ def test_functional_collective_wait_is_a_comm_wait_not_cpu_work():
     assert res.straggler["rank"] == 1 and why["cause"] == "comm_wait"
     assert why["by_category"]["comm_wait"] > 0.6 * why["window_ns"]
     assert res.seed["overlap_efficiency"] == {0: 0.0, 1: 0.0}
+
+
+def test_work_excludes_the_time_blocked_on_a_collective():
+    """gloo tp2: work = step - wait counted only the collectives' own wait for the last rank,
+    so rank 1 (last to arrive: no such wait) 'worked' 36.4 ms a step, and rank 0 15.9 ms,
+    though their main threads sit in ``_c10d_functional::wait_tensor`` most of each step
+    (the loop's truth: ~4.4 / 4.9 ms a step outside the layers' comm). Work now leaves out
+    the time the issuing thread is blocked on a collective too."""
+    _, traces = _load(GLOO / "tp2")
+    res = mr.analyze_traces(traces)[0]
+    work = res.seed["slowdown"]["work_ns"]
+    pr = res.per_rank.set_index("rank")
+    for r, t in enumerate(traces):
+        ev = t.events
+        steps = ev[ev["name"].astype(str).str.startswith("ProfilerStep#")]
+        lo, hi = int(steps["ts"].min()), int((steps["ts"] + steps["dur"]).max())
+        w = ev[(ev["name"].astype(str) == "_c10d_functional::wait_tensor") & (ev["ts"] >= lo)
+               & (ev["ts"] < hi)]
+        blocked = int(w["dur"].sum()) // len(steps)
+        assert work[r] <= pr.loc[r, "step_mean_ns"] - blocked, r
+    assert work[1] < 12 * MS and work[0] < 8 * MS
