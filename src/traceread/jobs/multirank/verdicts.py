@@ -75,6 +75,11 @@ def _job_verdict(res) -> dict:
         return _pipeline_verdict(res, loc, tail)
     if s["rank"] < 0 or not s.get("significant"):
         what = f"no straggler: no rank is last in most collectives by >= {fmt_ns(100_000)}"
+        if s["rank"] >= 0 and s.get("not_significant_because"):
+            # the rank that held the others back longest, not beyond chance or noise: say
+            # which and why not ("no rank is last ... by >= 100 us" was false of it)
+            what = (f"no straggler: rank {s['rank']} held the others back longest, but "
+                    f"{s['not_significant_because']}")
         return {"status": "none", "basis": "collectives", "straggler_rank": -1, "late_by_ns": 0,
                 "cause": None, "bound": None, "summary": what + tail, "waiting": [], "locality": loc}
     r = s["rank"]
