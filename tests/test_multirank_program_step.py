@@ -144,3 +144,22 @@ def test_kernel_time_per_step_over_the_steps_it_covers():
     a, b = common_steps([ri(0, [1, 2, 3], 30 * MS), ri(1, [2, 3], 20 * MS)])
     assert a.steps["step"].tolist() == [2, 3]
     assert kernel_excess([a, b], 0) == []    # 10 ms a step on both ranks
+
+
+@pytest.mark.corpus
+def test_no_steps_no_straggler_by_lateness_alone(corpus_dir):
+    """nsys-ai mfu_2gpu_after (2 GPU processes, no step markers): rank 0 is last at 13 of 29
+    all_to_alls (less often than chance, p=0.77); it was named the straggler because its
+    window's net lateness (12 ms) passed 'beyond the steps' spread' -- a spread of no step,
+    taken as 0. Without steps nothing measures the noise: no straggler, and why."""
+    f = corpus_dir / "GindaChen__nsys-ai" / "tests" / "fixtures" / "mfu_2gpu_after.sqlite"
+    if not f.exists():
+        pytest.skip("nsys-ai fixture not in the corpus")
+    res = mr.jobs_of([str(f)])[0]
+    s = res.straggler
+    assert s["rank"] == 0 and s["times_last"] == 13 and s["spread_ns"] is None
+    assert not s["significant"]
+    jv = res.verdict()
+    assert jv["straggler_rank"] == -1
+    assert jv["summary"].startswith("no straggler: rank 0 held the others back longest, but last in"
+                                    " 13 of 29 collectives (45%, chance 50%: p=0.77); no steps")
