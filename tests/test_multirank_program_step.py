@@ -163,3 +163,22 @@ def test_no_steps_no_straggler_by_lateness_alone(corpus_dir):
     assert jv["straggler_rank"] == -1
     assert jv["summary"].startswith("no straggler: rank 0 held the others back longest, but last in"
                                     " 13 of 29 collectives (45%, chance 50%: p=0.77); no steps")
+
+
+@pytest.mark.corpus
+def test_batch_summary_step_is_the_program_step(corpus_dir):
+    """``batch``'s summary row: step_mean_ms is the program step its report gives (HTA's
+    trace_diff test rank: 124.02 ms), not the host ranges' mean (124.07 ms)."""
+    import traceread
+    from traceread.jobs.batch import summary_fields
+
+    f = corpus_dir / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data" / "trace_diff" \
+        / "test" / "test.json.gz"
+    if not f.is_file():
+        pytest.skip("HTA trace_diff not in the corpus")
+    a = traceread.analyze(str(f))
+    row = summary_fields(a)
+    prog = a.steps["program_ns"].to_numpy(np.int64)
+    assert row["steps"] == 6
+    assert row["step_mean_ms"] == round(float(prog.mean())) / 1e6
+    assert abs(row["step_mean_ms"] - a.steps["dur"].mean() / 1e6) > 0.04
