@@ -350,13 +350,13 @@ def test_functional_collective_wait_is_a_comm_wait_not_cpu_work():
     61.3 ms: the wait_tensor was read as a CPU op) and the lever 'move the host work off the
     step path'; they are the thread waiting on a collective. Overlap efficiency counted the
     wait_tensor as compute beside the all_reduce (0.55 / 0.18); each layer's compute and its
-    all_reduce run back to back (truth: per layer, the comm follows the compute): 0."""
+    all_reduce run back to back (truth: per layer, the comm follows the compute): ~0."""
     _, traces = _load(GLOO / "tp2")
     res = mr.analyze_traces(traces)[0]
     why = res.straggler["why"]
     assert res.straggler["rank"] == 1 and why["cause"] == "comm_wait"
     assert why["by_category"]["comm_wait"] > 0.6 * why["window_ns"]
-    assert res.seed["overlap_efficiency"] == {0: 0.0, 1: 0.0}
+    assert all(e < 0.05 for e in res.seed["overlap_efficiency"].values())
 
 
 def test_work_excludes_the_time_blocked_on_a_collective():
@@ -425,3 +425,14 @@ def test_overlapping_late_windows_are_one_stretch_of_time():
     assert "outside_trace" not in why["by_category"]
     per = why["cause_ns"] / why["windows"]
     assert abs(per - sleep) < 0.5 * MS and why["window_ns"] / why["windows"] < sleep + 1.5 * MS
+
+
+def test_overlap_efficiency_is_not_lowered_by_time_that_is_neither():
+    """Our GPU DDP recording (2 ranks, the same DDP schedule; rank 1 also sleeps 20.1 ms a
+    step): by the step's length, rank 1's overlap efficiency read 0.00 beside rank 0's 0.70
+    -- its sleep, neither compute nor communication, counted as no overlap. Measured as the
+    time both run at once, the two ranks overlap alike."""
+    traces = [traceread.load(GLOO.parent / "gpu" / "ddp2" / f"rank-{r}.json.gz") for r in (0, 1)]
+    res = mr.analyze_traces(traces)[0]
+    eff = res.seed["overlap_efficiency"]
+    assert min(eff.values()) > 0.8 and abs(eff[0] - eff[1]) < 0.05

@@ -362,7 +362,8 @@ def step_busy(steps: pd.DataFrame, coll: pd.DataFrame, compute: tuple, activity:
     """
     steps = steps.copy()
     if not len(steps):
-        return steps.assign(compute_ns=pd.Series(dtype="int64"), comm_ns=pd.Series(dtype="int64"))
+        return steps.assign(compute_ns=pd.Series(dtype="int64"), comm_ns=pd.Series(dtype="int64"),
+                            both_ns=pd.Series(dtype="int64"))
     qs = steps["ts"].to_numpy(np.int64)
     qe = qs + steps["dur"].to_numpy(np.int64)
     if source == "kernel" or len(compute[0]):
@@ -373,8 +374,11 @@ def step_busy(steps: pd.DataFrame, coll: pd.DataFrame, compute: tuple, activity:
                                np.concatenate([p[1] for p in parts]) if parts else [])
     cs = coll["ts"].to_numpy(np.int64) if source in ("kernel", "host") else np.empty(0, np.int64)
     ce = cs + (coll["dur"].to_numpy(np.int64) if len(cs) else 0)
+    comm = intervals.union(cs, ce)
     steps["compute_ns"] = intervals.overlap(comp, qs, qe)
-    steps["comm_ns"] = intervals.overlap(intervals.union(cs, ce), qs, qe)
+    steps["comm_ns"] = intervals.overlap(comm, qs, qe)
+    # the time both ran at once: what the overlap efficiency reads (metrics.py)
+    steps["both_ns"] = intervals.overlap(intervals.intersect(comp, comm), qs, qe)
     return steps
 
 
