@@ -127,8 +127,9 @@ def test_diff_of_two_multi_process_exports_is_rank_by_rank_and_as_a_job(tmp_path
 @pytest.mark.corpus
 def test_diff_of_two_real_two_gpu_exports(corpus_dir):
     """nsys-ai's mfu_2gpu before/after (one export of 2 GPU processes each): rank by rank --
-    no side reads the 2 GPUs' 569 ms beside a 285 ms wall -- and the straggler moves from
-    rank 1 to rank 0."""
+    no side reads the 2 GPUs' 569 ms beside a 285 ms wall -- and the straggler: rank 1
+    before; after, none (rank 0 is last at 13 of 29, less often than chance, and without
+    steps nothing measures the noise: the old expectation, rank 0, rested on a spread of 0)."""
     d = corpus_dir / "GindaChen__nsys-ai" / "tests" / "fixtures"
     if not (d / "mfu_2gpu_before.sqlite").is_file():
         pytest.skip("nsys-ai fixtures not in the corpus")
@@ -141,7 +142,7 @@ def test_diff_of_two_real_two_gpu_exports(corpus_dir):
         for side in (p["before"], p["after"]):
             assert side["gpu_window_ns"] <= side["wall_ns"] * 1.01
     (job,) = doc["jobs"]
-    assert (job["before"]["straggler_rank"], job["after"]["straggler_rank"]) == (1, 0)
+    assert (job["before"]["straggler_rank"], job["after"]["straggler_rank"]) == (1, -1)
 
 
 FR = FIXTURES / "gloo" / "fr2"

@@ -9,8 +9,6 @@ from traceread.jobs import multirank as mr
 from traceread.render.cross_rank import render_text
 from traceread.synth.multirank import JobSpec, make_job
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
-HTA = CORPUS / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
 
 
 def _check_truth(res, spec):
@@ -108,9 +106,11 @@ def test_render_text():
 
 
 @pytest.mark.corpus
-def test_hta_sampled_pair():
-    files = [HTA / "timeline_analysis" / "sampled_rank-0.json.gz",
-             HTA / "trace_filter" / "sampled_rank-1.json.gz"]
+def test_hta_sampled_pair(corpus_dir):
+    # the corpus as conftest finds it (TRACEREAD_CORPUS): ../shared skipped it in worktrees
+    hta = corpus_dir / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
+    files = [hta / "timeline_analysis" / "sampled_rank-0.json.gz",
+             hta / "trace_filter" / "sampled_rank-1.json.gz"]
     if not all(f.exists() for f in files):
         pytest.skip("corpus not present")
     import traceread

@@ -77,7 +77,8 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         from ..passes.nccl import collective_instances
 
         coll = collective_instances(trace.events)
-        rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a))
+        rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a),
+                                          program=a.steps)   # the analysis' program steps
         # what the job model keeps of it (multirank.prepare): input, window, layout
         member = {"path": str(path), "input": rank_input, "split": [],
                   "window": multirank.analysis_window(a), "parallelism": a.parallelism}
@@ -139,10 +140,16 @@ def summary_fields(a) -> dict[str, Any]:
     top_drain = max(by_drain.items(), key=lambda kv: kv[1]) if by_drain else (None, 0)
     top_cpu = max(by_cpu.items(), key=lambda kv: kv[1]) if by_cpu else (None, 0)
     stats = a.step_stats or {}
+    from ..passes.steps import program_step_of
+
+    # the program step (passes/steps.program_columns), as analyze, diff and the job report it;
+    # the host spans' mean only where no program step is known
+    prog = program_step_of(a) if a.steps is not None else None
+    mean = prog["mean_ns"] if prog else stats.get("mean_ns")
     comm = int(a.nccl["comm_ns"].sum()) if len(a.nccl) and "comm_ns" in a.nccl else 0
     return {
         "steps": int(stats.get("count", 0)),
-        "step_mean_ms": stats["mean_ns"] / 1e6 if stats.get("mean_ns") is not None else None,
+        "step_mean_ms": mean / 1e6 if mean is not None else None,
         "idle_pct": ev.get("idle_pct"),
         "top_drain": top_drain[0],
         "top_drain_pct": round(100.0 * top_drain[1] / idle, 2) if idle and top_drain[0] else None,

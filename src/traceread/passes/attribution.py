@@ -134,7 +134,7 @@ DATALOADER_RX = namerx.compile(
     r"(?i)enumerate\(DataLoader\)|DataLoader|data_loader|data loading|_next_data"
     r"|torch/utils/data/")
 COMM_RX = namerx.compile(
-    r"^(?:c10d::|c10d_|nccl:|record_param_comms|ProcessGroup|gloo:|mpi:|aten::wait"
+    r"^(?:c10d::|c10d_|_c10d_functional::|nccl:|record_param_comms|ProcessGroup|gloo:|mpi:|aten::wait"
     r"|torch\.distributed)|ProcessGroupNCCL::wait|Work(?:NCCL)?::wait|torch/distributed/")
 HOST_KINDS = ("cpu_op", "python", "annotation", "runtime", "driver", "osrt")
 # A thread parked in one of these waits for another thread, process or peer; it is not

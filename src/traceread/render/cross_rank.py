@@ -231,7 +231,10 @@ def render_detail(results: list) -> str:
             aside = "" if jv["straggler_rank"] == s["rank"] and jv.get("basis") == "collectives" else (
                 f" -- not the verdict's basis ({jv.get('basis')}): "
                 + ("in a pipeline every stage waits at send/recv by construction"
-                   if jv.get("basis") == "pipeline" else "too few late instances to name it"))
+                   if jv.get("basis") == "pipeline" else
+                   # the significance test's own reason (chance, the steps' spread) when it
+                   # gave one: 'too few late instances' was said of 120 collectives too
+                   s.get("not_significant_because") or "too few late instances to name it"))
             lines.append(f"  collective matching   rank {s['rank']} last in {s['times_last']}/{s['instances']},"
                          f" late in {s['times_late']}/{s['late_instances']} of the late ones; its lateness"
                          f" (median, per collective type): {per or '-'}{aside}")

@@ -62,7 +62,9 @@ def prepare(a, with_input: bool = True) -> dict:
     win = analysis_window(a)
     parts = split_processes(a.trace) if a.trace is not None else []
     rank_input = _get("rank_input") if with_input or parts else None
-    return {"path": a.meta.path, "input": rank_input(a.trace, window=win) if with_input else None,
+    prog = getattr(a, "steps", None)   # the analysis' program steps: one step definition
+    return {"path": a.meta.path,
+            "input": rank_input(a.trace, window=win, program=prog) if with_input else None,
             "split": [rank_input(p, window=win) for p in parts], "window": win,
             "parallelism": getattr(a, "parallelism", None)}
 

@@ -61,13 +61,15 @@ class RankInput:
     gpu_compute: tuple = (np.empty(0, np.int64), np.empty(0, np.int64))  # union of compute kernels
     thread: tuple = (-1, -1)    # (pid, tid) of the issuing thread
     kernel_ns: dict = field(default_factory=dict)   # compute kernel name -> GPU ns (top KERNEL_TOP)
+    kernel_steps: int = -1      # the steps kernel_ns covers (-1: len(steps))
     waits: dict = field(default_factory=dict)       # waits.thread_waits of the launching thread
 
 
 # ----------------------------------------------------------------------------- steps
 
 def step_table(events: pd.DataFrame) -> pd.DataFrame:
-    """Host step ranges (``step_rows``): columns step, ts, dur (one row per step)."""
+    """Host step ranges (``step_rows``): columns step, ts, dur (one row per step). The job's
+    steps are the program steps (``program_steps``); these are the markers alone."""
     host = events[step_rows(events).to_numpy()]
     if host.empty:
         return pd.DataFrame({"step": pd.Series(dtype="int64"), "ts": pd.Series(dtype="int64"),
@@ -82,6 +84,45 @@ def step_table(events: pd.DataFrame) -> pd.DataFrame:
     steps = steps.sort_values(["step", "dur"], ascending=[True, False])
     steps = steps.drop_duplicates("step", keep="first")
     return steps[["step", "ts", "dur"]].astype("int64").reset_index(drop=True)
+
+
+def program_steps(tab: pd.DataFrame | None) -> pd.DataFrame:
+    """The program's steps (``passes/steps.program_columns``: the step the single-trace
+    analysis reports) as columns step, ts, dur: ``dur`` is ``program_ns``, ending where the
+    step ends -- with its GPU work on a GPU-bound step, else with its host span. One
+    definition of the step everywhere: the host markers' span alone misses a GPU that lags
+    the host (a real V100 rank: spans 82-166 ms for program steps of 115-157 ms)."""
+    empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step", "ts", "dur")})
+    if tab is None or not len(tab) or "program_ns" not in tab or (tab["step"] < 0).all():
+        return empty
+    t = tab[tab["step"].to_numpy() >= 0]
+    h_end = t["end"].to_numpy(np.int64)
+    ge = t["gpu_end"].to_numpy(np.int64)
+    gpu = t["bound_by"].to_numpy(object) == "gpu"
+    end = np.where(gpu & (ge >= 0), np.maximum(h_end, ge), h_end)
+    dur = t["program_ns"].to_numpy(np.int64)
+    out = pd.DataFrame({"step": t["step"].to_numpy(np.int64), "ts": end - dur, "dur": dur})
+    # one row a step (a step recorded by two processes: its longest)
+    out = out.sort_values(["step", "dur"], ascending=[True, False]).drop_duplicates("step")
+    return out.sort_values("ts", kind="stable").astype("int64").reset_index(drop=True)
+
+
+def trace_program_steps(ev: pd.DataFrame, is_nsys: bool = False,
+                        window: tuple[int, int] | None = None) -> pd.DataFrame:
+    """``program_steps`` of a trace no analysis has read (``analyze_traces``): its steps as
+    ``passes/steps`` finds them (those whose host span starts in ``window``), with the GPU
+    work each launched."""
+    from ...passes import steps as steps_mod
+
+    found, _ = steps_mod.find_steps(ev)
+    if window is not None and len(found):
+        st = found["start"].to_numpy(np.int64)
+        found = found[(st >= window[0]) & (st < window[1])].reset_index(drop=True)
+        found["index"] = np.arange(len(found))
+    if not len(found):
+        return program_steps(None)
+    ops = steps_mod.gpu_ops(ev, positive_ts=is_nsys)
+    return program_steps(steps_mod.step_table(found, ops, steps_mod.step_of_gpu_ops(found, ops)))
 
 
 # ----------------------------------------------------------------------------- collectives
@@ -321,7 +362,8 @@ def step_busy(steps: pd.DataFrame, coll: pd.DataFrame, compute: tuple, activity:
     """
     steps = steps.copy()
     if not len(steps):
-        return steps.assign(compute_ns=pd.Series(dtype="int64"), comm_ns=pd.Series(dtype="int64"))
+        return steps.assign(compute_ns=pd.Series(dtype="int64"), comm_ns=pd.Series(dtype="int64"),
+                            both_ns=pd.Series(dtype="int64"))
     qs = steps["ts"].to_numpy(np.int64)
     qe = qs + steps["dur"].to_numpy(np.int64)
     if source == "kernel" or len(compute[0]):
@@ -332,8 +374,11 @@ def step_busy(steps: pd.DataFrame, coll: pd.DataFrame, compute: tuple, activity:
                                np.concatenate([p[1] for p in parts]) if parts else [])
     cs = coll["ts"].to_numpy(np.int64) if source in ("kernel", "host") else np.empty(0, np.int64)
     ce = cs + (coll["dur"].to_numpy(np.int64) if len(cs) else 0)
+    comm = intervals.union(cs, ce)
     steps["compute_ns"] = intervals.overlap(comp, qs, qe)
-    steps["comm_ns"] = intervals.overlap(intervals.union(cs, ce), qs, qe)
+    steps["comm_ns"] = intervals.overlap(comm, qs, qe)
+    # the time both ran at once: what the overlap efficiency reads (metrics.py)
+    steps["both_ns"] = intervals.overlap(intervals.intersect(comp, comm), qs, qe)
     return steps
 
 
@@ -376,11 +421,14 @@ def rank_from_name(path: str) -> int:
 
 
 def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
-               window: tuple[int, int] | None = None) -> RankInput:
+               window: tuple[int, int] | None = None,
+               program: pd.DataFrame | None = None) -> RankInput:
     """Per-rank input from a loaded trace (``collectives``: NCCL instances already computed).
 
     ``window``: [start, end) on the trace clock (the analysis window): only collectives
-    and steps starting inside it are kept.
+    and steps starting inside it are kept. ``program``: the analysis' step table (its
+    window's steps with ``program_ns``): the rank's steps are its program steps; without
+    it they are found here by the same pass.
     """
     m = trace.meta
     ev = trace.events
@@ -395,10 +443,12 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     if coll is None:
         coll = collective_table(ev)
     source = coll.attrs.get("source", "")
-    steps = step_table(ev)
+    if program is not None:
+        steps = program_steps(program)
+    else:
+        steps = trace_program_steps(ev, m.format == "nsys", window)
     if window is not None:
         coll = _within(coll, window)
-        steps = _within(steps, window)
     thread = issuing_thread(ev)
     activity, span = host_activity(ev, thread)
     from .waits import thread_waits, wait_thread
@@ -414,7 +464,7 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
                      start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
                      clock_domain=clock_domain(m.extra or {}),
                      activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
-                     kernel_ns=kernels, waits=waits)
+                     kernel_ns=kernels, kernel_steps=len(steps), waits=waits)
 
 
 # names that do not tell one machine from another (containers default to them)

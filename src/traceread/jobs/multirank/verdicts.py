@@ -75,6 +75,11 @@ def _job_verdict(res) -> dict:
         return _pipeline_verdict(res, loc, tail)
     if s["rank"] < 0 or not s.get("significant"):
         what = f"no straggler: no rank is last in most collectives by >= {fmt_ns(100_000)}"
+        if s["rank"] >= 0 and s.get("not_significant_because"):
+            # the rank that held the others back longest, not beyond chance or noise: say
+            # which and why not ("no rank is last ... by >= 100 us" was false of it)
+            what = (f"no straggler: rank {s['rank']} held the others back longest, but "
+                    f"{s['not_significant_because']}")
         return {"status": "none", "basis": "collectives", "straggler_rank": -1, "late_by_ns": 0,
                 "cause": None, "bound": None, "summary": what + tail, "waiting": [], "locality": loc}
     r = s["rank"]
@@ -96,7 +101,9 @@ def _job_verdict(res) -> dict:
                    f"{fmt_ns(why['cause_ns'] // n)} of {fmt_ns(why['window_ns'] // n)} per {main}")
         k = (s.get("why") or {}).get("kernels") or []
         if why["cause"] == "gpu_compute" and k:
-            because += (f"; its GPU spends {fmt_ns(k[0]['excess_ns_per_step'])} more per step than the"
+            # a trace without steps: the figure is over its analysed window, not a step's
+            per = "per step" if _steps_of(res, r) else "in the analysed window"
+            because += (f"; its GPU spends {fmt_ns(k[0]['excess_ns_per_step'])} more {per} than the"
                         f" others in {_short(k[0]['name'])}")
     return {"status": "straggler", "basis": "collectives", "straggler_rank": r,
             "late_by_ns": int(rec["median_delay_ns"]), "collective": main,
@@ -104,6 +111,15 @@ def _job_verdict(res) -> dict:
             "cause": why.get("cause"),
             "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
             "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
+
+
+def _steps_of(res, r: int) -> int:
+    """The analysed steps of rank ``r`` in the job (0: none, a whole window)."""
+    pr = res.per_rank
+    if pr is None or not len(pr) or "steps" not in pr:
+        return 0
+    n = pr.loc[pr["rank"] == r, "steps"]
+    return int(n.max()) if len(n) else 0
 
 
 def _pipeline_verdict(res, loc, tail: str) -> dict:
