@@ -47,8 +47,11 @@ def test_no_tf32_on_volta_kernels_when_the_device_is_unknown():
     assert "tf32" in ctx["busy_levers"]            # priced ...
     assert "tf32" not in ids and "tf32_generic" not in ids   # ... and withdrawn
     assert gone["tf32"]["precondition"] == "tf32_device"
-    # no fast bf16 either: fp16 autocast with a GradScaler, not bf16
-    assert "fp16_for_bf16" in ids and "bf16_autocast" not in ids
+    # no fast bf16 either: fp16 autocast with a GradScaler, not bf16 (its preconditions
+    # hold; it is not offered: the DataLoader paces this step, the replay's critical path is
+    # 0.05% kernels, so faster kernels save under 1% of it)
+    assert L.BY_ID["fp16_for_bf16"].refusal(ctx) is None and "bf16_autocast" not in ids
+    assert gone["bf16_autocast"]["precondition"] == "bf16_device"
 
 
 def test_no_tf32_on_gemv_shaped_fp32_gemms():
