@@ -925,7 +925,9 @@ SAVING_MODELS: dict[str, SavingModel] = {m.id: m for m in (
                 "(copies.pin_saves_ns)", _save_pin, True,
                 "pinned copies reach the measured pinned bandwidth"),
     SavingModel("busy", "the busy-time lever's saving_ns from passes/busy.py (its own "
-                "documented model)", _save_busy, False,
+                "documented model), at most its share of the GPU work on the replay's critical "
+                "path (gpu_path_share x window / busy; none where the profiler's cost is "
+                "material)", _save_busy, False,
                 "the kernels keep their fraction of the new precision's peak"),
     SavingModel("buffers", "DDP's buffer broadcast time (ddp_buffer_broadcast_ns per step x "
                 "steps_seen), capped at the lost time", _save_buffers, False,
