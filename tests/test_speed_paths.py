@@ -13,6 +13,7 @@ from traceread import load
 from traceread.analysis import analyze
 from traceread.passes import steady
 from traceread.passes import window as window_mod
+from traceread.passes.replay import graph as graph_mod
 from traceread.passes.replay import split as split_mod
 
 FIX = Path(__file__).parent / "fixtures"
@@ -559,7 +560,7 @@ def test_critical_path_lookups_equal_the_object_compares(path):
     what = g.lanes.set_index("lane")["what"]
     lane = g.nodes["lane"].to_numpy(np.int64)
     want = what.reindex(lane).to_numpy(object) == "gpu"
-    assert want.any() and np.array_equal(critical._gpu_lane(g.lanes, lane), want)
+    assert want.any() and np.array_equal(graph_mod.on_gpu_lane(g.lanes, lane), want)
 
 
 def test_label_index_and_gpu_lane_on_crafted_nodes():
@@ -578,9 +579,9 @@ def test_label_index_and_gpu_lane_on_crafted_nodes():
     assert np.array_equal(critical._label_index(g), _label_index_by_compares(g))
     want = lanes.set_index("lane")["what"].reindex(nodes["lane"].to_numpy()).to_numpy(object) \
         == "gpu"
-    assert np.array_equal(critical._gpu_lane(lanes, nodes["lane"].to_numpy(np.int64)), want)
+    assert np.array_equal(graph_mod.on_gpu_lane(lanes, nodes["lane"].to_numpy(np.int64)), want)
     with pytest.raises(ValueError):   # as reindex on duplicate lanes
-        critical._gpu_lane(pd.DataFrame({"lane": [1, 1], "what": ["gpu", "host"]}),
+        graph_mod.on_gpu_lane(pd.DataFrame({"lane": [1, 1], "what": ["gpu", "host"]}),
                            np.array([1]))
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..steps import GPU_BOUND_BUSY, grouped_union_total
-from .graph import END_EDGES, NEG, SKEW_NS, StepGraph, factorize
+from .graph import END_EDGES, NEG, SKEW_NS, StepGraph, factorize, on_gpu_lane
 from .sim import Schedule, _among, lane_order, positions
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
@@ -207,12 +207,10 @@ def _busiest_lane(graph: StepGraph, start: np.ndarray, end: np.ndarray, k: int) 
     out = np.zeros(k, np.int64)
     step = n["step"].to_numpy(np.int64)
     lane = n["lane"].to_numpy(np.int64)
-    sel = np.flatnonzero(_gpu_lane(graph.lanes, lane) & (step >= 0) & (step < k))
+    sel = np.flatnonzero(on_gpu_lane(graph.lanes, lane) & (step >= 0) & (step < k))
     if not len(sel):
         return out
-    lanes = graph.lanes
-    dev = lanes["device"].to_numpy(np.int64)[
-        pd.Index(lanes["lane"].to_numpy(np.int64)).get_indexer(lane[sel])]
+    (dev,) = _at_lanes(graph.lanes, lane[sel], "device")
     codes, idx = np.unique(dev, return_inverse=True)
     per = grouped_union_total(step[sel] * len(codes) + idx, start[sel], end[sel],
                               k * len(codes))
@@ -232,7 +230,7 @@ def _gpu_windows(graph: StepGraph, start: np.ndarray,
     n = graph.nodes
     if not k or not len(n):
         return last, opens
-    on_gpu = _gpu_lane(graph.lanes, n["lane"].to_numpy(np.int64))
+    on_gpu = on_gpu_lane(graph.lanes, n["lane"].to_numpy(np.int64))
     step = n["step"].to_numpy(np.int64)
     sel = np.flatnonzero(on_gpu & (step >= 0) & (step < k))
     if not len(sel):
@@ -286,10 +284,10 @@ def _device_busy_before(graph: StepGraph, start: np.ndarray, end: np.ndarray,
     lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
     lanes = graph.lanes
     lane = graph.nodes["lane"].to_numpy(np.int64)
-    gpu = np.flatnonzero(_gpu_lane(lanes, lane))
-    lpos = pd.Index(lanes["lane"].to_numpy(np.int64)).get_indexer(lane)
-    dev = np.where(lpos >= 0, (lanes["pid"].to_numpy(np.int64)[np.maximum(lpos, 0)] << 16)
-                   + lanes["device"].to_numpy(np.int64)[np.maximum(lpos, 0)] + 1, -1)
+    gpu = np.flatnonzero(on_gpu_lane(lanes, lane))
+    # (process, device) of each node's lane; a lane not in ``lanes`` is on no GPU (-1)
+    known, pid, device = _at_lanes(lanes, lane, "lane", "pid", "device")
+    dev = np.where(known >= 0, (pid << 16) + device + 1, -1)
     out = np.full(len(at), lo, np.int64)
     for d in np.unique(dev[at]).tolist():
         g = gpu[dev[gpu] == d]
@@ -299,6 +297,14 @@ def _device_busy_before(graph: StepGraph, start: np.ndarray, end: np.ndarray,
         k = np.searchsorted(start[g], start[at[mine]], side="left")   # started strictly before
         out[mine] = np.where(k > 0, reach[np.maximum(k - 1, 0)], lo)
     return np.where(out > start[at], hi, out)
+
+
+def _at_lanes(lanes: pd.DataFrame, lane: np.ndarray, *cols: str) -> list[np.ndarray]:
+    """``lanes[col]`` of each node's lane, per col (int64; -1 where the lane is not in
+    ``lanes``): one lookup of the lanes for all of them."""
+    pos = pd.Index(lanes["lane"].to_numpy(np.int64)).get_indexer(lane)
+    return [np.where(pos >= 0, lanes[c].to_numpy(np.int64)[np.maximum(pos, 0)], -1)
+            for c in cols]
 
 
 def _earlier_max(st: pd.DataFrame, x: np.ndarray) -> np.ndarray:
@@ -312,20 +318,6 @@ def _earlier_max(st: pd.DataFrame, x: np.ndarray) -> np.ndarray:
         idx = idx[np.argsort(t[idx], kind="stable")]
         out[idx[1:]] = np.maximum.accumulate(x[idx])[:-1]
     return out
-
-
-def _gpu_lane(lanes: pd.DataFrame, lane: np.ndarray) -> np.ndarray:
-    """Per node: its lane is a GPU stream's (``lanes.set_index("lane")["what"]``
-    reindexed by ``lane`` == "gpu": a lane not in ``lanes`` is not), by a search in the
-    few lanes instead of an object Series of every node."""
-    ids = lanes["lane"].to_numpy(np.int64)
-    gpu = lanes["what"].to_numpy(object) == "gpu"
-    if len(np.unique(ids)) != len(ids):   # as reindex: duplicate lanes are an error
-        raise ValueError("cannot reindex on an axis with duplicate labels")
-    o = np.argsort(ids, kind="stable")
-    ids, gpu = ids[o], gpu[o]
-    at = np.minimum(np.searchsorted(ids, lane), max(len(ids) - 1, 0))
-    return (ids[at] == lane) & gpu[at] if len(ids) else np.zeros(len(lane), bool)
 
 
 def _program_end(bi: int, ei: int, g_last: int, g_from: int, start, end, after: int = -1):

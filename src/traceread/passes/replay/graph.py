@@ -633,6 +633,27 @@ def str_values(col: pd.Series) -> np.ndarray:
     return col.astype(str).to_numpy(object)
 
 
+def on_gpu_lane(lanes: pd.DataFrame, lane: np.ndarray) -> np.ndarray:
+    """Per node: its lane is a GPU stream's (``lanes.set_index("lane")["what"]``
+    reindexed by ``lane`` == "gpu": a lane not in ``lanes`` is not), by a search in the
+    few lanes instead of an object Series of every node."""
+    ids = lanes["lane"].to_numpy(np.int64)
+    gpu = lanes["what"].to_numpy(object) == "gpu"
+    if len(np.unique(ids)) != len(ids):   # as reindex: duplicate lanes are an error
+        raise ValueError("cannot reindex on an axis with duplicate labels")
+    o = np.argsort(ids, kind="stable")
+    ids, gpu = ids[o], gpu[o]
+    at = np.minimum(np.searchsorted(ids, lane), max(len(ids) - 1, 0))
+    return (ids[at] == lane) & gpu[at] if len(ids) else np.zeros(len(lane), bool)
+
+
+def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` and ``b`` are the same buffer seen alike (shape, dtype, strides, address): a
+    column the graph's copies share, which a cache can recognise without comparing it."""
+    return (a.shape == b.shape and a.dtype == b.dtype and a.strides == b.strides
+            and a.ctypes.data == b.ctypes.data)
+
+
 def filled(n: int, value: str) -> np.ndarray:
     """An object array of ``n`` references to ``value``: ``np.full(n, value, object)``
     converts the string per element, one Python string (~55 B) per row."""

@@ -29,7 +29,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .graph import copy_on_write, str_values
+from .graph import copy_on_write, same_memory, str_values
 
 OP_KINDS = ("host", "launch", "sync_wait", "dataloader")
 NOT_OPS = ("untraced", "step", "wait", "")
@@ -131,7 +131,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     # one buffer (a column the copies share, held above: never written, never freed)
-    return (a.ctypes.data == b.ctypes.data and a.strides == b.strides) or bool((a == b).all())
+    return same_memory(a, b) or bool((a == b).all())
 
 
 def forget() -> None:

@@ -35,7 +35,7 @@ from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
 from . import hostcost
-from .graph import factorize, filled, str_values
+from .graph import factorize, filled, on_gpu_lane, same_memory, str_values
 
 HOST_NODES = ("host", "launch", "sync_wait", "dataloader")
 GPU_NODES = ("gpu_kernel", "gpu_copy", "gpu_memset", "collective")
@@ -162,7 +162,7 @@ def _is_base(g, col: str) -> bool:
     base = _BASE["cols"]
     if base is None or col not in base:
         return False
-    return _same_memory(g.nodes[col].to_numpy(), base[col])
+    return same_memory(g.nodes[col].to_numpy(), base[col])
 
 
 # The last priced graph's answers, past ``price_models``: the verdict replays the levers it
@@ -184,7 +184,7 @@ def _base_graph(graph):
     kept, seen = _KEPT.get("cols"), _KEPT.get("seen")
     # the same memory holding the same values (nothing wrote into it since: ~1 ms a column)
     same = kept is not None and kept.keys() == cols.keys() and all(
-        _same_memory(cols[c], kept[c]) and bool((cols[c] == seen[c]).all()) for c in cols)
+        same_memory(cols[c], kept[c]) and bool((cols[c] == seen[c]).all()) for c in cols)
     _BASE["cols"], _BASE["memo"] = cols, (_KEPT["memo"] if same else {})
     try:
         yield
@@ -192,11 +192,6 @@ def _base_graph(graph):
         _KEPT.update(cols=cols, seen={c: v.copy() for c, v in cols.items()} if not same
                      else seen, memo=_BASE["memo"])
         _BASE["cols"], _BASE["memo"] = None, {}
-
-
-def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    return (a.shape == b.shape and a.dtype == b.dtype and a.strides == b.strides
-            and a.ctypes.data == b.ctypes.data)
 
 
 def _name_codes(g) -> tuple:
@@ -347,12 +342,11 @@ def _kernel_class(g) -> np.ndarray:
 def _gpu_work(g) -> np.ndarray:
     """The GPU's ops: ``GPU_NODES`` on a GPU stream's lane -- a host thread's wait in a
     collective (gloo's, a comm_wait stretch) is a "collective" node too, and no GPU work."""
-    gpu_lanes = g.lanes["lane"].to_numpy()[(g.lanes["what"] == "gpu").to_numpy()]
-    return _kind(g, *GPU_NODES) & np.isin(g.nodes["lane"].to_numpy(), gpu_lanes)
+    return _kind(g, *GPU_NODES) & on_gpu_lane(g.lanes, g.nodes["lane"].to_numpy(np.int64))
 
 
 def _has_gpu(g) -> bool:
-    return bool((g.lanes["what"] == "gpu").any()) and bool(_gpu_work(g).any())
+    return bool(_gpu_work(g).any())
 
 
 # -- the models: each takes a copy of the graph and returns the changed graph, or a refusal
