@@ -182,3 +182,22 @@ def test_batch_summary_step_is_the_program_step(corpus_dir):
     assert row["steps"] == 6
     assert row["step_mean_ms"] == round(float(prog.mean())) / 1e6
     assert abs(row["step_mean_ms"] - a.steps["dur"].mean() / 1e6) > 0.04
+
+
+def test_host_bound_step_ends_with_its_late_kernel():
+    """A host-bound step (host span 10 ms, its GPU work 2 ms) whose last kernel ends 1 ms
+    after the host's end marker: the single-trace step ends with that kernel
+    (``program_columns``, the critical path's ``_program_end``), so the job's window for the
+    step does too. It ended at the host span while only GPU-bound steps took the GPU's end."""
+    import pandas as pd
+    from traceread.jobs.multirank.inputs import program_steps
+    from traceread.passes.steps import program_columns
+
+    tab = pd.DataFrame({"step": [0, 1], "pid": [1, 1],
+                        "start": [0, 20 * MS], "end": [10 * MS, 30 * MS], "dur": [10 * MS] * 2,
+                        "gpu_start": [9 * MS, 29 * MS], "gpu_end": [11 * MS, 31 * MS]})
+    program_columns(tab, np.array([2 * MS, 2 * MS]))
+    assert list(tab["bound_by"]) == ["host", "host"]
+    out = program_steps(tab)
+    assert list(out["ts"] + out["dur"]) == [11 * MS, 31 * MS]
+    assert list(out["dur"]) == list(tab["program_ns"])

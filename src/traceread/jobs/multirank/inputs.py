@@ -89,7 +89,8 @@ def step_table(events: pd.DataFrame) -> pd.DataFrame:
 def program_steps(tab: pd.DataFrame | None) -> pd.DataFrame:
     """The program's steps (``passes/steps.program_columns``: the step the single-trace
     analysis reports) as columns step, ts, dur: ``dur`` is ``program_ns``, ending where the
-    step ends -- with its GPU work on a GPU-bound step, else with its host span. One
+    step ends -- the later of its host span's end and its GPU work's, as ``program_columns``
+    and the critical path end it (a host-bound step's late kernel still ends it). One
     definition of the step everywhere: the host markers' span alone misses a GPU that lags
     the host (a real V100 rank: spans 82-166 ms for program steps of 115-157 ms)."""
     empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step", "ts", "dur")})
@@ -98,8 +99,7 @@ def program_steps(tab: pd.DataFrame | None) -> pd.DataFrame:
     t = tab[tab["step"].to_numpy() >= 0]
     h_end = t["end"].to_numpy(np.int64)
     ge = t["gpu_end"].to_numpy(np.int64)
-    gpu = t["bound_by"].to_numpy(object) == "gpu"
-    end = np.where(gpu & (ge >= 0), np.maximum(h_end, ge), h_end)
+    end = np.maximum(h_end, np.where(ge >= 0, ge, -1))
     dur = t["program_ns"].to_numpy(np.int64)
     out = pd.DataFrame({"step": t["step"].to_numpy(np.int64), "ts": end - dur, "dur": dur})
     # one row a step (a step recorded by two processes: its longest)
