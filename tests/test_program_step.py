@@ -233,3 +233,27 @@ def test_diff_text_names_the_gpu_paced_step(tmp_path):
     text = render_diff(diff_analyses(traceread.analyze(before), traceread.analyze(after)))
     assert "program step (mean)" in text
     assert "saving realised per step: 10 ms (on the program's step: the GPU paces it" in text
+
+
+def test_report_calls_the_step_markers_host_spans_where_the_gpu_paces(tmp_path):
+    """The host launches 20 ms of GPU work in each 5 ms step range and never syncs: the text
+    report's "Steps:" line gave the 5 ms spans as the step mean, above the program step of
+    ~20 ms, and the HTML overview of several traces showed 5 ms as "step (mean)". The spans
+    are now called host spans, the evenness is judged on the program step, and the
+    overview shows the program step."""
+    from traceread.render.html import job_body
+    from traceread.render.report import render_steps
+    from traceread.synth.kineto import write_kineto
+
+    path = tmp_path / "ahead.json"
+    write_kineto(_host_ahead(1 * MS), path)
+    a = traceread.analyze(path)
+    text = " ".join(render_steps(a).split())
+    assert "host spans: mean 5 ms" in text and "step times)" not in text
+    assert "even (GPU-bound" in text
+    from traceread.passes.steps import program_step_of
+    from traceread.render.text import fmt_ns
+    p = program_step_of(a)
+    assert p["mean_ns"] > 3 * a.step_stats["mean_ns"]
+    html = job_body([a, a]).split("<hr")[0]   # the overview, before each trace's report
+    assert f">{fmt_ns(p['mean_ns'])}<" in html and f">{fmt_ns(a.step_stats['mean_ns'])}<" not in html

@@ -103,6 +103,15 @@ def _last_at(n: int) -> str:
     return f" · last to arrive at {n:,} call{'s' if n != 1 else ''}" if n else ""
 
 
+def _step_stats(a) -> dict:
+    """The step a trace's overview shows: the program step (``program_step_of``) where the
+    trace has one, else the host spans' statistics (a CPU-only trace, where they are one)."""
+    from ..passes.steps import program_step_of
+
+    prog = program_step_of(a) if a.step_source != "whole_trace" and len(a.devices) else None
+    return prog or a.step_stats or {}
+
+
 def job_body(analyses: list, jobs=None) -> str:
     """Several traces: a per-trace overview, the cross-rank section (``jobs``: the caller's
     ``jobs.multirank.analyze_traces``), then each trace's report."""
@@ -112,7 +121,7 @@ def job_body(analyses: list, jobs=None) -> str:
     palette = [c for k, c in COLORS.items() if k not in ("busy", "untraced")]
     ordered = sorted(analyses, key=lambda a: (a.meta.rank, a.meta.path))
     for i, a in enumerate(ordered):
-        stats = a.step_stats or {}
+        stats = _step_stats(a)
         dev = a.devices
         window = int(dev["window_ns"].sum()) if len(dev) else 0
         idle = int(dev["idle_ns"].sum()) if len(dev) else 0

@@ -309,16 +309,23 @@ STEP_IDLE_LEGEND = ("  GPU idle: the gaps ended by work the step launched; in sp
                     "GPU's work (* GPU-bound)")
 
 
-def step_stats_line(a) -> str:
-    """Count, mean, median, p90 and cv of the step times. "even" / "BURSTY" judges only how
-    alike the steps are; whether the window is the steady state is passes/steady's word."""
+def step_stats_line(a, program: bool = False) -> str:
+    """Count, mean, median, p90 and cv of the step markers' host spans. With a ``program``
+    step line below it (a GPU trace) they are called host spans and the evenness is judged
+    there, on the step the program waits on: a host span is not the step where the GPU
+    paces it. "even" / "BURSTY" judges only how alike the steps are; whether the window is
+    the steady state is passes/steady's word."""
     s = a.step_stats
+    head = (f"Steps: {s['count']} ({short_name(a.steps['name'].iloc[0], 30)} …), "
+            + ("host spans: mean " if program else "mean "))
+    tail = "" if program else f" ({evenness(s['bursty'], s['count'], s['cv'])} step times)"
+    return (head + f"{fmt_ns(s['mean_ns'])}, median {fmt_ns(s['median_ns'])}, "
+            f"p90 {fmt_ns(s['p90_ns'])}, cv {s['cv']:.2f}" + tail)
+
+
+def evenness(bursty: bool, count: int, cv: float) -> str:
     # bursty needs 3 steps (passes/steps.step_stats); two unlike steps are not "even"
-    even = "BURSTY" if s["bursty"] else "even" if s["count"] >= 3 or s["cv"] <= 0.25 \
-        else "too few to judge"
-    return (f"Steps: {s['count']} ({short_name(a.steps['name'].iloc[0], 30)} …), mean "
-            f"{fmt_ns(s['mean_ns'])}, median {fmt_ns(s['median_ns'])}, p90 {fmt_ns(s['p90_ns'])}, "
-            f"cv {s['cv']:.2f} ({even} step times)")
+    return "BURSTY" if bursty else "even" if count >= 3 or cv <= 0.25 else "too few to judge"
 
 
 def step_head(start: bool = False) -> str:
@@ -364,7 +371,8 @@ def program_step_line(a) -> str | None:
         what = f"GPU-bound: {why}; {n}"
     else:
         what = f"host-bound: the GPU waits on the host; {n}"
-    cv = f", cv {p['cv']:.2f}" if "cv" in p else ""
+    cv = (f", cv {p['cv']:.2f}, {evenness(p['bursty'], p['steps'], p['cv'])}"
+          if "cv" in p else "")
     return (f"  program step {fmt_ns(p['mean_ns'])} mean, median {fmt_ns(p['median_ns'])}{cv} "
             f"({what}): per step the later of the host's span and the GPU's work, "
             "from the previous step's end")
@@ -418,7 +426,8 @@ def _steps(a) -> list[str]:
         return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
                 "trace is one window (use --step-pattern REGEX)"]
     gpu = bool(len(a.devices))
-    lines = ["", step_stats_line(a)] + [x for x in [program_step_line(a)] if x and gpu] + \
+    prog = [x for x in [program_step_line(a)] if x and gpu]
+    lines = ["", step_stats_line(a, program=bool(prog))] + prog + \
         overhead_lines(a) + anatomy_lines(a) + ([STEP_IDLE_LEGEND, step_head()] if gpu
                                                 else [host_step_head()])
     rows = st
@@ -454,7 +463,8 @@ def render_steps(a) -> str:
     t0 = trace_origin(a)
     gpu = bool(len(a.devices))
     head = step_head(start=True) if gpu else host_step_head(start=True)
-    lines += [step_stats_line(a)] + [x for x in [program_step_line(a)] if x and gpu] + \
+    prog = [x for x in [program_step_line(a)] if x and gpu]
+    lines += [step_stats_line(a, program=bool(prog))] + prog + \
         anatomy_lines(a) + ([STEP_IDLE_LEGEND] if gpu else []) + [ORIGIN_NOTE, head]
     row = step_row if gpu else host_step_row
     lines += [row(r, rel_time(r["start"] - t0)) for r in a.steps.to_dict(orient="records")]

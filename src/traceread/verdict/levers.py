@@ -1373,7 +1373,8 @@ STRAGGLER_ROWS = (
      "rank {r}'s GPU computes longer: uneven inputs (batch or sequence lengths), a slower or "
      "throttled GPU, or other work sharing it"),
     ("comm_wait", "it is itself blocked in another collective",
-     "rank {r} is itself blocked in another collective: look at that group's straggler"),
+     "rank {r} is itself blocked in another collective, passing on a delay it did not "
+     "cause: look at the rank that arrived last at that collective"),
     ("sleep", "its launching thread sleeps",
      "rank {r}'s launching thread sleeps before it reaches the collective (time.sleep/"
      "clock_nanosleep): remove the sleep, or the polling/rate-limiting loop that calls it"),
