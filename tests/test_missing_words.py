@@ -104,3 +104,19 @@ def test_the_host_pace_is_not_claimed_from_a_profiled_host():
 
     a = analysed(FIXTURES / "h200" / "queue.fixed.json.gz")
     assert "the host paces it" not in a.verdict["summary"]
+
+
+def test_a_templated_kernel_proof_names_its_functor():
+    """The training evidence of a GPU-only MI210 trace is a backward kernel; cut at 40
+    characters it read "void at::native::elementwise_kernel_manu...", hiding what proves
+    a backward. It names the functor the kernel runs."""
+    from traceread.render.words import _proof
+
+    k = ("void at::native::elementwise_kernel_manual_unroll<128, 8, at::native::gpu_kernel_impl_"
+         "nocast<at::native::mse_backward_cuda_kernel(at::TensorIterator&, c10::Scalar const&)::"
+         "{lambda()#1}::operator()() const::{lambda(float, float, float)#1}>(at::TensorIterator"
+         "&, at::native::mse_backward_cuda_kernel const&)::{lambda(int)#1}>(int, int)")
+    said = _proof({"evidence": [{"name": k}]}, True)
+    assert said == " (seen: mse_backward_cuda_kernel in elementwise_kernel_manual_unroll)"
+    assert _proof({"evidence": [{"name": "aten::mse_loss_backward"}]}, True) == \
+        " (seen: aten::mse_loss_backward)"

@@ -257,3 +257,65 @@ def test_report_calls_the_step_markers_host_spans_where_the_gpu_paces(tmp_path):
     assert p["mean_ns"] > 3 * a.step_stats["mean_ns"]
     html = job_body([a, a]).split("<hr")[0]   # the overview, before each trace's report
     assert f">{fmt_ns(p['mean_ns'])}<" in html and f">{fmt_ns(a.step_stats['mean_ns'])}<" not in html
+
+
+
+def _stall_loop(tmp_path):
+    """Steps of 19 GPU-ms launched back to back and synced at the end (GPU-bound), except
+    step 2: its first kernel is launched, then the host waits 60 ms on its DataLoader before
+    launching the rest, and ends without a sync (its GPU work ends ~18 ms after its host
+    span)."""
+    from traceread.synth.kineto import write_kineto
+
+    b = TraceBuilder(path="stall.json")
+    t = T0
+    for k in range(5):
+        stall = k == 2
+        step = b.step(k, t, 0)   # its span is set at its end
+        b.op_with_kernel("aten::zero_", t + 100 * US, 40 * US, 5 * US, 10 * US, t + 150 * US,
+                         1 * MS, name="memset_kernel")
+        h = t + 300 * US
+        if stall:
+            b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", h, 60 * MS,
+                  kind="annotation")
+            h += 60 * MS
+        g = max(h + 100 * US, t + 1200 * US)
+        for i in range(18):
+            b.op_with_kernel("aten::mm", h + i * 20 * US, 15 * US, 2 * US, 8 * US, g, 1 * MS,
+                             name="ampere_sgemm_128x64_nn")
+            g += 1 * MS
+        end = h + 18 * 20 * US + 50 * US
+        if not stall:
+            b.runtime("cudaDeviceSynchronize", end, g - end + 20 * US)
+            end = g + 30 * US
+        step["dur"] = end - t
+        t = end
+    return write_kineto(b.build(), tmp_path / "stall.json")
+
+
+def test_a_host_stall_inside_the_gpus_window_is_the_hosts_step(tmp_path):
+    """Step 2's first kernel ran before its 60 ms DataLoader wait, so its GPU window (~78 ms)
+    spans the stall and outlasts its host span (~60 ms): it read GPU-bound, and the window
+    "paced by the GPU's queue". The GPU sat starved 59 ms of that window: the step is the
+    host's. The others stay GPU-bound (busy ~95% of their step)."""
+    from traceread.render.report import program_step_line
+
+    a = traceread.analyze(_stall_loop(tmp_path))
+    st = a.steps.set_index("step")
+    assert st.loc[2, "gpu_ns"] > st.loc[2, "dur"]          # the window outlasts the span
+    assert st.loc[2, "bound_by"] == "host"
+    assert (st.drop(index=2)["bound_by"] == "gpu").all()
+    line = " ".join(program_step_line(a).split())
+    assert "GPU-bound" in line and "GPU's queue" not in line
+
+
+def test_real_dataloader_stalls_are_host_steps(corpus_dir):
+    """param's resnet_kineto (steps inferred from its optimizer steps): the steps where the
+    DataLoader falls behind (idle > 100 ms, all of it the DataLoader's) are host-bound; the
+    others are GPU-bound, the GPU busy over 90% of them."""
+    a = analysed(corpus_dir / "facebookresearch__param/et_replay/tests/inputs/resnet_kineto.json.gz")
+    st = a.steps
+    stalled = st["idle_ns"] > 100 * MS
+    assert stalled.sum() >= 10 and (st.loc[stalled, "bound_by"] == "host").all()
+    calm = st[~stalled]
+    assert (calm["bound_by"] == "gpu").all() and (calm["busy_ns"] > 0.9 * calm["program_ns"]).all()

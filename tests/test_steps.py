@@ -162,3 +162,53 @@ def test_gpu_ops_positive_ts_is_the_filtered_frame():
     got = S.gpu_ops(ev, positive_ts=True)
     pd.testing.assert_frame_equal(got, want)
     assert got["launch_ts"].tolist() == [10, 40]
+
+
+def _optimizer_loop(b: TraceBuilder, ends_ms, tid=None, name="Optimizer.step#SGD.step"):
+    for e in ends_ms:
+        b.cpu(name, (e - 2) * MS, 2 * MS, kind="annotation", tid=tid)
+
+
+def test_no_step_markers_iterations_end_with_the_optimizer_step():
+    """No ProfilerStep or step-like range: a training loop's iterations run from the end of
+    one optimizer step to the end of the next (the whole trace was one window before)."""
+    b = TraceBuilder()
+    _optimizer_loop(b, (10, 25, 41, 55))
+    b.cpu("Optimizer.step#SGD.step", 53 * MS, 1 * MS, kind="cpu_op")   # nested second record
+    b.cpu("Optimizer.step#SGD.step", 30 * MS, 1 * MS, kind="annotation", tid=99)  # other thread
+    st, pat = S.find_steps(_ev(b))
+    assert pat == S.OPTIMIZER_STEP_PATTERN
+    assert st["step"].tolist() == [1, 2, 3]
+    assert st["start"].tolist() == [10 * MS, 25 * MS, 41 * MS]
+    assert st["end"].tolist() == [25 * MS, 41 * MS, 55 * MS]
+    assert set(st["tid"]) == {b.tid}
+    # one iteration (two optimizer steps) is not a loop; a given pattern is not overridden
+    b2 = TraceBuilder()
+    _optimizer_loop(b2, (10, 25))
+    assert not len(S.find_steps(_ev(b2))[0])
+    assert not len(S.find_steps(_ev(b), r"^nothing$")[0])
+    # markers win where they exist
+    b.step(1, 0, 60 * MS)
+    assert S.find_steps(_ev(b))[1] == S.DEFAULT_STEP_PATTERN
+
+
+def test_optimizer_steps_in_an_analysis(tmp_path):
+    """The analysis reports the inferred iterations as steps of source "optimizer", and the
+    optimizer's own range is a phase of the step, not a step marker (its host time is
+    attributed like any op's)."""
+    import traceread
+    from traceread.synth.kineto import write_kineto
+
+    b = TraceBuilder(path="opt.json")
+    for k in range(5):
+        t = k * 10 * MS
+        b.op_with_kernel("aten::mm", t + 1 * MS, 3 * MS, 10 * US, 10 * US, t + 1 * MS + 50 * US,
+                         2 * MS, name="ampere_sgemm_128x64_nn")
+        b.cpu("Optimizer.step#SGD.step", t + 8 * MS, 1 * MS, kind="annotation")
+    p = write_kineto(b.build(), tmp_path / "opt.json")
+    a = traceread.analyze(p)
+    assert a.step_source == "optimizer" and a.to_dict()["steps"]["source"] == "optimizer"
+    assert len(a.steps) == 4 and (a.steps["dur"] == 10 * MS).all()
+    from traceread.render.report import render_steps
+    assert "Steps: 4 (iterations, from one Optimizer.step#SGD.step end to the next: no step " \
+        "markers)" in " ".join(render_steps(a).split())

@@ -54,7 +54,7 @@ class Analysis:
     meta: TraceMeta
     events: int
     span_ns: int
-    step_source: str                 # "ProfilerStep", "pattern", "whole_trace"
+    step_source: str                 # "ProfilerStep", "pattern", "optimizer", "whole_trace"
     step_pattern: str
     steps: pd.DataFrame              # one row per step (or one whole-trace window)
     step_stats: dict | None
@@ -139,6 +139,9 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     is_nsys = trace.meta.format == "nsys"
     all_ev = trace.events
     all_steps, pattern = steps_mod.find_steps(all_ev, step_pattern)
+    inferred = pattern == steps_mod.OPTIMIZER_STEP_PATTERN
+    if inferred:   # no step markers: the optimizer's range is the step's last phase, not one
+        pattern = ""
     # the steps the anatomy finds with no pattern given (its own copy: later edits stay ours)
     found = all_steps.copy(deep=False) if step_pattern is None else None
     all_ops = _gpu_ops(all_ev, is_nsys)
@@ -152,7 +155,8 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
         else all_ev
     step_rows = _window_steps(all_steps, win)
     if len(step_rows):
-        source = "ProfilerStep" if pattern == steps_mod.DEFAULT_STEP_PATTERN else "pattern"
+        source = "optimizer" if inferred else \
+            "ProfilerStep" if pattern == steps_mod.DEFAULT_STEP_PATTERN else "pattern"
     else:
         step_rows, source = steps_mod.whole_trace_window(ev), "whole_trace"
     # the window's GPU ops before the fork: the replay's side job reads them from there
@@ -592,8 +596,12 @@ def _step_idle(step_tab: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     for c in attr_mod.CPU_CATEGORIES:
         step_tab[f"idle_{c}"] = _sum_by(k[m], gaps[f"cpu_{c}"].to_numpy(np.int64)[m], n)
     lead = steps_mod.queued_lead(step_tab, gaps)
-    if lead.any():   # the GPU held a step's work before its first op started: its time
-        step_tab = steps_mod.program_columns(step_tab, step_tab["busy_max_ns"].to_numpy(), lead)
+    starved = steps_mod.starved_in_window(step_tab, gaps)
+    # the GPU held a step's work before its first op started: its time; it waited on the
+    # host inside its window: not its time
+    if lead.any() or starved.any():
+        step_tab = steps_mod.program_columns(step_tab, step_tab["busy_max_ns"].to_numpy(), lead,
+                                             starved)
     return step_tab
 
 

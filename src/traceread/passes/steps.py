@@ -46,9 +46,13 @@ UNNUMBERED_STEP_PATTERN = r"(?i)^(?:train(?:ing)?[_ ]?)?(?:step|iter|iteration)$
 INFERENCE_STEP_PATTERN = (r"^step\[[^\]]*\]$|^execute_(?:\d+_)?context_\d+\("
                           r"|^(?:.*[/\\]gpu_model_runner\.py\(\d+\): )?execute_model$")
 STEP_KINDS = ("annotation", "cpu_op", "python")
-# made at import: a trace's first name-table scan covers their literals (namerx.NameTable)
+# No step markers: a training loop's iterations end where its optimizer step ends
+# (torch.optim's record_function "Optimizer.step#SGD.step"), so iteration k runs from the
+# end of optimizer step k-1 to the end of step k (``optimizer_steps``).
+OPTIMIZER_STEP_PATTERN = r"^Optimizer\.step#\w+\.step$"
+OPTIMIZER_MIN_STEPS = 2   # iterations (3 optimizer steps): one interval is not a loop
 for _p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, UNNUMBERED_STEP_PATTERN,
-           INFERENCE_STEP_PATTERN):
+           INFERENCE_STEP_PATTERN, OPTIMIZER_STEP_PATTERN):
     namerx.compile(_p)
 LAUNCH_KINDS = ("runtime", "driver")
 
@@ -83,7 +87,9 @@ def find_steps(ev: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataFra
 
     Columns: index (0..n-1), step (the number in the name, or the ordinal when
     names carry none), name, pid, tid, start, end, dur (int ns). With no
-    ``pattern``, ``DEFAULT_STEP_PATTERN`` is tried, then ``FALLBACK_STEP_PATTERN``.
+    ``pattern``, ``DEFAULT_STEP_PATTERN`` is tried, then ``FALLBACK_STEP_PATTERN`` and the
+    other marker patterns, then the optimizer's steps (``optimizer_steps``; the pattern
+    returned is then ``OPTIMIZER_STEP_PATTERN``).
     """
     patterns = [pattern] if pattern else [DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
                                           UNNUMBERED_STEP_PATTERN, INFERENCE_STEP_PATTERN]
@@ -94,7 +100,52 @@ def find_steps(ev: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataFra
             if pat == UNNUMBERED_STEP_PATTERN and len(steps) < 2:
                 continue
             return _clip_to_recording(steps, recording_end(ev)), pat
+    if not pattern:
+        steps = optimizer_steps(ev)
+        if len(steps):
+            return _clip_to_recording(steps, recording_end(ev)), OPTIMIZER_STEP_PATTERN
     return _empty_steps(), patterns[0]
+
+
+def optimizer_steps(ev: pd.DataFrame) -> pd.DataFrame:
+    """A training loop's iterations where no range marks them: from the end of one optimizer
+    step to the end of the next, on the thread of each process that runs the most of them
+    (at least ``OPTIMIZER_MIN_STEPS`` iterations). Step k is the iteration ending with the
+    k-th optimizer step after the first; its name is that optimizer step's. A range nested
+    in another (a second record of one call) is one step. Two optimizers stepped one after
+    the other in each iteration split it in two unlike halves: the steps' cv shows it."""
+    m = name_mask(ev, OPTIMIZER_STEP_PATTERN, STEP_KINDS) & (ev["dur"].to_numpy() > 0)
+    rows = np.flatnonzero(m)
+    if len(rows) < OPTIMIZER_MIN_STEPS + 1:
+        return _empty_steps()
+    c = ev.iloc[rows]
+    df = pd.DataFrame({"pid": c["pid"].to_numpy(np.int64), "tid": c["tid"].to_numpy(np.int64),
+                       "name": c["name"].astype(str).to_numpy(object),
+                       "ts": c["ts"].to_numpy(np.int64),
+                       "end": (c["ts"] + c["dur"]).to_numpy(np.int64)})
+    parts = [_iterations(g) for _, g in df.groupby("pid", sort=True)]
+    parts = [p for p in parts if len(p) >= OPTIMIZER_MIN_STEPS]
+    if not parts:
+        return _empty_steps()
+    out = pd.concat(parts, ignore_index=True)
+    out.insert(0, "index", np.arange(len(out), dtype=np.int64))
+    return out[list(STEP_COLUMNS)]
+
+
+def _iterations(g: pd.DataFrame) -> pd.DataFrame:
+    """One process's optimizer steps (``optimizer_steps``) as the iterations between their ends."""
+    tid = g["tid"].value_counts(sort=True).index[0]   # ties: the first thread seen
+    g = g[g["tid"].to_numpy() == tid].sort_values("ts", kind="stable")
+    end = g["end"].to_numpy(np.int64)
+    outer = np.r_[True, g["ts"].to_numpy(np.int64)[1:] >= np.maximum.accumulate(end)[:-1]]
+    g = g[outer]
+    end = np.maximum.accumulate(g["end"].to_numpy(np.int64))
+    n = len(g) - 1
+    return pd.DataFrame({"step": np.arange(1, n + 1, dtype=np.int64),
+                         "name": g["name"].to_numpy(object)[1:],
+                         "pid": g["pid"].to_numpy(np.int64)[1:],
+                         "tid": np.full(n, tid, np.int64),
+                         "start": end[:-1], "end": end[1:], "dur": end[1:] - end[:-1]})
 
 
 RECORD_END = "Record Window End"
@@ -421,7 +472,8 @@ GPU_BOUND_BUSY = 0.9
 
 
 def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
-                    lead: np.ndarray | None = None) -> pd.DataFrame:
+                    lead: np.ndarray | None = None,
+                    starved: np.ndarray | None = None) -> pd.DataFrame:
     """The step the program waits on (docs/analysis.md, "The program's step"), per step.
 
     ``gpu_ns``: the GPU's work for the step -- first start to last end of the ops it
@@ -431,8 +483,11 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
     ``program_ns``: the later of the host's span and ``gpu_ns``, at most the time from the
     previous step's end (its GPU work's where the GPU paces it, else its host span's) to
     this step's own (the later of the two);
-    ``bound_by``: "gpu" when ``gpu_ns`` is longer than the host's span after that previous
-    end, or the busiest device was busy >= GPU_BOUND_BUSY of the step, else "host". Steps sorted by (pid, start), as ``find_steps`` returns them. Adds the
+    ``bound_by``: "gpu" when ``gpu_ns``, less ``starved`` (the GPU's idle inside its window
+    waiting for the host to launch: ``starved_in_window``), is longer than the host's span
+    after that previous end, or the busiest device was busy >= GPU_BOUND_BUSY of the step,
+    else "host". A kernel launched before a host stall (a DataLoader that falls behind)
+    stretches the GPU's window over the stall, and that step is the host's. Steps sorted by (pid, start), as ``find_steps`` returns them. Adds the
     columns to ``tab`` itself."""
     out = tab
     n = len(out)
@@ -467,7 +522,8 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
         prog = np.where(after, np.minimum(prog, np.maximum(end - prev_end, 0)), prog)
         host = np.where(after, np.maximum(0, h_end - np.maximum(out["start"].to_numpy(np.int64),
                                                                 prev_end)), dur)
-    gpu_bound = (gpu > host) | (has & (busy_max >= GPU_BOUND_BUSY * np.maximum(prog, 1)))
+    own = gpu if starved is None else np.maximum(gpu - np.maximum(starved, 0), 0)
+    gpu_bound = (own > host) | (has & (busy_max >= GPU_BOUND_BUSY * np.maximum(prog, 1)))
     out["gpu_ns"] = gpu.astype(np.int64)
     out["program_ns"] = prog.astype(np.int64)
     out["bound_by"] = np.where(gpu_bound, "gpu", "host").astype(object)
@@ -493,6 +549,32 @@ def queued_lead(tab: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:
                        gaps["duration"].to_numpy(np.int64))
         np.maximum.at(out, k[m], np.maximum(q[m], 0))
     return out
+
+
+def starved_in_window(tab: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:
+    """Per step: the GPU's idle inside the step's GPU window (``gpu_start``..``gpu_end``)
+    in the gaps its own ops ended, less their queued part (``queued_ns``: the GPU had the
+    next op) -- time the GPU waited for the host to launch. Only on steps whose GPU work is
+    one device's (``busy_ns`` == ``busy_max_ns``): another device busy meanwhile is not
+    starved."""
+    n = len(tab)
+    out = np.zeros(n, np.int64)
+    need = ("step_index", "start", "end", "duration", "queued_ns")
+    if not n or not len(gaps) or any(c not in gaps for c in need) \
+            or "busy_max_ns" not in tab or "busy_ns" not in tab:
+        return out
+    k = gaps["step_index"].to_numpy(np.int64)
+    m = k >= 0
+    kk = np.maximum(k, 0)
+    gs = tab["gpu_start"].to_numpy(np.int64)[kk]
+    ge = tab["gpu_end"].to_numpy(np.int64)[kk]
+    m &= (gs >= 0) & (gaps["start"].to_numpy(np.int64) >= gs) & \
+        (gaps["end"].to_numpy(np.int64) <= ge)
+    idle = np.maximum(gaps["duration"].to_numpy(np.int64)
+                      - np.maximum(gaps["queued_ns"].to_numpy(np.int64), 0), 0)
+    np.add.at(out, k[m], idle[m])
+    one = tab["busy_ns"].to_numpy(np.int64) == tab["busy_max_ns"].to_numpy(np.int64)
+    return np.where(one, out, 0)
 
 
 def program_step(tab: pd.DataFrame | None) -> dict | None:

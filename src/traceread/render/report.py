@@ -316,8 +316,10 @@ def step_stats_line(a, program: bool = False) -> str:
     paces it. "even" / "BURSTY" judges only how alike the steps are; whether the window is
     the steady state is passes/steady's word."""
     s = a.step_stats
-    head = (f"Steps: {s['count']} ({short_name(a.steps['name'].iloc[0], 30)} …), "
-            + ("host spans: mean " if program else "mean "))
+    name = short_name(a.steps['name'].iloc[0], 30)
+    what = (f"iterations, from one {name} end to the next: no step markers"
+            if a.step_source == "optimizer" else f"{name} …")
+    head = f"Steps: {s['count']} ({what}), " + ("host spans: mean " if program else "mean ")
     tail = "" if program else f" ({evenness(s['bursty'], s['count'], s['cv'])} step times)"
     return (head + f"{fmt_ns(s['mean_ns'])}, median {fmt_ns(s['median_ns'])}, "
             f"p90 {fmt_ns(s['p90_ns'])}, cv {s['cv']:.2f}" + tail)
@@ -358,11 +360,11 @@ def program_step_line(a) -> str | None:
     if not p:
         return None
     n = f"{p['gpu_bound_steps']} of {p['steps']} steps GPU-bound"
-    busy = busy_floor(a) or 0
-    if p["bound_by"] == "gpu" and busy and busy < QUEUE_PACED * p["mean_ns"]:
+    busy = _gpu_paced_busy_share(a)
+    if p["bound_by"] == "gpu" and busy is not None and busy < QUEUE_PACED:
         # paced by the GPU's timeline while it mostly idles: its queued work waits (on an
         # event, another stream, its front-end), not busy kernels
-        what = (f"paced by the GPU's queue, busy only {100 * busy / p['mean_ns']:.0f}% of it: "
+        what = (f"paced by the GPU's queue, busy only {100 * busy:.0f}% of it: "
                 f"its queued work waits; {p['gpu_bound_steps']} of {p['steps']} steps paced by "
                 "the GPU")
     elif p["bound_by"] == "gpu":
@@ -376,6 +378,23 @@ def program_step_line(a) -> str | None:
     return (f"  program step {fmt_ns(p['mean_ns'])} mean, median {fmt_ns(p['median_ns'])}{cv} "
             f"({what}): per step the later of the host's span and the GPU's work, "
             "from the previous step's end")
+
+
+def _gpu_paced_busy_share(a) -> float | None:
+    """How busy the GPU is on the steps it paces (their busy time over their program steps).
+    Over every step, a few host-bound stalls (a DataLoader that falls behind every few
+    steps: param's resnet) read a GPU 99% busy on its own steps as "busy only 47%"."""
+    st = a.steps
+    if st is None or not len(st) or not {"busy_ns", "program_ns", "bound_by"} <= set(st):
+        from ..passes.steps import program_step_of
+
+        busy = busy_floor(a)
+        p = program_step_of(a) or {}
+        return busy / p["mean_ns"] if busy and p.get("mean_ns") else None
+    gpu = st["bound_by"].to_numpy(object) == "gpu"
+    prog = st["program_ns"].to_numpy(np.int64)[gpu]
+    busy = np.minimum(st["busy_ns"].to_numpy(np.int64)[gpu], prog)
+    return int(busy.sum()) / int(prog.sum()) if prog.sum() > 0 else None
 
 
 def overhead_lines(a) -> list[str]:

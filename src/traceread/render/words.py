@@ -7,6 +7,8 @@ lever's place in the to-do list (``verdict.busy_placement``).
 Text and HTML both read these; the JSON keeps the ids (``fact``, ``models``)."""
 from __future__ import annotations
 
+import re
+
 from typing import Any, Callable
 
 from .text import fmt_ns
@@ -209,11 +211,29 @@ def refusal_words(items: list[dict]) -> str:
 def _proof(x: dict, v) -> str:
     proof = (x.get("evidence") or [None])[0]
     if proof and proof.get("name") and v:
-        name = " ".join(str(proof["name"]).split())
-        return f" (seen: {name[:40]}{'...' if len(name) > 40 else ''})"
+        full = " ".join(str(proof["name"]).split())
+        name = proof_name(full)
+        w = 40 if name == full else 64
+        return f" (seen: {name[:w]}{'...' if len(name) > w else ''})"
     if x.get("evidence") == [] and not v:
         return " (none seen)"
     return ""
+
+
+_FUNC_RX = re.compile(r"([A-Za-z_]\w*)\(")
+
+
+def proof_name(name: str, w: int = 40) -> str:
+    """A long templated kernel name as its kernel and the functor it runs: cut at 40
+    characters, "void at::native::elementwise_kernel_manu..." hid the
+    ``mse_backward_cuda_kernel`` that proves a backward; it reads
+    "mse_backward_cuda_kernel in elementwise_kernel_manual_unroll"."""
+    if len(name) <= w or "<" not in name:
+        return name
+    outer = name.split("<", 1)[0].split()[-1].rsplit("::", 1)[-1]
+    inner = next((m for m in _FUNC_RX.findall(name.split("<", 1)[1])
+                  if m not in ("lambda", "operator")), None)
+    return f"{inner} in {outer}" if outer and inner else name
 
 
 def _int(v) -> bool:
