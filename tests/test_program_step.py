@@ -319,3 +319,10 @@ def test_real_dataloader_stalls_are_host_steps(corpus_dir):
     assert stalled.sum() >= 10 and (st.loc[stalled, "bound_by"] == "host").all()
     calm = st[~stalled]
     assert (calm["bound_by"] == "gpu").all() and (calm["busy_ns"] > 0.9 * calm["program_ns"]).all()
+    # the anatomy's odd steps hold nothing of their own: their data phase grew (it said only
+    # "nothing of its own"), and their evidence is the range that ends them (it named a
+    # "ProfilerStep#13" the trace does not hold)
+    odd = a.facts.program["anatomy"]["odd_steps"][0]
+    assert odd["grew_phase"] == "data" and odd["grew_ns"] > 0.5 * odd["excess_ns"] > 200 * MS
+    ev = a.facts.evidence["anatomy.odd_steps"][0]
+    assert ev["name"] == "Optimizer.step#SGD.step" and "its data phase +" in ev["detail"]

@@ -689,6 +689,10 @@ class AnatomyOddSteps(_S):
     per_step_ns: int             # the cost per step of its period (or of the steps seen)
     ordinary_step_ns: int
     holds: list[AnatomyHolds]    # empty: slower with the same contents
+    # the host phase that grew most over the ordinary steps, where it holds >= half the
+    # excess (data, forward, backward, optimizer, other); null: none does
+    grew_phase: Optional[str] = None
+    grew_ns: Optional[int] = None
 
 
 class AnatomyInference(_S):

@@ -122,11 +122,12 @@ def _steps(ev: pd.DataFrame, found: pd.DataFrame | None = None) -> pd.DataFrame:
 
     st = find_steps(ev)[0] if found is None else found
     if not len(st):
-        return pd.DataFrame(columns=["pid", "tid", "start", "end", "number"])
+        return pd.DataFrame(columns=["pid", "tid", "start", "end", "number", "label"])
     df = pd.DataFrame({"pid": st["pid"].to_numpy(), "tid": st["tid"].to_numpy(),
                        "start": st["start"].to_numpy(np.int64),
                        "end": st["end"].to_numpy(np.int64),
-                       "number": st["step"].to_numpy(np.int64)})
+                       "number": st["step"].to_numpy(np.int64),
+                       "label": st["name"].astype(str).to_numpy(object)})
     main = df["pid"].value_counts().index[0]      # a rank traces its own process
     df = df[df["pid"] == main].sort_values("start")
     return df.drop_duplicates("number").reset_index(drop=True)
@@ -362,7 +363,8 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     syncs = (_cls(h, "sync")) & outside_opt & ~_nested_sync(h)
     save = _union(h, _cls(h, "save", "write"), a, b)
     ag = (_cls(h, "all_gather")) & h["outer"] & ~_inside(bw, h["ts"]) & outside_opt
-    return {"step": int(s.number), "start": a, "dur": b - a, "host_ns": host_ns,
+    return {"step": int(s.number), "label": str(s.label), "start": a, "dur": b - a,
+            "host_ns": host_ns,
             "gpu_ns": gpu_ns, "backward_passes": len(passes), "pass_spans": passes,
             "forward_calls": fw, "optimizer_steps": int(((_cls(h, "optimizer_step"))).sum()),
             "forward_only": fo,
@@ -691,11 +693,33 @@ def _odd_group(tab, sel, base_sel, med, c, base) -> dict:
     # a median also holds the steps' jitter), capped by the excess
     cost = min(excess, sum(held)) if holds and None not in held else excess
     per = cost / period if period else cost * int(sel.sum()) / len(tab)
+    phase, grown = _grown_phase(tab, sel, base_sel)
     return {"steps": [int(x) for x in nums], "period": period, "excess_ns": excess,
             "held_ns": int(sum(held)) if holds and None not in held else None,
             "cost_ns": int(cost), "per_step_ns": int(per), "ordinary_step_ns": int(med),
             "holds": holds,
+            # the host phase that grew most over the ordinary steps: where a slow step with
+            # nothing of its own spent its excess (param's resnet: its DataLoader waits)
+            "grew_phase": phase if grown >= GREW_SHARE * excess > 0 else None,
+            "grew_ns": grown if grown >= GREW_SHARE * excess > 0 else None,
             "_rows": _group_rows(tab[sel])}
+
+
+GREW_SHARE = 0.5   # a phase named as where the excess went holds at least half of it
+
+
+def _grown_phase(tab: pd.DataFrame, sel: np.ndarray, base_sel: np.ndarray) -> tuple:
+    """(phase, ns): the host phase (``PHASES``) whose mean time in the ``sel`` steps exceeds
+    the ordinary steps' most, and by how much."""
+    if not sel.any() or not base_sel.any():
+        return None, 0
+    rows = tab["host_ns"].tolist()
+    odd = [rows[i] for i in np.flatnonzero(sel)]
+    base = [rows[i] for i in np.flatnonzero(base_sel)]
+    grown = {p: np.mean([r.get(p, 0) for r in odd]) - np.mean([r.get(p, 0) for r in base])
+             for p in PHASES}
+    phase = max(grown, key=grown.get)
+    return phase, int(grown[phase])
 
 
 HELD_NS = {"save": "save_ns", "syncs": "sync_ns", "all_gathers": "all_gather_ns",
@@ -759,7 +783,12 @@ def _evidence(tab: pd.DataFrame, events: pd.DataFrame, out: dict) -> dict:
     for g in out["odd_steps"]:
         rows = g.pop("_rows")
         what = ", ".join(h["what"] for h in g["holds"]) or "nothing of its own"
-        odd_ev.append(item(f"ProfilerStep#{g['steps'][0]}", None, g["steps"][0],
+        if g.get("grew_phase"):
+            what += f"; its {g['grew_phase']} phase +{g['grew_ns'] / 1e6:.1f} ms"
+        # the step's own range (a ProfilerStep#N, an NVTX step, the optimizer step ending it)
+        first = tab["label"][tab["step"] == g["steps"][0]] if "label" in tab else ()
+        odd_ev.append(item(first.iloc[0] if len(first) else f"step #{g['steps'][0]}", None,
+                           g["steps"][0],
                            f"{g['excess_ns'] / 1e6:.1f} ms over the ordinary step; holds {what}"))
         for key in ("save", "sync", "eval"):
             for x in rows[key][:1]:

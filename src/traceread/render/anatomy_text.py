@@ -40,6 +40,8 @@ def anatomy_lines(a) -> list[str]:
         every = f"every {g['period']}" if g.get("period") else "once"
         what = ", ".join(f"{h['count']} {h['what'].replace('_', ' ')}" if h["what"] != "save"
                          else "save" for h in g["holds"]) or "nothing of its own"
+        if g.get("grew_phase"):
+            what += f"; its {g['grew_phase']} phase +{fmt_ns(g['grew_ns'])}"
         bits.append(f"odd steps {', '.join(f'#{n}' for n in g['steps'][:4])} ({every}) "
                     f"+{fmt_ns(g['excess_ns'])}: {what}")
     if bits:
