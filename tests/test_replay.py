@@ -361,3 +361,38 @@ def test_critical_path_of_the_h200_transformer_is_gpu_work():
     for st in cp["steps"]:
         assert abs(sum(st["by_label"].values()) - prog[st["step"]]) <= 0.001 * prog[st["step"]]
     assert any(st["ends_at"] == "gpu" for st in cp["steps"])
+
+
+def _woken_thread_loop(steps: int = 3):
+    """Each 20 ms step: the main thread launches a 1 ms kernel, then a second thread (as
+    autograd's backward thread, which the main thread wakes: no traced edge) runs from 5 ms
+    and launches the step's last kernel, which ends after the host's end marker."""
+    b = TraceBuilder(path="woken.json")
+    for k in range(steps):
+        t = k * 20_000 * US
+        b.step(k, t, 10_000 * US)
+        b.op_with_kernel("aten::mm", t + 100 * US, 200 * US, 50 * US, 10 * US, t + 1_000 * US,
+                         1_000 * US, name="gemm_a")
+        b.op_with_kernel("aten::mm", t + 5_000 * US, 4_900 * US, 4_800 * US, 10 * US,
+                         t + 9_850 * US, 3_000 * US, name="gemm_b", tid=2)
+    return b.build()
+
+
+def test_critical_path_says_the_time_no_traced_cause_explains():
+    """The first step's chain runs back from its last kernel to the second thread's first
+    node (its launch at 9.8 ms), which nothing in the trace starts; the 9.64 ms from the
+    step's start (its GPU window opens at the first launch's return, 160 us) to it were
+    dropped, so the step's links covered 3.05 of its 12.69 ms. They are "unexplained" now,
+    and every step's links add up to its program step."""
+    a = analyze(_woken_thread_loop(), steps="all")
+    cp = a.replay["critical_path"]
+    prog = dict(zip(a.steps["step"].tolist(), a.steps["program_ns"].tolist()))
+    for st in cp["steps"]:
+        assert sum(st["by_label"].values()) == prog[st["step"]], st
+    first = cp["steps"][0]
+    assert first["ends_at"] == "gpu" and first["by_label"]["unexplained"] == 9_640 * US
+    assert "unexplained" not in cp["steps"][1]["by_label"]   # its lane's previous op binds it
+    from traceread.render.text import replay_lines
+    text = " ".join(" ".join(replay_lines(a.replay)).split())
+    assert "unexplained 25%" in text and "has no traced cause" in text
+    assert "before cudaLaunchKernel" in text

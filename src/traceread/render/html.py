@@ -361,7 +361,8 @@ CRITICAL_COLORS = {"kernel": ACTIVITY_COLORS["compute"], "copy": ACTIVITY_COLORS
                    "launch": COLORS["launch"], "queued after launch": "#f7b6d2",
                    "host op": COLORS["cpu_op"],
                    "sync wait": COLORS["sync"], "data load": COLORS["dataloader"],
-                   "collective": ACTIVITY_COLORS["comm"], "another rank": "#7f7f7f"}
+                   "collective": ACTIVITY_COLORS["comm"], "another rank": "#7f7f7f",
+                   "unexplained": COLORS["untraced"]}
 
 
 def _critical_lane(a, lanes: list[dict], x0: int, y: int) -> tuple[list[str], int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import safe
-from .fmt import width
+from .fmt import tail_lines, width
 
 
 TODO_ROWS = 8   # to-do items the text and HTML show before "and N more"
@@ -255,14 +255,24 @@ def replay_lines(r: dict | None) -> list[str]:
         labels = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in
                            sorted(by.items(), key=lambda kv: -kv[1]) if v >= 0.01 * total)
         out.append(f"  critical path: {labels}")
+        if by.get("unexplained", 0) >= UNEXPLAINED_SAID * total:
+            out += tail_lines("    ", "unexplained: the chain back from the step's end reaches "
+                              "work that nothing traced starts (the first op of a thread "
+                              "another thread woke, a GPU op with no launch record); the time "
+                              "before it has no traced cause")
         top = cp.get("top", [])[:4]
         lw = max([10] + [len(t["label"]) for t in top])
         for t in top:
             label = t["label"]
             row = f"    {label:<{lw}} {fmt_ns(t['ns']):>10} {t['pct']:5.1f}%  "
             name = " ".join(str(t["name"]).split())   # the row keeps within the table width
+            if label == "unexplained":
+                name = f"before {name}"
             out.append(row + safe.short(name, max(12, min(width(), 80) - len(row))))
     return out
+
+
+UNEXPLAINED_SAID = 0.05   # the critical path's unexplained share worth a line of its own
 
 
 def critical_stop(cp: dict) -> int | None:

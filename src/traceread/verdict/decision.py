@@ -74,18 +74,25 @@ def lever_context(facts: WindowFacts, blev: list[dict] | None = None) -> dict:
 
 def gpu_path_share(replay: dict | None, figures: dict | None = None) -> float | None:
     """The share of the replayed steps' critical path (passes/replay/critical.py) that is
-    the GPU's own work (kernels, copies); None without a replay, or where the profiler's own
-    cost is material (passes/overhead.py): the path is the profiled program's, and a host
-    the profiler slows may pace a GPU that paces the plain run (h200/queue.fixed: 33% of the
-    profiled path, 96% busy unprofiled). Faster kernels shorten the step only where they are
-    on that path: a host that launches each kernel just in time paces a GPU it keeps busy."""
+    the GPU's own work (kernels, copies), of its explained time; None without a replay,
+    where the profiler's own cost is material (passes/overhead.py: the path is the profiled
+    program's, and a host the profiler slows may pace a GPU that paces the plain run --
+    h200/queue.fixed: 33% of the profiled path, 96% busy unprofiled), or where half the path
+    or more has no traced cause (its "unexplained" links: HTA's MTIA trace, 99%). Faster
+    kernels shorten the step only where they are on that path: a host that launches each
+    kernel just in time paces a GPU it keeps busy."""
     cp = (replay or {}).get("critical_path") or {}
     total = int(cp.get("total_ns") or 0)
     if not (replay or {}).get("replayable") or total <= 0 \
             or ((figures or {}).get("profiler_overhead") or {}).get("material"):
         return None
     by = cp.get("by_label") or {}
-    return min(1.0, (int(by.get("kernel", 0)) + int(by.get("copy", 0))) / total)
+    # of the path's explained time: an unexplained stretch (no traced cause) is neither the
+    # host's nor the GPU's; mostly unexplained, the share is not known
+    known = total - int(by.get("unexplained", 0))
+    if known <= total // 2:
+        return None
+    return min(1.0, (int(by.get("kernel", 0)) + int(by.get("copy", 0))) / known)
 
 
 def utilization_levers(facts: WindowFacts) -> dict:

@@ -23,8 +23,12 @@ from .graph import END_EDGES, NEG, SKEW_NS, StepGraph, factorize, on_gpu_lane
 from .sim import Schedule, _among, lane_order, positions
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
-          "another rank", "queued after launch")
+          "another rank", "queued after launch", "unexplained")
 QUEUED = "queued after launch"
+# the chain reached the first node of a lane that nothing in the graph starts (the first op of
+# a thread another thread woke, a GPU op with no launch record): the time from the step's
+# start to it has no traced cause, and is said as such rather than dropped
+UNEXPLAINED = "unexplained"
 TOP = 10
 MAX_SEGMENTS = 1000
 
@@ -78,10 +82,11 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
     start, end = schedule.start_ns, schedule.end_ns
     pred, how, lag_launch, prev, starts = _binding_preds(graph, schedule, pos)
     lab_codes, lab_names = _label_codes(graph)
-    for extra in ("sync wait", QUEUED):
+    for extra in ("sync wait", QUEUED, UNEXPLAINED):
         if extra not in lab_names:
             lab_names.append(extra)
     sync_code, queued_code = lab_names.index("sync wait"), lab_names.index(QUEUED)
+    lost_code = lab_names.index(UNEXPLAINED)
     names = n["name"].to_numpy(object)
     lane = n["lane"].to_numpy(np.int64)
     lane_lab = graph.lanes.set_index("lane")["label"].to_dict()
@@ -121,6 +126,9 @@ def critical_path(graph: StepGraph, schedule: Schedule) -> dict:
         code = np.r_[np.where(how_p == 0, sync_code, lab_codes[p]),
                      np.where(np.asarray(via_launch, bool), queued_code, lab_codes[p])]
         node = np.r_[p, p]
+        if u[-1] < 0 and start[p[-1]] > t0:   # the chain ends inside the step: the rest
+            seg_lo, seg_hi = np.r_[seg_lo, t0], np.r_[seg_hi, start[p[-1]]]
+            code, node = np.r_[code, lost_code], np.r_[node, p[-1]]
         d = seg_hi - seg_lo
         keep = d > 0
         seg_lo, seg_hi, code, node, d = seg_lo[keep], seg_hi[keep], code[keep], node[keep], d[keep]
