@@ -392,6 +392,23 @@ def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     return key
 
 
+THREAD_BLOCK = 1 << 18   # rows a time ``rows_on_threads`` keys: 2 MB of keys
+
+
+def rows_on_threads(pid: np.ndarray, tid: np.ndarray, threads: set) -> np.ndarray:
+    """``_thread_mask(thread_key(pid, tid), threads)`` over every row, the key made a block of
+    rows at a time: a whole-window key and its pid / tid copies were 24 B a row at the facts'
+    peak (``culprits._work_rows``); the same mask, the key's int64 wrap kept."""
+    on = np.zeros(len(pid), bool)
+    if not threads:
+        return on
+    for a in range(0, len(pid), THREAD_BLOCK):
+        b = a + THREAD_BLOCK
+        on[a:b] = _thread_mask(thread_key(pid[a:b].astype(np.int64), tid[a:b].astype(np.int64)),
+                               threads)
+    return on
+
+
 def _thread_mask(key: np.ndarray, threads: set) -> np.ndarray:
     if not threads:
         return np.zeros(len(key), bool)
