@@ -481,15 +481,17 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         gs = gaps["start"].to_numpy(np.int64)[idx]
         ge = gaps["end"].to_numpy(np.int64)[idx]
         on = _thread_mask(key, launch_threads(ev, ops, int(pid), int(dev)))
-        if on.all():   # one device fed by every host thread: no copies
-            c_on, s_on, e_on, k_on, n_on = cats, hs, he, kind, name
-        else:
-            c_on, s_on, e_on, k_on, n_on = cats[on], hs[on], he[on], kind[on], name[on]
-        # only the rows that reach a gap count (most run while the GPU is busy)
+        # only the rows that reach a gap count (most run while the GPU is busy): their
+        # positions first, then each array taken once (not a copy of the thread's rows and
+        # then of those near a gap)
         gaps_iv = intervals.union(gs, ge)
-        near = intervals.reaching(gaps_iv, s_on, e_on)
-        t_on = key[on][near] if not on.all() else key[near]
-        c_on, s_on, e_on, k_on, n_on = c_on[near], s_on[near], e_on[near], k_on[near], n_on[near]
+        if on.all():   # one device fed by every host thread
+            near = intervals.reaching(gaps_iv, hs, he)
+        else:
+            near = np.flatnonzero(on)
+            near = near[intervals.reaching(gaps_iv, hs[near], he[near])]
+        t_on = key[near]
+        c_on, s_on, e_on, k_on, n_on = cats[near], hs[near], he[near], kind[near], name[near]
         cc, cs, ce = _waiting(gaps_iv, c_on, s_on, e_on, t_on)
         if len(idx) == n:   # one (pid, device): carve straight into the result
             _carve(gs, ge, cc, cs, ce, split)
