@@ -271,3 +271,29 @@ def test_queued_split_only_for_queued_gaps():
     assert list(whole) == [2] and list(part) == [1] and rows.sum() == 20
     q = A._queued_split(split, parts)
     assert list(q.sum(axis=1)) == [0, 20, 60] and (q[2] == split[2]).all()
+
+
+def test_split_columns_share_one_zero_column_and_copy_on_write():
+    """The gap frame's category columns equal the split matrix; under copy-on-write the
+    categories no gap has share one zero array (8 B a gap each otherwise), and a write to
+    one of them reaches no other column."""
+    import numpy as np
+    import pandas as pd
+    from traceread.table import SHARE_COLUMNS
+    n, k = 50, len(A.CPU_CATEGORIES)
+    split = np.zeros((n, k), np.int64, order="F")
+    split[::3, 1] = 7
+    split[5, k - 1] = 9
+    gaps = pd.DataFrame({"start": np.arange(n)})
+    A._add_split(gaps, "cpu_", split)
+    cols = [f"cpu_{c}" for c in A.CPU_CATEGORIES]
+    assert list(gaps.columns) == ["start"] + cols
+    assert (gaps[cols].to_numpy() == split).all()
+    zero = [c for j, c in enumerate(cols) if not split[:, j].any()]
+    if SHARE_COLUMNS:
+        arrs = [gaps[c].to_numpy() for c in zero]
+        assert all(np.shares_memory(arrs[0], a) for a in arrs[1:])
+        assert not np.shares_memory(gaps[cols[1]].to_numpy(), split)
+    gaps.loc[:4, zero[0]] = 3
+    assert int(gaps[zero[0]].sum()) == 15
+    assert all(int(gaps[c].sum()) == 0 for c in zero[1:])

@@ -49,6 +49,7 @@ from . import intervals
 from .compile import compile_name_lut, is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
 from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at, table_of
+from ..table import SHARE_COLUMNS
 from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -508,13 +509,14 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
         del on, c_on, s_on, e_on, k_on, n_on, sy, near, t_on, cc, cs, ce
     del hs, he, key, kind, name, cats, is_sync, sync_label
-    for j, c in enumerate(CPU_CATEGORIES):
-        gaps[f"cpu_{c}"] = pd.Series(split[:, j], index=gaps.index, copy=False)
-    gaps["cpu"] = str_column(CPU_CATEGORIES, split.argmax(axis=1))
+    top_cat = split.argmax(axis=1)
     q_split = _queued_split(split, q_parts)
     del q_parts
-    for j, c in enumerate(CPU_CATEGORIES):
-        gaps[f"qcpu_{c}"] = pd.Series(q_split[:, j], index=gaps.index, copy=False)
+    _add_split(gaps, "cpu_", split)
+    del split
+    gaps["cpu"] = str_column(CPU_CATEGORIES, top_cat)
+    _add_split(gaps, "qcpu_", q_split)
+    del q_split
     label = (drain_op > 0).astype(np.int8)
     label[(queued_ns > 0) & (queued_ns >= gaps["duration"].to_numpy(np.int64))] = 2
     drain_op[label == 2] = 0   # a sync that returned while the next op sat queued drained nothing
@@ -523,6 +525,25 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     gaps["queued_ns"] = queued_ns
     gaps["waited_on"] = waited_on
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top), "sync_blocked": blocked}
+
+
+def _add_split(gaps: pd.DataFrame, prefix: str, split: np.ndarray) -> None:
+    """One column per category of the (gaps, categories) ``split``. Under copy-on-write the
+    categories no gap has (most traces use 4-5 of the 11) share one column of zeros and the
+    others are copied out of the matrix, which is then let go: 8 B a gap less for each
+    unused category, in the gap frame every later pass holds (~36 MB at 1 GB). Without
+    copy-on-write the columns stay views of the matrix (a write through one would reach
+    the others)."""
+    zero = None   # a Series: pandas tracks its views, so a write to one column copies it
+    for j, c in enumerate(CPU_CATEGORIES):
+        col = split[:, j]
+        if SHARE_COLUMNS and not col.any():
+            if zero is None:
+                zero = pd.Series(np.zeros(len(col), np.int64), index=gaps.index, copy=False)
+            gaps[prefix + c] = zero
+            continue
+        gaps[prefix + c] = pd.Series(col.copy() if SHARE_COLUMNS else col, index=gaps.index,
+                                     copy=False)
 
 
 def _carve_queued(idx, gs, ge, qns, cats, hs, he) -> tuple:
