@@ -267,6 +267,7 @@ def _slow_firsts(name, ts, dur, pid) -> tuple:
     del pair
     top = np.maximum.accumulate(code)
     is_first = np.r_[True, top[1:] > top[:-1]]
+    del top
     first = np.flatnonzero(is_first)                # group k's first row is first[k]
     size = np.bincount(code, minlength=len(first)) - 1
     cand = (size >= max(1, FIRST_MIN_LATER)) & (dur[first] >= OUTLIER_MIN_NS)
