@@ -297,3 +297,20 @@ def test_split_columns_share_one_zero_column_and_copy_on_write():
     gaps.loc[:4, zero[0]] = 3
     assert int(gaps[zero[0]].sum()) == 15
     assert all(int(gaps[c].sum()) == 0 for c in zero[1:])
+
+
+def test_rows_on_threads_is_the_whole_window_key_mask():
+    """``rows_on_threads`` (the key made a block of rows at a time) gives the mask of the
+    whole-window key it replaced, across block edges, negative ids and tids past 32 bits."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    n = 2 * A.THREAD_BLOCK + 123
+    pid = rng.choice(np.array([3, 7, 2**31 - 1, -5], np.int64), n)
+    tid = rng.choice(np.array([11, 12, -1, 2**33 + 11], np.int64), n)
+    for threads in (set(), {(3, 11)}, {(7, -1), (2**31 - 1, 12)},
+                    {(p, t) for p in (3, 7, -5) for t in range(20)}):
+        want = A._thread_mask(A.thread_key(pid.copy(), tid.copy()), threads)
+        assert (A.rows_on_threads(pid, tid, threads) == want).all()
+    before = pid.copy(), tid.copy()
+    A.rows_on_threads(pid, tid, {(3, 11)})
+    assert (pid == before[0]).all() and (tid == before[1]).all()   # the columns untouched
