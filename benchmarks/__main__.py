@@ -36,6 +36,9 @@ COMMANDS = {
     "cuts": ("cuts", "add_args", "main",
              "CPU of the passes the speed rounds cut (kind_in, validate, what-if pricing, "
              "marks, ...), in process, vs baselines"),
+    "passmem": ("passmem", "add_args", "main",
+                "analyze's memory pass by pass (RSS at entry and peak, tracemalloc peak) "
+                "vs baselines"),
     "hta-compare": ("hta_compare", "add_args", "main",
                     "figures of HTA vs traceread on HTA's own test traces (no timing)"),
 }

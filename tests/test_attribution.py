@@ -271,3 +271,46 @@ def test_queued_split_only_for_queued_gaps():
     assert list(whole) == [2] and list(part) == [1] and rows.sum() == 20
     q = A._queued_split(split, parts)
     assert list(q.sum(axis=1)) == [0, 20, 60] and (q[2] == split[2]).all()
+
+
+def test_split_columns_share_one_zero_column_and_copy_on_write():
+    """The gap frame's category columns equal the split matrix; under copy-on-write the
+    categories no gap has share one zero array (8 B a gap each otherwise), and a write to
+    one of them reaches no other column."""
+    import numpy as np
+    import pandas as pd
+    from traceread.table import SHARE_COLUMNS
+    n, k = 50, len(A.CPU_CATEGORIES)
+    split = np.zeros((n, k), np.int64, order="F")
+    split[::3, 1] = 7
+    split[5, k - 1] = 9
+    gaps = pd.DataFrame({"start": np.arange(n)})
+    A._add_split(gaps, "cpu_", split)
+    cols = [f"cpu_{c}" for c in A.CPU_CATEGORIES]
+    assert list(gaps.columns) == ["start"] + cols
+    assert (gaps[cols].to_numpy() == split).all()
+    zero = [c for j, c in enumerate(cols) if not split[:, j].any()]
+    if SHARE_COLUMNS:
+        arrs = [gaps[c].to_numpy() for c in zero]
+        assert all(np.shares_memory(arrs[0], a) for a in arrs[1:])
+        assert not np.shares_memory(gaps[cols[1]].to_numpy(), split)
+    gaps.loc[:4, zero[0]] = 3
+    assert int(gaps[zero[0]].sum()) == 15
+    assert all(int(gaps[c].sum()) == 0 for c in zero[1:])
+
+
+def test_rows_on_threads_is_the_whole_window_key_mask():
+    """``rows_on_threads`` (the key made a block of rows at a time) gives the mask of the
+    whole-window key it replaced, across block edges, negative ids and tids past 32 bits."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    n = 2 * A.THREAD_BLOCK + 123
+    pid = rng.choice(np.array([3, 7, 2**31 - 1, -5], np.int64), n)
+    tid = rng.choice(np.array([11, 12, -1, 2**33 + 11], np.int64), n)
+    for threads in (set(), {(3, 11)}, {(7, -1), (2**31 - 1, 12)},
+                    {(p, t) for p in (3, 7, -5) for t in range(20)}):
+        want = A._thread_mask(A.thread_key(pid.copy(), tid.copy()), threads)
+        assert (A.rows_on_threads(pid, tid, threads) == want).all()
+    before = pid.copy(), tid.copy()
+    A.rows_on_threads(pid, tid, {(3, 11)})
+    assert (pid == before[0]).all() and (tid == before[1]).all()   # the columns untouched

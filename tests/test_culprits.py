@@ -222,3 +222,23 @@ def test_nsys_culprits_are_launch_thread_frames():
     a = analysed(str(corpus_or_skip() / "GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite"))
     name, ms = _host(a)
     assert "seq =" not in name and name.startswith("aten::")
+
+
+def test_reaching_rows_filters_a_block_at_a_time_as_one_pass_would():
+    """``culprits._reaching_rows``: the masked rows whose [ts, te) reach the intervals, the
+    same as one ``intervals.reaching`` over all of them, across block edges."""
+    import numpy as np
+    from traceread.passes import attribution as attr
+    from traceread.passes import culprits as C
+    from traceread.passes import intervals
+    rng = np.random.default_rng(3)
+    n = attr.THREAD_BLOCK + 5000
+    ts = np.sort(rng.integers(0, 10**9, n))
+    dur = rng.integers(0, 10**5, n)
+    mask = rng.random(n) < 0.6
+    iv = intervals.union(np.array([10**6, 5 * 10**8]), np.array([3 * 10**6, 5 * 10**8 + 10**7]))
+    rows = np.flatnonzero(mask)
+    want = rows[intervals.reaching(iv, ts[rows], ts[rows] + dur[rows])]
+    got = C._reaching_rows(mask, iv, ts, lambda r: ts[r] + dur[r])
+    assert got.dtype == want.dtype and (got == want).all() and len(want)
+    assert not len(C._reaching_rows(np.zeros(n, bool), iv, ts, lambda r: ts[r] + dur[r]))

@@ -439,6 +439,7 @@ _PANDAS3 = int(pd.__version__.split(".")[0]) >= 3
 _NO_COPY = {} if _PANDAS3 else {"copy": False}
 # Only with copy-on-write (pandas 3) may two columns share one array of category codes.
 _SHARE_SERIES = _PANDAS3
+SHARE_COLUMNS = _SHARE_SERIES   # for the passes: columns of a frame may share one array
 
 
 def _buffers_key(col: pa.ChunkedArray):

@@ -49,6 +49,7 @@ from . import intervals
 from .compile import compile_name_lut, is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
 from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at, table_of
+from ..table import SHARE_COLUMNS
 from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -392,6 +393,23 @@ def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     return key
 
 
+THREAD_BLOCK = 1 << 18   # rows a time ``rows_on_threads`` keys: 2 MB of keys
+
+
+def rows_on_threads(pid: np.ndarray, tid: np.ndarray, threads: set) -> np.ndarray:
+    """``_thread_mask(thread_key(pid, tid), threads)`` over every row, the key made a block of
+    rows at a time: a whole-window key and its pid / tid copies were 24 B a row at the facts'
+    peak (``culprits._work_rows``); the same mask, the key's int64 wrap kept."""
+    on = np.zeros(len(pid), bool)
+    if not threads:
+        return on
+    for a in range(0, len(pid), THREAD_BLOCK):
+        b = a + THREAD_BLOCK
+        on[a:b] = _thread_mask(thread_key(pid[a:b].astype(np.int64), tid[a:b].astype(np.int64)),
+                               threads)
+    return on
+
+
 def _thread_mask(key: np.ndarray, threads: set) -> np.ndarray:
     if not threads:
         return np.zeros(len(key), bool)
@@ -460,42 +478,52 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     # the categories of each gap's queued part: zero unless queued_ns > 0, so only those
     # gaps are kept (and carved, for a part) until the host arrays are freed
     q_parts: list = []
-    for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
+    groups = list(gaps.groupby(["pid", "device"], sort=True).indices.items())
+    for g, ((pid, dev), idx) in enumerate(groups):
         gs = gaps["start"].to_numpy(np.int64)[idx]
         ge = gaps["end"].to_numpy(np.int64)[idx]
         on = _thread_mask(key, launch_threads(ev, ops, int(pid), int(dev)))
-        if on.all():   # one device fed by every host thread: no copies
-            c_on, s_on, e_on, k_on, n_on = cats, hs, he, kind, name
-        else:
-            c_on, s_on, e_on, k_on, n_on = cats[on], hs[on], he[on], kind[on], name[on]
-        # only the rows that reach a gap count (most run while the GPU is busy)
+        # only the rows that reach a gap count (most run while the GPU is busy): their
+        # positions first, then each array taken once (not a copy of the thread's rows and
+        # then of those near a gap)
         gaps_iv = intervals.union(gs, ge)
-        near = intervals.reaching(gaps_iv, s_on, e_on)
-        t_on = key[on][near] if not on.all() else key[near]
-        c_on, s_on, e_on, k_on, n_on = c_on[near], s_on[near], e_on[near], k_on[near], n_on[near]
-        cc, cs, ce = _waiting(gaps_iv, c_on, s_on, e_on, t_on)
-        if len(idx) == n:   # one (pid, device): carve straight into the result
-            _carve(gs, ge, cc, cs, ce, split)
+        if on.all():   # one device fed by every host thread
+            near = intervals.reaching(gaps_iv, hs, he)
         else:
-            split[idx] = _carve(gs, ge, cc, cs, ce)
-        q_parts.append(_carve_queued(idx, gs, ge, queued_ns[idx], cc, cs, ce))
+            near = np.flatnonzero(on)
+            near = near[intervals.reaching(gaps_iv, hs[near], he[near])]
+        t_on = key[near]
+        c_on, s_on, e_on, k_on, n_on = cats[near], hs[near], he[near], kind[near], name[near]
+        del near
+        # the sync calls first: after the last group's, the host arrays are let go before
+        # the carve and the top ops (~40 B a host row: the attribution's peak at 1 GB)
         sy = on & is_sync
+        del on
         bs, be = intervals.union(hs[sy], he[sy]) if sy.any() else (hs[:0], he[:0])
         blocked[(int(pid), int(dev))] = int((be - bs).sum())
         names = _sync_names(name_cats, name[sy])
         lab = sync_label[sy]
         names[lab >= 0] = pg_text[lab[lab >= 0]]
         drain_op[idx] = _drain(gs, ge, names, hs[sy], he[sy], sync_ops)
+        del sy, names, lab
+        if g == len(groups) - 1:
+            del hs, he, key, kind, name, cats, is_sync, sync_label
+        cc, cs, ce = _waiting(gaps_iv, c_on, s_on, e_on, t_on)
+        if len(idx) == n:   # one (pid, device): carve straight into the result
+            _carve(gs, ge, cc, cs, ce, split)
+        else:
+            split[idx] = _carve(gs, ge, cc, cs, ce)
+        q_parts.append(_carve_queued(idx, gs, ge, queued_ns[idx], cc, cs, ce))
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
-        del on, c_on, s_on, e_on, k_on, n_on, sy, near, t_on, cc, cs, ce
-    del hs, he, key, kind, name, cats, is_sync, sync_label
-    for j, c in enumerate(CPU_CATEGORIES):
-        gaps[f"cpu_{c}"] = pd.Series(split[:, j], index=gaps.index, copy=False)
-    gaps["cpu"] = str_column(CPU_CATEGORIES, split.argmax(axis=1))
+        del c_on, s_on, e_on, k_on, n_on, t_on, cc, cs, ce
+    top_cat = split.argmax(axis=1)
     q_split = _queued_split(split, q_parts)
     del q_parts
-    for j, c in enumerate(CPU_CATEGORIES):
-        gaps[f"qcpu_{c}"] = pd.Series(q_split[:, j], index=gaps.index, copy=False)
+    _add_split(gaps, "cpu_", split)
+    del split
+    gaps["cpu"] = str_column(CPU_CATEGORIES, top_cat)
+    _add_split(gaps, "qcpu_", q_split)
+    del q_split
     label = (drain_op > 0).astype(np.int8)
     label[(queued_ns > 0) & (queued_ns >= gaps["duration"].to_numpy(np.int64))] = 2
     drain_op[label == 2] = 0   # a sync that returned while the next op sat queued drained nothing
@@ -504,6 +532,25 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     gaps["queued_ns"] = queued_ns
     gaps["waited_on"] = waited_on
     return {"gaps": gaps, "top_ops": _merge_top(top_parts, top), "sync_blocked": blocked}
+
+
+def _add_split(gaps: pd.DataFrame, prefix: str, split: np.ndarray) -> None:
+    """One column per category of the (gaps, categories) ``split``. Under copy-on-write the
+    categories no gap has (most traces use 4-5 of the 11) share one column of zeros and the
+    others are copied out of the matrix, which is then let go: 8 B a gap less for each
+    unused category, in the gap frame every later pass holds (~36 MB at 1 GB). Without
+    copy-on-write the columns stay views of the matrix (a write through one would reach
+    the others)."""
+    zero = None   # a Series: pandas tracks its views, so a write to one column copies it
+    for j, c in enumerate(CPU_CATEGORIES):
+        col = split[:, j]
+        if SHARE_COLUMNS and not col.any():
+            if zero is None:
+                zero = pd.Series(np.zeros(len(col), np.int64), index=gaps.index, copy=False)
+            gaps[prefix + c] = zero
+            continue
+        gaps[prefix + c] = pd.Series(col.copy() if SHARE_COLUMNS else col, index=gaps.index,
+                                     copy=False)
 
 
 def _carve_queued(idx, gs, ge, qns, cats, hs, he) -> tuple:

@@ -302,4 +302,9 @@ def stable_by(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
     width = int(minor.max()) - b0 + 1
     if (int(major.max()) - a0 + 1) * width >= 2**62:
         return np.lexsort((minor, major))
-    return np.argsort((major - a0) * width + (minor - b0), kind="stable")
+    if major.dtype != np.int64 or minor.dtype != np.int64:
+        return np.argsort((major - a0) * width + (minor - b0), kind="stable")
+    key = major - a0   # one temporary, not three (the same key)
+    key *= width
+    key += minor - b0
+    return np.argsort(key, kind="stable")

@@ -32,6 +32,7 @@ import pandas as pd
 from . import attribution as attr
 from . import intervals
 from .common import fmt_ms as _ms, kind_in
+from .factkit import _Ends
 from .userframe import culprit_frame, is_user_frame, readable
 from .steps import (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, INFERENCE_STEP_PATTERN,
                     UNNUMBERED_STEP_PATTERN)
@@ -171,13 +172,12 @@ def host_culprit(ev, gaps, ops, parts, top_ops) -> str:
 
 
 def _launch_rows(ev, gaps, ops):
-    """Per (pid, device) of ``gaps``: (gap starts, gap ends, thread-key mask of its launch
-    threads over ``ev``)."""
-    key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
-    for (pid, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
-        on = attr._thread_mask(key, attr.launch_threads(ev, ops, int(pid), int(dev)))
-        yield (gaps["start"].to_numpy(np.int64)[idx], gaps["end"].to_numpy(np.int64)[idx],
-               on, key)
+    """Per (pid, device) of ``gaps``: (gap starts, gap ends, the mask over ``ev`` of its
+    launch threads' rows). No whole-window thread key: a row's key is made where needed."""
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    for (p, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
+        on = attr.rows_on_threads(pid, tid, attr.launch_threads(ev, ops, int(p), int(dev)))
+        yield gaps["start"].to_numpy(np.int64)[idx], gaps["end"].to_numpy(np.int64)[idx], on
 
 
 def _categories(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
@@ -185,6 +185,18 @@ def _categories(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     name, cats = attr._codes(ev["name"])
     return attr._classify(attr._kind_index(ev, rows), name[rows], cats,
                           attr._nccl_domain(ev, rows), None).astype(np.int64)
+
+
+def _reaching_rows(mask: np.ndarray, iv, ts: np.ndarray, te) -> np.ndarray:
+    """``np.flatnonzero(mask)`` of the rows whose [ts, te) reach ``iv``, a block of rows at a
+    time: all of a launch thread's host rows with their starts, ends and searches were
+    ~50 B a row at once at the facts' peak, for the few that reach a long gap."""
+    out = []
+    for a in range(0, len(mask), attr.THREAD_BLOCK):
+        r = np.flatnonzero(mask[a:a + attr.THREAD_BLOCK])
+        r += a
+        out.append(r[intervals.reaching(iv, ts[r], te(r))])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
 def _work_rows(ev, gaps, ops, kinds):
@@ -201,19 +213,22 @@ def _work_rows(ev, gaps, ops, kinds):
     want = kind_in(ev, kinds)
     codes, cats = attr._codes(ev["name"])
     bases: dict[str, int] = {}   # emit_nvtx's "aten::add, seq = 12, op_id = 7" -> aten::add
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     out = []
-    for gs, ge, on, key in _launch_rows(ev, gaps, ops):
+    for gs, ge, on in _launch_rows(ev, gaps, ops):
         gaps_iv = intervals.union(gs, ge)
-        rows = np.flatnonzero(host & on)
-        rows = rows[intervals.reaching(gaps_iv, ts[rows], te(rows))]
+        on &= host
+        rows = _reaching_rows(on, gaps_iv, ts, te)
+        del on
         if not len(rows):
             continue
+        key = attr.thread_key(pid[rows], tid[rows])   # these rows' own (fresh copies)
         cat = _categories(ev, rows)
         other = np.isin(cat, _OTHER)
         free = intervals.subtract(gaps_iv, intervals.union(ts[rows[other]], te(rows[other])))
         cand = want[rows] & np.isin(cat, _WORK)
-        for t in np.unique(key[rows[cand]]).tolist():
-            mine = key[rows] == t
+        for t in np.unique(key[cand]).tolist():
+            mine = key == t
             wait = rows[mine & (cat == _CAT["wait"])]
             region = intervals.subtract(free, intervals.union(ts[wait], te(wait)))
             r = rows[mine & cand]
@@ -228,7 +243,7 @@ class _Spans:
 
     def __init__(self, ev, threads):
         self.ts = ev["ts"].to_numpy(np.int64)
-        self.te = self.ts + ev["dur"].to_numpy(np.int64)
+        self.te = _Ends(self.ts, ev["dur"].to_numpy(np.int64))   # at the rows asked only
         self.threads = threads
 
     def covered(self, rows_of) -> int:
@@ -369,7 +384,7 @@ def _draining_calls(ev, sync_name, gaps, ops) -> np.ndarray:
     ts = ev["ts"].to_numpy(np.int64)
     te = ts + ev["dur"].to_numpy(np.int64)
     keep = np.zeros(len(rows), bool)
-    for gs, ge, on, _ in _launch_rows(ev, drained, ops):
+    for gs, ge, on in _launch_rows(ev, drained, ops):
         r = on[rows]
         lo = gs - attr.SKEW_NS
         hi = np.minimum(gs + attr.SYNC_TOLERANCE_NS, ge + attr.SKEW_NS)

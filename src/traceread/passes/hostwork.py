@@ -27,7 +27,7 @@ from . import attribution as attr
 from . import intervals
 from .common import kind_in, name_codes, name_lut, rows_of, unique_sorted
 from .culprits import _Spans, _work_rows
-from .factkit import item
+from .factkit import _Ends, item
 
 MODULE_FRAME_RX = re.compile(r"^nn\.Module: "
                              r"|torch/nn/modules/module\.py\(\d+\): _(?:wrapped_)?call_impl$"
@@ -84,7 +84,7 @@ def _model_ns(ev: pd.DataFrame, threads, mask: np.ndarray) -> int:
     first allocation inside ``aten::ones`` is not the model's dispatch because ``fill_``
     beside it launches a kernel."""
     ts = ev["ts"].to_numpy(np.int64)
-    te = ts + ev["dur"].to_numpy(np.int64)
+    te = _Ends(ts, ev["dur"].to_numpy(np.int64))   # at the rows asked only
     is_op = kind_in(ev, ("cpu_op",))
     rows = unique_sorted(np.concatenate([r for _, r, _ in threads]))
     frame = np.zeros(len(ev), bool)
@@ -115,13 +115,16 @@ def _model_rows(ev: pd.DataFrame, cand: np.ndarray) -> set:
     launch = api[name_lut(ev["name"], LAUNCH_RX, "match").take(codes.take(api))]
     if not len(launch):
         return out
-    key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     ts = ev["ts"].to_numpy(np.int64)
-    te = ts + ev["dur"].to_numpy(np.int64)
+    te = _Ends(ts, ev["dur"].to_numpy(np.int64))   # at the rows asked only
     ops = cand[~frame & kind_in(ev, ("cpu_op",))[cand]]
-    for k in np.unique(key[ops]).tolist():
-        lt = np.sort(ts[launch[key[launch] == k]])
-        mine = ops[key[ops] == k]
+    # thread keys of these rows only (a whole-window key was 8 B a row, 24 while made)
+    key_ops = attr.thread_key(pid[ops], tid[ops])
+    key_launch = attr.thread_key(pid[launch], tid[launch])
+    for k in np.unique(key_ops).tolist():
+        lt = np.sort(ts[launch[key_launch == k]])
+        mine = ops[key_ops == k]
         hit = np.searchsorted(lt, te[mine], "left") > np.searchsorted(lt, ts[mine], "left")
         out.update(mine[hit].tolist())
     return out
@@ -133,7 +136,7 @@ def _top(ev: pd.DataFrame, threads, names: dict, mask: np.ndarray):
     the whole loop -- the script's body, ``spawn_main`` -- covers the model's time too, and
     is not what runs beside it)."""
     ts = ev["ts"].to_numpy(np.int64)
-    te = ts + ev["dur"].to_numpy(np.int64)
+    te = _Ends(ts, ev["dur"].to_numpy(np.int64))   # at the rows asked only
     out = []
     for want in (True, False):
         parts = []

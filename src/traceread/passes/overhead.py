@@ -261,21 +261,15 @@ def cost_features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
     """(``features``, the total of ``costs``' ns: from the same rows, read once): what
     ``estimate`` reads of the events, needing neither the replay nor the facts, so the
     analysis runs it beside the other passes."""
-    ops = _rows_of(ev, "cpu_op", ("pid", "tid", "ts", "dur", "input_dims"))
+    # the ops as row positions and column views, not a frame of their columns (~36 B an op
+    # row, with two keys of 8 B a row more: a peak of the passes at 500 MB)
+    ops = np.flatnonzero(kind_in(ev, ("cpu_op",)))
     py_rows = int(kind_in(ev, ("python",)).sum())
     calls = _calls(ev, ())
     k = max(1, int(steps))
-    floor = None
-    busiest = 0
-    if len(ops):
-        mine = ops[(_key(ops) == _busiest(ops)).to_numpy()].sort_values("ts")
-        busiest = len(mine)
-        ts = mine["ts"].to_numpy(np.int64)
-        run_end = np.maximum.accumulate(ts + mine["dur"].to_numpy(np.int64))
-        gaps = ts[1:] - run_end[:-1]
-        gaps = gaps[gaps > 0]
-        floor = int(np.percentile(gaps, 5)) if len(gaps) else None
-    shaped = int(_shaped(ops).sum())
+    busiest, floor = _floor_spacing(ev, ops) if len(ops) else (0, None)
+    shaped = int(_shaped(ev.iloc[ops, [ev.columns.get_loc("input_dims")]])
+                 .sum()) if "input_dims" in ev else 0
     classes = _classes_by_name(calls) if len(calls) else None
     cls: dict = {}   # calls per class: per distinct name counted, then per class
     if classes is not None:
@@ -293,6 +287,22 @@ def cost_features(ev: pd.DataFrame, steps: int) -> tuple[dict, int]:
             "calls_per_step": {c: round(float(cls.get(c, 0)) / k, 1) for c in CALL_NS},
             "record_shapes": bool(shaped), "with_stack": bool(py_rows),
             "floor_spacing_ns": floor}, total
+
+
+def _floor_spacing(ev: pd.DataFrame, ops: np.ndarray) -> tuple[int, int | None]:
+    """(ops on the busiest op thread, the 5th percentile of the positive gaps between one of
+    its ops' end and the next one's start) of the op rows ``ops`` (not empty)."""
+    key = ev["pid"].to_numpy(np.int64)[ops] * (1 << 32)   # ``_key`` of the ops
+    key += ev["tid"].to_numpy(np.int64)[ops]
+    mine = ops[key == pd.Series(key).value_counts().index[0]]   # ``_busiest``
+    del key
+    ts = ev["ts"].to_numpy(np.int64)[mine]
+    order = np.argsort(ts, kind="quicksort")   # ``sort_values("ts")``'s order
+    ts = ts[order]
+    run_end = np.maximum.accumulate(ts + ev["dur"].to_numpy(np.int64)[mine[order]])
+    gaps = ts[1:] - run_end[:-1]
+    gaps = gaps[gaps > 0]
+    return len(mine), (int(np.percentile(gaps, 5)) if len(gaps) else None)
 
 
 def _key(ev: pd.DataFrame) -> pd.Series:

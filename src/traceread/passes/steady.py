@@ -242,20 +242,32 @@ def _slow_firsts(name, ts, dur, pid) -> tuple:
     median; in the order of those first rows. Hashed groups, and only the few candidates'
     later rows sorted (a groupby of every row took ~25 ms at 250 MB);
     tests/test_speed_paths.py compares it with the pandas code it replaced."""
-    o = np.argsort(ts, kind="stable")
-    name, ts, dur, pid = name[o], ts[o], dur[o], pid[o]
+    if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():   # the event table's rows come sorted
+        o = np.argsort(ts, kind="stable")
+        name, ts, dur, pid = name[o], ts[o], dur[o], pid[o]
+        del o
     n = len(name)
     if not n:
         e = np.zeros(0, np.int64)
         return e, e, e, e, np.zeros(0, np.float64)
-    pc = pd.factorize(pid)[0].astype(np.int64)
-    nm = name.astype(np.int64) - int(name.min())
+    # each row's (pid, name) group, the temporaries freed as they are used (~100 B a row
+    # at once made this the facts' peak at 1 GB)
+    pc = pd.factorize(pid)[0].astype(np.int64, copy=False)
+    nm = name.astype(np.int64)
+    nm -= int(name.min())
     width = int(nm.max()) + 1
-    pair = pc * width + nm if (int(pc.max()) + 1) * width < 2**62 else \
-        pd.MultiIndex.from_arrays([pc, nm])
-    code = pd.factorize(pair)[0].astype(np.int64)   # numbered by first appearance: ts order
+    if (int(pc.max()) + 1) * width < 2**62:
+        pc *= width
+        pc += nm
+        pair = pc
+    else:
+        pair = pd.MultiIndex.from_arrays([pc, nm])
+    del pc, nm
+    code = pd.factorize(pair)[0].astype(np.int64, copy=False)   # by first appearance: ts order
+    del pair
     top = np.maximum.accumulate(code)
     is_first = np.r_[True, top[1:] > top[:-1]]
+    del top
     first = np.flatnonzero(is_first)                # group k's first row is first[k]
     size = np.bincount(code, minlength=len(first)) - 1
     cand = (size >= max(1, FIRST_MIN_LATER)) & (dur[first] >= OUTLIER_MIN_NS)

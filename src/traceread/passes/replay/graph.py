@@ -516,12 +516,21 @@ def host_classes(ev: pd.DataFrame, rows: np.ndarray, step_pattern) -> np.ndarray
 
 
 def _names_at(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    return _name_reader(ev)(rows)
+
+
+def _name_reader(ev: pd.DataFrame):
+    """``_names_at(ev, rows)`` as a function of ``rows``, the categories' strings made once."""
     col = ev["name"]
     if isinstance(col.dtype, pd.CategoricalDtype):
-        codes = col.cat.codes.to_numpy()[rows]
+        all_codes = col.cat.codes.to_numpy()
         cats = np.asarray(col.cat.categories.astype(str), object)
-        return np.where(codes >= 0, cats[np.maximum(codes, 0)] if len(cats) else "", "")
-    return col.to_numpy(object)[rows].astype(str)
+
+        def read(rows):
+            codes = all_codes[rows]
+            return np.where(codes >= 0, cats[np.maximum(codes, 0)] if len(cats) else "", "")
+        return read
+    return lambda rows: col.to_numpy(object)[rows].astype(str)
 
 
 def _label_stretches(ev, s_key, s_ts, s_end, step_pattern):
@@ -536,14 +545,18 @@ def _label_stretches(ev, s_key, s_ts, s_end, step_pattern):
     if not len(rows):
         return cat, name
     c = host_classes(ev, rows, step_pattern)
+    c = c.astype(np.int8)   # -1 or an index of the 11 CPU categories: 1 B a host row, not 8
     ok = c >= 0
     rows, c = rows[ok], c[ok]
     ts = ev["ts"].to_numpy(np.int64)[rows]
     end = ts + ev["dur"].to_numpy(np.int64)[rows]
-    key = attr.thread_key(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
+    key = attr.thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])   # fresh
     mid = s_ts + (s_end - s_ts) // 2
     done = np.zeros(n, bool)
-    names = _names_at(ev, rows)
+    # the rows come in ts order (the event table's): a thread's rows need no sort, and
+    # their names are read only at the rows picked (not an object array of every host row)
+    in_order = bool((ts[1:] >= ts[:-1]).all()) if len(ts) > 1 else True
+    names_at = _name_reader(ev)
     for ci, cname in enumerate(_HOST_CATS):
         sel = np.flatnonzero(c == ci)
         if not len(sel):
@@ -553,7 +566,7 @@ def _label_stretches(ev, s_key, s_ts, s_end, step_pattern):
             want = np.flatnonzero(~done & (s_key == k))
             if not len(want):
                 continue
-            o = mine[np.argsort(ts[mine], kind="stable")]
+            o = mine if in_order else mine[np.argsort(ts[mine], kind="stable")]
             st, en = ts[o], end[o]
             reach_i = _argcummax(en)
             j = np.searchsorted(st, mid[want], side="right") - 1
@@ -565,7 +578,7 @@ def _label_stretches(ev, s_key, s_ts, s_end, step_pattern):
             pick = np.where(inner, jj, reach_i[jj])
             w = want[hit]
             cat[w] = cname
-            name[w] = names[o[pick[hit]]]
+            name[w] = names_at(rows[o[pick[hit]]])
             done[w] = True
     return cat, name
 
@@ -576,6 +589,7 @@ def _argcummax(x: np.ndarray) -> np.ndarray:
         return np.zeros(0, np.int64)
     m = np.maximum.accumulate(x)
     is_new = np.r_[True, x[1:] >= m[:-1]]
+    del m
     idx = np.where(is_new, np.arange(len(x)), 0)
     return np.maximum.accumulate(idx)
 
