@@ -2,6 +2,7 @@
 replaced, on real captures: the same frames, row for row."""
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -961,3 +962,111 @@ def test_side_get_trims_the_heap_unless_asked_not_to(monkeypatch):
         side.submit("b", sum, [3, 4])
         assert side.get("a") == 3 and trims == [1]
         assert side.get("b", release=False) == 7 and trims == [1]
+
+
+# -- round 7 ------------------------------------------------------------------------------
+
+def _recording_end_by_strings(ev) -> int | None:
+    """Round 6's ``steps.recording_end``: every instant's name as a string, compared."""
+    from traceread.passes.steps import RECORD_END
+
+    if "kind" not in ev or not len(ev):
+        return None
+    inst = np.flatnonzero((ev["kind"] == "instant").to_numpy())
+    if not len(inst):
+        return None
+    names = ev["name"].take(inst).astype(str).to_numpy()
+    at = inst[names == RECORD_END]
+    return int(ev["ts"].to_numpy(np.int64)[at].max()) if len(at) else None
+
+
+def _crafted_instants(names, kinds) -> pd.DataFrame:
+    n = len(names)
+    return pd.DataFrame({"ts": np.arange(10, 10 * (n + 1), 10, dtype=np.int64),
+                         "dur": np.zeros(n, np.int64),
+                         "kind": pd.Categorical(kinds, categories=["cpu_op", "instant"]),
+                         "name": pd.Categorical(names)})
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4] + [FIX / "gpu" / "graphs.bad.json.gz"],
+                         ids=lambda p: p.name)
+def test_recording_end_by_category_code_is_the_string_compare(path):
+    """The recording's end read through the name column's one category code is what the
+    string compare of every instant's name gives, on traces and their windows."""
+    from traceread.passes.steps import recording_end
+
+    a = _analysed(path)
+    ev = a.trace.events
+    win = window_mod.slice_events(ev, a.window.start, a.window.end) \
+        if a.window.mode != "whole_trace" else ev
+    for frame in (ev, win, ev.iloc[:0]):
+        assert recording_end(frame) == _recording_end_by_strings(frame)
+
+
+def test_recording_end_on_crafted_names():
+    """Several ends (the last counts), an end that is no instant, no end among the names,
+    a null name, and a name column that is not categorical."""
+    from traceread.passes.steps import RECORD_END, recording_end
+
+    cases = [
+        ([RECORD_END, "x", RECORD_END, RECORD_END], ["instant", "instant", "instant", "cpu_op"]),
+        (["x", "y", None], ["instant", "instant", "instant"]),
+        ([RECORD_END, None, "z"], ["cpu_op", "instant", "instant"]),
+        ([None, RECORD_END], [None, "instant"]),
+    ]
+    for names, kinds in cases:
+        ev = _crafted_instants(names, kinds)
+        assert recording_end(ev) == _recording_end_by_strings(ev)
+        plain = ev.assign(name=ev["name"].astype(object))
+        assert recording_end(plain) == _recording_end_by_strings(plain)
+    assert recording_end(_crafted_instants([RECORD_END, "x"], ["instant", "cpu_op"])) == 10
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:5], ids=lambda p: p.name)
+def test_replay_result_with_windows_shared_is_the_result_without(path, monkeypatch):
+    """The replay's result with the steps' windows made once (``shared_windows``) equals
+    the result with each asker making its own, on the replay's graph and its schedule."""
+    from traceread.passes import replay as R
+    from traceread.passes.replay import critical as C
+    from traceread.passes.replay.sim import simulate
+
+    a = _analysed(path)
+    if a.replay_graph is None:
+        pytest.skip(f"{path.name}: no replay graph")
+    g = a.replay_graph
+    sched = simulate(g)
+    calls = []
+    real = C._gpu_windows
+    monkeypatch.setattr(C, "_gpu_windows", lambda *x: (calls.append(1), real(*x))[1])
+    shared = R.result(g, sched)
+    made = len(calls)
+    monkeypatch.setattr(C, "shared_windows", contextlib.nullcontext)
+    monkeypatch.setattr(R, "shared_windows", contextlib.nullcontext)
+    calls.clear()
+    alone = R.result(g, sched)
+    assert shared == alone
+    assert len(calls) == 3 and made < 3
+    assert not C._WINDOWS   # nothing kept past the block
+
+
+def test_step_windows_memo_answers_only_equal_times():
+    """Inside ``shared_windows`` a call with other node times (or another dtype) is made
+    anew, one with equal times is answered by a copy (the caller may edit it)."""
+    from traceread.passes.replay import critical as C
+
+    g, _, _ = _graph_and_window(SPLIT_TRACES[0])
+    ts = g.nodes["ts_ns"].to_numpy(np.int64)
+    end = ts + g.nodes["dur_ns"].to_numpy(np.int64)
+    bi = np.full(len(g.steps), -1, np.int64)
+    ei = bi.copy()
+    with C.shared_windows():
+        first = C._step_windows(g, ts, end, bi, ei)
+        first[0][:] = -7   # an edit of the answer does not reach the memo
+        again = C._step_windows(g, ts.copy(), end.copy(), bi, ei)
+        later = C._step_windows(g, ts + 5, end + 5, bi, ei)
+        wide = C._step_windows(g, ts.astype(np.float64), end.astype(np.float64), bi, ei)
+        assert len(C._WINDOWS[-1]) == 3
+    want = C._gpu_windows(g, ts, end)
+    assert all(np.array_equal(x, y) for x, y in zip(again[:2], want))
+    assert all(np.array_equal(x, y) for x, y in zip(later[:2], C._gpu_windows(g, ts + 5, end + 5)))
+    assert wide[0].dtype == want[0].dtype
