@@ -1070,3 +1070,104 @@ def test_step_windows_memo_answers_only_equal_times():
     assert all(np.array_equal(x, y) for x, y in zip(again[:2], want))
     assert all(np.array_equal(x, y) for x, y in zip(later[:2], C._gpu_windows(g, ts + 5, end + 5)))
     assert wide[0].dtype == want[0].dtype
+
+
+HTA_DATA = Path("facebookresearch__HolisticTraceAnalysis") / "tests" / "data"
+
+
+@pytest.mark.parametrize("name", [HTA_DATA / "nccl_parser_config" / "nccl_data.json.gz",
+                                  HTA_DATA / "timeline_analysis" / "sampled_rank-0.json.gz",
+                                  None], ids=lambda p: p.name if p else "no_comm")
+def test_comm_and_collectives_with_one_split_equal_the_two_passes(name, request):
+    """The overlap and the collectives' summary made from one comm / compute split equal
+    the two passes run apart (NCCL traces with comm kernels, one without)."""
+    from traceread.passes import nccl
+
+    path = request.getfixturevalue("corpus_dir") / name if name else SPLIT_TRACES[4]
+    ev = load(str(path)).events
+    ov, summ = nccl.comm_and_collectives(ev)
+    pd.testing.assert_frame_equal(ov, nccl.comm_overlap(ev))
+    pd.testing.assert_frame_equal(summ, nccl.collective_summary(nccl.collective_instances(ev)))
+    assert nccl.nccl_report(ev)["collectives"] == nccl._records(summ)
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_names_of_shared_inside_an_analysis_answer_as_fresh_ones(path, monkeypatch):
+    """``names_of`` inside a ``sharing`` scope: made once per frame and kinds (a second ask
+    is the same list), equal to a fresh one; outside a scope or in another process, fresh."""
+    from traceread.passes import factkit, program
+
+    ev = load(str(path)).events
+    made = []
+    real = program._names_of
+    monkeypatch.setattr(program, "_names_of", lambda e, k: (made.append(k), real(e, k))[1])
+    kinds = [("runtime", "driver"), ("cpu_op", "annotation", "python"), ("kernel",),
+             ("graph",)]
+    with factkit.sharing():
+        got = [program.names_of(ev, k) for k in kinds]
+        again = [program.names_of(ev, list(k)) for k in kinds]
+        assert all(a is b for a, b in zip(got, again)) and len(made) == len(kinds)
+        monkeypatch.setattr(factkit.os, "getpid", lambda: -1)   # a forked worker: not shared
+        assert program.names_of(ev, kinds[0]) is not got[0]
+    assert [list(x) for x in got] == [list(real(ev, k)) for k in kinds]
+    made.clear()
+    program.names_of(ev, kinds[0])
+    program.names_of(ev, kinds[0])
+    assert len(made) == 2
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_waited_summary_from_the_totals_is_the_summary(path):
+    from traceread.passes import attribution as attr
+
+    gaps = _analysed(path).gaps
+    assert attr.waited_summary(gaps, by=attr.waited_by(gaps)) == attr.waited_summary(gaps)
+
+
+def test_gpu_in_of_no_recompute_is_the_masked_sum():
+    from traceread.passes import anatomy
+
+    rng = np.random.default_rng(7)
+    gpu = {"ts": np.arange(50, dtype=np.int64), "launch": rng.integers(0, 1000, 50),
+           "dur": rng.integers(1, 100, 50)}
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    assert anatomy._gpu_in(gpu, empty) == int(gpu["dur"][np.zeros(50, bool)].sum()) == 0
+    some = (np.array([100, 500]), np.array([300, 700]))
+    want = int(gpu["dur"][((gpu["launch"] >= 100) & (gpu["launch"] < 300))
+                          | ((gpu["launch"] >= 500) & (gpu["launch"] < 700))].sum())
+    assert anatomy._gpu_in(gpu, some) == want
+    assert anatomy._gpu_in({"ts": np.empty(0), "launch": np.empty(0), "dur": np.empty(0)},
+                           empty) is None
+
+
+@pytest.mark.parametrize("path", ROUND6_TRACES, ids=lambda p: p.name)
+def test_gpu_lane_mask_kept_on_the_base_is_the_lookup(path):
+    """The models' GPU-lane mask, kept while a copy's lane column is the base graph's, is
+    ``on_gpu_lane`` of that copy: with the lanes table changed, and after a copy's lanes
+    are rewritten (a new column: asked anew)."""
+    from traceread.passes.replay import whatif as W
+    from traceread.passes.replay.graph import on_gpu_lane
+
+    a = _analysed(path)
+    if a.facts is None or a.facts.graph is None:
+        pytest.skip(f"{path.name}: no levers' graph")
+    g = a.facts.graph
+
+    def want(x):
+        return on_gpu_lane(x.lanes, x.nodes["lane"].to_numpy(np.int64))
+
+    W.forget()
+    with W._base_graph(g):
+        c = g.copy()
+        assert np.array_equal(W._gpu_lane_nodes(c), want(c))
+        first = W._gpu_lane_nodes(c)
+        first[:] = ~first   # an edit of the answer does not reach the kept one
+        assert np.array_equal(W._gpu_lane_nodes(g), want(g))
+        c.lanes = c.lanes.assign(what=["gpu"] * len(c.lanes))
+        assert np.array_equal(W._gpu_lane_nodes(c), want(c))
+        d = g.copy()
+        lane = d.nodes["lane"].to_numpy(np.int64).copy()
+        lane[: len(lane) // 2] = int(lane.max()) + 1   # a lane not in the table
+        d.nodes["lane"] = lane
+        assert np.array_equal(W._gpu_lane_nodes(d), want(d))
+    W.forget()
