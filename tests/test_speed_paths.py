@@ -1171,3 +1171,44 @@ def test_gpu_lane_mask_kept_on_the_base_is_the_lookup(path):
         d.nodes["lane"] = lane
         assert np.array_equal(W._gpu_lane_nodes(d), want(d))
     W.forget()
+
+
+def _model_rows_as_set(ev, cand) -> set:
+    """Round 6's ``hostwork._model_rows``: the rows as a set of Python ints."""
+    from traceread.passes import attribution as attr
+    from traceread.passes import hostwork as hw
+    from traceread.passes.common import kind_in, name_codes, name_lut, rows_of
+
+    cand = hw.unique_sorted(cand)
+    codes = name_codes(ev["name"])
+    frame = name_lut(ev["name"], hw.MODULE_FRAME_RX).take(codes.take(cand))
+    out = set(cand[frame].tolist())
+    api = rows_of(ev, ("runtime", "driver"))
+    launch = api[name_lut(ev["name"], hw.LAUNCH_RX, "match").take(codes.take(api))]
+    if not len(launch):
+        return out
+    key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    ops = cand[~frame & kind_in(ev, ("cpu_op",))[cand]]
+    for k in np.unique(key[ops]).tolist():
+        lt = np.sort(ts[launch[key[launch] == k]])
+        mine = ops[key[ops] == k]
+        hit = np.searchsorted(lt, te[mine], "left") > np.searchsorted(lt, ts[mine], "left")
+        out.update(mine[hit].tolist())
+    return out
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:5], ids=lambda p: p.name)
+def test_model_rows_mask_is_the_set(path):
+    """The host work's model rows as a mask hold the rows the set held (every host row a
+    candidate, and every third one)."""
+    from traceread.passes import hostwork as hw
+    from traceread.passes.common import rows_of
+
+    ev = load(str(path)).events
+    host = rows_of(ev, ("python", "cpu_op"))
+    for cand in (host, host[::3], host[:0]):
+        got = hw._model_rows(ev, cand)
+        assert got.dtype == bool and len(got) == len(ev)
+        assert np.flatnonzero(got).tolist() == sorted(_model_rows_as_set(ev, cand))
