@@ -753,7 +753,9 @@ def _launch_runs(g, launch, start, through_syncs: bool = False, within=None):
     frees = host & _match(g, FREE_RX)
     blocking = ((_blocking(g) & ~(host & _match(g, NOT_A_STOP_RX))) | frees) \
         & (n["cost_ns"].to_numpy() >= 0)
-    groups = _step_lane_groups(steps, lanes, launch)
+    # the joint replay asks again of the nodes the pricing grouped: the last grouping kept
+    groups = _as_last("step_lane_groups", (steps, lanes, launch),
+                      lambda: _step_lane_groups(steps, lanes, launch))
     if groups is None:   # lanes or steps outside the dense key: the masks' way
         return _launch_runs_loop(g, launch, start, through_syncs, within)
     kernel_launch = _launches_kind(g, "gpu_kernel")
