@@ -1212,3 +1212,27 @@ def test_model_rows_mask_is_the_set(path):
         got = hw._model_rows(ev, cand)
         assert got.dtype == bool and len(got) == len(ev)
         assert np.flatnonzero(got).tolist() == sorted(_model_rows_as_set(ev, cand))
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:5], ids=lambda p: p.name)
+def test_profiler_ratio_and_base_from_the_kept_means(path):
+    """The profiler ratio and the pricing's unprofiled base read the two step means made
+    once: the same as each step mean taken from the two replays."""
+    from traceread.passes.replay import whatif as W
+    from traceread.passes.replay.sim import simulate
+    from traceread.passes.overhead import without
+
+    a = _analysed(path)
+    g = a.facts.graph if a.facts is not None else None
+    if g is None or "profiler_ns" not in g.nodes:
+        pytest.skip(f"{path.name}: no marked levers' graph")
+    W.forget()
+    bare = without(g)
+    s1, s0 = simulate(bare), simulate(g)
+    b0, b1 = W.step_mean(s0, g), W.step_mean(s1, bare)
+    ratio = W.profiler_ratio(g)
+    assert ratio == (b1 / b0 if b0 > 0 and s0.converged and s1.converged else None)
+    base, _, profiled = W.unprofiled_base(g)
+    assert W._BARE[0][2]["means"] == (b0, b1)
+    assert profiled is None or profiled == int(b0)
+    W.forget()

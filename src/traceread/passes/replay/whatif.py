@@ -1709,8 +1709,18 @@ def _with_and_without(graph) -> tuple:
         return _BARE[0][1]
     bare = without(graph)
     out = (bare, simulate(bare), simulate(graph))
-    _BARE[:] = [(graph, out)]
+    _BARE[:] = [(graph, out, {})]
     return out
+
+
+def _means_with_and_without(graph) -> tuple[float, float]:
+    """(the replayed step mean with the profiler's cost, without it) of ``_with_and_without``'s
+    replays: the ratio and the pricing's base both read them (made once)."""
+    bare, s1, s0 = _with_and_without(graph)
+    kept = _BARE[0][2]
+    if "means" not in kept:
+        kept["means"] = (step_mean(s0, graph), step_mean(s1, bare))
+    return kept["means"]
 
 
 def forget() -> None:
@@ -1737,8 +1747,8 @@ def profiler_ratio(graph) -> float | None:
     bare, s1, s0 = _with_and_without(graph)
     if not (s0.converged and s1.converged):
         return None
-    b0 = step_mean(s0, graph)
-    return step_mean(s1, bare) / b0 if b0 > 0 else None
+    b0, b1 = _means_with_and_without(graph)
+    return b1 / b0 if b0 > 0 else None
 
 
 def unprofiled_base(graph) -> tuple:
@@ -1754,7 +1764,7 @@ def unprofiled_base(graph) -> tuple:
     bare, s1, s0 = _with_and_without(graph)
     if not (s0.converged and s1.converged):
         return graph, s0, None
-    b0, b1 = step_mean(s0, graph), step_mean(s1, bare)
+    b0, b1 = _means_with_and_without(graph)
     if b0 - b1 < MATERIAL_SHARE * b0:
         return graph, s0, None
     return bare, s1, int(b0)
