@@ -174,7 +174,8 @@ _KEPT: dict = {}
 @contextlib.contextmanager
 def _base_graph(graph):
     """Answers about ``graph``'s kind / cat / name / lane columns kept for its copies
-    (``_on_base``) inside the block; the columns are held, so no other array can take their addresses.
+    (``_on_base``) inside the block; the columns are held, so no other array can take their
+    addresses.
     Inside a block already open (the models replayed by ``price_models``) it adds nothing;
     a block on the graph priced last starts from that pricing's answers (``_KEPT``)."""
     if _BASE["cols"] is not None:
