@@ -1236,3 +1236,37 @@ def test_profiler_ratio_and_base_from_the_kept_means(path):
     assert W._BARE[0][2]["means"] == (b0, b1)
     assert profiled is None or profiled == int(b0)
     W.forget()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_first_rows_by_table_are_the_hashed_ones(seed):
+    """The launch calls' first row per key and the ops' positions among them, by a table
+    over the keys' range, are ``duplicated(keep="first")`` and ``get_indexer``'s; keys too
+    spread, not int64 or a MultiIndex go back to the caller (None)."""
+    from traceread.passes.steps import first_rows
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    keys = pd.Index(rng.integers(5, 5 + max(1, n // 2 + seed * 10), n).astype(np.int64))
+    wanted = pd.Index(rng.integers(0, 20 + n, int(rng.integers(0, 200))).astype(np.int64))
+    got = first_rows(keys, wanted)
+    if not n:
+        assert got is None
+        return
+    first = ~keys.duplicated(keep="first")
+    assert np.array_equal(got[0], first)
+    assert np.array_equal(got[1], keys[first].get_indexer(wanted))
+    spread = pd.Index(np.array([0, 10**12], np.int64))
+    assert first_rows(spread, wanted) is None
+    assert first_rows(pd.MultiIndex.from_arrays([[1, 2], [3, 4]]), wanted) is None
+    assert first_rows(pd.Index([1.5, 2.5]), wanted) is None
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_gpu_ops_launches_by_table_equal_the_hashed(path, monkeypatch):
+    from traceread.passes import steps
+
+    ev = load(str(path)).events
+    got = steps.gpu_ops(ev)
+    monkeypatch.setattr(steps, "first_rows", lambda a, b: None)
+    pd.testing.assert_frame_equal(got, steps.gpu_ops(ev))
