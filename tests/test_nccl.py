@@ -14,7 +14,7 @@ from traceread.synth.scenarios_comm import (CUSTOM_ALLREDUCE, MULTIMEM, TRTLLM_A
                                             nsys_ddp_overlap)
 from traceread.table import Trace, TraceMeta, build_table
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+from conftest import CORPUS   # TRACEREAD_CORPUS when set (a worktree is one folder deeper)
 HTA = CORPUS / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
 
 
