@@ -1270,3 +1270,35 @@ def test_gpu_ops_launches_by_table_equal_the_hashed(path, monkeypatch):
     got = steps.gpu_ops(ev)
     monkeypatch.setattr(steps, "first_rows", lambda a, b: None)
     pd.testing.assert_frame_equal(got, steps.gpu_ops(ev))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_holes_without_the_sort_of_sorted_starts(seed):
+    """nsys's hole rule with the starts' sort left out when they are in order: the holes of
+    sorting both, for starts in order, out of order and with ties."""
+    from traceread.passes import gaps as G
+
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 10_000, int(rng.integers(0, 60))).astype(np.int64)
+    if seed % 2:
+        s = np.sort(s)
+    e = s + rng.integers(0, 500, len(s))
+    want_s, want_e = np.sort(s), np.sort(e)
+    keep = want_e[:-1] < want_s[1:]
+    got = G._holes(s, e)
+    assert np.array_equal(got[0], want_e[:-1][keep]) and np.array_equal(got[1], want_s[1:][keep])
+
+
+def test_profiler_overheads_only_tested_by_name_when_the_category_is_there():
+    from traceread.passes import gaps as G
+
+    ev = pd.DataFrame({"ts": np.arange(4, dtype=np.int64), "dur": np.ones(4, np.int64),
+                       "pid": np.ones(4, np.int64),
+                       "cat": pd.Categorical(["kernel", G.OVERHEAD_CAT, G.OVERHEAD_CAT, None]),
+                       "name": pd.Categorical(["k", G.NSYS_GPU_OVERHEADS[0], "other", "x"])})
+
+    def want(e):
+        m = (e["cat"] == G.OVERHEAD_CAT) & e["name"].isin(G.NSYS_GPU_OVERHEADS)
+        return e.loc[m, ["ts", "dur", "pid"]]
+    for frame in (ev, ev.iloc[[0, 3]], ev.assign(cat=ev["cat"].astype(object))):
+        pd.testing.assert_frame_equal(G.profiler_overheads(frame), want(frame))
