@@ -1,7 +1,6 @@
 """NCCL pass: planted DDP overlap (table, Kineto JSON, nsys SQLite), a bitmap oracle, real traces."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
