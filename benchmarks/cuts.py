@@ -9,7 +9,8 @@ graph (``price_models``, its caches emptied first), the profiler's marks on that
 pass, the optimizer regions of the levers' graph's events, the levers' graph itself
 (``priced_graph``), the replay's critical path, the steps' anatomy, the launch calls'
 pattern over the window's runtime calls, the capture model alone and the pricing followed by
-the joint replay of the models it applied (round 6), and ``analyze`` itself. Sides
+the joint replay of the models it applied (round 6), the replay's result, the recording's end
+and the comm passes (round 7), and ``analyze`` itself. Sides
 run in interleaved rounds (``--repeat``), the least CPU kept; the table gives each
 baseline over this checkout (``2.00×``: the baseline takes twice the CPU).
 """
@@ -49,6 +50,9 @@ ROWS = [("kind_in", "kind_in × 10 kind sets (window)"),
         ("launch_calls", "kernel launch calls by name (kernel_launch_calls)"),
         ("capture", "CUDA-graph capture model alone (cuda_graphs on the levers' graph)"),
         ("price_together", "what-if pricing, then the levers together (price + together)"),
+        ("replay_result", "replay's result: program steps + critical path (result)"),
+        ("recording_end", "recording's end, asked twice (recording_end)"),
+        ("comm", "comm overlap + collectives' summary"),
         ("analyze", "analyze (in process, trace loaded)")]
 
 
@@ -73,7 +77,8 @@ def main(args) -> int:
     same = {n: r.result.get("digest") == best[sides[0].name].result.get("digest")
             for n, r in best.items() if r and best[sides[0].name]}
     print("\nsame results as this checkout (prices, marks, features, comm calls, regions, "
-          f"levers' graph, critical path, anatomy, launch calls, capture, together): {same}")
+          f"levers' graph, critical path, anatomy, launch calls, capture, together, replay result, "
+          f"recording end, comm): {same}")
     return 0
 
 
@@ -194,3 +199,30 @@ def _round6(out: dict, digest: dict, a, inner: int) -> None:
     out["price_together"], tog = _cpu(price_together, inner)
     digest["together"] = [tog["after_ns"], tog["applied"], sorted(tog["refused"])]
     whatif.forget()
+    _round7(out, digest, a, inner)
+
+
+def _round7(out: dict, digest: dict, a, inner: int) -> None:
+    """Round 7's cuts: the replay's JSON result (its three askers of the steps' windows),
+    the recording's end as the window and the steps ask it, the comm overlap with the
+    collectives' summary (one comm / compute split where a side has ``comm_and_collectives``)."""
+    from traceread.passes import nccl, steps
+    from traceread.passes import replay as replay_mod
+    from traceread.passes.replay.sim import simulate
+
+    g = a.replay_graph
+    sched = simulate(g)
+    out["replay_result"], res = _cpu(lambda: replay_mod.result(g, sched), inner)
+    digest["replay_result"] = [res["measured_ns"], res["replayed_ns"], res["error_pct"],
+                               res["critical_path"]["total_ns"]]
+    ev = a.trace.events
+    out["recording_end"], rec = _cpu(lambda: [steps.recording_end(ev) for _ in range(2)], inner)
+    digest["recording_end"] = rec
+
+    def comm():
+        both = getattr(nccl, "comm_and_collectives", None)
+        if both is not None:
+            return both(ev)
+        return nccl.comm_overlap(ev), nccl.collective_summary(ev)
+    out["comm"], (ov, summ) = _cpu(comm, inner)
+    digest["comm"] = [ov.to_dict("list"), summ.to_dict("list")]

@@ -1,8 +1,6 @@
 """NCCL pass: planted DDP overlap (table, Kineto JSON, nsys SQLite), a bitmap oracle, real traces."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -14,7 +12,7 @@ from traceread.synth.scenarios_comm import (CUSTOM_ALLREDUCE, MULTIMEM, TRTLLM_A
                                             nsys_ddp_overlap)
 from traceread.table import Trace, TraceMeta, build_table
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+from conftest import CORPUS   # TRACEREAD_CORPUS when set (a worktree is one folder deeper)
 HTA = CORPUS / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
 
 

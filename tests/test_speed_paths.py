@@ -2,6 +2,7 @@
 replaced, on real captures: the same frames, row for row."""
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -961,3 +962,343 @@ def test_side_get_trims_the_heap_unless_asked_not_to(monkeypatch):
         side.submit("b", sum, [3, 4])
         assert side.get("a") == 3 and trims == [1]
         assert side.get("b", release=False) == 7 and trims == [1]
+
+
+# -- round 7 ------------------------------------------------------------------------------
+
+def _recording_end_by_strings(ev) -> int | None:
+    """Round 6's ``steps.recording_end``: every instant's name as a string, compared."""
+    from traceread.passes.steps import RECORD_END
+
+    if "kind" not in ev or not len(ev):
+        return None
+    inst = np.flatnonzero((ev["kind"] == "instant").to_numpy())
+    if not len(inst):
+        return None
+    names = ev["name"].take(inst).astype(str).to_numpy()
+    at = inst[names == RECORD_END]
+    return int(ev["ts"].to_numpy(np.int64)[at].max()) if len(at) else None
+
+
+def _crafted_instants(names, kinds) -> pd.DataFrame:
+    n = len(names)
+    return pd.DataFrame({"ts": np.arange(10, 10 * (n + 1), 10, dtype=np.int64),
+                         "dur": np.zeros(n, np.int64),
+                         "kind": pd.Categorical(kinds, categories=["cpu_op", "instant"]),
+                         "name": pd.Categorical(names)})
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4] + [FIX / "gpu" / "graphs.bad.json.gz"],
+                         ids=lambda p: p.name)
+def test_recording_end_by_category_code_is_the_string_compare(path):
+    """The recording's end read through the name column's one category code is what the
+    string compare of every instant's name gives, on traces and their windows."""
+    from traceread.passes.steps import recording_end
+
+    a = _analysed(path)
+    ev = a.trace.events
+    win = window_mod.slice_events(ev, a.window.start, a.window.end) \
+        if a.window.mode != "whole_trace" else ev
+    for frame in (ev, win, ev.iloc[:0]):
+        assert recording_end(frame) == _recording_end_by_strings(frame)
+
+
+def test_recording_end_on_crafted_names():
+    """Several ends (the last counts), an end that is no instant, no end among the names,
+    a null name, and a name column that is not categorical."""
+    from traceread.passes.steps import RECORD_END, recording_end
+
+    cases = [
+        ([RECORD_END, "x", RECORD_END, RECORD_END], ["instant", "instant", "instant", "cpu_op"]),
+        (["x", "y", None], ["instant", "instant", "instant"]),
+        ([RECORD_END, None, "z"], ["cpu_op", "instant", "instant"]),
+        ([None, RECORD_END], [None, "instant"]),
+    ]
+    for names, kinds in cases:
+        ev = _crafted_instants(names, kinds)
+        assert recording_end(ev) == _recording_end_by_strings(ev)
+        plain = ev.assign(name=ev["name"].astype(object))
+        assert recording_end(plain) == _recording_end_by_strings(plain)
+    assert recording_end(_crafted_instants([RECORD_END, "x"], ["instant", "cpu_op"])) == 10
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:5], ids=lambda p: p.name)
+def test_replay_result_with_windows_shared_is_the_result_without(path, monkeypatch):
+    """The replay's result with the steps' windows made once (``shared_windows``) equals
+    the result with each asker making its own, on the replay's graph and its schedule."""
+    from traceread.passes import replay as R
+    from traceread.passes.replay import critical as C
+    from traceread.passes.replay.sim import simulate
+
+    a = _analysed(path)
+    if a.replay_graph is None:
+        pytest.skip(f"{path.name}: no replay graph")
+    g = a.replay_graph
+    sched = simulate(g)
+    calls = []
+    real = C._gpu_windows
+    monkeypatch.setattr(C, "_gpu_windows", lambda *x: (calls.append(1), real(*x))[1])
+    shared = R.result(g, sched)
+    made = len(calls)
+    monkeypatch.setattr(C, "shared_windows", contextlib.nullcontext)
+    monkeypatch.setattr(R, "shared_windows", contextlib.nullcontext)
+    calls.clear()
+    alone = R.result(g, sched)
+    assert shared == alone
+    assert len(calls) == 3 and made < 3
+    assert not C._WINDOWS   # nothing kept past the block
+
+
+def test_step_windows_memo_answers_only_equal_times():
+    """Inside ``shared_windows`` a call with other node times (or another dtype) is made
+    anew, one with equal times is answered by a copy (the caller may edit it)."""
+    from traceread.passes.replay import critical as C
+
+    g, _, _ = _graph_and_window(SPLIT_TRACES[0])
+    ts = g.nodes["ts_ns"].to_numpy(np.int64)
+    end = ts + g.nodes["dur_ns"].to_numpy(np.int64)
+    bi = np.full(len(g.steps), -1, np.int64)
+    ei = bi.copy()
+    with C.shared_windows():
+        first = C._step_windows(g, ts, end, bi, ei)
+        first[0][:] = -7   # an edit of the answer does not reach the memo
+        again = C._step_windows(g, ts.copy(), end.copy(), bi, ei)
+        later = C._step_windows(g, ts + 5, end + 5, bi, ei)
+        wide = C._step_windows(g, ts.astype(np.float64), end.astype(np.float64), bi, ei)
+        assert len(C._WINDOWS[-1]) == 3
+    want = C._gpu_windows(g, ts, end)
+    assert all(np.array_equal(x, y) for x, y in zip(again[:2], want))
+    assert all(np.array_equal(x, y) for x, y in zip(later[:2], C._gpu_windows(g, ts + 5, end + 5)))
+    assert wide[0].dtype == want[0].dtype
+
+
+HTA_DATA = Path("facebookresearch__HolisticTraceAnalysis") / "tests" / "data"
+
+
+@pytest.mark.parametrize("name", [HTA_DATA / "nccl_parser_config" / "nccl_data.json.gz",
+                                  HTA_DATA / "timeline_analysis" / "sampled_rank-0.json.gz",
+                                  None], ids=lambda p: p.name if p else "no_comm")
+def test_comm_and_collectives_with_one_split_equal_the_two_passes(name, request):
+    """The overlap and the collectives' summary made from one comm / compute split equal
+    the two passes run apart (NCCL traces with comm kernels, one without)."""
+    from traceread.passes import nccl
+
+    path = request.getfixturevalue("corpus_dir") / name if name else SPLIT_TRACES[4]
+    ev = load(str(path)).events
+    ov, summ = nccl.comm_and_collectives(ev)
+    pd.testing.assert_frame_equal(ov, nccl.comm_overlap(ev))
+    pd.testing.assert_frame_equal(summ, nccl.collective_summary(nccl.collective_instances(ev)))
+    assert nccl.nccl_report(ev)["collectives"] == nccl._records(summ)
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_names_of_shared_inside_an_analysis_answer_as_fresh_ones(path, monkeypatch):
+    """``names_of`` inside a ``sharing`` scope: made once per frame and kinds (a second ask
+    is the same list), equal to a fresh one; outside a scope or in another process, fresh."""
+    from traceread.passes import factkit, program
+
+    ev = load(str(path)).events
+    made = []
+    real = program._names_of
+    monkeypatch.setattr(program, "_names_of", lambda e, k: (made.append(k), real(e, k))[1])
+    kinds = [("runtime", "driver"), ("cpu_op", "annotation", "python"), ("kernel",),
+             ("graph",)]
+    with factkit.sharing():
+        got = [program.names_of(ev, k) for k in kinds]
+        again = [program.names_of(ev, list(k)) for k in kinds]
+        assert all(a is b for a, b in zip(got, again)) and len(made) == len(kinds)
+        monkeypatch.setattr(factkit.os, "getpid", lambda: -1)   # a forked worker: not shared
+        assert program.names_of(ev, kinds[0]) is not got[0]
+    assert [list(x) for x in got] == [list(real(ev, k)) for k in kinds]
+    made.clear()
+    program.names_of(ev, kinds[0])
+    program.names_of(ev, kinds[0])
+    assert len(made) == 2
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_waited_summary_from_the_totals_is_the_summary(path):
+    from traceread.passes import attribution as attr
+
+    gaps = _analysed(path).gaps
+    assert attr.waited_summary(gaps, by=attr.waited_by(gaps)) == attr.waited_summary(gaps)
+
+
+def test_gpu_in_of_no_recompute_is_the_masked_sum():
+    from traceread.passes import anatomy
+
+    rng = np.random.default_rng(7)
+    gpu = {"ts": np.arange(50, dtype=np.int64), "launch": rng.integers(0, 1000, 50),
+           "dur": rng.integers(1, 100, 50)}
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    assert anatomy._gpu_in(gpu, empty) == int(gpu["dur"][np.zeros(50, bool)].sum()) == 0
+    some = (np.array([100, 500]), np.array([300, 700]))
+    want = int(gpu["dur"][((gpu["launch"] >= 100) & (gpu["launch"] < 300))
+                          | ((gpu["launch"] >= 500) & (gpu["launch"] < 700))].sum())
+    assert anatomy._gpu_in(gpu, some) == want
+    assert anatomy._gpu_in({"ts": np.empty(0), "launch": np.empty(0), "dur": np.empty(0)},
+                           empty) is None
+
+
+@pytest.mark.parametrize("path", ROUND6_TRACES, ids=lambda p: p.name)
+def test_gpu_lane_mask_kept_on_the_base_is_the_lookup(path):
+    """The models' GPU-lane mask, kept while a copy's lane column is the base graph's, is
+    ``on_gpu_lane`` of that copy: with the lanes table changed, and after a copy's lanes
+    are rewritten (a new column: asked anew)."""
+    from traceread.passes.replay import whatif as W
+    from traceread.passes.replay.graph import on_gpu_lane
+
+    a = _analysed(path)
+    if a.facts is None or a.facts.graph is None:
+        pytest.skip(f"{path.name}: no levers' graph")
+    g = a.facts.graph
+
+    def want(x):
+        return on_gpu_lane(x.lanes, x.nodes["lane"].to_numpy(np.int64))
+
+    W.forget()
+    with W._base_graph(g):
+        c = g.copy()
+        assert np.array_equal(W._gpu_lane_nodes(c), want(c))
+        first = W._gpu_lane_nodes(c)
+        first[:] = ~first   # an edit of the answer does not reach the kept one
+        assert np.array_equal(W._gpu_lane_nodes(g), want(g))
+        c.lanes = c.lanes.assign(what=["gpu"] * len(c.lanes))
+        assert np.array_equal(W._gpu_lane_nodes(c), want(c))
+        d = g.copy()
+        lane = d.nodes["lane"].to_numpy(np.int64).copy()
+        lane[: len(lane) // 2] = int(lane.max()) + 1   # a lane not in the table
+        d.nodes["lane"] = lane
+        assert np.array_equal(W._gpu_lane_nodes(d), want(d))
+    W.forget()
+
+
+def _model_rows_as_set(ev, cand) -> set:
+    """Round 6's ``hostwork._model_rows``: the rows as a set of Python ints."""
+    from traceread.passes import attribution as attr
+    from traceread.passes import hostwork as hw
+    from traceread.passes.common import kind_in, name_codes, name_lut, rows_of
+
+    cand = hw.unique_sorted(cand)
+    codes = name_codes(ev["name"])
+    frame = name_lut(ev["name"], hw.MODULE_FRAME_RX).take(codes.take(cand))
+    out = set(cand[frame].tolist())
+    api = rows_of(ev, ("runtime", "driver"))
+    launch = api[name_lut(ev["name"], hw.LAUNCH_RX, "match").take(codes.take(api))]
+    if not len(launch):
+        return out
+    key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    ts = ev["ts"].to_numpy(np.int64)
+    te = ts + ev["dur"].to_numpy(np.int64)
+    ops = cand[~frame & kind_in(ev, ("cpu_op",))[cand]]
+    for k in np.unique(key[ops]).tolist():
+        lt = np.sort(ts[launch[key[launch] == k]])
+        mine = ops[key[ops] == k]
+        hit = np.searchsorted(lt, te[mine], "left") > np.searchsorted(lt, ts[mine], "left")
+        out.update(mine[hit].tolist())
+    return out
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:5], ids=lambda p: p.name)
+def test_model_rows_mask_is_the_set(path):
+    """The host work's model rows as a mask hold the rows the set held (every host row a
+    candidate, and every third one)."""
+    from traceread.passes import hostwork as hw
+    from traceread.passes.common import rows_of
+
+    ev = load(str(path)).events
+    host = rows_of(ev, ("python", "cpu_op"))
+    for cand in (host, host[::3], host[:0]):
+        got = hw._model_rows(ev, cand)
+        assert got.dtype == bool and len(got) == len(ev)
+        assert np.flatnonzero(got).tolist() == sorted(_model_rows_as_set(ev, cand))
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:5], ids=lambda p: p.name)
+def test_profiler_ratio_and_base_from_the_kept_means(path):
+    """The profiler ratio and the pricing's unprofiled base read the two step means made
+    once: the same as each step mean taken from the two replays."""
+    from traceread.passes.replay import whatif as W
+    from traceread.passes.replay.sim import simulate
+    from traceread.passes.overhead import without
+
+    a = _analysed(path)
+    g = a.facts.graph if a.facts is not None else None
+    if g is None or "profiler_ns" not in g.nodes:
+        pytest.skip(f"{path.name}: no marked levers' graph")
+    W.forget()
+    bare = without(g)
+    s1, s0 = simulate(bare), simulate(g)
+    b0, b1 = W.step_mean(s0, g), W.step_mean(s1, bare)
+    ratio = W.profiler_ratio(g)
+    assert ratio == (b1 / b0 if b0 > 0 and s0.converged and s1.converged else None)
+    base, _, profiled = W.unprofiled_base(g)
+    assert W._BARE[0][2]["means"] == (b0, b1)
+    assert profiled is None or profiled == int(b0)
+    W.forget()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_first_rows_by_table_are_the_hashed_ones(seed):
+    """The launch calls' first row per key and the ops' positions among them, by a table
+    over the keys' range, are ``duplicated(keep="first")`` and ``get_indexer``'s; keys too
+    spread, not int64 or a MultiIndex go back to the caller (None)."""
+    from traceread.passes.steps import first_rows
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    keys = pd.Index(rng.integers(5, 5 + max(1, n // 2 + seed * 10), n).astype(np.int64))
+    wanted = pd.Index(rng.integers(0, 20 + n, int(rng.integers(0, 200))).astype(np.int64))
+    got = first_rows(keys, wanted)
+    if not n:
+        assert got is None
+        return
+    first = ~keys.duplicated(keep="first")
+    assert np.array_equal(got[0], first)
+    assert np.array_equal(got[1], keys[first].get_indexer(wanted))
+    spread = pd.Index(np.array([0, 10**12], np.int64))
+    assert first_rows(spread, wanted) is None
+    assert first_rows(pd.MultiIndex.from_arrays([[1, 2], [3, 4]]), wanted) is None
+    assert first_rows(pd.Index([1.5, 2.5]), wanted) is None
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:4], ids=lambda p: p.name)
+def test_gpu_ops_launches_by_table_equal_the_hashed(path, monkeypatch):
+    from traceread.passes import steps
+
+    ev = load(str(path)).events
+    got = steps.gpu_ops(ev)
+    monkeypatch.setattr(steps, "first_rows", lambda a, b: None)
+    pd.testing.assert_frame_equal(got, steps.gpu_ops(ev))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_holes_without_the_sort_of_sorted_starts(seed):
+    """nsys's hole rule with the starts' sort left out when they are in order: the holes of
+    sorting both, for starts in order, out of order and with ties."""
+    from traceread.passes import gaps as G
+
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 10_000, int(rng.integers(0, 60))).astype(np.int64)
+    if seed % 2:
+        s = np.sort(s)
+    e = s + rng.integers(0, 500, len(s))
+    want_s, want_e = np.sort(s), np.sort(e)
+    keep = want_e[:-1] < want_s[1:]
+    got = G._holes(s, e)
+    assert np.array_equal(got[0], want_e[:-1][keep]) and np.array_equal(got[1], want_s[1:][keep])
+
+
+def test_profiler_overheads_only_tested_by_name_when_the_category_is_there():
+    from traceread.passes import gaps as G
+
+    ev = pd.DataFrame({"ts": np.arange(4, dtype=np.int64), "dur": np.ones(4, np.int64),
+                       "pid": np.ones(4, np.int64),
+                       "cat": pd.Categorical(["kernel", G.OVERHEAD_CAT, G.OVERHEAD_CAT, None]),
+                       "name": pd.Categorical(["k", G.NSYS_GPU_OVERHEADS[0], "other", "x"])})
+
+    def want(e):
+        m = (e["cat"] == G.OVERHEAD_CAT) & e["name"].isin(G.NSYS_GPU_OVERHEADS)
+        return e.loc[m, ["ts", "dur", "pid"]]
+    for frame in (ev, ev.iloc[[0, 3]], ev.assign(cat=ev["cat"].astype(object))):
+        pd.testing.assert_frame_equal(G.profiler_overheads(frame), want(frame))

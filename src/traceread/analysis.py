@@ -38,7 +38,7 @@ from .passes.graphs import graph_launches, graph_recording, graph_summary
 from .passes.hostwork import HOSTWORK_GAP_COLUMNS, host_work_kind
 from .passes.kernel_classes import time_by_class
 from .passes.kernels import kernel_summary
-from .passes.nccl import collective_summary, comm_overlap
+from .passes.nccl import comm_and_collectives
 from .passes.newfacts import trace_facts
 from .passes.parallelism import parallelism
 from .table import Trace, TraceMeta, release_heap
@@ -267,8 +267,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     # the compile summary reads the gaps' bounds too (the GPU's idle time under compiles)
     side.submit("compile", compile_summary, ref("ev"), gaps=bounds)
     # Passes that need neither the gaps nor the steps run beside the attribution.
-    side.submit("nccl", comm_overlap, ref("ev"))
-    side.submit("collectives", collective_summary, ref("ev"))
+    side.submit("comm", comm_and_collectives, ref("ev"))   # overlap and collectives: one split
     side.submit("graphs", _graphs, ref("ev"), ref("all_ev"))
     side.submit("classes", _classes, ref("ev"))
     side.submit("ctx", trace_context, ref("ev"), trace.meta)
@@ -315,7 +314,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
 
     side.submit("utilization", util_mod.utilization, ref("trace"), step_tab, peak_tflops,
                 events=ref("ev"))
-    nccl, collectives = side.get("nccl"), side.get("collectives")
+    nccl, collectives = side.get("comm")
     release_heap()
     # compile_summary(ev, gaps=gaps): their bounds, the same (small temporaries: no trim,
     # as when it ran here)

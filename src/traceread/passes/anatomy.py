@@ -419,6 +419,8 @@ def _gpu_by_phase(gpu: dict, sets: dict, a: int, b: int) -> dict:
 def _gpu_in(gpu: dict, u) -> int | None:
     if not len(gpu["ts"]):
         return None
+    if not len(u[0]):   # no recompute in the step (most): no mask of every GPU op per step
+        return 0
     return int(gpu["dur"][_inside(u, gpu["launch"])].sum())
 
 

@@ -905,10 +905,10 @@ def waited_by(gaps: pd.DataFrame) -> dict:
     return {str(k): int(v) for k, v in by.items()}
 
 
-def waited_summary(gaps: pd.DataFrame) -> str:
+def waited_summary(gaps: pd.DataFrame, by: dict | None = None) -> str:
     """What the queued time waited on, largest first: ``GPU-side 80%, cudaStreamWaitEvent 20%``
-    (at most three, none under 1%)."""
-    by = waited_by(gaps)
+    (at most three, none under 1%); ``by``: ``waited_by(gaps)`` when the caller has it."""
+    by = waited_by(gaps) if by is None else by
     total = sum(by.values())
     return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in list(by.items())[:3]
                      if v >= 0.01 * total)

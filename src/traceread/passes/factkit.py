@@ -130,6 +130,18 @@ def drop_shared() -> None:
         _SHARING[-1][1].clear()
 
 
+def shared_of(ev: pd.DataFrame, key: tuple, make):
+    """``make()``, made once per ``(ev, key)`` inside a ``sharing`` scope of this process
+    (the passes only read it: a small result several passes ask of the same frame)."""
+    if not _SHARING or _SHARING[-1][0] != os.getpid():
+        return make()
+    memo = _SHARING[-1][1]
+    got = memo.get((id(ev), key))
+    if got is None or got[0] is not ev:   # the frame is held: the id is its own
+        got = memo[id(ev), key] = (ev, make())
+    return got[1]
+
+
 def stacks_of(ev: pd.DataFrame, kinds=HOST_STACK_KINDS) -> "Stacks":
     """``Stacks(ev, kinds)``, shared inside a ``sharing`` scope (it only caches: a shared one
     answers as a fresh one would)."""

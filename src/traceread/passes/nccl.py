@@ -105,14 +105,25 @@ def _by_device(ev: pd.DataFrame, rows: np.ndarray) -> dict[tuple[int, int], tupl
     return dict(sorted(out.items()))
 
 
-def comm_overlap(events) -> pd.DataFrame:
+def comm_and_collectives(events) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(``comm_overlap``, ``collective_summary``) of one frame: the kernels' comm / compute
+    split and the compute kernels' union per device, which both read, made once."""
+    ev = events_of(events)
+    split = _split_rows(ev)
+    given = (split, _by_device(ev, split[1]))
+    return comm_overlap(ev, given), collective_summary(collective_instances(ev, given))
+
+
+def comm_overlap(events, given: tuple | None = None) -> pd.DataFrame:
     """One row per (pid, device) that ran kernels: comm/compute/overlap/exposed ns, overlap %.
 
-    overlap_pct is 0.0 on a device without communication.
+    overlap_pct is 0.0 on a device without communication. ``given``: ((comm rows, compute
+    rows), the compute rows' ``_by_device``) of this frame, when the caller has them.
     """
     ev = events_of(events)
-    comm, compute = _split_rows(ev)
-    comm_by, comp_by = _by_device(ev, comm), _by_device(ev, compute)
+    (comm, compute), comp_by = given or (_split_rows(ev), None)
+    comm_by = _by_device(ev, comm)
+    comp_by = _by_device(ev, compute) if comp_by is None else comp_by
     comm_iv = {k: v[0] for k, v in comm_by.items()}
     comp_iv = {k: v[0] for k, v in comp_by.items()}
     keys = sorted(set(comm_iv) | set(comp_iv))
@@ -135,7 +146,7 @@ def comm_overlap(events) -> pd.DataFrame:
     return out
 
 
-def collective_instances(events) -> pd.DataFrame:
+def collective_instances(events, given: tuple | None = None) -> pd.DataFrame:
     """One row per NCCL/RCCL kernel, in time order, with its collective and message facts.
 
     The collective type comes from the host op that launched the kernel
@@ -145,10 +156,11 @@ def collective_instances(events) -> pd.DataFrame:
     (reader-filled from its args or name), else "unknown". Message size, dtype,
     group size, process group and sequence number: the kernel's own values,
     else the launching op's. exposed_ns is the part of the
-    kernel not covered by any compute kernel on its (pid, device).
+    kernel not covered by any compute kernel on its (pid, device). ``given``: as
+    ``comm_overlap``'s.
     """
     ev = events_of(events)
-    comm, compute = _split_rows(ev)
+    (comm, compute), comp_by = given or (_split_rows(ev), None)
     k = take(ev, comm, [c for c in ev.columns if c in _KERNEL_COLUMNS])
     n = len(k)
     out = {
@@ -174,7 +186,7 @@ def collective_instances(events) -> pd.DataFrame:
     out["collective"] = np.where(pd.isna(out["collective"]), "unknown", out["collective"])
     # Exposed part of each kernel.
     exposed = out["dur"].copy()
-    for key, (iv, _) in _by_device(ev, compute).items():
+    for key, (iv, _) in (_by_device(ev, compute) if comp_by is None else comp_by).items():
         m = (out["pid"] == key[0]) & (out["device"] == key[1])
         if m.any():
             s = out["ts"][m]
@@ -344,9 +356,7 @@ def _is_instances(x) -> bool:
 
 def nccl_report(events) -> dict:
     """Everything above as plain JSON-able data (for the CLI and analyze())."""
-    ev = events_of(events)
-    ov = comm_overlap(ev)
-    summ = collective_summary(collective_instances(ev))
+    ov, summ = comm_and_collectives(events)
     comm = int(ov["comm_ns"].sum()) if len(ov) else 0
     overlap = int(ov["overlap_ns"].sum()) if len(ov) else 0
     return {

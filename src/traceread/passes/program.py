@@ -26,7 +26,15 @@ HOST_KINDS = ("cpu_op", "annotation", "python", "gpu_annotation", "other")
 
 
 def names_of(ev: pd.DataFrame, kinds) -> list[str]:
-    """Distinct names of the rows of ``kinds``."""
+    """Distinct names of the rows of ``kinds`` (made once per frame and kinds inside an
+    analysis: the context, its flags' evidence and the program facts ask the same ones;
+    callers only read the list)."""
+    from .factkit import shared_of
+
+    return shared_of(ev, ("names_of", tuple(kinds)), lambda: _names_of(ev, kinds))
+
+
+def _names_of(ev: pd.DataFrame, kinds) -> list[str]:
     m = kind_in(ev, kinds)
     if not m.any():
         return []

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..common import kind_in
-from .critical import LABELS, critical_path, node_labels, program_spans
+from .critical import LABELS, critical_path, node_labels, program_spans, shared_windows
 from .graph import EDGE_KINDS, MAX_NODES, NODE_KINDS, StepGraph, build_graph
 from .sim import Schedule, simulate
 from .whatif import price_models, replay_models, unfit
@@ -74,6 +74,11 @@ def result(graph: StepGraph, sched: Schedule) -> dict:
     """``replayable``, ``error_pct`` (overall: replayed vs measured program step of the
     replayed steps, ``program_steps``), ``median_error_pct``, ``max_error_pct`` (largest absolute), ``steps`` (each
     step, measured_ns, replayed_ns, error_pct), the graph's size, and ``critical_path``."""
+    with shared_windows():   # the steps' windows: made once for the three askers below
+        return _result(graph, sched)
+
+
+def _result(graph: StepGraph, sched: Schedule) -> dict:
     st = sched.steps
     meas, rep = program_steps(graph, sched)
     with np.errstate(divide="ignore", invalid="ignore"):

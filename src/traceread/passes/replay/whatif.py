@@ -173,14 +173,16 @@ _KEPT: dict = {}
 
 @contextlib.contextmanager
 def _base_graph(graph):
-    """Answers about ``graph``'s kind / cat / name columns kept for its copies (``_on_base``)
-    inside the block; the columns are held, so no other array can take their addresses.
+    """Answers about ``graph``'s kind / cat / name / lane columns kept for its copies
+    (``_on_base``) inside the block; the columns are held, so no other array can take their
+    addresses.
     Inside a block already open (the models replayed by ``price_models``) it adds nothing;
     a block on the graph priced last starts from that pricing's answers (``_KEPT``)."""
     if _BASE["cols"] is not None:
         yield
         return
-    cols = {c: graph.nodes[c].to_numpy() for c in ("kind", "cat", "name") if c in graph.nodes}
+    cols = {c: graph.nodes[c].to_numpy() for c in ("kind", "cat", "name", "lane")
+            if c in graph.nodes}
     kept, seen = _KEPT.get("cols"), _KEPT.get("seen")
     # the same memory holding the same values (nothing wrote into it since: ~1 ms a column)
     same = kept is not None and kept.keys() == cols.keys() and all(
@@ -342,7 +344,17 @@ def _kernel_class(g) -> np.ndarray:
 def _gpu_work(g) -> np.ndarray:
     """The GPU's ops: ``GPU_NODES`` on a GPU stream's lane -- a host thread's wait in a
     collective (gloo's, a comm_wait stretch) is a "collective" node too, and no GPU work."""
-    return _kind(g, *GPU_NODES) & on_gpu_lane(g.lanes, g.nodes["lane"].to_numpy(np.int64))
+    return _kind(g, *GPU_NODES) & _gpu_lane_nodes(g)
+
+
+def _gpu_lane_nodes(g) -> np.ndarray:
+    """``on_gpu_lane`` of the nodes, asked once per lanes table while the lane column is the
+    base graph's (every priced model's ``gpu_saved`` asks it twice: ~1 ms each at 110 k)."""
+    lanes = g.lanes
+    key = ("gpu_lane", lanes["lane"].to_numpy(np.int64).tobytes(),
+           tuple(lanes["what"].to_numpy(object).tolist()))
+    return _on_base(g, "lane", key,
+                    lambda: on_gpu_lane(lanes, g.nodes["lane"].to_numpy(np.int64)))
 
 
 def _has_gpu(g) -> bool:
@@ -742,7 +754,9 @@ def _launch_runs(g, launch, start, through_syncs: bool = False, within=None):
     frees = host & _match(g, FREE_RX)
     blocking = ((_blocking(g) & ~(host & _match(g, NOT_A_STOP_RX))) | frees) \
         & (n["cost_ns"].to_numpy() >= 0)
-    groups = _step_lane_groups(steps, lanes, launch)
+    # the joint replay asks again of the nodes the pricing grouped: the last grouping kept
+    groups = _as_last("step_lane_groups", (steps, lanes, launch),
+                      lambda: _step_lane_groups(steps, lanes, launch))
     if groups is None:   # lanes or steps outside the dense key: the masks' way
         return _launch_runs_loop(g, launch, start, through_syncs, within)
     kernel_launch = _launches_kind(g, "gpu_kernel")
@@ -1696,8 +1710,18 @@ def _with_and_without(graph) -> tuple:
         return _BARE[0][1]
     bare = without(graph)
     out = (bare, simulate(bare), simulate(graph))
-    _BARE[:] = [(graph, out)]
+    _BARE[:] = [(graph, out, {})]
     return out
+
+
+def _means_with_and_without(graph) -> tuple[float, float]:
+    """(the replayed step mean with the profiler's cost, without it) of ``_with_and_without``'s
+    replays: the ratio and the pricing's base both read them (made once)."""
+    bare, s1, s0 = _with_and_without(graph)
+    kept = _BARE[0][2]
+    if "means" not in kept:
+        kept["means"] = (step_mean(s0, graph), step_mean(s1, bare))
+    return kept["means"]
 
 
 def forget() -> None:
@@ -1724,8 +1748,8 @@ def profiler_ratio(graph) -> float | None:
     bare, s1, s0 = _with_and_without(graph)
     if not (s0.converged and s1.converged):
         return None
-    b0 = step_mean(s0, graph)
-    return step_mean(s1, bare) / b0 if b0 > 0 else None
+    b0, b1 = _means_with_and_without(graph)
+    return b1 / b0 if b0 > 0 else None
 
 
 def unprofiled_base(graph) -> tuple:
@@ -1741,7 +1765,7 @@ def unprofiled_base(graph) -> tuple:
     bare, s1, s0 = _with_and_without(graph)
     if not (s0.converged and s1.converged):
         return graph, s0, None
-    b0, b1 = step_mean(s0, graph), step_mean(s1, bare)
+    b0, b1 = _means_with_and_without(graph)
     if b0 - b1 < MATERIAL_SHARE * b0:
         return graph, s0, None
     return bare, s1, int(b0)
