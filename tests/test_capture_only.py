@@ -2,7 +2,6 @@
 is not "a program whose graphs replay already": the replay-graphs model refuses without
 withdrawing the capture levers, which keep their bound; and a replayed lever's ``because``
 names its saving even where the window has no steps (never ``=None``)."""
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +10,7 @@ from traceread.verdict.whatif import withdrawn
 
 from test_whatif import G, US, saves
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+from conftest import CORPUS  # TRACEREAD_CORPUS where set (a worktree): else skipped silently
 VLLM = CORPUS / ("AMD-AGI__TraceLens/tests/traces/inference/vllm_decode_full/capture_traces/"
                  "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz")
 CTX = {"uses_cuda_graphs": True, "graphs_not_replayed": False}

@@ -1,7 +1,6 @@
 """torch.compile pass: planted recompile storm (exact), Kineto round trip, real corpus traces."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -12,7 +11,7 @@ from traceread.passes.gaps import gpu_gaps
 from traceread.synth.scenarios import MS, T0
 from traceread.synth.scenarios_comm import STORM, nsys_recompile_storm, recompile_storm
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+from conftest import CORPUS  # TRACEREAD_CORPUS where set (a worktree): else skipped silently
 
 
 def _check(trace, truth, gaps=None, id_source="marker"):

@@ -151,7 +151,9 @@ def test_real_qwen_trace_matches_the_model_config(gpu):
     MLP 2816, 16 heads of 64, 24 layers -- every counted FLOP from the config by hand."""
     from pathlib import Path
 
-    path = (Path(__file__).resolve().parents[2] / "shared" / "corpus" / "AMD-AGI__TraceLens" /
+    from conftest import CORPUS
+
+    path = (CORPUS / "AMD-AGI__TraceLens" /
             "tests" / "traces" / gpu / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
     if not path.exists():
         pytest.skip("shared corpus not available")

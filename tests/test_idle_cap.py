@@ -9,7 +9,7 @@ import pytest
 from traceread.verdict import levers as L
 from traceread.verdict import whatif as W
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+from conftest import CORPUS  # TRACEREAD_CORPUS where set (a worktree): else skipped silently
 QWEN = CORPUS / "AMD-AGI__TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 
 

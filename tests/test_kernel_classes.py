@@ -1,7 +1,6 @@
 """Kernel classes on real kernel names (CUDA and ROCm), and time by class."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,7 +11,7 @@ from traceread.passes.kernel_classes import CLASSES, classify_kernels, time_by_c
 from traceread.passes.nccl import collective_instances
 from traceread.table import Trace, TraceMeta, build_table
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+from conftest import CORPUS  # TRACEREAD_CORPUS where set (a worktree): else skipped silently
 
 # Names as they appear in corpus traces (truncated where very long).
 REAL = {

@@ -255,6 +255,10 @@ def test_report_calls_the_step_markers_host_spans_where_the_gpu_paces(tmp_path):
     from traceread.render.text import fmt_ns
     p = program_step_of(a)
     assert p["mean_ns"] > 3 * a.step_stats["mean_ns"]
+    from traceread.render.html import analysis_body
+    page = " ".join(analysis_body(a).split())
+    assert "host spans mean 5 ms" in page and f"program step (the later of the host's span " \
+        f"and the GPU's work) {fmt_ns(p['mean_ns'])} mean" in page
     html = job_body([a, a]).split("<hr")[0]   # the overview, before each trace's report
     assert f">{fmt_ns(p['mean_ns'])}<" in html and f">{fmt_ns(a.step_stats['mean_ns'])}<" not in html
 

@@ -212,3 +212,5 @@ def test_optimizer_steps_in_an_analysis(tmp_path):
     from traceread.render.report import render_steps
     assert "Steps: 4 (iterations, from one Optimizer.step#SGD.step end to the next: no step " \
         "markers)" in " ".join(render_steps(a).split())
+    from traceread.render.html import analysis_body
+    assert "4 steps (iterations, from one optimizer step's end to the next" in analysis_body(a)

@@ -534,18 +534,30 @@ def _steps_section(d: dict) -> str:
     s = st.get("stats") or {}
     more = f"; first {MAX_STEPS} of {len(items)}" if len(items) > MAX_STEPS else ""
     if not gpu:
-        return (f"<h2>Steps</h2><p class='meta'>{plural(st['count'], 'step')}, mean "
+        return (f"<h2>Steps</h2><p class='meta'>{plural(st['count'], 'step')}{_inferred(st)}, mean "
                 f"{fmt_ns(s.get('mean_ns', 0))}, median {fmt_ns(s.get('median_ns', 0))}, cv "
                 f"{s.get('cv', 0):.2f}{more}. Each bar is the step's host time (no GPU work in "
                 "the trace).</p>" + svg(x0 + bar_w + 290, len(shown) * (row_h + 3), inner,
                                         "per-step host time"))
-    head = (f"<h2>Steps</h2><p class='meta'>{plural(st['count'], 'step')}, mean {fmt_ns(s.get('mean_ns', 0))}, "
-            f"median {fmt_ns(s.get('median_ns', 0))}, cv {s.get('cv', 0):.2f}{more}. Each bar is "
-            f"the step's own time, labelled with it: GPU busy inside the step, then the GPU idle "
+    p = st.get("program") or {}
+    prog = (f"; the program step (the later of the host's span and the GPU's work) "
+            f"{fmt_ns(p['mean_ns'])} mean, median {fmt_ns(p['median_ns'])}, "
+            f"{p.get('gpu_bound_steps', 0)} of {p.get('steps', 0)} GPU-bound"
+            if p.get("mean_ns") else "")
+    head = (f"<h2>Steps</h2><p class='meta'>{plural(st['count'], 'step')}{_inferred(st)}: host "
+            f"spans mean {fmt_ns(s.get('mean_ns', 0))}, median {fmt_ns(s.get('median_ns', 0))}, "
+            f"cv {s.get('cv', 0):.2f}{prog}{more}. Each bar is "
+            f"the step's host span, labelled with it: GPU busy inside the step, then the GPU idle "
             f"inside it, shared among causes as the gaps the step's work ended were (grey: "
             f"neither, e.g. busy time counted past the step's end).</p>")
     return head + _legend(["busy", *CPU_CATEGORIES]) + svg(x0 + bar_w + 290, len(shown) * (row_h + 3),
                                                              inner, "per-step time: GPU busy and idle")
+
+
+def _inferred(st: dict) -> str:
+    """Where the steps come from when no range marks them (passes/steps.optimizer_steps)."""
+    return (" (iterations, from one optimizer step's end to the next: no step markers)"
+            if st.get("source") == "optimizer" else "")
 
 
 def step_segments(it: dict) -> list[tuple[str, float, str]]:
