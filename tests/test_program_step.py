@@ -330,3 +330,13 @@ def test_real_dataloader_stalls_are_host_steps(corpus_dir):
     assert odd["grew_phase"] == "data" and odd["grew_ns"] > 0.5 * odd["excess_ns"] > 200 * MS
     ev = a.facts.evidence["anatomy.odd_steps"][0]
     assert ev["name"] == "Optimizer.step#SGD.step" and "its data phase +" in ev["detail"]
+
+
+def test_one_step_is_not_called_even():
+    """A window of one step (HTA's MTIA trace, HTA's triton example) read "cv 0.00, even":
+    one step has nothing to be even with."""
+    from traceread.render.report import evenness
+
+    assert evenness(False, 1, 0.0) == "one step: nothing to compare"
+    assert evenness(False, 2, 0.1) == "even" and evenness(False, 2, 0.4) == "too few to judge"
+    assert evenness(True, 5, 0.4) == "BURSTY"

@@ -326,7 +326,10 @@ def step_stats_line(a, program: bool = False) -> str:
 
 
 def evenness(bursty: bool, count: int, cv: float) -> str:
-    # bursty needs 3 steps (passes/steps.step_stats); two unlike steps are not "even"
+    # bursty needs 3 steps (passes/steps.step_stats); two unlike steps are not "even", and
+    # one step is not even with anything
+    if count < 2:
+        return "one step: nothing to compare"
     return "BURSTY" if bursty else "even" if count >= 3 or cv <= 0.25 else "too few to judge"
 
 
