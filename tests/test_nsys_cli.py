@@ -179,3 +179,17 @@ def test_text_times_are_relative_to_trace_start(planted):
     assert "+0.000005 s" in r.output and "start (ns)" not in r.output
     r = run("idle", planted, "--min-gap", "1us", "--format", "json")
     assert 4000 in [g["start_ns"] for g in json.loads(r.output)["gaps"]]
+    # util's text starts count from there too (it printed nsys's raw 4,068 ns, which no
+    # other command's start could be compared with); its csv keeps nsys's ns
+    r = run("util", planted)
+    assert r.exit_code == 0
+    assert "+0.000005 s" in r.output and "4,068" not in r.output and "Start (ns)" not in r.output
+    assert run("util", planted, "--format", "csv").output.splitlines()[1] == "1,1.1,16107,4068,200,1,1"
+
+
+def test_idle_names_steps_as_analyze_does(planted):
+    """A gap outside every step is '-' (it printed step -1), a step's gap '#N'."""
+    rows = [ln.split() for ln in run("idle", planted, "--min-gap", "1us").output.splitlines()
+            if ln.lstrip().startswith("+")]
+    steps = {r[6] for r in rows}   # start, unit, duration, unit, pid, dev, step
+    assert steps == {"-", "#0"}

@@ -285,8 +285,9 @@ def idle(traces, fmt, out, min_gap, rows, step_pattern, steps_spec, window):
         for r in recs if rows < 0 else recs[:rows]:
             drain = r["drain"] + (f" {r['drain_op']}" if r["drain_op"] else "")
             pid = f"{r['pid']:>8}  " if pids else ""
+            step = f"#{r['step']}" if r["step"] >= 0 else "-"   # as analyze's gap table
             row = (f"  {rel_time(r['start_ns'] - t0):>11}  {fmt_ns(r['duration_ns']):>9}  {pid}"
-                   f"{r['device']:>3}  {r['step']:>6}  {short_name(drain, 20):<20}  ")
+                   f"{r['device']:>3}  {step:>6}  {short_name(drain, 20):<20}  ")
             host = [f"{k} {fmt_ns(v)}" for k, v in sorted(r["by_cpu"].items(), key=lambda kv: -kv[1])]
             lines.append(row + fit_list(row, host))
         if 0 <= rows < len(recs):

@@ -207,8 +207,14 @@ def util(trace, threshold, chunks, rows, fmt, out, nsys_version):
     util_ = reports.gpu_time_util(t, threshold, chunks, rows,
                                   version=stats_version(t, nsys_version))
     table = reports.util_rows(t, util_)
-    if not table and fmt == "text":
+    if fmt != "text":
+        _emit(_render_table(reports.UTIL_HEADERS, table, fmt), out, fmt=fmt)
+        return
+    if not table:
         emit(f"no region below {threshold:g}% GPU utilisation", out)
         return
-    _emit(_render_table(reports.UTIL_HEADERS, table, fmt, plain=(0, 4, 5, 6)), out,
-         fmt=fmt)
+    # starts after the trace's first event, as gaps, idle, analyze and --window show them
+    t0 = trace_span(t.events)[0]
+    table = [r[:3] + [rel_time(int(r[3]) - t0)] + r[4:] for r in table]
+    headers = reports.UTIL_HEADERS[:3] + ("Start",) + reports.UTIL_HEADERS[4:]
+    _emit(_render_table(headers, table, fmt, plain=(0, 3, 4, 5, 6)), out, fmt=fmt)
