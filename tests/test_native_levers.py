@@ -36,3 +36,35 @@ def test_pytorch_kernels_keep_pytorch_levers():
     # remove), in PyTorch's words
     text = " ".join(a.verdict["levers"])
     assert "PYTORCH_CUDA_ALLOC_CONF" in text and "empty_cache" not in text
+
+
+def _untraced_loop(kernel: str) -> TraceBuilder:
+    """kernel, a short traced OS call (nsys osrt: the host is traced), then ~2 ms of host
+    time no traced call covers before the next launch."""
+    b = TraceBuilder()
+    t = 0
+    for _ in range(40):
+        b.launch(t, 10 * US, t + 20 * US, 200 * US, name=kernel)
+        b.cpu("write", t + 30 * US, 5 * US, kind="osrt")
+        t += 2 * MS
+    return b
+
+
+def test_untraced_host_time_guesses_python_only_in_a_pytorch_program():
+    """'(Python?)' sent the reader of a C/MPI program (pipit's saxpy, extra-p's ex-gpu) looking
+    for Python that is not there; a PyTorch program keeps the guess."""
+    native = analyze(_untraced_loop("stencil_kernel(float*, int)").build())
+    torch_ = analyze(_untraced_loop("void at::native::vectorized_elementwise_kernel<4>()").build())
+    assert "untraced time on the launching thread (the program's own code between traced " \
+           "calls)" in native.verdict["summary"] and "Python" not in native.verdict["summary"]
+    assert "untraced time on the launching thread (Python?)" in torch_.verdict["summary"]
+
+
+def test_real_native_nsys_export_names_no_python():
+    from pathlib import Path
+
+    import traceread
+
+    p = Path(__file__).parent / "fixtures" / "nsys" / "ex-gpu.s10.sqlite"
+    host = analyze(traceread.load(p)).to_dict()["facts"]["figures"]["culprits"]["host"]
+    assert host.startswith("untraced time on the launching thread (the program's own code")
