@@ -65,6 +65,7 @@ SLOW = {
     "test_queue_pair.py::test_the_sync_costs_the_gpu_tens_of_microseconds_a_step_not_the_inner_gaps": 0.1,
     "test_queue_pair.py::test_drop_syncs_promise_holds_against_the_plain_runs_program_steps[nsys]": 0.5,
     "test_queue_pair.py::test_drop_syncs_promise_holds_against_the_plain_runs_program_steps[kineto]": 1.3,
+    "test_nsys_cli.py::test_one_gap_has_one_start_in_gaps_and_idle": 1.1,  # test_text_times_are_relative_to_trace_start (idle split per process)
     "test_nsys_corpus.py::test_corpus_nsys_cli_info_analyze[GindaChen__nsys-ai/tests/fixtures/h100_2gpu_1s.sqlite]": 2.8,  # [mfu_2gpu_before.sqlite]; test_multirank_waits::test_real_nsys_ai_2gpu_cannot_tell (its job)
     "test_nsys_corpus.py::test_corpus_nsys_cli_info_analyze[GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_after.sqlite]": 3.4,  # [mfu_2gpu_before.sqlite]; test_job_model's CLI diff of the pair
     "test_scale.py::test_batch_parent_keeps_per_rank_records_not_event_tables": 41.2,  # test_cross_rank_pass_memory_grows_linearly

@@ -1,6 +1,8 @@
 """A program that is not PyTorch gets levers in CUDA's words, not torch's."""
 from __future__ import annotations
 
+import numpy as np
+
 from traceread.analysis import analyze
 from traceread.synth.scenarios import TraceBuilder
 
@@ -36,3 +38,74 @@ def test_pytorch_kernels_keep_pytorch_levers():
     # remove), in PyTorch's words
     text = " ".join(a.verdict["levers"])
     assert "PYTORCH_CUDA_ALLOC_CONF" in text and "empty_cache" not in text
+
+
+def _untraced_loop(kernel: str) -> TraceBuilder:
+    """kernel, a short traced OS call (nsys osrt: the host is traced), then ~2 ms of host
+    time no traced call covers before the next launch."""
+    b = TraceBuilder()
+    t = 0
+    for _ in range(40):
+        b.launch(t, 10 * US, t + 20 * US, 200 * US, name=kernel)
+        b.cpu("write", t + 30 * US, 5 * US, kind="osrt")
+        t += 2 * MS
+    return b
+
+
+def test_untraced_host_time_guesses_python_only_in_a_pytorch_program():
+    """'(Python?)' sent the reader of a C/MPI program (pipit's saxpy, extra-p's ex-gpu) looking
+    for Python that is not there; a PyTorch program keeps the guess."""
+    native = analyze(_untraced_loop("stencil_kernel(float*, int)").build())
+    torch_ = analyze(_untraced_loop("void at::native::vectorized_elementwise_kernel<4>()").build())
+    assert "untraced time on the launching thread (the program's own code between traced " \
+           "calls)" in native.verdict["summary"] and "Python" not in native.verdict["summary"]
+    assert "untraced time on the launching thread (Python?)" in torch_.verdict["summary"]
+
+
+def test_real_native_nsys_export_names_no_python():
+    from pathlib import Path
+
+    import traceread
+
+    p = Path(__file__).parent / "fixtures" / "nsys" / "ex-gpu.s10.sqlite"
+    host = analyze(traceread.load(p)).to_dict()["facts"]["figures"]["culprits"]["host"]
+    assert host.startswith("untraced time on the launching thread (the program's own code")
+
+
+def _stream_per_iteration() -> TraceBuilder:
+    """Windows extra-p runs: a 10 ms cudaStreamCreate between ms-long kernels."""
+    b = TraceBuilder()
+    t = 0
+    for _ in range(20):
+        b.runtime("cudaStreamCreate", t, 10 * MS)
+        b.launch(t + 10 * MS, 10 * US, t + 10 * MS + 20 * US, 5 * MS, name="test2(double *)")
+        b.runtime("cudaStreamDestroy", t + 10 * MS + 40 * US, 30 * US)
+        t += 16 * MS
+    return b
+
+
+def test_stream_creation_is_set_up_not_launch_overhead():
+    """It was 'launch-bound: launch overhead between short kernels (cudaStreamCreate ...)' beside
+    5 ms kernels, with CUDA graphs and fusion as levers; the time is resource set-up."""
+    a = analyze(_stream_per_iteration().build())
+    by = a.attribution["by_cpu"]
+    assert by["alloc"] > 0.9 * (by["alloc"] + by["launch"])
+    assert a.verdict["bound"] != "launch" and "cudaStreamCreate" in a.verdict["summary"]
+
+
+def test_real_export_stream_and_event_calls_are_not_launches():
+    from pathlib import Path
+
+    import traceread
+    from traceread.passes import attribution as attr
+
+    ev = traceread.load(Path(__file__).parent / "fixtures" / "nsys" /
+                        "concurrent_profile1.sqlite").events
+    api = ev[ev["kind"] == "runtime"]
+    names, cats = attr._codes(api["name"])
+    got = attr._classify(np.full(len(api), attr.HOST_KINDS.index("runtime")), names, cats,
+                         None, None)
+    cls = dict(zip(api["name"].astype(str), (attr.CPU_CATEGORIES[i] for i in got)))
+    assert {cls[n] for n in ("cudaStreamCreate", "cudaStreamDestroy", "cudaEventCreate",
+                             "cudaEventDestroy", "cudaHostAlloc")} == {"alloc"}
+    assert cls["cudaLaunchKernel"] == cls["cudaMemcpyAsync"] == cls["cudaEventRecord"] == "launch"

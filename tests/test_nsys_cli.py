@@ -178,4 +178,56 @@ def test_text_times_are_relative_to_trace_start(planted):
     assert r.exit_code == 0
     assert "+0.000005 s" in r.output and "start (ns)" not in r.output
     r = run("idle", planted, "--min-gap", "1us", "--format", "json")
-    assert 4000 in [g["start_ns"] for g in json.loads(r.output)["gaps"]]
+    docs = json.loads(r.output)["traces"]   # one per GPU process, as analyze's
+    assert [d["trace"].rsplit("#", 1)[1] for d in docs] == ["pid100", "pid200"]
+    assert 4000 in [g["start_ns"] for d in docs for g in d["gaps"]]
+    # util's text starts count from there too (it printed nsys's raw 4,068 ns, which no
+    # other command's start could be compared with); its csv keeps nsys's ns
+    # (planted holds two GPU processes: each counts from its own first event, pid 200's at
+    # 800 ns, as analyze / idle / steps report them per process)
+    r = run("util", planted)
+    assert r.exit_code == 0
+    row = [ln for ln in r.output.splitlines() if ln.split()[:1] == ["1"]][0]
+    assert "+0.000003 s" in row and "4,068" not in r.output and "Start (ns)" not in r.output
+    assert run("util", planted, "--format", "csv").output.splitlines()[1] == "1,1.1,16107,4068,200,1,1"
+
+
+def test_idle_names_steps_as_analyze_does(planted):
+    """A gap outside every step is '-' (it printed step -1), a step's gap '#N'."""
+    rows = [ln.split() for ln in run("idle", planted, "--min-gap", "1us").output.splitlines()
+            if ln.lstrip().startswith("+")]
+    steps = {next(t for t in r[4:] if t == "-" or t.startswith("#")) for r in rows}
+    assert steps == {"-", "#0"}
+
+
+def _two_ranks_late_start(path) -> str:
+    """torchrun's launcher (an OS call at 0), then two GPU processes whose first events come
+    later (rank 0 at 1 ms, rank 1 at 3 ms); each: 3 kernels 100 us long, 2 ms apart."""
+    from traceread.synth.nsys import NsysWriter
+
+    w = NsysWriter(path)
+    w.process(10, "torchrun")
+    w.osrt(0, 100_000, "read", 10, 10)
+    for rank, (pid, start) in enumerate(((100, 1_000_000), (200, 3_000_000))):
+        w.process(pid, "python3")
+        w.gpu(rank, "Synthetic GPU")
+        for i in range(3):
+            t = start + i * 2_000_000
+            w.runtime(t, t + 10_000, "cudaLaunchKernel_v7000", pid, pid, corr=i + 1)
+            w.kernel(t + 20_000, t + 120_000, "k", pid, rank, corr=i + 1)
+    return str(w.close())
+
+
+def test_one_gap_has_one_start_in_gaps_and_idle(tmp_path):
+    """A multi-process export is reported per process by analyze and (now) idle and steps
+    (idle's starts are analyze's: the same analysis of the part),
+    starts counted from that process's first event; gaps and util counted from the export's
+    (torchrun's launcher): rank 1's first gap was +5.12 ms in gaps, +2.12 ms in analyze."""
+    p = _two_ranks_late_start(tmp_path / "job.sqlite")
+    idle = run("idle", p, "--min-gap", "1ms").output
+    assert "job.sqlite#pid100" in idle and "job.sqlite#pid200" in idle   # split, as analyze
+    gaps = run("gaps", p, "--min-gap", "1ms").output
+    for pid in (100, 200):   # each process's first gap: 120 us after its first event
+        assert "+0.000120 s" in idle.split(f"#pid{pid}")[1].split("#pid")[0]
+        row = [ln for ln in gaps.splitlines() if f" {pid} " in ln and "+0.000120 s" in ln]
+        assert row, gaps

@@ -130,3 +130,36 @@ def test_read_back_lever_is_priced_on_the_reads_alone_not_the_inputs_sent():
     assert 0 < m["pin_reads"]["saves_ns"] < m["pin_copies"]["saves_ns"] / 10
     acts = {x["id"] for x in a.verdict["actions"]}
     assert "pin_copy_native" in acts and "pin_read_native" not in acts
+
+
+def test_h200_pageable_nsys_read_back_counts_as_a_blocking_call(tmp_path):
+    """The blocking pass read the memory kind from the name only: the nsys export said
+    "0 blocking call(s) per step" beside "sync: cudaMemcpyAsync (DtoH pageable) in 11 gaps";
+    the Kineto twin of the same run says 1 a step."""
+    import lzma
+
+    from traceread.passes.blocking import blocking_calls
+
+    p = tmp_path / "pageable.bad.sqlite"
+    p.write_bytes(lzma.open(FIX / "h200" / "pageable.bad.sqlite.xz").read())
+    nsys = blocking_calls(load(p).events)
+    kineto = blocking_calls(load(FIX / "h200" / "pageable.bad.json.gz").events)
+    assert nsys["by_kind"]["pageable_copy"]["name"] == "cudaMemcpyAsync"
+    assert nsys["blocking_per_step"] == kineto["blocking_per_step"] == 1.0
+
+
+def test_nsys_h2d_source_reads_the_memory_kind_from_the_raw_name(tmp_path):
+    """gpu/data.bad (DataLoader pin_memory=True): h2d_source called all 28 HtoD copies of the
+    nsys export 'unknown' -- and unknown counts as pageable for the pinning levers -- while
+    its Kineto twin sees the batches pinned. The 16 pageable ones are the model's set-up."""
+    import lzma
+
+    from traceread.passes.preconditions import h2d_source
+
+    p = tmp_path / "data.bad.sqlite"
+    p.write_bytes(lzma.open(FIX / "gpu" / "data.bad.sqlite.xz").read())
+    nsys, proof = h2d_source(load(p).events)
+    assert nsys == {"copies": 28, "pinned": 12, "pageable": 16, "unknown": 0}
+    assert "12 pinned, 16 pageable of 28" in proof[0]["detail"]
+    kineto, _ = h2d_source(load(FIX / "gpu" / "data.bad.json.gz").events)
+    assert kineto["pinned"] == kineto["copies"] > 0

@@ -43,3 +43,14 @@ def test_no_loop_keeps_the_whole_trace():
 
 def test_steps_all_keeps_the_whole_trace():
     assert analyze(_program().build(), steps="all").window.mode == "whole_trace"
+
+
+def test_report_names_the_repeating_part_as_the_stepless_window():
+    """The header said 'analysed: the repeating part' and the steps line, two screens down,
+    'the whole trace is one window' (pipit cloverleaf, our data.bad.nonvtx)."""
+    from traceread.render.report import render_report
+
+    text = " ".join(render_report(analyze(_program().build())).split())   # unwrapped
+    assert "analysed: the repeating part" in text
+    assert "the repeating part is analysed as one stretch" in text
+    assert "whole trace" not in text.split("Steps:")[1].split("Replay")[0]

@@ -243,8 +243,12 @@ def _flight_dumps(paths) -> dict:
 
 @_trace_command()
 def steps(traces, fmt, out, step_pattern, steps_spec, window):
-    """Per-step host time, GPU busy/idle and idle causes for each TRACE."""
-    results, failed = _analyses(traces, step_pattern, 0, steps_spec, window)
+    """Per-step host time, GPU busy/idle and idle causes for each TRACE.
+
+    An nsys export holding several GPU processes is reported per process, as analyze does."""
+    # split as analyze: one export's ranks were one table of every rank's steps, their
+    # starts counted from another origin than analyze's
+    results, failed = _analyses(traces, step_pattern, 0, steps_spec, window, split_ranks=True)
     if fmt == "json":
         docs = [{"trace": a.meta.path, **a.to_dict()["steps"]} for a in results]
         emit_json(docs, out, len(traces))
@@ -263,8 +267,11 @@ idle_rows_option = click.option(
 
 @_trace_command(min_gap_option, idle_rows_option)
 def idle(traces, fmt, out, min_gap, rows, step_pattern, steps_spec, window):
-    """Every GPU idle gap of each TRACE with its step, drain cause and host activity."""
-    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window)
+    """Every GPU idle gap of each TRACE with its step, drain cause and host activity.
+
+    An nsys export holding several GPU processes is reported per process, as analyze does."""
+    results, failed = _analyses(traces, step_pattern, min_gap, steps_spec, window,
+                                split_ranks=True)   # as analyze and steps
     if fmt == "json":
         docs = [{"trace": a.meta.path, "min_gap_ns": a.min_gap_ns,
                  "gaps": gap_records(a.listed_gaps())} for a in results]
@@ -285,8 +292,9 @@ def idle(traces, fmt, out, min_gap, rows, step_pattern, steps_spec, window):
         for r in recs if rows < 0 else recs[:rows]:
             drain = r["drain"] + (f" {r['drain_op']}" if r["drain_op"] else "")
             pid = f"{r['pid']:>8}  " if pids else ""
+            step = f"#{r['step']}" if r["step"] >= 0 else "-"   # as analyze's gap table
             row = (f"  {rel_time(r['start_ns'] - t0):>11}  {fmt_ns(r['duration_ns']):>9}  {pid}"
-                   f"{r['device']:>3}  {r['step']:>6}  {short_name(drain, 20):<20}  ")
+                   f"{r['device']:>3}  {step:>6}  {short_name(drain, 20):<20}  ")
             host = [f"{k} {fmt_ns(v)}" for k, v in sorted(r["by_cpu"].items(), key=lambda kv: -kv[1])]
             lines.append(row + fit_list(row, host))
         if 0 <= rows < len(recs):

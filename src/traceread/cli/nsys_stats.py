@@ -108,10 +108,24 @@ def render_gaps(t: Trace, min_gap_ns: int, fmt: str, limit: int = reports.NSYS_R
     if not rows:
         return f"no GPU gaps longer than {fmt_ns(min_gap_ns)}"
     # The terminal shows starts after the trace's first event; csv / json keep nsys's ns.
-    t0 = trace_span(t.events)[0]
-    rows = [r[:2] + [rel_time(int(r[2]) - t0)] + r[3:] for r in rows]
+    t0 = _origins(t)
+    rows = [r[:2] + [rel_time(int(r[2]) - t0(int(r[3])))] + r[3:] for r in rows]
     headers = GAP_HEADERS[:2] + ("Start",) + GAP_HEADERS[3:]
     return _render_table(headers, rows, fmt, plain=(0, 2, 3, 4, 5))
+
+
+def _origins(t: Trace):
+    """pid -> the time the terminal's starts count from: the trace's first event, or, in an
+    export that analyze, steps and idle report per process (several GPU processes), that
+    process's first event -- so one gap has one start in all of them."""
+    from ..readers.nsys_split import gpu_processes
+
+    ev = t.events
+    whole = trace_span(ev)[0]
+    if t.meta.format != "nsys" or len(gpu_processes(t)) < 2:
+        return lambda pid: whole
+    first = ev.groupby("pid", observed=True)["ts"].min().to_dict()
+    return lambda pid: int(first.get(pid, whole))
 
 
 def _render_table(headers, rows, fmt: str, plain=()) -> str:
@@ -207,8 +221,14 @@ def util(trace, threshold, chunks, rows, fmt, out, nsys_version):
     util_ = reports.gpu_time_util(t, threshold, chunks, rows,
                                   version=stats_version(t, nsys_version))
     table = reports.util_rows(t, util_)
-    if not table and fmt == "text":
+    if fmt != "text":
+        _emit(_render_table(reports.UTIL_HEADERS, table, fmt), out, fmt=fmt)
+        return
+    if not table:
         emit(f"no region below {threshold:g}% GPU utilisation", out)
         return
-    _emit(_render_table(reports.UTIL_HEADERS, table, fmt, plain=(0, 4, 5, 6)), out,
-         fmt=fmt)
+    # starts after the trace's first event, as gaps, idle, analyze and --window show them
+    t0 = _origins(t)
+    table = [r[:3] + [rel_time(int(r[3]) - t0(int(r[4])))] + r[4:] for r in table]
+    headers = reports.UTIL_HEADERS[:3] + ("Start",) + reports.UTIL_HEADERS[4:]
+    _emit(_render_table(headers, table, fmt, plain=(0, 3, 4, 5, 6)), out, fmt=fmt)

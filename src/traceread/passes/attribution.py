@@ -80,6 +80,14 @@ ALLOC_API_RX = namerx.compile(
     r"|cuMem(?:Alloc|Free)(?:Async|Host|Managed|Pitch)?(?:_v\d+)?"
     r"|cuMem(?:Create|Release|Map|Unmap|AddressReserve|AddressFree)"
     r"|hipExtMallocWithFlags)(?:_v\d+)?$")
+# Stream / event creation: set-up of the resources launches use, not launches (extra-p's
+# Windows runs spend 10 ms in each cudaStreamCreate: "launch overhead between short kernels"
+# beside 250 ms kernels). Counted with the allocator: the same remedy, make them once outside
+# the loop and reuse them. (cudaHostRegister is left a launch for now: as a program's first
+# CUDA call it carries the context's creation -- pipit's saxpy, 305 ms -- which the
+# allocator levers' replay would then promise to remove.)
+RESOURCE_API_RX = namerx.compile(
+    r"^(?:(?:cuda|hip|cu)(?:Stream|Event)(?:Create|Destroy)\w*)(?:_v\d+)?$")
 # The closing op's stream waited on an event: the call (host side) or CUPTI's record of
 # the wait (Kineto cuda_sync "Stream Wait Event", nsys SYNCHRONIZATION "Stream wait sync").
 WAIT_API_RX = namerx.compile(r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v\d+)?(?:_ptsz|_ptds)?$")
@@ -231,7 +239,7 @@ def _by_name_vec(step_rx, cat):
 def _api_vec(cat):
     def vec(t, idx):
         conds = [t.hits(GRAPH_RECORD_RX), t.hits(SYNC_API_RX, "match"),
-                 t.hits(ALLOC_API_RX, "match")]
+                 t.hits(ALLOC_API_RX, "match") | t.hits(RESOURCE_API_RX, "match")]
         return np.select([c[idx] for c in conds],
                          [cat["graph_capture"], cat["sync"], cat["alloc"]], cat["launch"])
     return vec
@@ -270,7 +278,8 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
             return cat["graph_capture"]
         if SYNC_API_RX.match(n):
             return cat["sync"]
-        return cat["alloc"] if ALLOC_API_RX.match(n) else cat["launch"]
+        return cat["alloc"] if ALLOC_API_RX.match(n) or RESOURCE_API_RX.match(n) \
+            else cat["launch"]
 
     is_api = _is_api(kind)
     out = np.full(len(kind), -1, np.int8)

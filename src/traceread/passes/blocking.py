@@ -40,7 +40,7 @@ import pandas as pd
 from .. import namerx
 from ..table import scan_name
 from .attribution import SYNC_API_RX, _op_base
-from .common import kind_in, name_codes, name_hits, name_table, rows_of
+from .common import kind_in, lookup_at, name_codes, name_hits, name_table, rows_of
 from .factkit import (MAX_EVIDENCE, Stacks, Steps, has_gpu, item, launcher, name_at,
                       rows_named, thread_key)
 
@@ -348,7 +348,10 @@ def _pageable_roots(ev: pd.DataFrame, stacks: Stacks):
     cp = rows_of(ev, ("memcpy",))
     if not len(cp):
         return []
-    cp = cp[name_hits(ev["name"], PAGEABLE_RX, "search")[cp]]
+    said = name_hits(ev["name"], PAGEABLE_RX, "search")[cp]
+    if "raw_name" in ev:   # nsys names a copy by direction; its memory kinds are in raw_name
+        said |= lookup_at(ev["raw_name"], cp, lambda n: bool(PAGEABLE_RX.search(n)), False, bool)
+    cp = cp[said]
     if not len(cp):
         return []
     lr = launcher(ev, cp)

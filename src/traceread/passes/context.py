@@ -46,6 +46,15 @@ PYTORCH_HOST_RX = namerx.compile(r"^(?:aten::|autograd::|torch|ProfilerStep#|Opt
 PYTORCH_KERNEL_RX = namerx.compile(r"at::native::|at::cuda::|c10::|\bat::|triton_")
 
 
+def _pytorch(host, kernels) -> bool:
+    return namerx.any_of(PYTORCH_HOST_RX, host) or namerx.any_of(PYTORCH_KERNEL_RX, kernels)
+
+
+def is_pytorch(ev: pd.DataFrame) -> bool:
+    """Whether the program is PyTorch at all (``trace_context``'s ``pytorch``)."""
+    return _pytorch(_names_of(ev, ("cpu_op", "annotation", "python")), _names_of(ev, ("kernel",)))
+
+
 def trace_context(ev: pd.DataFrame, meta=None) -> dict:
     """Flags describing what the analysed window already does (see module doc); ``pytorch``:
     whether the program is PyTorch at all (else the levers name CUDA calls, not torch ones).
@@ -63,8 +72,7 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
         "dataloader_workers": namerx.any_of(MULTI_WORKER_RX, host)
         and not namerx.any_of(SINGLE_WORKER_RX, host),
         "dataloader_single": namerx.any_of(SINGLE_WORKER_RX, host),
-        "pytorch": namerx.any_of(PYTORCH_HOST_RX, host)
-        or namerx.any_of(PYTORCH_KERNEL_RX, kernels),
+        "pytorch": _pytorch(host, kernels),
         "api_traced": bool(len(api)),
         "host_traced": bool(ev["kind"].isin(HOST_DETAIL_KINDS).any()
                             or has_non_step_ranges(ev)),

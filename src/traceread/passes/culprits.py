@@ -136,6 +136,15 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _untraced_guess(ev) -> str:
+    """What fills a launching thread's untraced time: in a PyTorch program most likely Python
+    (no frames recorded); in a C/C++/Fortran CUDA program (nsys) its own code between the
+    traced calls -- "Python?" there sent the reader looking for Python that is not there."""
+    from .context import is_pytorch   # context imports the facts' passes; late, no cycle
+
+    return "Python?" if is_pytorch(ev) else "the program's own code between traced calls"
+
+
 def host_culprit(ev, gaps, ops, parts, top_ops) -> str:
     """The deepest frame or op behind the host-bound time, or the untraced share.
 
@@ -155,7 +164,7 @@ def host_culprit(ev, gaps, ops, parts, top_ops) -> str:
     by = {c: host_part(c) for c in ("python", "cpu_op", "alloc", "untraced")}
     top = max(by, key=by.get) if any(by.values()) else ""
     if top == "untraced" and parts.get("host_untraced"):
-        return f"untraced time on the launching thread (Python?): {_ms(by['untraced'])}"
+        return f"untraced time on the launching thread ({_untraced_guess(ev)}): {_ms(by['untraced'])}"
     if top == "alloc":   # the allocator call itself, not whatever API call is innermost
         al = top_ops[top_ops["category"] == "alloc"] if len(top_ops) else top_ops
         return f"{al['name'].iloc[0]}: {_ms(int(al['ns'].iloc[0]))} inside gaps" if len(al) else ""

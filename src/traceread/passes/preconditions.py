@@ -129,6 +129,9 @@ def h2d_source(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
         return None, []
     lut, codes = lut_at(ev["name"], rows, _memory_kind, 0, np.int8)
     mk = lut.take(codes)
+    if "raw_name" in ev:   # nsys names a copy by direction; its memory kinds are in raw_name
+        rlut, rcodes = lut_at(ev["raw_name"], rows, _memory_kind, 0, np.int8)
+        mk = np.maximum(mk, rlut.take(rcodes))
     out = {"copies": int(len(rows)), "pinned": int((mk == 1).sum()),
            "pageable": int((mk == 2).sum()), "unknown": int((mk == 0).sum())}
     pick = np.flatnonzero(mk == 2) if out["pageable"] else np.flatnonzero(mk == 1)

@@ -445,8 +445,11 @@ def step_row(r: dict, start: str | None = None) -> str:
 def _steps(a) -> list[str]:
     st = a.steps
     if a.step_source == "whole_trace":
-        return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); the whole "
-                "trace is one window (use --step-pattern REGEX)"]
+        w = getattr(a, "window", None)   # the analysed stretch, as the header says it
+        what = {"steady": "the repeating part", "explicit": "the --window"}.get(
+            getattr(w, "mode", None), "the whole trace")
+        return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); "
+                f"{what} is analysed as one stretch (use --step-pattern REGEX)"]
     gpu = bool(len(a.devices))
     prog = [x for x in [program_step_line(a)] if x and gpu]
     lines = ["", step_stats_line(a, program=bool(prog))] + prog + \
