@@ -448,7 +448,8 @@ def _steps(a) -> list[str]:
         w = getattr(a, "window", None)   # the analysed stretch, as the header says it
         what = {"steady": "the repeating part", "explicit": "the --window"}.get(
             getattr(w, "mode", None), "the whole trace")
-        return ["", "Steps: none found (no ProfilerStep#N or step-like ranges); "
+        return ["", "Steps: none found (no ProfilerStep#N, step-like ranges or optimizer "
+                "steps); "
                 f"{what} is analysed as one stretch (use --step-pattern REGEX)"]
     gpu = bool(len(a.devices))
     prog = [x for x in [program_step_line(a)] if x and gpu]
