@@ -9,7 +9,7 @@ import pytest
 from traceread.analysis import analyze
 from traceread.synth.scenarios import TraceBuilder, US
 
-from conftest import corpus_or_skip
+from conftest import analysed, corpus_or_skip
 
 STEPS = 4
 VLLM = "AMD-AGI__TraceLens/tests/traces/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz"
@@ -61,3 +61,16 @@ def test_a_step_paced_by_two_streams_starts_where_the_gpu_paced_the_last_one_end
                     / "facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff/test/test.json.gz"))
     prog = _checks(a)
     assert prog[1011] == 114_802_000
+
+
+@pytest.mark.corpus
+def test_levers_are_priced_on_the_program_step(corpus_dir):
+    """The levers' replays measured a step as its host markers' span (floored by the busiest
+    GPU lane's load), while the replay's own check and the measured step are the program
+    step: TraceLens' vLLM piecewise graph execution on MI300 was priced on a 157 ms step for
+    a 305 ms program step (its GPU held the queued graph long after the host's range). The
+    pricing's unmodified step is now the program step."""
+    a = analysed(corpus_dir / "AMD-AGI__TraceLens/tests/traces/inference/"
+                 "vllm_prefilldecode_piecewise/graph_execution.json.gz")
+    prog = a.facts.figures["program_step_mean_ns"]
+    assert abs(a.facts.prices["before_ns"] - prog) <= 0.01 * prog
