@@ -166,3 +166,19 @@ def test_warmup_is_not_dropped_for_a_cut_short_last_step():
     assert a.window.steps["step"].tolist() == [1] and a.verdict["bound"] != "cpu_only"
     assert any(x["what"] == "step #2" and x["reason"].startswith("cut short")
                for x in a.window.excluded)
+
+
+def test_the_largest_copy_is_said_as_one_of_many(tmp_path):
+    """One step's copy is 4 GiB, the other three steps' 2 GiB: the culprit named the 4 GiB
+    copy "×1" as if it were the copy time (nsys-ai's h100_2gpu: one 3.91 GiB copy for 921 ms
+    of 227 copies); it says it is the largest of 4, and their bytes."""
+    from traceread.synth.kineto import write_kineto
+
+    trace, _ = sb.copy_bound()
+    ev = trace.events.copy(deep=True)
+    first = (ev["kind"] == "memcpy").to_numpy().nonzero()[0][0]
+    ev.loc[first, "bytes"] = 4 << 30
+    a = analyze(str(write_kineto(ev, tmp_path / "copies.json", meta=trace.meta)))
+    text = a.verdict["summary"]
+    assert "4.00 GiB HtoD pageable copy ×1" in text
+    assert "the largest of 4 copies, 10.00 GiB in all" in " ".join(text.split())
