@@ -1,6 +1,8 @@
 """A program that is not PyTorch gets levers in CUDA's words, not torch's."""
 from __future__ import annotations
 
+import pytest
+
 import numpy as np
 
 from traceread.analysis import analyze
@@ -109,3 +111,25 @@ def test_real_export_stream_and_event_calls_are_not_launches():
     assert {cls[n] for n in ("cudaStreamCreate", "cudaStreamDestroy", "cudaEventCreate",
                              "cudaEventDestroy", "cudaHostAlloc")} == {"alloc"}
     assert cls["cudaLaunchKernel"] == cls["cudaMemcpyAsync"] == cls["cudaEventRecord"] == "launch"
+
+
+def test_the_first_runtime_call_creates_the_context_and_stays(corpus_dir):
+    """extra-p's concurrent_profile16 opens with a 172 ms cudaStreamCreate: the CUDA runtime
+    creates its context inside its first call, which no reuse of buffers removes. The
+    allocator model (``no_empty_cache``) kept it among the calls it removes; in a window that
+    starts with the trace it is now kept, and nothing else is."""
+    import traceread
+    from traceread import load
+    from traceread.analysis import _gpu_ops
+    from traceread.passes.replay import build_graph
+    from traceread.passes.replay.whatif import _context_creation
+
+    path = corpus_dir / "extra-p__extrap/concurrent_profile16.sqlite"
+    if not path.is_file():
+        pytest.skip("not in the corpus")
+    t = load(str(path))
+    a = traceread.analyze(t)
+    g = build_graph(t.events, _gpu_ops(t.events, True), a.steps)
+    kept = g.nodes[_context_creation(g)]
+    assert kept["name"].tolist() == ["cudaStreamCreate"]
+    assert kept["dur_ns"].iloc[0] > 170_000_000

@@ -1181,8 +1181,10 @@ LEVERS: tuple[Lever, ...] = (
                                            allocator_growing, steady_window)),
     Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
           when=_all(PT, allocator_cached, no_startup_alloc, steady_window)),
-    Lever("reuse_buffers_native", "host", "allocate once outside the loop and reuse the buffers, "
-          "or a stream-ordered pool (cudaMallocAsync / cudaMemPool)", "code", saves="alloc",
+    # the alloc cause holds stream / event creation too (passes/attribution.py): said so
+    Lever("reuse_buffers_native", "host", "allocate buffers and create streams and events once, "
+          "outside the loop, and reuse them; or a stream-ordered pool for the buffers "
+          "(cudaMallocAsync / cudaMemPool)", "code", saves="alloc",
           when=_all(NV, no_startup_alloc)),
     # comms
     Lever("ddp_buckets", "comms", "overlap communication with compute: DDP bucket_cap_mb, "

@@ -1183,10 +1183,33 @@ def drop_empty_cache(g, f: Facts, p: dict):
     the allocator's driver calls (the frees and the mallocs that map the memory back, each
     synchronizing the device) and the empty_cache op take no time; their drain edges go."""
     m = (_cat(g, "alloc") | _match(g, EMPTY_CACHE_RX)) & _kind(g, *HOST_NODES)
+    if f.ctx.get("window_mode") == "whole_trace":
+        m &= ~_context_creation(g)
     if not m.any():
         return "no empty_cache / device frees or mallocs in the replayed steps"
     _remove_ops(g, m, p)
     return g
+
+
+RUNTIME_CALL_RX = re.compile(r"^(?:cuda|hip)[A-Z]")
+
+
+def _context_creation(g) -> np.ndarray:
+    """Each process's first CUDA/HIP runtime call in a window that starts with the trace:
+    the runtime creates its context inside it, whatever the call (extra-p's
+    concurrent_profile16: a 172 ms cudaStreamCreate), and no reuse of buffers removes that."""
+    n = g.nodes
+    out = np.zeros(len(n), bool)
+    call = _kind(g, *HOST_NODES) & n["name"].astype(str).str.match(RUNTIME_CALL_RX).to_numpy()
+    if not call.any():
+        return out
+    pid = g.lanes.set_index("lane")["pid"].reindex(n["lane"].to_numpy()).to_numpy()
+    rows = np.flatnonzero(call)
+    ts = n["ts_ns"].to_numpy(np.int64)[rows]
+    first = pd.DataFrame({"pid": pid[rows], "ts": ts, "row": rows}).sort_values(
+        ["pid", "ts"], kind="stable").drop_duplicates("pid")["row"].to_numpy()
+    out[first] = True
+    return out
 
 
 def drop_compile(g, f: Facts, p: dict):
