@@ -133,3 +133,26 @@ def test_the_first_runtime_call_creates_the_context_and_stays(corpus_dir):
     kept = g.nodes[_context_creation(g)]
     assert kept["name"].tolist() == ["cudaStreamCreate"]
     assert kept["dur_ns"].iloc[0] > 170_000_000
+
+
+def test_a_capture_or_a_larger_batch_keeps_the_threads_sleeps(gpu_sqlite):
+    """nsys' nonvtx capture of gpu/data.bad: its DataLoader is a clock_nanosleep on the
+    launching thread (189 ms of a 401 ms window without steps). The CUDA-graph model made
+    one run of the window's launches and dropped the sleeps inside it ("saves 321 ms"), and
+    the larger batch kept them fixed per step ("saves 200 ms" a step's worth of samples).
+    A graph does not sleep for the program, and nothing proves a sleep fixed per step: the
+    graph saves at most the window less its sleeps, a doubled batch at most half that."""
+    import traceread
+    from conftest import analysed
+
+    path = gpu_sqlite / "data.bad.nonvtx.sqlite"
+    a = analysed(path)
+    ev = traceread.load(str(path)).events
+    w = a.window
+    inside = (ev["ts"] >= w.start) & (ev["ts"] < w.end) & (ev["name"] == "clock_nanosleep")
+    sleep = int(ev.loc[inside, "dur"].sum())
+    window = int(a.devices["window_ns"].sum())
+    assert sleep > 0.4 * window
+    acts = {x["id"]: x for x in a.verdict["actions"]}
+    assert acts["cuda_graphs"]["saves_ns"] <= window - sleep
+    assert acts["larger_batch"]["saves_ns"] <= (window - sleep) / 2

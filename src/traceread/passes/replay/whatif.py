@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ...table import scan_name as scan
+from ..attribution import WAIT_OSRT_RX as _WAIT_OSRT_RX
 from ..common import CHECKPOINT_RX as STALL_SAVE_RX
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
@@ -694,6 +695,10 @@ def capture_graphs(g, f: Facts, p: dict):
     # work between them (host_off_path's): that stays on the thread, before the launch.
     # The program's own graphs replace their compiled region whole.
     own = _movable_host(g) if not existing else np.zeros(len(g.nodes), bool)
+    # nor does it sleep or wait on the OS for it: a window with no steps makes one run of
+    # several iterations, and nsys' nonvtx data.bad lost its DataLoader's 189 ms of
+    # clock_nanosleep to the graph (CUDA graphs "saved" 321 ms of a 401 ms window)
+    own = own | (_kind(g, "host") & _match(g, HOST_WAIT_RX))
     cost = g.nodes["cost_ns"].to_numpy(np.int64)
     kept = [int(cost[own & inside].sum()) for _, _, _, inside in runs]
     g = g.replace_runs([(first, last, (GRAPH_LAUNCH_NS if lane == main else 0) + stays)
@@ -1278,6 +1283,10 @@ def _movable_host(g) -> np.ndarray:
 
 
 PY_FRAME_RX = re.compile(r"\.py\(\d+\): ")
+# the OS calls a thread sleeps or waits in (nsys' OS-runtime trace): the program's own time,
+# which no capture of its launches removes
+HOST_WAIT_RX = re.compile(r"^(?:clock_nanosleep|nanosleep|usleep|sleep)(?:@\S*)?$|"
+                          + _WAIT_OSRT_RX.pattern)
 # the profiler's own Python (prof.step(), record_function's enter / exit): its cost, which the
 # unprofiled program does not pay (passes/overhead.py), not host work a thread could take
 # (TraceLens-style CPU inference capture: prof.step() 2.5 ms a request, promised back)
@@ -1318,7 +1327,7 @@ def checkpoint_off_path(g, f: Facts, p: dict):
 
 def larger_batch(g, f: Facts, p: dict):
     """k times the samples per step (``p['x']``, default DEFAULT_BATCH_X); data loading
-    grows k times; launch calls and sync waits do not. Compared per sample: the saving is
+    and the threads' OS sleeps and waits grow k times; launch calls and sync waits do not. Compared per sample: the saving is
     the old step less the new step / k.
     A host-only trace that recorded shapes, the batch known (``p['batch']`` or
     ``facts.batch``): only the ops with an input that carries the batch grow, each by
@@ -1357,7 +1366,11 @@ def larger_batch(g, f: Facts, p: dict):
                 new[m] = floor + k * (dur[m] - floor)
         p.setdefault("basis", "floor")
     new[data] = dur[data] * k if loader is None else dur[data] + loader[data]
-    _set_cost(g, work | data, new)
+    # a thread's OS sleeps and waits grow with the batch too: nothing proves them fixed per
+    # step (nsys' nonvtx data.bad: its DataLoader is a clock_nanosleep the trace cannot name)
+    waits = _kind(g, "host") & _match(g, HOST_WAIT_RX) & ~data & ~work
+    new[waits] = dur[waits] * k
+    _set_cost(g, work | data | waits, new)
     p["per_sample_x"] = k
     return g
 
@@ -1464,7 +1477,8 @@ MODELS: tuple[Model, ...] = (
     Model("larger_batch", larger_batch,
           "with recorded shapes (host-only): the ops that carry the batch grow above their "
           "fitted fixed part, per-sample loading grows; else time above each lane's shortest "
-          "op scales with the batch; launches and waits do not"),
+          "op scales with the batch, and the threads' OS sleeps and waits; launches and "
+          "sync waits do not"),
     Model("channels_last", channels_last,
           "the layout conversions go, convolutions keep their time"),
 )
