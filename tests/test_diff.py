@@ -85,6 +85,28 @@ def test_directory_diff_matches_files_by_relative_path(tmp_path):
     assert r.exit_code == 0 and r.stdout.startswith("2 matched traces")
 
 
+def test_folder_diff_lists_a_file_that_is_no_trace_and_diffs_the_rest(tmp_path):
+    # gloo/pp_gpipe3_*: each run's folder holds its truth.json beside the ranks; the folder
+    # diff stopped at it ("JSON object without traceEvents") and diffed nothing
+    import shutil
+
+    for side in ("before", "after"):
+        (tmp_path / side).mkdir()
+        shutil.copy(FIXTURES / "cpu" / "compile.steady.json.gz", tmp_path / side / "rank-0.json.gz")
+        shutil.copy(FIXTURES / "gloo" / "pp_gpipe3_slow1" / "truth.json", tmp_path / side)
+    d = diff_paths(str(tmp_path / "before"), str(tmp_path / "after"))
+    assert [p.label for p in d.pairs] == ["rank-0.json.gz"]
+    left = {(u["side"], u["path"].rsplit("/", 1)[-1]): u["reason"] for u in d.unmatched}
+    assert set(left) == {("before", "truth.json"), ("after", "truth.json")}
+    assert left["before", "truth.json"].startswith("not analysed: ") and \
+        "traceEvents" in left["before", "truth.json"]
+    # nothing left to diff: one clear error
+    (tmp_path / "before" / "rank-0.json.gz").unlink()
+    (tmp_path / "after" / "rank-0.json.gz").unlink()
+    r = CliRunner().invoke(main, ["diff", str(tmp_path / "before"), str(tmp_path / "after")])
+    assert r.exit_code == 1 and "no matched pair could be analysed" in r.stderr
+
+
 def test_bad_input_is_one_error_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"{")
