@@ -210,3 +210,13 @@ def test_a_promise_is_judged_without_the_profiler_where_the_captures_pay_differe
     assert p["realised_ns"] > 2_000_000
     assert abs(p["realised_unprofiled_ns"]) < 200_000
     assert abs(p["error_pct"]) < 100
+
+
+def test_one_program_run_twice_pulls_no_lever(gpu_sqlite):
+    # gpu.{bad,fixed}: the same 10 GEMMs a step twice (nothing to fix). nsys showed the host's
+    # untraced work 0.18 -> 0.07 ms of a 14.4 ms GPU-bound step and the diff named it "the
+    # change: host_off_path", promised 155 us and judged it "off by +141.9%": noise, no lever
+    d = diff_analyses(*(analysed(gpu_sqlite / f"gpu.{v}.sqlite") for v in ("bad", "fixed")))
+    assert d.proof is None
+    # the host pair's fall (15.4 -> 0.1 ms of a 16.5 ms step) is the lever pulled
+    assert _diff("host").proof["levers"] == ["host_off_path"]
