@@ -220,3 +220,25 @@ def test_one_program_run_twice_pulls_no_lever(gpu_sqlite):
     assert d.proof is None
     # the host pair's fall (15.4 -> 0.1 ms of a 16.5 ms step) is the lever pulled
     assert _diff("host").proof["levers"] == ["host_off_path"]
+
+
+def test_a_cold_start_fix_is_compared_on_the_steps_both_analysed():
+    # h200/cold: BEFORE's first call (227 ms, start-up work) is warm-up and left out, AFTER's
+    # (15.2 ms, warmed up) is kept: BEFORE's #1..#2 against AFTER's #0..#2 read "no saving:
+    # each step is 678 us slower". The loop's truth on #1..#2: 12.81 -> 12.69 ms.
+    h = FIXTURES / "h200"
+    d = diff_analyses(analysed(h / "cold.bad.json.gz"), analysed(h / "cold.fixed.json.gz"))
+    truth = {v: json.loads((h / f"cold.{v}.kineto.truth.json").read_text())["step_ns"]
+             for v in ("bad", "fixed")}
+    assert d.before["steps"] == d.after["steps"] == 2
+    for side, v in ((d.before, "bad"), (d.after, "fixed")):
+        want = mean(truth[v][s] for s in ("1", "2"))
+        assert abs(side["step_mean_ns"] - want) < 0.01 * want
+    assert 0 < d.saving()["realised_ns"] < 300_000
+    rec = d.to_dict()["steps_compared"]
+    assert (rec["first"], rec["last"]) == (1, 2)
+    [first] = rec["left_out"]     # the first call, as each side ran it
+    assert first["step"] == 0 and first["before_reason"].startswith("warm-up")
+    assert abs(first["before_ns"] - truth["bad"]["0"]) < 0.01 * truth["bad"]["0"]
+    assert abs(first["after_ns"] - truth["fixed"]["0"]) < 0.01 * truth["fixed"]["0"]
+    assert d.warnings[0].startswith("the sides analysed different steps")

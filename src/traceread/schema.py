@@ -1383,6 +1383,22 @@ class BatchSizes(_S):
     evidence: str               # the op whose input shape shows it, or "--batch"
 
 
+class LeftOutStep(_S):
+    step: int
+    before_ns: Optional[int]    # the step's host span (null: not in that trace)
+    after_ns: Optional[int]
+    before_reason: str          # why that side's own analysis left it out ("" if it did not)
+    after_reason: str
+
+
+class StepsCompared(_S):
+    """The steps both sides analysed, when their own windows differed (a side's warm-up)."""
+
+    first: int
+    last: int
+    left_out: list[LeftOutStep]
+
+
 class DiffPair(_S):
     unit: str                   # step | iteration | trace: what every time is per
     label: str                  # the pair's key in a folder / batch diff ("rank 3", a path)
@@ -1397,6 +1413,8 @@ class DiffPair(_S):
     warnings: list[str]         # why the two sides' figures are not like for like
     kernels: KernelChanges
     proof: Optional[LeverProof] = None   # promised vs realised for the lever that changed
+    # the common steps both sides were analysed on, when their own windows differed
+    steps_compared: Optional[StepsCompared] = None
 
 
 class Unmatched(_S):

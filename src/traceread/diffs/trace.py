@@ -102,6 +102,7 @@ class TraceDiff:
     jobs: list | None = None                      # batch diffs: one change record per job
     source: str = "traces"                        # traces | directories | batch
     proof: dict | None = None                     # promised vs realised (diffs/proof.py)
+    steps_compared: dict | None = None            # the common steps, when the sides' differed
 
     @property
     def unit(self) -> str:
@@ -162,7 +163,7 @@ class TraceDiff:
                             "changed": self.before["verdict"] != self.after["verdict"]},
                 "saving": self.saving(), "proof": self.proof,
                 "batch": self.batch, "per_sample": self.per_sample(),
-                "warnings": list(self.warnings),
+                "warnings": list(self.warnings), "steps_compared": self.steps_compared,
                 "kernels": self.kernels}
 
     def saving(self) -> dict[str, Any]:
@@ -302,15 +303,77 @@ def diff_analyses(before, after, label: str = "", batch: tuple | None = None) ->
 
     from .proof import proof
 
+    before, after, same = same_steps(before, after)
     found = user_batch(batch) if batch else batch_sizes(before, after)
     fb, fa = figures(before), figures(after)
     d = diff_sides((fb, before.kernels, before.kernel_classes),
                    (fa, after.kernels, after.kernel_classes), label, found)
+    if same:
+        d.steps_compared = same
+        d.warnings.insert(0, steps_warning(same))
     d.proof = proof(before, after, d)
     apart = not_the_same_job(fb, fa)
     if d.proof and apart:   # the change is not the only difference: no error is measured
         d.proof.update(error_pct=None, not_judged=apart[0].split(" -- ")[0])
     return d
+
+
+def analysed_steps(a) -> list[int]:
+    """The step numbers an analysis analysed ([] for a window without steps)."""
+    if a.step_source == "whole_trace" or a.window is None or not len(a.window.steps):
+        return []
+    return sorted(int(x) for x in a.window.steps["step"])
+
+
+def same_steps(before, after):
+    """(before, after, record): the two analyses on the steps both analysed. Each side drops
+    its own warm-up (passes/window.py), so a cold-start fix reads BEFORE's steady steps
+    against AFTER's every step (h200/cold: BEFORE's 227 ms first call left out, AFTER's
+    15.2 ms one kept, "no saving: 678 us slower"). Where the numbered steps overlap, a side
+    analysing steps the other left out is analysed again on the common range, and those
+    steps are listed with each side's time. record None: nothing to align."""
+    from ..analysis import analyze
+
+    nb, na = analysed_steps(before), analysed_steps(after)
+    if not nb or not na or nb == na:
+        return before, after, None
+    lo, hi = max(nb[0], na[0]), min(nb[-1], na[-1])
+    if lo > hi or before.trace is None or after.trace is None:
+        return before, after, None
+    out = []
+    for a, n in ((before, nb), (after, na)):
+        if n[0] < lo or n[-1] > hi:
+            a = analyze(a.trace, step_pattern=a.step_pattern or None, steps=f"{lo}:{hi}")
+        out.append(a)
+    left = sorted((set(nb) | set(na)) - set(range(lo, hi + 1)))
+    rows = [{"step": s, **_step_time(before, s, "before"), **_step_time(after, s, "after")}
+            for s in left]
+    return out[0], out[1], {"first": lo, "last": hi, "left_out": rows}
+
+
+def _step_time(a, step: int, side: str) -> dict:
+    """A step's host span on one side and why its analysis left it out ("" if it did not)."""
+    st = a.window.steps
+    row = st[st["step"] == step]
+    if len(row):
+        return {f"{side}_ns": int(row["end"].iloc[0] - row["start"].iloc[0]), f"{side}_reason": ""}
+    for x in a.window.excluded:
+        if x.get("step") == step:
+            return {f"{side}_ns": int(x["ns"]), f"{side}_reason": str(x.get("reason") or "")}
+    return {f"{side}_ns": None, f"{side}_reason": "not in the trace"}
+
+
+def steps_warning(rec: dict) -> str:
+    """One line: the common steps compared, and each left-out step's time on both sides."""
+    from ..render.text import fmt_ns
+
+    def one(ns, why):
+        return "-" if ns is None else fmt_ns(ns) + (f" ({why})" if why else "")
+
+    parts = [f"#{r['step']} {one(r['before_ns'], r['before_reason'])} BEFORE, "
+             f"{one(r['after_ns'], r['after_reason'])} AFTER" for r in rec["left_out"]]
+    return (f"the sides analysed different steps: both are compared on steps "
+            f"#{rec['first']}..#{rec['last']}; left out: " + "; ".join(parts))
 
 
 def not_the_same_job(fb: dict, fa: dict) -> list[str]:
