@@ -261,38 +261,46 @@ def _gpu_paced(side: dict) -> bool:
 
 
 def _proof_lines(p: dict) -> list[str]:
-    """Promised vs realised for the lever(s) that changed (diffs/proof.py)."""
+    """Promised vs realised for the lever(s) that changed (diffs/proof.py), wrapped."""
+    lines = []
+    for depth, text in proof_sentences(p):
+        lines += _wrap(text, "  " * (depth + 1))
+    return lines
+
+
+def proof_sentences(p: dict) -> list[tuple[int, str]]:
+    """(depth, sentence) of a proof, worded the same in text and HTML: the change, what it
+    promised, what it realised (without the profiler where the captures pay differently)."""
     what = ", ".join(p["levers"])
-    lines = _wrap(f"the change: {what} ({'; '.join(p['evidence'])})", "  ")
+    out = [(0, f"the change: {what} ({'; '.join(p['evidence'])})")]
     for x in p.get("anatomy") or []:     # the step anatomy's changes (verdict/anatomy.py)
         if x["lever"] not in p["levers"]:
             bound = f", its bound {fmt_ns(x['promised_per_step_ns'])} per step" \
                 if x.get("promised_per_step_ns") is not None else ""
-            lines += _wrap(f"also: {x['lever']} ({x['evidence']}){bound}", "  ")
+            out.append((0, f"also: {x['lever']} ({x['evidence']}){bound}"))
     if p["promised_ns"] is None:
-        return lines + _wrap("promised: not priced (no replay, no bound for this lever)", "    ")
+        return out + [(1, "promised: not priced (no replay, no bound for this lever)")]
     how = "BEFORE's replay with the change" if p["basis"] == "replay" else \
         f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
     pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None else ""
-    lines.append(f"    promised {fmt_ns(p['promised_ns'])} per step{pct}, from {how}")
+    out.append((1, f"promised {fmt_ns(p['promised_ns'])} per step{pct}, from {how}"))
     if p["realised_ns"] is not None:
         rp = f" ({p['realised_pct']:.1f}%)" if p.get("realised_pct") is not None else ""
         err = f", promise off by {p['error_pct']:+.1f}%" if p.get("error_pct") is not None \
             else ""
         if p.get("realised_unprofiled_ns") is not None:   # judged without the profiler
             ub, ua = p["unprofiled_steps_ns"]
-            lines.append(f"    realised {fmt_ns(p['realised_ns'])} per step{rp} as profiled")
-            lines += _wrap(f"without the profiler (estimated: {fmt_ns(ub)} -> {fmt_ns(ua)} a "
+            out.append((1, f"realised {fmt_ns(p['realised_ns'])} per step{rp} as profiled"))
+            out.append((1, f"without the profiler (estimated: {fmt_ns(ub)} -> {fmt_ns(ua)} a "
                            f"step, the captures pay different profiler costs): "
-                           f"{fmt_ns(p['realised_unprofiled_ns'])} per step{err}", "    ")
+                           f"{fmt_ns(p['realised_unprofiled_ns'])} per step{err}"))
         else:
-            lines.append(f"    realised {fmt_ns(p['realised_ns'])} per step{rp}{err}")
+            out.append((1, f"realised {fmt_ns(p['realised_ns'])} per step{rp}{err}"))
     if p.get("not_judged"):
-        lines += _wrap(f"not judged: {p['not_judged']} (the change is not the only difference)",
-                       "    ")
+        out.append((1, f"not judged: {p['not_judged']} (the change is not the only difference)"))
     for m, why in (p.get("refused") or {}).items():
-        lines += _wrap(f"{m} not applied: {why}", "    ")
-    return lines
+        out.append((1, f"{m} not applied: {why}"))
+    return out
 
 
 def _kernel_lines(k: dict, per: str) -> list[str]:
