@@ -260,3 +260,21 @@ def test_the_before_verdicts_promise_is_its_top_actions():
                if x.get("saves_per_step_ns") is not None)
     assert top["id"] == "no_empty_cache"
     assert d.saving()["promised_ns"] == int(top["saves_per_step_ns"])
+
+
+def test_batch_outputs_that_analysed_different_steps_say_so():
+    # a batch output holds each side's own window (cold: BEFORE #1..#2, AFTER #0..#2) and
+    # cannot be analysed again: the diff warns instead of comparing them as like for like
+    from traceread.diffs.batch import _figures
+    from traceread.diffs.trace import diff_sides
+    from traceread.jobs.figures import figures_table
+
+    h = FIXTURES / "h200"
+    rows = [_figures(figures_table(analysed(h / f"cold.{v}.json.gz")).iloc[0].to_dict())
+            for v in ("bad", "fixed")]
+    assert [(r["first_step"], r["last_step"]) for r in rows] == [(1, 2), (0, 2)]
+    d = diff_sides((rows[0], None, None), (rows[1], None, None))
+    assert any("BEFORE #1..#2, AFTER #0..#2" in w for w in d.warnings)
+    # two analyses are aligned instead: no such warning
+    d = diff_analyses(analysed(h / "cold.bad.json.gz"), analysed(h / "cold.fixed.json.gz"))
+    assert not any("BEFORE #1..#2" in w for w in d.warnings)

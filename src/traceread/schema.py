@@ -1306,6 +1306,9 @@ class DiffSide(_S):
     # realises savings on; and what bounds most steps (host | gpu)
     program_step_ns: Optional[int] = None
     step_bound_by: Optional[str] = None
+    # the analysed steps' numbers (null without steps, or from an older batch output)
+    first_step: Optional[int] = None
+    last_step: Optional[int] = None
 
 
 class Delta(_S):

@@ -46,6 +46,7 @@ def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
     out = {k: fig[k] for k in ("path", "format", "steps", "step_mean_ns", "step_median_ns")}
     out["program_step_ns"] = _opt_int(fig.get("program_step_ns")) if unit == "step" else None
     out["step_bound_by"] = fig.get("step_bound_by") if out["program_step_ns"] else None
+    out["first_step"], out["last_step"] = fig.get("first_step"), fig.get("last_step")
     out.update({
         "unit": unit, "iterations": iters, "iteration_evidence": fig.get("iteration_evidence", ""),
         "window_mode": fig.get("window_mode"), "compile_ns": int(fig.get("compile_ns") or 0),
@@ -284,6 +285,7 @@ def not_alike(fb: dict, fa: dict) -> list[str]:
         has, n, other = ("BEFORE", sb, "AFTER") if sb else ("AFTER", sa, "BEFORE")
         out.append(f"{has} has {n} step{'s' * (n != 1)}, {other} none: whole windows are "
                    "compared, not one step with one step")
+    out += _steps_apart(fb, fa)
     kb, ka = _window_kind(fb), _window_kind(fa)
     if kb and ka and kb != ka and bool(sb) == bool(sa):
         out.append(f"the windows differ in kind: BEFORE analyses {kb}, AFTER {ka}")
@@ -294,6 +296,17 @@ def not_alike(fb: dict, fa: dict) -> list[str]:
         out.append(f"{who} compiles (torch.compile, {fmt_ns(ns)}) in its window, the other "
                    "does not: a first call's compilation is not a per-iteration cost")
     return out
+
+
+def _steps_apart(fb: dict, fa: dict) -> list[str]:
+    """Where the sides' numbered steps overlap but differ (a batch output holds each side's
+    own window; ``same_steps`` aligns two analyses, so only batch diffs still warn)."""
+    rb, ra = (fb.get("first_step"), fb.get("last_step")), (fa.get("first_step"), fa.get("last_step"))
+    if None in rb or None in ra or rb == ra or max(rb[0], ra[0]) > min(rb[1], ra[1]):
+        return []
+    return [f"the sides analysed different steps: BEFORE #{rb[0]}..#{rb[1]}, AFTER "
+            f"#{ra[0]}..#{ra[1]} (each its own warm-up left out) -- diff the traces to compare "
+            "the steps both analysed"]
 
 
 def diff_analyses(before, after, label: str = "", batch: tuple | None = None) -> TraceDiff:
