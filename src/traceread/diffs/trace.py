@@ -350,6 +350,8 @@ def same_steps(before, after):
     nb, na = analysed_steps(before), analysed_steps(after)
     if not nb or not na or nb == na:
         return before, after, None
+    if any(a.window.mode != "steps" for a in (before, after)):
+        return before, after, None   # a window the user chose (--steps, --window) stays
     lo, hi = max(nb[0], na[0]), min(nb[-1], na[-1])
     if lo > hi or before.trace is None or after.trace is None:
         return before, after, None
