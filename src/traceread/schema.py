@@ -1365,8 +1365,11 @@ class LeverProof(_S):
     replay_before_ns: Optional[int] = None
     replay_after_ns: Optional[int] = None
     not_replayed: Optional[str] = None
-    # why the promise is not judged against the realised saving (the jobs or GPUs differ)
+    # why the promise is not judged against the realised saving (the jobs or GPUs differ,
+    # or the saving is within the steps' noise)
     not_judged: Optional[str] = None
+    # two standard errors of the difference of the two mean steps (null under 2 steps a side)
+    noise_ns: Optional[int] = None
     # where either capture pays a material profiler cost (passes/overhead.py): the saving
     # between the estimated unprofiled steps, which error_pct is then taken on
     realised_unprofiled_ns: Optional[int] = None

@@ -181,7 +181,7 @@ def proof(before, after, d) -> dict | None:
     if any(x["sync_drop"] for x in anat):
         ch = [x for x in ch if x[0] != "drop_syncs"]
     if not ch and anat:
-        return _anatomy_proof(anat, d)
+        return _anatomy_proof(anat, d, step_noise(before, after, d))
     if not ch:
         return None
     ids = [m for m, _, _ in ch]
@@ -210,7 +210,42 @@ def proof(before, after, d) -> dict | None:
     out["realised_pct"] = round(100.0 * r / mb, 2) if r is not None and mb else None
     out["error_pct"] = error_pct(p, r, ref, mb)
     _without_profiler(out, before, after, d, ref)
+    _within_noise(out, step_noise(before, after, d))
     return out
+
+
+def step_noise(before, after, d) -> int | None:
+    """Two standard errors of the difference of the two sides' mean steps (on the diff's
+    step; per sample x BEFORE's batch when the batch changed), None under 2 steps a side.
+    A realised saving below it is not a measured one: h200/queue's 3 + 3 Kineto steps vary
+    by ± 571 us, its 31 us saving (without the profiler) is inside that."""
+    if d.unit != "step":
+        return None
+    col = "program_ns" if d.time_key() == "program_step_ns" else "dur"
+    xs = []
+    for a in (before, after):
+        st = a.steps
+        if a.step_source == "whole_trace" or col not in st or len(st) < 2:
+            return None
+        xs.append(st[col].to_numpy(np.float64))
+    bb, ba = (d.batch["before"], d.batch["after"]) if d.per_sample() is not None else (1, 1)
+    var = xs[0].var(ddof=1) / len(xs[0]) / bb ** 2 + xs[1].var(ddof=1) / len(xs[1]) / ba ** 2
+    return int(round(2 * float(np.sqrt(var)) * bb))
+
+
+def _within_noise(out: dict, noise: int | None) -> None:
+    """No error is measured where the realised saving (the one error_pct is taken on) is
+    within the steps' noise: set against a promise it would be a ratio of noise."""
+    from ..render.text import fmt_ns
+
+    out["noise_ns"] = noise
+    r = out.get("realised_unprofiled_ns")
+    r = out["realised_ns"] if r is None else r
+    if noise is None or r is None or out.get("error_pct") is None or abs(r) >= noise:
+        return
+    out.update(error_pct=None,
+               not_judged=f"the realised saving ({fmt_ns(r)}) is within the steps' noise "
+                          f"(± {fmt_ns(noise)}: two standard errors of the two mean steps)")
 
 
 def _unprofiled(a) -> dict | None:
@@ -250,16 +285,18 @@ def error_pct(promised, realised, promised_base, realised_base) -> float | None:
     return round(100.0 * (promised - realised) / abs(realised), 1)
 
 
-def _anatomy_proof(anat: list[dict], d) -> dict:
+def _anatomy_proof(anat: list[dict], d, noise: int | None) -> dict:
     """The proof of a pair whose only changes are the step anatomy's: promised by the
     before-program's own saving models (a bound), realised as measured."""
     got = [x["promised_per_step_ns"] for x in anat if x["promised_per_step_ns"] is not None]
     p, r = (sum(got) if got else None), _realised(d)
     mb = d.before.get(d.time_key()) if d.unit == "step" else None
-    return {"levers": [x["lever"] for x in anat], "evidence": [x["evidence"] for x in anat],
-            "realised_ns": r, "promised_ns": p, "basis": "bound", "refused": {},
-            "anatomy": anat, "error_pct": error_pct(p, r, None, None), "promised_pct": None,
-            "realised_pct": round(100.0 * r / mb, 2) if r is not None and mb else None}
+    out = {"levers": [x["lever"] for x in anat], "evidence": [x["evidence"] for x in anat],
+           "realised_ns": r, "promised_ns": p, "basis": "bound", "refused": {},
+           "anatomy": anat, "error_pct": error_pct(p, r, None, None), "promised_pct": None,
+           "realised_pct": round(100.0 * r / mb, 2) if r is not None and mb else None}
+    _within_noise(out, noise)
+    return out
 
 
 def _realised(d) -> int | None:

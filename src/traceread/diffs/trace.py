@@ -327,7 +327,8 @@ def diff_analyses(before, after, label: str = "", batch: tuple | None = None) ->
     d.proof = proof(before, after, d)
     apart = not_the_same_job(fb, fa)
     if d.proof and apart:   # the change is not the only difference: no error is measured
-        d.proof.update(error_pct=None, not_judged=apart[0].split(" -- ")[0])
+        d.proof.update(error_pct=None, not_judged=apart[0].split(" -- ")[0]
+                       + " (the change is not the only difference)")
     return d
 
 

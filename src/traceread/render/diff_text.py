@@ -286,18 +286,20 @@ def proof_sentences(p: dict) -> list[tuple[int, str]]:
     out.append((1, f"promised {fmt_ns(p['promised_ns'])} per step{pct}, from {how}"))
     if p["realised_ns"] is not None:
         rp = f" ({p['realised_pct']:.1f}%)" if p.get("realised_pct") is not None else ""
+        # the steps' own spread: how exact the measured saving is
+        pm = f" ± {fmt_ns(p['noise_ns'])}" if p.get("noise_ns") is not None else ""
         err = f", promise off by {p['error_pct']:+.1f}%" if p.get("error_pct") is not None \
             else ""
         if p.get("realised_unprofiled_ns") is not None:   # judged without the profiler
             ub, ua = p["unprofiled_steps_ns"]
-            out.append((1, f"realised {fmt_ns(p['realised_ns'])} per step{rp} as profiled"))
+            out.append((1, f"realised {fmt_ns(p['realised_ns'])}{pm} per step{rp} as profiled"))
             out.append((1, f"without the profiler (estimated: {fmt_ns(ub)} -> {fmt_ns(ua)} a "
                            f"step, the captures pay different profiler costs): "
                            f"{fmt_ns(p['realised_unprofiled_ns'])} per step{err}"))
         else:
-            out.append((1, f"realised {fmt_ns(p['realised_ns'])} per step{rp}{err}"))
+            out.append((1, f"realised {fmt_ns(p['realised_ns'])}{pm} per step{rp}{err}"))
     if p.get("not_judged"):
-        out.append((1, f"not judged: {p['not_judged']} (the change is not the only difference)"))
+        out.append((1, f"not judged: {p['not_judged']}"))
     for m, why in (p.get("refused") or {}).items():
         out.append((1, f"{m} not applied: {why}"))
     return out
