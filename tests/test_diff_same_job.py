@@ -57,6 +57,11 @@ def test_hta_trace_diff_pair_is_not_judged():
     p = d.proof
     assert p["error_pct"] is None and p["not_judged"].startswith("the jobs differ")
     assert "promise off by" not in render_diff(d)
+    # its only lever (cuda_graphs) was refused by BEFORE's replay: nothing priced, where it
+    # read "promised 0 ns per step (0.0% of the step)"
+    assert p["levers"] == ["cuda_graphs"] and "cuda_graphs" in p["refused"]
+    assert p["promised_ns"] is None
+    assert "promised: not priced (BEFORE's replay could not apply the change)" in render_diff(d)
 
 
 def test_batch_outputs_of_different_jobs_warn_too(tmp_path):

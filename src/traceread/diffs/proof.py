@@ -192,7 +192,11 @@ def proof(before, after, d) -> dict | None:
     graph, why = graph_of(before)
     if graph is not None:
         r = replay_models(graph, facts_from_analysis(before), ids, params)
-        out.update(promised_ns=r["saves_ns"], basis="replay", refused=r["refused"],
+        # every lever refused: the replay priced nothing, it did not promise 0 (HTA
+        # trace_diff: cuda_graphs "promised 0 ns" where a sync between launches refused it)
+        applied = [m for m in ids if m not in r["refused"]]
+        out.update(promised_ns=r["saves_ns"] if applied else None, basis="replay",
+                   refused=r["refused"],
                    replay_before_ns=r["before_ns"], replay_after_ns=r["after_ns"])
         n = r["params"].get("workers", {}).get("workers")
         if n and not params.get("workers"):   # the count is not in the traces: say it

@@ -279,11 +279,15 @@ def proof_sentences(p: dict) -> list[tuple[int, str]]:
                 if x.get("promised_per_step_ns") is not None else ""
             out.append((0, f"also: {x['lever']} ({x['evidence']}){bound}"))
     if p["promised_ns"] is None:
-        return out + [(1, "promised: not priced (no replay, no bound for this lever)")]
-    how = "BEFORE's replay with the change" if p["basis"] == "replay" else \
-        f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
-    pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None else ""
-    out.append((1, f"promised {fmt_ns(p['promised_ns'])} per step{pct}, from {how}"))
+        why = "BEFORE's replay could not apply the change" if p.get("refused") else \
+            "no replay, no bound for this lever"
+        out.append((1, f"promised: not priced ({why})"))
+    else:
+        how = "BEFORE's replay with the change" if p["basis"] == "replay" else \
+            f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
+        pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None \
+            else ""
+        out.append((1, f"promised {fmt_ns(p['promised_ns'])} per step{pct}, from {how}"))
     if p["realised_ns"] is not None:
         rp = f" ({p['realised_pct']:.1f}%)" if p.get("realised_pct") is not None else ""
         # the steps' own spread: how exact the measured saving is
