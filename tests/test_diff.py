@@ -312,3 +312,19 @@ def test_micro_batches_count_in_the_batch_a_step_trains():
     assert d.slower_pct() == pytest.approx(-13.7, abs=0.1)
     assert d.proof["levers"] == ["fewer_micro_batches"]
     assert d.proof["realised_ns"] == d.saving()["realised_ns"] > 0
+
+
+def test_a_per_sample_diff_shows_its_proof_per_before_batch():
+    # pairs/batch (8 -> 64): the text stopped at "saving realised per sample" and never said
+    # what larger_batch promised; the HTML said it "per step" for a batch of 8
+    from traceread.render.diff_text import render_diff
+    from traceread.render.html_diff import diff_body
+
+    p = FIXTURES / "pairs"
+    d = diff_analyses(analysed(p / "batch.before.json.gz"), analysed(p / "batch.after.json.gz"))
+    assert d.per_sample() is not None and d.proof["levers"] == ["larger_batch"]
+    text = render_diff(d)
+    assert "the change: larger_batch (batch 8 -> 64)" in text
+    assert "promised " in text and "per 8 samples (BEFORE's batch)" in text
+    assert "per 8 samples (BEFORE&#x27;s batch)" in diff_body(d) or \
+        "per 8 samples (BEFORE's batch)" in diff_body(d)

@@ -5,7 +5,7 @@ from .safe import html as escape  # every string: one inert, escaped line
 
 from ..passes.attribution import CPU_CATEGORIES
 from .html_base import COLORS, name_span, svg, table, word
-from .diff_text import promise_text, proof_sentences
+from .diff_text import promise_text, proof_sentences, proof_unit
 from .text import fmt_ns
 
 _ROWS = (("program step (mean)", "program_step_ns"), ("step time (mean)", "step_mean_ns"),
@@ -144,7 +144,7 @@ def _proof(d) -> list[str]:
     if not d.proof:
         return []
     rows = "".join(f'<li style="margin-left:{1.5 * depth:g}em">{escape(text)}</li>'
-                   for depth, text in proof_sentences(d.proof))
+                   for depth, text in proof_sentences(d.proof, proof_unit(d)))
     return ["<h2>Promised vs realised</h2>", f"<ul>{rows}</ul>"]
 
 
