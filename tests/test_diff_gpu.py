@@ -284,3 +284,15 @@ def test_batch_outputs_that_analysed_different_steps_say_so():
     # two analyses are aligned instead: no such warning
     d = diff_analyses(analysed(h / "cold.bad.json.gz"), analysed(h / "cold.fixed.json.gz"))
     assert not any("BEFORE #1..#2" in w for w in d.warnings)
+
+
+def test_a_folder_diffs_top_level_is_its_lead_pair_whole():
+    # aggregate left the lead pair's proof out: a folder diff's JSON read "proof": null
+    # beside that pair's saving
+    from traceread.diffs.trace import Matched, aggregate
+
+    lead = _diff("sync")
+    d = aggregate([lead], Matched([("rank-0", "b", "a")], "path", []), source="directories")
+    doc = d.to_dict()
+    assert doc["proof"] == lead.proof and doc["proof"]["levers"] == ["drop_syncs"]
+    assert doc["pairs"][0]["proof"] == doc["proof"]

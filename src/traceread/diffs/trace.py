@@ -470,7 +470,10 @@ def aggregate(pairs: list[TraceDiff], matched: Matched, source: str,
     """A directory / batch diff: the worst pair (largest step-time increase) leads, so
     ``slower_pct`` and ``--fail-if-slower`` see it."""
     lead = max(pairs, key=lambda p: p.slower_pct() if p.slower_pct() is not None else float("-inf"))
+    # the top level is the lead pair whole: its proof and aligned steps too (they were
+    # left out, so a folder diff's JSON read "proof": null beside the lead's saving)
     return TraceDiff(before=lead.before, after=lead.after, kernels=lead.kernels, pairs=pairs,
-                     label=lead.label, batch=lead.batch, warnings=lead.warnings, matched_by=matched.by, unmatched=matched.unmatched,
-                     jobs=jobs, source=source)
+                     label=lead.label, batch=lead.batch, warnings=lead.warnings,
+                     matched_by=matched.by, unmatched=matched.unmatched, jobs=jobs,
+                     source=source, proof=lead.proof, steps_compared=lead.steps_compared)
 
