@@ -50,7 +50,7 @@ def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
     out.update({
         "unit": unit, "iterations": iters, "iteration_evidence": fig.get("iteration_evidence", ""),
         "window_mode": fig.get("window_mode"), "compile_ns": int(fig.get("compile_ns") or 0),
-        "wall_ns": int(fig.get("window_ns") or 0) // per,
+        "wall_ns": _wall(fig, unit, per),
         "gpu_window_ns": window // per, "gpu_busy_ns": (window - idle) // per,
         "gpu_idle_ns": idle // per, "gpu_idle_pct": round(100.0 * idle / window, 2) if window else 0.0,
         "idle_by_cpu": {c: int(fig["idle_by_cpu"].get(c, 0)) // per for c in CPU_CATEGORIES},
@@ -64,6 +64,14 @@ def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
         "kernel_classes": _class_times(classes, per),
     })
     return out
+
+
+def _wall(fig: dict, unit: str, per: int) -> int:
+    """The analysed wall time per unit; per iteration, the iterations' own period where the
+    window repeats (the window may run on to the profiler's last instant)."""
+    if unit == "iteration" and fig.get("iteration_ns"):
+        return int(fig["iteration_ns"])
+    return int(fig.get("window_ns") or 0) // per
 
 
 def summarize(a) -> dict[str, Any]:

@@ -57,7 +57,8 @@ def _window_figures(a, steps: int) -> dict[str, Any]:
     w = a.window
     if w is None:
         return {"window_mode": None, "window_ns": int(a.span_ns or 0), "iterations": 1,
-                "iteration_evidence": "", "first_step": None, "last_step": None}
+                "iteration_evidence": "", "iteration_ns": None, "first_step": None,
+                "last_step": None}
     it = None
     if not steps and a.trace is not None:
         it = count_iterations(a.trace.events, int(w.start), int(w.end))
@@ -65,6 +66,7 @@ def _window_figures(a, steps: int) -> dict[str, Any]:
     return {"window_mode": str(w.mode), "window_ns": int(w.dur),
             "iterations": steps or (it.count if it else 1),
             "iteration_evidence": it.evidence if it else "",
+            "iteration_ns": it.period_ns if it else None,   # one iteration's period
             # the analysed steps' numbers: a diff of two batch outputs can tell when the
             # sides analysed different steps (one side's warm-up left out, the other's kept)
             "first_step": int(nums.min()) if nums is not None else None,
@@ -98,7 +100,7 @@ def figures_table(a) -> pd.DataFrame:
     row.update({f"idle_{c}": v for c, v in f["idle_by_cpu"].items()})
     df = pd.DataFrame([row])
     for c in ("step_mean_ns", "step_median_ns", "promised_saving_ns", "program_step_ns",
-              "first_step", "last_step"):
+              "first_step", "last_step", "iteration_ns"):
         df[c] = df[c].astype("Int64")
     df["step_bound_by"] = df["step_bound_by"].astype(object)
     return df
