@@ -333,3 +333,18 @@ def test_a_per_sample_diff_shows_its_proof_per_before_batch():
     assert "promised " in text and "per 8 samples (BEFORE's batch)" in text
     assert "per 8 samples (BEFORE&#x27;s batch)" in diff_body(d) or \
         "per 8 samples (BEFORE's batch)" in diff_body(d)
+
+
+def test_a_saving_within_the_noise_still_says_when_the_promise_is_beyond_it():
+    from traceread.diffs.proof import _within_noise
+
+    out = {"realised_ns": 100_000, "promised_ns": 5_000_000, "error_pct": 4900.0}
+    _within_noise(out, 500_000)
+    assert out["error_pct"] is None and out["noise_ns"] == 500_000
+    assert out["not_judged"].endswith("the promise (5 ms) lies beyond it")
+    near = {"realised_ns": 100_000, "promised_ns": 300_000, "error_pct": 200.0}
+    _within_noise(near, 500_000)
+    assert near["error_pct"] is None and "beyond" not in near["not_judged"]
+    far = {"realised_ns": 2_000_000, "promised_ns": 3_000_000, "error_pct": 50.0}
+    _within_noise(far, 500_000)
+    assert far["error_pct"] == 50.0 and "not_judged" not in far

@@ -247,9 +247,13 @@ def _within_noise(out: dict, noise: int | None) -> None:
     r = out["realised_ns"] if r is None else r
     if noise is None or r is None or out.get("error_pct") is None or abs(r) >= noise:
         return
+    p = out.get("promised_ns")
+    beyond = f"; the promise ({fmt_ns(p)}) lies beyond it" \
+        if p is not None and abs(p - r) >= noise else ""
     out.update(error_pct=None,
                not_judged=f"the realised saving ({fmt_ns(r)}) is within the steps' noise "
-                          f"(± {fmt_ns(noise)}: two standard errors of the two mean steps)")
+                          f"(± {fmt_ns(noise)}: two standard errors of the two mean steps)"
+                          + beyond)
 
 
 def _unprofiled(a) -> dict | None:
