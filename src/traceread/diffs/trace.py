@@ -421,6 +421,11 @@ def not_the_same_job(fb: dict, fa: dict) -> list[str]:
     db, da = fb.get("device_name") or "", fa.get("device_name") or ""
     if db and da and db != da:
         out.append(f"the GPUs differ: {db} BEFORE, {da} AFTER")
+    gb, ga = int(fb.get("gpu_window_ns") or 0), int(fa.get("gpu_window_ns") or 0)
+    if bool(gb) != bool(ga):   # gloo/ddp2 (CPU) against gpu/ddp2 read as a plain slowdown
+        cpu, gpu, dev = ("BEFORE", "AFTER", da) if ga else ("AFTER", "BEFORE", db)
+        out.append(f"the devices differ: {cpu} runs no GPU work, {gpu} runs on "
+                   f"{dev or 'a GPU'}")
     return out
 
 
