@@ -1320,11 +1320,11 @@ class Delta(_S):
 
 class KernelChange(_S):
     name: str
-    before_ns: int
+    before_ns: int              # per unit (step, iteration, trace), as the diff's figures
     after_ns: int
     delta_ns: int
     pct: Optional[float]
-    before_instances: int
+    before_instances: int       # calls in the whole analysed window, not per unit
     after_instances: int
 
 
