@@ -373,7 +373,10 @@ def test_diff_text_names_the_anatomy_change_beside_the_replayed_one():
 
     d = traceread.diff(str(HERE / "accum.json.gz"), str(HERE / "accum_one.json.gz"))
     text = "\n".join(_proof_lines(d.proof))
-    assert "also: fewer_micro_batches (micro-batches per optimizer step 4 -> 1)" in text
+    # 4 x 16 -> 1 x 64: the same 64 samples a step (passes/batchsize.micro_batches), so
+    # no larger_batch -- the micro-batches gone are the change itself
+    assert "the change: fewer_micro_batches (micro-batches per optimizer step 4 -> 1)" in text
+    assert "larger_batch" not in text
 
 
 def test_validation_found_without_module_frames():

@@ -85,6 +85,28 @@ def test_directory_diff_matches_files_by_relative_path(tmp_path):
     assert r.exit_code == 0 and r.stdout.startswith("2 matched traces")
 
 
+def test_folder_diff_lists_a_file_that_is_no_trace_and_diffs_the_rest(tmp_path):
+    # gloo/pp_gpipe3_*: each run's folder holds its truth.json beside the ranks; the folder
+    # diff stopped at it ("JSON object without traceEvents") and diffed nothing
+    import shutil
+
+    for side in ("before", "after"):
+        (tmp_path / side).mkdir()
+        shutil.copy(FIXTURES / "cpu" / "compile.steady.json.gz", tmp_path / side / "rank-0.json.gz")
+        shutil.copy(FIXTURES / "gloo" / "pp_gpipe3_slow1" / "truth.json", tmp_path / side)
+    d = diff_paths(str(tmp_path / "before"), str(tmp_path / "after"))
+    assert [p.label for p in d.pairs] == ["rank-0.json.gz"]
+    left = {(u["side"], u["path"].rsplit("/", 1)[-1]): u["reason"] for u in d.unmatched}
+    assert set(left) == {("before", "truth.json"), ("after", "truth.json")}
+    assert left["before", "truth.json"].startswith("not analysed: ") and \
+        "traceEvents" in left["before", "truth.json"]
+    # nothing left to diff: one clear error
+    (tmp_path / "before" / "rank-0.json.gz").unlink()
+    (tmp_path / "after" / "rank-0.json.gz").unlink()
+    r = CliRunner().invoke(main, ["diff", str(tmp_path / "before"), str(tmp_path / "after")])
+    assert r.exit_code == 1 and "no matched pair could be analysed" in r.stderr
+
+
 def test_bad_input_is_one_error_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"{")
@@ -255,6 +277,11 @@ def test_real_compile_first_call_vs_steady_compares_per_iteration():
     assert d.before["iterations"] == 1 and d.after["iterations"] == 2
     assert "TorchDynamo Cache Lookup" in d.after["iteration_evidence"]
     assert d.time_key() == "wall_ns"  # no GPU: the analysed wall time per iteration
+    # one steady iteration is the calls' period (their Dynamo cache lookups 166 us apart),
+    # not the window / 2: the window runs 4.2 ms on to "Record Window End" (read 2.27 ms)
+    ev = traceread.load(a).events
+    look = ev[ev["name"].astype(str) == "TorchDynamo Cache Lookup"]["ts"].sort_values()
+    assert d.after["wall_ns"] == int(look.iloc[1] - look.iloc[0])
     assert d.before["compile_ns"] > 0 and d.after["compile_ns"] == 0
     assert any("compiles (torch.compile" in w for w in d.warnings)
     doc = d.to_dict()
@@ -278,3 +305,46 @@ def test_repeats_finds_the_largest_exact_repetition():
     assert repeats(list("abcab")) == (1, list("abcab"))
     assert repeats([]) == (1, [])
 
+
+
+def test_micro_batches_count_in_the_batch_a_step_trains():
+    # anatomy/accum: 4 micro-batches of 16 a step (64 samples) -> accum_one: one batch of 64.
+    # The shapes say 16 -> 64: the diff compared per sample, 1.38 ms -> 298 us (-78%), where
+    # both steps train 64 samples (22.1 -> 19.1 ms a step)
+    a = FIXTURES / "anatomy"
+    d = diff_analyses(analysed(a / "accum.json.gz"), analysed(a / "accum_one.json.gz"))
+    assert d.batch is None and d.per_sample() is None
+    assert d.slower_pct() == pytest.approx(-13.7, abs=0.1)
+    assert d.proof["levers"] == ["fewer_micro_batches"]
+    assert d.proof["realised_ns"] == d.saving()["realised_ns"] > 0
+
+
+def test_a_per_sample_diff_shows_its_proof_per_before_batch():
+    # pairs/batch (8 -> 64): the text stopped at "saving realised per sample" and never said
+    # what larger_batch promised; the HTML said it "per step" for a batch of 8
+    from traceread.render.diff_text import render_diff
+    from traceread.render.html_diff import diff_body
+
+    p = FIXTURES / "pairs"
+    d = diff_analyses(analysed(p / "batch.before.json.gz"), analysed(p / "batch.after.json.gz"))
+    assert d.per_sample() is not None and d.proof["levers"] == ["larger_batch"]
+    text = render_diff(d)
+    assert "the change: larger_batch (batch 8 -> 64)" in text
+    assert "promised " in text and "per 8 samples (BEFORE's batch)" in text
+    assert "per 8 samples (BEFORE&#x27;s batch)" in diff_body(d) or \
+        "per 8 samples (BEFORE's batch)" in diff_body(d)
+
+
+def test_a_saving_within_the_noise_still_says_when_the_promise_is_beyond_it():
+    from traceread.diffs.proof import _within_noise
+
+    out = {"realised_ns": 100_000, "promised_ns": 5_000_000, "error_pct": 4900.0}
+    _within_noise(out, 500_000)
+    assert out["error_pct"] is None and out["noise_ns"] == 500_000
+    assert out["not_judged"].endswith("the promise (5 ms) lies beyond it")
+    near = {"realised_ns": 100_000, "promised_ns": 300_000, "error_pct": 200.0}
+    _within_noise(near, 500_000)
+    assert near["error_pct"] is None and "beyond" not in near["not_judged"]
+    far = {"realised_ns": 2_000_000, "promised_ns": 3_000_000, "error_pct": 50.0}
+    _within_noise(far, 500_000)
+    assert far["error_pct"] == 50.0 and "not_judged" not in far

@@ -57,6 +57,11 @@ def test_hta_trace_diff_pair_is_not_judged():
     p = d.proof
     assert p["error_pct"] is None and p["not_judged"].startswith("the jobs differ")
     assert "promise off by" not in render_diff(d)
+    # its only lever (cuda_graphs) was refused by BEFORE's replay: nothing priced, where it
+    # read "promised 0 ns per step (0.0% of the step)"
+    assert p["levers"] == ["cuda_graphs"] and "cuda_graphs" in p["refused"]
+    assert p["promised_ns"] is None
+    assert "promised: not priced (BEFORE's replay could not apply the change)" in render_diff(d)
 
 
 def test_batch_outputs_of_different_jobs_warn_too(tmp_path):
@@ -78,3 +83,17 @@ def test_batch_outputs_of_different_jobs_warn_too(tmp_path):
         outs.append(out)
     d = traceread.diff(str(outs[0]), str(outs[1]))
     assert any("the jobs differ: 8 ranks BEFORE, 2 AFTER" in w for w in d.warnings), d.warnings
+
+
+def test_a_cpu_run_against_a_gpu_run_is_named():
+    # gloo/ddp2 (CPU, gloo) against gpu/ddp2 (the same DDP script on an H100): the diff read
+    # a plain "+354%, no saving: 131 ms slower" with no word that the device changed
+    from conftest import FIXTURES
+    from traceread.jobs.figures import figures
+
+    cpu = figures(analysed(FIXTURES / "gloo" / "ddp2" / "rank-0.json.gz"))
+    gpu = figures(analysed(FIXTURES / "gpu" / "ddp2" / "rank-0.json.gz"))
+    assert not_the_same_job(cpu, gpu) == [
+        "the devices differ: BEFORE runs no GPU work, AFTER runs on NVIDIA H100 80GB HBM3"]
+    assert not_the_same_job(gpu, cpu)[0].startswith("the devices differ: AFTER runs no GPU")
+    assert not_the_same_job(cpu, cpu) == []

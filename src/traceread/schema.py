@@ -1306,6 +1306,9 @@ class DiffSide(_S):
     # realises savings on; and what bounds most steps (host | gpu)
     program_step_ns: Optional[int] = None
     step_bound_by: Optional[str] = None
+    # the analysed steps' numbers (null without steps, or from an older batch output)
+    first_step: Optional[int] = None
+    last_step: Optional[int] = None
 
 
 class Delta(_S):
@@ -1317,11 +1320,11 @@ class Delta(_S):
 
 class KernelChange(_S):
     name: str
-    before_ns: int
+    before_ns: int              # per unit (step, iteration, trace), as the diff's figures
     after_ns: int
     delta_ns: int
     pct: Optional[float]
-    before_instances: int
+    before_instances: int       # calls in the whole analysed window, not per unit
     after_instances: int
 
 
@@ -1362,8 +1365,11 @@ class LeverProof(_S):
     replay_before_ns: Optional[int] = None
     replay_after_ns: Optional[int] = None
     not_replayed: Optional[str] = None
-    # why the promise is not judged against the realised saving (the jobs or GPUs differ)
+    # why the promise is not judged against the realised saving (the jobs or GPUs differ,
+    # or the saving is within the steps' noise)
     not_judged: Optional[str] = None
+    # two standard errors of the difference of the two mean steps (null under 2 steps a side)
+    noise_ns: Optional[int] = None
     # where either capture pays a material profiler cost (passes/overhead.py): the saving
     # between the estimated unprofiled steps, which error_pct is then taken on
     realised_unprofiled_ns: Optional[int] = None
@@ -1383,6 +1389,22 @@ class BatchSizes(_S):
     evidence: str               # the op whose input shape shows it, or "--batch"
 
 
+class LeftOutStep(_S):
+    step: int
+    before_ns: Optional[int]    # the step's host span (null: not in that trace)
+    after_ns: Optional[int]
+    before_reason: str          # why that side's own analysis left it out ("" if it did not)
+    after_reason: str
+
+
+class StepsCompared(_S):
+    """The steps both sides analysed, when their own windows differed (a side's warm-up)."""
+
+    first: int
+    last: int
+    left_out: list[LeftOutStep]
+
+
 class DiffPair(_S):
     unit: str                   # step | iteration | trace: what every time is per
     label: str                  # the pair's key in a folder / batch diff ("rank 3", a path)
@@ -1397,6 +1419,8 @@ class DiffPair(_S):
     warnings: list[str]         # why the two sides' figures are not like for like
     kernels: KernelChanges
     proof: Optional[LeverProof] = None   # promised vs realised for the lever that changed
+    # the common steps both sides were analysed on, when their own windows differed
+    steps_compared: Optional[StepsCompared] = None
 
 
 class Unmatched(_S):

@@ -103,7 +103,8 @@ def _figures(row: dict) -> dict[str, Any]:
     for k in ("steps", "gpu_window_ns", "gpu_idle_ns", "comm_ns", "exposed_comm_ns", "copy_ns",
               "exposed_copy_ns", "pageable_copy_ns", "compiles", "recompiles"):
         out[k] = int(val(k) or 0)
-    for k in ("step_mean_ns", "step_median_ns", "promised_saving_ns", "program_step_ns"):
+    for k in ("step_mean_ns", "step_median_ns", "promised_saving_ns", "program_step_ns",
+              "first_step", "last_step", "iteration_ns"):   # none in an older batch output
         out[k] = None if val(k) is None else int(val(k))
     out["step_bound_by"] = val("step_bound_by")   # an older batch output has neither
     out["idle_by_cpu"] = {c: int(val(f"idle_{c}") or 0) for c in CPU_CATEGORIES}

@@ -65,6 +65,22 @@ def _diff_files(before: str, after: str, load, step_pattern, batch) -> TraceDiff
     return d
 
 
+def _both(run, x, y, matched: Matched):
+    """Both analyses of a pair, or None with each side listed as not compared: a file that
+    is no trace (a truth.json beside the ranks) or cannot be read leaves the other pairs
+    diffed, as a failed trace does in a batch diff."""
+    out = []
+    for side, key in (("before", x), ("after", y)):
+        try:
+            out.append(run(key))
+        except TraceError as e:
+            matched.unmatched += [{"side": s, "path": str(k), "reason": f"not analysed: {e.reason}"
+                                   if s == side else f"its {side} partner was not analysed"}
+                                  for s, k in (("before", x), ("after", y))]
+            return None
+    return out
+
+
 def _read(path):
     from ..readers import read
 
@@ -77,12 +93,21 @@ def _diff_folders(matched: Matched, run, batch: tuple | None = None) -> TraceDif
     from ..jobs.multirank import prepare
 
     pairs, prep, alias = [], ([], []), ({}, {})
+    kept = []
     for label, x, y in matched.pairs:
-        ax, ay = run(x), run(y)
+        got = _both(run, x, y, matched)
+        if got is None:
+            continue
+        ax, ay = got
+        kept.append((label, x, y))
         pairs.append(diff_analyses(ax, ay, label=label, batch=batch))
         for i, (an, key) in enumerate(((ax, x), (ay, y))):
             prep[i].append(prepare(an))
             alias[i][str(an.meta.path)] = key  # jobs name traces by their meta path
+    if not pairs:
+        u = matched.unmatched[0]
+        raise TraceError(u["path"], f"no matched pair could be analysed: {u['reason']}")
+    matched.pairs = kept
     # each trace's step as the diff reads it: the program's (the later of host and GPU)
     key = [p.time_key() if p.unit == "step" else "step_mean_ns" for p in pairs]
     steps = ({x: p.before[k] for (_, x, _), p, k in zip(matched.pairs, pairs, key)},

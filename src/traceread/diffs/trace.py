@@ -46,10 +46,11 @@ def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
     out = {k: fig[k] for k in ("path", "format", "steps", "step_mean_ns", "step_median_ns")}
     out["program_step_ns"] = _opt_int(fig.get("program_step_ns")) if unit == "step" else None
     out["step_bound_by"] = fig.get("step_bound_by") if out["program_step_ns"] else None
+    out["first_step"], out["last_step"] = fig.get("first_step"), fig.get("last_step")
     out.update({
         "unit": unit, "iterations": iters, "iteration_evidence": fig.get("iteration_evidence", ""),
         "window_mode": fig.get("window_mode"), "compile_ns": int(fig.get("compile_ns") or 0),
-        "wall_ns": int(fig.get("window_ns") or 0) // per,
+        "wall_ns": _wall(fig, unit, per),
         "gpu_window_ns": window // per, "gpu_busy_ns": (window - idle) // per,
         "gpu_idle_ns": idle // per, "gpu_idle_pct": round(100.0 * idle / window, 2) if window else 0.0,
         "idle_by_cpu": {c: int(fig["idle_by_cpu"].get(c, 0)) // per for c in CPU_CATEGORIES},
@@ -63,6 +64,14 @@ def side(fig: dict, kernels: pd.DataFrame | None, classes: pd.DataFrame | None,
         "kernel_classes": _class_times(classes, per),
     })
     return out
+
+
+def _wall(fig: dict, unit: str, per: int) -> int:
+    """The analysed wall time per unit; per iteration, the iterations' own period where the
+    window repeats (the window may run on to the profiler's last instant)."""
+    if unit == "iteration" and fig.get("iteration_ns"):
+        return int(fig["iteration_ns"])
+    return int(fig.get("window_ns") or 0) // per
 
 
 def summarize(a) -> dict[str, Any]:
@@ -102,6 +111,7 @@ class TraceDiff:
     jobs: list | None = None                      # batch diffs: one change record per job
     source: str = "traces"                        # traces | directories | batch
     proof: dict | None = None                     # promised vs realised (diffs/proof.py)
+    steps_compared: dict | None = None            # the common steps, when the sides' differed
 
     @property
     def unit(self) -> str:
@@ -162,7 +172,7 @@ class TraceDiff:
                             "changed": self.before["verdict"] != self.after["verdict"]},
                 "saving": self.saving(), "proof": self.proof,
                 "batch": self.batch, "per_sample": self.per_sample(),
-                "warnings": list(self.warnings),
+                "warnings": list(self.warnings), "steps_compared": self.steps_compared,
                 "kernels": self.kernels}
 
     def saving(self) -> dict[str, Any]:
@@ -283,16 +293,36 @@ def not_alike(fb: dict, fa: dict) -> list[str]:
         has, n, other = ("BEFORE", sb, "AFTER") if sb else ("AFTER", sa, "BEFORE")
         out.append(f"{has} has {n} step{'s' * (n != 1)}, {other} none: whole windows are "
                    "compared, not one step with one step")
+    out += _steps_apart(fb, fa)
     kb, ka = _window_kind(fb), _window_kind(fa)
     if kb and ka and kb != ka and bool(sb) == bool(sa):
         out.append(f"the windows differ in kind: BEFORE analyses {kb}, AFTER {ka}")
     out += not_the_same_job(fb, fa)
     cb, ca = int(fb.get("compile_ns") or 0), int(fa.get("compile_ns") or 0)
-    if bool(cb) != bool(ca):
+    if bool(cb) != bool(ca) and not _recompiles_each_step(fb if cb else fa):
         who, ns = ("BEFORE", cb) if cb else ("AFTER", ca)
         out.append(f"{who} compiles (torch.compile, {fmt_ns(ns)}) in its window, the other "
                    "does not: a first call's compilation is not a per-iteration cost")
     return out
+
+
+def _steps_apart(fb: dict, fa: dict) -> list[str]:
+    """Where the sides' numbered steps overlap but differ (a batch output holds each side's
+    own window; ``same_steps`` aligns two analyses, so only batch diffs still warn)."""
+    rb, ra = (fb.get("first_step"), fb.get("last_step")), (fa.get("first_step"), fa.get("last_step"))
+    if None in rb or None in ra or rb == ra or max(rb[0], ra[0]) > min(rb[1], ra[1]):
+        return []
+    return [f"the sides analysed different steps: BEFORE #{rb[0]}..#{rb[1]}, AFTER "
+            f"#{ra[0]}..#{ra[1]} (each its own warm-up left out) -- diff the traces to compare "
+            "the steps both analysed"]
+
+
+def _recompiles_each_step(fig: dict) -> bool:
+    """The side recompiles in at least half its steps (iterations): its compilation is a
+    cost of every step -- what a dynamic-shapes fix removes (gpu/compile.bad: 3 recompiles
+    in 3 steps) -- not a first call's, so comparing it is like for like."""
+    n = int(fig.get("iterations") or fig.get("steps") or 1)
+    return int(fig.get("recompiles") or 0) >= max(1, n / 2)
 
 
 def diff_analyses(before, after, label: str = "", batch: tuple | None = None) -> TraceDiff:
@@ -302,15 +332,80 @@ def diff_analyses(before, after, label: str = "", batch: tuple | None = None) ->
 
     from .proof import proof
 
+    before, after, same = same_steps(before, after)
     found = user_batch(batch) if batch else batch_sizes(before, after)
     fb, fa = figures(before), figures(after)
     d = diff_sides((fb, before.kernels, before.kernel_classes),
                    (fa, after.kernels, after.kernel_classes), label, found)
+    if same:
+        d.steps_compared = same
+        d.warnings.insert(0, steps_warning(same))
     d.proof = proof(before, after, d)
     apart = not_the_same_job(fb, fa)
     if d.proof and apart:   # the change is not the only difference: no error is measured
-        d.proof.update(error_pct=None, not_judged=apart[0].split(" -- ")[0])
+        d.proof.update(error_pct=None, not_judged=apart[0].split(" -- ")[0]
+                       + " (the change is not the only difference)")
     return d
+
+
+def analysed_steps(a) -> list[int]:
+    """The step numbers an analysis analysed ([] for a window without steps)."""
+    if a.step_source == "whole_trace" or a.window is None or not len(a.window.steps):
+        return []
+    return sorted(int(x) for x in a.window.steps["step"])
+
+
+def same_steps(before, after):
+    """(before, after, record): the two analyses on the steps both analysed. Each side drops
+    its own warm-up (passes/window.py), so a cold-start fix reads BEFORE's steady steps
+    against AFTER's every step (h200/cold: BEFORE's 227 ms first call left out, AFTER's
+    15.2 ms one kept, "no saving: 678 us slower"). Where the numbered steps overlap, a side
+    analysing steps the other left out is analysed again on the common range, and those
+    steps are listed with each side's time. record None: nothing to align."""
+    from ..analysis import analyze
+
+    nb, na = analysed_steps(before), analysed_steps(after)
+    if not nb or not na or nb == na:
+        return before, after, None
+    if any(a.window.mode != "steps" for a in (before, after)):
+        return before, after, None   # a window the user chose (--steps, --window) stays
+    lo, hi = max(nb[0], na[0]), min(nb[-1], na[-1])
+    if lo > hi or before.trace is None or after.trace is None:
+        return before, after, None
+    out = []
+    for a, n in ((before, nb), (after, na)):
+        if n[0] < lo or n[-1] > hi:
+            a = analyze(a.trace, step_pattern=a.step_pattern or None, steps=f"{lo}:{hi}")
+        out.append(a)
+    left = sorted((set(nb) | set(na)) - set(range(lo, hi + 1)))
+    rows = [{"step": s, **_step_time(before, s, "before"), **_step_time(after, s, "after")}
+            for s in left]
+    return out[0], out[1], {"first": lo, "last": hi, "left_out": rows}
+
+
+def _step_time(a, step: int, side: str) -> dict:
+    """A step's host span on one side and why its analysis left it out ("" if it did not)."""
+    st = a.window.steps
+    row = st[st["step"] == step]
+    if len(row):
+        return {f"{side}_ns": int(row["end"].iloc[0] - row["start"].iloc[0]), f"{side}_reason": ""}
+    for x in a.window.excluded:
+        if x.get("step") == step:
+            return {f"{side}_ns": int(x["ns"]), f"{side}_reason": str(x.get("reason") or "")}
+    return {f"{side}_ns": None, f"{side}_reason": "not in the trace"}
+
+
+def steps_warning(rec: dict) -> str:
+    """One line: the common steps compared, and each left-out step's time on both sides."""
+    from ..render.text import fmt_ns
+
+    def one(ns, why):
+        return "-" if ns is None else fmt_ns(ns) + (f" ({why})" if why else "")
+
+    parts = [f"#{r['step']} {one(r['before_ns'], r['before_reason'])} BEFORE, "
+             f"{one(r['after_ns'], r['after_reason'])} AFTER" for r in rec["left_out"]]
+    return (f"the sides analysed different steps: both are compared on steps "
+            f"#{rec['first']}..#{rec['last']}; left out: " + "; ".join(parts))
 
 
 def not_the_same_job(fb: dict, fa: dict) -> list[str]:
@@ -326,6 +421,11 @@ def not_the_same_job(fb: dict, fa: dict) -> list[str]:
     db, da = fb.get("device_name") or "", fa.get("device_name") or ""
     if db and da and db != da:
         out.append(f"the GPUs differ: {db} BEFORE, {da} AFTER")
+    gb, ga = int(fb.get("gpu_window_ns") or 0), int(fa.get("gpu_window_ns") or 0)
+    if bool(gb) != bool(ga):   # gloo/ddp2 (CPU) against gpu/ddp2 read as a plain slowdown
+        cpu, gpu, dev = ("BEFORE", "AFTER", da) if ga else ("AFTER", "BEFORE", db)
+        out.append(f"the devices differ: {cpu} runs no GPU work, {gpu} runs on "
+                   f"{dev or 'a GPU'}")
     return out
 
 
@@ -391,7 +491,10 @@ def aggregate(pairs: list[TraceDiff], matched: Matched, source: str,
     """A directory / batch diff: the worst pair (largest step-time increase) leads, so
     ``slower_pct`` and ``--fail-if-slower`` see it."""
     lead = max(pairs, key=lambda p: p.slower_pct() if p.slower_pct() is not None else float("-inf"))
+    # the top level is the lead pair whole: its proof and aligned steps too (they were
+    # left out, so a folder diff's JSON read "proof": null beside the lead's saving)
     return TraceDiff(before=lead.before, after=lead.after, kernels=lead.kernels, pairs=pairs,
-                     label=lead.label, batch=lead.batch, warnings=lead.warnings, matched_by=matched.by, unmatched=matched.unmatched,
-                     jobs=jobs, source=source)
+                     label=lead.label, batch=lead.batch, warnings=lead.warnings,
+                     matched_by=matched.by, unmatched=matched.unmatched, jobs=jobs,
+                     source=source, proof=lead.proof, steps_compared=lead.steps_compared)
 

@@ -24,6 +24,11 @@ MAX_ITERATIONS = 100_000   # a bound, not a finding: more copies are reported as
 class Iterations:
     count: int          # >= 1
     evidence: str       # which events repeat ("" when count == 1 and nothing repeats)
+    # one iteration's period: the first copy's start to the last copy's start, / (count - 1)
+    # (None for one iteration). The window's length / count is not it: a whole-trace window
+    # runs to the profiler's last instant (cpu/compile.steady: 2 calls 166 us apart in a
+    # 4.55 ms window that ends 4.2 ms after them, at "Record Window End")
+    period_ns: int | None = None
 
 
 def count_iterations(ev: pd.DataFrame, start: int, end: int) -> Iterations:
@@ -31,24 +36,30 @@ def count_iterations(ev: pd.DataFrame, start: int, end: int) -> Iterations:
     inside = ev[((ev["ts"] >= start) & (ev["ts"] + ev["dur"] <= end)).to_numpy()]
     host = inside[inside["kind"].isin(HOST_KINDS).to_numpy()]
     if len(host):
-        names, where = _outermost_names(host)
+        names, starts, where = _outermost_names(host)
         n, block = repeats(names)
         if n > 1:
             return Iterations(n, f"{n} copies of the same {len(block)} outermost host ops "
-                                 f"on {where} (first: {block[0]})")
+                                 f"on {where} (first: {block[0]})", _period(starts, n))
     gpu = inside[(inside["device"] >= 0).to_numpy() & (inside["kind"] == "kernel").to_numpy()]
     if len(gpu):
-        names = gpu.sort_values("ts", kind="stable")["name"].astype(str).tolist()
-        n, block = repeats(names)
+        gpu = gpu.sort_values("ts", kind="stable")
+        n, block = repeats(gpu["name"].astype(str).tolist())
         if n > 1:
             return Iterations(n, f"{n} copies of the same {len(block)} kernels in launch order "
-                                 f"(first: {block[0]})")
+                                 f"(first: {block[0]})", _period(gpu["ts"].to_numpy(np.int64), n))
     return Iterations(1, "")
 
 
-def _outermost_names(host: pd.DataFrame) -> tuple[list[str], str]:
-    """Names of the outermost host ops of the busiest thread, in time order."""
-    best, best_ns, best_names = None, -1, []
+def _period(starts, n: int) -> int:
+    """The copies' period: ``starts`` holds n equal blocks' events in time order."""
+    size = len(starts) // n
+    return int((int(starts[(n - 1) * size]) - int(starts[0])) // (n - 1))
+
+
+def _outermost_names(host: pd.DataFrame) -> tuple[list[str], np.ndarray, str]:
+    """Names and starts of the outermost host ops of the busiest thread, in time order."""
+    best, best_ns, best_names, best_ts = None, -1, [], np.zeros(0, np.int64)
     for (pid, tid), rows in host.groupby(["pid", "tid"], sort=True):
         rows = rows.sort_values(["ts", "dur"], ascending=[True, False], kind="stable")
         ts, end = rows["ts"].to_numpy(np.int64), (rows["ts"] + rows["dur"]).to_numpy(np.int64)
@@ -60,7 +71,8 @@ def _outermost_names(host: pd.DataFrame) -> tuple[list[str], str]:
         if ns > best_ns:
             best, best_ns = (pid, tid), ns
             best_names = rows["name"].astype(str).to_numpy()[top].tolist()
-    return best_names, f"thread {best[1]} of process {best[0]}"
+            best_ts = ts[top]
+    return best_names, best_ts, f"thread {best[1]} of process {best[0]}"
 
 
 def repeats(seq: list[str]) -> tuple[int, list[str]]:

@@ -218,8 +218,10 @@ def _saving_lines(d) -> list[str]:
     ps = d.per_sample()
     if ps is not None and ps["delta"] is not None:
         x = ps["delta"]
-        return [f"  saving realised per sample: {fmt_ns(-x)}" if x <= 0
-                else f"  no saving: each sample takes {fmt_ns(x)} longer"]
+        lines = [f"  saving realised per sample: {fmt_ns(-x)}" if x <= 0
+                 else f"  no saving: each sample takes {fmt_ns(x)} longer"]
+        # the proof's figures are per BEFORE's batch of samples (diffs/proof._realised)
+        return lines + (_proof_lines(d.proof, proof_unit(d)) if d.proof else [])
     if s["realised_ns"] is None:
         return []
     r = s["realised_ns"]
@@ -260,39 +262,61 @@ def _gpu_paced(side: dict) -> bool:
         and prog - host > 0.01 * prog
 
 
-def _proof_lines(p: dict) -> list[str]:
-    """Promised vs realised for the lever(s) that changed (diffs/proof.py)."""
+def proof_unit(d) -> str:
+    """What the proof's figures are per: a step, or BEFORE's batch of samples when the
+    batch changed (promised and realised for the samples one BEFORE step trains)."""
+    if d.per_sample() is not None:
+        return f"per {d.batch['before']} samples (BEFORE's batch)"
+    return "per step"
+
+
+def _proof_lines(p: dict, per: str = "per step") -> list[str]:
+    """Promised vs realised for the lever(s) that changed (diffs/proof.py), wrapped."""
+    lines = []
+    for depth, text in proof_sentences(p, per):
+        lines += _wrap(text, "  " * (depth + 1))
+    return lines
+
+
+def proof_sentences(p: dict, per: str = "per step") -> list[tuple[int, str]]:
+    """(depth, sentence) of a proof, worded the same in text and HTML: the change, what it
+    promised, what it realised (without the profiler where the captures pay differently)."""
     what = ", ".join(p["levers"])
-    lines = _wrap(f"the change: {what} ({'; '.join(p['evidence'])})", "  ")
+    out = [(0, f"the change: {what} ({'; '.join(p['evidence'])})")]
     for x in p.get("anatomy") or []:     # the step anatomy's changes (verdict/anatomy.py)
         if x["lever"] not in p["levers"]:
             bound = f", its bound {fmt_ns(x['promised_per_step_ns'])} per step" \
                 if x.get("promised_per_step_ns") is not None else ""
-            lines += _wrap(f"also: {x['lever']} ({x['evidence']}){bound}", "  ")
+            out.append((0, f"also: {x['lever']} ({x['evidence']}){bound}"))
     if p["promised_ns"] is None:
-        return lines + _wrap("promised: not priced (no replay, no bound for this lever)", "    ")
-    how = "BEFORE's replay with the change" if p["basis"] == "replay" else \
-        f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
-    pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None else ""
-    lines.append(f"    promised {fmt_ns(p['promised_ns'])} per step{pct}, from {how}")
+        why = "BEFORE's replay could not apply the change" if p.get("refused") else \
+            "no replay, no bound for this lever"
+        out.append((1, f"promised: not priced ({why})"))
+    else:
+        how = "BEFORE's replay with the change" if p["basis"] == "replay" else \
+            f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
+        pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None \
+            else ""
+        out.append((1, f"promised {fmt_ns(p['promised_ns'])} {per}{pct}, from {how}"))
     if p["realised_ns"] is not None:
         rp = f" ({p['realised_pct']:.1f}%)" if p.get("realised_pct") is not None else ""
+        # the steps' own spread: how exact the measured saving is
+        pm = f" ± {fmt_ns(p['noise_ns'])}" if p.get("noise_ns") is not None else ""
         err = f", promise off by {p['error_pct']:+.1f}%" if p.get("error_pct") is not None \
             else ""
         if p.get("realised_unprofiled_ns") is not None:   # judged without the profiler
             ub, ua = p["unprofiled_steps_ns"]
-            lines.append(f"    realised {fmt_ns(p['realised_ns'])} per step{rp} as profiled")
-            lines += _wrap(f"without the profiler (estimated: {fmt_ns(ub)} -> {fmt_ns(ua)} a "
+            out.append((1, f"realised {fmt_ns(p['realised_ns'])}{pm} {per}{rp} as profiled"))
+            out.append((1, f"without the profiler (estimated: {fmt_ns(ub)} -> {fmt_ns(ua)} a "
                            f"step, the captures pay different profiler costs): "
-                           f"{fmt_ns(p['realised_unprofiled_ns'])} per step{err}", "    ")
+                           f"{fmt_ns(p['realised_unprofiled_ns'])} {per}{err}"))
         else:
-            lines.append(f"    realised {fmt_ns(p['realised_ns'])} per step{rp}{err}")
+            out.append((1, f"realised {fmt_ns(p['realised_ns'])}{pm} {per}{rp}{err}"))
     if p.get("not_judged"):
-        lines += _wrap(f"not judged: {p['not_judged']} (the change is not the only difference)",
-                       "    ")
+        out.append((1, f"not judged: {p['not_judged']}"))
     for m, why in (p.get("refused") or {}).items():
-        lines += _wrap(f"{m} not applied: {why}", "    ")
-    return lines
+        out.append((1, f"{m} not applied: {why}"))
+    return out
 
 
 def _kernel_lines(k: dict, per: str) -> list[str]:
