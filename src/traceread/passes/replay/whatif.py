@@ -1519,7 +1519,8 @@ def step_mean(sched, graph=None) -> float:
     if not len(st):
         return float(sched.total_ns)
     r = st["replayed_ns"].to_numpy(np.int64)
-    if graph is not None and len(graph.steps) == len(st):
+    steps = getattr(graph, "steps", None)   # a bare graph of lanes: the replayed spans
+    if steps is not None and len(steps) == len(st):
         # the step the program waits on (critical.program_spans), as the replay's own check
         # and the measured step are: the host markers' span alone missed a lagging GPU's
         # work (TraceLens' vLLM graph execution: priced on 157 ms for a 305 ms step)
