@@ -268,3 +268,16 @@ def test_pinning_the_batch_is_priced_as_its_copies_not_the_loading():
     assert "pin_copy" not in ids
     loader = next(a for a in v["actions"] if a["id"] == "num_workers")
     assert loader["saves_per_step_ns"] > 20 * pin["saves_per_step_ns"]
+
+
+def test_a_sleep_before_the_first_launch_is_not_called_input_fetching():
+    """gpu/ddp2's planted 30 ms clock_nanosleep read "the step's input is fetched there": a
+    sleep is what the thread did, not proof of input loading; reads still read so."""
+    from traceread.verdict.levers import _head_text
+
+    ctx = {"step_head_wait": {"per_step_ns": 30_000_000, "share": 0.5,
+                              "calls": ["clock_nanosleep"]}}
+    said = _head_text(ctx)
+    assert "the thread sleeps" in said and "input is fetched there" not in said
+    ctx["step_head_wait"]["calls"] = ["read", "clock_nanosleep"]
+    assert "the step's input is fetched there" in _head_text(ctx)

@@ -789,14 +789,26 @@ def no_dataloader_names(c: Ctx) -> bool:
     return not c.get("dataloader_single") and not c.get("dataloader_workers")
 
 
+SLEEP_CALL_RX = re.compile(r"^(?:clock_nanosleep|nanosleep|usleep|sleep)(?:@\S*)?$")
+
+
 def _head_text(c: Ctx) -> str:
     h = c["step_head_wait"]
-    calls = ", ".join(h.get("calls") or []) or "OS calls"
-    return (f"each step waits {h['per_step_ns'] / 1e6:.1f} ms ({100 * h['share']:.0f}% of the "
+    names = list(h.get("calls") or [])
+    calls = ", ".join(names) or "OS calls"
+    head = (f"each step waits {h['per_step_ns'] / 1e6:.1f} ms ({100 * h['share']:.0f}% of the "
             f"step) on the training thread before its first launch, in {calls}, while the GPU "
-            "idles: the step's input is fetched there (a DataLoader with num_workers=0 runs on "
-            "the training thread) -- DataLoader(num_workers=N, pin_memory=True) fetches it in "
-            "worker processes while the GPU runs the previous step")
+            "idles")
+    if names and all(SLEEP_CALL_RX.match(x) for x in names):
+        # a sleep is what the thread did, not proof of input loading (gpu/ddp2's planted
+        # 30 ms clock_nanosleep read "the step's input is fetched there")
+        return (head + ": the thread sleeps -- a delay the program chose (time.sleep, a rate "
+                "limit, a polling loop): remove it; if it stands for fetching the input, "
+                "DataLoader(num_workers=N, pin_memory=True) fetches it in worker processes "
+                "while the GPU runs the previous step")
+    return (head + ": the step's input is fetched there (a DataLoader with num_workers=0 runs "
+            "on the training thread) -- DataLoader(num_workers=N, pin_memory=True) fetches it "
+            "in worker processes while the GPU runs the previous step")
 
 
 def _startup_text(c: Ctx) -> str:
