@@ -97,3 +97,17 @@ def test_a_cpu_run_against_a_gpu_run_is_named():
         "the devices differ: BEFORE runs no GPU work, AFTER runs on NVIDIA H100 80GB HBM3"]
     assert not_the_same_job(gpu, cpu)[0].startswith("the devices differ: AFTER runs no GPU")
     assert not_the_same_job(cpu, cpu) == []
+
+
+def test_a_job_without_steps_says_so_not_dashes():
+    """nsys-ai's mfu_2gpu pair has no steps on either side: the job's line read
+    "step time    - -> - (slowest rank's mean)"."""
+    from traceread.render.diff_text import _job_lines
+
+    job = {"job_before": "job0", "job_after": "job0", "ranks": 2,
+           "before": {"step_mean_ns": None, "status": "straggler"},
+           "after": {"step_mean_ns": None, "status": "none"}}
+    text = "\n".join(_job_lines([job]))
+    assert "- -> -" not in text and "no steps on either side" in text
+    job["before"]["step_mean_ns"], job["after"]["step_mean_ns"] = 10_000_000, 9_000_000
+    assert "10 ms -> 9 ms" in "\n".join(_job_lines([job]))

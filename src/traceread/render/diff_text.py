@@ -92,9 +92,15 @@ def _job_lines(jobs: list) -> list[str]:
         name = j["job_before"] if j["job_before"] == j["job_after"] else \
             f"{j['job_before'] or '-'} -> {j['job_after'] or '-'}"
         lines += ["", f"JOB {name} ({j['ranks']} ranks matched)"]
-        lines.append(f"  step time    {_ns(b.get('step_mean_ns'))} -> {_ns(a.get('step_mean_ns'))}"
-                     + (f" ({j['step_pct']:+.1f}%)" if j.get("step_pct") is not None else "")
-                     + " (slowest rank's mean)")
+        if b.get("step_mean_ns") is None and a.get("step_mean_ns") is None:
+            # nothing to print as "- -> -": the ranks' own rows compare their windows
+            lines.append("  step time    no steps on either side (the ranks below compare "
+                         "their windows)")
+        else:
+            lines.append(f"  step time    {_ns(b.get('step_mean_ns'))} -> "
+                         f"{_ns(a.get('step_mean_ns'))}"
+                         + (f" ({j['step_pct']:+.1f}%)" if j.get("step_pct") is not None else "")
+                         + " (slowest rank's mean)")
         lines.append(f"  straggler    {_strag(b)} -> {_strag(a)}")
         if b.get("status") != a.get("status"):
             lines.append(f"  verdict      {b.get('status') or 'not a job'} -> {a.get('status') or 'not a job'}")
