@@ -396,7 +396,9 @@ def _gpu_paced_busy_share(a) -> float | None:
         return busy / p["mean_ns"] if busy and p.get("mean_ns") else None
     gpu = st["bound_by"].to_numpy(object) == "gpu"
     prog = st["program_ns"].to_numpy(np.int64)[gpu]
-    busy = np.minimum(st["busy_ns"].to_numpy(np.int64)[gpu], prog)
+    # the busiest device's (busy_ns sums the devices: two half-busy GPUs are not one busy one)
+    col = "busy_max_ns" if "busy_max_ns" in st else "busy_ns"
+    busy = np.minimum(st[col].to_numpy(np.int64)[gpu], prog)
     return int(busy.sum()) / int(prog.sum()) if prog.sum() > 0 else None
 
 
