@@ -111,3 +111,14 @@ def test_a_job_without_steps_says_so_not_dashes():
     assert "- -> -" not in text and "no steps on either side" in text
     job["before"]["step_mean_ns"], job["after"]["step_mean_ns"] = 10_000_000, 9_000_000
     assert "10 ms -> 9 ms" in "\n".join(_job_lines([job]))
+
+
+def test_the_left_out_steps_warning_stays_one_line_of_a_few():
+    """A 3-step BEFORE against a 39-step AFTER listed all 36 left-out steps in one warning."""
+    from traceread.diffs.trace import steps_warning
+
+    rows = [{"step": s, "before_ns": None, "before_reason": "not in the trace",
+             "after_ns": 25_000_000, "after_reason": ""} for s in range(4, 40)]
+    text = steps_warning({"first": 1, "last": 3, "left_out": rows})
+    assert text.count(" AFTER") == 4 and "and 32 more (steps_compared in the JSON)" in text
+    assert "#4 - BEFORE, 25 ms AFTER" in text

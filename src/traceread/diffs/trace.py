@@ -402,10 +402,16 @@ def steps_warning(rec: dict) -> str:
     def one(ns, why):
         return "-" if ns is None else fmt_ns(ns) + (f" ({why})" if why else "")
 
+    rows = rec["left_out"]
     parts = [f"#{r['step']} {one(r['before_ns'], r['before_reason'])} BEFORE, "
-             f"{one(r['after_ns'], r['after_reason'])} AFTER" for r in rec["left_out"]]
+             f"{one(r['after_ns'], r['after_reason'])} AFTER" for r in rows[:WARN_STEPS]]
+    if len(rows) > WARN_STEPS:   # 36 of them made one warning of a screen (the JSON has all)
+        parts.append(f"and {len(rows) - WARN_STEPS} more (steps_compared in the JSON)")
     return (f"the sides analysed different steps: both are compared on steps "
             f"#{rec['first']}..#{rec['last']}; left out: " + "; ".join(parts))
+
+
+WARN_STEPS = 4   # left-out steps a warning lists
 
 
 def not_the_same_job(fb: dict, fa: dict) -> list[str]:
