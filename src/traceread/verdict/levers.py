@@ -789,9 +789,6 @@ def no_dataloader_names(c: Ctx) -> bool:
     return not c.get("dataloader_single") and not c.get("dataloader_workers")
 
 
-SLEEP_CALL_RX = re.compile(r"^(?:clock_nanosleep|nanosleep|usleep|sleep)(?:@\S*)?$")
-
-
 def _head_text(c: Ctx) -> str:
     h = c["step_head_wait"]
     names = list(h.get("calls") or [])
@@ -799,6 +796,8 @@ def _head_text(c: Ctx) -> str:
     head = (f"each step waits {h['per_step_ns'] / 1e6:.1f} ms ({100 * h['share']:.0f}% of the "
             f"step) on the training thread before its first launch, in {calls}, while the GPU "
             "idles")
+    from ..passes.replay import SLEEP_CALL_RX   # the replay's sleeps, the same calls
+
     if names and all(SLEEP_CALL_RX.match(x) for x in names):
         # a sleep is what the thread did, not proof of input loading (gpu/ddp2's planted
         # 30 ms clock_nanosleep read "the step's input is fetched there")

@@ -14,10 +14,10 @@ from ..common import kind_in
 from .critical import LABELS, critical_path, node_labels, program_spans, shared_windows
 from .graph import EDGE_KINDS, MAX_NODES, NODE_KINDS, StepGraph, build_graph
 from .sim import Schedule, simulate
-from .whatif import price_models, replay_models, unfit
+from .whatif import SLEEP_CALL_RX, price_models, replay_models, unfit
 
 __all__ = ["StepGraph", "Schedule", "build_graph", "simulate", "critical_path", "replay",
-           "price_models", "replay_models", "unfit",
+           "price_models", "replay_models", "unfit", "SLEEP_CALL_RX",
            "run", "result", "not_replayable", "node_labels", "gap_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
            "LEFT_OUT"]
 

@@ -1285,8 +1285,8 @@ def _movable_host(g) -> np.ndarray:
 PY_FRAME_RX = re.compile(r"\.py\(\d+\): ")
 # the OS calls a thread sleeps or waits in (nsys' OS-runtime trace): the program's own time,
 # which no capture of its launches removes
-HOST_WAIT_RX = re.compile(r"^(?:clock_nanosleep|nanosleep|usleep|sleep)(?:@\S*)?$|"
-                          + _WAIT_OSRT_RX.pattern)
+SLEEP_CALL_RX = re.compile(r"^(?:clock_nanosleep|nanosleep|usleep|sleep)(?:@\S*)?$")
+HOST_WAIT_RX = re.compile(SLEEP_CALL_RX.pattern + "|" + _WAIT_OSRT_RX.pattern)
 # the profiler's own Python (prof.step(), record_function's enter / exit): its cost, which the
 # unprofiled program does not pay (passes/overhead.py), not host work a thread could take
 # (TraceLens-style CPU inference capture: prof.step() 2.5 ms a request, promised back)
