@@ -698,14 +698,14 @@ def _odd_group(tab, sel, base_sel, med, c, base) -> dict:
     cost = min(excess, sum(held)) if holds and None not in held else excess
     per = cost / period if period else cost * int(sel.sum()) / len(tab)
     phase, grown = _grown_phase(tab, sel, base_sel)
+    named = grown >= GREW_SHARE * excess > 0
     return {"steps": [int(x) for x in nums], "period": period, "excess_ns": excess,
             "held_ns": int(sum(held)) if holds and None not in held else None,
             "cost_ns": int(cost), "per_step_ns": int(per), "ordinary_step_ns": int(med),
             "holds": holds,
             # the host phase that grew most over the ordinary steps: where a slow step with
             # nothing of its own spent its excess (param's resnet: its DataLoader waits)
-            "grew_phase": phase if grown >= GREW_SHARE * excess > 0 else None,
-            "grew_ns": grown if grown >= GREW_SHARE * excess > 0 else None,
+            "grew_phase": phase if named else None, "grew_ns": grown if named else None,
             "_rows": _group_rows(tab[sel])}
 
 
@@ -790,9 +790,8 @@ def _evidence(tab: pd.DataFrame, events: pd.DataFrame, out: dict) -> dict:
         if g.get("grew_phase"):
             what += f"; its {g['grew_phase']} phase +{g['grew_ns'] / 1e6:.1f} ms"
         # the step's own range (a ProfilerStep#N, an NVTX step, the optimizer step ending it)
-        first = tab["label"][tab["step"] == g["steps"][0]] if "label" in tab else ()
-        odd_ev.append(item(first.iloc[0] if len(first) else f"step #{g['steps'][0]}", None,
-                           g["steps"][0],
+        label = tab.loc[tab["step"] == g["steps"][0], "label"].iloc[0]
+        odd_ev.append(item(label, None, g["steps"][0],
                            f"{g['excess_ns'] / 1e6:.1f} ms over the ordinary step; holds {what}"))
         for key in ("save", "sync", "eval"):
             for x in rows[key][:1]:
