@@ -387,13 +387,7 @@ def _gpu_paced_busy_share(a) -> float | None:
     """How busy the GPU is on the steps it paces (their busy time over their program steps).
     Over every step, a few host-bound stalls (a DataLoader that falls behind every few
     steps: param's resnet) read a GPU 99% busy on its own steps as "busy only 47%"."""
-    st = a.steps
-    if st is None or not len(st) or not {"busy_ns", "program_ns", "bound_by"} <= set(st):
-        from ..passes.steps import program_step_of
-
-        busy = busy_floor(a)
-        p = program_step_of(a) or {}
-        return busy / p["mean_ns"] if busy and p.get("mean_ns") else None
+    st = a.steps   # a program step line has these columns (passes/steps.program_columns)
     gpu = st["bound_by"].to_numpy(object) == "gpu"
     prog = st["program_ns"].to_numpy(np.int64)[gpu]
     # the busiest device's (busy_ns sums the devices: two half-busy GPUs are not one busy one)
