@@ -312,7 +312,8 @@ def pool() -> dict:
         out[f"scene {n}"] = ctx_of(build())
     for g in (F.F32_GEMM, F.BF16_GEMM):
         out[f"scene gemms {g[:12]}"] = ctx_of(F.gemms(g), bound="gpu")
-    for p in ("cpu/compile.first.json.gz", "cpu/batch16.json.gz", "facts/moe.json.gz",
+    for p in ("cpu/compile.first.json.gz", "cpu/batch16.json.gz", "cpu/workers_restart.json.gz",
+              "facts/moe.json.gz",
               "facts/ckpt.json.gz", "gpu/data.fixed.json.gz", "gloo/ddp2/rank-0.json.gz",
               "h200/pageable.bad.json.gz"):
         out[f"fixture {p}"] = ctx_of(load(FIX / p))

@@ -266,8 +266,11 @@ def test_busy_levers_rank_with_the_causes_in_every_bound():
 
 
 def test_no_silent_cut_and_diagnostics_apart():
+    # workers started again each epoch, syncs: more levers than a list of 8 holds
+    ctx = {"dataloader_workers": True, "dataloader_restarts": {"restarts": 2, "restart_ns": 200},
+           "syncs_per_step": 3}
     v = score(has_gpu=True, window_ns=1000, idle_ns=900,
-               parts=_parts(data=300, host=300, launch=300), ctx={})
+               parts=_parts(data=300, host=300, launch=300, sync=50), ctx=ctx)
     assert len(v["actions"]) > 8 and len(v["levers"]) == len(v["actions"])
     assert v["diagnostics"] and not any("py-spy" in t for t in v["levers"])
 

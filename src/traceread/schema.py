@@ -632,6 +632,17 @@ class OtherProcess(_S):
     processes: list[int]
 
 
+class DataloaderRestarts(_S):
+    """The DataLoader's workers started again at an epoch's start (passes/dataloader.py)."""
+
+    restarts: int
+    restart_ns: int              # the training thread's time: epoch's last call to the next's first
+    shutdown_ns: int             # of it, the epoch's last calls (the workers joined)
+    spans: list[list[int]]       # [start_ns, end_ns] of each restart
+    steps: list[int]             # the step each began in (-1: outside every step)
+    period: Optional[int]        # steps between restarts, when evenly spaced (an epoch)
+
+
 class Sdpa(_S):
     backend: str                 # flash | mem_efficient | cudnn | fused | math
     explicit_mask: Optional[bool]
@@ -798,6 +809,7 @@ class Context(_S):
     payloads: list[str] = field(default_factory=list)
     optimizer_offload: Optional[OptimizerOffload] = None
     other_process: Optional[OtherProcess] = None
+    dataloader_restarts: Optional[DataloaderRestarts] = None
     gemm_precision_ns: dict[str, int] = field(default_factory=dict)   # fp8/bf16/fp16/tf32/fp32
     autocast: Optional[str] = None               # bf16 | fp16
     convolution_ops: Optional[bool] = None       # by operator (aten::conv*), not kernel name

@@ -9,6 +9,8 @@ evidence (``facts_evidence``: fact key -> [{"name", "ts_ns", "step", "detail"}])
   leaves the stalled steps out);
 * ``anatomy`` (passes/anatomy.py, over every step too): phases, micro-batches,
   recomputation, the odd steps out, the inference batch;
+* ``dataloader_restarts`` (passes/dataloader.py): the DataLoader's workers started again at
+  an epoch's start (persistent_workers=False), with the training thread's time it took;
 * ``other_process``: GPU work of another process on the same device in the trace;
 * ``cpu_only``: for a trace with no GPU work, what it holds -- compile time, the
   DataLoader's share of the steps, the heaviest host ops -- and whether it was cut before
@@ -24,6 +26,7 @@ from .. import namerx
 from . import intervals
 from .attribution import COMPILE_RX, DATALOADER_RX
 from .blocking import blocking_calls
+from .dataloader import worker_restarts
 from .common import kind_in, name_codes, name_lut, name_table, rows_of
 from .compile import compile_name_lut
 from .factkit import Steps, has_gpu, item, stacks_of
@@ -67,6 +70,10 @@ def window_facts(ev: pd.DataFrame, meta=None) -> dict:
     lowp = {k for k, v in (pr.get("gemm_precision_ns") or {}).items() if v}
     if "fp16" in lowp or pr.get("autocast") == "fp16":
         out["fp16_runs"] = True
+    restarts = worker_restarts(ev, steps)
+    if restarts:
+        evidence["dataloader_restarts"] = restarts.pop("evidence")
+    out["dataloader_restarts"] = restarts
     if not has_gpu(ev):
         cpu = cpu_only(ev, steps, meta)
         evidence["cpu_only"] = cpu.pop("evidence")

@@ -96,6 +96,9 @@ FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     f"fused attention kernels {fmt_ns(v)}" if v else "no fused attention kernel runs",
     "dataloader_workers": _flag("the DataLoader already uses worker processes",
                                 "the DataLoader loads on the training thread (no workers)"),
+    "dataloader_restarts": lambda v: f"the workers started again {v['restarts']} time"
+    f"{'s' * (v['restarts'] != 1)} ({fmt_ns(v['restart_ns'] / max(1, v['restarts']))} each)"
+    if isinstance(v, dict) and v.get("restarts") else "no worker restart",
     "compiled": _flag("already torch.compile'd", "not torch.compile'd"),
     "compile_mode_graphs": _flag("torch.compile already captures CUDA graphs",
                                  "no torch.compile CUDA-graph mode"),

@@ -29,7 +29,8 @@ MODEL_OF = {
     **dict.fromkeys(("side_stream_copy", "async_copy_native"), "overlap_copies"),
     # workers already loading (more_workers): the replay cannot tell how many more would
     # keep up -- its bound, not the model's refusal ("already num_workers > 0")
-    **dict.fromkeys(("num_workers", "prefetch_factor", "persistent_workers"), "workers"),
+    "num_workers": "workers",
+    "persistent_workers": "persistent_workers",
     **dict.fromkeys(("fused_optimizer", "foreach_optimizer", "foreach_to_fused"),
                     "fused_optimizer"),
     # the native program's allocator calls in the step go too when it reuses its buffers

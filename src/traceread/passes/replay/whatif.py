@@ -1134,6 +1134,22 @@ def dataloader_workers(g, f: Facts, p: dict):
     return g
 
 
+def persistent_workers(g, f: Facts, p: dict):
+    """persistent_workers=True: the workers are not shut down and started again at each
+    epoch's start -- the training thread's time from the epoch's last DataLoader call to
+    the next epoch's first (``passes/dataloader.py``: the shutdown, the new iterator) takes
+    no time; the first call's wait for its batch stays (persistent workers wait for it too)."""
+    r = f.ctx.get("dataloader_restarts") or {}
+    if not r.get("spans"):
+        return "no DataLoader workers started again inside the replayed steps"
+    m = _kind(g, *HOST_NODES) & _in_regions(g, [tuple(s) for s in r["spans"]])
+    if not m.any():
+        return "no DataLoader workers started again inside the replayed steps"
+    p["restarts"] = int(r["restarts"])
+    _zero(g, m)
+    return g
+
+
 def _spread(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
     out = np.zeros(len(mask))
     out[mask] = values
@@ -1457,6 +1473,9 @@ MODELS: tuple[Model, ...] = (
     Model("workers", dataloader_workers,
           f"workers load in parallel; the training thread takes a ready batch in "
           f"{FETCH_NS / 1e6:g} ms and waits max(0, load/N - rest of step)"),
+    Model("persistent_workers", persistent_workers,
+          "the epoch's worker shutdown and start on the training thread take no time; the "
+          "first batch's wait stays"),
     Model("fused_optimizer", fused_optimizer,
           f"the optimizer's kernels become one per step moving {FUSED_TRAFFIC:g} of their "
           "bytes, its host ops one"),
@@ -1577,7 +1596,8 @@ def lane_load(graph) -> dict:
     return out
 
 
-ORDER = ("drop_syncs", "no_empty_cache", "no_recompile", "replay_graphs", "workers", "host_off_path",
+ORDER = ("drop_syncs", "no_empty_cache", "no_recompile", "replay_graphs", "workers",
+         "persistent_workers", "host_off_path",
          "checkpoint_off_path", "pin_copies", "pin_reads", "overlap_copies", "fused_optimizer",
          "fuse_pointwise", "tf32", "bf16", "fp16", "channels_last", "cuda_graphs",
          "larger_batch")

@@ -1,0 +1,80 @@
+"""DataLoader workers started again at each epoch (``persistent_workers=False``), from the
+training thread's own events -- no stack frames needed.
+
+A ``for batch in loader`` loop calls the iterator's ``__next__`` (Kineto's
+``enumerate(DataLoader)#...__next__`` range) once per batch, and once more at the epoch's end,
+where it raises ``StopIteration``. A new iterator then draws its base seed
+(``torch.empty((), dtype=torch.int64).random_().item()`` in ``_BaseDataLoaderIter.__init__``:
+``aten::empty``, ``aten::random_``, ``aten::item``) before the next epoch's first call. So an
+epoch boundary is two DataLoader calls on one thread with nothing between them but those
+seed ops -- and a new iterator is proof that the loader was not persistent: with
+``persistent_workers=True`` the old iterator is reset and no seed is drawn (nothing runs
+between the two calls). With worker processes, the ending call shuts the workers down
+(``_shutdown_workers``: joins them) and the new iterator starts new ones; both sit on the
+training thread. The restart is that call plus the time up to the next epoch's first call;
+that first call's wait for its batch stays (persistent workers wait for it too).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import namerx
+from .attribution import thread_key
+from .factkit import Steps, item, rows_named
+
+CALL_RX = namerx.compile(r"^enumerate\(DataLoader\)#_MultiProcessingDataLoaderIter\.__next__")
+# the new iterator's base seed (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__init__)
+SEED_OPS = frozenset({"aten::empty", "aten::random_", "aten::item", "aten::_local_scalar_dense"})
+
+
+def worker_restarts(ev: pd.DataFrame, steps: Steps | None = None) -> dict | None:
+    """{"restarts", "restart_ns", "shutdown_ns", "spans": [[start_ns, end_ns]], "steps": the
+    step each began in, "period": steps between them (None: one restart, or uneven),
+    "evidence"} for the multi-process loader's epoch boundaries that made a new iterator
+    (module doc); None where none is seen."""
+    calls = rows_named(ev, CALL_RX, ("annotation", "cpu_op"))
+    if len(calls) < 2:
+        return None
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    thread = thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    ops = np.flatnonzero((ev["kind"] == "cpu_op").to_numpy())
+    spans, pids, shutdown, found = [], [], 0, []
+    for t in np.unique(thread[calls]).tolist():
+        mine = calls[thread[calls] == t]
+        mine = mine[np.argsort(ts[mine], kind="stable")]
+        on = ops[thread[ops] == t]
+        on = on[np.argsort(ts[on], kind="stable")]
+        for a, b in zip(mine[:-1].tolist(), mine[1:].tolist()):
+            between = on[(ts[on] >= end[a]) & (ts[on] < ts[b])]
+            if not len(between):   # nothing between: the persistent iterator's reset
+                continue
+            names = set(ev["name"].take(between).astype(str).tolist())
+            if not names <= SEED_OPS or "aten::random_" not in names:
+                continue   # a batch's work (or another step) between: not an epoch's end
+            spans.append([int(ts[a]), int(ts[b])])
+            pids.append(ev["pid"].iat[a])
+            shutdown += int(end[a] - ts[a])
+            found.append(item(ev["name"].iat[a], ts[a],
+                              detail=f"the epoch's last call took {(end[a] - ts[a]) / 1e6:.3g} ms"
+                              f", then a new iterator ({(ts[b] - end[a]) / 1e6:.3g} ms to the "
+                              "next epoch's first call)"))
+    if not spans:
+        return None
+    order = np.argsort([a for a, _ in spans], kind="stable")
+    spans = [spans[i] for i in order]
+    steps = steps if steps is not None else Steps(ev)
+    number = steps.of(np.asarray(pids)[order], np.array([a for a, _ in spans], np.int64)) \
+        .tolist() if len(steps) else []
+    return {"restarts": len(spans), "restart_ns": int(sum(b - a for a, b in spans)),
+            "shutdown_ns": shutdown, "spans": spans, "steps": number,
+            "period": _period(number), "evidence": found[:2]}
+
+
+def _period(steps: list[int]) -> int | None:
+    """The steps between restarts (an epoch's length) when they are evenly spaced."""
+    if len(steps) < 2 or min(steps) < 0:
+        return None
+    d = set(np.diff(steps).tolist())
+    return d.pop() if len(d) == 1 and min(d) > 0 else None

@@ -1,0 +1,98 @@
+"""DataLoader workers started again at each epoch (passes/dataloader.py) and the levers that
+follow from the loader's evidence: persistent_workers only where a restart is seen, no worker
+option for a loader without workers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from conftest import analysed, corpus_or_skip
+
+import traceread
+from traceread.passes.dataloader import worker_restarts
+
+CPU = Path(__file__).parent / "fixtures" / "cpu"
+RESTART = CPU / "workers_restart.json.gz"        # persistent_workers=False, 4 steps an epoch
+PERSISTENT = CPU / "workers_persistent.json.gz"  # the same loop, persistent_workers=True
+
+
+def _epoch_ends(ev):
+    """From the trace itself: each DataLoader call followed by another with no operator
+    between them but the new iterator's seed draw -- start of the first, start of the second."""
+    calls = ev[ev["name"].astype(str).str.startswith("enumerate(DataLoader)#")].sort_values("ts")
+    ops = ev[ev["kind"] == "cpu_op"]
+    out = []
+    for a, b in zip(calls.itertuples(), calls.iloc[1:].itertuples()):
+        between = ops[(ops["ts"] >= a.ts + a.dur) & (ops["ts"] < b.ts)]["name"].astype(str)
+        if "aten::random_" in set(between):
+            out.append((a.ts, b.ts))
+    return out
+
+
+def test_restarts_are_the_epoch_ends_of_a_non_persistent_loader():
+    ev = traceread.load(str(RESTART)).events
+    r = worker_restarts(ev)
+    expect = _epoch_ends(ev)
+    assert len(expect) == 2
+    assert r["restarts"] == 2 and r["spans"] == [[int(a), int(b)] for a, b in expect]
+    assert r["restart_ns"] == sum(int(b - a) for a, b in expect)
+    assert r["steps"] == [4, 8] and r["period"] == 4   # 64 samples, batch 16: 4 steps an epoch
+
+
+def test_a_persistent_loader_shows_no_restart():
+    # its epoch's last call and the next epoch's first have nothing between them (a reset)
+    assert worker_restarts(traceread.load(str(PERSISTENT)).events) is None
+
+
+def _actions(a) -> list[str]:
+    return [x["id"] for x in a.verdict["actions"]]
+
+
+def test_persistent_workers_offered_only_where_the_restart_is_seen():
+    a = analysed(RESTART)
+    assert "persistent_workers" in _actions(a)
+    act = next(x for x in a.verdict["actions"] if x["id"] == "persistent_workers")
+    assert "every 4 steps" in act["lever"]
+    assert "persistent_workers" not in _actions(analysed(PERSISTENT))
+    assert "prefetch_factor" not in _actions(a)
+
+
+def test_the_model_removes_the_restarts_time_from_the_training_thread():
+    from traceread.passes.replay import whatif as W
+
+    a = analysed(RESTART)
+    g, f = a.facts.graph, W.facts_from_analysis(a)
+    r = W.replay_models(g, f, ["persistent_workers"])
+    assert r["applied"] == ["persistent_workers"] and r["params"]["persistent_workers"]["restarts"] == 2
+    spans = f.ctx["dataloader_restarts"]["spans"]
+    n = g.nodes
+    ts = n["ts_ns"].to_numpy(np.int64)
+    inside = np.zeros(len(n), bool)
+    for lo, hi in spans:
+        inside |= (ts >= lo) & (ts < hi)
+    # the nodes inside the restarts hold their whole time: the model takes exactly that
+    assert abs(int(n["cost_ns"].to_numpy(np.int64)[inside].sum()) - sum(b - a for a, b in spans)) \
+        < 0.01 * sum(b - a for a, b in spans)
+
+
+def test_no_worker_options_for_a_loader_without_workers():
+    # kineto's tb_plugin test trace: _SingleProcessDataLoaderIter (num_workers=0); torch
+    # raises ValueError for persistent_workers=True or a prefetch_factor with num_workers=0
+    path = corpus_or_skip() / "pytorch__kineto/tb_plugin/test/gpu_metrics_input.json"
+    a = analysed(path)
+    assert a.context["dataloader_single"] and not a.context["dataloader_workers"]
+    ids = _actions(a) + [w["id"] for w in a.verdict.get("withdrawn") or []]
+    assert "num_workers" in _actions(a)
+    assert "persistent_workers" not in _actions(a) and "prefetch_factor" not in ids
+
+
+def test_the_truth_beside_the_pair_says_the_restart_costs_what_the_trace_shows():
+    # the unprofiled loop: restarting the workers every 4 steps costs ~30 ms an epoch; the
+    # trace's restarts are 26 ms each -- the same order (the profiler adds its own)
+    truth = json.loads((CPU / "truth.json").read_text())["workers_restart"]["step_ns"]
+    per_epoch = (truth["restart"] - truth["persistent"]) * 4
+    r = worker_restarts(traceread.load(str(RESTART)).events)
+    each = r["restart_ns"] / r["restarts"]
+    assert 0.5 * per_epoch < each < 1.5 * per_epoch
