@@ -285,9 +285,9 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 bool(sampled))
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
-    gaps["step_index"] = _step_of_gaps(gaps, ops, op_step)
+    gaps["step_index"], closed = _step_of_gaps(gaps, ops, op_step)
     if source != "whole_trace":   # a gap whose closing op no step launched: the step it lies in
-        lost = gaps["step_index"].to_numpy() < 0
+        lost = (gaps["step_index"].to_numpy() < 0) & closed
         if lost.any():
             gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
                 step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
@@ -567,11 +567,13 @@ def _graphs(ev: pd.DataFrame, all_ev: pd.DataFrame) -> dict:
     return g
 
 
-def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> np.ndarray:
-    """A gap belongs to the step that launched the GPU op ending it (the work it waited for)."""
+def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> tuple:
+    """(per gap, the step that launched the GPU op ending it -- the work it waited for --,
+    whether an op ends it): the window's tail after the device's last op is ended by none."""
     out = np.full(len(gaps), -1, np.int64)
+    closed = np.zeros(len(gaps), bool)
     if not len(gaps) or not len(ops):
-        return out
+        return out, closed
     opid = ops["pid"].to_numpy(np.int64)
     odev = ops["device"].to_numpy(np.int64)
     ots = ops["ts"].to_numpy(np.int64)
@@ -579,9 +581,10 @@ def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) ->
         sel = np.flatnonzero((opid == pid) & (odev == dev))
         order = sel[np.argsort(ots[sel], kind="stable")]
         k = np.searchsorted(ots[order], gaps["end"].to_numpy(np.int64)[idx], side="left")
-        k = np.clip(k, 0, len(order) - 1)
-        out[idx] = op_step[order[k]]
-    return out
+        ended = k < len(order)
+        out[idx[ended]] = op_step[order[k[ended]]]
+        closed[idx[ended]] = True
+    return out, closed
 
 
 def _step_idle(step_tab: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
