@@ -14,6 +14,7 @@ from ..common import kind_in
 from .critical import LABELS, critical_path, node_labels, program_spans, shared_windows
 from .graph import EDGE_KINDS, MAX_NODES, NODE_KINDS, StepGraph, build_graph
 from .sim import Schedule, simulate
+from .split import pair_helper_bursts
 from .whatif import SLEEP_CALL_RX, price_models, replay_models, unfit
 
 __all__ = ["StepGraph", "Schedule", "build_graph", "simulate", "critical_path", "replay",
@@ -57,7 +58,20 @@ def run(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, *,
     if not sched.converged:   # no graph: nothing is priced from a replay that did not settle
         return None, sched, not_replayable(
             f"the replay did not settle after {sched.sweeps} sweeps (a dependency cycle)")
-    return graph, sched, result(graph, sched)
+    return graph, sched, result(*_handed_over(graph, sched))
+
+
+def _handed_over(graph: StepGraph, sched: Schedule) -> tuple:
+    """The graph and schedule the result reads: a helper thread's idle between bursts
+    (autograd's backward thread) is a wait for the step thread, not host work, so the
+    critical path follows the hand-off to what it waited on (``split.pair_helper_bursts``;
+    the lane's first burst keeps the builder's rule: held at its measured start). The
+    levers' graph stays as built: it pairs the bursts of its own steps after cutting them."""
+    paired = graph.copy()
+    if not pair_helper_bursts(paired, first=False):
+        return graph, sched
+    again = simulate(paired)
+    return (paired, again) if again.converged else (graph, sched)
 
 
 def replay(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, **kw) -> dict:

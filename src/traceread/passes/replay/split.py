@@ -283,13 +283,14 @@ def priced_graph_events(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | 
 HELPER_IDLE_NS = 1_000_000
 
 
-def pair_helper_bursts(g: StepGraph) -> int:
+def pair_helper_bursts(g: StepGraph, first: bool = True) -> int:
     """A helper thread (a host lane with no step markers: autograd's backward thread) idles
     between bursts; in the trace each burst began right after a step thread handed it work.
     A burst the builder left unpaired (no ``thread`` edge) gets one from the step thread's
     node that ended last before it (lag as measured), and the idle before it costs nothing:
     when a lever moves the step thread, the burst moves with it instead of waiting out the
-    measured idle. In place; returns how many bursts were paired."""
+    measured idle. ``first``: the lane's first burst too (what woke it may lie before the
+    graph). In place; returns how many bursts were paired."""
     n = g.nodes
     kind = n["kind"].to_numpy(object)
     lane = n["lane"].to_numpy()
@@ -298,6 +299,7 @@ def pair_helper_bursts(g: StepGraph) -> int:
     helpers = np.setdiff1d(host_lanes, stepped)
     if not len(helpers) or not len(stepped):
         return 0
+    pair_first = first
     ts = n["ts_ns"].to_numpy(np.int64)
     end = ts + n["dur_ns"].to_numpy(np.int64)
     cost = n["cost_ns"].to_numpy(np.int64).copy()
@@ -315,7 +317,7 @@ def pair_helper_bursts(g: StepGraph) -> int:
         if not len(seq_idx):
             continue
         first = int(seq_idx[0])
-        if rel[first] != NEG and ids[first] not in has_thread:
+        if pair_first and rel[first] != NEG and ids[first] not in has_thread:
             # the lane's first burst: the builder holds it at its measured start (what woke
             # it lay outside the graph); a step thread node that ended before it woke it
             k = np.searchsorted(end[by_end], ts[first], side="right") - 1
