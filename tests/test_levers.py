@@ -463,3 +463,18 @@ def test_all_to_all_imbalance_gets_routing_advice_naming_the_hot_rank():
     item = [x for x in L.offered({}, {}, {}, {**ctx, "ep_a2a_ns": 9_000}, 1, ())
             if x["id"] == "ep_balance"][0]
     assert item["saves_ns"] == int(9_000 * (1 - 1 / 1.8))      # the hot rank at the mean bytes
+
+
+def test_remove_syncs_names_the_blocking_calls_the_trace_shows():
+    # TraceLens' xdit Flux trace: 5 blocking .to() copies of the prompt's tokens, 2
+    # synchronize(), 1 .cpu() a step -- the generic ".item()" advice alone sent the reader
+    # to look for calls the program does not make
+    by_kind = {"synchronize": {"explicit": True, "per_step": 2.0},
+               "blocking_copy": {"explicit": False, "per_step": 5.0},
+               "cpu": {"explicit": True, "per_step": 1.0}}
+    text = L.BY_ID["remove_syncs"].words({"blocking": {"by_kind": by_kind}})
+    assert "(a step here: 5 blocking copies, 2 synchronize(), 1 .cpu())" in text
+    assert "non_blocking=True with pinned host memory" in text
+    only = L.BY_ID["remove_syncs"].words({"blocking": {"by_kind": {"item": {"per_step": 0.5}}}})
+    assert "0.5 .item()" in only and "non_blocking" not in only
+    assert L.BY_ID["remove_syncs"].words({}) == L.REMOVE_SYNCS

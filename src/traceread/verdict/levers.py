@@ -515,6 +515,35 @@ def dynamic_shapes(c: Ctx) -> bool:
     return n is None or n > 0 or "condition" in kinds
 
 
+REMOVE_SYNCS = ("remove per-step host syncs: .item(), .cpu(), .tolist(), print(tensor), "
+                "torch.cuda.synchronize() -- log every N steps, or accumulate metrics on the GPU")
+# the blocking kinds (passes/blocking.py) a reader looks for in the code, in words
+SYNC_KIND_WORDS = {"item": ".item()", "tolist": ".tolist()", "cpu": ".cpu()",
+                   "numpy": ".numpy()", "synchronize": "synchronize()",
+                   "blocking_copy": "blocking copies", "pageable_copy": "pageable copies"}
+
+
+def _syncs_text(c: Ctx) -> str:
+    """REMOVE_SYNCS, with the blocking calls the trace shows a step; a blocking copy (a
+    ``.to(device)`` whose call waited for the queue) is made asynchronous, not removed."""
+    kinds = (c.get("blocking") or {}).get("by_kind") if isinstance(c.get("blocking"), dict) \
+        else None
+    if not kinds:
+        return REMOVE_SYNCS
+    seen = [f"{_count(v.get('per_step'))} {SYNC_KIND_WORDS.get(k, k.replace('_', ' '))}"
+            for k, v in sorted(kinds.items(), key=lambda kv: -(kv[1].get("per_step") or 0))]
+    out = f"{REMOVE_SYNCS} (a step here: {', '.join(seen)})"
+    if "blocking_copy" in kinds or "pageable_copy" in kinds:
+        out += ("; a blocking copy (.to() / .copy_()): non_blocking=True with pinned host "
+                "memory, so its call does not wait for the queue")
+    return out
+
+
+def _count(x) -> str:
+    x = float(x or 0)
+    return f"{x:.0f}" if x == int(x) else f"{x:.1f}"
+
+
 def explicit_syncs(c: Ctx) -> bool:
     """Syncs the user wrote (.item(), .cpu(), synchronize, a blocking copy) run
     (``blocking.by_kind``); only data-dependent ops: no. Unknown: yes."""
@@ -1082,9 +1111,8 @@ LEVERS: tuple[Lever, ...] = (
           "parameter each step): compute the norms/checks on the GPU in one op "
           "(torch._foreach_norm, torch.stack) and read one value -- CUDA graphs cannot capture "
           "a sync", "code", when=_all(PT, per_param_syncs), first=True),
-    Lever("remove_syncs", "sync", "remove per-step host syncs: .item(), .cpu(), .tolist(), "
-          "print(tensor), torch.cuda.synchronize() -- log every N steps, or accumulate metrics "
-          "on the GPU", "code", when=_all(PT, explicit_syncs)),
+    Lever("remove_syncs", "sync", _syncs_text, "code", when=_all(PT, explicit_syncs),
+          doc=LeverDoc(what=REMOVE_SYNCS)),
     Lever("no_dynamic_shapes", "sync", "avoid data-dependent shapes that force a sync "
           "(torch.nonzero, boolean masks, tensor-valued Python conditions)", "code",
           when=_all(PT, dynamic_shapes)),
