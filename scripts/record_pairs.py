@@ -8,7 +8,11 @@ Each pair differs in ONE change, the change a lever asks for:
 * ``fused_opt``: Adam(foreach=False) over 48 small parameters -> Adam(fused=True);
 * ``batch``:    the same MLP training step at batch 8 -> batch 64 (compared per sample);
 * ``item``:     loss.item() every step -> none (on CPU there is no device queue to drain:
-  the pair shows that a sync lever promises nothing here, and nothing is realised).
+  the pair shows that a sync lever promises nothing here, and nothing is realised);
+* ``persist``:  DataLoader(num_workers=2, persistent_workers=False) over short epochs (4
+  batches) -> persistent_workers=True: without it every epoch's first ``iter(loader)`` forks
+  two fresh workers (and the last batch joins the old ones); recorded with_stack (the fork is
+  Python code outside any op) over 8 steps, two epoch starts among them.
 
 Each side is profiled (CPU activities, ProfilerStep#N marks, 4 active steps) and then timed
 UNPROFILED: ``ROUNDS`` rounds, before and after interleaved so the shared machine's load hits
@@ -98,6 +102,13 @@ def _train_step(model, opt, batch_size, width=128, item=False):
     return run
 
 
+def epochs(loader):
+    """Batches over endless epochs: each pass calls iter(loader) anew, as a training loop's
+    ``for epoch ...: for batch in loader`` does."""
+    while True:
+        yield from loader
+
+
 def side(pair: str, variant: str) -> Loop:
     if pair == "workers":
         model = mlp(depth=6)
@@ -129,10 +140,20 @@ def side(pair: str, variant: str) -> Loop:
         model = mlp(depth=6)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         return Loop(_train_step(model, opt, 16, item=variant == "before"))
+    if pair == "persist":
+        model = mlp(depth=6)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = DataLoader(SlowSet(n=EPOCH_BATCHES * 16), batch_size=16, shuffle=False,
+                            num_workers=2, persistent_workers=variant == "after")
+        return Loop(_train_step(model, opt, 16), epochs(loader))
     raise SystemExit(f"unknown pair {pair}")
 
 
-PAIRS = ("workers", "compile", "fused_opt", "batch", "item")
+PAIRS = ("workers", "compile", "fused_opt", "batch", "item", "persist")
+EPOCH_BATCHES = 4   # persist: an epoch of 4 batches; STEPS (20) covers whole epochs
+# how each pair is profiled: (warm-up steps, active steps, with_stack); persist starts its
+# window 2 steps into an epoch so both epoch starts fall inside it (steps 2 and 6)
+PROFILE = {"persist": (7, 8, True)}
 WHAT = {
     "workers": ("DataLoader num_workers=0, 16 x 0.5 ms samples per batch",
                 "DataLoader num_workers=2 (persistent), same samples"),
@@ -141,9 +162,12 @@ WHAT = {
     "fused_opt": ("Adam(foreach=False), 48 parameters", "Adam(fused=True), same parameters"),
     "batch": ("MLP training step, batch 8", "the same step at batch 64"),
     "item": ("MLP training step with loss.item() every step", "the same step, no .item()"),
+    "persist": ("DataLoader num_workers=2, persistent_workers=False, epochs of 4 batches of "
+                "16 x 0.5 ms samples", "the same with persistent_workers=True"),
 }
 LEVER = {"workers": "num_workers", "compile": "compile_pointwise", "fused_opt":
-         "fused_optimizer", "batch": "larger_batch", "item": "remove_syncs"}
+         "fused_optimizer", "batch": "larger_batch", "item": "remove_syncs",
+         "persist": "persistent_workers"}
 
 
 def _gz(src: str, dst: str) -> None:
@@ -152,11 +176,11 @@ def _gz(src: str, dst: str) -> None:
     os.remove(src)
 
 
-def record(loop: Loop, out: str) -> None:
+def record(loop: Loop, out: str, active: int = 4, stack: bool = False) -> None:
     raw = out + ".tmp.json"
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 schedule=schedule(wait=1, warmup=2, active=4)) as prof:
-        for _ in range(7):
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=stack,
+                 schedule=schedule(wait=1, warmup=2, active=active)) as prof:
+        for _ in range(3 + active):
             loop.step()
             prof.step()
     prof.export_chrome_trace(raw)
@@ -173,10 +197,11 @@ def timed(loop: Loop) -> float:
 
 def record_pair(folder: str, pair: str) -> dict:
     loops = {v: side(pair, v) for v in ("before", "after")}
+    warm, active, stack = PROFILE.get(pair, (WARM, 4, False))
     for v, loop in loops.items():
-        for _ in range(WARM):
+        for _ in range(warm):
             loop.step()
-        record(loop, os.path.join(folder, f"{pair}.{v}.json.gz"))
+        record(loop, os.path.join(folder, f"{pair}.{v}.json.gz"), active, stack)
     rounds = {"before": [], "after": []}
     for _ in range(ROUNDS):
         for v, loop in loops.items():
@@ -188,6 +213,10 @@ def record_pair(folder: str, pair: str) -> dict:
         out["batch"] = {"before": 8, "after": 64}
     if pair == "workers":
         out["num_workers"] = {"before": 0, "after": 2}
+    if pair == "persist":
+        out["num_workers"] = {"before": 2, "after": 2}
+        out["persistent_workers"] = {"before": False, "after": True}
+        out["epoch_batches"] = EPOCH_BATCHES
     return out
 
 
