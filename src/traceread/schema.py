@@ -726,6 +726,9 @@ class Anatomy(_S):
     recompute: Optional[AnatomyRecompute]
     odd_steps: list[AnatomyOddSteps]
     inference: Optional[AnatomyInference]
+    # an evaluation, log call or save that EVERY training step holds (no step lacks it to
+    # compare with): shaped as odd_steps, period 1, its own host time its cost
+    every_step: list[AnatomyOddSteps] = []
 
 
 class HostOp(_S):

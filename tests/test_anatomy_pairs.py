@@ -1,0 +1,91 @@
+"""The step anatomy on the real CPU before/after pairs (tests/fixtures/pairs, recorded by
+scripts/record_pairs.py with their unprofiled truth): what every step holds, what the
+DataLoader's own calls are not, and the change each pair shows priced for the steps it
+leaves."""
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import traceread
+from traceread.passes.anatomy import step_anatomy
+from traceread.verdict.anatomy import anatomy_changes
+
+HERE = Path(__file__).parent / "fixtures" / "pairs"
+TRUTH = json.loads((HERE / "truth.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def anatomy(name: str) -> dict:
+    return step_anatomy(traceread.load(str(HERE / f"{name}.json.gz")).events)
+
+
+def ctx(name: str) -> dict:
+    an = anatomy(name)
+    return {"anatomy": an, "steps": an["steps_seen"]}
+
+
+def frame_ns(name: str, frame: str) -> list[int]:
+    """The durations (ns) of a Python frame in the raw trace, in order."""
+    ev = json.load(gzip.open(HERE / f"{name}.json.gz"))["traceEvents"]
+    return [int(round(e["dur"] * 1000)) for e in sorted(ev, key=lambda e: e.get("ts", 0))
+            if e.get("ph") == "X" and e.get("name", "").endswith(frame)]
+
+
+def test_a_validation_in_every_step_is_seen_and_costs_its_own_function():
+    # pairs/valid BEFORE validates after every step: no step lacks it, so the odd steps saw
+    # nothing and no lever was offered; every step's cost is its validate() frame (the
+    # passes, their losses and .item()s, the eval()/train() toggles), not the passes alone
+    an = anatomy("valid.before")
+    assert an["odd_steps"] == []
+    (g,) = an["every_step"]
+    assert g["period"] == 1 and len(g["steps"]) == an["steps_seen"]
+    (h,) = g["holds"]
+    assert h["what"] == "forward_only_passes" and h["count"] == 2 and h["no_grad"] is True
+    frames = frame_ns("valid.before", ": validate")
+    assert len(frames) == an["steps_seen"]
+    assert g["per_step_ns"] == pytest.approx(statistics.fmean(frames), rel=0.01)
+
+
+def test_every_step_to_every_4th_promises_three_quarters_of_the_validation():
+    # the change made keeps one validation in 4: the promise is 3/4 of BEFORE's cost, not
+    # the whole of it (validating never)
+    (ch,) = anatomy_changes(ctx("valid.before"), ctx("valid.after"))
+    assert ch["lever"] == "validate_less" and ch["sync_drop"]
+    assert ch["evidence"] == "forward-only passes in every step -> every 4 steps"
+    per = anatomy("valid.before")["every_step"][0]["per_step_ns"]
+    assert ch["promised_per_step_ns"] == pytest.approx(per * 3 / 4, abs=2)
+    assert TRUTH["valid"]["every"] == {"before": 1, "after": 4}
+
+
+def test_an_odd_validation_step_costs_its_function_too():
+    # pairs/valid AFTER: the odd steps' forward-only passes hold their validate() frame
+    g = anatomy("valid.after")["odd_steps"][0]
+    h = next(x for x in g["holds"] if x["what"] == "forward_only_passes")
+    frames = frame_ns("valid.after", ": validate")
+    assert g["period"] == 4 and len(frames) == 2
+    assert h["host_ns"] == pytest.approx(statistics.fmean(frames), rel=0.01)
+
+
+def test_logging_in_every_step_is_seen_and_its_change_named():
+    # pairs/log: metrics logged every step -> every 4th (was: no change found)
+    (g,) = anatomy("log.before")["every_step"]
+    assert [h["what"] for h in g["holds"]] == ["logging"] and g["per_step_ns"] > 0
+    (ch,) = anatomy_changes(ctx("log.before"), ctx("log.after"))
+    assert ch["lever"] == "log_less" and ch["evidence"] == "logging in every step -> every 4 steps"
+    assert ch["promised_per_step_ns"] == pytest.approx(g["per_step_ns"] * 3 / 4, abs=2)
+
+
+def test_the_dataloaders_own_item_at_an_epoch_start_is_not_a_host_sync():
+    # pairs/persist BEFORE: each epoch's iter(loader) draws its seed with an .item() inside
+    # DataLoader.__iter__ (which also forks the workers): the odd epoch-start steps held
+    # "1 host syncs" and the diff called the change log_less; their excess is the data phase
+    (g,) = anatomy("persist.before")["odd_steps"]
+    assert g["period"] == TRUTH["persist"]["epoch_batches"]
+    assert g["holds"] == [] and g["grew_phase"] == "data"
+    assert anatomy_changes(ctx("persist.before"), ctx("persist.after")) == []
