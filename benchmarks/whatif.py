@@ -553,7 +553,9 @@ def validation_tables(r: dict) -> str:
             (" ✓" if x["first_fixes"] else " ✗") + _fix_note(x)
         if not nothing:
             firsts.append(x["first_fixes"])
-        base = " (unprofiled base)" if x.get("unprofiled_base") else ""
+        # the anatomy's promise is its saving model's bound on the profiled steps
+        base = " (unprofiled base)" if x.get("unprofiled_base") else \
+            " (anatomy bound, profiled)" if x.get("basis") == "anatomy" else ""
         out.append(f"| {x['pair']} | {x['format']} | {x['levers']} | "
                    f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | {aft_u} | "
                    f"{x['first']}{mark} |")
