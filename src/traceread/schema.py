@@ -662,6 +662,9 @@ class AnatomyMicroBatches(_S):
     flop_host_ns_each: int       # of it, host time inside matmul/conv/attention ops
     syncs_per_micro_batch: float
     sync_ns_per_step: int
+    # one micro-batch's loop iteration: a backward pass's end to the next's with no optimizer
+    # step between (its forward, loss, backward and .item()); null: not two in a row
+    period_ns_each: Optional[int] = None
 
 
 class AnatomyRecompute(_S):

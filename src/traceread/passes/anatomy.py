@@ -375,6 +375,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
             "host_ns": host_ns,
             "gpu_ns": gpu_ns, "backward_passes": len(passes), "pass_spans": passes,
             "forward_calls": fw, "optimizer_steps": int(((_cls(h, "optimizer_step"))).sum()),
+            "pass_periods": _pass_periods(h, passes),
             "forward_only": fo,
             "no_grad": bool((_cls(h, "no_grad")).any()),
             "syncs": int(syncs.sum()), "sync_rows": h["rows"][syncs][:3].tolist(),
@@ -455,6 +456,19 @@ def _backward_passes(h, main, bw) -> list[list[int]]:
     first = np.flatnonzero(np.concatenate([[True], new]))
     last = np.append(first[1:] - 1, len(s) - 1)
     return [[int(s[a]), int(e[b])] for a, b in zip(first.tolist(), last.tolist())]
+
+
+def _pass_periods(h, passes: list) -> list[int]:
+    """The time from one backward pass's end to the next's, where no optimizer step runs
+    between them: one accumulation micro-batch's whole loop iteration (its forward, its loss
+    and scaling, its backward, the .item() after it), not its forward + backward alone."""
+    if len(passes) < 2:
+        return []
+    ends = np.array([p[1] for p in passes], np.int64)
+    opt = np.sort(h["ts"][_cls(h, "optimizer_step")])
+    k = np.searchsorted(opt, ends)
+    same = k[1:] == k[:-1]   # no optimizer step started between the two ends
+    return [int(x) for x in np.diff(ends)[same]]
 
 
 def _checkpoint_cost(h, bw, rc, a: int, b: int) -> int:
@@ -622,8 +636,12 @@ def _micro_batches(host: dict, steps: pd.DataFrame, tab: pd.DataFrame) -> dict |
            for r in ordinary["gpu_ns"]]
     per_step = max(1, int(ordinary["backward_passes"].median()))
     syncs = float(ordinary["syncs"].median())
+    periods = [x for ps in ordinary["pass_periods"] for x in ps]
     return {"per_optimizer_step": m, "basis": basis,
             "host_ns_each": int(fb.mean() / per_step),
+            # one micro-batch's loop iteration (backward end to backward end) where the steps
+            # show two in a row: what a micro-batch costs beyond its forward + backward
+            "period_ns_each": int(np.mean(periods)) if m >= 2 and periods else None,
             "gpu_ns_each": None if gfb[0] is None else int(np.mean(gfb) / per_step),
             "flop_host_ns_each": int(ordinary["flop_ns_fb"].mean() / per_step),
             "syncs_per_micro_batch": syncs / per_step,
