@@ -48,7 +48,7 @@ GPU_PAIRS = [("gpu", s, "bad", "fixed") for s in
              ("data", "sync", "copy", "launch", "host", "compile", "alloc", "graphs")] + \
             [("h200", s, "bad", "fixed") for s in ("pageable", "queue")]
 CPU_NAMES = ("workers", "compile", "fused_opt", "batch", "item", "persist", "ckpt", "accum",
-             "valid", "log", "zero")
+             "valid", "log", "zero", "save")
 CPU_PAIRS = [("pairs", s, "before", "after") for s in CPU_NAMES]
 TRACES = [FIX / "gpu" / "compile.bad.json.gz", FIX / "h200" / "xformer.bad.json.gz",
           FIX / "h200" / "queue.bad.json.gz"]

@@ -25,7 +25,9 @@ models are scripts/record_anatomy.py's):
 * ``log``:      every step logs its metrics (the gradient norm, the batch accuracy, the loss:
   three .item()s, a formatted log record) -> every 4th step;
 * ``zero``:     optimizer.zero_grad(set_to_none=False) (every gradient zeroed in place, then
-  accumulated into by backward) -> set_to_none=True (the default).
+  accumulated into by backward) -> set_to_none=True (the default);
+* ``save``:     torch.save of model + optimizer state (a 2M-float buffer beside the MLP) to a
+  file after every step -> after every 4th.
 
 Each side is profiled (CPU activities, ProfilerStep#N marks, 4 active steps) and then timed
 UNPROFILED: ``ROUNDS`` rounds, before and after interleaved so the shared machine's load hits
@@ -37,12 +39,14 @@ The truth (truth.json) keeps every round; its ``step_ns`` is the median of the r
 """
 from __future__ import annotations
 
+import atexit
 import gzip
 import json
 import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
@@ -198,6 +202,21 @@ def anatomy_side(pair: str, variant: str) -> Loop:
                          acc.item(), norm.item())
             opt.step()
         return Loop(Counted(logged))
+    if pair == "save":
+        model = MLP()
+        model.register_buffer("table", torch.randn(2_000_000))
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+        tmp = tempfile.mkdtemp()
+        atexit.register(shutil.rmtree, tmp, True)
+        path = os.path.join(tmp, "ckpt.pt")
+        every = 1 if before else EVERY
+
+        def saved(i):
+            _anatomy_train(model, opt, x, y)
+            if i % every == every - 1:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, path)
+        return Loop(Counted(saved))
     if pair == "zero":
         model = MLP(depth=6)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -263,7 +282,7 @@ def side(pair: str, variant: str) -> Loop:
     raise SystemExit(f"unknown pair {pair}")
 
 
-ANATOMY = ("ckpt", "accum", "valid", "log", "zero")
+ANATOMY = ("ckpt", "accum", "valid", "log", "zero", "save")
 # the pairs recorded while 3 other agents shared the 2 cores: their rounds swung 2x, so
 # more of them (truth.json keeps every round; the median is the step)
 ROUNDS_OF = dict.fromkeys(ANATOMY, 15)
@@ -273,7 +292,8 @@ EPOCH_BATCHES = 4   # persist: an epoch of 4 batches; STEPS (20) covers whole ep
 # how each pair is profiled: (warm-up steps, active steps, with_stack); persist starts its
 # window 2 steps into an epoch so both epoch starts fall inside it (steps 2 and 6)
 PROFILE = {"persist": (7, 8, True), "ckpt": (WARM, 3, True), "accum": (WARM, 4, True),
-           "valid": (WARM, 8, True), "log": (WARM, 8, True), "zero": (WARM, 4, True)}
+           "valid": (WARM, 8, True), "log": (WARM, 8, True), "zero": (WARM, 4, True),
+           "save": (WARM, 8, True)}
 WHAT = {
     "workers": ("DataLoader num_workers=0, 16 x 0.5 ms samples per batch",
                 "DataLoader num_workers=2 (persistent), same samples"),
@@ -294,12 +314,14 @@ WHAT = {
             "the same logging every 4th step"),
     "zero": ("MLP training (8 Linear layers), AdamW, zero_grad(set_to_none=False)",
              "zero_grad(set_to_none=True)"),
+    "save": ("MLP training, torch.save of model + optimizer state (with a 2M-float buffer) "
+             "after every step", "the same save after every 4th step"),
 }
 LEVER = {"workers": "num_workers", "compile": "compile_pointwise", "fused_opt":
          "fused_optimizer", "batch": "larger_batch", "item": "remove_syncs",
          "persist": "persistent_workers", "ckpt": "checkpoint_fewer",
          "accum": "fewer_micro_batches", "valid": "validate_less", "log": "log_less",
-         "zero": None}
+         "zero": None, "save": "save_async"}
 
 
 def _gz(src: str, dst: str) -> None:
@@ -349,7 +371,7 @@ def record_pair(folder: str, pair: str) -> dict:
         out["num_workers"] = {"before": 2, "after": 2}
         out["persistent_workers"] = {"before": False, "after": True}
         out["epoch_batches"] = EPOCH_BATCHES
-    if pair in ("valid", "log"):
+    if pair in ("valid", "log", "save"):
         out["every"] = {"before": 1, "after": EVERY}
     if pair == "accum":
         out["micro_batches"] = {"before": 4, "after": 1}
