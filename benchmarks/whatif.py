@@ -458,8 +458,13 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
 
 def _anatomy_row(row, anat, before, after, folder, name, b, a, plain) -> dict:
     """A pair whose only changes are the step anatomy's (verdict/anatomy.py): the promise is
-    BEFORE's own saving model for each (a bound read from its facts, per profiled step), in
-    points of BEFORE's profiled step; realised on the unprofiled truth where recorded."""
+    BEFORE's own saving model for each (a bound read from its facts), priced on the anatomy
+    without the profiler (passes/anatomy.without_profiler: each figure less the profiler's
+    cost of the ops and frames inside it, as the replay rows are priced), in points of
+    BEFORE's step without it; realised on the unprofiled truth where recorded."""
+    from traceread.passes.anatomy import without_profiler
+    from traceread.verdict.anatomy import anatomy_changes
+
     got = [x["promised_per_step_ns"] for x in anat if x["promised_per_step_ns"] is not None]
     ids = [x["lever"] for x in anat]
     row.update(levers=", ".join(ids), levers_ids=ids, params={}, basis="anatomy")
@@ -467,8 +472,15 @@ def _anatomy_row(row, anat, before, after, folder, name, b, a, plain) -> dict:
     if not got or not mb:
         row["note"] = "; ".join(f"{x['lever']}: no saving model" for x in anat)
         return row
-    row["promise_pts"] = round(100.0 * sum(got) / mb, 1)
-    row["unprofiled_base"] = False
+
+    def unprofiled(x):
+        c = dict(x.context or {})
+        c["anatomy"] = without_profiler(c["anatomy"])
+        return c
+    cb = unprofiled(before)
+    got_u = [x["promised_per_step_ns"] or 0 for x in anatomy_changes(cb, unprofiled(after))]
+    row["promise_pts"] = round(100.0 * sum(got_u) / cb["anatomy"]["mean_step_ns"], 1)
+    row["unprofiled_base"] = True
     tb, ta = (_unprofiled(folder, name, v, (lambda v=v: plain(v)) if plain else None)
               for v in (b, a))
     if tb and ta:
@@ -553,9 +565,9 @@ def validation_tables(r: dict) -> str:
             (" ✓" if x["first_fixes"] else " ✗") + _fix_note(x)
         if not nothing:
             firsts.append(x["first_fixes"])
-        # the anatomy's promise is its saving model's bound on the profiled steps
-        base = " (unprofiled base)" if x.get("unprofiled_base") else \
-            " (anatomy bound, profiled)" if x.get("basis") == "anatomy" else ""
+        # the anatomy's promise is its saving model's bound
+        base = " (anatomy bound, unprofiled base)" if x.get("basis") == "anatomy" else \
+            " (unprofiled base)" if x.get("unprofiled_base") else ""
         out.append(f"| {x['pair']} | {x['format']} | {x['levers']} | "
                    f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | {aft_u} | "
                    f"{x['first']}{mark} |")

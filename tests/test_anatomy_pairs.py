@@ -121,3 +121,24 @@ def test_a_save_in_every_step_is_seen_and_its_change_priced_for_the_saves_left()
     (ch,) = anatomy_changes(ctx("save.before"), ctx("save.after"))
     assert ch["lever"] == "save_async" and ch["evidence"] == "a save in every step -> every 4 steps"
     assert ch["promised_per_step_ns"] == pytest.approx(g["per_step_ns"] * 3 / 4, abs=2)
+
+
+def test_without_the_profiler_each_figure_loses_the_cost_of_its_ops_and_frames():
+    # pairs/valid BEFORE: the validation's cost per step less the profiler's cost of the ops
+    # (1 us, +0.46 with shapes) and frames (0.35 us) recorded inside each validate() frame
+    # (passes/overhead.py's costs) -- the figure the unprofiled truth is compared with
+    from traceread.passes import overhead as O
+    from traceread.passes.anatomy import without_profiler
+
+    ev = events("valid.before")
+    an = anatomy("valid.before")
+    c = O.costs(ev)
+    frames = ev[ev["name"].astype(str).str.endswith(": validate") & (ev["kind"] == "python")]
+    prof = [int(c.loc[(c["tid"] == f.tid) & (c["ts"] >= f.ts) & (c["ts"] < f.ts + f.dur),
+                      "ns"].sum()) for f in frames.itertuples()]
+    g = an["every_step"][0]
+    assert g["profiler_ns"] == pytest.approx(statistics.fmean(prof), rel=0.01)
+    u = without_profiler(an)
+    assert u["every_step"][0]["per_step_ns"] == g["per_step_ns"] - g["profiler_ns"]
+    assert u["mean_step_ns"] == an["mean_step_ns"] - an["mean_profiler_step_ns"]
+    assert an["every_step"][0]["per_step_ns"] == g["per_step_ns"]   # the input is kept

@@ -333,9 +333,14 @@ def test_a_pair_whose_only_change_is_the_anatomys_gets_its_promise():
     row = B._pair_row(before, after, "pairs", "valid", "before", "after", "kineto", W, changed,
                       signature, diff_analyses)
     assert row["levers"] == "validate_less" and row["basis"] == "anatomy"
-    (ch,) = anatomy_changes(before.context, after.context)
+    # priced without the profiler, as the replay rows are
+    from traceread.passes.anatomy import without_profiler
+    cb, ca = ({**x.context, "anatomy": without_profiler(x.context["anatomy"])}
+              for x in (before, after))
+    (ch,) = anatomy_changes(cb, ca)
     assert row["promise_pts"] == round(100.0 * ch["promised_per_step_ns"] /
-                                       B._measured_step(before), 1)
+                                       cb["anatomy"]["mean_step_ns"], 1)
+    assert row["unprofiled_base"] is True
     t = json.loads((p / "truth.json").read_text())["valid"]["step_ns"]
     assert row["realised_pts"] == round(100.0 * (t["before"] - t["after"]) / t["before"], 1)
     assert row["truth"] == "unprofiled"
