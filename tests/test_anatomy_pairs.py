@@ -142,3 +142,18 @@ def test_without_the_profiler_each_figure_loses_the_cost_of_its_ops_and_frames()
     assert u["every_step"][0]["per_step_ns"] == g["per_step_ns"] - g["profiler_ns"]
     assert u["mean_step_ns"] == an["mean_step_ns"] - an["mean_profiler_step_ns"]
     assert an["every_step"][0]["per_step_ns"] == g["per_step_ns"]   # the input is kept
+
+
+def test_a_cost_every_step_pays_is_reported_only_where_it_matters():
+    # a print() of 20 us in each 10 ms step is under the verdict's 1%: no group, no lever
+    import pandas as pd
+
+    from traceread.passes.anatomy import _every_step
+
+    def tab(log_ns):
+        return pd.DataFrame({"step": [1, 2, 3], "dur": [10_000_000] * 3, "backward_passes": 1,
+                             "forward_only": 0, "log": 1, "log_ns": log_ns, "save_ns": 0,
+                             "prof": [{"log": 0}] * 3})
+    assert _every_step(tab(20_000)) == []
+    (g,) = _every_step(tab(500_000))
+    assert g["per_step_ns"] == 500_000 and g["period"] == 1

@@ -835,6 +835,9 @@ def _odd_steps(tab: pd.DataFrame) -> list[dict]:
 # what a training step may hold besides its own pass, in every step: no step lacks it to
 # measure its excess against, so its own host time is its cost
 EVERY_STEP = ("forward_only", "log", "save")
+# its cost is measured, not a noisy difference: it need only matter -- at least this share of
+# the median step (the verdict's 1%: a print() of 20 us in a 100 ms step is no lever)
+EVERY_MIN_SHARE = 0.01
 
 
 def _group_prof(holds: list, per: float) -> int | None:
@@ -861,7 +864,7 @@ def _every_step(tab: pd.DataFrame) -> list[dict]:
             continue
         h = _holds(tab, what, True if what == "save" else int(tab[what].min()), False)
         ns = h["host_ns"]
-        if not ns:
+        if not ns or ns < EVERY_MIN_SHARE * float(tab["dur"].median()):
             continue
         out.append({"steps": [int(x) for x in tab["step"]], "period": 1, "excess_ns": ns,
                     "held_ns": ns, "cost_ns": ns, "per_step_ns": ns,
