@@ -47,8 +47,9 @@ FIX = h.REPO / "tests" / "fixtures"
 GPU_PAIRS = [("gpu", s, "bad", "fixed") for s in
              ("data", "sync", "copy", "launch", "host", "compile", "alloc", "graphs")] + \
             [("h200", s, "bad", "fixed") for s in ("pageable", "queue")]
-CPU_PAIRS = [("pairs", s, "before", "after") for s in
-             ("workers", "compile", "fused_opt", "batch", "item")]
+CPU_NAMES = ("workers", "compile", "fused_opt", "batch", "item", "persist", "ckpt", "accum",
+             "valid", "log", "zero", "save")
+CPU_PAIRS = [("pairs", s, "before", "after") for s in CPU_NAMES]
 TRACES = [FIX / "gpu" / "compile.bad.json.gz", FIX / "h200" / "xformer.bad.json.gz",
           FIX / "h200" / "queue.bad.json.gz"]
 
@@ -238,8 +239,7 @@ VAL_PAIRS = [("gpu", s_, "bad", "fixed", "kineto") for s_ in NSYS] + \
     [("gpu", s_, "bad", "fixed", "nsys") for s_ in NSYS] + \
     [("h200", s_, "bad", "fixed", "kineto") for s_ in ("pageable", "queue", "cold")] + \
     [("h200", s_, "bad", "fixed", "nsys") for s_ in ("pageable", "queue", "cold")] + \
-    [("pairs", s_, "before", "after", "kineto") for s_ in
-     ("workers", "compile", "fused_opt", "batch", "item")] + \
+    [("pairs", s_, "before", "after", "kineto") for s_ in CPU_NAMES] + \
     [("cpu", "batch", "batch16", "batch256", "kineto")]
 
 
@@ -395,9 +395,18 @@ def _promise(before, ids, params, W):
 
 def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, diff_analyses,
               plain=None):
+    from traceread.verdict.anatomy import anatomy_changes
+
     d = diff_analyses(before, after)
     row = {"pair": f"{folder}/{name}", "folder": folder, "format": fmt}
     ch = changed(signature(before), signature(after), d.batch)
+    # the step anatomy's changes, as diffs/proof.py reads them: the syncs a removed pass
+    # took with it are not a drop_syncs of their own
+    anat = anatomy_changes(before.context or {}, after.context or {})
+    if any(x["sync_drop"] for x in anat):
+        ch = [x for x in ch if x[0] != "drop_syncs"]
+    if not ch and anat:
+        return _anatomy_row(row, anat, before, after, folder, name, b, a, plain)
     if not ch:
         row["note"] = "no change found in the traces"
         return row
@@ -442,16 +451,66 @@ def _pair_row(before, after, folder, name, b, a, fmt, W, changed, signature, dif
         pred = mb * prof["after_ns"] / prof["before_ns"]
         row.update(after_pred_ms=round(pred / 1e6, 3), after_ms=round(ma / 1e6, 3),
                    after_err_pct=round(100.0 * (pred - ma) / ma, 1))
-    acts = (before.verdict or {}).get("actions") or []
-    from traceread.verdict.whatif import MODEL_OF
-    row["first"] = acts[0]["id"] if acts else None
     # pinning every pageable copy includes pinning the reads (pin_read's model, pin_reads)
-    covers = set(ids) | ({"pin_reads"} if "pin_copies" in ids else set())
-    row["first_fixes"] = bool(acts) and MODEL_OF.get(acts[0]["id"]) in covers
-    # where the change's own lever ranks when it is not first (for the ranking's work)
-    fix = [i for i, x in enumerate(acts) if MODEL_OF.get(x["id"]) in covers]
-    row["fix_rank"], row["fix"] = (fix[0] + 1, acts[fix[0]]["id"]) if fix else (None, None)
+    _first_lever(row, before, set(ids) | ({"pin_reads"} if "pin_copies" in ids else set()))
     return row
+
+
+def _anatomy_row(row, anat, before, after, folder, name, b, a, plain) -> dict:
+    """A pair whose only changes are the step anatomy's (verdict/anatomy.py): the promise is
+    BEFORE's own saving model for each (a bound read from its facts), priced on the anatomy
+    without the profiler (passes/anatomy.without_profiler: each figure less the profiler's
+    cost of the ops and frames inside it, as the replay rows are priced), in points of
+    BEFORE's step without it; realised on the unprofiled truth where recorded."""
+    from traceread.passes.anatomy import without_profiler
+    from traceread.verdict.anatomy import anatomy_changes
+
+    got = [x["promised_per_step_ns"] for x in anat if x["promised_per_step_ns"] is not None]
+    ids = [x["lever"] for x in anat]
+    row.update(levers=", ".join(ids), levers_ids=ids, params={}, basis="anatomy")
+    mb, ma = _measured_step(before), _measured_step(after)
+    if not got or not mb:
+        row["note"] = "; ".join(f"{x['lever']}: no saving model" for x in anat)
+        return row
+
+    def unprofiled(x):
+        c = dict(x.context or {})
+        c["anatomy"] = without_profiler(c["anatomy"])
+        return c
+    cb = unprofiled(before)
+    got_u = [x["promised_per_step_ns"] or 0 for x in anatomy_changes(cb, unprofiled(after))]
+    row["promise_pts"] = round(100.0 * sum(got_u) / cb["anatomy"]["mean_step_ns"], 1)
+    row["unprofiled_base"] = True
+    tb, ta = (_unprofiled(folder, name, v, (lambda v=v: plain(v)) if plain else None)
+              for v in (b, a))
+    if tb and ta:
+        row.update(realised_pts=round(100.0 * (tb - ta) / tb, 1), truth="unprofiled")
+        pred_u = tb * (1 - row["promise_pts"] / 100)
+        row.update(after_u_pred_ms=round(pred_u / 1e6, 3), after_u_ms=round(ta / 1e6, 3),
+                   after_u_err_pct=round(100.0 * (pred_u - ta) / ta, 1))
+    elif ma:
+        row.update(realised_pts=round(100.0 * (mb - ma) / mb, 1), truth="profiled")
+    if row.get("realised_pts") is not None:
+        row["error_pts"] = round(row["promise_pts"] - row["realised_pts"], 1)
+    if ma:
+        pred = mb - sum(got)
+        row.update(after_pred_ms=round(pred / 1e6, 3), after_ms=round(ma / 1e6, 3),
+                   after_err_pct=round(100.0 * (pred - ma) / ma, 1))
+    _first_lever(row, before, set(ids) | {f"{i}_cpu" for i in ids}, by_id=True)
+    return row
+
+
+def _first_lever(row, before, covers, by_id=False) -> None:
+    """BEFORE's first lever, whether it is one of the change's (``covers``: model ids, or the
+    lever ids themselves with ``by_id``) and where the change's own lever ranks."""
+    from traceread.verdict.whatif import MODEL_OF
+
+    acts = (before.verdict or {}).get("actions") or []
+    key = (lambda x: x["id"]) if by_id else (lambda x: MODEL_OF.get(x["id"]))
+    row["first"] = acts[0]["id"] if acts else None
+    row["first_fixes"] = bool(acts) and key(acts[0]) in covers
+    fix = [i for i, x in enumerate(acts) if key(x) in covers]
+    row["fix_rank"], row["fix"] = (fix[0] + 1, acts[fix[0]]["id"]) if fix else (None, None)
 
 
 def _measured_step(a) -> float | None:
@@ -506,7 +565,9 @@ def validation_tables(r: dict) -> str:
             (" ✓" if x["first_fixes"] else " ✗") + _fix_note(x)
         if not nothing:
             firsts.append(x["first_fixes"])
-        base = " (unprofiled base)" if x.get("unprofiled_base") else ""
+        # the anatomy's promise is its saving model's bound
+        base = " (anatomy bound, unprofiled base)" if x.get("basis") == "anatomy" else \
+            " (unprofiled base)" if x.get("unprofiled_base") else ""
         out.append(f"| {x['pair']} | {x['format']} | {x['levers']} | "
                    f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | {aft_u} | "
                    f"{x['first']}{mark} |")

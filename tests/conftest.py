@@ -59,6 +59,8 @@ SLOW = {
     "test_mfu_gpu_time.py::test_no_corpus_trace_reports_impossible_figures": 56.9,  # its spill-over twin
     "test_multirank_synth.py::test_no_seq_offsets_straggler[64-37]": 3.6,  # [8-5]: the same path at 8 ranks
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
+    # two real pair analyses; test_anatomy_pairs covers the anatomy change it prices
+    "test_predictions.py::test_a_pair_whose_only_change_is_the_anatomys_gets_its_promise": 6.0,
     # the two plain-run nsys captures of h200/queue analysed once for the module (5.7 s):
     # test_pageable_reads' nsys test covers the same path on the pageable pair
     "test_queue_pair.py::test_the_plain_fixed_run_is_paced_by_its_gpu_not_its_host_timing": 5.7,

@@ -313,3 +313,36 @@ def test_first_lever_not_counted_where_the_change_realised_nothing():
     out = B.validation_tables(r)
     assert "larger_batch (n/a: the change realised under 1 point)" in out
     assert "the change's lever first on 1 of 1" in out
+
+
+def test_a_pair_whose_only_change_is_the_anatomys_gets_its_promise():
+    """pairs/valid (a validation after every step -> after every 4th): the validation table
+    said "no change found in the traces"; it prices the anatomy change with BEFORE's own
+    saving model (3/4 of the every-step validation) and takes the realised saving from the
+    unprofiled truth."""
+    import traceread
+    from traceread.diffs.proof import changed, signature
+    from traceread.diffs.trace import diff_analyses
+    from traceread.passes.replay import whatif as W
+    from traceread.verdict.anatomy import anatomy_changes
+
+    B = _bench_whatif()
+    p = B.FIX / "pairs"
+    before = traceread.analyze(str(p / "valid.before.json.gz"))
+    after = traceread.analyze(str(p / "valid.after.json.gz"))
+    row = B._pair_row(before, after, "pairs", "valid", "before", "after", "kineto", W, changed,
+                      signature, diff_analyses)
+    assert row["levers"] == "validate_less" and row["basis"] == "anatomy"
+    # priced without the profiler, as the replay rows are
+    from traceread.passes.anatomy import without_profiler
+    cb, ca = ({**x.context, "anatomy": without_profiler(x.context["anatomy"])}
+              for x in (before, after))
+    (ch,) = anatomy_changes(cb, ca)
+    assert row["promise_pts"] == round(100.0 * ch["promised_per_step_ns"] /
+                                       cb["anatomy"]["mean_step_ns"], 1)
+    assert row["unprofiled_base"] is True
+    t = json.loads((p / "truth.json").read_text())["valid"]["step_ns"]
+    assert row["realised_pts"] == round(100.0 * (t["before"] - t["after"]) / t["before"], 1)
+    assert row["truth"] == "unprofiled"
+    # the change's lever is the CPU twin's on this CPU-only trace: it counts as the change's
+    assert row["fix"] == "validate_less_cpu" and row["fix_rank"] is not None

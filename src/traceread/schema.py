@@ -673,6 +673,11 @@ class AnatomyMicroBatches(_S):
     flop_host_ns_each: int       # of it, host time inside matmul/conv/attention ops
     syncs_per_micro_batch: float
     sync_ns_per_step: int
+    # one micro-batch's loop iteration: a backward pass's end to the next's with no optimizer
+    # step between (its forward, loss, backward and .item()); null: not two in a row
+    period_ns_each: Optional[int] = None
+    # the profiler's cost inside host_ns_each, period_ns_each, flop_host_ns_each
+    profiler_ns_each: Optional[dict[str, int]] = None
 
 
 class AnatomyRecompute(_S):
@@ -682,6 +687,9 @@ class AnatomyRecompute(_S):
     layers: Optional[int]
     checkpoint_ns_per_step: int  # recompute + the checkpoint hooks, less the forward itself
     share_of_backward: Optional[float]
+    # the profiler's cost (passes/overhead.py per op / frame) inside the two figures above
+    profiler_ns_per_step: Optional[int] = None
+    checkpoint_profiler_ns_per_step: Optional[int] = None
 
 
 class AnatomyHolds(_S):
@@ -689,6 +697,7 @@ class AnatomyHolds(_S):
     count: int
     host_ns: Optional[int]
     no_grad: Optional[bool] = None   # forward-only passes: grad_mode / eval() frames seen
+    profiler_ns: Optional[int] = None   # of host_ns, the profiler's cost (its ops and frames)
 
 
 class AnatomyOddSteps(_S):
@@ -700,6 +709,7 @@ class AnatomyOddSteps(_S):
     per_step_ns: int             # the cost per step of its period (or of the steps seen)
     ordinary_step_ns: int
     holds: list[AnatomyHolds]    # empty: slower with the same contents
+    profiler_ns: Optional[int] = None   # of per_step_ns, the profiler's (null: work untimed)
     # the host phase that grew most over the ordinary steps, where it holds >= half the
     # excess (data, forward, backward, optimizer, other); null: none does
     grew_phase: Optional[str] = None
@@ -737,6 +747,13 @@ class Anatomy(_S):
     recompute: Optional[AnatomyRecompute]
     odd_steps: list[AnatomyOddSteps]
     inference: Optional[AnatomyInference]
+    # an evaluation, log call or save that EVERY training step holds (no step lacks it to
+    # compare with): shaped as odd_steps, period 1, its own host time its cost
+    every_step: list[AnatomyOddSteps] = []
+    # the profiler's cost per step (its recorded ops and frames on the step's thread): the
+    # ordinary steps', every step's (passes/anatomy.without_profiler takes it out)
+    profiler_step_ns: Optional[int] = None
+    mean_profiler_step_ns: Optional[int] = None
 
 
 class HostOp(_S):

@@ -44,7 +44,10 @@ PRIORITY = ("data", "optimizer", "backward", "forward")   # a moment in two coun
 BACKWARD_RX = namerx.compile(r"^autograd::engine::evaluate_function: |^CheckpointFunctionBackward")
 OPTIMIZER_RX = namerx.compile(r"^Optimizer\.(?:step|zero_grad)#")
 OPTIMIZER_STEP_RX = namerx.compile(r"^Optimizer\.step#")
-DATA_RX = namerx.compile(r"^enumerate\(DataLoader\)#")
+# the DataLoader's batches, and (with_stack) its iterator's creation at each epoch's start:
+# the worker processes it starts, the seed it draws with an .item() (pairs/persist)
+DATA_RX = namerx.compile(r"^enumerate\(DataLoader\)#"
+                         r"|torch/utils/data/dataloader\.py\(\d+\): __iter__$")
 MODULE_RX = namerx.compile(r"^nn\.Module: ")
 # NVTX / record_function ranges a program names after its phases (nsys, torch)
 RANGE_RX = {"forward": namerx.compile(r"(?i)^(?:model[_ .])?forward(?:[_ ]pass)?$"),
@@ -103,13 +106,49 @@ def step_anatomy(ev: pd.DataFrame, found: pd.DataFrame | None = None) -> dict | 
            "root_module": root, "phase_source": "module frames" if root else "operators",
            "gpu_traced": bool(len(gpu["ts"])), "training": _training(tab, host),
            "phases": _phase_means(ordinary), "step_ns": int(ordinary["dur"].mean()),
-           "mean_step_ns": int(tab["dur"].mean()), "per_step": _per_step_rows(tab.head(PER_STEP_ROWS))}
+           "mean_step_ns": int(tab["dur"].mean()), "per_step": _per_step_rows(tab.head(PER_STEP_ROWS)),
+           "profiler_step_ns": _prof_mean(ordinary, "step"),
+           "mean_profiler_step_ns": _prof_mean(tab, "step")}
     out["passes"] = _passes(ordinary)
     out["micro_batches"] = _micro_batches(host, steps, ordinary)
     out["recompute"] = _recompute(ordinary)
     out["odd_steps"] = odd
+    out["every_step"] = _every_step(tab)
     out["inference"] = _inference(tab) if out["training"] is False else None
     out["evidence"] = _evidence(tab, ev, out)
+    return out
+
+
+def without_profiler(an: dict) -> dict:
+    """The anatomy as the program would run unprofiled: each figure a saving model reads
+    (the steps, the odd / every-step groups' cost, a micro-batch's time, its period and its
+    compute, the recomputation and the checkpoint's cost) less the profiler's cost of the
+    recorded ops and frames inside it (passes/overhead.py's per-op and per-frame costs), as
+    the replay prices its levers without the profiler. A group whose work is untimed keeps
+    its cost."""
+    import copy
+
+    out = copy.deepcopy(an)
+    less = lambda x, p: max(0, int(x) - int(p or 0))  # noqa: E731
+    out["step_ns"] = less(an["step_ns"], an.get("profiler_step_ns"))
+    out["mean_step_ns"] = less(an["mean_step_ns"], an.get("mean_profiler_step_ns"))
+    for key in ("odd_steps", "every_step"):
+        for g in out.get(key) or []:
+            g["per_step_ns"] = less(g["per_step_ns"], g.get("profiler_ns"))
+            for h in g["holds"]:
+                if h.get("host_ns") is not None:
+                    h["host_ns"] = less(h["host_ns"], h.get("profiler_ns"))
+    mb, p = out.get("micro_batches"), (out.get("micro_batches") or {}).get("profiler_ns_each")
+    if mb and p:
+        mb["host_ns_each"] = less(mb["host_ns_each"], p["host"])
+        mb["flop_host_ns_each"] = less(mb["flop_host_ns_each"], p["flop"])
+        if mb.get("period_ns_each") is not None:
+            mb["period_ns_each"] = less(mb["period_ns_each"], p["period"])
+    rc = out.get("recompute")
+    if rc:
+        rc["host_ns_per_step"] = less(rc["host_ns_per_step"], rc.get("profiler_ns_per_step"))
+        rc["checkpoint_ns_per_step"] = less(rc["checkpoint_ns_per_step"],
+                                            rc.get("checkpoint_profiler_ns_per_step"))
     return out
 
 
@@ -184,10 +223,34 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
     # row for each of kind and cls, the analysis's peak at 1 GB (~170 MB)
     return {"rows": rows, "cls": cls, "cls_i": cls_i, "ts": ts, "end": end, "tid": tid,
             "kind": kind, "name": _names(ev, rows, {"cls_i": cls_i}),
+            "prof": _profiler_cost(ev, rows, kind),
             "outer": _outermost(ts, end, tid, kind == "cpu_op"),
             "flop_ns": _flop_op_ns(ev, rows), "dims": dims,
             "has_dims": has_dims,
             "batch_op": lookup_at(ev["name"], rows, lambda n: n not in TABLE_OPS, False, bool)}
+
+
+def _profiler_cost(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """The profiler's cost of each host row (passes/overhead.py's per recorded op, more with
+    its shapes, per Python frame): what the anatomy's figures lose without the profiler."""
+    from .overhead import FRAME_NS, PER_OP_NS, SHAPES_NS, _shaped
+
+    out = np.where(kind == "python", FRAME_NS, 0).astype(np.int64)
+    op = np.flatnonzero(kind == "cpu_op")
+    if len(op):
+        shaped = _shaped(ev.iloc[rows[op], [ev.columns.get_loc("input_dims")]]) \
+            if "input_dims" in ev else np.zeros(len(op), bool)
+        out[op] = np.where(shaped, PER_OP_NS + SHAPES_NS, PER_OP_NS)
+    return out
+
+
+def _prof(h, u, on=None) -> int:
+    """The profiler's cost (``_profiler_cost``) of the rows starting inside the intervals
+    ``u`` (of the rows ``on``)."""
+    m = _inside(u, h["ts"])
+    if on is not None:
+        m &= on
+    return int(h["prof"][m].sum())
 
 
 _CLASS_CODE: dict[str, int] = {}   # a class (``_classify``) -> its small-int code
@@ -355,20 +418,25 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     passes = _backward_passes(h, main, bw)
     fw = _forward_calls(h, root, bw)
     if root:
-        fo_ns = _forward_only_ns(h, root, bw, passes, b)
+        fo_ns, fo_u = _forward_only_ns(h, root, bw, passes, b)
         fo = max(0, fw - len(passes))
     else:
-        fo_ns, fo = _forward_only_ops(h, main, sets, passes)
+        fo_ns, fo, fo_u = _forward_only_ops(h, main, sets, passes)
     rc = _recompute_rows(h, bw, root)
-    ck_cost = _checkpoint_cost(h, bw, rc["set"], a, b)
+    ck_cost, ck_prof = _checkpoint_cost(h, bw, rc["set"], a, b)
     outside_opt = ~_inside(sets["optimizer"], h["ts"])
-    syncs = (_cls(h, "sync")) & outside_opt & ~_nested_sync(h)
+    # the optimizer's and the DataLoader's own .item()s are not the step's syncs
+    syncs = (_cls(h, "sync")) & outside_opt & ~_inside(sets["data"], h["ts"]) & \
+        ~_nested_sync(h)
     save = _union(h, _cls(h, "save", "write"), a, b)
     ag = (_cls(h, "all_gather")) & h["outer"] & ~_inside(bw, h["ts"]) & outside_opt
+    fb = iv.union(*_both(fwd, bw))
+    rows_u = lambda m: iv.union(h["ts"][m], h["end"][m])  # noqa: E731
     return {"step": int(s.number), "label": str(s.label), "start": a, "dur": b - a,
             "host_ns": host_ns,
             "gpu_ns": gpu_ns, "backward_passes": len(passes), "pass_spans": passes,
             "forward_calls": fw, "optimizer_steps": int(((_cls(h, "optimizer_step"))).sum()),
+            "pass_periods": _pass_periods(h, passes),
             "forward_only": fo,
             "no_grad": bool((_cls(h, "no_grad")).any()),
             "syncs": int(syncs.sum()), "sync_rows": h["rows"][syncs][:3].tolist(),
@@ -381,7 +449,16 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
             "recompute_modules": rc["modules"], "recompute_rows": rc["rows"],
             "checkpoint_ns": ck_cost, "batch": _batch(h),
             "flop_ns_fb": int(h["flop_ns"][_inside(iv.union(*_both(fwd, bw)), h["ts"])].sum()),
-            "eval_rows": h["rows"][_cls(h, "no_grad")][:2].tolist()}
+            "eval_rows": h["rows"][_cls(h, "no_grad")][:2].tolist(),
+            # the profiler's cost (passes/overhead.py) inside each figure above the
+            # savings read: ``without_profiler`` takes it out
+            "prof": {"step": int(h["prof"][main].sum()), "forward_only": _prof(h, fo_u, main),
+                     "log": _prof(h, rows_u(_cls(h, "log")), main),
+                     "save": _prof(h, save, main), "syncs": int(h["prof"][syncs].sum()),
+                     "all_gathers": _prof(h, rows_u(ag), main), "checkpoint": ck_prof,
+                     "recompute": _prof(h, rc["set"]), "fb": _prof(h, fb),
+                     "flop_fb": int(h["prof"][(h["flop_ns"] > 0) & _inside(fb, h["ts"])].sum()),
+                     "periods": _period_prof(h, passes)}}
 
 
 def _both(x, y):
@@ -451,16 +528,41 @@ def _backward_passes(h, main, bw) -> list[list[int]]:
     return [[int(s[a]), int(e[b])] for a, b in zip(first.tolist(), last.tolist())]
 
 
-def _checkpoint_cost(h, bw, rc, a: int, b: int) -> int:
-    """Host time checkpointing adds: its frames (the pack hooks in forward, the unpack hooks
-    that recompute in backward) and the recomputation, less the forward inside them (which
-    runs without checkpointing too)."""
+def _pass_periods(h, passes: list) -> list[int]:
+    """The time from one backward pass's end to the next's, where no optimizer step runs
+    between them: one accumulation micro-batch's whole loop iteration (its forward, its loss
+    and scaling, its backward, the .item() after it), not its forward + backward alone."""
+    if len(passes) < 2:
+        return []
+    ends = np.array([p[1] for p in passes], np.int64)
+    opt = np.sort(h["ts"][_cls(h, "optimizer_step")])
+    k = np.searchsorted(opt, ends)
+    same = k[1:] == k[:-1]   # no optimizer step started between the two ends
+    return [int(x) for x in np.diff(ends)[same]]
+
+
+def _period_prof(h, passes: list) -> list[int]:
+    """The profiler's cost inside each of ``_pass_periods``' periods (same order)."""
+    if len(passes) < 2:
+        return []
+    ends = np.array([p[1] for p in passes], np.int64)
+    opt = np.sort(h["ts"][_cls(h, "optimizer_step")])
+    k = np.searchsorted(opt, ends)
+    same = np.flatnonzero(k[1:] == k[:-1])
+    return [_prof(h, iv.union([ends[i]], [ends[i + 1]])) for i in same.tolist()]
+
+
+def _checkpoint_cost(h, bw, rc, a: int, b: int) -> tuple[int, int]:
+    """(host time, the profiler's cost in it) checkpointing adds: its frames (the pack hooks
+    in forward, the unpack hooks that recompute in backward) and the recomputation, less the
+    forward inside them (which runs without checkpointing too)."""
     ck = _union(h, _cls(h, "ckpt"), a, b)
     if not len(ck[0]) and not len(rc[0]):
-        return 0
+        return 0, 0
     allc = iv.union(*_both(ck, rc))
     fwd = (_cls(h, "module")) & ~_inside(bw, h["ts"])
-    return max(0, iv.total(allc) - iv.total(iv.intersect(_union(h, fwd, a, b), ck)))
+    inner = iv.intersect(_union(h, fwd, a, b), ck)
+    return max(0, iv.total(allc) - iv.total(inner)), max(0, _prof(h, allc) - _prof(h, inner))
 
 
 def _batch(h) -> list[int] | None:
@@ -480,38 +582,70 @@ def _ns(h, mask) -> int:
     return iv.total(iv.union(h["ts"][mask], h["end"][mask]))
 
 
-def _forward_only_ns(h, root, bw, passes, b: int) -> int:
-    """Host time of the root module's calls that no backward pass follows before the next
-    call (or the step's end): the forward-only passes."""
+def _forward_only_ns(h, root, bw, passes, b: int) -> tuple:
+    """(host time, intervals) of the root module's calls that no backward pass follows
+    before the next call (or the step's end): the forward-only passes -- or of the
+    evaluation's frame that holds them (``_eval_frame``) where it is longer."""
     if not root:
-        return 0
+        return 0, iv.union([], [])
     m = np.flatnonzero((h["name"] == root) & ~_inside(bw, h["ts"]))
     starts = np.array([p[0] for p in passes], np.int64)
-    total = 0
+    total, fo, trained = 0, [], []
     for i, r in enumerate(m.tolist()):
         nxt = h["ts"][m[i + 1]] if i + 1 < len(m) else b
         if not ((starts >= h["end"][r]) & (starts < nxt)).any():
             total += int(h["end"][r] - h["ts"][r])
-    return total
+            fo.append(r)
+        else:
+            trained.append(r)
+    frame = _eval_frame(h, fo, trained, starts)
+    if frame is not None and frame[1] - frame[0] > total:
+        return frame[1] - frame[0], iv.union([frame[0]], [frame[1]])
+    return total, iv.union(h["ts"][fo], h["end"][fo])
 
 
-def _forward_only_ops(h, main, sets, passes) -> tuple[int, int]:
+def _eval_frame(h, fo: list, trained: list, starts: np.ndarray) -> tuple | None:
+    """(start, end) of the innermost Python frame that holds every forward-only pass of
+    the step and nothing of its training (no training forward, backward pass or optimizer
+    row): the evaluation's own function (pairs/valid's validate(): its eval() / train()
+    toggles, losses and .item()s besides the passes, 3.36 ms where the passes are 2.99 ms);
+    None where no frame holds them alone (no with_stack, or the passes are inline)."""
+    if not fo:
+        return None
+    lo, hi = int(h["ts"][fo].min()), int(h["end"][fo].max())
+    tid = h["tid"][fo[0]]
+    cand = np.flatnonzero((h["kind"] == "python") & (h["tid"] == tid) & (h["ts"] <= lo)
+                          & (h["end"] >= hi))
+    if not len(cand):
+        return None
+    ts, end = h["ts"][cand], h["end"][cand]
+    bad = np.r_[starts, h["ts"][trained],
+                h["ts"][_cls(h, "optimizer", "optimizer_step") & (h["tid"] == tid)]]
+    clean = ~((bad[None, :] >= ts[:, None]) & (bad[None, :] < end[:, None])).any(axis=1)
+    if not clean.any():
+        return None
+    k = np.flatnonzero(clean)[np.argmin((end - ts)[clean])]
+    return int(ts[k]), int(end[k])
+
+
+def _forward_only_ops(h, main, sets, passes) -> tuple:
     """Without module frames: forward operators (``aten::linear``, ...) on the step's thread
     after its last backward pass, outside the other phases -- a forward no backward follows.
     (host ns of their stretch, passes: the calls of its first operator with its shapes, as
-    each pass starts with the same first layer)."""
+    each pass starts with the same first layer, the stretch)."""
+    none = iv.union([], [])
     if not passes:
-        return 0, 0
+        return 0, 0, none
     other = iv.union(*_both(_both(sets["data"], sets["optimizer"]), sets["backward"]))
     f = np.flatnonzero(main & h["outer"] & (_cls(h, "forward_op"))
                        & (h["ts"] >= passes[-1][1]) & ~_inside(other, h["ts"]))
     if not len(f):
-        return 0, 0
+        return 0, 0, none
     span = iv.subtract(iv.union([h["ts"][f[0]]], [h["end"][f].max()]), other)
     first, name = h["dims"][f[0]], h["name"][f[0]]
     n = sum(1 for j in f.tolist() if h["dims"][j] == first and h["name"][j] == name) \
         if first is not None else 1
-    return iv.total(span), n
+    return iv.total(span), n, span
 
 
 def _forward_calls(h, root, bw) -> int:
@@ -590,8 +724,17 @@ def _micro_batches(host: dict, steps: pd.DataFrame, tab: pd.DataFrame) -> dict |
            for r in ordinary["gpu_ns"]]
     per_step = max(1, int(ordinary["backward_passes"].median()))
     syncs = float(ordinary["syncs"].median())
+    periods = [x for ps in ordinary["pass_periods"] for x in ps]
+    pprof = [x for r in ordinary["prof"] for x in r["periods"]]
     return {"per_optimizer_step": m, "basis": basis,
             "host_ns_each": int(fb.mean() / per_step),
+            # one micro-batch's loop iteration (backward end to backward end) where the steps
+            # show two in a row: what a micro-batch costs beyond its forward + backward
+            "period_ns_each": int(np.mean(periods)) if m >= 2 and periods else None,
+            # the profiler's cost inside the three figures the saving model reads
+            "profiler_ns_each": {"host": _prof_mean(ordinary, "fb") // per_step,
+                                 "period": int(np.mean(pprof)) if m >= 2 and pprof else 0,
+                                 "flop": _prof_mean(ordinary, "flop_fb") // per_step},
             "gpu_ns_each": None if gfb[0] is None else int(np.mean(gfb) / per_step),
             "flop_host_ns_each": int(ordinary["flop_ns_fb"].mean() / per_step),
             "syncs_per_micro_batch": syncs / per_step,
@@ -641,7 +784,14 @@ def _recompute(tab: pd.DataFrame) -> dict | None:
             "gpu_ns_per_step": None if g.iloc[0] is None else int(g.mean()),
             "modules": mods, "layers": len(mods) or None,
             "checkpoint_ns_per_step": int(tab["checkpoint_ns"].mean()),
-            "share_of_backward": float(tab["recompute_ns"].sum() / bw.sum()) if bw.sum() else None}
+            "share_of_backward": float(tab["recompute_ns"].sum() / bw.sum()) if bw.sum() else None,
+            "profiler_ns_per_step": _prof_mean(tab, "recompute"),
+            "checkpoint_profiler_ns_per_step": _prof_mean(tab, "checkpoint")}
+
+
+def _prof_mean(tab: pd.DataFrame, key: str) -> int:
+    """The steps' mean profiler cost inside one figure (``_one_step``'s ``prof``)."""
+    return int(np.mean([r[key] for r in tab["prof"]])) if len(tab) else 0
 
 
 CONTENTS = ("forward_only", "save", "syncs", "all_gathers", "log", "backward_passes",
@@ -682,6 +832,47 @@ def _odd_steps(tab: pd.DataFrame) -> list[dict]:
             and (len(g["steps"]) <= n / 2 or g["holds"])]
 
 
+# what a training step may hold besides its own pass, in every step: no step lacks it to
+# measure its excess against, so its own host time is its cost
+EVERY_STEP = ("forward_only", "log", "save")
+# its cost is measured, not a noisy difference: it need only matter -- at least this share of
+# the median step (the verdict's 1%: a print() of 20 us in a 100 ms step is no lever)
+EVERY_MIN_SHARE = 0.01
+
+
+def _group_prof(holds: list, per: float) -> int | None:
+    """Of a group's cost per step, the profiler's: its held work's profiler share (None
+    where a piece of it is untimed: its cost is then the excess, not the work)."""
+    held = [h["host_ns"] for h in holds]
+    prof = [h.get("profiler_ns") for h in holds]
+    if not holds or None in held or None in prof or not sum(held):
+        return None
+    return int(per * min(1.0, sum(prof) / sum(held)))
+
+
+def _every_step(tab: pd.DataFrame) -> list[dict]:
+    """Groups (shaped as ``_odd_steps``', period 1) for an evaluation, a log call or a save
+    that every training step holds (pairs/valid: 2 forward-only passes after each step's
+    backward; the odd steps see nothing, as no step is without them); each costs its own
+    host time per step. Not for an inference loop: its forward passes are its work."""
+    if len(tab) < 2 or not (tab["backward_passes"] > 0).all():
+        return []
+    out = []
+    for what in EVERY_STEP:
+        has = tab["save_ns"] >= SAVE_MIN_NS if what == "save" else tab[what] > 0
+        if not has.all():
+            continue
+        h = _holds(tab, what, True if what == "save" else int(tab[what].min()), False)
+        ns = h["host_ns"]
+        if not ns or ns < EVERY_MIN_SHARE * float(tab["dur"].median()):
+            continue
+        out.append({"steps": [int(x) for x in tab["step"]], "period": 1, "excess_ns": ns,
+                    "held_ns": ns, "cost_ns": ns, "per_step_ns": ns,
+                    "ordinary_step_ns": int(tab["dur"].median()), "holds": [h],
+                    "profiler_ns": _group_prof([h], ns), "grew_phase": None, "grew_ns": None})
+    return out
+
+
 def _odd_group(tab, sel, base_sel, med, c, base) -> dict:
     nums = tab["step"][sel].to_numpy()
     d = np.diff(np.sort(nums))
@@ -702,7 +893,7 @@ def _odd_group(tab, sel, base_sel, med, c, base) -> dict:
     return {"steps": [int(x) for x in nums], "period": period, "excess_ns": excess,
             "held_ns": int(sum(held)) if holds and None not in held else None,
             "cost_ns": int(cost), "per_step_ns": int(per), "ordinary_step_ns": int(med),
-            "holds": holds,
+            "holds": holds, "profiler_ns": _group_prof(holds, per),
             # the host phase that grew most over the ordinary steps: where a slow step with
             # nothing of its own spent its excess (param's resnet: its DataLoader waits)
             "grew_phase": phase if named else None, "grew_ns": grown if named else None,
@@ -728,6 +919,7 @@ def _grown_phase(tab: pd.DataFrame, sel: np.ndarray, base_sel: np.ndarray) -> tu
 
 HELD_NS = {"save": "save_ns", "syncs": "sync_ns", "all_gathers": "all_gather_ns",
            "log": "log_ns", "forward_only": "forward_only_ns"}
+HELD_PROF = ("save", "syncs", "all_gathers", "log", "forward_only")
 
 
 def _holds(t: pd.DataFrame, what: str, odd, ordinary) -> dict:
@@ -736,7 +928,9 @@ def _holds(t: pd.DataFrame, what: str, odd, ordinary) -> dict:
     out = {"what": {"forward_only": "forward_only_passes", "syncs": "host_syncs",
                     "all_gathers": "metric_all_gather", "log": "logging"}.get(what, what),
            "count": int(odd) - int(ordinary) if not isinstance(odd, bool) else 1,
-           "host_ns": ns}
+           "host_ns": ns,
+           # of it, the profiler's cost (its recorded ops and frames)
+           "profiler_ns": _prof_mean(t, what) if what in HELD_PROF else None}
     if what == "forward_only":
         out["no_grad"] = True if t["no_grad"].any() else None   # None: not seen (no frames)
     return out

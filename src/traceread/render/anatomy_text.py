@@ -44,6 +44,10 @@ def anatomy_lines(a) -> list[str]:
             what += f"; its {g['grew_phase']} phase +{fmt_ns(g['grew_ns'])}"
         bits.append(f"odd steps {', '.join(f'#{n}' for n in g['steps'][:4])} ({every}) "
                     f"+{fmt_ns(g['excess_ns'])}: {what}")
+    for g in an.get("every_step") or []:
+        h = g["holds"][0]
+        what = "a save" if h["what"] == "save" else f"{h['count']} {h['what'].replace('_', ' ')}"
+        bits.append(f"every step holds {what}: {fmt_ns(g['per_step_ns'])} a step")
     if bits:
         lines.append("  " + " · ".join(bits))
     return lines + roofline_lines(a)

@@ -39,7 +39,8 @@ def micro_batched(c: Ctx) -> bool:
 
 
 def _odd(c: Ctx, what: str) -> dict | None:
-    for g in _an(c).get("odd_steps") or []:
+    # the odd steps first, then what every step holds (passes/anatomy.py every_step)
+    for g in (_an(c).get("odd_steps") or []) + (_an(c).get("every_step") or []):
         if any(h["what"] == what for h in g.get("holds") or []) and g.get("per_step_ns", 0) > 0:
             return g
     return None
@@ -110,7 +111,10 @@ def micro_batch_saving(c: Ctx) -> int | None:
     if m < 2:
         return None
     compute = mb.get("gpu_ns_each") if _an(c).get("gpu_traced") else mb.get("flop_host_ns_each")
-    fixed = max(0, int(mb.get("host_ns_each") or 0) - int(compute or 0))
+    # a micro-batch's whole loop iteration where seen (its loss, scaling and .item() are
+    # paid per micro-batch too: pairs/accum's 0.35 ms beside 1.09 ms of forward + backward)
+    each = mb.get("period_ns_each") or mb.get("host_ns_each")
+    fixed = max(0, int(each or 0) - int(compute or 0))
     return window_total(int(fixed * (m - 1)), c, traced=True)
 
 
@@ -211,6 +215,8 @@ def _holds(g: dict, what: str) -> dict:
 
 
 def _every(g: dict) -> str:
+    if g.get("period") == 1:
+        return "in every step"
     return f"every {g['period']} steps" if g.get("period") else \
         f"in step {g['steps'][0]}" if len(g["steps"]) == 1 else f"in steps {g['steps']}"
 
@@ -294,6 +300,14 @@ def _period(g: dict | None) -> int | None:
     return None if g is None else g.get("period")
 
 
+def _left(b: dict, a: dict | None) -> float:
+    """The share of BEFORE's per-step cost the change leaves: every p_b steps -> every p_a
+    keeps p_b / p_a of it (pairs/valid: every step -> every 4th keeps a quarter); none
+    after, or a period unknown on either side: none of it (the model's whole saving)."""
+    pb, pa = _period(b), _period(a)
+    return pb / pa if a is not None and pb and pa else 0.0
+
+
 def anatomy_changes(before: Ctx, after: Ctx) -> list[dict]:
     """The anatomy levers pulled between two programs' contexts, each {"lever", "evidence",
     "promised_per_step_ns" (before's own saving model; None: unknown), "sync_drop": whether
@@ -304,20 +318,24 @@ def anatomy_changes(before: Ctx, after: Ctx) -> list[dict]:
     if not b or not a:
         return out
 
-    def add(lever, text, model, syncs=False):
+    def add(lever, text, model, syncs=False, left=0.0):
         fn = _MODELS[model]
         ns = fn(before)
         out.append({"lever": lever, "evidence": text, "sync_drop": syncs,
                     "promised_per_step_ns": None if ns is None
-                    else int(step_share(ns, before, traced=True))})
+                    else int(step_share(ns, before, traced=True) * (1 - left))})
     vb, va = _odd(before, "forward_only_passes"), _odd(after, "forward_only_passes")
     if vb and (va is None or (_period(va) or 0) > (_period(vb) or 0)):
-        add("validate_less", f"forward-only passes every {_period(vb)} steps -> "
-            + (f"every {_period(va)}" if va else "none"), "validation", syncs=True)
+        add("validate_less", f"forward-only passes {_every(vb)} -> "
+            + (_every(va) if va else "none"), "validation", syncs=True, left=_left(vb, va))
     sb, sa = _odd(before, "save"), _odd(after, "save")
     if sb and (sa is None or (_period(sa) or 0) > (_period(sb) or 0)):
-        add("save_async", f"a save every {_period(sb)} steps -> "
-            + (f"every {_period(sa)}" if sa else "none on the step"), "save")
+        add("save_async", f"a save {_every(sb)} -> "
+            + (_every(sa) if sa else "none on the step"), "save", left=_left(sb, sa))
+    gb, ga = _log_group(before), _log_group(after)
+    if gb and (ga is None or (_period(ga) or 0) > (_period(gb) or 0)):
+        add("log_less", f"logging {_every(gb)} -> " + (_every(ga) if ga else "none"),
+            "logging", syncs=True, left=_left(gb, ga))
     mb = int((b.get("micro_batches") or {}).get("per_optimizer_step") or 0)
     ma = int((a.get("micro_batches") or {}).get("per_optimizer_step") or 0)
     if mb >= 2 and 0 < ma < mb:

@@ -1,0 +1,159 @@
+"""The step anatomy on the real CPU before/after pairs (tests/fixtures/pairs, recorded by
+scripts/record_pairs.py with their unprofiled truth): what every step holds, what the
+DataLoader's own calls are not, and the change each pair shows priced for the steps it
+leaves."""
+from __future__ import annotations
+
+import json
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import traceread
+from traceread.passes.anatomy import step_anatomy
+from traceread.verdict.anatomy import anatomy_changes
+
+HERE = Path(__file__).parent / "fixtures" / "pairs"
+TRUTH = json.loads((HERE / "truth.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def events(name: str):
+    return traceread.load(str(HERE / f"{name}.json.gz")).events
+
+
+@lru_cache(maxsize=None)
+def anatomy(name: str) -> dict:
+    return step_anatomy(events(name))
+
+
+def ctx(name: str) -> dict:
+    an = anatomy(name)
+    return {"anatomy": an, "steps": an["steps_seen"]}
+
+
+def frame_ns(name: str, frame: str) -> list[int]:
+    """The durations (ns) of a Python frame in the trace, in order."""
+    ev = events(name)
+    m = ev["name"].astype(str).str.endswith(frame).to_numpy() & (ev["kind"] == "python").to_numpy()
+    return [int(x) for x in ev.loc[m].sort_values("ts")["dur"]]
+
+
+def test_a_validation_in_every_step_is_seen_and_costs_its_own_function():
+    # pairs/valid BEFORE validates after every step: no step lacks it, so the odd steps saw
+    # nothing and no lever was offered; every step's cost is its validate() frame (the
+    # passes, their losses and .item()s, the eval()/train() toggles), not the passes alone
+    an = anatomy("valid.before")
+    assert an["odd_steps"] == []
+    (g,) = an["every_step"]
+    assert g["period"] == 1 and len(g["steps"]) == an["steps_seen"]
+    (h,) = g["holds"]
+    assert h["what"] == "forward_only_passes" and h["count"] == 2 and h["no_grad"] is True
+    frames = frame_ns("valid.before", ": validate")
+    assert len(frames) == an["steps_seen"]
+    assert g["per_step_ns"] == pytest.approx(statistics.fmean(frames), rel=0.01)
+
+
+def test_every_step_to_every_4th_promises_three_quarters_of_the_validation():
+    # the change made keeps one validation in 4: the promise is 3/4 of BEFORE's cost, not
+    # the whole of it (validating never)
+    (ch,) = anatomy_changes(ctx("valid.before"), ctx("valid.after"))
+    assert ch["lever"] == "validate_less" and ch["sync_drop"]
+    assert ch["evidence"] == "forward-only passes in every step -> every 4 steps"
+    per = anatomy("valid.before")["every_step"][0]["per_step_ns"]
+    assert ch["promised_per_step_ns"] == pytest.approx(per * 3 / 4, abs=2)
+    assert TRUTH["valid"]["every"] == {"before": 1, "after": 4}
+
+
+def test_an_odd_validation_step_costs_its_function_too():
+    # pairs/valid AFTER: the odd steps' forward-only passes hold their validate() frame
+    g = anatomy("valid.after")["odd_steps"][0]
+    h = next(x for x in g["holds"] if x["what"] == "forward_only_passes")
+    frames = frame_ns("valid.after", ": validate")
+    assert g["period"] == 4 and len(frames) == 2
+    assert h["host_ns"] == pytest.approx(statistics.fmean(frames), rel=0.01)
+
+
+def test_logging_in_every_step_is_seen_and_its_change_named():
+    # pairs/log: metrics logged every step -> every 4th (was: no change found)
+    (g,) = anatomy("log.before")["every_step"]
+    assert [h["what"] for h in g["holds"]] == ["logging"] and g["per_step_ns"] > 0
+    (ch,) = anatomy_changes(ctx("log.before"), ctx("log.after"))
+    assert ch["lever"] == "log_less" and ch["evidence"] == "logging in every step -> every 4 steps"
+    assert ch["promised_per_step_ns"] == pytest.approx(g["per_step_ns"] * 3 / 4, abs=2)
+
+
+def test_the_dataloaders_own_item_at_an_epoch_start_is_not_a_host_sync():
+    # pairs/persist BEFORE: each epoch's iter(loader) draws its seed with an .item() inside
+    # DataLoader.__iter__ (which also forks the workers): the odd epoch-start steps held
+    # "1 host syncs" and the diff called the change log_less; their excess is the data phase
+    (g,) = anatomy("persist.before")["odd_steps"]
+    assert g["period"] == TRUTH["persist"]["epoch_batches"]
+    assert g["holds"] == [] and g["grew_phase"] == "data"
+    assert anatomy_changes(ctx("persist.before"), ctx("persist.after")) == []
+
+
+def test_a_micro_batch_costs_its_whole_loop_iteration():
+    # pairs/accum (4 micro-batches of 16 -> one of 64): each micro-batch's loss, scaling and
+    # .item() are paid per micro-batch too; the model counted its forward + backward only
+    # and promised 20.6 points where 40.3 were realised
+    from traceread.verdict.anatomy import micro_batch_saving
+
+    b, a = anatomy("accum.before"), anatomy("accum.after")
+    mb = b["micro_batches"]
+    assert mb["per_optimizer_step"] == TRUTH["accum"]["micro_batches"]["before"] == 4
+    assert a["micro_batches"]["period_ns_each"] is None   # one pass a step: nothing to time
+    beside = mb["period_ns_each"] - mb["host_ns_each"]
+    # the AFTER shows it: its "other" phase lost what three micro-batches had beside theirs
+    gone = b["phases"]["other"]["host_ns"] - a["phases"]["other"]["host_ns"]
+    assert 3 * beside == pytest.approx(gone, rel=0.25)
+    c = ctx("accum.before")
+    per_step = micro_batch_saving(c) / c["steps"]
+    assert per_step == pytest.approx(3 * (mb["period_ns_each"] - mb["flop_host_ns_each"]), abs=4)
+
+
+def test_a_save_in_every_step_is_seen_and_its_change_priced_for_the_saves_left():
+    # pairs/save: torch.save after every step -> every 4th (was: no change found)
+    (g,) = anatomy("save.before")["every_step"]
+    assert [h["what"] for h in g["holds"]] == ["save"] and g["period"] == 1
+    (ch,) = anatomy_changes(ctx("save.before"), ctx("save.after"))
+    assert ch["lever"] == "save_async" and ch["evidence"] == "a save in every step -> every 4 steps"
+    assert ch["promised_per_step_ns"] == pytest.approx(g["per_step_ns"] * 3 / 4, abs=2)
+
+
+def test_without_the_profiler_each_figure_loses_the_cost_of_its_ops_and_frames():
+    # pairs/valid BEFORE: the validation's cost per step less the profiler's cost of the ops
+    # (1 us, +0.46 with shapes) and frames (0.35 us) recorded inside each validate() frame
+    # (passes/overhead.py's costs) -- the figure the unprofiled truth is compared with
+    from traceread.passes import overhead as O
+    from traceread.passes.anatomy import without_profiler
+
+    ev = events("valid.before")
+    an = anatomy("valid.before")
+    c = O.costs(ev)
+    frames = ev[ev["name"].astype(str).str.endswith(": validate") & (ev["kind"] == "python")]
+    prof = [int(c.loc[(c["tid"] == f.tid) & (c["ts"] >= f.ts) & (c["ts"] < f.ts + f.dur),
+                      "ns"].sum()) for f in frames.itertuples()]
+    g = an["every_step"][0]
+    assert g["profiler_ns"] == pytest.approx(statistics.fmean(prof), rel=0.01)
+    u = without_profiler(an)
+    assert u["every_step"][0]["per_step_ns"] == g["per_step_ns"] - g["profiler_ns"]
+    assert u["mean_step_ns"] == an["mean_step_ns"] - an["mean_profiler_step_ns"]
+    assert an["every_step"][0]["per_step_ns"] == g["per_step_ns"]   # the input is kept
+
+
+def test_a_cost_every_step_pays_is_reported_only_where_it_matters():
+    # a print() of 20 us in each 10 ms step is under the verdict's 1%: no group, no lever
+    import pandas as pd
+
+    from traceread.passes.anatomy import _every_step
+
+    def tab(log_ns):
+        return pd.DataFrame({"step": [1, 2, 3], "dur": [10_000_000] * 3, "backward_passes": 1,
+                             "forward_only": 0, "log": 1, "log_ns": log_ns, "save_ns": 0,
+                             "prof": [{"log": 0}] * 3})
+    assert _every_step(tab(20_000)) == []
+    (g,) = _every_step(tab(500_000))
+    assert g["per_step_ns"] == 500_000 and g["period"] == 1
