@@ -96,3 +96,16 @@ def test_the_truth_beside_the_pair_says_the_restart_costs_what_the_trace_shows()
     r = worker_restarts(traceread.load(str(RESTART)).events)
     each = r["restart_ns"] / r["restarts"]
     assert 0.5 * per_epoch < each < 1.5 * per_epoch
+
+
+def test_diff_names_the_change_when_the_restarts_stop():
+    from traceread.diffs.proof import changed
+
+    base = {"loads_on_thread": False, "workers": True, "syncs_per_step": 0,
+            "empty_cache_per_step": 0, "driver_allocs_per_step": 0, "graphs_not_replayed": False,
+            "graphs_replayed": False, "recompiles": 0, "compiled": False,
+            "fused_optimizer": False, "pageable_ns": 0, "exposed_copy_ns": 0, "lowp": False,
+            "tf32": False, "layout_kernels_per_step": 0, "host_untraced_ns": 0, "step_ns": 1}
+    got = changed(dict(base, worker_restarts=2), dict(base, worker_restarts=0))
+    assert [m for m, _, _ in got] == ["persistent_workers"]
+    assert changed(dict(base, worker_restarts=2), dict(base, worker_restarts=2)) == []

@@ -58,6 +58,7 @@ def signature(a) -> dict:
     return {
         "workers": bool(c.get("dataloader_workers")),
         "loads_on_thread": bool(c.get("dataloader_single")),
+        "worker_restarts": int((c.get("dataloader_restarts") or {}).get("restarts") or 0),
         "syncs_per_step": max(float(c.get("syncs_per_step") or 0), _syncs(ev) / steps),
         "compiled": bool(c.get("compiled")) or count(TRITON_RX) > 0,
         "graphs_replayed": int((a.graphs or {}).get("replays") or 0) > 0,
@@ -118,6 +119,9 @@ def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str,
     out = []
     if b["loads_on_thread"] and not b["workers"] and a["workers"]:
         out.append(("workers", "DataLoader worker processes appeared", {}))
+    if b.get("worker_restarts") and a["workers"] and not a.get("worker_restarts"):
+        out.append(("persistent_workers", "DataLoader workers no longer started again at each "
+                                          f"epoch: {b['worker_restarts']} restarts -> none", {}))
     # one whole sync a step gone: 1 -> 1/11 (a last sync after the loop) is one
     if b["syncs_per_step"] >= 1 and a["syncs_per_step"] <= 0.5 * b["syncs_per_step"] and \
             round(b["syncs_per_step"]) - round(a["syncs_per_step"]) >= 1:

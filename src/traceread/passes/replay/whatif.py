@@ -1140,14 +1140,29 @@ def persistent_workers(g, f: Facts, p: dict):
     the next epoch's first (``passes/dataloader.py``: the shutdown, the new iterator) takes
     no time; the first call's wait for its batch stays (persistent workers wait for it too)."""
     r = f.ctx.get("dataloader_restarts") or {}
-    if not r.get("spans"):
-        return "no DataLoader workers started again inside the replayed steps"
-    m = _kind(g, *HOST_NODES) & _in_regions(g, [tuple(s) for s in r["spans"]])
-    if not m.any():
+    host = _kind(g, *HOST_NODES)
+    inside = _overlap(g, [tuple(s) for s in r.get("spans") or []]) * host
+    if not inside.any():
         return "no DataLoader workers started again inside the replayed steps"
     p["restarts"] = int(r["restarts"])
-    _zero(g, m)
+    # the part of each node inside a restart goes (a stretch the split cut there may begin
+    # before it: the training loop's frame around the epoch's last call)
+    cost = g.nodes["cost_ns"].to_numpy(np.int64)
+    dur = np.maximum(g.nodes["dur_ns"].to_numpy(np.int64), 1)
+    left = np.maximum(0, cost - np.rint(inside * np.minimum(1.0, cost / dur))).astype(np.int64)
+    _set_cost(g, inside > 0, left)
+    _zero(g, (inside > 0) & (left == 0))
     return g
+
+
+def _overlap(g, spans) -> np.ndarray:
+    """Per node, the ns of its own span inside the spans (disjoint)."""
+    ts = g.nodes["ts_ns"].to_numpy(np.int64)
+    end = ts + np.maximum(g.nodes["dur_ns"].to_numpy(np.int64), 0)
+    out = np.zeros(len(ts), np.int64)
+    for lo, hi in spans:
+        out += np.maximum(0, np.minimum(end, hi) - np.maximum(ts, lo))
+    return out
 
 
 def _spread(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
