@@ -456,3 +456,17 @@ def test_a_cpu_backward_is_the_programs_work_not_host_work_to_move():
     assert lb["saves_per_step_ns"] < 0.4 * step   # the backward grows with the batch too
     g = W.graph_of(a)[0]
     assert not W._has_gpu(g) and (g.nodes["kind"] == "collective").any()
+
+
+def test_a_cpu_traces_anatomy_levers_are_priced_by_their_bound_and_ranked_with_the_rest():
+    # a CPU step is host time: the anatomy's host time is what the change gives back. Unpriced,
+    # these ranked after every replayed lever (pairs/valid: validating every step, 3.3 ms a
+    # step, ranked #4 behind a 1.3 ms larger batch)
+    for name, lever in (("valid", "validate_less_cpu"), ("accum", "fewer_micro_batches_cpu"),
+                        ("ckpt", "checkpoint_fewer_cpu")):
+        acts = analysis(name).verdict["actions"]
+        first = acts[0]
+        assert first["id"] == lever and first["basis"] == "bound"
+        assert first["saves_per_step_ns"] > max(a["saves_per_step_ns"] or 0 for a in acts[1:])
+        c = ctx(name)
+        assert abs(first["saves_ns"] - anatomy_saving(BY_ID[lever], c)) <= 1

@@ -180,13 +180,6 @@ def anatomy_saving(lever: Lever, ctx: Ctx) -> int | None:
 
 # -- texts ------------------------------------------------------------------------------------
 
-def _priced(c: Ctx, ns: int | None) -> str:
-    """A CPU-only trace's verdict prices nothing: the figure goes in the text."""
-    if not cpu_trace(c) or ns is None:
-        return ""
-    return f" (bound: about {_ms(step_share(ns, c, traced=True))} a step)"
-
-
 def _checkpoint_text(c: Ctx) -> str:
     r = _an(c)["recompute"]
     mods = ", ".join(r["modules"][:4]) or "forward operators"
@@ -196,8 +189,7 @@ def _checkpoint_text(c: Ctx) -> str:
     return (f"checkpoint fewer layers: {r.get('layers') or 'some'} checkpointed modules "
             f"({mods}) run their forward again inside backward, {_ms(r['host_ns_per_step'])} "
             f"host{gpu} a step{share} -- keep activations for the layers memory allows "
-            "(selective checkpointing, or checkpoint every other layer)"
-            + _priced(c, checkpoint_saving(c)))
+            "(selective checkpointing, or checkpoint every other layer)")
 
 
 def _micro_text(c: Ctx) -> str:
@@ -207,7 +199,7 @@ def _micro_text(c: Ctx) -> str:
     return (f"fewer, larger micro-batches: {mb['per_optimizer_step']} forward/backward passes "
             f"per optimizer step, {_ms(mb['host_ns_each'])} each{sync} -- raise the micro-batch "
             "and lower the accumulation steps as memory allows; accumulate the loss on the "
-            "device and read it once per optimizer step" + _priced(c, micro_batch_saving(c)))
+            "device and read it once per optimizer step")
 
 
 def _holds(g: dict, what: str) -> dict:
@@ -231,7 +223,7 @@ def _validation_text(c: Ctx) -> str:
             f"passes{mode}{items} make the step {_ms(g['excess_ns'])} longer "
             f"({_ms(g['per_step_ns'])} a step over its period) -- raise the interval, sum the "
             "metric on the device and call .item() once, or evaluate asynchronously / in "
-            "another process" + _priced(c, _MODELS["validation"](c)))
+            "another process")
 
 
 def _save_text(c: Ctx) -> str:
@@ -241,7 +233,7 @@ def _save_text(c: Ctx) -> str:
             f"({_ms(h['host_ns'])} writing) makes the step {_ms(g['excess_ns'])} longer "
             f"({_ms(g['per_step_ns'])} a step over its period) -- "
             "torch.distributed.checkpoint.async_save, or copy the state_dict to host and write "
-            "it from a background thread" + _priced(c, _MODELS["save"](c)))
+            "it from a background thread")
 
 
 def _log_text(c: Ctx) -> str:
@@ -249,8 +241,7 @@ def _log_text(c: Ctx) -> str:
     what = ", ".join(h["what"].replace("_", " ") for h in g["holds"])
     return (f"log less often or without a sync: {_every(g)} the step holds {what} and is "
             f"{_ms(g['excess_ns'])} longer ({_ms(g['per_step_ns'])} a step over its period) -- "
-            "keep the metrics on the device and reduce / print them every N steps"
-            + _priced(c, _MODELS["logging"](c)))
+            "keep the metrics on the device and reduce / print them every N steps")
 
 
 def _batch_text(c: Ctx) -> str:
@@ -259,7 +250,7 @@ def _batch_text(c: Ctx) -> str:
             f"{_ms(inf['request_ns'])}, {_ms(_compute_ns(inf))} of it "
             f"{'GPU work' if inf.get('gpu_ns') is not None else 'in matmuls'} -- "
             f"gather up to {BATCH_TO} requests per forward (dynamic batching): more samples "
-            "for nearly the same weight traffic and launches" + _priced(c, batch_saving(c)))
+            "for nearly the same weight traffic and launches")
 
 
 CAUSAL_TEXT = ("pass is_causal=True to F.scaled_dot_product_attention instead of a causal mask "

@@ -110,6 +110,8 @@ def _fact_text(x: dict) -> str:
         if isinstance(v, int) and not isinstance(v, bool):
             return f"replayed saving {_ms(v)}"
         return "replayed (the step re-simulated with the change)"
+    if fact.startswith("anatomy.") and isinstance(v, int) and not isinstance(v, bool):
+        return f"anatomy bound {_ms(v)} a step"
     if fact.startswith("busy_levers.") and isinstance(v, str):
         return v if len(v) <= 60 else v[:57] + "..."
     if isinstance(v, int) and not isinstance(v, bool) and any(

@@ -78,8 +78,7 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
         out = _out("cpu_only", "the trace ends before its first GPU event: the file is cut "
                    "short" if cut else f"{launches} kernel launches recorded, no GPU activity "
                    "traced" if launches else "no GPU operations in this trace", ev,
-                   L.rank(_host_actions(ctx, window_ns, proofs)
-                           + _unpriced("cpu_only", ctx, proofs)))
+                   L.rank(_cpu_actions(ctx, window_ns, proofs)))
         if (ctx.get("cpu_only") or {}).get("window_without_gpu"):
             out["title"] = "no GPU event in the analysed window (the trace has GPU work)"
             out["summary"] = "the analysed window holds no GPU event; the rest of the trace does"
@@ -311,13 +310,56 @@ def _priced(lv, sc: dict, busy: dict) -> tuple[str, object] | None:
     return None
 
 
-def _unpriced(cause: str, ctx: dict, proofs: dict | None = None) -> list[dict]:
-    """The table's levers for a verdict with no cause to price (cpu_only, unknown)."""
+def _unpriced(cause: str, ctx: dict, proofs: dict | None = None,
+              priced=lambda lv, ctx: False) -> list[dict]:
+    """The table's levers for a verdict with no cause to price (cpu_only, unknown), but
+    those ``priced`` (lever, ctx) says are priced elsewhere."""
     return [{"id": str(lv.id), "lever": lv.words(ctx), "cost": lv.cost, "cause": cause,
              "saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
              "projected_step_ns": None, "culprit": "",
              "because": because(lv, ctx, proofs or {}, _unpriced_fact(cause, ctx))}
-            for lv in L.rows(cause, ctx)]
+            for lv in L.rows(cause, ctx) if not priced(lv, ctx)]
+
+
+def _cpu_actions(ctx: dict, window_ns: int, proofs: dict | None = None) -> list[dict]:
+    """A CPU trace's levers: those its steps' replay priced, the step anatomy's priced by
+    their bound -- but where a replayed lever of the same group prices the change (the
+    checkpoint lever's replay of the save), which the replay prices better -- and the rest
+    unpriced."""
+    replayed = _host_actions(ctx, window_ns, proofs)
+    groups = {L.BY_ID[x["id"]].group or x["id"] for x in replayed}
+    anatomy = [x for x in _anatomy_actions(ctx, window_ns, proofs)
+               if L.BY_ID[x["id"]].group not in groups]
+    shown = {x["id"] for x in replayed + anatomy}
+    return replayed + anatomy + _unpriced("cpu_only", ctx, proofs,
+                                          priced=lambda lv, c: str(lv.id) in shown)
+
+
+def _anatomy_actions(ctx: dict, window_ns: int, proofs: dict | None = None) -> list[dict]:
+    """A CPU trace's step-anatomy levers (a validation, micro-batches, a save, logging,
+    recomputation) priced by their anatomy bound (verdict/anatomy.py ANATOMY_SAVINGS): on a
+    CPU the step is host time, so the anatomy's host time is what the change gives back --
+    ranked with the replayed levers, not after them."""
+    span = window_ns or program_step_ns(ctx) * int(ctx.get("steps") or 0)
+    out = []
+    for lv in L.rows("cpu_only", ctx):
+        ns = L.anatomy_saving(lv, ctx)
+        if ns is None or ns <= 0:
+            continue
+        gain = _gain(ns, "work", ctx, span)
+        k = L.batch_factor(ctx) if lv.saves == "batch_requests" else None
+        if k and gain["saves_per_step_ns"] is not None:   # per request: the step grows to k
+            gain.pop("projected_floor", None)
+            gain.update(per_sample_x=float(k), projected_step_ns=per_sample_step(
+                float(k), gain["saves_per_step_ns"], program_step_ns(ctx)))
+        per = gain["saves_per_step_ns"] if gain["saves_per_step_ns"] is not None \
+            else gain["saves_ns"]
+        twin = L.BY_ID.get(str(lv.id).removesuffix("_cpu"))   # its GPU trace's row
+        out.append({"id": str(lv.id), "lever": lv.words(ctx), "cost": lv.cost,
+                    "cause": twin.cause if twin else "cpu_only", "basis": "bound", **gain,
+                    "culprit": "",
+                    "because": because(lv, ctx, proofs or {}, ("anatomy." + lv.saves, per))})
+    return out
 
 
 # what makes a verdict with no cause to price: no GPU op; the host not traced
