@@ -404,10 +404,11 @@ def _replay_side(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
     step replay and the graph the what-if models change (passes/replay/whatif.py: the first
     steps, host stretches cut at their ops, the profiler's cost per node marked); the last
     two None when the window was not replayed or has no GPU op."""
-    graph, out = _replay(ev, ops, step_rows, op_step, pattern, sampled)
-    if graph is None or not len(ops):
-        return graph, out, None, None
-    priced, priced_ev, span = split_mod.priced_graph_events(graph, ev, pattern)
+    with replay_mod.shared_windows():   # the measured steps: the result's, read by the sample
+        graph, out = _replay(ev, ops, step_rows, op_step, pattern, sampled)
+        if graph is None or not len(ops):
+            return graph, out, None, None
+        priced, priced_ev, span = split_mod.priced_graph_events(graph, ev, pattern)
     priced = overhead_mod.mark(priced, ev)   # the profiler's cost per node
     if split_mod.span_of(priced) != span:
         priced_ev = split_mod.within(ev, priced)

@@ -193,8 +193,10 @@ _WINDOWS: list = []
 @contextlib.contextmanager
 def shared_windows():
     """Inside: ``_step_windows`` answers a call whose graph and node times equal an earlier
-    call's from that call (a pure function of them); nothing is kept past the block."""
-    _WINDOWS.append([])
+    call's from that call (a pure function of them); nothing is kept past the block. A block
+    inside another shares the outer one's answers (the levers' sample reads the measured
+    steps the replay's result made)."""
+    _WINDOWS.append(_WINDOWS[-1] if _WINDOWS else [])
     try:
         yield
     finally:
