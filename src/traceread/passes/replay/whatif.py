@@ -1816,9 +1816,10 @@ def forget() -> None:
     copy and two schedules) and of the models' caches (``_LAST``, ``_MEMO``): pure
     caches, so the next analysis computes the same figures; and the host-cost fit's (a copy
     of seven node columns: 45 MB at 1.7 M nodes, kept into the next rank's analysis)."""
-    from . import sim
+    from . import critical, sim
 
     _BARE.clear()
+    critical.forget()   # the last graph's shape the program steps read
     _LAST.clear()
     _MEMO.clear()
     _KEPT.clear()
