@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..steps import GPU_BOUND_BUSY, grouped_union_total
 from .graph import END_EDGES, NEG, SKEW_NS, StepGraph, factorize, on_gpu_lane, same_memory
-from .sim import Schedule, _among, lane_order, positions
+from .sim import KEPT_LAYOUTS, Schedule, _among, lane_order, positions
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
           "another rank", "queued after launch", "unexplained")
@@ -340,7 +340,8 @@ def _device_busy_before(graph: StepGraph, start: np.ndarray, end: np.ndarray,
     return np.where(out > start[at], hi, out)
 
 
-# The last graph structure the program steps were asked of, and what was derived from it:
+# The last graph structures (``sim.KEPT_LAYOUTS``) the program steps were asked of, and what
+# was derived from each:
 # the what-if models' replays (whatif.step_mean) ask of copies of one graph whose nodes'
 # lanes, steps and ids and whose lanes and launch edges most models leave as they were --
 # ~40 ms of lane lookups at 110 k nodes, made once, not once per replay. The key arrays are
@@ -363,13 +364,15 @@ def _structure(graph: StepGraph) -> dict:
            ln["lane"].to_numpy(np.int64), ln["what"].to_numpy(object),
            ln["pid"].to_numpy(np.int64), ln["device"].to_numpy(np.int64),
            e["src"].to_numpy(np.int64), e["dst"].to_numpy(np.int64), e["kind"].to_numpy(object))
-    if _STRUCT and _same_key(_STRUCT[0][0], key):
-        return _STRUCT[0][1]
+    for i, (k0, out) in enumerate(_STRUCT):
+        if _same_key(k0, key):
+            _STRUCT.insert(0, _STRUCT.pop(i))
+            return out
     _, lane, step, k = key[:4]
     gpu_mask = on_gpu_lane(ln, lane)
     out = {"lane": lane, "step": step, "gpu": np.flatnonzero(gpu_mask),
            "sel": np.flatnonzero(gpu_mask & (step >= 0) & (step < k))}
-    _STRUCT[:] = [(key, out)]
+    _STRUCT[:] = [(key, out)] + _STRUCT[:KEPT_LAYOUTS - 1]
     return out
 
 
