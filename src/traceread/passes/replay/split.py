@@ -84,6 +84,14 @@ def split(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
     drop = P.pop("drop")
     if not drop:
         return graph.copy()
+    return _with_pieces(graph, P, drop)
+
+
+def _with_pieces(graph: StepGraph, P: dict, drop: list) -> StepGraph:
+    """A copy of ``graph`` whose stretches ``drop`` (node rows) are replaced by their pieces
+    ``P`` (``_piece_table``), laid in their stretch's place on its lane, the edges into a
+    stretch taken by its first piece and those out of it by its last."""
+    n = graph.nodes
     g = graph.copy()
     m = len(P["step"])
     next_id = int(n["id"].max()) + 1
