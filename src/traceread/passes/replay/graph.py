@@ -201,8 +201,6 @@ class StepGraph:
         """``replace_run`` of several disjoint runs at once -- one copy of the graph, not one
         per run (a capture replaces a run per step and launching thread). ``runs``: (first,
         last, dur_ns) each."""
-        from .sim import positions
-
         n = self.nodes
         ids = n["id"].to_numpy()
         lane, seq = n["lane"].to_numpy(), n["seq"].to_numpy()
@@ -654,6 +652,26 @@ def str_values(col: pd.Series) -> np.ndarray:
         if pd.api.types.infer_dtype(a, skipna=False) == "string":
             return a
     return col.astype(str).to_numpy(object)
+
+
+def positions(ids: np.ndarray, *wanted: np.ndarray) -> list[np.ndarray]:
+    """``pd.Index(ids).get_indexer(w)`` for each ``w`` in ``wanted`` (-1: not there). Node
+    ids are unique and dense from 0 (graph.py numbers them): a lookup table answers without
+    the hash table pandas builds on every call; other ids go to pandas."""
+    n = len(ids)
+    if n and int(ids.min()) >= 0 and int(ids.max()) < 4 * n + 1024:
+        lut = np.full(int(ids.max()) + 1, -1, np.int64)
+        lut[ids] = np.arange(n)
+        if int(np.count_nonzero(lut >= 0)) == n:   # unique, as get_indexer requires
+            out = []
+            for w in wanted:
+                ok = (w >= 0) & (w < len(lut))
+                pos = np.full(len(w), -1, np.int64)
+                pos[ok] = lut[w[ok]]
+                out.append(pos)
+            return out
+    index = pd.Index(ids)
+    return [index.get_indexer(w) for w in wanted]
 
 
 def on_gpu_lane(lanes: pd.DataFrame, lane: np.ndarray) -> np.ndarray:

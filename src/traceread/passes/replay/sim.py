@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..common import stable_by
-from .graph import END_EDGES, NEG, StepGraph, same_memory, seg_cummax
+from .graph import END_EDGES, NEG, StepGraph, positions, same_memory, seg_cummax
 
 try:   # the loop in C (setup.py builds it where a compiler is); else the same loop in numpy
     from . import _csim
@@ -181,26 +181,6 @@ def _among(values: np.ndarray, wanted) -> np.ndarray:
     for w in wanted:
         out |= values == w
     return out
-
-
-def positions(ids: np.ndarray, *wanted: np.ndarray) -> list[np.ndarray]:
-    """``pd.Index(ids).get_indexer(w)`` for each ``w`` in ``wanted`` (-1: not there). Node
-    ids are unique and dense from 0 (graph.py numbers them): a lookup table answers without
-    the hash table pandas builds on every call; other ids go to pandas."""
-    n = len(ids)
-    if n and int(ids.min()) >= 0 and int(ids.max()) < 4 * n + 1024:
-        lut = np.full(int(ids.max()) + 1, -1, np.int64)
-        lut[ids] = np.arange(n)
-        if int(np.count_nonzero(lut >= 0)) == n:   # unique, as get_indexer requires
-            out = []
-            for w in wanted:
-                ok = (w >= 0) & (w < len(lut))
-                pos = np.full(len(w), -1, np.int64)
-                pos[ok] = lut[w[ok]]
-                out.append(pos)
-            return out
-    index = pd.Index(ids)
-    return [index.get_indexer(w) for w in wanted]
 
 
 def _sweeps(first, gap, cost, rel, C, s_edges, d_edges, meas, max_sweeps, fast_sweeps, floor):
