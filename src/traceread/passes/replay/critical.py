@@ -22,7 +22,8 @@ import pandas as pd
 
 from ..steps import GPU_BOUND_BUSY, grouped_union_total
 from .graph import END_EDGES, NEG, SKEW_NS, StepGraph, factorize, on_gpu_lane, same_memory
-from .sim import KEPT_LAYOUTS, Schedule, _among, lane_order, positions
+from . import sim as _sim
+from .sim import Schedule, _among, lane_order, positions
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
           "another rank", "queued after launch", "unexplained")
@@ -257,9 +258,10 @@ def _busiest_lane(graph: StepGraph, start: np.ndarray, end: np.ndarray, k: int) 
     if not len(sel):
         return out
     if "busiest" not in s:
-        (dev,) = _at_lanes(graph.lanes, s["lane"][sel], "device")
+        lane, step = _lane_step(graph)
+        (dev,) = _at_lanes(graph.lanes, lane[sel], "device")
         codes, idx = np.unique(dev, return_inverse=True)
-        s["busiest"] = (len(codes), s["step"][sel] * len(codes) + idx)
+        s["busiest"] = (len(codes), step[sel] * len(codes) + idx)
     width, key = s["busiest"]
     per = grouped_union_total(key, start[sel], end[sel], k * width)
     return per.reshape(k, width).max(axis=1).astype(np.int64)
@@ -279,7 +281,7 @@ def _gpu_windows(graph: StepGraph, start: np.ndarray,
     if not k or not len(n):
         return last, opens
     s = _structure(graph)
-    step, sel = s["step"], s["sel"]
+    step, sel = _lane_step(graph)[1], s["sel"]
     if not len(sel):
         return last, opens
     o = sel[np.lexsort((end[sel], step[sel]))]   # by step, the latest end last
@@ -309,7 +311,7 @@ def _queued_from(graph: StepGraph, start: np.ndarray, end: np.ndarray, sel: np.n
     call = _launch_calls(graph)
     if call is None:
         return out
-    c = call[head]
+    c = call[np.searchsorted(sel, head)]   # ``head``: nodes of ``sel``, which is sorted
     idle_from = np.where(c >= 0, end[np.maximum(c, 0)], np.iinfo(np.int64).max)
     idle_from = np.maximum(idle_from, _device_busy_before(graph, start, end, head))
     queued = start[head] - idle_from > SKEW_NS
@@ -324,17 +326,20 @@ def _device_busy_before(graph: StepGraph, start: np.ndarray, end: np.ndarray,
     not idle; int64 min where none started before)."""
     lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
     s = _structure(graph)
+    gpu = s["gpu"]
     if "devices" not in s:
-        # (process, device) of each node's lane; a lane not in ``lanes`` is on no GPU (-1)
-        known, pid, device = _at_lanes(graph.lanes, s["lane"], "lane", "pid", "device")
+        # (process, device) of each GPU node's lane (kept for the GPU nodes only)
+        known, pid, device = _at_lanes(graph.lanes, _lane_step(graph)[0][gpu], "lane", "pid",
+                                       "device")
         s["devices"] = np.where(known >= 0, (pid << 16) + device + 1, -1)
-    gpu, dev = s["gpu"], s["devices"]
+    dev_gpu = s["devices"]
+    dev_at = dev_gpu[np.searchsorted(gpu, at)]   # ``at``: GPU nodes, ``gpu`` is sorted
     out = np.full(len(at), lo, np.int64)
-    for d in np.unique(dev[at]).tolist():
-        g = gpu[dev[gpu] == d]
+    for d in np.unique(dev_at).tolist():
+        g = gpu[dev_gpu == d]
         g = g[np.argsort(start[g], kind="stable")]
         reach = np.maximum.accumulate(end[g])
-        mine = np.flatnonzero(dev[at] == d)
+        mine = np.flatnonzero(dev_at == d)
         k = np.searchsorted(start[g], start[at[mine]], side="left")   # started strictly before
         out[mine] = np.where(k > 0, reach[np.maximum(k - 1, 0)], lo)
     return np.where(out > start[at], hi, out)
@@ -351,9 +356,9 @@ _HELD: list = []   # inside one ``_step_windows`` call: (its graph, its structur
 
 
 def _structure(graph: StepGraph) -> dict:
-    """What the steps' windows read of the graph's shape and not of its times: ``lane``,
-    ``step`` (the nodes'), ``gpu`` (positions on GPU lanes), ``sel`` (of those, the ones
-    in a graph step), and on demand ``busiest`` / ``devices`` / ``calls``. Shared with the
+    """What the steps' windows read of the graph's shape and not of its times: ``gpu``
+    (positions on GPU lanes), ``sel`` (of those, the ones in a graph step), and on demand
+    ``busiest`` / ``devices`` / ``calls``. Shared with the
     last call when the nodes' ids, lanes and steps, the lanes table and the edges are equal
     to its (a pure function of them)."""
     if _HELD and _HELD[-1][0] is graph:
@@ -370,10 +375,19 @@ def _structure(graph: StepGraph) -> dict:
             return out
     _, lane, step, k = key[:4]
     gpu_mask = on_gpu_lane(ln, lane)
-    out = {"lane": lane, "step": step, "gpu": np.flatnonzero(gpu_mask),
+    out = {"gpu": np.flatnonzero(gpu_mask),
            "sel": np.flatnonzero(gpu_mask & (step >= 0) & (step < k))}
-    _STRUCT[:] = [(key, out)] + _STRUCT[:KEPT_LAYOUTS - 1]
+    # kept: compact copies of the int columns (a view would hold the graph's own columns,
+    # a rewired copy's among them, ~5 MB at 110 k nodes) and the kinds' column itself
+    kept = tuple(x if isinstance(x, int) or x.dtype == object else _sim._key(x) for x in key)
+    _STRUCT[:] = [(kept, out)] + _STRUCT[:_sim.KEPT_LAYOUTS - 1]
     return out
+
+
+def _lane_step(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes' lane and step columns (int64): the graph's own, not kept."""
+    n = graph.nodes
+    return n["lane"].to_numpy(np.int64), n["step"].to_numpy(np.int64)
 
 
 def _same_key(a: tuple, b: tuple) -> bool:
@@ -397,8 +411,8 @@ def forget() -> None:
 
 
 def _launch_calls(graph: StepGraph) -> np.ndarray | None:
-    """Per node, the position of the launch call that queued it (-1: none); None where the
-    graph has no launch edge."""
+    """Per node of the structure's ``sel`` (the steps' GPU nodes), the position of the
+    launch call that queued it (-1: none); None where the graph has no launch edge."""
     s = _structure(graph)
     if "calls" not in s:
         e = graph.edges
@@ -410,6 +424,7 @@ def _launch_calls(graph: StepGraph) -> np.ndarray | None:
                                  e["dst"].to_numpy(np.int64)[launch])
             call = np.full(len(ids), -1, np.int64)
             call[dst[dst >= 0]] = src[dst >= 0]
+            call = call[s["sel"]]
         s["calls"] = call
     return s["calls"]
 

@@ -289,11 +289,11 @@ PRICED_COLS = ("ts", "dur", "kind", "name", "pid", "tid", "domain")
 
 
 def priced_graph_events(graph: StepGraph, ev: pd.DataFrame, step_pattern: str | None = None,
-                        most: int = PRICE_STEPS) -> tuple:
+                        most: int = PRICE_STEPS, measured: np.ndarray | None = None) -> tuple:
     """(``priced_graph``, the events it was split with -- ``within(ev, sampled graph)``, its
     ``PRICED_COLS`` --, and that graph's ``span``): a caller that needs ``within(ev, priced)``
     reuses them when the spans are the same (the split cuts stretches inside their own span)."""
-    g, priced = sample_steps(graph, most)
+    g, priced = sample_steps(graph, most, measured)
     span = span_of(g)
     g_ev = within(ev[[c for c in PRICED_COLS if c in ev]], g)
     g = split(g, g_ev, step_pattern)
@@ -399,10 +399,7 @@ def sample_steps(graph: StepGraph, most: int = PRICE_STEPS,
         return graph.copy(), f"{n_all} of {n_all} steps"
     by_time = np.argsort(st["start_ns"].to_numpy(np.int64), kind="stable")
     if measured is None:
-        from .critical import program_spans
-
-        ts = graph.nodes["ts_ns"].to_numpy(np.int64)
-        measured = program_spans(graph, ts, ts + graph.nodes["dur_ns"].to_numpy(np.int64))
+        measured = measured_steps(graph)
     meas = np.asarray(measured, np.int64)[by_time]
     k, weights = representative(meas, st["pid"].to_numpy(np.int64)[by_time], most)
     keep_st = st.iloc[by_time[k:k + most]]
@@ -435,6 +432,15 @@ def sample_steps(graph: StepGraph, most: int = PRICE_STEPS,
         note += (f" (#{names[0]}-#{names[-1]}, each weighted by the window's steps nearest "
                  "to it in measured time)")
     return g, note
+
+
+def measured_steps(graph: StepGraph) -> np.ndarray:
+    """The graph's steps' measured program steps (``critical.program_spans`` of its nodes'
+    own times), in ``graph.steps``' order: what ``sample_steps`` weighs the window by."""
+    from .critical import program_spans
+
+    ts = graph.nodes["ts_ns"].to_numpy(np.int64)
+    return program_spans(graph, ts, ts + graph.nodes["dur_ns"].to_numpy(np.int64))
 
 
 def representative(meas: np.ndarray, pid: np.ndarray, most: int) -> tuple[int, np.ndarray | None]:
