@@ -414,6 +414,7 @@ def _replay_side(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
     priced, priced_ev, span = split_mod.priced_graph_events(graph, ev, pattern,
                                                             measured=measured)
     priced = overhead_mod.mark(priced, ev)   # the profiler's cost per node
+    replay_mod.critical.forget()   # the replay graph's kept shape: the pricing asks others
     if split_mod.span_of(priced) != span:
         priced_ev = split_mod.within(ev, priced)
     return graph, out, priced, split_mod.optimizer_regions(priced_ev)

@@ -345,12 +345,11 @@ def _device_busy_before(graph: StepGraph, start: np.ndarray, end: np.ndarray,
     return np.where(out > start[at], hi, out)
 
 
-# The last graph structures (``sim.KEPT_LAYOUTS``) the program steps were asked of, and what
-# was derived from each:
-# the what-if models' replays (whatif.step_mean) ask of copies of one graph whose nodes'
-# lanes, steps and ids and whose lanes and launch edges most models leave as they were --
-# ~40 ms of lane lookups at 110 k nodes, made once, not once per replay. The key arrays are
-# held (so no other array can take their memory) and compared by content.
+# The last graph shapes (``sim.KEPT_LAYOUTS``) the program steps were asked of, and what was
+# derived from each: the what-if models' replays (whatif.step_mean) ask of copies of one
+# graph whose nodes' lanes, steps and ids and whose lanes and edges most models leave as
+# they were -- ~40 ms of lane lookups at 110 k nodes, made once per shape, not once per
+# replay. The keys are compact copies, compared by value.
 _STRUCT: list = []
 _HELD: list = []   # inside one ``_step_windows`` call: (its graph, its structure)
 
@@ -358,9 +357,8 @@ _HELD: list = []   # inside one ``_step_windows`` call: (its graph, its structur
 def _structure(graph: StepGraph) -> dict:
     """What the steps' windows read of the graph's shape and not of its times: ``gpu``
     (positions on GPU lanes), ``sel`` (of those, the ones in a graph step), and on demand
-    ``busiest`` / ``devices`` / ``calls``. Shared with the
-    last call when the nodes' ids, lanes and steps, the lanes table and the edges are equal
-    to its (a pure function of them)."""
+    ``busiest`` / ``devices`` / ``calls``. Shared with a kept call's when the nodes' ids,
+    lanes and steps, the lanes table and the edges equal its (a pure function of them)."""
     if _HELD and _HELD[-1][0] is graph:
         return _HELD[-1][1]
     n, ln, e = graph.nodes, graph.lanes, graph.edges
@@ -391,6 +389,7 @@ def _lane_step(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _same_key(a: tuple, b: tuple) -> bool:
+    """A kept shape's key (``_structure``) equals a graph's: ints as ints, arrays by value."""
     for x, y in zip(a, b):
         if isinstance(x, int):
             if x != y:
@@ -406,7 +405,7 @@ def _same_key(a: tuple, b: tuple) -> bool:
 
 
 def forget() -> None:
-    """Let go of the last graph's structure (``_structure``: a pure cache)."""
+    """Let go of the kept shapes (``_structure``: a pure cache)."""
     _STRUCT.clear()
 
 

@@ -1556,9 +1556,9 @@ def step_weights(graph, n: int | None = None) -> np.ndarray | None:
 
 
 def per_step(g, values: np.ndarray, mask: np.ndarray | None = None) -> int:
-    """The nodes' ``values`` (where ``mask``) per step of the graph: their sum over its
-    steps, or on a weighted sample (``step_weights``) each node counted as its step's weight
-    over the mean weight (a node of no step: once) -- the window's mean step's share."""
+    """The nodes' ``values`` (where ``mask``) per step: their sum over the graph's steps. On
+    a weighted sample (``step_weights``) each node counts its step's weight over the mean
+    weight (a node of no step: once), so the figure is the window's mean step's."""
     v = np.asarray(values, np.int64)
     w = step_weights(g)
     if w is None:
