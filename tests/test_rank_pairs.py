@@ -259,3 +259,30 @@ def test_diff_sees_one_sync_a_step_go_on_nsys(tmp_path_factory):
     sb, sa = signature(b), signature(a)
     assert sb["syncs_per_step"] == 1.0 and sa["syncs_per_step"] < 0.1
     assert "drop_syncs" in [m for m, _, _ in changed(sb, sa)]
+
+
+def test_levers_priced_on_a_sample_that_stands_for_the_window(compile_nsys):
+    """gpu/compile on nsys: steps #1-#5 take ~235 ms, #6-#11 0.6-0.9 s (mean 516 ms). The
+    levers were priced on the first eight replayed steps, whose mean is 391 ms: "saves 389 ms
+    a step" stood beside "step -> 2.46 ms" for a 516 ms step. The sample is now a run that
+    covers the window's step times, each step weighted by the window's steps it stands for:
+    the saving and the projected step add up to the measured step."""
+    a = _analysis(compile_nsys)
+    step = float(a.steps["program_ns"].mean())
+    top = a.verdict["actions"][0]
+    assert top["id"] == "warm_up" and top["basis"] == "replay"
+    assert abs(top["saves_per_step_ns"] + top["projected_step_ns"] - step) < 0.02 * step
+    assert "weighted" in a.verdict["evidence"]["levers_replayed_on"]
+
+
+def test_the_sampled_run_keeps_its_last_steps_end(compile_nsys):
+    """Each sampled step keeps both its markers: the last one's end marker lies at the run's
+    end, which the sample left out, so that step had no span and every 11-step nsys window
+    was priced on seven steps ("8 of 11 steps")."""
+    from traceread.passes.replay.critical import program_spans
+    from traceread.passes.replay.split import sample_steps
+
+    g, note = sample_steps(_analysis(compile_nsys).replay_graph)
+    assert note.startswith("8 of 11 steps")
+    ts = g.nodes["ts_ns"].to_numpy()
+    assert (program_spans(g, ts, ts + g.nodes["dur_ns"].to_numpy()) > 0).all()

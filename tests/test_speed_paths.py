@@ -1302,3 +1302,288 @@ def test_profiler_overheads_only_tested_by_name_when_the_category_is_there():
         return e.loc[m, ["ts", "dur", "pid"]]
     for frame in (ev, ev.iloc[[0, 3]], ev.assign(cat=ev["cat"].astype(object))):
         pd.testing.assert_frame_equal(G.profiler_overheads(frame), want(frame))
+
+
+# -- round 8: the pricing's replays and the levers' graph -----------------------------------
+
+def _priced(path: Path):
+    """(the levers' graph, its pricing) of a fixture (``price_models``, caches emptied)."""
+    from traceread.passes.replay import whatif
+
+    a = _analysed(path)
+    whatif.forget()
+    p = whatif.price_models(a.facts.graph, a.context, a.copies,
+                            a.facts.frames.get("optimizer_regions"))
+    return p["graph"], p
+
+
+def _rewired(path: Path):
+    """Copies of a fixture's levers' graph in the order the pricing asks of them: the base,
+    a CUDA-graph capture (nodes and edges rewired), the base again, a cost change, a new
+    lane: what the kept layouts must tell apart."""
+    from traceread.passes.replay import whatif
+
+    g, p = _priced(path)
+    cg = whatif.BY_ID["cuda_graphs"].apply(g.copy(), p["facts"], {})
+    assert not isinstance(cg, str)
+    cost = g.copy()
+    c = cost.nodes["cost_ns"].to_numpy(np.int64).copy()
+    c[::5] //= 2
+    cost.nodes["cost_ns"] = c
+    lane = g.copy()
+    lanes = lane.lanes.copy()
+    lanes.loc[len(lanes)] = lanes.iloc[-1]
+    lanes.iloc[-1, lanes.columns.get_loc("lane")] = int(lanes["lane"].max()) + 1
+    lane.lanes = lanes.reset_index(drop=True)
+    return [g, cg, g, cost, cg, lane, g]
+
+
+@pytest.mark.parametrize("path", [FIX / "gpu" / "launch.bad.json.gz",
+                                  FIX / "h200" / "queue.bad.json.gz"], ids=lambda p: p.name)
+def test_kept_layouts_replay_as_fresh_ones(path):
+    """The replay's kept layouts (lane order, edge positions: ``sim.KEPT_LAYOUTS``) and the
+    program steps' lane lookups (``critical._structure``), asked of copies whose shape moves
+    back and forth, give what a fresh call gives."""
+    from traceread.passes.replay import critical, sim, whatif
+
+    graphs = _rewired(path)
+    critical.forget()
+    sim.forget()
+    kept = [(sim.simulate(x), x) for x in graphs]
+    kept = [(s.start_ns, s.end_ns, whatif.step_mean(s, x)) for s, x in kept]
+    for x, (s0, e0, m0) in zip(graphs, kept):
+        critical.forget()
+        sim.forget()
+        s = sim.simulate(x)
+        assert np.array_equal(s.start_ns, s0) and np.array_equal(s.end_ns, e0)
+        assert whatif.step_mean(s, x) == m0
+    assert len(sim._LAST_LAYOUT) <= sim.KEPT_LAYOUTS and len(critical._STRUCT) <= sim.KEPT_LAYOUTS
+    whatif.forget()
+    assert not sim._LAST_LAYOUT and not sim._LAST_EDGES and not critical._STRUCT
+
+
+def test_structure_key_compares_content_not_addresses():
+    """Equal arrays in other memory match, an edited copy does not, and the ints (the steps'
+    count) are compared as ints."""
+    from traceread.passes.replay.critical import _same_key
+
+    a = np.arange(10, dtype=np.int64)
+    kinds = np.array(["launch"] * 10, object)
+    assert _same_key((a, 3, kinds), (a.copy(), 3, kinds.copy()))
+    b = a.copy()
+    b[4] = -1
+    assert not _same_key((a, 3, kinds), (b, 3, kinds))
+    assert not _same_key((a, 3, kinds), (a, 4, kinds))
+    other = kinds.copy()
+    other[0] = "thread"
+    assert not _same_key((a, 3, kinds), (a, 3, other))
+
+
+def _with_pieces_by_frames(graph, P: dict, drop: list):
+    """The split's graph as round 7 built it (a frame's drop, concat and astype; the edges
+    renumbered by ``Series.map``): the reference of ``split._with_pieces``."""
+    n = graph.nodes
+    g = graph.copy()
+    m = len(P["step"])
+    next_id = int(n["id"].max()) + 1
+    add = pd.DataFrame({
+        "id": np.arange(next_id, next_id + m, dtype=np.int64),
+        "step": P["step"], "lane": P["lane"], "seq": P["seq"], "sub": P["sub"],
+        "kind": pd.Series(P["kind"], dtype=object), "name": pd.Series(P["name"], dtype=object),
+        "cat": pd.Series(P["cat"], dtype=object), "ts_ns": P["ts_ns"],
+        "dur_ns": P["dur_ns"], "corr": np.full(m, -1, np.int64), "cost_ns": P["dur_ns"].copy(),
+        "gap_ns": P["gap_ns"], "release_ns": P["release_ns"], "was": P["was"],
+        "last": P["last"]})
+    old = g.nodes.drop(index=drop).assign(sub=0)
+    nodes = pd.concat([old, add[list(old.columns)]], ignore_index=True)
+    order = np.lexsort((nodes["sub"].to_numpy(), nodes["seq"].to_numpy(),
+                        nodes["lane"].to_numpy()))
+    lane_o = nodes["lane"].to_numpy()[order]
+    first = np.r_[True, lane_o[1:] != lane_o[:-1]]
+    rank = np.arange(len(order)) - np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    seq = np.empty(len(order), np.int64)
+    seq[order] = rank
+    nodes["seq"] = seq
+    g.nodes = nodes.drop(columns=["sub"]).astype({c: n[c].dtype for c in n.columns
+                                                   if c in ("id", "step", "lane", "seq", "ts_ns",
+                                                            "dur_ns", "corr", "cost_ns",
+                                                            "gap_ns", "release_ns")})
+    firsts = add[add["sub"] == 0].set_index("was")["id"]
+    lasts = add[add["last"]].set_index("was")["id"]
+    e = g.edges.copy()
+    e["dst"] = e["dst"].map(firsts).fillna(e["dst"]).astype(np.int64)
+    e["src"] = e["src"].map(lasts).fillna(e["src"]).astype(np.int64)
+    g.edges = e
+    return g
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES, ids=lambda p: p.name)
+def test_split_by_columns_is_the_split_by_frames(path, monkeypatch):
+    """The split graph built column by column equals the frames' build: rows, values,
+    dtypes (object names stay object) and edges."""
+    g, ev, pattern = _graph_and_window(path)
+    got = split_mod.split(g, ev, pattern)
+    monkeypatch.setattr(split_mod, "_with_pieces", _with_pieces_by_frames)
+    want = split_mod.split(g, ev, pattern)
+    assert got.nodes.equals(want.nodes) and got.edges.equals(want.edges)
+    assert list(got.nodes.dtypes) == list(want.nodes.dtypes)
+    assert list(got.edges.dtypes) == list(want.edges.dtypes)
+    assert got.nodes.index.equals(want.nodes.index)
+
+
+def test_renumbered_is_map_then_fill():
+    rng = np.random.default_rng(8)
+    ids = rng.integers(0, 50, 200)
+    was = rng.choice(50, 20, replace=False)
+    now = rng.integers(100, 200, 20)
+    want = pd.Series(ids).map(pd.Series(now, index=was)).fillna(pd.Series(ids)).astype(np.int64)
+    assert np.array_equal(split_mod._renumbered(ids, was, now), want.to_numpy())
+    assert np.array_equal(split_mod._renumbered(ids, was[:0], now[:0]), ids)
+
+
+def _pair_by_loop(g):
+    """``pair_helper_bursts`` as round 7 wrote it (one Python turn per idle stretch): the
+    reference of the lane-at-once version."""
+    from traceread.passes.replay.graph import NEG
+
+    n = g.nodes
+    kind = n["kind"].to_numpy(object)
+    lane = n["lane"].to_numpy()
+    stepped = np.unique(lane[kind == "step"])
+    helpers = np.setdiff1d(g.lanes.loc[g.lanes["what"] == "host", "lane"].to_numpy(), stepped)
+    ts = n["ts_ns"].to_numpy(np.int64)
+    end = ts + n["dur_ns"].to_numpy(np.int64)
+    cost = n["cost_ns"].to_numpy(np.int64).copy()
+    ids = n["id"].to_numpy()
+    on_step = np.flatnonzero(np.isin(lane, stepped) & (kind != "step"))
+    by_end = on_step[np.argsort(end[on_step], kind="stable")]
+    e = g.edges
+    has_thread = set(e.loc[e["kind"] == "thread", "dst"].tolist())
+    order = np.lexsort((n["seq"].to_numpy(), lane))
+    cat = n["cat"].to_numpy(object)
+    add = []
+    rel = n["release_ns"].to_numpy(np.int64).copy()
+    for h in helpers.tolist():
+        seq_idx = order[lane[order] == h]
+        if not len(seq_idx):
+            continue
+        first = int(seq_idx[0])
+        if rel[first] != NEG and ids[first] not in has_thread:
+            k = np.searchsorted(end[by_end], ts[first], side="right") - 1
+            if k >= 0:
+                add.append((int(ids[by_end[k]]), int(ids[first]), int(ts[first] - end[by_end[k]])))
+                rel[first] = NEG
+        for a, b in zip(seq_idx[:-1].tolist(), seq_idx[1:].tolist()):
+            idle = kind[a] == "host" and cat[a] in ("untraced", "wait") and \
+                end[a] - ts[a] >= split_mod.HELPER_IDLE_NS and cost[a] == end[a] - ts[a]
+            if not idle or ids[b] in has_thread:
+                continue
+            k = np.searchsorted(end[by_end], ts[b], side="right") - 1
+            if k < 0:
+                continue
+            add.append((int(ids[by_end[k]]), int(ids[b]), int(ts[b] - end[by_end[k]])))
+            cost[a] = 0
+    return add, cost, rel
+
+
+@pytest.mark.parametrize("path", [FIX / "gpu" / "data.bad.json.gz",
+                                  FIX / "h200" / "xformer.bad.json.gz"], ids=lambda p: p.name)
+def test_helper_bursts_paired_per_lane_as_by_the_loop(path):
+    """gpu/data.bad pairs five bursts of its helper threads, h200/xformer one: the same
+    edges, lags, freed idle and released firsts as the per-stretch loop."""
+    g, ev, pattern = _graph_and_window(path)
+    sg = split_mod.split(g, ev, pattern)
+    want, cost, rel = _pair_by_loop(sg.copy())
+    got = sg.copy()
+    assert split_mod.pair_helper_bursts(got) == len(want) > 0
+    e = got.edges[got.edges["kind"] == "thread"].iloc[-len(want):]
+    assert list(zip(e["src"], e["dst"], e["lag_ns"])) == want
+    assert np.array_equal(got.nodes["cost_ns"].to_numpy(), cost)
+    assert np.array_equal(got.nodes["release_ns"].to_numpy(), rel)
+
+
+@pytest.mark.parametrize("path", SPLIT_TRACES[:3], ids=lambda p: p.name)
+def test_stretches_per_distinct_name_as_per_node(path):
+    """The host stretches found with each distinct name matched once equal the per-node
+    ``str.contains``, a null name included (not a call)."""
+    g, _, _ = _graph_and_window(path)
+    g = g.copy()
+    names = g.nodes["name"].to_numpy(object).copy()
+    names[np.flatnonzero(split_mod.stretches(g))[:1]] = None
+    g.nodes["name"] = pd.Series(names, dtype=object)
+    n = g.nodes
+    want = (n["lane"].isin(g.lanes.loc[g.lanes["what"] == "host", "lane"])
+            & n["kind"].isin(("host", "dataloader", "collective"))).to_numpy(bool, copy=True)
+    at = np.flatnonzero(want)
+    want[at] = ~n["name"].iloc[at].astype(str).str.contains(split_mod._CALL_RX,
+                                                            regex=True).to_numpy()
+    assert np.array_equal(split_mod.stretches(g), want)
+
+
+def test_profiler_marks_lane_threads_as_by_loc():
+    """The marks' per-node (pid, tid) is ``lanes.loc`` by the node's lane; a lane the table
+    lacks raises as loc does."""
+    from traceread.passes import overhead
+
+    g, _, _ = _graph_and_window(FIX / "gpu" / "data.bad.json.gz")
+    lanes = g.lanes.set_index("lane")
+    pid, tid = overhead._lane_threads(g)
+    assert np.array_equal(pid, lanes.loc[g.nodes["lane"], "pid"].to_numpy(np.int64))
+    assert np.array_equal(tid, lanes.loc[g.nodes["lane"], "tid"].to_numpy(np.int64))
+    bad = g.copy()
+    bad.lanes = g.lanes.iloc[1:]
+    with pytest.raises(KeyError):
+        overhead._lane_threads(bad)
+
+
+def _replace_runs_by_loc(g, runs, *, name, kind="launch"):
+    """``StepGraph.replace_runs`` as round 7 wrote it (``loc`` by row labels, the ids'
+    hash table): the reference."""
+    n = g.nodes
+    ids = n["id"].to_numpy()
+    lane, seq = n["lane"].to_numpy(), n["seq"].to_numpy()
+    pos = pd.Index(ids)
+    into = np.full(len(n), -1, np.int64)
+    rows, durs = [], []
+    for first, last, dur_ns in runs:
+        a, b = pos.get_loc(first), pos.get_loc(last)
+        into[(lane == lane[a]) & (seq >= seq[a]) & (seq <= seq[b])] = int(first)
+        rows.append(a)
+        durs.append(int(dur_ns))
+    out = g.copy()
+    nodes = out.nodes
+    at = n.index[rows]
+    nodes.loc[at, ["kind", "name", "cat"]] = [kind, name, "launch"]
+    nodes.loc[at, "dur_ns"] = durs
+    nodes.loc[at, "cost_ns"] = durs
+    e = out.edges
+    src = e["src"].to_numpy().copy()
+    dst = e["dst"].to_numpy().copy()
+    ps, pd_ = pos.get_indexer(src), pos.get_indexer(dst)
+    in_s = (ps >= 0) & (into[np.maximum(ps, 0)] >= 0)
+    in_d = (pd_ >= 0) & (into[np.maximum(pd_, 0)] >= 0)
+    src[in_s] = into[ps[in_s]]
+    dst[in_d] = into[pd_[in_d]]
+    lag = e["lag_ns"].to_numpy(np.int64).copy()
+    lag[in_s] = np.maximum(lag[in_s], 0)
+    out.edges = pd.DataFrame({"src": src, "dst": dst, "kind": e["kind"].to_numpy(),
+                              "lag_ns": lag})
+    out.edges = out.edges[out.edges["src"] != out.edges["dst"]].reset_index(drop=True)
+    out.nodes = nodes[~((into >= 0) & (ids != into))].reset_index(drop=True)
+    return out
+
+
+@pytest.mark.parametrize("path", [FIX / "gpu" / "launch.bad.json.gz",
+                                  FIX / "h200" / "queue.bad.json.gz"], ids=lambda p: p.name)
+def test_replace_runs_as_by_loc(path, monkeypatch):
+    """A CUDA-graph capture's graph (``replace_runs`` of a run per step and thread) equals
+    the loc-based build: nodes, dtypes, edges."""
+    from traceread.passes.replay import graph as gmod
+    from traceread.passes.replay import whatif
+
+    g, p = _priced(path)
+    got = whatif.BY_ID["cuda_graphs"].apply(g.copy(), p["facts"], {})
+    monkeypatch.setattr(gmod.StepGraph, "replace_runs", _replace_runs_by_loc)
+    want = whatif.BY_ID["cuda_graphs"].apply(g.copy(), p["facts"], {})
+    assert got.nodes.equals(want.nodes) and got.edges.equals(want.edges)
+    assert list(got.nodes.dtypes) == list(want.nodes.dtypes)

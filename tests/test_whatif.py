@@ -604,3 +604,56 @@ def test_where_no_region_is_named_the_step_end_read_stays_outside_the_graph():
     assert n["name"].tolist() == ["cudaGraphLaunch", "cudaLaunchKernel", "cudaMemcpyAsync",
                                   "cudaStreamSynchronize"]
     assert n["cost_ns"].tolist()[:3] == [W.GRAPH_LAUNCH_NS, 20 * US, 15 * US]
+
+
+# -- the pricing's sample (split.sample_steps / representative) ---------------------------
+
+def test_an_even_window_is_priced_on_its_first_steps():
+    """Steps within EVEN_SHARE of the window's mean: the first run, each step once (the
+    figures of an even window do not move)."""
+    import numpy as np
+
+    from traceread.passes.replay.split import representative
+
+    meas = np.array([100, 101, 99, 100, 102, 98, 100, 101, 99, 100, 100, 103], np.int64)
+    assert representative(meas, np.zeros(12, np.int64), 8) == (0, None)
+
+
+def test_an_uneven_window_is_priced_on_a_run_weighted_to_its_step_times():
+    """gpu/compile's nsys step times (ms): the first eight average 451 for a 516 ms window;
+    the run chosen, weighted by the window's steps nearest each of its steps, averages the
+    window's step within 2%. Each window step is counted once; a process's steps stand only
+    for its own where the run has some."""
+    import numpy as np
+
+    from traceread.passes.replay.split import representative
+
+    meas = np.array([235, 236, 235, 233, 234, 935, 627, 876, 683, 668, 714], np.int64)
+    assert abs(meas[:8].mean() - meas.mean()) > 0.1 * meas.mean()
+    k, w = representative(meas, np.zeros(11, np.int64), 8)
+    run = meas[k:k + 8]
+    assert w is not None and w.sum() == 11
+    assert abs((run * w).sum() / w.sum() - meas.mean()) < 0.02 * meas.mean()
+    # two processes: the second's steps are weighted by its own
+    pid = np.r_[np.zeros(6, np.int64), np.ones(6, np.int64)]
+    meas2 = np.r_[np.full(6, 100), np.full(6, 400)]
+    meas2[0] = 10
+    k, w = representative(meas2.astype(np.int64), pid, 8)
+    own = pid[k:k + 8]
+    assert w[own == 1].sum() == 6 and w[own == 0].sum() == 6
+
+
+def test_a_step_no_measure_places_counts_once():
+    """A step without a measured program step (-1: a marker missing) stands for nothing and
+    keeps its own weight of one; the others are weighted as before."""
+    import numpy as np
+
+    from traceread.passes.replay.split import representative
+
+    meas = np.array([10, -1, 10, 10, 10, 10, 10, 10, 50, 50, 50, 50], np.int64)
+    k, w = representative(meas, np.zeros(12, np.int64), 8)
+    assert w is not None
+    run = meas[k:k + 8]
+    assert (w[run < 0] == 1).all()
+    known = run >= 0
+    assert abs((run[known] * w[known]).sum() / w[known].sum() - meas[meas >= 0].mean()) < 1.0

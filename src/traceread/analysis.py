@@ -401,14 +401,20 @@ def _decide(facts, workers: int) -> dict:
 
 def _replay_side(ev, ops, step_rows, op_step, pattern, sampled: bool) -> tuple:
     """(the replay's graph, its JSON result, the levers' graph, its optimizer regions): the
-    step replay and the graph the what-if models change (passes/replay/whatif.py: the first
-    steps, host stretches cut at their ops, the profiler's cost per node marked); the last
+    step replay and the graph the what-if models change (passes/replay/whatif.py: a run of
+    steps that stands for the window, host stretches cut at their ops, the profiler's cost
+    per node marked); the last
     two None when the window was not replayed or has no GPU op."""
-    graph, out = _replay(ev, ops, step_rows, op_step, pattern, sampled)
-    if graph is None or not len(ops):
-        return graph, out, None, None
-    priced, priced_ev, span = split_mod.priced_graph_events(graph, ev, pattern)
+    with replay_mod.shared_windows():   # the measured steps: the result's, read by the sample
+        graph, out = _replay(ev, ops, step_rows, op_step, pattern, sampled)
+        if graph is None or not len(ops):
+            return graph, out, None, None
+        measured = split_mod.measured_steps(graph) if \
+            len(graph.steps) > split_mod.PRICE_STEPS else None
+    priced, priced_ev, span = split_mod.priced_graph_events(graph, ev, pattern,
+                                                            measured=measured)
     priced = overhead_mod.mark(priced, ev)   # the profiler's cost per node
+    replay_mod.critical.forget()   # the replay graph's kept shape: the pricing asks others
     if split_mod.span_of(priced) != span:
         priced_ev = split_mod.within(ev, priced)
     return graph, out, priced, split_mod.optimizer_regions(priced_ev)

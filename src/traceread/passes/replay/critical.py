@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from ..steps import GPU_BOUND_BUSY, grouped_union_total
-from .graph import END_EDGES, NEG, SKEW_NS, StepGraph, factorize, on_gpu_lane
+from .graph import END_EDGES, NEG, SKEW_NS, StepGraph, factorize, on_gpu_lane, same_memory
+from . import sim as _sim
 from .sim import Schedule, _among, lane_order, positions
 
 LABELS = ("host op", "launch", "kernel", "copy", "sync wait", "data load", "collective",
@@ -193,8 +194,10 @@ _WINDOWS: list = []
 @contextlib.contextmanager
 def shared_windows():
     """Inside: ``_step_windows`` answers a call whose graph and node times equal an earlier
-    call's from that call (a pure function of them); nothing is kept past the block."""
-    _WINDOWS.append([])
+    call's from that call (a pure function of them); nothing is kept past the block. A block
+    inside another shares the outer one's answers (the levers' sample reads the measured
+    steps the replay's result made)."""
+    _WINDOWS.append(_WINDOWS[-1] if _WINDOWS else [])
     try:
         yield
     finally:
@@ -210,8 +213,12 @@ def _step_windows(graph: StepGraph, start: np.ndarray, end: np.ndarray, bi: np.n
         if g is graph and s0.dtype == start.dtype and e0.dtype == end.dtype \
                 and np.array_equal(s0, start) and np.array_equal(e0, end):
             return tuple(x.copy() for x in out)
-    last, opens = _gpu_windows(graph, start, end)
-    out = (last, opens, _previous_ends(graph, start, end, bi, ei, last, opens))
+    _HELD.append((graph, _structure(graph)))   # asked by each part below: checked once
+    try:
+        last, opens = _gpu_windows(graph, start, end)
+        out = (last, opens, _previous_ends(graph, start, end, bi, ei, last, opens))
+    finally:
+        _HELD.pop()
     if memo is not None:
         memo.append((graph, start.copy(), end.copy(), tuple(x.copy() for x in out)))
     return out
@@ -245,18 +252,19 @@ def _busiest_lane(graph: StepGraph, start: np.ndarray, end: np.ndarray, k: int) 
     """Per graph step: the busy time of its GPU ops on their busiest device (the union of
     its streams' ops, as ``steps.step_table``'s ``busy_max_ns``: two streams that overlap
     keep the device busy once, two that alternate keep it busy twice as long as either)."""
-    n = graph.nodes
     out = np.zeros(k, np.int64)
-    step = n["step"].to_numpy(np.int64)
-    lane = n["lane"].to_numpy(np.int64)
-    sel = np.flatnonzero(on_gpu_lane(graph.lanes, lane) & (step >= 0) & (step < k))
+    s = _structure(graph)
+    sel = s["sel"]
     if not len(sel):
         return out
-    (dev,) = _at_lanes(graph.lanes, lane[sel], "device")
-    codes, idx = np.unique(dev, return_inverse=True)
-    per = grouped_union_total(step[sel] * len(codes) + idx, start[sel], end[sel],
-                              k * len(codes))
-    return per.reshape(k, len(codes)).max(axis=1).astype(np.int64)
+    if "busiest" not in s:
+        lane, step = _lane_step(graph)
+        (dev,) = _at_lanes(graph.lanes, lane[sel], "device")
+        codes, idx = np.unique(dev, return_inverse=True)
+        s["busiest"] = (len(codes), step[sel] * len(codes) + idx)
+    width, key = s["busiest"]
+    per = grouped_union_total(key, start[sel], end[sel], k * width)
+    return per.reshape(k, width).max(axis=1).astype(np.int64)
 
 
 def _gpu_windows(graph: StepGraph, start: np.ndarray,
@@ -272,9 +280,8 @@ def _gpu_windows(graph: StepGraph, start: np.ndarray,
     n = graph.nodes
     if not k or not len(n):
         return last, opens
-    on_gpu = on_gpu_lane(graph.lanes, n["lane"].to_numpy(np.int64))
-    step = n["step"].to_numpy(np.int64)
-    sel = np.flatnonzero(on_gpu & (step >= 0) & (step < k))
+    s = _structure(graph)
+    step, sel = _lane_step(graph)[1], s["sel"]
     if not len(sel):
         return last, opens
     o = sel[np.lexsort((end[sel], step[sel]))]   # by step, the latest end last
@@ -301,16 +308,10 @@ def _queued_from(graph: StepGraph, start: np.ndarray, end: np.ndarray, sel: np.n
     s_o = step[o]
     head = o[np.r_[True, s_o[1:] != s_o[:-1]]]
     out[step[head]] = start[head]
-    e = graph.edges
-    launch = (e["kind"] == "launch").to_numpy() if len(e) else np.zeros(0, bool)
-    if not launch.any():
+    call = _launch_calls(graph)
+    if call is None:
         return out
-    ids = graph.nodes["id"].to_numpy(np.int64)
-    src, dst = positions(ids, e["src"].to_numpy(np.int64)[launch],
-                         e["dst"].to_numpy(np.int64)[launch])
-    call = np.full(len(ids), -1, np.int64)
-    call[dst[dst >= 0]] = src[dst >= 0]
-    c = call[head]
+    c = call[np.searchsorted(sel, head)]   # ``head``: nodes of ``sel``, which is sorted
     idle_from = np.where(c >= 0, end[np.maximum(c, 0)], np.iinfo(np.int64).max)
     idle_from = np.maximum(idle_from, _device_busy_before(graph, start, end, head))
     queued = start[head] - idle_from > SKEW_NS
@@ -324,21 +325,107 @@ def _device_busy_before(graph: StepGraph, start: np.ndarray, end: np.ndarray,
     started before it reach (int64 max where one still runs at its start: the device was
     not idle; int64 min where none started before)."""
     lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-    lanes = graph.lanes
-    lane = graph.nodes["lane"].to_numpy(np.int64)
-    gpu = np.flatnonzero(on_gpu_lane(lanes, lane))
-    # (process, device) of each node's lane; a lane not in ``lanes`` is on no GPU (-1)
-    known, pid, device = _at_lanes(lanes, lane, "lane", "pid", "device")
-    dev = np.where(known >= 0, (pid << 16) + device + 1, -1)
+    s = _structure(graph)
+    gpu = s["gpu"]
+    if "devices" not in s:
+        # (process, device) of each GPU node's lane (kept for the GPU nodes only)
+        known, pid, device = _at_lanes(graph.lanes, _lane_step(graph)[0][gpu], "lane", "pid",
+                                       "device")
+        s["devices"] = np.where(known >= 0, (pid << 16) + device + 1, -1)
+    dev_gpu = s["devices"]
+    dev_at = dev_gpu[np.searchsorted(gpu, at)]   # ``at``: GPU nodes, ``gpu`` is sorted
     out = np.full(len(at), lo, np.int64)
-    for d in np.unique(dev[at]).tolist():
-        g = gpu[dev[gpu] == d]
+    for d in np.unique(dev_at).tolist():
+        g = gpu[dev_gpu == d]
         g = g[np.argsort(start[g], kind="stable")]
         reach = np.maximum.accumulate(end[g])
-        mine = np.flatnonzero(dev[at] == d)
+        mine = np.flatnonzero(dev_at == d)
         k = np.searchsorted(start[g], start[at[mine]], side="left")   # started strictly before
         out[mine] = np.where(k > 0, reach[np.maximum(k - 1, 0)], lo)
     return np.where(out > start[at], hi, out)
+
+
+# The last graph shapes (``sim.KEPT_LAYOUTS``) the program steps were asked of, and what was
+# derived from each: the what-if models' replays (whatif.step_mean) ask of copies of one
+# graph whose nodes' lanes, steps and ids and whose lanes and edges most models leave as
+# they were -- ~40 ms of lane lookups at 110 k nodes, made once per shape, not once per
+# replay. The keys are compact copies, compared by value.
+_STRUCT: list = []
+_HELD: list = []   # inside one ``_step_windows`` call: (its graph, its structure)
+
+
+def _structure(graph: StepGraph) -> dict:
+    """What the steps' windows read of the graph's shape and not of its times: ``gpu``
+    (positions on GPU lanes), ``sel`` (of those, the ones in a graph step), and on demand
+    ``busiest`` / ``devices`` / ``calls``. Shared with a kept call's when the nodes' ids,
+    lanes and steps, the lanes table and the edges equal its (a pure function of them)."""
+    if _HELD and _HELD[-1][0] is graph:
+        return _HELD[-1][1]
+    n, ln, e = graph.nodes, graph.lanes, graph.edges
+    key = (n["id"].to_numpy(np.int64), n["lane"].to_numpy(np.int64),
+           n["step"].to_numpy(np.int64), len(graph.steps),
+           ln["lane"].to_numpy(np.int64), ln["what"].to_numpy(object),
+           ln["pid"].to_numpy(np.int64), ln["device"].to_numpy(np.int64),
+           e["src"].to_numpy(np.int64), e["dst"].to_numpy(np.int64), e["kind"].to_numpy(object))
+    for i, (k0, out) in enumerate(_STRUCT):
+        if _same_key(k0, key):
+            _STRUCT.insert(0, _STRUCT.pop(i))
+            return out
+    _, lane, step, k = key[:4]
+    gpu_mask = on_gpu_lane(ln, lane)
+    out = {"gpu": np.flatnonzero(gpu_mask),
+           "sel": np.flatnonzero(gpu_mask & (step >= 0) & (step < k))}
+    # kept: compact copies of the int columns (a view would hold the graph's own columns,
+    # a rewired copy's among them, ~5 MB at 110 k nodes) and the kinds' column itself
+    kept = tuple(x if isinstance(x, int) or x.dtype == object else _sim._key(x) for x in key)
+    _STRUCT[:] = [(kept, out)] + _STRUCT[:_sim.KEPT_LAYOUTS - 1]
+    return out
+
+
+def _lane_step(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes' lane and step columns (int64): the graph's own, not kept."""
+    n = graph.nodes
+    return n["lane"].to_numpy(np.int64), n["step"].to_numpy(np.int64)
+
+
+def _same_key(a: tuple, b: tuple) -> bool:
+    """A kept shape's key (``_structure``) equals a graph's: ints as ints, arrays by value."""
+    for x, y in zip(a, b):
+        if isinstance(x, int):
+            if x != y:
+                return False
+        elif x.shape != y.shape:
+            return False
+        elif x.dtype == object:   # the kinds: the same column (the copies share it), or equal
+            if not (same_memory(x, y) or np.array_equal(x, y)):
+                return False
+        elif not np.array_equal(x, y):   # ~50 us at 110 k: never trusted by address alone
+            return False
+    return True
+
+
+def forget() -> None:
+    """Let go of the kept shapes (``_structure``: a pure cache)."""
+    _STRUCT.clear()
+
+
+def _launch_calls(graph: StepGraph) -> np.ndarray | None:
+    """Per node of the structure's ``sel`` (the steps' GPU nodes), the position of the
+    launch call that queued it (-1: none); None where the graph has no launch edge."""
+    s = _structure(graph)
+    if "calls" not in s:
+        e = graph.edges
+        launch = (e["kind"] == "launch").to_numpy() if len(e) else np.zeros(0, bool)
+        call = None
+        if launch.any():
+            ids = graph.nodes["id"].to_numpy(np.int64)
+            src, dst = positions(ids, e["src"].to_numpy(np.int64)[launch],
+                                 e["dst"].to_numpy(np.int64)[launch])
+            call = np.full(len(ids), -1, np.int64)
+            call[dst[dst >= 0]] = src[dst >= 0]
+            call = call[s["sel"]]
+        s["calls"] = call
+    return s["calls"]
 
 
 def _at_lanes(lanes: pd.DataFrame, lane: np.ndarray, *cols: str) -> list[np.ndarray]:

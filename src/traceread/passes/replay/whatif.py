@@ -272,7 +272,7 @@ def _remove_ops(g, mask, p: dict | None = None) -> int:
         cost = hostcost.removed_lags(g, gone, hostcost.fitted_lag(g, table), lanes)
         was = g.nodes["cost_ns"].to_numpy(np.int64)
         if p is not None:   # the evidence: what went per step, and the fits it came from
-            p["host_lags_removed_ns"] = int((was - cost).sum()) // max(1, len(g.steps))
+            p["host_lags_removed_ns"] = per_step(g, was - cost)
             names = set(str_values(g.nodes["name"])[gone].tolist())   # no string a row
             used = table[table["name"].isin(names) & (table["lag_ns"] > 0)]
             p["lag_fits"] = [{"name": str(r.name), "n": int(r.n), "lag_ns": int(r.lag_ns),
@@ -1259,9 +1259,9 @@ def drop_compile(g, f: Facts, p: dict):
     if not m.any():
         return "no compilation inside the replayed steps"
     m |= _calls_inside(g, m)
-    p["compile_ns"] = int(g.nodes["cost_ns"].to_numpy(np.int64)[m].sum()) // max(1, len(g.steps))
+    p["compile_ns"] = per_step(g, g.nodes["cost_ns"].to_numpy(np.int64), m)
     gpu = _launched_by(g, m)
-    p["compile_gpu_ops"] = int(gpu.sum()) // max(1, len(g.steps))
+    p["compile_gpu_ops"] = per_step(g, np.ones(len(gpu), np.int64), gpu)
     _zero(g, m | gpu)
     return g
 
@@ -1565,12 +1565,44 @@ def step_mean(sched, graph=None) -> float:
     keep = r >= 0
     if not keep.any():
         return float(sched.total_ns)
-    mean = float(r[keep].mean())
+    # a sample weighted to stand for the window (split.sample_steps): its weighted mean
+    w = step_weights(graph, len(st))
+    if w is not None and not w[keep].sum() > 0:
+        w = None
+    mean = float(r[keep].mean()) if w is None else float(np.average(r[keep], weights=w[keep]))
     if graph is not None:
         load = lane_load(graph)
         idx = st["index"].to_numpy()[keep]
-        mean = max(mean, float(np.mean([load.get(int(i), 0) for i in idx])))
+        loads = [load.get(int(i), 0) for i in idx]
+        mean = max(mean, float(np.mean(loads)) if w is None else
+                   float(np.average(loads, weights=w[keep])))
     return mean
+
+
+def step_weights(graph, n: int | None = None) -> np.ndarray | None:
+    """The graph's steps' weights (``split.sample_steps``: how many of the window's steps
+    each sampled step stands for), in ``graph.steps``' order; None: each counts once (or
+    ``n`` given and the steps are not ``n``)."""
+    steps = getattr(graph, "steps", None)
+    if steps is None or "weight" not in steps or (n is not None and len(steps) != n):
+        return None
+    return steps["weight"].to_numpy(float)
+
+
+def per_step(g, values: np.ndarray, mask: np.ndarray | None = None) -> int:
+    """The nodes' ``values`` (where ``mask``) per step: their sum over the graph's steps. On
+    a weighted sample (``step_weights``) each node counts its step's weight over the mean
+    weight (a node of no step: once), so the figure is the window's mean step's."""
+    v = np.asarray(values, np.int64)
+    w = step_weights(g)
+    if w is None:
+        return int(v[mask].sum() if mask is not None else v.sum()) // max(1, len(g.steps))
+    idx = pd.Index(g.steps["index"].to_numpy()).get_indexer(g.nodes["step"].to_numpy())
+    mean_w = float(w.mean()) or 1.0
+    nw = np.where(idx >= 0, w[np.maximum(idx, 0)] / mean_w, 1.0)
+    if mask is not None:
+        v, nw = v[mask], nw[mask]
+    return int(float((v * nw).sum()) // max(1, len(g.steps)))
 
 
 def gpu_lane_costs(graph) -> tuple | None:
@@ -1668,6 +1700,12 @@ def _replay_models(graph, facts: Facts, ids: list[str], params: dict | None,
 def gpu_saved(before, after) -> int:
     """The GPU's own work (its ops' time) a change removed, per step: with the window's
     idle time, the most the change can give back (verdict/whatif.py caps a saving by it)."""
+    if step_weights(before) is not None:   # a weighted sample: its steps' weighted mean
+        return max(0, per_step(before, before.nodes["cost_ns"].to_numpy(np.int64).clip(0),
+                               _gpu_work(before))
+                   - per_step(after, after.nodes["cost_ns"].to_numpy(np.int64).clip(0),
+                              _gpu_work(after)))
+
     def work(g) -> int:
         return int(g.nodes["cost_ns"].to_numpy(np.int64)[_gpu_work(g)].clip(0).sum())
     return max(0, work(before) - work(after)) // max(1, len(before.steps))
@@ -1813,9 +1851,10 @@ def forget() -> None:
     copy and two schedules) and of the models' caches (``_LAST``, ``_MEMO``): pure
     caches, so the next analysis computes the same figures; and the host-cost fit's (a copy
     of seven node columns: 45 MB at 1.7 M nodes, kept into the next rank's analysis)."""
-    from . import sim
+    from . import critical, sim
 
     _BARE.clear()
+    critical.forget()   # the last graph's shape the program steps read
     _LAST.clear()
     _MEMO.clear()
     _KEPT.clear()
