@@ -277,7 +277,13 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("kernels", kernel_summary, ref("ev"))
     if ev is not all_ev:   # the whole trace's compile counts, labelled apart from the window's
         side.submit("compile_whole", compile_counts, ref("all_ev"))
-    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found)
+    # the window's leading warm-up steps, by the start-up work they run: one-time, not the
+    # anatomy's odd step out (slowness alone is no evidence: anatomy/save's first save read
+    # as "7.7x the median")
+    warm = frozenset(int(x["step"]) for x in win.excluded or ()
+                     if "step" in x and str(x.get("reason", "")).startswith("warm-up")
+                     and "x the median" not in str(x.get("reason")))
+    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found, warm)
     # the step replay, the levers' graph and its optimizer regions: one side job beside the
     # attribution and the facts (a sampled window is not replayed: its ids, read once here)
     sampled = steady_mod.sampled_ids(ev)
@@ -285,9 +291,9 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                 bool(sampled))
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
-    gaps["step_index"], closed = _step_of_gaps(gaps, ops, op_step)
+    gaps["step_index"] = _step_of_gaps(gaps, ops, op_step)
     if source != "whole_trace":   # a gap whose closing op no step launched: the step it lies in
-        lost = (gaps["step_index"].to_numpy() < 0) & closed
+        lost = gaps["step_index"].to_numpy() < 0
         if lost.any():
             gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
                 step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
@@ -573,13 +579,13 @@ def _graphs(ev: pd.DataFrame, all_ev: pd.DataFrame) -> dict:
     return g
 
 
-def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> tuple:
-    """(per gap, the step that launched the GPU op ending it -- the work it waited for --,
-    whether an op ends it): the window's tail after the device's last op is ended by none."""
+def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> np.ndarray:
+    """A gap belongs to the step that launched the GPU op ending it (the work it waited for);
+    the window's tail after the device's last op, to the step of that last op (its trailing
+    edge: the per-step idle adds up to the window's)."""
     out = np.full(len(gaps), -1, np.int64)
-    closed = np.zeros(len(gaps), bool)
     if not len(gaps) or not len(ops):
-        return out, closed
+        return out
     opid = ops["pid"].to_numpy(np.int64)
     odev = ops["device"].to_numpy(np.int64)
     ots = ops["ts"].to_numpy(np.int64)
@@ -587,10 +593,9 @@ def _step_of_gaps(gaps: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) ->
         sel = np.flatnonzero((opid == pid) & (odev == dev))
         order = sel[np.argsort(ots[sel], kind="stable")]
         k = np.searchsorted(ots[order], gaps["end"].to_numpy(np.int64)[idx], side="left")
-        ended = k < len(order)
-        out[idx[ended]] = op_step[order[k[ended]]]
-        closed[idx[ended]] = True
-    return out, closed
+        k = np.clip(k, 0, len(order) - 1)
+        out[idx] = op_step[order[k]]
+    return out
 
 
 def _step_idle(step_tab: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:

@@ -219,10 +219,11 @@ def _top_ops(ev: pd.DataFrame, steps: Steps | None) -> list[tuple[str, int]]:
 
 
 def trace_facts(all_ev: pd.DataFrame, ev: pd.DataFrame | None = None,
-                steps: pd.DataFrame | None = None) -> dict:
+                steps: pd.DataFrame | None = None, warmup: frozenset = frozenset()) -> dict:
     """The facts read over the whole trace (every step), not the window; ``ev``: the
     analysed window's events (``periodic_stall.stalls_in_window``: its stalled steps);
-    ``steps``: ``steps.find_steps(all_ev)``'s steps where the caller found them already."""
+    ``steps``: ``steps.find_steps(all_ev)``'s steps where the caller found them already;
+    ``warmup``: the step numbers the window left out as warm-up."""
     st = periodic_stalls(all_ev)
     if st:
         inside = set(Steps(ev).number.tolist()) if ev is not None else set(st["stalled_steps"])
@@ -230,7 +231,7 @@ def trace_facts(all_ev: pd.DataFrame, ev: pd.DataFrame | None = None,
     out = {"periodic_stall": st}
     if st:
         out["facts_evidence"] = {"periodic_stall": st.pop("evidence")}
-    an = step_anatomy(all_ev, steps)   # phases, micro-batches, recompute, odd steps
+    an = step_anatomy(all_ev, steps, warmup)   # phases, micro-batches, recompute, odd steps
     if an:
         out.setdefault("facts_evidence", {}).update(an.pop("evidence"))
     out["anatomy"] = an

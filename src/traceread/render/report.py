@@ -304,9 +304,10 @@ def _waited(gaps) -> str:
 
 
 # The per-step idle columns: launch-charged (the verdict's) and where it occurs.
-STEP_IDLE_LEGEND = ("  GPU idle: the gaps ended by work the step launched; in span: idle inside "
-                    "the step's own host time; program: the later of the host's time and the "
-                    "GPU's work (* GPU-bound)")
+STEP_IDLE_LEGEND = ("  GPU idle: the gaps ended by work the step launched (the last step's: and "
+                    "the window's tail after its last GPU op); in span: idle inside the step's "
+                    "own host time; program: the later of the host's time and the GPU's work "
+                    "(* GPU-bound)")
 
 
 def step_stats_line(a, program: bool = False) -> str:
