@@ -1124,11 +1124,11 @@ def dataloader_workers(g, f: Facts, p: dict):
     load = g.nodes["cost_ns"].to_numpy(float)[m]
     fetch = np.minimum(load, FETCH_NS)
     _set_cost(g, m, _spread(m, fetch))
-    steps = max(1, int(g.steps["index"].nunique()))
-    rest = max(1.0, step_mean(simulate(g), g) - fetch.sum() / steps)
-    per_step = load.sum() / steps
-    workers = int(p.get("workers") or min(MAX_WORKERS, math.ceil(per_step / rest) + 1))
-    wait = np.maximum(0.0, load / workers - rest * (load / max(load.sum() / steps, 1)))
+    # per step of the window: a weighted sample's steps count as the steps they stand for
+    rest = max(1.0, step_mean(simulate(g), g) - per_step(g, _spread(m, fetch), m))
+    each = max(per_step(g, _spread(m, load), m), 1)
+    workers = int(p.get("workers") or min(MAX_WORKERS, math.ceil(each / rest) + 1))
+    wait = np.maximum(0.0, load / workers - rest * (load / each))
     _set_cost(g, m, _spread(m, fetch + wait))
     p.setdefault("workers", workers)
     return g
