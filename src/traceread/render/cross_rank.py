@@ -103,9 +103,11 @@ def render_summary(results: list) -> str:
             parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}" for x in jv["waiting"][:6])
             lines.append(f"  waiting    on it per step (its excess, at most the rank's idle time): {parts}")
         elif jv["waiting"] and jv.get("basis") == "thread_waits":
-            parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}"
-                              f"{' in ' + x['in'] if x.get('in') else ''}" for x in jv["waiting"][:6])
-            lines.append(f"  waiting    per {jv['per']} (median): {parts}")
+            parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])} (of its "
+                              f"{fmt_ns(x['all_wait_ns'])}{' in ' + x['in'] if x.get('in') else ''})"
+                              for x in jv["waiting"][:6])
+            lines.append(f"  waiting    for it per {jv['per']} (median; beyond the straggler's own "
+                         f"wait, the transfer every rank waits): {parts}")
         elif jv["waiting"]:
             w = sorted(jv["waiting"], key=lambda x: -x["wait_ns"])
             parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}" for x in w[:6])

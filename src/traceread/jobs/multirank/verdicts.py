@@ -179,8 +179,12 @@ def _from_waits(res, loc, tail: str) -> dict:
                    f"(clock_nanosleep / time.sleep)" if c == "sleep" else
                    f"in that time its launching thread was in {CAUSE_TEXT.get(c, c)}: "
                    f"{fmt_ns(inf['cause_ns'])} more per {per} than the others")
-        waiting = [{"rank": int(q), "instances": n, "wait_ns": int(v["wait_ns"]) * n,
-                    "wait_per_collective_ns": int(v["wait_ns"]), "in": next(iter(v["wait_names"]), None)}
+        # the wait for the straggler (beyond its own wait, the transfer every rank waits),
+        # next to all of the rank's wait (waits.infer)
+        waiting = [{"rank": int(q), "instances": int(inf["times_late"]),
+                    "wait_ns": int(v.get("waits_for_total_ns", 0)),
+                    "wait_per_collective_ns": int(v.get("waits_for_ns", 0)),
+                    "all_wait_ns": int(v["wait_ns"]), "in": next(iter(v["wait_names"]), None)}
                    for q, v in sorted(inf["per_rank"].items()) if q != r]
         return {**base, "status": "straggler", "straggler_rank": r, "late_by_ns": int(inf["median_delay_ns"]),
                 "late_total_ns": int(inf["median_delay_ns"]) * int(inf["times_late"]),
