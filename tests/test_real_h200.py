@@ -156,6 +156,8 @@ def test_gloo_straggler_found_from_where_threads_wait(tmp_path):
     assert w["rank"] == 0 and w["all_wait_ns"] > 4 * truth["planted_delay_ns"]
     assert abs(w["wait_per_collective_ns"] - truth["planted_delay_ns"]) < 0.1 * truth["planted_delay_ns"]
     assert w["wait_ns"] < 0.35 * w["all_wait_ns"] * s["times_late"]
+    # one rank sleeps: a rank-local slowdown, as the straggler line says (it read "global")
+    assert job.seed["slowdown"]["locality"] == "rank-local"
 
 
 def test_the_waiting_rank_is_told_what_it_waits_for(tmp_path):

@@ -345,6 +345,14 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
         res.seed["slowdown"] = metrics.stage_slowdown(res.stages, groups.rank_busy(inputs))
     if not strag["instances"]:
         res.inferred = waits.infer(inputs)
+        inf = res.inferred
+        if inf.get("significant") and inf.get("basis") == "steps":
+            # the straggler the waits name, and each other rank's wait *for it* (not the
+            # transfer every rank waits): read by the collectives' straggler, no rank is
+            # significant and the locality said "global" beside "rank 1 sleeps 30 ms"
+            res.seed["slowdown"] = metrics.slowdown(
+                per_rank, {"rank": inf["rank"], "significant": True},
+                {int(r): int(v.get("waits_for_ns", 0)) for r, v in inf["per_rank"].items()})
     return res
 
 
