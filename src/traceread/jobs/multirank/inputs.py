@@ -311,7 +311,8 @@ def host_activity(ev: pd.DataFrame, thread: tuple[int, int]) -> tuple[dict, tupl
     on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy()
     # only the columns read here and by classify_host: ``ev[on]`` copied every column of
     # the thread's rows (most host rows of a rank), the batch worker's peak (issue 42)
-    mine = take(ev, np.flatnonzero(on), [c for c in ("ts", "dur", "name", "kind", "domain") if c in ev])
+    mine = take(ev, np.flatnonzero(on), [c for c in ("ts", "dur", "name", "kind", "domain", "pid", "tid")
+                                         if c in ev])
     cats = classify_host(mine)   # only this thread's rows: one pass over a few % of the trace
     s = mine["ts"].to_numpy(np.int64)
     e = s + mine["dur"].to_numpy(np.int64)
