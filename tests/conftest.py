@@ -58,6 +58,7 @@ SLOW = {
     "test_job_model.py::test_diff_of_two_real_two_gpu_exports": 6.3,  # its multi-process twin
     "test_mfu_gpu_time.py::test_no_corpus_trace_reports_impossible_figures": 56.9,  # its spill-over twin
     "test_multirank_synth.py::test_no_seq_offsets_straggler[64-37]": 3.6,  # [8-5]: the same path at 8 ranks
+    "test_multirank_gloo.py::test_pipeline_stage_ratio_is_one_figure": 2.8,  # test_stage_compute_is_the_mean_per_step_in_both
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
     # the two plain-run nsys captures of h200/queue analysed once for the module (5.7 s):
     # test_pageable_reads' nsys test covers the same path on the pageable pair

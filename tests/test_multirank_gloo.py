@@ -436,3 +436,41 @@ def test_overlap_efficiency_is_not_lowered_by_time_that_is_neither():
     res = mr.analyze_traces(traces)[0]
     eff = res.seed["overlap_efficiency"]
     assert min(eff.values()) > 0.8 and abs(eff[0] - eff[1]) < 0.05
+
+
+def test_pipeline_stage_ratio_is_one_figure():
+    """pp_gpipe (stage 1 planted 3x the layers): the straggler line read the slow stage
+    at 2.95x (the steps' median) and the layout at 3.2x (the steps' total, as a share of the
+    step): one stage compute, its work per step over the analysed steps, in both."""
+    paths = [str(GLOO / "pp_gpipe" / f"rank-{r}.json.gz") for r in (0, 1)]
+    (res,) = traceread.all_jobs(paths)
+    pl = res.layout["pipeline"]
+    st = res.stages
+    assert st["slow_stage"] == pl["slowest_stage"] == 1
+    assert st["slowest_x_others"] == pl["slowest_busy_x_fastest"]   # two stages: same baseline
+    assert 3.0 < pl["slowest_busy_x_fastest"] < 3.5                  # the planted 3x, and more
+
+
+def test_stage_compute_is_the_mean_per_step_in_both():
+    """The job's stage balance (groups.rank_busy) and the layout (parallelism._job_pipeline)
+    read a stage's compute the same way: its work over the steps, per step (one slow step
+    counts; the median hid it)."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from traceread.jobs.multirank.groups import rank_busy, stage_balance
+    from traceread.passes.parallelism import _job_pipeline
+
+    steps = {0: [10 * MS, 10 * MS, 10 * MS], 1: [20 * MS, 20 * MS, 50 * MS]}
+    inputs = [SimpleNamespace(rank=r, steps=pd.DataFrame({"busy_ns": b, "dur": [60 * MS] * 3}))
+              for r, b in steps.items()]
+    busy = rank_busy(inputs)
+    assert busy[1] == (30 * MS, 60 * MS)
+    st = stage_balance([[0, 1]], busy)
+    layout = _job_pipeline({r: {"schedule": "gpipe", "stages": 2, "microbatches": 4,
+                                "theoretical_bubble_pct": 20.0, "busy_ns": sum(b),
+                                "compute_ns": sum(b), "step_ns": 180 * MS, "steps": 3,
+                                "bubble_pct_by_stage": {str(r): 0.0}}
+                            for r, b in steps.items()})
+    assert st["slowest_x_others"] == layout["slowest_busy_x_fastest"] == 3.0

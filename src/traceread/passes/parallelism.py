@@ -428,7 +428,7 @@ def pipeline(ev: pd.DataFrame, calls: pd.DataFrame, spans, strategy: dict,
     # the bubble: the step's share in the schedule's P2P calls (issue + blocking wait)
     bubble = round(100.0 * waits["p2p"] / step_ns, 1) if step_ns else None
     return {"schedule": schedule, "stages": p, "stage": stage, "microbatches": m,
-            "virtual_stages": v,
+            "virtual_stages": v, "steps": len(spans),
             "busy_ns": int(busy_ns), "step_ns": int(step_ns),
             # the stage's own work: the step less its comm waits (untraced work included)
             "compute_ns": int(step_ns - waits["p2p"] - waits["other"]),
@@ -1068,7 +1068,10 @@ def _job_pipeline(stages: dict[int, dict]) -> dict:
     # a stage's own work: its step less its comm waits (``compute_ns``), so untraced work
     # on a stage (a sleep, Python, I/O) counts as that stage's; older layouts: busy_ns
     work = {r: s.get("compute_ns", s["busy_ns"]) for r, s in stages.items()}
-    busy = {r: work[r] / max(1, s["step_ns"]) for r, s in stages.items()}
+    # compared per step (the job's straggler reads the same: groups.rank_busy); a layout
+    # without the step count, by the share of the step
+    busy = {r: work[r] / (s["steps"] if s.get("steps") else max(1, s["step_ns"]))
+            for r, s in stages.items()}
     slowest = max(busy, key=busy.get)
     mean_busy = float(np.mean(list(work.values())))
     bubbles = {str(r): next(iter(s["bubble_pct_by_stage"].values())) for r, s in stages.items()}
