@@ -354,7 +354,8 @@ def test_functional_collective_wait_is_a_comm_wait_not_cpu_work():
     _, traces = _load(GLOO / "tp2")
     res = mr.analyze_traces(traces)[0]
     why = res.straggler["why"]
-    assert res.straggler["rank"] == 1 and why["cause"] == "comm_wait"
+    # a wait on its own collectives, no other rank late at them (the test below)
+    assert res.straggler["rank"] == 1 and why["cause"] == "comm_own"
     assert why["by_category"]["comm_wait"] > 0.6 * why["window_ns"]
     assert all(e < 0.05 for e in res.seed["overlap_efficiency"].values())
 
@@ -474,3 +475,16 @@ def test_stage_compute_is_the_mean_per_step_in_both():
                                 "bubble_pct_by_stage": {str(r): 0.0}}
                             for r, b in steps.items()})
     assert st["slowest_x_others"] == layout["slowest_busy_x_fastest"] == 3.0
+
+
+def test_a_straggler_blocked_in_its_own_collectives_passes_on_no_delay():
+    """gloo tp2 (no rank planted slow): rank 1 arrives late because its wait_tensor returns
+    ms after its all_reduce ended (on both ranks) -- at none of those collectives was rank 0
+    late. It read 'blocked in another collective, passing on a delay it did not cause: look
+    at the rank that arrived last at that collective', which is rank 1 itself."""
+    _, traces = _load(GLOO / "tp2")
+    res = mr.analyze_traces(traces)[0]
+    why = res.straggler["why"]
+    assert res.straggler["rank"] == 1
+    assert why["cause"] == "comm_own" and why["passed_on_ns"] < 0.1 * why["cause_ns"]
+    assert "did not cause" not in res.levers[0]["lever"]

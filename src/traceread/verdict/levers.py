@@ -1388,6 +1388,10 @@ STRAGGLER_ROWS = (
     ("comm_wait", "it is itself blocked in another collective",
      "rank {r} is itself blocked in another collective, passing on a delay it did not "
      "cause: look at the rank that arrived last at that collective"),
+    ("comm_own", "it comes out of its own collectives after the others, no other rank late at them",
+     "rank {r} comes out of its collectives after the other ranks, though no other rank was "
+     "late at them: its communication finishes late on it -- give its communication threads "
+     "a free core (gloo runs them on the CPU), or check its link or NIC"),
     ("sleep", "its launching thread sleeps",
      "rank {r}'s launching thread sleeps before it reaches the collective (time.sleep/"
      "clock_nanosleep): remove the sleep, or the polling/rate-limiting loop that calls it"),

@@ -32,7 +32,7 @@ from . import clocks, groups, metrics, waits
 from .grouping import group_jobs
 from .inputs import RankInput, rank_from_name, rank_input
 from .match import END_TOL_NS, disagreements, match_rows
-from .why import explain, kernel_excess, late_windows
+from .why import explain, kernel_excess, late_windows, refine_comm_wait
 
 MATCH_COLUMNS = ["lane", "key", "instance", "method", "collective", "rank", "ts", "dur", "arrival_ns",
                  "transfer_ns", "wait_ns", "ranks", "last", "lateness_ns", "msg_bytes"]
@@ -325,11 +325,15 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
         s = strag["rank"]
         off = est.get(s, {}).get("offset_ns", 0)
         floor = LATE_MIN_NS if strag["times_late"] else 0
-        strag["why"] = explain(by_rank[s], *late_windows(matches, s, off, floor))
+        win = late_windows(matches, s, off, floor)
+        strag["why"] = explain(by_rank[s], *win)
+        refine_comm_wait(strag["why"], by_rank[s], matches, s, *win, LATE_MIN_NS)
         strag["why"]["kernels"] = kernel_excess(inputs, s)
         for coll, rec in strag["by_collective"].items():
             sub = matches[matches["collective"].fillna("unknown") == coll]
-            rec["why"] = explain(by_rank[s], *late_windows(sub, s, off, floor))
+            win = late_windows(sub, s, off, floor)
+            rec["why"] = explain(by_rank[s], *win)
+            refine_comm_wait(rec["why"], by_rank[s], matches, s, *win, LATE_MIN_NS)
     per_rank = _per_rank(inputs, matches)
     res = JobResult(job=job, ranks=ranks, paths={i.rank: i.path for i in inputs},
                     world_size=max((i.world_size for i in inputs), default=-1), matches=matches,

@@ -30,6 +30,8 @@ CAUSE_TEXT = {
     "compile": "torch.compile compilation",
     "graph_capture": "recording CUDA graphs",
     "comm_wait": "another collective (it was itself waiting)",
+    "comm_own": ("its own earlier collectives, at which no other rank was late: it came out of "
+                 "them after the others had (the collective's own end, not a peer's delay)"),
     "wait": "a wait on another thread or process (a lock, condition, poll or child process)",
     "gpu_compute": "longer GPU compute (its GPU was still busy with compute kernels)",
     "sleep": "sleeping (clock_nanosleep / time.sleep: a delay it chose)",
@@ -82,6 +84,34 @@ def explain(ri: RankInput, starts: np.ndarray, ends: np.ndarray) -> dict:
             "text": CAUSE_TEXT.get(cause, "") if cause else ""}
 
 
+PASSED_ON_SHARE = 0.5
+
+
+def refine_comm_wait(why: dict, ri: RankInput, matches: pd.DataFrame, rank: int,
+                     starts: np.ndarray, ends: np.ndarray, late_ns: int) -> None:
+    """A straggler late while blocked in collectives (``comm_wait``) passes on another rank's
+    delay only when one of its own collectives was still running then at which another rank
+    was last (by >= ``late_ns``); else the wait was its own -- a collective at which it was
+    itself last, or one that had already ended (gloo tp2: rank 1's wait_tensor returned
+    6.5 ms after its all_reduce ended, on both ranks; the lever sent the reader to 'the rank
+    that arrived last at that collective': rank 1 itself). ``passed_on_ns``: the part of the
+    windows' comm_wait spent in collectives another rank was late to; in place."""
+    if why.get("cause") != "comm_wait":
+        return
+    cw = ri.activity.get("comm_wait")
+    if cw is None or not len(cw[0]):
+        return
+    mine = intervals.intersect(intervals.union(starts, ends), cw)
+    lasts = matches[matches["last"] & (matches["lateness_ns"] >= late_ns) & (matches["rank"] != rank)]
+    held = matches[(matches["rank"] == rank) & matches["instance"].isin(lasts["instance"])]
+    hs = held["ts"].to_numpy(np.int64)
+    passed = intervals.total(intervals.intersect(
+        mine, intervals.union(hs, hs + held["dur"].to_numpy(np.int64))))
+    why["passed_on_ns"] = int(passed)
+    if passed < PASSED_ON_SHARE * why["cause_ns"]:
+        why["cause"], why["text"] = "comm_own", CAUSE_TEXT["comm_own"]
+
+
 def kernel_excess(inputs: list[RankInput], rank: int, top: int = 3) -> list[dict]:
     """Compute kernels the straggler spends more GPU time in per step than the other ranks'
     median (``different kernels`` / longer GPU compute): [{name, ns_per_step, others_ns_per_step,
@@ -104,4 +134,4 @@ def kernel_excess(inputs: list[RankInput], rank: int, top: int = 3) -> list[dict
     return sorted(out, key=lambda d: -d["excess_ns_per_step"])[:top]
 
 
-__all__ = ["late_windows", "explain", "kernel_excess", "CAUSE_TEXT"]
+__all__ = ["late_windows", "explain", "refine_comm_wait", "kernel_excess", "CAUSE_TEXT"]
