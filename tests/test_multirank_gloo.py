@@ -501,3 +501,32 @@ def test_waiting_is_read_at_the_headline_instances():
     (w,) = jv["waiting"]
     assert jv["collective"] == "all_gather" and w["instances"] == 3
     assert w["wait_per_collective_ns"] == jv["late_by_ns"]
+
+
+def test_a_light_stage_makes_no_slow_stage():
+    """One comparison for 'a stage computes more': the busiest over the other stages' median,
+    in the job's stage balance, the layout and the pp_rebalance lever. Against the least busy
+    stage, gloo pp3/gpipe_p4_m4 (nothing planted) read 'stage 1 computes 1.5x the least busy
+    ... every other stage waits on it: move layers off it' beside the job's 'the 4 stages
+    compute alike (1.24x the others' median)'."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from traceread.jobs.multirank.groups import IMBALANCE_X, rank_busy, stage_balance
+    from traceread.passes.figures import layout_figures
+    from traceread.passes.parallelism import _job_pipeline
+    from traceread.verdict.levers import PP_SLOW_X, pp_stage_slow
+
+    work = {0: 10 * MS, 1: 15 * MS, 2: 13 * MS, 3: 14 * MS}     # stage 0 light, none slow
+    inputs = [SimpleNamespace(rank=r, steps=pd.DataFrame({"busy_ns": [w], "dur": [60 * MS]}))
+              for r, w in work.items()]
+    st = stage_balance([[0, 1, 2, 3]], rank_busy(inputs))
+    pl = _job_pipeline({r: {"schedule": "gpipe", "stages": 4, "microbatches": 4,
+                            "theoretical_bubble_pct": 42.9, "busy_ns": w, "compute_ns": w,
+                            "step_ns": 60 * MS, "steps": 1, "bubble_pct_by_stage": {str(r): 0.0}}
+                        for r, w in work.items()})
+    assert pl["slowest_busy_x_fastest"] == 1.5 >= PP_SLOW_X              # vs the least busy
+    assert st["slowest_x_others"] == pl["slowest_x_others"] == 1.15 < IMBALANCE_X
+    assert st["slow_stage"] is None
+    assert not pp_stage_slow(layout_figures({"pipeline": pl}))

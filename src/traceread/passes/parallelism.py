@@ -1059,6 +1059,14 @@ def agree_with_job(per_rank: dict[int, dict], layout: dict) -> None:
             if n and m else job.get("theoretical_bubble_pct")
 
 
+def _x_others(busy: dict, slowest) -> float | None:
+    """The slowest stage's compute over the other stages' median (None: one stage, or the
+    others compute nothing)."""
+    others = [v for r, v in busy.items() if r != slowest]
+    med = float(np.median(others)) if others else 0.0
+    return round(busy[slowest] / med, 2) if med > 0 else None
+
+
 def _job_pipeline(stages: dict[int, dict]) -> dict:
     # one stage alternating forwards and backwards proves 1F1B: its first stage runs all its
     # warm-up forwards first and reads as GPipe when m <= p
@@ -1089,6 +1097,11 @@ def _job_pipeline(stages: dict[int, dict]) -> dict:
             "slowest_stage": slowest,
             "slowest_busy_x_fastest": round(busy[slowest] / min(busy.values()), 2)
             if min(busy.values()) > 0 else None,
+            # the one comparison of a stage's compute, as the job's straggler reads it
+            # (groups.stage_balance): the busiest over the other stages' median. Against the
+            # least busy, gpipe_p4_m4's lever said 'stage 1 computes 1.5x ... every other stage
+            # waits on it' beside the job's 'the 4 stages compute alike (1.24x)'
+            "slowest_x_others": _x_others(busy, slowest),
             # balanced stages would each compute the mean: the step shrinks by the excess
             "excess_busy_ns": int(work[slowest] - mean_busy)
             if len(stages) > 1 else None,

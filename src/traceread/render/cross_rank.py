@@ -177,8 +177,8 @@ def layout_line(p: dict | None) -> str:
                  f"theory {pp['theoretical_bubble_pct']}%: the schedule's fill and drain)") \
             if pp["schedule"] else ""
         bub = ", ".join(f"{r}: {v}%" for r, v in pp["bubble_pct_by_stage"].items())
-        x = pp["slowest_busy_x_fastest"]
-        who = (f"stage {pp['slowest_stage']} computes most ({x}x the least busy)"
+        x = pp.get("slowest_x_others", pp["slowest_busy_x_fastest"])
+        who = (f"stage {pp['slowest_stage']} computes most ({x}x the other stages' median)"
                if x and x >= PP_SLOW_X else f"the stages compute alike ({x}x at most)")
         parts.append(f"stage bubbles {bub}{sched}; {who}")
     if ep and ep.get("recv_imbalance"):

@@ -215,7 +215,7 @@ def fsdp_gathers_exposed(c: Ctx) -> bool:
 
 PP_BUBBLE_PCT = 20.0     # a pipeline stage idle at least this share of its steps ...
 PP_MIN_GAIN_PCT = 2.0    # ... and doubling m would cut the schedule's bubble by >= 2 points
-PP_SLOW_X = 1.25         # the slowest stage computes >= 1.25x the least busy one
+PP_SLOW_X = 1.25         # the slowest stage computes >= 1.25x the other stages' median
 EP_IMBALANCE_X = 1.25    # max / mean all_to_all bytes
 
 
@@ -238,8 +238,9 @@ def pp_bubble_dominates(c: Ctx) -> bool:
 
 
 def pp_stage_slow(c: Ctx) -> bool:
-    """A job's slowest stage computes >= PP_SLOW_X the least busy one's share and more than
-    the stages' mean (``pp_excess_busy_ns``); one rank alone: unknown, no."""
+    """A job's slowest stage computes >= PP_SLOW_X the other stages' median (per step, as the
+    job's straggler reads it) and more than the stages' mean (``pp_excess_busy_ns``); one
+    rank alone: unknown, no."""
     x, s = c.get("pp_slowest_x"), c.get("pp_slowest_stage")
     return s is not None and x is not None and x >= PP_SLOW_X \
         and int(c.get("pp_excess_busy_ns") or 0) > 0
@@ -288,7 +289,7 @@ def _pp_microbatch_text(c: Ctx) -> str:
 
 def _pp_rebalance_text(c: Ctx) -> str:
     return (f"rebalance the layers across the pipeline stages: stage {c['pp_slowest_stage']} "
-            f"computes {c['pp_slowest_x']:.1f}x the least busy stage, "
+            f"computes {c['pp_slowest_x']:.2f}x the other stages' median, "
             f"{int(c['pp_excess_busy_ns']) / 1e6:.1f} ms above the stages' mean in the analysed "
             "steps, and every other stage waits on it: move layers off it (the split points)")
 
