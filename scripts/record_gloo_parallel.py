@@ -3,6 +3,9 @@
     python scripts/record_gloo_parallel.py {fsdp2,pp,a2a} OUT_DIR [--steps 3] [--warmup 1]
 
 - ``fsdp2``: 2 ranks, FSDP2 ``fully_shard`` on each Linear of a small MLP and on the root.
+  Rank ``--slow-stage`` may be planted slow before each step's forward: ``--sleep-ms``
+  (``time.sleep``: untraced) or ``--extra-ms`` (``torch.mm`` calls until that long has passed:
+  traced CPU operators only that rank runs); truth per step: ``planted_ns`` (measured).
 - ``pp``: ``--world`` ranks (2), ``torch.distributed.pipelining`` ``--schedule`` (GPipe, 1F1B, or
   interleaved 1F1B with ``--virtual`` stages per rank, placed looped: rank r holds stages r,
   r + world, ...), ``--microbatches`` (4); rank ``--slow-stage`` (-1: none, a balanced pipeline)
@@ -66,12 +69,23 @@ def _fsdp2(rank, world, a, timer):
     fully_shard(net)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     x = torch.randn(32, 128)
+    m = torch.randn(192, 192)
+
+    def plant():
+        t0 = time.perf_counter_ns()
+        if rank == a.slow_stage and a.sleep_ms:
+            time.sleep(a.sleep_ms / 1e3)
+        if rank == a.slow_stage and a.extra_ms:
+            while time.perf_counter_ns() - t0 < a.extra_ms * 1e6:
+                torch.mm(m, m)
+        return time.perf_counter_ns() - t0
 
     def step():
+        planted = plant()
         net(x).square().mean().backward()
         opt.step()
         opt.zero_grad()
-        return {}
+        return {"planted_ns": planted}
     return step
 
 
@@ -305,6 +319,8 @@ def main(argv=None) -> int:
     p.add_argument("--slow-stage", type=int, default=1, help="pp: the slow rank; -1: none (balanced)")
     p.add_argument("--slow-factor", type=int, default=3)
     p.add_argument("--sleep-ms", type=float, default=0.0, help="pp: the slow rank's untraced sleep per forward")
+    p.add_argument("--extra-ms", type=float, default=0.0,
+                   help="fsdp2: the slow rank's traced extra CPU work (torch.mm) per step")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hot-rank", type=int, default=2)
     p.add_argument("--hot-factor", type=int, default=4)
