@@ -228,3 +228,20 @@ def test_gloo_workers_socket_sends_are_the_collective_not_host_work(tmp_path):
     ids = [x["id"] for x in v["actions"]]
     assert a.to_dict()["context"]["comm_backend"] == "gloo"
     assert "nccl_backend" in ids and "interconnect" not in ids
+
+
+def test_batch_splits_a_multi_process_export_into_its_job(tmp_path):
+    """batch read ddp2's one nsys export (two GPU processes) as one merged trace and named no
+    job; analyze splits it by process. Now batch forms the same job: rank 1, the planted
+    30 ms a step."""
+    from traceread.jobs.batch import analyze_file, assemble
+
+    dst = tmp_path / "ddp2.sqlite"
+    with lzma.open(H200 / "ddp2" / "ddp2.sqlite.xz") as src, open(dst, "wb") as f:
+        shutil.copyfileobj(src, f)
+    truth = json.loads((H200 / "ddp2" / "truth.json").read_text())
+    res = assemble([analyze_file(str(dst))])
+    (job,) = res.jobs
+    jv = job.verdict()
+    assert jv["straggler_rank"] == truth["slow_rank"] and jv["cause"] == "sleep"
+    assert abs(jv["late_by_ns"] - truth["planted_delay_ns"]) < 0.1 * truth["planted_delay_ns"]

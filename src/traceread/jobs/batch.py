@@ -80,8 +80,14 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a),
                                           program=a.steps)   # the analysis' program steps
         # what the job model keeps of it (multirank.prepare): input, window, layout
-        member = {"path": str(path), "input": rank_input, "split": [],
-                  "window": multirank.analysis_window(a), "parallelism": a.parallelism}
+        # an nsys export of several GPU processes is a job by itself, as ``analyze`` splits it
+        # (multirank.prepare): batch read h200/ddp2 as one merged trace and named no job
+        from ..readers.nsys_split import split_processes
+
+        win = multirank.analysis_window(a)
+        member = {"path": str(path), "input": rank_input,
+                  "split": [multirank.rank_input(p, window=win) for p in split_processes(trace)],
+                  "window": win, "parallelism": a.parallelism}
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
         for name in TABLES:
@@ -273,7 +279,8 @@ WORKER_PRELOAD = ("traceread.jobs.batch", "traceread.analysis", "traceread.reade
                   "traceread.readers.stream", "traceread.readers.validate", "pyarrow.pandas_compat",
                   "traceread.passes.nccl", "traceread.passes.iterations", "traceread.jobs.figures",
                   "traceread.jobs.multirank", "traceread.jobs.multirank.inputs",
-                  "traceread.jobs.multirank.waits", "traceread.jobs._frozen")
+                  "traceread.jobs.multirank.waits", "traceread.readers.nsys_split",
+                  "traceread.jobs._frozen")
 
 _SPOOL = "spool"   # a worker's message: the path of the file holding its whole result
 
