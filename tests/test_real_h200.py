@@ -22,6 +22,7 @@ import pytest
 import traceread
 
 from conftest import analysed
+from traceread.render.text import fmt_ns
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 PAGEABLE = "cudaMemcpyAsync (DtoH pageable)"
@@ -158,6 +159,12 @@ def test_gloo_straggler_found_from_where_threads_wait(tmp_path):
     assert w["wait_ns"] < 0.35 * w["all_wait_ns"] * s["times_late"]
     # one rank sleeps: a rank-local slowdown, as the straggler line says (it read "global")
     assert job.seed["slowdown"]["locality"] == "rank-local"
+    # the HTML chart shows those waits, not the matched collectives' (none: 'waits 0 ns')
+    from traceread.render.html import _wait_bars
+
+    chart = _wait_bars(job)
+    assert "read from its waits" in chart and "waits 0 ns · the straggler" in chart
+    assert f"waits {fmt_ns(w['wait_ns'])}" in chart
 
 
 def test_the_waiting_rank_is_told_what_it_waits_for(tmp_path):
