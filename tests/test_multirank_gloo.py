@@ -546,3 +546,40 @@ def test_fsdp2_planted_slow_rank_saves_its_net_lateness(job, cause):
     assert jv["straggler_rank"] == 1 and jv["cause"] == cause
     per_step = jv["late_total_ns"] / int(res.per_rank["steps"].max())
     assert abs(per_step - planted) < 0.12 * planted, (per_step, planted)
+
+
+def test_a_straggler_in_cpu_operators_runs_extra_ones_or_the_same_slower():
+    """fsdp2_extra1: rank 1 runs 23 ms a step of torch.mm the other rank does not -- its own
+    host work (the lever: move it off the step path). fsdp2 (nothing planted): rank 1 is late
+    in the same CPU operators rank 0 runs, as often, each a little slower -- 'move the host
+    work off the step path' cannot work there: it is a busier or slower host."""
+    truth, traces = _load(GLOO / "fsdp2_extra1")
+    planted = sum(x["planted_ns"] for x in truth["per_rank"]["1"]) / len(truth["per_rank"]["1"])
+    why = mr.analyze_traces(traces)[0].straggler["why"]
+    ex = why["op_excess"]
+    assert why["cause"] == "cpu_op" and ex["top"][0]["name"] == "aten::mm"
+    assert abs(ex["extra_ns"] - planted) < 0.1 * planted and ex["slower_ns"] < ex["extra_ns"] / 4
+    _, traces = _load(GLOO / "fsdp2")
+    res = mr.analyze_traces(traces)[0]
+    why = res.straggler["why"]
+    assert why["cause"] == "cpu_slower" and why["op_excess"]["extra_ns"] == 0
+    assert "same CPU operators" in res.levers[0]["lever"]
+
+
+def test_cpu_operators_extra_or_slower_by_calls():
+    """why.refine_cpu_op: more calls of a name than the others' median is extra work; the
+    same calls taking longer is a slower host."""
+    from traceread.jobs.multirank.inputs import RankInput
+    from traceread.jobs.multirank.why import refine_cpu_op
+
+    def ranks(mine):
+        base = {"aten::addmm": (4, 4 * MS), "aten::copy_": (10, 1 * MS)}
+        return [RankInput(path="a", rank=0, op_calls=base, kernel_steps=1),
+                RankInput(path="b", rank=1, op_calls={**base, **mine}, kernel_steps=1)]
+
+    extra = {"cause": "cpu_op"}
+    refine_cpu_op(extra, ranks({"aten::mm": (50, 20 * MS)}), 1)
+    assert extra["cause"] == "cpu_op" and extra["op_excess"]["extra_ns"] == 20 * MS
+    slower = {"cause": "cpu_op"}
+    refine_cpu_op(slower, ranks({"aten::addmm": (4, 7 * MS)}), 1)
+    assert slower["cause"] == "cpu_slower" and slower["op_excess"]["slower_ns"] == 3 * MS

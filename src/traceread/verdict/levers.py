@@ -1393,6 +1393,10 @@ STRAGGLER_ROWS = (
      "rank {r} comes out of its collectives after the other ranks, though no other rank was "
      "late at them: its communication finishes late on it -- give its communication threads "
      "a free core (gloo runs them on the CPU), or check its link or NIC"),
+    ("cpu_slower", "it runs the same CPU operators as the others, each slower",
+     "rank {r} runs the same CPU operators as the other ranks, as often, each slower: its host "
+     "is busier or slower -- other processes on its cores, CPU frequency, NUMA placement; give "
+     "its processes cores of their own (taskset / numactl) and compare the hosts"),
     ("sleep", "its launching thread sleeps",
      "rank {r}'s launching thread sleeps before it reaches the collective (time.sleep/"
      "clock_nanosleep): remove the sleep, or the polling/rate-limiting loop that calls it"),

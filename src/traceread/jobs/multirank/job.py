@@ -32,7 +32,7 @@ from . import clocks, groups, metrics, waits
 from .grouping import group_jobs
 from .inputs import RankInput, rank_from_name, rank_input
 from .match import END_TOL_NS, disagreements, match_rows
-from .why import explain, kernel_excess, late_windows, refine_comm_wait
+from .why import explain, kernel_excess, late_windows, refine_comm_wait, refine_cpu_op
 
 MATCH_COLUMNS = ["lane", "key", "instance", "method", "collective", "rank", "ts", "dur", "arrival_ns",
                  "transfer_ns", "wait_ns", "ranks", "last", "lateness_ns", "msg_bytes"]
@@ -328,12 +328,14 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
         win = late_windows(matches, s, off, floor)
         strag["why"] = explain(by_rank[s], *win)
         refine_comm_wait(strag["why"], by_rank[s], matches, s, *win, LATE_MIN_NS)
+        refine_cpu_op(strag["why"], inputs, s)
         strag["why"]["kernels"] = kernel_excess(inputs, s)
         for coll, rec in strag["by_collective"].items():
             sub = matches[matches["collective"].fillna("unknown") == coll]
             win = late_windows(sub, s, off, floor)
             rec["why"] = explain(by_rank[s], *win)
             refine_comm_wait(rec["why"], by_rank[s], matches, s, *win, LATE_MIN_NS)
+            refine_cpu_op(rec["why"], inputs, s)
     per_rank = _per_rank(inputs, matches)
     res = JobResult(job=job, ranks=ranks, paths={i.rank: i.path for i in inputs},
                     world_size=max((i.world_size for i in inputs), default=-1), matches=matches,

@@ -36,7 +36,7 @@ from .why import CAUSE_TEXT
 # Cause of the straggler's late windows -> the verdict bound that names it.
 CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "graph_capture", "sync": "sync",
                "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host", "stage_untraced": "host",
-               "gpu_compute": "gpu", "comm_wait": "mixed", "comm_own": "comms", "wait": "mixed", "sleep": "host"}
+               "gpu_compute": "gpu", "comm_wait": "mixed", "comm_own": "comms", "cpu_slower": "host", "wait": "mixed", "sleep": "host"}
 
 
 def cause_bound(cause: str | None) -> str:
@@ -99,6 +99,12 @@ def _job_verdict(res) -> dict:
         where = "" if why["cause"] == "gpu_compute" else "its issuing thread was in "
         because = (f"in that time {where}{CAUSE_TEXT.get(why['cause'], why['cause'])}: "
                    f"{fmt_ns(why['cause_ns'] // n)} of {fmt_ns(why['window_ns'] // n)} per {main}")
+        top = (why.get("op_excess") or {}).get("top") or []
+        if why["cause"] in ("cpu_op", "cpu_slower") and top:
+            t = top[0]
+            because += (f"; {_short(t['name'])} takes {fmt_ns(t['ns_per_step'] - t['others_ns_per_step'])} "
+                        f"more per step than the others' ({t['calls_per_step']:g} calls a step, "
+                        f"theirs {t['others_calls_per_step']:g})")
         k = (s.get("why") or {}).get("kernels") or []
         if why["cause"] == "gpu_compute" and k:
             # a trace without steps: the figure is over its analysed window, not a step's
