@@ -26,6 +26,7 @@ import pytest
 
 import traceread
 from traceread.jobs import multirank as mr
+from traceread.jobs.multirank.verdicts import adjust_rank_verdicts
 from traceread.passes import intervals
 
 GLOO = Path(__file__).resolve().parent / "fixtures" / "gloo"
@@ -426,6 +427,16 @@ def test_overlapping_late_windows_are_one_stretch_of_time():
     assert "outside_trace" not in why["by_category"]
     per = why["cause_ns"] / why["windows"]
     assert abs(per - sleep) < 0.5 * MS and why["window_ns"] / why["windows"] < sleep + 1.5 * MS
+    # the straggler's own collectives are its transfer (it waits in them little, being last):
+    # its verdict names its sleep first and keeps its communication levers (gloo's copies of
+    # GPU tensors through host memory: ~120 ms of its 168 ms step), where it dropped them
+    comms = {"id": "nccl_backend", "lever": "use nccl", "cause": "comms", "saves_ns": 700 * MS}
+    host = {"id": "host_work", "lever": "move host work", "cause": "host", "saves_ns": 120 * MS}
+    v = adjust_rank_verdicts({1: {"bound": "comms", "actions": [comms, host],
+                                  "levers": ["use nccl", "move host work"],
+                                  "evidence": {"steps": 6, "window_ns": 1000 * MS}}}, res)[1]
+    assert v["bound"] == "host"
+    assert [a["id"] for a in v["actions"]] == ["straggler", "nccl_backend", "host_work"]
 
 
 def test_overlap_efficiency_is_not_lowered_by_time_that_is_neither():
