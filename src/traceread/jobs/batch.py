@@ -90,6 +90,14 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
                   "window": win, "parallelism": a.parallelism}
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
+        if not row.get("comm_ms") and len(rank_input.collectives):
+            # no communication kernel (gloo): the time in its collectives' ranges, as the
+            # job's ranks table counts it -- gloo ddp2 read comm_ms 0.0 beside 202 ms there
+            from ..passes import intervals
+
+            c = rank_input.collectives
+            ts = c["ts"].to_numpy("int64")
+            row["comm_ms"] = intervals.total(intervals.union(ts, ts + c["dur"].to_numpy("int64"))) / 1e6
         for name in TABLES:
             df = coll if name == "collectives" else (
                 figures_table(a) if name == "figures" else getattr(a, name, None))
