@@ -303,6 +303,10 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
                     or w.get("wait_ns", 0)
                 _lead_with(v, f"make rank {s} arrive on time: {_lever(jv, s)}", saves,
                            jv["summary"])
+                # 'analyse every rank's trace together to find the rank it waits for': done,
+                # and it is rank s (h200/ddp2's rank 0 was told to, beside the answer)
+                v["actions"] = [a for a in v["actions"] if a.get("id") != "find_the_wait"]
+                v["levers"] = [a["lever"] for a in v["actions"]]
         out[rank] = v
     return out
 
