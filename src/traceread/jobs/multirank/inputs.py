@@ -491,6 +491,8 @@ def op_calls(ev: pd.DataFrame, thread: tuple[int, int],
     if window is not None:
         on &= (ev["ts"] >= window[0]).to_numpy() & (ev["ts"] < window[1]).to_numpy()
     mine = take(ev, np.flatnonzero(on), ["name", "dur"])
+    if isinstance(mine["name"].dtype, pd.CategoricalDtype):   # the thread's names, not the trace's
+        mine["name"] = mine["name"].cat.remove_unused_categories()
     mine = mine[~name_matches(mine["name"], COMM_RX)]
     if not len(mine):
         return {}
