@@ -594,3 +594,18 @@ def test_cpu_operators_extra_or_slower_by_calls():
     slower = {"cause": "cpu_op"}
     refine_cpu_op(slower, ranks({"aten::addmm": (4, 7 * MS)}), 1)
     assert slower["cause"] == "cpu_slower" and slower["op_excess"]["slower_ns"] == 3 * MS
+
+
+def test_host_collectives_of_unnamed_subgroups_are_not_matched():
+    """gloo subgroups3: groups [0, 1] and [1, 2]; rank 0 sleeps 20 ms, rank 1 passes it on to
+    rank 2. No collective names its group (torch 2.13 gloo, record_shapes=True): group
+    [0, 1]'s all_reduce on rank 0 was matched with group [1, 2]'s on ranks 1 and 2, and the
+    job read 'no straggler'. Which group each ran in cannot be told: nothing is matched, and
+    the job says it cannot tell, and why."""
+    truth, traces = _load(GLOO / "subgroups3")
+    first = [r["first_entry_ns"] for r in truth["per_rank"]["0"]]
+    assert all(a - b > 15 * MS for a, b in zip(first, (r["first_entry_ns"] for r in truth["per_rank"]["1"])))
+    res = mr.analyze_traces(traces)[0]
+    assert res.matches.empty
+    jv = res.verdict()
+    assert jv["status"] == "cannot_tell" and "subgroups [0, 1], [1, 2]" in jv["why"]

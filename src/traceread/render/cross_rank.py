@@ -114,7 +114,7 @@ def render_summary(results: list) -> str:
             more = f" (+{len(w) - 6} more)" if len(w) > 6 else ""
             lines.append(f"  waiting    at each of those {jv['collective']}s: {parts}{more}")
         loc = (res.seed or {}).get("slowdown", {})
-        if loc.get("locality"):
+        if loc.get("locality") and jv["status"] != "cannot_tell":   # no straggler known: no locality
             work = loc.get("work_ns", {})
             s = jv["straggler_rank"]
             others = sorted(v for k, v in work.items() if k != s)

@@ -66,6 +66,8 @@ class RankInput:
     # CPU operator name -> (calls, ns) on the issuing thread in the window (top OP_TOP by
     # time; communication calls left out), over the kernel_steps steps
     op_calls: dict = field(default_factory=dict)
+    # the process groups of distributedInfo.pg_config smaller than the world (their ranks)
+    subgroups: tuple = ()
 
 
 # ----------------------------------------------------------------------------- steps
@@ -469,7 +471,19 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
                      start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
                      clock_domain=clock_domain(m.extra or {}),
                      activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
-                     kernel_ns=kernels, kernel_steps=len(steps), waits=waits, op_calls=ops)
+                     kernel_ns=kernels, kernel_steps=len(steps), waits=waits, op_calls=ops,
+                     subgroups=subgroups(m.distributed or {}))
+
+
+def subgroups(dist: dict) -> tuple:
+    """The rank lists of the trace's process groups (``pg_config``) smaller than the world."""
+    world = int(dist.get("world_size") or 0)
+    out = set()
+    for g in dist.get("pg_config") or []:
+        r = g.get("ranks") if isinstance(g, dict) else None
+        if isinstance(r, list) and 1 < len(r) and (not world or len(r) < world):
+            out.add(tuple(sorted(int(x) for x in r if isinstance(x, int))))
+    return tuple(sorted(out))
 
 
 OP_TOP = 200

@@ -316,7 +316,11 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
         return clocks.applied(est)
 
     tol = clocks.HOST_END_SKEW_NS if source == "host" else END_TOL_NS
-    rows, unmatched, info = match_rows({i.rank: i.collectives for i in inputs}, offsets_for, tol)
+    blind = unlabelled_subgroups(inputs, source)
+    colls = {i.rank: i.collectives.iloc[0:0] if blind else i.collectives for i in inputs}
+    rows, unmatched, info = match_rows(colls, offsets_for, tol)
+    if blind:
+        unmatched = _blind_records(inputs, blind)
     offsets = offsets_for(rows)  # final estimate from every matched instance
     matches = score(rows, offsets, source)
     strag = significance(straggler_of(matches), matches, {i.rank: i.steps for i in inputs})
@@ -360,6 +364,28 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                 per_rank, {"rank": inf["rank"], "significant": True},
                 {int(r): int(v.get("waits_for_ns", 0)) for r, v in inf["per_rank"].items()})
     return res
+
+
+def unlabelled_subgroups(inputs: list[RankInput], source: str) -> list[tuple]:
+    """The job's subgroups when its host collectives (gloo) name no process group: then
+    which group each ran in cannot be told and no instance can be matched across ranks
+    (a recording with groups [0, 1] and [1, 2]: group [0, 1]'s all_reduce on rank 0 was
+    paired with group [1, 2]'s on ranks 1 and 2, and rank 0's 20 ms sleep, which rank 1
+    passed on to rank 2, read 'no straggler'). [] when the matching can stand."""
+    if source != "host":
+        return []
+    groups = sorted({g for i in inputs for g in (i.subgroups or ())})
+    named = any("process_group" in i.collectives and i.collectives["process_group"].notna().any()
+                for i in inputs)
+    return [] if not groups or named else groups
+
+
+def _blind_records(inputs: list[RankInput], groups: list[tuple]) -> list[dict]:
+    why = (f"names no process group, and the job has subgroups "
+           f"{', '.join(str(list(g)) for g in groups)}: which group it ran in cannot be told")
+    return [{"rank": int(i.rank), "collective": c, "msg_bytes": -1, "ref_rank": -1, "reason": why,
+             "lane": "", "missing_on": []}
+            for i in inputs for c in i.collectives.get("collective", pd.Series(dtype=object)).fillna("unknown")]
 
 
 def common_steps(inputs: list[RankInput]) -> list[RankInput]:
