@@ -609,3 +609,12 @@ def test_host_collectives_of_unnamed_subgroups_are_not_matched():
     assert res.matches.empty
     jv = res.verdict()
     assert jv["status"] == "cannot_tell" and "subgroups [0, 1], [1, 2]" in jv["why"]
+
+
+def test_a_pipeline_stage_is_not_told_to_run_fewer_micro_batches():
+    """gloo pp3/gpipe_p2_m8: each stage runs 8 forward/backward passes a step -- its
+    schedule's microbatches, not gradient accumulation. Each rank read 'fewer, larger
+    micro-batches' beside the job's 'more microbatches per step' (fewer widen the bubble)."""
+    a = traceread.analyze(str(GLOO / "pp3" / "gpipe_p2_m8" / "rank-0.json.gz"))
+    assert a.parallelism["pipeline"]["microbatches"] == 8
+    assert not [x for x in a.verdict["actions"] if str(x.get("id")).startswith("fewer_micro_batches")]
