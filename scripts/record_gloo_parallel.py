@@ -1,8 +1,11 @@
 """Record real gloo jobs of other parallel layouts (CPU torch), plus the loop's own truth.
 
-    python scripts/record_gloo_parallel.py {fsdp2,pp,a2a} OUT_DIR [--steps 3] [--warmup 1]
+    python scripts/record_gloo_parallel.py {fsdp2,pp,a2a,sweep,tp,subgroups,fr} OUT_DIR [--steps 3] [--warmup 1]
 
 - ``fsdp2``: 2 ranks, FSDP2 ``fully_shard`` on each Linear of a small MLP and on the root.
+  Rank ``--slow-stage`` may be planted slow before each step's forward: ``--sleep-ms``
+  (``time.sleep``: untraced) or ``--extra-ms`` (``torch.mm`` calls until that long has passed:
+  traced CPU operators only that rank runs); truth per step: ``planted_ns`` (measured).
 - ``pp``: ``--world`` ranks (2), ``torch.distributed.pipelining`` ``--schedule`` (GPipe, 1F1B, or
   interleaved 1F1B with ``--virtual`` stages per rank, placed looped: rank r holds stages r,
   r + world, ...), ``--microbatches`` (4); rank ``--slow-stage`` (-1: none, a balanced pipeline)
@@ -27,6 +30,10 @@
 - ``a2a``: 4 ranks, ``all_to_all_single`` with uneven splits: every rank sends ``--hot-factor``
   times more to rank ``--hot-rank``. Truth: bytes each rank sends and receives per step.
 
+- ``subgroups``: 3 ranks, process groups [0, 1] and [1, 2]: each step rank ``--slow-stage``
+  (0) sleeps ``--sleep-ms`` (20), then ranks 0, 1 all_reduce 4096 floats in [0, 1] and ranks
+  1, 2 in [1, 2] -- rank 1 passes rank 0's delay on to rank 2. Truth per step: each rank's
+  entry time into each group's all_reduce (``perf_counter_ns``).
 - ``fr``: ``--world`` ranks (2), no profiler: the Flight Recorder (``TORCH_FR_BUFFER_SIZE``;
   gloo records one in torch 2.13) dumped per rank as ``fr-rank-<r>.json``
   (``torch._C._distributed_c10d._dump_fr_trace_json``). Each step: ``--repeats`` blocking
@@ -66,12 +73,44 @@ def _fsdp2(rank, world, a, timer):
     fully_shard(net)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     x = torch.randn(32, 128)
+    m = torch.randn(192, 192)
+
+    def plant():
+        t0 = time.perf_counter_ns()
+        if rank == a.slow_stage and a.sleep_ms:
+            time.sleep(a.sleep_ms / 1e3)
+        if rank == a.slow_stage and a.extra_ms:
+            while time.perf_counter_ns() - t0 < a.extra_ms * 1e6:
+                torch.mm(m, m)
+        return time.perf_counter_ns() - t0
 
     def step():
+        planted = plant()
         net(x).square().mean().backward()
         opt.step()
         opt.zero_grad()
-        return {}
+        return {"planted_ns": planted}
+    return step
+
+
+def _subgroups(rank, world, a, timer):
+    import torch
+    import torch.distributed as dist
+
+    first, second = dist.new_group([0, 1]), dist.new_group([1, 2])
+    x = torch.ones(4096)
+
+    def step():
+        if rank == a.slow_stage and a.sleep_ms:
+            time.sleep(a.sleep_ms / 1e3)
+        row = {}
+        if rank in (0, 1):
+            row["first_entry_ns"] = time.perf_counter_ns()
+            dist.all_reduce(x, group=first)
+        if rank in (1, 2):
+            row["second_entry_ns"] = time.perf_counter_ns()
+            dist.all_reduce(x, group=second)
+        return row
     return step
 
 
@@ -262,7 +301,8 @@ def _worker(rank, world, port, out, a):
         return _flight(rank, world, out, a)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    step = {"fsdp2": _fsdp2, "pp": _pp, "a2a": _a2a, "sweep": _sweep, "tp": _tp}[a.what](rank, world, a, None)
+    step = {"fsdp2": _fsdp2, "pp": _pp, "a2a": _a2a, "sweep": _sweep, "tp": _tp,
+            "subgroups": _subgroups}[a.what](rank, world, a, None)
     tmp = Path(out) / f".tmp-rank-{rank}"
 
     def on_ready(prof):
@@ -294,7 +334,7 @@ def _worker(rank, world, port, out, a):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["fsdp2", "pp", "a2a", "sweep", "tp", "fr"])
+    p.add_argument("what", choices=["fsdp2", "pp", "a2a", "sweep", "tp", "fr", "subgroups"])
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
@@ -305,6 +345,8 @@ def main(argv=None) -> int:
     p.add_argument("--slow-stage", type=int, default=1, help="pp: the slow rank; -1: none (balanced)")
     p.add_argument("--slow-factor", type=int, default=3)
     p.add_argument("--sleep-ms", type=float, default=0.0, help="pp: the slow rank's untraced sleep per forward")
+    p.add_argument("--extra-ms", type=float, default=0.0,
+                   help="fsdp2: the slow rank's traced extra CPU work (torch.mm) per step")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--hot-rank", type=int, default=2)
     p.add_argument("--hot-factor", type=int, default=4)
@@ -317,7 +359,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     import torch.multiprocessing as mp
 
-    world = a.world or (4 if a.what == "a2a" else 2)
+    world = a.world or {"a2a": 4, "subgroups": 3}.get(a.what, 2)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(world, _free_port(), str(out), a), nprocs=world, join=True)

@@ -58,6 +58,9 @@ SLOW = {
     "test_job_model.py::test_diff_of_two_real_two_gpu_exports": 6.3,  # its multi-process twin
     "test_mfu_gpu_time.py::test_no_corpus_trace_reports_impossible_figures": 56.9,  # its spill-over twin
     "test_multirank_synth.py::test_no_seq_offsets_straggler[64-37]": 3.6,  # [8-5]: the same path at 8 ranks
+    "test_multirank_gloo.py::test_pipeline_stage_ratio_is_one_figure": 2.8,  # test_stage_compute_is_the_mean_per_step_in_both
+    "test_multirank_gloo.py::test_a_straggler_in_cpu_operators_runs_extra_ones_or_the_same_slower": 2.6,  # test_cpu_operators_extra_or_slower_by_calls
+    "test_real_h200.py::test_batch_splits_a_multi_process_export_into_its_job": 6.3,  # test_gloo_straggler_found_from_where_threads_wait
     "test_notebooks.py::test_notebook_runs[batch_walkthrough.ipynb]": 37.7,  # its source: round4
     # two real pair analyses; test_anatomy_pairs covers the anatomy change it prices
     "test_predictions.py::test_a_pair_whose_only_change_is_the_anatomys_gets_its_promise": 6.0,

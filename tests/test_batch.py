@@ -173,3 +173,15 @@ def test_whole_corpus(corpus_dir, tmp_path):
     m = manifest.merge(s, on="local_path")
     traces = m[m["kind"].isin(["kineto-json", "kineto-json-gz", "nsys-sqlite"]) & (m["n_events"] > 0)]
     assert traces["error"].isna().all(), traces.loc[traces["error"].notna(), ["local_path", "error"]]
+
+
+def test_comm_ms_of_a_gloo_rank_is_its_time_in_collectives():
+    """gloo ddp2's rank 0 waits ~185 ms in its all_reduces for rank 1 (6 steps) and the
+    job's ranks table says comm 202 ms; its summary row read comm_ms 0.0 (no NCCL kernel)."""
+    from pathlib import Path
+
+    from traceread.jobs.batch import analyze_file
+
+    path = Path(__file__).parent / "fixtures" / "gloo" / "ddp2" / "rank-0.json.gz"
+    row = analyze_file(str(path))["row"]
+    assert 180 < row["comm_ms"] < 230

@@ -344,7 +344,7 @@ def pool() -> dict:
         res = mr.analyze_traces([load(p) for p in sorted((FIX / "gloo" / j).glob("rank-*.json.gz"))])[0]
         jv = job_verdict(res)
         out[f"job {j}"] = {"straggler_rank": jv["straggler_rank"], "straggler_cause": jv["cause"]}
-    for cause in ("stage_untraced", "untraced", "comm_wait", "sleep", "gpu_compute"):
+    for cause in ("stage_untraced", "untraced", "comm_wait", "comm_own", "cpu_slower", "sleep", "gpu_compute"):
         out[f"job ddp2, late because {cause}"] = dict(out["job ddp2"], straggler_cause=cause)
     # the GPU-use section: allocator calls after the first step (our H100 recording)
     alloc = analysed(FIX / "gpu" / "alloc.bad.json.gz")

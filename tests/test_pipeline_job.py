@@ -254,15 +254,19 @@ def test_synthetic_pp_x_dp_job_names_the_slow_stage_and_the_late_dp_group():
     truth = spec.truth()
     res = mr.analyze_traces(make_pp_dp_job(spec))[0]
     assert res.stages["stage_ranks"] == [[0, 1], [2, 3]]
-    assert res.stages["busy_ns_by_stage"] == truth["busy_ns_by_stage"] == [13_500_000, 24 * MS]
+    # each stage's work per step is its mean over the steps (the layout's too): one step's
+    # 50 us edge (nothing traced after the last all_reduce) adds 12.5 us to stage 0's
+    assert truth["busy_ns_by_stage"] == [13_500_000, 24 * MS]
+    assert res.stages["busy_ns_by_stage"] == pytest.approx(truth["busy_ns_by_stage"], abs=20_000)
     jv = res.verdict()
     assert jv["status"] == "straggler" and jv["basis"] == "pipeline"
-    assert jv["straggler_rank"] in (2, 3) and jv["late_by_ns"] == truth["excess_ns"] == 10_500_000
+    assert truth["excess_ns"] == 10_500_000
+    assert jv["straggler_rank"] in (2, 3) and jv["late_by_ns"] == pytest.approx(truth["excess_ns"], abs=20_000)
     by = {(g["kind"], tuple(g["ranks"])): g for g in res.groups}
     dp0 = by[("dp", (0, 1))]
     assert dp0["late_rank"] == 1 and dp0["lateness_ns_per_step"] == 3 * MS
     assert by[("dp", (2, 3))]["lateness_ns_per_step"] == 0
-    assert by[("pp_stage", (2, 3))]["busy_ns_per_step"] == 24 * MS
+    assert by[("pp_stage", (2, 3))]["busy_ns_per_step"] == pytest.approx(24 * MS, abs=20_000)
     line = groups_line(res.groups, res.stages)
     assert line.startswith("stage 1 (ranks 2, 3) computes 1.78x the other stages, 10.5 ms more per step")
     assert "dp group [0, 1] (all_reduce) held back 3 ms per step by rank 1" in line

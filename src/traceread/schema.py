@@ -918,6 +918,7 @@ class Pipeline(_S):
     slowest_stage: Optional[int]    # a job's analysis: the stage with the least bubble
     p2p_bytes_per_step: Optional[int]
     schedule_own: Optional[str] = None   # in a job: what this stage read alone, when the job's differs
+    steps: Optional[int] = None     # the steps busy/step/compute/wait figures add up
 
 
 class ExpertParallel(_S):

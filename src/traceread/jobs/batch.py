@@ -80,10 +80,24 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a),
                                           program=a.steps)   # the analysis' program steps
         # what the job model keeps of it (multirank.prepare): input, window, layout
-        member = {"path": str(path), "input": rank_input, "split": [],
-                  "window": multirank.analysis_window(a), "parallelism": a.parallelism}
+        # an nsys export of several GPU processes is a job by itself, as ``analyze`` splits it
+        # (multirank.prepare): batch read h200/ddp2 as one merged trace and named no job
+        from ..readers.nsys_split import split_processes
+
+        win = multirank.analysis_window(a)
+        member = {"path": str(path), "input": rank_input,
+                  "split": [multirank.rank_input(p, window=win) for p in split_processes(trace)],
+                  "window": win, "parallelism": a.parallelism}
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
+        if not row.get("comm_ms") and len(rank_input.collectives):
+            # no communication kernel (gloo): the time in its collectives' ranges, as the
+            # job's ranks table counts it -- gloo ddp2 read comm_ms 0.0 beside 202 ms there
+            from ..passes import intervals
+
+            c = rank_input.collectives
+            ts = c["ts"].to_numpy("int64")
+            row["comm_ms"] = intervals.total(intervals.union(ts, ts + c["dur"].to_numpy("int64"))) / 1e6
         for name in TABLES:
             df = coll if name == "collectives" else (
                 figures_table(a) if name == "figures" else getattr(a, name, None))
@@ -273,7 +287,8 @@ WORKER_PRELOAD = ("traceread.jobs.batch", "traceread.analysis", "traceread.reade
                   "traceread.readers.stream", "traceread.readers.validate", "pyarrow.pandas_compat",
                   "traceread.passes.nccl", "traceread.passes.iterations", "traceread.jobs.figures",
                   "traceread.jobs.multirank", "traceread.jobs.multirank.inputs",
-                  "traceread.jobs.multirank.waits", "traceread.jobs._frozen")
+                  "traceread.jobs.multirank.waits", "traceread.readers.nsys_split",
+                  "traceread.jobs._frozen")
 
 _SPOOL = "spool"   # a worker's message: the path of the file holding its whole result
 

@@ -158,6 +158,10 @@ WAIT_OSRT_RX = namerx.compile(r"^(?:poll|ppoll|epoll_wait|epoll_pwait|select|pse
 WAIT_PY_RX = namerx.compile(r"(?:^|/)(?:threading\.py\(\d+\): (?:wait|join|_wait_for_tstate_lock)"
                         r"|queue\.py\(\d+\): get|selectors\.py\(\d+\): select)$"
                         r"|^<built-in method acquire of _thread\.(?:lock|RLock) object")
+# Socket sends (OS-runtime calls). On a helper thread that launches GPU work they are a
+# collective's own transfer: ProcessGroupGloo's worker (pt_gloo_runloop) copies a CUDA
+# tensor to the host and writev's it to the peer. Plain ``write`` is left out (file I/O).
+SOCKET_SEND_RX = namerx.compile(r"^(?:writev|sendmsg|sendmmsg|sendto|send)(?:64)?$")
 _SLICE = 1 << 18   # host rows per slice of the top-ops overlap
 _DENSE_KEYS = 1 << 22   # (name, category) keys counted in a dense table up to this many
 
@@ -303,6 +307,23 @@ def _classify(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
     return out
 
 
+def _helper_sends_are_comm(kind: np.ndarray, name: np.ndarray, name_cats: pd.Index,
+                           key: np.ndarray, cats: np.ndarray) -> None:
+    """Socket sends off the process's main thread (tid != pid) are communication
+    (``comm_wait``), not host work: h200/ddp2's gloo workers' writev read as 'host-bound:
+    writev spans 172 ms of idle GPU time' on the rank whose main thread slept. A send on the
+    main thread (a logger's socket) stays the program's own work."""
+    osrt = kind == HOST_KINDS.index("osrt")
+    if not osrt.any():
+        return
+    lut = _name_lut(name_cats, name[osrt], lambda n: bool(SOCKET_SEND_RX.match(n)), bool, False,
+                    vec=_rx_vec(SOCKET_SEND_RX, "match"))
+    hit = np.zeros(len(kind), bool)
+    hit[osrt] = lut[name[osrt]]
+    hit &= (key >> 32) != (key & 0xFFFFFFFF)
+    cats[hit] = CPU_CATEGORIES.index("comm_wait")
+
+
 def _nccl_domain(ev: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray | None:
     if "domain" not in ev or not len(ev):
         return None
@@ -354,7 +375,12 @@ def classify_host(ev: pd.DataFrame, step_pattern: str | None = None) -> np.ndarr
     themselves (they cover everything and say nothing).
     """
     name, cats = _codes(ev["name"])
-    return _classify(_kind_index(ev), name, cats, _nccl_domain(ev), step_pattern).astype(np.int64)
+    kind = _kind_index(ev)
+    out = _classify(kind, name, cats, _nccl_domain(ev), step_pattern)
+    if "pid" in ev and "tid" in ev:   # a caller that took only the name columns: no threads
+        _helper_sends_are_comm(kind, name, cats, thread_key(ev["pid"].to_numpy(np.int64, copy=True),
+                                                         ev["tid"].to_numpy(np.int64, copy=True)), out)
+    return out.astype(np.int64)
 
 
 def sync_calls(ev: pd.DataFrame) -> np.ndarray:
@@ -462,6 +488,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he = ev["dur"].to_numpy(np.int64)[rows]
     he += hs
     key = thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
+    _helper_sends_are_comm(kind, name, name_cats, key, cats)
     _drop_host_only_items(kind, hs, he, key, is_sync, cats)
     # blocking by behaviour: pageable copies. Per host row the index of its label (-1:
     # none): an object array of "" per row cost ~15 ms to fill and compare at 500 k rows

@@ -197,8 +197,11 @@ def _launch_rows(ev, gaps, ops):
 def _categories(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """Attribution category of ``rows`` (``attribution._classify``; -1: never counted)."""
     name, cats = attr._codes(ev["name"])
-    return attr._classify(attr._kind_index(ev, rows), name[rows], cats,
-                          attr._nccl_domain(ev, rows), None).astype(np.int64)
+    kind = attr._kind_index(ev, rows)
+    out = attr._classify(kind, name[rows], cats, attr._nccl_domain(ev, rows), None)
+    attr._helper_sends_are_comm(kind, name[rows], cats, attr.thread_key(
+        ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows]), out)
+    return out.astype(np.int64)
 
 
 def _reaching_rows(mask: np.ndarray, iv, ts: np.ndarray, te) -> np.ndarray:

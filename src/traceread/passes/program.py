@@ -216,7 +216,18 @@ def comm_backend(host: list[str], kernels: list[str], api: list[str], meta=None
     if backend in ("nccl", "gloo", "mpi", "rccl"):
         return ("rccl" if backend == "nccl" and amd else backend), \
             f"distributedInfo backend={backend}"
-    return None, None
+    return thread_backend(meta)
+
+
+# ProcessGroupGloo names its worker threads (c10::setThreadName in its run loop)
+GLOO_THREAD = "pt_gloo_runloop"
+
+
+def thread_backend(meta) -> tuple[str | None, str | None]:
+    """(backend, evidence) from the process's thread names: an nsys capture of a gloo job
+    shows no gloo call, only the ProcessGroupGloo workers' own OS calls (h200/ddp2)."""
+    names = set((getattr(meta, "threads", None) or {}).values())
+    return ("gloo", f"thread {GLOO_THREAD}") if GLOO_THREAD in names else (None, None)
 
 
 def _amd(api: list[str], meta) -> bool:
@@ -551,7 +562,7 @@ def program_context(ev: pd.DataFrame, meta=None, host=None, kernels=None, api=No
     steps = step_count(ev)
     colls = collectives(ev, host, kernels)
     fws = frameworks(host, kernels, list(colls))
-    backend, backend_ev = comm_backend(host, kernels, api, meta) if colls else (None, None)
+    backend, backend_ev = comm_backend(host, kernels, api, meta) if colls else thread_backend(meta)
     opt = optimizer(ev, host, kernels)
     train = training(host, kernels, opt)
     comp = compiled(host, kernels)

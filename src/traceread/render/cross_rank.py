@@ -103,16 +103,18 @@ def render_summary(results: list) -> str:
             parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}" for x in jv["waiting"][:6])
             lines.append(f"  waiting    on it per step (its excess, at most the rank's idle time): {parts}")
         elif jv["waiting"] and jv.get("basis") == "thread_waits":
-            parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}"
-                              f"{' in ' + x['in'] if x.get('in') else ''}" for x in jv["waiting"][:6])
-            lines.append(f"  waiting    per {jv['per']} (median): {parts}")
+            parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])} (of its "
+                              f"{fmt_ns(x['all_wait_ns'])}{' in ' + x['in'] if x.get('in') else ''})"
+                              for x in jv["waiting"][:6])
+            lines.append(f"  waiting    for it per {jv['per']} (median; beyond the straggler's own "
+                         f"wait, the transfer every rank waits): {parts}")
         elif jv["waiting"]:
             w = sorted(jv["waiting"], key=lambda x: -x["wait_ns"])
             parts = ", ".join(f"rank {x['rank']} {fmt_ns(x['wait_per_collective_ns'])}" for x in w[:6])
             more = f" (+{len(w) - 6} more)" if len(w) > 6 else ""
             lines.append(f"  waiting    at each of those {jv['collective']}s: {parts}{more}")
         loc = (res.seed or {}).get("slowdown", {})
-        if loc.get("locality"):
+        if loc.get("locality") and jv["status"] != "cannot_tell":   # no straggler known: no locality
             work = loc.get("work_ns", {})
             s = jv["straggler_rank"]
             others = sorted(v for k, v in work.items() if k != s)
@@ -175,8 +177,8 @@ def layout_line(p: dict | None) -> str:
                  f"theory {pp['theoretical_bubble_pct']}%: the schedule's fill and drain)") \
             if pp["schedule"] else ""
         bub = ", ".join(f"{r}: {v}%" for r, v in pp["bubble_pct_by_stage"].items())
-        x = pp["slowest_busy_x_fastest"]
-        who = (f"stage {pp['slowest_stage']} computes most ({x}x the least busy)"
+        x = pp.get("slowest_x_others", pp["slowest_busy_x_fastest"])
+        who = (f"stage {pp['slowest_stage']} computes most ({x}x the other stages' median)"
                if x and x >= PP_SLOW_X else f"the stages compute alike ({x}x at most)")
         parts.append(f"stage bubbles {bub}{sched}; {who}")
     if ep and ep.get("recv_imbalance"):

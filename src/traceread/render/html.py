@@ -91,12 +91,31 @@ def _wait_bars(job) -> str:
     pr = getattr(job, "per_rank", None)
     if pr is None or not len(pr) or "wait_ns" not in pr:
         return ""
+    if "matched" in pr and not int(pr["matched"].sum()):
+        return _thread_wait_bars(job)
     # every rank is last somewhere on a balanced job: say how often, not just "last"
     last = {int(r): int(n) for r, n in zip(pr["rank"], pr.get("times_last", [0] * len(pr)))}
     rows = [(f"rank {int(r)}", int(w), f"waits {fmt_ns(int(w))}" + _last_at(last.get(int(r), 0)),
              COLORS["comm_wait"] if w else COLORS["busy"]) for r, w in zip(pr["rank"], pr["wait_ns"])]
     return (f"<p class='meta'>{escape(str(job.job))}: time each rank waited inside collectives for "
             f"the last rank to arrive</p>" + hbars(rows[:64]))
+
+
+def _thread_wait_bars(job) -> str:
+    """No collective matched: the waits the job read from the launching threads
+    (``waits.infer``) -- each rank's wait for the straggler; none inferred, no chart (the
+    collectives' chart read 'waits 0 ns' for every rank of h200/ddp2 beside 'rank 0 waits
+    30.4 ms a step for rank 1')."""
+    inf = getattr(job, "inferred", None) or {}
+    if not inf.get("significant"):
+        return ""
+    rows = [(f"rank {int(r)}", int(v.get("waits_for_total_ns", 0)),
+             f"waits {fmt_ns(int(v.get('waits_for_total_ns', 0)))}"
+             + (" · the straggler" if int(r) == inf["rank"] else ""),
+             COLORS["comm_wait"] if v.get("waits_for_total_ns") else COLORS["busy"])
+            for r, v in sorted(inf["per_rank"].items())]
+    return (f"<p class='meta'>{escape(str(job.job))}: time each rank's launching thread waited "
+            f"for the straggler (no collective matched: read from its waits)</p>" + hbars(rows[:64]))
 
 
 def _last_at(n: int) -> str:

@@ -34,8 +34,12 @@ def recomputes(c: Ctx) -> bool:
 
 
 def micro_batched(c: Ctx) -> bool:
-    """Two or more forward/backward passes per optimizer step (gradient accumulation)."""
-    return int((_an(c).get("micro_batches") or {}).get("per_optimizer_step") or 0) >= 2
+    """Two or more forward/backward passes per optimizer step (gradient accumulation), on a
+    rank that is no pipeline stage (``pp_stages``): a stage's passes are its schedule's
+    microbatches, and fewer of them widen the bubble (gloo pp3/gpipe_p2_m8: each rank read
+    'fewer, larger micro-batches' beside the job's 'more microbatches per step')."""
+    return int((_an(c).get("micro_batches") or {}).get("per_optimizer_step") or 0) >= 2 \
+        and not c.get("pp_stages")
 
 
 def _odd(c: Ctx, what: str) -> dict | None:

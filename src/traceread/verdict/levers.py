@@ -231,7 +231,7 @@ def fsdp_gathers_exposed(c: Ctx) -> bool:
 
 PP_BUBBLE_PCT = 20.0     # a pipeline stage idle at least this share of its steps ...
 PP_MIN_GAIN_PCT = 2.0    # ... and doubling m would cut the schedule's bubble by >= 2 points
-PP_SLOW_X = 1.25         # the slowest stage computes >= 1.25x the least busy one
+PP_SLOW_X = 1.25         # the slowest stage computes >= 1.25x the other stages' median
 EP_IMBALANCE_X = 1.25    # max / mean all_to_all bytes
 
 
@@ -254,8 +254,9 @@ def pp_bubble_dominates(c: Ctx) -> bool:
 
 
 def pp_stage_slow(c: Ctx) -> bool:
-    """A job's slowest stage computes >= PP_SLOW_X the least busy one's share and more than
-    the stages' mean (``pp_excess_busy_ns``); one rank alone: unknown, no."""
+    """A job's slowest stage computes >= PP_SLOW_X the other stages' median (per step, as the
+    job's straggler reads it) and more than the stages' mean (``pp_excess_busy_ns``); one
+    rank alone: unknown, no."""
     x, s = c.get("pp_slowest_x"), c.get("pp_slowest_stage")
     return s is not None and x is not None and x >= PP_SLOW_X \
         and int(c.get("pp_excess_busy_ns") or 0) > 0
@@ -304,7 +305,7 @@ def _pp_microbatch_text(c: Ctx) -> str:
 
 def _pp_rebalance_text(c: Ctx) -> str:
     return (f"rebalance the layers across the pipeline stages: stage {c['pp_slowest_stage']} "
-            f"computes {c['pp_slowest_x']:.1f}x the least busy stage, "
+            f"computes {c['pp_slowest_x']:.2f}x the other stages' median, "
             f"{int(c['pp_excess_busy_ns']) / 1e6:.1f} ms above the stages' mean in the analysed "
             "steps, and every other stage waits on it: move layers off it (the split points)")
 
@@ -1436,6 +1437,14 @@ STRAGGLER_ROWS = (
     ("comm_wait", "it is itself blocked in another collective",
      "rank {r} is itself blocked in another collective, passing on a delay it did not "
      "cause: look at the rank that arrived last at that collective"),
+    ("comm_own", "it comes out of its own collectives after the others, no other rank late at them",
+     "rank {r} comes out of its collectives after the other ranks, though no other rank was "
+     "late at them: its communication finishes late on it -- give its communication threads "
+     "a free core (gloo runs them on the CPU), or check its link or NIC"),
+    ("cpu_slower", "it runs the same CPU operators as the others, each slower",
+     "rank {r} runs the same CPU operators as the other ranks, as often, each slower: its host "
+     "is busier or slower -- other processes on its cores, CPU frequency, NUMA placement; give "
+     "its processes cores of their own (taskset / numactl) and compare the hosts"),
     ("sleep", "its launching thread sleeps",
      "rank {r}'s launching thread sleeps before it reaches the collective (time.sleep/"
      "clock_nanosleep): remove the sleep, or the polling/rate-limiting loop that calls it"),

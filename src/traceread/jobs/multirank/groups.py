@@ -23,12 +23,14 @@ _KIND_RX = re.compile(r"(?:^|[^a-z])(dp|fsdp|tp|pp|ep|cp)(?:$|[^a-z])", re.I)
 
 
 def rank_busy(inputs) -> dict[int, tuple[float, float]]:
-    """rank -> (median work per step, median step time) over its steps."""
+    """rank -> (mean work per step, mean step time) over its steps: the job layout's stage
+    compute (``parallelism._job_pipeline``: the work over the analysed steps, per step) --
+    with medians pp_gpipe's slow stage read 2.95x here beside the layout's 3.2x."""
     out = {}
     for i in inputs:
         s = i.steps
         if len(s) and "busy_ns" in s and s["busy_ns"].notna().any():
-            out[int(i.rank)] = (float(s["busy_ns"].median()), float(s["dur"].median()))
+            out[int(i.rank)] = (float(s["busy_ns"].mean()), float(s["dur"].mean()))
     return out
 
 

@@ -63,6 +63,11 @@ class RankInput:
     kernel_ns: dict = field(default_factory=dict)   # compute kernel name -> GPU ns (top KERNEL_TOP)
     kernel_steps: int = -1      # the steps kernel_ns covers (-1: len(steps))
     waits: dict = field(default_factory=dict)       # waits.thread_waits of the launching thread
+    # CPU operator name -> (calls, ns) on the issuing thread in the window (top OP_TOP by
+    # time; communication calls left out), over the kernel_steps steps
+    op_calls: dict = field(default_factory=dict)
+    # the process groups of distributedInfo.pg_config smaller than the world (their ranks)
+    subgroups: tuple = ()
 
 
 # ----------------------------------------------------------------------------- steps
@@ -311,7 +316,8 @@ def host_activity(ev: pd.DataFrame, thread: tuple[int, int]) -> tuple[dict, tupl
     on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy()
     # only the columns read here and by classify_host: ``ev[on]`` copied every column of
     # the thread's rows (most host rows of a rank), the batch worker's peak (issue 42)
-    mine = take(ev, np.flatnonzero(on), [c for c in ("ts", "dur", "name", "kind", "domain") if c in ev])
+    mine = take(ev, np.flatnonzero(on), [c for c in ("ts", "dur", "name", "kind", "domain", "pid", "tid")
+                                         if c in ev])
     cats = classify_host(mine)   # only this thread's rows: one pass over a few % of the trace
     s = mine["ts"].to_numpy(np.int64)
     e = s + mine["dur"].to_numpy(np.int64)
@@ -459,12 +465,54 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     steps["traced_ns"] = traced_busy(ev, steps, compute, thread)
     kernels = kernel_time(ev if window is None else ev[(ev["ts"] >= window[0]).to_numpy()
                                                       & (ev["ts"] < window[1]).to_numpy()])
+    ops = op_calls(ev, thread, window)
     return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),
                      backend=str((m.distributed or {}).get("backend") or ""), clock=m.clock,
                      start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
                      clock_domain=clock_domain(m.extra or {}),
                      activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
-                     kernel_ns=kernels, kernel_steps=len(steps), waits=waits)
+                     kernel_ns=kernels, kernel_steps=len(steps), waits=waits, op_calls=ops,
+                     subgroups=subgroups(m.distributed or {}))
+
+
+def subgroups(dist: dict) -> tuple:
+    """The rank lists of the trace's process groups (``pg_config``) smaller than the world."""
+    world = int(dist.get("world_size") or 0)
+    out = set()
+    for g in dist.get("pg_config") or []:
+        r = g.get("ranks") if isinstance(g, dict) else None
+        if isinstance(r, list) and 1 < len(r) and (not world or len(r) < world):
+            out.add(tuple(sorted(int(x) for x in r if isinstance(x, int))))
+    return tuple(sorted(out))
+
+
+OP_TOP = 200
+
+
+def op_calls(ev: pd.DataFrame, thread: tuple[int, int],
+             window: tuple[int, int] | None = None) -> dict[str, tuple[int, int]]:
+    """CPU operator name -> (calls, ns) on the issuing thread (``RankInput.op_calls``): what
+    tells a straggler that runs operators the others do not (more calls) from one that runs
+    the same ones slower (``why.refine_cpu_op``)."""
+    if thread[0] < 0 or not len(ev):
+        return {}
+    from ...passes.attribution import COMM_RX
+    from ...passes.common import take
+    from .names import name_matches
+
+    on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy() \
+        & (ev["kind"] == "cpu_op").to_numpy()
+    if window is not None:
+        on &= (ev["ts"] >= window[0]).to_numpy() & (ev["ts"] < window[1]).to_numpy()
+    mine = take(ev, np.flatnonzero(on), ["name", "dur"])
+    if isinstance(mine["name"].dtype, pd.CategoricalDtype):   # the thread's names, not the trace's
+        mine["name"] = mine["name"].cat.remove_unused_categories()
+    mine = mine[~name_matches(mine["name"], COMM_RX)]
+    if not len(mine):
+        return {}
+    g = mine.groupby(mine["name"].astype(str), observed=True)["dur"].agg(["size", "sum"])
+    g = g.sort_values("sum", ascending=False).head(OP_TOP)
+    return {str(n): (int(c), int(t)) for n, c, t in zip(g.index, g["size"], g["sum"])}
 
 
 # names that do not tell one machine from another (containers default to them)

@@ -32,7 +32,7 @@ from . import clocks, groups, metrics, waits
 from .grouping import group_jobs
 from .inputs import RankInput, rank_from_name, rank_input
 from .match import END_TOL_NS, disagreements, match_rows
-from .why import explain, kernel_excess, late_windows
+from .why import explain, kernel_excess, late_windows, refine_comm_wait, refine_cpu_op
 
 MATCH_COLUMNS = ["lane", "key", "instance", "method", "collective", "rank", "ts", "dur", "arrival_ns",
                  "transfer_ns", "wait_ns", "ranks", "last", "lateness_ns", "msg_bytes"]
@@ -316,7 +316,11 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
         return clocks.applied(est)
 
     tol = clocks.HOST_END_SKEW_NS if source == "host" else END_TOL_NS
-    rows, unmatched, info = match_rows({i.rank: i.collectives for i in inputs}, offsets_for, tol)
+    blind = unlabelled_subgroups(inputs, source)
+    colls = {i.rank: i.collectives.iloc[0:0] if blind else i.collectives for i in inputs}
+    rows, unmatched, info = match_rows(colls, offsets_for, tol)
+    if blind:
+        unmatched = _blind_records(inputs, blind)
     offsets = offsets_for(rows)  # final estimate from every matched instance
     matches = score(rows, offsets, source)
     strag = significance(straggler_of(matches), matches, {i.rank: i.steps for i in inputs})
@@ -325,11 +329,17 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
         s = strag["rank"]
         off = est.get(s, {}).get("offset_ns", 0)
         floor = LATE_MIN_NS if strag["times_late"] else 0
-        strag["why"] = explain(by_rank[s], *late_windows(matches, s, off, floor))
+        win = late_windows(matches, s, off, floor)
+        strag["why"] = explain(by_rank[s], *win)
+        refine_comm_wait(strag["why"], by_rank[s], matches, s, *win, LATE_MIN_NS)
+        refine_cpu_op(strag["why"], inputs, s)
         strag["why"]["kernels"] = kernel_excess(inputs, s)
         for coll, rec in strag["by_collective"].items():
             sub = matches[matches["collective"].fillna("unknown") == coll]
-            rec["why"] = explain(by_rank[s], *late_windows(sub, s, off, floor))
+            win = late_windows(sub, s, off, floor)
+            rec["why"] = explain(by_rank[s], *win)
+            refine_comm_wait(rec["why"], by_rank[s], matches, s, *win, LATE_MIN_NS)
+            refine_cpu_op(rec["why"], inputs, s)
     per_rank = _per_rank(inputs, matches)
     res = JobResult(job=job, ranks=ranks, paths={i.rank: i.path for i in inputs},
                     world_size=max((i.world_size for i in inputs), default=-1), matches=matches,
@@ -345,7 +355,37 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
         res.seed["slowdown"] = metrics.stage_slowdown(res.stages, groups.rank_busy(inputs))
     if not strag["instances"]:
         res.inferred = waits.infer(inputs)
+        inf = res.inferred
+        if inf.get("significant") and inf.get("basis") == "steps":
+            # the straggler the waits name, and each other rank's wait *for it* (not the
+            # transfer every rank waits): read by the collectives' straggler, no rank is
+            # significant and the locality said "global" beside "rank 1 sleeps 30 ms"
+            res.seed["slowdown"] = metrics.slowdown(
+                per_rank, {"rank": inf["rank"], "significant": True},
+                {int(r): int(v.get("waits_for_ns", 0)) for r, v in inf["per_rank"].items()})
     return res
+
+
+def unlabelled_subgroups(inputs: list[RankInput], source: str) -> list[tuple]:
+    """The job's subgroups when its host collectives (gloo) name no process group: then
+    which group each ran in cannot be told and no instance can be matched across ranks
+    (a recording with groups [0, 1] and [1, 2]: group [0, 1]'s all_reduce on rank 0 was
+    paired with group [1, 2]'s on ranks 1 and 2, and rank 0's 20 ms sleep, which rank 1
+    passed on to rank 2, read 'no straggler'). [] when the matching can stand."""
+    if source != "host":
+        return []
+    groups = sorted({g for i in inputs for g in (i.subgroups or ())})
+    named = any("process_group" in i.collectives and i.collectives["process_group"].notna().any()
+                for i in inputs)
+    return [] if not groups or named else groups
+
+
+def _blind_records(inputs: list[RankInput], groups: list[tuple]) -> list[dict]:
+    why = (f"names no process group, and the job has subgroups "
+           f"{', '.join(str(list(g)) for g in groups)}: which group it ran in cannot be told")
+    return [{"rank": int(i.rank), "collective": c, "msg_bytes": -1, "ref_rank": -1, "reason": why,
+             "lane": "", "missing_on": []}
+            for i in inputs for c in i.collectives.get("collective", pd.Series(dtype=object)).fillna("unknown")]
 
 
 def common_steps(inputs: list[RankInput]) -> list[RankInput]:

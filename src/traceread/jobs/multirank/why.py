@@ -30,9 +30,13 @@ CAUSE_TEXT = {
     "compile": "torch.compile compilation",
     "graph_capture": "recording CUDA graphs",
     "comm_wait": "another collective (it was itself waiting)",
+    "comm_own": ("its own earlier collectives, at which no other rank was late: it came out of "
+                 "them after the others had (the collective's own end, not a peer's delay)"),
     "wait": "a wait on another thread or process (a lock, condition, poll or child process)",
     "gpu_compute": "longer GPU compute (its GPU was still busy with compute kernels)",
     "sleep": "sleeping (clock_nanosleep / time.sleep: a delay it chose)",
+    "cpu_slower": ("CPU operators, the same ones the other ranks run, as often, each slower "
+                   "(no operator of its own)"),
 }
 
 
@@ -82,6 +86,76 @@ def explain(ri: RankInput, starts: np.ndarray, ends: np.ndarray) -> dict:
             "text": CAUSE_TEXT.get(cause, "") if cause else ""}
 
 
+PASSED_ON_SHARE = 0.5
+
+
+def refine_comm_wait(why: dict, ri: RankInput, matches: pd.DataFrame, rank: int,
+                     starts: np.ndarray, ends: np.ndarray, late_ns: int) -> None:
+    """A straggler late while blocked in collectives (``comm_wait``) passes on another rank's
+    delay only when one of its own collectives was still running then at which another rank
+    was last (by >= ``late_ns``); else the wait was its own -- a collective at which it was
+    itself last, or one that had already ended (gloo tp2: rank 1's wait_tensor returned
+    6.5 ms after its all_reduce ended, on both ranks; the lever sent the reader to 'the rank
+    that arrived last at that collective': rank 1 itself). ``passed_on_ns``: the part of the
+    windows' comm_wait spent in collectives another rank was late to; in place."""
+    if why.get("cause") != "comm_wait":
+        return
+    cw = ri.activity.get("comm_wait")
+    if cw is None or not len(cw[0]):
+        return
+    mine = intervals.intersect(intervals.union(starts, ends), cw)
+    lasts = matches[matches["last"] & (matches["lateness_ns"] >= late_ns) & (matches["rank"] != rank)]
+    held = matches[(matches["rank"] == rank) & matches["instance"].isin(lasts["instance"])]
+    hs = held["ts"].to_numpy(np.int64)
+    passed = intervals.total(intervals.intersect(
+        mine, intervals.union(hs, hs + held["dur"].to_numpy(np.int64))))
+    why["passed_on_ns"] = int(passed)
+    if passed < PASSED_ON_SHARE * why["cause_ns"]:
+        why["cause"], why["text"] = "comm_own", CAUSE_TEXT["comm_own"]
+
+
+MORE_CALLS_X = 1.1
+
+
+def refine_cpu_op(why: dict, inputs: list[RankInput], rank: int) -> None:
+    """A straggler late in CPU operators: operators the others do not run, or run less often
+    (``extra``), or the same calls, slower (``slower``) -- per step, against the other ranks'
+    median of each name (``RankInput.op_calls``). More slower than extra: ``cpu_slower`` --
+    moving host work off the step path is no lever for a rank whose work is the others'
+    (gloo fsdp2, nothing planted: rank 1's extra 0.57 ms a step was in the same calls;
+    fsdp2_extra1: 22.7 ms a step of aten::mm only rank 1 runs, 23.2 planted). In place:
+    ``op_excess`` {extra_ns, slower_ns (per step), top: [{name, ns_per_step,
+    others_ns_per_step, calls_per_step, others_calls_per_step}]}."""
+    if why.get("cause") != "cpu_op":
+        return
+
+    def per_step(ri: RankInput) -> dict[str, tuple[float, float]]:
+        n = max(ri.kernel_steps if ri.kernel_steps >= 0 else len(ri.steps), 1)
+        return {k: (c / n, t / n) for k, (c, t) in (ri.op_calls or {}).items()}
+
+    mine = next((per_step(i) for i in inputs if i.rank == rank), {})
+    others = [per_step(i) for i in inputs if i.rank != rank and i.op_calls]
+    if not mine or not others:
+        return
+    extra = slower = 0.0
+    top = []
+    for name, (c, t) in mine.items():
+        oc = float(np.median([o.get(name, (0.0, 0.0))[0] for o in others]))
+        ot = float(np.median([o.get(name, (0.0, 0.0))[1] for o in others]))
+        if t <= ot:
+            continue
+        if c > MORE_CALLS_X * oc:
+            extra += t - ot
+        else:
+            slower += t - ot
+        top.append({"name": name, "ns_per_step": int(t), "others_ns_per_step": int(ot),
+                    "calls_per_step": round(c, 2), "others_calls_per_step": round(oc, 2)})
+    top.sort(key=lambda d: d["others_ns_per_step"] - d["ns_per_step"])
+    why["op_excess"] = {"extra_ns": int(extra), "slower_ns": int(slower), "top": top[:3]}
+    if slower > extra:
+        why["cause"], why["text"] = "cpu_slower", CAUSE_TEXT["cpu_slower"]
+
+
 def kernel_excess(inputs: list[RankInput], rank: int, top: int = 3) -> list[dict]:
     """Compute kernels the straggler spends more GPU time in per step than the other ranks'
     median (``different kernels`` / longer GPU compute): [{name, ns_per_step, others_ns_per_step,
@@ -104,4 +178,4 @@ def kernel_excess(inputs: list[RankInput], rank: int, top: int = 3) -> list[dict
     return sorted(out, key=lambda d: -d["excess_ns_per_step"])[:top]
 
 
-__all__ = ["late_windows", "explain", "kernel_excess", "CAUSE_TEXT"]
+__all__ = ["late_windows", "explain", "refine_comm_wait", "refine_cpu_op", "kernel_excess", "CAUSE_TEXT"]
