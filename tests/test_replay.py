@@ -412,3 +412,18 @@ def test_critical_path_says_the_time_no_traced_cause_explains():
     text = " ".join(" ".join(replay_lines(a.replay)).split())
     assert "unexplained 25%" in text and "has no traced cause" in text
     assert "before cudaLaunchKernel" in text
+
+
+def test_the_replay_graph_reads_a_gloo_workers_socket_sends_as_communication():
+    """graph.host_classes hands attribution.classify_host the threads: a socket send off the
+    process's main thread (gloo's pt_gloo_runloop writev-ing a gradient) is communication,
+    one on the main thread the program's own (h200/ddp2: the replay read it as a host op)."""
+    import pandas as pd
+
+    from traceread.passes.attribution import CPU_CATEGORIES
+    from traceread.passes.replay.graph import host_classes
+
+    ev = pd.DataFrame({"name": ["writev", "writev"], "kind": ["osrt", "osrt"],
+                       "pid": [100, 100], "tid": [101, 100]})
+    got = [CPU_CATEGORIES[c] for c in host_classes(ev, np.arange(2), None)]
+    assert got[0] == "comm_wait" and got[1] != "comm_wait"

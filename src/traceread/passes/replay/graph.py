@@ -517,8 +517,9 @@ def str_at(col: pd.Series, rows: np.ndarray) -> np.ndarray:
 
 def host_classes(ev: pd.DataFrame, rows: np.ndarray, step_pattern) -> np.ndarray:
     """``attribution.classify_host`` of ``ev``'s ``rows``, taking only the columns it reads
-    (a row subset of the whole frame copies every column)."""
-    cols = [c for c in ("name", "kind", "domain") if c in ev]
+    (a row subset of the whole frame copies every column; the threads tell a gloo worker's
+    socket sends, communication, from the program's own)."""
+    cols = [c for c in ("name", "kind", "domain", "pid", "tid") if c in ev]
     return attr.classify_host(ev[cols].iloc[rows], step_pattern)
 
 
