@@ -1440,7 +1440,7 @@ STRAGGLER_ROWS = (
     ("comm_own", "it comes out of its own collectives after the others, no other rank late at them",
      "rank {r} comes out of its collectives after the other ranks, though no other rank was "
      "late at them: its communication finishes late on it -- give its communication threads "
-     "a free core (gloo runs them on the CPU), or check its link or NIC"),
+     "a free core (gloo's workers, NCCL's proxy thread), or check its link or NIC"),
     ("cpu_slower", "it runs the same CPU operators as the others, each slower",
      "rank {r} runs the same CPU operators as the other ranks, as often, each slower: its host "
      "is busier or slower -- other processes on its cores, CPU frequency, NUMA placement; give "
