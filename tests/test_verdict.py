@@ -36,7 +36,9 @@ def test_planted_scenarios_get_their_verdict(name):
         # busy-time levers (cause "gpu") rank with the causes by their saving; the first of
         # the rest is the bound's
         first = next(a for a in v["actions"] if a["cause"] != "gpu")
-        assert first["lever"] in B.lever_texts(truth.get("lever_key", truth["bound"]))
+        # (a lever's words may end with what this trace shows: remove_syncs' calls a step)
+        assert first["lever"].startswith(tuple(B.lever_texts(truth.get("lever_key",
+                                                                        truth["bound"]))))
         assert first["cause"] == truth["bound"]
 
 
