@@ -87,6 +87,19 @@ SLOW = {
     "test_hardening_round4.py::test_hostile_pickled_dump_is_refused_fast[deep_list]": 1.8,  # [many_entries]
     "test_torch_compile_real.py::test_aot_eager_recompile_found_in_step": 12.5,
     "test_torch_compile_real.py::test_training_graph_break_and_lazy_backward_compile": 15.3,
+    # the default run reached 6.1 minutes in a clean clone (2026-11-29, second session): eleven
+    # more whose path a sibling covers
+    "test_multirank_synth.py::test_batch_verdicts_match_analyze": 3.0,  # test_job_model's every entry point
+    "test_job_model.py::test_diff_of_two_multi_process_exports_is_rank_by_rank_and_as_a_job": 3.4,  # its batch-output twin
+    "test_parallelism.py::test_a_1f1b_first_stage_with_few_microbatches_reports_the_jobs_schedule": 3.4,  # test_pipeline_job
+    "test_batch.py::test_no_dask_without_scheduler": 2.4,             # test_local_pool_matches_serial
+    "test_batch.py::test_fsspec_url": 1.6,                            # test_local_pool_matches_serial
+    "test_everyday.py::test_an_nsys_page_without_steps_draws_no_step_time_bar": 2.7,  # test_html's nsys pages
+    "test_rank_pairs.py::test_diff_sees_the_nsys_recompiles_go": 1.9,  # its module-loads twin
+    "test_rank_pairs.py::test_diff_sees_one_sync_a_step_go_on_nsys": 1.6,  # test_diff_gpu's nsys pairs
+    "test_outputs_safety.py::test_failed_batch_write_keeps_the_previous_run": 4.2,  # the overlay's twin
+    "test_overlay.py::test_real_corpus_nsys_pair_overlays": 2.2,      # the Kineto overlay's
+    "test_diff_gpu.py::test_batch_outputs_of_the_real_pairs_diff_like_the_traces": 2.3,  # test_diff_batch
 }
 
 
