@@ -26,6 +26,7 @@ from .factkit import Steps, item, rows_named
 CALL_RX = namerx.compile(r"^enumerate\(DataLoader\)#_MultiProcessingDataLoaderIter\.__next__")
 # the new iterator's base seed (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__init__)
 SEED_OPS = frozenset({"aten::empty", "aten::random_", "aten::item", "aten::_local_scalar_dense"})
+MAX_SEED_OPS = 16   # the seed draw's ops (a few, nested); more between two calls: not a seed
 
 
 def worker_restarts(ev: pd.DataFrame, steps: Steps | None = None) -> dict | None:
@@ -46,11 +47,13 @@ def worker_restarts(ev: pd.DataFrame, steps: Steps | None = None) -> dict | None
         mine = mine[np.argsort(ts[mine], kind="stable")]
         on = ops[thread[ops] == t]
         on = on[np.argsort(ts[on], kind="stable")]
+        at = ts[on]
         for a, b in zip(mine[:-1].tolist(), mine[1:].tolist()):
-            between = on[(ts[on] >= end[a]) & (ts[on] < ts[b])]
-            if not len(between):   # nothing between: the persistent iterator's reset
+            lo, hi = np.searchsorted(at, end[a], "left"), np.searchsorted(at, ts[b], "left")
+            # nothing between: the persistent iterator's reset; many ops: a batch's work
+            if not lo < hi <= lo + MAX_SEED_OPS:
                 continue
-            names = set(ev["name"].take(between).astype(str).tolist())
+            names = set(ev["name"].take(on[lo:hi]).astype(str).tolist())
             if not names <= SEED_OPS or "aten::random_" not in names:
                 continue   # a batch's work (or another step) between: not an epoch's end
             spans.append([int(ts[a]), int(ts[b])])
