@@ -109,3 +109,16 @@ def test_diff_names_the_change_when_the_restarts_stop():
     got = changed(dict(base, worker_restarts=2), dict(base, worker_restarts=0))
     assert [m for m, _, _ in got] == ["persistent_workers"]
     assert changed(dict(base, worker_restarts=2), dict(base, worker_restarts=2)) == []
+
+
+def test_the_restart_is_no_host_sync_and_no_movable_host_work():
+    # the new iterator's seed .item() (a CPU tensor) read as "1 host sync" at each epoch
+    # start and offered log_less; the fork and join frames as host work to move off the step
+    # (pairs/persist: 4.8 ms a step) -- both are the loader's, which persistent_workers removes
+    a = analysed(RESTART)
+    odd = a.context["anatomy"]["odd_steps"]
+    assert [g["steps"] for g in odd] == [[4, 8]]
+    assert not any(h["what"] == "syncs" for h in odd[0]["holds"])
+    assert "log_less_cpu" not in _actions(a)
+    persist = analysed(Path(__file__).parent / "fixtures" / "pairs" / "persist.before.json.gz")
+    assert _actions(persist)[0] == "persistent_workers" and "off_step_path" not in _actions(persist)

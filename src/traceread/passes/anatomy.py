@@ -37,6 +37,7 @@ from .. import namerx
 from . import intervals as iv
 from .attribution import SYNC_CALL, SYNC_OPS
 from .common import lookup_at, lut_at, rows_of
+from .dataloader import epoch_ends
 from .factkit import item, launcher
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -214,6 +215,14 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
     lut, codes = lut_at(ev["name"], rows, _classify, "", object)
     cls = lut.take(codes)
     cls_i = _class_codes(lut).take(codes)
+    # a new DataLoader iterator's seed draw (its .item() on a CPU tensor) is the data phase,
+    # no host sync (passes/dataloader.py: workers_restart's epoch starts read "1 host sync")
+    seed = np.isin(rows, np.concatenate([r for _, _, r in epoch_ends(ev)] or [rows[:0]]))
+    if seed.any():
+        cls = cls.copy()
+        cls[seed] = "data"
+        cls_i = cls_i.copy()
+        cls_i[seed] = _class_codes(np.array(["data"], object))[0]
     ts = ev["ts"].to_numpy(np.int64)[rows]
     if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():   # the event table's rows come sorted
         order = np.argsort(ts, kind="stable")

@@ -29,19 +29,21 @@ SEED_OPS = frozenset({"aten::empty", "aten::random_", "aten::item", "aten::_loca
 MAX_SEED_OPS = 16   # the seed draw's ops (a few, nested); more between two calls: not a seed
 
 
-def worker_restarts(ev: pd.DataFrame, steps: Steps | None = None) -> dict | None:
-    """{"restarts", "restart_ns", "shutdown_ns", "spans": [[start_ns, end_ns]], "steps": the
-    step each began in, "period": steps between them (None: one restart, or uneven),
-    "evidence"} for the multi-process loader's epoch boundaries that made a new iterator
-    (module doc); None where none is seen."""
-    calls = rows_named(ev, CALL_RX, ("annotation", "cpu_op"))
+ANY_CALL_RX = namerx.compile(r"^enumerate\(DataLoader\)#")
+
+
+def epoch_ends(ev: pd.DataFrame, rx=ANY_CALL_RX) -> list[tuple[int, int, np.ndarray]]:
+    """(the epoch's last DataLoader call's row, the next epoch's first call's row, the rows of
+    the new iterator's seed draw between them) on each thread, for the calls ``rx`` names
+    (module doc): two calls with nothing between them but the seed ops."""
+    calls = rows_named(ev, rx, ("annotation", "cpu_op"))
     if len(calls) < 2:
-        return None
+        return []
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
     thread = thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
     ops = np.flatnonzero((ev["kind"] == "cpu_op").to_numpy())
-    spans, pids, shutdown, found = [], [], 0, []
+    out = []
     for t in np.unique(thread[calls]).tolist():
         mine = calls[thread[calls] == t]
         mine = mine[np.argsort(ts[mine], kind="stable")]
@@ -54,15 +56,27 @@ def worker_restarts(ev: pd.DataFrame, steps: Steps | None = None) -> dict | None
             if not lo < hi <= lo + MAX_SEED_OPS:
                 continue
             names = set(ev["name"].take(on[lo:hi]).astype(str).tolist())
-            if not names <= SEED_OPS or "aten::random_" not in names:
-                continue   # a batch's work (or another step) between: not an epoch's end
-            spans.append([int(ts[a]), int(ts[b])])
-            pids.append(ev["pid"].iat[a])
-            shutdown += int(end[a] - ts[a])
-            found.append(item(ev["name"].iat[a], ts[a],
-                              detail=f"the epoch's last call took {(end[a] - ts[a]) / 1e6:.3g} ms"
-                              f", then a new iterator ({(ts[b] - end[a]) / 1e6:.3g} ms to the "
-                              "next epoch's first call)"))
+            if names <= SEED_OPS and "aten::random_" in names:
+                out.append((a, b, on[lo:hi]))
+    return out
+
+
+def worker_restarts(ev: pd.DataFrame, steps: Steps | None = None) -> dict | None:
+    """{"restarts", "restart_ns", "shutdown_ns", "spans": [[start_ns, end_ns]], "steps": the
+    step each began in, "period": steps between them (None: one restart, or uneven),
+    "evidence"} for the multi-process loader's epoch boundaries that made a new iterator
+    (module doc); None where none is seen."""
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    spans, pids, shutdown, found = [], [], 0, []
+    for a, b, _ in epoch_ends(ev, CALL_RX):
+        spans.append([int(ts[a]), int(ts[b])])
+        pids.append(ev["pid"].iat[a])
+        shutdown += int(end[a] - ts[a])
+        found.append(item(ev["name"].iat[a], ts[a],
+                          detail=f"the epoch's last call took {(end[a] - ts[a]) / 1e6:.3g} ms"
+                          f", then a new iterator ({(ts[b] - end[a]) / 1e6:.3g} ms to the "
+                          "next epoch's first call)"))
     if not spans:
         return None
     order = np.argsort([a for a, _ in spans], kind="stable")

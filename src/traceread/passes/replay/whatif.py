@@ -1296,6 +1296,11 @@ def host_off_path(g, f: Facts, p: dict):
     host-only (CPU) step: its traced Python frames only -- there the untraced time between
     ops may be the compute itself, which no thread can take off the step."""
     m = _movable_host(g)
+    # the DataLoader's workers shut down and started again (passes/dataloader.py): the
+    # loader's own machinery, which persistent_workers removes -- no thread can take it
+    restarts = (f.ctx.get("dataloader_restarts") or {}).get("spans")
+    if restarts:
+        m &= _overlap(g, [tuple(x) for x in restarts]) == 0
     if not m.any():
         return "no host work between the launches beyond dispatch"
     _zero(g, m)
