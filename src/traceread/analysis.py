@@ -281,8 +281,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     # anatomy's odd step out (slowness alone is no evidence: anatomy/save's first save read
     # as "7.7x the median")
     warm = frozenset(int(x["step"]) for x in win.excluded or ()
-                     if "step" in x and str(x.get("reason", "")).startswith("warm-up")
-                     and "x the median" not in str(x.get("reason")))
+                     if "step" in x and window_mod.by_startup_work(str(x.get("reason", ""))))
     side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found, warm)
     # the step replay, the levers' graph and its optimizer regions: one side job beside the
     # attribution and the facts (a sampled window is not replayed: its ids, read once here)

@@ -336,7 +336,7 @@ def warmup_reason(ev_host: pd.DataFrame, flags: dict, start: int, end: int,
     if t >= STARTUP_MIN_NS and t >= 0.1 * dur and t > 10 * alloc_ref and t >= wait:
         return f"warm-up: grows the allocator ({_ms(t)} in allocations)"
     if ref_ns and dur > WARMUP_OUTLIER * ref_ns and dur - ref_ns > WARMUP_OUTLIER_MIN_NS:
-        return f"warm-up: {dur / ref_ns:.1f}x the median of the later steps"
+        return f"warm-up: {dur / ref_ns:.1f}{SLOWER_ONLY}"
     return ""
 
 
@@ -394,6 +394,15 @@ def _drop_cut_last(kept: pd.DataFrame, ops: pd.DataFrame):
     r = kept.iloc[-1]
     return kept.iloc[:-1], [_step_item(r, "cut short: the trace ends inside it (no GPU work "
                                           "launched; the profiler stopped)", "")]
+
+
+SLOWER_ONLY = "x the median of the later steps"   # warmup_reason's reason by duration alone
+
+
+def by_startup_work(reason: str) -> bool:
+    """A leading step excluded as warm-up by the one-time work it runs (compiles, graph
+    recording, start-up calls, allocator growth), not by its length alone."""
+    return reason.startswith("warm-up") and SLOWER_ONLY not in reason
 
 
 def _kind_of(reason: str) -> str:
