@@ -429,6 +429,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     host_ns["other"] = max(0, (b - a) - iv.total(iv.intersect(taken, iv.union([a], [b]))))
     gpu_ns = _gpu_by_phase(gpu, sets, a, b)
     passes = _backward_passes(h, main, bw)
+    periods = _pass_periods(h, passes)
     fw = _forward_calls(h, root, bw)
     if root:
         fo_ns, fo_u = _forward_only_ns(h, root, bw, passes, b)
@@ -449,7 +450,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
             "host_ns": host_ns,
             "gpu_ns": gpu_ns, "backward_passes": len(passes), "pass_spans": passes,
             "forward_calls": fw, "optimizer_steps": int(((_cls(h, "optimizer_step"))).sum()),
-            "pass_periods": _pass_periods(h, passes),
+            "pass_periods": [e - s for s, e in periods],
             "forward_only": fo,
             "no_grad": bool((_cls(h, "no_grad")).any()),
             "syncs": int(syncs.sum()), "sync_rows": h["rows"][syncs][:3].tolist(),
@@ -471,7 +472,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
                      "all_gathers": _prof(h, rows_u(ag), main), "checkpoint": ck_prof,
                      "recompute": _prof(h, rc["set"]), "fb": _prof(h, fb),
                      "flop_fb": int(h["prof"][(h["flop_ns"] > 0) & _inside(fb, h["ts"])].sum()),
-                     "periods": _period_prof(h, passes)}}
+                     "periods": [_prof(h, iv.union([s], [e])) for s, e in periods]}}
 
 
 def _both(x, y):
@@ -541,8 +542,8 @@ def _backward_passes(h, main, bw) -> list[list[int]]:
     return [[int(s[a]), int(e[b])] for a, b in zip(first.tolist(), last.tolist())]
 
 
-def _pass_periods(h, passes: list) -> list[int]:
-    """The time from one backward pass's end to the next's, where no optimizer step runs
+def _pass_periods(h, passes: list) -> list[tuple[int, int]]:
+    """(start, end) from one backward pass's end to the next's, where no optimizer step runs
     between them: one accumulation micro-batch's whole loop iteration (its forward, its loss
     and scaling, its backward, the .item() after it), not its forward + backward alone."""
     if len(passes) < 2:
@@ -550,19 +551,8 @@ def _pass_periods(h, passes: list) -> list[int]:
     ends = np.array([p[1] for p in passes], np.int64)
     opt = np.sort(h["ts"][_cls(h, "optimizer_step")])
     k = np.searchsorted(opt, ends)
-    same = k[1:] == k[:-1]   # no optimizer step started between the two ends
-    return [int(x) for x in np.diff(ends)[same]]
-
-
-def _period_prof(h, passes: list) -> list[int]:
-    """The profiler's cost inside each of ``_pass_periods``' periods (same order)."""
-    if len(passes) < 2:
-        return []
-    ends = np.array([p[1] for p in passes], np.int64)
-    opt = np.sort(h["ts"][_cls(h, "optimizer_step")])
-    k = np.searchsorted(opt, ends)
-    same = np.flatnonzero(k[1:] == k[:-1])
-    return [_prof(h, iv.union([ends[i]], [ends[i + 1]])) for i in same.tolist()]
+    same = np.flatnonzero(k[1:] == k[:-1])   # no optimizer step started between the two ends
+    return [(int(ends[i]), int(ends[i + 1])) for i in same.tolist()]
 
 
 def _checkpoint_cost(h, bw, rc, a: int, b: int) -> tuple[int, int]:
