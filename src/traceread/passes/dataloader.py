@@ -21,15 +21,14 @@ import pandas as pd
 
 from .. import namerx
 from .attribution import thread_key
+from .common import rows_of
 from .factkit import Steps, item, rows_named
 
+ANY_CALL_RX = namerx.compile(r"^enumerate\(DataLoader\)#")
 CALL_RX = namerx.compile(r"^enumerate\(DataLoader\)#_MultiProcessingDataLoaderIter\.__next__")
 # the new iterator's base seed (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__init__)
 SEED_OPS = frozenset({"aten::empty", "aten::random_", "aten::item", "aten::_local_scalar_dense"})
 MAX_SEED_OPS = 16   # the seed draw's ops (a few, nested); more between two calls: not a seed
-
-
-ANY_CALL_RX = namerx.compile(r"^enumerate\(DataLoader\)#")
 
 
 def epoch_ends(ev: pd.DataFrame, rx=ANY_CALL_RX) -> list[tuple[int, int, np.ndarray]]:
@@ -41,13 +40,15 @@ def epoch_ends(ev: pd.DataFrame, rx=ANY_CALL_RX) -> list[tuple[int, int, np.ndar
         return []
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
-    thread = thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
-    ops = np.flatnonzero((ev["kind"] == "cpu_op").to_numpy())
+    ops = rows_of(ev, ("cpu_op",))
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    call_thread = thread_key(pid[calls], tid[calls])   # only the rows read: not every row's
+    op_thread = thread_key(pid[ops], tid[ops])
     out = []
-    for t in np.unique(thread[calls]).tolist():
-        mine = calls[thread[calls] == t]
+    for t in np.unique(call_thread).tolist():
+        mine = calls[call_thread == t]
         mine = mine[np.argsort(ts[mine], kind="stable")]
-        on = ops[thread[ops] == t]
+        on = ops[op_thread == t]
         on = on[np.argsort(ts[on], kind="stable")]
         at = ts[on]
         for a, b in zip(mine[:-1].tolist(), mine[1:].tolist()):
