@@ -473,8 +473,14 @@ def test_remove_syncs_names_the_blocking_calls_the_trace_shows():
                "blocking_copy": {"explicit": False, "per_step": 5.0},
                "cpu": {"explicit": True, "per_step": 1.0}}
     text = L.BY_ID["remove_syncs"].words({"blocking": {"by_kind": by_kind}})
-    assert "(a step here: 5 blocking copies, 2 synchronize(), 1 .cpu())" in text
+    assert "(a step here: 5 blocking copies, 2 synchronize(), 1 .cpu() / .numpy())" in text
     assert "non_blocking=True with pinned host memory" in text
     only = L.BY_ID["remove_syncs"].words({"blocking": {"by_kind": {"item": {"per_step": 0.5}}}})
     assert "0.5 .item()" in only and "non_blocking" not in only
     assert L.BY_ID["remove_syncs"].words({}) == L.REMOVE_SYNCS
+    # every kind passes/blocking.py names has its words (HTA's event-sync trace read
+    # "2 runtime sync, 1 condition")
+    from traceread.passes.blocking import KINDS
+
+    assert {k for k, *_ in KINDS} | {"runtime_sync", "blocking_copy", "pageable_copy",
+                                     "other"} <= set(L.SYNC_KIND_WORDS)

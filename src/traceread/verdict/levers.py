@@ -519,9 +519,17 @@ def dynamic_shapes(c: Ctx) -> bool:
 REMOVE_SYNCS = ("remove per-step host syncs: .item(), .cpu(), .tolist(), print(tensor), "
                 "torch.cuda.synchronize() -- log every N steps, or accumulate metrics on the GPU")
 # the blocking kinds (passes/blocking.py) a reader looks for in the code, in words
-SYNC_KIND_WORDS = {"item": ".item()", "tolist": ".tolist()", "cpu": ".cpu()",
-                   "numpy": ".numpy()", "synchronize": "synchronize()",
-                   "blocking_copy": "blocking copies", "pageable_copy": "pageable copies"}
+SYNC_KIND_WORDS = {"item": ".item()", "tolist": ".tolist()", "cpu": ".cpu() / .numpy()",
+                   "synchronize": "synchronize()", "condition": ("tensor condition (if t:)",
+                                                                 "tensor conditions (if t:)"),
+                   "nonzero": "nonzero()", "masked_select": "masked_select()",
+                   "unique": "unique()", "repeat_interleave": "repeat_interleave()",
+                   "bool_mask_index": ("boolean-mask index", "boolean-mask indexes"),
+                   "runtime_sync": ("runtime sync (cuda*Synchronize)",
+                                    "runtime syncs (cuda*Synchronize)"),
+                   "blocking_copy": ("blocking copy", "blocking copies"),
+                   "pageable_copy": ("pageable copy", "pageable copies"),
+                   "other": ("other blocking call", "other blocking calls")}
 
 
 def _syncs_text(c: Ctx) -> str:
@@ -531,7 +539,7 @@ def _syncs_text(c: Ctx) -> str:
         else None
     if not kinds:
         return REMOVE_SYNCS
-    seen = [f"{_count(v.get('per_step'))} {SYNC_KIND_WORDS.get(k, k.replace('_', ' '))}"
+    seen = [_counted(v.get("per_step"), SYNC_KIND_WORDS.get(k, k.replace("_", " ")))
             for k, v in sorted(kinds.items(), key=lambda kv: -(kv[1].get("per_step") or 0))]
     out = f"{REMOVE_SYNCS} (a step here: {', '.join(seen)})"
     if "blocking_copy" in kinds or "pageable_copy" in kinds:
@@ -540,9 +548,13 @@ def _syncs_text(c: Ctx) -> str:
     return out
 
 
-def _count(x) -> str:
+def _counted(x, words) -> str:
+    """"2 synchronize()", "1 blocking copy", "0.5 blocking copies": ``words`` is one form
+    (a call's name) or (one, many)."""
     x = float(x or 0)
-    return f"{x:.0f}" if x == int(x) else f"{x:.1f}"
+    n = f"{x:.0f}" if x == int(x) else f"{x:.1f}"
+    one, many = words if isinstance(words, tuple) else (words, words)
+    return f"{n} {one if x == 1 else many}"
 
 
 def explicit_syncs(c: Ctx) -> bool:
