@@ -340,3 +340,35 @@ def test_one_step_is_not_called_even():
     assert evenness(False, 1, 0.0) == "one step: nothing to compare"
     assert evenness(False, 2, 0.1) == "even" and evenness(False, 2, 0.4) == "too few to judge"
     assert evenness(True, 5, 0.4) == "BURSTY"
+
+
+def test_a_step_that_waits_on_work_queued_before_the_recording_is_the_gpus(corpus_dir):
+    """TraceLens' h100 Qwen: the step opens with a 14.1 ms ``cudaDeviceSynchronize`` while
+    the GPU runs 13.7 ms of an earlier forward's tail (no launch record: queued before the
+    recording). The verdict read "GPU-bound: densely busy" and the steps "host-bound, 0 of 1
+    steps GPU-bound": the step's own work (31.9 ms) is under 90% of its 47.2 ms, but the host
+    spent the difference waiting on the GPU."""
+    from traceread.render.report import program_step_line
+
+    a = analysed(corpus_dir / "AMD-AGI__TraceLens/tests/traces/h100/"
+                 "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    st = a.steps.iloc[0]
+    assert st["busy_max_ns"] < 0.9 * st["program_ns"] <= st["busy_seen_ns"]
+    assert st["bound_by"] == "gpu" and a.verdict["bound"] == "gpu"
+    assert "1 of 1 steps GPU-bound" in " ".join(program_step_line(a).split())
+
+
+def test_work_queued_before_the_recording_counts_only_inside_the_steps_span():
+    """``busy_seen``: an op no step launched and no launch record names counts for the step
+    it ends in, clipped to the step's span; a launched op outside every step does not."""
+    import numpy as np
+    import pandas as pd
+    from traceread.passes import steps as steps_mod
+
+    tab = pd.DataFrame({"index": [0, 1], "pid": [7, 7], "start": [100, 200], "end": [200, 300],
+                        "busy_max_ns": [10, 10]})
+    ops = pd.DataFrame({"ts": [50, 150, 180, 250], "end": [160, 170, 190, 290],
+                        "pid": [7, 7, 7, 7], "device": [0, 0, 0, 0],
+                        "launch_ts": [-1, -1, 100, 240]})
+    op_step = np.array([-1, -1, 0, -1])   # the last: launched, but in no step
+    assert steps_mod.busy_seen(tab, ops, op_step).tolist() == [80, 10]   # 100-170 and 180-190

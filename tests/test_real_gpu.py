@@ -209,14 +209,10 @@ def test_graphs_set_up_but_never_replayed(sqlite_dir, fmt):
         # it, step #9's 70 ms re-record read as "every 9 steps" beside a 1.83 s step #0
         odd = bad.context["anatomy"]["odd_steps"]
         assert [g["steps"] for g in odd] == [[9]] and odd[0]["period"] is None
-    if fmt == "nsys" and bad.verdict["levers"][0] != GRAPHS_NOT_REPLAYED:
-        # A known wrong answer, reported: the levers are priced on a sample that stands for
-        # the window, and the window's step #9 (69.9 ms of its 143: a new shape's re-record,
-        # cudaMalloc and cache reads, untraced on nsys) is in it. Both models give that time
-        # back; the host-work lever claims it too (12.2 ms a step vs 11.6), though no thread
-        # can take a re-record off the step. On the first eight steps (the old sample) the
-        # graphs lever led by 0.3 ms.
-        pytest.xfail("host_off_path moves a re-record's untraced host time (nsys)")
+    # nsys: the window's step #9 (69.9 ms of its 143: a new shape's library set-up -- 17
+    # occupancy queries, a stream made and destroyed -- then 55.6 ms with nothing traced) is
+    # in the pricing's sample; the host-work lever claimed that stretch too (12.2 ms a step
+    # vs 11.6) and led, though no thread can take a set-up off the step (whatif._setup_work)
     assert bad.verdict["levers"][0] == GRAPHS_NOT_REPLAYED
 
 

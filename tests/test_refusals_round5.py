@@ -89,3 +89,13 @@ def test_mtias_own_sync_still_stops_a_capture():
     v = analysed(_corpus("facebookresearch__HolisticTraceAnalysis/tests/data/"
                          "mtia_inference_trace/mtia_inference_rank_0.json.gz")).verdict
     assert "cuda_graphs" not in [x["id"] for x in v["actions"]]
+
+
+def test_mtias_synchronize_calls_drain_the_queue():
+    """MTIA's runtime names its syncs bare (``synchronize``, ``synchronizeStream``: each
+    returns ~30 us after the device's copy it waited on ends). Read as launches, the gap they
+    drained was "host simply late" and the sync attribution was empty."""
+    a = analysed(_corpus("facebookresearch__HolisticTraceAnalysis/tests/data/"
+                         "mtia_inference_trace/mtia_inference_rank_0.json.gz"))
+    assert a.attribution["by_sync_op"]["synchronizeStream"]["ns"] > 5_000_000
+    assert a.attribution["by_drain"]["sync"] > 5_000_000

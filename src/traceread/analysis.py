@@ -613,7 +613,7 @@ def _step_idle(step_tab: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     # host inside its window: not its time
     if lead.any() or starved.any():
         step_tab = steps_mod.program_columns(step_tab, step_tab["busy_max_ns"].to_numpy(), lead,
-                                             starved)
+                                             starved, step_tab["busy_seen_ns"].to_numpy())
     return step_tab
 
 

@@ -65,8 +65,10 @@ DRAINS = ("sync", "starved", "queued")
 SYNC_TOLERANCE_NS = 50_000
 SKEW_NS = 5_000
 
-# an explicit sync call: the host waits for a stream, the device (context) or an event
-SYNC_CALL = r"(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize"
+# an explicit sync call: the host waits for a stream, the device (context) or an event;
+# MTIA's runtime names its two bare (HTA's MTIA inference trace: each returns ~30 us after
+# the device's copy it waited on ends)
+SYNC_CALL = r"(?:(?:cuda|cu|hip)(?:Stream|Device|Ctx|Event)Synchronize|synchronize(?:Stream)?)"
 # a synchronous copy call: returns when its copy is done (the Async ones do not)
 SYNC_COPY_CALL = (r"(?:cuda|hip)Memcpy(?:2D|3D|Peer|FromSymbol|ToSymbol|DtoH|HtoD|DtoD|WithStream)?"
                   r"|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer|AtoH|HtoA)?")

@@ -391,8 +391,9 @@ def _gpu_paced_busy_share(a) -> float | None:
     st = a.steps   # a program step line has these columns (passes/steps.program_columns)
     gpu = st["bound_by"].to_numpy(object) == "gpu"
     prog = st["program_ns"].to_numpy(np.int64)[gpu]
-    # the busiest device's (busy_ns sums the devices: two half-busy GPUs are not one busy one)
-    col = "busy_max_ns" if "busy_max_ns" in st else "busy_ns"
+    # the busiest device's (busy_ns sums the devices: two half-busy GPUs are not one busy one),
+    # with the work queued before the recording that it ran (steps.busy_seen)
+    col = next(c for c in ("busy_seen_ns", "busy_max_ns", "busy_ns") if c in st)
     busy = np.minimum(st[col].to_numpy(np.int64)[gpu], prog)
     return int(busy.sum()) / int(prog.sum()) if prog.sum() > 0 else None
 

@@ -1301,6 +1301,7 @@ def host_off_path(g, f: Facts, p: dict):
     restarts = (f.ctx.get("dataloader_restarts") or {}).get("spans")
     if restarts:
         m &= _overlap(g, [tuple(x) for x in restarts]) == 0
+    m &= ~_setup_work(g)
     if not m.any():
         return "no host work between the launches beyond dispatch"
     _zero(g, m)
@@ -1316,6 +1317,44 @@ def _movable_host(g) -> np.ndarray:
     m = _kind(g, "host") & python & ~_match(g, PROFILER_FRAME_RX) & \
         (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
     return m & ~_others_busy(g, m)
+
+
+# set-up calls: a library or the allocator preparing for new work (cuBLASLt's occupancy
+# queries for a new shape's kernels, a stream made and destroyed, a device allocation, a
+# module loaded, a graph instantiated) -- made where the work is first needed
+SETUP_CALL_RX = re.compile(
+    r"^(?:cuda|hip|cu)(?:Occupancy\w*|(?:Stream|Event)(?:Create|Destroy)\w*|Malloc\w*|Free"
+    r"|Mem(?:Alloc|Free)\w*|Module(?:Load|Unload)\w*|Library(?:Load|Unload)\w*"
+    r"|Graph(?:Exec)?Instantiate\w*|FuncSetAttribute|FuncGetAttributes)(?:_v\d+)?$")
+
+
+def _setup_work(g) -> np.ndarray:
+    """Untraced stretches next to a set-up call (``SETUP_CALL_RX``) on their lane, in a step
+    that makes more set-up calls than the median step: the set-up's own work (nsys gpu/
+    graphs.bad step #9: 17 occupancy queries, a stream made and destroyed, then 55.6 ms with
+    nothing traced before the new shape's first launch), which runs where its call is made
+    and which no thread can take off the step."""
+    n = g.nodes
+    out = np.zeros(len(n), bool)
+    step = n["step"].to_numpy()
+    setup = _match(g, SETUP_CALL_RX) & ~_kind(g, "gpu_kernel", "gpu_copy", "gpu_memset")
+    steps = np.unique(step[step >= 0])
+    if not setup.any() or len(steps) < 3:
+        return out
+    count = pd.Series(step[setup & (step >= 0)]).value_counts().reindex(steps, fill_value=0)
+    busy = count.index[count.to_numpy() > np.median(count.to_numpy())].to_numpy()
+    if not len(busy):
+        return out
+    o = _lane_order(g)
+    lane, st = n["lane"].to_numpy()[o], step[o]
+    gap = (_cat(g, "untraced") & _kind(g, "host"))[o]
+    near = setup[o]
+    same_prev = np.r_[False, lane[1:] == lane[:-1]]
+    same_next = np.r_[lane[:-1] == lane[1:], False]
+    after = same_prev & np.r_[False, near[:-1]]
+    before = same_next & np.r_[near[1:], False]
+    out[o] = gap & (after | before) & np.isin(st, busy)
+    return out
 
 
 PY_FRAME_RX = re.compile(r"\.py\(\d+\): ")
