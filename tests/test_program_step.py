@@ -372,3 +372,14 @@ def test_work_queued_before_the_recording_counts_only_inside_the_steps_span():
                         "launch_ts": [-1, -1, 100, 240]})
     op_step = np.array([-1, -1, 0, -1])   # the last: launched, but in no step
     assert steps_mod.busy_seen(tab, ops, op_step).tolist() == [80, 10]   # 100-170 and 180-190
+
+
+def test_the_to_do_list_is_ranked_on_the_savings_it_shows(corpus_dir):
+    """TraceLens' h100 Qwen: request batching's bound (19 ms for the window) is clamped to the
+    4 ms of idle there is to give back, and so shown; ranked on its raw figure it led the
+    replayed 14.2 ms fusion under the title "largest saving first"."""
+    v = analysed(corpus_dir / "AMD-AGI__TraceLens/tests/traces/h100/"
+                 "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz").verdict
+    shown = [x["saves_ns"] for x in v["actions"] if x["saves_ns"] is not None]
+    assert shown == sorted(shown, reverse=True)
+    assert v["actions"][0]["id"] == "compile_fuse"
