@@ -99,3 +99,24 @@ def test_mtias_synchronize_calls_drain_the_queue():
                          "mtia_inference_trace/mtia_inference_rank_0.json.gz"))
     assert a.attribution["by_sync_op"]["synchronizeStream"]["ns"] > 5_000_000
     assert a.attribution["by_drain"]["sync"] > 5_000_000
+
+
+def test_a_gpu_whose_ops_wait_queued_is_not_paced_by_a_just_in_time_host():
+    """HTA's MTIA inference trace: 94.5% busy, and its graph's critical path (an untraced
+    host stretch, syncs it could not link) read "yet the host paces it: 0% GPU work -- each
+    kernel launched just in time". The ops say otherwise: 89% of the GPU's time is in ops
+    that waited 0.5 ms or more after their launch (median 9 ms)."""
+    a = analysed(_corpus("facebookresearch__HolisticTraceAnalysis/tests/data/"
+                         "mtia_inference_trace/mtia_inference_rank_0.json.gz"))
+    assert a.facts.figures["queued_busy_share"] > 0.5
+    assert "host paces it" not in a.verdict["summary"]
+
+
+def test_queued_busy_share_weighs_the_ops_that_waited_after_their_launch():
+    import pandas as pd
+    from traceread.passes.steps import QUEUED_NS, queued_busy_share
+
+    ops = pd.DataFrame({"ts": [100, 1_000_000, 5_000_000], "dur": [10, 30, 60],
+                        "launch_ts": [90, 1_000_000 - QUEUED_NS, -1]})
+    assert queued_busy_share(ops) == 30 / 40   # the unlaunched op is not weighed
+    assert queued_busy_share(ops.assign(launch_ts=-1)) is None

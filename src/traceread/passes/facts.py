@@ -162,6 +162,7 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
         fig["startup"] = startup(window_mod.one_time_calls(ev, gaps))
     fig.update(backlog(step_tab if source != "whole_trace" else None, gaps, devices))
     fig["program_step"] = steps_mod.program_step(step_tab if source != "whole_trace" else None)
+    fig["queued_busy_share"] = steps_mod.queued_busy_share(ops)
     fig["program_step_mean_ns"] = (fig["program_step"] or {}).get("mean_ns", 0)
     if fig["program_step"]:   # bursty: the program's steps, not the host's spans
         summ.update(step_cv=fig["program_step"]["cv"], bursty=fig["program_step"]["bursty"])

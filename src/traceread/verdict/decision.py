@@ -78,13 +78,17 @@ def gpu_path_share(replay: dict | None, figures: dict | None = None) -> float | 
     where the profiler's own cost is material (passes/overhead.py: the path is the profiled
     program's, and a host the profiler slows may pace a GPU that paces the plain run --
     h200/queue.fixed: 33% of the profiled path, 96% busy unprofiled), or where half the path
-    or more has no traced cause (its "unexplained" links: HTA's MTIA trace, 99%). Faster
+    or more has no traced cause (its "unexplained" links: HTA's MTIA trace, 99%), or where
+    half the GPU's time or more was in ops queued behind earlier work
+    (``queued_busy_share``): the host ran ahead of the GPU, whatever path the graph found
+    (HTA's MTIA inference trace: its median op queued 9 ms, its path "0% GPU work"). Faster
     kernels shorten the step only where they are on that path: a host that launches each
     kernel just in time paces a GPU it keeps busy."""
     cp = (replay or {}).get("critical_path") or {}
     total = int(cp.get("total_ns") or 0)
     if not (replay or {}).get("replayable") or total <= 0 \
-            or ((figures or {}).get("profiler_overhead") or {}).get("material"):
+            or ((figures or {}).get("profiler_overhead") or {}).get("material") \
+            or ((figures or {}).get("queued_busy_share") or 0) >= 0.5:
         return None
     by = cp.get("by_label") or {}
     # of the path's explained time: an unexplained stretch (no traced cause) is neither the
