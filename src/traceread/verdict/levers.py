@@ -996,7 +996,7 @@ SAVING_MODELS: dict[str, SavingModel] = {m.id: m for m in (
     SavingModel("busy", "the busy-time lever's saving_ns from passes/busy.py (its own "
                 "documented model), at most its share of the GPU work on the replay's critical "
                 "path (gpu_path_share x window / busy; none where the profiler's cost is "
-                "material)", _save_busy, False,
+                "material or the GPU's ops mostly waited queued)", _save_busy, False,
                 "the kernels keep their fraction of the new precision's peak"),
     SavingModel("buffers", "DDP's buffer broadcast time (ddp_buffer_broadcast_ns per step x "
                 "steps_seen), capped at the lost time", _save_buffers, False,
