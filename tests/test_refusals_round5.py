@@ -120,3 +120,12 @@ def test_queued_busy_share_weighs_the_ops_that_waited_after_their_launch():
                         "launch_ts": [90, 1_000_000 - QUEUED_NS, -1]})
     assert queued_busy_share(ops) == 30 / 40   # the unlaunched op is not weighed
     assert queued_busy_share(ops.assign(launch_ts=-1)) is None
+
+
+def test_a_host_paced_busy_gpu_names_no_kernel_lever_in_its_headline():
+    """nsys-ai's healthy_1pct: 1 ms kernels launched every 1.01 ms (each gap "starved"), so
+    the host paces a GPU 99% busy and no busy lever is offered; the headline still read "top
+    lever tf32 (~43% of busy time)"."""
+    v = analysed(_corpus("GindaChen__nsys-ai/tests/fixtures/healthy_1pct.sqlite")).verdict
+    assert "host paces it" in v["summary"] and not v["actions"]
+    assert "top lever" not in v["summary"]

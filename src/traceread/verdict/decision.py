@@ -39,7 +39,7 @@ def decide(facts: WindowFacts) -> dict:
     verdict["missing"] = missing(f.get("missing") or {}, ctx.get("pytorch", True))
     verdict["busy_placement"] = busy_placement(ctx, verdict.get("actions") or [],
                                                scores.MIN_ACTION_SHARE * f["window_ns"]) if has_gpu else []
-    head = headline(f.get("utilization"), fitting_busy(blev, ctx))
+    head = gpu_headline(f.get("utilization"), fitting_busy(blev, ctx), ctx)
     if verdict["bound"] == "gpu" and head:
         verdict["summary"] += f"; {head}"
     adjust_verdict(verdict, f.get("steady") or {})
@@ -103,9 +103,20 @@ def utilization_levers(facts: WindowFacts) -> dict:
     """The levers of the GPU-use section (``utilization.busy.levers``,
     ``utilization.memory.levers``) and its headline sentence."""
     f = facts.figures
-    blev = fitting_busy(busy_levers(f.get("busy")), lever_context(facts))
+    ctx = lever_context(facts)
+    blev = fitting_busy(busy_levers(f.get("busy")), ctx)
     return {"busy": blev, "memory": memory_levers(f.get("memory")),
-            "headline": headline(f.get("utilization"), blev)}
+            "headline": gpu_headline(f.get("utilization"), blev, ctx)}
+
+
+def gpu_headline(u: dict | None, fitted: list[dict], ctx: dict) -> str:
+    """The GPU-use headline (busy.headline) of the fitting busy levers ``fitted``, naming no
+    lever where the host paces a busy GPU (``scores.HOST_PACED_SHARE``): faster kernels are
+    no lever there (nsys-ai's healthy_1pct read "top lever tf32 (~43% of busy time)" beside
+    "yet the host paces it" and an empty to-do list)."""
+    share = ctx.get("gpu_path_share")
+    paced = share is not None and share < scores.HOST_PACED_SHARE
+    return headline(u, [] if paced else fitted)
 
 
 def missing(m: dict, pytorch: bool = True) -> list[str]:
