@@ -309,6 +309,9 @@ class Action(_S):
     # "run": no steps, and the run the replay measured outlasts the GPU's window (host work
     # before its first op): saves_pct is a share of that run
     saves_pct_of: Optional[str] = None
+    # a rank waiting on the job's straggler: its communication lever less that wait (over
+    # the window; jobs/multirank/verdicts.py), which no change of its own transfers gives back
+    net_of_wait_ns: Optional[int] = None
 
 
 class Because(_S):

@@ -326,6 +326,31 @@ def _helper_sends_are_comm(kind: np.ndarray, name: np.ndarray, name_cats: pd.Ind
     cats[hit] = CPU_CATEGORIES.index("comm_wait")
 
 
+def _waits_on_helper_sends(kind: np.ndarray, hs: np.ndarray, he: np.ndarray, key: np.ndarray,
+                           cats: np.ndarray) -> None:
+    """A main thread's OS wait (a condition wait, a poll) inside which a helper thread of its
+    process sends on a socket (``_helper_sends_are_comm``) is a wait for that transfer
+    (``comm_wait``): ProcessGroupGloo's caller waits on a condition while its worker
+    (pt_gloo_runloop) writev's the tensor and polls for the peer's (h200/ddp2 rank 0: 151 ms a
+    step in pthread_cond_wait, 30 ms of it for the late rank, read as "waits on something the
+    trace does not show")."""
+    wait_cat, comm = CPU_CATEGORIES.index("wait"), CPU_CATEGORIES.index("comm_wait")
+    main = (key >> 32) == (key & 0xFFFFFFFF)
+    sends = np.flatnonzero(~main & (cats == comm) & (kind == HOST_KINDS.index("osrt")))
+    waits = np.flatnonzero(main & (cats == wait_cat))
+    if not len(sends) or not len(waits):
+        return
+    pid_s, pid_w = key[sends] >> 32, key[waits] >> 32
+    for p in np.intersect1d(pid_s, pid_w).tolist():
+        s = sends[pid_s == p]
+        starts = np.sort(hs[s])
+        w = waits[pid_w == p]
+        # a send that starts inside the wait
+        first = np.searchsorted(starts, hs[w], side="left")
+        last = np.searchsorted(starts, he[w], side="left")
+        cats[w[last > first]] = comm
+
+
 def _nccl_domain(ev: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray | None:
     if "domain" not in ev or not len(ev):
         return None
@@ -491,6 +516,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     he += hs
     key = thread_key(ev["pid"].to_numpy()[rows], ev["tid"].to_numpy()[rows])
     _helper_sends_are_comm(kind, name, name_cats, key, cats)
+    _waits_on_helper_sends(kind, hs, he, key, cats)
     _drop_host_only_items(kind, hs, he, key, is_sync, cats)
     # blocking by behaviour: pageable copies. Per host row the index of its label (-1:
     # none): an object array of "" per row cost ~15 ms to fill and compare at 500 k rows

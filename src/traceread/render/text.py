@@ -58,6 +58,8 @@ def action_gain(x: dict, prev: dict | None = None, floor_ns: int | None = None) 
         parts[-1] += f" ({x['saves_pct']:.1f}% of the {x.get('saves_pct_of') or 'window'})"
     if x.get("basis") == "bound":
         parts[-1] += " [bound]"
+    if x.get("net_of_wait_ns"):   # a waiting rank's own comms lever (jobs/multirank)
+        parts[-1] += f", less its wait for the straggler ({fmt_ns(x['net_of_wait_ns'])} in all)"
     if x.get("projected_step_ns"):
         at = f" at {k:g}x the batch" if k else ""
         parts.append(f"step{at} -> {projected_words(x['projected_step_ns'], floor_ns, bool(k))}")
