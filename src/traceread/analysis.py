@@ -264,6 +264,13 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     # beside the rest of the attribution (a third of its time)
     bounds = gaps[list(GAP_BOUNDS)].copy()
     side.submit("queued", attr_mod.queued, ref("ev"), bounds, ref("ops"))
+    # the step replay, the levers' graph and its optimizer regions: one job beside the
+    # attribution and the facts (a sampled window is not replayed: its ids, read once here).
+    # Run here, while this process would wait for a worker: its result is two graphs of
+    # ~10^5 nodes, whose pickle there and back cost ~0.15 CPU-s at 247 MB (round 9)
+    sampled = steady_mod.sampled_ids(ev)
+    side.submit("replay", _replay_side, ref("ev"), ref("ops"), step_rows, op_step, pattern,
+                bool(sampled), here=True)
     # the compile summary reads the gaps' bounds too (the GPU's idle time under compiles)
     side.submit("compile", compile_summary, ref("ev"), gaps=bounds)
     # Passes that need neither the gaps nor the steps run beside the attribution.
@@ -283,11 +290,6 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     warm = frozenset(int(x["step"]) for x in win.excluded or ()
                      if "step" in x and window_mod.by_startup_work(str(x.get("reason", ""))))
     side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found, warm)
-    # the step replay, the levers' graph and its optimizer regions: one side job beside the
-    # attribution and the facts (a sampled window is not replayed: its ids, read once here)
-    sampled = steady_mod.sampled_ids(ev)
-    side.submit("replay", _replay_side, ref("ev"), ref("ops"), step_rows, op_step, pattern,
-                bool(sampled))
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
     gaps["step_index"] = _step_of_gaps(gaps, ops, op_step)
