@@ -170,34 +170,37 @@ def test_a_caller_waiting_for_a_running_job_runs_the_queued_ones_meanwhile():
         assert not side.ran and not side.jobs
 
 
-def test_a_job_kept_here_runs_here_first_while_waiting_and_errors_wait_for_their_get():
+def test_a_job_marked_here_is_taken_first_while_waiting_and_errors_wait_for_their_get():
     import os
 
     with SidePasses(2, {"x": 3}) as side:
         side.submit("long", _pid_after, 1.0)
-        side.submit("mine", _pid_of, side.ref("x"), here=True)
+        for k in range(3):   # what the worker's call queue may hold ahead of the rest
+            side.submit(f"f{k}", _pid_of, k)
         side.submit("bad", _boom)
-        assert "mine" not in side.futs
+        side.submit("mine", _pid_of, side.ref("x"), here=True)
         assert side.get("long") != os.getpid()
         assert side.ran["mine"] == (True, (3, os.getpid()))
+        assert "bad" in side.ran   # its error is kept for its get
         with pytest.raises(ValueError, match="a pass failed"):
             side.get("bad")
         assert side.get("mine") == (3, os.getpid())
-    with SidePasses(1, {"x": 3}) as side:   # no pool: kept jobs run when asked for
+        assert [side.get(f"f{k}")[0] for k in range(3)] == [0, 1, 2]
+    with SidePasses(1, {"x": 3}) as side:   # no pool: it runs when asked for
         side.submit("mine", _pid_of, side.ref("x"), here=True)
         assert side.get("mine") == (3, os.getpid())
 
 
 def test_no_job_is_run_ahead_in_the_middle_of_a_pass():
-    """``release=False`` (asked from inside another pass, whose temporaries are live): the
-    caller waits rather than start more work on top of them."""
+    """``inside`` (asked from inside another pass, whose temporaries are live): the caller
+    waits rather than start more work on top of them."""
     import os
 
     with SidePasses(2, {}) as side:
         side.submit("long", _pid_after, 0.8)
         for k in range(4):
             side.submit(f"q{k}", _pid_of, k)
-        assert side.get("long", release=False) != os.getpid()
+        assert side.get("long", release=False, inside=True) != os.getpid()
         assert not side.ran
         for k in range(4):
             side.get(f"q{k}")

@@ -59,7 +59,7 @@ class SidePasses:
         self.jobs: dict[str, tuple[Callable, tuple, dict]] = {}
         self.futs: dict[str, cf.Future] = {}
         self.ran: dict[str, tuple[bool, Any]] = {}   # jobs run here while waiting: (ok, value)
-        self.here: list[str] = []   # jobs kept for this process, not yet run
+        self.here: list[str] = []   # jobs better run here (``submit``), not yet asked for
         self.pool = None
         n = min(workers - 1, max_jobs)
         if n < 1 or "fork" not in mp.get_all_start_methods():
@@ -76,12 +76,13 @@ class SidePasses:
         return Ref(name)
 
     def submit(self, key: str, fn: Callable, *args, here: bool = False, **kw) -> None:
-        """``here``: a job this process runs (its result is big: the pickle there and back
-        would cost more than its run), when asked for or while waiting for another."""
+        """``here``: a job better run in this process (its result is big: the pickle back
+        costs), the first it takes while waiting for another; a worker that reaches it in
+        the queue first (this process is the busier) still runs it."""
         self.jobs[key] = (fn, args, kw)
         if here:
             self.here.append(key)
-        if self.pool is None or here:
+        if self.pool is None:
             return
         try:  # pickled here: a job that cannot be (a lambda) runs in this process instead
             blob = pickle.dumps((fn, args, kw), pickle.HIGHEST_PROTOCOL)
@@ -92,10 +93,12 @@ class SidePasses:
         except Exception:  # noqa: BLE001 - the pool broke or cannot fork: run here
             self.close()
 
-    def get(self, key: str, release: bool = True) -> Any:
+    def get(self, key: str, release: bool = True, inside: bool = False) -> Any:
         """The job's result: from its worker, or computed here when no worker started it
         yet (this process would only wait); ``release``: hand its freed pages back after
-        (False for a pass of small temporaries, asked for in the middle of another)."""
+        (False for a pass of small temporaries, asked for in the middle of another);
+        ``inside``: asked from inside another pass, whose temporaries are live: wait for a
+        running job rather than run others meanwhile."""
         fn, args, kw = self.jobs.pop(key)
         if key in self.here:
             self.here.remove(key)
@@ -106,8 +109,7 @@ class SidePasses:
             raise value
         fut = self.futs.pop(key, None)
         if fut is not None and not fut.cancel():   # a worker has it (a queued one runs here)
-            # not in the middle of another pass (release=False): its temporaries are live
-            while release and not fut.done() and self._run_one_queued():
+            while not inside and not fut.done() and self._run_one_queued():
                 pass
             try:
                 return fut.result()
@@ -125,14 +127,15 @@ class SidePasses:
         return out
 
     def _run_one_queued(self) -> bool:
-        """Run here a job kept for this process, else the last submitted one no worker has
-        taken (its result kept for its ``get``); False when there is none."""
-        for key in self.here:
-            if key not in self.ran:
-                return self._run_ahead(key)
-        for key in reversed(list(self.futs)):
-            if key not in self.ran and self.futs[key].cancel():
-                del self.futs[key]
+        """Run here a job no worker has taken (its result kept for its ``get``): one marked
+        ``here`` first, then the earliest submitted (the next a worker would take: the last
+        ones keep a worker busy later); False when there is none."""
+        for key in self.here + list(self.futs):
+            if key in self.ran or key not in self.jobs:
+                continue
+            fut = self.futs.get(key)
+            if fut is None or fut.cancel():
+                self.futs.pop(key, None)
                 return self._run_ahead(key)
         return False
 
