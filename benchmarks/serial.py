@@ -18,10 +18,10 @@ That bound counts the parent's own share of parallel work (a chunk it decodes wh
 pool decodes the others) as serial. What Amdahl's serial part is -- CPU that runs in one
 process while the others wait -- is measured as well: a sampler process reads each process
 of the probe's tree's ``/proc/PID/schedstat`` (ns on a CPU, ns runnable waiting for one)
-every ``SAMPLE_S``; an interval in which exactly one process was running or runnable
-(the others blocked: a worker idle on its pipe, the parent waiting on a future) is serial,
-and that process's CPU in it is the *run-alone* CPU. Runnable counts as running, so a
-process the shared machine's load keeps off a core still counts as working. The measured
+every ``SAMPLE_S``; CPU a process used in an interval while no other process of the tree
+was running or runnable (the others blocked: a worker idle on its pipe, the parent
+waiting on a future) is serial, the *run-alone* CPU (``_intervals``). Runnable counts as
+running, so a process the shared machine's load keeps off a core still counts as working. The measured
 serial fraction is the run-alone CPU at ``more`` workers over all CPU at ``base``; its
 split by stage is printed.
 
@@ -46,7 +46,6 @@ from . import harness as h
 
 STAGES = ("imports", "split_decode", "finish", "events", "passes")
 SAMPLE_S = 0.005      # the sampler's period (schedstat is in ns: no tick rounding)
-ACTIVE_SHARE = 0.25   # a process ran (or was runnable) this share of an interval: active
 
 
 def add_args(ap) -> None:
@@ -289,18 +288,31 @@ def _stop_sampler(proc: subprocess.Popen, cuts: list[float]) -> tuple[dict, dict
 
 
 def _intervals(rows: list):
-    """(midpoint, CPU of the tree, CPU run alone) of each interval between two samples."""
+    """(midpoint, CPU of the tree, CPU run alone) of each interval between two samples.
+
+    A process's share of an interval it was running or runnable, ``a``, stands for the
+    chance that it was at any moment of it; a process's CPU ran alone in the share of
+    the interval none of the others was: ``cpu * prod(1 - a_other)``. With short
+    intervals each share is 0 or 1 and this is the plain count; it holds up when the
+    machine's load stretches the sampler's intervals."""
     prev_t, prev = None, {}
     for t, procs in rows:
         now = {p: (c, w) for p, c, w in procs}
         if prev_t is not None:
             span = (t - prev_t) * 1e9
-            deltas = {p: (c - prev.get(p, (0, 0))[0], w - prev.get(p, (0, 0))[1])
+            deltas = {p: (max(0, c - prev.get(p, (0, 0))[0]), max(0, w - prev.get(p, (0, 0))[1]))
                       for p, (c, w) in now.items()}
-            active = [p for p, (c, w) in deltas.items() if c + w >= ACTIVE_SHARE * span]
-            cpu = sum(max(0, c) for c, _ in deltas.values()) / 1e9
-            sole = max(0, deltas[active[0]][0]) / 1e9 if len(active) == 1 else 0.0
-            yield (t + prev_t) / 2, cpu, sole
+            share = {p: min(1.0, (c + w) / span) if span > 0 else 0.0
+                     for p, (c, w) in deltas.items()}
+            sole = 0.0
+            for p, (c, _) in deltas.items():
+                others = 1.0
+                for q, a in share.items():
+                    if q != p:
+                        others *= 1.0 - a
+                sole += c * others
+            cpu = sum(c for c, _ in deltas.values())
+            yield (t + prev_t) / 2, cpu / 1e9, sole / 1e9
         prev_t, prev = t, now
 
 
