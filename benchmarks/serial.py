@@ -59,6 +59,11 @@ def add_args(ap) -> None:
     ap.add_argument("--keep", action="store_true", help="keep the tiled trace")
     ap.add_argument("--workers", default="1,2", help="TRACEREAD_WORKERS values (first: base)")
     ap.add_argument("--repeat", type=int, default=1, help="interleaved rounds (best kept)")
+    ap.add_argument("--bytecode", choices=("env", "cached"), default="env",
+                    help="env: as the environment has it (PYTHONDONTWRITEBYTECODE=1 compiles "
+                         "the sources every run: ~0.2 CPU-s of the analysis's modules, in the "
+                         "parent); cached: bytecode written once per side to a temporary "
+                         "PYTHONPYCACHEPREFIX, as an installed package has it")
     h.add_side_args(ap)
 
 
@@ -86,10 +91,17 @@ def _measure(args) -> int:
     workers = h.ints(args.workers)
     with tempfile.TemporaryDirectory(prefix="trserial-") as tmp:
         sides = h.sides(args, Path(tmp))
-        print(h.machine(sides) + "\n")
+        print(h.machine(sides) + (", bytecode cached" if args.bytecode == "cached" else "")
+              + "\n")
+        env = {}
+        if args.bytecode == "cached":   # written once per side, by a run over the example
+            env = {"PYTHONPYCACHEPREFIX": str(Path(tmp) / "pyc"), "PYTHONDONTWRITEBYTECODE": ""}
+            for side in sides:
+                h.probe(side, staged, str(h.EXAMPLE), env=env)
 
         def measure(w, side):
-            return h.probe(side, staged, str(args.trace), env={"TRACEREAD_WORKERS": str(w)})
+            return h.probe(side, staged, str(args.trace),
+                           env={**env, "TRACEREAD_WORKERS": str(w)})
 
         runs = h.interleave(workers, sides, args.repeat, measure)
     raw = h.raw_size(args.trace)
