@@ -9,11 +9,11 @@ or dict) comes back. Without ``fork``, with one worker, or when the pool
 cannot start or a child dies, a job runs here, when its result is asked for.
 
 A caller that asks for a job a worker is still running does not sit idle: it runs the
-jobs no worker has taken yet itself, the last submitted first (the workers take them from
-the front), until the one it waits for is done (not when it asks in the middle of a pass,
-``release=False``: that pass's temporaries are still live). Waiting alone was most of what the side
-workers saved: at 2 workers on a 247 MB trace ~1.5 of the passes' ~2.6 CPU-s ran in one
-process while the other waited (``python -m benchmarks serial``, round 9).
+jobs no worker has taken yet itself -- one submitted ``here`` first, then the earliest --
+until the one it waits for is done (not when it asks from inside another pass,
+``inside``: that pass's temporaries are still live). Before, at 2 workers on a 247 MB
+trace, ~1.3-1.7 of the passes' ~2.6 CPU-s ran in one process while the other waited
+(``python -m benchmarks serial``, round 9).
 """
 from __future__ import annotations
 
