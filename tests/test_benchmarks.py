@@ -61,10 +61,27 @@ def test_trace_analyze_over_info_and_serial_against_a_baseline_dir():
                timeout=180)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert sum(x.startswith("* serial fraction") for x in lines) == 2   # one per side
+    assert sum(x.startswith("* serial fraction, bound") for x in lines) == 2   # one per side
+    assert sum(x.startswith("* serial fraction, measured") for x in lines) == 2
     rows = _table(lines, "| figure | this |")
     assert rows[0][0].startswith("CPU at 1 worker") and rows[0][3].endswith("×")
-    assert any(x[0].startswith("**serial fraction**") and x[1].endswith("%") for x in rows)
+    assert any(x[0].startswith("**serial fraction, measured**") and x[1].endswith("%")
+               for x in rows)
+
+
+def test_serial_counts_cpu_run_alone_by_the_others_shares():
+    """The measured serial part (benchmarks/serial.py ``_intervals``): CPU a process used
+    while no other was running or runnable; a share of an interval counts as a chance."""
+    from benchmarks.serial import _intervals
+
+    ms = 1_000_000
+    rows = [(0.000, [(1, 0, 0), (2, 0, 0)]),
+            (0.010, [(1, 10 * ms, 0), (2, 0, 0)]),          # 1 alone: 10 ms serial
+            (0.020, [(1, 20 * ms, 0), (2, 8 * ms, 2 * ms)]),  # both busy: none serial
+            (0.030, [(1, 25 * ms, 0), (2, 8 * ms, 2 * ms)]),  # 1 half the time, 2 asleep
+            (0.040, [(1, 30 * ms, 0), (2, 13 * ms, 2 * ms), (3, 0, 0)])]  # 1, 2 half each
+    got = [(round(cpu, 4), round(sole, 4)) for _, cpu, sole in _intervals(rows)]
+    assert got == [(0.01, 0.01), (0.018, 0.0), (0.005, 0.005), (0.01, 0.005)]
 
 
 def test_trace_with_bytecode_cached_labels_its_rows():

@@ -143,3 +143,64 @@ def test_a_job_no_worker_started_runs_here():
         assert os.getpid() in here   # at most the one queued call item went to the worker
         assert side.get("long") != os.getpid()
         side.get("q0"), side.get("q1")
+
+
+# -- round 9: the caller runs queued jobs while it waits -------------------------------------
+
+def _pid_of(x):
+    import os
+
+    return x, os.getpid()
+
+
+def test_a_caller_waiting_for_a_running_job_runs_the_queued_ones_meanwhile():
+    """Waiting for a job a worker runs, the caller takes the jobs no worker has started,
+    the last submitted first, and hands each its result when asked (the same values)."""
+    import os
+
+    with SidePasses(2, {}) as side:
+        side.submit("long", _pid_after, 1.5)
+        for k in range(5):
+            side.submit(f"q{k}", _pid_of, k)
+        assert side.get("long") != os.getpid()
+        assert set(side.ran) >= {"q4", "q3"}   # at most two were handed to the worker's queue
+        got = [side.get(f"q{k}") for k in range(5)]
+        assert [v for v, _ in got] == list(range(5))
+        assert got[4][1] == got[3][1] == os.getpid()
+        assert not side.ran and not side.jobs
+
+
+def test_a_job_marked_here_is_taken_first_while_waiting_and_errors_wait_for_their_get():
+    import os
+
+    with SidePasses(2, {"x": 3}) as side:
+        side.submit("long", _pid_after, 1.0)
+        for k in range(3):   # what the worker's call queue may hold ahead of the rest
+            side.submit(f"f{k}", _pid_of, k)
+        side.submit("bad", _boom)
+        side.submit("mine", _pid_of, side.ref("x"), here=True)
+        assert side.get("long") != os.getpid()
+        assert side.ran["mine"] == (True, (3, os.getpid()))
+        assert "bad" in side.ran   # its error is kept for its get
+        with pytest.raises(ValueError, match="a pass failed"):
+            side.get("bad")
+        assert side.get("mine") == (3, os.getpid())
+        assert [side.get(f"f{k}")[0] for k in range(3)] == [0, 1, 2]
+    with SidePasses(1, {"x": 3}) as side:   # no pool: it runs when asked for
+        side.submit("mine", _pid_of, side.ref("x"), here=True)
+        assert side.get("mine") == (3, os.getpid())
+
+
+def test_no_job_is_run_ahead_in_the_middle_of_a_pass():
+    """``inside`` (asked from inside another pass, whose temporaries are live): the caller
+    waits rather than start more work on top of them."""
+    import os
+
+    with SidePasses(2, {}) as side:
+        side.submit("long", _pid_after, 0.8)
+        for k in range(4):
+            side.submit(f"q{k}", _pid_of, k)
+        assert side.get("long", release=False, inside=True) != os.getpid()
+        assert not side.ran
+        for k in range(4):
+            side.get(f"q{k}")

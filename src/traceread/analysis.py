@@ -256,17 +256,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     """The passes over the window ``ev``; ``ops``: its GPU ops (None: not computed yet);
     ``found``: the trace's steps as ``find_steps(all_ev)`` finds them (None: not known)."""
     ref = side.ref
-    op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
-    gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
-    if win.mode != "whole_trace":
-        gaps = _edge_gaps(gaps, ops, win)
-    # which gaps the GPU spent with work queued reads only their bounds: the first side pass,
-    # beside the rest of the attribution (a third of its time)
-    bounds = gaps[list(GAP_BOUNDS)].copy()
-    side.submit("queued", attr_mod.queued, ref("ev"), bounds, ref("ops"))
-    # the compile summary reads the gaps' bounds too (the GPU's idle time under compiles)
-    side.submit("compile", compile_summary, ref("ev"), gaps=bounds)
-    # Passes that need neither the gaps nor the steps run beside the attribution.
+    # Passes that need neither the gaps nor the steps run beside the attribution: submitted
+    # first, so a worker has them while this process finds the gaps
     side.submit("comm", comm_and_collectives, ref("ev"))   # overlap and collectives: one split
     side.submit("graphs", _graphs, ref("ev"), ref("all_ev"))
     side.submit("classes", _classes, ref("ev"))
@@ -283,11 +274,23 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     warm = frozenset(int(x["step"]) for x in win.excluded or ()
                      if "step" in x and window_mod.by_startup_work(str(x.get("reason", ""))))
     side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found, warm)
-    # the step replay, the levers' graph and its optimizer regions: one side job beside the
-    # attribution and the facts (a sampled window is not replayed: its ids, read once here)
+    op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
+    gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
+    if win.mode != "whole_trace":
+        gaps = _edge_gaps(gaps, ops, win)
+    # which gaps the GPU spent with work queued reads only their bounds: a side pass beside
+    # the rest of the attribution (a third of its time)
+    bounds = gaps[list(GAP_BOUNDS)].copy()
+    side.submit("queued", attr_mod.queued, ref("ev"), bounds, ref("ops"))
+    # the compile summary reads the gaps' bounds too (the GPU's idle time under compiles)
+    side.submit("compile", compile_summary, ref("ev"), gaps=bounds)
+    # the step replay, the levers' graph and its optimizer regions: one job beside the
+    # attribution and the facts (a sampled window is not replayed: its ids, read once here).
+    # Its result is two graphs of ~10^5 nodes, whose pickle there and back cost ~0.15 CPU-s
+    # at 247 MB: the first job this process takes while it waits for a worker (round 9)
     sampled = steady_mod.sampled_ids(ev)
     side.submit("replay", _replay_side, ref("ev"), ref("ops"), step_rows, op_step, pattern,
-                bool(sampled))
+                bool(sampled), here=True)
     step_tab = steps_mod.step_table(step_rows, ops, op_step)
 
     gaps["step_index"] = _step_of_gaps(gaps, ops, op_step)
@@ -297,7 +300,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
             gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
                 step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
     release_heap()
-    att = attr_mod.attribute(ev, gaps, ops, pattern, queued_of=lambda: side.get("queued", release=False))
+    att = attr_mod.attribute(ev, gaps, ops, pattern,
+                             queued_of=lambda: side.get("queued", release=False, inside=True))
     release_heap()
     # compilation an untraced host shows only through the driver's module loads (nsys):
     # the host time of the gaps that end in freshly built code is compile time
