@@ -34,7 +34,7 @@ import pandas as pd
 
 from .. import attribution as attr
 from ..common import kind_in
-from ..steps import _leftover, assign_steps, pair_keys, step_of_gpu_ops
+from ..steps import assign_steps, pair_keys, step_of_gpu_ops
 
 NODE_KINDS = ("host", "launch", "gpu_kernel", "gpu_copy", "gpu_memset", "sync_wait",
               "dataloader", "collective", "step", "wait")
@@ -320,9 +320,7 @@ def build_graph(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, *,
     edges = []
     launch_id = _launch_ids(ev, gops, api_node_of_row)
     _gpu_lags(nodes, gops, gpu_ids, launch_id, edges)
-    linked = ops["launch_ts"].to_numpy() >= 0
-    before = _leftover(ops, linked)[o_keep] if len(ops) and not linked.all() else None
-    _drain_edges(ev, nodes, gops, gpu_ids, host, edges, before)
+    _drain_edges(ev, nodes, gops, gpu_ids, host, edges)
     _thread_handoffs(nodes, host, edges)
     # steps of nodes: host by where they start in their process, GPU ops by their launch
     st_tab = sel_steps if not whole else steps
@@ -957,11 +955,10 @@ def _engine_prev(gops, kind, ts, end, lane) -> tuple[np.ndarray, np.ndarray]:
     return E, src
 
 
-def _drain_edges(ev, nodes, gops, gpu_ids, host, edges, before=None) -> None:
+def _drain_edges(ev, nodes, gops, gpu_ids, host, edges) -> None:
     """Blocking calls: GPU op drained -> the call returns. The call's cost becomes its time
     after that op ended (its wake-up); the drain edge's lag is the same, so the unmodified
-    replay returns it when it returned. ``before``: the ops queued before the recording
-    began (``steps._leftover``), which a call may wait for whenever they start."""
+    replay returns it when it returned."""
     is_call = host["what"] == "call"
     if not is_call.any() or not len(gpu_ids):
         return
@@ -980,8 +977,6 @@ def _drain_edges(ev, nodes, gops, gpu_ids, host, edges, before=None) -> None:
     g_dev = gops["device"].to_numpy(np.int64)
     l_ts = gops["launch_ts"].to_numpy(np.int64)
     launched_ts = np.where(l_ts >= 0, l_ts, g_ts)
-    if before is not None:   # queued before any call of the recording
-        launched_ts = np.where(before, np.iinfo(np.int64).min, launched_ts)
     behaves = _ran_through_drain(c_ts, c_end, c_pid, g_ts, g_end, g_pid, g_dev)
     # a kernel launch never waits for the GPU to drain (only for a queue slot: ``full``
     # below); one that returned as the GPU went idle did so by coincidence
