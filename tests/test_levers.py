@@ -56,6 +56,18 @@ def test_optimizer_predicates():
 def test_torch_version():
     assert L.fused_available({}) and L.fused_available({"torch_version": "2.1.0+cu121"})
     assert L.old_torch({"torch_version": "1.9.0"}) and not L.fused_available({"torch_version": "1.9"})
+    # an era or an upper bound is read as the newest torch it can be
+    assert L._torch_version({"torch_version": "1.8-1.9"}) == (1, 9)
+    assert L._torch_version({"torch_version": "<2.0"}) == (1, 99)
+    assert L._torch_version({"torch_version": ">=2.4"}) is None
+    assert not L.compile_available({"torch_version": "<2.0"})
+    assert L.graphs_api_available({"torch_version": "<2.0"})      # 1.10-1.13 had them
+
+
+def test_triton_device():
+    assert L.triton_device({}) and L.triton_device({"device": {"vendor": "nvidia", "cc": "7.0"}})
+    assert not L.triton_device({"device": {"vendor": "nvidia", "cc": "6.1"}})
+    assert L.triton_device({"device": {"vendor": "amd", "cc": "9.0"}})   # gfx90a: no NVIDIA cc
 
 
 def test_may_recompile():

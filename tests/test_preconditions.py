@@ -98,6 +98,47 @@ def test_no_torch_compile_on_a_torch_dated_before_2_0():
     assert "foreach_optimizer" in ids and "fused_optimizer" not in ids   # foreach, not fused
 
 
+def test_no_torch_compile_on_a_pascal_gpu():
+    # HTA with_gpu_user_annotation: deviceProperties say Quadro GP100, compute capability
+    # 6.0 -- torch.compile's Triton refuses it ("too old to be supported by the triton GPU
+    # compiler"); compile_fuse used to be offered (torch version unknown)
+    f, v, ids, gone = judged("htod_blocking")
+    assert f.program["device"]["name"] == "Quadro GP100" and f.program["device"]["cc"] == "6.0"
+    assert not {"compile_fuse", "compile_pointwise", "compile_model_host"} & set(ids)
+    assert gone["compile_fuse"]["precondition"] == "triton_device"
+    assert "device" in gone["compile_fuse"]["facts"] and "7.0" in gone["compile_fuse"]["reason"]
+
+
+def test_no_torch_compile_on_a_trace_recorded_before_torch_2_0():
+    # HTA trace_diff/control (TorchRec, A100): no version in the trace, its events dated
+    # 2022-08-22 -- before torch.compile existed; compile_fuse used to be offered
+    f, v, ids, gone = judged("torchrec_2022")
+    assert f.program["torch_version"] == "<2.0"
+    assert "2022-08-22" in f.evidence["torch_version"][0]["name"]
+    assert "compile_fuse" not in ids and gone["compile_fuse"]["precondition"] == "compile_available"
+
+
+def test_a_trace_date_bounds_the_torch_version():
+    import numpy as np
+    import pandas as pd
+
+    from traceread.passes.program import torch_version
+
+    class Meta:
+        format, extra = "kineto", {}
+
+    def at(day: str):
+        ts = pd.Timestamp(day).value
+        return pd.DataFrame({"ts": np.array([ts, ts + 1000], np.int64),
+                             "cat": pd.Categorical(["cpu_op", "kernel"])})
+
+    assert torch_version(at("2022-08-22"), Meta())[0] == "<2.0"
+    assert torch_version(at("2023-01-04"), Meta())[0] is None       # torch.compile existed
+    assert torch_version(pd.DataFrame({"ts": np.array([5_000], np.int64)}), Meta())[0] is None
+    Meta.format = "nsys"                     # nsys clocks start at the session: no date
+    assert torch_version(at("2022-08-22"), Meta())[0] is None
+
+
 def test_never_already_replays_cuda_graphs_with_zero_graph_launches():
     # TraceLens vLLM piecewise capture: graphs are captured, none launched in the window
     f, v, ids, gone = judged("vllm_capture")

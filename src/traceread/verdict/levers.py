@@ -126,8 +126,17 @@ def optimizer_foreach(c: Ctx) -> bool:
 
 
 def _torch_version(c: Ctx) -> tuple[int, int] | None:
-    m = re.match(r"(\d+)\.(\d+)", str(c.get("torch_version") or ""))
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    """The newest torch the trace can have run: exact ``2.1.0+cu121`` -> (2, 1), an era
+    ``1.8-1.9`` -> (1, 9), ``<2.0`` -> (1, 99) (below 2.0); ``>=2.4`` or unknown: None."""
+    v = str(c.get("torch_version") or "")
+    m = re.match(r"<(\d+)\.(\d+)$", v)
+    if m:
+        major, minor = int(m.group(1)), int(m.group(2))
+        return (major, minor - 1) if minor else (major - 1, 99)
+    m = re.match(r"(\d+)\.(\d+)(?:-(\d+)\.(\d+))?", v)
+    if not m:
+        return None
+    return (int(m.group(3)), int(m.group(4))) if m.group(3) else (int(m.group(1)), int(m.group(2)))
 
 
 def fused_available(c: Ctx) -> bool:
@@ -762,6 +771,20 @@ def compile_available(c: Ctx) -> bool:
     return v is None or v >= (2, 0)
 
 
+TRITON_MIN_CC = (7, 0)   # torch.compile's GPU backend (Triton) refuses older NVIDIA GPUs
+
+
+def triton_device(c: Ctx) -> bool:
+    """torch.compile's Triton kernels run on this GPU: NVIDIA compute capability >= 7.0
+    (a Pascal or older GPU is "too old to be supported by the triton GPU compiler");
+    unknown device: yes."""
+    d = _device(c)
+    m = re.match(r"(\d+)\.(\d+)", str(d.get("cc") or ""))
+    if d.get("vendor") != "nvidia" or not m:
+        return True
+    return (int(m.group(1)), int(m.group(2))) >= TRITON_MIN_CC
+
+
 def graphs_api_available(c: Ctx) -> bool:
     """CUDA graphs are in torch (torch.cuda.graphs, torch >= 1.10; unknown version: yes)."""
     v = _torch_version(c)
@@ -1159,7 +1182,8 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(PT, no_graphs, capturable, graphs_api_available), after=("per_param_item",),
           group="cuda_graphs"),
     Lever("compile_fuse", "launch", "torch.compile to fuse small elementwise kernels (fewer "
-          "launches)", "code", when=_all(PT, no_graphs, not_compiled, compile_available),
+          "launches)", "code", when=_all(PT, no_graphs, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     Lever("larger_batch", "launch", _batch_words, "code", when=_all(PT, training, steady_window)),
     Lever("fused_optimizer", "launch", "fused optimizers (foreach=True / fused=True) and fused "
@@ -1180,7 +1204,8 @@ LEVERS: tuple[Lever, ...] = (
           first=True, group="graph_coverage"),
     Lever("compile_fuse_rest", "launch", "torch.compile to fuse the remaining small elementwise "
           "kernels", "code",
-          when=_all(PT, uses_graphs, graphs_replayed, not_compiled, compile_available),
+          when=_all(PT, uses_graphs, graphs_replayed, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     Lever("cuda_graphs_native", "launch", "CUDA graphs: capture the loop body once "
           "(cudaStreamBeginCapture, cudaGraphLaunch)", "code", when=_all(NV, no_graphs, capturable),
@@ -1215,14 +1240,16 @@ LEVERS: tuple[Lever, ...] = (
           "ops", "code", saves="host_rest", when=_all(PT, host_dispatch)),
     Lever("compile_dispatch", "host", "torch.compile the step: fused kernels leave fewer ops to "
           "dispatch", "code", saves="host_rest",
-          when=_all(PT, host_dispatch, not_compiled, compile_available),
+          when=_all(PT, host_dispatch, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     Lever("compile_model_host", "host", "the host time is the model's own forward (module "
           "calls and the dispatch of many small ops), which cannot move off the step: "
           "torch.compile the model (fused kernels, less Python per step), capture it with CUDA "
           "graphs where the step allows, or run a larger batch per call", "code",
           saves="host_rest", when=_all(PT, host_in_model, not_host_dispatch, not_compiled,
-                                       not_compiled_call, host_not_stall, compile_available),
+                                       not_compiled_call, host_not_stall, compile_available,
+                                       triton_device),
           first=True,
           group="compile"),
     Lever("graphs_host", "host", "capture the step with CUDA graphs so the GPU runs ahead of the "
@@ -1352,7 +1379,8 @@ LEVERS: tuple[Lever, ...] = (
           "its inputs", "code", saves="busy", busy="channels_last", when=_all(PT, convolutions)),
     Lever("compile_pointwise", "gpu", "torch.compile to fuse the elementwise/reduction kernels",
           "code", saves="busy", busy="torch_compile",
-          when=_all(PT, not_compiled, compile_available),
+          when=_all(PT, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     # gpu: generic advice when GPU-bound and busy.py found nothing to price (no saving)
     Lever("tune_kernel", "gpu", lambda c: _tune_kernel_text(c), "code", saves="none",
@@ -1367,7 +1395,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("sdpa_generic", "gpu", SDPA_TEXT, "code", saves="none",
           when=_all(PT, gpu_bound, no_busy_evidence, attention_unfused, softmax_runs)),
     Lever("compile_generic", "gpu", "torch.compile for kernel fusion", "code", saves="none",
-          when=_all(PT, gpu_bound, no_busy_evidence, not_compiled, compile_available),
+          when=_all(PT, gpu_bound, no_busy_evidence, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     Lever("channels_last_generic", "gpu", "channels_last for convolutions", "code",
           saves="none", when=_all(PT, gpu_bound, no_busy_evidence, convolutions)),
@@ -1880,6 +1909,7 @@ def fitting_busy(blev: list[dict], ctx: Ctx) -> list[dict]:
 # never a candidate, and is not listed.
 REFUSING = frozenset({
     "not_gemv", "tf32_device", "bf16_device", "no_fp16", "not_lowp", "compile_available",
+    "triton_device",
     "graphs_api_available", "fused_available", "h2d_pageable", "dtoh_waits", "graphs_replayed",
     "graphs_launched", "steady_window", "compiled_called_often", "host_movable",
     "fsdp_comms_run", "capturable", "no_graphs", "not_compiled", "not_compiled_call",
