@@ -147,6 +147,24 @@ def test_cudnn_attention_is_not_a_convolution():
     assert v["channels_last"] is True      # NHWC conv kernels, no layout conversion
 
 
+def test_miopen_transposes_around_nhwc_convolutions_are_not_channels_last(corpus_dir):
+    # TraceLens mi210 gpu_only_trace: MIOpen's NHWC solvers (igemm_fwd_gtcx2_nhwc_*) run
+    # between batched_transpose_* kernels -- the model's tensors are NCHW. It read
+    # channels_last True (NHWC in the conv kernels' names, no cuDNN nchwToNhwc)
+    ev = load(corpus_dir / "AMD-AGI__TraceLens/tests/traces/mi210/gpu_only_trace/"
+              "gpu_only_trace.json.gz").events
+    p = precision_facts(ev)
+    assert p["convolution_ops"] is True and p["channels_last"] is False
+    assert p["evidence"]["channels_last"][0]["name"].startswith("batched_transpose_")
+
+
+def test_channels_last_evidence_names_the_nhwc_kernel():
+    p = precision_facts(F.convolution().events)
+    assert p["channels_last"] is True and p["evidence"]["channels_last"][0]["name"] == F.CONV_KERNEL
+    p = precision_facts(F.convolution(nchw=True).events)
+    assert p["channels_last"] is False and "nchwToNhwc" in p["evidence"]["channels_last"][0]["name"]
+
+
 def test_real_sdpa_cpu_recording():
     p = precision_facts(_real("facts/sdpa.json.gz").events)
     assert p["sdpa"]["backend"] == "flash"

@@ -410,6 +410,12 @@ def convolutions(c: Ctx) -> bool:
     return c.get("convolutions", True) is not False
 
 
+def not_channels_last(c: Ctx) -> bool:
+    """The convolutions do not already run channels_last (``channels_last``: NHWC kernels
+    and no layout conversion kernel); unknown: yes."""
+    return c.get("channels_last") is not True
+
+
 def attention_unfused(c: Ctx) -> bool:
     """No fused attention kernel (SDPA/flash) runs."""
     return not c.get("fused_attention") and not c.get("attention_ns", 0)
@@ -1376,7 +1382,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("sdpa", "gpu", SDPA_TEXT, "code", saves="busy", busy="sdpa",
           when=_all(PT, attention_unfused)),
     Lever("channels_last", "gpu", "channels_last memory format for the convolution model and "
-          "its inputs", "code", saves="busy", busy="channels_last", when=_all(PT, convolutions)),
+          "its inputs", "code", saves="busy", busy="channels_last",
+          when=_all(PT, convolutions, not_channels_last)),
     Lever("compile_pointwise", "gpu", "torch.compile to fuse the elementwise/reduction kernels",
           "code", saves="busy", busy="torch_compile",
           when=_all(PT, not_compiled, compile_available,
@@ -1399,7 +1406,8 @@ LEVERS: tuple[Lever, ...] = (
                     triton_device),
           group="compile"),
     Lever("channels_last_generic", "gpu", "channels_last for convolutions", "code",
-          saves="none", when=_all(PT, gpu_bound, no_busy_evidence, convolutions)),
+          saves="none", when=_all(PT, gpu_bound, no_busy_evidence, convolutions,
+                                  not_channels_last)),
     Lever("tensor_cores_native", "gpu", "tensor-core precision for GEMM-heavy code (TF32 / BF16 "
           "/ FP16: cuBLAS math mode)", "code", saves="none",
           when=_all(NV, gpu_bound, no_busy_evidence, gemm_fp32)),
@@ -1914,7 +1922,8 @@ REFUSING = frozenset({
     "graphs_launched", "steady_window", "compiled_called_often", "host_movable",
     "fsdp_comms_run", "capturable", "no_graphs", "not_compiled", "not_compiled_call",
     "host_off_model", "not_host_dispatch", "not_offloaded", "host_not_stall",
-    "allocator_cached", "no_startup_alloc", "convolutions", "attention_unfused",
+    "allocator_cached", "no_startup_alloc", "convolutions", "not_channels_last",
+    "attention_unfused",
     "no_dataloader_names",
     "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused"})
 
