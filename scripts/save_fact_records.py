@@ -41,6 +41,9 @@ RECORDS = {
     "torchrec_2022": ("facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff/control/"
                       "control.json.gz", False),
     "ulysses_a2a": ("GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite", False),
+    # MI300 BERT inference: its only read-back is a tensor condition (aten::is_nonzero)
+    "condition_read": ("AMD-AGI__TraceLens/tests/traces/mi300/"
+                       "gaunernst_bert-small-uncased__1016001.json.gz", False),
     # our own H100 recording (tests/fixtures): DataLoader(pin_memory=True), non_blocking copies
     "pinned_batch": ("fixtures:gpu/data.bad.json.gz", False),
     # the same program under nsys (-t cuda,nvtx,osrt): no DataLoader names, OS calls only

@@ -98,6 +98,17 @@ def test_no_torch_compile_on_a_torch_dated_before_2_0():
     assert "foreach_optimizer" in ids and "fused_optimizer" not in ids   # foreach, not fused
 
 
+def test_no_late_read_for_a_tensor_condition():
+    # TraceLens mi300 bert-small: the host waits in a synchronize() and in one tensor
+    # condition (aten::is_nonzero: ``if t:``) -- its value decides this step, it cannot be
+    # read a step later; late_read used to be offered (the condition's copy is a DtoD record
+    # on ROCm). The h100 Qwen trace (synchronize + condition, DtoH) read the same.
+    f, v, ids, gone = judged("condition_read")
+    assert set(f.program["blocking"]["by_kind"]) == {"synchronize", "condition"}
+    assert "late_read" not in ids and gone["late_read"]["precondition"] == "deferrable_reads"
+    assert {"remove_syncs", "no_dynamic_shapes"} <= set(ids)
+
+
 def test_no_torch_compile_on_a_pascal_gpu():
     # HTA with_gpu_user_annotation: deviceProperties say Quadro GP100, compute capability
     # 6.0 -- torch.compile's Triton refuses it ("too old to be supported by the triton GPU

@@ -583,6 +583,22 @@ def explicit_syncs(c: Ctx) -> bool:
                             for k, v in kinds.items())
 
 
+# the blocking kinds (passes/blocking.py) that read a value the program could take a step
+# later: not a tensor condition (``if t:`` decides this step's control flow), not a bare
+# synchronize (it reads nothing), not a data-dependent shape (the next op needs its size)
+DEFERRABLE_READS = ("item", "tolist", "cpu", "blocking_copy", "pageable_copy", "other")
+
+
+def deferrable_reads(c: Ctx) -> bool:
+    """A read-back the program could take a step later runs (``blocking.by_kind``: .item(),
+    .tolist(), .cpu(), a blocking copy); only tensor conditions (``if t:`` needs its value
+    now) and synchronize(): no. Unknown: yes."""
+    b = c.get("blocking")
+    if not isinstance(b, dict) or not b.get("by_kind"):
+        return True
+    return any(k in DEFERRABLE_READS for k in b["by_kind"])
+
+
 def compiled_call(c: Ctx) -> bool:
     """The host-bound time is torch.compile's own per-call work (``host_in_compiled_call``:
     the host culprit is the compiled graph's call / wrapper / guards)."""
@@ -1169,7 +1185,7 @@ LEVERS: tuple[Lever, ...] = (
                        "pageable tensor with non_blocking=True every step)")),
     Lever("late_read", "sync", "copy results with .to('cpu', non_blocking=True) into pinned "
           "memory and read them one step later", "code",
-          when=_all(PT, dtoh_waits, reads_not_all_pageable)),
+          when=_all(PT, dtoh_waits, reads_not_all_pageable, deferrable_reads)),
     Lever("remove_syncs_native", "sync", "remove blocking syncs from the loop "
           "(cudaDeviceSynchronize, cudaStreamSynchronize, synchronous cudaMemcpy): wait on an "
           "event only where the result is needed", "code", when=_all(NV)),
@@ -1923,6 +1939,7 @@ REFUSING = frozenset({
     "fsdp_comms_run", "capturable", "no_graphs", "not_compiled", "not_compiled_call",
     "host_off_model", "not_host_dispatch", "not_offloaded", "host_not_stall",
     "allocator_cached", "no_startup_alloc", "convolutions", "not_channels_last",
+    "deferrable_reads",
     "attention_unfused",
     "no_dataloader_names",
     "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused"})
