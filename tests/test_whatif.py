@@ -337,6 +337,20 @@ def test_channels_last_drops_the_layout_conversions():
     assert r["saves_ns"] == 300 * US
 
 
+def test_channels_last_drops_miopens_transposes():
+    # TraceLens xdit flux on MI300X: MIOpen's NHWC convolutions on NCHW tensors run between
+    # batched_transpose kernels; the model refused ("no layout conversion kernels")
+    g = G()
+    a = g.h("launch", "hipLaunchKernel", 5 * US)
+    g.k("batched_transpose_32x32_half", 200 * US, a)
+    b = g.h("launch", "hipLaunchKernel", 5 * US)
+    g.k("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x256x32", 1_000 * US, b)
+    s = g.h("sync_wait", "hipStreamSynchronize", 0)
+    g.drain.append((1, s))
+    r = saves(g.build(), ["channels_last"])
+    assert r["saves_ns"] == 200 * US
+
+
 def test_levers_together_are_replayed_not_summed():
     g = G()
     g.h("dataloader", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 5_000 * US)

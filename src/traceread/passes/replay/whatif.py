@@ -64,7 +64,9 @@ CHECKPOINT_RX = re.compile(r"(?i)torch\.save|checkpoint|save_state_dict|dcp\.sav
                            r"_save\b|serializ|" + f"(?-i:{STALL_SAVE_RX.rx.pattern})")
 EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
 PAGEABLE_RX = re.compile(r"(?i)pageable")
-LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
+# cuDNN's layout conversions, and MIOpen's batched_transpose kernels around its NHWC
+# convolutions on NCHW tensors (passes/precision.py's LAYOUT_RX)
+LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|^batched_transpose_")
 DATA_DEPENDENT = re.compile(r"^aten::(?:nonzero|masked_select|unique|_unique2|repeat_interleave)")
 
 
