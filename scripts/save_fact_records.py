@@ -46,6 +46,8 @@ RECORDS = {
                        "gaunernst_bert-small-uncased__1016001.json.gz", False),
     # our own H100 recording (tests/fixtures): DataLoader(pin_memory=True), non_blocking copies
     "pinned_batch": ("fixtures:gpu/data.bad.json.gz", False),
+    # our H100 recording: 25 .item() checks a step (isnan/any on the GPU, then the read)
+    "item_checks": ("fixtures:gpu/sync.bad.json.gz", False),
     # the same program under nsys (-t cuda,nvtx,osrt): no DataLoader names, OS calls only
     "nsys_main_thread_data": ("fixtures:gpu/data.bad.sqlite.xz", False),
 }

@@ -109,6 +109,18 @@ def test_no_late_read_for_a_tensor_condition():
     assert {"remove_syncs", "no_dynamic_shapes"} <= set(ids)
 
 
+def test_late_read_is_priced_on_the_read_backs_wait_alone():
+    # our H100 gpu/sync.bad: 25 .item() checks a step (isnan/any kernels, then the read).
+    # late_read was priced by drop_syncs -- the same 5.5 ms as remove_syncs, the checks'
+    # kernels and launches gone with the reads; read a step later, they still run
+    f, v, ids, gone = judged("item_checks")
+    price = {a["id"]: a["saves_ns"] for a in v["actions"]}
+    models = f.prices["models"]
+    assert models["drop_reads"]["applied"] == ["drop_reads"]
+    assert models["drop_reads"]["saves_ns"] < 0.5 * models["drop_syncs"]["saves_ns"]
+    assert 0 < price["late_read"] < 0.5 * price["remove_syncs"]
+
+
 def test_no_torch_compile_on_a_pascal_gpu():
     # HTA with_gpu_user_annotation: deviceProperties say Quadro GP100, compute capability
     # 6.0 -- torch.compile's Triton refuses it ("too old to be supported by the triton GPU

@@ -19,7 +19,8 @@ CAUSE_WORDS = {"data": "waiting for the DataLoader", "copy": "host-device copies
                "graph_capture": "recording CUDA graphs", "gpu": "the GPU's own work"}
 
 # what-if models (passes/replay/whatif.py) -> the change they replay
-MODEL_WORDS = {"drop_syncs": "no per-step syncs", "cuda_graphs": "CUDA graphs",
+MODEL_WORDS = {"drop_syncs": "no per-step syncs", "drop_reads": "results read a step later",
+               "cuda_graphs": "CUDA graphs",
                "fuse_pointwise": "torch.compile fusion", "tf32": "TF32 matmuls",
                "bf16": "bf16 autocast", "fp16": "fp16 autocast", "pin_copies": "pinned copies",
                "pin_reads": "pinned read-backs",

@@ -399,6 +399,42 @@ def drop_syncs(g, f: Facts, p: dict):
     return g
 
 
+def drop_reads(g, f: Facts, p: dict):
+    """Read the results a step later: the waits of the sync ops whose run holds a call that
+    queued a device->host copy (an .item()'s copy, a .cpu()'s blocking copy) go -- the copy
+    still runs, queued where it was, and so does the work that computed it; a bare
+    synchronize, a blocking host->device copy and a tensor condition keep their wait. What
+    reading a result a step later changes, no more (``drop_syncs`` drops every sync)."""
+    m = _sync_nodes(g) & _read_runs(g)
+    if not (m & ((g.nodes["cost_ns"].to_numpy() > 0) | _blocking(g))).any():
+        return "no blocking device->host read in the replayed steps"
+    wake = _own_lags(g, m, after_blocking=True)
+    before = _own_lags(g, m)
+    _keep_next_lag(g, wake & ~before)
+    _remove_ops(g, m | before, p)   # zeroed in place: their launch edges (the copies) stay
+    _free_drains(g)
+    return g
+
+
+def _read_runs(g) -> np.ndarray:
+    """The nodes of each sync op's run (lane order, one step: sync nodes with only calls
+    between them, as ``_last_syncs`` reads them) that holds the call of a device->host copy."""
+    n = g.nodes
+    copies = _kind(g, "gpu_copy")
+    dirs = _per_name(g, "direction", lambda xs: [_direction(x) for x in xs])
+    readers = _launches_of(g, copies & (dirs.astype(str) == "DtoH"))
+    o = _lane_order(g)
+    sync = _cat(g, "sync")[o]
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    part = sync | _kind(g, "launch", "sync_wait")[o]
+    brk = ~part | np.r_[True, (lane[1:] != lane[:-1]) | (step[1:] != step[:-1])]
+    run = np.cumsum(brk)
+    hit = np.unique(run[readers[o] & part])
+    out = np.zeros(len(o), bool)
+    out[o] = part & np.isin(run, hit)
+    return out
+
+
 def _last_syncs(g, sync: np.ndarray, keep: int) -> np.ndarray:
     """The nodes of the last ``keep`` sync ops of each step on each lane: a sync op is a run
     of sync nodes in lane order with only calls between them (``.item()``: its op, the
@@ -1469,6 +1505,10 @@ MODELS: tuple[Model, ...] = (
     Model("drop_syncs", drop_syncs,
           "the synced value is not needed inside the step (logged every N steps, read a step "
           "later); data-dependent shapes (nonzero, masked_select) keep their sync"),
+    Model("drop_reads", drop_reads,
+          "the read-backs' waits go (the sync ops that queued a device->host copy): the copy "
+          "and the work that computed it still run; a bare synchronize, a blocking "
+          "host->device copy and a tensor condition keep their wait"),
     Model("cuda_graphs", capture_graphs,
           f"one cudaGraphLaunch of {GRAPH_LAUNCH_NS / 1e3:g} us per step replaces the launches "
           "and the host ops between them; kernels keep their measured time with a "
@@ -1650,7 +1690,7 @@ def lane_load(graph) -> dict:
     return out
 
 
-ORDER = ("drop_syncs", "no_empty_cache", "no_recompile", "replay_graphs", "workers",
+ORDER = ("drop_syncs", "drop_reads", "no_empty_cache", "no_recompile", "replay_graphs", "workers",
          "persistent_workers", "host_off_path",
          "checkpoint_off_path", "pin_copies", "pin_reads", "overlap_copies", "fused_optimizer",
          "fuse_pointwise", "tf32", "bf16", "fp16", "channels_last", "cuda_graphs",
