@@ -496,3 +496,16 @@ def test_remove_syncs_names_the_blocking_calls_the_trace_shows():
 
     assert {k for k, *_ in KINDS} | {"runtime_sync", "blocking_copy", "pageable_copy",
                                      "other"} <= set(L.SYNC_KIND_WORDS)
+
+
+def test_front_end_names_only_the_remedies_the_trace_leaves_open():
+    words = L.BY_ID["front_end"].words
+    assert "torch.compile fusion" in words({}) and "CUDA graphs" in words({})
+    # torch 1.8-1.9 (kineto tb_plugin resnet50): neither torch.compile nor torch.cuda.graphs
+    old = words({"torch_version": "1.8-1.9"})
+    assert "torch.compile" not in old and "CUDA graphs" not in old and "fused layers" in old
+    # already compiled and replaying graphs (HTA trace_diff/test): more of the same, not new
+    done = words({"compiled": True, "uses_cuda_graphs": True})
+    assert "graph breaks" in done and "inside its CUDA graphs" in done
+    assert "torch.compile fusion" not in words({"device": {"vendor": "nvidia", "cc": "6.0"}})
+    assert "torch.compile" not in words({"pytorch": False})

@@ -1106,6 +1106,30 @@ SDPA_TEXT = "fused attention: F.scaled_dot_product_attention (flash / memory-eff
 PT, NV = pytorch, native
 
 
+def _front_end_text(c: Ctx) -> str:
+    """mostly GPU-side gaps between back-to-back kernels: fewer, larger kernels (torch.compile
+    fusion) or CUDA graphs cut the per-kernel front-end latency -- each remedy named only
+    where the trace's torch, GPU and program leave it open (worded from the facts)"""
+    head = "mostly GPU-side gaps between back-to-back kernels: "
+    tail = " cut the per-kernel front-end latency"
+    if native(c):
+        graphs = "more of the loop inside its CUDA graphs" if uses_graphs(c) else "CUDA graphs"
+        return f"{head}fewer, larger kernels (fused by hand) or {graphs}{tail}"
+    if not not_compiled(c):
+        fuse = "fewer graph breaks, so torch.compile fuses more of the step"
+    elif compile_available(c) and triton_device(c):
+        fuse = "torch.compile fusion"
+    else:   # no torch.compile on this torch / GPU: fused ops by hand, more work per kernel
+        fuse = "fused layers, torch._foreach_* ops, a larger batch"
+    if uses_graphs(c):
+        graphs = "more of the step inside its CUDA graphs"
+    elif graphs_api_available(c):
+        graphs = "CUDA graphs"
+    else:
+        return f"{head}fewer, larger kernels ({fuse}){tail}"
+    return f"{head}fewer, larger kernels ({fuse}) or {graphs}{tail}"
+
+
 def _batch_words(c: Ctx) -> str:
     """larger micro-batch: more work per kernel for the same launch cost (a CPU program's: per
     op for the same dispatch cost)."""
@@ -1373,9 +1397,7 @@ LEVERS: tuple[Lever, ...] = (
           "records) that hold the queued kernels: record the event earlier, or run the "
           "waited-on stream's work (copies, collectives) earlier", "code", saves="queued",
           waits="event"),
-    Lever("front_end", "queued", "mostly GPU-side gaps between back-to-back kernels: fewer, "
-          "larger kernels (torch.compile fusion) or CUDA graphs cut the per-kernel front-end "
-          "latency", "code", saves="queued", waits="gpu_side"),
+    Lever("front_end", "queued", _front_end_text, "code", saves="queued", waits="gpu_side"),
     Lever("queued_other_process", "queued", _queued_other_text, "infra", saves="queued",
           waits="untraced", when=_all(other_process), first=True),
     Lever("queued_in_graphs", "queued", "the GPU idles with work queued inside the program's "
