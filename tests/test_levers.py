@@ -509,3 +509,12 @@ def test_front_end_names_only_the_remedies_the_trace_leaves_open():
     assert "graph breaks" in done and "inside its CUDA graphs" in done
     assert "torch.compile fusion" not in words({"device": {"vendor": "nvidia", "cc": "6.0"}})
     assert "torch.compile" not in words({"pytorch": False})
+
+
+def test_graph_levers_name_torch_compile_only_where_it_runs():
+    for lever in ("cuda_graphs", "graphs_host"):
+        words = L.BY_ID[lever].words
+        assert "reduce-overhead" in words({})
+        # a torch before 2.0 (HTA's 2022 traces), a Pascal GPU: torch.cuda.graphs alone
+        for ctx in ({"torch_version": "<2.0"}, {"device": {"vendor": "nvidia", "cc": "6.0"}}):
+            assert "torch.compile" not in words(ctx) and "torch.cuda" in words(ctx)

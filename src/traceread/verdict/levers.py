@@ -1130,6 +1130,23 @@ def _front_end_text(c: Ctx) -> str:
     return f"{head}fewer, larger kernels ({fuse}) or {graphs}{tail}"
 
 
+def _cuda_graphs_text(c: Ctx) -> str:
+    """capture the step with CUDA graphs: torch.compile(mode="reduce-overhead") or
+    torch.cuda.graphs (torch.cuda.graphs alone where torch.compile cannot run)"""
+    how = "torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs" if \
+        compile_available(c) and triton_device(c) else \
+        "torch.cuda.graphs (torch.cuda.make_graphed_callables)"
+    return f"capture the step with CUDA graphs: {how}"
+
+
+def _graphs_host_text(c: Ctx) -> str:
+    """capture the step with CUDA graphs so the GPU runs ahead of the host:
+    torch.compile(mode="reduce-overhead") (torch.cuda.graphs where torch.compile cannot run)"""
+    how = "torch.compile(mode=\"reduce-overhead\")" if compile_available(c) and \
+        triton_device(c) else "torch.cuda.graphs (torch.cuda.make_graphed_callables)"
+    return f"capture the step with CUDA graphs so the GPU runs ahead of the host: {how}"
+
+
 def _batch_words(c: Ctx) -> str:
     """larger micro-batch: more work per kernel for the same launch cost (a CPU program's: per
     op for the same dispatch cost)."""
@@ -1223,8 +1240,7 @@ LEVERS: tuple[Lever, ...] = (
     Lever("graphs_not_replayed", "launch", GRAPHS_NOT_REPLAYED, "code",
           when=_all(PT, graphs_not_replayed, steady_window), first=True,
           group="graphs_not_replayed"),
-    Lever("cuda_graphs", "launch", "capture the step with CUDA graphs: "
-          "torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs", "code",
+    Lever("cuda_graphs", "launch", _cuda_graphs_text, "code",
           when=_all(PT, no_graphs, capturable, graphs_api_available), after=("per_param_item",),
           group="cuda_graphs"),
     Lever("compile_fuse", "launch", "torch.compile to fuse small elementwise kernels (fewer "
@@ -1298,8 +1314,7 @@ LEVERS: tuple[Lever, ...] = (
                                        triton_device),
           first=True,
           group="compile"),
-    Lever("graphs_host", "host", "capture the step with CUDA graphs so the GPU runs ahead of the "
-          "host: torch.compile(mode=\"reduce-overhead\")", "code", saves="host_rest",
+    Lever("graphs_host", "host", _graphs_host_text, "code", saves="host_rest",
           when=_all(PT, no_graphs, capturable, host_not_stall, graphs_api_available),
           after=("per_param_item",),
           group="cuda_graphs"),
