@@ -384,15 +384,22 @@ HOST_COMPUTE_RX = namerx.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|
 SCRIPT_FRAME_RX = namerx.compile(r"<module>$|_run_module_as_main$|\): decorate_context$")
 
 
-def host_other_kind(top_other: str | None) -> str | None:
+OTHER_NAMED_SHARE = 0.25   # of the host time outside the model a name must cover to say what it is
+
+
+def host_other_kind(top_other: str | None, share: float | None = None) -> str | None:
     """What the largest host work outside the model's forward is: ``framework`` (optimizer
     step, module-call wrappers, autograd engine, DDP's bucket copies, a serving engine's
     step loop: it cannot move to a worker), ``compute`` (the job's own matmuls on CPU
     tensors: it is the work), ``movable`` (data preparation, copies, I/O, sleeps), or
-    ``unknown`` (only a script's outermost frame is named); None: nothing outside it."""
+    ``unknown`` (only a script's outermost frame is named, or the largest name covers under
+    ``OTHER_NAMED_SHARE`` of that time: the rest is untraced, and one small op cannot say
+    what it is); None: nothing outside it. ``share``: the top name's part of the time."""
     if not top_other:
         return None
     name = str(top_other)
+    if share is not None and share < OTHER_NAMED_SHARE:
+        return "unknown"
     if FRAMEWORK_FRAME_RX.search(name):
         return "framework"
     if HOST_COMPUTE_RX.search(name):

@@ -44,6 +44,10 @@ def _host_work(v: dict) -> str | None:
         top = f" (mostly {v['top_model']})" if v.get("top_model") else ""
         return f"{_pct(share)} of the host time in the gaps is the model's own calls{top}"
     top = f" (mostly {v['top_other']})" if v.get("top_other") else ""
+    outside = int(v.get("host_ns") or 0) - int(v.get("model_ns") or 0)
+    named = int(v.get("top_other_ns") or 0) / outside if outside > 0 else None
+    if v.get("top_other") and named is not None and named < 0.5:   # not "mostly" it
+        top = f" (largely untraced; the largest named op, {v['top_other']}: {_pct(named)})"
     what = OTHER_KIND_WORDS.get(v.get("other_kind"), "")
     return (f"{_pct(1 - float(share))} of the host time in the gaps runs outside the "
             f"model's calls{top}" + (f": {what}" if what else ""))
