@@ -518,3 +518,17 @@ def test_graph_levers_name_torch_compile_only_where_it_runs():
         # a torch before 2.0 (HTA's 2022 traces), a Pascal GPU: torch.cuda.graphs alone
         for ctx in ({"torch_version": "<2.0"}, {"device": {"vendor": "nvidia", "cc": "6.0"}}):
             assert "torch.compile" not in words(ctx) and "torch.cuda" in words(ctx)
+
+
+def test_unknown_copies_advice_follows_their_direction():
+    # TraceLens h100 owlv2: the unknown copies are 12.9 ms device->host (results read back)
+    # and 1.3 ms host->device; the advice spoke of fresh input data only
+    owl = {"copy_payloads": [
+        {"payload": "unknown", "direction": "DtoH", "count": 50, "copy_ns": 12_889_955},
+        {"payload": "unknown", "direction": "HtoD", "count": 21, "copy_ns": 1_323_891},
+        {"payload": "input_batch", "direction": "HtoD", "count": 4, "copy_ns": 336_220}]}
+    words = L.BY_ID["copy_unknown"].words(owl)
+    assert "read back" in words and "fresh data" not in words
+    assert "fresh data" in L.BY_ID["copy_unknown"].words({})          # unknown: as before
+    native = L.BY_ID["copy_unknown_native"].words(owl)
+    assert "pinned memory" in native and "fresh data" not in native

@@ -1147,6 +1147,53 @@ def _graphs_host_text(c: Ctx) -> str:
     return f"capture the step with CUDA graphs so the GPU runs ahead of the host: {how}"
 
 
+def _unknown_directions(c: Ctx) -> set:
+    """The directions (HtoD / DtoH) of the copies whose payload is unknown that take at least
+    a fifth of those copies' time (``copy_payloads``); none recorded: HtoD, as before."""
+    rows = [r for r in c.get("copy_payloads") or [] if isinstance(r, dict)
+            and r.get("payload") == "unknown"]
+    total = sum(int(r.get("copy_ns") or 0) for r in rows)
+    out = {r.get("direction") for r in rows if total and int(r.get("copy_ns") or 0) >= 0.2 * total}
+    return (out & {"HtoD", "DtoH"}) or {"HtoD"}
+
+
+def _copy_unknown_text(c: Ctx) -> str:
+    """the trace cannot tell what these copies carry (no input batch, re-sent tensor or
+    optimizer state recognised around them): fresh data -- copy it non_blocking from pinned
+    memory on a side stream, ahead of use; data that does not change -- keep it on the GPU;
+    results read back (device->host) -- into pinned memory, read a step later; record
+    with_stack=True to see where they come from (each remedy for the directions the copies
+    take)"""
+    dirs = _unknown_directions(c)
+    parts = []
+    if "HtoD" in dirs:
+        parts.append("fresh data -- copy it non_blocking from pinned memory on a side stream, "
+                     "ahead of use; data that does not change -- keep it on the GPU")
+    if "DtoH" in dirs:
+        parts.append("results read back (device->host) -- copy them non_blocking into pinned "
+                     "memory and read them a step later, or keep them on the GPU")
+    return ("the trace cannot tell what these copies carry (no input batch, re-sent tensor or "
+            "optimizer state recognised around them): " + "; ".join(parts)
+            + "; record with_stack=True to see where they come from")
+
+
+def _copy_unknown_native_text(c: Ctx) -> str:
+    """the trace cannot tell what these copies carry: overlap fresh data with compute (pinned
+    memory, cudaMemcpyAsync on a second stream) and keep data that does not change on the
+    GPU between iterations; read results back into pinned memory asynchronously (each
+    remedy for the directions the copies take)"""
+    dirs = _unknown_directions(c)
+    parts = []
+    if "HtoD" in dirs:
+        parts.append("overlap fresh data with compute (pinned memory, cudaMemcpyAsync on a "
+                     "second stream) and keep data that does not change on the GPU between "
+                     "iterations")
+    if "DtoH" in dirs:
+        parts.append("read results back with cudaMemcpyAsync into pinned memory, waiting on an "
+                     "event only where they are used")
+    return "the trace cannot tell what these copies carry: " + "; ".join(parts)
+
+
 def _batch_words(c: Ctx) -> str:
     """larger micro-batch: more work per kernel for the same launch cost (a CPU program's: per
     op for the same dispatch cost)."""
@@ -1190,20 +1237,14 @@ LEVERS: tuple[Lever, ...] = (
           "overlaps compute", "code", when=_all(PT, input_batch_copies)),
     Lever("optimizer_on_gpu", "copy", _offload_text, "code", saves="offload",
           when=_all(PT, optimizer_offloaded), first=True),
-    Lever("copy_unknown", "copy", "the trace cannot tell what these copies carry (no input "
-          "batch, re-sent tensor or optimizer state recognised around them): fresh data -- "
-          "copy it non_blocking from pinned memory on a side stream, ahead of use; data that "
-          "does not change -- keep it on the GPU; record with_stack=True to see where they come "
-          "from", "code", when=_all(PT, unknown_copies)),
+    Lever("copy_unknown", "copy", _copy_unknown_text, "code", when=_all(PT, unknown_copies)),
     Lever("pin_copy_native", "copy", "pinned host memory (cudaHostAlloc / cudaHostRegister) for "
           "the host<->device copies", "free", saves="pin", when=_all(NV)),
     Lever("keep_on_gpu_native", "copy", "keep the data on the GPU between iterations", "code",
           when=_all(NV, resent_copies)),
     Lever("async_copy_native", "copy", "cudaMemcpyAsync on a second stream so the copy overlaps "
           "compute", "code", when=_all(NV)),
-    Lever("copy_unknown_native", "copy", "the trace cannot tell what these copies carry: "
-          "overlap fresh data with compute (pinned memory, cudaMemcpyAsync on a second stream) "
-          "and keep data that does not change on the GPU between iterations", "code",
+    Lever("copy_unknown_native", "copy", _copy_unknown_native_text, "code",
           when=_all(NV, unknown_copies)),
     # sync
     Lever("per_param_item", "sync", "remove the per-parameter syncs (an .item()/.cpu() for every "
