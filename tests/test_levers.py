@@ -532,3 +532,12 @@ def test_unknown_copies_advice_follows_their_direction():
     assert "fresh data" in L.BY_ID["copy_unknown"].words({})          # unknown: as before
     native = L.BY_ID["copy_unknown_native"].words(owl)
     assert "pinned memory" in native and "fresh data" not in native
+
+
+def test_no_autocast_advice_where_autocast_is_on():
+    # the busy pass prices autocast from the fp32 matmuls left; with torch.autocast already on
+    # (h200 xformer.bad: bf16 casts inside aten::linear) those are ones it keeps in fp32
+    for lever in ("bf16_autocast", "fp16_autocast"):
+        assert L.BY_ID[lever].holds({})
+        w = L.BY_ID[lever].refusal({"autocast": "bf16"})
+        assert w.precondition == "autocast_off" and "autocast" in w.facts

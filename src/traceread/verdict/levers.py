@@ -663,6 +663,13 @@ def no_fp16(c: Ctx) -> bool:
     return not c.get("fp16_runs") and not (c.get("dtypes") or {}).get("fp16")
 
 
+def autocast_off(c: Ctx) -> bool:
+    """torch.autocast is not already on (``autocast``: its casts to bf16 / fp16 inside the
+    matmul ops); on: the matmuls left in fp32 are ones it keeps in fp32 or runs outside its
+    region -- turning it on is done. Unknown: yes."""
+    return not c.get("autocast")
+
+
 def _stall_text(c: Ctx) -> str:
     st = c["periodic_stall"]
     return (f"move the checkpoint off the step path: every {st['period']} steps "
@@ -1468,11 +1475,11 @@ LEVERS: tuple[Lever, ...] = (
     Lever("tf32", "gpu", TF32_TEXT, "free", saves="busy", busy="tf32",
           when=_all(PT, tf32_device, not_gemv)),
     Lever("bf16_autocast", "gpu", BF16_TEXT, "code", saves="busy", busy="bf16_autocast",
-          when=_all(PT, bf16_device, no_fp16)),
+          when=_all(PT, bf16_device, no_fp16, autocast_off)),
     Lever("fp16_autocast", "gpu", FP16_TEXT, "code", saves="busy", busy="fp16_autocast",
-          when=_all(PT)),
+          when=_all(PT, autocast_off)),
     Lever("fp16_for_bf16", "gpu", FP16_TEXT, "code", saves="busy", busy="bf16_autocast",
-          when=_all(PT, no_bf16_device)),
+          when=_all(PT, no_bf16_device, autocast_off)),
     Lever("sdpa", "gpu", SDPA_TEXT, "code", saves="busy", busy="sdpa",
           when=_all(PT, attention_unfused)),
     Lever("channels_last", "gpu", "channels_last memory format for the convolution model and "
@@ -2017,7 +2024,7 @@ REFUSING = frozenset({
     "fsdp_comms_run", "capturable", "no_graphs", "not_compiled", "not_compiled_call",
     "host_off_model", "not_host_dispatch", "not_offloaded", "host_not_stall",
     "allocator_cached", "no_startup_alloc", "convolutions", "not_channels_last",
-    "deferrable_reads",
+    "deferrable_reads", "autocast_off",
     "attention_unfused",
     "no_dataloader_names",
     "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused"})
