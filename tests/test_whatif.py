@@ -179,6 +179,22 @@ def test_drop_reads_drops_the_read_backs_wait_alone():
     assert saves(h.build(), ["drop_syncs"])["applied"] == ["drop_syncs"]
 
 
+def test_drop_reads_finds_a_native_read_before_its_stream_sync():
+    # native code (extra-p's nsys exports): cudaMemcpyAsync to the host, then untraced host
+    # time and a cudaStreamSynchronize that waits for the copy -- no op names the read
+    g = G()
+    a = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("k1", 1000 * US, a)
+    c = g.h("launch", "cudaMemcpyAsync", 5 * US)
+    g.k("[CUDA memcpy Device-to-Host]", 5 * US, c, kind="gpu_copy")
+    g.h("host", "untraced", 20 * US, cat="untraced")
+    s = g.h("sync_wait", "cudaStreamSynchronize", 0)
+    g.drain.append((1, s))
+    g.h("host", "untraced", 800 * US, cat="untraced")
+    r = saves(g.build(), ["drop_reads"])
+    assert r["applied"] == ["drop_reads"] and r["after_ns"] < r["before_ns"]
+
+
 def test_a_free_after_the_dropped_sync_waits_in_its_place():
     g = G()
     a = g.h("launch", "cudaLaunchKernel", 10 * US)

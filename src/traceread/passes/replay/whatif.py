@@ -417,22 +417,29 @@ def drop_reads(g, f: Facts, p: dict):
 
 
 def _read_runs(g) -> np.ndarray:
-    """The nodes of each sync op's run (lane order, one step: sync nodes with only calls
-    between them, as ``_last_syncs`` reads them) that holds the call of a device->host copy."""
+    """The sync nodes that wait for a device->host copy: each run of sync nodes (lane order,
+    one step, only calls between them, as ``_last_syncs`` reads them) that holds the call
+    of such a copy (an .item(): its op, the copy call, the stream sync), and each blocking
+    wait whose stretch since the lane's previous wait queued one (native code: cudaMemcpyAsync
+    to the host, kernels, then cudaStreamSynchronize)."""
     n = g.nodes
     copies = _kind(g, "gpu_copy")
     dirs = _per_name(g, "direction", lambda xs: [_direction(x) for x in xs])
-    readers = _launches_of(g, copies & (dirs.astype(str) == "DtoH"))
     o = _lane_order(g)
+    readers = _launches_of(g, copies & (dirs.astype(str) == "DtoH"))[o]
     sync = _cat(g, "sync")[o]
     lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    new_lane = np.r_[True, (lane[1:] != lane[:-1]) | (step[1:] != step[:-1])]
     part = sync | _kind(g, "launch", "sync_wait")[o]
-    brk = ~part | np.r_[True, (lane[1:] != lane[:-1]) | (step[1:] != step[:-1])]
-    run = np.cumsum(brk)
-    hit = np.unique(run[readers[o] & part])
-    out = np.zeros(len(o), bool)
-    out[o] = part & np.isin(run, hit)
-    return out
+    run = np.cumsum(~part | new_lane)
+    out = part & np.isin(run, np.unique(run[readers & part]))
+    wait = _kind(g, "sync_wait")[o] & sync
+    # stretches ending at a wait: a wait closes its stretch (the next one starts after it)
+    stretch = np.cumsum(new_lane | np.r_[False, wait[:-1]])
+    out |= wait & np.isin(stretch, np.unique(stretch[readers]))
+    res = np.zeros(len(o), bool)
+    res[o] = out
+    return res
 
 
 def _last_syncs(g, sync: np.ndarray, keep: int) -> np.ndarray:
