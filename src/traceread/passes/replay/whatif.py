@@ -405,6 +405,9 @@ def drop_reads(g, f: Facts, p: dict):
     still runs, queued where it was, and so does the work that computed it; a bare
     synchronize, a blocking host->device copy and a tensor condition keep their wait. What
     reading a result a step later changes, no more (``drop_syncs`` drops every sync)."""
+    d = f.ctx.get("sync_copy_directions")
+    if isinstance(d, dict) and not d.get("DtoH"):   # the facts saw no read waited for: no replay
+        return "no blocking device->host read in the replayed steps"
     m = _sync_nodes(g) & _read_runs(g)
     if not (m & ((g.nodes["cost_ns"].to_numpy() > 0) | _blocking(g))).any():
         return "no blocking device->host read in the replayed steps"
