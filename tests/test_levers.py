@@ -541,3 +541,13 @@ def test_no_autocast_advice_where_autocast_is_on():
         assert L.BY_ID[lever].holds({})
         w = L.BY_ID[lever].refusal({"autocast": "bf16"})
         assert w.precondition == "autocast_off" and "autocast" in w.facts
+
+
+def test_infra_levers_name_the_vendors_tools():
+    # TraceLens mi300 resnet_act_checkpoint (RCCL) was told NVLink; mi300 owlv2 DALI
+    amd = {"device": {"vendor": "amd", "name": "AMD Instinct MI300X"}}
+    assert "NVLink" not in L.BY_ID["interconnect"].words(amd)
+    assert "xGMI" in L.BY_ID["interconnect"].words(amd)
+    assert "DALI" not in L.BY_ID["storage"].words(amd)
+    nv = {"device": {"vendor": "nvidia"}}
+    assert "NVLink" in L.BY_ID["interconnect"].words(nv) and "DALI" in L.BY_ID["storage"].words(nv)

@@ -1100,8 +1100,6 @@ GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA
                        "replayed in the analysed steps")
 DATALOADER_PIN = ("DataLoader(pin_memory=True) and .to(device, non_blocking=True) for the batch "
                   "copy")
-STORAGE = ("faster storage / decoding: local SSD, pre-decoded or packed datasets, GPU decoding "
-           "(DALI)")
 SHAPES_STABLE = "keep shapes stable (pad or bucket) so the caching allocator can reuse blocks"
 TF32_TEXT = ("enable TF32: torch.backends.cuda.matmul.allow_tf32 = True "
              "(torch.set_float32_matmul_precision('high'))")
@@ -1201,6 +1199,29 @@ def _copy_unknown_native_text(c: Ctx) -> str:
     return "the trace cannot tell what these copies carry: " + "; ".join(parts)
 
 
+def _vendor(c: Ctx) -> str | None:
+    """The GPU's vendor the trace records (``device.vendor``: deviceProperties' name or warp
+    size, an nsys export's GPU); None: unknown."""
+    v = _device(c).get("vendor")
+    return v if v in ("nvidia", "amd") else None
+
+
+def _storage_text(c: Ctx) -> str:
+    """faster storage / decoding: local SSD, pre-decoded or packed datasets, GPU decoding
+    (DALI on NVIDIA, rocAL on AMD: named for the trace's GPU)"""
+    dec = {"nvidia": "GPU decoding (DALI)", "amd": "GPU decoding (rocAL)"}.get(
+        _vendor(c), "GPU decoding (DALI on NVIDIA, rocAL on AMD)")
+    return f"faster storage / decoding: local SSD, pre-decoded or packed datasets, {dec}"
+
+
+def _interconnect_text(c: Ctx) -> str:
+    """check the interconnect: topology, NVLink/IB placement of the ranks (xGMI on AMD: named
+    for the trace's GPU)"""
+    link = {"nvidia": "NVLink/IB", "amd": "xGMI (Infinity Fabric)/IB"}.get(
+        _vendor(c), "NVLink or xGMI / IB")
+    return f"check the interconnect: topology, {link} placement of the ranks"
+
+
 def _batch_words(c: Ctx) -> str:
     """larger micro-batch: more work per kernel for the same launch cost (a CPU program's: per
     op for the same dispatch cost)."""
@@ -1227,7 +1248,7 @@ LEVERS: tuple[Lever, ...] = (
                        "end and started again: DataLoader(persistent_workers=True) keeps them",
                        example="tests/fixtures/cpu/workers_restart.json.gz (CPU torch 2.13, "
                        "2 workers, 4 steps an epoch: 33 ms a restart)")),
-    Lever("storage", "data", STORAGE, "infra"),
+    Lever("storage", "data", _storage_text, "infra"),
     Lever("input_on_main_thread", "data", _head_text, "free", saves="step_head",
           when=_all(PT, step_head_waits, no_dataloader_names), first=True,
           doc=LeverDoc(what="the step's input is fetched on the training thread before its "
@@ -1433,8 +1454,7 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(gloo), first=True),
     Lever("peers_late", "comms", _slow_collective_text, "free", when=_all(slow_collective),
           first=True),
-    Lever("interconnect", "comms", "check the interconnect: topology, NVLink/IB placement of the "
-          "ranks", "infra", when=_all(gpu_transport)),
+    Lever("interconnect", "comms", _interconnect_text, "infra", when=_all(gpu_transport)),
     Lever("comms_overlap_native", "comms", "overlap communication with compute: collectives on "
           "their own stream, issued early", "code", when=_all(NV)),
     # compile
