@@ -551,3 +551,10 @@ def test_infra_levers_name_the_vendors_tools():
     assert "DALI" not in L.BY_ID["storage"].words(amd)
     nv = {"device": {"vendor": "nvidia"}}
     assert "NVLink" in L.BY_ID["interconnect"].words(nv) and "DALI" in L.BY_ID["storage"].words(nv)
+    # TraceLens vLLM graph_execution on MI300X was told nsys --cuda-graph-trace=node, the
+    # sglang traces cudaStreamWaitEvent
+    for lever in ("queued_in_graphs", "queued_untraced"):
+        assert "nsys" not in L.BY_ID[lever].words(amd) and "rocprofv3" in L.BY_ID[lever].words(amd)
+        assert "nsys" in L.BY_ID[lever].words(nv) and "nsys" in L.BY_ID[lever].words({})
+    assert "hipStreamWaitEvent" in L.BY_ID["stream_waits"].words(amd)
+    assert "cudaStreamWaitEvent" in L.BY_ID["stream_waits"].words({})

@@ -1222,6 +1222,41 @@ def _interconnect_text(c: Ctx) -> str:
     return f"check the interconnect: topology, {link} placement of the ranks"
 
 
+def _stream_waits_text(c: Ctx) -> str:
+    """check the cross-stream waits (cudaStreamWaitEvent / event records) that hold the
+    queued kernels: record the event earlier, or run the waited-on stream's work (copies,
+    collectives) earlier (hipStreamWaitEvent on AMD)"""
+    call = "hipStreamWaitEvent" if _vendor(c) == "amd" else "cudaStreamWaitEvent"
+    return (f"check the cross-stream waits ({call} / event records) that hold the queued "
+            "kernels: record the event earlier, or run the waited-on stream's work (copies, "
+            "collectives) earlier")
+
+
+def _node_trace(c: Ctx) -> str:
+    """The profiler that records each CUDA graph node: nsys on NVIDIA, rocprofv3's kernel
+    trace on AMD (nsys does not run there)."""
+    return "rocprofv3 --kernel-trace" if _vendor(c) == "amd" else "nsys --cuda-graph-trace=node"
+
+
+def _queued_in_graphs_text(c: Ctx) -> str:
+    """the GPU idles with work queued inside the program's own CUDA graph replays: trace the
+    graphs' nodes (nsys --cuda-graph-trace=node; rocprofv3 --kernel-trace on AMD) to see
+    which node waits, and what it waits for"""
+    return ("the GPU idles with work queued inside the program's own CUDA graph replays: trace "
+            f"the graphs' nodes ({_node_trace(c)}) to see which node waits, and what it waits for")
+
+
+def _queued_untraced_text(c: Ctx) -> str:
+    """the GPU idles with work queued and nothing traced explains it: record the whole device
+    (nsys profile without a process filter, --cuda-graph-trace=node; rocprofv3 on AMD) to
+    see the GPU work this trace did not record"""
+    how = ("rocprofv3 --kernel-trace --memory-copy-trace on every process that uses the GPU"
+           if _vendor(c) == "amd" else
+           "nsys profile without a process filter, --cuda-graph-trace=node")
+    return ("the GPU idles with work queued and nothing traced explains it: record the whole "
+            f"device ({how}) to see the GPU work this trace did not record")
+
+
 def _batch_words(c: Ctx) -> str:
     """larger micro-batch: more work per kernel for the same launch cost (a CPU program's: per
     op for the same dispatch cost)."""
@@ -1476,21 +1511,14 @@ LEVERS: tuple[Lever, ...] = (
     Lever("capture_in_warmup", "graph_capture", "record the graphs during warm-up, before the "
           "measured steps", "free", when=_all(steady_window)),
     # queued: the GPU waited with its next op already launched (passes/attribution.py)
-    Lever("stream_waits", "queued", "check the cross-stream waits (cudaStreamWaitEvent / event "
-          "records) that hold the queued kernels: record the event earlier, or run the "
-          "waited-on stream's work (copies, collectives) earlier", "code", saves="queued",
-          waits="event"),
+    Lever("stream_waits", "queued", _stream_waits_text, "code", saves="queued", waits="event"),
     Lever("front_end", "queued", _front_end_text, "code", saves="queued", waits="gpu_side"),
     Lever("queued_other_process", "queued", _queued_other_text, "infra", saves="queued",
           waits="untraced", when=_all(other_process), first=True),
-    Lever("queued_in_graphs", "queued", "the GPU idles with work queued inside the program's "
-          "own CUDA graph replays: trace the graphs' nodes (nsys --cuda-graph-trace=node) to "
-          "see which node waits, and what it waits for", "free", saves="queued",
+    Lever("queued_in_graphs", "queued", _queued_in_graphs_text, "free", saves="queued",
           waits="untraced", when=_all(no_other_process, uses_graphs)),
-    Lever("queued_untraced", "queued", "the GPU idles with work queued and nothing traced "
-          "explains it: record the whole device (nsys profile without a process filter, "
-          "--cuda-graph-trace=node) to see the GPU work this trace did not record", "free",
-          saves="queued", waits="untraced", when=_all(no_other_process, no_graphs)),
+    Lever("queued_untraced", "queued", _queued_untraced_text, "free", saves="queued",
+          waits="untraced", when=_all(no_other_process, no_graphs)),
     # gpu: busy-time levers with a saving (passes/busy.py), for every bound
     Lever("tf32", "gpu", TF32_TEXT, "free", saves="busy", busy="tf32",
           when=_all(PT, tf32_device, not_gemv)),
