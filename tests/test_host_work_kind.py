@@ -138,3 +138,15 @@ def test_one_small_op_does_not_say_what_untraced_host_time_is():
     assert "mostly" not in words and "largely untraced" in words
     assert host_other_kind("aten::copy_", 0.4) == "movable"
     assert host_other_kind("All2All_Pooled_Req", 0.001) == "unknown"   # HTA trace_compare
+
+
+def test_a_scripts_outer_frame_is_not_what_the_host_work_is():
+    # TraceLens h100 timesformer: the host work beside the model (HF's image normalize, the
+    # host culprit) sits under the script's <string>(1): <module>, which covers it all: it
+    # read "mostly <string>(1): <module>"
+    from traceread.render.words import FACT_WORDS
+
+    hw = {"kind": "off_path", "model_share": 0.0, "top_other": "<string>(1): <module>",
+          "top_other_ns": 250, "host_ns": 250, "model_ns": 0, "other_kind": "unknown"}
+    words = FACT_WORDS["host_work_kind"](hw)
+    assert "mostly" not in words and "under the script's outer frame <string>(1)" in words

@@ -48,6 +48,8 @@ def _host_work(v: dict) -> str | None:
     named = int(v.get("top_other_ns") or 0) / outside if outside > 0 else None
     if v.get("top_other") and named is not None and named < 0.5:   # not "mostly" it
         top = f" (largely untraced; the largest named op, {v['top_other']}: {_pct(named)})"
+    elif v.get("top_other") and v.get("other_kind") == "unknown":   # a script's outer frame
+        top = f" (under the script's outer frame {v['top_other']})"
     what = OTHER_KIND_WORDS.get(v.get("other_kind"), "")
     return (f"{_pct(1 - float(share))} of the host time in the gaps runs outside the "
             f"model's calls{top}" + (f": {what}" if what else ""))

@@ -402,8 +402,9 @@ def drop_syncs(g, f: Facts, p: dict):
 def drop_reads(g, f: Facts, p: dict):
     """Read the results a step later: the waits of the sync ops whose run holds a call that
     queued a device->host copy (an .item()'s copy, a .cpu()'s blocking copy) go -- the copy
-    still runs, queued where it was, and so does the work that computed it; a bare
-    synchronize, a blocking host->device copy and a tensor condition keep their wait. What
+    still runs, queued where it was, and so does the work that computed it; a synchronize
+    that waits for no such copy, a blocking host->device copy and a tensor condition keep
+    their wait. What
     reading a result a step later changes, no more (``drop_syncs`` drops every sync)."""
     d = f.ctx.get("sync_copy_directions")
     if isinstance(d, dict) and not d.get("DtoH"):   # the facts saw no read waited for: no replay
