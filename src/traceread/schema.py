@@ -555,6 +555,13 @@ class StepHeadWait(_S):
     calls: list[str]
 
 
+class StepShapes(_S):
+    """Whether the ops' input shapes (record_shapes) differ between the profiler steps."""
+
+    vary: bool
+    steps: int
+
+
 class CompiledCalls(_S):
     """Calls of each torch.compile graph per profiler step."""
 
@@ -847,6 +854,7 @@ class Context(_S):
     graph_launches: Optional[int] = None
     startup_phase: Optional[StartupPhase] = None
     compiled_calls_per_step: Optional[CompiledCalls] = None
+    step_shapes: Optional[StepShapes] = None
     step_head_wait: Optional[StepHeadWait] = None
     # GPU-idle gaps ending in freshly built GPU code (a driver module load after host work
     # many times its length, in two or more steps): compilation the host did not name

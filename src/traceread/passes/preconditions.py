@@ -331,6 +331,45 @@ def startup_phase(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
                   "an engine's start-up: graphs captured and memory set up once")])
 
 
+# -- do the steps' shapes change? ---------------------------------------------------------
+
+def step_shapes(ev: pd.DataFrame, steps: Steps) -> tuple[dict | None, list[dict]]:
+    """({"vary": bool, "steps": n} or None, evidence): whether the ops' input shapes
+    (``record_shapes``: ``input_dims``) differ between the steps -- each step's set of
+    (op, input dims) pairs compared with the first step's. None: fewer than two steps or no
+    shapes recorded. Evidence: a pair one step has and another lacks, or the first step's
+    first shaped op (all alike)."""
+    if "input_dims" not in ev or len(steps) < 2:
+        return None, []
+    rows = rows_of(ev, ("cpu_op",))
+    dims = ev["input_dims"]
+    if not len(rows) or not isinstance(dims.dtype, pd.CategoricalDtype):
+        return None, []
+    d = dims.cat.codes.to_numpy()[rows]
+    rows, d = rows[d >= 0], d[d >= 0]
+    step = steps.index_of(ev["pid"].to_numpy()[rows], ev["ts"].to_numpy(np.int64)[rows])
+    rows, d, step = rows[step >= 0], d[step >= 0], step[step >= 0]
+    if len(np.unique(step)) < 2:
+        return None, []
+    pairs = pd.DataFrame({"step": step, "op": ev["name"].cat.codes.to_numpy()[rows]
+                          if isinstance(ev["name"].dtype, pd.CategoricalDtype)
+                          else pd.factorize(ev["name"].to_numpy()[rows])[0],
+                          "dims": d, "row": rows}).drop_duplicates(["step", "op", "dims"])
+    per = pairs.groupby(["op", "dims"])["step"].nunique()
+    n = int(pairs["step"].nunique())
+    odd = per[per < n]
+    if not len(odd):
+        r = int(pairs["row"].iat[0])
+        return {"vary": False, "steps": n}, [item(ev["name"].iat[r], ev["ts"].iat[r], None,
+                                                   f"the same op input shapes in all {n} steps")]
+    op, dm = odd.index[0]
+    hit = pairs[(pairs["op"] == op) & (pairs["dims"] == dm)]
+    r = int(hit["row"].iat[0])
+    return {"vary": True, "steps": n}, [item(ev["name"].iat[r], ev["ts"].iat[r], None,
+                                             f"input dims {dims.cat.categories[dm]} in "
+                                             f"{len(hit)} of {n} steps")]
+
+
 # -- torch.compile graph calls per step ---------------------------------------------------
 
 COMPILED_GRAPH_RX = namerx.compile(r"^## Call CompiledFxGraph (\w+) ##$|^(CompiledFunction)$"
@@ -476,6 +515,7 @@ def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
     """The facts above as program keys, with ``facts_evidence`` (see module doc)."""
     evidence: dict[str, list] = {}
     out: dict = {}
+    steps = Steps(ev)
     for key, (val, proof) in (
             ("kernel_arch", kernel_arch(kernels)),
             ("fp32_gemv_share", fp32_gemv_share(ev)),
@@ -484,7 +524,8 @@ def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
             ("pageable_reads", pageable_reads(ev)),
             ("graph_launches", graph_launches(ev)),
             ("startup_phase", startup_phase(ev)),
-            ("compiled_calls_per_step", compiled_calls_per_step(ev, Steps(ev)))):
+            ("compiled_calls_per_step", compiled_calls_per_step(ev, steps)),
+            ("step_shapes", step_shapes(ev, steps))):
         out[key] = val
         if proof:
             evidence[key] = proof
@@ -494,4 +535,5 @@ def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
 
 __all__ = ["precondition_facts", "step_head_wait", "kernel_arch", "fp32_gemv_share", "h2d_source",
            "pageable_reads",
-           "graph_launches", "startup_phase", "compiled_calls_per_step", "host_other_kind"]
+           "graph_launches", "startup_phase", "compiled_calls_per_step", "host_other_kind",
+           "step_shapes"]

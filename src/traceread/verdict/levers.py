@@ -487,6 +487,13 @@ def allocator_growing(c: Ctx) -> bool:
     return c.get("alloc_frees") is not None and int(c["alloc_frees"]) == 0
 
 
+def shapes_may_vary(c: Ctx) -> bool:
+    """The ops' input shapes change between steps (``step_shapes``: record_shapes' input dims
+    compared step by step); the same in every step: stable already, no; unknown: yes."""
+    s = c.get("step_shapes")
+    return not (isinstance(s, dict) and s.get("vary") is False)
+
+
 def allocator_cached(c: Ctx) -> bool:
     """PyTorch's caching allocator is on."""
     return not allocator_uncached(c)
@@ -1444,7 +1451,7 @@ LEVERS: tuple[Lever, ...] = (
           "free", saves="alloc", when=_all(PT, allocator_cached, no_startup_alloc,
                                            allocator_growing, steady_window)),
     Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
-          when=_all(PT, allocator_cached, no_startup_alloc, steady_window)),
+          when=_all(PT, allocator_cached, no_startup_alloc, steady_window, shapes_may_vary)),
     # the alloc cause holds stream / event creation too (passes/attribution.py): said so
     Lever("reuse_buffers_native", "host", "allocate buffers and create streams and events once, "
           "outside the loop, and reuse them; or a stream-ordered pool for the buffers "
@@ -2072,7 +2079,7 @@ REFUSING = frozenset({
     "fsdp_comms_run", "capturable", "no_graphs", "not_compiled", "not_compiled_call",
     "host_off_model", "not_host_dispatch", "not_offloaded", "host_not_stall",
     "allocator_cached", "no_startup_alloc", "convolutions", "not_channels_last",
-    "deferrable_reads", "autocast_off",
+    "deferrable_reads", "autocast_off", "shapes_may_vary",
     "attention_unfused",
     "no_dataloader_names",
     "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused"})
