@@ -23,6 +23,8 @@
   graph captures and allocations happen once, not every step.
 * ``compiled_calls_per_step``: calls of each torch.compile graph (``## Call CompiledFxGraph
   <hash> ##``, ``CompiledFunction``) per profiler step; the most called one.
+* ``step_shapes``: whether the ops' input shapes (``record_shapes``) differ between the
+  steps: the same in every step, "keep shapes stable" has nothing to stabilise.
 * ``host_other_kind``: what the host work that is not the model's forward is --
   ``framework`` (optimizer step, module call wrappers, autograd engine, a serving engine's
   loop: it cannot move to a DataLoader worker), ``compute`` (the job's own matmuls on the
