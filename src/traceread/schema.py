@@ -817,7 +817,8 @@ class Context(_S):
     fused_attention_evidence: Optional[str]
     convolutions: bool
     convolutions_evidence: Optional[str]
-    torch_version: Optional[str]  # exact when recorded, else the format's era: ">=2.4", "1.8-1.9", "<2.0" (dated before torch 2.0)
+    # exact when recorded, else the format's era: ">=2.4", "1.8-1.9", "<2.0" (dated before 2.0)
+    torch_version: Optional[str]
     torch_version_evidence: Optional[str]
     steps_seen: int              # ProfilerStep rows in the window (1 without any): the divisor
     ddp_buffer_broadcast_ns: int  # per step
