@@ -1,6 +1,6 @@
 """Save the facts records the verdict tests start from (tests/fixtures/records).
 
-    PYTHONPATH=src python scripts/save_fact_records.py [CORPUS_DIR]
+    PYTHONPATH=src python scripts/save_fact_records.py [CORPUS_DIR [NAME ...]]
 
 Each record is ``WindowFacts.to_json()`` of one real corpus trace (gzipped): the verdict
 tests (tests/test_preconditions.py) judge it with ``verdict.decide`` in milliseconds, no
@@ -37,9 +37,17 @@ RECORDS = {
                       "nccl_data.json.gz", False),
     "compiled_once": ("facebookresearch__HolisticTraceAnalysis/tests/data/df_index_resolver/"
                       "df_index_resolver.json.gz", False),
+    # recorded 2022-08-22 (TorchRec on A100): no torch version in the trace but its date
+    "torchrec_2022": ("facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff/control/"
+                      "control.json.gz", False),
     "ulysses_a2a": ("GindaChen__nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite", False),
+    # MI300 BERT inference: its only read-back is a tensor condition (aten::is_nonzero)
+    "condition_read": ("AMD-AGI__TraceLens/tests/traces/mi300/"
+                       "gaunernst_bert-small-uncased__1016001.json.gz", False),
     # our own H100 recording (tests/fixtures): DataLoader(pin_memory=True), non_blocking copies
     "pinned_batch": ("fixtures:gpu/data.bad.json.gz", False),
+    # our H100 recording: 25 .item() checks a step (isnan/any on the GPU, then the read)
+    "item_checks": ("fixtures:gpu/sync.bad.json.gz", False),
     # the same program under nsys (-t cuda,nvtx,osrt): no DataLoader names, OS calls only
     "nsys_main_thread_data": ("fixtures:gpu/data.bad.sqlite.xz", False),
 }
@@ -83,8 +91,13 @@ def main(argv: list[str]) -> int:
     if not (corpus / "MANIFEST.tsv").is_file():
         print(f"no corpus at {corpus}", file=sys.stderr)
         return 2
+    names = argv[1:] or list(RECORDS)   # the named records only: the others stay as saved
+    unknown = [n for n in names if n not in RECORDS]
+    if unknown:
+        print(f"no record named {', '.join(unknown)}", file=sys.stderr)
+        return 2
     OUT.mkdir(parents=True, exist_ok=True)
-    for name in RECORDS:
+    for name in names:
         text = record(corpus, name)
         with gzip.open(OUT / f"{name}.facts.json.gz", "wt") as f:
             f.write(text)

@@ -13,6 +13,9 @@ BF16_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgro
 F32_GEMM = "ampere_sgemm_128x64_tn"
 CUDNN_SDPA = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1"
 CONV_KERNEL = "sm80_xmma_fprop_implicit_gemm_indexed_f16f16_f16f32_f32_nhwckrsc_nhwc"
+NCHW_TO_NHWC = ("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, "
+                "true, (cudnnKernelDataType_t)2>(cudnn::engines_precompiled::nchw2nhwc_params_t"
+                "<float>, float const*, float*)")
 STEP = 10 * MS
 
 
@@ -162,8 +165,9 @@ def attention_only(steps: int = 3):
     return b.build()
 
 
-def convolution(steps: int = 3):
-    """aten::convolution > aten::cudnn_convolution launching an NHWC implicit-GEMM kernel."""
+def convolution(steps: int = 3, nchw: bool = False):
+    """aten::convolution > aten::cudnn_convolution launching an NHWC implicit-GEMM kernel;
+    ``nchw``: on NCHW tensors, cuDNN's layout conversion kernel before it."""
     b = TraceBuilder(path="conv.json")
     for k in range(steps):
         s = T0 + k * STEP
@@ -171,6 +175,9 @@ def convolution(steps: int = 3):
         for i in range(4):
             o = s + 100 * US + i * 500 * US
             b.cpu("aten::convolution", o, 400 * US)
+            if nchw:
+                b.op_with_kernel("aten::cudnn_convolution", o + 20 * US, 20 * US, 5 * US, 5 * US,
+                                 o + 60 * US, 30 * US, name=NCHW_TO_NHWC)
             b.op_with_kernel("aten::cudnn_convolution", o + 50 * US, 300 * US, 20 * US, 10 * US,
                              o + 100 * US, 400 * US, name=CONV_KERNEL)
     return b.build()

@@ -118,3 +118,35 @@ def test_a_first_allocation_inside_a_launching_op_is_not_the_model():
     hw = a.facts.figures["host_work_kind"]
     assert hw["kind"] == "off_path" and hw["model_share"] < 0.1
     assert a.verdict["actions"][0]["id"] == "off_step_path"
+
+
+def test_one_small_op_does_not_say_what_untraced_host_time_is():
+    """our H200 pageable.bad: 2 ms of plain Python a step, untraced; the largest named op in
+    it, aten::copy_, covers 1% -- the host work read 'movable' and 'mostly aten::copy_'."""
+    from pathlib import Path
+
+    from conftest import analysed
+    from traceread.passes.preconditions import host_other_kind
+    from traceread.render.words import FACT_WORDS
+
+    a = analysed(Path(__file__).parent / "fixtures" / "h200" / "pageable.bad.json.gz")
+    hw = a.facts.figures["host_work_kind"]
+    outside = hw["host_ns"] - hw["model_ns"]
+    assert hw["top_other"] == "aten::copy_" and hw["top_other_ns"] < 0.05 * outside
+    assert hw["other_kind"] == "unknown"
+    words = FACT_WORDS["host_work_kind"](hw)
+    assert "mostly" not in words and "largely untraced" in words
+    assert host_other_kind("aten::copy_", 0.4) == "movable"
+    assert host_other_kind("All2All_Pooled_Req", 0.001) == "unknown"   # HTA trace_compare
+
+
+def test_a_scripts_outer_frame_is_not_what_the_host_work_is():
+    # TraceLens h100 timesformer: the host work beside the model (HF's image normalize, the
+    # host culprit) sits under the script's <string>(1): <module>, which covers it all: it
+    # read "mostly <string>(1): <module>"
+    from traceread.render.words import FACT_WORDS
+
+    hw = {"kind": "off_path", "model_share": 0.0, "top_other": "<string>(1): <module>",
+          "top_other_ns": 250, "host_ns": 250, "model_ns": 0, "other_kind": "unknown"}
+    words = FACT_WORDS["host_work_kind"](hw)
+    assert "mostly" not in words and "under the script's outer frame <string>(1)" in words

@@ -58,7 +58,9 @@ MATRIX = [
     ("optimizer_on_gpu", F.offload, lambda: F.copies("input")),
     ("side_stream_copy", lambda: F.copies("input"), F.offload),   # gradients, not a batch
     ("checkpoint_off_path", F.checkpoint, lambda: F.copies("input")),
-    ("channels_last", F.convolution, F.attention_only),           # cuDNN SDPA is not a conv
+    ("channels_last", lambda: F.convolution(nchw=True), F.attention_only),  # SDPA: no conv
+    # NHWC kernels and no layout conversion: the program already runs channels_last
+    ("channels_last", lambda: F.convolution(nchw=True), F.convolution),
     ("queued_other_process", F.two_processes, lambda: F.gemms(F.BF16_GEMM)),
     ("queued_untraced", lambda: F.gemms(F.BF16_GEMM), F.two_processes),
     ("queued_untraced", lambda: F.gemms(F.BF16_GEMM), lambda: F.compiled(graphs=True)),
@@ -77,7 +79,8 @@ MATRIX = [
     ("late_read", lambda: _real("gpu/sync.bad.json.gz"), lambda: _real("h200/pageable.bad.json.gz")),
 ]
 MATRIX_GPU = [   # generic GPU-bound advice (no busy-time evidence)
-    ("channels_last_generic", F.convolution, F.attention_only),
+    ("channels_last_generic", lambda: F.convolution(nchw=True), F.attention_only),
+    ("channels_last_generic", lambda: F.convolution(nchw=True), F.convolution),
     ("autocast_generic", lambda: F.gemms(F.F32_GEMM), lambda: F.gemms(F.FP16_GEMM)),
     ("compile_generic", lambda: F.gemms(F.BF16_GEMM), F.compiled),
 ]

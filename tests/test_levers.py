@@ -56,6 +56,18 @@ def test_optimizer_predicates():
 def test_torch_version():
     assert L.fused_available({}) and L.fused_available({"torch_version": "2.1.0+cu121"})
     assert L.old_torch({"torch_version": "1.9.0"}) and not L.fused_available({"torch_version": "1.9"})
+    # an era or an upper bound is read as the newest torch it can be
+    assert L._torch_version({"torch_version": "1.8-1.9"}) == (1, 9)
+    assert L._torch_version({"torch_version": "<2.0"}) == (1, 99)
+    assert L._torch_version({"torch_version": ">=2.4"}) is None
+    assert not L.compile_available({"torch_version": "<2.0"})
+    assert L.graphs_api_available({"torch_version": "<2.0"})      # 1.10-1.13 had them
+
+
+def test_triton_device():
+    assert L.triton_device({}) and L.triton_device({"device": {"vendor": "nvidia", "cc": "7.0"}})
+    assert not L.triton_device({"device": {"vendor": "nvidia", "cc": "6.1"}})
+    assert L.triton_device({"device": {"vendor": "amd", "cc": "9.0"}})   # gfx90a: no NVIDIA cc
 
 
 def test_may_recompile():
@@ -484,3 +496,65 @@ def test_remove_syncs_names_the_blocking_calls_the_trace_shows():
 
     assert {k for k, *_ in KINDS} | {"runtime_sync", "blocking_copy", "pageable_copy",
                                      "other"} <= set(L.SYNC_KIND_WORDS)
+
+
+def test_front_end_names_only_the_remedies_the_trace_leaves_open():
+    words = L.BY_ID["front_end"].words
+    assert "torch.compile fusion" in words({}) and "CUDA graphs" in words({})
+    # torch 1.8-1.9 (kineto tb_plugin resnet50): neither torch.compile nor torch.cuda.graphs
+    old = words({"torch_version": "1.8-1.9"})
+    assert "torch.compile" not in old and "CUDA graphs" not in old and "fused layers" in old
+    # already compiled and replaying graphs (HTA trace_diff/test): more of the same, not new
+    done = words({"compiled": True, "uses_cuda_graphs": True})
+    assert "graph breaks" in done and "inside its CUDA graphs" in done
+    assert "torch.compile fusion" not in words({"device": {"vendor": "nvidia", "cc": "6.0"}})
+    assert "torch.compile" not in words({"pytorch": False})
+
+
+def test_graph_levers_name_torch_compile_only_where_it_runs():
+    for lever in ("cuda_graphs", "graphs_host"):
+        words = L.BY_ID[lever].words
+        assert "reduce-overhead" in words({})
+        # a torch before 2.0 (HTA's 2022 traces), a Pascal GPU: torch.cuda.graphs alone
+        for ctx in ({"torch_version": "<2.0"}, {"device": {"vendor": "nvidia", "cc": "6.0"}}):
+            assert "torch.compile" not in words(ctx) and "torch.cuda" in words(ctx)
+
+
+def test_unknown_copies_advice_follows_their_direction():
+    # TraceLens h100 owlv2: the unknown copies are 12.9 ms device->host (results read back)
+    # and 1.3 ms host->device; the advice spoke of fresh input data only
+    owl = {"copy_payloads": [
+        {"payload": "unknown", "direction": "DtoH", "count": 50, "copy_ns": 12_889_955},
+        {"payload": "unknown", "direction": "HtoD", "count": 21, "copy_ns": 1_323_891},
+        {"payload": "input_batch", "direction": "HtoD", "count": 4, "copy_ns": 336_220}]}
+    words = L.BY_ID["copy_unknown"].words(owl)
+    assert "read back" in words and "fresh data" not in words
+    assert "fresh data" in L.BY_ID["copy_unknown"].words({})          # unknown: as before
+    native = L.BY_ID["copy_unknown_native"].words(owl)
+    assert "pinned memory" in native and "fresh data" not in native
+
+
+def test_no_autocast_advice_where_autocast_is_on():
+    # the busy pass prices autocast from the fp32 matmuls left; with torch.autocast already on
+    # (h200 xformer.bad: bf16 casts inside aten::linear) those are ones it keeps in fp32
+    for lever in ("bf16_autocast", "fp16_autocast"):
+        assert L.BY_ID[lever].holds({})
+        w = L.BY_ID[lever].refusal({"autocast": "bf16"})
+        assert w.precondition == "autocast_off" and "autocast" in w.facts
+
+
+def test_infra_levers_name_the_vendors_tools():
+    # TraceLens mi300 resnet_act_checkpoint (RCCL) was told NVLink; mi300 owlv2 DALI
+    amd = {"device": {"vendor": "amd", "name": "AMD Instinct MI300X"}}
+    assert "NVLink" not in L.BY_ID["interconnect"].words(amd)
+    assert "xGMI" in L.BY_ID["interconnect"].words(amd)
+    assert "DALI" not in L.BY_ID["storage"].words(amd)
+    nv = {"device": {"vendor": "nvidia"}}
+    assert "NVLink" in L.BY_ID["interconnect"].words(nv) and "DALI" in L.BY_ID["storage"].words(nv)
+    # TraceLens vLLM graph_execution on MI300X was told nsys --cuda-graph-trace=node, the
+    # sglang traces cudaStreamWaitEvent
+    for lever in ("queued_in_graphs", "queued_untraced"):
+        assert "nsys" not in L.BY_ID[lever].words(amd) and "rocprofv3" in L.BY_ID[lever].words(amd)
+        assert "nsys" in L.BY_ID[lever].words(nv) and "nsys" in L.BY_ID[lever].words({})
+    assert "hipStreamWaitEvent" in L.BY_ID["stream_waits"].words(amd)
+    assert "cudaStreamWaitEvent" in L.BY_ID["stream_waits"].words({})

@@ -147,6 +147,45 @@ def test_cudnn_attention_is_not_a_convolution():
     assert v["channels_last"] is True      # NHWC conv kernels, no layout conversion
 
 
+def test_miopen_transposes_around_nhwc_convolutions_are_not_channels_last(corpus_dir):
+    # TraceLens mi210 gpu_only_trace: MIOpen's NHWC solvers (igemm_fwd_gtcx2_nhwc_*) run
+    # between batched_transpose_* kernels -- the model's tensors are NCHW. It read
+    # channels_last True (NHWC in the conv kernels' names, no cuDNN nchwToNhwc)
+    ev = load(corpus_dir / "AMD-AGI__TraceLens/tests/traces/mi210/gpu_only_trace/"
+              "gpu_only_trace.json.gz").events
+    p = precision_facts(ev)
+    assert p["convolution_ops"] is True and p["channels_last"] is False
+    assert p["evidence"]["channels_last"][0]["name"].startswith("batched_transpose_")
+
+
+def test_channels_last_evidence_names_the_nhwc_kernel():
+    p = precision_facts(F.convolution().events)
+    assert p["channels_last"] is True and p["evidence"]["channels_last"][0]["name"] == F.CONV_KERNEL
+    p = precision_facts(F.convolution(nchw=True).events)
+    assert p["channels_last"] is False and "nchwToNhwc" in p["evidence"]["channels_last"][0]["name"]
+
+
+def test_step_shapes_from_record_shapes():
+    # our H200 xformer.bad (fixed batch): every step runs the same op shapes -- the allocator
+    # levers' "keep shapes stable" has nothing to stabilise; anatomy/valid (validation steps
+    # of another batch) and anatomy/decode (a growing KV cache) change them
+    from traceread.passes.factkit import Steps
+    from traceread.passes.preconditions import step_shapes
+    from traceread.verdict import levers as L
+
+    ev = _real("h200/xformer.bad.json.gz").events
+    fact, proof = step_shapes(ev, Steps(ev))
+    assert fact["vary"] is False and fact["steps"] >= 2
+    assert "same op input shapes" in proof[0]["detail"]
+    w = L.BY_ID["shapes_stable"].refusal({"step_shapes": fact})
+    assert w is not None and w.precondition == "shapes_may_vary"
+    for name in ("anatomy/valid.json.gz", "anatomy/decode.json.gz"):
+        ev = _real(name).events
+        fact, proof = step_shapes(ev, Steps(ev))
+        assert fact["vary"] is True and "input dims" in proof[0]["detail"], name
+        assert L.shapes_may_vary({"step_shapes": fact})
+
+
 def test_real_sdpa_cpu_recording():
     p = precision_facts(_real("facts/sdpa.json.gz").events)
     assert p["sdpa"]["backend"] == "flash"

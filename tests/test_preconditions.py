@@ -98,6 +98,70 @@ def test_no_torch_compile_on_a_torch_dated_before_2_0():
     assert "foreach_optimizer" in ids and "fused_optimizer" not in ids   # foreach, not fused
 
 
+def test_no_late_read_for_a_tensor_condition():
+    # TraceLens mi300 bert-small: the host waits in a synchronize() and in one tensor
+    # condition (aten::is_nonzero: ``if t:``) -- its value decides this step, it cannot be
+    # read a step later; late_read used to be offered (the condition's copy is a DtoD record
+    # on ROCm). The h100 Qwen trace (synchronize + condition, DtoH) read the same.
+    f, v, ids, gone = judged("condition_read")
+    assert set(f.program["blocking"]["by_kind"]) == {"synchronize", "condition"}
+    assert "late_read" not in ids and gone["late_read"]["precondition"] == "deferrable_reads"
+    assert {"remove_syncs", "no_dynamic_shapes"} <= set(ids)
+
+
+def test_late_read_is_priced_on_the_read_backs_wait_alone():
+    # our H100 gpu/sync.bad: 25 .item() checks a step (isnan/any kernels, then the read).
+    # late_read was priced by drop_syncs -- the same 5.5 ms as remove_syncs, the checks'
+    # kernels and launches gone with the reads; read a step later, they still run
+    f, v, ids, gone = judged("item_checks")
+    price = {a["id"]: a["saves_ns"] for a in v["actions"]}
+    models = f.prices["models"]
+    assert models["drop_reads"]["applied"] == ["drop_reads"]
+    assert models["drop_reads"]["saves_ns"] < 0.5 * models["drop_syncs"]["saves_ns"]
+    assert 0 < price["late_read"] < 0.5 * price["remove_syncs"]
+
+
+def test_no_torch_compile_on_a_pascal_gpu():
+    # HTA with_gpu_user_annotation: deviceProperties say Quadro GP100, compute capability
+    # 6.0 -- torch.compile's Triton refuses it ("too old to be supported by the triton GPU
+    # compiler"); compile_fuse used to be offered (torch version unknown)
+    f, v, ids, gone = judged("htod_blocking")
+    assert f.program["device"]["name"] == "Quadro GP100" and f.program["device"]["cc"] == "6.0"
+    assert not {"compile_fuse", "compile_pointwise", "compile_model_host"} & set(ids)
+    assert gone["compile_fuse"]["precondition"] == "triton_device"
+    assert "device" in gone["compile_fuse"]["facts"] and "7.0" in gone["compile_fuse"]["reason"]
+
+
+def test_no_torch_compile_on_a_trace_recorded_before_torch_2_0():
+    # HTA trace_diff/control (TorchRec, A100): no version in the trace, its events dated
+    # 2022-08-22 -- before torch.compile existed; compile_fuse used to be offered
+    f, v, ids, gone = judged("torchrec_2022")
+    assert f.program["torch_version"] == "<2.0"
+    assert "2022-08-22" in f.evidence["torch_version"][0]["name"]
+    assert "compile_fuse" not in ids and gone["compile_fuse"]["precondition"] == "compile_available"
+
+
+def test_a_trace_date_bounds_the_torch_version():
+    import numpy as np
+    import pandas as pd
+
+    from traceread.passes.program import torch_version
+
+    class Meta:
+        format, extra = "kineto", {}
+
+    def at(day: str):
+        ts = pd.Timestamp(day).value
+        return pd.DataFrame({"ts": np.array([ts, ts + 1000], np.int64),
+                             "cat": pd.Categorical(["cpu_op", "kernel"])})
+
+    assert torch_version(at("2022-08-22"), Meta())[0] == "<2.0"
+    assert torch_version(at("2023-01-04"), Meta())[0] is None       # torch.compile existed
+    assert torch_version(pd.DataFrame({"ts": np.array([5_000], np.int64)}), Meta())[0] is None
+    Meta.format = "nsys"                     # nsys clocks start at the session: no date
+    assert torch_version(at("2022-08-22"), Meta())[0] is None
+
+
 def test_never_already_replays_cuda_graphs_with_zero_graph_launches():
     # TraceLens vLLM piecewise capture: graphs are captured, none launched in the window
     f, v, ids, gone = judged("vllm_capture")

@@ -140,6 +140,61 @@ def test_drop_syncs_takes_the_check_that_feeds_the_item():
     assert r["after_ns"] == 500 * US
 
 
+def test_drop_reads_drops_the_read_backs_wait_alone():
+    # late_read's change: an .item() read a step later -- its copy and its check still run,
+    # the host no longer waits for them; the bare synchronize after the second kernel stays
+    g = G()
+    a = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("k1", 1000 * US, a)
+    g.h("host", "aten::item", 10 * US, cat="sync")
+    c = g.h("launch", "cudaMemcpyAsync", 5 * US)
+    g.k("Memcpy DtoH (Device -> Pinned)", 5 * US, c, kind="gpu_copy")
+    s1 = g.h("sync_wait", "cudaStreamSynchronize", 0)
+    g.drain.append((1, s1))
+    g.h("host", "python bookkeeping", 800 * US, cat="untraced")
+    b = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("k2", 100 * US, b)
+    s2 = g.h("sync_wait", "cudaDeviceSynchronize", 0)
+    g.drain.append((2, s2))
+    graph = g.build()
+    r = saves(graph, ["drop_reads"])
+    assert r["applied"] == ["drop_reads"]
+    # before: the wait to the copy's end (1015), 800 of host, k2 launched at 1825: 1925;
+    # after: the host's 825 us overlap k1 and the copy, k2 runs after them (1015-1115) and
+    # the synchronize still waits for it
+    assert r["before_ns"] == 1925 * US
+    assert r["after_ns"] == 1115 * US
+    assert r["saves_ns"] < saves(graph, ["drop_syncs"])["saves_ns"] + 1
+    # a bare synchronize and a blocking host->device copy are no read-back
+    h = G()
+    a = h.h("launch", "cudaLaunchKernel", 10 * US)
+    h.k("k1", 1000 * US, a)
+    c = h.h("sync_wait", "cudaMemcpy", 5 * US)
+    h.k("Memcpy HtoD (Pageable -> Device)", 5 * US, c, kind="gpu_copy")
+    h.drain.append((1, c))
+    s = h.h("sync_wait", "cudaDeviceSynchronize", 0)
+    h.drain.append((1, s))
+    r = saves(h.build(), ["drop_reads"])
+    assert r["refused"] == {"drop_reads": "no blocking device->host read in the replayed steps"}
+    assert saves(h.build(), ["drop_syncs"])["applied"] == ["drop_syncs"]
+
+
+def test_drop_reads_finds_a_native_read_before_its_stream_sync():
+    # native code (extra-p's nsys exports): cudaMemcpyAsync to the host, then untraced host
+    # time and a cudaStreamSynchronize that waits for the copy -- no op names the read
+    g = G()
+    a = g.h("launch", "cudaLaunchKernel", 10 * US)
+    g.k("k1", 1000 * US, a)
+    c = g.h("launch", "cudaMemcpyAsync", 5 * US)
+    g.k("[CUDA memcpy Device-to-Host]", 5 * US, c, kind="gpu_copy")
+    g.h("host", "untraced", 20 * US, cat="untraced")
+    s = g.h("sync_wait", "cudaStreamSynchronize", 0)
+    g.drain.append((1, s))
+    g.h("host", "untraced", 800 * US, cat="untraced")
+    r = saves(g.build(), ["drop_reads"])
+    assert r["applied"] == ["drop_reads"] and r["after_ns"] < r["before_ns"]
+
+
 def test_a_free_after_the_dropped_sync_waits_in_its_place():
     g = G()
     a = g.h("launch", "cudaLaunchKernel", 10 * US)
@@ -335,6 +390,20 @@ def test_channels_last_drops_the_layout_conversions():
     g.drain.append((1, s))
     r = saves(g.build(), ["channels_last"])
     assert r["saves_ns"] == 300 * US
+
+
+def test_channels_last_drops_miopens_transposes():
+    # TraceLens xdit flux on MI300X: MIOpen's NHWC convolutions on NCHW tensors run between
+    # batched_transpose kernels; the model refused ("no layout conversion kernels")
+    g = G()
+    a = g.h("launch", "hipLaunchKernel", 5 * US)
+    g.k("batched_transpose_32x32_half", 200 * US, a)
+    b = g.h("launch", "hipLaunchKernel", 5 * US)
+    g.k("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x256x32", 1_000 * US, b)
+    s = g.h("sync_wait", "hipStreamSynchronize", 0)
+    g.drain.append((1, s))
+    r = saves(g.build(), ["channels_last"])
+    assert r["saves_ns"] == 200 * US
 
 
 def test_levers_together_are_replayed_not_summed():

@@ -558,6 +558,13 @@ class StepHeadWait(_S):
     calls: list[str]
 
 
+class StepShapes(_S):
+    """Whether the ops' input shapes (record_shapes) differ between the profiler steps."""
+
+    vary: bool
+    steps: int
+
+
 class CompiledCalls(_S):
     """Calls of each torch.compile graph per profiler step."""
 
@@ -813,7 +820,8 @@ class Context(_S):
     fused_attention_evidence: Optional[str]
     convolutions: bool
     convolutions_evidence: Optional[str]
-    torch_version: Optional[str]  # exact when recorded, else the format's era: ">=2.4", "1.8-1.9"
+    # exact when recorded, else the format's era: ">=2.4", "1.8-1.9", "<2.0" (dated before 2.0)
+    torch_version: Optional[str]
     torch_version_evidence: Optional[str]
     steps_seen: int              # ProfilerStep rows in the window (1 without any): the divisor
     ddp_buffer_broadcast_ns: int  # per step
@@ -850,6 +858,7 @@ class Context(_S):
     graph_launches: Optional[int] = None
     startup_phase: Optional[StartupPhase] = None
     compiled_calls_per_step: Optional[CompiledCalls] = None
+    step_shapes: Optional[StepShapes] = None
     step_head_wait: Optional[StepHeadWait] = None
     # GPU-idle gaps ending in freshly built GPU code (a driver module load after host work
     # many times its length, in two or more steps): compilation the host did not name

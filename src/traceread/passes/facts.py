@@ -149,7 +149,9 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     hw = later("hostwork")   # host_work_kind(ev, gaps, ops), a side pass
     hw_evidence = hw.pop("evidence") if hw else None
     if hw:   # the host work beside the model's: the framework's own, or work that can move
-        hw["other_kind"] = host_other_kind(hw.get("top_other"))
+        outside = int(hw.get("host_ns") or 0) - int(hw.get("model_ns") or 0)
+        hw["other_kind"] = host_other_kind(hw.get("top_other"), int(hw.get("top_other_ns") or 0)
+                                           / outside if outside > 0 else None)
     fig["host_work_kind"] = hw
     fig.update(cause_ns=parts, copies=copies, window_summary=summ,
                steps=stats["count"] if stats else 0,

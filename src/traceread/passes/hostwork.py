@@ -73,6 +73,7 @@ def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> d
     return {"kind": kind, "model_share": round(share, 3),
             "top_model": top_model[0] if top_model else None,
             "top_other": top_other[0] if top_other else None,
+            "top_other_ns": int(top_other[1]) if top_other else 0,
             "host_ns": int(host_ns), "model_ns": int(model_ns), "evidence": ev_rows}
 
 

@@ -59,7 +59,9 @@ SDPA_BACKEND_KERNELS = tuple((b, namerx.compile(p)) for b, p in (
     ("mem_efficient", r"(?i)fmha_cutlass|efficient_attention|mem_eff"),
 ))
 NHWC_RX = namerx.compile(r"(?i)nhwc")
-LAYOUT_RX = namerx.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
+# cuDNN's layout conversions; MIOpen's are its batched_transpose kernels around an NHWC
+# solver's convolution (igemm_fwd_gtcx3_nhwc, CK grouped_conv) on NCHW tensors
+LAYOUT_RX = namerx.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|^batched_transpose_")
 GEMM_OP_RX = namerx.compile(r"^aten::(?:linear|matmul|mm|addmm|bmm|baddbmm|conv[123]d"
                             r"|convolution|_convolution|scaled_dot_product_attention|einsum)$")
 CAST_RX = namerx.compile(r"^aten::(?:to|_to_copy)$")
@@ -194,7 +196,8 @@ def _convolutions(ev, steps: Steps, evidence) -> dict:
                                          "convolution operator")
                                     for r in ops[:2].tolist()]
         return {"convolution_ops": True, "convolution_ops_per_step":
-                round(len(ops) / steps.count(), 1), "channels_last": _channels_last(ev)}
+                round(len(ops) / steps.count(), 1),
+                "channels_last": _channels_last(ev, evidence)}
     if host_ops:   # operators traced and none is a convolution
         return {"convolution_ops": False, "convolution_ops_per_step": 0.0,
                 "channels_last": None}
@@ -205,7 +208,7 @@ def _convolutions(ev, steps: Steps, evidence) -> dict:
         evidence["convolutions"] = [item(n, t, None, "convolution kernel (no operators traced)")
                                     for n, t in conv[:2]]
         return {"convolution_ops": True, "convolution_ops_per_step": None,
-                "channels_last": _channels_last(ev)}
+                "channels_last": _channels_last(ev, evidence)}
     return {"convolution_ops": False if len(k) else None, "convolution_ops_per_step": None,
             "channels_last": None}
 
@@ -227,17 +230,27 @@ def _outermost(ev, rows: np.ndarray) -> np.ndarray:
     return rows[keep]
 
 
-def _channels_last(ev) -> bool | None:
+def _channels_last(ev, evidence: dict) -> bool | None:
+    """True: the convolution kernels run on NHWC tensors and no layout conversion runs;
+    False: a layout conversion kernel runs (the tensors are NCHW); None: no convolution
+    kernel. Its evidence: the kernel that decided."""
     k = _kernel_table(ev)
     if not len(k):
         return None
-    names = [scan_name(n) for n in k["name"]]
-    if any(LAYOUT_RX.search(n) for n in names):
+    rows = list(zip((scan_name(n) for n in k["name"]), k["name"], k["ts"].tolist()))
+    layout = next((r for r in rows if LAYOUT_RX.search(r[0])), None)
+    if layout is not None:
+        evidence["channels_last"] = [item(layout[1], layout[2], None,
+                                          "layout conversion kernel: NCHW tensors")]
         return False
-    conv = [n for n in names if CONV_KERNEL_RX.search(n) and not ATTENTION_KERNEL_RX.search(n)]
+    conv = [r for r in rows if CONV_KERNEL_RX.search(r[0]) and not ATTENTION_KERNEL_RX.search(r[0])]
     if not conv:
         return None
-    return any(NHWC_RX.search(n) for n in conv)
+    nhwc = next((r for r in conv if NHWC_RX.search(r[0])), None)
+    if nhwc is not None:
+        evidence["channels_last"] = [item(nhwc[1], nhwc[2], None,
+                                          "NHWC convolution kernel, no layout conversion")]
+    return nhwc is not None
 
 
 def _sdpa(ev, steps: Steps, evidence) -> dict:

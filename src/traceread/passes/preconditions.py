@@ -23,6 +23,8 @@
   graph captures and allocations happen once, not every step.
 * ``compiled_calls_per_step``: calls of each torch.compile graph (``## Call CompiledFxGraph
   <hash> ##``, ``CompiledFunction``) per profiler step; the most called one.
+* ``step_shapes``: whether the ops' input shapes (``record_shapes``) differ between the
+  steps: the same in every step, "keep shapes stable" has nothing to stabilise.
 * ``host_other_kind``: what the host work that is not the model's forward is --
   ``framework`` (optimizer step, module call wrappers, autograd engine, a serving engine's
   loop: it cannot move to a DataLoader worker), ``compute`` (the job's own matmuls on the
@@ -331,6 +333,45 @@ def startup_phase(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
                   "an engine's start-up: graphs captured and memory set up once")])
 
 
+# -- do the steps' shapes change? ---------------------------------------------------------
+
+def step_shapes(ev: pd.DataFrame, steps: Steps) -> tuple[dict | None, list[dict]]:
+    """({"vary": bool, "steps": n} or None, evidence): whether the ops' input shapes
+    (``record_shapes``: ``input_dims``) differ between the steps -- each step's set of
+    (op, input dims) pairs compared with the first step's. None: fewer than two steps or no
+    shapes recorded. Evidence: a pair one step has and another lacks, or the first step's
+    first shaped op (all alike)."""
+    if "input_dims" not in ev or len(steps) < 2:
+        return None, []
+    rows = rows_of(ev, ("cpu_op",))
+    dims = ev["input_dims"]
+    if not len(rows) or not isinstance(dims.dtype, pd.CategoricalDtype):
+        return None, []
+    d = dims.cat.codes.to_numpy()[rows]
+    rows, d = rows[d >= 0], d[d >= 0]
+    step = steps.index_of(ev["pid"].to_numpy()[rows], ev["ts"].to_numpy(np.int64)[rows])
+    rows, d, step = rows[step >= 0], d[step >= 0], step[step >= 0]
+    if len(np.unique(step)) < 2:
+        return None, []
+    pairs = pd.DataFrame({"step": step, "op": ev["name"].cat.codes.to_numpy()[rows]
+                          if isinstance(ev["name"].dtype, pd.CategoricalDtype)
+                          else pd.factorize(ev["name"].to_numpy()[rows])[0],
+                          "dims": d, "row": rows}).drop_duplicates(["step", "op", "dims"])
+    per = pairs.groupby(["op", "dims"])["step"].nunique()
+    n = int(pairs["step"].nunique())
+    odd = per[per < n]
+    if not len(odd):
+        r = int(pairs["row"].iat[0])
+        return {"vary": False, "steps": n}, [item(ev["name"].iat[r], ev["ts"].iat[r], None,
+                                                   f"the same op input shapes in all {n} steps")]
+    op, dm = odd.index[0]
+    hit = pairs[(pairs["op"] == op) & (pairs["dims"] == dm)]
+    r = int(hit["row"].iat[0])
+    return {"vary": True, "steps": n}, [item(ev["name"].iat[r], ev["ts"].iat[r], None,
+                                             f"input dims {dims.cat.categories[dm]} in "
+                                             f"{len(hit)} of {n} steps")]
+
+
 # -- torch.compile graph calls per step ---------------------------------------------------
 
 COMPILED_GRAPH_RX = namerx.compile(r"^## Call CompiledFxGraph (\w+) ##$|^(CompiledFunction)$"
@@ -384,15 +425,22 @@ HOST_COMPUTE_RX = namerx.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|
 SCRIPT_FRAME_RX = namerx.compile(r"<module>$|_run_module_as_main$|\): decorate_context$")
 
 
-def host_other_kind(top_other: str | None) -> str | None:
+OTHER_NAMED_SHARE = 0.25   # of the host time outside the model a name must cover to say what it is
+
+
+def host_other_kind(top_other: str | None, share: float | None = None) -> str | None:
     """What the largest host work outside the model's forward is: ``framework`` (optimizer
     step, module-call wrappers, autograd engine, DDP's bucket copies, a serving engine's
     step loop: it cannot move to a worker), ``compute`` (the job's own matmuls on CPU
     tensors: it is the work), ``movable`` (data preparation, copies, I/O, sleeps), or
-    ``unknown`` (only a script's outermost frame is named); None: nothing outside it."""
+    ``unknown`` (only a script's outermost frame is named, or the largest name covers under
+    ``OTHER_NAMED_SHARE`` of that time: the rest is untraced, and one small op cannot say
+    what it is); None: nothing outside it. ``share``: the top name's part of the time."""
     if not top_other:
         return None
     name = str(top_other)
+    if share is not None and share < OTHER_NAMED_SHARE:
+        return "unknown"
     if FRAMEWORK_FRAME_RX.search(name):
         return "framework"
     if HOST_COMPUTE_RX.search(name):
@@ -469,6 +517,7 @@ def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
     """The facts above as program keys, with ``facts_evidence`` (see module doc)."""
     evidence: dict[str, list] = {}
     out: dict = {}
+    steps = Steps(ev)
     for key, (val, proof) in (
             ("kernel_arch", kernel_arch(kernels)),
             ("fp32_gemv_share", fp32_gemv_share(ev)),
@@ -477,7 +526,8 @@ def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
             ("pageable_reads", pageable_reads(ev)),
             ("graph_launches", graph_launches(ev)),
             ("startup_phase", startup_phase(ev)),
-            ("compiled_calls_per_step", compiled_calls_per_step(ev, Steps(ev)))):
+            ("compiled_calls_per_step", compiled_calls_per_step(ev, steps)),
+            ("step_shapes", step_shapes(ev, steps))):
         out[key] = val
         if proof:
             evidence[key] = proof
@@ -487,4 +537,5 @@ def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
 
 __all__ = ["precondition_facts", "step_head_wait", "kernel_arch", "fp32_gemv_share", "h2d_source",
            "pageable_reads",
-           "graph_launches", "startup_phase", "compiled_calls_per_step", "host_other_kind"]
+           "graph_launches", "startup_phase", "compiled_calls_per_step", "host_other_kind",
+           "step_shapes"]

@@ -461,10 +461,20 @@ def convolutions(host: list[str], kernels: list[str]) -> str | None:
 
 # ------------------------------------------------------------------ torch version
 
+# torch.compile reached the nightlies in December 2022 (PyTorch 2.0 announced 2022-12-02):
+# a trace whose clock reads earlier ran a torch without it. A month of margin; and only a
+# wall-clock reading (Kineto before 2.4 writes microseconds since the epoch; nsys's are from
+# the session start) -- a stamp before 2016 is no date.
+NO_COMPILE_BEFORE_NS = 1_667_260_800 * 10**9     # 2022-11-01 00:00 UTC
+WALL_CLOCK_FROM_NS = 1_451_606_400 * 10**9       # 2016-01-01 00:00 UTC
+
+
 def torch_version(ev: pd.DataFrame, meta=None) -> tuple[str | None, str | None]:
     """(version, evidence). Kineto does not write torch's version; its format does tell the
     era: ``baseTimeNanoseconds`` in the header (PyTorch >= 2.4), ``Operator``/``Runtime``
-    categories (1.8-1.9). An exact version in the metadata wins."""
+    categories (1.8-1.9), and a Kineto trace recorded before November 2022 by its events'
+    wall-clock time ran a torch older than 2.0 (``<2.0``: no torch.compile). An exact
+    version in the metadata wins."""
     extra = getattr(meta, "extra", None) or {}
     for k in ("pytorch_version", "torch_version", "pt_version"):
         if extra.get(k):
@@ -477,7 +487,18 @@ def torch_version(ev: pd.DataFrame, meta=None) -> tuple[str | None, str | None]:
             else set(cat.dropna().astype(str))
         if "Operator" in cats or "Runtime" in cats:
             return "1.8-1.9", "cat Operator" if "Operator" in cats else "cat Runtime"
-    return None, None
+    return _dated_version(ev, meta)
+
+
+def _dated_version(ev: pd.DataFrame, meta) -> tuple[str | None, str | None]:
+    """``<2.0`` when a Kineto trace's first event is dated before ``NO_COMPILE_BEFORE_NS``."""
+    if getattr(meta, "format", None) != "kineto" or not len(ev):
+        return None, None
+    first = int(ev["ts"].to_numpy(np.int64).min())
+    if not WALL_CLOCK_FROM_NS <= first < NO_COMPILE_BEFORE_NS:
+        return None, None
+    day = pd.Timestamp(first, unit="ns").date().isoformat()
+    return "<2.0", f"recorded {day} (the events' wall-clock time): before torch 2.0"
 
 
 # ------------------------------------------------------------------ syncs

@@ -19,7 +19,8 @@ CAUSE_WORDS = {"data": "waiting for the DataLoader", "copy": "host-device copies
                "graph_capture": "recording CUDA graphs", "gpu": "the GPU's own work"}
 
 # what-if models (passes/replay/whatif.py) -> the change they replay
-MODEL_WORDS = {"drop_syncs": "no per-step syncs", "cuda_graphs": "CUDA graphs",
+MODEL_WORDS = {"drop_syncs": "no per-step syncs", "drop_reads": "results read a step later",
+               "cuda_graphs": "CUDA graphs",
                "fuse_pointwise": "torch.compile fusion", "tf32": "TF32 matmuls",
                "bf16": "bf16 autocast", "fp16": "fp16 autocast", "pin_copies": "pinned copies",
                "pin_reads": "pinned read-backs",
@@ -43,6 +44,12 @@ def _host_work(v: dict) -> str | None:
         top = f" (mostly {v['top_model']})" if v.get("top_model") else ""
         return f"{_pct(share)} of the host time in the gaps is the model's own calls{top}"
     top = f" (mostly {v['top_other']})" if v.get("top_other") else ""
+    outside = int(v.get("host_ns") or 0) - int(v.get("model_ns") or 0)
+    named = int(v.get("top_other_ns") or 0) / outside if outside > 0 else None
+    if v.get("top_other") and named is not None and named < 0.5:   # not "mostly" it
+        top = f" (largely untraced; the largest named op, {v['top_other']}: {_pct(named)})"
+    elif v.get("top_other") and v.get("other_kind") == "unknown":   # a script's outer frame
+        top = f" (under the script's outer frame {v['top_other']})"
     what = OTHER_KIND_WORDS.get(v.get("other_kind"), "")
     return (f"{_pct(1 - float(share))} of the host time in the gaps runs outside the "
             f"model's calls{top}" + (f": {what}" if what else ""))

@@ -126,8 +126,17 @@ def optimizer_foreach(c: Ctx) -> bool:
 
 
 def _torch_version(c: Ctx) -> tuple[int, int] | None:
-    m = re.match(r"(\d+)\.(\d+)", str(c.get("torch_version") or ""))
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    """The newest torch the trace can have run: exact ``2.1.0+cu121`` -> (2, 1), an era
+    ``1.8-1.9`` -> (1, 9), ``<2.0`` -> (1, 99) (below 2.0); ``>=2.4`` or unknown: None."""
+    v = str(c.get("torch_version") or "")
+    m = re.match(r"<(\d+)\.(\d+)$", v)
+    if m:
+        major, minor = int(m.group(1)), int(m.group(2))
+        return (major, minor - 1) if minor else (major - 1, 99)
+    m = re.match(r"(\d+)\.(\d+)(?:-(\d+)\.(\d+))?", v)
+    if not m:
+        return None
+    return (int(m.group(3)), int(m.group(4))) if m.group(3) else (int(m.group(1)), int(m.group(2)))
 
 
 def fused_available(c: Ctx) -> bool:
@@ -401,6 +410,12 @@ def convolutions(c: Ctx) -> bool:
     return c.get("convolutions", True) is not False
 
 
+def not_channels_last(c: Ctx) -> bool:
+    """The convolutions do not already run channels_last (``channels_last``: NHWC kernels
+    and no layout conversion kernel); unknown: yes."""
+    return c.get("channels_last") is not True
+
+
 def attention_unfused(c: Ctx) -> bool:
     """No fused attention kernel (SDPA/flash) runs."""
     return not c.get("fused_attention") and not c.get("attention_ns", 0)
@@ -470,6 +485,13 @@ def device_frees(c: Ctx) -> bool:
 def allocator_growing(c: Ctx) -> bool:
     """Allocations and no release inside the gaps: the caching allocator is still growing."""
     return c.get("alloc_frees") is not None and int(c["alloc_frees"]) == 0
+
+
+def shapes_may_vary(c: Ctx) -> bool:
+    """The ops' input shapes change between steps (``step_shapes``: record_shapes' input dims
+    compared step by step); the same in every step: stable already, no; unknown: yes."""
+    s = c.get("step_shapes")
+    return not (isinstance(s, dict) and s.get("vary") is False)
 
 
 def allocator_cached(c: Ctx) -> bool:
@@ -568,6 +590,22 @@ def explicit_syncs(c: Ctx) -> bool:
                             for k, v in kinds.items())
 
 
+# the blocking kinds (passes/blocking.py) that read a value the program could take a step
+# later: not a tensor condition (``if t:`` decides this step's control flow), not a bare
+# synchronize (it reads nothing), not a data-dependent shape (the next op needs its size)
+DEFERRABLE_READS = ("item", "tolist", "cpu", "blocking_copy", "pageable_copy", "other")
+
+
+def deferrable_reads(c: Ctx) -> bool:
+    """A read-back the program could take a step later runs (``blocking.by_kind``: .item(),
+    .tolist(), .cpu(), a blocking copy); only tensor conditions (``if t:`` needs its value
+    now) and synchronize(): no. Unknown: yes."""
+    b = c.get("blocking")
+    if not isinstance(b, dict) or not b.get("by_kind"):
+        return True
+    return any(k in DEFERRABLE_READS for k in b["by_kind"])
+
+
 def compiled_call(c: Ctx) -> bool:
     """The host-bound time is torch.compile's own per-call work (``host_in_compiled_call``:
     the host culprit is the compiled graph's call / wrapper / guards)."""
@@ -630,6 +668,13 @@ def no_fp16(c: Ctx) -> bool:
     """fp16 does not already run (fp16 GEMM kernels, fp16 autocast): bf16 advice would be a
     lateral move there."""
     return not c.get("fp16_runs") and not (c.get("dtypes") or {}).get("fp16")
+
+
+def autocast_off(c: Ctx) -> bool:
+    """torch.autocast is not already on (``autocast``: its casts to bf16 / fp16 inside the
+    matmul ops); on: the matmuls left in fp32 are ones it keeps in fp32 or runs outside its
+    region -- turning it on is done. Unknown: yes."""
+    return not c.get("autocast")
 
 
 def _stall_text(c: Ctx) -> str:
@@ -760,6 +805,20 @@ def compile_available(c: Ctx) -> bool:
     """torch.compile exists: torch >= 2.0 (unknown version: yes)."""
     v = _torch_version(c)
     return v is None or v >= (2, 0)
+
+
+TRITON_MIN_CC = (7, 0)   # torch.compile's GPU backend (Triton) refuses older NVIDIA GPUs
+
+
+def triton_device(c: Ctx) -> bool:
+    """torch.compile's Triton kernels run on this GPU: NVIDIA compute capability >= 7.0
+    (a Pascal or older GPU is "too old to be supported by the triton GPU compiler");
+    unknown device: yes."""
+    d = _device(c)
+    m = re.match(r"(\d+)\.(\d+)", str(d.get("cc") or ""))
+    if d.get("vendor") != "nvidia" or not m:
+        return True
+    return (int(m.group(1)), int(m.group(2))) >= TRITON_MIN_CC
 
 
 def graphs_api_available(c: Ctx) -> bool:
@@ -1048,8 +1107,6 @@ GRAPHS_NOT_REPLAYED = ("keep input shapes fixed (pad or bucket them) so the CUDA
                        "replayed in the analysed steps")
 DATALOADER_PIN = ("DataLoader(pin_memory=True) and .to(device, non_blocking=True) for the batch "
                   "copy")
-STORAGE = ("faster storage / decoding: local SSD, pre-decoded or packed datasets, GPU decoding "
-           "(DALI)")
 SHAPES_STABLE = "keep shapes stable (pad or bucket) so the caching allocator can reuse blocks"
 TF32_TEXT = ("enable TF32: torch.backends.cuda.matmul.allow_tf32 = True "
              "(torch.set_float32_matmul_precision('high'))")
@@ -1059,6 +1116,152 @@ FP16_TEXT = ("fp16 autocast (torch.autocast(dtype=torch.float16)) with a GradSca
 SDPA_TEXT = "fused attention: F.scaled_dot_product_attention (flash / memory-efficient kernels)"
 
 PT, NV = pytorch, native
+
+
+def _front_end_text(c: Ctx) -> str:
+    """mostly GPU-side gaps between back-to-back kernels: fewer, larger kernels (torch.compile
+    fusion) or CUDA graphs cut the per-kernel front-end latency -- each remedy named only
+    where the trace's torch, GPU and program leave it open (worded from the facts)"""
+    head = "mostly GPU-side gaps between back-to-back kernels: "
+    tail = " cut the per-kernel front-end latency"
+    if native(c):
+        graphs = "more of the loop inside its CUDA graphs" if uses_graphs(c) else "CUDA graphs"
+        return f"{head}fewer, larger kernels (fused by hand) or {graphs}{tail}"
+    if not not_compiled(c):
+        fuse = "fewer graph breaks, so torch.compile fuses more of the step"
+    elif compile_available(c) and triton_device(c):
+        fuse = "torch.compile fusion"
+    else:   # no torch.compile on this torch / GPU: fused ops by hand, more work per kernel
+        fuse = "fused layers, torch._foreach_* ops, a larger batch"
+    if uses_graphs(c):
+        graphs = "more of the step inside its CUDA graphs"
+    elif graphs_api_available(c):
+        graphs = "CUDA graphs"
+    else:
+        return f"{head}fewer, larger kernels ({fuse}){tail}"
+    return f"{head}fewer, larger kernels ({fuse}) or {graphs}{tail}"
+
+
+def _cuda_graphs_text(c: Ctx) -> str:
+    """capture the step with CUDA graphs: torch.compile(mode="reduce-overhead") or
+    torch.cuda.graphs (torch.cuda.graphs alone where torch.compile cannot run)"""
+    how = "torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs" if \
+        compile_available(c) and triton_device(c) else \
+        "torch.cuda.graphs (torch.cuda.make_graphed_callables)"
+    return f"capture the step with CUDA graphs: {how}"
+
+
+def _graphs_host_text(c: Ctx) -> str:
+    """capture the step with CUDA graphs so the GPU runs ahead of the host:
+    torch.compile(mode="reduce-overhead") (torch.cuda.graphs where torch.compile cannot run)"""
+    how = "torch.compile(mode=\"reduce-overhead\")" if compile_available(c) and \
+        triton_device(c) else "torch.cuda.graphs (torch.cuda.make_graphed_callables)"
+    return f"capture the step with CUDA graphs so the GPU runs ahead of the host: {how}"
+
+
+def _unknown_directions(c: Ctx) -> set:
+    """The directions (HtoD / DtoH) of the copies whose payload is unknown that take at least
+    a fifth of those copies' time (``copy_payloads``); none recorded: HtoD, as before."""
+    rows = [r for r in c.get("copy_payloads") or [] if isinstance(r, dict)
+            and r.get("payload") == "unknown"]
+    total = sum(int(r.get("copy_ns") or 0) for r in rows)
+    out = {r.get("direction") for r in rows if total and int(r.get("copy_ns") or 0) >= 0.2 * total}
+    return (out & {"HtoD", "DtoH"}) or {"HtoD"}
+
+
+def _copy_unknown_text(c: Ctx) -> str:
+    """the trace cannot tell what these copies carry (no input batch, re-sent tensor or
+    optimizer state recognised around them): fresh data -- copy it non_blocking from pinned
+    memory on a side stream, ahead of use; data that does not change -- keep it on the GPU;
+    results read back (device->host) -- into pinned memory, read a step later; record
+    with_stack=True to see where they come from (each remedy for the directions the copies
+    take)"""
+    dirs = _unknown_directions(c)
+    parts = []
+    if "HtoD" in dirs:
+        parts.append("fresh data -- copy it non_blocking from pinned memory on a side stream, "
+                     "ahead of use; data that does not change -- keep it on the GPU")
+    if "DtoH" in dirs:
+        parts.append("results read back (device->host) -- copy them non_blocking into pinned "
+                     "memory and read them a step later, or keep them on the GPU")
+    return ("the trace cannot tell what these copies carry (no input batch, re-sent tensor or "
+            "optimizer state recognised around them): " + "; ".join(parts)
+            + "; record with_stack=True to see where they come from")
+
+
+def _copy_unknown_native_text(c: Ctx) -> str:
+    """the trace cannot tell what these copies carry: overlap fresh data with compute (pinned
+    memory, cudaMemcpyAsync on a second stream) and keep data that does not change on the
+    GPU between iterations; read results back into pinned memory asynchronously (each
+    remedy for the directions the copies take)"""
+    dirs = _unknown_directions(c)
+    parts = []
+    if "HtoD" in dirs:
+        parts.append("overlap fresh data with compute (pinned memory, cudaMemcpyAsync on a "
+                     "second stream) and keep data that does not change on the GPU between "
+                     "iterations")
+    if "DtoH" in dirs:
+        parts.append("read results back with cudaMemcpyAsync into pinned memory, waiting on an "
+                     "event only where they are used")
+    return "the trace cannot tell what these copies carry: " + "; ".join(parts)
+
+
+def _vendor(c: Ctx) -> str | None:
+    """The GPU's vendor the trace records (``device.vendor``: deviceProperties' name or warp
+    size, an nsys export's GPU); None: unknown."""
+    v = _device(c).get("vendor")
+    return v if v in ("nvidia", "amd") else None
+
+
+def _storage_text(c: Ctx) -> str:
+    """faster storage / decoding: local SSD, pre-decoded or packed datasets, GPU decoding
+    (DALI on NVIDIA, rocAL on AMD: named for the trace's GPU)"""
+    dec = {"nvidia": "GPU decoding (DALI)", "amd": "GPU decoding (rocAL)"}.get(
+        _vendor(c), "GPU decoding (DALI on NVIDIA, rocAL on AMD)")
+    return f"faster storage / decoding: local SSD, pre-decoded or packed datasets, {dec}"
+
+
+def _interconnect_text(c: Ctx) -> str:
+    """check the interconnect: topology, NVLink/IB placement of the ranks (xGMI on AMD: named
+    for the trace's GPU)"""
+    link = {"nvidia": "NVLink/IB", "amd": "xGMI (Infinity Fabric)/IB"}.get(
+        _vendor(c), "NVLink or xGMI / IB")
+    return f"check the interconnect: topology, {link} placement of the ranks"
+
+
+def _stream_waits_text(c: Ctx) -> str:
+    """check the cross-stream waits (cudaStreamWaitEvent / event records) that hold the
+    queued kernels: record the event earlier, or run the waited-on stream's work (copies,
+    collectives) earlier (hipStreamWaitEvent on AMD)"""
+    call = "hipStreamWaitEvent" if _vendor(c) == "amd" else "cudaStreamWaitEvent"
+    return (f"check the cross-stream waits ({call} / event records) that hold the queued "
+            "kernels: record the event earlier, or run the waited-on stream's work (copies, "
+            "collectives) earlier")
+
+
+def _node_trace(c: Ctx) -> str:
+    """The profiler that records each CUDA graph node: nsys on NVIDIA, rocprofv3's kernel
+    trace on AMD (nsys does not run there)."""
+    return "rocprofv3 --kernel-trace" if _vendor(c) == "amd" else "nsys --cuda-graph-trace=node"
+
+
+def _queued_in_graphs_text(c: Ctx) -> str:
+    """the GPU idles with work queued inside the program's own CUDA graph replays: trace the
+    graphs' nodes (nsys --cuda-graph-trace=node; rocprofv3 --kernel-trace on AMD) to see
+    which node waits, and what it waits for"""
+    return ("the GPU idles with work queued inside the program's own CUDA graph replays: trace "
+            f"the graphs' nodes ({_node_trace(c)}) to see which node waits, and what it waits for")
+
+
+def _queued_untraced_text(c: Ctx) -> str:
+    """the GPU idles with work queued and nothing traced explains it: record the whole device
+    (nsys profile without a process filter, --cuda-graph-trace=node; rocprofv3 on AMD) to
+    see the GPU work this trace did not record"""
+    how = ("rocprofv3 --kernel-trace --memory-copy-trace on every process that uses the GPU"
+           if _vendor(c) == "amd" else
+           "nsys profile without a process filter, --cuda-graph-trace=node")
+    return ("the GPU idles with work queued and nothing traced explains it: record the whole "
+            f"device ({how}) to see the GPU work this trace did not record")
 
 
 def _batch_words(c: Ctx) -> str:
@@ -1087,7 +1290,7 @@ LEVERS: tuple[Lever, ...] = (
                        "end and started again: DataLoader(persistent_workers=True) keeps them",
                        example="tests/fixtures/cpu/workers_restart.json.gz (CPU torch 2.13, "
                        "2 workers, 4 steps an epoch: 33 ms a restart)")),
-    Lever("storage", "data", STORAGE, "infra"),
+    Lever("storage", "data", _storage_text, "infra"),
     Lever("input_on_main_thread", "data", _head_text, "free", saves="step_head",
           when=_all(PT, step_head_waits, no_dataloader_names), first=True,
           doc=LeverDoc(what="the step's input is fetched on the training thread before its "
@@ -1104,20 +1307,14 @@ LEVERS: tuple[Lever, ...] = (
           "overlaps compute", "code", when=_all(PT, input_batch_copies)),
     Lever("optimizer_on_gpu", "copy", _offload_text, "code", saves="offload",
           when=_all(PT, optimizer_offloaded), first=True),
-    Lever("copy_unknown", "copy", "the trace cannot tell what these copies carry (no input "
-          "batch, re-sent tensor or optimizer state recognised around them): fresh data -- "
-          "copy it non_blocking from pinned memory on a side stream, ahead of use; data that "
-          "does not change -- keep it on the GPU; record with_stack=True to see where they come "
-          "from", "code", when=_all(PT, unknown_copies)),
+    Lever("copy_unknown", "copy", _copy_unknown_text, "code", when=_all(PT, unknown_copies)),
     Lever("pin_copy_native", "copy", "pinned host memory (cudaHostAlloc / cudaHostRegister) for "
           "the host<->device copies", "free", saves="pin", when=_all(NV)),
     Lever("keep_on_gpu_native", "copy", "keep the data on the GPU between iterations", "code",
           when=_all(NV, resent_copies)),
     Lever("async_copy_native", "copy", "cudaMemcpyAsync on a second stream so the copy overlaps "
           "compute", "code", when=_all(NV)),
-    Lever("copy_unknown_native", "copy", "the trace cannot tell what these copies carry: "
-          "overlap fresh data with compute (pinned memory, cudaMemcpyAsync on a second stream) "
-          "and keep data that does not change on the GPU between iterations", "code",
+    Lever("copy_unknown_native", "copy", _copy_unknown_native_text, "code",
           when=_all(NV, unknown_copies)),
     # sync
     Lever("per_param_item", "sync", "remove the per-parameter syncs (an .item()/.cpu() for every "
@@ -1140,7 +1337,7 @@ LEVERS: tuple[Lever, ...] = (
                        "pageable tensor with non_blocking=True every step)")),
     Lever("late_read", "sync", "copy results with .to('cpu', non_blocking=True) into pinned "
           "memory and read them one step later", "code",
-          when=_all(PT, dtoh_waits, reads_not_all_pageable)),
+          when=_all(PT, dtoh_waits, reads_not_all_pageable, deferrable_reads)),
     Lever("remove_syncs_native", "sync", "remove blocking syncs from the loop "
           "(cudaDeviceSynchronize, cudaStreamSynchronize, synchronous cudaMemcpy): wait on an "
           "event only where the result is needed", "code", when=_all(NV)),
@@ -1154,12 +1351,12 @@ LEVERS: tuple[Lever, ...] = (
     Lever("graphs_not_replayed", "launch", GRAPHS_NOT_REPLAYED, "code",
           when=_all(PT, graphs_not_replayed, steady_window), first=True,
           group="graphs_not_replayed"),
-    Lever("cuda_graphs", "launch", "capture the step with CUDA graphs: "
-          "torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs", "code",
+    Lever("cuda_graphs", "launch", _cuda_graphs_text, "code",
           when=_all(PT, no_graphs, capturable, graphs_api_available), after=("per_param_item",),
           group="cuda_graphs"),
     Lever("compile_fuse", "launch", "torch.compile to fuse small elementwise kernels (fewer "
-          "launches)", "code", when=_all(PT, no_graphs, not_compiled, compile_available),
+          "launches)", "code", when=_all(PT, no_graphs, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     Lever("larger_batch", "launch", _batch_words, "code", when=_all(PT, training, steady_window)),
     Lever("fused_optimizer", "launch", "fused optimizers (foreach=True / fused=True) and fused "
@@ -1180,7 +1377,8 @@ LEVERS: tuple[Lever, ...] = (
           first=True, group="graph_coverage"),
     Lever("compile_fuse_rest", "launch", "torch.compile to fuse the remaining small elementwise "
           "kernels", "code",
-          when=_all(PT, uses_graphs, graphs_replayed, not_compiled, compile_available),
+          when=_all(PT, uses_graphs, graphs_replayed, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     Lever("cuda_graphs_native", "launch", "CUDA graphs: capture the loop body once "
           "(cudaStreamBeginCapture, cudaGraphLaunch)", "code", when=_all(NV, no_graphs, capturable),
@@ -1215,18 +1413,19 @@ LEVERS: tuple[Lever, ...] = (
           "ops", "code", saves="host_rest", when=_all(PT, host_dispatch)),
     Lever("compile_dispatch", "host", "torch.compile the step: fused kernels leave fewer ops to "
           "dispatch", "code", saves="host_rest",
-          when=_all(PT, host_dispatch, not_compiled, compile_available),
+          when=_all(PT, host_dispatch, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     Lever("compile_model_host", "host", "the host time is the model's own forward (module "
           "calls and the dispatch of many small ops), which cannot move off the step: "
           "torch.compile the model (fused kernels, less Python per step), capture it with CUDA "
           "graphs where the step allows, or run a larger batch per call", "code",
           saves="host_rest", when=_all(PT, host_in_model, not_host_dispatch, not_compiled,
-                                       not_compiled_call, host_not_stall, compile_available),
+                                       not_compiled_call, host_not_stall, compile_available,
+                                       triton_device),
           first=True,
           group="compile"),
-    Lever("graphs_host", "host", "capture the step with CUDA graphs so the GPU runs ahead of the "
-          "host: torch.compile(mode=\"reduce-overhead\")", "code", saves="host_rest",
+    Lever("graphs_host", "host", _graphs_host_text, "code", saves="host_rest",
           when=_all(PT, no_graphs, capturable, host_not_stall, graphs_api_available),
           after=("per_param_item",),
           group="cuda_graphs"),
@@ -1252,7 +1451,7 @@ LEVERS: tuple[Lever, ...] = (
           "free", saves="alloc", when=_all(PT, allocator_cached, no_startup_alloc,
                                            allocator_growing, steady_window)),
     Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
-          when=_all(PT, allocator_cached, no_startup_alloc, steady_window)),
+          when=_all(PT, allocator_cached, no_startup_alloc, steady_window, shapes_may_vary)),
     # the alloc cause holds stream / event creation too (passes/attribution.py): said so
     Lever("reuse_buffers_native", "host", "allocate buffers and create streams and events once, "
           "outside the loop, and reuse them; or a stream-ordered pool for the buffers "
@@ -1297,8 +1496,7 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(gloo), first=True),
     Lever("peers_late", "comms", _slow_collective_text, "free", when=_all(slow_collective),
           first=True),
-    Lever("interconnect", "comms", "check the interconnect: topology, NVLink/IB placement of the "
-          "ranks", "infra", when=_all(gpu_transport)),
+    Lever("interconnect", "comms", _interconnect_text, "infra", when=_all(gpu_transport)),
     Lever("comms_overlap_native", "comms", "overlap communication with compute: collectives on "
           "their own stream, issued early", "code", when=_all(NV)),
     # compile
@@ -1320,39 +1518,32 @@ LEVERS: tuple[Lever, ...] = (
     Lever("capture_in_warmup", "graph_capture", "record the graphs during warm-up, before the "
           "measured steps", "free", when=_all(steady_window)),
     # queued: the GPU waited with its next op already launched (passes/attribution.py)
-    Lever("stream_waits", "queued", "check the cross-stream waits (cudaStreamWaitEvent / event "
-          "records) that hold the queued kernels: record the event earlier, or run the "
-          "waited-on stream's work (copies, collectives) earlier", "code", saves="queued",
-          waits="event"),
-    Lever("front_end", "queued", "mostly GPU-side gaps between back-to-back kernels: fewer, "
-          "larger kernels (torch.compile fusion) or CUDA graphs cut the per-kernel front-end "
-          "latency", "code", saves="queued", waits="gpu_side"),
+    Lever("stream_waits", "queued", _stream_waits_text, "code", saves="queued", waits="event"),
+    Lever("front_end", "queued", _front_end_text, "code", saves="queued", waits="gpu_side"),
     Lever("queued_other_process", "queued", _queued_other_text, "infra", saves="queued",
           waits="untraced", when=_all(other_process), first=True),
-    Lever("queued_in_graphs", "queued", "the GPU idles with work queued inside the program's "
-          "own CUDA graph replays: trace the graphs' nodes (nsys --cuda-graph-trace=node) to "
-          "see which node waits, and what it waits for", "free", saves="queued",
+    Lever("queued_in_graphs", "queued", _queued_in_graphs_text, "free", saves="queued",
           waits="untraced", when=_all(no_other_process, uses_graphs)),
-    Lever("queued_untraced", "queued", "the GPU idles with work queued and nothing traced "
-          "explains it: record the whole device (nsys profile without a process filter, "
-          "--cuda-graph-trace=node) to see the GPU work this trace did not record", "free",
-          saves="queued", waits="untraced", when=_all(no_other_process, no_graphs)),
+    Lever("queued_untraced", "queued", _queued_untraced_text, "free", saves="queued",
+          waits="untraced", when=_all(no_other_process, no_graphs)),
     # gpu: busy-time levers with a saving (passes/busy.py), for every bound
     Lever("tf32", "gpu", TF32_TEXT, "free", saves="busy", busy="tf32",
           when=_all(PT, tf32_device, not_gemv)),
     Lever("bf16_autocast", "gpu", BF16_TEXT, "code", saves="busy", busy="bf16_autocast",
-          when=_all(PT, bf16_device, no_fp16)),
+          when=_all(PT, bf16_device, no_fp16, autocast_off)),
     Lever("fp16_autocast", "gpu", FP16_TEXT, "code", saves="busy", busy="fp16_autocast",
-          when=_all(PT)),
+          when=_all(PT, autocast_off)),
     Lever("fp16_for_bf16", "gpu", FP16_TEXT, "code", saves="busy", busy="bf16_autocast",
-          when=_all(PT, no_bf16_device)),
+          when=_all(PT, no_bf16_device, autocast_off)),
     Lever("sdpa", "gpu", SDPA_TEXT, "code", saves="busy", busy="sdpa",
           when=_all(PT, attention_unfused)),
     Lever("channels_last", "gpu", "channels_last memory format for the convolution model and "
-          "its inputs", "code", saves="busy", busy="channels_last", when=_all(PT, convolutions)),
+          "its inputs", "code", saves="busy", busy="channels_last",
+          when=_all(PT, convolutions, not_channels_last)),
     Lever("compile_pointwise", "gpu", "torch.compile to fuse the elementwise/reduction kernels",
           "code", saves="busy", busy="torch_compile",
-          when=_all(PT, not_compiled, compile_available),
+          when=_all(PT, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     # gpu: generic advice when GPU-bound and busy.py found nothing to price (no saving)
     Lever("tune_kernel", "gpu", lambda c: _tune_kernel_text(c), "code", saves="none",
@@ -1367,10 +1558,12 @@ LEVERS: tuple[Lever, ...] = (
     Lever("sdpa_generic", "gpu", SDPA_TEXT, "code", saves="none",
           when=_all(PT, gpu_bound, no_busy_evidence, attention_unfused, softmax_runs)),
     Lever("compile_generic", "gpu", "torch.compile for kernel fusion", "code", saves="none",
-          when=_all(PT, gpu_bound, no_busy_evidence, not_compiled, compile_available),
+          when=_all(PT, gpu_bound, no_busy_evidence, not_compiled, compile_available,
+                    triton_device),
           group="compile"),
     Lever("channels_last_generic", "gpu", "channels_last for convolutions", "code",
-          saves="none", when=_all(PT, gpu_bound, no_busy_evidence, convolutions)),
+          saves="none", when=_all(PT, gpu_bound, no_busy_evidence, convolutions,
+                                  not_channels_last)),
     Lever("tensor_cores_native", "gpu", "tensor-core precision for GEMM-heavy code (TF32 / BF16 "
           "/ FP16: cuBLAS math mode)", "code", saves="none",
           when=_all(NV, gpu_bound, no_busy_evidence, gemm_fp32)),
@@ -1880,11 +2073,14 @@ def fitting_busy(blev: list[dict], ctx: Ctx) -> list[dict]:
 # never a candidate, and is not listed.
 REFUSING = frozenset({
     "not_gemv", "tf32_device", "bf16_device", "no_fp16", "not_lowp", "compile_available",
+    "triton_device",
     "graphs_api_available", "fused_available", "h2d_pageable", "dtoh_waits", "graphs_replayed",
     "graphs_launched", "steady_window", "compiled_called_often", "host_movable",
     "fsdp_comms_run", "capturable", "no_graphs", "not_compiled", "not_compiled_call",
     "host_off_model", "not_host_dispatch", "not_offloaded", "host_not_stall",
-    "allocator_cached", "no_startup_alloc", "convolutions", "attention_unfused",
+    "allocator_cached", "no_startup_alloc", "convolutions", "not_channels_last",
+    "deferrable_reads", "autocast_off", "shapes_may_vary",
+    "attention_unfused",
     "no_dataloader_names",
     "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused"})
 

@@ -14,8 +14,9 @@ from .units import program_step_ns, step_share, window_total
 
 # lever id -> the what-if model of the change it asks for (docs/analysis.md)
 MODEL_OF = {
-    **dict.fromkeys(("remove_syncs", "per_param_item", "late_read", "remove_syncs_native",
-                     "late_read_native"), "drop_syncs"),
+    **dict.fromkeys(("remove_syncs", "per_param_item", "remove_syncs_native"), "drop_syncs"),
+    # reading results a step later removes the read-backs' waits, not every sync's
+    **dict.fromkeys(("late_read", "late_read_native"), "drop_reads"),
     **dict.fromkeys(("cuda_graphs", "graphs_host", "cuda_graphs_native",
                      "graphs_host_native"), "cuda_graphs"),
     **dict.fromkeys(("compile_fuse", "compile_pointwise", "compile_dispatch", "compile_model_host",

@@ -64,7 +64,9 @@ CHECKPOINT_RX = re.compile(r"(?i)torch\.save|checkpoint|save_state_dict|dcp\.sav
                            r"_save\b|serializ|" + f"(?-i:{STALL_SAVE_RX.rx.pattern})")
 EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
 PAGEABLE_RX = re.compile(r"(?i)pageable")
-LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
+# cuDNN's layout conversions, and MIOpen's batched_transpose kernels around its NHWC
+# convolutions on NCHW tensors (passes/precision.py's LAYOUT_RX)
+LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|^batched_transpose_")
 DATA_DEPENDENT = re.compile(r"^aten::(?:nonzero|masked_select|unique|_unique2|repeat_interleave)")
 
 
@@ -395,6 +397,53 @@ def drop_syncs(g, f: Facts, p: dict):
     _remove_ops(g, gone | _launched_by(g, gone), p)
     _free_drains(g)
     return g
+
+
+def drop_reads(g, f: Facts, p: dict):
+    """Read the results a step later: the waits of the sync ops whose run holds a call that
+    queued a device->host copy (an .item()'s copy, a .cpu()'s blocking copy) go -- the copy
+    still runs, queued where it was, and so does the work that computed it; a synchronize
+    that waits for no such copy, a blocking host->device copy and a tensor condition keep
+    their wait. What
+    reading a result a step later changes, no more (``drop_syncs`` drops every sync)."""
+    d = f.ctx.get("sync_copy_directions")
+    if isinstance(d, dict) and not d.get("DtoH"):   # the facts saw no read waited for: no replay
+        return "no blocking device->host read in the replayed steps"
+    m = _sync_nodes(g) & _read_runs(g)
+    if not (m & ((g.nodes["cost_ns"].to_numpy() > 0) | _blocking(g))).any():
+        return "no blocking device->host read in the replayed steps"
+    wake = _own_lags(g, m, after_blocking=True)
+    before = _own_lags(g, m)
+    _keep_next_lag(g, wake & ~before)
+    _remove_ops(g, m | before, p)   # zeroed in place: their launch edges (the copies) stay
+    _free_drains(g)
+    return g
+
+
+def _read_runs(g) -> np.ndarray:
+    """The sync nodes that wait for a device->host copy: each run of sync nodes (lane order,
+    one step, only calls between them, as ``_last_syncs`` reads them) that holds the call
+    of such a copy (an .item(): its op, the copy call, the stream sync), and each blocking
+    wait whose stretch since the lane's previous wait queued one (native code: cudaMemcpyAsync
+    to the host, kernels, then cudaStreamSynchronize)."""
+    n = g.nodes
+    copies = _kind(g, "gpu_copy")
+    dirs = _per_name(g, "direction", lambda xs: [_direction(x) for x in xs])
+    o = _lane_order(g)
+    readers = _launches_of(g, copies & (dirs.astype(str) == "DtoH"))[o]
+    sync = _cat(g, "sync")[o]
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    new_lane = np.r_[True, (lane[1:] != lane[:-1]) | (step[1:] != step[:-1])]
+    part = sync | _kind(g, "launch", "sync_wait")[o]
+    run = np.cumsum(~part | new_lane)
+    out = part & np.isin(run, np.unique(run[readers & part]))
+    wait = _kind(g, "sync_wait")[o] & sync
+    # stretches ending at a wait: a wait closes its stretch (the next one starts after it)
+    stretch = np.cumsum(new_lane | np.r_[False, wait[:-1]])
+    out |= wait & np.isin(stretch, np.unique(stretch[readers]))
+    res = np.zeros(len(o), bool)
+    res[o] = out
+    return res
 
 
 def _last_syncs(g, sync: np.ndarray, keep: int) -> np.ndarray:
@@ -1506,6 +1555,10 @@ MODELS: tuple[Model, ...] = (
     Model("drop_syncs", drop_syncs,
           "the synced value is not needed inside the step (logged every N steps, read a step "
           "later); data-dependent shapes (nonzero, masked_select) keep their sync"),
+    Model("drop_reads", drop_reads,
+          "the read-backs' waits go (the sync ops that queued a device->host copy): the copy "
+          "and the work that computed it still run; a bare synchronize, a blocking "
+          "host->device copy and a tensor condition keep their wait"),
     Model("cuda_graphs", capture_graphs,
           f"one cudaGraphLaunch of {GRAPH_LAUNCH_NS / 1e3:g} us per step replaces the launches "
           "and the host ops between them; kernels keep their measured time with a "
@@ -1687,7 +1740,7 @@ def lane_load(graph) -> dict:
     return out
 
 
-ORDER = ("drop_syncs", "no_empty_cache", "no_recompile", "replay_graphs", "workers",
+ORDER = ("drop_syncs", "drop_reads", "no_empty_cache", "no_recompile", "replay_graphs", "workers",
          "persistent_workers", "host_off_path",
          "checkpoint_off_path", "pin_copies", "pin_reads", "overlap_copies", "fused_optimizer",
          "fuse_pointwise", "tf32", "bf16", "fp16", "channels_last", "cuda_graphs",
