@@ -129,3 +129,16 @@ def test_a_host_paced_busy_gpu_names_no_kernel_lever_in_its_headline():
     v = analysed(_corpus("GindaChen__nsys-ai/tests/fixtures/healthy_1pct.sqlite")).verdict
     assert "host paces it" in v["summary"] and not v["actions"]
     assert "top lever" not in v["summary"]
+
+
+def test_a_warm_up_window_is_start_up_and_its_recording_is_not_movable_host_work():
+    """TraceLens' xdit flux.1 capture trace: 423 of its 561 ms inside the program's own
+    _run_compile_warmup, 243 ms of it CUDAGraphNode.record. "move the host work off the step
+    path" promised those 261 ms back; a recording runs where it is called. The window is the
+    program's warm-up, and says so."""
+    v = analysed(_corpus("AMD-AGI__TraceLens/tests/traces/inference/xdit_flux.1/"
+                         "capture_traces/capture_trace_rank_0.json.gz")).verdict
+    off = next(x for x in v["actions"] if x["id"] == "off_step_path")
+    assert off["saves_ns"] < 30_000_000
+    start = next(x for x in v["actions"] if x["id"] == "startup_capture")
+    assert "the program's warm-up" in start["lever"] and "vLLM" not in start["lever"]

@@ -930,10 +930,17 @@ def _head_text(c: Ctx) -> str:
 def _startup_text(c: Ctx) -> str:
     st = c.get("startup_phase") or {}
     frame = (st.get("frames") or ["the model runner's set-up"])[0]
+    if WARMUP_WORD_RX.search(frame):   # the program's own warm-up function
+        return (f"this window is the program's warm-up ({frame}): its CUDA graph captures and "
+                "compiles run once per process, not every step -- profile the steps after it "
+                "to judge per-step cost; to start faster, capture fewer shapes")
     return (f"this window is the serving engine's start-up ({frame}): its CUDA graph captures "
             "and allocations run once per server start, not every step -- profile the serving "
             "steps (prefill / decode) to judge per-step cost; to start faster, capture fewer "
             "batch sizes (vLLM cudagraph_capture_sizes, SGLang --cuda-graph-max-bs)")
+
+
+WARMUP_WORD_RX = re.compile(r"warm_?up", re.I)
 
 
 def _all(*ps: Pred) -> tuple:

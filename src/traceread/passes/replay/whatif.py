@@ -1365,6 +1365,10 @@ def _movable_host(g) -> np.ndarray:
     python = _cat(g, *untraced, "python") | _match(g, PY_FRAME_RX)   # NVTX-named frames too
     m = _kind(g, "host") & python & ~_match(g, PROFILER_FRAME_RX) & \
         (g.nodes["cost_ns"].to_numpy() > HOST_LAG_FLOOR_NS) & (g.nodes["step"].to_numpy() >= 0)
+    # a compile or a graph recording runs where it is called: no_recompile's and the capture
+    # levers' time, not work a thread could take (TraceLens' xdit flux.1 capture trace:
+    # 243 ms of CUDAGraphNode.record frames were promised back as "host work off the path")
+    m &= ~_cat(g, "compile", "graph_capture")
     return m & ~_others_busy(g, m)
 
 
