@@ -142,3 +142,15 @@ def test_a_warm_up_window_is_start_up_and_its_recording_is_not_movable_host_work
     assert off["saves_ns"] < 30_000_000
     start = next(x for x in v["actions"] if x["id"] == "startup_capture")
     assert "the program's warm-up" in start["lever"] and "vLLM" not in start["lever"]
+
+
+def test_two_savings_of_one_cause_this_close_read_as_one_piece_of_time():
+    from traceread.render.text import action_gain
+
+    prev = {"cause": "sync", "saves_ns": 766_000, "saves_per_step_ns": 383_000}
+    x = {"cause": "sync", "saves_ns": 754_000, "saves_per_step_ns": 377_000}
+    assert action_gain(x, prev) == ("~377 us per step: about the same sync time as the lever "
+                                    "above (not in addition to it)")
+    far = dict(x, saves_ns=500_000, saves_per_step_ns=250_000)
+    assert "the lever above" not in action_gain(far, prev)
+    assert action_gain(dict(prev), prev).startswith("the same sync time")

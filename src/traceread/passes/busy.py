@@ -40,7 +40,10 @@ _F32_ACC = re.compile(r"s1688|s16816|f32f32", re.I)   # fp32 accumulate: TF32 on
 _LOWP = re.compile(r"bf16|f16|fp16|half|h1688|h16816|i8|fp8|e4m3|e5m2|^nvjet_(?:sm\d+_)?[theq][a-z]{2}_",
                    re.I)
 _SOFTMAX = re.compile(r"softmax", re.I)
-_LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.I)
+# cuDNN's layout conversions; MIOpen's are its batched_transpose kernels around an NHWC
+# convolution (precision.py reads the same pattern)
+LAYOUT_PATTERN = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|^batched_transpose_"
+_LAYOUT = re.compile(LAYOUT_PATTERN)
 
 
 def _pair_classes(pairs: pd.DataFrame) -> np.ndarray:

@@ -30,7 +30,7 @@ import pandas as pd
 
 from .. import namerx
 from ..table import scan_name
-from .busy import is_simt, is_tf32_kernel
+from .busy import LAYOUT_PATTERN, is_simt, is_tf32_kernel
 from .common import kind_in, name_codes, name_table, rows_of
 from .factkit import Stacks, Steps, item, rows_named
 from .kernel_classes import _classify_one
@@ -61,7 +61,7 @@ SDPA_BACKEND_KERNELS = tuple((b, namerx.compile(p)) for b, p in (
 NHWC_RX = namerx.compile(r"(?i)nhwc")
 # cuDNN's layout conversions; MIOpen's are its batched_transpose kernels around an NHWC
 # solver's convolution (igemm_fwd_gtcx3_nhwc, CK grouped_conv) on NCHW tensors
-LAYOUT_RX = namerx.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|^batched_transpose_")
+LAYOUT_RX = namerx.compile(LAYOUT_PATTERN)
 GEMM_OP_RX = namerx.compile(r"^aten::(?:linear|matmul|mm|addmm|bmm|baddbmm|conv[123]d"
                             r"|convolution|_convolution|scaled_dot_product_attention|einsum)$")
 CAST_RX = namerx.compile(r"^aten::(?:to|_to_copy)$")

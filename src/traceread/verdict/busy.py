@@ -16,7 +16,8 @@ Each busy-time lever says what it would save, with a deliberately simple what-if
 * **SDPA / flash attention** when attention is unfused (softmax kernels run
   and no fused attention kernel does): the softmax time, which a fused
   kernel never writes to memory (a lower bound: the bmm's traffic goes too).
-* **channels_last** when cuDNN converts layouts (``nchwToNhwc`` kernels): the
+* **channels_last** when the convolution library converts layouts (cuDNN's ``nchwToNhwc``,
+  MIOpen's ``batched_transpose`` kernels): the
   conversion time.
 * **torch.compile** when elementwise + reduction/norm kernels take over a
   quarter of the busy time: half of that time (fusion typically halves the
@@ -68,7 +69,8 @@ def busy_levers(f: dict | None) -> list[dict]:
     layout = f["layout_ns"]
     if layout > 0.02 * total:
         levers.append(_lever(
-            "channels_last", "cuDNN converts NCHW<->NHWC around the convolutions", layout, total,
+            "channels_last", "the convolution library converts NCHW<->NHWC around the "
+            "convolutions (cuDNN's nchwToNhwc, MIOpen's batched_transpose)", layout, total,
             "model.to(memory_format=torch.channels_last) removes the conversions"))
     pointwise = t["elementwise"] + t["reduction"]
     if pointwise > 0.25 * total:
