@@ -190,6 +190,8 @@ def test_the_waiting_rank_is_told_what_it_waits_for(tmp_path):
     # 'analyse every rank's trace together to find the rank it waits for' is done: not offered
     assert "find_the_wait" not in [a["id"] for a in v[0]["actions"]]
     assert abs(first["saves_per_step_ns"] - 30_000_000) < 3_000_000
+    ids = [a["id"] for a in v[1]["actions"]]
+    assert len(ids) == len(set(ids)) and "nccl_backend" in ids   # the straggler's own transfer
     nccl = next(a for a in v[0]["actions"] if a["id"] == "nccl_backend")
     assert nccl["net_of_wait_ns"] == first["saves_ns"]
     assert 85_000_000 < nccl["saves_per_step_ns"] < 105_000_000

@@ -351,7 +351,10 @@ def _straggler_not_comms(v: dict, jv: dict, s: int, moves: bool = False) -> None
     keep = {v["bound"], "comms"} if moves else {v["bound"]}
     own = [a for a in acts if a.get("cause") == v["bound"]]
     if not own and v["bound"] in bounds.LEVERS:
-        own = [_item(t, c, None, "", v["bound"]) for t, c in bounds.LEVERS[v["bound"]]]
+        # the bound's own advice, unpriced, each with an id of its own (one id per item: all
+        # were "straggler", the job lever's, three times in h200/ddp2 rank 1's list)
+        own = [dict(_item(t, c, None, "", v["bound"]), id=f"job_{v['bound']}_{i}")
+               for i, (t, c) in enumerate(bounds.LEVERS[v["bound"]])]
         acts = own + acts
     v["actions"] = [a for a in acts if a.get("cause") in keep]   # the rank's own order
     _lead_with(v, _lever(jv, s), jv.get("late_total_ns") or jv.get("late_by_ns"),
