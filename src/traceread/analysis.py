@@ -297,7 +297,13 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
             gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
                 step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
     release_heap()
-    att = attr_mod.attribute(ev, gaps, ops, pattern, queued_of=lambda: side.get("queued", release=False))
+    if side.here("queued"):   # run here anyway: before the attribution's host arrays exist
+        queued = side.get("queued")
+        queued_of = lambda: queued  # noqa: E731
+    else:
+        queued_of = lambda: side.get("queued", release=False)  # noqa: E731
+    att = attr_mod.attribute(ev, gaps, ops, pattern, queued_of=queued_of)
+    del queued_of
     release_heap()
     # compilation an untraced host shows only through the driver's module loads (nsys):
     # the host time of the gaps that end in freshly built code is compile time

@@ -79,6 +79,10 @@ class SidePasses:
         except Exception:  # noqa: BLE001 - the pool broke or cannot fork: run here
             self.close()
 
+    def here(self, key: str) -> bool:
+        """True when the job will run in this process when asked for (no worker has it)."""
+        return key in self.jobs and key not in self.futs
+
     def get(self, key: str, release: bool = True) -> Any:
         """The job's result: from its worker, or computed here when no worker started it
         yet (this process would only wait); ``release``: hand its freed pages back after
