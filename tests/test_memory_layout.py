@@ -186,3 +186,22 @@ def test_string_codes_without_a_copy_read_like_the_padded_ones():
                               pa.array([None, "b"]).dictionary_encode()])
     codes, cats = _dict(pa.table({"k": nulls}), "k")
     assert [cats[c] if c >= 0 else None for c in codes] == ["a", None, None, "b"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_of_pairs_is_the_frames_duplicated(seed):
+    """steady._first_of_pairs (one int64 key, a small hash table) marks the rows the
+    two-column ``duplicated`` marks; common.factorize_few gives pandas' codes and uniques."""
+    from traceread.passes.common import factorize_few, first_seen
+    from traceread.passes.steady import _first_of_pairs
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 500))
+    pid = rng.choice([7, 123456, 2**31 - 1, -1], n).astype(np.int64)
+    c = rng.integers(-1, int(rng.integers(1, 60)), n).astype(np.int16 if seed % 2 else np.int32)
+    want = ~pd.DataFrame({"p": pid, "c": c}).duplicated().to_numpy()
+    np.testing.assert_array_equal(_first_of_pairs(pid, c), want)
+    codes, uniq = factorize_few(pid, 2)
+    ref_codes, ref_uniq = pd.factorize(pid)
+    np.testing.assert_array_equal(codes, ref_codes)
+    np.testing.assert_array_equal(uniq, ref_uniq)
+    np.testing.assert_array_equal(first_seen(codes), ~pd.Series(pid).duplicated().to_numpy())
