@@ -205,3 +205,18 @@ def test_first_of_pairs_is_the_frames_duplicated(seed):
     np.testing.assert_array_equal(codes, ref_codes)
     np.testing.assert_array_equal(uniq, ref_uniq)
     np.testing.assert_array_equal(first_seen(codes), ~pd.Series(pid).duplicated().to_numpy())
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_reaching_by_blocks_is_the_whole_search(seed, monkeypatch):
+    """intervals.reaching searches a block of queries at a time: the same indices."""
+    from traceread.passes import intervals
+    rng = np.random.default_rng(seed)
+    s = np.sort(rng.integers(0, 10**6, 50))
+    iv = intervals.union(s, s + rng.integers(0, 5000, 50))
+    qs = np.sort(rng.integers(0, 10**6, 3000))
+    qe = qs + rng.integers(0, 3000, 3000)
+    whole = intervals.reaching(iv, qs, qe)
+    monkeypatch.setattr(intervals, "_QUERY_BLOCK", int(rng.integers(1, 700)))
+    np.testing.assert_array_equal(intervals.reaching(iv, qs, qe), whole)
+    assert whole.dtype == np.int64 and len(whole)

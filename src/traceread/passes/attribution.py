@@ -493,7 +493,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     # blocking by behaviour: pageable copies. Per host row the index of its label (-1:
     # none): an object array of "" per row cost ~15 ms to fill and compare at 500 k rows
     pg_at, pg_text = _pageable_calls(ev, rows, kind)
-    sync_label = np.full(len(rows), -1, np.int64)
+    sync_label = np.full(len(rows), -1, np.int32)   # an index into pg_text (int32: 4 B a row)
     sync_label[pg_at] = np.arange(len(pg_at))
     blocking = sync_label >= 0
     is_sync |= blocking
@@ -507,7 +507,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         cats = np.concatenate([cats, np.full(len(cs), CPU_CATEGORIES.index("graph_capture"),
                                              cats.dtype)])
         is_sync = np.concatenate([is_sync, np.zeros(len(cs), bool)])
-        sync_label = np.concatenate([sync_label, np.full(len(cs), -1, np.int64)])
+        sync_label = np.concatenate([sync_label, np.full(len(cs), -1, np.int32)])
     top_parts = []
     blocked: dict = {}   # (pid, device) -> ns its launch threads spent inside sync calls
     queued_ns, waited_on = queued(ev, gaps, ops) if queued_of is None else queued_of()
@@ -528,25 +528,47 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         else:
             near = np.flatnonzero(on)
             near = near[intervals.reaching(gaps_iv, hs[near], he[near])]
-        t_on = key[near]
-        c_on, s_on, e_on, k_on, n_on = cats[near], hs[near], he[near], kind[near], name[near]
-        del near
-        # the sync calls first: after the last group's, the host arrays are let go before
-        # the carve and the top ops (~40 B a host row: the attribution's peak at 1 GB)
+        # the sync calls' rows first (a few): after the last group's, each host array is let
+        # go as soon as its rows near a gap are taken, so the host arrays (~40 B a host row)
+        # and those rows (~28 B a row near a gap) are never all alive at once (the
+        # attribution's peak at 1 GB)
+        last = g == len(groups) - 1
         sy = on & is_sync
         del on
-        bs, be = intervals.union(hs[sy], he[sy]) if sy.any() else (hs[:0], he[:0])
-        blocked[(int(pid), int(dev))] = int((be - bs).sum())
+        s_hs, s_he = hs[sy], he[sy]
         names = _sync_names(name_cats, name[sy])
         lab = sync_label[sy]
-        names[lab >= 0] = pg_text[lab[lab >= 0]]
-        drain_op[idx] = _drain(gs, ge, names, hs[sy], he[sy], sync_ops)
-        del sy, names, lab
-        if g == len(groups) - 1:
-            del hs, he, key, kind, name, cats, is_sync, sync_label
-            # their pages go back now: the carve's and top ops' arrays are new sizes that
-            # the freed holes would not hold (RSS 110 MB over the live heap at 1 GB otherwise)
+        del sy
+        if last:
+            del is_sync, sync_label
+        t_on = key[near]
+        if last:
+            del key
+        c_on = cats[near]
+        if last:
+            del cats
+        s_on = hs[near]
+        if last:
+            del hs
+        e_on = he[near]
+        if last:
+            del he
+        k_on = kind[near]
+        if last:
+            del kind
+        n_on = name[near]
+        if last:
+            del name
+        del near
+        if last:
+            # their pages go back now: the carve's and top ops' arrays are new sizes that the
+            # freed holes would not hold (RSS 110 MB over the live heap at 1 GB otherwise)
             release_heap()
+        bs, be = intervals.union(s_hs, s_he) if len(s_hs) else (s_hs, s_he)
+        blocked[(int(pid), int(dev))] = int((be - bs).sum())
+        names[lab >= 0] = pg_text[lab[lab >= 0]]
+        drain_op[idx] = _drain(gs, ge, names, s_hs, s_he, sync_ops)
+        del s_hs, s_he, names, lab, bs, be
         cc, cs, ce = _waiting(gaps_iv, c_on, s_on, e_on, t_on)
         if len(idx) == n:   # one (pid, device): carve straight into the result
             _carve(gs, ge, cc, cs, ce, split)
