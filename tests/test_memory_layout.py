@@ -220,3 +220,13 @@ def test_reaching_by_blocks_is_the_whole_search(seed, monkeypatch):
     monkeypatch.setattr(intervals, "_QUERY_BLOCK", int(rng.integers(1, 700)))
     np.testing.assert_array_equal(intervals.reaching(iv, qs, qe), whole)
     assert whole.dtype == np.int64 and len(whole)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_argmax_by_columns_is_numpys(seed):
+    """attribution._argmax_columns: the column of each gap's largest category, the first of
+    equal ones, as ``argmax(axis=1)`` (which copies a column-major table whole)."""
+    from traceread.passes.attribution import _argmax_columns
+    rng = np.random.default_rng(seed)
+    split = np.asfortranarray(rng.integers(0, 4, (int(rng.integers(0, 300)), 11)))
+    np.testing.assert_array_equal(_argmax_columns(split), split.argmax(axis=1))

@@ -577,7 +577,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         q_parts.append(_carve_queued(idx, gs, ge, queued_ns[idx], cc, cs, ce))
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
         del c_on, s_on, e_on, k_on, n_on, t_on, cc, cs, ce
-    top_cat = split.argmax(axis=1)
+    top_cat = _argmax_columns(split)
     q_split = _queued_split(split, q_parts)
     del q_parts
     _add_split(gaps, "cpu_", split)
@@ -621,6 +621,22 @@ def _carve_queued(idx, gs, ge, qns, cats, hs, he) -> tuple:
     whole = (qns > 0) & (qns >= ge - gs)
     part = np.flatnonzero((qns > 0) & ~whole)
     return idx[whole], idx[part], _carve(ge[part] - qns[part], ge[part], cats, hs, he)
+
+
+def _argmax_columns(split: np.ndarray) -> np.ndarray:
+    """``split.argmax(axis=1)`` of the column-major (gaps, categories) table a column at a
+    time: numpy's argmax along rows copies it whole into row-major order first (31 MB at
+    1 GB). The first largest column wins, as argmax's."""
+    top = np.zeros(split.shape[0], np.intp)
+    if not split.shape[1]:
+        return split.argmax(axis=1)   # argmax's own error for no categories
+    best = split[:, 0].copy()
+    for j in range(1, split.shape[1]):
+        col = split[:, j]
+        m = col > best
+        top[m] = j
+        best[m] = col[m]
+    return top
 
 
 def _queued_split(split: np.ndarray, q_parts: list) -> np.ndarray:
