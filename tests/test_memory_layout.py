@@ -230,3 +230,27 @@ def test_argmax_by_columns_is_numpys(seed):
     rng = np.random.default_rng(seed)
     split = np.asfortranarray(rng.integers(0, 4, (int(rng.integers(0, 300)), 11)))
     np.testing.assert_array_equal(_argmax_columns(split), split.argmax(axis=1))
+
+
+def test_all_default_int_columns_hold_no_buffer_in_the_frame():
+    """An int column at -1 on every row is a read-only stride-0 array in the frame (the
+    table's shared default buffer goes with the table): same dtype and values as the Arrow
+    column, the table rebuilt from the frame is the same, and a write copies."""
+    rng = np.random.default_rng(3)
+    tr = _random_trace(rng, 500)
+    table = tr.table
+    ref = table.to_pandas(split_blocks=True, ignore_metadata=True)
+    ev = tr.events
+    pd.testing.assert_frame_equal(ev, ref, check_exact=True)
+    flat = [c for c in ev.columns if not isinstance(ev[c].dtype, pd.CategoricalDtype)
+            and ev[c].to_numpy().strides == (0,)]
+    assert {"seq", "msg_bytes", "flops", "group_size"} <= set(flat)
+    assert "pid" not in flat and "correlation" not in flat   # real values: Arrow views
+    for c in flat:
+        assert ev[c].dtype == ref[c].dtype and (ev[c].to_numpy() == -1).all()
+    tr2 = Trace(table, TraceMeta())
+    tr2.events   # built, and the table let go
+    assert tr2.table.equals(table)
+    ev2 = ev.copy(deep=False)
+    ev2.loc[0, "seq"] = 5
+    assert ev2["seq"].iat[0] == 5 and ev["seq"].iat[0] == -1
