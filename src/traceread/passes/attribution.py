@@ -578,13 +578,13 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
         del c_on, s_on, e_on, k_on, n_on, t_on, cc, cs, ce
     top_cat = _argmax_columns(split)
-    q_split = _queued_split(split, q_parts)
+    q_cols = _queued_columns(split, q_parts)   # a column at a time: not a second table
     del q_parts
     _add_split(gaps, "cpu_", split)
     del split
     gaps["cpu"] = str_column(CPU_CATEGORIES, top_cat)
-    _add_split(gaps, "qcpu_", q_split)
-    del q_split
+    _add_columns(gaps, "qcpu_", q_cols)
+    del q_cols
     label = (drain_op > 0).astype(np.int8)
     label[(queued_ns > 0) & (queued_ns >= gaps["duration"].to_numpy(np.int64))] = 2
     drain_op[label == 2] = 0   # a sync that returned while the next op sat queued drained nothing
@@ -614,6 +614,20 @@ def _add_split(gaps: pd.DataFrame, prefix: str, split: np.ndarray) -> None:
                                      copy=False)
 
 
+def _add_columns(gaps: pd.DataFrame, prefix: str, cols: list) -> None:
+    """``_add_split`` of a split given as one array per category (None: zero on every gap);
+    the zero ones share one column under copy-on-write."""
+    zero = None
+    for c, col in zip(CPU_CATEGORIES, cols):
+        if col is None:
+            if zero is None or not SHARE_COLUMNS:
+                zero = pd.Series(np.zeros(len(gaps), np.int64), index=gaps.index, copy=False)
+            col = zero
+        else:
+            col = pd.Series(col, index=gaps.index, copy=False)
+        gaps[prefix + c] = col
+
+
 def _carve_queued(idx, gs, ge, qns, cats, hs, he) -> tuple:
     """The queued split (per category, the ns of each gap's queued part: its last ``qns``
     ns) as (gaps queued whole, whose split it is; gaps queued in part, their rows).
@@ -639,15 +653,18 @@ def _argmax_columns(split: np.ndarray) -> np.ndarray:
     return top
 
 
-def _queued_split(split: np.ndarray, q_parts: list) -> np.ndarray:
-    """The (gaps, categories) queued split from ``_carve_queued``'s parts, one column at a
-    time (no gathered copy of the whole table)."""
-    q_split = np.zeros_like(split)
-    for whole, part, rows in q_parts:
-        for j in range(split.shape[1]):
-            q_split[whole, j] = split[whole, j]
-            q_split[part, j] = rows[:, j]
-    return q_split
+def _queued_columns(split: np.ndarray, q_parts: list) -> list:
+    """The queued split from ``_carve_queued``'s parts, one array per category (None where
+    it is zero on every gap): built a column at a time, never a second (gaps, categories)
+    table (its scattered rows touched every page of it: 31 MB at 1 GB)."""
+    out = []
+    for j in range(split.shape[1]):
+        col = np.zeros(split.shape[0], np.int64)
+        for whole, part, rows in q_parts:
+            col[whole] = split[whole, j]
+            col[part] = rows[:, j]
+        out.append(col if col.any() else None)
+    return out
 
 
 CAPTURE_BEGIN_RX = namerx.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture")
