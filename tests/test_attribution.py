@@ -269,8 +269,14 @@ def test_queued_split_only_for_queued_gaps():
     parts = [A._carve_queued(np.arange(3), gs, ge, qns, cats, hs, he)]
     whole, part, rows = parts[0]
     assert list(whole) == [2] and list(part) == [1] and rows.sum() == 20
-    q = A._queued_split(split, parts)
+    cols = A._queued_columns(split, parts)
+    q = np.stack([np.zeros(3, np.int64) if c is None else c for c in cols], axis=1)
     assert list(q.sum(axis=1)) == [0, 20, 60] and (q[2] == split[2]).all()
+    assert sum(c is not None for c in cols) == 1   # one category: the others None
+    import pandas as pd
+    gaps = pd.DataFrame({"start": gs})
+    A._add_columns(gaps, "qcpu_", cols)
+    assert (gaps[[f"qcpu_{c}" for c in A.CPU_CATEGORIES]].to_numpy() == q).all()
 
 
 def test_split_columns_share_one_zero_column_and_copy_on_write():

@@ -115,3 +115,142 @@ def test_far_from_trace_without_argsort_flags_the_same_rows(seed):
         dur[rng.random(n) < 0.1] = GAP_NS * 2   # an interval that bridges two clusters
     end = ts + np.maximum(dur, 0)
     np.testing.assert_array_equal(_far_from_trace(ts, end, dur), _far_by_argsort(ts, end, dur))
+
+
+def _apart_by_argsort(table, ts, end, keep, json_trace):
+    """validate._processes_apart as it was (copies of the kept rows, an argsort always)."""
+    from traceread.readers.validate import APART_NS, _int
+    ts, end = ts[keep], end[keep]
+    if len(ts) < 2:
+        return None
+    order = np.argsort(ts, kind="stable")
+    reach = np.maximum.accumulate(end[order])
+    gaps = ts[order][1:] - reach[:-1]
+    k = int(np.argmax(gaps))
+    gap = int(gaps[k])
+    if gap <= APART_NS:
+        return None
+    first, then = order[:k + 1], order[k + 1:]
+    spans = [int(reach[k] - ts[first].min()), int(end[then].max() - ts[then].min())]
+    if gap <= max(spans):
+        return None
+    pid, dev = _int(table, "pid")[keep], _int(table, "device")[keep]
+    on_gpu = dev >= 0
+    busy = end - ts
+    sides = []
+    for rows, span in zip((first, then), spans):
+        host, dv = rows[~on_gpu[rows]], rows[on_gpu[rows]]
+        sides.append({"pids": sorted({int(x) for x in pid[host]}),
+                      "devices": sorted({int(x) for x in dev[dv] if x >= 0}), "span_ns": span,
+                      "gpu_ns": int(busy[dv].sum())})
+    if not json_trace and set(sides[0]["pids"]) & set(sides[1]["pids"]):
+        return None
+    pick = "after" if (sides[1]["gpu_ns"], len(then)) > (sides[0]["gpu_ns"], len(first)) \
+        else "before"
+    return {"gap_ns": gap, "before": sides[0], "after": sides[1], "analysed": pick,
+            "before_end_ns": int(reach[k]), "after_start_ns": int(ts[then].min())}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_processes_apart_without_argsort_or_copies_says_the_same(seed):
+    """validate._processes_apart takes the rows in their own order when ts ascends and the
+    arrays themselves when every row is kept (the load's peak at 1 GB was its copies and
+    argsort); the same result as the old code, sorted or not, all rows kept or not."""
+    import pyarrow as pa
+    from traceread.readers.validate import APART_NS, _processes_apart
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 300))
+    two = rng.random(n) < 0.5
+    ts = (rng.integers(0, 10**9, n) + np.where(two, 3 * APART_NS, 0)).astype(np.int64)
+    if seed % 2 == 0:
+        ts.sort()
+    end = ts + rng.integers(0, 10**8, n) * (seed % 3 != 0)
+    pid = np.where(two, rng.integers(1, 3, n), rng.integers(3, 5, n)).astype(np.int64)
+    dev = np.where(rng.random(n) < 0.3, rng.integers(0, 2, n), -1).astype(np.int32)
+    table = pa.table({"pid": pid, "device": dev})
+    keep = rng.random(n) < 0.8 if seed % 4 == 1 else np.ones(n, bool)
+    for json_trace in (True, False):
+        assert _processes_apart(table, ts, end, keep, json_trace) == \
+            _apart_by_argsort(table, ts, end, keep, json_trace)
+
+
+def test_string_codes_without_a_copy_read_like_the_padded_ones():
+    """validate._dict reads a single-chunk column without nulls as Arrow's own indices (no
+    int64 copy); with nulls or several chunks -1 marks a null as before."""
+    import pyarrow as pa
+    from traceread.readers.validate import _dict
+    plain = pa.chunked_array([pa.array(["a", "b", "a", "c"]).dictionary_encode()])
+    codes, cats = _dict(pa.table({"k": plain}), "k")
+    assert [cats[c] for c in codes] == ["a", "b", "a", "c"]
+    nulls = pa.chunked_array([pa.array(["a", None]).dictionary_encode(),
+                              pa.array([None, "b"]).dictionary_encode()])
+    codes, cats = _dict(pa.table({"k": nulls}), "k")
+    assert [cats[c] if c >= 0 else None for c in codes] == ["a", None, None, "b"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_of_pairs_is_the_frames_duplicated(seed):
+    """steady._first_of_pairs (one int64 key, a small hash table) marks the rows the
+    two-column ``duplicated`` marks; common.factorize_few gives pandas' codes and uniques."""
+    from traceread.passes.common import factorize_few, first_seen
+    from traceread.passes.steady import _first_of_pairs
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 500))
+    pid = rng.choice([7, 123456, 2**31 - 1, -1], n).astype(np.int64)
+    c = rng.integers(-1, int(rng.integers(1, 60)), n).astype(np.int16 if seed % 2 else np.int32)
+    want = ~pd.DataFrame({"p": pid, "c": c}).duplicated().to_numpy()
+    np.testing.assert_array_equal(_first_of_pairs(pid, c), want)
+    codes, uniq = factorize_few(pid, 2)
+    ref_codes, ref_uniq = pd.factorize(pid)
+    np.testing.assert_array_equal(codes, ref_codes)
+    np.testing.assert_array_equal(uniq, ref_uniq)
+    np.testing.assert_array_equal(first_seen(codes), ~pd.Series(pid).duplicated().to_numpy())
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_reaching_by_blocks_is_the_whole_search(seed, monkeypatch):
+    """intervals.reaching searches a block of queries at a time: the same indices."""
+    from traceread.passes import intervals
+    rng = np.random.default_rng(seed)
+    s = np.sort(rng.integers(0, 10**6, 50))
+    iv = intervals.union(s, s + rng.integers(0, 5000, 50))
+    qs = np.sort(rng.integers(0, 10**6, 3000))
+    qe = qs + rng.integers(0, 3000, 3000)
+    whole = intervals.reaching(iv, qs, qe)
+    monkeypatch.setattr(intervals, "_QUERY_BLOCK", int(rng.integers(1, 700)))
+    np.testing.assert_array_equal(intervals.reaching(iv, qs, qe), whole)
+    assert whole.dtype == np.int64 and len(whole)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_argmax_by_columns_is_numpys(seed):
+    """attribution._argmax_columns: the column of each gap's largest category, the first of
+    equal ones, as ``argmax(axis=1)`` (which copies a column-major table whole)."""
+    from traceread.passes.attribution import _argmax_columns
+    rng = np.random.default_rng(seed)
+    split = np.asfortranarray(rng.integers(0, 4, (int(rng.integers(0, 300)), 11)))
+    np.testing.assert_array_equal(_argmax_columns(split), split.argmax(axis=1))
+
+
+def test_all_default_int_columns_hold_no_buffer_in_the_frame():
+    """An int column at -1 on every row is a read-only stride-0 array in the frame (the
+    table's shared default buffer goes with the table): same dtype and values as the Arrow
+    column, the table rebuilt from the frame is the same, and a write copies."""
+    rng = np.random.default_rng(3)
+    tr = _random_trace(rng, 500)
+    table = tr.table
+    ref = table.to_pandas(split_blocks=True, ignore_metadata=True)
+    ev = tr.events
+    pd.testing.assert_frame_equal(ev, ref, check_exact=True)
+    flat = [c for c in ev.columns if not isinstance(ev[c].dtype, pd.CategoricalDtype)
+            and ev[c].to_numpy().strides == (0,)]
+    assert {"seq", "msg_bytes", "flops", "group_size"} <= set(flat)
+    assert "pid" not in flat and "correlation" not in flat   # real values: Arrow views
+    for c in flat:
+        assert ev[c].dtype == ref[c].dtype and (ev[c].to_numpy() == -1).all()
+    tr2 = Trace(table, TraceMeta())
+    tr2.events   # built, and the table let go
+    assert tr2.table.equals(table)
+    ev2 = ev.copy(deep=False)
+    ev2.loc[0, "seq"] = 5
+    assert ev2["seq"].iat[0] == 5 and ev["seq"].iat[0] == -1

@@ -361,6 +361,9 @@ def test_anatomy_class_codes_select_the_rows_the_names_do(path):
     if not len(steps):
         pytest.skip("no steps")
     host = anatomy._host(ev, int(steps["pid"].iat[0]))
+    names, codes = anatomy._host_classes(ev, host["rows"])
+    assert (codes == host["cls_i"]).all()
+    host["cls"] = names   # the names the codes stand for (the pass keeps only the codes)
     classes = sorted(set(host["cls"].tolist())) + ["no_such_class"]
     assert len(classes) > 2
     lo, hi = np.searchsorted(host["ts"], [steps["start"].iat[0], steps["end"].iat[0]])

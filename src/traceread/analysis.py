@@ -279,8 +279,10 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     if win.mode != "whole_trace":
         gaps = _edge_gaps(gaps, ops, win)
     # which gaps the GPU spent with work queued reads only their bounds: a side pass beside
-    # the rest of the attribution (a third of its time)
-    bounds = gaps[list(GAP_BOUNDS)].copy()
+    # the rest of the attribution (a third of its time); a column selection is its own frame
+    # already (copy-on-write under pandas 3, a copy under pandas 2): no deep copy held by the
+    # side jobs until they run (~30 MB at 1 GB, three)
+    bounds = gaps[list(GAP_BOUNDS)]
     side.submit("queued", attr_mod.queued, ref("ev"), bounds, ref("ops"))
     # the compile summary reads the gaps' bounds too (the GPU's idle time under compiles)
     side.submit("compile", compile_summary, ref("ev"), gaps=bounds)
@@ -300,15 +302,20 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
             gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
                 step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
     release_heap()
-    att = attr_mod.attribute(ev, gaps, ops, pattern,
-                             queued_of=lambda: side.get("queued", release=False, inside=True))
+    if side.runs_here("queued"):   # run here anyway: before the attribution's host arrays exist
+        queued = side.get("queued")
+        queued_of = lambda: queued  # noqa: E731
+    else:
+        queued_of = lambda: side.get("queued", release=False, inside=True)  # noqa: E731
+    att = attr_mod.attribute(ev, gaps, ops, pattern, queued_of=queued_of)
+    del queued_of
     release_heap()
     # compilation an untraced host shows only through the driver's module loads (nsys):
     # the host time of the gaps that end in freshly built code is compile time
     jit, jit_evidence = compile_mod.untraced_compile(ev, att["gaps"])
     gaps = compile_mod.charge_compile(att["gaps"], jit)
     # steady state reads only the gaps' bounds (set by the attribution): it runs beside the rest
-    side.submit("steady", steady_mod.steady_state, ref("ev"), gaps[["start", "end"]].copy(),
+    side.submit("steady", steady_mod.steady_state, ref("ev"), gaps[["start", "end"]],
                 sampled)
     gaps["sync_share"] = attr_mod.sync_share(gaps, att["sync_blocked"])
     summary = attr_mod.summarize(gaps)
@@ -318,7 +325,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
                             if len(step_tab) else -1, -1)
     # the host work's kind reads only the gaps' bounds and drains: beside the rest too
     side.submit("hostwork", host_work_kind, ref("ev"),
-                gaps[[c for c in HOSTWORK_GAP_COLUMNS if c in gaps]].copy(), ref("ops"))
+                gaps[[c for c in HOSTWORK_GAP_COLUMNS if c in gaps]], ref("ops"))
     devices = _devices(ops, gaps, trace.meta, win)
 
     side.submit("utilization", util_mod.utilization, ref("trace"), step_tab, peak_tflops,
@@ -356,6 +363,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
         copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
     drop_shared()   # the window's host stacks: read by the facts, by nothing after them
+    release_heap()   # the facts' freed pages (~60 MB at 1 GB) before the profiler's replays
     facts.graph, facts.replay = replay_graph, replay   # the step as a graph (passes/replay)
     if jit_evidence:
         facts.evidence["untraced_compile_gaps"] = jit_evidence

@@ -420,6 +420,13 @@ def table_to_pandas(table: pa.Table, release: bool = False) -> pd.DataFrame:
         if key in done:  # pandas 3: a copy-on-write view of the same codes
             parts.append(done[key].rename(name))
             continue
+        if _all_minus_one(cols[i]):   # a default column: one value, no memory
+            parts.append(pd.Series(np.broadcast_to(
+                np.array(-1, cols[i].type.to_pandas_dtype()), len(cols[i])), name=name,
+                copy=False))
+            if release:
+                cols[i] = None
+            continue
         one = pa.Table.from_arrays([cols[i]], names=[name])
         if release:
             cols[i] = None
@@ -440,6 +447,19 @@ _NO_COPY = {} if _PANDAS3 else {"copy": False}
 # Only with copy-on-write (pandas 3) may two columns share one array of category codes.
 _SHARE_SERIES = _PANDAS3
 SHARE_COLUMNS = _SHARE_SERIES   # for the passes: columns of a frame may share one array
+
+
+def _all_minus_one(col: pa.ChunkedArray) -> bool:
+    """An integer column holding -1 on every row (no null): in the frame a read-only array
+    of one value repeated (stride 0) instead of a view of its Arrow buffer, so the table's
+    shared all-default buffers (~12 B a row on a Kineto trace: msg_*, seq, flops,
+    group_size, graph_id) are freed with the table. Same dtype and values; a write copies
+    (copy-on-write), as it does to the Arrow views."""
+    if not pa.types.is_integer(col.type) or not len(col) or col.null_count:
+        return False
+    import pyarrow.compute as pc
+    mm = pc.min_max(col)
+    return mm["min"].as_py() == -1 and mm["max"].as_py() == -1
 
 
 def _buffers_key(col: pa.ChunkedArray):

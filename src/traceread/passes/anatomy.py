@@ -208,10 +208,9 @@ def _classify(name: str) -> str:
     return ""
 
 
-def _host(ev: pd.DataFrame, pid: int) -> dict:
-    """The main process's host rows with their class (``_classify``), sorted by start."""
-    rows = rows_of(ev, HOST_KINDS + ("osrt",))
-    rows = rows[ev["pid"].to_numpy()[rows] == pid]
+def _host_classes(ev: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``rows`` its class (``_classify``: an object array of shared strings) and
+    that class's code (what ``_cls`` compares)."""
     lut, codes = lut_at(ev["name"], rows, _classify, "", object)
     cls = lut.take(codes)
     cls_i = _class_codes(lut).take(codes)
@@ -223,10 +222,19 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
         cls[seed] = "data"
         cls_i = cls_i.copy()
         cls_i[seed] = _class_codes(np.array(["data"], object))[0]
+    return cls, cls_i
+
+
+def _host(ev: pd.DataFrame, pid: int) -> dict:
+    """The main process's host rows with their class code (``_host_classes``), sorted by
+    start. The class names are not kept: every reader compares the codes (``_cls``)."""
+    rows = rows_of(ev, HOST_KINDS + ("osrt",))
+    rows = rows[ev["pid"].to_numpy()[rows] == pid]
+    cls_i = _host_classes(ev, rows)[1]
     ts = ev["ts"].to_numpy(np.int64)[rows]
     if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():   # the event table's rows come sorted
         order = np.argsort(ts, kind="stable")
-        rows, cls, cls_i, ts = rows[order], cls[order], cls_i[order], ts[order]
+        rows, cls_i, ts = rows[order], cls_i[order], ts[order]
         del order
     kind = _labels(ev["kind"], rows)
     dims, has_dims = _dims(ev, rows)
@@ -234,7 +242,7 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
     tid = ev["tid"].to_numpy()[rows]
     # object arrays of shared strings (8 B a row): fixed-width str arrays were 48-56 B a
     # row for each of kind and cls, the analysis's peak at 1 GB (~170 MB)
-    return {"rows": rows, "cls": cls, "cls_i": cls_i, "ts": ts, "end": end, "tid": tid,
+    return {"rows": rows, "cls_i": cls_i, "ts": ts, "end": end, "tid": tid,
             "kind": kind, "name": _names(ev, rows, {"cls_i": cls_i}),
             "prof": _profiler_cost(ev, rows, kind),
             "outer": _outermost(ts, end, tid, kind == "cpu_op"),
@@ -248,7 +256,8 @@ def _profiler_cost(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.n
     its shapes, per Python frame): what the anatomy's figures lose without the profiler."""
     from .overhead import FRAME_NS, PER_OP_NS, SHAPES_NS, _shaped
 
-    out = np.where(kind == "python", FRAME_NS, 0).astype(np.int64)
+    # int32 (4 B a host row): its readers only sum it, and numpy sums int32 in int64
+    out = np.where(kind == "python", FRAME_NS, 0).astype(np.int32)
     op = np.flatnonzero(kind == "cpu_op")
     if len(op):
         shaped = _shaped(ev.iloc[rows[op], [ev.columns.get_loc("input_dims")]]) \

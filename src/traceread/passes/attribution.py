@@ -49,7 +49,7 @@ from . import intervals
 from .compile import compile_name_lut, is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
 from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at, table_of
-from ..table import SHARE_COLUMNS
+from ..table import SHARE_COLUMNS, release_heap
 from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -521,7 +521,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     # blocking by behaviour: pageable copies. Per host row the index of its label (-1:
     # none): an object array of "" per row cost ~15 ms to fill and compare at 500 k rows
     pg_at, pg_text = _pageable_calls(ev, rows, kind)
-    sync_label = np.full(len(rows), -1, np.int64)
+    sync_label = np.full(len(rows), -1, np.int32)   # an index into pg_text (int32: 4 B a row)
     sync_label[pg_at] = np.arange(len(pg_at))
     blocking = sync_label >= 0
     is_sync |= blocking
@@ -535,7 +535,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         cats = np.concatenate([cats, np.full(len(cs), CPU_CATEGORIES.index("graph_capture"),
                                              cats.dtype)])
         is_sync = np.concatenate([is_sync, np.zeros(len(cs), bool)])
-        sync_label = np.concatenate([sync_label, np.full(len(cs), -1, np.int64)])
+        sync_label = np.concatenate([sync_label, np.full(len(cs), -1, np.int32)])
     top_parts = []
     blocked: dict = {}   # (pid, device) -> ns its launch threads spent inside sync calls
     queued_ns, waited_on = queued(ev, gaps, ops) if queued_of is None else queued_of()
@@ -556,22 +556,47 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         else:
             near = np.flatnonzero(on)
             near = near[intervals.reaching(gaps_iv, hs[near], he[near])]
-        t_on = key[near]
-        c_on, s_on, e_on, k_on, n_on = cats[near], hs[near], he[near], kind[near], name[near]
-        del near
-        # the sync calls first: after the last group's, the host arrays are let go before
-        # the carve and the top ops (~40 B a host row: the attribution's peak at 1 GB)
+        # the sync calls' rows first (a few): after the last group's, each host array is let
+        # go as soon as its rows near a gap are taken, so the host arrays (~40 B a host row)
+        # and those rows (~28 B a row near a gap) are never all alive at once (the
+        # attribution's peak at 1 GB)
+        last = g == len(groups) - 1
         sy = on & is_sync
         del on
-        bs, be = intervals.union(hs[sy], he[sy]) if sy.any() else (hs[:0], he[:0])
-        blocked[(int(pid), int(dev))] = int((be - bs).sum())
+        s_hs, s_he = hs[sy], he[sy]
         names = _sync_names(name_cats, name[sy])
         lab = sync_label[sy]
+        del sy
+        if last:
+            del is_sync, sync_label
+        t_on = key[near]
+        if last:
+            del key
+        c_on = cats[near]
+        if last:
+            del cats
+        s_on = hs[near]
+        if last:
+            del hs
+        e_on = he[near]
+        if last:
+            del he
+        k_on = kind[near]
+        if last:
+            del kind
+        n_on = name[near]
+        if last:
+            del name
+        del near
+        if last:
+            # their pages go back now: the carve's and top ops' arrays are new sizes that the
+            # freed holes would not hold (RSS 110 MB over the live heap at 1 GB otherwise)
+            release_heap()
+        bs, be = intervals.union(s_hs, s_he) if len(s_hs) else (s_hs, s_he)
+        blocked[(int(pid), int(dev))] = int((be - bs).sum())
         names[lab >= 0] = pg_text[lab[lab >= 0]]
-        drain_op[idx] = _drain(gs, ge, names, hs[sy], he[sy], sync_ops)
-        del sy, names, lab
-        if g == len(groups) - 1:
-            del hs, he, key, kind, name, cats, is_sync, sync_label
+        drain_op[idx] = _drain(gs, ge, names, s_hs, s_he, sync_ops)
+        del s_hs, s_he, names, lab, bs, be
         cc, cs, ce = _waiting(gaps_iv, c_on, s_on, e_on, t_on)
         if len(idx) == n:   # one (pid, device): carve straight into the result
             _carve(gs, ge, cc, cs, ce, split)
@@ -580,14 +605,14 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         q_parts.append(_carve_queued(idx, gs, ge, queued_ns[idx], cc, cs, ce))
         top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
         del c_on, s_on, e_on, k_on, n_on, t_on, cc, cs, ce
-    top_cat = split.argmax(axis=1)
-    q_split = _queued_split(split, q_parts)
+    top_cat = _argmax_columns(split)
+    q_cols = _queued_columns(split, q_parts)   # a column at a time: not a second table
     del q_parts
     _add_split(gaps, "cpu_", split)
     del split
     gaps["cpu"] = str_column(CPU_CATEGORIES, top_cat)
-    _add_split(gaps, "qcpu_", q_split)
-    del q_split
+    _add_columns(gaps, "qcpu_", q_cols)
+    del q_cols
     label = (drain_op > 0).astype(np.int8)
     label[(queued_ns > 0) & (queued_ns >= gaps["duration"].to_numpy(np.int64))] = 2
     drain_op[label == 2] = 0   # a sync that returned while the next op sat queued drained nothing
@@ -617,6 +642,20 @@ def _add_split(gaps: pd.DataFrame, prefix: str, split: np.ndarray) -> None:
                                      copy=False)
 
 
+def _add_columns(gaps: pd.DataFrame, prefix: str, cols: list) -> None:
+    """``_add_split`` of a split given as one array per category (None: zero on every gap);
+    the zero ones share one column under copy-on-write."""
+    zero = None
+    for c, col in zip(CPU_CATEGORIES, cols):
+        if col is None:
+            if zero is None or not SHARE_COLUMNS:
+                zero = pd.Series(np.zeros(len(gaps), np.int64), index=gaps.index, copy=False)
+            col = zero
+        else:
+            col = pd.Series(col, index=gaps.index, copy=False)
+        gaps[prefix + c] = col
+
+
 def _carve_queued(idx, gs, ge, qns, cats, hs, he) -> tuple:
     """The queued split (per category, the ns of each gap's queued part: its last ``qns``
     ns) as (gaps queued whole, whose split it is; gaps queued in part, their rows).
@@ -626,15 +665,34 @@ def _carve_queued(idx, gs, ge, qns, cats, hs, he) -> tuple:
     return idx[whole], idx[part], _carve(ge[part] - qns[part], ge[part], cats, hs, he)
 
 
-def _queued_split(split: np.ndarray, q_parts: list) -> np.ndarray:
-    """The (gaps, categories) queued split from ``_carve_queued``'s parts, one column at a
-    time (no gathered copy of the whole table)."""
-    q_split = np.zeros_like(split)
-    for whole, part, rows in q_parts:
-        for j in range(split.shape[1]):
-            q_split[whole, j] = split[whole, j]
-            q_split[part, j] = rows[:, j]
-    return q_split
+def _argmax_columns(split: np.ndarray) -> np.ndarray:
+    """``split.argmax(axis=1)`` of the column-major (gaps, categories) table a column at a
+    time: numpy's argmax along rows copies it whole into row-major order first (31 MB at
+    1 GB). The first largest column wins, as argmax's."""
+    top = np.zeros(split.shape[0], np.intp)
+    if not split.shape[1]:
+        return split.argmax(axis=1)   # argmax's own error for no categories
+    best = split[:, 0].copy()
+    for j in range(1, split.shape[1]):
+        col = split[:, j]
+        m = col > best
+        top[m] = j
+        best[m] = col[m]
+    return top
+
+
+def _queued_columns(split: np.ndarray, q_parts: list) -> list:
+    """The queued split from ``_carve_queued``'s parts, one array per category (None where
+    it is zero on every gap): built a column at a time, never a second (gaps, categories)
+    table (its scattered rows touched every page of it: 31 MB at 1 GB)."""
+    out = []
+    for j in range(split.shape[1]):
+        col = np.zeros(split.shape[0], np.int64)
+        for whole, part, rows in q_parts:
+            col[whole] = split[whole, j]
+            col[part] = rows[:, j]
+        out.append(col if col.any() else None)
+    return out
 
 
 CAPTURE_BEGIN_RX = namerx.compile(r"capture_begin|^(?:cuda|hip|cu)StreamBeginCapture")

@@ -318,9 +318,13 @@ def launcher(ev: pd.DataFrame, gpu_rows: np.ndarray) -> np.ndarray:
         return out
     # one int64 key per (process, correlation): pids and ids both fit in 31 bits in practice;
     # a collision would only pair a GPU op with a wrong launch of the same id
-    key = (pid[api] << 32) ^ corr[api]
+    key = pid[api]
+    key <<= 32
+    key ^= corr[api]
     order = np.argsort(key, kind="stable")   # the first launch of a duplicated key wins
-    key, api = key[order], api[order]
+    key = key[order]
+    api = api[order]
+    del order
     want = (pid[gpu_rows] << 32) ^ corr[gpu_rows]
     pos = np.searchsorted(key, want)
     ok = (pos < len(key)) & (corr[gpu_rows] >= 0)

@@ -93,6 +93,11 @@ class SidePasses:
         except Exception:  # noqa: BLE001 - the pool broke or cannot fork: run here
             self.close()
 
+    def runs_here(self, key: str) -> bool:
+        """True when the job will run (or ran) in this process when asked for: no worker has
+        it, or this process ran it while waiting for another."""
+        return key in self.jobs and (key in self.ran or key not in self.futs)
+
     def get(self, key: str, release: bool = True, inside: bool = False) -> Any:
         """The job's result: from its worker, or computed here when no worker started it
         yet (this process would only wait); ``release``: hand its freed pages back after

@@ -36,7 +36,7 @@ import pandas as pd
 from .. import namerx
 from . import intervals
 from .attribution import ALLOC_API_RX, SYNC_API_RX
-from .common import kind_in, stable_by, table_of
+from .common import factorize_few, first_seen, kind_in, stable_by, table_of
 from .window import STARTUP_RX
 
 namerx.compile(STARTUP_RX)   # its literals in a trace's first name-table scan
@@ -127,7 +127,7 @@ def _jumps(ev: pd.DataFrame, kinds: tuple, col: str) -> dict | None:
     if not ok.any():
         return None
     # the process with most ids (the smallest pid of a tie), by hashing, not sorting
-    code, pids = pd.factorize(pid[ok])
+    code, pids = factorize_few(pid[ok])
     counts = np.bincount(code)
     top = pids[counts == counts.max()].min()
     # np.unique hashes first (~25 ms on 200 k ids); they come nearly sorted: sort, then drop repeats
@@ -180,7 +180,7 @@ def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) ->
     launch = _lut(cats, LAUNCH_API_RX)[c] & big
     # only the first call of an allocation API: later slow ones are churn, not growth
     pid = ev["pid"].to_numpy(np.int64)[rows]
-    first_of = ~pd.DataFrame({"p": pid, "c": c}).duplicated().to_numpy()
+    first_of = _first_of_pairs(pid, c)
     alloc = _lut(cats, ALLOC_API_RX)[c] & big & first_of
     ts = ev["ts"].to_numpy(np.int64)[rows]
     out = []
@@ -198,6 +198,22 @@ def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) ->
         out.append(_item("first-call allocator growth", cats[c[i]], int(ts[i]), int(dur[i]),
                          med[i]))
     return out
+
+
+def _first_of_pairs(pid: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``~DataFrame({"p": pid, "c": c}).duplicated()`` by one int64 key per row (the frame's
+    hash tables were ~56 MB at 1 GB)."""
+    if not len(c):
+        return np.zeros(0, bool)
+    pc = factorize_few(pid)[0].astype(np.int64)
+    lo = int(c.min())
+    width = int(c.max()) - lo + 1
+    if (int(pc.max()) + 1) * width >= 2**62:
+        return ~pd.DataFrame({"p": pid, "c": c}).duplicated().to_numpy()
+    pc *= width
+    pc += c
+    pc -= lo
+    return first_seen(factorize_few(pc, 1 << 16)[0])
 
 
 def _first_launches(ev: pd.DataFrame, codes: np.ndarray) -> dict:
@@ -222,9 +238,11 @@ def _first_calls(ev: pd.DataFrame, m: np.ndarray, what: str, codes: np.ndarray, 
     rows = np.flatnonzero(m & (codes >= 0))
     if len(rows) < FIRST_MIN_LATER + 1:
         return []
-    pid, code, ts, dur, med = _slow_firsts(codes[rows], ev["ts"].to_numpy(np.int64)[rows],
-                                           ev["dur"].to_numpy(np.int64)[rows],
-                                           ev["pid"].to_numpy(np.int64)[rows])
+    args = (codes[rows], ev["ts"].to_numpy(np.int64)[rows], ev["dur"].to_numpy(np.int64)[rows],
+            ev["pid"].to_numpy(np.int64)[rows])
+    del rows   # not held through the pass (8 B a row)
+    pid, code, ts, dur, med = _slow_firsts(*args)
+    del args
     out = []
     for p, c, t, d, m_ in zip(pid.tolist(), code.tolist(), ts.tolist(), dur.tolist(),
                               med.tolist()):
@@ -252,28 +270,35 @@ def _slow_firsts(name, ts, dur, pid) -> tuple:
         return e, e, e, e, np.zeros(0, np.float64)
     # each row's (pid, name) group, the temporaries freed as they are used (~100 B a row
     # at once made this the facts' peak at 1 GB)
-    pc = pd.factorize(pid)[0].astype(np.int64, copy=False)
+    pc = factorize_few(pid)[0].astype(np.int64, copy=False)
     nm = name.astype(np.int64)
     nm -= int(name.min())
     width = int(nm.max()) + 1
-    if (int(pc.max()) + 1) * width < 2**62:
+    pairs = (int(pc.max()) + 1) * width   # at most this many distinct (pid, name)
+    if pairs < 2**62:
         pc *= width
         pc += nm
         pair = pc
     else:
         pair = pd.MultiIndex.from_arrays([pc, nm])
     del pc, nm
-    code = pd.factorize(pair)[0].astype(np.int64, copy=False)   # by first appearance: ts order
+    # by first appearance: ts order
+    code = factorize_few(pair, min(pairs, 1 << 20))[0].astype(np.int64, copy=False)
     del pair
-    top = np.maximum.accumulate(code)
-    is_first = np.r_[True, top[1:] > top[:-1]]
-    del top
+    is_first = first_seen(code)
     first = np.flatnonzero(is_first)                # group k's first row is first[k]
     size = np.bincount(code, minlength=len(first)) - 1
     cand = (size >= max(1, FIRST_MIN_LATER)) & (dur[first] >= OUTLIER_MIN_NS)
     later = np.flatnonzero(~is_first & cand[code])
-    # each candidate's later durations sorted: its median from the middle one or two
-    ld = dur[later][stable_by(code[later], dur[later].astype(np.int64))]
+    del is_first
+    # each candidate's later durations sorted: its median from the middle one or two (each
+    # whole-row temporary let go as soon as it is read: this was the facts' peak at 1 GB)
+    lc = code[later]
+    del code
+    ld = dur[later]
+    del later
+    ld = ld[stable_by(lc, ld.astype(np.int64, copy=False))]
+    del lc
     k = size[cand]
     b = np.r_[0, np.cumsum(k)][:-1]
     med = (ld[b + (k - 1) // 2].astype(np.float64) + ld[b + k // 2].astype(np.float64)) / 2.0
