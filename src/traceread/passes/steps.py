@@ -525,15 +525,15 @@ def busy_seen(tab: pd.DataFrame, ops: pd.DataFrame, op_step: np.ndarray) -> np.n
     k = assign_steps(tab, pid[before], e[before] - 1)   # by where it ends: it may start earlier
     if not (k >= 0).any():
         return busy_max
-    lo = tab["start"].to_numpy(np.int64)
-    hi = tab["end"].to_numpy(np.int64)
-    own = op_step >= 0
-    rows = np.r_[np.flatnonzero(own), np.flatnonzero(before)[k >= 0]]
-    step = np.r_[op_step[own], k[k >= 0]]
-    kb = k[k >= 0]
-    start = np.r_[s[own], np.maximum(s[before][k >= 0], lo[kb])]
-    end = np.r_[e[own], np.minimum(e[before][k >= 0], hi[kb])]
-    dev_codes, dev_idx = np.unique(ops["device"].to_numpy(np.int64)[rows], return_inverse=True)
+    at = np.flatnonzero(before)[k >= 0]
+    k = k[k >= 0]
+    own = np.flatnonzero(op_step >= 0)
+    lo, hi = tab["start"].to_numpy(np.int64), tab["end"].to_numpy(np.int64)
+    step = np.r_[op_step[own], k]
+    start = np.r_[s[own], np.maximum(s[at], lo[k])]   # clipped to the step's span
+    end = np.r_[e[own], np.minimum(e[at], hi[k])]
+    dev = ops["device"].to_numpy(np.int64)[np.r_[own, at]]
+    dev_codes, dev_idx = np.unique(dev, return_inverse=True)
     n = len(tab)
     per = grouped_union_total(step * len(dev_codes) + dev_idx, start, end, n * len(dev_codes))
     return np.maximum(per.reshape(n, len(dev_codes)).max(axis=1), busy_max)
@@ -562,8 +562,9 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
     after that previous end, or the busiest device was busy >= GPU_BOUND_BUSY of the step,
     else "host"; ``busy_seen`` (``steps.busy_seen``: with the work queued before the
     recording) stands for ``busy_max`` in that last test only -- that work decides whom the
-    step waits on, not where its own work ends. A kernel launched before a host stall (a DataLoader that falls behind)
-    stretches the GPU's window over the stall, and that step is the host's. Steps sorted by (pid, start), as ``find_steps`` returns them. Adds the
+    step waits on, not where its own work ends. A kernel launched before a host stall (a
+    DataLoader that falls behind) stretches the GPU's window over the stall, and that step
+    is the host's. Steps sorted by (pid, start), as ``find_steps`` returns them. Adds the
     columns to ``tab`` itself."""
     out = tab
     n = len(out)
