@@ -345,3 +345,18 @@ def test_a_sleep_before_the_first_launch_is_not_called_input_fetching():
     assert "the thread sleeps" in said and "input is fetched there" not in said
     ctx["step_head_wait"]["calls"] = ["read", "clock_nanosleep"]
     assert "the step's input is fetched there" in _head_text(ctx)
+
+
+def test_a_scalar_read_is_device_to_host_whatever_rocm_records(corpus_dir):
+    """ROCm records the ``_local_scalar_dense`` copy of TraceLens' mi300 bert-small as "Memcpy
+    DtoD (Device -> Device)" (its H100 twin: "Memcpy DtoH (Device -> Pinned)"): the read-back
+    levers read a device-to-device copy. Inside a scalar read it goes device -> host."""
+    from traceread import load
+    from traceread.passes.preconditions import sync_copy_directions
+
+    base = corpus_dir / "AMD-AGI__TraceLens/tests/traces"
+    for gpu, relabelled in (("mi300", True), ("h100", False)):
+        out, ev = sync_copy_directions(load(base / gpu / "gaunernst_bert-small-uncased__1016001"
+                                                         ".json.gz").events)
+        assert out == {"DtoH": 1}
+        assert ("a scalar read recorded as another direction" in ev[0]["detail"]) == relabelled

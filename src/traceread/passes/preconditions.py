@@ -178,17 +178,43 @@ def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
     # empty one "unknown", as ``astype(object)`` gives them); a loop of copies was ~15 ms
     counted = (at >= 0) & (waited | pageable) if "copy_kind" in ev else np.zeros(len(cp), bool)
     out: dict[str, int] = {}
-    for k in ev["copy_kind"].iloc[cp[counted]].astype(object).tolist() if counted.any() else ():
-        d = str(k or "unknown")
+    kinds = ev["copy_kind"].iloc[cp[counted]].astype(object).tolist() if counted.any() else []
+    read = _scalar_reads(ev, order[at[counted]]) if counted.any() else []
+    for k, r in zip(kinds, read):
+        d = "DtoH" if r else str(k or "unknown")
         out[d] = out.get(d, 0) + 1
     staged = int((counted & pageable & ~waited).sum())
+    relabelled = sum(1 for k, r in zip(kinds, read) if r and str(k or "") != "DtoH")
     first = int(cp[counted][0]) if counted.any() else None
     if first is None:
         return {}, []
     how = f" ({staged} staged through pageable memory)" if staged else ""
+    how += f" ({relabelled} a scalar read recorded as another direction)" if relabelled else ""
     return out, [item(ev["name"].iat[first], ev["ts"].iat[first], None,
                       "the host waited for it: " + ", ".join(f"{k} x{v}" for k, v in out.items())
                       + how)]
+
+
+# a scalar read's copy goes device -> host whatever it is recorded as: ROCm names the
+# ``_local_scalar_dense`` copy "Memcpy DtoD (Device -> Device)" (TraceLens' mi300 bert-small
+# and Qwen; their H100 twins record "Memcpy DtoH (Device -> Pinned)")
+SCALAR_READ_RX = re.compile(r"^aten::(?:_local_scalar_dense|item)$")
+
+
+def _scalar_reads(ev: pd.DataFrame, calls: np.ndarray) -> list[bool]:
+    """Per launching call (rows of ``ev``): it runs inside a scalar read on its thread."""
+    ops = rows_of(ev, ("cpu_op",))
+    if not len(ops) or not len(calls):
+        return [False] * len(calls)
+    lut, codes = lut_at(ev["name"], ops, lambda n: bool(SCALAR_READ_RX.match(n)), False, bool)
+    ops = ops[lut.take(codes)]
+    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    out = []
+    for c in calls.tolist():   # the waited copies: a few a step
+        mine = ops[(pid[ops] == pid[c]) & (tid[ops] == tid[c])]
+        out.append(bool(((ts[mine] <= ts[c]) & (ts[c] < ts[mine] + dur[mine])).any()))
+    return out
 
 
 def _waited_copies(at: np.ndarray, cls: np.ndarray, pid: np.ndarray,
