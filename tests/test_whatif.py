@@ -380,30 +380,23 @@ def test_larger_batch_scales_work_above_the_floor_per_sample():
     assert r["saves_ns"] == round(4_005 * US - 6_005 * US / 2)
 
 
-def test_channels_last_drops_the_layout_conversions():
-    g = G()
-    a = g.h("launch", "cudaLaunchKernel", 5 * US)
-    g.k("void cudnn::ops::nchwToNhwcKernel<float>", 300 * US, a)
-    b = g.h("launch", "cudaLaunchKernel", 5 * US)
-    g.k("sm90_xmma_fprop_implicit_gemm_conv", 1_000 * US, b)
-    s = g.h("sync_wait", "cudaStreamSynchronize", 0)
-    g.drain.append((1, s))
-    r = saves(g.build(), ["channels_last"])
-    assert r["saves_ns"] == 300 * US
-
-
-def test_channels_last_drops_miopens_transposes():
+@pytest.mark.parametrize("launch, conversion, conv, sync, ns", [
+    ("cudaLaunchKernel", "void cudnn::ops::nchwToNhwcKernel<float>",
+     "sm90_xmma_fprop_implicit_gemm_conv", "cudaStreamSynchronize", 300),
     # TraceLens xdit flux on MI300X: MIOpen's NHWC convolutions on NCHW tensors run between
     # batched_transpose kernels; the model refused ("no layout conversion kernels")
+    ("hipLaunchKernel", "batched_transpose_32x32_half",
+     "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x256x32", "hipStreamSynchronize", 200)])
+def test_channels_last_drops_the_layout_conversions(launch, conversion, conv, sync, ns):
     g = G()
-    a = g.h("launch", "hipLaunchKernel", 5 * US)
-    g.k("batched_transpose_32x32_half", 200 * US, a)
-    b = g.h("launch", "hipLaunchKernel", 5 * US)
-    g.k("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x256x32", 1_000 * US, b)
-    s = g.h("sync_wait", "hipStreamSynchronize", 0)
+    a = g.h("launch", launch, 5 * US)
+    g.k(conversion, ns * US, a)
+    b = g.h("launch", launch, 5 * US)
+    g.k(conv, 1_000 * US, b)
+    s = g.h("sync_wait", sync, 0)
     g.drain.append((1, s))
     r = saves(g.build(), ["channels_last"])
-    assert r["saves_ns"] == 200 * US
+    assert r["saves_ns"] == ns * US
 
 
 def test_levers_together_are_replayed_not_summed():
