@@ -104,3 +104,15 @@ def test_flux_graph_replays_mark_mfu_lower_bound():
     # 16 ms inside matmul ops: batching cannot amortise the GPU's compute-bound GEMMs
     inf = a.facts.program["anatomy"]["inference"]
     assert inf["gpu_ns"] > 0.9 * inf["request_ns"] > 10 * inf["flop_host_ns"]
+
+
+def test_miopens_transposes_around_an_nhwc_convolution_are_layout_conversions():
+    """MIOpen's NHWC convolutions on NCHW tensors run between batched_transpose kernels (TraceLens
+    mi210 gpu_only_trace: 168 of them, 0.82 ms): channels_last removes them, as cuDNN's
+    nchwToNhwc. The busy pass counted only cuDNN's names."""
+    b = busy_breakdown(_trace([(1000, "kernel", "batched_transpose_32x16_half"),
+                               (2000, "kernel", "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x256x32"),
+                               (1000, "kernel", EW)], device="AMD Instinct MI300X"))
+    lev = {x["lever"]: x for x in busy_levers(b["figures"])}
+    assert lev["channels_last"]["saving_ns"] == 1000
+    assert "MIOpen" in lev["channels_last"]["why"]
