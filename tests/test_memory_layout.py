@@ -254,3 +254,19 @@ def test_all_default_int_columns_hold_no_buffer_in_the_frame():
     ev2 = ev.copy(deep=False)
     ev2.loc[0, "seq"] = 5
     assert ev2["seq"].iat[0] == 5 and ev["seq"].iat[0] == -1
+
+
+def test_the_frames_integer_columns_are_read_only_and_a_copy_edits():
+    """docs/event-table.md says so: the zero-copy columns cannot be written in place (it said
+    "a write copies it", and pandas raised), a whole-column assignment works, a copy edits."""
+    from pathlib import Path
+
+    import traceread
+
+    ev = traceread.load(Path(__file__).parent / "fixtures" / "h200" / "pageable.bad.json.gz").events
+    with pytest.raises(ValueError, match="read-only"):
+        ev.loc[ev.index[0], "ts"] = 0
+    ev["t"] = ev["ts"] - ev["ts"].min()
+    mine = ev.copy()
+    mine.loc[mine.index[0], "seq"] = 5
+    assert mine["seq"].iat[0] == 5 and (ev["seq"] == -1).all() and np.all(ev["t"] >= 0)
