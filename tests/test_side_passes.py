@@ -181,7 +181,9 @@ def test_a_job_marked_here_is_taken_first_while_waiting_and_errors_wait_for_thei
         side.submit("mine", _pid_of, side.ref("x"), here=True)
         assert side.get("long") != os.getpid()
         assert side.ran["mine"] == (True, (3, os.getpid()))
-        assert "bad" in side.ran   # its error is kept for its get
+        # "bad" ran here or on the worker, as the pool's call queue took it (timing: a clean-
+        # clone CI found it on the worker); either way its error waits for its get
+        assert side.ran.get("bad", (False, None))[0] is False
         with pytest.raises(ValueError, match="a pass failed"):
             side.get("bad")
         assert side.get("mine") == (3, os.getpid())
