@@ -154,3 +154,15 @@ def test_two_savings_of_one_cause_this_close_read_as_one_piece_of_time():
     far = dict(x, saves_ns=500_000, saves_per_step_ns=250_000)
     assert "the lever above" not in action_gain(far, prev)
     assert action_gain(dict(prev), prev).startswith("the same sync time")
+
+
+def test_a_rank_led_by_the_jobs_lever_says_so_in_its_title():
+    """h200/ddp2 rank 0: the straggler's 30.3 ms leads its own NCCL lever's 96.2 ms, under a
+    title that said "largest saving first"."""
+    from traceread.render.text import TODO_TITLE, todo_title
+
+    job = {"id": "straggler", "saves_ns": 182}
+    nccl = {"id": "nccl_backend", "saves_ns": 577}
+    assert "the job's lever first, then the largest saving" in todo_title({"actions": [job, nccl]})
+    assert todo_title({"actions": [dict(job, saves_ns=600), nccl]}) == TODO_TITLE
+    assert todo_title({"actions": [nccl, job]}) == TODO_TITLE

@@ -200,7 +200,7 @@ def _actions(v: dict, floor: int | None = None) -> str:
     """The verdict's one ranked to-do list -- the same items, order and words as the text
     report (render/text.py action_gain): the first TODO_ROWS, the rest folded, then the
     unranked diagnostics."""
-    from .text import TODO_ROWS, TODO_TITLE, action_gain, empty_todo
+    from .text import TODO_ROWS, action_gain, empty_todo, todo_title
     from .words import because_words
 
     def why(x: dict) -> str:   # a tooltip: the page keeps its height (charts above the fold)
@@ -216,9 +216,9 @@ def _actions(v: dict, floor: int | None = None) -> str:
     else:
         items = [f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", [])]
     if not items:
-        out = [f"<b>{escape(TODO_TITLE)}</b><p>{escape(empty_todo(v))}</p>"]
+        out = [f"<b>{escape(todo_title(v))}</b><p>{escape(empty_todo(v))}</p>"]
     else:
-        out = [f"<b>{escape(TODO_TITLE)}</b><ol>", "".join(items[:TODO_ROWS]), "</ol>"]
+        out = [f"<b>{escape(todo_title(v))}</b><ol>", "".join(items[:TODO_ROWS]), "</ol>"]
     if len(items) > TODO_ROWS:
         out.append(f"<details><summary>and {len(items) - TODO_ROWS} more</summary>"
                    f"<ol start='{TODO_ROWS + 1}'>{''.join(items[TODO_ROWS:])}</ol></details>")

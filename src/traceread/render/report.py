@@ -12,8 +12,8 @@ from .anatomy_text import anatomy_lines
 from .fmt import TABLE_WIDTH, fit, fit_list, plural, short_name, tail_lines, width
 from .words import (RULED_OUT_ROWS, RULED_OUT_TITLE, because_words, busy_note, ruled_out,
                     together_words)
-from .text import (ORIGIN_NOTE, TODO_ROWS, TODO_TITLE, action_gain, empty_todo, fmt_ns,
-                   projected_words, rel_time,
+from .text import (ORIGIN_NOTE, TODO_ROWS, action_gain, empty_todo, fmt_ns, projected_words,
+                   rel_time, todo_title,
                    replay_lines, utilization_lines)
 
 BOUND_TITLE = TITLE
@@ -164,7 +164,7 @@ def todo_lines(v: dict, floor_ns: int | None = None) -> list[str]:
     """The verdict's one ranked to-do list (``verdict.actions``; plain ``levers`` when a
     verdict has none), the first TODO_ROWS of it, then the unranked diagnostics."""
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
-    lines = ["", f"  {TODO_TITLE}"]
+    lines = ["", f"  {todo_title(v)}"]
     if acts:
         for i, x in enumerate(acts[:TODO_ROWS], 1):
             lines += tail_lines(f"    {i}. ", f"{x['lever']} [{x.get('cost', '')}]")

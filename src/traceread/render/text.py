@@ -13,6 +13,19 @@ TODO_TITLE = ("To do, largest saving first (replayed: the step re-simulated with
               "pulled; [bound]: at most this, the rest of the step unchanged):")
 
 
+def todo_title(v: dict) -> str:
+    """TODO_TITLE, or -- where a job's lever leads a rank's list ahead of larger savings of
+    the rank's own (h200/ddp2 rank 0: the straggler's 30.3 ms before NCCL's 96.2 ms) -- the
+    order it follows."""
+    acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
+    lead = acts[0] if acts else {}
+    if lead.get("id") == "straggler" and any(
+            (x.get("saves_ns") or 0) > (lead.get("saves_ns") or 0) for x in acts[1:]):
+        return TODO_TITLE.replace("largest saving first",
+                                  "the job's lever first, then the largest saving")
+    return TODO_TITLE
+
+
 def empty_todo(v: dict) -> str:
     """Why a verdict's to-do list is empty, in place of a bare title (text and HTML)."""
     text = ("nothing to pull: no lever of the table applies to this trace (each one's "
