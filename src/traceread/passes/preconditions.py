@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .. import namerx
+from . import intervals
 from .attribution import API_TAIL, SYNC_CALL, SYNC_COPY_CALL
 from .common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
 from .factkit import Steps, item
@@ -210,11 +211,16 @@ def _scalar_reads(ev: pd.DataFrame, calls: np.ndarray) -> list[bool]:
     ops = ops[lut.take(codes)]
     ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
-    out = []
-    for c in calls.tolist():   # the waited copies: a few a step
-        mine = ops[(pid[ops] == pid[c]) & (tid[ops] == tid[c])]
-        out.append(bool(((ts[mine] <= ts[c]) & (ts[c] < ts[mine] + dur[mine])).any()))
-    return out
+    out = np.zeros(len(calls), bool)
+    for p, t in set(zip(pid[calls].tolist(), tid[calls].tolist())):   # per thread, not per call
+        mine = ops[(pid[ops] == p) & (tid[ops] == t)]
+        if not len(mine):
+            continue
+        s, e = intervals.union(ts[mine], ts[mine] + dur[mine])
+        at = np.flatnonzero((pid[calls] == p) & (tid[calls] == t))
+        k = np.searchsorted(s, ts[calls[at]], side="right") - 1
+        out[at] = (k >= 0) & (ts[calls[at]] < e[np.maximum(k, 0)])
+    return out.tolist()
 
 
 def _waited_copies(at: np.ndarray, cls: np.ndarray, pid: np.ndarray,
