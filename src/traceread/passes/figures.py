@@ -14,7 +14,6 @@ import pandas as pd
 from . import intervals
 from .attribution import ALLOC_API_RX, SHORT_GAP_NS
 from .causes import HOST_PARTS
-from .steps import GPU_BOUND_BUSY
 
 SLOW_BUSBW_GBPS = 10.0       # below any GPU interconnect (NVLink, xGMI, PCIe, IB) for ...
 SLOW_BUSBW_MIN_BYTES = 1 << 20   # ... messages this large
@@ -111,15 +110,12 @@ def backlog(step_tab, gaps: pd.DataFrame, devices: pd.DataFrame) -> dict:
     if not len(busy_step) or busy_step.mean() <= 0:
         return {}
     gpu_paced = step_tab["bound_by"].to_numpy(object) == "gpu"
-    if "busy_seen_ns" in step_tab and "busy_max_ns" in step_tab:
+    if "gpu_by_own_work" in step_tab:
         # a step the GPU paces only with the work queued before the recording (steps.
         # busy_seen) waited on it inside its host span, which its program step is: that
         # backlog lies inside the step (TraceLens' h100 Qwen: one 47.2 ms step, 14.1 ms of it
         # a sync on an earlier forward's tail); a step its own work paces starts at that work
-        own = (step_tab["gpu_ns"].to_numpy(np.int64) > step_tab["dur"].to_numpy(np.int64)) | \
-            (step_tab["busy_max_ns"].to_numpy(np.int64)
-             >= GPU_BOUND_BUSY * step_tab["program_ns"].to_numpy(np.int64))
-        gpu_paced &= own
+        gpu_paced &= step_tab["gpu_by_own_work"].to_numpy(bool)
     starts = np.where(has & gpu_paced, step_tab["gpu_end"].to_numpy(np.int64)
                       - step_tab["gpu_ns"].to_numpy(np.int64), step_tab["start"].to_numpy(np.int64))
     first = int(starts.min())

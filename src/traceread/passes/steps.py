@@ -600,12 +600,16 @@ def program_columns(tab: pd.DataFrame, busy_max: np.ndarray,
         host = np.where(after, np.maximum(0, h_end - np.maximum(out["start"].to_numpy(np.int64),
                                                                 prev_end)), dur)
     own = gpu if starved is None else np.maximum(gpu - np.maximum(starved, 0), 0)
+    floor = GPU_BOUND_BUSY * np.maximum(prog, 1)
+    by_own = (own > host) | (has & (busy_max >= floor))
     seen = busy_max if busy_seen is None else busy_seen
-    gpu_bound = (own > host) | ((has | (seen > 0))
-                                & (seen >= GPU_BOUND_BUSY * np.maximum(prog, 1)))
+    gpu_bound = by_own | ((has | (seen > 0)) & (seen >= floor))
     out["gpu_ns"] = gpu.astype(np.int64)
     out["program_ns"] = prog.astype(np.int64)
     out["bound_by"] = np.where(gpu_bound, "gpu", "host").astype(object)
+    # the GPU paces the step by its own work, not only by the work queued before the
+    # recording (figures.backlog: where that work alone paces it, it lies inside the step)
+    out["gpu_by_own_work"] = by_own
     return out
 
 
