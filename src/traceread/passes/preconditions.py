@@ -39,7 +39,7 @@ import pandas as pd
 
 from .. import namerx
 from . import intervals
-from .attribution import API_TAIL, SYNC_CALL, SYNC_COPY_CALL
+from .attribution import API_TAIL, SYNC_CALL, SYNC_COPY_CALL, SYNC_OPS
 from .common import GRAPH_LAUNCH_RX, kind_in, lut_at, rows_of
 from .factkit import Steps, item
 
@@ -199,7 +199,7 @@ def sync_copy_directions(ev: pd.DataFrame) -> tuple[dict | None, list[dict]]:
 # a scalar read's copy goes device -> host whatever it is recorded as: ROCm names the
 # ``_local_scalar_dense`` copy "Memcpy DtoD (Device -> Device)" (TraceLens' mi300 bert-small
 # and Qwen; their H100 twins record "Memcpy DtoH (Device -> Pinned)")
-SCALAR_READ_RX = re.compile(r"^aten::(?:_local_scalar_dense|item)$")
+SCALAR_READ_RX = re.compile(r"^(?:" + "|".join(re.escape(o) for o in SYNC_OPS) + r")$")
 
 
 def _scalar_reads(ev: pd.DataFrame, calls: np.ndarray) -> list[bool]:
