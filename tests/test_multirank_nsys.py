@@ -92,3 +92,24 @@ def test_analyze_reports_each_process_of_one_export(tmp_path):
     assert "straggler" not in doc["cross_rank"][0]      # one answer: the verdict's
     text = CliRunner().invoke(main, ["analyze", str(path)]).output
     assert text.count("VERDICT") == 2 and "rank 1 of 2" in text
+
+
+def test_batch_rows_per_process_and_analyze_job(tmp_path):
+    """batch keeps a row per process of one export and forms analyze's job from them (it
+    kept one merged row, and the job read the merged window's steps)."""
+    from traceread.jobs.batch import analyze_file, assemble
+    from traceread.jobs.output import PartialSummary
+
+    path = write_nsys_job(tmp_path / "job.sqlite", JobSpec(ranks=2, slow_rank=1, steps=4))
+    one = analyze_file(str(path))
+    part = PartialSummary(tmp_path / "out")   # the partial summary has both rows too
+    part.add(one)
+    part.close()
+    assert (tmp_path / "out" / "summary.partial.csv").read_text().count("#pid") == 2
+    res = assemble([one])
+    ref = traceread.job(str(path))
+    assert res.files == 1 and res.summary["file"].tolist() == [ref.paths[0], ref.paths[1]]
+    assert res.summary["rank"].tolist() == [0, 1]
+    assert res.summary["steps"].tolist() == [ref.analyses[r].step_stats["count"] for r in (0, 1)]
+    (job,) = res.jobs
+    assert job.verdict()["summary"] == ref.verdict()["summary"]

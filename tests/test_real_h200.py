@@ -263,3 +263,14 @@ def test_batch_splits_a_multi_process_export_into_its_job(tmp_path):
     jv = job.verdict()
     assert jv["straggler_rank"] == truth["slow_rank"] and jv["cause"] == "sleep"
     assert abs(jv["late_by_ns"] - truth["planted_delay_ns"]) < 0.1 * truth["planted_delay_ns"]
+    # and it is analyze's job: a row per process, each on its own analysed steps (the one
+    # merged row gave the job the merged window's 5 steps where analyze reads 6)
+    ref = traceread.job(str(dst))
+    rv = ref.verdict()
+    assert (jv["late_by_ns"], jv["late_total_ns"], jv["summary"]) == \
+        (rv["late_by_ns"], rv["late_total_ns"], rv["summary"])
+    s = res.summary
+    assert s["file"].tolist() == [str(ref.paths[r]) for r in sorted(ref.paths)]
+    assert s["rank"].tolist() == [0, 1] and res.files == 1
+    assert s["verdict"].tolist() == [ref.analyses[r].verdict["bound"] for r in (0, 1)]
+    assert s["steps"].tolist() == [ref.analyses[r].step_stats["count"] for r in (0, 1)]

@@ -128,7 +128,10 @@ def render_summary(res, out: str) -> str:
 
     s = res.summary
     ok = s[s["error"].isna()]
-    lines = [f"{len(s)} files: {len(ok)} analysed, {res.failed} failed"
+    files = res.files if res.files >= 0 else len(s)
+    # an nsys export of several GPU processes is a row (a trace) per process
+    head = f"{files} files" if files == len(s) else f"{files} files, {len(s)} traces (per process)"
+    lines = [f"{head}: {len(ok)} analysed, {res.failed} failed"
              + (f", {len(res.skipped)} skipped" if res.skipped else "")]
     if len(ok):
         verdicts = ok["verdict"].fillna("?").value_counts()

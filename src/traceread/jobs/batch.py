@@ -45,24 +45,67 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     """Analyse one file. Never raises: failures become the row's ``error``.
 
     Returns ``{"row": dict, "tables": {name: DataFrame}, "rank_input": RankInput|None}``.
+    An nsys export of several GPU processes (``nsys profile torchrun``) is analysed per
+    process, as ``analyze`` and ``traceread.job`` do: the first process's result, with
+    the others' under ``"more"`` (one summary row and one job rank each, every rank on
+    its own steps -- the merged export's window gave the job other steps than analyze's).
     """
-    import pandas as pd
-
-    from .figures import figures_table
-
     t0 = time.perf_counter()
-    row: dict[str, Any] = {c: None for c in SUMMARY_COLUMNS}
-    # the row names the file as text any output takes (a name's non-UTF-8 bytes as \xNN);
-    # the result keeps its bytes (``file_bytes``) for whoever must open it again
-    row.update(file=display_path(path), rank=-1, world_size=-1)
-    tables: dict[str, pd.DataFrame] = {}
-    rank_input = verdict = member = None
+    row = _row(display_path(path))
     try:
         with _local_copy(path) as local:
             from ..readers import read
 
             trace = read(local)
             trace.meta.path = row["file"]
+        from ..readers.nsys_split import split_processes
+
+        parts = split_processes(trace)
+    except Exception as e:  # noqa: BLE001 - one bad file must not stop the batch
+        row["error"] = _error_text(e, path)
+        return _result(row, {}, None, None, None, path, t0)
+    if not parts:
+        return _analyze_trace(trace, row, path, step_pattern, t0)
+    del trace   # one part alive at a time, as analyze splits it
+    done = [_analyze_trace(parts.pop(0), _row(""), path, step_pattern, time.perf_counter())
+            for _ in range(len(parts))]
+    return dict(done[0], more=done[1:])
+
+
+def _row(file: str) -> dict[str, Any]:
+    row: dict[str, Any] = {c: None for c in SUMMARY_COLUMNS}
+    # the row names the file as text any output takes (a name's non-UTF-8 bytes as \xNN);
+    # the result keeps its bytes (``file_bytes``) for whoever must open it again
+    row.update(file=file, rank=-1, world_size=-1)
+    return row
+
+
+def _error_text(e: BaseException, path: str) -> str:
+    if isinstance(e, TraceError):
+        return e.reason
+    if isinstance(e, MemoryError):
+        return out_of_memory(path)
+    return f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"
+
+
+def _result(row: dict, tables: dict, rank_input, member, verdict, path: str, t0: float) -> dict:
+    row["seconds"] = round(time.perf_counter() - t0, 3)
+    ok = row["error"] is None
+    return {"row": row, "tables": tables if ok else {}, "file_bytes": path_bytes(path),
+            "rank_input": rank_input if ok else None, "member": member if ok else None,
+            "verdict": verdict if ok else None}
+
+
+def _analyze_trace(trace, row: dict, path: str, step_pattern: str | None, t0: float) -> dict:
+    """One trace's (or one process's) result: ``analyze_file``'s shape."""
+    import pandas as pd
+
+    from .figures import figures_table
+
+    row["file"] = row["file"] or str(trace.meta.path)
+    tables: dict[str, pd.DataFrame] = {}
+    rank_input = verdict = member = None
+    try:
         row.update(format=trace.meta.format, rank=int(trace.meta.rank),
                    world_size=int(trace.meta.world_size), events=len(trace))
         cut = trace.meta.extra.get("truncated")  # a file cut short: analysed up to the cut
@@ -77,16 +120,11 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
         from ..passes.nccl import collective_instances
 
         coll = collective_instances(trace.events)
-        rank_input = multirank.rank_input(trace, collectives=coll, window=multirank.analysis_window(a),
+        win = multirank.analysis_window(a)
+        rank_input = multirank.rank_input(trace, collectives=coll, window=win,
                                           program=a.steps)   # the analysis' program steps
         # what the job model keeps of it (multirank.prepare): input, window, layout
-        # an nsys export of several GPU processes is a job by itself, as ``analyze`` splits it
-        # (multirank.prepare): batch read h200/ddp2 as one merged trace and named no job
-        from ..readers.nsys_split import split_processes
-
-        win = multirank.analysis_window(a)
-        member = {"path": str(path), "input": rank_input,
-                  "split": [multirank.rank_input(p, window=win) for p in split_processes(trace)],
+        member = {"path": str(trace.meta.path), "input": rank_input, "split": [],
                   "window": win, "parallelism": a.parallelism}
         if row["rank"] < 0:
             row["rank"] = rank_input.rank
@@ -103,18 +141,19 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
                 figures_table(a) if name == "figures" else getattr(a, name, None))
             if isinstance(df, pd.DataFrame):
                 tables[name] = df
-    except TraceError as e:
-        row["error"] = e.reason
-    except MemoryError:
-        row["error"] = out_of_memory(path)
-    except Exception as e:  # one bad file must not stop the batch
-        row["error"] = f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"
-    row["seconds"] = round(time.perf_counter() - t0, 3)
-    return {"row": row, "tables": tables if row["error"] is None else {},
-            "file_bytes": path_bytes(path),
-            "rank_input": rank_input if row["error"] is None else None,
-            "member": member if row["error"] is None else None,
-            "verdict": verdict if row["error"] is None else None}
+    except Exception as e:  # noqa: BLE001 - one bad file must not stop the batch
+        row["error"] = _error_text(e, path)
+    return _result(row, tables, rank_input, member, verdict, path, t0)
+
+
+def flat(results: list[dict]) -> list[dict]:
+    """Each file's results with an nsys export's processes (``"more"``) in line after it."""
+    out = []
+    for r in results:
+        more = r.get("more") or []
+        out.append({k: v for k, v in r.items() if k != "more"} if more else r)
+        out += more
+    return out
 
 
 class _local_copy:
@@ -325,11 +364,12 @@ def kept(res: dict) -> dict:
     interval arrays (host timeline, GPU compute, waits) moved to a file of their own
     (``multirank.spill``), so the parent grows by ranks × a small record, not ranks × the
     arrays. The result's ``member`` holds the same ``RankInput`` object."""
-    ri = res.get("rank_input")
-    if ri is not None:
-        from .multirank.spill import spill
+    for r in (res, *(res.get("more") or ())):
+        ri = r.get("rank_input")
+        if ri is not None:
+            from .multirank.spill import spill
 
-        spill(ri)
+            spill(ri)
     return res
 
 
@@ -404,9 +444,14 @@ def _write_spool(res: dict, spool: str) -> bool:
 def _message(res: dict, spool: str) -> dict:
     """What the parent receives while workers run: the row in plain Python values (a
     numpy scalar would make the parent import numpy), the path's bytes, the file."""
-    row = {k: v.item() if type(v).__module__ == "numpy" and hasattr(v, "item") else v
-           for k, v in res["row"].items()}
-    return {"row": row, "file_bytes": res.get("file_bytes"), _SPOOL: spool}
+    def plain(r: dict) -> dict:
+        return {k: v.item() if type(v).__module__ == "numpy" and hasattr(v, "item") else v
+                for k, v in r["row"].items()}
+
+    out = {"row": plain(res), "file_bytes": res.get("file_bytes"), _SPOOL: spool}
+    if res.get("more"):
+        out["more"] = [{"row": plain(r)} for r in res["more"]]
+    return out
 
 
 class _Worker:
@@ -543,13 +588,14 @@ def path_bytes(path) -> bytes:
 
 @dataclass
 class BatchResult:
-    summary: pd.DataFrame                      # one row per file
+    summary: pd.DataFrame                      # one row per file (per process of a split export)
     tables: dict[str, pd.DataFrame]            # name -> rows of every trace, with "trace_id"
     ranks: pd.DataFrame                        # one row per (job, rank)
     matches: pd.DataFrame                      # one row per (job, collective instance, rank)
     jobs: list = field(default_factory=list)   # multirank.JobResult (build_jobs)
     skipped: list = field(default_factory=list)
     file_bytes: list = field(default_factory=list)  # each summary row's path, as bytes
+    files: int = -1                            # input files (-1: one per summary row)
 
     @property
     def failed(self) -> int:
@@ -561,6 +607,8 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
 
     from . import multirank
 
+    files = len(results)
+    results = flat(results)
     rows = [r["row"] for r in results]
     width = max(5, len(str(max(len(rows) - 1, 0))))
     for i, row in enumerate(rows):
@@ -603,7 +651,7 @@ def assemble(results: list[dict], skipped: Iterable[str] = ()) -> BatchResult:
     matches_df = pd.concat(matches, ignore_index=True) if matches else pd.DataFrame()
     return BatchResult(summary=summary, tables=merged, ranks=ranks_df, matches=matches_df,
                        jobs=jobs, skipped=list(skipped),
-                       file_bytes=[r.get("file_bytes") for r in results])
+                       file_bytes=[r.get("file_bytes") for r in results], files=files)
 
 
 def _job_verdicts(summary: pd.DataFrame, results: list[dict], jobs: list) -> None:

@@ -162,9 +162,11 @@ class PartialSummary:
         self.f.flush()
 
     def add(self, res: dict) -> None:
-        row = res["row"]   # a name's bytes that are not UTF-8 as \xNN: the row is never lost
-        self.w.writerow(["" if row.get(c) is None else encodable(row.get(c)) if isinstance(
-            row.get(c), str) else row.get(c) for c in SUMMARY_COLUMNS])
+        # an nsys export split by process: a row for each (``batch.analyze_file``'s "more")
+        for r in (res, *(res.get("more") or ())):
+            row = r["row"]   # a name's bytes that are not UTF-8 as \xNN: the row is never lost
+            self.w.writerow(["" if row.get(c) is None else encodable(row.get(c)) if isinstance(
+                row.get(c), str) else row.get(c) for c in SUMMARY_COLUMNS])
         self.f.flush()
 
     def close(self) -> None:
