@@ -166,3 +166,16 @@ def test_a_rank_led_by_the_jobs_lever_says_so_in_its_title():
     assert "the job's lever first, then the largest saving" in todo_title({"actions": [job, nccl]})
     assert todo_title({"actions": [dict(job, saves_ns=600), nccl]}) == TODO_TITLE
     assert todo_title({"actions": [nccl, job]}) == TODO_TITLE
+
+
+@pytest.mark.parametrize("blob", ["0935c73d", "36347a15"])
+def test_one_gpu_op_is_judged_on_its_run_not_its_own_window(blob):
+    """HTA's triton_example without its step mark: one 2.24 us kernel in a 172 us run (the
+    launch, 122 us of the compiled region's host work, a sync) read "GPU-bound: densely
+    busy, 100% of the analysed window" -- the window of one op is all busy. Judged on the
+    run (its critical path), it is the host's, as the same program with its step mark reads."""
+    a = analysed(_corpus("facebookresearch__HolisticTraceAnalysis/tests/data/triton_example/"
+                         f"triton_example__blob{blob}.json.gz"))
+    v = a.verdict
+    assert v["bound"] == "host" and v["evidence"]["judged_on_run_ns"] == a.replay["measured_ns"]
+    assert v["evidence"]["idle_pct"] > 95 and "one GPU op in the trace" in v["summary"]

@@ -30,12 +30,21 @@ def decide(facts: WindowFacts) -> dict:
         facts.prices = whatif.saved_prices(ctx["replay_levers"])   # a saved record's prices
     elif facts.prices:   # a saved record: the prices it was judged with
         ctx["replay_levers"] = dict(facts.prices)
-    verdict = scores.score(has_gpu=has_gpu, window_ns=f["window_ns"], idle_ns=f["idle_ns"],
-                           parts=f["cause_ns"] if has_gpu else None,
+    window_ns, idle_ns, parts = f["window_ns"], f["idle_ns"], f["cause_ns"]
+    run = one_op_run(f, facts.replay)
+    if run:
+        window_ns, idle_ns, parts = run
+    verdict = scores.score(has_gpu=has_gpu, window_ns=window_ns, idle_ns=idle_ns,
+                           parts=parts if has_gpu else None,
                            exposed_comm_ns=f["exposed_comm_ns"], copy=f["copies"],
                            ctx=ctx, extra_evidence=f["window_summary"],
                            facts_evidence=facts.evidence,
                            one_time_launch_ns=one_time_launch_ns(f.get("steady")))
+    if run:
+        verdict["evidence"]["judged_on_run_ns"] = window_ns
+        verdict["summary"] += (f"; one GPU op in the trace, so its window shows no idle: "
+                               f"judged on the run as replayed ({_ms(window_ns)}, its "
+                               "critical path)")
     verdict["missing"] = missing(f.get("missing") or {}, ctx.get("pytorch", True))
     verdict["busy_placement"] = busy_placement(ctx, verdict.get("actions") or [],
                                                scores.MIN_ACTION_SHARE * f["window_ns"]) if has_gpu else []
@@ -54,6 +63,45 @@ def decide(facts: WindowFacts) -> dict:
         if together:
             verdict["what_if"]["levers_together"] = together
     return verdict
+
+
+# what each label of the replay's critical path (passes/replay/critical.py) is as an idle cause
+PATH_CAUSE = {"host op": "host", "launch": "launch", "sync wait": "sync", "data load": "data",
+              "collective": "comms", "another rank": "comms", "queued after launch": "queued",
+              "unexplained": "unexplained"}
+
+
+def one_op_run(f: dict, replay: dict | None) -> tuple[int, int, dict] | None:
+    """(window, idle, cause parts) of a whole trace holding one GPU op, judged on the run the
+    replay measured where that is longer: one op's window is all busy and shows no gap, so
+    it cannot tell a GPU that paces the run from a host that does (HTA's triton_example: one
+    2.24 us kernel in a 172 us run of host op, launch and sync wait read "GPU-bound: densely
+    busy"). The run's idle is split as its critical path's time is. None otherwise."""
+    run = int((replay or {}).get("measured_ns") or 0)
+    path = ((replay or {}).get("critical_path") or {}).get("by_label") or {}
+    if f.get("window_mode") != "whole_trace" or int(f.get("gpu_ops") or 0) != 1 \
+            or not (replay or {}).get("replayable") or run <= int(f["window_ns"]):
+        return None
+    busy = int(f["window_ns"]) - int(f["idle_ns"])
+    idle = run - busy
+    causes: dict = {}
+    for label, ns in path.items():
+        c = PATH_CAUSE.get(label)
+        if c:
+            causes[c] = causes.get(c, 0) + int(ns)
+    known = sum(causes.values())
+    parts = dict(f["cause_ns"])
+    if known <= 0:
+        parts["unexplained"] = parts.get("unexplained", 0) + idle
+        return run, idle, parts
+    for c, ns in causes.items():   # the path's shares of the idle run (rounding to the last)
+        parts[c] = parts.get(c, 0) + idle * ns // known
+    parts[max(causes, key=causes.get)] += idle - sum(idle * ns // known for ns in causes.values())
+    return run, idle, parts
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e3:.0f} us" if ns < 1_000_000 else f"{ns / 1e6:.1f} ms"
 
 
 def one_time_launch_ns(steady: dict | None) -> int:
