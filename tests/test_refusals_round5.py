@@ -168,6 +168,22 @@ def test_a_rank_led_by_the_jobs_lever_says_so_in_its_title():
     assert todo_title({"actions": [nccl, job]}) == TODO_TITLE
 
 
+def test_the_todo_title_says_the_order_a_gpu_bound_or_prerequisite_list_follows():
+    """extra-p con_kernel (GPU-bound): the unpriced kernel lever leads a 5.7 ms copy lever
+    under "largest saving first"; a lever ranked after the one it needs (CUDA graphs after
+    per-parameter reads) would have too."""
+    from traceread.render.text import TODO_TITLE, todo_title
+
+    tune = {"id": "tune_kernel", "saves_ns": None}
+    copy = {"id": "copy_unknown_native", "saves_ns": 5_701_587}
+    assert "the GPU's own work first" in todo_title({"actions": [tune, copy]})
+    assert todo_title({"actions": [copy, tune]}) == TODO_TITLE
+    item = {"id": "per_param_item", "saves_ns": 10}
+    graphs = {"id": "cuda_graphs", "saves_ns": 40}
+    assert "each after any lever it needs done first" in todo_title({"actions": [item, graphs]})
+    assert todo_title({"actions": [graphs, item]}) == TODO_TITLE
+
+
 @pytest.mark.parametrize("blob", ["0935c73d", "36347a15"])
 def test_one_gpu_op_is_judged_on_its_run_not_its_own_window(blob):
     """HTA's triton_example without its step mark: one 2.24 us kernel in a 172 us run (the

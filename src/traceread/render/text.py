@@ -14,16 +14,25 @@ TODO_TITLE = ("To do, largest saving first (replayed: the step re-simulated with
 
 
 def todo_title(v: dict) -> str:
-    """TODO_TITLE, or -- where a job's lever leads a rank's list ahead of larger savings of
-    the rank's own (h200/ddp2 rank 0: the straggler's 30.3 ms before NCCL's 96.2 ms) -- the
-    order it follows."""
+    """TODO_TITLE, or the order the list follows where it is not the largest saving first:
+    a job's lever leading a rank's list ahead of larger savings of its own (h200/ddp2 rank
+    0: the straggler's 30.3 ms before NCCL's 96.2 ms); an unpriced kernel lever leading a
+    GPU-bound list (``levers.rank``'s kernels_first: HTA's MTIA trace, extra-p con_kernel);
+    a lever ranked after the one it needs done first (``Lever.after``: CUDA graphs after
+    per-parameter reads) though it saves more."""
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
     lead = acts[0] if acts else {}
+    priced = [int(x["saves_ns"]) for x in acts if x.get("saves_ns") is not None]
     if lead.get("id") == "straggler" and any(
             (x.get("saves_ns") or 0) > (lead.get("saves_ns") or 0) for x in acts[1:]):
-        return TODO_TITLE.replace("largest saving first",
-                                  "the job's lever first, then the largest saving")
-    return TODO_TITLE
+        order = "the job's lever first, then the largest saving"
+    elif lead and lead.get("saves_ns") is None and priced:
+        order = "the GPU's own work first (its kernels take the time), then the largest saving"
+    elif any(b > a for a, b in zip(priced, priced[1:])):
+        order = "largest saving first, each after any lever it needs done first"
+    else:
+        return TODO_TITLE
+    return TODO_TITLE.replace("largest saving first", order)
 
 
 def empty_todo(v: dict) -> str:
