@@ -105,6 +105,27 @@ def test_culprit_is_never_a_frame_of_another_cause(how, tmp_path):
     assert got == ("augment", 6 * MS, "", 0)
 
 
+def slow_launch(how: str):
+    """Each 10 ms gap on the launch thread: ``first_call`` for 8 ms, 7.5 ms of it a launch
+    call (a cold-start module load), then ``augment`` for 2 ms of host work of its own."""
+    b = TraceBuilder()
+    for s in _gapped(b):
+        b.cpu("first_call", s, 8 * MS, tid=MAIN)
+        b.runtime("cudaLaunchKernel", s + 200 * US, 7500 * US, tid=MAIN)
+        b.cpu("augment", s + 8 * MS, 2 * MS, tid=MAIN)
+    return b.build()
+
+
+@pytest.mark.parametrize("how", FORMS)
+def test_launch_calls_are_the_launch_causes_not_the_host_culprits(how, tmp_path):
+    """The host culprit counted the launch calls inside an op as its own host time, which
+    the causes count as launch time (HTA's MI250 minitoy: "aten::add_ spans 6.6 ms" for a
+    cold-start hipLaunchKernel, the host cause 2.0 ms)."""
+    a = analyze(materialise(slow_launch(how), how, tmp_path, "launch"), steps="all")
+    got = C.innermost_in_gaps(a.trace.events, a.gaps, _ops(a), ("cpu_op", "annotation", "osrt"))
+    assert got == ("augment", 6 * MS, "", 0)
+
+
 def _ops(a):
     from traceread.passes import steps
 

@@ -44,9 +44,11 @@ _DESCEND = 50   # names inside an enclosing range tried, largest first
 INNER_SHARE = 0.25
 _CAT = {c: i for i, c in enumerate(attr.CPU_CATEGORIES)}
 _WORK = (_CAT["cpu_op"], _CAT["python"])
-# another cause owns the instants these cover on a launch thread
+# another cause owns the instants these cover on a launch thread (launch calls: the launch
+# cause's, in long gaps too, as causes.cause_parts counts them -- HTA's MI250 minitoy read
+# "aten::add_ spans 6.6 ms" for the cold-start hipLaunchKernel inside it)
 _OTHER = tuple(_CAT[c] for c in ("compile", "graph_capture", "dataloader", "comm_wait", "sync",
-                                 "alloc"))
+                                 "alloc", "launch"))
 _STEP_RX = [re.compile(p) for p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
                                     UNNUMBERED_STEP_PATTERN, INFERENCE_STEP_PATTERN)]
 

@@ -101,6 +101,8 @@ def one_op_run(f: dict, replay: dict | None) -> tuple[int, int, dict] | None:
 
 
 def _ms(ns: int) -> str:
+    if ns < 1_000:
+        return f"{ns} ns"
     return f"{ns / 1e3:.0f} us" if ns < 1_000_000 else f"{ns / 1e6:.1f} ms"
 
 
