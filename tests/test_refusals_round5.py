@@ -195,3 +195,19 @@ def test_one_gpu_op_is_judged_on_its_run_not_its_own_window(blob):
     v = a.verdict
     assert v["bound"] == "host" and v["evidence"]["judged_on_run_ns"] == a.replay["measured_ns"]
     assert v["evidence"]["idle_pct"] > 95 and "one GPU op in the trace" in v["summary"]
+
+
+def test_of_two_levers_for_one_piece_of_time_the_one_the_trace_points_at_leads():
+    """cpupairs' save pair: "move the host work off the step path" (9.69 ms replayed) led
+    "save asynchronously" (the save phase's 9.59 ms): the same time, and the trace names the
+    save. Within 5% of each other, the pointed-at lever leads; further apart, the larger."""
+    from traceread.render.text import TODO_TITLE, todo_title
+    from traceread.verdict.levers import rank
+
+    def items(generic_ns):
+        return [{"id": "off_step_path", "cause": "host", "saves_ns": generic_ns},
+                {"id": "save_async_cpu", "cause": "host", "saves_ns": 9_590_000}]
+    got = rank(items(9_690_000))
+    assert [x["id"] for x in got] == ["save_async_cpu", "off_step_path"]
+    assert todo_title({"actions": got}) == TODO_TITLE
+    assert [x["id"] for x in rank(items(11_000_000))] == ["off_step_path", "save_async_cpu"]

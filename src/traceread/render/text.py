@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..verdict.levers import SAME_TIME_SHARE   # two savings of one cause this close: one time
 from . import safe
 from .fmt import tail_lines, width
 
 
 TODO_ROWS = 8   # to-do items the text and HTML show before "and N more"
-SAME_TIME_SHARE = 0.05   # two savings of one cause this close are one piece of time
 TODO_TITLE = ("To do, largest saving first (replayed: the step re-simulated with the lever "
               "pulled; [bound]: at most this, the rest of the step unchanged):")
 
@@ -19,7 +19,8 @@ def todo_title(v: dict) -> str:
     0: the straggler's 30.3 ms before NCCL's 96.2 ms); an unpriced kernel lever leading a
     GPU-bound list (``levers.rank``'s kernels_first: HTA's MTIA trace, extra-p con_kernel);
     a lever ranked after the one it needs done first (``Lever.after``: CUDA graphs after
-    per-parameter reads) though it saves more."""
+    per-parameter reads) though it saves more -- not one saving about the same time of one
+    cause as the lever above it (``levers._pointed_first``)."""
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
     lead = acts[0] if acts else {}
     priced = [int(x["saves_ns"]) for x in acts if x.get("saves_ns") is not None]
@@ -28,7 +29,8 @@ def todo_title(v: dict) -> str:
         order = "the job's lever first, then the largest saving"
     elif lead and lead.get("saves_ns") is None and priced:
         order = "the GPU's own work first (its kernels take the time), then the largest saving"
-    elif any(b > a for a, b in zip(priced, priced[1:])):
+    elif any(b - a > SAME_TIME_SHARE * b for a, b in zip(priced, priced[1:])):
+        # (within it, the two are one piece of time: the lever the trace points at leads)
         order = "largest saving first, each after any lever it needs done first"
     else:
         return TODO_TITLE
