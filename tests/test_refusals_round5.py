@@ -211,3 +211,18 @@ def test_of_two_levers_for_one_piece_of_time_the_one_the_trace_points_at_leads()
     assert [x["id"] for x in got] == ["save_async_cpu", "off_step_path"]
     assert todo_title({"actions": got}) == TODO_TITLE
     assert [x["id"] for x in rank(items(11_000_000))] == ["off_step_path", "save_async_cpu"]
+
+
+def test_an_event_wait_on_untraced_work_says_the_work_is_not_in_the_trace():
+    """TraceLens' sglang prefill+decode: its first kernel waited 493 ms behind a
+    hipStreamWaitEvent whose producer is not in the trace (the device ran nothing traced:
+    the previous batch's forward, launched before the recording, takes as long as the traced
+    one). "record the event earlier" alone read as if the program's own traced work held it."""
+    from traceread.verdict.levers import BY_ID, _waited_work_untraced
+
+    assert _waited_work_untraced({"hipStreamWaitEvent": 493, "GPU-side": 1})
+    assert not _waited_work_untraced({"stream 9: Memcpy HtoD": 20, "cudaStreamWaitEvent": 10})
+    assert not _waited_work_untraced({"GPU-side": 5, "nothing traced": 9})
+    text = BY_ID["stream_waits"].text
+    assert "not in this trace" in text({"queued_on": {"hipStreamWaitEvent": 493}})
+    assert "not in this trace" not in text({"queued_on": {"stream 7: gemm": 493}})

@@ -1241,9 +1241,27 @@ def _stream_waits_text(c: Ctx) -> str:
     queued kernels: record the event earlier, or run the waited-on stream's work (copies,
     collectives) earlier (hipStreamWaitEvent on AMD)"""
     call = "hipStreamWaitEvent" if _vendor(c) == "amd" else "cudaStreamWaitEvent"
-    return (f"check the cross-stream waits ({call} / event records) that hold the queued "
+    text = (f"check the cross-stream waits ({call} / event records) that hold the queued "
             "kernels: record the event earlier, or run the waited-on stream's work (copies, "
             "collectives) earlier")
+    if _waited_work_untraced(c.get("queued_on")):
+        text += ("; the work they waited on is not in this trace (it started before the "
+                 "recording, or ran on a stream or process the profiler did not record): "
+                 "record the whole device to see it -- the GPU may have been busy with it, not "
+                 "idle")
+    return text
+
+
+def _waited_work_untraced(waited: dict | None) -> bool:
+    """Most of the event-held queued time waits on an event whose producer is not in the
+    trace (attribution's ``waited_on`` is the bare wait call's name, not ``stream P: op``):
+    TraceLens' sglang prefill+decode held its first kernel 493 ms on a hipStreamWaitEvent,
+    the device running nothing traced -- the previous batch's forward, launched before the
+    recording began, takes as long as the traced one."""
+    event = {t: ns for t, ns in (waited or {}).items()
+             if t != "GPU-side" and not t.startswith(("nothing", "inside"))}
+    bare = sum(ns for t, ns in event.items() if not t.startswith("stream "))
+    return bare > 0 and bare >= 0.5 * sum(event.values())
 
 
 def _node_trace(c: Ctx) -> str:
