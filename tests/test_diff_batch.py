@@ -200,3 +200,20 @@ def test_a_damaged_batch_output_is_one_error_line(straggler_fixed, tmp_path):
     r = CliRunner().invoke(main, ["diff", str(broken), str(a)])
     assert r.exit_code == 1 and r.stderr.startswith(f"traceread: error: {broken}: cannot read")
     assert "Traceback" not in r.output and len(r.stderr.splitlines()) == 1
+
+
+def test_a_split_exports_processes_pair_by_rank_across_two_batches():
+    """batch rows each process of an nsys export (``job.sqlite#pid<PID>``); pids differ
+    between two runs, so a diff of two batch outputs pairs those rows by rank, while other
+    files keep pairing by path."""
+    from traceread.diffs.batch import _rel
+    from traceread.diffs.trace import pair_up
+
+    def side(pids, root):
+        rows = [(f"{root}/job.sqlite#pid{p}", r) for r, p in enumerate(pids)]
+        rows.append((f"{root}/other.json", None))
+        return [{"rel": _rel(f, root, r), "path": f, "rank": r, "item": f} for f, r in rows]
+    m = pair_up(side([1442, 1443], "/b"), side([2001, 2002], "/a"), "/b", "/a")
+    assert sorted(label for label, _, _ in m.pairs) == \
+        ["job.sqlite#rank0", "job.sqlite#rank1", "other.json"] and not m.unmatched
+    assert _rel("/b/x.sqlite#pidfoo", "/b", 0) == "x.sqlite#pidfoo"

@@ -65,8 +65,8 @@ class BatchOutput:
                 failed.append({"path": r["file"], "reason": f"failed in the batch: {r['error']}"})
                 continue
             rank = r.get("rank")
-            ok.append({"rel": os.path.relpath(r["file"], root) if root else r["file"],
-                       "path": r["file"], "rank": None if pd.isna(rank) else int(rank),
+            rank = None if pd.isna(rank) else int(rank)
+            ok.append({"rel": _rel(r["file"], root, rank), "path": r["file"], "rank": rank,
                        "item": r["trace_id"]})
         return ok, failed
 
@@ -78,6 +78,17 @@ class BatchOutput:
             raise TraceError(self.path, f"tables/figures has no row for {trace_id}")
         return (_figures(row.iloc[0].to_dict()), _of(self.tables["kernels"], trace_id),
                 _of(self.tables["kernel_classes"], trace_id))
+
+
+def _rel(file: str, root: str, rank: int | None) -> str:
+    """A row's path under its batch's input folder; a process of a split nsys export
+    (``report.sqlite#pid<PID>``) by its rank (``report.sqlite#rank0``): pids differ between
+    two runs of one job, ranks do not."""
+    rel = os.path.relpath(file, root) if root else file
+    base, sep, pid = rel.rpartition("#pid")
+    if sep and pid.isdigit() and rank is not None:
+        return f"{base}#rank{rank}"
+    return rel
 
 
 def _table(path: Path) -> pd.DataFrame:
