@@ -67,8 +67,9 @@ def analyze_file(path: str, step_pattern: str | None = None) -> dict[str, Any]:
     if not parts:
         return _analyze_trace(trace, row, path, step_pattern, t0)
     del trace   # one part alive at a time, as analyze splits it
-    done = [_analyze_trace(parts.pop(0), _row(""), path, step_pattern, time.perf_counter())
-            for _ in range(len(parts))]
+    # the read's time is the first process's
+    done = [_analyze_trace(parts.pop(0), _row(""), path, step_pattern,
+                           t0 if i == 0 else time.perf_counter()) for i in range(len(parts))]
     return dict(done[0], more=done[1:])
 
 

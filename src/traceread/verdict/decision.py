@@ -46,8 +46,8 @@ def decide(facts: WindowFacts) -> dict:
                                f"judged on the run as replayed ({_ms(window_ns)}, its "
                                "critical path)")
     verdict["missing"] = missing(f.get("missing") or {}, ctx.get("pytorch", True))
-    verdict["busy_placement"] = busy_placement(ctx, verdict.get("actions") or [],
-                                               scores.MIN_ACTION_SHARE * f["window_ns"]) if has_gpu else []
+    verdict["busy_placement"] = busy_placement(
+        ctx, verdict.get("actions") or [], scores.MIN_ACTION_SHARE * window_ns) if has_gpu else []
     head = gpu_headline(f.get("utilization"), fitting_busy(blev, ctx), ctx)
     if verdict["bound"] == "gpu" and head:
         verdict["summary"] += f"; {head}"
@@ -94,7 +94,8 @@ def one_op_run(f: dict, replay: dict | None) -> tuple[int, int, dict] | None:
     if known <= 0:
         parts["unexplained"] = parts.get("unexplained", 0) + idle
         return run, idle, parts
-    for c, ns in causes.items():   # the path's shares of the idle run (rounding to the last)
+    # the path's shares of the idle run, the rounding's remainder to its largest
+    for c, ns in causes.items():
         parts[c] = parts.get(c, 0) + idle * ns // known
     parts[max(causes, key=causes.get)] += idle - sum(idle * ns // known for ns in causes.values())
     return run, idle, parts

@@ -2029,7 +2029,8 @@ def rank(items: list[dict], kernels_first: bool = False, ctx: Ctx | None = None)
     return out
 
 
-# two savings of one cause this close are one piece of time (render/text.SAME_TIME_SHARE)
+# two savings of one cause this close are one piece of time: ranked as a tie here, read
+# "about the same X time as the lever above" by the renderers (render/text.action_gain)
 SAME_TIME_SHARE = 0.05
 
 
