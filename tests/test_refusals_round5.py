@@ -226,3 +226,20 @@ def test_an_event_wait_on_untraced_work_says_the_work_is_not_in_the_trace():
     text = BY_ID["stream_waits"].text
     assert "not in this trace" in text({"queued_on": {"hipStreamWaitEvent": 493}})
     assert "not in this trace" not in text({"queued_on": {"stream 7: gemm": 493}})
+
+
+def test_mtias_submission_queue_entries_are_the_devices_not_host_calls():
+    """HTA's MTIA inference trace records 113 "synchronize" (cat mtia_runtime) on the
+    device's own process (pid 17, threads "Stream 10x Submission Queue"): queue entries, read
+    as host runtime calls -- the step's critical path ran 82 ms through them and they
+    doubled its blocking calls (218 a step). They are the device's sync records, as its
+    event waits are."""
+    import traceread
+
+    ev = traceread.load(_corpus("facebookresearch__HolisticTraceAnalysis/tests/data/"
+                                "mtia_inference_trace/mtia_inference_rank_0.json.gz")).events
+    sync = ev["name"].astype(str).eq("synchronize")
+    assert sync.sum() == 113
+    assert (ev.loc[sync, "kind"] == "sync").all() and (ev.loc[sync, "device"] == 17).all()
+    host = ev[ev["kind"].eq("runtime")]
+    assert not host["name"].astype(str).eq("synchronize").any()

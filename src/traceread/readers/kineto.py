@@ -499,6 +499,11 @@ def _is_mtia(cat_d: pa.DictionaryArray) -> np.ndarray:
     return _per_unique(cat_d, lambda c: c.lower() == "mtia_ccp_events", bool, False)
 
 
+def _is_mtia_runtime(cat_d: pa.DictionaryArray) -> np.ndarray:
+    """Rows of the MTIA runtime's category (host calls, or the device's queue entries)."""
+    return _per_unique(cat_d, lambda c: c.lower() == "mtia_runtime", bool, False)
+
+
 def _category_counts(cat_d: pa.DictionaryArray, top: int = 5) -> dict:
     """The ``top`` most frequent categories of a non-torch trace -> count ("" for none)."""
     codes = _codes(cat_d)
@@ -674,6 +679,11 @@ def _unsorted_columns(batch: dec.Batch, fmt_name: str, header: dict, meta: Trace
     # (the batch's arrays are rewritten in place: np.where would add a column each)
     device = np.asarray(ints.pop("device"), dtype=np.int64)
     no_dev = device < 0
+    # MTIA's runtime entries the device records on its own submission queues (pid = the
+    # device: "Stream 102 Submission Queue") are queue entries, not host calls: the device's
+    # sync records, as its event waits are (HTA's MTIA inference trace: 113 "synchronize")
+    queue = (kind == _K["runtime"]) & (device == pid) & ~no_dev & _is_mtia_runtime(cat_d)
+    kind[queue] = _K["sync"]
     device_side |= (kind == _K["sync"]) & ~no_dev
     device[no_dev] = pid[no_dev]
     del no_dev
