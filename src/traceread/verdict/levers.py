@@ -494,6 +494,13 @@ def shapes_may_vary(c: Ctx) -> bool:
     return not (isinstance(s, dict) and s.get("vary") is False)
 
 
+def shapes_seen_varying(c: Ctx) -> bool:
+    """The trace shows the ops' input shapes changing between steps (``step_shapes`` vary);
+    no shapes recorded (record_shapes off) or under two steps: nothing shows it, no."""
+    s = c.get("step_shapes")
+    return isinstance(s, dict) and s.get("vary") is True
+
+
 def allocator_cached(c: Ctx) -> bool:
     """PyTorch's caching allocator is on."""
     return not allocator_uncached(c)
@@ -1458,7 +1465,8 @@ LEVERS: tuple[Lever, ...] = (
           "free", saves="alloc", when=_all(PT, allocator_cached, no_startup_alloc,
                                            allocator_growing, steady_window)),
     Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
-          when=_all(PT, allocator_cached, no_startup_alloc, steady_window, shapes_may_vary)),
+          when=_all(PT, allocator_cached, no_startup_alloc, steady_window, shapes_may_vary,
+                    shapes_seen_varying)),
     # the alloc cause holds stream / event creation too (passes/attribution.py): said so
     Lever("reuse_buffers_native", "host", "allocate buffers and create streams and events once, "
           "outside the loop, and reuse them; or a stream-ordered pool for the buffers "
