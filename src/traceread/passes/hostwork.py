@@ -163,7 +163,7 @@ def _top(ev: pd.DataFrame, threads, names: dict, mask: np.ndarray):
             continue
         b = max(tot, key=tot.get)
         if not want:   # the frame that holds the time, not the script's body around it
-            b = _holder(ev, parts, names, b, tot[b])
+            b = _holder(ev, parts, names, b, tot)
             out.append((names[b], tot[b], first[b], _encloses_model(ev, threads, mask, b)))
             continue
         out.append((names[b], tot[b], first[b]))
@@ -186,27 +186,33 @@ def _encloses_model(ev: pd.DataFrame, threads, mask: np.ndarray, b: int) -> bool
 HOLDER_SHARE = 0.5   # of the outermost name's time a nested name must cover to stand for it
 
 
-def _holder(ev: pd.DataFrame, parts, names: dict, top: int, top_ns: int) -> int:
+def _holder(ev: pd.DataFrame, parts, names: dict, top: int, tot: dict) -> int:
     """The deepest name nested in ``top`` (same thread, inside one of its rows) that still
     covers HOLDER_SHARE of ``top``'s host time: from the script's body (``<module>``,
     ``_run_module_as_main``) down to the function whose calls hold the time (the pipeline's
     ``preprocess``, a loader's ``__next__``). A frame whose time is spread over many
     children, or is its own, is where the descent stops; so is an operator: the op the
-    program called (``aten::to``) names the work, its own callees (``aten::copy_``) do not."""
-    seen = {top}
+    program called (``aten::to``) names the work, its own callees (``aten::copy_``) do not.
+    ``tot``: each name's time over all of it (an upper bound of its time inside ``top``)."""
+    need = HOLDER_SHARE * tot[top]
+    # only names covering that much anywhere can cover it inside top
+    cand = np.array(sorted(b for b, ns in tot.items() if ns >= need and b != top
+                           and not names[b].startswith("ProfilerStep")), dtype=np.int64)
     is_op = kind_in(ev, ("cpu_op",))
-    while True:
+    while len(cand):
         if any(is_op[r[base == top]].any() for _, r, base in parts):
             return top
         inside = _Spans(ev, parts).inside(top)
-        sub = []
+        sub, named = [], []
         for region, r, base in parts:
             m = inside(r, base)
             sub.append((region, r[m], base[m]))
-        ids = sorted({b for _, _, base in sub for b in base.tolist() if b >= 0} - seen)
-        cov = {b: ns for b, ns in _Spans(ev, sub).every(ids).items()
-               if ns >= HOLDER_SHARE * top_ns and not names[b].startswith("ProfilerStep")}
+            k = m & np.isin(base, cand)
+            named.append((region, r[k], base[k]))
+        cov = {b: ns for b, ns in _Spans(ev, named).every(cand.tolist()).items() if ns >= need}
         if not cov:
             return top
         top = max(cov, key=cov.get)
-        seen.add(top)
+        cand = cand[cand != top]
+        parts = sub   # what is nested in the next one is nested in this one
+    return top
