@@ -737,6 +737,7 @@ class AnatomyInference(_S):
     prefill_ns: Optional[int] = None
     decode_ns: Optional[int] = None
     gpu_ns: Optional[int] = None  # GPU work a request launched (None: no GPU in the trace)
+    data_host_ns: Optional[int] = None  # host time in the data phase (DataLoader batches)
 
 
 class Anatomy(_S):
