@@ -558,3 +558,12 @@ def test_infra_levers_name_the_vendors_tools():
         assert "nsys" in L.BY_ID[lever].words(nv) and "nsys" in L.BY_ID[lever].words({})
     assert "hipStreamWaitEvent" in L.BY_ID["stream_waits"].words(amd)
     assert "cudaStreamWaitEvent" in L.BY_ID["stream_waits"].words({})
+
+
+def test_py_spy_asks_for_with_stack_only_where_the_trace_has_no_python_frames():
+    # TraceLens mi300 bert-small was recorded with_stack (1,295 frames a step): the
+    # diagnostic still told it to record with torch.profiler(with_stack=True)
+    spy = L.BY_ID["py_spy"]
+    assert "with_stack" not in spy.words({"profiler_overhead": {"with_stack": True}})
+    assert "with_stack=True" in spy.words({"profiler_overhead": {"with_stack": False}})
+    assert "with_stack=True" in spy.words({})   # no steps, no count: said as before

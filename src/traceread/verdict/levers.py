@@ -1722,13 +1722,21 @@ MEMORY_LEVERS: tuple[Lever, ...] = (
                        "allocator still calls the driver")),
 )
 
+def _py_spy_text(c: Ctx) -> str:
+    """find the Python that runs between launches: py-spy record --native, or
+    torch.profiler(with_stack=True) where the trace has no Python frames."""
+    # (the profiler overhead counts them; a trace recorded with_stack was told to record it)
+    stack = (c.get("profiler_overhead") or {}).get("with_stack")
+    return ("find the Python that runs between launches: py-spy record --native"
+            + ("" if stack else ", or torch.profiler(with_stack=True)"))
+
+
 # Unranked "to find out more": tools that show the culprit, offered with their cause.
 DIAGNOSTICS: tuple[Lever, ...] = (
     Lever("mark_steps", "startup", "mark the steps (torch.profiler prof.step() or NVTX ranges "
           "step_N) or pass --window START:END: without steps the window holds the one-time "
           "start-up", "free", when=_all(cold_start)),
-    Lever("py_spy", "host", "find the Python that runs between launches: py-spy record "
-          "--native, or torch.profiler(with_stack=True)", "free", when=_all(PT)),
+    Lever("py_spy", "host", _py_spy_text, "free", when=_all(PT)),
     Lever("cpu_sampling_native", "host", "profile the host code between launches: nsys profile "
           "--sample=cpu, or perf", "free", when=_all(NV)),
     Lever("torch_logs", "compile", "TORCH_LOGS=recompiles to see which guard fails; raise "
