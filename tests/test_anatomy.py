@@ -487,3 +487,21 @@ def test_batching_requests_does_not_share_the_inputs_loading():
     # no data phase (a server's requests, the anatomy fixtures): the request less its compute
     c["anatomy"]["inference"] = {**inf, "data_host_ns": 0}
     assert batch_saving(c) == int((1_211_182_252 - 566_759_477) * (1 - 1 / 8))
+
+
+def test_odd_steps_without_a_period_are_not_called_once():
+    # param's resnet_kineto: steps 13, 17, 21, 25, 26 and 29 wait on the DataLoader (no common
+    # difference): the line read "odd steps #13, #17, #21, #25 (once)"
+    from types import SimpleNamespace
+
+    from traceread.render.anatomy_text import anatomy_lines
+
+    ph = {p: {"host_ns": 0, "gpu_ns": None} for p in ("data", "forward", "backward",
+                                                      "optimizer", "other")}
+    odd = {"steps": [13, 17, 21, 25, 26, 29], "period": None, "excess_ns": 558_000_000,
+           "holds": []}
+    a = SimpleNamespace(context={"anatomy": {"phases": ph, "odd_steps": [odd]}})
+    text = "\n".join(anatomy_lines(a))
+    assert "(once)" not in text and "6 steps, no common period" in text
+    odd.update(steps=[5])
+    assert "#5 (once)" in "\n".join(anatomy_lines(a))
