@@ -567,3 +567,12 @@ def test_py_spy_asks_for_with_stack_only_where_the_trace_has_no_python_frames():
     assert "with_stack" not in spy.words({"profiler_overhead": {"with_stack": True}})
     assert "with_stack=True" in spy.words({"profiler_overhead": {"with_stack": False}})
     assert "with_stack=True" in spy.words({})   # no steps, no count: said as before
+
+
+def test_compiled_calls_are_counted_per_forward_pass():
+    four = {"compiled_calls_per_step": {"graphs": {"g": 4.0}, "max": 4.0, "steps": 1}}
+    assert L.compiled_called_often(four)   # no anatomy: 4 calls a step are 4
+    one_each = {**four, "anatomy": {"passes": {"forward_per_step": 4.0}}}
+    assert not L.compiled_called_often(one_each) and L.compiled_called_once(one_each)
+    twice_each = {**four, "anatomy": {"passes": {"forward_per_step": 2.0}}}
+    assert L.compiled_called_often(twice_each)   # a graph called per layer, say

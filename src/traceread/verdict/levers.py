@@ -883,14 +883,19 @@ def engine_startup(c: Ctx) -> bool:
 
 
 def compiled_called_often(c: Ctx) -> bool:
-    """A compiled graph is called more than once per step (``compiled_calls_per_step``);
-    once per step: calling it fewer times is not possible. Unknown: yes."""
+    """A compiled graph is called more than once per step (``compiled_calls_per_step``), per
+    forward pass of the model where the step runs several (``anatomy.passes``: a diffusion
+    request's denoising steps, a decode loop's tokens each call the compiled model once); once
+    per forward: calling it fewer times is not possible. Unknown: yes."""
     cc = c.get("compiled_calls_per_step")
-    return not isinstance(cc, dict) or float(cc.get("max") or 0) > 1.0
+    if not isinstance(cc, dict):
+        return True
+    forwards = float(((c.get("anatomy") or {}).get("passes") or {}).get("forward_per_step") or 0)
+    return float(cc.get("max") or 0) > max(1.0, forwards)
 
 
 def compiled_called_once(c: Ctx) -> bool:
-    """Every compiled graph is called at most once per step."""
+    """Every compiled graph is called at most once per step (per forward pass of the model)."""
     return not compiled_called_often(c)
 
 
@@ -1417,7 +1422,8 @@ LEVERS: tuple[Lever, ...] = (
           "of many small ones, avoid graph breaks that split it, keep guards stable", "code",
           saves="host_rest", when=_all(PT, compiled_call, compiled_called_often), first=True),
     Lever("compiled_call_once", "host", "the host time is torch.compile's own per-call work and "
-          "each compiled graph already runs once per step: what is left is its guards, wrapper "
+          "each compiled graph already runs once per step (or per forward pass): what is left "
+          "is its guards, wrapper "
           "and launches -- mode=\"reduce-overhead\" (CUDA graphs) takes the launches off the "
           "host; keep the guards few and stable", "code", saves="host_rest",
           when=_all(PT, compiled_call, compiled_called_once), first=True,
