@@ -79,6 +79,11 @@ def test_data_preparation_is_moved_off_the_step():
 
 def test_because_cites_the_fact():
     a = analyze(model_python(), steps="all")
+    # the py-spy diagnostic asked for torch.profiler(with_stack=True) on traces recorded with it
+    # (TraceLens mi300 bert-small; perf_model normalization, which has no steps)
+    assert a.context["stacks_traced"] is True
+    assert any("py-spy" in d for d in a.verdict["diagnostics"])
+    assert not any("with_stack" in d for d in a.verdict["diagnostics"])
     x = next(x for x in a.verdict["actions"] if x["id"] == "compile_model_host")
     fact = next(b for b in x["because"] if b["fact"] == "host_work_kind")
     assert fact["evidence"] and "host time in the gaps" in fact["evidence"][0]["detail"]

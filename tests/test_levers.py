@@ -566,7 +566,9 @@ def test_py_spy_asks_for_with_stack_only_where_the_trace_has_no_python_frames():
     spy = L.BY_ID["py_spy"]
     assert "with_stack" not in spy.words({"profiler_overhead": {"with_stack": True}})
     assert "with_stack=True" in spy.words({"profiler_overhead": {"with_stack": False}})
-    assert "with_stack=True" in spy.words({})   # no steps, no count: said as before
+    assert "with_stack=True" in spy.words({})   # nothing known: said as before
+    # TraceLens perf_model normalization: Python frames, no steps (so no overhead estimate)
+    assert "with_stack" not in spy.words({"stacks_traced": True, "profiler_overhead": None})
 
 
 def test_compiled_calls_are_counted_per_forward_pass():

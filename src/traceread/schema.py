@@ -833,6 +833,7 @@ class Context(_S):
     cpu_only: Optional[CpuOnly] = None
     blocking: Optional[Blocking] = None
     capturable: Optional[bool] = None
+    stacks_traced: Optional[bool] = None   # Python frames recorded (with_stack=True)
     dynamic_shapes_per_step: Optional[float] = None
     copy_payloads: list[CopyPayload] = field(default_factory=list)
     payloads: list[str] = field(default_factory=list)

@@ -1731,8 +1731,8 @@ MEMORY_LEVERS: tuple[Lever, ...] = (
 def _py_spy_text(c: Ctx) -> str:
     """find the Python that runs between launches: py-spy record --native, or
     torch.profiler(with_stack=True) where the trace has no Python frames."""
-    # (the profiler overhead counts them; a trace recorded with_stack was told to record it)
-    stack = (c.get("profiler_overhead") or {}).get("with_stack")
+    # (a trace recorded with_stack was told to record with it)
+    stack = c.get("stacks_traced") or (c.get("profiler_overhead") or {}).get("with_stack")
     return ("find the Python that runs between launches: py-spy record --native"
             + ("" if stack else ", or torch.profiler(with_stack=True)"))
 
