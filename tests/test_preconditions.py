@@ -205,6 +205,8 @@ def test_a_graph_called_once_a_step_is_not_told_to_be_called_fewer_times():
         "5 calls in 5 steps"
     assert "compiled_call" not in ids and "compiled_call_once" in ids
     assert gone["compiled_call"]["precondition"] == "compiled_called_often"
+    # the refusal cites the calls it read, not the anatomy (read only past one call a step)
+    assert gone["compiled_call"]["facts"] == ["compiled_calls_per_step"]
 
 
 # -- 4. collectives named by what issued them ----------------------------------------------

@@ -890,8 +890,11 @@ def compiled_called_often(c: Ctx) -> bool:
     cc = c.get("compiled_calls_per_step")
     if not isinstance(cc, dict):
         return True
+    calls = float(cc.get("max") or 0)
+    if calls <= 1.0:   # (the anatomy read only where it decides: the refusal cites what did)
+        return False
     forwards = float(((c.get("anatomy") or {}).get("passes") or {}).get("forward_per_step") or 0)
-    return float(cc.get("max") or 0) > max(1.0, forwards)
+    return calls > max(1.0, forwards)
 
 
 def compiled_called_once(c: Ctx) -> bool:
