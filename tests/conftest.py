@@ -128,6 +128,8 @@ SLOW = {
     "test_hardening_round4.py::test_no_name_forges_a_line_or_a_control_in_text_output[idle]": 7.9,  # [analyze]
     "test_hardening_round4.py::test_no_name_forges_a_line_or_a_control_in_text_output[steps]": 6.8,  # [analyze]
     "test_report_width.py::test_other_text_commands_fit_100_columns[idle]": 6.7,  # [steps]
+    "test_host_work_kind.py::test_timesformer_h100_names_the_video_preprocessing": 1.1,  # test_the_frame_holding_the_time_is_named_not_the_scripts_body
+    "test_window_steps.py::test_a_compiled_model_called_once_a_forward_is_not_told_to_call_it_less": 2.5,  # test_levers::test_compiled_calls_are_counted_per_forward_pass
 }
 
 

@@ -470,3 +470,38 @@ def test_a_cpu_traces_anatomy_levers_are_priced_by_their_bound_and_ranked_with_t
         assert first["saves_per_step_ns"] > max(a["saves_per_step_ns"] or 0 for a in acts[1:])
         c = ctx(name)
         assert abs(first["saves_ns"] - anatomy_saving(BY_ID[lever], c)) <= 1
+
+
+def test_batching_requests_does_not_share_the_inputs_loading():
+    # TraceLens h100 owlv2 (batch 1, one request a step): 1211 ms a request, 567 ms of it GPU
+    # work and 619 ms the DataLoader preprocessing each image (num_workers=0). The lever
+    # priced the loading as per-forward overhead batching shares (564 ms, beside
+    # num_workers' own 620 ms); each sample's loading grows with the batch: ~22 ms
+    from traceread.verdict.anatomy import batch_saving
+
+    inf = {"batch": 1, "request_ns": 1_211_182_252, "gpu_ns": 566_759_477,
+           "data_host_ns": 619_197_328, "flop_host_ns": 55_333_523}
+    c = {"steps": 1, "anatomy": {"training": False, "inference": inf}}
+    fixed = 1_211_182_252 - 566_759_477 - 619_197_328
+    assert batch_saving(c) == int(fixed * (1 - 1 / 8))
+    # no data phase (a server's requests, the anatomy fixtures): the request less its compute
+    c["anatomy"]["inference"] = {**inf, "data_host_ns": 0}
+    assert batch_saving(c) == int((1_211_182_252 - 566_759_477) * (1 - 1 / 8))
+
+
+def test_odd_steps_without_a_period_are_not_called_once():
+    # param's resnet_kineto: steps 13, 17, 21, 25, 26 and 29 wait on the DataLoader (no common
+    # difference): the line read "odd steps #13, #17, #21, #25 (once)"
+    from types import SimpleNamespace
+
+    from traceread.render.anatomy_text import anatomy_lines
+
+    ph = {p: {"host_ns": 0, "gpu_ns": None} for p in ("data", "forward", "backward",
+                                                      "optimizer", "other")}
+    odd = {"steps": [13, 17, 21, 25, 26, 29], "period": None, "excess_ns": 558_000_000,
+           "holds": []}
+    a = SimpleNamespace(context={"anatomy": {"phases": ph, "odd_steps": [odd]}})
+    text = "\n".join(anatomy_lines(a))
+    assert "(once)" not in text and "6 steps, no common period" in text
+    odd.update(steps=[5])
+    assert "#5 (once)" in "\n".join(anatomy_lines(a))

@@ -79,6 +79,11 @@ def test_data_preparation_is_moved_off_the_step():
 
 def test_because_cites_the_fact():
     a = analyze(model_python(), steps="all")
+    # the py-spy diagnostic asked for torch.profiler(with_stack=True) on traces recorded with it
+    # (TraceLens mi300 bert-small; perf_model normalization, which has no steps)
+    assert a.context["stacks_traced"] is True
+    assert any("py-spy" in d for d in a.verdict["diagnostics"])
+    assert not any("with_stack" in d for d in a.verdict["diagnostics"])
     x = next(x for x in a.verdict["actions"] if x["id"] == "compile_model_host")
     fact = next(b for b in x["because"] if b["fact"] == "host_work_kind")
     assert fact["evidence"] and "host time in the gaps" in fact["evidence"][0]["detail"]
@@ -150,3 +155,81 @@ def test_a_scripts_outer_frame_is_not_what_the_host_work_is():
           "top_other_ns": 250, "host_ns": 250, "model_ns": 0, "other_kind": "unknown"}
     words = FACT_WORDS["host_work_kind"](hw)
     assert "mostly" not in words and "under the script's outer frame <string>(1)" in words
+
+
+def data_prep_in_a_script(steps: int = 4, prep: bool = True):
+    """data_prep inside the script's frames (``<module>`` -> ``main``, enclosing the whole
+    loop, the model too): the preparation's time is spread over several small ops. Without
+    ``prep``, the gaps are the loop's own glue in ``main`` between forwards."""
+    b = TraceBuilder(path="script.json")
+    t = T0
+    b.cpu("<string>(1): <module>", t - 10 * US, steps * 4 * MS, kind="python")
+    b.cpu("train.py(80): main", t - 5 * US, steps * 4 * MS - 10 * US, kind="python")
+    for k in range(steps):
+        start = t
+        if prep:
+            b.cpu("train.py(30): prepare_batch", t, 3 * MS, kind="python")
+            for j in range(4):   # no one op holds half of it
+                b.cpu("aten::randn" if j % 2 else "aten::cat", t + j * 700 * US + 50 * US, 500 * US)
+        t += 3 * MS
+        b.cpu("nn.Module: Net_0", t, 10 * 45 * US, kind="python")
+        t = _ops(b, t, 10, python_ns=5 * US)
+        b.step(k, start, t - start)
+    return b.build()
+
+
+def test_the_frame_holding_the_time_is_named_not_the_scripts_body():
+    """The time outside the model is prepare_batch's: it was named after the script's
+    outermost frame (``<string>(1): <module>``), which holds every step (other_kind unknown,
+    'under the script's outer frame'): now the deepest frame holding most of it."""
+    hw, ids = _run(data_prep_in_a_script())
+    assert hw["top_other"] == "train.py(30): prepare_batch"
+    assert hw["top_other_encloses_model"] is False and hw["other_kind"] == "movable"
+    assert "off_step_path" in ids
+    # the loop's own glue: main holds it and encloses the model -- no work of its own
+    hw, _ = _run(data_prep_in_a_script(prep=False))
+    assert hw["top_other"] == "train.py(80): main" and hw["top_other_encloses_model"]
+    assert hw["other_kind"] == "unknown"
+
+
+def test_the_descent_stops_at_the_op_the_program_called():
+    """An op's own callees are its implementation: aten::to is named, not its aten::copy_."""
+    from traceread.passes.preconditions import host_other_kind
+
+    b = TraceBuilder(path="to.json")
+    t = T0
+    for k in range(4):
+        start = t
+        b.cpu("train.py(30): prepare_batch", t, 3 * MS, kind="python")
+        b.cpu("aten::to", t + 10 * US, 2900 * US)
+        b.cpu("aten::copy_", t + 20 * US, 2800 * US)
+        t += 3 * MS
+        b.cpu("nn.Module: Net_0", t, 10 * 45 * US, kind="python")
+        t = _ops(b, t, 10, python_ns=5 * US)
+        b.step(k, start, t - start)
+    hw, _ = _run(b.build())
+    assert hw["top_other"] == "aten::to"
+    # the autograd engine's entry (the main thread in backward), a torch.cuda.synchronize
+    # and diffusers' hooks are the framework's, not work a worker could take
+    for name in ("<built-in method run_backward of torch._C._EngineBase object at 0x7f>",
+                 "torch/cuda/__init__.py(1030): synchronize",
+                 "diffusers/hooks/hooks.py(268): _set_context"):
+        assert host_other_kind(name, 0.9) == "framework", name
+
+
+TIMESFORMER = CORPUS / ("AMD-AGI__TraceLens/tests/traces/h100/"
+                        "facebook_timesformer-base-finetuned-k400__1016002.json.gz")
+
+
+@pytest.mark.skipif(not TIMESFORMER.exists(), reason="needs ../shared/corpus")
+def test_timesformer_h100_names_the_video_preprocessing():
+    """TraceLens h100 timesformer: 222 ms of the 223 ms host time in the gaps is outside the
+    model; it read 'under the script's outer frame <string>(1): <module>'. The time is
+    VideoMAE's image preprocessing: 164 ms in _preprocess_image, work a worker can take."""
+    from conftest import analysed
+
+    hw = analysed(TIMESFORMER).facts.figures["host_work_kind"]
+    assert hw["kind"] == "off_path"
+    assert hw["top_other"].endswith("image_processing_videomae.py(178): _preprocess_image")
+    assert hw["top_other_ns"] > 0.5 * (hw["host_ns"] - hw["model_ns"])
+    assert hw["other_kind"] == "movable" and not hw["top_other_encloses_model"]

@@ -558,3 +558,23 @@ def test_infra_levers_name_the_vendors_tools():
         assert "nsys" in L.BY_ID[lever].words(nv) and "nsys" in L.BY_ID[lever].words({})
     assert "hipStreamWaitEvent" in L.BY_ID["stream_waits"].words(amd)
     assert "cudaStreamWaitEvent" in L.BY_ID["stream_waits"].words({})
+
+
+def test_py_spy_asks_for_with_stack_only_where_the_trace_has_no_python_frames():
+    # TraceLens mi300 bert-small was recorded with_stack (1,295 frames a step): the
+    # diagnostic still told it to record with torch.profiler(with_stack=True)
+    spy = L.BY_ID["py_spy"]
+    assert "with_stack" not in spy.words({"profiler_overhead": {"with_stack": True}})
+    assert "with_stack=True" in spy.words({"profiler_overhead": {"with_stack": False}})
+    assert "with_stack=True" in spy.words({})   # nothing known: said as before
+    # TraceLens perf_model normalization: Python frames, no steps (so no overhead estimate)
+    assert "with_stack" not in spy.words({"stacks_traced": True, "profiler_overhead": None})
+
+
+def test_compiled_calls_are_counted_per_forward_pass():
+    four = {"compiled_calls_per_step": {"graphs": {"g": 4.0}, "max": 4.0, "steps": 1}}
+    assert L.compiled_called_often(four)   # no anatomy: 4 calls a step are 4
+    one_each = {**four, "anatomy": {"passes": {"forward_per_step": 4.0}}}
+    assert not L.compiled_called_often(one_each) and L.compiled_called_once(one_each)
+    twice_each = {**four, "anatomy": {"passes": {"forward_per_step": 2.0}}}
+    assert L.compiled_called_often(twice_each)   # a graph called per layer, say

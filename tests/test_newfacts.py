@@ -186,6 +186,21 @@ def test_step_shapes_from_record_shapes():
         assert L.shapes_may_vary({"step_shapes": fact})
 
 
+def test_keep_shapes_stable_needs_shapes_seen_varying():
+    # our H200 pageable.bad (no record_shapes): no shapes, so nothing shows them changing --
+    # "keep shapes stable" was offered there on the allocator calls' time all the same
+    from conftest import analysed
+    from traceread.verdict import levers as L
+
+    a = analysed(Path(__file__).parent / "fixtures" / "h200" / "pageable.bad.json.gz")
+    assert a.facts.program["step_shapes"] is None
+    assert "shapes_stable" not in {x["id"] for x in a.verdict["actions"]}
+    lever = L.BY_ID["shapes_stable"]
+    assert lever.refusal({"pytorch": True, "step_shapes": None}).precondition == \
+        "shapes_seen_varying"
+    assert lever.refusal({"pytorch": True, "step_shapes": {"vary": True, "steps": 3}}) is None
+
+
 def test_real_sdpa_cpu_recording():
     p = precision_facts(_real("facts/sdpa.json.gz").events)
     assert p["sdpa"]["backend"] == "flash"

@@ -75,9 +75,10 @@ def test_no_pin_batch_for_copies_already_pinned():
 
 
 def test_no_read_back_remedy_for_a_blocking_host_to_device_copy():
-    # HTA with_gpu_user_annotation: the host waits for pageable HtoD copies only
+    # HTA with_gpu_user_annotation: the host waits for pageable HtoD copies only (two a step
+    # in its three annotated steps: the record was the whole trace's before steps were found)
     f, v, ids, gone = judged("htod_blocking")
-    assert f.program["sync_copy_directions"] == {"HtoD": 8}
+    assert f.program["sync_copy_directions"] == {"HtoD": 6}
     assert "late_read" not in ids and gone["late_read"]["precondition"] == "dtoh_waits"
     # nsys-ai mfu_2gpu_before: the same rule from an nsys export's records
     u = record("ulysses_a2a")
@@ -204,6 +205,8 @@ def test_a_graph_called_once_a_step_is_not_told_to_be_called_fewer_times():
         "5 calls in 5 steps"
     assert "compiled_call" not in ids and "compiled_call_once" in ids
     assert gone["compiled_call"]["precondition"] == "compiled_called_often"
+    # the refusal cites the calls it read, not the anatomy (read only past one call a step)
+    assert gone["compiled_call"]["facts"] == ["compiled_calls_per_step"]
 
 
 # -- 4. collectives named by what issued them ----------------------------------------------

@@ -138,8 +138,10 @@ def test_a_warm_up_window_is_start_up_and_its_recording_is_not_movable_host_work
     program's warm-up, and says so."""
     v = analysed(_corpus("AMD-AGI__TraceLens/tests/traces/inference/xdit_flux.1/"
                          "capture_traces/capture_trace_rank_0.json.gz")).verdict
-    off = next(x for x in v["actions"] if x["id"] == "off_step_path")
-    assert off["saves_ns"] < 30_000_000
+    # the rest of its host time is diffusers' hooks walking the modules (_set_context), the
+    # framework's own: off_step_path is withdrawn now (it was offered at < 30 ms)
+    off = next((x for x in v["actions"] if x["id"] == "off_step_path"), None)
+    assert off is None or off["saves_ns"] < 30_000_000
     start = next(x for x in v["actions"] if x["id"] == "startup_capture")
     assert "the program's warm-up" in start["lever"] and "vLLM" not in start["lever"]
 

@@ -179,3 +179,15 @@ def test_no_projection_above_the_step_where_steps_overlap_on_the_gpu():
     for x in a.verdict["actions"]:
         if x.get("projected_step_ns") is not None and not x.get("per_sample_x"):
             assert x["projected_step_ns"] <= f["program_step_mean_ns"], x["id"]
+
+
+def test_a_compiled_model_called_once_a_forward_is_not_told_to_call_it_less():
+    # xDiT SD3.5 on MI300: the request (the profiler step) runs 4 denoising forwards of the
+    # compiled transformer, one compiled call each; it read "call the compiled function fewer
+    # times -- compile the whole step". Once a forward: reduce-overhead is the lever left
+    a = analysed(_corpus("AMD-AGI__TraceLens/tests/traces/inference/xdit_sd_3.5/"
+                         "profile_trace_rank_0.json.gz"))
+    assert a.facts.program["compiled_calls_per_step"]["max"] == 4.0
+    assert a.facts.program["anatomy"]["passes"]["forward_per_step"] == 4.0
+    ids = [x["id"] for x in a.verdict["actions"]]
+    assert "compiled_call_once" in ids and "compiled_call" not in ids

@@ -737,6 +737,7 @@ class AnatomyInference(_S):
     prefill_ns: Optional[int] = None
     decode_ns: Optional[int] = None
     gpu_ns: Optional[int] = None  # GPU work a request launched (None: no GPU in the trace)
+    data_host_ns: Optional[int] = None  # host time in the data phase (DataLoader batches)
 
 
 class Anatomy(_S):
@@ -832,6 +833,7 @@ class Context(_S):
     cpu_only: Optional[CpuOnly] = None
     blocking: Optional[Blocking] = None
     capturable: Optional[bool] = None
+    stacks_traced: Optional[bool] = None   # Python frames recorded (with_stack=True)
     dynamic_shapes_per_step: Optional[float] = None
     copy_payloads: list[CopyPayload] = field(default_factory=list)
     payloads: list[str] = field(default_factory=list)

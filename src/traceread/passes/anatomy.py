@@ -774,6 +774,8 @@ def _inference(tab: pd.DataFrame) -> dict | None:
     out = {"batch": batch, "tokens_per_row": float(np.median(per_row)),
            "request_ns": int(tab["dur"].mean()),
            "forward_host_ns": int(np.mean([r["forward"] for r in tab["host_ns"]])),
+           # the input's loading and preprocessing: per sample, batching does not share it
+           "data_host_ns": int(np.mean([r["data"] for r in tab["host_ns"]])),
            "flop_host_ns": int(tab["flop_ns_fb"].mean()),
            # a GPU request's compute is its GPU work, not the host's time in matmul ops
            "gpu_ns": None if tab["gpu_ns"].iloc[0]["forward"] is None else

@@ -76,6 +76,7 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
         "api_traced": bool(len(api)),
         "host_traced": bool(ev["kind"].isin(HOST_DETAIL_KINDS).any()
                             or has_non_step_ranges(ev)),
+        "stacks_traced": bool((ev["kind"] == "python").any()),
         "allocator_uncached": allocator_uncached(ev),
         **prog,
         **window_facts(ev, meta),   # blocking calls, copy payloads, precision (passes/newfacts.py)

@@ -151,7 +151,8 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     if hw:   # the host work beside the model's: the framework's own, or work that can move
         outside = int(hw.get("host_ns") or 0) - int(hw.get("model_ns") or 0)
         hw["other_kind"] = host_other_kind(hw.get("top_other"), int(hw.get("top_other_ns") or 0)
-                                           / outside if outside > 0 else None)
+                                           / outside if outside > 0 else None,
+                                           bool(hw.get("top_other_encloses_model")))
     fig["host_work_kind"] = hw
     fig.update(cause_ns=parts, copies=copies, window_summary=summ,
                steps=stats["count"] if stats else 0,

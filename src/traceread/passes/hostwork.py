@@ -43,7 +43,8 @@ HOSTWORK_GAP_COLUMNS = ("pid", "device", "start", "end", "duration", "drain")
 
 def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> dict | None:
     """{"kind": "model" | "off_path" | "unknown", "model_share", "host_ns", "model_ns", "top_model",
-    "top_other", "evidence"}; None when the gaps hold no host-owned time."""
+    "top_other", "top_other_ns", "top_other_encloses_model", "evidence"}; None when the gaps
+    hold no host-owned time."""
     if not len(gaps) or not len(ev):
         return None
     long_ = gaps["duration"].to_numpy(np.int64) > attr.SHORT_GAP_NS
@@ -74,6 +75,7 @@ def host_work_kind(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame) -> d
             "top_model": top_model[0] if top_model else None,
             "top_other": top_other[0] if top_other else None,
             "top_other_ns": int(top_other[1]) if top_other else 0,
+            "top_other_encloses_model": bool(top_other[3]) if top_other else False,
             "host_ns": int(host_ns), "model_ns": int(model_ns), "evidence": ev_rows}
 
 
@@ -160,5 +162,57 @@ def _top(ev: pd.DataFrame, threads, names: dict, mask: np.ndarray):
             out.append(None)
             continue
         b = max(tot, key=tot.get)
+        if not want:   # the frame that holds the time, not the script's body around it
+            b = _holder(ev, parts, names, b, tot)
+            out.append((names[b], tot[b], first[b], _encloses_model(ev, threads, mask, b)))
+            continue
         out.append((names[b], tot[b], first[b]))
     return out[0], out[1]
+
+
+def _encloses_model(ev: pd.DataFrame, threads, mask: np.ndarray, b: int) -> bool:
+    """Whether a row of the model (a module call, a launching op) runs inside a row of name
+    ``b`` on its thread: ``b`` is then the loop around the model (the harness's
+    ``run_torch_profiler``, the script's ``main``), its own time the loop's glue, not work
+    that runs beside the model. An operator is never the loop: a launching op inside one
+    is its own work (``aten::to``'s copy kernel)."""
+    is_op = kind_in(ev, ("cpu_op",))
+    if any(is_op[r[base == b]].any() for _, r, base in threads):
+        return False
+    inside = _Spans(ev, threads).inside(b)
+    return any(bool((inside(r, base) & mask[r]).any()) for _, r, base in threads)
+
+
+HOLDER_SHARE = 0.5   # of the outermost name's time a nested name must cover to stand for it
+
+
+def _holder(ev: pd.DataFrame, parts, names: dict, top: int, tot: dict) -> int:
+    """The deepest name nested in ``top`` (same thread, inside one of its rows) that still
+    covers HOLDER_SHARE of ``top``'s host time: from the script's body (``<module>``,
+    ``_run_module_as_main``) down to the function whose calls hold the time (the pipeline's
+    ``preprocess``, a loader's ``__next__``). A frame whose time is spread over many
+    children, or is its own, is where the descent stops; so is an operator: the op the
+    program called (``aten::to``) names the work, its own callees (``aten::copy_``) do not.
+    ``tot``: each name's time over all of it (an upper bound of its time inside ``top``)."""
+    need = HOLDER_SHARE * tot[top]
+    # only names covering that much anywhere can cover it inside top
+    cand = np.array(sorted(b for b, ns in tot.items() if ns >= need and b != top
+                           and not names[b].startswith("ProfilerStep")), dtype=np.int64)
+    is_op = kind_in(ev, ("cpu_op",))
+    while len(cand):
+        if any(is_op[r[base == top]].any() for _, r, base in parts):
+            return top
+        inside = _Spans(ev, parts).inside(top)
+        sub, named = [], []
+        for region, r, base in parts:
+            m = inside(r, base)
+            sub.append((region, r[m], base[m]))
+            k = m & np.isin(base, cand)
+            named.append((region, r[k], base[k]))
+        cov = {b: ns for b, ns in _Spans(ev, named).every(cand.tolist()).items() if ns >= need}
+        if not cov:
+            return top
+        top = max(cov, key=cov.get)
+        cand = cand[cand != top]
+        parts = sub   # what is nested in the next one is nested in this one
+    return top

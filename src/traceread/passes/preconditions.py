@@ -457,7 +457,10 @@ def _graph_key(name: str):
 
 FRAMEWORK_FRAME_RX = namerx.compile(
     r"^Optimizer\.(?:step|zero_grad)|^torch/optim/|\boptimizer\.py\(|^autograd::engine"
-    r"|^torch/autograd/|torch/nn/modules/module\.py\(\d+\): (?:_call_impl|_wrapped_call_impl"
+    r"|^torch/autograd/|run_backward of torch\._C\._EngineBase"   # the main thread in backward
+    r"|\bdiffusers/hooks/"   # diffusers' hooks walking the modules each call (cache_context)
+    r"|torch/cuda/__init__\.py\(\d+\): synchronize$"   # a sync the loop asks for, not work
+    r"|torch/nn/modules/module\.py\(\d+\): (?:_call_impl|_wrapped_call_impl"
     r"|__getattr__|__setattr__)|torch/nn/parallel/|torch/distributed/|^aten::_foreach_"
     r"|^aten::(?:un)?flatten_dense_tensors$|^(?:cuda|hip)StreamSynchronize$"
     r"|^aten::(?:item|_local_scalar_dense)$|^Torch-Compiled|^## Call CompiledFxGraph"
@@ -473,14 +476,17 @@ SCRIPT_FRAME_RX = namerx.compile(r"<module>$|_run_module_as_main$|\): decorate_c
 OTHER_NAMED_SHARE = 0.25   # of the host time outside the model a name must cover to say what it is
 
 
-def host_other_kind(top_other: str | None, share: float | None = None) -> str | None:
+def host_other_kind(top_other: str | None, share: float | None = None,
+                    encloses_model: bool = False) -> str | None:
     """What the largest host work outside the model's forward is: ``framework`` (optimizer
     step, module-call wrappers, autograd engine, DDP's bucket copies, a serving engine's
     step loop: it cannot move to a worker), ``compute`` (the job's own matmuls on CPU
     tensors: it is the work), ``movable`` (data preparation, copies, I/O, sleeps), or
     ``unknown`` (only a script's outermost frame is named, or the largest name covers under
     ``OTHER_NAMED_SHARE`` of that time: the rest is untraced, and one small op cannot say
-    what it is); None: nothing outside it. ``share``: the top name's part of the time."""
+    what it is); None: nothing outside it. ``share``: the top name's part of the time;
+    ``encloses_model``: the model's calls run inside it (the loop around the model, whose
+    own time is the loop's glue: ``unknown`` unless the framework's)."""
     if not top_other:
         return None
     name = str(top_other)
@@ -490,7 +496,7 @@ def host_other_kind(top_other: str | None, share: float | None = None) -> str | 
         return "framework"
     if HOST_COMPUTE_RX.search(name):
         return "compute"
-    return "unknown" if SCRIPT_FRAME_RX.search(name) else "movable"
+    return "unknown" if encloses_model or SCRIPT_FRAME_RX.search(name) else "movable"
 
 
 # -- the host work at the head of each step ----------------------------------------------

@@ -37,7 +37,9 @@ def anatomy_lines(a) -> list[str]:
     if inf:
         bits.append(f"inference batch {inf['batch']}, {fmt_ns(inf['request_ns'])} a request")
     for g in an.get("odd_steps") or []:
-        every = f"every {g['period']}" if g.get("period") else "once"
+        n = len(g["steps"])   # no common period: once, or so many steps (param resnet: 6)
+        every = f"every {g['period']}" if g.get("period") else "once" if n == 1 else \
+            f"{n} steps, no common period"
         what = ", ".join(f"{h['count']} {h['what'].replace('_', ' ')}" if h["what"] != "save"
                          else "save" for h in g["holds"]) or "nothing of its own"
         if g.get("grew_phase"):

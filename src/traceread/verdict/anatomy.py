@@ -127,14 +127,16 @@ def _odd_saving(g: dict | None, c: Ctx) -> int | None:
 
 
 def batch_saving(c: Ctx) -> int | None:
-    """BATCH_TO requests in one forward: the per-request time less its compute is paid once
-    for BATCH_TO requests; the compute is taken to grow with the batch (a memory-bound GEMV
-    does not: the saving is then larger -- a lower estimate)."""
+    """BATCH_TO requests in one forward: the per-request time less its compute and its
+    input's loading is paid once for BATCH_TO requests; the compute and the loading (the
+    data phase: DataLoader batches, each sample preprocessed) are taken to grow with the
+    batch (a memory-bound GEMV does not: the saving is then larger -- a lower estimate)."""
     inf = _an(c).get("inference") or {}
     k = batch_factor(c)
     if k is None:
         return None
-    fixed = max(0, int(inf.get("request_ns") or 0) - _compute_ns(inf))
+    fixed = max(0, int(inf.get("request_ns") or 0) - _compute_ns(inf)
+                - int(inf.get("data_host_ns") or 0))
     return window_total(int(fixed * (1 - 1 / k)), c, traced=True)
 
 
@@ -171,7 +173,8 @@ ANATOMY_SAVINGS = {
     "logging": "the logging steps' excess over the ordinary step per step of its period x "
                "steps",
     "batch_requests": f"(1 - 1/k) of a request's time less its compute (the GPU work it "
-                      f"launched; on a CPU trace its matmul ops' time), k = {BATCH_TO} / batch "
+                      f"launched; on a CPU trace its matmul ops' time) and its input's loading "
+                      f"(the data phase), k = {BATCH_TO} / batch "
                       "requests per forward, x steps (a lower estimate for memory-bound GEMVs)",
 }
 
@@ -250,9 +253,11 @@ def _log_text(c: Ctx) -> str:
 
 def _batch_text(c: Ctx) -> str:
     inf = _an(c)["inference"]
+    data = int(inf.get("data_host_ns") or 0)
+    loading = f", {_ms(data)} loading its input" if data else ""
     return (f"batch inference requests: each forward serves a batch of {inf['batch']} in "
             f"{_ms(inf['request_ns'])}, {_ms(_compute_ns(inf))} of it "
-            f"{'GPU work' if inf.get('gpu_ns') is not None else 'in matmuls'} -- "
+            f"{'GPU work' if inf.get('gpu_ns') is not None else 'in matmuls'}{loading} -- "
             f"gather up to {BATCH_TO} requests per forward (dynamic batching): more samples "
             "for nearly the same weight traffic and launches")
 

@@ -494,6 +494,13 @@ def shapes_may_vary(c: Ctx) -> bool:
     return not (isinstance(s, dict) and s.get("vary") is False)
 
 
+def shapes_seen_varying(c: Ctx) -> bool:
+    """The trace shows the ops' input shapes changing between steps (``step_shapes`` vary);
+    no shapes recorded (record_shapes off) or under two steps: nothing shows it, no."""
+    s = c.get("step_shapes")
+    return isinstance(s, dict) and s.get("vary") is True
+
+
 def allocator_cached(c: Ctx) -> bool:
     """PyTorch's caching allocator is on."""
     return not allocator_uncached(c)
@@ -876,14 +883,22 @@ def engine_startup(c: Ctx) -> bool:
 
 
 def compiled_called_often(c: Ctx) -> bool:
-    """A compiled graph is called more than once per step (``compiled_calls_per_step``);
-    once per step: calling it fewer times is not possible. Unknown: yes."""
+    """A compiled graph is called more than once per step (``compiled_calls_per_step``), per
+    forward pass of the model where the step runs several (``anatomy.passes``: a diffusion
+    request's denoising steps, a decode loop's tokens each call the compiled model once); once
+    per forward: calling it fewer times is not possible. Unknown: yes."""
     cc = c.get("compiled_calls_per_step")
-    return not isinstance(cc, dict) or float(cc.get("max") or 0) > 1.0
+    if not isinstance(cc, dict):
+        return True
+    calls = float(cc.get("max") or 0)
+    if calls <= 1.0:   # (the anatomy read only where it decides: the refusal cites what did)
+        return False
+    forwards = float(((c.get("anatomy") or {}).get("passes") or {}).get("forward_per_step") or 0)
+    return calls > max(1.0, forwards)
 
 
 def compiled_called_once(c: Ctx) -> bool:
-    """Every compiled graph is called at most once per step."""
+    """Every compiled graph is called at most once per step (per forward pass of the model)."""
     return not compiled_called_often(c)
 
 
@@ -1428,7 +1443,8 @@ LEVERS: tuple[Lever, ...] = (
           "of many small ones, avoid graph breaks that split it, keep guards stable", "code",
           saves="host_rest", when=_all(PT, compiled_call, compiled_called_often), first=True),
     Lever("compiled_call_once", "host", "the host time is torch.compile's own per-call work and "
-          "each compiled graph already runs once per step: what is left is its guards, wrapper "
+          "each compiled graph already runs once per step (or per forward pass): what is left "
+          "is its guards, wrapper "
           "and launches -- mode=\"reduce-overhead\" (CUDA graphs) takes the launches off the "
           "host; keep the guards few and stable", "code", saves="host_rest",
           when=_all(PT, compiled_call, compiled_called_once), first=True,
@@ -1476,7 +1492,8 @@ LEVERS: tuple[Lever, ...] = (
           "free", saves="alloc", when=_all(PT, allocator_cached, no_startup_alloc,
                                            allocator_growing, steady_window)),
     Lever("shapes_stable", "host", SHAPES_STABLE, "code", saves="alloc",
-          when=_all(PT, allocator_cached, no_startup_alloc, steady_window, shapes_may_vary)),
+          when=_all(PT, allocator_cached, no_startup_alloc, steady_window, shapes_may_vary,
+                    shapes_seen_varying)),
     # the alloc cause holds stream / event creation too (passes/attribution.py): said so
     Lever("reuse_buffers_native", "host", "allocate buffers and create streams and events once, "
           "outside the loop, and reuse them; or a stream-ordered pool for the buffers "
@@ -1732,13 +1749,21 @@ MEMORY_LEVERS: tuple[Lever, ...] = (
                        "allocator still calls the driver")),
 )
 
+def _py_spy_text(c: Ctx) -> str:
+    """find the Python that runs between launches: py-spy record --native, or
+    torch.profiler(with_stack=True) where the trace has no Python frames."""
+    # (a trace recorded with_stack was told to record with it)
+    stack = c.get("stacks_traced") or (c.get("profiler_overhead") or {}).get("with_stack")
+    return ("find the Python that runs between launches: py-spy record --native"
+            + ("" if stack else ", or torch.profiler(with_stack=True)"))
+
+
 # Unranked "to find out more": tools that show the culprit, offered with their cause.
 DIAGNOSTICS: tuple[Lever, ...] = (
     Lever("mark_steps", "startup", "mark the steps (torch.profiler prof.step() or NVTX ranges "
           "step_N) or pass --window START:END: without steps the window holds the one-time "
           "start-up", "free", when=_all(cold_start)),
-    Lever("py_spy", "host", "find the Python that runs between launches: py-spy record "
-          "--native, or torch.profiler(with_stack=True)", "free", when=_all(PT)),
+    Lever("py_spy", "host", _py_spy_text, "free", when=_all(PT)),
     Lever("cpu_sampling_native", "host", "profile the host code between launches: nsys profile "
           "--sample=cpu, or perf", "free", when=_all(NV)),
     Lever("torch_logs", "compile", "TORCH_LOGS=recompiles to see which guard fails; raise "
