@@ -193,7 +193,35 @@ def _launch_rows(ev, gaps, ops):
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     for (p, dev), idx in gaps.groupby(["pid", "device"], sort=True).indices.items():
         on = attr.rows_on_threads(pid, tid, attr.launch_threads(ev, ops, int(p), int(dev)))
-        yield gaps["start"].to_numpy(np.int64)[idx], gaps["end"].to_numpy(np.int64)[idx], on
+        yield (int(p), int(dev)), gaps["start"].to_numpy(np.int64)[idx], \
+            gaps["end"].to_numpy(np.int64)[idx], on
+
+
+def _launches(ops, group: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(thread keys, launch call starts) of the group's GPU ops, by start."""
+    m = (ops["pid"].to_numpy() == group[0]) & (ops["device"].to_numpy() == group[1]) & \
+        (ops["launch_tid"].to_numpy() >= 0)
+    lts = ops["launch_ts"].to_numpy(np.int64)[m]
+    key = attr.thread_key(ops["launch_pid"].to_numpy()[m].copy(),
+                          ops["launch_tid"].to_numpy()[m].copy())
+    o = np.argsort(lts, kind="stable")
+    return key[o], lts[o]
+
+
+def _while_others_launch(launches: tuple, t: int, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Rows [s, e) of thread ``t`` inside which the other launch threads launched more than
+    ``t`` did: the thread waited for them (the main thread in ``backward()`` while autograd's
+    thread launches the backward -- 263 launches to its own one, the gradient's fill -- as
+    the replay's ``whatif._others_busy`` reads it), work of no frame of its own."""
+    key, lts = launches
+    mine = key == t
+    other, own = lts[~mine], lts[mine]
+    if not len(other):
+        return np.zeros(len(s), bool)
+
+    def inside(x):
+        return np.searchsorted(x, e, side="left") - np.searchsorted(x, s, side="left")
+    return inside(other) > inside(own)
 
 
 def _categories(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
@@ -234,7 +262,7 @@ def _work_rows(ev, gaps, ops, kinds):
     bases: dict[str, int] = {}   # emit_nvtx's "aten::add, seq = 12, op_id = 7" -> aten::add
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     out = []
-    for gs, ge, on in _launch_rows(ev, gaps, ops):
+    for group, gs, ge, on in _launch_rows(ev, gaps, ops):
         gaps_iv = intervals.union(gs, ge)
         on &= host
         rows = _reaching_rows(on, gaps_iv, ts, te)
@@ -246,12 +274,14 @@ def _work_rows(ev, gaps, ops, kinds):
         other = np.isin(cat, _OTHER)
         free = intervals.subtract(gaps_iv, intervals.union(ts[rows[other]], te(rows[other])))
         cand = want[rows] & np.isin(cat, _WORK)
+        launches = _launches(ops, group)
         for t in np.unique(key[cand]).tolist():
             mine = key == t
             wait = rows[mine & (cat == _CAT["wait"])]
             region = intervals.subtract(free, intervals.union(ts[wait], te(wait)))
             r = rows[mine & cand]
             r = r[intervals.overlap_hits(region, ts[r], te(r))[0]]
+            r = r[~_while_others_launch(launches, t, ts[r], te(r))]
             base = attr._name_lut(cats, codes[r], lambda n: bases.setdefault(n, len(bases)))
             out.append((region, r, base[codes[r]]))
     return out, {i: n for n, i in bases.items()}
@@ -403,7 +433,7 @@ def _draining_calls(ev, sync_name, gaps, ops) -> np.ndarray:
     ts = ev["ts"].to_numpy(np.int64)
     te = ts + ev["dur"].to_numpy(np.int64)
     keep = np.zeros(len(rows), bool)
-    for gs, ge, on in _launch_rows(ev, drained, ops):
+    for _, gs, ge, on in _launch_rows(ev, drained, ops):
         r = on[rows]
         lo = gs - attr.SKEW_NS
         hi = np.minimum(gs + attr.SYNC_TOLERANCE_NS, ge + attr.SKEW_NS)
