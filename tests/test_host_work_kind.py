@@ -233,3 +233,17 @@ def test_timesformer_h100_names_the_video_preprocessing():
     assert hw["top_other"].endswith("image_processing_videomae.py(178): _preprocess_image")
     assert hw["top_other_ns"] > 0.5 * (hw["host_ns"] - hw["model_ns"])
     assert hw["other_kind"] == "movable" and not hw["top_other_encloses_model"]
+
+
+def test_the_words_say_a_loop_around_the_model_and_a_frame_or_op():
+    """The frame holding the time outside the model may enclose the model's calls (the
+    loop's own glue) or be a Python frame, not an op: the words read so."""
+    from traceread.render.words import FACT_WORDS
+
+    hw = {"kind": "off_path", "model_share": 0.2, "top_other": "train.py(80): main",
+          "top_other_ns": 800, "host_ns": 1000, "model_ns": 200, "other_kind": "unknown",
+          "top_other_encloses_model": True}
+    words = FACT_WORDS["host_work_kind"](hw)
+    assert "(in train.py(80): main, the loop around the model's calls)" in words
+    words = FACT_WORDS["host_work_kind"](dict(hw, top_other_ns=10, top_other_encloses_model=False))
+    assert "the largest named frame or op, train.py(80): main: 1%" in words

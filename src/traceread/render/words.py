@@ -47,7 +47,11 @@ def _host_work(v: dict) -> str | None:
     outside = int(v.get("host_ns") or 0) - int(v.get("model_ns") or 0)
     named = int(v.get("top_other_ns") or 0) / outside if outside > 0 else None
     if v.get("top_other") and named is not None and named < 0.5:   # not "mostly" it
-        top = f" (largely untraced; the largest named op, {v['top_other']}: {_pct(named)})"
+        # (a Python frame as often as an op: host_work_kind descends frames to an op)
+        top = (f" (largely untraced; the largest named frame or op, {v['top_other']}: "
+               f"{_pct(named)})")
+    elif v.get("top_other") and v.get("top_other_encloses_model"):   # the loop's own glue
+        top = f" (in {v['top_other']}, the loop around the model's calls)"
     elif v.get("top_other") and v.get("other_kind") == "unknown":   # a script's outer frame
         top = f" (under the script's outer frame {v['top_other']})"
     what = OTHER_KIND_WORDS.get(v.get("other_kind"), "")
