@@ -130,3 +130,21 @@ def test_multirank_names_load_on_first_use():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split() == ["False", "True", "traceread.jobs.multirank.job", "[]"]
+
+
+def test_info_loads_no_verdict():
+    """`info` reads and summarises; it judges nothing. render/text briefly imported the lever
+    table for one constant, and with it the verdict and its passes: +0.26 CPU-s on `info` of
+    247 MB (`benchmarks trace --steps info`)."""
+    from traceread.examples import path as example_path
+
+    code = ("import sys, io, contextlib; from traceread.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try: main(sys.argv[1:], prog_name='traceread')\n"
+            "    except SystemExit as e: assert not e.code, e.code\n"
+            "print(sorted(m for m in sys.modules if m.startswith('traceread.verdict')))")
+    p = subprocess.run([sys.executable, "-c", code, "info",
+                        str(example_path("h200_pageable_copy.json.gz"))],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "[]"

@@ -255,3 +255,10 @@ def test_the_host_work_outside_the_model_is_not_a_thread_waiting_on_autograd():
     hw = a.facts.figures["host_work_kind"]
     assert "backward" not in hw["top_other"]
     assert hw["top_other_ns"] <= hw["host_ns"] - hw["model_ns"]
+
+
+def test_the_renderers_and_the_ranking_read_one_piece_of_time_alike():
+    from traceread.render import text
+    from traceread.verdict import levers
+
+    assert text.SAME_TIME_SHARE == levers.SAME_TIME_SHARE
