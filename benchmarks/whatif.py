@@ -565,8 +565,8 @@ def validation_tables(r: dict) -> str:
             (" ✓" if x["first_fixes"] else " ✗") + _fix_note(x)
         if not nothing:
             firsts.append(x["first_fixes"])
-        # the anatomy's promise is its saving model's bound
-        base = " (anatomy bound, unprofiled base)" if x.get("basis") == "anatomy" else \
+        # the anatomy's promise is its phases model's (no bound)
+        base = " (phases model, unprofiled base)" if x.get("basis") == "anatomy" else \
             " (unprofiled base)" if x.get("unprofiled_base") else ""
         out.append(f"| {x['pair']} | {x['format']} | {x['levers']} | "
                    f"{x['promise_pts']:+.1f}{base} | {real} | {err} | {aft} | {aft_u} | "

@@ -297,7 +297,8 @@ class Action(_S):
     saves_per_step_ns: Optional[int]
     projected_step_ns: Optional[int]
     culprit: Optional[str]
-    basis: Optional[str] = None         # "replay": step replayed with the lever; "bound"
+    basis: Optional[str] = None         # "replay": step replayed with the lever; "bound":
+    # at most the cause's lost time; "anatomy": the step's phases' own model (no bound)
     # a larger batch: saved per sample (x the old batch); projected_step_ns is the step at
     # per_sample_x times the batch
     per_sample_x: Optional[float] = None

@@ -25,6 +25,9 @@ def todo_title(v: dict) -> str:
     per-parameter reads) though it saves more -- not one saving about the same time of one
     cause as the lever above it (``levers._pointed_first``)."""
     acts = [x for x in v.get("actions") or [] if isinstance(x, dict)]
+    title = TODO_TITLE if not any(x.get("basis") == "anatomy" for x in acts) else \
+        TODO_TITLE.replace("unchanged):", "unchanged; [phases]: the step's phases' own model, "
+                           "not a bound):")
     lead = acts[0] if acts else {}
     priced = [int(x["saves_ns"]) for x in acts if x.get("saves_ns") is not None]
     if lead.get("id") == "straggler" and any(
@@ -36,8 +39,8 @@ def todo_title(v: dict) -> str:
         # (within it, the two are one piece of time: the lever the trace points at leads)
         order = "largest saving first, each after any lever it needs done first"
     else:
-        return TODO_TITLE
-    return TODO_TITLE.replace("largest saving first", order)
+        return title
+    return title.replace("largest saving first", order)
 
 
 def empty_todo(v: dict) -> str:
@@ -92,8 +95,8 @@ def action_gain(x: dict, prev: dict | None = None, floor_ns: int | None = None) 
         parts.append("saving not estimated")
     if isinstance(x.get("saves_pct"), (int, float)):
         parts[-1] += f" ({x['saves_pct']:.1f}% of the {x.get('saves_pct_of') or 'window'})"
-    if x.get("basis") == "bound":
-        parts[-1] += " [bound]"
+    if x.get("basis") in ("bound", "anatomy"):
+        parts[-1] += " [bound]" if x["basis"] == "bound" else " [phases]"
     if x.get("net_of_wait_ns"):   # a waiting rank's own comms lever (jobs/multirank)
         parts[-1] += f", less its wait for the straggler ({fmt_ns(x['net_of_wait_ns'])} in all)"
     if x.get("projected_step_ns"):

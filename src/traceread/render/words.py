@@ -162,8 +162,8 @@ def fact_words(x: dict) -> str:
             "replayed (the step re-simulated with the change)"
     if fact.startswith("busy_levers."):
         return str(v)
-    if fact.startswith("anatomy.") and _int(v):   # a CPU trace's step-anatomy bound
-        return f"the step's anatomy: at most {fmt_ns(v)} a step"
+    if fact.startswith("anatomy.") and _int(v):   # a CPU trace's step-anatomy model
+        return f"the step's anatomy: {fmt_ns(v)} a step"
     if fact.startswith("cause_ns.") and _int(v):
         cause = fact.split(".", 1)[1]
         return f"{fmt_ns(v)} lost to {CAUSE_WORDS.get(cause, cause)} in the window"

@@ -359,7 +359,7 @@ def _anatomy_actions(ctx: dict, window_ns: int, proofs: dict | None = None) -> l
             else gain["saves_ns"]
         twin = L.BY_ID.get(str(lv.id).removesuffix("_cpu"))   # its GPU trace's row
         out.append({"id": str(lv.id), "lever": lv.words(ctx), "cost": lv.cost,
-                    "cause": twin.cause if twin else "cpu_only", "basis": "bound", **gain,
+                    "cause": twin.cause if twin else "cpu_only", "basis": L.basis_of(lv), **gain,
                     "culprit": "",
                     "because": because(lv, ctx, proofs or {}, ("anatomy." + lv.saves, per))})
     return out
