@@ -526,6 +526,7 @@ def _gpu_in(gpu: dict, u) -> int | None:
 
 
 # work the log call's lead-in never walks past: another job's (its own hold) or a phase's
+LOG_LEAD_MAX = 32
 LOG_STOP = ("log", "save", "write", "all_gather", "ckpt", "module", "data",
             "backward", "optimizer", "optimizer_step")
 
@@ -543,8 +544,10 @@ def _log_work(h, sets: dict, a: int):
                              _both(sets["backward"], sets["forward"])))
     stop = _cls(h, *LOG_STOP)
     s, e = [], []
-    for i in logs.tolist():
-        j = _log_lead_in(h, i, phases, stop, a)
+    for n, i in enumerate(logs.tolist()):
+        # each lead-in scans the step's rows: past LOG_LEAD_MAX calls (a print() in a loop)
+        # a call counts alone
+        j = _log_lead_in(h, i, phases, stop, a) if n < LOG_LEAD_MAX else i
         s.append(int(h["ts"][j]))
         e.append(int(h["end"][i]))
     syncs = _union(h, _cls(h, "sync"))
