@@ -68,6 +68,9 @@ ALL_GATHER_RX = namerx.compile(r"(?i)all_?gather")
 LOG_RX = namerx.compile(r"logging/__init__\.py\(\d+\): (?:debug|info|warning|warn|error|exception"
                         r"|critical|log)$|<built-in function print>|wandb\S*\(\d+\): log$"
                         r"|tensorboard\S*\(\d+\): add_\w+$")
+# an in-place operator: run outermost, it writes a tensor the program keeps (gradient
+# clipping's _foreach_mul_); inside another op (mean's div_) it writes that op's own result
+INPLACE_RX = namerx.compile(r"^aten::\w+_$")
 CHECKPOINT_FRAME_RX = namerx.compile(r"torch/utils/checkpoint\.py\(\d+\): ")
 # forward operators a backward formula never calls (it calls mm, not linear): run inside a
 # backward node they recompute a forward
@@ -205,6 +208,8 @@ def _classify(name: str) -> str:
         return "all_gather"
     if LOG_RX.search(name):
         return "log"
+    if INPLACE_RX.search(name):
+        return "inplace"
     return ""
 
 
@@ -535,14 +540,16 @@ def _log_work(h, sets: dict, a: int):
     """The logging's host intervals: each log call with the metric work that computes what
     it logs -- the calls of its frame run back to back before it (pairs/log: the gradient
     norm, the batch accuracy; Python evaluates a call's arguments just before it), back to
-    the first that is a phase's (forward, backward, optimizer, data) or another job's. The
+    the first that is a phase's (forward, backward, optimizer, data), another job's or one
+    that writes a tensor in place (clip_grad_norm_: the training's, not the log's). The
     ``.item()`` syncs among them are left out: the step's syncs are their own hold."""
     logs = np.flatnonzero(_cls(h, "log"))
     if not len(logs):
         return iv.union([], [])
     phases = iv.union(*_both(_both(sets["data"], sets["optimizer"]),
                              _both(sets["backward"], sets["forward"])))
-    stop = _cls(h, *LOG_STOP)
+    # and training work: a call that writes a kept tensor (clip_grad_norm_ scales the grads)
+    stop = _cls(h, *LOG_STOP) | (_cls(h, "inplace") & h["outer"])
     s, e = [], []
     for n, i in enumerate(logs.tolist()):
         # each lead-in scans the step's rows: past LOG_LEAD_MAX calls (a print() in a loop)
