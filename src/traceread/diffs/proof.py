@@ -335,7 +335,8 @@ def stalled_per_step(a) -> int | None:
     if t is None or not len(st) or t.events["kind"].isin(GPU_KINDS).any():
         return None
     ev = t.events
-    op = ev[(ev["kind"] == "cpu_op").to_numpy() &
+    # the steps' own process: a DataLoader worker's stall does not hold the step
+    op = ev[(ev["kind"] == "cpu_op").to_numpy() & ev["pid"].isin(st["pid"].unique()).to_numpy() &
             ev["name"].astype(str).str.contains(STALL_OP_RX).to_numpy()]
     if not len(op):
         return 0
