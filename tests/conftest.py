@@ -40,6 +40,8 @@ SLOW = {
     "test_diff.py::test_directory_diff_matches_files_by_relative_path": 15.2,
     "test_diff.py::test_real_recorded_dataloader_pair": 14.1,       # test_everyday_round4's diff
     "test_diff.py::test_real_hta_trace_diff_pair": 5.5,            # test_diff_gpu's real pairs
+    "test_anatomy_pairs.py::test_gradient_clipping_before_a_log_call_is_training_not_logging": 2.8,  # records a torch trace; test_logging_costs_the_metrics_it_logs_not_the_log_call_alone
+    "test_diff.py::test_an_undisturbed_pair_is_judged_and_a_gpu_traces_ops_are_not_read_for_stalls": 1.5,  # test_a_capture_descheduled_mid_op_is_not_judged
     "test_diff_same_job.py::test_batch_outputs_of_different_jobs_warn_too": 6.2,  # test_world_size_and_gpu_differences_are_named
     "test_diff_same_job.py::test_hta_trace_diff_pair_is_not_judged": 4.1,  # test_a_promise_across_different_gpus_is_not_judged
     "test_benchmarks.py::test_cuts_on_the_example_against_a_baseline_dir": 3.5,  # test_trace_read_example_against_a_baseline_dir

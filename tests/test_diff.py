@@ -348,3 +348,32 @@ def test_a_saving_within_the_noise_still_says_when_the_promise_is_beyond_it():
     far = {"realised_ns": 2_000_000, "promised_ns": 3_000_000, "error_pct": 50.0}
     _within_noise(far, 500_000)
     assert far["error_pct"] == 50.0 and "not_judged" not in far
+
+
+def test_a_capture_descheduled_mid_op_is_not_judged():
+    # pairs/compile BEFORE was recorded on a busy 2-core machine: aten::add ran 10.3 ms where
+    # its peers (same name, same shapes) take 0.2 ms. The profiled saving (16.5 ms, 90%) said
+    # the promise (3.6 ms, 19.9%) was off by -78%; unprofiled the change saved 19.6%
+    from traceread.diffs.proof import STALL_MIN_NS, stalled_per_step
+
+    p = FIXTURES / "pairs"
+    b, a = analysed(p / "compile.before.json.gz"), analysed(p / "compile.after.json.gz")
+    d = diff_analyses(b, a)
+    sb, sa = stalled_per_step(b), stalled_per_step(a)
+    assert sb > 5 * STALL_MIN_NS and sa == 0
+    pr = d.proof
+    assert pr["levers"] == ["fuse_pointwise"] and pr["error_pct"] is None
+    assert "descheduled mid-op" in pr["not_judged"]
+    truth = json.loads((p / "truth.json").read_text())["compile"]["step_ns"]
+    real = 100.0 * (truth["before"] - truth["after"]) / truth["before"]
+    assert abs(pr["promised_pct"] - real) < 5
+
+
+def test_an_undisturbed_pair_is_judged_and_a_gpu_traces_ops_are_not_read_for_stalls():
+    # a GPU trace's ops wait on the device (a copy, an .item()): their length is no stall
+    from traceread.diffs.proof import stalled_per_step
+
+    p = FIXTURES / "pairs"
+    v = diff_analyses(analysed(p / "valid.before.json.gz"), analysed(p / "valid.after.json.gz"))
+    assert v.proof["error_pct"] is not None
+    assert stalled_per_step(analysed(FIXTURES / "gpu" / "sync.bad.json.gz")) is None

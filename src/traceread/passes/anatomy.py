@@ -68,6 +68,9 @@ ALL_GATHER_RX = namerx.compile(r"(?i)all_?gather")
 LOG_RX = namerx.compile(r"logging/__init__\.py\(\d+\): (?:debug|info|warning|warn|error|exception"
                         r"|critical|log)$|<built-in function print>|wandb\S*\(\d+\): log$"
                         r"|tensorboard\S*\(\d+\): add_\w+$")
+# an in-place operator: run outermost, it writes a tensor the program keeps (gradient
+# clipping's _foreach_mul_); inside another op (mean's div_) it writes that op's own result
+INPLACE_RX = namerx.compile(r"^aten::\w+_$")
 CHECKPOINT_FRAME_RX = namerx.compile(r"torch/utils/checkpoint\.py\(\d+\): ")
 # forward operators a backward formula never calls (it calls mm, not linear): run inside a
 # backward node they recompute a forward
@@ -205,6 +208,8 @@ def _classify(name: str) -> str:
         return "all_gather"
     if LOG_RX.search(name):
         return "log"
+    if INPLACE_RX.search(name):
+        return "inplace"
     return ""
 
 
@@ -454,6 +459,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     save = _union(h, _cls(h, "save", "write"), a, b)
     ag = (_cls(h, "all_gather")) & h["outer"] & ~_inside(bw, h["ts"]) & outside_opt
     fb = iv.union(*_both(fwd, bw))
+    log_u = _log_work(h, sets, a)
     rows_u = lambda m: iv.union(h["ts"][m], h["end"][m])  # noqa: E731
     return {"step": int(s.number), "label": str(s.label), "start": a, "dur": b - a,
             "host_ns": host_ns,
@@ -466,7 +472,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
             "sync_ns": int((h["end"][syncs] - h["ts"][syncs]).sum()),
             "save_ns": iv.total(save), "save_rows": h["rows"][_cls(h, "save", "write")][:2].tolist(),
             "all_gathers": int(ag.sum()), "all_gather_ns": _ns(h, ag),
-            "log": int((_cls(h, "log")).sum()), "log_ns": _ns(h, _cls(h, "log")),
+            "log": int((_cls(h, "log")).sum()), "log_ns": iv.total(log_u),
             "forward_only_ns": fo_ns,
             "recompute_ns": iv.total(rc["set"]), "recompute_gpu_ns": _gpu_in(gpu, rc["set"]),
             "recompute_modules": rc["modules"], "recompute_rows": rc["rows"],
@@ -476,7 +482,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
             # the profiler's cost (passes/overhead.py) inside each figure above the
             # savings read: ``without_profiler`` takes it out
             "prof": {"step": int(h["prof"][main].sum()), "forward_only": _prof(h, fo_u, main),
-                     "log": _prof(h, rows_u(_cls(h, "log")), main),
+                     "log": _prof(h, log_u, main),
                      "save": _prof(h, save, main), "syncs": int(h["prof"][syncs].sum()),
                      "all_gathers": _prof(h, rows_u(ag), main), "checkpoint": ck_prof,
                      "recompute": _prof(h, rc["set"]), "fb": _prof(h, fb),
@@ -522,6 +528,63 @@ def _gpu_in(gpu: dict, u) -> int | None:
     if not len(u[0]):   # no recompute in the step (most): no mask of every GPU op per step
         return 0
     return int(gpu["dur"][_inside(u, gpu["launch"])].sum())
+
+
+# work the log call's lead-in never walks past: another job's (its own hold) or a phase's
+LOG_LEAD_MAX = 32
+LOG_STOP = ("log", "save", "write", "all_gather", "ckpt", "module", "data",
+            "backward", "optimizer", "optimizer_step")
+
+
+def _log_work(h, sets: dict, a: int):
+    """The logging's host intervals: each log call with the metric work that computes what
+    it logs -- the calls of its frame run back to back before it (pairs/log: the gradient
+    norm, the batch accuracy; Python evaluates a call's arguments just before it), back to
+    the first that is a phase's (forward, backward, optimizer, data), another job's or one
+    that writes a tensor in place (clip_grad_norm_: the training's, not the log's). The
+    ``.item()`` syncs among them are left out: the step's syncs are their own hold."""
+    logs = np.flatnonzero(_cls(h, "log"))
+    if not len(logs):
+        return iv.union([], [])
+    phases = iv.union(*_both(_both(sets["data"], sets["optimizer"]),
+                             _both(sets["backward"], sets["forward"])))
+    # and training work: a call that writes a kept tensor (clip_grad_norm_ scales the grads)
+    stop = _cls(h, *LOG_STOP) | (_cls(h, "inplace") & h["outer"])
+    s, e = [], []
+    for n, i in enumerate(logs.tolist()):
+        # each lead-in scans the step's rows: past LOG_LEAD_MAX calls (a print() in a loop)
+        # a call counts alone
+        j = _log_lead_in(h, i, phases, stop, a) if n < LOG_LEAD_MAX else i
+        s.append(int(h["ts"][j]))
+        e.append(int(h["end"][i]))
+    syncs = _union(h, _cls(h, "sync"))
+    return iv.subtract(iv.union(s, e), syncs)
+
+
+def _log_lead_in(h, i: int, phases, stop: np.ndarray, a: int) -> int:
+    """The first row of log call ``i``'s lead-in (``_log_work``): ``i`` itself where the
+    call before it in its frame is a phase's or another job's."""
+    ts, end, tid = h["ts"], h["end"], h["tid"]
+    same = np.flatnonzero((tid == tid[i]) & (np.arange(len(ts)) < i))
+    encl = same[(end[same] >= end[i])]
+    lo = int(ts[encl[-1]]) if len(encl) else a     # the enclosing frame's start
+    sib = same[(ts[same] > lo) & (end[same] <= ts[i])] if len(encl) else \
+        same[(ts[same] >= lo) & (end[same] <= ts[i])]
+    if not len(sib):
+        return i
+    # the frame's own calls: those no earlier call before ``i`` encloses
+    reach = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end[sib][:-1]]))
+    top = sib[ts[sib] >= reach]
+    first = i
+    ps, pe = phases
+    for j in top[::-1].tolist():
+        hi = int(np.searchsorted(ts, end[j], side="left"))
+        k = np.searchsorted(pe, ts[j], side="right")
+        in_phase = k < len(ps) and ps[k] < end[j]
+        if in_phase or (stop[j:hi] & (tid[j:hi] == tid[i])).any():
+            break
+        first = j
+    return first
 
 
 def _nested_sync(h) -> np.ndarray:
