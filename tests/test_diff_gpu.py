@@ -130,6 +130,14 @@ def test_dynamic_shapes_remove_the_recompiles_and_their_idle():
     assert d.after["idle_by_cpu"]["compile"] == 0
 
 
+def test_the_recompiles_autotuning_syncs_are_the_compiles_not_a_dropped_sync():
+    """gpu/compile.bad's cudaDeviceSynchronize calls run inside the recompiles' autotuning
+    (CachingAutotuner.benchmark_all_configs): the diff named drop_syncs ("syncs per step 2 ->
+    1") beside the change, no_recompile."""
+    d = _diff("compile")
+    assert d.proof["levers"] == ["no_recompile"]
+
+
 def test_item_per_layer_fix_removes_most_sync_idle():
     d = _diff("sync")
     assert d.after["idle_by_cpu"]["sync"] < 0.2 * d.before["idle_by_cpu"]["sync"]

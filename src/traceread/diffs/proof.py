@@ -101,11 +101,14 @@ def _step_ns(a) -> int:
 
 def _syncs(ev) -> float:
     """Blocking sync calls and .item() ops in the window (attribution.sync_calls), the
-    .item() counted once (not again for the stream sync it makes)."""
+    .item() counted once (not again for the stream sync it makes), none inside a compile
+    frame (gpu/compile.bad's recompiles autotune: 'syncs per step 2 -> 1' named drop_syncs
+    beside the change, no_recompile)."""
     if ev is None or not len(ev):
         return 0.0
     rows = attr.sync_calls(ev)
     rows = np.flatnonzero(rows) if rows.dtype == bool else rows
+    rows = rows[~attr.inside_compile(ev, rows)]   # the compiler's autotuning syncs
     names = ev["name"].astype(str).to_numpy(object)[rows]
     items = sum(1 for x in names if x.startswith("aten::item"))
     api = sum(1 for x in names if not x.startswith("aten::"))

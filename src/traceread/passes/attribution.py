@@ -48,7 +48,7 @@ from .. import namerx
 from . import intervals
 from .compile import compile_name_lut, is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
-from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at, table_of
+from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at, name_codes, name_table, table_of
 from ..table import SHARE_COLUMNS, release_heap
 from .frames import code_in, str_column
 
@@ -414,6 +414,34 @@ def sync_calls(ev: pd.DataFrame) -> np.ndarray:
     """Rows that are blocking host syncs (runtime/driver sync APIs, aten::item)."""
     name, cats = _codes(ev["name"])
     return _sync(_kind_index(ev), name, cats)
+
+
+def inside_compile(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` run inside a compile frame on their thread (``COMPILE_RX`` or a
+    compile phase): the compiler's own calls -- Inductor's autotuning syncs after each
+    benchmarked config (``CachingAutotuner.benchmark_all_configs``) -- not the program's."""
+    rows = np.asarray(rows, np.int64)
+    out = np.zeros(len(rows), bool)
+    if not len(rows):
+        return out
+    table = name_table(ev["name"])
+    lut = table.hits(COMPILE_RX) | compile_name_lut(table)
+    host = np.flatnonzero(kind_in(ev, HOST_KINDS))
+    comp = host[lut.take(name_codes(ev["name"]).take(host))]
+    if not len(comp):
+        return out
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    key = thread_key(ev["pid"].to_numpy()[comp].copy(), ev["tid"].to_numpy()[comp].copy())
+    rkey = thread_key(ev["pid"].to_numpy()[rows].copy(), ev["tid"].to_numpy()[rows].copy())
+    for k in np.unique(key).tolist():
+        mine = comp[key == k]
+        s, e = intervals.union(ts[mine], end[mine])
+        at = np.flatnonzero(rkey == k)
+        i = np.searchsorted(s, ts[rows[at]], side="right") - 1
+        ok = i >= 0
+        out[at[ok]] = end[rows[at[ok]]] <= e[i[ok]]
+    return out
 
 
 def _pairs(pid: np.ndarray, tid: np.ndarray) -> set:

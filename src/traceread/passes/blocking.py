@@ -39,7 +39,7 @@ import pandas as pd
 
 from .. import namerx
 from ..table import scan_name
-from .attribution import SYNC_API_RX, _op_base
+from .attribution import SYNC_API_RX, _op_base, inside_compile
 from .common import kind_in, lookup_at, name_codes, name_hits, name_table, rows_of
 from .factkit import (MAX_EVIDENCE, Stacks, Steps, has_gpu, item, launcher, name_at,
                       rows_named, thread_key)
@@ -171,6 +171,8 @@ def blocking_calls(ev: pd.DataFrame, steps: Steps | None = None,
     how: dict[int, str] = {}
     # by behaviour: a runtime call that waits for the GPU, under its outermost op
     sync_api = _sync_api_rows(ev, api)
+    # the compiler's own syncs (autotuning's benchmarks): the compile's time, no program sync
+    sync_api = sync_api[~inside_compile(ev, sync_api)]
     api_thread = thread_key(ev, sync_api) if len(sync_api) else np.empty(0, np.int64)
     cand_kind = dict(zip(cand.tolist(), kidx.tolist()))
     for r, t in zip(sync_api.tolist(), api_thread.tolist()):
