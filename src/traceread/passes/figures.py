@@ -194,7 +194,8 @@ def layout_figures(layout: dict) -> dict:
                    pp_bubble_pct=min(bubbles) if bubbles else None,
                    pp_step_ns=pl.get("step_ns"), pp_slowest_stage=pl.get("slowest_stage"),
                    pp_slowest_x=pl.get("slowest_x_others", pl.get("slowest_busy_x_fastest")),
-                   pp_excess_busy_ns=pl.get("excess_busy_ns"))
+                   pp_excess_busy_ns=pl.get("excess_busy_ns"),
+                   pp_others_compute_ns=pl.get("others_compute_ns"))
     ep = layout.get("ep") or {}
     if ep:
         job = "recv_imbalance" in ep

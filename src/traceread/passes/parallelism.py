@@ -1105,4 +1105,8 @@ def _job_pipeline(stages: dict[int, dict]) -> dict:
             # balanced stages would each compute the mean: the step shrinks by the excess
             "excess_busy_ns": int(work[slowest] - mean_busy)
             if len(stages) > 1 else None,
+            # what the slowest stage idles on at the fill and drain: the other stages' work
+            # over v m (the balanced theory's (p-1)/(v m+p-1) assumes they equal it)
+            "others_compute_ns": int(sum(w for r, w in work.items() if r != slowest))
+            if len(stages) > 1 else None,
             "step_ns": max(s["step_ns"] for s in stages.values())}
