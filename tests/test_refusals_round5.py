@@ -262,3 +262,21 @@ def test_the_renderers_and_the_ranking_read_one_piece_of_time_alike():
     from traceread.verdict import levers
 
     assert text.SAME_TIME_SHARE == levers.SAME_TIME_SHARE
+
+
+def test_a_comms_lever_net_of_the_wait_sinks_below_the_larger_savings():
+    """nsys-ai mfu_2gpu_before rank 0: "check the interconnect" (8.73 ms once the wait for
+    the straggler is taken out) stayed above "fewer ops" (11.4 ms) under "largest saving
+    first"; netted, it moves down, the job's lever first."""
+    from traceread.jobs.multirank.verdicts import _net_of_the_wait
+
+    v = {"actions": [{"id": "straggler", "cause": "comms", "saves_ns": 8_340_000},
+                     {"id": "compile_fuse", "cause": "launch", "saves_ns": 51_000_000},
+                     {"id": "interconnect", "cause": "comms", "saves_ns": 17_070_000},
+                     {"id": "fewer_ops", "cause": "host", "saves_ns": 11_400_000},
+                     {"id": "tune_kernel", "cause": "gpu", "saves_ns": None},
+                     {"id": "front_end", "cause": "queued", "saves_ns": 4_250_000}]}
+    _net_of_the_wait(v, 8_340_000)
+    assert [a["id"] for a in v["actions"]] == ["straggler", "compile_fuse", "fewer_ops",
+                                               "interconnect", "tune_kernel", "front_end"]
+    assert v["actions"][3]["saves_ns"] == 8_730_000
