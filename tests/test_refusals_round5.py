@@ -280,3 +280,15 @@ def test_a_comms_lever_net_of_the_wait_sinks_below_the_larger_savings():
     assert [a["id"] for a in v["actions"]] == ["straggler", "compile_fuse", "fewer_ops",
                                                "interconnect", "tune_kernel", "front_end"]
     assert v["actions"][3]["saves_ns"] == 8_730_000
+
+
+def test_the_gpu_headline_gives_the_replayed_figure_of_its_top_lever():
+    """h200/xformer.bad: the headline read "top lever torch_compile (~14% of busy time)" over
+    the to-do item's replayed 10.3 ms a step, 11.9% of the window: one lever, one figure."""
+    from conftest import FIXTURES
+
+    v = analysed(FIXTURES / "h200" / "xformer.bad.json.gz").verdict
+    top = v["actions"][0]
+    assert top["basis"] == "replay"
+    assert f"top lever torch_compile (~{top['saves_pct']:.1f}% of the window, replayed)" \
+        in v["summary"]

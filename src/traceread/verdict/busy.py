@@ -147,5 +147,10 @@ def headline(u: dict | None, levers: list[dict]) -> str:
                     "SMs empty (grids smaller than the SM count)")
     if levers:
         top = levers[0]
-        bits.append(f"top lever {top['lever']} (~{top['saving_pct_of_busy']:.0f}% of busy time)")
+        if top.get("replayed_pct_of_window") is not None:   # the to-do item's own figure
+            bits.append(f"top lever {top['lever']} (~{top['replayed_pct_of_window']:.1f}% of "
+                        "the window, replayed)")
+        else:
+            bits.append(f"top lever {top['lever']} (~{top['saving_pct_of_busy']:.0f}% of busy "
+                        "time)")
     return "; ".join(bits)
