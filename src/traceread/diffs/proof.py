@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..passes import attribution as attr
 from ..passes.attribution import ALLOC_API_RX
+from ..table import GPU_OP_KINDS
 
 EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
 LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
@@ -43,7 +44,6 @@ STALL_MIN_NS = 1_000_000
 # a saving is not judged where either side's stalls per step reach this share of it
 STALL_SHARE = 0.25
 STALL_OP_RX = re.compile(r"^aten::|Backward\d*$")   # compute ops: none waits on a peer or device
-GPU_KINDS = ("kernel", "memcpy", "memset")
 
 
 def signature(a) -> dict:
@@ -335,7 +335,7 @@ def stalled_per_step(a) -> int | None:
 
     t = getattr(a, "trace", None)
     st = a.steps
-    if t is None or not len(st) or t.events["kind"].isin(GPU_KINDS).any():
+    if t is None or not len(st) or t.events["kind"].isin(GPU_OP_KINDS).any():
         return None
     ev = t.events
     # the steps' own process: a DataLoader worker's stall does not hold the step

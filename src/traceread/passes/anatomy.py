@@ -565,7 +565,7 @@ def _log_lead_in(h, i: int, phases, stop: np.ndarray, a: int) -> int:
     """The first row of log call ``i``'s lead-in (``_log_work``): ``i`` itself where the
     call before it in its frame is a phase's or another job's."""
     ts, end, tid = h["ts"], h["end"], h["tid"]
-    same = np.flatnonzero((tid == tid[i]) & (np.arange(len(ts)) < i))
+    same = np.flatnonzero(tid[:i] == tid[i])   # the rows before ``i`` on its thread
     encl = same[(end[same] >= end[i])]
     lo = int(ts[encl[-1]]) if len(encl) else a     # the enclosing frame's start
     sib = same[(ts[same] > lo) & (end[same] <= ts[i])] if len(encl) else \
