@@ -268,6 +268,9 @@ def test_diff_names_the_anatomy_change_not_drop_syncs():
     assert p["levers"] == ["validate_less"]
     assert "drop_syncs" not in p["levers"]
     assert p["promised_ns"] > 0 and p["realised_ns"] > 0
+    # priced by the phases' own model, which is no bound, and said so (not "not replayable")
+    from traceread.render.diff_text import promise_text
+    assert p["basis"] == "anatomy" and "step phases (their own model" in promise_text(d)
     d = traceread.diff(str(HERE / "accum.json.gz"), str(HERE / "accum_one.json.gz"))
     assert [x["lever"] for x in d.proof["anatomy"]] == ["fewer_micro_batches"]
     assert "drop_syncs" not in d.proof["levers"]

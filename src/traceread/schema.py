@@ -1401,6 +1401,7 @@ class LeverProof(_S):
     promised_ns: Optional[int]  # per step: replay(BEFORE) - replay(BEFORE with the levers)
     realised_ns: Optional[int]  # per step (per sample x BEFORE's batch when it changed)
     basis: Optional[str]        # replay | bound (BEFORE not replayable: its verdict's bound)
+    # | anatomy (the step phases' own model: a change of the step's anatomy alone)
     # (promised - realised) / realised, both as shares of their own step (the replayed step,
     # the program step) when the promise was replayed
     error_pct: Optional[float]

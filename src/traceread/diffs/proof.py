@@ -312,12 +312,13 @@ def error_pct(promised, realised, promised_base, realised_base) -> float | None:
 
 def _anatomy_proof(anat: list[dict], d, noise: int | None, before, after) -> dict:
     """The proof of a pair whose only changes are the step anatomy's: promised by the
-    before-program's own saving models (a bound), realised as measured."""
+    before-program's own saving models (the phases', no bound: ``basis`` anatomy, as the
+    verdict's actions say), realised as measured."""
     got = [x["promised_per_step_ns"] for x in anat if x["promised_per_step_ns"] is not None]
     p, r = (sum(got) if got else None), _realised(d)
     mb = d.before.get(d.time_key()) if d.unit == "step" else None
     out = {"levers": [x["lever"] for x in anat], "evidence": [x["evidence"] for x in anat],
-           "realised_ns": r, "promised_ns": p, "basis": "bound", "refused": {},
+           "realised_ns": r, "promised_ns": p, "basis": "anatomy", "refused": {},
            "anatomy": anat, "error_pct": error_pct(p, r, None, None), "promised_pct": None,
            "realised_pct": round(100.0 * r / mb, 2) if r is not None and mb else None}
     _within_noise(out, noise)

@@ -242,6 +242,16 @@ def _saving_lines(d) -> list[str]:
     return lines
 
 
+def _promise_source(p: dict) -> str:
+    """Where a proof's promise comes from: BEFORE's replay, its step anatomy's own model
+    (``basis`` anatomy: priced on the phases, no bound), or its verdict's bound."""
+    if p["basis"] == "replay":
+        return "BEFORE's replay with the change"
+    if p["basis"] == "anatomy":
+        return "the before-verdict's step phases (their own model, not a bound)"
+    return f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
+
+
 def promise_text(d) -> str | None:
     """The one promised figure of a diff, worded the same in text and HTML: the proof's
     (the lever that changed, priced by BEFORE's replay or bound) where there is one, else
@@ -250,8 +260,7 @@ def promise_text(d) -> str | None:
     if p:
         if p["promised_ns"] is None:
             return None
-        how = "BEFORE's replay with the change" if p["basis"] == "replay" else \
-            f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
+        how = _promise_source(p)
         pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None \
             else ""
         return f"promised {fmt_ns(p['promised_ns'])} per step{pct}, from {how}"
@@ -299,8 +308,7 @@ def proof_sentences(p: dict, per: str = "per step") -> list[tuple[int, str]]:
             "no replay, no bound for this lever"
         out.append((1, f"promised: not priced ({why})"))
     else:
-        how = "BEFORE's replay with the change" if p["basis"] == "replay" else \
-            f"the before-verdict's bound ({p.get('not_replayed') or 'not replayable'})"
+        how = _promise_source(p)
         pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None \
             else ""
         out.append((1, f"promised {fmt_ns(p['promised_ns'])} {per}{pct}, from {how}"))
