@@ -154,8 +154,10 @@ def _pid_of(x):
 
 
 def test_a_caller_waiting_for_a_running_job_runs_the_queued_ones_meanwhile():
-    """Waiting for a job a worker runs, the caller takes the jobs no worker has started,
-    the last submitted first, and hands each its result when asked (the same values)."""
+    """Waiting for a job a worker runs, the caller takes the jobs no worker has started and
+    hands each its result when asked (the same values). Which of them the pool had already
+    moved to its call queue is the pool's timing (a clean-clone CI run: q3, where this test
+    assumed the first ones), not the caller's: at most two of the five."""
     import os
 
     with SidePasses(2, {}) as side:
@@ -163,10 +165,11 @@ def test_a_caller_waiting_for_a_running_job_runs_the_queued_ones_meanwhile():
         for k in range(5):
             side.submit(f"q{k}", _pid_of, k)
         assert side.get("long") != os.getpid()
-        assert set(side.ran) >= {"q4", "q3"}   # at most two were handed to the worker's queue
+        here = sorted(side.ran)
+        assert len(here) >= 3   # at most two were handed to the worker's queue
         got = [side.get(f"q{k}") for k in range(5)]
         assert [v for v, _ in got] == list(range(5))
-        assert got[4][1] == got[3][1] == os.getpid()
+        assert all(got[int(k[1:])][1] == os.getpid() for k in here)
         assert not side.ran and not side.jobs
 
 
