@@ -54,8 +54,8 @@ from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch", "wait",
-                  "cpu_op", "python", "untraced")
+CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "copy_staging",
+                  "alloc", "launch", "wait", "cpu_op", "python", "untraced")
 DRAINS = ("sync", "starved", "queued")
 
 # A sync call "ended at the gap's start" when it was already running when the GPU
@@ -102,6 +102,13 @@ GPU_SIDE = "GPU-side"
 # context on the GPU, an untraced stream, or GPU work the profiler did not record.
 NOT_TRACED = "nothing traced"
 PAGEABLE_RX = namerx.compile(r"(?i)pageable")
+PINNED_RX = namerx.compile(r"(?i)pinned")
+# Host copy staging: a copy call that moves pageable host memory copies it through a pinned
+# bounce buffer inside the call (the host's own time, not a launch's). Unmarked memory
+# counts only for a copy of at least STAGED_MIN_BYTES whose call held the host through at
+# least half of it: a pinned copy's call returns once queued.
+STAGED_DIRECTIONS = ("HtoD", "DtoH")
+STAGED_MIN_BYTES = 1 << 20
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 # Preference when several sync calls drained the same gap: the framework op the user wrote.
 SYNC_NAME_RANK = {"aten::item": 0, "aten::_local_scalar_dense": 1}
@@ -554,7 +561,11 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     blocking = sync_label >= 0
     is_sync |= blocking
     cats[blocking] = CPU_CATEGORIES.index("sync")
-    del rows, blocking
+    # a sync keeps its label: it waited for the queue and returned once its copy was done
+    staging = _staging_calls(ev, rows, kind)
+    staging = staging[~is_sync[staging]]
+    cats[staging] = CPU_CATEGORIES.index("copy_staging")
+    del rows, blocking, staging
     cap = _capture_regions(kind, name, name_cats, hs, he, key)
     if cap is not None:   # stream-capture regions: everything inside records a CUDA graph
         cs, ce, ck, cn, ckind = cap
@@ -1146,6 +1157,39 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tup
     _, last = np.unique(pos[::-1], return_index=True)   # a later copy's label wins, as before
     keep = np.sort(len(pos) - 1 - last)
     return pos[keep], text[keep]
+
+
+def _staging_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Positions in ``rows`` (host rows, ``kind`` their HOST_KINDS index) of the
+    runtime/driver calls that stage a host copy: their copy (same pid + correlation) moves
+    HtoD or DtoH, and its host memory is pageable (Kineto's name, the nsys reader's
+    ``raw_name`` from srcKind/dstKind), or is not named pinned either and the copy moves at
+    least ``STAGED_MIN_BYTES`` with the call returning no earlier than halfway through it
+    (a pinned copy's call returns once queued; a staging one holds the host until the last
+    chunk is staged)."""
+    out = np.empty(0, np.int64)
+    if not len(rows) or "copy_kind" not in ev:
+        return out
+    mc = np.flatnonzero(kind_in(ev, ("memcpy",)))
+    mc = mc[np.isin(_text_at(ev, "copy_kind", mc), STAGED_DIRECTIONS)] if len(mc) else mc
+    if not len(mc):
+        return out
+    pageable = _match_at(ev, mc, lambda n: bool(PAGEABLE_RX.search(n)))
+    pinned = _match_at(ev, mc, lambda n: bool(PINNED_RX.search(n)))
+    if "raw_name" in ev:
+        pageable |= lookup_at(ev["raw_name"], mc, lambda n: bool(PAGEABLE_RX.search(n)), False,
+                              bool)
+        pinned |= lookup_at(ev["raw_name"], mc, lambda n: bool(PINNED_RX.search(n)), False,
+                            bool)
+    at = _corr_rows(ev, rows, _is_api(kind), ev["pid"].to_numpy()[mc].astype(np.int64),
+                    ev["correlation"].to_numpy()[mc].astype(np.int64))
+    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    r = rows[np.maximum(at, 0)]
+    nbytes = ev["bytes"].to_numpy()[mc] if "bytes" in ev else np.zeros(len(mc))
+    nbytes = np.nan_to_num(np.asarray(nbytes, float), nan=0.0)
+    held = ts[r] + dur[r] >= ts[mc] + dur[mc] // 2
+    unmarked = ~pageable & ~pinned & (nbytes >= STAGED_MIN_BYTES) & held
+    return np.unique(at[(at >= 0) & (pageable | unmarked)])
 
 
 def _launch_ends(ev: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
