@@ -114,7 +114,8 @@ def test_real_kineto_pageable_batch_copy_is_staging_not_launch(trace, first_ms, 
     # the cause leaves out the queued part of gaps (the micro gaps between queued kernels)
     assert 35 * MS < parts["copy_staging"] <= a.attribution["by_cpu"]["copy_staging"]
     assert not a.facts.figures["culprits"]["launch"].startswith("cudaMemcpyAsync")
-    assert a.facts.figures["culprits"]["copy"].startswith("cudaMemcpyAsync staging pageable host memory")
+    copy = a.facts.figures["culprits"]["copy"]
+    assert copy.startswith("cudaMemcpyAsync staging pageable host memory")
     acts = _acts(a)
     assert "cudaMemcpyAsync" not in acts["larger_batch"]["culprit"]
     assert acts["pin_copy"]["basis"] == "replay"

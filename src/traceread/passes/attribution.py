@@ -18,8 +18,14 @@ GPU copy moves to or from *pageable* host memory (``Memcpy DtoH (Device ->
 Pageable)``; nsys srcKind/dstKind give the same names) and that returned once that
 copy was done waited for its stream to drain up to it, so it is a sync call like
 ``cudaMemcpy`` (DtoH into pageable memory always does, by CUDA's rules; a small
-pageable HtoD copy is only staged and returns at once). It drains a gap only when
-its return lines up with the gap's start, like every sync.
+pageable HtoD copy is only staged and returns at once: ``copy_staging``, below). It
+drains a gap only when its return lines up with the gap's start, like every sync.
+
+A copy call that moves *pageable* host memory (or memory the trace does not name, for a
+copy of >= 1 MiB whose call held the host through half of it) stages the data through a
+pinned bounce buffer inside the call: its time is ``copy_staging``, the copy's own host
+cost (pinned memory removes it), not a launch -- unless the call is a sync (it waited for
+the queue and returned once its copy was done: that wait is the sync's).
 
 ``cpu`` -- what the launching host threads were doing during the gap. Each
 nanosecond of a gap goes to exactly one category, the first in ``CPU_CATEGORIES``

@@ -10,8 +10,9 @@ Rules for the frames a culprit may name (docs/analysis.md §4, "Culprits"):
   exceeds the idle time it explains;
 * never a frame of another cause: only rows the attribution counts as host work
   (``cpu_op``/``python``), measured only where no container of another cause
-  (compile, graph capture, DataLoader, collective, sync, allocator) covers the instant on
-  a launch thread, and never while the row's own thread is parked in a wait;
+  (compile, graph capture, DataLoader, collective, sync, copy staging, allocator, launch)
+  covers the instant on a launch thread, and never while the row's own thread is parked
+  in a wait;
 * the innermost frame that does the work: among the names that explain at least
   ``SHARE`` of the largest span, the one with the shortest mean duration; when that name
   still encloses its work (rows nested in it cover ``SHARE`` of it), the name inside it
