@@ -15,13 +15,15 @@ STAGE, COPY, PY = 8 * MS, 2 * MS, 1 * MS
 BIG = 16 << 20
 
 
-def staged_copy(mem: str | None = "Pageable", waits: bool = False, nbytes: int = BIG):
+def staged_copy(mem: str | None = "Pageable", waits: bool = False, nbytes: int = BIG,
+                api: str = "cudaMemcpyAsync"):
     """Per step: the batch copied to the GPU (``nbytes``, HtoD) by a cudaMemcpyAsync that
     holds the host ``STAGE`` before its copy (``COPY``) starts and returns 50 us before the
     copy ends (as the real sample's calls do), then 20 launches of 500 us kernels and 1 ms of
     Python. ``waits``: the call starts while the step's first 10 kernels are still queued
     (the driver waits for them, then stages); else the GPU is idle when it starts. ``mem``:
-    the host memory kind in the copy's name (None: not named)."""
+    the host memory kind in the copy's name (None: not named). ``api="cudaMemcpy"``: a
+    synchronous copy, returning 5 us after its copy ends."""
     b = TraceBuilder(path="staged_copy.json")
     t, gpu = T0, T0
     name = "Memcpy HtoD" + (f" ({mem} -> Device)" if mem else "")
@@ -34,9 +36,9 @@ def staged_copy(mem: str | None = "Pageable", waits: bool = False, nbytes: int =
             gpu += KERNEL_NS
             t += 10 * US
         copy_at = max(t, gpu) + STAGE
-        call = copy_at + COPY - 50 * US - t
+        call = copy_at + COPY + (5 * US if api == "cudaMemcpy" else -50 * US) - t
         b.cpu("aten::copy_", t, call)
-        b.launch(t, call, copy_at, COPY, name=name, api="cudaMemcpyAsync", kind="memcpy",
+        b.launch(t, call, copy_at, COPY, name=name, api=api, kind="memcpy",
                  copy_kind="HtoD", bytes=nbytes)
         t += call
         gpu = copy_at + COPY
@@ -69,6 +71,16 @@ def test_a_pageable_copy_call_stages_its_copy_on_the_host(waits):
     assert "cudaMemcpyAsync staging pageable host memory 32.0 ms inside gaps (×4)" in \
         acts["pin_copy"]["culprit"]
     assert "cudaMemcpyAsync" not in a.facts.figures["culprits"].get("launch", "")
+
+
+def test_a_synchronous_copy_stages_before_its_copy_and_drains_after_it():
+    # cudaMemcpy from pageable memory: the part of the call before its copy starts is the
+    # staging (8 ms a step, the GPU idle); it still returns once its copy is done, so the gap
+    # after the copy is drained by it (sync), as before. Before, all of it was sync.
+    a = analyze(staged_copy(api="cudaMemcpy"))
+    assert a.facts.figures["cause_ns"]["copy_staging"] == STEPS * STAGE
+    assert a.attribution["by_cpu"]["sync"] < STEPS * 100 * US
+    assert a.attribution["by_sync_op"]["cudaMemcpy (HtoD pageable)"]["gaps"] == STEPS
 
 
 def test_a_pinned_copy_call_is_no_staging():

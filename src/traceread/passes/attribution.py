@@ -60,7 +60,7 @@ from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "copy_staging",
+CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "copy_staging", "sync",
                   "alloc", "launch", "wait", "cpu_op", "python", "untraced")
 DRAINS = ("sync", "starved", "queued")
 
@@ -567,11 +567,22 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     blocking = sync_label >= 0
     is_sync |= blocking
     cats[blocking] = CPU_CATEGORIES.index("sync")
-    # a sync keeps its label: it waited for the queue and returned once its copy was done
-    staging = _staging_calls(ev, rows, kind)
-    staging = staging[~is_sync[staging]]
-    cats[staging] = CPU_CATEGORIES.index("copy_staging")
-    del rows, blocking, staging
+    st_at, st_copy, st_htod = _staging_calls(ev, rows, kind)
+    # a sync keeps its row: it waited for the queue (GPU busy) and returned once its copy
+    # was done; only a host->device one's head, from its start to its copy's, is staging
+    # (the data goes to the bounce buffer before the copy; a DtoH copy stages after it)
+    cats[st_at[~is_sync[st_at]]] = CPU_CATEGORIES.index("copy_staging")
+    head = is_sync[st_at] & st_htod & (st_copy > hs[st_at])
+    h_at, h_end = st_at[head], st_copy[head]
+    del rows, blocking, st_at, st_copy, st_htod, head
+    if len(h_at):   # the heads as rows of their own (the call's name, thread and kind)
+        he = np.concatenate([he, np.minimum(he[h_at], h_end)])
+        hs = np.concatenate([hs, hs[h_at]])
+        key, name, kind = (np.concatenate([x, x[h_at]]) for x in (key, name, kind))
+        cats = np.concatenate([cats, np.full(len(h_at), CPU_CATEGORIES.index("copy_staging"),
+                                             cats.dtype)])
+        is_sync = np.concatenate([is_sync, np.zeros(len(h_at), bool)])
+        sync_label = np.concatenate([sync_label, np.full(len(h_at), -1, np.int32)])
     cap = _capture_regions(kind, name, name_cats, hs, he, key)
     if cap is not None:   # stream-capture regions: everything inside records a CUDA graph
         cs, ce, ck, cn, ckind = cap
@@ -1165,19 +1176,22 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tup
     return pos[keep], text[keep]
 
 
-def _staging_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """Positions in ``rows`` (host rows, ``kind`` their HOST_KINDS index) of the
-    runtime/driver calls that stage a host copy: their copy (same pid + correlation) moves
-    HtoD or DtoH, and its host memory is pageable (Kineto's name, the nsys reader's
-    ``raw_name`` from srcKind/dstKind), or is not named pinned either and the copy moves at
-    least ``STAGED_MIN_BYTES`` with the call returning no earlier than halfway through it
-    (a pinned copy's call returns once queued; a staging one holds the host until the last
-    chunk is staged)."""
-    out = np.empty(0, np.int64)
+def _staging_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tuple:
+    """The runtime/driver calls among the host ``rows`` (``kind``: their HOST_KINDS index)
+    that stage a host copy: their copy (same pid + correlation) moves HtoD or DtoH, and its
+    host memory is pageable (Kineto's name, the nsys reader's ``raw_name`` from
+    srcKind/dstKind), or is not named pinned either and the copy moves at least
+    ``STAGED_MIN_BYTES`` with the call returning no earlier than halfway through it (a
+    pinned copy's call returns once queued; a staging one holds the host until the last
+    chunk is staged). Returns (their positions in ``rows``, their copy's start, whether it
+    is HtoD), one entry per call (its first copy's)."""
+    out = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool))
     if not len(rows) or "copy_kind" not in ev:
         return out
     mc = np.flatnonzero(kind_in(ev, ("memcpy",)))
-    mc = mc[np.isin(_text_at(ev, "copy_kind", mc), STAGED_DIRECTIONS)] if len(mc) else mc
+    direction = _text_at(ev, "copy_kind", mc) if len(mc) else np.empty(0, object)
+    keep = np.isin(direction, STAGED_DIRECTIONS)
+    mc, direction = mc[keep], direction[keep]
     if not len(mc):
         return out
     pageable = _match_at(ev, mc, lambda n: bool(PAGEABLE_RX.search(n)))
@@ -1195,7 +1209,11 @@ def _staging_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.n
     nbytes = np.nan_to_num(np.asarray(nbytes, float), nan=0.0)
     held = ts[r] + dur[r] >= ts[mc] + dur[mc] // 2
     unmarked = ~pageable & ~pinned & (nbytes >= STAGED_MIN_BYTES) & held
-    return np.unique(at[(at >= 0) & (pageable | unmarked)])
+    hit = np.flatnonzero((at >= 0) & (pageable | unmarked))
+    order = hit[np.argsort(ts[mc[hit]], kind="stable")]
+    pos, first = np.unique(at[order], return_index=True)
+    pick = order[first]
+    return pos, ts[mc[pick]], direction[pick] == "HtoD"
 
 
 def _launch_ends(ev: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
