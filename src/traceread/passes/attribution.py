@@ -24,8 +24,9 @@ drains a gap only when its return lines up with the gap's start, like every sync
 A copy call that moves *pageable* host memory (or memory the trace does not name, for a
 copy of >= 1 MiB whose call held the host through half of it) stages the data through a
 pinned bounce buffer inside the call: its time is ``copy_staging``, the copy's own host
-cost (pinned memory removes it), not a launch -- unless the call is a sync (it waited for
-the queue and returned once its copy was done: that wait is the sync's).
+cost (pinned memory removes it), not a launch. A sync call (it waited for the queue and
+returned once its copy was done) keeps its row and its drain; of a host->device one only
+the head, from its start to its copy's, is staging (the wait ran while the GPU was busy).
 
 ``cpu`` -- what the launching host threads were doing during the gap. Each
 nanosecond of a gap goes to exactly one category, the first in ``CPU_CATEGORIES``
