@@ -99,6 +99,13 @@ def test_unmarked_memory_needs_a_big_copy_held_through_its_call():
     assert small["copy_staging"] == 0
 
 
+def test_a_small_pageable_copy_call_is_a_launch():
+    # a 4 KiB pageable copy: its copy into the bounce buffer takes under a microsecond, the
+    # call's time is the call's own (a launch's); the planted 8 ms hold is no staging then
+    small = analyze(staged_copy(nbytes=4096)).facts.figures["cause_ns"]
+    assert small["copy_staging"] == 0
+
+
 KINETO = "pytorch__kineto/tb_plugin/samples/resnet50_num_workers_4"
 
 

@@ -116,6 +116,10 @@ PINNED_RX = namerx.compile(r"(?i)pinned")
 # least half of it: a pinned copy's call returns once queued.
 STAGED_DIRECTIONS = ("HtoD", "DtoH")
 STAGED_MIN_BYTES = 1 << 20
+# A pageable copy stages from this size on: below it the copy into the bounce buffer takes
+# less than the call's own few microseconds (~10 GB/s host memcpy), which are a launch's
+# (HTA step_based_trace's 4-8 B pageable HtoD calls: no pinned memory would save them).
+PAGEABLE_STAGED_MIN_BYTES = 64 << 10
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 # Preference when several sync calls drained the same gap: the framework op the user wrote.
 SYNC_NAME_RANK = {"aten::item": 0, "aten::_local_scalar_dense": 1}
@@ -1181,7 +1185,7 @@ def _staging_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tupl
     """The runtime/driver calls among the host ``rows`` (``kind``: their HOST_KINDS index)
     that stage a host copy: their copy (same pid + correlation) moves HtoD or DtoH, and its
     host memory is pageable (Kineto's name, the nsys reader's ``raw_name`` from
-    srcKind/dstKind), or is not named pinned either and the copy moves at least
+    srcKind/dstKind) with at least ``PAGEABLE_STAGED_MIN_BYTES``, or is not named pinned either and the copy moves at least
     ``STAGED_MIN_BYTES`` with the call returning no earlier than halfway through it (a
     pinned copy's call returns once queued; a staging one holds the host until the last
     chunk is staged). Returns (their positions in ``rows``, their copy's start, whether it
@@ -1210,6 +1214,7 @@ def _staging_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tupl
     nbytes = np.nan_to_num(np.asarray(nbytes, float), nan=0.0)
     held = ts[r] + dur[r] >= ts[mc] + dur[mc] // 2
     unmarked = ~pageable & ~pinned & (nbytes >= STAGED_MIN_BYTES) & held
+    pageable &= nbytes >= PAGEABLE_STAGED_MIN_BYTES
     hit = np.flatnonzero((at >= 0) & (pageable | unmarked))
     order = hit[np.argsort(ts[mc[hit]], kind="stable")]
     pos, first = np.unique(at[order], return_index=True)
