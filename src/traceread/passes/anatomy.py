@@ -61,6 +61,11 @@ SAVE_RX = namerx.compile(r"torch/serialization\.py\(\d+\): _?save$|^aten::_save$
                          r"|torch/distributed/checkpoint/\S*\(\d+\): (?:async_)?save"
                          r"|safetensors\S*\(\d+\): save")
 FILE_WRITE_RX = namerx.compile(r"^(?:p?write(?:v|64)?|fsync|fdatasync)$")
+# the state a save writes, built right before it (``torch.save({"model": m.state_dict(),
+# "opt": opt.state_dict()}, path)``): saving less often builds it less often too (pairs/save:
+# the state_dict() frames run only in the steps that save, before and after the change)
+STATE_DICT_RX = namerx.compile(r"\.py\(\d+\): state_dict$")
+STATE_GAP_NS = 50_000   # at most this between one state_dict() call and the next / the save
 EVAL_MODE_RX = namerx.compile(r"torch/nn/modules/module\.py\(\d+\): eval$"
                               r"|autograd/grad_mode\.py\(\d+\): __enter__$|inference_mode")
 ALL_GATHER_RX = namerx.compile(r"(?i)all_?gather")
@@ -193,6 +198,8 @@ def _classify(name: str) -> str:
         return "sync"
     if SAVE_RX.search(name):
         return "save"
+    if STATE_DICT_RX.search(name):
+        return "state_dict"
     if FILE_WRITE_RX.search(name):
         return "write"
     if EVAL_MODE_RX.search(name):
@@ -457,6 +464,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     syncs = (_cls(h, "sync")) & outside_opt & ~_inside(sets["data"], h["ts"]) & \
         ~_nested_sync(h)
     save = _union(h, _cls(h, "save", "write"), a, b)
+    save = iv.union(*_both(save, _state_for_save(h, main, a, b)))
     ag = (_cls(h, "all_gather")) & h["outer"] & ~_inside(bw, h["ts"]) & outside_opt
     fb = iv.union(*_both(fwd, bw))
     log_u = _log_work(h, sets, a)
@@ -488,6 +496,27 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
                      "recompute": _prof(h, rc["set"]), "fb": _prof(h, fb),
                      "flop_fb": int(h["prof"][(h["flop_ns"] > 0) & _inside(fb, h["ts"])].sum()),
                      "periods": [_prof(h, iv.union([s], [e])) for s, e in periods]}}
+
+
+def _state_for_save(h, main, a: int, b: int) -> tuple:
+    """The state_dict() calls on the training thread that feed each save: from the first of
+    a chain of them, each ending at most STATE_GAP_NS before the next one (or the save)
+    starts, to the save's start (intervals, clipped to the step [a, b])."""
+    lo, hi = [], []
+    sd = _cls(h, "state_dict") & main
+    if sd.any():
+        ts, end = h["ts"][sd], h["end"][sd]
+        top = ts >= np.maximum.accumulate(np.r_[np.iinfo(np.int64).min, end[:-1]])
+        ts, end = ts[top], end[top]   # not nested in another one: sorted, disjoint
+        for t0 in _union(h, _cls(h, "save") & main, a, b)[0].tolist():
+            k, nxt = int(np.searchsorted(end, t0, side="right")), t0
+            while k > 0 and nxt - end[k - 1] <= STATE_GAP_NS:
+                k -= 1
+                nxt = int(ts[k])
+            if nxt < t0:
+                lo.append(max(nxt, a))
+                hi.append(t0)
+    return np.array(lo, np.int64), np.array(hi, np.int64)
 
 
 def _both(x, y):
