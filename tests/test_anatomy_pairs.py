@@ -126,7 +126,27 @@ def test_a_micro_batch_costs_its_whole_loop_iteration():
     assert 3 * beside == pytest.approx(gone, rel=0.25)
     c = ctx("accum.before")
     per_step = micro_batch_saving(c) / c["steps"]
-    assert per_step == pytest.approx(3 * (mb["period_ns_each"] - mb["flop_host_ns_each"]), abs=4)
+    grows = mb["flop_host_ns_each"] - mb["flop_fixed_ns_each"]
+    assert per_step == pytest.approx(3 * (mb["period_ns_each"] - grows), abs=4)
+
+
+def test_a_micro_batchs_matmuls_pay_their_fixed_part_once():
+    # pairs/accum: 4 micro-batches of 16 rows -> one of 64. Its matmuls' host time was all
+    # taken to grow 4 x (2.15 ms a step for the 64 rows); AFTER's took 1.23 ms. Their part
+    # that does not grow -- BEFORE's ops' time less what grows with the batch, fitted on
+    # BEFORE's shapes as larger_batch fits it (replay/hostcost.py) -- is paid once
+    from traceread.verdict.anatomy import micro_batch_saving
+
+    b = anatomy("accum.before")["micro_batches"]
+    a = anatomy("accum.after")["micro_batches"]
+    m, each, fixed = b["per_optimizer_step"], b["flop_host_ns_each"], b["flop_fixed_ns_each"]
+    assert m == 4 and 0.1 * each < fixed < each
+    merged = m * (each - fixed) + fixed    # one micro-batch of m x the rows
+    assert a["flop_host_ns_each"] < merged < m * each
+    c = ctx("accum.before")
+    per_step = micro_batch_saving(c) / c["steps"]
+    assert per_step - 3 * (b["period_ns_each"] - each) == pytest.approx(3 * fixed, abs=4)
+    assert a["flop_fixed_ns_each"] is None   # one pass a step: nothing to merge
 
 
 def test_a_save_in_every_step_is_seen_and_its_change_priced_for_the_saves_left():

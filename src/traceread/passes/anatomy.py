@@ -124,6 +124,9 @@ def step_anatomy(ev: pd.DataFrame, found: pd.DataFrame | None = None,
            "mean_profiler_step_ns": _prof_mean(tab, "step")}
     out["passes"] = _passes(ordinary)
     out["micro_batches"] = _micro_batches(host, steps, ordinary)
+    if out["micro_batches"] and not out["gpu_traced"]:
+        out["micro_batches"]["flop_fixed_ns_each"] = _flop_fixed_each(ev, pid, ordinary,
+                                                                      out["micro_batches"])
     out["recompute"] = _recompute(ordinary)
     out["odd_steps"] = odd
     out["every_step"] = _every_step(tab)
@@ -155,6 +158,8 @@ def without_profiler(an: dict) -> dict:
     if mb and p:
         mb["host_ns_each"] = less(mb["host_ns_each"], p["host"])
         mb["flop_host_ns_each"] = less(mb["flop_host_ns_each"], p["flop"])
+        if mb.get("flop_fixed_ns_each") is not None:   # the ops' record cost is per op
+            mb["flop_fixed_ns_each"] = less(mb["flop_fixed_ns_each"], p["flop"])
         if mb.get("period_ns_each") is not None:
             mb["period_ns_each"] = less(mb["period_ns_each"], p["period"])
     rc = out.get("recompute")
@@ -485,7 +490,10 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
             "recompute_ns": iv.total(rc["set"]), "recompute_gpu_ns": _gpu_in(gpu, rc["set"]),
             "recompute_modules": rc["modules"], "recompute_rows": rc["rows"],
             "checkpoint_ns": ck_cost, "batch": _batch(h),
-            "flop_ns_fb": int(h["flop_ns"][_inside(iv.union(*_both(fwd, bw)), h["ts"])].sum()),
+            "flop_ns_fb": int(h["flop_ns"][_inside(fb, h["ts"])].sum()),
+            # the rows of those ops (CPU traces only: what ``_flop_fixed_each`` reads)
+            "flop_rows_fb": h["rows"][(h["flop_ns"] > 0) & _inside(fb, h["ts"])]
+            if not len(gpu["ts"]) else h["rows"][:0],
             "eval_rows": h["rows"][_cls(h, "no_grad")][:2].tolist(),
             # the profiler's cost (passes/overhead.py) inside each figure above the
             # savings read: ``without_profiler`` takes it out
@@ -843,6 +851,46 @@ def _micro_batches(host: dict, steps: pd.DataFrame, tab: pd.DataFrame) -> dict |
             "flop_host_ns_each": int(ordinary["flop_ns_fb"].mean() / per_step),
             "syncs_per_micro_batch": syncs / per_step,
             "sync_ns_per_step": int(ordinary["sync_ns"].median())}
+
+
+def _flop_fixed_each(ev: pd.DataFrame, pid: int, ordinary: pd.DataFrame,
+                     mb: dict) -> int | None:
+    """Of a micro-batch's matmul/conv/attention host time (``flop_host_ns_each``), the part
+    that does not grow with its batch: each op's time less what grows, as larger_batch
+    prices a batch k times the size (replay/hostcost.py ``batch_work``: per op name, own
+    time = fixed + b x work over the sizes BEFORE shows; one size: the dispatch floor). m
+    micro-batches in one pay it once (pairs/accum: m = 4 of 16 rows). None: not micro-
+    batched, or no shapes (the batch is read from them)."""
+    from .replay.hostcost import batch_work
+
+    batch = [b[0] for b in ordinary["batch"] if b]
+    rows = np.concatenate([np.asarray(r, np.int64) for r in ordinary["flop_rows_fb"]]
+                          or [np.zeros(0, np.int64)])
+    per_step = max(1, int(ordinary["backward_passes"].median()))
+    if int(mb.get("per_optimizer_step") or 0) < 2 or not batch or not len(rows):
+        return None
+    # the thread's ops in the ordinary steps: the nesting (own time) and the per-name fit
+    kind, pids = ev["kind"].to_numpy(), ev["pid"].to_numpy()
+    ts = ev["ts"].to_numpy(np.int64)
+    inside = np.zeros(len(ev), bool)
+    for a, d in zip(ordinary["start"].tolist(), ordinary["dur"].tolist()):
+        lo, hi = np.searchsorted(ts, [a, a + d]) if _sorted(ts) else (0, len(ts))
+        inside[lo:hi] |= (ts[lo:hi] >= a) & (ts[lo:hi] < a + d)
+    at = np.flatnonzero(inside & (kind == "cpu_op") & (pids == pid))
+    ops = ev.iloc[at][["tid", "ts", "dur", "name", "input_dims"]] if "input_dims" in ev \
+        else None
+    w = batch_work(ops, int(pd.Series(batch).mode().iat[0])) if ops is not None else None
+    if w is None:
+        return None
+    grows = np.where(w["carries"].to_numpy(), w["own_ns"].to_numpy(np.int64)
+                     - w["fixed_ns"].to_numpy(np.int64), 0)
+    mine = np.isin(at, rows)
+    fixed = int((ops["dur"].to_numpy(np.int64)[mine] - grows[mine]).clip(0).sum())
+    return fixed // (len(ordinary) * per_step)
+
+
+def _sorted(ts: np.ndarray) -> bool:
+    return len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all())
 
 
 def _training(tab: pd.DataFrame, host: dict) -> bool | None:
