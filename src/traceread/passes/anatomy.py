@@ -873,8 +873,9 @@ def _flop_fixed_each(ev: pd.DataFrame, pid: int, ordinary: pd.DataFrame,
     kind, pids = ev["kind"].to_numpy(), ev["pid"].to_numpy()
     ts = ev["ts"].to_numpy(np.int64)
     inside = np.zeros(len(ev), bool)
+    ordered = _sorted(ts)
     for a, d in zip(ordinary["start"].tolist(), ordinary["dur"].tolist()):
-        lo, hi = np.searchsorted(ts, [a, a + d]) if _sorted(ts) else (0, len(ts))
+        lo, hi = np.searchsorted(ts, [a, a + d]) if ordered else (0, len(ts))
         inside[lo:hi] |= (ts[lo:hi] >= a) & (ts[lo:hi] < a + d)
     at = np.flatnonzero(inside & (kind == "cpu_op") & (pids == pid))
     ops = ev.iloc[at][["tid", "ts", "dur", "name", "input_dims"]] if "input_dims" in ev \
