@@ -690,6 +690,9 @@ class AnatomyMicroBatches(_S):
     period_ns_each: Optional[int] = None
     # the profiler's cost inside host_ns_each, period_ns_each, flop_host_ns_each
     profiler_ns_each: Optional[dict[str, int]] = None
+    # of flop_host_ns_each, the part that does not grow with the batch (CPU traces with
+    # shapes, two or more micro-batches): paid once when they merge; null: not read
+    flop_fixed_ns_each: Optional[int] = None
 
 
 class AnatomyRecompute(_S):
