@@ -653,6 +653,8 @@ class DataloaderRestarts(_S):
     spans: list[list[int]]       # [start_ns, end_ns] of each restart
     steps: list[int]             # the step each began in (-1: outside every step)
     period: Optional[int]        # steps between restarts, when evenly spaced (an epoch)
+    startup_spans: list[list[int]] = []   # the new workers' start-up in each next first call
+    startup_ns: int = 0          # their sum (not in restart_ns)
 
 
 class Sdpa(_S):

@@ -87,10 +87,12 @@ def _persistent_text(c: Ctx) -> str:
     r = c.get("dataloader_restarts") or {}
     n = int(r.get("restarts") or 0)
     each = (r.get("restart_ns") or 0) / max(1, n) / 1e6
+    start = (r.get("startup_ns") or 0) / max(1, n) / 1e6
     when = (f"every {r['period']} steps, an epoch" if r.get("period")
             else f"{n} time{'s' * (n != 1)} in the window")
+    up = f", then {start:.3g} ms of their start-up in the first batch's wait" if start else ""
     return (f"persistent_workers=True: the DataLoader's workers are shut down and started again "
-            f"at each epoch's start ({when}; {each:.3g} ms each on the training thread)")
+            f"at each epoch's start ({when}; {each:.3g} ms each on the training thread{up})")
 
 
 def no_workers(c: Ctx) -> bool:

@@ -1187,10 +1187,11 @@ def persistent_workers(g, f: Facts, p: dict):
     """persistent_workers=True: the workers are not shut down and started again at each
     epoch's start -- the training thread's time from the epoch's last DataLoader call to
     the next epoch's first (``passes/dataloader.py``: the shutdown, the new iterator) takes
-    no time; the first call's wait for its batch stays (persistent workers wait for it too)."""
+    no time, nor the new workers' start-up inside that first call where the stack shows it;
+    the first call's wait for one batch's load stays (persistent workers wait for it too)."""
     r = f.ctx.get("dataloader_restarts") or {}
     host = _kind(g, *HOST_NODES)
-    inside = _overlap(g, [tuple(s) for s in r.get("spans") or []]) * host
+    inside = _overlap(g, _restart_spans(r)) * host
     if not inside.any():
         return "no DataLoader workers started again inside the replayed steps"
     p["restarts"] = int(r["restarts"])
@@ -1347,14 +1348,19 @@ def host_off_path(g, f: Facts, p: dict):
     m = _movable_host(g)
     # the DataLoader's workers shut down and started again (passes/dataloader.py): the
     # loader's own machinery, which persistent_workers removes -- no thread can take it
-    restarts = (f.ctx.get("dataloader_restarts") or {}).get("spans")
+    restarts = _restart_spans(f.ctx.get("dataloader_restarts") or {})
     if restarts:
-        m &= _overlap(g, [tuple(x) for x in restarts]) == 0
+        m &= _overlap(g, restarts) == 0
     m &= ~_setup_work(g)
     if not m.any():
         return "no host work between the launches beyond dispatch"
     _zero(g, m)
     return g
+
+
+def _restart_spans(r: dict) -> list[tuple]:
+    """The DataLoader restarts' spans and their workers' start-up (passes/dataloader.py)."""
+    return [tuple(s) for s in (r.get("spans") or []) + (r.get("startup_spans") or [])]
 
 
 def _movable_host(g) -> np.ndarray:
