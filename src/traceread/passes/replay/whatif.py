@@ -31,7 +31,7 @@ import pandas as pd
 
 from ...table import scan_name as scan
 from ..attribution import WAIT_OSRT_RX as _WAIT_OSRT_RX
-from ..common import CHECKPOINT_RX as STALL_SAVE_RX
+from ..common import CHECKPOINT_RX as STALL_SAVE_RX, launched_inside
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
@@ -1425,7 +1425,8 @@ def _others_busy(g, mask) -> np.ndarray:
     """Masked stretches during which another host thread launched GPU work: the thread was
     most likely waiting for it (the main thread in backward() while autograd's thread
     launches, or autograd's thread idle while the main thread runs the forward) -- the
-    graph has no edge between host threads, so such time is a wait, not movable work."""
+    graph has no edge between host threads, so such time is a wait, not movable work
+    (``common.launched_inside``, the culprits' rule too)."""
     n = g.nodes
     launch = _kind(g, "launch", "sync_wait")
     lanes = n["lane"].to_numpy()
@@ -1433,13 +1434,8 @@ def _others_busy(g, mask) -> np.ndarray:
     end = ts + n["dur_ns"].to_numpy(np.int64)
     out = np.zeros(len(n), bool)
     for lane in np.unique(lanes[mask]).tolist():
-        other = np.sort(ts[launch & (lanes != lane)])
-        if not len(other):
-            continue
         idx = np.flatnonzero(mask & (lanes == lane))
-        lo = np.searchsorted(other, ts[idx], side="left")
-        hi = np.searchsorted(other, end[idx], side="left")
-        out[idx] = hi > lo
+        out[idx] = launched_inside(ts[idx], end[idx], np.sort(ts[launch & (lanes != lane)]))
     return out
 
 
