@@ -49,6 +49,11 @@ MAX_WORKERS = 8               # the default num_workers never exceeds this
 FUSED_TRAFFIC = 0.5           # a fused pointwise chain / optimizer moves half the bytes
 HOST_LAG_FLOOR_NS = 50_000    # untraced host time above this between ops is movable work
 DEFAULT_BATCH_X = 2           # "larger batch": twice the samples per step
+# the host categories a host-only trace's larger batch grows (its operators and its data
+# loading); the rest of its host time (untraced stretches, waits in collectives) is held
+# fixed per step -- a wait for a slower rank held so is that rank's time it amortises
+# (jobs/multirank/verdicts.py takes it out of a waiting rank's promise)
+BATCH_GROWN_HOST = ("cpu_op", "dataloader")
 PINNED_GBPS_DEFAULT = 24.0    # when the trace has no pinned copy to measure
 
 POINTWISE_OPS = re.compile(
