@@ -650,3 +650,18 @@ def test_a_wait_the_replay_grew_is_not_taken_out_again():
     lever = _batch_lever(res.analyses[0])
     assert 0.5 * MS < lever["saves_per_step_ns"] < 1.5 * MS   # 1.78 ms before, less half of 1.8
     assert _batch_lever(res.analyses[1])["saves_per_step_ns"] > 10 * MS   # its own sleep
+
+
+def test_a_straggler_that_resumes_late_from_its_own_collectives_says_so():
+    """gloo tp2 (nothing planted): rank 1 is last at 14 of 15 collectives and late in each of
+    the 3 steps (15.7, 38.0, 7.7 ms; rank 0 never by 100 us) -- consistent, so named. Its late
+    time is its main thread still in ``wait_tensor`` 6.4-7.9 ms after its own gloo:all_reduce
+    had ended (rank 0's returns within 0.04 ms): a thread not running, not a late transfer
+    (the lever's 'check its link or NIC'). The job's why now says how much of it that is."""
+    _, traces = _load(GLOO / "tp2")
+    res = mr.analyze_traces(traces)[0]
+    rec = res.straggler["by_collective"]["all_reduce"]["why"]
+    assert rec["cause"] == "comm_own" and rec["after_end_ns"] >= 0.8 * rec["cause_ns"]
+    assert "after its collective had ended on it" in res.verdict()["because"]
+    ddp = mr.analyze_traces(_load(GLOO / "ddp2")[1])[0]   # a planted sleep: untraced, not this
+    assert "after its collective had ended" not in ddp.verdict()["summary"]

@@ -61,6 +61,8 @@ def job_verdict(res) -> dict:
 
 
 LATE_NS = 100_000
+# a straggler's own-collective wait mostly after its collective ended: it resumed late
+AFTER_END_SHARE = 0.5
 LATE_DEF = f"late: arriving after the next-latest rank, by >= {fmt_ns(LATE_NS)}"
 
 
@@ -99,6 +101,13 @@ def _job_verdict(res) -> dict:
         where = "" if why["cause"] == "gpu_compute" else "its issuing thread was in "
         because = (f"in that time {where}{CAUSE_TEXT.get(why['cause'], why['cause'])}: "
                    f"{fmt_ns(why['cause_ns'] // n)} of {fmt_ns(why['window_ns'] // n)} per {main}")
+        late = int(why.get("after_end_ns") or 0)
+        # host collectives (gloo): the span is the work itself; a GPU sync waits for more
+        if why["cause"] == "comm_own" and res.source == "host" and \
+                late >= AFTER_END_SHARE * why["cause_ns"]:
+            because += (f"; {fmt_ns(late // n)} of it after its collective had ended on it (its "
+                        f"wait returned late: its threads were not running -- a busy or "
+                        f"oversubscribed host -- not a late transfer)")
         top = (why.get("op_excess") or {}).get("top") or []
         if why["cause"] in ("cpu_op", "cpu_slower") and top:
             t = top[0]

@@ -112,6 +112,13 @@ def refine_comm_wait(why: dict, ri: RankInput, matches: pd.DataFrame, rank: int,
     why["passed_on_ns"] = int(passed)
     if passed < PASSED_ON_SHARE * why["cause_ns"]:
         why["cause"], why["text"] = "comm_own", CAUSE_TEXT["comm_own"]
+        # of it, the time none of its own collectives was running any more: the thread sat
+        # in a wait whose collective had ended (gloo tp2: rank 1's wait_tensor returned
+        # 6.4-7.9 ms after its gloo:all_reduce ended, rank 0's within 0.04 ms)
+        own = matches[matches["rank"] == rank]
+        os_ = own["ts"].to_numpy(np.int64)
+        why["after_end_ns"] = int(intervals.total(intervals.subtract(
+            mine, intervals.union(os_, os_ + own["dur"].to_numpy(np.int64)))))
 
 
 def wait_categories(ri: RankInput, matches: pd.DataFrame, straggler: int, offset_ns: int,
