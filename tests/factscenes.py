@@ -70,15 +70,19 @@ def tail_item(steps: int = 3, ops: int = 40):
     return b.build()
 
 
-def copies(kind: str, steps: int = 3):
+def copies(kind: str, steps: int = 3, tail: bool = False):
     """One 64 MiB HtoD copy at each step's start, then GEMMs. ``kind``: "input" (after a
     DataLoader fetch), "resent" (the same tensor: nothing computed before it), "fresh"
-    (aten::randn on the host first: new data each step)."""
+    (aten::randn on the host first: new data each step). ``tail``: a kernel launched at the
+    step's start, before the fetch (the previous iteration's last op, as where the steps
+    are inferred from the optimizer)."""
     b = TraceBuilder(path=f"copy_{kind}.json")
     for k in range(steps):
         s = T0 + k * STEP
         b.step(k, s, STEP)
-        t = s + 100 * US
+        if tail:
+            _kernels(b, s + 10 * US, 1)
+        t = s + (200 if tail else 100) * US
         if kind == "input":
             b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, MS)
             t += MS

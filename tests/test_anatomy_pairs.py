@@ -126,7 +126,27 @@ def test_a_micro_batch_costs_its_whole_loop_iteration():
     assert 3 * beside == pytest.approx(gone, rel=0.25)
     c = ctx("accum.before")
     per_step = micro_batch_saving(c) / c["steps"]
-    assert per_step == pytest.approx(3 * (mb["period_ns_each"] - mb["flop_host_ns_each"]), abs=4)
+    grows = mb["flop_host_ns_each"] - mb["flop_fixed_ns_each"]
+    assert per_step == pytest.approx(3 * (mb["period_ns_each"] - grows), abs=4)
+
+
+def test_a_micro_batchs_matmuls_pay_their_fixed_part_once():
+    # pairs/accum: 4 micro-batches of 16 rows -> one of 64. Its matmuls' host time was all
+    # taken to grow 4 x (2.15 ms a step for the 64 rows); AFTER's took 1.23 ms. Their part
+    # that does not grow -- BEFORE's ops' time less what grows with the batch, fitted on
+    # BEFORE's shapes as larger_batch fits it (replay/hostcost.py) -- is paid once
+    from traceread.verdict.anatomy import micro_batch_saving
+
+    b = anatomy("accum.before")["micro_batches"]
+    a = anatomy("accum.after")["micro_batches"]
+    m, each, fixed = b["per_optimizer_step"], b["flop_host_ns_each"], b["flop_fixed_ns_each"]
+    assert m == 4 and 0.1 * each < fixed < each
+    merged = m * (each - fixed) + fixed    # one micro-batch of m x the rows
+    assert a["flop_host_ns_each"] < merged < m * each
+    c = ctx("accum.before")
+    per_step = micro_batch_saving(c) / c["steps"]
+    assert per_step - 3 * (b["period_ns_each"] - each) == pytest.approx(3 * fixed, abs=4)
+    assert a["flop_fixed_ns_each"] is None   # one pass a step: nothing to merge
 
 
 def test_a_save_in_every_step_is_seen_and_its_change_priced_for_the_saves_left():
@@ -136,6 +156,37 @@ def test_a_save_in_every_step_is_seen_and_its_change_priced_for_the_saves_left()
     (ch,) = anatomy_changes(ctx("save.before"), ctx("save.after"))
     assert ch["lever"] == "save_async" and ch["evidence"] == "a save in every step -> every 4 steps"
     assert ch["promised_per_step_ns"] == pytest.approx(g["per_step_ns"] * 3 / 4, abs=2)
+
+
+def _frames(name: str, suffix: str):
+    ev = events(name)
+    py = ev[(ev["kind"] == "python").to_numpy()]
+    return py[py["name"].astype(str).str.endswith(suffix).to_numpy()].sort_values("ts")
+
+
+def test_a_save_costs_the_state_dicts_built_for_it():
+    # pairs/save: torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, path).
+    # The state_dict() frames run only in the steps that save, before the change and after it
+    # (every 4th step): saving less often builds them less often. The save's cost runs from
+    # the first of them to the save's end (it was the save frame alone: ~0.13 ms a step less)
+    states = _frames("save.before", ": state_dict")
+    spans = []
+    for s0, d0 in zip(*(_frames("save.before", "serialization.py(944): save")[c]
+                        for c in ("ts", "dur"))):
+        first = states.loc[(states["ts"] < s0) & (states["ts"] > s0 - 1_000_000), "ts"].min()
+        assert s0 - first > 50_000   # the module's and the optimizer's: ~0.1 ms before it
+        spans.append(s0 + d0 - first)
+    (g,) = anatomy("save.before")["every_step"]
+    assert g["holds"][0]["host_ns"] == pytest.approx(statistics.fmean(spans), rel=0.002)
+    # the evidence that they go with the save: in AFTER only the saving steps build them
+    an = anatomy("save.after")
+    (grp,) = an["odd_steps"]
+    ev = events("save.after")
+    st = ev[ev["name"].astype(str).str.startswith("ProfilerStep#").to_numpy()]
+    sts = _frames("save.after", ": state_dict")["ts"].to_numpy()
+    for label, t0, d in zip(st["name"].astype(str), st["ts"], st["dur"]):
+        has = bool(((sts >= t0) & (sts < t0 + d)).any())
+        assert has == (int(label.rsplit("#", 1)[1]) in grp["steps"])
 
 
 def test_without_the_profiler_each_figure_loses_the_cost_of_its_ops_and_frames():

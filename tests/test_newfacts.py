@@ -89,6 +89,27 @@ def test_copy_payload_at_the_step_start(kind, payload):
     assert c["direction"] == "HtoD" and c["per_step"] == 1.0 and c["bytes_per_step"] == 64 << 20
 
 
+def test_input_batch_after_a_launch_before_the_fetch():
+    # the copy follows the fetch with nothing launched between: the batch, though a kernel
+    # of the iteration's tail ran earlier in the step (the old rule wanted none in the step)
+    p = copy_payloads(F.copies("input", tail=True).events)
+    assert p["payloads"] == ["input_batch"]
+    assert copy_payloads(F.copies("fresh", tail=True).events)["payloads"] == ["unknown"]
+
+
+def test_facts_count_per_step_over_the_optimizer_iterations(corpus_dir):
+    # no ProfilerStep: the steps pass finds 29 iterations (Optimizer.step#SGD.step ends);
+    # the facts passes counted the whole window as one step (58 syncs "a step", 2.2 GB of
+    # copies whose payload "cannot tell") -- each iteration copies the DataLoader's batch
+    # (77 MB) and its labels, each a pageable copy that syncs
+    ctx = analyze(load(corpus_dir / "facebookresearch__param/et_replay/tests/inputs/"
+                                    "resnet_kineto.json.gz")).context
+    assert ctx["syncs_per_step"] == 2.0
+    assert ctx["payloads"] == ["input_batch"]
+    c = ctx["copy_payloads"][0]
+    assert (c["per_step"], c["bytes_per_step"]) == (2.0, 77_071_360)
+
+
 def test_checkpoint_copies_and_metrics():
     p = copy_payloads(F.checkpoint().events)
     assert p["payloads"] == ["checkpoint"]

@@ -28,7 +28,7 @@ from .passes import replay as replay_mod
 from .passes import compile as compile_mod
 from .passes.replay import split as split_mod
 from .passes import utilization as util_mod
-from .passes.factkit import drop_shared, sharing
+from .passes.factkit import Steps, drop_shared, sharing
 from .passes.side import SidePasses, map_forked
 from .passes.compile import compile_counts, compile_summary
 from .passes.context import trace_context
@@ -159,6 +159,11 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
             "ProfilerStep" if pattern == steps_mod.DEFAULT_STEP_PATTERN else "pattern"
     else:
         step_rows, source = steps_mod.whole_trace_window(ev), "whole_trace"
+    # the facts passes count per step over the steps found here where those are not the
+    # ProfilerStep ranges they read by themselves: one step definition for every pass
+    spans = (Steps(all_ev, all_steps, span_names=not inferred),
+             Steps(ev, step_rows, span_names=not inferred)) \
+        if source in ("optimizer", "pattern") else None
     # the window's GPU ops before the fork: the replay's side job reads them from there
     ops = all_ops if ev is all_ev else _gpu_ops(ev, is_nsys)
     del all_ops
@@ -166,7 +171,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace,
                                                  "ops": ops}) as side, sharing():
         return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
-                               is_nsys, min_gap_ns, peak_tflops, found)
+                               is_nsys, min_gap_ns, peak_tflops, found, spans)
 
 
 def _apart_window(trace, all_ev) -> tuple | None:
@@ -252,16 +257,17 @@ def _checked_args(trace, step_pattern, steps, min_gap_ns, peak_tflops) -> int:
 
 
 def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win, is_nsys,
-                    min_gap_ns, peak_tflops, found=None) -> Analysis:
+                    min_gap_ns, peak_tflops, found=None, spans=None) -> Analysis:
     """The passes over the window ``ev``; ``ops``: its GPU ops (None: not computed yet);
-    ``found``: the trace's steps as ``find_steps(all_ev)`` finds them (None: not known)."""
+    ``found``: the trace's steps as ``find_steps(all_ev)`` finds them (None: not known);
+    ``spans``: the facts passes' steps of the trace and of the window (None: their own)."""
     ref = side.ref
     # Passes that need neither the gaps nor the steps run beside the attribution: submitted
     # first, so a worker has them while this process finds the gaps
     side.submit("comm", comm_and_collectives, ref("ev"))   # overlap and collectives: one split
     side.submit("graphs", _graphs, ref("ev"), ref("all_ev"))
     side.submit("classes", _classes, ref("ev"))
-    side.submit("ctx", trace_context, ref("ev"), trace.meta)
+    side.submit("ctx", trace_context, ref("ev"), trace.meta, spans[1] if spans else None)
     side.submit("copies", copy_summary, ref("ev"), [str(d.get("name", ""))
                                                     for d in trace.meta.devices
                                                     if isinstance(d, dict)])
@@ -273,7 +279,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     # as "7.7x the median")
     warm = frozenset(int(x["step"]) for x in win.excluded or ()
                      if "step" in x and window_mod.by_startup_work(str(x.get("reason", ""))))
-    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found, warm)
+    side.submit("trace_facts", trace_facts, ref("all_ev"), ref("ev"), found, warm, spans)
     op_step = steps_mod.step_of_gpu_ops(step_rows, ops)
     gaps = gpu_gaps(ev, 0, skip_nonpositive=is_nsys)
     if win.mode != "whole_trace":

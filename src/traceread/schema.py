@@ -16,6 +16,7 @@ fails the schema tests, so the published schema cannot drift from the code.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -689,6 +690,9 @@ class AnatomyMicroBatches(_S):
     period_ns_each: Optional[int] = None
     # the profiler's cost inside host_ns_each, period_ns_each, flop_host_ns_each
     profiler_ns_each: Optional[dict[str, int]] = None
+    # of flop_host_ns_each, the part that does not grow with the batch (CPU traces with
+    # shapes, two or more micro-batches): paid once when they merge; null: not read
+    flop_fixed_ns_each: Optional[int] = None
 
 
 class AnatomyRecompute(_S):
@@ -1624,6 +1628,9 @@ def json_schema(command: str) -> dict:
     several inputs' ``{schema_version, traces}``."""
     alts = _alternatives(command)
     schemas, defs = msgspec.json.schema_components(alts)
+    for d in defs.values():   # msgspec >= 0.23 dedents docstrings, older ones do not: one text
+        if isinstance(d.get("description"), str):
+            d["description"] = inspect.cleandoc(d["description"])
     body = schemas[0] if len(schemas) == 1 else {"anyOf": list(schemas)}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"traceread/{command}.schema.json", "title": f"traceread {command} --format json",

@@ -61,6 +61,11 @@ SAVE_RX = namerx.compile(r"torch/serialization\.py\(\d+\): _?save$|^aten::_save$
                          r"|torch/distributed/checkpoint/\S*\(\d+\): (?:async_)?save"
                          r"|safetensors\S*\(\d+\): save")
 FILE_WRITE_RX = namerx.compile(r"^(?:p?write(?:v|64)?|fsync|fdatasync)$")
+# the state a save writes, built right before it (``torch.save({"model": m.state_dict(),
+# "opt": opt.state_dict()}, path)``): saving less often builds it less often too (pairs/save:
+# the state_dict() frames run only in the steps that save, before and after the change)
+STATE_DICT_RX = namerx.compile(r"\.py\(\d+\): state_dict$")
+STATE_GAP_NS = 50_000   # at most this between one state_dict() call and the next / the save
 EVAL_MODE_RX = namerx.compile(r"torch/nn/modules/module\.py\(\d+\): eval$"
                               r"|autograd/grad_mode\.py\(\d+\): __enter__$|inference_mode")
 ALL_GATHER_RX = namerx.compile(r"(?i)all_?gather")
@@ -119,6 +124,9 @@ def step_anatomy(ev: pd.DataFrame, found: pd.DataFrame | None = None,
            "mean_profiler_step_ns": _prof_mean(tab, "step")}
     out["passes"] = _passes(ordinary)
     out["micro_batches"] = _micro_batches(host, steps, ordinary)
+    if out["micro_batches"] and not out["gpu_traced"]:
+        out["micro_batches"]["flop_fixed_ns_each"] = _flop_fixed_each(ev, pid, ordinary,
+                                                                      out["micro_batches"])
     out["recompute"] = _recompute(ordinary)
     out["odd_steps"] = odd
     out["every_step"] = _every_step(tab)
@@ -150,6 +158,8 @@ def without_profiler(an: dict) -> dict:
     if mb and p:
         mb["host_ns_each"] = less(mb["host_ns_each"], p["host"])
         mb["flop_host_ns_each"] = less(mb["flop_host_ns_each"], p["flop"])
+        if mb.get("flop_fixed_ns_each") is not None:   # the ops' record cost is per op
+            mb["flop_fixed_ns_each"] = less(mb["flop_fixed_ns_each"], p["flop"])
         if mb.get("period_ns_each") is not None:
             mb["period_ns_each"] = less(mb["period_ns_each"], p["period"])
     rc = out.get("recompute")
@@ -193,6 +203,8 @@ def _classify(name: str) -> str:
         return "sync"
     if SAVE_RX.search(name):
         return "save"
+    if STATE_DICT_RX.search(name):
+        return "state_dict"
     if FILE_WRITE_RX.search(name):
         return "write"
     if EVAL_MODE_RX.search(name):
@@ -457,6 +469,7 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
     syncs = (_cls(h, "sync")) & outside_opt & ~_inside(sets["data"], h["ts"]) & \
         ~_nested_sync(h)
     save = _union(h, _cls(h, "save", "write"), a, b)
+    save = iv.union(*_both(save, _state_for_save(h, main, a, b)))
     ag = (_cls(h, "all_gather")) & h["outer"] & ~_inside(bw, h["ts"]) & outside_opt
     fb = iv.union(*_both(fwd, bw))
     log_u = _log_work(h, sets, a)
@@ -477,7 +490,10 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
             "recompute_ns": iv.total(rc["set"]), "recompute_gpu_ns": _gpu_in(gpu, rc["set"]),
             "recompute_modules": rc["modules"], "recompute_rows": rc["rows"],
             "checkpoint_ns": ck_cost, "batch": _batch(h),
-            "flop_ns_fb": int(h["flop_ns"][_inside(iv.union(*_both(fwd, bw)), h["ts"])].sum()),
+            "flop_ns_fb": int(h["flop_ns"][_inside(fb, h["ts"])].sum()),
+            # the rows of those ops (CPU traces only: what ``_flop_fixed_each`` reads)
+            "flop_rows_fb": h["rows"][(h["flop_ns"] > 0) & _inside(fb, h["ts"])]
+            if not len(gpu["ts"]) else h["rows"][:0],
             "eval_rows": h["rows"][_cls(h, "no_grad")][:2].tolist(),
             # the profiler's cost (passes/overhead.py) inside each figure above the
             # savings read: ``without_profiler`` takes it out
@@ -488,6 +504,27 @@ def _one_step(host: dict, gpu: dict, root: str | None, s) -> dict:
                      "recompute": _prof(h, rc["set"]), "fb": _prof(h, fb),
                      "flop_fb": int(h["prof"][(h["flop_ns"] > 0) & _inside(fb, h["ts"])].sum()),
                      "periods": [_prof(h, iv.union([s], [e])) for s, e in periods]}}
+
+
+def _state_for_save(h, main, a: int, b: int) -> tuple:
+    """The state_dict() calls on the training thread that feed each save: from the first of
+    a chain of them, each ending at most STATE_GAP_NS before the next one (or the save)
+    starts, to the save's start (intervals, clipped to the step [a, b])."""
+    lo, hi = [], []
+    sd = _cls(h, "state_dict") & main
+    if sd.any():
+        ts, end = h["ts"][sd], h["end"][sd]
+        top = ts >= np.maximum.accumulate(np.r_[np.iinfo(np.int64).min, end[:-1]])
+        ts, end = ts[top], end[top]   # not nested in another one: sorted, disjoint
+        for t0 in _union(h, _cls(h, "save") & main, a, b)[0].tolist():
+            k, nxt = int(np.searchsorted(end, t0, side="right")), t0
+            while k > 0 and nxt - end[k - 1] <= STATE_GAP_NS:
+                k -= 1
+                nxt = int(ts[k])
+            if nxt < t0:
+                lo.append(max(nxt, a))
+                hi.append(t0)
+    return np.array(lo, np.int64), np.array(hi, np.int64)
 
 
 def _both(x, y):
@@ -814,6 +851,47 @@ def _micro_batches(host: dict, steps: pd.DataFrame, tab: pd.DataFrame) -> dict |
             "flop_host_ns_each": int(ordinary["flop_ns_fb"].mean() / per_step),
             "syncs_per_micro_batch": syncs / per_step,
             "sync_ns_per_step": int(ordinary["sync_ns"].median())}
+
+
+def _flop_fixed_each(ev: pd.DataFrame, pid: int, ordinary: pd.DataFrame,
+                     mb: dict) -> int | None:
+    """Of a micro-batch's matmul/conv/attention host time (``flop_host_ns_each``), the part
+    that does not grow with its batch: each op's time less what grows, as larger_batch
+    prices a batch k times the size (replay/hostcost.py ``batch_work``: per op name, own
+    time = fixed + b x work over the sizes BEFORE shows; one size: the dispatch floor). m
+    micro-batches in one pay it once (pairs/accum: m = 4 of 16 rows). None: not micro-
+    batched, or no shapes (the batch is read from them)."""
+    from .replay.hostcost import batch_work
+
+    batch = [b[0] for b in ordinary["batch"] if b]
+    rows = np.concatenate([np.asarray(r, np.int64) for r in ordinary["flop_rows_fb"]]
+                          or [np.zeros(0, np.int64)])
+    per_step = max(1, int(ordinary["backward_passes"].median()))
+    if int(mb.get("per_optimizer_step") or 0) < 2 or not batch or not len(rows):
+        return None
+    # the thread's ops in the ordinary steps: the nesting (own time) and the per-name fit
+    kind, pids = ev["kind"].to_numpy(), ev["pid"].to_numpy()
+    ts = ev["ts"].to_numpy(np.int64)
+    inside = np.zeros(len(ev), bool)
+    ordered = _sorted(ts)
+    for a, d in zip(ordinary["start"].tolist(), ordinary["dur"].tolist()):
+        lo, hi = np.searchsorted(ts, [a, a + d]) if ordered else (0, len(ts))
+        inside[lo:hi] |= (ts[lo:hi] >= a) & (ts[lo:hi] < a + d)
+    at = np.flatnonzero(inside & (kind == "cpu_op") & (pids == pid))
+    ops = ev.iloc[at][["tid", "ts", "dur", "name", "input_dims"]] if "input_dims" in ev \
+        else None
+    w = batch_work(ops, int(pd.Series(batch).mode().iat[0])) if ops is not None else None
+    if w is None:
+        return None
+    grows = np.where(w["carries"].to_numpy(), w["own_ns"].to_numpy(np.int64)
+                     - w["fixed_ns"].to_numpy(np.int64), 0)
+    mine = np.isin(at, rows)
+    fixed = int((ops["dur"].to_numpy(np.int64)[mine] - grows[mine]).clip(0).sum())
+    return fixed // (len(ordinary) * per_step)
+
+
+def _sorted(ts: np.ndarray) -> bool:
+    return len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all())
 
 
 def _training(tab: pd.DataFrame, host: dict) -> bool | None:

@@ -18,8 +18,15 @@ GPU copy moves to or from *pageable* host memory (``Memcpy DtoH (Device ->
 Pageable)``; nsys srcKind/dstKind give the same names) and that returned once that
 copy was done waited for its stream to drain up to it, so it is a sync call like
 ``cudaMemcpy`` (DtoH into pageable memory always does, by CUDA's rules; a small
-pageable HtoD copy is only staged and returns at once). It drains a gap only when
-its return lines up with the gap's start, like every sync.
+pageable HtoD copy is only staged and returns at once: ``copy_staging``, below). It
+drains a gap only when its return lines up with the gap's start, like every sync.
+
+A copy call that moves *pageable* host memory (or memory the trace does not name, for a
+copy of >= 1 MiB whose call held the host through half of it) stages the data through a
+pinned bounce buffer inside the call: its time is ``copy_staging``, the copy's own host
+cost (pinned memory removes it), not a launch. A sync call (it waited for the queue and
+returned once its copy was done) keeps its row and its drain; of a host->device one only
+the head, from its start to its copy's, is staging (the wait ran while the GPU was busy).
 
 ``cpu`` -- what the launching host threads were doing during the gap. Each
 nanosecond of a gap goes to exactly one category, the first in ``CPU_CATEGORIES``
@@ -54,8 +61,8 @@ from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
 # everything that happens inside it; launch beats the operator that issues it.
-CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "sync", "alloc", "launch", "wait",
-                  "cpu_op", "python", "untraced")
+CPU_CATEGORIES = ("compile", "graph_capture", "dataloader", "comm_wait", "copy_staging", "sync",
+                  "alloc", "launch", "wait", "cpu_op", "python", "untraced")
 DRAINS = ("sync", "starved", "queued")
 
 # A sync call "ended at the gap's start" when it was already running when the GPU
@@ -102,6 +109,17 @@ GPU_SIDE = "GPU-side"
 # context on the GPU, an untraced stream, or GPU work the profiler did not record.
 NOT_TRACED = "nothing traced"
 PAGEABLE_RX = namerx.compile(r"(?i)pageable")
+PINNED_RX = namerx.compile(r"(?i)pinned")
+# Host copy staging: a copy call that moves pageable host memory copies it through a pinned
+# bounce buffer inside the call (the host's own time, not a launch's). Unmarked memory
+# counts only for a copy of at least STAGED_MIN_BYTES whose call held the host through at
+# least half of it: a pinned copy's call returns once queued.
+STAGED_DIRECTIONS = ("HtoD", "DtoH")
+STAGED_MIN_BYTES = 1 << 20
+# A pageable copy stages from this size on: below it the copy into the bounce buffer takes
+# less than the call's own few microseconds (~10 GB/s host memcpy), which are a launch's
+# (HTA step_based_trace's 4-8 B pageable HtoD calls: no pinned memory would save them).
+PAGEABLE_STAGED_MIN_BYTES = 64 << 10
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 # Preference when several sync calls drained the same gap: the framework op the user wrote.
 SYNC_NAME_RANK = {"aten::item": 0, "aten::_local_scalar_dense": 1}
@@ -554,7 +572,22 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
     blocking = sync_label >= 0
     is_sync |= blocking
     cats[blocking] = CPU_CATEGORIES.index("sync")
-    del rows, blocking
+    st_at, st_copy, st_htod = _staging_calls(ev, rows, kind)
+    # a sync keeps its row: it waited for the queue (GPU busy) and returned once its copy
+    # was done; only a host->device one's head, from its start to its copy's, is staging
+    # (the data goes to the bounce buffer before the copy; a DtoH copy stages after it)
+    cats[st_at[~is_sync[st_at]]] = CPU_CATEGORIES.index("copy_staging")
+    head = is_sync[st_at] & st_htod & (st_copy > hs[st_at])
+    h_at, h_end = st_at[head], st_copy[head]
+    del rows, blocking, st_at, st_copy, st_htod, head
+    if len(h_at):   # the heads as rows of their own (the call's name, thread and kind)
+        he = np.concatenate([he, np.minimum(he[h_at], h_end)])
+        hs = np.concatenate([hs, hs[h_at]])
+        key, name, kind = (np.concatenate([x, x[h_at]]) for x in (key, name, kind))
+        cats = np.concatenate([cats, np.full(len(h_at), CPU_CATEGORIES.index("copy_staging"),
+                                             cats.dtype)])
+        is_sync = np.concatenate([is_sync, np.zeros(len(h_at), bool)])
+        sync_label = np.concatenate([sync_label, np.full(len(h_at), -1, np.int32)])
     cap = _capture_regions(kind, name, name_cats, hs, he, key)
     if cap is not None:   # stream-capture regions: everything inside records a CUDA graph
         cs, ce, ck, cn, ckind = cap
@@ -1146,6 +1179,47 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tup
     _, last = np.unique(pos[::-1], return_index=True)   # a later copy's label wins, as before
     keep = np.sort(len(pos) - 1 - last)
     return pos[keep], text[keep]
+
+
+def _staging_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tuple:
+    """The runtime/driver calls among the host ``rows`` (``kind``: their HOST_KINDS index)
+    that stage a host copy: their copy (same pid + correlation) moves HtoD or DtoH, and its
+    host memory is pageable (Kineto's name, the nsys reader's ``raw_name`` from
+    srcKind/dstKind) with at least ``PAGEABLE_STAGED_MIN_BYTES``, or is not named pinned either and the copy moves at least
+    ``STAGED_MIN_BYTES`` with the call returning no earlier than halfway through it (a
+    pinned copy's call returns once queued; a staging one holds the host until the last
+    chunk is staged). Returns (their positions in ``rows``, their copy's start, whether it
+    is HtoD), one entry per call (its first copy's)."""
+    out = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool))
+    if not len(rows) or "copy_kind" not in ev:
+        return out
+    mc = np.flatnonzero(kind_in(ev, ("memcpy",)))
+    direction = _text_at(ev, "copy_kind", mc) if len(mc) else np.empty(0, object)
+    keep = np.isin(direction, STAGED_DIRECTIONS)
+    mc, direction = mc[keep], direction[keep]
+    if not len(mc):
+        return out
+    pageable = _match_at(ev, mc, lambda n: bool(PAGEABLE_RX.search(n)))
+    pinned = _match_at(ev, mc, lambda n: bool(PINNED_RX.search(n)))
+    if "raw_name" in ev:
+        pageable |= lookup_at(ev["raw_name"], mc, lambda n: bool(PAGEABLE_RX.search(n)), False,
+                              bool)
+        pinned |= lookup_at(ev["raw_name"], mc, lambda n: bool(PINNED_RX.search(n)), False,
+                            bool)
+    at = _corr_rows(ev, rows, _is_api(kind), ev["pid"].to_numpy()[mc].astype(np.int64),
+                    ev["correlation"].to_numpy()[mc].astype(np.int64))
+    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    r = rows[np.maximum(at, 0)]
+    nbytes = ev["bytes"].to_numpy()[mc] if "bytes" in ev else np.zeros(len(mc))
+    nbytes = np.nan_to_num(np.asarray(nbytes, float), nan=0.0)
+    held = ts[r] + dur[r] >= ts[mc] + dur[mc] // 2
+    unmarked = ~pageable & ~pinned & (nbytes >= STAGED_MIN_BYTES) & held
+    pageable &= nbytes >= PAGEABLE_STAGED_MIN_BYTES
+    hit = np.flatnonzero((at >= 0) & (pageable | unmarked))
+    order = hit[np.argsort(ts[mc[hit]], kind="stable")]
+    pos, first = np.unique(at[order], return_index=True)
+    pick = order[first]
+    return pos, ts[mc[pick]], direction[pick] == "HtoD"
 
 
 def _launch_ends(ev: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -27,12 +27,15 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     work after it could have overlapped that much and no more; the rest of the gap
     is whatever the host did (a 15 ms Python tail after a 0.4 ms step is host time).
     Allocator time in a drained gap is never the sync's (cudaFree synchronizes itself).
+    Time inside a copy call that stages pageable host memory (``copy_staging``) is the
+    copy's own host cost: the ``copy`` cause's, whole (pinned memory removes it; removing
+    a sync or a launch does not), also returned alone as ``copy_staging``.
     Queued time (``queued_ns``: the GPU sat with the gap's closing op already launched) is
     its own cause, ``queued``; host causes count only the host's part of each gap (the
     categories of the queued part, ``qcpu_<category>``, are taken out).
     """
     out = {c: 0 for c in CAUSES}
-    out.update(unexplained=0, alloc=0, wait=0)
+    out.update(unexplained=0, alloc=0, wait=0, copy_staging=0)
     if not len(gaps):
         return out
     n = len(gaps)
@@ -56,6 +59,8 @@ def cause_parts(gaps: pd.DataFrame, host_traced: bool = True, api_traced: bool =
     out["compile"] = part("compile", whole > 0)
     out["graph_capture"] = part("graph_capture", whole > 0)
     out["comms"] = part("comm_wait", whole > 0)
+    out["copy_staging"] = part("copy_staging", whole > 0)
+    out["copy"] = out["copy_staging"]
     # every launch thread waiting, on nothing traced: unexplained, and said to be a wait
     out["wait"] = part("wait", whole > 0)
     out["unexplained"] += out["wait"]
@@ -85,6 +90,6 @@ def _col(gaps: pd.DataFrame, name: str) -> np.ndarray:
     return gaps[name].to_numpy(np.int64) if name in gaps else np.zeros(len(gaps), np.int64)
 
 
-_CPU_COLS = ("dataloader", "compile", "graph_capture", "comm_wait", "sync", "alloc", "launch",
-             "wait", "cpu_op", "python", "untraced")
+_CPU_COLS = ("dataloader", "compile", "graph_capture", "comm_wait", "sync", "copy_staging", "alloc",
+             "launch", "wait", "cpu_op", "python", "untraced")
 _HOST_ALL = ("sync", "alloc", "launch", "cpu_op", "python", "untraced")

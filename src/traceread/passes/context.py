@@ -27,6 +27,7 @@ import pandas as pd
 from .. import namerx
 from ..passes import intervals
 from ..passes.common import GRAPH_LAUNCH_RX, kind_in, name_lut
+from ..passes.factkit import Steps
 from ..passes.newfacts import window_facts
 from ..passes.preconditions import precondition_facts
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
@@ -55,10 +56,12 @@ def is_pytorch(ev: pd.DataFrame) -> bool:
     return _pytorch(_names_of(ev, ("cpu_op", "annotation", "python")), _names_of(ev, ("kernel",)))
 
 
-def trace_context(ev: pd.DataFrame, meta=None) -> dict:
+def trace_context(ev: pd.DataFrame, meta=None, steps: Steps | None = None) -> dict:
     """Flags describing what the analysed window already does (see module doc); ``pytorch``:
     whether the program is PyTorch at all (else the levers name CUDA calls, not torch ones).
-    ``meta``: the trace's ``TraceMeta`` (device, distributedInfo, header: backend, version)."""
+    ``meta``: the trace's ``TraceMeta`` (device, distributedInfo, header: backend, version);
+    ``steps``: the analysis's steps (default: the window's ProfilerStep ranges)."""
+    steps = steps if steps is not None else Steps(ev)   # one walk for both fact passes
     api = _names_of(ev, ("runtime", "driver"))
     host = _names_of(ev, ("cpu_op", "annotation", "python"))
     all_host = _names_of(ev, PROGRAM_HOST_KINDS)   # + GPU-side ranges, Horovod/other spans
@@ -79,9 +82,9 @@ def trace_context(ev: pd.DataFrame, meta=None) -> dict:
         "stacks_traced": bool((ev["kind"] == "python").any()),
         "allocator_uncached": allocator_uncached(ev),
         **prog,
-        **window_facts(ev, meta),   # blocking calls, copy payloads, precision (passes/newfacts.py)
+        **window_facts(ev, meta, steps),   # blocking calls, copy payloads, precision (newfacts.py)
     }
-    pre = precondition_facts(ev, kernels)   # the levers' preconditions (passes/preconditions.py)
+    pre = precondition_facts(ev, kernels, steps)   # the levers' preconditions (passes/preconditions.py)
     located = out.get("facts_evidence") or {}
     located.update(pre.pop("facts_evidence"))
     out.update(pre, facts_evidence=located)

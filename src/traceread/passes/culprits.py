@@ -10,8 +10,9 @@ Rules for the frames a culprit may name (docs/analysis.md §4, "Culprits"):
   exceeds the idle time it explains;
 * never a frame of another cause: only rows the attribution counts as host work
   (``cpu_op``/``python``), measured only where no container of another cause
-  (compile, graph capture, DataLoader, collective, sync, allocator) covers the instant on
-  a launch thread, and never while the row's own thread is parked in a wait;
+  (compile, graph capture, DataLoader, collective, sync, copy staging, allocator, launch)
+  covers the instant on a launch thread, and never while the row's own thread is parked
+  in a wait;
 * the innermost frame that does the work: among the names that explain at least
   ``SHARE`` of the largest span, the one with the shortest mean duration; when that name
   still encloses its work (rows nested in it cover ``SHARE`` of it), the name inside it
@@ -48,7 +49,7 @@ _WORK = (_CAT["cpu_op"], _CAT["python"])
 # cause's, in long gaps too, as causes.cause_parts counts them -- HTA's MI250 minitoy read
 # "aten::add_ spans 6.6 ms" for the cold-start hipLaunchKernel inside it)
 _OTHER = tuple(_CAT[c] for c in ("compile", "graph_capture", "dataloader", "comm_wait", "sync",
-                                 "alloc", "launch"))
+                                 "copy_staging", "alloc", "launch"))
 _STEP_RX = [re.compile(p) for p in (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN,
                                     UNNUMBERED_STEP_PATTERN, INFERENCE_STEP_PATTERN)]
 
@@ -72,6 +73,12 @@ def culprits(ev, gaps, ops, summary, top_ops, copies, collectives, comp, kernels
             # if one 3.91 GiB copy were the 921 ms of 223 copies
             out["copy"] += (f", the largest of {int(copies['count']):,} copies, "
                             f"{_bytes(int(copies.get('bytes') or 0))} in all")
+    staged = staging_culprit(top_ops, int(parts.get("copy_staging") or 0),
+                             int(copies.get("exposed_ns") or 0))
+    if staged:   # the larger part of the copy cause first
+        first = int(parts.get("copy_staging") or 0) >= int(copies.get("exposed_ns") or 0)
+        out["copy"] = "; ".join(filter(None, (staged, out.get("copy")) if first
+                                       else (out.get("copy"), staged)))
     out["host"] = _in_user_code(ev, host_culprit(ev, gaps, ops, parts, top_ops))
     data = top_ops[top_ops["category"] == "dataloader"] if len(top_ops) else top_ops
     if len(data):
@@ -95,6 +102,16 @@ def culprits(ev, gaps, ops, summary, top_ops, copies, collectives, comp, kernels
     if launch:
         out["launch"] = launch
     return out
+
+
+def staging_culprit(top_ops, staged_ns: int, exposed_ns: int) -> str:
+    """The copy cause's host part: the copy call that staged pageable memory inside the
+    gaps, its time there and calls (``copy_staging`` in the top ops)."""
+    calls = top_ops[top_ops["category"] == "copy_staging"] if len(top_ops) else top_ops
+    if not staged_ns or not len(calls):
+        return ""
+    return (f"{calls['name'].iloc[0]} staging pageable host memory "
+            f"{_ms(int(calls['ns'].iloc[0]))} inside gaps (×{int(calls['count'].iloc[0]):,})")
 
 
 def launch_culprit(top_ops, kernels) -> str:

@@ -43,9 +43,20 @@ def names(ev: pd.DataFrame, rows: np.ndarray) -> list[str]:
 
 
 class Steps:
-    """The ``ProfilerStep#N`` spans of each process: which step a host time lies in."""
+    """The ``ProfilerStep#N`` spans of each process: which step a host time lies in.
 
-    def __init__(self, ev: pd.DataFrame):
+    ``spans``: the steps the steps pass found by another definition (``find_steps`` rows:
+    the optimizer's iterations, an inference pattern, ``--step-pattern``), used as they are
+    so every pass counts per step over the same steps: without them resnet_kineto's 29
+    optimizer iterations were one step here (its input-batch copies "cannot tell").
+    ``span_names``: whether the spans' names are the step ranges' own (not the optimizer's
+    op, which lies inside the step it ends)."""
+
+    def __init__(self, ev: pd.DataFrame, spans: pd.DataFrame | None = None,
+                 span_names: bool = True):
+        if spans is not None and len(spans):
+            self._from_spans(spans, span_names)
+            return
         rows = rows_named(ev, STEP_RX, ("annotation", "cpu_op"))
         if not len(rows):
             # no ProfilerStep (an nsys capture): the numbered step ranges the steps pass
@@ -65,6 +76,14 @@ class Steps:
         order = np.lexsort((self.start, self.pid))
         self.pid, self.start, self.end, self.number = (a[order] for a in (
             self.pid, self.start, self.end, self.number))
+
+    def _from_spans(self, spans: pd.DataFrame, span_names: bool) -> None:
+        order = np.lexsort((spans["start"].to_numpy(np.int64), spans["pid"].to_numpy()))
+        self.pid = spans["pid"].to_numpy()[order]
+        self.start = spans["start"].to_numpy(np.int64)[order]
+        self.end = spans["end"].to_numpy(np.int64)[order]
+        self.number = spans["step"].to_numpy(np.int64)[order]
+        self.names = frozenset(map(str, spans["name"])) if span_names else frozenset()
 
     def __len__(self) -> int:
         return len(self.start)

@@ -36,9 +36,10 @@ from .anatomy import step_anatomy
 from .stalls import periodic_stalls
 
 
-def window_facts(ev: pd.DataFrame, meta=None) -> dict:
-    """The facts of the analysed window (module doc), as context keys."""
-    steps = Steps(ev)
+def window_facts(ev: pd.DataFrame, meta=None, steps: Steps | None = None) -> dict:
+    """The facts of the analysed window (module doc), as context keys; ``steps``: the
+    analysis's steps (default: the window's ProfilerStep ranges)."""
+    steps = steps if steps is not None else Steps(ev)
     stacks = stacks_of(ev)   # one nesting walk for the detectors (and the culprits')
     evidence: dict[str, list] = {}
     b = blocking_calls(ev, steps, stacks)
@@ -219,14 +220,17 @@ def _top_ops(ev: pd.DataFrame, steps: Steps | None) -> list[tuple[str, int]]:
 
 
 def trace_facts(all_ev: pd.DataFrame, ev: pd.DataFrame | None = None,
-                steps: pd.DataFrame | None = None, warmup: frozenset = frozenset()) -> dict:
+                steps: pd.DataFrame | None = None, warmup: frozenset = frozenset(),
+                spans: tuple[Steps, Steps] | None = None) -> dict:
     """The facts read over the whole trace (every step), not the window; ``ev``: the
     analysed window's events (``periodic_stall.stalls_in_window``: its stalled steps);
     ``steps``: ``steps.find_steps(all_ev)``'s steps where the caller found them already;
-    ``warmup``: the step numbers the window left out as warm-up."""
-    st = periodic_stalls(all_ev)
+    ``warmup``: the step numbers the window left out as warm-up; ``spans``: the analysis's
+    steps of the whole trace and of the window (default: their ProfilerStep ranges)."""
+    st = periodic_stalls(all_ev, spans[0] if spans else None)
     if st:
-        inside = set(Steps(ev).number.tolist()) if ev is not None else set(st["stalled_steps"])
+        inside = set((spans[1] if spans else Steps(ev)).number.tolist()) if ev is not None \
+            else set(st["stalled_steps"])
         st["stalls_in_window"] = sum(1 for n in st["stalled_steps"] if n in inside)
     out = {"periodic_stall": st}
     if st:

@@ -14,8 +14,9 @@ around that call) gets one payload, first rule that holds:
   backward began and before the optimizer step ended, HtoD copies after it began -- the
   shape of an optimizer offloaded to the CPU (``optimizer_offload`` when the optimizer
   step also launches no GPU work: it runs on CPU tensors);
-* ``input_batch``: an HtoD copy before the step's first kernel, after a DataLoader fetch
-  in that step;
+* ``input_batch``: an HtoD copy after a DataLoader fetch in that step with no kernel
+  launched between the fetch and the copy (steps inferred from the optimizer begin with the
+  previous iteration's tail: resnet_kineto's ``aten::add_`` before its fetch);
 * ``resent``: an HtoD copy before the step's first kernel, of the same size from the same
   call site every step, with no host op before it in the step that computes new data (no
   DataLoader, no op that launched nothing and is not a view or a copy): the same host
@@ -136,8 +137,8 @@ def copy_payloads(ev: pd.DataFrame, steps: Steps | None = None,
 
 
 def _step_marks(ev: pd.DataFrame, steps: Steps) -> dict:
-    """Per step index: first kernel launch, first backward row, optimizer step spans,
-    DataLoader fetches (host ts)."""
+    """Per step index: first kernel launch, every kernel launch (sorted), first backward
+    row, optimizer step spans, DataLoader fetches (host ts)."""
     pid = ev["pid"].to_numpy()
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
@@ -158,8 +159,9 @@ def _step_marks(ev: pd.DataFrame, steps: Steps) -> dict:
     for s, r in zip(si.tolist(), opt.tolist()):
         if s >= 0:
             marks["opt"].setdefault(s, []).append((int(ts[r]), int(end[r]), r))
-    for key in ("launch", "backward", "data"):
-        marks[key] = {s: min(v) for s, v in marks[key].items()} if key != "data" else marks[key]
+    marks["launches"] = {s: np.sort(np.array(v, np.int64)) for s, v in marks["launch"].items()}
+    for key in ("launch", "backward"):
+        marks[key] = {s: min(v) for s, v in marks[key].items()}
     return marks
 
 
@@ -191,12 +193,17 @@ def _payload_of(names: list[str], direction: str, nbytes: int, s: int, t: int,
         if direction == "HtoD" and t >= o0:
             return "parameters"
     if direction == "HtoD" and s >= 0:
-        first = marks["launch"].get(s)
-        before = first is None or t < first
-        fetched = any(d <= t for d in marks["data"].get(s, []))
-        if before and fetched:
+        fetched = [d for d in marks["data"].get(s, []) if d <= t]
+        if fetched and not _launched_between(marks["launches"].get(s), max(fetched), t):
             return "input_batch"
     return "unknown"
+
+
+def _launched_between(launches: np.ndarray | None, a: int, b: int) -> bool:
+    """A kernel launch at a <= ts < b (``launches`` sorted)."""
+    if launches is None:
+        return False
+    return bool(np.searchsorted(launches, b) > np.searchsorted(launches, a))
 
 
 def _mark_resent(ev, payload, direction, nbytes, site, sidx, host_t, marks, stacks, threads,

@@ -564,11 +564,12 @@ def step_head_wait(ev: pd.DataFrame, step_tab: pd.DataFrame | None) -> tuple[dic
 
 # -- all of them --------------------------------------------------------------------------
 
-def precondition_facts(ev: pd.DataFrame, kernels: list[str]) -> dict:
-    """The facts above as program keys, with ``facts_evidence`` (see module doc)."""
+def precondition_facts(ev: pd.DataFrame, kernels: list[str], steps: Steps | None = None) -> dict:
+    """The facts above as program keys, with ``facts_evidence`` (see module doc); ``steps``:
+    the analysis's steps (default: the window's ProfilerStep ranges)."""
     evidence: dict[str, list] = {}
     out: dict = {}
-    steps = Steps(ev)
+    steps = steps if steps is not None else Steps(ev)
     for key, (val, proof) in (
             ("kernel_arch", kernel_arch(kernels)),
             ("fp32_gemv_share", fp32_gemv_share(ev)),

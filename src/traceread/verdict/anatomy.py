@@ -108,13 +108,16 @@ def checkpoint_saving(c: Ctx) -> int | None:
 def micro_batch_saving(c: Ctx) -> int | None:
     """m micro-batches -> one of m x the size: the per-micro-batch work that does not grow
     with the batch (forward + backward time less its compute: GPU busy on a GPU trace, the
-    host time inside matmul/conv/attention ops on a CPU one) is paid once instead of m
-    times; the compute is assumed to scale linearly (no gain from larger GEMMs counted)."""
+    host time inside matmul/conv/attention ops on a CPU one, less their part that does not
+    grow with the batch where the shapes show it: ``flop_fixed_ns_each``) is paid once
+    instead of m times; the rest of the compute is taken to scale linearly (no gain from
+    larger GEMMs beyond that fixed part counted)."""
     mb = _an(c).get("micro_batches") or {}
     m = int(mb.get("per_optimizer_step") or 0)
     if m < 2:
         return None
-    compute = mb.get("gpu_ns_each") if _an(c).get("gpu_traced") else mb.get("flop_host_ns_each")
+    compute = mb.get("gpu_ns_each") if _an(c).get("gpu_traced") else \
+        max(0, int(mb.get("flop_host_ns_each") or 0) - int(mb.get("flop_fixed_ns_each") or 0))
     # a micro-batch's whole loop iteration where seen (its loss, scaling and .item() are
     # paid per micro-batch too: pairs/accum's 0.35 ms beside 1.09 ms of forward + backward)
     each = mb.get("period_ns_each") or mb.get("host_ns_each")
@@ -164,8 +167,10 @@ ANATOMY_SAVINGS = {
     "recompute": "the recomputed forward's GPU time per step (host time of recompute + "
                  "checkpoint hooks on a CPU trace) x steps: no checkpointing at all; per layer "
                  "this over the checkpointed layers",
-    "micro_batches": "(m - 1) x a micro-batch's forward+backward time less its compute, per "
-                     "optimizer step x steps: the fixed per-micro-batch cost paid once",
+    "micro_batches": "(m - 1) x a micro-batch's forward+backward time less its compute (on a "
+                     "CPU trace: its matmul ops' time less their part that does not grow with "
+                     "the batch, fitted on the shapes), per optimizer step x steps: the fixed "
+                     "per-micro-batch cost paid once",
     "validation": "the evaluation steps' excess over the ordinary step, per step of its "
                   "period x steps: validating never (half of it: half as often)",
     "save": "the saving steps' excess over the ordinary step, per step of its period x "

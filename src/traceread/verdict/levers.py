@@ -985,7 +985,10 @@ def _save_host_rest(lv, cause_ns, parts, copy, ctx):
 
 
 def _save_pin(lv, cause_ns, parts, copy, ctx):
-    return int(copy.get("pin_saves_ns", 0)) if copy.get("pageable_ns") else 0
+    # the copies' time beyond pinned bandwidth, and their calls' staging time in the gaps:
+    # a pinned copy's call returns once queued
+    pin = int(copy.get("pin_saves_ns", 0)) if copy.get("pageable_ns") else 0
+    return pin + int((parts or {}).get("copy_staging", 0) or 0)
 
 
 def _save_busy(lv, cause_ns, parts, copy, ctx):
@@ -1079,7 +1082,8 @@ SAVING_MODELS: dict[str, SavingModel] = {m.id: m for m in (
     SavingModel("host_rest", "the host cause's score less its allocator time", _save_host_rest,
                 True, "the host work leaves the step path whole"),
     SavingModel("pin", "the pageable copies' time beyond pinned bandwidth "
-                "(copies.pin_saves_ns)", _save_pin, True,
+                "(copies.pin_saves_ns) plus their calls' staging time in the gaps "
+                "(cause_ns.copy_staging)", _save_pin, True,
                 "pinned copies reach the measured pinned bandwidth"),
     SavingModel("busy", "the busy-time lever's saving_ns from passes/busy.py (its own "
                 "documented model), at most its share of the GPU work on the replay's critical "

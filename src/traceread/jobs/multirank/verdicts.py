@@ -35,7 +35,7 @@ from .why import CAUSE_TEXT
 
 # Cause of the straggler's late windows -> the verdict bound that names it.
 CAUSE_BOUND = {"dataloader": "data", "compile": "compile", "graph_capture": "graph_capture", "sync": "sync",
-               "launch": "launch", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host", "stage_untraced": "host",
+               "launch": "launch", "copy_staging": "copy", "alloc": "host", "cpu_op": "host", "python": "host", "untraced": "host", "stage_untraced": "host",
                "gpu_compute": "gpu", "comm_wait": "mixed", "comm_own": "comms", "cpu_slower": "host", "wait": "mixed", "sleep": "host"}
 
 

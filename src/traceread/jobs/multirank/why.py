@@ -25,6 +25,7 @@ CAUSE_TEXT = {
     "cpu_op": "CPU operators",
     "launch": "launching GPU work",
     "alloc": "device-memory allocation",
+    "copy_staging": "staging pageable host memory for its copies",
     "sync": "blocking syncs",
     "dataloader": "the DataLoader",
     "compile": "torch.compile compilation",
