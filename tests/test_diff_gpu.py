@@ -138,6 +138,24 @@ def test_the_recompiles_autotuning_syncs_are_the_compiles_not_a_dropped_sync():
     assert d.proof["levers"] == ["no_recompile"]
 
 
+def test_a_sync_the_changed_op_made_goes_with_the_change_not_as_a_dropped_sync():
+    """gpu/graphs.bad: the sync gone a step is the cudaDeviceSynchronize inside '## Call
+    CompiledFxGraph ##' (CUDA graph trees warming up each new batch size); gpu/copy.bad: the
+    pageable HtoD copy's own cudaStreamSynchronize inside aten::copy_. Each program's .item()
+    stays, one a step, on both sides: it dropped no sync of its own, yet the diffs named
+    drop_syncs ('blocking syncs per step 2 -> 1') beside the change."""
+    from traceread.diffs.proof import signature
+
+    for scenario, levers, kind in (("graphs", ["replay_graphs"], "compiled_call"),
+                                   ("copy", ["pin_copies", "overlap_copies"], "copy")):
+        d = _diff(scenario)
+        assert d.proof["levers"] == levers, scenario
+        assert "gone with it, 1 sync a step" in d.proof["evidence"][0], scenario
+        b, a = (signature(_analysis(scenario, v)) for v in ("bad", "fixed"))
+        assert b["own_syncs_per_step"][kind] == 1 and a["own_syncs_per_step"][kind] == 0
+        assert b["syncs_per_step"] == 2 and a["syncs_per_step"] == 1   # the .item() stays
+
+
 def test_item_per_layer_fix_removes_most_sync_idle():
     d = _diff("sync")
     assert d.after["idle_by_cpu"]["sync"] < 0.2 * d.before["idle_by_cpu"]["sync"]

@@ -618,3 +618,50 @@ def test_a_pipeline_stage_is_not_told_to_run_fewer_micro_batches():
     a = traceread.analyze(str(GLOO / "pp3" / "gpipe_p2_m8" / "rank-0.json.gz"))
     assert a.parallelism["pipeline"]["microbatches"] == 8
     assert not [x for x in a.verdict["actions"] if str(x.get("id")).startswith("fewer_micro_batches")]
+
+
+def _batch_lever(a) -> dict:
+    return next(x for x in a.verdict["actions"] if x["id"] == "larger_batch")
+
+
+def test_a_waiting_ranks_larger_batch_does_not_amortise_the_stragglers_sleep():
+    """gloo ddp2: rank 1 sleeps 30 ms before every forward; rank 0 waits for it in the
+    all_reduce, its main thread untraced (30.9 ms a step) -- time its larger-batch replay held
+    fixed per step and spread over twice the samples: 'saves ~17.2 ms per step's worth of
+    samples', rank 1's sleep. Rank 1 keeps its promise (its sleep is its own per-step time,
+    which a larger batch does halve per sample); rank 0's is net of the wait."""
+    (res,) = traceread.all_jobs([str(GLOO / "ddp2" / f"rank-{r}.json.gz") for r in range(2)])
+    waiting, straggler = _batch_lever(res.analyses[0]), _batch_lever(res.analyses[1])
+    cats = res.straggler_waits[0]
+    assert cats.get("untraced", 0) > 25 * MS * 6   # 6 steps, the wait untraced
+    assert straggler["saves_per_step_ns"] > 12 * MS and "net_of_wait_ns" not in straggler
+    assert waiting["saves_per_step_ns"] < 4 * MS and waiting["net_of_wait_ns"] > 80 * MS
+    assert waiting["saves_ns"] == waiting["saves_per_step_ns"] * 6
+
+
+def test_a_wait_the_replay_grew_is_not_taken_out_again():
+    """gloo fsdp2_sleep1: rank 0 waits for rank 1's 20 ms sleep inside 'FSDP::all_gather'
+    frames (cpu_op: the replay grows them with the batch, the wait no saving of its own);
+    only the part in collectives and untraced time (1.8 ms a step) comes out."""
+    (res,) = traceread.all_jobs([str(GLOO / "fsdp2_sleep1" / f"rank-{r}.json.gz")
+                                 for r in range(2)])
+    cats = res.straggler_waits[0]
+    assert cats["cpu_op"] > 0.8 * sum(cats.values())
+    lever = _batch_lever(res.analyses[0])
+    assert 0.5 * MS < lever["saves_per_step_ns"] < 1.5 * MS   # 1.78 ms before, less half of 1.8
+    assert _batch_lever(res.analyses[1])["saves_per_step_ns"] > 10 * MS   # its own sleep
+
+
+def test_a_straggler_that_resumes_late_from_its_own_collectives_says_so():
+    """gloo tp2 (nothing planted): rank 1 is last at 14 of 15 collectives and late in each of
+    the 3 steps (15.7, 38.0, 7.7 ms; rank 0 never by 100 us) -- consistent, so named. Its late
+    time is its main thread still in ``wait_tensor`` 6.4-7.9 ms after its own gloo:all_reduce
+    had ended (rank 0's returns within 0.04 ms): a thread not running, not a late transfer
+    (the lever's 'check its link or NIC'). The job's why now says how much of it that is."""
+    _, traces = _load(GLOO / "tp2")
+    res = mr.analyze_traces(traces)[0]
+    rec = res.straggler["by_collective"]["all_reduce"]["why"]
+    assert rec["cause"] == "comm_own" and rec["after_end_ns"] >= 0.8 * rec["cause_ns"]
+    assert "after its collective had ended on it" in res.verdict()["because"]
+    ddp = mr.analyze_traces(_load(GLOO / "ddp2")[1])[0]   # a planted sleep: untraced, not this
+    assert "after its collective had ended" not in ddp.verdict()["summary"]

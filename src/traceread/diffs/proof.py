@@ -69,6 +69,7 @@ def signature(a) -> dict:
         "loads_on_thread": bool(c.get("dataloader_single")),
         "worker_restarts": int((c.get("dataloader_restarts") or {}).get("restarts") or 0),
         "syncs_per_step": max(float(c.get("syncs_per_step") or 0), _syncs(ev) / steps),
+        "own_syncs_per_step": {k: v / steps for k, v in _own_syncs(ev).items()},
         "compiled": bool(c.get("compiled")) or count(TRITON_RX) > 0,
         "graphs_replayed": int((a.graphs or {}).get("replays") or 0) > 0,
         "graphs_not_replayed": bool(c.get("graphs_not_replayed")),
@@ -115,6 +116,101 @@ def _syncs(ev) -> float:
     return float(items if items else api)
 
 
+# blocking syncs an op makes itself, not the program: a compiled graph's call (CUDA graph
+# trees warming up a new shape: torch.cuda.synchronize() inside it) and a pageable
+# host-to-device copy (staged through a bounce buffer, then the stream synced)
+COMPILED_CALL_RX = re.compile(r"^## Call CompiledFxGraph|^Torch-Compiled Region|^CompiledFunction$")
+COPY_OP_RX = re.compile(r"^aten::(?:copy_|to|_to_copy)$")
+ITEM_RX = re.compile(r"^aten::(?:item|_local_scalar_dense)$")
+# the change that takes each kind's syncs with it
+OWN_SYNCS_OF = {"compiled_call": ("replay_graphs", "no_recompile", "cuda_graphs"),
+                "copy": ("pin_copies", "overlap_copies")}
+OWN_SYNCS_TEXT = {"compiled_call": "made inside the compiled graph's call, CUDA graph trees "
+                                   "warming up each new shape",
+                  "copy": "made by the pageable copy itself, staged through the host"}
+
+
+def _own_syncs(ev) -> dict[str, int]:
+    """Blocking sync calls in the window that an op made itself (``OWN_SYNCS_OF`` kinds):
+    inside a compiled graph's call on their thread (not under an .item(): a compiled read of
+    a value is the program's), or inside a copy op that copies host to device. gpu/graphs.bad
+    (a new batch size each step): 'syncs per step 2 -> 1' named drop_syncs beside
+    replay_graphs, where the one gone was the cudaDeviceSynchronize inside '## Call
+    CompiledFxGraph ##' -- the program's own .item() stayed."""
+    out = {k: 0 for k in OWN_SYNCS_OF}
+    if ev is None or not len(ev):
+        return out
+    rows = attr.sync_calls(ev)
+    rows = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows, np.int64)
+    names = ev["name"].astype(str).to_numpy(object)
+    rows = rows[[not x.startswith("aten::") for x in names[rows]]]   # the API calls
+    if not len(rows):
+        return out
+    host = np.flatnonzero(ev["kind"].isin(("cpu_op", "annotation", "user_annotation",
+                                            "python")).to_numpy())
+    codes, uniq = pd.factorize(names[host])   # each distinct name matched once
+
+    def named(rx) -> np.ndarray:
+        return host[np.array([bool(rx.match(str(x))) for x in uniq], bool)[codes]] \
+            if len(uniq) else host[:0]
+    item, comp, copies = named(ITEM_RX), named(COMPILED_CALL_RX), named(COPY_OP_RX)
+    mine = _inside(ev, rows, comp) & ~_inside(ev, rows, item)
+    out["compiled_call"] = int(mine.sum())
+    out["copy"] = int((_inside(ev, rows, _htod(ev, copies)) & ~mine).sum())
+    return out
+
+
+def _htod(ev, ops: np.ndarray) -> np.ndarray:
+    """Of the host ops ``ops``, those that made a host-to-device copy (a runtime copy call
+    on their thread, within their span, correlated with an HtoD GPU copy)."""
+    if not len(ops) or "correlation" not in ev or "copy_kind" not in ev:
+        return ops[:0]
+    kind = ev["copy_kind"].astype(str).to_numpy(object)
+    corr = ev["correlation"].to_numpy()
+    htod = set(corr[(kind == "HtoD") & ev["kind"].isin(GPU_OP_KINDS).to_numpy()].tolist())
+    calls = np.flatnonzero(ev["kind"].isin(("runtime", "driver")).to_numpy()
+                           & np.isin(corr, list(htod)))
+    if not len(calls):
+        return ops[:0]
+    return ops[_holds(ev, ops, calls)]
+
+
+def _holds(ev, ops: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per op of ``ops``: some row of ``rows`` starts within its span on its thread."""
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    out = np.zeros(len(ops), bool)
+    for k in np.unique(key[ops]).tolist():
+        at = np.flatnonzero(key[ops] == k)
+        starts = np.sort(ts[rows[key[rows] == k]])
+        i = np.searchsorted(starts, ts[ops[at]], side="left")
+        ok = i < len(starts)
+        out[at[ok]] = starts[i[ok]] <= end[ops[at[ok]]]
+    return out
+
+
+def _inside(ev, rows: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` run within one of ``frames`` on their own thread (the frames of a
+    thread merged: nested frames are one stretch)."""
+    from ..passes import intervals
+
+    out = np.zeros(len(rows), bool)
+    if not len(rows) or not len(frames):
+        return out
+    ts = ev["ts"].to_numpy(np.int64)
+    end = ts + ev["dur"].to_numpy(np.int64)
+    key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    for k in np.unique(key[frames]).tolist():
+        f = frames[key[frames] == k]
+        s, e = intervals.union(ts[f], end[f])
+        at = np.flatnonzero(key[rows] == k)
+        i = np.searchsorted(s, ts[rows[at]], side="right") - 1
+        ok = i >= 0
+        out[at[ok]] = end[rows[at[ok]]] <= e[i[ok]]
+    return out
+
+
 def _window_events(a):
     if a.trace is None:
         return None
@@ -134,13 +230,7 @@ def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str,
     if b.get("worker_restarts") and a["workers"] and not a.get("worker_restarts"):
         out.append(("persistent_workers", "DataLoader workers no longer started again at each "
                                           f"epoch: {b['worker_restarts']} restarts -> none", {}))
-    # one whole sync a step gone: 1 -> 1/11 (a last sync after the loop) is one
-    if b["syncs_per_step"] >= 1 and a["syncs_per_step"] <= 0.5 * b["syncs_per_step"] and \
-            round(b["syncs_per_step"]) - round(a["syncs_per_step"]) >= 1:
-        # the syncs AFTER still makes a step stay (the model keeps each step's last ones)
-        keep = int(round(a["syncs_per_step"]))
-        out.append(("drop_syncs", f"blocking syncs per step {b['syncs_per_step']:g} -> "
-                                  f"{a['syncs_per_step']:g}", {"keep": keep} if keep else {}))
+    at = len(out)   # drop_syncs, if the program dropped a sync, is named here
     if b["empty_cache_per_step"] > 0 and a["empty_cache_per_step"] == 0 or \
             b["driver_allocs_per_step"] >= 2 and a["driver_allocs_per_step"] <= \
             0.1 * b["driver_allocs_per_step"]:
@@ -173,6 +263,7 @@ def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str,
             batch["after"] > batch["before"]:
         out.append(("larger_batch", f"batch {batch['before']} -> {batch['after']}",
                     {"x": batch["after"] / batch["before"], "batch": batch["before"]}))
+    out[at:at] = _dropped_syncs(b, a, out)
     fell = b["host_untraced_ns"] - a["host_untraced_ns"]
     if not out and b["host_untraced_ns"] > 0 and \
             a["host_untraced_ns"] < 0.5 * b["host_untraced_ns"] and \
@@ -181,6 +272,32 @@ def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str,
                                      f"{b['host_untraced_ns'] / 1e6:.1f} -> "
                                      f"{a['host_untraced_ns'] / 1e6:.1f} ms per step", {}))
     return out
+
+
+def _dropped_syncs(b: dict, a: dict, out: list) -> list[tuple[str, str, dict]]:
+    """drop_syncs when the program made one whole sync a step fewer (1 -> 1/11, a last
+    sync after the loop, is one) -- not counting the syncs a changed op made itself and
+    took with it (``OWN_SYNCS_OF``): those are the change's, said in its evidence (in
+    ``out``, in place). gpu/copy.bad -> copy.fixed: the one sync gone was the pageable
+    copy's own cudaStreamSynchronize inside aten::copy_, gone with pin_copies; the
+    program's .item() stayed."""
+    bs, as_ = b["syncs_per_step"], a["syncs_per_step"]
+    named = {m for m, _, _ in out}
+    for kind, models in OWN_SYNCS_OF.items():
+        gone = (b.get("own_syncs_per_step") or {}).get(kind, 0) - \
+            (a.get("own_syncs_per_step") or {}).get(kind, 0)
+        first = next((i for i, (m, _, _) in enumerate(out) if m in models), None)
+        if gone <= 0 or first is None or not named & set(models):
+            continue
+        bs -= gone
+        m, e, p = out[first]
+        out[first] = (m, f"{e}; gone with it, {gone:g} sync a step {OWN_SYNCS_TEXT[kind]}", p)
+    if bs >= 1 and as_ <= 0.5 * bs and round(bs) - round(as_) >= 1:
+        # the syncs AFTER still makes a step stay (the model keeps each step's last ones)
+        keep = int(round(as_))
+        return [("drop_syncs", f"blocking syncs per step {bs:g} -> {as_:g}",
+                 {"keep": keep} if keep else {})]
+    return []
 
 
 def proof(before, after, d) -> dict | None:

@@ -325,3 +325,18 @@ def stable_by(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
     key += minor
     key -= b0
     return np.argsort(key, kind="stable")
+
+
+def launched_inside(s: np.ndarray, e: np.ndarray, other: np.ndarray,
+                    own: np.ndarray | None = None) -> np.ndarray:
+    """Rows [s, e) of one thread inside which other threads launched GPU work (more often
+    than the thread itself did, given ``own``): the thread waited for them -- the main thread
+    in ``backward()`` while autograd's thread launches the backward -- a wait, not work of
+    its own. ``other`` and ``own``: sorted launch start times. One rule for the culprits'
+    frames (with ``own``) and the replay's movable host work (without)."""
+    if not len(other):
+        return np.zeros(len(s), bool)
+
+    def inside(x):
+        return np.searchsorted(x, e, side="left") - np.searchsorted(x, s, side="left")
+    return inside(other) > (inside(own) if own is not None else 0)

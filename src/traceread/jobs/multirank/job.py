@@ -32,7 +32,8 @@ from . import clocks, groups, metrics, waits
 from .grouping import group_jobs
 from .inputs import RankInput, rank_from_name, rank_input
 from .match import END_TOL_NS, disagreements, match_rows
-from .why import explain, kernel_excess, late_windows, refine_comm_wait, refine_cpu_op
+from .why import (explain, kernel_excess, late_windows, refine_comm_wait, refine_cpu_op,
+                  wait_categories)
 
 MATCH_COLUMNS = ["lane", "key", "instance", "method", "collective", "rank", "ts", "dur", "arrival_ns",
                  "transfer_ns", "wait_ns", "ranks", "last", "lateness_ns", "msg_bytes"]
@@ -270,6 +271,7 @@ class JobResult:
     stages: dict | None = None                      # groups.stage_balance(): a pipeline's stages
     windows: dict = field(default_factory=dict)     # rank -> [start, end) analysed, None: whole trace
     layout: dict = field(default_factory=dict)      # passes/parallelism.job_parallelism + "levers"
+    straggler_waits: dict = field(default_factory=dict)  # rank -> why.wait_categories
     analyses: dict = field(default_factory=dict, repr=False)  # rank -> Analysis (traceread.jobs)
 
     @property
@@ -347,6 +349,11 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                     straggler=strag, backend=next((i.backend for i in inputs if i.backend), ""),
                     source=source, clock=est, unmatched=unmatched,
                     mismatched=len(disagreements(rows)), methods=info["methods"])
+    if strag["rank"] >= 0:
+        res.straggler_waits = {
+            i.rank: wait_categories(i, matches, strag["rank"], est.get(i.rank, {}).get("offset_ns", 0),
+                                    LATE_MIN_NS)
+            for i in inputs if i.rank != strag["rank"]}
     pipes = groups.pipelines(matches)
     res.stages = groups.stage_balance(pipes, groups.rank_busy(inputs), groups.rank_untraced(inputs))
     res.groups = groups.job_groups(matches, inputs, pipes)

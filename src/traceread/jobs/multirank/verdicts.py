@@ -61,6 +61,8 @@ def job_verdict(res) -> dict:
 
 
 LATE_NS = 100_000
+# a straggler's own-collective wait mostly after its collective ended: it resumed late
+AFTER_END_SHARE = 0.5
 LATE_DEF = f"late: arriving after the next-latest rank, by >= {fmt_ns(LATE_NS)}"
 
 
@@ -99,6 +101,13 @@ def _job_verdict(res) -> dict:
         where = "" if why["cause"] == "gpu_compute" else "its issuing thread was in "
         because = (f"in that time {where}{CAUSE_TEXT.get(why['cause'], why['cause'])}: "
                    f"{fmt_ns(why['cause_ns'] // n)} of {fmt_ns(why['window_ns'] // n)} per {main}")
+        late = int(why.get("after_end_ns") or 0)
+        # host collectives (gloo): the span is the work itself; a GPU sync waits for more
+        if why["cause"] == "comm_own" and res.source == "host" and \
+                late >= AFTER_END_SHARE * why["cause_ns"]:
+            because += (f"; {fmt_ns(late // n)} of it after its collective had ended on it (its "
+                        f"wait returned late: its threads were not running -- a busy or "
+                        f"oversubscribed host -- not a late transfer)")
         top = (why.get("op_excess") or {}).get("top") or []
         if why["cause"] in ("cpu_op", "cpu_slower") and top:
             t = top[0]
@@ -293,6 +302,8 @@ def adjust_rank_verdicts(verdicts: dict[int, dict], res) -> dict[int, dict]:
             w = waits.get(rank, {})
             v["job"] = {"job": res.job, "role": "waiting", "waits_for": s,
                         "wait_ns": w.get("wait_ns", 0), "summary": jv["summary"]}
+            if res.source == "host" and jv.get("basis") == "collectives":
+                _batch_net_of_the_wait(v, held_wait(res.straggler_waits.get(rank) or {}), s)
             if _blames_comms(v):
                 v["summary"] = (f"{v.get('summary', '')}; it waits for rank {s} "
                                 f"({fmt_ns(w.get('wait_per_collective_ns', 0))} per {jv.get('per', 'collective')})"
@@ -403,6 +414,49 @@ def _net_of_the_wait(v: dict, wait_ns: int) -> None:
         _sink(v["actions"], a)
 
 
+def held_wait(cats: dict) -> int:
+    """Of a rank's wait for the straggler (``why.wait_categories``), the part a host-only
+    replay of a larger batch holds fixed per step (all but ``BATCH_GROWN_HOST``)."""
+    from ...passes.replay.whatif import BATCH_GROWN_HOST
+
+    return int(sum(v for c, v in cats.items() if c not in BATCH_GROWN_HOST))
+
+
+def _batch_net_of_the_wait(v: dict, held_ns: int, s: int) -> None:
+    """A larger batch's promise on a waiting rank less what it amortised of the wait for the
+    straggler: its replay holds that wait fixed per step (untraced, or in a collective), so
+    spread it over k times the samples -- the straggler's own time (a sleep, extra work),
+    which the job's lever gives back, not this rank's. gloo ddp2 rank 0 (waiting 30.9 ms a
+    step for rank 1's 30 ms sleep, untraced) was promised 17.2 ms a step at 2x the batch;
+    rank 1 itself keeps its promise: its sleep is its own per-step time."""
+    steps = int((v.get("evidence") or {}).get("steps") or 0)
+    for a in v.get("actions") or []:
+        k = float(a.get("per_sample_x") or 1.0)
+        per = a.get("saves_per_step_ns")
+        if a.get("id") != "larger_batch" or k <= 1 or per is None or not steps or not held_ns:
+            continue
+        cut = min(int(per), int(round((1 - 1 / k) * held_ns / steps)))
+        if cut <= 0:
+            continue
+        f = (int(per) - cut) / int(per) if per else 0.0
+        a["saves_per_step_ns"] = int(per) - cut
+        if a.get("projected_step_ns") is not None:   # the step at k x the batch
+            a["projected_step_ns"] = int(a["projected_step_ns"] + k * cut)
+        if a.get("saves_ns") is not None:
+            a["net_of_wait_ns"] = int(a["saves_ns"]) - int(round(a["saves_ns"] * f))
+            a["saves_ns"] = int(round(a["saves_ns"] * f))
+        if a.get("saves_pct") is not None:
+            a["saves_pct"] = round(a["saves_pct"] * f, 2)
+        for b in a.get("because") or []:   # the figure its saving line shows
+            if str(b.get("fact", "")).startswith("replay_levers.") and b.get("value"):
+                b["value"] = a["saves_per_step_ns"]
+        a.setdefault("because", []).append(
+            {"fact": "job.wait_for_straggler_ns", "value": int(held_ns), "known": True, "evidence": None,
+             "rank": int(s)})
+        _sink(v["actions"], a)
+        v["levers"] = [x["lever"] for x in v["actions"]]
+
+
 def _sink(actions: list, a: dict) -> None:
     """Move ``a`` (its saving just lowered) down past the rank's own levers that now save
     more, the job's lever staying first: nsys-ai mfu_2gpu_before rank 0 listed
@@ -447,4 +501,4 @@ def _lever(jv: dict, s: int) -> str:
     return levers[0] if levers else f"profile rank {s} to see why it is late"
 
 
-__all__ = ["job_verdict", "adjust_rank_verdicts", "cause_bound", "straggler_lever"]
+__all__ = ["job_verdict", "adjust_rank_verdicts", "cause_bound", "straggler_lever", "held_wait"]

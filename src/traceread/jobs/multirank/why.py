@@ -113,6 +113,34 @@ def refine_comm_wait(why: dict, ri: RankInput, matches: pd.DataFrame, rank: int,
     why["passed_on_ns"] = int(passed)
     if passed < PASSED_ON_SHARE * why["cause_ns"]:
         why["cause"], why["text"] = "comm_own", CAUSE_TEXT["comm_own"]
+        # of it, the time none of its own collectives was running any more: the thread sat
+        # in a wait whose collective had ended (gloo tp2: rank 1's wait_tensor returned
+        # 6.4-7.9 ms after its gloo:all_reduce ended, rank 0's within 0.04 ms)
+        own = matches[matches["rank"] == rank]
+        os_ = own["ts"].to_numpy(np.int64)
+        why["after_end_ns"] = int(intervals.total(intervals.subtract(
+            mine, intervals.union(os_, os_ + own["dur"].to_numpy(np.int64)))))
+
+
+def wait_categories(ri: RankInput, matches: pd.DataFrame, straggler: int, offset_ns: int,
+                    late_ns: int) -> dict:
+    """What rank ``ri``'s issuing thread was in while it waited for the straggler (at the
+    instances the straggler was late to by >= ``late_ns``: [its arrival, + its wait], on its
+    own clock): {category: ns} (``untraced``: no category) -- the wait's own account, which
+    a per-rank model reads as the rank's time (gloo ddp2: rank 0 waits 30.9 ms a step for
+    rank 1's sleep, untraced)."""
+    late = matches.loc[(matches["rank"] == straggler) & matches["last"]
+                       & (matches["lateness_ns"] >= late_ns), "instance"]
+    g = matches[matches["instance"].isin(late) & (matches["rank"] == ri.rank)]
+    if not len(g):
+        return {}
+    st = g["arrival_ns"].to_numpy(np.int64) - offset_ns
+    win = intervals.union(st, st + g["wait_ns"].to_numpy(np.int64))
+    total = intervals.total(win)
+    by = {c: int(intervals.total(intervals.intersect(win, iv))) for c, iv in ri.activity.items()}
+    by = {c: v for c, v in by.items() if v}
+    by["untraced"] = by.get("untraced", 0) + max(0, int(total) - sum(by.values()))
+    return {c: v for c, v in by.items() if v}
 
 
 MORE_CALLS_X = 1.1
@@ -179,4 +207,4 @@ def kernel_excess(inputs: list[RankInput], rank: int, top: int = 3) -> list[dict
     return sorted(out, key=lambda d: -d["excess_ns_per_step"])[:top]
 
 
-__all__ = ["late_windows", "explain", "refine_comm_wait", "refine_cpu_op", "kernel_excess", "CAUSE_TEXT"]
+__all__ = ["late_windows", "explain", "wait_categories", "refine_comm_wait", "refine_cpu_op", "kernel_excess", "CAUSE_TEXT"]

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ...table import scan_name as scan
 from ..attribution import WAIT_OSRT_RX as _WAIT_OSRT_RX
-from ..common import CHECKPOINT_RX as STALL_SAVE_RX
+from ..common import CHECKPOINT_RX as STALL_SAVE_RX, launched_inside
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
@@ -49,6 +49,11 @@ MAX_WORKERS = 8               # the default num_workers never exceeds this
 FUSED_TRAFFIC = 0.5           # a fused pointwise chain / optimizer moves half the bytes
 HOST_LAG_FLOOR_NS = 50_000    # untraced host time above this between ops is movable work
 DEFAULT_BATCH_X = 2           # "larger batch": twice the samples per step
+# the host categories a host-only trace's larger batch grows (its operators and its data
+# loading); the rest of its host time (untraced stretches, waits in collectives) is held
+# fixed per step -- a wait for a slower rank held so is that rank's time it amortises
+# (jobs/multirank/verdicts.py takes it out of a waiting rank's promise)
+BATCH_GROWN_HOST = ("cpu_op", "dataloader")
 PINNED_GBPS_DEFAULT = 24.0    # when the trace has no pinned copy to measure
 
 POINTWISE_OPS = re.compile(
@@ -1431,7 +1436,8 @@ def _others_busy(g, mask) -> np.ndarray:
     """Masked stretches during which another host thread launched GPU work: the thread was
     most likely waiting for it (the main thread in backward() while autograd's thread
     launches, or autograd's thread idle while the main thread runs the forward) -- the
-    graph has no edge between host threads, so such time is a wait, not movable work."""
+    graph has no edge between host threads, so such time is a wait, not movable work
+    (``common.launched_inside``, the culprits' rule too)."""
     n = g.nodes
     launch = _kind(g, "launch", "sync_wait")
     lanes = n["lane"].to_numpy()
@@ -1439,13 +1445,8 @@ def _others_busy(g, mask) -> np.ndarray:
     end = ts + n["dur_ns"].to_numpy(np.int64)
     out = np.zeros(len(n), bool)
     for lane in np.unique(lanes[mask]).tolist():
-        other = np.sort(ts[launch & (lanes != lane)])
-        if not len(other):
-            continue
         idx = np.flatnonzero(mask & (lanes == lane))
-        lo = np.searchsorted(other, ts[idx], side="left")
-        hi = np.searchsorted(other, end[idx], side="left")
-        out[idx] = hi > lo
+        out[idx] = launched_inside(ts[idx], end[idx], np.sort(ts[launch & (lanes != lane)]))
     return out
 
 
