@@ -32,7 +32,7 @@ import pandas as pd
 
 from . import attribution as attr
 from . import intervals
-from .common import fmt_ms as _ms, kind_in
+from .common import fmt_ms as _ms, kind_in, launched_inside
 from .factkit import _Ends
 from .userframe import culprit_frame, is_user_frame, readable
 from .steps import (DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, INFERENCE_STEP_PATTERN,
@@ -231,14 +231,7 @@ def _while_others_launch(launches: tuple, t: int, s: np.ndarray, e: np.ndarray) 
     thread launches the backward -- 263 launches to its own one, the gradient's fill -- as
     the replay's ``whatif._others_busy`` reads it), work of no frame of its own."""
     key, lts = launches
-    mine = key == t
-    other, own = lts[~mine], lts[mine]
-    if not len(other):
-        return np.zeros(len(s), bool)
-
-    def inside(x):
-        return np.searchsorted(x, e, side="left") - np.searchsorted(x, s, side="left")
-    return inside(other) > inside(own)
+    return launched_inside(s, e, lts[key != t], lts[key == t])
 
 
 def _categories(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
