@@ -1703,6 +1703,13 @@ STRAGGLER_ROWS = (
      "rank {r} comes out of its collectives after the other ranks, though no other rank was "
      "late at them: its communication finishes late on it -- give its communication threads "
      "a free core (gloo's workers, NCCL's proxy thread), or check its link or NIC"),
+    ("comm_own_resumed_late", "its waits return after its own collectives have ended, no other rank "
+     "late at them",
+     "rank {r} comes out of its collectives after the other ranks, though no other rank was "
+     "late at them and its own had ended: its waits returned late because its threads were not "
+     "running, not a late transfer -- give its processes and communication threads cores of "
+     "their own (fewer processes per host, taskset / numactl; gloo's workers, NCCL's proxy "
+     "thread)"),
     ("cpu_slower", "it runs the same CPU operators as the others, each slower",
      "rank {r} runs the same CPU operators as the other ranks, as often, each slower: its host "
      "is busier or slower -- other processes on its cores, CPU frequency, NUMA placement; give "

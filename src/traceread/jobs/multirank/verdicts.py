@@ -95,7 +95,7 @@ def _job_verdict(res) -> dict:
         text += " (also " + ", ".join(f"{v['times_late']}/{_plural(v['instances'], k)}" for k, v in by[1:]) + ")"
     text += f" ({LATE_DEF})"
     why = rec.get("why") or why
-    because = ""
+    because, resumed_late = "", False
     if why.get("cause"):
         n = max(why["windows"], 1)
         where = "" if why["cause"] == "gpu_compute" else "its issuing thread was in "
@@ -103,8 +103,9 @@ def _job_verdict(res) -> dict:
                    f"{fmt_ns(why['cause_ns'] // n)} of {fmt_ns(why['window_ns'] // n)} per {main}")
         late = int(why.get("after_end_ns") or 0)
         # host collectives (gloo): the span is the work itself; a GPU sync waits for more
-        if why["cause"] == "comm_own" and res.source == "host" and \
-                late >= AFTER_END_SHARE * why["cause_ns"]:
+        resumed_late = why["cause"] == "comm_own" and res.source == "host" and \
+            late >= AFTER_END_SHARE * why["cause_ns"]
+        if resumed_late:
             because += (f"; {fmt_ns(late // n)} of it after its collective had ended on it (its "
                         f"wait returned late: its threads were not running -- a busy or "
                         f"oversubscribed host -- not a late transfer)")
@@ -125,7 +126,8 @@ def _job_verdict(res) -> dict:
             "late_total_ns": net_late_total(res, r),
             "cause": why.get("cause"),
             "bound": cause_bound(why.get("cause")), "summary": text + ("; " + because if because else ""),
-            "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc}
+            "headline": text, "because": because, "waiting": _waiting(res, r, main), "locality": loc,
+            "resumed_late": resumed_late}
 
 
 def _steps_of(res, r: int) -> int:
@@ -493,7 +495,9 @@ def straggler_lever(jv: dict) -> dict | None:
 
 def _lever(jv: dict, s: int) -> str:
     cause = jv.get("cause")
-    text = straggler_text(cause, s)   # the lever table's job rows (verdict/levers.py)
+    # a wait that returned after its collective had ended: the threads, not the link
+    text = straggler_text("comm_own_resumed_late" if cause == "comm_own" and jv.get("resumed_late")
+                          else cause, s)   # the lever table's job rows (verdict/levers.py)
     if text is not None:
         return text
     b = cause_bound(cause)
