@@ -6,10 +6,11 @@ most events were dropped is not that loop, and the analysis must say so instead.
 Every state is proved by events of the window (docs/analysis.md, "Steady state"):
 
 - ``cold_start``: one-time work of a first run -- start-up calls (module loading, library
-  handles, context; ``window.STARTUP_RX``); a launch call >= ``OUTLIER_RATIO`` x the median
-  of its API and >= ``OUTLIER_MIN_NS`` that launches a kernel for the first time (lazy
-  module loading); the first allocation call of its API in the window as far above its
-  API's median (first-touch allocator growth, the first ``cudaFree`` that builds the
+  handles, context; ``window.STARTUP_RX``); a launch call >= ``OUTLIER_MIN_NS`` that
+  launches a kernel for the first time (lazy module loading) and >= ``OUTLIER_RATIO`` x the
+  median of its API's repeat launches (kernels seen before; none: the floor alone); the
+  first allocation call of its API in the window as far above its API's later calls (none:
+  the floor alone; first-touch allocator growth, the first ``cudaFree`` that builds the
   context -- later ones are churn, a steady-state cost); the first call of a host op
   >= ``FIRST_RATIO`` x the median of its later calls (a first cuDNN conv picking its
   algorithm) unless a blocking wait or allocator calls fill half of it; the first run of
@@ -170,22 +171,34 @@ def _cold_evidence(ev: pd.DataFrame) -> tuple[list, int]:
 
 
 def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) -> list:
-    """Launch calls that launch a kernel for the first time and allocation calls, each far
-    above its API's median."""
+    """Launch calls that launch a kernel for the first time and first allocation calls, each
+    far above its API's steady calls (``_steady_median``)."""
     rows = np.flatnonzero(api)
     c = codes[rows]
     dur = ev["dur"].to_numpy(np.int64)[rows]
-    med = pd.Series(dur).groupby(c).transform("median").to_numpy(np.float64)
-    big = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_RATIO * np.maximum(med, 1))
-    launch = _lut(cats, LAUNCH_API_RX)[c] & big
+    is_launch = _lut(cats, LAUNCH_API_RX)[c]
     # only the first call of an allocation API: later slow ones are churn, not growth
     pid = ev["pid"].to_numpy(np.int64)[rows]
     first_of = _first_of_pairs(pid, c)
-    alloc = _lut(cats, ALLOC_API_RX)[c] & big & first_of
+    is_alloc = _lut(cats, ALLOC_API_RX)[c] & first_of
+    # each call against the API's steady calls, never its own kind: repeat launches for a
+    # launch, the later calls for an allocation's first (``_steady_median``)
+    med = np.zeros(len(rows))
+    first = None
+    if (is_launch & (dur >= OUTLIER_MIN_NS)).any():
+        first = _first_launches(ev, codes)
+        corr = ev["correlation"].to_numpy(np.int64)[rows] if "correlation" in ev else \
+            np.full(len(rows), -1, np.int64)
+        repeat = _repeats(pid, corr, first)
+        med = np.where(is_launch, _steady_median(c, dur, repeat), med)
+    if (is_alloc & (dur >= OUTLIER_MIN_NS)).any():
+        med = np.where(is_alloc, _steady_median(c, dur, ~first_of), med)
+    big = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_RATIO * np.maximum(med, 1))
+    launch = is_launch & big
+    alloc = is_alloc & big
     ts = ev["ts"].to_numpy(np.int64)[rows]
     out = []
     if launch.any():
-        first = _first_launches(ev, codes)
         corr = ev["correlation"].to_numpy(np.int64)[rows] if "correlation" in ev else \
             np.full(len(rows), -1)
         for i in np.flatnonzero(launch):
@@ -198,6 +211,31 @@ def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) ->
         out.append(_item("first-call allocator growth", cats[c[i]], int(ts[i]), int(dur[i]),
                          med[i]))
     return out
+
+
+def _repeats(pid: np.ndarray, corr: np.ndarray, first: dict) -> np.ndarray:
+    """Which (pid, correlation) calls launched a kernel seen before (``_first_launches``)."""
+    def key(pairs):
+        a = np.array(sorted(pairs), np.int64).reshape(-1, 2)
+        return a[:, 0] * (1 << 40) + a[:, 1]
+    ok = (pid >= 0) & (pid < (1 << 22)) & (corr >= 0) & (corr < (1 << 40))
+    mine = pid * (1 << 40) + corr
+    out = ok & np.isin(mine, key(first["linked"])) & ~np.isin(mine, key(first["first"]))
+    for i in np.flatnonzero(~ok).tolist():   # ids too large for one int64 key
+        k = (int(pid[i]), int(corr[i]))
+        out[i] = k in first["linked"] and k not in first["first"]
+    return out
+
+
+def _steady_median(c: np.ndarray, dur: np.ndarray, steady: np.ndarray) -> np.ndarray:
+    """Per API (``c``), the median duration of its ``steady`` calls -- a launch of a kernel
+    seen before, an allocation call after the API's first. With none there is no steady
+    call to compare with, and 0: the OUTLIER_MIN_NS floor alone decides (nsys-ai
+    mock.sqlite: two kernels, each launched once, each launch 17.5 ms loading its module;
+    the median of the two launches themselves hid both)."""
+    g = pd.Series(np.where(steady, dur, np.nan).astype(np.float64)).groupby(c)
+    med = g.transform("median").to_numpy(np.float64)
+    return np.where(g.transform("count").to_numpy(np.int64) >= 1, med, 0.0)
 
 
 def _first_of_pairs(pid: np.ndarray, c: np.ndarray) -> np.ndarray:
