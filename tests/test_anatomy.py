@@ -509,3 +509,21 @@ def test_odd_steps_without_a_period_are_not_called_once():
     assert "(once)" not in text and "6 steps, no common period" in text
     odd.update(steps=[5])
     assert "#5 (once)" in "\n".join(anatomy_lines(a))
+
+
+@pytest.mark.corpus
+def test_a_request_lasts_until_its_gpu_work_ends():
+    """TraceLens vLLM piecewise prefill: the step's host span is 26.4 ms, the GPU work it
+    launched (156 ms, with 149 ms queued inside the graph replays) ends 305 ms after the step
+    began -- 'inference batch 46, 26.4 ms a request' read the host's span as the request's
+    time, less than the request's own GPU work. A host-bound request keeps its host span."""
+    from conftest import corpus_or_skip
+
+    c = corpus_or_skip() / "AMD-AGI__TraceLens/tests/traces"
+    a = analysed(c / "inference/vllm_prefilldecode_piecewise/graph_execution.json.gz")
+    inf = a.context["anatomy"]["inference"]
+    assert inf["request_ns"] >= inf["gpu_ns"] > 150e6
+    assert 300e6 < inf["request_ns"] < 310e6          # the step table's program step: 305 ms
+    host = analysed(c / "inference/xdit_sd_3.5/profile_trace_rank_0.json.gz")
+    inf = host.context["anatomy"]["inference"]
+    assert 1.19e9 < inf["request_ns"] < 1.2e9          # its host span: 1.195 s

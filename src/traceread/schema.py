@@ -736,7 +736,7 @@ class AnatomyOddSteps(_S):
 class AnatomyInference(_S):
     batch: int                   # leading dim of each step's first matmul input (median)
     tokens_per_row: float
-    request_ns: int
+    request_ns: int              # step start to the later of its host end and its GPU work's end
     forward_host_ns: int
     flop_host_ns: int
     decode_steps: Optional[int]  # one token a row (with prefill steps beside)
