@@ -383,3 +383,35 @@ def test_the_to_do_list_is_ranked_on_the_savings_it_shows(corpus_dir):
     shown = [x["saves_ns"] for x in v["actions"] if x["saves_ns"] is not None]
     assert shown == sorted(shown, reverse=True)
     assert v["actions"][0]["id"] == "compile_fuse"
+
+
+def test_a_gpu_lever_stops_at_the_hosts_own_span_when_the_host_ran_a_step_ahead():
+    """A lever of GPU work alone (collectives, kernels) where the host ran a whole step
+    ahead: the step cannot drop below the host's own span, and the saving is cut to it;
+    a host lever (idle time) is not."""
+    from traceread.render.text import action_gain
+    from traceread.verdict.scores import _gain
+
+    ctx = {"steps": 3, "program_step_mean_ns": 19 * MS, "busy_step_mean_ns": 18 * MS,
+           "idle_ns": 3 * MS, "host_ahead_span_mean_ns": 16 * MS}
+    g = _gain(36 * MS, "work", ctx, 57 * MS, gpu_only=True)     # 12 ms a step asked
+    assert g["saves_per_step_ns"] == 3 * MS and g["saves_ns"] == 9 * MS
+    assert g["projected_step_ns"] == 16 * MS and g["projected_floor"] == "host"
+    assert "step -> 16 ms at best (the host's own span" in action_gain({**g, "cause": "comms"})
+    g = _gain(36 * MS, "work", ctx, 57 * MS)                    # not a GPU-only lever
+    assert g["saves_per_step_ns"] == 12 * MS and g.get("projected_floor") != "host"
+    del ctx["host_ahead_span_mean_ns"]                          # the host waited in its span
+    g = _gain(36 * MS, "work", ctx, 57 * MS, gpu_only=True)
+    assert g["saves_per_step_ns"] == 12 * MS
+
+
+def test_host_ahead_span_needs_every_steps_work_after_its_span():
+    import pandas as pd
+
+    from traceread.passes.figures import host_ahead_span
+
+    tab = pd.DataFrame({"start": [0, 10], "end": [10, 20], "dur": [10, 10],
+                        "gpu_start": [12, 25]})
+    assert host_ahead_span(tab) == 10
+    tab.loc[1, "gpu_start"] = 15     # step 1's work began inside its span: it may have waited
+    assert host_ahead_span(tab) is None

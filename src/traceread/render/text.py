@@ -104,6 +104,8 @@ def action_gain(x: dict, prev: dict | None = None, floor_ns: int | None = None) 
         parts.append(f"step{at} -> {projected_words(x['projected_step_ns'], floor_ns, bool(k))}")
         if x.get("projected_floor") == "gpu_busy" and "at best" not in parts[-1]:
             parts[-1] += " (the GPU's busy time)"   # the GPU-bound step's own work stays
+        elif x.get("projected_floor") == "host":   # the host, a step ahead, paces it then
+            parts[-1] += " at best (the host's own span per step: it ran a step ahead)"
     text = ", ".join(parts)
     cause = x.get("cause", "")
     culprit = " ".join(str(x.get("culprit") or "").split())

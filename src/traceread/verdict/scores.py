@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from . import levers as L
 from .because import because, fact_item
-from .units import per_sample_step, per_step, program_step_ns, window_steps
+from .units import StepSaving, per_sample_step, per_step, program_step_ns, window_steps
 from .bounds import CAUSES, TITLE, WHAT
 
 GPU_BOUND_LOST = 0.10
@@ -186,7 +186,8 @@ def _worth(sc: dict, window_ns: int) -> list[tuple[str, int]]:
 GAIN_KIND = {"gpu": "busy", "copy": "work", "comms": "work"}
 
 
-def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
+def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int,
+          gpu_only: bool = False) -> dict:
     """saves_ns / saves_pct / saves_per_step_ns / projected_step_ns of a saving of ``ns``.
 
     Per step (verdict/units.per_step): ns / the window's steps (``units.window_steps``: with
@@ -199,7 +200,10 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     projected step is the program step less the saving, never below the GPU's busy time per
     step less the GPU work the lever removes ("busy" and "work": the saving itself): idle
     time given back cannot make the GPU's own work shorter; ``projected_floor`` says
-    "gpu_busy" when that floor set it."""
+    "gpu_busy" when that floor set it. ``gpu_only``: the lever shortens GPU work alone
+    (busy time, collectives): where the host ran a whole step ahead (facts
+    ``host_ahead_span_mean_ns``) the step cannot drop below the host's own span, and the
+    saving per step is cut to reach it (``projected_floor`` "host")."""
     if ns is None:
         return {"saves_ns": None, "saves_pct": None, "saves_per_step_ns": None,
                 "projected_step_ns": None}
@@ -211,6 +215,9 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     if steps and ctx.get("idle_ns") is not None and (busy or kind == "idle"):
         limit = idle + (busy if kind != "idle" else 0)
     got = per_step(ns, steps, devices, program_step_ns(ctx), limit)
+    host = int(ctx.get("host_ahead_span_mean_ns") or 0) if gpu_only else 0
+    if got is not None and host and got.step_ns and got.step_ns - got.ns < host:
+        got = StepSaving(max(0, got.step_ns - host), got.step_ns, "host")
     if got is not None and got.clamped:   # the total follows its per-step unit
         ns = int(round(got.ns * steps * devices))
     span = share_span(ctx, window_ns)
@@ -221,7 +228,9 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int) -> dict:
     if got is not None and got.step_ns:
         floor = busy - (got.ns if kind in ("busy", "work") else 0)
         out["projected_step_ns"] = got.projected(floor)
-        if out["projected_step_ns"] and floor > 0 and out["projected_step_ns"] == floor:
+        if got.clamped == "host":
+            out["projected_floor"] = "host"
+        elif out["projected_step_ns"] and floor > 0 and out["projected_step_ns"] == floor:
             out["projected_floor"] = "gpu_busy"
     return out
 
@@ -260,7 +269,8 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
         kind = GAIN_KIND.get(x["cause"], "idle")
         if kind == "idle" and x.get("basis") == "replay":
             kind = "replay"   # capped already at the lost time + the GPU work it removes
-        gain = _gain(x["saves_ns"], kind, ctx, window_ns)
+        gain = _gain(x["saves_ns"], kind, ctx, window_ns,
+                     gpu_only=kind == "busy" or x["cause"] == "comms")
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
             gain["projected_step_ns"] = x["projected_step_ns"]
         elif x.get("per_sample_x") and gain["saves_per_step_ns"] is not None:
