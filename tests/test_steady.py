@@ -348,6 +348,17 @@ def test_repeat_launches_are_the_reference_not_the_first_ones():
 
 
 @pytest.mark.corpus
+def test_a_single_graph_launch_is_not_a_lazy_module_load():
+    """sglang decode: one hipGraphLaunch of 1.6 ms replays ~550 kernels -- its time grows
+    with the graph's nodes; with no repeat launch to compare with it is not a module load."""
+    c = corpus_or_skip()
+    a = analysed(c / "AMD-AGI__TraceLens/tests/traces/inference/sglang_decode/"
+                     "sglang_Qwen3-8B_decode.json.gz")
+    assert a.steady_state["one_time_launch_ns"] == 0
+    assert "kept apart" not in a.verdict["summary"]
+
+
+@pytest.mark.corpus
 def test_nsys_ai_mock_two_first_launches_are_a_cold_start():
     """nsys-ai mock.sqlite: cudaLaunchKernel 17.4 and 17.8 ms, each the first launch of its
     kernel (the GPU idle through both), and the process's only cudaHostAlloc (3.6 ms): a
