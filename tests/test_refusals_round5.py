@@ -146,6 +146,21 @@ def test_a_warm_up_window_is_start_up_and_its_recording_is_not_movable_host_work
     assert "the program's warm-up" in start["lever"] and "vLLM" not in start["lever"]
 
 
+def test_a_warm_up_window_offers_no_per_step_sync_or_graph_coverage_lever():
+    """The same capture trace: every GPU op (13.6-409.7 ms) and every sync lies inside
+    _run_compile_warmup (0.2-422.8 ms) -- its eager launches are cudagraph_trees' warm-up
+    runs, its hipDeviceSynchronize the warm-up's. "bring the parts still launched eagerly
+    into the graph" (17.8 ms) and "remove per-step host syncs" (15.1 ms) were offered on
+    them; the window is start-up, as for vLLM / SGLang's capture windows."""
+    v = analysed(_corpus("AMD-AGI__TraceLens/tests/traces/inference/xdit_flux.1/"
+                         "capture_traces/capture_trace_rank_0.json.gz")).verdict
+    ids = [x["id"] for x in v["actions"]]
+    assert ids == ["startup_capture"]
+    gone = {w["id"]: w for w in v["withdrawn"]}
+    for lid in ("remove_syncs", "graph_coverage_inference"):
+        assert gone[lid]["precondition"] == "steady_window"
+
+
 def test_two_savings_of_one_cause_this_close_read_as_one_piece_of_time():
     from traceread.render.text import action_gain
 

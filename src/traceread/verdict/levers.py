@@ -1376,7 +1376,8 @@ LEVERS: tuple[Lever, ...] = (
           "parameter each step): compute the norms/checks on the GPU in one op "
           "(torch._foreach_norm, torch.stack) and read one value -- CUDA graphs cannot capture "
           "a sync", "code", when=_all(PT, per_param_syncs), first=True),
-    Lever("remove_syncs", "sync", _syncs_text, "code", when=_all(PT, explicit_syncs),
+    Lever("remove_syncs", "sync", _syncs_text, "code",
+          when=_all(PT, explicit_syncs, steady_window),
           doc=LeverDoc(what=REMOVE_SYNCS)),
     Lever("no_dynamic_shapes", "sync", "avoid data-dependent shapes that force a sync "
           "(torch.nonzero, boolean masks, tensor-valued Python conditions)", "code",
@@ -1392,7 +1393,7 @@ LEVERS: tuple[Lever, ...] = (
                        "pageable tensor with non_blocking=True every step)")),
     Lever("late_read", "sync", "copy results with .to('cpu', non_blocking=True) into pinned "
           "memory and read them one step later", "code",
-          when=_all(PT, dtoh_waits, reads_not_all_pageable, deferrable_reads)),
+          when=_all(PT, dtoh_waits, reads_not_all_pageable, deferrable_reads, steady_window)),
     Lever("remove_syncs_native", "sync", "remove blocking syncs from the loop "
           "(cudaDeviceSynchronize, cudaStreamSynchronize, synchronous cudaMemcpy): wait on an "
           "event only where the result is needed", "code", when=_all(NV)),
@@ -1424,11 +1425,13 @@ LEVERS: tuple[Lever, ...] = (
                                                           fused_available)),
     Lever("graph_coverage", "launch", "the step already replays CUDA graphs: bring the parts "
           "still launched eagerly into the graph (graph breaks, optimizer, loss/metrics code)",
-          "code", when=_all(PT, uses_graphs, graphs_replayed, training), first=True,
+          "code", when=_all(PT, uses_graphs, graphs_replayed, training, steady_window),
+          first=True,
           group="graph_coverage"),
     Lever("graph_coverage_inference", "launch", "the step already replays CUDA graphs: bring "
           "the parts still launched eagerly into the graph (graph breaks, sampling, pre- and "
-          "post-processing)", "code", when=_all(PT, uses_graphs, graphs_replayed, inference),
+          "post-processing)", "code",
+          when=_all(PT, uses_graphs, graphs_replayed, inference, steady_window),
           first=True, group="graph_coverage"),
     Lever("compile_fuse_rest", "launch", "torch.compile to fuse the remaining small elementwise "
           "kernels", "code",
