@@ -386,7 +386,7 @@ def test_the_to_do_list_is_ranked_on_the_savings_it_shows(corpus_dir):
 
 
 def test_a_gpu_lever_stops_at_the_hosts_own_span_when_the_host_ran_a_step_ahead():
-    """A lever of GPU work alone (collectives, kernels) where the host ran a whole step
+    """A lever of GPU work alone (a collective's bound) where the host ran a whole step
     ahead: the step cannot drop below the host's own span, and the saving is cut to it;
     a host lever (idle time) is not."""
     from traceread.render.text import action_gain

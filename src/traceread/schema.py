@@ -305,8 +305,8 @@ class Action(_S):
     per_sample_x: Optional[float] = None
     # "gpu_busy": the projected step stopped at the GPU's busy time per step (a GPU-bound
     # step: idle given back cannot shorten the GPU's own work); "host": at the host's own
-    # span per step, the saving cut to reach it (a lever of GPU work alone where the host
-    # ran a whole step ahead)
+    # span per step, the saving cut to reach it (a collective's bound where the host ran a
+    # whole step ahead)
     projected_floor: Optional[str] = None
     # the facts that made the lever apply (verdict/because.py); a job's own lever has none
     because: list[Because] = []

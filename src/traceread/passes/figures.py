@@ -86,7 +86,7 @@ def host_ahead_span(step_tab: pd.DataFrame) -> int | None:
     """The host's span per step (mean) where every step's GPU work began only after its
     host span had ended: the host ran a whole step ahead of the GPU, so it never waited
     for that work inside its span -- the span is the host's own time, which a lever that
-    only shortens GPU work (faster kernels, collectives, copies on the GPU) leaves as it is
+    only shortens GPU work (a collective's exposed time) leaves as it is
     (TraceLens mi300 resnet_act_checkpoint: 16.2 ms of host a step, its GPU work starting
     13-19 ms after each span's end). None where some step's work started inside its span."""
     need = ("gpu_start", "end", "dur")

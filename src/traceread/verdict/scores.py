@@ -201,7 +201,7 @@ def _gain(ns: int | None, kind: str, ctx: dict, window_ns: int,
     step less the GPU work the lever removes ("busy" and "work": the saving itself): idle
     time given back cannot make the GPU's own work shorter; ``projected_floor`` says
     "gpu_busy" when that floor set it. ``gpu_only``: the lever shortens GPU work alone
-    (busy time, collectives): where the host ran a whole step ahead (facts
+    (a collective's bound): where the host ran a whole step ahead (facts
     ``host_ahead_span_mean_ns``) the step cannot drop below the host's own span, and the
     saving per step is cut to reach it (``projected_floor`` "host")."""
     if ns is None:
@@ -269,8 +269,10 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
         kind = GAIN_KIND.get(x["cause"], "idle")
         if kind == "idle" and x.get("basis") == "replay":
             kind = "replay"   # capped already at the lost time + the GPU work it removes
+        # a collective's bound frees GPU time alone; a busy-time lever may cut host work too
+        # (torch.compile, SDPA: fewer ops) and the replay prices the host where it replays
         gain = _gain(x["saves_ns"], kind, ctx, window_ns,
-                     gpu_only=kind == "busy" or x["cause"] == "comms")
+                     gpu_only=x["cause"] == "comms" and x.get("basis") != "replay")
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
             gain["projected_step_ns"] = x["projected_step_ns"]
         elif x.get("per_sample_x") and gain["saves_per_step_ns"] is not None:
