@@ -527,3 +527,30 @@ def test_a_request_lasts_until_its_gpu_work_ends():
     host = analysed(c / "inference/xdit_sd_3.5/profile_trace_rank_0.json.gz")
     inf = host.context["anatomy"]["inference"]
     assert 1.19e9 < inf["request_ns"] < 1.2e9          # its host span: 1.195 s
+
+
+def test_the_batch_is_the_largest_activation_not_a_rotary_outer_product():
+    """HF Qwen2 (TraceLens mi300): the step's first matmul is the rotary embedding's
+    [1, 32, 1] @ [1, 1, 559] -- it read as 'a batch of 1' beside [16, 559, 1024] linears."""
+    import numpy as np
+
+    from traceread.passes import anatomy as A
+
+    h = {"dims": np.array([[[1, 32, 1], [1, 1, 559]], [[16, 559, 1024], [1024, 1024], [1024]],
+                           [[16, 559, 1024], [4864, 1024]]], dtype=object),
+         "has_dims": np.array([True, True, True]), "batch_op": np.array([True, True, True]),
+         "act_op": np.array([False, True, True])}
+    assert A._batch(h) == [16, 16 * 559]
+
+
+@pytest.mark.corpus
+def test_hf_qwen_serves_a_batch_of_16_and_is_not_told_to_batch_requests():
+    """TraceLens mi300 Qwen1.5-0.5B-Chat: aten::embedding's indices [16, 559] and every
+    linear's [16, 559, 1024] input: 16 sequences a forward -- 'each forward serves a batch
+    of 1 ... gather up to 8 requests per forward' was read off the rotary matmul."""
+    from conftest import corpus_or_skip
+
+    a = analysed(corpus_or_skip() / "AMD-AGI__TraceLens/tests/traces/mi300/"
+                 "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    assert a.context["anatomy"]["inference"]["batch"] == 16
+    assert "batch_requests" not in {x["id"] for x in a.verdict["actions"]}

@@ -81,6 +81,12 @@ CHECKPOINT_FRAME_RX = namerx.compile(r"torch/utils/checkpoint\.py\(\d+\): ")
 # backward node they recompute a forward
 # forward ops whose first input is a lookup table, not the batch (CLIP's [49408, 768] vocabulary)
 TABLE_OPS = frozenset({"aten::embedding", "aten::embedding_bag"})
+# ops whose first input is the model's activations ([batch, (seq,) features], [batch,
+# channels, ...]): not attention's bmm / matmul ([batch x heads, ...]) nor a rotary
+# embedding's outer product (HF Qwen2: [1, 32, 1] @ [1, 1, 559] before its [16, 559, 1024]
+# linears); the largest of them is the step's batch
+ACTIVATION_OPS = frozenset({"aten::linear", "aten::conv1d", "aten::conv2d", "aten::conv3d"})
+ACTIVATION_ROWS = 512   # the first forward holds the model's shapes: no need to read more
 FORWARD_OPS = frozenset({
     "aten::linear", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::layer_norm",
     "aten::group_norm", "aten::batch_norm", "aten::rms_norm", "aten::embedding",
@@ -265,7 +271,8 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
             "outer": _outermost(ts, end, tid, kind == "cpu_op"),
             "flop_ns": _flop_op_ns(ev, rows), "dims": dims,
             "has_dims": has_dims,
-            "batch_op": lookup_at(ev["name"], rows, lambda n: n not in TABLE_OPS, False, bool)}
+            "batch_op": lookup_at(ev["name"], rows, lambda n: n not in TABLE_OPS, False, bool),
+            "act_op": lookup_at(ev["name"], rows, lambda n: n in ACTIVATION_OPS, False, bool)}
 
 
 def _profiler_cost(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
@@ -687,10 +694,20 @@ def _checkpoint_cost(h, bw, rc, a: int, b: int) -> tuple[int, int]:
 
 
 def _batch(h) -> list[int] | None:
-    """[batch, tokens] of the step's first counted matmul/conv's first input: its leading
-    dimension and the product of all but its last (None without shapes). An embedding's
-    first input is its table, not the batch."""
+    """[batch, tokens] of the step's largest activation input (``ACTIVATION_OPS``: a
+    linear's or a convolution's first input), else of its first counted matmul/conv's: its
+    leading dimension and the product of all but its last (None without shapes). An
+    embedding's first input is its table, not the batch."""
     dims = h.get("dims")
+    if dims is not None and h.get("act_op") is not None:
+        best, size = None, 0
+        for i in np.flatnonzero(h["has_dims"] & h["act_op"])[:ACTIVATION_ROWS].tolist():
+            x = next((d for d in dims[i] if isinstance(d, list) and len(d) >= 2), None)
+            n = int(np.prod(x)) if x and all(isinstance(v, int) for v in x) else 0
+            if n > size:
+                best, size = x, n
+        if best:
+            return [int(best[0]), int(best[0] * best[1]) if len(best) == 3 else int(best[0])]
     k = np.flatnonzero(h["has_dims"] & h["batch_op"]) if dims is not None else []
     for i in k[:1]:
         x = next((d for d in dims[i] if isinstance(d, list) and len(d) >= 2), None)
