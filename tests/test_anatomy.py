@@ -584,3 +584,29 @@ def test_timesformer_is_not_told_batching_shares_its_video_preprocessing(gpu):
     assert a.context["anatomy"]["inference"]["batch"] == 1
     x = next((x for x in a.verdict["actions"] if x["id"] == "batch_requests"), None)
     assert x is None or x["saves_per_step_ns"] < 0.1 * a.facts.figures["program_step_mean_ns"]
+
+
+def test_a_flattened_token_batch_is_not_read_as_requests():
+    """SGLang prefill (TraceLens): aten::embedding looks up [15360] ids and the linears take
+    [15360, 4096]: 15 requests' tokens flattened -- it read 'inference batch 15360'."""
+    import numpy as np
+
+    from traceread.passes import anatomy as A
+
+    h = {"dims": np.array([[[151936, 4096], [15360], [], [], []],
+                           [[15360, 4096], [6144, 4096], []]], dtype=object),
+         "has_dims": np.array([True, True]), "batch_op": np.array([False, True]),
+         "act_op": np.array([False, True]), "emb_op": np.array([True, False])}
+    assert A._batch(h) is None
+    h["dims"][0] = [[151936, 4096], [16, 960], [], [], []]   # HF: [batch, seq] ids
+    h["dims"][1] = [[16, 960, 4096], [6144, 4096], []]
+    assert A._batch(h) == [16, 16 * 960]
+
+
+@pytest.mark.corpus
+def test_sglang_prefill_has_no_request_batch_read_off_its_tokens():
+    from conftest import corpus_or_skip
+
+    a = analysed(corpus_or_skip() / "AMD-AGI__TraceLens/tests/traces/inference/"
+                 "sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz")
+    assert a.context["anatomy"]["inference"] is None

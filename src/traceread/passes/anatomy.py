@@ -272,7 +272,8 @@ def _host(ev: pd.DataFrame, pid: int) -> dict:
             "flop_ns": _flop_op_ns(ev, rows), "dims": dims,
             "has_dims": has_dims,
             "batch_op": lookup_at(ev["name"], rows, lambda n: n not in TABLE_OPS, False, bool),
-            "act_op": lookup_at(ev["name"], rows, lambda n: n in ACTIVATION_OPS, False, bool)}
+            "act_op": lookup_at(ev["name"], rows, lambda n: n in ACTIVATION_OPS, False, bool),
+            "emb_op": lookup_at(ev["name"], rows, lambda n: n == "aten::embedding", False, bool)}
 
 
 def _profiler_cost(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> np.ndarray:
@@ -706,6 +707,8 @@ def _batch(h) -> list[int] | None:
             n = int(np.prod(x)) if x and all(isinstance(v, int) for v in x) else 0
             if n > size:
                 best, size = x, n
+        if best and _flat_tokens(h, dims, int(best[0])) and len(best) == 2:
+            return None   # its rows are the step's tokens: how many requests is not shown
         if best:
             return [int(best[0]), int(best[0] * best[1]) if len(best) == 3 else int(best[0])]
     k = np.flatnonzero(h["has_dims"] & h["batch_op"]) if dims is not None else []
@@ -714,6 +717,20 @@ def _batch(h) -> list[int] | None:
         if x:
             return [int(x[0]), int(x[0] * x[1]) if len(x) == 3 else int(x[0])]
     return None
+
+
+def _flat_tokens(h, dims, rows: int) -> bool:
+    """The step's aten::embedding looks up ``rows`` ids as one flat [rows] vector: a serving
+    engine's flattened batch (SGLang prefill: ids [15360], linears [15360, 4096] -- 15
+    requests' tokens, read as 'inference batch 15360'), not [batch, seq] (HF's [16, 559])."""
+    emb = h.get("emb_op")
+    if emb is None:
+        return False
+    for i in np.flatnonzero(h["has_dims"] & emb)[:4].tolist():
+        ids = dims[i][1] if len(dims[i]) > 1 else None
+        if isinstance(ids, list) and ids == [rows]:
+            return True
+    return False
 
 
 def _ns(h, mask) -> int:
