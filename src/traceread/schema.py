@@ -736,7 +736,7 @@ class AnatomyOddSteps(_S):
 
 
 class AnatomyInference(_S):
-    batch: int                   # leading dim of each step's largest linear / conv input (median)
+    batch: int                   # leading dim of each step's largest linear / conv input
     tokens_per_row: float
     request_ns: int              # step start to the later of its host end and its GPU work's end
     forward_host_ns: int
