@@ -507,6 +507,7 @@ def test_odd_steps_without_a_period_are_not_called_once():
     a = SimpleNamespace(context={"anatomy": {"phases": ph, "odd_steps": [odd]}})
     text = "\n".join(anatomy_lines(a))
     assert "(once)" not in text and "6 steps, no common period" in text
+    assert "#13, #17, #21, #25, ... (6 steps" in text   # four shown, more there
     odd.update(steps=[5])
     assert "#5 (once)" in "\n".join(anatomy_lines(a))
 

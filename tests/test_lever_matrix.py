@@ -340,13 +340,14 @@ def pool() -> dict:
         native, capturable=True, payloads=["resent", "unknown"])
     import traceread
     from traceread.jobs import multirank as mr
-    from traceread.jobs.multirank.verdicts import job_verdict
+    from traceread.jobs.multirank.verdicts import job_verdict, lever_cause
 
-    # a job's verdict: the straggler and why it is late (our gloo recordings)
-    for j in ("ddp2", "pp_gpipe3_slow1"):
+    # a job's verdict: the straggler and why it is late (our gloo recordings; tp2's waits
+    # return after its own collectives ended)
+    for j in ("ddp2", "pp_gpipe3_slow1", "tp2"):
         res = mr.analyze_traces([load(p) for p in sorted((FIX / "gloo" / j).glob("rank-*.json.gz"))])[0]
         jv = job_verdict(res)
-        out[f"job {j}"] = {"straggler_rank": jv["straggler_rank"], "straggler_cause": jv["cause"]}
+        out[f"job {j}"] = {"straggler_rank": jv["straggler_rank"], "straggler_cause": lever_cause(jv)}
     for cause in ("stage_untraced", "untraced", "comm_wait", "comm_own", "cpu_slower", "sleep", "gpu_compute"):
         out[f"job ddp2, late because {cause}"] = dict(out["job ddp2"], straggler_cause=cause)
     # the GPU-use section: allocator calls after the first step (our H100 recording)

@@ -163,3 +163,62 @@ def test_nsys_h2d_source_reads_the_memory_kind_from_the_raw_name(tmp_path):
     assert "12 pinned, 16 pageable of 28" in proof[0]["detail"]
     kineto, _ = h2d_source(load(FIX / "gpu" / "data.bad.json.gz").events)
     assert kineto["pinned"] == kineto["copies"] > 0
+
+
+def tiny_input(steps: int = 4):
+    """Per step: a 256 B pageable HtoD copy (the labels) whose call takes 20 us and returns
+    3 us before its 1 us copy starts (as kineto resnet50's do), 1 ms of Python, then 10
+    launches of 200 us kernels. The GPU idles from the copy's end to the first kernel."""
+    b = TraceBuilder(path="tiny_input.json")
+    t = T0
+    for k in range(steps):
+        s = t
+        b.cpu("aten::copy_", t, 20 * US)
+        b.launch(t, 20 * US, t + 23 * US, 1 * US, name="Memcpy HtoD (Pageable -> Device)",
+                 api="cudaMemcpyAsync", kind="memcpy", copy_kind="HtoD", bytes=256)
+        t += 20 * US
+        b.cpu("train.py(40): bookkeeping", t, MS, kind="python")
+        t += MS
+        gpu = t + 15 * US
+        for i in range(KERNELS):
+            b.cpu("aten::mm", t, 10 * US)
+            b.launch(t, 10 * US, max(gpu, t + 15 * US), KERNEL_NS, name="sm90_xmma_gemm_bf16")
+            gpu = max(gpu, t + 15 * US) + KERNEL_NS
+            t += 10 * US
+        t = gpu
+        b.step(k, s, t - s)
+    return b.build()
+
+
+def test_a_pageable_copy_that_starts_after_its_call_returned_is_no_sync():
+    # the call returned (t + 20 us) before its copy began (t + 23 us): it waited for nothing,
+    # though its return lies within SKEW_NS of the copy's end and of the gap's start. Before,
+    # it was a sync by behaviour and drained each step's 1 ms gap.
+    a = analyze(tiny_input())
+    assert "cudaMemcpyAsync (HtoD pageable)" not in a.attribution["by_sync_op"]
+    assert a.attribution["by_drain"].get("sync", 0) == 0
+    g = a.facts.graph
+    calls = g.nodes[(g.nodes["name"] == "cudaMemcpyAsync").to_numpy()]
+    assert len(calls) and (calls["kind"] == "launch").all()
+    assert not g.edges["kind"].eq("drain").any()
+
+
+KINETO = "pytorch__kineto/tb_plugin/samples/resnet50_num_workers_4"
+
+
+@pytest.mark.parametrize("trace", ["worker0.1623212756351.pt.trace.json.gz",
+                                   "worker0.1623213129365.pt.trace.json.gz"])
+def test_real_kineto_label_copies_wait_for_nothing(trace):
+    """The 256 B pageable HtoD copies (the labels) start 3-4 us after their
+    cudaMemcpyAsync returned: no sync (they drained 498 us / 1.57 ms of gaps before)."""
+    from conftest import corpus_or_skip
+
+    p = corpus_or_skip() / KINETO / trace
+    if not p.exists():
+        pytest.skip(f"{trace} not in the corpus")
+    a = analyze(load(p))
+    assert not any("pageable" in k for k in a.attribution["by_sync_op"])
+    g = a.facts.graph
+    small = g.nodes[(g.nodes["name"] == "cudaMemcpyAsync").to_numpy()
+                    & (g.nodes["dur_ns"] < 100 * US).to_numpy()]
+    assert len(small) and (small["kind"] == "launch").all()

@@ -1145,7 +1145,7 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tup
     """Of the host rows (``rows``, their HOST_KINDS index ``kind``), the runtime/driver
     calls whose GPU copy (same pid + correlation) moves to or from pageable host memory and
     that returned when that copy was done (within [copy end - SKEW_NS, copy end +
-    SYNC_TOLERANCE_NS]): (their positions in ``rows``, each one's ``"<call> (<dir>
+    SYNC_TOLERANCE_NS]), the copy having started before the call returned: (their positions in ``rows``, each one's ``"<call> (<dir>
     pageable)"``), one entry per position (the last copy's, when two copies share a call)."""
     out = (np.empty(0, np.int64), np.empty(0, object))
     if not len(rows) or "copy_kind" not in ev:
@@ -1165,12 +1165,16 @@ def _pageable_calls(ev: pd.DataFrame, rows: np.ndarray, kind: np.ndarray) -> tup
                     ev["correlation"].to_numpy()[pg].astype(np.int64))
     # behaviour: the call returned once its copy was done -- it waited for its stream to
     # run up to the copy and through it (a small pageable HtoD copy is only staged and
-    # returns at once: not a sync)
+    # returns at once: not a sync). A copy that had not started when the call returned was
+    # not waited for, whatever its end: kineto resnet50's 256 B HtoD copies start 3-4 us
+    # after their call returns and end within SKEW_NS of it; a waited DtoH copy starts
+    # 7-18 us before (HTA negative_queue rank0, h200/pageable.bad)
     ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
     r = rows[np.maximum(at, 0)]
     ret = ts[r] + dur[r]
     done = ts[pg] + dur[pg]
-    hit = (at >= 0) & (ret >= done - SKEW_NS) & (ret <= done + SYNC_TOLERANCE_NS)
+    hit = (at >= 0) & (ret >= done - SKEW_NS) & (ret <= done + SYNC_TOLERANCE_NS) & \
+        (ts[pg] < ret)
     direction = _text_at(ev, "copy_kind", pg)
     call = _text_at(ev, "name", rows[at[hit]])
     text = np.array([f"{_op_base(c)} ({d or 'copy'} pageable)"

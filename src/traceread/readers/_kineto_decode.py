@@ -196,6 +196,13 @@ def nesting_reason(buf) -> str:
     return f"nesting too deep to decode (deeper than {MAX_DEPTH})"
 
 
+def utf8_error(e: Exception) -> bool:
+    """The decode failed on invalid UTF-8: ``UnicodeDecodeError`` from msgspec before 0.23,
+    a ``DecodeError`` "Invalid UTF-8 encoded string" from 0.23 on (a fresh install's)."""
+    return isinstance(e, UnicodeDecodeError) or (
+        isinstance(e, msgspec.DecodeError) and "utf-8" in str(e).lower())
+
+
 def utf8_repaired(buf) -> bytes:
     """``buf`` with every invalid UTF-8 sequence replaced by U+FFFD.
 

@@ -180,7 +180,7 @@ def _decode_batch(p: Path, buf, tick):
     """-> (doc, events, lenient, batch, exact, buf); ``buf`` is the (repaired) text."""
     try:
         doc, events, lenient = _decode(p, buf)
-    except UnicodeDecodeError:
+    except _BadUtf8:
         buf = dec.utf8_repaired(buf)
         doc, events, lenient = _decode(p, buf)
     tick("columns")
@@ -263,13 +263,19 @@ def _gunzip(p: Path, data: bytes, tick, strict: bool = False) -> tuple[bytes, bo
 
 # --- decode -------------------------------------------------------------------
 
+class _BadUtf8(Exception):
+    """The bytes hold invalid UTF-8: decode them again repaired (U+FFFD)."""
+
+
 def _decode(p: Path, buf: bytes, exact: bool = False):
     """-> (doc struct or list, events, lenient?)."""
     try:
         doc = msgspec.json.decode(buf, type=_EXACT_DOC_TYPE if exact else _DOC_TYPE)
     except msgspec.ValidationError:
         return _decode_lenient(p, buf, exact)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        if dec.utf8_error(e):
+            raise _BadUtf8() from None
         reason = json_error(e, len(buf))
         if reason.startswith("truncated"):
             raise _Cut(reason) from None
@@ -285,7 +291,9 @@ def _decode_lenient(p: Path, buf: bytes, exact: bool):
     """Odd but valid JSON (nulls, wrong arg types): decode generically, coerce per event."""
     try:
         obj = msgspec.json.Decoder(float_hook=dec.Decimal if exact else None).decode(buf)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        if dec.utf8_error(e):
+            raise _BadUtf8() from None
         reason = json_error(e, len(buf))
         if reason.startswith("truncated"):
             raise _Cut(reason) from None

@@ -379,7 +379,9 @@ def _decode_repairing(buf, exact: bool, lenient: bool, native: bool = True) -> C
     """``decode_chunk``, again with U+FFFD for invalid UTF-8 if the bytes need it."""
     try:
         return decode_chunk(buf, exact, lenient, native)
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, msgspec.DecodeError) as e:
+        if not dec.utf8_error(e):
+            raise
         chunk = decode_chunk(dec.utf8_repaired(buf), exact, lenient, native)
         chunk.utf8_repaired = True
         return chunk

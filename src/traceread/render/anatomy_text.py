@@ -44,7 +44,8 @@ def anatomy_lines(a) -> list[str]:
                          else "save" for h in g["holds"]) or "nothing of its own"
         if g.get("grew_phase"):
             what += f"; its {g['grew_phase']} phase +{fmt_ns(g['grew_ns'])}"
-        bits.append(f"odd steps {', '.join(f'#{n}' for n in g['steps'][:4])} ({every}) "
+        more = ", ..." if len(g["steps"]) > 4 else ""   # the count says how many in all
+        bits.append(f"odd steps {', '.join(f'#{k}' for k in g['steps'][:4])}{more} ({every}) "
                     f"+{fmt_ns(g['excess_ns'])}: {what}")
     for g in an.get("every_step") or []:
         h = g["holds"][0]

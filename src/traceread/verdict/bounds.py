@@ -32,8 +32,8 @@ TITLE = {
 
 WHAT = {
     "data": "waiting for the DataLoader",
-    "copy": "in host<->device copies (on the GPU with no compute beside them, or the host "
-            "staging pageable memory)",
+    "copy": "in host<->device copies: the GPU copying with no compute beside it, or the host "
+            "staging pageable memory",
     "sync": "refilling the queue after blocking host syncs",
     "launch": "launch overhead between short kernels",
     "host": "the launching thread busy with non-launch work",

@@ -493,11 +493,17 @@ def straggler_lever(jv: dict) -> dict | None:
             "rank": int(s)}
 
 
+def lever_cause(jv: dict) -> str | None:
+    """The cause whose job row (verdict/levers.py ``STRAGGLER_ROWS``) words the straggler's
+    lever: a wait that returned after its own collective had ended is the threads', not the
+    link's."""
+    cause = jv.get("cause")
+    return "comm_own_resumed_late" if cause == "comm_own" and jv.get("resumed_late") else cause
+
+
 def _lever(jv: dict, s: int) -> str:
     cause = jv.get("cause")
-    # a wait that returned after its collective had ended: the threads, not the link
-    text = straggler_text("comm_own_resumed_late" if cause == "comm_own" and jv.get("resumed_late")
-                          else cause, s)   # the lever table's job rows (verdict/levers.py)
+    text = straggler_text(lever_cause(jv), s)   # the lever table's job rows (verdict/levers.py)
     if text is not None:
         return text
     b = cause_bound(cause)
@@ -505,4 +511,5 @@ def _lever(jv: dict, s: int) -> str:
     return levers[0] if levers else f"profile rank {s} to see why it is late"
 
 
-__all__ = ["job_verdict", "adjust_rank_verdicts", "cause_bound", "straggler_lever", "held_wait"]
+__all__ = ["job_verdict", "adjust_rank_verdicts", "cause_bound", "straggler_lever", "held_wait",
+           "lever_cause"]

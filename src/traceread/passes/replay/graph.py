@@ -313,6 +313,7 @@ def build_graph(ev: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, *,
     api = api[(ts_all[api] >= t0) & (ts_all[api] < t1)]
     host, api_node_of_row = _host_nodes(ev, api, sel_steps if not whole else None, t0, t1,
                                         step_pattern)
+    _mark_staging(ev, host)
     gpu = _gpu_nodes(gops)
     nodes, lanes = _assemble(host, gpu)
     n_host = len(host["ts"])
@@ -953,6 +954,23 @@ def _engine_prev(gops, kind, ts, end, lane) -> tuple[np.ndarray, np.ndarray]:
         E[cur[other]] = end[prev[other]]
         src[cur[other]] = prev[other]
     return E, src
+
+
+def _mark_staging(ev, host) -> None:
+    """The calls that stage a host copy through a bounce buffer (``attribution``'s
+    ``_staging_calls``: pageable >= 64 KiB, or unmarked >= 1 MiB held through half its copy)
+    take the category ``copy_staging``: their time is the copy's host cost, which grows with
+    its bytes, not a launch's. A sync by name (a synchronous ``cudaMemcpy``) stays ``sync``."""
+    is_call = host["what"] == "call"
+    if not is_call.any():
+        return
+    hrows = attr._host_rows(ev)
+    st_at, _, _ = attr._staging_calls(ev, hrows, attr._kind_index(ev, hrows))
+    if not len(st_at):
+        return
+    pos = np.flatnonzero(is_call)
+    staged = np.isin(host["row"][pos], hrows[st_at]) & (host["cat"][pos] != "sync")
+    host["cat"][pos[staged]] = "copy_staging"
 
 
 def _drain_edges(ev, nodes, gops, gpu_ids, host, edges) -> None:

@@ -36,7 +36,7 @@ from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
 from . import hostcost
-from .graph import factorize, filled, on_gpu_lane, same_memory, str_values
+from .graph import NEG, factorize, filled, on_gpu_lane, same_memory, str_values
 
 HOST_NODES = ("host", "launch", "sync_wait", "dataloader")
 GPU_NODES = ("gpu_kernel", "gpu_copy", "gpu_memset", "collective")
@@ -753,6 +753,9 @@ def capture_graphs(g, f: Facts, p: dict):
     # several iterations, and nsys' nonvtx data.bad lost its DataLoader's 189 ms of
     # clock_nanosleep to the graph (CUDA graphs "saved" 321 ms of a 401 ms window)
     own = own | (_kind(g, "host") & _match(g, HOST_WAIT_RX))
+    # nor does it stage a pageable copy for it: the host still copies the bytes to a bounce
+    # buffer (before, a staging call inside the run went into the 8 us graph launch)
+    own = own | _cat(g, "copy_staging")
     cost = g.nodes["cost_ns"].to_numpy(np.int64)
     kept = [int(cost[own & inside].sum()) for _, _, _, inside in runs]
     g = g.replace_runs([(first, last, (GRAPH_LAUNCH_NS if lane == main else 0) + stays)
@@ -1106,6 +1109,9 @@ def _pageable(g, f: Facts) -> np.ndarray:
     count; the copy pass reads the memory kinds, or infers them from the bandwidth)."""
     copy = _kind(g, "gpu_copy")
     m = copy & _match(g, PAGEABLE_RX)
+    # and the copies a staging call stages (the attribution's rule: an unmarked >= 1 MiB
+    # copy whose call held the host through it is pageable too): pinned, no staging left
+    m |= copy & _launched_by(g, _cat(g, "copy_staging"))
     unnamed = copy & ~_match(g, MEM_KIND_RX)
     if not unnamed.any():
         return m
@@ -1493,6 +1499,8 @@ def larger_batch(g, f: Facts, p: dict):
         carries = _gpu_carries(g, f, p) if _has_gpu(g) else None
         if carries is not None:   # GPU ops launched from ops on parameters do not grow
             work = work & carries
+        elif _has_gpu(g):   # nor copies of what the batch does not size (payload.py)
+            work = work & ~_fixed_copies(g, f)
         lanes = n["lane"].to_numpy()
         for lane in np.unique(lanes[work]).tolist():
             m = work & (lanes == lane) & (dur > 0)
@@ -1501,6 +1509,7 @@ def larger_batch(g, f: Facts, p: dict):
                 new[m] = floor + k * (dur[m] - floor)
         p.setdefault("basis", "floor")
     new[data] = dur[data] * k if loader is None else dur[data] + loader[data]
+    staged = _staging_growth(g, dur, new) if _has_gpu(g) else np.zeros(len(dur), bool)
     # a thread's OS sleeps and waits grow with the batch too: nothing proves them fixed per
     # step (nsys' nonvtx data.bad: its DataLoader is a clock_nanosleep the trace cannot name)
     waits = _kind(g, "host") & _match(g, HOST_WAIT_RX) & ~data & ~work
@@ -1511,9 +1520,90 @@ def larger_batch(g, f: Facts, p: dict):
         # 'saved' 37.6% per sample)
         waits = waits | (_kind(g, "host") & _cat(g, "untraced") & ~data & ~work)
     new[waits] = dur[waits] * k
-    _set_cost(g, work | data | waits, new)
+    _set_cost(g, work | data | waits | staged, new)
     p["per_sample_x"] = k
     return g
+
+
+def _staging_growth(g, was: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The staging calls (``copy_staging``: a pageable copy's call stages it through a
+    bounce buffer) grow as their copy does: the bytes staged are the bytes copied. Each
+    call's staged time -- from the later of its start and the end of the op before its copy
+    on that copy's stream (a wait for the queue is no staging), to its end; a blocking
+    call's cost, its time after the op it waited for -- takes the copy's ratio ``new /
+    was``, and so does the part of the call after its copy began (the launch edge's negative
+    lag), so the copy starts as far into the longer staging as it did. A copy that does not
+    grow (it carries no batch) keeps its staging. Writes ``new``; returns the calls'
+    mask."""
+    n = g.nodes
+    calls = _cat(g, "copy_staging") & _kind(g, "launch", "sync_wait")
+    if not calls.any():
+        return calls
+    e = g.edges
+    pos = pd.Index(n["id"].to_numpy())
+    lau = np.flatnonzero((e["kind"] == "launch").to_numpy())
+    src = pos.get_indexer(e["src"].to_numpy()[lau])
+    dst = pos.get_indexer(e["dst"].to_numpy()[lau])
+    ok = (src >= 0) & (dst >= 0)
+    lau, src, dst = lau[ok], src[ok], dst[ok]
+    ok = calls[src] & _kind(g, "gpu_copy")[dst] & (was[dst] > 0)
+    lau, src, dst = lau[ok], src[ok], dst[ok]
+    if not len(src):
+        return np.zeros(len(n), bool)
+    ratio = new[dst] / was[dst]
+    ts = n["ts_ns"].to_numpy(np.int64)
+    end = ts + n["dur_ns"].to_numpy(np.int64)
+    o = _lane_order(g)
+    lane_o = n["lane"].to_numpy()[o]
+    prev_end = np.full(len(n), NEG, np.int64)
+    same = np.flatnonzero(lane_o[1:] == lane_o[:-1])
+    prev_end[o[same + 1]] = end[o[same]]
+    blocking = _kind(g, "sync_wait")[src]
+    held = np.where(blocking, was[src],
+                    end[src] - np.maximum(ts[src], prev_end[dst])).clip(0, was[src])
+    grow = held * (ratio - 1.0)
+    # one copy a call (the attribution's rule takes its first): the largest growth
+    first = np.lexsort((-grow, src))
+    keep = first[np.r_[True, src[first][1:] != src[first][:-1]]]
+    out = np.zeros(len(n), bool)
+    out[src[keep]] = True
+    new[src[keep]] = was[src[keep]] + grow[keep]
+    lag = e["lag_ns"].to_numpy(np.int64).copy()
+    inside = lag[lau[keep]] < 0
+    li = lau[keep][inside]
+    lag[li] = np.maximum(np.rint(lag[li] * ratio[keep][inside]), -new[src[keep]][inside])
+    # a blocking call's return is bounded by its drain edge too: it moves by the same growth
+    d = np.flatnonzero((e["kind"] == "drain").to_numpy())
+    at = pd.Series(grow[keep], index=n["id"].to_numpy()[src[keep]])
+    more = at.reindex(e["dst"].to_numpy()[d]).to_numpy()
+    hit = ~np.isnan(more)
+    lag[d[hit]] += np.rint(more[hit]).astype(np.int64)
+    e["lag_ns"] = lag
+    return out
+
+
+# what a copy carries (passes/payload.py) that a larger batch leaves the same size
+FIXED_PAYLOADS = ("checkpoint", "shape_readback", "condition", "metrics", "gradients",
+                  "parameters")
+
+
+def _fixed_copies(g, f: Facts) -> np.ndarray:
+    """The copies of a direction whose every copy the payload pass judged to carry no
+    batch (parameters, gradients, a checkpoint, a metric...): they keep their bytes, and
+    their staging, at any batch. Where one direction mixes such copies with the input
+    batch or copies it cannot tell, none is held fixed (the model's default: work grows)."""
+    out = np.zeros(len(g.nodes), bool)
+    seen: dict[str, set] = {}
+    for c in f.ctx.get("copy_payloads") or []:
+        seen.setdefault(str(c.get("direction")), set()).add(c.get("payload"))
+    fixed = [d for d, kinds in seen.items() if kinds <= set(FIXED_PAYLOADS)]
+    if not fixed:
+        return out
+    copy = _kind(g, "gpu_copy")
+    dirs = _per_name(g, "direction", lambda xs: [_direction(x) for x in xs])
+    at = np.flatnonzero(copy)
+    out[at] = np.isin(dirs[at].astype(str), fixed)
+    return out
 
 
 def _gpu_carries(g, f: Facts, p: dict) -> np.ndarray | None:
