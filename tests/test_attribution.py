@@ -45,6 +45,20 @@ def test_priority_carving_on_overlapping_activity():
     assert g["cpu"] == "cpu_op"
 
 
+def test_an_op_inside_another_of_its_name_counts_once_in_the_top_ops():
+    # aten::copy_ calling aten::copy_ (sglang decode: 463 ms each, "926 ms" in a 474 ms
+    # window): one op's time in the gaps, and one call
+    b = TraceBuilder()
+    b.launch(0, 10, 0, 100)
+    b.launch(20, 10, 1000, 100)                   # gap [100, 1000)
+    b.cpu("aten::copy_", 100, 900)
+    b.cpu("aten::copy_", 150, 800)                # the inner call, same thread
+    b.cpu("aten::copy_", 2000, 50)                # a later one: not in a gap
+    top = analyze(b.build()).top_ops
+    row = top[top["name"] == "aten::copy_"].iloc[0]
+    assert (int(row["ns"]), int(row["count"])) == (900, 1)
+
+
 def test_untraced_and_python_fill_the_rest():
     b = TraceBuilder()
     b.launch(0, 10, 0, 100)

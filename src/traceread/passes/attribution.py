@@ -664,7 +664,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         else:
             split[idx] = _carve(gs, ge, cc, cs, ce)
         q_parts.append(_carve_queued(idx, gs, ge, queued_ns[idx], cc, cs, ce))
-        top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv))
+        top_parts.append(_top_ops(k_on, n_on, name_cats, c_on, s_on, e_on, gaps_iv, t_on))
         del c_on, s_on, e_on, k_on, n_on, t_on, cc, cs, ce
     top_cat = _argmax_columns(split)
     q_cols = _queued_columns(split, q_parts)   # a column at a time: not a second table
@@ -969,10 +969,29 @@ def _drain(gs, ge, names, ss, se, vocab: dict) -> np.ndarray:
     return which
 
 
-def _top_ops(kind, name, name_cats, cats, hs, he, gaps_iv) -> pd.DataFrame:
+def _outermost_of_name(name, thread, hs, he) -> np.ndarray:
+    """Rows not inside an earlier row of the same name on the same thread: an op that calls
+    itself (sglang decode's ``aten::copy_`` inside ``aten::copy_``, 463 ms each) is one op's
+    time, not twice it ("926 ms" in a 474 ms window)."""
+    out = np.ones(len(hs), bool)
+    if len(hs) < 2:
+        return out
+    order = np.lexsort((hs, name, thread))
+    n, t = name[order], thread[order]
+    first = np.r_[True, (n[1:] != n[:-1]) | (t[1:] != t[:-1])]
+    reach = pd.Series(he[order]).groupby(np.cumsum(first)).cummax().to_numpy(np.int64)
+    before = np.r_[np.iinfo(np.int64).min, reach[:-1]]
+    before[first] = np.iinfo(np.int64).min
+    out[order[hs[order] < before]] = False
+    return out
+
+
+def _top_ops(kind, name, name_cats, cats, hs, he, gaps_iv, thread) -> pd.DataFrame:
     """Inclusive time each host op/call spends inside the gaps (``gaps_iv``: their union;
-    python frames excluded)."""
-    sel = np.flatnonzero((cats >= 0) & (kind != HOST_KINDS.index("python")))
+    python frames excluded), an op inside another of its name on its thread counted once
+    with it (``thread``: each row's thread key)."""
+    sel = np.flatnonzero((cats >= 0) & (kind != HOST_KINDS.index("python"))
+                         & _outermost_of_name(name, thread, hs, he))
     if not len(sel):
         return pd.DataFrame({"name": [], "category": [], "ns": [], "count": []})
     parts, ovs = [], []
