@@ -10,7 +10,7 @@ Every state is proved by events of the window (docs/analysis.md, "Steady state")
   launches a kernel for the first time (lazy module loading) and >= ``OUTLIER_RATIO`` x the
   median of its API's repeat launches (kernels seen before; none: the floor alone); the
   first allocation call of its API in the window as far above its API's later calls (none:
-  the floor alone; first-touch allocator growth, the first ``cudaFree`` that builds the
+  not one; first-touch allocator growth, the first ``cudaFree`` that builds the
   context -- later ones are churn, a steady-state cost); the first call of a host op
   >= ``FIRST_RATIO`` x the median of its later calls (a first cuDNN conv picking its
   algorithm) unless a blocking wait or allocator calls fill half of it; the first run of
@@ -60,6 +60,8 @@ LAUNCH_API_RX = namerx.compile(
     r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Cooperative)?Kernel\w*$"
     r"|^(?:cuda|cu|hip)GraphLaunch\w*$")
 GRAPH_LAUNCH_API_RX = namerx.compile(r"^(?:cuda|cu|hip)GraphLaunch\w*$")
+# the allocator APIs that give memory back (ALLOC_API_RX's frees, releases and unmaps)
+FREE_API_RX = namerx.compile(r"Free|Release|Unmap")
 JIT_RX = namerx.compile(
     r"FusionKernelRuntime::compile|FusionExecutor::compile|nvfuser::.*compile"
     r"|Nvrtc::|^nvrtc(?:CompileProgram|CreateProgram|GetPTX|GetCUBIN)"
@@ -199,7 +201,13 @@ def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) ->
             med = np.where(graph, pd.Series(dur).groupby(c).transform("median")
                            .to_numpy(np.float64), med)
     if (is_alloc & (dur >= OUTLIER_MIN_NS)).any():
-        med = np.where(is_alloc, _steady_median(c, dur, ~first_of), med)
+        # with no later call to compare, the floor alone decides for an allocation (the
+        # first pinned or device buffer: nsys-ai mock's only cudaHostAlloc, 3.6 ms) and for
+        # a free before the process launched anything (cudaFree(0) building the context);
+        # a lone free after launches frees what the program used (a wait, or churn)
+        later = _steady_median(c, dur, ~first_of)
+        lone = ~_lut(cats, FREE_API_RX)[c] | _before_first_launch(ev, rows, pid, is_launch)
+        med = np.where(is_alloc, np.where(later > 0, later, np.where(lone, 0.0, np.inf)), med)
     big = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_RATIO * np.maximum(med, 1))
     launch = is_launch & big
     alloc = is_alloc & big
@@ -218,6 +226,15 @@ def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) ->
         out.append(_item("first-call allocator growth", cats[c[i]], int(ts[i]), int(dur[i]),
                          med[i]))
     return out
+
+
+def _before_first_launch(ev: pd.DataFrame, rows: np.ndarray, pid: np.ndarray,
+                         is_launch: np.ndarray) -> np.ndarray:
+    """Which calls (``rows``) began before their process's first launch call."""
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    first = pd.Series(np.where(is_launch, ts, np.iinfo(np.int64).max)).groupby(pid).transform(
+        "min").to_numpy(np.int64)
+    return ts < first
 
 
 def _repeats(pid: np.ndarray, corr: np.ndarray, first: dict) -> np.ndarray:
