@@ -57,6 +57,14 @@ def test_an_op_inside_another_of_its_name_counts_once_in_the_top_ops():
     top = analyze(b.build()).top_ops
     row = top[top["name"] == "aten::copy_"].iloc[0]
     assert (int(row["ns"]), int(row["count"])) == (900, 1)
+    # two starting together: the longer holds the shorter (listed first or not)
+    b = TraceBuilder()
+    b.launch(0, 10, 0, 100)
+    b.launch(20, 10, 1000, 100)
+    b.cpu("aten::copy_", 100, 10)
+    b.cpu("aten::copy_", 100, 900)
+    top = analyze(b.build()).top_ops
+    assert int(top[top["name"] == "aten::copy_"]["ns"].iloc[0]) == 900
 
 
 def test_untraced_and_python_fill_the_rest():

@@ -976,7 +976,7 @@ def _outermost_of_name(name, thread, hs, he) -> np.ndarray:
     out = np.ones(len(hs), bool)
     if len(hs) < 2:
         return out
-    order = np.lexsort((hs, name, thread))
+    order = np.lexsort((-he, hs, name, thread))   # of two starting together, the longer holds
     n, t = name[order], thread[order]
     first = np.r_[True, (n[1:] != n[:-1]) | (t[1:] != t[:-1])]
     reach = pd.Series(he[order]).groupby(np.cumsum(first)).cummax().to_numpy(np.int64)
