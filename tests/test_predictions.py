@@ -249,16 +249,19 @@ def test_pageable_copy_read_from_the_copy_facts_where_its_name_has_no_memory_kin
     apart (the copy pass reads it): pin_copies refused every nsys capture ("no pageable
     copy") where the Kineto capture of the same run promised 81%. A direction the copy
     facts found pageable throughout is priced; one with a pinned copy is not."""
-    b = TraceBuilder()
-    for k in range(3):
-        t = 1_000_000 + k * 1000 * US
-        b.step(k, t, 1000 * US)
-        b.launch(t + 10 * US, 405 * US, t + 15 * US, 400 * US,
-                 name="[CUDA memcpy Host-to-Device]", api="cudaMemcpyAsync", kind="memcpy",
-                 copy_kind="HtoD", bytes=2_000_000)
-        b.launch(t + 420 * US, 5 * US, t + 430 * US, 300 * US, name="ampere_sgemm_128x64_nn")
-        b.runtime("cudaDeviceSynchronize", t + 430 * US, 305 * US)
-    g = analyze(b.build(), steps="all").replay_graph
+    def graph(call_us: int):
+        b = TraceBuilder()
+        for k in range(3):
+            t = 1_000_000 + k * 1000 * US
+            b.step(k, t, 1000 * US)
+            b.launch(t + 10 * US, call_us * US, t + 15 * US, 400 * US,
+                     name="[CUDA memcpy Host-to-Device]", api="cudaMemcpyAsync", kind="memcpy",
+                     copy_kind="HtoD", bytes=2_000_000)
+            b.launch(t + 420 * US, 5 * US, t + 430 * US, 300 * US, name="ampere_sgemm_128x64_nn")
+            b.runtime("cudaDeviceSynchronize", t + 430 * US, 305 * US)
+        return analyze(b.build(), steps="all").replay_graph
+
+    g = graph(5)   # each call returns at once: nothing in the events says what memory
     copies = {"pinned_gbps": 20.0, "by_direction": [
         {"direction": "HtoD", "count": 3, "pageable": 3, "gbps": 5.0}]}
     out = W.pin_copies(g.copy(), W.Facts(copies=copies), {})
@@ -270,6 +273,9 @@ def test_pageable_copy_read_from_the_copy_facts_where_its_name_has_no_memory_kin
                                          "gbps": 5.0}]}
     assert W.pin_copies(g.copy(), W.Facts(copies=mixed), {}) == \
         "no pageable copy in the replayed steps"
+    # each call held the host through its 2 MB copy: it staged it (copy_staging), the
+    # events' own proof of pageable memory, whatever the direction's counts say
+    assert not isinstance(W.pin_copies(graph(405).copy(), W.Facts(copies=mixed), {}), str)
 
 
 def _bench_whatif():
