@@ -37,7 +37,7 @@ import pandas as pd
 from .. import namerx
 from . import intervals
 from .attribution import ALLOC_API_RX, SYNC_API_RX
-from .common import factorize_few, first_seen, kind_in, stable_by, table_of
+from .common import GRAPH_LAUNCH_RX, factorize_few, first_seen, kind_in, stable_by, table_of
 from .window import STARTUP_RX
 
 namerx.compile(STARTUP_RX)   # its literals in a trace's first name-table scan
@@ -59,7 +59,6 @@ HOST_KINDS = ("runtime", "driver", "cpu_op", "annotation", "python", "osrt")
 LAUNCH_API_RX = namerx.compile(
     r"^(?:cuda|cu|hip)(?:Ext)?(?:Module)?Launch(?:Cooperative)?Kernel\w*$"
     r"|^(?:cuda|cu|hip)GraphLaunch\w*$")
-GRAPH_LAUNCH_API_RX = namerx.compile(r"^(?:cuda|cu|hip)GraphLaunch\w*$")
 # the allocator APIs that give memory back (ALLOC_API_RX's frees, releases and unmaps)
 FREE_API_RX = namerx.compile(r"Free|Release|Unmap")
 JIT_RX = namerx.compile(
@@ -187,16 +186,15 @@ def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) ->
     # each call against the API's steady calls, never its own kind: repeat launches for a
     # launch, the later calls for an allocation's first (``_steady_median``)
     med = np.zeros(len(rows))
-    first = None
+    repeat = np.zeros(len(rows), bool)
     if (is_launch & (dur >= OUTLIER_MIN_NS)).any():
-        first = _first_launches(ev, codes)
         corr = ev["correlation"].to_numpy(np.int64)[rows] if "correlation" in ev else \
             np.full(len(rows), -1, np.int64)
-        repeat = _repeats(pid, corr, first)
+        repeat = _repeats(pid, corr, _first_launches(ev, codes))
         med = np.where(is_launch, _steady_median(c, dur, repeat), med)
         # a graph launch's time grows with its nodes, not a module load: its reference stays
         # the API's median (sglang decode: its one 1.6 ms hipGraphLaunch of ~550 kernels)
-        graph = _lut(cats, GRAPH_LAUNCH_API_RX)[c]
+        graph = _lut(cats, GRAPH_LAUNCH_RX)[c]
         if graph.any():
             med = np.where(graph, pd.Series(dur).groupby(c).transform("median")
                            .to_numpy(np.float64), med)
@@ -209,19 +207,12 @@ def _api_outliers(ev: pd.DataFrame, api: np.ndarray, codes: np.ndarray, cats) ->
         lone = ~_lut(cats, FREE_API_RX)[c] | _before_first_launch(ev, rows, pid, is_launch)
         med = np.where(is_alloc, np.where(later > 0, later, np.where(lone, 0.0, np.inf)), med)
     big = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_RATIO * np.maximum(med, 1))
-    launch = is_launch & big
+    launch = is_launch & big & ~repeat   # a kernel seen before: not lazy loading
     alloc = is_alloc & big
     ts = ev["ts"].to_numpy(np.int64)[rows]
     out = []
-    if launch.any():
-        corr = ev["correlation"].to_numpy(np.int64)[rows] if "correlation" in ev else \
-            np.full(len(rows), -1)
-        for i in np.flatnonzero(launch):
-            key = (int(pid[i]), int(corr[i]))
-            if key in first["linked"] and key not in first["first"]:
-                continue   # it launched a kernel seen before: not lazy loading
-            out.append(_item(LAZY_LAUNCH, cats[c[i]], int(ts[i]),
-                             int(dur[i]), med[i]))
+    for i in np.flatnonzero(launch):
+        out.append(_item(LAZY_LAUNCH, cats[c[i]], int(ts[i]), int(dur[i]), med[i]))
     for i in np.flatnonzero(alloc):
         out.append(_item("first-call allocator growth", cats[c[i]], int(ts[i]), int(dur[i]),
                          med[i]))
@@ -237,18 +228,15 @@ def _before_first_launch(ev: pd.DataFrame, rows: np.ndarray, pid: np.ndarray,
     return ts < first
 
 
-def _repeats(pid: np.ndarray, corr: np.ndarray, first: dict) -> np.ndarray:
-    """Which (pid, correlation) calls launched a kernel seen before (``_first_launches``)."""
-    def key(pairs):
-        a = np.array(sorted(pairs), np.int64).reshape(-1, 2)
-        return a[:, 0] * (1 << 40) + a[:, 1]
-    ok = (pid >= 0) & (pid < (1 << 22)) & (corr >= 0) & (corr < (1 << 40))
-    mine = pid * (1 << 40) + corr
-    out = ok & np.isin(mine, key(first["linked"])) & ~np.isin(mine, key(first["first"]))
-    for i in np.flatnonzero(~ok).tolist():   # ids too large for one int64 key
-        k = (int(pid[i]), int(corr[i]))
-        out[i] = k in first["linked"] and k not in first["first"]
-    return out
+def _repeats(pid: np.ndarray, corr: np.ndarray, kernels: pd.DataFrame) -> np.ndarray:
+    """Which (pid, correlation) calls launched a kernel seen before: linked to a kernel run
+    that is not its name's first, and to no first run (``_first_launches``)."""
+    calls = pd.MultiIndex.from_arrays([pid, corr])
+
+    def linked(first: bool) -> np.ndarray:
+        k = kernels[kernels["first"] == first]
+        return calls.isin(pd.MultiIndex.from_arrays([k["pid"].to_numpy(), k["corr"].to_numpy()]))
+    return linked(False) & ~linked(True)
 
 
 def _steady_median(c: np.ndarray, dur: np.ndarray, steady: np.ndarray) -> np.ndarray:
@@ -278,18 +266,18 @@ def _first_of_pairs(pid: np.ndarray, c: np.ndarray) -> np.ndarray:
     return first_seen(factorize_few(pc, 1 << 16)[0])
 
 
-def _first_launches(ev: pd.DataFrame, codes: np.ndarray) -> dict:
-    """(pid, correlation) of every GPU kernel, and of the first run of each kernel name."""
+def _first_launches(ev: pd.DataFrame, codes: np.ndarray) -> pd.DataFrame:
+    """pid, corr of every linked GPU kernel run; ``first``: the first run of its name."""
     k = kind_in(ev, ("kernel",))
     if "correlation" not in ev or not k.any():
-        return {"linked": set(), "first": set()}
+        return pd.DataFrame({"pid": [], "corr": [], "first": []}).astype(
+            {"pid": np.int64, "corr": np.int64, "first": bool})
     df = pd.DataFrame({"pid": ev["pid"].to_numpy(np.int64)[k],
                        "corr": ev["correlation"].to_numpy(np.int64)[k],
                        "name": codes[k], "ts": ev["ts"].to_numpy(np.int64)[k]})
-    df = df[df["corr"] > 0]
-    firsts = df.sort_values("ts", kind="stable").drop_duplicates(["pid", "name"])
-    return {"linked": set(zip(df["pid"].tolist(), df["corr"].tolist())),
-            "first": set(zip(firsts["pid"].tolist(), firsts["corr"].tolist()))}
+    df = df[df["corr"] > 0].sort_values("ts", kind="stable")
+    df["first"] = ~df.duplicated(["pid", "name"])
+    return df[["pid", "corr", "first"]]
 
 
 def _first_calls(ev: pd.DataFrame, m: np.ndarray, what: str, codes: np.ndarray, cats,
