@@ -914,12 +914,9 @@ def _flop_fixed_each(ev: pd.DataFrame, pid: int, ordinary: pd.DataFrame,
         return None
     # the thread's ops in the ordinary steps: the nesting (own time) and the per-name fit
     kind, pids = ev["kind"].to_numpy(), ev["pid"].to_numpy()
-    ts = ev["ts"].to_numpy(np.int64)
-    inside = np.zeros(len(ev), bool)
-    ordered = _sorted(ts)
-    for a, d in zip(ordinary["start"].tolist(), ordinary["dur"].tolist()):
-        lo, hi = np.searchsorted(ts, [a, a + d]) if ordered else (0, len(ts))
-        inside[lo:hi] |= (ts[lo:hi] >= a) & (ts[lo:hi] < a + d)
+    start = ordinary["start"].to_numpy(np.int64)
+    inside = _inside(iv.union(start, start + ordinary["dur"].to_numpy(np.int64)),
+                     ev["ts"].to_numpy(np.int64))
     at = np.flatnonzero(inside & (kind == "cpu_op") & (pids == pid))
     ops = ev.iloc[at][["tid", "ts", "dur", "name", "input_dims"]] if "input_dims" in ev \
         else None
@@ -931,10 +928,6 @@ def _flop_fixed_each(ev: pd.DataFrame, pid: int, ordinary: pd.DataFrame,
     mine = np.isin(at, rows)
     fixed = int((ops["dur"].to_numpy(np.int64)[mine] - grows[mine]).clip(0).sum())
     return fixed // (len(ordinary) * per_step)
-
-
-def _sorted(ts: np.ndarray) -> bool:
-    return len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all())
 
 
 def _training(tab: pd.DataFrame, host: dict) -> bool | None:
