@@ -813,6 +813,7 @@ class Context(_S):
     api_traced: bool
     host_traced: bool
     allocator_uncached: bool
+    device_frees: int            # device-memory frees (cudaFree, cuMemRelease...) in the window
     framework: list[str]         # ddp, fsdp1, fsdp2, deepspeed, megatron, torchrec, vllm, ...
     framework_evidence: dict[str, str]
     collectives: list[str]       # all_reduce, all_gather, reduce_scatter, all_to_all, ...

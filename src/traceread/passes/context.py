@@ -81,6 +81,7 @@ def trace_context(ev: pd.DataFrame, meta=None, steps: Steps | None = None) -> di
                             or has_non_step_ranges(ev)),
         "stacks_traced": bool((ev["kind"] == "python").any()),
         "allocator_uncached": allocator_uncached(ev),
+        "device_frees": device_frees(ev),
         **prog,
         **window_facts(ev, meta, steps),   # blocking calls, copy payloads, precision (newfacts.py)
     }
@@ -99,22 +100,39 @@ DEVICE_FREE_RX = namerx.compile(r"^(?:cuda|hip)Free$|^cuMemFree(?:_v\d+)?$")
 CACHE_RELEASE_RX = namerx.compile(r"empty_cache|emptyCache")
 ALLOCATING_OP_RX = namerx.compile(r"^aten::(?:empty|zeros|ones|full|new_)|caching_allocator|malloc",
                               re.I)
+# any release of device memory back to the driver (expandable segments unmap and release)
+RELEASE_RX = namerx.compile(r"^(?:(?:cuda|hip)Free(?:Async)?|cuMemFree(?:Async)?|cuMemRelease"
+                            r"|cuMemUnmap)(?:_v\d+)?$")
 UNCACHED_MIN_FREES = 20
 UNCACHED_SHARE = 0.8
 _FREE_SAMPLE = 400   # frees looked at (evenly spread): enough to tell the pattern
 
 
-def allocator_uncached(ev: pd.DataFrame) -> bool:
-    """Most device frees sit inside ops that release tensors (see above)."""
+def _device_free_rows(ev: pd.DataFrame, rx=DEVICE_FREE_RX) -> np.ndarray:
+    """Rows of the driver's device-memory frees (``rx``) in ``ev``."""
     free = kind_in(ev, ("runtime", "driver"))
     if not free.any():
-        return False
+        return np.zeros(0, np.int64)
     rows = np.flatnonzero(free)
     col = ev["name"]
     if isinstance(col.dtype, pd.CategoricalDtype):   # each distinct name tested once
-        rows = rows[name_lut(col, DEVICE_FREE_RX, "match")[col.array.codes[rows]]]
-    else:
-        rows = rows[[bool(DEVICE_FREE_RX.match(str(n))) for n in col.to_numpy()[rows]]]
+        return rows[name_lut(col, rx, "match")[col.array.codes[rows]]]
+    return rows[[bool(rx.match(str(n))) for n in col.to_numpy()[rows]]]
+
+
+def device_frees(ev: pd.DataFrame) -> int:
+    """Device-memory frees anywhere in the window (not only the gaps' largest host ops):
+    with the caching allocator on, one is an ``empty_cache()`` or a release to retry an
+    allocation -- churn, never an allocator still growing. PARAM's alexnet (HTA's
+    overlaid_critical_path_trace): a 9.1 ms cudaFree inside ``[param|clear_cache]``, 16th
+    of the gaps' host ops, was missed and the 246 ms of cudaMalloc after it read "still
+    growing"."""
+    return int(len(_device_free_rows(ev, RELEASE_RX)))
+
+
+def allocator_uncached(ev: pd.DataFrame) -> bool:
+    """Most device frees sit inside ops that release tensors (see above)."""
+    rows = _device_free_rows(ev)
     if len(rows) < UNCACHED_MIN_FREES:
         return False
     if len(rows) > _FREE_SAMPLE:
@@ -173,6 +191,7 @@ def flag_evidence(ev: pd.DataFrame, ctx: dict) -> dict[str, list[str]]:
         "api_traced": lambda: api,
         "host_traced": lambda: _names_of(ev, HOST_DETAIL_KINDS) or _names_of(ev, ("annotation",)),
         "allocator_uncached": lambda: namerx.where(DEVICE_FREE_RX, api, "match"),
+        "device_frees": lambda: namerx.where(RELEASE_RX, api, "match"),
     }
     out = {}
     for key, names in rules.items():

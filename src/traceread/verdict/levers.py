@@ -479,14 +479,26 @@ def allocator_uncached(c: Ctx) -> bool:
     return bool(c.get("allocator_uncached"))
 
 
+def _frees(c: Ctx) -> int | None:
+    """Device-memory frees in the window (``device_frees``, every one the window holds), else
+    those among the gaps' top host ops (``alloc_frees``); None: unknown."""
+    n = c.get("device_frees")
+    if n is None:
+        n = c.get("alloc_frees")
+    return None if n is None else int(n)
+
+
 def device_frees(c: Ctx) -> bool:
-    """Device memory is released inside the gaps (``alloc_frees``; unknown: assume so)."""
-    return c.get("alloc_frees") is None or int(c["alloc_frees"]) > 0
+    """Device memory is released in the window (``device_frees``; unknown: assume so)."""
+    n = _frees(c)
+    return n is None or n > 0
 
 
 def allocator_growing(c: Ctx) -> bool:
-    """Allocations and no release inside the gaps: the caching allocator is still growing."""
-    return c.get("alloc_frees") is not None and int(c["alloc_frees"]) == 0
+    """Allocations and no release anywhere in the window (``device_frees``): the caching
+    allocator is still growing. A free in the window -- an empty_cache() -- is churn, even
+    outside the gaps' largest host ops."""
+    return _frees(c) == 0
 
 
 def shapes_may_vary(c: Ctx) -> bool:
