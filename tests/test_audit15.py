@@ -44,3 +44,25 @@ def test_param_alexnet_clear_cache_is_churn_not_growth():
     assert "allocator_growth" not in ids
     assert ids[0] == "no_empty_cache"
     assert a.context["device_frees"] >= 1
+
+
+# -- a program that is not PyTorch is not told to record with torch.profiler ---------------
+
+SAGEMAKER_TF = "awslabs__sagemaker-debugger/tests/profiler/ip-172-31-19-241.trace.json"
+
+
+def test_record_gpu_names_torch_profiler_only_for_pytorch():
+    for lid in ("record_gpu", "record_gpu_launches"):
+        lv = L.BY_ID[lid]
+        assert "torch.profiler" in lv.words({"pytorch": True, "cpu_only": {"launches": 3}})
+        said = lv.words({"pytorch": False, "cpu_only": {"launches": 3}})
+        assert "torch" not in said.lower() and "nsys" in said
+
+
+def test_a_tensorflow_trace_is_not_told_to_use_torch_profiler():
+    # sagemaker-debugger's TensorFlow trace (EagerExecute, TensorHandle::..., /device:GPU:N
+    # processes with no event): no GPU activity, and nothing of PyTorch in it
+    a = analysed(_corpus(SAGEMAKER_TF))
+    assert a.verdict["bound"] == "cpu_only" and a.context["pytorch"] is False
+    said = " ".join(x["lever"] for x in a.verdict["actions"])
+    assert "nsys" in said and "torch" not in said.lower()

@@ -1255,6 +1255,15 @@ def _copy_unknown_native_text(c: Ctx) -> str:
     return "the trace cannot tell what these copies carry: " + "; ".join(parts)
 
 
+def _gpu_tracer(c: Ctx) -> str:
+    """How to record the GPU side: torch.profiler's CUDA activities only for a PyTorch
+    program (the sagemaker-debugger TensorFlow trace, no aten op or torch frame in it, was
+    told "ProfilerActivity.CUDA (torch.profiler)")."""
+    if pytorch(c):
+        return "ProfilerActivity.CUDA (torch.profiler) or nsys --trace=cuda"
+    return "nsys profile --trace=cuda (or your framework's profiler with its GPU activities on)"
+
+
 def _vendor(c: Ctx) -> str | None:
     """The GPU's vendor the trace records (``device.vendor``: deviceProperties' name or warp
     size, an nsys export's GPU); None: unknown."""
@@ -1662,10 +1671,10 @@ LEVERS: tuple[Lever, ...] = (
     Lever("record_gpu_launches", "cpu_only", lambda c: f"{_cpu(c).get('launches', 0)} kernel "
           "launches are recorded but no GPU activity: the profiler did not trace the GPU side "
           "(CUPTI range profiling, or CUDA activities off) -- record with "
-          "ProfilerActivity.CUDA (torch.profiler) or nsys --trace=cuda", "free", saves="none",
+          f"{_gpu_tracer(c)}", "free", saves="none",
           when=_all(not_cut, launches_untraced)),
-    Lever("record_gpu", "cpu_only", "this trace has no GPU activity: profile with "
-          "ProfilerActivity.CUDA (torch.profiler) or nsys --trace=cuda to see the GPU side",
+    Lever("record_gpu", "cpu_only", lambda c: "this trace has no GPU activity: profile with "
+          f"{_gpu_tracer(c)} to see the GPU side",
           "free", saves="none", when=_all(not_cut, no_launches)),
     Lever("record_host", "unknown", "host activity was not traced while the GPU idled: record "
           "CPU activities (ProfilerActivity.CPU, with_stack=True) or nsys "
