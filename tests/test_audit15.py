@@ -2,6 +2,8 @@
 the trace that showed it, or on a built context where the rule is the table's."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import analysed, corpus_or_skip
@@ -66,3 +68,37 @@ def test_a_tensorflow_trace_is_not_told_to_use_torch_profiler():
     assert a.verdict["bound"] == "cpu_only" and a.context["pytorch"] is False
     said = " ".join(x["lever"] for x in a.verdict["actions"])
     assert "nsys" in said and "torch" not in said.lower()
+
+
+# -- a bug inside the analysis is not told as the user's --steps mistake -------------------
+
+def test_an_internal_value_error_reads_as_internal_not_as_the_input(monkeypatch, tmp_path):
+    # a truncated .json.gz hit a NaN -> int ValueError in the step anatomy, and analyze said
+    # "<file>: cannot convert float NaN to integer" -- an input's fault, in the words of a bug
+    from click.testing import CliRunner
+
+    from traceread import cli
+    from traceread.cli import analyze as cli_analyze
+
+    trace = next(p for p in sorted((Path(__file__).parent / "fixtures").rglob("*.json.gz"))
+                 if "gpu" in p.parts)
+
+    def broken(*a, **k):
+        raise ValueError("cannot convert float NaN to integer")
+
+    monkeypatch.setattr(cli_analyze, "run_analysis", broken)
+    r = CliRunner().invoke(cli.main, ["analyze", "--no-cache", str(trace)])
+    assert r.exit_code == 1
+    assert "internal error: ValueError" in r.output and "TRACEREAD_DEBUG" in r.output
+
+
+def test_a_steps_range_with_no_step_is_still_the_users_line(tmp_path):
+    from click.testing import CliRunner
+
+    from traceread import cli
+
+    trace = Path(__file__).parent / "fixtures" / "kineto" / "hta_sampled_rank-1.json.gz"
+    r = CliRunner().invoke(cli.main, ["analyze", "--no-cache", "--steps", "900000:900001",
+                                      str(trace)])
+    assert r.exit_code == 1
+    assert "no step numbered in that range" in r.output and "internal error" not in r.output

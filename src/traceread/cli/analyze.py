@@ -108,13 +108,14 @@ def _analyses(traces, step_pattern, min_gap, steps_spec="auto", window=None, aft
     on each as soon as it is made. ``split_ranks``: an nsys export holding several GPU
     processes (``nsys profile torchrun ...``) gives one analysis per process (rank)."""
     from ..errors import TraceError
+    from ..passes.window import StepsError
 
     def single(path, trace):
         try:
             a = run_analysis(trace, step_pattern=step_pattern, min_gap_ns=min_gap,
                              steps=steps_spec, window=window,
                              peak_tflops=peak_tflops)
-        except ValueError as e:   # --steps names no step of this trace
+        except StepsError as e:   # --steps names no step of this trace; any other: a bug
             raise TraceError(path, str(e)) from None
         if after is not None:
             after(a)

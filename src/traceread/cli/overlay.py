@@ -58,8 +58,9 @@ def _targets(traces, out) -> list[str]:
 def _analyze(path, trace, step_pattern, steps_spec, window):
     from ..analysis import analyze
     from ..errors import TraceError
+    from ..passes.window import StepsError
 
     try:
         return analyze(trace, step_pattern=step_pattern, steps=steps_spec, window=window)
-    except ValueError as e:  # --steps names no step of this trace
+    except StepsError as e:  # --steps names no step of this trace; any other: a bug
         raise TraceError(path, str(e)) from None

@@ -85,21 +85,26 @@ def trace_span(ev: pd.DataFrame) -> tuple[int, int]:
     return int(ev["ts"].min()), int((ev["ts"] + ev["dur"]).max())
 
 
+class StepsError(ValueError):
+    """A ``--steps`` the trace cannot take (a bad spec, or no step in its range): the user's
+    input, told in one line -- unlike any other ValueError, which is a bug."""
+
+
 def parse_steps(spec: str | None) -> tuple[str, int | None, int | None]:
-    """``auto`` | ``all`` | ``N:M`` | ``N`` -> (mode, lo, hi); raises ValueError."""
+    """``auto`` | ``all`` | ``N:M`` | ``N`` -> (mode, lo, hi); raises StepsError."""
     s = (spec or "auto").strip().lower()
     if s in ("auto", "all"):
         return s, None, None
     m = re.fullmatch(r"(-?\d*)\s*:\s*(-?\d*)|(\d+)", s)
     if not m:
-        raise ValueError(f"--steps must be auto, all, N:M or N, not {spec!r}")
+        raise StepsError(f"--steps must be auto, all, N:M or N, not {spec!r}")
     if m.group(3) is not None:
         n = int(m.group(3))
         return "range", n, n
     lo = int(m.group(1)) if m.group(1) else None
     hi = int(m.group(2)) if m.group(2) else None
     if lo is not None and hi is not None and hi < lo:
-        raise ValueError(f"--steps {spec}: the last step comes before the first")
+        raise StepsError(f"--steps {spec}: the last step comes before the first")
     return "range", lo, hi
 
 
@@ -158,7 +163,7 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
         if hi is not None:
             keep &= num <= hi
         if not keep.any():
-            raise ValueError(f"--steps {steps_spec}: no step numbered in that range "
+            raise StepsError(f"--steps {steps_spec}: no step numbered in that range "
                              f"(steps #{int(num.min())}..#{int(num.max())})")
         kept = main[keep]
         label = f"steps {steps_spec}"
