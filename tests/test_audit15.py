@@ -102,3 +102,35 @@ def test_a_steps_range_with_no_step_is_still_the_users_line(tmp_path):
                                       str(trace)])
     assert r.exit_code == 1
     assert "no step numbered in that range" in r.output and "internal error" not in r.output
+
+
+# -- a native program's copies that are async and pinned already ---------------------------
+
+CON_KERNEL = "extra-p__extrap/con_kernel.sqlite"
+
+
+def test_async_copy_advice_reads_what_the_copies_already_do():
+    done = {"pytorch": False, "sync_copy_directions": {},
+            "h2d_source": {"copies": 5, "pinned": 5, "pageable": 0, "unknown": 0},
+            "payloads": ["unknown"], "copy_payloads": [{"payload": "unknown",
+                                                       "direction": "HtoD"}]}
+    said = L.BY_ID["async_copy_native"].words(done)
+    assert "already" in said and "chunks" in said and "on a second stream so" not in said
+    said = L.BY_ID["copy_unknown_native"].words(done)
+    assert "already" in said and "(pinned memory, cudaMemcpyAsync" not in said
+    for waited in ({**done, "sync_copy_directions": {"HtoD": 2}},           # a blocking copy
+                   {**done, "h2d_source": {"copies": 5, "pinned": 3, "pageable": 2}},
+                   {k: v for k, v in done.items() if k != "sync_copy_directions"}):  # unknown
+        assert L.BY_ID["async_copy_native"].words(waited) == \
+            "cudaMemcpyAsync on a second stream so the copy overlaps compute"
+
+
+def test_con_kernel_is_not_told_to_use_cudamemcpyasync_it_uses():
+    # extra-p con_kernel: every copy a cudaMemcpyAsync from cudaHostAlloc memory on its
+    # kernel's own stream (14-18); the 38 MiB input of test2 is exposed only because test2
+    # needs it whole -- it was told "cudaMemcpyAsync on a second stream"
+    a = analysed(_corpus(CON_KERNEL))
+    said = {x["id"]: x["lever"] for x in a.verdict["actions"]}
+    assert "async_copy_native" in said
+    assert "already run as cudaMemcpyAsync" in said["async_copy_native"]
+    assert "(pinned memory, cudaMemcpyAsync" not in said.get("copy_unknown_native", "")
