@@ -134,3 +134,32 @@ def test_con_kernel_is_not_told_to_use_cudamemcpyasync_it_uses():
     assert "async_copy_native" in said
     assert "already run as cudaMemcpyAsync" in said["async_copy_native"]
     assert "(pinned memory, cudaMemcpyAsync" not in said.get("copy_unknown_native", "")
+
+
+# -- queued time outside a graph replay is not "inside the program's graph replays" --------
+
+TORCHREC_RANK0 = HTA + "negative_queue_length_values_check/rank0.json.gz"
+
+
+def test_queued_levers_price_their_own_evidence_in_a_graph_program():
+    ctx = {"pytorch": True, "uses_cuda_graphs": True, "lost_ns": 1000,
+           "queued_on": {"nothing traced": 700, "inside a CUDA graph replay (cudaGraphLaunch)": 200,
+                         "GPU-side": 100}}
+    got = {x["id"]: x["saves_ns"] for x in L.offered({"queued": 1000}, {}, {}, ctx, 1,
+                                                     ("queued",))
+           if x["id"] in ("queued_in_graphs", "queued_untraced")}
+    assert got == {"queued_untraced": 700, "queued_in_graphs": 200}
+    # every queued gap inside a replay: the node trace alone, as before
+    ctx["queued_on"] = {"inside a CUDA graph replay (cudaGraphLaunch)": 900}
+    got = [x["id"] for x in L.offered({"queued": 900}, {}, {}, ctx, 1, ("queued",))]
+    assert "queued_in_graphs" in got and "queued_untraced" not in got
+
+
+def test_torchrec_rank0_queued_time_outside_its_graphs_is_told_so():
+    # 689 ms queued: nothing traced 495 ms, inside a cudaGraphLaunch 128 ms; the whole of it
+    # was priced under "the GPU idles with work queued inside the program's own CUDA graph
+    # replays" (125 ms a step)
+    a = analysed(_corpus(TORCHREC_RANK0))
+    acts = {x["id"]: x for x in a.verdict["actions"]}
+    assert acts["queued_untraced"]["saves_ns"] > acts["queued_in_graphs"]["saves_ns"] > 0
+    assert [x["id"] for x in a.verdict["actions"]][0] == "queued_untraced"

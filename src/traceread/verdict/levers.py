@@ -685,6 +685,23 @@ def no_other_process(c: Ctx) -> bool:
     return not other_process(c)
 
 
+def queued_outside_graphs(c: Ctx) -> bool:
+    """No CUDA graphs, or queued time that nothing traced explains outside their replays
+    (``queued_on``: "nothing traced", not "inside a CUDA graph replay"): HTA's torchrec
+    rank0 (negative_queue_length) replays graphs, yet 72% of its queued time lies between
+    ops of no graph launch -- told "inside the program's own CUDA graph replays"."""
+    if no_graphs(c):
+        return True
+    by = queued_by_kind(c.get("queued_on"))
+    return bool(by and by["untraced"] > 0)
+
+
+def queued_in_replays(c: Ctx) -> bool:
+    """Queued time inside a CUDA graph replay (``queued_on``; unknown: yes)."""
+    by = queued_by_kind(c.get("queued_on"))
+    return by is None or by["graph"] > 0
+
+
 def no_fp16(c: Ctx) -> bool:
     """fp16 does not already run (fp16 GEMM kernels, fp16 autocast): bf16 advice would be a
     lateral move there."""
@@ -1109,7 +1126,7 @@ SAVING_MODELS: dict[str, SavingModel] = {m.id: m for m in (
                 "the broadcast is exposed"),
     SavingModel("queued", "the queued time whose waited_on evidence is this lever's kind "
                 "(queued_on: an event wait or another stream's op, GPU-side front-end "
-                "latency, or nothing traced / a graph replay), capped at the queued score",
+                "latency, or nothing traced, or inside a graph replay), capped at the queued score",
                 _save_queued, True, "the wait goes whole"),
     SavingModel("pp_bubble", "the pipeline step time (pp_step_ns) x (min(measured bubble, "
                 "theory at m) - theory at 2m): only the schedule's part of the bubble shrinks; a "
@@ -1634,9 +1651,9 @@ LEVERS: tuple[Lever, ...] = (
     Lever("queued_other_process", "queued", _queued_other_text, "infra", saves="queued",
           waits="untraced", when=_all(other_process), first=True),
     Lever("queued_in_graphs", "queued", _queued_in_graphs_text, "free", saves="queued",
-          waits="untraced", when=_all(no_other_process, uses_graphs)),
+          waits="graph", when=_all(no_other_process, uses_graphs, queued_in_replays)),
     Lever("queued_untraced", "queued", _queued_untraced_text, "free", saves="queued",
-          waits="untraced", when=_all(no_other_process, no_graphs)),
+          waits="untraced", when=_all(no_other_process, queued_outside_graphs)),
     # gpu: busy-time levers with a saving (passes/busy.py), for every bound
     Lever("tf32", "gpu", TF32_TEXT, "free", saves="busy", busy="tf32",
           when=_all(PT, tf32_device, not_gemv)),
@@ -1939,13 +1956,13 @@ def replayed(lv: Lever, ctx: Ctx) -> int | None:
 def queued_by_kind(waited: dict | None) -> dict | None:
     """Queued ns per kind of ``waited_on`` evidence (attribution.waited_by: ns per text):
     ``event`` (an event wait or another stream's op), ``gpu_side``, ``untraced`` (nothing
-    traced, or inside a graph replay). None without a breakdown."""
+    traced), ``graph`` (inside a CUDA graph replay). None without a breakdown."""
     if not waited:
         return None
-    by = {"event": 0, "gpu_side": 0, "untraced": 0}
+    by = {"event": 0, "gpu_side": 0, "untraced": 0, "graph": 0}
     for text, ns in waited.items():
-        kind = "gpu_side" if text == "GPU-side" else \
-            "untraced" if text.startswith(("nothing", "inside")) else "event"
+        kind = "gpu_side" if text == "GPU-side" else "untraced" if text.startswith("nothing") \
+            else "graph" if text.startswith("inside") else "event"
         by[kind] += int(ns)
     return by
 
