@@ -163,3 +163,18 @@ def test_torchrec_rank0_queued_time_outside_its_graphs_is_told_so():
     acts = {x["id"]: x for x in a.verdict["actions"]}
     assert acts["queued_untraced"]["saves_ns"] > acts["queued_in_graphs"]["saves_ns"] > 0
     assert [x["id"] for x in a.verdict["actions"]][0] == "queued_untraced"
+
+
+def test_a_window_outside_the_trace_is_said_in_the_options_syntax():
+    # "--window: 99000: ms lies outside the trace": the unit cut from the value it belongs to
+    from click.testing import CliRunner
+
+    from traceread import cli
+
+    trace = Path(__file__).parent / "fixtures" / "kineto" / "hta_sampled_rank-1.json.gz"
+    r = CliRunner().invoke(cli.main, ["analyze", "--no-cache", "--window", "99s:", str(trace)])
+    assert r.exit_code == 1
+    assert "99000ms: lies outside the trace" in r.output
+    r = CliRunner().invoke(cli.main, ["analyze", "--no-cache", "--window", "98s:99s",
+                                      str(trace)])
+    assert "98000ms:99000ms lies outside the trace" in r.output

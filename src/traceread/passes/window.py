@@ -122,10 +122,9 @@ def choose(ev: pd.DataFrame, steps: pd.DataFrame, ops: pd.DataFrame, *,
         if lo >= t1 or hi <= lo:
             from ..errors import TraceError
 
-            raise TraceError("--window", f"{int(window[0]) / 1e6:g}:"
-                             f"{'' if window[1] is None else f'{int(window[1]) / 1e6:g}'} ms "
-                             f"lies outside the trace (0 to {(t1 - t0) / 1e6:g} ms after its "
-                             "first event)")
+            end = "" if window[1] is None else f"{int(window[1]) / 1e6:g}ms"
+            raise TraceError("--window", f"{int(window[0]) / 1e6:g}ms:{end} lies outside the "
+                             f"trace (0 to {(t1 - t0) / 1e6:g} ms after its first event)")
         kept = _steps_inside(steps, lo, hi)
         w = Window("explicit", lo, max(lo, hi), kept, len(steps), t0, t1)
         w.excluded = _edges(ev, w, "before the window", "after the window")
