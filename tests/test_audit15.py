@@ -178,3 +178,14 @@ def test_a_window_outside_the_trace_is_said_in_the_options_syntax():
     r = CliRunner().invoke(cli.main, ["analyze", "--no-cache", "--window", "98s:99s",
                                       str(trace)])
     assert "98000ms:99000ms lies outside the trace" in r.output
+
+
+def test_a_compiled_region_without_its_id_is_still_a_call():
+    # HTA triton_example (an older torch): "Torch-Compiled Region" with no ": F/N" -- the
+    # compile command said "compiled-region calls 0" beside the 3 ms region
+    from traceread import load
+    from traceread.passes.compile import compile_summary
+
+    p = _corpus(HTA + "triton_example/triton_example__blob0935c73d.json.gz")
+    s = compile_summary(load(p).events)
+    assert s["compiled_region_calls"] == 1 and s["compiles"] == 0

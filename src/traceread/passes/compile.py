@@ -9,7 +9,8 @@ Real torch.profiler traces (torch 2.13, also older releases) contain:
 * compile-id markers -- ``user_annotation`` ranges ``<phase>_data: compile_id=F/N``
   (torch >= 2.6) inside the spans of one compile;
 * compiled-region runs -- ``Torch-Compiled Region: F/N`` (frame F, its N-th
-  compile; N >= 1 is a recompile; ``!A/F/N`` or ``!A`` ids are compiled autograd);
+  compile; N >= 1 is a recompile; ``!A/F/N`` or ``!A`` ids are compiled autograd; older
+  releases write a bare ``Torch-Compiled Region``: a call counted, its frame unknown);
 * guard evaluation -- ``TorchDynamo Cache Lookup`` before every call.
 
 A *graph break* splits a function into compiled pieces: Dynamo compiles the code before
@@ -76,6 +77,8 @@ def _marker_search(s: str):
             return last
     return None
 _REGION_RE = namerx.compile(r"^Torch-Compiled Region: (\S+)$")
+# older torch (2.2-2.3) names the region without its compile id: a call all the same
+BARE_REGION = "Torch-Compiled Region"
 CACHE_LOOKUP = "TorchDynamo Cache Lookup"
 _HOST_KINDS = ("cpu_op", "annotation")
 
@@ -363,6 +366,8 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
     look_iv = intervals.union(ls, ls + look["dur"].to_numpy(np.int64))
     idle, has_gpu = _idle(ev, gaps)
     idle_overlap = intervals.total(intervals.intersect(comp_iv, idle)) if has_gpu else 0
+    bare = _host(ev, lambda n: True if n == BARE_REGION else None, rows,
+                 cand=lambda t: t.equals((BARE_REGION,)))
     cg = _host(ev, lambda n: True if _is_cudagraph_record(n) else None, rows,
                cand=lambda t: t.hits(_CUDAGRAPH_RE))
     cs = cg["ts"].to_numpy(np.int64)
@@ -399,7 +404,7 @@ def compile_summary(events, gaps=None, steps=None) -> dict:
         "idle_overlap_ns": int(idle_overlap),
         "gpu_ops": bool(has_gpu),
         "episodes": int(len(ce)),
-        "compiled_region_calls": int(len(regions)),
+        "compiled_region_calls": int(len(regions) + len(bare)),
         "cudagraph_record_ns": int(cg_ns),
         "frames": frames,
         **graph_breaks(regions),
