@@ -189,3 +189,11 @@ def test_a_compiled_region_without_its_id_is_still_a_call():
     p = _corpus(HTA + "triton_example/triton_example__blob0935c73d.json.gz")
     s = compile_summary(load(p).events)
     assert s["compiled_region_calls"] == 1 and s["compiles"] == 0
+
+
+def test_a_free_after_the_last_gpu_op_is_teardown_not_churn():
+    # PARAM simple_add (HTA execution_trace): its one cudaFree comes 114 ms after the last
+    # kernel -- the program's teardown; no "remove empty_cache() from the loop"
+    a = analysed(_corpus(HTA + "execution_trace/benchmark_simple_add_trace.json.gz"))
+    assert a.context["device_frees"] == 0
+    assert "no_empty_cache" not in _ids(a)

@@ -30,6 +30,7 @@ from ..passes.common import GRAPH_LAUNCH_RX, kind_in, name_lut
 from ..passes.factkit import Steps
 from ..passes.newfacts import window_facts
 from ..passes.preconditions import precondition_facts
+from ..table import GPU_OP_KINDS
 from .program import HOST_KINDS as PROGRAM_HOST_KINDS, names_of, program_context
 
 MULTI_WORKER_RX = namerx.compile(r"_MultiProcessingDataLoaderIter")
@@ -121,13 +122,22 @@ def _device_free_rows(ev: pd.DataFrame, rx=DEVICE_FREE_RX) -> np.ndarray:
 
 
 def device_frees(ev: pd.DataFrame) -> int:
-    """Device-memory frees anywhere in the window (not only the gaps' largest host ops):
-    with the caching allocator on, one is an ``empty_cache()`` or a release to retry an
-    allocation -- churn, never an allocator still growing. PARAM's alexnet (HTA's
-    overlaid_critical_path_trace): a 9.1 ms cudaFree inside ``[param|clear_cache]``, 16th
-    of the gaps' host ops, was missed and the 246 ms of cudaMalloc after it read "still
-    growing"."""
-    return int(len(_device_free_rows(ev, RELEASE_RX)))
+    """Device-memory frees while the window's GPU works (its first GPU op's start to its last
+    one's end; not only among the gaps' largest host ops): with the caching allocator on,
+    one is an ``empty_cache()`` or a release to retry an allocation -- churn, never an
+    allocator still growing. PARAM's alexnet (HTA's overlaid_critical_path_trace): a 9.1 ms
+    cudaFree inside ``[param|clear_cache]``, 16th of the gaps' host ops, was missed and the
+    246 ms of cudaMalloc after it read "still growing". A free after the last GPU op is the
+    program's teardown (PARAM's simple_add: one cudaFree 114 ms after its last kernel), not
+    churn in the loop."""
+    rows = _device_free_rows(ev, RELEASE_RX)
+    gpu = kind_in(ev, GPU_OP_KINDS)
+    if not len(rows) or not gpu.any():
+        return int(len(rows))
+    ts = ev["ts"].to_numpy(np.int64)
+    first = int(ts[gpu].min())
+    last = int((ts[gpu] + ev["dur"].to_numpy(np.int64)[gpu]).max())
+    return int(((ts[rows] >= first) & (ts[rows] < last)).sum())
 
 
 def allocator_uncached(ev: pd.DataFrame) -> bool:
