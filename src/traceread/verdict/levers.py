@@ -480,8 +480,8 @@ def allocator_uncached(c: Ctx) -> bool:
 
 
 def _frees(c: Ctx) -> int | None:
-    """Device-memory frees in the window (``device_frees``, every one the window holds), else
-    those among the gaps' top host ops (``alloc_frees``); None: unknown."""
+    """Device-memory frees while the window's GPU works (``device_frees``), else those among
+    the gaps' top host ops (``alloc_frees``); None: unknown."""
     n = c.get("device_frees")
     if n is None:
         n = c.get("alloc_frees")
@@ -495,8 +495,8 @@ def device_frees(c: Ctx) -> bool:
 
 
 def allocator_growing(c: Ctx) -> bool:
-    """Allocations and no release anywhere in the window (``device_frees``): the caching
-    allocator is still growing. A free in the window -- an empty_cache() -- is churn, even
+    """Allocations and no release while the window's GPU works (``device_frees``): the
+    caching allocator is still growing. A free there -- an empty_cache() -- is churn, even
     outside the gaps' largest host ops."""
     return _frees(c) == 0
 
