@@ -163,6 +163,9 @@ def test_torchrec_rank0_queued_time_outside_its_graphs_is_told_so():
     acts = {x["id"]: x for x in a.verdict["actions"]}
     assert acts["queued_untraced"]["saves_ns"] > acts["queued_in_graphs"]["saves_ns"] > 0
     assert [x["id"] for x in a.verdict["actions"]][0] == "queued_untraced"
+    # each reason names its own time in ns the words read as ms, not the breakdown's raw dict
+    facts = {b["fact"]: b["value"] for b in acts["queued_untraced"]["because"]}
+    assert facts.get("queued_nothing_traced_ns") == 494_986_000 and "queued_on" not in facts
 
 
 def test_a_window_outside_the_trace_is_said_in_the_options_syntax():

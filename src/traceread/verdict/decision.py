@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..passes.facts import WindowFacts
 from . import scores, whatif
-from .levers import BY_ID, fitting_busy
+from .levers import BY_ID, fitting_busy, queued_kind_figures
 from .busy import busy_levers, headline, memory_levers
 from .steady import adjust_verdict
 from .placement import busy_placement
@@ -120,6 +120,7 @@ def lever_context(facts: WindowFacts, blev: list[dict] | None = None) -> dict:
     busy-time levers priced on them (``busy_levers``: lever id -> its saving and why)."""
     blev = busy_levers(facts.figures.get("busy")) if blev is None else blev
     return dict(facts.program, **facts.figures,
+                **queued_kind_figures(facts.figures.get("queued_on")),
                 busy_levers={lv["lever"]: lv for lv in blev},
                 gpu_path_share=gpu_path_share(facts.replay, facts.figures))
 

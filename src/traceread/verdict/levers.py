@@ -685,6 +685,26 @@ def no_other_process(c: Ctx) -> bool:
     return not other_process(c)
 
 
+# the queued time of two kinds of ``queued_on`` evidence, as the lever context carries them
+# (decision.lever_context: ms in the reasons, not a dict of raw ns)
+QUEUED_KIND_KEYS = {"untraced": "queued_nothing_traced_ns", "graph": "queued_in_graph_replays_ns"}
+
+
+def queued_kind_figures(queued_on: dict | None) -> dict:
+    """``{queued_nothing_traced_ns, queued_in_graph_replays_ns}`` of ``queued_on`` ({} when
+    it has no breakdown)."""
+    by = queued_by_kind(queued_on)
+    return {key: int(by[kind]) for kind, key in QUEUED_KIND_KEYS.items()} if by else {}
+
+
+def _queued_kind_ns(c: Ctx, kind: str) -> int | None:
+    ns = c.get(QUEUED_KIND_KEYS[kind])
+    if ns is None:   # a context built without the figures: from the breakdown itself
+        by = queued_by_kind(c.get("queued_on"))
+        ns = by[kind] if by else None
+    return None if ns is None else int(ns)
+
+
 def queued_outside_graphs(c: Ctx) -> bool:
     """No CUDA graphs, or queued time that nothing traced explains outside their replays
     (``queued_on``: "nothing traced", not "inside a CUDA graph replay"): HTA's torchrec
@@ -692,14 +712,13 @@ def queued_outside_graphs(c: Ctx) -> bool:
     ops of no graph launch -- told "inside the program's own CUDA graph replays"."""
     if no_graphs(c):
         return True
-    by = queued_by_kind(c.get("queued_on"))
-    return bool(by and by["untraced"] > 0)
+    return bool(_queued_kind_ns(c, "untraced"))
 
 
 def queued_in_replays(c: Ctx) -> bool:
     """Queued time inside a CUDA graph replay (``queued_on``; unknown: yes)."""
-    by = queued_by_kind(c.get("queued_on"))
-    return by is None or by["graph"] > 0
+    ns = _queued_kind_ns(c, "graph")
+    return ns is None or ns > 0
 
 
 def no_fp16(c: Ctx) -> bool:
