@@ -200,3 +200,32 @@ def test_a_free_after_the_last_gpu_op_is_teardown_not_churn():
     a = analysed(_corpus(HTA + "execution_trace/benchmark_simple_add_trace.json.gz"))
     assert a.context["device_frees"] == 0
     assert "no_empty_cache" not in _ids(a)
+
+
+# -- the step anatomy of a cut file: a median backward count no step has ------------------
+
+def test_a_truncated_gzip_is_analysed_not_an_internal_error(tmp_path):
+    # HTA sampled_rank-1 cut at 30 KB keeps two steps, one backward pass in the first and none
+    # in the cut one: the median (0.5) matched no step, the ordinary steps were empty and the
+    # micro-batch model took int(NaN)
+    from click.testing import CliRunner
+
+    from traceread import cli
+
+    src = Path(__file__).parent / "fixtures" / "kineto" / "hta_sampled_rank-1.json.gz"
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(src.read_bytes()[:30_000])
+    r = CliRunner().invoke(cli.main, ["analyze", "--no-cache", "--format", "json", str(cut)])
+    assert r.exit_code == 0, r.output
+    assert "internal error" not in r.output
+
+
+def test_typical_backward_passes_is_a_count_some_step_has():
+    import pandas as pd
+
+    from traceread.passes.anatomy import _typical_passes
+
+    assert _typical_passes(pd.Series([1, 0])) == 1
+    assert _typical_passes(pd.Series([2, 2, 3, 3])) == 2
+    assert _typical_passes(pd.Series([4, 4, 4, 0, 0])) == 4
+    assert _typical_passes(pd.Series([0, 0])) == 0

@@ -854,11 +854,19 @@ def _passes(tab: pd.DataFrame) -> dict:
             "optimizer_steps_per_step": float(tab["optimizer_steps"].median())}
 
 
+def _typical_passes(bp: pd.Series) -> int:
+    """Backward passes of an ordinary step: the lower median over the steps that run any -- a
+    count some step has (a truncated file's [1, 0] has no step at the median 0.5); 0: none."""
+    v = np.sort(bp[bp >= 1].to_numpy())
+    return int(v[(len(v) - 1) // 2]) if len(v) else 0
+
+
 def _micro_batches(host: dict, steps: pd.DataFrame, tab: pd.DataFrame) -> dict | None:
     """Backward passes per optimizer step, and what one forward + backward costs."""
     spans = [p for ps in tab["pass_spans"] for p in ps]
     if not spans:
         return None
+    typical = _typical_passes(tab["backward_passes"])
     opt = host["ts"][_cls(host, "optimizer_step")]
     if len(opt):
         # passes ending between consecutive optimizer steps (the first group may be cut)
@@ -869,15 +877,15 @@ def _micro_batches(host: dict, steps: pd.DataFrame, tab: pd.DataFrame) -> dict |
         m = int(per.median())
         basis = "optimizer steps"
     else:
-        m = int(tab["backward_passes"].median())
+        m = typical
         basis = "profiler steps"
-    if m < 1:
+    if m < 1 or typical < 1:
         return None
-    ordinary = tab[tab["backward_passes"] == tab["backward_passes"].median()]
+    ordinary = tab[tab["backward_passes"] == typical]
     fb = np.array([r["forward"] + r["backward"] for r in ordinary["host_ns"]], float)
     gfb = [r["forward"] + r["backward"] if r["forward"] is not None else None
            for r in ordinary["gpu_ns"]]
-    per_step = max(1, int(ordinary["backward_passes"].median()))
+    per_step = typical
     syncs = float(ordinary["syncs"].median())
     periods = [x for ps in ordinary["pass_periods"] for x in ps]
     pprof = [x for r in ordinary["prof"] for x in r["periods"]]
@@ -909,7 +917,7 @@ def _flop_fixed_each(ev: pd.DataFrame, pid: int, ordinary: pd.DataFrame,
     batch = [b[0] for b in ordinary["batch"] if b]
     rows = np.concatenate([np.asarray(r, np.int64) for r in ordinary["flop_rows_fb"]]
                           or [np.zeros(0, np.int64)])
-    per_step = max(1, int(ordinary["backward_passes"].median()))
+    per_step = max(1, _typical_passes(ordinary["backward_passes"]))
     if int(mb.get("per_optimizer_step") or 0) < 2 or not batch or not len(rows):
         return None
     # the thread's ops in the ordinary steps: the nesting (own time) and the per-name fit
