@@ -306,6 +306,89 @@ def test_calls_made_inside_a_compile_op_go_with_it_and_their_kernels():
     assert p["compile_ns"] == 2_020 * US + 10 * US   # the compile stretches and the 2 calls
 
 
+def _compiled_step(first_gap_us: int, later_gap_us: int = 30):
+    """A Kineto-like step that recompiles: the program's Python, the failed guards' cache
+    lookup, 1 ms with no op (dynamo starting the recompile), the build, 0.1 ms with no op,
+    then the region's first call: 3 layers of (region piece, launch), the first layer's
+    piece ``first_gap_us`` (its lazy first run), the later ones ``later_gap_us``."""
+    tune = "compile_fx_inner (dynamo_timed)"
+    layers = []
+    for i in range(3):
+        layers += [op("Torch-Compiled Region: 0/1", (first_gap_us if i == 0 else later_gap_us) * US),
+                   _call("cudaLaunchKernel", 5 * US)]
+    return [py(40 * US), _call("cudaLaunchKernel", 5 * US), py(60 * US),
+            op("TorchDynamo Cache Lookup", 40 * US), py(1_000 * US), ("host", tune, 50_000 * US, "compile"),
+            py(100 * US), *layers, op("aten::sum", 20 * US), _call("cudaLaunchKernel", 5 * US)]
+
+
+def test_no_recompile_takes_the_stretches_at_the_builds_ends_and_warms_the_first_run():
+    # the 1 ms before the build and the 0.1 ms after it go with it (no op ran there: the
+    # recompile's own ends); the first layer's 400 us piece costs what layers 2 and 3 show
+    # (30 us); the program's Python, the cache lookup, the launches and the later layers stay
+    step = _compiled_step(400)
+    g = host_graph([step])
+    launchers = [i for i, nm in enumerate(g.nodes["name"]) if nm == "cudaLaunchKernel"]
+    g = _with_gpu(g, launchers, ns=1 * US)
+    p = {}
+    out = W.drop_compile(g.copy(), W.Facts(), p)
+    cost = out.nodes[out.nodes["lane"] == 0].set_index("seq")["cost_ns"]
+    assert cost[5] == 0 and cost[6] == 0 and cost[7] == 0          # 1 ms, build, 0.1 ms
+    assert cost[1] == 40 * US and cost[3] == 60 * US and cost[4] == 40 * US
+    assert cost[8] == 30 * US and cost[10] == 30 * US and cost[12] == 30 * US
+    assert p["compile_ns"] == 51_100 * US and p["first_run_ns"] == 370 * US
+    r = W.replay_models(g, W.Facts(), ["no_recompile"])
+    assert r["after_ns"] == (40 + 5 + 60 + 40 + 3 * (30 + 5) + 20 + 5) * US
+
+
+def test_the_first_run_is_warmed_only_where_later_runs_show_it_and_never_raised():
+    # a first piece shorter than its later runs keeps its time; with one later run the
+    # place is not priced from it (FIRST_RUN_PEERS = 2)
+    g = host_graph([_compiled_step(10)])
+    p = {}
+    out = W.drop_compile(g.copy(), W.Facts(), p)
+    assert out.nodes.set_index("seq")["cost_ns"][8] == 10 * US and p["first_run_ns"] == 0
+    step = _compiled_step(400)
+    del step[-5:-3]   # the third layer: one later run left
+    p = {}
+    W.drop_compile(host_graph([step]).copy(), W.Facts(), p)
+    assert p["first_run_ns"] == 0
+
+
+def test_no_recompile_leaves_an_untraced_lanes_neighbours_to_the_mark():
+    # nsys-like (no op named): the stretches beside a marked build are everything else the
+    # thread did; the facts' mark alone says what is compilation
+    step = [py(1_000 * US), ("host", "untraced", 50_000 * US, "compile"), py(100 * US),
+            _call("cudaLaunchKernel", 5 * US)]
+    p = {}
+    W.drop_compile(host_graph([step]).copy(), W.Facts(), p)
+    assert p["compile_ns"] == 50_000 * US
+
+
+def test_no_recompile_on_gpu_compile_kineto_takes_the_recompiles_ends():
+    # gpu/compile.bad (Kineto): each step's failed guards -> dynamo's 1.2 ms before
+    # entire_frame_compile (it holds `dynamo_data: compile_id=0/N`) and the 0.14 ms after the
+    # build, before the region runs, go with the build; the first layer's
+    # PythonDispatchMode before its addmm's cudaMemsetAsync costs what layers 2-4's do
+    a = traceread.analyze(str(FIXTURES / "gpu" / "compile.bad.json.gz"))
+    g, _ = W.graph_of(a)
+    p = {}
+    out = W.drop_compile(g.copy(), W.Facts(), p)
+    n, o = out.nodes, g.nodes
+    lookup = np.flatnonzero((o["name"] == "TorchDynamo Cache Lookup").to_numpy())
+    nxt = o.set_index(["lane", "seq"])
+    for i in lookup:   # the stretch right after each cache lookup: no op, then the build
+        after = (int(o["lane"][i]), int(o["seq"][i]) + 1)
+        assert nxt.loc[after, "cat"] == "untraced" and nxt.loc[after, "cost_ns"] > 100 * US
+        assert out.nodes.set_index(["lane", "seq"]).loc[after, "cost_ns"] == 0
+    pdm = (o["name"] == "PythonDispatchMode").to_numpy() & (o["kind"] == "host").to_numpy()
+    for s in np.unique(o["step"][pdm]):
+        was = o["cost_ns"].to_numpy()[pdm & (o["step"] == s).to_numpy()]
+        now = n["cost_ns"].to_numpy()[pdm & (o["step"] == s).to_numpy()]
+        assert was[0] > 2 * was[1:].max() and now[0] <= was[1:].max()
+        assert (now[1:] == was[1:]).all()
+    assert p["first_run_ns"] > 0
+
+
 def test_fit_is_reused_only_where_its_inputs_are_equal():
     g = host_graph(PLANTED)
     t = H.fit(g)

@@ -289,14 +289,16 @@ def _remove_ops(g, mask, p: dict | None = None) -> int:
     return _zero(g, gone)
 
 
-def _traced_lanes(g) -> np.ndarray:
+def _traced_lanes(g, but=None) -> np.ndarray:
     """The host lanes whose ops the trace names (Kineto: cpu_op / python stretches around
     most launches). A sync stretch or a few named ranges do not make a lane traced: an nsys
     capture has sync stretches and may name an op or two (gpu/launch: 2 cpu_op stretches
-    beside 9,624 launch calls), and its untraced stretches still hold the dispatch."""
+    beside 9,624 launch calls), and its untraced stretches still hold the dispatch. ``but``:
+    nodes not counted (the compiler's own: an autotuner's 2,100 calls a step)."""
     lanes = g.nodes["lane"].to_numpy()
-    named = lanes[_kind(g, "host") & _cat(g, "cpu_op", "python")]
-    calls = lanes[_kind(g, "launch")]
+    keep = np.ones(len(lanes), bool) if but is None else ~np.asarray(but, bool)
+    named = lanes[_kind(g, "host") & _cat(g, "cpu_op", "python") & keep]
+    calls = lanes[_kind(g, "launch") & keep]
     out = [x for x in np.unique(named).tolist()
            if TRACED_SHARE * int((calls == x).sum()) <= int((named == x).sum())]
     return np.asarray(out, dtype=lanes.dtype)
@@ -1320,11 +1322,91 @@ def drop_compile(g, f: Facts, p: dict):
     if not m.any():
         return "no compilation inside the replayed steps"
     m |= _calls_inside(g, m)
-    p["compile_ns"] = per_step(g, g.nodes["cost_ns"].to_numpy(np.int64), m)
     gpu = _launched_by(g, m)
+    m |= _compile_borders(g, m)
+    cost = g.nodes["cost_ns"].to_numpy(np.int64)
+    p["compile_ns"] = per_step(g, cost, m)
     p["compile_gpu_ops"] = per_step(g, np.ones(len(gpu), np.int64), gpu)
     _zero(g, m | gpu)
+    warm = _first_runs_warm(g, m)
+    p["first_run_ns"] = per_step(g, g.nodes["cost_ns"].to_numpy(np.int64) - warm)
+    _set_cost(g, np.ones(len(warm), bool), warm)
     return g
+
+
+def _compile_borders(g, compiled) -> np.ndarray:
+    """The stretches with no op in them (``untraced``, on a lane whose ops are traced) right
+    before or right after a compile stretch on its lane, no call between: the recompile's
+    own ends. gpu/compile.bad (Kineto): the 1.2 ms between the failed guards' ``TorchDynamo
+    Cache Lookup`` and ``entire_frame_compile`` holds dynamo's ``dynamo_data:
+    compile_id=0/4`` (the recompile under way), and 0.14 ms follow the build before its
+    region runs; AFTER runs its region 1.7 us after the cache lookup."""
+    o = _lane_order(g)
+    n = g.nodes
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    c = np.asarray(compiled, bool)[o]
+    host = (_kind(g, "host") & _cat(g, "untraced"))[o] & ~c
+    host &= np.isin(lane, _traced_lanes(g, compiled))   # no op named: untraced is all
+    same = np.r_[False, (lane[1:] == lane[:-1]) & (step[1:] == step[:-1])]
+    after = same & np.r_[False, c[:-1]]          # the previous node on the lane compiled
+    before = np.r_[same[1:] & c[1:], False]      # the next one does
+    out = np.zeros(len(o), bool)
+    out[o] = host & (after | before)
+    return out
+
+
+FIRST_RUN_PEERS = 2   # later runs of the same place that show a code path's warm cost
+
+
+def _first_runs_warm(g, compiled) -> np.ndarray:
+    """Each node's cost, the first run of a place in freshly compiled code priced at its warm
+    runs. In a step that compiled, after its last compile node on the lane, a place is the
+    host time between two calls that queue GPU work or wait for it (not an event destroyed,
+    a kernel's name asked), named by those two calls; its first run costs at most the
+    largest of its later runs in the step, where at least ``FIRST_RUN_PEERS`` show it
+    (scaled down alike). A code path's first run pays its lazy set-up, later runs of the
+    same code in the same call do not. gpu/compile.bad: Kineto, the first layer's
+    ``PythonDispatchMode`` before its addmm's ``cudaMemsetAsync`` 208 us, layers 2-4's 62
+    and 49 us (AFTER's addmm 47-56 us); the region's 0.79 ms between the autotuner and the
+    tuned kernel's launch, 29-58 us in layers 2-4; nsys, 546 us and 183 us at the same
+    places, 22-52 us in the later layers."""
+    n = g.nodes
+    cost = n["cost_ns"].to_numpy(np.int64)
+    o = _lane_order(g)
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    c = np.asarray(compiled, bool)[o]
+    k = n["kind"].to_numpy()[o]
+    co = cost[o]
+    call = (_launches_of(g, _gpu_work(g)) | _kind(g, "sync_wait"))[o] & (co > 0)
+    pos = np.arange(len(o))
+    grp = np.r_[0, np.cumsum((lane[1:] != lane[:-1]) | (step[1:] != step[:-1]))]
+    last_c = pd.Series(np.where(c, pos, -1)).groupby(grp).transform("max").to_numpy()
+    cand = (k == "host") & (co > 0) & (last_c >= 0) & (pos > last_c) & (step >= 0)
+    if not cand.any():
+        return cost.copy()
+    names = _str_names(g)[o]
+    prev = np.maximum.accumulate(np.where(call, pos, -1))
+    nxt = np.minimum.accumulate(np.where(call, pos, len(o))[::-1])[::-1]
+    ok = (prev >= 0) & (nxt < len(o))
+    ok &= (grp[np.maximum(prev, 0)] == grp) & (grp[np.minimum(nxt, len(o) - 1)] == grp)
+    rows = np.flatnonzero(cand & ok)
+    f = pd.DataFrame({"g": grp[rows], "pc": names[prev[rows]], "nc": names[nxt[rows]],
+                      "seg": prev[rows], "cost": co[rows]})
+    seg = f.groupby(["g", "pc", "nc", "seg"], sort=True)["cost"].sum().reset_index()
+    key = ["g", "pc", "nc"]
+    seg["first"] = seg.groupby(key)["seg"].transform("min") == seg["seg"]
+    later = seg[~seg["first"]].groupby(key)["cost"].agg(["max", "size"])
+    firsts = seg[seg["first"]].join(later, on=key)
+    firsts = firsts[(firsts["size"] >= FIRST_RUN_PEERS) & (firsts["cost"] > firsts["max"])]
+    out = cost.copy()
+    if not len(firsts):
+        return out
+    scale = pd.Series((firsts["max"] / firsts["cost"]).to_numpy(),
+                      index=firsts["seg"].to_numpy())
+    hit = f["seg"].isin(scale.index).to_numpy()
+    idx = o[rows[hit]]
+    out[idx] = np.rint(cost[idx] * scale.reindex(f["seg"].to_numpy()[hit]).to_numpy())
+    return out
 
 
 def _calls_inside(g, stretches) -> np.ndarray:
