@@ -1369,7 +1369,14 @@ def _first_runs_warm(g, compiled) -> np.ndarray:
     ``PythonDispatchMode`` before its addmm's ``cudaMemsetAsync`` 208 us, layers 2-4's 62
     and 49 us (AFTER's addmm 47-56 us); the region's 0.79 ms between the autotuner and the
     tuned kernel's launch, 29-58 us in layers 2-4; nsys, 546 us and 183 us at the same
-    places, 22-52 us in the later layers."""
+    places, 22-52 us in the later layers. The region's wrapper (pieces named by
+    ``COMPILED_RX``: the generated code between the kernels it calls) runs the same Python
+    at each call it makes, its exit too: after the build's first launch a piece of it that
+    no later run shows warm costs at most its largest warm piece (Kineto: the 2.86 ms after
+    the last kernel's launch, inside ``CompiledFunction`` once ``## Call CompiledFxGraph``
+    returned, -> 58 us: layers 2-4's 58, 30, 29 us; AFTER's exit, from the graph's return
+    to the region's, 67-85 us). A place is named by its two calls and its costliest
+    stretch's name."""
     n = g.nodes
     cost = n["cost_ns"].to_numpy(np.int64)
     o = _lane_order(g)
@@ -1391,21 +1398,38 @@ def _first_runs_warm(g, compiled) -> np.ndarray:
     ok &= (grp[np.maximum(prev, 0)] == grp) & (grp[np.minimum(nxt, len(o) - 1)] == grp)
     rows = np.flatnonzero(cand & ok)
     f = pd.DataFrame({"g": grp[rows], "pc": names[prev[rows]], "nc": names[nxt[rows]],
-                      "seg": prev[rows], "cost": co[rows]})
-    seg = f.groupby(["g", "pc", "nc", "seg"], sort=True)["cost"].sum().reset_index()
-    key = ["g", "pc", "nc"]
+                      "seg": prev[rows], "cost": co[rows], "name": names[rows]})
+    by = f.groupby(["g", "pc", "nc", "seg"], sort=True)
+    seg = by["cost"].sum().reset_index()
+    # and by what runs there: the name of its costliest stretch
+    seg["top"] = f.loc[by["cost"].idxmax().to_numpy(), "name"].to_numpy()
+    key = ["g", "pc", "nc", "top"]
     seg["first"] = seg.groupby(key)["seg"].transform("min") == seg["seg"]
     later = seg[~seg["first"]].groupby(key)["cost"].agg(["max", "size"])
     firsts = seg[seg["first"]].join(later, on=key)
-    firsts = firsts[(firsts["size"] >= FIRST_RUN_PEERS) & (firsts["cost"] > firsts["max"])]
+    shown = firsts["size"] >= FIRST_RUN_PEERS
+    firsts = firsts[shown & (firsts["cost"] > firsts["max"])]
     out = cost.copy()
-    if not len(firsts):
+    if len(firsts):
+        scale = pd.Series((firsts["max"] / firsts["cost"]).to_numpy(),
+                          index=firsts["seg"].to_numpy())
+        hit = f["seg"].isin(scale.index).to_numpy()
+        idx = o[rows[hit]]
+        out[idx] = np.rint(cost[idx] * scale.reindex(f["seg"].to_numpy()[hit]).to_numpy())
+    # the compiled region's wrapper (its own Python between the kernels it calls) after the
+    # build's first launch: a piece no later run shows warm (its exit) costs at most its
+    # largest warm piece
+    warm = seg[~seg["first"]].join(later["size"], on=key)
+    warm = f["seg"].isin(warm.loc[warm["size"] >= FIRST_RUN_PEERS, "seg"]).to_numpy()
+    wrap = _match(g, COMPILED_RX)[o][rows]
+    if not (warm & wrap).any():
         return out
-    scale = pd.Series((firsts["max"] / firsts["cost"]).to_numpy(),
-                      index=firsts["seg"].to_numpy())
-    hit = f["seg"].isin(scale.index).to_numpy()
-    idx = o[rows[hit]]
-    out[idx] = np.rint(cost[idx] * scale.reindex(f["seg"].to_numpy()[hit]).to_numpy())
+    pieces = pd.Series(co[rows[warm & wrap]]).groupby(f["g"].to_numpy()[warm & wrap])
+    cap = pieces.max()[pieces.size() >= FIRST_RUN_PEERS]
+    after = wrap & ~warm & (prev[rows] > last_c[rows])
+    lim = cap.reindex(f["g"].to_numpy()[after]).to_numpy()
+    idx = o[rows[after]]
+    out[idx] = np.where(np.isnan(lim), out[idx], np.minimum(out[idx], np.nan_to_num(lim)))
     return out
 
 
