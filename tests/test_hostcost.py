@@ -358,6 +358,21 @@ def test_the_first_run_is_warmed_only_where_later_runs_show_it_and_never_raised(
     assert p["first_run_ns"] == 0
 
 
+def test_a_call_that_costs_nothing_still_marks_its_place():
+    # without the profiler's cost (passes/overhead.py) a short launch can cost 0 ns
+    # (gpu/compile.bad's cuLaunchKernel: 4.5-7 us of its 4.5-18 us): still a call the
+    # change keeps, which bounds the places around it (the first layer's piece still warms)
+    g = host_graph([_compiled_step(400, exit_us=2_000)])
+    n = g.nodes
+    n.loc[(n["name"] == "cuLaunchKernel").to_numpy(), ["cost_ns", "dur_ns"]] = 0
+    launchers = [i for i, nm in enumerate(n["name"]) if "LaunchKernel" in nm]
+    g = _with_gpu(g, launchers, ns=1 * US)
+    p = {}
+    out = W.drop_compile(g.copy(), W.Facts(), p)
+    assert _lane0(out)[10] == 30 * US and _lane0(out)[20] == 30 * US
+    assert p["first_run_ns"] == (370 + 1_970) * US
+
+
 def test_no_recompile_leaves_an_untraced_lanes_neighbours_to_the_mark():
     # nsys-like (no op named): the stretches beside a marked build are everything else the
     # thread did; the facts' mark alone says what is compilation

@@ -1361,11 +1361,11 @@ FIRST_RUN_PEERS = 2   # later runs of the same place that show a code path's war
 def _first_runs_warm(g, compiled) -> np.ndarray:
     """Each node's cost, the first run of a place in freshly compiled code priced at its warm
     runs. In a step that compiled, after its last compile node on the lane, a place is the
-    host time between two calls that queue GPU work or wait for it (not an event destroyed,
-    a kernel's name asked), named by those two calls; its first run costs at most the
-    largest of its later runs in the step, where at least ``FIRST_RUN_PEERS`` show it
-    (scaled down alike). A code path's first run pays its lazy set-up, later runs of the
-    same code in the same call do not. gpu/compile.bad: Kineto, the first layer's
+    host time between two calls the change keeps that queue GPU work or wait for it (not an
+    event destroyed, a kernel's name asked), named by those two calls; its first run costs
+    at most the largest of its later runs in the step, where at least ``FIRST_RUN_PEERS``
+    show it (scaled down alike). A code path's first run pays its lazy set-up, later runs
+    of the same code in the same call do not. gpu/compile.bad: Kineto, the first layer's
     ``PythonDispatchMode`` before its addmm's ``cudaMemsetAsync`` 208 us, layers 2-4's 62
     and 49 us (AFTER's addmm 47-56 us); the region's 0.79 ms between the autotuner and the
     tuned kernel's launch, 29-58 us in layers 2-4; nsys, 546 us and 183 us at the same
@@ -1384,7 +1384,7 @@ def _first_runs_warm(g, compiled) -> np.ndarray:
     c = np.asarray(compiled, bool)[o]
     k = n["kind"].to_numpy()[o]
     co = cost[o]
-    call = (_launches_of(g, _gpu_work(g)) | _kind(g, "sync_wait"))[o] & (co > 0)
+    call = (_launches_of(g, _gpu_work(g)) | _kind(g, "sync_wait"))[o] & ~c   # kept calls
     pos = np.arange(len(o))
     grp = np.r_[0, np.cumsum((lane[1:] != lane[:-1]) | (step[1:] != step[:-1]))]
     last_c = pd.Series(np.where(c, pos, -1)).groupby(grp).transform("max").to_numpy()
