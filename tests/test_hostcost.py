@@ -414,6 +414,33 @@ def test_no_recompile_on_gpu_compile_kineto_takes_the_recompiles_ends():
     assert p["first_run_ns"] > 0
 
 
+def test_host_off_path_says_when_no_step_shows_the_dispatch_without_the_moved_work():
+    # every step ends in 15 ms of Python: the ops after it keep their measured (slow) time
+    # and the model says the trace shows no other; one step without it shows the ops' time
+    slow = [op("aten::linear", 200 * US), _call("cudaLaunchKernel", 20 * US), py(15_000 * US)]
+    def graph(steps):
+        g = host_graph(steps)
+        return _with_gpu(g, [i for i, nm in enumerate(g.nodes["name"]) if nm == "cudaLaunchKernel"])
+    p = {}
+    W.host_off_path(graph([slow, slow, slow]), W.Facts(), p)
+    assert p["dispatch_kept"]["warm_seen"] is False
+    assert p["dispatch_kept"]["ns_per_step"] == 220 * US
+    p = {}
+    W.host_off_path(graph([slow, slow[:2], slow]), W.Facts(), p)
+    assert p["dispatch_kept"]["warm_seen"] is True
+
+
+def test_host_off_path_on_gpu_host_keeps_the_slow_dispatch_and_says_so():
+    # gpu/host.bad: every step follows 15 ms of json.dumps; its dispatch runs 2-7x AFTER's
+    # and nothing in BEFORE runs it warm
+    a = traceread.analyze(str(FIXTURES / "gpu" / "host.bad.json.gz"))
+    g, _ = W.graph_of(a)
+    r = W.replay_models(g, W.facts_from_analysis(a), ["host_off_path"])
+    kept = r["params"]["host_off_path"]["dispatch_kept"]
+    assert r["applied"] == ["host_off_path"] and kept["warm_seen"] is False
+    assert 0 < kept["ns_per_step"] < r["after_ns"]
+
+
 def test_fit_is_reused_only_where_its_inputs_are_equal():
     g = host_graph(PLANTED)
     t = H.fit(g)
