@@ -189,6 +189,21 @@ def test_a_larger_batch_stages_its_bigger_copy_longer():
     assert abs(m["saves_ns"] - (20 * MS - m["after_ns"] / 2)) <= 1
 
 
+def test_a_larger_batch_stages_a_synchronous_copy_longer_too():
+    # cudaMemcpy (a sync by name: its node stays `sync`) holds the host 10.005 ms: 8 ms of
+    # staging, its 2 ms copy, 5 us. At 2x the batch it grows as its copy does (x1.75):
+    # 17.51 ms, then the 10 ms of kernels -- 27.52 ms for 2x the samples, as the Async
+    # call's 27.5. Before, the call kept its 10.005 ms and the step its 20.02 ms: half the
+    # step "saved" per sample
+    a = analyze(staged_copy(api="cudaMemcpy"))
+    g = a.facts.graph
+    calls = g.nodes[(g.nodes["name"] == "cudaMemcpy").to_numpy()]
+    assert len(calls) == STEPS and (calls["cat"] == "sync").all()
+    m = _models(a)["larger_batch"]
+    assert abs(m["after_ns"] - (27_500 + 20) * US) <= 100 * US
+    assert abs(m["saves_ns"] - (m["before_ns"] - m["after_ns"] / 2)) <= 1
+
+
 def test_a_cuda_graph_does_not_take_the_staging_with_the_launches():
     # no sync in the step: the launches are captured, and the 8 ms the host spends staging
     # the pageable batch stays on the thread (before, it went into the 8 us graph launch:

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ...table import scan_name as scan
+from ..attribution import API_TAIL as _API_TAIL, SYNC_COPY_CALL as _SYNC_COPY_CALL
 from ..attribution import WAIT_OSRT_RX as _WAIT_OSRT_RX
 from ..common import CHECKPOINT_RX as STALL_SAVE_RX, launched_inside
 from ..busy import gemm_precision
@@ -1654,9 +1655,14 @@ def larger_batch(g, f: Facts, p: dict):
     return g
 
 
+# a synchronous copy call (``cudaMemcpy``: a sync by name, its node labelled ``sync``)
+SYNC_COPY_RX = re.compile(r"^(?:" + _SYNC_COPY_CALL + ")" + _API_TAIL)
+
+
 def _staging_growth(g, was: np.ndarray, new: np.ndarray) -> np.ndarray:
     """The staging calls (``copy_staging``: a pageable copy's call stages it through a
-    bounce buffer) grow as their copy does: the bytes staged are the bytes copied. Each
+    bounce buffer; a synchronous copy's call, ``SYNC_COPY_RX``, which also holds the host
+    through its copy) grow as their copy does: the bytes staged are the bytes copied. Each
     call's staged time -- from the later of its start and the end of the op before its copy
     on that copy's stream (a wait for the queue is no staging), to its end; a blocking
     call's cost, its time after the op it waited for -- takes the copy's ratio ``new /
@@ -1665,7 +1671,7 @@ def _staging_growth(g, was: np.ndarray, new: np.ndarray) -> np.ndarray:
     grow (it carries no batch) keeps its staging. Writes ``new``; returns the calls'
     mask."""
     n = g.nodes
-    calls = _cat(g, "copy_staging") & _kind(g, "launch", "sync_wait")
+    calls = _kind(g, "launch", "sync_wait") & (_cat(g, "copy_staging") | _match(g, SYNC_COPY_RX))
     if not calls.any():
         return calls
     e = g.edges
