@@ -1087,9 +1087,49 @@ def pin_copies(g, f: Facts, p: dict):
     _set_cost(g, m, g.nodes["cost_ns"].to_numpy(float) * ratio)
     calls = _launches_of(g, m)
     typical = _typical_launch(g, calls)
+    own = _copy_syncs(g, m, calls)
+    p["copy_syncs_removed"] = per_step(g, np.ones(len(own), np.int64), own)
     _set_cost(g, calls, np.minimum(g.nodes["cost_ns"].to_numpy(np.int64), typical))
     _drop_drains_into(g, calls)
+    _zero(g, own)
     return g
+
+
+def _copy_syncs(g, copies: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """The blocking sync a pageable host->device copy made itself: the next call on its
+    call's lane, waiting for that copy (its drain edge comes from it). PyTorch syncs the
+    stream after a copy from pageable memory; a non_blocking copy from pinned memory does
+    not. gpu/copy.bad (nsys): a 64 MiB pageable cudaMemcpyAsync, then cudaStreamSynchronize;
+    AFTER's pinned copy is followed by neither (Kineto: the sync inside its aten::copy_). A
+    copy read back (device->host) keeps its sync: the program reads what it waits for."""
+    n = g.nodes
+    names = _str_names(g)
+    htod = copies & np.array([_direction(x) == "HtoD" for x in names], bool)
+    out = np.zeros(len(n), bool)
+    if not htod.any():
+        return out
+    e = g.edges
+    pos = pd.Index(n["id"].to_numpy())
+    dr = (e["kind"] == "drain").to_numpy()
+    src, dst = pos.get_indexer(e["src"].to_numpy()[dr]), pos.get_indexer(e["dst"].to_numpy()[dr])
+    waited = {int(d): int(s) for s, d in zip(src, dst) if s >= 0 and d >= 0 and htod[s]}
+    if not waited:
+        return out
+    o = _lane_order(g)
+    lane = n["lane"].to_numpy()[o]
+    call = _kind(g, "launch", "sync_wait")[o]
+    rank = np.empty(len(o), np.int64)
+    rank[o] = np.arange(len(o))
+    la = (e["kind"] == "launch").to_numpy()
+    src, dst = pos.get_indexer(e["src"].to_numpy()[la]), pos.get_indexer(e["dst"].to_numpy()[la])
+    by_call = {int(c): int(d) for c, d in zip(src, dst) if c >= 0 and d >= 0 and htod[d]}
+    for c, cp in by_call.items():
+        r = rank[c] + 1
+        while r < len(o) and lane[r] == lane[rank[c]] and not call[r]:
+            r += 1
+        if r < len(o) and lane[r] == lane[rank[c]] and waited.get(int(o[r])) == cp:
+            out[o[r]] = True
+    return out
 
 
 MEM_KIND_RX = re.compile(r"(?i)pageable|pinned|->")
