@@ -441,6 +441,37 @@ def test_host_off_path_on_gpu_host_keeps_the_slow_dispatch_and_says_so():
     assert 0 < kept["ns_per_step"] < r["after_ns"]
 
 
+def test_nsys_pinning_takes_the_copys_own_sync_and_its_wake_up():
+    # nsys-like (no op named): a pageable HtoD copy's call holds the host 7 ms, then the
+    # stream sync PyTorch makes after it waits for the copy (a drain edge from it), then
+    # 230 us of untraced time before the next launch, whose Python takes 6 us elsewhere.
+    # Pinned and non_blocking: the sync goes, and of the 230 us the next launch's 6 us stay
+    step = [py(6 * US), _call("cudaMemcpyAsync", 7_000 * US),
+            _call("cudaStreamSynchronize", 20 * US, "sync_wait"), py(230 * US),
+            _call("cudaLaunchKernel", 5 * US), py(6 * US), _call("cudaLaunchKernel", 5 * US),
+            py(6 * US), _call("cudaLaunchKernel", 5 * US)]
+    g = host_graph([step, step])
+    n = g.nodes
+    launchers = [i for i, nm in enumerate(n["name"]) if nm in ("cudaMemcpyAsync", "cudaLaunchKernel")]
+    g = _with_gpu(g, launchers, ns=100 * US)
+    n = g.nodes
+    k0 = int(np.flatnonzero((n["lane"] == 1).to_numpy())[0])   # GPU op k: launchers[k]'s
+    copies = [k0 + k for k, i in enumerate(launchers) if n["name"][i] == "cudaMemcpyAsync"]
+    kind, name = n["kind"].to_numpy(object).copy(), n["name"].to_numpy(object).copy()
+    kind[copies], name[copies] = "gpu_copy", "Memcpy HtoD (Pageable -> Device)"
+    g.nodes = n.assign(kind=kind, name=name)
+    syncs = np.flatnonzero((n["name"] == "cudaStreamSynchronize").to_numpy())
+    g.edges = pd.concat([g.edges, pd.DataFrame({
+        "src": n["id"].to_numpy()[copies], "dst": n["id"].to_numpy()[syncs],
+        "kind": "drain", "lag_ns": 0})], ignore_index=True)
+    p = {}
+    out = W.pin_copies(g.copy(), W.Facts(), p)
+    cost = out.nodes["cost_ns"].to_numpy()
+    assert p["copy_syncs_removed"] == 1 and (cost[syncs] == 0).all()
+    wake = [i + 1 for i in syncs]
+    assert (cost[wake] == 6 * US).all()
+
+
 def test_fit_is_reused_only_where_its_inputs_are_equal():
     g = host_graph(PLANTED)
     t = H.fit(g)

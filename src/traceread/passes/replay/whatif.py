@@ -1091,6 +1091,9 @@ def pin_copies(g, f: Facts, p: dict):
     p["copy_syncs_removed"] = per_step(g, np.ones(len(own), np.int64), own)
     _set_cost(g, calls, np.minimum(g.nodes["cost_ns"].to_numpy(np.int64), typical))
     _drop_drains_into(g, calls)
+    # where no op is named, the stretch after the removed sync is its wake-up and the next
+    # call's Python: it keeps that call's fitted lag, as drop_syncs' removed syncs do
+    _keep_next_lag(g, _own_lags(g, own, after_blocking=True) & _after(g, own))
     _zero(g, own)
     return g
 
