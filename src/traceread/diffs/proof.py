@@ -125,8 +125,9 @@ ITEM_RX = re.compile(r"^aten::(?:item|_local_scalar_dense)$")
 # the change that takes each kind's syncs with it
 OWN_SYNCS_OF = {"compiled_call": ("replay_graphs", "no_recompile", "cuda_graphs"),
                 "copy": ("pin_copies", "overlap_copies")}
-OWN_SYNCS_TEXT = {"compiled_call": "made inside the compiled graph's call, CUDA graph trees "
-                                   "warming up each new shape",
+OWN_SYNCS_TEXT = {"compiled_call": "made by the compiled code's own machinery (CUDA graph "
+                                   "trees warming up a new shape, the autotuner timing "
+                                   "its kernels)",
                   "copy": "made by the pageable copy itself, staged through the host"}
 
 
@@ -165,9 +166,13 @@ def _own_syncs(ev) -> dict[str, int]:
     return out
 
 
-DEVICE_SYNC_RX = re.compile(r"^(?:cuda|hip)DeviceSynchronize")
-STREAM_WAIT_RX = re.compile(r"^(?:cuda|hip)StreamWaitEvent|^cuStreamWaitEvent")
-LAUNCH_RX = re.compile(r"LaunchKernel|GraphLaunch|Memcpy|Memset")
+DEVICE_SYNC_RX = re.compile(r"^(?:cuda|hip)DeviceSynchronize|^cuCtxSynchronize")
+# the calls around a device-wide sync in a run the runtime's user makes for itself: graph
+# trees moving to their side stream (an event waited on), an autotuner timing its
+# candidates (events recorded around their launches, their times read back after) and
+# loading the next one's code (a module or library loaded)
+OWN_RUN_RX = re.compile(r"^(?:cuda|hip|cu)(?:StreamWaitEvent|EventRecord|EventQuery"
+                        r"|EventElapsedTime|(?:Module|Library)Load)")
 
 
 def _next_calls(ev, rows: np.ndarray):
@@ -181,11 +186,15 @@ def _next_calls(ev, rows: np.ndarray):
 
 
 def _warms_up_graphs(ev, rows: np.ndarray) -> np.ndarray:
-    """Of the sync calls ``rows``, the device-wide syncs whose thread then moves to another
-    stream (a ``cudaStreamWaitEvent`` among its calls before its next launch): CUDA graph
-    trees warming up a new shape -- ``torch.cuda.synchronize()``, then the eager run on
-    their side stream. nsys gpu/graphs.bad: one a step, the Kineto capture of the same run
-    shows it inside ``## Call CompiledFxGraph``; AFTER replays the graphs and makes none."""
+    """Of the sync calls ``rows``, the device-wide syncs whose thread then waits on an event
+    or records one (``OWN_RUN_RX``) among its next calls: CUDA graph trees warming up a new
+    shape -- ``torch.cuda.synchronize()``, then the eager run on their side stream (nsys
+    gpu/graphs.bad: one a step, the Kineto capture of the same run shows it inside ``## Call
+    CompiledFxGraph``; AFTER replays the graphs and makes none) -- and an autotuner timing
+    its candidate kernels (a sync, events recorded around their launches, a sync; a sync,
+    one launch, a sync, the next candidate's code loaded: nsys gpu/compile.bad's
+    recompiling steps, 4.4 of their 5.4 syncs a step; Kineto shows them inside
+    ``CachingAutotuner.benchmark_all_configs``)."""
     names = ev["name"].astype(str).to_numpy(object)
     out = np.zeros(len(rows), bool)
     dev = np.array([bool(DEVICE_SYNC_RX.match(names[r])) for r in rows], bool)
@@ -193,14 +202,9 @@ def _warms_up_graphs(ev, rows: np.ndarray) -> np.ndarray:
         return out
     api, at, key = _next_calls(ev, rows)
     for i in np.flatnonzero(dev & (at >= 0)).tolist():
-        for j in api[at[i] + 1:at[i] + 17].tolist():   # the calls right after it
-            if key[j] != key[rows[i]]:
-                continue
-            if STREAM_WAIT_RX.match(names[j]):
-                out[i] = True
-                break
-            if LAUNCH_RX.search(names[j]):
-                break
+        near = [j for j in api[max(at[i] - 8, 0):at[i] + 9].tolist()   # the calls around it
+                if key[j] == key[rows[i]] and j != rows[i]]
+        out[i] = any(OWN_RUN_RX.match(names[j]) for j in near)
     return out
 
 
