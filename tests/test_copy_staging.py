@@ -17,7 +17,7 @@ BIG = 16 << 20
 
 def staged_copy(mem: str | None = "Pageable", waits: bool = False, nbytes: int = BIG,
                 api: str = "cudaMemcpyAsync", around: str | None = None, synced: bool = False,
-                pinned_too: bool = False):
+                pinned_too: bool = False, copy_sync: bool = False):
     """Per step: the batch copied to the GPU (``nbytes``, HtoD) by a cudaMemcpyAsync that
     holds the host ``STAGE`` before its copy (``COPY``) starts and returns 50 us before the
     copy ends (as the real sample's calls do), then 20 launches of 500 us kernels and 1 ms of
@@ -27,7 +27,9 @@ def staged_copy(mem: str | None = "Pageable", waits: bool = False, nbytes: int =
     synchronous copy, returning 5 us after its copy ends. ``around``: an annotation around
     the copy (``Optimizer.step#SGD.step``: the optimizer's parameters sent back). ``synced``:
     the step ends in a cudaStreamSynchronize that returns 5 us after the last kernel.
-    ``pinned_too``: a 4 KiB pinned HtoD copy (10 us call, 5 us copy) before the batch's."""
+    ``pinned_too``: a 4 KiB pinned HtoD copy (10 us call, 5 us copy) before the batch's.
+    ``copy_sync``: the copy's own cudaStreamSynchronize right after its call (PyTorch's
+    copy from pageable memory), returning 5 us after the copy ends."""
     b = TraceBuilder(path="staged_copy.json")
     t, gpu = T0, T0
     name = "Memcpy HtoD" + (f" ({mem} -> Device)" if mem else "")
@@ -54,6 +56,9 @@ def staged_copy(mem: str | None = "Pageable", waits: bool = False, nbytes: int =
                  copy_kind="HtoD", bytes=nbytes)
         t += call
         gpu = copy_at + COPY
+        if copy_sync:
+            b.runtime("cudaStreamSynchronize", t, gpu + 5 * US - t)
+            t = gpu + 5 * US
         for _ in range(KERNELS - first):
             gpu = max(gpu, t + 15 * US)
             b.launch(t, 10 * US, gpu, KERNEL_NS, name="sm90_xmma_gemm_bf16")
@@ -187,6 +192,41 @@ def test_a_larger_batch_stages_its_bigger_copy_longer():
     assert m["applied"] == ["larger_batch"]
     assert abs(m["after_ns"] - 27_500 * US) <= 100 * US
     assert abs(m["saves_ns"] - (20 * MS - m["after_ns"] / 2)) <= 1
+
+
+def test_a_larger_batch_stages_a_synchronous_copy_longer_too():
+    # cudaMemcpy (a sync by name: its node stays `sync`) holds the host 10.005 ms: 8 ms of
+    # staging, its 2 ms copy, 5 us. At 2x the batch it grows as its copy does (x1.75):
+    # 17.51 ms, then the 10 ms of kernels -- 27.52 ms for 2x the samples, as the Async
+    # call's 27.5. Before, the call kept its 10.005 ms and the step its 20.02 ms: half the
+    # step "saved" per sample
+    a = analyze(staged_copy(api="cudaMemcpy"))
+    g = a.facts.graph
+    calls = g.nodes[(g.nodes["name"] == "cudaMemcpy").to_numpy()]
+    assert len(calls) == STEPS and (calls["cat"] == "sync").all()
+    m = _models(a)["larger_batch"]
+    assert abs(m["after_ns"] - (27_500 + 20) * US) <= 100 * US
+    assert abs(m["saves_ns"] - (m["before_ns"] - m["after_ns"] / 2)) <= 1
+
+
+def test_pinning_a_copy_takes_the_sync_it_made_itself():
+    # the pageable copy's call returns 50 us before its copy ends and the stream is synced
+    # right after it (55 us: PyTorch's copy from pageable memory); pinned and non_blocking,
+    # neither waits: the sync goes with the staging, the step's later sync-free launches run
+    # ahead. A sync after a copy that waited for something else stays (none here)
+    from traceread.passes.replay import whatif as W
+
+    a = analyze(staged_copy(copy_sync=True))
+    g = a.facts.graph
+    sync = (g.nodes["name"] == "cudaStreamSynchronize").to_numpy()
+    assert sync.sum() == STEPS and (g.nodes["cost_ns"].to_numpy()[sync] > 0).all()   # its wake-up
+    p = {}
+    out = W.pin_copies(g.copy(), W.facts_from_analysis(a), p)
+    assert (out.nodes["cost_ns"].to_numpy()[sync] == 0).all() and p["copy_syncs_removed"] == 1
+    # the step is the GPU's (its kernels) either way: the same replayed step as without it
+    m = _models(a)["pin_copies"]
+    plain = _models(analyze(staged_copy()))["pin_copies"]
+    assert abs(m["after_ns"] - plain["after_ns"]) <= 20 * US
 
 
 def test_a_cuda_graph_does_not_take_the_staging_with_the_launches():

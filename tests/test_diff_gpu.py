@@ -156,6 +156,30 @@ def test_a_sync_the_changed_op_made_goes_with_the_change_not_as_a_dropped_sync()
         assert b["syncs_per_step"] == 2 and a["syncs_per_step"] == 1   # the .item() stays
 
 
+def test_nsys_the_syncs_a_changed_op_made_go_with_the_change_too(nsys_pairs):
+    """The nsys captures of the same runs name no op: gpu/graphs.bad's cudaDeviceSynchronize
+    a step is followed by a cudaStreamWaitEvent (CUDA graph trees' warm-up moving to their
+    side stream), gpu/copy.bad's 64 MiB pageable cudaMemcpyAsync blocks (staged) and is
+    followed by its cudaStreamSynchronize. AFTER makes none of them; the diffs named
+    drop_syncs ('2 -> 1', '3 -> 1') beside the change, and the model dropped syncs the
+    program never dropped."""
+    from traceread.diffs.proof import signature
+
+    for scenario, levers, kind, gone in (("graphs", ["replay_graphs"], "compiled_call", 1),
+                                         ("copy", ["pin_copies", "overlap_copies"], "copy", 2)):
+        b, a = (analysed(nsys_pairs / f"{scenario}.{v}.sqlite") for v in ("bad", "fixed"))
+        d = diff_analyses(b, a)
+        assert d.proof["levers"] == levers, scenario
+        assert f"gone with it, {gone} sync a step" in d.proof["evidence"][0], scenario
+        sb, sa = signature(b), signature(a)
+        assert sb["own_syncs_per_step"][kind] == gone and sa["own_syncs_per_step"][kind] == 0
+        assert sb["syncs_per_step"] - gone == sa["syncs_per_step"] == 1   # the .item() stays
+    # gpu/compile.bad: the autotuner's device syncs around its timed runs (events recorded,
+    # read back) and around single runs before the next candidate's code loads ('5.4 -> 1')
+    b, a = (analysed(nsys_pairs / f"compile.{v}.sqlite") for v in ("bad", "fixed"))
+    assert diff_analyses(b, a).proof["levers"] == ["no_recompile"]
+
+
 def test_item_per_layer_fix_removes_most_sync_idle():
     d = _diff("sync")
     assert d.after["idle_by_cpu"]["sync"] < 0.2 * d.before["idle_by_cpu"]["sync"]

@@ -306,6 +306,172 @@ def test_calls_made_inside_a_compile_op_go_with_it_and_their_kernels():
     assert p["compile_ns"] == 2_020 * US + 10 * US   # the compile stretches and the 2 calls
 
 
+def _compiled_step(first_us: int, later_us: int = 30, exit_us: int = 30, layers: int = 3):
+    """A Kineto-like step that recompiles: the program's Python, the failed guards' cache
+    lookup, 1 ms with no op (dynamo starting the recompile), the build, 0.1 ms with no op,
+    then the region's first call: ``layers`` x (addmm and its launch, the region's piece,
+    the fused kernel's launch), the first layer's piece ``first_us`` (its lazy first run),
+    the later ones ``later_us``; the region's exit ``exit_us``; the loss' sum."""
+    tune = "compile_fx_inner (dynamo_timed)"
+    body = []
+    for i in range(layers):
+        body += [op("aten::addmm", 10 * US), _call("cudaLaunchKernel", 5 * US),
+                 op("Torch-Compiled Region: 0/1", (first_us if i == 0 else later_us) * US),
+                 _call("cuLaunchKernel", 5 * US)]
+    return [py(40 * US), _call("cudaLaunchKernel", 5 * US), py(60 * US),
+            op("TorchDynamo Cache Lookup", 40 * US), py(1_000 * US), ("host", tune, 50_000 * US, "compile"),
+            py(100 * US), *body, op("Torch-Compiled Region: 0/1", exit_us * US),
+            op("aten::sum", 20 * US), _call("cudaLaunchKernel", 5 * US)]
+
+
+def _lane0(g):
+    return g.nodes[g.nodes["lane"] == 0].set_index("seq")["cost_ns"]
+
+
+def test_no_recompile_takes_the_stretches_at_the_builds_ends_and_warms_the_first_run():
+    # the 1 ms before the build and the 0.1 ms after it go with it (no op ran there: the
+    # recompile's own ends); the first layer's 400 us piece costs what layers 2 and 3 show
+    # (at most 35 us), the region's 2 ms exit its largest warm piece too; the program's
+    # Python, the cache lookup, the ops, the launches and the later layers stay
+    g = host_graph([_compiled_step(400, exit_us=2_000)])
+    g.nodes.loc[g.nodes["seq"] == 18, "cost_ns"] = 35 * US       # layer 3's piece
+    launchers = [i for i, nm in enumerate(g.nodes["name"]) if "LaunchKernel" in nm]
+    g = _with_gpu(g, launchers, ns=1 * US)
+    p = {}
+    out = W.drop_compile(g.copy(), W.Facts(), p)
+    cost, was = _lane0(out), _lane0(g)
+    assert cost[5] == 0 and cost[6] == 0 and cost[7] == 0          # 1 ms, build, 0.1 ms
+    assert cost[10] == 35 * US and cost[20] == 35 * US             # first piece, exit
+    keep = [s for s in was.index if s not in (5, 6, 7, 10, 20)]
+    assert (cost[keep] == was[keep]).all()
+    assert p["compile_ns"] == 51_100 * US and p["first_run_ns"] == (365 + 1_965) * US
+
+
+def test_the_first_run_is_warmed_only_where_later_runs_show_it_and_never_raised():
+    # a first piece shorter than its later runs keeps its time; with one later run the
+    # place is not priced from it (FIRST_RUN_PEERS = 2), nor the exit
+    p = {}
+    out = W.drop_compile(host_graph([_compiled_step(10)]), W.Facts(), p)
+    assert _lane0(out)[10] == 10 * US and p["first_run_ns"] == 0
+    p = {}
+    W.drop_compile(host_graph([_compiled_step(400, exit_us=2_000, layers=2)]), W.Facts(), p)
+    assert p["first_run_ns"] == 0
+
+
+def test_a_call_that_costs_nothing_still_marks_its_place():
+    # without the profiler's cost (passes/overhead.py) a short launch can cost 0 ns
+    # (gpu/compile.bad's cuLaunchKernel: 4.5-7 us of its 4.5-18 us): still a call the
+    # change keeps, which bounds the places around it (the first layer's piece still warms)
+    g = host_graph([_compiled_step(400, exit_us=2_000)])
+    n = g.nodes
+    n.loc[(n["name"] == "cuLaunchKernel").to_numpy(), ["cost_ns", "dur_ns"]] = 0
+    launchers = [i for i, nm in enumerate(n["name"]) if "LaunchKernel" in nm]
+    g = _with_gpu(g, launchers, ns=1 * US)
+    p = {}
+    out = W.drop_compile(g.copy(), W.Facts(), p)
+    assert _lane0(out)[10] == 30 * US and _lane0(out)[20] == 30 * US
+    assert p["first_run_ns"] == (370 + 1_970) * US
+
+
+def test_no_recompile_leaves_an_untraced_lanes_neighbours_to_the_mark():
+    # nsys-like (no op named): the stretches beside a marked build are everything else the
+    # thread did; the facts' mark alone says what is compilation
+    step = [py(1_000 * US), ("host", "untraced", 50_000 * US, "compile"), py(100 * US),
+            _call("cudaLaunchKernel", 5 * US)]
+    p = {}
+    W.drop_compile(host_graph([step]).copy(), W.Facts(), p)
+    assert p["compile_ns"] == 50_000 * US
+
+
+def test_no_recompile_on_gpu_compile_kineto_takes_the_recompiles_ends():
+    # gpu/compile.bad (Kineto): each step's failed guards -> dynamo's 1.2 ms before
+    # entire_frame_compile (it holds `dynamo_data: compile_id=0/N`) and the 0.14 ms after the
+    # build, before the region runs, go with the build; the first layer's
+    # PythonDispatchMode before its addmm's cudaMemsetAsync costs what layers 2-4's do
+    a = traceread.analyze(str(FIXTURES / "gpu" / "compile.bad.json.gz"))
+    g, _ = W.graph_of(a)
+    p = {}
+    out = W.drop_compile(g.copy(), W.Facts(), p)
+    n, o = out.nodes, g.nodes
+    lookup = np.flatnonzero((o["name"] == "TorchDynamo Cache Lookup").to_numpy())
+    nxt = o.set_index(["lane", "seq"])
+    for i in lookup:   # the stretch right after each cache lookup: no op, then the build
+        after = (int(o["lane"][i]), int(o["seq"][i]) + 1)
+        assert nxt.loc[after, "cat"] == "untraced" and nxt.loc[after, "cost_ns"] > 100 * US
+        assert out.nodes.set_index(["lane", "seq"]).loc[after, "cost_ns"] == 0
+    pdm = (o["name"] == "PythonDispatchMode").to_numpy() & (o["kind"] == "host").to_numpy()
+    for s in np.unique(o["step"][pdm]):
+        was = o["cost_ns"].to_numpy()[pdm & (o["step"] == s).to_numpy()]
+        now = n["cost_ns"].to_numpy()[pdm & (o["step"] == s).to_numpy()]
+        assert was[0] > 2 * was[1:].max() and now[0] <= was[1:].max()
+        assert (now[1:] == was[1:]).all()
+        # the region's exit (its last piece: 2.9-3.5 ms after its last launch) costs at most
+        # the largest of its pieces the change left as they were
+        reg = o["name"].astype(str).str.startswith("Torch-Compiled Region").to_numpy() & \
+            (o["step"] == s).to_numpy()
+        was, now = o["cost_ns"].to_numpy()[reg], n["cost_ns"].to_numpy()[reg]
+        assert was[-1] > 1_000 * US and now[-1] <= now[now == was].max()
+    assert p["first_run_ns"] > 0
+
+
+def test_host_off_path_says_when_no_step_shows_the_dispatch_without_the_moved_work():
+    # every step ends in 15 ms of Python: the ops after it keep their measured (slow) time
+    # and the model says the trace shows no other; one step without it shows the ops' time
+    slow = [op("aten::linear", 200 * US), _call("cudaLaunchKernel", 20 * US), py(15_000 * US)]
+    def graph(steps):
+        g = host_graph(steps)
+        return _with_gpu(g, [i for i, nm in enumerate(g.nodes["name"]) if nm == "cudaLaunchKernel"])
+    p = {}
+    W.host_off_path(graph([slow, slow, slow]), W.Facts(), p)
+    assert p["dispatch_kept"]["warm_seen"] is False
+    assert p["dispatch_kept"]["ns_per_step"] == 220 * US
+    p = {}
+    W.host_off_path(graph([slow, slow[:2], slow]), W.Facts(), p)
+    assert p["dispatch_kept"]["warm_seen"] is True
+
+
+def test_host_off_path_on_gpu_host_keeps_the_slow_dispatch_and_says_so():
+    # gpu/host.bad: every step follows 15 ms of json.dumps; its dispatch runs 2-7x AFTER's
+    # and nothing in BEFORE runs it warm
+    a = traceread.analyze(str(FIXTURES / "gpu" / "host.bad.json.gz"))
+    g, _ = W.graph_of(a)
+    r = W.replay_models(g, W.facts_from_analysis(a), ["host_off_path"])
+    kept = r["params"]["host_off_path"]["dispatch_kept"]
+    assert r["applied"] == ["host_off_path"] and kept["warm_seen"] is False
+    assert 0 < kept["ns_per_step"] < r["after_ns"]
+
+
+def test_nsys_pinning_takes_the_copys_own_sync_and_its_wake_up():
+    # nsys-like (no op named): a pageable HtoD copy's call holds the host 7 ms, then the
+    # stream sync PyTorch makes after it waits for the copy (a drain edge from it), then
+    # 230 us of untraced time before the next launch, whose Python takes 6 us elsewhere.
+    # Pinned and non_blocking: the sync goes, and of the 230 us the next launch's 6 us stay
+    step = [py(6 * US), _call("cudaMemcpyAsync", 7_000 * US),
+            _call("cudaStreamSynchronize", 20 * US, "sync_wait"), py(230 * US),
+            _call("cudaLaunchKernel", 5 * US), py(6 * US), _call("cudaLaunchKernel", 5 * US),
+            py(6 * US), _call("cudaLaunchKernel", 5 * US)]
+    g = host_graph([step, step])
+    n = g.nodes
+    launchers = [i for i, nm in enumerate(n["name"]) if nm in ("cudaMemcpyAsync", "cudaLaunchKernel")]
+    g = _with_gpu(g, launchers, ns=100 * US)
+    n = g.nodes
+    k0 = int(np.flatnonzero((n["lane"] == 1).to_numpy())[0])   # GPU op k: launchers[k]'s
+    copies = [k0 + k for k, i in enumerate(launchers) if n["name"][i] == "cudaMemcpyAsync"]
+    kind, name = n["kind"].to_numpy(object).copy(), n["name"].to_numpy(object).copy()
+    kind[copies], name[copies] = "gpu_copy", "Memcpy HtoD (Pageable -> Device)"
+    g.nodes = n.assign(kind=kind, name=name)
+    syncs = np.flatnonzero((n["name"] == "cudaStreamSynchronize").to_numpy())
+    g.edges = pd.concat([g.edges, pd.DataFrame({
+        "src": n["id"].to_numpy()[copies], "dst": n["id"].to_numpy()[syncs],
+        "kind": "drain", "lag_ns": 0})], ignore_index=True)
+    p = {}
+    out = W.pin_copies(g.copy(), W.Facts(), p)
+    cost = out.nodes["cost_ns"].to_numpy()
+    assert p["copy_syncs_removed"] == 1 and (cost[syncs] == 0).all()
+    wake = [i + 1 for i in syncs]
+    assert (cost[wake] == 6 * US).all()
+
+
 def test_fit_is_reused_only_where_its_inputs_are_equal():
     g = host_graph(PLANTED)
     t = H.fit(g)

@@ -125,8 +125,9 @@ ITEM_RX = re.compile(r"^aten::(?:item|_local_scalar_dense)$")
 # the change that takes each kind's syncs with it
 OWN_SYNCS_OF = {"compiled_call": ("replay_graphs", "no_recompile", "cuda_graphs"),
                 "copy": ("pin_copies", "overlap_copies")}
-OWN_SYNCS_TEXT = {"compiled_call": "made inside the compiled graph's call, CUDA graph trees "
-                                   "warming up each new shape",
+OWN_SYNCS_TEXT = {"compiled_call": "made by the compiled code's own machinery (CUDA graph "
+                                   "trees warming up a new shape, the autotuner timing "
+                                   "its kernels)",
                   "copy": "made by the pageable copy itself, staged through the host"}
 
 
@@ -155,24 +156,115 @@ def _own_syncs(ev) -> dict[str, int]:
             if len(uniq) else host[:0]
     item, comp, copies = named(ITEM_RX), named(COMPILED_CALL_RX), named(COPY_OP_RX)
     mine = _inside(ev, rows, comp) & ~_inside(ev, rows, item)
+    # no op traced around the call (nsys: NVTX step ranges at most)
+    ops = np.flatnonzero(ev["kind"].isin(("cpu_op", "python")).to_numpy())
+    bare = ~_inside(ev, rows, ops)
+    mine |= bare & _warms_up_graphs(ev, rows)
     out["compiled_call"] = int(mine.sum())
-    out["copy"] = int((_inside(ev, rows, _htod(ev, copies)) & ~mine).sum())
+    out["copy"] = int((_inside(ev, rows, _htod(ev, copies)) & ~mine).sum()) + \
+        _bare_copy_syncs(ev, rows[bare & ~mine], ops)
     return out
+
+
+DEVICE_SYNC_RX = re.compile(r"^(?:cuda|hip)DeviceSynchronize|^cuCtxSynchronize")
+# the calls around a device-wide sync in a run the runtime's user makes for itself: graph
+# trees moving to their side stream (an event waited on), an autotuner timing its
+# candidates (events recorded around their launches, their times read back after) and
+# loading the next one's code (a module or library loaded)
+OWN_RUN_RX = re.compile(r"^(?:cuda|hip|cu)(?:StreamWaitEvent|EventRecord|EventQuery"
+                        r"|EventElapsedTime|(?:Module|Library)Load)")
+
+
+def _next_calls(ev, rows: np.ndarray):
+    """(the API rows in time order, each of ``rows``' position among them, their threads):
+    for walking from a call to the calls after it on its thread."""
+    api = np.flatnonzero(ev["kind"].isin(("runtime", "driver")).to_numpy())
+    api = api[np.argsort(ev["ts"].to_numpy(np.int64)[api], kind="stable")]
+    key = attr.thread_key(ev["pid"].to_numpy().copy(), ev["tid"].to_numpy().copy())
+    at = pd.Index(api).get_indexer(rows)
+    return api, at, key
+
+
+def _warms_up_graphs(ev, rows: np.ndarray) -> np.ndarray:
+    """Of the sync calls ``rows``, the device-wide syncs whose thread then waits on an event
+    or records one (``OWN_RUN_RX``) among its next calls: CUDA graph trees warming up a new
+    shape -- ``torch.cuda.synchronize()``, then the eager run on their side stream (nsys
+    gpu/graphs.bad: one a step, the Kineto capture of the same run shows it inside ``## Call
+    CompiledFxGraph``; AFTER replays the graphs and makes none) -- and an autotuner timing
+    its candidate kernels (a sync, events recorded around their launches, a sync; a sync,
+    one launch, a sync, the next candidate's code loaded: nsys gpu/compile.bad's
+    recompiling steps, 4.4 of their 5.4 syncs a step; Kineto shows them inside
+    ``CachingAutotuner.benchmark_all_configs``)."""
+    names = ev["name"].astype(str).to_numpy(object)
+    out = np.zeros(len(rows), bool)
+    dev = np.array([bool(DEVICE_SYNC_RX.match(names[r])) for r in rows], bool)
+    if not dev.any():
+        return out
+    api, at, key = _next_calls(ev, rows)
+    for i in np.flatnonzero(dev & (at >= 0)).tolist():
+        near = [j for j in api[max(at[i] - 8, 0):at[i] + 9].tolist()   # the calls around it
+                if key[j] == key[rows[i]] and j != rows[i]]
+        out[i] = any(OWN_RUN_RX.match(names[j]) for j in near)
+    return out
+
+
+def _bare_copy_syncs(ev, rows: np.ndarray, ops: np.ndarray) -> int:
+    """Where no op is traced around the calls (nsys): a pageable host-to-device copy's call
+    (it blocks while the host stages it: passes/blocking.py counts it) and the sync call
+    that is the next call on its thread (PyTorch's copy from pageable memory syncs its
+    stream): the copy's own, not the program's. nsys gpu/copy.bad: a 64 MiB pageable
+    cudaMemcpyAsync (7 ms) then a cudaStreamSynchronize a step; AFTER's pinned copy makes
+    neither ('syncs per step 3 -> 1' named drop_syncs beside pin_copies)."""
+    calls = _htod_calls(ev)
+    calls = calls[~_inside(ev, calls, ops)]
+    if not len(calls):
+        return 0
+    names = ev["name"].astype(str).to_numpy(object)
+    n = int(_pageable_call(ev, calls).sum())
+    api, at, key = _next_calls(ev, calls)
+    sync = set(np.asarray(rows).tolist())
+    for i in np.flatnonzero(at >= 0).tolist():
+        nxt = [j for j in api[at[i] + 1:at[i] + 4].tolist() if key[j] == key[calls[i]]
+               and not names[j].startswith("cudaStreamIsCapturing")]
+        n += bool(nxt) and nxt[0] in sync
+    return n
 
 
 def _htod(ev, ops: np.ndarray) -> np.ndarray:
     """Of the host ops ``ops``, those that made a host-to-device copy (a runtime copy call
     on their thread, within their span, correlated with an HtoD GPU copy)."""
-    if not len(ops) or "correlation" not in ev or "copy_kind" not in ev:
+    if not len(ops):
         return ops[:0]
-    kind = ev["copy_kind"].astype(str).to_numpy(object)
-    corr = ev["correlation"].to_numpy()
-    htod = set(corr[(kind == "HtoD") & ev["kind"].isin(GPU_OP_KINDS).to_numpy()].tolist())
-    calls = np.flatnonzero(ev["kind"].isin(("runtime", "driver")).to_numpy()
-                           & np.isin(corr, list(htod)))
+    calls = _htod_calls(ev)
     if not len(calls):
         return ops[:0]
     return ops[_holds(ev, ops, calls)]
+
+
+def _htod_calls(ev) -> np.ndarray:
+    """The runtime / driver calls correlated with a host-to-device GPU copy."""
+    if "correlation" not in ev or "copy_kind" not in ev:
+        return np.zeros(0, np.int64)
+    kind = ev["copy_kind"].astype(str).to_numpy(object)
+    corr = ev["correlation"].to_numpy()
+    htod = set(corr[(kind == "HtoD") & ev["kind"].isin(GPU_OP_KINDS).to_numpy()].tolist())
+    return np.flatnonzero(ev["kind"].isin(("runtime", "driver")).to_numpy()
+                          & np.isin(corr, list(htod)))
+
+
+PAGEABLE_RX = re.compile(r"(?i)pageable")
+
+
+def _pageable_call(ev, calls: np.ndarray) -> np.ndarray:
+    """Per call of ``calls``: its GPU copy reads pageable host memory (the copy's name, or
+    nsys' ``raw_name``)."""
+    corr = ev["correlation"].to_numpy()
+    gpu = np.flatnonzero(ev["kind"].isin(GPU_OP_KINDS).to_numpy())
+    text = [str(x) for x in ev["name"].to_numpy(object)[gpu]]
+    if "raw_name" in ev:
+        text = [t + " " + str(r) for t, r in zip(text, ev["raw_name"].to_numpy(object)[gpu])]
+    paged = set(corr[gpu][[bool(PAGEABLE_RX.search(t)) for t in text]].tolist())
+    return np.isin(corr[calls], list(paged))
 
 
 def _holds(ev, ops: np.ndarray, rows: np.ndarray) -> np.ndarray:

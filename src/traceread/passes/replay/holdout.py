@@ -40,11 +40,15 @@ from .sim import simulate
 
 # from the most specific to the least: the n-th run of the op between the same neighbours on
 # its lane in the step, the same place in its step (the n-th node of its lane, same name),
-# the n-th run of the op on its lane, the same op between the same neighbours (host time
+# a host stretch at the same place between the same neighbours whatever its name (a stretch
+# is named by the op at its middle, which moves: gpu/graphs.fixed's 160-260 us before the
+# compiled region's first launch reads `AOTDispatcher Runtime Wrapper Prologue` in two steps,
+# `Torch-Compiled Region: 0/0` in the third, whose 10 us piece it was given), the n-th run
+# of the op on its lane, the same op between the same neighbours (host time
 # belongs to the op it follows and precedes), the same op, the same kind of node on the
 # lane, the lane, the same kind of node anywhere
 KEYS = (("lane", "name", "prev", "next", "nth3"), ("lane", "place", "name"),
-        ("lane", "name", "nth"),
+        ("lane", "hplace", "prev", "next"), ("lane", "name", "nth"),
         ("lane", "kind", "cat", "name", "prev", "next"), ("lane", "kind", "cat", "name"),
         ("lane", "kind", "cat"), ("lane",), ("kind", "cat"), ("kind",))
 LAG_KEYS = (("kind", "lane", "name", "prev", "next", "nth3"), ("kind", "lane", "place", "name"),
@@ -76,8 +80,10 @@ def _keyed(nodes: pd.DataFrame) -> pd.DataFrame:
     f = pd.DataFrame({"l": lane, "s": step, "n": name, "p": prev, "x": nxt})
     nth = f.groupby(["l", "s", "n"], sort=False).cumcount().to_numpy()
     nth3 = f.groupby(["l", "s", "n", "p", "x"], sort=False).cumcount().to_numpy()
-    cols = {"place": np.arange(len(o)) - start, "nth": nth, "nth3": nth3, "prev": prev,
-            "next": nxt}
+    place = np.arange(len(o)) - start
+    host = nodes["kind"].astype(str).to_numpy()[o] == "host"
+    cols = {"place": place, "hplace": np.where(host, place, -1 - np.arange(len(o))),
+            "nth": nth, "nth3": nth3, "prev": prev, "next": nxt}
     out = pd.DataFrame({"lane": nodes["lane"].to_numpy(),
                         "kind": nodes["kind"].astype(str).to_numpy(),
                         "cat": nodes["cat"].astype(str).to_numpy(),
@@ -165,9 +171,9 @@ def fit(nodes: pd.DataFrame, train: np.ndarray, col: str, keyed=None,
     return np.rint(out).astype(np.int64)
 
 
-def signature(graph) -> pd.DataFrame:
+def signature(graph, col: str | None = None) -> pd.DataFrame:
     """Per replayed step (rows, by graph step index) the work it ran: how many nodes of each
-    (lane, kind, name) (columns)."""
+    (lane, kind, name) (columns); with ``col`` (``cost_ns``) their time instead."""
     n = graph.nodes
     step = n["step"].to_numpy()
     m = step >= 0
@@ -176,32 +182,58 @@ def signature(graph) -> pd.DataFrame:
                     n["name"].astype(str).to_numpy()[m])
     code, uniq = pd.factorize(key)
     k = len(graph.steps)
+    v = np.ones(int(m.sum()), np.int64) if col is None else n[col].to_numpy(np.int64)[m]
     out = np.zeros((k, len(uniq)), np.int64)
-    np.add.at(out, (step[m], code), 1)
-    return pd.DataFrame(out)
+    np.add.at(out, (step[m], code), v)
+    return pd.DataFrame(out, columns=list(uniq))
 
 
-def alike(sig: pd.DataFrame, index: int) -> np.ndarray:
+# work one step ran and another did not, at this share of either step's time or more, makes
+# them different steps (as the verdict's 1%: under it, no lever)
+OTHER_WORK_SHARE = 0.01
+
+
+def alike(sig: pd.DataFrame, index: int, ns: pd.DataFrame | None = None) -> np.ndarray:
     """The steps (bool over ``sig``'s rows) to learn step ``index`` from: the others whose
     work differs from its own (L1 distance of their ``signature`` rows) by at most
-    ``ALIKE_SHARE`` of its node count more than the nearest other step's does."""
+    ``ALIKE_SHARE`` of its node count more than the nearest other step's does. With ``ns``
+    (``signature(graph, "cost_ns")``), among the steps that ran no other kind of work than
+    it did (a call, a GPU op, a data-loading or collective stretch only one of the two ran,
+    taking ``OTHER_WORK_SHARE`` of that step's time or more), where any did -- not a host
+    stretch's name: a stretch is named by the op at its middle, which moves where a cut
+    falls (gpu/sync.bad: ``aten::linear`` in one step, ``aten::_to_copy`` in the next, the
+    same work): pairs/persist.after's first step of an epoch runs the
+    DataLoader's ``__iter__`` (0.5-0.6 ms, 4% of its 13.7 ms), then waits 11 ms for the
+    workers' first batch; the other steps (1.9-7.0 ms) learnt that wait from it."""
     m = sig.to_numpy()
     d = np.abs(m - m[index]).sum(axis=1).astype(float)
     others = np.arange(len(m)) != index
     if not others.any():
         return others
+    pool = others
+    if ns is not None:
+        t = ns.to_numpy().astype(float)
+        work = np.array([str(c).split("\x1f")[1] != "host" for c in ns.columns])
+        own = ((m > 0) != (m[index] > 0)) & work     # work one of the two ran alone
+        total = np.maximum(t.sum(axis=1), 1.0)
+        theirs = (t * own).sum(axis=1) / total
+        mine = (own * t[index]).sum(axis=1) / total[index]
+        same = others & (np.maximum(theirs, mine) < OTHER_WORK_SHARE)
+        pool = same if same.any() else others
     room = ALIKE_SHARE * max(int(m[index].sum()), 1)
-    return others & (d <= d[others].min() + room)
+    return pool & (d <= d[pool].min() + room)
 
 
-def held_out(graph, index: int, sig: pd.DataFrame | None = None, fitting: _Fit | None = None):
+def held_out(graph, index: int, sig: pd.DataFrame | None = None, fitting: _Fit | None = None,
+             ns: pd.DataFrame | None = None):
     """``graph`` with step ``index``'s nodes and the edges into them fitted on the steps
     like it (``alike``, ``fit``); None where no other step is there to learn from."""
     n = graph.nodes
     step = n["step"].to_numpy()
     test = step == index
-    sig = signature(graph) if sig is None else sig
-    steps = alike(sig, index) if 0 <= index < len(sig) else np.zeros(0, bool)
+    if sig is None:
+        sig, ns = signature(graph), signature(graph, "cost_ns")
+    steps = alike(sig, index, ns) if 0 <= index < len(sig) else np.zeros(0, bool)
     train = (step >= 0) & ~test & np.isin(step, np.flatnonzero(steps))
     if not train.any() or not test.any():
         return None
@@ -241,11 +273,11 @@ def leave_one_out(graph) -> list[dict]:
     n = graph.nodes
     ts = n["ts_ns"].to_numpy(np.int64)
     meas = program_spans(graph, ts, ts + n["dur_ns"].to_numpy(np.int64))
-    sig = signature(graph)
+    sig, ns = signature(graph), signature(graph, "cost_ns")
     fitting = _Fit(graph)
     out = []
     for i, step in enumerate(st["step"].to_numpy()):
-        g = held_out(graph, i, sig, fitting)
+        g = held_out(graph, i, sig, fitting, ns)
         if g is None or meas[i] < 0:
             continue
         s = simulate(g)
@@ -255,7 +287,7 @@ def leave_one_out(graph) -> list[dict]:
         out.append({"step": int(step), "measured_ns": int(meas[i]),
                     "predicted_ns": pred if pred >= 0 else None,
                     "baseline_ns": int(np.median(others)) if len(others) else None,
-                    "learnt_from": int(alike(sig, i).sum())})
+                    "learnt_from": int(alike(sig, i, ns).sum())})
     return out
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ...table import scan_name as scan
+from ..attribution import API_TAIL as _API_TAIL, SYNC_COPY_CALL as _SYNC_COPY_CALL
 from ..attribution import WAIT_OSRT_RX as _WAIT_OSRT_RX
 from ..common import CHECKPOINT_RX as STALL_SAVE_RX, launched_inside
 from ..busy import gemm_precision
@@ -289,14 +290,16 @@ def _remove_ops(g, mask, p: dict | None = None) -> int:
     return _zero(g, gone)
 
 
-def _traced_lanes(g) -> np.ndarray:
+def _traced_lanes(g, but=None) -> np.ndarray:
     """The host lanes whose ops the trace names (Kineto: cpu_op / python stretches around
     most launches). A sync stretch or a few named ranges do not make a lane traced: an nsys
     capture has sync stretches and may name an op or two (gpu/launch: 2 cpu_op stretches
-    beside 9,624 launch calls), and its untraced stretches still hold the dispatch."""
+    beside 9,624 launch calls), and its untraced stretches still hold the dispatch. ``but``:
+    nodes not counted (the compiler's own: an autotuner's 2,100 calls a step)."""
     lanes = g.nodes["lane"].to_numpy()
-    named = lanes[_kind(g, "host") & _cat(g, "cpu_op", "python")]
-    calls = lanes[_kind(g, "launch")]
+    keep = np.ones(len(lanes), bool) if but is None else ~np.asarray(but, bool)
+    named = lanes[_kind(g, "host") & _cat(g, "cpu_op", "python") & keep]
+    calls = lanes[_kind(g, "launch") & keep]
     out = [x for x in np.unique(named).tolist()
            if TRACED_SHARE * int((calls == x).sum()) <= int((named == x).sum())]
     return np.asarray(out, dtype=lanes.dtype)
@@ -1084,9 +1087,52 @@ def pin_copies(g, f: Facts, p: dict):
     _set_cost(g, m, g.nodes["cost_ns"].to_numpy(float) * ratio)
     calls = _launches_of(g, m)
     typical = _typical_launch(g, calls)
+    own = _copy_syncs(g, m, calls)
+    p["copy_syncs_removed"] = per_step(g, np.ones(len(own), np.int64), own)
     _set_cost(g, calls, np.minimum(g.nodes["cost_ns"].to_numpy(np.int64), typical))
     _drop_drains_into(g, calls)
+    # where no op is named, the stretch after the removed sync is its wake-up and the next
+    # call's Python: it keeps that call's fitted lag, as drop_syncs' removed syncs do
+    _keep_next_lag(g, _own_lags(g, own, after_blocking=True) & _after(g, own))
+    _zero(g, own)
     return g
+
+
+def _copy_syncs(g, copies: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """The blocking sync a pageable host->device copy made itself: the next call on its
+    call's lane, waiting for that copy (its drain edge comes from it). PyTorch syncs the
+    stream after a copy from pageable memory; a non_blocking copy from pinned memory does
+    not. gpu/copy.bad (nsys): a 64 MiB pageable cudaMemcpyAsync, then cudaStreamSynchronize;
+    AFTER's pinned copy is followed by neither (Kineto: the sync inside its aten::copy_). A
+    copy read back (device->host) keeps its sync: the program reads what it waits for."""
+    n = g.nodes
+    names = _str_names(g)
+    htod = copies & np.array([_direction(x) == "HtoD" for x in names], bool)
+    out = np.zeros(len(n), bool)
+    if not htod.any():
+        return out
+    e = g.edges
+    pos = pd.Index(n["id"].to_numpy())
+    dr = (e["kind"] == "drain").to_numpy()
+    src, dst = pos.get_indexer(e["src"].to_numpy()[dr]), pos.get_indexer(e["dst"].to_numpy()[dr])
+    waited = {int(d): int(s) for s, d in zip(src, dst) if s >= 0 and d >= 0 and htod[s]}
+    if not waited:
+        return out
+    o = _lane_order(g)
+    lane = n["lane"].to_numpy()[o]
+    call = _kind(g, "launch", "sync_wait")[o]
+    rank = np.empty(len(o), np.int64)
+    rank[o] = np.arange(len(o))
+    la = (e["kind"] == "launch").to_numpy()
+    src, dst = pos.get_indexer(e["src"].to_numpy()[la]), pos.get_indexer(e["dst"].to_numpy()[la])
+    by_call = {int(c): int(d) for c, d in zip(src, dst) if c >= 0 and d >= 0 and htod[d]}
+    for c, cp in by_call.items():
+        r = rank[c] + 1
+        while r < len(o) and lane[r] == lane[rank[c]] and not call[r]:
+            r += 1
+        if r < len(o) and lane[r] == lane[rank[c]] and waited.get(int(o[r])) == cp:
+            out[o[r]] = True
+    return out
 
 
 MEM_KIND_RX = re.compile(r"(?i)pageable|pinned|->")
@@ -1320,11 +1366,115 @@ def drop_compile(g, f: Facts, p: dict):
     if not m.any():
         return "no compilation inside the replayed steps"
     m |= _calls_inside(g, m)
-    p["compile_ns"] = per_step(g, g.nodes["cost_ns"].to_numpy(np.int64), m)
     gpu = _launched_by(g, m)
+    m |= _compile_borders(g, m)
+    cost = g.nodes["cost_ns"].to_numpy(np.int64)
+    p["compile_ns"] = per_step(g, cost, m)
     p["compile_gpu_ops"] = per_step(g, np.ones(len(gpu), np.int64), gpu)
     _zero(g, m | gpu)
+    warm = _first_runs_warm(g, m)
+    p["first_run_ns"] = per_step(g, g.nodes["cost_ns"].to_numpy(np.int64) - warm)
+    _set_cost(g, np.ones(len(warm), bool), warm)
     return g
+
+
+def _compile_borders(g, compiled) -> np.ndarray:
+    """The stretches with no op in them (``untraced``, on a lane whose ops are traced) right
+    before or right after a compile stretch on its lane, no call between: the recompile's
+    own ends. gpu/compile.bad (Kineto): the 1.2 ms between the failed guards' ``TorchDynamo
+    Cache Lookup`` and ``entire_frame_compile`` holds dynamo's ``dynamo_data:
+    compile_id=0/4`` (the recompile under way), and 0.14 ms follow the build before its
+    region runs; AFTER runs its region 1.7 us after the cache lookup."""
+    o = _lane_order(g)
+    n = g.nodes
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    c = np.asarray(compiled, bool)[o]
+    host = (_kind(g, "host") & _cat(g, "untraced"))[o] & ~c
+    host &= np.isin(lane, _traced_lanes(g, compiled))   # no op named: untraced is all
+    same = np.r_[False, (lane[1:] == lane[:-1]) & (step[1:] == step[:-1])]
+    after = same & np.r_[False, c[:-1]]          # the previous node on the lane compiled
+    before = np.r_[same[1:] & c[1:], False]      # the next one does
+    out = np.zeros(len(o), bool)
+    out[o] = host & (after | before)
+    return out
+
+
+FIRST_RUN_PEERS = 2   # later runs of the same place that show a code path's warm cost
+
+
+def _first_runs_warm(g, compiled) -> np.ndarray:
+    """Each node's cost, the first run of a place in freshly compiled code priced at its warm
+    runs. In a step that compiled, after its last compile node on the lane, a place is the
+    host time between two calls the change keeps that queue GPU work or wait for it (not an
+    event destroyed, a kernel's name asked), named by those two calls; its first run costs
+    at most the largest of its later runs in the step, where at least ``FIRST_RUN_PEERS``
+    show it (scaled down alike). A code path's first run pays its lazy set-up, later runs
+    of the same code in the same call do not. gpu/compile.bad: Kineto, the first layer's
+    ``PythonDispatchMode`` before its addmm's ``cudaMemsetAsync`` 208 us, layers 2-4's 62
+    and 49 us (AFTER's addmm 47-56 us); the region's 0.79 ms between the autotuner and the
+    tuned kernel's launch, 29-58 us in layers 2-4; nsys, 546 us and 183 us at the same
+    places, 22-52 us in the later layers. The region's wrapper (pieces named by
+    ``COMPILED_RX``: the generated code between the kernels it calls) runs the same Python
+    at each call it makes, its exit too: after the build's first launch a piece of it that
+    no later run shows warm costs at most its largest warm piece (Kineto: the 2.86 ms after
+    the last kernel's launch, inside ``CompiledFunction`` once ``## Call CompiledFxGraph``
+    returned, -> 58 us: layers 2-4's 58, 30, 29 us; AFTER's exit, from the graph's return
+    to the region's, 67-85 us). A place is named by its two calls and its costliest
+    stretch's name."""
+    n = g.nodes
+    cost = n["cost_ns"].to_numpy(np.int64)
+    o = _lane_order(g)
+    lane, step = n["lane"].to_numpy()[o], n["step"].to_numpy()[o]
+    c = np.asarray(compiled, bool)[o]
+    k = n["kind"].to_numpy()[o]
+    co = cost[o]
+    call = (_launches_of(g, _gpu_work(g)) | _kind(g, "sync_wait"))[o] & ~c   # kept calls
+    pos = np.arange(len(o))
+    grp = np.r_[0, np.cumsum((lane[1:] != lane[:-1]) | (step[1:] != step[:-1]))]
+    last_c = pd.Series(np.where(c, pos, -1)).groupby(grp).transform("max").to_numpy()
+    cand = (k == "host") & (co > 0) & (last_c >= 0) & (pos > last_c) & (step >= 0)
+    if not cand.any():
+        return cost.copy()
+    names = _str_names(g)[o]
+    prev = np.maximum.accumulate(np.where(call, pos, -1))
+    nxt = np.minimum.accumulate(np.where(call, pos, len(o))[::-1])[::-1]
+    ok = (prev >= 0) & (nxt < len(o))
+    ok &= (grp[np.maximum(prev, 0)] == grp) & (grp[np.minimum(nxt, len(o) - 1)] == grp)
+    rows = np.flatnonzero(cand & ok)
+    f = pd.DataFrame({"g": grp[rows], "pc": names[prev[rows]], "nc": names[nxt[rows]],
+                      "seg": prev[rows], "cost": co[rows], "name": names[rows]})
+    by = f.groupby(["g", "pc", "nc", "seg"], sort=True)
+    seg = by["cost"].sum().reset_index()
+    # and by what runs there: the name of its costliest stretch
+    seg["top"] = f.loc[by["cost"].idxmax().to_numpy(), "name"].to_numpy()
+    key = ["g", "pc", "nc", "top"]
+    seg["first"] = seg.groupby(key)["seg"].transform("min") == seg["seg"]
+    later = seg[~seg["first"]].groupby(key)["cost"].agg(["max", "size"])
+    firsts = seg[seg["first"]].join(later, on=key)
+    shown = firsts["size"] >= FIRST_RUN_PEERS
+    firsts = firsts[shown & (firsts["cost"] > firsts["max"])]
+    out = cost.copy()
+    if len(firsts):
+        scale = pd.Series((firsts["max"] / firsts["cost"]).to_numpy(),
+                          index=firsts["seg"].to_numpy())
+        hit = f["seg"].isin(scale.index).to_numpy()
+        idx = o[rows[hit]]
+        out[idx] = np.rint(cost[idx] * scale.reindex(f["seg"].to_numpy()[hit]).to_numpy())
+    # the compiled region's wrapper (its own Python between the kernels it calls) after the
+    # build's first launch: a piece no later run shows warm (its exit) costs at most its
+    # largest warm piece
+    warm = seg[~seg["first"]].join(later["size"], on=key)
+    warm = f["seg"].isin(warm.loc[warm["size"] >= FIRST_RUN_PEERS, "seg"]).to_numpy()
+    wrap = _match(g, COMPILED_RX)[o][rows]
+    if not (warm & wrap).any():
+        return out
+    pieces = pd.Series(co[rows[warm & wrap]]).groupby(f["g"].to_numpy()[warm & wrap])
+    cap = pieces.max()[pieces.size() >= FIRST_RUN_PEERS]
+    after = wrap & ~warm & (prev[rows] > last_c[rows])
+    lim = cap.reindex(f["g"].to_numpy()[after]).to_numpy()
+    idx = o[rows[after]]
+    out[idx] = np.where(np.isnan(lim), out[idx], np.minimum(out[idx], np.nan_to_num(lim)))
+    return out
 
 
 def _calls_inside(g, stretches) -> np.ndarray:
@@ -1365,8 +1515,31 @@ def host_off_path(g, f: Facts, p: dict):
     m &= ~_setup_work(g)
     if not m.any():
         return "no host work between the launches beyond dispatch"
+    _unseen_warm_dispatch(g, m, p)
     _zero(g, m)
     return g
+
+
+def _unseen_warm_dispatch(g, moved, p: dict) -> None:
+    """What the model keeps unpriced: the dispatch (ops, launches) of the launching lanes
+    keeps its measured time. Where every replayed step of a lane holds moved work, no op of
+    it ran without that work before it, and the trace shows no other speed for it
+    (gpu/host.bad: every step follows 15 ms of ``json.dumps``; its ``aten::linear`` takes
+    70-301 us, its launches 10-49 us, in every layer; AFTER's 24-40 us and 4-8 us). Said in
+    the params (``dispatch_kept``), never priced."""
+    n = g.nodes
+    lane, step = n["lane"].to_numpy(), n["step"].to_numpy()
+    lanes = np.unique(lane[moved])
+    on = np.isin(lane, lanes) & (step >= 0)
+    every = all(set(np.unique(step[on & (lane == x)]).tolist())
+                <= set(np.unique(step[moved & (lane == x)]).tolist()) for x in lanes)
+    disp = on & ~moved & (_kind(g, "launch") | (_kind(g, "host") & _cat(g, "cpu_op")))
+    p["dispatch_kept"] = {
+        "ns_per_step": per_step(g, n["cost_ns"].to_numpy(np.int64), disp),
+        "warm_seen": not every,
+        "why": ("every step holds the moved work: no op ran without it before, so the trace "
+                "shows no faster dispatch; the ops keep their measured time")
+        if every else "steps without the moved work show the ops' time without it"}
 
 
 def _restart_spans(r: dict) -> list[tuple]:
@@ -1525,9 +1698,14 @@ def larger_batch(g, f: Facts, p: dict):
     return g
 
 
+# a synchronous copy call (``cudaMemcpy``: a sync by name, its node labelled ``sync``)
+SYNC_COPY_RX = re.compile(r"^(?:" + _SYNC_COPY_CALL + ")" + _API_TAIL)
+
+
 def _staging_growth(g, was: np.ndarray, new: np.ndarray) -> np.ndarray:
     """The staging calls (``copy_staging``: a pageable copy's call stages it through a
-    bounce buffer) grow as their copy does: the bytes staged are the bytes copied. Each
+    bounce buffer; a synchronous copy's call, ``SYNC_COPY_RX``, which also holds the host
+    through its copy) grow as their copy does: the bytes staged are the bytes copied. Each
     call's staged time -- from the later of its start and the end of the op before its copy
     on that copy's stream (a wait for the queue is no staging), to its end; a blocking
     call's cost, its time after the op it waited for -- takes the copy's ratio ``new /
@@ -1536,7 +1714,7 @@ def _staging_growth(g, was: np.ndarray, new: np.ndarray) -> np.ndarray:
     grow (it carries no batch) keeps its staging. Writes ``new``; returns the calls'
     mask."""
     n = g.nodes
-    calls = _cat(g, "copy_staging") & _kind(g, "launch", "sync_wait")
+    calls = _kind(g, "launch", "sync_wait") & (_cat(g, "copy_staging") | _match(g, SYNC_COPY_RX))
     if not calls.any():
         return calls
     e = g.edges
