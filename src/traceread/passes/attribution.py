@@ -56,7 +56,7 @@ from . import intervals
 from .compile import compile_name_lut, is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
 from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at, name_codes, name_table, table_of
-from ..table import SHARE_COLUMNS, release_heap
+from ..table import SHARE_COLUMNS, release_heap_grown
 from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -652,7 +652,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         if last:
             # their pages go back now: the carve's and top ops' arrays are new sizes that the
             # freed holes would not hold (RSS 110 MB over the live heap at 1 GB otherwise)
-            release_heap()
+            release_heap_grown()
         bs, be = intervals.union(s_hs, s_he) if len(s_hs) else (s_hs, s_he)
         blocked[(int(pid), int(dev))] = int((be - bs).sum())
         names[lab >= 0] = pg_text[lab[lab >= 0]]
