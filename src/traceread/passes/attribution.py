@@ -889,7 +889,7 @@ def _carve_block(remaining, cats, hs, he, out: np.ndarray) -> None:
         m = cats == j
         if not m.any() or not len(remaining[0]):
             continue
-        cover = _union(hs[m], he[m])
+        cover = intervals.union(hs[m], he[m])
         piece = intervals.intersect_sorted(remaining, cover)
         _sum_into(out[:, j], piece)
         remaining = intervals.subtract_sorted(remaining, piece)
@@ -912,31 +912,12 @@ def _carve_overlapping(gs, ge, cats, hs, he, out: np.ndarray) -> np.ndarray:
         m = cats == j
         if not m.any() or not len(remaining[0]):
             continue
-        cover = _union(hs[m], he[m])
+        cover = intervals.union(hs[m], he[m])
         piece = intervals.intersect_sorted(remaining, cover)[:2]
         out[:, j] = intervals.overlap(piece, gs, ge)
         remaining = intervals.subtract_sorted(remaining, piece)[:2]
     out[:, -1] = intervals.overlap(remaining, gs, ge)
     return out
-
-
-def _union(s: np.ndarray, e: np.ndarray) -> intervals.Intervals:
-    """``intervals.union`` without its argsort when the starts are in order already
-    (host rows come ts-sorted, so their starts always are)."""
-    if len(s) > 1 and not (s[1:] >= s[:-1]).all():
-        return intervals.union(s, e)
-    keep = e > s
-    if not keep.all():
-        s, e = s[keep], e[keep]
-    if not len(s):
-        return intervals.union(s, e)
-    reach = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    np.greater(s[1:], reach[:-1], out=new[1:])
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
 
 
 def _drain(gs, ge, names, ss, se, vocab: dict) -> np.ndarray:
