@@ -1,9 +1,11 @@
-"""Builds the optional native chunk decoder (src/traceread/readers/_cscan.c) and the
-replay's loop (src/traceread/passes/replay/_csim.c).
+"""Builds the optional native chunk decoder (src/traceread/readers/_cscan.c), the
+replay's loop (src/traceread/passes/replay/_csim.c) and the interval algebra
+(src/traceread/passes/_civ.c).
 
 Everything else is in pyproject.toml. The extension is optional: without a C
 compiler the build goes on and traceread uses its pure-Python (msgspec)
-decoder -- same tables, slower ingest -- and the replay's numpy loop (same schedules).
+decoder -- same tables, slower ingest -- the replay's numpy loop (same schedules)
+and intervals.py's numpy code (same intervals).
 """
 import sys
 
@@ -41,6 +43,10 @@ setup(
                  Extension("traceread.passes.replay._csim",
                            ["src/traceread/passes/replay/_csim.c"],
                            # -fwrapv: int64 arithmetic wraps as numpy's does
+                           extra_compile_args=["-std=c99", "-fno-strict-aliasing", "-fwrapv"],
+                           optional=True),
+                 # the interval algebra (passes/intervals.py); -fwrapv as above
+                 Extension("traceread.passes._civ", ["src/traceread/passes/_civ.c"],
                            extra_compile_args=["-std=c99", "-fno-strict-aliasing", "-fwrapv"],
                            optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},

@@ -959,7 +959,7 @@ def test_side_get_trims_the_heap_unless_asked_not_to(monkeypatch):
     from traceread.passes import side as side_mod
 
     trims = []
-    monkeypatch.setattr(side_mod, "release_heap", lambda: trims.append(1))
+    monkeypatch.setattr(side_mod, "release_heap_grown", lambda: trims.append(1))
     with side_mod.SidePasses(1, {}) as side:
         side.submit("a", sum, [1, 2])
         side.submit("b", sum, [3, 4])

@@ -41,7 +41,7 @@ from .passes.kernels import kernel_summary
 from .passes.nccl import comm_and_collectives
 from .passes.newfacts import trace_facts
 from .passes.parallelism import parallelism
-from .table import Trace, TraceMeta, release_heap
+from .table import Trace, TraceMeta, release_heap_grown
 
 LARGEST_GAPS = 20
 TOP_KERNELS = 20
@@ -167,7 +167,7 @@ def analyze(trace_or_path, *, step_pattern: str | None = None, min_gap_ns: int =
     # the window's GPU ops before the fork: the replay's side job reads them from there
     ops = all_ops if ev is all_ev else _gpu_ops(ev, is_nsys)
     del all_ops
-    release_heap()  # each pass frees its temporaries; hand the pages back before the next
+    release_heap_grown()  # each pass frees its temporaries; hand the pages back before the next
     with SidePasses(_pass_workers(len(all_ev)), {"ev": ev, "all_ev": all_ev, "trace": trace,
                                                  "ops": ops}) as side, sharing():
         return _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, win,
@@ -307,7 +307,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         if lost.any():
             gaps.loc[lost, "step_index"] = steps_mod.assign_steps(
                 step_rows, gaps["pid"].to_numpy()[lost], gaps["start"].to_numpy()[lost])
-    release_heap()
+    release_heap_grown()
     if side.runs_here("queued"):   # run here anyway: before the attribution's host arrays exist
         queued = side.get("queued")
         queued_of = lambda: queued  # noqa: E731
@@ -315,7 +315,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         queued_of = lambda: side.get("queued", release=False, inside=True)  # noqa: E731
     att = attr_mod.attribute(ev, gaps, ops, pattern, queued_of=queued_of)
     del queued_of
-    release_heap()
+    release_heap_grown()
     # compilation an untraced host shows only through the driver's module loads (nsys):
     # the host time of the gaps that end in freshly built code is compile time
     jit, jit_evidence = compile_mod.untraced_compile(ev, att["gaps"])
@@ -337,7 +337,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
     side.submit("utilization", util_mod.utilization, ref("trace"), step_tab, peak_tflops,
                 events=ref("ev"))
     nccl, collectives = side.get("comm")
-    release_heap()
+    release_heap_grown()
     # compile_summary(ev, gaps=gaps): their bounds, the same (small temporaries: no trim,
     # as when it ran here)
     comp = side.get("compile", release=False)
@@ -369,7 +369,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         devices=devices, nccl=nccl, collectives=collectives, comp=comp, kernels=kernels,
         copies=copies, graphs=graphs, utilization=utilization, ctx=ctx, later=later)
     drop_shared()   # the window's host stacks: read by the facts, by nothing after them
-    release_heap()   # the facts' freed pages (~60 MB at 1 GB) before the profiler's replays
+    release_heap_grown()   # the facts' freed pages (~60 MB at 1 GB) before the profiler's replays
     facts.graph, facts.replay = replay_graph, replay   # the step as a graph (passes/replay)
     if jit_evidence:
         facts.evidence["untraced_compile_gaps"] = jit_evidence
@@ -392,7 +392,7 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         features=later("overhead_features") if n_steps and stats.get("mean_ns") else None)
     if replay is not None and replay.get("replayable"):
         replay["profiler_overhead"] = facts.figures["profiler_overhead"]
-    release_heap()
+    release_heap_grown()
     verdict = _decide(facts, side.workers)
     replay_mod.whatif.forget()   # the levers are priced: their base replays are let go
     utilization = _with_levers(utilization, verdict_mod.utilization_levers(facts))

@@ -12,6 +12,7 @@ String columns are dictionary-encoded and may be null.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,37 @@ def release_heap() -> None:
     # Arrow's allocator (mimalloc / jemalloc) keeps freed pages too: 120 MB after the
     # events DataFrame of a 1 GB trace was built, all of it transient conversion buffers
     pa.default_memory_pool().release_unused()
+    _TRIMMED[0] = _rss()
+
+
+# Between passes: the heap is trimmed once the resident set grew TRIM_GROWTH bytes since the
+# last trim. A trim's pages are faulted in again by the next pass that allocates (~2.5 us a
+# 4 KB page here): trimming after every pass gave back ~450 MB per `analyze` of the 247 MB
+# trace, 0.2-0.3 CPU-s of faults, for 2 MB of peak RSS; at 990 MB 1.9 GB, ~1 CPU-s, 35 MB.
+TRIM_GROWTH = 64 << 20
+_TRIMMED = [0]   # resident bytes after the last trim (0: none yet)
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss() -> int | None:
+    """Resident bytes of this process (Linux ``/proc/self/statm``), None elsewhere."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def release_heap_grown() -> None:
+    """``release_heap`` once the resident set grew ``TRIM_GROWTH`` since the last trim (at
+    most that much freed heap kept; a pass that reuses it faults nothing in); where the
+    resident set cannot be read, every time. A resident set that shrank (an array's own
+    mapping unmapped) is the new mark."""
+    rss = _rss()
+    if rss is None or _TRIMMED[0] is None or rss - _TRIMMED[0] >= TRIM_GROWTH:
+        release_heap()
+    elif rss < _TRIMMED[0]:
+        _TRIMMED[0] = rss
 
 
 def empty_columns(n: int) -> dict[str, Any]:

@@ -56,7 +56,7 @@ from . import intervals
 from .compile import compile_name_lut, is_compile_name
 from .steps import DEFAULT_STEP_PATTERN, FALLBACK_STEP_PATTERN, pair_keys
 from .common import GRAPH_LAUNCH_RX, kind_in, lookup_at, name_codes, name_table, table_of
-from ..table import SHARE_COLUMNS, release_heap
+from ..table import SHARE_COLUMNS, release_heap_grown
 from .frames import code_in, str_column
 
 # Priority order: a container (compile, data loading, collective wait) explains
@@ -652,7 +652,7 @@ def attribute(ev: pd.DataFrame, gaps: pd.DataFrame, ops: pd.DataFrame,
         if last:
             # their pages go back now: the carve's and top ops' arrays are new sizes that the
             # freed holes would not hold (RSS 110 MB over the live heap at 1 GB otherwise)
-            release_heap()
+            release_heap_grown()
         bs, be = intervals.union(s_hs, s_he) if len(s_hs) else (s_hs, s_he)
         blocked[(int(pid), int(dev))] = int((be - bs).sum())
         names[lab >= 0] = pg_text[lab[lab >= 0]]
@@ -889,7 +889,7 @@ def _carve_block(remaining, cats, hs, he, out: np.ndarray) -> None:
         m = cats == j
         if not m.any() or not len(remaining[0]):
             continue
-        cover = _union(hs[m], he[m])
+        cover = intervals.union(hs[m], he[m])
         piece = intervals.intersect_sorted(remaining, cover)
         _sum_into(out[:, j], piece)
         remaining = intervals.subtract_sorted(remaining, piece)
@@ -912,31 +912,12 @@ def _carve_overlapping(gs, ge, cats, hs, he, out: np.ndarray) -> np.ndarray:
         m = cats == j
         if not m.any() or not len(remaining[0]):
             continue
-        cover = _union(hs[m], he[m])
+        cover = intervals.union(hs[m], he[m])
         piece = intervals.intersect_sorted(remaining, cover)[:2]
         out[:, j] = intervals.overlap(piece, gs, ge)
         remaining = intervals.subtract_sorted(remaining, piece)[:2]
     out[:, -1] = intervals.overlap(remaining, gs, ge)
     return out
-
-
-def _union(s: np.ndarray, e: np.ndarray) -> intervals.Intervals:
-    """``intervals.union`` without its argsort when the starts are in order already
-    (host rows come ts-sorted, so their starts always are)."""
-    if len(s) > 1 and not (s[1:] >= s[:-1]).all():
-        return intervals.union(s, e)
-    keep = e > s
-    if not keep.all():
-        s, e = s[keep], e[keep]
-    if not len(s):
-        return intervals.union(s, e)
-    reach = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    np.greater(s[1:], reach[:-1], out=new[1:])
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
 
 
 def _drain(gs, ge, names, ss, se, vocab: dict) -> np.ndarray:

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from ..table import TraceMeta, release_heap
+from ..table import TraceMeta, release_heap_grown
 from . import attribution as attr_mod
 from . import culprits as culprits_mod
 from . import steps as steps_mod
@@ -129,7 +129,7 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     only when needed so that it runs beside the culprits.
     """
     complete_context(ctx, meta, graphs, source, len(ops))
-    release_heap()
+    release_heap_grown()
     whole = window_mode == "whole_trace"
     fig: dict[str, Any] = {
         "format": meta.format, "window_mode": window_mode, "step_source": source,
@@ -144,7 +144,7 @@ def build_facts(*, meta: TraceMeta, ev: pd.DataFrame, window_mode: str, source: 
     parts = cause_parts(gaps, ctx["host_traced"], ctx["api_traced"])
     culprits = culprits_mod.culprits(ev, gaps, ops, summary, top_ops, copies, collectives,
                                      comp, kernels, parts, ctx)
-    release_heap()   # culprits' interval sets; the layout and steady passes may run here next
+    release_heap_grown()   # culprits' interval sets; the layout and steady passes may run here next
     fig["host_in_compiled_call"] = compiled_call_host(culprits.get("host", ""))
     hw = later("hostwork")   # host_work_kind(ev, gaps, ops), a side pass
     hw_evidence = hw.pop("evidence") if hw else None

@@ -8,7 +8,16 @@ non-touching (adjacent pieces are merged), with zero-length pieces dropped.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+try:   # the same algebra in C (setup.py builds it where a compiler is): one pass where the
+    from . import _civ   # numpy code makes several; else the numpy code (the reference)
+except ImportError:
+    _civ = None
+
+IV_ENV = "TRACEREAD_INTERVALS"   # "python": the numpy code where the C one is built (tests)
 
 Intervals = tuple[np.ndarray, np.ndarray]
 
@@ -19,8 +28,44 @@ def _arr(x) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
 
 
+def _native():
+    """The C module, unless not built or ``TRACEREAD_INTERVALS=python``."""
+    if _civ is None or os.environ.get(IV_ENV, "").strip().lower() == "python":
+        return None
+    return _civ
+
+
+def _i64(*xs) -> bool:
+    """Every x an int64 array (the C code reads int64; another dtype keeps numpy's rules)."""
+    return all(isinstance(x, np.ndarray) and x.dtype == np.int64 for x in xs)
+
+
+def _c(x: np.ndarray) -> np.ndarray:
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+def _out(buf) -> np.ndarray:
+    return np.frombuffer(buf, np.int64)
+
+
+def _pair(got) -> Intervals:
+    s, e = _out(got[0]), _out(got[1])
+    return (s, e) if len(s) else (_EMPTY, _EMPTY)
+
+
 def union(starts, ends) -> Intervals:
     """Merge possibly overlapping intervals into a sorted disjoint set."""
+    s, e = _arr(starts), _arr(ends)
+    civ = _native()
+    if civ is not None and s.ndim == e.ndim == 1 and len(s) == len(e):
+        got = civ.union(_c(s), _c(e))
+        if got is not None:   # (None: the starts not sorted)
+            return _pair(got)
+    return union_py(s, e)
+
+
+def union_py(starts, ends) -> Intervals:
+    """``union`` in numpy (the reference of the C code)."""
     s, e = _arr(starts), _arr(ends)
     keep = e > s
     if not keep.all():   # copies only when a piece is empty
@@ -70,8 +115,21 @@ def total(iv: Intervals) -> int:
     return int((e - s).sum()) if len(s) else 0
 
 
-def _sweep(a: Intervals, b: Intervals, want) -> Intervals:
-    """Pieces of the line where want(in_a, in_b) holds (inputs may overlap)."""
+_WANT = (lambda x, y: x & y, lambda x, y: x & ~y)   # intersect, subtract
+
+
+def _sweep(a: Intervals, b: Intervals, mode: int) -> Intervals:
+    """Pieces of the line covered by a and (mode 0) or not (mode 1) by b (inputs may overlap)."""
+    a_s, a_e, b_s, b_e = _arr(a[0]), _arr(a[1]), _arr(b[0]), _arr(b[1])
+    civ = _native()
+    if civ is not None and a_s.ndim == a_e.ndim == b_s.ndim == b_e.ndim == 1 and \
+            len(a_s) == len(a_e) and len(b_s) == len(b_e):
+        return _pair(civ.sweep(_c(a_s), _c(a_e), _c(b_s), _c(b_e), mode))
+    return _sweep_py((a_s, a_e), (b_s, b_e), _WANT[mode])
+
+
+def _sweep_py(a: Intervals, b: Intervals, want) -> Intervals:
+    """Pieces of the line where want(in_a, in_b) holds (numpy: the C code's reference)."""
     a_s, a_e = _arr(a[0]), _arr(a[1])
     b_s, b_e = _arr(b[0]), _arr(b[1])
     pos = np.concatenate([a_s, a_e, b_s, b_e])
@@ -86,17 +144,17 @@ def _sweep(a: Intervals, b: Intervals, want) -> Intervals:
     in_a = np.add.reduceat(da, first).cumsum()[:-1] > 0
     in_b = np.add.reduceat(db, first).cumsum()[:-1] > 0
     keep = want(in_a, in_b)
-    return union(uniq[:-1][keep], uniq[1:][keep])
+    return union_py(uniq[:-1][keep], uniq[1:][keep])
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
     """Points covered by both sets."""
-    return _sweep(a, b, lambda x, y: x & y)
+    return _sweep(a, b, 0)
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """Points covered by a but not by b."""
-    return _sweep(a, b, lambda x, y: x & ~y)
+    return _sweep(a, b, 1)
 
 
 def complement(iv: Intervals, lo: int, hi: int) -> Intervals:
@@ -114,6 +172,19 @@ def intersect_sorted(a, b: Intervals) -> tuple:
     with a third array (a label per interval, e.g. its gap) passes each piece the
     label of the ``a`` interval it came from.
     """
+    (a_s, a_e), (b_s, b_e) = a[:2], b[:2]
+    civ = _native()
+    if civ is not None and len(a_s) and len(b_s) and _i64(a_s, a_e, b_s, b_e) and \
+            a_s.ndim == b_s.ndim == 1 and len(a_s) == len(a_e) and len(b_s) == len(b_e):
+        got = civ.intersect_sorted(_c(a_s), _c(a_e), _c(b_s), _c(b_e))
+        if got is not None:   # (None: a's starts or ends not sorted)
+            start, end, i = (_out(x) for x in got)
+            return (start, end) + tuple(x[i] for x in a[2:])
+    return intersect_sorted_py(a, b)
+
+
+def intersect_sorted_py(a, b: Intervals) -> tuple:
+    """``intersect_sorted`` in numpy (the reference of the C code)."""
     (a_s, a_e), (b_s, b_e) = a[:2], b[:2]
     if not len(a_s) or not len(b_s):
         return (a_s[:0].astype(np.int64), a_e[:0].astype(np.int64)) + \
@@ -173,6 +244,21 @@ def reaching(iv: Intervals, qs, qe) -> np.ndarray:
     qs, qe = _arr(qs), _arr(qe)
     if len(s) == 0 or len(qs) == 0:
         return np.empty(0, np.int64)
+    civ = _native()
+    if civ is not None and _i64(s, e) and s.ndim == qs.ndim == 1 and len(s) == len(e) and \
+            len(qs) == len(qe):
+        got = civ.reaching(_c(s), _c(e), _c(qs), _c(qe))
+        if got is not None:   # (None: the ends not sorted)
+            return _out(got)
+    return reaching_py(iv, qs, qe)
+
+
+def reaching_py(iv: Intervals, qs, qe) -> np.ndarray:
+    """``reaching`` in numpy (the reference of the C code)."""
+    s, e = iv
+    qs, qe = _arr(qs), _arr(qe)
+    if len(s) == 0 or len(qs) == 0:
+        return np.empty(0, np.int64)
     if len(qs) <= _QUERY_BLOCK:
         return _reaching(s, e, qs, qe)
     # a block of queries at a time: ~26 B a query of temporaries (the attribution asks this
@@ -197,6 +283,21 @@ def overlap_hits(iv: Intervals, qs, qe) -> tuple[np.ndarray, np.ndarray]:
     the first piece ending after its start (fast when ``qs`` is sorted), the second search
     only for the queries that piece reaches.
     """
+    s, e = iv
+    qs, qe = _arr(qs), _arr(qe)
+    if len(s) == 0 or len(qs) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    civ = _native()
+    if civ is not None and _i64(s, e) and s.ndim == qs.ndim == 1 and len(s) == len(e) and \
+            len(qs) == len(qe):
+        got = civ.overlap_hits(_c(s), _c(e), _c(qs), _c(qe))
+        if got is not None:   # (None: the ends not sorted)
+            return _out(got[0]), _out(got[1])
+    return overlap_hits_py(iv, qs, qe)
+
+
+def overlap_hits_py(iv: Intervals, qs, qe) -> tuple[np.ndarray, np.ndarray]:
+    """``overlap_hits`` in numpy (the reference of the C code)."""
     s, e = iv
     qs, qe = _arr(qs), _arr(qe)
     if len(s) == 0 or len(qs) == 0:

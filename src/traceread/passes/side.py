@@ -22,7 +22,7 @@ import multiprocessing as mp
 import pickle
 from typing import Any, Callable
 
-from ..table import release_heap
+from ..table import release_heap_grown
 
 _SHARED: dict[str, Any] = {}   # set before the fork: the children inherit it
 _TASK: list = []   # (fn, items) of the running ``map_forked``: its children inherit it
@@ -128,7 +128,7 @@ class SidePasses:
         # its temporaries are freed: hand their pages back before the next pass climbs on them
         # (run here, one side pass after another kept ~110 MB of freed heap at 1 GB)
         if release:
-            release_heap()
+            release_heap_grown()
         return out
 
     def _run_one_queued(self) -> bool:
