@@ -128,15 +128,17 @@ def export(ref: str, dest: Path) -> Path:
             shutil.copy2(so, readers)
     elif c.exists():
         _build_cscan(c)
-    sim = dest / "src" / "traceread" / "passes" / "replay" / "_csim.c"
-    if sim.exists():   # the replay's C loop (a baseline without it replays in numpy)
-        _build_cscan(sim, ["-fwrapv"])
+    passes = dest / "src" / "traceread" / "passes"
+    # the replay's C loop and the interval algebra (a baseline without them runs numpy)
+    for c in (passes / "replay" / "_csim.c", passes / "_civ.c"):
+        if c.exists():
+            _build_cscan(c, ["-fwrapv"])
     return dest / "src"
 
 
 def _build_cscan(c: Path, extra: list[str] = ()) -> None:
     """Compile a baseline's own C extension (``_cscan``: its module falls back to msgspec
-    if this fails; ``_csim``: to the numpy loop)."""
+    if this fails; ``_csim``, ``_civ``: to their numpy code)."""
     out = c.with_name(c.stem + sysconfig.get_config_var("EXT_SUFFIX"))
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
     subprocess.run(cc + ["-O3", "-fPIC", "-shared", "-DNDEBUG", "-std=c99",
