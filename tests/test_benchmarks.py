@@ -163,6 +163,30 @@ def test_gpubox_predicts_from_fewer_workers_then_smaller_traces():
     assert b.dropped and b.dropped[0].startswith("y: predicted 50.0 s")
 
 
+@pytest.mark.parametrize("ranks,rank,steps,filler", [(4, 2, 3, 5), (16, 8, 6, 300), (4, 0, 2, 0)])
+def test_gpubox_rank_is_the_filled_table_written_whole(tmp_path, ranks, rank, steps, filler):
+    """The job's ranks are merged as text (fast at 250 MB); the bytes must be those of the
+    filled synth table through the Kineto writer -- slow rank, clock offsets and all."""
+    from benchmarks.gpubox import _spec, _write_rank
+    from benchmarks.multirank import _fill
+    from traceread.synth.kineto import write_kineto
+    from traceread.synth.multirank import _rank_trace
+
+    _write_rank(str(tmp_path), ranks, rank, steps, filler, "fast.json")
+    t = _rank_trace(_spec(ranks, steps), rank)
+    if filler:
+        t = _fill(t, filler)
+    write_kineto(t, tmp_path / "whole.json")
+    assert (tmp_path / "fast.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
+
+
+def test_gpubox_rank_refuses_filler_past_its_step(tmp_path):
+    from benchmarks.gpubox import _write_rank
+
+    with pytest.raises(ValueError, match="more steps"):
+        _write_rank(str(tmp_path), 4, 0, 3, 40_000, "over.json")
+
+
 def test_cuts_on_the_example_against_a_baseline_dir():
     """`cuts` of the bundled example against this checkout's own src: every row has both
     sides and a ratio, and both sides' results are the same."""

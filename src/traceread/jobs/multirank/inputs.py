@@ -300,11 +300,23 @@ def issuing_thread(ev: pd.DataFrame) -> tuple[int, int]:
     return -1, -1
 
 
+# Rows of the issuing thread classified and carved at a time: the carve's temporaries
+# (the thread's columns, the union and intersection sweeps) scale with this, not with the
+# trace -- at 250 MB a rank's 1.77 M host ops cost the batch worker 250 MB over the trace
+# (issue 42, jobs round 4). Only the result grows with the thread.
+ACTIVITY_ROWS = 1 << 18
+
+
 def host_activity(ev: pd.DataFrame, thread: tuple[int, int]) -> tuple[dict, tuple]:
     """The thread's timeline carved into attribution categories (priority order).
 
     Returns ({category: (starts, ends)}, (span_start, span_end)); the span is the
     trace's extent, and whatever no category covers inside it is untraced.
+
+    Carved ``ACTIVITY_ROWS`` rows at a time, in time order: everything before the next
+    block's first start is final once this block is in (later rows start after it), so
+    each block carves that window; a category's piece running past it is carried to the
+    next window, and pieces split at a window's edge are joined again at the end.
     """
     from ...passes.attribution import CPU_CATEGORIES, classify_host
 
@@ -312,28 +324,96 @@ def host_activity(ev: pd.DataFrame, thread: tuple[int, int]) -> tuple[dict, tupl
         return {}, (-1, -1)
     from ...passes.common import take
 
-    lo, hi = int(ev["ts"].min()), int((ev["ts"] + ev["dur"]).max())
-    on = ((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy()
-    # only the columns read here and by classify_host: ``ev[on]`` copied every column of
-    # the thread's rows (most host rows of a rank), the batch worker's peak (issue 42)
-    mine = take(ev, np.flatnonzero(on), [c for c in ("ts", "dur", "name", "kind", "domain", "pid", "tid")
-                                         if c in ev])
-    cats = classify_host(mine)   # only this thread's rows: one pass over a few % of the trace
-    s = mine["ts"].to_numpy(np.int64)
-    e = s + mine["dur"].to_numpy(np.int64)
-    remaining = intervals.union([lo], [hi])   # canonical (none when the span is empty)
-    out = {}
-    for j, name in enumerate(CPU_CATEGORIES[:-1]):
-        m = cats == j
-        if not m.any():
-            continue
-        # the O(pieces) set operations of canonical sets (the general sweeps cost ~150 B a
-        # piece: 27 MB for a thread of 177 k disjoint ops, the batch worker's peak)
-        piece = intervals.intersect_sorted(remaining, intervals.union(s[m], e[m]))
-        if len(piece[0]):
-            out[name] = piece
-            remaining = intervals.subtract_sorted(remaining, piece)
-    return out, (lo, hi)
+    ts, dur = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    lo, hi = int(ts.min()), int((ev["ts"] + ev["dur"]).max())
+    rows = np.flatnonzero(((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy())
+    # only the columns classify_host reads (``ev[on]`` copied all 33: issue 42)
+    cols = [c for c in ("ts", "dur", "name", "kind", "domain", "pid", "tid") if c in ev]
+    step = ACTIVITY_ROWS if _starts_sorted(ts, rows) else max(len(rows), 1)
+    carve = _Carve(lo, hi, len(CPU_CATEGORIES) - 1)
+    for a in range(0, len(rows), step):
+        r = rows[a:a + step]
+        s = ts[r]
+        carve.add(classify_host(take(ev, r, cols)), s, s + dur[r],
+                  int(ts[rows[a + step]]) if a + step < len(rows) else None)
+    return carve.result(CPU_CATEGORIES[:-1]), (lo, hi)
+
+
+def _starts_sorted(ts: np.ndarray, rows: np.ndarray) -> bool:
+    """The rows' starts non-decreasing (the table is ts-sorted; checked by blocks)."""
+    last = None
+    for a in range(0, len(rows), ACTIVITY_ROWS):
+        s = ts[rows[a:a + ACTIVITY_ROWS]]
+        if (last is not None and s[0] < last) or (s[1:] < s[:-1]).any():
+            return False
+        last = s[-1]
+    return True
+
+
+class _Carve:
+    """``host_activity``'s carve, one window of time at a time (see there)."""
+
+    def __init__(self, lo: int, hi: int, n: int):
+        self.lo, self.hi = lo, hi
+        self.start = None                      # where the next window begins (None: -inf)
+        self.tail = [None] * n                 # a category's union past the last window
+        self.pieces: list[list] = [[] for _ in range(n)]
+
+    def add(self, cats: np.ndarray, s: np.ndarray, e: np.ndarray, upto: int | None) -> None:
+        """This block's rows (category, start, end); every later row starts at >= ``upto``
+        (None: no later row)."""
+        final = []
+        for j in range(len(self.tail)):
+            m = cats == j
+            t = self.tail[j]
+            if t is None and not m.any():
+                final.append(None)
+                continue
+            u = intervals.union(np.concatenate((t[0], s[m])) if t else s[m],
+                                np.concatenate((t[1], e[m])) if t else e[m])
+            final.append(self._split(j, u, upto))
+        lo = self.lo if self.start is None else max(self.lo, self.start)
+        hi = self.hi if upto is None else min(self.hi, upto)
+        remaining = intervals.union([lo], [hi])   # canonical (none when the span is empty)
+        left = [j for j, f in enumerate(final) if f is not None and len(f[0])]
+        for k, j in enumerate(left):
+            # the O(pieces) set operations of canonical sets (the general sweeps cost ~150 B
+            # a piece: 27 MB for a thread of 177 k disjoint ops, the batch worker's peak)
+            piece = intervals.intersect_sorted(remaining, final[j])
+            if len(piece[0]):
+                self.pieces[j].append(piece)
+                if k + 1 < len(left):
+                    remaining = intervals.subtract_sorted(remaining, piece)
+        self.start = upto
+
+    def _split(self, j: int, u: tuple, upto: int | None) -> tuple:
+        """``u``'s part before ``upto`` (final now); its part from ``upto`` on is carried."""
+        self.tail[j] = None
+        if upto is None or not len(u[0]) or u[1][-1] <= upto:
+            return u
+        s, e = u
+        # only the last piece reaches past ``upto``: every row of this block starts at or before it
+        self.tail[j] = (np.array([max(int(s[-1]), upto)], np.int64), e[-1:].copy())
+        if s[-1] >= upto:
+            return s[:-1], e[:-1]
+        return s, np.concatenate((e[:-1], [upto]))
+
+    def result(self, names) -> dict:
+        out = {}
+        for name, parts in zip(names, self.pieces):
+            if not parts:
+                continue
+            s = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+            e = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+            if len(parts) > 1:   # pieces split at a window's edge are one piece
+                new = np.empty(len(s), bool)
+                new[0] = True
+                np.greater(s[1:], e[:-1], out=new[1:])
+                if not new.all():
+                    first = np.flatnonzero(new)
+                    s, e = s[first], e[np.append(first[1:] - 1, len(s) - 1)]
+            out[name] = (s, e)
+        return out
 
 
 def gpu_compute(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -348,14 +428,20 @@ def gpu_compute(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 KERNEL_TOP = 30
 
 
-def kernel_time(ev: pd.DataFrame) -> dict[str, int]:
-    """GPU time of the ``KERNEL_TOP`` costliest compute kernel names (communication excluded)."""
+def kernel_time(ev: pd.DataFrame, window: tuple[int, int] | None = None) -> dict[str, int]:
+    """GPU time of the ``KERNEL_TOP`` costliest compute kernel names (communication excluded),
+    of the kernels starting in ``window`` when given (only their name and duration taken:
+    ``ev[in window]`` copied every column of the window's rows)."""
+    from ...passes.common import take
     from ...passes.nccl import comm_mask
 
     k = ((ev["kind"] == "kernel").to_numpy()) & ~comm_mask(ev)
+    if window is not None:
+        ts = ev["ts"].to_numpy()
+        k &= (ts >= window[0]) & (ts < window[1])
     if not k.any():
         return {}
-    t = ev.loc[k, ["name", "dur"]].groupby("name", observed=True)["dur"].sum()
+    t = take(ev, np.flatnonzero(k), ["name", "dur"]).groupby("name", observed=True)["dur"].sum()
     return {str(n): int(v) for n, v in t.nlargest(KERNEL_TOP).items()}
 
 
@@ -463,8 +549,7 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     steps = step_busy(steps, coll, compute, activity, source)
     steps["busy_ns"] = own_busy(ev, steps, compute, thread)
     steps["traced_ns"] = traced_busy(ev, steps, compute, thread)
-    kernels = kernel_time(ev if window is None else ev[(ev["ts"] >= window[0]).to_numpy()
-                                                      & (ev["ts"] < window[1]).to_numpy()])
+    kernels = kernel_time(ev, window)
     ops = op_calls(ev, thread, window)
     return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),
                      backend=str((m.distributed or {}).get("backend") or ""), clock=m.clock,
@@ -504,15 +589,44 @@ def op_calls(ev: pd.DataFrame, thread: tuple[int, int],
         & (ev["kind"] == "cpu_op").to_numpy()
     if window is not None:
         on &= (ev["ts"] >= window[0]).to_numpy() & (ev["ts"] < window[1]).to_numpy()
-    mine = take(ev, np.flatnonzero(on), ["name", "dur"])
-    if isinstance(mine["name"].dtype, pd.CategoricalDtype):   # the thread's names, not the trace's
-        mine["name"] = mine["name"].cat.remove_unused_categories()
-    mine = mine[~name_matches(mine["name"], COMM_RX)]
-    if not len(mine):
+    rows = np.flatnonzero(on)
+    del on
+    if isinstance(ev["name"].dtype, pd.CategoricalDtype):
+        g = _op_totals(ev, rows, COMM_RX)
+    else:
+        mine = take(ev, rows, ["name", "dur"])
+        mine = mine[~name_matches(mine["name"], COMM_RX)]
+        g = mine.groupby(mine["name"].astype(str), observed=True)["dur"].agg(["size", "sum"])
+    if not len(g):
         return {}
-    g = mine.groupby(mine["name"].astype(str), observed=True)["dur"].agg(["size", "sum"])
     g = g.sort_values("sum", ascending=False).head(OP_TOP)
     return {str(n): (int(c), int(t)) for n, c, t in zip(g.index, g["size"], g["sum"])}
+
+
+def _op_totals(ev: pd.DataFrame, rows: np.ndarray, comm_rx) -> pd.DataFrame:
+    """Calls and ns per operator name of ``rows`` (communication left out), from the name
+    codes a block at a time: the same frame as a groupby on the rows' names as text (index
+    sorted by name), without a string per row -- at 1.77 M ops that
+    cost the batch worker 176 MB (issue 42, jobs round 4)."""
+    codes = ev["name"].cat.codes.to_numpy()
+    cats = ev["name"].cat.categories
+    # skipped: communication, and a null name (code -1, the last slot), which the groupby
+    # on text drops (a missing string is no group)
+    skip = np.array([bool(comm_rx.search(str(c))) for c in cats] + [True])
+    calls = np.zeros(len(cats), np.int64)
+    ns = np.zeros(len(cats), np.int64)
+    dur = ev["dur"].to_numpy(np.int64)
+    for a in range(0, len(rows), ACTIVITY_ROWS):
+        r = rows[a:a + ACTIVITY_ROWS]
+        c = codes[r].astype(np.int64)
+        keep = ~skip[c]
+        c = c[keep]
+        calls += np.bincount(c, minlength=len(cats))
+        np.add.at(ns, c, dur[r][keep])
+    used = np.flatnonzero(calls)
+    names = [str(cats[i]) for i in used]
+    out = pd.DataFrame({"size": calls[used], "sum": ns[used]}, index=pd.Index(names, name="name"))
+    return out.groupby(level=0).sum() if out.index.has_duplicates else out.sort_index()
 
 
 # names that do not tell one machine from another (containers default to them)

@@ -52,6 +52,22 @@ def late_windows(matches: pd.DataFrame, rank: int, offset_ns: int,
     return start - offset_ns, end - offset_ns
 
 
+def covered_ns(win: tuple, iv: tuple) -> int:
+    """``total(intersect(win, iv))`` for a disjoint ``win`` (a union): by prefix sums over
+    ``iv`` when it is disjoint and sorted too (a carved activity, a union) -- the sweep
+    sorted both sets' end points for each rank and category: 44 of the 57 s of a 64-rank
+    job of 250 MB ranks (1.77 M host ops a rank; issue 42, jobs round 4)."""
+    s, e = iv[0], iv[1]
+    if not len(s) or not len(win[0]):
+        return 0
+    if (e >= s).all() and (s[1:] >= e[:-1]).all():
+        # ``intervals.overlap`` summed, with one prefix sum over ``iv`` for both ends
+        at = intervals.covered_before((s, e), np.concatenate((win[0], win[1])))
+        n = len(win[0])
+        return int(np.maximum(at[n:] - at[:n], 0).sum())
+    return int(intervals.total(intervals.intersect(win, (s, e))))
+
+
 def explain(ri: RankInput, starts: np.ndarray, ends: np.ndarray) -> dict:
     """Attribute the late windows of one rank; {window_ns, by_category, gpu_compute_ns, cause, ...}.
 
@@ -68,7 +84,7 @@ def explain(ri: RankInput, starts: np.ndarray, ends: np.ndarray) -> dict:
     by = {}
     covered = 0
     for cat, iv in ri.activity.items():
-        ns = intervals.total(intervals.intersect(win, iv))
+        ns = covered_ns(win, iv)
         if ns:
             by[cat] = ns
             covered += ns
@@ -77,7 +93,7 @@ def explain(ri: RankInput, starts: np.ndarray, ends: np.ndarray) -> dict:
     by["untraced"] = max(inside - covered, 0)
     by["outside_trace"] = total - inside
     by = {k: int(v) for k, v in sorted(by.items(), key=lambda kv: -kv[1]) if v}
-    gpu = intervals.total(intervals.intersect(win, ri.gpu_compute))
+    gpu = covered_ns(win, ri.gpu_compute)
     if gpu >= GPU_COMPUTE_SHARE * total:
         cause, cause_ns = "gpu_compute", gpu
     else:
@@ -137,7 +153,7 @@ def wait_categories(ri: RankInput, matches: pd.DataFrame, straggler: int, offset
     st = g["arrival_ns"].to_numpy(np.int64) - offset_ns
     win = intervals.union(st, st + g["wait_ns"].to_numpy(np.int64))
     total = intervals.total(win)
-    by = {c: int(intervals.total(intervals.intersect(win, iv))) for c, iv in ri.activity.items()}
+    by = {c: covered_ns(win, iv) for c, iv in ri.activity.items()}
     by = {c: v for c, v in by.items() if v}
     by["untraced"] = by.get("untraced", 0) + max(0, int(total) - sum(by.values()))
     return {c: v for c, v in by.items() if v}
@@ -207,4 +223,4 @@ def kernel_excess(inputs: list[RankInput], rank: int, top: int = 3) -> list[dict
     return sorted(out, key=lambda d: -d["excess_ns_per_step"])[:top]
 
 
-__all__ = ["late_windows", "explain", "wait_categories", "refine_comm_wait", "refine_cpu_op", "kernel_excess", "CAUSE_TEXT"]
+__all__ = ["late_windows", "covered_ns", "explain", "wait_categories", "refine_comm_wait", "refine_cpu_op", "kernel_excess", "CAUSE_TEXT"]
