@@ -480,7 +480,7 @@ def host_comm(ev: pd.DataFrame, calls: pd.DataFrame, spans, groups: list[dict]) 
     ``bytes_per_step`` (median), ``group_size``, ``median_call_ns`` and, per step
     (all_reduce), the exposed time of every call but the one exposed longest
     (``exposed_after_first_ns``: later buckets waited on after the longest). None without
-    steps, comm calls or with GPU kernels."""
+    steps, comm calls or with GPU kernels. ``exposed_by_step``: its exposed ns in each step."""
     if not spans or not len(calls) or calls["on_gpu"].astype(bool).any():
         return None
     tid = spans[0][2]
@@ -543,7 +543,8 @@ def _collective_row(c: str, w: np.ndarray, mine: list, per_call: dict, moving: p
             "bytes_per_step": int(np.median(per_step)) if per_step else None,
             "group_size": int(b["group_size"].mode().iat[0]) if len(b) else size,
             "median_call_ns": int((mv["end"] - mv["ts"]).median()) if len(mv) else None,
-            "exposed_after_first_ns": after}
+            "exposed_after_first_ns": after,
+            "exposed_by_step": [int(x) for x in w]}
 
 
 def _common_size(groups: list[dict]) -> int | None:
