@@ -376,6 +376,8 @@ def wait_sets(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe, ke
                                      resume, with_index=True)
     idx_mine = np.flatnonzero(mine)
     non_p2p_mine = idx_mine[~host["collective"].iloc[idx_mine].isin(P2P).to_numpy()]
+    if open_tol_share > 0:   # the strict reading (host_comm): a closed backend span ends it
+        blocking = _until_backend_closed(blocking, hs[non_p2p_mine], hs[~issue], he[~issue])
     out = {}
     for lab in pd.unique(label):
         sel = label == lab
@@ -385,6 +387,23 @@ def wait_sets(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe, ke
         starts = np.concatenate([hs[pick], np.array([a for a, _ in ws], np.int64)])
         ends = np.concatenate([he[pick], np.array([b for _, b in ws], np.int64)])
         out[lab] = iv.union(starts, ends)
+    return out
+
+
+def _until_backend_closed(blocking: list, issued: np.ndarray, s: np.ndarray,
+                          e: np.ndarray) -> list:
+    """``blocking`` (start, end, k) cut at the end of the backend spans that ran beside issue
+    k (started before the thread resumed, ended after the issue began): once they closed the
+    collective was done, and the thread's later untraced time is its own (gloo fsdp2_sleep1
+    rank 1: ``gloo:barrier`` closes 0.8 ms into the step, then the rank's own 20 ms sleep
+    until its next operator -- not a wait on the barrier)."""
+    out = []
+    for a, b, k in blocking:
+        beside = (s < b) & (e > issued[k])
+        if beside.any():
+            b = min(b, int(e[beside].max()))
+        if b > a:
+            out.append((a, b, k))
     return out
 
 
