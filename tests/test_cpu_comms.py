@@ -84,7 +84,7 @@ def test_a_rank_waiting_for_a_late_peer_is_told_so():
     v = analysed(GLOO / "fsdp2_sleep1" / "rank-0.json.gz").verdict
     assert v["bound"] == "comms"
     first = v["actions"][0]
-    assert first["id"] == "cpu_peers_late" and "other ranks" in first["lever"]
+    assert first["id"] == "cpu_peers_late" and "other ranks arriving late" in first["lever"]
     assert 20 * MS < first["saves_per_step_ns"] < 35 * MS
 
 
@@ -101,6 +101,7 @@ def test_hta_cpu_only_rank_is_comms_bound_with_its_buckets():
     assert top["calls_per_step"] == 2
     ids = _ids(v)
     assert {"cpu_peers_late", "cpu_no_sync", "cpu_ddp_buckets"} <= set(ids)
+    assert "1.2 MiB + 7.9 MiB" in v["actions"][ids.index("cpu_ddp_buckets")]["lever"]
     assert "cpu_ddp_overlap" not in ids              # two buckets already
     assert _withdrawn(v)["record_gpu"]["precondition"] == "not_cpu_by_design"
     ex = a.facts.figures["cpu_comm"]["exposed_ns"]
@@ -149,3 +150,17 @@ def test_reader_flags_devices_recorded(tmp_path):
     p = tmp_path / "nodev.json"
     p.write_text(json.dumps(doc))
     assert load(p).meta.extra["devices_recorded"] is False
+
+
+def test_pipeline_waits_and_size_sweeps_are_not_misread():
+    """A pipeline stage's send/recv waits are its bubble, not a collective's exposed time
+    (pp_gpipe3_balanced: each stage stays cpu_only); a sweep of all_reduce sizes with no DDP
+    named gets no DDP lever (sweep2: 98% in all_reduce, the same 18 calls every step)."""
+    for r in range(3):
+        a = analysed(GLOO / "pp_gpipe3_balanced" / f"rank-{r}.json.gz")
+        assert a.verdict["bound"] == "cpu_only"
+        assert all(c["collective"] not in ("send", "recv")
+                   for c in a.facts.figures["cpu_comm"]["collectives"])
+    v = analysed(GLOO / "sweep2" / "rank-0.json.gz").verdict
+    assert v["bound"] == "comms"
+    assert not {"cpu_no_sync", "cpu_ddp_overlap", "cpu_ddp_buckets"} & set(_ids(v))

@@ -1078,6 +1078,8 @@ class HostCommCollective(_S):
     median_call_ns: Optional[int]
     exposed_after_first_ns: int     # per step, every call's wait but the longest one's
     exposed_by_step: list[int]
+    calls_by_step: list[int]
+    bytes_by_step: Optional[list[int]]   # None: sizes not recorded
 
 
 class HostComm(_S):

@@ -499,7 +499,9 @@ def host_comm(ev: pd.DataFrame, calls: pd.DataFrame, spans, groups: list[dict]) 
     ``bytes_per_step`` (median), ``group_size``, ``median_call_ns`` and, per step
     (all_reduce), the exposed time of every call but the one exposed longest
     (``exposed_after_first_ns``: later buckets waited on after the longest). None without
-    steps, comm calls or with GPU kernels. ``exposed_by_step``: its exposed ns in each step."""
+    steps, comm calls or with GPU kernels. ``exposed_by_step``, ``calls_by_step``,
+    ``bytes_by_step``: its exposed ns, calls and recorded bytes in each step. Send/recv are
+    left out: a pipeline stage's waits on them are its bubble (``pipeline``)."""
     if not spans or not len(calls) or calls["on_gpu"].astype(bool).any():
         return None
     tid = spans[0][2]
@@ -513,14 +515,20 @@ def host_comm(ev: pd.DataFrame, calls: pd.DataFrame, spans, groups: list[dict]) 
     coll = host["collective"].astype(str).to_numpy()
     issue = host["issue"].astype(bool).to_numpy()
     per_call = {int(i): iv.overlap(x, qs, qe) for i, x in sets.items()}
-    total = iv.overlap(iv.union(np.concatenate([x[0] for x in sets.values()]),
-                                np.concatenate([x[1] for x in sets.values()])), qs, qe)
+    # collectives only: a pipeline stage's send/recv waits are its schedule's bubble
+    # (``pipeline``), not a collective's exposed time
+    p2p = np.isin(coll, P2P)
+    coll_sets = [x for i, x in sets.items() if not p2p[int(i)]]
+    if not coll_sets:
+        return None
+    total = iv.overlap(iv.union(np.concatenate([x[0] for x in coll_sets]),
+                                np.concatenate([x[1] for x in coll_sets])), qs, qe)
     if not int(total.sum()):
         return None
     sized = _sized_calls(ev, calls, groups)
     moving = _moving(calls)
     rows = []
-    for c in pd.unique(coll):
+    for c in pd.unique(coll[~p2p]):
         mine = [i for i in per_call if coll[i] == c]
         # a moment two calls of one collective both explain counts once
         u = iv.union(np.concatenate([sets[i][0] for i in mine]),
@@ -563,7 +571,8 @@ def _collective_row(c: str, w: np.ndarray, mine: list, per_call: dict, moving: p
             "group_size": int(b["group_size"].mode().iat[0]) if len(b) else size,
             "median_call_ns": int((mv["end"] - mv["ts"]).median()) if len(mv) else None,
             "exposed_after_first_ns": after,
-            "exposed_by_step": [int(x) for x in w]}
+            "exposed_by_step": [int(x) for x in w], "calls_by_step": counts,
+            "bytes_by_step": per_step or None}
 
 
 def _common_size(groups: list[dict]) -> int | None:

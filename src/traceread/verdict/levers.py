@@ -880,15 +880,28 @@ def transfer_floor_ns(c: Ctx) -> tuple[int, str] | None:
     by = [int(x) for x in t.get("exposed_by_step") or []]
     if not by:
         return None
-    best = (min(by), "its fastest step's wait")
+    best = (min(by), "its fastest step's wait") if _same_calls(t) else (None, "")
     n, b, k = t.get("group_size"), t.get("bytes_per_step"), RING.get(t.get("collective"))
     if n and n > 1 and b and k:
         calls = max(1.0, float(t.get("calls_per_step") or 1))
         net = int(calls * k * (n - 1) * CPU_HOP_NS + k * (n - 1) / n * b / CPU_LINK_GBPS)
-        if net < best[0]:
-            best = (net, f"{calls:g} call(s) of {b / 2**20:.1f} MiB a step over {n} ranks at "
+        if best[0] is None or net < best[0]:
+            best = (net, f"{calls:g} call(s), {_bytes_text(b)} a step over {n} ranks at "
                          f"{CPU_HOP_NS // 1000} us a ring step and {CPU_LINK_GBPS:g} GB/s")
-    return best
+    return best if best[0] is not None else None
+
+
+def _same_calls(t: dict) -> bool:
+    """Every step makes the same calls (count, and bytes where recorded): then its fastest
+    step's wait bounds what the transfer takes in the others (a size sweep's steps differ)."""
+    calls, b = t.get("calls_by_step") or [], t.get("bytes_by_step")
+    return len(set(calls)) == 1 and (not b or len(set(b)) == 1)
+
+
+def ddp_named(c: Ctx) -> bool:
+    """DDP is named in the trace (DistributedDataParallel.forward, its reducer's ops): its
+    buckets and no_sync() exist to be changed."""
+    return "ddp" in (c.get("framework") or [])
 
 
 def cpu_wait_beyond_ns(c: Ctx) -> int:
@@ -906,6 +919,10 @@ def cpu_peers_late(c: Ctx) -> bool:
     return ex > 0 and cpu_wait_beyond_ns(c) >= PEERS_SHARE * ex
 
 
+def _bytes_text(b: float) -> str:
+    return f"{b / 2**20:.1f} MiB" if b >= 2**20 else f"{b / 2**10:.0f} KiB"
+
+
 def _ms_text(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.0f} us"
 
@@ -915,7 +932,7 @@ def _cpu_comm_what(c: Ctx) -> str:
     sizes = t.get("sizes")
     what = f"{t.get('name')} ({t.get('calls_per_step', 0):g} a step"
     if sizes:
-        what += ", " + " + ".join(f"{x / 2**20:.1f} MiB" for x in sizes)
+        what += ", " + " + ".join(_bytes_text(x) for x in sizes)
     if t.get("group_size"):
         what += f", {t['group_size']} ranks"
     return what + ")"
@@ -927,8 +944,9 @@ def _cpu_peers_text(c: Ctx) -> str:
     return (f"{_cpu_comm_what(c)} waits {_ms_text(min(by))}-{_ms_text(max(by))} a step; its "
             f"transfer needs at most {_ms_text(fl[0])} a step ({fl[1]}), so "
             f"{_ms_text(cpu_wait_beyond_ns(c))} of its {_ms_text(t['exposed_ns'])} is waiting "
-            "for other ranks to arrive: analyse every rank's trace together (traceread analyze "
-            "rank*.json) to find the late rank")
+            "beyond the transfer -- other ranks arriving late (or a contended transport): "
+            "analyse every rank's trace together (traceread analyze rank*.json) to find the "
+            "late rank")
 
 
 def _cpu_no_sync_text(c: Ctx) -> str:
@@ -1827,12 +1845,12 @@ LEVERS: tuple[Lever, ...] = (
     Lever("cpu_peers_late", "comms", _cpu_peers_text, "free", saves="cpu_late",
           when=_all(cpu_comm_bound, cpu_peers_late), first=True),
     Lever("cpu_no_sync", "comms", _cpu_no_sync_text, "code", saves="cpu_accumulate",
-          when=_all(cpu_comm_bound, training, ddp, cpu_allreduce_exposed)),
+          when=_all(cpu_comm_bound, training, ddp_named, cpu_allreduce_exposed)),
     Lever("cpu_ddp_overlap", "comms", _cpu_overlap_text, "free", saves="cpu_overlap",
-          when=_all(cpu_comm_bound, ddp, cpu_allreduce_exposed, cpu_one_bucket,
+          when=_all(cpu_comm_bound, ddp_named, cpu_allreduce_exposed, cpu_one_bucket,
                     backward_measured)),
     Lever("cpu_ddp_buckets", "comms", _cpu_buckets_text, "free", saves="cpu_buckets",
-          when=_all(cpu_comm_bound, ddp, cpu_allreduce_exposed, cpu_many_buckets)),
+          when=_all(cpu_comm_bound, ddp_named, cpu_allreduce_exposed, cpu_many_buckets)),
     Lever("comms_overlap_native", "comms", "overlap communication with compute: collectives on "
           "their own stream, issued early", "code", when=_all(NV)),
     # compile
@@ -2464,7 +2482,7 @@ REFUSING = frozenset({
     "attention_unfused",
     "no_dataloader_names",
     "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused",
-    "not_cpu_by_design", "cpu_peers_late", "backward_measured"})
+    "not_cpu_by_design", "cpu_peers_late", "backward_measured", "ddp_named"})
 
 
 def cpu_comm_rows(ctx: Ctx) -> list[Lever]:
