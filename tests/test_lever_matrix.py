@@ -117,8 +117,12 @@ def test_cut_trace_says_so_not_record_with_cuda(tmp_path):
     assert offered("cpu_cut", c) and not offered("record_gpu", c)
     v = analyze(load(cut)).verdict
     assert "cut before" in v["title"] and v["actions"][0]["id"] == "cpu_cut"
-    # a CPU-only program is still told to record with CUDA
-    assert offered("record_gpu", ctx_of(_real("facts/sdpa.json.gz")))
+    # a CPU-only program is told to record with CUDA while nothing says it is CPU by design
+    # (this context holds no layout figures: cpu_design unknown); its devices recorded empty
+    # withdraw it (tests/test_cpu_comms.py)
+    c = ctx_of(_real("facts/sdpa.json.gz"))
+    assert offered("record_gpu", c)
+    assert not offered("record_gpu", dict(c, cpu_design={"by_design": True}))
 
 
 # ------------------------------------------------------------------ end to end
