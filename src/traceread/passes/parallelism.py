@@ -378,16 +378,16 @@ def wait_sets(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe, ke
     non_p2p_mine = idx_mine[~host["collective"].iloc[idx_mine].isin(P2P).to_numpy()]
     if open_tol_share > 0:   # the strict reading (host_comm): a closed backend span ends it
         blocking = _until_backend_closed(blocking, hs[non_p2p_mine], hs[~issue], he[~issue])
-    out = {}
-    for lab in pd.unique(label):
-        sel = label == lab
-        ws = [(a, b) for a, b, i in pieces if sel[i]]
-        ws += [(a, b) for a, b, k in blocking if sel[non_p2p_mine[k]]]
-        pick = mine & sel
-        starts = np.concatenate([hs[pick], np.array([a for a, _ in ws], np.int64)])
-        ends = np.concatenate([he[pick], np.array([b for _, b in ws], np.int64)])
-        out[lab] = iv.union(starts, ends)
-    return out
+    # one pass: each label's own issuing operators and waits (per-call labels: thousands)
+    by: dict = {}
+    for i in np.flatnonzero(mine).tolist():
+        by.setdefault(label[i], []).append((int(hs[i]), int(he[i])))
+    for a, b, i in pieces:
+        by.setdefault(label[i], []).append((a, b))
+    for a, b, k in blocking:
+        by.setdefault(label[non_p2p_mine[k]], []).append((a, b))
+    return {lab: iv.union(np.array([a for a, _ in w], np.int64),
+                          np.array([b for _, b in w], np.int64)) for lab, w in by.items()}
 
 
 def _until_backend_closed(blocking: list, issued: np.ndarray, s: np.ndarray,
@@ -559,8 +559,11 @@ def _collective_row(c: str, w: np.ndarray, mine: list, per_call: dict, moving: p
     per_step = [int(b["bytes"].to_numpy()[(bt >= x) & (bt < y)].sum()) for x, y in zip(qs, qe)] \
         if len(b) else []
     # per step, the calls' exposed time but the longest one's: later buckets' own waits
-    stack = np.array([per_call[i] for i in mine]) if mine else np.zeros((0, len(qs)))
-    after = int((stack.sum(axis=0) - stack.max(axis=0)).clip(0).sum()) if len(mine) > 1 else 0
+    total, top = np.zeros(len(qs), np.int64), np.zeros(len(qs), np.int64)
+    for i in mine:
+        total += per_call[i]
+        top = np.maximum(top, per_call[i])
+    after = int((total - top).clip(0).sum())
     return {"collective": c, "name": str(mv["name"].mode().iat[0]) if len(mv) else c,
             "exposed_ns": int(w.sum()),
             "share_pct": round(100.0 * int(w.sum()) / int((qe - qs).sum()), 1),
