@@ -117,8 +117,12 @@ def test_cut_trace_says_so_not_record_with_cuda(tmp_path):
     assert offered("cpu_cut", c) and not offered("record_gpu", c)
     v = analyze(load(cut)).verdict
     assert "cut before" in v["title"] and v["actions"][0]["id"] == "cpu_cut"
-    # a CPU-only program is still told to record with CUDA
-    assert offered("record_gpu", ctx_of(_real("facts/sdpa.json.gz")))
+    # a CPU-only program is told to record with CUDA while nothing says it is CPU by design
+    # (this context holds no layout figures: cpu_design unknown); its devices recorded empty
+    # withdraw it (tests/test_cpu_comms.py)
+    c = ctx_of(_real("facts/sdpa.json.gz"))
+    assert offered("record_gpu", c)
+    assert not offered("record_gpu", dict(c, cpu_design={"by_design": True}))
 
 
 # ------------------------------------------------------------------ end to end
@@ -359,6 +363,18 @@ def pool() -> dict:
     for j in ("pp_gpipe3_slow1", "tp2", "a2a4"):
         out[f"layout {j}"] = layout_figures(
             analysed(FIX / "gloo" / j / "rank-1.json.gz").parallelism)
+    # CPU programs waiting on gloo collectives (the cpu_* comms levers): ddp2 rank 0 (one
+    # bucket a step), fsdp2_sleep1 rank 0 (waits on a late peer), and ddp2 as if its
+    # gradients went in two buckets
+    for j, r in (("ddp2", 0), ("ddp2", 1), ("fsdp2_sleep1", 0)):
+        p = FIX / "gloo" / j / f"rank-{r}.json.gz"
+        out[f"cpu comm {j} rank {r}"] = {**ctx_of(load(p)),
+                                         **layout_figures(analysed(p).parallelism)}
+    c = out["cpu comm ddp2 rank 0"]
+    top = dict(c["cpu_comm"]["collectives"][0], calls_per_step=2.0,
+               exposed_after_first_ns=5_000_000)
+    out["cpu comm ddp2 rank 0, two buckets"] = dict(
+        c, cpu_comm={**c["cpu_comm"], "collectives": [top]})
     return out
 
 

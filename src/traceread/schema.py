@@ -1055,6 +1055,46 @@ class FsdpExposure(_S):
     reduce_scatter: Optional[CommExposure]   # None: its data movement is not recorded
 
 
+class CpuDesign(_S):
+    """A window with no GPU op: a CPU program by design, or a GPU program profiled without
+    its GPU side (``passes/cpudesign.py``)."""
+
+    by_design: Optional[bool]       # None: nothing says which
+    # the evidence, each a short text naming its metadata key or event
+    # (``deviceProperties recorded and empty``, ``process group backend cuda:nccl``)
+    for_: list[str] = field(name="for")
+    against: list[str]
+
+
+class HostCommCollective(_S):
+    collective: str
+    name: str                       # its data-moving span (gloo:all_reduce)
+    exposed_ns: int                 # the step thread's waits on it, over the steps
+    share_pct: float                # 100 exposed / the steps' time
+    calls_per_step: float           # median
+    sizes: Optional[list[int]]      # distinct call bytes (DDP's buckets); None: not recorded
+    bytes_per_step: Optional[int]   # median
+    group_size: Optional[int]
+    median_call_ns: Optional[int]
+    exposed_after_first_ns: int     # per step, every call's wait but the longest one's
+    exposed_by_step: list[int]
+    calls_by_step: list[int]
+    bytes_by_step: Optional[list[int]]   # None: sizes not recorded
+
+
+class HostComm(_S):
+    """A CPU job's exposed communication: its step thread waiting on collectives
+    (``passes/parallelism.host_comm``; docs/analysis.md section 4)."""
+
+    steps: int
+    step_ns: int
+    exposed_ns: int
+    share_pct: float
+    share_min_pct: float
+    share_max_pct: float
+    collectives: list[HostCommCollective]
+
+
 class Parallelism(_S):
     """The job's parallel layout as this trace shows it (``passes/parallelism.py``)."""
 
@@ -1066,6 +1106,8 @@ class Parallelism(_S):
     fsdp: Optional[FsdpExposure] = None
     tp: Optional[TensorParallel] = None
     comm_model: Optional[list[CommModel]] = None
+    cpu_design: Optional[CpuDesign] = None
+    host_comm: Optional[HostComm] = None
 
 
 class ReplayStep(_S):

@@ -216,6 +216,10 @@ def layout_figures(layout: dict) -> dict:
                    pp_slowest_x=pl.get("slowest_x_others", pl.get("slowest_busy_x_fastest")),
                    pp_excess_busy_ns=pl.get("excess_busy_ns"),
                    pp_others_compute_ns=pl.get("others_compute_ns"))
+    if layout.get("cpu_design") is not None:   # a window with no GPU op (parallelism)
+        out["cpu_design"] = layout["cpu_design"]
+    if layout.get("host_comm"):   # a CPU job's exposed comm: the step thread's waits
+        out["cpu_comm"] = layout["host_comm"]
     ep = layout.get("ep") or {}
     if ep:
         job = "recv_imbalance" in ep

@@ -24,6 +24,7 @@ from ..collectives import (COMM_NAME_RX, collective_from_kernel, dtype_size, is_
                            normalize_collective)
 from . import intervals as iv
 from .common import kind_in, lookup_at
+from .cpudesign import cpu_design
 
 HOST = ("cpu_op", "annotation", "python")
 P2P = ("send", "recv")
@@ -63,6 +64,12 @@ def parallelism(ev: pd.DataFrame, meta=None, ctx: dict | None = None,
     model = comm_model(ev, calls, groups, ctx.get("comm_backend"))
     if model:
         out["comm_model"] = model
+    design = cpu_design(ev, meta, calls)
+    if design is not None:   # no GPU op: a CPU program, or a GPU one profiled without it
+        out["cpu_design"] = design
+        hc = host_comm(ev, calls, spans, groups)
+        if hc:
+            out["host_comm"] = hc
     return out
 
 
@@ -307,7 +314,8 @@ WAIT_RX = re.compile(r"^(?:_c10d_functional|c10d_functional|c10d)::wait(?:_tenso
 RESUME_TOL_NS = 1_000_000
 
 
-def comm_waits(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe) -> dict:
+def comm_waits(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe,
+               open_tol_share: float = 0.0) -> dict:
     """Per step [qs, qe) the step thread's time blocked in communication, as arrays of ns:
     ``p2p`` (send/recv: what a pipeline's bubble is) and ``other`` (collectives, barriers).
 
@@ -318,40 +326,112 @@ def comm_waits(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe) -
     or call starts within ``RESUME_TOL_NS`` of that end (gloo's ``work.wait()`` records
     nothing, so a wait is known by where it ends), and after a synchronous collective's issue
     (``c10d::barrier``) the gap until the thread's next operator. Any other untraced time --
-    a sleep, Python, I/O -- stays the stage's own work."""
+    a sleep, Python, I/O -- stays the stage's own work. ``open_tol_share``: see
+    ``wait_sets``."""
     qs, qe = np.asarray(qs, np.int64), np.asarray(qe, np.int64)
     out = {"p2p": np.zeros(len(qs), np.int64), "other": np.zeros(len(qs), np.int64)}
     if not len(calls) or not len(qs):
         return out
+    sets = wait_sets(ev, calls, tid, qs, qe,
+                     lambda host: np.where(host["collective"].isin(P2P).to_numpy(), "p2p",
+                                           "other"), open_tol_share)
+    empty = (np.array([], np.int64),) * 2
+    p2p, other = sets.get("p2p", empty), sets.get("other", empty)
+    # a moment both kinds explain counts once, as P2P
+    out["p2p"] = iv.overlap(p2p, qs, qe)
+    out["other"] = iv.overlap(iv.subtract(other, p2p), qs, qe)
+    return out
+
+
+def wait_sets(ev: pd.DataFrame, calls: pd.DataFrame, tid: int | None, qs, qe, key,
+              open_tol_share: float = 0.0) -> dict:
+    """The step thread's comm waits (``comm_waits``' rule) as one interval set per label:
+    ``key(host_calls) -> label per row`` labels each host comm call, and a wait belongs to
+    the call it waited on (an issuing operator to itself). ``open_tol_share`` > 0 also counts
+    a gap the thread left while a comm span was still open, when that span closed within
+    ``max(RESUME_TOL_NS, open_tol_share x the gap)`` after: the backend's span may close
+    after it woke its waiter -- gloo's worker runs the future's callbacks (DDP's comm hook
+    divides the bucket) before its record_function ends (tests/fixtures/gloo/ddp2 rank 0:
+    ``gloo:all_reduce`` closes 0.9-1.3 ms after the step thread resumed from 32 ms waits)."""
+    qs, qe = np.asarray(qs, np.int64), np.asarray(qe, np.int64)
     ts = ev["ts"].to_numpy(np.int64)
     end = ts + ev["dur"].to_numpy(np.int64)
     host = calls[~calls["on_gpu"].astype(bool)]
-    mine = host[(host["tid"] == tid) & host["issue"].astype(bool)]
-    ops = np.flatnonzero(kind_in(ev, ("cpu_op",)) & (ev["tid"].to_numpy() == tid))
-    work = iv.subtract(iv.union(ts[ops], end[ops]), iv.union(mine["ts"], mine["end"]))
-    gaps = iv.complement(work, int(qs.min()), int(qe.max()))
+    if not len(host) or not len(qs):
+        return {}
+    label = np.asarray(key(host), dtype=object)
+    issue = host["issue"].astype(bool).to_numpy()
     on_thread = (host["tid"] == tid).to_numpy()
-    resume = np.unique(np.concatenate([ts[ops], host.loc[on_thread, "ts"].to_numpy(np.int64)]))
-    p2p = host["collective"].isin(P2P).to_numpy()
-    own_recv = on_thread & (host["collective"] == "recv").to_numpy() & ~host["issue"].astype(bool).to_numpy()
-    pieces = _wait_pieces(gaps, host["ts"].to_numpy(np.int64), host["end"].to_numpy(np.int64),
-                          own_recv, resume)
-    blocking = _after_blocking_issue(gaps, mine[~mine["collective"].isin(P2P)], resume)
-    sets = {}
-    for key, sel in (("p2p", p2p), ("other", ~p2p)):
-        ws = [(a, b) for a, b, i in pieces if sel[i]] + (blocking if key == "other" else [])
-        iss = mine[mine["collective"].isin(P2P) == (key == "p2p")]
-        starts = np.concatenate([iss["ts"].to_numpy(np.int64), np.array([a for a, _ in ws], np.int64)])
-        ends = np.concatenate([iss["end"].to_numpy(np.int64), np.array([b for _, b in ws], np.int64)])
-        sets[key] = iv.union(starts, ends)
-    # a moment both kinds explain counts once, as P2P
-    out["p2p"] = iv.overlap(sets["p2p"], qs, qe)
-    out["other"] = iv.overlap(iv.subtract(sets["other"], sets["p2p"]), qs, qe)
+    mine = on_thread & issue
+    ops = np.flatnonzero(kind_in(ev, ("cpu_op",)) & (ev["tid"].to_numpy() == tid))
+    hs, he = host["ts"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
+    work = iv.subtract(iv.union(ts[ops], end[ops]), iv.union(hs[mine], he[mine]))
+    gaps = iv.complement(work, int(qs.min()), int(qe.max()))
+    resume = np.unique(np.concatenate([ts[ops], hs[on_thread]]))
+    own_recv = on_thread & (host["collective"] == "recv").to_numpy() & ~issue
+    pieces = _wait_pieces(gaps, hs, he, own_recv, resume)
+    if open_tol_share > 0:
+        pieces += _open_at_resume(gaps, hs, he, open_tol_share)
+    blocking = _after_blocking_issue(gaps, host[mine & ~host["collective"].isin(P2P).to_numpy()],
+                                     resume, with_index=True)
+    idx_mine = np.flatnonzero(mine)
+    non_p2p_mine = idx_mine[~host["collective"].iloc[idx_mine].isin(P2P).to_numpy()]
+    if open_tol_share > 0:   # the strict reading (host_comm): a closed backend span ends it
+        blocking = _until_backend_closed(blocking, hs[non_p2p_mine], hs[~issue], he[~issue])
+    # one pass: each label's own issuing operators and waits (per-call labels: thousands)
+    by: dict = {}
+    for i in np.flatnonzero(mine).tolist():
+        by.setdefault(label[i], []).append((int(hs[i]), int(he[i])))
+    for a, b, i in pieces:
+        by.setdefault(label[i], []).append((a, b))
+    for a, b, k in blocking:
+        by.setdefault(label[non_p2p_mine[k]], []).append((a, b))
+    return {lab: iv.union(np.array([a for a, _ in w], np.int64),
+                          np.array([b for _, b in w], np.int64)) for lab, w in by.items()}
+
+
+def _until_backend_closed(blocking: list, issued: np.ndarray, s: np.ndarray,
+                          e: np.ndarray) -> list:
+    """``blocking`` (start, end, k) cut at the end of the backend spans that ran beside issue
+    k (started before the thread resumed, ended after the issue began): once they closed the
+    collective was done, and the thread's later untraced time is its own (gloo fsdp2_sleep1
+    rank 1: ``gloo:barrier`` closes 0.8 ms into the step, then the rank's own 20 ms sleep
+    until its next operator -- not a wait on the barrier)."""
+    out = []
+    for a, b, k in blocking:
+        beside = (s < b) & (e > issued[k])
+        if beside.any():
+            b = min(b, int(e[beside].max()))
+        if b > a:
+            out.append((a, b, k))
+    return out
+
+
+def _open_at_resume(gaps: iv.Intervals, s: np.ndarray, e: np.ndarray,
+                    share: float) -> list[tuple[int, int, int]]:
+    """(start, end, span index) of the gaps the thread left while span i was still open,
+    when i closed within ``max(RESUME_TOL_NS, share x gap)`` after (see ``wait_sets``). One
+    loop per span (a CPU trace's comm spans: a few per step), over the gaps ending inside
+    it."""
+    out = []
+    lo = np.searchsorted(gaps[1], s, side="right")
+    hi = np.searchsorted(gaps[1], e, side="left")
+    ends = np.sort(e)
+    for i in np.flatnonzero(hi > lo).tolist():
+        gs, ge = gaps[0][lo[i]:hi[i]], gaps[1][lo[i]:hi[i]]
+        tol = np.maximum(RESUME_TOL_NS, (share * (ge - gs)).astype(np.int64))
+        a = np.maximum(gs, s[i])
+        # a span that ended just before the thread resumed is what it waited on
+        # (``_wait_pieces``): a still-open one then waited on nothing more
+        closed = np.searchsorted(ends, ge, side="right") > np.searchsorted(
+            ends, np.maximum(gs, ge - RESUME_TOL_NS), side="right")
+        for j in np.flatnonzero((e[i] - ge <= tol) & (a < ge) & ~closed).tolist():
+            out.append((int(a[j]), int(ge[j]), int(i)))
     return out
 
 
 def _after_blocking_issue(gaps: iv.Intervals, issue: pd.DataFrame,
-                          resume: np.ndarray) -> list[tuple[int, int]]:
+                          resume: np.ndarray, with_index: bool = False) -> list[tuple]:
     """The time after an issuing collective operator (``c10d::barrier``, ``c10d::allreduce_``)
     until the thread's next operator or call: a synchronous collective returns only once
     every rank reached it, and the backend's span (``gloo:barrier``) may end before the
@@ -365,6 +445,9 @@ def _after_blocking_issue(gaps: iv.Intervals, issue: pd.DataFrame,
     nxt = np.searchsorted(resume, e, side="right")
     stop = np.where(nxt < len(resume), resume[np.minimum(nxt, len(resume) - 1)], np.iinfo(np.int64).max)
     until = np.minimum(gaps[1][np.maximum(k, 0)], stop)
+    if with_index:   # (start, end, row of ``issue``)
+        return [(int(e[i]), int(until[i]), int(i)) for i in np.flatnonzero(ok).tolist()
+                if until[i] > e[i]]
     return [(int(a), int(b)) for a, b in zip(e[ok], until[ok]) if b > a]
 
 
@@ -396,6 +479,109 @@ def _wait_pieces(gaps: iv.Intervals, s: np.ndarray, e: np.ndarray, own_recv: np.
 
 def _clip_total(x: iv.Intervals, lo: int, hi: int) -> int:
     return iv.total(iv.intersect(x, (np.array([lo]), np.array([hi]))))
+
+
+# ------------------------------------------------------------------ a CPU job's exposed comm
+
+# the backend's span may close this share of the wait after it woke the waiter (wait_sets)
+OPEN_TOL_SHARE = 0.05
+MAX_SIZES = 8   # distinct call sizes listed per collective
+
+
+def host_comm(ev: pd.DataFrame, calls: pd.DataFrame, spans, groups: list[dict]) -> dict | None:
+    """A CPU job's exposed communication: per step, the time its step thread waits on
+    collectives (``wait_sets``: the issuing operators, then the gaps it sat in until a
+    transfer it waited on ended) -- on a CPU the step thread is the compute, so nothing
+    overlaps that time. ``{steps, step_ns, exposed_ns, share_pct, share_min_pct,
+    share_max_pct, collectives: [...]}``, the collectives by exposed time, each with its
+    data-moving span's name, ``calls_per_step`` (median), ``sizes`` (the distinct bytes of
+    its calls from the recorded shapes, DDP's buckets; None: not recorded),
+    ``bytes_per_step`` (median), ``group_size``, ``median_call_ns`` and, per step
+    (all_reduce), the exposed time of every call but the one exposed longest
+    (``exposed_after_first_ns``: later buckets waited on after the longest). None without
+    steps, comm calls or with GPU kernels. ``exposed_by_step``, ``calls_by_step``,
+    ``bytes_by_step``: its exposed ns, calls and recorded bytes in each step. Send/recv are
+    left out: a pipeline stage's waits on them are its bubble (``pipeline``)."""
+    if not spans or not len(calls) or calls["on_gpu"].astype(bool).any():
+        return None
+    tid = spans[0][2]
+    qs = np.array([s for s, _, _ in spans], np.int64)
+    qe = np.array([e for _, e, _ in spans], np.int64)
+    host = calls[~calls["on_gpu"].astype(bool)]
+    sets = wait_sets(ev, calls, tid, qs, qe, lambda h: np.arange(len(h)), OPEN_TOL_SHARE)
+    if not sets:
+        return None
+    step_ns = qe - qs
+    coll = host["collective"].astype(str).to_numpy()
+    issue = host["issue"].astype(bool).to_numpy()
+    per_call = {int(i): iv.overlap(x, qs, qe) for i, x in sets.items()}
+    # collectives only: a pipeline stage's send/recv waits are its schedule's bubble
+    # (``pipeline``), not a collective's exposed time
+    p2p = np.isin(coll, P2P)
+    coll_sets = [x for i, x in sets.items() if not p2p[int(i)]]
+    if not coll_sets:
+        return None
+    total = iv.overlap(iv.union(np.concatenate([x[0] for x in coll_sets]),
+                                np.concatenate([x[1] for x in coll_sets])), qs, qe)
+    if not int(total.sum()):
+        return None
+    sized = _sized_calls(ev, calls, groups)
+    moving = _moving(calls)
+    rows = []
+    for c in pd.unique(coll[~p2p]):
+        mine = [i for i in per_call if coll[i] == c]
+        # a moment two calls of one collective both explain counts once
+        u = iv.union(np.concatenate([sets[i][0] for i in mine]),
+                     np.concatenate([sets[i][1] for i in mine]))
+        w = iv.overlap(u, qs, qe)
+        if not int(w.sum()):
+            continue
+        moved = [i for i in mine if not issue[i]]   # the backend's spans: one per call
+        rows.append(_collective_row(c, w, moved, per_call, moving, sized, qs, qe, groups))
+    rows.sort(key=lambda r: -r["exposed_ns"])
+    share = 100.0 * total / np.maximum(step_ns, 1)
+    return {"steps": int(len(spans)), "step_ns": int(step_ns.sum()),
+            "exposed_ns": int(total.sum()),
+            "share_pct": round(100.0 * int(total.sum()) / int(step_ns.sum()), 1),
+            "share_min_pct": round(float(share.min()), 1),
+            "share_max_pct": round(float(share.max()), 1), "collectives": rows}
+
+
+def _collective_row(c: str, w: np.ndarray, mine: list, per_call: dict, moving: pd.DataFrame,
+                    sized: pd.DataFrame, qs, qe, groups) -> dict:
+    """One collective of ``host_comm``: its exposed time per step ``w`` and its calls."""
+    mv = moving[moving["collective"].astype(str) == c]
+    t = mv["ts"].to_numpy(np.int64)
+    counts = [int(((t >= a) & (t < b)).sum()) for a, b in zip(qs, qe)]
+    b = sized[sized["collective"].astype(str) == c] if len(sized) else sized
+    size = _common_size(groups)
+    bt = b["ts"].to_numpy(np.int64) if len(b) else np.array([], np.int64)
+    per_step = [int(b["bytes"].to_numpy()[(bt >= x) & (bt < y)].sum()) for x, y in zip(qs, qe)] \
+        if len(b) else []
+    # per step, the calls' exposed time but the longest one's: later buckets' own waits
+    total, top = np.zeros(len(qs), np.int64), np.zeros(len(qs), np.int64)
+    for i in mine:
+        total += per_call[i]
+        top = np.maximum(top, per_call[i])
+    after = int((total - top).clip(0).sum())
+    return {"collective": c, "name": str(mv["name"].mode().iat[0]) if len(mv) else c,
+            "exposed_ns": int(w.sum()),
+            "share_pct": round(100.0 * int(w.sum()) / int((qe - qs).sum()), 1),
+            "calls_per_step": float(np.median(counts)) if counts else 0.0,
+            # the distinct sizes (DDP's buckets) and the bytes a step moves (median)
+            "sizes": sorted({int(x) for x in b["bytes"]})[:MAX_SIZES] if len(b) else None,
+            "bytes_per_step": int(np.median(per_step)) if per_step else None,
+            "group_size": int(b["group_size"].mode().iat[0]) if len(b) else size,
+            "median_call_ns": int((mv["end"] - mv["ts"]).median()) if len(mv) else None,
+            "exposed_after_first_ns": after,
+            "exposed_by_step": [int(x) for x in w], "calls_by_step": counts,
+            "bytes_by_step": per_step or None}
+
+
+def _common_size(groups: list[dict]) -> int | None:
+    """The group size every process group shares (gloo names no group per call)."""
+    sizes = {g["size"] for g in groups if g.get("size", -1) > 0}
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 # ------------------------------------------------------------------ pipeline
@@ -996,7 +1182,7 @@ def _sized_calls(ev: pd.DataFrame, calls: pd.DataFrame, groups: list[dict]) -> p
     n = ev["group_size"].to_numpy()[rows].astype(float) if "group_size" in ev \
         else np.full(len(rows), -1.0)
     g = _group(groups)
-    n = np.where(n > 0, n, g["size"] if g else -1)
+    n = np.where(n > 0, n, g["size"] if g else _common_size(groups) or -1)
     df = pd.DataFrame({"collective": moving["collective"].to_numpy(), "group_size": n,
                        "bytes": size, "dur": (moving["end"] - moving["ts"]).to_numpy(float),
                        "ts": moving["ts"].to_numpy(np.int64)})

@@ -384,6 +384,10 @@ def _meta(p: Path, header: dict, batch: dec.Batch, fmt_name: str) -> TraceMeta:
         if r >= 0:
             meta.rank, meta.rank_source = r, "file name"
     props = header.get("deviceProperties") or header.get("computeProperties") or []
+    # the header lists the devices the profiler saw: recorded and empty, it saw none (a CPU
+    # build, or no GPU on the host); absent (older torch, other writers), unknown
+    meta.extra["devices_recorded"] = any(isinstance(header.get(k), list)
+                                         for k in ("deviceProperties", "computeProperties"))
     if isinstance(props, list):
         for d in props:
             if isinstance(d, dict):

@@ -809,6 +809,165 @@ def cpu_data_heavy(c: Ctx) -> bool:
     return float(_cpu(c).get("dataloader_share") or 0) >= CPU_SHARE
 
 
+# -- a CPU program's exposed communication (passes/parallelism.host_comm: ``cpu_comm``;
+# passes/cpudesign.py: ``cpu_design``) --
+
+CPU_COMM_SHARE = 0.5   # a CPU step at least this much waiting on collectives is comms-bound
+CPU_HOP_NS = 100_000   # a ring step over TCP: generous for one host or one cluster network
+CPU_LINK_GBPS = 1.0    # bus bandwidth a slow network still reaches (under 10 GbE's 1.25 GB/s)
+PEERS_SHARE = 0.25     # waits beyond the transfer this share of the exposed time: late peers
+ACCUM_N = 2            # micro-batches per all_reduce the accumulation lever is priced at
+# ring steps and bus bytes per call of each collective, in multiples of (n - 1) and (n - 1) / n
+RING = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "broadcast": 1}
+
+
+def _cc(c: Ctx) -> dict:
+    return c.get("cpu_comm") or {}
+
+
+def _top_comm(c: Ctx) -> dict:
+    return (_cc(c).get("collectives") or [{}])[0]
+
+
+def cpu_design_known(c: Ctx) -> dict:
+    return c.get("cpu_design") or {}
+
+
+def cpu_comm_bound(c: Ctx) -> bool:
+    """A CPU program's steps wait on collectives at least half their time (``cpu_comm``
+    share_pct), and no evidence says it is a GPU program profiled without its GPU side."""
+    return float(_cc(c).get("share_pct") or 0) >= 100 * CPU_COMM_SHARE \
+        and cpu_design_known(c).get("by_design") is not False
+
+
+def not_cpu_by_design(c: Ctx) -> bool:
+    """The program is not CPU-only by design (``cpu_design``: the devices recorded empty and
+    nothing for a GPU program say it is), so its GPU side may be missing."""
+    return cpu_design_known(c).get("by_design") is not True
+
+
+def cpu_allreduce_exposed(c: Ctx) -> bool:
+    """The collective exposed longest is an all_reduce (DDP's gradients)."""
+    return _top_comm(c).get("collective") == "all_reduce"
+
+
+def cpu_one_bucket(c: Ctx) -> bool:
+    """One all_reduce call a step: the gradients go in one bucket, after the backward."""
+    return float(_top_comm(c).get("calls_per_step") or 0) <= 1
+
+
+def cpu_many_buckets(c: Ctx) -> bool:
+    """Two or more all_reduce calls a step: more buckets than one."""
+    return float(_top_comm(c).get("calls_per_step") or 0) >= 2
+
+
+def backward_measured(c: Ctx) -> bool:
+    """The backward's host time per step is measured (the step anatomy's phases)."""
+    return _backward_ns(c) > 0
+
+
+def _backward_ns(c: Ctx) -> int:
+    ph = ((c.get("anatomy") or {}).get("phases") or {}).get("backward") or {}
+    return int(ph.get("host_ns") or 0)
+
+
+def transfer_floor_ns(c: Ctx) -> tuple[int, str] | None:
+    """(ns, how) the top collective's transfer takes a step at most: the least of its
+    fastest step's exposed time (the same calls every step: a longer step waited on
+    something else) and, where sizes are recorded, a slow network's cost (CPU_HOP_NS a ring
+    step, CPU_LINK_GBPS of bus bandwidth). None without per-step figures."""
+    t = _top_comm(c)
+    by = [int(x) for x in t.get("exposed_by_step") or []]
+    if not by:
+        return None
+    best = (min(by), "its fastest step's wait") if _same_calls(t) else (None, "")
+    n, b, k = t.get("group_size"), t.get("bytes_per_step"), RING.get(t.get("collective"))
+    if n and n > 1 and b and k:
+        calls = max(1.0, float(t.get("calls_per_step") or 1))
+        net = int(calls * k * (n - 1) * CPU_HOP_NS + k * (n - 1) / n * b / CPU_LINK_GBPS)
+        if best[0] is None or net < best[0]:
+            best = (net, f"{calls:g} call(s), {_bytes_text(b)} a step over {n} ranks at "
+                         f"{CPU_HOP_NS // 1000} us a ring step and {CPU_LINK_GBPS:g} GB/s")
+    return best if best[0] is not None else None
+
+
+def _same_calls(t: dict) -> bool:
+    """Every step makes the same calls (count, and bytes where recorded): then its fastest
+    step's wait bounds what the transfer takes in the others (a size sweep's steps differ)."""
+    calls, b = t.get("calls_by_step") or [], t.get("bytes_by_step")
+    return len(set(calls)) == 1 and (not b or len(set(b)) == 1)
+
+
+def ddp_named(c: Ctx) -> bool:
+    """DDP is named in the trace (DistributedDataParallel.forward, its reducer's ops): its
+    buckets and no_sync() exist to be changed."""
+    return "ddp" in (c.get("framework") or [])
+
+
+def cpu_wait_beyond_ns(c: Ctx) -> int:
+    """The top collective's exposed time beyond its transfer floor, over the steps."""
+    t, fl = _top_comm(c), transfer_floor_ns(c)
+    if fl is None:
+        return 0
+    return int(sum(max(0, int(x) - fl[0]) for x in t.get("exposed_by_step") or []))
+
+
+def cpu_peers_late(c: Ctx) -> bool:
+    """At least PEERS_SHARE of the exposed collective's time is waiting beyond its transfer
+    (``transfer_floor_ns``): other ranks arrive late."""
+    ex = int(_top_comm(c).get("exposed_ns") or 0)
+    return ex > 0 and cpu_wait_beyond_ns(c) >= PEERS_SHARE * ex
+
+
+def _bytes_text(b: float) -> str:
+    return f"{b / 2**20:.1f} MiB" if b >= 2**20 else f"{b / 2**10:.0f} KiB"
+
+
+def _ms_text(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.0f} us"
+
+
+def _cpu_comm_what(c: Ctx) -> str:
+    t = _top_comm(c)
+    sizes = t.get("sizes")
+    what = f"{t.get('name')} ({t.get('calls_per_step', 0):g} a step"
+    if sizes:
+        what += ", " + " + ".join(_bytes_text(x) for x in sizes)
+    if t.get("group_size"):
+        what += f", {t['group_size']} ranks"
+    return what + ")"
+
+
+def _cpu_peers_text(c: Ctx) -> str:
+    t, fl = _top_comm(c), transfer_floor_ns(c)
+    by = t.get("exposed_by_step") or [0]
+    return (f"{_cpu_comm_what(c)} waits {_ms_text(min(by))}-{_ms_text(max(by))} a step; its "
+            f"transfer needs at most {_ms_text(fl[0])} a step ({fl[1]}), so "
+            f"{_ms_text(cpu_wait_beyond_ns(c))} of its {_ms_text(t['exposed_ns'])} is waiting "
+            "beyond the transfer -- other ranks arriving late (or a contended transport): "
+            "analyse every rank's trace together (traceread analyze rank*.json) to find the "
+            "late rank")
+
+
+def _cpu_no_sync_text(c: Ctx) -> str:
+    return (f"gradient accumulation with DDP's no_sync(): all_reduce once every N micro-batches "
+            f"instead of every step -- {_cpu_comm_what(c)} holds the host "
+            f"{_top_comm(c).get('share_pct', 0):g}% of each step (priced at N={ACCUM_N})")
+
+
+def _cpu_overlap_text(c: Ctx) -> str:
+    return (f"one all_reduce bucket a step starts only after the whole backward: a smaller DDP "
+            f"bucket_cap_mb starts the first buckets during the backward "
+            f"({_ms_text(_backward_ns(c))} a step to hide behind)")
+
+
+def _cpu_buckets_text(c: Ctx) -> str:
+    t = _top_comm(c)
+    return (f"{_cpu_comm_what(c)}: the host waits on the later buckets "
+            f"{_ms_text(int(t.get('exposed_after_first_ns') or 0))} after the longest one -- a "
+            "larger DDP bucket_cap_mb sends them in fewer calls")
+
+
 def has_dynamic_shapes(c: Ctx) -> bool:
     """Data-dependent shapes are known to run (``dynamic_shapes_per_step`` > 0)."""
     return float(c.get("dynamic_shapes_per_step") or 0) > 0
@@ -1123,6 +1282,28 @@ def _save_none(lv, cause_ns, parts, copy, ctx):
     return None
 
 
+def _save_cpu_late(lv, cause_ns, parts, copy, ctx):
+    return cpu_wait_beyond_ns(ctx)
+
+
+def _cpu_transfer_ns(ctx) -> int:
+    """The top collective's exposed time less its waits beyond the transfer."""
+    return max(0, int(_top_comm(ctx).get("exposed_ns") or 0) - cpu_wait_beyond_ns(ctx))
+
+
+def _save_cpu_accumulate(lv, cause_ns, parts, copy, ctx):
+    return int(_cpu_transfer_ns(ctx) * (1 - 1 / ACCUM_N))
+
+
+def _save_cpu_overlap(lv, cause_ns, parts, copy, ctx):
+    steps = int(_cc(ctx).get("steps") or 0)
+    return min(_cpu_transfer_ns(ctx), _backward_ns(ctx) * steps)
+
+
+def _save_cpu_buckets(lv, cause_ns, parts, copy, ctx):
+    return int(_top_comm(ctx).get("exposed_after_first_ns") or 0)
+
+
 SAVING_MODELS: dict[str, SavingModel] = {m.id: m for m in (
     SavingModel("cause", "the cause's whole score", _save_cause, True,
                 "an upper bound: the GPU's own work unchanged"),
@@ -1177,6 +1358,21 @@ SAVING_MODELS: dict[str, SavingModel] = {m.id: m for m in (
                 "idles (step_head_wait.per_step_ns, the median) x the steps that show it, "
                 "capped at the lost time", _save_step_head, False,
                 "workers fetch the input while the GPU runs: the whole wait goes"),
+    SavingModel("cpu_late", "a CPU job's exposed collective time beyond its transfer floor "
+                "(the fastest step's wait, or a slow network's cost of its recorded bytes: "
+                "CPU_HOP_NS a ring step, CPU_LINK_GBPS), over the steps", _save_cpu_late, False,
+                "a bound: every rank arrives on time and the transfer runs at its floor"),
+    SavingModel("cpu_accumulate", "(1 - 1/ACCUM_N) of a CPU job's exposed all_reduce time "
+                "less its late-rank waits (cpu_late): all_reduce once every ACCUM_N "
+                "micro-batches", _save_cpu_accumulate, False,
+                "a bound: the transfer's cost is per call; a late rank's wait stays"),
+    SavingModel("cpu_overlap", "a CPU job's exposed all_reduce time less its late-rank waits, "
+                "capped at the backward's host time (what a bucket started during the "
+                "backward can hide behind)", _save_cpu_overlap, False,
+                "a bound: the buckets hide wholly behind the backward"),
+    SavingModel("cpu_buckets", "the exposed time of a CPU job's all_reduce calls a step but the "
+                "longest one (exposed_after_first_ns)", _save_cpu_buckets, False,
+                "a bound: one larger bucket's call waits no longer than the longest did"),
     SavingModel("none", "no estimate: offered after the levers with one", _save_none, False,
                 "advice without a measured saving"),
 )}
@@ -1644,6 +1840,17 @@ LEVERS: tuple[Lever, ...] = (
     Lever("peers_late", "comms", _slow_collective_text, "free", when=_all(slow_collective),
           first=True),
     Lever("interconnect", "comms", _interconnect_text, "infra", when=_all(gpu_transport)),
+    # a CPU program's exposed collectives (scores._cpu_comm_actions; never on a GPU trace:
+    # cpu_comm_bound reads passes/parallelism.host_comm, which a GPU window has not)
+    Lever("cpu_peers_late", "comms", _cpu_peers_text, "free", saves="cpu_late",
+          when=_all(cpu_comm_bound, cpu_peers_late), first=True),
+    Lever("cpu_no_sync", "comms", _cpu_no_sync_text, "code", saves="cpu_accumulate",
+          when=_all(cpu_comm_bound, training, ddp_named, cpu_allreduce_exposed)),
+    Lever("cpu_ddp_overlap", "comms", _cpu_overlap_text, "free", saves="cpu_overlap",
+          when=_all(cpu_comm_bound, ddp_named, cpu_allreduce_exposed, cpu_one_bucket,
+                    backward_measured)),
+    Lever("cpu_ddp_buckets", "comms", _cpu_buckets_text, "free", saves="cpu_buckets",
+          when=_all(cpu_comm_bound, ddp_named, cpu_allreduce_exposed, cpu_many_buckets)),
     Lever("comms_overlap_native", "comms", "overlap communication with compute: collectives on "
           "their own stream, issued early", "code", when=_all(NV)),
     # compile
@@ -1741,7 +1948,7 @@ LEVERS: tuple[Lever, ...] = (
           when=_all(not_cut, launches_untraced)),
     Lever("record_gpu", "cpu_only", lambda c: "this trace has no GPU activity: profile with "
           f"{_gpu_tracer(c)} to see the GPU side",
-          "free", saves="none", when=_all(not_cut, no_launches)),
+          "free", saves="none", when=_all(not_cut, no_launches, not_cpu_by_design)),
     Lever("record_host", "unknown", "host activity was not traced while the GPU idled: record "
           "CPU activities (ProfilerActivity.CPU, with_stack=True) or nsys "
           "--trace=cuda,nvtx,osrt", "free", saves="none"),
@@ -2274,7 +2481,27 @@ REFUSING = frozenset({
     "deferrable_reads", "autocast_off", "shapes_may_vary",
     "attention_unfused",
     "no_dataloader_names",
-    "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused"})
+    "gpu_transport", "no_other_process", "fsdp_gathers_exposed", "optimizer_unfused",
+    "not_cpu_by_design", "cpu_peers_late", "backward_measured", "ddp_named"})
+
+
+def cpu_comm_rows(ctx: Ctx) -> list[Lever]:
+    """The CPU program's communication levers whose predicates all hold (their first
+    precondition is ``cpu_comm_bound``)."""
+    return [lv for lv in LEVERS if lv.when[:1] == (cpu_comm_bound,) and lv.holds(ctx)]
+
+
+def withdrawn_cpu(ctx: Ctx) -> list[Withdrawn]:
+    """A CPU program's refusals worth reporting: its communication levers and the cpu_only
+    advice whose precondition (in REFUSING) fails."""
+    out = []
+    for lv in LEVERS:
+        if lv.when[:1] != (cpu_comm_bound,) and lv.cause != "cpu_only":
+            continue
+        w = lv.refusal(ctx)
+        if w is not None and w.precondition in REFUSING:
+            out.append(w)
+    return out
 
 
 def withdrawn(scores: dict, ctx: Ctx, min_ns: float, cause_order: tuple) -> list[Withdrawn]:

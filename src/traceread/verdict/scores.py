@@ -72,6 +72,8 @@ def score(*, has_gpu: bool, window_ns: int, idle_ns: int, parts: dict | None,
     ctx = dict(ctx or {})
     if ctx.get("program_step_mean_ns"):   # the step savings are taken from (verdict/units.py)
         ev["program_step_ns"] = program_step_ns(ctx)
+    if not has_gpu and L.not_cut(ctx) and L.cpu_comm_bound(ctx):
+        return _cpu_comm_verdict(ctx, window_ns, ev, proofs)
     if not has_gpu:
         cut = (ctx.get("cpu_only") or {}).get("cut_before_gpu")
         launches = int((ctx.get("cpu_only") or {}).get("launches") or 0)
@@ -348,6 +350,46 @@ def _cpu_actions(ctx: dict, window_ns: int, proofs: dict | None = None) -> list[
     shown = {x["id"] for x in replayed + anatomy}
     return replayed + anatomy + _unpriced("cpu_only", ctx, proofs,
                                           priced=lambda lv, c: str(lv.id) in shown)
+
+
+def _cpu_comm_verdict(ctx: dict, window_ns: int, ev: dict, proofs: dict) -> dict:
+    """A CPU program whose steps mostly wait on collectives (levers.cpu_comm_bound):
+    communication is its bound, with the share of each step the host waits in them
+    (passes/parallelism.host_comm), the collective that holds it, and the levers its
+    preconditions allow, each priced by its saving model; then the CPU trace's own levers."""
+    cc, top = ctx["cpu_comm"], (ctx["cpu_comm"].get("collectives") or [{}])[0]
+    design = ctx.get("cpu_design") or {}
+    ev.update(cpu_comm_pct=cc["share_pct"], cpu_comm_ns=int(cc["exposed_ns"]),
+              cpu_comm_step_ns=int(cc["step_ns"]), cpu_comm_top=top.get("name"),
+              cpu_by_design=design.get("by_design"))
+    why = "; ".join(design.get("for") or []) if design.get("by_design") else \
+        "no GPU activity recorded"
+    summary = (f"CPU program ({why}): the host waits on collectives {cc['share_pct']:g}% of "
+               f"each step ({cc['share_min_pct']:g}-{cc['share_max_pct']:g}%), nothing "
+               f"overlapping them; {top.get('name')} {top.get('share_pct', 0):g}% of each step")
+    span = window_ns or int(cc["step_ns"])
+    actions = _cpu_comm_actions(ctx, span, proofs) + _cpu_actions(ctx, window_ns, proofs)
+    out = _out("comms", summary, ev, L.rank(actions, False, ctx))
+    out["withdrawn"] = [_withdrawn(w, ctx, proofs) for w in L.withdrawn_cpu(ctx)]
+    return out
+
+
+def _cpu_comm_actions(ctx: dict, span: int, proofs: dict | None = None) -> list[dict]:
+    """A CPU program's communication levers (levers.cpu_comm_rows), each priced by its saving
+    model over the steps' span."""
+    out = []
+    for lv in L.cpu_comm_rows(ctx):
+        ns = L.SAVING_MODELS[lv.saves].price(lv, 0, {}, {}, ctx)
+        if ns is not None and ns < MIN_ACTION_SHARE * span:
+            continue
+        gain = _gain(ns, "work", ctx, span)
+        per = gain["saves_per_step_ns"] if gain["saves_per_step_ns"] is not None \
+            else gain["saves_ns"]
+        out.append({"id": str(lv.id), "lever": lv.words(ctx), "cost": lv.cost,
+                    "cause": "comms", "basis": "bound", **gain,
+                    "culprit": str((ctx["cpu_comm"].get("collectives") or [{}])[0].get("name")),
+                    "because": because(lv, ctx, proofs or {}, (f"cpu_comm.{lv.saves}", per))})
+    return out
 
 
 def _anatomy_actions(ctx: dict, window_ns: int, proofs: dict | None = None) -> list[dict]:
