@@ -432,7 +432,7 @@ def _batch_net_of_the_wait(v: dict, held_ns: int, s: int) -> None:
     step for rank 1's 30 ms sleep, untraced) was promised 17.2 ms a step at 2x the batch;
     rank 1 itself keeps its promise: its sleep is its own per-step time."""
     steps = int((v.get("evidence") or {}).get("steps") or 0)
-    for a in v.get("actions") or []:
+    for a in list(v.get("actions") or []):   # _sink reorders the list under us
         k = float(a.get("per_sample_x") or 1.0)
         per = a.get("saves_per_step_ns")
         if a.get("id") != "larger_batch" or k <= 1 or per is None or not steps or not held_ns:
