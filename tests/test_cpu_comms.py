@@ -164,3 +164,23 @@ def test_pipeline_waits_and_size_sweeps_are_not_misread():
     v = analysed(GLOO / "sweep2" / "rank-0.json.gz").verdict
     assert v["bound"] == "comms"
     assert not {"cpu_no_sync", "cpu_ddp_overlap", "cpu_ddp_buckets"} & set(_ids(v))
+
+
+def test_the_cpu_comm_facts_read_as_words_not_raw_ns():
+    # the because line printed "cpu accumulate 15851258; cpu comm: steps 6, step ns 221833613"
+    from traceread.render.words import because_words
+
+    items = [{"fact": "cpu_comm.cpu_accumulate", "value": 15_851_258, "known": True,
+              "evidence": None},
+             {"fact": "cpu_comm", "known": True, "evidence": None,
+              "value": {"steps": 6, "step_ns": 221_833_613, "share_pct": 90.6,
+                        "share_min_pct": 84.8, "share_max_pct": 93.0,
+                        "collectives": [{"name": "gloo:all_reduce", "share_pct": 89.4}]}},
+             {"fact": "cpu_design", "known": True, "evidence": None,
+              "value": {"by_design": True, "for": ["deviceProperties recorded and empty"],
+                        "against": []}}]
+    said = because_words(items)
+    assert "15851258" not in said and "221833613" not in said
+    assert "priced at 15.9 ms a step (a bound)" in said
+    assert "90.6% of each step (84.8-93%), the longest gloo:all_reduce 89.4%" in said
+    assert "a CPU program by design (deviceProperties recorded and empty)" in said

@@ -97,6 +97,28 @@ def _listed(what: str) -> Callable[[Any], str | None]:
     return lambda v: f"{what}: {', '.join(str(i) for i in v[:4])}" if v else f"no {what}"
 
 
+def _cpu_comm(v: dict) -> str | None:
+    """passes/parallelism.host_comm's figure: the share of each step the host waits on
+    collectives, and the longest-exposed one."""
+    if v.get("share_pct") is None:
+        return None
+    top = (v.get("collectives") or [{}])[0]
+    lead = f", the longest {top['name']} {top.get('share_pct', 0):g}%" if top.get("name") else ""
+    return (f"the host waits on collectives {v['share_pct']:g}% of each step "
+            f"({v.get('share_min_pct', 0):g}-{v.get('share_max_pct', 0):g}%){lead}")
+
+
+def _cpu_design(v: dict) -> str | None:
+    """passes/cpudesign.py: whether a trace with no GPU op is a CPU program, and the first
+    evidence each way."""
+    by, why = v.get("by_design"), (v.get("for") or []) + (v.get("against") or [])
+    if by is None:
+        return "whether it is a CPU program: unknown"
+    first = (v.get("for") if by else v.get("against")) or why or [""]
+    head = "a CPU program by design" if by else "a GPU program profiled without its GPU side"
+    return f"{head} ({first[0]})" if first[0] else head
+
+
 # fact id -> its value in words (None: fall back to the generic form)
 FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     "pytorch": _flag("", "not a PyTorch program"),
@@ -144,6 +166,8 @@ FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     "startup": lambda v: None if v is None else _flag("one-time start-up work in the window",
                                                       "no one-time start-up work")(v),
     "job.late_by_ns": lambda v: f"the straggler arrives {fmt_ns(v)} late" if v else None,
+    "cpu_comm": lambda v: _cpu_comm(v) if isinstance(v, dict) else None,
+    "cpu_design": lambda v: _cpu_design(v) if isinstance(v, dict) else None,
     "pageable_reads": lambda v: None if not isinstance(v, dict) else
     f"{v.get('waited', 0)} of {v.get('copies', 0)} device->host copies into pageable memory "
     f"held their call until done ({fmt_ns(int(v.get('waited_ns') or 0))} in those calls)",
@@ -162,6 +186,8 @@ def fact_words(x: dict) -> str:
             "replayed (the step re-simulated with the change)"
     if fact.startswith("busy_levers."):
         return str(v)
+    if fact.startswith("cpu_comm.") and _int(v):   # a CPU job's comms model (a bound)
+        return f"priced at {fmt_ns(v)} a step (a bound)"
     if fact.startswith("anatomy.") and _int(v):   # a CPU trace's step-anatomy model
         return f"the step's anatomy: {fmt_ns(v)} a step"
     if fact.startswith("cause_ns.") and _int(v):
