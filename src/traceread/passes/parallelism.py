@@ -530,6 +530,8 @@ def host_comm(ev: pd.DataFrame, calls: pd.DataFrame, spans, groups: list[dict]) 
     rows = []
     for c in pd.unique(coll[~p2p]):
         mine = [i for i in per_call if coll[i] == c]
+        if not mine:   # its calls waited on nothing in the steps (a cut file's last call)
+            continue
         # a moment two calls of one collective both explain counts once
         u = iv.union(np.concatenate([sets[i][0] for i in mine]),
                      np.concatenate([sets[i][1] for i in mine]))
