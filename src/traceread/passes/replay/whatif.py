@@ -2098,6 +2098,7 @@ def graph_of(a) -> tuple:
     stretches cut at their ops -- or None; why not). A host-only window (CPU trace) is
     built here from its steps: the replay pass leaves it out, the host levers price it."""
     from .. import steps as steps_mod
+    from . import host_only
     from .graph import build_graph
     from .sim import simulate
     from .split import priced_graph
@@ -2110,7 +2111,7 @@ def graph_of(a) -> tuple:
     ev = _window_events(a)
     ops = steps_mod.gpu_ops(ev, positive_ts=a.meta.format == "nsys")
     rep = a.replay or {}
-    if len(ops) and not rep.get("replayable", False):
+    if not rep.get("replayable", False) and (len(ops) or not host_only(rep)):
         return None, rep.get("reason") or "not replayed"
     if not len(ops) and (a.step_source == "whole_trace" or not len(a.steps)):
         return None, "no GPU work and no steps: a host-only window is replayed per step"
