@@ -6,6 +6,8 @@ import pytest
 from traceread import load
 from traceread.analysis import analyze
 
+from conftest import analysed
+
 FIX = Path(__file__).parent / "fixtures"
 
 
@@ -41,3 +43,31 @@ def test_the_diffs_graph_of_a_sampled_cpu_only_window_is_refused(cut_sampled):
 
     g, why = graph_of(cut_sampled)
     assert g is None and why.startswith("events were dropped (sampled trace)")
+
+
+# -- D: one layout-conversion pattern, MIOpen's batched_transpose included ---------------
+
+def test_every_layout_reader_holds_the_one_pattern_with_miopens_transposes():
+    from traceread.diffs import proof
+    from traceread.passes import precision
+    from traceread.passes.replay import whatif
+
+    assert proof.LAYOUT_RX is whatif.LAYOUT_RX is precision.LAYOUT_RX
+    for name in ("batched_transpose_256x4_half", "nchwToNhwcKernel", "nhwcToNchwKernel"):
+        assert proof.LAYOUT_RX.search(name), name
+    assert not proof.LAYOUT_RX.search("at_transpose_batched_copy")
+
+
+def test_falcon_h100_to_mi300_is_not_called_channels_last(corpus_dir):
+    """AFTER (MI300) runs batched_transpose_256x4_half around its convolution: the layout
+    is still converted, no channels_last change is read from the pair."""
+    from traceread.diffs.paths import diff_paths
+    from traceread.diffs.proof import changed, signature
+
+    base = corpus_dir / "AMD-AGI__TraceLens" / "tests" / "traces"
+    name = "Falconsai_nsfw_image_detection__1016002.json.gz"
+    b, a = (analysed(base / gpu / name) for gpu in ("h100", "mi300"))
+    assert signature(a)["layout_kernels_per_step"] > 0
+    assert "channels_last" not in [m for m, _, _ in changed(signature(b), signature(a))]
+    d = diff_paths(str(base / "h100" / name), str(base / "mi300" / name))
+    assert "channels_last" not in str(d.proof)

@@ -29,10 +29,14 @@ import pandas as pd
 
 from ..passes import attribution as attr
 from ..passes.attribution import ALLOC_API_RX
+# the layout conversion kernels: cuDNN's nchwToNhwc and kin, MIOpen's batched_transpose_ (one
+# pattern, passes/busy.py LAYOUT_PATTERN, for the busy split, precision, the replay and here)
+from .. import namerx
+from ..passes.busy import LAYOUT_PATTERN
+LAYOUT_RX = namerx.compile(LAYOUT_PATTERN)   # the very object precision.py compiles
 from ..table import GPU_OP_KINDS
 
 EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
-LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
 # the host's untraced work is a continuous figure: a fall under 5% of the step is run-to-run
 # noise, not a lever pulled (gpu/gpu.{bad,fixed}.sqlite: one program run twice, 0.18 -> 0.07 ms of a 14.4 ms step)
 HOST_FALL_SHARE = 0.05

@@ -36,6 +36,10 @@ from ..common import CHECKPOINT_RX as STALL_SAVE_RX, launched_inside
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
+# the layout conversion kernels (cuDNN's, MIOpen's batched_transpose): one pattern for all
+from ... import namerx
+from ..busy import LAYOUT_PATTERN
+LAYOUT_RX = namerx.compile(LAYOUT_PATTERN)   # the very object precision.py compiles
 from . import hostcost
 from .graph import NEG, factorize, filled, on_gpu_lane, same_memory, str_values
 
@@ -70,9 +74,6 @@ CHECKPOINT_RX = re.compile(r"(?i)torch\.save|checkpoint|save_state_dict|dcp\.sav
                            r"_save\b|serializ|" + f"(?-i:{STALL_SAVE_RX.rx.pattern})")
 EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
 PAGEABLE_RX = re.compile(r"(?i)pageable")
-# cuDNN's layout conversions, and MIOpen's batched_transpose kernels around its NHWC
-# convolutions on NCHW tensors (passes/precision.py's LAYOUT_RX)
-LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|^batched_transpose_")
 DATA_DEPENDENT = re.compile(r"^aten::(?:nonzero|masked_select|unique|_unique2|repeat_interleave)")
 
 
