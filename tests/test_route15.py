@@ -71,3 +71,36 @@ def test_falcon_h100_to_mi300_is_not_called_channels_last(corpus_dir):
     assert "channels_last" not in [m for m, _, _ in changed(signature(b), signature(a))]
     d = diff_paths(str(base / "h100" / name), str(base / "mi300" / name))
     assert "channels_last" not in str(d.proof)
+
+
+# -- B: the projected step and the saving in one frame ------------------------------------
+
+def _ctx(profiled_before):
+    return {"program_step_mean_ns": 7_890_000, "busy_step_mean_ns": 1_230_000,
+            "replay_levers": {"before_ns": 5_070_000, "profiled_before_ns": profiled_before}}
+
+
+def test_an_unprofiled_price_projects_the_measured_step_less_the_saving():
+    """Falcon h100's figures: the profiler's cost is material, the levers are priced on the
+    unprofiled replay (5.07 -> 1.27 ms): the 7.89 ms measured step less the 3.8 ms saving,
+    not 7.89 x 1.27 / 5.07 (1.97 ms, a step no frame holds beside the 3.8 ms)."""
+    from traceread.verdict.whatif import projected
+
+    r = {"before_ns": 5_070_000, "after_ns": 1_270_000, "saves_ns": 3_800_000,
+         "gpu_saved_ns": 0}
+    assert projected(_ctx(7_890_000), r) == 7_890_000 - 3_800_000
+    # priced on the profiled replay: the ratio, the replay's own error cancelling
+    assert projected(_ctx(None), r) == round(7_890_000 * 1_270_000 / 5_070_000)
+
+
+def test_falcon_h100_line_reads_in_one_frame(corpus_dir):
+    a = analysed(corpus_dir / "AMD-AGI__TraceLens" / "tests" / "traces" / "h100"
+                 / "Falconsai_nsfw_image_detection__1016002.json.gz")
+    v = a.to_dict()["verdict"]
+    step = a.facts.figures["program_step_mean_ns"]
+    acts = [x for x in v["actions"] if x.get("basis") == "replay"]
+    assert acts and acts[0]["id"] == "cuda_graphs"
+    for x in acts:
+        assert abs(x["projected_step_ns"] + x["saves_per_step_ns"] - step) <= 1, x["id"]
+    both = v["what_if"]["levers_together"]
+    assert abs(both["projected_step_ns"] + both["saves_per_step_ns"] - step) <= 1
