@@ -104,3 +104,59 @@ def test_falcon_h100_line_reads_in_one_frame(corpus_dir):
         assert abs(x["projected_step_ns"] + x["saves_per_step_ns"] - step) <= 1, x["id"]
     both = v["what_if"]["levers_together"]
     assert abs(both["projected_step_ns"] + both["saves_per_step_ns"] - step) <= 1
+
+
+# -- C: one graph launch inside the recording call is no replay ---------------------------
+
+def _recording(launch_inside: bool, record_after: bool = False):
+    from test_whatif import US, G
+
+    g = G()
+    g.h("host", "torch/_inductor/cudagraph_trees.py(2205): record_function", 50 * US,
+        cat="graph_capture")
+    if not launch_inside:   # the recording call returns; the program replays later
+        g.h("host", "aten::add", 5 * US, cat="cpu_op")
+    a = g.h("launch", "hipGraphLaunch", 5 * US)
+    g.k("g", 2 * US, a)
+    g.h("host", "torch/_inductor/cudagraph_trees.py(2205): record_function"
+        if launch_inside else "aten::add", 5 * US, cat="graph_capture" if launch_inside
+        else "cpu_op")
+    if record_after:
+        g.h("host", "torch/_inductor/cudagraph_trees.py(2205): record_function", 40 * US,
+            cat="graph_capture")
+    return g.build()
+
+
+def test_the_recordings_own_first_run_is_not_a_replay():
+    """xDiT Flux's capture: 1 recording, its 1 hipGraphLaunch made inside record_function
+    (the host stretches on both sides are graph capture work): no graph is replayed, the
+    capture levers keep their bounds."""
+    from traceread.passes.replay import whatif as W
+    from traceread.verdict.whatif import withdrawn
+    from test_whatif import saves
+
+    ctx = {"uses_cuda_graphs": True, "graphs_not_replayed": False}
+    g = _recording(launch_inside=True)
+    rec = W.graph_recordings(g)
+    assert (rec["launches"], rec["first_runs"], rec["replays"]) == (1, 1, 0)
+    r = saves(g, ["replay_graphs"], W.Facts(ctx=ctx))
+    assert r["refused"]["replay_graphs"].startswith("the graphs are only recorded")
+    assert not withdrawn(r)
+    # a launch after the recording call returned is a replay; no recording after it
+    r = saves(_recording(launch_inside=False), ["replay_graphs"], W.Facts(ctx=ctx))
+    assert withdrawn(r)
+    # recording again after a replay: not "replayed already"
+    g = _recording(launch_inside=False, record_after=True)
+    assert W.graph_recordings(g)["capture_after_ns"] == 40_000
+    r = saves(g, ["replay_graphs"], W.Facts(ctx=ctx))
+    assert not withdrawn(r)
+
+
+def test_xdit_flux_capture_offers_the_capture_levers(corpus_dir):
+    a = analysed(corpus_dir / "AMD-AGI__TraceLens" / "tests" / "traces" / "inference"
+                 / "xdit_flux_aiter" / "capture_traces" / "capture_rank_0.json.gz")
+    v = a.verdict
+    assert v["bound"] == "graph_capture"
+    ids = [x["id"] for x in v["actions"]]
+    assert "capture_in_warmup" in ids and "fixed_shapes_capture" in ids
+    assert ids[0] == "capture_in_warmup"
