@@ -160,3 +160,32 @@ def test_xdit_flux_capture_offers_the_capture_levers(corpus_dir):
     ids = [x["id"] for x in v["actions"]]
     assert "capture_in_warmup" in ids and "fixed_shapes_capture" in ids
     assert ids[0] == "capture_in_warmup"
+
+
+# -- G: the change AFTER shows and why BEFORE's replay could not make it ------------------
+
+def test_a_change_the_replay_could_not_make_reads_as_one_sentence():
+    """HTA trace_diff: AFTER replays 2 graphs a step (37% of its GPU busy time), BEFORE
+    none; the cuda_graphs model refused on BEFORE's step (a blocking copy between its
+    launches). Not "the change: cuda_graphs" then "cuda_graphs not applied"."""
+    from traceread.diffs.proof import changed
+    from traceread.render.diff_text import proof_sentences
+
+    sig = {"loads_on_thread": False, "workers": False, "empty_cache_per_step": 0,
+           "driver_allocs_per_step": 0, "graphs_not_replayed": False, "recompiles": 0,
+           "graphs_replayed": False, "compiled": False, "fused_optimizer": False,
+           "pageable_ns": 0, "exposed_copy_ns": 0, "lowp": False, "tf32": False,
+           "layout_kernels_per_step": 0, "host_untraced_ns": 0, "syncs_per_step": 0,
+           "own_syncs_per_step": {}, "step_ns": 0}
+    after = dict(sig, graphs_replayed=True, graph_launches_per_step=2.0,
+                 graph_replay_share_pct=37.19)
+    (m, evidence, _), = changed(sig, after)
+    assert m == "cuda_graphs"
+    assert evidence == ("CUDA graphs replayed in AFTER: 2 graph launches a step, 37% of its "
+                        "GPU busy time; none in BEFORE")
+    why = "the step syncs between its launches (seen: cudaMemcpyAsync)"
+    p = {"levers": ["cuda_graphs"], "evidence": [evidence], "promised_ns": None,
+         "realised_ns": None, "refused": {"cuda_graphs": why}}
+    text = [t for _, t in proof_sentences(p)]
+    assert text[1] == f"promised: not priced -- BEFORE's replay could not make the change: {why}"
+    assert not any("not applied" in t for t in text)
