@@ -189,3 +189,22 @@ def test_a_change_the_replay_could_not_make_reads_as_one_sentence():
     text = [t for _, t in proof_sentences(p)]
     assert text[1] == f"promised: not priced -- BEFORE's replay could not make the change: {why}"
     assert not any("not applied" in t for t in text)
+
+
+# -- host_off_path's dispatch_kept, worded for the lever --------------------------------
+
+def test_host_off_path_says_its_dispatch_was_kept_where_no_step_ran_warm():
+    from traceread.passes.replay import whatif as W
+    from traceread.verdict.whatif import kept_note
+
+    a = analyze(load(FIX / "gpu" / "host.bad.json.gz"))
+    g, _ = W.graph_of(a)
+    r = W.replay_models(g, W.facts_from_analysis(a), ["host_off_path"])
+    ctx = {"replay_levers": {"models": {"host_off_path": r}}}
+    note = kept_note(ctx, "off_step_path")
+    kept = r["params"]["host_off_path"]["dispatch_kept"]
+    assert note.startswith("the launching threads' dispatch (")
+    assert note.endswith(kept["why"]) and "every step holds the moved work" in note
+    warm = {**r, "params": {"host_off_path": {"dispatch_kept": {**kept, "warm_seen": True}}}}
+    assert kept_note({"replay_levers": {"models": {"host_off_path": warm}}},
+                     "off_step_path") is None

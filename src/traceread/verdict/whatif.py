@@ -99,6 +99,22 @@ def lever_price(ctx: dict, lever_id: str) -> dict | None:
     return r["models"].get(m)
 
 
+def kept_note(ctx: dict, lever_id: str) -> str | None:
+    """What the replay of ``lever_id`` left at its measured time and why, for the lever's
+    text (None: nothing to say). ``host_off_path`` keeps the launching lanes' dispatch
+    (``dispatch_kept``, passes/replay/whatif.py): where every step holds the moved work no
+    op ran warm, and the trace shows no faster dispatch (gpu/host.bad: 15 ms of json.dumps
+    before each step; its ops run 2-7x AFTER's) -- the saving may be short of the change's."""
+    r = lever_price(ctx, lever_id)
+    if not r or not r.get("applied"):
+        return None
+    kept = ((r.get("params") or {}).get(MODEL_OF.get(lever_id)) or {}).get("dispatch_kept")
+    if not kept or kept.get("warm_seen") is not False:
+        return None
+    return (f"the launching threads' dispatch ({int(kept.get('ns_per_step') or 0) / 1e6:.2f} ms "
+            f"a step) is kept at its measured time: {kept.get('why')}")
+
+
 EXCLUSIVE = (("tf32", "bf16", "fp16"),)
 
 
