@@ -2148,8 +2148,7 @@ def graph_of(a) -> tuple:
     stretches cut at their ops -- or None; why not). A host-only window (CPU trace) is
     built here from its steps: the replay pass leaves it out, the host levers price it."""
     from .. import steps as steps_mod
-    from . import host_only
-    from .graph import build_graph
+    from .graph import build_graph, host_only
     from .sim import simulate
     from .split import priced_graph
 
