@@ -203,7 +203,7 @@ def test_host_off_path_says_its_dispatch_was_kept_where_no_step_ran_warm():
     ctx = {"replay_levers": {"models": {"host_off_path": r}}}
     note = kept_note(ctx, "off_step_path")
     kept = r["params"]["host_off_path"]["dispatch_kept"]
-    assert note.startswith("the launching threads' dispatch (")
+    assert note.startswith("not priced: the launching threads' dispatch, ")
     assert note.endswith(kept["why"]) and "every step holds the moved work" in note
     warm = {**r, "params": {"host_off_path": {"dispatch_kept": {**kept, "warm_seen": True}}}}
     assert kept_note({"replay_levers": {"models": {"host_off_path": warm}}},

@@ -111,8 +111,8 @@ def kept_note(ctx: dict, lever_id: str) -> str | None:
     kept = ((r.get("params") or {}).get(MODEL_OF.get(lever_id)) or {}).get("dispatch_kept")
     if not kept or kept.get("warm_seen") is not False:
         return None
-    return (f"the launching threads' dispatch ({int(kept.get('ns_per_step') or 0) / 1e6:.2f} ms "
-            f"a step) is kept at its measured time: {kept.get('why')}")
+    return (f"not priced: the launching threads' dispatch, "
+            f"{int(kept.get('ns_per_step') or 0) / 1e6:.2f} ms a step -- {kept.get('why')}")
 
 
 EXCLUSIVE = (("tf32", "bf16", "fp16"),)
