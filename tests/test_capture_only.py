@@ -34,7 +34,8 @@ def test_recorded_never_replayed_is_not_unfit():
 
 def test_replayed_graphs_withdraw_the_lever():
     r = saves(_graph(True), ["replay_graphs"], W.Facts(ctx=CTX))
-    assert r["refused"] == {"replay_graphs": "the program's CUDA graphs are replayed already"}
+    assert r["refused"]["replay_graphs"].startswith(
+        "the program's CUDA graphs are replayed already")
     assert withdrawn(r)
 
 

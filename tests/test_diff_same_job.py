@@ -61,7 +61,14 @@ def test_hta_trace_diff_pair_is_not_judged():
     # read "promised 0 ns per step (0.0% of the step)"
     assert p["levers"] == ["cuda_graphs"] and "cuda_graphs" in p["refused"]
     assert p["promised_ns"] is None
-    assert "promised: not priced (BEFORE's replay could not apply the change)" in render_diff(d)
+    text = " ".join(render_diff(d).split())
+    # the change AFTER shows, and why BEFORE's replay could not make it, in one sentence:
+    # not "the change: cuda_graphs" then "cuda_graphs not applied" (route15)
+    assert "the change: cuda_graphs (CUDA graphs replayed in AFTER: 2 graph launches a step" \
+        in text
+    assert "promised: not priced -- BEFORE's replay could not make the change: the step " \
+        "syncs between its launches" in text
+    assert "not applied" not in text
 
 
 def test_batch_outputs_of_different_jobs_warn_too(tmp_path):

@@ -378,7 +378,8 @@ def _analyze_window(trace, side, all_ev, ev, ops, step_rows, source, pattern, wi
         # attribution found marked
         facts.graph = compile_mod.mark_compile(priced, gaps, jit)
         facts.frames["optimizer_regions"] = regions
-    elif not len(ops) and source != "whole_trace" and len(step_tab):
+    elif not len(ops) and replay_mod.host_only(replay) and source != "whole_trace" \
+            and len(step_tab):
         # a host-only window (CPU trace): its steps as a graph, so the host levers are
         # priced by the same replay as a GPU trace's (the replay pass leaves it out)
         facts.graph = _host_graph(ev, ops, step_tab, pattern)

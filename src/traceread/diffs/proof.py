@@ -29,10 +29,14 @@ import pandas as pd
 
 from ..passes import attribution as attr
 from ..passes.attribution import ALLOC_API_RX
+# the layout conversion kernels: cuDNN's nchwToNhwc and kin, MIOpen's batched_transpose_ (one
+# pattern, passes/busy.py LAYOUT_PATTERN, for the busy split, precision, the replay and here)
+from .. import namerx
+from ..passes.busy import LAYOUT_PATTERN
+LAYOUT_RX = namerx.compile(LAYOUT_PATTERN)   # the very object precision.py compiles
 from ..table import GPU_OP_KINDS
 
 EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
-LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw")
 # the host's untraced work is a continuous figure: a fall under 5% of the step is run-to-run
 # noise, not a lever pulled (gpu/gpu.{bad,fixed}.sqlite: one program run twice, 0.18 -> 0.07 ms of a 14.4 ms step)
 HOST_FALL_SHARE = 0.05
@@ -72,6 +76,10 @@ def signature(a) -> dict:
         "own_syncs_per_step": {k: v / steps for k, v in _own_syncs(ev).items()},
         "compiled": bool(c.get("compiled")) or count(TRITON_RX) > 0,
         "graphs_replayed": int((a.graphs or {}).get("replays") or 0) > 0,
+        # how much of the step the graphs hold: their launches a step, their share of the
+        # GPU's busy time (a step captured in part replays a few graphs between its syncs)
+        "graph_launches_per_step": int((a.graphs or {}).get("replays") or 0) / steps,
+        "graph_replay_share_pct": float((a.graphs or {}).get("replay_share_pct") or 0),
         "graphs_not_replayed": bool(c.get("graphs_not_replayed")),
         "fused_optimizer": bool(c.get("fused_optimizer")) or opt.get("impl") == "fused",
         "empty_cache_per_step": count(EMPTY_CACHE_RX),
@@ -335,7 +343,7 @@ def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str,
         out.append(("no_recompile", f"recompiles {b['recompiles']} -> {a['recompiles']}"
                     + (", CUDA graphs replayed" if a["graphs_replayed"] else ""), {}))
     if not b["graphs_replayed"] and not b["graphs_not_replayed"] and a["graphs_replayed"]:
-        out.append(("cuda_graphs", "CUDA graphs replayed", {}))
+        out.append(("cuda_graphs", _graphs_evidence(a), {}))
     if not b["compiled"] and a["compiled"] and not a["graphs_replayed"]:
         out.append(("fuse_pointwise", "torch.compile'd code runs", {}))
     if not b["fused_optimizer"] and a["fused_optimizer"]:
@@ -364,6 +372,16 @@ def changed(b: dict, a: dict, batch: dict | None = None) -> list[tuple[str, str,
                                      f"{b['host_untraced_ns'] / 1e6:.1f} -> "
                                      f"{a['host_untraced_ns'] / 1e6:.1f} ms per step", {}))
     return out
+
+
+def _graphs_evidence(a: dict) -> str:
+    """What AFTER's graphs hold, BEFORE replaying none (HTA trace_diff: 2 launches a step,
+    37% of the GPU's busy time -- parts of the step, not the step in one graph)."""
+    n, share = a.get("graph_launches_per_step"), a.get("graph_replay_share_pct")
+    if not n:
+        return "CUDA graphs replayed in AFTER, none in BEFORE"
+    of = f", {share:.0f}% of its GPU busy time" if share else ""
+    return f"CUDA graphs replayed in AFTER: {n:g} graph launches a step{of}; none in BEFORE"
 
 
 def _dropped_syncs(b: dict, a: dict, out: list) -> list[tuple[str, str, dict]]:

@@ -303,10 +303,13 @@ def proof_sentences(p: dict, per: str = "per step") -> list[tuple[int, str]]:
             bound = f", its bound {fmt_ns(x['promised_per_step_ns'])} per step" \
                 if x.get("promised_per_step_ns") is not None else ""
             out.append((0, f"also: {x['lever']} ({x['evidence']}){bound}"))
+    refused = p.get("refused") or {}
     if p["promised_ns"] is None:
-        why = "BEFORE's replay could not apply the change" if p.get("refused") else \
-            "no replay, no bound for this lever"
-        out.append((1, f"promised: not priced ({why})"))
+        # the refusal says why BEFORE's replay could not make the change the traces show
+        # (HTA trace_diff: AFTER replays graphs, the model cannot capture BEFORE's step)
+        why = "BEFORE's replay could not make the change: " + _refusals(refused) if refused \
+            else "no replay, no bound for this lever"
+        out.append((1, f"promised: not priced -- {why}"))
     else:
         how = _promise_source(p)
         pct = f" ({p['promised_pct']:.1f}% of the step)" if p.get("promised_pct") is not None \
@@ -328,9 +331,18 @@ def proof_sentences(p: dict, per: str = "per step") -> list[tuple[int, str]]:
             out.append((1, f"realised {fmt_ns(p['realised_ns'])}{pm} {per}{rp}{err}"))
     if p.get("not_judged"):
         out.append((1, f"not judged: {p['not_judged']}"))
-    for m, why in (p.get("refused") or {}).items():
-        out.append((1, f"{m} not applied: {why}"))
+    if p["promised_ns"] is not None:   # a lever of several the replay could not make
+        for m, why in refused.items():
+            out.append((1, f"{m} left out of the promise (BEFORE's replay could not make "
+                           f"it): {why}"))
     return out
+
+
+def _refusals(refused: dict) -> str:
+    """The models' reasons, named by model where there are several."""
+    if len(refused) == 1:
+        return next(iter(refused.values()))
+    return "; ".join(f"{m}: {why}" for m, why in refused.items())
 
 
 def _kernel_lines(k: dict, per: str) -> list[str]:

@@ -99,6 +99,22 @@ def lever_price(ctx: dict, lever_id: str) -> dict | None:
     return r["models"].get(m)
 
 
+def kept_note(ctx: dict, lever_id: str) -> str | None:
+    """What the replay of ``lever_id`` left at its measured time and why, for the lever's
+    text (None: nothing to say). ``host_off_path`` keeps the launching lanes' dispatch
+    (``dispatch_kept``, passes/replay/whatif.py): where every step holds the moved work no
+    op ran warm, and the trace shows no faster dispatch (gpu/host.bad: 15 ms of json.dumps
+    before each step; its ops run 2-7x AFTER's) -- the saving may be short of the change's."""
+    r = lever_price(ctx, lever_id)
+    if not r or not r.get("applied"):
+        return None
+    kept = ((r.get("params") or {}).get(MODEL_OF.get(lever_id)) or {}).get("dispatch_kept")
+    if not kept or kept.get("warm_seen") is not False:
+        return None
+    return (f"not priced: the launching threads' dispatch, "
+            f"{int(kept.get('ns_per_step') or 0) / 1e6:.2f} ms a step -- {kept.get('why')}")
+
+
 EXCLUSIVE = (("tf32", "bf16", "fp16"),)
 
 
@@ -154,17 +170,32 @@ def together(prices: dict, actions: list[dict], ctx: dict,
 
 
 def projected(ctx: dict, r: dict) -> int | None:
-    """The projected step of a replay result, in the measured step's frame: the measured
-    mean x replayed after / replayed before (the replay's own error cancels); the program
+    """The projected step of a replay result, in the measured step's frame; the program
     step's (verdict/units.py), never below the GPU's busy time per step less the GPU work the
-    change removed (an 18 ms GPU-bound step is not projected to 0.92 ms by a host lever)."""
+    change removed (an 18 ms GPU-bound step is not projected to 0.92 ms by a host lever).
+
+    Priced on the profiled replay: the measured mean x replayed after / replayed before (the
+    replay's own error cancels). Priced without the profiler (``unprofiled``): the measured
+    step less the saving, as ``scores._gain`` projects it -- the saving is the unprofiled
+    program's, and the measured mean x the unprofiled replay's ratio took the profiler's
+    cost off a step that still holds it (TraceLens' Falcon h100: 3.8 ms saved of a 7.89 ms
+    step, projected 7.89 x 1.27 / 5.07 = 1.97 ms instead of 4.09 ms)."""
     ref = program_step_ns(ctx)
     if not ref or not r["before_ns"]:
         return None
     x = float(r.get("per_sample_x") or 1.0)
-    out = int(round(ref * r["after_ns"] / x / r["before_ns"]))
+    if unprofiled(ctx):   # per sample: the step per sample, the caller scales it by x
+        out = int(ref - int(r["saves_ns"]))
+    else:
+        out = int(round(ref * r["after_ns"] / x / r["before_ns"]))
     floor = int(ctx.get("busy_step_mean_ns") or 0) - int(r.get("gpu_saved_ns") or 0)
-    return max(out, floor) if x == 1.0 else out   # per sample: the step itself grows
+    return max(out, floor) if x == 1.0 else max(out, 0)   # per sample: the step itself grows
+
+
+def unprofiled(ctx: dict) -> bool:
+    """The levers were priced on the graph without the profiler's cost
+    (passes/replay/whatif.py ``unprofiled_base``: its profiled replay kept beside)."""
+    return bool((ctx.get("replay_levers") or {}).get("profiled_before_ns"))
 
 
 def bound_reasons(ctx: dict, actions: list[dict], replay: dict | None) -> dict:

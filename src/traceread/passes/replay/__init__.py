@@ -12,23 +12,22 @@ import pandas as pd
 
 from ..common import kind_in
 from .critical import LABELS, critical_path, node_labels, program_spans, shared_windows
-from .graph import EDGE_KINDS, MAX_NODES, NODE_KINDS, StepGraph, build_graph
+from .graph import (EDGE_KINDS, MAX_NODES, NO_GPU, NODE_KINDS, StepGraph, build_graph,
+                    host_only)
 from .sim import Schedule, simulate
 from .split import pair_helper_bursts
 from .whatif import SLEEP_CALL_RX, price_models, replay_models, unfit
 
 __all__ = ["StepGraph", "Schedule", "build_graph", "simulate", "critical_path", "replay",
            "price_models", "replay_models", "unfit", "SLEEP_CALL_RX",
-           "run", "result", "not_replayable", "node_labels", "gap_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
+           "run", "result", "not_replayable", "host_only", "NO_GPU", "node_labels",
+           "gap_labels", "NODE_KINDS", "EDGE_KINDS", "LABELS",
            "LEFT_OUT"]
 
 # What the graph does not model (said in every result).
 LEFT_OUT = ("collectives between ranks (each trace is replayed alone: a wait for another "
             "rank is kept as measured)",
             "dependencies between host threads other than through the GPU")
-
-
-NO_GPU = "no GPU work in the window"
 
 
 def unreplayable(ev: pd.DataFrame, ops: pd.DataFrame, sampled: bool = False) -> str | None:

@@ -69,6 +69,18 @@ _HOST_CATS = attr.CPU_CATEGORIES
 _NCCL = ("nccl", "rccl", "Nccl", "Rccl")
 
 
+# Why a window has no replay when it has no GPU op (passes/replay ``unreplayable``).
+NO_GPU = "no GPU work in the window"
+
+
+def host_only(rep: dict | None) -> bool:
+    """The replay was refused for want of GPU work alone (``NO_GPU``): the host-only window
+    may be built as a graph of its steps and replayed. Any other refusal stands -- a sampled
+    trace dropped most of its events (a cut .json.gz keeps its CPU events only: sampled and
+    without GPU ops, the sampled refusal is the one said), its graph would miss its nodes."""
+    return bool(rep) and not rep.get("replayable") and rep.get("reason") == NO_GPU
+
+
 def copy_on_write() -> bool:
     """pandas copies a frame's columns only when one is written (always from pandas 3):
     then ``StepGraph.copy`` shares them, and each what-if model's copy of a million-node

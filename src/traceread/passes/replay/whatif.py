@@ -36,6 +36,10 @@ from ..common import CHECKPOINT_RX as STALL_SAVE_RX, launched_inside
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
+# the layout conversion kernels (cuDNN's, MIOpen's batched_transpose): one pattern for all
+from ... import namerx
+from ..busy import LAYOUT_PATTERN
+LAYOUT_RX = namerx.compile(LAYOUT_PATTERN)   # the very object precision.py compiles
 from . import hostcost
 from .graph import NEG, factorize, filled, on_gpu_lane, same_memory, str_values
 
@@ -70,9 +74,6 @@ CHECKPOINT_RX = re.compile(r"(?i)torch\.save|checkpoint|save_state_dict|dcp\.sav
                            r"_save\b|serializ|" + f"(?-i:{STALL_SAVE_RX.rx.pattern})")
 EMPTY_CACHE_RX = re.compile(r"(?i)empty_cache|emptyCache")
 PAGEABLE_RX = re.compile(r"(?i)pageable")
-# cuDNN's layout conversions, and MIOpen's batched_transpose kernels around its NHWC
-# convolutions on NCHW tensors (passes/precision.py's LAYOUT_RX)
-LAYOUT_RX = re.compile(r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|^batched_transpose_")
 DATA_DEPENDENT = re.compile(r"^aten::(?:nonzero|masked_select|unique|_unique2|repeat_interleave)")
 
 
@@ -697,6 +698,58 @@ GRAPH_LAUNCH_RX = re.compile(r"^(?:cuda|hip|cu)GraphLaunch")
 COMPILED_RX = re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|cudagraph")
 
 
+def graph_recordings(g) -> dict:
+    """What the window's CUDA graphs did, from the graph's nodes: ``launches`` (graph launch
+    calls), ``first_runs`` (those made inside a recording call -- the host stretch before
+    the launch on its thread is graph capture work: cudagraph trees run a graph once right
+    after recording it, inside ``record_function``), ``replays`` (the others: a recorded
+    graph run again), ``capture_ns`` (the graph capture host time) and ``capture_after_ns``
+    (the part of it after a replay on its thread: recording that recurs once graphs
+    replay)."""
+    n = g.nodes
+    launch = _match(g, GRAPH_LAUNCH_RX) & _kind(g, "launch", "sync_wait")
+    cap = _kind(g, "host") & _cat(g, "graph_capture")
+    o = _lane_order(g)
+    lane = n["lane"].to_numpy()[o]
+    prev_cap = np.zeros(len(o), bool)
+    prev_cap[1:] = cap[o][:-1] & (lane[1:] == lane[:-1])
+    first = np.zeros(len(o), bool)
+    first[o] = prev_cap
+    first &= launch
+    replay = launch & ~first
+    # a replay earlier on the thread (lane order): the lane's replays counted up to each node
+    seen = np.cumsum(replay[o])
+    start = np.r_[0, np.flatnonzero(lane[1:] != lane[:-1]) + 1]
+    base = np.repeat(seen[start] - replay[o][start], np.diff(np.r_[start, len(o)]))
+    after = np.zeros(len(o), bool)
+    after[o] = seen - base > 0
+    dur = n["dur_ns"].to_numpy(np.int64)
+    return {"launches": int(launch.sum()), "first_runs": int(first.sum()),
+            "replays": int(replay.sum()), "capture_ns": int(dur[cap].sum()),
+            "capture_after_ns": int(dur[cap & after].sum())}
+
+
+def _replayed_already(g) -> str | None:
+    """Why the program's own graphs cannot be made to replay (None: they can -- recording
+    recurs after graphs replay). One launch is no proof the recording is done: xDiT's
+    Flux capture (TraceLens) records its one graph for 236 ms and launches it once inside
+    the same ``record_function`` call, its first run, and replays nothing."""
+    r = graph_recordings(g)
+    if not r["launches"]:
+        # recorded, never replayed here: a start-up capture (a whole trace of it), not a
+        # program whose graphs already replay -- the capture levers keep their bounds
+        return "the graphs are only recorded in this window, never replayed: nothing to " \
+            "replay in its place"
+    if not r["replays"]:
+        return (f"the graphs are only recorded in this window: its {r['first_runs']} graph "
+                "launch(es) run inside the recording call (the capture's own first run), "
+                "none replays a recorded graph: nothing to replay in its place")
+    if not r["capture_after_ns"]:
+        return (f"the program's CUDA graphs are replayed already ({r['replays']} replays; "
+                "no recording after the first)")
+    return None
+
+
 def capture_graphs(g, f: Facts, p: dict):
     """Capture each step's launches in one CUDA graph: on each launching thread the run
     from the step's first launch to the last one before its first blocking sync becomes
@@ -714,12 +767,9 @@ def capture_graphs(g, f: Facts, p: dict):
     if not existing and (ctx.get("uses_cuda_graphs") or ctx.get("compile_mode_graphs")):
         return "the program already uses CUDA graphs"
     if existing and not ctx.get("graphs_not_replayed"):
-        if not _match(g, GRAPH_LAUNCH_RX).any():
-            # recorded, never replayed here: a start-up capture (a whole trace of it), not a
-            # program whose graphs already replay -- the capture levers keep their bounds
-            return "the graphs are only recorded in this window, never replayed: nothing to " \
-                "replay in its place"
-        return "the program's CUDA graphs are replayed already"
+        why = _replayed_already(g)
+        if why:
+            return why
     launch = _kind(g, "launch", "sync_wait") & _cat(g, "launch")
     if not launch.any():
         return "no kernel launches in the replayed steps"
@@ -2098,7 +2148,7 @@ def graph_of(a) -> tuple:
     stretches cut at their ops -- or None; why not). A host-only window (CPU trace) is
     built here from its steps: the replay pass leaves it out, the host levers price it."""
     from .. import steps as steps_mod
-    from .graph import build_graph
+    from .graph import build_graph, host_only
     from .sim import simulate
     from .split import priced_graph
 
@@ -2110,7 +2160,7 @@ def graph_of(a) -> tuple:
     ev = _window_events(a)
     ops = steps_mod.gpu_ops(ev, positive_ts=a.meta.format == "nsys")
     rep = a.replay or {}
-    if len(ops) and not rep.get("replayable", False):
+    if not rep.get("replayable", False) and (len(ops) or not host_only(rep)):
         return None, rep.get("reason") or "not replayed"
     if not len(ops) and (a.step_source == "whole_trace" or not len(a.steps)):
         return None, "no GPU work and no steps: a host-only window is replayed per step"
