@@ -229,3 +229,13 @@ def test_typical_backward_passes_is_a_count_some_step_has():
     assert _typical_passes(pd.Series([2, 2, 3, 3])) == 2
     assert _typical_passes(pd.Series([4, 4, 4, 0, 0])) == 4
     assert _typical_passes(pd.Series([0, 0])) == 0
+
+
+def test_device_frees_reads_as_words():
+    # audit15's device_frees fact printed "device frees 0 (none seen)" in the because line
+    from traceread.render.words import fact_words
+
+    assert fact_words({"fact": "device_frees", "value": 0, "known": True, "evidence": []}) \
+        == "no device frees while the GPU works"
+    assert fact_words({"fact": "device_frees", "value": 3, "known": True,
+                       "evidence": None}).startswith("3 device frees while the GPU works")

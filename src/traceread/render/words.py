@@ -158,6 +158,8 @@ FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     "allocator_uncached": _flag("the caching allocator is off", "the caching allocator is on"),
     "alloc_frees": lambda v: None if v is None else "no device frees in the analysed steps"
     if not v else f"{v:,} device frees in the analysed steps",
+    "device_frees": lambda v: None if not isinstance(v, int) else
+    f"{v:,} device frees while the GPU works" if v else "no device frees while the GPU works",
     "graph_launches": lambda v: None if not isinstance(v, int) else
     f"{v:,} CUDA graph launches in the window" if v else "no CUDA graph launch in the window",
     "startup_phase": lambda v: f"the window is the engine's start-up ({fmt_ns(v['ns'])} in "
