@@ -23,7 +23,7 @@ MODEL_WORDS = {"drop_syncs": "no per-step syncs", "drop_reads": "results read a 
                "cuda_graphs": "CUDA graphs",
                "fuse_pointwise": "torch.compile fusion", "tf32": "TF32 matmuls",
                "bf16": "bf16 autocast", "fp16": "fp16 autocast", "pin_copies": "pinned copies",
-               "pin_reads": "pinned read-backs",
+               "pin_reads": "pinned read-backs", "pin_batch": "a pinned input batch",
                "overlap_copies": "copies on a side stream", "workers": "DataLoader workers",
                "fused_optimizer": "a fused optimizer", "no_empty_cache": "no allocator calls",
                "replay_graphs": "graphs replayed, not re-recorded",

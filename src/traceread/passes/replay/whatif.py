@@ -1123,6 +1123,10 @@ def pin_copies(g, f: Facts, p: dict):
         dirs = _per_name(g, "direction", lambda xs: [_direction(x) for x in xs])
         at = np.flatnonzero(m)   # (the pageable copies' directions: not every node's)
         m[at] = dirs[at].astype(str) == p["direction"]
+    if p.get("batch_only") and m.any():   # pin_batch: the input batch's copies alone
+        m &= _batch_copies(g, m)
+        if not m.any():
+            return "no pageable host->device copy right after a DataLoader fetch"
     if not m.any():
         return "no pageable copy in the replayed steps" if not p.get("direction") else \
             f"no pageable {p['direction']} copy in the replayed steps"
@@ -1146,6 +1150,29 @@ def pin_copies(g, f: Facts, p: dict):
     _keep_next_lag(g, _own_lags(g, own, after_blocking=True) & _after(g, own))
     _zero(g, own)
     return g
+
+
+def _batch_copies(g, copies: np.ndarray) -> np.ndarray:
+    """Of ``copies``, those whose call follows a DataLoader fetch on its lane with no kernel
+    launched between (passes/payload.py's ``input_batch``): what DataLoader(pin_memory=True)
+    and .to(device, non_blocking=True) change. A pageable copy made inside the model keeps
+    its copy and its sync -- owlv2 (TraceLens h100): a 4 us host->device copy 45 ms into
+    each forward, its stream sync waiting 68-72 ms for the queued forward."""
+    n = g.nodes
+    o = _lane_order(g)
+    lane = n["lane"].to_numpy()[o]
+    fetch = (_kind(g, "dataloader") | (_kind(g, "host") & _cat(g, "dataloader")))[o]
+    kernel_call = _launches_kind(g, "gpu_kernel")[o]
+    copy_call = _launches_of(g, copies)[o]
+    # in lane order, the last fetch or kernel launch at or before each node, in its lane
+    mark = np.where(fetch, 1, np.where(kernel_call, -1, 0))
+    pos = np.arange(len(o))
+    last = np.maximum.accumulate(np.where(mark != 0, pos, -1))
+    first = np.maximum.accumulate(np.where(np.r_[True, lane[1:] != lane[:-1]], pos, 0))
+    ok = copy_call & (last >= first) & (mark[np.maximum(last, 0)] == 1)
+    calls = np.zeros(len(n), bool)
+    calls[o[ok]] = True
+    return copies & _launched_by(g, calls)
 
 
 def _copy_syncs(g, copies: np.ndarray, calls: np.ndarray) -> np.ndarray:
@@ -1912,6 +1939,10 @@ MODELS: tuple[Model, ...] = (
           "as bf16, with the fp16 peak"),
     Model("pin_copies", pin_copies,
           "pageable copies at the pinned bandwidth the trace's best pinned copy reached"),
+    Model("pin_batch", lambda g, f, p: pin_copies(g, f, dict(p, direction="HtoD",
+                                                            batch_only=True)),
+          "pin_copies for the input batch alone: the host->device copies right after a "
+          "DataLoader fetch (no kernel launched between)"),
     Model("pin_reads", lambda g, f, p: pin_copies(g, f, dict(p, direction="DtoH")),
           "pin_copies for the device->host copies alone: the results read back"),
     Model("overlap_copies", overlap_copies,
