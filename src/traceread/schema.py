@@ -480,6 +480,7 @@ class Graphs(_S):
 
     uses_cuda_graphs: bool = False
     launches: int = 0
+    first_runs: int = 0          # launches that are a recording's own first run
     replays: int = 0
     mode: Optional[str] = None
     replay_gpu_ns: int = 0
@@ -860,6 +861,7 @@ class Context(_S):
     periodic_stall: Optional[PeriodicStall] = None
     anatomy: Optional[Anatomy] = None            # passes/anatomy.py
     graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
+    graph_replays: Optional[int] = None   # the graphs pass's replays (no recording's first run)
     device: Optional[DeviceCaps] = None   # set by analysis.py from the trace's metadata
     # the levers' preconditions (passes/preconditions.py, issue 39); evidence in facts.evidence
     kernel_arch: Optional[KernelArch] = None

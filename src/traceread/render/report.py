@@ -659,6 +659,10 @@ def _graphs(a) -> list[str]:
                      f"({g.get('replay_share_pct', 0):.1f}% of busy time)")
     if rec:
         parts.append(f"recording {fmt_ns(rec)}")
+    if g.get("first_runs"):
+        n = g["first_runs"]
+        parts.append(f"{n:,} graph launch{'es' * (n != 1)} right after its recording "
+                     "(its first run, no replay)")
     return ["", "CUDA graphs: " + "; ".join(parts)]
 
 

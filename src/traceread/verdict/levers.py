@@ -68,8 +68,12 @@ def graphs_not_replayed(c: Ctx) -> bool:
 
 
 def graphs_replayed(c: Ctx) -> bool:
-    """CUDA graphs are set up and replayed: graph launches are seen in the window."""
-    return uses_graphs(c) and not graphs_not_replayed(c) and graphs_launched(c)
+    """CUDA graphs are set up and replayed: graph launches are seen in the window, not only
+    a recording's own first run of the graph it just made (``graph_replays`` > 0; unknown:
+    yes)."""
+    n = c.get("graph_replays")
+    return uses_graphs(c) and not graphs_not_replayed(c) and graphs_launched(c) and \
+        (n is None or int(n) > 0)
 
 
 def workers(c: Ctx) -> bool:

@@ -1,0 +1,92 @@
+"""Follow-ups of route15 (2026-11-30): a recording's own first run of its graph is no
+replay anywhere; the projected floor beside an overridden projection; host_off_path's
+unpriced dispatch printed with the lever."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from traceread.passes.graphs import graph_summary
+from traceread.synth.scenarios import MS, T0, US, TraceBuilder
+
+from conftest import corpus_or_skip
+
+RECORD_FN = "torch/_inductor/cudagraph_trees.py(2205): record_function"
+
+
+# -- 1: a graph's first run inside its recording call is not a replay --------------------
+
+def _recorded(launch_inside: bool, replays_after: int = 0):
+    """cudagraph trees' recording: record_function holds the stream capture, the
+    instantiation and (``launch_inside``) the graph's first launch, 400 us after the
+    instantiate returned; ``replays_after`` launches follow once the call returned."""
+    b = TraceBuilder()
+    b.launch(T0, 5 * US, T0 + 10 * US, 1 * MS)                       # eager warm-up
+    b.cpu(RECORD_FN, T0 + 2 * MS, 8 * MS, kind="python")
+    b.runtime("cudaStreamBeginCapture", T0 + 2 * MS + 10 * US, 10 * US)
+    b.runtime("cudaStreamEndCapture", T0 + 7 * MS, 10 * US)
+    b.runtime("cudaGraphInstantiate", T0 + 7 * MS + 20 * US, 980 * US)
+    if launch_inside:
+        t = T0 + 8 * MS + 400 * US
+        b.launch(t, 20 * US, t + 50 * US, 1 * MS, api="cudaGraphLaunch")
+    for k in range(replays_after):   # each step: an eager op, then the graph
+        t = T0 + 11 * MS + k * 3 * MS
+        b.launch(t - 300 * US, 10 * US, t - 250 * US, 100 * US)
+        b.launch(t, 20 * US, t + 50 * US, 1 * MS, api="cudaGraphLaunch")
+    return b.build()
+
+
+def test_graph_runs_rule():
+    from traceread.passes.graphs import graph_runs
+
+    lane = np.array([0, 0, 0, 0, 1, 1])
+    launch = np.array([False, True, True, False, False, True])
+    capture = np.array([True, False, False, True, True, False])
+    first, replay, after = graph_runs(lane, launch, capture)
+    assert first.tolist() == [False, True, False, False, False, True]
+    assert replay.tolist() == [False, False, True, False, False, False]
+    assert after.tolist() == [False, False, True, True, False, False]
+
+
+def test_the_first_run_inside_the_recording_is_no_replay():
+    """The launch inside record_function, after capture work on its thread, runs the graph
+    the recording just made: 1 launch, 1 first run, 0 replays, no replay GPU time."""
+    s = graph_summary(_recorded(launch_inside=True))
+    assert (s["launches"], s["first_runs"], s["replays"]) == (1, 1, 0)
+    assert s["replay_gpu_ns"] == 0 and s["graphs"] == [] and s["uses_cuda_graphs"]
+    # the same launches after the recording call returned replay it
+    s = graph_summary(_recorded(launch_inside=True, replays_after=2))
+    assert (s["launches"], s["first_runs"], s["replays"]) == (3, 1, 2)
+    assert s["replay_gpu_ns"] == 2 * MS and s["graphs"][0]["replays"] == 2
+    s = graph_summary(_recorded(launch_inside=False, replays_after=2))
+    assert (s["launches"], s["first_runs"], s["replays"]) == (2, 0, 2)
+
+
+def test_graphs_replayed_reads_the_replays_not_the_launches():
+    """A whole trace (graphs_not_replayed is not concluded there) whose one graph launch is
+    the recording's first run: 'the step already replays CUDA graphs' does not hold."""
+    from traceread.verdict.levers import graphs_replayed
+
+    ctx = {"uses_cuda_graphs": True, "graphs_not_replayed": False, "graph_launches": 1}
+    assert not graphs_replayed(dict(ctx, graph_replays=0))
+    assert graphs_replayed(dict(ctx, graph_replays=1))
+    assert graphs_replayed(ctx)          # a record without the count: as before
+
+
+def test_corpus_xdit_capture_replays_nothing():
+    """TraceLens xDiT Flux capture: CUDAGraphNode.record 236 ms, then its one hipGraphLaunch
+    inside cudagraph_trees' record_function -- a first run. The report no longer says
+    '1 replay', and no lever says the step already replays CUDA graphs."""
+    from traceread import load
+    from traceread.analysis import analyze
+
+    p = corpus_or_skip() / ("AMD-AGI__TraceLens/tests/traces/inference/xdit_flux.1_aiter_sage/"
+                            "capture_traces/capture_trace_rank_0.json.gz")
+    a = analyze(load(p))
+    g = a.graphs
+    assert (g["launches"], g["first_runs"], g["replays"]) == (1, 1, 0)
+    assert a.context["graph_replays"] == 0
+    v = a.to_dict()["verdict"]
+    why = {w["id"]: w["precondition"] for w in v["withdrawn"]}
+    assert why["graph_coverage_inference"] == "graphs_replayed"
+    assert "graph_coverage_inference" not in {x["id"] for x in v["actions"]}
