@@ -40,6 +40,7 @@ _BEGIN_RX = namerx.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
 _END_RX = namerx.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
 _HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "driver")
 _API_KINDS = ("runtime", "driver")
+_STRETCH_KINDS = ("cpu_op", "python", "annotation", "osrt")   # what labels a host stretch
 TOP_RECORD_SPANS = 5
 
 
@@ -127,6 +128,9 @@ def first_run_launches(ev: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(launches), bool)
     if not len(launches):
         return out
+    host = _rows(ev, _STRETCH_KINDS)
+    if not _name_mask(ev, host, is_graph_recording).any():
+        return out   # no stretch can be recording work (the labelling's only source of it)
     from .attribution import thread_key
     from .replay.graph import _label_stretches
 
