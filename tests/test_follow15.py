@@ -90,3 +90,22 @@ def test_corpus_xdit_capture_replays_nothing():
     why = {w["id"]: w["precondition"] for w in v["withdrawn"]}
     assert why["graph_coverage_inference"] == "graphs_replayed"
     assert "graph_coverage_inference" not in {x["id"] for x in v["actions"]}
+
+
+# -- 2: the floor beside an overridden projection -----------------------------------------
+
+def test_the_replays_projection_carries_no_floor_it_did_not_meet():
+    """gpu/sync.bad: the replay projects removing the syncs to 1.79 ms a step, under the
+    GPU's 1.87 ms busy time a step; _gain's own figure stopped at that floor and marked it
+    "gpu_busy", which the text printed beside the replay's 1.79 ms."""
+    from conftest import analysed
+    from traceread.render.text import action_gain
+    from pathlib import Path
+
+    a = analysed(Path(__file__).parent / "fixtures" / "gpu" / "sync.bad.json.gz")
+    busy = a.facts.figures["busy_step_mean_ns"]
+    acts = {x["id"]: x for x in a.to_dict()["verdict"]["actions"]}
+    x = acts["remove_syncs"]
+    assert x["basis"] == "replay" and x["projected_step_ns"] < busy
+    assert x.get("projected_floor") is None
+    assert "busy time" not in action_gain(x)
