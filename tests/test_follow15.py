@@ -109,3 +109,28 @@ def test_the_replays_projection_carries_no_floor_it_did_not_meet():
     assert x["basis"] == "replay" and x["projected_step_ns"] < busy
     assert x.get("projected_floor") is None
     assert "busy time" not in action_gain(x)
+
+
+# -- 3: host_off_path's unpriced dispatch, printed with the lever ---------------------------
+
+def test_the_lever_says_what_its_replay_left_unpriced():
+    """gpu/host.bad: every step holds 15 ms of json.dumps, so no op ran without it: the
+    replay of host_off_path keeps the launching threads' dispatch (1.04 ms a step) at its
+    measured time. The item says so in the JSON, the text report and the page."""
+    from html import escape
+    from pathlib import Path
+
+    from conftest import analysed
+    from traceread.render.html import analysis_body
+    from traceread.render.report import render_report
+
+    a = analysed(Path(__file__).parent / "fixtures" / "gpu" / "host.bad.json.gz")
+    acts = {x["id"]: x for x in a.to_dict()["verdict"]["actions"]}
+    note = acts["off_step_path"]["note"]
+    kept = a.facts.prices["models"]["host_off_path"]["params"]["host_off_path"]["dispatch_kept"]
+    assert note == ("not priced: the launching threads' dispatch, "
+                    f"{kept['ns_per_step'] / 1e6:.2f} ms a step -- {kept['why']}")
+    assert "every step holds the moved work" in note
+    assert "note" not in acts["cuda_graphs"]           # its replay kept nothing unpriced
+    assert note in " ".join(render_report(a).split())
+    assert escape(note) in analysis_body(a)

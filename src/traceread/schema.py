@@ -316,6 +316,9 @@ class Action(_S):
     # a rank waiting on the job's straggler: its communication lever less that wait (over
     # the window; jobs/multirank/verdicts.py), which no change of its own transfers gives back
     net_of_wait_ns: Optional[int] = None
+    # what the replay left unpriced and why (verdict/whatif.kept_note: "not priced: the
+    # launching threads' dispatch, X ms a step -- ...")
+    note: Optional[str] = None
 
 
 class Because(_S):

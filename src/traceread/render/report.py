@@ -171,6 +171,8 @@ def todo_lines(v: dict, floor_ns: int | None = None) -> list[str]:
             gain = action_gain(x, acts[i - 2] if i > 1 else None, floor_ns)
             if gain:
                 lines += tail_lines("       ", gain)
+            if x.get("note"):   # what the replay left unpriced (verdict/whatif.kept_note)
+                lines += tail_lines("       ", str(x["note"]))
             why = because_words(x.get("because") or [])
             if why:
                 lines += tail_lines("       ", f"because: {why}")
