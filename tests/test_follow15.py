@@ -73,16 +73,20 @@ def test_graphs_replayed_reads_the_replays_not_the_launches():
     assert graphs_replayed(ctx)          # a record without the count: as before
 
 
-def test_corpus_xdit_capture_replays_nothing():
-    """TraceLens xDiT Flux capture: CUDAGraphNode.record 236 ms, then its one hipGraphLaunch
+@pytest.mark.parametrize("rel", ["xdit_flux.1_aiter_sage/capture_traces/capture_trace_rank_0",
+                                 "xdit_flux_aiter/capture_traces/capture_rank_0"])
+def test_corpus_xdit_capture_replays_nothing(rel):
+    """TraceLens xDiT Flux captures: CUDAGraphNode.record 236 ms, then its one hipGraphLaunch
     inside cudagraph_trees' record_function -- a first run. The report no longer says
-    '1 replay', and no lever says the step already replays CUDA graphs."""
+    '1 replay', and no lever says the step already replays CUDA graphs (xdit_flux_aiter's
+    capture, no warm-up frame to withdraw it, offered graph_coverage_inference, 16 ms)."""
     from traceread import load
     from traceread.analysis import analyze
+    from traceread.render.report import render_report
 
-    p = corpus_or_skip() / ("AMD-AGI__TraceLens/tests/traces/inference/xdit_flux.1_aiter_sage/"
-                            "capture_traces/capture_trace_rank_0.json.gz")
+    p = corpus_or_skip() / f"AMD-AGI__TraceLens/tests/traces/inference/{rel}.json.gz"
     a = analyze(load(p))
+    assert "CUDA graphs: recording" in render_report(a)
     g = a.graphs
     assert (g["launches"], g["first_runs"], g["replays"]) == (1, 1, 0)
     assert a.context["graph_replays"] == 0

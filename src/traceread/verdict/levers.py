@@ -71,9 +71,10 @@ def graphs_replayed(c: Ctx) -> bool:
     """CUDA graphs are set up and replayed: graph launches are seen in the window, not only
     a recording's own first run of the graph it just made (``graph_replays`` > 0; unknown:
     yes)."""
-    n = c.get("graph_replays")
-    return uses_graphs(c) and not graphs_not_replayed(c) and graphs_launched(c) and \
-        (n is None or int(n) > 0)
+    if not (uses_graphs(c) and not graphs_not_replayed(c) and graphs_launched(c)):
+        return False
+    n = c.get("graph_replays")   # read last: the fact that decides a refusal here
+    return n is None or int(n) > 0
 
 
 def workers(c: Ctx) -> bool:
