@@ -652,7 +652,7 @@ def _counts(c: dict) -> str:
 def _graphs(a) -> list[str]:
     g = getattr(a, "graphs", None) or {}
     rec = (g.get("recording") or {}).get("ns", 0)
-    if not g.get("replays") and not rec:
+    if not g.get("replays") and not rec and not g.get("first_runs"):
         return []
     parts = []
     if g.get("replays"):
@@ -663,8 +663,9 @@ def _graphs(a) -> list[str]:
         parts.append(f"recording {fmt_ns(rec)}")
     if g.get("first_runs"):
         n = g["first_runs"]
-        parts.append(f"{n:,} graph launch{'es' * (n != 1)} right after its recording "
-                     "(its first run, no replay)")
+        parts.append(f"1 graph launch right after its recording (its first run, no replay)"
+                     if n == 1 else f"{n:,} graph launches right after their recording (each "
+                     "a graph's first run, no replay)")
     return ["", "CUDA graphs: " + "; ".join(parts)]
 
 
