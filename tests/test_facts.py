@@ -66,6 +66,10 @@ def test_a_fact_changed_in_the_record_changes_the_levers(alloc):
     # graphs set up but none launched in the window: never "already replays" (issue 39)
     assert "cuda_graphs" not in got and "graph_coverage_inference" not in got
     rec.program["graph_launches"] = 12
+    # launched, but each launch a recording's own first run: still nothing replays
+    got = [x["id"] for x in decide(rec)["actions"]]
+    assert "cuda_graphs" not in got and "graph_coverage_inference" not in got
+    rec.program["graph_replays"] = 12
     got = [x["id"] for x in decide(rec)["actions"]]
     assert "cuda_graphs" not in got and "graph_coverage_inference" in got   # no backward
 

@@ -36,7 +36,7 @@ def test_a_rule_change_rejudges_a_saved_record():
     a = analysed(FIX / "gpu" / "alloc.bad.json.gz")
     saved = WindowFacts.from_json(a.facts.to_json())
     saved.program["uses_cuda_graphs"] = True
-    saved.program["graph_launches"] = 6
+    saved.program["graph_launches"] = saved.program["graph_replays"] = 6
     ids = [x["id"] for x in decide(saved)["actions"]]
     assert "cuda_graphs" not in ids and "graph_coverage_inference" in ids
 

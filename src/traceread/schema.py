@@ -316,6 +316,9 @@ class Action(_S):
     # a rank waiting on the job's straggler: its communication lever less that wait (over
     # the window; jobs/multirank/verdicts.py), which no change of its own transfers gives back
     net_of_wait_ns: Optional[int] = None
+    # what the replay left unpriced and why (verdict/whatif.kept_note: "not priced: the
+    # launching threads' dispatch, X ms a step -- ...")
+    note: Optional[str] = None
 
 
 class Because(_S):
@@ -480,6 +483,7 @@ class Graphs(_S):
 
     uses_cuda_graphs: bool = False
     launches: int = 0
+    first_runs: int = 0          # launches that are a recording's own first run
     replays: int = 0
     mode: Optional[str] = None
     replay_gpu_ns: int = 0
@@ -860,6 +864,7 @@ class Context(_S):
     periodic_stall: Optional[PeriodicStall] = None
     anatomy: Optional[Anatomy] = None            # passes/anatomy.py
     graphs_not_replayed: Optional[bool] = None   # set by analysis.py from the graphs pass
+    graph_replays: Optional[int] = None   # the graphs pass's replays (no recording's first run)
     device: Optional[DeviceCaps] = None   # set by analysis.py from the trace's metadata
     # the levers' preconditions (passes/preconditions.py, issue 39); evidence in facts.evidence
     kernel_arch: Optional[KernelArch] = None

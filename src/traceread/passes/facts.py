@@ -197,6 +197,8 @@ def complete_context(ctx: dict, meta: TraceMeta, graphs: dict, source: str, ops:
     ctx["device"] = with_kernel_arch(device_caps(meta), ctx.get("kernel_arch"))
     # a program that records or replays graphs anywhere already uses them
     ctx["uses_cuda_graphs"] = ctx["uses_cuda_graphs"] or graphs["uses_cuda_graphs"]
+    # replays, a recording's own first run not counted (passes/graphs.first_run_launches)
+    ctx["graph_replays"] = int(graphs["replays"])
     # graphs set up but never replayed in steady state: a new shape every step
     ctx["graphs_not_replayed"] = bool(graphs["uses_cuda_graphs"] and not graphs["replays"]
                                       and source != "whole_trace" and ops)

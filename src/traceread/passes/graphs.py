@@ -40,6 +40,7 @@ _BEGIN_RX = namerx.compile(r"^(?:cuda|hip|cu)StreamBeginCapture")
 _END_RX = namerx.compile(r"^(?:cuda|hip|cu)StreamEndCapture")
 _HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "driver")
 _API_KINDS = ("runtime", "driver")
+_STRETCH_KINDS = ("cpu_op", "python", "annotation", "osrt")   # what labels a host stretch
 TOP_RECORD_SPANS = 5
 
 
@@ -90,6 +91,88 @@ def replay_ops(ev: pd.DataFrame, launches: pd.DataFrame | None = None) -> pd.Dat
     sel = is_graph | launched | (ev["graph_id"].to_numpy().take(rows) >= 0)
     out = take(ev, rows[sel], cols[:-1])
     out["graph_row"] = is_graph[sel]
+    return out
+
+
+def graph_runs(lane: np.ndarray, launch: np.ndarray,
+               capture: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first-run rule, over host items (calls and the stretches between them) grouped by
+    thread (``lane``) in time order: a graph launch right after graph-capture work on its
+    thread (``capture``: the host stretch before it records a graph) is the recording's own
+    first run of the graph it just made -- cudagraph trees run it once inside
+    ``record_function`` (xDiT Flux's capture: 236 ms of recording, its one hipGraphLaunch
+    inside) -- not a replay; the other launches replay a recorded graph. Returns
+    (first, replay, after): ``after`` marks the items with a replay before them on their
+    thread (the replay itself included)."""
+    lane, launch, capture = np.asarray(lane), np.asarray(launch, bool), np.asarray(capture, bool)
+    n = len(lane)
+    prev = np.zeros(n, bool)
+    prev[1:] = capture[:-1] & (lane[1:] == lane[:-1])
+    first = launch & prev
+    replay = launch & ~first
+    if not n:
+        return first, replay, np.zeros(0, bool)
+    # the thread's replays counted up to each item
+    seen = np.cumsum(replay)
+    start = np.r_[0, np.flatnonzero(lane[1:] != lane[:-1]) + 1]
+    base = np.repeat(seen[start] - replay[start], np.diff(np.r_[start, n]))
+    return first, replay, seen - base > 0
+
+
+def first_run_launches(ev: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
+    """Which graph launch calls are a recording's first run (``graph_runs``), the host
+    stretch before each labelled as the replay graph labels it (``_label_stretches``: the
+    first category whose rows cover its middle). The stretch runs from the end of the
+    thread's previous call to the launch; a launch nested in another call (a driver call
+    inside the runtime's) takes the stretch before that call."""
+    out = np.zeros(len(launches), bool)
+    if not len(launches):
+        return out
+    host = _rows(ev, _STRETCH_KINDS)
+    if not _name_mask(ev, host, is_graph_recording).any():
+        return out   # no stretch can be recording work (the labelling's only source of it)
+    from .attribution import thread_key
+    from .replay.graph import _label_stretches
+
+    api = _rows(ev, _API_KINDS)
+    a_key = thread_key(ev["pid"].to_numpy(np.int64)[api], ev["tid"].to_numpy(np.int64)[api])
+    l_key = thread_key(launches["pid"].to_numpy(np.int64, copy=True),
+                       launches["tid"].to_numpy(np.int64, copy=True))   # keyed in place
+    l_ts = launches["ts"].to_numpy(np.int64)
+    keys, s_ts, s_end, at = [], [], [], []
+    ts_all, dur_all = ev["ts"].to_numpy(np.int64), ev["dur"].to_numpy(np.int64)
+    for k in np.unique(l_key).tolist():
+        rows = api[a_key == k]
+        ts = ts_all[rows]
+        o = np.argsort(ts, kind="stable")
+        ts, end = ts[o], ts[o] + dur_all[rows][o]
+        reach = np.maximum.accumulate(end)
+        prev_reach = np.r_[np.iinfo(np.int64).min, reach[:-1]]
+        top = ts >= prev_reach                       # not nested in an earlier call
+        top_at = np.flatnonzero(top)
+        mine = np.flatnonzero(l_key == k)
+        # each launch's call: the last top-level call starting at or before it
+        j = top_at[np.searchsorted(ts[top_at], l_ts[mine], side="right") - 1]
+        p = np.searchsorted(top_at, j) - 1          # the top-level call before it
+        ok = p >= 0
+        lo = np.where(ok, end[top_at[np.maximum(p, 0)]], 0)
+        ok &= lo < ts[j]
+        keys.append(np.full(int(ok.sum()), k, np.int64))
+        s_ts.append(lo[ok])
+        s_end.append(ts[j][ok])
+        at.append(mine[ok])
+    if not at or not sum(len(x) for x in at):
+        return out
+    keys, s_ts, s_end, at = (np.concatenate(x) for x in (keys, s_ts, s_end, at))
+    cat, _ = _label_stretches(ev, keys, s_ts, s_end, None)
+    # each launch after the stretch before it, on its thread: the rule's two items
+    n = len(at)
+    lane = np.repeat(keys, 2)
+    launch = np.tile([False, True], n)
+    capture = np.zeros(2 * n, bool)
+    capture[0::2] = np.asarray(cat, object) == "graph_capture"
+    first, _, _ = graph_runs(lane, launch, capture)
+    out[at] = first[1::2]
     return out
 
 
@@ -215,7 +298,9 @@ def graph_summary(events) -> dict:
     """CUDA-graph replays and recording (see the module doc). All times in ns.
 
     Keys: uses_cuda_graphs (graph launches, replays or recording: the program already
-    uses CUDA graphs), launches, replays, mode ("graph": one row per replay,
+    uses CUDA graphs), launches, first_runs (launches that are a recording's own first run
+    of the graph it just made, ``first_run_launches``: no replay), replays (graph GPU work,
+    one per launch, less the first runs'), mode ("graph": one row per replay,
     "node": per-kernel rows, "mixed", None), replay_gpu_ns (union over each device of
     every replay's GPU time), gpu_busy_ns (union of all GPU ops), replay_share_pct,
     graphs (per graph id and launch call: replays, gpu_ns, mean_ns, nodes_per_replay),
@@ -223,22 +308,37 @@ def graph_summary(events) -> dict:
     """
     ev = events_of(events)
     launches = graph_launches(ev)
-    ops = replay_ops(ev, launches)
+    all_ops = replay_ops(ev, launches)
+    first = first_run_launches(ev, launches)
+    ops = _without_first_runs(all_ops, launches[first])
     replays = _replay_table(ops, launches)
     rec = recording_intervals(ev)
     replay_ns = _union_by_device(ops)
     busy = union_total(ev, rows_of(ev, GPU_OP_KINDS))
     return {
-        "uses_cuda_graphs": bool(len(replays) or len(launches) or len(rec)),
+        "uses_cuda_graphs": bool(len(all_ops) or len(launches) or len(rec)),
         "launches": int(len(launches)),
+        "first_runs": int(first.sum()),
         "replays": int(len(replays)),
-        "mode": _mode(ops),
+        "mode": _mode(all_ops),
         "replay_gpu_ns": replay_ns,
         "gpu_busy_ns": busy,
         "replay_share_pct": round(100.0 * replay_ns / busy, 2) if busy else 0.0,
         "graphs": _per_graph(replays),
         "recording": _recording(rec),
     }
+
+
+def _without_first_runs(ops: pd.DataFrame, first: pd.DataFrame) -> pd.DataFrame:
+    """The replay rows less the GPU work of the recordings' first runs (their launches'
+    pid and correlation)."""
+    if not len(first) or not len(ops):
+        return ops
+    key = pd.MultiIndex.from_arrays([ops["pid"].to_numpy(np.int64),
+                                     ops["correlation"].to_numpy(np.int64)])
+    drop = key.isin(list(zip(first["pid"].tolist(), first["correlation"].tolist())))
+    drop &= ops["correlation"].to_numpy(np.int64) >= 0
+    return ops[~drop]
 
 
 def _union_by_device(ops: pd.DataFrame) -> int:

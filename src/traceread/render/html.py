@@ -211,7 +211,8 @@ def _actions(v: dict, floor: int | None = None) -> str:
     if acts:
         items = [f"<li{why(x)}>{escape(str(x.get('lever', '')))} <span class='meta'>"
                  f"[{escape(str(x.get('cost', '')))}]</span><br><span class='meta'>"
-                 f"{escape(action_gain(x, acts[i - 1] if i else None, floor))}</span></li>"
+                 f"{escape(action_gain(x, acts[i - 1] if i else None, floor))}"
+                 + (f"<br>{escape(str(x['note']))}" if x.get("note") else "") + "</span></li>"
                  for i, x in enumerate(acts)]
     else:
         items = [f"<li>{escape(str(lv))}</li>" for lv in v.get("levers", [])]

@@ -171,6 +171,8 @@ def todo_lines(v: dict, floor_ns: int | None = None) -> list[str]:
             gain = action_gain(x, acts[i - 2] if i > 1 else None, floor_ns)
             if gain:
                 lines += tail_lines("       ", gain)
+            if x.get("note"):   # what the replay left unpriced (verdict/whatif.kept_note)
+                lines += tail_lines("       ", str(x["note"]))
             why = because_words(x.get("because") or [])
             if why:
                 lines += tail_lines("       ", f"because: {why}")
@@ -650,7 +652,7 @@ def _counts(c: dict) -> str:
 def _graphs(a) -> list[str]:
     g = getattr(a, "graphs", None) or {}
     rec = (g.get("recording") or {}).get("ns", 0)
-    if not g.get("replays") and not rec:
+    if not g.get("replays") and not rec and not g.get("first_runs"):
         return []
     parts = []
     if g.get("replays"):
@@ -659,6 +661,11 @@ def _graphs(a) -> list[str]:
                      f"({g.get('replay_share_pct', 0):.1f}% of busy time)")
     if rec:
         parts.append(f"recording {fmt_ns(rec)}")
+    if g.get("first_runs"):
+        n = g["first_runs"]
+        parts.append(f"1 graph launch right after its recording (its first run, no replay)"
+                     if n == 1 else f"{n:,} graph launches right after their recording (each "
+                     "a graph's first run, no replay)")
     return ["", "CUDA graphs: " + "; ".join(parts)]
 
 

@@ -162,6 +162,9 @@ FACT_WORDS: dict[str, Callable[[Any], str | None]] = {
     f"{v:,} device frees while the GPU works" if v else "no device frees while the GPU works",
     "graph_launches": lambda v: None if not isinstance(v, int) else
     f"{v:,} CUDA graph launches in the window" if v else "no CUDA graph launch in the window",
+    "graph_replays": lambda v: None if not isinstance(v, int) else
+    f"{v:,} CUDA graph replays in the window" if v else "no CUDA graph replayed in the window "
+    "(a launch right after its recording is the graph's first run)",
     "startup_phase": lambda v: f"the window is the engine's start-up ({fmt_ns(v['ns'])} in "
     f"{str((v.get('frames') or ['its set-up'])[0])[:60]}): its captures and allocations "
     "happen once" if isinstance(v, dict) and v.get("ns") else None,

@@ -68,8 +68,13 @@ def graphs_not_replayed(c: Ctx) -> bool:
 
 
 def graphs_replayed(c: Ctx) -> bool:
-    """CUDA graphs are set up and replayed: graph launches are seen in the window."""
-    return uses_graphs(c) and not graphs_not_replayed(c) and graphs_launched(c)
+    """CUDA graphs are set up and replayed: graph launches are seen in the window, not only
+    a recording's own first run of the graph it just made (``graph_replays`` > 0; unknown:
+    yes)."""
+    if not (uses_graphs(c) and not graphs_not_replayed(c) and graphs_launched(c)):
+        return False
+    n = c.get("graph_replays")   # read last: the fact that decides a refusal here
+    return n is None or int(n) > 0
 
 
 def workers(c: Ctx) -> bool:
@@ -2233,9 +2238,11 @@ def offered(scores: dict, parts: dict, copy: dict, ctx: Ctx, min_ns: float,
 
 
 def _replay_item(item: dict, lv: Lever, rep: int, ctx: Ctx) -> None:
-    """Mark ``item`` priced by the replay: its model, and the projected step from the replay
-    in the measured frame."""
-    from .whatif import MODEL_OF, lever_price, projected
+    """Mark ``item`` priced by the replay: its model, the projected step from the replay
+    in the measured frame, and ``note``: what the replay left at its measured time
+    (``whatif.kept_note``: host_off_path's dispatch where no step ran without the moved
+    work)."""
+    from .whatif import MODEL_OF, kept_note, lever_price, projected
 
     r = lever_price(ctx, lv.id)
     capped = rep < window_total(max(0, int(r["saves_ns"])), ctx)
@@ -2243,6 +2250,9 @@ def _replay_item(item: dict, lv: Lever, rep: int, ctx: Ctx) -> None:
     # the projection is the saving's (scores._gain, floored at the busy time)
     item.update(basis="replay", projected_step_ns=None if capped else projected(ctx, r),
                 model=MODEL_OF[lv.id])
+    note = kept_note(ctx, lv.id)
+    if note:
+        item["note"] = note
     k = float(r.get("per_sample_x") or 1.0)
     if k != 1.0:
         # a larger batch saves per sample (capped or not); the step itself grows:

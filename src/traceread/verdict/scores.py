@@ -276,7 +276,7 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
         gain = _gain(x["saves_ns"], kind, ctx, window_ns,
                      gpu_only=x["cause"] == "comms" and x.get("basis") != "replay")
         if x.get("projected_step_ns") is not None:   # replayed: the replay's projection
-            gain["projected_step_ns"] = x["projected_step_ns"]
+            _replayed_projection(gain, x["projected_step_ns"])
         elif x.get("per_sample_x") and gain["saves_per_step_ns"] is not None:
             gain.pop("projected_floor", None)
             gain["projected_step_ns"] = per_sample_step(x["per_sample_x"],
@@ -295,6 +295,15 @@ def _actions(sc: dict, parts: dict, copy: dict, ctx: dict, window_ns: int,
     return L.rank(out, L.gpu_bound(ctx), ctx)
 
 
+def _replayed_projection(gain: dict, projected_ns: int) -> None:
+    """The replay's projected step in place of ``_gain``'s (in place). ``_gain``'s floor
+    named what limited its own figure: kept only where the replay's is that figure (gpu/sync
+    .bad: the replay's 1.79 ms step is under the GPU's 1.87 ms busy time a step, not it)."""
+    if gain.get("projected_step_ns") != projected_ns:
+        gain.pop("projected_floor", None)
+    gain["projected_step_ns"] = projected_ns
+
+
 def _host_actions(ctx: dict, window_ns: int, proofs: dict | None = None) -> list[dict]:
     """A CPU trace's levers priced by the replay of its steps (levers.offered_host), with
     their saving per step: what the change saves on the host, whatever the device. Advice
@@ -308,7 +317,7 @@ def _host_actions(ctx: dict, window_ns: int, proofs: dict | None = None) -> list
         lv = L.BY_ID[x["id"]]
         gain = _gain(x["saves_ns"], "work", ctx, span)
         if x.get("projected_step_ns") is not None:
-            gain["projected_step_ns"] = x["projected_step_ns"]
+            _replayed_projection(gain, x["projected_step_ns"])
         per = gain["saves_per_step_ns"] if gain["saves_per_step_ns"] is not None \
             else gain["saves_ns"]
         out.append({**{k: v for k, v in x.items() if k != "model"}, **gain, "culprit": "",

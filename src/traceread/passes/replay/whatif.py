@@ -33,6 +33,7 @@ from ...table import scan_name as scan
 from ..attribution import API_TAIL as _API_TAIL, SYNC_COPY_CALL as _SYNC_COPY_CALL
 from ..attribution import WAIT_OSRT_RX as _WAIT_OSRT_RX
 from ..common import CHECKPOINT_RX as STALL_SAVE_RX, launched_inside
+from ..graphs import graph_runs
 from ..busy import gemm_precision
 from ..kernel_classes import classify_kernels
 from ..peaks import device_peaks
@@ -710,19 +711,8 @@ def graph_recordings(g) -> dict:
     launch = _match(g, GRAPH_LAUNCH_RX) & _kind(g, "launch", "sync_wait")
     cap = _kind(g, "host") & _cat(g, "graph_capture")
     o = _lane_order(g)
-    lane = n["lane"].to_numpy()[o]
-    prev_cap = np.zeros(len(o), bool)
-    prev_cap[1:] = cap[o][:-1] & (lane[1:] == lane[:-1])
-    first = np.zeros(len(o), bool)
-    first[o] = prev_cap
-    first &= launch
-    replay = launch & ~first
-    # a replay earlier on the thread (lane order): the lane's replays counted up to each node
-    seen = np.cumsum(replay[o])
-    start = np.r_[0, np.flatnonzero(lane[1:] != lane[:-1]) + 1]
-    base = np.repeat(seen[start] - replay[o][start], np.diff(np.r_[start, len(o)]))
-    after = np.zeros(len(o), bool)
-    after[o] = seen - base > 0
+    first, replay, after = (np.zeros(len(o), bool) for _ in range(3))
+    first[o], replay[o], after[o] = graph_runs(n["lane"].to_numpy()[o], launch[o], cap[o])
     dur = n["dur_ns"].to_numpy(np.int64)
     return {"launches": int(launch.sum()), "first_runs": int(first.sum()),
             "replays": int(replay.sum()), "capture_ns": int(dur[cap].sum()),
