@@ -28,9 +28,12 @@ FLOOR_NS = {"kernel": 0, "host": HOST_END_SKEW_NS}
 
 
 def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel",
-                     shared_clock: bool = False) -> dict[int, dict]:
-    """{rank: {offset_ns, estimate_ns, spread_ns, instances, via, applied, reason}}."""
-    ref = min(ranks)
+                     shared_clock: bool = False, own: frozenset = frozenset()) -> dict[int, dict]:
+    """{rank: {offset_ns, estimate_ns, spread_ns, instances, via, applied, reason}}.
+
+    ``own``: ranks on a clock of their own (a file cut before the trailer that held its
+    base: ``inputs.cut_record``) -- never the reference, never on the shared clock."""
+    ref = reference_rank(ranks, own)
     out = {ref: _entry(0, 0, 0, -1, ref, False, "reference clock")}
     if not len(rows) or source == "issue":
         why = "only issue times recorded" if source == "issue" else "no matched collective"
@@ -56,7 +59,7 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
             est = int(round(float(np.median(d)))) + done[via]
             spread = int(np.median(np.abs(d - np.median(d))))
             floor = FLOOR_NS.get(source, 0)
-            if shared_clock:
+            if shared_clock and r not in own:
                 applied, why = False, "one clock (same export or same host)"
             elif abs(est) <= max(floor, 3 * spread):
                 applied, why = False, ("within end-time resolution"
@@ -72,6 +75,11 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
     for r in todo:
         out[r] = _entry(0, 0, 0, 0, ref, False, "no collective shared with the other ranks")
     return out
+
+
+def reference_rank(ranks: list[int], own: frozenset = frozenset()) -> int:
+    """The clock the others are placed on: the lowest rank not on a clock of its own."""
+    return min((r for r in ranks if r not in own), default=min(ranks))
 
 
 VOTE_MAX_INSTANCES = 500  # pairwise differences: 500 x 500 per rank
@@ -120,4 +128,4 @@ def applied(offsets: dict[int, dict]) -> dict[int, int]:
     return {r: int(o["offset_ns"]) for r, o in offsets.items()}
 
 
-__all__ = ["estimate_offsets", "applied", "HOST_END_SKEW_NS"]
+__all__ = ["estimate_offsets", "applied", "reference_rank", "HOST_END_SKEW_NS"]
