@@ -218,9 +218,10 @@ def _cut_use(c: dict, res) -> str:
     they = "the steps it holds" if c["steps_compared"] else "the collectives it holds"
     use = (f"compared on {c['steps_compared']} of the job's {n} steps" if c["steps_compared"]
            else f"compared on {they}")
-    if c["own_clock"]:
-        use += ("; its clock placed from collective end times" if c["placed"] else
-                "; its collectives left out: its clock could not be placed")
+    if c.get("collectives_out"):
+        use += f"; its collectives left out: {c['collectives_out']}"
+    elif c["own_clock"] and c["placed"]:
+        use += "; its clock placed from collective end times"
     return use
 
 
@@ -231,7 +232,9 @@ def _reference(res) -> int:
 
 
 def _clock_line(res) -> str:
-    clock = {r: o for r, o in res.clock.items() if not o.get("own_clock")}
+    # (a cut rank left with no collective has no clock to place: not a reason here)
+    idle = {r for r, c in (getattr(res, "cut", None) or {}).items() if not c["collectives"]}
+    clock = {r: o for r, o in res.clock.items() if not o.get("own_clock") and r not in idle}
     own = sorted(r for r, o in res.clock.items() if o.get("own_clock") and o.get("applied"))
     aside = (f"; {'rank' if len(own) == 1 else 'ranks'} {_ranks(own)} on a clock of "
              f"{'its' if len(own) == 1 else 'their'} own (file cut short), placed from the same "

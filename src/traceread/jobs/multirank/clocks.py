@@ -38,9 +38,18 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
     if not len(rows) or source == "issue":
         why = "only issue times recorded" if source == "issue" else "no matched collective"
         return {r: out[ref] if r == ref else _entry(0, 0, 0, 0, ref, False, why) for r in ranks}
-    # relative to the earliest start: the pivot goes through float64, exact below 2**53 ns
-    base = int(rows["ts"].min())
-    end = rows.assign(end=(rows["ts"] - base) + rows["dur"]).pivot_table(
+    # relative to the earliest start: the pivot goes through float64, exact below 2**53 ns;
+    # a rank on a clock of its own, relative to its own earliest start (epoch and trace
+    # clocks lie ~1.7e18 ns apart: one base lost 128 ns to float64 on every end)
+    mine = rows["rank"].isin(own).to_numpy() if own else np.zeros(len(rows), bool)
+    first = int(rows.loc[~mine, "ts"].min()) if (~mine).any() else 0
+    base = {r: first for r in ranks}
+    for r in own:
+        at = rows.loc[(rows["rank"] == r).to_numpy(), "ts"]
+        if len(at):
+            base[r] = int(at.min())
+    rel = rows["ts"] - rows["rank"].map(base).fillna(0).astype("int64")
+    end = rows.assign(end=rel + rows["dur"]).pivot_table(
         index=["lane", "key"], columns="rank", values="end", aggfunc="first")
     col = {r: i for i, r in enumerate(end.columns)}
     vals = end.to_numpy(np.float64)
@@ -56,7 +65,7 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
                 continue
             both = have[:, col[via]] & have[:, col[r]]
             d = vals[both, col[via]] - vals[both, col[r]]
-            est = int(round(float(np.median(d)))) + done[via]
+            est = int(round(float(np.median(d)))) + done[via] + (base.get(via, 0) - base.get(r, 0))
             spread = int(np.median(np.abs(d - np.median(d))))
             floor = FLOOR_NS.get(source, 0)
             if shared_clock and r not in own:

@@ -552,6 +552,8 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
                   min(window[1], until) if window else until)
         steps = steps[(steps["ts"] + steps["dur"] <= until).to_numpy()].reset_index(drop=True)
         coll = _within(coll, (window[0], until + 1), end=True)
+        if source == "host":
+            coll = _whole_host_collectives(ev, coll, cut)
     if window is not None:
         coll = _within(coll, window)
     activity, span = host_activity(ev, thread)
@@ -570,6 +572,28 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
                      activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
                      kernel_ns=kernels, kernel_steps=len(steps), waits=waits, op_calls=ops,
                      subgroups=subgroups(m.distributed or {}), truncated=cut)
+
+
+def _whole_host_collectives(ev: pd.DataFrame, coll: pd.DataFrame, cut: dict) -> pd.DataFrame:
+    """A cut file's backend collective ranges, or none when the cut lost some: a backend
+    runs its collectives on threads of its own, written one after another, so a cut can
+    drop a whole thread (gloo ddp4's rank 1 cut at 60%: its gloo:all_reduce thread gone,
+    the all_gather one whole -- paired in order with the c10d ops, the all_gathers were
+    read as all_reduces). Every c10d op issued before the last range kept has its range
+    (a batched op may have several); fewer ranges than ops: ``cut["collectives_lost"]``."""
+    if not len(coll):
+        return coll
+    names = ev["name"]
+    issue = ev[name_matches(names, C10D_ISSUE_RX)]
+    kind = np.array([normalize_collective(str(n)) for n in issue["name"]], object)
+    at = issue["ts"].to_numpy(np.int64)[~pd.isna(kind)]
+    n = int((at <= int(coll["ts"].max())).sum())
+    if len(coll) >= n:
+        return coll
+    cut["collectives_lost"] = f"{n} collectives issued before the cut, {len(coll)} recorded"
+    out = coll.iloc[0:0]
+    out.attrs.update(coll.attrs)
+    return out
 
 
 def cut_record(meta, ev: pd.DataFrame) -> dict:

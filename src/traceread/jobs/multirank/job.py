@@ -363,7 +363,7 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                     straggler=strag, backend=next((i.backend for i in inputs if i.backend), ""),
                     source=source, clock=est, unmatched=unmatched,
                     mismatched=len(disagreements(rows)), methods=info["methods"])
-    res.cut = cut_usage(inputs, held, astray, unplaced, est, len(res.steps))
+    res.cut = cut_usage(inputs, held, astray, unplaced, est, len(res.steps), source)
     if strag["rank"] >= 0:
         res.straggler_waits = {
             i.rank: wait_categories(i, matches, strag["rank"], est.get(i.rank, {}).get("offset_ns", 0),
@@ -399,8 +399,12 @@ def _cut_apart(inputs: list[RankInput], source: str) -> tuple[list[RankInput], s
             if i.rank in astray else i for i in inputs], astray
 
 
+SOURCE_WORDS = {"kernel": "collective kernels", "host": "backend collective ranges",
+                "issue": "collective issue ops", "": "no collectives"}
+
+
 def cut_usage(inputs: list[RankInput], held: dict, astray: set, unplaced: set, est: dict,
-              steps: int) -> dict:
+              steps: int, source: str) -> dict:
     """Per rank whose file was cut short: where it was cut and how the job used it --
     ``steps_held`` (whole steps before the cut), ``steps_compared`` (of the job's compared
     steps), ``placed`` (its collectives on the job's clock), ``used``: "compared" or
@@ -412,18 +416,24 @@ def cut_usage(inputs: list[RankInput], held: dict, astray: set, unplaced: set, e
         n = len(i.steps)
         why = ""
         if i.rank in astray:
-            why = f"no {i.source or 'collective'} events of the job's kind before the cut"
+            why = (f"its file holds no {SOURCE_WORDS.get(source, source)} before the cut"
+                   + (f" (only {SOURCE_WORDS.get(i.source, i.source)})" if i.source else ""))
         elif not n and steps:
             why = (f"holds none of the job's {steps} compared steps whole"
                    if held.get(i.rank) else "cut before its first whole step")
-        elif i.rank in unplaced and not n:
-            why = "its collectives could not be placed on the job's clock"
+        out_why = (f"the cut lost some ({i.truncated['collectives_lost']})"
+                   if i.truncated.get("collectives_lost") else i.truncated.get("collectives_out")
+                   or ("its clock could not be placed on the job's"
+                       if i.rank in unplaced and len(i.collectives) else ""))
+        if out_why and not n and not why:
+            why = f"its collectives left out: {out_why}"
         out[i.rank] = {"path": i.path, "truncated_at_byte": int(i.truncated.get("truncated_at_byte", -1)),
                        "own_clock": bool(i.truncated.get("own_clock")),
                        "steps_held": int(held.get(i.rank, 0)), "steps_compared": n,
                        "collectives": int(len(i.collectives)),
                        "placed": i.rank not in unplaced and bool(len(i.collectives)),
                        "clock": est.get(i.rank, {}).get("reason", ""),
+                       "collectives_out": out_why or "",
                        "used": "left_out" if why else "compared", "why": why}
     return out
 
@@ -468,8 +478,12 @@ def common_steps(inputs: list[RankInput]) -> list[RankInput]:
         return inputs
     # the whole ranks as before: left as they are when each holds just the compared steps
     alike = all(i.steps["step"].nunique() == len(common) for i in whole)
-    return [i if alike and any(i is w for w in whole) else _keep_steps(i, common)
-            for i in inputs]
+    return [i if alike and any(i is w for w in whole) else
+            _keep_steps(i, common, prefix=i.truncated and not _all_seq(i)) for i in inputs]
+
+
+def _all_seq(i: RankInput) -> bool:
+    return bool(len(i.collectives)) and bool((i.collectives["seq"] >= 0).all())
 
 
 def _compared_steps(whole: list[RankInput], n: int) -> set | None:
@@ -481,20 +495,27 @@ def _compared_steps(whole: list[RankInput], n: int) -> set | None:
     return common or None
 
 
-def _keep_steps(i: RankInput, common: set) -> RankInput:
-    """``i`` with only the steps in ``common`` and the collectives that start in their span."""
+def _keep_steps(i: RankInput, common: set, prefix: bool = False) -> RankInput:
+    """``i`` with only the steps in ``common`` and the collectives that start in their span.
+    ``prefix``: its collectives are matched by position (a cut rank without sequence
+    numbers) -- kept only when its steps begin with the first compared step, so they are
+    the first of the others' (a rank whose window began later would pair a step apart)."""
     import dataclasses
 
     st = i.steps[i.steps["step"].isin(common).to_numpy()].reset_index(drop=True)
     c = i.collectives
-    if len(st) and len(c):
+    cut = i.truncated
+    if prefix and len(st) and len(c) and int(st["step"].min()) != min(common):
+        cut = dict(cut, collectives_out=f"its steps begin at #{int(st['step'].min())}, after the "
+                                        f"job's first compared step #{min(common)}")
+    if len(st) and len(c) and cut is i.truncated:
         lo, hi = int(st["ts"].min()), int((st["ts"] + st["dur"]).max())
         keep = ((c["ts"] >= lo) & (c["ts"] < hi)).to_numpy()
     else:
         keep = np.zeros(len(c), bool)
-    cut = c[keep].reset_index(drop=True)
-    cut.attrs.update(c.attrs)
-    return dataclasses.replace(i, steps=st, collectives=cut)
+    kept = c[keep].reset_index(drop=True)
+    kept.attrs.update(c.attrs)
+    return dataclasses.replace(i, steps=st, collectives=kept, truncated=cut)
 
 
 def _rank_time(m: pd.DataFrame) -> pd.DataFrame:
