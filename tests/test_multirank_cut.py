@@ -193,3 +193,21 @@ def test_whole_job_has_no_cut_record(planted):
     assert full.cut == {}
     assert "cut short" not in render_summary([full])
     assert full.to_dict()["cut_short"] == {}
+
+
+def test_straggler_cut_short_is_read_on_the_steps_it_holds(planted, tmp_path):
+    """The planted straggler's own file cut at half: past its cut nobody knows when it
+    arrived. Named on the instances it holds, late by its planted 3 ms a step there, and
+    rank-local from those steps (the job's steps: 1.1 ms a step over 8, 'global')."""
+    jobs, full = _cut_job(planted, tmp_path, {SLOW: 0.5})
+    (res,) = jobs
+    n = res.cut[SLOW]["steps_compared"]
+    assert 0 < n < STEPS
+    jv = res.verdict()
+    assert jv["straggler_rank"] == SLOW and jv["late_by_ns"] == full.verdict()["late_by_ns"]
+    assert res.straggler["by_collective"]["all_reduce"]["instances"] == n
+    assert res.seed["slowdown"]["locality"] == "rank-local"
+    assert res.seed["slowdown"]["work_ns"] == full.seed["slowdown"]["work_ns"]
+    text = " ".join(render_summary(jobs).split())
+    assert f"at {n}/{n} all_reduces" in text
+    assert f"over the {n} analysed steps" in text

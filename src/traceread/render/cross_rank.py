@@ -147,7 +147,10 @@ def _late_per_step(jv: dict, res) -> str:
 
 
 def job_steps(res) -> int:
-    """The analysed steps of a job: the most any of its ranks analysed (0: none)."""
+    """The analysed steps of a job: the most any of its ranks analysed (0: none); a
+    straggler cut short: the steps it holds (its lateness is known on those alone)."""
+    if (getattr(res, "straggler", None) or {}).get("steps"):
+        return int(res.straggler["steps"])
     pr = getattr(res, "per_rank", None)
     if pr is None or not len(pr) or "steps" not in pr:
         return 0

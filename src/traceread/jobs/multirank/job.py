@@ -373,6 +373,8 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
     res.stages = groups.stage_balance(pipes, groups.rank_busy(inputs), groups.rank_untraced(inputs))
     res.groups = groups.job_groups(matches, inputs, pipes, cut)
     res.seed = metrics.job_metrics(res, inputs, link_gbps)
+    if strag["rank"] in res.cut and res.cut[strag["rank"]]["steps_compared"]:
+        _cut_straggler(res, inputs, source)
     if res.stages and groups.pipeline_decides(strag):
         res.seed["slowdown"] = metrics.stage_slowdown(res.stages, groups.rank_busy(inputs))
     if not strag["instances"]:
@@ -386,6 +388,27 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                 per_rank, {"rank": inf["rank"], "significant": True},
                 {int(r): int(v.get("waits_for_ns", 0)) for r, v in inf["per_rank"].items()})
     return res
+
+
+def _cut_straggler(res: JobResult, inputs: list[RankInput], source: str) -> None:
+    """The straggler's file was cut short: past its cut nobody knows when it arrived, and the
+    others' waits for it there read as transfer. Its figures are those of the steps it holds:
+    its instances of each collective, and the slowdown locality from those steps alone
+    (on the job's steps a planted 3 ms sleep read 'global', the others' work swollen by the
+    waits past the cut)."""
+    s = res.straggler["rank"]
+    m = res.matches
+    mine = set(m.loc[m["rank"] == s, "instance"])
+    colls = m["collective"].fillna("unknown")
+    for k, rec in res.straggler["by_collective"].items():
+        rec["instances"] = int(m.loc[(colls == k).to_numpy() & m["instance"].isin(mine).to_numpy(),
+                                     "instance"].nunique())
+    held = set(next(i for i in inputs if i.rank == s).steps["step"].tolist())
+    sub = [_keep_steps(i, held) for i in inputs]
+    ms = m[m["instance"].isin(mine).to_numpy()]
+    res.seed["slowdown"] = metrics.slowdown(_per_rank(sub, ms), res.straggler,
+                                            metrics.blocked_per_step(sub, ms, source))
+    res.straggler["steps"] = len(held)   # the steps its lateness is known on
 
 
 def _cut_apart(inputs: list[RankInput], source: str) -> tuple[list[RankInput], set]:
