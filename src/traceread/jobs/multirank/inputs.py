@@ -574,6 +574,14 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
                      subgroups=subgroups(m.distributed or {}), truncated=cut)
 
 
+def _kind_in(kind: pd.Series, kinds: tuple) -> np.ndarray:
+    """Rows whose kind is one of ``kinds`` (a dictionary column: by its codes, no string a row)."""
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        want = np.flatnonzero(np.isin(np.asarray(kind.cat.categories, dtype=object), kinds))
+        return np.isin(kind.cat.codes.to_numpy(), want)
+    return kind.isin(kinds).to_numpy()
+
+
 def _whole_host_collectives(ev: pd.DataFrame, coll: pd.DataFrame, cut: dict) -> pd.DataFrame:
     """A cut file's backend collective ranges, or none when the cut lost some: a backend
     runs its collectives on threads of its own, written one after another, so a cut can
@@ -618,9 +626,7 @@ def complete_until(ev: pd.DataFrame, thread: tuple[int, int]) -> int:
     if not len(ev):
         return -1
     ts = ev["ts"].to_numpy(np.int64)
-    kind = ev["kind"].astype(str).to_numpy() if not isinstance(ev["kind"].dtype, pd.CategoricalDtype) \
-        else np.asarray(ev["kind"].cat.categories.astype(str))[ev["kind"].cat.codes.to_numpy()]
-    streams = [np.isin(kind, GPU_OP_KINDS), np.isin(kind, ("runtime", "driver"))]
+    streams = [_kind_in(ev["kind"], GPU_OP_KINDS), _kind_in(ev["kind"], ("runtime", "driver"))]
     if thread[0] >= 0:
         streams.append(((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy())
     lasts = [int(ts[s].max()) for s in streams if s.any()]
