@@ -61,9 +61,11 @@ def _job_dict(res) -> dict[str, Any]:
         "match_methods": {str(k): int(v) for k, v in methods.items()},
         "unmatched": _unmatched(res),
         "mismatched": int(res.mismatched),
-        "clock": {"reference_rank": min(res.ranks),
+        "cut_short": {str(r): c for r, c in sorted((getattr(res, "cut", None) or {}).items())},
+        "clock": {"reference_rank": _reference(res),
                   "offsets": {str(r): o for r, o in sorted(res.clock.items())},
-                  "max_spread_ns": max((o["spread_ns"] for o in res.clock.values()), default=0)},
+                  "max_spread_ns": max((o["spread_ns"] for o in res.clock.values()
+                                        if not o.get("own_clock")), default=0)},
         "per_rank": _records(res.per_rank),
         "step_skew": {
             "steps": int(len(res.steps)),
@@ -90,6 +92,7 @@ def render_summary(results: list) -> str:
         world = f" of {res.world_size}" if res.world_size > 0 else ""
         lines.append(f"JOB {res.job}: ranks {_ranks(res.ranks)}{world}"
                      f"{' · ' + res.backend if res.backend else ''}")
+        lines += cut_lines(res)
         if jv["status"] == "cannot_tell":
             lines.append(f"  CANNOT TELL  who is late: {jv['why']}")
             lines.append(f"  record     {jv['how']}")
@@ -121,7 +124,9 @@ def render_summary(results: list) -> str:
             detail = (f" (rank {s} works {fmt_ns(work[s])} per step, the others' median"
                       f" {fmt_ns(others[len(others) // 2])})") if loc["locality"] == "rank-local" and others and s in work else ""
             lines.append(f"  slowdown   {loc['locality']}{detail}")
-        grp = groups_line(res.groups, res.stages, list(res.ranks))
+        # (a cut rank no collective of the job's placed meets no group: not a missing member)
+        left = {r for r, c in (getattr(res, "cut", None) or {}).items() if not c["placed"]}
+        grp = groups_line(res.groups, res.stages, [r for r in res.ranks if r not in left])
         if grp:
             lines.append(f"  groups     {grp}")
         layout = layout_line(res.layout)
@@ -142,7 +147,10 @@ def _late_per_step(jv: dict, res) -> str:
 
 
 def job_steps(res) -> int:
-    """The analysed steps of a job: the most any of its ranks analysed (0: none)."""
+    """The analysed steps of a job: the most any of its ranks analysed (0: none); a
+    straggler cut short: the steps it holds (its lateness is known on those alone)."""
+    if (getattr(res, "straggler", None) or {}).get("steps"):
+        return int(res.straggler["steps"])
     pr = getattr(res, "per_rank", None)
     if pr is None or not len(pr) or "steps" not in pr:
         return 0
@@ -192,17 +200,59 @@ def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
 
 
+def cut_lines(res) -> list[str]:
+    """One line per way the job used its ranks cut short (files truncated): the steps they
+    were compared on, or why they were left out (ranks alike on one line)."""
+    cut = getattr(res, "cut", None) or {}
+    by: dict[str, list[int]] = {}
+    for r, c in sorted(cut.items()):
+        by.setdefault(_cut_use(c, res), []).append(r)
+    out = []
+    for use, ranks in by.items():
+        who = f"rank {ranks[0]}: file" if len(ranks) == 1 else f"ranks {_ranks(ranks)}: files"
+        out.append(f"  cut short  {who} cut short (truncated), {use}")
+    return out
+
+
+def _cut_use(c: dict, res) -> str:
+    n = int(len(res.steps))
+    if c["used"] == "left_out":
+        return f"left out of the job's comparison: {c['why']}"
+    they = "the steps it holds" if c["steps_compared"] else "the collectives it holds"
+    use = (f"compared on {c['steps_compared']} of the job's {n} steps" if c["steps_compared"]
+           else f"compared on {they}")
+    if c.get("collectives_out"):
+        use += f"; its collectives left out: {c['collectives_out']}"
+    elif c["own_clock"] and c["placed"]:
+        use += "; its clock placed from collective end times"
+    return use
+
+
+def _reference(res) -> int:
+    """The rank whose clock the others are placed on (``clocks.reference_rank``)."""
+    ref = [r for r, o in (res.clock or {}).items() if o.get("reason") == "reference clock"]
+    return int(ref[0]) if ref else min(res.ranks)
+
+
 def _clock_line(res) -> str:
-    applied = {r: o for r, o in res.clock.items() if o["applied"]}
+    # (a cut rank left with no collective has no clock to place: not a reason here)
+    idle = {r for r, c in (getattr(res, "cut", None) or {}).items() if not c["collectives"]}
+    clock = {r: o for r, o in res.clock.items() if not o.get("own_clock") and r not in idle}
+    own = sorted(r for r, o in res.clock.items() if o.get("own_clock") and o.get("applied"))
+    aside = (f"; {'rank' if len(own) == 1 else 'ranks'} {_ranks(own)} on a clock of "
+             f"{'its' if len(own) == 1 else 'their'} own (file cut short), placed from the same "
+             "ends") if own else ""
+    applied = {r: o for r, o in clock.items() if o["applied"]}
     if applied:
         big = sorted(applied.items(), key=lambda kv: -abs(kv[1]["offset_ns"]))[:4]
         txt = ", ".join(f"rank {r} {_signed(o['offset_ns'])}" for r, o in big)
         spread = max(o["spread_ns"] for o in applied.values())
         return (f"aligned from collective end times: {txt}"
-                f"{' …' if len(applied) > 4 else ''} (spread {fmt_ns(spread)})")
-    reasons = {o["reason"] for r, o in res.clock.items() if r != min(res.ranks)}
-    est = max((abs(o["estimate_ns"]) for o in res.clock.values()), default=0)
-    return f"not shifted: {'; '.join(sorted(reasons)) or 'one rank'} (largest estimate {fmt_ns(est)})"
+                f"{' …' if len(applied) > 4 else ''} (spread {fmt_ns(spread)}){aside}")
+    reasons = {o["reason"] for r, o in clock.items() if r != _reference(res)}
+    est = max((abs(o["estimate_ns"]) for o in clock.values()), default=0)
+    return (f"not shifted: {'; '.join(sorted(reasons)) or 'one rank'} (largest estimate "
+            f"{fmt_ns(est)}){aside}")
 
 
 def _signed(ns: int) -> str:

@@ -223,8 +223,11 @@ def jobs_table(results: list[JobResult]):
             "instances": rec.get("instances", 0), "cause": jv["cause"],
             "cause_ns_per_collective": int(why.get("cause_ns", 0) // max(why.get("windows", 0), 1)),
             "locality": jv["locality"], "step_time_spread_pct": (res.seed or {}).get("step_time_spread_pct"),
-            "max_clock_offset_ns": max((abs(o["offset_ns"]) for o in res.clock.values()), default=0),
-            "max_clock_spread_ns": max((o["spread_ns"] for o in res.clock.values()), default=0),
+            # (a rank on a clock of its own, cut short, is no clock error: left out)
+            "max_clock_offset_ns": max((abs(o["offset_ns"]) for o in res.clock.values()
+                                        if not o.get("own_clock")), default=0),
+            "max_clock_spread_ns": max((o["spread_ns"] for o in res.clock.values()
+                                        if not o.get("own_clock")), default=0),
             "status": jv["status"], "summary": jv["summary"]})
     df = pd.DataFrame(rows, columns=JOB_COLUMNS)
     # no straggler: null, not -1, in jobs.parquet

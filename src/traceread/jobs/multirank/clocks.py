@@ -28,16 +28,28 @@ FLOOR_NS = {"kernel": 0, "host": HOST_END_SKEW_NS}
 
 
 def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel",
-                     shared_clock: bool = False) -> dict[int, dict]:
-    """{rank: {offset_ns, estimate_ns, spread_ns, instances, via, applied, reason}}."""
-    ref = min(ranks)
+                     shared_clock: bool = False, own: frozenset = frozenset()) -> dict[int, dict]:
+    """{rank: {offset_ns, estimate_ns, spread_ns, instances, via, applied, reason}}.
+
+    ``own``: ranks on a clock of their own (a file cut before the trailer that held its
+    base: ``inputs.cut_record``) -- never the reference, never on the shared clock."""
+    ref = reference_rank(ranks, own)
     out = {ref: _entry(0, 0, 0, -1, ref, False, "reference clock")}
     if not len(rows) or source == "issue":
         why = "only issue times recorded" if source == "issue" else "no matched collective"
         return {r: out[ref] if r == ref else _entry(0, 0, 0, 0, ref, False, why) for r in ranks}
-    # relative to the earliest start: the pivot goes through float64, exact below 2**53 ns
-    base = int(rows["ts"].min())
-    end = rows.assign(end=(rows["ts"] - base) + rows["dur"]).pivot_table(
+    # relative to the earliest start: the pivot goes through float64, exact below 2**53 ns;
+    # a rank on a clock of its own, relative to its own earliest start (epoch and trace
+    # clocks lie ~1.7e18 ns apart: one base lost 128 ns to float64 on every end)
+    mine = rows["rank"].isin(own).to_numpy() if own else np.zeros(len(rows), bool)
+    first = int(rows.loc[~mine, "ts"].min()) if (~mine).any() else 0
+    base = {r: first for r in ranks}
+    for r in own:
+        at = rows.loc[(rows["rank"] == r).to_numpy(), "ts"]
+        if len(at):
+            base[r] = int(at.min())
+    rel = rows["ts"] - rows["rank"].map(base).fillna(0).astype("int64")
+    end = rows.assign(end=rel + rows["dur"]).pivot_table(
         index=["lane", "key"], columns="rank", values="end", aggfunc="first")
     col = {r: i for i, r in enumerate(end.columns)}
     vals = end.to_numpy(np.float64)
@@ -53,10 +65,10 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
                 continue
             both = have[:, col[via]] & have[:, col[r]]
             d = vals[both, col[via]] - vals[both, col[r]]
-            est = int(round(float(np.median(d)))) + done[via]
+            est = int(round(float(np.median(d)))) + done[via] + (base.get(via, 0) - base.get(r, 0))
             spread = int(np.median(np.abs(d - np.median(d))))
             floor = FLOOR_NS.get(source, 0)
-            if shared_clock:
+            if shared_clock and r not in own:
                 applied, why = False, "one clock (same export or same host)"
             elif abs(est) <= max(floor, 3 * spread):
                 applied, why = False, ("within end-time resolution"
@@ -72,6 +84,11 @@ def estimate_offsets(rows: pd.DataFrame, ranks: list[int], source: str = "kernel
     for r in todo:
         out[r] = _entry(0, 0, 0, 0, ref, False, "no collective shared with the other ranks")
     return out
+
+
+def reference_rank(ranks: list[int], own: frozenset = frozenset()) -> int:
+    """The clock the others are placed on: the lowest rank not on a clock of its own."""
+    return min((r for r in ranks if r not in own), default=min(ranks))
 
 
 VOTE_MAX_INSTANCES = 500  # pairwise differences: 500 x 500 per rank
@@ -120,4 +137,4 @@ def applied(offsets: dict[int, dict]) -> dict[int, int]:
     return {r: int(o["offset_ns"]) for r, o in offsets.items()}
 
 
-__all__ = ["estimate_offsets", "applied", "HOST_END_SKEW_NS"]
+__all__ = ["estimate_offsets", "applied", "reference_rank", "HOST_END_SKEW_NS"]

@@ -99,11 +99,13 @@ def stage_balance(pipes: list[list[int]], busy: dict, untraced: dict | None = No
             "idle_ns_by_rank": {str(r): int(max(0.0, st - bz)) for r, (bz, st) in sorted(busy.items())}}
 
 
-def job_groups(m: pd.DataFrame, inputs, pipes: list[list[int]]) -> list[dict]:
+def job_groups(m: pd.DataFrame, inputs, pipes: list[list[int]],
+               cut: frozenset = frozenset()) -> list[dict]:
     """One row per group of ranks: each pipeline stage (``pp_stage``), each pipeline
     (``pp``) and each set of ranks that meet in a collective; per step, the members' mean
     compute, the members' wait at the group's own calls and the lateness members imposed
-    there (see module doc)."""
+    there (see module doc). ``cut``: ranks whose file was cut short -- absent from the
+    instances past their cut, so a set of ranks is told by the others (``_meeting``)."""
     busy = rank_busy(inputs)
     n_steps = {int(i.rank): max(1, len(i.steps)) for i in inputs}
     rows = []
@@ -117,10 +119,22 @@ def job_groups(m: pd.DataFrame, inputs, pipes: list[list[int]]) -> list[dict]:
     coll = m[~p2p.to_numpy()] if len(m) else m
     if len(coll):
         sets = coll.groupby("instance")["rank"].agg(lambda r: tuple(sorted(int(x) for x in r)))
-        for rs, inst in sets.groupby(sets).groups.items():
-            sub = coll[coll["instance"].isin(sets.loc[inst].index)]
+        for rs, inst in _meeting(sets, cut):
+            sub = coll[coll["instance"].isin(inst)]
             rows.append(_row(_kind(sub), list(rs), sub, busy, n_steps))
     return rows
+
+
+def _meeting(sets: pd.Series, cut: frozenset) -> list[tuple[tuple, list]]:
+    """(ranks, instances) per set of ranks that meet: instances grouped by their whole
+    ranks (a cut rank meets only the instances before its cut), each group's ranks those
+    whole ranks and the cut ranks seen in any of its instances."""
+    key = sets.map(lambda rs: tuple(r for r in rs if r not in cut) or rs) if cut else sets
+    out = []
+    for k, idx in key.groupby(key).groups.items():
+        ranks = sorted({r for rs in sets.loc[idx] for r in rs})
+        out.append((tuple(ranks), list(idx)))
+    return out
 
 
 def _kind(sub: pd.DataFrame) -> str:

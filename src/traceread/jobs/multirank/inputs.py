@@ -27,7 +27,7 @@ import pandas as pd
 from ...collectives import issued_in_order, normalize_collective
 from ...passes import intervals
 from ...readers.kineto import rank_from_filename
-from ...table import Trace
+from ...table import GPU_OP_KINDS, Trace
 from .names import STEP_FALLBACK_RE, STEP_RE, name_matches, step_rows
 
 # Columns of a collective-instance table that matching uses (passes.nccl contract).
@@ -68,6 +68,10 @@ class RankInput:
     op_calls: dict = field(default_factory=dict)
     # the process groups of distributedInfo.pg_config smaller than the world (their ranks)
     subgroups: tuple = ()
+    # a file cut short (the reader's ``meta.extra["truncated"]`` record, with
+    # ``complete_until_ns``: where every stream it holds is still whole; ``own_clock``: its
+    # times are not on the epoch clock -- the trailer holding the base was cut off); {}: whole
+    truncated: dict = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- steps
@@ -525,8 +529,9 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     m = trace.meta
     ev = trace.events
     rank = m.rank if m.rank >= 0 else rank_from_name(m.path)
+    cut = cut_record(m, ev)
     start = end = -1
-    if len(ev) and m.clock != "session_ns":
+    if len(ev) and m.clock != "session_ns" and not cut.get("own_clock"):
         start = int(ev["ts"].min()) + int(m.epoch_offset_ns or 0)
         end = int((ev["ts"] + ev["dur"]).max()) + int(m.epoch_offset_ns or 0)
     coll = None
@@ -539,9 +544,18 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
         steps = program_steps(program)
     else:
         steps = trace_program_steps(ev, m.format == "nsys", window)
+    thread = issuing_thread(ev)
+    if cut:   # only what precedes the cut in every stream: whole steps, whole collectives
+        until = complete_until(ev, thread)
+        cut["complete_until_ns"] = until
+        window = (window[0] if window else np.iinfo(np.int64).min,
+                  min(window[1], until) if window else until)
+        steps = steps[(steps["ts"] + steps["dur"] <= until).to_numpy()].reset_index(drop=True)
+        coll = _within(coll, (window[0], until + 1), end=True)
+        if source == "host":
+            coll = _whole_host_collectives(ev, coll, cut)
     if window is not None:
         coll = _within(coll, window)
-    thread = issuing_thread(ev)
     activity, span = host_activity(ev, thread)
     from .waits import thread_waits, wait_thread
     waits = thread_waits(ev, wait_thread(ev, thread))
@@ -554,10 +568,69 @@ def rank_input(trace: Trace, collectives: pd.DataFrame | None = None,
     return RankInput(path=m.path, rank=int(rank), world_size=int(m.world_size),
                      backend=str((m.distributed or {}).get("backend") or ""), clock=m.clock,
                      start_ns=start, end_ns=end, collectives=coll, steps=steps, source=source,
-                     clock_domain=clock_domain(m.extra or {}),
+                     clock_domain="" if cut.get("own_clock") else clock_domain(m.extra or {}),
                      activity=activity, activity_span=span, gpu_compute=compute, thread=thread,
                      kernel_ns=kernels, kernel_steps=len(steps), waits=waits, op_calls=ops,
-                     subgroups=subgroups(m.distributed or {}))
+                     subgroups=subgroups(m.distributed or {}), truncated=cut)
+
+
+def _kind_in(kind: pd.Series, kinds: tuple) -> np.ndarray:
+    """Rows whose kind is one of ``kinds`` (a dictionary column: by its codes, no string a row)."""
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        want = np.flatnonzero(np.isin(np.asarray(kind.cat.categories, dtype=object), kinds))
+        return np.isin(kind.cat.codes.to_numpy(), want)
+    return kind.isin(kinds).to_numpy()
+
+
+def _whole_host_collectives(ev: pd.DataFrame, coll: pd.DataFrame, cut: dict) -> pd.DataFrame:
+    """A cut file's backend collective ranges, or none when the cut lost some: a backend
+    runs its collectives on threads of its own, written one after another, so a cut can
+    drop a whole thread (gloo ddp4's rank 1 cut at 60%: its gloo:all_reduce thread gone,
+    the all_gather one whole -- paired in order with the c10d ops, the all_gathers were
+    read as all_reduces). Every c10d op issued before the last range kept has its range
+    (a batched op may have several); fewer ranges than ops: ``cut["collectives_lost"]``."""
+    if not len(coll):
+        return coll
+    names = ev["name"]
+    issue = ev[name_matches(names, C10D_ISSUE_RX)]
+    kind = np.array([normalize_collective(str(n)) for n in issue["name"]], object)
+    at = issue["ts"].to_numpy(np.int64)[~pd.isna(kind)]
+    n = int((at <= int(coll["ts"].max())).sum())
+    if len(coll) >= n:
+        return coll
+    cut["collectives_lost"] = f"{n} collectives issued before the cut, {len(coll)} recorded"
+    out = coll.iloc[0:0]
+    out.attrs.update(coll.attrs)
+    return out
+
+
+def cut_record(meta, ev: pd.DataFrame) -> dict:
+    """What the job needs of a file cut short ({} when it is whole): the reader's record
+    (``meta.extra["truncated"]``), and ``own_clock`` when its times are not on the epoch
+    clock -- a Kineto file keeps ``baseTimeNanoseconds`` in its trailer, so a cut one reads
+    on its own clock (``trace_ns``): its span and host say nothing of the other ranks' time."""
+    rec = (meta.extra or {}).get("truncated")
+    if not rec or (isinstance(rec, dict) and rec.get("gzip_stream_cut")):
+        return {}   # (the JSON whole, only the gzip trailer lost: every event is there)
+    out = dict(rec) if isinstance(rec, dict) else {}
+    out["own_clock"] = meta.clock not in ("epoch_ns", "session_ns") and not meta.epoch_offset_ns
+    return out
+
+
+def complete_until(ev: pd.DataFrame, thread: tuple[int, int]) -> int:
+    """Where a cut file still holds every stream whole: the earliest, over the streams it
+    holds (the issuing thread's host ops, the runtime calls, the GPU's work), of the last
+    start it keeps. A writer writes each stream in time order, one stream after another
+    (Kineto: the host ops, then the GPU activities), so a cut keeps a prefix of each: a
+    step that ends by then is whole on every stream; one past it may lack its kernels."""
+    if not len(ev):
+        return -1
+    ts = ev["ts"].to_numpy(np.int64)
+    streams = [_kind_in(ev["kind"], GPU_OP_KINDS), _kind_in(ev["kind"], ("runtime", "driver"))]
+    if thread[0] >= 0:
+        streams.append(((ev["pid"] == thread[0]) & (ev["tid"] == thread[1])).to_numpy())
+    lasts = [int(ts[s].max()) for s in streams if s.any()]
+    return min(lasts) if lasts else int(ts.max())
 
 
 def subgroups(dist: dict) -> tuple:
@@ -644,8 +717,10 @@ def clock_domain(extra: dict) -> str:
     return "" if host.lower() in GENERIC_HOSTS else f"host:{host}"
 
 
-def _within(df: pd.DataFrame, window: tuple[int, int]) -> pd.DataFrame:
-    keep = (df["ts"] >= window[0]) & (df["ts"] < window[1])
+def _within(df: pd.DataFrame, window: tuple[int, int], end: bool = False) -> pd.DataFrame:
+    """Rows starting in [start, end) (``end``: rows ending before ``window[1]``)."""
+    at = df["ts"] + df["dur"] if end else df["ts"]
+    keep = (df["ts"] >= window[0]) & (at < window[1])
     out = df[keep.to_numpy()].reset_index(drop=True)
     out.attrs.update(df.attrs)
     return out

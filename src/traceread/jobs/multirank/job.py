@@ -30,7 +30,7 @@ from ...errors import display_path
 from ...table import Trace
 from . import clocks, groups, metrics, waits
 from .grouping import group_jobs
-from .inputs import RankInput, rank_from_name, rank_input
+from .inputs import RankInput, cut_record, rank_from_name, rank_input
 from .match import END_TOL_NS, disagreements, match_rows
 from .why import (explain, kernel_excess, late_windows, refine_comm_wait, refine_cpu_op,
                   wait_categories)
@@ -272,6 +272,7 @@ class JobResult:
     windows: dict = field(default_factory=dict)     # rank -> [start, end) analysed, None: whole trace
     layout: dict = field(default_factory=dict)      # passes/parallelism.job_parallelism + "levers"
     straggler_waits: dict = field(default_factory=dict)  # rank -> why.wait_categories
+    cut: dict = field(default_factory=dict)         # rank -> cut_usage(): ranks cut short
     analyses: dict = field(default_factory=dict, repr=False)  # rank -> Analysis (traceread.jobs)
 
     @property
@@ -306,24 +307,37 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
     ranks = [i.rank for i in inputs]
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"duplicate ranks in job {job}: {ranks}")
+    held = {i.rank: len(i.steps) for i in inputs if i.truncated}
     inputs = common_steps(inputs)
-    sources = {i.source for i in inputs if i.source}
+    whole = [i for i in inputs if not i.truncated] or inputs
+    sources = {i.source for i in whole if i.source}
     source = "kernel" if "kernel" in sources else ("host" if "host" in sources else
                                                    ("issue" if sources else ""))
-    shared = len({i.clock_domain for i in inputs}) == 1 and bool(inputs[0].clock_domain)
+    inputs, astray = _cut_apart(inputs, source)
+    cut = frozenset(held)
+    own = frozenset(i.rank for i in inputs if i.truncated.get("own_clock"))
+    domains = {i.clock_domain for i in inputs if i.rank not in own}
+    shared = len(domains) == 1 and bool(next(iter(domains)))
     est: dict = {}
 
     def offsets_for(rows):
-        est.update(clocks.estimate_offsets(rows, ranks, source, shared))
+        est.update(clocks.estimate_offsets(rows, ranks, source, shared, own))
         return clocks.applied(est)
 
     tol = clocks.HOST_END_SKEW_NS if source == "host" else END_TOL_NS
     blind = unlabelled_subgroups(inputs, source)
     colls = {i.rank: i.collectives.iloc[0:0] if blind else i.collectives for i in inputs}
-    rows, unmatched, info = match_rows(colls, offsets_for, tol)
+    rows, unmatched, info = match_rows(colls, offsets_for, tol, cut)
     if blind:
         unmatched = _blind_records(inputs, blind)
     offsets = offsets_for(rows)  # final estimate from every matched instance
+    # a rank on its own clock that no collective placed: its arrivals are on no shared time
+    unplaced = {r for r in own if not est.get(r, {}).get("instances")}
+    for r in own:   # an offset from the epoch to a clock of its own: not a clock error
+        est.setdefault(r, {})["own_clock"] = True
+    if unplaced:
+        rows = rows[~rows["rank"].isin(unplaced)].reset_index(drop=True)
+        rows = rows[rows.groupby(["lane", "key"])["rank"].transform("size") >= 2].reset_index(drop=True)
     matches = score(rows, offsets, source)
     strag = significance(straggler_of(matches), matches, {i.rank: i.steps for i in inputs})
     by_rank = {i.rank: i for i in inputs}
@@ -349,6 +363,7 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                     straggler=strag, backend=next((i.backend for i in inputs if i.backend), ""),
                     source=source, clock=est, unmatched=unmatched,
                     mismatched=len(disagreements(rows)), methods=info["methods"])
+    res.cut = cut_usage(inputs, held, astray, unplaced, est, len(res.steps), source)
     if strag["rank"] >= 0:
         res.straggler_waits = {
             i.rank: wait_categories(i, matches, strag["rank"], est.get(i.rank, {}).get("offset_ns", 0),
@@ -356,8 +371,10 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
             for i in inputs if i.rank != strag["rank"]}
     pipes = groups.pipelines(matches)
     res.stages = groups.stage_balance(pipes, groups.rank_busy(inputs), groups.rank_untraced(inputs))
-    res.groups = groups.job_groups(matches, inputs, pipes)
+    res.groups = groups.job_groups(matches, inputs, pipes, cut)
     res.seed = metrics.job_metrics(res, inputs, link_gbps)
+    if strag["rank"] in res.cut and res.cut[strag["rank"]]["steps_compared"]:
+        _cut_straggler(res, inputs, source)
     if res.stages and groups.pipeline_decides(strag):
         res.seed["slowdown"] = metrics.stage_slowdown(res.stages, groups.rank_busy(inputs))
     if not strag["instances"]:
@@ -371,6 +388,77 @@ def analyze_job(inputs: Iterable[RankInput], job: str = "job0", link_gbps: float
                 per_rank, {"rank": inf["rank"], "significant": True},
                 {int(r): int(v.get("waits_for_ns", 0)) for r, v in inf["per_rank"].items()})
     return res
+
+
+def _cut_straggler(res: JobResult, inputs: list[RankInput], source: str) -> None:
+    """The straggler's file was cut short: past its cut nobody knows when it arrived, and the
+    others' waits for it there read as transfer. Its figures are those of the steps it holds:
+    its instances of each collective, and the slowdown locality from those steps alone
+    (on the job's steps a planted 3 ms sleep read 'global', the others' work swollen by the
+    waits past the cut)."""
+    s = res.straggler["rank"]
+    m = res.matches
+    mine = set(m.loc[m["rank"] == s, "instance"])
+    colls = m["collective"].fillna("unknown")
+    for k, rec in res.straggler["by_collective"].items():
+        rec["instances"] = int(m.loc[(colls == k).to_numpy() & m["instance"].isin(mine).to_numpy(),
+                                     "instance"].nunique())
+    held = set(next(i for i in inputs if i.rank == s).steps["step"].tolist())
+    sub = [_keep_steps(i, held) for i in inputs]
+    ms = m[m["instance"].isin(mine).to_numpy()]
+    res.seed["slowdown"] = metrics.slowdown(_per_rank(sub, ms), res.straggler,
+                                            metrics.blocked_per_step(sub, ms, source))
+    res.straggler["steps"] = len(held)   # the steps its lateness is known on
+
+
+def _cut_apart(inputs: list[RankInput], source: str) -> tuple[list[RankInput], set]:
+    """A cut rank whose collectives are of another kind than the job's (kernels lost past the
+    cut: only its host ops remain) is left out of the comparison -- its steps lack their GPU
+    work. Returns the inputs (those ranks emptied) and their ranks."""
+    import dataclasses
+
+    astray = {i.rank for i in inputs if i.truncated and i.source != source and source}
+    return [dataclasses.replace(i, steps=i.steps.iloc[0:0], collectives=i.collectives.iloc[0:0])
+            if i.rank in astray else i for i in inputs], astray
+
+
+SOURCE_WORDS = {"kernel": "collective kernels", "host": "backend collective ranges",
+                "issue": "collective issue ops", "": "no collectives"}
+
+
+def cut_usage(inputs: list[RankInput], held: dict, astray: set, unplaced: set, est: dict,
+              steps: int, source: str) -> dict:
+    """Per rank whose file was cut short: where it was cut and how the job used it --
+    ``steps_held`` (whole steps before the cut), ``steps_compared`` (of the job's compared
+    steps), ``placed`` (its collectives on the job's clock), ``used``: "compared" or
+    "left_out", and ``why`` it was left out."""
+    out = {}
+    for i in inputs:
+        if not i.truncated:
+            continue
+        n = len(i.steps)
+        why = ""
+        if i.rank in astray:
+            why = (f"its file holds no {SOURCE_WORDS.get(source, source)} before the cut"
+                   + (f" (only {SOURCE_WORDS.get(i.source, i.source)})" if i.source else ""))
+        elif not n and steps:
+            why = (f"holds none of the job's {steps} compared steps whole"
+                   if held.get(i.rank) else "cut before its first whole step")
+        out_why = (f"the cut lost some ({i.truncated['collectives_lost']})"
+                   if i.truncated.get("collectives_lost") else i.truncated.get("collectives_out")
+                   or ("its clock could not be placed on the job's"
+                       if i.rank in unplaced and len(i.collectives) else ""))
+        if out_why and not n and not why:
+            why = f"its collectives left out: {out_why}"
+        out[i.rank] = {"path": i.path, "truncated_at_byte": int(i.truncated.get("truncated_at_byte", -1)),
+                       "own_clock": bool(i.truncated.get("own_clock")),
+                       "steps_held": int(held.get(i.rank, 0)), "steps_compared": n,
+                       "collectives": int(len(i.collectives)),
+                       "placed": i.rank not in unplaced and bool(len(i.collectives)),
+                       "clock": est.get(i.rank, {}).get("reason", ""),
+                       "collectives_out": out_why or "",
+                       "used": "left_out" if why else "compared", "why": why}
+    return out
 
 
 def unlabelled_subgroups(inputs: list[RankInput], source: str) -> list[tuple]:
@@ -401,25 +489,56 @@ def common_steps(inputs: list[RankInput]) -> list[RankInput]:
     others #1-#3); matched as they were, rank 3's first collectives paired with the
     others' step #1 ones -- a step apart, so it 'arrived' 1.5-2.5 ms late at every one and
     was named the straggler while rank 0 was the last to arrive. Only steps numbered alike
-    on every rank are compared; without such steps the inputs stay as they are."""
-    sets = [set(i.steps["step"].tolist()) for i in inputs if len(i.steps)]
-    if len(sets) < len(inputs) or len(inputs) < 2:
+    on every rank are compared; without such steps the inputs stay as they are.
+
+    A rank whose file was cut short (``RankInput.truncated``) holds only the steps before
+    its cut: the compared steps are those every whole rank holds (a rank cut after one
+    step shrank a job to that step), and a cut rank is compared on the ones of them it
+    holds -- none: it is left out of the comparison (no steps, no collectives)."""
+    whole = [i for i in inputs if not i.truncated] or inputs
+    common = _compared_steps(whole, len(inputs))
+    if common is None:
         return inputs
+    # the whole ranks as before: left as they are when each holds just the compared steps
+    alike = all(i.steps["step"].nunique() == len(common) for i in whole)
+    return [i if alike and any(i is w for w in whole) else
+            _keep_steps(i, common, prefix=i.truncated and not _all_seq(i)) for i in inputs]
+
+
+def _all_seq(i: RankInput) -> bool:
+    return bool(len(i.collectives)) and bool((i.collectives["seq"] >= 0).all())
+
+
+def _compared_steps(whole: list[RankInput], n: int) -> set | None:
+    """The step numbers every whole rank holds (None: no comparison by step number)."""
+    sets = [set(i.steps["step"].tolist()) for i in whole if len(i.steps)]
+    if len(sets) < len(whole) or n < 2:
+        return None
     common = set.intersection(*sets)
-    if not common or all(len(s) == len(common) for s in sets):
-        return inputs
+    return common or None
+
+
+def _keep_steps(i: RankInput, common: set, prefix: bool = False) -> RankInput:
+    """``i`` with only the steps in ``common`` and the collectives that start in their span.
+    ``prefix``: its collectives are matched by position (a cut rank without sequence
+    numbers) -- kept only when its steps begin with the first compared step, so they are
+    the first of the others' (a rank whose window began later would pair a step apart)."""
     import dataclasses
 
-    out = []
-    for i in inputs:
-        st = i.steps[i.steps["step"].isin(common).to_numpy()].reset_index(drop=True)
+    st = i.steps[i.steps["step"].isin(common).to_numpy()].reset_index(drop=True)
+    c = i.collectives
+    cut = i.truncated
+    if prefix and len(st) and len(c) and int(st["step"].min()) != min(common):
+        cut = dict(cut, collectives_out=f"its steps begin at #{int(st['step'].min())}, after the "
+                                        f"job's first compared step #{min(common)}")
+    if len(st) and len(c) and cut is i.truncated:
         lo, hi = int(st["ts"].min()), int((st["ts"] + st["dur"]).max())
-        c = i.collectives
-        keep = ((c["ts"] >= lo) & (c["ts"] < hi)).to_numpy() if len(c) else np.zeros(0, bool)
-        cut = c[keep].reset_index(drop=True)
-        cut.attrs.update(c.attrs)
-        out.append(dataclasses.replace(i, steps=st, collectives=cut))
-    return out
+        keep = ((c["ts"] >= lo) & (c["ts"] < hi)).to_numpy()
+    else:
+        keep = np.zeros(len(c), bool)
+    kept = c[keep].reset_index(drop=True)
+    kept.attrs.update(c.attrs)
+    return dataclasses.replace(i, steps=st, collectives=kept, truncated=cut)
 
 
 def _rank_time(m: pd.DataFrame) -> pd.DataFrame:
@@ -481,7 +600,8 @@ def analyze_traces(traces: list[Trace], link_gbps: float | None = None,
     heads = [RankInput(path=t.meta.path, rank=int(t.meta.rank if t.meta.rank >= 0 else
                                                   rank_from_name(t.meta.path)),
                        world_size=int(t.meta.world_size), backend=_backend(t),
-                       start_ns=_span(t)[0], end_ns=_span(t)[1]) for t in traces]
+                       start_ns=_span(t)[0], end_ns=_span(t)[1],
+                       truncated=cut_record(t.meta, t.events)) for t in traces]
     jobs = group_jobs(_info(heads))
     out = []
     for job in sorted(jobs.dropna().unique(), key=lambda j: int(j[3:])):
@@ -496,7 +616,7 @@ def _backend(t: Trace) -> str:
 
 def _span(t: Trace) -> tuple[int, int]:
     ev = t.events
-    if not len(ev) or t.meta.clock == "session_ns":
+    if not len(ev) or t.meta.clock == "session_ns" or cut_record(t.meta, ev).get("own_clock"):
         return -1, -1
     off = int(t.meta.epoch_offset_ns or 0)
     return int(ev["ts"].min()) + off, int((ev["ts"] + ev["dur"]).max()) + off
@@ -506,7 +626,8 @@ def _info(inputs: list[RankInput]) -> pd.DataFrame:
     return pd.DataFrame({
         "path": [display_path(i.path) for i in inputs], "rank": [i.rank for i in inputs],
         "world_size": [i.world_size for i in inputs], "backend": [i.backend for i in inputs],
-        "start_ns": [i.start_ns for i in inputs], "end_ns": [i.end_ns for i in inputs]})
+        "start_ns": [i.start_ns for i in inputs], "end_ns": [i.end_ns for i in inputs],
+        "cut": [bool(getattr(i, "truncated", None)) for i in inputs]})
 
 
 def analyze_inputs(inputs: list[RankInput], link_gbps: float | None = None) -> list[JobResult]:

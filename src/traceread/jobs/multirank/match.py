@@ -90,14 +90,20 @@ def _tokens(df: pd.DataFrame) -> list[tuple]:
 
 # ----------------------------------------------------------------------------- pass 1: by token
 
-def match_lane(lane: dict[int, pd.DataFrame]) -> tuple[pd.DataFrame, str, list[dict], bool]:
-    """Match one lane by seq / order / align. Returns (rows, method, unmatched, ambiguous)."""
+def match_lane(lane: dict[int, pd.DataFrame], cut: frozenset = frozenset()
+               ) -> tuple[pd.DataFrame, str, list[dict], bool]:
+    """Match one lane by seq / order / align. Returns (rows, method, unmatched, ambiguous).
+
+    ``cut``: ranks whose file was cut short -- what they hold of the lane is its first
+    instances, so ``order`` holds when each is a prefix of the others' sequence, and the
+    others' instances past its end are not "missing" on it."""
     ranks = sorted(lane)
     if all((lane[r]["seq"] >= 0).all() for r in ranks):
         rows = [lane[r].assign(rank=r, key=lane[r]["seq"].to_numpy()) for r in ranks]
         return pd.concat(rows, ignore_index=True), "seq", [], False
     toks = {r: _tokens(lane[r]) for r in ranks}
-    if all(toks[r] == toks[ranks[0]] for r in ranks):
+    first = toks[next((r for r in ranks if r not in cut), ranks[0])]
+    if all(toks[r] == (first[:len(toks[r])] if r in cut else first) for r in ranks):
         rows = [lane[r].assign(rank=r, key=np.arange(len(lane[r]))) for r in ranks]
         return pd.concat(rows, ignore_index=True), "order", [], False
     ref = max(ranks, key=lambda r: (len(lane[r]), -r))
@@ -112,6 +118,8 @@ def match_lane(lane: dict[int, pd.DataFrame]) -> tuple[pd.DataFrame, str, list[d
             if op == "equal":
                 keys[j1:j2] = np.arange(i1, i2)
                 continue
+            if op == "delete" and r in cut and j1 == len(toks[r]) and i2 == len(toks[ref]):
+                continue   # past the end of a cut file: not issued is not known
             ambiguous |= _in_run(toks[ref], i1, i2) or _in_run(toks[r], j1, j2)
             unmatched += _why(op, toks[ref][i1:i2], toks[r][j1:j2], ref, r, i1, j1)
         ok = keys >= 0
@@ -259,9 +267,12 @@ def _nearest(sorted_vals: np.ndarray, x: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- driver
 
 def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
-               end_tol_ns: int = END_TOL_NS) -> tuple[pd.DataFrame, list[dict], dict]:
+               end_tol_ns: int = END_TOL_NS, cut: frozenset = frozenset()
+               ) -> tuple[pd.DataFrame, list[dict], dict]:
     """Match every lane. ``offsets_for(rows) -> {rank: ns}`` estimates clock offsets from
     the token-matched rows; ambiguous lanes are then matched by corrected end time.
+    ``cut``: the ranks whose file was cut short (``match_lane``; a lane they lack may
+    have begun after their cut: no "issued none" record for them).
 
     Returns (rows: one per (lane, key, rank) seen on >= 2 ranks, unmatched records,
     {"offsets": ..., "methods": {lane: method}}).
@@ -277,13 +288,13 @@ def match_rows(per_rank: dict[int, pd.DataFrame], offsets_for=None,
                 unmatched += [{"rank": r, "collective": c, "msg_bytes": -1, "ref_rank": -1, "lane": lane,
                                "reason": "lane seen on one rank only"} for c in d["collective"]]
             continue
-        absent = expected_absent(lane, members, per_rank)
+        absent = [r for r in expected_absent(lane, members, per_rank) if r not in cut]
         if absent:   # one reason text per lane
             n = max(len(d) for d in members.values())
             why = f"issued none of this lane's collectives ({n} on other ranks)"
             unmatched += [{"rank": r, "collective": None, "msg_bytes": -1, "ref_rank": -1,
                            "lane": lane, "reason": why} for r in absent]
-        rows, method, um, ambiguous = match_lane(members)
+        rows, method, um, ambiguous = match_lane(members, cut)
         if ambiguous:
             redo.append((lane, members))
             continue
