@@ -239,3 +239,19 @@ def test_device_frees_reads_as_words():
         == "no device frees while the GPU works"
     assert fact_words({"fact": "device_frees", "value": 3, "known": True,
                        "evidence": None}).startswith("3 device frees while the GPU works")
+
+
+def test_a_cut_file_of_a_gpu_job_is_cut_before_its_gpu_events_not_cpu_only(tmp_path):
+    # HTA sampled_rank-1 cut at 30 KB keeps host ops only (torch.profiler writes the GPU
+    # activities after them); its header's process group is nccl: a GPU program. It was told
+    # "this trace has no GPU activity: profile with ProfilerActivity.CUDA"
+    from traceread import load
+    from traceread.analysis import analyze
+
+    src = Path(__file__).parent / "fixtures" / "kineto" / "hta_sampled_rank-1.json.gz"
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(src.read_bytes()[:30_000])
+    v = analyze(load(cut)).to_dict()["verdict"]
+    ids = [a["id"] for a in v["actions"]]
+    assert "record_gpu" not in ids
+    assert ids[0] == "cpu_cut"

@@ -46,7 +46,7 @@ def cpu_design(ev: pd.DataFrame, meta, calls: pd.DataFrame | None = None) -> dic
     if len(api):
         con.append(f"{len(api)} GPU runtime/driver calls recorded "
                    f"({ev['name'].iat[int(api[0])]})")
-    con += _device_backends(getattr(meta, "distributed", None) or {})
+    con += device_backends(getattr(meta, "distributed", None) or {})
     if calls is not None and len(calls):
         names = pd.unique(calls["name"].astype(str))
         dev = [n for n in names if n.startswith(DEVICE_COLL_PREFIXES)]
@@ -60,7 +60,7 @@ def cpu_design(ev: pd.DataFrame, meta, calls: pd.DataFrame | None = None) -> dic
     return {"by_design": by, "for": pro, "against": con}
 
 
-def _device_backends(dist: dict) -> list[str]:
+def device_backends(dist: dict) -> list[str]:
     """``distributedInfo``'s backend and each process group's ``backend_config`` naming a
     device backend (``cuda:nccl``, ``nccl``, ``mtia:hccl``): the program moves device
     tensors. ``cuda:gloo`` (what ``backend='gloo'`` writes for every device) is not."""

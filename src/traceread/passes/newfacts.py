@@ -29,6 +29,7 @@ from .blocking import blocking_calls
 from .dataloader import worker_restarts
 from .common import kind_in, name_codes, name_lut, name_table, rows_of
 from .compile import compile_name_lut
+from .cpudesign import device_backends
 from .factkit import Steps, has_gpu, item, stacks_of
 from .payload import copy_payloads
 from .precision import precision_facts
@@ -135,9 +136,11 @@ def cpu_only(ev: pd.DataFrame, steps: Steps, meta=None) -> dict:
                                  "the GPU side was not traced"))
     extra = getattr(meta, "extra", None) or {}
     truncated = bool(extra.get("truncated"))
-    # a cut file that recorded a GPU (its devices, the CUDA/CUPTI versions) lost its GPU events
+    # a cut file that recorded a GPU (its devices, the CUDA/CUPTI versions, a process group on
+    # a device backend: cuda:nccl) lost its GPU events -- torch.profiler writes them last
     gpu_recorded = bool(getattr(meta, "devices", None)) or bool(
-        extra.get("cupti_version") or extra.get("cuda_runtime_version"))
+        extra.get("cupti_version") or extra.get("cuda_runtime_version")) or bool(
+        device_backends(getattr(meta, "distributed", None) or {}))
     if truncated and gpu_recorded and not launches:
         evidence.append(item("truncated", None, None,
                              f"the file is cut at byte {extra['truncated'].get('truncated_at_byte')}"
