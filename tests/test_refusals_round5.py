@@ -157,8 +157,10 @@ def test_a_warm_up_window_offers_no_per_step_sync_or_graph_coverage_lever():
     ids = [x["id"] for x in v["actions"]]
     assert ids == ["startup_capture"]
     gone = {w["id"]: w for w in v["withdrawn"]}
-    for lid in ("remove_syncs", "graph_coverage_inference"):
-        assert gone[lid]["precondition"] == "steady_window"
+    assert gone["remove_syncs"]["precondition"] == "steady_window"
+    # its one graph launch is the recording's own first run (passes/graphs.graph_runs): no
+    # graph is replayed, which refuses graph coverage before the start-up window does
+    assert gone["graph_coverage_inference"]["precondition"] == "graphs_replayed"
 
 
 def test_two_savings_of_one_cause_this_close_read_as_one_piece_of_time():

@@ -49,6 +49,10 @@ MODEL_OF = {
 }
 
 
+# a model that took over a lever from another: what a record saved before it holds instead
+MODEL_BEFORE = {"pin_batch": "pin_copies"}
+
+
 def idle_cap(lever_id: str, ctx: dict) -> int | None:
     """The most a replayed lever can save over the window: the window's lost time plus the
     GPU work its change removed (``gpu_saved_ns`` per step x steps). Idle time given back
@@ -98,7 +102,9 @@ def lever_price(ctx: dict, lever_id: str) -> dict | None:
     m = MODEL_OF.get(lever_id)
     if not r or m is None:
         return None
-    return r["models"].get(m)
+    got = r["models"].get(m)
+    # a record saved before the model existed is judged on the one that priced the lever then
+    return got if got is not None else r["models"].get(MODEL_BEFORE.get(m))
 
 
 def kept_note(ctx: dict, lever_id: str) -> str | None:
