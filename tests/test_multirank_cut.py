@@ -18,6 +18,9 @@ from traceread.jobs.multirank.grouping import group_jobs
 from traceread.render.cross_rank import render_summary
 from traceread.synth.multirank import JobSpec, write_job
 
+# one process builds the module's job (~6 s), not each xdist worker
+pytestmark = pytest.mark.xdist_group("multirank_cut")
+
 MS = 1_000_000
 RANKS, STEPS, SLOW = 8, 8, 5
 FIXTURES = Path(__file__).parent / "fixtures"
