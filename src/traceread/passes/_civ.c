@@ -59,17 +59,21 @@ static int sorted(const i64 *x, Py_ssize_t n) {
     return 1;
 }
 
-/* Number of x[i] <= key (numpy searchsorted side="right") in sorted x. */
-static Py_ssize_t upper(const i64 *x, Py_ssize_t n, i64 key) {
-    Py_ssize_t lo = 0, hi = n;
+/* The first index in [lo, hi) of sorted x whose x[i] > key (``strict``: >= key). */
+static Py_ssize_t bisect(const i64 *x, Py_ssize_t lo, Py_ssize_t hi, i64 key, int strict) {
     while (lo < hi) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (x[mid] <= key)
+        if (strict ? x[mid] < key : x[mid] <= key)
             lo = mid + 1;
         else
             hi = mid;
     }
     return lo;
+}
+
+/* Number of x[i] <= key (numpy searchsorted side="right") in sorted x. */
+static Py_ssize_t upper(const i64 *x, Py_ssize_t n, i64 key) {
+    return bisect(x, 0, n, key, 0);
 }
 
 /* The same, galloping up from ``hint`` (an answer for a smaller key: x[hint - 1] <= key);
@@ -83,14 +87,7 @@ static Py_ssize_t upper_from(const i64 *x, Py_ssize_t n, i64 key, Py_ssize_t hin
         step *= 2;
     }
     hi = lo + step < n ? lo + step : n;
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (x[mid] <= key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return bisect(x, lo, hi, key, 0);
 }
 
 /* Number of x[i] < key (side="left") in sorted x, galloping up from ``hint`` as upper_from. */
@@ -103,14 +100,7 @@ static Py_ssize_t lower_from(const i64 *x, Py_ssize_t n, i64 key, Py_ssize_t hin
         step *= 2;
     }
     hi = lo + step < n ? lo + step : n;
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (x[mid] < key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return bisect(x, lo, hi, key, 1);
 }
 
 /* union(s, e) -> (starts, ends), or None when the non-empty pieces' starts are not sorted
