@@ -52,6 +52,16 @@ static PyObject *out_of(const i64 *p, Py_ssize_t n) {
     return PyByteArray_FromStringAndSize((const char *)p, n * (Py_ssize_t)sizeof(i64));
 }
 
+/* One interval (or pair) pushed onto two arrays at once. */
+static int push2(vec *a, vec *b, i64 x, i64 y) {
+    return push(a, x) < 0 || push(b, y) < 0 ? -1 : 0;
+}
+
+/* The two arrays as the (bytearray, bytearray) every two-array result returns. */
+static PyObject *pair_out(const vec *a, const vec *b) {
+    return Py_BuildValue("NN", out_of(a->p, a->n), out_of(b->p, b->n));
+}
+
 static int sorted(const i64 *x, Py_ssize_t n) {
     for (Py_ssize_t i = 1; i < n; i++)
         if (x[i] < x[i - 1])
@@ -137,15 +147,15 @@ static PyObject *iv_union(PyObject *self, PyObject *args) {
             cs = s[i];
             continue;
         }
-        if (have && (push(&os, ps) < 0 || push(&oe, ce) < 0))
+        if (have && push2(&os, &oe, ps, ce) < 0)
             goto nomem;
         ps = cs = s[i];
         ce = e[i];
         have = 1;
     }
-    if (have && (push(&os, ps) < 0 || push(&oe, ce) < 0))
+    if (have && push2(&os, &oe, ps, ce) < 0)
         goto nomem;
-    res = Py_BuildValue("NN", out_of(os.p, os.n), out_of(oe.p, oe.n));
+    res = pair_out(&os, &oe);
     goto done;
 nomem:
     PyErr_NoMemory();
@@ -220,7 +230,7 @@ static PyObject *iv_sweep(PyObject *self, PyObject *args) {
                 if (open && ce == prev_p)
                     ce = p;
                 else {
-                    if (open && (push(&os, cs) < 0 || push(&oe, ce) < 0))
+                    if (open && push2(&os, &oe, cs, ce) < 0)
                         goto nomem;
                     cs = prev_p;
                     ce = p;
@@ -235,10 +245,10 @@ static PyObject *iv_sweep(PyObject *self, PyObject *args) {
             prev_p = p;
             have = 1;
         }
-        if (open && (push(&os, cs) < 0 || push(&oe, ce) < 0))
+        if (open && push2(&os, &oe, cs, ce) < 0)
             goto nomem;
     }
-    res = Py_BuildValue("NN", out_of(os.p, os.n), out_of(oe.p, oe.n));
+    res = pair_out(&os, &oe);
     goto done;
 nomem:
     PyErr_NoMemory();
@@ -391,10 +401,10 @@ static PyObject *iv_overlap_hits(PyObject *self, PyObject *args) {
             before_b += d2 > 0 ? d2 : 0;
         }
         i64 cov = before_b - before_a;
-        if (cov > 0 && (push(&oi, (i64)i) < 0 || push(&ov, cov) < 0))
+        if (cov > 0 && push2(&oi, &ov, (i64)i, cov) < 0)
             goto nomem;
     }
-    res = Py_BuildValue("NN", out_of(oi.p, oi.n), out_of(ov.p, ov.n));
+    res = pair_out(&oi, &ov);
     goto done;
 nomem:
     PyErr_NoMemory();
