@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .common import kind_in
+from .factkit import has_gpu
 
 # process-group backends that move host memory (a CPU program's); any other backend in a
 # backend_config entry ("cuda:nccl") drives a device
@@ -32,7 +33,7 @@ def cpu_design(ev: pd.DataFrame, meta, calls: pd.DataFrame | None = None) -> dic
     some): the evidence for a CPU program and for a GPU program, each a list of short texts
     naming the metadata key or event that says so. ``calls``: the comm calls
     (``parallelism.comm_calls``)."""
-    if kind_in(ev, ("kernel", "memcpy", "memset", "graph")).any():
+    if has_gpu(ev):
         return None
     extra = getattr(meta, "extra", None) or {}
     devices = list(getattr(meta, "devices", None) or [])

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .. import namerx
+from ..table import GPU_OP_KINDS
 from .common import kind_in, name_codes, name_lut, rows_of
 from .replay.sim import SIM_ENV, _csim
 
@@ -353,4 +354,4 @@ def launcher(ev: pd.DataFrame, gpu_rows: np.ndarray) -> np.ndarray:
 
 
 def has_gpu(ev: pd.DataFrame) -> bool:
-    return bool(kind_in(ev, ("kernel", "memcpy", "memset", "graph")).any())
+    return bool(kind_in(ev, GPU_OP_KINDS).any())
